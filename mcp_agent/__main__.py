@@ -1,0 +1,3 @@
+from mcp_agent.cli import main
+
+main()

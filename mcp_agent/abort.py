@@ -1,0 +1,59 @@
+"""Abort signals: one controller aborts a run; the provider stream, the tools and the hooks listen."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+
+class AbortSignal:
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self.reason: str | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def on_abort(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once when aborted (at once if already); returns a remover."""
+        if self.aborted:
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
+
+    def _fire(self, reason: str) -> None:
+        if self.aborted:
+            return
+        self.reason = reason
+        self._event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+class AbortController:
+    def __init__(self) -> None:
+        self.signal = AbortSignal()
+
+    def abort(self, reason: str = "aborted") -> None:
+        self.signal._fire(reason)
+
+
+async def cancel_on_abort(signal: AbortSignal | None, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when ``signal`` fires; run it as a task beside the work it guards."""
+    if signal is None:
+        return
+    await signal.wait()
+    scope.cancel()

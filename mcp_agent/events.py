@@ -1,0 +1,233 @@
+"""Events: the seam between the loop and everything that watches it.
+
+Two families: ``AssistantMessageEvent`` comes out of a provider while a model answers (pi-ai's
+stream events, each carrying the partial message so far); ``AgentEvent`` comes out of the loop
+(pi's agent events) and wraps the former in ``MessageUpdateEvent``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mcp_agent.messages import AssistantMessage, BaseMessage, ToolResultMessage
+
+# --- provider stream events -------------------------------------------------------------------
+
+
+@dataclass
+class StreamEvent:
+    type: ClassVar[str]
+    partial: AssistantMessage
+
+
+@dataclass
+class StartEvent(StreamEvent):
+    type: ClassVar[str] = "start"
+
+
+@dataclass
+class TextStartEvent(StreamEvent):
+    type: ClassVar[str] = "text_start"
+    content_index: int = 0
+
+
+@dataclass
+class TextDeltaEvent(StreamEvent):
+    type: ClassVar[str] = "text_delta"
+    content_index: int = 0
+    delta: str = ""
+
+
+@dataclass
+class TextEndEvent(StreamEvent):
+    type: ClassVar[str] = "text_end"
+    content_index: int = 0
+    content: str = ""
+
+
+@dataclass
+class ThinkingStartEvent(StreamEvent):
+    type: ClassVar[str] = "thinking_start"
+    content_index: int = 0
+
+
+@dataclass
+class ThinkingDeltaEvent(StreamEvent):
+    type: ClassVar[str] = "thinking_delta"
+    content_index: int = 0
+    delta: str = ""
+
+
+@dataclass
+class ThinkingEndEvent(StreamEvent):
+    type: ClassVar[str] = "thinking_end"
+    content_index: int = 0
+    content: str = ""
+
+
+@dataclass
+class ToolCallStartEvent(StreamEvent):
+    type: ClassVar[str] = "toolcall_start"
+    content_index: int = 0
+
+
+@dataclass
+class ToolCallDeltaEvent(StreamEvent):
+    type: ClassVar[str] = "toolcall_delta"
+    content_index: int = 0
+    delta: str = ""
+
+
+@dataclass
+class ToolCallEndEvent(StreamEvent):
+    type: ClassVar[str] = "toolcall_end"
+    content_index: int = 0
+
+
+@dataclass
+class DoneEvent(StreamEvent):
+    """The last event of a successful stream; ``partial`` is the final message."""
+
+    type: ClassVar[str] = "done"
+
+    @property
+    def message(self) -> AssistantMessage:
+        return self.partial
+
+
+@dataclass
+class ErrorEvent(StreamEvent):
+    """The last event of a failed or aborted stream; ``partial`` is the final message,
+    with stop reason error or aborted and an error message."""
+
+    type: ClassVar[str] = "error"
+
+    @property
+    def message(self) -> AssistantMessage:
+        return self.partial
+
+
+AssistantMessageEvent = (
+    StartEvent
+    | TextStartEvent
+    | TextDeltaEvent
+    | TextEndEvent
+    | ThinkingStartEvent
+    | ThinkingDeltaEvent
+    | ThinkingEndEvent
+    | ToolCallStartEvent
+    | ToolCallDeltaEvent
+    | ToolCallEndEvent
+    | DoneEvent
+    | ErrorEvent
+)
+
+
+# --- agent events -----------------------------------------------------------------------------
+
+
+@dataclass
+class AgentEvent:
+    type: ClassVar[str]
+
+
+@dataclass
+class AgentStartEvent(AgentEvent):
+    type: ClassVar[str] = "agent_start"
+
+
+@dataclass
+class AgentEndEvent(AgentEvent):
+    type: ClassVar[str] = "agent_end"
+    messages: list[BaseMessage] = field(default_factory=list)
+
+
+@dataclass
+class TurnStartEvent(AgentEvent):
+    type: ClassVar[str] = "turn_start"
+
+
+@dataclass
+class TurnEndEvent(AgentEvent):
+    type: ClassVar[str] = "turn_end"
+    message: BaseMessage
+    tool_results: list[ToolResultMessage] = field(default_factory=list)
+
+
+@dataclass
+class MessageStartEvent(AgentEvent):
+    type: ClassVar[str] = "message_start"
+    message: BaseMessage
+
+
+@dataclass
+class MessageUpdateEvent(AgentEvent):
+    type: ClassVar[str] = "message_update"
+    message: BaseMessage
+    assistant_message_event: AssistantMessageEvent
+
+
+@dataclass
+class MessageEndEvent(AgentEvent):
+    type: ClassVar[str] = "message_end"
+    message: BaseMessage
+
+
+@dataclass
+class ToolExecutionStartEvent(AgentEvent):
+    type: ClassVar[str] = "tool_execution_start"
+    tool_call_id: str
+    tool_name: str
+    args: Any
+
+
+@dataclass
+class ToolExecutionUpdateEvent(AgentEvent):
+    type: ClassVar[str] = "tool_execution_update"
+    tool_call_id: str
+    tool_name: str
+    args: Any
+    partial_result: Any
+
+
+@dataclass
+class ToolExecutionEndEvent(AgentEvent):
+    type: ClassVar[str] = "tool_execution_end"
+    tool_call_id: str
+    tool_name: str
+    result: Any
+    is_error: bool
+
+
+def describe_event(event: AgentEvent) -> str:
+    """A one-line, human-readable account of an event (for progress messages and logs)."""
+    match event:
+        case AgentStartEvent():
+            return "agent started"
+        case AgentEndEvent(messages=messages):
+            return f"agent finished ({len(messages)} new messages)"
+        case TurnStartEvent():
+            return "turn started"
+        case TurnEndEvent(tool_results=results):
+            return f"turn finished ({len(results)} tool results)"
+        case MessageStartEvent(message=message):
+            return f"{message.role} message started"
+        case MessageUpdateEvent(assistant_message_event=inner):
+            delta = getattr(inner, "delta", "")
+            return f"{inner.type}: {delta}" if delta else inner.type
+        case MessageEndEvent(message=message):
+            text = getattr(message, "text", "")
+            return f"{message.role}: {_clip(text)}" if text else f"{message.role} message finished"
+        case ToolExecutionStartEvent(tool_name=name, args=args):
+            return f"running tool {name}({_clip(str(args))})"
+        case ToolExecutionUpdateEvent(tool_name=name):
+            return f"tool {name} reported progress"
+        case ToolExecutionEndEvent(tool_name=name, is_error=is_error):
+            return f"tool {name} {'failed' if is_error else 'finished'}"
+    return event.type
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,1 @@
+"""Model providers: one module per API. Importing this package loads no HTTP client."""

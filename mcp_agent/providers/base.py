@@ -1,0 +1,65 @@
+"""What the loop hands a provider and what it gets back.
+
+A provider is a ``StreamFn``: called with a model, the LLM context and options, it returns an
+async iterator of ``AssistantMessageEvent``s whose last event is ``DoneEvent`` or ``ErrorEvent``
+carrying the final ``AssistantMessage``. A provider never raises: failures, including aborts,
+come back as that final message with stop reason ``error`` or ``aborted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_agent.abort import AbortSignal
+from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent
+from mcp_agent.messages import AssistantMessage, Message, Model, StopReason, ThinkingLevel
+from mcp_agent.tools import AgentTool
+
+
+@dataclass
+class LlmContext:
+    system_prompt: str
+    messages: list[Message]
+    tools: list[AgentTool] | None = None
+
+
+@dataclass
+class StreamOptions:
+    signal: AbortSignal | None = None
+    thinking_level: ThinkingLevel = ThinkingLevel.OFF
+    max_tokens: int | None = None
+    temperature: float | None = None
+    api_key: str | None = None
+    session_id: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+StreamFn = Callable[[Model, LlmContext, StreamOptions], AsyncIterator[AssistantMessageEvent]]
+
+
+# Providers start the error message of a refused over-long request with this, so that the
+# agent can compact and retry without knowing each API's wording.
+CONTEXT_OVERFLOW_MARK = "context_overflow"
+
+
+def is_context_overflow(message: AssistantMessage) -> bool:
+    """True when a model refused the request because the context was too long."""
+    return message.stop_reason == StopReason.ERROR and bool(
+        message.error_message and CONTEXT_OVERFLOW_MARK in message.error_message
+    )
+
+
+async def final_message(events: AsyncIterator[AssistantMessageEvent]) -> AssistantMessage:
+    """Drain a stream and return its final message."""
+    last: AssistantMessage | None = None
+    async for event in events:
+        if isinstance(event, DoneEvent | ErrorEvent):
+            last = event.partial
+    if last is None:
+        return AssistantMessage(
+            stop_reason=StopReason.ERROR, error_message="the provider ended without a message"
+        )
+    return last

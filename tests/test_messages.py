@@ -1,0 +1,312 @@
+import json
+from typing import Literal
+
+import pytest
+
+from mcp_agent.messages import (
+    BRANCH_SUMMARY_PREFIX,
+    BRANCH_SUMMARY_SUFFIX,
+    COMPACTION_SUMMARY_PREFIX,
+    COMPACTION_SUMMARY_SUFFIX,
+    AssistantMessage,
+    BaseMessage,
+    BashExecutionMessage,
+    BranchSummaryMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+    ImageContent,
+    MessageParseError,
+    Model,
+    ModelCost,
+    StopReason,
+    TextContent,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    calculate_cost,
+    convert_to_llm,
+    convert_to_llm_message,
+    parse_content,
+    parse_message,
+    register_message_type,
+)
+
+USAGE = {
+    "input": 100,
+    "output": 20,
+    "cacheRead": 5,
+    "cacheWrite": 0,
+    "totalTokens": 125,
+    "cost": {"input": 0.001, "output": 0.002, "cacheRead": 0.0, "cacheWrite": 0.0, "total": 0.003},
+}
+
+PI_MESSAGES = [
+    {"role": "user", "content": "Hello, what's in the current directory?", "timestamp": 1},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Analyze this image"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+        ],
+        "timestamp": 2,
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "list files", "thinkingSignature": "sig"},
+            {"type": "text", "text": "I'll check the directory for you."},
+            {
+                "type": "toolCall",
+                "id": "tc_123",
+                "name": "bash",
+                "arguments": {"command": "ls -la"},
+            },
+        ],
+        "api": "openai-completions",
+        "provider": "openai",
+        "model": "gpt-4",
+        "usage": USAGE,
+        "stopReason": "toolUse",
+        "timestamp": 3,
+        "responseId": "resp_abc",
+    },
+    {
+        "role": "assistant",
+        "content": [],
+        "api": "anthropic-messages",
+        "provider": "anthropic",
+        "model": "claude",
+        "usage": USAGE,
+        "stopReason": "error",
+        "errorMessage": "overloaded",
+        "timestamp": 4,
+    },
+    {
+        "role": "toolResult",
+        "toolCallId": "tc_123",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": "file1.md\nfile2.md\n"}],
+        "details": {"exitCode": 0},
+        "isError": False,
+        "timestamp": 5,
+    },
+    {
+        "role": "bashExecution",
+        "command": "ls -la",
+        "output": "file1.md\nfile2.md\n",
+        "exitCode": 0,
+        "cancelled": False,
+        "truncated": False,
+        "timestamp": 6,
+    },
+    {
+        "role": "custom",
+        "customType": "someCustomType",
+        "content": "Some custom content",
+        "display": True,
+        "timestamp": 7,
+    },
+    {"role": "branchSummary", "summary": "tried X", "fromId": "abcd1234", "timestamp": 8},
+    {"role": "compactionSummary", "summary": "earlier", "tokensBefore": 1000, "timestamp": 9},
+]
+
+
+@pytest.mark.parametrize("data", PI_MESSAGES, ids=lambda d: d["role"])
+def test_every_message_round_trips(data: dict) -> None:
+    message = parse_message(data)
+    assert message.to_json_dict() == data
+    assert json.loads(message.to_json()) == data
+
+
+def test_unknown_fields_are_kept_and_typed_fields_parsed() -> None:
+    message = parse_message(PI_MESSAGES[2])
+    assert isinstance(message, AssistantMessage)
+    assert message.stop_reason == StopReason.TOOL_USE
+    assert message.usage.cache_read == 5
+    assert message.tool_calls[0].arguments == {"command": "ls -la"}
+    assert message.model_extra == {"responseId": "resp_abc"}
+
+
+def test_explicit_null_round_trips_but_unset_optional_is_omitted() -> None:
+    data = {**PI_MESSAGES[4], "details": None}
+    assert parse_message(data).to_json_dict() == data
+    built = ToolResultMessage(tool_call_id="a", tool_name="b", timestamp=1)
+    assert "details" not in built.to_json_dict()
+    assert "errorMessage" not in AssistantMessage(timestamp=1).to_json_dict()
+
+
+def test_python_names_are_snake_case() -> None:
+    message = ToolResultMessage(tool_call_id="a", tool_name="b", is_error=True, timestamp=1)
+    assert message.to_json_dict()["toolCallId"] == "a"
+    assert message.to_json_dict()["isError"] is True
+
+
+def test_version_2_hook_message_reads_as_custom() -> None:
+    message = parse_message({**PI_MESSAGES[6], "role": "hookMessage"})
+    assert isinstance(message, CustomMessage)
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"role": "robot", "content": "x"}, "message.role: unknown role 'robot'"),
+        ({"content": "x"}, "message.role: field required"),
+        ({"role": "user"}, "message.content: Field required"),
+        ({"role": "toolResult", "toolName": "x", "content": []}, "message.toolCallId"),
+        ({"role": "user", "content": [{"type": "text"}]}, "message.content.0.text: Field required"),
+        (
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "a"}],
+                "usage": {"input": "x"},
+            },
+            "message.usage.input",
+        ),
+        ({"role": "assistant", "content": [], "stopReason": "done"}, "message.stopReason"),
+        ({"role": "user", "content": [{"type": "video"}]}, "message.content.0"),
+        ("not an object", "expected a JSON object"),
+    ],
+)
+def test_bad_input_names_the_field(data: object, fragment: str) -> None:
+    with pytest.raises(MessageParseError) as caught:
+        parse_message(data)  # type: ignore[arg-type]
+    assert fragment in str(caught.value)
+
+
+def test_parse_content() -> None:
+    assert parse_content({"type": "image", "data": "x", "mimeType": "image/png"}) == ImageContent(
+        data="x", mime_type="image/png"
+    )
+    with pytest.raises(MessageParseError, match=r"content\.mimeType"):
+        parse_content({"type": "image", "data": "x"})
+
+
+def test_thinking_levels() -> None:
+    assert [level.value for level in ThinkingLevel] == [
+        "off",
+        "minimal",
+        "low",
+        "medium",
+        "high",
+        "xhigh",
+        "max",
+    ]
+
+
+def test_cost_from_model_prices() -> None:
+    model = Model(id="m", cost=ModelCost(input=0.5, output=1.5, cache_read=0.05, cache_write=1.0))
+    usage = Usage(input=1000, output=200, cache_read=500, cache_write=100, total_tokens=1800)
+    cost = calculate_cost(model, usage)
+    assert cost.input == pytest.approx(0.0005)
+    assert cost.output == pytest.approx(0.0003)
+    assert cost.cache_read == pytest.approx(0.000025)
+    assert cost.cache_write == pytest.approx(0.0001)
+    assert cost.total == pytest.approx(0.0005 + 0.0003 + 0.000025 + 0.0001)
+    assert usage.cost is cost
+
+
+def test_usage_adds_up() -> None:
+    a = Usage(input=1, output=2, total_tokens=3)
+    a.cost.total = 0.5
+    b = Usage(input=10, output=20, cache_read=4, total_tokens=34)
+    b.cost.total = 0.25
+    total = a + b
+    assert (total.input, total.output, total.cache_read, total.total_tokens) == (11, 22, 4, 37)
+    assert total.cost.total == pytest.approx(0.75)
+
+
+# --- convert_to_llm ---------------------------------------------------------------------------
+
+
+def test_convert_to_llm_matches_seed_example() -> None:
+    user = UserMessage(content=[TextContent(text="Hello")], timestamp=1)
+    assistant = AssistantMessage(
+        content=[
+            TextContent(text="Hi there!"),
+            ToolCall(id="call_123", name="bash", arguments={"command": "ls"}),
+        ],
+        model="gpt-4",
+        timestamp=2,
+    )
+    bash = BashExecutionMessage(
+        command="ls -la", output="file1.md\nfile2.md\n", exit_code=0, timestamp=3
+    )
+    compaction = CompactionSummaryMessage(
+        summary="Previous conversation compacted", tokens_before=1000, timestamp=4
+    )
+    custom = CustomMessage(custom_type="someCustomType", content="Some custom content", timestamp=5)
+    result = convert_to_llm([user, assistant, bash, compaction, custom])
+
+    assert result[0] is user and result[1] is assistant
+    assert [m.role for m in result] == ["user", "assistant", "user", "user", "user"]
+    assert result[2].content[0].text == "Ran `ls -la`\n```\nfile1.md\nfile2.md\n\n```"
+    assert result[2].timestamp == 3
+    assert result[3].content[0].text == (
+        COMPACTION_SUMMARY_PREFIX + "Previous conversation compacted" + COMPACTION_SUMMARY_SUFFIX
+    )
+    assert "<summary>" in result[3].content[0].text
+    assert result[4].content == [TextContent(text="Some custom content")]
+
+
+def test_bash_execution_excluded_and_failures_described() -> None:
+    excluded = BashExecutionMessage(command="secret", output="x", exclude_from_context=True)
+    assert convert_to_llm_message(excluded) is None
+    failed = BashExecutionMessage(command="false", output="", exit_code=1)
+    assert convert_to_llm_message(failed).content[0].text == (
+        "Ran `false`\n(no output)\n\nCommand exited with code 1"
+    )
+    cancelled = BashExecutionMessage(
+        command="sleep 9",
+        output="partial",
+        cancelled=True,
+        truncated=True,
+        full_output_path="/tmp/out.txt",
+    )
+    text = convert_to_llm_message(cancelled).content[0].text
+    assert "(command cancelled)" in text and "/tmp/out.txt" in text
+
+
+def test_branch_summary_wrapped_and_custom_blocks_kept() -> None:
+    branch = BranchSummaryMessage(summary="went left", from_id="e1", timestamp=1)
+    converted = convert_to_llm_message(branch)
+    assert converted.content[0].text == BRANCH_SUMMARY_PREFIX + "went left" + BRANCH_SUMMARY_SUFFIX
+    blocks = [TextContent(text="a"), ImageContent(data="x", mime_type="image/png")]
+    custom = CustomMessage(custom_type="t", content=blocks, display=False)
+    assert convert_to_llm_message(custom).content == blocks
+
+
+def test_tool_results_pass_through() -> None:
+    result = ToolResultMessage(tool_call_id="a", tool_name="b")
+    assert convert_to_llm([result]) == [result]
+
+
+class ArtifactMessage(BaseMessage):
+    role: Literal["artifact"] = "artifact"
+    title: str
+    body: str
+
+
+def test_custom_message_type_registered_from_outside() -> None:
+    register_message_type(ArtifactMessage)
+
+    @convert_to_llm_message.register
+    def _(message: ArtifactMessage) -> UserMessage:
+        return UserMessage(
+            content=f"[{message.title}]\n{message.body}", timestamp=message.timestamp
+        )
+
+    data = {"role": "artifact", "title": "plan", "body": "1. do it", "timestamp": 3}
+    parsed = parse_message(data)
+    assert isinstance(parsed, ArtifactMessage)
+    assert parsed.to_json_dict() == data
+    [converted] = convert_to_llm([parsed])
+    assert converted.content == "[plan]\n1. do it"
+
+
+def test_unregistered_message_class_is_left_out() -> None:
+    class Note(BaseMessage):
+        role: Literal["note"] = "note"
+
+    assert convert_to_llm([Note()]) == []
