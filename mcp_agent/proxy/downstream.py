@@ -1,0 +1,161 @@
+"""One downstream MCP server, reached through an MCP client that a task of its own owns.
+
+The server starts on first use. A crash or a hang turns the call into an error result naming
+the server and stops the client (killing a stdio child), so the next call starts it afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import anyio
+import mcp.types as types
+from anyio.abc import TaskGroup, TaskStatus
+from mcp import Client, StdioServerParameters
+
+from mcp_agent.abort import AbortSignal
+from mcp_agent.manifests import ServerConfig
+from mcp_agent.proxy.convert import to_agent_result
+from mcp_agent.tools import AgentToolResult
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+# How long closing may take before we stop waiting (the SDK kills a stdio child within ~4 s).
+CLOSE_TIMEOUT = 10.0
+
+
+class DownstreamError(RuntimeError):
+    pass
+
+
+class McpServerConnection:
+    """An MCP client to one server (downstream or in-process), owned by a task of its own."""
+
+    def __init__(self, name: str, connect: Callable[[], AbstractAsyncContextManager[Client]]):
+        self.name = name
+        self._connect = connect
+        self._client: Client | None = None
+        self._tools: list[types.Tool] = []
+        self._stop: anyio.Event | None = None
+        self._done: anyio.Event | None = None
+        self._lock = anyio.Lock()
+        self.starts = 0
+
+    @property
+    def running(self) -> bool:
+        return self._client is not None
+
+    async def ensure_started(self, task_group: TaskGroup) -> Client:
+        async with self._lock:
+            if self._client is None:
+                await task_group.start(self._own)
+            assert self._client is not None
+            return self._client
+
+    async def tools(self, task_group: TaskGroup) -> list[types.Tool]:
+        await self.ensure_started(task_group)
+        return self._tools
+
+    async def _own(self, *, task_status: TaskStatus[None]) -> None:
+        stop, done = anyio.Event(), anyio.Event()
+        self._stop, self._done = stop, done
+        started = False
+        try:
+            async with self._connect() as client:
+                tools: list[types.Tool] = []
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    if not (cursor := page.next_cursor):
+                        break
+                self._client, self._tools = client, tools
+                self.starts += 1
+                started = True
+                task_status.started()
+                await stop.wait()
+        except Exception as error:
+            if not started:
+                raise DownstreamError(
+                    f"MCP server {self.name!r} could not be started: {_describe(error)}"
+                ) from None
+            log.warning("MCP server %r stopped: %s", self.name, _describe(error))
+        finally:
+            self._client = None
+            done.set()
+
+    async def stop(self) -> None:
+        stop, done = self._stop, self._done
+        if stop is None or done is None:
+            return
+        stop.set()
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            await done.wait()
+
+    async def call(
+        self,
+        task_group: TaskGroup,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        time_limit: float | None,
+        signal: AbortSignal | None = None,
+        on_progress: ProgressCallback | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> AgentToolResult:
+        try:
+            client = await self.ensure_started(task_group)
+        except DownstreamError as error:
+            return AgentToolResult.error(str(error))
+        with anyio.CancelScope() as scope:
+            remove = signal.on_abort(scope.cancel) if signal else None
+            try:
+                with anyio.fail_after(time_limit):
+                    result = await client.call_tool(
+                        tool, arguments, progress_callback=on_progress, meta=meta
+                    )
+                return to_agent_result(result)
+            except TimeoutError:
+                await self.stop()
+                return AgentToolResult.error(
+                    f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s; "
+                    "it was stopped and will be restarted on the next call"
+                )
+            except Exception as error:
+                await self.stop()
+                return AgentToolResult.error(
+                    f"MCP server {self.name!r} failed during {tool}: {_describe(error)}; "
+                    "it will be restarted on the next call"
+                )
+            finally:
+                if remove:
+                    remove()
+        return AgentToolResult.error(f"{tool} on MCP server {self.name!r} was aborted")
+
+
+def connect_to(config: ServerConfig) -> Callable[[], AbstractAsyncContextManager[Client]]:
+    if config.command:
+        params = StdioServerParameters(
+            command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
+        )
+        return lambda: Client(params)
+
+    def http_client() -> AbstractAsyncContextManager[Client]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=None))
+        return Client(streamable_http_client(config.url or "", http_client=http))
+
+    return http_client
+
+
+def _describe(error: BaseException) -> str:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    text = str(error) or type(error).__name__
+    return text

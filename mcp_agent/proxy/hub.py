@@ -1,0 +1,150 @@
+"""The tool hub: every tool the agent calls goes through an MCP client.
+
+Built-in tools live in an in-process MCP server reached through an in-memory client; downstream
+servers from servers.json are reached over stdio or HTTP. Both become AgentTools; a downstream
+tool is named ``server__tool``. Run information (session, depth) travels in the call's ``_meta``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any
+
+import anyio
+import mcp.types as types
+from anyio.abc import TaskGroup
+from mcp import Client
+from mcp.server import MCPServer
+
+from mcp_agent.abort import AbortSignal
+from mcp_agent.manifests import AgentManifest, ServerConfig
+from mcp_agent.proxy.convert import input_schema, qualified_name
+from mcp_agent.proxy.downstream import DownstreamError, McpServerConnection, connect_to
+from mcp_agent.tools import AgentTool, AgentToolResult, ToolUpdateCallback
+
+# The _meta key under which a run's context reaches tools (and nested servers).
+RUN_META_KEY = "mcp-agent-sessions/run"
+BUILTIN = "builtin"
+
+
+class ToolHub:
+    def __init__(self, servers: dict[str, ServerConfig], builtin: MCPServer | None = None):
+        self.configs = servers
+        self._connections: dict[str, McpServerConnection] = {
+            name: McpServerConnection(name, connect_to(config)) for name, config in servers.items()
+        }
+        self._builtin = (
+            McpServerConnection(BUILTIN, lambda: _in_memory(builtin)) if builtin else None
+        )
+        self._task_group: TaskGroup | None = None
+        self._task_group_cm: AbstractAsyncContextManager[TaskGroup] | None = None
+
+    async def __aenter__(self) -> ToolHub:
+        self._task_group_cm = anyio.create_task_group()
+        self._task_group = await self._task_group_cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        with anyio.CancelScope(shield=True):
+            await self.close()
+        assert self._task_group_cm is not None
+        return await self._task_group_cm.__aexit__(exc_type, exc, tb)
+
+    async def close(self) -> None:
+        connections = list(self._connections.values())
+        if self._builtin:
+            connections.append(self._builtin)
+        async with anyio.create_task_group() as group:
+            for connection in connections:
+                group.start_soon(connection.stop)
+
+    def connection(self, server: str) -> McpServerConnection:
+        return self._connections[server]
+
+    async def tools(
+        self,
+        agent: AgentManifest | None = None,
+        run_meta: dict[str, Any] | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> list[AgentTool]:
+        """The tools ``agent`` may use: built-ins and its downstream servers' tools, filtered by
+        its patterns. A server that cannot start is reported to ``on_error`` and left out."""
+        assert self._task_group is not None, "use the hub inside 'async with'"
+        result: list[AgentTool] = []
+        sources: list[tuple[McpServerConnection, str | None, float | None]] = []
+        if self._builtin:
+            sources.append((self._builtin, None, None))
+        for name, connection in self._connections.items():
+            if agent is None or agent.allows_server(name):
+                sources.append((connection, name, self.configs[name].timeout))
+        for connection, prefix, timeout in sources:
+            try:
+                listed = await connection.tools(self._task_group)
+            except DownstreamError as error:
+                if on_error:
+                    on_error(str(error))
+                continue
+            for tool in listed:
+                name = qualified_name(prefix, tool.name) if prefix else tool.name
+                if agent is None or agent.allows_tool(name):
+                    result.append(self._agent_tool(connection, tool, name, timeout, run_meta))
+        return result
+
+    def _agent_tool(
+        self,
+        connection: McpServerConnection,
+        tool: types.Tool,
+        name: str,
+        timeout: float | None,
+        run_meta: dict[str, Any] | None,
+    ) -> AgentTool:
+        task_group = self._task_group
+        assert task_group is not None
+        meta = {RUN_META_KEY: run_meta} if run_meta else None
+
+        async def execute(
+            tool_call_id: str,
+            params: dict[str, Any],
+            signal: AbortSignal,
+            on_update: ToolUpdateCallback,
+            context: Any = None,
+        ) -> AgentToolResult:
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
+                text = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
+                on_update(
+                    AgentToolResult.text(text, details={"progress": progress, "total": total})
+                )
+
+            return await connection.call(
+                task_group,
+                tool.name,
+                params,
+                time_limit=timeout,
+                signal=signal,
+                on_progress=on_progress,
+                meta=meta,
+            )
+
+        annotations = tool.annotations
+        title = tool.title or (annotations.title if annotations else None)
+        return AgentTool(
+            name=name,
+            label=title or name,
+            description=tool.description or "",
+            parameters=input_schema(tool),
+            execute=execute,
+        )
+
+
+def _in_memory(server: MCPServer | None) -> AbstractAsyncContextManager[Client]:
+    assert server is not None
+    return Client(server)

@@ -1,0 +1,53 @@
+"""A small downstream MCP server for tests, run as a real child process over stdio."""
+
+import os
+import sys
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+server = MCPServer("test-tools", log_level="WARNING")
+
+
+@server.tool()
+async def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@server.tool()
+async def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@server.tool()
+async def slow(seconds: float, ctx: Context) -> str:
+    """Sleep, reporting progress every 50 ms."""
+    steps = max(1, int(seconds / 0.05))
+    for step in range(steps):
+        await ctx.report_progress(step + 1, steps, f"step {step + 1} of {steps}")
+        await anyio.sleep(0.05)
+    return "slept"
+
+
+@server.tool()
+async def crash() -> str:
+    """Exit the process at once."""
+    os._exit(3)
+
+
+@server.tool()
+async def fail(reason: str) -> str:
+    """Raise an error the caller sees."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    raise ToolError(reason)
+
+
+if __name__ == "__main__":
+    if "--garbage" in sys.argv:
+        sys.stdout.write("this is not json-rpc\n")
+        sys.stdout.flush()
+    server.run("stdio")

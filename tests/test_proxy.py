@@ -1,0 +1,187 @@
+"""Tools through MCP clients: a real downstream server in a child process, over stdio."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+from mcp_agent.abort import AbortController
+from mcp_agent.manifests import AgentManifest, ServerConfig
+from mcp_agent.proxy.hub import RUN_META_KEY, ToolHub
+from mcp_agent.tools import AgentTool, AgentToolResult
+
+pytestmark = pytest.mark.anyio
+
+SERVER = Path(__file__).parent / "servers" / "tool_server.py"
+
+
+def stdio_config(**overrides: Any) -> ServerConfig:
+    return ServerConfig(command=sys.executable, args=[str(SERVER)], **overrides)
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[ToolHub]:
+    async with ToolHub({"t": stdio_config(timeout=5)}) as hub:
+        yield hub
+
+
+async def call(
+    tool: AgentTool, updates: list[AgentToolResult] | None = None, signal=None, **args: Any
+) -> AgentToolResult:
+    controller = AbortController()
+    return await tool.execute(
+        "call-1",
+        args,
+        signal or controller.signal,
+        (updates.append if updates is not None else lambda _: None),
+        None,
+    )
+
+
+def by_name(tools: list[AgentTool]) -> dict[str, AgentTool]:
+    return {tool.name: tool for tool in tools}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); look at its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    assert {"t__echo", "t__pid", "t__slow", "t__crash", "t__fail"} <= set(tools)
+    echo = tools["t__echo"]
+    assert echo.parameters["properties"]["text"]["type"] == "string"
+    assert echo.description == "Echo the text back."
+    result = await call(echo, text="hello")
+    assert not result.is_error
+    assert result.content[0].text == "hello"
+
+
+async def test_tool_error_text_reaches_the_agent(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    result = await call(tools["t__fail"], reason="disk full")
+    assert result.is_error
+    assert "disk full" in result.content[0].text
+
+
+async def test_progress_becomes_updates(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    updates: list[AgentToolResult] = []
+    result = await call(tools["t__slow"], updates, seconds=0.2)
+    assert result.content[0].text == "slept"
+    assert len(updates) >= 2
+    assert updates[0].content[0].text.startswith("step 1 of")
+
+
+async def test_killed_mid_call_gives_error_then_restarts(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    first_pid = int((await call(tools["t__pid"])).content[0].text)
+
+    async def kill_soon() -> None:
+        await anyio.sleep(0.2)
+        os.kill(first_pid, signal.SIGKILL)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(kill_soon)
+        result = await call(tools["t__slow"], seconds=3)
+    assert result.is_error
+    assert "'t'" in result.content[0].text
+    again = await call(tools["t__pid"])
+    assert not again.is_error
+    assert int(again.content[0].text) != first_pid
+    assert hub.connection("t").starts == 2
+
+
+async def test_crash_tool_gives_error_naming_server(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    result = await call(tools["t__crash"])
+    assert result.is_error and "MCP server 't'" in result.content[0].text
+    assert (await call(tools["t__echo"], text="back")).content[0].text == "back"
+
+
+async def test_hang_times_out_and_next_call_restarts() -> None:
+    async with ToolHub({"t": stdio_config(timeout=0.5)}) as hub:
+        tools = by_name(await hub.tools())
+        pid = int((await call(tools["t__pid"])).content[0].text)
+        with anyio.fail_after(15):
+            result = await call(tools["t__slow"], seconds=30)
+        assert result.is_error and "within 0.5 s" in result.content[0].text
+        assert not alive(pid)
+        assert (await call(tools["t__echo"], text="ok")).content[0].text == "ok"
+
+
+async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
+    async with ToolHub({"t": stdio_config()}) as hub:
+        tools = by_name(await hub.tools())
+        pid = int((await call(tools["t__pid"])).content[0].text)
+        controller = AbortController()
+
+        async def abort_soon() -> None:
+            await anyio.sleep(0.2)
+            controller.abort()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(abort_soon)
+                result = await call(tools["t__slow"], signal=controller.signal, seconds=10)
+        assert result.is_error and "aborted" in result.content[0].text
+        assert alive(pid)
+    with anyio.fail_after(10):
+        while alive(pid):  # noqa: ASYNC110 - polling another process
+            await anyio.sleep(0.05)
+
+
+async def test_server_that_cannot_start_is_reported_and_left_out() -> None:
+    broken = ServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit(1)"])
+    async with ToolHub({"t": stdio_config(), "broken": broken}) as hub:
+        errors: list[str] = []
+        names = {tool.name for tool in await hub.tools(on_error=errors.append)}
+        assert "t__echo" in names
+        assert not any(name.startswith("broken__") for name in names)
+        assert errors and "'broken'" in errors[0]
+
+
+async def test_agent_manifest_filters_tools_and_servers() -> None:
+    builtin = MCPServer("builtin", log_level="WARNING")
+
+    @builtin.tool()
+    async def note(text: str) -> str:
+        return text
+
+    async with ToolHub({"t": stdio_config()}, builtin=builtin) as hub:
+        no_servers = AgentManifest(name="b", servers=[])
+        assert {t.name for t in await hub.tools(no_servers)} == {"note"}
+        assert not hub.connection("t").running  # started on first use only
+        only_echo = AgentManifest(name="a", tools=["t__echo", "note"])
+        assert {t.name for t in await hub.tools(only_echo)} == {"t__echo", "note"}
+        assert hub.connection("t").running
+
+
+async def test_builtin_tools_receive_run_meta() -> None:
+    builtin = MCPServer("builtin", log_level="WARNING")
+
+    @builtin.tool()
+    async def whoami(ctx: Context) -> str:
+        meta = ctx.request_context.meta or {}
+        return str(meta.get(RUN_META_KEY, {}).get("session_id"))
+
+    async with ToolHub({}, builtin=builtin) as hub:
+        [tool] = await hub.tools(run_meta={"session_id": "s-42", "depth": 1})
+        assert (await call(tool)).content[0].text == "s-42"
