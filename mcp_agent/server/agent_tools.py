@@ -1,0 +1,243 @@
+"""The agent tools: run an agent in a session (waiting with progress, or detached), and
+watch, steer, queue for and cancel runs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from mcp_agent.agent import Agent
+from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.manifests import AgentManifest
+from mcp_agent.proxy.hub import RUN_META_KEY
+from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.models import resolve_run_model
+from mcp_agent.server.runs import Run
+from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
+from mcp_agent.server.session_tools import WRITES
+from mcp_agent.server.state import AppState, app_state
+from mcp_agent.sessions import Session
+
+
+def find_agent(state: AppState, name: str | None) -> AgentManifest:
+    agent = state.agents.get(name or "default")
+    if agent is None:
+        known = ", ".join(sorted(state.agents)) or "(none)"
+        raise ToolError(f"unknown agent {name!r}; known agents: {known} (see agent_list)")
+    return agent
+
+
+def run_meta(ctx: Context | None) -> dict[str, Any]:
+    """The calling run's context, when this server is a tool of another agent (nesting)."""
+    meta = (ctx.request_context.meta or {}) if ctx is not None else {}
+    found = meta.get(RUN_META_KEY) if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+async def start_run(
+    state: AppState,
+    ctx: Context | None,
+    *,
+    prompt: str,
+    session_id: str | None,
+    agent_name: str | None,
+    model: str | None,
+    depth: int,
+    parent_session: str | None = None,
+) -> Run:
+    """Start an agent run (shared by agent_run and the subagent tool)."""
+    assert state.runs is not None and state.hub is not None
+    limit = state.settings.max_subagent_depth
+    if depth > limit:
+        raise ToolError(
+            f"sub-agent depth limit reached: this would be level {depth}, the limit is {limit} "
+            "(raise it with --max-depth)"
+        )
+    if not prompt.strip():
+        raise ToolError("prompt is empty")
+    manifest = find_agent(state, agent_name)
+    with tool_errors():
+        if session_id is not None:
+            session: Session = state.repo.open(session_id)
+        else:
+            session = state.repo.create(
+                name=None, parent_session=parent_session, metadata={"agent": manifest.name}
+            )
+            state.notifier.list_changed()
+    state.runs.ensure_idle(session.id)
+    client_session = ctx.session if ctx is not None else None
+    name, chosen, stream_fn = resolve_run_model(
+        model or manifest.model,
+        state.settings.default_model,
+        client_session,
+        state.extra.get("models"),
+    )
+    hub = state.hub
+
+    async def build_agent(run_id: str) -> tuple[Agent, str]:
+        errors: list[str] = []
+        meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
+        tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
+        fresh = not session.get_entries()
+        options: dict[str, Any] = {}
+        if fresh:
+            options["thinking_level"] = manifest.thinking_level
+        agent = Agent.from_session(
+            session,
+            stream_fn=stream_fn,
+            model=chosen,
+            resolve_model=lambda provider, model_id: (
+                chosen if (provider, model_id) == (chosen.provider, chosen.id) else None
+            ),
+            tools=tools,
+            system_prompt=manifest.system_prompt,
+            max_turns=manifest.max_turns,
+            **options,
+        )
+        if agent.state.model.ref != chosen.ref:
+            agent.set_model(chosen)
+        for error in errors:
+            session.append_custom("tool_server_error", {"error": error})
+        return agent, name
+
+    return await state.runs.start(
+        session=session, manifest=manifest, prompt=prompt, build_agent=build_agent, depth=depth
+    )
+
+
+def progress_reporter(ctx: Context) -> Any:
+    count = 0
+
+    async def report(event: AgentEvent) -> None:
+        nonlocal count
+        count += 1
+        await ctx.report_progress(count, None, f"{event.type}: {describe_event(event)}")
+
+    return report
+
+
+def register(server: MCPServer) -> None:
+    @server.tool(annotations=WRITES)
+    async def agent_run(
+        ctx: Context,
+        prompt: Annotated[str, Field(description="what to ask the agent")],
+        session_id: Annotated[
+            str | None, Field(description="continue this session; omitted: a new session")
+        ] = None,
+        agent: Annotated[str | None, Field(description="an agent from agent_list")] = None,
+        model: Annotated[
+            str | None,
+            Field(description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours"),
+        ] = None,
+        wait: Annotated[
+            bool, Field(description="wait for the answer (with progress), or return a run id")
+        ] = True,
+    ) -> RunInfo:
+        """Run an agent on a prompt in a session; every message is stored in the session."""
+        state = app_state(ctx)
+        assert state.runs is not None
+        meta = run_meta(ctx)
+        depth = int(meta.get("depth", -1)) + 1 if meta else 0
+        parent = meta.get("session_id") if meta and session_id is None else None
+        run = await start_run(
+            state,
+            ctx,
+            prompt=prompt,
+            session_id=session_id,
+            agent_name=agent,
+            model=model,
+            depth=depth,
+            parent_session=parent,
+        )
+        if not wait:
+            return run.info()
+        unsubscribe = run.listen(progress_reporter(ctx))
+        try:
+            await state.runs.wait(run)
+        finally:
+            unsubscribe()
+        return run.info()
+
+    @server.tool(annotations=WRITES)
+    async def agent_status(
+        ctx: Context,
+        run_id: str,
+        wait_seconds: Annotated[
+            float, Field(ge=0, le=600, description="wait up to this long for the run to end")
+        ] = 0,
+    ) -> RunInfo:
+        """The state of a run: running, completed, error or aborted, with its answer."""
+        state = app_state(ctx)
+        assert state.runs is not None
+        run = state.runs.get(run_id)
+        if wait_seconds and run.status == "running":
+            import anyio
+
+            with anyio.move_on_after(wait_seconds):
+                await run.done.wait()
+        return run.info()
+
+    @server.tool(annotations=WRITES)
+    async def agent_cancel(ctx: Context, run_id: str) -> RunInfo:
+        """Abort a run; the session records an aborted assistant message and stays consistent."""
+        state = app_state(ctx)
+        assert state.runs is not None
+        run = state.runs.get(run_id)
+        if run.status == "running":
+            run.agent.abort("cancelled with agent_cancel")
+            await run.done.wait()
+        return run.info()
+
+    @server.tool(annotations=WRITES)
+    async def agent_steer(ctx: Context, run_id: str, message: str) -> QueueResult:
+        """Queue a message to go in after the current tool batch, before the next model call."""
+        run = _running(app_state(ctx), run_id)
+        run.agent.steer(message)
+        return QueueResult(run_id=run_id, queued="steering", status=run.status)
+
+    @server.tool(annotations=WRITES)
+    async def agent_follow_up(ctx: Context, run_id: str, message: str) -> QueueResult:
+        """Queue a message to run when the agent would otherwise stop."""
+        run = _running(app_state(ctx), run_id)
+        run.agent.follow_up(message)
+        return QueueResult(run_id=run_id, queued="follow_up", status=run.status)
+
+    @server.tool(annotations=WRITES)
+    async def agent_runs(ctx: Context) -> RunList:
+        """Every run since the server started, newest first."""
+        state = app_state(ctx)
+        assert state.runs is not None
+        runs = sorted(state.runs.runs.values(), key=lambda r: r.started, reverse=True)
+        return RunList(runs=[run.info() for run in runs])
+
+    @server.tool(annotations=WRITES)
+    async def agent_list(ctx: Context) -> AgentList:
+        """The agents defined in the manifests (agent_run's agent argument)."""
+        state = app_state(ctx)
+        return AgentList(
+            agents=[
+                AgentInfo(
+                    name=a.name,
+                    description=a.description,
+                    model=a.model,
+                    thinking_level=str(a.thinking_level),
+                    tools=a.tools,
+                    servers=a.servers,
+                    max_turns=a.max_turns,
+                    uri=f"agent://{a.name}",
+                )
+                for a in state.agents.values()
+            ]
+        )
+
+
+def _running(state: AppState, run_id: str) -> Run:
+    assert state.runs is not None
+    run = state.runs.get(run_id)
+    if run.status != "running":
+        raise ToolError(f"run {run_id} has ended ({run.status}); start a new one with agent_run")
+    return run

@@ -1,0 +1,67 @@
+"""The MCP server: session operations and agent runs as tools, sessions as resources."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from mcp.server import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+
+from mcp_agent import __version__
+from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.server import agent_tools, prompts, resources, session_tools
+from mcp_agent.server.builtin import build_builtin_server
+from mcp_agent.server.models import ModelOverrides
+from mcp_agent.server.runs import RunManager
+from mcp_agent.server.settings import ServerSettings
+from mcp_agent.server.state import AppState, make_lifespan
+
+INSTRUCTIONS = """\
+Agent sessions: every conversation is a tree of entries you can browse, branch, fork and resume.
+Run an agent with agent_run (a new session, or session_id to continue one). Read sessions with
+session_list / session_get, or as resources session://{id}. Move to an earlier entry with
+session_move_to to branch; copy a branch into a new session with session_fork."""
+
+
+def build_server(
+    settings: ServerSettings | None = None, models: ModelOverrides | None = None
+) -> MCPServer:
+    settings = settings or ServerSettings()
+
+    @asynccontextmanager
+    async def extras(state: AppState) -> AsyncIterator[None]:
+        if models:
+            state.extra["models"] = models
+        state.runs = RunManager(state.task_group)
+        async with ToolHub(state.servers, builtin=build_builtin_server(state)) as hub:
+            state.hub = hub
+            try:
+                yield
+            finally:
+                await state.runs.close()
+
+    bus = InMemorySubscriptionBus()
+    server = MCPServer(
+        "mcp-agent-sessions",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        lifespan=make_lifespan(settings, bus, extras),
+        subscriptions=bus,
+        log_level="WARNING",
+    )
+    session_tools.register(server)
+    agent_tools.register(server)
+    resources.register(server)
+    prompts.register(server)
+    return server
+
+
+def banner(settings: ServerSettings, transport: str) -> str:
+    where = f" on http://{settings.host}:{settings.port}/mcp" if transport == "http" else ""
+    return f"mcp-agent-sessions {__version__}: sessions stored in {settings.db_path}{where}"
+
+
+def print_banner(settings: ServerSettings, transport: str) -> None:
+    print(banner(settings, transport), file=sys.stderr, flush=True)

@@ -1,0 +1,86 @@
+"""Built-in tools, served by an in-process MCP server that the agent reaches through an
+in-memory client like any other: sub-agents."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.server.state import AppState
+
+SUBAGENT_ENTRY = "subagent"
+
+
+class SubagentResult(BaseModel):
+    answer: str
+    session_id: str
+    run_id: str
+    agent: str
+    status: str
+
+
+def build_builtin_server(state: AppState) -> MCPServer:
+    server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
+
+    @server.tool()
+    async def subagent(
+        ctx: Context,
+        agent: Annotated[str, Field(description="the agent to delegate to (see its manifest)")],
+        task: Annotated[str, Field(description="what the sub-agent should do; be specific")],
+    ) -> SubagentResult:
+        """Delegate a task to another agent, which works in a child session and returns its
+        final answer."""
+        from mcp_agent.server.agent_tools import run_meta, start_run
+
+        meta = run_meta(ctx)
+        parent_id = meta.get("session_id")
+        depth = int(meta.get("depth", 0)) + 1
+        if not parent_id:
+            raise ToolError("subagent can only be called by an agent run")
+        run = await start_run(
+            state,
+            None,
+            prompt=task,
+            session_id=None,
+            agent_name=agent,
+            model=None,
+            depth=depth,
+            parent_session=parent_id,
+        )
+        parent = state.repo.open(parent_id)
+        parent.append_custom(
+            SUBAGENT_ENTRY,
+            {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task},
+        )
+        count = 0
+
+        async def forward(event: AgentEvent) -> None:
+            nonlocal count
+            count += 1
+            await ctx.report_progress(count, None, f"[{agent}] {describe_event(event)}")
+
+        unsubscribe = run.listen(forward)
+        assert state.runs is not None
+        try:
+            await state.runs.wait(run)
+        finally:
+            unsubscribe()
+        if run.status != "completed":
+            raise ToolError(
+                f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "
+                f"(its session: {run.session_id})"
+            )
+        return SubagentResult(
+            answer=run.answer or "",
+            session_id=run.session_id,
+            run_id=run.id,
+            agent=agent,
+            status=run.status,
+        )
+
+    return server

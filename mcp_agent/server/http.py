@@ -1,0 +1,78 @@
+"""Streamable HTTP: the SDK's ASGI app behind a bearer-token check, served by uvicorn."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from mcp.server import MCPServer
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcp_agent.server.settings import ServerSettings, is_loopback
+
+log = logging.getLogger(__name__)
+
+
+class UnsafeBindError(ValueError):
+    pass
+
+
+def check_bind(settings: ServerSettings) -> None:
+    if not is_loopback(settings.host) and not settings.token:
+        raise UnsafeBindError(
+            f"refusing to listen on {settings.host} without a token: anyone who can reach this "
+            "address could read your sessions and run agents. Pass --token SECRET (or set "
+            "MCP_AGENT_TOKEN), or bind to 127.0.0.1."
+        )
+
+
+class BearerTokenMiddleware:
+    """Answers 401 unless the request carries ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = JSONResponse(
+                    {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="mcp-agent-sessions"'},
+                )
+                await response(scope, receive, send)
+                return
+        # Everything else, the lifespan scope included, goes through: the SDK's session
+        # manager starts in the app's lifespan.
+        await self.app(scope, receive, send)
+
+
+def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
+    check_bind(settings)
+    app: ASGIApp = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        max_request_body_size=settings.max_request_bytes,
+        host=settings.host,
+    )
+    if settings.token:
+        app = BearerTokenMiddleware(app, settings.token)
+    return app
+
+
+async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_options: Any) -> None:
+    import uvicorn
+
+    app = build_http_app(server, settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        lifespan="on",
+        **uvicorn_options,
+    )
+    await uvicorn.Server(config).serve()

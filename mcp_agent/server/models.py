@@ -1,0 +1,62 @@
+"""Which model a run uses: the caller's choice, the agent's, the server's default, or the first
+provider with a key; ``client`` means the MCP client's own model (sampling, legacy only)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_agent.messages import Model
+from mcp_agent.providers.base import StreamFn
+
+ModelChoice = tuple[Model, StreamFn]
+# Tests and embedders can serve names of their own (e.g. a scripted model).
+ModelOverrides = dict[str, Callable[[], ModelChoice]]
+
+CLIENT_MODEL = "client"
+
+
+def default_model_name(configured: str | None) -> str:
+    if configured:
+        return configured
+    if os.environ.get("OPENAI_API_KEY"):
+        return "openai:gpt-4o-mini"
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic:claude-sonnet-4-5"
+    return CLIENT_MODEL
+
+
+def resolve_run_model(
+    name: str | None,
+    configured_default: str | None,
+    client_session: Any,
+    overrides: ModelOverrides | None = None,
+) -> tuple[str, Model, StreamFn]:
+    """(name, model, stream function) for a run, or a ToolError saying how to fix the name."""
+    chosen = name or default_model_name(configured_default)
+    if overrides and chosen in overrides:
+        model, stream_fn = overrides[chosen]()
+        return chosen, model, stream_fn
+    if chosen == CLIENT_MODEL or chosen.startswith(CLIENT_MODEL + ":"):
+        from mcp_agent.providers.sampling import (
+            sampling_model,
+            sampling_stream_fn,
+            sampling_support,
+            unavailable_message,
+        )
+
+        usable, _, reason = sampling_support(client_session)
+        if not usable:
+            raise ToolError(unavailable_message(reason))
+        model_id = chosen.partition(":")[2] or CLIENT_MODEL
+        return chosen, sampling_model(model_id), sampling_stream_fn(client_session)
+    from mcp_agent.providers.registry import resolve_model, stream_fn_for
+
+    try:
+        model = resolve_model(chosen)
+    except (KeyError, ValueError) as error:
+        raise ToolError(str(error).strip("'\"")) from None
+    return chosen, model, stream_fn_for(model)

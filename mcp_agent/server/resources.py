@@ -1,0 +1,174 @@
+"""Sessions and agents as MCP resources, paged newest first, with subscriptions on both eras."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp.types as types
+from mcp.server import MCPServer, NotificationOptions, ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+
+from mcp_agent.server.session_tools import describe_session
+from mcp_agent.server.state import AppState, app_state
+from mcp_agent.sessions import Session, SessionError
+
+JSON = "application/json"
+JSONL = "application/x-ndjson"
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def _open(state: AppState, session_id: str) -> Session:
+    try:
+        return state.repo.open(session_id)
+    except SessionError as error:
+        raise ResourceNotFoundError(f"no session {session_id!r}: {error}") from None
+
+
+def register(server: MCPServer) -> None:
+    @server.resource(
+        "session://{session_id}",
+        name="session",
+        mime_type=JSON,
+        description="A session: its summary and the entries of its current branch, root first",
+    )
+    async def session_resource(session_id: str, ctx: Context) -> str:
+        session = _open(app_state(ctx), session_id)
+        return _dump(
+            {
+                "session": describe_session(session).model_dump(),
+                "header": session.header.to_json_dict(),
+                "leafId": session.leaf_id,
+                "branch": [entry.to_json_dict() for entry in session.get_branch()],
+            }
+        )
+
+    @server.resource(
+        "session://{session_id}/tree",
+        name="session-tree",
+        mime_type=JSON,
+        description="Every entry of a session as a tree, with labels",
+    )
+    async def session_tree(session_id: str, ctx: Context) -> str:
+        session = _open(app_state(ctx), session_id)
+        return _dump(
+            {"leafId": session.leaf_id, "tree": [node.to_json_dict() for node in session.tree()]}
+        )
+
+    @server.resource(
+        "session://{session_id}/context",
+        name="session-context",
+        mime_type=JSON,
+        description="The messages as the model would get them, with model and thinking level",
+    )
+    async def session_context(session_id: str, ctx: Context) -> str:
+        session = _open(app_state(ctx), session_id)
+        return _dump(session.build_context().to_json_dict())
+
+    @server.resource(
+        "session://{session_id}/entries/{entry_id}",
+        name="session-entry",
+        mime_type=JSON,
+        description="One entry of a session",
+    )
+    async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
+        session = _open(app_state(ctx), session_id)
+        entry = session.get_entry(entry_id)
+        if entry is None:
+            raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
+        return _dump(entry.to_json_dict())
+
+    @server.resource(
+        "session://{session_id}/export.jsonl",
+        name="session-export",
+        mime_type=JSONL,
+        description="The session as a pi version 3 JSONL file",
+    )
+    async def session_export(session_id: str, ctx: Context) -> str:
+        state = app_state(ctx)
+        _open(state, session_id)
+        return state.repo.export_jsonl(session_id)
+
+    @server.resource(
+        "agent://{name}",
+        name="agent",
+        mime_type=JSON,
+        description="An agent defined in the manifests",
+    )
+    async def agent_resource(name: str, ctx: Context) -> str:
+        agent = app_state(ctx).agents.get(name)
+        if agent is None:
+            raise ResourceNotFoundError(f"no agent {name!r}")
+        return _dump(agent.to_json_dict())
+
+    lowlevel = server._lowlevel_server  # the SDK offers no public hook for these three
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+    ) -> types.ListResourcesResult:
+        state: AppState = ctx.lifespan_context
+        state.notifier.remember(ctx.session, ctx.protocol_version)
+        try:
+            page = state.repo.list(limit=state.settings.page_size, cursor=params.cursor)
+        except SessionError as error:
+            raise MCPError(types.INVALID_PARAMS, str(error)) from None
+        resources: list[types.Resource] = []
+        if params.cursor is None:
+            resources.extend(
+                types.Resource(
+                    uri=f"agent://{agent.name}",
+                    name=f"agent {agent.name}",
+                    description=agent.description or None,
+                    mime_type=JSON,
+                )
+                for agent in state.agents.values()
+            )
+        resources.extend(
+            types.Resource(
+                uri=f"session://{item.id}",
+                name=item.name or f"session {item.id[:8]}",
+                title=item.name,
+                description=(item.first_user_message or "")[:200] or None,
+                mime_type=JSON,
+            )
+            for item in page.items
+        )
+        return types.ListResourcesResult(resources=resources, next_cursor=page.next_cursor)
+
+    async def subscribe(
+        ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        state: AppState = ctx.lifespan_context
+        state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
+        return types.EmptyResult()
+
+    async def unsubscribe(
+        ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        state: AppState = ctx.lifespan_context
+        state.notifier.unsubscribe(str(params.uri), ctx.session)
+        return types.EmptyResult()
+
+    lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
+    lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+    lowlevel.add_request_handler(
+        "resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe
+    )
+
+    # MCPServer declares no list-changed capabilities to legacy clients; we do send them.
+    original = lowlevel.create_initialization_options
+
+    def initialization_options(
+        notification_options: NotificationOptions | None = None, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(
+            resources_changed=True, tools_changed=True, prompts_changed=False
+        )
+        return original(options, **kwargs)
+
+    lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]

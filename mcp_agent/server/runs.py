@@ -1,0 +1,189 @@
+"""Agent runs: an Agent bound to a Session, living in the server's task group so that it can
+outlast the request that started it. One run per session at a time."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_agent.agent import Agent
+from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
+from mcp_agent.manifests import AgentManifest
+from mcp_agent.messages import AssistantMessage, StopReason, Usage
+from mcp_agent.server.schemas import RunInfo
+from mcp_agent.sessions import Session
+
+log = logging.getLogger(__name__)
+
+RunStatus = Literal["running", "completed", "error", "aborted"]
+EventListener = Callable[[AgentEvent], Awaitable[None] | None]
+
+
+@dataclass
+class Run:
+    id: str
+    session: Session
+    agent_name: str
+    model_ref: str
+    agent: Agent
+    depth: int = 0
+    status: RunStatus = "running"
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    event_count: int = 0
+    last_event: str = ""
+    answer: str | None = None
+    error: str | None = None
+    stop_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    new_messages: int = 0
+    done: anyio.Event = field(default_factory=anyio.Event)
+    listeners: list[EventListener] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    def listen(self, listener: EventListener) -> Callable[[], None]:
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
+    async def _on_event(self, event: AgentEvent) -> None:
+        self.event_count += 1
+        self.last_event = describe_event(event)
+        if isinstance(event, AgentEndEvent):
+            self.new_messages += len(event.messages)
+        for listener in list(self.listeners):
+            try:
+                result = listener(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # a watcher that went away must not break the run
+                log.debug("run listener failed", exc_info=True)
+
+    def info(self) -> RunInfo:
+        return RunInfo(
+            run_id=self.id,
+            session_id=self.session_id,
+            agent=self.agent_name,
+            model=self.model_ref,
+            status=self.status,
+            answer=self.answer,
+            error=self.error,
+            stop_reason=self.stop_reason,
+            started=self.started,
+            finished=self.finished,
+            events=self.event_count,
+            last_event=self.last_event,
+            new_messages=self.new_messages,
+            usage=self.usage.to_json_dict(),
+            depth=self.depth,
+        )
+
+
+class RunManager:
+    def __init__(self, task_group: anyio.abc.TaskGroup) -> None:
+        self._task_group = task_group
+        self.runs: dict[str, Run] = {}
+        self._by_session: dict[str, Run] = {}
+
+    def running_in(self, session_id: str) -> Run | None:
+        return self._by_session.get(session_id)
+
+    def ensure_idle(self, session_id: str) -> None:
+        run = self._by_session.get(session_id)
+        if run is not None:
+            raise ToolError(
+                f"session {session_id} is busy: run {run.id} is still running in it. "
+                f"Wait for it (agent_status), steer it (agent_steer), or stop it (agent_cancel)."
+            )
+
+    def get(self, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise ToolError(f"no run {run_id!r}; agent_run returns a run_id")
+        return run
+
+    async def start(
+        self,
+        *,
+        session: Session,
+        manifest: AgentManifest,
+        prompt: str,
+        build_agent: Callable[[str], Awaitable[tuple[Agent, str]]],
+        depth: int = 0,
+    ) -> Run:
+        """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the Agent (its tools
+        carry the run id) and names its model."""
+        self.ensure_idle(session.id)
+        run_id = uuid.uuid4().hex[:12]
+        # Claim the session before the first await, so a second start fails cleanly.
+        placeholder = Run(run_id, session, manifest.name, "", None, depth)  # type: ignore[arg-type]
+        self._by_session[session.id] = placeholder
+        try:
+            agent, model_ref = await build_agent(run_id)
+        except BaseException:
+            self._by_session.pop(session.id, None)
+            raise
+        run = Run(run_id, session, manifest.name, model_ref, agent, depth)
+        self.runs[run_id] = run
+        self._by_session[session.id] = run
+        agent.subscribe(run._on_event)
+        started = anyio.Event()
+        self._task_group.start_soon(self._execute, run, prompt, started)
+        await started.wait()
+        return run
+
+    async def _execute(self, run: Run, prompt: str, started: anyio.Event) -> None:
+        try:
+            started.set()
+            messages = await run.agent.prompt(prompt)
+            final = next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
+            for message in messages:
+                if isinstance(message, AssistantMessage):
+                    run.usage = run.usage + message.usage
+            if final is not None:
+                run.answer = final.text
+                run.stop_reason = str(final.stop_reason)
+                run.error = final.error_message
+                run.status = {
+                    StopReason.ERROR: "error",
+                    StopReason.ABORTED: "aborted",
+                }.get(StopReason(final.stop_reason), "completed")
+            else:
+                run.status = "completed"
+        except Exception as error:
+            log.exception("run %s failed", run.id)
+            run.status, run.error = "error", str(error) or type(error).__name__
+        finally:
+            run.finished = time.time()
+            if self._by_session.get(run.session_id) is run:
+                del self._by_session[run.session_id]
+            run.done.set()
+
+    async def wait(self, run: Run) -> None:
+        """Wait for ``run``; if the waiter is cancelled (the MCP request was), abort the run and
+        let it record its end before giving up."""
+        try:
+            await run.done.wait()
+        except anyio.get_cancelled_exc_class():
+            run.agent.abort("the request that started the run was cancelled")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await run.done.wait()
+            raise
+
+    async def close(self) -> None:
+        for run in list(self._by_session.values()):
+            if run.agent is not None:
+                run.agent.abort("the server is shutting down")
+        with anyio.move_on_after(10, shield=True):
+            for run in list(self.runs.values()):
+                await run.done.wait()

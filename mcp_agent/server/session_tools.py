@@ -1,0 +1,314 @@
+"""The session tools: create, list, get, delete, append, move, fork, context, stats, export,
+import. Each answers bad input with a tool error that says what was wrong; nothing is written
+then."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from mcp_agent.messages import ThinkingLevel, parse_message
+from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.schemas import (
+    AppendResult,
+    ContextResult,
+    DeleteResult,
+    ExportResult,
+    MoveResult,
+    SessionInfo,
+    SessionListResult,
+    SessionView,
+    StatsResult,
+)
+from mcp_agent.server.state import app_state
+from mcp_agent.sessions import Session, SessionError, parse_entry
+from mcp_agent.sessions.entries import (
+    ActiveToolsChangeEntry,
+    CustomEntry,
+    CustomMessageEntry,
+    LabelEntry,
+    MessageEntry,
+    ModelChangeEntry,
+    SessionInfoEntry,
+    ThinkingLevelChangeEntry,
+    iso_now,
+)
+from mcp_agent.sessions.repo import SessionSummary
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+
+APPENDABLE = (
+    "message",
+    "custom",
+    "custom_message",
+    "label",
+    "session_info",
+    "model_change",
+    "thinking_level_change",
+    "active_tools_change",
+)
+
+SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
+
+
+def session_info(summary: SessionSummary, leaf_id: str | None = None) -> SessionInfo:
+    return SessionInfo(
+        id=summary.id,
+        name=summary.name,
+        cwd=summary.cwd,
+        created=summary.created,
+        modified=summary.modified,
+        entry_count=summary.entry_count,
+        message_count=summary.message_count,
+        first_user_message=summary.first_user_message,
+        parent_session=summary.parent_session,
+        leaf_id=leaf_id,
+        uri=f"session://{summary.id}",
+    )
+
+
+def describe_session(session: Session) -> SessionInfo:
+    from mcp_agent.sessions.repo import summarize
+
+    return session_info(summarize(session.storage), session.leaf_id)
+
+
+def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
+    """Validate ``entry`` (pi v3 form, without id, parentId and timestamp) and append it."""
+    kind = entry.get("type")
+    if kind not in APPENDABLE:
+        hint = {
+            "compaction": "use session_compact",
+            "branch_summary": "use session_move_to with summary",
+            "leaf": "use session_move_to",
+        }.get(str(kind), f"one of: {', '.join(APPENDABLE)}")
+        raise ToolError(f"entry.type {kind!r} cannot be appended: {hint}")
+    for reserved in ("id", "parentId", "timestamp"):
+        if reserved in entry:
+            raise ToolError(f"entry.{reserved} is set by the server; leave it out")
+    with tool_errors():
+        typed = parse_entry({**entry, "id": "00000000", "parentId": None, "timestamp": iso_now()})
+        match typed:
+            case MessageEntry(message=message):
+                return session.append_message(parse_message(message.to_json_dict()))
+            case CustomEntry():
+                return session.append_custom(typed.custom_type, typed.data)
+            case CustomMessageEntry():
+                return session.append_custom_message(
+                    typed.custom_type, typed.content, typed.display, typed.details
+                )
+            case LabelEntry():
+                return session.append_label(typed.target_id, typed.label)
+            case SessionInfoEntry():
+                return session.set_name(typed.name)
+            case ModelChangeEntry():
+                return session.append_model_change(typed.provider, typed.model_id)
+            case ThinkingLevelChangeEntry():
+                level = ThinkingLevel(typed.thinking_level)
+                return session.append_thinking_level_change(level)
+            case ActiveToolsChangeEntry():
+                return session.append_active_tools_change(list(typed.active_tool_names))
+    raise ToolError(f"entry.type {kind!r} cannot be appended")
+
+
+def register(server: MCPServer) -> None:
+    @server.tool(annotations=WRITES)
+    async def session_create(
+        ctx: Context,
+        name: Annotated[str | None, Field(description="a name to show in listings")] = None,
+        cwd: Annotated[str | None, Field(description="working directory to record")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="free-form JSON")] = None,
+    ) -> SessionInfo:
+        """Create an empty session."""
+        state = app_state(ctx)
+        with tool_errors():
+            session = state.repo.create(name=name, cwd=cwd, metadata=metadata)
+        state.notifier.list_changed()
+        return describe_session(session)
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_list(
+        ctx: Context,
+        query: Annotated[str | None, Field(description="words to search for in messages")] = None,
+        limit: Annotated[int, Field(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+    ) -> SessionListResult:
+        """List sessions, newest first, optionally searching their text."""
+        state = app_state(ctx)
+        with tool_errors():
+            page = state.repo.list(query=query, limit=limit, cursor=cursor)
+        return SessionListResult(
+            sessions=[session_info(item) for item in page.items], next_cursor=page.next_cursor
+        )
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_get(
+        ctx: Context,
+        session_id: SessionId,
+        view: Literal["branch", "tree", "entries"] = "branch",
+    ) -> SessionView:
+        """Read a session: the current branch (root first), the whole tree, or every entry."""
+        state = app_state(ctx)
+        with tool_errors():
+            session = state.repo.open(session_id)
+            info = describe_session(session)
+            result = SessionView(session=info, view=view, leaf_id=session.leaf_id)
+            if view == "branch":
+                result.entries = [e.to_json_dict() for e in session.get_branch()]
+            elif view == "entries":
+                result.entries = [e.to_json_dict() for e in session.get_entries()]
+            else:
+                result.tree = [node.to_json_dict() for node in session.tree()]
+        return result
+
+    @server.tool(annotations=DESTROYS)
+    async def session_delete(ctx: Context, session_id: SessionId) -> DeleteResult:
+        """Delete a session and all its entries."""
+        state = app_state(ctx)
+        if state.runs is not None:
+            state.runs.ensure_idle(session_id)
+        with tool_errors():
+            state.repo.delete(session_id)
+        state.notifier.list_changed()
+        return DeleteResult(session_id=session_id, deleted=True)
+
+    @server.tool(annotations=WRITES)
+    async def session_append(
+        ctx: Context,
+        session_id: SessionId,
+        entry: Annotated[
+            dict[str, Any],
+            Field(
+                description=(
+                    "an entry in pi v3 form without id/parentId/timestamp, e.g. "
+                    '{"type":"message","message":{"role":"user","content":"hi"}}, '
+                    '{"type":"label","targetId":"ab12cd34","label":"good"}, '
+                    '{"type":"session_info","name":"My session"}, '
+                    '{"type":"custom","customType":"note","data":{}}, '
+                    '{"type":"model_change","provider":"openai","modelId":"gpt-4o"}'
+                )
+            ),
+        ],
+    ) -> AppendResult:
+        """Append an entry at the session's leaf; it becomes the new leaf."""
+        state = app_state(ctx)
+        if state.runs is not None:
+            state.runs.ensure_idle(session_id)
+        with tool_errors():
+            session = state.repo.open(session_id)
+            entry_id = entry_to_append(session, entry)
+        return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=session.leaf_id)
+
+    @server.tool(annotations=WRITES)
+    async def session_move_to(
+        ctx: Context,
+        session_id: SessionId,
+        entry_id: Annotated[
+            str | None, Field(description="the entry to make the leaf; null: before the first")
+        ],
+        summary: Annotated[
+            str | None, Field(description="a summary of the branch being left, to record")
+        ] = None,
+        summarize: Annotated[
+            bool, Field(description="have the model summarise the branch being left")
+        ] = False,
+    ) -> MoveResult:
+        """Move the session's leaf (switch branch); the next append starts a new branch there."""
+        state = app_state(ctx)
+        if state.runs is not None:
+            state.runs.ensure_idle(session_id)
+        if summary is not None and summarize:
+            raise ToolError("give either summary or summarize=true, not both")
+        with tool_errors():
+            session = state.repo.open(session_id)
+            if summarize:
+                if entry_id is None:
+                    raise ToolError("summarize needs an entry_id to move to")
+                from mcp_agent.server.summaries import summarize_branch
+
+                branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
+            else:
+                branch_summary_id = session.move_to(
+                    entry_id, {"summary": summary} if summary is not None else None
+                )
+        return MoveResult(
+            session_id=session_id, leaf_id=session.leaf_id, branch_summary_id=branch_summary_id
+        )
+
+    @server.tool(annotations=WRITES)
+    async def session_fork(
+        ctx: Context,
+        session_id: SessionId,
+        entry_id: Annotated[
+            str | None, Field(description="fork at/before this entry; null: the whole branch")
+        ] = None,
+        position: Annotated[
+            Literal["before", "at"],
+            Field(description="'before' a user message (to re-ask it), or 'at' any entry"),
+        ] = "before",
+    ) -> SessionInfo:
+        """Copy a branch into a new session whose header names this one as its parent."""
+        state = app_state(ctx)
+        with tool_errors():
+            forked = state.repo.fork(session_id, entry_id, position)
+        state.notifier.list_changed()
+        return describe_session(forked)
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_context(ctx: Context, session_id: SessionId) -> ContextResult:
+        """The messages as the model would get them, with model, thinking level, active tools."""
+        state = app_state(ctx)
+        with tool_errors():
+            context = state.repo.open(session_id).build_context()
+        return ContextResult(
+            session_id=session_id,
+            messages=[m.to_json_dict() for m in context.messages],
+            thinking_level=context.thinking_level,
+            model=context.model,
+            active_tool_names=context.active_tool_names,
+        )
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_stats(ctx: Context, session_id: SessionId) -> StatsResult:
+        """Counts over the whole tree: entries, messages by role, tokens, cost, branches."""
+        state = app_state(ctx)
+        with tool_errors():
+            stats = state.repo.open(session_id).stats()
+        return StatsResult(session_id=session_id, stats=stats.to_json_dict())
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_export(ctx: Context, session_id: SessionId) -> ExportResult:
+        """The session as a pi v3 JSONL file (header line, then one entry per line)."""
+        state = app_state(ctx)
+        with tool_errors():
+            text = state.repo.export_jsonl(session_id)
+        return ExportResult(session_id=session_id, jsonl=text, lines=text.count("\n"))
+
+    @server.tool(annotations=WRITES)
+    async def session_import(
+        ctx: Context,
+        jsonl: Annotated[str, Field(description="a pi session file (version 1, 2 or 3)")],
+    ) -> SessionInfo:
+        """Import a pi session file as a new session (older versions are migrated)."""
+        state = app_state(ctx)
+        if not jsonl.lstrip().startswith("{"):
+            # Never read a path named by a client: the server's files are not theirs to read.
+            raise ToolError("jsonl must be the content of a session file (JSON lines), not a path")
+        with tool_errors():
+            try:
+                session = state.repo.import_jsonl(jsonl)
+            except SessionError as error:
+                if error.code == "conflict":
+                    raise SessionError(
+                        "conflict", f"{error} (export it, or delete the existing session first)"
+                    ) from None
+                raise
+        state.notifier.list_changed()
+        return describe_session(session)

@@ -1,0 +1,44 @@
+"""Where the server keeps its data and how it is reached; read from flags and the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DB_ENV = "MCP_AGENT_DB"
+MODEL_ENV = "MCP_AGENT_MODEL"
+TOKEN_ENV = "MCP_AGENT_TOKEN"
+MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
+
+
+def default_db_path() -> Path:
+    """``$MCP_AGENT_DB``, else ``sessions.db`` in the per-user data directory."""
+    if value := os.environ.get(DB_ENV):
+        return Path(value).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"
+
+
+@dataclass
+class ServerSettings:
+    db_path: Path = field(default_factory=default_db_path)
+    manifests_dir: Path | None = None
+    default_model: str | None = field(default_factory=lambda: os.environ.get(MODEL_ENV) or None)
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_subagent_depth: int = 3
+    max_request_bytes: int = 4 * 1024 * 1024
+    page_size: int = 50
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,82 @@
+"""What the server's lifespan owns: the session repo, manifests, tool hub, runs, notifications."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.subscriptions import SubscriptionBus
+
+from mcp_agent.manifests import (
+    AgentManifest,
+    ServerConfig,
+    load_agents,
+    load_servers,
+    shipped_manifests_dir,
+)
+from mcp_agent.server.notify import Notifier
+from mcp_agent.server.settings import ServerSettings
+from mcp_agent.sessions.repo import SessionRepo
+
+if TYPE_CHECKING:
+    from mcp_agent.proxy.hub import ToolHub
+    from mcp_agent.server.runs import RunManager
+
+
+@dataclass
+class AppState:
+    settings: ServerSettings
+    repo: SessionRepo
+    agents: dict[str, AgentManifest]
+    servers: dict[str, ServerConfig]
+    notifier: Notifier
+    task_group: TaskGroup
+    hub: ToolHub | None = None
+    runs: RunManager | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def app_state(ctx: Context) -> AppState:
+    state = ctx.request_context.lifespan_context
+    assert isinstance(state, AppState)
+    # Every request tells us about its connection, so legacy clients get list changes.
+    state.notifier.remember(ctx.session, ctx.protocol_version)
+    return state
+
+
+def open_repo(settings: ServerSettings) -> SessionRepo:
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteSessionRepo(settings.db_path)
+
+
+def make_lifespan(settings: ServerSettings, bus: SubscriptionBus, build_extras: Any = None) -> Any:
+    @asynccontextmanager
+    async def lifespan(server: MCPServer) -> AsyncIterator[AppState]:
+        manifests = settings.manifests_dir or shipped_manifests_dir()
+        agents = load_agents(manifests)
+        servers = load_servers(manifests)
+        repo = open_repo(settings)
+        notifier = Notifier(bus)
+        repo.listeners.append(notifier.session_changed)
+        try:
+            async with anyio.create_task_group() as group:
+                state = AppState(settings, repo, agents, servers, notifier, group)
+                group.start_soon(notifier.run)
+                if build_extras is not None:
+                    async with build_extras(state):
+                        yield state
+                else:
+                    yield state
+                group.cancel_scope.cancel()
+        finally:
+            repo.close()
+
+    return lifespan
