@@ -144,7 +144,7 @@ async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
         assert result.is_error and "aborted" in result.content[0].text
         assert alive(pid)
     with anyio.fail_after(10):
-        while alive(pid):  # noqa: ASYNC110 - polling another process
+        while alive(pid):
             await anyio.sleep(0.05)
 
 

@@ -48,6 +48,7 @@ async def start_run(
     model: str | None,
     depth: int,
     parent_session: str | None = None,
+    listener: Any = None,
 ) -> Run:
     """Start an agent run (shared by agent_run and the subagent tool)."""
     assert state.runs is not None and state.hub is not None
@@ -105,7 +106,12 @@ async def start_run(
         return agent, name
 
     return await state.runs.start(
-        session=session, manifest=manifest, prompt=prompt, build_agent=build_agent, depth=depth
+        session=session,
+        manifest=manifest,
+        prompt=prompt,
+        build_agent=build_agent,
+        depth=depth,
+        listener=listener,
     )
 
 
@@ -152,14 +158,11 @@ def register(server: MCPServer) -> None:
             model=model,
             depth=depth,
             parent_session=parent,
+            listener=progress_reporter(ctx) if wait else None,
         )
-        if not wait:
-            return run.info()
-        unsubscribe = run.listen(progress_reporter(ctx))
-        try:
+        if wait:
             await state.runs.wait(run)
-        finally:
-            unsubscribe()
+            run.listeners.clear()
         return run.info()
 
     @server.tool(annotations=WRITES)

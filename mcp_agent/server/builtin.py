@@ -42,6 +42,13 @@ def build_builtin_server(state: AppState) -> MCPServer:
         depth = int(meta.get("depth", 0)) + 1
         if not parent_id:
             raise ToolError("subagent can only be called by an agent run")
+        count = 0
+
+        async def forward(event: AgentEvent) -> None:
+            nonlocal count
+            count += 1
+            await ctx.report_progress(count, None, f"[{agent}] {describe_event(event)}")
+
         run = await start_run(
             state,
             None,
@@ -51,25 +58,16 @@ def build_builtin_server(state: AppState) -> MCPServer:
             model=None,
             depth=depth,
             parent_session=parent_id,
+            listener=forward,
         )
         parent = state.repo.open(parent_id)
         parent.append_custom(
             SUBAGENT_ENTRY,
             {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task},
         )
-        count = 0
-
-        async def forward(event: AgentEvent) -> None:
-            nonlocal count
-            count += 1
-            await ctx.report_progress(count, None, f"[{agent}] {describe_event(event)}")
-
-        unsubscribe = run.listen(forward)
         assert state.runs is not None
-        try:
-            await state.runs.wait(run)
-        finally:
-            unsubscribe()
+        await state.runs.wait(run)
+        run.listeners.clear()
         if run.status != "completed":
             raise ToolError(
                 f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "

@@ -120,9 +120,10 @@ class RunManager:
         prompt: str,
         build_agent: Callable[[str], Awaitable[tuple[Agent, str]]],
         depth: int = 0,
+        listener: EventListener | None = None,
     ) -> Run:
         """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the Agent (its tools
-        carry the run id) and names its model."""
+        carry the run id) and names its model. ``listener`` hears every event from the first."""
         self.ensure_idle(session.id)
         run_id = uuid.uuid4().hex[:12]
         # Claim the session before the first await, so a second start fails cleanly.
@@ -136,6 +137,8 @@ class RunManager:
         run = Run(run_id, session, manifest.name, model_ref, agent, depth)
         self.runs[run_id] = run
         self._by_session[session.id] = run
+        if listener is not None:
+            run.listeners.append(listener)
         agent.subscribe(run._on_event)
         started = anyio.Event()
         self._task_group.start_soon(self._execute, run, prompt, started)

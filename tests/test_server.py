@@ -1,0 +1,482 @@
+"""The MCP server in process, on both protocol eras (2026-07-28 and the legacy handshake)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp.shared.exceptions import MCPError
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import (
+    ScriptedProvider,
+    ScriptedResponse,
+    reply,
+    scripted_model,
+    tool_call,
+)
+from mcp_agent.server.app import build_server
+from mcp_agent.server.settings import ServerSettings
+
+pytestmark = pytest.mark.anyio
+
+PUBLIC_TOOLS = {
+    "session_create",
+    "session_list",
+    "session_get",
+    "session_delete",
+    "session_append",
+    "session_move_to",
+    "session_fork",
+    "session_context",
+    "session_stats",
+    "session_compact",
+    "session_export",
+    "session_import",
+    "agent_run",
+    "agent_status",
+    "agent_cancel",
+    "agent_steer",
+    "agent_follow_up",
+    "agent_list",
+}
+
+
+def responder(context: LlmContext) -> ScriptedResponse:
+    """A test model: echoes, delegates to a sub-agent, or streams slowly, as the prompt says."""
+    last = context.messages[-1]
+    if last.role == "toolResult":
+        return reply(f"tool said: {content_text(last.content)}")
+    text = content_text(last.content)
+    if text.startswith("delegate:"):
+        agent, _, task = text.removeprefix("delegate:").partition(":")
+        return reply(tool_call("subagent", {"agent": agent, "task": task}))
+    if text.startswith("slow"):
+        return reply("word " * 100, delay=0.01, chunk_size=5)
+    if text.startswith("summarize"):
+        return reply("SUMMARY: the branch tried things")
+    return reply(f"echo: {text}")
+
+
+def write_manifests(root: Path) -> Path:
+    agents = root / "agents"
+    agents.mkdir(parents=True)
+    (agents / "default.toml").write_text(
+        'description = "test default"\nsystem_prompt = "be brief"\n'
+    )
+    (agents / "helper.toml").write_text('description = "a helper"\ntools = ["subagent"]\n')
+    (agents / "loner.toml").write_text('description = "no tools"\ntools = []\n')
+    (root / "servers.json").write_text('{"mcpServers": {}}')
+    return root
+
+
+def make_server(tmp_path: Path, **settings: Any) -> MCPServer:
+    options = {
+        "db_path": tmp_path / "sessions.db",
+        "manifests_dir": write_manifests(tmp_path / "manifests"),
+        "default_model": "scripted",
+        **settings,
+    }
+    return build_server(
+        ServerSettings(**options),
+        models={"scripted": lambda: (scripted_model(), ScriptedProvider(responder))},
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> MCPServer:
+    return make_server(tmp_path)
+
+
+@pytest.fixture(params=["auto", "legacy"])
+async def client(request: pytest.FixtureRequest, server: MCPServer) -> AsyncIterator[Client]:
+    async with Client(server, mode=request.param) as c:
+        yield c
+
+
+async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
+    result = await client.call_tool(name, arguments)
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "message": {"role": "user", "content": text}}
+
+
+# --- the surface ------------------------------------------------------------------------------
+
+
+async def test_public_tools_have_output_schemas(client: Client) -> None:
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert PUBLIC_TOOLS <= set(tools)
+    for name in PUBLIC_TOOLS:
+        assert tools[name].output_schema is not None, name
+        assert tools[name].description, name
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+async def test_session_lifecycle(client: Client) -> None:
+    created = await call(client, "session_create", name="first", metadata={"k": 1})
+    sid = created["id"]
+    assert created["name"] == "first"
+    a = await call(client, "session_append", session_id=sid, entry=user("hello"))
+    b = await call(
+        client,
+        "session_append",
+        session_id=sid,
+        entry={
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "hi there"}],
+                "provider": "openai",
+                "model": "gpt-4o",
+                "usage": {"input": 10, "output": 5, "totalTokens": 15},
+                "stopReason": "stop",
+            },
+        },
+    )
+    await call(
+        client,
+        "session_append",
+        session_id=sid,
+        entry={"type": "label", "targetId": a["entry_id"], "label": "start"},
+    )
+    await call(client, "session_append", session_id=sid, entry=user("second question"))
+
+    branch = await call(client, "session_get", session_id=sid)
+    roles = [e["message"]["role"] for e in branch["entries"] if e["type"] == "message"]
+    assert roles == ["user", "assistant", "user"]
+
+    moved = await call(
+        client, "session_move_to", session_id=sid, entry_id=b["entry_id"], summary="left it"
+    )
+    assert moved["branch_summary_id"]
+    await call(client, "session_append", session_id=sid, entry=user("another way"))
+    tree = await call(client, "session_get", session_id=sid, view="tree")
+    text = json.dumps(tree["tree"])
+    assert "second question" in text and "another way" in text and '"label": "start"' in text
+
+    context = await call(client, "session_context", session_id=sid)
+    assert context["model"] == {"provider": "openai", "modelId": "gpt-4o"}
+    texts = [json.dumps(m) for m in context["messages"]]
+    assert "second question" not in "".join(texts)
+    assert "left it" in "".join(texts) and "another way" in texts[-1]
+
+    stats = (await call(client, "session_stats", session_id=sid))["stats"]
+    assert stats["message_count"] == 4
+    assert stats["input_tokens"] == 10 and stats["output_tokens"] == 5
+
+    forked = await call(
+        client, "session_fork", session_id=sid, entry_id=a["entry_id"], position="at"
+    )
+    assert forked["parent_session"] == sid
+    fork_branch = await call(client, "session_get", session_id=forked["id"])
+    messages = [e["message"] for e in fork_branch["entries"] if e["type"] == "message"]
+    assert [m["content"] for m in messages] == ["hello"]
+    labels = [e for e in fork_branch["entries"] if e["type"] == "label"]
+    assert [label["label"] for label in labels] == ["start"]
+
+    exported = await call(client, "session_export", session_id=sid)
+    lines = exported["jsonl"].splitlines()
+    assert json.loads(lines[0])["type"] == "session"
+    await call(client, "session_delete", session_id=sid)
+    imported = await call(client, "session_import", jsonl=exported["jsonl"])
+    assert imported["id"] == sid
+    again = await call(client, "session_export", session_id=sid)
+    assert [json.loads(x) for x in again["jsonl"].splitlines()] == [json.loads(x) for x in lines]
+
+    listing = await call(client, "session_list", query="another")
+    assert [s["id"] for s in listing["sessions"]] == [sid]
+
+
+async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> None:
+    sid = (await call(client, "session_create"))["id"]
+    before = await call(client, "session_export", session_id=sid)
+
+    assert "not_found" in await call_error(client, "session_get", session_id="nope")
+    text = await call_error(
+        client,
+        "session_append",
+        session_id=sid,
+        entry={"type": "message", "message": {"role": "user"}},
+    )
+    assert "content" in text
+    text = await call_error(client, "session_append", session_id=sid, entry={"type": "compaction"})
+    assert "session_compact" in text
+    text = await call_error(
+        client,
+        "session_append",
+        session_id=sid,
+        entry={"type": "label", "targetId": "ffffffff", "label": "x"},
+    )
+    assert "not_found" in text
+    assert "not_found" in await call_error(
+        client, "session_move_to", session_id=sid, entry_id="ffffffff"
+    )
+    assert "not_found" in await call_error(
+        client, "session_fork", session_id=sid, entry_id="ffffffff"
+    )
+    assert "unknown agent 'ghost'" in await call_error(
+        client, "agent_run", prompt="hi", agent="ghost"
+    )
+    assert (
+        "unknown provider"
+        in (await call_error(client, "agent_run", prompt="hi", model="nope:x")).lower()
+    )
+    assert "path" in await call_error(client, "session_import", jsonl="/etc/passwd")
+    count = len((await call(client, "session_list"))["sessions"])
+    text = await call_error(
+        client,
+        "session_import",
+        jsonl='{"type":"session","version":3,"id":"x","timestamp":"t"}\n{"type":"message","id":"a1","parentId":"zz","timestamp":"t","message":{"role":"user","content":"x"}}\n',
+    )
+    assert "zz" in text
+    assert len((await call(client, "session_list"))["sessions"]) == count
+    assert (await call(client, "session_export", session_id=sid))["jsonl"] == before["jsonl"]
+
+
+async def test_list_pages_newest_first(tmp_path: Path) -> None:
+    server = make_server(tmp_path, page_size=3)
+    async with Client(server) as client:
+        made = [(await call(client, "session_create", name=f"s{i}"))["id"] for i in range(7)]
+        page = await call(client, "session_list", limit=3)
+        seen = [s["id"] for s in page["sessions"]]
+        while page["next_cursor"]:
+            page = await call(client, "session_list", limit=3, cursor=page["next_cursor"])
+            seen += [s["id"] for s in page["sessions"]]
+        assert seen == made[::-1]
+
+        uris: list[str] = []
+        cursor = None
+        while True:
+            listed = await client.list_resources(cursor=cursor)
+            uris += [r.uri for r in listed.resources]
+            if (cursor := listed.next_cursor) is None:
+                break
+        assert [u for u in uris if u.startswith("session://")] == [
+            f"session://{i}" for i in made[::-1]
+        ]
+        assert "agent://default" in uris
+
+
+# --- resources and prompts --------------------------------------------------------------------
+
+
+async def test_resources_and_templates(client: Client) -> None:
+    sid = (await call(client, "session_create", name="res"))["id"]
+    entry = await call(client, "session_append", session_id=sid, entry=user("resource me"))
+    templates = {
+        t.uri_template for t in (await client.list_resource_templates()).resource_templates
+    }
+    assert {
+        "session://{session_id}",
+        "session://{session_id}/tree",
+        "session://{session_id}/context",
+        "session://{session_id}/entries/{entry_id}",
+        "session://{session_id}/export.jsonl",
+        "agent://{name}",
+    } <= templates
+    main = json.loads((await client.read_resource(f"session://{sid}")).contents[0].text)
+    assert main["session"]["name"] == "res"
+    assert main["branch"][-1]["message"]["content"] == "resource me"
+    tree = json.loads((await client.read_resource(f"session://{sid}/tree")).contents[0].text)
+    assert tree["leafId"] == entry["entry_id"]
+    context = json.loads((await client.read_resource(f"session://{sid}/context")).contents[0].text)
+    assert context["messages"][0]["content"] == "resource me"
+    one = json.loads(
+        (await client.read_resource(f"session://{sid}/entries/{entry['entry_id']}"))
+        .contents[0]
+        .text
+    )
+    assert one["id"] == entry["entry_id"]
+    export = (await client.read_resource(f"session://{sid}/export.jsonl")).contents[0]
+    assert export.mime_type == "application/x-ndjson" and "resource me" in export.text
+    agent = json.loads((await client.read_resource("agent://helper")).contents[0].text)
+    assert agent["tools"] == ["subagent"]
+    with pytest.raises(MCPError):
+        await client.read_resource("session://nope/tree")
+
+
+async def test_continue_session_prompt(client: Client) -> None:
+    sid = (await call(client, "session_create"))["id"]
+    await call(client, "agent_run", prompt="remember the number 7", session_id=sid)
+    prompt = await client.get_prompt("continue_session", {"session_id": sid})
+    assert [m.role for m in prompt.messages] == ["user", "assistant"]
+    assert prompt.messages[1].content.text == "echo: remember the number 7"
+
+
+async def test_modern_notifications(server: MCPServer) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        async with client.listen(
+            resources_list_changed=True, resource_subscriptions=[f"session://{sid}"]
+        ) as events:
+            await call(client, "session_append", session_id=sid, entry=user("ping"))
+            await call(client, "session_create")
+            seen: list[Any] = []
+            with anyio.fail_after(5):
+                while len(seen) < 2:
+                    seen.append(await events.__anext__())
+        kinds = {type(e).__name__ for e in seen}
+        assert kinds == {"ResourceUpdated", "ResourcesListChanged"}
+
+
+async def test_legacy_subscriptions(server: MCPServer) -> None:
+    received: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, Exception):
+            raise message
+        received.append(message)
+
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        assert client.server_capabilities.resources.subscribe
+        sid = (await call(client, "session_create"))["id"]
+        await client.session.subscribe_resource(f"session://{sid}")
+        await call(client, "session_append", session_id=sid, entry=user("ping"))
+        with anyio.fail_after(5):
+            while not any(isinstance(m, types.ResourceUpdatedNotification) for m in received):
+                await anyio.sleep(0.02)
+        updated = [m for m in received if isinstance(m, types.ResourceUpdatedNotification)]
+        assert str(updated[0].params.uri) == f"session://{sid}"
+        assert any(isinstance(m, types.ResourceListChangedNotification) for m in received)
+        await client.session.unsubscribe_resource(f"session://{sid}")
+        received.clear()
+        await call(client, "session_append", session_id=sid, entry=user("again"))
+        await anyio.sleep(0.2)
+        assert not any(isinstance(m, types.ResourceUpdatedNotification) for m in received)
+
+
+# --- agent runs -------------------------------------------------------------------------------
+
+
+async def test_agent_run_waits_with_progress(client: Client) -> None:
+    progress: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    result = await client.call_tool("agent_run", {"prompt": "hello"}, progress_callback=on_progress)
+    run = result.structured_content
+    assert run["status"] == "completed" and run["answer"] == "echo: hello"
+    assert progress[0].startswith("agent_start") and progress[-1].startswith("agent_end")
+    assert any(p.startswith("message_update") for p in progress)
+    branch = await call(client, "session_get", session_id=run["session_id"])
+    roles = [e["message"]["role"] for e in branch["entries"] if e["type"] == "message"]
+    assert roles == ["user", "assistant"]
+
+
+async def test_detached_run_status_and_one_run_per_session(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    assert run["status"] == "running"
+    text = await call_error(client, "agent_run", prompt="again", session_id=run["session_id"])
+    assert run["run_id"] in text and "busy" in text
+    text = await call_error(client, "session_append", session_id=run["session_id"], entry=user("x"))
+    assert run["run_id"] in text
+    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    assert done["status"] == "completed" and done["answer"].startswith("word")
+    follow = await call(client, "agent_run", prompt="next", session_id=run["session_id"])
+    assert follow["answer"] == "echo: next"
+
+
+async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    await anyio.sleep(0.2)
+    cancelled = await call(client, "agent_cancel", run_id=run["run_id"])
+    assert cancelled["status"] == "aborted"
+    branch = await call(client, "session_get", session_id=run["session_id"])
+    last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
+    assert last["role"] == "assistant" and last["stopReason"] == "aborted"
+    assert "run" in await call_error(client, "agent_steer", run_id=run["run_id"], message="x")
+
+
+async def test_cancelling_the_request_aborts_the_run(server: MCPServer) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        with anyio.move_on_after(0.3):
+            await client.call_tool("agent_run", {"prompt": "slow please", "session_id": sid})
+        with anyio.fail_after(10):
+            while True:
+                listing = await call(client, "agent_runs")
+                if listing["runs"] and listing["runs"][0]["status"] != "running":
+                    break
+                await anyio.sleep(0.05)
+        assert listing["runs"][0]["status"] == "aborted"
+        follow = await call(client, "agent_run", prompt="after", session_id=sid)
+        assert follow["status"] == "completed"
+
+
+async def test_steer_a_running_run(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    queued = await call(client, "agent_follow_up", run_id=run["run_id"], message="and then?")
+    assert queued["queued"] == "follow_up"
+    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    assert done["answer"] == "echo: and then?"
+
+
+async def test_agent_list(client: Client) -> None:
+    agents = {a["name"]: a for a in (await call(client, "agent_list"))["agents"]}
+    assert set(agents) == {"default", "helper", "loner"}
+    assert agents["helper"]["uri"] == "agent://helper"
+
+
+async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="delegate:loner:say cheese", agent="helper")
+    assert run["status"] == "completed", run
+    assert "echo: say cheese" in run["answer"]
+    parent = await call(client, "session_get", session_id=run["session_id"], view="entries")
+    links = [
+        e for e in parent["entries"] if e["type"] == "custom" and e["customType"] == "subagent"
+    ]
+    assert len(links) == 1
+    child_id = links[0]["data"]["sessionId"]
+    child = await call(client, "session_get", session_id=child_id)
+    assert child["session"]["parent_session"] == run["session_id"]
+    assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
+
+
+async def test_subagent_depth_limit(tmp_path: Path) -> None:
+    server = make_server(tmp_path, max_subagent_depth=1)
+    async with Client(server) as client:
+        # helper delegates to helper, which delegates again: level 2 is over the limit of 1.
+        run = await call(
+            client, "agent_run", prompt="delegate:helper:delegate:helper:x", agent="helper"
+        )
+        assert "depth limit" in run["answer"]
+
+
+async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:
+    provider = ScriptedProvider(lambda context: reply("ok"))
+    server = build_server(
+        ServerSettings(
+            db_path=tmp_path / "s.db",
+            manifests_dir=write_manifests(tmp_path / "manifests"),
+            default_model="spy",
+        ),
+        models={"spy": lambda: (scripted_model(), provider)},
+    )
+    async with Client(server) as client:
+        await call(client, "agent_run", prompt="hi", agent="loner")
+        await call(client, "agent_run", prompt="hi", agent="helper")
+    loner, helper = ([tool.name for tool in call.tools or []] for call in provider.calls)
+    assert loner == []
+    assert helper == ["subagent"]
