@@ -8,6 +8,7 @@ stream events, each carrying the partial message so far); ``AgentEvent`` comes o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from mcp_agent.messages import AssistantMessage, BaseMessage, ToolResultMessage
@@ -137,10 +138,22 @@ class AgentStartEvent(AgentEvent):
     type: ClassVar[str] = "agent_start"
 
 
+class AgentEndReason(StrEnum):
+    """Why a run ended (``AgentEndEvent.reason``)."""
+
+    COMPLETED = "completed"  # the model answered and nothing was queued
+    ERROR = "error"  # the model call failed (the last message has stop reason error)
+    ABORTED = "aborted"  # the run was aborted (the last message has stop reason aborted)
+    TERMINATED = "terminated"  # every tool result of the last batch asked to terminate
+    MAX_TURNS = "max_turns"  # the turn limit was reached with work left
+    STOPPED = "stopped"  # should_stop_after_turn said so
+
+
 @dataclass
 class AgentEndEvent(AgentEvent):
     type: ClassVar[str] = "agent_end"
     messages: list[BaseMessage] = field(default_factory=list)
+    reason: AgentEndReason = AgentEndReason.COMPLETED
 
 
 @dataclass
@@ -205,8 +218,9 @@ def describe_event(event: AgentEvent) -> str:
     match event:
         case AgentStartEvent():
             return "agent started"
-        case AgentEndEvent(messages=messages):
-            return f"agent finished ({len(messages)} new messages)"
+        case AgentEndEvent(messages=messages, reason=reason):
+            why = "" if reason == AgentEndReason.COMPLETED else f", {reason.replace('_', ' ')}"
+            return f"agent finished ({len(messages)} new messages{why})"
         case TurnStartEvent():
             return "turn started"
         case TurnEndEvent(tool_results=results):

@@ -1,0 +1,547 @@
+"""The Agent: state, queues, abort, listeners, and writing every message into a session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from mcp_agent.agent import Agent, AgentBusyError
+from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent
+from mcp_agent.messages import (
+    AssistantMessage,
+    BaseMessage,
+    ImageContent,
+    QueueMode,
+    StopReason,
+    ThinkingLevel,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model, tool_call
+from mcp_agent.sessions import (
+    ActiveToolsChangeEntry,
+    InMemorySessionStorage,
+    MessageEntry,
+    ModelChangeEntry,
+    Session,
+    SqliteSessionRepo,
+    ThinkingLevelChangeEntry,
+)
+from mcp_agent.tools import AgentTool, AgentToolResult
+
+pytestmark = pytest.mark.anyio
+
+
+def make_tool(name: str, execute: Any = None, **kw: Any) -> AgentTool:
+    async def default(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text(f"{name} ok")
+
+    return AgentTool(
+        name=name,
+        description=f"the {name} tool",
+        parameters={"type": "object"},
+        execute=execute or default,
+        **kw,
+    )
+
+
+def make_agent(script: list[Any], **kw: Any) -> tuple[Agent, ScriptedProvider]:
+    provider = ScriptedProvider(script)
+    kw.setdefault("tools", [make_tool("bash")])
+    return Agent(model=scripted_model(), stream_fn=provider, **kw), provider
+
+
+def assert_consistent(messages: list[BaseMessage]) -> None:
+    """Every tool call has exactly one tool result, after it."""
+    pending: set[str] = set()
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            assert not pending, f"unanswered tool calls {pending}"
+            pending = {call.id for call in message.tool_calls}
+        elif isinstance(message, ToolResultMessage):
+            pending.remove(message.tool_call_id)
+    assert not pending, f"unanswered tool calls {pending}"
+
+
+def entries_of(session: Session, kind: type) -> list[Any]:
+    return [e for e in session.get_entries() if isinstance(e, kind)]
+
+
+def roles(messages: list[BaseMessage]) -> list[str]:
+    return [m.role for m in messages]
+
+
+# --- prompting, state, listeners ----------------------------------------------------------------
+
+
+async def test_prompt_runs_to_the_end_and_keeps_the_transcript():
+    agent, _provider = make_agent([reply("Checking.", tool_call("bash", id="c")), reply("Done.")])
+    events: list[AgentEvent] = []
+    states: list[tuple[bool, int]] = []
+
+    def listener(event: AgentEvent) -> None:
+        events.append(event)
+        if event.type == "tool_execution_start":
+            states.append((agent.state.is_streaming, len(agent.state.pending_tool_calls)))
+
+    unsubscribe = agent.subscribe(listener)
+    new = await agent.prompt("hello")
+    assert roles(new) == ["user", "assistant", "toolResult", "assistant"]
+    assert agent.state.messages == new
+    assert states == [(True, 1)]
+    assert not agent.state.is_streaming and not agent.state.pending_tool_calls
+    assert agent.state.streaming_message is None and not agent.is_running
+    assert events[0].type == "agent_start" and events[-1].type == "agent_end"
+
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    agent.stream_fn = ScriptedProvider(["again"])
+    await agent.prompt(UserMessage(content="second"))
+    assert events[-1].type == "agent_end" and len([e for e in events if e.type == "agent_end"]) == 1
+    assert roles(agent.state.messages)[-2:] == ["user", "assistant"]
+    assert agent.stream_fn.calls[0].messages[0].text == "hello"  # history goes to the model
+
+
+async def test_prompt_with_images_and_message_lists():
+    agent, _provider = make_agent(["one", "two"])
+    image = ImageContent(data="aGk=", mime_type="image/png")
+    await agent.prompt("look", images=[image])
+    assert [b.type for b in agent.state.messages[0].content] == ["text", "image"]
+    await agent.prompt([UserMessage(content="a"), UserMessage(content="b")])
+    assert [m.text for m in agent.state.messages[2:4]] == ["a", "b"]
+
+
+async def test_async_listeners_are_awaited_in_order():
+    agent, _ = make_agent(["hi"])
+    order: list[str] = []
+
+    async def slow(event: AgentEvent) -> None:
+        await anyio.lowlevel.checkpoint()
+        order.append(f"slow:{event.type}")
+
+    agent.subscribe(slow)
+    agent.subscribe(lambda event: order.append(f"fast:{event.type}"))
+    await agent.prompt("x")
+    assert order[:4] == [
+        "slow:agent_start",
+        "fast:agent_start",
+        "slow:turn_start",
+        "fast:turn_start",
+    ]
+
+
+async def test_prompting_while_running_raises_and_wait_for_idle():
+    release = anyio.Event()
+
+    async def blocking(tool_call_id, params, signal, on_update, context):
+        await release.wait()
+        return AgentToolResult.text("released")
+
+    agent, _ = make_agent(
+        [reply(tool_call("block")), reply("finished")], tools=[make_tool("block", blocking)]
+    )
+    await agent.wait_for_idle()  # idle: returns at once
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.prompt, "start")
+            await anyio.sleep(0.01)
+            assert agent.is_running and agent.signal is not None
+            with pytest.raises(AgentBusyError, match="already running"):
+                await agent.prompt("again")
+            with pytest.raises(AgentBusyError):
+                await agent.continue_()
+            release.set()
+            await agent.wait_for_idle()
+            assert not agent.is_running
+    assert agent.state.messages[-1].text == "finished"
+
+
+async def test_a_failing_listener_ends_the_run_with_an_error_message():
+    session = Session(InMemorySessionStorage())
+    agent, _ = make_agent([reply(tool_call("bash", id="c")), reply("never")], session=session)
+    ends: list[AgentEndEvent] = []
+
+    def listener(event: AgentEvent) -> None:
+        if isinstance(event, AgentEndEvent):
+            ends.append(event)
+        if event.type == "tool_execution_end":
+            raise RuntimeError("ui crashed")
+
+    agent.subscribe(listener)
+    new = await agent.prompt("go")
+    assert new[-1].stop_reason == StopReason.ERROR and new[-1].error_message == "ui crashed"
+    assert agent.state.error_message == "ui crashed"
+    assert not agent.is_running
+    assert ends[-1].reason == AgentEndReason.ERROR
+    # The tool call whose batch broke off still gets a result, in memory and in the session.
+    assert roles(agent.state.messages) == ["user", "assistant", "toolResult", "assistant"]
+    assert "ui crashed" in agent.state.messages[2].text
+    stored = session.build_context().messages
+    assert roles(stored) == roles(agent.state.messages)
+    assert_consistent(stored)
+
+
+async def test_a_run_cancelled_from_outside_leaves_a_consistent_session():
+    session = Session(InMemorySessionStorage())
+    started = anyio.Event()
+
+    async def stuck(tool_call_id, params, signal, on_update, context):
+        started.set()
+        await anyio.sleep(60)
+        return AgentToolResult.text("never")
+
+    agent, _ = make_agent(
+        [reply(tool_call("stuck", id="s"))], tools=[make_tool("stuck", stuck)], session=session
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.prompt, "go")
+            await started.wait()
+            tg.cancel_scope.cancel()
+    assert not agent.is_running
+    await agent.wait_for_idle()
+    stored = session.build_context().messages
+    assert roles(stored) == ["user", "assistant", "toolResult"]
+    assert stored[-1].text == "Tool call not executed (the run was cancelled)"
+    assert_consistent(stored)
+
+
+# --- steering and follow-ups --------------------------------------------------------------------
+
+
+async def test_steer_goes_in_after_the_running_tool_batch():
+    release = anyio.Event()
+
+    async def blocking(tool_call_id, params, signal, on_update, context):
+        await release.wait()
+        return AgentToolResult.text("done")
+
+    agent, provider = make_agent(
+        [reply(tool_call("block")), reply("ok, summarising")], tools=[make_tool("block", blocking)]
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.prompt, "start")
+            await anyio.sleep(0.01)
+            agent.steer("stop and summarise")
+            assert agent.has_queued_messages()
+            release.set()
+    assert roles(agent.state.messages) == ["user", "assistant", "toolResult", "user", "assistant"]
+    assert agent.state.messages[3].text == "stop and summarise"
+    assert provider.calls[1].messages[-1].text == "stop and summarise"
+    assert not agent.has_queued_messages()
+
+
+@pytest.mark.parametrize("mode", [QueueMode.ALL, QueueMode.ONE_AT_A_TIME])
+async def test_follow_ups_in_both_queue_modes(mode: QueueMode):
+    agent, provider = make_agent(["first", "second", "third"], follow_up_mode=mode)
+    agent.follow_up("and a")
+    agent.follow_up("and b")
+    await agent.prompt("start")
+    contexts = [[m.text for m in call.messages if m.role == "user"] for call in provider.calls]
+    if mode == QueueMode.ALL:
+        # Both follow-ups go in together, answered by one model call.
+        assert roles(agent.state.messages) == ["user", "assistant", "user", "user", "assistant"]
+        assert contexts[-1] == ["start", "and a", "and b"]
+        assert len(provider.calls) == 2
+    else:
+        assert roles(agent.state.messages) == [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+        ]
+        assert contexts[1] == ["start", "and a"] and contexts[2] == ["start", "and a", "and b"]
+    assert agent.follow_up_mode == mode
+
+
+async def test_steering_mode_all_and_clearing_queues():
+    agent, provider = make_agent(["a", "b"], steering_mode=QueueMode.ALL)
+    assert agent.steering_mode == QueueMode.ALL
+    agent.steer("s1")
+    agent.steer("s2")
+    await agent.prompt("p")  # steering polled at the start goes in before the first call
+    assert [m.text for m in provider.calls[0].messages] == ["p", "s1", "s2"]
+    agent.follow_up("f")
+    agent.steer("s")
+    agent.clear_all_queues()
+    assert not agent.has_queued_messages()
+
+
+async def test_continue_from_an_assistant_message_runs_queued_messages():
+    agent, _provider = make_agent(["a", "b", "c"])
+    await agent.prompt("p")
+    with pytest.raises(ValueError, match="assistant"):
+        await agent.continue_()
+    agent.follow_up("later")
+    await agent.continue_()
+    assert [m.text for m in agent.state.messages] == ["p", "a", "later", "b"]
+    agent.steer("now")
+    await agent.continue_()
+    assert [m.text for m in agent.state.messages][-2:] == ["now", "c"]
+    agent.reset()
+    with pytest.raises(ValueError, match="no messages"):
+        await agent.continue_()
+
+
+# --- abort --------------------------------------------------------------------------------------
+
+
+async def test_abort_during_streaming_is_recorded_in_the_session():
+    session = Session(InMemorySessionStorage())
+    provider = ScriptedProvider([reply("word " * 50)], chunk_size=5, delay=0.01)
+    agent = Agent(model=scripted_model(), stream_fn=provider, session=session)
+
+    def listener(event: AgentEvent) -> None:
+        if event.type == "message_update":
+            agent.abort()
+
+    agent.subscribe(listener)
+    with anyio.fail_after(5):
+        new = await agent.prompt("talk")
+    assert new[-1].stop_reason == StopReason.ABORTED
+    stored = session.build_context().messages
+    assert roles(stored) == ["user", "assistant"]
+    assert stored[-1].stop_reason == StopReason.ABORTED
+    assert agent.state.error_message
+
+
+async def test_abort_during_a_tool_keeps_the_session_consistent():
+    session = Session(InMemorySessionStorage())
+    started = anyio.Event()
+
+    async def stuck(tool_call_id, params, signal, on_update, context):
+        started.set()
+        await anyio.sleep(60)  # ignores the signal; the loop cancels it
+        return AgentToolResult.text("never")
+
+    agent, provider = make_agent(
+        [reply(tool_call("bash", id="b"), tool_call("stuck", id="s")), reply("never said")],
+        tools=[make_tool("bash"), make_tool("stuck", stuck)],
+        session=session,
+        abort_grace=0.05,
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.prompt, "go")
+            await started.wait()
+            agent.abort("user cancelled")
+            await agent.wait_for_idle()
+    stored = session.build_context().messages
+    assert roles(stored) == ["user", "assistant", "toolResult", "toolResult", "assistant"]
+    assert stored[2].text == "bash ok"
+    assert stored[3].is_error and "user cancelled" in stored[3].text
+    assert stored[-1].stop_reason == StopReason.ABORTED
+    assert stored[-1].error_message == "Aborted: user cancelled"
+    assert_consistent(stored)
+    assert len(provider.calls) == 1
+    # The next prompt carries on from the consistent transcript.
+    agent.stream_fn = ScriptedProvider(["back"])
+    await agent.prompt("again")
+    assert session.build_context().messages[-1].text == "back"
+
+
+async def test_abort_when_idle_does_nothing():
+    agent, _ = make_agent(["x"])
+    agent.abort()
+    await agent.prompt("fine")
+    assert agent.state.messages[-1].text == "x"
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+async def test_each_message_is_in_the_session_when_its_message_end_fires():
+    session = Session(InMemorySessionStorage())
+    agent, _ = make_agent([reply(tool_call("bash")), reply("done")], session=session)
+    counts: list[tuple[str, int]] = []
+
+    def listener(event: AgentEvent) -> None:
+        if event.type == "message_end":
+            stored = session.build_context().messages
+            counts.append((event.message.role, len(stored)))
+            assert stored[-1] is event.message or stored[-1].to_json() == event.message.to_json()
+
+    agent.subscribe(listener)
+    await agent.prompt("go")
+    assert counts == [("user", 1), ("assistant", 2), ("toolResult", 3), ("assistant", 4)]
+
+
+async def test_settings_are_recorded_only_when_they_change():
+    session = Session(InMemorySessionStorage())
+    agent, _ = make_agent(["a", "b", "c"], session=session, tools=[make_tool("x"), make_tool("y")])
+    await agent.prompt("one")
+    await agent.prompt("two")  # nothing changed: no new entries but the messages
+    assert [(e.provider, e.model_id) for e in entries_of(session, ModelChangeEntry)] == [
+        ("scripted", "scripted")
+    ]
+    assert entries_of(session, ThinkingLevelChangeEntry) == []  # "off" is the session default
+    assert [e.active_tool_names for e in entries_of(session, ActiveToolsChangeEntry)] == [
+        ["x", "y"]
+    ]
+    # The first entries come before the first message.
+    types = [e.type for e in session.get_entries()]
+    assert types[:3] == ["model_change", "active_tools_change", "message"]
+
+    agent.set_thinking_level(ThinkingLevel.HIGH)
+    agent.set_thinking_level("high")  # same again: one entry
+    agent.set_model(scripted_model("bigger"))
+    agent.set_active_tools(["y"])
+    agent.set_active_tools(["y"])
+    with pytest.raises(KeyError):
+        agent.set_active_tools(["nope"])
+    assert [e.thinking_level for e in entries_of(session, ThinkingLevelChangeEntry)] == ["high"]
+    assert [e.model_id for e in entries_of(session, ModelChangeEntry)] == ["scripted", "bigger"]
+    assert [e.active_tool_names for e in entries_of(session, ActiveToolsChangeEntry)][-1] == ["y"]
+    context = session.build_context()
+    assert context.thinking_level == "high"
+    assert context.model == {"provider": "scripted", "modelId": "bigger"}
+    assert context.active_tool_names == ["y"]
+    await agent.prompt("three")
+    assert len(entries_of(session, ModelChangeEntry)) == 2
+
+
+async def test_a_model_set_during_a_run_is_recorded_when_the_run_ends():
+    session = Session(InMemorySessionStorage())
+    agent, _ = make_agent([reply(tool_call("bash")), reply("done")], session=session)
+
+    def listener(event: AgentEvent) -> None:
+        if event.type == "tool_execution_start":
+            agent.set_model(scripted_model("next"))
+
+    agent.subscribe(listener)
+    await agent.prompt("go")
+    types = [e.type for e in session.get_entries()]
+    assert types[-1] == "model_change"  # after the run's messages, when it takes effect
+    assert session.build_context().model == {"provider": "scripted", "modelId": "next"}
+
+
+async def test_added_tool_names_activate_tools_and_are_recorded():
+    session = Session(InMemorySessionStorage())
+
+    async def load(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text(
+            "loaded", added_tool_names=["extra"], usage=Usage(input=7, output=3, total_tokens=10)
+        )
+
+    agent, _provider = make_agent(
+        [reply(tool_call("load")), reply(tool_call("extra")), reply("done")],
+        tools=[make_tool("load", load)],
+        available_tools=[make_tool("extra")],
+        session=session,
+    )
+    assert [t.name for t in agent.available_tools] == ["extra", "load"]
+    await agent.prompt("go")
+    assert [t.name for t in agent.state.tools] == ["load", "extra"]
+    assert [m.text for m in agent.state.messages if m.role == "toolResult"] == [
+        "loaded",
+        "extra ok",
+    ]
+    changes = [e.active_tool_names for e in entries_of(session, ActiveToolsChangeEntry)]
+    assert changes == [["load"], ["load", "extra"]]
+    # Recorded right after the tool result that activated them.
+    entries = session.get_entries()
+    index = next(
+        i
+        for i, e in enumerate(entries)
+        if getattr(e, "active_tool_names", None) == ["load", "extra"]
+    )
+    assert (
+        isinstance(entries[index - 1], MessageEntry)
+        and entries[index - 1].message.role == "toolResult"
+    )
+    # The tool result's own usage (a sub-agent's tokens, say) counts in the session's stats.
+    assistant_tokens = sum(
+        m.usage.total_tokens for m in agent.state.messages if m.role == "assistant"
+    )
+    assert session.stats().total_tokens == assistant_tokens + 10
+
+
+async def test_resume_from_a_session(tmp_path: Path):
+    repo = SqliteSessionRepo(tmp_path / "sessions.db")
+    try:
+        session = repo.create()
+        tools = [make_tool("a"), make_tool("b")]
+        first = Agent(
+            model=scripted_model("m1"),
+            stream_fn=ScriptedProvider([reply(tool_call("a")), reply("first answer")]),
+            tools=[tools[0]],
+            available_tools=[tools[1]],
+            thinking_level=ThinkingLevel.LOW,
+            session=session,
+        )
+        await first.prompt("remember 42")
+        session_id = session.id
+        session.close()
+
+        # A new process: open the session again and carry on.
+        reopened = repo.open(session_id)
+        provider = ScriptedProvider(["you said 42"])
+        resumed = Agent.from_session(reopened, stream_fn=provider, tools=tools)
+        assert resumed.state.model.id == "m1" and resumed.state.model.provider == "scripted"
+        assert resumed.state.thinking_level == ThinkingLevel.LOW
+        assert [t.name for t in resumed.state.tools] == ["a"]
+        assert [t.name for t in resumed.available_tools] == ["b", "a"]
+        assert [m.to_json() for m in resumed.state.messages] == [
+            m.to_json() for m in first.state.messages
+        ]
+        assert resumed.stream_options.session_id == session_id
+        before = len(reopened.get_entries())
+        await resumed.prompt("what did I say?")
+        assert next(m.text for m in provider.calls[0].messages) == "remember 42"
+        # Nothing changed, so only the two new messages were appended.
+        assert len(reopened.get_entries()) == before + 2
+        assert reopened.build_context().messages[-1].text == "you said 42"
+
+        # resolve_model supplies the full record; an explicit thinking level wins.
+        full = scripted_model("m1", context_window=1000)
+        again = Agent.from_session(
+            reopened,
+            stream_fn=provider,
+            tools=tools,
+            resolve_model=lambda provider, model_id: full if model_id == "m1" else None,
+            thinking_level="high",
+        )
+        assert again.state.model is full and again.state.thinking_level == ThinkingLevel.HIGH
+        reopened.close()
+    finally:
+        repo.close()
+
+
+async def test_resume_after_max_turns_with_continue():
+    session = Session(InMemorySessionStorage())
+    agent, _ = make_agent([reply(tool_call("bash"))], session=session, max_turns=1)
+    ends: list[AgentEndEvent] = []
+    agent.subscribe(lambda e: ends.append(e) if isinstance(e, AgentEndEvent) else None)
+    await agent.prompt("go")
+    assert ends[-1].reason == AgentEndReason.MAX_TURNS
+    assert agent.state.messages[-1].role == "toolResult"
+
+    resumed = Agent.from_session(
+        session, stream_fn=ScriptedProvider(["wrapped up"]), tools=[make_tool("bash")]
+    )
+    new = await resumed.continue_()
+    assert roles(new) == ["assistant"] and new[0].text == "wrapped up"
+    assert roles(session.build_context().messages) == [
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant",
+    ]
+
+
+async def test_from_session_needs_a_model_when_the_session_names_none():
+    session = Session(InMemorySessionStorage())
+    with pytest.raises(ValueError, match="model"):
+        Agent.from_session(session, stream_fn=ScriptedProvider([]))
+    agent = Agent.from_session(session, stream_fn=ScriptedProvider(["hi"]), model=scripted_model())
+    assert agent.state.messages == [] and agent.state.tools == []
+    await agent.prompt("hello")
+    assert session.build_context().model == {"provider": "scripted", "modelId": "scripted"}
