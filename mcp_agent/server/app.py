@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from mcp.server import MCPServer
-from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 
 from mcp_agent import __version__
 from mcp_agent.proxy.hub import ToolHub
@@ -16,7 +16,7 @@ from mcp_agent.server.builtin import build_builtin_server
 from mcp_agent.server.models import ModelOverrides
 from mcp_agent.server.runs import RunManager
 from mcp_agent.server.settings import ServerSettings
-from mcp_agent.server.state import AppState, make_lifespan
+from mcp_agent.server.state import AppState, open_state
 
 INSTRUCTIONS = """\
 Agent sessions: every conversation is a tree of entries you can browse, branch, fork and resume.
@@ -25,29 +25,43 @@ session_list / session_get, or as resources session://{id}. Move to an earlier e
 session_move_to to branch; copy a branch into a new session with session_fork."""
 
 
-def build_server(
-    settings: ServerSettings | None = None, models: ModelOverrides | None = None
-) -> MCPServer:
-    settings = settings or ServerSettings()
-
-    @asynccontextmanager
-    async def extras(state: AppState) -> AsyncIterator[None]:
+@asynccontextmanager
+async def open_app(
+    settings: ServerSettings,
+    bus: SubscriptionBus | None = None,
+    models: ModelOverrides | None = None,
+) -> AsyncIterator[AppState]:
+    """Everything a server (or the command line) needs to run agents in sessions: the repo,
+    manifests, tool hub, run manager and notifications. Leaving it aborts running runs and
+    stops downstream servers."""
+    async with open_state(settings, bus) as state:
         if models:
             state.extra["models"] = models
         state.runs = RunManager(state.task_group)
         async with ToolHub(state.servers, builtin=build_builtin_server(state)) as hub:
             state.hub = hub
             try:
-                yield
+                yield state
             finally:
                 await state.runs.close()
 
+
+def build_server(
+    settings: ServerSettings | None = None, models: ModelOverrides | None = None
+) -> MCPServer:
+    settings = settings or ServerSettings()
     bus = InMemorySubscriptionBus()
+
+    @asynccontextmanager
+    async def lifespan(server: MCPServer) -> AsyncIterator[AppState]:
+        async with open_app(settings, bus, models) as state:
+            yield state
+
     server = MCPServer(
         "mcp-agent-sessions",
         instructions=INSTRUCTIONS,
         version=__version__,
-        lifespan=make_lifespan(settings, bus, extras),
+        lifespan=lifespan,
         subscriptions=bus,
         log_level="WARNING",
     )

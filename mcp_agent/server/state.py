@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.subscriptions import SubscriptionBus
 
@@ -57,26 +56,22 @@ def open_repo(settings: ServerSettings) -> SessionRepo:
     return SqliteSessionRepo(settings.db_path)
 
 
-def make_lifespan(settings: ServerSettings, bus: SubscriptionBus, build_extras: Any = None) -> Any:
-    @asynccontextmanager
-    async def lifespan(server: MCPServer) -> AsyncIterator[AppState]:
-        manifests = settings.manifests_dir or shipped_manifests_dir()
-        agents = load_agents(manifests)
-        servers = load_servers(manifests)
-        repo = open_repo(settings)
-        notifier = Notifier(bus)
-        repo.listeners.append(notifier.session_changed)
-        try:
-            async with anyio.create_task_group() as group:
-                state = AppState(settings, repo, agents, servers, notifier, group)
-                group.start_soon(notifier.run)
-                if build_extras is not None:
-                    async with build_extras(state):
-                        yield state
-                else:
-                    yield state
-                group.cancel_scope.cancel()
-        finally:
-            repo.close()
-
-    return lifespan
+@asynccontextmanager
+async def open_state(
+    settings: ServerSettings, bus: SubscriptionBus | None
+) -> AsyncIterator[AppState]:
+    """The repo, manifests, notifier and task group (without tool hub and runs: see app.open_app)."""
+    manifests = settings.manifests_dir or shipped_manifests_dir()
+    agents = load_agents(manifests)
+    servers = load_servers(manifests)
+    repo = open_repo(settings)
+    notifier = Notifier(bus)
+    repo.listeners.append(notifier.session_changed)
+    try:
+        async with anyio.create_task_group() as group:
+            state = AppState(settings, repo, agents, servers, notifier, group)
+            group.start_soon(notifier.run)
+            yield state
+            group.cancel_scope.cancel()
+    finally:
+        repo.close()
