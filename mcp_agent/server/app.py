@@ -11,7 +11,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 
 from mcp_agent import __version__
 from mcp_agent.proxy.hub import ToolHub
-from mcp_agent.server import agent_tools, prompts, resources, session_tools
+from mcp_agent.server import agent_tools, prompts, protocol, resources, session_tools
 from mcp_agent.server.builtin import build_builtin_server
 from mcp_agent.server.models import ModelOverrides
 from mcp_agent.server.runs import RunManager
@@ -69,6 +69,7 @@ def build_server(
     agent_tools.register(server)
     resources.register(server)
     prompts.register(server)
+    protocol.register(server)
     return server
 
 

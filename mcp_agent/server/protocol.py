@@ -1,0 +1,67 @@
+"""Protocol services MCPServer leaves to us: argument completion and logging/setLevel."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mcp.types as types
+from mcp.server import MCPServer, ServerRequestContext
+
+from mcp_agent.server.state import AppState
+
+MAX_COMPLETIONS = 100
+log = logging.getLogger("mcp_agent")
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+
+
+def complete(state: AppState, params: types.CompleteRequestParams) -> list[str]:
+    """Values for session ids, entry ids and agent names, in prompts and resource templates."""
+    name, prefix = params.argument.name, params.argument.value
+    if name == "session_id":
+        page = state.repo.list(limit=MAX_COMPLETIONS)
+        return [item.id for item in page.items if item.id.startswith(prefix)]
+    if name == "name" or name == "agent":
+        return sorted(agent for agent in state.agents if agent.startswith(prefix))
+    if name == "entry_id":
+        session_id = (params.context.arguments or {}).get("session_id") if params.context else None
+        if not session_id or not state.repo.exists(session_id):
+            return []
+        entries = state.repo.open(session_id).get_entries()
+        return [e.id for e in entries if e.id.startswith(prefix)][-MAX_COMPLETIONS:]
+    return []
+
+
+def register(server: MCPServer) -> None:
+    lowlevel = server._lowlevel_server
+
+    async def on_complete(
+        ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        values = complete(ctx.lifespan_context, params)
+        return types.CompleteResult(
+            completion=types.Completion(
+                values=values[:MAX_COMPLETIONS],
+                total=len(values),
+                has_more=len(values) > MAX_COMPLETIONS,
+            )
+        )
+
+    async def on_set_level(
+        ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        log.setLevel(_LEVELS.get(str(params.level), logging.INFO))
+        return types.EmptyResult()
+
+    lowlevel.add_request_handler("completion/complete", types.CompleteRequestParams, on_complete)
+    lowlevel.add_request_handler("logging/setLevel", types.SetLevelRequestParams, on_set_level)

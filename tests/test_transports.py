@@ -1,0 +1,273 @@
+"""The server as users run it: a real child process over stdio, a real HTTP server on a loopback
+port, and clients nobody here wrote (the MCP conformance suite, the Inspector CLI, the
+TypeScript SDK) when the Node peers are installed (.ci/peers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
+NODE = PEERS / "node_modules" / "node" / "bin" / "node"
+TOKEN = "s3cret-token"
+
+needs_node = pytest.mark.skipif(not NODE.exists(), reason="Node peers not installed (.ci/peers)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_command(db: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db), *extra]
+
+
+class HttpServer:
+    def __init__(self, tmp: Path, *extra: str, token: str | None = TOKEN) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        args = ["--transport", "http", "--port", str(self.port), *extra]
+        if token:
+            args += ["--token", token]
+        self.process = subprocess.Popen(
+            serve_command(tmp / "http.db", *args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.process.stderr.read()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path)
+    yield server
+    server.stop()
+
+
+def initialize_body() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+# --- stdio ------------------------------------------------------------------------------------
+
+
+def test_serve_prints_a_banner_naming_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "banner.db"
+    done = subprocess.run(
+        serve_command(db), input="", capture_output=True, text=True, timeout=30, check=False
+    )
+    first = done.stderr.splitlines()[0]
+    assert str(db) in first and "sessions stored in" in first
+    assert done.stdout == ""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_child_process(tmp_path: Path, mode: str) -> None:
+    db = tmp_path / "stdio.db"
+    params = StdioServerParameters(command=sys.executable, args=serve_command(db)[1:])
+    async with Client(params, mode=mode) as client:
+        created = await client.call_tool("session_create", {"name": "over stdio"})
+        sid = created.structured_content["id"]
+        await client.call_tool(
+            "session_append",
+            {
+                "session_id": sid,
+                "entry": {"type": "message", "message": {"role": "user", "content": "hi"}},
+            },
+        )
+        bad = await client.call_tool("session_get", {"session_id": "nope"})
+        assert bad.is_error and "not_found" in bad.content[0].text
+    # The data outlives the process: a second server reads what the first stored.
+    async with Client(params, mode=mode) as client:
+        listing = await client.call_tool("session_list", {})
+        assert [s["name"] for s in listing.structured_content["sessions"]] == ["over stdio"]
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+def test_http_requires_the_token(http_server: HttpServer) -> None:
+    missing = httpx.post(http_server.url, json=initialize_body(), headers=HEADERS)
+    assert missing.status_code == 401
+    wrong = httpx.post(
+        http_server.url, json=initialize_body(), headers={**HEADERS, "Authorization": "Bearer no"}
+    )
+    assert wrong.status_code == 401
+    good = httpx.post(
+        http_server.url,
+        json=initialize_body(),
+        headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"},
+    )
+    assert good.status_code == 200
+
+
+def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    rebound = httpx.post(
+        http_server.url, json=initialize_body(), headers={**auth, "Host": "evil.example"}
+    )
+    assert rebound.status_code == 421
+    huge = {**initialize_body(), "padding": "x" * (5 * 1024 * 1024)}
+    assert httpx.post(http_server.url, json=huge, headers=auth).status_code == 413
+
+
+def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "without a token" in done.stderr and "--token" in done.stderr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_http_client_with_token(http_server: HttpServer, mode: str) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"})
+    async with (
+        http,
+        Client(streamable_http_client(http_server.url, http_client=http), mode=mode) as client,
+    ):
+        created = await client.call_tool("session_create", {"name": f"http-{mode}"})
+        assert not created.is_error
+        listing = await client.list_resources()
+        assert f"session://{created.structured_content['id']}" in [r.uri for r in listing.resources]
+
+
+# --- peers nobody here wrote ------------------------------------------------------------------
+
+
+def node_env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{NODE.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+@needs_node
+def test_conformance_suite(tmp_path: Path) -> None:
+    # The suite sends no token: run a server without one, on loopback (allowed there).
+    server = HttpServer(tmp_path, token=None)
+    try:
+        done = subprocess.run(
+            [
+                str(NODE),
+                str(
+                    PEERS
+                    / "node_modules"
+                    / "@modelcontextprotocol"
+                    / "conformance"
+                    / "dist"
+                    / "index.js"
+                ),
+                "server",
+                "--url",
+                server.url,
+                "--expected-failures",
+                str(ROOT / "tests" / "peers" / "conformance-baseline.yml"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=node_env(),
+            check=False,
+        )
+    finally:
+        server.stop()
+    summary = done.stdout[done.stdout.find("=== SUMMARY ===") :]
+    assert done.returncode == 0, summary + done.stderr[-2000:]
+    assert "Baseline check passed" in done.stdout
+
+
+@needs_node
+def test_inspector_cli_lists_tools_over_stdio(tmp_path: Path) -> None:
+    inspector = PEERS / "node_modules" / "@modelcontextprotocol" / "inspector"
+    command = serve_command(tmp_path / "inspector.db")
+    done = subprocess.run(
+        [
+            str(NODE),
+            str(inspector / "cli" / "build" / "cli.js"),
+            "--cli",
+            *command,
+            "--method",
+            "tools/list",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=node_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = {tool["name"] for tool in json.loads(done.stdout)["tools"]}
+    assert {"session_create", "agent_run", "session_fork"} <= names
+
+
+@needs_node
+def test_typescript_sdk_client(http_server: HttpServer, tmp_path: Path) -> None:
+    script = PEERS / "ts_client.mjs"
+    shutil.copy(ROOT / "tests" / "peers" / "ts_client.mjs", script)
+    done = subprocess.run(
+        [str(NODE), str(script), http_server.url, TOKEN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=node_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "agent_run" in seen["tools"]
+    assert seen["badIsError"] and "not_found" in seen["badText"]
+    assert f"session://{seen['id']}" in seen["resources"]
+    assert seen["context"]["messages"][0]["content"] == "hello from ts"
+    assert seen["promptRoles"] == ["user"]
