@@ -1,0 +1,147 @@
+"""Agents calling tools of real downstream MCP servers (child processes over stdio)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import (
+    ScriptedProvider,
+    ScriptedResponse,
+    reply,
+    scripted_model,
+    tool_call,
+)
+from mcp_agent.server.app import build_server
+from mcp_agent.server.settings import ServerSettings
+
+pytestmark = pytest.mark.anyio
+
+TOOL_SERVER = Path(__file__).parent / "servers" / "tool_server.py"
+
+
+def responder(context: LlmContext) -> ScriptedResponse:
+    """Calls the tool named in the prompt ("call TOOL {json args}"), then reports the result."""
+    last = context.messages[-1]
+    if last.role == "toolResult":
+        status = "error" if last.is_error else "ok"
+        return reply(f"{status}: {content_text(last.content)}")
+    text = content_text(last.content)
+    name, _, args = text.removeprefix("call ").partition(" ")
+    return reply(tool_call(name, json.loads(args or "{}")))
+
+
+def make_server(tmp_path: Path, servers: dict[str, Any], provider: ScriptedProvider) -> MCPServer:
+    manifests = tmp_path / "manifests"
+    (manifests / "agents").mkdir(parents=True)
+    (manifests / "servers.json").write_text(json.dumps({"mcpServers": servers}))
+    return build_server(
+        ServerSettings(db_path=tmp_path / "s.db", manifests_dir=manifests, default_model="s"),
+        models={"s": lambda: (scripted_model(), provider)},
+    )
+
+
+def tool_server(**extra: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(TOOL_SERVER)], **extra}
+
+
+async def run(client: Client, prompt: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool("agent_run", {"prompt": prompt, **arguments})
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+async def test_agent_calls_downstream_tool_and_survives_a_kill(tmp_path: Path) -> None:
+    provider = ScriptedProvider(responder)
+    server = make_server(tmp_path, {"t": tool_server(timeout=10)}, provider)
+    async with Client(server) as client:
+        first = await run(client, 'call t__echo {"text": "hello"}')
+        assert first["answer"] == "ok: hello"
+        assert "t__echo" in [tool.name for tool in provider.calls[0].tools or []]
+        pid = int((await run(client, "call t__pid"))["answer"].removeprefix("ok: "))
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.3)
+            os.kill(pid, signal.SIGKILL)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(kill_soon)
+            killed = await run(client, 'call t__slow {"seconds": 5}')
+        assert killed["status"] == "completed"
+        assert killed["answer"].startswith("error: ") and "'t'" in killed["answer"]
+        again = await run(client, 'call t__echo {"text": "back"}')
+        assert again["answer"] == "ok: back"
+
+        session = await client.call_tool("session_get", {"session_id": killed["session_id"]})
+        results = [
+            e["message"]
+            for e in session.structured_content["entries"]
+            if e["type"] == "message" and e["message"]["role"] == "toolResult"
+        ]
+        assert results[-1]["isError"] is True
+
+
+async def test_abort_mid_call_leaves_no_orphan_process(tmp_path: Path) -> None:
+    provider = ScriptedProvider(responder)
+    server = make_server(tmp_path, {"t": tool_server()}, provider)
+    async with Client(server) as client:
+        pid = int((await run(client, "call t__pid"))["answer"].removeprefix("ok: "))
+        started = await run(client, 'call t__slow {"seconds": 30}', wait=False)
+        await anyio.sleep(0.5)
+        cancelled = await client.call_tool("agent_cancel", {"run_id": started["run_id"]})
+        assert cancelled.structured_content["status"] == "aborted"
+        assert alive(pid)  # the server stays up for the next call
+    # Closing the server stops every downstream child.
+    with anyio.fail_after(10):
+        while alive(pid):
+            await anyio.sleep(0.05)
+
+
+async def test_disallowed_downstream_tool_is_invisible(tmp_path: Path) -> None:
+    provider = ScriptedProvider(lambda context: reply("fine"))
+    server = make_server(tmp_path, {"t": tool_server()}, provider)
+    agents = tmp_path / "manifests" / "agents"
+    (agents / "echoer.toml").write_text('tools = ["t__echo"]\n')
+    (agents / "offline.toml").write_text("servers = []\n")
+    async with Client(server) as client:
+        await run(client, "hi", agent="echoer")
+        await run(client, "hi", agent="offline")
+    echoer, offline = ([t.name for t in call.tools or []] for call in provider.calls)
+    assert echoer == ["t__echo"]
+    assert offline == ["subagent"]
+
+
+async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
+    provider = ScriptedProvider(lambda context: reply("fine"))
+    broken = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+    server = make_server(tmp_path, {"broken": broken}, provider)
+    async with Client(server) as client:
+        done = await run(client, "hi")
+        entries = await client.call_tool(
+            "session_get", {"session_id": done["session_id"], "view": "entries"}
+        )
+    errors = [
+        e
+        for e in entries.structured_content["entries"]
+        if e.get("customType") == "tool_server_error"
+    ]
+    assert errors and "'broken'" in errors[0]["data"]["error"]
