@@ -145,3 +145,47 @@ async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
         if e.get("customType") == "tool_server_error"
     ]
     assert errors and "'broken'" in errors[0]["data"]["error"]
+
+
+def child_server(db: Path, *extra: str) -> dict[str, Any]:
+    args = ["-m", "mcp_agent", "serve", "--db", str(db), "--model", "scripted:echo", *extra]
+    return {"command": sys.executable, "args": args, "timeout": 60}
+
+
+async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> None:
+    provider = ScriptedProvider(responder)
+    child_db = tmp_path / "child.db"
+    server = make_server(tmp_path, {"child": child_server(child_db)}, provider)
+    async with Client(server) as client:
+        done = await run(client, 'call child__agent_run {"prompt": "count to three"}')
+        assert done["answer"].startswith("ok: ")
+        entries = await client.call_tool("session_get", {"session_id": done["session_id"]})
+    [result] = [
+        e["message"]
+        for e in entries.structured_content["entries"]
+        if e["type"] == "message" and e["message"]["role"] == "toolResult"
+    ]
+    child_run = result["details"]
+    assert child_run["status"] == "completed" and child_run["answer"] == "count to three"
+    assert child_run["depth"] == 1
+
+    # The child's session lives in the child's own database and names the parent session.
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    with SqliteSessionRepo(child_db) as repo:
+        child = repo.open(child_run["session_id"])
+        assert child.header.parent_session == done["session_id"]
+        assert [e.message.role for e in child.get_branch() if e.type == "message"] == [
+            "user",
+            "assistant",
+        ]
+
+
+async def test_depth_limit_holds_across_processes(tmp_path: Path) -> None:
+    provider = ScriptedProvider(responder)
+    server = make_server(
+        tmp_path, {"child": child_server(tmp_path / "child.db", "--max-depth", "0")}, provider
+    )
+    async with Client(server) as client:
+        done = await run(client, 'call child__agent_run {"prompt": "hi"}')
+    assert done["answer"].startswith("error: ") and "depth limit" in done["answer"]
