@@ -1,0 +1,226 @@
+"""The MCP server's overhead, side by side with a bare MCPServer in the same run.
+
+Rows:
+- ``session_append round trip (in-process)`` / ``(stdio)``: one durable append through our
+  server vs. a no-op tool with the same arguments on a bare ``MCPServer``; target ratio ≤ 1.3.
+- ``server start to first answer (stdio)``: spawning ``mcp-agent-sessions serve`` until
+  ``tools/list`` is answered vs. the same for a bare ``MCPServer`` script; target ≤ 1.3.
+- ``built-in tool via in-process MCP client``: the overhead per call of reaching a built-in tool
+  through the tool hub's in-memory client instead of calling the function; target < 0.5 ms,
+  and the same with 20 configured (unstarted) downstream servers.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mcp import Client, StdioServerParameters
+from mcp.server import MCPServer
+
+from mcp_agent.abort import AbortController
+from mcp_agent.manifests import AgentManifest, ServerConfig
+from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.server.app import build_server
+from mcp_agent.server.settings import ServerSettings
+
+BARE_SERVER = textwrap.dedent(
+    """
+    from typing import Any
+    from mcp.server import MCPServer
+
+    server = MCPServer("bare", log_level="WARNING")
+
+    @server.tool()
+    async def session_append(session_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        return {"session_id": session_id, "entry_id": "00000000", "leaf_id": "00000000"}
+
+    server.run("stdio")
+    """
+)
+
+
+def _quick() -> bool:
+    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
+
+
+def bare_server() -> MCPServer:
+    server = MCPServer("bare", log_level="WARNING")
+
+    @server.tool()
+    async def session_append(session_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        return {"session_id": session_id, "entry_id": "00000000", "leaf_id": "00000000"}
+
+    return server
+
+
+def entry(i: int) -> dict[str, Any]:
+    return {"type": "message", "message": {"role": "user", "content": f"message number {i}"}}
+
+
+async def per_call(client: Client, session_id: str, calls: int) -> float:
+    """Median seconds per session_append over ``calls`` calls (after a warm-up)."""
+    for i in range(5):
+        await client.call_tool("session_append", {"session_id": session_id, "entry": entry(i)})
+    samples = []
+    for i in range(calls):
+        started = time.perf_counter()
+        result = await client.call_tool(
+            "session_append", {"session_id": session_id, "entry": entry(i)}
+        )
+        samples.append(time.perf_counter() - started)
+        assert not result.is_error, result.content
+    return statistics.median(samples)
+
+
+async def ours_session(client: Client) -> str:
+    created = await client.call_tool("session_create", {})
+    return created.structured_content["id"]
+
+
+async def append_in_process(tmp: Path, calls: int) -> tuple[float, float]:
+    ours = build_server(ServerSettings(db_path=tmp / "inproc.db"))
+    async with Client(ours) as client:
+        value = await per_call(client, await ours_session(client), calls)
+    async with Client(bare_server()) as client:
+        baseline = await per_call(client, "s", calls)
+    return value, baseline
+
+
+async def append_stdio(tmp: Path, calls: int) -> tuple[float, float]:
+    ours = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_agent", "serve", "--db", str(tmp / "stdio.db")]
+    )
+    script = tmp / "bare_server.py"
+    script.write_text(BARE_SERVER)
+    bare = StdioServerParameters(command=sys.executable, args=[str(script)])
+    async with Client(ours) as client:
+        value = await per_call(client, await ours_session(client), calls)
+    async with Client(bare) as client:
+        baseline = await per_call(client, "s", calls)
+    return value, baseline
+
+
+async def time_to_first_answer(params: StdioServerParameters) -> float:
+    started = time.perf_counter()
+    async with Client(params) as client:
+        await client.list_tools()
+        elapsed = time.perf_counter() - started
+    return elapsed
+
+
+async def startup(tmp: Path, rounds: int) -> tuple[float, float]:
+    script = tmp / "bare_server.py"
+    script.write_text(BARE_SERVER)
+    ours_times, bare_times = [], []
+    for i in range(rounds):  # interleaved, so that machine noise hits both alike
+        ours = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mcp_agent", "serve", "--db", str(tmp / f"start{i}.db")],
+        )
+        ours_times.append(await time_to_first_answer(ours))
+        bare_times.append(
+            await time_to_first_answer(
+                StdioServerParameters(command=sys.executable, args=[str(script)])
+            )
+        )
+    return statistics.median(ours_times), statistics.median(bare_times)
+
+
+async def builtin_overhead(downstream_servers: int, calls: int) -> float:
+    """Seconds added per call by going through the hub's in-memory MCP client."""
+    builtin = MCPServer("builtin", log_level="WARNING")
+
+    async def note(text: str) -> str:
+        return text
+
+    builtin.add_tool(note, name="note", description="echo")
+    servers = {
+        f"s{i}": ServerConfig(command=sys.executable, args=["-c", "pass"])
+        for i in range(downstream_servers)
+    }
+    signal = AbortController().signal
+    async with ToolHub(servers, builtin=builtin) as hub:
+        agent = AsyncTimer()
+        [tool] = await hub.tools(AgentManifest(name="bench", servers=[]))
+
+        async def via_hub() -> None:
+            await tool.execute("c", {"text": "x"}, signal, lambda _: None, None)
+
+        async def direct() -> None:
+            await note("x")
+
+        through = await agent.median(via_hub, calls)
+        plain = await agent.median(direct, calls)
+    return through - plain
+
+
+class AsyncTimer:
+    async def median(self, fn: Callable[[], Awaitable[None]], calls: int) -> float:
+        for _ in range(20):
+            await fn()
+        samples = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            await fn()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+
+
+def row(name: str, value: float, baseline: float | None, unit: str, target: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "baseline": baseline,
+        "ratio": value / baseline if baseline else None,
+        "unit": unit,
+        "target": target,
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    calls = 100 if _quick() else 500
+    rounds = 3 if _quick() else 7
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        value, baseline = anyio.run(append_in_process, tmp, calls)
+        rows.append(
+            row(
+                "session_append round trip (in-process)", value * 1e3, baseline * 1e3, "ms", "≤ 1.3"
+            )
+        )
+        value, baseline = anyio.run(append_stdio, tmp, calls)
+        rows.append(
+            row("session_append round trip (stdio)", value * 1e3, baseline * 1e3, "ms", "≤ 1.3")
+        )
+        value, baseline = anyio.run(startup, tmp, rounds)
+        rows.append(row("server start to first answer (stdio)", value, baseline, "s", "≤ 1.3"))
+        for count in (0, 20):
+            overhead = anyio.run(builtin_overhead, count, calls * 4)
+            rows.append(
+                row(
+                    f"built-in tool via in-process client, {count} downstream servers",
+                    overhead * 1e3,
+                    None,
+                    "ms/call overhead",
+                    "< 0.5 ms",
+                )
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    for found in run():
+        print(found)
