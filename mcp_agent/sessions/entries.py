@@ -1,0 +1,349 @@
+"""Session entries and the session header, in pi's session format version 3.
+
+Every entry has ``type``, ``id`` (8 hex chars), ``parentId`` and an ISO ``timestamp``; the rest
+depends on the type. An entry whose type we do not know parses as :class:`UnknownEntry`, which
+keeps every field, so a file written by a newer program round-trips unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from mcp_agent.messages import (
+    AgentMessage,
+    BaseMessage,
+    BashExecutionMessage,
+    BranchSummaryMessage,
+    CompactionSummaryMessage,
+    Usage,
+    UserContent,
+    content_text,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.wire import WireModel, describe_validation_error
+
+CURRENT_SESSION_VERSION = 3
+
+
+def iso_now() -> str:
+    """The current time as pi writes it: ``2026-01-15T08:30:00.000Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def sortable_time(timestamp: str) -> str:
+    """An ISO timestamp with microseconds, so that times of both precisions sort as text."""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except (TypeError, ValueError):
+        return timestamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def write_time() -> str:
+    """Now, with microseconds, strictly increasing within this process: a session's
+    ``modified`` time, which orders listings."""
+    global _last_write_time
+    with _clock_lock:
+        now = datetime.now(UTC)
+        text = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if text <= _last_write_time:
+            last = datetime.strptime(_last_write_time, "%Y-%m-%dT%H:%M:%S.%fZ")
+            text = (last + timedelta(microseconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        _last_write_time = text
+        return text
+
+
+def iso_to_ms(timestamp: str) -> int:
+    """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); 0 if unreadable."""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except (TypeError, ValueError):
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1000)
+
+
+def new_entry_id(taken: Callable[[str], bool] | None = None) -> str:
+    """8 lowercase hex chars, not ``taken`` (pi: ``randomUUID().slice(0, 8)``)."""
+    for _ in range(100):
+        candidate = secrets.token_hex(4)
+        if taken is None or not taken(candidate):
+            return candidate
+    # 100 collisions in a row means the id space is nearly full; pi falls back the same way.
+    return str(uuid.uuid4())
+
+
+_clock_lock = threading.Lock()
+_last_uuid_time = (0, 0)  # (millis, 12-bit counter)
+_last_write_time = ""
+
+
+def new_session_id() -> str:
+    """A UUID version 7 (time-ordered), as pi uses for session ids. Within this process ids
+    also sort in creation order (a counter fills the sub-millisecond bits)."""
+    global _last_uuid_time
+    with _clock_lock:
+        millis = time.time_ns() // 1_000_000
+        last_millis, counter = _last_uuid_time
+        if millis <= last_millis:
+            millis, counter = (
+                (last_millis, counter + 1) if counter < 0xFFF else (last_millis + 1, 0)
+            )
+        else:
+            counter = secrets.randbits(10)  # random start, room left to count up
+        _last_uuid_time = (millis, counter)
+    value = (millis & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version
+    value |= counter << 64
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= secrets.randbits(62)
+    return str(uuid.UUID(int=value))
+
+
+# --- header -----------------------------------------------------------------------------------
+
+
+class SessionHeader(WireModel):
+    """The first line of a session file: ``{"type":"session","version":3,...}``."""
+
+    type: Literal["session"] = "session"
+    version: int | None = None
+    id: str
+    timestamp: str
+    cwd: str = ""
+    parent_session: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def new_header(
+    session_id: str | None = None,
+    cwd: str | None = None,
+    parent_session: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> SessionHeader:
+    header = SessionHeader(
+        version=CURRENT_SESSION_VERSION,
+        id=session_id or new_session_id(),
+        timestamp=iso_now(),
+        cwd=os.getcwd() if cwd is None else cwd,
+    )
+    # Optional fields are set only when given, so that they are left out of the JSON otherwise.
+    if parent_session is not None:
+        header.parent_session = parent_session
+    if metadata is not None:
+        header.metadata = dict(metadata)
+    return header
+
+
+def parse_header(data: Any, where: str = "header") -> SessionHeader:
+    if not isinstance(data, Mapping) or data.get("type") != "session":
+        raise SessionError("invalid_entry", f"{where}: expected a session header (type 'session')")
+    try:
+        return SessionHeader.model_validate(data)
+    except ValidationError as error:
+        detail = describe_validation_error(error, "", data)
+        raise SessionError("invalid_entry", f"{where}: {detail}") from None
+
+
+# --- entries ----------------------------------------------------------------------------------
+
+
+class SessionEntry(WireModel):
+    """The fields every entry has (seed: SessionTreeEntryBase)."""
+
+    type: str
+    id: str
+    parent_id: str | None = None
+    timestamp: str
+
+    def model_post_init(self, context: Any, /) -> None:
+        # parentId is written even when null: pi's readers expect the key on every entry.
+        self.__pydantic_fields_set__.add("parent_id")
+
+
+class MessageEntry(SessionEntry):
+    type: Literal["message"] = "message"
+    message: AgentMessage
+
+
+class ThinkingLevelChangeEntry(SessionEntry):
+    type: Literal["thinking_level_change"] = "thinking_level_change"
+    thinking_level: str
+
+
+class ModelChangeEntry(SessionEntry):
+    type: Literal["model_change"] = "model_change"
+    provider: str
+    model_id: str
+
+
+class ActiveToolsChangeEntry(SessionEntry):
+    type: Literal["active_tools_change"] = "active_tools_change"
+    active_tool_names: list[str]
+
+
+class CompactionEntry(SessionEntry):
+    """Everything before ``first_kept_entry_id`` (or the whole path, given a retained tail) is
+    replaced in the context by ``summary``."""
+
+    type: Literal["compaction"] = "compaction"
+    summary: str
+    first_kept_entry_id: str | None = None
+    tokens_before: int = 0
+    details: Any = None
+    from_hook: bool | None = None
+    usage: Usage | None = None
+    retained_tail: list[AgentMessage] | None = None
+
+
+class BranchSummaryEntry(SessionEntry):
+    type: Literal["branch_summary"] = "branch_summary"
+    from_id: str
+    summary: str
+    details: Any = None
+    from_hook: bool | None = None
+    usage: Usage | None = None
+
+
+class CustomEntry(SessionEntry):
+    """Application data; never sent to the model unless a projector turns it into messages."""
+
+    type: Literal["custom"] = "custom"
+    custom_type: str
+    data: Any = None
+
+
+class CustomMessageEntry(SessionEntry):
+    """Sent to the model as a user message (even with ``display`` false)."""
+
+    type: Literal["custom_message"] = "custom_message"
+    custom_type: str
+    content: str | list[UserContent]
+    display: bool = True
+    details: Any = None
+
+
+class LabelEntry(SessionEntry):
+    """Sets (or, with no label, clears) the label of ``target_id``."""
+
+    type: Literal["label"] = "label"
+    target_id: str
+    label: str | None = None
+
+
+class SessionInfoEntry(SessionEntry):
+    type: Literal["session_info"] = "session_info"
+    name: str | None = None
+
+
+class LeafEntry(SessionEntry):
+    """A move of the current leaf to ``target_id``, persisted so a branch switch survives a
+    restart. Its ``parentId`` is the target, so pi (which resumes at the last line) lands on
+    the same branch."""
+
+    type: Literal["leaf"] = "leaf"
+    target_id: str | None = None
+
+
+class UnknownEntry(SessionEntry):
+    """An entry type we do not know: kept field for field, contributes nothing to the context."""
+
+
+ENTRY_TYPES: dict[str, type[SessionEntry]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        MessageEntry,
+        ThinkingLevelChangeEntry,
+        ModelChangeEntry,
+        ActiveToolsChangeEntry,
+        CompactionEntry,
+        BranchSummaryEntry,
+        CustomEntry,
+        CustomMessageEntry,
+        LabelEntry,
+        SessionInfoEntry,
+        LeafEntry,
+    )
+}
+
+
+def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
+    """One entry from its JSON object; ``where`` names it in errors (e.g. ``file.jsonl:12``)."""
+    if not isinstance(data, Mapping):
+        raise SessionError("invalid_entry", f"{where}: expected a JSON object")
+    entry_type = data.get("type")
+    if not isinstance(entry_type, str) or entry_type == "session":
+        raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
+    cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as error:
+        detail = describe_validation_error(error, "", data)
+        raise SessionError("invalid_entry", f"{where}: {entry_type} entry: {detail}") from None
+
+
+def entry_from_json(text: str, where: str = "entry") -> SessionEntry:
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise SessionError("invalid_entry", f"{where}: not JSON ({error})") from None
+    return parse_entry(data, where)
+
+
+def entry_to_json(entry: SessionEntry | SessionHeader) -> str:
+    """The entry's one line of JSON (compact, UTF-8 kept as is)."""
+    # pydantic's own JSON writer: the same JSON as WireModel.to_json, about a third faster.
+    return entry.model_dump_json(by_alias=True)
+
+
+def entry_message(entry: SessionEntry) -> BaseMessage | None:
+    return entry.message if isinstance(entry, MessageEntry) else None
+
+
+def entry_text(entry: SessionEntry) -> str:
+    """The words in an entry that a person may search for (messages, summaries, names)."""
+    if isinstance(entry, MessageEntry):
+        message = entry.message
+        if isinstance(message, BashExecutionMessage):
+            return f"{message.command}\n{message.output}"
+        if isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):
+            return message.summary
+        # Look the field up in the instance dict: pydantic's attribute fallback is slow.
+        content = message.__dict__.get("content")
+        return content_text(content) if isinstance(content, str | list) else ""
+    if isinstance(entry, CustomMessageEntry):
+        return content_text(entry.content)
+    if isinstance(entry, CompactionEntry | BranchSummaryEntry):
+        return entry.summary
+    if isinstance(entry, SessionInfoEntry):
+        return entry.name or ""
+    return ""
+
+
+def entry_usage(entry: SessionEntry) -> Usage | None:
+    """What producing this entry cost: an assistant's usage, a tool result's own usage, or the
+    model call behind a compaction or branch summary."""
+    if isinstance(entry, MessageEntry):
+        usage = getattr(entry.message, "usage", None)
+        return usage if isinstance(usage, Usage) else None
+    if isinstance(entry, CompactionEntry | BranchSummaryEntry):
+        return entry.usage
+    return None
+
+
+def is_tree_node(entry: SessionEntry) -> bool:
+    """Leaf moves are bookkeeping: they are stored but are not part of the conversation tree."""
+    return not isinstance(entry, LeafEntry)

@@ -1,0 +1,21 @@
+"""The one exception the session layer raises for bad requests and bad data."""
+
+from __future__ import annotations
+
+
+class SessionError(Exception):
+    """A session operation that cannot be done, with a machine-readable ``code``.
+
+    Codes: ``not_found`` (no such session or entry), ``invalid_fork_target``, ``invalid_entry``
+    (an entry that does not parse or break the tree), ``invalid_import`` (a session file we
+    cannot import), ``corrupt`` (a stored session that no longer reads), ``conflict`` (an id
+    that is already taken), ``invalid_argument``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"SessionError({self.code!r}, {self.message!r})"

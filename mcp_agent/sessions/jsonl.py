@@ -1,0 +1,299 @@
+"""The JSONL backend: one pi-compatible file per session, append-only.
+
+Each append writes one line and is flushed and fsynced before it counts. Leaf moves are
+written as ``leaf`` lines, so on load the last line gives the leaf (as pi does it). A last
+line torn by a crash is cut off with a warning; a bad line anywhere else means the file is
+damaged, and loading raises an error naming the file and line. Files of pi versions 1 and 2
+are migrated on load and rewritten as version 3, as pi does.
+
+One process writes a file at a time; for sessions shared between processes use SQLite.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from mcp_agent.sessions.context import SessionContextBuildOptions
+from mcp_agent.sessions.entries import (
+    CURRENT_SESSION_VERSION,
+    SessionEntry,
+    SessionHeader,
+    entry_text,
+    entry_to_json,
+    new_header,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.pi import ParsedSession, parse_rows
+from mcp_agent.sessions.repo import (
+    BaseSessionRepo,
+    SessionPage,
+    SessionSummary,
+    page_summaries,
+    query_words,
+    summarize,
+    text_matches,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a new or renamed file's directory entry durable too."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
+    """Write a whole file so that a crash leaves either the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
+    """The session stored in ``path``, and whether its end had to be cut (a torn line).
+
+    The file is read as bytes, line by line, so that a last line cut inside a multi-byte
+    character counts as torn rather than making the whole file unreadable.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SessionError("not_found", f"session file {path} not found") from None
+    raw_lines = data.split(b"\n")
+    last = max((i for i, line in enumerate(raw_lines) if line.strip()), default=-1)
+    numbered: list[tuple[int, dict[str, Any]]] = []
+    torn = False
+    for index, raw in enumerate(raw_lines):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as error:
+            if index == last:
+                message = f"{path}:{index + 1}: cutting off a torn last line ({error})"
+                warnings.warn(message, stacklevel=2)
+                log.warning(message)
+                torn = True
+                break
+            raise SessionError(
+                "corrupt", f"{path}:{index + 1}: damaged line, not a JSON object ({error})"
+            ) from None
+        numbered.append((index + 1, row))
+    return parse_rows(numbered, str(path), "corrupt"), torn
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+class JsonlSessionStorage(InMemorySessionStorage):
+    """A session in a pi JSONL file, indexed in memory (seed: JsonlSessionStorage).
+
+    With ``header`` a new file is created (it must not exist); without, the file is loaded.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        header: SessionHeader | None = None,
+        entries: Sequence[SessionEntry] = (),
+    ) -> None:
+        self.path = Path(path)
+        self._handle: IO[bytes] | None = None
+        if header is not None:
+            if self.path.exists():
+                raise SessionError("conflict", f"session file {self.path} already exists")
+            entries = list(entries)
+            super().__init__(header, entries)  # checks the entries before anything is written
+            write_file_atomically(self.path, [entry_to_json(header), *map(entry_to_json, entries)])
+            self.stamp = _stamp(self.path)
+            return
+        parsed, torn = read_session_file(self.path)
+        super().__init__(parsed.header, parsed.entries)
+        if parsed.migrated_from < CURRENT_SESSION_VERSION or torn:
+            # pi rewrites migrated files too; and the next append must not follow a torn line.
+            self._rewrite()
+        self.stamp = _stamp(self.path)
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        cwd: str | None = None,
+        parent_session: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> JsonlSessionStorage:
+        return cls(path, new_header(cwd=cwd, parent_session=parent_session, metadata=metadata))
+
+    def _rewrite(self) -> None:
+        self._close_handle()
+        lines = [entry_to_json(self.get_metadata()), *map(entry_to_json, self._entries)]
+        write_file_atomically(self.path, lines)
+
+    def _write(self, entry: SessionEntry) -> None:
+        if self._handle is None:
+            self._handle = open(self.path, "ab")  # kept open across appends
+            if self._handle.tell() and not _ends_with_newline(self.path):
+                self._handle.write(b"\n")  # a file pi or an editor left without one
+        self._handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.stamp = _stamp(self.path)
+
+    def _close_handle(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def close(self) -> None:
+        self._close_handle()
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            handle.close()
+
+
+class JsonlSessionRepo(BaseSessionRepo):
+    """One ``<session id>.jsonl`` file per session in ``directory``."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        context_build_options: SessionContextBuildOptions | None = None,
+    ) -> None:
+        super().__init__(context_build_options)
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Listing reads every file; keep what it learned until the file changes.
+        self._listing: dict[Path, tuple[tuple[int, int], SessionSummary, builtins.list[str]]] = {}
+        # Sessions opened twice share one index, so neither appends from a stale leaf.
+        self._open: dict[str, JsonlSessionStorage] = {}
+
+    def path_for(self, session_id: str) -> Path:
+        if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
+            raise SessionError("not_found", f"session {session_id!r} not found")
+        return self.directory / f"{session_id}.jsonl"
+
+    def _create_storage(
+        self, header: SessionHeader, entries: builtins.list[SessionEntry]
+    ) -> JsonlSessionStorage:
+        storage = JsonlSessionStorage(self.path_for(header.id), header, entries)
+        self._open[header.id] = storage
+        return storage
+
+    def _open_storage(self, session_id: str) -> JsonlSessionStorage:
+        path = self.path_for(session_id)
+        try:
+            stamp = _stamp(path)
+        except FileNotFoundError:
+            self._open.pop(session_id, None)
+            raise SessionError("not_found", f"session {session_id} not found") from None
+        storage = self._open.get(session_id)
+        if storage is None or storage.stamp != stamp:  # new, or changed by another program
+            if storage is not None:
+                storage.close()
+            storage = JsonlSessionStorage(path)
+            self._open[session_id] = storage
+        return storage
+
+    def exists(self, session_id: str) -> bool:
+        try:
+            return self.path_for(session_id).exists()
+        except SessionError:
+            return False
+
+    def _scan(self, path: Path) -> tuple[SessionSummary, builtins.list[str]] | None:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self._listing.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        try:
+            parsed, _torn = read_session_file(path)
+        except SessionError as error:
+            log.warning("skipping unreadable session file: %s", error.message)
+            return None
+        storage = InMemorySessionStorage(parsed.header, parsed.entries)
+        texts = [storage.get_session_name() or ""]
+        texts.extend(entry_text(entry) for entry in parsed.entries)
+        summary = summarize(storage)
+        opened = self._open.get(parsed.header.id)
+        if opened is not None and opened.stamp == key:
+            summary.modified = opened.modified  # written by us: the precise time
+        else:
+            moment = datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC)
+            summary.modified = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self._listing[path] = (key, summary, texts)
+        return summary, texts
+
+    def list(
+        self, query: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        words = query_words(query)
+        summaries = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            scanned = self._scan(path)
+            if scanned is None:
+                continue
+            summary, texts = scanned
+            if not words or text_matches(words, texts):
+                summaries.append(summary)
+        return page_summaries(summaries, limit, cursor)
+
+    def delete(self, session_id: str) -> None:
+        path = self.path_for(session_id)
+        storage = self._open.pop(session_id, None)
+        if storage is not None:
+            storage.close()
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise SessionError("not_found", f"session {session_id} not found") from None
+        self._listing.pop(path, None)
+
+    def close(self) -> None:
+        for storage in self._open.values():
+            storage.close()
+        self._open.clear()

@@ -1,0 +1,371 @@
+"""Session repos: create, open, list, delete, fork, import and export sessions.
+
+All three backends satisfy :class:`SessionRepo`. :class:`BaseSessionRepo` holds what they
+share (fork, pi import/export, listeners); a backend supplies storage creation, opening,
+listing and deletion.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions.context import SessionContextBuildOptions
+from mcp_agent.sessions.entries import (
+    LabelEntry,
+    LeafEntry,
+    MessageEntry,
+    SessionEntry,
+    SessionHeader,
+    SessionInfoEntry,
+    entry_text,
+    iso_now,
+    new_entry_id,
+    new_header,
+    sortable_time,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.pi import export_text, parse_session_text, read_session_source
+from mcp_agent.sessions.session import Session, SessionListener
+from mcp_agent.sessions.storage import SessionStorage, leaf_after
+
+FIRST_MESSAGE_CHARS = 200
+ForkPosition = Literal["before", "at"]
+
+
+@dataclass
+class SessionSummary:
+    """One row of a session listing."""
+
+    id: str
+    name: str | None
+    cwd: str
+    created: str
+    modified: str
+    entry_count: int
+    message_count: int
+    first_user_message: str | None
+    parent_session: str | None
+    total_tokens: int = 0
+    cost_total: float = 0.0
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "cwd": self.cwd,
+            "created": self.created,
+            "modified": self.modified,
+            "entryCount": self.entry_count,
+            "messageCount": self.message_count,
+            "firstUserMessage": self.first_user_message,
+            "parentSession": self.parent_session,
+            "totalTokens": self.total_tokens,
+            "costTotal": self.cost_total,
+        }
+
+
+@dataclass
+class SessionPage:
+    items: list[SessionSummary] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+@runtime_checkable
+class SessionRepo(Protocol):
+    listeners: list[SessionListener]
+
+    def create(
+        self,
+        name: str | None = None,
+        cwd: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_session: str | None = None,
+    ) -> Session: ...
+    def open(self, session_id: str) -> Session: ...
+    def exists(self, session_id: str) -> bool: ...
+    def list(
+        self, query: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage: ...
+    def delete(self, session_id: str) -> None: ...
+    def fork(
+        self, session_id: str, entry_id: str | None = None, position: ForkPosition = "before"
+    ) -> Session: ...
+    def import_jsonl(self, source: str | Path) -> Session: ...
+    def export_jsonl(self, session_id: str) -> str: ...
+    def close(self) -> None: ...
+
+
+# --- listing helpers --------------------------------------------------------------------------
+
+
+def encode_cursor(modified: str, session_id: str) -> str:
+    raw = json.dumps([modified, session_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        modified, session_id = json.loads(base64.urlsafe_b64decode(padded))
+        if isinstance(modified, str) and isinstance(session_id, str):
+            return modified, session_id
+    except (ValueError, TypeError):
+        pass
+    raise SessionError("invalid_argument", f"invalid cursor {cursor!r}")
+
+
+def query_words(query: str | None) -> list[str]:
+    """The words of a search; a session matches when each is the start of a word in it."""
+    return re.findall(r"\w+", query.lower()) if query else []
+
+
+def text_matches(words: list[str], texts: Iterable[str]) -> bool:
+    remaining = set(words)
+    for text in texts:
+        if not remaining:
+            break
+        lowered = text.lower()
+        remaining = {w for w in remaining if not re.search(r"(?<!\w)" + re.escape(w), lowered)}
+    return not remaining
+
+
+def page_summaries(
+    summaries: Iterable[SessionSummary], limit: int, cursor: str | None
+) -> SessionPage:
+    """Newest first by (modified, id); the cursor is the last row of the previous page."""
+    if limit < 1:
+        raise SessionError("invalid_argument", "limit must be at least 1")
+    ordered = sorted(summaries, key=lambda s: (s.modified, s.id), reverse=True)
+    if cursor is not None:
+        after = decode_cursor(cursor)
+        ordered = [s for s in ordered if (s.modified, s.id) < after]
+    items = ordered[:limit]
+    more = len(ordered) > limit
+    next_cursor = encode_cursor(items[-1].modified, items[-1].id) if more and items else None
+    return SessionPage(items, next_cursor)
+
+
+def first_user_text(entries: Iterable[SessionEntry]) -> str | None:
+    for entry in entries:
+        if isinstance(entry, MessageEntry) and isinstance(entry.message, UserMessage):
+            return entry.message.text[:FIRST_MESSAGE_CHARS]
+    return None
+
+
+def summarize(storage: SessionStorage) -> SessionSummary:
+    """A listing row computed from all entries (the SQLite repo keeps these as columns)."""
+    header = storage.get_metadata()
+    entries = storage.get_entries()
+    stats = storage.get_session_stats()
+    return SessionSummary(
+        id=header.id,
+        name=storage.get_session_name(),
+        cwd=header.cwd,
+        created=sortable_time(header.timestamp),
+        modified=getattr(storage, "modified", None) or sortable_time(header.timestamp),
+        entry_count=stats.entry_count,
+        message_count=stats.message_count,
+        first_user_message=first_user_text(entries),
+        parent_session=header.parent_session,
+        total_tokens=stats.total_tokens,
+        cost_total=stats.cost_total,
+    )
+
+
+def matches(storage: SessionStorage, words: list[str]) -> bool:
+    texts = [storage.get_session_name() or ""]
+    texts.extend(entry_text(entry) for entry in storage.get_entries())
+    return text_matches(words, texts)
+
+
+# --- fork -------------------------------------------------------------------------------------
+
+
+def entries_to_fork(
+    source: Session, entry_id: str | None, position: str
+) -> tuple[builtins.list[SessionEntry], str | None]:
+    """The entries a fork copies, and its leaf (seed: getEntriesToFork).
+
+    No entry id: the whole session, leaf included. ``at``: the path from the root to the entry.
+    ``before``: the path to the parent of a user message (to ask it again differently).
+    Labels of copied entries are re-applied at the end, as pi's createBranchedSession does.
+    """
+    if position not in ("before", "at"):
+        raise SessionError(
+            "invalid_fork_target", f"position must be 'before' or 'at', not {position!r}"
+        )
+    if entry_id is None:
+        return source.get_entries(), source.leaf_id
+    target = source.get_entry(entry_id)
+    if target is None or isinstance(target, LeafEntry):
+        raise SessionError("not_found", f"entry {entry_id} not found in session {source.id}")
+    if position == "at":
+        end: str | None = target.id
+    else:
+        if not (isinstance(target, MessageEntry) and isinstance(target.message, UserMessage)):
+            raise SessionError(
+                "invalid_fork_target",
+                f"entry {entry_id} is not a user message; fork 'before' needs one (or use 'at')",
+            )
+        end = target.parent_id
+    path = source.get_branch(end) if end is not None else []
+    copied = [e for e in path if not isinstance(e, LabelEntry | LeafEntry)]
+    taken = {e.id for e in copied}
+    parent = copied[-1].id if copied else None
+    for entry in list(copied):
+        label = source.get_label(entry.id)
+        if label is None:
+            continue
+        new_id = new_entry_id(taken.__contains__)
+        taken.add(new_id)
+        copied.append(
+            LabelEntry(
+                id=new_id, parent_id=parent, timestamp=iso_now(), target_id=entry.id, label=label
+            )
+        )
+        parent = new_id
+    return copied, leaf_after(copied)
+
+
+# --- the shared part of every repo ------------------------------------------------------------
+
+
+class BaseSessionRepo:
+    """Fork, import, export and listeners on top of four backend operations."""
+
+    def __init__(self, context_build_options: SessionContextBuildOptions | None = None) -> None:
+        self.listeners: builtins.list[SessionListener] = []
+        self.context_build_options = context_build_options
+
+    # Backend operations -----------------------------------------------------------------------
+
+    def _create_storage(
+        self, header: SessionHeader, entries: builtins.list[SessionEntry]
+    ) -> SessionStorage:
+        """Store a new session with its first entries, all or nothing."""
+        raise NotImplementedError
+
+    def _open_storage(self, session_id: str) -> SessionStorage:
+        raise NotImplementedError
+
+    def exists(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def list(
+        self, query: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        raise NotImplementedError
+
+    def delete(self, session_id: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    # Shared operations ------------------------------------------------------------------------
+
+    def _session(self, storage: SessionStorage) -> Session:
+        return Session(storage, self.context_build_options, listeners=self.listeners)
+
+    def _create(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> Session:
+        if self.exists(header.id):
+            raise SessionError("conflict", f"session {header.id} already exists")
+        return self._session(self._create_storage(header, entries))
+
+    def create(
+        self,
+        name: str | None = None,
+        cwd: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_session: str | None = None,
+    ) -> Session:
+        header = new_header(cwd=cwd, parent_session=parent_session, metadata=metadata)
+        entries: builtins.list[SessionEntry] = []
+        if name and name.strip():
+            entries.append(
+                SessionInfoEntry(
+                    id=new_entry_id(), parent_id=None, timestamp=iso_now(), name=name.strip()
+                )
+            )
+        return self._create(header, entries)
+
+    def open(self, session_id: str) -> Session:
+        return self._session(self._open_storage(session_id))
+
+    def fork(
+        self, session_id: str, entry_id: str | None = None, position: ForkPosition = "before"
+    ) -> Session:
+        source = self.open(session_id)
+        try:
+            entries, _leaf = entries_to_fork(source, entry_id, position)
+            header = new_header(
+                cwd=source.header.cwd, parent_session=source.id, metadata=source.header.metadata
+            )
+        finally:
+            source.close()
+        return self._create(header, entries)
+
+    def import_jsonl(self, source: str | Path) -> Session:
+        """Import a pi session file (version 1, 2 or 3) or its text; nothing is stored unless
+        the whole file is valid."""
+        text, name = read_session_source(source)
+        parsed = parse_session_text(text, name)
+        return self._create(parsed.header, parsed.entries)
+
+    def export_jsonl(self, session_id: str) -> str:
+        """The session as a pi version-3 JSONL file."""
+        storage = self._open_storage(session_id)
+        try:
+            return export_text(storage.get_metadata(), storage.get_entries(), storage.get_leaf_id())
+        finally:
+            storage.close()
+
+    def __enter__(self) -> BaseSessionRepo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class InMemorySessionRepo(BaseSessionRepo):
+    """Sessions kept in a dict: for tests and throwaway work."""
+
+    def __init__(self, context_build_options: SessionContextBuildOptions | None = None) -> None:
+        super().__init__(context_build_options)
+        self._storages: dict[str, InMemorySessionStorage] = {}
+
+    def _create_storage(
+        self, header: SessionHeader, entries: builtins.list[SessionEntry]
+    ) -> SessionStorage:
+        storage = InMemorySessionStorage(header, entries)
+        self._storages[header.id] = storage
+        return storage
+
+    def _open_storage(self, session_id: str) -> SessionStorage:
+        try:
+            return self._storages[session_id]
+        except KeyError:
+            raise SessionError("not_found", f"session {session_id} not found") from None
+
+    def exists(self, session_id: str) -> bool:
+        return session_id in self._storages
+
+    def list(
+        self, query: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        words = query_words(query)
+        storages = [s for s in self._storages.values() if not words or matches(s, words)]
+        return page_summaries((summarize(s) for s in storages), limit, cursor)
+
+    def delete(self, session_id: str) -> None:
+        if self._storages.pop(session_id, None) is None:
+            raise SessionError("not_found", f"session {session_id} not found")

@@ -1,0 +1,290 @@
+"""Session: the operations on one session tree, over any storage backend (seed: Session)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp_agent.messages import BaseMessage, Usage
+from mcp_agent.sessions.context import (
+    SessionContext,
+    SessionContextBuildOptions,
+    build_session_context,
+    merge_context_build_options,
+)
+from mcp_agent.sessions.entries import (
+    ActiveToolsChangeEntry,
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    CustomMessageEntry,
+    LabelEntry,
+    LeafEntry,
+    MessageEntry,
+    ModelChangeEntry,
+    SessionEntry,
+    SessionHeader,
+    SessionInfoEntry,
+    ThinkingLevelChangeEntry,
+    iso_now,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.storage import SessionStats, SessionStorage, tree_parent
+
+log = logging.getLogger(__name__)
+
+_ID_ATTEMPTS = 5
+
+# Called after each entry is stored, with the session id and the stored entry.
+SessionListener = Callable[[str, SessionEntry], None]
+
+
+@dataclass
+class TreeNode:
+    entry: SessionEntry
+    label: str | None = None
+    children: list[TreeNode] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The subtree as JSON; built without recursion so deep chains are fine."""
+        root: dict[str, Any] = {}
+        stack: list[tuple[TreeNode, dict[str, Any]]] = [(self, root)]
+        while stack:
+            node, out = stack.pop()
+            out["entry"] = node.entry.to_json_dict()
+            if node.label is not None:
+                out["label"] = node.label
+            out["children"] = [{} for _ in node.children]
+            stack.extend(zip(node.children, out["children"], strict=True))
+        return root
+
+
+class Session:
+    """A session tree. Each append makes the new entry a child of the leaf and moves the leaf
+    to it; ``move_to`` moves the leaf anywhere (a branch switch)."""
+
+    def __init__(
+        self,
+        storage: SessionStorage | None = None,
+        context_build_options: SessionContextBuildOptions | None = None,
+        listeners: list[SessionListener] | None = None,
+    ) -> None:
+        self.storage: SessionStorage = storage if storage is not None else InMemorySessionStorage()
+        self.context_build_options = context_build_options or SessionContextBuildOptions()
+        # A repo passes its own list, so one subscription covers every session it opens.
+        self.listeners: list[SessionListener] = listeners if listeners is not None else []
+        # One lock per storage, shared by every Session over it (a repo hands the same storage
+        # to each open), so appends from two threads never read the same leaf.
+        self._lock: threading.RLock = getattr(self.storage, "lock", None) or threading.RLock()
+
+    # --- identity -----------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.storage.get_metadata().id
+
+    @property
+    def header(self) -> SessionHeader:
+        return self.storage.get_metadata()
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self.storage.get_leaf_id()
+
+    @property
+    def name(self) -> str | None:
+        return self.storage.get_session_name()
+
+    def close(self) -> None:
+        self.storage.close()
+
+    # --- appends ------------------------------------------------------------------------------
+
+    def _append(self, build: Callable[[dict[str, Any]], SessionEntry]) -> str:
+        with self._lock:
+            for attempt in range(_ID_ATTEMPTS):
+                base = {
+                    "id": self.storage.create_entry_id(),
+                    "parent_id": self.storage.get_leaf_id(),
+                    "timestamp": iso_now(),
+                }
+                try:
+                    stored = self.storage.append_entry(build(base))
+                    break
+                except SessionError as error:
+                    # Another writer took the id first (or it was never checked): draw again.
+                    if error.code != "conflict" or attempt == _ID_ATTEMPTS - 1:
+                        raise
+        self._notify(stored)
+        return stored.id
+
+    def _notify(self, entry: SessionEntry) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(self.id, entry)
+            except Exception:  # a broken subscriber must not undo or block a stored append
+                log.exception("session listener failed")
+
+    def append_message(self, message: BaseMessage) -> str:
+        return self._append(lambda base: MessageEntry(**base, message=message))
+
+    def append_thinking_level_change(self, level: str) -> str:
+        return self._append(
+            lambda base: ThinkingLevelChangeEntry(**base, thinking_level=str(level))
+        )
+
+    def append_model_change(self, provider: str, model_id: str) -> str:
+        return self._append(
+            lambda base: ModelChangeEntry(**base, provider=provider, model_id=model_id)
+        )
+
+    def append_active_tools_change(self, names: list[str]) -> str:
+        return self._append(
+            lambda base: ActiveToolsChangeEntry(**base, active_tool_names=list(names))
+        )
+
+    def append_compaction(
+        self,
+        summary: str,
+        first_kept_entry_id: str | None,
+        tokens_before: int,
+        details: Any = None,
+        from_hook: bool = False,
+        usage: Usage | None = None,
+        retained_tail: list[BaseMessage] | None = None,
+    ) -> str:
+        if first_kept_entry_id is not None:
+            self._require_entry(first_kept_entry_id)
+        optional = _given(
+            first_kept_entry_id=first_kept_entry_id,
+            details=details,
+            from_hook=from_hook or None,
+            usage=usage,
+            retained_tail=list(retained_tail) if retained_tail is not None else None,
+        )
+        return self._append(
+            lambda base: CompactionEntry(
+                **base, summary=summary, tokens_before=tokens_before, **optional
+            )
+        )
+
+    def append_custom(self, custom_type: str, data: Any = None) -> str:
+        optional = _given(data=data)
+        return self._append(lambda base: CustomEntry(**base, custom_type=custom_type, **optional))
+
+    def append_custom_message(
+        self, custom_type: str, content: Any, display: bool = True, details: Any = None
+    ) -> str:
+        optional = _given(details=details)
+        return self._append(
+            lambda base: CustomMessageEntry(
+                **base, custom_type=custom_type, content=content, display=display, **optional
+            )
+        )
+
+    def append_label(self, target_id: str, label: str | None) -> str:
+        """Label an entry; an empty or None label clears it."""
+        self._require_entry(target_id)
+        optional = _given(label=label or None)
+        return self._append(lambda base: LabelEntry(**base, target_id=target_id, **optional))
+
+    def set_name(self, name: str | None) -> str:
+        """Name the session (a ``session_info`` entry); an empty name clears it."""
+        optional = _given(name=(name or "").strip() or None)
+        return self._append(lambda base: SessionInfoEntry(**base, **optional))
+
+    def move_to(self, entry_id: str | None, summary: Mapping[str, Any] | None = None) -> str | None:
+        """Move the leaf to ``entry_id`` (None: before the first entry). With ``summary``
+        (``{"summary": str, "details"?, "usage"?, "from_hook"?}``) a branch summary is added as a
+        child of the target and becomes the leaf; its id is returned."""
+        if entry_id is not None:
+            self._require_entry(entry_id)
+        if summary is not None and not isinstance(summary.get("summary"), str):
+            raise SessionError("invalid_argument", "summary needs a 'summary' string")
+        with self._lock:
+            moved = self.storage.set_leaf_id(entry_id)
+        if moved is not None:
+            self._notify(moved)
+        if summary is None:
+            return None
+        usage = summary.get("usage")
+        optional = _given(
+            details=summary.get("details"),
+            usage=Usage.model_validate(usage) if isinstance(usage, Mapping) else usage,
+            from_hook=bool(summary.get("from_hook", summary.get("fromHook"))) or None,
+        )
+        return self._append(
+            lambda base: BranchSummaryEntry(
+                **base, from_id=entry_id or "root", summary=summary["summary"], **optional
+            )
+        )
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def _require_entry(self, entry_id: str) -> SessionEntry:
+        entry = self.storage.get_entry(entry_id)
+        # A leaf move is bookkeeping, not a place in the conversation.
+        if entry is None or isinstance(entry, LeafEntry):
+            raise SessionError("not_found", f"entry {entry_id} not found in session {self.id}")
+        return entry
+
+    def get_entry(self, entry_id: str) -> SessionEntry | None:
+        return self.storage.get_entry(entry_id)
+
+    def get_entries(self) -> list[SessionEntry]:
+        return self.storage.get_entries()
+
+    def find_entries(self, entry_type: str) -> list[SessionEntry]:
+        return self.storage.find_entries(entry_type)
+
+    def get_label(self, entry_id: str) -> str | None:
+        return self.storage.get_label(entry_id)
+
+    def get_branch(self, leaf_id: str | None = None) -> list[SessionEntry]:
+        """The path from the root to ``leaf_id`` (default: the current leaf), root first."""
+        return self.storage.get_branch(self.leaf_id if leaf_id is None else leaf_id)
+
+    def get_path_to_root_or_compaction(self, leaf_id: str | None = None) -> list[SessionEntry]:
+        return self.storage.get_path_to_root_or_compaction(
+            self.leaf_id if leaf_id is None else leaf_id
+        )
+
+    def children(self, entry_id: str | None) -> list[SessionEntry]:
+        """The entries whose parent is ``entry_id`` (None: the roots); leaf moves left out."""
+        if entry_id is not None:
+            self._require_entry(entry_id)
+        return self.storage.get_children(entry_id)
+
+    def tree(self) -> list[TreeNode]:
+        """Every root with its subtree; siblings in append order, leaf moves left out."""
+        entries = self.storage.get_entries()
+        moves = {e.id: e.parent_id for e in entries if isinstance(e, LeafEntry)}
+        nodes: dict[str, TreeNode] = {}
+        roots: list[TreeNode] = []
+        for entry in entries:
+            if entry.id in moves:
+                continue
+            node = TreeNode(entry, self.storage.get_label(entry.id))
+            nodes[entry.id] = node
+            parent_id = tree_parent(entry.parent_id, moves)
+            parent = nodes.get(parent_id) if parent_id is not None else None
+            (parent.children if parent is not None else roots).append(node)
+        return roots
+
+    def build_context(self, options: SessionContextBuildOptions | None = None) -> SessionContext:
+        leaf_id = self.leaf_id
+        path = self.storage.get_branch(leaf_id) if leaf_id is not None else []
+        merged = merge_context_build_options(self.context_build_options, options)
+        return build_session_context(path, merged)
+
+    def stats(self) -> SessionStats:
+        return self.storage.get_session_stats()
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """Only the fields that have a value: an unset optional field stays out of the JSON."""
+    return {name: value for name, value in fields.items() if value is not None}

@@ -1,0 +1,210 @@
+"""The storage protocol every backend implements (seed: SessionStorage), and the tree walks and
+statistics that backends keeping entries in memory share."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from mcp_agent.messages import AssistantMessage
+from mcp_agent.sessions.entries import (
+    CompactionEntry,
+    LeafEntry,
+    MessageEntry,
+    SessionEntry,
+    SessionHeader,
+    entry_usage,
+    is_tree_node,
+)
+from mcp_agent.sessions.errors import SessionError
+
+
+@dataclass
+class SessionStats:
+    """Counts over every entry of a session (all branches); leaf moves are not counted."""
+
+    entry_count: int = 0
+    message_count: int = 0
+    messages_by_role: dict[str, int] = field(default_factory=dict)
+    tool_call_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+    cost_total: float = 0.0
+    leaf_count: int = 0
+    branch_point_count: int = 0
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class SessionStorage(Protocol):
+    """Where one session's header and entries live.
+
+    ``append_entry`` stores an entry and makes it the leaf; it returns the entry as stored
+    (the SQLite backend may re-parent it onto a leaf that another process moved meanwhile).
+    ``set_leaf_id`` persists a leaf move as a ``leaf`` entry and returns it, or None when the
+    leaf is already there. Paths are returned root first.
+    """
+
+    def get_metadata(self) -> SessionHeader: ...
+    def get_leaf_id(self) -> str | None: ...
+    def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None: ...
+    def create_entry_id(self) -> str: ...
+    def append_entry(self, entry: SessionEntry) -> SessionEntry: ...
+    def get_entry(self, entry_id: str) -> SessionEntry | None: ...
+    def find_entries(self, entry_type: str) -> list[SessionEntry]: ...
+    def get_label(self, entry_id: str) -> str | None: ...
+    def get_session_name(self) -> str | None: ...
+    def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]: ...
+    def get_branch(self, leaf_id: str | None) -> list[SessionEntry]: ...
+    def get_children(self, entry_id: str | None) -> list[SessionEntry]: ...
+    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]: ...
+    def get_session_stats(self) -> SessionStats: ...
+    def close(self) -> None: ...
+
+
+def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | None:
+    """The tree node an entry hangs under. pi, resuming a file that ends in one of our leaf
+    moves, appends below that line; such an entry belongs under the move's target."""
+    seen: set[str] = set()
+    while parent_id is not None and parent_id in moves and parent_id not in seen:
+        seen.add(parent_id)
+        parent_id = moves[parent_id]
+    return parent_id
+
+
+# --- walks shared by the in-memory indexes ----------------------------------------------------
+
+
+def walk_to_root(
+    get: Callable[[str], SessionEntry | None],
+    leaf_id: str | None,
+    stop: Callable[[SessionEntry], bool] | None = None,
+) -> list[SessionEntry]:
+    """Entries from the root (or from where ``stop`` says) down to ``leaf_id``."""
+    path: list[SessionEntry] = []
+    seen: set[str] = set()
+    current = get(leaf_id) if leaf_id is not None else None
+    if leaf_id is not None and current is None:
+        raise SessionError("not_found", f"entry {leaf_id} not found")
+    while current is not None:
+        if current.id in seen:
+            raise SessionError("corrupt", f"entry {current.id} is its own ancestor")
+        seen.add(current.id)
+        path.append(current)
+        if stop is not None and stop(current):
+            break
+        current = get(current.parent_id) if current.parent_id is not None else None
+    path.reverse()
+    return path
+
+
+def compaction_stop() -> Callable[[SessionEntry], bool]:
+    """A ``stop`` for :func:`walk_to_root` that ends the walk where the newest compaction's
+    context begins: at the compaction when it carries a retained tail or keeps nothing, else
+    at its first kept entry (seed: getPathToRootOrCompaction)."""
+    first_kept: list[str | None] = []
+
+    def stop(entry: SessionEntry) -> bool:
+        if first_kept:
+            return entry.id == first_kept[0]
+        if isinstance(entry, CompactionEntry):
+            if entry.retained_tail is not None or entry.first_kept_entry_id is None:
+                return True
+            first_kept.append(entry.first_kept_entry_id)
+        return False
+
+    return stop
+
+
+def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:
+    stats = SessionStats()
+    roles: Counter[str] = Counter()
+    child_counts: Counter[str | None] = Counter()
+    nodes: list[str] = []
+    entries = list(entries)
+    moves = {e.id: e.parent_id for e in entries if isinstance(e, LeafEntry)}
+    for entry in entries:
+        if not is_tree_node(entry):
+            continue
+        stats.entry_count += 1
+        nodes.append(entry.id)
+        child_counts[tree_parent(entry.parent_id, moves)] += 1
+        if stats.first_timestamp is None:
+            stats.first_timestamp = entry.timestamp
+        stats.last_timestamp = entry.timestamp
+        if isinstance(entry, MessageEntry):
+            roles[entry.message.role] += 1
+            if isinstance(entry.message, AssistantMessage):
+                stats.tool_call_count += len(entry.message.tool_calls)
+        usage = entry_usage(entry)
+        if usage is not None:
+            stats.input_tokens += usage.input
+            stats.output_tokens += usage.output
+            stats.cache_read_tokens += usage.cache_read
+            stats.cache_write_tokens += usage.cache_write
+            stats.total_tokens += usage.total_tokens
+            stats.cost_total += usage.cost.total
+    stats.messages_by_role = dict(roles)
+    stats.message_count = sum(roles.values())
+    stats.leaf_count = sum(1 for node in nodes if child_counts[node] == 0)
+    stats.branch_point_count = sum(1 for node in nodes if child_counts[node] > 1)
+    return stats
+
+
+# --- checks for entries that arrive all at once (import, fork, reload) ------------------------
+
+
+def validate_tree(
+    entries: list[SessionEntry], where: Callable[[int], str] = lambda i: f"entry {i + 1}"
+) -> None:
+    """Raise unless ids are unique, every parent exists and no entry is its own ancestor.
+
+    ``where(i)`` names the i-th entry in messages (e.g. ``file.jsonl line 12``).
+    """
+    position: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if entry.id in position:
+            first = where(position[entry.id])
+            raise SessionError(
+                "invalid_entry", f"{where(index)}: duplicate entry id {entry.id} (also {first})"
+            )
+        position[entry.id] = index
+    for index, entry in enumerate(entries):
+        if entry.parent_id is not None and entry.parent_id not in position:
+            raise SessionError(
+                "invalid_entry",
+                f"{where(index)}: parentId {entry.parent_id} points to no entry",
+            )
+    by_id = {entry.id: entry for entry in entries}
+    rooted: set[str] = set()  # entries known to reach a root
+    for index, entry in enumerate(entries):
+        walk: list[str] = []
+        on_walk: set[str] = set()
+        current: SessionEntry | None = entry
+        while current is not None and current.id not in rooted:
+            if current.id in on_walk:
+                raise SessionError(
+                    "invalid_entry", f"{where(index)}: parentId chain of {entry.id} has a cycle"
+                )
+            walk.append(current.id)
+            on_walk.add(current.id)
+            current = by_id[current.parent_id] if current.parent_id is not None else None
+        rooted.update(walk)
+
+
+def leaf_after(entries: list[SessionEntry]) -> str | None:
+    """The leaf a log of entries ends on: the last entry, or the target of a final leaf move
+    (pi resumes at the last line; our ``leaf`` lines point it back to the right branch)."""
+    if not entries:
+        return None
+    last = entries[-1]
+    return last.target_id if isinstance(last, LeafEntry) else last.id

@@ -1,0 +1,29 @@
+// pi's own session code as an oracle: parseSessionEntries -> migrateSessionEntries ->
+// buildSessionContext -> convertToLlm on one file.
+//   node oracle.mjs PEERS_DIR FILE.jsonl [LEAF_ID|null ...]
+// PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. Without LEAF_IDs pi's default
+// (the last entry of the file) is used. Prints {piVersion, entries, results: [{leafId,
+// context, llmMessages}, ...]}, one result per leaf.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [peers, file, ...leafArgs] = process.argv.slice(2);
+const root = join(peers, "node_modules", "@mariozechner", "pi-coding-agent");
+const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+const main = pkg.exports?.["."]?.import ?? pkg.exports?.["."]?.default ?? pkg.main ?? "dist/index.js";
+const pi = await import(pathToFileURL(join(root, typeof main === "string" ? main : main.default)).href);
+const entries = pi.parseSessionEntries(readFileSync(file, "utf8"));
+pi.migrateSessionEntries(entries);
+const body = entries.filter((e) => e.type !== "session");
+const defaultLeaf = body.length ? body[body.length - 1].id : null;
+const leaves = leafArgs.length ? leafArgs.map((a) => (a === "null" ? null : a)) : [defaultLeaf];
+const results = leaves.map((leafId) => {
+  const ctx = pi.buildSessionContext(body, leafId);
+  return {
+    leafId,
+    context: { messages: ctx.messages, thinkingLevel: ctx.thinkingLevel, model: ctx.model },
+    llmMessages: pi.convertToLlm(ctx.messages),
+  };
+});
+process.stdout.write(JSON.stringify({ piVersion: pkg.version, entries: body, results }));

@@ -1,0 +1,827 @@
+"""The contract every session backend passes: memory, SQLite and JSONL run the same tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_agent.messages import (
+    AssistantMessage,
+    TextContent,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UsageCost,
+    UserMessage,
+)
+from mcp_agent.sessions import (
+    CustomEntry,
+    InMemorySessionRepo,
+    JsonlSessionRepo,
+    MessageEntry,
+    Session,
+    SessionContextBuildOptions,
+    SessionError,
+    SqliteSessionRepo,
+)
+
+DATA = Path(__file__).parent / "data" / "pi"
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text, timestamp=1)
+
+
+def assistant(
+    text: str, provider: str = "anthropic", model: str = "claude", **usage: int
+) -> AssistantMessage:
+    return AssistantMessage(
+        content=[TextContent(text=text)],
+        provider=provider,
+        model=model,
+        api="anthropic-messages",
+        usage=Usage(**usage),
+        timestamp=2,
+    )
+
+
+def texts(session: Session) -> list[str]:
+    out = []
+    for message in session.build_context().messages:
+        text = getattr(message, "text", None)
+        out.append(text if isinstance(text, str) else getattr(message, "summary", message.role))
+    return out
+
+
+RepoFactory = Callable[[], object]
+
+
+@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], object]]:
+    """A function returning a repo; for the persistent backends each call opens the same
+    store afresh, as a restarted process would."""
+    made: list[object] = []
+    memory = InMemorySessionRepo()
+
+    def make() -> object:
+        if request.param == "memory":
+            return memory
+        repo = (
+            SqliteSessionRepo(tmp_path / "sessions.db")
+            if request.param == "sqlite"
+            else JsonlSessionRepo(tmp_path / "sessions")
+        )
+        made.append(repo)
+        return repo
+
+    make.kind = request.param  # type: ignore[attr-defined]
+    yield make
+    for repo in made:
+        repo.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def repo(backend: Callable[[], object]):
+    return backend()
+
+
+# --- appends and the leaf ---------------------------------------------------------------------
+
+
+def test_appends_chain_from_the_leaf_with_short_unique_ids(repo) -> None:
+    session = repo.create()
+    ids = [session.append_message(user(f"m{i}")) for i in range(5)]
+    assert all(re.fullmatch(r"[0-9a-f]{8}", i) for i in ids)
+    assert len(set(ids)) == 5
+    assert session.leaf_id == ids[-1]
+    branch = session.get_branch()
+    assert [e.id for e in branch] == ids
+    assert branch[0].parent_id is None
+    assert [e.parent_id for e in branch[1:]] == ids[:-1]
+    assert session.get_entry(ids[2]).message.content == "m2"
+    assert session.get_entry("nope0000") is None
+
+
+def test_every_append_method_writes_its_entry_type(repo) -> None:
+    session = repo.create()
+    session.append_message(user("hi"))
+    session.append_thinking_level_change(ThinkingLevel.HIGH)
+    session.append_model_change("openai", "gpt-4o")
+    session.append_active_tools_change(["bash", "read"])
+    session.append_custom("app-state", {"k": 1})
+    session.append_custom_message("note", "remember this", display=False, details={"a": 1})
+    target = session.leaf_id
+    session.append_label(target, "bookmark")
+    session.set_name("  my session  ")
+    kinds = [e.type for e in session.get_entries()]
+    assert kinds == [
+        "message",
+        "thinking_level_change",
+        "model_change",
+        "active_tools_change",
+        "custom",
+        "custom_message",
+        "label",
+        "session_info",
+    ]
+    assert session.get_label(target) == "bookmark"
+    assert session.name == "my session"
+    assert [e.type for e in session.find_entries("custom")] == ["custom"]
+    context = session.build_context()
+    assert context.thinking_level == "high"
+    assert context.model == {"provider": "openai", "modelId": "gpt-4o"}
+    assert context.active_tool_names == ["bash", "read"]
+    # custom entries stay out of the context; custom messages go in even when not displayed
+    assert [m.role for m in context.messages] == ["user", "custom"]
+    assert context.messages[1].details == {"a": 1}
+
+
+def test_assistant_message_sets_the_model_and_a_later_change_wins(repo) -> None:
+    session = repo.create()
+    session.append_model_change("openai", "gpt-4o")
+    session.append_message(assistant("x", provider="anthropic", model="claude-sonnet"))
+    assert session.build_context().model == {"provider": "anthropic", "modelId": "claude-sonnet"}
+    session.append_model_change("google", "gemini")
+    assert session.build_context().model == {"provider": "google", "modelId": "gemini"}
+
+
+def test_empty_session_builds_an_empty_context(repo) -> None:
+    context = repo.create().build_context()
+    assert context.messages == []
+    assert context.thinking_level == "off"
+    assert context.model is None
+    assert context.active_tool_names is None
+
+
+# --- compaction -------------------------------------------------------------------------------
+
+
+def seed_compaction_session(repo) -> tuple[Session, list[str]]:
+    """The seed's compaction example: msg_1 .. msg_16, compacted keeping msg_11 onwards."""
+    session = repo.create()
+    ids = []
+    for i in range(1, 17):
+        message = user(f"msg_{i}") if i % 2 else assistant(f"msg_{i}")
+        ids.append(session.append_message(message))
+    return session, ids
+
+
+def test_compaction_keeps_entries_from_first_kept(repo) -> None:
+    session, ids = seed_compaction_session(repo)
+    session.append_compaction("Previous conversation summary", ids[10], 100_000)
+    assert texts(session) == ["Previous conversation summary"] + [f"msg_{i}" for i in range(11, 17)]
+    session.append_message(user("after"))
+    assert texts(session)[-1] == "after"
+    summary = session.build_context().messages[0]
+    assert summary.role == "compactionSummary" and summary.tokens_before == 100_000
+
+
+def test_compaction_with_retained_tail_replaces_everything_before(repo) -> None:
+    session, ids = seed_compaction_session(repo)
+    tail = [user("kept question"), assistant("kept answer")]
+    session.append_compaction("summary", ids[1], 500, {"n": 1}, retained_tail=tail)
+    session.append_message(user("next"))
+    assert texts(session) == ["summary", "kept question", "kept answer", "next"]
+    compaction = session.find_entries("compaction")[0]
+    assert compaction.details == {"n": 1}
+    assert [m.to_json_dict() for m in compaction.retained_tail] == [m.to_json_dict() for m in tail]
+    # the walk for the context stops at a compaction with a retained tail
+    assert session.get_path_to_root_or_compaction()[0].type == "compaction"
+
+
+def test_newest_compaction_wins_and_older_ones_inside_the_kept_range_are_skipped(repo) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(assistant("b"))
+    session.append_compaction("first", a, 10)
+    c = session.append_message(user("c"))
+    session.append_message(assistant("d"))
+    session.append_compaction("second", a, 20)
+    session.append_message(user("e"))
+    assert texts(session) == ["second", "a", "b", "c", "d", "e"]
+    path = session.get_path_to_root_or_compaction()
+    assert path[0].id == a
+    session.append_compaction("third", c, 30)
+    assert texts(session) == ["third", "c", "d", "e"]
+
+
+def test_compaction_state_before_it_still_applies(repo) -> None:
+    session = repo.create()
+    session.append_thinking_level_change("low")
+    session.append_model_change("openai", "gpt")
+    first = session.append_message(user("a"))
+    session.append_compaction("s", first, 1)
+    context = session.build_context()
+    assert context.thinking_level == "low"
+    assert context.model == {"provider": "openai", "modelId": "gpt"}
+
+
+def test_compaction_with_unknown_first_kept_entry_is_refused(repo) -> None:
+    session = repo.create()
+    session.append_message(user("a"))
+    before = len(session.get_entries())
+    with pytest.raises(SessionError) as error:
+        session.append_compaction("s", "deadbeef", 1)
+    assert error.value.code == "not_found"
+    assert len(session.get_entries()) == before
+
+
+# --- branches ---------------------------------------------------------------------------------
+
+
+def test_move_to_branches_like_the_seed_example(repo) -> None:
+    session = repo.create()
+    e1 = session.append_message(user("E1"))
+    e2 = session.append_message(assistant("E2"))
+    session.append_message(user("E3"))
+    e4 = session.append_message(assistant("E4"))
+    assert session.move_to(e2) is None
+    assert session.leaf_id == e2
+    session.append_message(user("E3'"))
+    session.append_message(assistant("E4'"))
+    assert texts(session) == ["E1", "E2", "E3'", "E4'"]
+    # the old branch is still there
+    assert [e.message.text for e in session.get_branch(e4)] == ["E1", "E2", "E3", "E4"]
+    assert [e.id for e in session.children(e2)] != []
+    assert len(session.children(e2)) == 2
+    assert [e.id for e in session.children(None)] == [e1]
+
+
+def test_move_to_with_summary_adds_a_branch_summary_under_the_target(repo) -> None:
+    session = repo.create()
+    session.append_message(user("E1"))
+    e2 = session.append_message(assistant("E2"))
+    session.append_message(user("E3"))
+    summary_id = session.move_to(
+        e2, {"summary": "User changed direction", "details": {"focus": "files"}}
+    )
+    entry = session.get_entry(summary_id)
+    assert entry.type == "branch_summary"
+    assert entry.parent_id == e2 and entry.from_id == e2
+    assert entry.details == {"focus": "files"}
+    assert session.leaf_id == summary_id
+    session.append_message(user("Let's work with files"))
+    context = session.build_context()
+    assert [m.role for m in context.messages] == ["user", "assistant", "branchSummary", "user"]
+    assert context.messages[2].from_id == e2
+
+
+def test_move_to_unknown_entry_fails_and_writes_nothing(repo) -> None:
+    session = repo.create()
+    session.append_message(user("a"))
+    before = [e.id for e in session.get_entries()]
+    leaf = session.leaf_id
+    for call in (
+        lambda: session.move_to("00000000"),
+        lambda: session.move_to("00000000", {"summary": "x"}),
+        lambda: session.append_label("00000000", "x"),
+    ):
+        with pytest.raises(SessionError) as error:
+            call()
+        assert error.value.code == "not_found"
+        assert "00000000" in str(error.value)
+    assert [e.id for e in session.get_entries()] == before
+    assert session.leaf_id == leaf
+
+
+def test_move_to_none_starts_a_new_root(repo) -> None:
+    session = repo.create()
+    session.append_message(user("a"))
+    session.move_to(None)
+    assert session.leaf_id is None
+    assert session.build_context().messages == []
+    b = session.append_message(user("b"))
+    assert session.get_entry(b).parent_id is None
+    assert len(session.children(None)) == 2
+    assert texts(session) == ["b"]
+
+
+def test_moving_to_the_current_leaf_writes_nothing(repo) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    count = len(session.get_entries())
+    session.move_to(a)
+    assert len(session.get_entries()) == count
+
+
+def test_leaf_moves_are_not_tree_nodes(repo) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    b = session.append_message(user("b"))
+    session.move_to(a)
+    assert session.find_entries("leaf")[0].target_id == a
+    assert [e.id for e in session.children(a)] == [b]
+    stats = session.stats()
+    assert stats.entry_count == 2
+    assert stats.leaf_count == 1
+    tree = session.tree()
+    assert len(tree) == 1 and [c.entry.id for c in tree[0].children] == [b]
+
+
+def test_tree_and_labels(repo) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    b = session.append_message(assistant("b"))
+    session.move_to(a)
+    c = session.append_message(assistant("c"))
+    session.append_label(b, "first try")
+    session.append_label(b, "renamed")
+    session.append_label(c, "")
+    tree = session.tree()
+    assert [n.entry.id for n in tree] == [a]
+    assert [n.entry.id for n in tree[0].children] == [b, c]
+    assert tree[0].children[0].label == "renamed"
+    assert tree[0].children[1].label is None
+    session.append_label(b, None)
+    assert session.get_label(b) is None
+    as_json = tree[0].to_json_dict()
+    assert as_json["entry"]["id"] == a and len(as_json["children"]) == 2
+
+
+def test_set_name_and_clear(repo) -> None:
+    session = repo.create(name="first")
+    assert session.name == "first"
+    session.set_name("second")
+    assert session.name == "second"
+    session.set_name("   ")
+    assert session.name is None
+
+
+# --- stats ------------------------------------------------------------------------------------
+
+
+def test_stats_count_roles_tokens_cost_leaves_and_times(repo) -> None:
+    session = repo.create()
+    a = session.append_message(user("q"))
+    cost = UsageCost(total=0.5)
+    reply = assistant(
+        "calling", input=100, output=10, cache_read=5, cache_write=1, total_tokens=116
+    )
+    reply.content.append(ToolCall(id="t1", name="bash", arguments={}))
+    reply.usage.cost = cost
+    session.append_message(reply)
+    result = ToolResultMessage(
+        tool_call_id="t1",
+        tool_name="bash",
+        content=[TextContent(text="ok")],
+        usage=Usage(input=7, output=3, total_tokens=10, cost=UsageCost(total=0.25)),
+        timestamp=3,
+    )
+    session.append_message(result)
+    session.move_to(a)
+    session.append_message(assistant("other", input=1, output=1, total_tokens=2))
+    session.append_custom("x")
+    session.append_compaction(
+        "s",
+        None,
+        99,
+        usage=Usage(input=1000, output=100, total_tokens=1100, cost=UsageCost(total=1.0)),
+    )
+    stats = session.stats()
+    assert stats.entry_count == 6
+    assert stats.message_count == 4
+    assert stats.messages_by_role == {"user": 1, "assistant": 2, "toolResult": 1}
+    assert stats.tool_call_count == 1
+    # the assistants, the tool result's own usage, and the model call behind the compaction
+    assert stats.input_tokens == 1108
+    assert stats.output_tokens == 114
+    assert stats.cache_read_tokens == 5
+    assert stats.cache_write_tokens == 1
+    assert stats.total_tokens == 1228
+    assert stats.cost_total == pytest.approx(1.75)
+    assert stats.leaf_count == 2
+    assert stats.branch_point_count == 1
+    entries = [e for e in session.get_entries() if e.type != "leaf"]
+    assert stats.first_timestamp == entries[0].timestamp
+    assert stats.last_timestamp == entries[-1].timestamp
+    assert stats.to_json_dict()["messages_by_role"]["user"] == 1
+
+
+# --- context build options --------------------------------------------------------------------
+
+
+def test_projectors_and_transforms_from_session_and_call_are_merged(repo) -> None:
+    session = repo.create()
+    session.append_message(user("a"))
+    session.append_custom("todo", {"item": "write tests"})
+    session.append_message(user("b"))
+
+    def project(entry: CustomEntry, index: int, entries: list) -> list:
+        return [user(f"todo: {entry.data['item']} at {index}")]
+
+    session.context_build_options = SessionContextBuildOptions(entry_projectors={"todo": project})
+    assert texts(session) == ["a", "todo: write tests at 1", "b"]
+
+    def drop_first(entries: list) -> list:
+        return entries[1:]
+
+    options = SessionContextBuildOptions(entry_transforms=[drop_first])
+    assert [
+        t for t in (getattr(m, "text", "") for m in session.build_context(options).messages)
+    ] == [
+        "todo: write tests at 0",
+        "b",
+    ]
+    # a call's projector replaces the session's for the same custom type
+    override = SessionContextBuildOptions(entry_projectors={"todo": lambda e, i, es: []})
+    assert texts(session.__class__(session.storage, session.context_build_options)) == texts(
+        session
+    )
+    assert [m.text for m in session.build_context(override).messages] == ["a", "b"]
+
+
+# --- listeners --------------------------------------------------------------------------------
+
+
+def test_listeners_hear_every_stored_entry(repo) -> None:
+    heard: list[tuple[str, str]] = []
+    repo.listeners.append(lambda session_id, entry: heard.append((session_id, entry.type)))
+
+    def broken(session_id, entry):
+        raise RuntimeError("subscriber bug")
+
+    repo.listeners.append(broken)
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    session.move_to(a, {"summary": "back"})
+    assert heard == [
+        (session.id, "message"),
+        (session.id, "message"),
+        (session.id, "leaf"),
+        (session.id, "branch_summary"),
+    ]
+    with pytest.raises(SessionError):
+        session.move_to("ffffffff")
+    assert len(heard) == 4
+
+
+# --- repos ------------------------------------------------------------------------------------
+
+
+def test_create_open_and_header(repo, backend) -> None:
+    session = repo.create(name="n", cwd="/tmp/x", metadata={"agent": "coder"})
+    header = session.header
+    assert header.version == 3 and header.type == "session"
+    assert header.cwd == "/tmp/x" and header.metadata == {"agent": "coder"}
+    assert re.fullmatch(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", session.id
+    )
+    first = session.append_message(user("hello"))
+    reopened = backend().open(session.id)
+    assert reopened.header.to_json_dict() == header.to_json_dict()
+    assert reopened.leaf_id == first
+    assert reopened.name == "n"
+    with pytest.raises(SessionError) as error:
+        repo.open("no-such-session")
+    assert error.value.code == "not_found"
+
+
+def test_state_survives_a_restart_including_leaf_moves(repo, backend) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(assistant("b"))
+    session.move_to(a)
+    session.append_label(a, "start")
+    session.move_to(a)
+    again = backend().open(session.id)
+    assert again.leaf_id == a
+    assert texts(again) == texts(session) == ["a"]
+    assert again.get_label(a) == "start"
+    assert again.stats() == session.stats()
+    assert [e.to_json_dict() for e in again.get_entries()] == [
+        e.to_json_dict() for e in session.get_entries()
+    ]
+
+
+def test_list_is_newest_first_paged_and_searchable(repo) -> None:
+    made = []
+    for i in range(7):
+        session = repo.create(name=f"session {i}")
+        session.append_message(user(f"question about {'apples' if i % 2 else 'pears'} number{i}"))
+        session.append_message(assistant("answer"))
+        made.append(session.id)
+    seen = []
+    page = repo.list(limit=3)
+    while True:
+        seen.extend(item.id for item in page.items)
+        if page.next_cursor is None:
+            break
+        page = repo.list(limit=3, cursor=page.next_cursor)
+    assert seen == list(reversed(made))
+    first = repo.list(limit=1).items[0]
+    assert first.name == "session 6"
+    assert first.message_count == 2 and first.entry_count == 3
+    assert first.first_user_message == "question about pears number6"
+    assert first.modified >= first.created
+    assert first.to_json_dict()["firstUserMessage"] == "question about pears number6"
+    apples = repo.list(query="APPLES")
+    assert [s.id for s in apples.items] == [made[5], made[3], made[1]]
+    assert [s.id for s in repo.list(query="appl question").items] == [made[5], made[3], made[1]]
+    assert [s.id for s in repo.list(query="number4").items] == [made[4]]
+    assert repo.list(query="session 2").items[0].id == made[2]  # names are searchable
+    assert repo.list(query="bananas").items == []
+    with pytest.raises(SessionError):
+        repo.list(cursor="not a cursor")
+
+
+def test_list_order_follows_the_latest_append(repo) -> None:
+    old = repo.create()
+    new = repo.create()
+    new.append_message(user("x"))
+    old.append_message(user("y"))
+    assert [s.id for s in repo.list().items][:2] == [old.id, new.id]
+
+
+def test_delete(repo) -> None:
+    keep = repo.create()
+    gone = repo.create()
+    gone.append_message(user("bye"))
+    repo.delete(gone.id)
+    assert [s.id for s in repo.list().items] == [keep.id]
+    assert not repo.exists(gone.id)
+    with pytest.raises(SessionError) as error:
+        repo.open(gone.id)
+    assert error.value.code == "not_found"
+    with pytest.raises(SessionError):
+        repo.delete(gone.id)
+    assert repo.list(query="bye").items == []
+
+
+# --- fork -------------------------------------------------------------------------------------
+
+
+def forkable(repo) -> tuple[Session, dict[str, str]]:
+    session = repo.create(cwd="/w")
+    ids = {}
+    session.append_model_change("openai", "gpt")
+    ids["q1"] = session.append_message(user("q1"))
+    ids["a1"] = session.append_message(assistant("a1"))
+    ids["q2"] = session.append_message(user("q2"))
+    ids["a2"] = session.append_message(assistant("a2"))
+    session.append_label(ids["q1"], "start")
+    return session, ids
+
+
+def test_fork_whole_session(repo) -> None:
+    source, _ids = forkable(repo)
+    source.move_to(_ids["a1"])
+    fork = repo.fork(source.id)
+    assert fork.id != source.id
+    assert fork.header.parent_session == source.id
+    assert fork.header.cwd == "/w"
+    assert [e.to_json_dict() for e in fork.get_entries()] == [
+        e.to_json_dict() for e in source.get_entries()
+    ]
+    assert fork.leaf_id == source.leaf_id
+    assert texts(fork) == texts(source)
+    assert repo.list().items[0].parent_session == source.id
+
+
+def test_fork_at_and_before_an_entry(repo) -> None:
+    source, ids = forkable(repo)
+    at = repo.fork(source.id, ids["a1"], position="at")
+    assert texts(at) == ["q1", "a1"]
+    assert at.get_label(ids["q1"]) == "start"  # labels of copied entries come along
+    assert at.build_context().model == {"provider": "anthropic", "modelId": "claude"}
+    before = repo.fork(source.id, ids["q2"])  # "before" is the default
+    assert texts(before) == ["q1", "a1"]
+    first = repo.fork(source.id, ids["q1"], position="before")
+    assert texts(first) == []
+    assert first.header.parent_session == source.id
+    # the source is unchanged
+    assert texts(source) == ["q1", "a1", "q2", "a2"]
+
+
+def test_bad_fork_targets_fail_and_create_nothing(repo) -> None:
+    source, ids = forkable(repo)
+    count = len(repo.list(limit=100).items)
+    cases = [
+        ((source.id, ids["a1"], "before"), "invalid_fork_target"),
+        ((source.id, "00000000", "at"), "not_found"),
+        ((source.id, ids["q1"], "sideways"), "invalid_fork_target"),
+        (("missing-session", None, "before"), "not_found"),
+    ]
+    for args, code in cases:
+        with pytest.raises(SessionError) as error:
+            repo.fork(*args)
+        assert error.value.code == code
+    assert len(repo.list(limit=100).items) == count
+
+
+# --- import and export ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+def test_import_pi_files_of_every_version(repo, version: str) -> None:
+    session = repo.import_jsonl(DATA / f"{version}.jsonl")
+    assert session.header.version == 3
+    exported = [json.loads(line) for line in repo.export_jsonl(session.id).splitlines()]
+    assert exported[0]["version"] == 3
+    assert all(re.fullmatch(r"[0-9a-f]{8}", e["id"]) for e in exported[1:])
+    assert not any(
+        e.get("type") == "message" and e["message"]["role"] == "hookMessage" for e in exported
+    )
+    assert session.build_context().messages[0].role == "compactionSummary"
+
+
+def test_v3_import_then_export_is_line_for_line_equal(repo) -> None:
+    text = (DATA / "v3.jsonl").read_text()
+    session = repo.import_jsonl(text)
+    exported = repo.export_jsonl(session.id).splitlines()
+    original = [line for line in text.splitlines() if line.strip()]
+    assert len(exported) == len(original)
+    for ours, theirs in zip(exported, original, strict=True):
+        assert json.loads(ours) == json.loads(theirs)
+
+
+def test_unknown_entry_types_round_trip_and_add_nothing(repo) -> None:
+    lines = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": "s-unknown",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/",
+        },
+        {
+            "type": "message",
+            "id": "aaaaaaaa",
+            "parentId": None,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": "hi", "timestamp": 1, "futureField": [1]},
+        },
+        {
+            "type": "future_thing",
+            "id": "bbbbbbbb",
+            "parentId": "aaaaaaaa",
+            "timestamp": "2026-01-01T00:00:02.000Z",
+            "payload": {"x": [1, 2]},
+            "flag": None,
+        },
+        {
+            "type": "message",
+            "id": "cccccccc",
+            "parentId": "bbbbbbbb",
+            "timestamp": "2026-01-01T00:00:03.000Z",
+            "message": {"role": "user", "content": "again", "timestamp": 2},
+        },
+    ]
+    text = "\n".join(json.dumps(line) for line in lines) + "\n"
+    session = repo.import_jsonl(text)
+    assert [m.text for m in session.build_context().messages] == ["hi", "again"]
+    assert session.get_entry("bbbbbbbb").type == "future_thing"
+    assert [json.loads(line) for line in repo.export_jsonl(session.id).splitlines()] == lines
+
+
+def bad_file(*entries: dict) -> str:
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "bad-session",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/",
+    }
+    return "\n".join(json.dumps(e) for e in (header, *entries)) + "\n"
+
+
+def message_entry(entry_id: str, parent: str | None) -> dict:
+    return {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "message": {"role": "user", "content": entry_id, "timestamp": 1},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            bad_file(message_entry("aaaaaaaa", None), message_entry("aaaaaaaa", None)),
+            "duplicate entry id aaaaaaaa",
+        ),
+        (
+            bad_file(message_entry("aaaaaaaa", None), message_entry("bbbbbbbb", "zzzzzzzz")),
+            "parentId zzzzzzzz",
+        ),
+        (
+            bad_file(message_entry("aaaaaaaa", "bbbbbbbb"), message_entry("bbbbbbbb", "aaaaaaaa")),
+            "cycle",
+        ),
+        (
+            bad_file(
+                message_entry("aaaaaaaa", None),
+                {
+                    "type": "message",
+                    "id": "b",
+                    "parentId": "aaaaaaaa",
+                    "timestamp": "t",
+                    "message": {"role": "user"},
+                },
+            ),
+            "content",
+        ),
+        (bad_file(message_entry("aaaaaaaa", None)).replace("\n", "\n{broken\n", 1), ":2:"),
+        (json.dumps(message_entry("aaaaaaaa", None)) + "\n", "session header"),
+        ("", "empty"),
+    ],
+    ids=["duplicate", "dangling", "cycle", "invalid-message", "corrupt-line", "no-header", "empty"],
+)
+def test_bad_imports_fail_clearly_and_import_nothing(repo, text: str, needle: str) -> None:
+    before = repo.list().items
+    with pytest.raises(SessionError) as error:
+        repo.import_jsonl(text)
+    assert error.value.code == "invalid_import"
+    assert needle in str(error.value)
+    assert repo.list().items == before
+    assert not repo.exists("bad-session")
+
+
+def test_import_of_an_existing_session_id_is_a_conflict(repo) -> None:
+    repo.import_jsonl(DATA / "v3.jsonl")
+    with pytest.raises(SessionError) as error:
+        repo.import_jsonl(DATA / "v3.jsonl")
+    assert error.value.code == "conflict"
+
+
+def test_export_then_import_into_another_backend_keeps_the_branch(repo, tmp_path: Path) -> None:
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    session.move_to(a)
+    text = repo.export_jsonl(session.id)
+    other = SqliteSessionRepo(tmp_path / "other.db")
+    copy = other.import_jsonl(text)
+    assert copy.leaf_id == a
+    assert texts(copy) == ["a"]
+    other.close()
+
+
+def test_entries_in_messages_are_typed(repo) -> None:
+    session = repo.create()
+    session.append_message(assistant("typed"))
+    entry = session.get_branch()[-1]
+    assert isinstance(entry, MessageEntry)
+    assert isinstance(entry.message, AssistantMessage)
+
+
+def test_entries_pi_appended_below_a_leaf_move_hang_under_its_target(repo) -> None:
+    """pi resumes a file at its last line; if that is one of our leaf moves, pi's next entry
+    names the move as its parent."""
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    session.move_to(a)
+    lines = repo.export_jsonl(session.id).splitlines()
+    move = json.loads(lines[-1])
+    assert move["type"] == "leaf"
+    lines.append(
+        json.dumps(
+            message_entry("c0ffee00", move["id"])
+            | {"message": {"role": "user", "content": "c", "timestamp": 3}}
+        )
+    )
+    header = json.loads(lines[0])
+    header["id"] = "resumed-by-pi"
+    lines[0] = json.dumps(header)
+    resumed = repo.import_jsonl("\n".join(lines) + "\n")
+    assert resumed.leaf_id == "c0ffee00"
+    assert texts(resumed) == ["a", "c"]
+    assert [e.message.text for e in resumed.children(a)] == ["b", "c"]
+    tree = resumed.tree()
+    assert [n.entry.id for n in tree] == [a]
+    assert [n.entry.message.text for n in tree[0].children] == ["b", "c"]
+    stats = resumed.stats()
+    assert (stats.entry_count, stats.leaf_count, stats.branch_point_count) == (3, 2, 1)
+    with pytest.raises(SessionError):
+        resumed.move_to(move["id"])  # a leaf move is not a place to go
+
+
+def test_threads_appending_through_two_session_objects_keep_one_line(repo) -> None:
+    import threading
+
+    first = repo.create()
+    second = repo.open(first.id)
+    second.append_message(user("start"))
+
+    def worker(session: Session, tag: str) -> None:
+        for i in range(20):
+            session.append_message(user(f"{tag}{i}"))
+
+    threads = [
+        threading.Thread(target=worker, args=(s, t)) for s, t in ((first, "a"), (second, "b"))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = first.stats()
+    assert stats.entry_count == 41
+    assert stats.branch_point_count == 0 and stats.leaf_count == 1

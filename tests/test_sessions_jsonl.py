@@ -1,0 +1,165 @@
+"""What only the JSONL backend promises: pi files, fsync per entry, torn lines, corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import JsonlSessionRepo, JsonlSessionStorage, Session, SessionError
+
+DATA = Path(__file__).parent / "data" / "pi"
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text, timestamp=1)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
+    tmp_path: Path, monkeypatch
+) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create(cwd="/w")
+    path = tmp_path / f"{session.id}.jsonl"
+    assert lines(path) == [session.header.to_json_dict()]
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    session.move_to(a)
+    assert len(synced) == 3
+    written = lines(path)
+    assert [e["type"] for e in written] == ["session", "message", "message", "leaf"]
+    assert written[3]["parentId"] == a and written[3]["targetId"] == a
+    assert path.read_text().endswith("\n")
+    assert repo.export_jsonl(session.id) == path.read_text()
+
+
+def test_torn_last_line_is_cut_with_a_warning_and_appends_go_on(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    session.append_message(user("b"))
+    repo.close()
+    path = tmp_path / f"{session.id}.jsonl"
+    whole = path.read_bytes()
+    # a crash in the middle of writing a line with a multi-byte character
+    path.write_bytes(
+        whole + '{"type":"message","id":"12345678","message":{"content":"é'.encode()[:-1]
+    )
+    with pytest.warns(UserWarning, match=r"\.jsonl:4: cutting off a torn last line"):
+        reopened = JsonlSessionRepo(tmp_path).open(session.id)
+    assert [m.text for m in reopened.build_context().messages] == ["a", "b"]
+    assert path.read_bytes() == whole
+    reopened.append_message(user("c"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = JsonlSessionRepo(tmp_path).open(session.id)
+    assert [m.text for m in again.build_context().messages] == ["a", "b", "c"]
+
+
+def test_damage_before_the_last_line_names_file_and_line(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    for text in "abc":
+        session.append_message(user(text))
+    repo.close()
+    path = tmp_path / f"{session.id}.jsonl"
+    content = path.read_text().splitlines()
+    content[2] = content[2][:20]
+    path.write_text("\n".join(content) + "\n")
+    with pytest.raises(SessionError) as error:
+        JsonlSessionRepo(tmp_path).open(session.id)
+    assert error.value.code == "corrupt"
+    assert f"{path}:3:" in str(error.value)
+
+
+def test_a_dangling_parent_in_a_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "s",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/",
+    }
+    entry = {
+        "type": "custom",
+        "customType": "x",
+        "id": "aaaaaaaa",
+        "parentId": "ffffffff",
+        "timestamp": "t",
+    }
+    path.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
+    with pytest.raises(SessionError) as error:
+        JsonlSessionStorage(path)
+    assert error.value.code == "corrupt" and f"{path}:2" in str(error.value)
+
+
+def test_old_pi_files_are_migrated_and_rewritten_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "ef51229d-724f-4bd9-af39-6eae2bc8222f.jsonl"
+    shutil.copy(DATA / "v1.jsonl", path)
+    session = JsonlSessionRepo(tmp_path).open(path.stem)
+    written = lines(path)
+    assert written[0]["version"] == 3
+    assert all("id" in e and "parentId" in e for e in written[1:])
+    assert len(session.get_branch()) == 19
+
+
+def test_a_file_without_a_final_newline_gets_one_before_the_next_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text((DATA / "v3.jsonl").read_text().rstrip("\n"))
+    session = Session(JsonlSessionStorage(path))
+    session.append_message(user("more"))
+    assert lines(path)[-1]["message"]["content"] == "more"
+    assert len(lines(path)) == 42
+
+
+def test_opening_twice_shares_one_index_and_sees_outside_changes(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    first = repo.create()
+    second = repo.open(first.id)
+    a = first.append_message(user("a"))
+    assert second.leaf_id == a
+    b = second.append_message(user("b"))
+    assert second.get_entry(b).parent_id == a
+    # another program (pi, say) appends a line
+    path = tmp_path / f"{first.id}.jsonl"
+    line = {
+        "type": "message",
+        "id": "0badcafe",
+        "parentId": b,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": "user", "content": "from pi", "timestamp": 5},
+    }
+    with open(path, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    os.utime(path, ns=(0, 1))  # make the change visible even within one clock tick
+    third = repo.open(first.id)
+    assert third.leaf_id == "0badcafe"
+
+
+def test_new_file_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    storage = JsonlSessionStorage.create(path)
+    with pytest.raises(SessionError) as error:
+        JsonlSessionStorage(path, storage.get_metadata())
+    assert error.value.code == "conflict"
+
+
+@pytest.mark.parametrize("bad", ["../escape", "a/b", ".hidden", ""])
+def test_session_ids_cannot_escape_the_directory(tmp_path: Path, bad: str) -> None:
+    repo = JsonlSessionRepo(tmp_path / "d")
+    with pytest.raises(SessionError) as error:
+        repo.open(bad)
+    assert error.value.code == "not_found"

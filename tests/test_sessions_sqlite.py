@@ -1,0 +1,231 @@
+"""What only the SQLite backend promises: durability settings, concurrent writers, query plans."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import (
+    MessageEntry,
+    SessionError,
+    SqliteSessionRepo,
+    SqliteSessionStorage,
+)
+from mcp_agent.sessions.entries import iso_now
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text, timestamp=1)
+
+
+def test_durable_settings(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    conn = repo.database.conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"sessions", "entries", "labels", "entries_fts"} <= tables
+
+
+def test_one_file_holds_every_session(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    for i in range(3):
+        repo.create().append_message(user(f"m{i}"))
+    assert list(tmp_path.glob("*.db")) == [tmp_path / "s.db"]
+    assert repo.database.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 3
+
+
+def test_branch_read_walks_the_parent_index_not_the_session(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    session.append_message(user("a"))
+    from mcp_agent.sessions.sqlite import _BRANCH_SQL
+
+    plan = repo.database.conn.execute(
+        "EXPLAIN QUERY PLAN " + _BRANCH_SQL, {"s": session.id, "leaf": session.leaf_id}
+    ).fetchall()
+    details = " | ".join(row[-1] for row in plan)
+    assert "SEARCH e USING INDEX idx_entries_session_id_id" in details
+    assert "SCAN e" not in details and "SCAN entries" not in details
+
+
+def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    plan = repo.database.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM sessions WHERE (modified, id) < ('z', 'z')"
+        " ORDER BY modified DESC, id DESC LIMIT 51"
+    ).fetchall()
+    details = " | ".join(row[-1] for row in plan)
+    assert "idx_sessions_modified_id" in details
+    assert "TEMP B-TREE" not in details
+
+
+def test_two_connections_see_each_others_appends(tmp_path: Path) -> None:
+    first = SqliteSessionRepo(tmp_path / "s.db")
+    second = SqliteSessionRepo(tmp_path / "s.db")
+    a = first.create()
+    b = second.open(a.id)
+    x = a.append_message(user("from a"))
+    assert b.leaf_id == x
+    y = b.append_message(user("from b"))
+    assert b.get_entry(y).parent_id == x
+    assert [m.text for m in a.build_context().messages] == ["from a", "from b"]
+    b.move_to(x)
+    assert a.leaf_id == x
+
+
+def test_an_append_built_on_a_stale_leaf_goes_onto_the_current_one(tmp_path: Path) -> None:
+    first = SqliteSessionRepo(tmp_path / "s.db")
+    a = first.create()
+    root = a.append_message(user("root"))
+    storage = SqliteSessionStorage(tmp_path / "s.db", a.id)
+    seen = storage.get_leaf_id()
+    assert seen == root
+    newer = a.append_message(user("meanwhile, elsewhere"))
+    entry = MessageEntry(
+        id=storage.create_entry_id(), parent_id=seen, timestamp=iso_now(), message=user("late")
+    )
+    stored = storage.append_entry(entry)
+    assert stored.parent_id == newer
+    assert a.stats().branch_point_count == 0
+    storage.close()
+
+
+def test_a_failed_append_leaves_nothing_behind(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    session.append_message(user("a"))
+    before = session.stats()
+    entry = MessageEntry(
+        id="abcdef01", parent_id="00000000", timestamp=iso_now(), message=user("orphan")
+    )
+    with pytest.raises(SessionError) as error:
+        session.storage.append_entry(entry)
+    assert error.value.code == "invalid_entry"
+    duplicate = MessageEntry(
+        id=session.leaf_id, parent_id=session.leaf_id, timestamp=iso_now(), message=user("dup")
+    )
+    with pytest.raises(SessionError) as error:
+        session.storage.append_entry(duplicate)
+    assert error.value.code == "conflict"
+    assert session.stats() == before
+    assert repo.list(query="orphan").items == []
+
+
+def test_appending_to_a_deleted_session_fails(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    repo.delete(session.id)
+    with pytest.raises(SessionError) as error:
+        session.append_message(user("x"))
+    assert error.value.code == "not_found"
+
+
+def test_search_accepts_any_text(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    repo.create().append_message(user('he said "NEAR(x y)" AND OR * -col:1'))
+    for query in ['"', "NEAR(", "AND", "*", "col:1", "x OR", "é", ""]:
+        repo.list(query=query)
+    assert len(repo.list(query='"near').items) == 1
+
+
+def test_a_damaged_row_is_reported(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    entry_id = session.append_message(user("a"))
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute('UPDATE entries SET data = \'{"type":"message"}\' WHERE id = ?', (entry_id,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(SessionError) as error:
+        SqliteSessionRepo(tmp_path / "s.db").open(session.id).build_context()
+    assert error.value.code == "corrupt" and entry_id in str(error.value)
+
+
+APPENDS_PER_PROCESS = 60
+
+
+def append_many(path: str, session_id: str, tag: str) -> None:
+    repo = SqliteSessionRepo(path)
+    session = repo.open(session_id)
+    for i in range(APPENDS_PER_PROCESS):
+        session.append_message(user(f"{tag}-{i}"))
+    repo.close()
+
+
+def test_processes_appending_to_one_file_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    repo = SqliteSessionRepo(path)
+    session = repo.create()
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=append_many, args=(path, session.id, f"p{n}")) for n in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0  # a "database is locked" error would fail the worker
+    entries = session.get_entries()
+    assert len(entries) == 3 * APPENDS_PER_PROCESS
+    stats = session.stats()
+    assert stats.message_count == 3 * APPENDS_PER_PROCESS
+    # every append went onto the leaf as it was: one line, no accidental forks
+    assert stats.leaf_count == 1 and stats.branch_point_count == 0
+    texts = [m.text for m in session.build_context().messages]
+    assert len(texts) == 3 * APPENDS_PER_PROCESS
+    for tag in ("p0", "p1", "p2"):
+        assert [t for t in texts if t.startswith(tag)] == [
+            f"{tag}-{i}" for i in range(APPENDS_PER_PROCESS)
+        ]
+    summary = repo.list().items[0]
+    assert summary.entry_count == 3 * APPENDS_PER_PROCESS
+
+
+def fts_is_consistent(repo: SqliteSessionRepo) -> None:
+    repo.database.index_pending_text()
+    conn = repo.database.conn
+    conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
+    indexed = conn.execute("SELECT n, session_id FROM fts_docs ORDER BY n").fetchall()
+    expected = conn.execute(
+        "SELECT n, session_id FROM entries WHERE text IS NOT NULL ORDER BY n"
+    ).fetchall()
+    assert indexed == expected
+
+
+def test_search_index_stays_exact_across_appends_and_deletes(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    old = repo.create()
+    old.append_message(user("zebra one"))
+    assert [s.id for s in repo.list(query="zebra").items] == [old.id]  # indexed now
+    newest = repo.create()
+    newest.append_message(user("zebra two"))
+    newest.append_message(user("giraffe"))
+    assert {s.id for s in repo.list(query="zebra").items} == {old.id, newest.id}
+    # deleting the newest rows lets SQLite hand their rowids out again: they must be indexed
+    repo.delete(newest.id)
+    again = repo.create()
+    again.append_message(user("okapi"))
+    assert [s.id for s in repo.list(query="okapi").items] == [again.id]
+    assert repo.list(query="giraffe").items == []
+    fts_is_consistent(repo)
+    # an unindexed session deleted before any search leaves the index untouched
+    quiet = repo.create()
+    quiet.append_message(user("lemur"))
+    repo.delete(quiet.id)
+    assert repo.list(query="lemur").items == []
+    fts_is_consistent(repo)
+
+
+def test_search_sees_appends_from_another_connection(tmp_path: Path) -> None:
+    first = SqliteSessionRepo(tmp_path / "s.db")
+    second = SqliteSessionRepo(tmp_path / "s.db")
+    session = first.create()
+    assert second.list(query="walrus").items == []
+    session.append_message(user("walrus"))
+    assert [s.id for s in second.list(query="walrus").items] == [session.id]
