@@ -1,0 +1,574 @@
+"""HTTP plumbing for the HTTP providers: one POST answered with server-sent events, retried with
+backoff on 429 / 5xx / overloaded (Retry-After honoured, capped), abortable at every wait, and
+errors a person can act on ("OpenAI API at http://…: 401 Unauthorized — check OPENAI_API_KEY").
+
+Retry and timeout settings come from ``StreamOptions.extra``: ``max_retries`` (3),
+``retry_base_delay`` (1 s, doubled each attempt), ``max_retry_delay`` (30 s, also the cap on
+Retry-After), ``timeout`` (seconds for connect/write; ``read_timeout``: 300 s between chunks),
+and ``http_client`` (an ``httpx.AsyncClient`` to reuse instead of one per request).
+"""
+
+from __future__ import annotations
+
+import codecs
+import email.utils
+import json
+import random
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+import httpx
+from httpx_sse import ServerSentEvent
+
+# httpx-sse's incremental decoders, the ones its public ``EventSource`` runs. Driving them
+# ourselves lets one network read feed all the events it holds synchronously (no async hop per
+# line), and lets us refuse lines that are not SSE, which the decoder skips silently.
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
+from mcp_agent.messages import AssistantMessage
+from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
+from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail
+
+__all__ = [
+    "Aborted",
+    "Endpoint",
+    "MalformedStream",
+    "ProviderError",
+    "RetryPolicy",
+    "ServerSentEvent",
+    "SseParser",
+    "SseState",
+    "bad_json",
+    "describe_status",
+    "describe_transport_error",
+    "error_detail",
+    "is_overflow_text",
+    "loads",
+    "open_event_stream",
+    "parse_retry_after",
+    "scan_json",
+    "stream_sse",
+]
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+class ProviderError(Exception):
+    """A failure that ends the stream; ``str(error)`` is the message a person reads."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a request goes and how to talk about it in errors."""
+
+    label: str  # "OpenAI API"
+    base_url: str  # shown to people: "https://api.openai.com/v1"
+    url: str  # posted to: base_url + "/chat/completions"
+    key_env: str | None = None  # "OPENAI_API_KEY", named in 401 hints
+    base_url_env: str | None = None  # "OPENAI_BASE_URL", named in connection hints
+
+    @property
+    def where(self) -> str:
+        return f"{self.label} at {self.base_url}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 3
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+
+    @classmethod
+    def from_options(cls, options: StreamOptions) -> RetryPolicy:
+        extra = options.extra
+        return cls(
+            max_retries=int(extra.get("max_retries", cls.max_retries)),
+            base_delay=float(extra.get("retry_base_delay", cls.base_delay)),
+            max_delay=float(extra.get("max_retry_delay", cls.max_delay)),
+        )
+
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, min(retry_after, self.max_delay))
+        delay = self.base_delay * (2**attempt)
+        return min(delay * random.uniform(0.8, 1.2), self.max_delay)
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return float(value) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+# --- error text -------------------------------------------------------------------------------
+
+_OVERFLOW_PHRASES = (
+    "context_length_exceeded",
+    "context length exceeded",
+    "prompt is too long",
+    "request_too_large",
+    "exceeds the context window",
+    "maximum context length",
+    "context window exceeds limit",
+    "exceeds the available context size",
+    "greater than the context length",
+    "input is too long for requested model",
+    "reduce the length of the messages",
+    "maximum prompt length",
+    "exceeded model token limit",
+    "too many tokens",
+    "token limit exceeded",
+    "prompt too long",
+)
+_NOT_OVERFLOW = ("rate limit", "too many requests", "throttl")
+
+
+def is_overflow_text(text: str) -> bool:
+    """Whether an API's error text says the conversation no longer fits the context window."""
+    lowered = text.lower()
+    if any(p in lowered for p in _NOT_OVERFLOW):
+        return False
+    return any(p in lowered for p in _OVERFLOW_PHRASES)
+
+
+def error_detail(body: bytes | str) -> str:
+    """The useful part of an error body: OpenAI's and Anthropic's JSON, or plain text."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _clip(" ".join(text.split()))
+    return _clip(_detail_from_json(data) or " ".join(text.split()))
+
+
+def _detail_from_json(data: Any) -> str:
+    if isinstance(data, list) and data:
+        return _detail_from_json(data[0])
+    if not isinstance(data, dict):
+        return str(data)
+    error = data.get("error", data)
+    if isinstance(error, str):
+        return error
+    if not isinstance(error, dict):
+        return ""
+    message = error.get("message") or error.get("detail") or data.get("detail") or ""
+    if not isinstance(message, str):
+        message = json.dumps(message)
+    kind = error.get("code") or error.get("type")
+    if kind and isinstance(kind, str) and kind not in message and kind != "error":
+        return f"{message} ({kind})" if message else kind
+    return message
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_status(
+    endpoint: Endpoint, status: int, reason: str, detail: str, *, attempts: int = 1
+) -> str:
+    head = f"{endpoint.where}: {status} {reason}".rstrip()
+    text = f"{head}: {detail}" if detail else head
+    hint = ""
+    if status == 401:
+        hint = f"check {endpoint.key_env}" if endpoint.key_env else "check the API key"
+    elif status == 403:
+        hint = "the API key has no access to this model or endpoint"
+        if endpoint.key_env:
+            hint += f"; check {endpoint.key_env}"
+    elif status == 404:
+        hint = "check the model id and the base URL"
+        if endpoint.base_url_env:
+            hint += f" ({endpoint.base_url_env})"
+    elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
+        what = "rate limited" if status == 429 else "the server is failing or overloaded"
+        hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
+    if hint:
+        text += f" — {hint}"
+    if status in (400, 413, 422) and is_overflow_text(f"{detail} {reason}"):
+        text = f"{CONTEXT_OVERFLOW_MARK}: {text}"
+    return text
+
+
+def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream: bool) -> str:
+    """A connection problem in words: refused, timed out, dropped mid-stream."""
+    detail = str(error) or type(error).__name__
+    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+        hint = "is the server running and the base URL right"
+        if endpoint.base_url_env:
+            hint += f" ({endpoint.base_url_env})"
+        return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
+    if isinstance(error, httpx.TimeoutException):
+        return f"{endpoint.where}: timed out waiting for the response ({type(error).__name__})"
+    if mid_stream:
+        return (
+            f"{endpoint.where}: the connection broke off mid-stream ({detail}); "
+            "the partial response is kept"
+        )
+    return f"{endpoint.where}: request failed ({detail})"
+
+
+# --- the request ------------------------------------------------------------------------------
+
+_ssl_context: ssl.SSLContext | None = None
+
+
+def _shared_ssl_context() -> ssl.SSLContext:
+    # Building a verifying context loads the CA bundle (tens of ms); do it once per process.
+    global _ssl_context
+    if _ssl_context is None:
+        _ssl_context = httpx.create_ssl_context()
+    return _ssl_context
+
+
+def _timeout(options: StreamOptions) -> httpx.Timeout:
+    extra = options.extra
+    connect = float(extra.get("timeout", 30.0))
+    read = float(extra.get("read_timeout", 300.0))
+    return httpx.Timeout(connect=connect, read=read, write=connect, pool=connect)
+
+
+@asynccontextmanager
+async def _client(options: StreamOptions):  # type: ignore[no-untyped-def]
+    given = options.extra.get("http_client")
+    if given is not None:
+        yield given
+        return
+    async with httpx.AsyncClient(verify=_shared_ssl_context(), timeout=_timeout(options)) as client:
+        yield client
+
+
+@asynccontextmanager
+async def open_event_stream(
+    endpoint: Endpoint,
+    *,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    options: StreamOptions,
+    race: AbortRace,
+):  # type: ignore[no-untyped-def]
+    """POST ``body`` and yield the open 200 response whose body is an event stream.
+
+    Retries 408/409/429/5xx/529 and failed connects with exponential backoff (Retry-After
+    honoured, capped at ``max_retry_delay``); every wait is abortable. Raises ProviderError
+    with a readable message, or Aborted.
+    """
+    policy = RetryPolicy.from_options(options)
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    send_headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream",
+        **headers,
+    }
+    async with _client(options) as client:
+        attempt = 0
+        while True:
+            request = client.build_request(
+                "POST", endpoint.url, headers=send_headers, content=content
+            )
+            try:
+                response = await race.run(client.send(request, stream=True))
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as error:
+                if attempt < policy.max_retries:
+                    await race.sleep(policy.backoff(attempt, None))
+                    attempt += 1
+                    continue
+                raise ProviderError(
+                    describe_transport_error(endpoint, error, mid_stream=False)
+                ) from error
+            except httpx.HTTPError as error:
+                raise ProviderError(
+                    describe_transport_error(endpoint, error, mid_stream=False)
+                ) from error
+            try:
+                if response.status_code < 300:
+                    _check_event_stream(endpoint, response)
+                    yield response
+                    return
+                detail = error_detail(await race.run(_read_limited(response)))
+            finally:
+                await response.aclose()
+            status = response.status_code
+            should_retry = response.headers.get("x-should-retry")
+            retryable = (
+                should_retry == "true"
+                if should_retry in ("true", "false")
+                else status in RETRYABLE_STATUS or status >= 500
+            )
+            if retryable and attempt < policy.max_retries:
+                await race.sleep(policy.backoff(attempt, parse_retry_after(response.headers)))
+                attempt += 1
+                continue
+            raise ProviderError(
+                describe_status(
+                    endpoint, status, response.reason_phrase, detail, attempts=attempt + 1
+                ),
+                status=status,
+            )
+
+
+async def _read_limited(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= ERROR_BODY_LIMIT:
+            break
+    return b"".join(chunks)
+
+
+def _check_event_stream(endpoint: Endpoint, response: httpx.Response) -> None:
+    content_type = response.headers.get("content-type", "")
+    if "text/event-stream" not in content_type.partition(";")[0]:
+        raise ProviderError(
+            f"{endpoint.where}: expected a server-sent event stream but got "
+            f"{content_type or 'no content type'} (does this server support stream=true?)"
+        )
+
+
+# The C scanner behind json.loads: ``scan_json(text, 0) -> (value, end)``, StopIteration when
+# no value starts at 0. Two Python calls less than json.loads, once per streamed chunk.
+scan_json = json.JSONDecoder().scan_once
+_scan_once = scan_json
+
+
+def loads(data: str) -> Any:
+    """``json.loads`` for one event's data, calling the C scanner directly (the stream's hot
+    path); anything unusual (whitespace, errors) goes through ``json.loads`` for its message."""
+    try:
+        value, end = _scan_once(data, 0)
+    except StopIteration:
+        return json.loads(data)
+    if end != len(data):
+        return json.loads(data)
+    return value
+
+
+class MalformedStream(ProviderError):
+    pass
+
+
+class SseParser:
+    """Feeds text to httpx-sse's decoders; returns whole events. A line that is not SSE
+    (no known field, e.g. a raw JSON error some servers send) raises MalformedStream."""
+
+    __slots__ = ("_events", "_lines", "endpoint")
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._lines = SSELineDecoder()
+        self._events = SSEDecoder()
+
+    def feed(self, text: str) -> list[ServerSentEvent]:
+        return self._decode(self._lines.decode(text))
+
+    def feed_into(self, text: str, on_event: Callable[[ServerSentEvent], None]) -> None:
+        """Like ``feed``, handing each event to ``on_event`` at once (the hot path)."""
+        decode = self._events.decode
+        for line in self._lines.decode(text):
+            if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
+                raise self._malformed(line)
+            event = decode(line)
+            if event is not None:
+                on_event(event)
+
+    def flush(self) -> list[ServerSentEvent]:
+        return self._decode([*self._lines.flush(), ""])
+
+    def _malformed(self, line: str) -> MalformedStream:
+        return MalformedStream(
+            f"{self.endpoint.where}: malformed event stream line {_clip(line, 200)!r}"
+        )
+
+    def _decode(self, lines: list[str]) -> list[ServerSentEvent]:
+        events = []
+        decode = self._events.decode
+        for line in lines:
+            if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
+                raise self._malformed(line)
+            event = decode(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+
+_FIELDS = frozenset({"data", "event", "id", "retry"})
+
+
+def _is_sse_line(line: str) -> bool:
+    return line.partition(":")[0] in _FIELDS
+
+
+def bad_json(endpoint: Endpoint, data: str, error: ValueError) -> ProviderError:
+    return MalformedStream(
+        f"{endpoint.where}: malformed JSON in the event stream ({error}): {_clip(data, 200)!r}"
+    )
+
+
+# --- the stream driver --------------------------------------------------------------------------
+
+
+class SseState(Protocol):
+    """What an API module supplies: folds events into ``output``, queueing stream events."""
+
+    output: AssistantMessage
+    events: list[AssistantMessageEvent]
+    done: bool  # set when the API's end-of-stream marker arrived
+
+    def on_event(self, sse: ServerSentEvent) -> None: ...
+
+    def finish(self) -> None:
+        """Close the blocks and settle the stop reason; raise ProviderError if incomplete."""
+
+
+async def stream_sse(
+    endpoint: Endpoint,
+    options: StreamOptions,
+    prepare: Callable[[], tuple[dict[str, str], dict[str, Any]]],
+    state: SseState,
+) -> AsyncIterator[AssistantMessageEvent]:
+    """Run one streamed request to the end: StartEvent, the state's events, then DoneEvent or
+    ErrorEvent. Never raises (except cancellation from outside); partial content is kept.
+
+    An abort ends the stream at once, not at the next chunk. While the body streams, the abort
+    shuts the connection's socket down, so the pending read returns at once at no cost per
+    read; where no socket is at hand (HTTP/2, custom transports) each read is raced against
+    the signal in a cancel scope of its own (held only while it waits, never across a yield).
+    """
+    output = state.output
+    events = state.events
+    signal = options.signal
+    race = AbortRace(signal)
+    try:
+        race.check()
+        headers, body = prepare()
+        parser = SseParser(endpoint)
+        async with open_event_stream(
+            endpoint, headers=headers, body=body, options=options, race=race
+        ) as response:
+            yield StartEvent(output)
+            # An uncompressed body is read straight from the response's byte stream: each SSE
+            # event arrives as its own HTTP chunk, and every async layer between the socket and
+            # the parser costs per event (aiter_text stacks three). Decoded as UTF-8, as SSE is.
+            encoding = response.headers.get("content-encoding", "").strip().lower()
+            if encoding in ("", "identity") and isinstance(response.stream, httpx.AsyncByteStream):
+                response.is_stream_consumed = True
+                chunks = response.stream.__aiter__()
+            else:
+                chunks = response.aiter_bytes()
+            next_chunk = chunks.__anext__
+            on_event = state.on_event
+            sock = _http11_socket(response) if signal is not None else None
+            unhook = signal.on_abort(partial(_shutdown, sock)) if sock is not None else None
+            racing = signal is not None and sock is None
+            utf8_decode = codecs.utf_8_decode  # incremental: keeps a split character pending
+            pending = b""
+            try:
+                while True:
+                    try:
+                        data = await (race.run(next_chunk()) if racing else next_chunk())
+                    except StopAsyncIteration:
+                        tail = utf8_decode(pending, "replace", True)[0] if pending else ""
+                        for sse in (parser.feed(tail) if tail else []) + parser.flush():
+                            state.on_event(sse)
+                        break
+                    if pending:
+                        data = pending + data
+                    text, used = utf8_decode(data, "replace", False)
+                    pending = data[used:] if used < len(data) else b""
+                    if not text:
+                        continue
+                    parser.feed_into(text, on_event)
+                    if events:
+                        for event in events:
+                            yield event
+                            if race.fired:
+                                raise Aborted
+                        events.clear()
+                    if state.done:
+                        break
+                    if race.fired:
+                        raise Aborted
+            except (ProviderError, Aborted):
+                raise
+            except Exception as error:  # transport errors: dropped connection, read timeout
+                if race.aborted:  # the abort shut the socket down
+                    raise Aborted from error
+                raise ProviderError(
+                    describe_transport_error(endpoint, error, mid_stream=True)
+                ) from error
+            finally:
+                if unhook is not None:
+                    unhook()
+                await chunks.aclose()
+        race.check()
+        state.finish()
+        for event in events:
+            yield event
+        events.clear()
+        yield DoneEvent(output)
+    except Aborted:
+        yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
+    except ProviderError as error:
+        if race.aborted:
+            yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
+        else:
+            yield ErrorEvent(fail(output, str(error)))
+    except Exception as error:  # a bug of ours must still end the stream properly
+        yield ErrorEvent(fail(output, f"{endpoint.where}: unexpected error: {error!r}"))
+    finally:
+        race.close()
+
+
+def _http11_socket(response: httpx.Response) -> Any:
+    """The socket under an HTTP/1.x response (httpcore's ``network_stream`` extension), or
+    None. HTTP/2 shares one connection among streams, so it never qualifies."""
+    if response.http_version not in ("HTTP/1.1", "HTTP/1.0"):
+        return None
+    stream = response.extensions.get("network_stream")
+    if stream is None:
+        return None
+    try:
+        sock = stream.get_extra_info("socket")
+    except Exception:
+        return None
+    return sock if callable(getattr(sock, "shutdown", None)) else None
+
+
+def _shutdown(sock: Any) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

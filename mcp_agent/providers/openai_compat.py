@@ -1,0 +1,530 @@
+"""OpenAI Chat Completions, and every server that speaks it (Ollama, vLLM, llama.cpp, LM Studio,
+OpenRouter, …): streamed text, reasoning, tool calls and usage, over httpx with SSE.
+
+Servers differ in small ways; :class:`OpenAICompat` holds the switches, detected from the base
+URL unless a provider's configuration sets them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mcp_agent.events import (
+    AssistantMessageEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ThinkingDeltaEvent,
+    ThinkingEndEvent,
+    ThinkingStartEvent,
+    ToolCallDeltaEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from mcp_agent.messages import (
+    AssistantMessage,
+    ImageContent,
+    Model,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn, StreamOptions
+from mcp_agent.providers.common import (
+    THINKING_SIGNATURE,
+    append_str,
+    new_output,
+    parse_json_lenient,
+    transform_messages,
+    update_usage,
+)
+from mcp_agent.providers.http import (
+    Endpoint,
+    ProviderError,
+    ServerSentEvent,
+    bad_json,
+    error_detail,
+    is_overflow_text,
+    loads,
+    scan_json,
+    stream_sse,
+)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class OpenAICompat:
+    """What a Chat Completions server accepts beyond the common core."""
+
+    supports_usage_in_streaming: bool = True  # stream_options.include_usage
+    max_tokens_field: str = "max_completion_tokens"  # or "max_tokens"
+    supports_developer_role: bool = True  # system prompt as role "developer" for reasoning models
+    supports_reasoning_effort: bool = True
+    supports_store: bool = True  # send store: false
+    supports_strict_mode: bool = True  # send strict: false in tool definitions
+    requires_tool_result_name: bool = False  # tool messages carry the tool's name
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], base: OpenAICompat | None = None
+    ) -> OpenAICompat:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown compat setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        return replace(base or cls(), **dict(data))
+
+
+def detect_compat(model: Model) -> OpenAICompat:
+    """OpenAI itself gets every feature; other servers the conservative common subset."""
+    base_url = model.base_url or OPENAI_BASE_URL
+    if "api.openai.com" in base_url:
+        return OpenAICompat()
+    return OpenAICompat(
+        max_tokens_field="max_tokens",
+        supports_developer_role=False,
+        supports_store=False,
+        supports_strict_mode=False,
+    )
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """One provider speaking Chat Completions: how to name it, find its key, talk to it."""
+
+    label: str = "OpenAI API"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    base_url_env: str | None = "OPENAI_BASE_URL"
+    api_key: str | None = None  # a literal key from configuration (env is preferred)
+    requires_api_key: bool = True
+    headers: Mapping[str, str] = field(default_factory=dict)
+    compat: OpenAICompat | None = None  # None: detect from the base URL
+
+
+def make_stream_fn(config: OpenAIConfig | None = None) -> StreamFn:
+    """A StreamFn bound to one provider's configuration."""
+    bound = config or OpenAIConfig()
+
+    def stream(
+        model: Model, context: LlmContext, options: StreamOptions | None = None
+    ) -> AsyncIterator[AssistantMessageEvent]:
+        return stream_openai_compat(model, context, options, config=bound)
+
+    return stream
+
+
+# --- the request ------------------------------------------------------------------------------
+
+_EFFORT = {
+    ThinkingLevel.MINIMAL: "minimal",
+    ThinkingLevel.LOW: "low",
+    ThinkingLevel.MEDIUM: "medium",
+    ThinkingLevel.HIGH: "high",
+    ThinkingLevel.XHIGH: "high",
+    ThinkingLevel.MAX: "high",
+}
+
+
+def reasoning_effort(model: Model, level: ThinkingLevel | str) -> str | None:
+    level = ThinkingLevel(level)
+    if level == ThinkingLevel.OFF:
+        return None
+    effort = _EFFORT[level]
+    if effort == "minimal" and not model.id.startswith("gpt-5"):
+        effort = "low"  # only the gpt-5 family knows "minimal"
+    return effort
+
+
+def build_request(
+    model: Model, context: LlmContext, options: StreamOptions, compat: OpenAICompat
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model.id,
+        "messages": convert_messages(model, context, compat),
+        "stream": True,
+    }
+    if compat.supports_usage_in_streaming:
+        body["stream_options"] = {"include_usage": True}
+    if compat.supports_store:
+        body["store"] = False
+    if options.max_tokens:
+        body[compat.max_tokens_field] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if context.tools:
+        body["tools"] = [convert_tool(tool.spec(), compat) for tool in context.tools]
+    if model.reasoning and compat.supports_reasoning_effort:
+        effort = options.extra.get("reasoning_effort") or reasoning_effort(
+            model, options.thinking_level
+        )
+        if effort:
+            body["reasoning_effort"] = effort
+    if options.session_id and "api.openai.com" in (model.base_url or OPENAI_BASE_URL):
+        body["prompt_cache_key"] = options.session_id
+    extra_body = options.extra.get("body")
+    if isinstance(extra_body, Mapping):
+        body.update(extra_body)
+    return body
+
+
+def convert_tool(spec: dict[str, Any], compat: OpenAICompat) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": spec["name"],
+        "description": spec.get("description", ""),
+        "parameters": spec.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if compat.supports_strict_mode:
+        function["strict"] = False
+    return {"type": "function", "function": function}
+
+
+def _image_part(block: ImageContent) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{block.mime_type};base64,{block.data}"},
+    }
+
+
+def convert_messages(
+    model: Model, context: LlmContext, compat: OpenAICompat
+) -> list[dict[str, Any]]:
+    """Our messages as Chat Completions messages."""
+    params: list[dict[str, Any]] = []
+    if context.system_prompt:
+        role = "developer" if model.reasoning and compat.supports_developer_role else "system"
+        params.append({"role": role, "content": context.system_prompt})
+    messages = transform_messages(context.messages, model)
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        index += 1
+        if isinstance(message, UserMessage):
+            if isinstance(message.content, str):
+                if message.content:
+                    params.append({"role": "user", "content": message.content})
+                continue
+            parts: list[dict[str, Any]] = []
+            for block in message.content:
+                if isinstance(block, TextContent):
+                    if block.text:
+                        parts.append({"type": "text", "text": block.text})
+                elif isinstance(block, ImageContent):
+                    parts.append(_image_part(block))
+            if parts:
+                params.append({"role": "user", "content": parts})
+        elif isinstance(message, AssistantMessage):
+            converted = _convert_assistant(message)
+            if converted is not None:
+                params.append(converted)
+        elif isinstance(message, ToolResultMessage):
+            # A run of tool results; images ride in one user message after them.
+            images: list[dict[str, Any]] = []
+            run = [message]
+            while index < len(messages) and isinstance(messages[index], ToolResultMessage):
+                run.append(messages[index])  # type: ignore[arg-type]
+                index += 1
+            for result in run:
+                text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
+                has_images = any(isinstance(b, ImageContent) for b in result.content)
+                tool_message: dict[str, Any] = {
+                    "role": "tool",
+                    "tool_call_id": result.tool_call_id,
+                    "content": text or ("(see attached image)" if has_images else ""),
+                }
+                if compat.requires_tool_result_name and result.tool_name:
+                    tool_message["name"] = result.tool_name
+                params.append(tool_message)
+                images.extend(_image_part(b) for b in result.content if isinstance(b, ImageContent))
+            if images and "image" in model.input:
+                params.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "Attached image(s) from tool result:"},
+                            *images,
+                        ],
+                    }
+                )
+    return params
+
+
+def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
+    text = "".join(b.text for b in message.content if isinstance(b, TextContent) and b.text.strip())
+    converted: dict[str, Any] = {"role": "assistant", "content": text or None}
+    thinking = [b for b in message.content if isinstance(b, ThinkingContent) and b.thinking.strip()]
+    if thinking:
+        # Compat servers that stream reasoning in a field (reasoning_content, …) take it back
+        # in the same field; the field's name is kept as the block's signature.
+        field_name = (thinking[0].model_extra or {}).get(THINKING_SIGNATURE)
+        if field_name in _REASONING_FIELDS:
+            converted[field_name] = "\n".join(b.thinking for b in thinking)
+    calls = message.tool_calls
+    if calls:
+        converted["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in calls
+        ]
+    if not text and not calls:
+        return None
+    return converted
+
+
+# --- the stream -------------------------------------------------------------------------------
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "reasoning_text")
+
+_FINISH = {
+    "stop": StopReason.STOP,
+    "end": StopReason.STOP,
+    "eos": StopReason.STOP,
+    "length": StopReason.LENGTH,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+}
+
+
+class _StreamState:
+    """Folds Chat Completions chunks into the output message, collecting the events to emit."""
+
+    def __init__(self, model: Model, output: AssistantMessage, endpoint: Endpoint) -> None:
+        self.model = model
+        self.output = output
+        self.endpoint = endpoint
+        self.events: list[AssistantMessageEvent] = []
+        self._emit = self.events.append
+        self.text_index = -1
+        self._text_fields: dict[str, Any] | None = None  # the text block's __dict__
+        self.thinking_index = -1
+        self.calls_by_index: dict[int, int] = {}  # stream index -> content index
+        self.calls_by_id: dict[str, int] = {}
+        self.finish_reason: str | None = None
+        self.response_id: str | None = None
+        self.done = False
+
+    def on_event(self, sse: ServerSentEvent) -> None:
+        # The hot path: one call per streamed chunk, so the common case (a text delta) is
+        # inlined here rather than spread over helpers.
+        data = sse.data
+        if data == "[DONE]":
+            self.done = True
+            return
+        if not data:
+            return
+        try:
+            chunk, end = scan_json(data, 0)
+            if end != len(data):
+                chunk = loads(data)
+        except StopIteration:
+            chunk = self._loads(data)
+        except ValueError:
+            chunk = self._loads(data)
+        if type(chunk) is not dict:
+            return
+        if self.response_id is None and "id" in chunk:
+            self.response_id = chunk["id"]
+            self.output.responseId = chunk["id"]  # type: ignore[attr-defined]  # pi's field
+        if chunk.get("error"):
+            self._error(chunk)
+        usage = chunk["usage"] if "usage" in chunk else None
+        if usage:
+            self._usage(usage)
+        choices = chunk.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        if "usage" in choice and not usage and choice["usage"]:
+            self._usage(choice["usage"])
+        delta = choice.get("delta")
+        if delta:
+            content = delta.get("content")
+            if content:
+                fields = self._text_fields
+                if fields is None:
+                    fields = self._open_text()
+                # block.text += content, growing the string in place (see append_str)
+                text = fields.pop("text")
+                text += content
+                fields["text"] = text
+                self._emit(TextDeltaEvent(self.output, self.text_index, content))
+                if len(delta) > 1:
+                    self._other_delta(delta)
+            else:
+                self._other_delta(delta)
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
+
+    def _loads(self, data: str) -> Any:
+        try:
+            return loads(data)
+        except ValueError as error:
+            raise bad_json(self.endpoint, data, error) from None
+
+    def _error(self, chunk: dict[str, Any]) -> None:
+        detail = error_detail(json.dumps(chunk))
+        message = f"{self.endpoint.where}: the server reported an error mid-stream: {detail}"
+        if is_overflow_text(detail):
+            message = f"{CONTEXT_OVERFLOW_MARK}: {message}"
+        raise ProviderError(message)
+
+    def _other_delta(self, delta: dict[str, Any]) -> None:
+        for name in _REASONING_FIELDS:
+            reasoning = delta.get(name)
+            if reasoning and isinstance(reasoning, str):
+                self._thinking(reasoning, name)
+                break
+        calls = delta.get("tool_calls")
+        if calls:
+            for call in calls:
+                self._tool_call(call)
+
+    def _open_text(self) -> dict[str, Any]:
+        output = self.output
+        self.text_index = len(output.content)
+        block = TextContent(text="")
+        output.content.append(block)
+        self.events.append(TextStartEvent(output, self.text_index))
+        self._text_fields = block.__dict__
+        return self._text_fields
+
+    def _thinking(self, delta: str, field_name: str) -> None:
+        output = self.output
+        if self.thinking_index < 0:
+            self.thinking_index = len(output.content)
+            output.content.append(ThinkingContent(thinking="", **{THINKING_SIGNATURE: field_name}))
+            self.events.append(ThinkingStartEvent(output, self.thinking_index))
+        append_str(output.content[self.thinking_index], "thinking", delta)
+        self.events.append(ThinkingDeltaEvent(output, self.thinking_index, delta))
+
+    def _tool_call(self, call: dict[str, Any]) -> None:
+        output = self.output
+        stream_index = call.get("index")
+        call_id = call.get("id") or ""
+        function = call.get("function") or {}
+        position = self.calls_by_index.get(stream_index) if stream_index is not None else None
+        if position is None and call_id:
+            position = self.calls_by_id.get(call_id)
+        if position is None:
+            position = len(output.content)
+            output.content.append(
+                ToolCall(id=call_id, name=function.get("name") or "", partial_json="")
+            )
+            if stream_index is not None:
+                self.calls_by_index[stream_index] = position
+            if call_id:
+                self.calls_by_id[call_id] = position
+            self.events.append(ToolCallStartEvent(output, position))
+        block = output.content[position]
+        assert isinstance(block, ToolCall)
+        if call_id and not block.id:
+            block.id = call_id
+            self.calls_by_id[call_id] = position
+        if function.get("name") and not block.name:
+            block.name = function["name"]
+        arguments = function.get("arguments") or ""
+        if arguments:
+            append_str(block, "partial_json", arguments)
+        self.events.append(ToolCallDeltaEvent(output, position, arguments))
+
+    def _usage(self, raw: dict[str, Any]) -> None:
+        prompt = raw.get("prompt_tokens") or 0
+        details = raw.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0
+        written = details.get("cache_write_tokens") or 0
+        cache_read = max(0, cached - written) if written else cached
+        usage = self.output.usage
+        usage.input = max(0, prompt - cache_read - written)
+        usage.output = raw.get("completion_tokens") or 0
+        usage.cache_read = cache_read
+        usage.cache_write = written
+        update_usage(self.model, self.output)
+
+    def finish(self) -> None:
+        """Close every block (in order), parse tool arguments, settle the stop reason."""
+        output = self.output
+        if not self.done and self.finish_reason is None:
+            raise ProviderError(
+                f"{self.endpoint.where}: the stream ended before the response was complete "
+                "(no finish_reason and no [DONE]); the partial response is kept"
+            )
+        for index, block in enumerate(output.content):
+            if isinstance(block, TextContent):
+                self.events.append(TextEndEvent(output, index, block.text))
+            elif isinstance(block, ThinkingContent):
+                self.events.append(ThinkingEndEvent(output, index, block.thinking))
+            elif isinstance(block, ToolCall):
+                block.arguments = parse_json_lenient(block.partial_json)
+                block.partial_json = None
+                self.events.append(ToolCallEndEvent(output, index))
+        reason = self.finish_reason
+        if reason is None:
+            output.stop_reason = StopReason.TOOL_USE if output.tool_calls else StopReason.STOP
+            return
+        stop = _FINISH.get(reason)
+        if stop is None:
+            what = "filtered the response" if reason == "content_filter" else "stopped"
+            raise ProviderError(f"{self.endpoint.where}: the model {what} (finish_reason {reason})")
+        if stop == StopReason.STOP and output.tool_calls:
+            stop = StopReason.TOOL_USE  # some servers say "stop" after tool calls
+        output.stop_reason = stop
+
+
+def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
+    base_url = (model.base_url or OPENAI_BASE_URL).rstrip("/")
+    return Endpoint(
+        label=config.label,
+        base_url=base_url,
+        url=f"{base_url}/chat/completions",
+        key_env=config.api_key_env,
+        base_url_env=config.base_url_env,
+    )
+
+
+def _api_key(options: StreamOptions, config: OpenAIConfig) -> str | None:
+    if options.api_key:
+        return options.api_key
+    if config.api_key_env and os.environ.get(config.api_key_env):
+        return os.environ[config.api_key_env]
+    return config.api_key
+
+
+def stream_openai_compat(
+    model: Model,
+    context: LlmContext,
+    options: StreamOptions | None = None,
+    *,
+    config: OpenAIConfig | None = None,
+) -> AsyncIterator[AssistantMessageEvent]:
+    """Stream one answer from a Chat Completions server. Never raises: failures and aborts
+    end with an ErrorEvent whose message says what happened; partial content is kept."""
+    options = options or StreamOptions()
+    config = config or OpenAIConfig()
+    endpoint = _endpoint(model, config)
+
+    def prepare() -> tuple[dict[str, str], dict[str, Any]]:
+        compat = config.compat or detect_compat(model)
+        api_key = _api_key(options, config)
+        if not api_key and config.requires_api_key:
+            hint = f"set {config.api_key_env}" if config.api_key_env else "configure an API key"
+            raise ProviderError(f"{endpoint.where}: no API key — {hint}")
+        headers = {**config.headers, **options.headers}
+        if api_key:
+            headers.setdefault("authorization", f"Bearer {api_key}")
+        return headers, build_request(model, context, options, compat)
+
+    return stream_sse(endpoint, options, prepare, _StreamState(model, new_output(model), endpoint))

@@ -1,0 +1,332 @@
+"""The MCP client's own model, reached through sampling (``sampling/createMessage``).
+
+Sampling works only on connections that use the older handshake protocol (up to 2025-11-25),
+whose client declared the sampling capability (and ``sampling.tools`` to let the model call
+tools). It is deprecated in the 2026-07-28 protocol. Everywhere else the stream ends with an
+error that says how to configure another model: this is one optional provider, never the only
+way to get a model.
+
+    stream_fn = sampling_stream_fn(ctx.session)      # inside an MCP tool handler
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mcp_agent.events import (
+    AssistantMessageEvent,
+    DoneEvent,
+    ErrorEvent,
+    StartEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    TextStartEvent,
+    ToolCallDeltaEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from mcp_agent.messages import (
+    AssistantMessage,
+    ImageContent,
+    Model,
+    StopReason,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions
+from mcp_agent.providers.common import (
+    Aborted,
+    AbortRace,
+    abort_reason,
+    fail,
+    new_output,
+    transform_messages,
+)
+
+SAMPLING_API = "mcp-sampling"
+SAMPLING_PROVIDER = "sampling"
+
+CONFIGURE_ANOTHER_MODEL = (
+    "Configure another model: set OPENAI_API_KEY and use --model openai:gpt-4o-mini, "
+    "or set ANTHROPIC_API_KEY and use --model anthropic:claude-sonnet-4-5, "
+    "or configure a provider in models.toml (the file named by MCP_AGENT_MODELS, "
+    "or models.toml in the user config directory)."
+)
+
+_STOP = {
+    "endTurn": StopReason.STOP,
+    "stopSequence": StopReason.STOP,
+    "maxTokens": StopReason.LENGTH,
+    "toolUse": StopReason.TOOL_USE,
+}
+
+
+class SamplingUnavailable(Exception):
+    """Sampling cannot be used on this connection; the text says why."""
+
+
+class SamplingFailed(Exception):
+    """The client answered the sampling request with an error (or not at all)."""
+
+
+def unavailable_message(reason: str) -> str:
+    return f"The MCP client's model cannot be used: {reason}. {CONFIGURE_ANOTHER_MODEL}"
+
+
+def sampling_support(session: Any) -> tuple[bool, bool, str]:
+    """``(usable, with_tools, reason)`` for a server-side session (``ctx.session``)."""
+    if session is None:
+        return False, False, "there is no MCP client connection to ask (sampling needs one)"
+    version = getattr(session, "protocol_version", None)
+    if version is not None:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        if version in MODERN_PROTOCOL_VERSIONS:
+            return (
+                False,
+                False,
+                f"this connection speaks MCP {version}, where sampling is no longer available "
+                "(it works only with clients using the 2025 handshake)",
+            )
+    caps = getattr(session, "client_capabilities", None)
+    sampling = getattr(caps, "sampling", None) if caps is not None else None
+    if sampling is None:
+        return False, False, "the MCP client did not declare the sampling capability"
+    return True, getattr(sampling, "tools", None) is not None, ""
+
+
+def sampling_model(model_id: str = "client", **fields: Any) -> Model:
+    """A model record for the client's model; ``model_id`` is sent as a model hint unless it is
+    ``client`` (let the client choose)."""
+    fields.setdefault("name", "MCP client model (sampling)")
+    fields.setdefault("input", ["text", "image"])
+    return Model(id=model_id, api=SAMPLING_API, provider=SAMPLING_PROVIDER, **fields)
+
+
+def sampling_stream_fn(session: Any) -> StreamFn:
+    """A StreamFn that asks the MCP client behind ``session`` (a server-side ``ctx.session``)."""
+
+    def stream(
+        model: Model, context: LlmContext, options: StreamOptions | None = None
+    ) -> AsyncIterator[AssistantMessageEvent]:
+        return stream_sampling(session, model, context, options)
+
+    return stream
+
+
+def unavailable_stream_fn(reason: str) -> StreamFn:
+    """A StreamFn that always ends with the 'configure another model' error."""
+
+    async def stream(
+        model: Model, context: LlmContext, options: StreamOptions | None = None
+    ) -> AsyncIterator[AssistantMessageEvent]:
+        yield ErrorEvent(fail(new_output(model), unavailable_message(reason)))
+
+    return stream
+
+
+async def stream_sampling(
+    session: Any,
+    model: Model,
+    context: LlmContext,
+    options: StreamOptions | None = None,
+) -> AsyncIterator[AssistantMessageEvent]:
+    options = options or StreamOptions()
+    output = new_output(model)
+    race = AbortRace(options.signal)
+    try:
+        race.check()
+        usable, with_tools, reason = sampling_support(session)
+        if not usable:
+            raise SamplingUnavailable(reason)
+        import mcp.types as types
+        from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, NoBackChannelError
+
+        kwargs: dict[str, Any] = {
+            "messages": convert_messages(context.messages, model, with_tools),
+            "max_tokens": options.max_tokens or min(model.max_tokens, 32_000),
+        }
+        if context.system_prompt:
+            kwargs["system_prompt"] = context.system_prompt
+        if options.temperature is not None:
+            kwargs["temperature"] = options.temperature
+        if model.id and model.id != "client":
+            kwargs["model_preferences"] = types.ModelPreferences(
+                hints=[types.ModelHint(name=model.id)]
+            )
+        if context.tools and with_tools:
+            kwargs["tools"] = [
+                types.Tool(
+                    name=spec["name"],
+                    description=spec.get("description") or None,
+                    input_schema=_object_schema(spec.get("parameters")),
+                )
+                for spec in (tool.spec() for tool in context.tools)
+            ]
+            kwargs["tool_choice"] = types.ToolChoice(mode="auto")
+        try:
+            # Sampling is deprecated in 2026-07-28; we use it only where the connection allows.
+            # The SDK warns when the method is called (synchronously), not while it runs.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                request = session.create_message(**kwargs)
+            result = await race.run(request)
+        except NoBackChannelError as error:
+            raise SamplingUnavailable(
+                "the connection has no channel for requests from server to client "
+                f"({error.error.message})"
+            ) from error
+        except MCPError as error:
+            raise SamplingFailed(error.error.message) from error
+        except (Aborted, SamplingUnavailable):
+            raise
+        except Exception as error:  # the SDK's validation, a malformed answer, a broken link
+            raise SamplingFailed(str(error) or type(error).__name__) from error
+
+        yield StartEvent(output)
+        blocks = result.content if isinstance(result.content, list) else [result.content]
+        for block in blocks:
+            for event in _emit(output, block):
+                yield event
+        response_model = getattr(result, "model", None)
+        if response_model:
+            output.responseModel = response_model  # type: ignore[attr-defined]
+        stop = _STOP.get(result.stop_reason or "endTurn", StopReason.STOP)
+        if stop == StopReason.STOP and output.tool_calls:
+            stop = StopReason.TOOL_USE
+        output.stop_reason = stop
+        yield DoneEvent(output)
+    except Aborted:
+        yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
+    except SamplingUnavailable as error:
+        yield ErrorEvent(fail(output, unavailable_message(str(error))))
+    except Exception as error:
+        if race.aborted:
+            yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
+        elif isinstance(error, SamplingFailed):
+            yield ErrorEvent(fail(output, f"the MCP client's model (sampling) failed: {error}"))
+        else:  # a bug of ours must still end the stream properly
+            yield ErrorEvent(fail(output, f"the MCP client's model (sampling): {error!r}"))
+    finally:
+        race.close()
+
+
+def _emit(output: AssistantMessage, block: Any) -> list[AssistantMessageEvent]:
+    kind = getattr(block, "type", None)
+    position = len(output.content)
+    if kind == "text":
+        output.content.append(TextContent(text=block.text))
+        return [
+            TextStartEvent(output, position),
+            TextDeltaEvent(output, position, block.text),
+            TextEndEvent(output, position, block.text),
+        ]
+    if kind == "tool_use":
+        arguments = block.input if isinstance(block.input, dict) else {}
+        output.content.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+        return [
+            ToolCallStartEvent(output, position),
+            ToolCallDeltaEvent(output, position, json.dumps(arguments)),
+            ToolCallEndEvent(output, position),
+        ]
+    return []  # images or audio from the client's model: nothing the loop can use
+
+
+def _object_schema(schema: Any) -> dict[str, Any]:
+    result = dict(schema) if isinstance(schema, dict) else {}
+    result.setdefault("type", "object")
+    return result
+
+
+def convert_messages(messages: list[Any], model: Model, with_tools: bool) -> list[Any]:
+    """Our messages as sampling messages. Without the tools capability, tool calls and results
+    are told in words (older clients take one content block per message)."""
+    import mcp.types as types
+
+    result: list[types.SamplingMessage] = []
+
+    def add(role: str, blocks: list[Any]) -> None:
+        if not blocks:
+            return
+        if with_tools:
+            result.append(types.SamplingMessage(role=role, content=blocks))  # type: ignore[arg-type]
+            return
+        texts = [b.text for b in blocks if isinstance(b, types.TextContent)]
+        if texts:
+            text = types.TextContent(type="text", text="\n\n".join(texts))
+            result.append(types.SamplingMessage(role=role, content=text))  # type: ignore[arg-type]
+        for image in (b for b in blocks if isinstance(b, types.ImageContent)):
+            result.append(types.SamplingMessage(role=role, content=image))  # type: ignore[arg-type]
+
+    def content_blocks(content: Any) -> list[Any]:
+        blocks: list[Any] = []
+        for block in [TextContent(text=content)] if isinstance(content, str) else content:
+            if isinstance(block, TextContent) and block.text:
+                blocks.append(types.TextContent(type="text", text=block.text))
+            elif isinstance(block, ImageContent):
+                blocks.append(
+                    types.ImageContent(type="image", data=block.data, mime_type=block.mime_type)
+                )
+        return blocks
+
+    transformed = transform_messages(messages, model)
+    index = 0
+    while index < len(transformed):
+        message = transformed[index]
+        index += 1
+        if isinstance(message, UserMessage):
+            add("user", content_blocks(message.content))
+        elif isinstance(message, AssistantMessage):
+            blocks: list[Any] = []
+            for block in message.content:
+                if isinstance(block, TextContent) and block.text.strip():
+                    blocks.append(types.TextContent(type="text", text=block.text))
+                elif isinstance(block, ToolCall):
+                    if with_tools:
+                        blocks.append(
+                            types.ToolUseContent(
+                                type="tool_use", id=block.id, name=block.name, input=block.arguments
+                            )
+                        )
+                    else:
+                        call = f"[called tool {block.name} with {json.dumps(block.arguments)}]"
+                        blocks.append(types.TextContent(type="text", text=call))
+            add("assistant", blocks)
+        elif isinstance(message, ToolResultMessage):
+            results = [message]
+            while index < len(transformed) and isinstance(transformed[index], ToolResultMessage):
+                results.append(transformed[index])  # type: ignore[arg-type]
+                index += 1
+            if with_tools:
+                add(
+                    "user",
+                    [
+                        types.ToolResultContent(
+                            type="tool_result",
+                            tool_use_id=r.tool_call_id,
+                            content=content_blocks(r.content),
+                            is_error=r.is_error or None,
+                        )
+                        for r in results
+                    ],
+                )
+            else:
+                blocks = []
+                for r in results:
+                    status = "failed" if r.is_error else "returned"
+                    text = "\n".join(b.text for b in r.content if isinstance(b, TextContent))
+                    blocks.append(
+                        types.TextContent(
+                            type="text", text=f"[tool {r.tool_name} {status}]\n{text}"
+                        )
+                    )
+                    blocks.extend(
+                        b for b in content_blocks(r.content) if not isinstance(b, types.TextContent)
+                    )
+                add("user", blocks)
+    return result

@@ -1,0 +1,404 @@
+"""Real loopback HTTP servers for the provider tests.
+
+- ``fakellm``: the PyPI fake LLM server, started as a subprocess on a free port with the
+  scripted config ``providers_fakellm.yaml`` (OpenAI and Anthropic, streaming, tool calls).
+- ``ScriptServer``: a tiny HTTP/1.1 server on a real socket for what fakellm cannot do (it
+  answers every streamed request with 200): status codes with Retry-After, usage and reasoning
+  chunks, malformed lines, a connection dropped mid-stream, a stream that stalls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import SocketStream
+
+from mcp_agent.abort import AbortController
+from mcp_agent.events import DoneEvent, ErrorEvent
+from mcp_agent.messages import AssistantMessage, Model, UserMessage
+from mcp_agent.providers.base import LlmContext, StreamOptions
+
+HERE = Path(__file__).parent
+FAKELLM_CONFIG = HERE / "providers_fakellm.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class FakeLlm:
+    base: str  # http://127.0.0.1:PORT
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.base
+
+
+def _fakellm_command() -> list[str]:
+    exe = Path(sys.executable).with_name("fakellm")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("fakellm")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "fakellm.cli"]
+
+
+@pytest.fixture(scope="session", name="fakellm")
+def fakellm_fixture() -> Iterable[FakeLlm]:
+    """``fakellm`` serving ``providers_fakellm.yaml`` on a free loopback port (one per session)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *_fakellm_command(),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(FAKELLM_CONFIG),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                err = process.stderr.read().decode() if process.stderr else ""
+                pytest.fail(f"fakellm exited with {process.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("fakellm did not become ready within 20 s")
+            time.sleep(0.05)
+        yield FakeLlm(base)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        if process.stderr:
+            process.stderr.close()
+
+
+def conversation_headers() -> dict[str, str]:
+    """A fresh fakellm conversation, so that turn-based rules see turn 1."""
+    return {"X-Fakellm-Conversation-Id": f"test-{uuid.uuid4().hex}"}
+
+
+# --- the scripted loopback server -------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP answer. ``body`` items are bytes to send (each its own write and
+    chunk) or floats (seconds to pause). ``drop`` closes the socket without finishing."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: list[bytes | float] = field(default_factory=list)
+    drop: bool = False
+    content_type: str = "text/event-stream"
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}
+
+
+class ScriptServer:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Request] = []
+        self.port = 0
+        self.request_times: list[float] = []
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add(self, *replies: Reply) -> ScriptServer:
+        self.replies.extend(replies)
+        return self
+
+    async def _handle(self, stream: SocketStream) -> None:
+        buffer = b""
+        try:
+            async with stream:
+                while True:
+                    while b"\r\n\r\n" not in buffer:
+                        data = await stream.receive(65536)
+                        buffer += data
+                    head, _, buffer = buffer.partition(b"\r\n\r\n")
+                    lines = head.decode("latin-1").split("\r\n")
+                    method, path, _ = lines[0].split(" ", 2)
+                    headers = {}
+                    for line in lines[1:]:
+                        name, _, value = line.partition(":")
+                        headers[name.strip().lower()] = value.strip()
+                    length = int(headers.get("content-length", "0"))
+                    while len(buffer) < length:
+                        buffer += await stream.receive(65536)
+                    body, buffer = buffer[:length], buffer[length:]
+                    self.requests.append(Request(method, path, headers, body))
+                    self.request_times.append(time.monotonic())
+                    reply = (
+                        self.replies.popleft()
+                        if self.replies
+                        else Reply(
+                            status=500, body=[b"no reply scripted"], content_type="text/plain"
+                        )
+                    )
+                    if not await self._send(stream, reply):
+                        return
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
+
+    async def _send(self, stream: SocketStream, reply: Reply) -> bool:
+        reason = _REASONS.get(reply.status, "Status")
+        head = [f"HTTP/1.1 {reply.status} {reason}", f"content-type: {reply.content_type}"]
+        head += [f"{k}: {v}" for k, v in reply.headers.items()]
+        if reply.status >= 300 and not reply.drop:
+            payload = b"".join(b for b in reply.body if isinstance(b, bytes))
+            head.append(f"content-length: {len(payload)}")
+            await stream.send(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+            return True
+        head.append("transfer-encoding: chunked")
+        await stream.send(("\r\n".join(head) + "\r\n\r\n").encode())
+        for item in reply.body:
+            if isinstance(item, float | int):
+                await anyio.sleep(item)
+                continue
+            if item:
+                await stream.send(f"{len(item):x}\r\n".encode() + item + b"\r\n")
+        if reply.drop:
+            await stream.aclose()
+            return False
+        await stream.send(b"0\r\n\r\n")
+        return True
+
+
+@asynccontextmanager
+async def script_server() -> AsyncIterator[ScriptServer]:
+    server = ScriptServer()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    server.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server._handle)
+        try:
+            yield server
+        finally:
+            tg.cancel_scope.cancel()
+
+
+# --- SSE builders -----------------------------------------------------------------------------
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    prefix = f"event: {event}\n" if event else ""
+    return f"{prefix}data: {text}\n\n".encode()
+
+
+def oa_chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return sse(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [choice],
+            **extra,
+        }
+    )
+
+
+def oa_usage(prompt: int, completion: int, cached: int = 0) -> bytes:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return sse(
+        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+    )
+
+
+OA_DONE = b"data: [DONE]\n\n"
+
+
+def oa_text_reply(
+    *pieces: str, finish: str = "stop", usage: tuple[int, int] | None = None
+) -> Reply:
+    body: list[bytes | float] = [oa_chunk({"role": "assistant"})]
+    body += [oa_chunk({"content": p}) for p in pieces]
+    body.append(oa_chunk({}, finish))
+    if usage:
+        body.append(oa_usage(*usage))
+    body.append(OA_DONE)
+    return Reply(body=body)
+
+
+def an_event(kind: str, **data: Any) -> bytes:
+    return sse({"type": kind, **data}, event=kind)
+
+
+def an_message_start(input_tokens: int = 10, **usage: int) -> bytes:
+    return an_event(
+        "message_start",
+        message={
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": "m",
+            "stop_reason": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1, **usage},
+        },
+    )
+
+
+def an_text_block(index: int, *pieces: str) -> list[bytes | float]:
+    out: list[bytes | float] = [
+        an_event("content_block_start", index=index, content_block={"type": "text", "text": ""})
+    ]
+    out += [
+        an_event("content_block_delta", index=index, delta={"type": "text_delta", "text": p})
+        for p in pieces
+    ]
+    out.append(an_event("content_block_stop", index=index))
+    return out
+
+
+def an_end(stop_reason: str = "end_turn", output_tokens: int = 5) -> list[bytes | float]:
+    return [
+        an_event(
+            "message_delta",
+            delta={"stop_reason": stop_reason, "stop_sequence": None},
+            usage={"output_tokens": output_tokens},
+        ),
+        an_event("message_stop"),
+    ]
+
+
+# --- running a stream -------------------------------------------------------------------------
+
+
+def user_context(text: str = "hello", **kwargs: Any) -> LlmContext:
+    return LlmContext(
+        system_prompt=kwargs.pop("system_prompt", "You are terse."),
+        messages=[UserMessage(content=text)],
+        **kwargs,
+    )
+
+
+async def collect(
+    stream: AsyncIterator[Any], *, limit: float = 10
+) -> tuple[list[Any], AssistantMessage]:
+    """All events of a stream (bounded in time); checks it ends with exactly one final event."""
+    events: list[Any] = []
+    with anyio.fail_after(limit):
+        async for event in stream:
+            events.append(event)
+    assert events, "the stream yielded nothing"
+    final = events[-1]
+    assert isinstance(final, DoneEvent | ErrorEvent), f"last event is {final.type}"
+    assert not any(isinstance(e, DoneEvent | ErrorEvent) for e in events[:-1])
+    return events, final.partial
+
+
+def event_types(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+def fast_retries(**extra: Any) -> dict[str, Any]:
+    return {"max_retries": 3, "retry_base_delay": 0.01, "max_retry_delay": 0.05, **extra}
+
+
+def options(**kwargs: Any) -> StreamOptions:
+    extra = kwargs.pop("extra", {})
+    return StreamOptions(extra={**fast_retries(), **extra}, **kwargs)
+
+
+def model_at(base_url: str, model_id: str = "gpt-4o-mini", **fields: Any) -> Model:
+    return Model(id=model_id, base_url=base_url, **fields)
+
+
+__all__ = [
+    "OA_DONE",
+    "AbortController",
+    "FakeLlm",
+    "Reply",
+    "ScriptServer",
+    "an_end",
+    "an_event",
+    "an_message_start",
+    "an_text_block",
+    "collect",
+    "conversation_headers",
+    "event_types",
+    "fakellm_fixture",
+    "fast_retries",
+    "model_at",
+    "oa_chunk",
+    "oa_text_reply",
+    "oa_usage",
+    "options",
+    "script_server",
+    "sse",
+    "user_context",
+]

@@ -1,0 +1,784 @@
+"""The OpenAI-compatible provider against real loopback servers (fakellm and a scripted one)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anyio
+import pytest
+from providers_support import (
+    OA_DONE,
+    AbortController,
+    FakeLlm,
+    Reply,
+    collect,
+    conversation_headers,
+    event_types,
+    fakellm_fixture,  # noqa: F401  (the fakellm fixture)
+    model_at,
+    oa_chunk,
+    oa_text_reply,
+    oa_usage,
+    options,
+    script_server,
+    sse,
+    user_context,
+)
+
+from mcp_agent.events import ErrorEvent, TextDeltaEvent, ToolCallDeltaEvent
+from mcp_agent.messages import (
+    AssistantMessage,
+    ImageContent,
+    ModelCost,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ThinkingLevel,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, is_context_overflow
+from mcp_agent.providers.openai_compat import (
+    OpenAICompat,
+    OpenAIConfig,
+    make_stream_fn,
+    stream_openai_compat,
+)
+from mcp_agent.tools import AgentTool, AgentToolResult
+
+pytestmark = pytest.mark.anyio
+
+
+async def _noop(*args, **kwargs) -> AgentToolResult:  # pragma: no cover - never executed
+    return AgentToolResult.text("")
+
+
+def tool(name: str) -> AgentTool:
+    return AgentTool(
+        name=name,
+        description=f"the {name} tool",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+        execute=_noop,
+    )
+
+
+def key(**kwargs):
+    return options(api_key="sk-test", **kwargs)
+
+
+# --- against fakellm --------------------------------------------------------------------------
+
+
+async def test_text_streams_from_fakellm(fakellm: FakeLlm) -> None:
+    model = model_at(fakellm.openai_base_url)
+    events, final = await collect(
+        stream_openai_compat(model, user_context("hello"), key(headers=conversation_headers()))
+    )
+    assert final.text == "Hi there! This is a mock response."
+    assert final.stop_reason == StopReason.STOP
+    assert final.to_json_dict()["responseId"].startswith("chatcmpl-")
+    assert final.error_message is None
+    assert (final.api, final.provider, final.model) == (
+        "openai-completions",
+        "openai",
+        "gpt-4o-mini",
+    )
+    types = event_types(events)
+    assert types[:2] == ["start", "text_start"]
+    assert types[-2:] == ["text_end", "done"]
+    deltas = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
+    assert len(deltas) == 7 and "".join(deltas) == final.text
+    assert all(e.partial is final for e in events)
+
+
+async def test_tool_calls_split_across_chunks_from_fakellm(fakellm: FakeLlm) -> None:
+    model = model_at(fakellm.openai_base_url)
+    context = user_context("please list files", tools=[tool("ls"), tool("read")])
+    events, final = await collect(
+        stream_openai_compat(model, context, key(headers=conversation_headers()))
+    )
+    assert final.stop_reason == StopReason.TOOL_USE
+    calls = final.tool_calls
+    assert [c.name for c in calls] == ["ls", "read"]
+    assert calls[0].arguments == {"path": ".", "all": True}
+    assert calls[1].arguments == {
+        "path": "README.md",
+        "range": {"start": 1, "end": 20},
+        "note": 'quote " and unicode é',
+    }
+    assert all(c.id.startswith("call_") and c.partial_json is None for c in calls)
+    for index in (0, 1):
+        pieces = [
+            e.delta
+            for e in events
+            if isinstance(e, ToolCallDeltaEvent) and e.content_index == index and e.delta
+        ]
+        assert len(pieces) > 1, "arguments should arrive in several chunks"
+        assert json.loads("".join(pieces)) == calls[index].arguments
+    assert event_types(events).count("toolcall_end") == 2
+
+
+async def test_abort_mid_stream_keeps_partial_text(fakellm: FakeLlm) -> None:
+    model = model_at(fakellm.openai_base_url)
+    controller = AbortController()
+    stream = stream_openai_compat(
+        model,
+        user_context("tell a long story"),
+        key(signal=controller.signal, headers=conversation_headers()),
+    )
+    events = []
+    with anyio.fail_after(5):
+        async for event in stream:
+            events.append(event)
+            if sum(isinstance(e, TextDeltaEvent) for e in events) == 5:
+                controller.abort()
+                aborted_at = time.monotonic()
+    final = events[-1]
+    assert isinstance(final, ErrorEvent)
+    assert time.monotonic() - aborted_at < 0.5
+    message = final.partial
+    assert message.stop_reason == StopReason.ABORTED
+    assert message.error_message == "aborted"
+    assert message.text.startswith("Once upon a time word0")
+    assert len(message.text.split()) >= 5 and "the end." not in message.text
+
+
+# --- request shape ----------------------------------------------------------------------------
+
+
+async def test_request_body_messages_and_switches() -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        model = model_at(server.base + "/v1", "o4-mini", reasoning=True, input=["text", "image"])
+        config = OpenAIConfig(
+            compat=OpenAICompat(max_tokens_field="max_tokens", supports_developer_role=True),
+            headers={"X-Provider": "p"},
+        )
+        history = [
+            UserMessage(
+                content=[TextContent(text="look"), ImageContent(data="aGk=", mime_type="image/png")]
+            ),
+            AssistantMessage(
+                content=[
+                    TextContent(text="Reading."),
+                    ToolCall(id="c1", name="read", arguments={"path": "a"}),
+                ],
+                api="openai-completions",
+                provider="openai",
+                model="o4-mini",
+                stop_reason=StopReason.TOOL_USE,
+            ),
+            ToolResultMessage(
+                tool_call_id="c1",
+                tool_name="read",
+                content=[
+                    TextContent(text="file a"),
+                    ImageContent(data="aW1n", mime_type="image/png"),
+                ],
+            ),
+            # an errored turn is not replayed
+            AssistantMessage(
+                content=[TextContent(text="broken")],
+                stop_reason=StopReason.ERROR,
+                error_message="x",
+            ),
+            UserMessage(content="go on"),
+        ]
+        context = LlmContext(system_prompt="Be brief.", messages=history, tools=[tool("read")])
+        opts = key(
+            max_tokens=321,
+            temperature=0.2,
+            thinking_level=ThinkingLevel.HIGH,
+            headers={"X-Call": "c"},
+        )
+        _, final = await collect(stream_openai_compat(model, context, opts, config=config))
+        assert final.text == "ok"
+        request = server.requests[0]
+        assert request.path == "/v1/chat/completions"
+        assert request.headers["authorization"] == "Bearer sk-test"
+        assert request.headers["x-provider"] == "p" and request.headers["x-call"] == "c"
+        assert request.headers["accept"] == "text/event-stream"
+        body = request.json()
+        assert body["model"] == "o4-mini" and body["stream"] is True
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["max_tokens"] == 321 and "max_completion_tokens" not in body
+        assert body["temperature"] == 0.2
+        assert body["reasoning_effort"] == "high"
+        assert body["store"] is False
+        assert body["tools"] == [
+            {
+                "type": "function",
+                "function": {
+                    "name": "read",
+                    "description": "the read tool",
+                    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+                    "strict": False,
+                },
+            }
+        ]
+        assert body["messages"] == [
+            {"role": "developer", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": "Reading.",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": '{"path": "a"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "file a"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Attached image(s) from tool result:"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,aW1n"}},
+                ],
+            },
+            {"role": "user", "content": "go on"},
+        ]
+
+
+async def test_compat_defaults_for_other_servers_and_orphan_tool_calls() -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        # A non-OpenAI base URL: system role, max_tokens, no store, no strict, no key needed.
+        model = model_at(server.base + "/v1", "llama3", reasoning=False)
+        history = [
+            UserMessage(
+                content=[TextContent(text="see"), ImageContent(data="aGk=", mime_type="image/png")]
+            ),
+            AssistantMessage(
+                content=[ToolCall(id="c9", name="ls", arguments={})],
+                stop_reason=StopReason.TOOL_USE,
+                provider="openai",
+                api="openai-completions",
+                model="llama3",
+            ),
+            UserMessage(content="never mind"),
+        ]
+        context = LlmContext(system_prompt="sys", messages=history)
+        config = OpenAIConfig(label="Local API", api_key_env=None, requires_api_key=False)
+        _, final = await collect(
+            stream_openai_compat(model, context, options(max_tokens=50), config=config)
+        )
+        assert final.stop_reason == StopReason.STOP
+        request = server.requests[0]
+        assert "authorization" not in request.headers
+        body = request.json()
+        assert body["max_tokens"] == 50
+        assert "store" not in body and "reasoning_effort" not in body
+        assert body["messages"][0] == {"role": "system", "content": "sys"}
+        # no image input: a placeholder; the unanswered call gets an error result
+        assert body["messages"][1]["content"] == [
+            {"type": "text", "text": "see"},
+            {"type": "text", "text": "(image omitted: model does not support images)"},
+        ]
+        assert body["messages"][3] == {
+            "role": "tool",
+            "tool_call_id": "c9",
+            "content": "No result provided",
+        }
+        assert body["messages"][4] == {"role": "user", "content": "never mind"}
+
+
+# --- stream contents --------------------------------------------------------------------------
+
+
+async def test_usage_with_cached_tokens_and_cost() -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("a", "b", usage=(1000, 200, 400)))
+        model = model_at(server.base + "/v1", cost=ModelCost(input=1.0, output=4.0, cache_read=0.5))
+        _, final = await collect(stream_openai_compat(model, user_context(), key()))
+        usage = final.usage
+        assert (usage.input, usage.output, usage.cache_read, usage.cache_write) == (
+            600,
+            200,
+            400,
+            0,
+        )
+        assert usage.total_tokens == 1200
+        assert usage.cost.input == pytest.approx(600 / 1e6)
+        assert usage.cost.output == pytest.approx(800 / 1e6)
+        assert usage.cost.cache_read == pytest.approx(200 / 1e6)
+        assert usage.cost.total == pytest.approx(1600 / 1e6)
+
+
+async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"role": "assistant", "reasoning_content": "Let me "}),
+                    oa_chunk({"reasoning_content": "think."}),
+                    oa_chunk({"content": "Answer."}),
+                    oa_chunk({}, "stop"),
+                    OA_DONE,
+                ]
+            ),
+            oa_text_reply("again"),
+        )
+        model = model_at(server.base + "/v1", "qwen3", reasoning=True)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert event_types(events) == [
+            "start",
+            "thinking_start",
+            "thinking_delta",
+            "thinking_delta",
+            "text_start",
+            "text_delta",
+            "thinking_end",
+            "text_end",
+            "done",
+        ]
+        thinking, text = final.content
+        assert isinstance(thinking, ThinkingContent) and thinking.thinking == "Let me think."
+        assert thinking.model_extra == {"thinkingSignature": "reasoning_content"}
+        assert text.text == "Answer."
+        # the same model gets its reasoning back in the field it came in
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {
+            "role": "assistant",
+            "content": "Answer.",
+            "reasoning_content": "Let me think.",
+        }
+
+
+async def test_several_tool_calls_interleaved_by_index() -> None:
+    def call(index: int, **function) -> bytes:
+        entry = {"index": index, "function": function}
+        if "name" in function:
+            entry.update(id=f"call_{index}", type="function")
+        return oa_chunk({"tool_calls": [entry]})
+
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"role": "assistant", "content": None}),
+                    call(0, name="ls", arguments=""),
+                    call(1, name="read", arguments='{"pa'),
+                    call(0, arguments='{"path":'),
+                    call(1, arguments='th": "x.md"}'),
+                    call(0, arguments=' "/tmp"}'),
+                    oa_chunk({}, "tool_calls"),
+                    oa_usage(10, 5),
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.TOOL_USE
+        assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+            ("call_0", "ls", {"path": "/tmp"}),
+            ("call_1", "read", {"path": "x.md"}),
+        ]
+        assert final.usage.total_tokens == 15
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop"),
+    [("length", StopReason.LENGTH), ("stop", StopReason.STOP), ("tool_calls", StopReason.TOOL_USE)],
+)
+async def test_finish_reasons(finish: str, stop: StopReason) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("x", finish=finish))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == stop
+
+
+async def test_content_filter_is_an_error() -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("par", finish="content_filter"))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR
+        assert "content_filter" in final.error_message and final.text == "par"
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def error_reply(status: int, message: str, code: str | None = None, **headers: str) -> Reply:
+    body = json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    ).encode()
+    return Reply(status=status, body=[body], headers=headers, content_type="application/json")
+
+
+async def test_401_says_which_key_to_check() -> None:
+    async with script_server() as server:
+        server.add(error_reply(401, "Incorrect API key provided: sk-test.", "invalid_api_key"))
+        events, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert event_types(events) == ["error"]
+        assert final.stop_reason == StopReason.ERROR
+        assert final.error_message == (
+            f"OpenAI API at {server.base}/v1: 401 Unauthorized: Incorrect API key provided: sk-test. "
+            "(invalid_api_key) — check OPENAI_API_KEY"
+        )
+        assert len(server.requests) == 1  # not retried
+
+
+async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    async with script_server() as server:
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), options())
+        )
+        assert (
+            final.error_message
+            == f"OpenAI API at {server.base}/v1: no API key — set OPENAI_API_KEY"
+        )
+        assert server.requests == []
+
+
+async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), options())
+        )
+        assert server.requests[0].headers["authorization"] == "Bearer sk-env"
+
+
+@pytest.mark.parametrize(("status", "words"), [(429, "rate limited"), (500, "server is failing")])
+async def test_429_and_500_retried_then_reported(status: int, words: str) -> None:
+    async with script_server() as server:
+        server.add(
+            *[error_reply(status, "slow down" if status == 429 else "boom") for _ in range(4)]
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert len(server.requests) == 4
+        assert final.stop_reason == StopReason.ERROR
+        assert final.error_message.startswith(f"OpenAI API at {server.base}/v1: {status} ")
+        assert words in final.error_message and "gave up after 4 attempts" in final.error_message
+
+
+async def test_retry_after_is_honoured_then_success() -> None:
+    async with script_server() as server:
+        server.add(
+            error_reply(429, "wait", **{"retry-after-ms": "300"}),
+            error_reply(503, "wait", **{"Retry-After": "0"}),
+            oa_text_reply("finally"),
+        )
+        opts = key(extra={"max_retry_delay": 5.0})
+        started = time.monotonic()
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), opts)
+        )
+        assert final.text == "finally" and final.stop_reason == StopReason.STOP
+        times = server.request_times
+        assert times[1] - times[0] >= 0.29  # waited as asked
+        assert time.monotonic() - started < 2
+
+
+async def test_retry_after_is_capped() -> None:
+    async with script_server() as server:
+        server.add(error_reply(429, "wait an hour", **{"Retry-After": "3600"}), oa_text_reply("ok"))
+        opts = key(extra={"max_retry_delay": 0.1})
+        with anyio.fail_after(3):
+            _, final = await collect(
+                stream_openai_compat(model_at(server.base + "/v1"), user_context(), opts)
+            )
+        assert final.text == "ok"
+
+
+async def test_abort_during_backoff_is_prompt() -> None:
+    async with script_server() as server:
+        server.add(error_reply(429, "wait", **{"Retry-After": "20"}))
+        controller = AbortController()
+        opts = key(signal=controller.signal, extra={"max_retry_delay": 60})
+
+        async def abort_soon() -> None:
+            await anyio.sleep(0.2)
+            controller.abort()
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(abort_soon)
+            _, final = await collect(
+                stream_openai_compat(model_at(server.base + "/v1"), user_context(), opts)
+            )
+        assert time.monotonic() - started < 1.5
+        assert final.stop_reason == StopReason.ABORTED
+
+
+async def test_abort_while_waiting_for_the_next_chunk() -> None:
+    """A stalled stream: the abort must not wait for the next chunk."""
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"content": "Partial"}),
+                    oa_chunk({"content": " text"}),
+                    30.0,
+                    OA_DONE,
+                ]
+            )
+        )
+        controller = AbortController()
+        stream = stream_openai_compat(
+            model_at(server.base + "/v1"), user_context(), key(signal=controller.signal)
+        )
+
+        async def abort_soon() -> None:
+            await anyio.sleep(0.3)
+            controller.abort("user pressed stop")
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(abort_soon)
+            _, final = await collect(stream, limit=5)
+        assert time.monotonic() - started < 1.5
+        assert final.stop_reason == StopReason.ABORTED
+        assert final.error_message == "aborted: user pressed stop"
+        assert final.text == "Partial text"
+
+
+async def test_already_aborted_sends_nothing() -> None:
+    async with script_server() as server:
+        controller = AbortController()
+        controller.abort()
+        events, final = await collect(
+            stream_openai_compat(
+                model_at(server.base + "/v1"), user_context(), key(signal=controller.signal)
+            )
+        )
+        assert event_types(events) == ["error"] and final.stop_reason == StopReason.ABORTED
+        assert server.requests == []
+
+
+async def test_connection_dropped_mid_stream_keeps_partial_text() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[oa_chunk({"content": "Half an "}), oa_chunk({"content": "answer"})], drop=True
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR
+        assert final.text == "Half an answer"
+        assert final.error_message.startswith(
+            f"OpenAI API at {server.base}/v1: the connection broke off mid-stream"
+        )
+        assert "partial response is kept" in final.error_message
+
+
+async def test_stream_closed_cleanly_before_the_end_is_an_error() -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "cut"})]))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR and final.text == "cut"
+        assert "ended before the response was complete" in final.error_message
+
+
+async def test_malformed_sse_line() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"content": "Before"}),
+                    b'{"error": "raw json, not SSE"}\n\n',
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR and final.text == "Before"
+        assert final.error_message == (
+            f'OpenAI API at {server.base}/v1: malformed event stream line \'{{"error": "raw json, not SSE"}}\''
+        )
+
+
+async def test_bad_json_in_a_data_line() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(body=[oa_chunk({"content": "Before"}), b'data: {"choices": [\n\n', OA_DONE])
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR and final.text == "Before"
+        assert "malformed JSON in the event stream" in final.error_message
+        assert '{"choices": [' in final.error_message
+
+
+async def test_error_object_mid_stream() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"content": "So"}),
+                    sse({"error": {"message": "upstream died", "code": 502}}),
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR and final.text == "So"
+        assert "the server reported an error mid-stream: upstream died" in final.error_message
+
+
+async def test_context_overflow_is_marked() -> None:
+    async with script_server() as server:
+        server.add(
+            error_reply(
+                400,
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in 200000 tokens.",
+                "context_length_exceeded",
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.error_message.startswith(CONTEXT_OVERFLOW_MARK + ": OpenAI API at ")
+        assert is_context_overflow(final)
+        assert len(server.requests) == 1
+
+
+async def test_not_an_event_stream() -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[b'{"choices": []}'], content_type="application/json"))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR
+        assert "expected a server-sent event stream but got application/json" in final.error_message
+
+
+async def test_connection_refused_is_reported() -> None:
+    from providers_support import free_port
+
+    base = f"http://127.0.0.1:{free_port()}/v1"
+    with anyio.fail_after(5):
+        _, final = await collect(stream_openai_compat(model_at(base), user_context(), key()))
+    assert final.stop_reason == StopReason.ERROR
+    assert final.error_message.startswith(f"OpenAI API at {base}: could not connect")
+    assert "OPENAI_BASE_URL" in final.error_message
+
+
+async def test_make_stream_fn_binds_the_config() -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        fn = make_stream_fn(OpenAIConfig(label="Local", api_key_env=None, requires_api_key=False))
+        _, final = await collect(fn(model_at(server.base + "/v1"), user_context(), options()))
+        assert final.text == "ok"
+
+
+async def test_long_text_is_linear() -> None:
+    """Appending 20k deltas must not copy the growing text each time."""
+    pieces = [f"w{i} " for i in range(20_000)]
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces))
+        started = time.monotonic()
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key()), limit=20
+        )
+        assert final.text == "".join(pieces)
+        assert time.monotonic() - started < 5
+
+
+async def test_abort_without_a_socket_races_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the socket is not at hand (HTTP/2, custom transports) each read is raced instead."""
+    from mcp_agent.providers import http
+
+    monkeypatch.setattr(http, "_http11_socket", lambda response: None)
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "Partial"}), 30.0, OA_DONE]))
+        controller = AbortController()
+
+        async def abort_soon() -> None:
+            await anyio.sleep(0.3)
+            controller.abort()
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(abort_soon)
+            _, final = await collect(
+                stream_openai_compat(
+                    model_at(server.base + "/v1"), user_context(), key(signal=controller.signal)
+                ),
+                limit=5,
+            )
+        assert time.monotonic() - started < 1.5
+        assert final.stop_reason == StopReason.ABORTED and final.text == "Partial"
+
+
+async def test_gzip_encoded_stream_and_split_utf8() -> None:
+    import zlib
+
+    compressor = zlib.compressobj(wbits=31)  # gzip framing
+    raw = [
+        oa_chunk({"content": "caf"}),
+        oa_chunk({"content": "é ☕"}),
+        oa_chunk({}, "stop"),
+        OA_DONE,
+    ]
+    joined = b"".join(raw)
+    cut = joined.index("é".encode()) + 1  # split inside a multi-byte character
+    pieces = [joined[:cut], joined[cut:]]
+    body: list[bytes | float] = [
+        compressor.compress(p) + compressor.flush(zlib.Z_SYNC_FLUSH) for p in pieces
+    ]
+    body.append(compressor.flush())
+    async with script_server() as server:
+        server.add(Reply(body=body, headers={"content-encoding": "gzip"}))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.text == "café ☕" and final.stop_reason == StopReason.STOP
+
+
+async def test_utf8_split_across_chunks_uncompressed() -> None:
+    data = oa_chunk({"content": "naïve ☕ text"})
+    cut = data.index("☕".encode()) + 2
+    async with script_server() as server:
+        server.add(Reply(body=[data[:cut], 0.01, data[cut:], oa_chunk({}, "stop"), OA_DONE]))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.text == "naïve ☕ text"
+
+
+async def test_consumer_may_stop_early() -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "a"}), 30.0, OA_DONE]))
+        stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        with anyio.fail_after(3):
+            async for event in stream:
+                if isinstance(event, TextDeltaEvent):
+                    break
+            await stream.aclose()  # closes the response without waiting for the stalled server

@@ -1,0 +1,251 @@
+"""The sampling provider: the MCP client's own model, through an in-process MCP connection."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+from mcp_agent.abort import AbortController
+from mcp_agent.messages import (
+    AssistantMessage,
+    StopReason,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    parse_message,
+)
+from mcp_agent.providers.base import LlmContext, StreamOptions, final_message
+from mcp_agent.providers.registry import ModelRegistry
+from mcp_agent.providers.sampling import sampling_model, sampling_stream_fn
+from mcp_agent.tools import AgentTool, AgentToolResult
+
+pytestmark = pytest.mark.anyio
+
+
+async def _noop(*args: Any, **kwargs: Any) -> AgentToolResult:  # pragma: no cover
+    return AgentToolResult.text("")
+
+
+READ = AgentTool(
+    name="read_file",
+    description="Read a file",
+    parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    execute=_noop,
+)
+
+HISTORIES: dict[str, list[Any]] = {
+    "plain": [UserMessage(content="What is 2+2?")],
+    "after_tool": [
+        UserMessage(content="Read a"),
+        AssistantMessage(
+            content=[
+                TextContent(text="Reading."),
+                ToolCall(id="t1", name="read_file", arguments={"path": "a"}),
+            ],
+            api="mcp-sampling",
+            provider="sampling",
+            model="client",
+            stop_reason=StopReason.TOOL_USE,
+        ),
+        ToolResultMessage(
+            tool_call_id="t1", tool_name="read_file", content=[TextContent(text="contents of a")]
+        ),
+    ],
+}
+
+
+def make_server(abort_after: float | None = None) -> MCPServer:
+    server = MCPServer("sampling-test", log_level="WARNING")
+
+    @server.tool()
+    async def ask(history: str, use_tools: bool, ctx: Context) -> str:
+        context = LlmContext(
+            system_prompt="Be brief.",
+            messages=HISTORIES[history],
+            tools=[READ] if use_tools else None,
+        )
+        controller = AbortController()
+        options = StreamOptions(signal=controller.signal, max_tokens=500)
+        stream = sampling_stream_fn(ctx.session)(sampling_model(), context, options)
+        if abort_after is None:
+            final = await final_message(stream)
+        else:
+            async with anyio.create_task_group() as tg:
+
+                async def abort_later() -> None:
+                    await anyio.sleep(abort_after)
+                    controller.abort()
+
+                tg.start_soon(abort_later)
+                final = await final_message(stream)
+                tg.cancel_scope.cancel()
+        return final.to_json()
+
+    return server
+
+
+class FakeClientModel:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.requests: list[types.CreateMessageRequestParams] = []
+        self.delay = delay
+
+    async def __call__(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> Any:
+        self.requests.append(params)
+        if self.delay:
+            await anyio.sleep(self.delay)
+        if params.tools and not any(
+            block.type == "tool_result" for m in params.messages for block in m.content_as_list
+        ):
+            return types.CreateMessageResultWithTools(
+                role="assistant",
+                model="client-llm",
+                stop_reason="toolUse",
+                content=[
+                    types.TextContent(type="text", text="Let me read it."),
+                    types.ToolUseContent(
+                        type="tool_use", id="tu1", name="read_file", input={"path": "a"}
+                    ),
+                ],
+            )
+        return types.CreateMessageResult(
+            role="assistant",
+            model="client-llm",
+            stop_reason="endTurn",
+            content=types.TextContent(type="text", text="4"),
+        )
+
+
+async def ask(client: Client, history: str = "plain", use_tools: bool = False) -> AssistantMessage:
+    with anyio.fail_after(10):
+        result = await client.call_tool("ask", {"history": history, "use_tools": use_tools})
+    assert not result.is_error, result.content
+    message = parse_message(json.loads(result.content[0].text))
+    assert isinstance(message, AssistantMessage)
+    return message
+
+
+TOOLS_CAPABILITY = types.SamplingCapability(tools=types.SamplingToolsCapability())
+
+
+async def test_text_answer_from_the_clients_model() -> None:
+    model = FakeClientModel()
+    async with Client(make_server(), mode="legacy", sampling_callback=model) as client:
+        final = await ask(client)
+    assert final.text == "4" and final.stop_reason == StopReason.STOP
+    assert (final.api, final.provider, final.model) == ("mcp-sampling", "sampling", "client")
+    assert final.to_json_dict()["responseModel"] == "client-llm"
+    params = model.requests[0]
+    assert params.system_prompt == "Be brief." and params.max_tokens == 500
+    assert [(m.role, m.content.text) for m in params.messages] == [("user", "What is 2+2?")]
+
+
+async def test_tool_use_with_the_tools_capability() -> None:
+    model = FakeClientModel()
+    async with Client(
+        make_server(),
+        mode="legacy",
+        sampling_callback=model,
+        sampling_capabilities=TOOLS_CAPABILITY,
+    ) as client:
+        first = await ask(client, use_tools=True)
+        second = await ask(client, history="after_tool", use_tools=True)
+    assert first.stop_reason == StopReason.TOOL_USE
+    assert first.text == "Let me read it."
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("tu1", "read_file", {"path": "a"})
+    ]
+    assert [t.name for t in model.requests[0].tools] == ["read_file"]
+    assert model.requests[0].tools[0].input_schema["required"] == ["path"]
+    # the tool result goes back as a tool_result block answering the tool_use
+    messages = model.requests[1].messages
+    assert [m.role for m in messages] == ["user", "assistant", "user"]
+    assert [b.type for b in messages[1].content_as_list] == ["text", "tool_use"]
+    result = messages[2].content_as_list[0]
+    assert result.type == "tool_result" and result.tool_use_id == "t1"
+    assert result.content[0].text == "contents of a"
+    assert second.text == "4"
+
+
+async def test_without_the_tools_capability_tools_are_told_in_words() -> None:
+    model = FakeClientModel()
+    async with Client(make_server(), mode="legacy", sampling_callback=model) as client:
+        final = await ask(client, history="after_tool", use_tools=True)
+    assert final.text == "4"
+    params = model.requests[0]
+    assert params.tools is None
+    texts = [m.content.text for m in params.messages]
+    assert texts[1] == 'Reading.\n\n[called tool read_file with {"path": "a"}]'
+    assert texts[2] == "[tool read_file returned]\ncontents of a"
+
+
+async def test_client_without_sampling_gets_guidance() -> None:
+    async with Client(make_server(), mode="legacy") as client:
+        final = await ask(client)
+    assert final.stop_reason == StopReason.ERROR
+    assert "did not declare the sampling capability" in final.error_message
+    assert "set OPENAI_API_KEY and use --model openai:gpt-4o-mini" in final.error_message
+    assert "models.toml" in final.error_message
+
+
+async def test_modern_protocol_gets_guidance() -> None:
+    model = FakeClientModel()
+    async with Client(make_server(), sampling_callback=model) as client:
+        final = await ask(client)
+    assert final.stop_reason == StopReason.ERROR
+    assert "2026-07-28" in final.error_message
+    assert "--model openai:gpt-4o-mini" in final.error_message
+    assert model.requests == []
+
+
+async def test_client_error_is_reported() -> None:
+    async def refuse(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> Any:
+        return types.ErrorData(code=-1, message="User rejected sampling request")
+
+    async with Client(make_server(), mode="legacy", sampling_callback=refuse) as client:
+        final = await ask(client)
+    assert final.stop_reason == StopReason.ERROR
+    assert (
+        final.error_message
+        == "the MCP client's model (sampling) failed: User rejected sampling request"
+    )
+
+
+async def test_abort_while_the_client_thinks() -> None:
+    model = FakeClientModel(delay=20)
+    async with Client(
+        make_server(abort_after=0.2), mode="legacy", sampling_callback=model
+    ) as client:
+        started = time.monotonic()
+        final = await ask(client)
+        assert time.monotonic() - started < 2
+    assert final.stop_reason == StopReason.ABORTED
+
+
+async def test_registry_without_a_session_explains() -> None:
+    registry = ModelRegistry()
+    model = registry.resolve("sampling")
+    assert model.api == "mcp-sampling"
+    final = await final_message(
+        registry.stream_fn_for(model)(
+            model, LlmContext("", [UserMessage(content="hi")]), StreamOptions()
+        )
+    )
+    assert final.stop_reason == StopReason.ERROR
+    assert (
+        "no MCP client connection" in final.error_message
+        and "OPENAI_API_KEY" in final.error_message
+    )
