@@ -12,15 +12,22 @@ and call ``steer`` / ``follow_up`` / ``abort`` from elsewhere; ``wait_for_idle``
 Bound to a session, the agent appends every message to it when the message ends, so a crash
 loses nothing that finished; model, thinking level and active tool changes are recorded as
 entries when they differ from what the session already says. ``Agent.from_session`` resumes.
+
+With ``compaction=CompactionSettings()`` a session-bound agent compacts its session (pi's
+auto-compaction): before a prompt and after a run when the context is over the model's window
+minus the reserve, and when the model refuses a request as too long, in which case the failed
+answer is dropped from the transcript, the session is compacted and the request is retried once.
+After a compaction the transcript is rebuilt from the session.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -62,7 +69,15 @@ from mcp_agent.messages import (
     UserMessage,
     convert_to_llm,
 )
-from mcp_agent.providers.base import StreamFn, StreamOptions
+from mcp_agent.providers.base import StreamFn, StreamOptions, is_context_overflow
+from mcp_agent.sessions.compaction import (
+    CompactableSession,
+    CompactionError,
+    CompactionSettings,
+    compact,
+    context_tokens,
+    should_compact,
+)
 from mcp_agent.state import AgentContext, AgentState
 from mcp_agent.tools import AgentTool
 
@@ -132,6 +147,7 @@ class Agent:
         tool_context: Any = None,
         abort_grace: float = 0.25,
         session: SessionLike | None = None,
+        compaction: CompactionSettings | None = None,
     ) -> None:
         self.state = AgentState(
             system_prompt=system_prompt,
@@ -157,9 +173,13 @@ class Agent:
         self._follow_ups = _Queue(follow_up_mode)
         self._listeners: list[Listener] = []
         self._abort: AbortController | None = None
+        self._compaction_abort: AbortController | None = None
+        self._busy = False  # a prompt or continue_ is under way (its run or a compaction)
+        self._pending_abort: str | None = None  # abort() while busy between runs
         self._idle = anyio.Event()
         self._idle.set()
         self.session = session
+        self.compaction = compaction
         self._session_id = session.id if session is not None else None
         # What the session says now, so that only real changes become entries.
         self._recorded_model: tuple[str, str] | None = None
@@ -319,14 +339,23 @@ class Agent:
         return self._abort is not None
 
     @property
+    def is_compacting(self) -> bool:
+        return self._compaction_abort is not None
+
+    @property
     def signal(self) -> AbortSignal | None:
         """The current run's abort signal, if a run is active."""
         return self._abort.signal if self._abort is not None else None
 
     def abort(self, reason: str = "aborted") -> None:
-        """Abort the current run, if any; it ends with an aborted assistant message."""
+        """Abort the current run, if any; it ends with an aborted assistant message. An
+        automatic compaction under way is abandoned (nothing is written)."""
         if self._abort is not None:
             self._abort.abort(reason)
+        if self._compaction_abort is not None:
+            self._compaction_abort.abort(reason)
+        if self._busy and self._abort is None:
+            self._pending_abort = reason  # the run that follows starts aborted
 
     async def wait_for_idle(self) -> None:
         """Return once no run is active (at once when idle)."""
@@ -334,7 +363,7 @@ class Agent:
 
     def reset(self) -> None:
         """Forget the transcript and the queues (the session, if any, is left as it is)."""
-        if self.is_running:
+        if self._busy:
             raise AgentBusyError("cannot reset while the agent is running")
         self.state.messages = []
         self.state.error_message = None
@@ -345,32 +374,154 @@ class Agent:
     ) -> list[BaseMessage]:
         """Run the agent on a text (with optional images), a message or a list of messages;
         returns the run's new messages. Raises AgentBusyError while a run is active."""
-        if self.is_running:
+        if self._busy:
             raise AgentBusyError(
                 "the agent is already running: use steer() or follow_up() to queue messages, "
                 "or wait_for_idle() first"
             )
-        return await self._run_prompts(_normalize(input, images))
+        prompts = _normalize(input, images)
+        with self._busy_scope():
+            await self._compact_over_threshold()
+            return await self._recover(await self._run_prompts(prompts))
 
     async def continue_(self) -> list[BaseMessage]:
         """Carry on from the transcript as it is (``continue`` is a keyword). After an
         assistant message this runs queued steering, else queued follow-up messages; with
         none queued it raises ValueError, as there is nothing for the model to answer."""
-        if self.is_running:
+        if self._busy:
             raise AgentBusyError("the agent is already running; wait_for_idle() first")
         if not self.state.messages:
             raise ValueError("no messages to continue from")
-        if self.state.messages[-1].role == "assistant":
-            steering = self._steering.drain()
-            if steering:
-                return await self._run_prompts(steering, skip_initial_steering=True)
-            follow_ups = self._follow_ups.drain()
-            if follow_ups:
-                return await self._run_prompts(follow_ups)
-            raise ValueError("cannot continue from an assistant message")
+        with self._busy_scope():
+            if self.state.messages[-1].role == "assistant":
+                steering = self._steering.drain()
+                if steering:
+                    new = await self._run_prompts(steering, skip_initial_steering=True)
+                else:
+                    follow_ups = self._follow_ups.drain()
+                    if not follow_ups:
+                        raise ValueError("cannot continue from an assistant message")
+                    new = await self._run_prompts(follow_ups)
+            else:
+                new = await self._run_continue()
+            return await self._recover(new)
+
+    @contextmanager
+    def _busy_scope(self) -> Iterator[None]:
+        """One prompt or continue_: its runs and compactions; wait_for_idle waits for all."""
+        self._busy = True
+        self._pending_abort = None
+        self._idle = anyio.Event()
+        try:
+            yield
+        finally:
+            self._busy = False
+            self._pending_abort = None
+            self._idle.set()
+
+    async def _run_continue(self) -> list[BaseMessage]:
         return await self._run(
             lambda config: agent_loop_continue(self._context(), config, self._on_event)
         )
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    def _compacts(self) -> bool:
+        settings = self.compaction
+        return self.session is not None and settings is not None and settings.enabled
+
+    def _over_threshold(self) -> bool:
+        assert self.compaction is not None
+        tokens = context_tokens(self.state.messages)
+        window = self.state.model.context_window
+        return should_compact(tokens, window, self.compaction.reserve_tokens)
+
+    async def _compact_over_threshold(self) -> None:
+        if self._compacts() and self._over_threshold():
+            await self._compact("threshold")
+
+    async def _recover(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run: on a context overflow, drop the failed answer from the transcript (it
+        stays in the session), compact and retry once; else compact when over the threshold."""
+        if not self._compacts():
+            return new
+        retried = False
+        while True:
+            last = next((m for m in reversed(new) if isinstance(m, AssistantMessage)), None)
+            if last is None:
+                return new
+            if is_context_overflow(last) and self._same_model(last):
+                if retried:
+                    return new
+                retried = True
+                self._drop_failed_answer()
+                if not await self._compact("overflow"):
+                    return new
+                self._drop_failed_answer()  # the rebuilt context has it too: it is stored
+                if not self.state.messages or self.state.messages[-1].role == "assistant":
+                    return new
+                new = [*new, *await self._run_continue()]
+                continue
+            if last.stop_reason != StopReason.ABORTED and self._over_threshold():
+                await self._compact("threshold")
+            return new
+
+    def _same_model(self, message: AssistantMessage) -> bool:
+        model = self.state.model
+        return not message.model or (message.provider, message.model) == (model.provider, model.id)
+
+    def _drop_failed_answer(self) -> None:
+        messages = self.state.messages
+        if (
+            messages
+            and isinstance(messages[-1], AssistantMessage)
+            and messages[-1].stop_reason == StopReason.ERROR
+        ):
+            messages.pop()
+
+    async def _compact(self, reason: str) -> bool:
+        """Compact the session and rebuild the transcript from it; False if that failed (the
+        reason is kept in ``state.error_message``; nothing was written)."""
+        settings = self.compaction
+        assert settings is not None and self.session is not None
+        session = cast(CompactableSession, self.session)
+        model = settings.model or self.state.model
+        controller = self._compaction_abort = AbortController()
+        try:
+            await compact(
+                session,
+                model,
+                settings.stream_fn or self.stream_fn,
+                keep_recent_tokens=settings.keep_recent_tokens,
+                reserve_tokens=settings.reserve_tokens,
+                signal=controller.signal,
+                options=await self._summary_options(model),
+                thinking_level=self.state.thinking_level,
+            )
+        except Exception as error:
+            what = "context overflow recovery" if reason == "overflow" else "auto-compaction"
+            if isinstance(error, CompactionError):
+                log.warning("%s of session %s failed: %s", what, self.session_id, error)
+            else:
+                log.exception("%s of session %s failed", what, self.session_id)
+            self.state.error_message = f"{what} failed: {error}"
+            return False
+        finally:
+            self._compaction_abort = None
+        self.state.messages = list(session.build_context().messages)
+        return True
+
+    async def _summary_options(self, model: Model) -> StreamOptions:
+        options = self.stream_options
+        if self.get_api_key is not None:
+            key = self.get_api_key(model.provider)
+            if inspect.isawaitable(key):
+                key = await key
+            if key:
+                return replace(options, api_key=key)
+        if model.provider != self.state.model.provider:
+            return replace(options, api_key=None)
+        return options
 
     async def _run_prompts(
         self, messages: list[BaseMessage], skip_initial_steering: bool = False
@@ -429,7 +580,8 @@ class Agent:
         if self.is_running:
             raise AgentBusyError("the agent is already running")
         controller = self._abort = AbortController()
-        self._idle = anyio.Event()
+        if self._pending_abort is not None:
+            controller.abort(self._pending_abort)
         state = self.state
         state.is_streaming = True
         state.streaming_message = None
@@ -451,7 +603,6 @@ class Agent:
             state.streaming_message = None
             state.pending_tool_calls = set()
             self._abort = None
-            self._idle.set()
             try:
                 self._sync_session()  # settings changed during the run
             except Exception:
@@ -585,4 +736,12 @@ def _normalize(input: PromptInput, images: Sequence[ImageContent]) -> list[BaseM
     return list(input)
 
 
-__all__ = ["Agent", "AgentBusyError", "Listener", "MessageSource", "PromptInput", "SessionLike"]
+__all__ = [
+    "Agent",
+    "AgentBusyError",
+    "CompactionSettings",
+    "Listener",
+    "MessageSource",
+    "PromptInput",
+    "SessionLike",
+]

@@ -21,6 +21,7 @@ from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo,
 from mcp_agent.server.session_tools import WRITES
 from mcp_agent.server.state import AppState, app_state
 from mcp_agent.sessions import Session
+from mcp_agent.sessions.compaction import CompactionSettings
 
 
 def find_agent(state: AppState, name: str | None) -> AgentManifest:
@@ -97,6 +98,7 @@ async def start_run(
             tools=tools,
             system_prompt=manifest.system_prompt,
             max_turns=manifest.max_turns,
+            compaction=CompactionSettings(),
             **options,
         )
         if agent.state.model.ref != chosen.ref:

@@ -11,7 +11,14 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 
 from mcp_agent import __version__
 from mcp_agent.proxy.hub import ToolHub
-from mcp_agent.server import agent_tools, prompts, protocol, resources, session_tools
+from mcp_agent.server import (
+    agent_tools,
+    compact_tools,
+    prompts,
+    protocol,
+    resources,
+    session_tools,
+)
 from mcp_agent.server.builtin import build_builtin_server
 from mcp_agent.server.models import ModelOverrides
 from mcp_agent.server.runs import RunManager
@@ -67,6 +74,7 @@ def build_server(
     )
     session_tools.register(server)
     agent_tools.register(server)
+    compact_tools.register(server)
     resources.register(server)
     prompts.register(server)
     protocol.register(server)

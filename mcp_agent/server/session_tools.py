@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mcp_agent.messages import ThinkingLevel, parse_message
+from mcp_agent.messages import ThinkingLevel
 from mcp_agent.server.errors import tool_errors
 from mcp_agent.server.schemas import (
     AppendResult,
@@ -97,7 +97,7 @@ def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
         typed = parse_entry({**entry, "id": "00000000", "parentId": None, "timestamp": iso_now()})
         match typed:
             case MessageEntry(message=message):
-                return session.append_message(parse_message(message.to_json_dict()))
+                return session.append_message(message)
             case CustomEntry():
                 return session.append_custom(typed.custom_type, typed.data)
             case CustomMessageEntry():

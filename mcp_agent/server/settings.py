@@ -11,6 +11,7 @@ DB_ENV = "MCP_AGENT_DB"
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
 MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
+DURABILITY_ENV = "MCP_AGENT_DURABILITY"
 
 
 def default_db_path() -> Path:
@@ -33,6 +34,8 @@ class ServerSettings:
     max_subagent_depth: int = 3
     max_request_bytes: int = 4 * 1024 * 1024
     page_size: int = 50
+    # "full" survives power loss (an fsync per append); "normal" survives a killed process.
+    durability: str = field(default_factory=lambda: os.environ.get(DURABILITY_ENV) or "full")
 
 
 def is_loopback(host: str) -> bool:

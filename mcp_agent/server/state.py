@@ -53,7 +53,7 @@ def open_repo(settings: ServerSettings) -> SessionRepo:
     from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSessionRepo(settings.db_path)
+    return SqliteSessionRepo(settings.db_path, durability=settings.durability)  # type: ignore[arg-type]
 
 
 @asynccontextmanager

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import sqlite_utils
 from pydantic import ValidationError
@@ -94,6 +94,12 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+# "full": a committed append survives a power loss (fsync at every commit). "normal": it
+# survives the process being killed, but the newest appends may be lost if the machine stops.
+Durability = Literal["full", "normal"]
+DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
+
+
 class SqliteDatabase:
     """One connection to a session database, shared by the sessions a repo opens.
 
@@ -101,7 +107,14 @@ class SqliteDatabase:
     from worker threads.
     """
 
-    def __init__(self, path: str | Path, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        busy_timeout: float = BUSY_TIMEOUT_S,
+        durability: Durability = "full",
+    ) -> None:
+        if durability not in DURABILITY:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY)}")
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +125,7 @@ class SqliteDatabase:
         )
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
         self.db = sqlite_utils.Database(self.conn)
         # Only a new file takes the write lock: opening must not wait for busy writers.
         if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
@@ -749,9 +762,10 @@ class SqliteSessionRepo(BaseSessionRepo):
         path: str | Path,
         context_build_options: SessionContextBuildOptions | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
+        durability: Durability = "full",
     ) -> None:
         super().__init__(context_build_options)
-        self.database = SqliteDatabase(path, busy_timeout)
+        self.database = SqliteDatabase(path, busy_timeout, durability)
 
     @property
     def path(self) -> Path:

@@ -1,0 +1,50 @@
+"""The session_compact tool: summarise the older part of a session's current branch into a
+compaction entry (the old entries stay in the tree), as pi's /compact does."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.models import resolve_run_model
+from mcp_agent.server.schemas import CompactResult
+from mcp_agent.server.session_tools import WRITES, SessionId
+from mcp_agent.server.state import app_state
+from mcp_agent.sessions.compaction import compact, prepare_compaction
+
+
+def register(server: MCPServer) -> None:
+    @server.tool(annotations=WRITES)
+    async def session_compact(
+        ctx: Context,
+        session_id: SessionId,
+        instructions: Annotated[
+            str | None, Field(description="what the summary should focus on, in addition")
+        ] = None,
+    ) -> CompactResult:
+        """Compact a session: the model summarises the older part of the current branch (goal,
+        progress, decisions, next steps, files touched) and the context continues from that
+        summary plus the recent entries. Nothing is deleted; the old entries stay in the tree."""
+        state = app_state(ctx)
+        if state.runs is not None:
+            state.runs.ensure_idle(session_id)
+        with tool_errors():
+            session = state.repo.open(session_id)
+            # Refuse before choosing a model: "nothing to compact" needs none.
+            prepare_compaction(session.get_branch(), context_messages=[])
+        _, model, stream_fn = resolve_run_model(
+            None, state.settings.default_model, ctx.session, state.extra.get("models")
+        )
+        with tool_errors():  # CompactionError is a SessionError: its code and text go through
+            result = await compact(session, model, stream_fn, instructions=instructions)
+        return CompactResult(
+            session_id=session_id,
+            compaction_id=result.entry_id,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            summary=result.summary,
+        )

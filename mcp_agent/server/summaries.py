@@ -1,0 +1,33 @@
+"""Branch summaries for ``session_move_to(summarize=true)``: the model a run would use writes a
+summary of the branch being left, and the leaf moves with it."""
+
+from __future__ import annotations
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_agent.server.models import resolve_run_model
+from mcp_agent.server.state import AppState
+from mcp_agent.sessions import Session
+from mcp_agent.sessions.branch_summary import summarize_branch as summarize_session_branch
+from mcp_agent.sessions.compaction import CompactionError
+
+
+async def summarize_branch(
+    state: AppState, ctx: Context, session: Session, entry_id: str
+) -> str | None:
+    """Move ``session``'s leaf to ``entry_id`` with a model-written summary of the branch left
+    behind; returns the branch summary's id. Bad input or a failed summary is a ToolError and
+    nothing is written."""
+    if session.get_entry(entry_id) is None:
+        raise ToolError(
+            f"not_found: entry {entry_id} not found in session {session.id} "
+            "(list entries with session_get)"
+        )
+    _, model, stream_fn = resolve_run_model(
+        None, state.settings.default_model, ctx.session, state.extra.get("models")
+    )
+    try:
+        return await summarize_session_branch(session, entry_id, model, stream_fn)
+    except CompactionError as error:
+        raise ToolError(f"{error.code}: {error}") from None

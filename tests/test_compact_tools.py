@@ -1,0 +1,205 @@
+"""session_compact and session_move_to(summarize=true) over MCP, on both protocol eras."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import (
+    ScriptedProvider,
+    ScriptedResponse,
+    provider_error,
+    reply,
+    scripted_model,
+)
+from mcp_agent.server import compact_tools
+from mcp_agent.server.app import build_server
+from mcp_agent.server.settings import ServerSettings
+from mcp_agent.sessions.compaction import SUMMARIZATION_SYSTEM_PROMPT
+
+pytestmark = pytest.mark.anyio
+
+
+class Model:
+    """The server's scripted model: summarises (failing when told to), or answers slowly."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def respond(self, context: LlmContext) -> ScriptedResponse:
+        text = content_text(context.messages[-1].content)
+        if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+            self.prompts.append(text)
+            if "Additional focus: FAIL" in text:
+                return provider_error("the summariser is down")
+            return reply("SERVER SUMMARY")
+        if text.startswith("slow"):
+            return reply("word " * 100, delay=0.01, chunk_size=5)
+        return reply(f"echo: {text}")
+
+
+def write_manifests(root: Path) -> Path:
+    (root / "agents").mkdir(parents=True)
+    (root / "agents" / "default.toml").write_text('description = "test"\ntools = []\n')
+    (root / "servers.json").write_text('{"mcpServers": {}}')
+    return root
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, model: Model) -> MCPServer:
+    server = build_server(
+        ServerSettings(
+            db_path=tmp_path / "sessions.db",
+            manifests_dir=write_manifests(tmp_path / "manifests"),
+            default_model="scripted",
+        ),
+        models={"scripted": lambda: (scripted_model(), ScriptedProvider(model.respond))},
+    )
+    if "session_compact" not in {tool.name for tool in await server.list_tools()}:
+        compact_tools.register(server)  # until app.py registers it
+    return server
+
+
+@pytest.fixture(params=["auto", "legacy"])
+async def client(request: pytest.FixtureRequest, server: MCPServer) -> AsyncIterator[Client]:
+    async with Client(server, mode=request.param) as c:
+        yield c
+
+
+async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
+    result = await client.call_tool(name, arguments)
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+def message(role: str, text: str) -> dict[str, Any]:
+    if role == "user":
+        return {"type": "message", "message": {"role": "user", "content": text}}
+    return {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "provider": "scripted",
+            "model": "scripted",
+            "stopReason": "stop",
+        },
+    }
+
+
+async def long_session(client: Client, turns: int = 6) -> tuple[str, list[str]]:
+    """A session of ``turns`` turns of about 5,000 tokens each."""
+    sid = (await call(client, "session_create"))["id"]
+    ids = []
+    for n in range(turns):
+        for role, text in (("user", f"question {n} " + "q" * 20_000), ("assistant", f"answer {n}")):
+            appended = await call(
+                client, "session_append", session_id=sid, entry=message(role, text)
+            )
+            ids.append(appended["entry_id"])
+    return sid, ids
+
+
+async def test_session_compact(client: Client, model: Model) -> None:
+    sid, ids = await long_session(client)
+    result = await call(client, "session_compact", session_id=sid, instructions="the plan")
+    assert result["session_id"] == sid and result["compaction_id"]
+    assert result["summary"] == "SERVER SUMMARY"
+    assert result["tokens_before"] > 30_000 > result["tokens_after"] > 20_000
+    (prompt,) = model.prompts
+    assert prompt.endswith("Additional focus: the plan")
+    assert "question 0" in prompt and "question 5" not in prompt
+
+    context = await call(client, "session_context", session_id=sid)
+    assert context["messages"][0]["role"] == "compactionSummary"
+    assert context["messages"][0]["summary"] == "SERVER SUMMARY"
+    assert context["messages"][-1]["content"][0]["text"] == "answer 5"
+    # Nothing is deleted: every entry is still in the session, the compaction after them.
+    entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
+    assert [e["id"] for e in entries if e["type"] == "message"] == ids
+    (compaction,) = [e for e in entries if e["type"] == "compaction"]
+    assert compaction["id"] == result["compaction_id"]
+    assert compaction["firstKeptEntryId"] in ids[2:]
+    assert compaction["details"] == {"readFiles": [], "modifiedFiles": []}
+
+    text = await call_error(client, "session_compact", session_id=sid)
+    assert "already compacted" in text
+
+
+async def test_session_compact_bad_input_writes_nothing(client: Client, model: Model) -> None:
+    assert "not_found" in await call_error(client, "session_compact", session_id="nope")
+
+    small = (await call(client, "session_create"))["id"]
+    await call(client, "session_append", session_id=small, entry=message("user", "hi"))
+    before = await call(client, "session_export", session_id=small)
+    assert "nothing to compact" in await call_error(client, "session_compact", session_id=small)
+    assert (await call(client, "session_export", session_id=small)) == before
+
+    sid, _ = await long_session(client)
+    before = await call(client, "session_export", session_id=sid)
+    text = await call_error(client, "session_compact", session_id=sid, instructions="FAIL")
+    assert "the summariser is down" in text
+    assert (await call(client, "session_export", session_id=sid)) == before
+    assert len(model.prompts) == 1
+
+
+async def test_session_compact_refuses_while_a_run_is_active(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    text = await call_error(client, "session_compact", session_id=run["session_id"])
+    assert "busy" in text and run["run_id"] in text
+    await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+
+
+async def test_move_to_with_a_model_written_branch_summary(client: Client, model: Model) -> None:
+    sid = (await call(client, "session_create"))["id"]
+    ids = []
+    for role, text in (
+        ("user", "common"),
+        ("assistant", "sure"),
+        ("user", "abandoned idea"),
+        ("assistant", "tried it"),
+    ):
+        ids.append(
+            (await call(client, "session_append", session_id=sid, entry=message(role, text)))[
+                "entry_id"
+            ]
+        )
+    moved = await call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True)
+    assert moved["branch_summary_id"] and moved["leaf_id"] == moved["branch_summary_id"]
+    (prompt,) = model.prompts
+    conversation = prompt.split("</conversation>")[0]
+    assert "abandoned idea" in conversation and "tried it" in conversation
+    assert "common" not in conversation
+    context = await call(client, "session_context", session_id=sid)
+    last = context["messages"][-1]
+    assert last["role"] == "branchSummary" and "SERVER SUMMARY" in last["summary"]
+
+    before = await call(client, "session_export", session_id=sid)
+    text = await call_error(
+        client, "session_move_to", session_id=sid, entry_id="ffffffff", summarize=True
+    )
+    assert "not_found" in text
+    text = await call_error(
+        client, "session_move_to", session_id=sid, entry_id=moved["leaf_id"], summarize=True
+    )
+    assert "nothing to summarise" in text
+    assert (await call(client, "session_export", session_id=sid)) == before

@@ -1,0 +1,688 @@
+"""Compaction and branch summaries: token accounting, the cut point, split turns, summaries that
+are updated rather than lost, file tracking, auto-compaction in the Agent, overflow recovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_agent.abort import AbortController
+from mcp_agent.agent import Agent, AgentBusyError
+from mcp_agent.messages import (
+    COMPACTION_SUMMARY_PREFIX,
+    AssistantMessage,
+    BaseMessage,
+    BranchSummaryMessage,
+    CompactionSummaryMessage,
+    ImageContent,
+    StopReason,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    content_text,
+)
+from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext
+from mcp_agent.providers.scripted import (
+    ScriptedProvider,
+    ScriptedResponse,
+    provider_error,
+    reply,
+    scripted_model,
+    tool_call,
+)
+from mcp_agent.sessions import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    InMemorySessionStorage,
+    MessageEntry,
+    Session,
+    SessionError,
+)
+from mcp_agent.sessions.branch_summary import (
+    BRANCH_SUMMARY_PREAMBLE,
+    collect_branch_entries,
+    prepare_branch_entries,
+    summarize_branch,
+)
+from mcp_agent.sessions.compaction import (
+    SPLIT_TURN_SEPARATOR,
+    SUMMARIZATION_PROMPT,
+    SUMMARIZATION_SYSTEM_PROMPT,
+    TURN_PREFIX_SUMMARIZATION_PROMPT,
+    UPDATE_SUMMARIZATION_PROMPT,
+    CompactionError,
+    CompactionSettings,
+    compact,
+    context_tokens,
+    estimate_context_tokens,
+    estimate_tokens,
+    find_cut_point,
+    prepare_compaction,
+    should_compact,
+)
+from mcp_agent.tools import AgentTool, AgentToolResult
+
+pytestmark = pytest.mark.anyio
+
+MODEL = scripted_model(context_window=4_000)
+RESERVE = 1_000  # threshold: 3,000 tokens
+
+
+# --- building sessions ------------------------------------------------------------------------
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text)
+
+
+def assistant(*blocks: str | ToolCall, usage: int = 0, **fields: Any) -> AssistantMessage:
+    content = [TextContent(text=b) if isinstance(b, str) else b for b in blocks]
+    calls = any(isinstance(b, ToolCall) for b in blocks)
+    fields.setdefault("stop_reason", StopReason.TOOL_USE if calls else StopReason.STOP)
+    return AssistantMessage(
+        content=content,
+        provider=MODEL.provider,
+        model=MODEL.id,
+        usage=Usage(input=usage, total_tokens=usage),
+        **fields,
+    )
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def result(call_id: str, text: str, name: str = "read") -> ToolResultMessage:
+    return ToolResultMessage(tool_call_id=call_id, tool_name=name, content=[TextContent(text=text)])
+
+
+def words(label: str, tokens: int) -> str:
+    """Text of exactly ``tokens`` estimated tokens that starts with ``label``."""
+    return (label + " " + "x" * (tokens * 4))[: tokens * 4]
+
+
+def add(session: Session, *messages: BaseMessage) -> list[str]:
+    return [session.append_message(m) for m in messages]
+
+
+def add_turns(session: Session, count: int, first: int = 0, tokens: int = 400) -> None:
+    """``count`` plain turns of about ``tokens`` each (user 3/4, assistant 1/4)."""
+    for n in range(first, first + count):
+        add(
+            session,
+            user(words(f"question {n}", tokens * 3 // 4)),
+            assistant(words(f"answer {n}", tokens // 4)),
+        )
+
+
+def new_session() -> Session:
+    return Session(InMemorySessionStorage())
+
+
+def message_entries(session: Session) -> list[MessageEntry]:
+    return [e for e in session.get_entries() if isinstance(e, MessageEntry)]
+
+
+def compactions(session: Session) -> list[CompactionEntry]:
+    return [e for e in session.get_entries() if isinstance(e, CompactionEntry)]
+
+
+class Summarizer:
+    """A scripted summariser that records the prompts it was given."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.prompts: list[str] = []
+        self.system_prompts: list[str] = []
+        self.fail = fail
+        self.provider = ScriptedProvider(self.respond)
+
+    def respond(self, context: LlmContext) -> ScriptedResponse:
+        prompt = content_text(context.messages[-1].content)
+        self.prompts.append(prompt)
+        self.system_prompts.append(context.system_prompt)
+        if self.fail is not None:
+            return provider_error(self.fail)
+        if TURN_PREFIX_SUMMARIZATION_PROMPT in prompt:
+            return reply("PREFIX SUMMARY", usage=Usage(input=10, output=3, total_tokens=13))
+        if "<previous-summary>" in prompt:
+            return reply("UPDATED SUMMARY", usage=Usage(input=20, output=4, total_tokens=24))
+        return reply("FIRST SUMMARY", usage=Usage(input=30, output=5, total_tokens=35))
+
+
+def conversation_of(prompt: str) -> str:
+    return prompt.split("</conversation>")[0]
+
+
+# --- token accounting -------------------------------------------------------------------------
+
+
+def test_estimate_tokens_counts_characters_and_images() -> None:
+    assert estimate_tokens(user("abcde")) == 2  # ceil(5 / 4)
+    image = ImageContent(data="AAAA", mime_type="image/png")
+    assert estimate_tokens(UserMessage(content=[TextContent(text="abcd"), image])) == 1 + 1200
+    tool_result = ToolResultMessage(tool_call_id="c", tool_name="read", content=[image])
+    assert estimate_tokens(tool_result) == 1200
+    tool_use = assistant("ab", call("c", "read", path="a.py"))
+    assert estimate_tokens(tool_use) == -(-(2 + len("read") + len('{"path":"a.py"}')) // 4)
+    summary = CompactionSummaryMessage(summary="x" * 40, tokens_before=1)
+    assert estimate_tokens(summary) == 10
+
+
+def test_context_tokens_use_the_last_usage_plus_estimates_after_it() -> None:
+    messages: list[BaseMessage] = [
+        user(words("q", 100)),
+        assistant("a", usage=1_000),
+        user(words("q2", 50)),
+        assistant("b", usage=2_000),
+        user(words("q3", 30)),
+        assistant(stop_reason=StopReason.ERROR, error_message="boom", usage=99_999),
+    ]
+    estimate = estimate_context_tokens(messages)
+    # The error answer's usage is not usable; the one before it is, plus what follows it.
+    assert estimate.last_usage_index == 3
+    assert estimate.tokens == 2_000 + 30 + 0
+    assert context_tokens(messages[:2]) == 1_000
+    assert context_tokens([user(words("q", 100))]) == 100
+
+
+def test_usage_from_before_a_compaction_is_stale() -> None:
+    kept = assistant("kept", usage=50_000)
+    summary = CompactionSummaryMessage(
+        summary="s" * 400, tokens_before=50_000, timestamp=kept.timestamp + 1
+    )
+    messages: list[BaseMessage] = [summary, user(words("q", 100)), kept]
+    # Reordered like a rebuilt context: the summary first, the kept (older) answer after it.
+    assert context_tokens(messages) == 100 + 100 + 1
+    fresh = assistant("new", usage=700, timestamp=summary.timestamp + 5)
+    assert context_tokens([*messages, fresh]) == 700
+
+
+def test_trigger_threshold() -> None:
+    assert not should_compact(3_000, 4_000, 1_000)
+    assert should_compact(3_001, 4_000, 1_000)
+    assert should_compact(128_000 - 16_384 + 1, 128_000)  # default reserve
+    assert not should_compact(128_000 - 16_384, 128_000)
+
+
+# --- the cut point ----------------------------------------------------------------------------
+
+
+def tool_heavy_session() -> Session:
+    session = new_session()
+    for n in range(6):
+        add(
+            session,
+            user(words(f"task {n}", 50)),
+            assistant("looking", call(f"r{n}", "read", path=f"f{n}.py"), call(f"g{n}", "grep")),
+        )
+        if n == 3:  # a message that arrived between a call and its results
+            session.append_custom_message("note", "the user is watching")
+        add(
+            session,
+            result(f"r{n}", words("file", 100)),
+            result(f"g{n}", words("matches", 100), name="grep"),
+            assistant(words(f"summary {n}", 25)),
+        )
+    return session
+
+
+def test_the_cut_never_orphans_a_tool_result() -> None:
+    path = tool_heavy_session().get_branch()
+    total = sum(estimate_tokens(e.message) for e in path if isinstance(e, MessageEntry))
+    seen_cuts = set()
+    for keep in range(1, total + 50, 5):
+        cut = find_cut_point(path, keep)
+        seen_cuts.add(cut.first_kept_index)
+        kept = path[cut.first_kept_index :]
+        calls = {
+            c.id
+            for e in kept
+            if isinstance(e, MessageEntry) and isinstance(e.message, AssistantMessage)
+            for c in e.message.tool_calls
+        }
+        for entry in kept:
+            if isinstance(entry, MessageEntry) and isinstance(entry.message, ToolResultMessage):
+                assert entry.message.tool_call_id in calls, (keep, cut)
+        first = kept[0]
+        assert not (isinstance(first, MessageEntry) and first.message.role == "toolResult")
+    assert len(seen_cuts) > 6  # the walk did move the cut around
+
+
+def split_turn_session() -> tuple[Session, dict[str, str]]:
+    session = new_session()
+    ids: dict[str, str] = {}
+    add(session, user(words("earlier question", 100)), assistant(words("earlier answer", 20)))
+    ids["turn"] = add(session, user("fix the bug in a.py"))[0]
+    add(
+        session,
+        assistant(call("c1", "read", path="a.py")),
+        result("c1", words("contents of a.py", 200)),
+        assistant(call("c2", "edit", path="a.py", old="x", new="y")),
+        result("c2", words("edited", 200), name="edit"),
+    )
+    ids["kept"] = add(session, assistant(call("c3", "read", path="b.py")))[0]
+    add(session, result("c3", words("contents of b.py", 200)), assistant("done"))
+    return session, ids
+
+
+def test_a_cut_inside_a_turn_is_a_split_turn() -> None:
+    session, ids = split_turn_session()
+    path = session.get_branch()
+    cut = find_cut_point(path, 300)
+    assert path[cut.first_kept_index].id == ids["kept"]
+    assert cut.is_split_turn
+    assert cut.turn_start_index is not None and path[cut.turn_start_index].id == ids["turn"]
+    # A cut at a user message is not a split turn: keep exactly the last turn's tokens.
+    turn = next(i for i, e in enumerate(path) if e.id == ids["turn"])
+    turn_tokens = sum(
+        estimate_tokens(e.message) for e in path[turn:] if isinstance(e, MessageEntry)
+    )
+    whole = find_cut_point(path, turn_tokens)
+    assert path[whole.first_kept_index].id == ids["turn"] and not whole.is_split_turn
+
+
+async def test_split_turn_summarises_the_turn_prefix_separately() -> None:
+    session, ids = split_turn_session()
+    summarizer = Summarizer()
+    outcome = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=300)
+    assert outcome.is_split_turn and outcome.first_kept_entry_id == ids["kept"]
+    history, prefix = sorted(
+        summarizer.prompts, key=lambda p: TURN_PREFIX_SUMMARIZATION_PROMPT in p
+    )
+    assert "earlier question" in conversation_of(history) and "fix the bug" not in history
+    assert "fix the bug in a.py" in conversation_of(prefix)
+    assert "earlier question" not in prefix and "contents of b.py" not in prefix
+    assert outcome.summary.startswith("FIRST SUMMARY" + SPLIT_TURN_SEPARATOR + "PREFIX SUMMARY")
+    assert outcome.details == {"readFiles": [], "modifiedFiles": ["a.py"]}
+    assert outcome.usage.total_tokens == 35 + 13
+    messages = session.build_context().messages
+    assert isinstance(messages[0], CompactionSummaryMessage)
+    assert [m.role for m in messages[1:]] == ["assistant", "toolResult", "assistant"]
+
+
+# --- compacting -------------------------------------------------------------------------------
+
+
+async def test_compaction_rebuilds_a_context_below_the_threshold() -> None:
+    session = new_session()
+    add_turns(session, 9)
+    add(session, user(words("question 9", 300)), assistant("answer 9", usage=4_000))
+    before = session.build_context().messages
+    assert should_compact(context_tokens(before), MODEL.context_window, RESERVE)
+    entries_before = {e.id for e in session.get_entries()}
+
+    summarizer = Summarizer()
+    outcome = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=1_000)
+
+    assert summarizer.system_prompts == [SUMMARIZATION_SYSTEM_PROMPT]
+    (prompt,) = summarizer.prompts
+    assert prompt.endswith(SUMMARIZATION_PROMPT) and "<previous-summary>" not in prompt
+    (entry,) = compactions(session)
+    assert entry.id == outcome.entry_id and session.leaf_id == entry.id
+    assert entry.summary == "FIRST SUMMARY" and entry.tokens_before == 4_000
+    assert entry.usage is not None and entry.usage.total_tokens == 35
+    assert entry.details == {"readFiles": [], "modifiedFiles": []}
+    # History is never deleted.
+    assert entries_before < {e.id for e in session.get_entries()}
+
+    messages = session.build_context().messages
+    assert isinstance(messages[0], CompactionSummaryMessage)
+    assert messages[0].summary == "FIRST SUMMARY"
+    path = session.get_branch()
+    first_kept = next(i for i, e in enumerate(path) if e.id == entry.first_kept_entry_id)
+    kept = [e.message for e in path[first_kept:] if isinstance(e, MessageEntry)]
+    assert messages[1:] == kept
+    assert isinstance(kept[0], UserMessage)  # a whole turn: no split
+    summarized = conversation_of(prompt)
+    assert "question 0" in summarized and content_text(kept[0].content)[:12] not in summarized
+    assert context_tokens(messages) == outcome.tokens_after
+    assert not should_compact(outcome.tokens_after, MODEL.context_window, RESERVE)
+    # About keep_recent_tokens are kept: at least that, less one more message.
+    assert 1_000 <= outcome.tokens_after - estimate_tokens(messages[0]) < 1_000 + 300
+
+
+async def test_a_second_compaction_updates_the_first_summary_and_keeps_file_lists() -> None:
+    session = new_session()
+    add(
+        session,
+        user(words("read the notes", 300)),
+        assistant(call("n", "read", path="notes.md")),
+        result("n", words("notes", 100)),
+        assistant("noted"),
+    )
+    add_turns(session, 4, first=1)
+    summarizer = Summarizer()
+    first = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=800)
+    assert first.details == {"readFiles": ["notes.md"], "modifiedFiles": []}
+    assert first.summary == "FIRST SUMMARY\n\n<read-files>\nnotes.md\n</read-files>"
+
+    add(
+        session,
+        user(words("now edit", 300)),
+        assistant(call("e", "write", path="src/a.py", content="...")),
+        result("e", "written", name="write"),
+        assistant("edited"),
+    )
+    add_turns(session, 4, first=10)
+    second = await compact(
+        session, MODEL, summarizer.provider, keep_recent_tokens=800, instructions="keep paths"
+    )
+    prompt = summarizer.prompts[-1]
+    assert f"<previous-summary>\n{first.summary}\n</previous-summary>" in prompt
+    assert UPDATE_SUMMARIZATION_PROMPT in prompt and prompt.endswith("Additional focus: keep paths")
+    # Only what the first compaction did not summarise is sent again.
+    assert "read the notes" not in conversation_of(prompt) and "now edit" in prompt
+    assert second.details == {"readFiles": ["notes.md"], "modifiedFiles": ["src/a.py"]}
+    assert second.summary.startswith("UPDATED SUMMARY\n\n<read-files>\nnotes.md")
+    messages = session.build_context().messages
+    summaries = [m for m in messages if isinstance(m, CompactionSummaryMessage)]
+    assert len(summaries) == 1 and summaries[0].summary == second.summary
+    assert messages[0] is summaries[0] or messages[0].summary == second.summary
+    assert len(compactions(session)) == 2
+
+
+async def test_a_failing_summariser_writes_nothing() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    before = session.get_entries()
+    with pytest.raises(CompactionError, match="Summarization failed: rate limited") as failure:
+        await compact(
+            session, MODEL, Summarizer(fail="rate limited").provider, keep_recent_tokens=500
+        )
+    assert failure.value.code == "summarizer_failed"
+    assert session.get_entries() == before
+
+    aborted = AbortController()
+    aborted.abort("stop")
+    with pytest.raises(CompactionError) as stopped:
+        await compact(
+            session, MODEL, Summarizer().provider, keep_recent_tokens=500, signal=aborted.signal
+        )
+    assert stopped.value.code == "aborted"
+    assert session.get_entries() == before
+
+
+async def test_nothing_to_compact() -> None:
+    session = new_session()
+    with pytest.raises(CompactionError, match="empty"):
+        await compact(session, MODEL, Summarizer().provider)
+    add_turns(session, 2)
+    summarizer = Summarizer()
+    with pytest.raises(CompactionError, match="nothing to compact") as small:
+        await compact(session, MODEL, summarizer.provider)  # keeps 20,000 tokens: all of it
+    assert small.value.code == "nothing_to_compact" and summarizer.prompts == []
+    await compact(session, MODEL, summarizer.provider, keep_recent_tokens=100)
+    with pytest.raises(CompactionError, match="already compacted"):
+        prepare_compaction(session.get_branch(), 100)
+
+
+# --- the agent --------------------------------------------------------------------------------
+
+
+def read_tool() -> AgentTool:
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text(words(f"contents of {params['path']}", 600))
+
+    return AgentTool(
+        name="read",
+        description="read a file",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+        execute=execute,
+    )
+
+
+def compacting_agent(
+    session: Session, script: list[Any], summarizer: Summarizer, **settings: Any
+) -> tuple[Agent, ScriptedProvider]:
+    provider = ScriptedProvider(script)
+    settings.setdefault("reserve_tokens", RESERVE)
+    settings.setdefault("keep_recent_tokens", 1_000)
+    agent = Agent.from_session(
+        session,
+        stream_fn=provider,
+        model=MODEL,
+        tools=[read_tool()],
+        compaction=CompactionSettings(stream_fn=summarizer.provider, **settings),
+    )
+    return agent, provider
+
+
+def llm_roles(context: LlmContext) -> list[str]:
+    return [m.role for m in context.messages]
+
+
+async def test_agent_compacts_after_a_run_over_the_threshold() -> None:
+    session = new_session()
+    add_turns(session, 6)  # about 2,400 tokens: under the threshold before the prompt
+    summarizer = Summarizer()
+    big = Usage(input=3_100, output=10, total_tokens=3_110)
+    agent, provider = compacting_agent(session, [reply("ok", usage=big)], summarizer)
+    new = await agent.prompt("next")
+    assert [m.role for m in new] == ["user", "assistant"]
+    assert len(provider.calls) == 1 and len(summarizer.prompts) == 1
+    assert len(compactions(session)) == 1
+    assert isinstance(agent.state.messages[0], CompactionSummaryMessage)
+    assert agent.state.messages == session.build_context().messages
+    assert not should_compact(context_tokens(agent.state.messages), 4_000, RESERVE)
+
+
+async def test_agent_below_the_threshold_does_not_compact() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    summarizer = Summarizer()
+    agent, _ = compacting_agent(session, [reply("ok", usage=Usage(total_tokens=3_000))], summarizer)
+    await agent.prompt("next")
+    assert compactions(session) == [] and summarizer.prompts == []
+    disabled, _ = compacting_agent(
+        session, [reply("ok", usage=Usage(total_tokens=3_900))], summarizer, enabled=False
+    )
+    await disabled.prompt("again")
+    assert compactions(session) == [] and summarizer.prompts == []
+
+
+async def test_agent_compacts_before_a_prompt() -> None:
+    session = new_session()
+    add_turns(session, 10)  # about 4,000 estimated tokens
+    summarizer = Summarizer()
+    agent, provider = compacting_agent(session, [reply("ok")], summarizer)
+    await agent.prompt("next")
+    (sent,) = provider.calls
+    first = content_text(sent.messages[0].content)
+    assert first.startswith(COMPACTION_SUMMARY_PREFIX + "FIRST SUMMARY")
+    assert content_text(sent.messages[-1].content) == "next"
+    assert len(compactions(session)) == 1  # the fresh answer's usage is small: no second one
+
+
+OVERFLOW = f"{CONTEXT_OVERFLOW_MARK}: prompt is too long: 5000 tokens > 4000 maximum"
+
+
+async def test_overflow_compacts_and_retries_once() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    summarizer = Summarizer()
+    agent, provider = compacting_agent(
+        session, [provider_error(OVERFLOW), reply("recovered")], summarizer
+    )
+    new = await agent.prompt("next")
+
+    assert len(provider.calls) == 2 and len(compactions(session)) == 1
+    assert [m.role for m in new] == ["user", "assistant", "assistant"]
+    assert new[1].stop_reason == StopReason.ERROR and new[-1].text == "recovered"
+    retried = provider.calls[1]
+    assert content_text(retried.messages[0].content).startswith(COMPACTION_SUMMARY_PREFIX)
+    assert content_text(retried.messages[-1].content) == "next"
+    assert not any(
+        isinstance(m, AssistantMessage) and m.stop_reason == StopReason.ERROR
+        for m in retried.messages
+    )
+    # The failed answer stays in the session's history but not in the agent's transcript.
+    stored = [e.message for e in message_entries(session)]
+    assert any(getattr(m, "error_message", None) == OVERFLOW for m in stored)
+    assert all(getattr(m, "stop_reason", None) != StopReason.ERROR for m in agent.state.messages)
+    assert agent.state.messages[-1].text == "recovered"
+
+
+async def test_overflow_is_retried_exactly_once() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    summarizer = Summarizer()
+    agent, provider = compacting_agent(
+        session,
+        [
+            provider_error(OVERFLOW),
+            # The retry reads a file (enough new content for another compaction), then overflows.
+            reply(tool_call("read", {"path": "big.txt"})),
+            provider_error(OVERFLOW),
+            reply("never"),
+        ],
+        summarizer,
+    )
+    new = await agent.prompt("next")
+    assert len(provider.calls) == 3 and provider.remaining == 1
+    assert len(compactions(session)) == 1 and len(summarizer.prompts) == 1
+    assert [m.role for m in new] == ["user", "assistant", "assistant", "toolResult", "assistant"]
+    assert new[-1].stop_reason == StopReason.ERROR and new[-1].error_message == OVERFLOW
+
+
+async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    summarizer = Summarizer(fail="down")
+    agent, provider = compacting_agent(
+        session, [provider_error(OVERFLOW), reply("never")], summarizer
+    )
+    new = await agent.prompt("next")
+    assert len(provider.calls) == 1 and compactions(session) == []
+    assert new[-1].error_message == OVERFLOW
+    assert agent.state.error_message is not None and "down" in agent.state.error_message
+    assert not agent.is_compacting and not agent.is_running
+
+
+# --- branch summaries -------------------------------------------------------------------------
+
+
+def branching_session() -> tuple[Session, dict[str, str]]:
+    """u1 a1 ─┬─ u2 a2(read x.py) r2 a2b      (branch A)
+    └─ u3 a3(edit y.py) r3 a3b      (branch B, the current leaf)"""
+    session = new_session()
+    ids: dict[str, str] = {}
+    ids["u1"], ids["a1"] = add(session, user("common start"), assistant("common answer"))
+    ids["u2"], ids["a2"], ids["r2"], ids["a2b"] = add(
+        session,
+        user("branch A question"),
+        assistant("trying A", call("x", "read", path="x.py")),
+        result("x", "contents of x"),
+        assistant("A did not work"),
+    )
+    session.move_to(ids["a1"])
+    ids["u3"], ids["a3"], ids["r3"], ids["a3b"] = add(
+        session,
+        user("branch B question"),
+        assistant("trying B", call("y", "edit", path="y.py")),
+        result("y", "edited y", name="edit"),
+        assistant("B is half done"),
+    )
+    return session, ids
+
+
+async def test_branch_summary_covers_exactly_the_abandoned_entries() -> None:
+    session, ids = branching_session()
+    collected = collect_branch_entries(session, session.leaf_id, ids["a2b"])
+    assert [e.id for e in collected.entries] == [ids["u3"], ids["a3"], ids["r3"], ids["a3b"]]
+    assert collected.common_ancestor_id == ids["a1"]
+
+    summarizer = Summarizer()
+    summary_id = await summarize_branch(session, ids["a2b"], MODEL, summarizer.provider)
+    (prompt,) = summarizer.prompts
+    conversation = conversation_of(prompt)
+    for text in ("branch B question", "trying B", "B is half done"):
+        assert text in conversation
+    for text in ("common start", "common answer", "branch A question", "A did not work"):
+        assert text not in conversation
+    assert "edited y" not in conversation  # tool results are left out; the call says enough
+
+    entry = session.get_entry(summary_id)
+    assert isinstance(entry, BranchSummaryEntry)
+    assert entry.parent_id == ids["a2b"] and session.leaf_id == summary_id
+    assert entry.summary == (
+        BRANCH_SUMMARY_PREAMBLE + "FIRST SUMMARY\n\n<modified-files>\ny.py\n</modified-files>"
+    )
+    assert entry.details == {"readFiles": [], "modifiedFiles": ["y.py"]}
+    assert entry.usage is not None and entry.usage.total_tokens == 35
+    messages = session.build_context().messages
+    assert isinstance(messages[-1], BranchSummaryMessage)
+    assert "branch A question" in content_text(messages[2].content)
+
+
+async def test_branch_summary_back_to_an_ancestor() -> None:
+    session, ids = branching_session()
+    summarizer = Summarizer()
+    await summarize_branch(session, ids["u1"], MODEL, summarizer.provider)
+    conversation = conversation_of(summarizer.prompts[0])
+    assert "common answer" in conversation and "branch B question" in conversation
+    assert "common start" not in conversation and "branch A" not in conversation
+
+
+async def test_branch_summary_keeps_the_newest_within_the_budget() -> None:
+    session, ids = branching_session()
+    entries = collect_branch_entries(session, session.leaf_id, ids["a1"]).entries
+    prepared = prepare_branch_entries(entries, token_budget=8)
+    texts = [content_text(m.content) for m in prepared.messages]  # type: ignore[attr-defined]
+    assert texts == ["B is half done"]
+    # The file lists still cover the whole branch.
+    assert prepared.file_ops.lists() == ([], ["y.py"])
+
+
+async def test_branch_summary_bad_input_and_failures_write_nothing() -> None:
+    session, ids = branching_session()
+    before, leaf = session.get_entries(), session.leaf_id
+    with pytest.raises(SessionError, match="not found"):
+        await summarize_branch(session, "ffffffff", MODEL, Summarizer().provider)
+    with pytest.raises(CompactionError, match="nothing to summarise"):
+        await summarize_branch(session, ids["a3b"], MODEL, Summarizer().provider)
+    with pytest.raises(CompactionError, match="Branch summarization failed: nope"):
+        await summarize_branch(session, ids["a2b"], MODEL, Summarizer(fail="nope").provider)
+    assert session.get_entries() == before and session.leaf_id == leaf
+
+
+async def test_abort_during_an_automatic_compaction_writes_nothing() -> None:
+    session = new_session()
+    add_turns(session, 10)  # over the threshold: compacts before the prompt
+    slow = ScriptedProvider([reply("SLOW SUMMARY", delay=0.02, chunk_size=1)])
+    provider = ScriptedProvider([reply("never")])
+    agent = Agent.from_session(
+        session,
+        stream_fn=provider,
+        model=MODEL,
+        compaction=CompactionSettings(
+            reserve_tokens=RESERVE, keep_recent_tokens=1_000, stream_fn=slow
+        ),
+    )
+    before = session.get_entries()
+    outcome: list[BaseMessage] = []
+
+    async def run() -> None:
+        outcome.extend(await agent.prompt("next"))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            while not agent.is_compacting:
+                await anyio.sleep(0.005)
+            with pytest.raises(AgentBusyError):
+                await agent.prompt("again")
+            agent.abort("stop")
+            await agent.wait_for_idle()
+    assert compactions(session) == [] and provider.calls == []
+    assert [m.role for m in outcome] == ["user", "assistant"]
+    assert outcome[-1].stop_reason == StopReason.ABORTED
+    new_entries = session.get_entries()[len(before) :]
+    assert [e.message.role for e in new_entries if isinstance(e, MessageEntry)] == [
+        "user",
+        "assistant",
+    ]
+    assert not agent.is_compacting and not agent.is_running
