@@ -19,7 +19,6 @@ from mcp_agent.providers.scripted import (
     reply,
     scripted_model,
 )
-from mcp_agent.server import compact_tools
 from mcp_agent.server.app import build_server
 from mcp_agent.server.settings import ServerSettings
 from mcp_agent.sessions.compaction import SUMMARIZATION_SYSTEM_PROMPT
@@ -67,8 +66,6 @@ async def server(tmp_path: Path, model: Model) -> MCPServer:
         ),
         models={"scripted": lambda: (scripted_model(), ScriptedProvider(model.respond))},
     )
-    if "session_compact" not in {tool.name for tool in await server.list_tools()}:
-        compact_tools.register(server)  # until app.py registers it
     return server
 
 
