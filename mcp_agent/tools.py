@@ -6,9 +6,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import jsonschema
-from jsonschema.exceptions import best_match
-
 from mcp_agent.abort import AbortSignal
 from mcp_agent.messages import ImageContent, TextContent, ToolExecutionMode, Usage
 
@@ -80,6 +77,10 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         raise ToolArgumentsError(
             f"arguments for {tool.name} must be a JSON object, got {type(arguments).__name__}"
         )
+    # Imported here: jsonschema takes a noticeable share of the server's start-up time.
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
     cached = _validators.get(id(tool.parameters))
     if cached is None or cached[0] is not tool.parameters:
         cls = jsonschema.validators.validator_for(
