@@ -1,0 +1,49 @@
+"""The README's examples run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+@pytest.mark.parametrize(
+    "code", [b for b in blocks("python") if "await " not in b], ids=lambda b: b.splitlines()[0]
+)
+def test_python_examples_run(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_models_toml_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_agent.providers.registry import reload_registry, resolve_model
+
+    [toml] = blocks("toml")[:1]
+    path = tmp_path / "models.toml"
+    path.write_text(toml)
+    monkeypatch.setenv("MCP_AGENT_MODELS", str(path))
+    try:
+        reload_registry(path)
+        model = resolve_model("lmstudio:qwen2.5-7b-instruct")
+        assert model.context_window == 32768
+        assert model.base_url == "http://127.0.0.1:1234/v1"
+    finally:
+        monkeypatch.delenv("MCP_AGENT_MODELS")
+        reload_registry()
+
+
+def test_agent_manifest_example_is_valid() -> None:
+    import tomllib
+
+    from mcp_agent.manifests import AgentManifest
+
+    manifest = next(b for b in blocks("toml") if b.startswith('name = "reviewer"'))
+    agent = AgentManifest.model_validate(tomllib.loads(manifest))
+    assert agent.allows_tool("git__diff") and not agent.allows_tool("web__fetch")
