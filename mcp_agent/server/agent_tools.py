@@ -117,13 +117,14 @@ async def start_run(
     )
 
 
-def progress_reporter(ctx: Context) -> Any:
+def progress_reporter(ctx: Context, prefix: str = "") -> Any:
+    """A run listener that turns each agent event into a progress notification."""
     count = 0
 
     async def report(event: AgentEvent) -> None:
         nonlocal count
         count += 1
-        await ctx.report_progress(count, None, f"{event.type}: {describe_event(event)}")
+        await ctx.report_progress(count, None, f"{prefix}{event.type}: {describe_event(event)}")
 
     return report
 

@@ -10,7 +10,6 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_agent.events import AgentEvent, describe_event
 from mcp_agent.server.state import AppState
 
 SUBAGENT_ENTRY = "subagent"
@@ -35,20 +34,13 @@ def build_builtin_server(state: AppState) -> MCPServer:
     ) -> SubagentResult:
         """Delegate a task to another agent, which works in a child session and returns its
         final answer."""
-        from mcp_agent.server.agent_tools import run_meta, start_run
+        from mcp_agent.server.agent_tools import progress_reporter, run_meta, start_run
 
         meta = run_meta(ctx)
         parent_id = meta.get("session_id")
         depth = int(meta.get("depth", 0)) + 1
         if not parent_id:
             raise ToolError("subagent can only be called by an agent run")
-        count = 0
-
-        async def forward(event: AgentEvent) -> None:
-            nonlocal count
-            count += 1
-            await ctx.report_progress(count, None, f"[{agent}] {describe_event(event)}")
-
         run = await start_run(
             state,
             None,
@@ -58,7 +50,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
             model=None,
             depth=depth,
             parent_session=parent_id,
-            listener=forward,
+            listener=progress_reporter(ctx, f"[{agent}] "),
         )
         parent = state.repo.open(parent_id)
         parent.append_custom(
