@@ -1,23 +1,13 @@
-"""The command line: ``mcp-agent-sessions serve`` and the commands people use in a terminal.
-
-Each command imports only what it needs, so that everyday commands start fast.
-"""
+"""``serve``: the MCP server over stdio or streamable HTTP."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-app = typer.Typer(
-    name="mcp-agent-sessions",
-    help="An MCP server that runs agents and keeps every conversation as a session tree.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from mcp_agent.cli.common import DbOption, ManifestsOption, die
 
 
 class Transport(StrEnum):
@@ -25,26 +15,6 @@ class Transport(StrEnum):
     http = "http"
 
 
-DbOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--db",
-        help="SQLite database of sessions (default: $MCP_AGENT_DB or the per-user data dir)",
-    ),
-]
-
-
-@app.callback()
-def _root() -> None:
-    """An MCP server that runs agents and keeps every conversation as a session tree."""
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"mcp-agent-sessions: {message}", err=True)
-    return typer.Exit(code)
-
-
-@app.command()
 def serve(
     transport: Annotated[
         Transport, typer.Option(help="stdio or streamable HTTP")
@@ -52,10 +22,7 @@ def serve(
     host: Annotated[str, typer.Option(help="HTTP address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port")] = 8765,
     db: DbOption = None,
-    manifests: Annotated[
-        Path | None,
-        typer.Option(help="folder with servers.json and agents/*.toml (default: shipped)"),
-    ] = None,
+    manifests: ManifestsOption = None,
     token: Annotated[
         str | None,
         typer.Option(help="require this bearer token over HTTP (or set MCP_AGENT_TOKEN)"),
@@ -66,8 +33,11 @@ def serve(
     max_depth: Annotated[int, typer.Option(help="how deep sub-agents may nest")] = 3,
 ) -> None:
     """Run the MCP server (stdio by default)."""
+    if manifests is not None and not manifests.is_dir():
+        die(f"--manifests {manifests} is not a folder (it needs agents/*.toml)")
     import anyio
 
+    from mcp_agent.cli.demo import cli_models
     from mcp_agent.manifests import ManifestError
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.http import UnsafeBindError, check_bind, serve_http
@@ -77,8 +47,6 @@ def serve(
     if db is not None:
         settings.db_path = db
     if manifests is not None:
-        if not manifests.is_dir():
-            raise fail(f"--manifests {manifests} is not a folder")
         settings.manifests_dir = manifests
     if token:
         settings.token = token
@@ -88,8 +56,8 @@ def serve(
         try:
             check_bind(settings)
         except UnsafeBindError as error:
-            raise fail(str(error)) from None
-    server = build_server(settings)
+            die(str(error))
+    server = build_server(settings, models=cli_models())
     print_banner(settings, transport.value)
     try:
         if transport == Transport.http:
@@ -97,14 +65,6 @@ def serve(
         else:
             anyio.run(server.run_stdio_async)
     except ManifestError as error:
-        raise fail(str(error)) from None
+        die(str(error))
     except KeyboardInterrupt:
         pass
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

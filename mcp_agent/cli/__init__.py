@@ -1,0 +1,67 @@
+"""The command line: ``mcp-agent-sessions serve`` and the commands people use in a terminal.
+
+Each command imports what it needs when it runs, so that everyday commands start fast: the
+session commands load neither the MCP SDK nor the providers nor the server.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from mcp_agent.cli import catalog, chat, demo, runs, serve, sessions
+from mcp_agent.cli.common import BAD_INPUT, INTERRUPTED, PROG, fail
+
+app = typer.Typer(
+    name=PROG,
+    help="An MCP server that runs agents and keeps every conversation as a session tree.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """An MCP server that runs agents and keeps every conversation as a session tree."""
+
+
+app.command()(serve.serve)
+app.add_typer(sessions.app, name="sessions")
+app.command()(runs.run)
+app.command()(chat.chat)
+app.command()(catalog.models)
+app.command()(demo.demo)
+
+
+def main() -> None:
+    """The console script. A usage error is one line with a hint (exit 2); Ctrl-C outside a
+    run ends the program quietly (exit 130)."""
+    try:
+        code = app(prog_name=PROG, standalone_mode=False)
+    except typer.Abort:
+        typer.echo(f"\n{PROG}: interrupted", err=True)
+        code = INTERRUPTED
+    except Exception as error:
+        if not is_usage_error(error):
+            raise
+        code = getattr(error, "exit_code", BAD_INPUT)
+        if type(error).__name__ != "NoArgsIsHelpError":  # the help was shown instead
+            typer.echo(f"{PROG}: {usage_message(error)}", err=True)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def is_usage_error(error: Exception) -> bool:
+    """A click exception (typer vendors click, so its classes are not importable by name)."""
+    return hasattr(error, "format_message") and isinstance(getattr(error, "exit_code", None), int)
+
+
+def usage_message(error: Exception) -> str:
+    message = error.format_message()  # type: ignore[attr-defined]
+    context = getattr(error, "ctx", None)
+    path = getattr(context, "command_path", None)
+    return f"{message} (see `{path} --help`)" if path else message
+
+
+__all__ = ["app", "fail", "main"]

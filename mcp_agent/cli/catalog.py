@@ -1,0 +1,73 @@
+"""``models``: the model registry, with context windows and prices."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mcp_agent.cli.common import PROG, JsonOption, die, emit_json, out, print_table
+
+
+def models(as_json: JsonOption = False) -> None:
+    """The known models: context window, output limit and price per million tokens."""
+    from mcp_agent.cli.demo import DEMO_MODEL
+    from mcp_agent.providers.registry import ModelRegistryError, default_registry, list_models
+
+    try:
+        listed = list_models()
+        providers = default_registry().providers
+    except ModelRegistryError as error:
+        die(f"{error} (fix the models file, or point MCP_AGENT_MODELS elsewhere)")
+    provider_rows = [
+        {
+            "name": p.name,
+            "api": p.api,
+            "label": p.label,
+            "baseUrl": p.resolved_base_url() or None,
+            "apiKeyEnv": p.api_key_env,
+            "apiKeySet": bool(p.api_key or (p.api_key_env and os.environ.get(p.api_key_env))),
+            "listedModels": len(p.models),
+        }
+        for p in providers.values()
+    ]
+    if as_json:
+        rows = [{"ref": m.ref, **m.to_json_dict()} for m in listed]
+        emit_json({"models": rows, "providers": provider_rows, "cliModels": [DEMO_MODEL]})
+        return
+    ready = {row["name"]: row["apiKeySet"] or not row["apiKeyEnv"] for row in provider_rows}
+    rows = [
+        (
+            [
+                model.ref,
+                f"{model.context_window:,}",
+                f"{model.max_tokens:,}",
+                _price(model.cost.input),
+                _price(model.cost.output),
+                _price(model.cost.cache_read),
+                "yes" if model.reasoning else "",
+            ],
+            None if ready.get(model.provider, True) else "dim",
+        )
+        for model in listed
+    ]
+    headers = ["Model", "Context", "Max out", "In $/M", "Out $/M", "Cached $/M", "Reasoning"]
+    print_table(headers, rows, flexible=0, right=frozenset(headers[1:6]))
+    notes = [_provider_note(row) for row in provider_rows]
+    notes.append(f"{DEMO_MODEL}: the scripted model of `{PROG} demo` (no key)")
+    out().print("\n" + "\n".join(n for n in notes if n), style="dim", soft_wrap=True)
+
+
+def _price(value: float) -> str:
+    return f"{value:g}" if value else "—"
+
+
+def _provider_note(row: dict[str, Any]) -> str:
+    name, env = row["name"], row["apiKeyEnv"]
+    if env:
+        state = "set" if row["apiKeySet"] else "not set (its models are dimmed)"
+        return f"{name}: key {env} {state}; any {name}:<model-id> works with default limits"
+    if row["api"] == "mcp-sampling":
+        return "client / sampling: the MCP client's own model (only through an MCP client)"
+    if row["api"] == "scripted":
+        return "scripted:echo: repeats your message (for trying things without a key)"
+    return f"{name}:<model-id>: {row['label']} at {row['baseUrl']}"

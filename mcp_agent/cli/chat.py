@@ -1,0 +1,336 @@
+"""``chat``: a conversation with an agent, one line per message, with slash commands to see the
+tree, move the leaf, fork, compact, and change model or thinking level. Lines come from stdin,
+a terminal or a pipe. Ctrl-C stops the answer being written; at the prompt it leaves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from mcp_agent.cli.common import DbOption, ManifestsOption, out, stdin_is_tty
+from mcp_agent.cli.runs import (
+    AgentOption,
+    InputError,
+    ModelOption,
+    SessionOption,
+    StreamPrinter,
+    check_model,
+    check_session,
+    footer,
+    run_app,
+    server_settings,
+    start,
+    watch_interrupts,
+)
+
+if TYPE_CHECKING:
+    import anyio
+
+    from mcp_agent.server.state import AppState
+
+HELP = """\
+Commands:
+  /tree                  the session tree (entry ids, branches, the current leaf)
+  /move ENTRY|root       move the leaf to an entry: the next message starts a branch there
+  /fork [ENTRY [at]]     continue in a copy of this session (up to before ENTRY, or at it)
+  /compact [focus]       summarise the older part of the branch to free context
+  /model [provider:id]   show or change the model
+  /thinking [LEVEL]      show or change the thinking level (off minimal low medium high xhigh)
+  /session               the session id
+  /help                  this list
+  /quit                  leave (Ctrl-D too); Ctrl-C stops an answer"""
+
+
+def chat(
+    session: SessionOption = None,
+    agent: AgentOption = None,
+    model: ModelOption = None,
+    db: DbOption = None,
+    manifests: ManifestsOption = None,
+) -> None:
+    """Talk with an agent: one line per message, slash commands for the tree (/help)."""
+    settings = server_settings(db, manifests)
+
+    async def body(state: AppState) -> int:
+        check_session(state, session)
+        name = check_model(state, agent, model)
+        return await Chat(state, session, agent, model, name).loop()
+
+    code = run_app(settings, body)
+    if code:
+        raise typer.Exit(code)
+
+
+class LineReader:
+    """Reads stdin in a daemon thread: a pending read never holds up the program's exit."""
+
+    def __init__(self) -> None:
+        self.echo = not stdin_is_tty()
+
+    async def read(self, prompt: str) -> str | None:
+        import anyio.from_thread
+        import anyio.lowlevel
+
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        got: list[str | None] = []
+
+        def work() -> None:
+            try:
+                line: str | None = input(prompt if not self.echo else "")
+            except (EOFError, OSError, ValueError):
+                line = None
+            got.append(line)
+            try:
+                anyio.from_thread.run_sync(done.set, token=token)
+            except Exception:  # the chat ended meanwhile
+                pass
+
+        threading.Thread(target=work, name="chat-stdin", daemon=True).start()
+        await done.wait()
+        line = got[0]
+        if line is not None and self.echo:
+            # Piped input: show each message, so that the transcript reads as a conversation.
+            out().print(f"{prompt}{line}", style="bold cyan", soft_wrap=True)
+        return line
+
+
+class Chat:
+    def __init__(
+        self,
+        state: AppState,
+        session_id: str | None,
+        agent: str | None,
+        model: str | None,
+        model_name: str,
+    ) -> None:
+        self.state = state
+        self.session_id = session_id
+        self.agent = agent
+        self.model = model
+        self.model_name = model_name
+        self.printer = StreamPrinter()
+        self.reader = LineReader()
+        self.interrupt: Callable[[], None] | None = None  # stops what is running, if anything
+        self.idle: anyio.CancelScope | None = None  # the wait for a line
+
+    def say(self, text: str, style: str = "dim") -> None:
+        self.printer.note(text, style)
+
+    async def loop(self) -> int:
+        import anyio
+
+        where = f"session {self.session_id}" if self.session_id else "a new session"
+        agent = self.agent or "default"
+        self.say(f"chat in {where} · agent {agent} · {self.model_name} · /help for commands")
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch_interrupts, self._on_interrupt)
+            try:
+                await self._converse()
+            finally:
+                group.cancel_scope.cancel()
+        return 0
+
+    def _on_interrupt(self) -> None:
+        if self.interrupt is not None:
+            self.interrupt()
+        elif self.idle is not None:
+            self.idle.cancel()
+
+    async def _converse(self) -> None:
+        import anyio
+
+        while True:
+            with anyio.CancelScope() as scope:
+                self.idle = scope
+                line = await self.reader.read("> ")
+            self.idle = None
+            if scope.cancelled_caught or line is None:
+                self.printer.end_line()
+                return
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                command, _, argument = line[1:].partition(" ")
+                if command in ("quit", "exit", "q"):
+                    return
+                await self._command(command, argument.strip())
+            else:
+                await self._prompt(line)
+
+    async def _prompt(self, text: str) -> None:
+        state = self.state
+        try:
+            run = await start(state, self.printer, text, self.session_id, self.agent, self.model)
+        except InputError as error:
+            self.say(str(error), "red")
+            return
+        self.session_id = run.session_id
+        self.interrupt = lambda: run.agent.abort("interrupted with Ctrl-C")
+        try:
+            assert state.runs is not None
+            await state.runs.wait(run)
+        finally:
+            self.interrupt = None
+        self.printer.end_line()
+        self.say(footer(run))
+
+    async def _command(self, command: str, argument: str) -> None:
+        from mcp_agent.sessions.errors import SessionError
+
+        handlers = {
+            "help": self._help,
+            "tree": self._tree,
+            "move": self._move,
+            "fork": self._fork,
+            "compact": self._compact,
+            "model": self._model,
+            "thinking": self._thinking,
+            "session": self._session,
+        }
+        handler = handlers.get(command)
+        if handler is None:
+            self.say(f"unknown command /{command}; /help lists the commands", "red")
+            return
+        try:
+            await handler(argument)
+        except SessionError as error:
+            self.say(error.message, "red")
+
+    async def _help(self, _: str) -> None:
+        self.say(HELP, "")
+
+    def _current(self) -> Any:
+        if self.session_id is None:
+            return None
+        return self.state.repo.open(self.session_id)
+
+    def _ensure_session(self) -> Any:
+        if self.session_id is None:
+            manifest = self.state.agents[self.agent or "default"]
+            created = self.state.repo.create(metadata={"agent": manifest.name})
+            self.session_id = created.id
+            return created
+        return self._current()
+
+    async def _session(self, _: str) -> None:
+        self.say(self.session_id or "no session yet: the first message starts one", "")
+
+    async def _tree(self, _: str) -> None:
+        from mcp_agent.cli.render import session_tree
+
+        session = self._current()
+        if session is None:
+            self.say("no session yet: the first message starts one")
+            return
+        self.printer.end_line()
+        out().print(session_tree(session, width=out().width))
+
+    async def _move(self, argument: str) -> None:
+        from mcp_agent.cli.render import entry_summary
+
+        session = self._current()
+        if session is None or not argument:
+            self.say("usage: /move ENTRY (an id from /tree) or /move root", "red")
+            return
+        target = None if argument == "root" else argument
+        session.move_to(target)
+        where = "before the first entry" if target is None else f"to {target}"
+        entry = session.get_entry(target) if target else None
+        about = f" ({entry_summary(entry, 60).plain})" if entry is not None else ""
+        self.say(f"leaf moved {where}{about}; your next message starts a branch there")
+
+    async def _fork(self, argument: str) -> None:
+        if self.session_id is None:
+            self.say("no session yet: the first message starts one", "red")
+            return
+        entry, _, position = argument.partition(" ")
+        position = position.strip() or "before"
+        if position not in ("before", "at"):
+            self.say("usage: /fork [ENTRY [before|at]]", "red")
+            return
+        old = self.session_id
+        forked = self.state.repo.fork(old, entry or None, position)  # type: ignore[arg-type]
+        self.session_id = forked.id
+        self.say(f"now in session {forked.id}, a fork of {old}")
+
+    async def _compact(self, instructions: str) -> None:
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from mcp_agent.abort import AbortController
+        from mcp_agent.cli.demo import cli_models
+        from mcp_agent.server.models import resolve_run_model
+
+        try:
+            from mcp_agent.sessions.compaction import compact, prepare_compaction
+        except ImportError:
+            self.say("compaction is not available in this version", "red")
+            return
+        session = self._current()
+        if session is None:
+            self.say("no session yet: nothing to compact", "red")
+            return
+        # Refuse before choosing a model: "nothing to compact" needs none.
+        prepare_compaction(session.get_branch(), context_messages=[])
+        manifest = self.state.agents[self.agent or "default"]
+        try:
+            _, model, stream_fn = resolve_run_model(
+                self.model or manifest.model,
+                self.state.settings.default_model,
+                None,
+                cli_models(),
+            )
+        except ToolError as error:
+            self.say(str(error), "red")
+            return
+        controller = AbortController()
+        self.interrupt = lambda: controller.abort("interrupted with Ctrl-C")
+        self.say("compacting…")
+        try:
+            result = await compact(
+                session,
+                model,
+                stream_fn,
+                instructions=instructions or None,
+                signal=controller.signal,
+            )
+        finally:
+            self.interrupt = None
+        self.say(
+            f"compacted: about {result.tokens_before:,} → {result.tokens_after:,} tokens "
+            f"(entry {result.entry_id}; the old entries stay in the tree)"
+        )
+
+    async def _model(self, argument: str) -> None:
+        if not argument:
+            self.say(f"model: {self.model_name}", "")
+            return
+        try:
+            self.model_name = check_model(self.state, self.agent, argument)
+        except InputError as error:
+            self.say(str(error), "red")
+            return
+        self.model = argument
+        self.say(f"model: {self.model_name} (from the next message on)")
+
+    async def _thinking(self, argument: str) -> None:
+        from mcp_agent.messages import ThinkingLevel
+
+        if not argument:
+            session = self._current()
+            level = session.build_context().thinking_level if session is not None else "off"
+            self.say(f"thinking level: {level}", "")
+            return
+        levels = [level.value for level in ThinkingLevel]
+        if argument not in levels:
+            self.say(
+                f"unknown thinking level {argument!r}; choose one of {' '.join(levels)}", "red"
+            )
+            return
+        self._ensure_session().append_thinking_level_change(argument)
+        self.say(f"thinking level: {argument} (from the next message on)")

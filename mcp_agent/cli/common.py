@@ -1,0 +1,175 @@
+"""What every command shares: options, the database, error messages and exit codes, output.
+
+Only the standard library, typer and rich are imported here: the everyday commands must start
+without loading the MCP SDK, the providers or the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mcp_agent.sessions.session import Session
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+PROG = "mcp-agent-sessions"
+# Exit codes: 0 ok, 1 failure at run time, 2 bad usage or bad input, 130 interrupted (Ctrl-C).
+FAILED = 1
+BAD_INPUT = 2
+INTERRUPTED = 130
+
+DB_ENV = "MCP_AGENT_DB"  # the same variable as mcp_agent.server.settings.DB_ENV
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help=f"SQLite database of sessions (default: ${DB_ENV} or the per-user data dir)",
+        show_default=False,
+    ),
+]
+ManifestsOption = Annotated[
+    Path | None,
+    typer.Option(help="folder with servers.json and agents/*.toml (default: shipped)"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
+SessionArg = Annotated[str, typer.Argument(metavar="ID", help="a session id (sessions list)")]
+
+
+def fail(message: str, code: int = BAD_INPUT) -> typer.Exit:
+    """Print a one-line error to stderr; raise the returned Exit."""
+    typer.echo(f"{PROG}: {message}", err=True)
+    return typer.Exit(code)
+
+
+def die(message: str, code: int = BAD_INPUT) -> NoReturn:
+    raise fail(message, code)
+
+
+# Markup is off: session text such as "[bold]" or "[Paris]" must print as written. Styles are
+# given with style= or rich Text objects instead.
+@cache
+def out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, markup=False)
+
+
+@cache
+def err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, markup=False)
+
+
+def print_table(
+    headers: list[str],
+    rows: list[tuple[list[str], str | None]],
+    flexible: int,
+    right: frozenset[str] = frozenset(),
+) -> None:
+    """A borderless table on stdout. Every column keeps its full width except ``flexible``,
+    which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
+    columns than cut a long one). ``rows`` are (cells, style)."""
+    from rich.table import Table
+
+    widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
+    fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
+        justify = "right" if header in right else "left"
+        if index == flexible:
+            table.add_column(
+                header, no_wrap=True, overflow="ellipsis", max_width=max(12, out().width - fixed)
+            )
+        else:
+            table.add_column(header, no_wrap=True, min_width=width, justify=justify)
+    for cells, style in rows:
+        table.add_row(*cells, style=style)
+    out().print(table)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def database_path(db: Path | None) -> Path:
+    """``--db``, else ``$MCP_AGENT_DB``, else the per-user data dir. The server's
+    ``default_db_path`` says the same; it is repeated here so that reading sessions does not
+    import the server package (a test keeps the two in step)."""
+    if db is not None:
+        return db.expanduser()
+    if value := os.environ.get(DB_ENV):
+        return Path(value).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"
+
+
+def session_error_exit(error: Exception) -> typer.Exit:
+    """A SessionError as a one-line message with a hint, and its exit code."""
+    code = getattr(error, "code", "")
+    message = getattr(error, "message", str(error))
+    if code == "not_found" and message.startswith("session "):
+        return fail(f"{message}; `{PROG} sessions list` shows the sessions in this database")
+    if code == "not_found":
+        return fail(f"{message}; `{PROG} sessions show ID` lists the entry ids")
+    if code == "corrupt":
+        return fail(f"{message}; the database is damaged (export what still reads)", FAILED)
+    return fail(message)
+
+
+@contextmanager
+def opened_repo(db: Path | None) -> Iterator[SqliteSessionRepo]:
+    """The session database, with every SessionError turned into a one-line message."""
+    import sqlite3
+
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    path = database_path(db)
+    try:
+        repo = SqliteSessionRepo(path)
+    except (sqlite3.Error, OSError) as error:
+        die(f"cannot open the session database {path}: {error}; pass --db FILE or set {DB_ENV}")
+    try:
+        yield repo
+    except SessionError as error:
+        raise session_error_exit(error) from None
+    finally:
+        repo.close()
+
+
+def open_session(repo: SqliteSessionRepo, session_id: str) -> Session:
+    """``repo.open`` with the hint of :func:`session_error_exit` for an unknown id."""
+    from mcp_agent.sessions.errors import SessionError
+
+    try:
+        return repo.open(session_id)
+    except SessionError as error:
+        raise session_error_exit(error) from None
+
+
+def single(error: BaseException) -> BaseException:
+    """The one exception inside nested task-group exception groups, else ``error``."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False

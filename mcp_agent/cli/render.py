@@ -1,0 +1,417 @@
+"""Sessions drawn for a terminal: the current branch entry by entry, and the whole tree.
+
+All text from a session goes into rich ``Text`` objects, never into markup, so that brackets in
+a conversation are shown as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.text import Text
+from rich.tree import Tree
+
+from mcp_agent.messages import (
+    AssistantMessage,
+    BashExecutionMessage,
+    BranchSummaryMessage,
+    CompactionSummaryMessage,
+    CustomMessage,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    content_text,
+)
+from mcp_agent.sessions.entries import (
+    ActiveToolsChangeEntry,
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    CustomMessageEntry,
+    LabelEntry,
+    LeafEntry,
+    MessageEntry,
+    ModelChangeEntry,
+    SessionEntry,
+    SessionInfoEntry,
+    ThinkingLevelChangeEntry,
+)
+from mcp_agent.sessions.session import Session, TreeNode
+
+ROLE_STYLES = {
+    "user": "bold cyan",
+    "assistant": "bold green",
+    "toolResult": "yellow",
+    "error": "bold red",
+    "meta": "dim",
+}
+LEAF_MARK = " ◀ leaf"
+# A linear run of the tree longer than this is shown as its head and tail (``--full``: all).
+RUN_LIMIT = 30
+RUN_HEAD = 5
+RUN_TAIL = 10
+# Deeper branches than this are drawn at this depth, so that wide trees stay readable.
+MAX_NESTING = 12
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """One line of at most ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def local_time(timestamp: str | None) -> str:
+    if not timestamp:
+        return ""
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return timestamp
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def short_time(timestamp: str | None) -> str:
+    """``11-29 20:05`` this year, ``2025-11-29`` before."""
+    full = local_time(timestamp)
+    if full[:4] == str(datetime.now().year):
+        return full[5:]
+    return full[:10]
+
+
+def format_args(arguments: Any, limit: int | None = 120) -> str:
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    return text if limit is None else clip(text, limit)
+
+
+# --- one line per entry (tree) ----------------------------------------------------------------
+
+
+def entry_summary(entry: SessionEntry, limit: int = 80) -> Text:
+    """A one-line account of an entry: its kind and the start of its text."""
+    match entry:
+        case MessageEntry(message=message):
+            return message_summary(message, limit)
+        case ModelChangeEntry(provider=provider, model_id=model_id):
+            return Text(f"model → {provider}:{model_id}", ROLE_STYLES["meta"])
+        case ThinkingLevelChangeEntry(thinking_level=level):
+            return Text(f"thinking → {level}", ROLE_STYLES["meta"])
+        case ActiveToolsChangeEntry(active_tool_names=names):
+            return Text(f"tools → {', '.join(names) or '(none)'}", ROLE_STYLES["meta"])
+        case CompactionEntry(summary=summary, tokens_before=tokens):
+            return Text(f"compaction ({tokens:,} tokens before): {clip(summary, limit)}", "magenta")
+        case BranchSummaryEntry(summary=summary):
+            return Text(f"branch summary: {clip(summary, limit)}", "magenta")
+        case CustomMessageEntry(custom_type=kind, content=content):
+            return Text(f"{kind}: {clip(content_text(content), limit)}", "blue")
+        case CustomEntry(custom_type=kind):
+            return Text(f"custom {kind}", ROLE_STYLES["meta"])
+        case LabelEntry(target_id=target, label=label):
+            what = f"label {target} = {label!r}" if label else f"label {target} cleared"
+            return Text(what, ROLE_STYLES["meta"])
+        case SessionInfoEntry(name=name):
+            return Text(f"name → {name!r}" if name else "name cleared", ROLE_STYLES["meta"])
+        case LeafEntry(target_id=target):
+            return Text(f"leaf → {target}", ROLE_STYLES["meta"])
+    return Text(entry.type, ROLE_STYLES["meta"])
+
+
+def message_summary(message: Any, limit: int = 80) -> Text:
+    line = Text()
+    match message:
+        case UserMessage():
+            line.append("user: ", ROLE_STYLES["user"]).append(clip(message.text, limit))
+        case AssistantMessage():
+            failed = message.stop_reason in ("error", "aborted")
+            line.append("assistant:", ROLE_STYLES["error" if failed else "assistant"])
+            if message.text:
+                line.append(" " + clip(message.text, limit))
+            calls = message.tool_calls
+            if calls:
+                line.append(f" → {', '.join(c.name for c in calls)}", "yellow")
+            if failed:
+                line.append(f" ({message.stop_reason}: {clip(message.error_message or '', 60)})")
+        case ToolResultMessage():
+            style = ROLE_STYLES["error" if message.is_error else "toolResult"]
+            line.append(f"{message.tool_name} result: ", style).append(clip(message.text, limit))
+        case BashExecutionMessage():
+            line.append("bash: ", "yellow").append(clip(f"$ {message.command}", limit))
+        case CustomMessage():
+            text = clip(content_text(message.content), limit)
+            line.append(f"{message.custom_type}: ", "blue").append(text)
+        case BranchSummaryMessage() | CompactionSummaryMessage():
+            line.append("summary: ", "magenta").append(clip(message.summary, limit))
+        case _:
+            line.append(f"{message.role} message", ROLE_STYLES["meta"])
+    return line
+
+
+# --- the current branch, readably (sessions show) ---------------------------------------------
+
+
+def session_heading(session: Session) -> Text:
+    header = session.header
+    stats = session.stats()
+    title = Text()
+    title.append("Session ", "bold").append(session.id, "bold")
+    if session.name:
+        title.append(f"  “{session.name}”", "bold magenta")
+    details = [
+        f"created {local_time(header.timestamp)}",
+        f"{stats.message_count} messages",
+        f"{stats.entry_count} entries",
+        f"{stats.total_tokens:,} tokens",
+        f"${stats.cost_total:.4f}",
+    ]
+    if stats.branch_point_count:
+        points = stats.branch_point_count
+        details.append(f"{points} branch point{'s' if points > 1 else ''}")
+    if header.parent_session:
+        details.append(f"forked from {header.parent_session}")
+    title.append("\n" + " · ".join(details), "dim")
+    return title
+
+
+def branch_view(session: Session, full: bool = False) -> RenderableType:
+    """The current branch, root first: each entry with its id, role, text and tool calls."""
+    parts: list[RenderableType] = [session_heading(session)]
+    leaf_id = session.leaf_id
+    for entry in session.get_branch():
+        if isinstance(entry, LeafEntry):
+            continue
+        heading, body = entry_block(entry, full)
+        line = Text(f"{entry.id} ", "dim").append_text(heading)
+        label = session.get_label(entry.id)
+        if label:
+            line.append(f"  #{label}", "yellow")
+        if entry.id == leaf_id:
+            line.append(LEAF_MARK, "bold")
+        parts.append(Text(""))
+        parts.append(line)
+        parts.extend(Padding(item, (0, 0, 0, 9), expand=False) for item in body)
+    if leaf_id is None:
+        parts.append(Text("\n(empty branch: the leaf is before the first entry)", "dim"))
+    return Group(*parts)
+
+
+def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableType]]:
+    """A heading and the body lines of one entry."""
+    match entry:
+        case CompactionEntry(summary=summary, tokens_before=tokens):
+            heading = Text(f"compaction ({tokens:,} tokens before)", "magenta")
+            return heading, [limited(summary, full, 12)]
+        case BranchSummaryEntry(summary=summary, from_id=from_id):
+            heading = Text(f"branch summary (left {from_id})", "magenta")
+            return heading, [limited(summary, full, 12)]
+        case CustomMessageEntry(custom_type=kind, content=content):
+            heading = Text(f"{kind} (custom message)", "blue")
+            return heading, [limited(content_text(content), full, 12)]
+        case CustomEntry(data=data) if data is not None:
+            return entry_summary(entry), [Text(format_args(data, None if full else 160), "dim")]
+        case MessageEntry():
+            pass
+        case _:
+            return entry_summary(entry, limit=200), []
+    message = entry.message
+    match message:
+        case UserMessage():
+            return Text("user", ROLE_STYLES["user"]), content_blocks(message.content, full)
+        case AssistantMessage():
+            failed = message.stop_reason in ("error", "aborted")
+            heading = Text("assistant", ROLE_STYLES["error" if failed else "assistant"])
+            heading.append(f"  {message.provider}:{message.model}", "dim")
+            body = content_blocks(message.content, full)
+            if failed:
+                why = message.error_message or "no message"
+                body.append(Text(f"{message.stop_reason}: {why}", ROLE_STYLES["error"]))
+            return heading, body
+        case ToolResultMessage():
+            style = ROLE_STYLES["error" if message.is_error else "toolResult"]
+            heading = Text(f"← {message.tool_name}", style)
+            if message.is_error:
+                heading.append(" (error)", style)
+            return heading, content_blocks(message.content, full, limit=12)
+        case BashExecutionMessage():
+            return Text(f"$ {message.command}", "yellow"), [limited(message.output, full, 12)]
+        case _:
+            return message_summary(message, 60), []
+
+
+def content_blocks(
+    content: str | Iterable[Any], full: bool, limit: int = 40
+) -> list[RenderableType]:
+    if isinstance(content, str):
+        return [limited(content, full, limit)]
+    body: list[RenderableType] = []
+    for block in content:
+        match block:
+            case TextContent(text=text):
+                body.append(limited(text, full, limit))
+            case ThinkingContent(thinking=thought):
+                body.append(limited(thought, full, 6, "dim italic"))
+            case ToolCall(name=name, arguments=arguments):
+                line = Text("→ ", "yellow").append(name, "bold yellow")
+                line.append(f"({format_args(arguments, None if full else 160)})", "yellow")
+                body.append(line)
+            case ImageContent(mime_type=mime, data=data):
+                body.append(Text(f"[image {mime}, {len(data) * 3 // 4:,} bytes]", "dim"))
+    return body
+
+
+def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
+    """``text`` cut to ``max_lines`` lines (unless ``full``), saying how much was left out."""
+    lines = text.splitlines() or [""]
+    if full or len(lines) <= max_lines:
+        return Text(text, style)
+    shown = Text("\n".join(lines[:max_lines]), style)
+    shown.append(f"\n… {len(lines) - max_lines} more lines (--full shows all)", "dim")
+    return shown
+
+
+# --- the tree (sessions tree, /tree) ----------------------------------------------------------
+
+
+def session_tree(session: Session, full: bool = False, width: int = 100) -> Tree:
+    return tree_view(session.tree(), session.leaf_id, session_heading(session), full, width)
+
+
+def tree_view(
+    roots: list[TreeNode],
+    leaf_id: str | None,
+    heading: RenderableType,
+    full: bool = False,
+    width: int = 100,
+) -> Tree:
+    """The session tree. A linear run of entries is one node (long runs shown as head and tail);
+    each branch point nests its branches. Built with loops, so any depth is fine. Lines are
+    cut to fit ``width``."""
+    on_path = path_to(roots, leaf_id)
+    root = Tree(heading, guide_style="dim")
+    pending: list[tuple[Tree, list[TreeNode], int, str | None]] = [(root, roots, 0, None)]
+    while pending:
+        parent, starts, depth, flattened_from = pending.pop()
+        for start in starts:
+            run = [start]
+            while len(run[-1].children) == 1:
+                run.append(run[-1].children[0])
+            # Each level of the tree indents by 4.
+            limit = max(30, width - 4 * (depth + 1) - 1)
+            label = run_text(run, leaf_id, on_path, full, limit)
+            if flattened_from is not None:
+                label = Text(f"↳ branch of {flattened_from}\n", "dim").append_text(label)
+            node = parent.add(label)
+            last = run[-1]
+            if last.children:
+                if depth + 1 < MAX_NESTING:
+                    pending.append((node, last.children, depth + 1, None))
+                else:
+                    pending.append((parent, last.children, depth, last.entry.id))
+    if leaf_id is None and roots:
+        root.add(Text("◀ leaf: before the first entry", "bold"))
+    return root
+
+
+def path_to(roots: list[TreeNode], leaf_id: str | None) -> set[str]:
+    """The ids from the root to ``leaf_id``."""
+    parents: dict[str, str | None] = {}
+    pending: list[tuple[TreeNode, str | None]] = [(node, None) for node in roots]
+    while pending:
+        node, parent = pending.pop()
+        parents[node.entry.id] = parent
+        pending.extend((child, node.entry.id) for child in node.children)
+    path: set[str] = set()
+    current = leaf_id
+    while current is not None and current in parents and current not in path:
+        path.add(current)
+        current = parents[current]
+    return path
+
+
+def run_text(
+    run: list[TreeNode], leaf_id: str | None, on_path: set[str], full: bool, limit: int = 80
+) -> Text:
+    """The lines of a linear run; a long run keeps its head, its tail, the leaf and labels."""
+    keep = range(len(run))
+    if not full and len(run) > RUN_LIMIT:
+        wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
+        wanted |= {i for i, node in enumerate(run) if node.label or node.entry.id == leaf_id}
+        keep = sorted(wanted)  # type: ignore[assignment]
+    text = Text()
+    previous = -1
+    for index in keep:
+        if index - previous > 1:
+            hidden = index - previous - 1
+            text.append(f"⋮ {hidden:,} more entries (--full shows all)\n", "dim italic")
+        previous = index
+        text.append_text(node_line(run[index], leaf_id, on_path, limit))
+        if index < len(run) - 1 or run[index].children:
+            text.append("\n")
+    last = run[-1]
+    if len(last.children) > 1:
+        text.append(f"┬ {len(last.children)} branches", "dim")
+    else:
+        text.rstrip()
+    return text
+
+
+def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int = 80) -> Text:
+    """One entry on one line of at most ``limit`` cells: id, summary, label, leaf mark."""
+    entry = node.entry
+    line = Text(f"{entry.id} ", "dim")
+    tail = Text()
+    if node.label:
+        tail.append(f"  #{node.label}", "yellow")
+    if entry.id == leaf_id:
+        tail.append(LEAF_MARK, "bold")
+    summary = entry_summary(entry, limit)
+    summary.truncate(max(10, limit - len(line) - len(tail)), overflow="ellipsis")
+    if entry.id not in on_path:
+        summary.stylize("dim")
+    return line.append_text(summary).append_text(tail)
+
+
+def tree_json(session: Session) -> dict[str, Any]:
+    """The tree as flat nodes with child ids (nested JSON would hit the encoder's depth limit
+    on long sessions)."""
+    nodes: list[dict[str, Any]] = []
+    pending = list(reversed(session.tree()))
+    while pending:
+        node = pending.pop()
+        nodes.append(
+            {
+                "id": node.entry.id,
+                "parentId": node.entry.parent_id,
+                "type": node.entry.type,
+                "summary": entry_summary(node.entry, 200).plain,
+                "label": node.label,
+                "children": [child.entry.id for child in node.children],
+            }
+        )
+        pending.extend(reversed(node.children))
+    return {"session": session_json(session), "leafId": session.leaf_id, "nodes": nodes}
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    header = session.header
+    return {
+        "id": session.id,
+        "name": session.name,
+        "cwd": header.cwd,
+        "created": header.timestamp,
+        "parentSession": header.parent_session,
+        "leafId": session.leaf_id,
+        "stats": {camel(key): value for key, value in session.stats().to_json_dict().items()},
+    }
+
+
+def camel(name: str) -> str:
+    """``entry_count`` → ``entryCount``: JSON from the command line is camelCase throughout."""
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)

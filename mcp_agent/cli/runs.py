@@ -1,0 +1,318 @@
+"""``run``: one agent run from the terminal, its answer streamed as it arrives; and what ``chat``
+shares with it.
+
+Both open the same application state as the MCP server (``open_app``) and start runs with the
+same ``start_run``, so a run from the terminal uses the tool hub and stores its session exactly
+as an ``agent_run`` from an MCP client does. Ctrl-C during an answer aborts the run (the session
+records an aborted message) instead of killing the program.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mcp_agent.cli.common import (
+    FAILED,
+    INTERRUPTED,
+    PROG,
+    DbOption,
+    ManifestsOption,
+    database_path,
+    die,
+    err,
+    single,
+)
+
+if TYPE_CHECKING:
+    from mcp_agent.server.runs import Run
+    from mcp_agent.server.settings import ServerSettings
+    from mcp_agent.server.state import AppState
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="provider:model-id, e.g. openai:gpt-4o-mini (see `models`)"),
+]
+AgentOption = Annotated[
+    str | None, typer.Option("--agent", help="an agent from the manifests (default: default)")
+]
+SessionOption = Annotated[
+    str | None, typer.Option("--session", help="continue this session (default: a new one)")
+]
+NO_MODEL = (
+    "no model configured: pass --model provider:model-id, set MCP_AGENT_MODEL, or set "
+    f"OPENAI_API_KEY or ANTHROPIC_API_KEY (`{PROG} models` lists models; "
+    "scripted:echo needs no key)"
+)
+
+
+class InputError(Exception):
+    """Bad input found once the application is open (unknown session, agent or model)."""
+
+
+# --- shared by run and chat -------------------------------------------------------------------
+
+
+def server_settings(db: Path | None, manifests: Path | None) -> ServerSettings:
+    from mcp_agent.server.settings import ServerSettings
+
+    settings = ServerSettings(db_path=database_path(db))
+    if manifests is not None:
+        if not manifests.is_dir():
+            die(f"--manifests {manifests} is not a folder (it needs agents/*.toml)")
+        settings.manifests_dir = manifests
+    return settings
+
+
+@asynccontextmanager
+async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
+    from mcp_agent.cli.demo import cli_models
+    from mcp_agent.server.app import open_app
+
+    async with open_app(settings, models=cli_models()) as state:
+        yield state
+
+
+def check_model(state: AppState, agent_name: str | None, model: str | None) -> str:
+    """The model a run will use, or InputError saying how to choose one."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from mcp_agent.cli.demo import cli_models
+    from mcp_agent.server.models import CLIENT_MODEL, default_model_name, resolve_run_model
+
+    manifest = state.agents.get(agent_name or "default")
+    if manifest is None:
+        known = ", ".join(sorted(state.agents)) or "(none)"
+        raise InputError(f"unknown agent {agent_name!r}; the manifests define: {known}")
+    name = model or manifest.model or default_model_name(state.settings.default_model)
+    if name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
+        # The MCP client's own model (sampling) needs an MCP client; the terminal has none.
+        raise InputError(NO_MODEL)
+    try:
+        _, chosen, _ = resolve_run_model(name, None, None, cli_models())
+    except ToolError as error:
+        raise InputError(f"{error}; `{PROG} models` lists the known models") from None
+    if missing := missing_key(chosen.provider):
+        # Refuse before a session is created for a run that could only fail.
+        raise InputError(f"{chosen.ref} needs an API key: set {missing}")
+    return name
+
+
+def missing_key(provider: str) -> str | None:
+    """The environment variable a provider's key should be in, when it is needed and unset."""
+    import os
+
+    from mcp_agent.providers.registry import default_registry
+
+    config = default_registry().providers.get(provider)
+    if config is None or not config.requires_api_key or config.api_key:
+        return None
+    env = config.api_key_env
+    return env if env and not os.environ.get(env) else None
+
+
+def check_session(state: AppState, session_id: str | None) -> None:
+    if session_id is not None and not state.repo.exists(session_id):
+        raise InputError(
+            f"session {session_id} not found; `{PROG} sessions list` shows the sessions"
+        )
+
+
+class StreamPrinter:
+    """Writes an agent's answer to stdout as it streams, and its thinking, tool calls and
+    errors to stderr, so that `run "…" > answer.txt` keeps just the answer."""
+
+    def __init__(self) -> None:
+        # Which stream has a line without its newline yet: "out", "thinking" or None.
+        self.open: str | None = None
+        self.shown_error = False  # an assistant message that failed has been reported
+
+    def end_line(self) -> None:
+        if self.open == "out":
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        elif self.open == "thinking":
+            err().print()
+        self.open = None
+
+    def note(self, text: Any, style: str = "") -> None:
+        self.end_line()
+        err().print(text, style=style, soft_wrap=True)
+
+    def __call__(self, event: Any) -> None:
+        from mcp_agent.cli.render import clip, format_args
+        from mcp_agent.events import (
+            MessageEndEvent,
+            MessageUpdateEvent,
+            TextDeltaEvent,
+            ThinkingDeltaEvent,
+            ToolExecutionEndEvent,
+            ToolExecutionStartEvent,
+        )
+        from mcp_agent.messages import AssistantMessage, content_text
+
+        match event:
+            case MessageUpdateEvent(assistant_message_event=TextDeltaEvent(delta=delta)):
+                if self.open == "thinking":
+                    self.end_line()
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+                self.open = "out"
+            case MessageUpdateEvent(assistant_message_event=ThinkingDeltaEvent(delta=delta)):
+                if self.open != "thinking":
+                    self.end_line()
+                    err().print("thinking: ", style="dim", end="")
+                err().print(delta, style="dim italic", end="", soft_wrap=True)
+                self.open = "thinking"
+            case ToolExecutionStartEvent(tool_name=name, args=args):
+                self.note(f"→ {name}({format_args(args)})", "yellow")
+            case ToolExecutionEndEvent(tool_name=name, result=result, is_error=is_error):
+                text = clip(content_text(getattr(result, "content", None) or []), 160)
+                if is_error:
+                    self.note(f"✗ {name} failed: {text}", "red")
+                else:
+                    self.note(f"← {name}: {text}", "dim yellow")
+            case MessageEndEvent(message=AssistantMessage() as message):
+                if message.stop_reason in ("error", "aborted"):
+                    stop = str(message.stop_reason)
+                    why = (message.error_message or "no reason given").removeprefix(stop + ": ")
+                    self.note(f"{stop}: {why}", "bold red")
+                    self.shown_error = True
+                else:
+                    self.end_line()
+
+
+def footer(run: Run) -> str:
+    usage = run.usage
+    parts = [f"session {run.session_id}", run.model_ref, f"{usage.total_tokens:,} tokens"]
+    if usage.cost.total:
+        parts.append(f"${usage.cost.total:.4f}")
+    if run.status != "completed":
+        parts.append(run.status)
+    return " · ".join(parts)
+
+
+async def watch_interrupts(on_interrupt: Callable[[], None]) -> None:
+    """Call ``on_interrupt`` at each Ctrl-C (instead of KeyboardInterrupt) until cancelled."""
+    import anyio
+
+    try:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                on_interrupt()
+    except (NotImplementedError, RuntimeError, ValueError):
+        # No signal handling here (Windows, or not the main thread): Ctrl-C stays fatal.
+        await anyio.sleep_forever()
+
+
+async def wait_for(state: AppState, run: Run) -> bool:
+    """Wait for ``run``; Ctrl-C aborts it. True if it was interrupted."""
+    import anyio
+
+    assert state.runs is not None
+    interrupted = False
+
+    def interrupt() -> None:
+        nonlocal interrupted
+        interrupted = True
+        run.agent.abort("interrupted with Ctrl-C")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch_interrupts, interrupt)
+        await state.runs.wait(run)
+        group.cancel_scope.cancel()
+    return interrupted
+
+
+async def start(
+    state: AppState,
+    printer: StreamPrinter,
+    prompt: str,
+    session_id: str | None,
+    agent: str | None,
+    model: str | None,
+) -> Run:
+    """``start_run`` as the MCP tool does it; its refusals become InputError."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from mcp_agent.server.agent_tools import start_run
+
+    try:
+        return await start_run(
+            state,
+            None,
+            prompt=prompt,
+            session_id=session_id,
+            agent_name=agent,
+            model=model,
+            depth=0,
+            listener=printer,
+        )
+    except ToolError as error:
+        raise InputError(str(error)) from None
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def run(
+    prompt: Annotated[str, typer.Argument(help="what to ask the agent")],
+    session: SessionOption = None,
+    agent: AgentOption = None,
+    model: ModelOption = None,
+    db: DbOption = None,
+    manifests: ManifestsOption = None,
+) -> None:
+    """Run an agent once; the answer streams to stdout, tool calls and status to stderr."""
+    if not prompt.strip():
+        die("the prompt is empty; say what the agent should do")
+    settings = server_settings(db, manifests)
+    code = run_app(settings, lambda state: _run_once(state, prompt, session, agent, model))
+    if code:
+        raise typer.Exit(code)
+
+
+def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
+    """Open the application, run ``body``; bad input and bad manifests are one-line errors."""
+    import anyio
+
+    from mcp_agent.manifests import ManifestError
+
+    async def main() -> int:
+        async with opened_app(settings) as state:
+            return await body(state)
+
+    try:
+        return anyio.run(main)
+    except BaseException as error:
+        found = single(error)
+        if isinstance(found, InputError):
+            die(str(found))
+        if isinstance(found, ManifestError):
+            die(f"{found} (fix the manifest or pass another --manifests folder)")
+        if found is not error:
+            raise found from None
+        raise
+
+
+async def _run_once(
+    state: AppState, prompt: str, session_id: str | None, agent: str | None, model: str | None
+) -> int:
+    check_session(state, session_id)
+    check_model(state, agent, model)
+    printer = StreamPrinter()
+    run = await start(state, printer, prompt, session_id, agent, model)
+    interrupted = await wait_for(state, run)
+    printer.end_line()
+    if run.status == "error" and run.error and not printer.shown_error:
+        printer.note(f"{PROG}: the run failed: {run.error}", "red")
+    printer.note(footer(run), "dim")
+    if interrupted:
+        return INTERRUPTED
+    return 0 if run.status == "completed" else FAILED

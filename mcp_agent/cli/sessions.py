@@ -1,0 +1,336 @@
+"""``sessions …``: list, show, draw, export, import, delete, fork and rename stored sessions.
+
+These read and write the database directly (no server, no MCP SDK, no providers), so they start
+fast; rich is imported when something is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mcp_agent.cli.common import (
+    BAD_INPUT,
+    PROG,
+    DbOption,
+    JsonOption,
+    SessionArg,
+    die,
+    emit_json,
+    err,
+    fail,
+    open_session,
+    opened_repo,
+    out,
+    print_table,
+    stdin_is_tty,
+)
+
+app = typer.Typer(
+    help="Browse, export, import, fork and delete stored sessions.", no_args_is_help=True
+)
+
+FullOption = Annotated[bool, typer.Option("--full", help="show everything, uncut")]
+# Show a progress bar when an import is at least this big (bytes) or has this many files.
+PROGRESS_BYTES = 2_000_000
+PROGRESS_FILES = 5
+
+
+class Position(StrEnum):
+    before = "before"
+    at = "at"
+
+
+@app.command("list")
+def list_sessions(
+    search: Annotated[
+        str | None, typer.Option("--search", "-s", help="only sessions containing these words")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="at most this many")] = 20,
+    cursor: Annotated[
+        str | None, typer.Option(help="continue a listing (the nextCursor of --json)")
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Sessions, newest first."""
+    with opened_repo(db) as repo:
+        page = repo.list(query=search, limit=limit, cursor=cursor)
+    if as_json:
+        emit_json(
+            {"sessions": [s.to_json_dict() for s in page.items], "nextCursor": page.next_cursor}
+        )
+        return
+    if not page.items:
+        hint = "no sessions match" if search else "no sessions yet"
+        err().print(f'{hint} (start one with `{PROG} run "…"` or `{PROG} chat`)', style="dim")
+        return
+    from mcp_agent.cli.render import clip, short_time
+
+    rows = [
+        (
+            [
+                item.id,
+                short_time(item.modified),
+                str(item.message_count),
+                f"{item.total_tokens:,}",
+                item.name or clip(item.first_user_message or "", 80) or "—",
+            ],
+            "bold" if item.name else None,
+        )
+        for item in page.items
+    ]
+    # Ids are never shortened: people copy them.
+    headers = ["ID", "Modified", "Msgs", "Tokens", "Name / first message"]
+    print_table(headers, rows, flexible=4, right=frozenset({"Msgs", "Tokens"}))
+    if page.next_cursor:
+        err().print(f"more: --cursor {page.next_cursor}", style="dim")
+
+
+@app.command()
+def show(
+    session_id: SessionArg,
+    full: FullOption = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The current branch, entry by entry: roles, text, tool calls and results, entry ids."""
+    with opened_repo(db) as repo:
+        session = open_session(repo, session_id)
+        if as_json:
+            from mcp_agent.cli.render import session_json
+
+            entries = [e.to_json_dict() for e in session.get_branch()]
+            emit_json({"session": session_json(session), "entries": entries})
+            return
+        from mcp_agent.cli.render import branch_view
+
+        out().print(branch_view(session, full))
+
+
+@app.command()
+def tree(
+    session_id: SessionArg,
+    full: Annotated[
+        bool, typer.Option("--full", help="do not shorten long runs of entries")
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The session tree: branch points, labels, names, and the current leaf."""
+    with opened_repo(db) as repo:
+        session = open_session(repo, session_id)
+        if as_json:
+            from mcp_agent.cli.render import tree_json
+
+            emit_json(tree_json(session))
+            return
+        from mcp_agent.cli.render import session_tree
+
+        out().print(session_tree(session, full, out().width))
+
+
+@app.command()
+def export(
+    session_id: SessionArg,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """The session as a pi version-3 JSONL file."""
+    with opened_repo(db) as repo:
+        text = repo.export_jsonl(session_id)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as error:
+        die(f"cannot write {output}: {error.strerror or error}; choose another --output")
+    lines = text.count("\n")
+    err().print(f"wrote {output} ({lines} lines)", style="dim")
+
+
+@app.command("import")
+def import_files(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE…", help="pi session files")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import pi session files (version 1, 2 or 3). Each file is stored whole or not at all."""
+    from mcp_agent.sessions.errors import SessionError
+
+    results: list[dict[str, Any]] = []
+    sizes = [_size(f) for f in files]
+    with opened_repo(db) as repo, _progress(len(files), sum(sizes)) as advance:
+        for path, size in zip(files, sizes, strict=True):
+            try:
+                session = repo.import_jsonl(path)
+            except SessionError as error:
+                results.append({"file": str(path), "error": _import_hint(error)})
+            else:
+                stats = session.stats()
+                results.append(
+                    {
+                        "file": str(path),
+                        "sessionId": session.id,
+                        "version": _file_version(path),
+                        "entries": stats.entry_count,
+                        "messages": stats.message_count,
+                    }
+                )
+            advance(size)
+    failed = [r for r in results if "error" in r]
+    if as_json:
+        emit_json({"imported": [r for r in results if "error" not in r], "failed": failed})
+    else:
+        for result in results:
+            if "error" in result:
+                continue
+            # The id first, so that `cut -d' ' -f1` gives the new ids (or use --json).
+            out().print(
+                f"{result['sessionId']}  ← {result['file']} "
+                f"(pi v{result['version']}, {result['messages']} messages)",
+                soft_wrap=True,
+                markup=False,
+            )
+    for result in failed:
+        typer.echo(f"{PROG}: {result['error']}", err=True)
+    if failed:
+        raise typer.Exit(BAD_INPUT)
+
+
+@app.command()
+def delete(
+    session_id: SessionArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+    db: DbOption = None,
+) -> None:
+    """Delete a session and every entry in it."""
+    with opened_repo(db) as repo:
+        session = open_session(repo, session_id)
+        stats = session.stats()
+        what = f"session {session_id}" + (f" “{session.name}”" if session.name else "")
+        what += f" ({stats.message_count} messages)"
+        if not yes:
+            if not stdin_is_tty():
+                die(f"refusing to delete {what} without a terminal to ask; add --yes")
+            if not typer.confirm(f"Delete {what}?", err=True):
+                raise fail("nothing deleted", 1)
+        repo.delete(session_id)
+    err().print(f"deleted {what}", style="dim")
+
+
+@app.command()
+def fork(
+    session_id: SessionArg,
+    entry: Annotated[
+        str | None, typer.Option("--entry", "-e", help="fork at or before this entry id")
+    ] = None,
+    position: Annotated[
+        Position | None,
+        typer.Option(help="before: up to a user message, to ask it again; at: up to the entry"),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy the current branch (or the path to an entry) into a new session; prints its id."""
+    if position is not None and entry is None:
+        die("--position needs --entry (which entry to fork at or before)")
+    with opened_repo(db) as repo:
+        forked = repo.fork(session_id, entry, (position or Position.before).value)
+        if as_json:
+            from mcp_agent.cli.render import session_json
+
+            emit_json(session_json(forked))
+            return
+        count = forked.stats().entry_count
+    out().print(forked.id, soft_wrap=True)
+    err().print(f"forked {session_id} into a new session ({count} entries)", style="dim")
+
+
+@app.command()
+def rename(
+    session_id: SessionArg,
+    name: Annotated[str, typer.Argument(help='the new name ("" clears it)')],
+    db: DbOption = None,
+) -> None:
+    """Name a session (shown in listings and the tree)."""
+    with opened_repo(db) as repo:
+        session = open_session(repo, session_id)
+        session.set_name(name)
+        shown = session.name
+    err().print(f"renamed {session_id} to “{shown}”" if shown else "name cleared", style="dim")
+
+
+# --- import helpers ---------------------------------------------------------------------------
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _file_version(path: Path) -> int:
+    """The version in a file's header line (pi files without one are version 1)."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            header = json.loads(file.readline())
+        version = header.get("version", 1)
+        return version if isinstance(version, int) else 1
+    except (OSError, ValueError, AttributeError):
+        return 1
+
+
+def _import_hint(error: Exception) -> str:
+    code = getattr(error, "code", "")
+    message = getattr(error, "message", str(error))
+    if code == "conflict":
+        return f"{message}: this file was imported before (delete that session to import again)"
+    return f"{message}; nothing was imported from it"
+
+
+class _NoProgress:
+    def __enter__(self) -> Any:
+        return lambda _size: None
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _progress(files: int, size: int) -> Any:
+    """A progress bar (on a terminal, for a big import), as a context giving ``advance``."""
+    if not err().is_terminal or (files < PROGRESS_FILES and size < PROGRESS_BYTES):
+        return _NoProgress()
+    from contextlib import contextmanager
+
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    @contextmanager
+    def bar() -> Any:
+        with Progress(
+            TextColumn("importing"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=err(),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("import", total=size or None)
+            yield lambda done: progress.advance(task, done)
+
+    return bar()

@@ -1,0 +1,725 @@
+"""The command line through its real entry point: subprocesses of ``python -m mcp_agent`` where
+the process matters (import cost, serve, demo, run, chat, usage errors), typer's CliRunner
+elsewhere. Runs talk to a real model API (fakellm) or to the scripted models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from mcp_agent.cli import app
+from mcp_agent.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from mcp_agent.messages import UserMessage as User
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+MODEL_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MCP_AGENT_MODEL", "OPENAI_BASE_URL")
+FAKELLM_RULES = """\
+version: 1
+rules:
+  - name: after_helper
+    when: {tool_result_contains: "answer"}
+    respond: {content: "The helper says hi."}
+  - name: delegate
+    when: {messages_contain: "delegate please"}
+    respond:
+      tool_calls:
+        - name: subagent
+          arguments: {agent: "default", task: "say hi from the helper"}
+  - name: helper
+    when: {messages_contain: "say hi from the helper"}
+    respond: {content: "hi from the helper"}
+  - name: long_story
+    when: {messages_contain: "long story"}
+    respond: {content: "Once upon a time LONG"}
+  - name: hello
+    when: {messages_contain: "hello"}
+    respond: {content: "Hi there! This is a mock response."}
+""".replace("LONG", " ".join(f"w{i}" for i in range(400)))
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS and k != "MCP_AGENT_DB"}
+    env.update(COLUMNS="100", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def sub(
+    *args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    """``python -m mcp_agent ARGS`` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_agent", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env or clean_env(),
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "sessions.db"
+
+
+@pytest.fixture
+def cli(db: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run a command in-process against ``db`` (through $MCP_AGENT_DB)."""
+    for key in MODEL_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MCP_AGENT_DB", str(db))
+    monkeypatch.setenv("COLUMNS", "100")
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None) -> Any:
+        return runner.invoke(app, list(args), input=input)
+
+    return invoke
+
+
+def seed(db: Path) -> dict[str, str]:
+    """A named session with a tool call, a label and two branches; returns the ids."""
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create(name="weather chat")
+        ids = {"session": session.id}
+        ids["ask"] = session.append_message(User(content="What is the weather in [Paris]?"))
+        call = ToolCall(id="c1", name="weather", arguments={"city": "Paris"})
+        ids["call"] = session.append_message(
+            AssistantMessage(content=[TextContent(text="Let me check."), call])
+        )
+        ids["result"] = session.append_message(
+            ToolResultMessage(
+                tool_call_id="c1", tool_name="weather", content=[TextContent(text="18 C, sunny")]
+            )
+        )
+        ids["answer"] = session.append_message(
+            AssistantMessage(content=[TextContent(text="It is 18 C and sunny.")])
+        )
+        session.append_label(ids["ask"], "first-try")
+        session.move_to(ids["ask"])
+        ids["other"] = session.append_message(
+            AssistantMessage(content=[TextContent(text="No idea.")])
+        )
+        ids["leaf"] = ids["other"]
+        return ids
+
+
+def pi_v3(entries: int, session_id: str = "01a00000-0000-7000-8000-000000000001") -> str:
+    """A pi v3 file whose entries form one long chain."""
+    lines = [
+        json.dumps(
+            {
+                "type": "session",
+                "version": 3,
+                "id": session_id,
+                "timestamp": "2026-01-01T00:00:00.000Z",
+                "cwd": "/w",
+            }
+        )
+    ]
+    parent = None
+    for i in range(entries):
+        entry_id = f"{i:08x}"
+        role = "user" if i % 2 == 0 else "assistant"
+        content: Any = f"step {i}" if role == "user" else [{"type": "text", "text": f"done {i}"}]
+        message = {"role": role, "content": content, "timestamp": 1767225600000 + i}
+        lines.append(
+            json.dumps(
+                {
+                    "type": "message",
+                    "id": entry_id,
+                    "parentId": parent,
+                    "timestamp": "2026-01-01T00:00:01.000Z",
+                    "message": message,
+                }
+            )
+        )
+        parent = entry_id
+    return "\n".join(lines) + "\n"
+
+
+PI_V1 = (
+    '{"type":"session","id":"01a00000-0000-7000-8000-0000000000a1","timestamp":"2025-06-01T10:00:00.000Z","cwd":"/w"}\n'
+    '{"type":"message","timestamp":"2025-06-01T10:00:01.000Z","message":{"role":"user","content":"old hello","timestamp":1748772001000}}\n'
+    '{"type":"message","timestamp":"2025-06-01T10:00:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"old hi"}],"api":"x","provider":"openai","model":"gpt-4o","usage":{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}},"stopReason":"stop","timestamp":1748772002000}}\n'
+)
+PI_V2 = (
+    '{"type":"session","version":2,"id":"01a00000-0000-7000-8000-0000000000a2","timestamp":"2025-09-01T10:00:00.000Z","cwd":"/w"}\n'
+    '{"type":"message","id":"aaaa0001","parentId":null,"timestamp":"2025-09-01T10:00:01.000Z","message":{"role":"user","content":"v2 hello","timestamp":1756720801000}}\n'
+    '{"type":"message","id":"aaaa0002","parentId":"aaaa0001","timestamp":"2025-09-01T10:00:02.000Z","message":{"role":"hookMessage","customType":"note","content":"from a hook","display":true,"timestamp":1756720802000}}\n'
+)
+
+
+# --- import cost, database path, usage errors -------------------------------------------------
+
+
+def test_sessions_list_loads_neither_mcp_nor_providers_nor_server(db: Path) -> None:
+    seed(db)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "mcp_agent",
+            "sessions",
+            "list",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "weather chat" in done.stdout
+    modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "mcp_agent.sessions.sqlite" in modules  # the measurement works
+    heavy = sorted(
+        m
+        for m in modules
+        if m == "mcp" or m.startswith(("mcp.", "mcp_agent.providers", "mcp_agent.server", "httpx"))
+    )
+    assert heavy == []
+
+
+def test_database_path_agrees_with_the_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from mcp_agent.cli.common import database_path
+    from mcp_agent.server.settings import default_db_path
+
+    monkeypatch.delenv("MCP_AGENT_DB", raising=False)
+    assert database_path(None) == default_db_path()
+    monkeypatch.setenv("MCP_AGENT_DB", str(tmp_path / "x.db"))
+    assert database_path(None) == default_db_path() == tmp_path / "x.db"
+    assert database_path(tmp_path / "flag.db") == tmp_path / "flag.db"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["sessions", "show"], "Missing argument 'ID'"),
+        (["sessions", "list", "--limit", "0"], "--limit"),
+        (["sessions", "frobnicate"], "No such command"),
+        (["run"], "Missing argument"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    done = sub(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "--help" in lines[0], done.stderr
+    assert lines[0].startswith("mcp-agent-sessions: ")
+
+
+def test_no_arguments_shows_help() -> None:
+    done = sub()
+    assert done.returncode == 2
+    assert "sessions" in done.stdout + done.stderr
+
+
+def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello, not SQLite\n" * 100)
+    result = cli("sessions", "list", "--db", str(not_a_db))
+    assert result.exit_code == 2
+    assert "cannot open the session database" in result.stderr
+    assert "--db" in result.stderr
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    with SqliteSessionRepo(db) as repo:
+        repo.create().append_message(User(content="about penguins"))
+    result = cli("sessions", "list")
+    assert result.exit_code == 0
+    assert ids["session"] in result.stdout and "weather chat" in result.stdout
+    assert "about penguins" in result.stdout
+    found = json.loads(cli("sessions", "list", "--search", "sunny", "--json").stdout)
+    assert [s["id"] for s in found["sessions"]] == [ids["session"]]
+    first = json.loads(cli("sessions", "list", "--limit", "1", "--json").stdout)
+    assert len(first["sessions"]) == 1 and first["nextCursor"]
+    rest = json.loads(cli("sessions", "list", "--cursor", first["nextCursor"], "--json").stdout)
+    assert [s["id"] for s in rest["sessions"]] == [ids["session"]]
+    empty = cli("sessions", "list", "--search", "nothing-like-this")
+    assert empty.exit_code == 0 and "no sessions match" in empty.stderr
+
+
+def test_db_option_and_environment_select_the_database(cli: Any, db: Path, tmp_path: Path) -> None:
+    seed(db)
+    other = tmp_path / "other.db"
+    assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert json.loads(cli("sessions", "list", "--db", str(other), "--json").stdout) == {
+        "sessions": [],
+        "nextCursor": None,
+    }
+
+
+def test_show_renders_the_branch(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    result = cli("sessions", "show", ids["session"])
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "weather chat" in text
+    assert "What is the weather in [Paris]?" in text  # brackets are text, not markup
+    assert ids["ask"] in text and ids["other"] in text and "◀ leaf" in text
+    assert "#first-try" in text
+    assert ids["call"] not in text  # another branch
+    main = cli("sessions", "show", ids["session"], "--json")
+    data = json.loads(main.stdout)
+    assert data["session"]["leafId"] == ids["leaf"]
+    assert [e["id"] for e in data["entries"] if e["type"] == "message"] == [
+        ids["ask"],
+        ids["other"],
+    ]
+    with SqliteSessionRepo(db) as repo:
+        repo.open(ids["session"]).move_to(ids["answer"])
+    text = cli("sessions", "show", ids["session"]).stdout
+    assert '→ weather({"city": "Paris"})' in text
+    assert "← weather" in text and "18 C, sunny" in text
+
+
+def test_show_unknown_session_says_what_to_do(cli: Any) -> None:
+    result = cli("sessions", "show", "no-such-session")
+    assert result.exit_code == 2
+    assert "session no-such-session not found" in result.stderr
+    assert "sessions list" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    result = cli("sessions", "tree", ids["session"])
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "┬ 2 branches" in text
+    assert "#first-try" in text and "weather chat" in text
+    leaf_line = next(line for line in text.splitlines() if "◀ leaf" in line)
+    assert ids["other"] in leaf_line
+    assert ids["call"] in text and "→ weather" in text
+    nodes = {
+        n["id"]: n
+        for n in json.loads(cli("sessions", "tree", ids["session"], "--json").stdout)["nodes"]
+    }
+    assert nodes[ids["ask"]]["children"] == [ids["call"], ids["other"]]
+    assert nodes[ids["ask"]]["label"] == "first-try"
+
+
+def test_tree_copes_with_deep_chains_and_many_branch_points(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(pi_v3(3000))
+    assert cli("sessions", "import", str(deep)).exit_code == 0
+    session_id = "01a00000-0000-7000-8000-000000000001"
+    short = cli("sessions", "tree", session_id)
+    assert short.exit_code == 0, short.stderr
+    assert "more entries (--full shows all)" in short.stdout
+    assert len(short.stdout.splitlines()) < 40 and "◀ leaf" in short.stdout
+    full = cli("sessions", "tree", session_id, "--full")
+    assert full.exit_code == 0 and "step 1500" in full.stdout
+    nodes = json.loads(cli("sessions", "tree", session_id, "--json").stdout)["nodes"]
+    assert len(nodes) == 3000
+    # A comb: a branch point at every step nests deeper than a terminal is wide.
+    with SqliteSessionRepo(db) as repo:
+        comb = repo.create(name="comb")
+        for i in range(30):
+            main = comb.append_message(User(content=f"main {i}"))
+            comb.append_message(AssistantMessage(content=[TextContent(text=f"side {i}")]))
+            comb.move_to(main)
+    drawn = cli("sessions", "tree", comb.id)
+    assert drawn.exit_code == 0
+    assert "side 29" in drawn.stdout and "↳ branch of" in drawn.stdout
+
+
+def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
+    ids = seed(db)
+    exported = cli("sessions", "export", ids["session"])
+    assert exported.exit_code == 0
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert lines[0]["type"] == "session" and lines[0]["version"] == 3
+    target = tmp_path / "out.jsonl"
+    written = cli("sessions", "export", ids["session"], "-o", str(target))
+    assert written.exit_code == 0 and target.read_text() == exported.stdout
+    other = tmp_path / "other.db"
+    imported = cli("sessions", "import", str(target), "--db", str(other), "--json")
+    assert imported.exit_code == 0, imported.stderr
+    assert json.loads(imported.stdout)["imported"][0]["sessionId"] == ids["session"]
+    again = cli("sessions", "export", ids["session"], "--db", str(other))
+    assert again.stdout == exported.stdout
+    missing = cli("sessions", "export", "nope")
+    assert missing.exit_code == 2 and "not found" in missing.stderr
+
+
+def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) -> None:
+    v1, v2, v3 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl", tmp_path / "v3.jsonl"
+    v1.write_text(PI_V1)
+    v2.write_text(PI_V2)
+    v3.write_text(pi_v3(4))
+    result = cli("sessions", "import", str(v1), str(v2), str(v3))
+    assert result.exit_code == 0, result.stderr
+    assert "pi v1" in result.stdout and "pi v2" in result.stdout and "pi v3" in result.stdout
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert {s["firstUserMessage"] for s in listed} == {"old hello", "v2 hello", "step 0"}
+    again = cli("sessions", "import", str(v3))
+    assert again.exit_code == 2 and "imported before" in again.stderr
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(pi_v3(3).replace('"parentId": "00000000"', '"parentId": "missing"'))
+    torn = tmp_path / "middle.jsonl"
+    torn.write_text('{"type":"session","version":3,"id":"x","timestamp":"t","cwd":""}\n{oops\n{}\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text(pi_v3(2, "01a00000-0000-7000-8000-0000000000ff"))
+    mixed = cli(
+        "sessions", "import", str(broken), str(torn), str(tmp_path / "absent.jsonl"), str(good)
+    )
+    assert mixed.exit_code == 2
+    errors = mixed.stderr.strip().splitlines()
+    assert len(errors) == 3
+    assert "broken.jsonl:3" in errors[0] and "middle.jsonl:2" in errors[1]
+    assert "cannot read" in errors[2]
+    assert all("nothing was imported" in line for line in errors)
+    assert "01a00000-0000-7000-8000-0000000000ff" in mixed.stdout
+
+
+def test_import_shows_progress_on_a_terminal(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from mcp_agent.cli import sessions
+
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        sessions, "err", lambda: Console(file=screen, force_terminal=True, width=80)
+    )
+    files = []
+    for i in range(sessions.PROGRESS_FILES):
+        path = tmp_path / f"{i}.jsonl"
+        path.write_text(pi_v3(2, f"01a00000-0000-7000-8000-00000000010{i}"))
+        files.append(str(path))
+    assert cli("sessions", "import", *files).exit_code == 0
+    assert "importing" in screen.getvalue()
+
+
+def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    refused = cli("sessions", "delete", ids["session"])
+    assert refused.exit_code == 2 and "--yes" in refused.stderr
+    assert cli("sessions", "delete", ids["session"], "--yes").exit_code == 0
+    assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"] == []
+    gone = cli("sessions", "delete", ids["session"], "--yes")
+    assert gone.exit_code == 2 and "not found" in gone.stderr
+
+
+def test_fork_whole_at_and_before(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    whole = cli("sessions", "fork", ids["session"])
+    assert whole.exit_code == 0, whole.stderr
+    new_id = whole.stdout.strip()
+    info = json.loads(cli("sessions", "show", new_id, "--json").stdout)
+    assert info["session"]["parentSession"] == ids["session"]
+    at = json.loads(
+        cli(
+            "sessions", "fork", ids["session"], "--entry", ids["call"], "--position", "at", "--json"
+        ).stdout
+    )
+    branch = json.loads(cli("sessions", "show", at["id"], "--json").stdout)["entries"]
+    assert [e["id"] for e in branch if e["type"] == "message"] == [ids["ask"], ids["call"]]
+    before = cli("sessions", "fork", ids["session"], "--entry", ids["ask"], "--json")
+    assert json.loads(before.stdout)["stats"]["messageCount"] == 0
+    not_user = cli("sessions", "fork", ids["session"], "--entry", ids["call"])
+    assert not_user.exit_code == 2 and "not a user message" in not_user.stderr
+    lonely = cli("sessions", "fork", ids["session"], "--position", "at")
+    assert lonely.exit_code == 2 and "--entry" in lonely.stderr
+    unknown = cli("sessions", "fork", ids["session"], "--entry", "zzzz0000", "--position", "at")
+    assert unknown.exit_code == 2 and "zzzz0000" in unknown.stderr
+
+
+def test_rename_and_clear(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    assert cli("sessions", "rename", ids["session"], "Paris weather").exit_code == 0
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert listed[0]["name"] == "Paris weather"
+    assert cli("sessions", "rename", ids["session"], "").exit_code == 0
+    assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"][0]["name"] is None
+    assert cli("sessions", "rename", "nope", "x").exit_code == 2
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    table = cli("models")
+    assert table.exit_code == 0, table.stderr
+    assert "openai:gpt-4o-mini" in table.stdout and "128,000" in table.stdout
+    assert "scripted:demo" in table.stdout
+    data = json.loads(cli("models", "--json").stdout)
+    mini = next(m for m in data["models"] if m["ref"] == "openai:gpt-4o-mini")
+    assert mini["contextWindow"] == 128_000 and mini["cost"]["input"] > 0
+    assert {p["name"] for p in data["providers"]} >= {"openai", "anthropic", "scripted"}
+    from mcp_agent.providers import registry
+
+    monkeypatch.setenv("MCP_AGENT_MODELS", str(tmp_path / "missing.toml"))
+    monkeypatch.setattr(registry, "_default", None)
+    bad = cli("models")
+    assert bad.exit_code == 2 and "missing.toml" in bad.stderr
+    monkeypatch.setattr(registry, "_default", None)
+
+
+# --- run and chat -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fakellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The fake OpenAI API (a real HTTP server in a child process); yields its /v1 URL."""
+    config = tmp_path_factory.mktemp("fakellm") / "rules.yaml"
+    config.write_text(FAKELLM_RULES)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    exe = Path(sys.executable).with_name("fakellm")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "fakellm.cli"]
+    process = subprocess.Popen(
+        [*command, "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("fakellm did not start")
+            time.sleep(0.05)
+        yield f"{base}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+def openai_env(fakellm: str, db: Path) -> dict[str, str]:
+    return clean_env(OPENAI_BASE_URL=fakellm, OPENAI_API_KEY="x", MCP_AGENT_DB=str(db))
+
+
+def test_run_streams_the_answer_and_stores_the_session(fakellm: str, db: Path, cli: Any) -> None:
+    done = sub("run", "hello there", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "Hi there! This is a mock response.\n"
+    assert "openai:gpt-4o-mini" in done.stderr
+    session_id = done.stderr.split("session ")[1].split()[0]
+    shown = json.loads(cli("sessions", "show", session_id, "--json").stdout)
+    roles = [e["message"]["role"] for e in shown["entries"] if e["type"] == "message"]
+    assert roles == ["user", "assistant"]
+    # --session continues it
+    more = sub(
+        "run",
+        "hello again",
+        "--session",
+        session_id,
+        "--model",
+        "openai:gpt-4o-mini",
+        env=openai_env(fakellm, db),
+    )
+    assert more.returncode == 0, more.stderr
+    assert (
+        json.loads(cli("sessions", "show", session_id, "--json").stdout)["session"]["stats"][
+            "messageCount"
+        ]
+        == 4
+    )
+
+
+def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
+    done = sub(
+        "run", "delegate please", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "The helper says hi.\n"
+    assert '→ subagent({"agent": "default", "task": "say hi from the helper"})' in done.stderr
+    assert "← subagent:" in done.stderr and "hi from the helper" in done.stderr
+
+
+def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mcp_agent",
+            "run",
+            "tell a long story",
+            "--model",
+            "openai:gpt-4o-mini",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=openai_env(fakellm, db),
+    )
+    assert process.stdout is not None
+    # The answer arrives while the run is still going: it streams.
+    assert process.stdout.read(16) == "Once upon a time"
+    assert process.poll() is None
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=15)
+    assert process.returncode == 130, err
+    assert "aborted: interrupted with Ctrl-C" in err
+    assert "Traceback" not in err
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    entries = json.loads(cli("sessions", "show", listed[0]["id"], "--json").stdout)["entries"]
+    assert entries[-1]["message"]["stopReason"] == "aborted"
+
+
+def test_run_bad_input(cli: Any, tmp_path: Path) -> None:
+    no_model = cli("run", "hi")
+    assert no_model.exit_code == 2 and "no model configured" in no_model.stderr
+    checks = [
+        (["run", "hi", "--model", "nope:x"], "unknown provider 'nope'"),
+        (["run", "hi", "--model", "scripted:echo", "--agent", "nobody"], "unknown agent 'nobody'"),
+        (
+            ["run", "hi", "--model", "scripted:echo", "--session", "s-404"],
+            "session s-404 not found",
+        ),
+        (["run", "  ", "--model", "scripted:echo"], "prompt is empty"),
+        (["run", "hi", "--model", "openai:gpt-4o-mini"], "needs an API key: set OPENAI_API_KEY"),
+        (["run", "hi", "--manifests", str(tmp_path / "none")], "is not a folder"),
+    ]
+    for args, says in checks:
+        result = cli(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_run_in_process_with_the_scripted_model(cli: Any) -> None:
+    first = cli("run", "echo me", "--model", "scripted:echo")
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout == "echo me\n"
+
+
+def test_a_failing_model_is_a_run_time_failure(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_agent.cli import demo
+    from mcp_agent.providers.scripted import ScriptedProvider, provider_error, scripted_model
+
+    def broken() -> Any:
+        return scripted_model("broken"), ScriptedProvider([provider_error("the model fell over")])
+
+    monkeypatch.setattr(demo, "cli_models", lambda: {"scripted:broken": broken})
+    result = cli("run", "hi", "--model", "scripted:broken")
+    assert result.exit_code == 1
+    assert "error: the model fell over" in result.stderr
+    assert "· error" in result.stderr
+
+
+def test_chat_from_piped_stdin(db: Path) -> None:
+    script = "\n".join(
+        [
+            "/thinking high",
+            "first question",
+            "/model scripted:nope-but-fine",
+            "/model nope:x",
+            "second question",
+            "/tree",
+            "/move root",
+            "from the top",
+            "/bogus",
+            "/thinking loud",
+            "/compact",
+            "/help",
+            "/fork",
+            "/session",
+            "/quit",
+            "never sent",
+        ]
+    )
+    done = sub(
+        "chat", "--model", "scripted:echo", input=script, env=clean_env(MCP_AGENT_DB=str(db))
+    )
+    assert done.returncode == 0, done.stderr
+    out, err = done.stdout, done.stderr
+    assert "first question\nfirst question\n" in out  # the echo of the line, then the answer
+    assert "┬ 2 branches" not in out.split("/move root")[0]
+    assert "second question ◀ leaf" in out
+    assert "unknown command /bogus" in err
+    assert "unknown provider 'nope'" in err
+    assert "unknown thinking level 'loud'" in err
+    assert "nothing to compact" in err
+    assert "/fork [ENTRY [at]]" in err
+    assert "now in session" in err
+    assert "never sent" not in out
+    with SqliteSessionRepo(db) as repo:
+        sessions = repo.list().items
+        assert len(sessions) == 2  # the chat's session and its fork
+        original = next(s for s in sessions if s.parent_session is None)
+        session = repo.open(original.id)
+        roots = session.tree()
+        assert len(roots) == 2  # /move root started a second tree
+        assert session.build_context().thinking_level == "off"  # the new branch has no change
+        first_branch = session.get_branch(roots[0].children[0].entry.id)
+        assert first_branch[0].type == "thinking_level_change"
+
+
+def test_chat_unknown_session_is_bad_input(cli: Any) -> None:
+    result = cli("chat", "--session", "nope", "--model", "scripted:echo")
+    assert result.exit_code == 2 and "session nope not found" in result.stderr
+
+
+# --- serve and demo ---------------------------------------------------------------------------
+
+
+def test_serve_prints_its_banner_and_serves_stdio(db: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    assert process.stderr is not None
+    banner = process.stderr.readline()
+    assert banner.startswith("mcp-agent-sessions ") and str(db) in banner
+    _, err = process.communicate("", timeout=15)  # end of input ends the server
+    assert process.returncode == 0, err
+
+
+def test_serve_rejects_a_missing_manifests_folder(tmp_path: Path) -> None:
+    done = sub("serve", "--manifests", str(tmp_path / "none"))
+    assert done.returncode == 2 and "is not a folder" in done.stderr
+
+
+def test_demo_walks_through_without_an_api_key() -> None:
+    started = time.monotonic()
+    done = sub("demo", timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "scripted, no API key needed" in out
+    assert "running tool subagent" in out and "The helper agent says: 9 words" in out
+    assert "session_move_to" in out and "6 words" in out
+    assert "┬ 2 branches" in out and "◀ leaf" in out
+    assert time.monotonic() - started < 15
