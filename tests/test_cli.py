@@ -199,19 +199,6 @@ def test_sessions_list_loads_neither_mcp_nor_providers_nor_server(db: Path) -> N
     assert heavy == []
 
 
-def test_database_path_agrees_with_the_server(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    from mcp_agent.cli.common import database_path
-    from mcp_agent.server.settings import default_db_path
-
-    monkeypatch.delenv("MCP_AGENT_DB", raising=False)
-    assert database_path(None) == default_db_path()
-    monkeypatch.setenv("MCP_AGENT_DB", str(tmp_path / "x.db"))
-    assert database_path(None) == default_db_path() == tmp_path / "x.db"
-    assert database_path(tmp_path / "flag.db") == tmp_path / "flag.db"
-
-
 @pytest.mark.parametrize(
     ("args", "says"),
     [

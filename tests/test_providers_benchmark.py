@@ -13,7 +13,10 @@ def test_bench_providers_runs_small() -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.run(chunks=300, rounds=1)
-    assert [row["name"] for row in rows] == ["openai_stream_parse_paced", "openai_stream_parse_burst"]
+    assert [row["name"] for row in rows] == [
+        "openai_stream_parse_paced",
+        "openai_stream_parse_burst",
+    ]
     for row in rows:
         assert set(row) == {"name", "value", "baseline", "ratio", "unit", "target"}
         assert row["value"] > 0 and row["baseline"] > 0 and row["unit"] == "chunks/s"

@@ -7,7 +7,6 @@ without loading the MCP SDK, the providers or the server.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from mcp_agent.paths import DB_ENV, default_db_path
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,7 +30,6 @@ FAILED = 1
 BAD_INPUT = 2
 INTERRUPTED = 130
 
-DB_ENV = "MCP_AGENT_DB"  # the same variable as mcp_agent.server.settings.DB_ENV
 
 DbOption = Annotated[
     Path | None,
@@ -105,16 +105,8 @@ def emit_json(data: Any) -> None:
 
 
 def database_path(db: Path | None) -> Path:
-    """``--db``, else ``$MCP_AGENT_DB``, else the per-user data dir. The server's
-    ``default_db_path`` says the same; it is repeated here so that reading sessions does not
-    import the server package (a test keeps the two in step)."""
-    if db is not None:
-        return db.expanduser()
-    if value := os.environ.get(DB_ENV):
-        return Path(value).expanduser()
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"
+    """``--db``, else ``$MCP_AGENT_DB``, else the per-user data dir."""
+    return db.expanduser() if db is not None else default_db_path()
 
 
 def session_error_exit(error: Exception) -> typer.Exit:

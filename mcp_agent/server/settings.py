@@ -7,20 +7,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DB_ENV = "MCP_AGENT_DB"
+from mcp_agent.paths import default_db_path
+
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
 MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
 DURABILITY_ENV = "MCP_AGENT_DURABILITY"
-
-
-def default_db_path() -> Path:
-    """``$MCP_AGENT_DB``, else ``sessions.db`` in the per-user data directory."""
-    if value := os.environ.get(DB_ENV):
-        return Path(value).expanduser()
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"
 
 
 @dataclass
