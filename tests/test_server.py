@@ -480,3 +480,32 @@ async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:
     loner, helper = ([tool.name for tool in call.tools or []] for call in provider.calls)
     assert loner == []
     assert helper == ["subagent"]
+
+
+async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:
+    server = build_server(
+        ServerSettings(
+            db_path=tmp_path / "s.db",
+            manifests_dir=write_manifests(tmp_path / "manifests"),
+            default_model="scripted",
+        ),
+        models={
+            "scripted": lambda: (scripted_model(), ScriptedProvider(responder)),
+            "shouty": lambda: (
+                scripted_model("shouty"),
+                ScriptedProvider(lambda context: reply("LOUD")),
+            ),
+        },
+    )
+    async with Client(server) as client:
+        first = await call(client, "agent_run", prompt="hi", model="shouty")
+        again = await call(client, "agent_run", prompt="again", session_id=first["session_id"])
+        assert again["answer"] == "LOUD" and again["model"] == "shouty"
+        fresh = await call(client, "agent_run", prompt="new")
+        assert fresh["answer"] == "echo: new"
+        switched = await call(
+            client, "agent_run", prompt="x", session_id=first["session_id"], model="scripted"
+        )
+        assert switched["answer"] == "echo: x"
+        context = await call(client, "session_context", session_id=first["session_id"])
+        assert context["model"] == {"provider": "scripted", "modelId": "scripted"}

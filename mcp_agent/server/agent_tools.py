@@ -72,11 +72,12 @@ async def start_run(
             state.notifier.list_changed()
     state.runs.ensure_idle(session.id)
     client_session = ctx.session if ctx is not None else None
-    name, chosen, stream_fn = resolve_run_model(
-        model or manifest.model,
-        state.settings.default_model,
-        client_session,
-        state.extra.get("models"),
+    overrides = state.extra.get("models")
+    resolved = None
+    if model is None:
+        resolved = resume_model(session, state.settings.default_model, client_session, overrides)
+    name, chosen, stream_fn = resolved or resolve_run_model(
+        model or manifest.model, state.settings.default_model, client_session, overrides
     )
     hub = state.hub
 
@@ -115,6 +116,30 @@ async def start_run(
         depth=depth,
         listener=listener,
     )
+
+
+def resume_model(
+    session: Session, default: str | None, client_session: Any, overrides: Any
+) -> tuple[str, Any, Any] | None:
+    """The model a session last used, so that continuing it keeps the model; None when the
+    session names none or it cannot be used here (then the agent's or the default applies)."""
+    recorded = session.build_context().model if session.leaf_id is not None else None
+    if not recorded:
+        return None
+    ref = f"{recorded['provider']}:{recorded['modelId']}"
+    for name in (*(overrides or {}), default):
+        if name is None:
+            continue
+        try:
+            found = resolve_run_model(name, None, client_session, overrides)
+        except ToolError:
+            continue
+        if found[1].ref == ref:
+            return found
+    try:
+        return resolve_run_model(ref, None, client_session, overrides)
+    except ToolError:
+        return None
 
 
 def progress_reporter(ctx: Context, prefix: str = "") -> Any:
