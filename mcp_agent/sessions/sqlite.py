@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import sqlite_utils
 from pydantic import ValidationError
 
 from mcp_agent.messages import AssistantMessage, UserMessage
@@ -126,7 +125,6 @@ class SqliteDatabase:
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
         self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
-        self.db = sqlite_utils.Database(self.conn)
         # Only a new file takes the write lock: opening must not wait for busy writers.
         if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
             self.write(lambda _conn: self._create_schema())
@@ -166,7 +164,10 @@ class SqliteDatabase:
             return self._retry(lambda: self.conn.execute(sql, params).fetchall())
 
     def _create_schema(self) -> None:
-        db = self.db
+        # Only a new database needs sqlite-utils; opening an existing one stays quick.
+        import sqlite_utils
+
+        db = sqlite_utils.Database(self.conn)
         if (self.conn.execute("PRAGMA user_version").fetchone()[0]) >= SCHEMA_VERSION:
             return
         db["sessions"].create(
