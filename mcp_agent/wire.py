@@ -26,15 +26,15 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:
         data = handler(self)
-        if not isinstance(data, dict):
-            return data
-        fields = type(self).model_fields
-        fields_set = self.model_fields_set
-        for name, field in fields.items():
-            if name in fields_set or getattr(self, name, None) is not None:
-                continue
-            data.pop(field.alias or name, None)
-            data.pop(name, None)
+        optional = _optional_fields(type(self))
+        if optional and isinstance(data, dict):
+            fields_set = self.__pydantic_fields_set__
+            for name, alias in optional:
+                if name in fields_set:
+                    continue
+                for key in (alias, name):
+                    if key in data and data[key] is None:
+                        del data[key]
         return data
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -43,6 +43,23 @@ class WireModel(BaseModel):
 
     def to_json(self) -> str:
         return json.dumps(self.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+_OPTIONAL_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _optional_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(name, wire name) of each field whose default is None: the ones to leave out unset.
+    Worked out once per class, since serialising is on every append's path."""
+    found = _OPTIONAL_FIELDS.get(cls)
+    if found is None:
+        found = tuple(
+            (name, field.alias or name)
+            for name, field in cls.__pydantic_fields__.items()
+            if not field.is_required() and field.default is None and field.default_factory is None
+        )
+        _OPTIONAL_FIELDS[cls] = found
+    return found
 
 
 def describe_validation_error(error: ValidationError, root: str = "", data: Any = None) -> str:
