@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
@@ -31,6 +32,7 @@ class Model:
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
+        self.summary_delay = 0.0  # seconds between the summary's chunks
 
     def respond(self, context: LlmContext) -> ScriptedResponse:
         text = content_text(context.messages[-1].content)
@@ -38,7 +40,7 @@ class Model:
             self.prompts.append(text)
             if "Additional focus: FAIL" in text:
                 return provider_error("the summariser is down")
-            return reply("SERVER SUMMARY")
+            return reply("SERVER SUMMARY", delay=self.summary_delay, chunk_size=2)
         if text.startswith("slow"):
             return reply("word " * 100, delay=0.01, chunk_size=5)
         return reply(f"echo: {text}")
@@ -164,6 +166,57 @@ async def test_session_compact_refuses_while_a_run_is_active(client: Client) -> 
     text = await call_error(client, "session_compact", session_id=run["session_id"])
     assert "busy" in text and run["run_id"] in text
     await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+
+
+async def while_summarising(
+    model: Model, work: Callable[[], Awaitable[Any]], check: Callable[[], Awaitable[None]]
+) -> Any:
+    """Run ``work`` (which has the model write a summary, slowly) and ``check`` during it."""
+    model.summary_delay = 0.05
+    done: dict[str, Any] = {}
+
+    async def run_work() -> None:
+        done["result"] = await work()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_work)
+        with anyio.fail_after(5):
+            while not model.prompts:
+                await anyio.sleep(0.01)
+        await check()
+    return done["result"]
+
+
+async def test_nothing_else_writes_while_the_model_summarises(client: Client, model: Model) -> None:
+    sid, ids = await long_session(client)
+
+    async def refused(holder: str) -> None:
+        for name, arguments in (
+            ("agent_run", {"prompt": "hi", "session_id": sid}),
+            ("session_append", {"session_id": sid, "entry": message("user", "x")}),
+            ("session_compact", {"session_id": sid}),
+            ("session_move_to", {"session_id": sid, "entry_id": ids[1], "summarize": True}),
+        ):
+            text = await call_error(client, name, **arguments)
+            assert "busy" in text and holder in text, (name, text)
+
+    compacted = await while_summarising(
+        model,
+        lambda: call(client, "session_compact", session_id=sid),
+        lambda: refused("session_compact"),
+    )
+    assert compacted["summary"] == "SERVER SUMMARY"
+    model.prompts.clear()
+    moved = await while_summarising(
+        model,
+        lambda: call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True),
+        lambda: refused("session_move_to"),
+    )
+    assert moved["branch_summary_id"]
+    # Once done, the session takes runs again.
+    assert (await call(client, "agent_run", prompt="after", session_id=sid))[
+        "status"
+    ] == "completed"
 
 
 async def test_move_to_with_a_model_written_branch_summary(client: Client, model: Model) -> None:

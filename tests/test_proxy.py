@@ -116,6 +116,36 @@ async def test_crash_tool_gives_error_naming_server(hub: ToolHub) -> None:
     assert (await call(tools["t__echo"], text="back")).content[0].text == "back"
 
 
+async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub) -> None:
+    tools = by_name(await hub.tools())
+    pid = (await call(tools["t__pid"])).content[0].text
+    result = await call(tools["t__reject"], reason="x must be positive")
+    assert result.is_error
+    assert result.content[0].text == "MCP server 't' refused reject: x must be positive"
+    assert (await call(tools["t__pid"])).content[0].text == pid
+    assert hub.connection("t").starts == 1
+
+
+async def test_a_server_that_never_answers_at_start_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mcp_agent.proxy.hub.MIN_START_TIMEOUT", 1.0)
+    pid_file = tmp_path / "pid"
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    silent = ServerConfig(command=sys.executable, args=["-c", script], timeout=1)
+    async with ToolHub({"silent": silent, "t": stdio_config()}) as hub:
+        errors: list[str] = []
+        with anyio.fail_after(10):
+            names = {tool.name for tool in await hub.tools(on_error=errors.append)}
+        assert "t__echo" in names
+        assert errors == ["MCP server 'silent' could not be started: it did not answer within 1 s"]
+        with anyio.fail_after(10):
+            while alive(int(pid_file.read_text())):
+                await anyio.sleep(0.05)
+
+
 async def test_hang_times_out_and_next_call_restarts() -> None:
     async with ToolHub({"t": stdio_config(timeout=0.5)}) as hub:
         tools = by_name(await hub.tools())

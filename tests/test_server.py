@@ -14,6 +14,8 @@ from mcp import Client
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 
+from mcp_agent.agent import Agent
+from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
@@ -23,8 +25,11 @@ from mcp_agent.providers.scripted import (
     scripted_model,
     tool_call,
 )
+from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.server.app import build_server
+from mcp_agent.server.runs import RunManager
 from mcp_agent.server.settings import ServerSettings
+from mcp_agent.sessions import Session
 
 pytestmark = pytest.mark.anyio
 
@@ -226,6 +231,13 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
         client,
         "session_append",
         session_id=sid,
+        entry={"type": "thinking_level_change", "thinkingLevel": "bogus"},
+    )
+    assert "'bogus' is not one of: off, minimal" in text
+    text = await call_error(
+        client,
+        "session_append",
+        session_id=sid,
         entry={"type": "label", "targetId": "ffffffff", "label": "x"},
     )
     assert "not_found" in text
@@ -252,6 +264,22 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
     assert "zz" in text
     assert len((await call(client, "session_list"))["sessions"]) == count
     assert (await call(client, "session_export", session_id=sid))["jsonl"] == before["jsonl"]
+
+
+async def test_a_refused_run_creates_no_session(client: Client) -> None:
+    # Each of these is refused only once the model is chosen, after the agent was found.
+    assert "unknown provider" in await call_error(client, "agent_run", prompt="hi", model="nope:x")
+    assert "sampling" in await call_error(client, "agent_run", prompt="hi", model="client")
+    assert (await call(client, "session_list"))["sessions"] == []
+
+
+async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
+    for depth in ("x", -5, None):
+        result = await client.call_tool(
+            "agent_run", {"prompt": "hi"}, meta={RUN_META_KEY: {"depth": depth}}
+        )
+        assert result.is_error and "depth must be a whole number" in result.content[0].text
+    assert (await call(client, "session_list"))["sessions"] == []
 
 
 async def test_list_pages_newest_first(tmp_path: Path) -> None:
@@ -340,6 +368,21 @@ async def test_modern_notifications(server: MCPServer) -> None:
         assert kinds == {"ResourceUpdated", "ResourcesListChanged"}
 
 
+async def test_fork_import_and_delete_announce_list_changes(server: MCPServer) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        await call(client, "session_append", session_id=sid, entry=user("hello"))
+        exported = (await call(client, "session_export", session_id=sid))["jsonl"]
+        async with client.listen(resources_list_changed=True) as events:
+            forked = await call(client, "session_fork", session_id=sid)
+            await call(client, "session_delete", session_id=sid)
+            await call(client, "session_import", jsonl=exported)
+            await call(client, "session_delete", session_id=forked["id"])
+            with anyio.fail_after(5):
+                for _ in range(4):
+                    assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
+
+
 async def test_legacy_subscriptions(server: MCPServer) -> None:
     received: list[Any] = []
 
@@ -409,11 +452,22 @@ async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> Non
     assert "run" in await call_error(client, "agent_steer", run_id=run["run_id"], message="x")
 
 
-async def test_cancelling_the_request_aborts_the_run(server: MCPServer) -> None:
-    async with Client(server) as client:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: str) -> None:
+    progress: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async with Client(server, mode=mode) as client:
         sid = (await call(client, "session_create"))["id"]
         with anyio.move_on_after(0.3):
-            await client.call_tool("agent_run", {"prompt": "slow please", "session_id": sid})
+            await client.call_tool(
+                "agent_run",
+                {"prompt": "slow please", "session_id": sid},
+                progress_callback=on_progress,
+            )
+        seen = len(progress)
         with anyio.fail_after(10):
             while True:
                 listing = await call(client, "agent_runs")
@@ -421,8 +475,43 @@ async def test_cancelling_the_request_aborts_the_run(server: MCPServer) -> None:
                     break
                 await anyio.sleep(0.05)
         assert listing["runs"][0]["status"] == "aborted"
+        assert len(progress) == seen  # nothing more to the request that went away
+        branch = await call(client, "session_get", session_id=sid)
+        messages = [e["message"] for e in branch["entries"] if e["type"] == "message"]
+        assert [(m["role"], m.get("stopReason")) for m in messages] == [
+            ("user", None),
+            ("assistant", "aborted"),
+        ]
         follow = await call(client, "agent_run", prompt="after", session_id=sid)
         assert follow["status"] == "completed"
+
+
+async def test_a_run_whose_start_is_cancelled_does_not_go_on() -> None:
+    provider = ScriptedProvider(lambda context: reply("word " * 100, delay=0.01, chunk_size=5))
+    session = Session()
+
+    async def build(run_id: str) -> tuple[Agent, str]:
+        return Agent(model=scripted_model(), stream_fn=provider, session=session), "scripted"
+
+    async with anyio.create_task_group() as group:
+        runs = RunManager(group)
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # the caller is cancelled at start's first await
+            await runs.start(
+                session=session,
+                manifest=AgentManifest(name="default"),
+                prompt="hi",
+                build_agent=build,
+            )
+        [run] = runs.runs.values()
+        with anyio.fail_after(5):
+            await run.done.wait()
+    assert run.status == "aborted"
+    messages = [e.message for e in session.get_entries() if e.type == "message"]
+    assert [m.role for m in messages] in ([], ["user", "assistant"])
+    if messages:
+        assert messages[-1].stop_reason == "aborted"
+    runs.ensure_idle(session.id)
 
 
 async def test_steer_a_running_run(client: Client) -> None:
@@ -431,6 +520,14 @@ async def test_steer_a_running_run(client: Client) -> None:
     assert queued["queued"] == "follow_up"
     done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
     assert done["answer"] == "echo: and then?"
+
+
+async def test_read_only_tools_say_so(client: Client) -> None:
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    for name in ("agent_status", "agent_runs", "agent_list", "session_get", "session_list"):
+        assert tools[name].annotations.read_only_hint is True, name
+    for name in ("agent_run", "agent_cancel", "session_append"):
+        assert tools[name].annotations.read_only_hint is False, name
 
 
 async def test_agent_list(client: Client) -> None:

@@ -1,7 +1,8 @@
 """One downstream MCP server, reached through an MCP client that a task of its own owns.
 
-The server starts on first use. A crash or a hang turns the call into an error result naming
-the server and stops the client (killing a stdio child), so the next call starts it afresh.
+The server starts on first use, within a time limit. A crash or a hang turns the call into an
+error result naming the server and stops the client (killing a stdio child), so the next call
+starts it afresh. A JSON-RPC error answer comes from a live server: it is reported, not restarted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
@@ -35,9 +37,15 @@ class DownstreamError(RuntimeError):
 class McpServerConnection:
     """An MCP client to one server (downstream or in-process), owned by a task of its own."""
 
-    def __init__(self, name: str, connect: Callable[[], AbstractAsyncContextManager[Client]]):
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[], AbstractAsyncContextManager[Client]],
+        start_timeout: float | None = None,
+    ):
         self.name = name
         self._connect = connect
+        self._start_timeout = start_timeout
         self._client: Client | None = None
         self._tools: list[types.Tool] = []
         self._stop: anyio.Event | None = None
@@ -52,7 +60,15 @@ class McpServerConnection:
     async def ensure_started(self, task_group: TaskGroup) -> Client:
         async with self._lock:
             if self._client is None:
-                await task_group.start(self._own)
+                try:
+                    with anyio.fail_after(self._start_timeout):
+                        await task_group.start(self._own)
+                except TimeoutError:
+                    # The starting task was cancelled with us: its child process is gone.
+                    raise DownstreamError(
+                        f"MCP server {self.name!r} could not be started: it did not answer "
+                        f"within {self._start_timeout:g} s"
+                    ) from None
             assert self._client is not None
             return self._client
 
@@ -107,13 +123,13 @@ class McpServerConnection:
         on_progress: ProgressCallback | None = None,
         meta: dict[str, Any] | None = None,
     ) -> AgentToolResult:
-        try:
-            client = await self.ensure_started(task_group)
-        except DownstreamError as error:
-            return AgentToolResult.error(str(error))
         with anyio.CancelScope() as scope:
             remove = signal.on_abort(scope.cancel) if signal else None
             try:
+                try:
+                    client = await self.ensure_started(task_group)
+                except DownstreamError as error:
+                    return AgentToolResult.error(str(error))
                 with anyio.fail_after(time_limit):
                     result = await client.call_tool(
                         tool, arguments, progress_callback=on_progress, meta=meta
@@ -124,6 +140,17 @@ class McpServerConnection:
                 return AgentToolResult.error(
                     f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s; "
                     "it was stopped and will be restarted on the next call"
+                )
+            except MCPError as error:
+                if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                    await self.stop()
+                    return AgentToolResult.error(
+                        f"MCP server {self.name!r} failed during {tool}: {_describe(error)}; "
+                        "it will be restarted on the next call"
+                    )
+                # An error answer from a server that is up: the call was refused, not lost.
+                return AgentToolResult.error(
+                    f"MCP server {self.name!r} refused {tool}: {_describe(error)}"
                 )
             except Exception as error:
                 await self.stop()

@@ -27,13 +27,19 @@ from mcp_agent.tools import AgentTool, AgentToolResult, ToolUpdateCallback
 # The _meta key under which a run's context reaches tools (and nested servers).
 RUN_META_KEY = "mcp-agent-sessions/run"
 BUILTIN = "builtin"
+# A downstream server gets its call timeout to start, and never less than this (starting one
+# can take longer than a quick call's limit: an interpreter, a package download).
+MIN_START_TIMEOUT = 10.0
 
 
 class ToolHub:
     def __init__(self, servers: dict[str, ServerConfig], builtin: MCPServer | None = None):
         self.configs = servers
         self._connections: dict[str, McpServerConnection] = {
-            name: McpServerConnection(name, connect_to(config)) for name, config in servers.items()
+            name: McpServerConnection(
+                name, connect_to(config), start_timeout=max(config.timeout, MIN_START_TIMEOUT)
+            )
+            for name, config in servers.items()
         }
         self._builtin = (
             McpServerConnection(BUILTIN, lambda: _in_memory(builtin)) if builtin else None

@@ -18,7 +18,7 @@ from mcp_agent.server.errors import tool_errors
 from mcp_agent.server.models import resolve_run_model
 from mcp_agent.server.runs import Run
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
-from mcp_agent.server.session_tools import WRITES
+from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.state import AppState, app_state
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.compaction import CompactionSettings
@@ -36,7 +36,15 @@ def run_meta(ctx: Context | None) -> dict[str, Any]:
     """The calling run's context, when this server is a tool of another agent (nesting)."""
     meta = (ctx.request_context.meta or {}) if ctx is not None else {}
     found = meta.get(RUN_META_KEY) if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
+    if not isinstance(found, dict):
+        return {}
+    depth = found.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise ToolError(
+            f"_meta[{RUN_META_KEY!r}].depth must be a whole number >= 0 (the calling run's "
+            f"nesting level), not {depth!r}"
+        )
+    return found
 
 
 async def start_run(
@@ -62,23 +70,28 @@ async def start_run(
     if not prompt.strip():
         raise ToolError("prompt is empty")
     manifest = find_agent(state, agent_name)
-    with tool_errors():
-        if session_id is not None:
-            session: Session = state.repo.open(session_id)
-        else:
-            session = state.repo.create(
-                name=None, parent_session=parent_session, metadata={"agent": manifest.name}
-            )
-            state.notifier.list_changed()
-    state.runs.ensure_idle(session.id)
+    existing: Session | None = None
+    if session_id is not None:
+        with tool_errors():
+            existing = state.repo.open(session_id)
+        state.runs.ensure_idle(existing.id)
     client_session = ctx.session if ctx is not None else None
     overrides = state.extra.get("models")
     resolved = None
-    if model is None:
-        resolved = resume_model(session, state.settings.default_model, client_session, overrides)
+    if model is None and existing is not None:
+        resolved = resume_model(existing, state.settings.default_model, client_session, overrides)
+    # Every refusal comes before a new session is created: a failed start writes nothing.
     name, chosen, stream_fn = resolved or resolve_run_model(
         model or manifest.model, state.settings.default_model, client_session, overrides
     )
+    if existing is None:
+        with tool_errors():
+            session = state.repo.create(
+                name=None, parent_session=parent_session, metadata={"agent": manifest.name}
+            )
+        state.notifier.list_changed()
+    else:
+        session = existing
     hub = state.hub
 
     async def build_agent(run_id: str) -> tuple[Agent, str]:
@@ -193,7 +206,7 @@ def register(server: MCPServer) -> None:
             run.listeners.clear()
         return run.info()
 
-    @server.tool(annotations=WRITES)
+    @server.tool(annotations=READ_ONLY)
     async def agent_status(
         ctx: Context,
         run_id: str,
@@ -219,7 +232,7 @@ def register(server: MCPServer) -> None:
         assert state.runs is not None
         run = state.runs.get(run_id)
         if run.status == "running":
-            run.agent.abort("cancelled with agent_cancel")
+            run.abort("cancelled with agent_cancel")
             await run.done.wait()
         return run.info()
 
@@ -237,7 +250,7 @@ def register(server: MCPServer) -> None:
         run.agent.follow_up(message)
         return QueueResult(run_id=run_id, queued="follow_up", status=run.status)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(annotations=READ_ONLY)
     async def agent_runs(ctx: Context) -> RunList:
         """Every run since the server started, newest first."""
         state = app_state(ctx)
@@ -245,7 +258,7 @@ def register(server: MCPServer) -> None:
         runs = sorted(state.runs.runs.values(), key=lambda r: r.started, reverse=True)
         return RunList(runs=[run.info() for run in runs])
 
-    @server.tool(annotations=WRITES)
+    @server.tool(annotations=READ_ONLY)
     async def agent_list(ctx: Context) -> AgentList:
         """The agents defined in the manifests (agent_run's agent argument)."""
         state = app_state(ctx)

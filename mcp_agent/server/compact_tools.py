@@ -39,7 +39,10 @@ def register(server: MCPServer) -> None:
         _, model, stream_fn = resolve_run_model(
             None, state.settings.default_model, ctx.session, state.extra.get("models")
         )
-        with tool_errors():  # CompactionError is a SessionError: its code and text go through
+        assert state.runs is not None
+        # No run may start in the session while the model writes the summary.
+        with state.runs.hold(session_id, "session_compact"), tool_errors():
+            # CompactionError is a SessionError: its code and text go through.
             result = await compact(session, model, stream_fn, instructions=instructions)
         return CompactResult(
             session_id=session_id,

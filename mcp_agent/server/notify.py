@@ -100,16 +100,6 @@ class Notifier:
             with anyio.move_on_after(5):
                 await _quietly(session.send_resource_updated(item))
 
-    async def drain(self) -> None:
-        """Deliver everything queued so far (used before answering, so clients see changes
-        caused by a request no later than its response)."""
-        while True:
-            try:
-                item = self._receive.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
-            await self._deliver(item)
-
 
 async def _quietly(awaitable: Any) -> None:
     try:

@@ -7,7 +7,8 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -47,14 +48,18 @@ class Run:
     new_messages: int = 0
     done: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[EventListener] = field(default_factory=list)
+    abort_reason: str | None = None
 
     @property
     def session_id(self) -> str:
         return self.session.id
 
-    def listen(self, listener: EventListener) -> Callable[[], None]:
-        self.listeners.append(listener)
-        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+    def abort(self, reason: str) -> None:
+        """Abort the run; one whose task has not begun yet ends before it calls the model."""
+        if self.abort_reason is None:
+            self.abort_reason = reason
+        if self.agent is not None:
+            self.agent.abort(reason)
 
     async def _on_event(self, event: AgentEvent) -> None:
         self.event_count += 1
@@ -94,9 +99,8 @@ class RunManager:
         self._task_group = task_group
         self.runs: dict[str, Run] = {}
         self._by_session: dict[str, Run] = {}
-
-    def running_in(self, session_id: str) -> Run | None:
-        return self._by_session.get(session_id)
+        # Sessions that something other than a run is writing (a compaction, a summary).
+        self._held: dict[str, str] = {}
 
     def ensure_idle(self, session_id: str) -> None:
         run = self._by_session.get(session_id)
@@ -105,6 +109,23 @@ class RunManager:
                 f"session {session_id} is busy: run {run.id} is still running in it. "
                 f"Wait for it (agent_status), steer it (agent_steer), or stop it (agent_cancel)."
             )
+        holder = self._held.get(session_id)
+        if holder is not None:
+            raise ToolError(
+                f"session {session_id} is busy: {holder} is working on it; try again when it "
+                "has finished"
+            )
+
+    @contextmanager
+    def hold(self, session_id: str, holder: str) -> Iterator[None]:
+        """Keep runs and other writers out of ``session_id`` while ``holder`` (a tool that
+        awaits a model before it writes, e.g. session_compact) works on it."""
+        self.ensure_idle(session_id)
+        self._held[session_id] = holder
+        try:
+            yield
+        finally:
+            del self._held[session_id]
 
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -142,12 +163,20 @@ class RunManager:
         agent.subscribe(run._on_event)
         started = anyio.Event()
         self._task_group.start_soon(self._execute, run, prompt, started)
-        await started.wait()
+        try:
+            await started.wait()
+        except anyio.get_cancelled_exc_class():
+            # The caller is gone before it got the run: the run must not go on without it.
+            run.abort("the request that started the run was cancelled")
+            raise
         return run
 
     async def _execute(self, run: Run, prompt: str, started: anyio.Event) -> None:
         try:
             started.set()
+            if run.abort_reason is not None:
+                run.status, run.error = "aborted", run.abort_reason
+                return
             messages = await run.agent.prompt(prompt)
             final = next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
             for message in messages:
@@ -167,6 +196,8 @@ class RunManager:
             log.exception("run %s failed", run.id)
             run.status, run.error = "error", str(error) or type(error).__name__
         finally:
+            if run.status == "running":  # cancelled (the server is going away)
+                run.status, run.error = "aborted", run.error or "the run's task was cancelled"
             run.finished = time.time()
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
@@ -178,15 +209,16 @@ class RunManager:
         try:
             await run.done.wait()
         except anyio.get_cancelled_exc_class():
-            run.agent.abort("the request that started the run was cancelled")
+            # The waiter (and its request) is gone: send it no more events.
+            run.listeners.clear()
+            run.abort("the request that started the run was cancelled")
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await run.done.wait()
             raise
 
     async def close(self) -> None:
         for run in list(self._by_session.values()):
-            if run.agent is not None:
-                run.agent.abort("the server is shutting down")
+            run.abort("the server is shutting down")
         with anyio.move_on_after(10, shield=True):
             for run in list(self.runs.values()):
                 await run.done.wait()

@@ -111,8 +111,12 @@ def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
             case ModelChangeEntry():
                 return session.append_model_change(typed.provider, typed.model_id)
             case ThinkingLevelChangeEntry():
-                level = ThinkingLevel(typed.thinking_level)
-                return session.append_thinking_level_change(level)
+                if typed.thinking_level not in set(ThinkingLevel):
+                    known = ", ".join(ThinkingLevel)
+                    raise ToolError(
+                        f"entry.thinkingLevel {typed.thinking_level!r} is not one of: {known}"
+                    )
+                return session.append_thinking_level_change(ThinkingLevel(typed.thinking_level))
             case ActiveToolsChangeEntry():
                 return session.append_active_tools_change(list(typed.active_tool_names))
     raise ToolError(f"entry.type {kind!r} cannot be appended")
@@ -233,7 +237,9 @@ def register(server: MCPServer) -> None:
                     raise ToolError("summarize needs an entry_id to move to")
                 from mcp_agent.server.summaries import summarize_branch
 
-                branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
+                assert state.runs is not None
+                with state.runs.hold(session_id, "session_move_to (summarize)"):
+                    branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
             else:
                 branch_summary_id = session.move_to(
                     entry_id, {"summary": summary} if summary is not None else None

@@ -46,6 +46,15 @@ async def fail(reason: str) -> str:
     raise ToolError(reason)
 
 
+@server.tool()
+async def reject(reason: str) -> str:
+    """Answer with a JSON-RPC error (the server stays up)."""
+    import mcp.types as types
+    from mcp.shared.exceptions import MCPError
+
+    raise MCPError(types.INVALID_PARAMS, reason)
+
+
 if __name__ == "__main__":
     if "--garbage" in sys.argv:
         sys.stdout.write("this is not json-rpc\n")
