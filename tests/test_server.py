@@ -606,3 +606,32 @@ async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:
         assert switched["answer"] == "echo: x"
         context = await call(client, "session_context", session_id=first["session_id"])
         assert context["model"] == {"provider": "scripted", "modelId": "scripted"}
+
+
+async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
+    def other(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(f"tool said: {content_text(last.content)}")
+        text = content_text(last.content)
+        if text.startswith("delegate:"):
+            agent, _, task = text.removeprefix("delegate:").partition(":")
+            return reply(tool_call("subagent", {"agent": agent, "task": task}))
+        return reply("OTHER MODEL")
+
+    server = build_server(
+        ServerSettings(
+            db_path=tmp_path / "s.db",
+            manifests_dir=write_manifests(tmp_path / "manifests"),
+            default_model="scripted",
+        ),
+        models={
+            "scripted": lambda: (scripted_model(), ScriptedProvider(responder)),
+            "other": lambda: (scripted_model("other"), ScriptedProvider(other)),
+        },
+    )
+    async with Client(server) as client:
+        run = await call(
+            client, "agent_run", prompt="delegate:loner:hi", agent="helper", model="other"
+        )
+    assert "OTHER MODEL" in run["answer"]

@@ -47,6 +47,12 @@ def run_meta(ctx: Context | None) -> dict[str, Any]:
     return found
 
 
+def child_depth(meta: dict[str, Any]) -> int:
+    """The nesting level of a run started by a tool call: one below the calling run's, or 0
+    for a run that no agent started."""
+    return int(meta.get("depth", 0)) + 1 if meta else 0
+
+
 async def start_run(
     state: AppState,
     ctx: Context | None,
@@ -58,8 +64,10 @@ async def start_run(
     depth: int,
     parent_session: str | None = None,
     listener: Any = None,
+    inherited: tuple[str, Any, Any] | None = None,
 ) -> Run:
-    """Start an agent run (shared by agent_run and the subagent tool)."""
+    """Start an agent run (shared by agent_run and the subagent tool). ``inherited`` (name,
+    model, stream function) is the calling run's model, used when nothing else names one."""
     assert state.runs is not None and state.hub is not None
     limit = state.settings.max_subagent_depth
     if depth > limit:
@@ -80,6 +88,8 @@ async def start_run(
     resolved = None
     if model is None and existing is not None:
         resolved = resume_model(existing, state.settings.default_model, client_session, overrides)
+    if resolved is None and model is None and manifest.model is None:
+        resolved = inherited
     # Every refusal comes before a new session is created: a failed start writes nothing.
     name, chosen, stream_fn = resolved or resolve_run_model(
         model or manifest.model, state.settings.default_model, client_session, overrides
@@ -188,7 +198,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         assert state.runs is not None
         meta = run_meta(ctx)
-        depth = int(meta.get("depth", -1)) + 1 if meta else 0
+        depth = child_depth(meta)
         parent = meta.get("session_id") if meta and session_id is None else None
         run = await start_run(
             state,

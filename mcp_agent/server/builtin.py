@@ -34,13 +34,20 @@ def build_builtin_server(state: AppState) -> MCPServer:
     ) -> SubagentResult:
         """Delegate a task to another agent, which works in a child session and returns its
         final answer."""
-        from mcp_agent.server.agent_tools import progress_reporter, run_meta, start_run
+        from mcp_agent.server.agent_tools import child_depth, progress_reporter, run_meta, start_run
 
         meta = run_meta(ctx)
         parent_id = meta.get("session_id")
-        depth = int(meta.get("depth", 0)) + 1
         if not parent_id:
             raise ToolError("subagent can only be called by an agent run")
+        assert state.runs is not None
+        # A child whose agent names no model thinks with its parent's (e.g. the MCP client's).
+        caller = state.runs.runs.get(str(meta.get("run_id")))
+        inherited = (
+            (caller.model_ref, caller.agent.state.model, caller.agent.stream_fn)
+            if caller is not None and caller.agent is not None
+            else None
+        )
         run = await start_run(
             state,
             None,
@@ -48,16 +55,16 @@ def build_builtin_server(state: AppState) -> MCPServer:
             session_id=None,
             agent_name=agent,
             model=None,
-            depth=depth,
+            depth=child_depth(meta),
             parent_session=parent_id,
             listener=progress_reporter(ctx, f"[{agent}] "),
+            inherited=inherited,
         )
         parent = state.repo.open(parent_id)
         parent.append_custom(
             SUBAGENT_ENTRY,
             {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task},
         )
-        assert state.runs is not None
         await state.runs.wait(run)
         run.listeners.clear()
         if run.status != "completed":

@@ -24,6 +24,7 @@ from mcp_agent.sessions import Session
 
 log = logging.getLogger(__name__)
 
+KEEP_FINISHED_RUNS = 200
 RunStatus = Literal["running", "completed", "error", "aborted"]
 EventListener = Callable[[AgentEvent], Awaitable[None] | None]
 
@@ -202,6 +203,14 @@ class RunManager:
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
             run.done.set()
+            self._forget_old_runs()
+
+    def _forget_old_runs(self) -> None:
+        """Keep the newest finished runs only: each holds its agent's whole transcript, and a
+        server may live for weeks. Their sessions keep everything."""
+        finished = [r for r in self.runs.values() if r.done.is_set()]
+        for run in finished[: max(0, len(finished) - KEEP_FINISHED_RUNS)]:
+            del self.runs[run.id]
 
     async def wait(self, run: Run) -> None:
         """Wait for ``run``; if the waiter is cancelled (the MCP request was), abort the run and
