@@ -10,7 +10,7 @@ import fnmatch
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -23,9 +23,11 @@ class ManifestError(ValueError):
 
 
 class ServerConfig(BaseModel):
-    """One downstream MCP server: a command to start over stdio, or a URL (streamable HTTP)."""
+    """One downstream MCP server: a command to start over stdio, or a URL (streamable HTTP,
+    or HTTP+SSE with ``"type": "sse"``). Keys other clients use (``autoApprove``, ...) are
+    ignored, so that an IDE's configuration can be pasted as it is."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     name: str = ""
     command: str | None = None
@@ -34,7 +36,7 @@ class ServerConfig(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    type: str | None = None  # "stdio" | "http" | "streamable-http"; inferred when absent
+    type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
     timeout: float = Field(default=60.0, gt=0, description="seconds a tool call may take")
     disabled: bool = False
 
@@ -95,6 +97,11 @@ def load_servers(directory: Path) -> dict[str, ServerConfig]:
         raise ManifestError(f"{path}: expected an object with an 'mcpServers' object")
     result: dict[str, ServerConfig] = {}
     for name, entry in servers.items():
+        if not isinstance(entry, dict):
+            raise ManifestError(
+                f"{path}: mcpServers.{name} must be an object with 'command' or 'url', "
+                f"not {type(entry).__name__}"
+            )
         if "__" in name:
             raise ManifestError(f"{path}: server name {name!r} must not contain '__'")
         try:

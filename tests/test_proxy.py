@@ -215,3 +215,41 @@ async def test_builtin_tools_receive_run_meta() -> None:
     async with ToolHub({}, builtin=builtin) as hub:
         [tool] = await hub.tools(run_meta={"session_id": "s-42", "depth": 1})
         assert (await call(tool)).content[0].text == "s-42"
+
+
+@pytest.mark.parametrize(("transport", "path"), [("streamable-http", "/mcp"), ("sse", "/sse")])
+async def test_downstream_server_over_http(transport: str, path: str) -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    child = await anyio.open_process(
+        [sys.executable, str(SERVER), f"--{transport}", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        break
+                except OSError:
+                    await anyio.sleep(0.05)
+        config = ServerConfig.model_validate(
+            {
+                "url": f"http://127.0.0.1:{port}{path}",
+                "type": "sse" if transport == "sse" else "http",
+                "headers": {"X-Test": "1"},
+                "autoApprove": ["echo"],  # another client's key: ignored, not an error
+            }
+        )
+        async with ToolHub({"web": config}) as hub:
+            tools = by_name(await hub.tools())
+            assert (await call(tools["web__echo"], text="over http")).content[0].text == "over http"
+    finally:
+        child.terminate()
+        with anyio.fail_after(10):
+            await child.wait()

@@ -8,8 +8,8 @@ starts it afresh. A JSON-RPC error answer comes from a live server: it is report
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -165,20 +165,32 @@ class McpServerConnection:
 
 
 def connect_to(config: ServerConfig) -> Callable[[], AbstractAsyncContextManager[Client]]:
+    """How to reach a configured server: a child process over stdio, streamable HTTP, or
+    (``"type": "sse"``) the older HTTP+SSE transport."""
     if config.command:
         params = StdioServerParameters(
             command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
         )
         return lambda: Client(params)
 
-    def http_client() -> AbstractAsyncContextManager[Client]:
+    @asynccontextmanager
+    async def over_http() -> AsyncIterator[Client]:
         import httpx2
+
+        url = config.url or ""
+        if config.type == "sse":
+            from mcp.client.sse import sse_client
+
+            async with Client(sse_client(url, headers=config.headers)) as client:
+                yield client
+            return
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=None))
-        return Client(streamable_http_client(config.url or "", http_client=http))
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
 
-    return http_client
+    return over_http
 
 
 def _describe(error: BaseException) -> str:

@@ -59,4 +59,9 @@ if __name__ == "__main__":
     if "--garbage" in sys.argv:
         sys.stdout.write("this is not json-rpc\n")
         sys.stdout.flush()
+    for transport in ("streamable-http", "sse"):
+        if f"--{transport}" in sys.argv:
+            port = int(sys.argv[sys.argv.index(f"--{transport}") + 1])
+            server.run(transport, host="127.0.0.1", port=port)  # type: ignore[call-overload]
+            raise SystemExit(0)
     server.run("stdio")
