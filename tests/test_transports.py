@@ -271,3 +271,17 @@ def test_typescript_sdk_client(http_server: HttpServer, tmp_path: Path) -> None:
     assert f"session://{seen['id']}" in seen["resources"]
     assert seen["context"]["messages"][0]["content"] == "hello from ts"
     assert seen["promptRoles"] == ["user"]
+
+
+def test_rebinding_protection_stays_on_off_loopback(tmp_path: Path) -> None:
+    server = HttpServer(tmp_path, "--host", "0.0.0.0", "--allowed-host", "agents.example")
+    try:
+        auth = {**HEADERS, "Authorization": f"bearer {TOKEN}"}  # the scheme is case-insensitive
+        url = f"http://127.0.0.1:{server.port}/mcp"
+        assert httpx.post(url, json=initialize_body(), headers=auth).status_code == 200
+        named = {**auth, "Host": f"agents.example:{server.port}"}
+        assert httpx.post(url, json=initialize_body(), headers=named).status_code == 200
+        rebound = {**auth, "Host": f"evil.example:{server.port}"}
+        assert httpx.post(url, json=initialize_body(), headers=rebound).status_code == 421
+    finally:
+        server.stop()

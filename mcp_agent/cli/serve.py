@@ -31,6 +31,17 @@ def serve(
         str | None, typer.Option(help="default model, provider:model-id (or MCP_AGENT_MODEL)")
     ] = None,
     max_depth: Annotated[int, typer.Option(help="how deep sub-agents may nest")] = 3,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="a host name HTTP clients may use besides --host (repeatable)"),
+    ] = None,
+    durability: Annotated[
+        str,
+        typer.Option(
+            help="full: every append survives a power loss; normal: a killed process "
+            "(or MCP_AGENT_DURABILITY)"
+        ),
+    ] = "",
 ) -> None:
     """Run the MCP server (stdio by default)."""
     if manifests is not None and not manifests.is_dir():
@@ -44,6 +55,11 @@ def serve(
     from mcp_agent.server.settings import ServerSettings
 
     settings = ServerSettings(host=host, port=port, max_subagent_depth=max_depth)
+    settings.allowed_hosts = list(allowed_host or [])
+    if durability:
+        if durability not in ("full", "normal"):
+            die(f"--durability must be full or normal, not {durability!r}")
+        settings.durability = durability
     if db is not None:
         settings.db_path = db
     if manifests is not None:

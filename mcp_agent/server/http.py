@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,12 +34,16 @@ class BearerTokenMiddleware:
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, credentials = given.partition(b" ")
+            # The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credentials.strip(), self.token
+            ):
                 response = JSONResponse(
                     {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
                     status_code=401,
@@ -51,12 +56,35 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD_ADDRESSES = ("0.0.0.0", "::", "[::]")
+
+
+def transport_security(settings: ServerSettings) -> TransportSecuritySettings:
+    """DNS rebinding protection for any address: the Host header must name the bound address,
+    loopback, or a host given with --allowed-host (the SDK turns it off off loopback)."""
+    names = [*LOOPBACK_NAMES, *settings.allowed_hosts]
+    if settings.host not in WILDCARD_ADDRESSES and settings.host not in names:
+        names.append(f"[{settings.host}]" if ":" in settings.host else settings.host)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[pattern for name in names for pattern in (name, f"{name}:*")],
+        allowed_origins=[
+            f"{scheme}://{name}{port}"
+            for name in names
+            for scheme in ("http", "https")
+            for port in ("", ":*")
+        ],
+    )
+
+
 def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     check_bind(settings)
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path="/mcp",
         max_request_body_size=settings.max_request_bytes,
         host=settings.host,
+        transport_security=transport_security(settings),
     )
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token)

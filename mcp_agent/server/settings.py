@@ -26,6 +26,9 @@ class ServerSettings:
     max_subagent_depth: int = 3
     max_request_bytes: int = 4 * 1024 * 1024
     page_size: int = 50
+    # Host names (besides the bound address and loopback) that HTTP clients may use: DNS
+    # rebinding protection stays on whatever the address.
+    allowed_hosts: list[str] = field(default_factory=list)
     # "full" survives power loss (an fsync per append); "normal" survives a killed process.
     durability: str = field(default_factory=lambda: os.environ.get(DURABILITY_ENV) or "full")
 
