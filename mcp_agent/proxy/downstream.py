@@ -8,6 +8,7 @@ starts it afresh. A JSON-RPC error answer comes from a live server: it is report
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 # How long closing may take before we stop waiting (the SDK kills a stdio child within ~4 s).
 CLOSE_TIMEOUT = 10.0
+START_RETRY_DELAY = 30.0
 
 
 class DownstreamError(RuntimeError):
@@ -52,6 +54,9 @@ class McpServerConnection:
         self._done: anyio.Event | None = None
         self._lock = anyio.Lock()
         self.starts = 0
+        # The last failed start: within START_RETRY_DELAY it is reported again at once, so
+        # that a broken server does not cost every run its start-up time limit.
+        self._failed: tuple[float, DownstreamError] | None = None
 
     @property
     def running(self) -> bool:
@@ -60,15 +65,28 @@ class McpServerConnection:
     async def ensure_started(self, task_group: TaskGroup) -> Client:
         async with self._lock:
             if self._client is None:
+                if self._failed is not None:
+                    when, error = self._failed
+                    waited = time.monotonic() - when
+                    if waited < START_RETRY_DELAY:
+                        raise DownstreamError(
+                            f"{error} (tried {waited:.0f} s ago; trying again after "
+                            f"{START_RETRY_DELAY:g} s)"
+                        )
                 try:
-                    with anyio.fail_after(self._start_timeout):
-                        await task_group.start(self._own)
-                except TimeoutError:
-                    # The starting task was cancelled with us: its child process is gone.
-                    raise DownstreamError(
-                        f"MCP server {self.name!r} could not be started: it did not answer "
-                        f"within {self._start_timeout:g} s"
-                    ) from None
+                    try:
+                        with anyio.fail_after(self._start_timeout):
+                            await task_group.start(self._own)
+                    except TimeoutError:
+                        # The starting task was cancelled with us: its child process is gone.
+                        raise DownstreamError(
+                            f"MCP server {self.name!r} could not be started: it did not answer "
+                            f"within {self._start_timeout:g} s"
+                        ) from None
+                except DownstreamError as error:
+                    self._failed = (time.monotonic(), error)
+                    raise
+                self._failed = None
             assert self._client is not None
             return self._client
 

@@ -90,14 +90,22 @@ class ToolHub:
         for name, connection in self._connections.items():
             if agent is None or agent.allows_server(name):
                 sources.append((connection, name, self.configs[name].timeout))
-        for connection, prefix, timeout in sources:
+        listed: list[list[types.Tool]] = [[] for _ in sources]
+
+        async def list_tools(index: int, connection: McpServerConnection) -> None:
+            assert self._task_group is not None
             try:
-                listed = await connection.tools(self._task_group)
+                listed[index] = await connection.tools(self._task_group)
             except DownstreamError as error:
                 if on_error:
                     on_error(str(error))
-                continue
-            for tool in listed:
+
+        # Servers start side by side: a slow one does not hold up the others.
+        async with anyio.create_task_group() as group:
+            for index, (connection, _, _) in enumerate(sources):
+                group.start_soon(list_tools, index, connection)
+        for (connection, prefix, timeout), tools in zip(sources, listed, strict=True):
+            for tool in tools:
                 name = qualified_name(prefix, tool.name) if prefix else tool.name
                 if agent is None or agent.allows_tool(name):
                     result.append(self._agent_tool(connection, tool, name, timeout, run_meta))
