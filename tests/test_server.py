@@ -635,3 +635,22 @@ async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
             client, "agent_run", prompt="delegate:loner:hi", agent="helper", model="other"
         )
     assert "OTHER MODEL" in run["answer"]
+
+
+async def test_steering_message_goes_in_before_the_next_model_call(client: Client) -> None:
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    assert "empty" in await call_error(client, "agent_steer", run_id=run["run_id"], message=" ")
+    queued = await call(client, "agent_steer", run_id=run["run_id"], message="change course")
+    assert queued["queued"] == "steering"
+    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    assert done["answer"] == "echo: change course"
+    branch = await call(client, "session_get", session_id=run["session_id"])
+    users = [
+        e["message"]["content"]
+        for e in branch["entries"]
+        if e["type"] == "message" and e["message"]["role"] == "user"
+    ]
+    assert [u if isinstance(u, str) else u[0]["text"] for u in users] == [
+        "slow please",
+        "change course",
+    ]

@@ -249,14 +249,14 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=WRITES)
     async def agent_steer(ctx: Context, run_id: str, message: str) -> QueueResult:
         """Queue a message to go in after the current tool batch, before the next model call."""
-        run = _running(app_state(ctx), run_id)
+        run = _running(app_state(ctx), run_id, message)
         run.agent.steer(message)
         return QueueResult(run_id=run_id, queued="steering", status=run.status)
 
     @server.tool(annotations=WRITES)
     async def agent_follow_up(ctx: Context, run_id: str, message: str) -> QueueResult:
         """Queue a message to run when the agent would otherwise stop."""
-        run = _running(app_state(ctx), run_id)
+        run = _running(app_state(ctx), run_id, message)
         run.agent.follow_up(message)
         return QueueResult(run_id=run_id, queued="follow_up", status=run.status)
 
@@ -289,7 +289,9 @@ def register(server: MCPServer) -> None:
         )
 
 
-def _running(state: AppState, run_id: str) -> Run:
+def _running(state: AppState, run_id: str, message: str | None = None) -> Run:
+    if message is not None and not message.strip():
+        raise ToolError("message is empty: say what the agent should hear")
     assert state.runs is not None
     run = state.runs.get(run_id)
     if run.status != "running":

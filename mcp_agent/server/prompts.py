@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import mcp.types as types
@@ -35,7 +36,7 @@ def register(server: MCPServer) -> None:
             if isinstance(message, OurAssistant):
                 parts = [message.text] if message.text else []
                 parts += [
-                    f"[called tool {call.name} with {call.arguments}]"
+                    f"[called tool {call.name} with {json.dumps(call.arguments, ensure_ascii=False)}]"
                     for call in message.tool_calls
                 ]
                 if parts:
