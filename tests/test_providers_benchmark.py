@@ -18,6 +18,6 @@ def test_bench_providers_runs_small() -> None:
         "openai_stream_parse_burst",
     ]
     for row in rows:
-        assert set(row) == {"name", "value", "baseline", "ratio", "unit", "target"}
+        assert set(row) == {"name", "value", "baseline", "ratio", "unit", "target", "note"}
         assert row["value"] > 0 and row["baseline"] > 0 and row["unit"] == "chunks/s"
     assert rows[0]["target"] == 0.8

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
 import anyio
 import pytest
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from providers_support import (
     OA_DONE,
     AbortController,
@@ -40,6 +44,7 @@ from mcp_agent.messages import (
     UserMessage,
 )
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, is_context_overflow
+from mcp_agent.providers.http import Endpoint, MalformedStream, SseParser
 from mcp_agent.providers.openai_compat import (
     OpenAICompat,
     OpenAIConfig,
@@ -782,3 +787,148 @@ async def test_consumer_may_stop_early() -> None:
                 if isinstance(event, TextDeltaEvent):
                     break
             await stream.aclose()  # closes the response without waiting for the stalled server
+
+
+# --- the event stream's wire format -------------------------------------------------------------
+# SseParser cuts the usual one-line ``data:`` events out of the text itself and hands everything
+# else to httpx-sse's decoders; whatever the text and however it is split into reads, it must
+# give what those decoders give for the whole text.
+
+SSE_ENDPOINT = Endpoint(label="Test API", base_url="http://test", url="http://test/x")
+
+UNUSUAL_STREAMS = {
+    "comments": (": keep-alive\n\ndata: a\n\n:ping\ndata: b\n\n", ["a", "b"]),
+    "multi-line data": ('data: x\n\ndata: {"a":\ndata: 1}\n\n', ["x", '{"a":\n1}']),
+    "event, id and retry fields": (
+        "event: delta\nid: 7\nretry: 10\ndata: x\n\ndata: y\n\n",
+        [("x", "delta"), "y"],
+    ),
+    "CRLF line ends": ("data: a\r\n\r\ndata: b\r\n\r\n", ["a", "b"]),
+    "CR line ends": ("data: a\r\rdata: b\r\r", ["a", "b"]),
+    "mixed line ends": (
+        "data: a\n\ndata: b\r\n\ndata: c\n\r\ndata: d\r\n\r\ndata: e\n\n",
+        list("abcde"),
+    ),
+    "the space after the colon": (
+        "data: x\n\ndata:a\n\ndata:  b\n\ndata:\n\ndata\n\n",
+        ["x", "a", " b"],
+    ),
+    "blank lines between events": ("\n\ndata: a\n\n\n\n\ndata: b\n\n\n", ["a", "b"]),
+    "a byte order mark": ("\ufeffdata: a\n\ndata: b\n\n", ["a", "b"]),
+    "unicode line separators inside data": ("data: a\u2028b\x85c\x0cd\n\n", ["a\u2028b\x85c\x0cd"]),
+    "the last event without its blank line": ("data: a\n\ndata: b\n", ["a", "b"]),
+}
+
+
+def parse_sse(pieces: list[str]) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    parser = SseParser(SSE_ENDPOINT, lambda data, event: seen.append((data, event)))
+    for piece in pieces:
+        if piece:
+            parser.feed(piece)
+    parser.close()
+    return seen
+
+
+def reference_sse(text: str) -> list[tuple[str, str]]:
+    """httpx-sse's decoders over the whole text at once (what its EventSource gives)."""
+    lines, decoder = SSELineDecoder(), SSEDecoder()
+    seen = []
+    for line in [*lines.decode(text.removeprefix("\ufeff")), *lines.flush(), ""]:
+        sse = decoder.decode(line)
+        if sse is not None:
+            seen.append((sse.data, sse.event))
+    return seen
+
+
+@pytest.mark.parametrize("name", UNUSUAL_STREAMS)
+def test_sse_unusual_streams_however_split(name: str) -> None:
+    text, expected = UNUSUAL_STREAMS[name]
+    wanted = [item if isinstance(item, tuple) else (item, "message") for item in expected]
+    reference = reference_sse(text)
+    # events without data (blank data lines, a remembered id) are of no use and skipped
+    assert [event for event in reference if event[0]] == wanted
+    assert parse_sse([text]) == reference
+    assert parse_sse(list(text)) == reference  # one character per read
+    for cut in range(1, len(text)):
+        assert parse_sse([text[:cut], text[cut:]]) == reference, cut
+
+
+def test_sse_read_ending_just_after_a_line() -> None:
+    text = "data: x\n\ndata: a\ndata: b\n\ndata: c\n\n"
+    expected = [("x", "message"), ("a\nb", "message"), ("c", "message")]
+    assert reference_sse(text) == expected
+    assert parse_sse(["data: x\n\n", "data: a\nd", "ata: b\n\n", "data: c\n\n"]) == expected
+    assert parse_sse(["data: x\n\n", "data: a\n", "data: b\n\ndata: c\n", "\n"]) == expected
+
+
+@given(
+    data=st.data(),
+    blocks=st.lists(
+        st.sampled_from(
+            [
+                'data: {"i": 1}\n\n',
+                "data:x\n\n",
+                "data: a\ndata: b\n\n",
+                ": comment\n\n",
+                "event: e\ndata: y\n\n",
+                "id: 3\n\n",
+                "retry: 5\ndata: r\n\n",
+                "data: crlf\r\n\r\n",
+                "data: cr\r\r",
+                "data: mixed\r\n\n",
+                "\n",
+                "data: \u2028\n\n",
+            ]
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_sse_parser_agrees_with_httpx_sse(data: st.DataObject, blocks: list[str]) -> None:
+    text = "".join(blocks)
+    cuts = data.draw(st.lists(st.integers(min_value=1, max_value=len(text)), max_size=8))
+    points = sorted({0, len(text), *cuts})
+    pieces = [text[a:b] for a, b in itertools.pairwise(points)]
+    assert parse_sse(pieces) == reference_sse(text)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["data: a\n\n", '{"error": "raw"}\n\n'],  # after a one-line event
+        ['data: a\n\n{"error": "raw"}\n\n'],  # in the same read
+        ["data: a\r\n\r\noops\r\n\r\n"],  # on the decoders' path
+        ["data: a\n\nnot sse\n"],  # at the end, without a blank line
+        ["data: a\n\n", "\ufeffdata: b\n\n"],  # a byte order mark is one only at the start
+    ],
+)
+def test_sse_lines_that_are_not_sse_are_refused(pieces: list[str]) -> None:
+    with pytest.raises(MalformedStream, match="malformed event stream line"):
+        parse_sse(pieces)
+
+
+async def test_unusual_event_stream_end_to_end() -> None:
+    """Comments, CRLF, multi-line data, event/id/retry fields, a byte order mark, an event split
+    across reads and several in one read: all through a real HTTP stream."""
+    first = oa_chunk({"role": "assistant", "content": "one "})
+    body: list[bytes | float] = [
+        "\ufeff: hello\n\n".encode(),
+        first[:20],
+        0.01,
+        first[20:],
+        b"event: message\nid: 1\nretry: 100\n" + oa_chunk({"content": "two "}),
+        oa_chunk({"content": "three "}).replace(b"\n", b"\r\n"),
+        b'data: {"id": "chatcmpl-1", "choices":\ndata: [{"index": 0, "delta": {"content": "four "}}]}\n\n',
+        oa_chunk({"content": "five "}) + b": ping\n\n" + oa_chunk({"content": "six"}),
+        oa_chunk({}, "stop"),
+        OA_DONE,
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        assert final.text == "one two three four five six"

@@ -52,10 +52,10 @@ from mcp_agent.providers.common import (
 from mcp_agent.providers.http import (
     Endpoint,
     ProviderError,
-    ServerSentEvent,
     bad_json,
     error_detail,
     is_overflow_text,
+    loads,
     stream_sse,
 )
 
@@ -310,17 +310,16 @@ class _StreamState:
         self.done = False
         self.stop_reason: str | None = None
 
-    def on_event(self, sse: ServerSentEvent) -> None:
-        data = sse.data
+    def on_event(self, data: str, event_type: str) -> None:
         if not data:
             return
         try:
-            event = json.loads(data)
+            event = loads(data)
         except ValueError as error:
             raise bad_json(self.endpoint, data, error) from None
         if not isinstance(event, dict):
             return
-        kind = event.get("type") or sse.event
+        kind = event.get("type") or event_type
         if kind == "content_block_delta":
             self._delta(event)
         elif kind == "content_block_start":

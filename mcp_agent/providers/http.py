@@ -24,11 +24,11 @@ from functools import partial
 from typing import Any, Protocol
 
 import httpx
-from httpx_sse import ServerSentEvent
 
 # httpx-sse's incremental decoders, the ones its public ``EventSource`` runs. Driving them
-# ourselves lets one network read feed all the events it holds synchronously (no async hop per
-# line), and lets us refuse lines that are not SSE, which the decoder skips silently.
+# ourselves (see SseParser) lets one network read feed all the events it holds synchronously
+# (no async hop per line), lets the common one-line events skip them, and lets us refuse lines
+# that are not SSE, which the decoder skips silently.
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
@@ -42,7 +42,6 @@ __all__ = [
     "MalformedStream",
     "ProviderError",
     "RetryPolicy",
-    "ServerSentEvent",
     "SseParser",
     "SseState",
     "bad_json",
@@ -381,47 +380,73 @@ class MalformedStream(ProviderError):
 
 
 class SseParser:
-    """Feeds text to httpx-sse's decoders; returns whole events. A line that is not SSE
-    (no known field, e.g. a raw JSON error some servers send) raises MalformedStream."""
+    """Server-sent events from decoded text: ``on_event(data, event_type)`` for each event, as
+    soon as the blank line that ends it has arrived.
 
-    __slots__ = ("_events", "_lines", "endpoint")
+    Nearly every event an LLM API sends is one ``data: …`` line and a blank line, LF-ended.
+    While nothing is buffered (the parser is between events), those are cut straight out of
+    the text. Everything else (comments, ``event:``, ``id:`` and ``retry:`` fields, several
+    data lines, CR or CRLF line ends, a byte order mark, an event split across reads) goes
+    through httpx-sse's incremental decoders, the ones its ``EventSource`` runs, so the full
+    SSE rules apply to it. A line that is not SSE at all (no known field, e.g. a raw JSON
+    error some servers send) raises MalformedStream, where the decoder would skip it.
+    """
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    __slots__ = ("_between", "_events", "_lines", "_started", "endpoint", "on_event")
+
+    def __init__(self, endpoint: Endpoint, on_event: Callable[[str, str], None]) -> None:
         self.endpoint = endpoint
+        self.on_event = on_event
         self._lines = SSELineDecoder()
         self._events = SSEDecoder()
+        self._between = False  # between events: nothing buffered (False until the first text)
+        self._started = False  # for the byte order mark, ignored at the very start only
 
-    def feed(self, text: str) -> list[ServerSentEvent]:
-        return self._decode(self._lines.decode(text))
+    def feed(self, text: str) -> None:
+        """Every event that ``text`` completes, in order; a partial one waits for more text."""
+        if not self._between or "\r" in text:
+            self._decode(text)
+            return
+        end = text.find("\n")
+        if end == len(text) - 2 and text.endswith("\n") and text.startswith("data:"):
+            # The usual read: one whole event, "data:…\n\n" (one space after the colon is not
+            # part of the value).
+            self.on_event(text[6:end] if text.startswith(" ", 5) else text[5:end], "message")
+            return
+        on_event = self.on_event
+        start = 0
+        while (end := text.find("\n\n", start)) >= 0:
+            if text.startswith("data:", start) and text.find("\n", start, end) < 0:
+                value = start + 6 if text.startswith(" ", start + 5) else start + 5
+                on_event(text[value:end], "message")
+            else:
+                self._decode(text[start : end + 2])
+            start = end + 2
+        if start < len(text):
+            self._decode(text[start:])
 
-    def feed_into(self, text: str, on_event: Callable[[ServerSentEvent], None]) -> None:
-        """Like ``feed``, handing each event to ``on_event`` at once (the hot path)."""
-        decode = self._events.decode
-        for line in self._lines.decode(text):
-            if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
-                raise self._malformed(line)
-            event = decode(line)
-            if event is not None:
-                on_event(event)
+    def close(self) -> None:
+        """The end of the stream: a last event whose blank line never came still counts."""
+        self._dispatch([*self._lines.flush(), ""])
 
-    def flush(self) -> list[ServerSentEvent]:
-        return self._decode([*self._lines.flush(), ""])
+    def _decode(self, text: str) -> None:
+        if not self._started:
+            self._started = True
+            text = text.removeprefix("\ufeff")  # one leading byte order mark is ignored
+        self._dispatch(self._lines.decode(text))
+        # Text that ends with a blank line leaves no partial line and no pending event.
+        self._between = text.endswith("\n\n")
 
-    def _malformed(self, line: str) -> MalformedStream:
-        return MalformedStream(
-            f"{self.endpoint.where}: malformed event stream line {_clip(line, 200)!r}"
-        )
-
-    def _decode(self, lines: list[str]) -> list[ServerSentEvent]:
-        events = []
+    def _dispatch(self, lines: list[str]) -> None:
         decode = self._events.decode
         for line in lines:
             if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
-                raise self._malformed(line)
-            event = decode(line)
-            if event is not None:
-                events.append(event)
-        return events
+                raise MalformedStream(
+                    f"{self.endpoint.where}: malformed event stream line {_clip(line, 200)!r}"
+                )
+            sse = decode(line)
+            if sse is not None:
+                self.on_event(sse.data, sse.event)
 
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
@@ -447,7 +472,8 @@ class SseState(Protocol):
     events: list[AssistantMessageEvent]
     done: bool  # set when the API's end-of-stream marker arrived
 
-    def on_event(self, sse: ServerSentEvent) -> None: ...
+    def on_event(self, data: str, event_type: str) -> None:
+        """One server-sent event: its data and its type (``"message"`` when not named)."""
 
     def finish(self) -> None:
         """Close the blocks and settle the stop reason; raise ProviderError if incomplete."""
@@ -474,7 +500,6 @@ async def stream_sse(
     try:
         race.check()
         headers, body = prepare()
-        parser = SseParser(endpoint)
         async with open_event_stream(
             endpoint, headers=headers, body=body, options=options, race=race
         ) as response:
@@ -489,7 +514,8 @@ async def stream_sse(
             else:
                 chunks = response.aiter_bytes()
             next_chunk = chunks.__anext__
-            on_event = state.on_event
+            parser = SseParser(endpoint, state.on_event)
+            feed = parser.feed
             sock = _http11_socket(response) if signal is not None else None
             unhook = signal.on_abort(partial(_shutdown, sock)) if sock is not None else None
             racing = signal is not None and sock is None
@@ -500,17 +526,20 @@ async def stream_sse(
                     try:
                         data = await (race.run(next_chunk()) if racing else next_chunk())
                     except StopAsyncIteration:
-                        tail = utf8_decode(pending, "replace", True)[0] if pending else ""
-                        for sse in (parser.feed(tail) if tail else []) + parser.flush():
-                            state.on_event(sse)
+                        if pending:
+                            feed(utf8_decode(pending, "replace", True)[0])
+                        parser.close()
                         break
                     if pending:
                         data = pending + data
-                    text, used = utf8_decode(data, "replace", False)
-                    pending = data[used:] if used < len(data) else b""
-                    if not text:
-                        continue
-                    parser.feed_into(text, on_event)
+                        pending = b""
+                    try:
+                        text = data.decode()
+                    except UnicodeDecodeError:  # a character split across reads, or bad bytes
+                        text, used = utf8_decode(data, "replace", False)
+                        pending = data[used:]
+                    if text:
+                        feed(text)  # every complete event in this read, before yielding any
                     if events:
                         for event in events:
                             yield event

@@ -49,7 +49,6 @@ from mcp_agent.providers.common import (
 from mcp_agent.providers.http import (
     Endpoint,
     ProviderError,
-    ServerSentEvent,
     bad_json,
     error_detail,
     is_overflow_text,
@@ -316,22 +315,19 @@ class _StreamState:
         self.response_id: str | None = None
         self.done = False
 
-    def on_event(self, sse: ServerSentEvent) -> None:
+    def on_event(self, data: str, event_type: str) -> None:
         # The hot path: one call per streamed chunk, so the common case (a text delta) is
         # inlined here rather than spread over helpers.
-        data = sse.data
         if data == "[DONE]":
             self.done = True
             return
         if not data:
             return
-        try:
+        try:  # loads(data) inlined: the C scanner, then a check that nothing follows the value
             chunk, end = scan_json(data, 0)
-            if end != len(data):
-                chunk = loads(data)
-        except StopIteration:
-            chunk = self._loads(data)
-        except ValueError:
+        except (StopIteration, ValueError):
+            end = -1
+        if end != len(data):  # anything unusual: json.loads, for its value or its message
             chunk = self._loads(data)
         if type(chunk) is not dict:
             return
@@ -340,14 +336,14 @@ class _StreamState:
             self.output.responseId = chunk["id"]  # type: ignore[attr-defined]  # pi's field
         if chunk.get("error"):
             self._error(chunk)
-        usage = chunk["usage"] if "usage" in chunk else None
+        usage = chunk.get("usage")
         if usage:
             self._usage(usage)
         choices = chunk.get("choices")
         if not choices:
             return
         choice = choices[0]
-        if "usage" in choice and not usage and choice["usage"]:
+        if not usage and choice.get("usage"):
             self._usage(choice["usage"])
         delta = choice.get("delta")
         if delta:
