@@ -73,7 +73,7 @@ def responder(context: LlmContext) -> ScriptedResponse:
 
 def write_manifests(root: Path) -> Path:
     agents = root / "agents"
-    agents.mkdir(parents=True)
+    agents.mkdir(parents=True, exist_ok=True)
     (agents / "default.toml").write_text(
         'description = "test default"\nsystem_prompt = "be brief"\n'
     )
@@ -654,3 +654,36 @@ async def test_steering_message_goes_in_before_the_next_model_call(client: Clien
         "slow please",
         "change course",
     ]
+
+
+async def test_one_run_per_session_across_servers_on_one_database(tmp_path: Path) -> None:
+    # Two servers on one database, as two IDE windows each start their own.
+    first, second = make_server(tmp_path), make_server(tmp_path)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        sid = run["session_id"]
+        text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
+        assert "busy" in text and run["run_id"] in text and "another server process" in text
+        assert "busy" in await call_error(b, "session_append", session_id=sid, entry=user("x"))
+        await call(a, "agent_status", run_id=run["run_id"], wait_seconds=30)
+        after = await call(b, "agent_run", prompt="now", session_id=sid)
+        assert after["answer"] == "echo: now"
+
+
+async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path) -> None:
+    import socket
+    import sqlite3
+    import sys
+    import time
+
+    server = make_server(tmp_path)
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
+        with sqlite3.connect(tmp_path / "sessions.db") as db:
+            db.execute(
+                "INSERT INTO session_leases VALUES (?, 'run dead', 'someone', ?, ?, ?)",
+                (sid, socket.gethostname(), int(gone.stdout), time.time() + 60),
+            )
+        done = await call(client, "agent_run", prompt="hello", session_id=sid)
+        assert done["answer"] == "echo: hello"

@@ -20,6 +20,7 @@ from mcp_agent.server import (
     session_tools,
 )
 from mcp_agent.server.builtin import build_builtin_server
+from mcp_agent.server.leases import SessionLeases
 from mcp_agent.server.models import ModelOverrides
 from mcp_agent.server.runs import RunManager
 from mcp_agent.server.settings import ServerSettings
@@ -44,13 +45,16 @@ async def open_app(
     async with open_state(settings, bus) as state:
         if models:
             state.extra["models"] = models
-        state.runs = RunManager(state.task_group)
+        leases = SessionLeases(settings.db_path)
+        state.runs = RunManager(state.task_group, leases)
+        state.task_group.start_soon(state.runs.keep_leases)
         async with ToolHub(state.servers, builtin=build_builtin_server(state)) as hub:
             state.hub = hub
             try:
                 yield state
             finally:
                 await state.runs.close()
+                leases.close()
 
 
 def build_server(

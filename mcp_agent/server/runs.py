@@ -19,10 +19,19 @@ from mcp_agent.agent import Agent
 from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, Usage
+from mcp_agent.server.leases import RENEW_EVERY, Lease, SessionLeases
 from mcp_agent.server.schemas import RunInfo
 from mcp_agent.sessions import Session
 
 log = logging.getLogger(__name__)
+
+
+def _busy_elsewhere(session_id: str, lease: Lease) -> ToolError:
+    return ToolError(
+        f"session {session_id} is busy: {lease.describe()} is working on it. Wait for it to "
+        "finish, or continue in a fork (session_fork)."
+    )
+
 
 KEEP_FINISHED_RUNS = 200
 RunStatus = Literal["running", "completed", "error", "aborted"]
@@ -96,8 +105,14 @@ class Run:
 
 
 class RunManager:
-    def __init__(self, task_group: anyio.abc.TaskGroup) -> None:
+    """The runs of this process. With ``leases``, sessions are also claimed in the database,
+    so that other server processes on the same database keep out of them too."""
+
+    def __init__(
+        self, task_group: anyio.abc.TaskGroup, leases: SessionLeases | None = None
+    ) -> None:
         self._task_group = task_group
+        self.leases = leases
         self.runs: dict[str, Run] = {}
         self._by_session: dict[str, Run] = {}
         # Sessions that something other than a run is writing (a compaction, a summary).
@@ -116,17 +131,41 @@ class RunManager:
                 f"session {session_id} is busy: {holder} is working on it; try again when it "
                 "has finished"
             )
+        other = self.leases.held_elsewhere(session_id) if self.leases else None
+        if other is not None:
+            raise _busy_elsewhere(session_id, other)
+
+    def _claim(self, session_id: str, holder: str) -> None:
+        """ensure_idle, then take the session's lease in the database."""
+        self.ensure_idle(session_id)
+        if self.leases is not None:
+            other = self.leases.acquire(session_id, holder)
+            if other is not None:
+                raise _busy_elsewhere(session_id, other)
+
+    def _release(self, session_id: str) -> None:
+        if self.leases is not None:
+            self.leases.release(session_id)
 
     @contextmanager
     def hold(self, session_id: str, holder: str) -> Iterator[None]:
         """Keep runs and other writers out of ``session_id`` while ``holder`` (a tool that
         awaits a model before it writes, e.g. session_compact) works on it."""
-        self.ensure_idle(session_id)
+        self._claim(session_id, holder)
         self._held[session_id] = holder
         try:
             yield
         finally:
             del self._held[session_id]
+            self._release(session_id)
+
+    async def keep_leases(self) -> None:
+        """Renew this process's leases until cancelled (a task of the server's)."""
+        if self.leases is None:
+            return
+        while True:
+            await anyio.sleep(RENEW_EVERY)
+            self.leases.renew()
 
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -146,15 +185,16 @@ class RunManager:
     ) -> Run:
         """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the Agent (its tools
         carry the run id) and names its model. ``listener`` hears every event from the first."""
-        self.ensure_idle(session.id)
         run_id = uuid.uuid4().hex[:12]
         # Claim the session before the first await, so a second start fails cleanly.
+        self._claim(session.id, f"run {run_id}")
         placeholder = Run(run_id, session, manifest.name, "", None, depth)  # type: ignore[arg-type]
         self._by_session[session.id] = placeholder
         try:
             agent, model_ref = await build_agent(run_id)
         except BaseException:
             self._by_session.pop(session.id, None)
+            self._release(session.id)
             raise
         run = Run(run_id, session, manifest.name, model_ref, agent, depth)
         self.runs[run_id] = run
@@ -202,6 +242,7 @@ class RunManager:
             run.finished = time.time()
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
+                self._release(run.session_id)
             run.done.set()
             self._forget_old_runs()
 
