@@ -172,7 +172,7 @@ def read_session_source(source: str | Path) -> tuple[str, str]:
     path = Path(source)
     try:
         return path.read_text(encoding="utf-8"), str(path)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte, or not UTF-8
         raise SessionError("invalid_import", f"cannot read {path}: {error}") from None
 
 

@@ -309,6 +309,9 @@ class SqliteDatabase:
 # --- what each entry adds to its session's row ------------------------------------------------
 
 
+_MAX_INTEGER = 2**63 - 1
+
+
 @dataclass
 class _Delta:
     """The change one entry makes to the counters in its session's row."""
@@ -346,6 +349,14 @@ class _Delta:
             self.cost += usage.cost.total
         if isinstance(entry, SessionInfoEntry):
             self.name = ((entry.name or "").strip() or None,)
+
+    def check_fits(self) -> None:
+        """SQLite integers have 64 bits; a larger count would fail deep inside the driver."""
+        counts = (self.input, self.output, self.cache_read, self.cache_write, self.total)
+        if any(abs(n) > _MAX_INTEGER for n in counts):
+            raise SessionError(
+                "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
+            )
 
 
 def _entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
@@ -401,6 +412,7 @@ def _write_entries(
     for offset, entry in enumerate(entries):
         rows.append(_entry_row(session_id, entry, first_seq + offset))
         delta.add(entry)
+    delta.check_fits()
     if len(rows) == 1:
         conn.execute(_INSERT_ENTRY, rows[0])
     else:

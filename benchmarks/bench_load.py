@@ -1,0 +1,73 @@
+"""Load over streamable HTTP: 50 MCP clients at once, 100 session operations each (create,
+append, get, list, context), against ``mcp-agent-sessions serve --transport http`` in a child
+process on a loopback port.
+
+Baseline, in the same run: the same clients and operation mix against a bare ``MCPServer``
+whose tools have the same names and arguments and do nothing (served the same way, uvicorn +
+streamable HTTP). The difference is what our server does: SQLite with an fsync per append,
+session bookkeeping, notifications.
+
+Rows: p50 and p99 latency per operation and throughput (ratio = ours / bare), errors (target
+0), the server process's CPU time per operation (ratio = ours / bare), and p50 with
+``MCP_AGENT_DURABILITY=normal`` (no fsync per append). The clients all run in this process; on
+a small machine they need about a core themselves, and then latency and throughput are bound
+by the clients as much as by the server (``summary`` lines on stderr show the clients' CPU).
+The server CPU row is the one that isolates the server's own cost.
+``MCP_AGENT_BENCH_QUICK=1``: 10 clients x 20 operations.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the load driver
+
+from reliability_load import measure
+
+
+def _quick() -> bool:
+    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
+
+
+def row(
+    name: str, value: float | None, baseline: float | None, unit: str, target: str = ""
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "baseline": baseline,
+        "ratio": value / baseline if value is not None and baseline else None,
+        "unit": unit,
+        "target": target,
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    clients, ops = (10, 20) if _quick() else (50, 100)
+    size = f"{clients} clients x {ops} ops, HTTP"
+    bare = measure("bare", clients, ops)
+    ours = measure("ours", clients, ops)
+    normal = measure("ours", clients, ops, durability="normal")
+    for result in (bare, ours, normal):
+        print(result.summary(), file=sys.stderr)
+    return [
+        row(f"load: p50 latency ({size})", ours.p50_ms, bare.p50_ms, "ms"),
+        row(f"load: p99 latency ({size})", ours.p99_ms, bare.p99_ms, "ms"),
+        row(f"load: throughput ({size})", ours.ops_per_second, bare.ops_per_second, "ops/s"),
+        row(f"load: errors ({size})", len(ours.errors), len(bare.errors), "errors", "0"),
+        row(
+            f"load: server CPU per operation ({size})",
+            ours.server_cpu_ms_per_op,
+            bare.server_cpu_ms_per_op,
+            "ms CPU/op",
+        ),
+        row(f"load: p50 latency, durability normal ({size})", normal.p50_ms, bare.p50_ms, "ms"),
+    ]
+
+
+if __name__ == "__main__":
+    for found in run():
+        print(found)
