@@ -825,3 +825,20 @@ def test_threads_appending_through_two_session_objects_keep_one_line(repo) -> No
     stats = first.stats()
     assert stats.entry_count == 41
     assert stats.branch_point_count == 0 and stats.leaf_count == 1
+
+
+def test_summary_of_one_session_matches_its_listing_row(repo) -> None:
+    session = repo.create(name="summed", cwd="/w")
+    session.append_message(UserMessage(content="first words", timestamp=1))
+    session.append_message(UserMessage(content="more", timestamp=2))
+    [row] = repo.list().items
+    summary = repo.summary(session.id)
+    assert summary == row
+    assert (summary.name, summary.message_count, summary.first_user_message) == (
+        "summed",
+        2,
+        "first words",
+    )
+    with pytest.raises(SessionError) as caught:
+        repo.summary("missing")
+    assert caught.value.code == "not_found"

@@ -38,10 +38,11 @@ def register(server: MCPServer) -> None:
         description="A session: its summary and the entries of its current branch, root first",
     )
     async def session_resource(session_id: str, ctx: Context) -> str:
-        session = _open(app_state(ctx), session_id)
+        state = app_state(ctx)
+        session = _open(state, session_id)
         return _dump(
             {
-                "session": describe_session(session).model_dump(),
+                "session": describe_session(state.repo, session).model_dump(),
                 "header": session.header.to_json_dict(),
                 "leafId": session.leaf_id,
                 "branch": [entry.to_json_dict() for entry in session.get_branch()],

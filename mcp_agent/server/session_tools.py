@@ -38,7 +38,7 @@ from mcp_agent.sessions.entries import (
     ThinkingLevelChangeEntry,
     iso_now,
 )
-from mcp_agent.sessions.repo import SessionSummary
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -74,10 +74,8 @@ def session_info(summary: SessionSummary, leaf_id: str | None = None) -> Session
     )
 
 
-def describe_session(session: Session) -> SessionInfo:
-    from mcp_agent.sessions.repo import summarize
-
-    return session_info(summarize(session.storage), session.leaf_id)
+def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
+    return session_info(repo.summary(session.id), session.leaf_id)
 
 
 def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
@@ -135,7 +133,7 @@ def register(server: MCPServer) -> None:
         with tool_errors():
             session = state.repo.create(name=name, cwd=cwd, metadata=metadata)
         state.notifier.list_changed()
-        return describe_session(session)
+        return describe_session(state.repo, session)
 
     @server.tool(annotations=READ_ONLY)
     async def session_list(
@@ -162,7 +160,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         with tool_errors():
             session = state.repo.open(session_id)
-            info = describe_session(session)
+            info = describe_session(state.repo, session)
             result = SessionView(session=info, view=view, leaf_id=session.leaf_id)
             if view == "branch":
                 result.entries = [e.to_json_dict() for e in session.get_branch()]
@@ -265,7 +263,7 @@ def register(server: MCPServer) -> None:
         with tool_errors():
             forked = state.repo.fork(session_id, entry_id, position)
         state.notifier.list_changed()
-        return describe_session(forked)
+        return describe_session(state.repo, forked)
 
     @server.tool(annotations=READ_ONLY)
     async def session_context(ctx: Context, session_id: SessionId) -> ContextResult:
@@ -317,4 +315,4 @@ def register(server: MCPServer) -> None:
                     ) from None
                 raise
         state.notifier.list_changed()
-        return describe_session(session)
+        return describe_session(state.repo, session)

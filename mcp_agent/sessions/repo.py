@@ -92,6 +92,7 @@ class SessionRepo(Protocol):
     ) -> Session: ...
     def open(self, session_id: str) -> Session: ...
     def exists(self, session_id: str) -> bool: ...
+    def summary(self, session_id: str) -> SessionSummary: ...
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> SessionPage: ...
@@ -270,6 +271,11 @@ class BaseSessionRepo:
 
     def close(self) -> None:
         pass
+
+    def summary(self, session_id: str) -> SessionSummary:
+        """One session's listing row (backends that keep the row read it instead of the
+        entries)."""
+        return summarize(self._open_storage(session_id))
 
     # Shared operations ------------------------------------------------------------------------
 

@@ -795,6 +795,14 @@ class SqliteSessionRepo(BaseSessionRepo):
     def exists(self, session_id: str) -> bool:
         return bool(self.database.read("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))
 
+    def summary(self, session_id: str) -> SessionSummary:
+        rows = self.database.read(
+            f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        )
+        if not rows:
+            raise SessionError("not_found", f"session {session_id} not found")
+        return SessionSummary(*rows[0])
+
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> SessionPage:
