@@ -231,6 +231,16 @@ def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
     assert "--db" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve"]])
+def test_a_database_that_cannot_be_opened_stops_run_chat_and_serve(
+    cli: Any, tmp_path: Path, command: list[str]
+) -> None:
+    result = cli(*command, "--model", "scripted:echo", "--db", str(tmp_path), input="")
+    assert result.exit_code == 2, result.output
+    assert "cannot open the session database" in result.stderr
+    assert "Traceback" not in result.output
+
+
 # --- sessions ---------------------------------------------------------------------------------
 
 

@@ -598,6 +598,33 @@ def test_fork_at_and_before_an_entry(repo) -> None:
     assert texts(source) == ["q1", "a1", "q2", "a2"]
 
 
+def test_fork_at_an_entry_pi_appended_below_a_leaf_move(repo) -> None:
+    source = repo.create()
+    q1 = source.append_message(user("q1"))
+    source.append_message(user("old"))
+    source.move_to(q1)
+    lines = repo.export_jsonl(source.id).splitlines()
+    move = json.loads(lines[-1])
+    assert move["type"] == "leaf"
+    # pi resumes the file on its last line (the leaf move) and appends below it
+    header = json.loads(lines[0])
+    header["id"] = "0b7c1d3e-0000-4000-8000-000000000001"
+    lines[0] = json.dumps(header)
+    below = {
+        "type": "message",
+        "id": "deadbeef",
+        "parentId": move["id"],
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": "user", "content": "q2", "timestamp": 1},
+    }
+    imported = repo.import_jsonl("\n".join([*lines, json.dumps(below)]) + "\n")
+    at = repo.fork(imported.id, "deadbeef", position="at")
+    assert texts(at) == ["q1", "q2"]
+    assert at.get_entry("deadbeef").parent_id == q1
+    before = repo.fork(imported.id, "deadbeef")
+    assert texts(before) == ["q1"]
+
+
 def test_bad_fork_targets_fail_and_create_nothing(repo) -> None:
     source, ids = forkable(repo)
     count = len(repo.list(limit=100).items)

@@ -68,6 +68,40 @@ def test_torn_last_line_is_cut_with_a_warning_and_appends_go_on(tmp_path: Path) 
     assert [m.text for m in again.build_context().messages] == ["a", "b", "c"]
 
 
+def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    storage = session.storage
+    assert isinstance(storage, JsonlSessionStorage)
+
+    class DiskFullOnce:
+        def __init__(self, real) -> None:
+            self.real = real
+            self.failed = False
+
+        def write(self, data: bytes) -> int:
+            if not self.failed:
+                self.failed = True
+                self.real.write(data[: len(data) // 2])
+                self.real.flush()
+                raise OSError(28, "No space left on device")
+            return self.real.write(data)
+
+        def __getattr__(self, name: str):
+            return getattr(self.real, name)
+
+    storage._handle = DiskFullOnce(storage._handle)
+    with pytest.raises(OSError):
+        session.append_message(user("lost"))
+    session.append_message(user("b"))
+    repo.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = JsonlSessionRepo(tmp_path).open(session.id)
+    assert [m.text for m in again.build_context().messages] == ["a", "b"]
+
+
 def test_damage_before_the_last_line_names_file_and_line(tmp_path: Path) -> None:
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()

@@ -229,3 +229,24 @@ def test_search_sees_appends_from_another_connection(tmp_path: Path) -> None:
     assert second.list(query="walrus").items == []
     session.append_message(user("walrus"))
     assert [s.id for s in second.list(query="walrus").items] == [session.id]
+
+
+def test_a_file_that_is_not_a_database_leaves_no_connection_open(
+    tmp_path: Path, monkeypatch
+) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("not a database\n" * 100)
+    opened: list[sqlite3.Connection] = []
+    real_connect = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        opened.append(real_connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with pytest.raises(sqlite3.DatabaseError):
+        SqliteSessionRepo(path)
+    assert len(opened) == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        opened[0].execute("SELECT 1")
+    assert path.read_text() == "not a database\n" * 100

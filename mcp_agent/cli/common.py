@@ -143,6 +143,13 @@ def opened_repo(db: Path | None) -> Iterator[SqliteSessionRepo]:
         repo.close()
 
 
+def check_database(db: Path | None) -> None:
+    """Exit with a one-line message when the session database cannot be opened (a folder, a
+    file that is not a database, a place that cannot be written)."""
+    with opened_repo(db):
+        pass
+
+
 def open_session(repo: SqliteSessionRepo, session_id: str) -> Session:
     """``repo.open`` with the hint of :func:`session_error_exit` for an unknown id."""
     from mcp_agent.sessions.errors import SessionError

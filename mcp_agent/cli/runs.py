@@ -24,6 +24,7 @@ from mcp_agent.cli.common import (
     PROG,
     DbOption,
     ManifestsOption,
+    check_database,
     database_path,
     die,
     err,
@@ -288,6 +289,7 @@ def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
         async with opened_app(settings) as state:
             return await body(state)
 
+    check_database(settings.db_path)
     try:
         return anyio.run(main)
     except BaseException as error:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mcp_agent.cli.common import DbOption, ManifestsOption, die
+from mcp_agent.cli.common import DbOption, ManifestsOption, check_database, die
 
 
 class Transport(StrEnum):
@@ -73,6 +73,7 @@ def serve(
             check_bind(settings)
         except UnsafeBindError as error:
             die(str(error))
+    check_database(settings.db_path)
     server = build_server(settings, models=cli_models())
     print_banner(settings, transport.value)
     try:

@@ -171,12 +171,32 @@ class JsonlSessionStorage(InMemorySessionStorage):
     def _write(self, entry: SessionEntry) -> None:
         if self._handle is None:
             self._handle = open(self.path, "ab")  # kept open across appends
-            if self._handle.tell() and not _ends_with_newline(self.path):
+        start = self._handle.tell()
+        try:
+            if start and not _ends_with_newline(self.path):
                 self._handle.write(b"\n")  # a file pi or an editor left without one
-        self._handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+            self._handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except BaseException:
+            # A failed append (disk full, I/O error) must not leave part of a line behind:
+            # the next append would follow it and the file would no longer load.
+            self._undo_write(start)
+            raise
         self.stamp = _stamp(self.path)
+
+    def _undo_write(self, size: int) -> None:
+        handle, self._handle = self._handle, None
+        try:
+            if handle is not None:
+                handle.close()
+        except OSError:
+            pass
+        try:
+            os.truncate(self.path, size)
+            self.stamp = _stamp(self.path)
+        except OSError as error:
+            log.warning("%s: could not cut off a failed append: %s", self.path, error)
 
     def _close_handle(self) -> None:
         if self._handle is not None:

@@ -35,7 +35,7 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import export_text, parse_session_text, read_session_source
 from mcp_agent.sessions.session import Session, SessionListener
-from mcp_agent.sessions.storage import SessionStorage, leaf_after
+from mcp_agent.sessions.storage import SessionStorage, leaf_after, tree_parent
 
 FIRST_MESSAGE_CHARS = 200
 ForkPosition = Literal["before", "at"]
@@ -219,7 +219,16 @@ def entries_to_fork(
             )
         end = target.parent_id
     path = source.get_branch(end) if end is not None else []
-    copied = [e for e in path if not isinstance(e, LabelEntry | LeafEntry)]
+    # pi, resuming a file that ends in a leaf move, appends below that line: such an entry is
+    # copied under the move's target, since the move itself is not copied.
+    moves = {e.id: e.parent_id for e in path if isinstance(e, LeafEntry)}
+    copied = [
+        e
+        if e.parent_id not in moves
+        else e.model_copy(update={"parent_id": tree_parent(e.parent_id, moves)})
+        for e in path
+        if not isinstance(e, LabelEntry | LeafEntry)
+    ]
     taken = {e.id for e in copied}
     parent = copied[-1].id if copied else None
     for entry in list(copied):

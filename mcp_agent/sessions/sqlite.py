@@ -122,12 +122,16 @@ class SqliteDatabase:
         self.conn = sqlite3.connect(
             str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
-        self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-        self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
-        # Only a new file takes the write lock: opening must not wait for busy writers.
-        if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
-            self.write(lambda _conn: self._create_schema())
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
+            self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
+            # Only a new file takes the write lock: opening must not wait for busy writers.
+            if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
+                self.write(lambda _conn: self._create_schema())
+        except BaseException:
+            self.conn.close()  # not a database, or not writable: do not leak the connection
+            raise
 
     def _retry(self, action: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.busy_timeout
