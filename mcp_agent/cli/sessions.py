@@ -240,7 +240,7 @@ def fork(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Copy the current branch (or the path to an entry) into a new session; prints its id."""
+    """Copy the whole session (or the path to an entry) into a new session; prints its id."""
     if position is not None and entry is None:
         die("--position needs --entry (which entry to fork at or before)")
     with opened_repo(db) as repo:

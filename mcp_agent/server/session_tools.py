@@ -258,7 +258,8 @@ def register(server: MCPServer) -> None:
             Field(description="'before' a user message (to re-ask it), or 'at' any entry"),
         ] = "before",
     ) -> SessionInfo:
-        """Copy a branch into a new session whose header names this one as its parent."""
+        """Copy this session (all of it, or the path to entry_id) into a new session whose
+        header names this one as its parent."""
         state = app_state(ctx)
         with tool_errors():
             forked = state.repo.fork(session_id, entry_id, position)
