@@ -49,11 +49,3 @@ class AbortController:
 
     def abort(self, reason: str = "aborted") -> None:
         self.signal._fire(reason)
-
-
-async def cancel_on_abort(signal: AbortSignal | None, scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` when ``signal`` fires; run it as a task beside the work it guards."""
-    if signal is None:
-        return
-    await signal.wait()
-    scope.cancel()

@@ -10,6 +10,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
+from mcp_support import call, call_error
 
 from mcp_agent.messages import content_text
 from mcp_agent.providers.base import LlmContext
@@ -75,19 +76,6 @@ async def server(tmp_path: Path, model: Model) -> MCPServer:
 async def client(request: pytest.FixtureRequest, server: MCPServer) -> AsyncIterator[Client]:
     async with Client(server, mode=request.param) as c:
         yield c
-
-
-async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, result.structured_content
-    return result.content[0].text
 
 
 def message(role: str, text: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
+from mcp_support import call
 from providers_support import OA_DONE, Reply, ScriptServer, oa_chunk, oa_text_reply, script_server
 from reliability_support import FULL, check_tool_results, check_tree, size
 from test_downstream_agents import tool_server
@@ -47,14 +48,6 @@ SWEEP = size(8, 40)
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
-    with anyio.fail_after(60):
-        result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
-    assert result.structured_content is not None
-    return result.structured_content
 
 
 async def check_session(client: Client, session_id: str) -> list[Any]:

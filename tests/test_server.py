@@ -13,6 +13,7 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
+from mcp_support import call, call_error
 
 from mcp_agent.agent import Agent
 from mcp_agent.manifests import AgentManifest
@@ -105,19 +106,6 @@ def server(tmp_path: Path) -> MCPServer:
 async def client(request: pytest.FixtureRequest, server: MCPServer) -> AsyncIterator[Client]:
     async with Client(server, mode=request.param) as c:
         yield c
-
-
-async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, result.structured_content
-    return result.content[0].text
 
 
 def user(text: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from pydantic import ValidationError
 
 from mcp_agent.messages import (
     AgentMessage,
-    BaseMessage,
     BashExecutionMessage,
     BranchSummaryMessage,
     CompactionSummaryMessage,
@@ -307,10 +306,6 @@ def entry_to_json(entry: SessionEntry | SessionHeader) -> str:
     """The entry's one line of JSON (compact, UTF-8 kept as is)."""
     # pydantic's own JSON writer: the same JSON as WireModel.to_json, about a third faster.
     return entry.model_dump_json(by_alias=True)
-
-
-def entry_message(entry: SessionEntry) -> BaseMessage | None:
-    return entry.message if isinstance(entry, MessageEntry) else None
 
 
 def entry_text(entry: SessionEntry) -> str:
