@@ -28,6 +28,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.server.app import build_server
+from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.runs import RunManager
 from mcp_agent.server.settings import ServerSettings
 from mcp_agent.sessions import Session
@@ -356,19 +357,42 @@ async def test_modern_notifications(server: MCPServer) -> None:
         assert kinds == {"ResourceUpdated", "ResourcesListChanged"}
 
 
+async def test_appends_queue_no_notifications_while_nobody_listens() -> None:
+    bus = WatchedBus()
+    notifier = Notifier(bus)
+    queued = notifier._receive.statistics
+    notifier.session_changed("s1")
+    assert queued().current_buffer_used == 0
+    stop = bus.subscribe(lambda _event: None)
+    notifier.session_changed("s1")
+    assert queued().current_buffer_used == 1
+    stop()
+    stop()  # a second unsubscribe changes nothing
+    assert bus.listeners == 0
+    notifier.session_changed("s1")
+    assert queued().current_buffer_used == 1
+
+
 async def test_fork_import_and_delete_announce_list_changes(server: MCPServer) -> None:
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]
         await call(client, "session_append", session_id=sid, entry=user("hello"))
         exported = (await call(client, "session_export", session_id=sid))["jsonl"]
         async with client.listen(resources_list_changed=True) as events:
-            forked = await call(client, "session_fork", session_id=sid)
-            await call(client, "session_delete", session_id=sid)
-            await call(client, "session_import", jsonl=exported)
-            await call(client, "session_delete", session_id=forked["id"])
-            with anyio.fail_after(5):
-                for _ in range(4):
+
+            async def announced() -> None:
+                # The client folds identical events not yet read into one: read each in turn.
+                with anyio.fail_after(5):
                     assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
+
+            forked = await call(client, "session_fork", session_id=sid)
+            await announced()
+            await call(client, "session_delete", session_id=sid)
+            await announced()
+            await call(client, "session_import", jsonl=exported)
+            await announced()
+            await call(client, "session_delete", session_id=forked["id"])
+            await announced()
 
 
 async def test_legacy_subscriptions(server: MCPServer) -> None:
@@ -652,7 +676,11 @@ async def test_one_run_per_session_across_servers_on_one_database(tmp_path: Path
         sid = run["session_id"]
         text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
         assert "busy" in text and run["run_id"] in text and "another server process" in text
-        assert "busy" in await call_error(b, "session_append", session_id=sid, entry=user("x"))
+        # The append is refused inside its own transaction: nothing is written.
+        before = await call(b, "session_stats", session_id=sid)
+        text = await call_error(b, "session_append", session_id=sid, entry=user("x"))
+        assert f"session {sid} is busy: run {run['run_id']}" in text
+        assert await call(b, "session_stats", session_id=sid) == before
         await call(a, "agent_status", run_id=run["run_id"], wait_seconds=30)
         after = await call(b, "agent_run", prompt="now", session_id=sid)
         assert after["answer"] == "echo: now"

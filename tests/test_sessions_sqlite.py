@@ -96,6 +96,22 @@ def test_an_append_built_on_a_stale_leaf_goes_onto_the_current_one(tmp_path: Pat
     storage.close()
 
 
+def test_a_session_held_open_appends_where_the_leaf_is_now(tmp_path: Path) -> None:
+    # An append takes its parent from the leaf as last seen and re-reads it in its
+    # transaction: what other connections did meanwhile is never forked from silently.
+    first, second = SqliteSessionRepo(tmp_path / "s.db"), SqliteSessionRepo(tmp_path / "s.db")
+    held = first.create()
+    other = second.open(held.id)
+    one = other.append_message(user("one"))
+    two = other.append_message(user("two"))
+    three = held.append_message(user("three"))
+    assert held.get_entry(three).parent_id == two
+    other.move_to(one)
+    four = held.append_message(user("four"))
+    assert held.get_entry(four).parent_id == one
+    assert [m.text for m in other.build_context().messages] == ["one", "four"]
+
+
 def test_a_failed_append_leaves_nothing_behind(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     session = repo.create()

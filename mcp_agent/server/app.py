@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from mcp.server import MCPServer
-from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
+from mcp.server.subscriptions import SubscriptionBus
 
 from mcp_agent import __version__
 from mcp_agent.proxy.hub import ToolHub
@@ -22,6 +22,7 @@ from mcp_agent.server import (
 from mcp_agent.server.builtin import build_builtin_server
 from mcp_agent.server.leases import SessionLeases
 from mcp_agent.server.models import ModelOverrides
+from mcp_agent.server.notify import WatchedBus
 from mcp_agent.server.runs import RunManager
 from mcp_agent.server.settings import ServerSettings
 from mcp_agent.server.state import AppState, open_state
@@ -45,7 +46,11 @@ async def open_app(
     async with open_state(settings, bus) as state:
         if models:
             state.extra["models"] = models
+        from mcp_agent.sessions.sqlite import SqliteSessionRepo  # loaded by open_state already
+
         leases = SessionLeases(settings.db_path)
+        if isinstance(state.repo, SqliteSessionRepo):
+            state.repo.database.session_guard = leases.guard
         state.runs = RunManager(state.task_group, leases)
         state.task_group.start_soon(state.runs.keep_leases)
         async with ToolHub(state.servers, builtin=build_builtin_server(state)) as hub:
@@ -61,7 +66,7 @@ def build_server(
     settings: ServerSettings | None = None, models: ModelOverrides | None = None
 ) -> MCPServer:
     settings = settings or ServerSettings()
-    bus = InMemorySubscriptionBus()
+    bus = WatchedBus()
 
     @asynccontextmanager
     async def lifespan(server: MCPServer) -> AsyncIterator[AppState]:

@@ -24,6 +24,8 @@ def tool_errors() -> Iterator[None]:
         yield
     except SessionError as error:
         hint = HINTS.get(error.code)
-        raise ToolError(f"{error.code}: {error}" + (f" ({hint})" if hint else "")) from None
+        # A busy session's message says so itself, and what to do.
+        prefix = "" if error.code == "busy" else f"{error.code}: "
+        raise ToolError(f"{prefix}{error}" + (f" ({hint})" if hint else "")) from None
     except (MessageParseError, ManifestError, ValueError) as error:
         raise ToolError(str(error)) from None

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcp_agent.sessions import SessionError
+
 LEASE_SECONDS = 30.0
 RENEW_EVERY = 10.0
 BUSY_TIMEOUT_S = 10.0
@@ -44,6 +46,12 @@ class Lease:
     def describe(self) -> str:
         return f"{self.holder} (in another server process, pid {self.pid} on {self.host})"
 
+    def busy_message(self) -> str:
+        return (
+            f"session {self.session_id} is busy: {self.describe()} is working on it. Wait for "
+            "it to finish, or continue in a fork (session_fork)."
+        )
+
 
 class SessionLeases:
     def __init__(self, db_path: str | Path) -> None:
@@ -60,15 +68,29 @@ class SessionLeases:
         self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
         self._conn.close()
 
-    def held_elsewhere(self, session_id: str) -> Lease | None:
-        """The live lease another process holds on ``session_id``, if any."""
-        row = self._conn.execute(
-            "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
-            "WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
+    def held_elsewhere(
+        self, session_id: str, conn: sqlite3.Connection | None = None
+    ) -> Lease | None:
+        """The live lease another process holds on ``session_id``, if any (read through
+        ``conn`` when given: a session database's connection, inside its transaction)."""
+        row = (
+            (conn or self._conn)
+            .execute(
+                "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
+                "WHERE session_id = ?",
+                (session_id,),
+            )
+            .fetchone()
+        )
         lease = Lease(*row) if row else None
         return lease if lease is not None and self._alive(lease) else None
+
+    def guard(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """Refuse a change to a session another process runs an agent in (a
+        ``SqliteDatabase.session_guard``: checked in the same transaction as the change)."""
+        other = self.held_elsewhere(session_id, conn)
+        if other is not None:
+            raise SessionError("busy", other.busy_message())
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
         """Take ``session_id`` for ``holder``; returns the other process's lease instead when

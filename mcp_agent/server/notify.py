@@ -10,21 +10,53 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionBus
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    SubscriptionBus,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 log = logging.getLogger(__name__)
 
 LIST_CHANGED = "list_changed"
+SESSION_CHANGED = "session_changed"
 
 
 def session_uris(session_id: str) -> list[str]:
     base = f"session://{session_id}"
     return [base, f"{base}/tree", f"{base}/context", f"{base}/export.jsonl"]
+
+
+class WatchedBus(InMemorySubscriptionBus):
+    """The SDK's in-process bus, counting its listeners: with none, an append publishes
+    nothing (most appends happen with no client listening, and each publish costs a turn of
+    the event loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners = 0
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        unsubscribe = super().subscribe(listener)
+        self.listeners += 1
+        subscribed = True
+
+        def stop() -> None:
+            nonlocal subscribed
+            if subscribed:
+                subscribed = False
+                self.listeners -= 1
+            unsubscribe()
+
+        return stop
 
 
 class Notifier:
@@ -33,18 +65,25 @@ class Notifier:
         # uri -> {connection key: legacy server session}
         self._subscribers: dict[str, dict[int, Any]] = {}
         self._legacy: dict[int, Any] = {}
-        send, receive = anyio.create_memory_object_stream[str](math.inf)
-        self._send: MemoryObjectSendStream[str] = send
-        self._receive: MemoryObjectReceiveStream[str] = receive
+        send, receive = anyio.create_memory_object_stream[tuple[str, str]](math.inf)
+        self._send: MemoryObjectSendStream[tuple[str, str]] = send
+        self._receive: MemoryObjectReceiveStream[tuple[str, str]] = receive
 
     # --- what changed (callable from sync code) ---------------------------------------------
 
     def session_changed(self, session_id: str, *_: Any) -> None:
-        for uri in session_uris(session_id):
-            self._send.send_nowait(uri)
+        if self._bus_listening() or any(
+            self._subscribers.get(uri) for uri in session_uris(session_id)
+        ):
+            self._send.send_nowait((SESSION_CHANGED, session_id))
 
     def list_changed(self, *_: Any) -> None:
-        self._send.send_nowait(LIST_CHANGED)
+        self._send.send_nowait((LIST_CHANGED, ""))
+
+    def _bus_listening(self) -> bool:
+        if self.bus is None:
+            return False
+        return not isinstance(self.bus, WatchedBus) or self.bus.listeners > 0
 
     # --- legacy connections -----------------------------------------------------------------
 
@@ -80,25 +119,29 @@ class Notifier:
 
     async def run(self) -> None:
         """Deliver queued changes until cancelled; run it in the server's task group."""
-        async for item in self._receive:
+        async for kind, session_id in self._receive:
             try:
-                await self._deliver(item)
+                if kind == LIST_CHANGED:
+                    await self._deliver_list_changed()
+                else:
+                    for uri in session_uris(session_id):
+                        await self._deliver_updated(uri)
             except Exception:  # a closed connection must not stop notifications for others
-                log.debug("notification %s not delivered", item, exc_info=True)
+                log.debug("notification %s %s not delivered", kind, session_id, exc_info=True)
 
-    async def _deliver(self, item: str) -> None:
-        if item == LIST_CHANGED:
-            if self.bus is not None:
-                await self.bus.publish(ResourcesListChanged())
-            for session in list(self._legacy.values()):
-                with anyio.move_on_after(5):
-                    await _quietly(session.send_resource_list_changed())
-            return
+    async def _deliver_list_changed(self) -> None:
         if self.bus is not None:
-            await self.bus.publish(ResourceUpdated(uri=item))
-        for session in list(self._subscribers.get(item, {}).values()):
+            await self.bus.publish(ResourcesListChanged())
+        for session in list(self._legacy.values()):
             with anyio.move_on_after(5):
-                await _quietly(session.send_resource_updated(item))
+                await _quietly(session.send_resource_list_changed())
+
+    async def _deliver_updated(self, uri: str) -> None:
+        if self.bus is not None:
+            await self.bus.publish(ResourceUpdated(uri=uri))
+        for session in list(self._subscribers.get(uri, {}).values()):
+            with anyio.move_on_after(5):
+                await _quietly(session.send_resource_updated(uri))
 
 
 async def _quietly(awaitable: Any) -> None:

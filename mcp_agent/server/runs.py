@@ -26,11 +26,8 @@ from mcp_agent.sessions import Session
 log = logging.getLogger(__name__)
 
 
-def _busy_elsewhere(session_id: str, lease: Lease) -> ToolError:
-    return ToolError(
-        f"session {session_id} is busy: {lease.describe()} is working on it. Wait for it to "
-        "finish, or continue in a fork (session_fork)."
-    )
+def _busy_elsewhere(lease: Lease) -> ToolError:
+    return ToolError(lease.busy_message())
 
 
 KEEP_FINISHED_RUNS = 200
@@ -118,7 +115,10 @@ class RunManager:
         # Sessions that something other than a run is writing (a compaction, a summary).
         self._held: dict[str, str] = {}
 
-    def ensure_idle(self, session_id: str) -> None:
+    def ensure_idle(self, session_id: str, *, elsewhere: bool = True) -> None:
+        """Refuse when a run or a tool of this process works on the session, or (with
+        ``elsewhere``) another process. An append needs no ``elsewhere``: the session
+        database's guard checks that inside the append's own transaction."""
         run = self._by_session.get(session_id)
         if run is not None:
             raise ToolError(
@@ -131,9 +131,9 @@ class RunManager:
                 f"session {session_id} is busy: {holder} is working on it; try again when it "
                 "has finished"
             )
-        other = self.leases.held_elsewhere(session_id) if self.leases else None
+        other = self.leases.held_elsewhere(session_id) if self.leases and elsewhere else None
         if other is not None:
-            raise _busy_elsewhere(session_id, other)
+            raise _busy_elsewhere(other)
 
     def _claim(self, session_id: str, holder: str) -> None:
         """ensure_idle, then take the session's lease in the database."""
@@ -141,7 +141,7 @@ class RunManager:
         if self.leases is not None:
             other = self.leases.acquire(session_id, holder)
             if other is not None:
-                raise _busy_elsewhere(session_id, other)
+                raise _busy_elsewhere(other)
 
     def _release(self, session_id: str) -> None:
         if self.leases is not None:

@@ -41,7 +41,7 @@ class SessionView(BaseModel):
 class AppendResult(BaseModel):
     session_id: str
     entry_id: str
-    leaf_id: str | None
+    leaf_id: str = Field(description="the session's leaf after the append: the new entry")
 
 
 class MoveResult(BaseModel):

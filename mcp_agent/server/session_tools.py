@@ -202,11 +202,11 @@ def register(server: MCPServer) -> None:
         """Append an entry at the session's leaf; it becomes the new leaf."""
         state = app_state(ctx)
         if state.runs is not None:
-            state.runs.ensure_idle(session_id)
+            state.runs.ensure_idle(session_id, elsewhere=False)
         with tool_errors():
-            session = state.repo.open(session_id)
-            entry_id = entry_to_append(session, entry)
-        return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=session.leaf_id)
+            entry_id = entry_to_append(state.repo.open(session_id), entry)
+        # Every appendable entry becomes the leaf.
+        return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
     @server.tool(annotations=WRITES)
     async def session_move_to(

@@ -90,6 +90,9 @@ class InMemorySessionStorage:
     def get_leaf_id(self) -> str | None:
         return self._leaf_id
 
+    def leaf_for_append(self) -> str | None:
+        return self._leaf_id
+
     def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
         if leaf_id == self._leaf_id:
             return None

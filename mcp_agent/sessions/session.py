@@ -109,7 +109,7 @@ class Session:
             for attempt in range(_ID_ATTEMPTS):
                 base = {
                     "id": self.storage.create_entry_id(),
-                    "parent_id": self.storage.get_leaf_id(),
+                    "parent_id": self.storage.leaf_for_append(),
                     "timestamp": iso_now(),
                 }
                 try:

@@ -119,6 +119,10 @@ class SqliteDatabase:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
         self.lock = threading.RLock()
+        # Called inside each transaction that appends to or moves a session, before the
+        # change, with the connection and the session id; raising refuses the change. The
+        # server checks there that no other process runs an agent in the session.
+        self.session_guard: Callable[[sqlite3.Connection, str], None] | None = None
         self.conn = sqlite3.connect(
             str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -495,14 +499,19 @@ class SqliteSessionStorage:
             database if isinstance(database, SqliteDatabase) else SqliteDatabase(database)
         )
         self.session_id = session_id
+        # The leaf as this storage last saw it: the parent for the next append, which re-reads
+        # the leaf in its transaction anyway (see append_entry).
+        self._seen_leaf: str | None = None
         if header is None:
-            rows = self.database.read("SELECT header FROM sessions WHERE id = ?", (session_id,))
+            rows = self.database.read(
+                "SELECT header, leaf FROM sessions WHERE id = ?", (session_id,)
+            )
             if not rows:
                 raise SessionError("not_found", f"session {session_id} not found")
             header = parse_header(json.loads(rows[0][0]), f"session {session_id} header")
+            self._seen_leaf = rows[0][1]
         self._header = header
         self.lock = self.database.lock
-        self._seen_leaf: str | None = None
         self._cache: dict[str, SessionEntry] = {}
 
     @classmethod
@@ -536,7 +545,9 @@ class SqliteSessionStorage:
             _write_entries(conn, header.id, entries, 0, leaf_id)
 
         database.write(work)
-        return cls(database, header.id, header)
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = leaf_id
+        return storage
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -587,9 +598,14 @@ class SqliteSessionStorage:
         self._seen_leaf = rows[0][0]
         return self._seen_leaf
 
+    def leaf_for_append(self) -> str | None:
+        return self._seen_leaf
+
     def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
         def work(conn: sqlite3.Connection) -> LeafEntry | None:
             current, seq = self._session_row(conn)
+            if self.database.session_guard is not None:
+                self.database.session_guard(conn, self.session_id)
             if current == leaf_id:
                 return None
             if leaf_id is not None and not self._exists(conn, self.session_id, leaf_id):
@@ -629,6 +645,8 @@ class SqliteSessionStorage:
             ).fetchone()
             if row is None:
                 raise SessionError("not_found", f"session {self.session_id} was deleted")
+            if self.database.session_guard is not None:
+                self.database.session_guard(conn, self.session_id)
             leaf, seq, id_taken, parent_found = row
             if id_taken:
                 raise SessionError("conflict", f"entry id {entry.id} is already taken")
