@@ -36,7 +36,6 @@ from mcp_agent.sessions.entries import (
     ModelChangeEntry,
     SessionInfoEntry,
     ThinkingLevelChangeEntry,
-    iso_now,
 )
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
@@ -78,6 +77,9 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
 
 
+_PLACEHOLDERS = {"id": "00000000", "parentId": None, "timestamp": "1970-01-01T00:00:00.000Z"}
+
+
 def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
     """Validate ``entry`` (pi v3 form, without id, parentId and timestamp) and append it."""
     kind = entry.get("type")
@@ -92,7 +94,8 @@ def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
         if reserved in entry:
             raise ToolError(f"entry.{reserved} is set by the server; leave it out")
     with tool_errors():
-        typed = parse_entry({**entry, "id": "00000000", "parentId": None, "timestamp": iso_now()})
+        # Validated here with placeholders; the session gives the entry its id, parent and time.
+        typed = parse_entry({**entry, **_PLACEHOLDERS})
         match typed:
             case MessageEntry(message=message):
                 return session.append_message(message)

@@ -42,10 +42,13 @@ class AppState:
 
 
 def app_state(ctx: Context) -> AppState:
-    state = ctx.request_context.lifespan_context
+    # One look-up of the request: each of Context's properties costs microseconds (pydantic's
+    # private attributes), on every tool call.
+    request = ctx.request_context
+    state = request.lifespan_context
     assert isinstance(state, AppState)
     # Every request tells us about its connection, so legacy clients get list changes.
-    state.notifier.remember(ctx.session, ctx.protocol_version)
+    state.notifier.remember(request.session, request.protocol_version)
     return state
 
 

@@ -23,6 +23,7 @@ the leaf goes onto that leaf instead of forking silently from a stale one.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import sqlite3
 import threading
@@ -367,6 +368,12 @@ class _Delta:
             )
 
 
+@functools.lru_cache(maxsize=1024)
+def _stored_header(session_id: str, text: str) -> SessionHeader:
+    """A stored header, parsed once: headers never change, and every open reads one."""
+    return parse_header(json.loads(text), f"session {session_id} header")
+
+
 def _entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
     role = entry.message.role if isinstance(entry, MessageEntry) else None
     return (
@@ -508,7 +515,7 @@ class SqliteSessionStorage:
             )
             if not rows:
                 raise SessionError("not_found", f"session {session_id} not found")
-            header = parse_header(json.loads(rows[0][0]), f"session {session_id} header")
+            header = _stored_header(session_id, rows[0][0])
             self._seen_leaf = rows[0][1]
         self._header = header
         self.lock = self.database.lock
