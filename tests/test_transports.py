@@ -252,12 +252,11 @@ def test_inspector_cli_lists_tools_over_stdio(tmp_path: Path) -> None:
     assert {"session_create", "agent_run", "session_fork"} <= names
 
 
-@needs_node
-def test_typescript_sdk_client(http_server: HttpServer, tmp_path: Path) -> None:
+def run_ts_client(*args: str) -> dict[str, Any]:
     script = PEERS / "ts_client.mjs"
     shutil.copy(ROOT / "tests" / "peers" / "ts_client.mjs", script)
     done = subprocess.run(
-        [str(NODE), str(script), http_server.url, TOKEN],
+        [str(NODE), str(script), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -270,7 +269,19 @@ def test_typescript_sdk_client(http_server: HttpServer, tmp_path: Path) -> None:
     assert seen["badIsError"] and "not_found" in seen["badText"]
     assert f"session://{seen['id']}" in seen["resources"]
     assert seen["context"]["messages"][0]["content"] == "hello from ts"
-    assert seen["promptRoles"] == ["user"]
+    assert seen["bigRoundTrip"]
+    assert seen["promptRoles"] == ["user", "user"]
+    return seen
+
+
+@needs_node
+def test_typescript_sdk_client_over_http(http_server: HttpServer) -> None:
+    run_ts_client("http", http_server.url, TOKEN)
+
+
+@needs_node
+def test_typescript_sdk_client_over_stdio(tmp_path: Path) -> None:
+    run_ts_client("stdio", *serve_command(tmp_path / "ts.db"))
 
 
 def test_rebinding_protection_stays_on_off_loopback(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ def serve(
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.http import UnsafeBindError, check_bind, serve_http
     from mcp_agent.server.settings import ServerSettings
+    from mcp_agent.server.stdio import run_stdio
 
     settings = ServerSettings(host=host, port=port, max_subagent_depth=max_depth)
     settings.allowed_hosts = list(allowed_host or [])
@@ -80,7 +81,7 @@ def serve(
         if transport == Transport.http:
             anyio.run(serve_http, server, settings)
         else:
-            anyio.run(server.run_stdio_async)
+            anyio.run(run_stdio, server)
     except ManifestError as error:
         die(str(error))
     except KeyboardInterrupt:

@@ -1,12 +1,18 @@
-// A TypeScript-SDK client (run by Node) against our server over streamable HTTP.
-// Usage: node ts_client.mjs URL TOKEN   (prints one JSON object with what it saw)
+// A TypeScript-SDK client (run by Node) against our server, over streamable HTTP or stdio.
+// Usage: node ts_client.mjs http URL TOKEN
+//        node ts_client.mjs stdio COMMAND ARG...   (spawns the server)
+// Prints one JSON object with what it saw.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
-const [url, token] = process.argv.slice(2);
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { Authorization: `Bearer ${token}` } },
-});
+const [kind, ...rest] = process.argv.slice(2);
+const transport =
+  kind === "stdio"
+    ? new StdioClientTransport({ command: rest[0], args: rest.slice(1), stderr: "inherit" })
+    : new StreamableHTTPClientTransport(new URL(rest[0]), {
+        requestInit: { headers: { Authorization: `Bearer ${rest[1]}` } },
+      });
 const client = new Client({ name: "ts-peer", version: "1.0.0" });
 await client.connect(transport);
 const tools = (await client.listTools()).tools.map((t) => t.name);
@@ -16,6 +22,14 @@ await client.callTool({
   name: "session_append",
   arguments: { session_id: id, entry: { type: "message", message: { role: "user", content: "hello from ts" } } },
 });
+// A message far larger than a pipe's buffer, there and back.
+const big = "x".repeat(3_000_000) + " ünïcödé";
+await client.callTool({
+  name: "session_append",
+  arguments: { session_id: id, entry: { type: "message", message: { role: "user", content: big } } },
+});
+const branch = await client.callTool({ name: "session_get", arguments: { session_id: id } });
+const bigBack = branch.structuredContent.entries.at(-1).message.content;
 const bad = await client.callTool({ name: "session_get", arguments: { session_id: "missing" } });
 const resources = (await client.listResources()).resources.map((r) => r.uri);
 const read = await client.readResource({ uri: `session://${id}/context` });
@@ -28,6 +42,7 @@ console.log(JSON.stringify({
   badText: bad.content[0].text,
   resources,
   context: JSON.parse(read.contents[0].text),
+  bigRoundTrip: bigBack === big,
   promptRoles: prompt.messages.map((m) => m.role),
 }));
 await client.close();

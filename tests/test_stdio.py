@@ -1,0 +1,128 @@
+"""The event-loop stdio transport (mcp_agent/server/stdio.py): framing over real pipes, a full
+pipe, the wire kept from stray output, and a clean exit when the client goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from mcp_agent.server.stdio import LineReader, Writer
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX transport"),
+]
+
+
+def nonblocking_pipe() -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    return read_fd, write_fd
+
+
+async def test_lines_arrive_whole_however_the_bytes_are_cut() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    text = '{"a": "ünï"}\n' + "x" * 300_000 + "\n" + "last line without a newline"
+    data = text.encode()
+    # Cut in the middle of a multi-byte character, and in chunks smaller than a line.
+    pieces = [data[:3], data[3:9], data[9:70_000], data[70_000:]]
+
+    def feed() -> None:
+        for piece in pieces:
+            os.write(write_fd, piece)  # blocking: waits while the reader catches up
+        os.close(write_fd)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        lines = [line async for line in LineReader(read_fd)]
+    finally:
+        feeder.join()
+        os.close(read_fd)
+    assert lines == ['{"a": "ünï"}\n', "x" * 300_000 + "\n", "last line without a newline"]
+
+
+async def test_a_write_larger_than_the_pipe_waits_for_the_reader() -> None:
+    read_fd, write_fd = nonblocking_pipe()
+    message = "y" * 5_000_000 + "\n"
+    received = bytearray()
+
+    def drain() -> None:
+        os.set_blocking(read_fd, True)
+        while chunk := os.read(read_fd, 1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        await Writer(write_fd).write(message)
+    finally:
+        os.close(write_fd)
+        reader.join()
+        os.close(read_fd)
+    assert received == message.encode()
+
+
+NOISY_SERVER = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    import anyio
+    from mcp.server import MCPServer
+    from mcp_agent.server.stdio import run_stdio
+
+    server = MCPServer("noisy", log_level="WARNING")
+
+    @server.tool()
+    async def noisy() -> str:
+        print("stray print", flush=True)
+        os.write(1, b"stray write to fd 1\\n")
+        subprocess.run([sys.executable, "-c", "print('a child prints')"], check=True)
+        return "still fine"
+
+    anyio.run(run_stdio, server)
+    # Once the client has gone, the process's own stdout is back and blocking again.
+    print("after", os.get_blocking(0), os.get_blocking(1), file=sys.stderr)
+    """
+)
+
+
+async def test_stray_output_goes_to_stderr_and_the_wire_stays_clean(tmp_path: Path) -> None:
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISY_SERVER)
+    errors = tmp_path / "stderr.txt"
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with errors.open("w") as stderr:
+        async with Client(stdio_client(params, errlog=stderr)) as client:
+            for _ in range(3):
+                result = await client.call_tool("noisy", {})
+                assert not result.is_error
+                assert result.content[0].text == "still fine"  # type: ignore[union-attr]
+        # Leaving the client closes the server's stdin: it must exit by itself.
+    text = errors.read_text()
+    assert text.count("stray print") == 3
+    assert text.count("stray write to fd 1") == 3
+    assert text.count("a child prints") == 3
+    assert "after True True" in text
+
+
+def test_the_server_exits_when_stdin_closes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
