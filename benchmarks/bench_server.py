@@ -15,7 +15,9 @@ Rows:
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -145,6 +147,27 @@ async def append_stdio(
     return value, bare, bare_ours
 
 
+def plain_commit(tmp: Path, synchronous: str, commits: int) -> float:
+    """Median seconds of one insert and commit with plain sqlite3 (WAL) on the same disk:
+    what a durable write costs here before any server is involved."""
+    path = tmp / f"plain-{synchronous}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("CREATE TABLE entries (n INTEGER PRIMARY KEY, data TEXT)")
+        samples = []
+        for i in range(commits):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO entries (data) VALUES (?)", (json.dumps(entry(i)),))
+            conn.execute("COMMIT")
+            samples.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return statistics.median(samples)
+
+
 async def time_to_first_answer(params: StdioServerParameters) -> float:
     started = time.perf_counter()
     async with Client(params) as client:
@@ -241,6 +264,9 @@ def run() -> list[dict[str, Any]]:
                 "on our stdio transport: the append's own cost"
             )
             rows.append(row(name, value * 1e3, same_transport * 1e3, "ms", ""))
+        full, normal = plain_commit(tmp, "FULL", calls), plain_commit(tmp, "NORMAL", calls)
+        name = "plain sqlite3 insert + commit, synchronous FULL vs NORMAL (the fsync, same disk)"
+        rows.append(row(name, full * 1e3, normal * 1e3, "ms", ""))
         value, baseline = anyio.run(startup, tmp, rounds)
         rows.append(row("server start to first answer (stdio)", value, baseline, "s", "≤ 1.3"))
         for count in (0, 20):

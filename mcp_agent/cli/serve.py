@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from enum import StrEnum
 from typing import Annotated
 
@@ -77,6 +78,9 @@ def serve(
     check_database(settings.db_path)
     server = build_server(settings, models=cli_models())
     print_banner(settings, transport.value)
+    # What start-up built (modules, schemas) lives as long as the server: keeping it out of
+    # the collector's full passes spares every request a pause of tens of milliseconds.
+    gc.freeze()
     try:
         if transport == Transport.http:
             anyio.run(serve_http, server, settings)
