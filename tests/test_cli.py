@@ -241,6 +241,24 @@ def test_a_database_that_cannot_be_opened_stops_run_chat_and_serve(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve"]])
+def test_an_unknown_durability_is_refused_in_one_line(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    monkeypatch.setenv("MCP_AGENT_DURABILITY", "fast")
+    result = cli(*command, "--model", "scripted:echo", "--db", str(tmp_path / "s.db"), input="")
+    assert result.exit_code == 2, result.output
+    assert "durability must be full or normal, not 'fast'" in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:
+    result = cli("serve", "--durability", "fast", "--db", str(tmp_path / "s.db"), input="")
+    assert result.exit_code == 2
+    assert "full" in result.stderr and "normal" in result.stderr
+
+
 # --- sessions ---------------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@ pipe, the wire kept from stray output, and a clean exit when the client goes."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -126,3 +128,39 @@ def test_the_server_exits_when_stdin_closes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
+
+
+def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    server.stdin.write((json.dumps(initialize) + "\n").encode())
+    server.stdin.flush()
+    assert b'"id":1' in server.stdout.readline()
+    server.stdout.close()  # the client goes away without a word
+    try:
+        for request_id in range(2, 6):
+            request = {"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}
+            server.stdin.write((json.dumps(request) + "\n").encode())
+            server.stdin.flush()
+    except BrokenPipeError:
+        pass  # the server has already stopped
+    assert server.wait(timeout=20) == 0
+    assert b"Traceback" not in server.stderr.read()
+    with contextlib.suppress(BrokenPipeError):
+        server.stdin.close()
+    server.stderr.close()

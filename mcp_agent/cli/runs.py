@@ -63,7 +63,10 @@ class InputError(Exception):
 def server_settings(db: Path | None, manifests: Path | None) -> ServerSettings:
     from mcp_agent.server.settings import ServerSettings
 
-    settings = ServerSettings(db_path=database_path(db))
+    try:
+        settings = ServerSettings(db_path=database_path(db))
+    except ValueError as error:
+        die(str(error))
     if manifests is not None:
         if not manifests.is_dir():
             die(f"--manifests {manifests} is not a folder (it needs agents/*.toml)")

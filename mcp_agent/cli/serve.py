@@ -16,6 +16,11 @@ class Transport(StrEnum):
     http = "http"
 
 
+class Durability(StrEnum):
+    full = "full"
+    normal = "normal"
+
+
 def serve(
     transport: Annotated[
         Transport, typer.Option(help="stdio or streamable HTTP")
@@ -37,12 +42,12 @@ def serve(
         typer.Option(help="a host name HTTP clients may use besides --host (repeatable)"),
     ] = None,
     durability: Annotated[
-        str,
+        Durability | None,
         typer.Option(
-            help="full: every append survives a power loss; normal: a killed process "
-            "(or MCP_AGENT_DURABILITY)"
+            help="full (default): every append survives a power loss; normal: a killed "
+            "process, not a power cut (or MCP_AGENT_DURABILITY)"
         ),
-    ] = "",
+    ] = None,
 ) -> None:
     """Run the MCP server (stdio by default)."""
     if manifests is not None and not manifests.is_dir():
@@ -56,12 +61,16 @@ def serve(
     from mcp_agent.server.settings import ServerSettings
     from mcp_agent.server.stdio import run_stdio
 
-    settings = ServerSettings(host=host, port=port, max_subagent_depth=max_depth)
+    try:
+        settings = ServerSettings(
+            host=host,
+            port=port,
+            max_subagent_depth=max_depth,
+            **({"durability": durability.value} if durability is not None else {}),
+        )
+    except ValueError as error:
+        die(str(error))
     settings.allowed_hosts = list(allowed_host or [])
-    if durability:
-        if durability not in ("full", "normal"):
-            die(f"--durability must be full or normal, not {durability!r}")
-        settings.durability = durability
     if db is not None:
         settings.db_path = db
     if manifests is not None:

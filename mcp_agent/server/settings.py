@@ -32,6 +32,13 @@ class ServerSettings:
     # "full" survives power loss (an fsync per append); "normal" survives a killed process.
     durability: str = field(default_factory=lambda: os.environ.get(DURABILITY_ENV) or "full")
 
+    def __post_init__(self) -> None:
+        if self.durability not in ("full", "normal"):
+            raise ValueError(
+                f"durability must be full or normal, not {self.durability!r} "
+                f"(from --durability or {DURABILITY_ENV})"
+            )
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

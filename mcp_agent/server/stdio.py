@@ -12,6 +12,7 @@ goes to stderr, so a stray ``print`` or a child process cannot corrupt the proto
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +22,8 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+
+log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
 
@@ -137,5 +140,9 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any]]:
 async def run_stdio(server: MCPServer) -> None:
     """``server.run_stdio_async()``, on the event-loop stdio transport."""
     lowlevel = server._lowlevel_server
-    async with event_loop_stdio() as (read_stream, write_stream):
-        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    try:
+        async with event_loop_stdio() as (read_stream, write_stream):
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+    except* BrokenPipeError:
+        # The client stopped reading (it closed the pipe or died): nobody is left to serve.
+        log.info("the client closed the pipe; stopping")
