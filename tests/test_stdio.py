@@ -4,14 +4,17 @@ pipe, the wire kept from stray output, and a clean exit when the client goes."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import pty
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -34,24 +37,63 @@ def nonblocking_pipe() -> tuple[int, int]:
 async def test_lines_arrive_whole_however_the_bytes_are_cut() -> None:
     read_fd, write_fd = os.pipe()
     os.set_blocking(read_fd, False)
-    text = '{"a": "ünï"}\n' + "x" * 300_000 + "\n" + "last line without a newline"
+    text = '{"a": "ünï"}\n' + "x" * 100_000 + "\n" + "last line without a newline"
     data = text.encode()
-    # Cut in the middle of a multi-byte character, and in chunks smaller than a line.
-    pieces = [data[:3], data[3:9], data[9:70_000], data[70_000:]]
+    assert data[7:9] == "ü".encode()
+    # Cut inside a multi-byte character, and into pieces smaller and larger than a line;
+    # each piece fits the pipe and is read on its own before the next is written.
+    cuts = [0, 3, 8, 9, 40_000, len(data)]
+    pieces = [data[a:b] for a, b in itertools.pairwise(cuts)]
+    assert all(len(piece) < 65_536 for piece in pieces)
 
-    def feed() -> None:
+    async def feed() -> None:
         for piece in pieces:
-            os.write(write_fd, piece)  # blocking: waits while the reader catches up
+            os.write(write_fd, piece)
+            await anyio.sleep(0.05)
         os.close(write_fd)
 
-    feeder = threading.Thread(target=feed)
-    feeder.start()
     try:
-        lines = [line async for line in LineReader(read_fd)]
+        async with anyio.create_task_group() as group:
+            group.start_soon(feed)
+            lines = [line async for line in LineReader(read_fd)]
     finally:
-        feeder.join()
         os.close(read_fd)
-    assert lines == ['{"a": "ünï"}\n', "x" * 300_000 + "\n", "last line without a newline"]
+    assert lines == ['{"a": "ünï"}\n', "x" * 100_000 + "\n", "last line without a newline"]
+
+
+def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> None:
+    # A terminal shares O_NONBLOCK with stderr and the shell: it must never be touched.
+    probe = (
+        "import os; from mcp_agent.server.stdio import claim_wire; "
+        "print(claim_wire() is None, os.get_blocking(0), os.get_blocking(1))"
+    )
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            stdin=follower,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert os.read(leader, 1000).decode().strip() == "True True True"
+    finally:
+        os.close(leader)
+        os.close(follower)
+    regular = tmp_path / "requests.jsonl"
+    regular.write_text("")
+    with regular.open() as stdin:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert done.stdout.strip() == "True True True", done.stderr
 
 
 async def test_a_write_larger_than_the_pipe_waits_for_the_reader() -> None:
@@ -87,6 +129,7 @@ NOISY_SERVER = textwrap.dedent(
     @server.tool()
     async def noisy() -> str:
         print("stray print", flush=True)
+        print("unflushed print")  # still in sys.stdout's buffer when serving ends
         os.write(1, b"stray write to fd 1\\n")
         subprocess.run([sys.executable, "-c", "print('a child prints')"], check=True)
         return "still fine"
@@ -102,7 +145,10 @@ async def test_stray_output_goes_to_stderr_and_the_wire_stays_clean(tmp_path: Pa
     script = tmp_path / "noisy.py"
     script.write_text(NOISY_SERVER)
     errors = tmp_path / "stderr.txt"
-    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    # Block-buffered stdout, as a client's launch usually leaves it.
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(script)], env={"PYTHONUNBUFFERED": ""}
+    )
     with errors.open("w") as stderr:
         async with Client(stdio_client(params, errlog=stderr)) as client:
             for _ in range(3):
@@ -114,6 +160,7 @@ async def test_stray_output_goes_to_stderr_and_the_wire_stays_clean(tmp_path: Pa
     assert text.count("stray print") == 3
     assert text.count("stray write to fd 1") == 3
     assert text.count("a child prints") == 3
+    assert text.count("unflushed print") == 3
     assert "after True True" in text
 
 

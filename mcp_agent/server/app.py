@@ -96,4 +96,5 @@ def banner(settings: ServerSettings, transport: str) -> str:
 
 
 def print_banner(settings: ServerSettings, transport: str) -> None:
-    print(banner(settings, transport), file=sys.stderr, flush=True)
+    if sys.stderr is not None:  # with stderr closed, print would write to stdout: the wire
+        print(banner(settings, transport), file=sys.stderr, flush=True)

@@ -2,9 +2,10 @@
 
 The SDK's ``stdio_server`` reads and writes through ``anyio.wrap_file``: every line read and
 every message written is a hop to a worker thread and back, which is most of an MCP round
-trip over stdio (and those threads contend with the request for the GIL). On POSIX we give
-it streams over the same pipes that wait for readiness in the event loop instead; framing,
-parsing and the message loop stay the SDK's. Elsewhere (Windows) the SDK's own streams serve.
+trip over stdio (and those threads contend with the request for the GIL). When stdin and
+stdout are pipes or sockets (how MCP clients start a server) on POSIX, we give it streams over
+them that wait for readiness in the event loop instead; framing, parsing and the message loop
+stay the SDK's. Otherwise (Windows, a terminal, files) the SDK's own streams serve.
 
 Like the SDK, we keep the wire to ourselves while serving: fd 0 reads the null device and fd 1
 goes to stderr, so a stray ``print`` or a child process cannot corrupt the protocol stream.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -23,9 +25,16 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
+if sys.platform != "win32":
+    import fcntl
+
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
+
+
+class ClientGone(Exception):
+    """The client closed its end of our stdout: nobody is left to answer."""
 
 
 class LineReader:
@@ -43,10 +52,7 @@ class LineReader:
         while True:
             end = self._buffer.find(b"\n", self._scanned)
             if end >= 0:
-                line = bytes(self._buffer[: end + 1])
-                del self._buffer[: end + 1]
-                self._scanned = 0
-                return line.decode("utf-8", errors="replace")
+                return self._take(end + 1)
             self._scanned = len(self._buffer)
             try:
                 chunk = os.read(self.fd, READ_CHUNK)
@@ -55,12 +61,15 @@ class LineReader:
                 continue
             if not chunk:
                 if self._buffer:  # a last line without its newline
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    self._scanned = 0
-                    return line.decode("utf-8", errors="replace")
+                    return self._take(len(self._buffer))
                 raise StopAsyncIteration
             self._buffer += chunk
+
+    def _take(self, size: int) -> str:
+        line = self._buffer[:size].decode("utf-8", errors="replace")
+        del self._buffer[:size]
+        self._scanned = 0
+        return line
 
 
 class Writer:
@@ -77,54 +86,82 @@ class Writer:
             except BlockingIOError:
                 await anyio.wait_writable(self.fd)
                 continue
+            except BrokenPipeError:
+                raise ClientGone from None
             data = data[written:]
 
     async def flush(self) -> None:
         """Nothing is buffered: every write reached the pipe."""
 
 
-def claim_wire() -> tuple[int, int, Callable[[], None]]:
+def _is_pipe_or_socket(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _dup_above_std(fd: int) -> int:
+    # Never 0-2: with stderr closed, a plain dup could land on fd 2.
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def claim_wire() -> tuple[int, int, Callable[[], None]] | None:
     """Private non-blocking copies of fd 0 and 1, and the function that puts everything back;
-    meanwhile fd 0 reads the null device and fd 1 writes to stderr. Raises OSError, having
-    changed nothing, when the descriptors cannot be copied (fd 0 or 1 closed)."""
+    meanwhile fd 0 reads the null device and fd 1 writes to stderr.
+
+    None, having changed nothing, unless both are pipes or sockets (what MCP clients give a
+    server): a terminal shares its O_NONBLOCK with stderr and the shell, and regular files
+    and the null device never block anyway. Also None when the descriptors cannot be copied.
+    """
+    try:
+        if not (_is_pipe_or_socket(0) and _is_pipe_or_socket(1)):
+            return None
+    except OSError:  # fd 0 or 1 closed
+        return None
     sys.stdout.flush()
     opened: list[int] = []
     try:
         for fd in (0, 1, 0, 1):
-            opened.append(os.dup(fd))
-        opened.append(os.open(os.devnull, os.O_RDONLY))
+            opened.append(_dup_above_std(fd))
+        opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
     except OSError:
         for fd in opened:
             os.close(fd)
-        raise
+        return None
     wire_in, wire_out, saved_in, saved_out, devnull = opened
     blocking = os.get_blocking(wire_in), os.get_blocking(wire_out)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)
-    # O_NONBLOCK belongs to the pipe's open file, which the saved descriptors (and maybe a
-    # terminal or a parent) share: it is put back on release.
-    os.set_blocking(wire_in, False)
-    os.set_blocking(wire_out, False)
 
     def release() -> None:
-        os.set_blocking(wire_in, blocking[0])
-        os.set_blocking(wire_out, blocking[1])
-        os.dup2(saved_in, 0)
-        os.dup2(saved_out, 1)
+        # What a tool printed without flushing still goes to stderr, not to the client.
+        with suppress(Exception):
+            sys.stdout.flush()
+        with suppress(OSError):
+            os.set_blocking(wire_in, blocking[0])
+            os.set_blocking(wire_out, blocking[1])
+        with suppress(OSError):
+            os.dup2(saved_in, 0)
+            os.dup2(saved_out, 1)
         for fd in opened:
-            os.close(fd)
+            with suppress(OSError):
+                os.close(fd)
 
+    try:
+        os.dup2(devnull, 0)
+        os.dup2(2, 1)
+        # O_NONBLOCK belongs to the pipe's open file, which the saved descriptors (and the
+        # client's end, for a socket) share: it is put back on release.
+        os.set_blocking(wire_in, False)
+        os.set_blocking(wire_out, False)
+    except OSError:
+        release()
+        return None
     return wire_in, wire_out, release
 
 
 @asynccontextmanager
 async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's stdio transport over event-loop streams (POSIX), or as it is (elsewhere, or
-    when the standard descriptors cannot be copied)."""
-    claimed = None
-    if sys.platform != "win32":
-        with suppress(OSError):
-            claimed = claim_wire()
+    """The SDK's stdio transport over event-loop streams when stdin and stdout are pipes or
+    sockets (POSIX), or the SDK's own streams (Windows, terminals, files)."""
+    claimed = None if sys.platform == "win32" else claim_wire()
     if claimed is None:
         async with stdio_server() as streams:
             yield streams
@@ -143,6 +180,5 @@ async def run_stdio(server: MCPServer) -> None:
     try:
         async with event_loop_stdio() as (read_stream, write_stream):
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
-    except* BrokenPipeError:
-        # The client stopped reading (it closed the pipe or died): nobody is left to serve.
+    except* ClientGone:
         log.info("the client closed the pipe; stopping")
