@@ -18,6 +18,10 @@ auto-compaction): before a prompt and after a run when the context is over the m
 minus the reserve, and when the model refuses a request as too long, in which case the failed
 answer is dropped from the transcript, the session is compacted and the request is retried once.
 After a compaction the transcript is rebuilt from the session.
+
+With ``retry=RetrySettings()`` a run that ends on a passing model error (overloaded, rate
+limited, a broken or stalled stream) is run again after a growing pause (pi's auto-retry),
+announced by ``auto_retry_start`` / ``auto_retry_end`` events.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 import anyio
@@ -36,6 +40,8 @@ from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
     AgentEvent,
+    AutoRetryEndEvent,
+    AutoRetryStartEvent,
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
@@ -69,7 +75,12 @@ from mcp_agent.messages import (
     UserMessage,
     convert_to_llm,
 )
-from mcp_agent.providers.base import StreamFn, StreamOptions, is_context_overflow
+from mcp_agent.providers.base import (
+    StreamFn,
+    StreamOptions,
+    is_context_overflow,
+    is_transient_error,
+)
 from mcp_agent.sessions.compaction import (
     CompactableSession,
     CompactionError,
@@ -97,6 +108,22 @@ class SessionLike(Protocol):
     def append_model_change(self, provider: str, model_id: str) -> str: ...
     def append_active_tools_change(self, names: list[str]) -> str: ...
     def build_context(self) -> Any: ...
+
+
+@dataclass
+class RetrySettings:
+    """pi's auto-retry: a run that ends on a passing model error (overloaded, rate limited, a
+    stream that broke off or stalled) runs again after ``base_delay`` seconds, doubled each
+    time up to ``max_delay``, at most ``max_retries`` times. The failed answer stays in the
+    session; the transcript drops it, as the model never sees failed answers anyway."""
+
+    enabled: bool = True
+    max_retries: int = 3
+    base_delay: float = 2.0
+    max_delay: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
 
 
 class AgentBusyError(RuntimeError):
@@ -148,6 +175,7 @@ class Agent:
         abort_grace: float = 0.25,
         session: SessionLike | None = None,
         compaction: CompactionSettings | None = None,
+        retry: RetrySettings | None = None,
     ) -> None:
         self.state = AgentState(
             system_prompt=system_prompt,
@@ -180,6 +208,8 @@ class Agent:
         self._idle.set()
         self.session = session
         self.compaction = compaction
+        self.retry = retry
+        self._retry_abort: AbortController | None = None  # set while waiting to retry
         self._session_id = session.id if session is not None else None
         # What the session says now, so that only real changes become entries.
         self._recorded_model: tuple[str, str] | None = None
@@ -354,6 +384,8 @@ class Agent:
             self._abort.abort(reason)
         if self._compaction_abort is not None:
             self._compaction_abort.abort(reason)
+        if self._retry_abort is not None:
+            self._retry_abort.abort(reason)
         if self._busy and self._abort is None:
             self._pending_abort = reason  # the run that follows starts aborted
 
@@ -382,7 +414,8 @@ class Agent:
         prompts = _normalize(input, images)
         with self._busy_scope():
             await self._compact_over_threshold()
-            return await self._recover(await self._run_prompts(prompts))
+            new = await self._retry_passing_errors(await self._run_prompts(prompts))
+            return await self._recover(new)
 
     async def continue_(self) -> list[BaseMessage]:
         """Carry on from the transcript as it is (``continue`` is a keyword). After an
@@ -404,7 +437,7 @@ class Agent:
                     new = await self._run_prompts(follow_ups)
             else:
                 new = await self._run_continue()
-            return await self._recover(new)
+            return await self._recover(await self._retry_passing_errors(new))
 
     @contextmanager
     def _busy_scope(self) -> Iterator[None]:
@@ -423,6 +456,46 @@ class Agent:
         return await self._run(
             lambda config: agent_loop_continue(self._context(), config, self._on_event)
         )
+
+    # --- retry ----------------------------------------------------------------------------------
+
+    async def _retry_passing_errors(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run that ended on a passing model error: wait, drop the failed answer from
+        the transcript (the session keeps it) and continue, up to ``retry.max_retries`` times."""
+        settings = self.retry
+        if settings is None or not settings.enabled:
+            return new
+        attempt = 0
+        while True:
+            last = _last_answer(new)
+            if last is None or not is_transient_error(last):
+                if attempt:
+                    failed = last is not None and last.stop_reason in _FAILED
+                    error = last.error_message if last is not None and failed else None
+                    await self._emit(AutoRetryEndEvent(not failed, attempt, error))
+                return new
+            if attempt >= settings.max_retries:
+                await self._emit(AutoRetryEndEvent(False, attempt, last.error_message))
+                return new
+            attempt += 1
+            delay = settings.delay(attempt)
+            error = last.error_message or ""
+            await self._emit(AutoRetryStartEvent(attempt, settings.max_retries, delay, error))
+            controller = self._retry_abort = AbortController()
+            if self._pending_abort is not None:
+                controller.abort(self._pending_abort)
+            try:
+                with anyio.move_on_after(delay):
+                    await controller.signal.wait()
+            finally:
+                self._retry_abort = None
+            if controller.signal.aborted:
+                await self._emit(AutoRetryEndEvent(False, attempt, "aborted while waiting"))
+                return new
+            self._drop_failed_answer()
+            if not self.state.messages or self.state.messages[-1].role == "assistant":
+                return new
+            new = [*new, *await self._run_continue()]
 
     # --- compaction ---------------------------------------------------------------------------
 
@@ -447,7 +520,7 @@ class Agent:
             return new
         retried = False
         while True:
-            last = next((m for m in reversed(new) if isinstance(m, AssistantMessage)), None)
+            last = _last_answer(new)
             if last is None:
                 return new
             if is_context_overflow(last) and self._same_model(last):
@@ -713,6 +786,13 @@ class Agent:
         if (recorded is None and names) or (recorded is not None and set(recorded) != set(names)):
             session.append_active_tools_change(names)
             self._recorded_tools = names
+
+
+_FAILED = (StopReason.ERROR, StopReason.ABORTED)
+
+
+def _last_answer(messages: Sequence[BaseMessage]) -> AssistantMessage | None:
+    return next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
 
 
 def _model_ref(model: Any) -> tuple[str, str] | None:

@@ -213,6 +213,27 @@ class ToolExecutionEndEvent(AgentEvent):
     is_error: bool
 
 
+@dataclass
+class AutoRetryStartEvent(AgentEvent):
+    """A run ended on a passing model error; after ``delay`` seconds it runs again."""
+
+    type: ClassVar[str] = "auto_retry_start"
+    attempt: int = 1
+    max_attempts: int = 1
+    delay: float = 0.0
+    error_message: str = ""
+
+
+@dataclass
+class AutoRetryEndEvent(AgentEvent):
+    """Retrying is over: it worked, or ``final_error`` is why not."""
+
+    type: ClassVar[str] = "auto_retry_end"
+    success: bool = False
+    attempt: int = 1
+    final_error: str | None = None
+
+
 def describe_event(event: AgentEvent) -> str:
     """A one-line, human-readable account of an event (for progress messages and logs)."""
     match event:
@@ -239,6 +260,13 @@ def describe_event(event: AgentEvent) -> str:
             return f"tool {name} reported progress"
         case ToolExecutionEndEvent(tool_name=name, is_error=is_error):
             return f"tool {name} {'failed' if is_error else 'finished'}"
+        case AutoRetryStartEvent(attempt=attempt, max_attempts=most, delay=delay):
+            why = _clip(event.error_message, 120)
+            return f"model error, retry {attempt}/{most} in {delay:g} s: {why}"
+        case AutoRetryEndEvent(success=True, attempt=attempt):
+            return f"retry {attempt} worked"
+        case AutoRetryEndEvent(attempt=attempt, final_error=error):
+            return f"gave up retrying after {attempt}: {_clip(error or 'failed', 120)}"
     return event.type
 
 

@@ -9,8 +9,14 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from mcp_agent.agent import Agent, AgentBusyError
-from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent
+from mcp_agent.agent import Agent, AgentBusyError, RetrySettings
+from mcp_agent.events import (
+    AgentEndEvent,
+    AgentEndReason,
+    AgentEvent,
+    AutoRetryEndEvent,
+    AutoRetryStartEvent,
+)
 from mcp_agent.messages import (
     AssistantMessage,
     BaseMessage,
@@ -545,3 +551,96 @@ async def test_from_session_needs_a_model_when_the_session_names_none():
     assert agent.state.messages == [] and agent.state.tools == []
     await agent.prompt("hello")
     assert session.build_context().model == {"provider": "scripted", "modelId": "scripted"}
+
+
+# --- auto-retry ---------------------------------------------------------------------------------
+
+OVERLOADED = "api.example: the server overloaded mid-stream: {'type': 'overloaded_error'}"
+
+
+def retry_events(events: list[AgentEvent]) -> list[tuple[Any, ...]]:
+    found: list[tuple[Any, ...]] = []
+    for event in events:
+        if isinstance(event, AutoRetryStartEvent):
+            found.append(("start", event.attempt, event.max_attempts, event.delay))
+        elif isinstance(event, AutoRetryEndEvent):
+            found.append(("end", event.success, event.attempt, event.final_error))
+    return found
+
+
+async def test_a_passing_model_error_is_run_again_and_the_failure_kept_in_the_session():
+    session = Session(InMemorySessionStorage())
+    agent, provider = make_agent(
+        [reply("Half an", error=OVERLOADED), reply("", error=OVERLOADED), reply("Done.")],
+        session=session,
+        retry=RetrySettings(base_delay=0.01),
+    )
+    events: list[AgentEvent] = []
+    agent.subscribe(events.append)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert retry_events(events) == [
+        ("start", 1, 3, 0.01),
+        ("start", 2, 3, 0.02),
+        ("end", True, 2, None),
+    ]
+    assert new[-1].text == "Done." and new[-1].stop_reason == StopReason.STOP
+    # The transcript holds no failed answer; the session keeps both for the record.
+    assert roles(agent.state.messages) == ["user", "assistant"]
+    stored = session.build_context().messages
+    assert [m.stop_reason for m in stored[1:]] == [StopReason.ERROR] * 2 + [StopReason.STOP]
+    # Each retry asked the model with the transcript as it was before the failure.
+    assert [roles(c.messages) for c in provider.calls] == [["user"]] * 3
+
+
+async def test_retrying_gives_up_after_max_retries():
+    agent, provider = make_agent(
+        [reply("", error=OVERLOADED)] * 3, retry=RetrySettings(max_retries=2, base_delay=0.01)
+    )
+    events: list[AgentEvent] = []
+    agent.subscribe(events.append)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert new[-1].stop_reason == StopReason.ERROR
+    assert retry_events(events)[-1] == ("end", False, 2, OVERLOADED)
+    assert len(provider.calls) == 3
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "api.example: 401 Unauthorized — check OPENAI_API_KEY",
+        "api.example: 503 Service Unavailable — the server is failing or overloaded; "
+        "gave up after 4 attempts",
+        "context_overflow: api.example: 400 Bad Request: prompt is too long",
+    ],
+)
+async def test_errors_that_would_fail_again_are_not_retried(error: str):
+    agent, provider = make_agent([reply("", error=error)], retry=RetrySettings(base_delay=0.01))
+    events: list[AgentEvent] = []
+    agent.subscribe(events.append)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert new[-1].error_message == error
+    assert retry_events(events) == []
+    assert len(provider.calls) == 1
+
+
+async def test_abort_while_waiting_to_retry_ends_the_run_at_once():
+    agent, provider = make_agent(
+        [reply("", error=OVERLOADED), reply("never")], retry=RetrySettings(base_delay=30)
+    )
+
+    def listener(event: AgentEvent) -> None:
+        if isinstance(event, AutoRetryStartEvent):
+            agent.abort()
+
+    agent.subscribe(listener)
+    events: list[AgentEvent] = []
+    agent.subscribe(events.append)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert new[-1].stop_reason == StopReason.ERROR
+    assert retry_events(events)[-1] == ("end", False, 1, "aborted while waiting")
+    assert len(provider.calls) == 1
+    assert not agent.is_running

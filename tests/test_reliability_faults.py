@@ -186,12 +186,14 @@ async def model_api(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ScriptServ
         yield api
 
 
-def api_server(tmp_path: Path) -> MCPServer:
+def api_server(tmp_path: Path, retries: int = 0) -> MCPServer:
     return build_server(
         ServerSettings(
             db_path=tmp_path / "s.db",
             manifests_dir=write_manifests(tmp_path / "manifests"),
             default_model="openai:gpt-4o-mini",
+            model_retries=retries,
+            model_retry_delay=0.05,
         )
     )
 
@@ -241,6 +243,38 @@ async def test_a_failing_model_api_ends_the_run_with_error(
         assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
         sent = model_api.requests[-1].json()["messages"]
         assert "Half an ans" not in json.dumps(sent)
+
+
+@pytest.mark.parametrize("fault", ["dropped stream", "stalled then dropped", "500"])
+async def test_a_passing_model_error_is_retried(
+    tmp_path: Path, model_api: ScriptServer, fault: str
+) -> None:
+    """pi's auto-retry: a stream that broke off runs again; a 500 the HTTP client has already
+    retried four times is not retried again on top."""
+    if fault == "500":
+        model_api.add(*[error_reply(500)] * 4)
+    elif fault == "dropped stream":
+        model_api.add(DROPPED, DROPPED)
+    else:
+        stalled = Reply(
+            body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "x"}), 0.5], drop=True
+        )
+        model_api.add(stalled)
+    model_api.add(oa_text_reply("Fine ", "now."))
+    async with Client(api_server(tmp_path, retries=3)) as client:
+        with anyio.fail_after(30):
+            run = await call(client, "agent_run", prompt="hello")
+        messages = await check_session(client, run["session_id"])
+        if fault == "500":
+            assert run["status"] == "error" and len(model_api.requests) == 4
+            return
+        assert run["status"] == "completed" and run["answer"] == "Fine now.", run
+        failures = 2 if fault == "dropped stream" else 1
+        assert len(model_api.requests) == failures + 1
+        # The failed answers stay in the session, and the model never saw them.
+        assert [m.role for m in messages] == ["user", *["assistant"] * (failures + 1)]
+        assert [m.stop_reason for m in messages[1:]] == ["error"] * failures + ["stop"]
+        assert "Half an ans" not in json.dumps(model_api.requests[-1].json()["messages"])
 
 
 async def test_a_model_api_that_fails_mid_tool_loop(

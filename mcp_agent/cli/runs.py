@@ -152,12 +152,15 @@ class StreamPrinter:
     def __call__(self, event: Any) -> None:
         from mcp_agent.cli.render import clip, format_args
         from mcp_agent.events import (
+            AutoRetryEndEvent,
+            AutoRetryStartEvent,
             MessageEndEvent,
             MessageUpdateEvent,
             TextDeltaEvent,
             ThinkingDeltaEvent,
             ToolExecutionEndEvent,
             ToolExecutionStartEvent,
+            describe_event,
         )
         from mcp_agent.messages import AssistantMessage, content_text
 
@@ -190,6 +193,8 @@ class StreamPrinter:
                     self.shown_error = True
                 else:
                     self.end_line()
+            case AutoRetryStartEvent() | AutoRetryEndEvent():
+                self.note(describe_event(event), "yellow")
 
 
 def footer(run: Run) -> str:

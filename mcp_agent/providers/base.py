@@ -8,6 +8,7 @@ come back as that final message with stop reason ``error`` or ``aborted``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,24 @@ StreamFn = Callable[[Model, LlmContext, StreamOptions], AsyncIterator[AssistantM
 # Providers start the error message of a refused over-long request with this, so that the
 # agent can compact and retry without knowing each API's wording.
 CONTEXT_OVERFLOW_MARK = "context_overflow"
+
+
+# A model call that failed on the way, not for what was asked: the API was busy or rate
+# limited, or the stream broke off or stalled. Running the turn again may well work. Errors the
+# HTTP layer has already retried with back-off say "gave up after" and are left alone.
+_TRANSIENT = re.compile(
+    r"overloaded|rate.?limit|too many requests|service unavailable|mid-stream|stream ended"
+    r"|timed out|temporarily unavailable",
+    re.IGNORECASE,
+)
+
+
+def is_transient_error(message: AssistantMessage) -> bool:
+    """True when an answer failed for a passing reason (see ``_TRANSIENT``)."""
+    text = message.error_message
+    if message.stop_reason != StopReason.ERROR or not text or is_context_overflow(message):
+        return False
+    return "gave up after" not in text and _TRANSIENT.search(text) is not None
 
 
 def is_context_overflow(message: AssistantMessage) -> bool:

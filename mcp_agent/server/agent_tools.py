@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from mcp_agent.agent import Agent
+from mcp_agent.agent import Agent, RetrySettings
 from mcp_agent.events import AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.proxy.hub import RUN_META_KEY
@@ -123,6 +123,11 @@ async def start_run(
             system_prompt=manifest.system_prompt,
             max_turns=manifest.max_turns,
             compaction=CompactionSettings(),
+            retry=RetrySettings(
+                enabled=state.settings.model_retries > 0,
+                max_retries=state.settings.model_retries,
+                base_delay=state.settings.model_retry_delay,
+            ),
             **options,
         )
         if agent.state.model.ref != chosen.ref:

@@ -31,6 +31,10 @@ class ServerSettings:
     allowed_hosts: list[str] = field(default_factory=list)
     # "full" survives power loss (an fsync per append); "normal" survives a killed process.
     durability: str = field(default_factory=lambda: os.environ.get(DURABILITY_ENV) or "full")
+    # A run that ends on a passing model error (overloaded, a broken stream) runs again, this
+    # many times, after this many seconds (doubled each time): agent.RetrySettings.
+    model_retries: int = 3
+    model_retry_delay: float = 2.0
 
     def __post_init__(self) -> None:
         if self.durability not in ("full", "normal"):
