@@ -70,6 +70,8 @@ def responder(context: LlmContext) -> ScriptedResponse:
         return reply("word " * 100, delay=0.01, chunk_size=5)
     if text.startswith("summarize"):
         return reply("SUMMARY: the branch tried things")
+    if text.startswith("overloaded"):
+        return reply("", error="api.test: the server overloaded mid-stream: overloaded_error")
     return reply(f"echo: {text}")
 
 
@@ -524,6 +526,25 @@ async def test_a_run_whose_start_is_cancelled_does_not_go_on() -> None:
     if messages:
         assert messages[-1].stop_reason == "aborted"
     runs.ensure_idle(session.id)
+
+
+async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path, model_retry_delay=30)) as client:
+        run = await call(client, "agent_run", prompt="overloaded", wait=False)
+        with anyio.fail_after(10):
+            while True:  # the first answer failed and is stored: the run waits to retry
+                branch = await call(client, "session_get", session_id=run["session_id"])
+                if any(
+                    e["type"] == "message" and e["message"]["role"] == "assistant"
+                    for e in branch["entries"]
+                ):
+                    break
+                await anyio.sleep(0.02)
+        await call(client, "agent_cancel", run_id=run["run_id"])
+        with anyio.fail_after(5):
+            done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=5)
+        assert done["status"] == "aborted", done
+        assert "overloaded" in done["error"]
 
 
 async def test_steer_a_running_run(client: Client) -> None:

@@ -231,6 +231,9 @@ class RunManager:
                     StopReason.ERROR: "error",
                     StopReason.ABORTED: "aborted",
                 }.get(StopReason(final.stop_reason), "completed")
+                if run.status == "error" and run.abort_reason is not None:
+                    # Cancelled between attempts (waiting to retry a failed answer).
+                    run.status, run.error = "aborted", f"{run.abort_reason} ({run.error})"
             else:
                 run.status = "completed"
         except Exception as error:
