@@ -227,19 +227,10 @@ def test_conformance_suite(tmp_path: Path) -> None:
     assert "Baseline check passed" in done.stdout
 
 
-@needs_node
-def test_inspector_cli_lists_tools_over_stdio(tmp_path: Path) -> None:
+def inspector_cli(command: list[str], *method: str) -> Any:
     inspector = PEERS / "node_modules" / "@modelcontextprotocol" / "inspector"
-    command = serve_command(tmp_path / "inspector.db")
     done = subprocess.run(
-        [
-            str(NODE),
-            str(inspector / "cli" / "build" / "cli.js"),
-            "--cli",
-            *command,
-            "--method",
-            "tools/list",
-        ],
+        [str(NODE), str(inspector / "cli" / "build" / "cli.js"), "--cli", *command, *method],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -248,8 +239,42 @@ def test_inspector_cli_lists_tools_over_stdio(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    names = {tool["name"] for tool in json.loads(done.stdout)["tools"]}
+    return json.loads(done.stdout)
+
+
+@needs_node
+def test_inspector_cli_over_stdio(tmp_path: Path) -> None:
+    command = serve_command(tmp_path / "inspector.db")
+    names = {tool["name"] for tool in inspector_cli(command, "--method", "tools/list")["tools"]}
     assert {"session_create", "agent_run", "session_fork"} <= names
+    created = inspector_cli(
+        command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "session_create",
+        "--tool-arg",
+        "name=from the inspector",
+    )
+    assert created["structuredContent"]["name"] == "from the inspector"
+    sid = created["structuredContent"]["id"]
+    run = inspector_cli(
+        command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "agent_run",
+        "--tool-arg",
+        "prompt=hello",
+        "--tool-arg",
+        f"session_id={sid}",
+        "--tool-arg",
+        "model=scripted:echo",
+    )
+    assert run["structuredContent"]["status"] == "completed", run
+    read = inspector_cli(command, "--method", "resources/read", "--uri", f"session://{sid}/context")
+    context = json.loads(read["contents"][0]["text"])
+    assert [m["role"] for m in context["messages"]] == ["user", "assistant"]
 
 
 def run_ts_client(*args: str) -> dict[str, Any]:
