@@ -206,23 +206,28 @@ class Agent:
         self._pending_abort: str | None = None  # abort() while busy between runs
         self._idle = anyio.Event()
         self._idle.set()
-        self.session = session
         self.compaction = compaction
         self.retry = retry
         self._retry_abort: AbortController | None = None  # set while waiting to retry
-        self._session_id = session.id if session is not None else None
+        self.session: SessionLike | None = None
+        self._session_id: str | None = None
         # What the session says now, so that only real changes become entries.
         self._recorded_model: tuple[str, str] | None = None
         self._recorded_thinking: str = ThinkingLevel.OFF.value
         self._recorded_tools: list[str] | None = None
         if session is not None:
-            context = session.build_context()
-            self._recorded_model = _model_ref(context.model)
-            self._recorded_thinking = str(context.thinking_level)
-            names = context.active_tool_names
-            self._recorded_tools = list(names) if names is not None else None
-            if not self.stream_options.session_id:
-                self.stream_options = replace(self.stream_options, session_id=self._session_id)
+            self._bind(session, session.build_context())
+
+    def _bind(self, session: SessionLike, context: Any) -> None:
+        """Write into ``session`` from now on; ``context`` is what it says now."""
+        self.session = session
+        self._session_id = session.id
+        self._recorded_model = _model_ref(context.model)
+        self._recorded_thinking = str(context.thinking_level)
+        names = context.active_tool_names
+        self._recorded_tools = list(names) if names is not None else None
+        if not self.stream_options.session_id:
+            self.stream_options = replace(self.stream_options, session_id=self._session_id)
 
     @classmethod
     def from_session(
@@ -262,16 +267,17 @@ class Agent:
             by_name = {t.name: t for t in tools}
             active = [by_name[n] for n in names if n in by_name]
             inactive = [t for t in tools if t.name not in names]
-        return cls(
+        agent = cls(
             model=chosen,
             stream_fn=stream_fn,
             tools=active,
             available_tools=[*inactive, *options.pop("available_tools", ())],
             messages=context.messages,
             thinking_level=options.pop("thinking_level", context.thinking_level),
-            session=session,
             **options,
         )
+        agent._bind(session, context)  # the context just built: a long one is not read twice
+        return agent
 
     # --- settings -----------------------------------------------------------------------------
 

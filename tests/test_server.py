@@ -83,6 +83,7 @@ def write_manifests(root: Path) -> Path:
     )
     (agents / "helper.toml").write_text('description = "a helper"\ntools = ["subagent"]\n')
     (agents / "loner.toml").write_text('description = "no tools"\ntools = []\n')
+    (agents / "thinker.toml").write_text('description = "thinks"\nthinking_level = "high"\n')
     (root / "servers.json").write_text('{"mcpServers": {}}')
     return root
 
@@ -545,6 +546,17 @@ async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Pa
             done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=5)
         assert done["status"] == "aborted", done
         assert "overloaded" in done["error"]
+
+
+async def test_an_agents_thinking_level_applies_to_a_new_session_only(client: Client) -> None:
+    first = await call(client, "agent_run", prompt="hi", agent="thinker")
+    context = await call(client, "session_context", session_id=first["session_id"])
+    assert context["thinking_level"] == "high"
+    # A session that already has a conversation keeps its own level.
+    sid = (await call(client, "session_create"))["id"]
+    await call(client, "session_append", session_id=sid, entry=user("earlier"))
+    await call(client, "agent_run", prompt="hi", agent="thinker", session_id=sid)
+    assert (await call(client, "session_context", session_id=sid))["thinking_level"] == "off"
 
 
 async def test_steer_a_running_run(client: Client) -> None:

@@ -108,9 +108,8 @@ async def start_run(
         errors: list[str] = []
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
         tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
-        fresh = not session.get_entries()
         options: dict[str, Any] = {}
-        if fresh:
+        if session.leaf_id is None:  # nothing on the branch yet: the manifest's level applies
             options["thinking_level"] = manifest.thinking_level
         agent = Agent.from_session(
             session,
