@@ -577,7 +577,7 @@ async def test_read_only_tools_say_so(client: Client) -> None:
 
 async def test_agent_list(client: Client) -> None:
     agents = {a["name"]: a for a in (await call(client, "agent_list"))["agents"]}
-    assert set(agents) == {"default", "helper", "loner"}
+    assert set(agents) == {"default", "helper", "loner", "thinker"}
     assert agents["helper"]["uri"] == "agent://helper"
 
 
