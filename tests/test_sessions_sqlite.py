@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from mcp_agent.messages import UserMessage
+from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.sessions import (
     MessageEntry,
     SessionError,
     SqliteSessionRepo,
     SqliteSessionStorage,
 )
+from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
 
 
@@ -266,3 +268,47 @@ def test_a_file_that_is_not_a_database_leaves_no_connection_open(
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
         opened[0].execute("SELECT 1")
     assert path.read_text() == "not a database\n" * 100
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_context_read_from_part_of_the_branch_is_the_whole_branchs(
+    tmp_path: Path, seed: int
+) -> None:
+    """SQLite builds a context from only what it needs of a long branch (the newest compaction,
+    what it keeps, the newest settings before them); random sessions with compactions, model,
+    thinking level and tool changes, branch switches and retained tails must give exactly the
+    context of the whole branch."""
+    rng = random.Random(seed)
+    session = SqliteSessionRepo(tmp_path / "s.db").create()
+    for step in range(rng.randint(5, 60)):
+        branch = session.get_branch()
+        messages = [e for e in branch if isinstance(e, MessageEntry)]
+        match rng.choice(["user"] * 4 + ["assistant"] * 4 + ["setting"] * 3 + ["other"] * 3):
+            case "user":
+                session.append_message(user(f"question {step}"))
+            case "assistant":
+                session.append_message(
+                    AssistantMessage(
+                        content=[TextContent(text=f"answer {step}")],
+                        provider=rng.choice(["openai", "anthropic"]),
+                        model=rng.choice(["m1", "m2"]),
+                    )
+                )
+            case "setting":
+                match rng.randrange(3):
+                    case 0:
+                        session.append_thinking_level_change(rng.choice(["low", "high"]))
+                    case 1:
+                        session.append_model_change("openai", f"model-{step}")
+                    case _:
+                        session.append_active_tools_change(rng.sample(["a", "b", "c"], 2))
+            case _ if messages and rng.random() < 0.5:
+                kept = rng.choice([None, rng.choice(messages).id])
+                tail = [user("kept in the tail")] if rng.random() < 0.2 else None
+                session.append_compaction(f"summary {step}", kept, 100, retained_tail=tail)
+            case _ if branch and rng.random() < 0.5:
+                session.move_to(rng.choice(branch).id)
+            case _:
+                session.append_custom("note", {"step": step})
+        whole = build_session_context(session.get_branch())
+        assert session.build_context().to_json_dict() == whole.to_json_dict()

@@ -135,6 +135,9 @@ class InMemorySessionStorage:
     def get_branch(self, leaf_id: str | None) -> list[SessionEntry]:
         return walk_to_root(self._by_id.get, leaf_id)
 
+    def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
+        return self.get_branch(leaf_id)
+
     def get_children(self, entry_id: str | None) -> list[SessionEntry]:
         return list(self._children.get(entry_id, ()))
 

@@ -277,7 +277,7 @@ class Session:
 
     def build_context(self, options: SessionContextBuildOptions | None = None) -> SessionContext:
         leaf_id = self.leaf_id
-        path = self.storage.get_branch(leaf_id) if leaf_id is not None else []
+        path = self.storage.get_context_path(leaf_id) if leaf_id is not None else []
         merged = merge_context_build_options(self.context_build_options, options)
         return build_session_context(path, merged)
 

@@ -6,7 +6,8 @@ Shape (each everyday query costs what it returns, not the size of the file):
   same transaction as each append. Listing walks an index on (modified, id).
 - ``entries``: one row per entry, unique on (session_id, id) and indexed on (session_id,
   parent_id), holding the entry's pi JSON. A branch is one recursive query from the leaf up,
-  so reading it costs O(depth).
+  so reading it costs O(depth); building a context parses only the newest compaction, what it
+  keeps and what follows (plus the newest model, thinking level and tools settings before).
 - ``labels``: the current label of each labelled entry.
 - ``entries_fts``: FTS5 over the text of messages, summaries and names (``entries.text``).
   An append only stores the text; a search first indexes what was appended since the last
@@ -487,6 +488,16 @@ ORDER BY p.depth DESC
 
 
 _BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
+_CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
+
+
+def _setting_kind(entry_type: str, role: str | None) -> str | None:
+    """Which context setting an entry decides (derive_session_context_state), if any."""
+    if entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
+        return "model"
+    if entry_type in ("thinking_level_change", "active_tools_change"):
+        return entry_type
+    return None
 
 
 # --- one session ------------------------------------------------------------------------------
@@ -709,6 +720,33 @@ class SqliteSessionStorage:
         if not path:
             raise SessionError("not_found", f"entry {leaf_id} not found")
         return path
+
+    def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
+        """The part of the branch its context is built from: the newest compaction, the
+        entries it keeps and everything after it, and before those only the newest entry that
+        sets each of model, thinking level and active tools. The rest is not even parsed."""
+        if leaf_id is None:
+            return []
+        rows = self.database.read(_CONTEXT_PATH_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        newest = next((i for i in range(len(rows) - 1, -1, -1) if rows[i][1] == "compaction"), None)
+        keep: list[int]
+        if newest is None:
+            keep = list(range(len(rows)))
+        else:
+            entry_id, entry_type, _role, data = rows[newest]
+            compaction = self._parse(entry_id, entry_type, data)
+            # From the first kept entry (a context with a retained tail leaves those out).
+            first_kept = getattr(compaction, "first_kept_entry_id", None)
+            start = next((i for i in range(newest) if rows[i][0] == first_kept), newest)
+            settings: dict[str, int] = {}
+            for index in range(start):
+                kind = _setting_kind(rows[index][1], rows[index][2])
+                if kind is not None:
+                    settings[kind] = index
+            keep = [*sorted(settings.values()), *range(start, len(rows))]
+        return [self._parse(rows[i][0], rows[i][1], rows[i][3]) for i in keep]
 
     def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
         path = self.get_branch(leaf_id)
