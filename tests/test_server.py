@@ -17,7 +17,7 @@ from mcp_support import call, call_error
 
 from mcp_agent.agent import Agent
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import content_text
+from mcp_agent.messages import UserMessage, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
@@ -736,3 +736,36 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path) -> None:
             )
         done = await call(client, "agent_run", prompt="hello", session_id=sid)
         assert done["answer"] == "echo: hello"
+
+
+async def test_completion_of_session_ids_entry_ids_and_agent_names(tmp_path: Path) -> None:
+    from mcp.types import PromptReference, ResourceTemplateReference
+
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    repo = SqliteSessionRepo(tmp_path / "sessions.db")
+    oldest = repo.create()
+    first = oldest.append_message(UserMessage(content="hi"))
+    for _ in range(150):  # the oldest is far beyond the newest hundred
+        repo.create()
+    repo.close()
+    prompt = PromptReference(type="ref/prompt", name="continue_session")
+    entries = ResourceTemplateReference(
+        type="ref/resource", uri="session://{session_id}/entries/{entry_id}"
+    )
+    agents = ResourceTemplateReference(type="ref/resource", uri="agent://{name}")
+    async with Client(make_server(tmp_path)) as client:
+        found = await client.complete(prompt, {"name": "session_id", "value": oldest.id[:-2]})
+        assert oldest.id in found.completion.values
+        every = await client.complete(prompt, {"name": "session_id", "value": ""})
+        assert len(every.completion.values) == 100 and every.completion.has_more
+        entry = await client.complete(
+            entries, {"name": "entry_id", "value": first[:3]}, {"session_id": oldest.id}
+        )
+        assert entry.completion.values == [first]
+        named = await client.complete(agents, {"name": "name", "value": "he"})
+        assert named.completion.values == ["helper"]
+        nothing = await client.complete(
+            entries, {"name": "entry_id", "value": ""}, {"session_id": "missing"}
+        )
+        assert nothing.completion.values == []

@@ -29,8 +29,7 @@ def complete(state: AppState, params: types.CompleteRequestParams) -> list[str]:
     """Values for session ids, entry ids and agent names, in prompts and resource templates."""
     name, prefix = params.argument.name, params.argument.value
     if name == "session_id":
-        page = state.repo.list(limit=MAX_COMPLETIONS)
-        return [item.id for item in page.items if item.id.startswith(prefix)]
+        return session_ids(state, prefix)
     if name == "name" or name == "agent":
         return sorted(agent for agent in state.agents if agent.startswith(prefix))
     if name == "entry_id":
@@ -40,6 +39,20 @@ def complete(state: AppState, params: types.CompleteRequestParams) -> list[str]:
         entries = state.repo.open(session_id).get_entries()
         return [e.id for e in entries if e.id.startswith(prefix)][-MAX_COMPLETIONS:]
     return []
+
+
+def session_ids(state: AppState, prefix: str, pages: int = 100) -> list[str]:
+    """Ids starting with ``prefix``, newest first: one more than MAX_COMPLETIONS tells the
+    client there are more. Looks through at most ``pages`` pages of 500 sessions."""
+    found: list[str] = []
+    cursor = None
+    for _ in range(pages):
+        page = state.repo.list(limit=500, cursor=cursor)
+        found.extend(item.id for item in page.items if item.id.startswith(prefix))
+        cursor = page.next_cursor
+        if len(found) > MAX_COMPLETIONS or cursor is None:
+            break
+    return found
 
 
 def register(server: MCPServer) -> None:
@@ -52,7 +65,7 @@ def register(server: MCPServer) -> None:
         return types.CompleteResult(
             completion=types.Completion(
                 values=values[:MAX_COMPLETIONS],
-                total=len(values),
+                total=len(values) if len(values) <= MAX_COMPLETIONS else None,
                 has_more=len(values) > MAX_COMPLETIONS,
             )
         )
