@@ -392,8 +392,10 @@ class Agent:
             self._compaction_abort.abort(reason)
         if self._retry_abort is not None:
             self._retry_abort.abort(reason)
-        if self._busy and self._abort is None:
-            self._pending_abort = reason  # the run that follows starts aborted
+        if self._busy:
+            # Whatever this prompt does next (a retry, a compaction, a run) starts aborted:
+            # the abort may land after the run's last event, before the run is over.
+            self._pending_abort = reason
 
     async def wait_for_idle(self) -> None:
         """Return once no run is active (at once when idle)."""
@@ -467,18 +469,18 @@ class Agent:
 
     async def _retry_passing_errors(self, new: list[BaseMessage]) -> list[BaseMessage]:
         """After a run that ended on a passing model error: wait, drop the failed answer from
-        the transcript (the session keeps it) and continue, up to ``retry.max_retries`` times."""
+        the transcript (the session keeps it) and continue, up to ``retry.max_retries`` times
+        in a row (an answer that works starts the count again, as in pi)."""
         settings = self.retry
         if settings is None or not settings.enabled:
             return new
         attempt = 0
         while True:
             last = _last_answer(new)
-            if last is None or not is_transient_error(last):
+            if last is None or not is_transient_error(last) or self._pending_abort is not None:
                 if attempt:
-                    failed = last is not None and last.stop_reason in _FAILED
-                    error = last.error_message if last is not None and failed else None
-                    await self._emit(AutoRetryEndEvent(not failed, attempt, error))
+                    why = "aborted" if self._pending_abort is not None else None
+                    await self._emit(AutoRetryEndEvent(False, attempt, why or _error_of(last)))
                 return new
             if attempt >= settings.max_retries:
                 await self._emit(AutoRetryEndEvent(False, attempt, last.error_message))
@@ -500,8 +502,13 @@ class Agent:
                 return new
             self._drop_failed_answer()
             if not self.state.messages or self.state.messages[-1].role == "assistant":
+                await self._emit(AutoRetryEndEvent(False, attempt, "nothing to answer"))
                 return new
-            new = [*new, *await self._run_continue()]
+            part = await self._run_continue()
+            new = [*new, *part]
+            if any(isinstance(m, AssistantMessage) and m.stop_reason not in _FAILED for m in part):
+                await self._emit(AutoRetryEndEvent(True, attempt, None))
+                attempt = 0
 
     # --- compaction ---------------------------------------------------------------------------
 
@@ -541,7 +548,11 @@ class Agent:
                     return new
                 new = [*new, *await self._run_continue()]
                 continue
-            if last.stop_reason != StopReason.ABORTED and self._over_threshold():
+            if (
+                last.stop_reason != StopReason.ABORTED
+                and self._pending_abort is None
+                and self._over_threshold()
+            ):
                 await self._compact("threshold")
             return new
 
@@ -795,6 +806,10 @@ class Agent:
 
 
 _FAILED = (StopReason.ERROR, StopReason.ABORTED)
+
+
+def _error_of(message: AssistantMessage | None) -> str | None:
+    return message.error_message if message is not None and message.stop_reason in _FAILED else None
 
 
 def _last_answer(messages: Sequence[BaseMessage]) -> AssistantMessage | None:

@@ -28,6 +28,7 @@ from mcp_agent.messages import (
     Usage,
     UserMessage,
 )
+from mcp_agent.providers.base import is_transient_error
 from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model, tool_call
 from mcp_agent.sessions import (
     ActiveToolsChangeEntry,
@@ -613,6 +614,10 @@ async def test_retrying_gives_up_after_max_retries():
         "api.example: 503 Service Unavailable — the server is failing or overloaded; "
         "gave up after 4 attempts",
         "context_overflow: api.example: 400 Bad Request: prompt is too long",
+        "api.example: the server reported an error mid-stream: "
+        '{"type": "error", "error": {"type": "invalid_request_error"}}',
+        "api.example: 400 Bad Request: rate limit field is invalid",
+        "the MCP client did not answer: Request 'sampling/createMessage' timed out",
     ],
 )
 async def test_errors_that_would_fail_again_are_not_retried(error: str):
@@ -644,3 +649,62 @@ async def test_abort_while_waiting_to_retry_ends_the_run_at_once():
     assert retry_events(events)[-1] == ("end", False, 1, "aborted while waiting")
     assert len(provider.calls) == 1
     assert not agent.is_running
+
+
+async def test_an_abort_just_after_the_failed_answer_stops_the_retry():
+    agent, provider = make_agent(
+        [reply("", error=OVERLOADED), reply("never")], retry=RetrySettings(base_delay=0.01)
+    )
+
+    async def listener(event: AgentEvent) -> None:
+        if isinstance(event, AgentEndEvent):
+            await anyio.lowlevel.checkpoint()  # as a listener that sends a notification does
+            agent.abort("stop")
+
+    agent.subscribe(listener)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert len(provider.calls) == 1
+    assert new[-1].stop_reason == StopReason.ERROR
+
+
+async def test_the_retry_count_starts_again_after_an_answer_that_worked():
+    agent, provider = make_agent(
+        [
+            reply(tool_call("bash")),
+            reply("", error=OVERLOADED),
+            reply(tool_call("bash")),  # the retry works, and the run goes on
+            reply("", error=OVERLOADED),
+            reply("Done."),
+        ],
+        retry=RetrySettings(max_retries=1, base_delay=0.01),
+    )
+    events: list[AgentEvent] = []
+    agent.subscribe(events.append)
+    with anyio.fail_after(5):
+        new = await agent.prompt("go")
+    assert new[-1].text == "Done."
+    assert retry_events(events) == [
+        ("start", 1, 1, 0.01),
+        ("end", True, 1, None),
+        ("start", 1, 1, 0.01),
+        ("end", True, 1, None),
+    ]
+    assert_consistent(agent.state.messages)
+    assert len(provider.calls) == 5
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "api.example: the server overloaded mid-stream: {'type': 'overloaded_error'}",
+        "api.example: the server reported an error mid-stream: "
+        '{"error": {"type": "server_error", "message": "try again"}}',
+        "api.example: the connection broke off mid-stream (peer closed); the partial response "
+        "is kept",
+        "api.example: the stream ended before message_stop; the answer is incomplete",
+        "api.example: timed out waiting for the response (ReadTimeout)",
+    ],
+)
+def test_passing_errors_in_our_providers_words(error: str):
+    assert is_transient_error(AssistantMessage(stop_reason=StopReason.ERROR, error_message=error))

@@ -738,3 +738,42 @@ def test_demo_walks_through_without_an_api_key() -> None:
     assert "session_move_to" in out and "6 words" in out
     assert "┬ 2 branches" in out and "◀ leaf" in out
     assert time.monotonic() - started < 15
+
+
+def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mcp_agent.cli.runs import StreamPrinter
+    from mcp_agent.events import (
+        AutoRetryEndEvent,
+        AutoRetryStartEvent,
+        MessageEndEvent,
+        MessageUpdateEvent,
+        TextDeltaEvent,
+    )
+
+    def answer(printer: StreamPrinter, text: str, error: str | None = None) -> None:
+        message = AssistantMessage(
+            content=[TextContent(text=text)],
+            stop_reason="error" if error else "stop",
+            error_message=error,
+        )
+        for word in text.split(" "):
+            delta = TextDeltaEvent(partial=message, delta=word + " ")
+            printer(MessageUpdateEvent(message=message, assistant_message_event=delta))
+        printer(MessageEndEvent(message=message))
+
+    printer = StreamPrinter(buffered=True)  # stdout is a file
+    answer(printer, "Half an", error="the server overloaded mid-stream")
+    printer(AutoRetryStartEvent(1, 3, 2.0, "the server overloaded mid-stream"))
+    answer(printer, "The whole answer.")
+    printer(AutoRetryEndEvent(True, 1))
+    printer.end_line()
+    out, err = capsys.readouterr()
+    assert out == "The whole answer. \n"
+    assert "overloaded" in err and "retry 1/3" in err
+    # A failed answer that is not retried is still written out, after the error.
+    printer = StreamPrinter(buffered=True)
+    answer(printer, "Half an", error="401 Unauthorized")
+    printer.end_line()
+    assert capsys.readouterr().out == "Half an \n"

@@ -312,3 +312,20 @@ def test_the_context_read_from_part_of_the_branch_is_the_whole_branchs(
                 session.append_custom("note", {"step": step})
         whole = build_session_context(session.get_branch())
         assert session.build_context().to_json_dict() == whole.to_json_dict()
+
+
+def test_a_message_row_without_a_role_still_counts_for_the_model(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    session.append_model_change("openai", "older")
+    answer = session.append_message(
+        AssistantMessage(content=[TextContent(text="a")], provider="anthropic", model="newer")
+    )
+    kept = session.append_message(user("go on"))
+    session.append_compaction("summary", kept, 10)
+    with sqlite3.connect(tmp_path / "s.db") as db:  # as an older writer may have left it
+        db.execute("UPDATE entries SET role = NULL WHERE id = ?", (answer,))
+    reopened = SqliteSessionRepo(tmp_path / "s.db").open(session.id)
+    assert reopened.build_context().model == {"provider": "anthropic", "modelId": "newer"}
+    whole = build_session_context(reopened.get_branch())
+    assert reopened.build_context().to_json_dict() == whole.to_json_dict()

@@ -128,16 +128,40 @@ def check_session(state: AppState, session_id: str | None) -> None:
         )
 
 
+def _stdout_is_a_file() -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test runner's capture)
+        return False
+
+
 class StreamPrinter:
     """Writes an agent's answer to stdout as it streams, and its thinking, tool calls and
     errors to stderr, so that `run "…" > answer.txt` keeps just the answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, buffered: bool | None = None) -> None:
         # Which stream has a line without its newline yet: "out", "thinking" or None.
         self.open: str | None = None
         self.shown_error = False  # an assistant message that failed has been reported
+        # Into a file an answer is written once it has ended: the partial text of an attempt
+        # that failed and is retried must not end up in answer.txt. A terminal or a pipe
+        # sees the answer as it streams.
+        self.buffered = _stdout_is_a_file() if buffered is None else buffered
+        self._text: list[str] = []
+        self._held: str | None = None  # a failed answer's text, until no retry follows
+
+    def _write_answer(self, text: str) -> None:
+        if text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
 
     def end_line(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._write_answer(held)
         if self.open == "out":
             sys.stdout.write("\n")
             sys.stdout.flush()
@@ -168,9 +192,12 @@ class StreamPrinter:
             case MessageUpdateEvent(assistant_message_event=TextDeltaEvent(delta=delta)):
                 if self.open == "thinking":
                     self.end_line()
-                sys.stdout.write(delta)
-                sys.stdout.flush()
-                self.open = "out"
+                if self.buffered:
+                    self._text.append(delta)
+                else:
+                    sys.stdout.write(delta)
+                    sys.stdout.flush()
+                    self.open = "out"
             case MessageUpdateEvent(assistant_message_event=ThinkingDeltaEvent(delta=delta)):
                 if self.open != "thinking":
                     self.end_line()
@@ -186,14 +213,21 @@ class StreamPrinter:
                 else:
                     self.note(f"← {name}: {text}", "dim yellow")
             case MessageEndEvent(message=AssistantMessage() as message):
+                text, self._text = "".join(self._text), []
                 if message.stop_reason in ("error", "aborted"):
                     stop = str(message.stop_reason)
                     why = (message.error_message or "no reason given").removeprefix(stop + ": ")
                     self.note(f"{stop}: {why}", "bold red")
                     self.shown_error = True
+                    self._held = text or None
                 else:
                     self.end_line()
-            case AutoRetryStartEvent() | AutoRetryEndEvent():
+                    self._write_answer(text)
+            case AutoRetryStartEvent():
+                self._held = None  # that answer is being asked for again
+                self.shown_error = False
+                self.note(describe_event(event), "yellow")
+            case AutoRetryEndEvent():
                 self.note(describe_event(event), "yellow")
 
 

@@ -46,13 +46,15 @@ StreamFn = Callable[[Model, LlmContext, StreamOptions], AsyncIterator[AssistantM
 CONTEXT_OVERFLOW_MARK = "context_overflow"
 
 
-# A model call that failed on the way, not for what was asked: the API was busy or rate
-# limited, or the stream broke off or stalled. Running the turn again may well work. Errors the
-# HTTP layer has already retried with back-off say "gave up after" and are left alone.
+# A model call that failed on the way, not for what was asked, in our providers' words: the API
+# said it was overloaded or rate limited in the middle of the stream, the stream broke off, or
+# nothing came for too long. Running the turn again may well work. HTTP errors (429, 5xx) were
+# already retried with back-off by the request itself, and a refused request would fail again.
 _TRANSIENT = re.compile(
-    r"overloaded|rate.?limit|too many requests|service unavailable|mid-stream|stream ended"
-    r"|timed out|temporarily unavailable",
-    re.IGNORECASE,
+    r"overloaded mid-stream|broke off mid-stream|stream ended before|timed out waiting for the"
+    r" response|reported an error mid-stream: .*(overload|rate.?limit|server.?error|api_error"
+    r"|internal|unavailable|\b5\d\d\b)",
+    re.IGNORECASE | re.DOTALL,
 )
 
 
@@ -61,7 +63,7 @@ def is_transient_error(message: AssistantMessage) -> bool:
     text = message.error_message
     if message.stop_reason != StopReason.ERROR or not text or is_context_overflow(message):
         return False
-    return "gave up after" not in text and _TRANSIENT.search(text) is not None
+    return _TRANSIENT.search(text) is not None
 
 
 def is_context_overflow(message: AssistantMessage) -> bool:

@@ -491,12 +491,27 @@ _BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
 _CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
 
 
-def _setting_kind(entry_type: str, role: str | None) -> str | None:
-    """Which context setting an entry decides (derive_session_context_state), if any."""
+# Roles of the messages that never set the model; any other message (an assistant's, or one of
+# a type registered elsewhere) may.
+_NOT_ANSWERS = {
+    "user",
+    "toolResult",
+    "bashExecution",
+    "custom",
+    "branchSummary",
+    "compactionSummary",
+}
+
+
+def _setting_kind(index: int, entry_type: str, role: str | None) -> str | int | None:
+    """Which context setting an entry decides (derive_session_context_state), if any: the
+    newest of each kind is what counts. A message of an unknown role is its own kind (kept)."""
     if entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
         return "model"
     if entry_type in ("thinking_level_change", "active_tools_change"):
         return entry_type
+    if entry_type == "message" and role not in _NOT_ANSWERS:
+        return index
     return None
 
 
@@ -740,9 +755,9 @@ class SqliteSessionStorage:
             # From the first kept entry (a context with a retained tail leaves those out).
             first_kept = getattr(compaction, "first_kept_entry_id", None)
             start = next((i for i in range(newest) if rows[i][0] == first_kept), newest)
-            settings: dict[str, int] = {}
+            settings: dict[str | int, int] = {}
             for index in range(start):
-                kind = _setting_kind(rows[index][1], rows[index][2])
+                kind = _setting_kind(index, rows[index][1], rows[index][2])
                 if kind is not None:
                     settings[kind] = index
             keep = [*sorted(settings.values()), *range(start, len(rows))]
