@@ -329,3 +329,24 @@ def test_a_message_row_without_a_role_still_counts_for_the_model(tmp_path: Path)
     assert reopened.build_context().model == {"provider": "anthropic", "modelId": "newer"}
     whole = build_session_context(reopened.get_branch())
     assert reopened.build_context().to_json_dict() == whole.to_json_dict()
+
+
+def test_a_session_kept_open_says_when_it_was_deleted(tmp_path: Path) -> None:
+    ours, theirs = SqliteSessionRepo(tmp_path / "s.db"), SqliteSessionRepo(tmp_path / "s.db")
+    session = ours.create()
+    session.append_message(user("hi"))
+    again = ours.open(session.id)  # kept open by the repo, parsed entries and all
+    assert again.storage is session.storage
+    theirs.delete(session.id)  # another process
+    with pytest.raises(SessionError) as deleted:
+        ours.open(session.id).build_context()
+    assert deleted.value.code == "not_found"
+    with pytest.raises(SessionError):
+        ours.open(session.id).append_message(user("lost?"))
+    assert not ours.exists(session.id)
+    # Deleting through the repo itself forgets the open session at once.
+    other = ours.create()
+    ours.delete(other.id)
+    with pytest.raises(SessionError) as gone:
+        ours.open(other.id)
+    assert gone.value.code == "not_found"

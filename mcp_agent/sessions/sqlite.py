@@ -8,6 +8,7 @@ Shape (each everyday query costs what it returns, not the size of the file):
   parent_id), holding the entry's pi JSON. A branch is one recursive query from the leaf up,
   so reading it costs O(depth); building a context parses only the newest compaction, what it
   keeps and what follows (plus the newest model, thinking level and tools settings before).
+  A repo keeps the sessions it opened last open, with their parsed entries.
 - ``labels``: the current label of each labelled entry.
 - ``entries_fts``: FTS5 over the text of messages, summaries and names (``entries.text``).
   An append only stores the text; a search first indexes what was appended since the last
@@ -29,6 +30,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +83,8 @@ SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60.0
 # Parsed entries kept per open session; entries never change once stored.
 ENTRY_CACHE_SIZE = 20_000
+# Sessions a repo keeps open (with their parsed entries) between opens.
+OPEN_SESSIONS = 4
 
 
 def _loads_or_none(text: str) -> Any:
@@ -861,6 +865,10 @@ class SqliteSessionRepo(BaseSessionRepo):
     ) -> None:
         super().__init__(context_build_options)
         self.database = SqliteDatabase(path, busy_timeout, durability)
+        # The sessions opened last, kept with their parsed entries: a server opens the same
+        # few sessions request after request. A session deleted elsewhere meanwhile still says
+        # so at its next read or write.
+        self._opened: OrderedDict[str, SqliteSessionStorage] = OrderedDict()
 
     @property
     def path(self) -> Path:
@@ -869,10 +877,22 @@ class SqliteSessionRepo(BaseSessionRepo):
     def _create_storage(
         self, header: SessionHeader, entries: builtins.list[SessionEntry]
     ) -> SqliteSessionStorage:
-        return SqliteSessionStorage.create(self.database, header, entries)
+        return self._keep_open(SqliteSessionStorage.create(self.database, header, entries))
 
     def _open_storage(self, session_id: str) -> SqliteSessionStorage:
-        return SqliteSessionStorage(self.database, session_id)
+        with self.database.lock:
+            storage = self._opened.get(session_id)
+            if storage is not None:
+                self._opened.move_to_end(session_id)
+                return storage
+        return self._keep_open(SqliteSessionStorage(self.database, session_id))
+
+    def _keep_open(self, storage: SqliteSessionStorage) -> SqliteSessionStorage:
+        with self.database.lock:
+            self._opened[storage.session_id] = storage
+            while len(self._opened) > OPEN_SESSIONS:
+                self._opened.popitem(last=False)
+        return storage
 
     def exists(self, session_id: str) -> bool:
         return bool(self.database.read("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))
@@ -925,6 +945,8 @@ class SqliteSessionRepo(BaseSessionRepo):
             self.database.delete_session_rows(conn, session_id)
 
         self.database.write(work)
+        with self.database.lock:
+            self._opened.pop(session_id, None)
 
     def close(self) -> None:
         self.database.close()
