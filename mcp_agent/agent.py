@@ -546,7 +546,7 @@ class Agent:
                 self._drop_failed_answer()  # the rebuilt context has it too: it is stored
                 if not self.state.messages or self.state.messages[-1].role == "assistant":
                     return new
-                new = [*new, *await self._run_continue()]
+                new = [*new, *await self._retry_passing_errors(await self._run_continue())]
                 continue
             if (
                 last.stop_reason != StopReason.ABORTED

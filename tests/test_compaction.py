@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from mcp_agent.abort import AbortController
-from mcp_agent.agent import Agent, AgentBusyError
+from mcp_agent.agent import Agent, AgentBusyError, RetrySettings
 from mcp_agent.messages import (
     COMPACTION_SUMMARY_PREFIX,
     AssistantMessage,
@@ -524,6 +524,23 @@ async def test_overflow_compacts_and_retries_once() -> None:
     assert any(getattr(m, "error_message", None) == OVERFLOW for m in stored)
     assert all(getattr(m, "stop_reason", None) != StopReason.ERROR for m in agent.state.messages)
     assert agent.state.messages[-1].text == "recovered"
+
+
+async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    summarizer = Summarizer()
+    overloaded = "api.test: the server overloaded mid-stream: overloaded_error"
+    agent, provider = compacting_agent(
+        session,
+        [provider_error(OVERFLOW), provider_error(overloaded), reply("recovered")],
+        summarizer,
+    )
+    agent.retry = RetrySettings(base_delay=0.01)
+    with anyio.fail_after(5):
+        new = await agent.prompt("next")
+    assert len(provider.calls) == 3 and len(compactions(session)) == 1
+    assert new[-1].text == "recovered"
 
 
 async def test_overflow_is_retried_exactly_once() -> None:
