@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,6 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from mcp_agent.server.stdio import LineReader, Writer
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = [
     pytest.mark.anyio,
@@ -211,3 +213,68 @@ def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> 
     with contextlib.suppress(BrokenPipeError):
         server.stdin.close()
     server.stderr.close()
+
+
+def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, object]) -> None:
+        assert server.stdin is not None
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    def answer() -> dict[str, Any]:
+        assert server.stdout is not None
+        while True:
+            found = json.loads(server.stdout.readline())
+            if "id" in found:
+                return found
+
+    def call(request_id: int, name: str, arguments: dict[str, object]) -> None:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+        )
+
+    try:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
+        answer()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call(1, "session_create", {})
+        sid = answer()["result"]["structuredContent"]["id"]
+        acknowledged = []
+        for n in range(2, 60):
+            entry = {"type": "message", "message": {"role": "user", "content": f"m{n}"}}
+            call(n, "session_append", {"session_id": sid, "entry": entry})
+            acknowledged.append(answer()["result"]["structuredContent"]["entry_id"])
+        for n in range(60, 80):  # in flight when the server dies
+            entry = {"type": "message", "message": {"role": "user", "content": f"m{n}"}}
+            call(n, "session_append", {"session_id": sid, "entry": entry})
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+    stored = [e.id for e in SqliteSessionRepo(db).open(sid).get_entries()]
+    assert stored[: len(acknowledged)] == acknowledged
+    assert len(stored) <= 78
