@@ -253,6 +253,28 @@ def test_an_unknown_durability_is_refused_in_one_line(
     assert not (tmp_path / "s.db").exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "args", "says"),
+    [
+        ({"MCP_AGENT_MODEL_RETRIES": "many"}, [], "MCP_AGENT_MODEL_RETRIES must be a whole number"),
+        ({}, ["--model-retries", "-1"], "model retries must be 0 or more"),
+    ],
+)
+def test_bad_model_retries_are_refused_in_one_line(
+    cli: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    args: list[str],
+    says: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = cli("serve", *args, "--db", str(tmp_path / "s.db"), input="")
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr and "Traceback" not in result.output
+
+
 def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:
     result = cli("serve", "--durability", "fast", "--db", str(tmp_path / "s.db"), input="")
     assert result.exit_code == 2

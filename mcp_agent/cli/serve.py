@@ -41,6 +41,13 @@ def serve(
         list[str] | None,
         typer.Option(help="a host name HTTP clients may use besides --host (repeatable)"),
     ] = None,
+    model_retries: Annotated[
+        int | None,
+        typer.Option(
+            help="run again a run that ended on a passing model error (overloaded, a broken "
+            "stream) this many times; 0: never (default 3, or MCP_AGENT_MODEL_RETRIES)"
+        ),
+    ] = None,
     durability: Annotated[
         Durability | None,
         typer.Option(
@@ -67,6 +74,7 @@ def serve(
             port=port,
             max_subagent_depth=max_depth,
             **({"durability": durability.value} if durability is not None else {}),
+            **({"model_retries": model_retries} if model_retries is not None else {}),
         )
     except ValueError as error:
         die(str(error))

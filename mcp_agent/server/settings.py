@@ -13,6 +13,15 @@ MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
 MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
 DURABILITY_ENV = "MCP_AGENT_DURABILITY"
+RETRIES_ENV = "MCP_AGENT_MODEL_RETRIES"
+
+
+def _retries_from_env() -> int:
+    text = os.environ.get(RETRIES_ENV) or "3"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{RETRIES_ENV} must be a whole number, not {text!r}") from None
 
 
 @dataclass
@@ -33,10 +42,12 @@ class ServerSettings:
     durability: str = field(default_factory=lambda: os.environ.get(DURABILITY_ENV) or "full")
     # A run that ends on a passing model error (overloaded, a broken stream) runs again, this
     # many times, after this many seconds (doubled each time): agent.RetrySettings.
-    model_retries: int = 3
+    model_retries: int = field(default_factory=_retries_from_env)
     model_retry_delay: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.model_retries < 0:
+            raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
         if self.durability not in ("full", "normal"):
             raise ValueError(
                 f"durability must be full or normal, not {self.durability!r} "
