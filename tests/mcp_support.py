@@ -1,7 +1,9 @@
-"""Calling our MCP tools from tests: a result's structured content, or an error's text."""
+"""Talking MCP from tests: our tools' structured results and error texts, a free loopback port,
+and the raw initialize request for tests that speak JSON-RPC themselves."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import anyio
@@ -25,3 +27,23 @@ async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
         result = await client.call_tool(name, arguments)
     assert result.is_error, result.structured_content
     return result.content[0].text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def initialize_request(request_id: int = 1) -> dict[str, Any]:
+    """A raw JSON-RPC initialize request on the 2025 handshake."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import anyio
 import httpx
 import pytest
 from anyio.abc import SocketStream
+from mcp_support import free_port
 
 from mcp_agent.abort import AbortController
 from mcp_agent.events import DoneEvent, ErrorEvent
@@ -36,12 +36,6 @@ from mcp_agent.providers.base import LlmContext, StreamOptions
 
 HERE = Path(__file__).parent
 FAKELLM_CONFIG = HERE / "providers_fakellm.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

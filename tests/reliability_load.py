@@ -26,6 +26,7 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,12 +72,6 @@ BARE_SERVER = textwrap.dedent(
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServerProcess:

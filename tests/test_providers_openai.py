@@ -685,7 +685,7 @@ async def test_not_an_event_stream() -> None:
 
 
 async def test_connection_refused_is_reported() -> None:
-    from providers_support import free_port
+    from mcp_support import free_port
 
     base = f"http://127.0.0.1:{free_port()}/v1"
     with anyio.fail_after(5):

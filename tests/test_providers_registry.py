@@ -260,7 +260,7 @@ async def test_configured_provider_uses_its_switches_label_and_prices(tmp_path: 
 
 @pytest.mark.anyio
 async def test_configured_provider_errors_use_its_label(tmp_path: Path) -> None:
-    from providers_support import free_port
+    from mcp_support import free_port
 
     base = f"http://127.0.0.1:{free_port()}/v1"
     path = write(tmp_path, f'[providers.local]\nlabel = "Local LLM"\nbase_url = "{base}"\n')

@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from mcp_support import initialize_request
 from reliability_load import ServerProcess, run_load
 from reliability_support import check_sqlite_store, size
 
@@ -64,16 +65,7 @@ def test_garbage_requests_get_4xx_and_the_server_carries_on(server: ServerProces
     def post(body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
         return httpx.post(server.url, content=body, headers=headers or HEADERS, timeout=10)
 
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
+    initialize = initialize_request()
     garbage: list[tuple[str, httpx.Response]] = [
         ("not JSON", post(b"{this is not json")),
         ("not UTF-8", post(b"\xff\xfe\x00garbage")),

@@ -19,6 +19,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp_support import initialize_request
 
 from mcp_agent.server.stdio import LineReader, Writer
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
@@ -187,17 +188,7 @@ def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> 
         stderr=subprocess.PIPE,
     )
     assert server.stdin is not None and server.stdout is not None and server.stderr is not None
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"},
-        },
-    }
-    server.stdin.write((json.dumps(initialize) + "\n").encode())
+    server.stdin.write((json.dumps(initialize_request()) + "\n").encode())
     server.stdin.flush()
     assert b'"id":1' in server.stdout.readline()
     server.stdout.close()  # the client goes away without a word
@@ -248,18 +239,7 @@ def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path)
         )
 
     try:
-        send(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            }
-        )
+        send(initialize_request(0))
         answer()
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         call(1, "session_create", {})

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp_support import free_port, initialize_request
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
@@ -25,12 +26,6 @@ NODE = PEERS / "node_modules" / "node" / "bin" / "node"
 TOKEN = "s3cret-token"
 
 needs_node = pytest.mark.skipif(not NODE.exists(), reason="Node peers not installed (.ci/peers)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def serve_command(db: Path, *extra: str) -> list[str]:
@@ -76,19 +71,6 @@ def http_server(tmp_path: Path) -> Iterator[HttpServer]:
     server.stop()
 
 
-def initialize_body() -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
-
-
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -132,15 +114,17 @@ async def test_stdio_child_process(tmp_path: Path, mode: str) -> None:
 
 
 def test_http_requires_the_token(http_server: HttpServer) -> None:
-    missing = httpx.post(http_server.url, json=initialize_body(), headers=HEADERS)
+    missing = httpx.post(http_server.url, json=initialize_request(), headers=HEADERS)
     assert missing.status_code == 401
     wrong = httpx.post(
-        http_server.url, json=initialize_body(), headers={**HEADERS, "Authorization": "Bearer no"}
+        http_server.url,
+        json=initialize_request(),
+        headers={**HEADERS, "Authorization": "Bearer no"},
     )
     assert wrong.status_code == 401
     good = httpx.post(
         http_server.url,
-        json=initialize_body(),
+        json=initialize_request(),
         headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"},
     )
     assert good.status_code == 200
@@ -149,10 +133,10 @@ def test_http_requires_the_token(http_server: HttpServer) -> None:
 def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
     auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
     rebound = httpx.post(
-        http_server.url, json=initialize_body(), headers={**auth, "Host": "evil.example"}
+        http_server.url, json=initialize_request(), headers={**auth, "Host": "evil.example"}
     )
     assert rebound.status_code == 421
-    huge = {**initialize_body(), "padding": "x" * (5 * 1024 * 1024)}
+    huge = {**initialize_request(), "padding": "x" * (5 * 1024 * 1024)}
     assert httpx.post(http_server.url, json=huge, headers=auth).status_code == 413
 
 
@@ -314,10 +298,10 @@ def test_rebinding_protection_stays_on_off_loopback(tmp_path: Path) -> None:
     try:
         auth = {**HEADERS, "Authorization": f"bearer {TOKEN}"}  # the scheme is case-insensitive
         url = f"http://127.0.0.1:{server.port}/mcp"
-        assert httpx.post(url, json=initialize_body(), headers=auth).status_code == 200
+        assert httpx.post(url, json=initialize_request(), headers=auth).status_code == 200
         named = {**auth, "Host": f"agents.example:{server.port}"}
-        assert httpx.post(url, json=initialize_body(), headers=named).status_code == 200
+        assert httpx.post(url, json=initialize_request(), headers=named).status_code == 200
         rebound = {**auth, "Host": f"evil.example:{server.port}"}
-        assert httpx.post(url, json=initialize_body(), headers=rebound).status_code == 421
+        assert httpx.post(url, json=initialize_request(), headers=rebound).status_code == 421
     finally:
         server.stop()
