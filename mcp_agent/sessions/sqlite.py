@@ -32,13 +32,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
-from mcp_agent.messages import AssistantMessage, UserMessage
+from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
@@ -51,8 +51,6 @@ from mcp_agent.sessions.entries import (
     UnknownEntry,
     entry_text,
     entry_to_json,
-    entry_usage,
-    is_tree_node,
     iso_now,
     new_entry_id,
     parse_header,
@@ -72,6 +70,7 @@ from mcp_agent.sessions.repo import (
 from mcp_agent.sessions.storage import (
     SessionStats,
     compaction_stop,
+    count_entry,
     leaf_after,
     validate_tree,
 )
@@ -328,45 +327,33 @@ _MAX_INTEGER = 2**63 - 1
 
 @dataclass
 class _Delta:
-    """The change one entry makes to the counters in its session's row."""
+    """The change entries make to their session's row: the counters, the first user message,
+    a new name."""
 
-    entries: int = 0
-    messages: int = 0
-    tool_calls: int = 0
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    total: int = 0
-    cost: float = 0.0
+    counts: SessionStats = field(default_factory=SessionStats)
     first_user_message: str | None = None
     name: tuple[str | None] | None = None  # (new name,) when the entry renames the session
 
     def add(self, entry: SessionEntry) -> None:
-        if not is_tree_node(entry):
+        if not count_entry(self.counts, entry):
             return
-        self.entries += 1
         if isinstance(entry, MessageEntry):
-            self.messages += 1
             message = entry.message
-            if isinstance(message, AssistantMessage):
-                self.tool_calls += len(message.tool_calls)
             if isinstance(message, UserMessage) and self.first_user_message is None:
                 self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
-        usage = entry_usage(entry)
-        if usage is not None:
-            self.input += usage.input
-            self.output += usage.output
-            self.cache_read += usage.cache_read
-            self.cache_write += usage.cache_write
-            self.total += usage.total_tokens
-            self.cost += usage.cost.total
         if isinstance(entry, SessionInfoEntry):
             self.name = ((entry.name or "").strip() or None,)
 
     def check_fits(self) -> None:
         """SQLite integers have 64 bits; a larger count would fail deep inside the driver."""
-        counts = (self.input, self.output, self.cache_read, self.cache_write, self.total)
+        c = self.counts
+        counts = (
+            c.input_tokens,
+            c.output_tokens,
+            c.cache_read_tokens,
+            c.cache_write_tokens,
+            c.total_tokens,
+        )
         if any(abs(n) > _MAX_INTEGER for n in counts):
             raise SessionError(
                 "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
@@ -459,15 +446,15 @@ def _write_entries(
             "leaf": leaf_id,
             "modified": write_time(),
             "count": len(entries),
-            "entries": delta.entries,
-            "messages": delta.messages,
-            "tool_calls": delta.tool_calls,
-            "input": delta.input,
-            "output": delta.output,
-            "cache_read": delta.cache_read,
-            "cache_write": delta.cache_write,
-            "total": delta.total,
-            "cost": delta.cost,
+            "entries": delta.counts.entry_count,
+            "messages": delta.counts.message_count,
+            "tool_calls": delta.counts.tool_call_count,
+            "input": delta.counts.input_tokens,
+            "output": delta.counts.output_tokens,
+            "cache_read": delta.counts.cache_read_tokens,
+            "cache_write": delta.counts.cache_write_tokens,
+            "total": delta.counts.total_tokens,
+            "cost": delta.counts.cost_total,
             "first_user_message": delta.first_user_message,
             "renames": delta.name is not None,
             "name": delta.name[0] if delta.name is not None else None,

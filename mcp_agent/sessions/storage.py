@@ -131,6 +131,28 @@ def compaction_stop() -> Callable[[SessionEntry], bool]:
     return stop
 
 
+def count_entry(stats: SessionStats, entry: SessionEntry) -> bool:
+    """Add what ``entry`` counts for (entries, messages, tool calls, tokens and cost) to
+    ``stats``; False, adding nothing, for a leaf move. The one place these totals are summed:
+    the backends that keep them in a row add each append's the same way."""
+    if not is_tree_node(entry):
+        return False
+    stats.entry_count += 1
+    if isinstance(entry, MessageEntry):
+        stats.message_count += 1
+        if isinstance(entry.message, AssistantMessage):
+            stats.tool_call_count += len(entry.message.tool_calls)
+    usage = entry_usage(entry)
+    if usage is not None:
+        stats.input_tokens += usage.input
+        stats.output_tokens += usage.output
+        stats.cache_read_tokens += usage.cache_read
+        stats.cache_write_tokens += usage.cache_write
+        stats.total_tokens += usage.total_tokens
+        stats.cost_total += usage.cost.total
+    return True
+
+
 def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:
     stats = SessionStats()
     roles: Counter[str] = Counter()
@@ -139,9 +161,8 @@ def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:
     entries = list(entries)
     moves = {e.id: e.parent_id for e in entries if isinstance(e, LeafEntry)}
     for entry in entries:
-        if not is_tree_node(entry):
+        if not count_entry(stats, entry):
             continue
-        stats.entry_count += 1
         nodes.append(entry.id)
         child_counts[tree_parent(entry.parent_id, moves)] += 1
         if stats.first_timestamp is None:
@@ -149,18 +170,7 @@ def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:
         stats.last_timestamp = entry.timestamp
         if isinstance(entry, MessageEntry):
             roles[entry.message.role] += 1
-            if isinstance(entry.message, AssistantMessage):
-                stats.tool_call_count += len(entry.message.tool_calls)
-        usage = entry_usage(entry)
-        if usage is not None:
-            stats.input_tokens += usage.input
-            stats.output_tokens += usage.output
-            stats.cache_read_tokens += usage.cache_read
-            stats.cache_write_tokens += usage.cache_write
-            stats.total_tokens += usage.total_tokens
-            stats.cost_total += usage.cost.total
     stats.messages_by_role = dict(roles)
-    stats.message_count = sum(roles.values())
     stats.leaf_count = sum(1 for node in nodes if child_counts[node] == 0)
     stats.branch_point_count = sum(1 for node in nodes if child_counts[node] > 1)
     return stats
