@@ -42,6 +42,7 @@ from mcp_agent.providers.scripted import (
     scripted_model,
     tool_call,
 )
+from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.state import AgentContext
 from mcp_agent.tools import AgentTool, AgentToolResult
 
@@ -93,7 +94,12 @@ async def _bare_loop_run() -> Callable[[], Awaitable[None]]:
 
 
 def _agent(session: Any = None) -> Agent:
-    agent = Agent(model=scripted_model(), stream_fn=_provider(), tools=[NOOP], session=session)
+    if session is None:
+        agent = Agent(model=scripted_model(), stream_fn=_provider(), tools=[NOOP])
+    else:
+        agent = SessionAgent(
+            model=scripted_model(), stream_fn=_provider(), tools=[NOOP], session=session
+        )
     agent.subscribe(lambda event: None)
     return agent
 

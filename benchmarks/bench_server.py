@@ -37,8 +37,8 @@ from mcp.server import MCPServer
 from mcp_agent.abort import AbortController
 from mcp_agent.manifests import AgentManifest, ServerConfig
 from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
-from mcp_agent.server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,7 +206,7 @@ async def builtin_overhead(downstream_servers: int, calls: int) -> float:
         for i in range(downstream_servers)
     }
     signal = AbortController().signal
-    async with ToolHub(servers, builtin=builtin) as hub:
+    async with ToolHub(servers, builtin=lambda: builtin) as hub:
         agent = AsyncTimer()
         [tool] = await hub.tools(AgentManifest(name="bench", servers=[]))
 

@@ -1,6 +1,6 @@
-"""Agent: the stateful wrapper around the loop (pi's Agent), optionally writing into a Session.
+"""Agent: the stateful wrapper around the loop (pi's Agent).
 
-    agent = Agent(model=model, stream_fn=provider, tools=[...], session=session)
+    agent = Agent(model=model, stream_fn=provider, tools=[...])
     unsubscribe = agent.subscribe(print)
     await agent.prompt("Hello, what's in the current directory?")
 
@@ -9,29 +9,18 @@ follow-up or abort while it runs, start it in a task group (``tg.start_soon(agen
 and call ``steer`` / ``follow_up`` / ``abort`` from elsewhere; ``wait_for_idle`` waits for the run.
 ``continue_`` resumes from the transcript as it is (after an error, an abort or a restart).
 
-Bound to a session, the agent appends every message to it when the message ends, so a crash
-loses nothing that finished; model, thinking level and active tool changes are recorded as
-entries when they differ from what the session already says. ``Agent.from_session`` resumes.
-
-With ``compaction=CompactionSettings()`` a session-bound agent compacts its session (pi's
-auto-compaction): before a prompt and after a run when the context is over the model's window
-minus the reserve, and when the model refuses a request as too long, in which case the failed
-answer is dropped from the transcript, the session is compacted and the request is retried once.
-After a compaction the transcript is rebuilt from the session.
-
-With ``retry=RetrySettings()`` a run that ends on a passing model error (overloaded, rate
-limited, a broken or stalled stream) is run again after a growing pause (pi's auto-retry),
-announced by ``auto_retry_start`` / ``auto_retry_end`` events.
+The agent knows nothing of sessions: ``mcp_agent.runtime.session_agent.SessionAgent`` (pi's
+AgentSession) binds one to a session, saves every message, and adds auto-compaction and
+auto-retry, through the hooks marked below.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from typing import Any
 
 import anyio
 
@@ -40,8 +29,6 @@ from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
     AgentEvent,
-    AutoRetryEndEvent,
-    AutoRetryStartEvent,
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
@@ -75,20 +62,7 @@ from mcp_agent.messages import (
     UserMessage,
     convert_to_llm,
 )
-from mcp_agent.providers.base import (
-    StreamFn,
-    StreamOptions,
-    is_context_overflow,
-    is_transient_error,
-)
-from mcp_agent.sessions.compaction import (
-    CompactableSession,
-    CompactionError,
-    CompactionSettings,
-    compact,
-    context_tokens,
-    should_compact,
-)
+from mcp_agent.providers.base import StreamFn, StreamOptions
 from mcp_agent.state import AgentContext, AgentState
 from mcp_agent.tools import AgentTool
 
@@ -96,34 +70,6 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[AgentEvent], Awaitable[None] | None]
 PromptInput = str | BaseMessage | Sequence[BaseMessage]
-
-
-class SessionLike(Protocol):
-    """What the agent needs of a session (``mcp_agent.sessions.Session`` has it)."""
-
-    @property
-    def id(self) -> str: ...
-    def append_message(self, message: BaseMessage) -> str: ...
-    def append_thinking_level_change(self, level: str) -> str: ...
-    def append_model_change(self, provider: str, model_id: str) -> str: ...
-    def append_active_tools_change(self, names: list[str]) -> str: ...
-    def build_context(self) -> Any: ...
-
-
-@dataclass
-class RetrySettings:
-    """pi's auto-retry: a run that ends on a passing model error (overloaded, rate limited, a
-    stream that broke off or stalled) runs again after ``base_delay`` seconds, doubled each
-    time up to ``max_delay``, at most ``max_retries`` times. The failed answer stays in the
-    session; the transcript drops it, as the model never sees failed answers anyway."""
-
-    enabled: bool = True
-    max_retries: int = 3
-    base_delay: float = 2.0
-    max_delay: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        return min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
 
 
 class AgentBusyError(RuntimeError):
@@ -173,9 +119,6 @@ class Agent:
         get_api_key: Callable[[str], Any] | None = None,
         tool_context: Any = None,
         abort_grace: float = 0.25,
-        session: SessionLike | None = None,
-        compaction: CompactionSettings | None = None,
-        retry: RetrySettings | None = None,
     ) -> None:
         self.state = AgentState(
             system_prompt=system_prompt,
@@ -201,83 +144,10 @@ class Agent:
         self._follow_ups = _Queue(follow_up_mode)
         self._listeners: list[Listener] = []
         self._abort: AbortController | None = None
-        self._compaction_abort: AbortController | None = None
         self._busy = False  # a prompt or continue_ is under way (its run or a compaction)
         self._pending_abort: str | None = None  # abort() while busy between runs
         self._idle = anyio.Event()
         self._idle.set()
-        self.compaction = compaction
-        self.retry = retry
-        self._retry_abort: AbortController | None = None  # set while waiting to retry
-        self.session: SessionLike | None = None
-        self._session_id: str | None = None
-        # What the session says now, so that only real changes become entries.
-        self._recorded_model: tuple[str, str] | None = None
-        self._recorded_thinking: str = ThinkingLevel.OFF.value
-        self._recorded_tools: list[str] | None = None
-        if session is not None:
-            self._bind(session, session.build_context())
-
-    def _bind(self, session: SessionLike, context: Any) -> None:
-        """Write into ``session`` from now on; ``context`` is what it says now."""
-        self.session = session
-        self._session_id = session.id
-        self._recorded_model = _model_ref(context.model)
-        self._recorded_thinking = str(context.thinking_level)
-        names = context.active_tool_names
-        self._recorded_tools = list(names) if names is not None else None
-        if not self.stream_options.session_id:
-            self.stream_options = replace(self.stream_options, session_id=self._session_id)
-
-    @classmethod
-    def from_session(
-        cls,
-        session: SessionLike,
-        *,
-        stream_fn: StreamFn,
-        model: Model | None = None,
-        resolve_model: Callable[[str, str], Model | None] | None = None,
-        tools: Sequence[AgentTool] = (),
-        **options: Any,
-    ) -> Agent:
-        """An agent that carries on where ``session`` left off: its built context gives the
-        messages, thinking level, active tools (chosen from ``tools``; all of them when the
-        session names none) and model. The session's model is looked up with
-        ``resolve_model(provider, model_id)``; failing that ``model`` is used when it is the
-        same one, else a bare ``Model`` with the session's provider and id. ``model`` is
-        required only when the session names no model."""
-        context = session.build_context()
-        ref = _model_ref(context.model)
-        chosen: Model | None = None
-        if ref is not None:
-            if resolve_model is not None:
-                chosen = resolve_model(*ref)
-            if chosen is None and model is not None and (model.provider, model.id) == ref:
-                chosen = model
-            if chosen is None:
-                chosen = Model(id=ref[1], provider=ref[0])
-        elif model is not None:
-            chosen = model
-        if chosen is None:
-            raise ValueError("the session names no model: pass model=")
-        names = context.active_tool_names
-        if names is None:
-            active, inactive = list(tools), []
-        else:
-            by_name = {t.name: t for t in tools}
-            active = [by_name[n] for n in names if n in by_name]
-            inactive = [t for t in tools if t.name not in names]
-        agent = cls(
-            model=chosen,
-            stream_fn=stream_fn,
-            tools=active,
-            available_tools=[*inactive, *options.pop("available_tools", ())],
-            messages=context.messages,
-            thinking_level=options.pop("thinking_level", context.thinking_level),
-            **options,
-        )
-        agent._bind(session, context)  # the context just built: a long one is not read twice
-        return agent
 
     # --- settings -----------------------------------------------------------------------------
 
@@ -305,11 +175,11 @@ class Agent:
     def set_model(self, model: Model) -> None:
         """Use ``model`` from the next run on."""
         self.state.model = model
-        self._sync_session()
+        self._record_settings()
 
     def set_thinking_level(self, level: ThinkingLevel | str) -> None:
         self.state.thinking_level = ThinkingLevel(level)
-        self._sync_session()
+        self._record_settings()
 
     def set_system_prompt(self, prompt: str) -> None:
         self.state.system_prompt = prompt
@@ -318,7 +188,7 @@ class Agent:
         """Make exactly ``tools`` active (they join the known tools)."""
         self._pool.update((t.name, t) for t in tools)
         self.state.tools = list(tools)
-        self._sync_session()
+        self._record_settings()
 
     def set_active_tools(self, names: Sequence[str]) -> None:
         """Make the known tools named in ``names`` active, in that order."""
@@ -326,7 +196,7 @@ class Agent:
         if unknown:
             raise KeyError(f"unknown tool(s): {', '.join(unknown)}")
         self.state.tools = [self._pool[n] for n in names]
-        self._sync_session()
+        self._record_settings()
 
     # --- events -------------------------------------------------------------------------------
 
@@ -367,16 +237,8 @@ class Agent:
     # --- running ------------------------------------------------------------------------------
 
     @property
-    def session_id(self) -> str | None:
-        return self._session_id
-
-    @property
     def is_running(self) -> bool:
         return self._abort is not None
-
-    @property
-    def is_compacting(self) -> bool:
-        return self._compaction_abort is not None
 
     @property
     def signal(self) -> AbortSignal | None:
@@ -384,14 +246,9 @@ class Agent:
         return self._abort.signal if self._abort is not None else None
 
     def abort(self, reason: str = "aborted") -> None:
-        """Abort the current run, if any; it ends with an aborted assistant message. An
-        automatic compaction under way is abandoned (nothing is written)."""
+        """Abort the current run, if any; it ends with an aborted assistant message."""
         if self._abort is not None:
             self._abort.abort(reason)
-        if self._compaction_abort is not None:
-            self._compaction_abort.abort(reason)
-        if self._retry_abort is not None:
-            self._retry_abort.abort(reason)
         if self._busy:
             # Whatever this prompt does next (a retry, a compaction, a run) starts aborted:
             # the abort may land after the run's last event, before the run is over.
@@ -402,7 +259,7 @@ class Agent:
         await self._idle.wait()
 
     def reset(self) -> None:
-        """Forget the transcript and the queues (the session, if any, is left as it is)."""
+        """Forget the transcript and the queues."""
         if self._busy:
             raise AgentBusyError("cannot reset while the agent is running")
         self.state.messages = []
@@ -421,9 +278,8 @@ class Agent:
             )
         prompts = _normalize(input, images)
         with self._busy_scope():
-            await self._compact_over_threshold()
-            new = await self._retry_passing_errors(await self._run_prompts(prompts))
-            return await self._recover(new)
+            await self._before_prompt()
+            return await self._finish(await self._run_prompts(prompts))
 
     async def continue_(self) -> list[BaseMessage]:
         """Carry on from the transcript as it is (``continue`` is a keyword). After an
@@ -445,7 +301,7 @@ class Agent:
                     new = await self._run_prompts(follow_ups)
             else:
                 new = await self._run_continue()
-            return await self._recover(await self._retry_passing_errors(new))
+            return await self._finish(new)
 
     @contextmanager
     def _busy_scope(self) -> Iterator[None]:
@@ -460,158 +316,28 @@ class Agent:
             self._pending_abort = None
             self._idle.set()
 
+    # --- hooks (a session agent fills them in) ---------------------------------------------------
+
+    async def _before_prompt(self) -> None:
+        """Before a prompt's first run (a session agent compacts an over-full context here)."""
+
+    async def _finish(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a prompt's or continue_'s run; returns every message it added (a session
+        agent retries passing errors and recovers from a context overflow here)."""
+        return new
+
+    def _save(self, message: BaseMessage) -> None:
+        """A message entered the transcript (a session agent appends it to its session)."""
+
+    def _record_settings(self, settings: bool | None = None) -> None:
+        """Model, thinking level or active tools may have changed (a session agent records
+        them). ``settings``: whether model and thinking level count now (default: when no run
+        is active, as a change during a run takes effect when it ends)."""
+
     async def _run_continue(self) -> list[BaseMessage]:
         return await self._run(
             lambda config: agent_loop_continue(self._context(), config, self._on_event)
         )
-
-    # --- retry ----------------------------------------------------------------------------------
-
-    async def _retry_passing_errors(self, new: list[BaseMessage]) -> list[BaseMessage]:
-        """After a run that ended on a passing model error: wait, drop the failed answer from
-        the transcript (the session keeps it) and continue, up to ``retry.max_retries`` times
-        in a row (an answer that works starts the count again, as in pi)."""
-        settings = self.retry
-        if settings is None or not settings.enabled:
-            return new
-        attempt = 0
-        while True:
-            last = _last_answer(new)
-            if last is None or not is_transient_error(last) or self._pending_abort is not None:
-                if attempt:
-                    why = "aborted" if self._pending_abort is not None else None
-                    await self._emit(AutoRetryEndEvent(False, attempt, why or _error_of(last)))
-                return new
-            if attempt >= settings.max_retries:
-                await self._emit(AutoRetryEndEvent(False, attempt, last.error_message))
-                return new
-            attempt += 1
-            delay = settings.delay(attempt)
-            error = last.error_message or ""
-            await self._emit(AutoRetryStartEvent(attempt, settings.max_retries, delay, error))
-            controller = self._retry_abort = AbortController()
-            if self._pending_abort is not None:
-                controller.abort(self._pending_abort)
-            try:
-                with anyio.move_on_after(delay):
-                    await controller.signal.wait()
-            finally:
-                self._retry_abort = None
-            if controller.signal.aborted:
-                await self._emit(AutoRetryEndEvent(False, attempt, "aborted while waiting"))
-                return new
-            self._drop_failed_answer()
-            if not self.state.messages or self.state.messages[-1].role == "assistant":
-                await self._emit(AutoRetryEndEvent(False, attempt, "nothing to answer"))
-                return new
-            part = await self._run_continue()
-            new = [*new, *part]
-            if any(isinstance(m, AssistantMessage) and m.stop_reason not in _FAILED for m in part):
-                await self._emit(AutoRetryEndEvent(True, attempt, None))
-                attempt = 0
-
-    # --- compaction ---------------------------------------------------------------------------
-
-    def _compacts(self) -> bool:
-        settings = self.compaction
-        return self.session is not None and settings is not None and settings.enabled
-
-    def _over_threshold(self) -> bool:
-        assert self.compaction is not None
-        tokens = context_tokens(self.state.messages)
-        window = self.state.model.context_window
-        return should_compact(tokens, window, self.compaction.reserve_tokens)
-
-    async def _compact_over_threshold(self) -> None:
-        if self._compacts() and self._over_threshold():
-            await self._compact("threshold")
-
-    async def _recover(self, new: list[BaseMessage]) -> list[BaseMessage]:
-        """After a run: on a context overflow, drop the failed answer from the transcript (it
-        stays in the session), compact and retry once; else compact when over the threshold."""
-        if not self._compacts():
-            return new
-        retried = False
-        while True:
-            last = _last_answer(new)
-            if last is None:
-                return new
-            if is_context_overflow(last) and self._same_model(last):
-                if retried:
-                    return new
-                retried = True
-                self._drop_failed_answer()
-                if not await self._compact("overflow"):
-                    return new
-                self._drop_failed_answer()  # the rebuilt context has it too: it is stored
-                if not self.state.messages or self.state.messages[-1].role == "assistant":
-                    return new
-                new = [*new, *await self._retry_passing_errors(await self._run_continue())]
-                continue
-            if (
-                last.stop_reason != StopReason.ABORTED
-                and self._pending_abort is None
-                and self._over_threshold()
-            ):
-                await self._compact("threshold")
-            return new
-
-    def _same_model(self, message: AssistantMessage) -> bool:
-        model = self.state.model
-        return not message.model or (message.provider, message.model) == (model.provider, model.id)
-
-    def _drop_failed_answer(self) -> None:
-        messages = self.state.messages
-        if (
-            messages
-            and isinstance(messages[-1], AssistantMessage)
-            and messages[-1].stop_reason == StopReason.ERROR
-        ):
-            messages.pop()
-
-    async def _compact(self, reason: str) -> bool:
-        """Compact the session and rebuild the transcript from it; False if that failed (the
-        reason is kept in ``state.error_message``; nothing was written)."""
-        settings = self.compaction
-        assert settings is not None and self.session is not None
-        session = cast(CompactableSession, self.session)
-        model = settings.model or self.state.model
-        controller = self._compaction_abort = AbortController()
-        try:
-            await compact(
-                session,
-                model,
-                settings.stream_fn or self.stream_fn,
-                keep_recent_tokens=settings.keep_recent_tokens,
-                reserve_tokens=settings.reserve_tokens,
-                signal=controller.signal,
-                options=await self._summary_options(model),
-                thinking_level=self.state.thinking_level,
-            )
-        except Exception as error:
-            what = "context overflow recovery" if reason == "overflow" else "auto-compaction"
-            if isinstance(error, CompactionError):
-                log.warning("%s of session %s failed: %s", what, self.session_id, error)
-            else:
-                log.exception("%s of session %s failed", what, self.session_id)
-            self.state.error_message = f"{what} failed: {error}"
-            return False
-        finally:
-            self._compaction_abort = None
-        self.state.messages = list(session.build_context().messages)
-        return True
-
-    async def _summary_options(self, model: Model) -> StreamOptions:
-        options = self.stream_options
-        if self.get_api_key is not None:
-            key = self.get_api_key(model.provider)
-            if inspect.isawaitable(key):
-                key = await key
-            if key:
-                return replace(options, api_key=key)
-        if model.provider != self.state.model.provider:
-            return replace(options, api_key=None)
-        return options
 
     async def _run_prompts(
         self, messages: list[BaseMessage], skip_initial_steering: bool = False
@@ -678,7 +404,7 @@ class Agent:
         state.error_message = None
         finished = False
         try:
-            self._sync_session(settings=True)
+            self._record_settings(settings=True)
             messages = await executor(self._config(controller.signal, skip_initial_steering))
             finished = True
             return messages
@@ -694,9 +420,9 @@ class Agent:
             state.pending_tool_calls = set()
             self._abort = None
             try:
-                self._sync_session()  # settings changed during the run
+                self._record_settings()  # settings changed during the run
             except Exception:
-                log.exception("recording settings in session %s failed", self.session_id)
+                log.exception("recording the agent's settings failed")
 
     async def _fail_run(self, error: Exception, aborted: bool) -> AssistantMessage:
         """A run that raised (a listener or the session failed): record why, end the run."""
@@ -742,13 +468,12 @@ class Agent:
 
     def _keep(self, message: BaseMessage) -> None:
         """Append a message the loop did not emit (after a failure) to the transcript and,
-        as far as it still works, the session."""
+        as far as it still works, save it."""
         self.state.messages.append(message)
-        if self.session is not None:
-            try:
-                self.session.append_message(message)
-            except Exception:  # the session may be what failed; memory keeps the message
-                log.exception("appending to session %s failed", self.session_id)
+        try:
+            self._save(message)
+        except Exception:  # saving may be what failed; the transcript keeps the message
+            log.exception("saving a message failed")
 
     async def _on_event(self, event: AgentEvent) -> None:
         state = self.state
@@ -758,12 +483,11 @@ class Agent:
             case MessageEndEvent(message=message):
                 state.streaming_message = None
                 state.messages.append(message)
-                if self.session is not None:
-                    self.session.append_message(message)
+                self._save(message)
                 if isinstance(message, ToolResultMessage) and message.added_tool_names:
                     pool = list(self._pool.values())
                     state.tools = activate_tools(state.tools, pool, message.added_tool_names)
-                    self._sync_session()
+                    self._record_settings()
             case ToolExecutionStartEvent(tool_call_id=call_id):
                 state.pending_tool_calls = state.pending_tool_calls | {call_id}
             case ToolExecutionEndEvent(tool_call_id=call_id):
@@ -781,49 +505,6 @@ class Agent:
             if inspect.isawaitable(result):
                 await result
 
-    def _sync_session(self, settings: bool | None = None) -> None:
-        """Record model, thinking level and active tools where they differ from the session.
-        During a run only the tools are recorded (they change with tool results); a model or
-        thinking level set meanwhile is recorded when the run ends, when it takes effect."""
-        session = self.session
-        if session is None:
-            return
-        state = self.state
-        if settings if settings is not None else not self.is_running:
-            model = (state.model.provider, state.model.id)
-            if model != self._recorded_model:
-                session.append_model_change(*model)
-                self._recorded_model = model
-            level = str(ThinkingLevel(state.thinking_level).value)
-            if level != self._recorded_thinking:
-                session.append_thinking_level_change(level)
-                self._recorded_thinking = level
-        names = [t.name for t in state.tools]
-        recorded = self._recorded_tools
-        if (recorded is None and names) or (recorded is not None and set(recorded) != set(names)):
-            session.append_active_tools_change(names)
-            self._recorded_tools = names
-
-
-_FAILED = (StopReason.ERROR, StopReason.ABORTED)
-
-
-def _error_of(message: AssistantMessage | None) -> str | None:
-    return message.error_message if message is not None and message.stop_reason in _FAILED else None
-
-
-def _last_answer(messages: Sequence[BaseMessage]) -> AssistantMessage | None:
-    return next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
-
-
-def _model_ref(model: Any) -> tuple[str, str] | None:
-    """(provider, model id) from a session context's model ({"provider", "modelId"})."""
-    if model is None:
-        return None
-    if isinstance(model, Mapping):
-        return str(model["provider"]), str(model.get("modelId") or model.get("model_id"))
-    return str(model.provider), str(getattr(model, "model_id", None) or model.id)
-
 
 def _as_message(message: str | BaseMessage) -> BaseMessage:
     return UserMessage(content=[TextContent(text=message)]) if isinstance(message, str) else message
@@ -837,12 +518,4 @@ def _normalize(input: PromptInput, images: Sequence[ImageContent]) -> list[BaseM
     return list(input)
 
 
-__all__ = [
-    "Agent",
-    "AgentBusyError",
-    "CompactionSettings",
-    "Listener",
-    "MessageSource",
-    "PromptInput",
-    "SessionLike",
-]
+__all__ = ["Agent", "AgentBusyError", "Listener", "MessageSource", "PromptInput"]

@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from mcp_agent.agent import Agent, AgentBusyError, RetrySettings
+from mcp_agent.agent import Agent, AgentBusyError
 from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
@@ -30,6 +30,7 @@ from mcp_agent.messages import (
 )
 from mcp_agent.providers.base import is_transient_error
 from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model, tool_call
+from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions import (
     ActiveToolsChangeEntry,
     InMemorySessionStorage,
@@ -58,8 +59,13 @@ def make_tool(name: str, execute: Any = None, **kw: Any) -> AgentTool:
 
 
 def make_agent(script: list[Any], **kw: Any) -> tuple[Agent, ScriptedProvider]:
+    """An Agent; with ``session`` or ``retry``, a SessionAgent (pi's AgentSession does both),
+    in a session of its own unless one is given."""
     provider = ScriptedProvider(script)
     kw.setdefault("tools", [make_tool("bash")])
+    if "session" in kw or "retry" in kw:
+        kw.setdefault("session", Session())
+        return SessionAgent(model=scripted_model(), stream_fn=provider, **kw), provider
     return Agent(model=scripted_model(), stream_fn=provider, **kw), provider
 
 
@@ -304,7 +310,7 @@ async def test_continue_from_an_assistant_message_runs_queued_messages():
 async def test_abort_during_streaming_is_recorded_in_the_session():
     session = Session(InMemorySessionStorage())
     provider = ScriptedProvider([reply("word " * 50)], chunk_size=5, delay=0.01)
-    agent = Agent(model=scripted_model(), stream_fn=provider, session=session)
+    agent = SessionAgent(model=scripted_model(), stream_fn=provider, session=session)
 
     def listener(event: AgentEvent) -> None:
         if event.type == "message_update":
@@ -476,7 +482,7 @@ async def test_resume_from_a_session(tmp_path: Path):
     try:
         session = repo.create()
         tools = [make_tool("a"), make_tool("b")]
-        first = Agent(
+        first = SessionAgent(
             model=scripted_model("m1"),
             stream_fn=ScriptedProvider([reply(tool_call("a")), reply("first answer")]),
             tools=[tools[0]],
@@ -491,7 +497,7 @@ async def test_resume_from_a_session(tmp_path: Path):
         # A new process: open the session again and carry on.
         reopened = repo.open(session_id)
         provider = ScriptedProvider(["you said 42"])
-        resumed = Agent.from_session(reopened, stream_fn=provider, tools=tools)
+        resumed = SessionAgent.from_session(reopened, stream_fn=provider, tools=tools)
         assert resumed.state.model.id == "m1" and resumed.state.model.provider == "scripted"
         assert resumed.state.thinking_level == ThinkingLevel.LOW
         assert [t.name for t in resumed.state.tools] == ["a"]
@@ -509,7 +515,7 @@ async def test_resume_from_a_session(tmp_path: Path):
 
         # resolve_model supplies the full record; an explicit thinking level wins.
         full = scripted_model("m1", context_window=1000)
-        again = Agent.from_session(
+        again = SessionAgent.from_session(
             reopened,
             stream_fn=provider,
             tools=tools,
@@ -531,7 +537,7 @@ async def test_resume_after_max_turns_with_continue():
     assert ends[-1].reason == AgentEndReason.MAX_TURNS
     assert agent.state.messages[-1].role == "toolResult"
 
-    resumed = Agent.from_session(
+    resumed = SessionAgent.from_session(
         session, stream_fn=ScriptedProvider(["wrapped up"]), tools=[make_tool("bash")]
     )
     new = await resumed.continue_()
@@ -547,8 +553,10 @@ async def test_resume_after_max_turns_with_continue():
 async def test_from_session_needs_a_model_when_the_session_names_none():
     session = Session(InMemorySessionStorage())
     with pytest.raises(ValueError, match="model"):
-        Agent.from_session(session, stream_fn=ScriptedProvider([]))
-    agent = Agent.from_session(session, stream_fn=ScriptedProvider(["hi"]), model=scripted_model())
+        SessionAgent.from_session(session, stream_fn=ScriptedProvider([]))
+    agent = SessionAgent.from_session(
+        session, stream_fn=ScriptedProvider(["hi"]), model=scripted_model()
+    )
     assert agent.state.messages == [] and agent.state.tools == []
     await agent.prompt("hello")
     assert session.build_context().model == {"provider": "scripted", "modelId": "scripted"}

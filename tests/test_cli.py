@@ -765,7 +765,7 @@ def test_demo_walks_through_without_an_api_key() -> None:
 def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from mcp_agent.cli.runs import StreamPrinter
+    from mcp_agent.cli.run import StreamPrinter
     from mcp_agent.events import (
         AutoRetryEndEvent,
         AutoRetryStartEvent,

@@ -12,6 +12,7 @@ from mcp import Client
 from mcp.server import MCPServer
 from mcp_support import call, call_error
 
+from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from mcp_agent.messages import content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
@@ -21,9 +22,8 @@ from mcp_agent.providers.scripted import (
     reply,
     scripted_model,
 )
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
-from mcp_agent.server.settings import ServerSettings
-from mcp_agent.sessions.compaction import SUMMARIZATION_SYSTEM_PROMPT
 
 pytestmark = pytest.mark.anyio
 

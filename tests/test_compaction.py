@@ -9,7 +9,29 @@ import anyio
 import pytest
 
 from mcp_agent.abort import AbortController
-from mcp_agent.agent import Agent, AgentBusyError, RetrySettings
+from mcp_agent.agent import Agent, AgentBusyError
+from mcp_agent.compaction.branch_summary import (
+    BRANCH_SUMMARY_PREAMBLE,
+    collect_branch_entries,
+    prepare_branch_entries,
+    summarize_branch,
+)
+from mcp_agent.compaction.compact import CompactionSettings, compact
+from mcp_agent.compaction.cut_points import find_cut_point, prepare_compaction
+from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.prompts import (
+    SPLIT_TURN_SEPARATOR,
+    SUMMARIZATION_PROMPT,
+    SUMMARIZATION_SYSTEM_PROMPT,
+    TURN_PREFIX_SUMMARIZATION_PROMPT,
+    UPDATE_SUMMARIZATION_PROMPT,
+)
+from mcp_agent.compaction.tokens import (
+    context_tokens,
+    estimate_context_tokens,
+    estimate_tokens,
+    should_compact,
+)
 from mcp_agent.messages import (
     COMPACTION_SUMMARY_PREFIX,
     AssistantMessage,
@@ -34,6 +56,7 @@ from mcp_agent.providers.scripted import (
     scripted_model,
     tool_call,
 )
+from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -41,28 +64,6 @@ from mcp_agent.sessions import (
     MessageEntry,
     Session,
     SessionError,
-)
-from mcp_agent.sessions.branch_summary import (
-    BRANCH_SUMMARY_PREAMBLE,
-    collect_branch_entries,
-    prepare_branch_entries,
-    summarize_branch,
-)
-from mcp_agent.sessions.compaction import (
-    SPLIT_TURN_SEPARATOR,
-    SUMMARIZATION_PROMPT,
-    SUMMARIZATION_SYSTEM_PROMPT,
-    TURN_PREFIX_SUMMARIZATION_PROMPT,
-    UPDATE_SUMMARIZATION_PROMPT,
-    CompactionError,
-    CompactionSettings,
-    compact,
-    context_tokens,
-    estimate_context_tokens,
-    estimate_tokens,
-    find_cut_point,
-    prepare_compaction,
-    should_compact,
 )
 from mcp_agent.tools import AgentTool, AgentToolResult
 
@@ -441,7 +442,7 @@ def compacting_agent(
     provider = ScriptedProvider(script)
     settings.setdefault("reserve_tokens", RESERVE)
     settings.setdefault("keep_recent_tokens", 1_000)
-    agent = Agent.from_session(
+    agent = SessionAgent.from_session(
         session,
         stream_fn=provider,
         model=MODEL,
@@ -671,7 +672,7 @@ async def test_abort_during_an_automatic_compaction_writes_nothing() -> None:
     add_turns(session, 10)  # over the threshold: compacts before the prompt
     slow = ScriptedProvider([reply("SLOW SUMMARY", delay=0.02, chunk_size=1)])
     provider = ScriptedProvider([reply("never")])
-    agent = Agent.from_session(
+    agent = SessionAgent.from_session(
         session,
         stream_fn=provider,
         model=MODEL,

@@ -23,8 +23,8 @@ from mcp_agent.providers.scripted import (
     scripted_model,
     tool_call,
 )
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
-from mcp_agent.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

@@ -195,7 +195,7 @@ async def test_agent_manifest_filters_tools_and_servers() -> None:
     async def note(text: str) -> str:
         return text
 
-    async with ToolHub({"t": stdio_config()}, builtin=builtin) as hub:
+    async with ToolHub({"t": stdio_config()}, builtin=lambda: builtin) as hub:
         no_servers = AgentManifest(name="b", servers=[])
         assert {t.name for t in await hub.tools(no_servers)} == {"note"}
         assert not hub.connection("t").running  # started on first use only
@@ -212,7 +212,7 @@ async def test_builtin_tools_receive_run_meta() -> None:
         meta = ctx.request_context.meta or {}
         return str(meta.get(RUN_META_KEY, {}).get("session_id"))
 
-    async with ToolHub({}, builtin=builtin) as hub:
+    async with ToolHub({}, builtin=lambda: builtin) as hub:
         [tool] = await hub.tools(run_meta={"session_id": "s-42", "depth": 1})
         assert (await call(tool)).content[0].text == "s-42"
 

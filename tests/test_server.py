@@ -15,7 +15,6 @@ from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import call, call_error
 
-from mcp_agent.agent import Agent
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import UserMessage, content_text
 from mcp_agent.providers.base import LlmContext
@@ -27,10 +26,11 @@ from mcp_agent.providers.scripted import (
     tool_call,
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
+from mcp_agent.runtime.runs import RunManager
+from mcp_agent.runtime.session_agent import SessionAgent
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
 from mcp_agent.server.notify import Notifier, WatchedBus
-from mcp_agent.server.runs import RunManager
-from mcp_agent.server.settings import ServerSettings
 from mcp_agent.sessions import Session
 
 pytestmark = pytest.mark.anyio
@@ -505,8 +505,8 @@ async def test_a_run_whose_start_is_cancelled_does_not_go_on() -> None:
     provider = ScriptedProvider(lambda context: reply("word " * 100, delay=0.01, chunk_size=5))
     session = Session()
 
-    async def build(run_id: str) -> tuple[Agent, str]:
-        return Agent(model=scripted_model(), stream_fn=provider, session=session), "scripted"
+    async def build(run_id: str) -> tuple[SessionAgent, str]:
+        return SessionAgent(model=scripted_model(), stream_fn=provider, session=session), "scripted"
 
     async with anyio.create_task_group() as group:
         runs = RunManager(group)

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from mcp_agent.cli import catalog, chat, demo, runs, serve, sessions
+from mcp_agent.cli import catalog, chat, demo, run, serve, sessions
 from mcp_agent.cli.common import BAD_INPUT, INTERRUPTED, PROG, fail
 
 app = typer.Typer(
@@ -29,7 +29,7 @@ def _root() -> None:
 
 app.command()(serve.serve)
 app.add_typer(sessions.app, name="sessions")
-app.command()(runs.run)
+app.command()(run.run)
 app.command()(chat.chat)
 app.command()(catalog.models)
 app.command()(demo.demo)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from mcp_agent.cli.common import DbOption, ManifestsOption, out, stdin_is_tty
-from mcp_agent.cli.runs import (
+from mcp_agent.cli.run import (
     AgentOption,
     InputError,
     ModelOption,
@@ -30,7 +30,7 @@ from mcp_agent.cli.runs import (
 if TYPE_CHECKING:
     import anyio
 
-    from mcp_agent.server.state import AppState
+    from mcp_agent.runtime.application import AppState
 
 HELP = """\
 Commands:
@@ -173,7 +173,6 @@ class Chat:
         self.session_id = run.session_id
         self.interrupt = lambda: run.agent.abort("interrupted with Ctrl-C")
         try:
-            assert state.runs is not None
             await state.runs.wait(run)
         finally:
             self.interrupt = None
@@ -260,17 +259,12 @@ class Chat:
         self.say(f"now in session {forked.id}, a fork of {old}")
 
     async def _compact(self, instructions: str) -> None:
-        from mcp.server.mcpserver.exceptions import ToolError
-
         from mcp_agent.abort import AbortController
         from mcp_agent.cli.demo import cli_models
-        from mcp_agent.server.models import resolve_run_model
+        from mcp_agent.compaction import compact, prepare_compaction
+        from mcp_agent.runtime.errors import ModelUnavailable
+        from mcp_agent.runtime.models import resolve_run_model
 
-        try:
-            from mcp_agent.sessions.compaction import compact, prepare_compaction
-        except ImportError:
-            self.say("compaction is not available in this version", "red")
-            return
         session = self._current()
         if session is None:
             self.say("no session yet: nothing to compact", "red")
@@ -285,7 +279,7 @@ class Chat:
                 None,
                 cli_models(),
             )
-        except ToolError as error:
+        except ModelUnavailable as error:
             self.say(str(error), "red")
             return
         controller = AbortController()

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from mcp_agent.providers.base import LlmContext
     from mcp_agent.providers.scripted import ScriptedResponse
-    from mcp_agent.server.models import ModelChoice, ModelOverrides
+    from mcp_agent.runtime.models import ModelChoice, ModelOverrides
 
 DEMO_MODEL = "scripted:demo"
 DEMO_AGENTS = {

@@ -63,10 +63,10 @@ def serve(
 
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.manifests import ManifestError
+    from mcp_agent.runtime.settings import ServerSettings
     from mcp_agent.server.app import build_server, print_banner
-    from mcp_agent.server.http import UnsafeBindError, check_bind, serve_http
-    from mcp_agent.server.settings import ServerSettings
     from mcp_agent.server.stdio import run_stdio
+    from mcp_agent.server.streamable_http import UnsafeBindError, check_bind, serve_http
 
     try:
         settings = ServerSettings(

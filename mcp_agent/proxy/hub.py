@@ -33,7 +33,12 @@ MIN_START_TIMEOUT = 10.0
 
 
 class ToolHub:
-    def __init__(self, servers: dict[str, ServerConfig], builtin: MCPServer | None = None):
+    def __init__(
+        self,
+        servers: dict[str, ServerConfig],
+        builtin: Callable[[], MCPServer] | None = None,
+    ):
+        """``builtin`` makes the in-process server of built-in tools when it is first used."""
         self.configs = servers
         self._connections: dict[str, McpServerConnection] = {
             name: McpServerConnection(
@@ -42,7 +47,7 @@ class ToolHub:
             for name, config in servers.items()
         }
         self._builtin = (
-            McpServerConnection(BUILTIN, lambda: _in_memory(builtin)) if builtin else None
+            McpServerConnection(BUILTIN, lambda: _in_memory(builtin())) if builtin else None
         )
         self._task_group: TaskGroup | None = None
         self._task_group_cm: AbstractAsyncContextManager[TaskGroup] | None = None
@@ -159,6 +164,5 @@ class ToolHub:
         )
 
 
-def _in_memory(server: MCPServer | None) -> AbstractAsyncContextManager[Client]:
-    assert server is not None
+def _in_memory(server: MCPServer) -> AbstractAsyncContextManager[Client]:
     return Client(server)

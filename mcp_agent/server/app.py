@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from mcp.server import MCPServer
-from mcp.server.subscriptions import SubscriptionBus
 
 from mcp_agent import __version__
-from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.runtime.application import open_app
+from mcp_agent.runtime.models import ModelOverrides
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server import (
     agent_tools,
     compact_tools,
@@ -19,47 +20,14 @@ from mcp_agent.server import (
     resources,
     session_tools,
 )
-from mcp_agent.server.builtin import build_builtin_server
-from mcp_agent.server.leases import SessionLeases
-from mcp_agent.server.models import ModelOverrides
-from mcp_agent.server.notify import WatchedBus
-from mcp_agent.server.runs import RunManager
-from mcp_agent.server.settings import ServerSettings
-from mcp_agent.server.state import AppState, open_state
+from mcp_agent.server.context import ServerState
+from mcp_agent.server.notify import Notifier, WatchedBus
 
 INSTRUCTIONS = """\
 Agent sessions: every conversation is a tree of entries you can browse, branch, fork and resume.
 Run an agent with agent_run (a new session, or session_id to continue one). Read sessions with
 session_list / session_get, or as resources session://{id}. Move to an earlier entry with
 session_move_to to branch; copy a branch into a new session with session_fork."""
-
-
-@asynccontextmanager
-async def open_app(
-    settings: ServerSettings,
-    bus: SubscriptionBus | None = None,
-    models: ModelOverrides | None = None,
-) -> AsyncIterator[AppState]:
-    """Everything a server (or the command line) needs to run agents in sessions: the repo,
-    manifests, tool hub, run manager and notifications. Leaving it aborts running runs and
-    stops downstream servers."""
-    async with open_state(settings, bus) as state:
-        if models:
-            state.extra["models"] = models
-        from mcp_agent.sessions.sqlite import SqliteSessionRepo  # loaded by open_state already
-
-        leases = SessionLeases(settings.db_path)
-        if isinstance(state.repo, SqliteSessionRepo):
-            state.repo.database.session_guard = leases.guard
-        state.runs = RunManager(state.task_group, leases)
-        state.task_group.start_soon(state.runs.keep_leases)
-        async with ToolHub(state.servers, builtin=build_builtin_server(state)) as hub:
-            state.hub = hub
-            try:
-                yield state
-            finally:
-                await state.runs.close()
-                leases.close()
 
 
 def build_server(
@@ -69,9 +37,13 @@ def build_server(
     bus = WatchedBus()
 
     @asynccontextmanager
-    async def lifespan(server: MCPServer) -> AsyncIterator[AppState]:
-        async with open_app(settings, bus, models) as state:
-            yield state
+    async def lifespan(server: MCPServer) -> AsyncIterator[ServerState]:
+        notifier = Notifier(bus)
+        async with open_app(settings, models) as app:
+            app.repo.listeners.append(notifier.session_changed)
+            app.list_listeners.append(notifier.list_changed)
+            app.task_group.start_soon(notifier.run)
+            yield ServerState(app, notifier)
 
     server = MCPServer(
         "mcp-agent-sessions",

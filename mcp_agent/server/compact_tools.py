@@ -9,12 +9,13 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from mcp_agent.compaction.compact import compact
+from mcp_agent.compaction.cut_points import prepare_compaction
+from mcp_agent.runtime.models import resolve_run_model
+from mcp_agent.server.context import app_state
 from mcp_agent.server.errors import tool_errors
-from mcp_agent.server.models import resolve_run_model
 from mcp_agent.server.schemas import CompactResult
 from mcp_agent.server.session_tools import WRITES, SessionId
-from mcp_agent.server.state import app_state
-from mcp_agent.sessions.compaction import compact, prepare_compaction
 
 
 def register(server: MCPServer) -> None:
@@ -30,18 +31,16 @@ def register(server: MCPServer) -> None:
         progress, decisions, next steps, files touched) and the context continues from that
         summary plus the recent entries. Nothing is deleted; the old entries stay in the tree."""
         state = app_state(ctx)
-        if state.runs is not None:
-            state.runs.ensure_idle(session_id)
         with tool_errors():
+            state.runs.ensure_idle(session_id)
             session = state.repo.open(session_id)
             # Refuse before choosing a model: "nothing to compact" needs none.
             prepare_compaction(session.get_branch(), context_messages=[])
-        _, model, stream_fn = resolve_run_model(
-            None, state.settings.default_model, ctx.session, state.extra.get("models")
-        )
-        assert state.runs is not None
+            _, model, stream_fn = resolve_run_model(
+                None, state.settings.default_model, ctx.session, state.models
+            )
         # No run may start in the session while the model writes the summary.
-        with state.runs.hold(session_id, "session_compact"), tool_errors():
+        with tool_errors(), state.runs.hold(session_id, "session_compact"):
             # CompactionError is a SessionError: its code and text go through.
             result = await compact(session, model, stream_fn, instructions=instructions)
         return CompactResult(

@@ -1,4 +1,4 @@
-"""Turning our errors into tool errors whose text a person or a model can act on."""
+"""Turning domain errors (sessions, runtime, manifests) into tool errors whose text a person or a model can act on."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mcp_agent.manifests import ManifestError
 from mcp_agent.messages import MessageParseError
+from mcp_agent.runtime.errors import Refused
 from mcp_agent.sessions import SessionError
 
 HINTS = {
@@ -27,5 +28,5 @@ def tool_errors() -> Iterator[None]:
         # A busy session's message says so itself, and what to do.
         prefix = "" if error.code == "busy" else f"{error.code}: "
         raise ToolError(f"{prefix}{error}" + (f" ({hint})" if hint else "")) from None
-    except (MessageParseError, ManifestError, ValueError) as error:
+    except (Refused, MessageParseError, ManifestError, ValueError) as error:
         raise ToolError(str(error)) from None

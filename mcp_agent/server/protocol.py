@@ -8,7 +8,7 @@ from typing import Any
 import mcp.types as types
 from mcp.server import MCPServer, ServerRequestContext
 
-from mcp_agent.server.state import AppState
+from mcp_agent.runtime.application import AppState
 
 MAX_COMPLETIONS = 100
 log = logging.getLogger("mcp_agent")
@@ -61,7 +61,7 @@ def register(server: MCPServer) -> None:
     async def on_complete(
         ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> types.CompleteResult:
-        values = complete(ctx.lifespan_context, params)
+        values = complete(ctx.lifespan_context.app, params)
         return types.CompleteResult(
             completion=types.Completion(
                 values=values[:MAX_COMPLETIONS],

@@ -11,8 +11,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
 
+from mcp_agent.runtime.application import AppState
+from mcp_agent.server.context import ServerState, app_state
 from mcp_agent.server.session_tools import describe_session
-from mcp_agent.server.state import AppState, app_state
 from mcp_agent.sessions import Session, SessionError
 
 JSON = "application/json"
@@ -112,8 +113,9 @@ def register(server: MCPServer) -> None:
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
     ) -> types.ListResourcesResult:
-        state: AppState = ctx.lifespan_context
-        state.notifier.remember(ctx.session, ctx.protocol_version)
+        server_state: ServerState = ctx.lifespan_context
+        server_state.notifier.remember(ctx.session, ctx.protocol_version)
+        state = server_state.app
         try:
             page = state.repo.list(limit=state.settings.page_size, cursor=params.cursor)
         except SessionError as error:
@@ -144,14 +146,14 @@ def register(server: MCPServer) -> None:
     async def subscribe(
         ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        state: AppState = ctx.lifespan_context
+        state: ServerState = ctx.lifespan_context
         state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
         return types.EmptyResult()
 
     async def unsubscribe(
         ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        state: AppState = ctx.lifespan_context
+        state: ServerState = ctx.lifespan_context
         state.notifier.unsubscribe(str(params.uri), ctx.session)
         return types.EmptyResult()
 

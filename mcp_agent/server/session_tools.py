@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mcp_agent.messages import ThinkingLevel
+from mcp_agent.server.context import app_state
 from mcp_agent.server.errors import tool_errors
 from mcp_agent.server.schemas import (
     AppendResult,
@@ -25,34 +25,12 @@ from mcp_agent.server.schemas import (
     SessionView,
     StatsResult,
 )
-from mcp_agent.server.state import app_state
-from mcp_agent.sessions import Session, SessionError, parse_entry
-from mcp_agent.sessions.entries import (
-    ActiveToolsChangeEntry,
-    CustomEntry,
-    CustomMessageEntry,
-    LabelEntry,
-    MessageEntry,
-    ModelChangeEntry,
-    SessionInfoEntry,
-    ThinkingLevelChangeEntry,
-)
+from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
-
-APPENDABLE = (
-    "message",
-    "custom",
-    "custom_message",
-    "label",
-    "session_info",
-    "model_change",
-    "thinking_level_change",
-    "active_tools_change",
-)
 
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
 
@@ -77,52 +55,6 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
 
 
-_PLACEHOLDERS = {"id": "00000000", "parentId": None, "timestamp": "1970-01-01T00:00:00.000Z"}
-
-
-def entry_to_append(session: Session, entry: dict[str, Any]) -> str:
-    """Validate ``entry`` (pi v3 form, without id, parentId and timestamp) and append it."""
-    kind = entry.get("type")
-    if kind not in APPENDABLE:
-        hint = {
-            "compaction": "use session_compact",
-            "branch_summary": "use session_move_to with summary",
-            "leaf": "use session_move_to",
-        }.get(str(kind), f"one of: {', '.join(APPENDABLE)}")
-        raise ToolError(f"entry.type {kind!r} cannot be appended: {hint}")
-    for reserved in ("id", "parentId", "timestamp"):
-        if reserved in entry:
-            raise ToolError(f"entry.{reserved} is set by the server; leave it out")
-    with tool_errors():
-        # Validated here with placeholders; the session gives the entry its id, parent and time.
-        typed = parse_entry({**entry, **_PLACEHOLDERS})
-        match typed:
-            case MessageEntry(message=message):
-                return session.append_message(message)
-            case CustomEntry():
-                return session.append_custom(typed.custom_type, typed.data)
-            case CustomMessageEntry():
-                return session.append_custom_message(
-                    typed.custom_type, typed.content, typed.display, typed.details
-                )
-            case LabelEntry():
-                return session.append_label(typed.target_id, typed.label)
-            case SessionInfoEntry():
-                return session.set_name(typed.name)
-            case ModelChangeEntry():
-                return session.append_model_change(typed.provider, typed.model_id)
-            case ThinkingLevelChangeEntry():
-                if typed.thinking_level not in set(ThinkingLevel):
-                    known = ", ".join(ThinkingLevel)
-                    raise ToolError(
-                        f"entry.thinkingLevel {typed.thinking_level!r} is not one of: {known}"
-                    )
-                return session.append_thinking_level_change(ThinkingLevel(typed.thinking_level))
-            case ActiveToolsChangeEntry():
-                return session.append_active_tools_change(list(typed.active_tool_names))
-    raise ToolError(f"entry.type {kind!r} cannot be appended")
-
-
 def register(server: MCPServer) -> None:
     @server.tool(annotations=WRITES)
     async def session_create(
@@ -135,7 +67,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         with tool_errors():
             session = state.repo.create(name=name, cwd=cwd, metadata=metadata)
-        state.notifier.list_changed()
+        state.list_changed()
         return describe_session(state.repo, session)
 
     @server.tool(annotations=READ_ONLY)
@@ -177,11 +109,10 @@ def register(server: MCPServer) -> None:
     async def session_delete(ctx: Context, session_id: SessionId) -> DeleteResult:
         """Delete a session and all its entries."""
         state = app_state(ctx)
-        if state.runs is not None:
-            state.runs.ensure_idle(session_id)
         with tool_errors():
+            state.runs.ensure_idle(session_id)
             state.repo.delete(session_id)
-        state.notifier.list_changed()
+        state.list_changed()
         return DeleteResult(session_id=session_id, deleted=True)
 
     @server.tool(annotations=WRITES)
@@ -204,10 +135,9 @@ def register(server: MCPServer) -> None:
     ) -> AppendResult:
         """Append an entry at the session's leaf; it becomes the new leaf."""
         state = app_state(ctx)
-        if state.runs is not None:
-            state.runs.ensure_idle(session_id, elsewhere=False)
         with tool_errors():
-            entry_id = entry_to_append(state.repo.open(session_id), entry)
+            state.runs.ensure_idle(session_id, elsewhere=False)
+            entry_id = state.repo.open(session_id).append_entry(entry)
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
@@ -227,18 +157,16 @@ def register(server: MCPServer) -> None:
     ) -> MoveResult:
         """Move the session's leaf (switch branch); the next append starts a new branch there."""
         state = app_state(ctx)
-        if state.runs is not None:
-            state.runs.ensure_idle(session_id)
         if summary is not None and summarize:
             raise ToolError("give either summary or summarize=true, not both")
         with tool_errors():
+            state.runs.ensure_idle(session_id)
             session = state.repo.open(session_id)
             if summarize:
                 if entry_id is None:
                     raise ToolError("summarize needs an entry_id to move to")
                 from mcp_agent.server.summaries import summarize_branch
 
-                assert state.runs is not None
                 with state.runs.hold(session_id, "session_move_to (summarize)"):
                     branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
             else:
@@ -266,7 +194,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         with tool_errors():
             forked = state.repo.fork(session_id, entry_id, position)
-        state.notifier.list_changed()
+        state.list_changed()
         return describe_session(state.repo, forked)
 
     @server.tool(annotations=READ_ONLY)
@@ -318,5 +246,5 @@ def register(server: MCPServer) -> None:
                         "conflict", f"{error} (export it, or delete the existing session first)"
                     ) from None
                 raise
-        state.notifier.list_changed()
+        state.list_changed()
         return describe_session(state.repo, session)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_agent.server.models import resolve_run_model
-from mcp_agent.server.state import AppState
+from mcp_agent.compaction.branch_summary import summarize_branch as summarize_session_branch
+from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.runtime.application import AppState
+from mcp_agent.runtime.models import resolve_run_model
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.branch_summary import summarize_branch as summarize_session_branch
-from mcp_agent.sessions.compaction import CompactionError
 
 
 async def summarize_branch(
@@ -25,7 +25,7 @@ async def summarize_branch(
             "(list entries with session_get)"
         )
     _, model, stream_fn = resolve_run_model(
-        None, state.settings.default_model, ctx.session, state.extra.get("models")
+        None, state.settings.default_model, ctx.session, state.models
     )
     try:
         return await summarize_session_branch(session, entry_id, model, stream_fn)

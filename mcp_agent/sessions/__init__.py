@@ -1,20 +1,17 @@
-"""Sessions: trees of entries, their storage backends, context building, repos and pi interop."""
+"""Sessions: trees of entries, their storage backends, context building, repos and pi interop.
+
+What is exported here is the package's public surface; the helpers the backends share stay in
+their modules."""
 
 from mcp_agent.sessions.context import (
     EntryProjector,
     EntryTransform,
     SessionContext,
     SessionContextBuildOptions,
-    build_context_entries,
     build_session_context,
-    default_context_entry_transform,
-    derive_session_context_state,
-    merge_context_build_options,
-    session_entry_to_context_messages,
 )
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
-    ENTRY_TYPES,
     ActiveToolsChangeEntry,
     BranchSummaryEntry,
     CompactionEntry,
@@ -38,21 +35,18 @@ from mcp_agent.sessions.jsonl import JsonlSessionRepo, JsonlSessionStorage
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import ParsedSession, export_text, parse_session_text
 from mcp_agent.sessions.repo import (
-    BaseSessionRepo,
     InMemorySessionRepo,
     SessionPage,
     SessionRepo,
     SessionSummary,
 )
 from mcp_agent.sessions.session import Session, SessionListener, TreeNode
-from mcp_agent.sessions.sqlite import SqliteDatabase, SqliteSessionRepo, SqliteSessionStorage
+from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
 from mcp_agent.sessions.storage import SessionStats, SessionStorage
 
 __all__ = [
     "CURRENT_SESSION_VERSION",
-    "ENTRY_TYPES",
     "ActiveToolsChangeEntry",
-    "BaseSessionRepo",
     "BranchSummaryEntry",
     "CompactionEntry",
     "CustomEntry",
@@ -81,21 +75,15 @@ __all__ = [
     "SessionStats",
     "SessionStorage",
     "SessionSummary",
-    "SqliteDatabase",
     "SqliteSessionRepo",
     "SqliteSessionStorage",
     "ThinkingLevelChangeEntry",
     "TreeNode",
     "UnknownEntry",
-    "build_context_entries",
     "build_session_context",
-    "default_context_entry_transform",
-    "derive_session_context_state",
     "export_text",
-    "merge_context_build_options",
     "new_header",
     "parse_entry",
     "parse_header",
     "parse_session_text",
-    "session_entry_to_context_messages",
 ]

@@ -97,30 +97,102 @@ def derive_session_context_state(path_entries: Sequence[SessionEntry]) -> _State
     return state
 
 
-def newest_compaction(path_entries: Sequence[SessionEntry]) -> int | None:
-    for index in range(len(path_entries) - 1, -1, -1):
-        if isinstance(path_entries[index], CompactionEntry):
+# --- where a context starts: the one rule that every backend and compaction follow ----------
+
+
+def newest_compaction(types: Sequence[str]) -> int | None:
+    """The index of the newest compaction on a path, given its entries' types root first."""
+    for index in range(len(types) - 1, -1, -1):
+        if types[index] == "compaction":
             return index
     return None
 
 
+def first_kept_id(compaction: CompactionEntry) -> str | None:
+    """The entry from which a compaction keeps the branch before it verbatim; None when the
+    context starts at the compaction itself (it carries a retained tail, or keeps nothing)."""
+    return compaction.first_kept_entry_id if compaction.retained_tail is None else None
+
+
+def context_start(ids: Sequence[str], index: int, compaction: CompactionEntry) -> int:
+    """Where the context of a path whose newest compaction stands at ``index`` begins: at its
+    first kept entry, or at the compaction (also when the kept entry is not on the path)."""
+    kept = first_kept_id(compaction)
+    return next((i for i in range(index) if ids[i] == kept), index) if kept else index
+
+
+# Roles of the messages that never set the model; any other message (an assistant's, or one of
+# a type registered elsewhere) may.
+_NOT_ANSWERS = frozenset(
+    {"user", "toolResult", "bashExecution", "custom", "branchSummary", "compactionSummary"}
+)
+
+
+def setting_kind(entry_type: str, role: str | None) -> str | None:
+    """Which setting of the context an entry may decide (``derive_session_context_state``):
+    "model", "thinking_level_change" or "active_tools_change"; "message?" for a message of a
+    role registered elsewhere (it may be an answer); None for the rest. The newest entry of
+    each kind on the path is what counts."""
+    if entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
+        return "model"
+    if entry_type in ("thinking_level_change", "active_tools_change"):
+        return entry_type
+    if entry_type == "message" and role not in _NOT_ANSWERS:
+        return "message?"
+    return None
+
+
+def context_path_indices(
+    ids: Sequence[str],
+    types: Sequence[str],
+    roles: Sequence[str | None],
+    compaction_at: Callable[[int], CompactionEntry],
+) -> list[int]:
+    """The entries of a path (given as ids, types and message roles, root first) that its
+    context is built from: the newest compaction, what it keeps and all that follows, and before
+    those only the newest entry deciding each setting. ``compaction_at(i)`` parses entry i.
+    A backend that reads rows uses it to parse no more of a long branch than that."""
+    index = newest_compaction(types)
+    if index is None:
+        return list(range(len(ids)))
+    start = context_start(ids, index, compaction_at(index))
+    settings: dict[str | int, int] = {}
+    for i in range(start):
+        kind = setting_kind(types[i], roles[i])
+        if kind is not None:
+            settings[i if kind == "message?" else kind] = i
+    return [*sorted(settings.values()), *range(start, len(ids))]
+
+
 def default_context_entry_transform(path_entries: Sequence[SessionEntry]) -> list[SessionEntry]:
     """The entries that make up the context, the newest compaction first when there is one."""
-    index = newest_compaction(path_entries)
+    index = newest_compaction([e.type for e in path_entries])
     if index is None:
         return list(path_entries)
     compaction = path_entries[index]
     assert isinstance(compaction, CompactionEntry)
-    entries: list[SessionEntry] = [compaction]
-    if compaction.retained_tail is None and compaction.first_kept_entry_id is not None:
-        kept = False
-        for entry in path_entries[:index]:
-            kept = kept or entry.id == compaction.first_kept_entry_id
-            # Older compactions inside the kept range were superseded by this one.
-            if kept and not isinstance(entry, CompactionEntry):
-                entries.append(entry)
-    entries.extend(path_entries[index + 1 :])
-    return entries
+    start = context_start([e.id for e in path_entries], index, compaction)
+    # Older compactions inside the kept range were superseded by this one.
+    kept = [e for e in path_entries[start:index] if not isinstance(e, CompactionEntry)]
+    return [compaction, *kept, *path_entries[index + 1 :]]
+
+
+def compaction_stop() -> Callable[[SessionEntry], bool]:
+    """A ``stop`` for ``storage.walk_to_root`` that ends the walk where the newest compaction's
+    context begins (seed: getPathToRootOrCompaction): ``context_start`` walking leaf first."""
+    kept: list[str | None] = []
+
+    def stop(entry: SessionEntry) -> bool:
+        if kept:
+            return entry.id == kept[0]
+        if isinstance(entry, CompactionEntry):
+            found = first_kept_id(entry)
+            if found is None:
+                return True
+            kept.append(found)
+        return False
+
+    return stop
 
 
 def build_context_entries(

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from mcp_agent.sessions.context import compaction_stop
 from mcp_agent.sessions.entries import (
     LabelEntry,
     LeafEntry,
@@ -23,7 +24,6 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import (
     SessionStats,
-    compaction_stop,
     compute_stats,
     tree_parent,
     validate_tree,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_agent.messages import BaseMessage, Usage
+from mcp_agent.messages import BaseMessage, ThinkingLevel, Usage
 from mcp_agent.sessions.context import (
     SessionContext,
     SessionContextBuildOptions,
@@ -30,6 +30,7 @@ from mcp_agent.sessions.entries import (
     SessionInfoEntry,
     ThinkingLevelChangeEntry,
     iso_now,
+    parse_entry,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
@@ -38,6 +39,24 @@ from mcp_agent.sessions.storage import SessionStats, SessionStorage, tree_parent
 log = logging.getLogger(__name__)
 
 _ID_ATTEMPTS = 5
+
+# The entry types a caller may append with append_entry; the others have operations of their
+# own (compact, move_to) or are the session's bookkeeping.
+APPENDABLE = (
+    "message",
+    "custom",
+    "custom_message",
+    "label",
+    "session_info",
+    "model_change",
+    "thinking_level_change",
+    "active_tools_change",
+)
+_NOT_APPENDABLE = {
+    "compaction": "compact the session instead (session_compact)",
+    "branch_summary": "move the leaf with a summary instead (session_move_to)",
+    "leaf": "move the leaf instead (session_move_to)",
+}
 
 # Called after each entry is stored, with the session id and the stored entry.
 SessionListener = Callable[[str, SessionEntry], None]
@@ -128,6 +147,52 @@ class Session:
                 listener(self.id, entry)
             except Exception:  # a broken subscriber must not undo or block a stored append
                 log.exception("session listener failed")
+
+    def append_entry(self, partial: Mapping[str, Any]) -> str:
+        """Append an entry given in pi's v3 form without ``id``, ``parentId`` and
+        ``timestamp`` (the session sets those), e.g. ``{"type": "label", "targetId": …,
+        "label": "good"}``: any of ``APPENDABLE``. It is validated as it will be stored."""
+        kind = partial.get("type")
+        if kind not in APPENDABLE:
+            hint = _NOT_APPENDABLE.get(str(kind), f"one of: {', '.join(APPENDABLE)}")
+            raise SessionError("invalid_entry", f"entry.type {kind!r} cannot be appended: {hint}")
+        for reserved in ("id", "parentId", "timestamp"):
+            if reserved in partial:
+                raise SessionError(
+                    "invalid_entry", f"entry.{reserved} is set by the session; leave it out"
+                )
+        data = dict(partial)
+        # An empty label or name clears it, as append_label and set_name do.
+        if kind == "label" and not data.get("label"):
+            data.pop("label", None)
+        if kind == "session_info":
+            name = data.get("name")
+            if isinstance(name, str) and not name.strip():
+                data.pop("name")
+            elif isinstance(name, str):
+                data["name"] = name.strip()
+
+        def build(base: dict[str, Any]) -> SessionEntry:
+            entry = parse_entry(
+                {
+                    **data,
+                    "id": base["id"],
+                    "parentId": base["parent_id"],
+                    "timestamp": base["timestamp"],
+                }
+            )
+            if isinstance(entry, ThinkingLevelChangeEntry):
+                if entry.thinking_level not in set(ThinkingLevel):
+                    known = ", ".join(ThinkingLevel)
+                    raise SessionError(
+                        "invalid_entry",
+                        f"entry.thinkingLevel {entry.thinking_level!r} is not one of: {known}",
+                    )
+            elif isinstance(entry, LabelEntry):
+                self._require_entry(entry.target_id)
+            return entry
+
+        return self._append(build)
 
     def append_message(self, message: BaseMessage) -> str:
         return self._append(lambda base: MessageEntry(**base, message=message))

@@ -39,9 +39,14 @@ from typing import Any, Literal, TypeVar
 from pydantic import ValidationError
 
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions.context import SessionContextBuildOptions
+from mcp_agent.sessions.context import (
+    SessionContextBuildOptions,
+    compaction_stop,
+    context_path_indices,
+)
 from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
+    CompactionEntry,
     LabelEntry,
     LeafEntry,
     MessageEntry,
@@ -69,7 +74,6 @@ from mcp_agent.sessions.repo import (
 )
 from mcp_agent.sessions.storage import (
     SessionStats,
-    compaction_stop,
     count_entry,
     leaf_after,
     validate_tree,
@@ -101,6 +105,10 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
 # "full": a committed append survives a power loss (fsync at every commit). "normal": it
 # survives the process being killed, but the newest appends may be lost if the machine stops.
 Durability = Literal["full", "normal"]
+# Called inside each transaction that appends to or moves a session, before the change, with
+# the connection and the session id; raising refuses the change. The runtime checks there that
+# no other process runs an agent in the session (runtime.leases).
+SessionGuard = Callable[[sqlite3.Connection, str], None]
 DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 
 
@@ -116,6 +124,7 @@ class SqliteDatabase:
         path: str | Path,
         busy_timeout: float = BUSY_TIMEOUT_S,
         durability: Durability = "full",
+        session_guard: SessionGuard | None = None,
     ) -> None:
         if durability not in DURABILITY:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY)}")
@@ -124,10 +133,7 @@ class SqliteDatabase:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
         self.lock = threading.RLock()
-        # Called inside each transaction that appends to or moves a session, before the
-        # change, with the connection and the session id; raising refuses the change. The
-        # server checks there that no other process runs an agent in the session.
-        self.session_guard: Callable[[sqlite3.Connection, str], None] | None = None
+        self.session_guard = session_guard
         self.conn = sqlite3.connect(
             str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -482,30 +488,6 @@ _BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
 _CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
 
 
-# Roles of the messages that never set the model; any other message (an assistant's, or one of
-# a type registered elsewhere) may.
-_NOT_ANSWERS = {
-    "user",
-    "toolResult",
-    "bashExecution",
-    "custom",
-    "branchSummary",
-    "compactionSummary",
-}
-
-
-def _setting_kind(index: int, entry_type: str, role: str | None) -> str | int | None:
-    """Which context setting an entry decides (derive_session_context_state), if any: the
-    newest of each kind is what counts. A message of an unknown role is its own kind (kept)."""
-    if entry_type == "model_change" or (entry_type == "message" and role == "assistant"):
-        return "model"
-    if entry_type in ("thinking_level_change", "active_tools_change"):
-        return entry_type
-    if entry_type == "message" and role not in _NOT_ANSWERS:
-        return index
-    return None
-
-
 # --- one session ------------------------------------------------------------------------------
 
 
@@ -736,22 +718,14 @@ class SqliteSessionStorage:
         rows = self.database.read(_CONTEXT_PATH_SQL, {"s": self.session_id, "leaf": leaf_id})
         if not rows:
             raise SessionError("not_found", f"entry {leaf_id} not found")
-        newest = next((i for i in range(len(rows) - 1, -1, -1) if rows[i][1] == "compaction"), None)
-        keep: list[int]
-        if newest is None:
-            keep = list(range(len(rows)))
-        else:
-            entry_id, entry_type, _role, data = rows[newest]
-            compaction = self._parse(entry_id, entry_type, data)
-            # From the first kept entry (a context with a retained tail leaves those out).
-            first_kept = getattr(compaction, "first_kept_entry_id", None)
-            start = next((i for i in range(newest) if rows[i][0] == first_kept), newest)
-            settings: dict[str | int, int] = {}
-            for index in range(start):
-                kind = _setting_kind(index, rows[index][1], rows[index][2])
-                if kind is not None:
-                    settings[kind] = index
-            keep = [*sorted(settings.values()), *range(start, len(rows))]
+
+        def compaction_at(i: int) -> CompactionEntry:
+            entry = self._parse(rows[i][0], rows[i][1], rows[i][3])
+            assert isinstance(entry, CompactionEntry)
+            return entry
+
+        ids, types, roles, _ = zip(*rows, strict=True)
+        keep = context_path_indices(ids, types, roles, compaction_at)
         return [self._parse(rows[i][0], rows[i][1], rows[i][3]) for i in keep]
 
     def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
@@ -849,9 +823,10 @@ class SqliteSessionRepo(BaseSessionRepo):
         context_build_options: SessionContextBuildOptions | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
         durability: Durability = "full",
+        session_guard: SessionGuard | None = None,
     ) -> None:
         super().__init__(context_build_options)
-        self.database = SqliteDatabase(path, busy_timeout, durability)
+        self.database = SqliteDatabase(path, busy_timeout, durability, session_guard)
         # The sessions opened last, kept with their parsed entries: a server opens the same
         # few sessions request after request. A session deleted elsewhere meanwhile still says
         # so at its next read or write.

@@ -10,7 +10,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from mcp_agent.messages import AssistantMessage
 from mcp_agent.sessions.entries import (
-    CompactionEntry,
     LeafEntry,
     MessageEntry,
     SessionEntry,
@@ -111,24 +110,6 @@ def walk_to_root(
         current = get(current.parent_id) if current.parent_id is not None else None
     path.reverse()
     return path
-
-
-def compaction_stop() -> Callable[[SessionEntry], bool]:
-    """A ``stop`` for :func:`walk_to_root` that ends the walk where the newest compaction's
-    context begins: at the compaction when it carries a retained tail or keeps nothing, else
-    at its first kept entry (seed: getPathToRootOrCompaction)."""
-    first_kept: list[str | None] = []
-
-    def stop(entry: SessionEntry) -> bool:
-        if first_kept:
-            return entry.id == first_kept[0]
-        if isinstance(entry, CompactionEntry):
-            if entry.retained_tail is not None or entry.first_kept_entry_id is None:
-                return True
-            first_kept.append(entry.first_kept_entry_id)
-        return False
-
-    return stop
 
 
 def count_entry(stats: SessionStats, entry: SessionEntry) -> bool:

@@ -7,18 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mcp_agent.abort import AbortSignal
+from mcp_agent.compaction.cut_points import FileOps, format_file_operations
+from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.prompts import conversation_block
+from mcp_agent.compaction.summarize import complete_summary
+from mcp_agent.compaction.tokens import DEFAULT_RESERVE_TOKENS, estimate_tokens
 from mcp_agent.messages import BaseMessage, Model, ThinkingLevel, Usage
 from mcp_agent.providers.base import StreamFn, StreamOptions
-from mcp_agent.sessions.compaction import (
-    DEFAULT_RESERVE_TOKENS,
-    CompactableSession,
-    CompactionError,
-    FileOps,
-    complete_summary,
-    conversation_block,
-    estimate_tokens,
-    format_file_operations,
-)
 from mcp_agent.sessions.context import session_entry_to_context_messages
 from mcp_agent.sessions.entries import (
     BranchSummaryEntry,
@@ -28,6 +23,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.session import Session
 
 BRANCH_SUMMARY_MAX_TOKENS = 2048
 NO_CONTENT_SUMMARY = "No content to summarize"
@@ -75,7 +71,7 @@ class BranchEntries:
 
 
 def collect_branch_entries(
-    session: CompactableSession, old_leaf_id: str | None, target_id: str | None
+    session: Session, old_leaf_id: str | None, target_id: str | None
 ) -> BranchEntries:
     """The entries left behind when moving from ``old_leaf_id`` to ``target_id``: from the old
     leaf back to (not including) the deepest entry both paths share. Compactions and earlier
@@ -198,7 +194,7 @@ async def generate_branch_summary(
 
 
 async def summarize_branch(
-    session: CompactableSession,
+    session: Session,
     target_id: str,
     model: Model,
     stream_fn: StreamFn,

@@ -11,7 +11,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_agent.server.settings import ServerSettings, is_loopback
+from mcp_agent.runtime.settings import ServerSettings, is_loopback
 
 log = logging.getLogger(__name__)
 

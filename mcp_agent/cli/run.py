@@ -32,9 +32,9 @@ from mcp_agent.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from mcp_agent.server.runs import Run
-    from mcp_agent.server.settings import ServerSettings
-    from mcp_agent.server.state import AppState
+    from mcp_agent.runtime.application import AppState
+    from mcp_agent.runtime.runs import Run
+    from mcp_agent.runtime.settings import ServerSettings
 
 ModelOption = Annotated[
     str | None,
@@ -61,7 +61,7 @@ class InputError(Exception):
 
 
 def server_settings(db: Path | None, manifests: Path | None) -> ServerSettings:
-    from mcp_agent.server.settings import ServerSettings
+    from mcp_agent.runtime.settings import ServerSettings
 
     try:
         settings = ServerSettings(db_path=database_path(db))
@@ -77,7 +77,7 @@ def server_settings(db: Path | None, manifests: Path | None) -> ServerSettings:
 @asynccontextmanager
 async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
     from mcp_agent.cli.demo import cli_models
-    from mcp_agent.server.app import open_app
+    from mcp_agent.runtime.application import open_app
 
     async with open_app(settings, models=cli_models()) as state:
         yield state
@@ -85,10 +85,9 @@ async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
 
 def check_model(state: AppState, agent_name: str | None, model: str | None) -> str:
     """The model a run will use, or InputError saying how to choose one."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
     from mcp_agent.cli.demo import cli_models
-    from mcp_agent.server.models import CLIENT_MODEL, default_model_name, resolve_run_model
+    from mcp_agent.runtime.errors import ModelUnavailable
+    from mcp_agent.runtime.models import CLIENT_MODEL, default_model_name, resolve_run_model
 
     manifest = state.agents.get(agent_name or "default")
     if manifest is None:
@@ -100,7 +99,7 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
         raise InputError(NO_MODEL)
     try:
         _, chosen, _ = resolve_run_model(name, None, None, cli_models())
-    except ToolError as error:
+    except ModelUnavailable as error:
         raise InputError(f"{error}; `{PROG} models` lists the known models") from None
     if missing := missing_key(chosen.provider):
         # Refuse before a session is created for a run that could only fail.
@@ -258,7 +257,6 @@ async def wait_for(state: AppState, run: Run) -> bool:
     """Wait for ``run``; Ctrl-C aborts it. True if it was interrupted."""
     import anyio
 
-    assert state.runs is not None
     interrupted = False
 
     def interrupt() -> None:
@@ -282,14 +280,13 @@ async def start(
     model: str | None,
 ) -> Run:
     """``start_run`` as the MCP tool does it; its refusals become InputError."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    from mcp_agent.server.agent_tools import start_run
+    from mcp_agent.runtime.errors import Refused
+    from mcp_agent.runtime.start import start_run
+    from mcp_agent.sessions.errors import SessionError
 
     try:
         return await start_run(
             state,
-            None,
             prompt=prompt,
             session_id=session_id,
             agent_name=agent,
@@ -297,7 +294,7 @@ async def start(
             depth=0,
             listener=printer,
         )
-    except ToolError as error:
+    except (Refused, SessionError) as error:
         raise InputError(str(error)) from None
 
 

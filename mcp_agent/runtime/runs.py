@@ -1,4 +1,4 @@
-"""Agent runs: an Agent bound to a Session, living in the server's task group so that it can
+"""Agent runs: a SessionAgent, living in the server's task group so that it can
 outlast the request that started it. One run per session at a time."""
 
 from __future__ import annotations
@@ -13,21 +13,20 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
-from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_agent.agent import Agent
 from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, Usage
-from mcp_agent.server.leases import RENEW_EVERY, Lease, SessionLeases
-from mcp_agent.server.schemas import RunInfo
+from mcp_agent.runtime.errors import SessionBusy, UnknownRun
+from mcp_agent.runtime.leases import RENEW_EVERY, Lease, SessionLeases
+from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
 
 log = logging.getLogger(__name__)
 
 
-def _busy_elsewhere(lease: Lease) -> ToolError:
-    return ToolError(lease.busy_message())
+def _busy_elsewhere(lease: Lease) -> SessionBusy:
+    return SessionBusy(lease.busy_message())
 
 
 KEEP_FINISHED_RUNS = 200
@@ -41,7 +40,7 @@ class Run:
     session: Session
     agent_name: str
     model_ref: str
-    agent: Agent
+    agent: SessionAgent
     depth: int = 0
     status: RunStatus = "running"
     started: float = field(default_factory=time.time)
@@ -81,25 +80,6 @@ class Run:
             except Exception:  # a watcher that went away must not break the run
                 log.debug("run listener failed", exc_info=True)
 
-    def info(self) -> RunInfo:
-        return RunInfo(
-            run_id=self.id,
-            session_id=self.session_id,
-            agent=self.agent_name,
-            model=self.model_ref,
-            status=self.status,
-            answer=self.answer,
-            error=self.error,
-            stop_reason=self.stop_reason,
-            started=self.started,
-            finished=self.finished,
-            events=self.event_count,
-            last_event=self.last_event,
-            new_messages=self.new_messages,
-            usage=self.usage.to_json_dict(),
-            depth=self.depth,
-        )
-
 
 class RunManager:
     """The runs of this process. With ``leases``, sessions are also claimed in the database,
@@ -121,13 +101,13 @@ class RunManager:
         database's guard checks that inside the append's own transaction."""
         run = self._by_session.get(session_id)
         if run is not None:
-            raise ToolError(
+            raise SessionBusy(
                 f"session {session_id} is busy: run {run.id} is still running in it. "
                 f"Wait for it (agent_status), steer it (agent_steer), or stop it (agent_cancel)."
             )
         holder = self._held.get(session_id)
         if holder is not None:
-            raise ToolError(
+            raise SessionBusy(
                 f"session {session_id} is busy: {holder} is working on it; try again when it "
                 "has finished"
             )
@@ -170,7 +150,7 @@ class RunManager:
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
         if run is None:
-            raise ToolError(f"no run {run_id!r}; agent_run returns a run_id")
+            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
         return run
 
     async def start(
@@ -179,11 +159,11 @@ class RunManager:
         session: Session,
         manifest: AgentManifest,
         prompt: str,
-        build_agent: Callable[[str], Awaitable[tuple[Agent, str]]],
+        build_agent: Callable[[str], Awaitable[tuple[SessionAgent, str]]],
         depth: int = 0,
         listener: EventListener | None = None,
     ) -> Run:
-        """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the Agent (its tools
+        """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the agent (its tools
         carry the run id) and names its model. ``listener`` hears every event from the first."""
         run_id = uuid.uuid4().hex[:12]
         # Claim the session before the first await, so a second start fails cleanly.

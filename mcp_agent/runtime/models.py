@@ -7,10 +7,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mcp.server.mcpserver.exceptions import ToolError
-
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
+from mcp_agent.runtime.errors import ModelUnavailable
 
 ModelChoice = tuple[Model, StreamFn]
 # Tests and embedders can serve names of their own (e.g. a scripted model).
@@ -35,7 +34,7 @@ def resolve_run_model(
     client_session: Any,
     overrides: ModelOverrides | None = None,
 ) -> tuple[str, Model, StreamFn]:
-    """(name, model, stream function) for a run, or a ToolError saying how to fix the name."""
+    """(name, model, stream function) for a run, or ModelUnavailable saying how to fix the name."""
     chosen = name or default_model_name(configured_default)
     if overrides and chosen in overrides:
         model, stream_fn = overrides[chosen]()
@@ -50,7 +49,7 @@ def resolve_run_model(
 
         usable, _, reason = sampling_support(client_session)
         if not usable:
-            raise ToolError(unavailable_message(reason))
+            raise ModelUnavailable(unavailable_message(reason))
         model_id = chosen.partition(":")[2] or CLIENT_MODEL
         return chosen, sampling_model(model_id), sampling_stream_fn(client_session)
     from mcp_agent.providers.registry import resolve_model, stream_fn_for
@@ -58,5 +57,5 @@ def resolve_run_model(
     try:
         model = resolve_model(chosen)
     except (KeyError, ValueError) as error:
-        raise ToolError(str(error).strip("'\"")) from None
+        raise ModelUnavailable(str(error).strip("'\"")) from None
     return chosen, model, stream_fn_for(model)

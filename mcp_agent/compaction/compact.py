@@ -1,0 +1,199 @@
+"""Compaction: replace the older part of a long branch by a model-written summary (pi's design).
+
+- Token accounting: the last assistant message's usage, plus an estimate (characters / 4, an
+  image as 4,800 characters) for the messages after it. Usage recorded before the newest
+  compaction is stale (it measured the context before the summary replaced it) and is ignored.
+- When: ``should_compact`` (context tokens > context window - reserve).
+- Where: ``find_cut_point`` keeps about ``keep_recent_tokens`` of the newest entries, never
+  between a tool call and its result. When the cut falls inside a turn (a split turn), that
+  turn's beginning gets a summary of its own ("turn prefix"), as pi does.
+- What: ``generate_summary`` asks the model with pi's structured prompt, or its "update" prompt
+  when an earlier compaction's summary exists (that summary is merged, not lost). Files read and
+  modified (from tool-call arguments) are tracked in the entry's details and accumulate.
+- ``compact`` appends the compaction entry; history is never deleted. Summariser failures raise
+  ``CompactionError`` and nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from mcp_agent.abort import AbortSignal
+from mcp_agent.compaction.cut_points import (
+    CompactionPreparation,
+    format_file_operations,
+    prepare_compaction,
+)
+from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.prompts import SPLIT_TURN_SEPARATOR
+from mcp_agent.compaction.summarize import (
+    Completion,
+    generate_summary,
+    generate_turn_prefix_summary,
+)
+from mcp_agent.compaction.tokens import (
+    DEFAULT_KEEP_RECENT_TOKENS,
+    DEFAULT_RESERVE_TOKENS,
+    context_tokens,
+)
+from mcp_agent.messages import (
+    Model,
+    ThinkingLevel,
+    Usage,
+)
+from mcp_agent.providers.base import StreamFn, StreamOptions
+from mcp_agent.sessions.session import Session
+
+
+@dataclass
+class CompactionSettings:
+    """Auto-compaction for an Agent bound to a session. ``model`` / ``stream_fn`` choose the
+    summariser; unset, the agent's own are used."""
+
+    enabled: bool = True
+    reserve_tokens: int = DEFAULT_RESERVE_TOKENS
+    keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS
+    model: Model | None = None
+    stream_fn: StreamFn | None = None
+
+
+# --- compacting a session ---------------------------------------------------------------------
+
+
+@dataclass
+class CompactionResult:
+    entry_id: str
+    summary: str
+    first_kept_entry_id: str
+    tokens_before: int
+    # The rebuilt context's estimated size.
+    tokens_after: int
+    details: dict[str, list[str]]
+    usage: Usage
+    is_split_turn: bool
+
+
+async def summarize_preparation(
+    preparation: CompactionPreparation,
+    model: Model,
+    stream_fn: StreamFn,
+    *,
+    instructions: str | None = None,
+    reserve_tokens: int = DEFAULT_RESERVE_TOKENS,
+    signal: AbortSignal | None = None,
+    options: StreamOptions | None = None,
+    thinking_level: ThinkingLevel | str = ThinkingLevel.OFF,
+) -> Completion:
+    """The summary text for a prepared compaction (pi's compact): the history summary, and for
+    a split turn the turn prefix summary made alongside it, then the file lists."""
+    common: dict[str, Any] = {
+        "reserve_tokens": reserve_tokens,
+        "signal": signal,
+        "options": options,
+        "thinking_level": thinking_level,
+    }
+    history = preparation.messages_to_summarize
+
+    async def summarize_history() -> Completion:
+        if not history:
+            return Completion("No prior history.", Usage())
+        return await generate_summary(
+            history,
+            model,
+            stream_fn,
+            instructions=instructions,
+            previous_summary=preparation.previous_summary,
+            **common,
+        )
+
+    if preparation.is_split_turn:
+        results: dict[str, Completion] = {}
+
+        async def run(key: str, make: Any) -> None:
+            results[key] = await make()
+
+        async def prefix() -> Completion:
+            return await generate_turn_prefix_summary(
+                preparation.turn_prefix_messages, model, stream_fn, **common
+            )
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(run, "history", summarize_history)
+                group.start_soon(run, "prefix", prefix)
+        except BaseExceptionGroup as group_error:
+            failure = next(
+                (e for e in group_error.exceptions if isinstance(e, CompactionError)), None
+            )
+            if failure is not None:
+                raise failure from None
+            raise
+        text = results["history"].text + SPLIT_TURN_SEPARATOR + results["prefix"].text
+        usage = results["history"].usage + results["prefix"].usage
+        completion = Completion(text, usage)
+    else:
+        completion = await summarize_history()
+    read_files, modified_files = preparation.file_ops.lists()
+    completion.text += format_file_operations(read_files, modified_files)
+    return completion
+
+
+async def compact(
+    session: Session,
+    model: Model,
+    stream_fn: StreamFn,
+    *,
+    instructions: str | None = None,
+    keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS,
+    reserve_tokens: int = DEFAULT_RESERVE_TOKENS,
+    signal: AbortSignal | None = None,
+    options: StreamOptions | None = None,
+    thinking_level: ThinkingLevel | str = ThinkingLevel.OFF,
+) -> CompactionResult:
+    """Summarise the older part of the session's current branch and append a compaction entry
+    (summary, firstKeptEntryId, tokensBefore, details {readFiles, modifiedFiles}, usage). The
+    old entries stay in the tree. Raises CompactionError, with nothing written, when there is
+    nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile."""
+    leaf_id = session.leaf_id
+    path = session.get_branch(leaf_id) if leaf_id is not None else []
+    context = session.build_context() if path else None
+    preparation = prepare_compaction(
+        path, keep_recent_tokens, context.messages if context is not None else None
+    )
+    completion = await summarize_preparation(
+        preparation,
+        model,
+        stream_fn,
+        instructions=instructions,
+        reserve_tokens=reserve_tokens,
+        signal=signal,
+        options=options,
+        thinking_level=thinking_level,
+    )
+    if signal is not None and signal.aborted:
+        raise CompactionError("aborted", "compaction was aborted")
+    if session.leaf_id != leaf_id:
+        raise CompactionError(
+            "conflict", "the session changed while it was being compacted; nothing was written"
+        )
+    details = preparation.file_ops.details()
+    entry_id = session.append_compaction(
+        completion.text,
+        preparation.first_kept_entry_id,
+        preparation.tokens_before,
+        details=details,
+        usage=completion.usage,
+    )
+    return CompactionResult(
+        entry_id=entry_id,
+        summary=completion.text,
+        first_kept_entry_id=preparation.first_kept_entry_id,
+        tokens_before=preparation.tokens_before,
+        tokens_after=context_tokens(session.build_context().messages),
+        details=details,
+        usage=completion.usage,
+        is_split_turn=preparation.is_split_turn,
+    )

@@ -1,0 +1,119 @@
+"""Token accounting (pi's): the newest usable usage plus an estimate of what follows it."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_agent.messages import (
+    AssistantMessage,
+    BaseMessage,
+    BashExecutionMessage,
+    BranchSummaryMessage,
+    CompactionSummaryMessage,
+    ImageContent,
+    StopReason,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    Usage,
+)
+
+DEFAULT_RESERVE_TOKENS = 16_384
+DEFAULT_KEEP_RECENT_TOKENS = 20_000
+IMAGE_CHARS = 4_800
+
+
+def _content_chars(content: str | Sequence[Any]) -> int:
+    if isinstance(content, str):
+        return len(content)
+    chars = 0
+    for block in content:
+        if isinstance(block, TextContent):
+            chars += len(block.text)
+        elif isinstance(block, ImageContent):
+            chars += IMAGE_CHARS
+    return chars
+
+
+def _json_chars(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def estimate_tokens(message: BaseMessage) -> int:
+    """pi's estimate: characters / 4, rounded up; an image counts as 4,800 characters."""
+    chars = 0
+    if isinstance(message, AssistantMessage):
+        for block in message.content:
+            if isinstance(block, TextContent):
+                chars += len(block.text)
+            elif isinstance(block, ThinkingContent):
+                chars += len(block.thinking)
+            elif isinstance(block, ToolCall):
+                chars += len(block.name) + _json_chars(block.arguments)
+    elif isinstance(message, BashExecutionMessage):
+        chars = len(message.command) + len(message.output)
+    elif isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):
+        chars = len(message.summary)
+    else:  # user, toolResult, custom, and any registered type with content
+        content = getattr(message, "content", "")
+        if isinstance(content, str | list):
+            chars = _content_chars(content)
+    return math.ceil(chars / 4)
+
+
+def estimate_messages_tokens(messages: Sequence[BaseMessage]) -> int:
+    return sum(estimate_tokens(m) for m in messages)
+
+
+def calculate_context_tokens(usage: Usage) -> int:
+    """The context size a model call reported (pi: totalTokens, else the sum of the parts)."""
+    return usage.total_tokens or (usage.input + usage.output + usage.cache_read + usage.cache_write)
+
+
+@dataclass
+class ContextEstimate:
+    tokens: int
+    usage_tokens: int
+    trailing_tokens: int
+    # Index of the assistant message whose usage was used; None: everything was estimated.
+    last_usage_index: int | None
+
+
+def _usable_usage(message: BaseMessage, stale_before: int | None) -> Usage | None:
+    if not isinstance(message, AssistantMessage):
+        return None
+    if message.stop_reason in (StopReason.ERROR, StopReason.ABORTED):
+        return None
+    if stale_before is not None and message.timestamp <= stale_before:
+        return None
+    return message.usage if calculate_context_tokens(message.usage) > 0 else None
+
+
+def estimate_context_tokens(messages: Sequence[BaseMessage]) -> ContextEstimate:
+    """The context size: the newest usable assistant usage plus estimates for what follows.
+    Error and aborted answers carry no usable usage; neither does an answer from before the
+    newest compaction summary in ``messages`` (it measured the context before compaction)."""
+    summaries = [m.timestamp for m in messages if isinstance(m, CompactionSummaryMessage)]
+    stale_before = max(summaries) if summaries else None
+    for index in range(len(messages) - 1, -1, -1):
+        usage = _usable_usage(messages[index], stale_before)
+        if usage is not None:
+            usage_tokens = calculate_context_tokens(usage)
+            trailing = estimate_messages_tokens(messages[index + 1 :])
+            return ContextEstimate(usage_tokens + trailing, usage_tokens, trailing, index)
+    estimated = estimate_messages_tokens(messages)
+    return ContextEstimate(estimated, 0, estimated, None)
+
+
+def context_tokens(messages: Sequence[BaseMessage]) -> int:
+    return estimate_context_tokens(messages).tokens
+
+
+def should_compact(
+    context_tokens: int, context_window: int, reserve: int = DEFAULT_RESERVE_TOKENS
+) -> bool:
+    return context_tokens > context_window - reserve

@@ -1,0 +1,90 @@
+"""The application: everything needed to run agents in sessions, opened once and shared by the
+MCP server and the command line. The session repo (one SQLite file), the manifests, the run
+manager (a task group in which runs outlive the request that started them), the session leases
+and the tool hub (MCP clients to downstream servers and to the built-in tools)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup
+
+from mcp_agent.manifests import (
+    AgentManifest,
+    ServerConfig,
+    load_agents,
+    load_servers,
+    shipped_manifests_dir,
+)
+from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.runtime.leases import SessionLeases
+from mcp_agent.runtime.models import ModelOverrides
+from mcp_agent.runtime.runs import RunManager
+from mcp_agent.runtime.settings import ServerSettings
+from mcp_agent.sessions.repo import SessionRepo
+from mcp_agent.sessions.sqlite import SessionGuard, SqliteSessionRepo
+
+
+@dataclass
+class AppState:
+    settings: ServerSettings
+    repo: SessionRepo
+    agents: dict[str, AgentManifest]
+    servers: dict[str, ServerConfig]
+    task_group: TaskGroup
+    runs: RunManager
+    hub: ToolHub
+    # Model names of the caller's own (tests, the demo's scripted model), before the registry.
+    models: ModelOverrides | None = None
+    # Called when sessions are created, forked, imported or deleted (the MCP server's
+    # list-changed notifications); a session's own changes go to ``repo.listeners``.
+    list_listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    def list_changed(self) -> None:
+        for listener in list(self.list_listeners):
+            listener()
+
+
+def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = None) -> SessionRepo:
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteSessionRepo(
+        settings.db_path,
+        durability=settings.durability,  # type: ignore[arg-type]  # checked by ServerSettings
+        session_guard=session_guard,
+    )
+
+
+@asynccontextmanager
+async def open_app(
+    settings: ServerSettings, models: ModelOverrides | None = None
+) -> AsyncIterator[AppState]:
+    """Open the application; leaving it aborts running runs and stops downstream servers."""
+    # Here, not at the top: the built-in tools (sub-agents) start runs through this package.
+    from mcp_agent.runtime.builtin import build_builtin_server
+
+    manifests = settings.manifests_dir or shipped_manifests_dir()
+    agents = load_agents(manifests)
+    servers = load_servers(manifests)
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    leases = SessionLeases(settings.db_path)
+    try:
+        repo = open_repo(settings, leases.guard)
+        try:
+            async with anyio.create_task_group() as group:
+                runs = RunManager(group, leases)
+                group.start_soon(runs.keep_leases)
+                hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))
+                state = AppState(settings, repo, agents, servers, group, runs, hub, models)
+                async with hub:
+                    try:
+                        yield state
+                    finally:
+                        await runs.close()
+                group.cancel_scope.cancel()
+        finally:
+            repo.close()
+    finally:
+        leases.close()

@@ -1,0 +1,103 @@
+"""Built-in tools, served by an in-process MCP server that the agent reaches through an
+in-memory client like any other (the tool hub's ``builtin``): sub-agents.
+
+This is the one MCP server the runtime itself serves: it is how a run's tools reach the
+runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.runtime.application import AppState
+from mcp_agent.runtime.errors import Refused
+from mcp_agent.runtime.runs import EventListener
+from mcp_agent.runtime.start import child_depth, run_meta, start_run
+from mcp_agent.sessions.errors import SessionError
+
+SUBAGENT_ENTRY = "subagent"
+
+
+class SubagentResult(BaseModel):
+    answer: str
+    session_id: str
+    run_id: str
+    agent: str
+    status: str
+
+
+def progress_reporter(ctx: Context, prefix: str = "") -> EventListener:
+    """A run listener that turns each agent event into a progress notification to the MCP
+    client waiting on ``ctx``'s request."""
+    count = 0
+
+    async def report(event: AgentEvent) -> None:
+        nonlocal count
+        count += 1
+        await ctx.report_progress(count, None, f"{prefix}{event.type}: {describe_event(event)}")
+
+    return report
+
+
+def build_builtin_server(state: AppState) -> MCPServer:
+    server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
+
+    @server.tool()
+    async def subagent(
+        ctx: Context,
+        agent: Annotated[str, Field(description="the agent to delegate to (see its manifest)")],
+        task: Annotated[str, Field(description="what the sub-agent should do; be specific")],
+    ) -> SubagentResult:
+        """Delegate a task to another agent, which works in a child session and returns its
+        final answer."""
+        try:
+            meta = run_meta(ctx.request_context.meta)
+            parent_id = meta.get("session_id")
+            if not parent_id:
+                raise ToolError("subagent can only be called by an agent run")
+            # A child whose agent names no model thinks with its parent's (e.g. the client's).
+            caller = state.runs.runs.get(str(meta.get("run_id")))
+            inherited: Any = (
+                (caller.model_ref, caller.agent.state.model, caller.agent.stream_fn)
+                if caller is not None and caller.agent is not None
+                else None
+            )
+            run = await start_run(
+                state,
+                prompt=task,
+                session_id=None,
+                agent_name=agent,
+                model=None,
+                depth=child_depth(meta),
+                parent_session=parent_id,
+                listener=progress_reporter(ctx, f"[{agent}] "),
+                inherited=inherited,
+            )
+        except (Refused, SessionError) as error:
+            raise ToolError(str(error)) from None
+        parent = state.repo.open(parent_id)
+        parent.append_custom(
+            SUBAGENT_ENTRY,
+            {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task},
+        )
+        await state.runs.wait(run)
+        run.listeners.clear()
+        if run.status != "completed":
+            raise ToolError(
+                f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "
+                f"(its session: {run.session_id})"
+            )
+        return SubagentResult(
+            answer=run.answer or "",
+            session_id=run.session_id,
+            run_id=run.id,
+            agent=agent,
+            status=run.status,
+        )
+
+    return server

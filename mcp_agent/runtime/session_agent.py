@@ -1,0 +1,358 @@
+"""SessionAgent: an Agent bound to a Session (pi's AgentSession).
+
+    agent = SessionAgent(model=model, stream_fn=provider, session=session)
+    await agent.prompt("Hello")          # every message is in the session when it ends
+
+Bound to a session, the agent appends every message to it when the message ends, so a crash
+loses nothing that finished; model, thinking level and active tool changes are recorded as
+entries when they differ from what the session already says. ``SessionAgent.from_session``
+resumes a session.
+
+With ``compaction=CompactionSettings()`` the agent compacts its session (pi's auto-compaction):
+before a prompt and after a run when the context is over the model's window minus the reserve,
+and when the model refuses a request as too long, in which case the failed answer is dropped
+from the transcript, the session is compacted and the request is retried once. After a
+compaction the transcript is rebuilt from the session.
+
+With ``retry=RetrySettings()`` a run that ends on a passing model error (overloaded, rate
+limited, a broken or stalled stream) is run again after a growing pause (pi's auto-retry),
+announced by ``auto_retry_start`` / ``auto_retry_end`` events.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+
+from mcp_agent.abort import AbortController
+from mcp_agent.agent import Agent
+from mcp_agent.compaction.compact import CompactionSettings, compact
+from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.tokens import context_tokens, should_compact
+from mcp_agent.events import AutoRetryEndEvent, AutoRetryStartEvent
+from mcp_agent.messages import AssistantMessage, BaseMessage, Model, StopReason, ThinkingLevel
+from mcp_agent.providers.base import (
+    StreamFn,
+    StreamOptions,
+    is_context_overflow,
+    is_transient_error,
+)
+from mcp_agent.sessions.context import SessionContext
+from mcp_agent.sessions.session import Session
+from mcp_agent.tools import AgentTool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RetrySettings:
+    """pi's auto-retry: a run that ends on a passing model error (overloaded, rate limited, a
+    stream that broke off or stalled) runs again after ``base_delay`` seconds, doubled each
+    time up to ``max_delay``, at most ``max_retries`` times. The failed answer stays in the
+    session; the transcript drops it, as the model never sees failed answers anyway."""
+
+    enabled: bool = True
+    max_retries: int = 3
+    base_delay: float = 2.0
+    max_delay: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
+
+
+class SessionAgent(Agent):
+    """An Agent that writes into ``session``; ``compaction`` and ``retry`` as pi's
+    AgentSession does them. The other options are the Agent's."""
+
+    def __init__(
+        self,
+        *,
+        session: Session,
+        compaction: CompactionSettings | None = None,
+        retry: RetrySettings | None = None,
+        context: SessionContext | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.session = session
+        self.compaction = compaction
+        self.retry = retry
+        self._compaction_abort: AbortController | None = None
+        self._retry_abort: AbortController | None = None  # set while waiting to retry
+        # What the session says now (``context``, when the caller built it already), so
+        # that only real changes become entries.
+        context = context if context is not None else session.build_context()
+        self._recorded_model = _model_ref(context.model)
+        self._recorded_thinking = str(context.thinking_level)
+        names = context.active_tool_names
+        self._recorded_tools: list[str] | None = list(names) if names is not None else None
+        if not self.stream_options.session_id:
+            self.stream_options = replace(self.stream_options, session_id=session.id)
+
+    @classmethod
+    def from_session(
+        cls,
+        session: Session,
+        *,
+        stream_fn: StreamFn,
+        model: Model | None = None,
+        resolve_model: Callable[[str, str], Model | None] | None = None,
+        tools: Sequence[AgentTool] = (),
+        **options: Any,
+    ) -> SessionAgent:
+        """An agent that carries on where ``session`` left off: its built context gives the
+        messages, thinking level, active tools (chosen from ``tools``; all of them when the
+        session names none) and model. The session's model is looked up with
+        ``resolve_model(provider, model_id)``; failing that ``model`` is used when it is the
+        same one, else a bare ``Model`` with the session's provider and id. ``model`` is
+        required only when the session names no model."""
+        context = session.build_context()
+        ref = _model_ref(context.model)
+        chosen: Model | None = None
+        if ref is not None:
+            if resolve_model is not None:
+                chosen = resolve_model(*ref)
+            if chosen is None and model is not None and (model.provider, model.id) == ref:
+                chosen = model
+            if chosen is None:
+                chosen = Model(id=ref[1], provider=ref[0])
+        elif model is not None:
+            chosen = model
+        if chosen is None:
+            raise ValueError("the session names no model: pass model=")
+        names = context.active_tool_names
+        if names is None:
+            active, inactive = list(tools), []
+        else:
+            by_name = {t.name: t for t in tools}
+            active = [by_name[n] for n in names if n in by_name]
+            inactive = [t for t in tools if t.name not in names]
+        return cls(
+            session=session,
+            context=context,  # the context just built: a long one is not read twice
+            model=chosen,
+            stream_fn=stream_fn,
+            tools=active,
+            available_tools=[*inactive, *options.pop("available_tools", ())],
+            messages=context.messages,
+            thinking_level=options.pop("thinking_level", context.thinking_level),
+            **options,
+        )
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def is_compacting(self) -> bool:
+        return self._compaction_abort is not None
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Abort the current run, if any; an automatic compaction under way is abandoned
+        (nothing is written), and so is a wait to retry."""
+        super().abort(reason)
+        if self._compaction_abort is not None:
+            self._compaction_abort.abort(reason)
+        if self._retry_abort is not None:
+            self._retry_abort.abort(reason)
+
+    # --- the Agent's hooks ------------------------------------------------------------------
+
+    def _save(self, message: BaseMessage) -> None:
+        self.session.append_message(message)
+
+    def _record_settings(self, settings: bool | None = None) -> None:
+        """Record model, thinking level and active tools where they differ from the session.
+        During a run only the tools are recorded (they change with tool results); a model or
+        thinking level set meanwhile is recorded when the run ends, when it takes effect."""
+        session = self.session
+        state = self.state
+        if settings if settings is not None else not self.is_running:
+            model = (state.model.provider, state.model.id)
+            if model != self._recorded_model:
+                session.append_model_change(*model)
+                self._recorded_model = model
+            level = str(ThinkingLevel(state.thinking_level).value)
+            if level != self._recorded_thinking:
+                session.append_thinking_level_change(level)
+                self._recorded_thinking = level
+        names = [t.name for t in state.tools]
+        recorded = self._recorded_tools
+        if (recorded is None and names) or (recorded is not None and set(recorded) != set(names)):
+            session.append_active_tools_change(names)
+            self._recorded_tools = names
+
+    async def _before_prompt(self) -> None:
+        if self._compacts() and self._over_threshold():
+            await self._compact("threshold")
+
+    async def _finish(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        return await self._recover(await self._retry_passing_errors(new))
+
+    # --- retry --------------------------------------------------------------------------------
+
+    async def _retry_passing_errors(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run that ended on a passing model error: wait, drop the failed answer from
+        the transcript (the session keeps it) and continue, up to ``retry.max_retries`` times
+        in a row (an answer that works starts the count again, as in pi)."""
+        settings = self.retry
+        if settings is None or not settings.enabled:
+            return new
+        attempt = 0
+        while True:
+            last = _last_answer(new)
+            if last is None or not is_transient_error(last) or self._pending_abort is not None:
+                if attempt:
+                    why = "aborted" if self._pending_abort is not None else None
+                    await self._emit(AutoRetryEndEvent(False, attempt, why or _error_of(last)))
+                return new
+            if attempt >= settings.max_retries:
+                await self._emit(AutoRetryEndEvent(False, attempt, last.error_message))
+                return new
+            attempt += 1
+            delay = settings.delay(attempt)
+            error = last.error_message or ""
+            await self._emit(AutoRetryStartEvent(attempt, settings.max_retries, delay, error))
+            controller = self._retry_abort = AbortController()
+            if self._pending_abort is not None:
+                controller.abort(self._pending_abort)
+            try:
+                with anyio.move_on_after(delay):
+                    await controller.signal.wait()
+            finally:
+                self._retry_abort = None
+            if controller.signal.aborted:
+                await self._emit(AutoRetryEndEvent(False, attempt, "aborted while waiting"))
+                return new
+            self._drop_failed_answer()
+            if not self.state.messages or self.state.messages[-1].role == "assistant":
+                await self._emit(AutoRetryEndEvent(False, attempt, "nothing to answer"))
+                return new
+            part = await self._run_continue()
+            new = [*new, *part]
+            if any(isinstance(m, AssistantMessage) and m.stop_reason not in _FAILED for m in part):
+                await self._emit(AutoRetryEndEvent(True, attempt, None))
+                attempt = 0
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    def _compacts(self) -> bool:
+        settings = self.compaction
+        return settings is not None and settings.enabled
+
+    def _over_threshold(self) -> bool:
+        assert self.compaction is not None
+        tokens = context_tokens(self.state.messages)
+        window = self.state.model.context_window
+        return should_compact(tokens, window, self.compaction.reserve_tokens)
+
+    async def _recover(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run: on a context overflow, drop the failed answer from the transcript (it
+        stays in the session), compact and retry once; else compact when over the threshold."""
+        if not self._compacts():
+            return new
+        retried = False
+        while True:
+            last = _last_answer(new)
+            if last is None:
+                return new
+            if is_context_overflow(last) and self._same_model(last):
+                if retried:
+                    return new
+                retried = True
+                self._drop_failed_answer()
+                if not await self._compact("overflow"):
+                    return new
+                self._drop_failed_answer()  # the rebuilt context has it too: it is stored
+                if not self.state.messages or self.state.messages[-1].role == "assistant":
+                    return new
+                new = [*new, *await self._retry_passing_errors(await self._run_continue())]
+                continue
+            if (
+                last.stop_reason != StopReason.ABORTED
+                and self._pending_abort is None
+                and self._over_threshold()
+            ):
+                await self._compact("threshold")
+            return new
+
+    def _same_model(self, message: AssistantMessage) -> bool:
+        model = self.state.model
+        return not message.model or (message.provider, message.model) == (model.provider, model.id)
+
+    def _drop_failed_answer(self) -> None:
+        messages = self.state.messages
+        if (
+            messages
+            and isinstance(messages[-1], AssistantMessage)
+            and messages[-1].stop_reason == StopReason.ERROR
+        ):
+            messages.pop()
+
+    async def _compact(self, reason: str) -> bool:
+        """Compact the session and rebuild the transcript from it; False if that failed (the
+        reason is kept in ``state.error_message``; nothing was written)."""
+        settings = self.compaction
+        assert settings is not None
+        model = settings.model or self.state.model
+        controller = self._compaction_abort = AbortController()
+        try:
+            await compact(
+                self.session,
+                model,
+                settings.stream_fn or self.stream_fn,
+                keep_recent_tokens=settings.keep_recent_tokens,
+                reserve_tokens=settings.reserve_tokens,
+                signal=controller.signal,
+                options=await self._summary_options(model),
+                thinking_level=self.state.thinking_level,
+            )
+        except Exception as error:
+            what = "context overflow recovery" if reason == "overflow" else "auto-compaction"
+            if isinstance(error, CompactionError):
+                log.warning("%s of session %s failed: %s", what, self.session_id, error)
+            else:
+                log.exception("%s of session %s failed", what, self.session_id)
+            self.state.error_message = f"{what} failed: {error}"
+            return False
+        finally:
+            self._compaction_abort = None
+        self.state.messages = list(self.session.build_context().messages)
+        return True
+
+    async def _summary_options(self, model: Model) -> StreamOptions:
+        options = self.stream_options
+        if self.get_api_key is not None:
+            key = self.get_api_key(model.provider)
+            if inspect.isawaitable(key):
+                key = await key
+            if key:
+                return replace(options, api_key=key)
+        if model.provider != self.state.model.provider:
+            return replace(options, api_key=None)
+        return options
+
+
+_FAILED = (StopReason.ERROR, StopReason.ABORTED)
+
+
+def _error_of(message: AssistantMessage | None) -> str | None:
+    return message.error_message if message is not None and message.stop_reason in _FAILED else None
+
+
+def _last_answer(messages: Sequence[BaseMessage]) -> AssistantMessage | None:
+    return next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
+
+
+def _model_ref(model: Any) -> tuple[str, str] | None:
+    """(provider, model id) from a session context's model ({"provider", "modelId"})."""
+    if model is None:
+        return None
+    if isinstance(model, Mapping):
+        return str(model["provider"]), str(model.get("modelId") or model.get("model_id"))
+    return str(model.provider), str(getattr(model, "model_id", None) or model.id)

@@ -1,0 +1,174 @@
+"""Starting a run: the agent from the manifests, the model (the caller's, the session's, the
+agent's, the calling run's or the default), the session (new or continued) and the tools from
+the hub, all checked before anything is written. Shared by ``agent_run``, the ``subagent`` tool
+and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp_agent.compaction.compact import CompactionSettings
+from mcp_agent.manifests import AgentManifest
+from mcp_agent.messages import Model
+from mcp_agent.providers.base import StreamFn
+from mcp_agent.proxy.hub import RUN_META_KEY
+from mcp_agent.runtime.application import AppState
+from mcp_agent.runtime.errors import (
+    DepthLimitReached,
+    InvalidRequest,
+    ModelUnavailable,
+    UnknownAgent,
+)
+from mcp_agent.runtime.models import ModelOverrides, resolve_run_model
+from mcp_agent.runtime.runs import EventListener, Run
+from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
+from mcp_agent.sessions.session import Session
+
+# (the name a run gives its model, the model, its stream function)
+ResolvedModel = tuple[str, Model, StreamFn]
+
+
+def find_agent(state: AppState, name: str | None) -> AgentManifest:
+    agent = state.agents.get(name or "default")
+    if agent is None:
+        known = ", ".join(sorted(state.agents)) or "(none)"
+        raise UnknownAgent(f"unknown agent {name!r}; known agents: {known} (see agent_list)")
+    return agent
+
+
+def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The calling run's context from a tool call's ``_meta``, when the caller is a run of an
+    agent (nesting); empty otherwise."""
+    found = meta.get(RUN_META_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(found, dict):
+        return {}
+    depth = found.get("depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+        raise InvalidRequest(
+            f"_meta[{RUN_META_KEY!r}].depth must be a whole number >= 0 (the calling run's "
+            f"nesting level), not {depth!r}"
+        )
+    return found
+
+
+def child_depth(meta: Mapping[str, Any]) -> int:
+    """The nesting level of a run started by a tool call: one below the calling run's, or 0
+    for a run that no agent started."""
+    return int(meta.get("depth", 0)) + 1 if meta else 0
+
+
+async def start_run(
+    state: AppState,
+    *,
+    prompt: str,
+    session_id: str | None,
+    agent_name: str | None,
+    model: str | None,
+    depth: int,
+    client_session: Any = None,
+    parent_session: str | None = None,
+    listener: EventListener | None = None,
+    inherited: ResolvedModel | None = None,
+) -> Run:
+    """Start an agent run. ``client_session`` is the MCP client's session, for its model
+    (sampling); ``inherited`` is the calling run's model, used when nothing else names one."""
+    limit = state.settings.max_subagent_depth
+    if depth > limit:
+        raise DepthLimitReached(
+            f"sub-agent depth limit reached: this would be level {depth}, the limit is {limit} "
+            "(raise it with --max-depth)"
+        )
+    if not prompt.strip():
+        raise InvalidRequest("prompt is empty")
+    manifest = find_agent(state, agent_name)
+    existing: Session | None = None
+    if session_id is not None:
+        existing = state.repo.open(session_id)
+        state.runs.ensure_idle(existing.id)
+    resolved = None
+    if model is None and existing is not None:
+        resolved = resume_model(
+            existing, state.settings.default_model, client_session, state.models
+        )
+    if resolved is None and model is None and manifest.model is None:
+        resolved = inherited
+    # Every refusal comes before a new session is created: a failed start writes nothing.
+    name, chosen, stream_fn = resolved or resolve_run_model(
+        model or manifest.model, state.settings.default_model, client_session, state.models
+    )
+    if existing is None:
+        session = state.repo.create(
+            name=None, parent_session=parent_session, metadata={"agent": manifest.name}
+        )
+        state.list_changed()
+    else:
+        session = existing
+    hub = state.hub
+
+    async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
+        errors: list[str] = []
+        meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
+        tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
+        options: dict[str, Any] = {}
+        if session.leaf_id is None:  # nothing on the branch yet: the manifest's level applies
+            options["thinking_level"] = manifest.thinking_level
+        agent = SessionAgent.from_session(
+            session,
+            stream_fn=stream_fn,
+            model=chosen,
+            resolve_model=lambda provider, model_id: (
+                chosen if (provider, model_id) == (chosen.provider, chosen.id) else None
+            ),
+            tools=tools,
+            system_prompt=manifest.system_prompt,
+            max_turns=manifest.max_turns,
+            compaction=CompactionSettings(),
+            retry=RetrySettings(
+                enabled=state.settings.model_retries > 0,
+                max_retries=state.settings.model_retries,
+                base_delay=state.settings.model_retry_delay,
+            ),
+            **options,
+        )
+        if agent.state.model.ref != chosen.ref:
+            agent.set_model(chosen)
+        for error in errors:
+            session.append_custom("tool_server_error", {"error": error})
+        return agent, name
+
+    return await state.runs.start(
+        session=session,
+        manifest=manifest,
+        prompt=prompt,
+        build_agent=build_agent,
+        depth=depth,
+        listener=listener,
+    )
+
+
+def resume_model(
+    session: Session,
+    default: str | None,
+    client_session: Any,
+    overrides: ModelOverrides | None,
+) -> ResolvedModel | None:
+    """The model a session last used, so that continuing it keeps the model; None when the
+    session names none or it cannot be used here (then the agent's or the default applies)."""
+    recorded = session.build_context().model if session.leaf_id is not None else None
+    if not recorded:
+        return None
+    ref = f"{recorded['provider']}:{recorded['modelId']}"
+    for name in (*(overrides or {}), default):
+        if name is None:
+            continue
+        try:
+            found = resolve_run_model(name, None, client_session, overrides)
+        except ModelUnavailable:
+            continue
+        if found[1].ref == ref:
+            return found
+    try:
+        return resolve_run_model(ref, None, client_session, overrides)
+    except ModelUnavailable:
+        return None
