@@ -15,10 +15,10 @@ from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.runs import Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
-from mcp_agent.server.context import app_state
-from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
+from mcp_agent.server.tool_errors import tool_errors
 
 
 def run_info(run: Run) -> RunInfo:

@@ -15,12 +15,12 @@ from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server import (
     agent_tools,
     compact_tools,
-    prompts,
     protocol,
     resources,
+    session_prompts,
     session_tools,
 )
-from mcp_agent.server.context import ServerState
+from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 
 INSTRUCTIONS = """\
@@ -57,7 +57,7 @@ def build_server(
     agent_tools.register(server)
     compact_tools.register(server)
     resources.register(server)
-    prompts.register(server)
+    session_prompts.register(server)
     protocol.register(server)
     return server
 

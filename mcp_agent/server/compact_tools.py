@@ -12,10 +12,10 @@ from pydantic import Field
 from mcp_agent.compaction.compact import compact
 from mcp_agent.compaction.cut_points import prepare_compaction
 from mcp_agent.runtime.models import resolve_run_model
-from mcp_agent.server.context import app_state
-from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import CompactResult
 from mcp_agent.server.session_tools import WRITES, SessionId
+from mcp_agent.server.tool_errors import tool_errors
 
 
 def register(server: MCPServer) -> None:

@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
 
 from mcp_agent.runtime.application import AppState
-from mcp_agent.server.context import ServerState, app_state
+from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.session_tools import describe_session
 from mcp_agent.sessions import Session, SessionError
 

@@ -12,8 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mcp_agent.server.context import app_state
-from mcp_agent.server.errors import tool_errors
+from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import (
     AppendResult,
     ContextResult,
@@ -25,6 +24,7 @@ from mcp_agent.server.schemas import (
     SessionView,
     StatsResult,
 )
+from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 

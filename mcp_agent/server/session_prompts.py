@@ -13,7 +13,7 @@ from pydantic import Field
 
 from mcp_agent.messages import AssistantMessage as OurAssistant
 from mcp_agent.messages import ToolResultMessage, content_text
-from mcp_agent.server.context import app_state
+from mcp_agent.server.lifespan import app_state
 from mcp_agent.sessions import SessionError
 
 
