@@ -125,10 +125,6 @@ def echo_responder(context: LlmContext) -> ScriptedResponse:
     return reply("(nothing to echo)")
 
 
-class ScriptExhaustedError(RuntimeError):
-    pass
-
-
 class ScriptedProvider:
     """A ``StreamFn`` that plays back ``script``; ``calls`` records each context it was given.
 

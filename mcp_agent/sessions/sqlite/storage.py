@@ -1,49 +1,19 @@
-"""The SQLite backend: every session in one database file.
-
-Shape (each everyday query costs what it returns, not the size of the file):
-- ``sessions``: one row per session with its header JSON, leaf, name, created/modified and
-  running counters (entries, messages, tokens, cost, first user message), all updated in the
-  same transaction as each append. Listing walks an index on (modified, id).
-- ``entries``: one row per entry, unique on (session_id, id) and indexed on (session_id,
-  parent_id), holding the entry's pi JSON. A branch is one recursive query from the leaf up,
-  so reading it costs O(depth); building a context parses only the newest compaction, what it
-  keeps and what follows (plus the newest model, thinking level and tools settings before).
-  A repo keeps the sessions it opened last open, with their parsed entries.
-- ``labels``: the current label of each labelled entry.
-- ``entries_fts``: FTS5 over the text of messages, summaries and names (``entries.text``).
-  An append only stores the text; a search first indexes what was appended since the last
-  search (rows with ``n`` above the ``fts_indexed_upto`` mark in ``meta``). Indexing inside
-  every append would make each durable append write several more pages.
-
-Durability and concurrency: WAL, ``synchronous=FULL`` (a committed append survives power
-loss), one ``BEGIN IMMEDIATE`` transaction per append, retried while another connection holds
-the write lock, so two processes appending to one file neither fail nor lose entries. The leaf
-is re-read inside each append's transaction: an entry appended after another process moved
-the leaf goes onto that leaf instead of forking silently from a stale one.
-"""
+"""One session in a session database: its entries, its leaf, its row's counters."""
 
 from __future__ import annotations
 
-import builtins
 import functools
 import json
 import sqlite3
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions.context import (
-    SessionContextBuildOptions,
-    compaction_stop,
-    context_path_indices,
-)
+from mcp_agent.sessions.context import compaction_stop, context_path_indices
 from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
     CompactionEntry,
@@ -63,31 +33,13 @@ from mcp_agent.sessions.entries import (
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.repo import (
-    FIRST_MESSAGE_CHARS,
-    BaseSessionRepo,
-    SessionPage,
-    SessionSummary,
-    decode_cursor,
-    encode_cursor,
-    query_words,
-)
-from mcp_agent.sessions.storage import (
-    SessionStats,
-    count_entry,
-    leaf_after,
-    validate_tree,
-)
+from mcp_agent.sessions.repo import FIRST_MESSAGE_CHARS
+from mcp_agent.sessions.sqlite.database import SqliteDatabase
+from mcp_agent.sessions.storage import SessionStats, count_entry, leaf_after, validate_tree
 from mcp_agent.wire import describe_validation_error
 
-T = TypeVar("T")
-
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_S = 60.0
 # Parsed entries kept per open session; entries never change once stored.
 ENTRY_CACHE_SIZE = 20_000
-# Sessions a repo keeps open (with their parsed entries) between opens.
-OPEN_SESSIONS = 4
 
 
 def _loads_or_none(text: str) -> Any:
@@ -95,234 +47,6 @@ def _loads_or_none(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def _is_busy(error: sqlite3.OperationalError) -> bool:
-    text = str(error).lower()
-    return "locked" in text or "busy" in text
-
-
-# "full": a committed append survives a power loss (fsync at every commit). "normal": it
-# survives the process being killed, but the newest appends may be lost if the machine stops.
-Durability = Literal["full", "normal"]
-# Called inside each transaction that appends to or moves a session, before the change, with
-# the connection and the session id; raising refuses the change. The runtime checks there that
-# no other process runs an agent in the session (runtime.leases).
-SessionGuard = Callable[[sqlite3.Connection, str], None]
-DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
-
-
-class SqliteDatabase:
-    """One connection to a session database, shared by the sessions a repo opens.
-
-    The connection is used from one thread at a time (a lock), so the MCP server may call in
-    from worker threads.
-    """
-
-    def __init__(
-        self,
-        path: str | Path,
-        busy_timeout: float = BUSY_TIMEOUT_S,
-        durability: Durability = "full",
-        session_guard: SessionGuard | None = None,
-    ) -> None:
-        if durability not in DURABILITY:
-            raise ValueError(f"durability must be one of {', '.join(DURABILITY)}")
-        self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.busy_timeout = busy_timeout
-        self.lock = threading.RLock()
-        self.session_guard = session_guard
-        self.conn = sqlite3.connect(
-            str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        try:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-            self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
-            # Only a new file takes the write lock: opening must not wait for busy writers.
-            if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
-                self.write(lambda _conn: self._create_schema())
-        except BaseException:
-            self.conn.close()  # not a database, or not writable: do not leak the connection
-            raise
-
-    def _retry(self, action: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.busy_timeout
-        delay = 0.002
-        while True:
-            try:
-                return action()
-            except sqlite3.OperationalError as error:
-                if not _is_busy(error) or time.monotonic() > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
-
-    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction, waiting out other writers. ``work`` may run
-        more than once, so it must not change Python state it does not return."""
-
-        def attempt() -> T:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(self.conn)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            return result
-
-        with self.lock:
-            return self._retry(attempt)
-
-    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> builtins.list[Any]:
-        with self.lock:
-            return self._retry(lambda: self.conn.execute(sql, params).fetchall())
-
-    def _create_schema(self) -> None:
-        # Only a new database needs sqlite-utils; opening an existing one stays quick.
-        import sqlite_utils
-
-        db = sqlite_utils.Database(self.conn)
-        if (self.conn.execute("PRAGMA user_version").fetchone()[0]) >= SCHEMA_VERSION:
-            return
-        db["sessions"].create(
-            {
-                "id": str,
-                "header": str,
-                "name": str,
-                "cwd": str,
-                "leaf": str,
-                "created": str,
-                "modified": str,
-                "parent_session": str,
-                "first_user_message": str,
-                "next_seq": int,
-                "entry_count": int,
-                "message_count": int,
-                "tool_call_count": int,
-                "input_tokens": int,
-                "output_tokens": int,
-                "cache_read_tokens": int,
-                "cache_write_tokens": int,
-                "total_tokens": int,
-                "cost_total": float,
-            },
-            pk="id",
-            not_null={"header", "created", "modified"},
-            defaults={
-                "next_seq": 0,
-                "entry_count": 0,
-                "message_count": 0,
-                "tool_call_count": 0,
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "cache_read_tokens": 0,
-                "cache_write_tokens": 0,
-                "total_tokens": 0,
-                "cost_total": 0.0,
-            },
-            if_not_exists=True,
-        )
-        db["sessions"].create_index(["modified", "id"], if_not_exists=True)
-        # ``n`` is the rowid: full-text rows point at it, and an explicit integer key keeps it
-        # stable across VACUUM. (session_id, id) is the entry's real key.
-        db["entries"].create(
-            {
-                "n": int,
-                "session_id": str,
-                "id": str,
-                "parent_id": str,
-                "type": str,
-                "role": str,
-                "timestamp": str,
-                "seq": int,
-                "data": str,
-                "text": str,
-            },
-            pk="n",
-            not_null={"session_id", "id", "type", "timestamp", "seq", "data"},
-            if_not_exists=True,
-        )
-        db["entries"].create_index(["session_id", "id"], unique=True, if_not_exists=True)
-        db["entries"].create_index(["session_id", "parent_id"], if_not_exists=True)
-        # No index on seq or type: every query that orders by seq or filters by type reads the
-        # whole session anyway, and each index is one more page to fsync on every append.
-        db["labels"].create(
-            {"session_id": str, "target_id": str, "label": str},
-            pk=("session_id", "target_id"),
-            if_not_exists=True,
-        )
-        db["meta"].create({"key": str, "value": int}, pk="key", if_not_exists=True)
-        # Which session each indexed entry belongs to: a search resolves thousands of hits
-        # through this narrow table instead of the wide entry rows.
-        db["fts_docs"].create(
-            {"n": int, "session_id": str}, pk="n", not_null={"session_id"}, if_not_exists=True
-        )
-        if not db["entries_fts"].exists():
-            # No triggers: rows are indexed in batches before a search (see the module doc).
-            db["entries"].enable_fts(["text"], fts_version="FTS5", create_triggers=False)
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('fts_indexed_upto', 0)")
-        self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def index_pending_text(self) -> None:
-        """Bring the full-text index up to date with every entry appended so far.
-
-        Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
-        """
-        upto, newest = self.read(
-            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
-            " (SELECT max(n) FROM entries)"
-        )[0]
-        if newest is None or newest <= upto:
-            return
-
-        def work(conn: sqlite3.Connection) -> None:
-            upto = conn.execute("SELECT value FROM meta WHERE key = 'fts_indexed_upto'").fetchone()[
-                0
-            ]
-            newest = conn.execute("SELECT max(n) FROM entries").fetchone()[0] or 0
-            pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
-            conn.execute(
-                f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, newest)
-            )
-            conn.execute(
-                f"INSERT INTO fts_docs (n, session_id) SELECT n, session_id {pending}",
-                (upto, newest),
-            )
-            conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (max(upto, newest),)
-            )
-
-        self.write(work)
-
-    @staticmethod
-    def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> None:
-        """Remove a session's entries and their index rows (inside a transaction)."""
-        upto = conn.execute("SELECT value FROM meta WHERE key = 'fts_indexed_upto'").fetchone()[0]
-        conn.execute(
-            "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', n, text"
-            " FROM entries WHERE session_id = ? AND n <= ? AND text IS NOT NULL",
-            (session_id, upto),
-        )
-        conn.execute(
-            "DELETE FROM fts_docs WHERE n IN (SELECT n FROM entries WHERE session_id = ? AND n <= ?)",
-            (session_id, upto),
-        )
-        conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
-        conn.execute("DELETE FROM labels WHERE session_id = ?", (session_id,))
-        # Rowids above the newest remaining entry may be handed out again; they must count as
-        # not yet indexed.
-        newest = conn.execute("SELECT max(n) FROM entries").fetchone()[0] or 0
-        if newest < upto:
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (newest,))
-
-    def close(self) -> None:
-        with self.lock:
-            self.conn.close()
 
 
 # --- what each entry adds to its session's row ------------------------------------------------
@@ -799,116 +523,3 @@ class SqliteSessionStorage:
     def close(self) -> None:
         if self._owns_database:
             self.database.close()
-
-
-# --- the repo ---------------------------------------------------------------------------------
-
-_SUMMARY_COLUMNS = (
-    "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
-    " parent_session, total_tokens, cost_total"
-)
-
-
-def _fts_query(words: Iterable[str]) -> str:
-    # Each word as a quoted prefix term: user text never reaches FTS5 query syntax.
-    return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
-
-
-class SqliteSessionRepo(BaseSessionRepo):
-    """Every session in one SQLite file (the default store)."""
-
-    def __init__(
-        self,
-        path: str | Path,
-        context_build_options: SessionContextBuildOptions | None = None,
-        busy_timeout: float = BUSY_TIMEOUT_S,
-        durability: Durability = "full",
-        session_guard: SessionGuard | None = None,
-    ) -> None:
-        super().__init__(context_build_options)
-        self.database = SqliteDatabase(path, busy_timeout, durability, session_guard)
-        # The sessions opened last, kept with their parsed entries: a server opens the same
-        # few sessions request after request. A session deleted elsewhere meanwhile still says
-        # so at its next read or write.
-        self._opened: OrderedDict[str, SqliteSessionStorage] = OrderedDict()
-
-    @property
-    def path(self) -> Path:
-        return self.database.path
-
-    def _create_storage(
-        self, header: SessionHeader, entries: builtins.list[SessionEntry]
-    ) -> SqliteSessionStorage:
-        return self._keep_open(SqliteSessionStorage.create(self.database, header, entries))
-
-    def _open_storage(self, session_id: str) -> SqliteSessionStorage:
-        with self.database.lock:
-            storage = self._opened.get(session_id)
-            if storage is not None:
-                self._opened.move_to_end(session_id)
-                return storage
-        return self._keep_open(SqliteSessionStorage(self.database, session_id))
-
-    def _keep_open(self, storage: SqliteSessionStorage) -> SqliteSessionStorage:
-        with self.database.lock:
-            self._opened[storage.session_id] = storage
-            while len(self._opened) > OPEN_SESSIONS:
-                self._opened.popitem(last=False)
-        return storage
-
-    def exists(self, session_id: str) -> bool:
-        return bool(self.database.read("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))
-
-    def summary(self, session_id: str) -> SessionSummary:
-        rows = self.database.read(
-            f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        )
-        if not rows:
-            raise SessionError("not_found", f"session {session_id} not found")
-        return SessionSummary(*rows[0])
-
-    def list(
-        self, query: str | None = None, limit: int = 50, cursor: str | None = None
-    ) -> SessionPage:
-        if limit < 1:
-            raise SessionError("invalid_argument", "limit must be at least 1")
-        conditions: builtins.list[str] = []
-        params: dict[str, Any] = {"limit": limit + 1}
-        if cursor is not None:
-            params["modified"], params["after_id"] = decode_cursor(cursor)
-            conditions.append("(modified, id) < (:modified, :after_id)")
-        words = query_words(query)
-        if words:
-            self.database.index_pending_text()
-            # Every word must occur in the session, not necessarily in one entry.
-            for index, word in enumerate(words):
-                params[f"w{index}"] = _fts_query([word])
-                conditions.append(
-                    "id IN (SELECT d.session_id FROM entries_fts f"
-                    f" JOIN fts_docs d ON d.n = f.rowid WHERE entries_fts MATCH :w{index})"
-                )
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        rows = self.database.read(
-            f"SELECT {_SUMMARY_COLUMNS} FROM sessions {where}"
-            " ORDER BY modified DESC, id DESC LIMIT :limit",
-            params,
-        )
-        items = [SessionSummary(*row) for row in rows[:limit]]
-        next_cursor = None
-        if len(rows) > limit:
-            next_cursor = encode_cursor(items[-1].modified, items[-1].id)
-        return SessionPage(items, next_cursor)
-
-    def delete(self, session_id: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            gone = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
-            if not gone:
-                raise SessionError("not_found", f"session {session_id} not found")
-            self.database.delete_session_rows(conn, session_id)
-
-        self.database.write(work)
-        with self.database.lock:
-            self._opened.pop(session_id, None)
-
-    def close(self) -> None:
-        self.database.close()
