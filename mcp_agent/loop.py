@@ -709,7 +709,7 @@ async def _call(function: Callable[..., MaybeAwaitable[T]], *args: Any) -> T:
     result = function(*args)
     if inspect.isawaitable(result):
         return await result
-    return result  # type: ignore[return-value]
+    return result
 
 
 async def _aclose(stream: Any) -> None:

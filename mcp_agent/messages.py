@@ -325,7 +325,9 @@ AgentMessage = Annotated[
     PlainSerializer(_serialize_agent_message),
 ]
 
-_content_adapter: TypeAdapter[Any] = TypeAdapter(Content)
+_content_adapter: TypeAdapter[TextContent | ImageContent | ThinkingContent | ToolCall] = (
+    TypeAdapter(Content)
+)
 
 
 def parse_content(

@@ -31,8 +31,8 @@ def models(as_json: JsonOption = False) -> None:
         for p in providers.values()
     ]
     if as_json:
-        rows = [{"ref": m.ref, **m.to_json_dict()} for m in listed]
-        emit_json({"models": rows, "providers": provider_rows, "cliModels": [DEMO_MODEL]})
+        model_rows = [{"ref": m.ref, **m.to_json_dict()} for m in listed]
+        emit_json({"models": model_rows, "providers": provider_rows, "cliModels": [DEMO_MODEL]})
         return
     ready = {row["name"]: row["apiKeySet"] or not row["apiKeyEnv"] for row in provider_rows}
     rows = [

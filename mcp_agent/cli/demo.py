@@ -204,7 +204,7 @@ async def _run(client: Client, prompt: str, session_id: str | None = None) -> di
     """agent_run, showing tool calls as their progress notifications arrive."""
     _say(f"agent_run(prompt={prompt!r}{', session_id=…' if session_id else ''})")
 
-    async def progress(done: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         kind, _, text = (message or "").partition(": ")
         if kind in ("tool_execution_start", "tool_execution_end"):
             _say(f"  {text}", "yellow")
@@ -212,7 +212,7 @@ async def _run(client: Client, prompt: str, session_id: str | None = None) -> di
     arguments: dict[str, Any] = {"prompt": prompt, "agent": "assistant"}
     if session_id:
         arguments["session_id"] = session_id
-    result = await client.call_tool("agent_run", arguments, progress_callback=progress)
+    result = await client.call_tool("agent_run", arguments, progress_callback=on_progress)
     if result.is_error or not result.structured_content:
         message = getattr(result.content[0], "text", "") if result.content else "no result"
         err().print(f"{PROG}: demo: agent_run failed: {message}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import typer
 
@@ -19,6 +19,14 @@ class Transport(StrEnum):
 class Durability(StrEnum):
     full = "full"
     normal = "normal"
+
+
+class _SettingsOverrides(TypedDict, total=False):
+    """ServerSettings fields given on the command line; the others keep their defaults (which
+    may come from the environment, read only when not given here)."""
+
+    durability: str
+    model_retries: int
 
 
 def serve(
@@ -68,14 +76,13 @@ def serve(
     from mcp_agent.server.stdio import run_stdio
     from mcp_agent.server.streamable_http import UnsafeBindError, check_bind, serve_http
 
+    overrides: _SettingsOverrides = {}
+    if durability is not None:
+        overrides["durability"] = durability.value
+    if model_retries is not None:
+        overrides["model_retries"] = model_retries
     try:
-        settings = ServerSettings(
-            host=host,
-            port=port,
-            max_subagent_depth=max_depth,
-            **({"durability": durability.value} if durability is not None else {}),
-            **({"model_retries": model_retries} if model_retries is not None else {}),
-        )
+        settings = ServerSettings(host=host, port=port, max_subagent_depth=max_depth, **overrides)
     except ValueError as error:
         die(str(error))
     settings.allowed_hosts = list(allowed_host or [])

@@ -220,12 +220,12 @@ def convert_messages(
                     params.append({"role": "user", "content": message.content})
                 continue
             blocks: list[dict[str, Any]] = []
-            for block in message.content:
-                if isinstance(block, TextContent):
-                    if block.text.strip():
-                        blocks.append({"type": "text", "text": block.text})
-                elif isinstance(block, ImageContent):
-                    blocks.append(_image(block))
+            for part in message.content:
+                if isinstance(part, TextContent):
+                    if part.text.strip():
+                        blocks.append({"type": "text", "text": part.text})
+                elif isinstance(part, ImageContent):
+                    blocks.append(_image(part))
             if blocks:
                 params.append({"role": "user", "content": blocks})
         elif isinstance(message, AssistantMessage):
@@ -340,9 +340,11 @@ class _StreamState:
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            error = event.get("error") or {}
+            problem = event.get("error") or {}
             detail = error_detail(json.dumps(event))
-            what = "overloaded" if error.get("type") == "overloaded_error" else "reported an error"
+            what = (
+                "overloaded" if problem.get("type") == "overloaded_error" else "reported an error"
+            )
             message = f"{self.endpoint.where}: the server {what} mid-stream: {detail}"
             if is_overflow_text(detail):
                 message = f"{CONTEXT_OVERFLOW_MARK}: {message}"
@@ -357,20 +359,15 @@ class _StreamState:
             output.content.append(TextContent(text=block.get("text") or ""))
             self.events.append(TextStartEvent(output, position))
         elif kind == "thinking":
-            output.content.append(
-                ThinkingContent(
-                    thinking=block.get("thinking") or "",
-                    **{THINKING_SIGNATURE: block.get("signature") or ""},
-                )
-            )
+            signed: dict[str, Any] = {THINKING_SIGNATURE: block.get("signature") or ""}
+            output.content.append(ThinkingContent(thinking=block.get("thinking") or "", **signed))
             self.events.append(ThinkingStartEvent(output, position))
         elif kind == "redacted_thinking":
-            output.content.append(
-                ThinkingContent(
-                    thinking="[Reasoning redacted]",
-                    **{THINKING_SIGNATURE: block.get("data") or "", THINKING_REDACTED: True},
-                )
-            )
+            redacted: dict[str, Any] = {
+                THINKING_SIGNATURE: block.get("data") or "",
+                THINKING_REDACTED: True,
+            }
+            output.content.append(ThinkingContent(thinking="[Reasoning redacted]", **redacted))
             self.events.append(ThinkingStartEvent(output, position))
         elif kind == "tool_use":
             initial = block.get("input")

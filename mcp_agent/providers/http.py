@@ -17,11 +17,11 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import httpx
 
@@ -259,7 +259,7 @@ def _timeout(options: StreamOptions) -> httpx.Timeout:
 
 
 @asynccontextmanager
-async def _client(options: StreamOptions):  # type: ignore[no-untyped-def]
+async def _client(options: StreamOptions) -> AsyncIterator[httpx.AsyncClient]:
     given = options.extra.get("http_client")
     if given is not None:
         yield given
@@ -276,7 +276,7 @@ async def open_event_stream(
     body: dict[str, Any],
     options: StreamOptions,
     race: AbortRace,
-):  # type: ignore[no-untyped-def]
+) -> AsyncIterator[httpx.Response]:
     """POST ``body`` and yield the open 200 response whose body is an event stream.
 
     Retries 408/409/429/5xx/529 and failed connects with exponential backoff (Retry-After
@@ -359,7 +359,8 @@ def _check_event_stream(endpoint: Endpoint, response: httpx.Response) -> None:
 
 # The C scanner behind json.loads: ``scan_json(text, 0) -> (value, end)``, StopIteration when
 # no value starts at 0. Two Python calls less than json.loads, once per streamed chunk.
-scan_json = json.JSONDecoder().scan_once
+# (JSONDecoder sets scan_once in __init__; typeshed does not declare it.)
+scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _scan_once = scan_json
 
 
@@ -510,14 +511,20 @@ async def stream_sse(
             encoding = response.headers.get("content-encoding", "").strip().lower()
             if encoding in ("", "identity") and isinstance(response.stream, httpx.AsyncByteStream):
                 response.is_stream_consumed = True
-                chunks = response.stream.__aiter__()
+                byte_iterator = response.stream.__aiter__()
             else:
-                chunks = response.aiter_bytes()
+                byte_iterator = response.aiter_bytes()
+            # Both are async generators (closed below), which httpx types as iterators.
+            chunks = cast(AsyncGenerator[bytes, None], byte_iterator)
             next_chunk = chunks.__anext__
             parser = SseParser(endpoint, state.on_event)
             feed = parser.feed
             sock = _http11_socket(response) if signal is not None else None
-            unhook = signal.on_abort(partial(_shutdown, sock)) if sock is not None else None
+            unhook = (
+                signal.on_abort(partial(_shutdown, sock))
+                if signal is not None and sock is not None
+                else None
+            )
             racing = signal is not None and sock is None
             utf8_decode = codecs.utf_8_decode  # incremental: keeps a split character pending
             pending = b""

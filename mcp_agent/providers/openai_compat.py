@@ -402,7 +402,8 @@ class _StreamState:
         output = self.output
         if self.thinking_index < 0:
             self.thinking_index = len(output.content)
-            output.content.append(ThinkingContent(thinking="", **{THINKING_SIGNATURE: field_name}))
+            signed: dict[str, Any] = {THINKING_SIGNATURE: field_name}
+            output.content.append(ThinkingContent(thinking="", **signed))
             self.events.append(ThinkingStartEvent(output, self.thinking_index))
         append_str(output.content[self.thinking_index], "thinking", delta)
         self.events.append(ThinkingDeltaEvent(output, self.thinking_index, delta))

@@ -415,11 +415,11 @@ class ModelRegistry:
             if name == "client":  # the MCP client's own model
                 name = "sampling"
             if name in self.providers:
-                provider = self.providers[name]
-                if provider.api == SAMPLING_API:
-                    return self._model(provider, "client")
-                if provider.api == SCRIPTED_API:
-                    return self._model(provider, "echo")
+                named = self.providers[name]
+                if named.api == SAMPLING_API:
+                    return self._model(named, "client")
+                if named.api == SCRIPTED_API:
+                    return self._model(named, "echo")
                 raise ModelRegistryError(
                     f"model name {name!r} names a provider; add a model id: {name}:<model-id>"
                 )
@@ -455,7 +455,7 @@ class ModelRegistry:
         return provider.model(model_id)
 
     def list_models(self) -> list[Model]:
-        models = []
+        models: list[Model] = []
         for provider in self.providers.values():
             models.extend(provider.model(mid) for mid in provider.models)
         return models

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from mcp_agent.abort import AbortSignal
@@ -26,7 +27,8 @@ from mcp_agent.tools import AgentToolResult
 
 log = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+# The SDK's progress callback: ``async (progress, total, message) -> None``.
+ProgressCallback = ProgressFnT
 # How long closing may take before we stop waiting (the SDK kills a stdio child within ~4 s).
 CLOSE_TIMEOUT = 10.0
 START_RETRY_DELAY = 30.0
@@ -150,7 +152,12 @@ class McpServerConnection:
                     return AgentToolResult.error(str(error))
                 with anyio.fail_after(time_limit):
                     result = await client.call_tool(
-                        tool, arguments, progress_callback=on_progress, meta=meta
+                        tool,
+                        arguments,
+                        progress_callback=on_progress,
+                        # RequestParamsMeta is an open TypedDict (PEP 728 extra_items) that
+                        # mypy does not support yet: our own key cannot be typed as one.
+                        meta=meta,  # type: ignore[arg-type]
                     )
                 return to_agent_result(result)
             except TimeoutError:

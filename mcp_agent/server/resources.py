@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import mcp.types as types
-from mcp.server import MCPServer, NotificationOptions, ServerRequestContext
+from mcp.server import InitializationOptions, MCPServer, NotificationOptions, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
@@ -167,11 +167,13 @@ def register(server: MCPServer) -> None:
     original = lowlevel.create_initialization_options
 
     def initialization_options(
-        notification_options: NotificationOptions | None = None, **kwargs: Any
-    ) -> Any:
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
         options = notification_options or NotificationOptions(
             resources_changed=True, tools_changed=True, prompts_changed=False
         )
-        return original(options, **kwargs)
+        return original(options, experimental_capabilities, extensions)
 
     lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
