@@ -350,3 +350,71 @@ def test_a_session_kept_open_says_when_it_was_deleted(tmp_path: Path) -> None:
     with pytest.raises(SessionError) as gone:
         ours.open(other.id)
     assert gone.value.code == "not_found"
+
+
+def test_reads_do_not_wait_for_another_writer_and_a_write_ends_busy(tmp_path: Path) -> None:
+    """A reader has a connection of its own (WAL): another connection holding the write lock
+    delays only writes, and a write that outwaits the busy timeout says so clearly."""
+    path = tmp_path / "s.db"
+    repo = SqliteSessionRepo(path, busy_timeout=0.3)
+    session = repo.create(name="held")
+    session.append_message(user("before the lock"))
+    before = [e.id for e in session.get_branch()]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        # Each of these would raise "busy" after 0.3 s if reads queued behind the writer.
+        reopened = repo.open(session.id)
+        assert [e.id for e in reopened.get_branch()] == before
+        assert repo.list().items[0].id == session.id
+        assert repo.summary(session.id).message_count == 1
+        with pytest.raises(SessionError) as raised:
+            session.append_message(user("while locked"))
+        assert raised.value.code == "busy"
+        assert "locked by another writer" in str(raised.value)
+        assert "nothing was written" in str(raised.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [e.id for e in repo.open(session.id).get_branch()] == before
+    second = session.append_message(user("after the lock"))
+    assert [e.id for e in repo.open(session.id).get_branch()] == [*before, second]
+    repo.close()
+
+
+def test_a_full_disk_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    """SQLITE_FULL (here: the page limit reached, as a full disk reports it) comes back as a
+    storage error that says the disk is full, and the session is as it was."""
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    session.append_message(user("small"))
+    kept = [e.id for e in session.get_branch()]
+    pages = repo.database.conn.execute("PRAGMA page_count").fetchone()[0]
+    repo.database.conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(SessionError) as raised:
+        session.append_message(user("x" * 200_000))
+    assert raised.value.code == "storage"
+    assert "full" in str(raised.value)
+    assert "nothing was written" in str(raised.value)
+    assert [e.id for e in repo.open(session.id).get_branch()] == kept
+    assert repo.summary(session.id).message_count == 1
+    repo.close()
+
+
+def test_closing_the_database_closes_every_reader(tmp_path: Path) -> None:
+    import threading
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    session.append_message(user("hello"))
+    threads = [threading.Thread(target=lambda: repo.list()) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    readers = list(repo.database._reader_conns)
+    assert len(readers) >= 3  # one per thread that read
+    repo.close()
+    for conn in readers:
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")

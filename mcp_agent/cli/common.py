@@ -19,7 +19,7 @@ import typer
 from mcp_agent.paths import DB_ENV, default_db_path
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
     from mcp_agent.sessions.session import Session
     from mcp_agent.sessions.sqlite import SqliteSessionRepo
@@ -88,7 +88,7 @@ def print_table(
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
-        justify = "right" if header in right else "left"
+        justify: JustifyMethod = "right" if header in right else "left"
         if index == flexible:
             table.add_column(
                 header, no_wrap=True, overflow="ellipsis", max_width=max(12, out().width - fixed)
@@ -133,7 +133,7 @@ def opened_repo(db: Path | None) -> Iterator[SqliteSessionRepo]:
     path = database_path(db)
     try:
         repo = SqliteSessionRepo(path)
-    except (sqlite3.Error, OSError) as error:
+    except (sqlite3.Error, OSError, SessionError) as error:
         die(f"cannot open the session database {path}: {error}; pass --db FILE or set {DB_ENV}")
     try:
         yield repo

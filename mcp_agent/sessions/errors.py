@@ -9,7 +9,9 @@ class SessionError(Exception):
     Codes: ``not_found`` (no such session or entry), ``invalid_fork_target``, ``invalid_entry``
     (an entry that does not parse or break the tree), ``invalid_import`` (a session file we
     cannot import), ``corrupt`` (a stored session that no longer reads), ``conflict`` (an id
-    that is already taken), ``invalid_argument``, ``busy`` (another process works on the session).
+    that is already taken), ``invalid_argument``, ``busy`` (another process works on the session, or holds the
+    database's write lock too long), ``storage`` (the database failed: disk full, I/O error),
+    ``closed``.
     """
 
     def __init__(self, code: str, message: str) -> None:

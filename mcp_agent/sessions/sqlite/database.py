@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from mcp_agent.sessions.errors import SessionError
+
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
@@ -41,6 +43,17 @@ BUSY_TIMEOUT_S = 60.0
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
+
+
+def storage_error(path: Path, error: sqlite3.Error) -> SessionError:
+    """A database failure (disk full, read-only file, I/O error) as an error that says what
+    happened; the transaction it broke was rolled back."""
+    text = str(error)
+    if "full" in text.lower():
+        return SessionError(
+            "storage", f"the disk holding {path} is full; nothing was written ({text})"
+        )
+    return SessionError("storage", f"the session database {path} failed: {text}")
 
 
 # "full": a committed append survives a power loss (fsync at every commit). "normal": it
@@ -54,10 +67,13 @@ DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 
 
 class SqliteDatabase:
-    """One connection to a session database, shared by the sessions a repo opens.
+    """A session database, shared by the sessions a repo opens.
 
-    The connection is used from one thread at a time (a lock), so the MCP server may call in
-    from worker threads.
+    Writes go through one connection, used by one thread at a time (a lock). Reads use a
+    connection of their own per thread: in WAL mode a reader never waits for a writer, so a
+    read answers while another thread or process holds the write lock (on ``:memory:``, which
+    has a single connection, reads share the writer's). Call it from worker threads, never
+    from an event loop: a write may wait up to ``busy_timeout`` for the lock.
     """
 
     def __init__(
@@ -73,13 +89,15 @@ class SqliteDatabase:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the writer connection's
         self.session_guard = session_guard
-        self.conn = sqlite3.connect(
-            str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
+        self._shared = str(path) == ":memory:"  # one connection: reads share the writer's
+        self._readers = threading.local()
+        self._reader_conns: builtins.list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self.conn = self._connect()
         try:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
             # Only a new file takes the write lock: opening must not wait for busy writers.
@@ -89,6 +107,31 @@ class SqliteDatabase:
             self.conn.close()  # not a database, or not writable: do not leak the connection
             raise
 
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            ":memory:" if self._shared else str(self.path),
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's read connection (None where reads share the writer's)."""
+        if self._shared:
+            return None
+        conn: sqlite3.Connection | None = getattr(self._readers, "conn", None)
+        if conn is None:
+            with self._readers_lock:
+                if self._closed:
+                    raise SessionError("closed", f"the session database {self.path} is closed")
+                conn = self._connect()
+                conn.execute("PRAGMA query_only = 1")
+                self._reader_conns.append(conn)
+            self._readers.conn = conn
+        return conn
+
     def _retry(self, action: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.busy_timeout
         delay = 0.002
@@ -96,8 +139,14 @@ class SqliteDatabase:
             try:
                 return action()
             except sqlite3.OperationalError as error:
-                if not _is_busy(error) or time.monotonic() > deadline:
-                    raise
+                if not _is_busy(error):
+                    raise storage_error(self.path, error) from error
+                if time.monotonic() > deadline:
+                    raise SessionError(
+                        "busy",
+                        f"the session database {self.path} stayed locked by another writer for"
+                        f" {self.busy_timeout:g} s; nothing was written, try again",
+                    ) from error
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
@@ -120,6 +169,9 @@ class SqliteDatabase:
             return self._retry(attempt)
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> builtins.list[Any]:
+        reader = self._reader()
+        if reader is not None:
+            return self._retry(lambda: reader.execute(sql, params).fetchall())
         with self.lock:
             return self._retry(lambda: self.conn.execute(sql, params).fetchall())
 
@@ -262,5 +314,10 @@ class SqliteDatabase:
             conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (newest,))
 
     def close(self) -> None:
+        with self._readers_lock:
+            self._closed = True
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
         with self.lock:
             self.conn.close()

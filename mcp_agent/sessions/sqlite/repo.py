@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,6 +62,7 @@ class SqliteSessionRepo(BaseSessionRepo):
         # few sessions request after request. A session deleted elsewhere meanwhile still says
         # so at its next read or write.
         self._opened: OrderedDict[str, SqliteSessionStorage] = OrderedDict()
+        self._opened_lock = threading.Lock()
 
     @property
     def path(self) -> Path:
@@ -72,7 +74,7 @@ class SqliteSessionRepo(BaseSessionRepo):
         return self._keep_open(SqliteSessionStorage.create(self.database, header, entries))
 
     def _open_storage(self, session_id: str) -> SqliteSessionStorage:
-        with self.database.lock:
+        with self._opened_lock:
             storage = self._opened.get(session_id)
             if storage is not None:
                 self._opened.move_to_end(session_id)
@@ -80,7 +82,7 @@ class SqliteSessionRepo(BaseSessionRepo):
         return self._keep_open(SqliteSessionStorage(self.database, session_id))
 
     def _keep_open(self, storage: SqliteSessionStorage) -> SqliteSessionStorage:
-        with self.database.lock:
+        with self._opened_lock:
             self._opened[storage.session_id] = storage
             while len(self._opened) > OPEN_SESSIONS:
                 self._opened.popitem(last=False)
@@ -137,7 +139,7 @@ class SqliteSessionRepo(BaseSessionRepo):
             self.database.delete_session_rows(conn, session_id)
 
         self.database.write(work)
-        with self.database.lock:
+        with self._opened_lock:
             self._opened.pop(session_id, None)
 
     def close(self) -> None:

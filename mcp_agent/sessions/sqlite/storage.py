@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,9 @@ class SqliteSessionStorage:
             header = _stored_header(session_id, rows[0][0])
             self._seen_leaf = rows[0][1]
         self._header = header
-        self.lock = self.database.lock
+        # Taken by Session around read-leaf-then-append; the append re-checks the leaf inside
+        # its transaction anyway, for writers in other storages and processes.
+        self.lock = threading.RLock()
         self._cache: dict[str, SessionEntry] = {}
 
     @classmethod
