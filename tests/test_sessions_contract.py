@@ -530,6 +530,22 @@ def test_list_is_newest_first_paged_and_searchable(repo) -> None:
         repo.list(cursor="not a cursor")
 
 
+def test_a_malformed_cursor_or_an_oversized_search_is_a_clear_refusal(repo) -> None:
+    import base64
+
+    repo.create().append_message(user("apples"))
+    nested = base64.urlsafe_b64encode(b"[" * 100_000).decode()
+    for cursor in (nested[:1000], nested, "x" * 5000):
+        with pytest.raises(SessionError) as raised:
+            repo.list(cursor=cursor)
+        assert raised.value.code == "invalid_argument" and "invalid cursor" in str(raised.value)
+        assert len(str(raised.value)) < 200  # the cursor is not echoed in full
+    with pytest.raises(SessionError) as raised:
+        repo.list(query=" ".join(f"word{i}" for i in range(1001)))
+    assert raised.value.code == "invalid_argument" and "at most 32 words" in str(raised.value)
+    assert len(repo.list(query=" ".join(["apples"] * 32)).items) == 1
+
+
 def test_list_order_follows_the_latest_append(repo) -> None:
     old = repo.create()
     new = repo.create()

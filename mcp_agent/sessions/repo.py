@@ -113,20 +113,37 @@ def encode_cursor(modified: str, session_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+# A cursor we hand out is well under this; anything longer was not made here.
+MAX_CURSOR_CHARS = 1024
+# Words in one search: each is a term of the full-text query, and SQLite refuses deep ones.
+MAX_SEARCH_WORDS = 32
+
+
 def decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        modified, session_id = json.loads(base64.urlsafe_b64decode(padded))
-        if isinstance(modified, str) and isinstance(session_id, str):
-            return modified, session_id
-    except (ValueError, TypeError):
-        pass
-    raise SessionError("invalid_argument", f"invalid cursor {cursor!r}")
+    if len(cursor) <= MAX_CURSOR_CHARS:
+        try:
+            padded = cursor + "=" * (-len(cursor) % 4)
+            modified, session_id = json.loads(base64.urlsafe_b64decode(padded))
+            if isinstance(modified, str) and isinstance(session_id, str):
+                return modified, session_id
+        except (ValueError, TypeError, RecursionError):
+            pass
+    shown = cursor if len(cursor) <= 60 else cursor[:60] + "…"
+    raise SessionError(
+        "invalid_argument",
+        f"invalid cursor {shown!r}: pass the cursor that the previous page returned",
+    )
 
 
 def query_words(query: str | None) -> list[str]:
     """The words of a search; a session matches when each is the start of a word in it."""
-    return re.findall(r"\w+", query.lower()) if query else []
+    words = re.findall(r"\w+", query.lower()) if query else []
+    if len(words) > MAX_SEARCH_WORDS:
+        raise SessionError(
+            "invalid_argument",
+            f"a search takes at most {MAX_SEARCH_WORDS} words, not {len(words)}: use fewer",
+        )
+    return words
 
 
 def text_matches(words: list[str], texts: Iterable[str]) -> bool:
