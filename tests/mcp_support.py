@@ -1,13 +1,33 @@
 """Talking MCP from tests: our tools' structured results and error texts, a free loopback port,
-and the raw initialize request for tests that speak JSON-RPC themselves."""
+the raw initialize request for tests that speak JSON-RPC themselves, and our server as the
+tests set it up (a manifests folder, a database and scripted models in ``tmp_path``) with the
+in-process ``client`` fixture on both handshakes."""
 
 from __future__ import annotations
 
+import json
 import socket
-from typing import Any
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import pytest
 from mcp import Client
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import (
+    ScriptedProvider,
+    ScriptedResponse,
+    reply,
+    scripted_model,
+    tool_call,
+)
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
 
 CALL_LIMIT_S = 60
 
@@ -47,3 +67,117 @@ def initialize_request(request_id: int = 1) -> dict[str, Any]:
             "clientInfo": {"name": "raw", "version": "1"},
         },
     }
+
+
+# --- our server, as the tests set it up -------------------------------------------------------
+
+# A scripted model: one provider that every run shares (to look at its calls afterwards), or a
+# responder, which gets a provider of its own each time the server resolves the model.
+ScriptedModel = ScriptedProvider | Callable[[LlmContext], ScriptedResponse]
+
+TEST_AGENTS = {
+    "default": 'description = "test default"\nsystem_prompt = "be brief"\n',
+    "helper": 'description = "a helper"\ntools = ["subagent"]\n',
+    "loner": 'description = "no tools"\ntools = []\n',
+    "thinker": 'description = "thinks"\nthinking_level = "high"\n',
+}
+
+TOOL_SERVER = Path(__file__).parent / "servers" / "tool_server.py"
+
+
+def tool_server(**extra: Any) -> dict[str, Any]:
+    """The servers.json entry of tests/servers/tool_server.py, a real child process."""
+    return {"command": sys.executable, "args": [str(TOOL_SERVER)], **extra}
+
+
+def write_manifests(
+    root: Path, agents: Mapping[str, str] | None = None, servers: Mapping[str, Any] | None = None
+) -> Path:
+    """A manifests folder: ``agents/NAME.toml`` for each agent and servers.json with
+    ``servers`` (none by default)."""
+    (root / "agents").mkdir(parents=True, exist_ok=True)
+    for name, text in (agents or {}).items():
+        (root / "agents" / f"{name}.toml").write_text(text)
+    (root / "servers.json").write_text(json.dumps({"mcpServers": dict(servers or {})}))
+    return root
+
+
+def agent_server(
+    tmp_path: Path,
+    models: Mapping[str, ScriptedModel],
+    *,
+    agents: Mapping[str, str] | None = None,
+    servers: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> MCPServer:
+    """Our MCP server on ``tmp_path/sessions.db`` with the manifests in ``tmp_path/manifests``
+    and the scripted ``models`` by name (model id = name); the first is the default model.
+    ``settings`` go to ServerSettings (``default_model`` among them)."""
+    from mcp_agent.runtime.settings import ServerSettings
+    from mcp_agent.server.app import build_server
+
+    def choice(name: str, model: ScriptedModel) -> Callable[[], tuple[Any, ScriptedProvider]]:
+        if isinstance(model, ScriptedProvider):
+            return lambda: (scripted_model(name), model)
+        return lambda: (scripted_model(name), ScriptedProvider(model))
+
+    options: dict[str, Any] = {
+        "db_path": tmp_path / "sessions.db",
+        "manifests_dir": write_manifests(tmp_path / "manifests", agents, servers),
+        **({"default_model": next(iter(models))} if models else {}),
+        **settings,
+    }
+    return build_server(
+        ServerSettings(**options),
+        models={name: choice(name, model) for name, model in models.items()},
+    )
+
+
+def prompt_responder(context: LlmContext) -> ScriptedResponse:
+    """A test model that does as the prompt says: ``delegate:AGENT:TASK`` calls the subagent
+    tool, ``slow…`` streams slowly, ``summarize…`` summarises, ``overloaded…`` fails as an
+    overloaded API does; anything else is echoed. A tool result is reported."""
+    last = context.messages[-1]
+    if last.role == "toolResult":
+        return reply(f"tool said: {content_text(last.content)}")
+    text = content_text(last.content)
+    if text.startswith("delegate:"):
+        agent, _, task = text.removeprefix("delegate:").partition(":")
+        return reply(tool_call("subagent", {"agent": agent, "task": task}))
+    if text.startswith("slow"):
+        return reply("word " * 100, delay=0.01, chunk_size=5)
+    if text.startswith("summarize"):
+        return reply("SUMMARY: the branch tried things")
+    if text.startswith("overloaded"):
+        return reply("", error="api.test: the server overloaded mid-stream: overloaded_error")
+    return reply(f"echo: {text}")
+
+
+def tool_responder(context: LlmContext) -> ScriptedResponse:
+    """A test model that calls the tool the prompt names (``call TOOL {json args}``) and then
+    reports the result (``ok: …`` or ``error: …``); any other prompt is echoed."""
+    last = context.messages[-1]
+    if last.role == "toolResult":
+        status = "error" if last.is_error else "ok"
+        return reply(f"{status}: {content_text(last.content)}")
+    text = content_text(last.content)
+    if not text.startswith("call "):
+        return reply(f"echo: {text}")
+    name, _, args = text.removeprefix("call ").partition(" ")
+    return reply(tool_call(name, json.loads(args or "{}")))
+
+
+def make_server(tmp_path: Path, **settings: Any) -> MCPServer:
+    """The server most MCP tests talk to: the TEST_AGENTS and ``prompt_responder`` as the
+    model "scripted"."""
+    return agent_server(tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, **settings)
+
+
+@pytest.fixture(params=["auto", "legacy"], name="client")
+async def client_fixture(
+    request: pytest.FixtureRequest, server: MCPServer
+) -> AsyncIterator[Client]:
+    """An in-process client of the module's ``server`` fixture, in each of the client's
+    modes (``auto`` and ``legacy``)."""
+    async with Client(server, mode=request.param) as client:
+        yield client

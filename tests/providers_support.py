@@ -4,7 +4,12 @@
   scripted config ``providers_fakellm.yaml`` (OpenAI and Anthropic, streaming, tool calls).
 - ``ScriptServer``: a tiny HTTP/1.1 server on a real socket for what fakellm cannot do (it
   answers every streamed request with 200): status codes with Retry-After, usage and reasoning
-  chunks, malformed lines, a connection dropped mid-stream, a stream that stalls.
+  chunks, malformed lines, a connection dropped mid-stream, a stream that stalls at a ``Gate``
+  until the test lets it go on.
+
+Nothing here times anything: a test shows that an abort does not wait for the next chunk by
+holding that chunk back (``Gate``) until the stream has ended, and that a retry waits as asked
+by recording the waits the retry loop asks for (``record_waits``). Timeouts are hang guards.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,7 @@ from mcp_agent.abort import AbortController
 from mcp_agent.events import DoneEvent, ErrorEvent
 from mcp_agent.messages import AssistantMessage, Model, UserMessage
 from mcp_agent.providers.base import LlmContext, StreamOptions
+from mcp_agent.providers.common import Aborted, AbortRace
 
 HERE = Path(__file__).parent
 FAKELLM_CONFIG = HERE / "providers_fakellm.yaml"
@@ -115,14 +121,29 @@ def conversation_headers() -> dict[str, str]:
 # --- the scripted loopback server -------------------------------------------------------------
 
 
+class Gate:
+    """A place in a reply's body where the server holds back the rest until the test opens it.
+
+    ``reached`` is set once everything before the gate has been sent. Made inside the test (an
+    anyio event belongs to the running event loop)."""
+
+    def __init__(self) -> None:
+        self.reached = anyio.Event()
+        self.opened = anyio.Event()
+
+    def open(self) -> None:
+        self.opened.set()
+
+
 @dataclass
 class Reply:
     """One scripted HTTP answer. ``body`` items are bytes to send (each its own write and
-    chunk) or floats (seconds to pause). ``drop`` closes the socket without finishing."""
+    chunk), floats (seconds to pause) or a ``Gate`` (wait until the test opens it). ``drop``
+    closes the socket without finishing."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
-    body: list[bytes | float] = field(default_factory=list)
+    body: list[bytes | float | Gate] = field(default_factory=list)
     drop: bool = False
     content_type: str = "text/event-stream"
 
@@ -157,7 +178,7 @@ class ScriptServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.port = 0
-        self.request_times: list[float] = []
+        self.sent: list[bytes] = []  # every body chunk written, in order (all replies)
 
     @property
     def base(self) -> str:
@@ -187,7 +208,6 @@ class ScriptServer:
                         buffer += await stream.receive(65536)
                     body, buffer = buffer[:length], buffer[length:]
                     self.requests.append(Request(method, path, headers, body))
-                    self.request_times.append(time.monotonic())
                     reply = (
                         self.replies.popleft()
                         if self.replies
@@ -212,11 +232,16 @@ class ScriptServer:
         head.append("transfer-encoding: chunked")
         await stream.send(("\r\n".join(head) + "\r\n\r\n").encode())
         for item in reply.body:
+            if isinstance(item, Gate):
+                item.reached.set()
+                await item.opened.wait()
+                continue
             if isinstance(item, float | int):
                 await anyio.sleep(item)
                 continue
             if item:
                 await stream.send(f"{len(item):x}\r\n".encode() + item + b"\r\n")
+                self.sent.append(item)
         if reply.drop:
             await stream.aclose()
             return False
@@ -341,13 +366,22 @@ def user_context(text: str = "hello", **kwargs: Any) -> LlmContext:
 
 
 async def collect(
-    stream: AsyncIterator[Any], *, limit: float = 10
+    stream: AsyncIterator[Any],
+    *,
+    limit: float = 10,
+    on_event: Callable[[Any], None] | None = None,
 ) -> tuple[list[Any], AssistantMessage]:
-    """All events of a stream (bounded in time); checks it ends with exactly one final event."""
+    """All events of a stream; checks it ends with exactly one final event. ``limit`` is a
+    hang guard (a stream that never ends fails the test), not a speed target."""
     events: list[Any] = []
-    with anyio.fail_after(limit):
-        async for event in stream:
-            events.append(event)
+    try:
+        with anyio.fail_after(limit):
+            async for event in stream:
+                events.append(event)
+                if on_event is not None:
+                    on_event(event)
+    except TimeoutError:
+        pytest.fail(f"the stream did not end (hang guard, {limit:g} s): {event_types(events)}")
     assert events, "the stream yielded nothing"
     final = events[-1]
     assert isinstance(final, DoneEvent | ErrorEvent), f"last event is {final.type}"
@@ -357,6 +391,90 @@ async def collect(
 
 def event_types(events: list[Any]) -> list[str]:
     return [e.type for e in events]
+
+
+async def abort_when_stalled(
+    stream: AsyncIterator[Any],
+    controller: AbortController,
+    gate: Gate,
+    *,
+    text: str,
+    reason: str | None = None,
+    limit: float = 10,
+) -> tuple[list[Any], AssistantMessage]:
+    """Run ``stream`` against a reply that stalls at ``gate``, and abort while the reader waits
+    for the next chunk: once the streamed text is ``text`` (all the server sent before the
+    gate) and every task is blocked.
+
+    The gate opens only after the stream has ended, so the next chunk never comes while the
+    stream runs: a stream that waited for it after the abort would not end, and fails the
+    test at ``limit`` (a hang guard). Returns what ``collect`` returns."""
+    have_all = anyio.Event()
+    seen = 0  # events the reader has had
+    seen_at_abort: int | None = None
+
+    def watch(event: Any) -> None:
+        nonlocal seen
+        seen += 1
+        partial = getattr(event, "partial", None)
+        if partial is not None and partial.text == text:
+            have_all.set()
+
+    async def abort_while_waiting() -> None:
+        nonlocal seen_at_abort
+        await have_all.wait()
+        await gate.reached.wait()
+        await anyio.wait_all_tasks_blocked()  # the reader is waiting for the next chunk
+        seen_at_abort = seen
+        if reason is None:
+            controller.abort()
+        else:
+            controller.abort(reason)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(abort_while_waiting)
+            events, final = await collect(stream, limit=limit, on_event=watch)
+            tg.cancel_scope.cancel()  # the stream ended without the abort: asserted below
+    finally:
+        gate.open()
+    assert seen_at_abort is not None, f"the stream ended before the abort: {event_types(events)}"
+    # Nothing streamed after the abort but the end of the stream.
+    assert event_types(events[seen_at_abort:]) == ["error"]
+    return events, final
+
+
+@dataclass
+class Waits:
+    """The waits the HTTP retry loop asked for (``AbortRace.sleep``), in order: how many
+    requests the server had had by then and the seconds asked for; and how each ended
+    (``"slept"`` or ``"aborted"``). ``started`` is set when the first wait begins."""
+
+    asked: list[tuple[int, float]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    started: anyio.Event = field(default_factory=anyio.Event)
+
+
+def record_waits(
+    monkeypatch: pytest.MonkeyPatch, server: ScriptServer, *, sleep: bool = True
+) -> Waits:
+    """Record every wait the retry loop asks for. With ``sleep``, each is really waited (and
+    an abort cuts it short); without, it returns at once (still a checkpoint)."""
+    waits = Waits()
+    original = AbortRace.sleep
+
+    async def recording_sleep(race: AbortRace, seconds: float) -> None:
+        waits.asked.append((len(server.requests), seconds))
+        waits.started.set()
+        try:
+            await original(race, seconds if sleep else 0)
+        except Aborted:
+            waits.ended.append("aborted")
+            raise
+        waits.ended.append("slept")
+
+    monkeypatch.setattr(AbortRace, "sleep", recording_sleep)
+    return waits
 
 
 def fast_retries(**extra: Any) -> dict[str, Any]:
@@ -376,8 +494,11 @@ __all__ = [
     "OA_DONE",
     "AbortController",
     "FakeLlm",
+    "Gate",
     "Reply",
     "ScriptServer",
+    "Waits",
+    "abort_when_stalled",
     "an_end",
     "an_event",
     "an_message_start",
@@ -392,6 +513,7 @@ __all__ = [
     "oa_text_reply",
     "oa_usage",
     "options",
+    "record_waits",
     "script_server",
     "sse",
     "user_context",

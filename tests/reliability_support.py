@@ -11,12 +11,9 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mcp_agent.messages import AssistantMessage, ToolResultMessage
 from mcp_agent.sessions import (
     InMemorySessionStorage,
     JsonlSessionRepo,
@@ -145,21 +142,6 @@ def check_tree(entries: list[SessionEntry], leaf_id: str | None, where: str) -> 
     if leaf_id is not None:
         by_id = {e.id: e for e in entries}
         assert leaf_id in by_id, f"{where}: leaf {leaf_id} is not an entry"
-
-
-def check_tool_results(messages: Iterable[Any], where: str) -> None:
-    """Every tool call in a branch is answered by a result before the next assistant message."""
-    open_calls: dict[str, str] = {}
-    for message in messages:
-        if isinstance(message, AssistantMessage):
-            assert not open_calls, f"{where}: tool calls without results: {open_calls}"
-            open_calls = {call.id: call.name for call in message.tool_calls}
-        elif isinstance(message, ToolResultMessage):
-            assert message.tool_call_id in open_calls, (
-                f"{where}: result for unknown call {message.tool_call_id}"
-            )
-            del open_calls[message.tool_call_id]
-    assert not open_calls, f"{where}: tool calls without results: {open_calls}"
 
 
 def check_sqlite_store(path: Path) -> dict[str, list[SessionEntry]]:

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from agent_support import check_tool_results
 
 from mcp_agent.agent import Agent, AgentBusyError
 from mcp_agent.events import (
@@ -24,7 +25,6 @@ from mcp_agent.messages import (
     QueueMode,
     StopReason,
     ThinkingLevel,
-    ToolResultMessage,
     Usage,
     UserMessage,
 )
@@ -67,18 +67,6 @@ def make_agent(script: list[Any], **kw: Any) -> tuple[Agent, ScriptedProvider]:
         kw.setdefault("session", Session())
         return SessionAgent(model=scripted_model(), stream_fn=provider, **kw), provider
     return Agent(model=scripted_model(), stream_fn=provider, **kw), provider
-
-
-def assert_consistent(messages: list[BaseMessage]) -> None:
-    """Every tool call has exactly one tool result, after it."""
-    pending: set[str] = set()
-    for message in messages:
-        if isinstance(message, AssistantMessage):
-            assert not pending, f"unanswered tool calls {pending}"
-            pending = {call.id for call in message.tool_calls}
-        elif isinstance(message, ToolResultMessage):
-            pending.remove(message.tool_call_id)
-    assert not pending, f"unanswered tool calls {pending}"
 
 
 def entries_of(session: Session, kind: type) -> list[Any]:
@@ -196,7 +184,7 @@ async def test_a_failing_listener_ends_the_run_with_an_error_message():
     assert "ui crashed" in agent.state.messages[2].text
     stored = session.build_context().messages
     assert roles(stored) == roles(agent.state.messages)
-    assert_consistent(stored)
+    check_tool_results(stored)
 
 
 async def test_a_run_cancelled_from_outside_leaves_a_consistent_session():
@@ -221,7 +209,7 @@ async def test_a_run_cancelled_from_outside_leaves_a_consistent_session():
     stored = session.build_context().messages
     assert roles(stored) == ["user", "assistant", "toolResult"]
     assert stored[-1].text == "Tool call not executed (the run was cancelled)"
-    assert_consistent(stored)
+    check_tool_results(stored)
 
 
 # --- steering and follow-ups --------------------------------------------------------------------
@@ -353,7 +341,7 @@ async def test_abort_during_a_tool_keeps_the_session_consistent():
     assert stored[3].is_error and "user cancelled" in stored[3].text
     assert stored[-1].stop_reason == StopReason.ABORTED
     assert stored[-1].error_message == "Aborted: user cancelled"
-    assert_consistent(stored)
+    check_tool_results(stored)
     assert len(provider.calls) == 1
     # The next prompt carries on from the consistent transcript.
     agent.stream_fn = ScriptedProvider(["back"])
@@ -698,7 +686,7 @@ async def test_the_retry_count_starts_again_after_an_answer_that_worked():
         ("start", 1, 1, 0.01),
         ("end", True, 1, None),
     ]
-    assert_consistent(agent.state.messages)
+    check_tool_results(agent.state.messages)
     assert len(provider.calls) == 5
 
 

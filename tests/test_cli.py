@@ -751,15 +751,15 @@ def test_serve_rejects_a_missing_manifests_folder(tmp_path: Path) -> None:
 
 
 def test_demo_walks_through_without_an_api_key() -> None:
-    started = time.monotonic()
-    done = sub("demo", timeout=60)
+    done = sub("demo", timeout=60)  # a hang guard; how long the demo takes is not a test
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "scripted, no API key needed" in out
     assert "running tool subagent" in out and "The helper agent says: 9 words" in out
     assert "session_move_to" in out and "6 words" in out
     assert "┬ 2 branches" in out and "◀ leaf" in out
-    assert time.monotonic() - started < 15
+    # Nothing went wrong on the way (no retry, warning or error): stderr has only the last line.
+    assert done.stderr.strip().startswith("done in ") and "\n" not in done.stderr.strip()
 
 
 def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(

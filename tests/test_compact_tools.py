@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,20 +10,17 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
-from mcp_support import call, call_error
+from mcp_support import (
+    agent_server,
+    call,
+    call_error,
+    client_fixture,  # noqa: F401  (the client fixture)
+)
 
 from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from mcp_agent.messages import content_text
 from mcp_agent.providers.base import LlmContext
-from mcp_agent.providers.scripted import (
-    ScriptedProvider,
-    ScriptedResponse,
-    provider_error,
-    reply,
-    scripted_model,
-)
-from mcp_agent.runtime.settings import ServerSettings
-from mcp_agent.server.app import build_server
+from mcp_agent.providers.scripted import ScriptedResponse, provider_error, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -47,13 +44,6 @@ class Model:
         return reply(f"echo: {text}")
 
 
-def write_manifests(root: Path) -> Path:
-    (root / "agents").mkdir(parents=True)
-    (root / "agents" / "default.toml").write_text('description = "test"\ntools = []\n')
-    (root / "servers.json").write_text('{"mcpServers": {}}')
-    return root
-
-
 @pytest.fixture
 def model() -> Model:
     return Model()
@@ -61,21 +51,8 @@ def model() -> Model:
 
 @pytest.fixture
 async def server(tmp_path: Path, model: Model) -> MCPServer:
-    server = build_server(
-        ServerSettings(
-            db_path=tmp_path / "sessions.db",
-            manifests_dir=write_manifests(tmp_path / "manifests"),
-            default_model="scripted",
-        ),
-        models={"scripted": lambda: (scripted_model(), ScriptedProvider(model.respond))},
-    )
-    return server
-
-
-@pytest.fixture(params=["auto", "legacy"])
-async def client(request: pytest.FixtureRequest, server: MCPServer) -> AsyncIterator[Client]:
-    async with Client(server, mode=request.param) as c:
-        yield c
+    agents = {"default": 'description = "test"\ntools = []\n'}
+    return agent_server(tmp_path, {"scripted": model.respond}, agents=agents)
 
 
 def message(role: str, text: str) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -12,48 +11,11 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.server import MCPServer
+from mcp_support import agent_server, tool_responder, tool_server
 
-from mcp_agent.messages import content_text
-from mcp_agent.providers.base import LlmContext
-from mcp_agent.providers.scripted import (
-    ScriptedProvider,
-    ScriptedResponse,
-    reply,
-    scripted_model,
-    tool_call,
-)
-from mcp_agent.runtime.settings import ServerSettings
-from mcp_agent.server.app import build_server
+from mcp_agent.providers.scripted import ScriptedProvider, reply
 
 pytestmark = pytest.mark.anyio
-
-TOOL_SERVER = Path(__file__).parent / "servers" / "tool_server.py"
-
-
-def responder(context: LlmContext) -> ScriptedResponse:
-    """Calls the tool named in the prompt ("call TOOL {json args}"), then reports the result."""
-    last = context.messages[-1]
-    if last.role == "toolResult":
-        status = "error" if last.is_error else "ok"
-        return reply(f"{status}: {content_text(last.content)}")
-    text = content_text(last.content)
-    name, _, args = text.removeprefix("call ").partition(" ")
-    return reply(tool_call(name, json.loads(args or "{}")))
-
-
-def make_server(tmp_path: Path, servers: dict[str, Any], provider: ScriptedProvider) -> MCPServer:
-    manifests = tmp_path / "manifests"
-    (manifests / "agents").mkdir(parents=True)
-    (manifests / "servers.json").write_text(json.dumps({"mcpServers": servers}))
-    return build_server(
-        ServerSettings(db_path=tmp_path / "s.db", manifests_dir=manifests, default_model="s"),
-        models={"s": lambda: (scripted_model(), provider)},
-    )
-
-
-def tool_server(**extra: Any) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [str(TOOL_SERVER)], **extra}
 
 
 async def run(client: Client, prompt: str, **arguments: Any) -> dict[str, Any]:
@@ -71,8 +33,8 @@ def alive(pid: int) -> bool:
 
 
 async def test_agent_calls_downstream_tool_and_survives_a_kill(tmp_path: Path) -> None:
-    provider = ScriptedProvider(responder)
-    server = make_server(tmp_path, {"t": tool_server(timeout=10)}, provider)
+    provider = ScriptedProvider(tool_responder)
+    server = agent_server(tmp_path, {"scripted": provider}, servers={"t": tool_server(timeout=10)})
     async with Client(server) as client:
         first = await run(client, 'call t__echo {"text": "hello"}')
         assert first["answer"] == "ok: hello"
@@ -101,8 +63,8 @@ async def test_agent_calls_downstream_tool_and_survives_a_kill(tmp_path: Path) -
 
 
 async def test_abort_mid_call_leaves_no_orphan_process(tmp_path: Path) -> None:
-    provider = ScriptedProvider(responder)
-    server = make_server(tmp_path, {"t": tool_server()}, provider)
+    provider = ScriptedProvider(tool_responder)
+    server = agent_server(tmp_path, {"scripted": provider}, servers={"t": tool_server()})
     async with Client(server) as client:
         pid = int((await run(client, "call t__pid"))["answer"].removeprefix("ok: "))
         started = await run(client, 'call t__slow {"seconds": 30}', wait=False)
@@ -118,7 +80,7 @@ async def test_abort_mid_call_leaves_no_orphan_process(tmp_path: Path) -> None:
 
 async def test_disallowed_downstream_tool_is_invisible(tmp_path: Path) -> None:
     provider = ScriptedProvider(lambda context: reply("fine"))
-    server = make_server(tmp_path, {"t": tool_server()}, provider)
+    server = agent_server(tmp_path, {"scripted": provider}, servers={"t": tool_server()})
     agents = tmp_path / "manifests" / "agents"
     (agents / "echoer.toml").write_text('tools = ["t__echo"]\n')
     (agents / "offline.toml").write_text("servers = []\n")
@@ -133,7 +95,7 @@ async def test_disallowed_downstream_tool_is_invisible(tmp_path: Path) -> None:
 async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     provider = ScriptedProvider(lambda context: reply("fine"))
     broken = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
-    server = make_server(tmp_path, {"broken": broken}, provider)
+    server = agent_server(tmp_path, {"scripted": provider}, servers={"broken": broken})
     async with Client(server) as client:
         done = await run(client, "hi")
         entries = await client.call_tool(
@@ -153,9 +115,11 @@ def child_server(db: Path, *extra: str) -> dict[str, Any]:
 
 
 async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> None:
-    provider = ScriptedProvider(responder)
+    provider = ScriptedProvider(tool_responder)
     child_db = tmp_path / "child.db"
-    server = make_server(tmp_path, {"child": child_server(child_db)}, provider)
+    server = agent_server(
+        tmp_path, {"scripted": provider}, servers={"child": child_server(child_db)}
+    )
     async with Client(server) as client:
         done = await run(client, 'call child__agent_run {"prompt": "count to three"}')
         assert done["answer"].startswith("ok: ")
@@ -182,9 +146,11 @@ async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> Non
 
 
 async def test_depth_limit_holds_across_processes(tmp_path: Path) -> None:
-    provider = ScriptedProvider(responder)
-    server = make_server(
-        tmp_path, {"child": child_server(tmp_path / "child.db", "--max-depth", "0")}, provider
+    provider = ScriptedProvider(tool_responder)
+    server = agent_server(
+        tmp_path,
+        {"scripted": provider},
+        servers={"child": child_server(tmp_path / "child.db", "--max-depth", "0")},
     )
     async with Client(server) as client:
         done = await run(client, 'call child__agent_run {"prompt": "hi"}')

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
 
 import anyio
 import pytest
 from providers_support import (
     AbortController,
     FakeLlm,
+    Gate,
     Reply,
+    abort_when_stalled,
     an_end,
     an_event,
     an_message_start,
@@ -133,16 +134,21 @@ async def test_abort_mid_stream_from_fakellm(fakellm: FakeLlm) -> None:
         key(signal=controller.signal, headers=conversation_headers()),
     )
     events = []
-    with anyio.fail_after(5):
+    aborted_after = None  # how many events had come when the abort fired
+    with anyio.fail_after(10):  # a hang guard
         async for event in stream:
             events.append(event)
-            if sum(isinstance(e, TextDeltaEvent) for e in events) == 3:
+            if aborted_after is None and sum(isinstance(e, TextDeltaEvent) for e in events) == 3:
                 controller.abort()
-                aborted_at = time.monotonic()
+                aborted_after = len(events)
+    # The abort is seen before anything else streams: the one event after it is the end.
+    assert aborted_after is not None
+    assert event_types(events[aborted_after:]) == ["error"]
     assert isinstance(events[-1], ErrorEvent)
-    assert time.monotonic() - aborted_at < 0.5
     final = events[-1].partial
-    assert final.stop_reason == StopReason.ABORTED
+    assert final.stop_reason == StopReason.ABORTED and final.error_message == "aborted"
+    deltas = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
+    assert len(deltas) == 3 and final.text == "".join(deltas)
     assert final.text.startswith("Once upon a") and "the end." not in final.text
 
 
@@ -531,7 +537,9 @@ async def test_malformed_line() -> None:
 
 
 async def test_abort_while_stalled() -> None:
+    """A stalled stream: the abort must not wait for the next event."""
     async with script_server() as server:
+        gate = Gate()
         server.add(
             Reply(
                 body=[
@@ -542,24 +550,19 @@ async def test_abort_while_stalled() -> None:
                     an_event(
                         "content_block_delta", index=0, delta={"type": "text_delta", "text": "Part"}
                     ),
-                    30.0,
+                    gate,
+                    *an_end(),
                 ]
             )
         )
         controller = AbortController()
-
-        async def abort_soon() -> None:
-            await anyio.sleep(0.3)
-            controller.abort()
-
-        started = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(abort_soon)
-            _, final = await collect(
-                stream_anthropic(claude(server.base), user_context(), key(signal=controller.signal))
-            )
-        assert time.monotonic() - started < 1.5
+        stream = stream_anthropic(
+            claude(server.base), user_context(), key(signal=controller.signal)
+        )
+        # The server holds the rest back until the stream has ended.
+        _, final = await abort_when_stalled(stream, controller, gate, text="Part")
         assert final.stop_reason == StopReason.ABORTED and final.text == "Part"
+        assert final.error_message == "aborted"
 
 
 async def test_custom_config_label_and_headers() -> None:

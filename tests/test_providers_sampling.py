@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -64,7 +64,9 @@ HISTORIES: dict[str, list[Any]] = {
 }
 
 
-def make_server(abort_after: float | None = None) -> MCPServer:
+def make_server(abort_when: Callable[[], Awaitable[None]] | None = None) -> MCPServer:
+    """The server's ``ask`` tool streams from the client's model; with ``abort_when``, it
+    aborts the stream once that returns."""
     server = MCPServer("sampling-test", log_level="WARNING")
 
     @server.tool()
@@ -77,13 +79,13 @@ def make_server(abort_after: float | None = None) -> MCPServer:
         controller = AbortController()
         options = StreamOptions(signal=controller.signal, max_tokens=500)
         stream = sampling_stream_fn(ctx.session)(sampling_model(), context, options)
-        if abort_after is None:
+        if abort_when is None:
             final = await final_message(stream)
         else:
             async with anyio.create_task_group() as tg:
 
                 async def abort_later() -> None:
-                    await anyio.sleep(abort_after)
+                    await abort_when()
                     controller.abort()
 
                 tg.start_soon(abort_later)
@@ -95,16 +97,28 @@ def make_server(abort_after: float | None = None) -> MCPServer:
 
 
 class FakeClientModel:
-    def __init__(self, delay: float = 0.0) -> None:
+    """The client's model. ``asked`` is set when a request has come; with ``hold``, it thinks
+    until ``released`` is set. ``answers`` counts the answers it gave."""
+
+    def __init__(self, hold: bool = False) -> None:
         self.requests: list[types.CreateMessageRequestParams] = []
-        self.delay = delay
+        self.answers = 0
+        self.hold = hold
+        self.asked = anyio.Event()
+        self.released = anyio.Event()
 
     async def __call__(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> Any:
         self.requests.append(params)
-        if self.delay:
-            await anyio.sleep(self.delay)
+        self.asked.set()
+        if self.hold:
+            await self.released.wait()
+        self.answers += 1
+        return self._answer(params)
+
+    @staticmethod
+    def _answer(params: types.CreateMessageRequestParams) -> Any:
         if params.tools and not any(
             block.type == "tool_result" for m in params.messages for block in m.content_as_list
         ):
@@ -128,8 +142,11 @@ class FakeClientModel:
 
 
 async def ask(client: Client, history: str = "plain", use_tools: bool = False) -> AssistantMessage:
-    with anyio.fail_after(10):
-        result = await client.call_tool("ask", {"history": history, "use_tools": use_tools})
+    try:
+        with anyio.fail_after(10):  # a hang guard
+            result = await client.call_tool("ask", {"history": history, "use_tools": use_tools})
+    except TimeoutError:
+        pytest.fail("the ask tool did not return: its stream did not end")
     assert not result.is_error, result.content
     message = parse_message(json.loads(result.content[0].text))
     assert isinstance(message, AssistantMessage)
@@ -225,14 +242,20 @@ async def test_client_error_is_reported() -> None:
 
 
 async def test_abort_while_the_client_thinks() -> None:
-    model = FakeClientModel(delay=20)
+    """The abort ends the stream while the client's model has not answered (it answers only
+    after the tool has returned): a stream that waited for the answer would never end, and
+    ``ask``'s hang guard fails the test."""
+    model = FakeClientModel(hold=True)
     async with Client(
-        make_server(abort_after=0.2), mode="legacy", sampling_callback=model
+        make_server(abort_when=model.asked.wait), mode="legacy", sampling_callback=model
     ) as client:
-        started = time.monotonic()
-        final = await ask(client)
-        assert time.monotonic() - started < 2
-    assert final.stop_reason == StopReason.ABORTED
+        try:
+            final = await ask(client)
+            answers_by_then = model.answers
+        finally:
+            model.released.set()
+    assert final.stop_reason == StopReason.ABORTED and final.error_message == "aborted"
+    assert len(model.requests) == 1 and answers_by_then == 0
 
 
 async def test_registry_without_a_session_explains() -> None:

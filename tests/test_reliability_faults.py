@@ -21,13 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
+from agent_support import check_tool_results
 from mcp import Client
 from mcp.server import MCPServer
-from mcp_support import call
+from mcp_support import TEST_AGENTS, agent_server, call, tool_responder, tool_server
 from providers_support import OA_DONE, Reply, ScriptServer, oa_chunk, oa_text_reply, script_server
-from reliability_support import FULL, check_tool_results, check_tree, size
-from test_downstream_agents import tool_server
-from test_server import write_manifests
+from reliability_support import FULL, check_tree, size
 
 from mcp_agent.messages import AssistantMessage, content_text, parse_message
 from mcp_agent.providers.base import LlmContext
@@ -35,11 +34,8 @@ from mcp_agent.providers.scripted import (
     ScriptedProvider,
     ScriptedResponse,
     reply,
-    scripted_model,
     tool_call,
 )
-from mcp_agent.runtime.settings import ServerSettings
-from mcp_agent.server.app import build_server
 from mcp_agent.sessions import parse_entry
 
 pytestmark = pytest.mark.anyio
@@ -83,28 +79,9 @@ async def wait_until(condition: Any, limit: float = 20) -> None:
 # --- downstream servers that die, hang or answer garbage --------------------------------------
 
 
-def downstream_responder(context: LlmContext) -> ScriptedResponse:
-    """Calls the tool named in the prompt ("call TOOL {json args}"), then reports the result."""
-    last = context.messages[-1]
-    if last.role == "toolResult":
-        status = "error" if last.is_error else "ok"
-        return reply(f"{status}: {content_text(last.content)}")
-    text = content_text(last.content)
-    if not text.startswith("call "):
-        return reply(f"echo: {text}")
-    name, _, args = text.removeprefix("call ").partition(" ")
-    return reply(tool_call(name, json.loads(args or "{}")))
-
-
 def downstream_server(tmp_path: Path, servers: dict[str, Any]) -> MCPServer:
-    manifests = tmp_path / "manifests"
-    (manifests / "agents").mkdir(parents=True)
-    (manifests / "servers.json").write_text(json.dumps({"mcpServers": servers}))
-    provider = ScriptedProvider(downstream_responder)
-    return build_server(
-        ServerSettings(db_path=tmp_path / "s.db", manifests_dir=manifests, default_model="s"),
-        models={"s": lambda: (scripted_model(), provider)},
-    )
+    """Calls the tool the prompt names (``call TOOL {json args}``), on ``servers``."""
+    return agent_server(tmp_path, {"scripted": tool_responder}, servers=servers)
 
 
 async def test_a_downstream_server_that_crashes_mid_call(tmp_path: Path) -> None:
@@ -187,14 +164,13 @@ async def model_api(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ScriptServ
 
 
 def api_server(tmp_path: Path, retries: int = 0) -> MCPServer:
-    return build_server(
-        ServerSettings(
-            db_path=tmp_path / "s.db",
-            manifests_dir=write_manifests(tmp_path / "manifests"),
-            default_model="openai:gpt-4o-mini",
-            model_retries=retries,
-            model_retry_delay=0.05,
-        )
+    return agent_server(
+        tmp_path,
+        {},
+        agents=TEST_AGENTS,
+        default_model="openai:gpt-4o-mini",
+        model_retries=retries,
+        model_retry_delay=0.05,
     )
 
 
@@ -364,12 +340,11 @@ class Stages:
 
 
 def stage_server(tmp_path: Path, stages: Stages) -> MCPServer:
-    manifests = write_manifests(tmp_path / "manifests")
-    (manifests / "servers.json").write_text(json.dumps({"mcpServers": {"t": tool_server()}}))
-    provider = ScriptedProvider(stages.respond)
-    return build_server(
-        ServerSettings(db_path=tmp_path / "s.db", manifests_dir=manifests, default_model="s"),
-        models={"s": lambda: (scripted_model(), provider)},
+    return agent_server(
+        tmp_path,
+        {"scripted": ScriptedProvider(stages.respond)},
+        agents=TEST_AGENTS,
+        servers={"t": tool_server()},
     )
 
 

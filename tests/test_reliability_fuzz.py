@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_support import make_server
 from reliability_support import check_tree, size
-from test_server import make_server
 
 from mcp_agent.messages import BaseMessage, MessageParseError, parse_message
 from mcp_agent.sessions import (

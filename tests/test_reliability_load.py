@@ -1,6 +1,6 @@
 """Load: many MCP clients at once over streamable HTTP against a real server process on a
 loopback port, each doing a mix of session operations (create, append, get, list, context).
-Zero errors, every write stored, p50/p99 latency reported.
+Zero errors, every write stored, p50/p99 latency reported (not asserted).
 
 CI runs 16 clients x 25 operations; ``MCP_AGENT_FULL=1`` runs the full 50 x 100.
 ``python benchmarks/run.py`` reports the same figures beside a bare MCP server.
@@ -45,9 +45,10 @@ def test_concurrent_clients_over_http(
     result = anyio.run(run_load, server.url, CLIENTS, OPS, 0, server)
     print(result.summary())
     record_property("load", result.summary())
+    # No errors also means nobody waited out a lock timeout: that is an error that says so.
+    # (Latency is reported above and compared in benchmarks/bench_load.py, not asserted.)
     assert result.errors == [], result.errors[:5]
     assert len(result.latencies) == CLIENTS * OPS
-    assert result.p99_ms < 10_000, result.summary()  # nobody waited out a lock timeout
 
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it: -15 is a clean stop.
     assert server.stop() in (0, -signal.SIGTERM), server.log.read_text()[-3000:]
