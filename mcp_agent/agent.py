@@ -175,11 +175,11 @@ class Agent:
     def set_model(self, model: Model) -> None:
         """Use ``model`` from the next run on."""
         self.state.model = model
-        self._record_settings()
+        self._settings_changed()
 
     def set_thinking_level(self, level: ThinkingLevel | str) -> None:
         self.state.thinking_level = ThinkingLevel(level)
-        self._record_settings()
+        self._settings_changed()
 
     def set_system_prompt(self, prompt: str) -> None:
         self.state.system_prompt = prompt
@@ -188,7 +188,7 @@ class Agent:
         """Make exactly ``tools`` active (they join the known tools)."""
         self._pool.update((t.name, t) for t in tools)
         self.state.tools = list(tools)
-        self._record_settings()
+        self._settings_changed()
 
     def set_active_tools(self, names: Sequence[str]) -> None:
         """Make the known tools named in ``names`` active, in that order."""
@@ -196,7 +196,7 @@ class Agent:
         if unknown:
             raise KeyError(f"unknown tool(s): {', '.join(unknown)}")
         self.state.tools = [self._pool[n] for n in names]
-        self._record_settings()
+        self._settings_changed()
 
     # --- events -------------------------------------------------------------------------------
 
@@ -326,13 +326,17 @@ class Agent:
         agent retries passing errors and recovers from a context overflow here)."""
         return new
 
-    def _save(self, message: BaseMessage) -> None:
+    async def _save(self, message: BaseMessage) -> None:
         """A message entered the transcript (a session agent appends it to its session)."""
 
-    def _record_settings(self, settings: bool | None = None) -> None:
+    async def _record_settings(self, settings: bool | None = None) -> None:
         """Model, thinking level or active tools may have changed (a session agent records
         them). ``settings``: whether model and thinking level count now (default: when no run
         is active, as a change during a run takes effect when it ends)."""
+
+    def _settings_changed(self) -> None:
+        """A setter changed model, thinking level or tools (called from sync code; a session
+        agent records the change at once when idle, else when the run ends)."""
 
     async def _run_continue(self) -> list[BaseMessage]:
         return await self._run(
@@ -404,7 +408,7 @@ class Agent:
         state.error_message = None
         finished = False
         try:
-            self._record_settings(settings=True)
+            await self._record_settings(settings=True)
             messages = await executor(self._config(controller.signal, skip_initial_steering))
             finished = True
             return messages
@@ -413,21 +417,24 @@ class Agent:
             finished = True
             return [message]
         finally:
-            if not finished:  # cancelled from outside: no awaiting, but keep the transcript whole
-                self._close_open_tool_calls("the run was cancelled")
-            state.is_streaming = False
-            state.streaming_message = None
-            state.pending_tool_calls = set()
-            self._abort = None
-            try:
-                self._record_settings()  # settings changed during the run
-            except Exception:
-                log.exception("recording the agent's settings failed")
+            # Cancelled from outside or not: keep the transcript (and the session) whole. The
+            # shield lets the saves finish; each is bounded by the storage's own timeout.
+            with anyio.CancelScope(shield=True):
+                if not finished:
+                    await self._close_open_tool_calls("the run was cancelled")
+                state.is_streaming = False
+                state.streaming_message = None
+                state.pending_tool_calls = set()
+                self._abort = None
+                try:
+                    await self._record_settings()  # settings changed during the run
+                except Exception:
+                    log.exception("recording the agent's settings failed")
 
     async def _fail_run(self, error: Exception, aborted: bool) -> AssistantMessage:
         """A run that raised (a listener or the session failed): record why, end the run."""
         text = str(error) or type(error).__name__
-        closed = self._close_open_tool_calls(f"the run failed: {text}")
+        closed = await self._close_open_tool_calls(f"the run failed: {text}")
         model = self.state.model
         message = AssistantMessage(
             api=model.api,
@@ -436,13 +443,13 @@ class Agent:
             stop_reason=StopReason.ABORTED if aborted else StopReason.ERROR,
             error_message=text,
         )
-        self._keep(message)
+        await self._keep(message)
         self.state.error_message = text
         reason = AgentEndReason.ABORTED if aborted else AgentEndReason.ERROR
         await self._emit(AgentEndEvent(messages=[*closed, message], reason=reason))
         return message
 
-    def _close_open_tool_calls(self, why: str) -> list[ToolResultMessage]:
+    async def _close_open_tool_calls(self, why: str) -> list[ToolResultMessage]:
         """Error results for the last assistant message's tool calls that have none, so that
         every tool call in the transcript (and the session) keeps its result."""
         messages = self.state.messages
@@ -463,15 +470,15 @@ class Agent:
             if call.id not in answered
         ]
         for result in closed:
-            self._keep(result)
+            await self._keep(result)
         return closed
 
-    def _keep(self, message: BaseMessage) -> None:
+    async def _keep(self, message: BaseMessage) -> None:
         """Append a message the loop did not emit (after a failure) to the transcript and,
         as far as it still works, save it."""
         self.state.messages.append(message)
         try:
-            self._save(message)
+            await self._save(message)
         except Exception:  # saving may be what failed; the transcript keeps the message
             log.exception("saving a message failed")
 
@@ -483,11 +490,11 @@ class Agent:
             case MessageEndEvent(message=message):
                 state.streaming_message = None
                 state.messages.append(message)
-                self._save(message)
+                await self._save(message)
                 if isinstance(message, ToolResultMessage) and message.added_tool_names:
                     pool = list(self._pool.values())
                     state.tools = activate_tools(state.tools, pool, message.added_tool_names)
-                    self._record_settings()
+                    await self._record_settings()
             case ToolExecutionStartEvent(tool_call_id=call_id):
                 state.pending_tool_calls = state.pending_tool_calls | {call_id}
             case ToolExecutionEndEvent(tool_call_id=call_id):

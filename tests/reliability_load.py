@@ -103,7 +103,7 @@ class ServerProcess:
     def ours(cls, folder: Path, durability: str = "full") -> ServerProcess:
         port = free_port()
         command = [sys.executable, "-m", "mcp_agent", "serve", "--transport", "http"]
-        command += ["--port", str(port), "--db", str(folder / "load.db")]
+        command += ["--port", str(port), "--db", str(folder / "load.db"), "--no-auth"]
         return cls(command, port, folder, {"MCP_AGENT_DURABILITY": durability})
 
     @classmethod

@@ -33,12 +33,20 @@ def serve_command(db: Path, *extra: str) -> list[str]:
 
 
 class HttpServer:
+    """``serve --transport http`` on a free loopback port; the token comes from a file (a
+    command line would show it to every user), ``token=None`` serves with ``--no-auth``."""
+
     def __init__(self, tmp: Path, *extra: str, token: str | None = TOKEN) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         args = ["--transport", "http", "--port", str(self.port), *extra]
         if token:
-            args += ["--token", token]
+            token_file = tmp / "http.token"
+            token_file.write_text(token + "\n")
+            token_file.chmod(0o600)
+            args += ["--token-file", str(token_file)]
+        else:
+            args.append("--no-auth")
         self.process = subprocess.Popen(
             serve_command(tmp / "http.db", *args),
             stdout=subprocess.DEVNULL,
@@ -149,7 +157,8 @@ def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "without a token" in done.stderr and "--token" in done.stderr
+    assert "without a token" in done.stderr and "--token-file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.anyio
@@ -178,7 +187,7 @@ def node_env() -> dict[str, str]:
 
 @needs_node
 def test_conformance_suite(tmp_path: Path) -> None:
-    # The suite sends no token: run a server without one, on loopback (allowed there).
+    # The suite sends no token: run a server without one (--no-auth), on loopback (allowed there).
     server = HttpServer(tmp_path, token=None)
     try:
         done = subprocess.run(

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import gc
+import sys
+import threading
 from enum import StrEnum
-from typing import Annotated, TypedDict
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 
 from mcp_agent.cli.common import DbOption, ManifestsOption, check_database, die
+
+if TYPE_CHECKING:
+    from mcp_agent.server.streamable_http import HttpAuth
 
 
 class Transport(StrEnum):
@@ -27,6 +34,10 @@ class _SettingsOverrides(TypedDict, total=False):
 
     durability: str
     model_retries: int
+    max_http_sessions: int
+    http_session_idle_timeout: float
+    max_runs: int
+    max_runs_per_client: int
 
 
 def serve(
@@ -37,14 +48,68 @@ def serve(
     port: Annotated[int, typer.Option(help="HTTP port")] = 8765,
     db: DbOption = None,
     manifests: ManifestsOption = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="HTTP: require the bearer token in this file (or set MCP_AGENT_TOKEN_FILE); "
+            "without a token, serve generates one and prints it",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
         str | None,
-        typer.Option(help="require this bearer token over HTTP (or set MCP_AGENT_TOKEN)"),
+        typer.Option(
+            help="HTTP: require this bearer token (or set MCP_AGENT_TOKEN); other users can "
+            "read a command line, so prefer --token-file",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="HTTP: no token at all, so any user of this machine can use the server "
+            "(loopback addresses only)",
+        ),
+    ] = False,
+    max_http_sessions: Annotated[
+        int | None,
+        typer.Option(
+            help="HTTP: sessions (2025 handshake) open at once; a new client beyond it gets "
+            "503; 0: no limit (default 1000, or MCP_AGENT_MAX_HTTP_SESSIONS)",
+            show_default=False,
+        ),
+    ] = None,
+    http_session_idle_timeout: Annotated[
+        float | None,
+        typer.Option(
+            metavar="<seconds>",
+            help="HTTP: close a session with no request in flight for this long (an open "
+            "event stream or a running call keeps it); 0: never (default 300, or "
+            "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT)",
+            show_default=False,
+        ),
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="default model, provider:model-id (or MCP_AGENT_MODEL)")
     ] = None,
     max_depth: Annotated[int, typer.Option(help="how deep sub-agents may nest")] = 3,
+    max_runs: Annotated[
+        int | None,
+        typer.Option(
+            help="agent runs under way at once in this server; a start beyond it is refused; "
+            "0: no limit (default 64, or MCP_AGENT_MAX_RUNS)",
+            show_default=False,
+        ),
+    ] = None,
+    max_runs_per_client: Annotated[
+        int | None,
+        typer.Option(
+            help="agent runs under way at once for one client; 0: no limit (default 16, or "
+            "MCP_AGENT_MAX_RUNS_PER_CLIENT)",
+            show_default=False,
+        ),
+    ] = None,
     allowed_host: Annotated[
         list[str] | None,
         typer.Option(help="a host name HTTP clients may use besides --host (repeatable)"),
@@ -71,18 +136,37 @@ def serve(
 
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.manifests import ManifestError
-    from mcp_agent.runtime.settings import ServerSettings
+    from mcp_agent.runtime.settings import TOKEN_ENV, TOKEN_FILE_ENV, ServerSettings
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.stdio import run_stdio
-    from mcp_agent.server.streamable_http import UnsafeBindError, check_bind, serve_http
+    from mcp_agent.server.streamable_http import (
+        HttpAuthError,
+        UnsafeBindError,
+        http_auth,
+        serve_http,
+    )
 
+    if token is not None and token_file is not None:
+        die("give --token-file or --token, not both")
+    if no_auth and (token is not None or token_file is not None):
+        die("give --no-auth or a token (--token-file, --token), not both")
     overrides: _SettingsOverrides = {}
     if durability is not None:
         overrides["durability"] = durability.value
     if model_retries is not None:
         overrides["model_retries"] = model_retries
+    if max_http_sessions is not None:
+        overrides["max_http_sessions"] = max_http_sessions
+    if http_session_idle_timeout is not None:
+        overrides["http_session_idle_timeout"] = http_session_idle_timeout
+    if max_runs is not None:
+        overrides["max_runs"] = max_runs
+    if max_runs_per_client is not None:
+        overrides["max_runs_per_client"] = max_runs_per_client
     try:
-        settings = ServerSettings(host=host, port=port, max_subagent_depth=max_depth, **overrides)
+        settings = ServerSettings(
+            host=host, port=port, max_subagent_depth=max_depth, no_auth=no_auth, **overrides
+        )
     except ValueError as error:
         die(str(error))
     settings.allowed_hosts = list(allowed_host or [])
@@ -90,21 +174,36 @@ def serve(
         settings.db_path = db
     if manifests is not None:
         settings.manifests_dir = manifests
-    if token:
-        settings.token = token
+    # A flag beats the environment; from the environment, a token and a token file conflict.
+    if token_file is not None:
+        settings.token, settings.token_file = None, token_file
+    elif token is not None:
+        settings.token, settings.token_file = token, None
+    elif settings.token and settings.token_file is not None and not no_auth:
+        die(f"${TOKEN_ENV} and ${TOKEN_FILE_ENV} are both set: keep one")
     if model:
         settings.default_model = model
+    auth: HttpAuth | None = None
     if transport == Transport.http:
         try:
-            check_bind(settings)
-        except UnsafeBindError as error:
+            auth = http_auth(settings, token_from_flag=token is not None)
+        except (UnsafeBindError, HttpAuthError) as error:
             die(str(error))
     check_database(settings.db_path)
     server = build_server(settings, models=cli_models())
+    if auth is not None:
+        try:
+            auth.save(settings.port)
+        except HttpAuthError as error:
+            die(str(error))
     print_banner(settings, transport.value)
+    if auth is not None and sys.stderr is not None:
+        print(auth.banner(), file=sys.stderr, flush=True)
     # What start-up built (modules, schemas) lives as long as the server: keeping it out of
     # the collector's full passes spares every request a pause of tens of milliseconds.
     gc.freeze()
+    if auth is not None and auth.origin == "generated":
+        _remove_on_sigterm(auth)
     try:
         if transport == Transport.http:
             anyio.run(serve_http, server, settings)
@@ -114,3 +213,20 @@ def serve(
         die(str(error))
     except KeyboardInterrupt:
         pass
+    finally:
+        if auth is not None:
+            auth.remove()
+
+
+def _remove_on_sigterm(auth: HttpAuth) -> None:
+    """Delete a generated token's file on SIGTERM too, then die of the signal as before.
+    (uvicorn stops gracefully on SIGTERM, puts this handler back and raises the signal again.)"""
+    import signal
+
+    def on_sigterm(sig: int, frame: FrameType | None) -> None:
+        auth.remove()
+        signal.signal(sig, signal.SIG_DFL)
+        signal.raise_signal(sig)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_sigterm)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mcp_agent.abort import AbortSignal
+from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.cut_points import FileOps, format_file_operations
 from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.compaction.prompts import conversation_block
@@ -203,15 +204,21 @@ async def summarize_branch(
     instructions: str | None = None,
     signal: AbortSignal | None = None,
     options: StreamOptions | None = None,
+    offload: Offload = inline,
 ) -> str:
     """Move the leaf to ``target_id``, adding a summary of the branch being left as a
     ``branch_summary`` entry (the new leaf, a child of the target); returns its id. Raises
     SessionError (not_found) for an unknown target and CompactionError, with nothing written,
-    when nothing would be left behind or the summariser fails."""
-    if session.get_entry(target_id) is None:
-        raise SessionError("not_found", f"entry {target_id} not found in session {session.id}")
-    leaf_id = session.leaf_id
-    collected = collect_branch_entries(session, leaf_id, target_id)
+    when nothing would be left behind or the summariser fails. ``offload`` runs the session's
+    reads and the write (e.g. on worker threads)."""
+
+    def collect() -> tuple[str | None, BranchEntries]:
+        if session.get_entry(target_id) is None:
+            raise SessionError("not_found", f"entry {target_id} not found in session {session.id}")
+        leaf_id = session.leaf_id
+        return leaf_id, collect_branch_entries(session, leaf_id, target_id)
+
+    leaf_id, collected = await offload(collect)
     if not collected.entries:
         raise CompactionError(
             "nothing_to_compact",
@@ -227,13 +234,17 @@ async def summarize_branch(
         signal=signal,
         options=options,
     )
-    if session.leaf_id != leaf_id:
-        raise CompactionError(
-            "conflict", "the session changed while the branch was being summarised"
+
+    def write() -> str | None:
+        if session.leaf_id != leaf_id:
+            raise CompactionError(
+                "conflict", "the session changed while the branch was being summarised"
+            )
+        return session.move_to(
+            target_id,
+            {"summary": result.summary, "details": result.details(), "usage": result.usage},
         )
-    summary_id = session.move_to(
-        target_id,
-        {"summary": result.summary, "details": result.details(), "usage": result.usage},
-    )
+
+    summary_id = await offload(write)
     assert summary_id is not None
     return summary_id

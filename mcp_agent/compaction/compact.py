@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from mcp_agent.abort import AbortSignal
+from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.cut_points import (
     CompactionPreparation,
     format_file_operations,
@@ -152,17 +153,22 @@ async def compact(
     signal: AbortSignal | None = None,
     options: StreamOptions | None = None,
     thinking_level: ThinkingLevel | str = ThinkingLevel.OFF,
+    offload: Offload = inline,
 ) -> CompactionResult:
     """Summarise the older part of the session's current branch and append a compaction entry
     (summary, firstKeptEntryId, tokensBefore, details {readFiles, modifiedFiles}, usage). The
     old entries stay in the tree. Raises CompactionError, with nothing written, when there is
-    nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile."""
-    leaf_id = session.leaf_id
-    path = session.get_branch(leaf_id) if leaf_id is not None else []
-    context = session.build_context() if path else None
-    preparation = prepare_compaction(
-        path, keep_recent_tokens, context.messages if context is not None else None
-    )
+    nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile.
+    ``offload`` runs the session's reads and the write (e.g. on worker threads)."""
+
+    def prepare() -> tuple[str | None, CompactionPreparation]:
+        leaf_id = session.leaf_id
+        path = session.get_branch(leaf_id) if leaf_id is not None else []
+        context = session.build_context() if path else None
+        messages = context.messages if context is not None else None
+        return leaf_id, prepare_compaction(path, keep_recent_tokens, messages)
+
+    leaf_id, preparation = await offload(prepare)
     completion = await summarize_preparation(
         preparation,
         model,
@@ -175,24 +181,29 @@ async def compact(
     )
     if signal is not None and signal.aborted:
         raise CompactionError("aborted", "compaction was aborted")
-    if session.leaf_id != leaf_id:
-        raise CompactionError(
-            "conflict", "the session changed while it was being compacted; nothing was written"
-        )
     details = preparation.file_ops.details()
-    entry_id = session.append_compaction(
-        completion.text,
-        preparation.first_kept_entry_id,
-        preparation.tokens_before,
-        details=details,
-        usage=completion.usage,
-    )
+
+    def write() -> tuple[str, int]:
+        if session.leaf_id != leaf_id:
+            raise CompactionError(
+                "conflict", "the session changed while it was being compacted; nothing was written"
+            )
+        entry_id = session.append_compaction(
+            completion.text,
+            preparation.first_kept_entry_id,
+            preparation.tokens_before,
+            details=details,
+            usage=completion.usage,
+        )
+        return entry_id, context_tokens(session.build_context().messages)
+
+    entry_id, tokens_after = await offload(write)
     return CompactionResult(
         entry_id=entry_id,
         summary=completion.text,
         first_kept_entry_id=preparation.first_kept_entry_id,
         tokens_before=preparation.tokens_before,
-        tokens_after=context_tokens(session.build_context().messages),
+        tokens_after=tokens_after,
         details=details,
         usage=completion.usage,
         is_split_turn=preparation.is_split_turn,

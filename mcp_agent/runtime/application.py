@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskGroup
 
+from mcp_agent.blocking import Offload, worker_threads
 from mcp_agent.manifests import (
     AgentManifest,
     ServerConfig,
@@ -22,7 +23,7 @@ from mcp_agent.manifests import (
 from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.leases import SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
-from mcp_agent.runtime.runs import RunManager
+from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.sqlite import SessionGuard, SqliteSessionRepo
@@ -37,6 +38,8 @@ class AppState:
     task_group: TaskGroup
     runs: RunManager
     hub: ToolHub
+    # Runs blocking work (every session read and write) on worker threads, bounded.
+    offload: Offload
     # Model names of the caller's own (tests, the demo's scripted model), before the registry.
     models: ModelOverrides | None = None
     # Called when sessions are created, forked, imported or deleted (the MCP server's
@@ -74,10 +77,12 @@ async def open_app(
         repo = open_repo(settings, leases.guard)
         try:
             async with anyio.create_task_group() as group:
-                runs = RunManager(group, leases)
+                offload = worker_threads(settings.db_threads)
+                limits = RunLimits(settings.max_runs, settings.max_runs_per_client)
+                runs = RunManager(group, leases, offload=offload, limits=limits)
                 group.start_soon(runs.keep_leases)
                 hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))
-                state = AppState(settings, repo, agents, servers, group, runs, hub, models)
+                state = AppState(settings, repo, agents, servers, group, runs, hub, offload, models)
                 async with hub:
                     try:
                         yield state

@@ -6,8 +6,12 @@ runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import anyio
+from anyio.abc import TaskGroup
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,17 +35,53 @@ class SubagentResult(BaseModel):
     status: str
 
 
-def progress_reporter(ctx: Context, prefix: str = "") -> EventListener:
-    """A run listener that turns each agent event into a progress notification to the MCP
-    client waiting on ``ctx``'s request."""
-    count = 0
+# Progress messages waiting to be sent to one waiting client; past this, new ones are dropped.
+PROGRESS_BUFFER = 256
+# How long the last progress messages may take to go out once the run has ended.
+PROGRESS_FLUSH_S = 1.0
 
-    async def report(event: AgentEvent) -> None:
+
+@asynccontextmanager
+async def progress_reporter(
+    ctx: Context, task_group: TaskGroup, prefix: str = ""
+) -> AsyncIterator[EventListener]:
+    """A run listener that turns each agent event into a progress notification to the MCP
+    client waiting on ``ctx``'s request. It never makes the run wait: events go into a
+    bounded buffer that a task of its own (in ``task_group``) sends from, and a client that
+    stops reading loses progress messages (the numbers still count every event), never the
+    run's answer."""
+    send, receive = anyio.create_memory_object_stream[tuple[int, str]](PROGRESS_BUFFER)
+    count = 0
+    delivered = anyio.Event()
+    scope = anyio.CancelScope()
+
+    def report(event: AgentEvent) -> None:
         nonlocal count
         count += 1
-        await ctx.report_progress(count, None, f"{prefix}{event.type}: {describe_event(event)}")
+        try:
+            send.send_nowait((count, f"{prefix}{event.type}: {describe_event(event)}"))
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the client is not keeping up: this message is dropped
 
-    return report
+    async def deliver() -> None:
+        with scope:
+            try:
+                async with receive:
+                    async for done, message in receive:
+                        await ctx.report_progress(done, None, message)
+            except Exception:  # the client went away: the rest are dropped
+                pass
+        delivered.set()
+
+    task_group.start_soon(deliver)
+    try:
+        yield report
+    finally:
+        send.close()
+        # What is buffered goes out while the client reads; a stuck client is left behind.
+        with anyio.move_on_after(PROGRESS_FLUSH_S, shield=True):
+            await delivered.wait()
+        scope.cancel()
 
 
 def build_builtin_server(state: AppState) -> MCPServer:
@@ -67,26 +107,29 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 if caller is not None and caller.agent is not None
                 else None
             )
-            run = await start_run(
-                state,
-                prompt=task,
-                session_id=None,
-                agent_name=agent,
-                model=None,
-                depth=child_depth(meta),
-                parent_session=parent_id,
-                listener=progress_reporter(ctx, f"[{agent}] "),
-                inherited=inherited,
-            )
         except (Refused, SessionError) as error:
             raise ToolError(str(error)) from None
-        parent = state.repo.open(parent_id)
-        parent.append_custom(
-            SUBAGENT_ENTRY,
-            {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task},
-        )
-        await state.runs.wait(run)
-        run.listeners.clear()
+        async with progress_reporter(ctx, state.task_group, f"[{agent}] ") as listener:
+            try:
+                run = await start_run(
+                    state,
+                    prompt=task,
+                    session_id=None,
+                    agent_name=agent,
+                    model=None,
+                    depth=child_depth(meta),
+                    parent_session=parent_id,
+                    listener=listener,
+                    inherited=inherited,
+                )
+            except (Refused, SessionError) as error:
+                raise ToolError(str(error)) from None
+            link = {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task}
+            await state.offload(
+                lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
+            )
+            await state.runs.wait(run)
+            run.listeners.clear()
         if run.status != "completed":
             raise ToolError(
                 f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "

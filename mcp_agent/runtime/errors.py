@@ -30,6 +30,10 @@ class ModelUnavailable(Refused):
     """The model cannot be used here: an unknown name, or the client's model without sampling."""
 
 
+class TooManyRuns(Refused):
+    """A run limit (per server or per client) is reached; the message names it and its flag."""
+
+
 class DepthLimitReached(Refused):
     """A sub-agent would nest deeper than the server allows."""
 

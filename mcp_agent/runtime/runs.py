@@ -7,17 +7,18 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
 
+from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, Usage
-from mcp_agent.runtime.errors import SessionBusy, UnknownRun
+from mcp_agent.runtime.errors import SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, SessionLeases
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
@@ -55,6 +56,7 @@ class Run:
     done: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[EventListener] = field(default_factory=list)
     abort_reason: str | None = None
+    client: object | None = None  # the MCP connection that started it, for per-client limits
 
     @property
     def session_id(self) -> str:
@@ -81,24 +83,58 @@ class Run:
                 log.debug("run listener failed", exc_info=True)
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """How many runs may be under way at once: in this process, and for one client (an MCP
+    connection); 0 means no limit. A start beyond either is refused, saying which limit."""
+
+    max_runs: int = 0
+    max_runs_per_client: int = 0
+
+
 class RunManager:
     """The runs of this process. With ``leases``, sessions are also claimed in the database,
-    so that other server processes on the same database keep out of them too."""
+    so that other server processes on the same database keep out of them too. ``offload``
+    runs the lease reads and writes (worker threads in the server)."""
 
     def __init__(
-        self, task_group: anyio.abc.TaskGroup, leases: SessionLeases | None = None
+        self,
+        task_group: anyio.abc.TaskGroup,
+        leases: SessionLeases | None = None,
+        *,
+        offload: Offload = inline,
+        limits: RunLimits | None = None,
     ) -> None:
         self._task_group = task_group
         self.leases = leases
+        self.offload = offload
+        self.limits = limits or RunLimits()
         self.runs: dict[str, Run] = {}
         self._by_session: dict[str, Run] = {}
         # Sessions that something other than a run is writing (a compaction, a summary).
         self._held: dict[str, str] = {}
+        # Tools writing to a session right now (an append on a worker thread): no run starts
+        # there meanwhile.
+        self._writing: dict[str, int] = {}
+        self._running_by_client: dict[object, int] = {}
+
+    @property
+    def running(self) -> int:
+        """Runs under way (started and not yet ended)."""
+        return len(self._by_session)
 
     def ensure_idle(self, session_id: str, *, elsewhere: bool = True) -> None:
         """Refuse when a run or a tool of this process works on the session, or (with
         ``elsewhere``) another process. An append needs no ``elsewhere``: the session
-        database's guard checks that inside the append's own transaction."""
+        database's guard checks that inside the append's own transaction. With ``elsewhere``
+        this reads the database: call it through ``offload``."""
+        self.ensure_idle_here(session_id)
+        other = self.leases.held_elsewhere(session_id) if self.leases and elsewhere else None
+        if other is not None:
+            raise _busy_elsewhere(other)
+
+    def ensure_idle_here(self, session_id: str) -> None:
+        """Refuse when a run or a tool of this process works on the session (no I/O)."""
         run = self._by_session.get(session_id)
         if run is not None:
             raise SessionBusy(
@@ -111,41 +147,86 @@ class RunManager:
                 f"session {session_id} is busy: {holder} is working on it; try again when it "
                 "has finished"
             )
-        other = self.leases.held_elsewhere(session_id) if self.leases and elsewhere else None
-        if other is not None:
-            raise _busy_elsewhere(other)
 
-    def _claim(self, session_id: str, holder: str) -> None:
-        """ensure_idle, then take the session's lease in the database."""
-        self.ensure_idle(session_id)
+    async def _claim(self, session_id: str, holder: str) -> None:
+        """Refuse unless the session is idle here; then take its lease in the database. The
+        caller has marked the session taken in memory before this first await."""
+        if self._writing.get(session_id):
+            raise SessionBusy(
+                f"session {session_id} is busy: a tool is writing to it; try again in a moment"
+            )
         if self.leases is not None:
-            other = self.leases.acquire(session_id, holder)
+            leases = self.leases
+            other = await self.offload(lambda: leases.acquire(session_id, holder))
             if other is not None:
                 raise _busy_elsewhere(other)
 
-    def _release(self, session_id: str) -> None:
+    async def _release(self, session_id: str) -> None:
         if self.leases is not None:
-            self.leases.release(session_id)
+            leases = self.leases
+            with anyio.CancelScope(shield=True):
+                await self.offload(lambda: leases.release(session_id))
 
-    @contextmanager
-    def hold(self, session_id: str, holder: str) -> Iterator[None]:
+    @asynccontextmanager
+    async def hold(self, session_id: str, holder: str) -> AsyncIterator[None]:
         """Keep runs and other writers out of ``session_id`` while ``holder`` (a tool that
         awaits a model before it writes, e.g. session_compact) works on it."""
-        self._claim(session_id, holder)
+        self.ensure_idle_here(session_id)
         self._held[session_id] = holder
+        try:
+            await self._claim(session_id, holder)
+        except BaseException:
+            del self._held[session_id]
+            raise
         try:
             yield
         finally:
             del self._held[session_id]
-            self._release(session_id)
+            await self._release(session_id)
+
+    @contextmanager
+    def writing(self, session_id: str) -> Iterator[None]:
+        """A tool writes to ``session_id`` (on a worker thread): refuse if a run or a holder
+        works on it here, and keep new runs out until the write is done."""
+        self.ensure_idle_here(session_id)
+        self._writing[session_id] = self._writing.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._writing[session_id] - 1
+            if left:
+                self._writing[session_id] = left
+            else:
+                del self._writing[session_id]
 
     async def keep_leases(self) -> None:
         """Renew this process's leases until cancelled (a task of the server's)."""
         if self.leases is None:
             return
+        leases = self.leases
         while True:
             await anyio.sleep(RENEW_EVERY)
-            self.leases.renew()
+            try:
+                await self.offload(leases.renew)
+            except Exception:  # a busy or failing database this once; the lease lasts longer
+                log.warning("renewing the session leases failed", exc_info=True)
+
+    def check_limits(self, client: object | None) -> None:
+        """Refuse a new run when a run limit is reached (the message names the limit)."""
+        limits = self.limits
+        if limits.max_runs and self.running >= limits.max_runs:
+            raise TooManyRuns(
+                f"too many runs: {self.running} are under way in this server, the limit is "
+                f"{limits.max_runs}; wait for one to end (agent_runs), or raise it with "
+                "--max-runs (MCP_AGENT_MAX_RUNS)"
+            )
+        count = self._running_by_client.get(client, 0) if client is not None else 0
+        if limits.max_runs_per_client and count >= limits.max_runs_per_client:
+            raise TooManyRuns(
+                f"too many runs for this client: {count} are under way, the limit is "
+                f"{limits.max_runs_per_client}; wait for one to end (agent_runs), or raise it "
+                "with --max-runs-per-client (MCP_AGENT_MAX_RUNS_PER_CLIENT)"
+            )
 
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -162,21 +243,30 @@ class RunManager:
         build_agent: Callable[[str], Awaitable[tuple[SessionAgent, str]]],
         depth: int = 0,
         listener: EventListener | None = None,
+        client: object | None = None,
     ) -> Run:
         """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the agent (its tools
-        carry the run id) and names its model. ``listener`` hears every event from the first."""
+        carry the run id) and names its model. ``listener`` hears every event from the first.
+        ``client`` (its MCP connection) counts the run against the per-client limit."""
         run_id = uuid.uuid4().hex[:12]
-        # Claim the session before the first await, so a second start fails cleanly.
-        self._claim(session.id, f"run {run_id}")
+        # Claim the session in memory before the first await, so a second start fails cleanly.
+        self.ensure_idle_here(session.id)
+        self.check_limits(client)
         placeholder = Run(run_id, session, manifest.name, "", None, depth)  # type: ignore[arg-type]
         self._by_session[session.id] = placeholder
+        self._count_client(client, +1)
+        claimed = False
         try:
+            await self._claim(session.id, f"run {run_id}")
+            claimed = True
             agent, model_ref = await build_agent(run_id)
         except BaseException:
             self._by_session.pop(session.id, None)
-            self._release(session.id)
+            self._count_client(client, -1)
+            if claimed:
+                await self._release(session.id)
             raise
-        run = Run(run_id, session, manifest.name, model_ref, agent, depth)
+        run = Run(run_id, session, manifest.name, model_ref, agent, depth, client=client)
         self.runs[run_id] = run
         self._by_session[session.id] = run
         if listener is not None:
@@ -226,9 +316,22 @@ class RunManager:
             run.finished = time.time()
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
-                self._release(run.session_id)
+                self._count_client(run.client, -1)
+                try:
+                    await self._release(run.session_id)
+                except Exception:  # the lease lapses by itself; the run has ended all the same
+                    log.warning("releasing the lease of session %s failed", run.session_id)
             run.done.set()
             self._forget_old_runs()
+
+    def _count_client(self, client: object | None, change: int) -> None:
+        if client is None:
+            return
+        count = self._running_by_client.get(client, 0) + change
+        if count > 0:
+            self._running_by_client[client] = count
+        else:
+            self._running_by_client.pop(client, None)
 
     def _forget_old_runs(self) -> None:
         """Keep the newest finished runs only: each holds its agent's whole transcript, and a

@@ -31,6 +31,7 @@ import anyio
 
 from mcp_agent.abort import AbortController
 from mcp_agent.agent import Agent
+from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.compact import CompactionSettings, compact
 from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.compaction.tokens import context_tokens, should_compact
@@ -65,9 +66,14 @@ class RetrySettings:
         return min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
 
 
+_SettingChanges = tuple[tuple[str, str] | None, str | None, list[str] | None]
+
+
 class SessionAgent(Agent):
     """An Agent that writes into ``session``; ``compaction`` and ``retry`` as pi's
-    AgentSession does them. The other options are the Agent's."""
+    AgentSession does them. ``offload`` runs each session read and write during a run (the
+    server: worker threads, so a slow database never holds the event loop; default: inline).
+    The other options are the Agent's."""
 
     def __init__(
         self,
@@ -76,10 +82,12 @@ class SessionAgent(Agent):
         compaction: CompactionSettings | None = None,
         retry: RetrySettings | None = None,
         context: SessionContext | None = None,
+        offload: Offload = inline,
         **options: Any,
     ) -> None:
         super().__init__(**options)
         self.session = session
+        self.offload = offload
         self.compaction = compaction
         self.retry = retry
         self._compaction_abort: AbortController | None = None
@@ -163,28 +171,54 @@ class SessionAgent(Agent):
 
     # --- the Agent's hooks ------------------------------------------------------------------
 
-    def _save(self, message: BaseMessage) -> None:
-        self.session.append_message(message)
+    async def _save(self, message: BaseMessage) -> None:
+        await self.offload(lambda: self.session.append_message(message))
 
-    def _record_settings(self, settings: bool | None = None) -> None:
+    async def _record_settings(self, settings: bool | None = None) -> None:
         """Record model, thinking level and active tools where they differ from the session.
         During a run only the tools are recorded (they change with tool results); a model or
         thinking level set meanwhile is recorded when the run ends, when it takes effect."""
-        session = self.session
+        changes = self._unrecorded_settings(settings)
+        if changes != (None, None, None):
+            await self.offload(lambda: self._write_settings(changes))
+
+    def _settings_changed(self) -> None:
+        # Outside a run a setter's change is written at once, on the caller's thread.
+        if not self.is_running:
+            changes = self._unrecorded_settings(None)
+            if changes != (None, None, None):
+                self._write_settings(changes)
+
+    def _unrecorded_settings(self, settings: bool | None) -> _SettingChanges:
+        """What differs from the session: (model, thinking level, active tools), None where
+        nothing does."""
         state = self.state
+        model: tuple[str, str] | None = None
+        level: str | None = None
         if settings if settings is not None else not self.is_running:
             model = (state.model.provider, state.model.id)
-            if model != self._recorded_model:
-                session.append_model_change(*model)
-                self._recorded_model = model
+            model = model if model != self._recorded_model else None
             level = str(ThinkingLevel(state.thinking_level).value)
-            if level != self._recorded_thinking:
-                session.append_thinking_level_change(level)
-                self._recorded_thinking = level
-        names = [t.name for t in state.tools]
+            level = level if level != self._recorded_thinking else None
+        names: list[str] | None = [t.name for t in state.tools]
         recorded = self._recorded_tools
-        if (recorded is None and names) or (recorded is not None and set(recorded) != set(names)):
-            session.append_active_tools_change(names)
+        if not (
+            (recorded is None and names)
+            or (recorded is not None and set(recorded) != set(names or []))
+        ):
+            names = None
+        return model, level, names
+
+    def _write_settings(self, changes: _SettingChanges) -> None:
+        model, level, names = changes
+        if model is not None:
+            self.session.append_model_change(*model)
+            self._recorded_model = model
+        if level is not None:
+            self.session.append_thinking_level_change(level)
+            self._recorded_thinking = level
+        if names is not None:
+            self.session.append_active_tools_change(names)
             self._recorded_tools = names
 
     async def _before_prompt(self) -> None:
@@ -311,6 +345,7 @@ class SessionAgent(Agent):
                 signal=controller.signal,
                 options=await self._summary_options(model),
                 thinking_level=self.state.thinking_level,
+                offload=self.offload,
             )
         except Exception as error:
             what = "context overflow recovery" if reason == "overflow" else "auto-compaction"
@@ -322,7 +357,8 @@ class SessionAgent(Agent):
             return False
         finally:
             self._compaction_abort = None
-        self.state.messages = list(self.session.build_context().messages)
+        context = await self.offload(self.session.build_context)
+        self.state.messages = list(context.messages)
         return True
 
     async def _summary_options(self, model: Model) -> StreamOptions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,33 @@ TOKEN_ENV = "MCP_AGENT_TOKEN"
 MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
 DURABILITY_ENV = "MCP_AGENT_DURABILITY"
 RETRIES_ENV = "MCP_AGENT_MODEL_RETRIES"
+MAX_RUNS_ENV = "MCP_AGENT_MAX_RUNS"
+MAX_RUNS_PER_CLIENT_ENV = "MCP_AGENT_MAX_RUNS_PER_CLIENT"
+TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
+MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
+HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
+APP_NAME = "mcp-agent-sessions"
+
+
+def _int_from_env(name: str, default: int) -> int:
+    text = os.environ.get(name) or str(default)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {text!r}") from None
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    text = os.environ.get(name) or str(default)
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {text!r}") from None
+
+
+def _path_from_env(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else None
 
 
 def _retries_from_env() -> int:
@@ -29,7 +57,12 @@ class ServerSettings:
     db_path: Path = field(default_factory=default_db_path)
     manifests_dir: Path | None = None
     default_model: str | None = field(default_factory=lambda: os.environ.get(MODEL_ENV) or None)
+    # HTTP authentication: a bearer token given as is (--token, MCP_AGENT_TOKEN) or in a file
+    # (--token-file, MCP_AGENT_TOKEN_FILE); with neither, serve generates one. no_auth (loopback
+    # only) serves without one.
     token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
+    token_file: Path | None = field(default_factory=lambda: _path_from_env(TOKEN_FILE_ENV))
+    no_auth: bool = False
     host: str = "127.0.0.1"
     port: int = 8765
     max_subagent_depth: int = 3
@@ -44,8 +77,49 @@ class ServerSettings:
     # many times, after this many seconds (doubled each time): agent.RetrySettings.
     model_retries: int = field(default_factory=_retries_from_env)
     model_retry_delay: float = 2.0
+    # Runs under way at once, in this server and for one client (0: no limit); a start beyond
+    # either is refused with the limit's name. Each run holds a model stream and its tools.
+    max_runs: int = field(default_factory=lambda: _int_from_env(MAX_RUNS_ENV, 64))
+    max_runs_per_client: int = field(
+        default_factory=lambda: _int_from_env(MAX_RUNS_PER_CLIENT_ENV, 16)
+    )
+    # Stateful (2025 handshake) HTTP sessions open at once (0: no limit) and the seconds one may
+    # go without a request in flight before it is closed (0: never). A client holding its GET
+    # stream open, or waiting on a call, is never idle; 2026-07-28 clients hold no session.
+    max_http_sessions: int = field(
+        default_factory=lambda: _int_from_env(MAX_HTTP_SESSIONS_ENV, 1000)
+    )
+    http_session_idle_timeout: float = field(
+        default_factory=lambda: _seconds_from_env(HTTP_IDLE_TIMEOUT_ENV, 300)
+    )
+    # Worker threads for database work (SQLite reads and writes, lock waits) at once.
+    db_threads: int = 8
 
     def __post_init__(self) -> None:
+        for name, value in (
+            ("--max-runs", self.max_runs),
+            ("--max-runs-per-client", self.max_runs_per_client),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be 0 (no limit) or more, not {value}")
+        if self.max_http_sessions < 0:
+            raise ValueError(
+                f"--max-http-sessions must be 0 (no limit) or more, not {self.max_http_sessions} "
+                f"(from the flag or {MAX_HTTP_SESSIONS_ENV})"
+            )
+        timeout = self.http_session_idle_timeout
+        if not math.isfinite(timeout) or timeout < 0:
+            raise ValueError(
+                f"--http-session-idle-timeout must be 0 (never) or a number of seconds, not "
+                f"{timeout} (from the flag or {HTTP_IDLE_TIMEOUT_ENV})"
+            )
+        if self.no_auth and not is_loopback(self.host):
+            raise ValueError(
+                f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1, localhost), "
+                f"not {self.host}: give a token with --token-file PATH instead"
+            )
+        if self.db_threads < 1:
+            raise ValueError(f"db_threads must be at least 1, not {self.db_threads}")
         if self.model_retries < 0:
             raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
         if self.durability not in ("full", "normal"):
@@ -62,3 +136,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def token_dirs() -> list[Path]:
+    """Where a generated HTTP token is written, in order of preference: the per-user runtime
+    directory (private, cleared at logout), then the per-user config directory."""
+    import warnings
+
+    import platformdirs
+
+    with warnings.catch_warnings():
+        # platformdirs warns when $XDG_RUNTIME_DIR is unset and falls back to a checked one.
+        warnings.simplefilter("ignore")
+        runtime = platformdirs.user_runtime_dir(APP_NAME, appauthor=False)
+    return [Path(runtime), Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))]

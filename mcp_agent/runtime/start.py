@@ -70,9 +70,12 @@ async def start_run(
     parent_session: str | None = None,
     listener: EventListener | None = None,
     inherited: ResolvedModel | None = None,
+    client: object | None = None,
 ) -> Run:
     """Start an agent run. ``client_session`` is the MCP client's session, for its model
-    (sampling); ``inherited`` is the calling run's model, used when nothing else names one."""
+    (sampling); ``inherited`` is the calling run's model, used when nothing else names one;
+    ``client`` identifies the caller for the per-client run limit. Every session read and
+    write goes through ``state.offload``."""
     limit = state.settings.max_subagent_depth
     if depth > limit:
         raise DepthLimitReached(
@@ -82,60 +85,71 @@ async def start_run(
     if not prompt.strip():
         raise InvalidRequest("prompt is empty")
     manifest = find_agent(state, agent_name)
-    existing: Session | None = None
-    if session_id is not None:
-        existing = state.repo.open(session_id)
-        state.runs.ensure_idle(existing.id)
-    resolved = None
-    if model is None and existing is not None:
-        resolved = resume_model(
-            existing, state.settings.default_model, client_session, state.models
+    state.runs.check_limits(client)  # before anything is written; start checks again
+
+    def prepare() -> tuple[Session, ResolvedModel, bool]:
+        existing: Session | None = None
+        if session_id is not None:
+            existing = state.repo.open(session_id)
+            state.runs.ensure_idle(existing.id)
+        resolved = None
+        if model is None and existing is not None:
+            resolved = resume_model(
+                existing, state.settings.default_model, client_session, state.models
+            )
+        if resolved is None and model is None and manifest.model is None:
+            resolved = inherited
+        # Every refusal comes before a new session is created: a failed start writes nothing.
+        resolved = resolved or resolve_run_model(
+            model or manifest.model, state.settings.default_model, client_session, state.models
         )
-    if resolved is None and model is None and manifest.model is None:
-        resolved = inherited
-    # Every refusal comes before a new session is created: a failed start writes nothing.
-    name, chosen, stream_fn = resolved or resolve_run_model(
-        model or manifest.model, state.settings.default_model, client_session, state.models
-    )
-    if existing is None:
-        session = state.repo.create(
+        if existing is not None:
+            return existing, resolved, False
+        created = state.repo.create(
             name=None, parent_session=parent_session, metadata={"agent": manifest.name}
         )
+        return created, resolved, True
+
+    session, (name, chosen, stream_fn), created = await state.offload(prepare)
+    if created:
         state.list_changed()
-    else:
-        session = existing
     hub = state.hub
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
         errors: list[str] = []
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
         tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
-        options: dict[str, Any] = {}
-        if session.leaf_id is None:  # nothing on the branch yet: the manifest's level applies
-            options["thinking_level"] = manifest.thinking_level
-        agent = SessionAgent.from_session(
-            session,
-            stream_fn=stream_fn,
-            model=chosen,
-            resolve_model=lambda provider, model_id: (
-                chosen if (provider, model_id) == (chosen.provider, chosen.id) else None
-            ),
-            tools=tools,
-            system_prompt=manifest.system_prompt,
-            max_turns=manifest.max_turns,
-            compaction=CompactionSettings(),
-            retry=RetrySettings(
-                enabled=state.settings.model_retries > 0,
-                max_retries=state.settings.model_retries,
-                base_delay=state.settings.model_retry_delay,
-            ),
-            **options,
-        )
-        if agent.state.model.ref != chosen.ref:
-            agent.set_model(chosen)
-        for error in errors:
-            session.append_custom("tool_server_error", {"error": error})
-        return agent, name
+
+        def build() -> SessionAgent:
+            options: dict[str, Any] = {}
+            if session.leaf_id is None:  # nothing on the branch yet: the manifest's level
+                options["thinking_level"] = manifest.thinking_level
+            agent = SessionAgent.from_session(
+                session,
+                stream_fn=stream_fn,
+                model=chosen,
+                resolve_model=lambda provider, model_id: (
+                    chosen if (provider, model_id) == (chosen.provider, chosen.id) else None
+                ),
+                tools=tools,
+                system_prompt=manifest.system_prompt,
+                max_turns=manifest.max_turns,
+                compaction=CompactionSettings(),
+                retry=RetrySettings(
+                    enabled=state.settings.model_retries > 0,
+                    max_retries=state.settings.model_retries,
+                    base_delay=state.settings.model_retry_delay,
+                ),
+                offload=state.offload,
+                **options,
+            )
+            if agent.state.model.ref != chosen.ref:
+                agent.set_model(chosen)  # idle: recorded at once, on this worker thread
+            for error in errors:
+                session.append_custom("tool_server_error", {"error": error})
+            return agent
+
+        return await state.offload(build), name
 
     return await state.runs.start(
         session=session,
@@ -144,6 +158,7 @@ async def start_run(
         build_agent=build_agent,
         depth=depth,
         listener=listener,
+        client=client,
     )
 
 

@@ -3,12 +3,14 @@ watch, steer, queue for and cancel runs."""
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from typing import Annotated
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
@@ -19,6 +21,21 @@ from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import tool_errors
+
+
+def client_key(ctx: Context) -> object:
+    """Who is asking, for the per-client run limit. On the 2025 handshake, the connection (a
+    legacy HTTP session, a stdio client); on 2026-07-28, where each request stands alone, the
+    HTTP client's address, or this process's one client (stdio, in-process)."""
+    request = ctx.request_context
+    if request.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        connection = getattr(request.session, "_connection", None)
+        if connection is not None:
+            return connection
+    http = getattr(request.request, "client", None)
+    if http is not None:
+        return ("http", http.host)
+    return "local"
 
 
 def run_info(run: Run) -> RunInfo:
@@ -60,23 +77,30 @@ def register(server: MCPServer) -> None:
     ) -> RunInfo:
         """Run an agent on a prompt in a session; every message is stored in the session."""
         state = app_state(ctx)
-        with tool_errors():
-            meta = run_meta(ctx.request_context.meta)
-            parent = meta.get("session_id") if meta and session_id is None else None
-            run = await start_run(
-                state,
-                prompt=prompt,
-                session_id=session_id,
-                agent_name=agent,
-                model=model,
-                depth=child_depth(meta),
-                client_session=ctx.session,
-                parent_session=parent,
-                listener=progress_reporter(ctx) if wait else None,
+        async with AsyncExitStack() as stack:
+            listener = (
+                await stack.enter_async_context(progress_reporter(ctx, state.task_group))
+                if wait
+                else None
             )
-        if wait:
-            await state.runs.wait(run)
-            run.listeners.clear()
+            with tool_errors():
+                meta = run_meta(ctx.request_context.meta)
+                parent = meta.get("session_id") if meta and session_id is None else None
+                run = await start_run(
+                    state,
+                    prompt=prompt,
+                    session_id=session_id,
+                    agent_name=agent,
+                    model=model,
+                    depth=child_depth(meta),
+                    client_session=ctx.session,
+                    parent_session=parent,
+                    listener=listener,
+                    client=client_key(ctx),
+                )
+            if wait:
+                await state.runs.wait(run)
+                run.listeners.clear()
         return run_info(run)
 
     @server.tool(annotations=READ_ONLY)

@@ -16,6 +16,7 @@ from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import CompactResult
 from mcp_agent.server.session_tools import WRITES, SessionId
 from mcp_agent.server.tool_errors import tool_errors
+from mcp_agent.sessions import Session
 
 
 def register(server: MCPServer) -> None:
@@ -31,18 +32,26 @@ def register(server: MCPServer) -> None:
         progress, decisions, next steps, files touched) and the context continues from that
         summary plus the recent entries. Nothing is deleted; the old entries stay in the tree."""
         state = app_state(ctx)
-        with tool_errors():
+
+        def check() -> Session:
             state.runs.ensure_idle(session_id)
             session = state.repo.open(session_id)
             # Refuse before choosing a model: "nothing to compact" needs none.
             prepare_compaction(session.get_branch(), context_messages=[])
+            return session
+
+        with tool_errors():
+            session = await state.offload(check)
             _, model, stream_fn = resolve_run_model(
                 None, state.settings.default_model, ctx.session, state.models
             )
         # No run may start in the session while the model writes the summary.
-        with tool_errors(), state.runs.hold(session_id, "session_compact"):
-            # CompactionError is a SessionError: its code and text go through.
-            result = await compact(session, model, stream_fn, instructions=instructions)
+        with tool_errors():
+            async with state.runs.hold(session_id, "session_compact"):
+                # CompactionError is a SessionError: its code and text go through.
+                result = await compact(
+                    session, model, stream_fn, instructions=instructions, offload=state.offload
+                )
         return CompactResult(
             session_id=session_id,
             compaction_id=result.entry_id,

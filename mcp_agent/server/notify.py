@@ -3,18 +3,38 @@
 2026-07-28 connections listen through the SDK's subscription bus; legacy connections get
 ``notifications/resources/*`` on the sessions they subscribed with (``resources/subscribe``,
 which we answer ourselves) or, for list changes, on every legacy connection we have seen.
-Session appends happen in plain (sync) code, so they are queued and sent by a task of ours.
+
+How a change travels:
+
+- ``session_changed`` / ``list_changed`` are plain functions, callable from the event loop's
+  thread or any other (database work runs on worker threads). They only mark the change in a
+  coalesced pending set under a ``threading.Lock`` (one entry per session, a flag for list
+  changes, at most ``max_pending`` sessions: past that the oldest is dropped) and wake the
+  dispatcher: directly on the loop's thread, else by a callback handed to the loop without
+  waiting for it (no anyio primitive is touched from a foreign thread).
+- ``run()``'s dispatcher drains that set, publishes to the bus (in-process, never blocked by a
+  client) and puts each change in the outbox of every legacy connection that wants it.
+- Each legacy connection has its own outbox (a small coalesced set, ``subscriber_pending``
+  URIs at most) and its own delivery task. A send that does not finish within
+  ``send_timeout`` seconds drops that connection (forgotten for list changes and every URI,
+  logged once), so a client that stopped reading delays nobody else.
+
+Changes reported before ``run()`` starts (or after it stops) stay pending, bounded as above,
+and go out when ``run()`` next starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.abc import TaskGroup
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ResourcesListChanged,
@@ -28,6 +48,10 @@ log = logging.getLogger(__name__)
 
 LIST_CHANGED = "list_changed"
 SESSION_CHANGED = "session_changed"
+
+SEND_TIMEOUT = 5.0
+MAX_PENDING = 10_000
+SUBSCRIBER_PENDING = 1024  # URIs: 256 sessions' worth
 
 
 def session_uris(session_id: str) -> list[str]:
@@ -60,32 +84,104 @@ class WatchedBus(InMemorySubscriptionBus):
 
 
 class Notifier:
-    def __init__(self, bus: SubscriptionBus | None) -> None:
+    def __init__(
+        self,
+        bus: SubscriptionBus | None,
+        *,
+        send_timeout: float = SEND_TIMEOUT,
+        max_pending: int = MAX_PENDING,
+        subscriber_pending: int = SUBSCRIBER_PENDING,
+    ) -> None:
         self.bus = bus
+        self.send_timeout = send_timeout
+        self.max_pending = max(1, max_pending)
+        self.subscriber_pending = max(1, subscriber_pending)
         # uri -> {connection key: legacy server session}
         self._subscribers: dict[str, dict[int, Any]] = {}
         self._legacy: dict[int, Any] = {}
-        send, receive = anyio.create_memory_object_stream[tuple[str, str]](math.inf)
-        self._send: MemoryObjectSendStream[tuple[str, str]] = send
-        self._receive: MemoryObjectReceiveStream[tuple[str, str]] = receive
+        self._outboxes: dict[int, _Outbox] = {}
+        self._hooked: set[int] = set()  # connections whose exit_stack will call _closed
+        # Pending changes, shared with producer threads: guarded by _lock.
+        self._lock = threading.Lock()
+        self._pending_sessions: dict[str, None] = {}  # insertion-ordered: oldest first
+        self._pending_list = False
+        self._wake_requested = False
+        # Set while run() runs; read by producers on any thread.
+        self._loop_thread: int | None = None
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        self._wakeup: anyio.Event | None = None
+        self._task_group: TaskGroup | None = None
 
-    # --- what changed (callable from sync code) ---------------------------------------------
+    # --- what changed (callable from sync code, on any thread) ------------------------------
 
     def session_changed(self, session_id: str, *_: Any) -> None:
-        if self._bus_listening() or any(
-            self._subscribers.get(uri) for uri in session_uris(session_id)
+        if not (
+            self._bus_listening()
+            or any(self._subscribers.get(uri) for uri in session_uris(session_id))
         ):
-            self._send.send_nowait((SESSION_CHANGED, session_id))
+            return
+        dropped: str | None = None
+        with self._lock:
+            pending = self._pending_sessions
+            if session_id in pending:  # coalesced; a wake-up is already requested
+                del pending[session_id]  # (it moves to the newest, the last to be dropped)
+                pending[session_id] = None
+                return
+            pending[session_id] = None
+            if len(pending) > self.max_pending:
+                dropped = next(iter(pending))
+                del pending[dropped]
+            wake = not self._wake_requested
+            self._wake_requested = True
+        if dropped is not None:
+            log.debug(
+                "over %d pending sessions: dropped the change of %s", self.max_pending, dropped
+            )
+        if wake:
+            self._wake()
 
     def list_changed(self, *_: Any) -> None:
-        self._send.send_nowait((LIST_CHANGED, ""))
+        with self._lock:
+            self._pending_list = True
+            wake = not self._wake_requested
+            self._wake_requested = True
+        if wake:
+            self._wake()
+
+    def pending_changes(self) -> int:
+        """Changes not yet handed to the bus and the connections' outboxes (sessions, plus one
+        for a list change)."""
+        with self._lock:
+            return len(self._pending_sessions) + self._pending_list
+
+    def pending_for(self, ctx_session: Any) -> int:
+        """Notifications waiting in one legacy connection's outbox (0 for an unknown one)."""
+        connection = getattr(ctx_session, "_connection", None)
+        outbox = None if connection is None else self._outboxes.get(id(connection))
+        return 0 if outbox is None else outbox.pending()
 
     def _bus_listening(self) -> bool:
         if self.bus is None:
             return False
         return not isinstance(self.bus, WatchedBus) or self.bus.listeners > 0
 
-    # --- legacy connections -----------------------------------------------------------------
+    def _wake(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._set_wakeup()
+            return
+        call_soon = self._call_soon
+        if call_soon is None:
+            return  # not running: run() delivers what is pending when it starts
+        try:
+            call_soon(self._set_wakeup)
+        except RuntimeError:  # the loop closed under us: nothing left to deliver to
+            log.debug("change notification after the event loop closed", exc_info=True)
+
+    def _set_wakeup(self) -> None:  # on the loop's thread
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    # --- legacy connections (called on the loop's thread) -----------------------------------
 
     def remember(self, ctx_session: Any, protocol_version: str | None) -> None:
         """Keep a legacy connection's session so list changes reach it outside requests."""
@@ -97,7 +193,9 @@ class Notifier:
         key = id(connection)
         if key not in self._legacy:
             self._legacy[key] = ctx_session
-            connection.exit_stack.callback(self._forget, key)
+        if key not in self._hooked:
+            self._hooked.add(key)
+            connection.exit_stack.callback(self._closed, key)
 
     def subscribe(self, uri: str, ctx_session: Any, protocol_version: str | None) -> None:
         self.remember(ctx_session, protocol_version)
@@ -107,45 +205,177 @@ class Notifier:
 
     def unsubscribe(self, uri: str, ctx_session: Any) -> None:
         connection = getattr(ctx_session, "_connection", None)
-        if connection is not None:
-            self._subscribers.get(uri, {}).pop(id(connection), None)
+        if connection is None:
+            return
+        subscribers = self._subscribers.get(uri)
+        if subscribers is not None:
+            subscribers.pop(id(connection), None)
+            if not subscribers:
+                del self._subscribers[uri]
+
+    def _closed(self, key: int) -> None:
+        self._hooked.discard(key)
+        self._forget(key)
 
     def _forget(self, key: int) -> None:
         self._legacy.pop(key, None)
-        for subscribers in self._subscribers.values():
-            subscribers.pop(key, None)
+        for uri in [uri for uri, subscribers in self._subscribers.items() if key in subscribers]:
+            subscribers = self._subscribers[uri]
+            del subscribers[key]
+            if not subscribers:
+                del self._subscribers[uri]
+        outbox = self._outboxes.pop(key, None)
+        if outbox is not None:
+            outbox.close()
+
+    def _drop(self, outbox: _Outbox, what: str) -> None:
+        if self._outboxes.get(outbox.key) is not outbox:
+            return
+        log.info(
+            "legacy connection dropped from notifications: sending %s took over %s s",
+            what,
+            self.send_timeout,
+        )
+        self._forget(outbox.key)
 
     # --- delivery ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Deliver queued changes until cancelled; run it in the server's task group."""
-        async for kind, session_id in self._receive:
+        """Deliver changes until cancelled; run it in the server's task group."""
+        if self._wakeup is not None:
+            raise RuntimeError("Notifier.run() is already running")
+        call_soon = _call_soon()
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            self._wakeup = anyio.Event()
+            self._wakeup.set()  # deliver whatever was reported before we started
+            self._loop_thread = threading.get_ident()
+            self._call_soon = call_soon
             try:
-                if kind == LIST_CHANGED:
-                    await self._deliver_list_changed()
-                else:
-                    for uri in session_uris(session_id):
-                        await self._deliver_updated(uri)
-            except Exception:  # a closed connection must not stop notifications for others
-                log.debug("notification %s %s not delivered", kind, session_id, exc_info=True)
+                while True:
+                    await self._wakeup.wait()
+                    self._wakeup = anyio.Event()
+                    await self._dispatch()
+            finally:
+                self._call_soon = None
+                self._loop_thread = None
+                self._wakeup = None
+                self._task_group = None
+                for outbox in self._outboxes.values():
+                    outbox.close()
+                self._outboxes.clear()
+                task_group.cancel_scope.cancel()
 
-    async def _deliver_list_changed(self) -> None:
-        if self.bus is not None:
-            await self.bus.publish(ResourcesListChanged())
-        for session in list(self._legacy.values()):
-            with anyio.move_on_after(5):
-                await _quietly(session.send_resource_list_changed())
+    async def _dispatch(self) -> None:
+        with self._lock:
+            sessions = list(self._pending_sessions)
+            self._pending_sessions.clear()
+            list_changed = self._pending_list
+            self._pending_list = False
+            self._wake_requested = False
+        if list_changed:
+            await self._publish(ResourcesListChanged())
+            for key, session in list(self._legacy.items()):
+                self._outbox(key, session).add_list_changed()
+        for session_id in sessions:
+            for uri in session_uris(session_id):
+                await self._publish(ResourceUpdated(uri=uri))
+                # no await from here to the end of the loop: the subscribers stay as read
+                for key, session in list(self._subscribers.get(uri, {}).items()):
+                    self._outbox(key, session).add_updated(uri)
+            # let the outboxes send as we go (a burst must not overflow a healthy one's)
+            await anyio.lowlevel.checkpoint()
 
-    async def _deliver_updated(self, uri: str) -> None:
-        if self.bus is not None:
-            await self.bus.publish(ResourceUpdated(uri=uri))
-        for session in list(self._subscribers.get(uri, {}).values()):
-            with anyio.move_on_after(5):
-                await _quietly(session.send_resource_updated(uri))
+    async def _publish(self, event: ServerEvent) -> None:
+        if self.bus is None or not self._bus_listening():
+            return
+        try:
+            await self.bus.publish(event)
+        except Exception:  # a broken bus must not stop the legacy connections' notifications
+            log.debug("publishing %r failed", event, exc_info=True)
+
+    def _outbox(self, key: int, session: Any) -> _Outbox:
+        outbox = self._outboxes.get(key)
+        if outbox is None:
+            outbox = self._outboxes[key] = _Outbox(self, key, session)
+            assert self._task_group is not None
+            self._task_group.start_soon(outbox.run)
+        return outbox
 
 
-async def _quietly(awaitable: Any) -> None:
+class _Outbox:
+    """One legacy connection's pending notifications and the task that sends them."""
+
+    def __init__(self, notifier: Notifier, key: int, session: Any) -> None:
+        self.notifier = notifier
+        self.key = key
+        self.session = session
+        self.uris: dict[str, None] = {}  # insertion-ordered: oldest first
+        self.list_changed = False
+        self.closed = False
+        self.wakeup = anyio.Event()
+        self.scope = anyio.CancelScope()
+
+    def pending(self) -> int:
+        return len(self.uris) + self.list_changed
+
+    def add_list_changed(self) -> None:
+        self.list_changed = True
+        self.wakeup.set()
+
+    def add_updated(self, uri: str) -> None:
+        if uri in self.uris:
+            return
+        self.uris[uri] = None
+        if len(self.uris) > self.notifier.subscriber_pending:
+            dropped = next(iter(self.uris))
+            del self.uris[dropped]
+            log.debug("legacy connection's outbox full: dropped the update of %s", dropped)
+        self.wakeup.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.scope.cancel()
+
+    async def run(self) -> None:
+        with self.scope:
+            while not self.closed:
+                await self.wakeup.wait()
+                self.wakeup = anyio.Event()
+                while not self.closed and (self.list_changed or self.uris):
+                    if self.list_changed:
+                        self.list_changed = False
+                        what, uri = "resources/list_changed", None
+                    else:
+                        uri = next(iter(self.uris))
+                        del self.uris[uri]
+                        what = f"resources/updated {uri}"
+                    with anyio.move_on_after(self.notifier.send_timeout) as timer:
+                        try:
+                            if uri is None:
+                                await self.session.send_resource_list_changed()
+                            else:
+                                await self.session.send_resource_updated(uri)
+                        except Exception:  # a closed connection: its exit_stack forgets it
+                            log.debug("legacy notification %s failed", what, exc_info=True)
+                    if timer.cancelled_caught:
+                        self.notifier._drop(self, what)
+                        return
+
+
+def _call_soon() -> Callable[[Callable[[], None]], object]:
+    """A way to run a callback on this event loop from another thread without waiting for it:
+    the thread may hold a lock the loop's thread is waiting for (a database connection's)."""
     try:
-        await awaitable
-    except Exception:
-        log.debug("legacy notification failed", exc_info=True)
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:  # not asyncio
+        pass
+    token = anyio.lowlevel.current_token()  # anyio >= 4.11
+    run_sync_soon = getattr(token.native_token, "run_sync_soon", None)  # trio's token
+    if callable(run_sync_soon):
+        return run_sync_soon
+
+    def blocking(callback: Callable[[], None]) -> object:
+        return anyio.from_thread.run_sync(callback, token=token)
+
+    return blocking

@@ -61,7 +61,8 @@ def register(server: MCPServer) -> None:
     async def on_complete(
         ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> types.CompleteResult:
-        values = complete(ctx.lifespan_context.app, params)
+        state = ctx.lifespan_context.app
+        values = await state.offload(lambda: complete(state, params))
         return types.CompleteResult(
             completion=types.Completion(
                 values=values[:MAX_COMPLETIONS],

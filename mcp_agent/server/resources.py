@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import mcp.types as types
@@ -31,6 +32,11 @@ def _open(state: AppState, session_id: str) -> Session:
         raise ResourceNotFoundError(f"no session {session_id!r}: {error}") from None
 
 
+async def _read(state: AppState, session_id: str, render: Callable[[Session], str]) -> str:
+    """Open the session and render it, on a worker thread (never on the event loop)."""
+    return await state.offload(lambda: render(_open(state, session_id)))
+
+
 def register(server: MCPServer) -> None:
     @server.resource(
         "session://{session_id}",
@@ -40,14 +46,17 @@ def register(server: MCPServer) -> None:
     )
     async def session_resource(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
-        session = _open(state, session_id)
-        return _dump(
-            {
-                "session": describe_session(state.repo, session).model_dump(),
-                "header": session.header.to_json_dict(),
-                "leafId": session.leaf_id,
-                "branch": [entry.to_json_dict() for entry in session.get_branch()],
-            }
+        return await _read(
+            state,
+            session_id,
+            lambda session: _dump(
+                {
+                    "session": describe_session(state.repo, session).model_dump(),
+                    "header": session.header.to_json_dict(),
+                    "leafId": session.leaf_id,
+                    "branch": [entry.to_json_dict() for entry in session.get_branch()],
+                }
+            ),
         )
 
     @server.resource(
@@ -57,9 +66,12 @@ def register(server: MCPServer) -> None:
         description="Every entry of a session as a tree, with labels",
     )
     async def session_tree(session_id: str, ctx: Context) -> str:
-        session = _open(app_state(ctx), session_id)
-        return _dump(
-            {"leafId": session.leaf_id, "tree": [node.to_json_dict() for node in session.tree()]}
+        return await _read(
+            app_state(ctx),
+            session_id,
+            lambda session: _dump(
+                {"leafId": session.leaf_id, "tree": [n.to_json_dict() for n in session.tree()]}
+            ),
         )
 
     @server.resource(
@@ -69,8 +81,11 @@ def register(server: MCPServer) -> None:
         description="The messages as the model would get them, with model and thinking level",
     )
     async def session_context(session_id: str, ctx: Context) -> str:
-        session = _open(app_state(ctx), session_id)
-        return _dump(session.build_context().to_json_dict())
+        return await _read(
+            app_state(ctx),
+            session_id,
+            lambda session: _dump(session.build_context().to_json_dict()),
+        )
 
     @server.resource(
         "session://{session_id}/entries/{entry_id}",
@@ -79,11 +94,14 @@ def register(server: MCPServer) -> None:
         description="One entry of a session",
     )
     async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
-        session = _open(app_state(ctx), session_id)
-        entry = session.get_entry(entry_id)
-        if entry is None:
-            raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
-        return _dump(entry.to_json_dict())
+
+        def render(session: Session) -> str:
+            entry = session.get_entry(entry_id)
+            if entry is None:
+                raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
+            return _dump(entry.to_json_dict())
+
+        return await _read(app_state(ctx), session_id, render)
 
     @server.resource(
         "session://{session_id}/export.jsonl",
@@ -93,8 +111,7 @@ def register(server: MCPServer) -> None:
     )
     async def session_export(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
-        _open(state, session_id)
-        return state.repo.export_jsonl(session_id)
+        return await _read(state, session_id, lambda _: state.repo.export_jsonl(session_id))
 
     @server.resource(
         "agent://{name}",
@@ -117,7 +134,9 @@ def register(server: MCPServer) -> None:
         server_state.notifier.remember(ctx.session, ctx.protocol_version)
         state = server_state.app
         try:
-            page = state.repo.list(limit=state.settings.page_size, cursor=params.cursor)
+            page = await state.offload(
+                lambda: state.repo.list(limit=state.settings.page_size, cursor=params.cursor)
+            )
         except SessionError as error:
             raise MCPError(types.INVALID_PARAMS, str(error)) from None
         resources: list[types.Resource] = []

@@ -26,7 +26,7 @@ def register(server: MCPServer) -> None:
         """The session's context (its current branch, compacted as the model sees it)."""
         state = app_state(ctx)
         try:
-            context = state.repo.open(session_id).build_context()
+            context = await state.offload(lambda: state.repo.open(session_id).build_context())
         except SessionError as error:
             raise MCPError(types.INVALID_PARAMS, f"{error.code}: {error}") from None
         from mcp_agent.messages import convert_to_llm

@@ -65,10 +65,15 @@ def register(server: MCPServer) -> None:
     ) -> SessionInfo:
         """Create an empty session."""
         state = app_state(ctx)
-        with tool_errors():
+
+        def create() -> SessionInfo:
             session = state.repo.create(name=name, cwd=cwd, metadata=metadata)
+            return describe_session(state.repo, session)
+
+        with tool_errors():
+            info = await state.offload(create)
         state.list_changed()
-        return describe_session(state.repo, session)
+        return info
 
     @server.tool(annotations=READ_ONLY)
     async def session_list(
@@ -80,7 +85,9 @@ def register(server: MCPServer) -> None:
         """List sessions, newest first, optionally searching their text."""
         state = app_state(ctx)
         with tool_errors():
-            page = state.repo.list(query=query, limit=limit, cursor=cursor)
+            page = await state.offload(
+                lambda: state.repo.list(query=query, limit=limit, cursor=cursor)
+            )
         return SessionListResult(
             sessions=[session_info(item) for item in page.items], next_cursor=page.next_cursor
         )
@@ -93,7 +100,8 @@ def register(server: MCPServer) -> None:
     ) -> SessionView:
         """Read a session: the current branch (root first), the whole tree, or every entry."""
         state = app_state(ctx)
-        with tool_errors():
+
+        def read() -> SessionView:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
             result = SessionView(session=info, view=view, leaf_id=session.leaf_id)
@@ -103,15 +111,22 @@ def register(server: MCPServer) -> None:
                 result.entries = [e.to_json_dict() for e in session.get_entries()]
             else:
                 result.tree = [node.to_json_dict() for node in session.tree()]
-        return result
+            return result
+
+        with tool_errors():
+            return await state.offload(read)
 
     @server.tool(annotations=DESTROYS)
     async def session_delete(ctx: Context, session_id: SessionId) -> DeleteResult:
         """Delete a session and all its entries."""
         state = app_state(ctx)
-        with tool_errors():
+
+        def delete() -> None:
             state.runs.ensure_idle(session_id)
             state.repo.delete(session_id)
+
+        with tool_errors(), state.runs.writing(session_id):
+            await state.offload(delete)
         state.list_changed()
         return DeleteResult(session_id=session_id, deleted=True)
 
@@ -135,9 +150,8 @@ def register(server: MCPServer) -> None:
     ) -> AppendResult:
         """Append an entry at the session's leaf; it becomes the new leaf."""
         state = app_state(ctx)
-        with tool_errors():
-            state.runs.ensure_idle(session_id, elsewhere=False)
-            entry_id = state.repo.open(session_id).append_entry(entry)
+        with tool_errors(), state.runs.writing(session_id):
+            entry_id = await state.offload(lambda: state.repo.open(session_id).append_entry(entry))
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
@@ -159,22 +173,32 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         if summary is not None and summarize:
             raise ToolError("give either summary or summarize=true, not both")
-        with tool_errors():
+        if summarize and entry_id is None:
+            raise ToolError("summarize needs an entry_id to move to")
+
+        def open_idle() -> Session:
             state.runs.ensure_idle(session_id)
-            session = state.repo.open(session_id)
+            return state.repo.open(session_id)
+
+        def move(session: Session) -> tuple[str | None, str | None]:
+            moved = session.move_to(entry_id, {"summary": summary} if summary is not None else None)
+            return moved, session.leaf_id
+
+        with tool_errors():
             if summarize:
-                if entry_id is None:
-                    raise ToolError("summarize needs an entry_id to move to")
+                assert entry_id is not None
                 from mcp_agent.server.summaries import summarize_branch
 
-                with state.runs.hold(session_id, "session_move_to (summarize)"):
+                session = await state.offload(open_idle)
+                async with state.runs.hold(session_id, "session_move_to (summarize)"):
                     branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
+                leaf_id = await state.offload(lambda: session.leaf_id)
             else:
-                branch_summary_id = session.move_to(
-                    entry_id, {"summary": summary} if summary is not None else None
-                )
+                with state.runs.writing(session_id):
+                    session = await state.offload(open_idle)
+                    branch_summary_id, leaf_id = await state.offload(lambda: move(session))
         return MoveResult(
-            session_id=session_id, leaf_id=session.leaf_id, branch_summary_id=branch_summary_id
+            session_id=session_id, leaf_id=leaf_id, branch_summary_id=branch_summary_id
         )
 
     @server.tool(annotations=WRITES)
@@ -192,17 +216,21 @@ def register(server: MCPServer) -> None:
         """Copy this session (all of it, or the path to entry_id) into a new session whose
         header names this one as its parent."""
         state = app_state(ctx)
+
+        def fork() -> SessionInfo:
+            return describe_session(state.repo, state.repo.fork(session_id, entry_id, position))
+
         with tool_errors():
-            forked = state.repo.fork(session_id, entry_id, position)
+            info = await state.offload(fork)
         state.list_changed()
-        return describe_session(state.repo, forked)
+        return info
 
     @server.tool(annotations=READ_ONLY)
     async def session_context(ctx: Context, session_id: SessionId) -> ContextResult:
         """The messages as the model would get them, with model, thinking level, active tools."""
         state = app_state(ctx)
         with tool_errors():
-            context = state.repo.open(session_id).build_context()
+            context = await state.offload(lambda: state.repo.open(session_id).build_context())
         return ContextResult(
             session_id=session_id,
             messages=[m.to_json_dict() for m in context.messages],
@@ -216,7 +244,7 @@ def register(server: MCPServer) -> None:
         """Counts over the whole tree: entries, messages by role, tokens, cost, branches."""
         state = app_state(ctx)
         with tool_errors():
-            stats = state.repo.open(session_id).stats()
+            stats = await state.offload(lambda: state.repo.open(session_id).stats())
         return StatsResult(session_id=session_id, stats=stats.to_json_dict())
 
     @server.tool(annotations=READ_ONLY)
@@ -224,7 +252,7 @@ def register(server: MCPServer) -> None:
         """The session as a pi v3 JSONL file (header line, then one entry per line)."""
         state = app_state(ctx)
         with tool_errors():
-            text = state.repo.export_jsonl(session_id)
+            text = await state.offload(lambda: state.repo.export_jsonl(session_id))
         return ExportResult(session_id=session_id, jsonl=text, lines=text.count("\n"))
 
     @server.tool(annotations=WRITES)
@@ -237,7 +265,8 @@ def register(server: MCPServer) -> None:
         if not jsonl.lstrip().startswith("{"):
             # Never read a path named by a client: the server's files are not theirs to read.
             raise ToolError("jsonl must be the content of a session file (JSON lines), not a path")
-        with tool_errors():
+
+        def import_() -> SessionInfo:
             try:
                 session = state.repo.import_jsonl(jsonl)
             except SessionError as error:
@@ -246,5 +275,9 @@ def register(server: MCPServer) -> None:
                         "conflict", f"{error} (export it, or delete the existing session first)"
                     ) from None
                 raise
+            return describe_session(state.repo, session)
+
+        with tool_errors():
+            info = await state.offload(import_)
         state.list_changed()
-        return describe_session(state.repo, session)
+        return info

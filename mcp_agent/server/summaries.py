@@ -19,7 +19,7 @@ async def summarize_branch(
     """Move ``session``'s leaf to ``entry_id`` with a model-written summary of the branch left
     behind; returns the branch summary's id. Bad input or a failed summary is a ToolError and
     nothing is written."""
-    if session.get_entry(entry_id) is None:
+    if await state.offload(lambda: session.get_entry(entry_id)) is None:
         raise ToolError(
             f"not_found: entry {entry_id} not found in session {session.id} "
             "(list entries with session_get)"
@@ -28,6 +28,8 @@ async def summarize_branch(
         None, state.settings.default_model, ctx.session, state.models
     )
     try:
-        return await summarize_session_branch(session, entry_id, model, stream_fn)
+        return await summarize_session_branch(
+            session, entry_id, model, stream_fn, offload=state.offload
+        )
     except CompactionError as error:
         raise ToolError(f"{error.code}: {error}") from None

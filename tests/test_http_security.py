@@ -1,0 +1,389 @@
+"""HTTP access and HTTP session limits, against a real ``serve --transport http`` process on a
+loopback port: a token generated when none is given (printed once, saved to a file only the
+user can read), a fixed token from a file or the environment, ``--no-auth`` on loopback only,
+and a session limit that refuses with a message naming it until abandoned sessions idle out."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp_support import free_port, initialize_request
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+# What the environment of the test run must not decide for these servers.
+OUR_ENV = (
+    "MCP_AGENT_TOKEN",
+    "MCP_AGENT_TOKEN_FILE",
+    "MCP_AGENT_MAX_HTTP_SESSIONS",
+    "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT",
+)
+HANG_GUARD_S = 60
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+
+
+def server_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment with a private runtime and config dir in ``tmp`` (so a generated token
+    never lands in the real user's folders)."""
+    env = {key: value for key, value in os.environ.items() if key not in OUR_ENV}
+    runtime, config = tmp / "runtime", tmp / "config"
+    for folder in (runtime, config):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return {**env, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(config), **extra}
+
+
+def serve_args(tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp / "http.db"), *extra]
+
+
+class Served:
+    """A server process on a free loopback port; its stderr goes to a file (the banner)."""
+
+    def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log = tmp / f"server-{self.port}.log"
+        self.command = serve_args(tmp, "--transport", "http", "--port", str(self.port), *extra)
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env if env is not None else server_env(tmp),
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.banner()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("server did not start within 30 s") from None
+                time.sleep(0.05)
+
+    def banner(self) -> str:
+        return self.log.read_text()
+
+    def initialize(self, token: str | None = None, **headers: str) -> httpx.Response:
+        auth = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.post(
+            self.url, json=initialize_request(), headers={**HEADERS, **auth, **headers}, timeout=30
+        )
+
+    def stop(self) -> int | None:
+        self.process.terminate()
+        try:
+            return self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(15)
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[Served]]:
+    """Servers a test starts; each is stopped at the end, whatever happened."""
+    servers: list[Served] = []
+    yield servers
+    for server in servers:
+        if server.process.poll() is None:
+            server.stop()
+
+
+def refused(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> str:
+    """Run a ``serve`` that must stop at once with a usage error; return its one-line stderr."""
+    done = subprocess.run(
+        serve_args(tmp, "--transport", "http", "--port", str(free_port()), *extra),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env if env is not None else server_env(tmp),
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def runtime_files(tmp: Path) -> list[Path]:
+    return sorted(p for p in (tmp / "runtime").rglob("*") if p.is_file())
+
+
+# --- a generated token ------------------------------------------------------------------------
+
+
+@posix_only
+def test_without_a_token_one_is_generated_printed_once_and_saved_for_the_user_alone(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    server = Served(tmp_path)
+    started.append(server)
+    banner = server.banner()
+    headers = re.findall(r"Authorization: Bearer (\S+)", banner)
+    assert len(headers) == 1, banner  # the header to paste, printed once
+    token = headers[0]
+    assert banner.count(server.url) == 1
+    assert token not in " ".join(server.command)
+
+    # The banner names the file; it is in the per-user runtime dir, readable by the user alone.
+    [path] = runtime_files(tmp_path)
+    assert str(path) in banner and path.name == f"http-{server.port}.token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert path.read_text().strip() == token
+
+    assert server.initialize().status_code == 401
+    assert server.initialize("not-the-token").status_code == 401
+    assert server.initialize(token[:-1]).status_code == 401
+    assert server.initialize(token).status_code == 200
+
+    # A clean stop (SIGTERM) removes the file: the token it holds is dead.
+    server.stop()
+    assert runtime_files(tmp_path) == []
+
+    # The next start has a token of its own.
+    again = Served(tmp_path)
+    started.append(again)
+    [second] = re.findall(r"Authorization: Bearer (\S+)", again.banner())
+    assert second != token
+    assert again.initialize(token).status_code == 401
+    assert again.initialize(second).status_code == 200
+
+
+# --- a fixed token ----------------------------------------------------------------------------
+
+
+def test_token_file_is_required_and_never_printed(tmp_path: Path, started: list[Served]) -> None:
+    token_file = tmp_path / "my.token"
+    token_file.write_text("fixed-token-from-a-file\n")  # the trailing newline is not the token
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file))
+    started.append(server)
+    banner = server.banner()
+    assert "fixed-token-from-a-file" not in banner and str(token_file) in banner
+    assert "warning" not in banner
+    assert runtime_files(tmp_path) == []  # nothing generated
+    assert server.initialize().status_code == 401
+    assert server.initialize("fixed-token-from-a-file").status_code == 200
+
+
+@pytest.mark.parametrize("how", ["MCP_AGENT_TOKEN_FILE", "MCP_AGENT_TOKEN", "--token"])
+def test_token_from_the_environment_or_the_old_flag(
+    tmp_path: Path, started: list[Served], how: str
+) -> None:
+    token = "another-fixed-token"
+    token_file = tmp_path / "env.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    args: list[str] = []
+    extra_env: dict[str, str] = {}
+    if how == "--token":
+        args = ["--token", token]
+    else:
+        extra_env[how] = str(token_file) if how.endswith("_FILE") else token
+    server = Served(tmp_path, *args, env=server_env(tmp_path, **extra_env))
+    started.append(server)
+    banner = server.banner()
+    assert token not in banner
+    # The flag still works, with a word on why a command line is the wrong place for a secret.
+    assert ("warning: --token puts the secret on the command line" in banner) == (how == "--token")
+    assert server.initialize().status_code == 401
+    assert server.initialize(token).status_code == 200
+
+
+# --- no token ---------------------------------------------------------------------------------
+
+
+def test_no_auth_serves_loopback_and_says_so(tmp_path: Path, started: list[Served]) -> None:
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    banner = server.banner()
+    assert "any user of this machine can read your sessions" in banner
+    assert "Bearer" not in banner and banner.count(server.url) == 1
+    assert runtime_files(tmp_path) == []
+    assert server.initialize().status_code == 200
+    # DNS rebinding protection stays on without a token too.
+    assert server.initialize(Host="evil.example").status_code == 421
+
+
+def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
+    line = refused(tmp_path, "--no-auth", "--host", "0.0.0.0")
+    assert "--no-auth is allowed only on a loopback address" in line and "0.0.0.0" in line
+    assert runtime_files(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--host", "0.0.0.0"], {}, "refusing to listen on 0.0.0.0 without a token"),
+        (["--token-file", "{tmp}/missing"], {}, "does not exist"),
+        (["--token-file", "{tmp}/empty"], {}, "is empty"),
+        (["--token-file", "{tmp}/spaced"], {}, "printable ASCII without spaces"),
+        (["--token", "a", "--token-file", "{tmp}/empty"], {}, "not both"),
+        (["--no-auth", "--token-file", "{tmp}/empty"], {}, "--no-auth or a token"),
+        ([], {"MCP_AGENT_TOKEN": "a", "MCP_AGENT_TOKEN_FILE": "{tmp}/empty"}, "keep one"),
+        (["--max-http-sessions", "-1"], {}, "--max-http-sessions must be 0 (no limit) or more"),
+        ([], {"MCP_AGENT_MAX_HTTP_SESSIONS": "many"}, "MCP_AGENT_MAX_HTTP_SESSIONS must be"),
+        (["--http-session-idle-timeout", "-1"], {}, "--http-session-idle-timeout must be 0"),
+        ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "soon"}, "must be a number of seconds"),
+        ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "inf"}, "--http-session-idle-timeout"),
+    ],
+)
+def test_bad_auth_and_limit_settings_are_one_clear_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    says: str,
+) -> None:
+    # In-process for speed; should a case get through, the patched server returns at once (and
+    # the exit code tells) rather than serving.
+    from typer.testing import CliRunner
+
+    import mcp_agent.server.streamable_http as streamable_http
+    from mcp_agent.cli import app
+
+    async def no_server(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(streamable_http, "serve_http", no_server)
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "spaced").write_text("two words\n")
+    for key, value in server_env(tmp_path, **env).items():
+        if key in OUR_ENV or key.startswith("XDG_"):
+            monkeypatch.setenv(key, value.format(tmp=tmp_path))
+    for key in OUR_ENV:
+        if key not in env:
+            monkeypatch.delenv(key, raising=False)
+    command = ["serve", "--transport", "http", "--db", str(tmp_path / "s.db")]
+    result = CliRunner().invoke(app, [*command, *(arg.format(tmp=tmp_path) for arg in args)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert "Traceback" not in result.output
+    assert runtime_files(tmp_path) == []
+
+
+def test_serve_help_names_the_http_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    )
+    for flag in (
+        "--token-file",
+        "--no-auth",
+        "--max-http-sessions",
+        "--http-session-idle-timeout",
+        "MCP_AGENT_TOKEN_FILE",
+        "MCP_AGENT_MAX_HTTP_SESSIONS",
+        "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT",
+    ):
+        assert flag in done.stdout, flag
+
+
+# --- session limits ---------------------------------------------------------------------------
+
+
+def test_abandoned_sessions_fill_the_limit_then_idle_out(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    limit = 5
+    server = Served(
+        tmp_path, "--no-auth", "--max-http-sessions", str(limit), "--http-session-idle-timeout", "2"
+    )
+    started.append(server)
+    # Open sessions and never close them, until the server refuses. (Should a slow machine let
+    # one idle out meanwhile, a few more get in; the limit still comes.)
+    abandoned: list[str] = []
+    refusal = None
+    for _ in range(limit + 20):
+        response = server.initialize()
+        if response.status_code != 200:
+            refusal = response
+            break
+        abandoned.append(response.headers["mcp-session-id"])
+    assert refusal is not None, "the session limit was never reached"
+    assert len(abandoned) >= limit
+    assert refusal.status_code == 503
+    message = refusal.json()["error"]["message"]
+    assert f"at most {limit} HTTP sessions" in message
+    assert "--max-http-sessions" in message and "MCP_AGENT_MAX_HTTP_SESSIONS" in message
+    assert "--http-session-idle-timeout" in message
+    assert refusal.headers["retry-after"] == "2"
+
+    # A 2026-07-28 client holds no session: it is served even now.
+    async def modern_client() -> None:
+        with anyio.fail_after(HANG_GUARD_S):
+            async with Client(server.url) as client:
+                assert not (await client.call_tool("session_list", {})).is_error
+
+    anyio.run(modern_client)
+
+    # Once the abandoned sessions idle out, a new client is served again.
+    deadline = time.monotonic() + HANG_GUARD_S
+    while (response := server.initialize()).status_code != 200:
+        assert response.status_code == 503, response.text
+        assert time.monotonic() < deadline, "abandoned sessions never expired"
+        time.sleep(0.2)
+    # They expired: their ids are gone.
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    gone = httpx.post(
+        server.url,
+        json=ping,
+        headers={**HEADERS, "mcp-session-id": abandoned[0], "mcp-protocol-version": "2025-06-18"},
+        timeout=30,
+    )
+    assert gone.status_code == 404
+
+
+def test_a_connected_client_outlives_the_idle_timeout(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    token_file = tmp_path / "t"
+    token_file.write_text("tok")
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file), "--http-session-idle-timeout", "1")
+    started.append(server)
+
+    async def session_client() -> None:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers={"Authorization": "Bearer tok"})
+        with anyio.fail_after(HANG_GUARD_S):
+            async with (
+                http,
+                Client(streamable_http_client(server.url, http_client=http), mode="legacy") as c,
+            ):
+                first = await c.call_tool("session_create", {"name": "kept"})
+                assert not first.is_error
+                # Quiet for longer than the idle timeout: its open event stream keeps it.
+                await anyio.sleep(2.5)
+                listing = await c.call_tool("session_list", {})
+                assert not listing.is_error, listing.content
+                names = [s["name"] for s in listing.structured_content["sessions"]]
+                assert names == ["kept"]
+
+    anyio.run(session_client)

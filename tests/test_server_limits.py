@@ -1,0 +1,154 @@
+"""What one client can no longer do to everybody: hold the event loop with database work, start
+runs without end, or stall a run by not reading its progress."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_support import call, call_error, initialize_request, make_server
+
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+pytestmark = pytest.mark.anyio
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "message": {"role": "user", "content": text}}
+
+
+async def test_a_held_write_lock_delays_only_the_write(tmp_path: Path) -> None:
+    """Another process holds the database's write lock: reads and calls that need no database
+    answer meanwhile (they could not if the waiting append held the event loop), and the
+    append goes through once the lock is let go."""
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create", name="held"))["id"]
+        holder = sqlite3.connect(tmp_path / "sessions.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        appended: dict[str, Any] = {}
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def append() -> None:
+                    appended.update(
+                        await call(client, "session_append", session_id=sid, entry=user("late"))
+                    )
+
+                group.start_soon(append)
+                with anyio.fail_after(30):
+                    agents = await call(client, "agent_list")
+                    view = await call(client, "session_get", session_id=sid)
+                    listed = await call(client, "session_list")
+                assert agents["agents"]
+                assert view["session"]["id"] == sid
+                assert [s["id"] for s in listed["sessions"]] == [sid]
+                assert not appended  # still waiting for the lock
+                holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        assert appended["entry_id"]
+        view = await call(client, "session_get", session_id=sid)
+        assert view["entries"][-1]["id"] == appended["entry_id"]
+
+
+async def test_runs_beyond_the_server_limit_are_refused_and_write_nothing(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path, max_runs=2, max_runs_per_client=0)) as client:
+        first = await call(client, "agent_run", prompt="slow one", wait=False)
+        await call(client, "agent_run", prompt="slow two", wait=False)
+        sessions = len((await call(client, "session_list"))["sessions"])
+        text = await call_error(client, "agent_run", prompt="slow three", wait=False)
+        assert "too many runs" in text and "the limit is 2" in text and "--max-runs" in text
+        assert len((await call(client, "session_list"))["sessions"]) == sessions  # nothing new
+        await call(client, "agent_cancel", run_id=first["run_id"])
+        third = await call(client, "agent_run", prompt="slow three", wait=False)
+        assert third["status"] == "running"
+        for run in (await call(client, "agent_runs"))["runs"]:
+            await call(client, "agent_cancel", run_id=run["run_id"])
+
+
+async def test_runs_beyond_the_client_limit_are_refused(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path, max_runs=10, max_runs_per_client=1)) as client:
+        first = await call(client, "agent_run", prompt="slow one", wait=False)
+        text = await call_error(client, "agent_run", prompt="slow two", wait=False)
+        assert "too many runs for this client" in text and "--max-runs-per-client" in text
+        await call(client, "agent_status", run_id=first["run_id"], wait_seconds=30)
+        second = await call(client, "agent_run", prompt="now", wait=True)
+        assert second["status"] == "completed"
+
+
+def test_a_client_that_stops_reading_does_not_stall_its_run(tmp_path: Path) -> None:
+    """Over stdio, a client asks for a run with progress and then never reads: the progress
+    messages fill the pipe, yet the run ends, its answer is stored and its lease let go."""
+    db = tmp_path / "s.db"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db), "--model", "scripted:echo"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    prompt = "word " * 20_000  # echoed in 16-character chunks: thousands of progress messages
+    try:
+        send(initialize_request(0))
+        assert b'"id":0' in server.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "agent_run",
+                    "arguments": {"prompt": prompt},
+                    "_meta": {"progressToken": "p"},
+                },
+            }
+        )
+        # From here on nothing is read from the server.
+        deadline = time.monotonic() + 120  # a hang guard only
+        answer = None
+        while answer is None:
+            assert time.monotonic() < deadline, "the run never stored its answer"
+            assert server.poll() is None, "the server exited"
+            time.sleep(0.2)
+            answer = stored_answer(db)
+        assert answer.strip() == prompt.strip()
+        while leases_held(db):
+            assert time.monotonic() < deadline, "the run's lease was never let go"
+            time.sleep(0.2)
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+        server.stdout.close()
+        server.stdin.close()
+
+
+def stored_answer(db: Path) -> str | None:
+    if not db.exists():
+        return None
+    with SqliteSessionRepo(db) as repo:
+        for summary in repo.list().items:
+            for entry in repo.open(summary.id).get_entries():
+                message = getattr(entry, "message", None)
+                if message is not None and message.role == "assistant":
+                    return str(message.text)
+    return None
+
+
+def leases_held(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM session_leases").fetchone()[0])
