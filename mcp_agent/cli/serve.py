@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 import threading
 from enum import StrEnum
@@ -136,6 +137,7 @@ def serve(
 
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.manifests import ManifestError
+    from mcp_agent.runtime.descriptors import raise_descriptor_limit
     from mcp_agent.runtime.settings import TOKEN_ENV, TOKEN_FILE_ENV, ServerSettings
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.stdio import run_stdio
@@ -189,7 +191,14 @@ def serve(
             auth = http_auth(settings, token_from_flag=token is not None)
         except (UnsafeBindError, HttpAuthError) as error:
             die(str(error))
+    raise_descriptor_limit()  # as servers do; what fits in it bounds runs and connections
     check_database(settings.db_path)
+    # Plain log lines, set up before the SDK would install rich's handler: that one imports
+    # rich.traceback when it first logs an error, and with no file descriptor left (the
+    # very error being logged) the import fails and takes the process down.
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     server = build_server(settings, models=cli_models())
     if auth is not None:
         try:

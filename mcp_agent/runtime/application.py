@@ -21,6 +21,7 @@ from mcp_agent.manifests import (
     shipped_manifests_dir,
 )
 from mcp_agent.proxy.hub import ToolHub
+from mcp_agent.runtime.descriptors import descriptor_limit, runs_that_fit
 from mcp_agent.runtime.leases import SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.runs import RunLimits, RunManager
@@ -78,7 +79,11 @@ async def open_app(
         try:
             async with anyio.create_task_group() as group:
                 offload = worker_threads(settings.db_threads)
-                limits = RunLimits(settings.max_runs, settings.max_runs_per_client)
+                limits = RunLimits(
+                    settings.max_runs,
+                    settings.max_runs_per_client,
+                    runs_that_fit(descriptor_limit()),
+                )
                 runs = RunManager(group, leases, offload=offload, limits=limits)
                 group.start_soon(runs.keep_leases)
                 hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))

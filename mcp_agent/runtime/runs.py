@@ -90,6 +90,8 @@ class RunLimits:
 
     max_runs: int = 0
     max_runs_per_client: int = 0
+    # The runs that fit in this process's file descriptors (runtime.descriptors); 0: unknown.
+    descriptor_runs: int = 0
 
 
 class RunManager:
@@ -219,6 +221,12 @@ class RunManager:
                 f"too many runs: {self.running} are under way in this server, the limit is "
                 f"{limits.max_runs}; wait for one to end (agent_runs), or raise it with "
                 "--max-runs (MCP_AGENT_MAX_RUNS)"
+            )
+        if limits.descriptor_runs and self.running >= limits.descriptor_runs:
+            raise TooManyRuns(
+                f"too many runs: {self.running} are under way, as many as this server's file "
+                f"descriptor limit allows; wait for one to end (agent_runs), or start the "
+                "server with a higher ulimit -n"
             )
         count = self._running_by_client.get(client, 0) if client is not None else 0
         if limits.max_runs_per_client and count >= limits.max_runs_per_client:

@@ -25,6 +25,7 @@ from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcp_agent.runtime.descriptors import connections_that_fit, descriptor_limit
 from mcp_agent.runtime.settings import (
     MAX_HTTP_SESSIONS_ENV,
     TOKEN_ENV,
@@ -363,6 +364,8 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         port=settings.port,
         log_level="warning",
         lifespan="on",
+        # Beyond the connections that fit in the file descriptors: 503, not a failing accept.
+        limit_concurrency=connections_that_fit(descriptor_limit()),
         **uvicorn_options,
     )
     await uvicorn.Server(config).serve()
