@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,47 @@ def stored_answer(db: Path) -> str | None:
 def leases_held(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         return int(conn.execute("SELECT count(*) FROM session_leases").fetchone()[0])
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, where this machine lets us mount one (root, and a kernel that allows it)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip() or made.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_is_a_clear_tool_error_and_keeps_what_was_acknowledged(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    async with Client(make_server(tmp_path, db_path=small_disk / "sessions.db")) as client:
+        sid = (await call(client, "session_create"))["id"]
+        acknowledged: list[str] = []
+        error = ""
+        for n in range(200):
+            result = await client.call_tool(
+                "session_append", {"session_id": sid, "entry": user(f"{n} " + "x" * 100_000)}
+            )
+            if result.is_error:
+                error = result.content[0].text  # type: ignore[union-attr]
+                break
+            assert result.structured_content is not None
+            acknowledged.append(result.structured_content["entry_id"])
+        assert error, "the disk never filled"
+        assert "full" in error and "nothing was written" in error, error
+        assert acknowledged
+        # The server still answers, and has every acknowledged entry and nothing else.
+        entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
+        ids = [e["id"] for e in entries if e["type"] == "message"]
+        assert ids == acknowledged
