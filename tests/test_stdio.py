@@ -64,6 +64,32 @@ async def test_lines_arrive_whole_however_the_bytes_are_cut() -> None:
     assert lines == ['{"a": "ünï"}\n', "x" * 100_000 + "\n", "last line without a newline"]
 
 
+async def test_a_line_over_the_limit_is_dropped_and_the_next_one_read() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    limit = 100_000
+    pieces = [b"a" * 60_000, b"b" * 60_000, b"c" * 60_000 + b"\n", b'{"next": 1}\n', b"d" * 300_000]
+
+    async def feed() -> None:
+        for piece in pieces:
+            for start in range(0, len(piece), 60_000):
+                os.write(write_fd, piece[start : start + 60_000])
+                await anyio.sleep(0.01)
+        os.close(write_fd)
+
+    reader = LineReader(read_fd, max_line=limit)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(feed)
+            lines = [line async for line in reader]
+    finally:
+        os.close(read_fd)
+    # The long line and the long unterminated tail are gone; the buffer never grew past
+    # the limit and a chunk.
+    assert lines == ['{"next": 1}\n']
+    assert len(reader._buffer) <= limit + 65_536
+
+
 def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> None:
     # A terminal shares O_NONBLOCK with stderr and the shell: it must never be touched.
     probe = (

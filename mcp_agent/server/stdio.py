@@ -31,6 +31,9 @@ if sys.platform != "win32":
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
+# The longest message a stdio client may send (a session_import of a big pi file fits); a
+# longer line is dropped, so that one runaway client cannot fill the server's memory.
+MAX_LINE = 64 << 20
 
 
 class ClientGone(Exception):
@@ -38,12 +41,15 @@ class ClientGone(Exception):
 
 
 class LineReader:
-    """Lines (each with its newline) from a non-blocking file descriptor, as text."""
+    """Lines (each with its newline) from a non-blocking file descriptor, as text. A line
+    longer than ``max_line`` bytes is dropped whole (and said so on stderr)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, max_line: int = MAX_LINE) -> None:
         self.fd = fd
+        self.max_line = max_line
         self._buffer = bytearray()
         self._scanned = 0  # bytes already known to hold no newline
+        self._dropping = False  # inside a line that is too long, until its newline
 
     def __aiter__(self) -> LineReader:
         return self
@@ -51,8 +57,20 @@ class LineReader:
     async def __anext__(self) -> str:
         while True:
             end = self._buffer.find(b"\n", self._scanned)
+            if end >= 0 and self._dropping:
+                del self._buffer[: end + 1]
+                self._scanned, self._dropping = 0, False
+                continue
             if end >= 0:
                 return self._take(end + 1)
+            if len(self._buffer) > self.max_line:
+                if not self._dropping:
+                    log.error(
+                        "a message of over %s bytes from the client was dropped",
+                        f"{self.max_line:,}",
+                    )
+                self._buffer.clear()
+                self._scanned, self._dropping = 0, True
             self._scanned = len(self._buffer)
             try:
                 chunk = os.read(self.fd, READ_CHUNK)
@@ -60,7 +78,7 @@ class LineReader:
                 await anyio.wait_readable(self.fd)
                 continue
             if not chunk:
-                if self._buffer:  # a last line without its newline
+                if self._buffer and not self._dropping:  # a last line without its newline
                     return self._take(len(self._buffer))
                 raise StopAsyncIteration
             self._buffer += chunk
