@@ -197,3 +197,19 @@ async def test_a_full_disk_is_a_clear_tool_error_and_keeps_what_was_acknowledged
         entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
         ids = [e["id"] for e in entries if e["type"] == "message"]
         assert ids == acknowledged
+
+
+async def test_subscriptions_beyond_the_limit_are_refused(tmp_path: Path) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    async with Client(make_server(tmp_path, max_subscriptions=3), mode="legacy") as client:
+        sids = [(await call(client, "session_create"))["id"] for _ in range(4)]
+        for sid in sids[:3]:
+            await client.session.subscribe_resource(f"session://{sid}")
+        await client.session.subscribe_resource(f"session://{sids[0]}")  # again: no new one
+        with pytest.raises(MCPError) as raised:
+            await client.session.subscribe_resource(f"session://{sids[3]}")
+        assert "too many subscriptions" in str(raised.value) and "limit is 3" in str(raised.value)
+        assert "--max-subscriptions" in str(raised.value)
+        await client.session.unsubscribe_resource(f"session://{sids[1]}")
+        await client.session.subscribe_resource(f"session://{sids[3]}")

@@ -39,6 +39,7 @@ class _SettingsOverrides(TypedDict, total=False):
     http_session_idle_timeout: float
     max_runs: int
     max_runs_per_client: int
+    max_subscriptions: int
 
 
 def serve(
@@ -88,6 +89,14 @@ def serve(
             help="HTTP: close a session with no request in flight for this long (an open "
             "event stream or a running call keeps it); 0: never (default 300, or "
             "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT)",
+            show_default=False,
+        ),
+    ] = None,
+    max_subscriptions: Annotated[
+        int | None,
+        typer.Option(
+            help="resources one client (2025 handshake) may subscribe to at once; 0: no limit "
+            "(default 1000, or MCP_AGENT_MAX_SUBSCRIPTIONS)",
             show_default=False,
         ),
     ] = None,
@@ -165,6 +174,8 @@ def serve(
         overrides["max_runs"] = max_runs
     if max_runs_per_client is not None:
         overrides["max_runs_per_client"] = max_runs_per_client
+    if max_subscriptions is not None:
+        overrides["max_subscriptions"] = max_subscriptions
     try:
         settings = ServerSettings(
             host=host, port=port, max_subagent_depth=max_depth, no_auth=no_auth, **overrides

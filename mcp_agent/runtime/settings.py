@@ -16,6 +16,7 @@ MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
 DURABILITY_ENV = "MCP_AGENT_DURABILITY"
 RETRIES_ENV = "MCP_AGENT_MODEL_RETRIES"
 MAX_RUNS_ENV = "MCP_AGENT_MAX_RUNS"
+MAX_SUBSCRIPTIONS_ENV = "MCP_AGENT_MAX_SUBSCRIPTIONS"
 MAX_RUNS_PER_CLIENT_ENV = "MCP_AGENT_MAX_RUNS_PER_CLIENT"
 TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
 MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
@@ -92,6 +93,10 @@ class ServerSettings:
     http_session_idle_timeout: float = field(
         default_factory=lambda: _seconds_from_env(HTTP_IDLE_TIMEOUT_ENV, 300)
     )
+    # Resources one client (a legacy connection) may subscribe to at once (0: no limit).
+    max_subscriptions: int = field(
+        default_factory=lambda: _int_from_env(MAX_SUBSCRIPTIONS_ENV, 1000)
+    )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once.
     db_threads: int = 8
 
@@ -99,6 +104,7 @@ class ServerSettings:
         for name, value in (
             ("--max-runs", self.max_runs),
             ("--max-runs-per-client", self.max_runs_per_client),
+            ("--max-subscriptions", self.max_subscriptions),
         ):
             if value < 0:
                 raise ValueError(f"{name} must be 0 (no limit) or more, not {value}")

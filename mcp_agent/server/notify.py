@@ -52,6 +52,7 @@ SESSION_CHANGED = "session_changed"
 SEND_TIMEOUT = 5.0
 MAX_PENDING = 10_000
 SUBSCRIBER_PENDING = 1024  # URIs: 256 sessions' worth
+MAX_SUBSCRIPTIONS = 1000  # resources one legacy connection may subscribe to; 0: no limit
 
 
 def session_uris(session_id: str) -> list[str]:
@@ -83,6 +84,11 @@ class WatchedBus(InMemorySubscriptionBus):
         return stop
 
 
+class SubscriptionLimit(Exception):
+    """A client asked for more subscriptions than the server allows; the message says how
+    many it holds and how to raise the limit."""
+
+
 class Notifier:
     def __init__(
         self,
@@ -91,8 +97,10 @@ class Notifier:
         send_timeout: float = SEND_TIMEOUT,
         max_pending: int = MAX_PENDING,
         subscriber_pending: int = SUBSCRIBER_PENDING,
+        max_subscriptions: int = MAX_SUBSCRIPTIONS,
     ) -> None:
         self.bus = bus
+        self.max_subscriptions = max_subscriptions
         self.send_timeout = send_timeout
         self.max_pending = max(1, max_pending)
         self.subscriber_pending = max(1, subscriber_pending)
@@ -200,8 +208,23 @@ class Notifier:
     def subscribe(self, uri: str, ctx_session: Any, protocol_version: str | None) -> None:
         self.remember(ctx_session, protocol_version)
         connection = getattr(ctx_session, "_connection", None)
-        if connection is not None:
-            self._subscribers.setdefault(uri, {})[id(connection)] = ctx_session
+        if connection is None:
+            return
+        key = id(connection)
+        if key not in self._subscribers.get(uri, {}) and self.max_subscriptions:
+            held = self.subscriptions_of(ctx_session)
+            if held >= self.max_subscriptions:
+                raise SubscriptionLimit(
+                    f"too many subscriptions: this client holds {held}, the limit is "
+                    f"{self.max_subscriptions}; unsubscribe from some, or raise it with "
+                    "--max-subscriptions (MCP_AGENT_MAX_SUBSCRIPTIONS)"
+                )
+        self._subscribers.setdefault(uri, {})[key] = ctx_session
+
+    def subscriptions_of(self, ctx_session: Any) -> int:
+        """How many resources one legacy connection is subscribed to."""
+        key = id(getattr(ctx_session, "_connection", None))
+        return sum(1 for subscribers in self._subscribers.values() if key in subscribers)
 
     def unsubscribe(self, uri: str, ctx_session: Any) -> None:
         connection = getattr(ctx_session, "_connection", None)

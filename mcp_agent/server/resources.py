@@ -14,6 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
+from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.session_tools import describe_session
 from mcp_agent.sessions import Session, SessionError
 
@@ -166,7 +167,10 @@ def register(server: MCPServer) -> None:
         ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         state: ServerState = ctx.lifespan_context
-        state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
+        try:
+            state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
+        except SubscriptionLimit as error:
+            raise MCPError(types.INVALID_REQUEST, str(error)) from None
         return types.EmptyResult()
 
     async def unsubscribe(
