@@ -17,7 +17,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -30,10 +30,11 @@ from mcp_agent.sessions.entries import (
     entry_text,
     entry_to_json,
     new_header,
+    write_time,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import ParsedSession, parse_rows
+from mcp_agent.sessions.pi import ParsedSession, SessionStream, parse_rows
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
@@ -81,36 +82,45 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
 def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
     """The session stored in ``path``, and whether its end had to be cut (a torn line).
 
-    The file is read as bytes, line by line, so that a last line cut inside a multi-byte
-    character counts as torn rather than making the whole file unreadable.
+    The file is read as bytes, one line at a time, so that a last line cut inside a
+    multi-byte character counts as torn rather than making the whole file unreadable.
     """
     try:
-        data = path.read_bytes()
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise SessionError("not_found", f"session file {path} not found") from None
-    raw_lines = data.split(b"\n")
-    last = max((i for i, line in enumerate(raw_lines) if line.strip()), default=-1)
-    numbered: list[tuple[int, dict[str, Any]]] = []
-    torn = False
-    for index, raw in enumerate(raw_lines):
+    torn: list[bool] = []
+    with handle:
+        parsed = parse_rows(_file_rows(handle, path, torn), str(path), "corrupt")
+    return parsed, bool(torn)
+
+
+def _file_rows(
+    handle: IO[bytes], path: Path, torn: list[bool]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; a last line that is not a JSON object
+    is cut off with a warning (``torn`` gets an item), a bad line elsewhere raises."""
+    held: tuple[int, ValueError] | None = None  # a bad line: torn, if nothing follows
+    for number, raw in enumerate(handle, start=1):
         if not raw.strip():
             continue
+        if held is not None:
+            raise SessionError(
+                "corrupt", f"{path}:{held[0]}: damaged line, not a JSON object ({held[1]})"
+            )
         try:
-            row = json.loads(raw.decode("utf-8"))
+            row = json.loads((raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8"))
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
         except ValueError as error:
-            if index == last:
-                message = f"{path}:{index + 1}: cutting off a torn last line ({error})"
-                warnings.warn(message, stacklevel=2)
-                log.warning(message)
-                torn = True
-                break
-            raise SessionError(
-                "corrupt", f"{path}:{index + 1}: damaged line, not a JSON object ({error})"
-            ) from None
-        numbered.append((index + 1, row))
-    return parse_rows(numbered, str(path), "corrupt"), torn
+            held = (number, error)
+            continue
+        yield number, row
+    if held is not None:
+        message = f"{path}:{held[0]}: cutting off a torn last line ({held[1]})"
+        warnings.warn(message, stacklevel=2)
+        log.warning(message)
+        torn.append(True)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -152,6 +162,32 @@ class JsonlSessionStorage(InMemorySessionStorage):
             # pi rewrites migrated files too; and the next append must not follow a torn line.
             self._rewrite()
         self.stamp = _stamp(self.path)
+
+    @classmethod
+    def import_stream(cls, path: str | Path, stream: SessionStream) -> JsonlSessionStorage:
+        """A new file holding an imported session, written as the stream yields its entries
+        to a temporary file in the same folder, which takes the file's name only once the
+        whole stream was read (fsynced): a failed import leaves no file. The entries are
+        indexed in memory as they come, as loading the file would."""
+        path = Path(path)
+        if path.exists():
+            stream.drain()  # a problem in the file is reported first
+            raise SessionError("conflict", f"session file {path} already exists")
+        storage = cls.__new__(cls)
+        storage.path = path
+        storage._handle = None
+        InMemorySessionStorage.__init__(storage, stream.header)
+
+        def lines() -> Iterator[str]:
+            yield entry_to_json(stream.header)
+            for entry in stream:
+                storage._index(entry)
+                yield entry_to_json(entry)
+
+        write_file_atomically(path, lines())
+        storage.modified = write_time()
+        storage.stamp = _stamp(path)
+        return storage
 
     @classmethod
     def create(
@@ -238,6 +274,16 @@ class JsonlSessionRepo(BaseSessionRepo):
     ) -> JsonlSessionStorage:
         storage = JsonlSessionStorage(self.path_for(header.id), header, entries)
         self._open[header.id] = storage
+        return storage
+
+    def _import_storage(self, stream: SessionStream) -> JsonlSessionStorage:
+        try:
+            path = self.path_for(stream.header.id)
+        except SessionError:
+            stream.drain()  # a problem in the file is reported first
+            raise
+        storage = JsonlSessionStorage.import_stream(path, stream)
+        self._open[stream.header.id] = storage
         return storage
 
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:

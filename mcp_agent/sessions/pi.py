@@ -5,6 +5,10 @@ The migrations follow pi's own ``migrateV1ToV2`` and ``migrateV2ToV3``:
   entries form a line); a compaction's ``firstKeptEntryIndex`` (an index into the file's
   entries, header included) becomes ``firstKeptEntryId`` when it names an earlier entry.
 - v2 used the message role ``hookMessage`` where v3 says ``custom``.
+
+A file is read as a :class:`SessionStream`: one line at a time, each entry migrated, parsed
+and checked as it comes, so that importing a file of any size keeps only the entries' ids in
+memory (the backends store each entry as it arrives, all or nothing).
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
@@ -29,9 +35,13 @@ from mcp_agent.sessions.entries import (
     parse_header,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import leaf_after, validate_tree
+from mcp_agent.sessions.storage import leaf_after
 
 log = logging.getLogger(__name__)
+
+# Makes a fresh entry id, given a test for the ids already taken.
+NewId = Callable[[Callable[[str], bool]], str]
+Rows = Iterator[tuple[int, dict[str, Any]]]
 
 
 @dataclass
@@ -42,138 +52,386 @@ class ParsedSession:
     migrated_from: int  # the file's version before migration
 
 
-def read_json_lines(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line.
-
-    A last line that does not parse is a write torn by a crash: it is skipped with a warning.
-    A bad line anywhere else is corruption and raises, naming the file and line.
-    """
-    rows: list[tuple[int, dict[str, Any]]] = []
-    lines = text.split("\n")
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except ValueError as error:
-            if index == last:
-                message = f"{source}:{index + 1}: skipping a torn last line ({error})"
-                warnings.warn(message, stacklevel=3)
-                log.warning(message)
-                continue
-            raise SessionError(
-                "corrupt", f"{source}:{index + 1}: line is not valid JSON ({error})"
-            ) from None
-        if not isinstance(data, dict):
-            raise SessionError("corrupt", f"{source}:{index + 1}: line is not a JSON object")
-        rows.append((index + 1, data))
-    return rows
+# --- migrations -------------------------------------------------------------------------------
 
 
-def migrate_rows(
-    rows: list[dict[str, Any]], new_id: Callable[[Callable[[str], bool]], str] = new_entry_id
-) -> int:
-    """Bring pi JSON objects (header first) to version 3 in place; returns the old version."""
-    header = next((row for row in rows if row.get("type") == "session"), None)
+def _version_to_migrate(header: Mapping[str, Any] | None) -> int | None:
+    """The version of a file that needs migrating, or None for a current one."""
     version = header.get("version", 1) if header is not None else 1
     if not isinstance(version, int) or version >= CURRENT_SESSION_VERSION:
-        return version if isinstance(version, int) else CURRENT_SESSION_VERSION
-    if version < 2:
-        _migrate_v1_to_v2(rows, new_id)
-    _migrate_v2_to_v3(rows)
+        return None
     return version
 
 
-def _migrate_v1_to_v2(
-    rows: list[dict[str, Any]], new_id: Callable[[Callable[[str], bool]], str]
-) -> None:
-    taken: set[str] = set()
-    previous: str | None = None
-    for row in rows:
-        if row.get("type") == "session":
-            row["version"] = 2
-            continue
-        row["id"] = new_id(taken.__contains__)
-        taken.add(row["id"])
-        row["parentId"] = previous
-        previous = row["id"]
-        if row.get("type") == "compaction" and "firstKeptEntryIndex" in row:
-            index = row.pop("firstKeptEntryIndex")
+def migrate_rows(rows: list[dict[str, Any]], new_id: NewId = new_entry_id) -> int:
+    """Bring pi JSON objects (header first) to version 3 in place; returns the old version."""
+    header = next((row for row in rows if row.get("type") == "session"), None)
+    version = _version_to_migrate(header)
+    if version is None:
+        found = header.get("version", 1) if header is not None else 1
+        return found if isinstance(found, int) else CURRENT_SESSION_VERSION
+    if version < 2:
+        taken: set[str] = set()
+        previous: str | None = None
+
+        def resolve(index: int) -> str | None:
             # pi indexes the parsed entries with the header at 0; a later entry has no id yet.
-            if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(rows):
+            if index < len(rows):
                 target = rows[index]
                 if target.get("type") != "session" and "id" in target:
-                    row["firstKeptEntryId"] = target["id"]
+                    return str(target["id"])
+            return None
 
-
-def _migrate_v2_to_v3(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            previous = _migrate_v1_row(row, previous, new_id, taken.__contains__, resolve)
+            if row.get("type") != "session":
+                taken.add(row["id"])
     for row in rows:
-        if row.get("type") == "session":
-            row["version"] = CURRENT_SESSION_VERSION
-        elif row.get("type") == "message":
-            message = row.get("message")
-            if isinstance(message, dict) and message.get("role") == "hookMessage":
-                message["role"] = "custom"
+        _migrate_v2_row(row)
+    return version
+
+
+def _migrate_v1_row(
+    row: dict[str, Any],
+    previous: str | None,
+    new_id: NewId,
+    taken: Callable[[str], bool],
+    resolve: Callable[[int], str | None],
+) -> str | None:
+    """v1 → v2 for one row: a fresh id, the previous row as parent, and a compaction's
+    ``firstKeptEntryIndex`` as an id (``resolve`` maps an index to the id of the row there).
+    Returns the parent of the next row."""
+    if row.get("type") == "session":
+        row["version"] = 2
+        return previous
+    row["id"] = new_id(taken)
+    row["parentId"] = previous
+    if row.get("type") == "compaction" and "firstKeptEntryIndex" in row:
+        index = row.pop("firstKeptEntryIndex")
+        if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+            target = resolve(index)
+            if target is not None:
+                row["firstKeptEntryId"] = target
+    return str(row["id"])
+
+
+def _migrate_v2_row(row: dict[str, Any]) -> None:
+    if row.get("type") == "session":
+        row["version"] = CURRENT_SESSION_VERSION
+    elif row.get("type") == "message":
+        message = row.get("message")
+        if isinstance(message, dict) and message.get("role") == "hookMessage":
+            message["role"] = "custom"
+
+
+# --- lines and rows ---------------------------------------------------------------------------
+
+
+def _text_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) for each piece of ``text`` between newlines, split as it is read."""
+    start = 0
+    number = 0
+    while True:
+        number += 1
+        end = text.find("\n", start)
+        if end < 0:
+            yield number, text[start:]
+            return
+        yield number, text[start:end]
+        start = end + 1
+
+
+def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
+    """The message of ``error`` (raised decoding a line) as decoding the whole file would have
+    worded it: positions counted from the start of the file."""
+    start = offset + error.start
+    if error.end - error.start == 1:
+        byte = error.object[error.start]
+        return (
+            f"'{error.encoding}' codec can't decode byte 0x{byte:02x} in position {start}:"
+            f" {error.reason}"
+        )
+    end = offset + error.end - 1
+    return f"'{error.encoding}' codec can't decode bytes in position {start}-{end}: {error.reason}"
+
+
+def _file_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 file, read one line at a time. Lines end at ``\\n``,
+    ``\\r\\n`` or ``\\r``, as in a file read as text. A byte that is not UTF-8 makes the whole
+    file unreadable, wherever it is."""
+    number = 0
+    offset = 0
+    while True:
+        try:
+            raw = handle.readline()
+        except OSError as error:
+            raise SessionError("invalid_import", f"cannot read {name}: {error}") from None
+        if not raw:
+            return
+        try:
+            text = raw.decode("utf-8")  # with its line break, as decoding the whole file sees it
+        except UnicodeDecodeError as error:
+            detail = _decode_error(error, offset)
+            raise SessionError("invalid_import", f"cannot read {name}: {detail}") from None
+        offset += len(raw)
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if text.endswith("\n"):
+            text = text[:-1]
+        for line in text.split("\n"):
+            number += 1
+            yield number, line
+
+
+def _json_rows(lines: Iterator[tuple[int, str]], source: str, code: str) -> Rows:
+    """(line number, object) for each non-blank line.
+
+    A last line that does not parse is a write torn by a crash: it is skipped with a warning.
+    A bad line anywhere else is corruption and raises SessionError(``code``), naming the file
+    and line, once the rest has been read (a file that cannot be read at all says so first).
+    """
+    held: tuple[int, ValueError] | None = None  # a line that did not parse: torn, if last
+    for number, line in lines:
+        if not line.strip():
+            continue
+        if held is not None:
+            for _ in lines:
+                pass
+            raise SessionError(code, f"{source}:{held[0]}: line is not valid JSON ({held[1]})")
+        try:
+            data = json.loads(line)
+        except ValueError as error:
+            held = (number, error)
+            continue
+        if not isinstance(data, dict):
+            for _ in lines:
+                pass
+            raise SessionError(code, f"{source}:{number}: line is not a JSON object")
+        yield number, data
+    if held is not None:
+        message = f"{source}:{held[0]}: skipping a torn last line ({held[1]})"
+        warnings.warn(message, stacklevel=2)
+        log.warning(message)
+
+
+# --- the stream -------------------------------------------------------------------------------
+
+# Problems found while reading, in the order a whole-file reader reports them. A file's JSON
+# comes first (``_json_rows`` raises that itself), then the header, then the first entry that
+# does not parse, then the first duplicate id, then (known only at the end) the first parent
+# that does not exist and the first cycle.
+_ENTRY = 1
+_DUPLICATE = 2
+
+
+class SessionStream:
+    """A pi session file (any version) as its checked version-3 header, then its entries.
+
+    The header is read at once. Iterating yields each entry migrated, parsed and checked; any
+    problem raises SessionError(``code``) naming the file and line, at the latest after the
+    last entry: what a consumer was given counts only once the iteration has ended without
+    an error. Problems are reported as a reader of the whole file reports them (the first of
+    the most basic kind): after one is found, the rest of the file is still read for worse.
+
+    What is kept: each entry's id and line number (for duplicates and parents; 8-hex ids cost
+    about 100 bytes an entry), and the entries that name a parent not seen yet (pi files may
+    name one that comes later), with, from the first of those on, each entry's parent (a
+    cycle needs such a forward link, so the entries before it cannot be on one).
+    """
+
+    def __init__(
+        self, rows: Rows, source: str, code: str = "invalid_import", new_id: NewId = new_entry_id
+    ) -> None:
+        self.source = source
+        self.code = code
+        self._rows = rows
+        self._new_id = new_id
+        first = next(rows, None)
+        if first is None:
+            raise SessionError(code, f"{source}: empty file, no session header")
+        line, row = first
+        if row.get("type") != "session":
+            self._fail(f"{source}:{line}: first line is not a session header")
+        found = row.get("version", 1)
+        self._migrating = _version_to_migrate(row)
+        self.migrated_from = (
+            self._migrating
+            if self._migrating is not None
+            else found
+            if isinstance(found, int)
+            else CURRENT_SESSION_VERSION
+        )
+        if self._migrating is not None:
+            _migrate_v2_row(row)
+        try:
+            self.header = parse_header(row, f"{source}:{line}")
+        except SessionError as error:
+            self._fail(error.message)
+        self.leaf_id: str | None = None  # known once the entries are read
+        self.count = 0
+        self._ids: set[str] = set()
+        self._order: list[str] = []  # the ids in file order
+        self._lines = array("Q")  # their line numbers
+        self._pending: list[tuple[int, str, str]] = []  # (line, id, parent) of forward links
+        self._late: dict[str, tuple[str | None, int]] | None = None  # id -> (parent, line)
+        self._problem: tuple[int, str] | None = None  # (rank, message)
+        self._previous: str | None = None  # v1: the parent of the next entry
+        self._entries = self._read()
+
+    def _fail(self, message: str) -> NoReturn:
+        for _ in self._rows:
+            pass
+        raise SessionError(self.code, message)
+
+    def _note(self, rank: int, message: str) -> None:
+        if self._problem is None or rank < self._problem[0]:
+            self._problem = (rank, message)
+
+    def __iter__(self) -> Iterator[SessionEntry]:
+        """The entries not read yet (a stream is read once: every iteration goes on from
+        where the last one stopped)."""
+        return self._entries
+
+    def drain(self) -> None:
+        """Read the rest, raising as iterating does: for refusals that a problem in the file
+        must be reported before (a conflict, a count too large to store)."""
+        for _ in self._entries:
+            pass
+
+    def _read(self) -> Iterator[SessionEntry]:
+        for line, row in self._rows:
+            if self._problem is not None and self._problem[0] <= _ENTRY:
+                continue  # only the JSON of the rest can still matter
+            entry = self._parse(line, row)
+            if entry is None or self._problem is not None:
+                continue
+            self._check(entry, line)
+            if self._problem is not None:
+                continue
+            self.count += 1
+            self.leaf_id = entry.target_id if isinstance(entry, LeafEntry) else entry.id
+            yield entry
+        self._finish()
+
+    def _parse(self, line: int, row: dict[str, Any]) -> SessionEntry | None:
+        if self._migrating is not None:
+            if self._migrating < 2:
+                position = len(self._order) + 1  # this row's index, the header at 0
+
+                def resolve(index: int) -> str | None:
+                    if index == position:
+                        return str(row["id"])
+                    return self._order[index - 1] if 1 <= index < position else None
+
+                self._previous = _migrate_v1_row(
+                    row, self._previous, self._new_id, self._ids.__contains__, resolve
+                )
+            _migrate_v2_row(row)
+        try:
+            return parse_entry(row, f"{self.source}:{line}")
+        except SessionError as error:
+            self._note(_ENTRY, error.message)
+            return None
+
+    def _check(self, entry: SessionEntry, line: int) -> None:
+        where = f"{self.source}:{line}"
+        entry_id = entry.id
+        if entry_id in self._ids:
+            first = self._lines[self._order.index(entry_id)]
+            self._note(
+                _DUPLICATE,
+                f"{where}: duplicate entry id {entry_id} (also {self.source}:{first})",
+            )
+            return
+        parent = entry.parent_id
+        if parent is not None and parent not in self._ids:
+            self._pending.append((line, entry_id, parent))
+            if self._late is None:
+                self._late = {}
+        if self._late is not None:
+            self._late[entry_id] = (parent, line)
+        self._ids.add(entry_id)
+        self._order.append(entry_id)
+        self._lines.append(line)
+
+    def _finish(self) -> None:
+        if self._problem is not None:
+            raise SessionError(self.code, self._problem[1])
+        for line, _entry_id, parent in self._pending:
+            if parent not in self._ids:
+                raise SessionError(
+                    self.code, f"{self.source}:{line}: parentId {parent} points to no entry"
+                )
+        late = self._late or {}
+        rooted: set[str] = set()  # entries known to reach a root
+        for entry_id, (_parent, line) in late.items():
+            walk: list[str] = []
+            on_walk: set[str] = set()
+            current: str | None = entry_id
+            while current is not None and current in late and current not in rooted:
+                if current in on_walk:
+                    raise SessionError(
+                        self.code,
+                        f"{self.source}:{line}: parentId chain of {entry_id} has a cycle",
+                    )
+                walk.append(current)
+                on_walk.add(current)
+                current = late[current][0]
+            rooted.update(walk)
+
+
+@contextmanager
+def open_session_stream(
+    source: str | Path, new_id: NewId = new_entry_id
+) -> Iterator[SessionStream]:
+    """A pi session file, or its text, as a :class:`SessionStream` (errors:
+    SessionError("invalid_import")). A string is JSONL text unless it is one non-blank line
+    that does not start with ``{``; a file is read one line at a time."""
+    code = "invalid_import"
+    if isinstance(source, str):
+        one_line = bool(source.strip()) and "\n" not in source.strip()
+        if not one_line or source.lstrip().startswith("{"):
+            rows = _json_rows(_text_lines(source), "<jsonl>", code)
+            yield SessionStream(rows, "<jsonl>", code, new_id)
+            return
+    path = Path(source)
+    try:
+        handle = path.open("rb")
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise SessionError(code, f"cannot read {path}: {error}") from None
+    with handle:
+        name = str(path)
+        yield SessionStream(_json_rows(_file_lines(handle, name), name, code), name, code, new_id)
 
 
 def parse_session_text(
-    text: str,
-    source: str = "<session>",
-    new_id: Callable[[Callable[[str], bool]], str] = new_entry_id,
+    text: str, source: str = "<session>", new_id: NewId = new_entry_id
 ) -> ParsedSession:
     """A pi session file (any version) as a checked version-3 header, entries and leaf.
 
     Every problem raises SessionError("invalid_import") naming the file and line: no header,
     an entry that does not parse, duplicate ids, a parent that does not exist, a cycle.
     """
-    try:
-        numbered = read_json_lines(text, source)
-    except SessionError as error:
-        raise SessionError("invalid_import", error.message) from None
-    return parse_rows(numbered, source, "invalid_import", new_id)
+    code = "invalid_import"
+    return _collect(
+        SessionStream(_json_rows(_text_lines(text), source, code), source, code, new_id)
+    )
 
 
 def parse_rows(
-    numbered: list[tuple[int, dict[str, Any]]],
+    numbered: Iterable[tuple[int, dict[str, Any]]],
     source: str,
     code: str,
-    new_id: Callable[[Callable[[str], bool]], str] = new_entry_id,
+    new_id: NewId = new_entry_id,
 ) -> ParsedSession:
     """Migrate, parse and check (line number, object) rows, header first; problems raise
     SessionError(``code``) naming the file and line."""
-    if not numbered:
-        raise SessionError(code, f"{source}: empty file, no session header")
-    first_line, first = numbered[0]
-    if first.get("type") != "session":
-        raise SessionError(code, f"{source}:{first_line}: first line is not a session header")
-    rows = [row for _, row in numbered]
-    version = migrate_rows(rows, new_id)
-    line_of = [line for line, _ in numbered[1:]]
-    try:
-        header = parse_header(rows[0], f"{source}:{first_line}")
-        entries = [
-            parse_entry(row, f"{source}:{line}")
-            for line, row in zip(line_of, rows[1:], strict=True)
-        ]
-        validate_tree(entries, lambda i: f"{source}:{line_of[i]}")
-    except SessionError as error:
-        raise SessionError(code, error.message) from None
-    return ParsedSession(header, entries, leaf_after(entries), version)
+    return _collect(SessionStream(iter(numbered), source, code, new_id))
 
 
-def read_session_source(source: str | Path) -> tuple[str, str]:
-    """(text, name for messages) from JSONL text or a path to a file. A string is JSONL text
-    unless it is one non-blank line that does not start with ``{``."""
-    if isinstance(source, str):
-        one_line = bool(source.strip()) and "\n" not in source.strip()
-        if not one_line or source.lstrip().startswith("{"):
-            return source, "<jsonl>"
-    path = Path(source)
-    try:
-        return path.read_text(encoding="utf-8"), str(path)
-    except (OSError, ValueError) as error:  # ValueError: a NUL byte, or not UTF-8
-        raise SessionError("invalid_import", f"cannot read {path}: {error}") from None
+def _collect(stream: SessionStream) -> ParsedSession:
+    entries = list(stream)
+    return ParsedSession(stream.header, entries, stream.leaf_id, stream.migrated_from)
 
 
 def export_lines(

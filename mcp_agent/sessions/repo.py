@@ -33,7 +33,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import export_text, parse_session_text, read_session_source
+from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
 from mcp_agent.sessions.session import Session, SessionListener
 from mcp_agent.sessions.storage import SessionStorage, leaf_after, tree_parent
 
@@ -348,10 +348,20 @@ class BaseSessionRepo:
 
     def import_jsonl(self, source: str | Path) -> Session:
         """Import a pi session file (version 1, 2 or 3) or its text; nothing is stored unless
-        the whole file is valid."""
-        text, name = read_session_source(source)
-        parsed = parse_session_text(text, name)
-        return self._create(parsed.header, parsed.entries)
+        the whole file is valid. The file is read one line at a time and each entry stored as
+        it is read (see :meth:`_import_storage`), so memory does not grow with its entries."""
+        with open_session_stream(source) as stream:
+            if self.exists(stream.header.id):
+                stream.drain()  # a problem in the file is reported before the conflict
+                raise SessionError("conflict", f"session {stream.header.id} already exists")
+            return self._session(self._import_storage(stream))
+
+    def _import_storage(self, stream: SessionStream) -> SessionStorage:
+        """Store an imported session, all or nothing. Iterating ``stream`` yields the entries
+        and raises, at the latest after the last one, if the file is bad: then nothing may be
+        left behind. Backends that can store entries as they come override this; by default
+        they are collected and stored at once."""
+        return self._create_storage(stream.header, builtins.list(stream))
 
     def export_jsonl(self, session_id: str) -> str:
         """The session as a pi version-3 JSONL file."""

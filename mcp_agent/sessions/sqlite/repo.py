@@ -13,6 +13,7 @@ from typing import Any
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import SessionEntry, SessionHeader
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
@@ -31,7 +32,8 @@ from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 
 # --- the repo ---------------------------------------------------------------------------------
 
-# Sessions a repo keeps open (with their parsed entries) between opens.
+# Sessions a repo keeps open between opens (their parsed entries share the database's parse
+# cache, see storage.EntryCache).
 OPEN_SESSIONS = 4
 
 _SUMMARY_COLUMNS = (
@@ -72,6 +74,9 @@ class SqliteSessionRepo(BaseSessionRepo):
         self, header: SessionHeader, entries: builtins.list[SessionEntry]
     ) -> SqliteSessionStorage:
         return self._keep_open(SqliteSessionStorage.create(self.database, header, entries))
+
+    def _import_storage(self, stream: SessionStream) -> SqliteSessionStorage:
+        return self._keep_open(SqliteSessionStorage.import_stream(self.database, stream))
 
     def _open_storage(self, session_id: str) -> SqliteSessionStorage:
         with self._opened_lock:

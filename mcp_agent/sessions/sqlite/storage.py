@@ -6,6 +6,8 @@ import functools
 import json
 import sqlite3
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +36,20 @@ from mcp_agent.sessions.entries import (
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.repo import FIRST_MESSAGE_CHARS
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import SessionStats, count_entry, leaf_after, validate_tree
 from mcp_agent.wire import describe_validation_error
 
-# Parsed entries kept per open session; entries never change once stored.
-ENTRY_CACHE_SIZE = 20_000
+# Parsed entries kept per database (entries never change once stored), in bytes: an entry
+# counts as the length of its stored JSON plus ENTRY_OVERHEAD_BYTES, about what its Python
+# objects cost beyond the text (1.4 to 6.6 KB measured for entries of 150 to 800 bytes), so
+# that the bound holds for small entries too. See EntryCache.
+ENTRY_CACHE_BYTES = 64 * 2**20
+ENTRY_OVERHEAD_BYTES = 2048
+# Entries an import inserts per statement (its one transaction holds them all).
+IMPORT_BATCH_ROWS = 2000
 
 
 def _loads_or_none(text: str) -> Any:
@@ -48,6 +57,110 @@ def _loads_or_none(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+# --- the parse cache --------------------------------------------------------------------------
+
+
+class EntryCache:
+    """The parsed entries of the sessions open on one database, bounded in bytes.
+
+    One budget per database, shared among the storages open on it by use: each storage keeps
+    its entries least recently used first (a :class:`CacheShare`), and when the cache is over
+    budget, the storage holding the most gives back its least recently used entries, down to
+    an even share of the budget (or to 1/8 under budget). So a session read alone may use the
+    whole budget, while a full read of one big session pushes out its own older entries, not
+    the few that the other open sessions use at every turn. A storage's entries go when it is
+    garbage-collected. Thread-safe: storages are read from worker threads.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.lock = threading.Lock()
+        self.shares: set[CacheShare] = set()
+
+    def share(self) -> CacheShare:
+        share = CacheShare(self)
+        with self.lock:
+            self.shares.add(share)
+        return share
+
+    def evict(self) -> None:
+        """Back under budget (the lock held)."""
+        low = self.max_bytes - self.max_bytes // 8
+        while self.bytes > self.max_bytes:
+            holders = [share for share in self.shares if share.bytes]
+            victim = max(holders, key=lambda share: share.bytes)
+            # Over budget, the biggest holder has more than an even share: this takes at
+            # least one entry.
+            even = self.max_bytes // len(holders)
+            entries = victim.entries
+            while entries and self.bytes > low and victim.bytes > even:
+                _, (_, size) = entries.popitem(last=False)
+                victim.bytes -= size
+                self.bytes -= size
+
+
+class CacheShare:
+    """One storage's entries in its database's :class:`EntryCache`."""
+
+    def __init__(self, cache: EntryCache) -> None:
+        self.cache = cache
+        self.entries: OrderedDict[str, tuple[SessionEntry, int]] = OrderedDict()
+        self.bytes = 0
+
+    def __contains__(self, entry_id: str) -> bool:
+        return entry_id in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, entry_id: str) -> SessionEntry | None:
+        with self.cache.lock:
+            found = self.entries.get(entry_id)
+            if found is None:
+                return None
+            self.entries.move_to_end(entry_id)
+            return found[0]
+
+    def put(self, entry_id: str, entry: SessionEntry, json_chars: int) -> None:
+        cache = self.cache
+        size = json_chars + ENTRY_OVERHEAD_BYTES
+        if size > cache.max_bytes:
+            return
+        with cache.lock:
+            if self not in cache.shares:
+                return  # released
+            old = self.entries.pop(entry_id, None)
+            if old is not None:
+                self.bytes -= old[1]
+                cache.bytes -= old[1]
+            self.entries[entry_id] = (entry, size)
+            self.bytes += size
+            cache.bytes += size
+            if cache.bytes > cache.max_bytes:
+                cache.evict()
+
+    def release(self) -> None:
+        with self.cache.lock:
+            self.cache.shares.discard(self)
+            self.cache.bytes -= self.bytes
+            self.bytes = 0
+            self.entries.clear()
+
+
+_caches: weakref.WeakKeyDictionary[SqliteDatabase, EntryCache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def entry_cache(database: SqliteDatabase) -> EntryCache:
+    """The parse cache of ``database`` (made with ENTRY_CACHE_BYTES as its budget)."""
+    with _caches_lock:
+        cache = _caches.get(database)
+        if cache is None:
+            cache = _caches[database] = EntryCache(ENTRY_CACHE_BYTES)
+        return cache
 
 
 # --- what each entry adds to its session's row ------------------------------------------------
@@ -77,18 +190,23 @@ class _Delta:
 
     def check_fits(self) -> None:
         """SQLite integers have 64 bits; a larger count would fail deep inside the driver."""
-        c = self.counts
-        counts = (
-            c.input_tokens,
-            c.output_tokens,
-            c.cache_read_tokens,
-            c.cache_write_tokens,
-            c.total_tokens,
+        _check_fits(self.counts)
+
+
+_TOKEN_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+
+
+def _check_fits(counts: SessionStats) -> None:
+    if any(abs(getattr(counts, name)) > _MAX_INTEGER for name in _TOKEN_COUNTS):
+        raise SessionError(
+            "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
         )
-        if any(abs(n) > _MAX_INTEGER for n in counts):
-            raise SessionError(
-                "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
-            )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -143,14 +261,21 @@ def _write_entries(
     entries: Sequence[SessionEntry],
     first_seq: int,
     leaf_id: str | None,
-) -> None:
-    """Insert ``entries`` and fold them into the session row (inside a transaction)."""
+    totals: SessionStats | None = None,
+) -> list[tuple[Any, ...]]:
+    """Insert ``entries`` and fold them into the session row (inside a transaction); returns
+    the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
+    the row, and is checked as a whole."""
     delta = _Delta()
     rows = []
     for offset, entry in enumerate(entries):
         rows.append(_entry_row(session_id, entry, first_seq + offset))
         delta.add(entry)
     delta.check_fits()
+    if totals is not None:
+        for name in _TOKEN_COUNTS:
+            setattr(totals, name, getattr(totals, name) + getattr(delta.counts, name))
+        _check_fits(totals)
     if len(rows) == 1:
         conn.execute(_INSERT_ENTRY, rows[0])
     else:
@@ -191,6 +316,33 @@ def _write_entries(
             "name": delta.name[0] if delta.name is not None else None,
         },
     )
+    return rows
+
+
+def _insert_session(conn: sqlite3.Connection, header: SessionHeader) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO sessions (id, header, cwd, created, modified, parent_session)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                header.id,
+                entry_to_json(header),
+                header.cwd,
+                sortable_time(header.timestamp),
+                write_time(),
+                header.parent_session,
+            ),
+        )
+    except sqlite3.IntegrityError:
+        raise SessionError("conflict", f"session {header.id} already exists") from None
+
+
+class _Refused(Exception):
+    """An import the database refused (inside its transaction, which this rolls back)."""
+
+    def __init__(self, error: SessionError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _branch_sql(columns: str) -> str:
@@ -245,7 +397,9 @@ class SqliteSessionStorage:
         # Taken by Session around read-leaf-then-append; the append re-checks the leaf inside
         # its transaction anyway, for writers in other storages and processes.
         self.lock = threading.RLock()
-        self._cache: dict[str, SessionEntry] = {}
+        # This storage's part of the database's parse cache, given back when it is collected.
+        self._cache = entry_cache(self.database).share()
+        weakref.finalize(self, self._cache.release)
 
     @classmethod
     def create(
@@ -260,26 +414,63 @@ class SqliteSessionStorage:
         leaf_id = leaf_after(entries)
 
         def work(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(
-                    "INSERT INTO sessions (id, header, cwd, created, modified, parent_session)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        header.id,
-                        entry_to_json(header),
-                        header.cwd,
-                        sortable_time(header.timestamp),
-                        write_time(),
-                        header.parent_session,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise SessionError("conflict", f"session {header.id} already exists") from None
+            _insert_session(conn, header)
             _write_entries(conn, header.id, entries, 0, leaf_id)
 
         database.write(work)
         storage = cls(database, header.id, header)
         storage._seen_leaf = leaf_id
+        return storage
+
+    @classmethod
+    def import_stream(cls, database: SqliteDatabase, stream: SessionStream) -> SqliteSessionStorage:
+        """Store an imported session in one transaction, inserting its entries in batches as
+        the stream yields them; a problem anywhere in the file rolls it all back.
+
+        The write lock is held while the file is read: other writers wait for the import (up
+        to the busy timeout, in other processes)."""
+        header = stream.header
+        attempts = 0
+
+        def work(conn: sqlite3.Connection) -> None:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:  # a stream cannot be read again
+                raise SessionError(
+                    "busy",
+                    f"the session database {database.path} was locked during the import;"
+                    " nothing was written, try again",
+                )
+            try:
+                _insert_session(conn, header)
+            except SessionError as error:
+                raise _Refused(error) from None
+            totals = SessionStats()
+            batch: list[SessionEntry] = []
+            seq = 0
+
+            def flush(leaf_id: str | None) -> None:
+                nonlocal seq
+                try:
+                    _write_entries(conn, header.id, batch, seq, leaf_id, totals)
+                except SessionError as error:
+                    raise _Refused(error) from None
+                seq += len(batch)
+                batch.clear()
+
+            for entry in stream:
+                batch.append(entry)
+                if len(batch) >= IMPORT_BATCH_ROWS:
+                    flush(leaf_after(batch))
+            flush(stream.leaf_id)  # the last batch (maybe empty) sets the leaf
+
+        try:
+            database.write(work)
+        except _Refused as refused:
+            stream.drain()  # a problem in the rest of the file is reported first
+            raise refused.error from None
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = stream.leaf_id
         return storage
 
     # --- helpers ------------------------------------------------------------------------------
@@ -295,9 +486,7 @@ class SqliteSessionStorage:
                 where = f"session {self.session_id} entry {entry_id}"
                 detail = describe_validation_error(error, "", _loads_or_none(data))
                 raise SessionError("corrupt", f"{where}: {detail}") from None
-            if len(self._cache) >= ENTRY_CACHE_SIZE:
-                self._cache.clear()
-            self._cache[entry_id] = entry
+            self._cache.put(entry_id, entry, len(data))
         return entry
 
     def _entries(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[SessionEntry]:
@@ -368,7 +557,7 @@ class SqliteSessionStorage:
     def append_entry(self, entry: SessionEntry) -> SessionEntry:
         seen = self._seen_leaf
 
-        def work(conn: sqlite3.Connection) -> SessionEntry:
+        def work(conn: sqlite3.Connection) -> tuple[SessionEntry, int]:
             row = conn.execute(
                 "SELECT leaf, next_seq,"
                 " (SELECT 1 FROM entries WHERE session_id = :s AND id = :id),"
@@ -393,12 +582,12 @@ class SqliteSessionStorage:
                     "invalid_entry", f"entry {entry.id}: parent {entry.parent_id} not found"
                 )
             new_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
-            _write_entries(conn, self.session_id, [stored], seq, new_leaf)
-            return stored
+            rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
+            return stored, len(rows[0][7])
 
-        stored = self.database.write(work)
+        stored, json_chars = self.database.write(work)
         self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
-        self._cache[stored.id] = stored
+        self._cache.put(stored.id, stored, json_chars)
         return stored
 
     def get_entry(self, entry_id: str) -> SessionEntry | None:
