@@ -319,6 +319,9 @@ class SessionStream:
                 position = len(self._order) + 1  # this row's index, the header at 0
 
                 def resolve(index: int) -> str | None:
+                    # A later row has no id yet. (pi takes the id a v1 row should not have,
+                    # which the migration then replaces: an id naming no entry, which builds
+                    # the same context as none. Reading ahead is what streaming cannot do.)
                     if index == position:
                         return str(row["id"])
                     return self._order[index - 1] if 1 <= index < position else None
