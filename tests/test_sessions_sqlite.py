@@ -401,20 +401,32 @@ def test_a_full_disk_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None
     repo.close()
 
 
-def test_closing_the_database_closes_every_reader(tmp_path: Path) -> None:
+def test_read_connections_are_pooled_bounded_and_closed_with_the_database(
+    tmp_path: Path,
+) -> None:
     import threading
+
+    from mcp_agent.sessions.sqlite.database import IDLE_READERS
 
     repo = SqliteSessionRepo(tmp_path / "s.db")
     session = repo.create()
     session.append_message(user("hello"))
-    threads = [threading.Thread(target=lambda: repo.list()) for _ in range(3)]
-    for thread in threads:
+    database = repo.database
+    # Reads at once each get a connection of their own.
+    held = [database._borrow_reader() for _ in range(IDLE_READERS + 3)]
+    assert len(set(map(id, held))) == IDLE_READERS + 3
+    for conn in held:
+        database._return_reader(conn)
+    # Beyond the idle bound they are closed as they come back; threads that come and go
+    # leave no connection behind.
+    assert len(database._reader_conns) == IDLE_READERS
+    for _ in range(20):
+        thread = threading.Thread(target=repo.list)
         thread.start()
-    for thread in threads:
         thread.join()
-    readers = list(repo.database._reader_conns)
-    assert len(readers) >= 3  # one per thread that read
+    assert len(database._reader_conns) <= IDLE_READERS
+    readers = list(database._reader_conns)
     repo.close()
-    for conn in readers:
+    for conn in [*readers, *held]:
         with pytest.raises(sqlite3.ProgrammingError, match="closed"):
             conn.execute("SELECT 1")

@@ -64,15 +64,18 @@ Durability = Literal["full", "normal"]
 # no other process runs an agent in the session (runtime.leases).
 SessionGuard = Callable[[sqlite3.Connection, str], None]
 DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
+# Read connections kept open between reads; one more is opened for each read beyond them at
+# once, and closed after it (a worker thread that comes and goes leaves none behind).
+IDLE_READERS = 8
 
 
 class SqliteDatabase:
     """A session database, shared by the sessions a repo opens.
 
-    Writes go through one connection, used by one thread at a time (a lock). Reads use a
-    connection of their own per thread: in WAL mode a reader never waits for a writer, so a
-    read answers while another thread or process holds the write lock (on ``:memory:``, which
-    has a single connection, reads share the writer's). Call it from worker threads, never
+    Writes go through one connection, used by one thread at a time (a lock). Each read borrows
+    a read connection of its own from a small pool: in WAL mode a reader never waits for a
+    writer, so a read answers while another thread or process holds the write lock (on
+    ``:memory:``, which has a single connection, reads share the writer's). Call it from worker threads, never
     from an event loop: a write may wait up to ``busy_timeout`` for the lock.
     """
 
@@ -92,8 +95,8 @@ class SqliteDatabase:
         self.lock = threading.RLock()  # the writer connection's
         self.session_guard = session_guard
         self._shared = str(path) == ":memory:"  # one connection: reads share the writer's
-        self._readers = threading.local()
-        self._reader_conns: builtins.list[sqlite3.Connection] = []
+        self._idle_readers: builtins.list[sqlite3.Connection] = []
+        self._reader_conns: builtins.list[sqlite3.Connection] = []  # every one open
         self._readers_lock = threading.Lock()
         self._closed = False
         self.conn = self._connect()
@@ -117,20 +120,25 @@ class SqliteDatabase:
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         return conn
 
-    def _reader(self) -> sqlite3.Connection | None:
-        """This thread's read connection (None where reads share the writer's)."""
-        if self._shared:
-            return None
-        conn: sqlite3.Connection | None = getattr(self._readers, "conn", None)
-        if conn is None:
-            with self._readers_lock:
-                if self._closed:
-                    raise SessionError("closed", f"the session database {self.path} is closed")
-                conn = self._connect()
-                conn.execute("PRAGMA query_only = 1")
-                self._reader_conns.append(conn)
-            self._readers.conn = conn
-        return conn
+    def _borrow_reader(self) -> sqlite3.Connection:
+        with self._readers_lock:
+            if self._closed:
+                raise SessionError("closed", f"the session database {self.path} is closed")
+            if self._idle_readers:
+                return self._idle_readers.pop()
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = 1")
+            self._reader_conns.append(conn)
+            return conn
+
+    def _return_reader(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if not self._closed and len(self._idle_readers) < IDLE_READERS:
+                self._idle_readers.append(conn)
+                return
+            if conn in self._reader_conns:
+                self._reader_conns.remove(conn)
+        conn.close()
 
     def _retry(self, action: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.busy_timeout
@@ -169,9 +177,12 @@ class SqliteDatabase:
             return self._retry(attempt)
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> builtins.list[Any]:
-        reader = self._reader()
-        if reader is not None:
-            return self._retry(lambda: reader.execute(sql, params).fetchall())
+        if not self._shared:
+            reader = self._borrow_reader()
+            try:
+                return self._retry(lambda: reader.execute(sql, params).fetchall())
+            finally:
+                self._return_reader(reader)
         with self.lock:
             return self._retry(lambda: self.conn.execute(sql, params).fetchall())
 
@@ -319,5 +330,6 @@ class SqliteDatabase:
             for conn in self._reader_conns:
                 conn.close()
             self._reader_conns.clear()
+            self._idle_readers.clear()
         with self.lock:
             self.conn.close()
