@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import pytest
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from mcp.server import MCPServer
 
 CALL_LIMIT_S = 60
+T = TypeVar("T")
 
 
 async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]:
@@ -47,6 +50,38 @@ async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
         result = await client.call_tool(name, arguments)
     assert result.is_error, result.structured_content
     return result.content[0].text
+
+
+def poll(check: Callable[[], T | None], what: str, tries: int = 600, every: float = 0.1) -> T:
+    """Call ``check`` until it gives something true, and return that; after ``tries`` calls
+    fail saying ``what`` never happened (a hang guard counted in tries, not read off a clock)."""
+    for _ in range(tries):
+        found = check()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(what)
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until a server child process listens on ``port``; fail with its log if it exits
+    first or never listens."""
+
+    def listening() -> bool:
+        assert process.poll() is None, f"server exited: {log.read_text()[-2000:]}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    try:
+        poll(listening, f"the server never listened on port {port}", tries=600, every=0.05)
+    except AssertionError:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        raise
 
 
 def free_port() -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_support import free_port
+from mcp_support import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,18 +85,7 @@ class ServerProcess:
             self.process = subprocess.Popen(
                 command, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **env}
             )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("server did not start within 30 s") from None
-                time.sleep(0.05)
+        wait_for_port(port, self.process, self.log)
 
     @classmethod
     def ours(cls, folder: Path, durability: str = "full") -> ServerProcess:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
-from mcp_support import free_port, initialize_request
+from mcp_support import free_port, initialize_request, poll, wait_for_port
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # What the environment of the test run must not decide for these servers.
@@ -64,18 +62,7 @@ class Served:
                 stderr=log,
                 env=env if env is not None else server_env(tmp),
             )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.banner()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("server did not start within 30 s") from None
-                time.sleep(0.05)
+        wait_for_port(self.port, self.process, self.log)
 
     def banner(self) -> str:
         return self.log.read_text()
@@ -342,11 +329,12 @@ def test_abandoned_sessions_fill_the_limit_then_idle_out(
     anyio.run(modern_client)
 
     # Once the abandoned sessions idle out, a new client is served again.
-    deadline = time.monotonic() + HANG_GUARD_S
-    while (response := server.initialize()).status_code != 200:
-        assert response.status_code == 503, response.text
-        assert time.monotonic() < deadline, "abandoned sessions never expired"
-        time.sleep(0.2)
+    def served_again() -> bool:
+        response = server.initialize()
+        assert response.status_code in (200, 503), response.text
+        return response.status_code == 200
+
+    poll(served_again, "abandoned sessions never expired", tries=int(HANG_GUARD_S / 0.2), every=0.2)
     # They expired: their ids are gone.
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     gone = httpx.post(

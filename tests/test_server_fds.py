@@ -9,14 +9,13 @@ import resource
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
-from mcp_support import free_port
+from mcp_support import free_port, wait_for_port
 from providers_support import Gate, Reply, oa_text_reply, script_server
 
 pytestmark = [
@@ -47,18 +46,8 @@ def start_server(
         command, stdout=subprocess.DEVNULL, stderr=log, env=env, preexec_fn=few_descriptors
     )
     log.close()
-    url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    import socket
-
-    while True:
-        assert process.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return process, url
-        except OSError:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.05)
+    wait_for_port(port, process, tmp_path / "server.log")
+    return process, f"http://127.0.0.1:{port}/mcp"
 
 
 def leases(db: Path) -> int:
