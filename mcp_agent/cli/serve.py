@@ -9,7 +9,7 @@ import threading
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,19 +27,6 @@ class Transport(StrEnum):
 class Durability(StrEnum):
     full = "full"
     normal = "normal"
-
-
-class _SettingsOverrides(TypedDict, total=False):
-    """ServerSettings fields given on the command line; the others keep their defaults (which
-    may come from the environment, read only when not given here)."""
-
-    durability: str
-    model_retries: int
-    max_http_sessions: int
-    http_session_idle_timeout: float
-    max_runs: int
-    max_runs_per_client: int
-    max_subscriptions: int
 
 
 def serve(
@@ -161,21 +148,17 @@ def serve(
         die("give --token-file or --token, not both")
     if no_auth and (token is not None or token_file is not None):
         die("give --no-auth or a token (--token-file, --token), not both")
-    overrides: _SettingsOverrides = {}
-    if durability is not None:
-        overrides["durability"] = durability.value
-    if model_retries is not None:
-        overrides["model_retries"] = model_retries
-    if max_http_sessions is not None:
-        overrides["max_http_sessions"] = max_http_sessions
-    if http_session_idle_timeout is not None:
-        overrides["http_session_idle_timeout"] = http_session_idle_timeout
-    if max_runs is not None:
-        overrides["max_runs"] = max_runs
-    if max_runs_per_client is not None:
-        overrides["max_runs_per_client"] = max_runs_per_client
-    if max_subscriptions is not None:
-        overrides["max_subscriptions"] = max_subscriptions
+    # Only what was given on the command line: the rest keeps its default (or environment).
+    given: dict[str, Any] = {
+        "durability": durability.value if durability is not None else None,
+        "model_retries": model_retries,
+        "max_http_sessions": max_http_sessions,
+        "http_session_idle_timeout": http_session_idle_timeout,
+        "max_runs": max_runs,
+        "max_runs_per_client": max_runs_per_client,
+        "max_subscriptions": max_subscriptions,
+    }
+    overrides = {name: value for name, value in given.items() if value is not None}
     try:
         settings = ServerSettings(
             host=host, port=port, max_subagent_depth=max_depth, no_auth=no_auth, **overrides

@@ -180,7 +180,8 @@ def register(server: MCPServer) -> None:
             state.runs.ensure_idle(session_id)
             return state.repo.open(session_id)
 
-        def move(session: Session) -> tuple[str | None, str | None]:
+        def move() -> tuple[str | None, str | None]:
+            session = open_idle()
             moved = session.move_to(entry_id, {"summary": summary} if summary is not None else None)
             return moved, session.leaf_id
 
@@ -195,8 +196,7 @@ def register(server: MCPServer) -> None:
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
                 with state.runs.writing(session_id):
-                    session = await state.offload(open_idle)
-                    branch_summary_id, leaf_id = await state.offload(lambda: move(session))
+                    branch_summary_id, leaf_id = await state.offload(move)
         return MoveResult(
             session_id=session_id, leaf_id=leaf_id, branch_summary_id=branch_summary_id
         )
