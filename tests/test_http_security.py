@@ -1,7 +1,8 @@
 """HTTP access and HTTP session limits, against a real ``serve --transport http`` process on a
 loopback port: a token generated when none is given (printed once, saved to a file only the
 user can read), a fixed token from a file or the environment, ``--no-auth`` on loopback only,
-and a session limit that refuses with a message naming it until abandoned sessions idle out."""
+and a session limit that abandoned sessions cannot fill (the longest idle is closed to make
+room; only when every session is busy is a new one refused, with a message naming the limit)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import re
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -18,6 +20,7 @@ import httpx
 import pytest
 from mcp import Client
 from mcp_support import free_port, initialize_request, poll, wait_for_port
+from reliability_support import FULL
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # What the environment of the test run must not decide for these servers.
@@ -293,57 +296,111 @@ def test_serve_help_names_the_http_flags() -> None:
 # --- session limits ---------------------------------------------------------------------------
 
 
-def test_abandoned_sessions_fill_the_limit_then_idle_out(
+PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+
+
+def ping(http: httpx.Client, url: str, session_id: str) -> int:
+    headers = {**HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
+    return http.post(url, json=PING, headers=headers, timeout=30).status_code
+
+
+@asynccontextmanager
+async def legacy_client(url: str) -> AsyncIterator[Client]:
+    """A 2025-era client: it holds an HTTP session, with its event stream open."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient() as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        yield client
+
+
+def test_abandoned_sessions_never_lock_out_new_clients(
     tmp_path: Path, started: list[Served]
 ) -> None:
-    limit = 5
-    server = Served(
-        tmp_path, "--no-auth", "--max-http-sessions", str(limit), "--http-session-idle-timeout", "2"
-    )
+    limit = 20
+    # Idle sessions do not expire during the test: only closing the longest idle makes room.
+    server = Served(tmp_path, "--no-auth", "--max-http-sessions", str(limit))
     started.append(server)
-    # Open sessions and never close them, until the server refuses. (Should a slow machine let
-    # one idle out meanwhile, a few more get in; the limit still comes.)
-    abandoned: list[str] = []
-    refusal = None
-    for _ in range(limit + 20):
-        response = server.initialize()
-        if response.status_code != 200:
-            refusal = response
-            break
-        abandoned.append(response.headers["mcp-session-id"])
-    assert refusal is not None, "the session limit was never reached"
-    assert len(abandoned) >= limit
-    assert refusal.status_code == 503
-    message = refusal.json()["error"]["message"]
-    assert f"at most {limit} HTTP sessions" in message
-    assert "--max-http-sessions" in message and "MCP_AGENT_MAX_HTTP_SESSIONS" in message
-    assert "--http-session-idle-timeout" in message
-    assert refusal.headers["retry-after"] == "2"
+    opened: list[str] = []
+    with httpx.Client() as http:
+        for n in range(10_000 if FULL else 300):
+            response = http.post(server.url, json=initialize_request(), headers=HEADERS, timeout=30)
+            assert response.status_code == 200, (n, response.text)
+            opened.append(response.headers["mcp-session-id"])
+        # The oldest were closed to make room, the newest kept: nothing closed needlessly.
+        assert ping(http, server.url, opened[0]) == 404
+        assert all(ping(http, server.url, each) == 200 for each in opened[-limit // 2 :])
 
-    # A 2026-07-28 client holds no session: it is served even now.
-    async def modern_client() -> None:
+    async def new_client() -> None:
         with anyio.fail_after(HANG_GUARD_S):
-            async with Client(server.url) as client:
+            async with legacy_client(server.url) as client:
                 assert not (await client.call_tool("session_list", {})).is_error
 
-    anyio.run(modern_client)
+    anyio.run(new_client)
 
-    # Once the abandoned sessions idle out, a new client is served again.
-    def served_again() -> bool:
-        response = server.initialize()
-        assert response.status_code in (200, 503), response.text
-        return response.status_code == 200
 
-    poll(served_again, "abandoned sessions never expired", tries=int(HANG_GUARD_S / 0.2), every=0.2)
-    # They expired: their ids are gone.
-    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-    gone = httpx.post(
-        server.url,
-        json=ping,
-        headers={**HEADERS, "mcp-session-id": abandoned[0], "mcp-protocol-version": "2025-06-18"},
-        timeout=30,
-    )
-    assert gone.status_code == 404
+def test_when_every_session_is_busy_new_ones_are_refused_naming_the_limit(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    limit = 2
+    server = Served(tmp_path, "--no-auth", "--max-http-sessions", str(limit))
+    started.append(server)
+
+    async def scenario() -> None:
+        with anyio.fail_after(HANG_GUARD_S):
+            async with httpx.AsyncClient(timeout=30) as http, AsyncExitStack() as streams:
+                busy = []
+                for _ in range(limit):
+                    opened = await http.post(server.url, json=initialize_request(), headers=HEADERS)
+                    session = {
+                        **HEADERS,
+                        "mcp-session-id": opened.headers["mcp-session-id"],
+                        "mcp-protocol-version": "2025-06-18",
+                    }
+                    # Its event stream open (the server has answered its headers): it is busy.
+                    stream = await streams.enter_async_context(
+                        http.stream("GET", server.url, headers=session)
+                    )
+                    assert stream.status_code == 200
+                    busy.append(session)
+                refusals = [
+                    await http.post(server.url, json=initialize_request(), headers=HEADERS)
+                    for _ in range(20)
+                ]
+                assert {r.status_code for r in refusals} == {503}
+                message = refusals[0].json()["error"]["message"]
+                assert f"at most {limit} HTTP sessions" in message
+                assert "--max-http-sessions" in message and "MCP_AGENT_MAX_HTTP_SESSIONS" in message
+                assert "event stream open" in message
+                assert refusals[0].headers["retry-after"] == "1"
+                for session in busy:
+                    answer = await http.post(server.url, json=PING, headers=session)
+                    assert answer.status_code == 200
+                # A 2026-07-28 client holds no session: it is served even now.
+                async with Client(server.url) as modern:
+                    assert not (await modern.call_tool("session_list", {})).is_error
+
+    anyio.run(scenario)
+
+
+def test_abandoned_sessions_idle_out(tmp_path: Path, started: list[Served]) -> None:
+    server = Served(tmp_path, "--no-auth", "--http-session-idle-timeout", "1")
+    started.append(server)
+    with httpx.Client() as http:
+        response = http.post(server.url, json=initialize_request(), headers=HEADERS, timeout=30)
+        assert response.status_code == 200
+        session_id = response.headers["mcp-session-id"]
+
+        def expired() -> bool:
+            status = ping(http, server.url, session_id)
+            assert status in (200, 404)
+            return status == 404
+
+        # Each ping is a request that restarts the idle countdown: wait longer than it between.
+        poll(expired, "an idle session never expired", tries=int(HANG_GUARD_S / 1.5), every=1.5)
 
 
 def test_a_connected_client_outlives_the_idle_timeout(

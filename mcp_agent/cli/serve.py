@@ -64,8 +64,9 @@ def serve(
     max_http_sessions: Annotated[
         int | None,
         typer.Option(
-            help="HTTP: sessions (2025 handshake) open at once; a new client beyond it gets "
-            "503; 0: no limit (default 1000, or MCP_AGENT_MAX_HTTP_SESSIONS)",
+            help="HTTP: sessions (2025 handshake) open at once; a new client beyond it closes "
+            "the session idle the longest, or gets 503 when every one is busy; 0: no limit "
+            "(default 1000, or MCP_AGENT_MAX_HTTP_SESSIONS)",
             show_default=False,
         ),
     ] = None,

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
 from starlette.responses import JSONResponse, Response
@@ -248,19 +251,61 @@ def session_limit_message(settings: ServerSettings) -> str:
     text = (
         f"Too many open sessions: this server holds at most {settings.max_http_sessions} HTTP "
         f"sessions at once (--max-http-sessions or {MAX_HTTP_SESSIONS_ENV}; restart the server "
-        "with a higher value to allow more)."
+        "with a higher value to allow more)"
     )
     if settings.http_session_idle_timeout:
         text += (
-            f" A session with no request for {settings.http_session_idle_timeout:g} s is closed "
-            "(--http-session-idle-timeout), so room frees up by then if clients left theirs open."
+            ", and each of them has a request or an event stream open right now (an idle one "
+            "would have made room). Retry once a request ends."
+        )
+    else:
+        text += (
+            ". With --http-session-idle-timeout 0 sessions never expire and none is closed to "
+            "make room."
         )
     return text + " A client that is done should end its session (HTTP DELETE)."
 
 
+class EvictingSessionManager(StreamableHTTPSessionManager):
+    """At the session limit, closes the session idle the longest to admit a new one, so sessions
+    that clients opened and abandoned never lock new clients out. A session with a request in
+    flight or an open event stream is never closed this way; only when every session is busy is
+    a new one refused. A client whose idle session was closed gets 404 on its next request and,
+    as the MCP spec asks of it, initializes again.
+
+    Idleness is read from the SDK's idle-timeout scope (its deadline is infinite while a request
+    is in flight, and the end of the last request plus the timeout once none is), so this needs
+    an idle timeout; without one it refuses at the limit as the SDK does."""
+
+    def _admit_session(
+        self, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport | None:
+        if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
+            self._close_longest_idle()
+        return super()._admit_session(requestor)
+
+    def _close_longest_idle(self) -> None:
+        idle = [
+            (transport.idle_scope.deadline, session_id)
+            for session_id, transport in self._server_instances.items()
+            if transport.idle_scope is not None
+            and not transport.idle_scope.cancel_called
+            and math.isfinite(transport.idle_scope.deadline)
+        ]
+        if not idle:
+            return
+        _, session_id = min(idle)
+        transport = self._server_instances.pop(session_id)
+        self._session_owners.pop(session_id, None)
+        log.info("closing HTTP session %s, idle the longest, to admit a new one", session_id)
+        # Its server task ends on this and terminates the transport (the SDK's own idle path).
+        assert transport.idle_scope is not None
+        transport.idle_scope.cancel()
+
+
 class SessionLimitMiddleware:
-    """Turns the SDK's bare 503 at its session limit into one that names the limit, the flag
-    that raises it and when idle sessions expire (with ``Retry-After``)."""
+    """Turns the SDK's bare 503 at its session limit (every session busy) into one that names
+    the limit and the flag that raises it."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
@@ -270,8 +315,8 @@ class SessionLimitMiddleware:
             error=ErrorData(code=INTERNAL_ERROR, message=session_limit_message(settings)),
         )
         self.body = body.model_dump_json(by_alias=True, exclude_unset=True)
-        timeout = settings.http_session_idle_timeout
-        self.headers = {"Retry-After": str(math.ceil(timeout))} if timeout else {}
+        # Room frees up when a busy session's request ends: a retry soon may well get in.
+        self.headers = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -348,6 +393,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
         host=settings.host,
         transport_security=transport_security(settings),
     )
+    # Swapped in before the app serves its first request: only the admission step differs.
+    server.session_manager.__class__ = EvictingSessionManager
     app = SessionLimitMiddleware(app, settings)
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token)
