@@ -6,15 +6,17 @@ in-process ``client`` fixture on both handshakes."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 
@@ -118,6 +120,83 @@ TEST_AGENTS = {
 }
 
 TOOL_SERVER = Path(__file__).parent / "servers" / "tool_server.py"
+
+
+# --- a real ``serve --transport http`` process -----------------------------------------------
+
+HTTP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+# What the environment of the test run must not decide for these servers.
+OUR_HTTP_ENV = (
+    "MCP_AGENT_TOKEN",
+    "MCP_AGENT_TOKEN_FILE",
+    "MCP_AGENT_MAX_HTTP_SESSIONS",
+    "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT",
+    "MCP_AGENT_MAX_SUBSCRIPTIONS",
+    "MCP_AGENT_NOTIFICATION_TIMEOUT",
+)
+
+
+def server_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment with a private runtime and config dir in ``tmp`` (so a generated token
+    never lands in the real user's folders)."""
+    env = {key: value for key, value in os.environ.items() if key not in OUR_HTTP_ENV}
+    runtime, config = tmp / "runtime", tmp / "config"
+    for folder in (runtime, config):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return {**env, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(config), **extra}
+
+
+def serve_args(tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp / "http.db"), *extra]
+
+
+class Served:
+    """A server process on a free loopback port; its stderr goes to a file (the banner)."""
+
+    def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log = tmp / f"server-{self.port}.log"
+        self.command = serve_args(tmp, "--transport", "http", "--port", str(self.port), *extra)
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env if env is not None else server_env(tmp),
+            )
+        wait_for_port(self.port, self.process, self.log)
+
+    def banner(self) -> str:
+        return self.log.read_text()
+
+    def initialize(self, token: str | None = None, **headers: str) -> httpx.Response:
+        auth = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.post(
+            self.url,
+            json=initialize_request(),
+            headers={**HTTP_HEADERS, **auth, **headers},
+            timeout=30,
+        )
+
+    def stop(self) -> int | None:
+        self.process.terminate()
+        try:
+            return self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(15)
+
+
+@pytest.fixture(name="started")
+def started_fixture() -> Iterator[list[Served]]:
+    """Servers a test starts; each is stopped at the end, whatever happened."""
+    servers: list[Served] = []
+    yield servers
+    for server in servers:
+        if server.process.poll() is None:
+            server.stop()
 
 
 def tool_server(**extra: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import re
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -19,80 +19,26 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
-from mcp_support import free_port, initialize_request, poll, wait_for_port
+from mcp_support import (
+    HTTP_HEADERS as HEADERS,
+)
+from mcp_support import (
+    OUR_HTTP_ENV as OUR_ENV,
+)
+from mcp_support import (
+    Served,
+    free_port,
+    initialize_request,
+    poll,
+    serve_args,
+    server_env,
+    started_fixture,  # noqa: F401  (the started fixture)
+)
 from reliability_support import FULL
 
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-# What the environment of the test run must not decide for these servers.
-OUR_ENV = (
-    "MCP_AGENT_TOKEN",
-    "MCP_AGENT_TOKEN_FILE",
-    "MCP_AGENT_MAX_HTTP_SESSIONS",
-    "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT",
-)
 HANG_GUARD_S = 60
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
-
-
-def server_env(tmp: Path, **extra: str) -> dict[str, str]:
-    """The environment with a private runtime and config dir in ``tmp`` (so a generated token
-    never lands in the real user's folders)."""
-    env = {key: value for key, value in os.environ.items() if key not in OUR_ENV}
-    runtime, config = tmp / "runtime", tmp / "config"
-    for folder in (runtime, config):
-        folder.mkdir(mode=0o700, exist_ok=True)
-    return {**env, "XDG_RUNTIME_DIR": str(runtime), "XDG_CONFIG_HOME": str(config), **extra}
-
-
-def serve_args(tmp: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp / "http.db"), *extra]
-
-
-class Served:
-    """A server process on a free loopback port; its stderr goes to a file (the banner)."""
-
-    def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.log = tmp / f"server-{self.port}.log"
-        self.command = serve_args(tmp, "--transport", "http", "--port", str(self.port), *extra)
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=env if env is not None else server_env(tmp),
-            )
-        wait_for_port(self.port, self.process, self.log)
-
-    def banner(self) -> str:
-        return self.log.read_text()
-
-    def initialize(self, token: str | None = None, **headers: str) -> httpx.Response:
-        auth = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        return httpx.post(
-            self.url, json=initialize_request(), headers={**HEADERS, **auth, **headers}, timeout=30
-        )
-
-    def stop(self) -> int | None:
-        self.process.terminate()
-        try:
-            return self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait(15)
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[Served]]:
-    """Servers a test starts; each is stopped at the end, whatever happened."""
-    servers: list[Served] = []
-    yield servers
-    for server in servers:
-        if server.process.poll() is None:
-            server.stop()
 
 
 def refused(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> str:
@@ -235,6 +181,8 @@ def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
         (["--http-session-idle-timeout", "-1"], {}, "--http-session-idle-timeout must be 0"),
         ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "soon"}, "must be a number of seconds"),
         ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "inf"}, "--http-session-idle-timeout"),
+        (["--notification-timeout", "0"], {}, "--notification-timeout must be a number"),
+        ([], {"MCP_AGENT_NOTIFICATION_TIMEOUT": "nan"}, "MCP_AGENT_NOTIFICATION_TIMEOUT"),
     ],
 )
 def test_bad_auth_and_limit_settings_are_one_clear_line(
@@ -286,9 +234,11 @@ def test_serve_help_names_the_http_flags() -> None:
         "--no-auth",
         "--max-http-sessions",
         "--http-session-idle-timeout",
+        "--notification-timeout",
         "MCP_AGENT_TOKEN_FILE",
         "MCP_AGENT_MAX_HTTP_SESSIONS",
         "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT",
+        "MCP_AGENT_NOTIFICATION_TIMEOUT",
     ):
         assert flag in done.stdout, flag
 

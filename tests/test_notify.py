@@ -148,7 +148,7 @@ async def test_a_subscriber_whose_send_never_completes_is_dropped(
         await wait_until(lambda: healthy.list_changes == 1 and len(healthy.updated) == 3)
         assert stuck.started == 1
     dropped = [r for r in caplog.records if "dropped from notifications" in r.getMessage()]
-    assert len(dropped) == 1 and dropped[0].levelno == logging.INFO
+    assert len(dropped) == 1 and dropped[0].levelno == logging.WARNING
 
 
 async def test_a_dropped_connection_that_comes_back_is_served_again() -> None:

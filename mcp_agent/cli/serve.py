@@ -88,6 +88,16 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    notification_timeout: Annotated[
+        float | None,
+        typer.Option(
+            metavar="<seconds>",
+            help="a client (2025 handshake) whose notification is not sent within this long, "
+            "because it stopped reading, gets no more (default 5, or "
+            "MCP_AGENT_NOTIFICATION_TIMEOUT)",
+            show_default=False,
+        ),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="default model, provider:model-id (or MCP_AGENT_MODEL)")
     ] = None,
@@ -158,6 +168,7 @@ def serve(
         "max_runs": max_runs,
         "max_runs_per_client": max_runs_per_client,
         "max_subscriptions": max_subscriptions,
+        "notification_timeout": notification_timeout,
     }
     overrides = {name: value for name, value in given.items() if value is not None}
     try:

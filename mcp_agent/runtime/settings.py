@@ -21,6 +21,7 @@ MAX_RUNS_PER_CLIENT_ENV = "MCP_AGENT_MAX_RUNS_PER_CLIENT"
 TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
 MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
+NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 APP_NAME = "mcp-agent-sessions"
 
 
@@ -97,6 +98,11 @@ class ServerSettings:
     max_subscriptions: int = field(
         default_factory=lambda: _int_from_env(MAX_SUBSCRIPTIONS_ENV, 1000)
     )
+    # A legacy connection whose notification is not sent within this many seconds (it stopped
+    # reading its event stream) gets no more notifications.
+    notification_timeout: float = field(
+        default_factory=lambda: _seconds_from_env(NOTIFICATION_TIMEOUT_ENV, 5)
+    )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once.
     db_threads: int = 8
 
@@ -118,6 +124,12 @@ class ServerSettings:
             raise ValueError(
                 f"--http-session-idle-timeout must be 0 (never) or a number of seconds, not "
                 f"{timeout} (from the flag or {HTTP_IDLE_TIMEOUT_ENV})"
+            )
+        timeout = self.notification_timeout
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(
+                f"--notification-timeout must be a number of seconds above 0, not {timeout} "
+                f"(from the flag or {NOTIFICATION_TIMEOUT_ENV})"
             )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(

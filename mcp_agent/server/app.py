@@ -38,7 +38,11 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(server: MCPServer) -> AsyncIterator[ServerState]:
-        notifier = Notifier(bus, max_subscriptions=settings.max_subscriptions)
+        notifier = Notifier(
+            bus,
+            max_subscriptions=settings.max_subscriptions,
+            send_timeout=settings.notification_timeout,
+        )
         async with open_app(settings, models) as app:
             app.repo.listeners.append(notifier.session_changed)
             app.list_listeners.append(notifier.list_changed)

@@ -254,7 +254,7 @@ class Notifier:
     def _drop(self, outbox: _Outbox, what: str) -> None:
         if self._outboxes.get(outbox.key) is not outbox:
             return
-        log.info(
+        log.warning(
             "legacy connection dropped from notifications: sending %s took over %s s",
             what,
             self.send_timeout,

@@ -1,0 +1,172 @@
+"""Notifications over real streamable HTTP (a ``serve`` process on loopback, 2025 handshake):
+a subscriber that stops reading its event stream, with a 4 KB receive buffer, neither delays a
+healthy subscriber nor holds the server's memory: its sends block once the (bounded) socket
+buffers are full, and it is dropped after ``--notification-timeout``."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from mcp_support import (
+    HTTP_HEADERS,
+    Served,
+    initialize_request,
+    poll,
+    started_fixture,  # noqa: F401  (the started fixture)
+)
+
+HANG_GUARD_S = 60
+SESSIONS = 100  # the stuck subscriber watches all four resources of each
+# Rounds of one append to each session: 4 notifications of about 150 bytes each per append,
+# 600 KB in all, about twice what the socket buffers between it and the server hold (the
+# server's fixed 512 KiB send buffer, a 4 KB receive buffer, uvicorn's 64 KiB).
+ROUNDS_TO_FILL = 20
+DROPPED = "legacy connection dropped from notifications"
+
+
+class Sessions:
+    """Raw JSON-RPC over HTTP, one MCP session per ``open()``."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str) -> None:
+        self.http, self.url = http, url
+
+    def headers(self, session: str) -> dict[str, str]:
+        return {**HTTP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+
+    async def open(self) -> str:
+        response = await self.http.post(self.url, json=initialize_request(), headers=HTTP_HEADERS)
+        session = response.headers["mcp-session-id"]
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await self.http.post(self.url, json=note, headers=self.headers(session))
+        return session
+
+    async def call(self, session: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        response = await self.http.post(self.url, json=body, headers=self.headers(session))
+        assert response.status_code == 200, response.text
+        text = response.text
+        data = json.loads(text.split("data: ", 1)[1].split("\n", 1)[0]) if "data: " in text else {}
+        assert "result" in data, text
+        result: dict[str, Any] = data["result"]
+        assert not result.get("isError"), result
+        return result
+
+    async def tool(self, session: str, name: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(session, "tools/call", {"name": name, "arguments": arguments})
+        structured: dict[str, Any] = result["structuredContent"]
+        return structured
+
+    async def append(self, session: str, session_id: str) -> None:
+        entry = {"type": "message", "message": {"role": "user", "content": "hi"}}
+        await self.tool(session, "session_append", session_id=session_id, entry=entry)
+
+
+def stop_reading(server: Served, session: str) -> socket.socket:
+    """Open the session's event stream on a socket with a 4 KB receive buffer, never read."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    request = (
+        f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        "Accept: text/event-stream\r\n"
+        f"mcp-session-id: {session}\r\nmcp-protocol-version: 2025-06-18\r\n\r\n"
+    )
+    sock.sendall(request.encode())
+    return sock
+
+
+@asynccontextmanager
+async def healthy_subscriber(
+    sessions: Sessions, watched: str
+) -> AsyncIterator[anyio.abc.ObjectReceiveStream[str]]:
+    """A session subscribed to ``session://watched`` whose event stream is read: yields the
+    URIs of the updates it receives, as they come."""
+    session = await sessions.open()
+    await sessions.call(session, "resources/subscribe", {"uri": f"session://{watched}"})
+    send, receive = anyio.create_memory_object_stream[str](10_000)
+    opened = anyio.Event()
+
+    async def read() -> None:
+        stream = sessions.http.stream("GET", sessions.url, headers=sessions.headers(session))
+        async with stream as response:
+            assert response.status_code == 200
+            opened.set()
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    message = json.loads(line[len("data: ") :])
+                    if message.get("method") == "notifications/resources/updated":
+                        await send.send(message["params"]["uri"])
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read)
+        await opened.wait()
+        yield receive
+        group.cancel_scope.cancel()
+
+
+async def fill_a_stuck_subscriber(
+    server: Served, rounds: int, until_dropped: bool = False
+) -> tuple[int, int]:
+    """A stuck subscriber watching ``SESSIONS`` sessions and a healthy one watching one more;
+    ``rounds`` rounds of an append to each (or until the stuck one is dropped). After each
+    round the healthy one must get its update before the next round starts: a notifier that
+    waits for the stuck one never gets there. Returns (rounds run, updates the healthy got)."""
+    with anyio.fail_after(HANG_GUARD_S * 3):
+        async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:
+            sessions = Sessions(http, server.url)
+            writer = await sessions.open()
+            ids = [(await sessions.tool(writer, "session_create"))["id"] for _ in range(SESSIONS)]
+            mine = (await sessions.tool(writer, "session_create"))["id"]
+            stuck = await sessions.open()
+            for session_id in ids:
+                for suffix in ("", "/tree", "/context", "/export.jsonl"):
+                    uri = f"session://{session_id}{suffix}"
+                    await sessions.call(stuck, "resources/subscribe", {"uri": uri})
+            sock = stop_reading(server, stuck)
+            got = 0
+            try:
+                async with healthy_subscriber(sessions, mine) as updates:
+                    for done in range(1, rounds + 1):
+                        for session_id in ids:
+                            await sessions.append(writer, session_id)
+                        await sessions.append(writer, mine)
+                        with anyio.fail_after(HANG_GUARD_S):
+                            assert await updates.receive() == f"session://{mine}"
+                        got += 1
+                        if until_dropped and DROPPED in server.banner():
+                            return done, got
+            finally:
+                sock.close()
+            return rounds, got
+
+
+def test_a_stuck_subscriber_never_delays_a_healthy_one(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    # Sends to the stuck subscriber block for good (it is never dropped in this test).
+    server = Served(tmp_path, "--no-auth", "--notification-timeout", "3600")
+    started.append(server)
+    rounds, got = anyio.run(fill_a_stuck_subscriber, server, ROUNDS_TO_FILL)
+    assert got == rounds == ROUNDS_TO_FILL
+    assert DROPPED not in server.banner()
+    assert server.process.poll() is None
+
+
+def test_a_stuck_subscriber_is_dropped_once_its_send_blocks(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    server = Served(tmp_path, "--no-auth", "--notification-timeout", "1")
+    started.append(server)
+    rounds, got = anyio.run(
+        lambda: fill_a_stuck_subscriber(server, ROUNDS_TO_FILL * 5, until_dropped=True)
+    )
+    poll(lambda: DROPPED in server.banner(), "the stuck subscriber was never dropped")
+    assert got == rounds
+    assert server.banner().count(DROPPED) == 1
