@@ -56,7 +56,7 @@ def chat(
     settings = server_settings(db, manifests)
 
     async def body(state: AppState) -> int:
-        check_session(state, session)
+        await check_session(state, session)
         name = check_model(state, agent, model)
         return await Chat(state, session, agent, model, name).loop()
 
@@ -204,18 +204,23 @@ class Chat:
     async def _help(self, _: str) -> None:
         self.say(HELP, "")
 
-    def _current(self) -> Any:
+    # Database work runs on the state's worker threads, as the server's does: a lock held by
+    # another process must not freeze the terminal's Ctrl-C handling.
+    async def _current(self) -> Any:
         if self.session_id is None:
             return None
-        return self.state.repo.open(self.session_id)
+        session_id = self.session_id
+        return await self.state.offload(lambda: self.state.repo.open(session_id))
 
-    def _ensure_session(self) -> Any:
+    async def _ensure_session(self) -> Any:
         if self.session_id is None:
             manifest = self.state.agents[self.agent or "default"]
-            created = self.state.repo.create(metadata={"agent": manifest.name})
+            created = await self.state.offload(
+                lambda: self.state.repo.create(metadata={"agent": manifest.name})
+            )
             self.session_id = created.id
             return created
-        return self._current()
+        return await self._current()
 
     async def _session(self, _: str) -> None:
         self.say(self.session_id or "no session yet: the first message starts one", "")
@@ -223,24 +228,29 @@ class Chat:
     async def _tree(self, _: str) -> None:
         from mcp_agent.cli.render import session_tree
 
-        session = self._current()
+        session = await self._current()
         if session is None:
             self.say("no session yet: the first message starts one")
             return
         self.printer.end_line()
-        out().print(session_tree(session, width=out().width))
+        width = out().width
+        out().print(await self.state.offload(lambda: session_tree(session, width=width)))
 
     async def _move(self, argument: str) -> None:
         from mcp_agent.cli.render import entry_summary
 
-        session = self._current()
+        session = await self._current()
         if session is None or not argument:
             self.say("usage: /move ENTRY (an id from /tree) or /move root", "red")
             return
         target = None if argument == "root" else argument
-        session.move_to(target)
+
+        def move() -> Any:
+            session.move_to(target)
+            return session.get_entry(target) if target else None
+
+        entry = await self.state.offload(move)
         where = "before the first entry" if target is None else f"to {target}"
-        entry = session.get_entry(target) if target else None
         about = f" ({entry_summary(entry, 60).plain})" if entry is not None else ""
         self.say(f"leaf moved {where}{about}; your next message starts a branch there")
 
@@ -254,7 +264,9 @@ class Chat:
             self.say("usage: /fork [ENTRY [before|at]]", "red")
             return
         old = self.session_id
-        forked = self.state.repo.fork(old, entry or None, position)  # type: ignore[arg-type]
+        forked = await self.state.offload(
+            lambda: self.state.repo.fork(old, entry or None, position)  # type: ignore[arg-type]
+        )
         self.session_id = forked.id
         self.say(f"now in session {forked.id}, a fork of {old}")
 
@@ -265,12 +277,13 @@ class Chat:
         from mcp_agent.runtime.errors import ModelUnavailable
         from mcp_agent.runtime.models import resolve_run_model
 
-        session = self._current()
+        session = await self._current()
         if session is None:
             self.say("no session yet: nothing to compact", "red")
             return
         # Refuse before choosing a model: "nothing to compact" needs none.
-        prepare_compaction(session.get_branch(), context_messages=[])
+        branch = await self.state.offload(session.get_branch)
+        prepare_compaction(branch, context_messages=[])
         manifest = self.state.agents[self.agent or "default"]
         try:
             _, model, stream_fn = resolve_run_model(
@@ -292,6 +305,7 @@ class Chat:
                 stream_fn,
                 instructions=instructions or None,
                 signal=controller.signal,
+                offload=self.state.offload,
             )
         finally:
             self.interrupt = None
@@ -316,8 +330,12 @@ class Chat:
         from mcp_agent.messages import ThinkingLevel
 
         if not argument:
-            session = self._current()
-            level = session.build_context().thinking_level if session is not None else "off"
+            session = await self._current()
+            level = (
+                (await self.state.offload(session.build_context)).thinking_level
+                if session is not None
+                else "off"
+            )
             self.say(f"thinking level: {level}", "")
             return
         levels = [level.value for level in ThinkingLevel]
@@ -326,5 +344,6 @@ class Chat:
                 f"unknown thinking level {argument!r}; choose one of {' '.join(levels)}", "red"
             )
             return
-        self._ensure_session().append_thinking_level_change(argument)
+        session = await self._ensure_session()
+        await self.state.offload(lambda: session.append_thinking_level_change(argument))
         self.say(f"thinking level: {argument} (from the next message on)")

@@ -120,8 +120,8 @@ def missing_key(provider: str) -> str | None:
     return env if env and not os.environ.get(env) else None
 
 
-def check_session(state: AppState, session_id: str | None) -> None:
-    if session_id is not None and not state.repo.exists(session_id):
+async def check_session(state: AppState, session_id: str | None) -> None:
+    if session_id is not None and not await state.offload(lambda: state.repo.exists(session_id)):
         raise InputError(
             f"session {session_id} not found; `{PROG} sessions list` shows the sessions"
         )
@@ -345,7 +345,7 @@ def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
 async def _run_once(
     state: AppState, prompt: str, session_id: str | None, agent: str | None, model: str | None
 ) -> int:
-    check_session(state, session_id)
+    await check_session(state, session_id)
     check_model(state, agent, model)
     printer = StreamPrinter()
     run = await start(state, printer, prompt, session_id, agent, model)
