@@ -10,8 +10,10 @@ import sys
 
 import typer
 
-from mcp_agent.cli import catalog, chat, demo, run, serve, sessions
-from mcp_agent.cli.common import BAD_INPUT, INTERRUPTED, PROG, fail
+from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
+from mcp_agent.cli.common import BAD_INPUT, INTERRUPTED, PROG, fail, plain_help_types
+
+plain_help_types()
 
 app = typer.Typer(
     name=PROG,
@@ -33,6 +35,7 @@ app.command()(run.run)
 app.command()(chat.chat)
 app.command()(catalog.models)
 app.command()(demo.demo)
+app.command()(install.install)
 
 
 def main() -> None:

@@ -172,3 +172,38 @@ def stdin_is_tty() -> bool:
         return sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# How --help names the value an option takes where we give no metavar: Typer 0.29 shows the
+# Python type (`<str>`, `<list[Path]>`, `<bool>` even for flags, which take none).
+_HELP_TYPES = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "path": "PATH"}
+
+
+def plain_help_types() -> None:
+    """Make --help show words (TEXT, N, PATH, FILE…) for values, and nothing for flags."""
+    import re
+
+    from typer import core
+
+    def plain(shown: str | None) -> str | None:
+        if shown is None or not shown.startswith("<"):
+            return shown
+        inner = shown.strip("<>.")
+        listed = re.fullmatch(r"list\[(\w+)\]", inner)
+        if listed:
+            return _HELP_TYPES.get(listed.group(1), listed.group(1).upper()) + "…"
+        if inner.endswith(" range"):
+            return "N"
+        return _HELP_TYPES.get(inner, inner.upper())
+
+    option_type = core.TyperOption.display_type_rich
+    argument_type = core.TyperArgument.display_type_rich
+
+    def option(self: core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else plain(option_type(self, ctx))
+
+    def argument(self: core.TyperArgument, ctx: Any) -> str | None:
+        return plain(argument_type(self, ctx))
+
+    core.TyperOption.display_type_rich = option  # type: ignore[method-assign]
+    core.TyperArgument.display_type_rich = argument  # type: ignore[method-assign]

@@ -1,0 +1,232 @@
+"""``install``: add this installation to an MCP client's config file.
+
+The entry runs this very installation by absolute path (the ``mcp-agent-sessions`` script next
+to the running interpreter, else ``python -m mcp_agent``), so it works from a checkout, a
+``uv tool install .`` or a ``pipx install .`` without anything on the client's PATH. Only our
+entry changes: every other key and server stays as it was, in order; the old file is kept as
+``<file>.bak`` and the new one replaces it atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mcp_agent.cli.common import FAILED, PROG, die, emit_json
+
+DEFAULT_NAME = "agent-sessions"
+JSON_TYPES: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true/false",
+    type(None): "null",
+}
+
+
+class Client(StrEnum):
+    claude_desktop = "claude-desktop"
+    claude_code = "claude-code"
+    cursor = "cursor"
+    vscode = "vscode"
+
+
+@dataclass(frozen=True)
+class ClientFormat:
+    """Where a client keeps its servers and how an entry looks there."""
+
+    servers_key: str
+    typed: bool  # entries carry "type": "stdio"
+    label: str
+
+
+FORMATS: dict[Client, ClientFormat] = {
+    Client.claude_desktop: ClientFormat("mcpServers", typed=False, label="Claude Desktop"),
+    Client.claude_code: ClientFormat("mcpServers", typed=True, label="Claude Code (user scope)"),
+    Client.cursor: ClientFormat("mcpServers", typed=False, label="Cursor"),
+    Client.vscode: ClientFormat("servers", typed=True, label="VS Code (user mcp.json)"),
+}
+
+
+def default_config_path(client: Client) -> Path:
+    """The client's user-level config file on this platform (the paths its docs give)."""
+    from platformdirs import user_config_dir
+
+    home = Path.home()
+    if client is Client.claude_desktop:
+        # macOS ~/Library/Application Support/Claude, Windows %APPDATA%\Claude,
+        # Linux $XDG_CONFIG_HOME/Claude (~/.config/Claude)
+        return Path(user_config_dir("Claude", appauthor=False, roaming=True)) / (
+            "claude_desktop_config.json"
+        )
+    if client is Client.claude_code:
+        return home / ".claude.json"
+    if client is Client.cursor:
+        return home / ".cursor" / "mcp.json"
+    # The "User" folder of the default profile: ~/.config/Code/User on Linux,
+    # ~/Library/Application Support/Code/User on macOS, %APPDATA%\Code\User on Windows.
+    return Path(user_config_dir("Code", appauthor=False, roaming=True)) / "User" / "mcp.json"
+
+
+def server_command(db: Path | None = None) -> list[str]:
+    """The absolute command line that serves this installation over stdio."""
+    bin_dir = Path(os.path.abspath(sys.executable)).parent  # not resolved: keep the venv
+    script = bin_dir / (f"{PROG}.exe" if sys.platform == "win32" else PROG)
+    if script.is_file():
+        command = [str(script), "serve"]
+    else:
+        command = [os.path.abspath(sys.executable), "-m", "mcp_agent", "serve"]
+    if db is not None:
+        command += ["--db", os.path.abspath(db.expanduser())]
+    return command
+
+
+def make_entry(client: Client, db: Path | None) -> dict[str, Any]:
+    command, *args = server_command(db)
+    entry: dict[str, Any] = {"type": "stdio"} if FORMATS[client].typed else {}
+    entry.update(command=command, args=args)
+    return entry
+
+
+def read_config(path: Path, client: Client) -> dict[str, Any] | None:
+    """The config as a dict (``None`` when the file does not exist); exits 2 when it cannot
+    be read or is not a JSON object."""
+    if not path.exists():
+        return None
+    if path.is_dir():
+        die(f"{path} is a folder, not a config file; pass --config FILE")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        die(f"cannot read {path}: {error}")
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        hint = (
+            "; VS Code allows // comments and trailing commas, which this command does not "
+            "rewrite: remove them, or add the entry by hand"
+            if client is Client.vscode
+            else "; fix the file, or add the entry by hand"
+        )
+        die(
+            f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: "
+            f"{error.msg}){hint}; nothing was written"
+        )
+    if not isinstance(data, dict):
+        found = JSON_TYPES.get(type(data), type(data).__name__)
+        die(f"{path} does not hold a JSON object (found {found}); nothing was written")
+    return data
+
+
+def merge(config: dict[str, Any], client: Client, name: str, entry: dict[str, Any]) -> bool:
+    """Put ``entry`` under ``name`` in ``config`` (in place); True when it replaced one.
+
+    An existing entry keeps its place among the others, and its ``env`` (API keys and the
+    like that the user added); everything else of it is ours to replace."""
+    key = FORMATS[client].servers_key
+    servers = config.setdefault(key, {})
+    if not isinstance(servers, dict):
+        raise ValueError(f'"{key}" is not a JSON object')
+    old = servers.get(name)
+    new = dict(entry)
+    if isinstance(old, dict) and isinstance(old.get("env"), dict):
+        new["env"] = old["env"]
+    servers[name] = new
+    return old is not None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path`` and move it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temp_name = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if path.exists():
+            shutil.copymode(path, temp)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def install(
+    client: Annotated[
+        Client,
+        typer.Argument(
+            metavar="CLIENT",
+            help="claude-desktop, claude-code, cursor or vscode",
+            show_default=False,
+        ),
+    ],
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="print the merged config and its path; write nothing"),
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="the client's config file (default: where the client keeps it)",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[str, typer.Option(help="name of the server entry")] = DEFAULT_NAME,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            metavar="FILE",
+            help="SQLite database the installed server uses (passed as `serve --db`; "
+            "default: the server's own default)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Add (or update) an entry that runs this installation to an MCP client's config.
+
+    Other entries and settings stay untouched; the old file is kept as FILE.bak."""
+    if not name.strip():
+        die("--name must not be empty")
+    path = Path(os.path.abspath((config or default_config_path(client)).expanduser()))
+    existing = read_config(path, client)
+    merged: dict[str, Any] = existing if existing is not None else {}
+    try:
+        replaced = merge(merged, client, name, make_entry(client, db))
+    except ValueError as error:
+        die(f"{path}: {error}; nothing was written")
+    label = FORMATS[client].label
+    if dry_run:
+        emit_json(merged)
+        typer.echo(f"dry run: would write {label} config {path} (nothing written)", err=True)
+        return
+    target = path.resolve() if path.is_symlink() else path  # keep a symlinked dotfile a link
+    backup = target.with_name(target.name + ".bak")
+    text = json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
+    try:
+        if existing is not None:
+            shutil.copy2(target, backup)
+        write_atomically(target, text)
+    except OSError as error:
+        die(f"cannot write {path}: {error}", FAILED)
+    action = "replaced" if replaced else "added"
+    saved = f" (old file kept as {backup})" if existing is not None else " (new file)"
+    typer.echo(f"{action} entry {name!r} in {label} config {path}{saved}")
