@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import logging
 import sys
@@ -9,11 +10,12 @@ import threading
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
-from mcp_agent.cli.common import DbOption, ManifestsOption, check_database, die
+from mcp_agent.cli.common import PROG, DbOption, ManifestsOption, check_database, die
+from mcp_agent.paths import DB_ENV
 
 if TYPE_CHECKING:
     from mcp_agent.server.streamable_http import HttpAuth
@@ -29,17 +31,25 @@ class Durability(StrEnum):
     normal = "normal"
 
 
+def _named(option: Any, metavar: str) -> Any:
+    """A shared option (``DbOption``...) with a metavar a person would write, not a type."""
+    info = copy.copy(get_args(option)[1])
+    info.metavar = metavar
+    return info
+
+
 def serve(
     transport: Annotated[
-        Transport, typer.Option(help="stdio or streamable HTTP")
+        Transport, typer.Option(metavar="stdio|http", help="stdio or streamable HTTP")
     ] = Transport.stdio,
-    host: Annotated[str, typer.Option(help="HTTP address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="HTTP port")] = 8765,
-    db: DbOption = None,
-    manifests: ManifestsOption = None,
+    host: Annotated[str, typer.Option(metavar="HOST", help="HTTP address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="HTTP port (0 to 65535)")] = 8765,
+    db: Annotated[Path | None, _named(DbOption, "FILE")] = None,
+    manifests: Annotated[Path | None, _named(ManifestsOption, "FOLDER")] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(
+            metavar="PATH",
             help="HTTP: require the bearer token in this file (or set MCP_AGENT_TOKEN_FILE); "
             "without a token, serve generates one and prints it",
             show_default=False,
@@ -48,6 +58,7 @@ def serve(
     token: Annotated[
         str | None,
         typer.Option(
+            metavar="TOKEN",
             help="HTTP: require this bearer token (or set MCP_AGENT_TOKEN); other users can "
             "read a command line, so prefer --token-file",
             show_default=False,
@@ -57,6 +68,7 @@ def serve(
         bool,
         typer.Option(
             "--no-auth",
+            metavar="",
             help="HTTP: no token at all, so any user of this machine can use the server "
             "(loopback addresses only)",
         ),
@@ -64,6 +76,7 @@ def serve(
     max_http_sessions: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="HTTP: sessions (2025 handshake) open at once; a new client beyond it closes "
             "the session idle the longest, or gets 503 when every one is busy; 0: no limit "
             "(default 1000, or MCP_AGENT_MAX_HTTP_SESSIONS)",
@@ -73,7 +86,7 @@ def serve(
     http_session_idle_timeout: Annotated[
         float | None,
         typer.Option(
-            metavar="<seconds>",
+            metavar="SECONDS",
             help="HTTP: close a session with no request in flight for this long (an open "
             "event stream or a running call keeps it); 0: never (default 300, or "
             "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT)",
@@ -83,6 +96,7 @@ def serve(
     max_subscriptions: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="resources one client (2025 handshake) may subscribe to at once; 0: no limit "
             "(default 1000, or MCP_AGENT_MAX_SUBSCRIPTIONS)",
             show_default=False,
@@ -91,7 +105,7 @@ def serve(
     notification_timeout: Annotated[
         float | None,
         typer.Option(
-            metavar="<seconds>",
+            metavar="SECONDS",
             help="a client (2025 handshake) whose notification is not sent within this long, "
             "because it stopped reading, gets no more (default 5, or "
             "MCP_AGENT_NOTIFICATION_TIMEOUT)",
@@ -99,12 +113,23 @@ def serve(
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="default model, provider:model-id (or MCP_AGENT_MODEL)")
+        str | None,
+        typer.Option(
+            metavar="PROVIDER:MODEL",
+            help="the model of runs that name none, e.g. openai:gpt-4o-mini or scripted:echo "
+            f"(or MCP_AGENT_MODEL); `{PROG} models` lists them",
+        ),
     ] = None,
-    max_depth: Annotated[int, typer.Option(help="how deep sub-agents may nest")] = 3,
+    max_depth: Annotated[
+        int,
+        typer.Option(
+            metavar="N", help="how deep sub-agents may nest; 0: no sub-agents", show_default=True
+        ),
+    ] = 3,
     max_runs: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="agent runs under way at once in this server; a start beyond it is refused; "
             "0: no limit (default 64, or MCP_AGENT_MAX_RUNS)",
             show_default=False,
@@ -113,6 +138,7 @@ def serve(
     max_runs_per_client: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="agent runs under way at once for one client; 0: no limit (default 16, or "
             "MCP_AGENT_MAX_RUNS_PER_CLIENT)",
             show_default=False,
@@ -120,26 +146,30 @@ def serve(
     ] = None,
     allowed_host: Annotated[
         list[str] | None,
-        typer.Option(help="a host name HTTP clients may use besides --host (repeatable)"),
+        typer.Option(
+            metavar="HOST", help="a host name HTTP clients may use besides --host (repeatable)"
+        ),
     ] = None,
     model_retries: Annotated[
         int | None,
         typer.Option(
+            metavar="N",
             help="run again a run that ended on a passing model error (overloaded, a broken "
-            "stream) this many times; 0: never (default 3, or MCP_AGENT_MODEL_RETRIES)"
+            "stream) this many times; 0: never (default 3, or MCP_AGENT_MODEL_RETRIES)",
         ),
     ] = None,
     durability: Annotated[
         Durability | None,
         typer.Option(
+            metavar="full|normal",
             help="full (default): every append survives a power loss; normal: a killed "
-            "process, not a power cut (or MCP_AGENT_DURABILITY)"
+            "process, not a power cut (or MCP_AGENT_DURABILITY)",
         ),
     ] = None,
 ) -> None:
-    """Run the MCP server (stdio by default)."""
-    if manifests is not None and not manifests.is_dir():
-        die(f"--manifests {manifests} is not a folder (it needs agents/*.toml)")
+    """Run the MCP server (stdio by default).
+
+    Every flag is checked before the server starts: a bad one is one line on stderr, exit 2."""
     import anyio
 
     from mcp_agent.cli.demo import cli_models
@@ -159,6 +189,8 @@ def serve(
         die("give --token-file or --token, not both")
     if no_auth and (token is not None or token_file is not None):
         die("give --no-auth or a token (--token-file, --token), not both")
+    if transport == Transport.http and not 0 <= port <= 65535:
+        die(f"--port must be 0 to 65535, not {port}")
     # Only what was given on the command line: the rest keeps its default (or environment).
     given: dict[str, Any] = {
         "durability": durability.value if durability is not None else None,
@@ -179,7 +211,7 @@ def serve(
         die(str(error))
     settings.allowed_hosts = list(allowed_host or [])
     if db is not None:
-        settings.db_path = db
+        settings.db_path = db.expanduser()
     if manifests is not None:
         settings.manifests_dir = manifests
     # A flag beats the environment; from the environment, a token and a token file conflict.
@@ -191,6 +223,9 @@ def serve(
         die(f"${TOKEN_ENV} and ${TOKEN_FILE_ENV} are both set: keep one")
     if model:
         settings.default_model = model
+    check_manifests(manifests)
+    check_model(settings.default_model, from_flag=bool(model))
+    check_db_folder(db)
     auth: HttpAuth | None = None
     if transport == Transport.http:
         try:
@@ -231,6 +266,64 @@ def serve(
     finally:
         if auth is not None:
             auth.remove()
+
+
+# --- the checks before start-up ---------------------------------------------------------------
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def check_manifests(folder: Path | None) -> None:
+    """The manifests load as the server will load them (the shipped ones without a folder)."""
+    from mcp_agent.manifests import ManifestError, load_agents, load_servers, shipped_manifests_dir
+
+    if folder is not None and not folder.is_dir():
+        why = "it is a file" if folder.exists() else "it does not exist"
+        die(f"--manifests {folder} is not a folder ({why}); pass a folder with agents/*.toml")
+    try:
+        load_agents(folder or shipped_manifests_dir())
+        load_servers(folder or shipped_manifests_dir())
+    except (ManifestError, OSError) as error:
+        flag = "--manifests" if folder is not None else "the shipped manifests"
+        die(f"{flag}: {one_line(error)} (fix the manifest or pass another --manifests folder)")
+
+
+def check_model(name: str | None, *, from_flag: bool) -> None:
+    """The default model names a known provider (and, for the scripted one, a known model),
+    resolved as a run resolves it. A missing API key is no error here: it may come later."""
+    from mcp_agent.cli.demo import cli_models
+    from mcp_agent.runtime.errors import ModelUnavailable
+    from mcp_agent.runtime.models import CLIENT_MODEL, resolve_run_model
+    from mcp_agent.runtime.settings import MODEL_ENV
+
+    if not name or name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
+        return  # the MCP client's own model: whether it can be used depends on each client
+    try:
+        resolve_run_model(name, None, None, cli_models())
+    except ModelUnavailable as error:
+        source = f"--model {name}" if from_flag else f"${MODEL_ENV} ({name})"
+        die(f"{source}: {one_line(error)}; `{PROG} models` lists the known models")
+
+
+def check_db_folder(db: Path | None) -> None:
+    """A database named by --db or $MCP_AGENT_DB goes in a folder that exists: a typo must not
+    create folders. (The per-user data dir is created when needed.)"""
+    import os
+
+    if db is not None:
+        path, source = db.expanduser(), f"--db {db}"
+    elif os.environ.get(DB_ENV):
+        path = Path(os.environ[DB_ENV]).expanduser()
+        source = f"${DB_ENV} ({os.environ[DB_ENV]})"
+    else:
+        return
+    folder = path.parent
+    if not folder.exists():
+        die(f"{source}: the folder {folder} does not exist; create it first")
+    if not folder.is_dir():
+        die(f"{source}: {folder} is not a folder")
 
 
 def _remove_on_sigterm(auth: HttpAuth) -> None:

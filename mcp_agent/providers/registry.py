@@ -8,11 +8,12 @@ Built-in providers:
 - ``sampling``: the MCP client's own model (needs the server-side session, see
   :func:`stream_fn_for`).
 - ``scripted``: deterministic playback for tests and demos (``mcp_agent.providers.scripted``,
-  loaded on first use).
+  loaded on first use): ``scripted:echo`` (``scripted`` alone), and whatever the models file
+  lists for it; any other id is an error naming the known ones.
 
-A model id not in the table still works with default limits. A user file in TOML (the path in
-``MCP_AGENT_MODELS``, else ``models.toml`` in the user config directory) adds providers and
-models::
+A model id not in the table still works with default limits (except for ``scripted``). A user
+file in TOML (the path in ``MCP_AGENT_MODELS``, else ``models.toml`` in the user config
+directory) adds providers and models::
 
     [providers.ollama]                      # extend or override a provider
     base_url = "http://gpu-box:11434/v1"
@@ -440,11 +441,14 @@ class ModelRegistry:
                 f"{', '.join(sorted(self.providers))} (add others in {user_models_path()})"
             )
         if not model_id:
-            raise ModelRegistryError(f"model name {name!r} has no model id after the ':'")
+            raise ModelRegistryError(
+                f"model name {name!r} has no model id after the colon: {provider_name}:<model-id>"
+            )
         return self._model(provider, model_id)
 
     def _model(self, provider: ProviderConfig, model_id: str) -> Model:
         if provider.api == SCRIPTED_API and model_id not in provider.models:
+            _check_scripted(provider, model_id)
             scripted = _scripted_module()
             if scripted is not None and hasattr(scripted, "scripted_model"):
                 return scripted.scripted_model(model_id)
@@ -519,6 +523,7 @@ class ModelRegistry:
                 )
             return sampling.sampling_stream_fn(sampling_session)
         if api == SCRIPTED_API:
+            _check_scripted(provider, model.id)
             scripted = _scripted_module()
             if scripted is None:
                 raise ModelRegistryError(
@@ -539,6 +544,24 @@ def _scripted_module() -> Any:
         return importlib.import_module("mcp_agent.providers.scripted")
     except ImportError:
         return None
+
+
+def scripted_model_ids(provider: ProviderConfig) -> list[str]:
+    """The model ids a scripted provider answers to: the built-in scripted models
+    (``scripted.SCRIPTED_MODELS``) and those its entry in the models file lists."""
+    scripted = _scripted_module()
+    builtin = getattr(scripted, "SCRIPTED_MODELS", {}) if scripted is not None else {}
+    return sorted({*builtin, *provider.models})
+
+
+def _check_scripted(provider: ProviderConfig, model_id: str) -> None:
+    """A scripted model id nothing answers to is an error, not a silent echo."""
+    known = scripted_model_ids(provider)
+    if model_id not in known:
+        choices = ", ".join(f"{provider.name}:{mid}" for mid in known) or "(none)"
+        raise ModelRegistryError(
+            f"unknown scripted model {provider.name}:{model_id}; the known ones: {choices}"
+        )
 
 
 # --- the process-wide registry ----------------------------------------------------------------

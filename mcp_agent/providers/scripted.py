@@ -60,6 +60,10 @@ from mcp_agent.providers.base import LlmContext, StreamOptions
 
 SCRIPTED_API = "scripted"
 SCRIPTED_PROVIDER = "scripted"
+# The scripted models a name reaches (``scripted:<id>``, through the model registry), with what
+# each does. Any other id is an error naming these; tests and embedders serve scripts of their
+# own through a ScriptedProvider (or model overrides), not through a made-up name.
+SCRIPTED_MODELS = {"echo": "repeats the last user message (for trying things without a key)"}
 
 Block = TextContent | ThinkingContent | ToolCall
 

@@ -136,6 +136,10 @@ class ServerSettings:
                 f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1, localhost), "
                 f"not {self.host}: give a token with --token-file PATH instead"
             )
+        if self.max_subagent_depth < 0:
+            raise ValueError(
+                f"--max-depth must be 0 (no sub-agents) or more, not {self.max_subagent_depth}"
+            )
         if self.db_threads < 1:
             raise ValueError(f"db_threads must be at least 1, not {self.db_threads}")
         if self.model_retries < 0:

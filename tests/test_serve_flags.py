@@ -1,0 +1,206 @@
+"""``serve`` checks every flag before it starts: a bad one is one line on stderr and exit 2,
+with nothing created; good ones still start; ``--help`` speaks in words, not Python types; an
+unknown scripted model is an error naming the known ones, at start-up and at run time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp_support import OUR_HTTP_ENV, agent_server, call_error, initialize_request
+
+from mcp_agent.providers.registry import ModelRegistry, ModelRegistryError
+from mcp_agent.providers.scripted import reply, scripted_model
+
+# What the environment of the test run must not decide for these servers.
+OUR_ENV = (*OUR_HTTP_ENV, "MCP_AGENT_MODEL", "MCP_AGENT_DB", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+@pytest.fixture
+def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``serve`` in-process, against ``tmp/s.db`` unless told otherwise; the server functions
+    are patched to return at once, so a case that gets through ends with exit 0."""
+    from typer.testing import CliRunner
+
+    import mcp_agent.server.stdio as stdio
+    import mcp_agent.server.streamable_http as streamable_http
+    from mcp_agent.cli import app
+
+    async def no_server(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(streamable_http, "serve_http", no_server)
+    monkeypatch.setattr(stdio, "run_stdio", no_server)
+    for key in OUR_ENV:
+        monkeypatch.delenv(key, raising=False)
+    for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"):
+        (tmp_path / name).mkdir(mode=0o700)
+        monkeypatch.setenv(name, str(tmp_path / name))
+    (tmp_path / "file").write_text("not a folder\n")
+    bad = tmp_path / "bad-agents"
+    (bad / "agents").mkdir(parents=True)
+    (bad / "agents" / "broken.toml").write_text("name = \n")
+    bad_servers = tmp_path / "bad-servers"
+    (bad_servers / "agents").mkdir(parents=True)
+    (bad_servers / "servers.json").write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))
+    good = tmp_path / "good"
+    (good / "agents").mkdir(parents=True)
+    (good / "agents" / "helper.toml").write_text('description = "helps"\n')
+
+    def invoke(*args: str, env: dict[str, str] | None = None, db: bool = True) -> Any:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value.format(tmp=tmp_path))
+        command = ["serve", *(["--db", str(tmp_path / "s.db")] if db else [])]
+        return CliRunner().invoke(app, [*command, *(arg.format(tmp=tmp_path) for arg in args)])
+
+    return invoke
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--manifests", "{tmp}/nope"], {}, ["--manifests", "does not exist", "agents/*.toml"]),
+        (["--manifests", "{tmp}/file"], {}, ["--manifests", "is not a folder", "is a file"]),
+        (["--manifests", "{tmp}/bad-agents"], {}, ["--manifests", "broken.toml", "TOML"]),
+        (["--manifests", "{tmp}/bad-servers"], {}, ["--manifests", "servers.json", "command"]),
+        (["--model", "nope:x"], {}, ["--model nope:x", "unknown provider 'nope'", "scripted"]),
+        (["--model", "scripted:nope"], {}, ["--model scripted:nope", "scripted:echo"]),
+        (["--model", "openai:"], {}, ["--model openai:", "no model id", "openai:<model-id>"]),
+        (["--model", "nosuchmodel"], {}, ["--model nosuchmodel", "provider:model-id"]),
+        ([], {"MCP_AGENT_MODEL": "nope:x"}, ["$MCP_AGENT_MODEL", "unknown provider 'nope'"]),
+        ([], {"MCP_AGENT_MODEL": "scripted:nope"}, ["$MCP_AGENT_MODEL", "scripted:echo"]),
+        (["--max-depth", "-3"], {}, ["--max-depth must be 0", "-3"]),
+        (["--transport", "http", "--port", "70000"], {}, ["--port must be 0 to 65535", "70000"]),
+        (["--transport", "http", "--port", "-1"], {}, ["--port must be 0 to 65535", "-1"]),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_creates_nothing(
+    serve: Any, tmp_path: Path, args: list[str], env: dict[str, str], says: list[str]
+) -> None:
+    result = serve(*args, env=env)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for words in says:
+        assert words in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert "sessions stored in" not in result.output  # no banner
+    assert not (tmp_path / "s.db").exists()
+    assert not (tmp_path / "nope").exists()
+    assert list((tmp_path / "XDG_RUNTIME_DIR").iterdir()) == []  # no token file
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--db", "{tmp}/missing/s.db"], {}, ["--db", "{tmp}/missing", "create it first"]),
+        (["--db", "{tmp}/a/b/s.db"], {}, ["--db", "{tmp}/a/b does not exist", "create it first"]),
+        (["--db", "{tmp}/file/s.db"], {}, ["--db", "is not a folder"]),
+        ([], {"MCP_AGENT_DB": "{tmp}/missing/s.db"}, ["$MCP_AGENT_DB", "create it first"]),
+    ],
+)
+def test_a_database_in_a_missing_folder_is_an_error(
+    serve: Any, tmp_path: Path, args: list[str], env: dict[str, str], says: list[str]
+) -> None:
+    result = serve(*args, env=env, db=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for words in says:
+        assert words.format(tmp=tmp_path) in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "missing").exists()
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--model", "scripted:echo"],
+        ["--model", "scripted"],
+        ["--model", "scripted:demo"],  # the command line's own scripted model
+        ["--model", "openai:gpt-4o-mini"],  # no key yet: runs fail until one is set
+        ["--model", "openai:some-new-model"],  # an id not in the table: default limits
+        ["--model", "client"],
+        ["--manifests", "{tmp}/good", "--max-depth", "0"],
+        ["--transport", "http", "--no-auth", "--port", "0"],
+        ["--transport", "http", "--no-auth", "--port", "65535"],
+        ["--port", "70000"],  # stdio has no port
+    ],
+)
+def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> None:
+    result = serve(*args)
+    assert result.exit_code == 0, result.output
+    assert "sessions stored in" in result.stderr
+    assert (tmp_path / "s.db").exists()
+
+
+def test_the_default_database_folder_is_still_created(serve: Any, tmp_path: Path) -> None:
+    # The per-user data dir is ours to create; XDG_DATA_HOME puts it in tmp_path.
+    result = serve(db=False, env={"XDG_DATA_HOME": "{tmp}/data"})
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "data" / "mcp-agent-sessions" / "sessions.db").exists()
+
+
+def test_a_real_stdio_server_with_good_flags_answers(tmp_path: Path) -> None:
+    (tmp_path / "m" / "agents").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in OUR_ENV}
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    command += ["--manifests", str(tmp_path / "m"), "--model", "scripted:echo", "--max-depth", "0"]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        out, err = server.communicate((json.dumps(initialize_request(1)) + "\n").encode(), 60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, err
+    answer = json.loads(out.splitlines()[0])
+    assert answer["id"] == 1 and "serverInfo" in answer["result"]
+    assert b"sessions stored in" in err
+
+
+# --- scripted models --------------------------------------------------------------------------
+
+
+def test_an_unknown_scripted_model_names_the_known_ones() -> None:
+    registry = ModelRegistry()
+    with pytest.raises(ModelRegistryError) as error:
+        registry.resolve("scripted:nope")
+    assert "unknown scripted model scripted:nope" in str(error.value)
+    assert "scripted:echo" in str(error.value)
+    assert registry.resolve("scripted").id == "echo"
+    assert registry.resolve("scripted:echo").id == "echo"
+    with pytest.raises(ModelRegistryError, match="scripted:echo"):
+        registry.stream_fn_for(scripted_model("nope"))
+
+
+def test_a_models_file_may_name_scripted_models(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text('[[providers.scripted.models]]\nid = "mine"\n')
+    registry = ModelRegistry.load(path)
+    assert registry.resolve("scripted:mine").id == "mine"
+    registry.stream_fn_for(registry.resolve("scripted:mine"))
+    with pytest.raises(ModelRegistryError, match="scripted:echo, scripted:mine"):
+        registry.resolve("scripted:nope")
+
+
+@pytest.mark.anyio
+async def test_an_unknown_scripted_model_at_run_time_is_an_error(tmp_path: Path) -> None:
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    server = agent_server(tmp_path, {"scripted": lambda _: reply("hi")})
+    async with Client(server) as client:
+        text = await call_error(client, "agent_run", prompt="hi", model="scripted:nope")
+    assert "unknown scripted model scripted:nope" in text and "scripted:echo" in text
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        assert repo.list().items == []  # refused before a session was created
