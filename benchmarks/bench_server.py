@@ -78,7 +78,7 @@ def bare_server() -> MCPServer:
 
 
 def entry(i: int) -> dict[str, Any]:
-    return {"type": "message", "message": {"role": "user", "content": f"message number {i}"}}
+    return {"type": "message", "role": "user", "content": f"message number {i}"}
 
 
 async def per_call(client: Client, session_id: str, calls: int) -> float:

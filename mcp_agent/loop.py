@@ -84,6 +84,12 @@ MessageSource = Callable[[], MaybeAwaitable[Sequence[BaseMessage]]]
 ConvertToLlm = Callable[[list[BaseMessage]], MaybeAwaitable[list[Message]]]
 TransformContext = Callable[[list[BaseMessage], AbortSignal], MaybeAwaitable[list[BaseMessage]]]
 
+# The result of each tool call of an answer that stopped at the output limit.
+CUT_OFF_CALL = (
+    "Tool call not executed: the answer was cut off at the output token limit, so its "
+    "arguments may be incomplete. Issue the call again (shorter, if its arguments are long)."
+)
+
 
 # --- hooks ------------------------------------------------------------------------------------
 
@@ -561,6 +567,9 @@ class _Run:
         ``AgentToolResult`` (an error) when the call must not run."""
         if self.signal.aborted:
             return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+        if assistant.stop_reason == StopReason.LENGTH:
+            # As pi does: arguments cut off at the output limit may be incomplete.
+            return AgentToolResult.error(CUT_OFF_CALL)
         tool = tools.get(call.name)
         if tool is None:
             return AgentToolResult.error(f"Tool {call.name} not found")

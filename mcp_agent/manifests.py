@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
 
 from mcp_agent.messages import ThinkingLevel
 from mcp_agent.wire import describe_validation_error
@@ -72,7 +73,8 @@ class AgentManifest(BaseModel):
         return self.servers is None or server_name in self.servers
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """camelCase, as all JSON this project answers with (the TOML keeps snake_case)."""
+        return {to_camel(key): value for key, value in self.model_dump(mode="json").items()}
 
 
 def shipped_manifests_dir() -> Path:

@@ -71,8 +71,33 @@ class ToolArgumentsError(ValueError):
 _validators: dict[int, tuple[dict[str, Any], Any]] = {}
 
 
+def _with_nulls(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with null for each required top-level property it leaves out that may be
+    null. A schema in OpenAI's strict form lists every property as required, the optional
+    ones nullable (null: the default); a model not in strict mode leaves those out."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return arguments
+    missing = [
+        name
+        for name in schema.get("required", [])
+        if name not in arguments and _allows_null(properties.get(name))
+    ]
+    return {**arguments, **dict.fromkeys(missing)} if missing else arguments
+
+
+def _allows_null(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(_allows_null(variant) for variant in schema.get("anyOf", []))
+
+
 def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
-    """Check ``arguments`` against the tool's schema; return them or raise ToolArgumentsError."""
+    """Check ``arguments`` against the tool's schema; return them (with nulls for the nullable
+    required properties left out, see ``_with_nulls``) or raise ToolArgumentsError."""
     if not isinstance(arguments, dict):
         raise ToolArgumentsError(
             f"arguments for {tool.name} must be a JSON object, got {type(arguments).__name__}"
@@ -89,7 +114,8 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         cached = (tool.parameters, cls(tool.parameters))
         _validators[id(tool.parameters)] = cached
     validator = cached[1]
-    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         problems = []
         for error in errors[:5]:
@@ -97,4 +123,4 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
             where = ".".join(str(p) for p in error.absolute_path) or "(arguments)"
             problems.append(f"{where}: {error.message}")
         raise ToolArgumentsError(f"invalid arguments for {tool.name}: " + "; ".join(problems))
-    return arguments
+    return filled

@@ -8,6 +8,7 @@ the same way (uvicorn, streamable HTTP), so that the difference is what our serv
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
@@ -178,17 +179,25 @@ class LoadResult:
 
 def _entry(rng: random.Random, n: int) -> dict[str, Any]:
     if rng.random() < 0.5:
-        return {"type": "message", "message": {"role": "user", "content": f"question {n}"}}
+        return {"type": "message", "role": "user", "content": f"question {n}"}
+    # An assistant message with usage: in pi's form, as JSON text.
     return {
-        "type": "message",
-        "message": {
-            "role": "assistant",
-            "content": [{"type": "text", "text": f"answer {n} " + "word " * rng.randint(5, 60)}],
-            "provider": "load",
-            "model": "load",
-            "usage": {"input": 100, "output": 20, "totalTokens": 120},
-            "stopReason": "stop",
-        },
+        "type": "pi",
+        "json": json.dumps(
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": f"answer {n} " + "word " * rng.randint(5, 60)}
+                    ],
+                    "provider": "load",
+                    "model": "load",
+                    "usage": {"input": 100, "output": 20, "totalTokens": 120},
+                    "stopReason": "stop",
+                },
+            }
+        ),
     }
 
 

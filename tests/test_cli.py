@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_support import pi_v3
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -117,40 +118,6 @@ def seed(db: Path) -> dict[str, str]:
         )
         ids["leaf"] = ids["other"]
         return ids
-
-
-def pi_v3(entries: int, session_id: str = "01a00000-0000-7000-8000-000000000001") -> str:
-    """A pi v3 file whose entries form one long chain."""
-    lines = [
-        json.dumps(
-            {
-                "type": "session",
-                "version": 3,
-                "id": session_id,
-                "timestamp": "2026-01-01T00:00:00.000Z",
-                "cwd": "/w",
-            }
-        )
-    ]
-    parent = None
-    for i in range(entries):
-        entry_id = f"{i:08x}"
-        role = "user" if i % 2 == 0 else "assistant"
-        content: Any = f"step {i}" if role == "user" else [{"type": "text", "text": f"done {i}"}]
-        message = {"role": role, "content": content, "timestamp": 1767225600000 + i}
-        lines.append(
-            json.dumps(
-                {
-                    "type": "message",
-                    "id": entry_id,
-                    "parentId": parent,
-                    "timestamp": "2026-01-01T00:00:01.000Z",
-                    "message": message,
-                }
-            )
-        )
-        parent = entry_id
-    return "\n".join(lines) + "\n"
 
 
 PI_V1 = (
@@ -436,6 +403,29 @@ def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) 
     assert "cannot read" in errors[2]
     assert all("nothing was imported" in line for line in errors)
     assert "01a00000-0000-7000-8000-0000000000ff" in mixed.stdout
+
+
+def test_import_refuses_a_complete_garbage_last_line_and_notes_a_torn_one(
+    cli: Any, tmp_path: Path
+) -> None:
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text(pi_v3(2, "01a00000-0000-7000-8000-0000000000e1") + "garbage garbage\n")
+    refused = cli("sessions", "import", str(garbage))
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert (
+        refused.stderr.count("\n") == 1
+        and "garbage.jsonl:4: line is not valid JSON" in refused.stderr
+    )
+    assert "Warning" not in refused.stderr and ".py" not in refused.stderr
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(pi_v3(2, "01a00000-0000-7000-8000-0000000000e2") + '{"type":"mess')
+    kept = cli("sessions", "import", "--json", str(torn))
+    assert kept.exit_code == 0
+    notes = json.loads(kept.stdout)["imported"][0]["notes"]
+    assert len(notes) == 1 and "torn.jsonl:4: skipped the last line" in notes[0]
+    assert kept.stderr.count("skipped the last line") == 1 and "Warning" not in kept.stderr
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert [s["id"] for s in listed] == ["01a00000-0000-7000-8000-0000000000e2"]
 
 
 def test_import_shows_progress_on_a_terminal(
@@ -799,3 +789,27 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     answer(printer, "Half an", error="401 Unauthorized")
     printer.end_line()
     assert capsys.readouterr().out == "Half an \n"
+
+
+HELP_COMMANDS = [
+    [],
+    ["serve"],
+    ["run"],
+    ["chat"],
+    ["models"],
+    ["demo"],
+    ["install"],
+    ["sessions"],
+    *[
+        ["sessions", name]
+        for name in ("list", "show", "tree", "export", "import", "fork", "rename", "delete")
+    ],
+]
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")
+def test_help_names_values_in_words_not_python_types(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for python_type in ("<str>", "<int", "<bool>", "<path>", "<float>", "list[", "<Path"):
+        assert python_type not in result.output, (command, python_type)

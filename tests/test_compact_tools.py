@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -56,18 +57,21 @@ async def server(tmp_path: Path, model: Model) -> MCPServer:
 
 
 def message(role: str, text: str) -> dict[str, Any]:
+    """A message entry for session_append, in the pi form (the entry as JSON text)."""
     if role == "user":
-        return {"type": "message", "message": {"role": "user", "content": text}}
-    return {
-        "type": "message",
-        "message": {
-            "role": "assistant",
-            "content": [{"type": "text", "text": text}],
-            "provider": "scripted",
-            "model": "scripted",
-            "stopReason": "stop",
-        },
-    }
+        entry = {"type": "message", "message": {"role": "user", "content": text}}
+    else:
+        entry = {
+            "type": "message",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "provider": "scripted",
+                "model": "scripted",
+                "stopReason": "stop",
+            },
+        }
+    return {"type": "pi", "json": json.dumps(entry)}
 
 
 async def long_session(client: Client, turns: int = 6) -> tuple[str, list[str]]:
@@ -79,29 +83,31 @@ async def long_session(client: Client, turns: int = 6) -> tuple[str, list[str]]:
             appended = await call(
                 client, "session_append", session_id=sid, entry=message(role, text)
             )
-            ids.append(appended["entry_id"])
+            ids.append(appended["entryId"])
     return sid, ids
 
 
 async def test_session_compact(client: Client, model: Model) -> None:
     sid, ids = await long_session(client)
     result = await call(client, "session_compact", session_id=sid, instructions="the plan")
-    assert result["session_id"] == sid and result["compaction_id"]
+    assert result["sessionId"] == sid and result["compactionId"]
     assert result["summary"] == "SERVER SUMMARY"
-    assert result["tokens_before"] > 30_000 > result["tokens_after"] > 20_000
+    assert result["tokensBefore"] > 30_000 > result["tokensAfter"] > 20_000
     (prompt,) = model.prompts
     assert prompt.endswith("Additional focus: the plan")
     assert "question 0" in prompt and "question 5" not in prompt
 
-    context = await call(client, "session_context", session_id=sid)
+    context = await call(client, "session_context", session_id=sid, limit=0)
     assert context["messages"][0]["role"] == "compactionSummary"
     assert context["messages"][0]["summary"] == "SERVER SUMMARY"
     assert context["messages"][-1]["content"][0]["text"] == "answer 5"
     # Nothing is deleted: every entry is still in the session, the compaction after them.
-    entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
+    entries = (await call(client, "session_get", session_id=sid, view="entries", limit=0))[
+        "entries"
+    ]
     assert [e["id"] for e in entries if e["type"] == "message"] == ids
     (compaction,) = [e for e in entries if e["type"] == "compaction"]
-    assert compaction["id"] == result["compaction_id"]
+    assert compaction["id"] == result["compactionId"]
     assert compaction["firstKeptEntryId"] in ids[2:]
     assert compaction["details"] == {"readFiles": [], "modifiedFiles": []}
 
@@ -114,23 +120,23 @@ async def test_session_compact_bad_input_writes_nothing(client: Client, model: M
 
     small = (await call(client, "session_create"))["id"]
     await call(client, "session_append", session_id=small, entry=message("user", "hi"))
-    before = await call(client, "session_export", session_id=small)
+    before = await call(client, "session_export", session_id=small, limit=0)
     assert "nothing to compact" in await call_error(client, "session_compact", session_id=small)
-    assert (await call(client, "session_export", session_id=small)) == before
+    assert (await call(client, "session_export", session_id=small, limit=0)) == before
 
     sid, _ = await long_session(client)
-    before = await call(client, "session_export", session_id=sid)
+    before = await call(client, "session_export", session_id=sid, limit=0)
     text = await call_error(client, "session_compact", session_id=sid, instructions="FAIL")
     assert "the summariser is down" in text
-    assert (await call(client, "session_export", session_id=sid)) == before
+    assert (await call(client, "session_export", session_id=sid, limit=0)) == before
     assert len(model.prompts) == 1
 
 
 async def test_session_compact_refuses_while_a_run_is_active(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
-    text = await call_error(client, "session_compact", session_id=run["session_id"])
-    assert "busy" in text and run["run_id"] in text
-    await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    text = await call_error(client, "session_compact", session_id=run["sessionId"])
+    assert "busy" in text and run["runId"] in text
+    await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
 
 
 async def while_summarising(
@@ -177,7 +183,7 @@ async def test_nothing_else_writes_while_the_model_summarises(client: Client, mo
         lambda: call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True),
         lambda: refused("session_move_to"),
     )
-    assert moved["branch_summary_id"]
+    assert moved["branchSummaryId"]
     # Once done, the session takes runs again.
     assert (await call(client, "agent_run", prompt="after", session_id=sid))[
         "status"
@@ -195,26 +201,26 @@ async def test_move_to_with_a_model_written_branch_summary(client: Client, model
     ):
         ids.append(
             (await call(client, "session_append", session_id=sid, entry=message(role, text)))[
-                "entry_id"
+                "entryId"
             ]
         )
     moved = await call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True)
-    assert moved["branch_summary_id"] and moved["leaf_id"] == moved["branch_summary_id"]
+    assert moved["branchSummaryId"] and moved["leafId"] == moved["branchSummaryId"]
     (prompt,) = model.prompts
     conversation = prompt.split("</conversation>")[0]
     assert "abandoned idea" in conversation and "tried it" in conversation
     assert "common" not in conversation
-    context = await call(client, "session_context", session_id=sid)
+    context = await call(client, "session_context", session_id=sid, limit=0)
     last = context["messages"][-1]
     assert last["role"] == "branchSummary" and "SERVER SUMMARY" in last["summary"]
 
-    before = await call(client, "session_export", session_id=sid)
+    before = await call(client, "session_export", session_id=sid, limit=0)
     text = await call_error(
         client, "session_move_to", session_id=sid, entry_id="ffffffff", summarize=True
     )
     assert "not_found" in text
     text = await call_error(
-        client, "session_move_to", session_id=sid, entry_id=moved["leaf_id"], summarize=True
+        client, "session_move_to", session_id=sid, entry_id=moved["leafId"], summarize=True
     )
     assert "nothing to summarise" in text
-    assert (await call(client, "session_export", session_id=sid)) == before
+    assert (await call(client, "session_export", session_id=sid, limit=0)) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -53,7 +54,9 @@ async def test_agent_calls_downstream_tool_and_survives_a_kill(tmp_path: Path) -
         again = await run(client, 'call t__echo {"text": "back"}')
         assert again["answer"] == "ok: back"
 
-        session = await client.call_tool("session_get", {"session_id": killed["session_id"]})
+        session = await client.call_tool(
+            "session_get", {"session_id": killed["sessionId"], "limit": 0}
+        )
         results = [
             e["message"]
             for e in session.structured_content["entries"]
@@ -69,7 +72,7 @@ async def test_abort_mid_call_leaves_no_orphan_process(tmp_path: Path) -> None:
         pid = int((await run(client, "call t__pid"))["answer"].removeprefix("ok: "))
         started = await run(client, 'call t__slow {"seconds": 30}', wait=False)
         await anyio.sleep(0.5)
-        cancelled = await client.call_tool("agent_cancel", {"run_id": started["run_id"]})
+        cancelled = await client.call_tool("agent_cancel", {"run_id": started["runId"]})
         assert cancelled.structured_content["status"] == "aborted"
         assert alive(pid)  # the server stays up for the next call
     # Closing the server stops every downstream child.
@@ -99,7 +102,7 @@ async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     async with Client(server) as client:
         done = await run(client, "hi")
         entries = await client.call_tool(
-            "session_get", {"session_id": done["session_id"], "view": "entries"}
+            "session_get", {"session_id": done["sessionId"], "view": "entries", "limit": 0}
         )
     errors = [
         e
@@ -107,6 +110,16 @@ async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
         if e.get("customType") == "tool_server_error"
     ]
     assert errors and "'broken'" in errors[0]["data"]["error"]
+
+
+# agent_run's advertised schema is in OpenAI strict form: every argument is required, the
+# optional ones given as null; the parent's tool loop checks calls against that schema.
+CHILD_RUN_DEFAULTS = {"session_id": None, "agent": None, "model": None, "wait": None}
+
+
+def child_run_call(prompt: str) -> str:
+    """A prompt that has the scripted model call the child's agent_run on ``prompt``."""
+    return "call child__agent_run " + json.dumps({"prompt": prompt, **CHILD_RUN_DEFAULTS})
 
 
 def child_server(db: Path, *extra: str) -> dict[str, Any]:
@@ -121,9 +134,11 @@ async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> Non
         tmp_path, {"scripted": provider}, servers={"child": child_server(child_db)}
     )
     async with Client(server) as client:
-        done = await run(client, 'call child__agent_run {"prompt": "count to three"}')
+        done = await run(client, child_run_call("count to three"))
         assert done["answer"].startswith("ok: ")
-        entries = await client.call_tool("session_get", {"session_id": done["session_id"]})
+        entries = await client.call_tool(
+            "session_get", {"session_id": done["sessionId"], "limit": 0}
+        )
     [result] = [
         e["message"]
         for e in entries.structured_content["entries"]
@@ -137,8 +152,8 @@ async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> Non
     from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
     with SqliteSessionRepo(child_db) as repo:
-        child = repo.open(child_run["session_id"])
-        assert child.header.parent_session == done["session_id"]
+        child = repo.open(child_run["sessionId"])
+        assert child.header.parent_session == done["sessionId"]
         assert [e.message.role for e in child.get_branch() if e.type == "message"] == [
             "user",
             "assistant",
@@ -153,5 +168,5 @@ async def test_depth_limit_holds_across_processes(tmp_path: Path) -> None:
         servers={"child": child_server(tmp_path / "child.db", "--max-depth", "0")},
     )
     async with Client(server) as client:
-        done = await run(client, 'call child__agent_run {"prompt": "hi"}')
+        done = await run(client, child_run_call("hi"))
     assert done["answer"].startswith("error: ") and "depth limit" in done["answer"]

@@ -241,6 +241,9 @@ def test_serve_help_names_the_http_flags() -> None:
         "MCP_AGENT_NOTIFICATION_TIMEOUT",
     ):
         assert flag in done.stdout, flag
+    # Values named in words (no Python types: test_cli checks every command for those).
+    for metavar in ("HOST", "PORT", "FILE", "FOLDER", "PROVIDER:MODEL", "SECONDS", " N "):
+        assert metavar in done.stdout, metavar
 
 
 # --- session limits ---------------------------------------------------------------------------

@@ -364,6 +364,57 @@ async def test_prepare_arguments_runs_before_validation():
     assert not messages[2].is_error
 
 
+async def test_tool_calls_of_an_answer_cut_off_at_the_output_limit_do_not_run():
+    ran = []
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        ran.append(params)
+        return AgentToolResult.text("ran")
+
+    cut = reply(
+        tool_call("bash", {"command": "rm -rf /tmp/x"}, id="1"), stop_reason=StopReason.LENGTH
+    )
+    again = reply(tool_call("bash", {"command": "ls"}, id="2"))
+    provider = ScriptedProvider([cut, again, reply("done")])
+    messages, _ = await run(provider, tools=[make_tool("bash", execute, BASH.parameters)])
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolResultMessage)}
+    assert results["1"].is_error and "cut off at the output token limit" in results["1"].text
+    assert "Issue the call again" in results["1"].text
+    assert ran == [{"command": "ls"}]  # only the call of the complete answer ran
+    assert messages[-1].text == "done"
+
+
+async def test_a_strict_schemas_nullable_arguments_may_be_left_out():
+    """Strict form lists every property as required, the optional ones nullable: a model not
+    in strict mode leaves those out, and they arrive as null; a required non-null one is still
+    required."""
+    got = []
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        got.append(params)
+        return AgentToolResult.text("ok")
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "prompt": {"type": "string"},
+            "session": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "wait": {"type": ["boolean", "null"]},
+        },
+        "required": ["prompt", "session", "wait"],
+        "additionalProperties": False,
+    }
+    tool = make_tool("ask", execute, schema)
+    calls = reply(
+        tool_call("ask", {"prompt": "hi"}, id="1"), tool_call("ask", {"wait": True}, id="2")
+    )
+    messages, _ = await run(ScriptedProvider([calls, reply("ok")]), tools=[tool])
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolResultMessage)}
+    assert got == [{"prompt": "hi", "session": None, "wait": None}]
+    assert not results["1"].is_error
+    assert results["2"].is_error and "'prompt' is a required property" in results["2"].text
+
+
 async def test_tool_updates_are_emitted_between_start_and_end():
     async def execute(tool_call_id, params, signal, on_update, context):
         for i in range(3):

@@ -64,7 +64,7 @@ class Sessions:
         return structured
 
     async def append(self, session: str, session_id: str) -> None:
-        entry = {"type": "message", "message": {"role": "user", "content": "hi"}}
+        entry = {"type": "message", "role": "user", "content": "hi"}
         await self.tool(session, "session_append", session_id=session_id, entry=entry)
 
 

@@ -212,7 +212,10 @@ async def test_client_without_sampling_gets_guidance() -> None:
         final = await ask(client)
     assert final.stop_reason == StopReason.ERROR
     assert "did not declare the sampling capability" in final.error_message
-    assert "set OPENAI_API_KEY and use --model openai:gpt-4o-mini" in final.error_message
+    assert (
+        "openai:gpt-4o-mini (with OPENAI_API_KEY set where the server runs)" in final.error_message
+    )
+    assert "--model" not in final.error_message
     assert "models.toml" in final.error_message
 
 
@@ -222,7 +225,8 @@ async def test_modern_protocol_gets_guidance() -> None:
         final = await ask(client)
     assert final.stop_reason == StopReason.ERROR
     assert "2026-07-28" in final.error_message
-    assert "--model openai:gpt-4o-mini" in final.error_message
+    assert "Choose another model for the run: openai:gpt-4o-mini" in final.error_message
+    assert "--model" not in final.error_message
     assert model.requests == []
 
 

@@ -24,7 +24,14 @@ import pytest
 from agent_support import check_tool_results
 from mcp import Client
 from mcp.server import MCPServer
-from mcp_support import TEST_AGENTS, agent_server, call, tool_responder, tool_server
+from mcp_support import (
+    CALL_LIMIT_S,
+    TEST_AGENTS,
+    agent_server,
+    call,
+    tool_responder,
+    tool_server,
+)
 from providers_support import OA_DONE, Reply, ScriptServer, oa_chunk, oa_text_reply, script_server
 from reliability_support import FULL, check_tree, size
 
@@ -48,15 +55,36 @@ SWEEP = size(8, 40)
 
 async def check_session(client: Client, session_id: str) -> list[Any]:
     """The session is whole; returns the messages of its current branch."""
-    every = await call(client, "session_get", session_id=session_id, view="entries")
+    every = await call(client, "session_get", session_id=session_id, view="entries", limit=0)
+    assert not every["truncated"] and len(every["entries"]) == every["total"]
     entries = [parse_entry(e) for e in every["entries"]]
-    check_tree(entries, every["leaf_id"], f"session {session_id}")
-    branch = await call(client, "session_get", session_id=session_id)
+    check_tree(entries, every["leafId"], f"session {session_id}")
+    branch = await call(client, "session_get", session_id=session_id, limit=0)
+    assert not branch["truncated"] and len(branch["entries"]) == branch["total"]
     messages = [parse_message(e["message"]) for e in branch["entries"] if e["type"] == "message"]
     check_tool_results(messages, f"session {session_id}")
-    context = await call(client, "session_context", session_id=session_id)
+    context = await call(client, "session_context", session_id=session_id, limit=0)
+    assert not context["truncated"] and len(context["messages"]) == context["total"]
     check_tool_results((parse_message(m) for m in context["messages"]), "context")
     return messages
+
+
+async def run_agent(client: Client, **arguments: Any) -> dict[str, Any]:
+    """agent_run's run info, however the run ended. A run that ends in error or is aborted
+    is a tool error whose structured content still holds the run, and whose text says how it
+    ended; one that completed is not."""
+    with anyio.fail_after(CALL_LIMIT_S):
+        result = await client.call_tool("agent_run", arguments)
+    info = result.structured_content
+    assert info is not None, result.content[0].text
+    failed = info["status"] in ("error", "aborted")
+    assert result.is_error == failed, (result.is_error, info)
+    if failed:
+        text = result.content[0].text
+        assert text.startswith(f"the run ended {info['status']}: "), text
+        if info["error"]:
+            assert text.splitlines()[0].endswith(info["error"].splitlines()[0]), text
+    return info
 
 
 def last_assistant(messages: list[Any]) -> AssistantMessage:
@@ -90,17 +118,17 @@ async def test_a_downstream_server_that_crashes_mid_call(tmp_path: Path) -> None
         crashed = await call(client, "agent_run", prompt="call t__crash")
         assert crashed["status"] == "completed"  # the model saw the error and answered
         assert crashed["answer"].startswith("error: ") and "'t'" in crashed["answer"]
-        messages = await check_session(client, crashed["session_id"])
+        messages = await check_session(client, crashed["sessionId"])
         assert [m.is_error for m in messages if m.role == "toolResult"] == [True]
         # The server is started again for the next call.
         again = await call(
             client,
             "agent_run",
             prompt='call t__echo {"text": "back"}',
-            session_id=crashed["session_id"],
+            session_id=crashed["sessionId"],
         )
         assert again["answer"] == "ok: back"
-        await check_session(client, crashed["session_id"])
+        await check_session(client, crashed["sessionId"])
 
 
 async def test_a_downstream_server_that_hangs_is_cut_off(tmp_path: Path) -> None:
@@ -110,9 +138,9 @@ async def test_a_downstream_server_that_hangs_is_cut_off(tmp_path: Path) -> None
             hung = await call(client, "agent_run", prompt='call t__slow {"seconds": 30}')
         assert hung["status"] == "completed"
         assert "within 0.5 s" in hung["answer"] and "'t'" in hung["answer"]
-        await check_session(client, hung["session_id"])
+        await check_session(client, hung["sessionId"])
         again = await call(
-            client, "agent_run", prompt='call t__echo {"text": "up"}', session_id=hung["session_id"]
+            client, "agent_run", prompt='call t__echo {"text": "up"}', session_id=hung["sessionId"]
         )
         assert again["answer"] == "ok: up"
 
@@ -133,10 +161,12 @@ async def test_a_downstream_server_that_never_starts_does_not_hold_up_runs(
         with anyio.fail_after(40):
             done = await call(client, "agent_run", prompt='call t__echo {"text": "still here"}')
         assert done["answer"] == "ok: still here"
-        entries = await call(client, "session_get", session_id=done["session_id"], view="entries")
+        entries = await call(
+            client, "session_get", session_id=done["sessionId"], view="entries", limit=0
+        )
         errors = [e for e in entries["entries"] if e.get("customType") == "tool_server_error"]
         assert errors and "'silent'" in errors[0]["data"]["error"]
-        await check_session(client, done["session_id"])
+        await check_session(client, done["sessionId"])
 
 
 async def test_a_downstream_server_that_writes_garbage_first_still_works(tmp_path: Path) -> None:
@@ -148,7 +178,7 @@ async def test_a_downstream_server_that_writes_garbage_first_still_works(tmp_pat
     async with Client(server) as client:
         done = await call(client, "agent_run", prompt='call g__echo {"text": "through"}')
         assert done["status"] == "completed" and done["answer"] == "ok: through"
-        await check_session(client, done["session_id"])
+        await check_session(client, done["sessionId"])
 
 
 # --- a model API that fails -------------------------------------------------------------------
@@ -206,15 +236,15 @@ async def test_a_failing_model_api_ends_the_run_with_error(
     model_api.add(oa_text_reply("Fine ", "now."))
     async with Client(api_server(tmp_path)) as client:
         with anyio.fail_after(30):
-            failed = await call(client, "agent_run", prompt="hello")
+            failed = await run_agent(client, prompt="hello")
         assert failed["status"] == "error", failed
         assert failed["error"]
-        messages = await check_session(client, failed["session_id"])
+        messages = await check_session(client, failed["sessionId"])
         assert last_assistant(messages).stop_reason == "error"
         assert last_assistant(messages).error_message
-        done = await call(client, "agent_run", prompt="again", session_id=failed["session_id"])
+        done = await call(client, "agent_run", prompt="again", session_id=failed["sessionId"])
         assert done["status"] == "completed" and done["answer"] == "Fine now."
-        messages = await check_session(client, failed["session_id"])
+        messages = await check_session(client, failed["sessionId"])
         # The failed answer stays in the session; the model is not shown it again.
         assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
         sent = model_api.requests[-1].json()["messages"]
@@ -239,8 +269,8 @@ async def test_a_passing_model_error_is_retried(
     model_api.add(oa_text_reply("Fine ", "now."))
     async with Client(api_server(tmp_path, retries=3)) as client:
         with anyio.fail_after(30):
-            run = await call(client, "agent_run", prompt="hello")
-        messages = await check_session(client, run["session_id"])
+            run = await run_agent(client, prompt="hello")
+        messages = await check_session(client, run["sessionId"])
         if fault == "500":
             assert run["status"] == "error" and len(model_api.requests) == 4
             return
@@ -285,12 +315,12 @@ async def test_a_model_api_that_fails_mid_tool_loop(
     model_api.add(Reply(body=first), *[error_reply(503)] * 4, oa_text_reply("recovered"))
     async with Client(api_server(tmp_path)) as client:
         with anyio.fail_after(30):
-            failed = await call(client, "agent_run", prompt="use a tool")
+            failed = await run_agent(client, prompt="use a tool")
         assert failed["status"] == "error", failed
-        messages = await check_session(client, failed["session_id"])
+        messages = await check_session(client, failed["sessionId"])
         assert [m.role for m in messages] == ["user", "assistant", "toolResult", "assistant"]
         assert messages[2].is_error  # the unknown agent "ghost"
-        await next_run_works(client, failed["session_id"])
+        await next_run_works(client, failed["sessionId"])
 
 
 # --- cancellation at every stage --------------------------------------------------------------
@@ -369,8 +399,8 @@ async def test_cancel_at_each_stage_leaves_a_whole_session(tmp_path: Path, stage
             elif stage == "during a downstream tool":
 
                 async def tool_running() -> bool:
-                    status = await call(client, "agent_status", run_id=run["run_id"])
-                    return "t__slow" in status["last_event"]
+                    status = await call(client, "agent_status", run_id=run["runId"])
+                    return "t__slow" in status["lastEvent"]
 
                 await wait_until(tool_running)
             elif stage == "during a sub-agent (nested run)":
@@ -380,9 +410,9 @@ async def test_cancel_at_each_stage_leaves_a_whole_session(tmp_path: Path, stage
                 await stages.second_call.wait()
             else:
                 await stages.model_called.wait()
-            cancelled = await call(client, "agent_cancel", run_id=run["run_id"])
+            cancelled = await call(client, "agent_cancel", run_id=run["runId"])
         assert cancelled["status"] == "aborted", cancelled
-        messages = await check_session(client, run["session_id"])
+        messages = await check_session(client, run["sessionId"])
         final = last_assistant(messages)
         assert final.stop_reason == "aborted", final
         if stage.startswith("after a tool result"):
@@ -390,11 +420,11 @@ async def test_cancel_at_each_stage_leaves_a_whole_session(tmp_path: Path, stage
         if stage == "during a sub-agent (nested run)":
             # The child run was aborted with its parent, and its session is whole too.
             runs = (await call(client, "agent_runs"))["runs"]
-            child = next(r for r in runs if r["run_id"] != run["run_id"])
+            child = next(r for r in runs if r["runId"] != run["runId"])
             assert child["status"] in ("aborted", "error"), child
-            child_messages = await check_session(client, child["session_id"])
+            child_messages = await check_session(client, child["sessionId"])
             assert last_assistant(child_messages).stop_reason == "aborted"
-        await next_run_works(client, run["session_id"])
+        await next_run_works(client, run["sessionId"])
 
 
 async def test_cancel_at_random_moments(tmp_path: Path) -> None:
@@ -412,9 +442,9 @@ async def test_cancel_at_random_moments(tmp_path: Path) -> None:
                     client, "agent_run", prompt="mixed", session_id=session_id, wait=False
                 )
                 await anyio.sleep(delay)
-                ended = await call(client, "agent_cancel", run_id=run["run_id"])
+                ended = await call(client, "agent_cancel", run_id=run["runId"])
             else:
-                earlier = {r["run_id"] for r in (await call(client, "agent_runs"))["runs"]}
+                earlier = {r["runId"] for r in (await call(client, "agent_runs"))["runs"]}
                 with anyio.move_on_after(delay):
                     await client.call_tool(
                         "agent_run", {"prompt": "mixed", "session_id": session_id}
@@ -427,7 +457,7 @@ async def test_cancel_at_random_moments(tmp_path: Path) -> None:
                 await wait_until(idle)
                 runs = (await call(client, "agent_runs"))["runs"]
                 started = [
-                    r for r in runs if r["run_id"] not in earlier and r["session_id"] == session_id
+                    r for r in runs if r["runId"] not in earlier and r["sessionId"] == session_id
                 ]
                 if not started:  # dropped before the run began: nothing may have been written
                     outcomes["never started"] = outcomes.get("never started", 0) + 1

@@ -422,14 +422,31 @@ def portal_client(
             yield portal, client
 
 
-def schema_values(schema: dict[str, Any], hint: st.SearchStrategy[Any] | None) -> Any:
-    """Values for one property that its schema allows (or its hint gives)."""
+def may_leave_out(schema: dict[str, Any]) -> bool:
+    """Whether a property looks optional in a strict schema, where every property is listed as
+    required: an optional one is nullable (null meaning its default) or states its default in
+    its description. (Leaving out one that is not must be a clear error, which is checked
+    too.)"""
+    nullable = any(option.get("type") == "null" for option in schema.get("anyOf", []))
+    return nullable or "Default:" in schema.get("description", "")
+
+
+def schema_values(
+    schema: dict[str, Any],
+    hint: st.SearchStrategy[Any] | None,
+    hints: dict[str, Any] | None = None,
+) -> Any:
+    """Values for one property that its schema allows (or its hint gives). ``hints`` are for
+    the properties of objects inside it, by name."""
     if hint is not None:
         return hint
+    hints = hints or {}
+    if "const" in schema:
+        return st.just(schema["const"])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     if "anyOf" in schema:
-        return st.one_of([schema_values(s, None) for s in schema["anyOf"]])
+        return st.one_of([schema_values(s, None, hints) for s in schema["anyOf"]])
     kind = schema.get("type")
     if kind == "string":
         return st.text(max_size=40)
@@ -441,6 +458,23 @@ def schema_values(schema: dict[str, Any], hint: st.SearchStrategy[Any] | None) -
         return st.booleans()
     if kind == "null":
         return st.none()
+    if kind == "array":
+        return st.lists(schema_values(schema.get("items", {}), None, hints), max_size=3)
+    if kind == "object" and schema.get("properties"):
+        # A closed object (strict form): its own properties, sometimes one left out.
+        properties = schema["properties"]
+        return st.fixed_dictionaries(
+            {
+                key: schema_values(prop, hints.get(key), hints)
+                for key, prop in properties.items()
+                if not may_leave_out(prop)
+            },
+            optional={
+                key: schema_values(prop, hints.get(key), hints)
+                for key, prop in properties.items()
+                if may_leave_out(prop)
+            },
+        )
     if kind == "object":
         return st.dictionaries(st.text(max_size=8), json_values, max_size=4)
     return json_values
@@ -450,21 +484,22 @@ def schema_values(schema: dict[str, Any], hint: st.SearchStrategy[Any] | None) -
 def tool_arguments(
     draw: st.DrawFn, schema: dict[str, Any], hints: dict[str, Any]
 ) -> dict[str, Any]:
-    """Arguments for one tool by its input schema (with hints for ids and names), half of them
-    spoilt: one argument of the wrong kind, a required one missing, an unknown key, or a dict
-    that is nothing like the schema."""
+    """Arguments for one tool by its (strict) input schema, with hints for ids and names; the
+    optional ones sometimes left out, as the server allows. Half of them spoilt: one argument
+    of the wrong kind, one missing, an unknown key, or a dict that is nothing like the
+    schema."""
     properties: dict[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", []))
     arguments = {
-        key: draw(schema_values(prop, hints.get(key)))
+        key: draw(schema_values(prop, hints.get(key), hints))
         for key, prop in properties.items()
-        if key in required or draw(st.booleans())
+        if not may_leave_out(prop) or draw(st.booleans())
     }
     spoil = draw(st.sampled_from(["none"] * 5 + ["wrong", "wrong", "missing", "unknown", "junk"]))
     if spoil == "wrong" and properties:
         arguments[draw(st.sampled_from(sorted(properties)))] = draw(json_values)
-    elif spoil == "missing" and required:
-        del arguments[draw(st.sampled_from(sorted(required)))]
+    elif spoil == "missing" and required & set(arguments):
+        del arguments[draw(st.sampled_from(sorted(required & set(arguments))))]
     elif spoil == "unknown":
         arguments[draw(st.text(min_size=1, max_size=8))] = draw(json_values)
     elif spoil == "junk":
@@ -472,19 +507,44 @@ def tool_arguments(
     return arguments
 
 
-def fuzz_hints(session_ids: list[str], entry_ids: list[str]) -> dict[str, Any]:
-    entry_json = st.one_of(
+def fuzz_hints(
+    session_ids: list[str], entry_ids: list[str], entry_schema: dict[str, Any]
+) -> dict[str, Any]:
+    # Entries in pi's v3 form, as session_append took them before its closed forms: now the
+    # text of a {"type": "pi"} entry, and (given as they are) refused.
+    pi_entries = st.one_of(
         entries.map(lambda e: {k: v for k, v in e.items() if k not in ("id", "parentId")}),
         st.fixed_dictionaries({"type": st.just("message"), "message": messages}),
         st.fixed_dictionaries(
             {"type": st.just("label"), "targetId": st.sampled_from(entry_ids), "label": st.text()}
         ),
     )
+    json_text = st.one_of(json_values.map(json.dumps), st.text(max_size=20))
+    # For the properties inside an entry, by name.
+    inner = {
+        "targetId": st.one_of(st.sampled_from(entry_ids), st.text(max_size=10)),
+        "json": st.one_of(pi_entries.map(json.dumps), json_text),
+        "data": st.one_of(st.none(), json_text),
+        "details": st.one_of(st.none(), json_text),
+    }
+    entry_json = st.one_of(
+        schema_values(entry_schema, None, inner),  # the closed forms the schema lists
+        schema_values(entry_schema, None, inner),
+        pi_entries,
+    )
     ids = st.one_of(st.sampled_from(session_ids), st.text(max_size=40))
     return {
         "session_id": ids,
-        "entry_id": st.one_of(st.none(), st.sampled_from(entry_ids), st.text(max_size=10)),
+        "entry_id": st.one_of(
+            st.none(), st.just("root"), st.sampled_from(entry_ids), st.text(max_size=10)
+        ),
         "entry": entry_json,
+        "metadata": st.one_of(
+            st.just(""),
+            st.dictionaries(st.text(max_size=8), json_values, max_size=3).map(json.dumps),
+            json_text,
+        ),
+        "limit": st.one_of(st.none(), st.integers(0, 60), st.integers()),
         "jsonl": st.one_of(mutated_pi_files(), st.text(max_size=100)),
         "run_id": st.text(max_size=14),
         "model": st.one_of(
@@ -494,7 +554,12 @@ def fuzz_hints(session_ids: list[str], entry_ids: list[str]) -> dict[str, Any]:
         ),
         "agent": st.one_of(st.none(), st.sampled_from(["default", "helper", "loner", "ghost"])),
         "wait_seconds": st.floats(0, 0.2),
-        "cursor": st.one_of(st.none(), st.text(max_size=30)),
+        "cursor": st.one_of(
+            st.none(),
+            st.integers(-2, 60).map(lambda n: f"before:{n}"),
+            st.integers(-2, 60).map(lambda n: f"from:{n}"),
+            st.text(max_size=30),
+        ),
     }
 
 
@@ -503,14 +568,44 @@ async def call_tool(client: Client, name: str, arguments: dict[str, Any]) -> Any
         return await client.call_tool(name, arguments)
 
 
+async def all_runs(client: Client) -> list[dict[str, Any]]:
+    """Every run of the server, page by page."""
+    runs: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = await client.call_tool("agent_runs", {"limit": 100, "cursor": cursor})
+        assert not page.is_error, page.content[0].text
+        runs += page.structured_content["runs"]
+        cursor = page.structured_content["nextCursor"]
+        if cursor is None:
+            return runs
+
+
 async def settle(client: Client) -> None:
     """Wait until no run is going (a detached run may still be writing)."""
     with anyio.fail_after(30):
         while True:
-            runs = (await client.call_tool("agent_runs", {})).structured_content["runs"]
-            if all(run["status"] != "running" for run in runs):
+            if all(run["status"] != "running" for run in await all_runs(client)):
                 return
             await anyio.sleep(0.02)
+
+
+def check_strict(name: str, schema: dict[str, Any]) -> None:
+    """The input schema is in OpenAI's strict form, which the arguments are drawn from: every
+    object closed with all its properties required, no defaults, no oneOf, no references."""
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        assert not {"default", "oneOf", "$ref", "$defs"} & set(node), (name, node)
+        if node.get("type") == "object":
+            assert node.get("additionalProperties") is False, (name, node)
+            assert node.get("required", []) == list(node.get("properties", {})), (name, node)
+        pending.extend(v for v in node.values() if isinstance(v, dict | list))
 
 
 def stored_data(db: Path) -> tuple[Any, ...]:
@@ -540,6 +635,8 @@ def test_every_tool_answers_bad_arguments_with_a_clear_error(
     server = make_server(tmp_path)
     with portal_client(server) as (portal, client):
         tools = {t.name: t.input_schema for t in portal.call(client.list_tools).tools}
+        for name, schema in tools.items():
+            check_strict(name, schema)
         created = portal.call(call_tool, client, "session_create", {"name": "anchor"})
         anchor = created.structured_content["id"]
         entry_ids = []
@@ -550,13 +647,17 @@ def test_every_tool_answers_bad_arguments_with_a_clear_error(
                 "session_append",
                 {
                     "session_id": anchor,
-                    "entry": {"type": "message", "message": {"role": "user", "content": text}},
+                    "entry": {"type": "message", "role": "user", "content": text},
                 },
             )
-            entry_ids.append(appended.structured_content["entry_id"])
-        exported = portal.call(call_tool, client, "session_export", {"session_id": anchor})
+            assert not appended.is_error, appended.content[0].text
+            entry_ids.append(appended.structured_content["entryId"])
+        exported = portal.call(
+            call_tool, client, "session_export", {"session_id": anchor, "limit": 0}
+        )
+        assert not exported.structured_content["truncated"]
         saved = exported.structured_content["jsonl"]
-        hints = fuzz_hints([anchor], entry_ids)
+        hints = fuzz_hints([anchor], entry_ids, tools["session_append"]["properties"]["entry"])
         db = tmp_path / "sessions.db"
 
         def check(name: str, arguments: dict[str, Any]) -> None:
@@ -569,12 +670,30 @@ def test_every_tool_answers_bad_arguments_with_a_clear_error(
             except MCPError as error:  # a protocol-level error is still an answer, not a crash
                 pytest.fail(f"{name}({arguments!r}) raised a protocol error: {error}")
             text = " ".join(getattr(block, "text", "") for block in result.content)
-            if result.is_error:
-                # A clear error: more than the SDK's bare "Error executing tool X", which is
-                # what an unexpected exception (a crash inside the tool) turns into.
+            run = result.structured_content if name == "agent_run" else None
+            if result.is_error and run is not None and text.startswith("the run ended "):
+                # A run that began and ended in error or aborted: a tool error that still
+                # holds the run (which wrote to its session).
+                assert run["status"] in ("error", "aborted"), (name, arguments, run)
+                assert text.startswith(f"the run ended {run['status']}: "), text
+            elif result.is_error:
+                # A clear error: one line that names the tool and says what was wrong. Not the
+                # SDK's bare "Error executing tool X", which is what an unexpected exception
+                # (a crash inside the tool) turns into, nor that with its prefix ("X: Error
+                # executing tool Y" from a crash further in).
                 assert text.strip() and text.strip() != f"Error executing tool {name}", (
                     f"{name}({arguments!r}) crashed: {text!r}"
                 )
+                assert "Error executing tool" not in text, f"{name}({arguments!r}): {text!r}"
+                message = text.strip().removeprefix(f"{name}: ")
+                assert message != text.strip() and message.strip(), (
+                    f"{name}({arguments!r}): the error does not start '{name}: ': {text!r}"
+                )
+                # One line, but for what the call gave, echoed (a session id with a newline).
+                for value in arguments.values():
+                    if isinstance(value, str) and value:
+                        message = message.replace(value, "…")
+                assert "\n" not in message, f"{name}({arguments!r}): not one line: {text!r}"
                 portal.call(settle, client)
                 assert stored_data(db) == before, (
                     f"{name}({arguments!r}) failed ({text}) but changed stored data"

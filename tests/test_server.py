@@ -68,7 +68,12 @@ def server(tmp_path: Path) -> MCPServer:
 
 
 def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "message": {"role": "user", "content": text}}
+    return {"type": "message", "role": "user", "content": text}
+
+
+def pi(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry in pi's v3 form, for session_append (the kinds it has no simple form for)."""
+    return {"type": "pi", "json": json.dumps(entry)}
 
 
 # --- the surface ------------------------------------------------------------------------------
@@ -86,7 +91,7 @@ async def test_public_tools_have_output_schemas(client: Client) -> None:
 
 
 async def test_session_lifecycle(client: Client) -> None:
-    created = await call(client, "session_create", name="first", metadata={"k": 1})
+    created = await call(client, "session_create", name="first", metadata=json.dumps({"k": 1}))
     sid = created["id"]
     assert created["name"] == "first"
     a = await call(client, "session_append", session_id=sid, entry=user("hello"))
@@ -94,66 +99,77 @@ async def test_session_lifecycle(client: Client) -> None:
         client,
         "session_append",
         session_id=sid,
-        entry={
-            "type": "message",
-            "message": {
-                "role": "assistant",
-                "content": [{"type": "text", "text": "hi there"}],
-                "provider": "openai",
-                "model": "gpt-4o",
-                "usage": {"input": 10, "output": 5, "totalTokens": 15},
-                "stopReason": "stop",
-            },
-        },
+        entry=pi(
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "hi there"}],
+                    "provider": "openai",
+                    "model": "gpt-4o",
+                    "usage": {"input": 10, "output": 5, "totalTokens": 15},
+                    "stopReason": "stop",
+                },
+            }
+        ),
     )
     await call(
         client,
         "session_append",
         session_id=sid,
-        entry={"type": "label", "targetId": a["entry_id"], "label": "start"},
+        entry={"type": "label", "targetId": a["entryId"], "label": "start"},
     )
     await call(client, "session_append", session_id=sid, entry=user("second question"))
 
-    branch = await call(client, "session_get", session_id=sid)
+    branch = await call(client, "session_get", session_id=sid, limit=0)
     roles = [e["message"]["role"] for e in branch["entries"] if e["type"] == "message"]
     assert roles == ["user", "assistant", "user"]
 
     moved = await call(
-        client, "session_move_to", session_id=sid, entry_id=b["entry_id"], summary="left it"
+        client, "session_move_to", session_id=sid, entry_id=b["entryId"], summary="left it"
     )
-    assert moved["branch_summary_id"]
+    assert moved["branchSummaryId"]
     await call(client, "session_append", session_id=sid, entry=user("another way"))
-    tree = await call(client, "session_get", session_id=sid, view="tree")
-    text = json.dumps(tree["tree"])
+    tree = await call(client, "session_get", session_id=sid, view="tree", limit=0)
+    text = json.dumps(tree["nodes"])
     assert "second question" in text and "another way" in text and '"label": "start"' in text
+    nodes = {node["id"]: node for node in tree["nodes"]}
+    assert nodes[a["entryId"]]["label"] == "start"
+    # the old branch and the new one both go on from b: b has two children
+    assert len(nodes[b["entryId"]]["children"]) == 2
+    assert all(
+        nodes[child]["parentId"] == b["entryId"] for child in nodes[b["entryId"]]["children"]
+    )
 
-    context = await call(client, "session_context", session_id=sid)
+    context = await call(client, "session_context", session_id=sid, limit=0)
     assert context["model"] == {"provider": "openai", "modelId": "gpt-4o"}
     texts = [json.dumps(m) for m in context["messages"]]
     assert "second question" not in "".join(texts)
     assert "left it" in "".join(texts) and "another way" in texts[-1]
 
     stats = (await call(client, "session_stats", session_id=sid))["stats"]
-    assert stats["message_count"] == 4
-    assert stats["input_tokens"] == 10 and stats["output_tokens"] == 5
+    assert stats["messageCount"] == 4
+    assert stats["inputTokens"] == 10 and stats["outputTokens"] == 5
 
     forked = await call(
-        client, "session_fork", session_id=sid, entry_id=a["entry_id"], position="at"
+        client, "session_fork", session_id=sid, entry_id=a["entryId"], position="at"
     )
-    assert forked["parent_session"] == sid
-    fork_branch = await call(client, "session_get", session_id=forked["id"])
+    assert forked["parentSession"] == sid
+    fork_branch = await call(client, "session_get", session_id=forked["id"], limit=0)
     messages = [e["message"] for e in fork_branch["entries"] if e["type"] == "message"]
     assert [m["content"] for m in messages] == ["hello"]
     labels = [e for e in fork_branch["entries"] if e["type"] == "label"]
     assert [label["label"] for label in labels] == ["start"]
 
-    exported = await call(client, "session_export", session_id=sid)
+    exported = await call(client, "session_export", session_id=sid, limit=0)
     lines = exported["jsonl"].splitlines()
     assert json.loads(lines[0])["type"] == "session"
+    assert exported["lines"] == len(lines) and not exported["truncated"]
     await call(client, "session_delete", session_id=sid)
     imported = await call(client, "session_import", jsonl=exported["jsonl"])
-    assert imported["id"] == sid
-    again = await call(client, "session_export", session_id=sid)
+    assert imported["session"]["id"] == sid
+    assert imported["fileId"] == sid and imported["newId"] is False
+    again = await call(client, "session_export", session_id=sid, limit=0)
     assert [json.loads(x) for x in again["jsonl"].splitlines()] == [json.loads(x) for x in lines]
 
     listing = await call(client, "session_list", query="another")
@@ -162,23 +178,37 @@ async def test_session_lifecycle(client: Client) -> None:
 
 async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> None:
     sid = (await call(client, "session_create"))["id"]
-    before = await call(client, "session_export", session_id=sid)
+    before = await call(client, "session_export", session_id=sid, limit=0)
 
     assert "not_found" in await call_error(client, "session_get", session_id="nope")
     text = await call_error(
         client,
         "session_append",
         session_id=sid,
-        entry={"type": "message", "message": {"role": "user"}},
+        entry=pi({"type": "message", "message": {"role": "user"}}),
     )
     assert "content" in text
-    text = await call_error(client, "session_append", session_id=sid, entry={"type": "compaction"})
+    text = await call_error(
+        client, "session_append", session_id=sid, entry={"type": "message", "role": "user"}
+    )
+    assert "content" in text
+    text = await call_error(
+        client, "session_append", session_id=sid, entry=pi({"type": "compaction"})
+    )
     assert "session_compact" in text
     text = await call_error(
         client,
         "session_append",
         session_id=sid,
         entry={"type": "thinking_level_change", "thinkingLevel": "bogus"},
+    )
+    assert text.startswith("session_append: entry.thinkingLevel")
+    assert "should be 'off', 'minimal'" in text and '(got "bogus")' in text
+    text = await call_error(
+        client,
+        "session_append",
+        session_id=sid,
+        entry=pi({"type": "thinking_level_change", "thinkingLevel": "bogus"}),
     )
     assert "'bogus' is not one of: off, minimal" in text
     text = await call_error(
@@ -210,7 +240,9 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
     )
     assert "zz" in text
     assert len((await call(client, "session_list"))["sessions"]) == count
-    assert (await call(client, "session_export", session_id=sid))["jsonl"] == before["jsonl"]
+    assert (await call(client, "session_export", session_id=sid, limit=0))["jsonl"] == before[
+        "jsonl"
+    ]
 
 
 async def test_a_refused_run_creates_no_session(client: Client) -> None:
@@ -235,8 +267,8 @@ async def test_list_pages_newest_first(tmp_path: Path) -> None:
         made = [(await call(client, "session_create", name=f"s{i}"))["id"] for i in range(7)]
         page = await call(client, "session_list", limit=3)
         seen = [s["id"] for s in page["sessions"]]
-        while page["next_cursor"]:
-            page = await call(client, "session_list", limit=3, cursor=page["next_cursor"])
+        while page["nextCursor"]:
+            page = await call(client, "session_list", limit=3, cursor=page["nextCursor"])
             seen += [s["id"] for s in page["sessions"]]
         assert seen == made[::-1]
 
@@ -274,15 +306,13 @@ async def test_resources_and_templates(client: Client) -> None:
     assert main["session"]["name"] == "res"
     assert main["branch"][-1]["message"]["content"] == "resource me"
     tree = json.loads((await client.read_resource(f"session://{sid}/tree")).contents[0].text)
-    assert tree["leafId"] == entry["entry_id"]
+    assert tree["leafId"] == entry["entryId"]
     context = json.loads((await client.read_resource(f"session://{sid}/context")).contents[0].text)
     assert context["messages"][0]["content"] == "resource me"
     one = json.loads(
-        (await client.read_resource(f"session://{sid}/entries/{entry['entry_id']}"))
-        .contents[0]
-        .text
+        (await client.read_resource(f"session://{sid}/entries/{entry['entryId']}")).contents[0].text
     )
-    assert one["id"] == entry["entry_id"]
+    assert one["id"] == entry["entryId"]
     export = (await client.read_resource(f"session://{sid}/export.jsonl")).contents[0]
     assert export.mime_type == "application/x-ndjson" and "resource me" in export.text
     agent = json.loads((await client.read_resource("agent://helper")).contents[0].text)
@@ -334,7 +364,7 @@ async def test_fork_import_and_delete_announce_list_changes(server: MCPServer) -
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]
         await call(client, "session_append", session_id=sid, entry=user("hello"))
-        exported = (await call(client, "session_export", session_id=sid))["jsonl"]
+        exported = (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
         async with client.listen(resources_list_changed=True) as events:
 
             async def announced() -> None:
@@ -392,7 +422,7 @@ async def test_agent_run_waits_with_progress(client: Client) -> None:
     assert run["status"] == "completed" and run["answer"] == "echo: hello"
     assert progress[0].startswith("agent_start") and progress[-1].startswith("agent_end")
     assert any(p.startswith("message_update") for p in progress)
-    branch = await call(client, "session_get", session_id=run["session_id"])
+    branch = await call(client, "session_get", session_id=run["sessionId"], limit=0)
     roles = [e["message"]["role"] for e in branch["entries"] if e["type"] == "message"]
     assert roles == ["user", "assistant"]
 
@@ -400,25 +430,25 @@ async def test_agent_run_waits_with_progress(client: Client) -> None:
 async def test_detached_run_status_and_one_run_per_session(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
     assert run["status"] == "running"
-    text = await call_error(client, "agent_run", prompt="again", session_id=run["session_id"])
-    assert run["run_id"] in text and "busy" in text
-    text = await call_error(client, "session_append", session_id=run["session_id"], entry=user("x"))
-    assert run["run_id"] in text
-    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    text = await call_error(client, "agent_run", prompt="again", session_id=run["sessionId"])
+    assert run["runId"] in text and "busy" in text
+    text = await call_error(client, "session_append", session_id=run["sessionId"], entry=user("x"))
+    assert run["runId"] in text
+    done = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
     assert done["status"] == "completed" and done["answer"].startswith("word")
-    follow = await call(client, "agent_run", prompt="next", session_id=run["session_id"])
+    follow = await call(client, "agent_run", prompt="next", session_id=run["sessionId"])
     assert follow["answer"] == "echo: next"
 
 
 async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
     await anyio.sleep(0.2)
-    cancelled = await call(client, "agent_cancel", run_id=run["run_id"])
+    cancelled = await call(client, "agent_cancel", run_id=run["runId"])
     assert cancelled["status"] == "aborted"
-    branch = await call(client, "session_get", session_id=run["session_id"])
+    branch = await call(client, "session_get", session_id=run["sessionId"])
     last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
     assert last["role"] == "assistant" and last["stopReason"] == "aborted"
-    assert "run" in await call_error(client, "agent_steer", run_id=run["run_id"], message="x")
+    assert "run" in await call_error(client, "agent_steer", run_id=run["runId"], message="x")
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -445,7 +475,7 @@ async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: st
                 await anyio.sleep(0.05)
         assert listing["runs"][0]["status"] == "aborted"
         assert len(progress) == seen  # nothing more to the request that went away
-        branch = await call(client, "session_get", session_id=sid)
+        branch = await call(client, "session_get", session_id=sid, limit=0)
         messages = [e["message"] for e in branch["entries"] if e["type"] == "message"]
         assert [(m["role"], m.get("stopReason")) for m in messages] == [
             ("user", None),
@@ -488,36 +518,36 @@ async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Pa
         run = await call(client, "agent_run", prompt="overloaded", wait=False)
         with anyio.fail_after(10):
             while True:  # the first answer failed and is stored: the run waits to retry
-                branch = await call(client, "session_get", session_id=run["session_id"])
+                branch = await call(client, "session_get", session_id=run["sessionId"])
                 if any(
                     e["type"] == "message" and e["message"]["role"] == "assistant"
                     for e in branch["entries"]
                 ):
                     break
                 await anyio.sleep(0.02)
-        await call(client, "agent_cancel", run_id=run["run_id"])
+        await call(client, "agent_cancel", run_id=run["runId"])
         # Still "running" after the wait unless the cancel cut the hour's wait short.
-        done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+        done = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
         assert done["status"] == "aborted", done
         assert "overloaded" in done["error"]
 
 
 async def test_an_agents_thinking_level_applies_to_a_new_session_only(client: Client) -> None:
     first = await call(client, "agent_run", prompt="hi", agent="thinker")
-    context = await call(client, "session_context", session_id=first["session_id"])
-    assert context["thinking_level"] == "high"
+    context = await call(client, "session_context", session_id=first["sessionId"])
+    assert context["thinkingLevel"] == "high"
     # A session that already has a conversation keeps its own level.
     sid = (await call(client, "session_create"))["id"]
     await call(client, "session_append", session_id=sid, entry=user("earlier"))
     await call(client, "agent_run", prompt="hi", agent="thinker", session_id=sid)
-    assert (await call(client, "session_context", session_id=sid))["thinking_level"] == "off"
+    assert (await call(client, "session_context", session_id=sid))["thinkingLevel"] == "off"
 
 
 async def test_steer_a_running_run(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
-    queued = await call(client, "agent_follow_up", run_id=run["run_id"], message="and then?")
+    queued = await call(client, "agent_follow_up", run_id=run["runId"], message="and then?")
     assert queued["queued"] == "follow_up"
-    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    done = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
     assert done["answer"] == "echo: and then?"
 
 
@@ -539,14 +569,14 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     run = await call(client, "agent_run", prompt="delegate:loner:say cheese", agent="helper")
     assert run["status"] == "completed", run
     assert "echo: say cheese" in run["answer"]
-    parent = await call(client, "session_get", session_id=run["session_id"], view="entries")
+    parent = await call(client, "session_get", session_id=run["sessionId"], view="entries", limit=0)
     links = [
         e for e in parent["entries"] if e["type"] == "custom" and e["customType"] == "subagent"
     ]
     assert len(links) == 1
     child_id = links[0]["data"]["sessionId"]
     child = await call(client, "session_get", session_id=child_id)
-    assert child["session"]["parent_session"] == run["session_id"]
+    assert child["session"]["parentSession"] == run["sessionId"]
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
 
 
@@ -579,15 +609,15 @@ async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:
     )
     async with Client(server) as client:
         first = await call(client, "agent_run", prompt="hi", model="shouty")
-        again = await call(client, "agent_run", prompt="again", session_id=first["session_id"])
+        again = await call(client, "agent_run", prompt="again", session_id=first["sessionId"])
         assert again["answer"] == "LOUD" and again["model"] == "shouty"
         fresh = await call(client, "agent_run", prompt="new")
         assert fresh["answer"] == "echo: new"
         switched = await call(
-            client, "agent_run", prompt="x", session_id=first["session_id"], model="scripted"
+            client, "agent_run", prompt="x", session_id=first["sessionId"], model="scripted"
         )
         assert switched["answer"] == "echo: x"
-        context = await call(client, "session_context", session_id=first["session_id"])
+        context = await call(client, "session_context", session_id=first["sessionId"])
         assert context["model"] == {"provider": "scripted", "modelId": "scripted"}
 
 
@@ -614,12 +644,12 @@ async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
 
 async def test_steering_message_goes_in_before_the_next_model_call(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
-    assert "empty" in await call_error(client, "agent_steer", run_id=run["run_id"], message=" ")
-    queued = await call(client, "agent_steer", run_id=run["run_id"], message="change course")
+    assert "empty" in await call_error(client, "agent_steer", run_id=run["runId"], message=" ")
+    queued = await call(client, "agent_steer", run_id=run["runId"], message="change course")
     assert queued["queued"] == "steering"
-    done = await call(client, "agent_status", run_id=run["run_id"], wait_seconds=30)
+    done = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
     assert done["answer"] == "echo: change course"
-    branch = await call(client, "session_get", session_id=run["session_id"])
+    branch = await call(client, "session_get", session_id=run["sessionId"], limit=0)
     users = [
         e["message"]["content"]
         for e in branch["entries"]
@@ -636,15 +666,15 @@ async def test_one_run_per_session_across_servers_on_one_database(tmp_path: Path
     first, second = make_server(tmp_path), make_server(tmp_path)
     async with Client(first) as a, Client(second) as b:
         run = await call(a, "agent_run", prompt="slow please", wait=False)
-        sid = run["session_id"]
+        sid = run["sessionId"]
         text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
-        assert "busy" in text and run["run_id"] in text and "another server process" in text
+        assert "busy" in text and run["runId"] in text and "another server process" in text
         # The append is refused inside its own transaction: nothing is written (the run
         # itself goes on writing meanwhile, so look for the refused entry, not at counts).
         text = await call_error(b, "session_append", session_id=sid, entry=user("refused x"))
-        assert f"session {sid} is busy: run {run['run_id']}" in text
-        await call(a, "agent_status", run_id=run["run_id"], wait_seconds=30)
-        entries = (await call(b, "session_get", session_id=sid, view="entries"))["entries"]
+        assert f"session {sid} is busy: run {run['runId']}" in text
+        await call(a, "agent_status", run_id=run["runId"], wait_seconds=30)
+        entries = (await call(b, "session_get", session_id=sid, view="entries", limit=0))["entries"]
         assert "refused x" not in json.dumps(entries)
         assert any("slow please" in json.dumps(e) for e in entries)
         after = await call(b, "agent_run", prompt="now", session_id=sid)

@@ -76,7 +76,7 @@ async def wait_for_all(url: str, runs: list[dict[str, Any]]) -> list[dict[str, A
         for run in runs:
             with anyio.fail_after(120):
                 result = await client.call_tool(
-                    "agent_status", {"run_id": run["run_id"], "wait_seconds": 60}
+                    "agent_status", {"run_id": run["runId"], "wait_seconds": 60}
                 )
             assert result.structured_content is not None
             ended.append(result.structured_content)
@@ -99,7 +99,12 @@ async def test_runs_beyond_the_limit_are_refused_under_a_small_descriptor_limit(
             accepted, refused = await fire(url, RUNS)
             assert len(accepted) == 32
             assert len(refused) == RUNS - 32
-            assert all("too many runs" in text and "--max-runs" in text for text in refused)
+            assert all(
+                "too many runs" in text
+                and "operator can raise it (MCP_AGENT_MAX_RUNS)" in text
+                and "--" not in text
+                for text in refused
+            )
             gate.open()
             ended = await wait_for_all(url, accepted)
             assert {run["status"] for run in ended} == {"completed"}

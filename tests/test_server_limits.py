@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 def user(text: str) -> dict[str, Any]:
-    return {"type": "message", "message": {"role": "user", "content": text}}
+    return {"type": "message", "role": "user", "content": text}
 
 
 async def test_a_held_write_lock_delays_only_the_write(tmp_path: Path) -> None:
@@ -54,9 +54,9 @@ async def test_a_held_write_lock_delays_only_the_write(tmp_path: Path) -> None:
                 holder.execute("ROLLBACK")
         finally:
             holder.close()
-        assert appended["entry_id"]
+        assert appended["entryId"]
         view = await call(client, "session_get", session_id=sid)
-        assert view["entries"][-1]["id"] == appended["entry_id"]
+        assert view["entries"][-1]["id"] == appended["entryId"]
 
 
 async def test_runs_beyond_the_server_limit_are_refused_and_write_nothing(tmp_path: Path) -> None:
@@ -65,21 +65,24 @@ async def test_runs_beyond_the_server_limit_are_refused_and_write_nothing(tmp_pa
         await call(client, "agent_run", prompt="slow two", wait=False)
         sessions = len((await call(client, "session_list"))["sessions"])
         text = await call_error(client, "agent_run", prompt="slow three", wait=False)
-        assert "too many runs" in text and "the limit is 2" in text and "--max-runs" in text
+        assert "too many runs" in text and "the limit is 2" in text
+        # The limit by the setting that raises it, not a command-line flag.
+        assert "operator can raise it (MCP_AGENT_MAX_RUNS)" in text and "--" not in text
         assert len((await call(client, "session_list"))["sessions"]) == sessions  # nothing new
-        await call(client, "agent_cancel", run_id=first["run_id"])
+        await call(client, "agent_cancel", run_id=first["runId"])
         third = await call(client, "agent_run", prompt="slow three", wait=False)
         assert third["status"] == "running"
         for run in (await call(client, "agent_runs"))["runs"]:
-            await call(client, "agent_cancel", run_id=run["run_id"])
+            await call(client, "agent_cancel", run_id=run["runId"])
 
 
 async def test_runs_beyond_the_client_limit_are_refused(tmp_path: Path) -> None:
     async with Client(make_server(tmp_path, max_runs=10, max_runs_per_client=1)) as client:
         first = await call(client, "agent_run", prompt="slow one", wait=False)
         text = await call_error(client, "agent_run", prompt="slow two", wait=False)
-        assert "too many runs for this client" in text and "--max-runs-per-client" in text
-        await call(client, "agent_status", run_id=first["run_id"], wait_seconds=30)
+        assert "too many runs for this client" in text
+        assert "operator can raise it (MCP_AGENT_MAX_RUNS_PER_CLIENT)" in text and "--" not in text
+        await call(client, "agent_status", run_id=first["runId"], wait_seconds=30)
         second = await call(client, "agent_run", prompt="now", wait=True)
         assert second["status"] == "completed"
 
@@ -185,13 +188,15 @@ async def test_a_full_disk_is_a_clear_tool_error_and_keeps_what_was_acknowledged
                 error = result.content[0].text  # type: ignore[union-attr]
                 break
             assert result.structured_content is not None
-            acknowledged.append(result.structured_content["entry_id"])
+            acknowledged.append(result.structured_content["entryId"])
         assert error, "the disk never filled"
         assert "full" in error and "nothing was written" in error, error
         assert acknowledged
         # The server still answers, and has every acknowledged entry and nothing else.
-        entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
-        ids = [e["id"] for e in entries if e["type"] == "message"]
+        every = await call(client, "session_get", session_id=sid, view="entries", limit=0)
+        assert not every["truncated"] and len(every["entries"]) == every["total"]
+        # (Entries this large come as stubs, which keep the id.)
+        ids = [e["id"] for e in every["entries"] if e["type"] == "message"]
         assert ids == acknowledged
 
 
@@ -206,6 +211,7 @@ async def test_subscriptions_beyond_the_limit_are_refused(tmp_path: Path) -> Non
         with pytest.raises(MCPError) as raised:
             await client.session.subscribe_resource(f"session://{sids[3]}")
         assert "too many subscriptions" in str(raised.value) and "limit is 3" in str(raised.value)
-        assert "--max-subscriptions" in str(raised.value)
+        assert "operator can raise it (MCP_AGENT_MAX_SUBSCRIPTIONS)" in str(raised.value)
+        assert "--" not in str(raised.value)
         await client.session.unsubscribe_resource(f"session://{sids[1]}")
         await client.session.subscribe_resource(f"session://{sids[3]}")

@@ -108,8 +108,8 @@ def normalized(session: Session) -> dict[str, Any]:
         return value
 
     stats = session.stats().to_json_dict()
-    stats.pop("first_timestamp")
-    stats.pop("last_timestamp")
+    stats.pop("firstTimestamp")
+    stats.pop("lastTimestamp")
     return {
         "entries": [scrub(e.to_json_dict()) for e in entries],
         "leaf": names.get(session.leaf_id),

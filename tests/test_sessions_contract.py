@@ -399,7 +399,7 @@ def test_stats_count_roles_tokens_cost_leaves_and_times(repo) -> None:
     entries = [e for e in session.get_entries() if e.type != "leaf"]
     assert stats.first_timestamp == entries[0].timestamp
     assert stats.last_timestamp == entries[-1].timestamp
-    assert stats.to_json_dict()["messages_by_role"]["user"] == 1
+    assert stats.to_json_dict()["messagesByRole"]["user"] == 1
 
 
 # --- context build options --------------------------------------------------------------------
@@ -614,6 +614,38 @@ def test_fork_at_and_before_an_entry(repo) -> None:
     assert texts(source) == ["q1", "a1", "q2", "a2"]
 
 
+def test_fork_below_labels_anywhere_on_the_path(repo) -> None:
+    """A label is not copied by a fork; the entries that were appended after it (and so hang
+    under it) are copied under the entry above it, and every label comes along."""
+    session = repo.create(cwd="/w")
+    ids = {}
+    ids["q1"] = session.append_message(user("q1"))
+    session.append_label(ids["q1"], "first question")
+    ids["a1"] = session.append_message(assistant("a1"))
+    session.append_label(ids["a1"], "good answer")
+    session.append_label(ids["a1"], "very good answer")  # two labels in a row
+    ids["q2"] = session.append_message(user("q2"))
+    ids["a2"] = session.append_message(assistant("a2"))
+    session.append_label(ids["a2"], "end")
+    for target, position, expected in [
+        ("a1", "at", ["q1", "a1"]),
+        ("q2", "at", ["q1", "a1", "q2"]),
+        ("q2", "before", ["q1", "a1"]),
+        ("a2", "at", ["q1", "a1", "q2", "a2"]),
+        (None, "before", ["q1", "a1", "q2", "a2"]),
+    ]:
+        fork = repo.fork(session.id, ids[target] if target else None, position=position)
+        assert texts(fork) == expected, (target, position)
+        entries = fork.get_entries()
+        known = {e.id for e in entries}
+        assert all(e.parent_id is None or e.parent_id in known for e in entries)
+        assert fork.get_label(ids["q1"]) == "first question"
+        assert fork.get_label(ids["a1"]) == "very good answer"
+        # The fork goes on where it was cut.
+        fork.append_message(user("again"))
+        assert texts(repo.open(fork.id))[-1] == "again"
+
+
 def test_fork_at_an_entry_pi_appended_below_a_leaf_move(repo) -> None:
     source = repo.create()
     q1 = source.append_message(user("q1"))
@@ -719,7 +751,10 @@ def test_unknown_entry_types_round_trip_and_add_nothing(repo) -> None:
     session = repo.import_jsonl(text)
     assert [m.text for m in session.build_context().messages] == ["hi", "again"]
     assert session.get_entry("bbbbbbbb").type == "future_thing"
-    assert [json.loads(line) for line in repo.export_jsonl(session.id).splitlines()] == lines
+    # a header id that is not a UUID is replaced by a new one; everything else is kept as is
+    assert session.id != "s-unknown"
+    expected = [{**lines[0], "id": session.id}, *lines[1:]]
+    assert [json.loads(line) for line in repo.export_jsonl(session.id).splitlines()] == expected
 
 
 def bad_file(*entries: dict) -> str:

@@ -349,14 +349,32 @@ def test_a_good_file_imports_whole_in_every_backend(tmp_path: Path, kind: str) -
         repo.close()
 
 
-def test_a_torn_last_line_is_still_skipped_with_a_warning(tmp_path: Path) -> None:
+def test_a_torn_last_line_is_still_skipped_and_said_so(tmp_path: Path) -> None:
     big = write_big_file(tmp_path / "torn.jsonl", 3000, {line_of(2999): '{"type":"mess'})
+    # Torn: cut off before its line break.
+    with big.path.open("r+b") as handle:
+        handle.truncate(big.path.stat().st_size - 1)
     repo = SqliteSessionRepo(tmp_path / "s.db")
     try:
-        with pytest.warns(UserWarning, match=rf"torn\.jsonl:{line_of(2999)}: skipping a torn"):
-            session = repo.import_jsonl(big.path)
+        imported = repo.import_session(big.path)
+        session = imported.session
+        assert [
+            f"torn.jsonl:{line_of(2999)}: skipped the last line" in n for n in imported.notes
+        ] == [True]
         assert session.leaf_id == entry_id(2998)
         assert session.stats().entry_count == 2999
+    finally:
+        repo.close()
+
+
+def test_a_complete_last_line_that_is_not_json_fails_the_import(tmp_path: Path) -> None:
+    big = write_big_file(tmp_path / "garbage.jsonl", 3000, {line_of(2999): "garbage garbage"})
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        with pytest.raises(SessionError) as error:
+            repo.import_jsonl(big.path)
+        assert f"garbage.jsonl:{line_of(2999)}: line is not valid JSON" in str(error.value)
+        assert repo.list().items == []
     finally:
         repo.close()
 

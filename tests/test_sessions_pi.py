@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import subprocess
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,14 +194,32 @@ def test_export_adds_a_leaf_line_only_when_the_log_would_resume_elsewhere() -> N
     assert parse_session_text("\n".join(moved)).leaf_id == "6c37aca9"
 
 
-def test_torn_last_line_of_an_import_is_skipped_with_a_warning() -> None:
+def test_a_torn_last_line_is_skipped_and_said_so_once(tmp_path: Path) -> None:
     text = (DATA / "v3.jsonl").read_text().rstrip("\n") + '\n{"type":"message","id":"ab'
-    with pytest.warns(UserWarning, match="torn last line"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said in the result, not as a Python warning
         parsed = parse_session_text(text, "x.jsonl")
-    assert len(parsed.entries) == 40
+        assert len(parsed.entries) == 40
+        with SqliteSessionRepo(tmp_path / "s.db") as repo:
+            imported = repo.import_session(text)
+            assert imported.session.stats().entry_count == 40
+    assert len(imported.notes) == 1 and "<jsonl>:42: skipped the last line" in imported.notes[0]
+
+
+@pytest.mark.parametrize("last", ["garbage garbage\n", '{"type":"message","id":"ab\n', "[1]\n"])
+def test_a_complete_line_that_is_not_a_json_object_fails_the_whole_import(
+    tmp_path: Path, last: str
+) -> None:
+    text = (DATA / "v3.jsonl").read_text().rstrip("\n") + "\n" + last
     with pytest.raises(SessionError) as error:
-        parse_session_text(text + "\n" + text.splitlines()[1], "x.jsonl")
+        parse_session_text(text, "x.jsonl")
     assert error.value.code == "invalid_import" and "x.jsonl:42" in str(error.value)
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        with pytest.raises(SessionError):
+            repo.import_session(text)
+        assert repo.list().items == []
+    with pytest.raises(SessionError):
+        parse_session_text(text + text.splitlines()[1], "x.jsonl")
 
 
 # --- pi itself, when Node and pi are installed ------------------------------------------------

@@ -272,11 +272,11 @@ def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path)
         sid = answer()["result"]["structuredContent"]["id"]
         acknowledged = []
         for n in range(2, 60):
-            entry = {"type": "message", "message": {"role": "user", "content": f"m{n}"}}
+            entry = {"type": "message", "role": "user", "content": f"m{n}"}
             call(n, "session_append", {"session_id": sid, "entry": entry})
-            acknowledged.append(answer()["result"]["structuredContent"]["entry_id"])
+            acknowledged.append(answer()["result"]["structuredContent"]["entryId"])
         for n in range(60, 80):  # in flight when the server dies
-            entry = {"type": "message", "message": {"role": "user", "content": f"m{n}"}}
+            entry = {"type": "message", "role": "user", "content": f"m{n}"}
             call(n, "session_append", {"session_id": sid, "entry": entry})
     finally:
         server.kill()

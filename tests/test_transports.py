@@ -103,13 +103,11 @@ async def test_stdio_child_process(tmp_path: Path, mode: str) -> None:
     async with Client(params, mode=mode) as client:
         created = await client.call_tool("session_create", {"name": "over stdio"})
         sid = created.structured_content["id"]
-        await client.call_tool(
+        appended = await client.call_tool(
             "session_append",
-            {
-                "session_id": sid,
-                "entry": {"type": "message", "message": {"role": "user", "content": "hi"}},
-            },
+            {"session_id": sid, "entry": {"type": "message", "role": "user", "content": "hi"}},
         )
+        assert not appended.is_error, appended.content[0].text
         bad = await client.call_tool("session_get", {"session_id": "nope"})
         assert bad.is_error and "not_found" in bad.content[0].text
     # The data outlives the process: a second server reads what the first stored.
@@ -287,7 +285,7 @@ def run_ts_client(*args: str) -> dict[str, Any]:
     assert seen["badIsError"] and "not_found" in seen["badText"]
     assert f"session://{seen['id']}" in seen["resources"]
     assert seen["context"]["messages"][0]["content"] == "hello from ts"
-    assert seen["bigRoundTrip"]
+    assert seen["bigStubbed"] and seen["bigRoundTrip"]
     assert seen["promptRoles"] == ["user", "user"]
     return seen
 

@@ -206,4 +206,4 @@ def plain_help_types() -> None:
         return plain(argument_type(self, ctx))
 
     core.TyperOption.display_type_rich = option  # type: ignore[method-assign]
-    core.TyperArgument.display_type_rich = argument  # type: ignore[method-assign]
+    core.TyperArgument.display_type_rich = argument  # type: ignore[method-assign,assignment]

@@ -177,7 +177,7 @@ async def _conversation(client: Client, log_path: Path) -> int:
     first = await _run(client, QUESTIONS[0])
     if first is None:
         return 1
-    session_id = first["session_id"]
+    session_id = first["sessionId"]
     branch = await _call(client, "session_get", session_id=session_id, view="branch")
     for entry in branch["entries"]:
         if entry.get("type") == "custom" and entry.get("customType") == "subagent":
@@ -193,10 +193,12 @@ async def _conversation(client: Client, log_path: Path) -> int:
         return 1
 
     _step(4, "The session tree (session_get view=tree): two branches from one point")
-    view = await _call(client, "session_get", session_id=session_id, view="tree")
-    roots = _tree_nodes(view["tree"], parse_entry, TreeNode)
+    view = await _call(client, "session_get", session_id=session_id, view="tree", limit=0)
+    every = await _call(client, "session_get", session_id=session_id, view="entries", limit=0)
+    entries = {item["id"]: parse_entry(item) for item in every["entries"]}
+    roots = _tree_nodes(view["nodes"], entries, TreeNode)
     heading = Text(f"Session {session_id}", "bold")
-    out().print(tree_view(roots, view.get("leaf_id"), heading, width=out().width))
+    out().print(tree_view(roots, view.get("leafId"), heading, width=out().width))
     return 0
 
 
@@ -219,7 +221,7 @@ async def _run(client: Client, prompt: str, session_id: str | None = None) -> di
         return None
     info = dict(result.structured_content)
     _say(f"assistant: {info['answer']}", "green")
-    _say(f"session {info['session_id']} · {info['new_messages']} new messages", "dim")
+    _say(f"session {info['sessionId']} · {info['newMessages']} new messages", "dim")
     return info
 
 
@@ -231,13 +233,10 @@ async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-def _tree_nodes(data: list[dict[str, Any]], parse_entry: Any, node_class: Any) -> list[Any]:
-    """TreeNodes from session_get's JSON tree, without recursion."""
-    roots: list[Any] = []
-    pending: list[tuple[dict[str, Any], list[Any]]] = [(item, roots) for item in reversed(data)]
-    while pending:
-        item, siblings = pending.pop()
-        node = node_class(parse_entry(item["entry"]), item.get("label"))
-        siblings.append(node)
-        pending.extend((child, node.children) for child in reversed(item.get("children", [])))
-    return roots
+def _tree_nodes(nodes: list[dict[str, Any]], entries: dict[str, Any], node_class: Any) -> list[Any]:
+    """TreeNodes from session_get's flat tree nodes (parent and children by id) and the
+    entries they stand for."""
+    built = {n["id"]: node_class(entries[n["id"]], n.get("label")) for n in nodes}
+    for n in nodes:
+        built[n["id"]].children = [built[child] for child in n["children"] if child in built]
+    return [built[n["id"]] for n in nodes if n["parentId"] is None]

@@ -19,9 +19,6 @@ from rich.tree import Tree
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
-    BranchSummaryMessage,
-    CompactionSummaryMessage,
-    CustomMessage,
     ImageContent,
     TextContent,
     ThinkingContent,
@@ -31,19 +28,15 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.entries import (
-    ActiveToolsChangeEntry,
     BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
     CustomMessageEntry,
-    LabelEntry,
     LeafEntry,
     MessageEntry,
-    ModelChangeEntry,
     SessionEntry,
-    SessionInfoEntry,
-    ThinkingLevelChangeEntry,
 )
+from mcp_agent.sessions.outline import Parts, clip, entry_parts, flat_tree, message_parts
 from mcp_agent.sessions.session import Session, TreeNode
 
 ROLE_STYLES = {
@@ -53,6 +46,7 @@ ROLE_STYLES = {
     "error": "bold red",
     "meta": "dim",
 }
+PART_STYLES = {**ROLE_STYLES, "summary": "magenta", "custom": "blue", "call": "yellow"}
 LEAF_MARK = " ◀ leaf"
 # A linear run of the tree longer than this is shown as its head and tail (``--full``: all).
 RUN_LIMIT = 30
@@ -60,12 +54,6 @@ RUN_HEAD = 5
 RUN_TAIL = 10
 # Deeper branches than this are drawn at this depth, so that wide trees stay readable.
 MAX_NESTING = 12
-
-
-def clip(text: str, limit: int = 100) -> str:
-    """One line of at most ``limit`` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def local_time(timestamp: str | None) -> str:
@@ -96,60 +84,17 @@ def format_args(arguments: Any, limit: int | None = 120) -> str:
 
 def entry_summary(entry: SessionEntry, limit: int = 80) -> Text:
     """A one-line account of an entry: its kind and the start of its text."""
-    match entry:
-        case MessageEntry(message=message):
-            return message_summary(message, limit)
-        case ModelChangeEntry(provider=provider, model_id=model_id):
-            return Text(f"model → {provider}:{model_id}", ROLE_STYLES["meta"])
-        case ThinkingLevelChangeEntry(thinking_level=level):
-            return Text(f"thinking → {level}", ROLE_STYLES["meta"])
-        case ActiveToolsChangeEntry(active_tool_names=names):
-            return Text(f"tools → {', '.join(names) or '(none)'}", ROLE_STYLES["meta"])
-        case CompactionEntry(summary=summary, tokens_before=tokens):
-            return Text(f"compaction ({tokens:,} tokens before): {clip(summary, limit)}", "magenta")
-        case BranchSummaryEntry(summary=summary):
-            return Text(f"branch summary: {clip(summary, limit)}", "magenta")
-        case CustomMessageEntry(custom_type=kind, content=content):
-            return Text(f"{kind}: {clip(content_text(content), limit)}", "blue")
-        case CustomEntry(custom_type=kind):
-            return Text(f"custom {kind}", ROLE_STYLES["meta"])
-        case LabelEntry(target_id=target, label=label):
-            what = f"label {target} = {label!r}" if label else f"label {target} cleared"
-            return Text(what, ROLE_STYLES["meta"])
-        case SessionInfoEntry(name=name):
-            return Text(f"name → {name!r}" if name else "name cleared", ROLE_STYLES["meta"])
-        case LeafEntry(target_id=target):
-            return Text(f"leaf → {target}", ROLE_STYLES["meta"])
-    return Text(entry.type, ROLE_STYLES["meta"])
+    return _styled(entry_parts(entry, limit))
 
 
 def message_summary(message: Any, limit: int = 80) -> Text:
+    return _styled(message_parts(message, limit))
+
+
+def _styled(parts: Parts) -> Text:
     line = Text()
-    match message:
-        case UserMessage():
-            line.append("user: ", ROLE_STYLES["user"]).append(clip(message.text, limit))
-        case AssistantMessage():
-            failed = message.stop_reason in ("error", "aborted")
-            line.append("assistant:", ROLE_STYLES["error" if failed else "assistant"])
-            if message.text:
-                line.append(" " + clip(message.text, limit))
-            calls = message.tool_calls
-            if calls:
-                line.append(f" → {', '.join(c.name for c in calls)}", "yellow")
-            if failed:
-                line.append(f" ({message.stop_reason}: {clip(message.error_message or '', 60)})")
-        case ToolResultMessage():
-            style = ROLE_STYLES["error" if message.is_error else "toolResult"]
-            line.append(f"{message.tool_name} result: ", style).append(clip(message.text, limit))
-        case BashExecutionMessage():
-            line.append("bash: ", "yellow").append(clip(f"$ {message.command}", limit))
-        case CustomMessage():
-            text = clip(content_text(message.content), limit)
-            line.append(f"{message.custom_type}: ", "blue").append(text)
-        case BranchSummaryMessage() | CompactionSummaryMessage():
-            line.append("summary: ", "magenta").append(clip(message.summary, limit))
-        case _:
-            line.append(f"{message.role} message", ROLE_STYLES["meta"])
+    for text, kind in parts:
+        line.append(text, PART_STYLES.get(kind, ""))
     return line
 
 
@@ -380,22 +325,11 @@ def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int
 def tree_json(session: Session) -> dict[str, Any]:
     """The tree as flat nodes with child ids (nested JSON would hit the encoder's depth limit
     on long sessions)."""
-    nodes: list[dict[str, Any]] = []
-    pending = list(reversed(session.tree()))
-    while pending:
-        node = pending.pop()
-        nodes.append(
-            {
-                "id": node.entry.id,
-                "parentId": node.entry.parent_id,
-                "type": node.entry.type,
-                "summary": entry_summary(node.entry, 200).plain,
-                "label": node.label,
-                "children": [child.entry.id for child in node.children],
-            }
-        )
-        pending.extend(reversed(node.children))
-    return {"session": session_json(session), "leafId": session.leaf_id, "nodes": nodes}
+    return {
+        "session": session_json(session),
+        "leafId": session.leaf_id,
+        "nodes": flat_tree(session),
+    }
 
 
 def session_json(session: Session) -> dict[str, Any]:
@@ -407,11 +341,5 @@ def session_json(session: Session) -> dict[str, Any]:
         "created": header.timestamp,
         "parentSession": header.parent_session,
         "leafId": session.leaf_id,
-        "stats": {camel(key): value for key, value in session.stats().to_json_dict().items()},
+        "stats": session.stats().to_json_dict(),
     }
-
-
-def camel(name: str) -> str:
-    """``entry_count`` → ``entryCount``: JSON from the command line is camelCase throughout."""
-    head, *rest = name.split("_")
-    return head + "".join(word.title() for word in rest)

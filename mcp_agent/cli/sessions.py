@@ -171,10 +171,11 @@ def import_files(
     with opened_repo(db) as repo, _progress(len(files), sum(sizes)) as advance:
         for path, size in zip(files, sizes, strict=True):
             try:
-                session = repo.import_jsonl(path)
+                imported = repo.import_session(path)
             except SessionError as error:
                 results.append({"file": str(path), "error": _import_hint(error)})
             else:
+                session = imported.session
                 stats = session.stats()
                 results.append(
                     {
@@ -183,6 +184,7 @@ def import_files(
                         "version": _file_version(path),
                         "entries": stats.entry_count,
                         "messages": stats.message_count,
+                        "notes": imported.notes,
                     }
                 )
             advance(size)
@@ -200,6 +202,9 @@ def import_files(
                 soft_wrap=True,
                 markup=False,
             )
+    for result in results:
+        for note in result.get("notes", []):
+            typer.echo(f"{PROG}: note: {note}", err=True)
     for result in failed:
         typer.echo(f"{PROG}: {result['error']}", err=True)
     if failed:

@@ -51,11 +51,12 @@ from mcp_agent.providers.common import (
 SAMPLING_API = "mcp-sampling"
 SAMPLING_PROVIDER = "sampling"
 
+# Said to MCP clients and people alike: no command-line flags, which only one of them has.
 CONFIGURE_ANOTHER_MODEL = (
-    "Configure another model: set OPENAI_API_KEY and use --model openai:gpt-4o-mini, "
-    "or set ANTHROPIC_API_KEY and use --model anthropic:claude-sonnet-4-5, "
-    "or configure a provider in models.toml (the file named by MCP_AGENT_MODELS, "
-    "or models.toml in the user config directory)."
+    "Choose another model for the run: openai:gpt-4o-mini (with OPENAI_API_KEY set where the "
+    "server runs), anthropic:claude-sonnet-4-5 (with ANTHROPIC_API_KEY), or a provider "
+    "configured in models.toml (the file named by MCP_AGENT_MODELS, or models.toml in the "
+    "user config directory)."
 )
 
 _STOP = {

@@ -219,21 +219,21 @@ class RunManager:
         if limits.max_runs and self.running >= limits.max_runs:
             raise TooManyRuns(
                 f"too many runs: {self.running} are under way in this server, the limit is "
-                f"{limits.max_runs}; wait for one to end (agent_runs), or raise it with "
-                "--max-runs (MCP_AGENT_MAX_RUNS)"
+                f"{limits.max_runs}; wait for one to end (agent_runs); the server's operator can "
+                "raise it (MCP_AGENT_MAX_RUNS)"
             )
         if limits.descriptor_runs and self.running >= limits.descriptor_runs:
             raise TooManyRuns(
                 f"too many runs: {self.running} are under way, as many as this server's file "
-                f"descriptor limit allows; wait for one to end (agent_runs), or start the "
-                "server with a higher ulimit -n"
+                f"descriptor limit allows; wait for one to end (agent_runs); the server's "
+                "operator can raise it (ulimit -n)"
             )
         count = self._running_by_client.get(client, 0) if client is not None else 0
         if limits.max_runs_per_client and count >= limits.max_runs_per_client:
             raise TooManyRuns(
                 f"too many runs for this client: {count} are under way, the limit is "
-                f"{limits.max_runs_per_client}; wait for one to end (agent_runs), or raise it "
-                "with --max-runs-per-client (MCP_AGENT_MAX_RUNS_PER_CLIENT)"
+                f"{limits.max_runs_per_client}; wait for one to end (agent_runs); the server's "
+                "operator can raise it (MCP_AGENT_MAX_RUNS_PER_CLIENT)"
             )
 
     def get(self, run_id: str) -> Run:

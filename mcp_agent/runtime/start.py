@@ -80,7 +80,7 @@ async def start_run(
     if depth > limit:
         raise DepthLimitReached(
             f"sub-agent depth limit reached: this would be level {depth}, the limit is {limit} "
-            "(raise it with --max-depth)"
+            "(the server's operator sets it: max-depth)"
         )
     if not prompt.strip():
         raise InvalidRequest("prompt is empty")

@@ -3,6 +3,7 @@ watch, steer, queue for and cancel runs."""
 
 from __future__ import annotations
 
+import json
 from contextlib import AsyncExitStack
 from typing import Annotated
 
@@ -10,6 +11,7 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -18,9 +20,11 @@ from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.runs import Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.lifespan import app_state
+from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import tool_errors
+from mcp_agent.sessions.entries import iso_time
 
 
 def client_key(ctx: Context) -> object:
@@ -38,18 +42,31 @@ def client_key(ctx: Context) -> object:
     return "local"
 
 
+# The answer a run info carries; the session has all of it.
+ANSWER_CHARS = 16_000
+
+RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_runs)")]
+Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
+
+
 def run_info(run: Run) -> RunInfo:
+    answer = run.answer
+    cut = answer is not None and len(answer) > ANSWER_CHARS
+    if cut:
+        assert answer is not None
+        answer = answer[:ANSWER_CHARS] + "…"
     return RunInfo(
         run_id=run.id,
         session_id=run.session_id,
         agent=run.agent_name,
         model=run.model_ref,
         status=run.status,
-        answer=run.answer,
+        answer=answer,
+        answer_truncated=cut,
         error=run.error,
         stop_reason=run.stop_reason,
-        started=run.started,
-        finished=run.finished,
+        started=iso_time(run.started),
+        finished=iso_time(run.finished) if run.finished is not None else None,
         events=run.event_count,
         last_event=run.last_event,
         new_messages=run.new_messages,
@@ -72,10 +89,17 @@ def register(server: MCPServer) -> None:
             Field(description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours"),
         ] = None,
         wait: Annotated[
-            bool, Field(description="wait for the answer (with progress), or return a run id")
-        ] = True,
-    ) -> RunInfo:
-        """Run an agent on a prompt in a session; every message is stored in the session."""
+            bool | None,
+            Field(
+                description="true (null: this): wait for the answer, with progress; false: "
+                "return at once with the run's id, to follow with agent_status"
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, RunInfo]:
+        """Run an agent on a prompt in a session; every message is stored in the session.
+        Returns the run: its id, session, status and the answer. A run that ends in error or
+        is aborted is a tool error, with the same information."""
+        wait = wait is not False
         state = app_state(ctx)
         async with AsyncExitStack() as stack:
             listener = (
@@ -101,17 +125,23 @@ def register(server: MCPServer) -> None:
             if wait:
                 await state.runs.wait(run)
                 run.listeners.clear()
-        return run_info(run)
+        return run_result(run)
 
     @server.tool(annotations=READ_ONLY)
     async def agent_status(
         ctx: Context,
-        run_id: str,
+        run_id: RunId,
         wait_seconds: Annotated[
-            float, Field(ge=0, le=600, description="wait up to this long for the run to end")
-        ] = 0,
+            float | None,
+            Field(
+                ge=0,
+                le=600,
+                description="wait up to this long (0 to 600) for the run to end; null: 0",
+            ),
+        ] = None,
     ) -> RunInfo:
-        """The state of a run: running, completed, error or aborted, with its answer."""
+        """The state of a run. Returns its status (running, completed, error or aborted), its
+        answer or error, events so far and token usage."""
         state = app_state(ctx)
         run = _get(state, run_id)
         if wait_seconds and run.status == "running":
@@ -120,8 +150,9 @@ def register(server: MCPServer) -> None:
         return run_info(run)
 
     @server.tool(annotations=WRITES)
-    async def agent_cancel(ctx: Context, run_id: str) -> RunInfo:
-        """Abort a run; the session records an aborted assistant message and stays consistent."""
+    async def agent_cancel(ctx: Context, run_id: RunId) -> RunInfo:
+        """Abort a run; the session records an aborted assistant message and stays consistent.
+        Returns the run, now aborted (or as it had ended already)."""
         state = app_state(ctx)
         run = _get(state, run_id)
         if run.status == "running":
@@ -130,29 +161,46 @@ def register(server: MCPServer) -> None:
         return run_info(run)
 
     @server.tool(annotations=WRITES)
-    async def agent_steer(ctx: Context, run_id: str, message: str) -> QueueResult:
-        """Queue a message to go in after the current tool batch, before the next model call."""
+    async def agent_steer(ctx: Context, run_id: RunId, message: Message) -> QueueResult:
+        """Queue a message to go in after the current tool batch, before the next model call.
+        Returns what was queued and the run's status."""
         run = _running(app_state(ctx), run_id, message)
         run.agent.steer(message)
         return QueueResult(run_id=run_id, queued="steering", status=run.status)
 
     @server.tool(annotations=WRITES)
-    async def agent_follow_up(ctx: Context, run_id: str, message: str) -> QueueResult:
-        """Queue a message to run when the agent would otherwise stop."""
+    async def agent_follow_up(ctx: Context, run_id: RunId, message: Message) -> QueueResult:
+        """Queue a message to run when the agent would otherwise stop. Returns what was
+        queued and the run's status."""
         run = _running(app_state(ctx), run_id, message)
         run.agent.follow_up(message)
         return QueueResult(run_id=run_id, queued="follow_up", status=run.status)
 
     @server.tool(annotations=READ_ONLY)
-    async def agent_runs(ctx: Context) -> RunList:
-        """Every run since the server started, newest first."""
+    async def agent_runs(
+        ctx: Context,
+        limit: Annotated[
+            int | None, Field(ge=1, le=100, description="runs per page, 1 to 100; null: 20")
+        ] = None,
+        cursor: Annotated[str | None, Field(description=CURSOR_DESCRIPTION)] = None,
+    ) -> RunList:
+        """The runs of this server (those under way, and the latest that ended), newest
+        first. Returns a page of runs with their status and answers, and a cursor for older."""
         state = app_state(ctx)
-        runs = sorted(state.runs.runs.values(), key=lambda r: r.started, reverse=True)
-        return RunList(runs=[run_info(run) for run in runs])
+        runs = sorted(state.runs.runs.values(), key=lambda r: r.started)
+        infos = [run_info(run) for run in runs]
+        with tool_errors():
+            page = newest_page(infos, cursor, limit or 20, lambda i: len(i.model_dump_json()))
+        return RunList(
+            runs=infos[page.start : page.end][::-1],
+            truncated=page.truncated,
+            next_cursor=page.next_cursor,
+        )
 
     @server.tool(annotations=READ_ONLY)
     async def agent_list(ctx: Context) -> AgentList:
-        """The agents defined in the manifests (agent_run's agent argument)."""
+        """The agents defined in the manifests, for agent_run's agent argument. Returns each
+        one's name, description, model, tools and servers."""
         state = app_state(ctx)
         return AgentList(
             agents=[
@@ -169,6 +217,19 @@ def register(server: MCPServer) -> None:
                 for a in state.agents.values()
             ]
         )
+
+
+def run_result(run: Run) -> CallToolResult:
+    """The run as a tool result: a tool error when it ended in error or was aborted."""
+    info = run_info(run)
+    data = info.model_dump(mode="json")
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    failed = run.status in ("error", "aborted")
+    if failed:
+        text = f"the run ended {run.status}: {run.error or run.stop_reason or 'no reason given'}\n{text}"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=data, is_error=failed
+    )
 
 
 def _running(state: AppState, run_id: str, message: str | None = None) -> Run:

@@ -22,6 +22,7 @@ from mcp_agent.server import (
 )
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
+from mcp_agent.server.strict import SessionsServer
 
 INSTRUCTIONS = """\
 Agent sessions: every conversation is a tree of entries you can browse, branch, fork and resume.
@@ -49,7 +50,7 @@ def build_server(
             app.task_group.start_soon(notifier.run)
             yield ServerState(app, notifier)
 
-    server = MCPServer(
+    server = SessionsServer(
         "mcp-agent-sessions",
         instructions=INSTRUCTIONS,
         version=__version__,
@@ -63,6 +64,7 @@ def build_server(
     resources.register(server)
     session_prompts.register(server)
     protocol.register(server)
+    server.make_tools_strict()
     return server
 
 

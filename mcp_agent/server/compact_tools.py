@@ -30,7 +30,8 @@ def register(server: MCPServer) -> None:
     ) -> CompactResult:
         """Compact a session: the model summarises the older part of the current branch (goal,
         progress, decisions, next steps, files touched) and the context continues from that
-        summary plus the recent entries. Nothing is deleted; the old entries stay in the tree."""
+        summary plus the recent entries. Nothing is deleted; the old entries stay in the tree.
+        Returns the compaction's id, the tokens before and after, and the summary."""
         state = app_state(ctx)
 
         def check() -> Session:

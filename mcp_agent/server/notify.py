@@ -216,8 +216,8 @@ class Notifier:
             if held >= self.max_subscriptions:
                 raise SubscriptionLimit(
                     f"too many subscriptions: this client holds {held}, the limit is "
-                    f"{self.max_subscriptions}; unsubscribe from some, or raise it with "
-                    "--max-subscriptions (MCP_AGENT_MAX_SUBSCRIPTIONS)"
+                    f"{self.max_subscriptions}; unsubscribe from some; the server's operator can "
+                    "raise it (MCP_AGENT_MAX_SUBSCRIPTIONS)"
                 )
         self._subscribers.setdefault(uri, {})[key] = ctx_session
 

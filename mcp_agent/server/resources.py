@@ -15,8 +15,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.session_tools import describe_session
+from mcp_agent.server.paging import DEFAULT_LIMIT, json_size, newest_page
+from mcp_agent.server.session_tools import describe_session, entry_json
 from mcp_agent.sessions import Session, SessionError
+from mcp_agent.sessions.outline import flat_tree
 
 JSON = "application/json"
 JSONL = "application/x-ndjson"
@@ -43,36 +45,43 @@ def register(server: MCPServer) -> None:
         "session://{session_id}",
         name="session",
         mime_type=JSON,
-        description="A session: its summary and the entries of its current branch, root first",
+        description="A session: its summary and the newest entries of its current branch",
     )
     async def session_resource(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
-        return await _read(
-            state,
-            session_id,
-            lambda session: _dump(
+
+        def render(session: Session) -> str:
+            branch = session.get_branch()
+            page = newest_page(
+                branch, None, DEFAULT_LIMIT, lambda e: json_size(entry_json(session_id, e))
+            )
+            return _dump(
                 {
-                    "session": describe_session(state.repo, session).model_dump(),
+                    "session": describe_session(state.repo, session).model_dump(mode="json"),
                     "header": session.header.to_json_dict(),
                     "leafId": session.leaf_id,
-                    "branch": [entry.to_json_dict() for entry in session.get_branch()],
+                    "branchLength": page.total,
+                    "truncated": page.truncated,
+                    "more": f"session_get with a cursor, or session://{session_id}/export.jsonl"
+                    if page.truncated
+                    else None,
+                    "branch": [entry_json(session_id, e) for e in branch[page.start :]],
                 }
-            ),
-        )
+            )
+
+        return await _read(state, session_id, render)
 
     @server.resource(
         "session://{session_id}/tree",
         name="session-tree",
         mime_type=JSON,
-        description="Every entry of a session as a tree, with labels",
+        description="Every entry of a session as a flat node (parent, children, label, preview)",
     )
     async def session_tree(session_id: str, ctx: Context) -> str:
         return await _read(
             app_state(ctx),
             session_id,
-            lambda session: _dump(
-                {"leafId": session.leaf_id, "tree": [n.to_json_dict() for n in session.tree()]}
-            ),
+            lambda session: _dump({"leafId": session.leaf_id, "nodes": flat_tree(session)}),
         )
 
     @server.resource(

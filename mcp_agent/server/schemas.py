@@ -1,80 +1,127 @@
-"""The structured results of the server's tools (their output schemas come from these)."""
+"""The structured results of the server's tools (their output schemas come from these).
+
+Every key is camelCase on the wire, as in pi's session format and MCP itself, except inside
+the user's own data (metadata, custom data, tool arguments); times are ISO 8601 strings. The
+Python side keeps snake_case names (``populate_by_name``)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 
-class SessionInfo(BaseModel):
+class Wire(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+
+class Page(Wire):
+    """What every paged answer says about the rest."""
+
+    total: int = Field(description="how many there are in all")
+    truncated: bool = Field(description="true when this page is not all of them")
+    next_cursor: str | None = Field(
+        default=None, description="pass as cursor for the next (older) page; null: no more"
+    )
+
+
+class SessionInfo(Wire):
     id: str
     name: str | None = None
     cwd: str = ""
-    created: str = ""
-    modified: str = ""
+    created: str = Field(default="", description="ISO 8601")
+    modified: str = Field(default="", description="ISO 8601: the last append")
     entry_count: int = 0
     message_count: int = 0
-    first_user_message: str | None = None
+    first_user_message: str | None = Field(
+        default=None, description="the first user message, shortened"
+    )
     parent_session: str | None = None
-    leaf_id: str | None = None
-    uri: str = ""
+    leaf_id: str | None = Field(default=None, description="the entry the next append follows")
+    uri: str = Field(default="", description="the session as an MCP resource")
 
 
-class SessionListResult(BaseModel):
+class SessionListResult(Wire):
     sessions: list[SessionInfo]
+    truncated: bool = Field(description="true when there are more sessions than listed")
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
 
 
-class SessionView(BaseModel):
+class TreeNode(Wire):
+    """One entry of the tree, flat: parent and children by id, a preview instead of content."""
+
+    id: str
+    parent_id: str | None
+    type: str
+    timestamp: str
+    children: list[str] = Field(description="ids of the entries that follow this one")
+    label: str | None = None
+    on_branch: bool = Field(description="on the path from the root to the leaf")
+    preview: str = Field(description="role and the start of the text, or what the entry sets")
+
+
+class SessionView(Page):
     session: SessionInfo
     view: Literal["branch", "tree", "entries"]
     leaf_id: str | None
     entries: list[dict[str, Any]] | None = Field(
-        default=None, description="pi v3 entries, root first (views branch and entries)"
+        default=None, description="pi v3 entries, newest last (views branch and entries)"
     )
-    tree: list[dict[str, Any]] | None = Field(
-        default=None, description="nested {entry, label?, children} nodes (view tree)"
+    nodes: list[TreeNode] | None = Field(
+        default=None, description="tree nodes in the order they were appended (view tree)"
     )
 
 
-class AppendResult(BaseModel):
+class AppendResult(Wire):
     session_id: str
     entry_id: str
     leaf_id: str = Field(description="the session's leaf after the append: the new entry")
 
 
-class MoveResult(BaseModel):
+class MoveResult(Wire):
     session_id: str
     leaf_id: str | None
     branch_summary_id: str | None = None
 
 
-class DeleteResult(BaseModel):
+class DeleteResult(Wire):
     session_id: str
     deleted: bool
 
 
-class ContextResult(BaseModel):
+class ContextResult(Page):
     session_id: str
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, Any]] = Field(description="pi messages, newest last")
     thinking_level: str
     model: dict[str, str] | None
     active_tool_names: list[str] | None
 
 
-class StatsResult(BaseModel):
+class StatsResult(Wire):
     session_id: str
     stats: dict[str, Any]
 
 
-class ExportResult(BaseModel):
+class ExportResult(Wire):
     session_id: str
-    jsonl: str
-    lines: int
+    jsonl: str = Field(description="these lines of the file, each ending in a newline")
+    lines: int = Field(description="lines in the whole file (the header is line 1)")
+    first_line: int = Field(description="the line this page starts at (1: the header)")
+    truncated: bool = Field(description="true when the file goes on after this page")
+    next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
 
 
-class CompactResult(BaseModel):
+class ImportResult(Wire):
+    session: SessionInfo
+    file_id: str = Field(description="the id in the file's header")
+    new_id: bool = Field(description="true when the session got an id other than the file's")
+    note: str = Field(description="which id it got, and why")
+
+
+class CompactResult(Wire):
     session_id: str
     compaction_id: str | None
     tokens_before: int = 0
@@ -82,17 +129,20 @@ class CompactResult(BaseModel):
     summary: str = ""
 
 
-class RunInfo(BaseModel):
+class RunInfo(Wire):
     run_id: str
     session_id: str
     agent: str
     model: str
     status: str = Field(description="running, completed, error or aborted")
     answer: str | None = Field(default=None, description="the final assistant text")
+    answer_truncated: bool = Field(
+        default=False, description="the answer was cut to fit; session_get has all of it"
+    )
     error: str | None = None
     stop_reason: str | None = None
-    started: float
-    finished: float | None = None
+    started: str = Field(description="ISO 8601")
+    finished: str | None = Field(default=None, description="ISO 8601")
     events: int = 0
     last_event: str = ""
     new_messages: int = 0
@@ -100,11 +150,13 @@ class RunInfo(BaseModel):
     depth: int = 0
 
 
-class RunList(BaseModel):
+class RunList(Wire):
     runs: list[RunInfo]
+    truncated: bool = Field(description="true when there are more runs than listed")
+    next_cursor: str | None = Field(default=None, description="pass as cursor for older runs")
 
 
-class AgentInfo(BaseModel):
+class AgentInfo(Wire):
     name: str
     description: str
     model: str | None
@@ -115,11 +167,11 @@ class AgentInfo(BaseModel):
     uri: str
 
 
-class AgentList(BaseModel):
+class AgentList(Wire):
     agents: list[AgentInfo]
 
 
-class QueueResult(BaseModel):
+class QueueResult(Wire):
     run_id: str
     queued: str
     status: str

@@ -1,9 +1,10 @@
 """The session tools: create, list, get, delete, append, move, fork, context, stats, export,
 import. Each answers bad input with a tool error that says what was wrong; nothing is written
-then."""
+then. Lists come in pages (``paging``): the newest last, about 64 KB at most by default."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
@@ -12,20 +13,34 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from mcp_agent.server.entry_inputs import EntryInput
 from mcp_agent.server.lifespan import app_state
+from mcp_agent.server.paging import (
+    ANSWER_BYTES,
+    CURSOR_DESCRIPTION,
+    LIMIT_DESCRIPTION,
+    check_limit,
+    json_size,
+    newest_page,
+    parse_cursor,
+)
 from mcp_agent.server.schemas import (
     AppendResult,
     ContextResult,
     DeleteResult,
     ExportResult,
+    ImportResult,
     MoveResult,
     SessionInfo,
     SessionListResult,
     SessionView,
     StatsResult,
+    TreeNode,
 )
 from mcp_agent.server.tool_errors import tool_errors
-from mcp_agent.sessions import Session, SessionError
+from mcp_agent.sessions import Session
+from mcp_agent.sessions.entries import SessionEntry, is_session_id
+from mcp_agent.sessions.outline import flat_tree
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -33,6 +48,10 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
+Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
+Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
+# An entry larger than this is shown as a stub naming the resource that has all of it.
+ENTRY_BYTES = ANSWER_BYTES // 2
 
 
 def session_info(summary: SessionSummary, leaf_id: str | None = None) -> SessionInfo:
@@ -55,19 +74,61 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
 
 
+def entry_json(session_id: str, entry: SessionEntry) -> dict[str, Any]:
+    """The entry in pi's v3 form, or, when it is too large for a page, a stub that says so
+    and where to read it whole."""
+    data = entry.to_json_dict()
+    size = json_size(data)
+    if size <= ENTRY_BYTES:
+        return data
+    stub: dict[str, Any] = {
+        key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
+    }
+    message = data.get("message")
+    if isinstance(message, dict) and "role" in message:
+        stub["role"] = message["role"]
+    stub["omitted"] = (
+        f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{entry.id}"
+    )
+    return stub
+
+
+def parse_metadata(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ToolError(
+            f'metadata must be a JSON object as text, e.g. \'{{"project": "x"}}\': {error}'
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolError("metadata must be a JSON object as text, not another JSON value")
+    return value
+
+
 def register(server: MCPServer) -> None:
     @server.tool(annotations=WRITES)
     async def session_create(
         ctx: Context,
         name: Annotated[str | None, Field(description="a name to show in listings")] = None,
-        cwd: Annotated[str | None, Field(description="working directory to record")] = None,
-        metadata: Annotated[dict[str, Any] | None, Field(description="free-form JSON")] = None,
+        cwd: Annotated[str | None, Field(description="the working directory to record")] = None,
+        # A string, not an object: strict mode allows no open objects. Not nullable either: the
+        # SDK parses a JSON string given for a `str | None` argument into an object.
+        metadata: Annotated[
+            str,
+            Field(
+                description="a JSON object as text, kept in the header, e.g. '{\"k\": 1}'; "
+                "empty: none"
+            ),
+        ] = "",
     ) -> SessionInfo:
-        """Create an empty session."""
+        """Create an empty session. Returns it: its id (for the other tools), name and uri."""
         state = app_state(ctx)
+        data = parse_metadata(metadata)
 
         def create() -> SessionInfo:
-            session = state.repo.create(name=name, cwd=cwd, metadata=metadata)
+            session = state.repo.create(name=name, cwd=cwd, metadata=data)
             return describe_session(state.repo, session)
 
         with tool_errors():
@@ -78,47 +139,85 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def session_list(
         ctx: Context,
-        query: Annotated[str | None, Field(description="words to search for in messages")] = None,
-        limit: Annotated[int, Field(ge=1, le=500)] = 50,
-        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+        query: Annotated[
+            str | None, Field(description="words to search for in messages; null: all sessions")
+        ] = None,
+        limit: Annotated[
+            int | None, Field(ge=1, le=500, description="sessions per page, 1 to 500; null: 50")
+        ] = None,
+        cursor: Annotated[
+            str | None, Field(description="nextCursor of the previous page; null: the first")
+        ] = None,
     ) -> SessionListResult:
-        """List sessions, newest first, optionally searching their text."""
+        """List sessions, newest first, optionally searching their text. Returns a page of
+        sessions (id, name, first user message, counts, times) and a cursor for the next."""
         state = app_state(ctx)
         with tool_errors():
             page = await state.offload(
-                lambda: state.repo.list(query=query, limit=limit, cursor=cursor)
+                lambda: state.repo.list(query=query, limit=limit or 50, cursor=cursor)
             )
         return SessionListResult(
-            sessions=[session_info(item) for item in page.items], next_cursor=page.next_cursor
+            sessions=[session_info(item) for item in page.items],
+            truncated=page.next_cursor is not None,
+            next_cursor=page.next_cursor,
         )
 
     @server.tool(annotations=READ_ONLY)
     async def session_get(
         ctx: Context,
         session_id: SessionId,
-        view: Literal["branch", "tree", "entries"] = "branch",
+        view: Annotated[
+            Literal["branch", "tree", "entries"] | None,
+            Field(
+                description="branch: the entries from the root to the leaf (null: this); "
+                "tree: every entry as a node with its parent, children, label and a preview; "
+                "entries: every entry in the order appended"
+            ),
+        ] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
     ) -> SessionView:
-        """Read a session: the current branch (root first), the whole tree, or every entry."""
+        """Read a session. Returns its summary and a page of the chosen view, newest last,
+        with the total, whether there is more (truncated) and a cursor for the page before."""
         state = app_state(ctx)
+        shown = view or "branch"
+        most = check_limit(limit)
 
         def read() -> SessionView:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
-            result = SessionView(session=info, view=view, leaf_id=session.leaf_id)
-            if view == "branch":
-                result.entries = [e.to_json_dict() for e in session.get_branch()]
-            elif view == "entries":
-                result.entries = [e.to_json_dict() for e in session.get_entries()]
-            else:
-                result.tree = [node.to_json_dict() for node in session.tree()]
-            return result
+            if shown == "tree":
+                nodes = flat_tree(session)
+                page = newest_page(nodes, cursor, most, json_size)
+                return SessionView(
+                    session=info,
+                    view=shown,
+                    leaf_id=session.leaf_id,
+                    nodes=[TreeNode.model_validate(n) for n in nodes[page.start : page.end]],
+                    total=page.total,
+                    truncated=page.truncated,
+                    next_cursor=page.next_cursor,
+                )
+            entries = session.get_branch() if shown == "branch" else session.get_entries()
+            page = newest_page(
+                entries, cursor, most, lambda e: json_size(entry_json(session_id, e))
+            )
+            return SessionView(
+                session=info,
+                view=shown,
+                leaf_id=session.leaf_id,
+                entries=[entry_json(session_id, e) for e in entries[page.start : page.end]],
+                total=page.total,
+                truncated=page.truncated,
+                next_cursor=page.next_cursor,
+            )
 
         with tool_errors():
             return await state.offload(read)
 
     @server.tool(annotations=DESTROYS)
     async def session_delete(ctx: Context, session_id: SessionId) -> DeleteResult:
-        """Delete a session and all its entries."""
+        """Delete a session and all its entries. Returns the id and deleted=true."""
         state = app_state(ctx)
 
         def delete() -> None:
@@ -135,23 +234,23 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         session_id: SessionId,
         entry: Annotated[
-            dict[str, Any],
+            EntryInput,
             Field(
-                description=(
-                    "an entry in pi v3 form without id/parentId/timestamp, e.g. "
-                    '{"type":"message","message":{"role":"user","content":"hi"}}, '
-                    '{"type":"label","targetId":"ab12cd34","label":"good"}, '
-                    '{"type":"session_info","name":"My session"}, '
-                    '{"type":"custom","customType":"note","data":{}}, '
-                    '{"type":"model_change","provider":"openai","modelId":"gpt-4o"}'
-                )
+                description="what to append, by its type: message (role and text), label, "
+                "session_info (the name), custom (your data), custom_message, model_change, "
+                "thinking_level_change, active_tools_change, or pi (any entry in pi v3 form "
+                "as JSON text)"
             ),
         ],
     ) -> AppendResult:
-        """Append an entry at the session's leaf; it becomes the new leaf."""
+        """Append an entry at the session's leaf; it becomes the new leaf. Returns the new
+        entry's id."""
         state = app_state(ctx)
+        partial = entry.to_partial()
         with tool_errors(), state.runs.writing(session_id):
-            entry_id = await state.offload(lambda: state.repo.open(session_id).append_entry(entry))
+            entry_id = await state.offload(
+                lambda: state.repo.open(session_id).append_entry(partial)
+            )
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
@@ -160,21 +259,29 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         session_id: SessionId,
         entry_id: Annotated[
-            str | None, Field(description="the entry to make the leaf; null: before the first")
+            str,
+            Field(
+                description="the entry to make the leaf (an id from session_get), or 'root' "
+                "to move before the first entry"
+            ),
         ],
         summary: Annotated[
-            str | None, Field(description="a summary of the branch being left, to record")
+            str | None,
+            Field(description="a summary of the branch being left, to record; null: none"),
         ] = None,
         summarize: Annotated[
-            bool, Field(description="have the model summarise the branch being left")
-        ] = False,
+            bool | None,
+            Field(description="have the model summarise the branch being left; null: false"),
+        ] = None,
     ) -> MoveResult:
-        """Move the session's leaf (switch branch); the next append starts a new branch there."""
+        """Move the session's leaf (switch branch); the next append starts a new branch there.
+        Returns the new leaf and the id of the branch summary, if one was recorded."""
         state = app_state(ctx)
+        target = None if entry_id == "root" else entry_id
         if summary is not None and summarize:
             raise ToolError("give either summary or summarize=true, not both")
-        if summarize and entry_id is None:
-            raise ToolError("summarize needs an entry_id to move to")
+        if summarize and target is None:
+            raise ToolError("summarize needs an entry to move to, not 'root'")
 
         def open_idle() -> Session:
             state.runs.ensure_idle(session_id)
@@ -182,17 +289,17 @@ def register(server: MCPServer) -> None:
 
         def move() -> tuple[str | None, str | None]:
             session = open_idle()
-            moved = session.move_to(entry_id, {"summary": summary} if summary is not None else None)
+            moved = session.move_to(target, {"summary": summary} if summary is not None else None)
             return moved, session.leaf_id
 
         with tool_errors():
             if summarize:
-                assert entry_id is not None
+                assert target is not None
                 from mcp_agent.server.summaries import summarize_branch
 
                 session = await state.offload(open_idle)
                 async with state.runs.hold(session_id, "session_move_to (summarize)"):
-                    branch_summary_id = await summarize_branch(state, ctx, session, entry_id)
+                    branch_summary_id = await summarize_branch(state, ctx, session, target)
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
                 with state.runs.writing(session_id):
@@ -206,19 +313,24 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         session_id: SessionId,
         entry_id: Annotated[
-            str | None, Field(description="fork at/before this entry; null: the whole branch")
+            str | None,
+            Field(description="fork at or before this entry; null: the whole current branch"),
         ] = None,
         position: Annotated[
-            Literal["before", "at"],
-            Field(description="'before' a user message (to re-ask it), or 'at' any entry"),
-        ] = "before",
+            Literal["before", "at"] | None,
+            Field(
+                description="'before' a user message (to ask it again; null: this), or 'at' "
+                "any entry (to keep it)"
+            ),
+        ] = None,
     ) -> SessionInfo:
-        """Copy this session (all of it, or the path to entry_id) into a new session whose
-        header names this one as its parent."""
+        """Copy this session (its current branch, or the path to entry_id) into a new session
+        whose header names this one as its parent. Returns the new session."""
         state = app_state(ctx)
 
         def fork() -> SessionInfo:
-            return describe_session(state.repo, state.repo.fork(session_id, entry_id, position))
+            forked = state.repo.fork(session_id, entry_id, position or "before")
+            return describe_session(state.repo, forked)
 
         with tool_errors():
             info = await state.offload(fork)
@@ -226,58 +338,115 @@ def register(server: MCPServer) -> None:
         return info
 
     @server.tool(annotations=READ_ONLY)
-    async def session_context(ctx: Context, session_id: SessionId) -> ContextResult:
-        """The messages as the model would get them, with model, thinking level, active tools."""
+    async def session_context(
+        ctx: Context, session_id: SessionId, limit: Limit = None, cursor: Cursor = None
+    ) -> ContextResult:
+        """The messages as the model would get them (after compactions), with the model,
+        thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
+        most = check_limit(limit)
+
+        def read() -> ContextResult:
+            context = state.repo.open(session_id).build_context()
+            messages = [m.to_json_dict() for m in context.messages]
+            page = newest_page(messages, cursor, most, json_size)
+            return ContextResult(
+                session_id=session_id,
+                messages=messages[page.start : page.end],
+                thinking_level=context.thinking_level,
+                model=context.model,
+                active_tool_names=context.active_tool_names,
+                total=page.total,
+                truncated=page.truncated,
+                next_cursor=page.next_cursor,
+            )
+
         with tool_errors():
-            context = await state.offload(lambda: state.repo.open(session_id).build_context())
-        return ContextResult(
-            session_id=session_id,
-            messages=[m.to_json_dict() for m in context.messages],
-            thinking_level=context.thinking_level,
-            model=context.model,
-            active_tool_names=context.active_tool_names,
-        )
+            return await state.offload(read)
 
     @server.tool(annotations=READ_ONLY)
     async def session_stats(ctx: Context, session_id: SessionId) -> StatsResult:
-        """Counts over the whole tree: entries, messages by role, tokens, cost, branches."""
+        """Counts over the whole tree. Returns entries, messages by role, tool calls, tokens,
+        cost, leaves and branch points, first and last times."""
         state = app_state(ctx)
         with tool_errors():
             stats = await state.offload(lambda: state.repo.open(session_id).stats())
         return StatsResult(session_id=session_id, stats=stats.to_json_dict())
 
     @server.tool(annotations=READ_ONLY)
-    async def session_export(ctx: Context, session_id: SessionId) -> ExportResult:
-        """The session as a pi v3 JSONL file (header line, then one entry per line)."""
+    async def session_export(
+        ctx: Context,
+        session_id: SessionId,
+        limit: Limit = None,
+        cursor: Annotated[
+            str | None,
+            Field(description="nextCursor of the previous page; null: from the first line"),
+        ] = None,
+    ) -> ExportResult:
+        """The session as a pi v3 JSONL file (a header line, then one entry per line), in
+        pages from the top. Returns these lines, the file's line count and a cursor for the
+        rest; the resource session://{id}/export.jsonl has the whole file at once."""
         state = app_state(ctx)
+        most = check_limit(limit)
+
+        def export() -> ExportResult:
+            lines = state.repo.export_jsonl(session_id).splitlines(keepends=True)
+            start = parse_cursor(cursor, "from:", 0, len(lines) - 1) if cursor else 0
+            end, used = start, 0
+            while end < len(lines) and (most is None or end - start < most):
+                cost = len(lines[end].encode())
+                if most is not None and end > start and used + cost > ANSWER_BYTES:
+                    break
+                used += cost
+                end += 1
+            more = end < len(lines)
+            return ExportResult(
+                session_id=session_id,
+                jsonl="".join(lines[start:end]),
+                lines=len(lines),
+                first_line=start + 1,
+                truncated=start > 0 or more,
+                next_cursor=f"from:{end}" if more else None,
+            )
+
         with tool_errors():
-            text = await state.offload(lambda: state.repo.export_jsonl(session_id))
-        return ExportResult(session_id=session_id, jsonl=text, lines=text.count("\n"))
+            return await state.offload(export)
 
     @server.tool(annotations=WRITES)
     async def session_import(
         ctx: Context,
-        jsonl: Annotated[str, Field(description="a pi session file (version 1, 2 or 3)")],
-    ) -> SessionInfo:
-        """Import a pi session file as a new session (older versions are migrated)."""
+        jsonl: Annotated[
+            str,
+            Field(description="the text of a pi session file (version 1, 2 or 3), not a path"),
+        ],
+    ) -> ImportResult:
+        """Import a pi session file as a new session (older versions are migrated). It keeps
+        the file's id when that is free; otherwise, or when the id is not a UUID, it gets a
+        new one. Returns the session and which id it got."""
         state = app_state(ctx)
         if not jsonl.lstrip().startswith("{"):
             # Never read a path named by a client: the server's files are not theirs to read.
-            raise ToolError("jsonl must be the content of a session file (JSON lines), not a path")
+            raise ToolError(
+                "jsonl must be the text of a pi session file: JSON lines starting with the "
+                '{"type":"session",...} header (a file path is not read)'
+            )
 
-        def import_() -> SessionInfo:
-            try:
-                session = state.repo.import_jsonl(jsonl)
-            except SessionError as error:
-                if error.code == "conflict":
-                    raise SessionError(
-                        "conflict", f"{error} (export it, or delete the existing session first)"
-                    ) from None
-                raise
-            return describe_session(state.repo, session)
+        def import_() -> ImportResult:
+            imported = state.repo.import_session(jsonl, copy_if_taken=True)
+            info = describe_session(state.repo, imported.session)
+            file_id = imported.file_id
+            if info.id == file_id:
+                note = "imported under the file's id"
+            elif is_session_id(file_id):
+                note = f"session {file_id} exists already: imported as a copy under a new id"
+            else:
+                note = f"the file's id {file_id[:60]!r} is not a UUID: imported under a new id"
+            note = "; ".join([note, *imported.notes])
+            return ImportResult(
+                session=info, file_id=file_id[:200], new_id=info.id != file_id, note=note
+            )
 
         with tool_errors():
-            info = await state.offload(import_)
+            result = await state.offload(import_)
         state.list_changed()
-        return info
+        return result

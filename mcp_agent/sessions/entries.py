@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -36,7 +37,13 @@ CURRENT_SESSION_VERSION = 3
 
 def iso_now() -> str:
     """The current time as pi writes it: ``2026-01-15T08:30:00.000Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(datetime.now(UTC).timestamp())
+
+
+def iso_time(epoch_seconds: float) -> str:
+    """A time in seconds since the epoch as pi writes times: ``2026-01-15T08:30:00.000Z``."""
+    moment = datetime.fromtimestamp(epoch_seconds, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sortable_time(timestamp: str) -> str:
@@ -88,6 +95,14 @@ def new_entry_id(taken: Callable[[str], bool] | None = None) -> str:
 _clock_lock = threading.Lock()
 _last_uuid_time = (0, 0)  # (millis, 12-bit counter)
 _last_write_time = ""
+
+
+_SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_session_id(text: str) -> bool:
+    """A UUID in its canonical lower-case form, as pi and this project make session ids."""
+    return _SESSION_ID.fullmatch(text) is not None
 
 
 def new_session_id() -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -127,17 +126,21 @@ def _migrate_v2_row(row: dict[str, Any]) -> None:
 # --- lines and rows ---------------------------------------------------------------------------
 
 
-def _text_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) for each piece of ``text`` between newlines, split as it is read."""
+# (line number, line, whether a line break ended it)
+Lines = Iterator[tuple[int, str, bool]]
+
+
+def _text_lines(text: str) -> Lines:
+    """The pieces of ``text`` between newlines, split as it is read."""
     start = 0
     number = 0
     while True:
         number += 1
         end = text.find("\n", start)
         if end < 0:
-            yield number, text[start:]
+            yield number, text[start:], False
             return
-        yield number, text[start:end]
+        yield number, text[start:end], True
         start = end + 1
 
 
@@ -155,8 +158,8 @@ def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
     return f"'{error.encoding}' codec can't decode bytes in position {start}-{end}: {error.reason}"
 
 
-def _file_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a UTF-8 file, read one line at a time. Lines end at ``\\n``,
+def _file_lines(handle: IO[bytes], name: str) -> Lines:
+    """The lines of a UTF-8 file, read one line at a time. Lines end at ``\\n``,
     ``\\r\\n`` or ``\\r``, as in a file read as text. A byte that is not UTF-8 makes the whole
     file unreadable, wherever it is."""
     number = 0
@@ -176,22 +179,25 @@ def _file_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
         offset += len(raw)
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if text.endswith("\n"):
+        ended = text.endswith("\n")
+        if ended:
             text = text[:-1]
-        for line in text.split("\n"):
+        pieces = text.split("\n")
+        for index, line in enumerate(pieces):
             number += 1
-            yield number, line
+            yield number, line, ended or index < len(pieces) - 1
 
 
-def _json_rows(lines: Iterator[tuple[int, str]], source: str, code: str) -> Rows:
+def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
     """(line number, object) for each non-blank line.
 
-    A last line that does not parse is a write torn by a crash: it is skipped with a warning.
-    A bad line anywhere else is corruption and raises SessionError(``code``), naming the file
-    and line, once the rest has been read (a file that cannot be read at all says so first).
+    A last line that does not parse and has no line break after it is a write torn by a
+    crash: it is skipped, and ``notes`` says so. Any other line that does not parse is damage
+    and raises SessionError(``code``), naming the file and line, once the rest has been read
+    (a file that cannot be read at all says so first).
     """
     held: tuple[int, ValueError] | None = None  # a line that did not parse: torn, if last
-    for number, line in lines:
+    for number, line, ended in lines:
         if not line.strip():
             continue
         if held is not None:
@@ -201,6 +207,12 @@ def _json_rows(lines: Iterator[tuple[int, str]], source: str, code: str) -> Rows
         try:
             data = json.loads(line)
         except ValueError as error:
+            if ended:
+                for _ in lines:
+                    pass
+                raise SessionError(
+                    code, f"{source}:{number}: line is not valid JSON ({error})"
+                ) from None
             held = (number, error)
             continue
         if not isinstance(data, dict):
@@ -209,9 +221,12 @@ def _json_rows(lines: Iterator[tuple[int, str]], source: str, code: str) -> Rows
             raise SessionError(code, f"{source}:{number}: line is not a JSON object")
         yield number, data
     if held is not None:
-        message = f"{source}:{held[0]}: skipping a torn last line ({held[1]})"
-        warnings.warn(message, stacklevel=2)
-        log.warning(message)
+        message = (
+            f"{source}:{held[0]}: skipped the last line, cut off without its line break (a "
+            f"write torn by a crash; {held[1]})"
+        )
+        log.info(message)
+        notes.append(message)
 
 
 # --- the stream -------------------------------------------------------------------------------
@@ -240,9 +255,16 @@ class SessionStream:
     """
 
     def __init__(
-        self, rows: Rows, source: str, code: str = "invalid_import", new_id: NewId = new_entry_id
+        self,
+        rows: Rows,
+        source: str,
+        code: str = "invalid_import",
+        new_id: NewId = new_entry_id,
+        notes: list[str] | None = None,
     ) -> None:
         self.source = source
+        # What was read but not kept (a torn last line), for the importer to pass on.
+        self.notes: list[str] = notes if notes is not None else []
         self.code = code
         self._rows = rows
         self._new_id = new_id
@@ -394,8 +416,9 @@ def open_session_stream(
     if isinstance(source, str):
         one_line = bool(source.strip()) and "\n" not in source.strip()
         if not one_line or source.lstrip().startswith("{"):
-            rows = _json_rows(_text_lines(source), "<jsonl>", code)
-            yield SessionStream(rows, "<jsonl>", code, new_id)
+            notes: list[str] = []
+            rows = _json_rows(_text_lines(source), "<jsonl>", code, notes)
+            yield SessionStream(rows, "<jsonl>", code, new_id, notes)
             return
     path = Path(source)
     try:
@@ -404,7 +427,9 @@ def open_session_stream(
         raise SessionError(code, f"cannot read {path}: {error}") from None
     with handle:
         name = str(path)
-        yield SessionStream(_json_rows(_file_lines(handle, name), name, code), name, code, new_id)
+        notes = []
+        rows = _json_rows(_file_lines(handle, name), name, code, notes)
+        yield SessionStream(rows, name, code, new_id, notes)
 
 
 def parse_session_text(
@@ -417,7 +442,7 @@ def parse_session_text(
     """
     code = "invalid_import"
     return _collect(
-        SessionStream(_json_rows(_text_lines(text), source, code), source, code, new_id)
+        SessionStream(_json_rows(_text_lines(text), source, code, []), source, code, new_id)
     )
 
 

@@ -26,9 +26,11 @@ from mcp_agent.sessions.entries import (
     SessionHeader,
     SessionInfoEntry,
     entry_text,
+    is_session_id,
     iso_now,
     new_entry_id,
     new_header,
+    new_session_id,
     sortable_time,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -101,6 +103,7 @@ class SessionRepo(Protocol):
         self, session_id: str, entry_id: str | None = None, position: ForkPosition = "before"
     ) -> Session: ...
     def import_jsonl(self, source: str | Path) -> Session: ...
+    def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported: ...
     def export_jsonl(self, session_id: str) -> str: ...
     def close(self) -> None: ...
 
@@ -208,6 +211,15 @@ def matches(storage: SessionStorage, words: list[str]) -> bool:
 # --- fork -------------------------------------------------------------------------------------
 
 
+@dataclass
+class Imported:
+    """An imported session, the id its file gave it, and what was read but not kept."""
+
+    session: Session
+    file_id: str
+    notes: builtins.list[str] = field(default_factory=list)
+
+
 def entries_to_fork(
     source: Session, entry_id: str | None, position: str
 ) -> tuple[builtins.list[SessionEntry], str | None]:
@@ -236,13 +248,14 @@ def entries_to_fork(
             )
         end = target.parent_id
     path = source.get_branch(end) if end is not None else []
-    # pi, resuming a file that ends in a leaf move, appends below that line: such an entry is
-    # copied under the move's target, since the move itself is not copied.
-    moves = {e.id: e.parent_id for e in path if isinstance(e, LeafEntry)}
+    # Labels and leaf moves are not copied (labels are re-applied below): an entry that hangs
+    # under one (the next append after a label; pi, resuming a file that ends in a leaf move,
+    # appends below that line) is copied under the entry above it instead.
+    skipped = {e.id: e.parent_id for e in path if isinstance(e, LabelEntry | LeafEntry)}
     copied = [
         e
-        if e.parent_id not in moves
-        else e.model_copy(update={"parent_id": tree_parent(e.parent_id, moves)})
+        if e.parent_id not in skipped
+        else e.model_copy(update={"parent_id": tree_parent(e.parent_id, skipped)})
         for e in path
         if not isinstance(e, LabelEntry | LeafEntry)
     ]
@@ -347,14 +360,30 @@ class BaseSessionRepo:
         return self._create(header, entries)
 
     def import_jsonl(self, source: str | Path) -> Session:
+        """Import a pi session file (version 1, 2 or 3) or its text under the file's id (a
+        conflict if taken); see :meth:`import_session`."""
+        return self.import_session(source).session
+
+    def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported:
         """Import a pi session file (version 1, 2 or 3) or its text; nothing is stored unless
-        the whole file is valid. The file is read one line at a time and each entry stored as
-        it is read (see :meth:`_import_storage`), so memory does not grow with its entries."""
+        the whole file is valid (a last line torn by a crash is skipped, and said so). The file is read one line at a
+        time and each entry stored as it is read (see :meth:`_import_storage`), so memory does
+        not grow with its entries.
+
+        The session keeps the file's id unless that is not a UUID (pi's ids are; anything else
+        may not make a file name or a URI), which gets a new one. An id already taken is a
+        conflict, or with ``copy_if_taken`` the session is imported as a copy under a new id."""
         with open_session_stream(source) as stream:
-            if self.exists(stream.header.id):
-                stream.drain()  # a problem in the file is reported before the conflict
-                raise SessionError("conflict", f"session {stream.header.id} already exists")
-            return self._session(self._import_storage(stream))
+            original = stream.header.id
+            if not is_session_id(original):
+                stream.header = stream.header.model_copy(update={"id": new_session_id()})
+            elif self.exists(original):
+                if not copy_if_taken:
+                    stream.drain()  # a problem in the file is reported before the conflict
+                    raise SessionError("conflict", f"session {original} already exists")
+                stream.header = stream.header.model_copy(update={"id": new_session_id()})
+            session = self._session(self._import_storage(stream))
+            return Imported(session, original, list(stream.notes))
 
     def _import_storage(self, stream: SessionStream) -> SessionStorage:
         """Store an imported session, all or nothing. Iterating ``stream`` yields the entries

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic.alias_generators import to_camel
+
 from mcp_agent.messages import AssistantMessage
 from mcp_agent.sessions.entries import (
     LeafEntry,
@@ -40,7 +42,8 @@ class SessionStats:
     last_timestamp: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """camelCase, as every JSON this project writes outside pi's own message form."""
+        return {to_camel(key): value for key, value in asdict(self).items()}
 
 
 @runtime_checkable

@@ -20,16 +20,21 @@ const created = await client.callTool({ name: "session_create", arguments: { nam
 const id = created.structuredContent.id;
 await client.callTool({
   name: "session_append",
-  arguments: { session_id: id, entry: { type: "message", message: { role: "user", content: "hello from ts" } } },
+  arguments: { session_id: id, entry: { type: "message", role: "user", content: "hello from ts" } },
 });
 // A message far larger than a pipe's buffer, there and back.
 const big = "x".repeat(3_000_000) + " ünïcödé";
-await client.callTool({
+const appended = await client.callTool({
   name: "session_append",
-  arguments: { session_id: id, entry: { type: "message", message: { role: "user", content: big } } },
+  arguments: { session_id: id, entry: { type: "message", role: "user", content: big } },
 });
+const bigId = appended.structuredContent.entryId;
+// Too large for a page: session_get shows a stub naming the resource that has it whole.
 const branch = await client.callTool({ name: "session_get", arguments: { session_id: id } });
-const bigBack = branch.structuredContent.entries.at(-1).message.content;
+const stub = branch.structuredContent.entries.at(-1);
+const bigUri = `session://${id}/entries/${bigId}`;
+const bigEntry = await client.readResource({ uri: bigUri });
+const bigBack = JSON.parse(bigEntry.contents[0].text).message.content;
 const bad = await client.callTool({ name: "session_get", arguments: { session_id: "missing" } });
 const resources = (await client.listResources()).resources.map((r) => r.uri);
 const read = await client.readResource({ uri: `session://${id}/context` });
@@ -42,6 +47,7 @@ console.log(JSON.stringify({
   badText: bad.content[0].text,
   resources,
   context: JSON.parse(read.contents[0].text),
+  bigStubbed: stub.id === bigId && stub.message === undefined && stub.omitted.includes(bigUri),
   bigRoundTrip: bigBack === big,
   promptRoles: prompt.messages.map((m) => m.role),
 }));

@@ -1,0 +1,165 @@
+"""The tools as a model meets them: input schemas in OpenAI's strict form, and argument errors
+as one line a model can act on.
+
+Strict form also has every ``$defs`` reference inlined (openai-agents converts a schema with
+references only when it can check their targets in place).
+
+Strict form (what openai-agents' ``ensure_strict_json_schema`` and pydantic-ai's OpenAI
+transformer accept as it is): every object closed (``additionalProperties: false``), every
+property listed as required (an optional one is nullable where null means its default), no
+``default`` keyword (the default is said in the description instead), ``anyOf`` rather than
+``oneOf``. The server still accepts a call that leaves an optional argument out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, InputRequiredResult
+from pydantic import ValidationError
+
+# Pydantic's wording of a type mismatch is fine; these read better to a model.
+_MESSAGES = {
+    "missing": "is required",
+    "extra_forbidden": "is not a field of this object",
+}
+MAX_ERRORS = 3
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` in strict form (a copy); see the module's docstring."""
+    result = _inline_definitions(copy.deepcopy(schema))
+    pending: list[Any] = [result]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if "oneOf" in node:
+            node["anyOf"] = node.pop("oneOf")
+        node.pop("discriminator", None)
+        if "default" in node:
+            default = node.pop("default")
+            if default is not None:
+                note = f"Default: {json.dumps(default, ensure_ascii=False)}."
+                node["description"] = (
+                    f"{node['description']}. {note}" if node.get("description") else note
+                )
+        properties = node.get("properties")
+        if node.get("type") == "object" or isinstance(properties, dict):
+            node["type"] = "object"
+            node.setdefault("properties", {})
+            node["required"] = list(node["properties"])
+            if node.get("additionalProperties", False) is not False:
+                raise ValueError(f"an open object cannot be made strict: {json.dumps(node)[:200]}")
+            node["additionalProperties"] = False
+        pending.extend(value for value in node.values() if isinstance(value, dict | list))
+    return result
+
+
+def _inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each ``$ref`` to its ``$defs`` replaced by the definition: openai-agents
+    converts a schema with references only when it can check their targets in place."""
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name in seen:
+                raise ValueError(f"a recursive schema ({name}) cannot be inlined")
+            siblings = {key: value for key, value in node.items() if key != "$ref"}
+            return {**resolve(copy.deepcopy(definitions[name]), (*seen, name)), **siblings}
+        return {key: resolve(value, seen) for key, value in node.items()}
+
+    resolved: dict[str, Any] = resolve(schema, ())
+    return resolved
+
+
+def argument_error(
+    tool: str, error: ValidationError, descriptions: dict[str, str], arguments: dict[str, Any]
+) -> str:
+    """One line: each wrong argument (up to a few), what was wrong, and what it should be."""
+    problems = []
+    for detail in error.errors(include_url=False)[:MAX_ERRORS]:
+        parts = [str(part) for part in detail["loc"]]
+        kind = ""
+        given_arg = arguments.get(parts[0]) if parts else None
+        # A tagged union (an entry by its type) puts the tag in the path: say it apart.
+        if len(parts) > 1 and isinstance(given_arg, dict) and given_arg.get("type") == parts[1]:
+            kind = f" (for type {parts[1]!r})"
+            del parts[1]
+        where = ".".join(parts) or "arguments"
+        message = detail["msg"].removeprefix("Input ")
+        what = _MESSAGES.get(detail["type"], message[:1].lower() + message[1:])
+        given = detail.get("input")
+        if detail["type"] not in ("missing", "extra_forbidden") and not isinstance(given, dict):
+            what += f" (got {json.dumps(given, ensure_ascii=False, default=str)[:60]})"
+        about = descriptions.get(parts[0]) if len(parts) == 1 else None
+        problems.append(f"{where}{kind} {what}" + (f"; {where}: {about}" if about else ""))
+    more = len(error.errors()) - MAX_ERRORS
+    tail = f" (and {more} more)" if more > 0 else ""
+    return f"{tool}: " + "; ".join(problems) + tail
+
+
+class SessionsServer(MCPServer):
+    """The SDK's MCPServer whose tools are checked and explained as a model needs."""
+
+    def make_tools_strict(self) -> None:
+        """Rewrite every registered tool's advertised input schema in strict form; call it
+        once all tools are registered."""
+        for tool in self._tool_manager.list_tools():
+            tool.parameters = strict_schema(tool.parameters)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            known = ", ".join(t.name for t in self._tool_manager.list_tools())
+            raise ToolError(f"there is no tool {name!r}; the tools are: {known}")
+        properties: dict[str, Any] = tool.parameters.get("properties", {})
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            raise ToolError(
+                f"{name}: unknown argument {', '.join(map(repr, unknown))}; it takes "
+                + (", ".join(properties) or "no arguments")
+            )
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise  # a crash: the SDK logs it and says no more to the client
+        except ToolError as error:
+            raise ToolError(_one_line(self._explain(name, error, properties, arguments))) from None
+
+    def _explain(
+        self, name: str, error: ToolError, properties: dict[str, Any], arguments: dict[str, Any]
+    ) -> str:
+        cause = error.__cause__
+        if isinstance(cause, ValidationError):
+            descriptions = {
+                key: str(value.get("description", ""))
+                for key, value in properties.items()
+                if isinstance(value, dict) and value.get("description")
+            }
+            return argument_error(name, cause, descriptions, arguments)
+        # The SDK's prefix says nothing the tool's own message does not.
+        prefix = f"Error executing tool {name}: "
+        text = str(error)
+        return f"{name}: {text.removeprefix(prefix)}" if text.startswith(prefix) else text
+
+
+def _one_line(text: str) -> str:
+    """An error on one line, whatever the caller's values in it hold (a line break in an id)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")

@@ -1,0 +1,331 @@
+"""The tools as the model in an IDE meets them: schemas that OpenAI's strict mode takes as they
+are, one casing (camelCase) in every result and resource, answers bounded by default, a tree
+that works at any depth, and errors a model can act on."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from agent_support import pi_v3
+from agents.strict_schema import ensure_strict_json_schema
+from mcp import Client
+from mcp.server import MCPServer
+from mcp_support import call, call_error, make_server
+from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
+from reliability_support import size
+
+from mcp_agent.sessions import SqliteSessionRepo
+
+pytestmark = pytest.mark.anyio
+
+# Keys whose values are the user's own data (or pi's message form, kept as pi writes it).
+USER_DATA = {"metadata", "data", "details", "arguments", "messagesByRole"}
+CAMEL = re.compile(r"[a-z][a-zA-Z0-9]*")
+ANSWER_LIMIT = 64 * 1024
+# The huge session: reduced in CI (reading one costs seconds per answer); MCP_AGENT_FULL=1 runs
+# the 100,000 entries of the issue.
+HUGE = size(10_000, 100_000)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> MCPServer:
+    return make_server(tmp_path)
+
+
+async def tools_of(server: MCPServer) -> list[Any]:
+    async with Client(server) as client:
+        return list((await client.list_tools()).tools)
+
+
+# --- schemas ----------------------------------------------------------------------------------
+
+
+async def test_every_tool_converts_to_openai_strict_mode_unchanged(server: MCPServer) -> None:
+    tools = await tools_of(server)
+    assert len(tools) == 19
+    for tool in tools:
+        schema = tool.input_schema
+        # As openai-agents converts an MCP tool's schema (it falls back to non-strict on error).
+        converted = ensure_strict_json_schema(copy.deepcopy(schema), _reject_open_objects=True)
+        assert converted == schema, tool.name
+        # pydantic-ai sends a tool as strict only if its transformer finds nothing to change.
+        auto = OpenAIJsonSchemaTransformer(copy.deepcopy(schema), strict=None)
+        auto.walk()
+        assert auto.is_strict_compatible, tool.name
+        OpenAIJsonSchemaTransformer(copy.deepcopy(schema), strict=True).walk()
+
+
+async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
+    server: MCPServer,
+) -> None:
+    for tool in await tools_of(server):
+        assert "Returns" in (tool.description or ""), tool.name
+        pending = [(tool.name, tool.input_schema)]
+        while pending:
+            where, node = pending.pop()
+            for name, prop in node.get("properties", {}).items():
+                assert prop.get("description"), f"{where}.{name} has no description"
+                pending.append((f"{where}.{name}", prop))
+            pending.extend((where, variant) for variant in node.get("anyOf", []))
+
+
+# --- one casing -------------------------------------------------------------------------------
+
+
+def snake_keys(value: Any, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if not CAMEL.fullmatch(str(key)):
+                yield f"{path}.{key}"
+            if key not in USER_DATA:
+                yield from snake_keys(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from snake_keys(inner, f"{path}[{index}]")
+
+
+def text_json(result: Any) -> Any:
+    return json.loads(result.content[0].text)
+
+
+async def test_results_and_resources_are_camel_case_outside_user_data(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        seen: dict[str, Any] = {}
+
+        async def tool(tool_name: str, /, **arguments: Any) -> dict[str, Any]:
+            result = await client.call_tool(tool_name, arguments)
+            assert not result.is_error, (tool_name, result.content)
+            seen[tool_name] = result.structured_content
+            seen[f"{tool_name} (text)"] = text_json(result)
+            return result.structured_content or {}
+
+        created = await tool("session_create", name="n", metadata='{"snake_key": 1}')
+        sid = created["id"]
+        await tool(
+            "session_append",
+            session_id=sid,
+            entry={"type": "message", "role": "user", "content": "hi"},
+        )
+        custom = {"type": "custom", "customType": "note", "data": '{"my_key": 2}'}
+        await tool("session_append", session_id=sid, entry=custom)
+        ran = await tool("agent_run", prompt="hello", session_id=sid)
+        assert ran["status"] == "completed"
+        for view in ("branch", "tree", "entries"):
+            seen[f"session_get {view}"] = await tool("session_get", session_id=sid, view=view)
+        for name in ("session_context", "session_stats", "session_export"):
+            await tool(name, session_id=sid)
+        await tool("session_list")
+        await tool("agent_runs")
+        await tool("agent_list")
+        await tool("agent_status", run_id=ran["runId"])
+        forked = await tool("session_fork", session_id=sid)
+        await tool("session_move_to", session_id=forked["id"], entry_id="root")
+        await tool(
+            "session_import", jsonl=(await tool("session_export", session_id=sid, limit=0))["jsonl"]
+        )
+        for uri in (
+            f"session://{sid}",
+            f"session://{sid}/tree",
+            f"session://{sid}/context",
+            "agent://helper",
+        ):
+            read = await client.read_resource(uri)
+            seen[uri] = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+        problems = [f"{name}: {key}" for name, value in seen.items() for key in snake_keys(value)]
+        assert problems == [], problems
+        # Times are ISO 8601 strings outside pi's message form.
+        run = seen["agent_status"]
+        for moment in (run["started"], run["finished"], created["created"]):
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", moment), moment
+        # The user's own data keeps its keys.
+        header = seen[f"session://{sid}"]["header"]
+        assert header["metadata"] == {"snake_key": 1}
+
+
+# --- bounded answers and the tree at any depth ------------------------------------------------
+
+
+def pi_file(path: Path, entries: int, pad: int = 120) -> Path:
+    """A pi v3 file of ``entries`` messages in one chain."""
+    path.write_text(pi_v3(entries, pad=pad))
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A database holding one HUGE-entry session (imported before any server starts)."""
+    root = tmp_path_factory.mktemp("big")
+    with SqliteSessionRepo(root / "sessions.db") as repo:
+        session = repo.import_jsonl(pi_file(root / "big.jsonl", HUGE))
+        return root, session.id
+
+
+async def test_every_default_answer_on_a_huge_session_fits_the_budget(
+    big_session: tuple[Path, str],
+) -> None:
+    root, sid = big_session
+    async with Client(make_server(root)) as client:
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("session_get", {"session_id": sid}),
+            ("session_get", {"session_id": sid, "view": "tree"}),
+            ("session_get", {"session_id": sid, "view": "entries"}),
+            ("session_context", {"session_id": sid}),
+            ("session_export", {"session_id": sid}),
+            ("session_stats", {"session_id": sid}),
+            ("session_list", {}),
+        ]
+        for name, arguments in calls:
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, result.content
+            text = result.content[0].text  # type: ignore[union-attr]
+            structured = json.dumps(result.structured_content)
+            assert len(text.encode()) < ANSWER_LIMIT, (name, arguments, len(text))
+            assert len(structured.encode()) < ANSWER_LIMIT, (name, arguments)
+            page = result.structured_content or {}
+            if "total" in page:
+                assert page["truncated"] is True and page["nextCursor"], name
+                assert page["total"] in (HUGE, HUGE + 1)
+        read = await client.read_resource(f"session://{sid}")
+        assert len(read.contents[0].text.encode()) < ANSWER_LIMIT  # type: ignore[union-attr]
+
+        # Following the cursor goes back through the branch, newest last on each page.
+        first = await call(client, "session_get", session_id=sid, limit=10)
+        second = await call(
+            client, "session_get", session_id=sid, limit=10, cursor=first["nextCursor"]
+        )
+        assert [e["id"] for e in second["entries"]] == [
+            f"{n:08x}" for n in range(HUGE - 20, HUGE - 10)
+        ]
+        assert second["entries"][-1]["id"] < first["entries"][0]["id"]
+        # Everything, when asked.
+        lines = await call(client, "session_export", session_id=sid, limit=0)
+        assert lines["lines"] == HUGE + 1 and not lines["truncated"]
+
+
+async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        big = {"type": "message", "role": "user", "content": "y" * 200_000}
+        entry_id = (await call(client, "session_append", session_id=sid, entry=big))["entryId"]
+        page = await call(client, "session_get", session_id=sid)
+        stub = page["entries"][-1]
+        assert stub["id"] == entry_id and stub["role"] == "user"
+        assert f"session://{sid}/entries/{entry_id}" in stub["omitted"]
+        whole = await client.read_resource(f"session://{sid}/entries/{entry_id}")
+        assert "y" * 200_000 in whole.contents[0].text  # type: ignore[union-attr]
+
+
+async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
+    async with Client(make_server(tmp_path)) as client:
+        tree = await call(client, "session_get", session_id=sid, view="tree", limit=0)
+        nodes = tree["nodes"]
+        assert len(nodes) == tree["total"] == 2000
+        by_id = {node["id"]: node for node in nodes}
+        # Walk from the leaf to the root by parentId: one chain, 2000 deep.
+        depth, node = 1, by_id[tree["leafId"]]
+        while node["parentId"] is not None:
+            assert node["id"] in by_id[node["parentId"]]["children"]
+            node, depth = by_id[node["parentId"]], depth + 1
+        assert depth == 2000 and all(n["onBranch"] for n in nodes)
+        assert nodes[0]["preview"].startswith("user: step 0")
+        read = await client.read_resource(f"session://{sid}/tree")
+        assert len(json.loads(read.contents[0].text)["nodes"]) == 2000  # type: ignore[union-attr]
+
+
+# --- errors a model can act on ----------------------------------------------------------------
+
+MACHINE_TALK = ("validation error", "pydantic", "http://", "https://", "Arguments", "--")
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "says"),
+    [
+        (
+            "session_move_to",
+            {"session_id": "s", "entry_id": 5},
+            "entry_id should be a valid string",
+        ),
+        ("session_get", {"session_id": "s", "view": "nope"}, "view should be 'branch'"),
+        ("session_get", {"session_id": "s", "limit": -1}, "limit must be 0 (all) or 1 to 1000"),
+        ("session_get", {"session_id": "s", "cursor": "x"}, "cursor 'x' is not one"),
+        ("session_get", {"session_id": "s", "colour": 1}, "unknown argument 'colour'"),
+        ("session_list", {"limit": "many"}, "limit should be a valid integer"),
+        ("session_append", {"session_id": "s", "entry": {"type": "message"}}, "is required"),
+        ("session_append", {"session_id": "s", "entry": {"type": "nope"}}, "'message'"),
+        ("session_create", {"metadata": "[1]"}, "metadata must be a JSON object"),
+        ("session_import", {"jsonl": "not json"}, "the text of a pi session file"),
+        ("agent_status", {}, "run_id is required"),
+    ],
+)
+async def test_bad_arguments_get_one_line_naming_the_argument(
+    server: MCPServer, tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        given = {k: sid if v == "s" else v for k, v in arguments.items()}
+        text = await call_error(client, tool, **given)
+    assert says in text
+    assert "\n" not in text and text.startswith(f"{tool}: ")
+    assert not any(word in text for word in MACHINE_TALK), text
+
+
+async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path, model_retries=0)) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("agent_run", {"prompt": "overloaded please"})
+        assert result.is_error
+        run = result.structured_content or {}
+        assert run["status"] == "error" and run["sessionId"] and run["error"]
+        assert result.content[0].text.startswith("the run ended error")  # type: ignore[union-attr]
+        ok = await call(client, "agent_run", prompt="hello")
+        assert ok["status"] == "completed" and ok["answer"] == "echo: hello"
+
+
+# --- import ids -------------------------------------------------------------------------------
+
+
+async def test_import_keeps_a_free_id_copies_a_taken_one_and_replaces_a_bad_one(
+    server: MCPServer, tmp_path: Path
+) -> None:
+    text = pi_file(tmp_path / "s.jsonl", 3).read_text()
+    file_id = json.loads(text.splitlines()[0])["id"]
+    async with Client(server) as client:
+        first = await call(client, "session_import", jsonl=text)
+        assert first["session"]["id"] == file_id and not first["newId"]
+        again = await call(client, "session_import", jsonl=text)
+        assert again["newId"] and again["session"]["id"] != file_id
+        assert "exists already" in again["note"] and again["fileId"] == file_id
+        assert again["session"]["entryCount"] == 3
+        for bad in ("", "../x", "z" * 100_000):
+            header, _, rest = text.partition("\n")
+            odd = json.dumps({**json.loads(header), "id": bad}) + "\n" + rest
+            imported = await call(client, "session_import", jsonl=odd)
+            assert imported["newId"] and "not a UUID" in imported["note"]
+            uri = imported["session"]["uri"]
+            assert (await client.read_resource(uri)).contents
+
+
+async def test_import_over_mcp_refuses_garbage_and_notes_a_torn_last_line(
+    server: MCPServer,
+) -> None:
+    text = pi_v3(2, "01a00000-0000-7000-8000-0000000000e3")
+    async with Client(server) as client:
+        refused = await call_error(client, "session_import", jsonl=text + "garbage garbage\n")
+        assert "line 4" in refused or ":4:" in refused
+        assert (await call(client, "session_list"))["sessions"] == []
+        kept = await call(client, "session_import", jsonl=text + '{"type":"mess')
+        assert "skipped the last line" in kept["note"]
+        assert kept["session"]["entryCount"] == 2
