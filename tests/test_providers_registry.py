@@ -340,3 +340,39 @@ def test_transform_messages() -> None:
         and out[3].is_error
         and out[3].content[0].text == "No result provided"
     )
+
+
+def test_messages_between_a_tool_call_and_its_result_go_after_the_results() -> None:
+    from mcp_agent.messages import CustomMessage
+
+    model = ModelRegistry().resolve("openai:gpt-4o-mini")
+    calls = AssistantMessage(
+        content=[ToolCall(id="1", name="ls"), ToolCall(id="2", name="cat")],
+        provider=model.provider,
+        api=model.api,
+        model=model.id,
+        stop_reason=StopReason.TOOL_USE,
+    )
+    note = CustomMessage(custom_type="note", content="between", display=True)
+    steer = UserMessage(content="also this")
+    messages = [
+        UserMessage(content="go"),
+        calls,
+        ToolResultMessage(tool_call_id="1", tool_name="ls", content=[TextContent(text="a")]),
+        note,
+        steer,
+        ToolResultMessage(tool_call_id="2", tool_name="cat", content=[TextContent(text="b")]),
+        UserMessage(content="after"),
+    ]
+    out = transform_messages(messages, model)
+    assert [getattr(m, "tool_call_id", None) or m.role for m in out] == [
+        "user",
+        "assistant",
+        "1",
+        "2",
+        "custom",
+        "user",
+        "user",
+    ]
+    assert out[4] is note and out[5] is steer
+    assert not any(getattr(m, "is_error", False) for m in out)  # no made-up "no result"

@@ -45,7 +45,7 @@ def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
     assert repo.export_jsonl(session.id) == path.read_text()
 
 
-def test_torn_last_line_is_cut_with_a_warning_and_appends_go_on(tmp_path: Path) -> None:
+def test_torn_last_line_is_cut_off_and_appends_go_on(tmp_path: Path) -> None:
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()
     session.append_message(user("a"))
@@ -57,7 +57,8 @@ def test_torn_last_line_is_cut_with_a_warning_and_appends_go_on(tmp_path: Path) 
     path.write_bytes(
         whole + '{"type":"message","id":"12345678","message":{"content":"é'.encode()[:-1]
     )
-    with pytest.warns(UserWarning, match=r"\.jsonl:4: cutting off a torn last line"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # logged, not a Python warning
         reopened = JsonlSessionRepo(tmp_path).open(session.id)
     assert [m.text for m in reopened.build_context().messages] == ["a", "b"]
     assert path.read_bytes() == whole
@@ -66,6 +67,22 @@ def test_torn_last_line_is_cut_with_a_warning_and_appends_go_on(tmp_path: Path) 
         warnings.simplefilter("error")
         again = JsonlSessionRepo(tmp_path).open(session.id)
     assert [m.text for m in again.build_context().messages] == ["a", "b", "c"]
+
+
+def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_write(
+    tmp_path: Path,
+) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    repo.close()
+    path = tmp_path / f"{session.id}.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole + b"garbage garbage\n")
+    with pytest.raises(SessionError) as error:
+        JsonlSessionRepo(tmp_path).open(session.id)
+    assert error.value.code == "corrupt" and ".jsonl:3: damaged line" in str(error.value)
+    assert path.read_bytes() == whole + b"garbage garbage\n"  # left as it was
 
 
 def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:

@@ -166,7 +166,8 @@ def transform_messages(
       the model that wrote it);
     - errored and aborted assistant turns are left out (incomplete, possibly invalid);
     - tool call ids another API wrote are normalised where this API is strict about them;
-    - a tool call without a result gets an error result, so that the API accepts the history.
+    - a tool call without a result gets an error result, so that the API accepts the history;
+    - a message between a tool call and its result (pi's normalisation) goes after the results.
     """
     vision = "image" in model.input
     id_map: dict[str, str] = {}
@@ -217,6 +218,9 @@ def transform_messages(
     result: list[Message] = []
     pending: list[ToolCall] = []
     answered: set[str] = set()
+    # Messages that came between a tool call and its result (a custom message, a steering
+    # message): they go after the results, which the APIs want right after their calls.
+    held: list[Message] = []
 
     def close_pending() -> None:
         nonlocal pending, answered
@@ -231,6 +235,8 @@ def transform_messages(
                     )
                 )
         pending, answered = [], set()
+        result.extend(held)
+        held.clear()
 
     for message in transformed:
         if isinstance(message, AssistantMessage):
@@ -242,6 +248,10 @@ def transform_messages(
         elif isinstance(message, ToolResultMessage):
             answered.add(message.tool_call_id)
             result.append(message)
+            if pending and all(call.id in answered for call in pending):
+                close_pending()
+        elif pending:
+            held.append(message)
         else:
             close_pending()
             result.append(message)

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import tempfile
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,8 +97,9 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
 def _file_rows(
     handle: IO[bytes], path: Path, torn: list[bool]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a last line that is not a JSON object
-    is cut off with a warning (``torn`` gets an item), a bad line elsewhere raises."""
+    """(line number, object) for each non-blank line. A last line cut off before its line
+    break that is not a JSON object is a write torn by a crash: it is cut off (logged, and
+    ``torn`` gets an item). Any other line that is not a JSON object is damage and raises."""
     held: tuple[int, ValueError] | None = None  # a bad line: torn, if nothing follows
     for number, raw in enumerate(handle, start=1):
         if not raw.strip():
@@ -113,13 +113,15 @@ def _file_rows(
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
         except ValueError as error:
+            if raw.endswith(b"\n"):
+                raise SessionError(
+                    "corrupt", f"{path}:{number}: damaged line, not a JSON object ({error})"
+                ) from None
             held = (number, error)
             continue
         yield number, row
     if held is not None:
-        message = f"{path}:{held[0]}: cutting off a torn last line ({held[1]})"
-        warnings.warn(message, stacklevel=2)
-        log.warning(message)
+        log.warning("%s:%s: cutting off a torn last line (%s)", path, held[0], held[1])
         torn.append(True)
 
 
