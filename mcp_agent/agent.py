@@ -72,6 +72,11 @@ Listener = Callable[[AgentEvent], Awaitable[None] | None]
 PromptInput = str | BaseMessage | Sequence[BaseMessage]
 
 
+def effective_thinking_level(level: ThinkingLevel, model: Model) -> ThinkingLevel:
+    """``level`` as ``model`` can do it: ``off`` for a model without reasoning."""
+    return level if model.reasoning else ThinkingLevel.OFF
+
+
 class AgentBusyError(RuntimeError):
     """The agent is already running; steer, follow up, or wait for it to be idle."""
 
@@ -120,10 +125,13 @@ class Agent:
         tool_context: Any = None,
         abort_grace: float = 0.25,
     ) -> None:
+        # The level asked for; the state holds the level in effect for the model (see
+        # ``effective_thinking_level``), worked out again when the model changes.
+        self._thinking_requested = ThinkingLevel(thinking_level)
         self.state = AgentState(
             system_prompt=system_prompt,
             model=model,
-            thinking_level=ThinkingLevel(thinking_level),
+            thinking_level=effective_thinking_level(self._thinking_requested, model),
             tools=list(tools),
             messages=list(messages),
         )
@@ -173,12 +181,20 @@ class Agent:
         return list(self._pool.values())
 
     def set_model(self, model: Model) -> None:
-        """Use ``model`` from the next run on."""
+        """Use ``model`` from the next run on (the thinking level asked for is clamped to what
+        it supports)."""
         self.state.model = model
+        self.state.thinking_level = effective_thinking_level(self._thinking_requested, model)
         self._settings_changed()
 
     def set_thinking_level(self, level: ThinkingLevel | str) -> None:
-        self.state.thinking_level = ThinkingLevel(level)
+        """Think this much from the next run on, or as much as the model can: a model without
+        reasoning thinks ``off`` (as pi clamps it); ``state.thinking_level`` is the level in
+        effect, which is what a session records."""
+        self._thinking_requested = ThinkingLevel(level)
+        self.state.thinking_level = effective_thinking_level(
+            self._thinking_requested, self.state.model
+        )
         self._settings_changed()
 
     def set_system_prompt(self, prompt: str) -> None:

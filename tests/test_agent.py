@@ -292,6 +292,35 @@ async def test_continue_from_an_assistant_message_runs_queued_messages():
         await agent.continue_()
 
 
+# --- thinking level -----------------------------------------------------------------------------
+
+
+async def test_the_thinking_level_is_clamped_to_the_model_and_recorded_as_in_effect():
+    plain = scripted_model("plain", reasoning=False)
+    thinker = scripted_model("thinker")
+    session = Session(InMemorySessionStorage())
+    session.append_thinking_level_change("high")
+    provider = ScriptedProvider([reply("one"), reply("two")])
+    sent: list[str] = []
+
+    def stream_fn(model: Any, context: Any, options: Any) -> Any:
+        sent.append(str(options.thinking_level))
+        return provider(model, context, options)
+
+    agent = SessionAgent(model=plain, stream_fn=stream_fn, session=session, thinking_level="high")
+    assert agent.state.thinking_level == "off"  # a model without reasoning thinks off
+    await agent.prompt("hi")
+    assert session.build_context().thinking_level == "off"  # what was in effect
+    agent.set_model(thinker)  # the level asked for comes back with a model that can
+    assert agent.state.thinking_level == "high"
+    await agent.prompt("again")
+    assert session.build_context().thinking_level == "high"
+    assert sent == ["off", "high"]  # what the model was asked for
+    agent.set_thinking_level("low")
+    agent.set_model(plain)
+    assert agent.state.thinking_level == "off"
+
+
 # --- abort --------------------------------------------------------------------------------------
 
 

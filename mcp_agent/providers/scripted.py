@@ -116,8 +116,10 @@ def provider_error(message: str, *blocks: str | Block, **options: Any) -> Script
 
 
 def scripted_model(model_id: str = "scripted", **fields: Any) -> Model:
-    """A model record for the scripted provider."""
+    """A model record for the scripted provider (one that reasons, so that any thinking
+    level can be played back)."""
     fields.setdefault("name", f"Scripted ({model_id})")
+    fields.setdefault("reasoning", True)
     return Model(id=model_id, api=SCRIPTED_API, provider=SCRIPTED_PROVIDER, **fields)
 
 

@@ -117,7 +117,8 @@ class SessionAgent(Agent):
         messages, thinking level, active tools (chosen from ``tools``; all of them when the
         session names none) and model. The session's model is looked up with
         ``resolve_model(provider, model_id)``; failing that ``model`` is used when it is the
-        same one, else a bare ``Model`` with the session's provider and id. ``model`` is
+        same one, else a bare ``Model`` with the session's provider and id (reasoning when the
+        session's thinking level is not off). ``model`` is
         required only when the session names no model."""
         context = session.build_context()
         ref = _model_ref(context.model)
@@ -128,7 +129,10 @@ class SessionAgent(Agent):
             if chosen is None and model is not None and (model.provider, model.id) == ref:
                 chosen = model
             if chosen is None:
-                chosen = Model(id=ref[1], provider=ref[0])
+                # Nothing known of it but what the session says: the level it recorded was
+                # in effect, so the model reasons if that level is not off.
+                thinks = str(context.thinking_level) != ThinkingLevel.OFF
+                chosen = Model(id=ref[1], provider=ref[0], reasoning=thinks)
         elif model is not None:
             chosen = model
         if chosen is None:
