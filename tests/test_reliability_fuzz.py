@@ -24,6 +24,7 @@ from mcp_support import make_server
 from reliability_support import check_tree, size
 
 from mcp_agent.messages import BaseMessage, MessageParseError, parse_message
+from mcp_agent.server.strict import schema_nodes
 from mcp_agent.sessions import (
     InMemorySessionRepo,
     JsonlSessionRepo,
@@ -593,19 +594,11 @@ async def settle(client: Client) -> None:
 def check_strict(name: str, schema: dict[str, Any]) -> None:
     """The input schema is in OpenAI's strict form, which the arguments are drawn from: every
     object closed with all its properties required, no defaults, no oneOf, no references."""
-    pending: list[Any] = [schema]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, list):
-            pending.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in schema_nodes(schema):
         assert not {"default", "oneOf", "$ref", "$defs"} & set(node), (name, node)
         if node.get("type") == "object":
             assert node.get("additionalProperties") is False, (name, node)
             assert node.get("required", []) == list(node.get("properties", {})), (name, node)
-        pending.extend(v for v in node.values() if isinstance(v, dict | list))
 
 
 def stored_data(db: Path) -> tuple[Any, ...]:

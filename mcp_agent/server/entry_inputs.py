@@ -7,7 +7,7 @@ v3 form allows beyond these (images, tool calls, tool results) goes in ``{"type"
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,15 +20,19 @@ KIND = "the kind of entry"
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    # Fields given as JSON text and stored as the JSON they hold.
+    json_text_fields: ClassVar[tuple[str, ...]] = ()
 
     def to_partial(self) -> dict[str, Any]:
         """The entry in pi's v3 form, without id, parentId and timestamp."""
-        return self.model_dump(by_alias=True, exclude_none=True)
+        partial = self.model_dump(by_alias=True, exclude_none=True)
+        for name in self.json_text_fields:
+            if name in partial:
+                partial[name] = _json_text(partial[name], name)
+        return partial
 
 
-def _json_text(text: str | None, name: str) -> Any:
-    if text is None:
-        return None
+def _json_text(text: str, name: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as error:
@@ -72,12 +76,7 @@ class CustomInput(_Input):
     type: Literal["custom"] = Field(description=KIND)
     custom_type: str = Field(description="what kind of data, e.g. 'note'")
     data: str | None = Field(description="the data as JSON text, e.g. '{\"k\": 1}'; null: none")
-
-    def to_partial(self) -> dict[str, Any]:
-        partial: dict[str, Any] = {"type": "custom", "customType": self.custom_type}
-        if self.data is not None:
-            partial["data"] = _json_text(self.data, "data")
-        return partial
+    json_text_fields = ("data",)
 
 
 class CustomMessageInput(_Input):
@@ -90,12 +89,7 @@ class CustomMessageInput(_Input):
     details: str | None = Field(
         default=None, description="more data as JSON text, not sent to the model; null: none"
     )
-
-    def to_partial(self) -> dict[str, Any]:
-        partial = self.model_dump(by_alias=True, exclude={"details"})
-        if self.details is not None:
-            partial["details"] = _json_text(self.details, "details")
-        return partial
+    json_text_fields = ("details",)
 
 
 class ModelChangeInput(_Input):

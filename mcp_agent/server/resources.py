@@ -15,8 +15,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.paging import DEFAULT_LIMIT, json_size, newest_page
-from mcp_agent.server.session_tools import describe_session, entry_json
+from mcp_agent.server.paging import DEFAULT_LIMIT
+from mcp_agent.server.session_tools import describe_session, entries_page
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.outline import flat_tree
 
@@ -51,10 +51,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
 
         def render(session: Session) -> str:
-            branch = session.get_branch()
-            page = newest_page(
-                branch, None, DEFAULT_LIMIT, lambda e: json_size(entry_json(session_id, e))
-            )
+            branch, page = entries_page(session_id, session.get_branch(), None, DEFAULT_LIMIT)
             return _dump(
                 {
                     "session": describe_session(state.repo, session).model_dump(mode="json"),
@@ -65,7 +62,7 @@ def register(server: MCPServer) -> None:
                     "more": f"session_get with a cursor, or session://{session_id}/export.jsonl"
                     if page.truncated
                     else None,
-                    "branch": [entry_json(session_id, e) for e in branch[page.start :]],
+                    "branch": branch,
                 }
             )
 

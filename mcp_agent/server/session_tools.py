@@ -19,6 +19,7 @@ from mcp_agent.server.paging import (
     ANSWER_BYTES,
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
+    PageOf,
     check_limit,
     json_size,
     newest_page,
@@ -74,13 +75,13 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
 
 
-def entry_json(session_id: str, entry: SessionEntry) -> dict[str, Any]:
+def entry_json(session_id: str, entry: SessionEntry) -> tuple[dict[str, Any], int]:
     """The entry in pi's v3 form, or, when it is too large for a page, a stub that says so
-    and where to read it whole."""
+    and where to read it whole; with its size as compact JSON."""
     data = entry.to_json_dict()
     size = json_size(data)
     if size <= ENTRY_BYTES:
-        return data
+        return data, size
     stub: dict[str, Any] = {
         key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
     }
@@ -90,7 +91,25 @@ def entry_json(session_id: str, entry: SessionEntry) -> dict[str, Any]:
     stub["omitted"] = (
         f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{entry.id}"
     )
-    return stub
+    return stub, json_size(stub)
+
+
+def entries_page(
+    session_id: str, entries: list[SessionEntry], cursor: str | None, limit: int | None
+) -> tuple[list[dict[str, Any]], PageOf]:
+    """The newest page of ``entries`` before ``cursor`` (see ``paging.newest_page``) as JSON,
+    each entry serialized once."""
+    shown: dict[int, dict[str, Any]] = {}
+
+    def size(index: int) -> int:
+        shown[index], cost = entry_json(session_id, entries[index])
+        return cost
+
+    page = newest_page(range(len(entries)), cursor, limit, size)
+    return [
+        shown[i] if i in shown else entry_json(session_id, entries[i])[0]
+        for i in range(page.start, page.end)
+    ], page
 
 
 def parse_metadata(text: str) -> dict[str, Any] | None:
@@ -199,14 +218,12 @@ def register(server: MCPServer) -> None:
                     next_cursor=page.next_cursor,
                 )
             entries = session.get_branch() if shown == "branch" else session.get_entries()
-            page = newest_page(
-                entries, cursor, most, lambda e: json_size(entry_json(session_id, e))
-            )
+            data, page = entries_page(session_id, entries, cursor, most)
             return SessionView(
                 session=info,
                 view=shown,
                 leaf_id=session.leaf_id,
-                entries=[entry_json(session_id, e) for e in entries[page.start : page.end]],
+                entries=data,
                 total=page.total,
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,

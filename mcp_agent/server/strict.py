@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from mcp.server import MCPServer
@@ -34,14 +35,7 @@ MAX_ERRORS = 3
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` in strict form (a copy); see the module's docstring."""
     result = _inline_definitions(copy.deepcopy(schema))
-    pending: list[Any] = [result]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, list):
-            pending.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in schema_nodes(result):
         if "oneOf" in node:
             node["anyOf"] = node.pop("oneOf")
         node.pop("discriminator", None)
@@ -60,8 +54,20 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if node.get("additionalProperties", False) is not False:
                 raise ValueError(f"an open object cannot be made strict: {json.dumps(node)[:200]}")
             node["additionalProperties"] = False
-        pending.extend(value for value in node.values() if isinstance(value, dict | list))
     return result
+
+
+def schema_nodes(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every object in ``schema``, itself first; what a node holds is looked at only after
+    the caller has seen it (so it may change the node as it goes)."""
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            yield node
+            pending.extend(value for value in node.values() if isinstance(value, dict | list))
 
 
 def _inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
