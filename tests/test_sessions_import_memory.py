@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from mcp_agent.sessions import (
     SessionError,
     SqliteSessionRepo,
 )
+from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.sqlite import storage as sqlite_storage
 
 FULL = os.environ.get("MCP_AGENT_FULL") == "1"
@@ -250,6 +252,27 @@ def test_a_big_file_imports_into_sqlite_in_bounded_memory(tmp_path: Path) -> Non
         assert session.get_label(entry_id(28)) == "mark 29"
     finally:
         repo.close()
+
+
+def stream_peak_bytes(entries: int) -> int:
+    """Python's peak allocation while a stream of ``entries`` entries is read and dropped."""
+    lines = ((number, json.loads(line)) for number, line in enumerate(big_lines(entries), 1))
+    tracemalloc.start()
+    try:
+        stream = SessionStream(lines, "<big>")
+        for _ in stream:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_reading_a_file_keeps_nothing_per_entry_in_memory() -> None:
+    # The checks that need every entry (ids, parents, cycles) live in a temporary database,
+    # so three times the entries cost no more Python memory; ids kept in Python would cost
+    # about 200 bytes an entry (1.6 MB more here).
+    small, big = stream_peak_bytes(4_000), stream_peak_bytes(12_000)
+    assert big - small < 400_000, (small, big)
 
 
 # --- a bad line anywhere stores nothing, in every backend -------------------------------------

@@ -7,15 +7,15 @@ The migrations follow pi's own ``migrateV1ToV2`` and ``migrateV2ToV3``:
 - v2 used the message role ``hookMessage`` where v3 says ``custom``.
 
 A file is read as a :class:`SessionStream`: one line at a time, each entry migrated, parsed
-and checked as it comes, so that importing a file of any size keeps only the entries' ids in
-memory (the backends store each entry as it arrives, all or nothing).
+and checked as it comes, so that importing a file of any size keeps no entry in memory: the
+checks that need every entry run in a temporary database (``tree_check``), and the backends
+store each entry as it arrives, all or nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import leaf_after
+from mcp_agent.sessions.tree_check import TreeCheck
 
 log = logging.getLogger(__name__)
 
@@ -233,10 +234,9 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
 
 # Problems found while reading, in the order a whole-file reader reports them. A file's JSON
 # comes first (``_json_rows`` raises that itself), then the header, then the first entry that
-# does not parse, then the first duplicate id, then (known only at the end) the first parent
-# that does not exist and the first cycle.
+# does not parse, then (known only at the end, see TreeCheck) the first duplicate id, the first
+# parent that does not exist and the first cycle.
 _ENTRY = 1
-_DUPLICATE = 2
 
 
 class SessionStream:
@@ -248,10 +248,10 @@ class SessionStream:
     an error. Problems are reported as a reader of the whole file reports them (the first of
     the most basic kind): after one is found, the rest of the file is still read for worse.
 
-    What is kept: each entry's id and line number (for duplicates and parents; 8-hex ids cost
-    about 100 bytes an entry), and the entries that name a parent not seen yet (pi files may
-    name one that comes later), with, from the first of those on, each entry's parent (a
-    cycle needs such a forward link, so the entries before it cannot be on one).
+    What is kept in memory does not grow with the file: each entry's id, line and parent go to
+    a :class:`TreeCheck` (a temporary database) for the checks that need every entry (unique
+    ids, parents, cycles), made once the last entry was read. Version 1 files, whose entries
+    get ids by position, also keep those ids in memory.
     """
 
     def __init__(
@@ -291,11 +291,9 @@ class SessionStream:
             self._fail(error.message)
         self.leaf_id: str | None = None  # known once the entries are read
         self.count = 0
-        self._ids: set[str] = set()
-        self._order: list[str] = []  # the ids in file order
-        self._lines = array("Q")  # their line numbers
-        self._pending: list[tuple[int, str, str]] = []  # (line, id, parent) of forward links
-        self._late: dict[str, tuple[str | None, int]] | None = None  # id -> (parent, line)
+        self._tree = TreeCheck()
+        self._v1_ids: set[str] = set()  # version 1 only: the ids given so far, in order
+        self._v1_order: list[str] = []
         self._problem: tuple[int, str] | None = None  # (rank, message)
         self._previous: str | None = None  # v1: the parent of the next entry
         self._entries = self._read()
@@ -327,9 +325,7 @@ class SessionStream:
             entry = self._parse(line, row)
             if entry is None or self._problem is not None:
                 continue
-            self._check(entry, line)
-            if self._problem is not None:
-                continue
+            self._tree.add(line, entry.id, entry.parent_id)
             self.count += 1
             self.leaf_id = entry.target_id if isinstance(entry, LeafEntry) else entry.id
             yield entry
@@ -338,7 +334,7 @@ class SessionStream:
     def _parse(self, line: int, row: dict[str, Any]) -> SessionEntry | None:
         if self._migrating is not None:
             if self._migrating < 2:
-                position = len(self._order) + 1  # this row's index, the header at 0
+                position = len(self._v1_order) + 1  # this row's index, the header at 0
 
                 def resolve(index: int) -> str | None:
                     # A later row has no id yet. (pi takes the id a v1 row should not have,
@@ -346,11 +342,14 @@ class SessionStream:
                     # the same context as none. Reading ahead is what streaming cannot do.)
                     if index == position:
                         return str(row["id"])
-                    return self._order[index - 1] if 1 <= index < position else None
+                    return self._v1_order[index - 1] if 1 <= index < position else None
 
                 self._previous = _migrate_v1_row(
-                    row, self._previous, self._new_id, self._ids.__contains__, resolve
+                    row, self._previous, self._new_id, self._v1_ids.__contains__, resolve
                 )
+                if row.get("type") != "session":
+                    self._v1_ids.add(str(row["id"]))
+                    self._v1_order.append(str(row["id"]))
             _migrate_v2_row(row)
         try:
             return parse_entry(row, f"{self.source}:{line}")
@@ -358,51 +357,24 @@ class SessionStream:
             self._note(_ENTRY, error.message)
             return None
 
-    def _check(self, entry: SessionEntry, line: int) -> None:
-        where = f"{self.source}:{line}"
-        entry_id = entry.id
-        if entry_id in self._ids:
-            first = self._lines[self._order.index(entry_id)]
-            self._note(
-                _DUPLICATE,
-                f"{where}: duplicate entry id {entry_id} (also {self.source}:{first})",
-            )
-            return
-        parent = entry.parent_id
-        if parent is not None and parent not in self._ids:
-            self._pending.append((line, entry_id, parent))
-            if self._late is None:
-                self._late = {}
-        if self._late is not None:
-            self._late[entry_id] = (parent, line)
-        self._ids.add(entry_id)
-        self._order.append(entry_id)
-        self._lines.append(line)
-
     def _finish(self) -> None:
-        if self._problem is not None:
-            raise SessionError(self.code, self._problem[1])
-        for line, _entry_id, parent in self._pending:
-            if parent not in self._ids:
-                raise SessionError(
-                    self.code, f"{self.source}:{line}: parentId {parent} points to no entry"
-                )
-        late = self._late or {}
-        rooted: set[str] = set()  # entries known to reach a root
-        for entry_id, (_parent, line) in late.items():
-            walk: list[str] = []
-            on_walk: set[str] = set()
-            current: str | None = entry_id
-            while current is not None and current in late and current not in rooted:
-                if current in on_walk:
-                    raise SessionError(
-                        self.code,
-                        f"{self.source}:{line}: parentId chain of {entry_id} has a cycle",
-                    )
-                walk.append(current)
-                on_walk.add(current)
-                current = late[current][0]
-            rooted.update(walk)
+        try:
+            if self._problem is not None:
+                raise SessionError(self.code, self._problem[1])
+            problem = self._tree.first_problem()
+        finally:
+            self._tree.close()
+        if problem is None:
+            return
+        line, kind, entry_id, other = problem
+        where = f"{self.source}:{line}"
+        if kind == "duplicate":
+            message = f"{where}: duplicate entry id {entry_id} (also {self.source}:{other})"
+        elif kind == "parent":
+            message = f"{where}: parentId {entry_id} points to no entry"
+        else:
+            message = f"{where}: parentId chain of {entry_id} has a cycle"
+        raise SessionError(self.code, message)
 
 
 @contextmanager

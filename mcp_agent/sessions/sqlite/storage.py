@@ -455,6 +455,10 @@ class SqliteSessionStorage:
                     _write_entries(conn, header.id, batch, seq, leaf_id, totals)
                 except SessionError as error:
                     raise _Refused(error) from None
+                except sqlite3.IntegrityError:
+                    # A duplicate id: the stream names it, with both lines, once drained.
+                    duplicate = SessionError(stream.code, f"{stream.source}: duplicate entry id")
+                    raise _Refused(duplicate) from None
                 seq += len(batch)
                 batch.clear()
 

@@ -1,0 +1,93 @@
+"""The checks on a file's tree of entries (unique ids, parents that exist, no cycle), kept in
+a private temporary SQLite database instead of Python memory, so that reading a file of any
+size holds a bounded amount (SQLite's page cache) whatever its number of entries."""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Rows inserted per statement, and the page cache SQLite may use (KiB; the rest spills to its
+# temporary file).
+BATCH_ROWS = 5000
+CACHE_KIB = 8192
+
+_FIRST_DUPLICATE = """
+SELECT a.line, a.id, (SELECT min(b.line) FROM ids b WHERE b.id = a.id) FROM ids a
+WHERE EXISTS (SELECT 1 FROM ids b WHERE b.id = a.id AND b.line < a.line)
+ORDER BY a.line LIMIT 1
+"""
+_FIRST_MISSING_PARENT = """
+SELECT a.line, a.parent FROM ids a
+WHERE a.parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ids b WHERE b.id = a.parent)
+ORDER BY a.line LIMIT 1
+"""
+_ANY_FORWARD_LINK = """
+SELECT 1 FROM ids a JOIN ids b ON b.id = a.parent WHERE b.line > a.line LIMIT 1
+"""
+# With unique ids and every parent present, an entry is on (or leads into) a cycle exactly
+# when it cannot be reached from a root.
+_REACH_FROM_ROOTS = """
+INSERT INTO reached (id)
+WITH RECURSIVE r(id) AS (
+  SELECT id FROM ids WHERE parent IS NULL
+  UNION ALL
+  SELECT c.id FROM ids c JOIN r ON c.parent = r.id
+)
+SELECT id FROM r
+"""
+_FIRST_UNREACHED = """
+SELECT line, id FROM ids WHERE id NOT IN (SELECT id FROM reached) ORDER BY line LIMIT 1
+"""
+
+
+class TreeCheck:
+    """Collects (line, id, parent) of each entry as a file is read; :meth:`first_problem`
+    names the first problem as a reader of the whole file reports it."""
+
+    def __init__(self) -> None:
+        # "" is a private database in a temporary file, deleted when the connection closes.
+        self._conn = sqlite3.connect("", isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode = OFF")
+        self._conn.execute("PRAGMA synchronous = OFF")
+        self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        self._conn.execute("CREATE TABLE ids (line INTEGER PRIMARY KEY, id TEXT, parent TEXT)")
+        self._batch: list[tuple[int, str, str | None]] = []
+        self.count = 0
+
+    def add(self, line: int, entry_id: str, parent_id: str | None) -> None:
+        self._batch.append((line, entry_id, parent_id))
+        self.count += 1
+        if len(self._batch) >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._conn.executemany("INSERT INTO ids VALUES (?, ?, ?)", self._batch)
+            self._batch.clear()
+
+    def first_problem(self) -> tuple[int, str, str, int | None] | None:
+        """The first problem: ``(line, kind, id, other line)`` with kind ``duplicate`` (id
+        also at the other line), ``parent`` (id: the parent that does not exist) or ``cycle``
+        (id: the first entry whose parent chain does not reach a root); None when there is
+        none."""
+        self._flush()
+        conn = self._conn
+        conn.execute("CREATE INDEX ids_id ON ids (id, line)")
+        found = conn.execute(_FIRST_DUPLICATE).fetchone()
+        if found is not None:
+            return found[0], "duplicate", found[1], found[2]
+        found = conn.execute(_FIRST_MISSING_PARENT).fetchone()
+        if found is not None:
+            return found[0], "parent", found[1], None
+        if conn.execute(_ANY_FORWARD_LINK).fetchone() is None:
+            return None  # each parent comes before its children: no cycle can close
+        conn.execute("CREATE INDEX ids_parent ON ids (parent)")
+        conn.execute("CREATE TEMP TABLE reached (id TEXT PRIMARY KEY) WITHOUT ROWID")
+        conn.execute(_REACH_FROM_ROOTS)
+        found = conn.execute(_FIRST_UNREACHED).fetchone()
+        if found is not None:
+            return found[0], "cycle", found[1], None
+        return None
+
+    def close(self) -> None:
+        self._conn.close()
