@@ -176,6 +176,27 @@ async def test_session_lifecycle(client: Client) -> None:
     assert [s["id"] for s in listing["sessions"]] == [sid]
 
 
+async def test_token_totals_past_2_to_the_53_stay_exact_integers(client: Client) -> None:
+    # A float holds integers exactly only up to 2**53; counts past it must not pass through one.
+    created = await call(client, "session_create")
+    sid = created["id"]
+    huge = 2**53 + 1
+    usage = {"input": huge, "output": 1, "cacheRead": 0, "cacheWrite": 0}
+    usage |= {"totalTokens": huge + 1, "cost": {"input": 0, "output": 0, "cacheRead": 0}}
+    usage["cost"] |= {"cacheWrite": 0, "total": 0}
+    message = {"role": "assistant", "content": [{"type": "text", "text": "big"}]}
+    message |= {"api": "x", "provider": "x", "model": "x", "usage": usage}
+    message |= {"stopReason": "stop", "timestamp": 1}
+    entry = {"type": "message", "message": message}
+    for _ in range(2):
+        pi_entry = {"type": "pi", "json": json.dumps(entry)}
+        await call(client, "session_append", session_id=sid, entry=pi_entry)
+    result = await client.call_tool("session_stats", {"session_id": sid})
+    for stats in (result.structured_content["stats"], json.loads(result.content[0].text)["stats"]):
+        assert stats["inputTokens"] == 2 * huge and isinstance(stats["inputTokens"], int)
+        assert stats["totalTokens"] == 2 * (huge + 1)
+
+
 async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> None:
     sid = (await call(client, "session_create"))["id"]
     before = await call(client, "session_export", session_id=sid, limit=0)

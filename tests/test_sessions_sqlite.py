@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
+from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
 from mcp_agent.sessions import (
     MessageEntry,
+    Session,
     SessionError,
     SqliteSessionRepo,
     SqliteSessionStorage,
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
+from mcp_agent.sessions.storage import compute_stats
 
 
 def user(text: str) -> UserMessage:
@@ -430,3 +432,107 @@ def test_read_connections_are_pooled_bounded_and_closed_with_the_database(
     for conn in [*readers, *held]:
         with pytest.raises(sqlite3.ProgrammingError, match="closed"):
             conn.execute("SELECT 1")
+
+
+# --- statistics live in the sessions row ------------------------------------------------------
+
+
+def random_tree(session: Session, rng: random.Random, steps: int) -> None:
+    """Appends of every role, labels, renames, leaf moves and moves with a summary."""
+    for step in range(steps):
+        ids: list[str | None] = [e.id for e in session.get_entries() if e.type != "leaf"]
+        roll = rng.random()
+        if ids and roll < 0.2:
+            session.move_to(rng.choice([*ids, None]))
+        elif ids and roll < 0.25:
+            session.move_to(rng.choice(ids), summary={"summary": f"left {step}"})
+        elif ids and roll < 0.3:
+            session.append_label(str(rng.choice(ids)), f"mark {step}")
+        elif roll < 0.35:
+            session.set_name(f"name {step}")
+        elif roll < 0.7:
+            session.append_message(user(f"q{step}"))
+        else:
+            session.append_message(
+                AssistantMessage(
+                    content=[TextContent(text=f"a{step}")],
+                    usage=Usage(input=step, output=1, total_tokens=step + 1),
+                    timestamp=step,
+                )
+            )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stats_kept_in_the_row_match_a_count_of_every_entry(tmp_path: Path, seed: int) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        rng = random.Random(seed)
+        for _ in range(6):
+            random_tree(session, rng, 15)
+            assert session.stats() == compute_stats(session.get_entries())
+        assert session.stats().branch_point_count > 0
+    finally:
+        repo.close()
+
+
+def test_stats_are_read_from_the_row_not_the_entries(tmp_path: Path) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        random_tree(session, random.Random(7), 60)
+        expected = compute_stats(session.get_entries())
+        imported = repo.import_session(repo.export_jsonl(session.id), copy_if_taken=True).session
+        assert imported.stats() == expected  # counted once, when it was imported
+        forked = repo.fork(session.id, position="at")
+        assert forked.stats() == compute_stats(forked.get_entries())
+    finally:
+        repo.close()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("DELETE FROM entries")
+    conn.commit()
+    conn.close()
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        assert repo.open(session.id).stats() == expected
+        assert repo.open(imported.id).stats() == expected
+    finally:
+        repo.close()
+
+
+def test_a_database_made_before_the_row_kept_stats_counts_them_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    repo = SqliteSessionRepo(path)
+    session = repo.create()
+    random_tree(session, random.Random(3), 40)
+    expected = compute_stats(session.get_entries())
+    repo.close()
+    # The shape of version 1: no figures beyond the token and message counters.
+    conn = sqlite3.connect(path)
+    for column in (
+        "roles",
+        "leaf_count",
+        "branch_point_count",
+        "first_timestamp",
+        "last_timestamp",
+    ):
+        conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+    repo = SqliteSessionRepo(path)
+    try:
+        assert repo.database.read("PRAGMA user_version")[0][0] == 2
+        old = repo.open(session.id)
+        # appends before the first count leave the figures to it
+        old.append_message(user("after the upgrade"))
+        assert old.stats() == compute_stats(old.get_entries())
+        assert old.stats().entry_count == expected.entry_count + 1
+        random_tree(old, random.Random(4), 30)
+        assert old.stats() == compute_stats(old.get_entries())
+        new = repo.create()
+        random_tree(new, random.Random(5), 20)
+        assert new.stats() == compute_stats(new.get_entries())
+    finally:
+        repo.close()

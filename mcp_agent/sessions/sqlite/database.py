@@ -2,8 +2,10 @@
 
 Shape (each everyday query costs what it returns, not the size of the file):
 - ``sessions``: one row per session with its header JSON, leaf, name, created/modified and
-  running counters (entries, messages, tokens, cost, first user message), all updated in the
-  same transaction as each append. Listing walks an index on (modified, id).
+  running counters (entries, messages by role, tool calls, tokens, cost, leaves, branch
+  points, first and last entry time, first user message), all updated in the same
+  transaction as each append, so statistics cost one row. Listing walks an index on
+  (modified, id).
 - ``entries``: one row per entry, unique on (session_id, id) and indexed on (session_id,
   parent_id), holding the entry's pi JSON. A branch is one recursive query from the leaf up,
   so reading it costs O(depth); building a context parses only the newest compaction, what it
@@ -36,7 +38,17 @@ from mcp_agent.sessions.errors import SessionError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 2 keeps every figure of session_stats in the sessions row. A database of version 1
+# gains the columns empty (NULL): each session's figures are counted the first time they are
+# asked for, and kept up to date from then on.
+_STATS_COLUMNS = (
+    ("roles", "TEXT"),
+    ("leaf_count", "INTEGER"),
+    ("branch_point_count", "INTEGER"),
+    ("first_timestamp", "TEXT"),
+    ("last_timestamp", "TEXT"),
+)
 BUSY_TIMEOUT_S = 60.0
 
 
@@ -191,7 +203,13 @@ class SqliteDatabase:
         import sqlite_utils
 
         db = sqlite_utils.Database(self.conn)
-        if (self.conn.execute("PRAGMA user_version").fetchone()[0]) >= SCHEMA_VERSION:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version >= SCHEMA_VERSION:
+            return
+        if version == 1:
+            for column, kind in _STATS_COLUMNS:
+                self.conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {kind}")
+            self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         db.table("sessions").create(
             {
@@ -214,6 +232,7 @@ class SqliteDatabase:
                 "cache_write_tokens": int,
                 "total_tokens": int,
                 "cost_total": float,
+                **{column: str if kind == "TEXT" else int for column, kind in _STATS_COLUMNS},
             },
             pk="id",
             not_null={"header", "created", "modified"},

@@ -29,6 +29,7 @@ from mcp_agent.sessions.entries import (
     UnknownEntry,
     entry_text,
     entry_to_json,
+    is_tree_node,
     iso_now,
     new_entry_id,
     parse_header,
@@ -181,8 +182,13 @@ class _Delta:
     def add(self, entry: SessionEntry) -> None:
         if not count_entry(self.counts, entry):
             return
+        counts = self.counts
+        counts.first_timestamp = counts.first_timestamp or entry.timestamp
+        counts.last_timestamp = entry.timestamp
         if isinstance(entry, MessageEntry):
             message = entry.message
+            roles = counts.messages_by_role
+            roles[message.role] = roles.get(message.role, 0) + 1
             if isinstance(message, UserMessage) and self.first_user_message is None:
                 self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
         if isinstance(entry, SessionInfoEntry):
@@ -249,10 +255,80 @@ UPDATE sessions SET
   cache_write_tokens = cache_write_tokens + :cache_write,
   total_tokens = total_tokens + :total,
   cost_total = cost_total + :cost,
+  leaf_count = leaf_count + :leaves,
+  branch_point_count = branch_point_count + :branch_points,
+  first_timestamp = CASE WHEN leaf_count IS NULL THEN NULL
+    ELSE coalesce(first_timestamp, :first_timestamp) END,
+  last_timestamp = CASE WHEN leaf_count IS NULL THEN NULL
+    ELSE coalesce(:last_timestamp, last_timestamp) END,
   first_user_message = coalesce(first_user_message, :first_user_message),
   name = CASE WHEN :renames THEN :name ELSE name END
 WHERE id = :id
 """
+
+
+# Tree nodes below a node, through the leaf moves pi may have appended below (at most 2: all
+# that matters is whether it had none, one or more).
+_TREE_CHILDREN = """
+SELECT count(*) FROM (
+  SELECT 1 FROM entries WHERE session_id = :s AND parent_id = :p AND type != 'leaf'
+  UNION ALL
+  SELECT 1 FROM entries l JOIN entries c ON c.session_id = l.session_id AND c.parent_id = l.id
+  WHERE l.session_id = :s AND l.parent_id = :p AND l.type = 'leaf' AND c.type != 'leaf'
+  LIMIT 2)
+"""
+
+
+def _tree_delta(conn: sqlite3.Connection, session_id: str, entry: SessionEntry) -> tuple[int, int]:
+    """(leaves, branch points) that appending ``entry`` adds to its session's tree (before it
+    is inserted): a node hung below a leaf leaves the count of leaves as it was; below a node
+    with one child it makes a branch point."""
+    if not is_tree_node(entry):
+        return 0, 0
+    parent = entry.parent_id
+    seen: set[str] = set()
+    while parent is not None and parent not in seen:  # through leaf moves, as tree_parent
+        seen.add(parent)
+        row = conn.execute(
+            "SELECT type, parent_id FROM entries WHERE session_id = ? AND id = ?",
+            (session_id, parent),
+        ).fetchone()
+        if row is None or row[0] != "leaf":
+            break
+        parent = row[1]
+    if parent is None:
+        return 1, 0
+    children = conn.execute(_TREE_CHILDREN, {"s": session_id, "p": parent}).fetchone()[0]
+    return (0, 0) if children == 0 else (1, 1) if children == 1 else (1, 0)
+
+
+# Each tree node under its tree parent (through leaf moves pi appended below).
+_TREE_PARENTS = (
+    "SELECT CASE WHEN p.type = 'leaf' THEN p.parent_id ELSE c.parent_id END AS tp"
+    " FROM entries c LEFT JOIN entries p ON p.session_id = c.session_id"
+    " AND p.id = c.parent_id WHERE c.session_id = :s AND c.type != 'leaf'"
+)
+_RECOUNT = f"""
+UPDATE sessions SET
+  roles = (SELECT json_group_object(role, n) FROM (SELECT role, count(*) AS n FROM entries
+    WHERE session_id = :s AND role IS NOT NULL GROUP BY role)),
+  leaf_count = entry_count
+    - (SELECT count(DISTINCT tp) FROM ({_TREE_PARENTS}) WHERE tp IS NOT NULL),
+  branch_point_count = (SELECT count(*) FROM (SELECT tp FROM ({_TREE_PARENTS})
+    WHERE tp IS NOT NULL GROUP BY tp HAVING count(*) > 1)),
+  first_timestamp = (SELECT timestamp FROM entries WHERE session_id = :s AND type != 'leaf'
+    ORDER BY seq LIMIT 1),
+  last_timestamp = (SELECT timestamp FROM entries WHERE session_id = :s AND type != 'leaf'
+    ORDER BY seq DESC LIMIT 1)
+WHERE id = :s
+"""
+
+
+def _recount(conn: sqlite3.Connection, session_id: str) -> None:
+    """Count the figures of the sessions row that need the whole tree (messages by role,
+    leaves, branch points, first and last entry time) from its entries: after entries were
+    stored in bulk, and once for a session of a database made before the row kept them."""
+    conn.execute(_RECOUNT, {"s": session_id})
 
 
 def _write_entries(
@@ -262,10 +338,12 @@ def _write_entries(
     first_seq: int,
     leaf_id: str | None,
     totals: SessionStats | None = None,
+    bulk: bool = False,
 ) -> list[tuple[Any, ...]]:
     """Insert ``entries`` and fold them into the session row (inside a transaction); returns
     the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
-    the row, and is checked as a whole."""
+    the row, and is checked as a whole. ``bulk`` leaves the figures that need the tree to a
+    :func:`_recount` once all are stored; otherwise each entry's are added as it goes in."""
     delta = _Delta()
     rows = []
     for offset, entry in enumerate(entries):
@@ -276,10 +354,23 @@ def _write_entries(
         for name in _TOKEN_COUNTS:
             setattr(totals, name, getattr(totals, name) + getattr(delta.counts, name))
         _check_fits(totals)
-    if len(rows) == 1:
-        conn.execute(_INSERT_ENTRY, rows[0])
-    else:
+    leaves = branch_points = 0
+    if bulk:
         conn.executemany(_INSERT_ENTRY, rows)
+    else:
+        for entry, row in zip(entries, rows, strict=True):
+            added_leaves, added_branch_points = _tree_delta(conn, session_id, entry)
+            leaves += added_leaves
+            branch_points += added_branch_points
+            conn.execute(_INSERT_ENTRY, row)
+    if not bulk:
+        # Known roles only (message classes), so each makes a plain JSON path.
+        for role, count in delta.counts.messages_by_role.items():
+            conn.execute(
+                "UPDATE sessions SET roles = json_set(roles, :path,"
+                " coalesce(json_extract(roles, :path), 0) + :n) WHERE id = :s",
+                {"path": f'$."{role}"', "n": count, "s": session_id},
+            )
     labels = {}
     for entry in entries:
         if isinstance(entry, LabelEntry):
@@ -311,6 +402,10 @@ def _write_entries(
             "cache_write": delta.counts.cache_write_tokens,
             "total": delta.counts.total_tokens,
             "cost": delta.counts.cost_total,
+            "leaves": leaves,
+            "branch_points": branch_points,
+            "first_timestamp": delta.counts.first_timestamp,
+            "last_timestamp": delta.counts.last_timestamp,
             "first_user_message": delta.first_user_message,
             "renames": delta.name is not None,
             "name": delta.name[0] if delta.name is not None else None,
@@ -322,8 +417,8 @@ def _write_entries(
 def _insert_session(conn: sqlite3.Connection, header: SessionHeader) -> None:
     try:
         conn.execute(
-            "INSERT INTO sessions (id, header, cwd, created, modified, parent_session)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, roles,"
+            " leaf_count, branch_point_count) VALUES (?, ?, ?, ?, ?, ?, '{}', 0, 0)",
             (
                 header.id,
                 entry_to_json(header),
@@ -415,7 +510,8 @@ class SqliteSessionStorage:
 
         def work(conn: sqlite3.Connection) -> None:
             _insert_session(conn, header)
-            _write_entries(conn, header.id, entries, 0, leaf_id)
+            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
+            _recount(conn, header.id)
 
         database.write(work)
         storage = cls(database, header.id, header)
@@ -452,7 +548,7 @@ class SqliteSessionStorage:
             def flush(leaf_id: str | None) -> None:
                 nonlocal seq
                 try:
-                    _write_entries(conn, header.id, batch, seq, leaf_id, totals)
+                    _write_entries(conn, header.id, batch, seq, leaf_id, totals, bulk=True)
                 except SessionError as error:
                     raise _Refused(error) from None
                 except sqlite3.IntegrityError:
@@ -467,6 +563,7 @@ class SqliteSessionStorage:
                 if len(batch) >= IMPORT_BATCH_ROWS:
                     flush(leaf_after(batch))
             flush(stream.leaf_id)  # the last batch (maybe empty) sets the leaf
+            _recount(conn, header.id)
 
         try:
             database.write(work)
@@ -675,45 +772,21 @@ class SqliteSessionStorage:
 
     def get_session_stats(self) -> SessionStats:
         s = self.session_id
-        row = self.database.read(
-            "SELECT entry_count, message_count, tool_call_count, input_tokens, output_tokens,"
-            " cache_read_tokens, cache_write_tokens, total_tokens, cost_total"
-            " FROM sessions WHERE id = ?",
-            (s,),
-        )
-        if not row:
-            raise SessionError("not_found", f"session {s} was deleted")
         names = (
             "entry_count message_count tool_call_count input_tokens output_tokens"
-            " cache_read_tokens cache_write_tokens total_tokens cost_total"
+            " cache_read_tokens cache_write_tokens total_tokens cost_total leaf_count"
+            " branch_point_count first_timestamp last_timestamp"
         ).split()
-        stats = SessionStats(**dict(zip(names, row[0], strict=True)))
-        stats.messages_by_role = dict(
-            self.database.read(
-                "SELECT role, count(*) FROM entries WHERE session_id = ? AND role IS NOT NULL"
-                " GROUP BY role",
-                (s,),
-            )
-        )
-        # Each tree node under its tree parent (through leaf moves pi appended below).
-        parents = (
-            "SELECT CASE WHEN p.type = 'leaf' THEN p.parent_id ELSE c.parent_id END AS tp"
-            " FROM entries c LEFT JOIN entries p ON p.session_id = c.session_id"
-            " AND p.id = c.parent_id WHERE c.session_id = :s AND c.type != 'leaf'"
-        )
-        stats.leaf_count, stats.branch_point_count = self.database.read(
-            f"SELECT :nodes - (SELECT count(DISTINCT tp) FROM ({parents}) WHERE tp IS NOT NULL),"
-            f" (SELECT count(*) FROM (SELECT tp FROM ({parents}) WHERE tp IS NOT NULL"
-            " GROUP BY tp HAVING count(*) > 1))",
-            {"s": s, "nodes": stats.entry_count},
-        )[0]
-        times = self.database.read(
-            "SELECT (SELECT timestamp FROM entries WHERE session_id = :s AND type != 'leaf'"
-            " ORDER BY seq LIMIT 1), (SELECT timestamp FROM entries WHERE session_id = :s"
-            " AND type != 'leaf' ORDER BY seq DESC LIMIT 1)",
-            {"s": s},
-        )
-        stats.first_timestamp, stats.last_timestamp = times[0]
+        sql = f"SELECT roles, {', '.join(names)} FROM sessions WHERE id = ?"
+        rows = self.database.read(sql, (s,))
+        if rows and rows[0][0] is None:  # a session stored before the row kept these figures
+            self.database.write(lambda conn: _recount(conn, s))
+            rows = self.database.read(sql, (s,))
+        if not rows:
+            raise SessionError("not_found", f"session {s} was deleted")
+        roles, *figures = rows[0]
+        stats = SessionStats(**dict(zip(names, figures, strict=True)))
+        stats.messages_by_role = json.loads(roles)
         return stats
 
     def close(self) -> None:
