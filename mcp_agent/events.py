@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from mcp_agent.messages import AssistantMessage, BaseMessage, ToolResultMessage
 
@@ -234,6 +234,29 @@ class AutoRetryEndEvent(AgentEvent):
     final_error: str | None = None
 
 
+@dataclass
+class AutoCompactionStartEvent(AgentEvent):
+    """The agent compacts its session: the context passed the threshold after a run, or the
+    model refused it as too long (``overflow``; the request is retried once it is compacted).
+    pi calls these ``compaction_start`` / ``compaction_end`` in its newer releases."""
+
+    type: ClassVar[str] = "auto_compaction_start"
+    reason: Literal["threshold", "overflow"] = "threshold"
+
+
+@dataclass
+class AutoCompactionEndEvent(AgentEvent):
+    """The compaction is over: ``result`` (a ``compaction.CompactionResult``) when it was
+    written, else ``error_message`` says why not (``aborted``: it was abandoned)."""
+
+    type: ClassVar[str] = "auto_compaction_end"
+    reason: Literal["threshold", "overflow"] = "threshold"
+    result: Any = None
+    aborted: bool = False
+    will_retry: bool = False
+    error_message: str | None = None
+
+
 def describe_event(event: AgentEvent) -> str:
     """A one-line, human-readable account of an event (for progress messages and logs)."""
     match event:
@@ -267,6 +290,20 @@ def describe_event(event: AgentEvent) -> str:
             return f"retry {attempt} worked"
         case AutoRetryEndEvent(attempt=attempt, final_error=error):
             return f"gave up retrying after {attempt}: {_clip(error or 'failed', 120)}"
+        case AutoCompactionStartEvent(reason="overflow"):
+            return "the model found the context too long: compacting the session"
+        case AutoCompactionStartEvent():
+            return "the context passed the compaction threshold: compacting the session"
+        case AutoCompactionEndEvent(result=result) if result is not None:
+            retry = "; asking the model again" if event.will_retry else ""
+            return (
+                f"compacted: about {result.tokens_before:,} → {result.tokens_after:,} tokens"
+                f" (entry {result.entry_id}){retry}"
+            )
+        case AutoCompactionEndEvent(aborted=True):
+            return "compaction abandoned"
+        case AutoCompactionEndEvent(error_message=error):
+            return f"compaction failed: {_clip(error or 'no reason given', 160)}"
     return event.type
 
 

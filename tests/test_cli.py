@@ -709,6 +709,31 @@ def test_chat_from_piped_stdin(db: Path) -> None:
         assert session.build_context().thinking_level == "off"  # the new branch has no change
         first_branch = session.get_branch(roots[0].children[0].entry.id)
         assert first_branch[0].type == "thinking_level_change"
+        assert first_branch[0].thinking_level == "high"  # type: ignore[union-attr]
+
+
+def test_chat_records_the_thinking_level_the_model_can_do(
+    cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_agent.cli import demo
+    from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model
+
+    known = demo.cli_models()
+
+    def plain() -> Any:
+        model = scripted_model("plain", reasoning=False)
+        return model, ScriptedProvider([reply("fine")])
+
+    monkeypatch.setattr(demo, "cli_models", lambda: {**known, "scripted:plain": plain})
+    result = cli("chat", "--model", "scripted:plain", input="/thinking high\nhello\n/quit\n")
+    assert result.exit_code == 0, result.stderr
+    assert "thinking level: off: scripted:plain does not reason" in result.stderr
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        session = repo.open(listed.id)
+        (change,) = session.find_entries("thinking_level_change")
+        assert change.thinking_level == "off"  # type: ignore[attr-defined]
+        assert session.build_context().thinking_level == "off"
 
 
 def test_chat_unknown_session_is_bad_input(cli: Any) -> None:

@@ -32,6 +32,12 @@ from mcp_agent.compaction.tokens import (
     estimate_tokens,
     should_compact,
 )
+from mcp_agent.events import (
+    AgentEvent,
+    AutoCompactionEndEvent,
+    AutoCompactionStartEvent,
+    describe_event,
+)
 from mcp_agent.messages import (
     COMPACTION_SUMMARY_PREFIX,
     AssistantMessage,
@@ -452,6 +458,18 @@ def compacting_agent(
     return agent, provider
 
 
+def compaction_events(agent: Agent) -> list[AgentEvent]:
+    """The compaction events ``agent`` sends from now on (filled in as it runs)."""
+    seen: list[AgentEvent] = []
+
+    def listen(event: AgentEvent) -> None:
+        if isinstance(event, AutoCompactionStartEvent | AutoCompactionEndEvent):
+            seen.append(event)
+
+    agent.subscribe(listen)
+    return seen
+
+
 def llm_roles(context: LlmContext) -> list[str]:
     return [m.role for m in context.messages]
 
@@ -462,8 +480,16 @@ async def test_agent_compacts_after_a_run_over_the_threshold() -> None:
     summarizer = Summarizer()
     big = Usage(input=3_100, output=10, total_tokens=3_110)
     agent, provider = compacting_agent(session, [reply("ok", usage=big)], summarizer)
+    events = compaction_events(agent)
     new = await agent.prompt("next")
     assert [m.role for m in new] == ["user", "assistant"]
+    start, end = events
+    assert isinstance(start, AutoCompactionStartEvent) and start.reason == "threshold"
+    assert isinstance(end, AutoCompactionEndEvent) and end.reason == "threshold"
+    assert end.result.entry_id == compactions(session)[0].id
+    assert end.result.tokens_before > end.result.tokens_after
+    assert (end.aborted, end.will_retry, end.error_message) == (False, False, None)
+    assert describe_event(end).startswith("compacted: about ")
     assert len(provider.calls) == 1 and len(summarizer.prompts) == 1
     assert len(compactions(session)) == 1
     assert isinstance(agent.state.messages[0], CompactionSummaryMessage)
@@ -508,7 +534,13 @@ async def test_overflow_compacts_and_retries_once() -> None:
     agent, provider = compacting_agent(
         session, [provider_error(OVERFLOW), reply("recovered")], summarizer
     )
+    events = compaction_events(agent)
     new = await agent.prompt("next")
+    assert [(e.type, e.reason) for e in events] == [
+        ("auto_compaction_start", "overflow"),
+        ("auto_compaction_end", "overflow"),
+    ]
+    assert events[1].will_retry and events[1].result is not None
 
     assert len(provider.calls) == 2 and len(compactions(session)) == 1
     assert [m.role for m in new] == ["user", "assistant", "assistant"]
@@ -573,8 +605,13 @@ async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
     agent, provider = compacting_agent(
         session, [provider_error(OVERFLOW), reply("never")], summarizer
     )
+    events = compaction_events(agent)
     new = await agent.prompt("next")
     assert len(provider.calls) == 1 and compactions(session) == []
+    end = events[-1]
+    assert isinstance(end, AutoCompactionEndEvent) and end.result is None
+    assert "down" in (end.error_message or "") and not end.aborted
+    assert describe_event(end).startswith("compaction failed: ")
     assert new[-1].error_message == OVERFLOW
     assert agent.state.error_message is not None and "down" in agent.state.error_message
     assert not agent.is_compacting and not agent.is_running
@@ -682,6 +719,7 @@ async def test_abort_during_an_automatic_compaction_writes_nothing() -> None:
     )
     before = session.get_entries()
     outcome: list[BaseMessage] = []
+    events = compaction_events(agent)
 
     async def run() -> None:
         outcome.extend(await agent.prompt("next"))
@@ -696,6 +734,8 @@ async def test_abort_during_an_automatic_compaction_writes_nothing() -> None:
             agent.abort("stop")
             await agent.wait_for_idle()
     assert compactions(session) == [] and provider.calls == []
+    assert [e.type for e in events] == ["auto_compaction_start", "auto_compaction_end"]
+    assert events[1].aborted and events[1].result is None  # type: ignore[attr-defined]
     assert [m.role for m in outcome] == ["user", "assistant"]
     assert outcome[-1].stop_reason == StopReason.ABORTED
     new_entries = session.get_entries()[len(before) :]

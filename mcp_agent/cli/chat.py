@@ -30,6 +30,7 @@ from mcp_agent.cli.run import (
 if TYPE_CHECKING:
     import anyio
 
+    from mcp_agent.messages import ThinkingLevel
     from mcp_agent.runtime.application import AppState
 
 HELP = """\
@@ -344,6 +345,22 @@ class Chat:
                 f"unknown thinking level {argument!r}; choose one of {' '.join(levels)}", "red"
             )
             return
+        level = self._thinking_in_effect(ThinkingLevel(argument))
         session = await self._ensure_session()
-        await self.state.offload(lambda: session.append_thinking_level_change(argument))
-        self.say(f"thinking level: {argument} (from the next message on)")
+        await self.state.offload(lambda: session.append_thinking_level_change(level))
+        if level == argument:
+            self.say(f"thinking level: {level} (from the next message on)")
+        else:
+            self.say(
+                f"thinking level: {level}: {self.model_name} does not reason"
+                f" (choose a model that does, then /thinking {argument})"
+            )
+
+    def _thinking_in_effect(self, level: ThinkingLevel) -> ThinkingLevel:
+        """``level`` as the chat's model can do it, recorded so, as pi records it."""
+        from mcp_agent.agent import effective_thinking_level
+        from mcp_agent.cli.demo import cli_models
+        from mcp_agent.runtime.models import resolve_run_model
+
+        _, model, _ = resolve_run_model(self.model_name, None, None, cli_models())
+        return effective_thinking_level(level, model)

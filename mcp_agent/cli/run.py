@@ -175,6 +175,8 @@ class StreamPrinter:
     def __call__(self, event: Any) -> None:
         from mcp_agent.cli.render import clip, format_args
         from mcp_agent.events import (
+            AutoCompactionEndEvent,
+            AutoCompactionStartEvent,
             AutoRetryEndEvent,
             AutoRetryStartEvent,
             MessageEndEvent,
@@ -228,6 +230,12 @@ class StreamPrinter:
                 self.note(describe_event(event), "yellow")
             case AutoRetryEndEvent():
                 self.note(describe_event(event), "yellow")
+            case AutoCompactionStartEvent():
+                self.note(describe_event(event), "cyan")
+            case AutoCompactionEndEvent(result=None):
+                self.note(describe_event(event), "red")
+            case AutoCompactionEndEvent():
+                self.note(describe_event(event), "cyan")
 
 
 def footer(run: Run) -> str:

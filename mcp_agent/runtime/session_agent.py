@@ -25,7 +25,7 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -35,7 +35,12 @@ from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.compact import CompactionSettings, compact
 from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.compaction.tokens import context_tokens, should_compact
-from mcp_agent.events import AutoRetryEndEvent, AutoRetryStartEvent
+from mcp_agent.events import (
+    AutoCompactionEndEvent,
+    AutoCompactionStartEvent,
+    AutoRetryEndEvent,
+    AutoRetryStartEvent,
+)
 from mcp_agent.messages import AssistantMessage, BaseMessage, Model, StopReason, ThinkingLevel
 from mcp_agent.providers.base import (
     StreamFn,
@@ -332,15 +337,17 @@ class SessionAgent(Agent):
         ):
             messages.pop()
 
-    async def _compact(self, reason: str) -> bool:
+    async def _compact(self, reason: Literal["threshold", "overflow"]) -> bool:
         """Compact the session and rebuild the transcript from it; False if that failed (the
-        reason is kept in ``state.error_message``; nothing was written)."""
+        reason is kept in ``state.error_message``; nothing was written). Announced by
+        ``auto_compaction_start`` / ``auto_compaction_end`` events, as pi does."""
         settings = self.compaction
         assert settings is not None
         model = settings.model or self.state.model
         controller = self._compaction_abort = AbortController()
+        await self._emit(AutoCompactionStartEvent(reason))
         try:
-            await compact(
+            result = await compact(
                 self.session,
                 model,
                 settings.stream_fn or self.stream_fn,
@@ -358,11 +365,14 @@ class SessionAgent(Agent):
             else:
                 log.exception("%s of session %s failed", what, self.session_id)
             self.state.error_message = f"{what} failed: {error}"
+            aborted = controller.signal.aborted
+            await self._emit(AutoCompactionEndEvent(reason, None, aborted, False, str(error)))
             return False
         finally:
             self._compaction_abort = None
         context = await self.offload(self.session.build_context)
         self.state.messages = list(context.messages)
+        await self._emit(AutoCompactionEndEvent(reason, result, will_retry=reason == "overflow"))
         return True
 
     async def _summary_options(self, model: Model) -> StreamOptions:
