@@ -224,3 +224,45 @@ async def test_move_to_with_a_model_written_branch_summary(client: Client, model
     )
     assert "nothing to summarise" in text
     assert (await call(client, "session_export", session_id=sid, limit=0)) == before
+
+
+async def test_an_automatic_compaction_is_announced_as_progress(
+    tmp_path: Path, model: Model
+) -> None:
+    from mcp_support import write_manifests
+
+    from mcp_agent.providers.scripted import ScriptedProvider, scripted_model
+    from mcp_agent.runtime.settings import ServerSettings
+    from mcp_agent.server.app import build_server
+
+    # A window of 40,000 tokens: the six turns of about 5,000 tokens pass its threshold.
+    def small() -> tuple[Any, ScriptedProvider]:
+        return scripted_model("small", context_window=40_000), ScriptedProvider(model.respond)
+
+    settings = ServerSettings(
+        db_path=tmp_path / "sessions.db",
+        manifests_dir=write_manifests(tmp_path / "manifests"),
+        default_model="small",
+    )
+    server = build_server(settings, models={"small": small})
+    progress: list[str] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async with Client(server) as client:
+        sid, _ = await long_session(client)
+        result = await client.call_tool(
+            "agent_run", {"prompt": "go on", "session_id": sid}, progress_callback=on_progress
+        )
+        assert not result.is_error
+        entries = await call(client, "session_get", session_id=sid, view="entries", limit=0)
+    (compaction,) = [e for e in entries["entries"] if e["type"] == "compaction"]
+    starts = [p for p in progress if p.startswith("auto_compaction_start")]
+    ends = [p for p in progress if p.startswith("auto_compaction_end")]
+    assert starts == [
+        "auto_compaction_start: the context passed the compaction threshold: compacting the session"
+    ]
+    assert len(ends) == 1 and ends[0].startswith("auto_compaction_end: compacted: about ")
+    assert f"(entry {compaction['id']})" in ends[0]
+    assert progress.index(starts[0]) < progress.index(ends[0])
