@@ -18,6 +18,7 @@ from mcp import Client
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from test_sessions_pi import PI
 
+from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import JsonlSessionRepo, SessionError
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
 from mcp_agent.sessions.pi import parse_session_text
@@ -41,23 +42,25 @@ def line(data: dict[str, Any]) -> str:
     return json.dumps(data) + "\n"
 
 
+def pi_assistant(text: str) -> dict[str, Any]:
+    """An assistant message as pi records it."""
+    cost = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
+    usage = {"input": 12, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 17}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "api": "openai-completions",
+        "provider": "openai",
+        "model": "gpt-4o-mini",
+        "usage": {**usage, "cost": cost},
+        "stopReason": "stop",
+        "timestamp": 1768465800000,
+    }
+
+
 def hand_made(agent_dir: Path) -> Made:
     """What folders.mjs makes, written as pi writes it (names spelled out here, not computed
     by the code under test)."""
-    usage = {"input": 12, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 17}
-    usage["cost"] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
-
-    def assistant(text: str) -> dict[str, Any]:
-        return {
-            "role": "assistant",
-            "content": [{"type": "text", "text": text}],
-            "api": "openai-completions",
-            "provider": "openai",
-            "model": "gpt-4o-mini",
-            "usage": usage,
-            "stopReason": "stop",
-            "timestamp": 1768465800000,
-        }
 
     def entry(kind: str, entry_id: str, parent: str | None, **fields: Any) -> dict[str, Any]:
         base = {"type": kind, "id": entry_id, "parentId": parent}
@@ -68,15 +71,15 @@ def hand_made(agent_dir: Path) -> Made:
     files = {
         (first, "/home/ada/app", "--home-ada-app--", "2026-01-15T08:30:00.000Z"): [
             entry("message", "a0000001", None, message=user),
-            entry("message", "a0000002", "a0000001", message=assistant("hi from pi")),
+            entry("message", "a0000002", "a0000001", message=pi_assistant("hi from pi")),
             entry("session_info", "a0000003", "a0000002", name="pi's first"),
             entry("label", "a0000004", "a0000003", targetId="a0000001", label="start"),
             entry("message", "a0000005", "a0000004", message={**user, "content": "second"}),
-            entry("message", "a0000006", "a0000005", message=assistant("second answer")),
+            entry("message", "a0000006", "a0000005", message=pi_assistant("second answer")),
         ],
         (second, "/home/ada/other:thing", "--home-ada-other-thing--", "2026-01-16T09:00:00.500Z"): [
             entry("message", "b0000001", None, message={**user, "content": "other question"}),
-            entry("message", "b0000002", "b0000001", message=assistant("other answer")),
+            entry("message", "b0000002", "b0000001", message=pi_assistant("other answer")),
         ],
     }
     made = []
@@ -245,3 +248,47 @@ def test_pis_folder_names() -> None:
     assert cwd_folder("/home/ada/other:thing") == "--home-ada-other-thing--"
     assert cwd_folder("C:\\Users\\ada") == "--C--Users-ada--"
     assert cwd_folder("/") == "----"
+
+
+def test_a_session_pi_continued_before_any_answer_reads_as_pi_reads_it(tmp_path: Path) -> None:
+    """pi continuing a file without an assistant message writes it all again before its own
+    lines; the repeats are read once, as pi reads them."""
+    repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
+    session = repo.create(name="named here", cwd="/home/ada/app")
+    session.append_message(UserMessage(content="asked here", timestamp=1))
+    path = repo.path_for(session.id)
+    before = path.read_text()
+    if PI is not None:
+        seen = run_folders("continue", path)
+    else:  # what pi 0.73.1 writes, by hand
+        entries = [json.loads(row) for row in before.splitlines()[1:]]
+        asked = {"role": "user", "content": "asked in pi", "timestamp": 2}
+        answer = pi_assistant("answered in pi")
+        added = [
+            {"type": "message", "id": "c0000001", "parentId": entries[-1]["id"], "message": asked},
+            {"type": "message", "id": "c0000002", "parentId": "c0000001", "message": answer},
+        ]
+        for row in added:
+            row["timestamp"] = "2026-01-15T08:30:01.000Z"
+        path.write_text(before + before + "".join(map(line, added)))
+        seen = {"entries": entries + added, "leafId": "c0000002"}
+    assert path.read_text().startswith(before + before)  # pi wrote it all again
+    again = JsonlSessionRepo(tmp_path / "sessions").open(session.id)
+    assert [e.to_json_dict() for e in again.get_entries()] == seen["entries"]
+    assert again.leaf_id == seen["leafId"]
+    assert again.name == "named here"
+    assert [m.text for m in again.build_context().messages if m.role == "user"] == [
+        "asked here",
+        "asked in pi",
+    ]
+
+
+@pytest.mark.parametrize("cwd", ["/a" * 200, "/bad\0cwd"])
+def test_a_cwd_that_makes_no_folder_name_is_refused_and_nothing_written(
+    tmp_path: Path, cwd: str
+) -> None:
+    repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
+    with pytest.raises(SessionError) as error:
+        repo.create(cwd=cwd)
+    assert error.value.code == "invalid_argument" and "pi's layout" in error.value.message
+    assert list((tmp_path / "sessions").iterdir()) == []

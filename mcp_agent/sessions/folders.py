@@ -24,6 +24,9 @@ LAYOUTS: tuple[Layout, ...] = ("flat", "pi")
 # it the listing is refused, saying so, rather than reading without end.
 MAX_SESSION_FILES = 100_000
 
+# The longest file or folder name most file systems take.
+MAX_NAME_BYTES = 255
+
 _PI_NAME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z)_(.+)\.jsonl")
 _PI_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 _PI_FOLDER = re.compile(r"--.*--")
@@ -130,5 +133,12 @@ def new_session_path(directory: Path, layout: Layout, header: SessionHeader) -> 
     """Where a new session's file goes in ``layout``."""
     check_session_id(header.id)
     if layout == "pi":
-        return directory / cwd_folder(header.cwd) / pi_file_name(header)
+        folder = cwd_folder(header.cwd)
+        if "\0" in folder or len(folder.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise SessionError(
+                "invalid_argument",
+                f"cwd {header.cwd[:80]!r} makes no folder name in pi's layout (a NUL, or longer "
+                f"than {MAX_NAME_BYTES} bytes as pi spells it): give a shorter working directory",
+            )
+        return directory / folder / pi_file_name(header)
     return directory / f"{header.id}.jsonl"

@@ -105,8 +105,29 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
         raise SessionError("not_found", f"session file {path} not found") from None
     torn: list[bool] = []
     with handle:
-        parsed = parse_rows(_file_rows(handle, path, torn), str(path), "corrupt")
+        parsed = parse_rows(_once(_file_rows(handle, path, torn)), str(path), "corrupt")
     return parsed, bool(torn)
+
+
+def _once(rows: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows without repeats of the header or of an entry (same id, same fields), read once
+    as pi reads them: pi (0.73) continuing a file that has no assistant message yet (one we
+    created, named, or gave only a prompt) writes the header and every entry again before its
+    own. A repeated id with other fields is left for the parser to refuse."""
+    header: dict[str, Any] | None = None
+    seen: dict[str, dict[str, Any]] = {}
+    for number, row in rows:
+        if header is None:
+            header = row
+        elif row == header:
+            continue
+        else:
+            entry_id = row.get("id")
+            if isinstance(entry_id, str):
+                if seen.get(entry_id) == row:
+                    continue
+                seen.setdefault(entry_id, row)
+        yield number, row
 
 
 def _file_rows(

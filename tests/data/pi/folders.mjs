@@ -1,6 +1,7 @@
 // pi's own session folders, made and read by pi's SessionManager.
 //   node folders.mjs PEERS_DIR make AGENT_DIR   -> sessions in AGENT_DIR/sessions/<cwd folder>/
 //   node folders.mjs PEERS_DIR read AGENT_DIR   -> what pi lists and opens there
+//   node folders.mjs PEERS_DIR continue FILE    -> pi asks one more question in FILE
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. pi finds its folder through
 // $PI_CODING_AGENT_DIR, set here to AGENT_DIR.
 import { readFileSync } from "node:fs";
@@ -80,5 +81,13 @@ async function read() {
   });
 }
 
-const result = command === "make" ? make() : await read();
+function continueFile(file) {
+  const manager = pi.SessionManager.open(file);
+  manager.appendMessage(user("asked in pi"));
+  manager.appendMessage(assistant("answered in pi"));
+  return { id: manager.getSessionId(), entries: manager.getEntries(), leafId: manager.getLeafId() };
+}
+
+const result =
+  command === "make" ? make() : command === "continue" ? continueFile(agentDir) : await read();
 process.stdout.write(JSON.stringify({ piVersion: pkg.version, result }));
