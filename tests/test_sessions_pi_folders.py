@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from test_sessions_pi import PI
 
@@ -292,3 +294,29 @@ def test_a_cwd_that_makes_no_folder_name_is_refused_and_nothing_written(
         repo.create(cwd=cwd)
     assert error.value.code == "invalid_argument" and "pi's layout" in error.value.message
     assert list((tmp_path / "sessions").iterdir()) == []
+
+
+async def read_over_stdio(tmp_path: Path, sessions: Path, session_id: str) -> dict[str, Any]:
+    """``serve --sessions-dir`` as a real child process: the session resource it lists."""
+    command = ["-m", "mcp_agent", "serve", "--db", str(tmp_path / "leases.db")]
+    command += ["--sessions-dir", str(sessions), "--model", "scripted:echo"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_AGENT_")}
+    params = StdioServerParameters(command=sys.executable, args=command, env=env)
+    with (tmp_path / "stderr.txt").open("w") as stderr:
+        async with Client(stdio_client(params, errlog=stderr)) as client:
+            uris = await session_uris(client)
+            assert uris == [f"session://{session_id}"]
+            return json.loads((await client.read_resource(uris[0])).contents[0].text)
+
+
+def test_serve_sessions_dir_shows_pis_sessions(tmp_path: Path) -> None:
+    made = hand_made(tmp_path / "agent")
+    sessions = tmp_path / "agent" / "sessions"
+    Path(made[1]["file"]).unlink()
+    before = Path(made[0]["file"]).read_bytes()
+    shown = anyio.run(read_over_stdio, tmp_path, sessions, made[0]["id"])
+    assert shown["session"]["name"] == "pi's first"
+    assert "sessions stored in" in (tmp_path / "stderr.txt").read_text()
+    files = [p for p in sessions.rglob("*") if p.is_file()]
+    assert files == [Path(made[0]["file"])]  # reading wrote nothing
+    assert Path(made[0]["file"]).read_bytes() == before
