@@ -320,3 +320,16 @@ def test_serve_sessions_dir_shows_pis_sessions(tmp_path: Path) -> None:
     files = [p for p in sessions.rglob("*") if p.is_file()]
     assert files == [Path(made[0]["file"])]  # reading wrote nothing
     assert Path(made[0]["file"]).read_bytes() == before
+
+
+def test_only_pis_repeat_in_order_is_read_once_other_repeats_are_refused(tmp_path: Path) -> None:
+    made = hand_made(tmp_path / "agent")
+    path = Path(made[1]["file"])
+    header, first, second = path.read_text().splitlines(keepends=True)
+    repo = JsonlSessionRepo(tmp_path / "agent" / "sessions")
+    path.write_text(header + first + second + header + first + second)  # pi's repeat
+    assert [e.id for e in repo.open(made[1]["id"]).get_entries()] == ["b0000001", "b0000002"]
+    path.write_text(header + first + second + header + second)  # not in the file's order
+    with pytest.raises(SessionError) as error:
+        repo.open(made[1]["id"])
+    assert error.value.code == "corrupt" and "duplicate entry id b0000002" in error.value.message

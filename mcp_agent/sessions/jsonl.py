@@ -110,23 +110,30 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
 
 
 def _once(rows: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The rows without repeats of the header or of an entry (same id, same fields), read once
-    as pi reads them: pi (0.73) continuing a file that has no assistant message yet (one we
-    created, named, or gave only a prompt) writes the header and every entry again before its
-    own. A repeated id with other fields is left for the parser to refuse."""
+    """The rows without pi's repeats, read once as pi reads them: pi (0.73) continuing a file
+    that has no assistant message yet (one we created, named, or gave only a prompt) writes
+    the header and every entry again, in order, before its own lines. Only that is skipped:
+    the header again, then the ids of the file so far in their order; anything else goes on
+    to the parser (a repeated id out of that order is refused there)."""
     header: dict[str, Any] | None = None
-    seen: dict[str, dict[str, Any]] = {}
+    order: list[str] = []  # the entry ids in file order
+    replaying = -1  # while pi's repeat goes on: the index in ``order`` it has reached
     for number, row in rows:
         if header is None:
             header = row
-        elif row == header:
+            yield number, row
             continue
-        else:
-            entry_id = row.get("id")
-            if isinstance(entry_id, str):
-                if seen.get(entry_id) == row:
-                    continue
-                seen.setdefault(entry_id, row)
+        if row.get("type") == "session" and row == header:
+            replaying = 0
+            continue
+        if replaying >= 0:
+            if replaying < len(order) and row.get("id") == order[replaying]:
+                replaying += 1
+                continue
+            replaying = -1
+        entry_id = row.get("id")
+        if isinstance(entry_id, str):
+            order.append(entry_id)
         yield number, row
 
 
