@@ -78,6 +78,9 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         (["--max-depth", "-3"], {}, ["--max-depth must be 0", "-3"]),
         (["--transport", "http", "--port", "70000"], {}, ["--port must be 0 to 65535", "70000"]),
         (["--transport", "http", "--port", "-1"], {}, ["--port must be 0 to 65535", "-1"]),
+        (["--sessions-dir", "{tmp}/nope"], {}, ["--sessions-dir", "does not exist"]),
+        (["--sessions-dir", "{tmp}/file"], {}, ["--sessions-dir", "not a folder"]),
+        (["--sessions-layout", "pi"], {}, ["--sessions-layout needs --sessions-dir"]),
     ],
 )
 def test_a_bad_flag_is_one_line_and_creates_nothing(
@@ -133,6 +136,7 @@ def test_a_database_in_a_missing_folder_is_an_error(
         ["--transport", "http", "--no-auth", "--port", "0"],
         ["--transport", "http", "--no-auth", "--port", "65535"],
         ["--port", "70000"],  # stdio has no port
+        ["--sessions-dir", "{tmp}/good", "--sessions-layout", "pi"],
     ],
 )
 def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> None:

@@ -61,7 +61,7 @@ def texts(session: Session) -> list[str]:
 RepoFactory = Callable[[], object]
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "jsonl-pi"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], object]]:
     """A function returning a repo; for the persistent backends each call opens the same
     store afresh, as a restarted process would."""
@@ -74,7 +74,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
         repo = (
             SqliteSessionRepo(tmp_path / "sessions.db")
             if request.param == "sqlite"
-            else JsonlSessionRepo(tmp_path / "sessions")
+            else JsonlSessionRepo(tmp_path / "sessions", layout="flat")
+            if request.param == "jsonl"
+            else JsonlSessionRepo(tmp_path / "sessions", layout="pi")  # pi's folders and names
         )
         made.append(repo)
         return repo
@@ -589,7 +591,11 @@ def test_fork_whole_session(repo) -> None:
     source.move_to(_ids["a1"])
     fork = repo.fork(source.id)
     assert fork.id != source.id
-    assert fork.header.parent_session == source.id
+    assert repo.summary(fork.id).parent_session == source.id
+    if getattr(repo, "layout", None) == "pi":  # pi's header names the parent's file
+        assert fork.header.parent_session == str(repo.path_for(source.id))
+    else:
+        assert fork.header.parent_session == source.id
     assert fork.header.cwd == "/w"
     assert [e.to_json_dict() for e in fork.get_entries()] == [
         e.to_json_dict() for e in source.get_entries()
@@ -609,7 +615,7 @@ def test_fork_at_and_before_an_entry(repo) -> None:
     assert texts(before) == ["q1", "a1"]
     first = repo.fork(source.id, ids["q1"], position="before")
     assert texts(first) == []
-    assert first.header.parent_session == source.id
+    assert repo.summary(first.id).parent_session == source.id
     # the source is unchanged
     assert texts(source) == ["q1", "a1", "q2", "a2"]
 

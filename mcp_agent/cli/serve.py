@@ -26,6 +26,11 @@ class Transport(StrEnum):
     http = "http"
 
 
+class SessionsLayout(StrEnum):
+    pi = "pi"
+    flat = "flat"
+
+
 class Durability(StrEnum):
     full = "full"
     normal = "normal"
@@ -46,6 +51,26 @@ def serve(
     port: Annotated[int, typer.Option(metavar="PORT", help="HTTP port (0 to 65535)")] = 8765,
     db: Annotated[Path | None, _named(DbOption, "FILE")] = None,
     manifests: Annotated[Path | None, _named(ManifestsOption, "FOLDER")] = None,
+    sessions_dir: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FOLDER",
+            help="keep sessions as JSONL files in this folder instead of the database (which "
+            "then holds only run leases), e.g. pi's ~/.pi/agent/sessions: pi's sessions are "
+            "listed, read and continued, and pi opens the ones made here",
+            show_default=False,
+        ),
+    ] = None,
+    sessions_layout: Annotated[
+        SessionsLayout | None,
+        typer.Option(
+            metavar="pi|flat",
+            help="where --sessions-dir gets new sessions: pi (a folder per working directory, "
+            "pi's file names) or flat (ID.jsonl); default: pi for ~/.pi/agent/sessions or a "
+            "folder that holds pi's, else flat",
+            show_default=False,
+        ),
+    ] = None,
     token_file: Annotated[
         Path | None,
         typer.Option(
@@ -214,6 +239,12 @@ def serve(
         settings.db_path = db.expanduser()
     if manifests is not None:
         settings.manifests_dir = manifests
+    if sessions_layout is not None and sessions_dir is None:
+        die("--sessions-layout needs --sessions-dir FOLDER")
+    if sessions_dir is not None:
+        check_sessions_dir(sessions_dir)
+        settings.sessions_dir = sessions_dir.expanduser()
+        settings.sessions_layout = sessions_layout.value if sessions_layout else None
     # A flag beats the environment; from the environment, a token and a token file conflict.
     if token_file is not None:
         settings.token, settings.token_file = None, token_file
@@ -324,6 +355,15 @@ def check_db_folder(db: Path | None) -> None:
         die(f"{source}: the folder {folder} does not exist; create it first")
     if not folder.is_dir():
         die(f"{source}: {folder} is not a folder")
+
+
+def check_sessions_dir(folder: Path) -> None:
+    """The folder of --sessions-dir exists (a typo must not create folders) and is a folder."""
+    path = folder.expanduser()
+    if not path.exists():
+        die(f"--sessions-dir {folder}: the folder does not exist; create it first")
+    if not path.is_dir():
+        die(f"--sessions-dir {folder}: it is a file, not a folder")
 
 
 def _remove_on_sigterm(auth: HttpAuth) -> None:

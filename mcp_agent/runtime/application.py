@@ -1,7 +1,8 @@
 """The application: everything needed to run agents in sessions, opened once and shared by the
-MCP server and the command line. The session repo (one SQLite file), the manifests, the run
-manager (a task group in which runs outlive the request that started them), the session leases
-and the tool hub (MCP clients to downstream servers and to the built-in tools)."""
+MCP server and the command line. The session repo (one SQLite file, or a folder of JSONL
+files), the manifests, the run manager (a task group in which runs outlive the request that
+started them), the session leases and the tool hub (MCP clients to downstream servers and to
+the built-in tools)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from mcp_agent.runtime.leases import SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.settings import ServerSettings
+from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.sqlite import SessionGuard, SqliteSessionRepo
 
@@ -53,6 +55,11 @@ class AppState:
 
 
 def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = None) -> SessionRepo:
+    if settings.sessions_dir is not None:
+        return JsonlSessionRepo(
+            settings.sessions_dir,
+            layout=settings.sessions_layout,  # type: ignore[arg-type]  # checked by ServerSettings
+        )
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     return SqliteSessionRepo(
         settings.db_path,

@@ -57,6 +57,12 @@ def _retries_from_env() -> int:
 @dataclass
 class ServerSettings:
     db_path: Path = field(default_factory=default_db_path)
+    # Sessions as JSONL files in this folder instead of the database (which then holds only
+    # the run leases); pi's folders (``~/.pi/agent/sessions``) or ours, see
+    # sessions.folders. The layout new sessions are written in: "pi", "flat", or None to
+    # follow what the folder holds.
+    sessions_dir: Path | None = None
+    sessions_layout: str | None = None
     manifests_dir: Path | None = None
     default_model: str | None = field(default_factory=lambda: os.environ.get(MODEL_ENV) or None)
     # HTTP authentication: a bearer token given as is (--token, MCP_AGENT_TOKEN) or in a file
@@ -144,6 +150,8 @@ class ServerSettings:
             raise ValueError(f"db_threads must be at least 1, not {self.db_threads}")
         if self.model_retries < 0:
             raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
+        if self.sessions_layout not in (None, "pi", "flat"):
+            raise ValueError(f"--sessions-layout must be pi or flat, not {self.sessions_layout!r}")
         if self.durability not in ("full", "normal"):
             raise ValueError(
                 f"durability must be full or normal, not {self.durability!r} "

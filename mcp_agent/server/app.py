@@ -70,7 +70,10 @@ def build_server(
 
 def banner(settings: ServerSettings, transport: str) -> str:
     where = f" on http://{settings.host}:{settings.port}/mcp" if transport == "http" else ""
-    return f"mcp-agent-sessions {__version__}: sessions stored in {settings.db_path}{where}"
+    store = str(settings.db_path)
+    if settings.sessions_dir is not None:
+        store = f"{settings.sessions_dir} (JSONL files)"
+    return f"mcp-agent-sessions {__version__}: sessions stored in {store}{where}"
 
 
 def print_banner(settings: ServerSettings, transport: str) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,19 +33,33 @@ from mcp_agent.sessions.entries import (
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.folders import (
+    LAYOUTS,
+    Layout,
+    check_session_id,
+    detect_layout,
+    find_session_file,
+    new_session_path,
+    session_files,
+    session_id_of,
+)
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import ParsedSession, SessionStream, parse_rows
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
     SessionSummary,
-    page_summaries,
+    decode_cursor,
+    encode_cursor,
     query_words,
     summarize,
     text_matches,
 )
 
 log = logging.getLogger(__name__)
+
+# Files whose listing row (and place) a repo keeps between listings.
+MAX_LISTED = 10_000
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -90,8 +105,36 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
         raise SessionError("not_found", f"session file {path} not found") from None
     torn: list[bool] = []
     with handle:
-        parsed = parse_rows(_file_rows(handle, path, torn), str(path), "corrupt")
+        parsed = parse_rows(_once(_file_rows(handle, path, torn)), str(path), "corrupt")
     return parsed, bool(torn)
+
+
+def _once(rows: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows without pi's repeats, read once as pi reads them: pi (0.73) continuing a file
+    that has no assistant message yet (one we created, named, or gave only a prompt) writes
+    the header and every entry again, in order, before its own lines. Only that is skipped:
+    the header again, then the ids of the file so far in their order; anything else goes on
+    to the parser (a repeated id out of that order is refused there)."""
+    header: dict[str, Any] | None = None
+    order: list[str] = []  # the entry ids in file order
+    replaying = -1  # while pi's repeat goes on: the index in ``order`` it has reached
+    for number, row in rows:
+        if header is None:
+            header = row
+            yield number, row
+            continue
+        if row.get("type") == "session" and row == header:
+            replaying = 0
+            continue
+        if replaying >= 0:
+            if replaying < len(order) and row.get("id") == order[replaying]:
+                replaying += 1
+                continue
+            replaying = -1
+        entry_id = row.get("id")
+        if isinstance(entry_id, str):
+            order.append(entry_id)
+        yield number, row
 
 
 def _file_rows(
@@ -130,6 +173,12 @@ def _stamp(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
+def _mtime_text(stamp: tuple[int, int]) -> str:
+    """A file's time of change as a session's ``modified`` time."""
+    moment = datetime.fromtimestamp(stamp[0] / 1e9, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as handle:
         handle.seek(-1, os.SEEK_END)
@@ -164,6 +213,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             # pi rewrites migrated files too; and the next append must not follow a torn line.
             self._rewrite()
         self.stamp = _stamp(self.path)
+        self.modified = _mtime_text(self.stamp)  # not the time it was read
 
     @classmethod
     def import_stream(cls, path: str | Path, stream: SessionStream) -> JsonlSessionStorage:
@@ -251,57 +301,102 @@ class JsonlSessionStorage(InMemorySessionStorage):
 
 
 class JsonlSessionRepo(BaseSessionRepo):
-    """One ``<session id>.jsonl`` file per session in ``directory``."""
+    """One file per session in ``directory``: ``<id>.jsonl`` (``layout="flat"``), or pi's
+    ``<cwd folder>/<time>_<id>.jsonl`` (``layout="pi"``, so that pi and we share
+    ``~/.pi/agent/sessions``); see :mod:`mcp_agent.sessions.folders`. Files of both layouts
+    are read; the layout decides where new ones go (by default: what the folder holds)."""
 
     def __init__(
         self,
         directory: str | Path,
         context_build_options: SessionContextBuildOptions | None = None,
+        layout: Layout | None = None,
     ) -> None:
         super().__init__(context_build_options)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        # Listing reads every file; keep what it learned until the file changes.
+        if layout is not None and layout not in LAYOUTS:
+            raise SessionError("invalid_argument", f"layout must be flat or pi, not {layout!r}")
+        self.layout: Layout = layout or detect_layout(self.directory)
+        # Listing reads files; keep what it learned until the file changes (the newest
+        # MAX_LISTED files: beyond them a listing reads again rather than holding all).
         self._listing: dict[Path, tuple[tuple[int, int], SessionSummary, builtins.list[str]]] = {}
+        # Where each session's file was found, so an open need not search the folders.
+        self._paths: dict[str, Path] = {}
         # Sessions opened twice share one index, so neither appends from a stale leaf.
         self._open: dict[str, JsonlSessionStorage] = {}
+        # The server opens sessions on several worker threads at once.
+        self._lock = threading.RLock()
 
     def path_for(self, session_id: str) -> Path:
-        if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
-            raise SessionError("not_found", f"session {session_id!r} not found")
-        return self.directory / f"{session_id}.jsonl"
+        """The file of a session: where it is, or where a flat one would be."""
+        with self._lock:
+            check_session_id(session_id)
+            known = self._paths.get(session_id)
+            if known is not None and known.exists():
+                return known
+            found = find_session_file(self.directory, session_id)
+            if found is None:
+                self._paths.pop(session_id, None)
+                return self.directory / f"{session_id}.jsonl"
+            self._remember(session_id, found)
+            return found
+
+    def _remember(self, session_id: str, path: Path) -> None:
+        if session_id not in self._paths and len(self._paths) >= MAX_LISTED:
+            del self._paths[next(iter(self._paths))]
+        self._paths[session_id] = path
+
+    def _new_path(self, header: SessionHeader) -> Path:
+        path = new_session_path(self.directory, self.layout, header)
+        self._remember(header.id, path)
+        return path
 
     def _create_storage(
         self, header: SessionHeader, entries: builtins.list[SessionEntry]
     ) -> JsonlSessionStorage:
-        storage = JsonlSessionStorage(self.path_for(header.id), header, entries)
-        self._open[header.id] = storage
-        return storage
+        with self._lock:
+            if self.layout == "pi" and header.parent_session:
+                # pi names the parent by its file (forkFrom, createBranchedSession).
+                parent = find_session_file(self.directory, header.parent_session)
+                if parent is not None:
+                    header = header.model_copy(update={"parent_session": str(parent)})
+            storage = JsonlSessionStorage(self._new_path(header), header, entries)
+            self._open[header.id] = storage
+            return storage
 
     def _import_storage(self, stream: SessionStream) -> JsonlSessionStorage:
         try:
-            path = self.path_for(stream.header.id)
+            with self._lock:
+                path = self._new_path(stream.header)
         except SessionError:
             stream.drain()  # a problem in the file is reported first
             raise
         storage = JsonlSessionStorage.import_stream(path, stream)
-        self._open[stream.header.id] = storage
+        with self._lock:
+            self._open[stream.header.id] = storage
         return storage
 
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
-        path = self.path_for(session_id)
-        try:
-            stamp = _stamp(path)
-        except FileNotFoundError:
-            self._open.pop(session_id, None)
-            raise SessionError("not_found", f"session {session_id} not found") from None
-        storage = self._open.get(session_id)
-        if storage is None or storage.stamp != stamp:  # new, or changed by another program
-            if storage is not None:
-                storage.close()
-            storage = JsonlSessionStorage(path)
-            self._open[session_id] = storage
-        return storage
+        with self._lock:
+            path = self.path_for(session_id)
+            try:
+                stamp = _stamp(path)
+            except FileNotFoundError:
+                self._open.pop(session_id, None)
+                raise SessionError("not_found", f"session {session_id} not found") from None
+            storage = self._open.get(session_id)
+            if storage is None or storage.stamp != stamp:  # new, or changed by another program
+                if storage is not None:
+                    storage.close()
+                storage = JsonlSessionStorage(path)
+                if storage.get_metadata().id != session_id:
+                    storage.close()
+                    raise SessionError(
+                        "corrupt", f"{path} is named for session {session_id} but holds another"
+                    )
+                self._open[session_id] = storage
+            return storage
 
     def exists(self, session_id: str) -> bool:
         try:
@@ -309,12 +404,26 @@ class JsonlSessionRepo(BaseSessionRepo):
         except SessionError:
             return False
 
-    def _scan(self, path: Path) -> tuple[SessionSummary, builtins.list[str]] | None:
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            return None
-        key = (stat.st_mtime_ns, stat.st_size)
+    def summary(self, session_id: str) -> SessionSummary:
+        return self._summarize(self._open_storage(session_id))
+
+    def _summarize(self, storage: InMemorySessionStorage) -> SessionSummary:
+        summary = summarize(storage)
+        parent = summary.parent_session
+        if parent and parent.endswith(".jsonl"):  # pi's reference: the parent's file
+            summary.parent_session = session_id_of(Path(parent)) or parent
+        return summary
+
+    def _modified(self, session_id: str, key: tuple[int, int]) -> str:
+        """When a file changed: the precise time if we wrote it last, else its mtime."""
+        opened = self._open.get(session_id)
+        if opened is not None and opened.stamp == key and opened.modified:
+            return opened.modified
+        return _mtime_text(key)
+
+    def _scan(
+        self, path: Path, session_id: str, key: tuple[int, int], modified: str
+    ) -> tuple[SessionSummary, builtins.list[str]] | None:
         cached = self._listing.get(path)
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
@@ -323,45 +432,69 @@ class JsonlSessionRepo(BaseSessionRepo):
         except SessionError as error:
             log.warning("skipping unreadable session file: %s", error.message)
             return None
+        if parsed.header.id != session_id:
+            log.warning("skipping %s: named for session %s but holds another", path, session_id)
+            return None
         storage = InMemorySessionStorage(parsed.header, parsed.entries)
         texts = [storage.get_session_name() or ""]
         texts.extend(entry_text(entry) for entry in parsed.entries)
-        summary = summarize(storage)
-        opened = self._open.get(parsed.header.id)
-        if opened is not None and opened.stamp == key:
-            summary.modified = opened.modified  # written by us: the precise time
-        else:
-            moment = datetime.fromtimestamp(stat.st_mtime_ns / 1e9, UTC)
-            summary.modified = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        summary = self._summarize(storage)
+        summary.modified = modified
+        if path not in self._listing and len(self._listing) >= MAX_LISTED:
+            del self._listing[next(iter(self._listing))]
         self._listing[path] = (key, summary, texts)
         return summary, texts
 
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> SessionPage:
-        words = query_words(query)
-        summaries = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            scanned = self._scan(path)
-            if scanned is None:
-                continue
-            summary, texts = scanned
-            if not words or text_matches(words, texts):
-                summaries.append(summary)
-        return page_summaries(summaries, limit, cursor)
+        """Newest first across both layouts. Files are ordered by their time of change
+        before any is read, so a page reads only the files it shows (and, with a query, the
+        ones that did not match)."""
+        with self._lock:
+            words = query_words(query)
+            if limit < 1:
+                raise SessionError("invalid_argument", "limit must be at least 1")
+            after = decode_cursor(cursor) if cursor is not None else None
+            candidates: builtins.list[tuple[str, str, Path, tuple[int, int]]] = []
+            for path in session_files(self.directory):
+                session_id = session_id_of(path)
+                try:
+                    key = _stamp(path)
+                except FileNotFoundError:
+                    continue
+                assert session_id is not None  # session_files yields named files only
+                self._remember(session_id, path)
+                modified = self._modified(session_id, key)
+                if after is None or (modified, session_id) < after:
+                    candidates.append((modified, session_id, path, key))
+            candidates.sort(reverse=True)
+            items: builtins.list[SessionSummary] = []
+            for modified, session_id, path, key in candidates:
+                scanned = self._scan(path, session_id, key, modified)
+                if scanned is None or (words and not text_matches(words, scanned[1])):
+                    continue
+                if len(items) == limit:
+                    last = items[-1]
+                    return SessionPage(items, encode_cursor(last.modified, last.id))
+                items.append(scanned[0])
+            return SessionPage(items, None)
 
     def delete(self, session_id: str) -> None:
-        path = self.path_for(session_id)
-        storage = self._open.pop(session_id, None)
-        if storage is not None:
-            storage.close()
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            raise SessionError("not_found", f"session {session_id} not found") from None
-        self._listing.pop(path, None)
+        with self._lock:
+            path = self.path_for(session_id)
+            storage = self._open.pop(session_id, None)
+            if storage is not None:
+                storage.close()
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                raise SessionError("not_found", f"session {session_id} not found") from None
+            self._paths.pop(session_id, None)
+            self._listing.pop(path, None)
 
     def close(self) -> None:
-        for storage in self._open.values():
-            storage.close()
-        self._open.clear()
+        with self._lock:
+            for storage in self._open.values():
+                storage.close()
+            self._open.clear()

@@ -1,0 +1,335 @@
+"""pi's own session folders (``~/.pi/agent/sessions/<cwd folder>/<time>_<id>.jsonl``): served
+over MCP as resources, continued with agent_run, forked and deleted there, and read back by
+pi's SessionManager and parse functions. The folder is made by pi itself when Node and pi are
+installed (.ci/peers), and as files in pi's exact naming otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
+from test_sessions_pi import PI
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import JsonlSessionRepo, SessionError
+from mcp_agent.sessions.folders import cwd_folder, pi_file_name
+from mcp_agent.sessions.pi import parse_session_text
+
+DATA = Path(__file__).parent / "data" / "pi"
+
+# The sessions a test folder holds: (id, file, cwd), the first with a name and a label.
+Made = list[dict[str, str]]
+
+
+def run_folders(command: str, agent_dir: Path) -> Any:
+    """tests/data/pi/folders.mjs: pi's SessionManager making or reading ``agent_dir``."""
+    assert PI is not None
+    node, peers = PI
+    args = [node, str(DATA / "folders.mjs"), str(peers), command, str(agent_dir)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)["result"]
+
+
+def line(data: dict[str, Any]) -> str:
+    return json.dumps(data) + "\n"
+
+
+def pi_assistant(text: str) -> dict[str, Any]:
+    """An assistant message as pi records it."""
+    cost = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
+    usage = {"input": 12, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 17}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "api": "openai-completions",
+        "provider": "openai",
+        "model": "gpt-4o-mini",
+        "usage": {**usage, "cost": cost},
+        "stopReason": "stop",
+        "timestamp": 1768465800000,
+    }
+
+
+def hand_made(agent_dir: Path) -> Made:
+    """What folders.mjs makes, written as pi writes it (names spelled out here, not computed
+    by the code under test)."""
+
+    def entry(kind: str, entry_id: str, parent: str | None, **fields: Any) -> dict[str, Any]:
+        base = {"type": kind, "id": entry_id, "parentId": parent}
+        return {**base, "timestamp": "2026-01-15T08:30:01.000Z", **fields}
+
+    user = {"role": "user", "content": "hello pi", "timestamp": 1768465800000}
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    files = {
+        (first, "/home/ada/app", "--home-ada-app--", "2026-01-15T08:30:00.000Z"): [
+            entry("message", "a0000001", None, message=user),
+            entry("message", "a0000002", "a0000001", message=pi_assistant("hi from pi")),
+            entry("session_info", "a0000003", "a0000002", name="pi's first"),
+            entry("label", "a0000004", "a0000003", targetId="a0000001", label="start"),
+            entry("message", "a0000005", "a0000004", message={**user, "content": "second"}),
+            entry("message", "a0000006", "a0000005", message=pi_assistant("second answer")),
+        ],
+        (second, "/home/ada/other:thing", "--home-ada-other-thing--", "2026-01-16T09:00:00.500Z"): [
+            entry("message", "b0000001", None, message={**user, "content": "other question"}),
+            entry("message", "b0000002", "b0000001", message=pi_assistant("other answer")),
+        ],
+    }
+    made = []
+    for (session_id, cwd, folder, moment), entries in files.items():
+        header = {"type": "session", "version": 3, "id": session_id, "timestamp": moment}
+        name = f"{moment.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"
+        path = agent_dir / "sessions" / folder / name
+        path.parent.mkdir(parents=True)
+        path.write_text(line({**header, "cwd": cwd}) + "".join(map(line, entries)))
+        made.append({"id": session_id, "file": str(path), "cwd": cwd})
+    return made
+
+
+@pytest.fixture(params=[pytest.param("pi", marks=pytest.mark.node), "hand"])
+def pi_folder(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, Made]:
+    """pi's agent folder holding two sessions in two working directories."""
+    agent_dir = tmp_path / "agent"
+    if request.param == "pi":
+        if PI is None:
+            pytest.skip("Node or pi is not installed (.ci/peers): pi cannot make the folder")
+        return agent_dir, run_folders("make", agent_dir)
+    return agent_dir, hand_made(agent_dir)
+
+
+def context_of(repo: JsonlSessionRepo, session_id: str) -> dict[str, Any]:
+    data = repo.open(session_id).build_context().to_json_dict()
+    data.pop("activeToolNames", None)  # ours only; pi has no active tools
+    return data
+
+
+async def session_uris(client: Client) -> list[str]:
+    uris: list[str] = []
+    cursor = None
+    while True:
+        listed = await client.list_resources(cursor=cursor)
+        uris += [r.uri for r in listed.resources if r.uri.startswith("session://")]
+        if (cursor := listed.next_cursor) is None:
+            return uris
+
+
+async def serve_and_change(tmp_path: Path, sessions: Path, made: Made) -> tuple[str, str]:
+    """Over MCP: the sessions listed and read, the first continued, a new one started, the
+    first forked and the second deleted. The new session's id and the fork's."""
+    first, second = made
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, sessions_dir=sessions
+    )
+    async with Client(server) as client:
+        assert sorted(await session_uris(client)) == sorted(f"session://{m['id']}" for m in made)
+        shown = json.loads(
+            (await client.read_resource(f"session://{first['id']}")).contents[0].text
+        )
+        assert shown["header"]["cwd"] == "/home/ada/app"
+        assert shown["session"]["name"] == "pi's first"
+        assert shown["branch"][0]["message"]["content"] == "hello pi"
+
+        # The session's own model is pi's (openai, no key here): continue with ours.
+        run = await call(
+            client, "agent_run", prompt="third question", session_id=first["id"], model="scripted"
+        )
+        assert (run["status"], run["answer"]) == ("completed", "echo: third question")
+        assert (await session_uris(client))[0] == f"session://{first['id']}"  # newest first
+        fresh = await call(client, "agent_run", prompt="a new session")
+        fork = await call(client, "session_fork", session_id=first["id"])
+        assert await call(client, "session_delete", session_id=second["id"])
+        assert sorted(await session_uris(client)) == sorted(
+            f"session://{i}" for i in (first["id"], fresh["sessionId"], fork["id"])
+        )
+        return fresh["sessionId"], fork["id"]
+
+
+def test_pis_folder_served_continued_forked_and_read_back_by_pi(
+    pi_folder: tuple[Path, Made], tmp_path: Path
+) -> None:
+    agent_dir, made = pi_folder
+    sessions = agent_dir / "sessions"
+    first, second = made
+    fresh_id, fork_id = anyio.run(serve_and_change, tmp_path, sessions, made)
+
+    # The continued session grew in its own file; new ones are where pi puts them.
+    files = sorted(p.relative_to(sessions) for p in sessions.rglob("*.jsonl"))
+    first_file = Path(first["file"]).relative_to(sessions)
+    assert first_file in files
+    assert not Path(second["file"]).exists()
+    assert "third question" in Path(first["file"]).read_text()
+    repo = JsonlSessionRepo(sessions)
+    assert repo.layout == "pi"
+    fresh_session = repo.open(fresh_id)
+    fresh_file = Path(cwd_folder(os.getcwd())) / pi_file_name(fresh_session.header)
+    fork_session = repo.open(fork_id)
+    fork_file = Path("--home-ada-app--") / pi_file_name(fork_session.header)
+    assert files == sorted([first_file, fresh_file, fork_file])
+    assert fork_session.header.parent_session == first["file"]  # as pi names a parent
+    assert repo.summary(fork_id).parent_session == first["id"]
+
+    if PI is None:
+        pytest.skip("Node or pi is not installed (.ci/peers): pi cannot read the folder back")
+    read = {r["id"]: r for r in run_folders("read", agent_dir)}
+    assert set(read) == {first["id"], fresh_id, fork_id}
+    assert read[fork_id]["parentSessionPath"] == first["file"]
+    assert read[first["id"]]["name"] == "pi's first"
+    for session_id, seen in read.items():
+        ours = repo.open(session_id)
+        assert seen["path"] == str(repo.path_for(session_id))
+        assert seen["header"] == ours.header.to_json_dict()
+        assert seen["entries"] == [e.to_json_dict() for e in ours.get_entries()]
+        assert seen["leafId"] == ours.leaf_id
+        assert seen["context"] == seen["parsedContext"] == context_of(repo, session_id)
+    asked = [m["content"] for m in read[first["id"]]["context"]["messages"] if m["role"] == "user"]
+    assert asked[-1] == [{"type": "text", "text": "third question"}]
+
+
+def test_pi_named_files_open_by_id_in_either_layout(tmp_path: Path) -> None:
+    """pi's SessionManager.create(cwd, dir) puts its names straight into ``dir``: a flat
+    folder reads them too, and a new session there is still written flat."""
+    made = hand_made(tmp_path / "agent")
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    moved = flat / Path(made[0]["file"]).name
+    Path(made[0]["file"]).rename(moved)
+    repo = JsonlSessionRepo(flat)
+    assert repo.layout == "flat"
+    session = repo.open(made[0]["id"])
+    assert session.name == "pi's first"
+    assert repo.path_for(session.id) == moved
+    ours = repo.create(cwd="/home/ada/app")
+    assert (flat / f"{ours.id}.jsonl").exists()
+    assert [s.id for s in repo.list().items] == [ours.id, session.id]
+    assert JsonlSessionRepo(tmp_path / "agent" / "sessions").layout == "pi"
+
+
+def test_listing_pis_folders_is_paged_newest_first(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
+    made = [repo.create(cwd=f"/work/p{i % 3}").id for i in range(7)]
+    assert len(list((tmp_path / "sessions").iterdir())) == 3  # a folder per directory
+    seen: list[str] = []
+    page = repo.list(limit=3)
+    while True:
+        assert len(page.items) <= 3
+        seen += [s.id for s in page.items]
+        if page.next_cursor is None:
+            break
+        page = repo.list(limit=3, cursor=page.next_cursor)
+    assert seen == made[::-1]
+    again = JsonlSessionRepo(tmp_path / "sessions")  # another process: file times order it
+    assert {s.id for s in again.list(limit=10).items} == set(made)
+    assert [s.id for s in again.list(query="nothing matches").items] == []
+
+
+def test_a_file_named_for_another_session_is_refused_not_mixed_up(tmp_path: Path) -> None:
+    made = hand_made(tmp_path / "agent")
+    sessions = tmp_path / "agent" / "sessions"
+    source = Path(made[1]["file"])
+    wrong = source.with_name(source.name.replace(made[1]["id"], made[0]["id"].replace("-", "")))
+    wrong_id = made[0]["id"].replace("-", "")
+    source.rename(wrong)
+    repo = JsonlSessionRepo(sessions)
+    with pytest.raises(SessionError) as error:
+        repo.open(wrong_id)
+    assert error.value.code == "corrupt" and "holds another" in error.value.message
+    assert [s.id for s in repo.list().items] == [made[0]["id"]]
+    assert parse_session_text(wrong.read_text()).header.id == made[1]["id"]  # left as it was
+
+
+def test_pis_folder_names() -> None:
+    assert cwd_folder("/home/ada/other:thing") == "--home-ada-other-thing--"
+    assert cwd_folder("C:\\Users\\ada") == "--C--Users-ada--"
+    assert cwd_folder("/") == "----"
+
+
+def test_a_session_pi_continued_before_any_answer_reads_as_pi_reads_it(tmp_path: Path) -> None:
+    """pi continuing a file without an assistant message writes it all again before its own
+    lines; the repeats are read once, as pi reads them."""
+    repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
+    session = repo.create(name="named here", cwd="/home/ada/app")
+    session.append_message(UserMessage(content="asked here", timestamp=1))
+    path = repo.path_for(session.id)
+    before = path.read_text()
+    if PI is not None:
+        seen = run_folders("continue", path)
+    else:  # what pi 0.73.1 writes, by hand
+        entries = [json.loads(row) for row in before.splitlines()[1:]]
+        asked = {"role": "user", "content": "asked in pi", "timestamp": 2}
+        answer = pi_assistant("answered in pi")
+        added = [
+            {"type": "message", "id": "c0000001", "parentId": entries[-1]["id"], "message": asked},
+            {"type": "message", "id": "c0000002", "parentId": "c0000001", "message": answer},
+        ]
+        for row in added:
+            row["timestamp"] = "2026-01-15T08:30:01.000Z"
+        path.write_text(before + before + "".join(map(line, added)))
+        seen = {"entries": entries + added, "leafId": "c0000002"}
+    assert path.read_text().startswith(before + before)  # pi wrote it all again
+    again = JsonlSessionRepo(tmp_path / "sessions").open(session.id)
+    assert [e.to_json_dict() for e in again.get_entries()] == seen["entries"]
+    assert again.leaf_id == seen["leafId"]
+    assert again.name == "named here"
+    assert [m.text for m in again.build_context().messages if m.role == "user"] == [
+        "asked here",
+        "asked in pi",
+    ]
+
+
+@pytest.mark.parametrize("cwd", ["/a" * 200, "/bad\0cwd"])
+def test_a_cwd_that_makes_no_folder_name_is_refused_and_nothing_written(
+    tmp_path: Path, cwd: str
+) -> None:
+    repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
+    with pytest.raises(SessionError) as error:
+        repo.create(cwd=cwd)
+    assert error.value.code == "invalid_argument" and "pi's layout" in error.value.message
+    assert list((tmp_path / "sessions").iterdir()) == []
+
+
+async def read_over_stdio(tmp_path: Path, sessions: Path, session_id: str) -> dict[str, Any]:
+    """``serve --sessions-dir`` as a real child process: the session resource it lists."""
+    command = ["-m", "mcp_agent", "serve", "--db", str(tmp_path / "leases.db")]
+    command += ["--sessions-dir", str(sessions), "--model", "scripted:echo"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_AGENT_")}
+    params = StdioServerParameters(command=sys.executable, args=command, env=env)
+    with (tmp_path / "stderr.txt").open("w") as stderr:
+        async with Client(stdio_client(params, errlog=stderr)) as client:
+            uris = await session_uris(client)
+            assert uris == [f"session://{session_id}"]
+            return json.loads((await client.read_resource(uris[0])).contents[0].text)
+
+
+def test_serve_sessions_dir_shows_pis_sessions(tmp_path: Path) -> None:
+    made = hand_made(tmp_path / "agent")
+    sessions = tmp_path / "agent" / "sessions"
+    Path(made[1]["file"]).unlink()
+    before = Path(made[0]["file"]).read_bytes()
+    shown = anyio.run(read_over_stdio, tmp_path, sessions, made[0]["id"])
+    assert shown["session"]["name"] == "pi's first"
+    assert "sessions stored in" in (tmp_path / "stderr.txt").read_text()
+    files = [p for p in sessions.rglob("*") if p.is_file()]
+    assert files == [Path(made[0]["file"])]  # reading wrote nothing
+    assert Path(made[0]["file"]).read_bytes() == before
+
+
+def test_only_pis_repeat_in_order_is_read_once_other_repeats_are_refused(tmp_path: Path) -> None:
+    made = hand_made(tmp_path / "agent")
+    path = Path(made[1]["file"])
+    header, first, second = path.read_text().splitlines(keepends=True)
+    repo = JsonlSessionRepo(tmp_path / "agent" / "sessions")
+    path.write_text(header + first + second + header + first + second)  # pi's repeat
+    assert [e.id for e in repo.open(made[1]["id"]).get_entries()] == ["b0000001", "b0000002"]
+    path.write_text(header + first + second + header + second)  # not in the file's order
+    with pytest.raises(SessionError) as error:
+        repo.open(made[1]["id"])
+    assert error.value.code == "corrupt" and "duplicate entry id b0000002" in error.value.message
