@@ -146,6 +146,28 @@ def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> 
     assert (tmp_path / "s.db").exists()
 
 
+def test_a_port_in_use_is_refused_before_its_token_file_is_touched(
+    serve: Any, tmp_path: Path
+) -> None:
+    import socket
+
+    from mcp_agent.runtime.settings import token_dirs
+
+    with socket.socket() as other:  # another server, listening on the port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        # the token file the other server's clients read
+        token_file = token_dirs()[0] / f"http-{port}.token"
+        token_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        token_file.write_text("the-other-servers-token\n")
+        result = serve("--transport", "http", "--port", str(port))
+        assert result.exit_code == 2, result.output
+        assert f"port {port} on 127.0.0.1 is in use" in result.stderr
+        assert token_file.read_text() == "the-other-servers-token\n"
+        assert "Traceback" not in result.output
+
+
 def test_the_default_database_folder_is_still_created(serve: Any, tmp_path: Path) -> None:
     # The per-user data dir is ours to create; XDG_DATA_HOME puts it in tmp_path.
     result = serve(db=False, env={"XDG_DATA_HOME": "{tmp}/data"})

@@ -272,6 +272,8 @@ def serve(
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     server = build_server(settings, models=cli_models())
+    if transport == Transport.http:
+        check_port_free(settings.host, settings.port)  # before a token file is written for it
     if auth is not None:
         try:
             auth.save(settings.port)
@@ -355,6 +357,28 @@ def check_db_folder(db: Path | None) -> None:
         die(f"{source}: the folder {folder} does not exist; create it first")
     if not folder.is_dir():
         die(f"{source}: {folder} is not a folder")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Another server listening on the port would fail this one only once it binds, after the
+    token file for that port, which the other server's clients read, was overwritten."""
+    import errno
+    import socket
+
+    if port == 0:
+        return  # any free port
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # an address uvicorn cannot use either: it says why
+    family, kind, protocol, _, address = infos[0]
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                die(f"port {port} on {host} is in use (another server?); choose another --port")
 
 
 def check_sessions_dir(folder: Path) -> None:
