@@ -70,7 +70,11 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         (["--manifests", "{tmp}/bad-agents"], {}, ["--manifests", "broken.toml", "TOML"]),
         (["--manifests", "{tmp}/bad-servers"], {}, ["--manifests", "servers.json", "command"]),
         (["--model", "nope:x"], {}, ["--model nope:x", "unknown provider 'nope'", "scripted"]),
-        (["--model", "scripted:nope"], {}, ["--model scripted:nope", "scripted:echo"]),
+        (
+            ["--model", "scripted:nope"],
+            {},
+            ["--model scripted:nope", "scripted:echo", "scripted:demo"],
+        ),
         (["--model", "openai:"], {}, ["--model openai:", "no model id", "openai:<model-id>"]),
         (["--model", "nosuchmodel"], {}, ["--model nosuchmodel", "provider:model-id"]),
         ([], {"MCP_AGENT_MODEL": "nope:x"}, ["$MCP_AGENT_MODEL", "unknown provider 'nope'"]),

@@ -57,5 +57,10 @@ def resolve_run_model(
     try:
         model = resolve_model(chosen)
     except (KeyError, ValueError) as error:
-        raise ModelUnavailable(str(error).strip("'\"")) from None
+        message = str(error).strip("'\"")
+        provider = chosen.partition(":")[0] + ":"
+        also = sorted(name for name in overrides or {} if name.startswith(provider))
+        if also and "the known ones:" in message:  # the caller's own models of that provider
+            message += f"; also {', '.join(also)}"
+        raise ModelUnavailable(message) from None
     return chosen, model, stream_fn_for(model)
