@@ -1,5 +1,5 @@
 """The application: everything needed to run agents in sessions, opened once and shared by the
-MCP server and the command line. The session repo (one SQLite file), the manifests, the run
+MCP server and the command line. The session repo (one SQLite file or a PostgreSQL database), the manifests, the run
 manager (a task group in which runs outlive the request that started them), the session leases
 and the tool hub (MCP clients to downstream servers and to the built-in tools)."""
 
@@ -22,7 +22,7 @@ from mcp_agent.manifests import (
 )
 from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.descriptors import descriptor_limit, runs_that_fit
-from mcp_agent.runtime.leases import SessionLeases
+from mcp_agent.runtime.leases import LeaseBook, PostgresLeases, SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.settings import ServerSettings
@@ -61,6 +61,30 @@ def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = Non
     )
 
 
+def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook]:
+    """The session repo and the leases kept beside it: a PostgreSQL database when
+    ``settings.db_url`` names one, else the SQLite file. Close the leases first."""
+    if settings.db_url:
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        # A connection for each worker thread, and a few for leases and notifications.
+        repo = PostgresSessionRepo(
+            settings.db_url,
+            durability=settings.durability,  # type: ignore[arg-type]  # checked by ServerSettings
+            max_connections=settings.db_threads + 4,
+        )
+        leases: LeaseBook = PostgresLeases(repo.database)
+        repo.database.session_guard = leases.guard
+        return repo, leases
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    leases = SessionLeases(settings.db_path)
+    try:
+        return open_repo(settings, leases.guard), leases
+    except BaseException:
+        leases.close()
+        raise
+
+
 @asynccontextmanager
 async def open_app(
     settings: ServerSettings, models: ModelOverrides | None = None
@@ -72,10 +96,8 @@ async def open_app(
     manifests = settings.manifests_dir or shipped_manifests_dir()
     agents = load_agents(manifests)
     servers = load_servers(manifests)
-    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    leases = SessionLeases(settings.db_path)
+    repo, leases = open_store(settings)
     try:
-        repo = open_repo(settings, leases.guard)
         try:
             async with anyio.create_task_group() as group:
                 offload = worker_threads(settings.db_threads)
@@ -95,6 +117,6 @@ async def open_app(
                         await runs.close()
                 group.cancel_scope.cancel()
         finally:
-            repo.close()
+            leases.close()
     finally:
-        leases.close()
+        repo.close()

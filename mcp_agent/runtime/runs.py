@@ -19,7 +19,7 @@ from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, Usage
 from mcp_agent.runtime.errors import SessionBusy, TooManyRuns, UnknownRun
-from mcp_agent.runtime.leases import RENEW_EVERY, Lease, SessionLeases
+from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
 
@@ -102,7 +102,7 @@ class RunManager:
     def __init__(
         self,
         task_group: anyio.abc.TaskGroup,
-        leases: SessionLeases | None = None,
+        leases: LeaseBook | None = None,
         *,
         offload: Offload = inline,
         limits: RunLimits | None = None,

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_agent.paths import default_db_path
+from mcp_agent.paths import default_db_path, default_db_url
 
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
@@ -57,6 +57,9 @@ def _retries_from_env() -> int:
 @dataclass
 class ServerSettings:
     db_path: Path = field(default_factory=default_db_path)
+    # A PostgreSQL database (postgresql://…) instead of the SQLite file at db_path: replicas of
+    # the server share it.
+    db_url: str | None = field(default_factory=default_db_url)
     manifests_dir: Path | None = None
     default_model: str | None = field(default_factory=lambda: os.environ.get(MODEL_ENV) or None)
     # HTTP authentication: a bearer token given as is (--token, MCP_AGENT_TOKEN) or in a file
@@ -105,6 +108,22 @@ class ServerSettings:
     )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once.
     db_threads: int = 8
+
+    def set_database(self, location: str | Path) -> None:
+        """Store sessions at ``location``: a PostgreSQL URL (a str) or a SQLite file."""
+        if isinstance(location, str):
+            self.db_url = location
+        else:
+            self.db_path, self.db_url = location, None
+
+    @property
+    def db_location(self) -> str:
+        """Where sessions are stored, for people (a URL is shown without its password)."""
+        if self.db_url:
+            from mcp_agent.paths import shown_url
+
+            return shown_url(self.db_url)
+        return str(self.db_path)
 
     def __post_init__(self) -> None:
         for name, value in (

@@ -70,7 +70,7 @@ def build_server(
 
 def banner(settings: ServerSettings, transport: str) -> str:
     where = f" on http://{settings.host}:{settings.port}/mcp" if transport == "http" else ""
-    return f"mcp-agent-sessions {__version__}: sessions stored in {settings.db_path}{where}"
+    return f"mcp-agent-sessions {__version__}: sessions stored in {settings.db_location}{where}"
 
 
 def print_banner(settings: ServerSettings, transport: str) -> None:

@@ -37,9 +37,13 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
 from mcp_agent.sessions.session import Session, SessionListener
-from mcp_agent.sessions.storage import SessionStorage, leaf_after, tree_parent
+from mcp_agent.sessions.storage import (
+    FIRST_MESSAGE_CHARS,
+    SessionStorage,
+    leaf_after,
+    tree_parent,
+)
 
-FIRST_MESSAGE_CHARS = 200
 ForkPosition = Literal["before", "at"]
 
 

@@ -9,13 +9,11 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import compaction_stop, context_path_indices
 from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
@@ -25,7 +23,6 @@ from mcp_agent.sessions.entries import (
     MessageEntry,
     SessionEntry,
     SessionHeader,
-    SessionInfoEntry,
     UnknownEntry,
     entry_text,
     entry_to_json,
@@ -37,9 +34,13 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
-from mcp_agent.sessions.repo import FIRST_MESSAGE_CHARS
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
-from mcp_agent.sessions.storage import SessionStats, count_entry, leaf_after, validate_tree
+from mcp_agent.sessions.storage import (
+    RowDelta,
+    SessionStats,
+    leaf_after,
+    validate_tree,
+)
 from mcp_agent.wire import describe_validation_error
 
 # Parsed entries kept per database (entries never change once stored), in bytes: an entry
@@ -166,49 +167,6 @@ def entry_cache(database: SqliteDatabase) -> EntryCache:
 # --- what each entry adds to its session's row ------------------------------------------------
 
 
-_MAX_INTEGER = 2**63 - 1
-
-
-@dataclass
-class _Delta:
-    """The change entries make to their session's row: the counters, the first user message,
-    a new name."""
-
-    counts: SessionStats = field(default_factory=SessionStats)
-    first_user_message: str | None = None
-    name: tuple[str | None] | None = None  # (new name,) when the entry renames the session
-
-    def add(self, entry: SessionEntry) -> None:
-        if not count_entry(self.counts, entry):
-            return
-        if isinstance(entry, MessageEntry):
-            message = entry.message
-            if isinstance(message, UserMessage) and self.first_user_message is None:
-                self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
-        if isinstance(entry, SessionInfoEntry):
-            self.name = ((entry.name or "").strip() or None,)
-
-    def check_fits(self) -> None:
-        """SQLite integers have 64 bits; a larger count would fail deep inside the driver."""
-        _check_fits(self.counts)
-
-
-_TOKEN_COUNTS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "total_tokens",
-)
-
-
-def _check_fits(counts: SessionStats) -> None:
-    if any(abs(getattr(counts, name)) > _MAX_INTEGER for name in _TOKEN_COUNTS):
-        raise SessionError(
-            "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
-        )
-
-
 @functools.lru_cache(maxsize=1024)
 def _stored_header(session_id: str, text: str) -> SessionHeader:
     """A stored header, parsed once: headers never change, and every open reads one."""
@@ -266,16 +224,14 @@ def _write_entries(
     """Insert ``entries`` and fold them into the session row (inside a transaction); returns
     the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
     the row, and is checked as a whole."""
-    delta = _Delta()
+    delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
         rows.append(_entry_row(session_id, entry, first_seq + offset))
         delta.add(entry)
     delta.check_fits()
     if totals is not None:
-        for name in _TOKEN_COUNTS:
-            setattr(totals, name, getattr(totals, name) + getattr(delta.counts, name))
-        _check_fits(totals)
+        delta.add_into(totals)
     if len(rows) == 1:
         conn.execute(_INSERT_ENTRY, rows[0])
     else:

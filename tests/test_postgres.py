@@ -1,0 +1,150 @@
+"""The server over PostgreSQL: the flows of test_server on a database of the test's own, two
+servers on one database (as replicas), leases in the database, migrations that two replicas
+start at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp_support import call, call_error, client_fixture, make_server  # noqa: F401
+from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
+    test_cancel_aborts_and_session_stays_consistent,
+    test_detached_run_status_and_one_run_per_session,
+    test_session_lifecycle,
+    user,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server(tmp_path: Path, postgres_url: str) -> MCPServer:
+    return make_server(tmp_path, db_url=postgres_url)
+
+
+async def test_one_run_per_session_across_replicas(tmp_path: Path, postgres_url: str) -> None:
+    first = make_server(tmp_path / "a", db_url=postgres_url)
+    second = make_server(tmp_path / "b", db_url=postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        sid = run["sessionId"]
+        text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
+        assert "busy" in text and run["runId"] in text and "another server process" in text
+        # Refused inside the append's own transaction: nothing is written.
+        text = await call_error(b, "session_append", session_id=sid, entry=user("refused x"))
+        assert f"session {sid} is busy: run {run['runId']}" in text
+        await call(a, "agent_status", run_id=run["runId"], wait_seconds=30)
+        entries = (await call(b, "session_get", session_id=sid, view="entries", limit=0))["entries"]
+        assert "refused x" not in json.dumps(entries)
+        assert any("slow please" in json.dumps(e) for e in entries)
+        after = await call(b, "agent_run", prompt="now", session_id=sid)
+        assert after["answer"] == "echo: now"
+
+
+async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    async with Client(make_server(tmp_path, db_url=postgres_url)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO session_leases VALUES (%s, 'run dead', 'someone', %s, %s,"
+                " extract(epoch FROM now()) + 60)",
+                (sid, socket.gethostname(), int(gone.stdout)),
+            )
+        done = await call(client, "agent_run", prompt="hello", session_id=sid)
+        assert done["answer"] == "echo: hello"
+
+
+def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.postgres.database import SCHEMA_VERSION
+
+    repos: list[PostgresSessionRepo] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            repos.append(PostgresSessionRepo(postgres_url, max_connections=2))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(repos) == 4
+    session = repos[0].create(name="made on one")
+    session.append_message(user_message("hello"))
+    assert repos[3].open(session.id).get_branch()[-1].message.text == "hello"
+    for repo in repos:
+        repo.close()
+    with psycopg.connect(postgres_url) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+def test_a_database_newer_than_the_server_is_refused(postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    PostgresSessionRepo(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("UPDATE schema_version SET version = version + 1")
+    with pytest.raises(SessionError, match="newer than this server"):
+        PostgresSessionRepo(postgres_url)
+
+
+def test_an_unreachable_database_is_a_clear_error() -> None:
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"postgresql://someone:secret@127.0.0.1:{port}/nothing?connect_timeout=2"
+    with pytest.raises(SessionError, match="cannot reach the session database") as raised:
+        PostgresSessionRepo(url)
+    assert "secret" not in str(raised.value)
+
+
+def user_message(text: str):  # type: ignore[no-untyped-def]
+    from mcp_agent.messages import UserMessage
+
+    return UserMessage(content=text)
+
+
+def test_the_command_line_reads_a_postgresql_url(postgres_url: str) -> None:
+    import subprocess
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="in postgres")
+        made.append_message(user_message("searchable words"))
+    for args in (["--db", postgres_url], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", "sessions", "list", "--json", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MCP_AGENT_DB": postgres_url},
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert [s["id"] for s in json.loads(done.stdout)["sessions"]] == [made.id]
