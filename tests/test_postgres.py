@@ -4,12 +4,14 @@ start at once."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -148,3 +150,98 @@ def test_the_command_line_reads_a_postgresql_url(postgres_url: str) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert [s["id"] for s in json.loads(done.stdout)["sessions"]] == [made.id]
+
+
+# --- sessions copy ----------------------------------------------------------------------------
+
+
+def _fill(repo: Any, sessions: int) -> dict[str, str]:
+    """Sessions with branches, labels, a rename and leaf moves; their pi JSONL by id."""
+    from mcp_agent.messages import AssistantMessage, TextContent
+
+    for n in range(sessions):
+        session = repo.create(name=f"session {n}")
+        first = session.append_message(user_message(f"question {n}"))
+        session.append_message(
+            AssistantMessage(content=[TextContent(text=f"answer {n}")], timestamp=2)
+        )
+        session.append_label(first, "start")
+        session.move_to(first, summary={"summary": "went back"})
+        for i in range(n):
+            session.append_message(user_message(f"more {n}.{i}"))
+    return {s.id: repo.export_jsonl(s.id) for s in repo.list(limit=1000).items}
+
+
+def _copy(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    return CliRunner().invoke(app, ["sessions", "copy", *args, "--json"])
+
+
+def test_copy_moves_every_session_between_all_stores(tmp_path: Path, postgres_url: str) -> None:
+    from mcp_agent.sessions import JsonlSessionRepo, SqliteSessionRepo
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with SqliteSessionRepo(tmp_path / "a.db") as repo:
+        expected = _fill(repo, 7)
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    hops = [str(tmp_path / "a.db"), postgres_url, str(folder), str(tmp_path / "b.db")]
+    for source, target in itertools.pairwise(hops):
+        done = _copy("--from", source, "--to", target)
+        assert done.exit_code == 0, done.output
+        assert sorted(json.loads(done.stdout)["copied"]) == sorted(expected)
+    for store in (
+        PostgresSessionRepo(postgres_url),
+        JsonlSessionRepo(folder),
+        SqliteSessionRepo(tmp_path / "b.db"),
+    ):
+        with store:
+            assert {sid: store.export_jsonl(sid) for sid in expected} == expected
+            assert store.summary(next(iter(expected))).message_count > 0
+    again = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
+    assert again.exit_code == 0 and json.loads(again.stdout)["copied"] == []
+    assert sorted(json.loads(again.stdout)["present"]) == sorted(expected)
+
+
+def test_copy_stores_each_session_whole_or_not_at_all(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SqliteSessionRepo
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with SqliteSessionRepo(tmp_path / "a.db") as repo:
+        expected = _fill(repo, 4)
+        doomed = next(s.id for s in repo.list().items if s.name == "session 3")
+    PostgresSessionRepo(postgres_url).close()  # the schema
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        # The database itself fails the fifth entry of one session, mid-way through its copy.
+        db.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.session_id = '" + doomed + "' AND NEW.seq = 4 THEN"
+            " RAISE EXCEPTION 'disk on fire'; END IF; RETURN NEW; END $$"
+        )
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON entries FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    done = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
+    assert done.exit_code == 1, (done.output, done.exception)
+    answer = json.loads(done.stdout)
+    assert [f["sessionId"] for f in answer["failed"]] == [doomed]
+    assert "disk on fire" in answer["failed"][0]["error"] and doomed in done.stderr
+    with PostgresSessionRepo(postgres_url) as target, psycopg.connect(postgres_url) as db:
+        assert not target.exists(doomed)
+        assert db.execute(
+            "SELECT count(*) FROM entries WHERE session_id = %s", (doomed,)
+        ).fetchone() == (0,)
+        for sid in set(expected) - {doomed}:
+            assert target.export_jsonl(sid) == expected[sid]
+
+
+def test_copy_refuses_the_same_store_and_a_store_it_cannot_open(tmp_path: Path) -> None:
+    same = _copy("--from", str(tmp_path / "a.db"), "--to", str(tmp_path / "a.db"))
+    assert same.exit_code == 2 and "same store" in same.stderr
+    bad = _copy("--from", "postgresql://nobody@127.0.0.1:1/none", "--to", str(tmp_path / "b.db"))
+    assert bad.exit_code == 2 and "--from" in bad.stderr and "cannot" in bad.stderr

@@ -114,13 +114,18 @@ def database_location(db: str | Path | None) -> str | Path:
     return db if is_database_url(db) else Path(db).expanduser()
 
 
-def open_database(location: str | Path) -> SessionRepo:
+def open_database(location: str | Path, folders: bool = False) -> SessionRepo:
     """The session repo at ``location`` (see :func:`database_location`), for the commands
-    that work on sessions without running agents."""
+    that work on sessions without running agents; with ``folders``, a folder is a store of pi
+    JSONL files."""
     if isinstance(location, str):
         from mcp_agent.sessions.postgres import PostgresSessionRepo
 
         return PostgresSessionRepo(location)
+    if folders and location.is_dir():
+        from mcp_agent.sessions.jsonl import JsonlSessionRepo
+
+        return JsonlSessionRepo(location)
     from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
     return SqliteSessionRepo(location)
@@ -146,17 +151,26 @@ def session_error_exit(error: Exception) -> typer.Exit:
 @contextmanager
 def opened_repo(db: str | Path | None) -> Iterator[SessionRepo]:
     """The session database, with every SessionError turned into a one-line message."""
+    with opened_store(db, "--db") as repo:
+        yield repo
+
+
+@contextmanager
+def opened_store(db: str | Path | None, flag: str, folders: bool = False) -> Iterator[SessionRepo]:
+    """The sessions ``flag`` names, with every SessionError turned into a one-line message
+    (``folders``: see :func:`open_database`)."""
     import sqlite3
 
     from mcp_agent.sessions.errors import SessionError
 
     location = database_location(db)
     try:
-        repo = open_database(location)
+        repo = open_database(location, folders)
     except (sqlite3.Error, OSError, SessionError) as error:
+        hint = f" or set {DB_ENV}" if flag == "--db" else ""
         die(
             f"cannot open the session database {shown_location(location)}: {error}; pass"
-            f" --db FILE|URL or set {DB_ENV}"
+            f" {flag} FILE|URL{hint}"
         )
     try:
         yield repo

@@ -176,7 +176,11 @@ class PostgresDatabase:
                 f"every connection to the session database {self.where} stayed busy for"
                 f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
             ) from None
-        except psycopg.OperationalError as error:
+        except pg_errors.DataError as error:
+            raise SessionError(
+                "invalid_entry", f"the database refused a value: {_one_line(error)}"
+            ) from None
+        except psycopg.Error as error:
             raise storage_error(self.where, error) from None
 
     def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
