@@ -17,13 +17,24 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
-from mcp_support import call, call_error, client_fixture, make_server  # noqa: F401
+from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
+    TEST_AGENTS,
+    agent_server,
+    call,
+    call_error,
+    client_fixture,
+    make_server,
+)
 from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
     test_cancel_aborts_and_session_stays_consistent,
     test_detached_run_status_and_one_run_per_session,
     test_session_lifecycle,
     user,
 )
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import ScriptedResponse, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +77,51 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url:
             )
         done = await call(client, "agent_run", prompt="hello", session_id=sid)
         assert done["answer"] == "echo: hello"
+
+
+def slow_responder(context: LlmContext) -> ScriptedResponse:
+    """``slow…`` streams for about five seconds; anything else is echoed."""
+    text = content_text(context.messages[-1].content)
+    if text.startswith("slow"):
+        return reply("word " * 100, delay=0.05, chunk_size=5)
+    return reply(f"echo: {text}")
+
+
+def replica(tmp_path: Path, url: str) -> MCPServer:
+    return agent_server(tmp_path, {"scripted": slow_responder}, agents=TEST_AGENTS, db_url=url)
+
+
+async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second, mode="legacy") as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        seen = await call(b, "agent_status", run_id=run["runId"])
+        assert seen["status"] == "running" and seen["sessionId"] == run["sessionId"]
+        listed = await call(b, "agent_runs")
+        assert [r["runId"] for r in listed["runs"]] == [run["runId"]]
+        queued = await call(b, "agent_steer", run_id=run["runId"], message="change course")
+        assert queued == {"runId": run["runId"], "queued": "steering", "status": "running"}
+        done = await call(b, "agent_status", run_id=run["runId"], wait_seconds=30)
+        assert done["status"] == "completed" and done["answer"] == "echo: change course"
+        assert (await call(a, "agent_status", run_id=run["runId"]))["answer"] == done["answer"]
+        text = await call_error(b, "agent_follow_up", run_id=run["runId"], message="more")
+        assert "has ended (completed)" in text
+
+        second_run = await call(a, "agent_run", prompt="slow again", wait=False)
+        cancelled = await call(b, "agent_cancel", run_id=second_run["runId"])
+        assert cancelled["status"] == "aborted"
+        assert "agent_cancel" in cancelled["error"]
+        branch = await call(b, "session_get", session_id=second_run["sessionId"], limit=0)
+        last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
+        assert last["role"] == "assistant" and last["stopReason"] == "aborted"
+        # The session is free again, from either replica.
+        again = await call(b, "agent_run", prompt="hi", session_id=second_run["sessionId"])
+        assert again["answer"] == "echo: hi"
+        listed = await call(a, "agent_runs")
+        assert len(listed["runs"]) == 3
+        assert "no run" in await call_error(b, "agent_status", run_id="nope")
 
 
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:

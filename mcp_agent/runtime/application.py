@@ -24,6 +24,7 @@ from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.descriptors import descriptor_limit, runs_that_fit
 from mcp_agent.runtime.leases import LeaseBook, PostgresLeases, SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
+from mcp_agent.runtime.run_board import RunBoard
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.repo import SessionRepo
@@ -61,9 +62,10 @@ def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = Non
     )
 
 
-def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook]:
-    """The session repo and the leases kept beside it: a PostgreSQL database when
-    ``settings.db_url`` names one, else the SQLite file. Close the leases first."""
+def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoard | None]:
+    """The session repo, the leases kept beside it and (PostgreSQL) the board of every
+    replica's runs: a PostgreSQL database when ``settings.db_url`` names one, else the SQLite
+    file. Close the leases first."""
     if settings.db_url:
         from mcp_agent.sessions.postgres import PostgresSessionRepo
 
@@ -75,11 +77,11 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook]:
         )
         leases: LeaseBook = PostgresLeases(repo.database)
         repo.database.session_guard = leases.guard
-        return repo, leases
+        return repo, leases, RunBoard(repo.database, leases.owner)
     settings.db_path.parent.mkdir(parents=True, exist_ok=True)
     leases = SessionLeases(settings.db_path)
     try:
-        return open_repo(settings, leases.guard), leases
+        return open_repo(settings, leases.guard), leases, None
     except BaseException:
         leases.close()
         raise
@@ -96,7 +98,7 @@ async def open_app(
     manifests = settings.manifests_dir or shipped_manifests_dir()
     agents = load_agents(manifests)
     servers = load_servers(manifests)
-    repo, leases = open_store(settings)
+    repo, leases, board = open_store(settings)
     try:
         try:
             async with anyio.create_task_group() as group:
@@ -106,8 +108,9 @@ async def open_app(
                     settings.max_runs_per_client,
                     runs_that_fit(descriptor_limit()),
                 )
-                runs = RunManager(group, leases, offload=offload, limits=limits)
+                runs = RunManager(group, leases, offload=offload, limits=limits, board=board)
                 group.start_soon(runs.keep_leases)
+                group.start_soon(runs.keep_board)
                 hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))
                 state = AppState(settings, repo, agents, servers, group, runs, hub, offload, models)
                 async with hub:

@@ -9,7 +9,8 @@ Shape (the SQLite backend's, in PostgreSQL's terms):
   ``search`` is a generated ``tsvector`` of the entry's text (the ``simple`` configuration:
   no stemming, so a word matches what it starts, as in the other backends) under a GIN index.
 - ``labels``: the current label of each labelled entry.
-- ``session_leases``: the runtime's leases (runtime.leases), one run per session.
+- ``session_leases``: the runtime's leases (runtime.leases), one run per session; ``runs``
+  and ``run_commands``: the runs of every replica (runtime.run_board).
 
 Concurrency: each append is one transaction that locks its session's row (``FOR UPDATE``), so
 appends to one session from any number of replicas are serialised and re-read the leaf, while
@@ -101,6 +102,36 @@ CREATE TABLE session_leases (
     pid INTEGER NOT NULL,
     expires DOUBLE PRECISION NOT NULL
 );
+-- runtime.run_board: the runs of every replica, and commands for them
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    model TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    started DOUBLE PRECISION NOT NULL,
+    finished DOUBLE PRECISION,
+    event_count BIGINT NOT NULL,
+    last_event TEXT NOT NULL,
+    answer TEXT,
+    error TEXT,
+    stop_reason TEXT,
+    usage TEXT NOT NULL,
+    new_messages INTEGER NOT NULL,
+    expires DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX runs_started ON runs (started, id);
+CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
+CREATE TABLE run_commands (
+    id BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT
+);
+CREATE INDEX run_commands_owner ON run_commands (owner, id);
 """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
