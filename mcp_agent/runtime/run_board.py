@@ -15,7 +15,7 @@ Blocking (database calls): call it through the application's ``offload``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from mcp_agent.messages import Usage
@@ -68,23 +68,10 @@ class RunRecord:
         return record
 
     def row(self) -> tuple[Any, ...]:
-        return (
-            self.id,
-            self.session_id,
-            self.agent_name,
-            self.model_ref,
-            self.depth,
-            self.status,
-            self.started,
-            self.finished,
-            self.event_count,
-            self.last_event,
-            self.answer,
-            self.error,
-            self.stop_reason,
-            self.usage.model_dump_json(by_alias=True),
-            self.new_messages,
-        )
+        """The values of ``_COLUMNS``, in order."""
+        values = [getattr(self, f.name) for f in fields(self)]
+        values[13] = self.usage.model_dump_json(by_alias=True)
+        return tuple(values)
 
 
 @dataclass(frozen=True)

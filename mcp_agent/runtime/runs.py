@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import anyio
@@ -77,23 +77,7 @@ class Run:
         return self.session.id
 
     def record(self) -> RunRecord:
-        return RunRecord(
-            self.id,
-            self.session_id,
-            self.agent_name,
-            self.model_ref,
-            self.depth,
-            self.status,
-            self.started,
-            self.finished,
-            self.event_count,
-            self.last_event,
-            self.answer,
-            self.error,
-            self.stop_reason,
-            self.usage,
-            self.new_messages,
-        )
+        return RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
 
     def abort(self, reason: str) -> None:
         """Abort the run; one whose task has not begun yet ends before it calls the model."""
