@@ -28,6 +28,9 @@ from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
 from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
     test_cancel_aborts_and_session_stays_consistent,
     test_detached_run_status_and_one_run_per_session,
+    test_fork_import_and_delete_announce_list_changes,
+    test_legacy_subscriptions,
+    test_modern_notifications,
     test_session_lifecycle,
     user,
 )
@@ -122,6 +125,74 @@ async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
         listed = await call(a, "agent_runs")
         assert len(listed["runs"]) == 3
         assert "no run" in await call_error(b, "agent_status", run_id="nope")
+
+
+async def test_changes_reach_subscribers_on_every_replica(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A 2026-07-28 listener on one replica and a legacy subscriber on another hear appends
+    and new sessions made through a third."""
+    import mcp.types as types
+
+    servers = [replica(tmp_path / name, postgres_url) for name in "abc"]
+    legacy_seen: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if not isinstance(message, Exception):
+            legacy_seen.append(message)
+
+    async with (
+        Client(servers[0]) as a,
+        Client(servers[1], mode="legacy", message_handler=on_message) as b,
+        Client(servers[2]) as c,
+    ):
+        sid = (await call(c, "session_create"))["id"]
+        await b.session.subscribe_resource(f"session://{sid}")
+        async with a.listen(
+            resources_list_changed=True, resource_subscriptions=[f"session://{sid}"]
+        ) as events:
+            heard: list[Any] = []
+
+            async def hear() -> None:
+                async for event in events:
+                    heard.append(event)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(hear)
+                # Each replica's LISTEN starts with its lifespan: append until both have heard
+                # one (bounded), then check that a later append and a new session arrive too.
+                for _ in range(50):
+                    await call(c, "session_append", session_id=sid, entry=user("ping"))
+                    await anyio.sleep(0.1)
+                    updates = [
+                        m for m in legacy_seen if isinstance(m, types.ResourceUpdatedNotification)
+                    ]
+                    if heard and updates:
+                        break
+                heard.clear()
+                legacy_seen.clear()
+                await call(c, "session_append", session_id=sid, entry=user("pong"))
+                await call(c, "session_create")
+                with anyio.fail_after(5):
+                    while not (
+                        {type(e).__name__ for e in heard}
+                        >= {"ResourceUpdated", "ResourcesListChanged"}
+                        and any(
+                            isinstance(m, types.ResourceUpdatedNotification) for m in legacy_seen
+                        )
+                        and any(
+                            isinstance(m, types.ResourceListChangedNotification)
+                            for m in legacy_seen
+                        )
+                    ):
+                        await anyio.sleep(0.02)
+                group.cancel_scope.cancel()
+        uris = {
+            str(m.params.uri)
+            for m in legacy_seen
+            if isinstance(m, types.ResourceUpdatedNotification)
+        }
+        assert uris == {f"session://{sid}"}
 
 
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
