@@ -24,7 +24,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import HTTP_HEADERS, call, call_error, initialize_request
 from pg_support import Cluster
-from reliability_load import ServerProcess, run_load
+from reliability_load import RoundRobin, ServerProcess, run_load
 from reliability_support import size
 from test_server import user
 
@@ -49,9 +49,12 @@ def replicas(
     tmp_path = tmp_path_factory.mktemp("replicas")
     from concurrent.futures import ThreadPoolExecutor
 
-    def start(_: int) -> ServerProcess:
+    def start(n: int) -> ServerProcess:
         return ServerProcess.replica(
-            tmp_path, replica_db, MCP_AGENT_LEASE_SECONDS=str(LEASE_SECONDS)
+            tmp_path,
+            replica_db,
+            MCP_AGENT_LEASE_SECONDS=str(LEASE_SECONDS),
+            MCP_AGENT_REPLICA=f"r{n}",
         )
 
     started: list[ServerProcess] = []
@@ -120,18 +123,51 @@ async def test_a_run_on_one_replica_is_watched_and_cancelled_through_another(
         assert after["answer"] == "echo: hello"
 
 
-def test_a_legacy_session_lives_on_the_replica_that_made_it(
+class Sticky(RoundRobin):
+    """The load balancer of manifests/deploy/nginx.conf, inside the client: a request with an
+    Mcp-Session-Id goes to the replica its prefix names ("r1." -> the second), any other to
+    the next replica in turn."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        session = request.headers.get("mcp-session-id", "")
+        if session.startswith("r") and "." in session:
+            port = self.ports[int(session[1 : session.index(".")])]
+            request.url = request.url.copy_with(port=port)
+            return await self.inner.handle_async_request(request)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.anyio
+async def test_legacy_clients_work_through_a_balancer_sticky_on_their_session_id(
     replicas: list[ServerProcess],
 ) -> None:
-    """Why the load balancer must route legacy clients by Mcp-Session-Id (README: Replicas)."""
-    made = httpx.post(replicas[0].url, json=initialize_request(), headers=HTTP_HEADERS, timeout=30)
-    session_id = made.headers["mcp-session-id"]
-    headers = {**HTTP_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
-    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-    same = httpx.post(replicas[0].url, json=ping, headers=headers, timeout=30)
-    other = httpx.post(replicas[1].url, json=ping, headers=headers, timeout=30)
-    assert same.status_code == 200
-    assert other.status_code == 404  # an unknown session there: the client must start again
+    """Why the balancer must route legacy clients by Mcp-Session-Id (README: Several replicas): their
+    session lives in one replica, whose name begins its id."""
+    async with httpx.AsyncClient(timeout=30) as raw:
+        made = await raw.post(replicas[1].url, json=initialize_request(), headers=HTTP_HEADERS)
+        session_id = made.headers["mcp-session-id"]
+        assert session_id.startswith("r1.")
+        headers = {
+            **HTTP_HEADERS,
+            "mcp-session-id": session_id,
+            "mcp-protocol-version": "2025-06-18",
+        }
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        assert (await raw.post(replicas[1].url, json=ping, headers=headers)).status_code == 200
+        # Anywhere else the session is unknown: the client would have to start again.
+        assert (await raw.post(replicas[2].url, json=ping, headers=headers)).status_code == 404
+
+    urls = [r.url for r in replicas]
+    for first in range(3):  # whichever replica the handshake lands on
+        async with (
+            httpx2.AsyncClient(timeout=httpx2.Timeout(60), transport=Sticky(urls, first)) as http,
+            Client(streamable_http_client(urls[0], http_client=http), mode="legacy") as client,
+        ):
+            sid = (await call(client, "session_create"))["id"]
+            for n in range(3):
+                await call(client, "session_append", session_id=sid, entry=user(f"m{n}"))
+            branch = await call(client, "session_get", session_id=sid, limit=0)
+            assert len(branch["entries"]) == 3
 
 
 @pytest.mark.slow
