@@ -98,7 +98,9 @@ class Cluster:
 
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+            # FILE_COPY: a copy of template1's files, five times quicker than the WAL-logged
+            # default on a cluster without fsync.
+            conn.execute(f"CREATE DATABASE {name} STRATEGY FILE_COPY")  # type: ignore[arg-type]
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
 
