@@ -8,10 +8,33 @@ from pathlib import Path
 DB_ENV = "MCP_AGENT_DB"
 
 
+def is_database_url(location: object) -> bool:
+    """Whether ``location`` (a --db value) names a PostgreSQL database rather than a file."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def default_db_url() -> str | None:
+    """``$MCP_AGENT_DB`` when it is a PostgreSQL URL."""
+    value = os.environ.get(DB_ENV)
+    return value if is_database_url(value) else None
+
+
 def default_db_path() -> Path:
-    """``$MCP_AGENT_DB``, else ``sessions.db`` in the per-user data directory."""
-    if value := os.environ.get(DB_ENV):
+    """``$MCP_AGENT_DB`` (unless a URL), else ``sessions.db`` in the per-user data directory."""
+    if (value := os.environ.get(DB_ENV)) and not is_database_url(value):
         return Path(value).expanduser()
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"
+
+
+def shown_url(url: str) -> str:
+    """A database URL without its password, for messages and logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))

@@ -96,6 +96,14 @@ class ServerProcess:
         return cls(command, port, folder, {"MCP_AGENT_DURABILITY": durability})
 
     @classmethod
+    def replica(cls, folder: Path, db_url: str, **env: str) -> ServerProcess:
+        """A replica over PostgreSQL with the test models (tests/replica_server.py)."""
+        port = free_port()
+        command = [sys.executable, str(ROOT / "tests" / "replica_server.py"), db_url, str(port)]
+        (folder / str(port)).mkdir()
+        return cls([*command, str(folder / str(port))], port, folder, env)
+
+    @classmethod
     def bare(cls, folder: Path) -> ServerProcess:
         script = folder / "bare_http_server.py"
         script.write_text(BARE_SERVER)
@@ -201,8 +209,26 @@ def _entry(rng: random.Random, n: int) -> dict[str, Any]:
     }
 
 
+class RoundRobin(httpx2.AsyncBaseTransport):
+    """A load balancer inside the client: each request goes to the next of ``urls`` (server
+    replicas; a 2026-07-28 client's requests each stand alone)."""
+
+    def __init__(self, urls: list[str], first: int = 0) -> None:
+        self.ports = [httpx2.URL(url).port for url in urls]
+        self.turn = first
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(port=self.ports[self.turn % len(self.ports)])
+        self.turn += 1
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def _one_client(
-    url: str, index: int, ops: int, seed: int, result: LoadResult, start: anyio.Event
+    urls: list[str], index: int, ops: int, seed: int, result: LoadResult, start: anyio.Event
 ) -> None:
     rng = random.Random(seed * 1000 + index)
     names = [name for name, _ in MIX]
@@ -226,9 +252,10 @@ async def _one_client(
             return None
         return answer.structured_content
 
+    transport = RoundRobin(urls, index) if len(urls) > 1 else None
     async with (
-        httpx2.AsyncClient(timeout=httpx2.Timeout(120)) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
+        httpx2.AsyncClient(timeout=httpx2.Timeout(120), transport=transport) as http,
+        Client(streamable_http_client(urls[0], http_client=http)) as client,
     ):
         await start.wait()
         for n in range(ops):
@@ -258,16 +285,22 @@ async def _one_client(
 
 
 async def run_load(
-    url: str, clients: int, ops: int, seed: int = 0, server: ServerProcess | None = None
+    url: str | list[str],
+    clients: int,
+    ops: int,
+    seed: int = 0,
+    server: ServerProcess | None = None,
 ) -> LoadResult:
     """``clients`` MCP clients over streamable HTTP, each connected first, then all doing
-    ``ops`` operations at once (the first one a session_create). With ``server``, its CPU
-    time during the operations is recorded too."""
+    ``ops`` operations at once (the first one a session_create). Given several URLs (replicas),
+    each client sends its requests to them in turn. With ``server``, its CPU time during the
+    operations is recorded too."""
+    urls = [url] if isinstance(url, str) else url
     result = LoadResult(clients, ops)
     start = anyio.Event()
     async with anyio.create_task_group() as group:
         for index in range(clients):
-            group.start_soon(_one_client, url, index, ops, seed, result, start)
+            group.start_soon(_one_client, urls, index, ops, seed, result, start)
         await anyio.sleep(0.5 + clients * 0.02)  # every client has connected by then
         began, client_cpu = time.perf_counter(), time.process_time()
         server_cpu = server.cpu_seconds() if server is not None else None

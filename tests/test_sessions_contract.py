@@ -1,4 +1,5 @@
-"""The contract every session backend passes: memory, SQLite and JSONL run the same tests."""
+"""The contract every session backend passes: memory, SQLite, JSONL and PostgreSQL run the same
+tests."""
 
 from __future__ import annotations
 
@@ -61,23 +62,28 @@ def texts(session: Session) -> list[str]:
 RepoFactory = Callable[[], object]
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl", "jsonl-pi"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "jsonl-pi", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], object]]:
     """A function returning a repo; for the persistent backends each call opens the same
-    store afresh, as a restarted process would."""
+    store afresh, as a restarted process would (PostgreSQL: a database of the test's own on
+    the test run's cluster)."""
     made: list[object] = []
     memory = InMemorySessionRepo()
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
 
     def make() -> object:
         if request.param == "memory":
             return memory
-        repo = (
-            SqliteSessionRepo(tmp_path / "sessions.db")
-            if request.param == "sqlite"
-            else JsonlSessionRepo(tmp_path / "sessions", layout="flat")
-            if request.param == "jsonl"
-            else JsonlSessionRepo(tmp_path / "sessions", layout="pi")  # pi's folders and names
-        )
+        if request.param == "postgres":
+            from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+            repo: object = PostgresSessionRepo(url, max_connections=4)
+        elif request.param == "sqlite":
+            repo = SqliteSessionRepo(tmp_path / "sessions.db")
+        elif request.param == "jsonl":
+            repo = JsonlSessionRepo(tmp_path / "sessions", layout="flat")
+        else:
+            repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")  # pi's folders and names
         made.append(repo)
         return repo
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from mcp_agent.paths import DB_ENV, default_db_path
+from mcp_agent.paths import DB_ENV, default_db_path, default_db_url, is_database_url, shown_url
 
 if TYPE_CHECKING:
     from rich.console import Console, JustifyMethod
 
+    from mcp_agent.sessions.repo import SessionRepo
     from mcp_agent.sessions.session import Session
-    from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 PROG = "mcp-agent-sessions"
 # Exit codes: 0 ok, 1 failure at run time, 2 bad usage or bad input, 130 interrupted (Ctrl-C).
@@ -32,10 +32,12 @@ INTERRUPTED = 130
 
 
 DbOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--db",
-        help=f"SQLite database of sessions (default: ${DB_ENV} or the per-user data dir)",
+        metavar="FILE|URL",
+        help=f"SQLite database file of sessions, or a PostgreSQL URL postgresql://… shared by"
+        f" server replicas (default: ${DB_ENV} or the per-user data dir)",
         show_default=False,
     ),
 ]
@@ -104,9 +106,33 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def database_path(db: Path | None) -> Path:
-    """``--db``, else ``$MCP_AGENT_DB``, else the per-user data dir."""
-    return db.expanduser() if db is not None else default_db_path()
+def database_location(db: str | Path | None) -> str | Path:
+    """``--db``, else ``$MCP_AGENT_DB``, else the per-user data dir: a PostgreSQL URL (a str)
+    or a SQLite file (a Path)."""
+    if db is None:
+        return default_db_url() or default_db_path()
+    return db if is_database_url(db) else Path(db).expanduser()
+
+
+def open_database(location: str | Path, folders: bool = False) -> SessionRepo:
+    """The session repo at ``location`` (see :func:`database_location`), for the commands
+    that work on sessions without running agents; with ``folders``, a folder is a store of pi
+    JSONL files."""
+    if isinstance(location, str):
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        return PostgresSessionRepo(location)
+    if folders and location.is_dir():
+        from mcp_agent.sessions.jsonl import JsonlSessionRepo
+
+        return JsonlSessionRepo(location)
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    return SqliteSessionRepo(location)
+
+
+def shown_location(location: str | Path) -> str:
+    return shown_url(location) if isinstance(location, str) else str(location)
 
 
 def session_error_exit(error: Exception) -> typer.Exit:
@@ -123,18 +149,29 @@ def session_error_exit(error: Exception) -> typer.Exit:
 
 
 @contextmanager
-def opened_repo(db: Path | None) -> Iterator[SqliteSessionRepo]:
+def opened_repo(db: str | Path | None) -> Iterator[SessionRepo]:
     """The session database, with every SessionError turned into a one-line message."""
+    with opened_store(db, "--db") as repo:
+        yield repo
+
+
+@contextmanager
+def opened_store(db: str | Path | None, flag: str, folders: bool = False) -> Iterator[SessionRepo]:
+    """The sessions ``flag`` names, with every SessionError turned into a one-line message
+    (``folders``: see :func:`open_database`)."""
     import sqlite3
 
     from mcp_agent.sessions.errors import SessionError
-    from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
-    path = database_path(db)
+    location = database_location(db)
     try:
-        repo = SqliteSessionRepo(path)
+        repo = open_database(location, folders)
     except (sqlite3.Error, OSError, SessionError) as error:
-        die(f"cannot open the session database {path}: {error}; pass --db FILE or set {DB_ENV}")
+        hint = f" or set {DB_ENV}" if flag == "--db" else ""
+        die(
+            f"cannot open the session database {shown_location(location)}: {error}; pass"
+            f" {flag} FILE|URL{hint}"
+        )
     try:
         yield repo
     except SessionError as error:
@@ -143,14 +180,14 @@ def opened_repo(db: Path | None) -> Iterator[SqliteSessionRepo]:
         repo.close()
 
 
-def check_database(db: Path | None) -> None:
+def check_database(db: str | Path | None) -> None:
     """Exit with a one-line message when the session database cannot be opened (a folder, a
     file that is not a database, a place that cannot be written)."""
     with opened_repo(db):
         pass
 
 
-def open_session(repo: SqliteSessionRepo, session_id: str) -> Session:
+def open_session(repo: SessionRepo, session_id: str) -> Session:
     """``repo.open`` with the hint of :func:`session_error_exit` for an unknown id."""
     from mcp_agent.sessions.errors import SessionError
 

@@ -25,7 +25,7 @@ from mcp_agent.cli.common import (
     DbOption,
     ManifestsOption,
     check_database,
-    database_path,
+    database_location,
     die,
     err,
     single,
@@ -60,13 +60,14 @@ class InputError(Exception):
 # --- shared by run and chat -------------------------------------------------------------------
 
 
-def server_settings(db: Path | None, manifests: Path | None) -> ServerSettings:
+def server_settings(db: str | None, manifests: Path | None) -> ServerSettings:
     from mcp_agent.runtime.settings import ServerSettings
 
     try:
-        settings = ServerSettings(db_path=database_path(db))
+        settings = ServerSettings()
     except ValueError as error:
         die(str(error))
+    settings.set_database(database_location(db))
     if manifests is not None:
         if not manifests.is_dir():
             die(f"--manifests {manifests} is not a folder (it needs agents/*.toml)")
@@ -336,7 +337,7 @@ def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
         async with opened_app(settings) as state:
             return await body(state)
 
-    check_database(settings.db_path)
+    check_database(settings.db_url or settings.db_path)
     try:
         return anyio.run(main)
     except BaseException as error:

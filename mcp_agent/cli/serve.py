@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
-from mcp_agent.cli.common import PROG, DbOption, ManifestsOption, check_database, die
+from mcp_agent.cli.common import (
+    PROG,
+    DbOption,
+    ManifestsOption,
+    check_database,
+    database_location,
+    die,
+)
 from mcp_agent.paths import DB_ENV
 
 if TYPE_CHECKING:
@@ -49,7 +56,7 @@ def serve(
     ] = Transport.stdio,
     host: Annotated[str, typer.Option(metavar="HOST", help="HTTP address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(metavar="PORT", help="HTTP port (0 to 65535)")] = 8765,
-    db: Annotated[Path | None, _named(DbOption, "FILE")] = None,
+    db: Annotated[str | None, _named(DbOption, "FILE|URL")] = None,
     manifests: Annotated[Path | None, _named(ManifestsOption, "FOLDER")] = None,
     sessions_dir: Annotated[
         Path | None,
@@ -236,7 +243,7 @@ def serve(
         die(str(error))
     settings.allowed_hosts = list(allowed_host or [])
     if db is not None:
-        settings.db_path = db.expanduser()
+        settings.set_database(database_location(db))
     if manifests is not None:
         settings.manifests_dir = manifests
     if sessions_layout is not None and sessions_dir is None:
@@ -264,7 +271,7 @@ def serve(
         except (UnsafeBindError, HttpAuthError) as error:
             die(str(error))
     raise_descriptor_limit()  # as servers do; what fits in it bounds runs and connections
-    check_database(settings.db_path)
+    check_database(settings.db_url or settings.db_path)
     # Plain log lines, set up before the SDK would install rich's handler: that one imports
     # rich.traceback when it first logs an error, and with no file descriptor left (the
     # very error being logged) the import fails and takes the process down.
@@ -340,13 +347,17 @@ def check_model(name: str | None, *, from_flag: bool) -> None:
         die(f"{source}: {one_line(error)}; `{PROG} models` lists the known models")
 
 
-def check_db_folder(db: Path | None) -> None:
+def check_db_folder(db: str | None) -> None:
     """A database named by --db or $MCP_AGENT_DB goes in a folder that exists: a typo must not
-    create folders. (The per-user data dir is created when needed.)"""
+    create folders. (The per-user data dir is created when needed; a URL has no folder.)"""
     import os
 
+    from mcp_agent.paths import is_database_url
+
+    if is_database_url(db) or (db is None and is_database_url(os.environ.get(DB_ENV))):
+        return
     if db is not None:
-        path, source = db.expanduser(), f"--db {db}"
+        path, source = Path(db).expanduser(), f"--db {db}"
     elif os.environ.get(DB_ENV):
         path = Path(os.environ[DB_ENV]).expanduser()
         source = f"${DB_ENV} ({os.environ[DB_ENV]})"

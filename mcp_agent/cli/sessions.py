@@ -16,16 +16,19 @@ import typer
 
 from mcp_agent.cli.common import (
     BAD_INPUT,
+    FAILED,
     PROG,
     DbOption,
     JsonOption,
     SessionArg,
+    database_location,
     die,
     emit_json,
     err,
     fail,
     open_session,
     opened_repo,
+    opened_store,
     out,
     print_table,
     stdin_is_tty,
@@ -212,6 +215,59 @@ def import_files(
 
 
 @app.command()
+def copy(
+    source: Annotated[
+        str,
+        typer.Option(
+            "--from", metavar="FILE|URL|FOLDER", help="where the sessions are", show_default=False
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Option("--to", metavar="FILE|URL|FOLDER", help="where they go", show_default=False),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy every session between stores: a SQLite file, a PostgreSQL URL postgresql://… or an
+    existing folder of pi JSONL files. Each session arrives whole or not at all, under its own id;
+    sessions already there are left alone, so an interrupted copy can be run again."""
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.repo import copy_session, session_ids
+
+    results: dict[str, list[str]] = {"copied": [], "present": []}
+    failed: list[dict[str, str]] = []
+    if database_location(source) == database_location(target):
+        die("--from and --to name the same store; copy to another one")
+    with (
+        opened_store(source, "--from", folders=True) as origin,
+        opened_store(target, "--to", folders=True) as destination,
+    ):
+        try:
+            ids = list(session_ids(origin))
+        except SessionError as error:
+            die(f"cannot list the sessions of --from {source}: {error.message}", FAILED)
+        with _bar("copying", len(ids)) as advance:
+            for session_id in ids:
+                try:
+                    results[copy_session(origin, destination, session_id)].append(session_id)
+                except SessionError as error:
+                    failed.append({"sessionId": session_id, "error": error.message})
+                advance(1)
+    if as_json:
+        emit_json({**results, "failed": failed})
+    else:
+        err().print(
+            f"copied {len(results['copied'])} sessions; {len(results['present'])} were there"
+            f" already; {len(failed)} failed",
+            style="dim",
+        )
+    for failure in failed:
+        typer.echo(f"{PROG}: session {failure['sessionId']}: {failure['error']}", err=True)
+    if failed:
+        raise typer.Exit(FAILED)
+
+
+@app.command()
 def delete(
     session_id: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
@@ -313,13 +369,21 @@ class _NoProgress:
 
 def _progress(files: int, size: int) -> Any:
     """A progress bar (on a terminal, for a big import), as a context giving ``advance``."""
-    if not err().is_terminal or (files < PROGRESS_FILES and size < PROGRESS_BYTES):
+    if files < PROGRESS_FILES and size < PROGRESS_BYTES:
+        return _NoProgress()
+    return _bar("importing", size, in_bytes=True)
+
+
+def _bar(label: str, total: int, in_bytes: bool = False) -> Any:
+    """A rich progress bar on stderr (a terminal only), as a context giving ``advance``."""
+    if not err().is_terminal:
         return _NoProgress()
     from contextlib import contextmanager
 
     from rich.progress import (
         BarColumn,
         DownloadColumn,
+        MofNCompleteColumn,
         Progress,
         TextColumn,
         TimeRemainingColumn,
@@ -328,14 +392,14 @@ def _progress(files: int, size: int) -> Any:
     @contextmanager
     def bar() -> Any:
         with Progress(
-            TextColumn("importing"),
+            TextColumn(label),
             BarColumn(),
-            DownloadColumn(),
+            DownloadColumn() if in_bytes else MofNCompleteColumn(),
             TimeRemainingColumn(),
             console=err(),
             transient=True,
         ) as progress:
-            task = progress.add_task("import", total=size or None)
+            task = progress.add_task(label, total=total or None)
             yield lambda done: progress.advance(task, done)
 
     return bar()

@@ -1,8 +1,8 @@
 """The application: everything needed to run agents in sessions, opened once and shared by the
-MCP server and the command line. The session repo (one SQLite file, or a folder of JSONL
-files), the manifests, the run manager (a task group in which runs outlive the request that
-started them), the session leases and the tool hub (MCP clients to downstream servers and to
-the built-in tools)."""
+MCP server and the command line. The session repo (one SQLite file, a PostgreSQL database, or
+a folder of JSONL files), the manifests, the run manager (a task group in which runs outlive
+the request that started them), the session leases and the tool hub (MCP clients to downstream
+servers and to the built-in tools)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from mcp_agent.manifests import (
 )
 from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.descriptors import descriptor_limit, runs_that_fit
-from mcp_agent.runtime.leases import SessionLeases
+from mcp_agent.runtime.leases import LeaseBook, PostgresLeases, SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
+from mcp_agent.runtime.run_board import RunBoard
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
@@ -68,6 +69,31 @@ def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = Non
     )
 
 
+def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoard | None]:
+    """The session repo, the leases kept beside it and (PostgreSQL) the board of every
+    replica's runs: a PostgreSQL database when ``settings.db_url`` names one, else the SQLite
+    file. Close the leases first."""
+    if settings.db_url:
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        # A connection for each worker thread, and a few for leases and notifications.
+        repo = PostgresSessionRepo(
+            settings.db_url,
+            durability=settings.durability,  # type: ignore[arg-type]  # checked by ServerSettings
+            max_connections=settings.db_threads + 4,
+        )
+        leases: LeaseBook = PostgresLeases(repo.database)
+        repo.database.session_guard = leases.guard
+        return repo, leases, RunBoard(repo.database, leases.owner)
+    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
+    leases = SessionLeases(settings.db_path)
+    try:
+        return open_repo(settings, leases.guard), leases, None
+    except BaseException:
+        leases.close()
+        raise
+
+
 @asynccontextmanager
 async def open_app(
     settings: ServerSettings, models: ModelOverrides | None = None
@@ -79,10 +105,8 @@ async def open_app(
     manifests = settings.manifests_dir or shipped_manifests_dir()
     agents = load_agents(manifests)
     servers = load_servers(manifests)
-    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    leases = SessionLeases(settings.db_path)
+    repo, leases, board = open_store(settings)
     try:
-        repo = open_repo(settings, leases.guard)
         try:
             async with anyio.create_task_group() as group:
                 offload = worker_threads(settings.db_threads)
@@ -91,8 +115,9 @@ async def open_app(
                     settings.max_runs_per_client,
                     runs_that_fit(descriptor_limit()),
                 )
-                runs = RunManager(group, leases, offload=offload, limits=limits)
+                runs = RunManager(group, leases, offload=offload, limits=limits, board=board)
                 group.start_soon(runs.keep_leases)
+                group.start_soon(runs.keep_board)
                 hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))
                 state = AppState(settings, repo, agents, servers, group, runs, hub, offload, models)
                 async with hub:
@@ -102,6 +127,6 @@ async def open_app(
                         await runs.close()
                 group.cancel_scope.cancel()
         finally:
-            repo.close()
+            leases.close()
     finally:
-        leases.close()
+        repo.close()

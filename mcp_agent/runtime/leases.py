@@ -1,5 +1,6 @@
 """Leases on sessions, kept in the session database: several servers share one database (every
-IDE window starts its own), and still only one of them runs an agent in a session at a time.
+IDE window starts its own; replicas share one PostgreSQL), and still only one of them runs an
+agent in a session at a time.
 
 A lease names its holder (a run, or a tool such as session_compact) and the process that took
 it. It expires unless renewed, so a killed process frees its sessions; a holder in a process
@@ -15,11 +16,28 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mcp_agent.sessions import SessionError
 
-LEASE_SECONDS = 30.0
-RENEW_EVERY = 10.0
+LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
+
+
+def _lease_seconds() -> float:
+    text = os.environ.get(LEASE_ENV) or "30"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= 3600:
+        raise ValueError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
+    return seconds
+
+
+# How long a lease (and, with replicas, a run on the board) outlives its process. A server
+# renews its leases every third of it; a killed one frees its sessions within it.
+LEASE_SECONDS = _lease_seconds()
+RENEW_EVERY = LEASE_SECONDS / 3
 BUSY_TIMEOUT_S = 10.0
 
 _SCHEMA = """
@@ -53,11 +71,63 @@ class Lease:
         )
 
 
-class SessionLeases:
-    def __init__(self, db_path: str | Path) -> None:
+class LeaseBook:
+    """What the lease tables of every database share: who this process is, and whether a lease
+    still binds."""
+
+    def __init__(self) -> None:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
+
+    def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
+        """The live lease another process holds on ``session_id``, if any (read through
+        ``conn`` when given: a session database's connection, inside its transaction)."""
+        raise NotImplementedError
+
+    def acquire(self, session_id: str, holder: str) -> Lease | None:
+        """Take ``session_id`` for ``holder``; returns the other process's lease instead when
+        one holds it."""
+        raise NotImplementedError
+
+    def release(self, session_id: str) -> None:
+        raise NotImplementedError
+
+    def renew(self) -> None:
+        """Push back the expiry of every lease this process holds."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of every lease of this process."""
+        raise NotImplementedError
+
+    def guard(self, conn: Any, session_id: str) -> None:
+        """Refuse a change to a session another process runs an agent in (a session
+        database's ``session_guard``: checked in the same transaction as the change)."""
+        other = self.held_elsewhere(session_id, conn)
+        if other is not None:
+            raise SessionError("busy", other.busy_message())
+
+    def _alive(self, lease: Lease, now: float | None = None) -> bool:
+        if lease.owner == self.owner:
+            return False  # ours: this process keeps its own books
+        if lease.expires < (time.time() if now is None else now):
+            return False
+        if lease.host == self.host:
+            try:
+                os.kill(lease.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+        return True
+
+
+class SessionLeases(LeaseBook):
+    """Leases in a SQLite session database."""
+
+    def __init__(self, db_path: str | Path) -> None:
+        super().__init__()
         self._conn = sqlite3.connect(
             str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
@@ -68,11 +138,7 @@ class SessionLeases:
         self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
         self._conn.close()
 
-    def held_elsewhere(
-        self, session_id: str, conn: sqlite3.Connection | None = None
-    ) -> Lease | None:
-        """The live lease another process holds on ``session_id``, if any (read through
-        ``conn`` when given: a session database's connection, inside its transaction)."""
+    def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         row = (
             (conn or self._conn)
             .execute(
@@ -85,16 +151,7 @@ class SessionLeases:
         lease = Lease(*row) if row else None
         return lease if lease is not None and self._alive(lease) else None
 
-    def guard(self, conn: sqlite3.Connection, session_id: str) -> None:
-        """Refuse a change to a session another process runs an agent in (a
-        ``SqliteDatabase.session_guard``: checked in the same transaction as the change)."""
-        other = self.held_elsewhere(session_id, conn)
-        if other is not None:
-            raise SessionError("busy", other.busy_message())
-
     def acquire(self, session_id: str, holder: str) -> Lease | None:
-        """Take ``session_id`` for ``holder``; returns the other process's lease instead when
-        one holds it."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             other = self.held_elsewhere(session_id)
@@ -128,16 +185,72 @@ class SessionLeases:
             (time.time() + LEASE_SECONDS, self.owner),
         )
 
-    def _alive(self, lease: Lease) -> bool:
-        if lease.owner == self.owner:
-            return False  # ours: this process keeps its own books
-        if lease.expires < time.time():
-            return False
-        if lease.host == self.host:
-            try:
-                os.kill(lease.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-        return True
+
+class PostgresLeases(LeaseBook):
+    """Leases in a PostgreSQL session database (its ``session_leases`` table), timed by the
+    database's clock: replicas on several machines need not agree on the time."""
+
+    def __init__(self, database: Any) -> None:  # a sessions.postgres.PostgresDatabase
+        super().__init__()
+        self.database = database
+
+    def close(self) -> None:
+        self.database.write(
+            lambda conn: conn.execute("DELETE FROM session_leases WHERE owner = %s", (self.owner,))
+        )
+
+    def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
+        sql = (
+            "SELECT session_id, holder, owner, host, pid, expires,"
+            " extract(epoch FROM clock_timestamp())::float8"
+            " FROM session_leases WHERE session_id = %s"
+        )
+        if conn is None:
+            rows = self.database.read(sql, (session_id,))
+        else:
+            rows = conn.execute(sql, (session_id,)).fetchall()
+        if not rows:
+            return None
+        *fields, now = rows[0]
+        lease = Lease(*fields)
+        return lease if self._alive(lease, now) else None
+
+    def acquire(self, session_id: str, holder: str) -> Lease | None:
+        def work(conn: Any) -> Lease | None:
+            conn.execute(
+                "INSERT INTO session_leases (session_id, holder, owner, host, pid, expires)"
+                " VALUES (%s, '', '', '', 0, 0) ON CONFLICT (session_id) DO NOTHING",
+                (session_id,),
+            )
+            conn.execute(
+                "SELECT 1 FROM session_leases WHERE session_id = %s FOR UPDATE", (session_id,)
+            )
+            other = self.held_elsewhere(session_id, conn)
+            if other is None:
+                conn.execute(
+                    "UPDATE session_leases SET holder = %s, owner = %s, host = %s, pid = %s,"
+                    " expires = extract(epoch FROM clock_timestamp()) + %s"
+                    " WHERE session_id = %s",
+                    (holder, self.owner, self.host, self.pid, LEASE_SECONDS, session_id),
+                )
+            return other
+
+        result: Lease | None = self.database.write(work)
+        return result
+
+    def release(self, session_id: str) -> None:
+        self.database.write(
+            lambda conn: conn.execute(
+                "DELETE FROM session_leases WHERE session_id = %s AND owner = %s",
+                (session_id, self.owner),
+            )
+        )
+
+    def renew(self) -> None:
+        self.database.write(
+            lambda conn: conn.execute(
+                "UPDATE session_leases SET expires = extract(epoch FROM clock_timestamp()) + %s"
+                " WHERE owner = %s",
+                (LEASE_SECONDS, self.owner),
+            )
+        )

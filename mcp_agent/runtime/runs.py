@@ -3,13 +3,14 @@ outlast the request that started it. One run per session at a time."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import anyio
@@ -18,8 +19,15 @@ from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, Usage
-from mcp_agent.runtime.errors import SessionBusy, TooManyRuns, UnknownRun
-from mcp_agent.runtime.leases import RENEW_EVERY, Lease, SessionLeases
+from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
+from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook
+from mcp_agent.runtime.run_board import (
+    POLL_EVERY,
+    PUBLISH_EVERY,
+    CommandKind,
+    RunBoard,
+    RunRecord,
+)
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
 
@@ -30,7 +38,13 @@ def _busy_elsewhere(lease: Lease) -> SessionBusy:
     return SessionBusy(lease.busy_message())
 
 
+def _ended(run_id: str, status: str) -> RunEnded:
+    return RunEnded(f"run {run_id} has ended ({status}); start a new one with agent_run")
+
+
 KEEP_FINISHED_RUNS = 200
+# How long agent_cancel waits for a run on another replica to end.
+CANCEL_WAIT_SECONDS = 30.0
 RunStatus = Literal["running", "completed", "error", "aborted"]
 EventListener = Callable[[AgentEvent], Awaitable[None] | None]
 
@@ -61,6 +75,9 @@ class Run:
     @property
     def session_id(self) -> str:
         return self.session.id
+
+    def record(self) -> RunRecord:
+        return RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
 
     def abort(self, reason: str) -> None:
         """Abort the run; one whose task has not begun yet ends before it calls the model."""
@@ -96,19 +113,25 @@ class RunLimits:
 
 class RunManager:
     """The runs of this process. With ``leases``, sessions are also claimed in the database,
-    so that other server processes on the same database keep out of them too. ``offload``
-    runs the lease reads and writes (worker threads in the server)."""
+    so that other server processes on the same database keep out of them too. With ``board``
+    (replicas over PostgreSQL), runs are also on the shared board, where every replica reads
+    them and leaves commands for them. ``offload`` runs the database reads and writes (worker
+    threads in the server)."""
 
     def __init__(
         self,
         task_group: anyio.abc.TaskGroup,
-        leases: SessionLeases | None = None,
+        leases: LeaseBook | None = None,
         *,
         offload: Offload = inline,
         limits: RunLimits | None = None,
+        board: RunBoard | None = None,
     ) -> None:
         self._task_group = task_group
         self.leases = leases
+        self.board = board
+        # What the board last heard of each running run (its event count).
+        self._published: dict[str, int] = {}
         self.offload = offload
         self.limits = limits or RunLimits()
         self.runs: dict[str, Run] = {}
@@ -210,8 +233,143 @@ class RunManager:
             await anyio.sleep(RENEW_EVERY)
             try:
                 await self.offload(leases.renew)
+                if self.board is not None:
+                    await self.offload(
+                        functools.partial(
+                            self.board.renew, [r.id for r in self._by_session.values()]
+                        )
+                    )
             except Exception:  # a busy or failing database this once; the lease lasts longer
                 log.warning("renewing the session leases failed", exc_info=True)
+
+    async def keep_board(self) -> None:
+        """While runs are under way here: take the commands other replicas left for them, and
+        publish how they are going (a task of the server's, with a board)."""
+        board = self.board
+        if board is None:
+            return
+        last_publish = 0.0
+        while True:
+            await anyio.sleep(POLL_EVERY)
+            if not self._by_session:
+                continue
+            try:
+                for command in await self.offload(board.take_commands):
+                    self._apply(command.run_id, command.kind, command.message)
+                if time.monotonic() - last_publish >= PUBLISH_EVERY:
+                    last_publish = time.monotonic()
+                    await self._publish(
+                        [
+                            run
+                            for run in self._by_session.values()
+                            if run.agent is not None
+                            and self._published.get(run.id) != run.event_count
+                        ]
+                    )
+            except Exception:  # the database this once; the next round tries again
+                log.warning("the run board could not be read or written", exc_info=True)
+
+    async def _publish(self, runs: list[Run]) -> None:
+        if self.board is None or not runs:
+            return
+        board = self.board
+        records = [run.record() for run in runs]
+        with anyio.CancelScope(shield=True):
+            await self.offload(lambda: board.publish(records))
+        for record in records:
+            if record.status == "running":
+                self._published[record.id] = record.event_count
+            else:
+                self._published.pop(record.id, None)
+
+    def _apply(self, run_id: str, kind: CommandKind, message: str | None) -> None:
+        run = self.runs.get(run_id)
+        if run is None or run.status != "running":
+            return  # ended meanwhile: the sender sees that on the board
+        if kind == "cancel":
+            run.abort("cancelled with agent_cancel")
+        elif kind == "steer" and message is not None:
+            run.agent.steer(message)
+        elif kind == "follow_up" and message is not None:
+            run.agent.follow_up(message)
+
+    # --- runs as every replica sees them --------------------------------------------------
+
+    async def find(self, run_id: str) -> Run | RunRecord:
+        """The run, of this replica or (with a board) of any."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            return run
+        if self.board is not None:
+            board = self.board
+            record = await self.offload(lambda: board.get(run_id))
+            if record is not None:
+                return record
+        raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+
+    async def wait_for_end(self, run_id: str, seconds: float) -> Run | RunRecord:
+        """The run once it has ended, or as it is after ``seconds``."""
+        run = await self.find(run_id)
+        if isinstance(run, Run):
+            if run.status == "running":
+                with anyio.move_on_after(seconds):
+                    await run.done.wait()
+            return run
+        with anyio.move_on_after(seconds):
+            while run.status == "running":
+                await anyio.sleep(POLL_EVERY)
+                run = await self.find(run_id)
+        return run
+
+    async def cancel(self, run_id: str) -> Run | RunRecord:
+        """Abort a run wherever it runs; returns it once it has ended (or as it had)."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            if run.status == "running":
+                run.abort("cancelled with agent_cancel")
+                await run.done.wait()
+            return run
+        record = await self._send(run_id, "cancel", None)
+        if record.status != "running":
+            return record
+        # The replica takes it within POLL_EVERY; its run ends at the next await.
+        return await self.wait_for_end(run_id, CANCEL_WAIT_SECONDS)
+
+    async def queue(self, run_id: str, kind: CommandKind, message: str) -> Run | RunRecord:
+        """Steer a running run or queue a follow-up for it, wherever it runs."""
+        run = self.runs.get(run_id)
+        if run is None:
+            record = await self._send(run_id, kind, message)
+            if record.status != "running":
+                raise _ended(run_id, record.status)
+            return record
+        if run.status != "running":
+            raise _ended(run_id, run.status)
+        self._apply(run_id, kind, message)
+        return run
+
+    async def _send(self, run_id: str, kind: CommandKind, message: str | None) -> RunRecord:
+        if self.board is None:
+            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+        board = self.board
+        record = await self.offload(lambda: board.send(run_id, kind, message))
+        if record is None:
+            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+        return record
+
+    async def newest(self) -> list[Run | RunRecord]:
+        """The runs under way and the latest that ended, oldest first: of every replica with a
+        board (this replica's own as they are this moment), else of this one."""
+        local = sorted(self.runs.values(), key=lambda r: r.started)
+        if self.board is None:
+            return list(local)
+        board = self.board
+        records = await self.offload(lambda: board.newest(KEEP_FINISHED_RUNS * 5))
+        merged: list[Run | RunRecord] = [self.runs.get(r.id) or r for r in records]
+        listed = {r.id for r in merged}
+        merged.extend(run for run in local if run.id not in listed)
+        merged.sort(key=lambda r: r.started)
+        return merged
 
     def check_limits(self, client: object | None) -> None:
         """Refuse a new run when a run limit is reached (the message names the limit)."""
@@ -280,6 +438,10 @@ class RunManager:
         if listener is not None:
             run.listeners.append(listener)
         agent.subscribe(run._on_event)
+        try:
+            await self._publish([run])
+        except Exception:  # the board this once; the run itself goes on
+            log.warning("the run board could not be written", exc_info=True)
         started = anyio.Event()
         self._task_group.start_soon(self._execute, run, prompt, started)
         try:
@@ -322,6 +484,10 @@ class RunManager:
             if run.status == "running":  # cancelled (the server is going away)
                 run.status, run.error = "aborted", run.error or "the run's task was cancelled"
             run.finished = time.time()
+            try:
+                await self._publish([run])
+            except Exception:  # the board ends it when this replica stops renewing it
+                log.warning("the run board could not be written", exc_info=True)
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
                 self._count_client(run.client, -1)

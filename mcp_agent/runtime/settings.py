@@ -5,10 +5,11 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_agent.paths import default_db_path
+from mcp_agent.paths import default_db_path, default_db_url
 
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
@@ -22,6 +23,7 @@ TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
 MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
+REPLICA_ENV = "MCP_AGENT_REPLICA"
 APP_NAME = "mcp-agent-sessions"
 
 
@@ -57,6 +59,9 @@ def _retries_from_env() -> int:
 @dataclass
 class ServerSettings:
     db_path: Path = field(default_factory=default_db_path)
+    # A PostgreSQL database (postgresql://…) instead of the SQLite file at db_path: replicas of
+    # the server share it.
+    db_url: str | None = field(default_factory=default_db_url)
     # Sessions as JSONL files in this folder instead of the database (which then holds only
     # the run leases); pi's folders (``~/.pi/agent/sessions``) or ours, see
     # sessions.folders. The layout new sessions are written in: "pi", "flat", or None to
@@ -111,6 +116,25 @@ class ServerSettings:
     )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once.
     db_threads: int = 8
+    # This replica's name (several over one PostgreSQL database): its legacy HTTP session ids
+    # begin with "NAME.", for a load balancer to route them by (manifests/deploy).
+    replica_name: str | None = field(default_factory=lambda: os.environ.get(REPLICA_ENV) or None)
+
+    def set_database(self, location: str | Path) -> None:
+        """Store sessions at ``location``: a PostgreSQL URL (a str) or a SQLite file."""
+        if isinstance(location, str):
+            self.db_url = location
+        else:
+            self.db_path, self.db_url = location, None
+
+    @property
+    def db_location(self) -> str:
+        """Where sessions are stored, for people (a URL is shown without its password)."""
+        if self.db_url:
+            from mcp_agent.paths import shown_url
+
+            return shown_url(self.db_url)
+        return str(self.db_path)
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -145,6 +169,13 @@ class ServerSettings:
         if self.max_subagent_depth < 0:
             raise ValueError(
                 f"--max-depth must be 0 (no sub-agents) or more, not {self.max_subagent_depth}"
+            )
+        if self.replica_name is not None and not re.fullmatch(
+            r"[A-Za-z0-9-]{1,32}", self.replica_name
+        ):
+            raise ValueError(
+                f"{REPLICA_ENV} must be 1 to 32 letters, digits or dashes, not"
+                f" {self.replica_name!r}"
             )
         if self.db_threads < 1:
             raise ValueError(f"db_threads must be at least 1, not {self.db_threads}")

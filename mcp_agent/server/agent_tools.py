@@ -7,7 +7,6 @@ import json
 from contextlib import AsyncExitStack
 from typing import Annotated
 
-import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -17,6 +16,7 @@ from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
+from mcp_agent.runtime.run_board import CommandKind, RunRecord
 from mcp_agent.runtime.runs import Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.lifespan import app_state
@@ -49,7 +49,7 @@ RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_
 Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
 
 
-def run_info(run: Run) -> RunInfo:
+def run_info(run: Run | RunRecord) -> RunInfo:
     answer = run.answer
     cut = answer is not None and len(answer) > ANSWER_CHARS
     if cut:
@@ -142,38 +142,28 @@ def register(server: MCPServer) -> None:
     ) -> RunInfo:
         """The state of a run. Returns its status (running, completed, error or aborted), its
         answer or error, events so far and token usage."""
-        state = app_state(ctx)
-        run = _get(state, run_id)
-        if wait_seconds and run.status == "running":
-            with anyio.move_on_after(wait_seconds):
-                await run.done.wait()
-        return run_info(run)
+        with tool_errors():
+            return run_info(await app_state(ctx).runs.wait_for_end(run_id, wait_seconds or 0))
 
     @server.tool(annotations=WRITES)
     async def agent_cancel(ctx: Context, run_id: RunId) -> RunInfo:
         """Abort a run; the session records an aborted assistant message and stays consistent.
         Returns the run, now aborted (or as it had ended already)."""
-        state = app_state(ctx)
-        run = _get(state, run_id)
-        if run.status == "running":
-            run.abort("cancelled with agent_cancel")
-            await run.done.wait()
-        return run_info(run)
+        with tool_errors():
+            return run_info(await app_state(ctx).runs.cancel(run_id))
 
     @server.tool(annotations=WRITES)
     async def agent_steer(ctx: Context, run_id: RunId, message: Message) -> QueueResult:
         """Queue a message to go in after the current tool batch, before the next model call.
         Returns what was queued and the run's status."""
-        run = _running(app_state(ctx), run_id, message)
-        run.agent.steer(message)
+        run = await _queue(app_state(ctx), run_id, "steer", message)
         return QueueResult(run_id=run_id, queued="steering", status=run.status)
 
     @server.tool(annotations=WRITES)
     async def agent_follow_up(ctx: Context, run_id: RunId, message: Message) -> QueueResult:
         """Queue a message to run when the agent would otherwise stop. Returns what was
         queued and the run's status."""
-        run = _running(app_state(ctx), run_id, message)
-        run.agent.follow_up(message)
+        run = await _queue(app_state(ctx), run_id, "follow_up", message)
         return QueueResult(run_id=run_id, queued="follow_up", status=run.status)
 
     @server.tool(annotations=READ_ONLY)
@@ -186,10 +176,8 @@ def register(server: MCPServer) -> None:
     ) -> RunList:
         """The runs of this server (those under way, and the latest that ended), newest
         first. Returns a page of runs with their status and answers, and a cursor for older."""
-        state = app_state(ctx)
-        runs = sorted(state.runs.runs.values(), key=lambda r: r.started)
-        infos = [run_info(run) for run in runs]
         with tool_errors():
+            infos = [run_info(run) for run in await app_state(ctx).runs.newest()]
             page = newest_page(infos, cursor, limit or 20, lambda i: len(i.model_dump_json()))
         return RunList(
             runs=infos[page.start : page.end][::-1],
@@ -232,15 +220,8 @@ def run_result(run: Run) -> CallToolResult:
     )
 
 
-def _running(state: AppState, run_id: str, message: str | None = None) -> Run:
-    if message is not None and not message.strip():
+async def _queue(state: AppState, run_id: str, kind: CommandKind, message: str) -> Run | RunRecord:
+    if not message.strip():
         raise ToolError("message is empty: say what the agent should hear")
-    run = _get(state, run_id)
-    if run.status != "running":
-        raise ToolError(f"run {run_id} has ended ({run.status}); start a new one with agent_run")
-    return run
-
-
-def _get(state: AppState, run_id: str) -> Run:
     with tool_errors():
-        return state.runs.get(run_id)
+        return await state.runs.queue(run_id, kind, message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from mcp.server import MCPServer
 
@@ -24,6 +25,9 @@ from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
 
+if TYPE_CHECKING:
+    from mcp_agent.server.pg_bus import PostgresBus
+
 INSTRUCTIONS = """\
 Agent sessions: every conversation is a tree of entries you can browse, branch, fork and resume.
 Run an agent with agent_run (a new session, or session_id to continue one). Read sessions with
@@ -36,6 +40,12 @@ def build_server(
 ) -> MCPServer:
     settings = settings or ServerSettings()
     bus = WatchedBus()
+    shared: PostgresBus | None = None
+    if settings.db_url:
+        from mcp_agent.server.pg_bus import PostgresBus
+
+        # Replicas on one PostgreSQL database hear each other's changes.
+        bus = shared = PostgresBus(settings.db_url)
 
     @asynccontextmanager
     async def lifespan(server: MCPServer) -> AsyncIterator[ServerState]:
@@ -48,6 +58,9 @@ def build_server(
             app.repo.listeners.append(notifier.session_changed)
             app.list_listeners.append(notifier.list_changed)
             app.task_group.start_soon(notifier.run)
+            if shared is not None:
+                shared.remote_listeners.append(notifier.remote_event)
+                app.task_group.start_soon(shared.run)
             yield ServerState(app, notifier)
 
     server = SessionsServer(
@@ -70,7 +83,7 @@ def build_server(
 
 def banner(settings: ServerSettings, transport: str) -> str:
     where = f" on http://{settings.host}:{settings.port}/mcp" if transport == "http" else ""
-    store = str(settings.db_path)
+    store = settings.db_location
     if settings.sessions_dir is not None:
         store = f"{settings.sessions_dir} (JSONL files)"
     return f"mcp-agent-sessions {__version__}: sessions stored in {store}{where}"

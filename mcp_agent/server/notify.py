@@ -69,6 +69,10 @@ class WatchedBus(InMemorySubscriptionBus):
         super().__init__()
         self.listeners = 0
 
+    def listening(self) -> bool:
+        """Whether publishing reaches anyone."""
+        return self.listeners > 0
+
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
         unsubscribe = super().subscribe(listener)
         self.listeners += 1
@@ -156,6 +160,18 @@ class Notifier:
         if wake:
             self._wake()
 
+    def remote_event(self, event: ServerEvent) -> None:
+        """A change another replica made (pg_bus), for this replica's legacy connections (on
+        the loop's thread; its 2026-07-28 listeners have it from the bus)."""
+        if self._task_group is None:
+            return
+        if isinstance(event, ResourcesListChanged):
+            for key, session in list(self._legacy.items()):
+                self._outbox(key, session).add_list_changed()
+        elif isinstance(event, ResourceUpdated):
+            for key, session in list(self._subscribers.get(event.uri, {}).items()):
+                self._outbox(key, session).add_updated(event.uri)
+
     def pending_changes(self) -> int:
         """Changes not yet handed to the bus and the connections' outboxes (sessions, plus one
         for a list change)."""
@@ -171,7 +187,7 @@ class Notifier:
     def _bus_listening(self) -> bool:
         if self.bus is None:
             return False
-        return not isinstance(self.bus, WatchedBus) or self.bus.listeners > 0
+        return not isinstance(self.bus, WatchedBus) or self.bus.listening()
 
     def _wake(self) -> None:
         if threading.get_ident() == self._loop_thread:

@@ -279,12 +279,25 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     is in flight, and the end of the last request plus the timeout once none is), so this needs
     an idle timeout; without one it refuses at the limit as the SDK does."""
 
+    # Set on a named replica: its legacy session ids begin with "NAME.", so that a load
+    # balancer can send every request of a session to the replica that holds it.
+    session_prefix = ""
+
     def _admit_session(
         self, requestor: AuthorizationContext | None
     ) -> StreamableHTTPServerTransport | None:
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             self._close_longest_idle()
-        return super()._admit_session(requestor)
+        transport = super()._admit_session(requestor)
+        if transport is not None and self.session_prefix:
+            # Renamed before the opening request is served (which sends the id).
+            old = transport.mcp_session_id
+            assert old is not None
+            transport.mcp_session_id = self.session_prefix + old
+            self._server_instances[transport.mcp_session_id] = self._server_instances.pop(old)
+            if old in self._session_owners:
+                self._session_owners[transport.mcp_session_id] = self._session_owners.pop(old)
+        return transport
 
     def _close_longest_idle(self) -> None:
         idle = [
@@ -397,6 +410,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     )
     # Swapped in before the app serves its first request: only the admission step differs.
     server.session_manager.__class__ = EvictingSessionManager
+    if settings.replica_name:
+        server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SessionLimitMiddleware(app, settings)
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token)

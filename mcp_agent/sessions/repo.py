@@ -11,7 +11,7 @@ import base64
 import builtins
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -37,9 +37,13 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
 from mcp_agent.sessions.session import Session, SessionListener
-from mcp_agent.sessions.storage import SessionStorage, leaf_after, tree_parent
+from mcp_agent.sessions.storage import (
+    FIRST_MESSAGE_CHARS,
+    SessionStorage,
+    leaf_after,
+    tree_parent,
+)
 
-FIRST_MESSAGE_CHARS = 200
 ForkPosition = Literal["before", "at"]
 
 
@@ -440,3 +444,38 @@ class InMemorySessionRepo(BaseSessionRepo):
     def delete(self, session_id: str) -> None:
         if self._storages.pop(session_id, None) is None:
             raise SessionError("not_found", f"session {session_id} not found")
+
+
+# --- copying between repos --------------------------------------------------------------------
+
+
+def session_ids(repo: SessionRepo, page: int = 500) -> Iterator[str]:
+    """Every session id in ``repo``, newest first, a page at a time."""
+    cursor: str | None = None
+    while True:
+        listing = repo.list(limit=page, cursor=cursor)
+        for summary in listing.items:
+            yield summary.id
+        if listing.next_cursor is None:
+            return
+        cursor = listing.next_cursor
+
+
+CopyOutcome = Literal["copied", "present"]
+
+
+def copy_session(source: SessionRepo, target: SessionRepo, session_id: str) -> CopyOutcome:
+    """Copy one session to ``target`` whole or not at all, under its own id: its pi JSONL form
+    is imported there (one transaction in a database, a file renamed into place in a folder).
+    A session ``target`` already has is left alone ("present"), so an interrupted copy can
+    simply be run again."""
+    if target.exists(session_id):
+        return "present"
+    text = source.export_jsonl(session_id)
+    try:
+        target.import_session(text)
+    except SessionError as error:
+        if error.code == "conflict":  # copied meanwhile by someone else
+            return "present"
+        raise
+    return "copied"

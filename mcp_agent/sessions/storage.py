@@ -10,12 +10,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic.alias_generators import to_camel
 
-from mcp_agent.messages import AssistantMessage
+from mcp_agent.messages import AssistantMessage, UserMessage
 from mcp_agent.sessions.entries import (
     LeafEntry,
     MessageEntry,
     SessionEntry,
     SessionHeader,
+    SessionInfoEntry,
     entry_usage,
     is_tree_node,
 )
@@ -135,6 +136,64 @@ def count_entry(stats: SessionStats, entry: SessionEntry) -> bool:
         stats.total_tokens += usage.total_tokens
         stats.cost_total += usage.cost.total
     return True
+
+
+# The first user message a listing shows, cut to this many characters.
+FIRST_MESSAGE_CHARS = 200
+# Counters are 64-bit integers in SQLite and PostgreSQL alike.
+MAX_INTEGER = 2**63 - 1
+TOKEN_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+
+
+def check_counts_fit(counts: SessionStats) -> None:
+    """A larger count would fail deep inside the database driver."""
+    if any(abs(getattr(counts, name)) > MAX_INTEGER for name in TOKEN_COUNTS):
+        raise SessionError(
+            "invalid_entry", f"a token count is too large to store (over {MAX_INTEGER})"
+        )
+
+
+@dataclass
+class RowDelta:
+    """The change entries make to the row a database keeps for their session: the counters
+    (summed by :func:`count_entry`, with messages by role and the first and last entry time),
+    the first user message, a new name. The figures that need the tree (leaves, branch
+    points) come from ``row_sql``."""
+
+    counts: SessionStats = field(default_factory=SessionStats)
+    first_user_message: str | None = None
+    name: tuple[str | None] | None = None  # (new name,) when the entry renames the session
+
+    def add(self, entry: SessionEntry) -> None:
+        if not count_entry(self.counts, entry):
+            return
+        counts = self.counts
+        counts.first_timestamp = counts.first_timestamp or entry.timestamp
+        counts.last_timestamp = entry.timestamp
+        if isinstance(entry, MessageEntry):
+            message = entry.message
+            roles = counts.messages_by_role
+            roles[message.role] = roles.get(message.role, 0) + 1
+            if isinstance(message, UserMessage) and self.first_user_message is None:
+                self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
+        if isinstance(entry, SessionInfoEntry):
+            self.name = ((entry.name or "").strip() or None,)
+
+    def check_fits(self) -> None:
+        check_counts_fit(self.counts)
+
+    def add_into(self, totals: SessionStats) -> None:
+        """Add these token counts to ``totals`` (what several writes in one transaction add
+        to the row), checked as a whole."""
+        for name in TOKEN_COUNTS:
+            setattr(totals, name, getattr(totals, name) + getattr(self.counts, name))
+        check_counts_fit(totals)
 
 
 def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:

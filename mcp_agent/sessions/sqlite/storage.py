@@ -9,13 +9,11 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import compaction_stop, context_path_indices
 from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
@@ -25,11 +23,9 @@ from mcp_agent.sessions.entries import (
     MessageEntry,
     SessionEntry,
     SessionHeader,
-    SessionInfoEntry,
     UnknownEntry,
     entry_text,
     entry_to_json,
-    is_tree_node,
     iso_now,
     new_entry_id,
     parse_header,
@@ -38,9 +34,14 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
-from mcp_agent.sessions.repo import FIRST_MESSAGE_CHARS
+from mcp_agent.sessions.row_sql import recount_sql, tree_delta
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
-from mcp_agent.sessions.storage import SessionStats, count_entry, leaf_after, validate_tree
+from mcp_agent.sessions.storage import (
+    RowDelta,
+    SessionStats,
+    leaf_after,
+    validate_tree,
+)
 from mcp_agent.wire import describe_validation_error
 
 # Parsed entries kept per database (entries never change once stored), in bytes: an entry
@@ -167,54 +168,6 @@ def entry_cache(database: SqliteDatabase) -> EntryCache:
 # --- what each entry adds to its session's row ------------------------------------------------
 
 
-_MAX_INTEGER = 2**63 - 1
-
-
-@dataclass
-class _Delta:
-    """The change entries make to their session's row: the counters, the first user message,
-    a new name."""
-
-    counts: SessionStats = field(default_factory=SessionStats)
-    first_user_message: str | None = None
-    name: tuple[str | None] | None = None  # (new name,) when the entry renames the session
-
-    def add(self, entry: SessionEntry) -> None:
-        if not count_entry(self.counts, entry):
-            return
-        counts = self.counts
-        counts.first_timestamp = counts.first_timestamp or entry.timestamp
-        counts.last_timestamp = entry.timestamp
-        if isinstance(entry, MessageEntry):
-            message = entry.message
-            roles = counts.messages_by_role
-            roles[message.role] = roles.get(message.role, 0) + 1
-            if isinstance(message, UserMessage) and self.first_user_message is None:
-                self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
-        if isinstance(entry, SessionInfoEntry):
-            self.name = ((entry.name or "").strip() or None,)
-
-    def check_fits(self) -> None:
-        """SQLite integers have 64 bits; a larger count would fail deep inside the driver."""
-        _check_fits(self.counts)
-
-
-_TOKEN_COUNTS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "total_tokens",
-)
-
-
-def _check_fits(counts: SessionStats) -> None:
-    if any(abs(getattr(counts, name)) > _MAX_INTEGER for name in _TOKEN_COUNTS):
-        raise SessionError(
-            "invalid_entry", f"a token count is too large to store (over {_MAX_INTEGER})"
-        )
-
-
 @functools.lru_cache(maxsize=1024)
 def _stored_header(session_id: str, text: str) -> SessionHeader:
     """A stored header, parsed once: headers never change, and every open reads one."""
@@ -267,68 +220,17 @@ WHERE id = :id
 """
 
 
-# Tree nodes below a node, through the leaf moves pi may have appended below (at most 2: all
-# that matters is whether it had none, one or more).
-_TREE_CHILDREN = """
-SELECT count(*) FROM (
-  SELECT 1 FROM entries WHERE session_id = :s AND parent_id = :p AND type != 'leaf'
-  UNION ALL
-  SELECT 1 FROM entries l JOIN entries c ON c.session_id = l.session_id AND c.parent_id = l.id
-  WHERE l.session_id = :s AND l.parent_id = :p AND l.type = 'leaf' AND c.type != 'leaf'
-  LIMIT 2)
-"""
-
-
-def _tree_delta(conn: sqlite3.Connection, session_id: str, entry: SessionEntry) -> tuple[int, int]:
-    """(leaves, branch points) that appending ``entry`` adds to its session's tree (before it
-    is inserted): a node hung below a leaf leaves the count of leaves as it was; below a node
-    with one child it makes a branch point."""
-    if not is_tree_node(entry):
-        return 0, 0
-    parent = entry.parent_id
-    seen: set[str] = set()
-    while parent is not None and parent not in seen:  # through leaf moves, as tree_parent
-        seen.add(parent)
-        row = conn.execute(
-            "SELECT type, parent_id FROM entries WHERE session_id = ? AND id = ?",
-            (session_id, parent),
-        ).fetchone()
-        if row is None or row[0] != "leaf":
-            break
-        parent = row[1]
-    if parent is None:
-        return 1, 0
-    children = conn.execute(_TREE_CHILDREN, {"s": session_id, "p": parent}).fetchone()[0]
-    return (0, 0) if children == 0 else (1, 1) if children == 1 else (1, 0)
-
-
-# Each tree node under its tree parent (through leaf moves pi appended below).
-_TREE_PARENTS = (
-    "SELECT CASE WHEN p.type = 'leaf' THEN p.parent_id ELSE c.parent_id END AS tp"
-    " FROM entries c LEFT JOIN entries p ON p.session_id = c.session_id"
-    " AND p.id = c.parent_id WHERE c.session_id = :s AND c.type != 'leaf'"
-)
-_RECOUNT = f"""
-UPDATE sessions SET
-  roles = (SELECT json_group_object(role, n) FROM (SELECT role, count(*) AS n FROM entries
-    WHERE session_id = :s AND role IS NOT NULL GROUP BY role)),
-  leaf_count = entry_count
-    - (SELECT count(DISTINCT tp) FROM ({_TREE_PARENTS}) WHERE tp IS NOT NULL),
-  branch_point_count = (SELECT count(*) FROM (SELECT tp FROM ({_TREE_PARENTS})
-    WHERE tp IS NOT NULL GROUP BY tp HAVING count(*) > 1)),
-  first_timestamp = (SELECT timestamp FROM entries WHERE session_id = :s AND type != 'leaf'
-    ORDER BY seq LIMIT 1),
-  last_timestamp = (SELECT timestamp FROM entries WHERE session_id = :s AND type != 'leaf'
-    ORDER BY seq DESC LIMIT 1)
-WHERE id = :s
-"""
+_RECOUNT = recount_sql("json_group_object(role, n)")
 
 
 def _recount(conn: sqlite3.Connection, session_id: str) -> None:
-    """Count the figures of the sessions row that need the whole tree (messages by role,
-    leaves, branch points, first and last entry time) from its entries: after entries were
-    stored in bulk, and once for a session of a database made before the row kept them."""
+    """Count the row's figures that need every entry, after entries were stored in bulk, and
+    once for a session of a database made before the row kept them."""
     conn.execute(_RECOUNT, {"s": session_id})
+
+
+def _tree_delta(conn: sqlite3.Connection, session_id: str, entry: SessionEntry) -> tuple[int, int]:
+    return tree_delta(lambda sql, params: conn.execute(sql, params).fetchone(), session_id, entry)
 
 
 def _write_entries(
@@ -344,16 +246,14 @@ def _write_entries(
     the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
     the row, and is checked as a whole. ``bulk`` leaves the figures that need the tree to a
     :func:`_recount` once all are stored; otherwise each entry's are added as it goes in."""
-    delta = _Delta()
+    delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
         rows.append(_entry_row(session_id, entry, first_seq + offset))
         delta.add(entry)
     delta.check_fits()
     if totals is not None:
-        for name in _TOKEN_COUNTS:
-            setattr(totals, name, getattr(totals, name) + getattr(delta.counts, name))
-        _check_fits(totals)
+        delta.add_into(totals)
     leaves = branch_points = 0
     if bulk:
         conn.executemany(_INSERT_ENTRY, rows)

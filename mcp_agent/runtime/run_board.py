@@ -1,0 +1,198 @@
+"""The runs of every replica, on a board in the shared PostgreSQL database: any replica answers
+agent_status, agent_runs, agent_cancel, agent_steer and agent_follow_up for a run that another
+one runs.
+
+Each replica writes its runs' state to ``runs`` (when a run starts and ends, and every
+``PUBLISH_EVERY`` seconds while it changes) and renews their ``expires`` with its leases. A
+command for a run elsewhere is a row in ``run_commands`` for the replica that owns it, which
+takes its commands every ``POLL_EVERY`` seconds while it has runs under way. A replica that
+dies stops renewing: once its runs have expired (the lease time), any replica that looks marks
+them ended in error, "the server running it stopped".
+
+Blocking (database calls): call it through the application's ``offload``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from mcp_agent.messages import Usage
+from mcp_agent.runtime.errors import TooManyRuns
+from mcp_agent.runtime.leases import LEASE_SECONDS
+
+PUBLISH_EVERY = 0.5
+POLL_EVERY = 0.25
+# Commands waiting for one run at most; one more is refused.
+MAX_PENDING_COMMANDS = 100
+# Ended runs stay on the board this long (their sessions keep everything).
+KEEP_ENDED_SECONDS = 7 * 24 * 3600
+STOPPED = "the server running it stopped"
+
+CommandKind = Literal["cancel", "steer", "follow_up"]
+
+_NOW = "extract(epoch FROM clock_timestamp())"
+_COLUMNS = (
+    "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
+    " answer, error, stop_reason, usage, new_messages"
+)
+
+
+@dataclass
+class RunRecord:
+    """A run as the board (and run_info) knows it: the attributes of ``runs.Run`` that
+    describe it, without its agent."""
+
+    id: str
+    session_id: str
+    agent_name: str
+    model_ref: str
+    depth: int = 0
+    status: str = "running"
+    started: float = 0.0
+    finished: float | None = None
+    event_count: int = 0
+    last_event: str = ""
+    answer: str | None = None
+    error: str | None = None
+    stop_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    new_messages: int = 0
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
+        record = cls(*row[:13])
+        record.usage = Usage.model_validate(json.loads(row[13]))
+        record.new_messages = row[14]
+        return record
+
+    def row(self) -> tuple[Any, ...]:
+        """The values of ``_COLUMNS``, in order."""
+        values = [getattr(self, f.name) for f in fields(self)]
+        values[13] = self.usage.model_dump_json(by_alias=True)
+        return tuple(values)
+
+
+@dataclass(frozen=True)
+class Command:
+    run_id: str
+    kind: CommandKind
+    message: str | None
+
+
+class RunBoard:
+    def __init__(self, database: Any, owner: str) -> None:  # a PostgresDatabase
+        self.database = database
+        self.owner = owner
+
+    def publish(self, records: list[RunRecord]) -> None:
+        """Write the state of runs of this replica."""
+        if not records:
+            return
+        sql = (
+            f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
+            f" ({', '.join(['%s'] * 15)}, %s, {_NOW} + %s)"
+            " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
+            " finished = excluded.finished, event_count = excluded.event_count,"
+            " last_event = excluded.last_event, answer = excluded.answer,"
+            " error = excluded.error, stop_reason = excluded.stop_reason,"
+            " usage = excluded.usage, new_messages = excluded.new_messages,"
+            " model = excluded.model, expires = excluded.expires"
+        )
+
+        def work(conn: Any) -> None:
+            with conn.cursor() as cursor:
+                cursor.executemany(sql, [(*r.row(), self.owner, LEASE_SECONDS) for r in records])
+
+        self.database.write(work)
+
+    def renew(self, running: list[str]) -> None:
+        """Keep the runs under way here (``running``) alive; end those of replicas that
+        stopped; forget runs that ended long ago. Called with the lease renewal."""
+
+        def work(conn: Any) -> None:
+            conn.execute(
+                f"UPDATE runs SET expires = {_NOW} + %s WHERE owner = %s AND id = ANY(%s)",
+                (LEASE_SECONDS, self.owner, running),
+            )
+            self._end_stopped(conn)
+            conn.execute(
+                f"DELETE FROM runs WHERE finished IS NOT NULL AND finished < {_NOW} - %s",
+                (KEEP_ENDED_SECONDS,),
+            )
+
+        self.database.write(work)
+
+    @staticmethod
+    def _end_stopped(conn: Any, run_id: str | None = None) -> None:
+        only = " AND id = %s" if run_id is not None else ""
+        conn.execute(
+            f"UPDATE runs SET status = 'error', error = %s, finished = {_NOW}"
+            f" WHERE status = 'running' AND expires < {_NOW}{only}",
+            (STOPPED, *((run_id,) if run_id is not None else ())),
+        )
+
+    def get(self, run_id: str) -> RunRecord | None:
+        def work(conn: Any) -> RunRecord | None:
+            self._end_stopped(conn, run_id)
+            row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = %s", (run_id,)).fetchone()
+            return RunRecord.from_row(row) if row else None
+
+        found: RunRecord | None = self.database.write(work)
+        return found
+
+    def newest(self, limit: int) -> list[RunRecord]:
+        """The newest ``limit`` runs of every replica, oldest first."""
+
+        def work(conn: Any) -> list[RunRecord]:
+            self._end_stopped(conn)
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM runs ORDER BY started DESC, id DESC LIMIT %s", (limit,)
+            ).fetchall()
+            return [RunRecord.from_row(row) for row in reversed(rows)]
+
+        records: list[RunRecord] = self.database.write(work)
+        return records
+
+    def send(self, run_id: str, kind: CommandKind, message: str | None = None) -> RunRecord | None:
+        """Leave a command for the replica that runs ``run_id``; the run as it is (None when
+        unknown). Nothing is sent to a run that has ended."""
+
+        def work(conn: Any) -> RunRecord | None:
+            self._end_stopped(conn, run_id)
+            row = conn.execute(
+                f"SELECT {_COLUMNS}, owner FROM runs WHERE id = %s FOR UPDATE", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            record = RunRecord.from_row(row[:-1])
+            if record.status != "running":
+                return record
+            pending = conn.execute(
+                "SELECT count(*) FROM run_commands WHERE run_id = %s", (run_id,)
+            ).fetchone()[0]
+            if pending >= MAX_PENDING_COMMANDS:
+                raise TooManyRuns(
+                    f"run {run_id} has {pending} commands waiting already, the limit is"
+                    f" {MAX_PENDING_COMMANDS}; wait for it to take them"
+                )
+            conn.execute(
+                "INSERT INTO run_commands (run_id, owner, kind, message) VALUES (%s, %s, %s, %s)",
+                (run_id, row[-1], kind, message),
+            )
+            return record
+
+        sent: RunRecord | None = self.database.write(work)
+        return sent
+
+    def take_commands(self) -> list[Command]:
+        """The commands left for this replica's runs, in the order they were sent (each is
+        taken once)."""
+        rows = self.database.write(
+            lambda conn: conn.execute(
+                "DELETE FROM run_commands WHERE owner = %s RETURNING id, run_id, kind, message",
+                (self.owner,),
+            ).fetchall()
+        )
+        return [Command(run_id, kind, message) for _, run_id, kind, message in sorted(rows)]

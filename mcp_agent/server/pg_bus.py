@@ -1,0 +1,137 @@
+"""Change notifications across replicas: the SDK's ``SubscriptionBus`` over PostgreSQL's
+LISTEN/NOTIFY.
+
+Each replica publishes the events of its own changes (a session updated, the list changed) on
+one channel and hears the others': an event from another replica goes to this replica's
+2026-07-28 listen streams (the bus's local listeners) and to its legacy
+``resources/subscribe`` connections (``on_remote``: the Notifier's outboxes), so a client
+sees every change whichever replica made it. Delivery is as the SDK's own bus promises:
+fire-and-forget, no replay. While the database is unreachable the bus goes on delivering this
+replica's own events and reconnects (every ``RETRY_SECONDS``); the others' events of that
+time are lost, as a dropped listen stream loses them.
+
+The connections are psycopg's async ones, on the server's event loop (asyncio): nothing here
+blocks it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import psycopg
+from mcp.server.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+
+from mcp_agent.server.notify import WatchedBus
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "mcp_agent_events"
+RETRY_SECONDS = 1.0
+# NOTIFY payloads must stay under 8000 bytes; an event that does not fit stays local.
+MAX_PAYLOAD = 7900
+
+_KINDS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
+    "resource_updated": lambda data: ResourceUpdated(uri=str(data["uri"])),
+    "resources_list_changed": lambda _data: ResourcesListChanged(),
+    "tools_list_changed": lambda _data: ToolsListChanged(),
+    "prompts_list_changed": lambda _data: PromptsListChanged(),
+}
+
+
+def _encode(origin: str, event: ServerEvent) -> str | None:
+    if isinstance(event, ResourceUpdated):
+        data: dict[str, Any] = {"kind": "resource_updated", "uri": event.uri}
+    elif isinstance(event, ResourcesListChanged):
+        data = {"kind": "resources_list_changed"}
+    elif isinstance(event, ToolsListChanged):
+        data = {"kind": "tools_list_changed"}
+    elif isinstance(event, PromptsListChanged):
+        data = {"kind": "prompts_list_changed"}
+    else:
+        return None
+    return json.dumps({"origin": origin, **data}, separators=(",", ":"))
+
+
+def _decode(payload: str) -> tuple[str, ServerEvent] | None:
+    try:
+        data = json.loads(payload)
+        return str(data["origin"]), _KINDS[data["kind"]](data)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class PostgresBus(WatchedBus):
+    """A ``SubscriptionBus`` shared by every replica on one PostgreSQL database."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.origin = uuid.uuid4().hex
+        self._publisher: psycopg.AsyncConnection[Any] | None = None
+        self._publish_lock = anyio.Lock()
+        # Called with each event from another replica (on the event loop).
+        self.remote_listeners: list[Callable[[ServerEvent], None]] = []
+        self.listening_since: anyio.Event = anyio.Event()  # set once LISTEN is in place
+
+    def listening(self) -> bool:
+        return True  # other replicas' clients may listen: every change is published
+
+    async def publish(self, event: ServerEvent) -> None:
+        await super().publish(event)  # this replica's listeners
+        payload = _encode(self.origin, event)
+        if payload is None or len(payload) > MAX_PAYLOAD:
+            return
+        async with self._publish_lock:
+            if self._publisher is None or self._publisher.closed:
+                return  # not connected: run() reconnects
+            try:
+                await self._publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            except psycopg.Error:
+                log.warning("publishing a change to the other replicas failed", exc_info=True)
+
+    async def run(self) -> None:
+        """Hear the other replicas until cancelled (a task of the server's)."""
+        while True:
+            try:
+                await self._serve()
+            except (psycopg.Error, OSError):
+                log.warning(
+                    "the change feed from other replicas broke; reconnecting", exc_info=True
+                )
+            await anyio.sleep(RETRY_SECONDS)
+
+    async def _serve(self) -> None:
+        async with (
+            await psycopg.AsyncConnection.connect(self.url, autocommit=True) as listener,
+            await psycopg.AsyncConnection.connect(self.url, autocommit=True) as publisher,
+        ):
+            await listener.execute(f"LISTEN {CHANNEL}")
+            self._publisher = publisher
+            self.listening_since.set()
+            try:
+                async for notice in listener.notifies():
+                    decoded = _decode(notice.payload)
+                    if decoded is None or decoded[0] == self.origin:
+                        continue
+                    await self._deliver_remote(decoded[1])
+            finally:
+                self._publisher = None
+
+    async def _deliver_remote(self, event: ServerEvent) -> None:
+        await super().publish(event)
+        for listener in list(self.remote_listeners):
+            try:
+                listener(event)
+            except Exception:  # one broken listener must not stop the feed
+                log.exception("a remote change listener failed")

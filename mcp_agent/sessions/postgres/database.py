@@ -1,0 +1,260 @@
+"""The PostgreSQL backend's database: a connection pool, the schema and its migrations.
+
+Shape (the SQLite backend's, in PostgreSQL's terms):
+- ``sessions``: one row per session with its header JSON, leaf, name, created/modified and
+  the running counters of :class:`~mcp_agent.sessions.storage.RowDelta`, updated in the same
+  transaction as each append. Listing walks an index on (modified, id).
+- ``entries``: one row per entry, keyed by (session_id, id) and indexed on (session_id,
+  parent_id), holding the entry's pi JSON; a branch is one recursive query from the leaf up.
+  ``search`` is a generated ``tsvector`` of the entry's text (the ``simple`` configuration:
+  no stemming, so a word matches what it starts, as in the other backends) under a GIN index.
+- ``labels``: the current label of each labelled entry.
+- ``session_leases``: the runtime's leases (runtime.leases), one run per session; ``runs``
+  and ``run_commands``: the runs of every replica (runtime.run_board).
+
+Concurrency: each append is one transaction that locks its session's row (``FOR UPDATE``), so
+appends to one session from any number of replicas are serialised and re-read the leaf, while
+appends to different sessions run side by side.
+
+Migrations: ``schema_version`` holds the version; each step in ``MIGRATIONS`` runs once, in
+order, in one transaction under a transaction-level advisory lock, so replicas that start
+together wait for each other and the second finds the work done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from mcp_agent.paths import shown_url
+from mcp_agent.sessions.errors import SessionError
+
+T = TypeVar("T")
+
+Durability = Literal["full", "normal"]
+# Called inside each transaction that appends to or moves a session, before the change, with
+# the connection and the session id; raising refuses the change (runtime.leases).
+SessionGuard = Callable[[Any, str], None]
+
+# Any constant of our own: the key of the advisory lock migrations hold.
+MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
+POOL_TIMEOUT_S = 30.0
+
+MIGRATIONS: list[str] = [
+    # 1: the first shape
+    """
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    header TEXT NOT NULL,
+    name TEXT,
+    cwd TEXT,
+    leaf TEXT,
+    created TEXT NOT NULL,
+    modified TEXT NOT NULL,
+    parent_session TEXT,
+    first_user_message TEXT,
+    next_seq BIGINT NOT NULL DEFAULT 0,
+    entry_count BIGINT NOT NULL DEFAULT 0,
+    message_count BIGINT NOT NULL DEFAULT 0,
+    tool_call_count BIGINT NOT NULL DEFAULT 0,
+    input_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0,
+    cache_read_tokens BIGINT NOT NULL DEFAULT 0,
+    cache_write_tokens BIGINT NOT NULL DEFAULT 0,
+    total_tokens BIGINT NOT NULL DEFAULT 0,
+    cost_total DOUBLE PRECISION NOT NULL DEFAULT 0,
+    roles JSONB NOT NULL DEFAULT '{}',
+    leaf_count BIGINT NOT NULL DEFAULT 0,
+    branch_point_count BIGINT NOT NULL DEFAULT 0,
+    first_timestamp TEXT,
+    last_timestamp TEXT
+);
+CREATE INDEX sessions_modified ON sessions (modified, id);
+CREATE TABLE entries (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    id TEXT NOT NULL,
+    parent_id TEXT,
+    type TEXT NOT NULL,
+    role TEXT,
+    timestamp TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    data TEXT NOT NULL,
+    text TEXT,
+    search TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', coalesce(text, ''))) STORED,
+    PRIMARY KEY (session_id, id)
+);
+CREATE INDEX entries_parent ON entries (session_id, parent_id);
+CREATE INDEX entries_seq ON entries (session_id, seq);
+CREATE INDEX entries_search ON entries USING GIN (search);
+CREATE TABLE labels (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    target_id TEXT NOT NULL,
+    label TEXT NOT NULL,
+    PRIMARY KEY (session_id, target_id)
+);
+-- runtime.leases: one run per session across replicas
+CREATE TABLE session_leases (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires DOUBLE PRECISION NOT NULL
+);
+-- runtime.run_board: the runs of every replica, and commands for them
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    model TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    started DOUBLE PRECISION NOT NULL,
+    finished DOUBLE PRECISION,
+    event_count BIGINT NOT NULL,
+    last_event TEXT NOT NULL,
+    answer TEXT,
+    error TEXT,
+    stop_reason TEXT,
+    usage TEXT NOT NULL,
+    new_messages INTEGER NOT NULL,
+    expires DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX runs_started ON runs (started, id);
+CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
+CREATE TABLE run_commands (
+    id BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT
+);
+CREATE INDEX run_commands_owner ON run_commands (owner, id);
+""",
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def storage_error(where: str, error: psycopg.Error) -> SessionError:
+    """A database failure as an error that says what happened; the transaction it broke was
+    rolled back, so nothing was written."""
+    return SessionError("storage", f"the session database {where} failed: {_one_line(error)}")
+
+
+class PostgresDatabase:
+    """A PostgreSQL session database, shared by the sessions a repo opens.
+
+    Blocking: call it from worker threads, never from an event loop. Each call borrows a
+    connection from a bounded pool (``max_connections``; a caller beyond it waits up to
+    ``POOL_TIMEOUT_S``, then is refused).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        durability: Durability = "full",
+        session_guard: SessionGuard | None = None,
+        min_connections: int = 1,
+        max_connections: int = 10,
+    ) -> None:
+        if durability not in ("full", "normal"):
+            raise ValueError("durability must be one of full, normal")
+        self.url = url
+        self.where = shown_url(url)
+        self.session_guard = session_guard
+        # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
+        # synchronous_commit = off): a crash of the database server may lose the newest
+        # appends, never corrupt older ones.
+        options = "-c synchronous_commit=off" if durability == "normal" else ""
+        self.pool = ConnectionPool(
+            url,
+            min_size=min_connections,
+            max_size=max_connections,
+            kwargs={"autocommit": True, "options": options},
+            timeout=POOL_TIMEOUT_S,
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="mcp-agent-sessions",
+        )
+        self._closed = threading.Event()
+        try:
+            # One connection first: an unreachable database is said at once (the pool would
+            # retry until its timeout), and the schema is ready before any request.
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                self._migrate(conn)
+        except psycopg.OperationalError as error:
+            raise SessionError(
+                "storage", f"cannot reach the session database {self.where}: {_one_line(error)}"
+            ) from None
+        self.pool.open(wait=False)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed.is_set():
+            raise SessionError("closed", f"the session database {self.where} is closed")
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout:
+            raise SessionError(
+                "busy",
+                f"every connection to the session database {self.where} stayed busy for"
+                f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
+            ) from None
+        except pg_errors.DataError as error:
+            raise SessionError(
+                "invalid_entry", f"the database refused a value: {_one_line(error)}"
+            ) from None
+        except psycopg.Error as error:
+            raise storage_error(self.where, error) from None
+
+    def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``work`` in one transaction (committed when it returns, rolled back when it
+        raises)."""
+        with self.connection() as conn:
+            try:
+                with conn.transaction():
+                    return work(conn)
+            except pg_errors.DataError as error:
+                raise SessionError(
+                    "invalid_entry", f"the database refused a value: {error}"
+                ) from None
+
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        with self.connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring)."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            version = row[0] if row else 0
+            if version > SCHEMA_VERSION:
+                raise SessionError(
+                    "storage",
+                    f"the session database {self.where} has schema version {version}, newer"
+                    f" than this server's {SCHEMA_VERSION}: upgrade mcp-agent-sessions",
+                )
+            for step in MIGRATIONS[version:]:
+                conn.execute(step)
+            if row is None:
+                conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+            else:
+                conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+
+    def close(self) -> None:
+        self._closed.set()
+        self.pool.close()

@@ -1,0 +1,516 @@
+"""One session in a PostgreSQL session database: its entries, its leaf, its row's counters."""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from pydantic import ValidationError
+
+from mcp_agent.sessions.context import compaction_stop, context_path_indices
+from mcp_agent.sessions.entries import (
+    ENTRY_TYPES,
+    CompactionEntry,
+    LabelEntry,
+    LeafEntry,
+    MessageEntry,
+    SessionEntry,
+    SessionHeader,
+    UnknownEntry,
+    entry_text,
+    entry_to_json,
+    iso_now,
+    new_entry_id,
+    parse_header,
+    sortable_time,
+    write_time,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.pi import SessionStream
+from mcp_agent.sessions.postgres.database import PostgresDatabase
+from mcp_agent.sessions.row_sql import for_psycopg, recount_sql, tree_delta
+from mcp_agent.sessions.sqlite.storage import (
+    ENTRY_CACHE_BYTES,
+    IMPORT_BATCH_ROWS,
+    EntryCache,
+)
+from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after, validate_tree
+from mcp_agent.wire import describe_validation_error
+
+Conn = psycopg.Connection[Any]
+
+_caches: weakref.WeakKeyDictionary[PostgresDatabase, EntryCache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def entry_cache(database: PostgresDatabase) -> EntryCache:
+    """The parse cache of ``database``: entries never change once stored, in any replica."""
+    with _caches_lock:
+        cache = _caches.get(database)
+        if cache is None:
+            cache = _caches[database] = EntryCache(ENTRY_CACHE_BYTES)
+        return cache
+
+
+_INSERT_ENTRY = (
+    "INSERT INTO entries (session_id, id, parent_id, type, role, timestamp, seq, data, text)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+_APPLY_DELTA = """
+UPDATE sessions SET
+  leaf = %(leaf)s,
+  modified = %(modified)s,
+  next_seq = next_seq + %(count)s,
+  entry_count = entry_count + %(entries)s,
+  message_count = message_count + %(messages)s,
+  tool_call_count = tool_call_count + %(tool_calls)s,
+  input_tokens = input_tokens + %(input)s,
+  output_tokens = output_tokens + %(output)s,
+  cache_read_tokens = cache_read_tokens + %(cache_read)s,
+  cache_write_tokens = cache_write_tokens + %(cache_write)s,
+  total_tokens = total_tokens + %(total)s,
+  cost_total = cost_total + %(cost)s,
+  leaf_count = leaf_count + %(leaves)s,
+  branch_point_count = branch_point_count + %(branch_points)s,
+  first_timestamp = coalesce(first_timestamp, %(first_timestamp)s),
+  last_timestamp = coalesce(%(last_timestamp)s, last_timestamp),
+  first_user_message = coalesce(first_user_message, %(first_user_message)s),
+  name = CASE WHEN %(renames)s THEN %(name)s ELSE name END
+WHERE id = %(id)s
+"""
+
+
+def _no_nul(text: str | None) -> str | None:
+    # PostgreSQL text cannot hold NUL; the JSON keeps it escaped (\u0000), the search text
+    # drops it.
+    return text.replace("\x00", " ") if text else text
+
+
+def _entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
+    role = entry.message.role if isinstance(entry, MessageEntry) else None
+    return (
+        session_id,
+        entry.id,
+        entry.parent_id,
+        entry.type,
+        role,
+        entry.timestamp,
+        seq,
+        entry_to_json(entry),
+        _no_nul(entry_text(entry)) or None,
+    )
+
+
+_RECOUNT = for_psycopg(recount_sql("coalesce(jsonb_object_agg(role, n), '{}'::jsonb)"))
+_ADD_ROLE = (
+    "UPDATE sessions SET roles = jsonb_set(roles, ARRAY[%(role)s],"
+    " to_jsonb(coalesce((roles->>%(role)s)::bigint, 0) + %(n)s)) WHERE id = %(s)s"
+)
+
+
+def _recount(conn: Conn, session_id: str) -> None:
+    """Count the row's figures that need every entry, after entries were stored in bulk."""
+    conn.execute(_RECOUNT, {"s": session_id})
+
+
+def _write_entries(
+    conn: Conn,
+    session_id: str,
+    entries: Sequence[SessionEntry],
+    first_seq: int,
+    leaf_id: str | None,
+    totals: SessionStats | None = None,
+    bulk: bool = False,
+) -> list[tuple[Any, ...]]:
+    """Insert ``entries`` and fold them into the session row (inside a transaction); ``bulk``
+    leaves the figures that need the tree to a :func:`_recount` once all are stored."""
+    delta = RowDelta()
+    rows = []
+    for offset, entry in enumerate(entries):
+        rows.append(_entry_row(session_id, entry, first_seq + offset))
+        delta.add(entry)
+    delta.check_fits()
+    if totals is not None:
+        delta.add_into(totals)
+    leaves = branch_points = 0
+    with conn.cursor() as cursor:
+        if bulk:
+            if rows:
+                cursor.executemany(_INSERT_ENTRY, rows)
+        else:
+
+            def fetch_one(sql: str, params: dict[str, Any]) -> Any:
+                return cursor.execute(sql, params).fetchone()
+
+            for entry, row in zip(entries, rows, strict=True):
+                added = tree_delta(fetch_one, session_id, entry, psycopg=True)
+                leaves += added[0]
+                branch_points += added[1]
+                cursor.execute(_INSERT_ENTRY, row)
+            for role, count in delta.counts.messages_by_role.items():
+                cursor.execute(_ADD_ROLE, {"role": role, "n": count, "s": session_id})
+    labels: dict[str, str | None] = {}
+    for entry in entries:
+        if isinstance(entry, LabelEntry):
+            labels[entry.target_id] = entry.label or None
+    for target_id, label in labels.items():
+        if label:
+            conn.execute(
+                "INSERT INTO labels (session_id, target_id, label) VALUES (%s, %s, %s)"
+                " ON CONFLICT (session_id, target_id) DO UPDATE SET label = excluded.label",
+                (session_id, target_id, label),
+            )
+        else:
+            conn.execute(
+                "DELETE FROM labels WHERE session_id = %s AND target_id = %s",
+                (session_id, target_id),
+            )
+    counts = delta.counts
+    conn.execute(
+        _APPLY_DELTA,
+        {
+            "id": session_id,
+            "leaf": leaf_id,
+            "modified": write_time(),
+            "count": len(entries),
+            "entries": counts.entry_count,
+            "messages": counts.message_count,
+            "tool_calls": counts.tool_call_count,
+            "input": counts.input_tokens,
+            "output": counts.output_tokens,
+            "cache_read": counts.cache_read_tokens,
+            "cache_write": counts.cache_write_tokens,
+            "total": counts.total_tokens,
+            "cost": counts.cost_total,
+            "leaves": leaves,
+            "branch_points": branch_points,
+            "first_timestamp": counts.first_timestamp,
+            "last_timestamp": counts.last_timestamp,
+            "first_user_message": _no_nul(delta.first_user_message),
+            "renames": delta.name is not None,
+            "name": _no_nul(delta.name[0]) if delta.name is not None else None,
+        },
+    )
+    return rows
+
+
+def _insert_session(conn: Conn, header: SessionHeader) -> None:
+    inserted = conn.execute(
+        "INSERT INTO sessions (id, header, cwd, created, modified, parent_session)"
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (
+            header.id,
+            entry_to_json(header),
+            _no_nul(header.cwd),
+            sortable_time(header.timestamp),
+            write_time(),
+            header.parent_session,
+        ),
+    ).rowcount
+    if not inserted:
+        raise SessionError("conflict", f"session {header.id} already exists")
+
+
+def _branch_sql(columns: str) -> str:
+    # Walks parent links from the leaf up, one primary-key lookup a step. The depth bound only
+    # guards against a corrupted cycle.
+    return f"""
+WITH RECURSIVE path(id, parent_id, depth) AS (
+  SELECT id, parent_id, 0 FROM entries WHERE session_id = %(s)s AND id = %(leaf)s
+  UNION ALL
+  SELECT e.id, e.parent_id, p.depth + 1 FROM path p
+  JOIN entries e ON e.session_id = %(s)s AND e.id = p.parent_id
+  WHERE p.depth < 10000000
+)
+SELECT {columns} FROM path p JOIN entries e ON e.session_id = %(s)s AND e.id = p.id
+ORDER BY p.depth DESC
+"""
+
+
+_BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
+_CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
+
+
+class PostgresSessionStorage:
+    """One session in a PostgreSQL session database (see ``database``)."""
+
+    def __init__(
+        self, database: PostgresDatabase, session_id: str, header: SessionHeader | None = None
+    ) -> None:
+        self.database = database
+        self.session_id = session_id
+        self._seen_leaf: str | None = None
+        if header is None:
+            rows = database.read("SELECT header, leaf FROM sessions WHERE id = %s", (session_id,))
+            if not rows:
+                raise SessionError("not_found", f"session {session_id} not found")
+            header = parse_header(json.loads(rows[0][0]), f"session {session_id} header")
+            self._seen_leaf = rows[0][1]
+        self._header = header
+        self.lock = threading.RLock()
+        self._cache = entry_cache(database).share()
+        weakref.finalize(self, self._cache.release)
+
+    @classmethod
+    def create(
+        cls,
+        database: PostgresDatabase,
+        header: SessionHeader,
+        entries: Sequence[SessionEntry] = (),
+    ) -> PostgresSessionStorage:
+        """Store a new session with its first entries in one transaction (all or nothing)."""
+        entries = list(entries)
+        validate_tree(entries)
+        leaf_id = leaf_after(entries)
+
+        def work(conn: Conn) -> None:
+            _insert_session(conn, header)
+            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
+            _recount(conn, header.id)
+
+        database.write(work)
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = leaf_id
+        return storage
+
+    @classmethod
+    def import_stream(
+        cls, database: PostgresDatabase, stream: SessionStream
+    ) -> PostgresSessionStorage:
+        """Store an imported session in one transaction, inserting its entries in batches as
+        the stream yields them; a problem anywhere in the file rolls it all back."""
+        header = stream.header
+
+        def work(conn: Conn) -> None:
+            _insert_session(conn, header)
+            totals = SessionStats()
+            batch: list[SessionEntry] = []
+            seq = 0
+            for entry in stream:
+                batch.append(entry)
+                if len(batch) >= IMPORT_BATCH_ROWS:
+                    _write_entries(conn, header.id, batch, seq, leaf_after(batch), totals, True)
+                    seq += len(batch)
+                    batch.clear()
+            _write_entries(conn, header.id, batch, seq, stream.leaf_id, totals, bulk=True)
+            _recount(conn, header.id)
+
+        try:
+            database.write(work)
+        except SessionError as error:
+            if error.code != "storage":
+                stream.drain()  # a problem in the rest of the file is reported first
+            raise
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = stream.leaf_id
+        return storage
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _parse(self, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+        entry = self._cache.get(entry_id)
+        if entry is None:
+            cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+            try:
+                entry = cls.model_validate_json(data)
+            except ValidationError as error:
+                where = f"session {self.session_id} entry {entry_id}"
+                try:
+                    value = json.loads(data)
+                except ValueError:
+                    value = None
+                detail = describe_validation_error(error, "", value)
+                raise SessionError("corrupt", f"{where}: {detail}") from None
+            self._cache.put(entry_id, entry, len(data))
+        return entry
+
+    def _entries(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[SessionEntry]:
+        rows = self.database.read(sql, params)
+        return [self._parse(entry_id, entry_type, data) for entry_id, entry_type, data in rows]
+
+    def _guard(self, conn: Conn) -> None:
+        if self.database.session_guard is not None:
+            self.database.session_guard(conn, self.session_id)
+
+    def _locked_row(self, conn: Conn) -> tuple[str | None, int]:
+        """The session's leaf and next sequence number, its row locked until the commit."""
+        row = conn.execute(
+            "SELECT leaf, next_seq FROM sessions WHERE id = %s FOR UPDATE", (self.session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        return row[0], row[1]
+
+    def _exists(self, conn: Conn, entry_id: str) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM entries WHERE session_id = %s AND id = %s",
+            (self.session_id, entry_id),
+        ).fetchone()
+        return row is not None
+
+    # --- the storage protocol -----------------------------------------------------------------
+
+    def get_metadata(self) -> SessionHeader:
+        return self._header
+
+    def get_leaf_id(self) -> str | None:
+        rows = self.database.read("SELECT leaf FROM sessions WHERE id = %s", (self.session_id,))
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        self._seen_leaf = rows[0][0]
+        return self._seen_leaf
+
+    def leaf_for_append(self) -> str | None:
+        return self._seen_leaf
+
+    def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
+        def work(conn: Conn) -> LeafEntry | None:
+            current, seq = self._locked_row(conn)
+            self._guard(conn)
+            if current == leaf_id:
+                return None
+            if leaf_id is not None and not self._exists(conn, leaf_id):
+                raise SessionError("not_found", f"entry {leaf_id} not found")
+            entry = LeafEntry(
+                id=new_entry_id(lambda candidate: self._exists(conn, candidate)),
+                parent_id=leaf_id,
+                timestamp=iso_now(),
+                target_id=leaf_id,
+            )
+            _write_entries(conn, self.session_id, [entry], seq, leaf_id)
+            return entry
+
+        moved = self.database.write(work)
+        self._seen_leaf = leaf_id
+        return moved
+
+    def create_entry_id(self) -> str:
+        # Checked again inside the append's transaction ("conflict": Session retries).
+        return new_entry_id(self._cache.__contains__)
+
+    def append_entry(self, entry: SessionEntry) -> SessionEntry:
+        seen = self._seen_leaf
+
+        def work(conn: Conn) -> tuple[SessionEntry, int]:
+            leaf, seq = self._locked_row(conn)
+            self._guard(conn)
+            if self._exists(conn, entry.id):
+                raise SessionError("conflict", f"entry id {entry.id} is already taken")
+            stored = entry
+            if entry.parent_id != leaf and entry.parent_id == seen:
+                # Built on the leaf we last saw, but another replica has appended or moved the
+                # leaf since: keep the conversation linear on the leaf as it is now.
+                stored = entry.model_copy(update={"parent_id": leaf})
+            elif entry.parent_id is not None and not self._exists(conn, entry.parent_id):
+                raise SessionError(
+                    "invalid_entry", f"entry {entry.id}: parent {entry.parent_id} not found"
+                )
+            new_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
+            rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
+            return stored, len(rows[0][7])
+
+        stored, json_chars = self.database.write(work)
+        self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
+        self._cache.put(stored.id, stored, json_chars)
+        return stored
+
+    def get_entry(self, entry_id: str) -> SessionEntry | None:
+        cached = self._cache.get(entry_id)
+        if cached is not None:
+            return cached
+        found = self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = %s AND id = %s",
+            (self.session_id, entry_id),
+        )
+        return found[0] if found else None
+
+    def find_entries(self, entry_type: str) -> list[SessionEntry]:
+        return self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = %s AND type = %s ORDER BY seq",
+            (self.session_id, entry_type),
+        )
+
+    def get_label(self, entry_id: str) -> str | None:
+        rows = self.database.read(
+            "SELECT label FROM labels WHERE session_id = %s AND target_id = %s",
+            (self.session_id, entry_id),
+        )
+        return rows[0][0] if rows else None
+
+    def get_session_name(self) -> str | None:
+        rows = self.database.read("SELECT name FROM sessions WHERE id = %s", (self.session_id,))
+        return rows[0][0] if rows else None
+
+    def get_branch(self, leaf_id: str | None) -> list[SessionEntry]:
+        if leaf_id is None:
+            return []
+        path = self._entries(_BRANCH_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not path:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        return path
+
+    def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
+        """What a context is built from (see SqliteSessionStorage.get_context_path)."""
+        if leaf_id is None:
+            return []
+        rows = self.database.read(_CONTEXT_PATH_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+
+        def compaction_at(i: int) -> CompactionEntry:
+            entry = self._parse(rows[i][0], rows[i][1], rows[i][3])
+            assert isinstance(entry, CompactionEntry)
+            return entry
+
+        ids, types, roles, _ = zip(*rows, strict=True)
+        keep = context_path_indices(ids, types, roles, compaction_at)
+        return [self._parse(rows[i][0], rows[i][1], rows[i][3]) for i in keep]
+
+    def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
+        path = self.get_branch(leaf_id)
+        stop = compaction_stop()
+        for index in range(len(path) - 1, -1, -1):
+            if stop(path[index]):
+                return path[index:]
+        return path
+
+    def get_children(self, entry_id: str | None) -> list[SessionEntry]:
+        # Children of the entry, and entries that pi appended below a leaf move to it.
+        match = "= %(x)s" if entry_id is not None else "IS NULL"
+        sql = (
+            "SELECT id, type, data FROM entries WHERE session_id = %(s)s AND type != 'leaf'"
+            f" AND (parent_id {match} OR parent_id IN (SELECT id FROM entries"
+            f" WHERE session_id = %(s)s AND type = 'leaf' AND parent_id {match}))"
+            " ORDER BY seq"
+        )
+        return self._entries(sql, {"s": self.session_id, "x": entry_id})
+
+    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
+        return self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = %s ORDER BY seq",
+            (self.session_id,),
+        )
+
+    def get_session_stats(self) -> SessionStats:
+        s = self.session_id
+        names = (
+            "entry_count message_count tool_call_count input_tokens output_tokens"
+            " cache_read_tokens cache_write_tokens total_tokens cost_total leaf_count"
+            " branch_point_count first_timestamp last_timestamp"
+        ).split()
+        sql = f"SELECT roles, {', '.join(names)} FROM sessions WHERE id = %s"
+        rows = self.database.read(sql, (s,))
+        if not rows:
+            raise SessionError("not_found", f"session {s} was deleted")
+        roles, *figures = rows[0]
+        stats = SessionStats(**dict(zip(names, figures, strict=True)))
+        stats.messages_by_role = dict(roles)
+        return stats
+
+    def close(self) -> None:
+        pass

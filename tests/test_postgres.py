@@ -1,0 +1,374 @@
+"""The server over PostgreSQL: the flows of test_server on a database of the test's own, two
+servers on one database (as replicas), leases in the database, migrations that two replicas
+start at once."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
+    TEST_AGENTS,
+    agent_server,
+    call,
+    call_error,
+    client_fixture,
+    make_server,
+)
+from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
+    test_cancel_aborts_and_session_stays_consistent,
+    test_detached_run_status_and_one_run_per_session,
+    test_fork_import_and_delete_announce_list_changes,
+    test_legacy_subscriptions,
+    test_modern_notifications,
+    test_session_lifecycle,
+    user,
+)
+
+from mcp_agent.messages import content_text
+from mcp_agent.providers.base import LlmContext
+from mcp_agent.providers.scripted import ScriptedResponse, reply
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def server(tmp_path: Path, postgres_url: str) -> MCPServer:
+    return make_server(tmp_path, db_url=postgres_url)
+
+
+async def test_one_run_per_session_across_replicas(tmp_path: Path, postgres_url: str) -> None:
+    first = make_server(tmp_path / "a", db_url=postgres_url)
+    second = make_server(tmp_path / "b", db_url=postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        sid = run["sessionId"]
+        text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
+        assert "busy" in text and run["runId"] in text and "another server process" in text
+        # Refused inside the append's own transaction: nothing is written.
+        text = await call_error(b, "session_append", session_id=sid, entry=user("refused x"))
+        assert f"session {sid} is busy: run {run['runId']}" in text
+        await call(a, "agent_status", run_id=run["runId"], wait_seconds=30)
+        entries = (await call(b, "session_get", session_id=sid, view="entries", limit=0))["entries"]
+        assert "refused x" not in json.dumps(entries)
+        assert any("slow please" in json.dumps(e) for e in entries)
+        after = await call(b, "agent_run", prompt="now", session_id=sid)
+        assert after["answer"] == "echo: now"
+
+
+async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    async with Client(make_server(tmp_path, db_url=postgres_url)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO session_leases VALUES (%s, 'run dead', 'someone', %s, %s,"
+                " extract(epoch FROM now()) + 60)",
+                (sid, socket.gethostname(), int(gone.stdout)),
+            )
+        done = await call(client, "agent_run", prompt="hello", session_id=sid)
+        assert done["answer"] == "echo: hello"
+
+
+def slow_responder(context: LlmContext) -> ScriptedResponse:
+    """``slow…`` streams for about five seconds; anything else is echoed."""
+    text = content_text(context.messages[-1].content)
+    if text.startswith("slow"):
+        return reply("word " * 100, delay=0.05, chunk_size=5)
+    return reply(f"echo: {text}")
+
+
+def replica(tmp_path: Path, url: str) -> MCPServer:
+    return agent_server(tmp_path, {"scripted": slow_responder}, agents=TEST_AGENTS, db_url=url)
+
+
+async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second, mode="legacy") as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        seen = await call(b, "agent_status", run_id=run["runId"])
+        assert seen["status"] == "running" and seen["sessionId"] == run["sessionId"]
+        listed = await call(b, "agent_runs")
+        assert [r["runId"] for r in listed["runs"]] == [run["runId"]]
+        queued = await call(b, "agent_steer", run_id=run["runId"], message="change course")
+        assert queued == {"runId": run["runId"], "queued": "steering", "status": "running"}
+        done = await call(b, "agent_status", run_id=run["runId"], wait_seconds=30)
+        assert done["status"] == "completed" and done["answer"] == "echo: change course"
+        assert (await call(a, "agent_status", run_id=run["runId"]))["answer"] == done["answer"]
+        text = await call_error(b, "agent_follow_up", run_id=run["runId"], message="more")
+        assert "has ended (completed)" in text
+
+        second_run = await call(a, "agent_run", prompt="slow again", wait=False)
+        cancelled = await call(b, "agent_cancel", run_id=second_run["runId"])
+        assert cancelled["status"] == "aborted"
+        assert "agent_cancel" in cancelled["error"]
+        branch = await call(b, "session_get", session_id=second_run["sessionId"], limit=0)
+        last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
+        assert last["role"] == "assistant" and last["stopReason"] == "aborted"
+        # The session is free again, from either replica.
+        again = await call(b, "agent_run", prompt="hi", session_id=second_run["sessionId"])
+        assert again["answer"] == "echo: hi"
+        listed = await call(a, "agent_runs")
+        assert len(listed["runs"]) == 3
+        assert "no run" in await call_error(b, "agent_status", run_id="nope")
+
+
+async def test_changes_reach_subscribers_on_every_replica(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A 2026-07-28 listener on one replica and a legacy subscriber on another hear appends
+    and new sessions made through a third."""
+    import mcp.types as types
+
+    servers = [replica(tmp_path / name, postgres_url) for name in "abc"]
+    legacy_seen: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if not isinstance(message, Exception):
+            legacy_seen.append(message)
+
+    async with (
+        Client(servers[0]) as a,
+        Client(servers[1], mode="legacy", message_handler=on_message) as b,
+        Client(servers[2]) as c,
+    ):
+        sid = (await call(c, "session_create"))["id"]
+        await b.session.subscribe_resource(f"session://{sid}")
+        async with a.listen(
+            resources_list_changed=True, resource_subscriptions=[f"session://{sid}"]
+        ) as events:
+            heard: list[Any] = []
+
+            async def hear() -> None:
+                async for event in events:
+                    heard.append(event)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(hear)
+                # Each replica's LISTEN starts with its lifespan: append until both have heard
+                # one (bounded), then check that a later append and a new session arrive too.
+                for _ in range(50):
+                    await call(c, "session_append", session_id=sid, entry=user("ping"))
+                    await anyio.sleep(0.1)
+                    updates = [
+                        m for m in legacy_seen if isinstance(m, types.ResourceUpdatedNotification)
+                    ]
+                    if heard and updates:
+                        break
+                heard.clear()
+                legacy_seen.clear()
+                await call(c, "session_append", session_id=sid, entry=user("pong"))
+                await call(c, "session_create")
+                with anyio.fail_after(5):
+                    while not (
+                        {type(e).__name__ for e in heard}
+                        >= {"ResourceUpdated", "ResourcesListChanged"}
+                        and any(
+                            isinstance(m, types.ResourceUpdatedNotification) for m in legacy_seen
+                        )
+                        and any(
+                            isinstance(m, types.ResourceListChangedNotification)
+                            for m in legacy_seen
+                        )
+                    ):
+                        await anyio.sleep(0.02)
+                group.cancel_scope.cancel()
+        uris = {
+            str(m.params.uri)
+            for m in legacy_seen
+            if isinstance(m, types.ResourceUpdatedNotification)
+        }
+        assert uris == {f"session://{sid}"}
+
+
+def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.postgres.database import SCHEMA_VERSION
+
+    repos: list[PostgresSessionRepo] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            repos.append(PostgresSessionRepo(postgres_url, max_connections=2))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(repos) == 4
+    session = repos[0].create(name="made on one")
+    session.append_message(user_message("hello"))
+    assert repos[3].open(session.id).get_branch()[-1].message.text == "hello"
+    for repo in repos:
+        repo.close()
+    with psycopg.connect(postgres_url) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+def test_a_database_newer_than_the_server_is_refused(postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    PostgresSessionRepo(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("UPDATE schema_version SET version = version + 1")
+    with pytest.raises(SessionError, match="newer than this server"):
+        PostgresSessionRepo(postgres_url)
+
+
+def test_an_unreachable_database_is_a_clear_error() -> None:
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"postgresql://someone:secret@127.0.0.1:{port}/nothing?connect_timeout=2"
+    with pytest.raises(SessionError, match="cannot reach the session database") as raised:
+        PostgresSessionRepo(url)
+    assert "secret" not in str(raised.value)
+
+
+def user_message(text: str):  # type: ignore[no-untyped-def]
+    from mcp_agent.messages import UserMessage
+
+    return UserMessage(content=text)
+
+
+def test_the_command_line_reads_a_postgresql_url(postgres_url: str) -> None:
+    import subprocess
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="in postgres")
+        made.append_message(user_message("searchable words"))
+    for args in (["--db", postgres_url], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", "sessions", "list", "--json", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MCP_AGENT_DB": postgres_url},
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert [s["id"] for s in json.loads(done.stdout)["sessions"]] == [made.id]
+
+
+# --- sessions copy ----------------------------------------------------------------------------
+
+
+def _fill(repo: Any, sessions: int) -> dict[str, str]:
+    """Sessions with branches, labels, a rename and leaf moves; their pi JSONL by id."""
+    from mcp_agent.messages import AssistantMessage, TextContent
+
+    for n in range(sessions):
+        session = repo.create(name=f"session {n}")
+        first = session.append_message(user_message(f"question {n}"))
+        session.append_message(
+            AssistantMessage(content=[TextContent(text=f"answer {n}")], timestamp=2)
+        )
+        session.append_label(first, "start")
+        session.move_to(first, summary={"summary": "went back"})
+        for i in range(n):
+            session.append_message(user_message(f"more {n}.{i}"))
+    return {s.id: repo.export_jsonl(s.id) for s in repo.list(limit=1000).items}
+
+
+def _copy(*args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    return CliRunner().invoke(app, ["sessions", "copy", *args, "--json"])
+
+
+def test_copy_moves_every_session_between_all_stores(tmp_path: Path, postgres_url: str) -> None:
+    from mcp_agent.sessions import JsonlSessionRepo, SqliteSessionRepo
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with SqliteSessionRepo(tmp_path / "a.db") as repo:
+        expected = _fill(repo, 7)
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    hops = [str(tmp_path / "a.db"), postgres_url, str(folder), str(tmp_path / "b.db")]
+    for source, target in itertools.pairwise(hops):
+        done = _copy("--from", source, "--to", target)
+        assert done.exit_code == 0, done.output
+        assert sorted(json.loads(done.stdout)["copied"]) == sorted(expected)
+    for store in (
+        PostgresSessionRepo(postgres_url),
+        JsonlSessionRepo(folder),
+        SqliteSessionRepo(tmp_path / "b.db"),
+    ):
+        with store:
+            assert {sid: store.export_jsonl(sid) for sid in expected} == expected
+            assert store.summary(next(iter(expected))).message_count > 0
+    again = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
+    assert again.exit_code == 0 and json.loads(again.stdout)["copied"] == []
+    assert sorted(json.loads(again.stdout)["present"]) == sorted(expected)
+
+
+def test_copy_stores_each_session_whole_or_not_at_all(tmp_path: Path, postgres_url: str) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SqliteSessionRepo
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with SqliteSessionRepo(tmp_path / "a.db") as repo:
+        expected = _fill(repo, 4)
+        doomed = next(s.id for s in repo.list().items if s.name == "session 3")
+    PostgresSessionRepo(postgres_url).close()  # the schema
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        # The database itself fails the fifth entry of one session, mid-way through its copy.
+        db.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.session_id = '" + doomed + "' AND NEW.seq = 4 THEN"
+            " RAISE EXCEPTION 'disk on fire'; END IF; RETURN NEW; END $$"
+        )
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON entries FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+    done = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
+    assert done.exit_code == 1, (done.output, done.exception)
+    answer = json.loads(done.stdout)
+    assert [f["sessionId"] for f in answer["failed"]] == [doomed]
+    assert "disk on fire" in answer["failed"][0]["error"] and doomed in done.stderr
+    with PostgresSessionRepo(postgres_url) as target, psycopg.connect(postgres_url) as db:
+        assert not target.exists(doomed)
+        assert db.execute(
+            "SELECT count(*) FROM entries WHERE session_id = %s", (doomed,)
+        ).fetchone() == (0,)
+        for sid in set(expected) - {doomed}:
+            assert target.export_jsonl(sid) == expected[sid]
+
+
+def test_copy_refuses_the_same_store_and_a_store_it_cannot_open(tmp_path: Path) -> None:
+    same = _copy("--from", str(tmp_path / "a.db"), "--to", str(tmp_path / "a.db"))
+    assert same.exit_code == 2 and "same store" in same.stderr
+    bad = _copy("--from", "postgresql://nobody@127.0.0.1:1/none", "--to", str(tmp_path / "b.db"))
+    assert bad.exit_code == 2 and "--from" in bad.stderr and "cannot" in bad.stderr
