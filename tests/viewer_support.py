@@ -1,0 +1,71 @@
+"""A session with the shapes a viewer must show: a model change, a tool call and its result,
+a label, a compaction, a long chain (to fold) and two branches; for the outline tests and the
+browser tests alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcp_agent import SqliteSessionRepo
+from mcp_agent.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from mcp_agent.sessions import Session
+
+# The chain of small talk on the current branch: long enough to fold.
+CHAIN = 12
+
+
+def answer(text: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[TextContent(text=text)], provider="openai", model="gpt-4o-mini"
+    )
+
+
+def build_picnic(session: Session) -> dict[str, str]:
+    """Fill ``session``; returns the ids that tests look for by name."""
+    ids: dict[str, str] = {}
+    session.append_model_change("openai", "gpt-4o-mini")
+    ids["ask"] = session.append_message(UserMessage(content="Plan a picnic for Saturday"))
+    call = ToolCall(id="c1", name="weather", arguments={"city": "Paris", "day": "Saturday"})
+    ids["call"] = session.append_message(
+        AssistantMessage(
+            content=[TextContent(text="Let me check the weather first."), call],
+            provider="openai",
+            model="gpt-4o-mini",
+        )
+    )
+    ids["result"] = session.append_message(
+        ToolResultMessage(
+            tool_call_id="c1", tool_name="weather", content=[TextContent(text="22 °C, sunny")]
+        )
+    )
+    ids["plan"] = session.append_message(
+        answer("Saturday looks sunny: 22 °C. A park by the river would be lovely.")
+    )
+    ids["sandwiches"] = session.append_message(UserMessage(content="Add sandwiches"))
+    ids["sandwiches_answer"] = session.append_message(answer("Cucumber and egg sandwiches."))
+    session.move_to(ids["plan"])
+    ids["fruit"] = session.append_message(UserMessage(content="Add fruit instead"))
+    ids["fruit_answer"] = session.append_message(answer("Strawberries, grapes and melon."))
+    ids["label"] = session.append_label(ids["plan"], "weather-ok")
+    for turn in range(CHAIN // 2):
+        session.append_message(UserMessage(content=f"And item {turn + 1}?"))
+        session.append_message(answer(f"Item {turn + 1} added to the basket."))
+    ids["compaction"] = session.append_compaction(
+        "The user plans a picnic on Saturday (sunny, 22 °C) with fruit.", ids["fruit"], 5200
+    )
+    ids["last_ask"] = session.append_message(UserMessage(content="What time should we meet?"))
+    ids["leaf"] = session.append_message(answer("Meet at noon by the old bridge."))
+    return ids
+
+
+def picnic_db(path: Path) -> tuple[str, dict[str, str]]:
+    """A SQLite database at ``path`` holding the picnic session; returns its id and ids."""
+    with SqliteSessionRepo(path) as repo:
+        session = repo.create(name="Picnic plans", cwd="~/picnic")
+        return session.id, build_picnic(session)
