@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from viewer_support import CHAIN, build_picnic
 from mcp_agent import SqliteSessionRepo
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import Session
+from mcp_agent.sessions.entries import SessionEntry
+from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.outline import outline
 
 pytestmark = pytest.mark.anyio
@@ -114,3 +117,44 @@ async def test_session_get_outline_and_branch_to_an_entry(tmp_path: Path, client
         client, "session_get", session_id=session.id, view="outline", entry_id="nope"
     )
     assert "nope" in missing and "not found" in missing
+
+
+class CountingStorage(InMemorySessionStorage):
+    """Counts the reads an outline makes, to show they follow what it shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[str] = Counter()
+
+    def get_children(self, entry_id: str | None) -> list[SessionEntry]:
+        self.reads["children"] += 1
+        return super().get_children(entry_id)
+
+    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
+        self.reads["entries"] += 1
+        return super().get_entries(options)
+
+
+def test_an_outline_reads_what_it_shows_not_the_session() -> None:
+    # A comb: a chain of 300 with a branch of 40 entries off every 10th entry (1,500 in all).
+    storage = CountingStorage()
+    session = Session(storage)
+    spine: list[str] = []
+    for index in range(300):
+        spine.append(session.append_message(UserMessage(content=f"spine {index}")))
+    for index in range(0, 300, 10):
+        session.move_to(spine[index])
+        for side in range(40):
+            session.append_message(UserMessage(content=f"side {index}.{side}"))
+    session.move_to(spine[-1])
+    storage.reads.clear()
+    rows = outline(session)
+    heads = [row for row in rows if not row["spine"]]
+    assert len(heads) == 30 and all(row["folded"] == 0 for row in heads)
+    assert storage.reads["entries"] == 0  # never the whole session
+    # one look at the children of each chain entry, each listed head and the roots
+    assert storage.reads["children"] <= len(spine) + len(heads) + 1
+    storage.reads.clear()
+    opened = outline(session, heads[0]["id"])
+    assert [row["folded"] for row in opened] == [38, 0]
+    assert storage.reads["children"] <= 41 and storage.reads["entries"] == 0

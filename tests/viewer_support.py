@@ -5,6 +5,10 @@ browser tests alike."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import httpx
+from mcp_support import HTTP_HEADERS
 
 from mcp_agent import SqliteSessionRepo
 from mcp_agent.messages import (
@@ -69,3 +73,46 @@ def picnic_db(path: Path) -> tuple[str, dict[str, str]]:
     with SqliteSessionRepo(path) as repo:
         session = repo.create(name="Picnic plans", cwd="~/picnic")
         return session.id, build_picnic(session)
+
+
+# --- a raw MCP client over HTTP (2026-07-28: each request stands alone) -------------------
+
+PROTOCOL = "2026-07-28"
+UI_EXTENSION = {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}
+
+
+def mcp_request(
+    url: str, method: str, params: dict[str, Any], token: str | None = None, **headers: str
+) -> httpx.Response:
+    """One JSON-RPC request to ``url`` as the page sends it; the response as it came."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": UI_EXTENSION},
+            },
+        },
+    }
+    sent = {
+        **HTTP_HEADERS,
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": method,
+        **({"Mcp-Name": params["name"]} if method == "tools/call" else {}),
+        **({"Authorization": f"Bearer {token}"} if token else {}),
+        **headers,
+    }
+    return httpx.post(url, json=body, headers=sent, timeout=60)
+
+
+def mcp_tool(url: str, token: str, name: str, /, **arguments: Any) -> dict[str, Any]:
+    """A tool call over HTTP that must succeed: the whole result (structured and text)."""
+    response = mcp_request(url, "tools/call", {"name": name, "arguments": arguments}, token)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()["result"]
+    assert not result.get("isError"), result
+    return result

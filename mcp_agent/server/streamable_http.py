@@ -39,6 +39,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
     token_dirs,
 )
+from mcp_agent.server.viewer.page import ViewerPage, cookie_signs_in
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,20 @@ class HttpAuth:
                 "machine can read it (ps); use --token-file PATH or $" + TOKEN_ENV + " instead"
             )
         return text
+
+
+def viewer_link(auth: HttpAuth, settings: ServerSettings) -> str:
+    """The line serve prints about the session viewer at ``/``: the link that signs a browser
+    in (with the token itself only when serve made it and printed it already)."""
+    host = "localhost" if settings.host in WILDCARD_ADDRESSES else settings.host
+    if ":" in host:
+        host = f"[{host}]"
+    base = f"http://{host}:{settings.port}/"
+    if auth.origin == "none":
+        return f"session viewer: {base}"
+    if auth.origin == "generated":
+        return f"session viewer (open this link once to sign in): {base}?token={auth.token}"
+    return f"session viewer: {base}?token=<the token> (once, to sign in)"
 
 
 def http_auth(settings: ServerSettings, token_from_flag: bool = False) -> HttpAuth:
@@ -219,20 +234,25 @@ def check_bind(settings: ServerSettings) -> None:
 
 
 class BearerTokenMiddleware:
-    """Answers 401 unless the request carries ``Authorization: Bearer <token>``."""
+    """Answers 401 unless the request carries ``Authorization: Bearer <token>``, or comes from
+    the viewer page with its cookie (``port``: this server's, which names the cookie)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, port: int | None = None) -> None:
         self.app = app
+        self.secret = token
         self.token = token.encode()
+        self.port = port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
+            headers = dict(scope["headers"])
+            given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
             # The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
+            if (
+                scheme.lower() != b"bearer"
+                or not hmac.compare_digest(credentials.strip(), self.token)
+            ) and not (self.port is not None and cookie_signs_in(headers, self.secret, self.port)):
                 response = JSONResponse(
                     {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
                     status_code=401,
@@ -399,8 +419,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     server.session_manager.__class__ = EvictingSessionManager
     app = SessionLimitMiddleware(app, settings)
     if settings.token:
-        app = BearerTokenMiddleware(app, settings.token)
-    return app
+        app = BearerTokenMiddleware(app, settings.token, settings.port)
+    return ViewerPage(app, settings.token, settings.port, transport_security(settings))
 
 
 # The kernel send buffer of each HTTP connection. Left to autotuning it grows to 4 MiB on Linux:

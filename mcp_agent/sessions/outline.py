@@ -147,7 +147,7 @@ def outline(
     The chain runs from ``entry_id`` (None: the root) down the current branch where it can,
     else down the newest child, to its end. Along it the first and last entries, branch
     points, labelled entries, compactions, branch summaries and the leaf are listed; a run of
-    other entries between two of those (four or more) folds, and the entry before the fold says
+    other entries between two of those (six or more) folds, and the entry before the fold says
     how many it hides (``folded``; the entries are the path to the next listed entry's parent,
     ``session_get`` view branch). Rows are ``flat_tree``'s nodes plus ``kind`` (the style of
     the preview), ``spine`` (on the chain, else the head of an unopened branch) and
@@ -236,7 +236,7 @@ def outline(
 
 
 # Fewer entries than this between two listed ones are listed, not folded.
-MIN_FOLD = 4
+MIN_FOLD = 6
 # A chain longer than this (a corrupt cycle, or a session beyond reason) is cut there.
 MAX_CHAIN = 10_000_000
 
