@@ -185,6 +185,25 @@ def test_the_page_shows_the_session_and_acts_on_it(
     expect(tree).to_contain_text("Bring a blanket too")
     row = tree.locator(".row", has_text="Bring a blanket too")
     expect(row.locator(".leaf-mark")).to_be_visible()
+    # continue the session with a prompt: the agent's answer arrives as it is written
+    page.locator("#prompt-text").fill("Shall we take the bikes?")
+    page.locator("#prompt-send").click()
+    last = tree.locator(".row").last
+    expect(last.locator(".kind")).to_have_text("assistant", timeout=30_000)
+    expect(last).to_contain_text("Shall we take the bikes?")  # scripted:echo
+    expect(last.locator(".leaf-mark")).to_be_visible()
+
+    # label an entry from the page
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+    page.locator("#act-label").click()
+    page.locator("#label-text").fill("start")
+    page.locator("#label-form button").click()
+    expect(tree.locator(f".row[data-id='{ids['ask']}'] .chip")).to_have_text("#start")
+    nodes = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, view="tree", limit=0)[
+        "structuredContent"
+    ]["nodes"]
+    assert next(n for n in nodes if n["id"] == ids["ask"])["label"] == "start"
+
     # the branch left behind is now the one to open
     fruit = tree.locator(f".row[data-id='{ids['fruit']}']")
     expect(fruit).to_have_class("row off-branch")

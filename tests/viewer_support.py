@@ -24,23 +24,25 @@ from mcp_agent.sessions import Session
 CHAIN = 12
 
 
+# The model the session records: scripted:echo, so that continuing it needs no API key.
+PROVIDER, MODEL = "scripted", "echo"
+
+
 def answer(text: str) -> AssistantMessage:
-    return AssistantMessage(
-        content=[TextContent(text=text)], provider="openai", model="gpt-4o-mini"
-    )
+    return AssistantMessage(content=[TextContent(text=text)], provider=PROVIDER, model=MODEL)
 
 
 def build_picnic(session: Session) -> dict[str, str]:
     """Fill ``session``; returns the ids that tests look for by name."""
     ids: dict[str, str] = {}
-    session.append_model_change("openai", "gpt-4o-mini")
+    session.append_model_change(PROVIDER, MODEL)
     ids["ask"] = session.append_message(UserMessage(content="Plan a picnic for Saturday"))
     call = ToolCall(id="c1", name="weather", arguments={"city": "Paris", "day": "Saturday"})
     ids["call"] = session.append_message(
         AssistantMessage(
             content=[TextContent(text="Let me check the weather first."), call],
-            provider="openai",
-            model="gpt-4o-mini",
+            provider=PROVIDER,
+            model=MODEL,
         )
     )
     ids["result"] = session.append_message(

@@ -736,7 +736,9 @@ function watchSession(sessionId) {
   stopListening = transport.listen(
     { resourcesListChanged: true, resourceSubscriptions: [uri] },
     (message) => {
-      if (message.method === "notifications/resources/updated" && message.params.uri === uri) soon(refresh);
+      if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
+        soon(async () => { await refresh(); await loadSessions(false); });
+      }
       else if (message.method === "notifications/resources/list_changed") loadSessions(false);
       else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
     },
@@ -804,10 +806,11 @@ async function start() {
     }, 250);
   });
   $("more-sessions").addEventListener("click", () => loadSessions(true));
-  await loadSessions(false);
   const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
-  if (wanted) await openSession(wanted);
+  const listed = loadSessions(false);
+  if (wanted) await Promise.all([listed, openSession(wanted)]);
   else {
+    await listed;
     $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
     // list changes are heard before any session is open
     stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
