@@ -539,8 +539,17 @@ async function unfold(anchorId, count, render, next) {
   const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
   if (!nextRow || !anchor || !anchor.folded) { state.unfolded.delete(anchorId); return; }
   count = Math.min(count, anchor.folded);
-  const answer = await tool("session_get", { session_id: state.sessionId, entry_id: nextRow.parentId, limit: count });
-  const entries = answer.entries.slice(-count);
+  // pages stop at about 40 KB: go on with the cursor until there are enough
+  let entries = [];
+  let cursor = null;
+  do {
+    const args = { session_id: state.sessionId, entry_id: nextRow.parentId, limit: count - entries.length };
+    if (cursor) args.cursor = cursor;
+    const answer = await tool("session_get", args);
+    entries = [...answer.entries, ...entries];
+    cursor = answer.nextCursor;
+  } while (cursor && entries.length < count);
+  entries = entries.slice(-count);
   // revealed from the bottom up: what is shown ends right above the next listed row
   state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
   if (render) renderTree();
