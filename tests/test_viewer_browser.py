@@ -118,6 +118,11 @@ def test_the_page_shows_the_session_and_acts_on_it(
     # newest first
     expect(sessions.locator(".session-name").first).to_have_text("Grocery list")
     expect(page.locator("#live")).to_have_class("live on")
+    # search looks in the messages' text
+    page.locator("#search").fill("eggs bread")
+    expect(sessions.locator(".session-name")).to_have_text(["Grocery list"])
+    page.locator("#search").fill("")
+    expect(sessions.locator(".session-name")).to_have_count(2)
 
     sessions.get_by_text("Picnic plans").click()
     tree = page.locator("#tree")

@@ -591,7 +591,7 @@ function renderDetail(entry) {
   const role = entry.message ? entry.message.role : null;
   const kindClass = role === "toolResult" ? "toolResult" : role || (entry.type === "compaction" || entry.type === "branch_summary" ? "summary" : "meta");
   const title = [
-    h("span", { class: `kind ${kindClass}`, text: role || entry.type.replace(/_/g, " ") }),
+    h("span", { class: `kind ${kindClass}`, text: role === "toolResult" ? "tool result" : role || entry.type.replace(/_/g, " ") }),
     h("code", { text: entry.id }),
     h("span", { text: entry.timestamp ? new Date(entry.timestamp).toLocaleString() : "" }),
     entry.message && entry.message.model ? h("span", { text: `${entry.message.provider}:${entry.message.model}` }) : null,
@@ -781,7 +781,11 @@ function applyHostContext(context) {
 }
 
 function onHostNotification(message) {
-  if (message.method === "ui/notifications/tool-result") {
+  if (message.method === "ui/notifications/tool-input") {
+    // session_get names its session before the result comes: start reading it
+    const sessionId = (message.params && message.params.arguments || {}).session_id;
+    if (typeof sessionId === "string" && !state.sessionId) openSession(sessionId).catch(() => {});
+  } else if (message.method === "ui/notifications/tool-result") {
     const result = message.params || {};
     const data = result.structuredContent || {};
     const sessionId = (data.session && data.session.id) || data.sessionId;
