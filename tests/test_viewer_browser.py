@@ -18,7 +18,11 @@ from mcp_support import Served, poll
 from viewer_support import mcp_request, mcp_tool, picnic_db
 
 CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
-DOCS = Path(__file__).parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
+# The MCP Apps spec as JSON Schema, shipped in the ext-apps package (.ci/peers installs it).
+APPS_SCHEMA = PEERS / "node_modules/@modelcontextprotocol/ext-apps/dist/src/generated/schema.json"
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -289,5 +293,38 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
     assert sizes and sizes[-1]["params"]["height"] > 0
     expect(view.locator("#toast")).to_be_hidden(timeout=10_000)
     page.screenshot(path=str(DOCS / "viewer-app.png"))
-    json.dumps(log)  # every message was plain JSON (structured-clone safe)
+    page_log: list[dict[str, Any]] = page.evaluate("window.hostLog")
     page.close()
+    check_against_the_spec(page_log, result)
+
+
+SPEC_NAMES = {
+    "ui/initialize": "McpUiInitializeRequest",
+    "ui/notifications/initialized": "McpUiInitializedNotification",
+    "ui/notifications/size-changed": "McpUiSizeChangedNotification",
+}
+
+
+def check_against_the_spec(log: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    """What the view sent, and the tool result a host hands it, against the ext-apps spec's
+    schema, when the package is installed (it is how the spec ships its schema)."""
+    if not APPS_SCHEMA.exists():
+        return
+    import jsonschema
+
+    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
+
+    def check(message: dict[str, Any], name: str) -> None:
+        bare = {key: value for key, value in message.items() if key not in ("jsonrpc", "id")}
+        jsonschema.validate(bare, {"$defs": definitions, "$ref": f"#/$defs/{name}"})
+
+    seen = set()
+    for message in log:
+        name = SPEC_NAMES.get(message.get("method", ""))
+        if name is not None:
+            check(message, name)
+            seen.add(name)
+    assert seen == set(SPEC_NAMES.values())
+    check(
+        {"method": "ui/notifications/tool-result", "params": result}, "McpUiToolResultNotification"
+    )
