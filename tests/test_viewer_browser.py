@@ -196,6 +196,11 @@ def test_the_page_shows_the_session_and_acts_on_it(
     tree.locator(f".row[data-id='{ids['call']}']").click()
     expect(page.locator("#detail-body")).to_contain_text("weather")
     screenshot(page, "viewer-page.png")
+
+    # fork at the selected entry: the new session opens, its header names the parent
+    page.locator("#act-fork").click()
+    expect(page.locator("#session-facts")).to_contain_text(f"forked from {session_id[:8]}")
+    expect(sessions.locator(".session")).to_have_count(3)
     context.close()
 
 
