@@ -4,13 +4,15 @@ and Origin checks, and the page's own headers."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from mcp_support import Served, free_port
-from viewer_support import mcp_request
+from mcp_support import HTTP_HEADERS, Served, free_port, poll
+from viewer_support import PROTOCOL, mcp_request
 
 TOKEN = "viewer-page-token-0123456789abcdef"
 CALL = {"name": "session_list", "arguments": {}}
@@ -91,3 +93,54 @@ def test_without_auth_the_page_is_open_on_loopback(tmp_path: Path) -> None:
         assert mcp_request(server.url, "tools/call", CALL).status_code == 200
     finally:
         server.stop()
+
+
+def test_stopping_the_server_ends_open_listen_streams(tmp_path: Path) -> None:
+    # A viewer page left open holds a subscriptions/listen stream: stopping the server ends
+    # it gracefully (its final result frame) instead of waiting for the page to go away.
+    server = Served(tmp_path, "--no-auth")
+    frames: list[str] = []
+    listening = threading.Event()
+
+    def listen() -> None:
+        body = listen_request()
+        with httpx.stream("POST", server.url, **body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    frames.append(line)
+                    listening.set()
+
+    reader = threading.Thread(target=listen, daemon=True)
+    reader.start()
+    try:
+        assert listening.wait(60), "the listen stream was never acknowledged"
+        server.process.terminate()
+        poll(lambda: server.process.poll() is not None or None, "serve never stopped", tries=300)
+        reader.join(30)
+        assert not reader.is_alive()
+        assert '"result"' in frames[-1] and "acknowledged" in frames[0]
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+
+
+def listen_request() -> dict[str, Any]:
+    """The keyword arguments of a subscriptions/listen POST, as the page sends it."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": "listen-1",
+        "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"resourcesListChanged": True},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        **HTTP_HEADERS,
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": "subscriptions/listen",
+    }
+    return {"json": body, "headers": headers}

@@ -17,6 +17,7 @@ import secrets
 import socket
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -430,9 +431,10 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
 HTTP_SEND_BUFFER = 256 * 1024
 
 
-def _serving_server(config: Any) -> Any:
+def _serving_server(config: Any, on_shutdown: Callable[[], None] | None = None) -> Any:
     """A uvicorn server whose listening sockets hand a fixed send buffer to every connection
-    they accept (accepted sockets inherit it on Linux and the BSDs)."""
+    they accept (accepted sockets inherit it on Linux and the BSDs), and that calls
+    ``on_shutdown`` as its shutdown begins."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -443,7 +445,21 @@ def _serving_server(config: Any) -> Any:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, HTTP_SEND_BUFFER)
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if on_shutdown is not None:
+                on_shutdown()
+            await super().shutdown(sockets)
+
     return Server(config)
+
+
+def end_listen_streams(server: MCPServer) -> Callable[[], None]:
+    """What ends every open ``subscriptions/listen`` stream gracefully. uvicorn waits for open
+    responses before it stops, and a listen stream (a viewer page left open) never ends of
+    itself: without this, stopping the server would wait for every such client to go."""
+    entry = server._lowlevel_server.get_request_handler("subscriptions/listen")
+    close = getattr(entry.handler, "close", None) if entry is not None else None
+    return close if callable(close) else (lambda: None)
 
 
 async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_options: Any) -> None:
@@ -460,4 +476,4 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         limit_concurrency=connections_that_fit(descriptor_limit()),
         **uvicorn_options,
     )
-    await _serving_server(config).serve()
+    await _serving_server(config, end_listen_streams(server)).serve()
