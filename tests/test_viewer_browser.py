@@ -189,9 +189,10 @@ def test_the_page_shows_the_session_and_acts_on_it(
     assert next(n for n in nodes if n["id"] == ids["ask"])["label"] == "start"
 
     # the branch left behind is now the one to open
-    fruit = tree.locator(f".row[data-id='{ids['fruit']}']")
-    expect(fruit).to_have_class("row off-branch")
-    fruit.locator(".toggle").click()
+    left = tree.locator(f".row[data-id='{ids['summary']}']")
+    expect(left).to_have_class("row off-branch")
+    expect(left).to_contain_text("branch summary")
+    left.locator(".toggle").click()
     expect(tree.locator(f".row[data-id='{ids['compaction']}']")).to_be_visible()
     tree.locator(f".row[data-id='{ids['call']}']").click()
     expect(page.locator("#detail-body")).to_contain_text("weather")
@@ -281,17 +282,17 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
     assert init["method"] == "ui/initialize" and init["params"]["protocolVersion"] == "2026-01-26"
     assert log[1]["method"] == "ui/notifications/initialized"
 
-    tree.locator(f".row[data-id='{ids['fruit']}']").click()
-    expect(view.locator("#detail-body")).to_contain_text("Add fruit instead")
+    tree.locator(f".row[data-id='{ids['summary']}']").click()
+    expect(view.locator("#detail-body")).to_contain_text("the user would rather bring fruit")
     view.locator("#act-move").click()
     poll(
-        lambda: leaf_of(server, session_id) == ids["fruit"] or None,
+        lambda: leaf_of(server, session_id) == ids["summary"] or None,
         "the view's click never moved the leaf",
     )
     assert "session_move_to" in calls
     moves = [m for m in page.evaluate("window.hostLog") if m.get("method") == "tools/call"]
     assert any(m["params"]["name"] == "session_move_to" for m in moves)
-    expect(tree.locator(f".row[data-id='{ids['fruit']}'] .leaf-mark")).to_be_visible()
+    expect(tree.locator(f".row[data-id='{ids['summary']}'] .leaf-mark")).to_be_visible()
     sizes = [
         m for m in page.evaluate("window.hostLog") if m.get("method", "").endswith("size-changed")
     ]

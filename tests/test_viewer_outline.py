@@ -43,10 +43,11 @@ def test_outline_lists_branch_points_labels_and_folds_long_runs() -> None:
         ids["sandwiches_answer"]
     ]
     listed = {row["id"] for row in spine}
-    assert {ids["plan"], ids["fruit"], ids["compaction"], ids["leaf"]} <= listed
+    assert {ids["plan"], ids["summary"], ids["compaction"], ids["leaf"]} <= listed
     rows_by_id = by_id(rows)
     assert rows_by_id[ids["plan"]]["label"] == "weather-ok"
-    assert rows_by_id[ids["plan"]]["children"] == [ids["sandwiches"], ids["fruit"]]
+    assert rows_by_id[ids["plan"]]["children"] == [ids["sandwiches"], ids["summary"]]
+    assert rows_by_id[ids["summary"]]["kind"] == "summary"
     assert rows_by_id[ids["leaf"]]["onBranch"] and rows_by_id[ids["leaf"]]["kind"] == "assistant"
     # the chain of small talk folds to its ends; nothing is lost
     folded = [row for row in spine if row["folded"]]

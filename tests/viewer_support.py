@@ -55,7 +55,12 @@ def build_picnic(session: Session) -> dict[str, str]:
     )
     ids["sandwiches"] = session.append_message(UserMessage(content="Add sandwiches"))
     ids["sandwiches_answer"] = session.append_message(answer("Cucumber and egg sandwiches."))
-    session.move_to(ids["plan"])
+    ids["summary"] = (
+        session.move_to(
+            ids["plan"], {"summary": "Tried sandwiches; the user would rather bring fruit."}
+        )
+        or ""
+    )
     ids["fruit"] = session.append_message(UserMessage(content="Add fruit instead"))
     ids["fruit_answer"] = session.append_message(answer("Strawberries, grapes and melon."))
     ids["label"] = session.append_label(ids["plan"], "weather-ok")

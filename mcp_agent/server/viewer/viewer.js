@@ -378,6 +378,8 @@ async function openSession(sessionId) {
     state.unfolded = new Map();
     state.selected = null;
     state.entry = null;
+    $("detail").hidden = true;
+    $("detail").parentElement.classList.add("solo");
     if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
     for (const button of document.querySelectorAll(".session")) {
       button.classList.toggle("current", button.dataset.session === sessionId);
@@ -402,11 +404,22 @@ async function refresh() {
   state.view = answer;
   state.outline = answer.outline;
   state.earlierCursor = answer.nextCursor;
-  await Promise.all([...state.opened.keys()].map((id) => openBranch(id, false)));
+  // the branches still open: those whose heads are still shown (a moved leaf makes one the chain)
+  const wasOpen = state.opened;
+  state.opened = new Map();
+  let heads = headsOf(state.outline).filter((id) => wasOpen.has(id));
+  while (heads.length) {
+    await Promise.all(heads.map((id) => openBranch(id, false)));
+    heads = heads.flatMap((id) => headsOf(state.opened.get(id) || [])).filter((id) => wasOpen.has(id));
+  }
   await Promise.all([...state.unfolded.entries()].map(([id, rows]) => unfold(id, rows.length, false)));
   renderHead();
   renderTree();
   if (state.selected) await selectEntry(state.selected, false);
+}
+
+function headsOf(rows) {
+  return rows.filter((row) => !row.spine).map((row) => row.id);
 }
 
 async function loadEarlier() {
