@@ -215,6 +215,7 @@ def serve(
         UnsafeBindError,
         http_auth,
         serve_http,
+        viewer_link,
     )
 
     if token is not None and token_file is not None:
@@ -289,6 +290,7 @@ def serve(
     print_banner(settings, transport.value)
     if auth is not None and sys.stderr is not None:
         print(auth.banner(), file=sys.stderr, flush=True)
+        print(viewer_link(auth, settings), file=sys.stderr, flush=True)
     # What start-up built (modules, schemas) lives as long as the server: keeping it out of
     # the collector's full passes spares every request a pause of tens of milliseconds.
     gc.freeze()

@@ -24,6 +24,7 @@ from mcp_agent.server import (
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
+from mcp_agent.server.viewer import apps as viewer_apps
 
 if TYPE_CHECKING:
     from mcp_agent.server.pg_bus import PostgresBus
@@ -77,6 +78,7 @@ def build_server(
     resources.register(server)
     session_prompts.register(server)
     protocol.register(server)
+    viewer_apps.register(server)
     server.make_tools_strict()
     return server
 

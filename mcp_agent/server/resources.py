@@ -8,6 +8,7 @@ from typing import Any
 
 import mcp.types as types
 from mcp.server import InitializationOptions, MCPServer, NotificationOptions, ServerRequestContext
+from mcp.server.apps import client_supports_apps
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
@@ -17,6 +18,7 @@ from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
 from mcp_agent.server.session_tools import describe_session, entries_page
+from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.outline import flat_tree
 
@@ -147,6 +149,8 @@ def register(server: MCPServer) -> None:
         except SessionError as error:
             raise MCPError(types.INVALID_PARAMS, str(error)) from None
         resources: list[types.Resource] = []
+        if params.cursor is None and client_supports_apps(ctx):
+            resources.append(viewer_resource())
         if params.cursor is None:
             resources.extend(
                 types.Resource(

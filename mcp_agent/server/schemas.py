@@ -63,15 +63,30 @@ class TreeNode(Wire):
     preview: str = Field(description="role and the start of the text, or what the entry sets")
 
 
+class OutlineNode(TreeNode):
+    """A row of the outline view: a tree node on the chain it follows, or the head of a
+    branch off it, not yet opened."""
+
+    kind: str = Field(description="how the preview reads: user, assistant, toolResult, error, …")
+    spine: bool = Field(description="on the chain; false: the first entry of another branch")
+    folded: int = Field(
+        description="entries after this one on the chain that are not listed (the path to the "
+        "next listed entry's parent: session_get view branch with entry_id)"
+    )
+
+
 class SessionView(Page):
     session: SessionInfo
-    view: Literal["branch", "tree", "entries"]
+    view: Literal["branch", "tree", "entries", "outline"]
     leaf_id: str | None
     entries: list[dict[str, Any]] | None = Field(
         default=None, description="pi v3 entries, newest last (views branch and entries)"
     )
     nodes: list[TreeNode] | None = Field(
         default=None, description="tree nodes in the order they were appended (view tree)"
+    )
+    outline: list[OutlineNode] | None = Field(
+        default=None, description="the chain and the heads of the branches off it (view outline)"
     )
 
 

@@ -32,6 +32,7 @@ from mcp_agent.server.schemas import (
     ExportResult,
     ImportResult,
     MoveResult,
+    OutlineNode,
     SessionInfo,
     SessionListResult,
     SessionView,
@@ -41,7 +42,7 @@ from mcp_agent.server.schemas import (
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import SessionEntry, is_session_id
-from mcp_agent.sessions.outline import flat_tree
+from mcp_agent.sessions.outline import flat_tree, outline
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -110,6 +111,22 @@ def entries_page(
         shown[i] if i in shown else entry_json(session_id, entries[i])[0]
         for i in range(page.start, page.end)
     ], page
+
+
+def outline_view(
+    session: Session, info: SessionInfo, entry_id: str | None, cursor: str | None, most: int | None
+) -> SessionView:
+    rows = outline(session, entry_id)
+    page = newest_page(rows, cursor, most, json_size)
+    return SessionView(
+        session=info,
+        view="outline",
+        leaf_id=session.leaf_id,
+        outline=[OutlineNode.model_validate(row) for row in rows[page.start : page.end]],
+        total=page.total,
+        truncated=page.truncated,
+        next_cursor=page.next_cursor,
+    )
 
 
 def parse_metadata(text: str) -> dict[str, Any] | None:
@@ -186,15 +203,23 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         session_id: SessionId,
         view: Annotated[
-            Literal["branch", "tree", "entries"] | None,
+            Literal["branch", "tree", "entries", "outline"] | None,
             Field(
                 description="branch: the entries from the root to the leaf (null: this); "
                 "tree: every entry as a node with its parent, children, label and a preview; "
-                "entries: every entry in the order appended"
+                "entries: every entry in the order appended; outline: the tree as a reader "
+                "opens it, one chain with long runs folded and the other branches unopened"
             ),
         ] = None,
         limit: Limit = None,
         cursor: Cursor = None,
+        entry_id: Annotated[
+            str | None,
+            Field(
+                description="branch: the path to this entry instead of the leaf; outline: the "
+                "chain from this entry (null: from the root, along the current branch)"
+            ),
+        ] = None,
     ) -> SessionView:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
         with the total, whether there is more (truncated) and a cursor for the page before."""
@@ -205,6 +230,10 @@ def register(server: MCPServer) -> None:
         def read() -> SessionView:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
+            if shown == "outline":
+                return outline_view(session, info, entry_id, cursor, most)
+            if entry_id is not None and shown != "branch":
+                raise ToolError("entry_id applies to the views branch and outline only")
             if shown == "tree":
                 nodes = flat_tree(session)
                 page = newest_page(nodes, cursor, most, json_size)
@@ -217,7 +246,7 @@ def register(server: MCPServer) -> None:
                     truncated=page.truncated,
                     next_cursor=page.next_cursor,
                 )
-            entries = session.get_branch() if shown == "branch" else session.get_entries()
+            entries = session.get_branch(entry_id) if shown == "branch" else session.get_entries()
             data, page = entries_page(session_id, entries, cursor, most)
             return SessionView(
                 session=info,

@@ -17,6 +17,7 @@ import secrets
 import socket
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
     token_dirs,
 )
+from mcp_agent.server.viewer.page import ViewerPage, cookie_signs_in
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,20 @@ class HttpAuth:
                 "machine can read it (ps); use --token-file PATH or $" + TOKEN_ENV + " instead"
             )
         return text
+
+
+def viewer_link(auth: HttpAuth, settings: ServerSettings) -> str:
+    """The line serve prints about the session viewer at ``/``: the link that signs a browser
+    in (with the token itself only when serve made it and printed it already)."""
+    host = "localhost" if settings.host in WILDCARD_ADDRESSES else settings.host
+    if ":" in host:
+        host = f"[{host}]"
+    base = f"http://{host}:{settings.port}/"
+    if auth.origin == "none":
+        return f"session viewer: {base}"
+    if auth.origin == "generated":
+        return f"session viewer (open this link once to sign in): {base}?token={auth.token}"
+    return f"session viewer: {base}?token=<the token> (once, to sign in)"
 
 
 def http_auth(settings: ServerSettings, token_from_flag: bool = False) -> HttpAuth:
@@ -219,20 +235,25 @@ def check_bind(settings: ServerSettings) -> None:
 
 
 class BearerTokenMiddleware:
-    """Answers 401 unless the request carries ``Authorization: Bearer <token>``."""
+    """Answers 401 unless the request carries ``Authorization: Bearer <token>``, or comes from
+    the viewer page with its cookie (``port``: this server's, which names the cookie)."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, port: int | None = None) -> None:
         self.app = app
+        self.secret = token
         self.token = token.encode()
+        self.port = port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            given = dict(scope["headers"]).get(b"authorization", b"")
+            headers = dict(scope["headers"])
+            given = headers.get(b"authorization", b"")
             scheme, _, credentials = given.partition(b" ")
             # The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
+            if (
+                scheme.lower() != b"bearer"
+                or not hmac.compare_digest(credentials.strip(), self.token)
+            ) and not (self.port is not None and cookie_signs_in(headers, self.secret, self.port)):
                 response = JSONResponse(
                     {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
                     status_code=401,
@@ -414,8 +435,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SessionLimitMiddleware(app, settings)
     if settings.token:
-        app = BearerTokenMiddleware(app, settings.token)
-    return app
+        app = BearerTokenMiddleware(app, settings.token, settings.port)
+    return ViewerPage(app, settings.token, settings.port, transport_security(settings))
 
 
 # The kernel send buffer of each HTTP connection. Left to autotuning it grows to 4 MiB on Linux:
@@ -425,9 +446,10 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
 HTTP_SEND_BUFFER = 256 * 1024
 
 
-def _serving_server(config: Any) -> Any:
+def _serving_server(config: Any, on_shutdown: Callable[[], None] | None = None) -> Any:
     """A uvicorn server whose listening sockets hand a fixed send buffer to every connection
-    they accept (accepted sockets inherit it on Linux and the BSDs)."""
+    they accept (accepted sockets inherit it on Linux and the BSDs), and that calls
+    ``on_shutdown`` as its shutdown begins."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -438,7 +460,21 @@ def _serving_server(config: Any) -> Any:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, HTTP_SEND_BUFFER)
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if on_shutdown is not None:
+                on_shutdown()
+            await super().shutdown(sockets)
+
     return Server(config)
+
+
+def end_listen_streams(server: MCPServer) -> Callable[[], None]:
+    """What ends every open ``subscriptions/listen`` stream gracefully. uvicorn waits for open
+    responses before it stops, and a listen stream (a viewer page left open) never ends of
+    itself: without this, stopping the server would wait for every such client to go."""
+    entry = server._lowlevel_server.get_request_handler("subscriptions/listen")
+    close = getattr(entry.handler, "close", None) if entry is not None else None
+    return close if callable(close) else (lambda: None)
 
 
 async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_options: Any) -> None:
@@ -455,4 +491,4 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         limit_concurrency=connections_that_fit(descriptor_limit()),
         **uvicorn_options,
     )
-    await _serving_server(config).serve()
+    await _serving_server(config, end_listen_streams(server)).serve()

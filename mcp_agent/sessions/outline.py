@@ -34,6 +34,7 @@ from mcp_agent.sessions.entries import (
     SessionInfoEntry,
     ThinkingLevelChangeEntry,
 )
+from mcp_agent.sessions.errors import SessionError
 
 if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session, TreeNode
@@ -130,3 +131,116 @@ def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]
         }
         pending.extend((child, entry.id) for child in node.children)
     return [nodes[entry.id] for entry in session.get_entries() if entry.id in nodes]
+
+
+# Entries an outline always lists, however long the chain around them.
+_LANDMARKS = ("compaction", "branch_summary")
+
+
+def outline(
+    session: Session, entry_id: str | None = None, preview_chars: int = 120
+) -> list[dict[str, Any]]:
+    """The tree as a reader opens it, in time that grows with what is shown, not with the
+    session: one chain (from ``entry_id``, or from the root along the current branch), then
+    at each entry that branches, the first entry of every other branch, unopened.
+
+    The chain runs from ``entry_id`` (None: the root) down the current branch where it can,
+    else down the newest child, to its end. Along it the first and last entries, branch
+    points, labelled entries, compactions, branch summaries and the leaf are listed; a run of
+    other entries between two of those (six or more) folds, and the entry before the fold says
+    how many it hides (``folded``; the entries are the path to the next listed entry's parent,
+    ``session_get`` view branch). Rows are ``flat_tree``'s nodes plus ``kind`` (the style of
+    the preview), ``spine`` (on the chain, else the head of an unopened branch) and
+    ``folded``."""
+    storage = session.storage
+    leaf_id = storage.get_leaf_id()
+    branch = storage.get_branch(leaf_id) if leaf_id is not None else []
+    on_branch = {entry.id for entry in branch}
+    children: dict[str | None, list[SessionEntry]] = {}
+
+    def children_of(parent: str | None) -> list[SessionEntry]:
+        if parent not in children:
+            children[parent] = storage.get_children(parent)
+        return children[parent]
+
+    if entry_id is None:
+        chain = [entry for entry in branch if entry.type != "leaf"]
+        start = children_of(None)
+        if not chain and start:
+            chain.append(_next_on_chain(start, on_branch))
+    else:
+        entry = storage.get_entry(entry_id)
+        if entry is None or entry.type == "leaf":
+            raise SessionError("not_found", f"entry {entry_id} not found")
+        chain = [entry]
+    if entry_id is not None or not branch:
+        while chain and children_of(chain[-1].id) and len(chain) <= MAX_CHAIN:
+            chain.append(_next_on_chain(children_of(chain[-1].id), on_branch))
+    labels = {entry.id: storage.get_label(entry.id) for entry in chain}
+    parent_of = {entry.id: entry.parent_id for entry in chain}
+
+    # Listed: the chain's ends, branch points and the first entry of each branch below one,
+    # labelled entries, compactions, branch summaries and the leaf; a short run is listed too.
+    listed = [
+        index in (0, len(chain) - 1)
+        or len(children_of(entry.id)) > 1
+        or len(children_of(parent_of[entry.id])) > 1
+        or labels[entry.id] is not None
+        or entry.type in _LANDMARKS
+        or entry.id == leaf_id
+        for index, entry in enumerate(chain)
+    ]
+    run: list[int] = []
+    for index in range(len(chain) + 1):
+        if index < len(chain) and not listed[index]:
+            run.append(index)
+            continue
+        if len(run) < MIN_FOLD:
+            for hidden in run:
+                listed[hidden] = True
+        run = []
+
+    def row(entry: SessionEntry, parent_id: str | None, spine: bool) -> dict[str, Any]:
+        parts = entry_parts(entry, preview_chars)
+        label = labels[entry.id] if spine else storage.get_label(entry.id)
+        return {
+            "id": entry.id,
+            "parentId": parent_id,
+            "type": entry.type,
+            "timestamp": entry.timestamp,
+            "children": [child.id for child in children_of(entry.id)],
+            "label": label,
+            "onBranch": entry.id in on_branch,
+            "preview": "".join(text for text, _ in parts),
+            "kind": next((kind for _, kind in parts if kind), "meta"),
+            "spine": spine,
+            "folded": 0,
+        }
+
+    rows: list[dict[str, Any]] = []
+    if entry_id is None:
+        rows.extend(row(root, None, False) for root in children_of(None) if root.id != chain[0].id)
+    previous: dict[str, Any] | None = None
+    for index, entry in enumerate(chain):
+        if not listed[index]:
+            assert previous is not None  # the first entry is always listed
+            previous["folded"] += 1
+            continue
+        previous = row(entry, chain[index - 1].id if index else entry.parent_id, True)
+        rows.append(previous)
+        next_id = chain[index + 1].id if index + 1 < len(chain) else None
+        rows.extend(
+            row(child, entry.id, False) for child in children_of(entry.id) if child.id != next_id
+        )
+    return rows
+
+
+# Fewer entries than this between two listed ones are listed, not folded.
+MIN_FOLD = 6
+# A chain longer than this (a corrupt cycle, or a session beyond reason) is cut there.
+MAX_CHAIN = 10_000_000
+
+
+def _next_on_chain(children: list[SessionEntry], on_branch: set[str]) -> SessionEntry:
+    """The child a chain goes on with: the one on the current branch, else the newest."""
+    return next((child for child in children if child.id in on_branch), children[-1])

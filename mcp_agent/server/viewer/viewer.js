@@ -1,0 +1,846 @@
+// The session viewer: one page, two ways in.
+//
+// - data-transport="http": the HTTP server's own page. It speaks MCP (2026-07-28, each
+//   request standing alone) to /mcp with fetch, authenticated by the cookie the one-time
+//   ?token= link set, and listens for changes on a subscriptions/listen stream.
+// - data-transport="app": an MCP App in a host's sandboxed frame. It speaks the MCP Apps
+//   protocol (JSON-RPC over postMessage): ui/initialize, then the host hands it the tool's
+//   result (ui/notifications/tool-result) and proxies its tools/call requests to the server.
+//
+// Everything the server sends is put on the page as text (textContent), never as markup.
+"use strict";
+
+const TRANSPORT = document.documentElement.dataset.transport;
+const PROTOCOL = "2026-07-28";
+const APPS_PROTOCOL = "2026-01-26";
+const APP_INFO = { name: "mcp-agent-sessions viewer", version: "1" };
+const UI_EXTENSION = "io.modelcontextprotocol/ui";
+const UI_MIME = "text/html;profile=mcp-app";
+const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
+const UNFOLD_PAGE = 200; // folded entries revealed per click
+const $ = (id) => document.getElementById(id);
+
+// --- talking to the server ----------------------------------------------------------------
+
+class ToolFailed extends Error {}
+
+/** MCP over HTTP: one POST per request, as the 2026-07-28 protocol has it. */
+class HttpTransport {
+  constructor() {
+    this.nextId = 1;
+    this.canReadResources = true;
+  }
+
+  envelope() {
+    return {
+      "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+      "io.modelcontextprotocol/clientInfo": APP_INFO,
+      "io.modelcontextprotocol/clientCapabilities": {
+        extensions: { [UI_EXTENSION]: { mimeTypes: [UI_MIME] } },
+      },
+    };
+  }
+
+  post(method, params, name, signal) {
+    const id = this.nextId++;
+    const headers = {
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+      "MCP-Protocol-Version": PROTOCOL,
+      "Mcp-Method": method,
+    };
+    if (name !== undefined) headers["Mcp-Name"] = name;
+    const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
+    return fetch("/mcp", {
+      method: "POST", headers, body: JSON.stringify(body), credentials: "same-origin", signal,
+    }).then((response) => ({ id, response }));
+  }
+
+  async request(method, params, name) {
+    const { id, response } = await this.post(method, params, name);
+    if (response.status === 401) throw new Error("not signed in: open the link with ?token= that serve printed");
+    const type = response.headers.get("content-type") || "";
+    let message = null;
+    if (type.startsWith("text/event-stream")) {
+      await readEvents(response, (data) => { if (data.id === id) message = data; });
+    } else {
+      message = await response.json();
+    }
+    if (!message) throw new Error(`no answer to ${method} (HTTP ${response.status})`);
+    if (message.error) throw new Error(message.error.message);
+    return message.result;
+  }
+
+  callTool(name, args) {
+    return this.request("tools/call", { name, arguments: args }, name);
+  }
+
+  readResource(uri) {
+    return this.request("resources/read", { uri }, uri);
+  }
+
+  /** Calls onEvent for each change until stopped; returns a function that stops. */
+  listen(filter, onEvent, onState) {
+    const controller = new AbortController();
+    let stopped = false;
+    const run = async () => {
+      while (!stopped) {
+        try {
+          const { response } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
+          if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
+          await readEvents(response, (data) => {
+            if (data.method === "notifications/subscriptions/acknowledged") onState(true);
+            else if (data.method) onEvent(data);
+          });
+        } catch (error) {
+          if (stopped) return;
+        }
+        onState(false);
+        // the stream ended: whatever changed meanwhile is read again once it is back
+        await sleep(1500);
+        if (!stopped) onEvent({ method: "reconnected" });
+      }
+    };
+    run();
+    return () => { stopped = true; controller.abort(); };
+  }
+}
+
+/** Server-sent events from a fetch response, each data line parsed as JSON. */
+async function readEvents(response, onData) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const event = buffer.slice(0, cut);
+      buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+      const data = event.split(/\r?\n/).filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim()).join("\n");
+      if (data) {
+        try { onData(JSON.parse(data)); } catch (_) { /* not JSON: not ours */ }
+      }
+    }
+  }
+}
+
+/** The MCP Apps protocol: JSON-RPC 2.0 with the host over postMessage. */
+class AppTransport {
+  constructor(onNotification) {
+    this.nextId = 1;
+    this.pending = new Map();
+    this.onNotification = onNotification;
+    this.hostCapabilities = {};
+    this.hostContext = {};
+    window.addEventListener("message", (event) => this.receive(event));
+  }
+
+  get canReadResources() {
+    return Boolean(this.hostCapabilities.serverResources);
+  }
+
+  send(message) {
+    window.parent.postMessage(message, "*");
+  }
+
+  request(method, params) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.send({ jsonrpc: "2.0", id, method, params });
+    });
+  }
+
+  notify(method, params) {
+    this.send({ jsonrpc: "2.0", method, params });
+  }
+
+  receive(event) {
+    if (event.source !== window.parent) return;
+    const message = event.data;
+    if (!message || message.jsonrpc !== "2.0") return;
+    if (message.id !== undefined && !message.method) {
+      const waiting = this.pending.get(message.id);
+      if (!waiting) return;
+      this.pending.delete(message.id);
+      if (message.error) waiting.reject(new Error(message.error.message));
+      else waiting.resolve(message.result);
+      return;
+    }
+    if (message.method === "ui/resource-teardown" || message.method === "ping") {
+      this.send({ jsonrpc: "2.0", id: message.id, result: {} });
+      return;
+    }
+    if (message.id !== undefined) {
+      this.send({ jsonrpc: "2.0", id: message.id, error: { code: -32601, message: `${message.method} is not handled by this view` } });
+      return;
+    }
+    this.onNotification(message);
+  }
+
+  async connect() {
+    const result = await this.request("ui/initialize", {
+      appInfo: APP_INFO,
+      appCapabilities: { availableDisplayModes: ["inline", "fullscreen"] },
+      protocolVersion: APPS_PROTOCOL,
+    });
+    this.hostCapabilities = result.hostCapabilities || {};
+    this.hostContext = result.hostContext || {};
+    this.notify("ui/notifications/initialized", {});
+    return result;
+  }
+
+  callTool(name, args) {
+    return this.request("tools/call", { name, arguments: args });
+  }
+
+  readResource(uri) {
+    return this.request("resources/read", { uri });
+  }
+}
+
+let transport;
+
+/** A tool's structured result, or a ToolFailed with the tool's own words. */
+async function tool(name, args) {
+  const result = await transport.callTool(name, args);
+  if (result.isError) {
+    const text = (result.content || []).map((block) => block.text || "").join(" ");
+    throw new ToolFailed(text || `${name} failed`);
+  }
+  return result.structuredContent;
+}
+
+// --- state ---------------------------------------------------------------------------------
+
+const state = {
+  sessionId: null,
+  view: null, // the last session_get answer's session and leaf
+  outline: [], // rows of the main outline, oldest first
+  earlierCursor: null,
+  opened: new Map(), // branch head id -> its outline rows (opened off-branch subtrees)
+  unfolded: new Map(), // id of the row before a fold -> entries revealed (rows)
+  selected: null,
+  entry: null,
+  sessionsCursor: null,
+  query: "",
+  run: null,
+};
+
+// --- small helpers --------------------------------------------------------------------------
+
+function h(tag, props, ...children) {
+  const element = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") element.className = value;
+    else if (key === "text") element.textContent = value;
+    else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(element.dataset, value);
+    else element.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return element;
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+let toastTimer = null;
+function toast(text, isError) {
+  const box = $("toast");
+  box.textContent = text;
+  box.className = isError ? "toast error" : "toast";
+  box.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { box.hidden = true; }, isError ? 6000 : 2500);
+}
+
+function failed(error) {
+  toast(error.message || String(error), true);
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  const seconds = (Date.now() - date.getTime()) / 1000;
+  if (seconds < 60) return "just now";
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  return date.toLocaleDateString(undefined, { year: "numeric", month: "short", day: "numeric" });
+}
+
+function plural(count, word) {
+  return `${count.toLocaleString()} ${word}${count === 1 ? "" : "s"}`;
+}
+
+function clip(text, limit) {
+  const flat = String(text).split(/\s+/).filter(Boolean).join(" ");
+  return flat.length <= limit ? flat : flat.slice(0, limit - 1) + "…";
+}
+
+function contentText(content) {
+  if (typeof content === "string") return content;
+  return (content || []).filter((block) => block.type === "text").map((block) => block.text).join("\n");
+}
+
+/** A row like the outline's, for an entry read whole (an unfolded one): mirrors the
+ * server's one-line account of an entry (sessions/outline.py). */
+function rowOf(entry, onBranch) {
+  let kind = "meta";
+  let preview = entry.type;
+  const message = entry.message;
+  if (entry.type === "message" && message) {
+    const text = clip(contentText(message.content), 120);
+    if (message.role === "user") { kind = "user"; preview = `user: ${text}`; }
+    else if (message.role === "assistant") {
+      const failedRun = message.stopReason === "error" || message.stopReason === "aborted";
+      kind = failedRun ? "error" : "assistant";
+      const calls = (message.content || []).filter((block) => block.type === "toolCall").map((block) => block.name);
+      preview = `assistant:${text ? " " + text : ""}${calls.length ? " → " + calls.join(", ") : ""}`;
+    } else if (message.role === "toolResult") {
+      kind = message.isError ? "error" : "toolResult";
+      preview = `${message.toolName} result: ${text}`;
+    } else { preview = `${message.role}: ${text}`; }
+  } else if (entry.type === "model_change") preview = `model → ${entry.provider}:${entry.modelId}`;
+  else if (entry.type === "thinking_level_change") preview = `thinking → ${entry.thinkingLevel}`;
+  else if (entry.type === "label") preview = entry.label ? `label ${entry.targetId} = '${entry.label}'` : `label ${entry.targetId} cleared`;
+  else if (entry.type === "custom") preview = `custom ${entry.customType}`;
+  else if (entry.type === "compaction" || entry.type === "branch_summary") { kind = "summary"; preview = clip(entry.summary || "", 120); }
+  return {
+    id: entry.id, parentId: entry.parentId, type: entry.type, timestamp: entry.timestamp,
+    children: [], label: null, onBranch, preview, kind, spine: true, folded: 0,
+  };
+}
+
+const KIND_NAMES = {
+  user: "user", assistant: "assistant", toolResult: "tool", error: "error", call: "call",
+  summary: "summary", custom: "custom", meta: "meta",
+};
+
+function kindName(row) {
+  if (row.type === "compaction") return "compaction";
+  if (row.type === "branch_summary") return "branch summary";
+  if (row.kind === "meta") return row.type.replace(/_/g, " ").replace(/ change$/, "");
+  return KIND_NAMES[row.kind] || row.kind;
+}
+
+/** The preview without the role the badge already says. */
+function previewText(row) {
+  const text = row.preview || "";
+  const colon = text.indexOf(": ");
+  if (row.kind === "meta" || colon < 0 || colon > 40) return text;
+  return text.slice(colon + 2) || text;
+}
+
+// --- sessions -------------------------------------------------------------------------------
+
+async function loadSessions(more) {
+  const args = { limit: 50 };
+  if (state.query) args.query = state.query;
+  if (more && state.sessionsCursor) args.cursor = state.sessionsCursor;
+  let answer;
+  try {
+    answer = await tool("session_list", args);
+  } catch (error) {
+    $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
+    return;
+  }
+  const items = answer.sessions.map((info) => h("li", {},
+    h("button", {
+      class: info.id === state.sessionId ? "session current" : "session",
+      dataset: { session: info.id },
+      onclick: () => openSession(info.id),
+    },
+    h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
+    h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
+  if (more) $("sessions").append(...items);
+  else $("sessions").replaceChildren(...items);
+  if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
+  state.sessionsCursor = answer.nextCursor;
+  $("more-sessions").hidden = !answer.nextCursor;
+}
+
+// --- one session ----------------------------------------------------------------------------
+
+async function openSession(sessionId) {
+  if (state.sessionId !== sessionId) {
+    state.sessionId = sessionId;
+    state.opened = new Map();
+    state.unfolded = new Map();
+    state.selected = null;
+    state.entry = null;
+    $("detail").hidden = true;
+    $("detail").parentElement.classList.add("solo");
+    if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
+    for (const button of document.querySelectorAll(".session")) {
+      button.classList.toggle("current", button.dataset.session === sessionId);
+    }
+  }
+  await refresh();
+  if (TRANSPORT === "http") watchSession(sessionId);
+}
+
+/** Read the outline again, with every branch the reader opened and every fold unfolded. */
+async function refresh() {
+  const sessionId = state.sessionId;
+  if (!sessionId) return;
+  let answer;
+  try {
+    answer = await tool("session_get", { session_id: sessionId, view: "outline", limit: OUTLINE_PAGE });
+  } catch (error) {
+    failed(error);
+    return;
+  }
+  if (sessionId !== state.sessionId) return;
+  state.view = answer;
+  state.outline = answer.outline;
+  state.earlierCursor = answer.nextCursor;
+  // the branches still open: those whose heads are still shown (a moved leaf makes one the chain)
+  const wasOpen = state.opened;
+  state.opened = new Map();
+  let heads = headsOf(state.outline).filter((id) => wasOpen.has(id));
+  while (heads.length) {
+    await Promise.all(heads.map((id) => openBranch(id, false)));
+    heads = heads.flatMap((id) => headsOf(state.opened.get(id) || [])).filter((id) => wasOpen.has(id));
+  }
+  await Promise.all([...state.unfolded.entries()].map(([id, rows]) => unfold(id, rows.length, false)));
+  renderHead();
+  renderTree();
+  if (state.selected) await selectEntry(state.selected, false);
+}
+
+function headsOf(rows) {
+  return rows.filter((row) => !row.spine).map((row) => row.id);
+}
+
+async function loadEarlier() {
+  const answer = await tool("session_get", {
+    session_id: state.sessionId, view: "outline", limit: OUTLINE_PAGE, cursor: state.earlierCursor,
+  });
+  state.outline = [...answer.outline, ...state.outline];
+  state.earlierCursor = answer.nextCursor;
+  renderTree();
+}
+
+function renderHead() {
+  const info = state.view.session;
+  $("session-name").textContent = info.name || info.firstUserMessage || "Untitled session";
+  $("session-id").textContent = info.id;
+  const facts = [
+    plural(info.messageCount, "message"),
+    plural(info.entryCount, "entry").replace("entrys", "entries"),
+    `updated ${when(info.modified)}`,
+  ];
+  if (info.cwd) facts.push(info.cwd);
+  if (info.parentSession) facts.push(`forked from ${info.parentSession.slice(0, 8)}`);
+  $("session-facts").replaceChildren(...facts.map((fact) => h("span", { text: fact })));
+  $("prompt").hidden = false;
+}
+
+/** The rows of one outline as a tree: spine rows in order, each followed by the heads of
+ * the branches off it (opened ones with their own outline nested). */
+function renderRows(rows, headId) {
+  const list = document.createDocumentFragment();
+  const spine = rows.filter((row) => row.spine);
+  const heads = rows.filter((row) => !row.spine);
+  // heads whose parent is not on this chain: other roots (the outline from the root)
+  for (const head of heads.filter((row) => !spine.some((s) => s.id === row.parentId))) {
+    list.append(renderHeadRow(head));
+  }
+  spine.forEach((row, index) => {
+    list.append(renderRow(row, row.id === headId));
+    if (row.folded) {
+      const revealed = state.unfolded.get(row.id) || [];
+      const hidden = row.folded - revealed.length;
+      if (hidden > 0) {
+        const next = spine[index + 1];
+        list.append(h("button", {
+          class: "fold", type: "button", dataset: { fold: row.id },
+          title: "Show the entries in between",
+          onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
+        }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
+      }
+      for (const shown of revealed) list.append(renderRow(shown, false));
+    }
+    for (const head of heads.filter((other) => other.parentId === row.id)) list.append(renderHeadRow(head));
+  });
+  return list;
+}
+
+/** The first entry of a branch off the chain: unopened, or opened with its own outline. */
+function renderHeadRow(head) {
+  const opened = state.opened.get(head.id);
+  if (!opened) return h("div", { class: "nest" }, renderRow(head, true));
+  return h("div", { class: "nest open" }, renderRows(opened, head.id));
+}
+
+function renderRow(row, isHead) {
+  const leaf = state.view && row.id === state.view.leafId;
+  const classes = ["row", row.onBranch ? "on-branch" : "off-branch"];
+  if (row.id === state.selected) classes.push("selected");
+  const toggle = isHead ? h("button", {
+    class: "toggle", type: "button", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
+    "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
+    onclick: (event) => { event.stopPropagation(); toggleBranch(row.id).catch(failed); },
+  }, state.opened.has(row.id) ? "▾" : "▸") : null;
+  const branches = row.children && row.children.length > 1 ? h("span", { class: "branch-count", text: `${row.children.length} branches` }) : null;
+  return h("div", {
+    class: classes.join(" "), role: "treeitem", tabindex: "0",
+    dataset: { id: row.id },
+    onclick: () => selectEntry(row.id, true).catch(failed),
+    onkeydown: (event) => { if (event.key === "Enter") selectEntry(row.id, true).catch(failed); },
+  },
+  toggle || h("span", { class: "dot" }),
+  h("span", { class: "id", text: row.id }),
+  h("span", { class: `kind ${row.kind}`, text: kindName(row) }),
+  h("span", { class: "text", text: previewText(row), title: row.preview }),
+  row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
+  branches,
+  leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+}
+
+function renderTree() {
+  const tree = $("tree");
+  const scroll = tree.scrollTop;
+  const parts = [];
+  if (state.earlierCursor) {
+    parts.push(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(failed) }, "Show earlier entries"));
+  }
+  if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
+  parts.push(renderRows(state.outline));
+  tree.replaceChildren(...parts);
+  tree.scrollTop = scroll;
+  sizeChanged();
+}
+
+async function toggleBranch(headId) {
+  if (state.opened.has(headId)) {
+    state.opened.delete(headId);
+    renderTree();
+    return;
+  }
+  await openBranch(headId, true);
+}
+
+async function openBranch(headId, render) {
+  let answer;
+  try {
+    answer = await tool("session_get", { session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE });
+  } catch (error) {
+    state.opened.delete(headId); // gone (the session changed): nothing to open
+    if (render) failed(error);
+    return;
+  }
+  state.opened.set(headId, answer.outline);
+  if (render) renderTree();
+}
+
+/** Reveal ``count`` entries of the fold after row ``anchorId``: the path to the parent of the
+ * next listed row, newest last (session_get view branch with entry_id). */
+async function unfold(anchorId, count, render, next) {
+  const rows = findChain(anchorId);
+  const nextRow = next || (rows ? rows[rows.findIndex((row) => row.id === anchorId) + 1] : null);
+  const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
+  if (!nextRow || !anchor || !anchor.folded) { state.unfolded.delete(anchorId); return; }
+  count = Math.min(count, anchor.folded);
+  // pages stop at about 40 KB: go on with the cursor until there are enough
+  let entries = [];
+  let cursor = null;
+  do {
+    const args = { session_id: state.sessionId, entry_id: nextRow.parentId, limit: count - entries.length };
+    if (cursor) args.cursor = cursor;
+    const answer = await tool("session_get", args);
+    entries = [...answer.entries, ...entries];
+    cursor = answer.nextCursor;
+  } while (cursor && entries.length < count);
+  entries = entries.slice(-count);
+  // revealed from the bottom up: what is shown ends right above the next listed row
+  state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
+  if (render) renderTree();
+}
+
+/** The spine rows (of the main outline or an opened branch) that hold ``id``. */
+function findChain(id) {
+  const chains = [state.outline, ...state.opened.values()];
+  for (const rows of chains) {
+    const spine = rows.filter((row) => row.spine);
+    if (spine.some((row) => row.id === id)) return spine;
+  }
+  return null;
+}
+
+// --- one entry ------------------------------------------------------------------------------
+
+async function selectEntry(entryId, fromClick) {
+  state.selected = entryId;
+  for (const row of document.querySelectorAll(".row")) row.classList.toggle("selected", row.dataset.id === entryId);
+  const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
+  if (state.selected !== entryId) return;
+  let entry = answer.entries[answer.entries.length - 1];
+  if (entry.omitted && transport.canReadResources) {
+    try {
+      const read = await transport.readResource(`session://${state.sessionId}/entries/${entryId}`);
+      entry = JSON.parse(read.contents[0].text);
+    } catch (_) { /* the stub says where it is */ }
+  }
+  state.entry = entry;
+  renderDetail(entry);
+  if (fromClick) $("label-form").hidden = true;
+}
+
+function renderDetail(entry) {
+  $("detail").hidden = false;
+  $("detail").parentElement.classList.remove("solo");
+  const leaf = state.view && entry.id === state.view.leafId;
+  const role = entry.message ? entry.message.role : null;
+  const kindClass = role === "toolResult" ? "toolResult" : role || (entry.type === "compaction" || entry.type === "branch_summary" ? "summary" : "meta");
+  const title = [
+    h("span", { class: `kind ${kindClass}`, text: role === "toolResult" ? "tool result" : role || entry.type.replace(/_/g, " ") }),
+    h("code", { text: entry.id }),
+    h("span", { text: entry.timestamp ? new Date(entry.timestamp).toLocaleString() : "" }),
+    entry.message && entry.message.model ? h("span", { text: `${entry.message.provider}:${entry.message.model}` }) : null,
+    leaf ? h("span", { class: "leaf-mark", text: "leaf" }) : null,
+  ];
+  $("detail-title").replaceChildren(...title.filter(Boolean));
+  syncActions();
+  $("detail-body").replaceChildren(...renderEntry(entry));
+}
+
+function block(title, ...children) {
+  return h("div", { class: "block" }, title ? h("div", { class: "block-title", text: title }) : null, ...children);
+}
+
+function json(value) {
+  return h("pre", { class: "json", text: JSON.stringify(value, null, 2) });
+}
+
+function renderContent(content) {
+  if (typeof content === "string") return [h("div", { class: "text-block", text: content })];
+  return (content || []).map((part) => {
+    if (part.type === "text") return h("div", { class: "text-block block", text: part.text });
+    if (part.type === "thinking") return block("thinking", h("div", { class: "thinking", text: part.thinking }));
+    if (part.type === "toolCall") {
+      return h("div", { class: "tool-call block" }, h("div", { class: "tool-name", text: `→ ${part.name}` }), json(part.arguments));
+    }
+    if (part.type === "image" && /^image\/(png|jpeg|gif|webp)$/.test(part.mimeType || "")) {
+      return h("img", { alt: "image", src: `data:${part.mimeType};base64,${part.data}` });
+    }
+    return json(part);
+  });
+}
+
+function renderEntry(entry) {
+  if (entry.omitted) return [h("p", { class: "note", text: entry.omitted })];
+  const message = entry.message;
+  if (entry.type === "message" && message) {
+    const parts = [];
+    if (message.role === "toolResult") parts.push(block(`result of ${message.toolName}${message.isError ? " (error)" : ""}`));
+    parts.push(...renderContent(message.content));
+    if (message.role === "assistant" && message.errorMessage) parts.push(block("error", h("div", { class: "text-block", text: message.errorMessage })));
+    if (message.usage && message.usage.totalTokens) {
+      parts.push(h("p", { class: "note", text: `${message.usage.totalTokens.toLocaleString()} tokens · stop: ${message.stopReason}` }));
+    }
+    return parts;
+  }
+  if (entry.type === "compaction") {
+    return [block(`compaction · ${Number(entry.tokensBefore || 0).toLocaleString()} tokens before`, h("div", { class: "text-block", text: entry.summary })),
+      h("p", { class: "note", text: `kept from ${entry.firstKeptEntryId || "the retained tail"}` })];
+  }
+  if (entry.type === "branch_summary") return [block(`summary of the branch left at ${entry.fromId}`, h("div", { class: "text-block", text: entry.summary }))];
+  return [json(entry)];
+}
+
+// --- actions ---------------------------------------------------------------------------------
+
+async function act(button, work) {
+  button.disabled = true;
+  try {
+    await work();
+  } catch (error) {
+    failed(error);
+  } finally {
+    button.disabled = false;
+    syncActions();
+  }
+}
+
+/** Moving the leaf to the leaf does nothing: say so by the button. */
+function syncActions() {
+  $("act-move").disabled = !state.entry || !state.view || state.entry.id === state.view.leafId;
+}
+
+function wireActions() {
+  $("act-move").addEventListener("click", () => act($("act-move"), async () => {
+    const moved = await tool("session_move_to", { session_id: state.sessionId, entry_id: state.selected });
+    toast(`The leaf is now ${moved.leafId}: the next message continues from here.`);
+    await refresh();
+  }));
+  $("act-fork").addEventListener("click", () => act($("act-fork"), async () => {
+    const forked = await tool("session_fork", { session_id: state.sessionId, entry_id: state.selected, position: "at" });
+    toast(`Forked into a new session ${forked.id.slice(0, 8)}.`);
+    if (TRANSPORT === "http") await loadSessions(false);
+    await openSession(forked.id);
+  }));
+  $("act-label").addEventListener("click", () => {
+    $("label-form").hidden = !$("label-form").hidden;
+    const row = [state.outline, ...state.opened.values()].flat().find((r) => r.id === state.selected);
+    $("label-text").value = row && row.label ? row.label : "";
+    if (!$("label-form").hidden) $("label-text").focus();
+  });
+  $("label-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act($("label-form").querySelector("button"), async () => {
+      const label = $("label-text").value.trim();
+      await tool("session_append", { session_id: state.sessionId, entry: { type: "label", target_id: state.selected, label: label || null } });
+      $("label-form").hidden = true;
+      toast(label ? `Labelled #${label}.` : "Label removed.");
+      await refresh();
+    });
+  });
+  $("prompt").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("prompt-text").value.trim();
+    if (!text) return;
+    act($("prompt-send"), async () => {
+      const run = await tool("agent_run", { prompt: text, session_id: state.sessionId, wait: false });
+      $("prompt-text").value = "";
+      toast("The agent is working…");
+      followRun(run.runId);
+    });
+  });
+  $("prompt-text").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.metaKey || event.ctrlKey)) $("prompt").requestSubmit();
+  });
+}
+
+/** Until the run ends, refresh as it goes (the page also hears each append as it happens). */
+async function followRun(runId) {
+  state.run = runId;
+  for (let turn = 0; turn < 600 && state.run === runId; turn++) {
+    let status;
+    try {
+      status = await tool("agent_status", { run_id: runId, wait_seconds: 2 });
+    } catch (error) {
+      failed(error);
+      return;
+    }
+    if (TRANSPORT === "app") await refresh();
+    if (status.status !== "running") {
+      if (status.status !== "completed") toast(`The run ended: ${status.error || status.status}`, true);
+      await refresh();
+      return;
+    }
+  }
+}
+
+// --- live updates (the page) ----------------------------------------------------------------
+
+let stopListening = null;
+let refreshTimer = null;
+
+function soon(work) {
+  clearTimeout(refreshTimer);
+  refreshTimer = setTimeout(() => work().catch(failed), 120);
+}
+
+function watchSession(sessionId) {
+  if (stopListening) stopListening();
+  const uri = `session://${sessionId}`;
+  stopListening = transport.listen(
+    { resourcesListChanged: true, resourceSubscriptions: [uri] },
+    (message) => {
+      if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
+        soon(async () => { await refresh(); await loadSessions(false); });
+      }
+      else if (message.method === "notifications/resources/list_changed") loadSessions(false);
+      else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
+    },
+    (connected) => {
+      $("live").classList.toggle("on", connected);
+      $("live").title = connected ? "live: changes appear as they happen" : "reconnecting…";
+    },
+  );
+}
+
+// --- the MCP App: sizes, theme and the tool result the host hands over ------------------
+
+let lastHeight = 0;
+function sizeChanged() {
+  if (TRANSPORT !== "app") return;
+  const height = Math.ceil($("app").getBoundingClientRect().height);
+  if (height === lastHeight) return;
+  lastHeight = height;
+  transport.notify("ui/notifications/size-changed", { height });
+}
+
+function applyHostContext(context) {
+  if (!context) return;
+  if (context.theme) document.documentElement.dataset.theme = context.theme;
+  const variables = context.styles && context.styles.variables;
+  if (variables) {
+    for (const [name, value] of Object.entries(variables)) {
+      if (value) document.documentElement.style.setProperty(name, value);
+    }
+  }
+}
+
+function onHostNotification(message) {
+  if (message.method === "ui/notifications/tool-input") {
+    // session_get names its session before the result comes: start reading it
+    const sessionId = (message.params && message.params.arguments || {}).session_id;
+    if (typeof sessionId === "string" && !state.sessionId) openSession(sessionId).catch(() => {});
+  } else if (message.method === "ui/notifications/tool-result") {
+    const result = message.params || {};
+    const data = result.structuredContent || {};
+    const sessionId = (data.session && data.session.id) || data.sessionId;
+    if (sessionId) openSession(sessionId).catch(failed);
+    else if (result.isError) toast((result.content || []).map((b) => b.text || "").join(" "), true);
+  } else if (message.method === "ui/notifications/host-context-changed") {
+    applyHostContext(message.params);
+  }
+}
+
+// --- start ----------------------------------------------------------------------------------
+
+async function start() {
+  wireActions();
+  $("detail").parentElement.classList.add("solo");
+  if (TRANSPORT === "app") {
+    transport = new AppTransport(onHostNotification);
+    const init = await transport.connect();
+    applyHostContext(init.hostContext);
+    new ResizeObserver(sizeChanged).observe($("app"));
+    $("tree").replaceChildren(h("div", { class: "empty", text: "Waiting for the tool's result…" }));
+    return;
+  }
+  transport = new HttpTransport();
+  let searchTimer = null;
+  $("search").addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => {
+      state.query = $("search").value.trim();
+      loadSessions(false);
+    }, 250);
+  });
+  $("more-sessions").addEventListener("click", () => loadSessions(true));
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
+  const listed = loadSessions(false);
+  if (wanted) await Promise.all([listed, openSession(wanted)]);
+  else {
+    await listed;
+    $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
+    // list changes are heard before any session is open
+    stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+  }
+}
+
+start().catch(failed);

@@ -1,0 +1,336 @@
+"""The session viewer in a real browser: Debian's Chromium driven by Playwright (nothing is
+downloaded: the browser is the system's). The page of a real ``serve --transport http``
+process, signed in with the one-time token link; and the MCP App inside a minimal host that
+speaks the MCP Apps protocol over postMessage and forwards the view's tool calls to the same
+server. The screenshots in the README are taken here (``docs/``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_support import Served, poll
+from viewer_support import mcp_request, mcp_tool, picnic_db
+
+CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
+# The MCP Apps spec as JSON Schema, shipped in the ext-apps package (.ci/peers installs it).
+APPS_SCHEMA = PEERS / "node_modules/@modelcontextprotocol/ext-apps/dist/src/generated/schema.json"
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="Python playwright is not installed"),
+    pytest.mark.skipif(
+        shutil.which(CHROMIUM) is None,
+        reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)",
+    ),
+]
+
+TOKEN = "viewer-test-token-0123456789abcdef"
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(name="served")
+def served_fixture(tmp_path: Path) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    session_id, ids = picnic_db(tmp_path / "http.db")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file), "--model", "scripted:echo")
+    try:
+        yield server, session_id, ids
+    finally:
+        server.stop()
+
+
+def base(server: Served) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+def leaf_of(server: Served, session_id: str) -> str:
+    got = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, limit=1)
+    return str(got["structuredContent"]["leafId"])
+
+
+def screenshot(page: Page, name: str) -> None:
+    DOCS.mkdir(exist_ok=True)
+    expect(page.locator("#toast")).to_be_hidden(timeout=10_000)
+    page.screenshot(path=str(DOCS / name))
+
+
+def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, Any]) -> None:
+    server, _, _ = served
+    page = browser.new_page()
+    answer = page.goto(base(server) + "/")
+    assert answer is not None and answer.status == 401
+    expect(page.get_by_role("heading")).to_contain_text("Sign in with the link")
+    wrong = page.goto(base(server) + "/?token=not-the-token")
+    assert wrong is not None and wrong.status == 401
+    assert page.context.cookies() == []
+    # /mcp itself: no token, no answer
+    refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
+    assert refused.status_code == 401
+    page.close()
+
+
+def test_the_page_shows_the_session_and_acts_on_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, session_id, ids = served
+    other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
+    mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=other["structuredContent"]["id"],
+        entry={"type": "message", "role": "user", "content": "Milk, eggs and bread"},
+    )
+    context = browser.new_context(viewport={"width": 1280, "height": 760})
+    page = context.new_page()
+    page.goto(f"{base(server)}/?token={TOKEN}")
+    sessions = page.locator("#sessions")
+    expect(sessions).to_contain_text("Picnic plans")
+    expect(sessions).to_contain_text("Grocery list")
+    # newest first
+    expect(sessions.locator(".session-name").first).to_have_text("Grocery list")
+    expect(page.locator("#live")).to_have_class("live on")
+    # search looks in the messages' text
+    page.locator("#search").fill("eggs bread")
+    expect(sessions.locator(".session-name")).to_have_text(["Grocery list"])
+    page.locator("#search").fill("")
+    expect(sessions.locator(".session-name")).to_have_count(2)
+
+    sessions.get_by_text("Picnic plans").click()
+    tree = page.locator("#tree")
+    expect(page.locator("#session-name")).to_have_text("Picnic plans")
+    # the other branch, unopened, under the entry it branches from; labels; the leaf
+    head = tree.locator(f".row[data-id='{ids['sandwiches']}']")
+    expect(head).to_contain_text("Add sandwiches")
+    expect(head).to_have_class("row off-branch")
+    expect(tree.locator(f".row[data-id='{ids['plan']}'] .chip")).to_have_text("#weather-ok")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}'] .leaf-mark")).to_be_visible()
+    expect(tree.locator(".fold")).to_have_count(1)
+    expect(tree.locator(".fold")).to_contain_text("more entries")
+    expect(tree.locator(f".row[data-id='{ids['compaction']}']")).to_contain_text("compaction")
+
+    # a fold opens in place
+    tree.locator(".fold").click()
+    expect(tree).to_contain_text("Item 3 added to the basket.")
+
+    # open the branch; pick its answer and move the leaf there
+    head.locator(".toggle").click()
+    answer_row = tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")
+    expect(answer_row).to_contain_text("Cucumber and egg sandwiches")
+    answer_row.click()
+    expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
+    page.locator("#act-move").click()
+    poll(
+        lambda: leaf_of(server, session_id) == ids["sandwiches_answer"] or None,
+        "the leaf never moved to the clicked entry",
+    )
+    expect(answer_row.locator(".leaf-mark")).to_be_visible()
+
+    # an append by another client appears without a reload
+    mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=session_id,
+        entry={"type": "message", "role": "user", "content": "Bring a blanket too"},
+    )
+    expect(tree).to_contain_text("Bring a blanket too")
+    row = tree.locator(".row", has_text="Bring a blanket too")
+    expect(row.locator(".leaf-mark")).to_be_visible()
+    # continue the session with a prompt: the agent's answer arrives as it is written
+    page.locator("#prompt-text").fill("Shall we take the bikes?")
+    page.locator("#prompt-send").click()
+    last = tree.locator(".row").last
+    expect(last.locator(".kind")).to_have_text("assistant", timeout=30_000)
+    expect(last).to_contain_text("Shall we take the bikes?")  # scripted:echo
+    expect(last.locator(".leaf-mark")).to_be_visible()
+
+    # label an entry from the page
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+    page.locator("#act-label").click()
+    page.locator("#label-text").fill("start")
+    page.locator("#label-form button").click()
+    expect(tree.locator(f".row[data-id='{ids['ask']}'] .chip")).to_have_text("#start")
+    nodes = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, view="tree", limit=0)[
+        "structuredContent"
+    ]["nodes"]
+    assert next(n for n in nodes if n["id"] == ids["ask"])["label"] == "start"
+
+    # the branch left behind is now the one to open
+    left = tree.locator(f".row[data-id='{ids['summary']}']")
+    expect(left).to_have_class("row off-branch")
+    expect(left).to_contain_text("branch summary")
+    left.locator(".toggle").click()
+    expect(tree.locator(f".row[data-id='{ids['compaction']}']")).to_be_visible()
+    tree.locator(f".row[data-id='{ids['call']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("weather")
+    screenshot(page, "viewer-page.png")
+
+    # fork at the selected entry: the new session opens, its header names the parent
+    page.locator("#act-fork").click()
+    expect(page.locator("#session-facts")).to_contain_text(f"forked from {session_id[:8]}")
+    expect(sessions.locator(".session")).to_have_count(3)
+    context.close()
+
+
+# --- the MCP App in a host -------------------------------------------------------------------
+
+# A minimal host: the view in a sandboxed frame (scripts only, an origin of its own), the MCP
+# Apps protocol over postMessage, and the view's tools/call handed to the test (the host's MCP
+# client) through an exposed function. Every message is logged for the test to read.
+HOST_PAGE = """<!doctype html><meta charset=utf-8>
+<style>body{margin:0;background:#eef0f4;font:14px system-ui}
+.chat{max-width:980px;margin:24px auto;padding:0 16px}
+.bubble{background:#fff;border-radius:12px;padding:10px 14px;margin:0 0 12px;
+box-shadow:0 1px 2px rgba(0,0,0,.06);color:#333}
+iframe{width:100%;border:1px solid #dde1e8;border-radius:12px;background:#fff;height:300px;display:block}</style>
+<div class=chat><div class=bubble>Show me the picnic session.</div>
+<div class=bubble>Here it is (session_get):</div><iframe id=view sandbox=allow-scripts></iframe></div>
+<script>
+window.hostLog = [];
+const frame = document.getElementById('view');
+function reply(id, result) { frame.contentWindow.postMessage({jsonrpc: '2.0', id, result}, '*'); }
+window.addEventListener('message', async (event) => {
+  if (event.source !== frame.contentWindow) return;
+  const message = event.data;
+  window.hostLog.push(message);
+  if (message.method === 'ui/initialize') {
+    reply(message.id, {protocolVersion: '2026-01-26', hostInfo: {name: 'test host', version: '1'},
+      hostCapabilities: {serverTools: {}}, hostContext: {theme: 'light', displayMode: 'inline'}});
+  } else if (message.method === 'ui/notifications/initialized') {
+    frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-input',
+      params: {arguments: window.toolInput}}, '*');
+    frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-result',
+      params: window.toolResult}, '*');
+  } else if (message.method === 'ui/notifications/size-changed') {
+    frame.style.height = Math.min(message.params.height, 640) + 'px';
+  } else if (message.method === 'tools/call') {
+    const result = await window.hostCallTool(message.params.name, message.params.arguments);
+    reply(message.id, result);
+  }
+});
+</script>"""
+
+
+def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, session_id, ids = served
+    tools = mcp_request(server.url, "tools/list", {}, TOKEN).json()["result"]["tools"]
+    uri = next(t for t in tools if t["name"] == "session_get")["_meta"]["ui"]["resourceUri"]
+    read = mcp_request(server.url, "resources/read", {"uri": uri}, TOKEN, **{"Mcp-Name": uri})
+    [content] = read.json()["result"]["contents"]
+    assert content["mimeType"] == "text/html;profile=mcp-app"
+    arguments = {"session_id": session_id}
+    result = mcp_tool(server.url, TOKEN, "session_get", **arguments)
+    calls: list[str] = []
+
+    def host_call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        calls.append(name)
+        response = mcp_request(server.url, "tools/call", {"name": name, "arguments": args}, TOKEN)
+        answer: dict[str, Any] = response.json()["result"]
+        return answer
+
+    page = browser.new_page(viewport={"width": 1020, "height": 580})
+    page.expose_function("hostCallTool", host_call_tool)
+    page.set_content(HOST_PAGE)
+    page.evaluate(
+        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
+        " document.getElementById('view').srcdoc = html; }",
+        [arguments, result, content["text"]],
+    )
+    view = page.frame_locator("#view")
+    tree = view.locator("#tree")
+    expect(view.locator("#session-name")).to_have_text("Picnic plans")
+    expect(tree.locator(f".row[data-id='{ids['sandwiches']}']")).to_contain_text("Add sandwiches")
+    expect(tree.locator(f".row[data-id='{ids['plan']}'] .chip")).to_have_text("#weather-ok")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}'] .leaf-mark")).to_be_visible()
+    log = page.evaluate("window.hostLog")
+    init = log[0]
+    assert init["method"] == "ui/initialize" and init["params"]["protocolVersion"] == "2026-01-26"
+    assert log[1]["method"] == "ui/notifications/initialized"
+
+    tree.locator(f".row[data-id='{ids['summary']}']").click()
+    expect(view.locator("#detail-body")).to_contain_text("the user would rather bring fruit")
+    view.locator("#act-move").click()
+    poll(
+        lambda: leaf_of(server, session_id) == ids["summary"] or None,
+        "the view's click never moved the leaf",
+    )
+    assert "session_move_to" in calls
+    moves = [m for m in page.evaluate("window.hostLog") if m.get("method") == "tools/call"]
+    assert any(m["params"]["name"] == "session_move_to" for m in moves)
+    expect(tree.locator(f".row[data-id='{ids['summary']}'] .leaf-mark")).to_be_visible()
+    sizes = [
+        m for m in page.evaluate("window.hostLog") if m.get("method", "").endswith("size-changed")
+    ]
+    assert sizes and sizes[-1]["params"]["height"] > 0
+    expect(view.locator("#toast")).to_be_hidden(timeout=10_000)
+    page.screenshot(path=str(DOCS / "viewer-app.png"))
+    page_log: list[dict[str, Any]] = page.evaluate("window.hostLog")
+    page.close()
+    check_against_the_spec(page_log, result)
+
+
+SPEC_NAMES = {
+    "ui/initialize": "McpUiInitializeRequest",
+    "ui/notifications/initialized": "McpUiInitializedNotification",
+    "ui/notifications/size-changed": "McpUiSizeChangedNotification",
+}
+
+
+def check_against_the_spec(log: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    """What the view sent, and the tool result a host hands it, against the ext-apps spec's
+    schema, when the package is installed (it is how the spec ships its schema)."""
+    if not APPS_SCHEMA.exists():
+        return
+    import jsonschema
+
+    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
+
+    def check(message: dict[str, Any], name: str) -> None:
+        bare = {key: value for key, value in message.items() if key not in ("jsonrpc", "id")}
+        jsonschema.validate(bare, {"$defs": definitions, "$ref": f"#/$defs/{name}"})
+
+    seen = set()
+    for message in log:
+        name = SPEC_NAMES.get(message.get("method", ""))
+        if name is not None:
+            check(message, name)
+            seen.add(name)
+    assert seen == set(SPEC_NAMES.values())
+    check(
+        {"method": "ui/notifications/tool-result", "params": result}, "McpUiToolResultNotification"
+    )

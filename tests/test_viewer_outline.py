@@ -1,0 +1,161 @@
+"""session_get's outline view and branch to an entry: what the viewer reads a tree with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp_support import call, call_error, client_fixture, make_server  # noqa: F401
+from viewer_support import CHAIN, build_picnic
+
+from mcp_agent import SqliteSessionRepo
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import Session
+from mcp_agent.sessions.entries import SessionEntry
+from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.outline import outline
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(name="server")
+def server_fixture(tmp_path: Path) -> MCPServer:
+    return make_server(tmp_path)
+
+
+def by_id(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["id"]: row for row in rows}
+
+
+def test_outline_lists_branch_points_labels_and_folds_long_runs() -> None:
+    session = Session()
+    ids = build_picnic(session)
+    rows = outline(session)
+    spine = [row for row in rows if row["spine"]]
+    heads = [row for row in rows if not row["spine"]]
+    # the other branch is listed unopened, under the entry it branches from
+    assert [row["id"] for row in heads] == [ids["sandwiches"]]
+    assert heads[0]["parentId"] == ids["plan"] and heads[0]["children"] == [
+        ids["sandwiches_answer"]
+    ]
+    listed = {row["id"] for row in spine}
+    assert {ids["plan"], ids["summary"], ids["compaction"], ids["leaf"]} <= listed
+    rows_by_id = by_id(rows)
+    assert rows_by_id[ids["plan"]]["label"] == "weather-ok"
+    assert rows_by_id[ids["plan"]]["children"] == [ids["sandwiches"], ids["summary"]]
+    assert rows_by_id[ids["summary"]]["kind"] == "summary"
+    assert rows_by_id[ids["leaf"]]["onBranch"] and rows_by_id[ids["leaf"]]["kind"] == "assistant"
+    # the chain of small talk folds to its ends; nothing is lost
+    folded = [row for row in spine if row["folded"]]
+    assert len(folded) == 1 and folded[0]["folded"] >= CHAIN - 2
+    assert len(spine) + sum(row["folded"] for row in spine) == len(session.get_branch())
+
+
+def test_outline_from_an_entry_follows_the_newest_child() -> None:
+    session = Session()
+    ids = build_picnic(session)
+    rows = outline(session, ids["sandwiches"])
+    assert [row["id"] for row in rows] == [ids["sandwiches"], ids["sandwiches_answer"]]
+    assert all(row["spine"] and not row["onBranch"] for row in rows)
+    # after moving the leaf up, the chain from the root stops there and the rest is a branch
+    session.move_to(ids["ask"])
+    rows = outline(session)
+    assert [row["id"] for row in rows if row["spine"]][-1] == ids["ask"]
+    assert [row["id"] for row in rows if not row["spine"]] == [ids["call"]]
+
+
+def test_outline_of_an_empty_and_a_rootless_session() -> None:
+    session = Session()
+    assert outline(session) == []
+    first = session.append_message(UserMessage(content="one"))
+    session.move_to(None)
+    second = session.append_message(UserMessage(content="two"))
+    session.move_to(None)
+    rows = outline(session)  # no leaf: the newest root's chain, the other root unopened
+    assert [(row["id"], row["spine"]) for row in rows] == [(first, False), (second, True)]
+
+
+async def test_session_get_outline_and_branch_to_an_entry(tmp_path: Path, client: Client) -> None:
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        session = repo.create(name="Picnic plans")
+        ids = build_picnic(session)
+    answer = await call(client, "session_get", session_id=session.id, view="outline", limit=0)
+    assert answer["view"] == "outline" and answer["leafId"] == ids["leaf"]
+    rows = by_id(answer["outline"])
+    assert rows[ids["sandwiches"]]["spine"] is False
+    fold = next(row for row in answer["outline"] if row["folded"])
+    after = answer["outline"][answer["outline"].index(fold) + 1]
+    # the folded entries are the path to the next listed entry's parent
+    hidden = await call(
+        client,
+        "session_get",
+        session_id=session.id,
+        entry_id=after["parentId"],
+        limit=fold["folded"],
+    )
+    assert len(hidden["entries"]) == fold["folded"]
+    assert hidden["entries"][0]["parentId"] == fold["id"]
+    opened = await call(
+        client, "session_get", session_id=session.id, view="outline", entry_id=ids["sandwiches"]
+    )
+    assert [row["id"] for row in opened["outline"]] == [ids["sandwiches"], ids["sandwiches_answer"]]
+    # one entry: the last of the path to it
+    one = await call(client, "session_get", session_id=session.id, entry_id=ids["call"], limit=1)
+    assert one["entries"][0]["message"]["content"][1]["name"] == "weather"
+    # a page of the outline is its end, with a cursor for the rows before
+    page = await call(client, "session_get", session_id=session.id, view="outline", limit=2)
+    assert page["truncated"] and page["outline"][-1]["id"] == ids["leaf"]
+
+    wrong = await call_error(
+        client, "session_get", session_id=session.id, view="tree", entry_id="x"
+    )
+    assert "entry_id applies to the views branch and outline" in wrong
+    missing = await call_error(
+        client, "session_get", session_id=session.id, view="outline", entry_id="nope"
+    )
+    assert "nope" in missing and "not found" in missing
+
+
+class CountingStorage(InMemorySessionStorage):
+    """Counts the reads an outline makes, to show they follow what it shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[str] = Counter()
+
+    def get_children(self, entry_id: str | None) -> list[SessionEntry]:
+        self.reads["children"] += 1
+        return super().get_children(entry_id)
+
+    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
+        self.reads["entries"] += 1
+        return super().get_entries(options)
+
+
+def test_an_outline_reads_what_it_shows_not_the_session() -> None:
+    # A comb: a chain of 300 with a branch of 40 entries off every 10th entry (1,500 in all).
+    storage = CountingStorage()
+    session = Session(storage)
+    spine: list[str] = []
+    for index in range(300):
+        spine.append(session.append_message(UserMessage(content=f"spine {index}")))
+    for index in range(0, 300, 10):
+        session.move_to(spine[index])
+        for side in range(40):
+            session.append_message(UserMessage(content=f"side {index}.{side}"))
+    session.move_to(spine[-1])
+    storage.reads.clear()
+    rows = outline(session)
+    heads = [row for row in rows if not row["spine"]]
+    assert len(heads) == 30 and all(row["folded"] == 0 for row in heads)
+    assert storage.reads["entries"] == 0  # never the whole session
+    # one look at the children of each chain entry, each listed head and the roots
+    assert storage.reads["children"] <= len(spine) + len(heads) + 1
+    storage.reads.clear()
+    opened = outline(session, heads[0]["id"])
+    assert [row["folded"] for row in opened] == [38, 0]
+    assert storage.reads["children"] <= 41 and storage.reads["entries"] == 0

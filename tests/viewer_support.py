@@ -1,0 +1,125 @@
+"""A session with the shapes a viewer must show: a model change, a tool call and its result,
+a label, a compaction, a long chain (to fold) and two branches; for the outline tests and the
+browser tests alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from mcp_support import HTTP_HEADERS
+
+from mcp_agent import SqliteSessionRepo
+from mcp_agent.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from mcp_agent.sessions import Session
+
+# The chain of small talk on the current branch: long enough to fold.
+CHAIN = 12
+
+
+# The model the session records: scripted:echo, so that continuing it needs no API key.
+PROVIDER, MODEL = "scripted", "echo"
+
+
+def answer(text: str) -> AssistantMessage:
+    return AssistantMessage(content=[TextContent(text=text)], provider=PROVIDER, model=MODEL)
+
+
+def build_picnic(session: Session) -> dict[str, str]:
+    """Fill ``session``; returns the ids that tests look for by name."""
+    ids: dict[str, str] = {}
+    session.append_model_change(PROVIDER, MODEL)
+    ids["ask"] = session.append_message(UserMessage(content="Plan a picnic for Saturday"))
+    call = ToolCall(id="c1", name="weather", arguments={"city": "Paris", "day": "Saturday"})
+    ids["call"] = session.append_message(
+        AssistantMessage(
+            content=[TextContent(text="Let me check the weather first."), call],
+            provider=PROVIDER,
+            model=MODEL,
+        )
+    )
+    ids["result"] = session.append_message(
+        ToolResultMessage(
+            tool_call_id="c1", tool_name="weather", content=[TextContent(text="22 °C, sunny")]
+        )
+    )
+    ids["plan"] = session.append_message(
+        answer("Saturday looks sunny: 22 °C. A park by the river would be lovely.")
+    )
+    ids["sandwiches"] = session.append_message(UserMessage(content="Add sandwiches"))
+    ids["sandwiches_answer"] = session.append_message(answer("Cucumber and egg sandwiches."))
+    ids["summary"] = (
+        session.move_to(
+            ids["plan"], {"summary": "Tried sandwiches; the user would rather bring fruit."}
+        )
+        or ""
+    )
+    ids["fruit"] = session.append_message(UserMessage(content="Add fruit instead"))
+    ids["fruit_answer"] = session.append_message(answer("Strawberries, grapes and melon."))
+    ids["label"] = session.append_label(ids["plan"], "weather-ok")
+    for turn in range(CHAIN // 2):
+        session.append_message(UserMessage(content=f"And item {turn + 1}?"))
+        session.append_message(answer(f"Item {turn + 1} added to the basket."))
+    ids["compaction"] = session.append_compaction(
+        "The user plans a picnic on Saturday (sunny, 22 °C) with fruit.", ids["fruit"], 5200
+    )
+    ids["last_ask"] = session.append_message(UserMessage(content="What time should we meet?"))
+    ids["leaf"] = session.append_message(answer("Meet at noon by the old bridge."))
+    return ids
+
+
+def picnic_db(path: Path) -> tuple[str, dict[str, str]]:
+    """A SQLite database at ``path`` holding the picnic session; returns its id and ids."""
+    with SqliteSessionRepo(path) as repo:
+        session = repo.create(name="Picnic plans", cwd="~/picnic")
+        return session.id, build_picnic(session)
+
+
+# --- a raw MCP client over HTTP (2026-07-28: each request stands alone) -------------------
+
+PROTOCOL = "2026-07-28"
+UI_EXTENSION = {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}
+
+
+def mcp_request(
+    url: str, method: str, params: dict[str, Any], token: str | None = None, **headers: str
+) -> httpx.Response:
+    """One JSON-RPC request to ``url`` as the page sends it; the response as it came."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": UI_EXTENSION},
+            },
+        },
+    }
+    sent = {
+        **HTTP_HEADERS,
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": method,
+        **({"Mcp-Name": params["name"]} if method == "tools/call" else {}),
+        **({"Authorization": f"Bearer {token}"} if token else {}),
+        **headers,
+    }
+    return httpx.post(url, json=body, headers=sent, timeout=60)
+
+
+def mcp_tool(url: str, token: str, name: str, /, **arguments: Any) -> dict[str, Any]:
+    """A tool call over HTTP that must succeed: the whole result (structured and text)."""
+    response = mcp_request(url, "tools/call", {"name": name, "arguments": arguments}, token)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()["result"]
+    assert not result.get("isError"), result
+    return result
