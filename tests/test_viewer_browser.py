@@ -2,13 +2,14 @@
 downloaded: the browser is the system's). The page of a real ``serve --transport http``
 process, signed in with the one-time token link; and the MCP App inside a minimal host that
 speaks the MCP Apps protocol over postMessage and forwards the view's tool calls to the same
-server. The screenshots in the README are taken here (``docs/``)."""
+server. The screenshots in the README are taken here (``docs/`` with MCP_AGENT_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,13 @@ from viewer_support import mcp_request, mcp_tool, picnic_db
 
 CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
+# The README's screenshots are taken here: into docs/ with MCP_AGENT_SCREENSHOTS=1, else into a
+# scratch folder (a test run leaves the checkout as it was).
+SHOTS = (
+    ROOT / "docs"
+    if os.environ.get("MCP_AGENT_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="viewer-shots-"))
+)
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
 # The MCP Apps spec as JSON Schema, shipped in the ext-apps package (.ci/peers installs it).
 APPS_SCHEMA = PEERS / "node_modules/@modelcontextprotocol/ext-apps/dist/src/generated/schema.json"
@@ -81,9 +88,10 @@ def leaf_of(server: Served, session_id: str) -> str:
 
 
 def screenshot(page: Page, name: str) -> None:
-    DOCS.mkdir(exist_ok=True)
+    SHOTS.mkdir(exist_ok=True)
     expect(page.locator("#toast")).to_be_hidden(timeout=10_000)
-    page.screenshot(path=str(DOCS / name))
+    page.screenshot(path=str(SHOTS / name))
+    assert (SHOTS / name).read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, Any]) -> None:
@@ -298,7 +306,8 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
     ]
     assert sizes and sizes[-1]["params"]["height"] > 0
     expect(view.locator("#toast")).to_be_hidden(timeout=10_000)
-    page.screenshot(path=str(DOCS / "viewer-app.png"))
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "viewer-app.png"))
     page_log: list[dict[str, Any]] = page.evaluate("window.hostLog")
     page.close()
     check_against_the_spec(page_log, result)
