@@ -11,20 +11,12 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from mcp_types import CallToolResult
 from pydantic import Field
 
 from mcp_agent.server.entry_inputs import EntryInput
 from mcp_agent.server.lifespan import app_state
-from mcp_agent.server.paging import (
-    ANSWER_BYTES,
-    CURSOR_DESCRIPTION,
-    LIMIT_DESCRIPTION,
-    PageOf,
-    check_limit,
-    json_size,
-    newest_page,
-    parse_cursor,
-)
+from mcp_agent.server.paging import CURSOR_DESCRIPTION, LIMIT_DESCRIPTION, check_limit
 from mcp_agent.server.schemas import (
     AppendResult,
     ContextResult,
@@ -36,12 +28,18 @@ from mcp_agent.server.schemas import (
     SessionListResult,
     SessionView,
     StatsResult,
-    TreeNode,
+    compact_result,
+)
+from mcp_agent.server.session_reads import (
+    context_page,
+    entries_page,
+    export_page,
+    tree_page,
+    view_entries,
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.entries import SessionEntry, is_session_id
-from mcp_agent.sessions.outline import flat_tree
+from mcp_agent.sessions.entries import is_session_id
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -51,8 +49,6 @@ DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_wor
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
 Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
-# An entry larger than this is shown as a stub naming the resource that has all of it.
-ENTRY_BYTES = ANSWER_BYTES // 2
 
 
 def session_info(summary: SessionSummary, leaf_id: str | None = None) -> SessionInfo:
@@ -73,43 +69,6 @@ def session_info(summary: SessionSummary, leaf_id: str | None = None) -> Session
 
 def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
-
-
-def entry_json(session_id: str, entry: SessionEntry) -> tuple[dict[str, Any], int]:
-    """The entry in pi's v3 form, or, when it is too large for a page, a stub that says so
-    and where to read it whole; with its size as compact JSON."""
-    data = entry.to_json_dict()
-    size = json_size(data)
-    if size <= ENTRY_BYTES:
-        return data, size
-    stub: dict[str, Any] = {
-        key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
-    }
-    message = data.get("message")
-    if isinstance(message, dict) and "role" in message:
-        stub["role"] = message["role"]
-    stub["omitted"] = (
-        f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{entry.id}"
-    )
-    return stub, json_size(stub)
-
-
-def entries_page(
-    session_id: str, entries: list[SessionEntry], cursor: str | None, limit: int | None
-) -> tuple[list[dict[str, Any]], PageOf]:
-    """The newest page of ``entries`` before ``cursor`` (see ``paging.newest_page``) as JSON,
-    each entry serialized once."""
-    shown: dict[int, dict[str, Any]] = {}
-
-    def size(index: int) -> int:
-        shown[index], cost = entry_json(session_id, entries[index])
-        return cost
-
-    page = newest_page(range(len(entries)), cursor, limit, size)
-    return [
-        shown[i] if i in shown else entry_json(session_id, entries[i])[0]
-        for i in range(page.start, page.end)
-    ], page
 
 
 def parse_metadata(text: str) -> dict[str, Any] | None:
@@ -195,39 +154,30 @@ def register(server: MCPServer) -> None:
         ] = None,
         limit: Limit = None,
         cursor: Cursor = None,
-    ) -> SessionView:
+    ) -> Annotated[CallToolResult, SessionView]:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
         with the total, whether there is more (truncated) and a cursor for the page before."""
         state = app_state(ctx)
         shown = view or "branch"
         most = check_limit(limit)
 
-        def read() -> SessionView:
+        def read() -> CallToolResult:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
             if shown == "tree":
-                nodes = flat_tree(session)
-                page = newest_page(nodes, cursor, most, json_size)
-                return SessionView(
-                    session=info,
-                    view=shown,
-                    leaf_id=session.leaf_id,
-                    nodes=[TreeNode.model_validate(n) for n in nodes[page.start : page.end]],
-                    total=page.total,
-                    truncated=page.truncated,
-                    next_cursor=page.next_cursor,
-                )
-            entries = session.get_branch() if shown == "branch" else session.get_entries()
-            data, page = entries_page(session_id, entries, cursor, most)
-            return SessionView(
+                items, page = tree_page(session, cursor, most)
+            else:
+                total, load = view_entries(session, shown)
+                items, page = entries_page(session_id, total, load, cursor, most)
+            answer = SessionView(
                 session=info,
                 view=shown,
-                leaf_id=session.leaf_id,
-                entries=data,
+                leaf_id=info.leaf_id,
                 total=page.total,
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
+            return compact_result(answer, **{"nodes" if shown == "tree" else "entries": items})
 
         with tool_errors():
             return await state.offload(read)
@@ -357,19 +307,18 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def session_context(
         ctx: Context, session_id: SessionId, limit: Limit = None, cursor: Cursor = None
-    ) -> ContextResult:
+    ) -> Annotated[CallToolResult, ContextResult]:
         """The messages as the model would get them (after compactions), with the model,
         thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
         most = check_limit(limit)
 
-        def read() -> ContextResult:
-            context = state.repo.open(session_id).build_context()
-            messages = [m.to_json_dict() for m in context.messages]
-            page = newest_page(messages, cursor, most, json_size)
-            return ContextResult(
+        def read() -> CallToolResult:
+            found = context_page(state.repo.open(session_id), cursor, most)
+            context, page = found.context, found.page
+            answer = ContextResult(
                 session_id=session_id,
-                messages=messages[page.start : page.end],
+                messages=[],
                 thinking_level=context.thinking_level,
                 model=context.model,
                 active_tool_names=context.active_tool_names,
@@ -377,6 +326,7 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
+            return compact_result(answer, messages=found.messages)
 
         with tool_errors():
             return await state.offload(read)
@@ -407,23 +357,15 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
 
         def export() -> ExportResult:
-            lines = state.repo.export_jsonl(session_id).splitlines(keepends=True)
-            start = parse_cursor(cursor, "from:", 0, len(lines) - 1) if cursor else 0
-            end, used = start, 0
-            while end < len(lines) and (most is None or end - start < most):
-                cost = len(lines[end].encode())
-                if most is not None and end > start and used + cost > ANSWER_BYTES:
-                    break
-                used += cost
-                end += 1
-            more = end < len(lines)
+            lines, start, count = export_page(state.repo.open(session_id), cursor, most)
+            end = start + len(lines)
             return ExportResult(
                 session_id=session_id,
-                jsonl="".join(lines[start:end]),
-                lines=len(lines),
+                jsonl="".join(lines),
+                lines=count,
                 first_line=start + 1,
-                truncated=start > 0 or more,
-                next_cursor=f"from:{end}" if more else None,
+                truncated=start > 0 or end < count,
+                next_cursor=f"from:{end}" if end < count else None,
             )
 
         with tool_errors():
