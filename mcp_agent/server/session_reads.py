@@ -11,6 +11,9 @@ compact JSON texts, one per item, for ``schemas.compact_result``.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -174,8 +177,7 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
     storage = stored(session)
     items: list[dict[str, Any] | str]
     if storage is not None:
-        rows = storage.context_rows(session.leaf_id)
-        items, context = stored_context(rows, lambda i: _entry(storage, rows[i][0]))
+        items, context = _stored_context(storage, session.leaf_id)
     else:
         context = session.build_context()
         items = [m.to_json_dict() for m in context.messages]
@@ -189,6 +191,40 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
 
     messages, page = sized_page(len(items), load, cursor, limit)
     return ContextPage(messages, page, context)
+
+
+# The context of the last few leaves of each open session: a branch never changes, so neither
+# does the context (outline and settings) built from it.
+CONTEXTS_PER_SESSION = 4
+CONTEXT_ROWS_KEPT = 100_000
+_contexts: weakref.WeakKeyDictionary[
+    StoredPages, OrderedDict[str, tuple[list[dict[str, Any] | str], SessionContext]]
+] = weakref.WeakKeyDictionary()
+_contexts_lock = threading.Lock()
+
+
+def _stored_context(
+    storage: StoredPages, leaf_id: str | None
+) -> tuple[list[dict[str, Any] | str], SessionContext]:
+    """``context.stored_context`` of the branch ending at ``leaf_id``; the caller must not
+    change what it gets."""
+    if leaf_id is None:
+        return [], SessionContext()
+    with _contexts_lock:
+        kept = _contexts.setdefault(storage, OrderedDict())
+        found = kept.get(leaf_id)
+        if found is not None:
+            kept.move_to_end(leaf_id)
+            return found
+    rows = storage.context_rows(leaf_id)
+    found = stored_context(rows, lambda i: _entry(storage, rows[i][0]))
+    if len(rows) > CONTEXT_ROWS_KEPT:
+        return found
+    with _contexts_lock:
+        kept[leaf_id] = found
+        while len(kept) > CONTEXTS_PER_SESSION:
+            kept.popitem(last=False)
+    return found
 
 
 def _entry(storage: StoredPages, entry_id: str) -> SessionEntry:
