@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,15 +36,16 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # find_pi
 
 from bench_sessions import DEPTH, scale, write_big_session
 from mcp import Client, StdioServerParameters
+from mcp_support import find_pi
 
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
 from mcp_agent.sessions import SqliteSessionRepo
 
-ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
 
 PI_RESUME = """
@@ -61,21 +61,6 @@ const context = manager.buildSessionContext();
 const elapsed = performance.now() - started;
 process.stdout.write(JSON.stringify({ ms: elapsed, messages: context.messages.length }));
 """
-
-
-def pi_peers() -> tuple[str, Path] | None:
-    """(node binary, folder holding node_modules/@mariozechner/pi-coding-agent) or None."""
-    for candidate in (os.environ.get("MCP_AGENT_PEERS"), str(ROOT / ".ci" / "node")):
-        if not candidate:
-            continue
-        peers = Path(candidate)
-        if not (peers / "node_modules" / "@mariozechner" / "pi-coding-agent").is_dir():
-            continue
-        bundled = peers / "node_modules" / "node" / "bin" / "node"
-        node = str(bundled) if bundled.exists() else shutil.which("node")
-        if node:
-            return node, peers
-    return None
 
 
 def pi_resume(node: str, peers: Path, file: Path, scratch: Path) -> tuple[float, int]:
@@ -164,7 +149,7 @@ def run() -> list[dict[str, Any]]:
         # Alternate rounds, so that machine noise hits each side alike.
         ours: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
         pi: list[float] = []
-        peers = pi_peers()
+        peers = find_pi()
         for _ in range(ROUNDS):
             for n in (1, 2):
                 first, warm, count = anyio.run(whole_context, db, ids[n], ROUNDS)
