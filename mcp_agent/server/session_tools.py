@@ -349,17 +349,17 @@ def register(server: MCPServer) -> None:
             str | None,
             Field(description="nextCursor of the previous page; null: from the first line"),
         ] = None,
-    ) -> ExportResult:
+    ) -> Annotated[CallToolResult, ExportResult]:
         """The session as a pi v3 JSONL file (a header line, then one entry per line), in
         pages from the top. Returns these lines, the file's line count and a cursor for the
         rest; the resource session://{id}/export.jsonl has the whole file at once."""
         state = app_state(ctx)
         most = check_limit(limit)
 
-        def export() -> ExportResult:
+        def export() -> CallToolResult:
             lines, start, count = export_page(state.repo.open(session_id), cursor, most)
             end = start + len(lines)
-            return ExportResult(
+            answer = ExportResult(
                 session_id=session_id,
                 jsonl="".join(lines),
                 lines=count,
@@ -367,6 +367,7 @@ def register(server: MCPServer) -> None:
                 truncated=start > 0 or end < count,
                 next_cursor=f"from:{end}" if end < count else None,
             )
+            return compact_result(answer)
 
         with tool_errors():
             return await state.offload(export)
