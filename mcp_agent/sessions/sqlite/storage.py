@@ -751,6 +751,12 @@ class SqliteSessionStorage:
             " ORDER BY n LIMIT ? OFFSET ?) ORDER BY n",
             (self.session_id, end - start, start),
         )
+        if len(rows) != end - start:  # next_seq counts every row: this is damage
+            raise SessionError(
+                "corrupt",
+                f"session {self.session_id} has fewer entries than its row counts ({start + len(rows)}"
+                f" of {end} read)",
+            )
         return [row[0] for row in rows]
 
     def outline(self) -> list[tuple[str, str | None, str, str]]:
