@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
+from mcp_support import call, make_server
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.server.paging import ANSWER_BYTES
@@ -150,3 +152,34 @@ def test_export_pages_match_the_exported_file(
     same = len(whole) - (1 if json.loads(whole[-1])["type"] == "leaf" else 0)
     assert mine[:same] == whole[:same]
     assert json.loads(mine[-1]).get("targetId", json.loads(mine[-1])["id"]) == ours.leaf_id
+
+
+# --- over MCP ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_answers_are_their_structured_content_as_compact_text(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(3):
+            entry = {"type": "message", "role": "user", "content": f"é {n}\nline"}
+            await call(client, "session_append", session_id=sid, entry=entry)
+        schemas = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
+        calls: list[tuple[str, dict[str, Any], str | None]] = [
+            ("session_get", {"view": "branch"}, "entries"),
+            ("session_get", {"view": "entries"}, "entries"),
+            ("session_get", {"view": "tree"}, "nodes"),
+            ("session_context", {}, "messages"),
+            ("session_export", {}, None),
+        ]
+        for name, arguments, listed in calls:
+            result = await client.call_tool(name, {"session_id": sid, **arguments})
+            assert not result.is_error, result.content
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert json.loads(text) == result.structured_content, name
+            assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+            if listed is not None:
+                assert len(result.structured_content[listed]) == 3  # type: ignore[index]
+                # A long list is checked by its client in one step, not item by item.
+                shape = (schemas[name] or {})["properties"][listed]
+                assert "array" in shape["type"] and "items" not in shape and shape["description"]
