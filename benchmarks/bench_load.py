@@ -55,7 +55,7 @@ def run() -> list[dict[str, Any]]:
         print(result.summary(), file=sys.stderr)
     return [
         row(f"load: p50 latency ({size})", ours.p50_ms, bare.p50_ms, "ms"),
-        row(f"load: p99 latency ({size})", ours.p99_ms, bare.p99_ms, "ms"),
+        row(f"load: p99 latency ({size})", ours.p99_ms, bare.p99_ms, "ms", "≤ 1.5"),
         row(f"load: throughput ({size})", ours.ops_per_second, bare.ops_per_second, "ops/s"),
         row(f"load: errors ({size})", len(ours.errors), len(bare.errors), "errors", "0"),
         row(
@@ -63,6 +63,7 @@ def run() -> list[dict[str, Any]]:
             ours.server_cpu_ms_per_op,
             bare.server_cpu_ms_per_op,
             "ms CPU/op",
+            "≤ 1.3",
         ),
         row(f"load: p50 latency, durability normal ({size})", normal.p50_ms, bare.p50_ms, "ms"),
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -295,3 +296,18 @@ async def client_fixture(
     modes (``auto`` and ``legacy``)."""
     async with Client(server, mode=request.param) as client:
         yield client
+
+
+def find_pi() -> tuple[str, Path] | None:
+    """(node binary, folder holding node_modules/@mariozechner/pi-coding-agent) or None:
+    where ``MCP_AGENT_PEERS`` points, or ``.ci/node`` (installed by ``.ci/peers``)."""
+    root = Path(__file__).resolve().parent.parent
+    for candidate in filter(None, [os.environ.get("MCP_AGENT_PEERS"), str(root / ".ci" / "node")]):
+        peers = Path(candidate)
+        if not (peers / "node_modules" / "@mariozechner" / "pi-coding-agent").is_dir():
+            continue
+        bundled = peers / "node_modules" / "node" / "bin" / "node"
+        node = str(bundled) if bundled.exists() else shutil.which("node")
+        if node:
+            return node, peers
+    return None

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
-import shutil
 import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from mcp_support import find_pi
 
 from mcp_agent.messages import (
     AssistantMessage,
@@ -223,20 +222,6 @@ def test_a_complete_line_that_is_not_a_json_object_fails_the_whole_import(
 
 
 # --- pi itself, when Node and pi are installed ------------------------------------------------
-
-
-def find_pi() -> tuple[str, Path] | None:
-    """(node binary, folder holding node_modules/@mariozechner/pi-coding-agent) or None."""
-    candidates = [os.environ.get("MCP_AGENT_PEERS"), str(ROOT / ".ci" / "node")]
-    for candidate in filter(None, candidates):
-        peers = Path(candidate)
-        if not (peers / "node_modules" / "@mariozechner" / "pi-coding-agent").is_dir():
-            continue
-        bundled = peers / "node_modules" / "node" / "bin" / "node"
-        node = str(bundled) if bundled.exists() else shutil.which("node")
-        if node:
-            return node, peers
-    return None
 
 
 PI = find_pi()

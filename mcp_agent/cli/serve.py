@@ -213,6 +213,7 @@ def serve(
     from mcp_agent.server.streamable_http import (
         HttpAuthError,
         UnsafeBindError,
+        event_loop_options,
         http_auth,
         serve_http,
         viewer_link,
@@ -298,7 +299,7 @@ def serve(
         _remove_on_sigterm(auth)
     try:
         if transport == Transport.http:
-            anyio.run(serve_http, server, settings)
+            anyio.run(serve_http, server, settings, backend_options=event_loop_options())
         else:
             anyio.run(run_stdio, server)
     except ManifestError as error:

@@ -17,7 +17,8 @@ from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
-from mcp_agent.server.session_tools import describe_session, entries_page
+from mcp_agent.server.session_reads import entries_page, view_entries
+from mcp_agent.server.session_tools import describe_session
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.outline import flat_tree
@@ -53,7 +54,8 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
 
         def render(session: Session) -> str:
-            branch, page = entries_page(session_id, session.get_branch(), None, DEFAULT_LIMIT)
+            total, load = view_entries(session, "branch")
+            branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
             return _dump(
                 {
                     "session": describe_session(state.repo, session).model_dump(mode="json"),
@@ -64,7 +66,7 @@ def register(server: MCPServer) -> None:
                     "more": f"session_get with a cursor, or session://{session_id}/export.jsonl"
                     if page.truncated
                     else None,
-                    "branch": branch,
+                    "branch": [json.loads(text) for text in branch],
                 }
             )
 

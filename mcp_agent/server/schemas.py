@@ -6,15 +6,34 @@ Python side keeps snake_case names (``populate_by_name``)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic_core import from_json
 
 
 class Wire(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+
+def compact_result(answer: Wire, **lists: list[str]) -> CallToolResult:
+    """``answer`` as a tool result, with its long ``lists`` (entries, messages, nodes) given
+    as the JSON text of each item, put in as they are: compact JSON text, for clients that read
+    only text (the SDK would dump it all again, indented), parsed once for the structured
+    content."""
+    head = answer.model_dump_json(exclude=set(lists))
+    parts = [head[:-1]]
+    for name, items in lists.items():
+        parts.append(f'{"," if len(parts) > 1 or head != "{}" else ""}"{to_camel(name)}":[')
+        parts.append(",".join(items))
+        parts.append("]")
+    text = "".join(parts) + "}"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=from_json(text)
     )
 
 
@@ -50,44 +69,53 @@ class SessionListResult(Wire):
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
 
 
-class TreeNode(Wire):
-    """One entry of the tree, flat: parent and children by id, a preview instead of content."""
-
-    id: str
-    parent_id: str | None
-    type: str
-    timestamp: str
-    children: list[str] = Field(description="ids of the entries that follow this one")
-    label: str | None = None
-    on_branch: bool = Field(description="on the path from the root to the leaf")
-    preview: str = Field(description="role and the start of the text, or what the entry sets")
+def listed(what: str, nullable: bool = False) -> WithJsonSchema:
+    """The schema of a long list of JSON objects: an array, its items said in words. A client
+    checks a result against the tool's output schema item by item; an items schema would cost
+    it a check per entry or message, for shapes (pi's) that it does not define anyway."""
+    return WithJsonSchema({"type": ["array", "null"] if nullable else "array", "description": what})
 
 
-class OutlineNode(TreeNode):
-    """A row of the outline view: a tree node on the chain it follows, or the head of a
-    branch off it, not yet opened."""
+# One entry of the tree, flat: parent and children by id, a preview instead of content.
+TREE_NODE = (
+    "{id, parentId (the tree parent), type, timestamp (ISO 8601), children (ids of the entries"
+    " that follow this one), label, onBranch (on the path from the root to the leaf), preview"
+    " (role and the start of the text, or what the entry sets)}"
+)
 
-    kind: str = Field(description="how the preview reads: user, assistant, toolResult, error, …")
-    spine: bool = Field(description="on the chain; false: the first entry of another branch")
-    folded: int = Field(
-        description="entries after this one on the chain that are not listed (the path to the "
-        "next listed entry's parent: session_get view branch with entry_id)"
-    )
+
+# A row of the outline view: a tree node on the chain it follows, or the head of a branch off
+# it, not yet opened.
+OUTLINE_NODE = (
+    f"{TREE_NODE[:-1]}, kind (how the preview reads: user, assistant, toolResult, error, …),"
+    " spine (on the chain; false: the first entry of another branch), folded (entries after"
+    " this one on the chain that are not listed: the path to the next listed entry's parent,"
+    " session_get view branch with entry_id)}"
+)
 
 
 class SessionView(Page):
     session: SessionInfo
     view: Literal["branch", "tree", "entries", "outline"]
     leaf_id: str | None
-    entries: list[dict[str, Any]] | None = Field(
-        default=None, description="pi v3 entries, newest last (views branch and entries)"
-    )
-    nodes: list[TreeNode] | None = Field(
-        default=None, description="tree nodes in the order they were appended (view tree)"
-    )
-    outline: list[OutlineNode] | None = Field(
-        default=None, description="the chain and the heads of the branches off it (view outline)"
-    )
+    entries: Annotated[
+        list[dict[str, Any]] | None,
+        listed("pi v3 entries, newest last (views branch and entries)", nullable=True),
+    ] = None
+    nodes: Annotated[
+        list[dict[str, Any]] | None,
+        listed(
+            f"tree nodes in the order they were appended (view tree), each {TREE_NODE}",
+            nullable=True,
+        ),
+    ] = None
+    outline: Annotated[
+        list[dict[str, Any]] | None,
+        listed(
+            f"the chain and the heads of the branches off it (view outline), each {OUTLINE_NODE}",
+            nullable=True,
+        ),
+    ] = None
 
 
 class AppendResult(Wire):
@@ -109,7 +137,7 @@ class DeleteResult(Wire):
 
 class ContextResult(Page):
     session_id: str
-    messages: list[dict[str, Any]] = Field(description="pi messages, newest last")
+    messages: Annotated[list[dict[str, Any]], listed("pi messages, newest last")]
     thinking_level: str
     model: dict[str, str] | None
     active_tool_names: list[str] | None

@@ -11,19 +11,17 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from mcp_types import CallToolResult
 from pydantic import Field
 
 from mcp_agent.server.entry_inputs import EntryInput
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import (
-    ANSWER_BYTES,
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
-    PageOf,
     check_limit,
     json_size,
     newest_page,
-    parse_cursor,
 )
 from mcp_agent.server.schemas import (
     AppendResult,
@@ -32,17 +30,24 @@ from mcp_agent.server.schemas import (
     ExportResult,
     ImportResult,
     MoveResult,
-    OutlineNode,
     SessionInfo,
     SessionListResult,
     SessionView,
     StatsResult,
-    TreeNode,
+    compact_result,
+)
+from mcp_agent.server.session_reads import (
+    compact,
+    context_page,
+    entries_page,
+    export_page,
+    tree_page,
+    view_entries,
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.entries import SessionEntry, is_session_id
-from mcp_agent.sessions.outline import flat_tree, outline
+from mcp_agent.sessions.entries import is_session_id
+from mcp_agent.sessions.outline import outline
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -52,8 +57,6 @@ DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_wor
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
 Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
-# An entry larger than this is shown as a stub naming the resource that has all of it.
-ENTRY_BYTES = ANSWER_BYTES // 2
 
 
 def session_info(summary: SessionSummary, leaf_id: str | None = None) -> SessionInfo:
@@ -76,57 +79,20 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     return session_info(repo.summary(session.id), session.leaf_id)
 
 
-def entry_json(session_id: str, entry: SessionEntry) -> tuple[dict[str, Any], int]:
-    """The entry in pi's v3 form, or, when it is too large for a page, a stub that says so
-    and where to read it whole; with its size as compact JSON."""
-    data = entry.to_json_dict()
-    size = json_size(data)
-    if size <= ENTRY_BYTES:
-        return data, size
-    stub: dict[str, Any] = {
-        key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
-    }
-    message = data.get("message")
-    if isinstance(message, dict) and "role" in message:
-        stub["role"] = message["role"]
-    stub["omitted"] = (
-        f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{entry.id}"
-    )
-    return stub, json_size(stub)
-
-
-def entries_page(
-    session_id: str, entries: list[SessionEntry], cursor: str | None, limit: int | None
-) -> tuple[list[dict[str, Any]], PageOf]:
-    """The newest page of ``entries`` before ``cursor`` (see ``paging.newest_page``) as JSON,
-    each entry serialized once."""
-    shown: dict[int, dict[str, Any]] = {}
-
-    def size(index: int) -> int:
-        shown[index], cost = entry_json(session_id, entries[index])
-        return cost
-
-    page = newest_page(range(len(entries)), cursor, limit, size)
-    return [
-        shown[i] if i in shown else entry_json(session_id, entries[i])[0]
-        for i in range(page.start, page.end)
-    ], page
-
-
 def outline_view(
     session: Session, info: SessionInfo, entry_id: str | None, cursor: str | None, most: int | None
-) -> SessionView:
+) -> CallToolResult:
     rows = outline(session, entry_id)
     page = newest_page(rows, cursor, most, json_size)
-    return SessionView(
+    answer = SessionView(
         session=info,
         view="outline",
-        leaf_id=session.leaf_id,
-        outline=[OutlineNode.model_validate(row) for row in rows[page.start : page.end]],
+        leaf_id=info.leaf_id,
         total=page.total,
         truncated=page.truncated,
         next_cursor=page.next_cursor,
     )
+    return compact_result(answer, outline=[compact(row) for row in rows[page.start : page.end]])
 
 
 def parse_metadata(text: str) -> dict[str, Any] | None:
@@ -220,14 +186,14 @@ def register(server: MCPServer) -> None:
                 "chain from this entry (null: from the root, along the current branch)"
             ),
         ] = None,
-    ) -> SessionView:
+    ) -> Annotated[CallToolResult, SessionView]:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
         with the total, whether there is more (truncated) and a cursor for the page before."""
         state = app_state(ctx)
         shown = view or "branch"
         most = check_limit(limit)
 
-        def read() -> SessionView:
+        def read() -> CallToolResult:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
             if shown == "outline":
@@ -235,28 +201,19 @@ def register(server: MCPServer) -> None:
             if entry_id is not None and shown != "branch":
                 raise ToolError("entry_id applies to the views branch and outline only")
             if shown == "tree":
-                nodes = flat_tree(session)
-                page = newest_page(nodes, cursor, most, json_size)
-                return SessionView(
-                    session=info,
-                    view=shown,
-                    leaf_id=session.leaf_id,
-                    nodes=[TreeNode.model_validate(n) for n in nodes[page.start : page.end]],
-                    total=page.total,
-                    truncated=page.truncated,
-                    next_cursor=page.next_cursor,
-                )
-            entries = session.get_branch(entry_id) if shown == "branch" else session.get_entries()
-            data, page = entries_page(session_id, entries, cursor, most)
-            return SessionView(
+                items, page = tree_page(session, cursor, most)
+            else:
+                total, load = view_entries(session, shown, entry_id)
+                items, page = entries_page(session_id, total, load, cursor, most)
+            answer = SessionView(
                 session=info,
                 view=shown,
-                leaf_id=session.leaf_id,
-                entries=data,
+                leaf_id=info.leaf_id,
                 total=page.total,
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
+            return compact_result(answer, **{"nodes" if shown == "tree" else "entries": items})
 
         with tool_errors():
             return await state.offload(read)
@@ -386,19 +343,18 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def session_context(
         ctx: Context, session_id: SessionId, limit: Limit = None, cursor: Cursor = None
-    ) -> ContextResult:
+    ) -> Annotated[CallToolResult, ContextResult]:
         """The messages as the model would get them (after compactions), with the model,
         thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
         most = check_limit(limit)
 
-        def read() -> ContextResult:
-            context = state.repo.open(session_id).build_context()
-            messages = [m.to_json_dict() for m in context.messages]
-            page = newest_page(messages, cursor, most, json_size)
-            return ContextResult(
+        def read() -> CallToolResult:
+            found = context_page(state.repo.open(session_id), cursor, most)
+            context, page = found.context, found.page
+            answer = ContextResult(
                 session_id=session_id,
-                messages=messages[page.start : page.end],
+                messages=[],
                 thinking_level=context.thinking_level,
                 model=context.model,
                 active_tool_names=context.active_tool_names,
@@ -406,6 +362,7 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
+            return compact_result(answer, messages=found.messages)
 
         with tool_errors():
             return await state.offload(read)
@@ -428,32 +385,25 @@ def register(server: MCPServer) -> None:
             str | None,
             Field(description="nextCursor of the previous page; null: from the first line"),
         ] = None,
-    ) -> ExportResult:
+    ) -> Annotated[CallToolResult, ExportResult]:
         """The session as a pi v3 JSONL file (a header line, then one entry per line), in
         pages from the top. Returns these lines, the file's line count and a cursor for the
         rest; the resource session://{id}/export.jsonl has the whole file at once."""
         state = app_state(ctx)
         most = check_limit(limit)
 
-        def export() -> ExportResult:
-            lines = state.repo.export_jsonl(session_id).splitlines(keepends=True)
-            start = parse_cursor(cursor, "from:", 0, len(lines) - 1) if cursor else 0
-            end, used = start, 0
-            while end < len(lines) and (most is None or end - start < most):
-                cost = len(lines[end].encode())
-                if most is not None and end > start and used + cost > ANSWER_BYTES:
-                    break
-                used += cost
-                end += 1
-            more = end < len(lines)
-            return ExportResult(
+        def export() -> CallToolResult:
+            lines, start, count = export_page(state.repo.open(session_id), cursor, most)
+            end = start + len(lines)
+            answer = ExportResult(
                 session_id=session_id,
-                jsonl="".join(lines[start:end]),
-                lines=len(lines),
+                jsonl="".join(lines),
+                lines=count,
                 first_line=start + 1,
-                truncated=start > 0 or more,
-                next_cursor=f"from:{end}" if more else None,
+                truncated=start > 0 or end < count,
+                next_cursor=f"from:{end}" if end < count else None,
             )
+            return compact_result(answer)
 
         with tool_errors():
             return await state.offload(export)

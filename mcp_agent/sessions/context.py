@@ -164,17 +164,32 @@ def context_path_indices(
     return [*sorted(settings.values()), *range(start, len(ids))]
 
 
+def context_order(
+    ids: Sequence[str], types: Sequence[str], compaction_at: Callable[[int], CompactionEntry]
+) -> list[int]:
+    """The entries of a path (ids and types, root first) that make up its context, in order:
+    the newest compaction first when there is one, then what it keeps and all after it."""
+    index = newest_compaction(types)
+    if index is None:
+        return list(range(len(ids)))
+    start = context_start(ids, index, compaction_at(index))
+    # Older compactions inside the kept range were superseded by this one.
+    kept = [i for i in range(start, index) if types[i] != "compaction"]
+    return [index, *kept, *range(index + 1, len(ids))]
+
+
 def default_context_entry_transform(path_entries: Sequence[SessionEntry]) -> list[SessionEntry]:
     """The entries that make up the context, the newest compaction first when there is one."""
-    index = newest_compaction([e.type for e in path_entries])
-    if index is None:
-        return list(path_entries)
-    compaction = path_entries[index]
-    assert isinstance(compaction, CompactionEntry)
-    start = context_start([e.id for e in path_entries], index, compaction)
-    # Older compactions inside the kept range were superseded by this one.
-    kept = [e for e in path_entries[start:index] if not isinstance(e, CompactionEntry)]
-    return [compaction, *kept, *path_entries[index + 1 :]]
+
+    def compaction_at(index: int) -> CompactionEntry:
+        entry = path_entries[index]
+        assert isinstance(entry, CompactionEntry)
+        return entry
+
+    order = context_order(
+        [e.id for e in path_entries], [e.type for e in path_entries], compaction_at
+    )
+    return [path_entries[i] for i in order]
 
 
 def compaction_stop() -> Callable[[SessionEntry], bool]:
@@ -262,3 +277,41 @@ def build_session_context(
         model=state.model,
         active_tool_names=state.active_tool_names,
     )
+
+
+def stored_context(
+    rows: Sequence[tuple[str, str, str | None]], parse: Callable[[int], SessionEntry]
+) -> tuple[list[dict[str, Any] | str], SessionContext]:
+    """``build_session_context`` (no options) over a path given in outline (id, type, message
+    role), root first. Returns the messages, each a JSON object or, for a message entry, the
+    entry's id (its stored JSON holds the message), and the context with
+    the settings (its ``messages`` left empty). ``parse(i)`` gives entry i: only the entries
+    that are not messages, and the newest entry deciding each setting, are asked for."""
+    ids = [row[0] for row in rows]
+    types = [row[1] for row in rows]
+    deciding: dict[str | int, int] = {}
+    for i, row in enumerate(rows):
+        kind = setting_kind(row[1], row[2])
+        if kind is not None:
+            deciding[i if kind == "message?" else kind] = i
+    # Only the newest entry of each kind changes what derive_session_context_state returns.
+    state = derive_session_context_state([parse(i) for i in sorted(deciding.values())])
+
+    def compaction_at(index: int) -> CompactionEntry:
+        entry = parse(index)
+        assert isinstance(entry, CompactionEntry)
+        return entry
+
+    messages: list[dict[str, Any] | str] = []
+    for i in context_order(ids, types, compaction_at):
+        if types[i] == "message":
+            messages.append(ids[i])
+        else:
+            found = session_entry_to_context_messages(parse(i), 0, [])
+            messages.extend(m.to_json_dict() for m in found)
+    context = SessionContext(
+        thinking_level=state.thinking_level,
+        model=state.model,
+        active_tool_names=state.active_tool_names,
+    )
+    return messages, context

@@ -8,6 +8,8 @@ has no nesting whatever the session's depth."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mcp_agent.messages import (
@@ -35,9 +37,10 @@ from mcp_agent.sessions.entries import (
     ThinkingLevelChangeEntry,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.storage import OutlineRow, tree_parent
 
 if TYPE_CHECKING:
-    from mcp_agent.sessions.session import Session, TreeNode
+    from mcp_agent.sessions.session import Session
 
 Parts = list[tuple[str, str]]
 
@@ -109,28 +112,71 @@ def entry_preview(entry: SessionEntry, limit: int = 80) -> str:
     return "".join(text for text, _ in entry_parts(entry, limit))
 
 
+@dataclass
+class TreeIndex:
+    """The tree of a session from its entries in outline (no content): the tree nodes in the
+    order appended (leaf moves left out), each node's tree parent and its children."""
+
+    nodes: list[OutlineRow]
+    parent: dict[str, str | None]
+    children: dict[str, list[str]]
+
+
+def tree_index(rows: Sequence[OutlineRow]) -> TreeIndex:
+    """``rows`` (id, parentId, type, timestamp) in the order appended, as ``Session.tree``
+    makes them a tree: a leaf move between an entry and its parent is skipped (``tree_parent``),
+    and an entry whose parent is not an earlier node is a root."""
+    moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
+    index = TreeIndex([], {}, {})
+    for row in rows:
+        entry_id = row[0]
+        if entry_id in moves:
+            continue
+        parent_id = tree_parent(row[1], moves)
+        if parent_id not in index.children:
+            parent_id = None
+        index.parent[entry_id] = parent_id
+        index.children[entry_id] = []
+        if parent_id is not None:
+            index.children[parent_id].append(entry_id)
+        index.nodes.append(row)
+    return index
+
+
+def tree_node(
+    index: TreeIndex, row: OutlineRow, label: str | None, on_branch: bool, preview: str
+) -> dict[str, Any]:
+    """One node of the flat tree (see ``flat_tree``)."""
+    entry_id = row[0]
+    return {
+        "id": entry_id,
+        "parentId": index.parent[entry_id],
+        "type": row[2],
+        "timestamp": row[3],
+        "children": index.children[entry_id],
+        "label": label,
+        "onBranch": on_branch,
+        "preview": preview,
+    }
+
+
 def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]]:
     """Every entry but leaf moves, in the order appended, as ``{id, parentId, type,
     timestamp, children, label, onBranch, preview}``. ``parentId`` is the tree parent (a leaf
     move between is skipped); ``onBranch``: on the path from the root to the leaf."""
+    entries = {entry.id: entry for entry in session.get_entries()}
+    index = tree_index([(e.id, e.parent_id, e.type, e.timestamp) for e in entries.values()])
     on_branch = {entry.id for entry in session.get_branch()}
-    nodes: dict[str, dict[str, Any]] = {}
-    pending: list[tuple[TreeNode, str | None]] = [(node, None) for node in session.tree()]
-    while pending:
-        node, parent_id = pending.pop()
-        entry = node.entry
-        nodes[entry.id] = {
-            "id": entry.id,
-            "parentId": parent_id,
-            "type": entry.type,
-            "timestamp": entry.timestamp,
-            "children": [child.entry.id for child in node.children],
-            "label": node.label,
-            "onBranch": entry.id in on_branch,
-            "preview": entry_preview(entry, preview_chars),
-        }
-        pending.extend((child, entry.id) for child in node.children)
-    return [nodes[entry.id] for entry in session.get_entries() if entry.id in nodes]
+    return [
+        tree_node(
+            index,
+            row,
+            session.get_label(row[0]),
+            row[0] in on_branch,
+            entry_preview(entries[row[0]], preview_chars),
+        )
+        for row in index.nodes
+    ]
 
 
 # Entries an outline always lists, however long the chain around them.

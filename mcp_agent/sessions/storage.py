@@ -4,7 +4,7 @@ statistics that backends keeping entries in memory share."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,6 +78,37 @@ class SessionStorage(Protocol):
     def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]: ...
     def get_session_stats(self) -> SessionStats: ...
     def close(self) -> None: ...
+
+
+# One entry in outline, without its content: (id, parentId, type, timestamp).
+OutlineRow = tuple[str, str | None, str, str]
+
+
+@runtime_checkable
+class StoredPages(SessionStorage, Protocol):
+    """What a backend that keeps each entry's JSON as text (SQLite) offers besides
+    :class:`SessionStorage`, so that a page of a long session costs what it shows: entries as
+    their stored JSON (pi's v3 form, compact), unparsed, and the whole log in outline. Readers
+    use it when a storage has it and fall back to the parsed entries otherwise.
+
+    ``branch_ids`` is the branch root first; ``stored_json`` the stored JSON of each id found
+    (``stored_messages``: of the message in each message entry found);
+    ``entry_total`` how many entries ``get_entries`` returns, and ``stored_range(start, end)``
+    the JSON of those in positions ``start .. end - 1``; ``outline`` every entry in that order;
+    ``labels`` each labelled entry's label; ``context_rows`` the entries ``get_context_path``
+    returns, as (id, type, message role); ``parse_stored`` parses an entry from its stored JSON
+    (through the backend's parse cache).
+    """
+
+    def branch_ids(self, leaf_id: str | None) -> list[str]: ...
+    def stored_json(self, ids: Sequence[str]) -> dict[str, str]: ...
+    def stored_messages(self, ids: Sequence[str]) -> dict[str, str]: ...
+    def entry_total(self) -> int: ...
+    def stored_range(self, start: int, end: int) -> list[str]: ...
+    def outline(self) -> list[OutlineRow]: ...
+    def labels(self) -> dict[str, str]: ...
+    def context_rows(self, leaf_id: str | None) -> list[tuple[str, str, str | None]]: ...
+    def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry: ...
 
 
 def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | None:

@@ -50,6 +50,12 @@ from mcp_agent.wire import describe_validation_error
 # that the bound holds for small entries too. See EntryCache.
 ENTRY_CACHE_BYTES = 64 * 2**20
 ENTRY_OVERHEAD_BYTES = 2048
+# Branches in outline kept per open session (see SqliteSessionStorage._branches), and the
+# longest kept: 4 x 100,000 rows of three short strings is about 40 MB at most.
+BRANCH_CACHE_BRANCHES = 4
+BRANCH_CACHE_ROWS = 100_000
+# One entry of a branch in outline: (id, type, message role).
+BranchRow = tuple[str, str, str | None]
 # Entries an import inserts per statement (its one transaction holds them all).
 IMPORT_BATCH_ROWS = 2000
 
@@ -357,7 +363,19 @@ ORDER BY p.depth DESC
 
 
 _BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
-_CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
+# The branch in outline: what the walk reads anyway, with no second lookup per entry.
+_BRANCH_OUTLINE_SQL = """
+WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
+  SELECT id, parent_id, type, role, 0 FROM entries WHERE session_id = :s AND id = :leaf
+  UNION ALL
+  SELECT e.id, e.parent_id, e.type, e.role, p.depth + 1 FROM path p
+  JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
+  WHERE p.depth < 10000000
+)
+SELECT id, type, role FROM path ORDER BY depth DESC
+"""
+# SQLite's default bound on the parameters of one statement is 32,766; pages are far smaller.
+_IDS_PER_QUERY = 1000
 
 
 # --- one session ------------------------------------------------------------------------------
@@ -395,6 +413,11 @@ class SqliteSessionStorage:
         # This storage's part of the database's parse cache, given back when it is collected.
         self._cache = entry_cache(self.database).share()
         weakref.finalize(self, self._cache.release)
+        # Branches in outline by the entry they end at, newest used last. A branch never
+        # changes (entries and their parents are immutable), and an append extends its
+        # parent's, so reading the current branch again costs no walk.
+        self._branches: OrderedDict[str, list[BranchRow]] = OrderedDict()
+        self._branches_lock = threading.Lock()
 
     @classmethod
     def create(
@@ -476,7 +499,8 @@ class SqliteSessionStorage:
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _parse(self, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+    def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+        """An entry from its stored JSON, through the parse cache."""
         entry = self._cache.get(entry_id)
         if entry is None:
             # The type column picks the class, so pydantic can parse the JSON text itself.
@@ -492,7 +516,9 @@ class SqliteSessionStorage:
 
     def _entries(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[SessionEntry]:
         rows = self.database.read(sql, params)
-        return [self._parse(entry_id, entry_type, data) for entry_id, entry_type, data in rows]
+        return [
+            self.parse_stored(entry_id, entry_type, data) for entry_id, entry_type, data in rows
+        ]
 
     def _session_row(self, conn: sqlite3.Connection) -> tuple[str | None, int]:
         row = conn.execute(
@@ -589,6 +615,9 @@ class SqliteSessionStorage:
         stored, json_chars = self.database.write(work)
         self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
         self._cache.put(stored.id, stored, json_chars)
+        if not isinstance(stored, LeafEntry) and stored.parent_id is not None:
+            role = stored.message.role if isinstance(stored, MessageEntry) else None
+            self._extend_branch(stored.parent_id, (stored.id, stored.type, role))
         return stored
 
     def get_entry(self, entry_id: str) -> SessionEntry | None:
@@ -629,21 +658,120 @@ class SqliteSessionStorage:
     def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
         """The part of the branch its context is built from: the newest compaction, the
         entries it keeps and everything after it, and before those only the newest entry that
-        sets each of model, thinking level and active tools. The rest is not even parsed."""
-        if leaf_id is None:
-            return []
-        rows = self.database.read(_CONTEXT_PATH_SQL, {"s": self.session_id, "leaf": leaf_id})
-        if not rows:
-            raise SessionError("not_found", f"entry {leaf_id} not found")
+        sets each of model, thinking level and active tools. The rest is not even read."""
+        rows = self.context_rows(leaf_id)
+        found = self.stored_json([row[0] for row in rows])
+        return [self.parse_stored(row[0], row[1], found[row[0]]) for row in rows]
+
+    def context_rows(self, leaf_id: str | None) -> list[BranchRow]:
+        """The entries ``get_context_path`` returns, as (id, type, message role): only the
+        newest compaction on the branch is read (to find what it keeps)."""
+        rows = self._branch_outline(leaf_id)
 
         def compaction_at(i: int) -> CompactionEntry:
-            entry = self._parse(rows[i][0], rows[i][1], rows[i][3])
+            entry = self.get_entry(rows[i][0])
             assert isinstance(entry, CompactionEntry)
             return entry
 
-        ids, types, roles, _ = zip(*rows, strict=True)
-        keep = context_path_indices(ids, types, roles, compaction_at)
-        return [self._parse(rows[i][0], rows[i][1], rows[i][3]) for i in keep]
+        if not rows:
+            return []
+        ids, types, roles = zip(*rows, strict=True)
+        return [rows[i] for i in context_path_indices(ids, types, roles, compaction_at)]
+
+    def _branch_outline(self, leaf_id: str | None) -> list[BranchRow]:
+        """The branch ending at ``leaf_id``, root first, as (id, type, message role); the
+        caller must not change the list."""
+        if leaf_id is None:
+            return []
+        with self._branches_lock:
+            rows = self._branches.get(leaf_id)
+            if rows is not None:
+                self._branches.move_to_end(leaf_id)
+                return rows
+        rows = self.database.read(_BRANCH_OUTLINE_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        self._keep_branch(leaf_id, rows)
+        return rows
+
+    def _keep_branch(self, leaf_id: str, rows: list[BranchRow]) -> None:
+        if len(rows) > BRANCH_CACHE_ROWS:
+            return
+        with self._branches_lock:
+            self._branches[leaf_id] = rows
+            self._branches.move_to_end(leaf_id)
+            while len(self._branches) > BRANCH_CACHE_BRANCHES:
+                self._branches.popitem(last=False)
+
+    def _extend_branch(self, parent_id: str, row: BranchRow) -> None:
+        with self._branches_lock:
+            parent = self._branches.get(parent_id)
+        if parent is not None:
+            self._keep_branch(row[0], [*parent, row])
+
+    # --- stored JSON, unparsed (StoredPages) ----------------------------------------------------
+
+    def branch_ids(self, leaf_id: str | None) -> list[str]:
+        return [row[0] for row in self._branch_outline(leaf_id)]
+
+    def stored_json(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._by_ids("data", ids)
+
+    def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
+        # SQLite cuts the message out of the stored text: compact already, nothing parsed here.
+        return self._by_ids("json_extract(data, '$.message')", ids)
+
+    def _by_ids(self, column: str, ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[start : start + _IDS_PER_QUERY]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self.database.read(
+                    f"SELECT id, {column} FROM entries WHERE session_id = ? AND id IN ({marks})",
+                    (self.session_id, *chunk),
+                )
+            )
+        return found
+
+    def entry_total(self) -> int:
+        # Every entry takes the next sequence number: positions are 0 .. next_seq - 1.
+        rows = self.database.read("SELECT next_seq FROM sessions WHERE id = ?", (self.session_id,))
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        return int(rows[0][0])
+
+    def stored_range(self, start: int, end: int) -> list[str]:
+        if end <= start:
+            return []
+        # The rowid grows with every insert and a session's entries are inserted in sequence
+        # order, so the rowid orders them as seq does, and the (session_id, parent_id) index
+        # holds it: the positions are found in the index, and only their rows are read.
+        rows = self.database.read(
+            "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = ?"
+            " ORDER BY n LIMIT ? OFFSET ?) ORDER BY n",
+            (self.session_id, end - start, start),
+        )
+        if len(rows) != end - start:  # next_seq counts every row: this is damage
+            raise SessionError(
+                "corrupt",
+                f"session {self.session_id} has fewer entries than its row counts ({start + len(rows)}"
+                f" of {end} read)",
+            )
+        return [row[0] for row in rows]
+
+    def outline(self) -> list[tuple[str, str | None, str, str]]:
+        return self.database.read(
+            "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = ? ORDER BY n",
+            (self.session_id,),
+        )
+
+    def labels(self) -> dict[str, str]:
+        return dict(
+            self.database.read(
+                "SELECT target_id, label FROM labels WHERE session_id = ?", (self.session_id,)
+            )
+        )
 
     def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
         path = self.get_branch(leaf_id)

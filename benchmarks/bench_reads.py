@@ -1,0 +1,245 @@
+"""Reading a big session over MCP, side by side with pi resuming the same file.
+
+The session: a pi v3 file of 100,000 entries whose current branch is 1,000 deep (as in
+``bench_sessions``), imported into SQLite; a second one of twice the entries, same depth.
+
+Rows (each baseline measured in the same run):
+- ``whole context through the SDK client``: ``session_context`` with ``limit=0`` (all 1,000
+  messages) from ``mcp-agent-sessions serve`` over stdio, through the Python SDK's ``Client``
+  (the answer crosses the pipe, is parsed and checked against the output schema), on a freshly
+  started server (first call) and again (median of repeats), vs pi resuming the same file:
+  ``SessionManager.open`` + ``buildSessionContext`` in Node, timed inside the Node process.
+  Target: pi / ours >= 50. Skipped (a row saying so) when pi is not installed (``.ci/peers``,
+  or ``MCP_AGENT_PEERS``).
+- ``at 2x entries``: the same at 200,000 entries vs 100,000; target ratio <= 1.2.
+- ``default page, server side``: ``session_get`` and ``session_context`` with no limit
+  (the default page), timed in the server process around the tool call (the SDK's argument
+  checks, the tool and its result conversion; no transport); target < 10 ms.
+
+``MCP_AGENT_BENCH_QUICK=1`` (or ``MCP_AGENT_BENCH_SESSIONS_SCALE``) shrinks the sessions as
+``bench_sessions`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # find_pi
+
+from bench_sessions import DEPTH, scale, write_big_session
+from mcp import Client, StdioServerParameters
+from mcp_support import find_pi
+
+from mcp_agent.runtime.settings import ServerSettings
+from mcp_agent.server.app import build_server
+from mcp_agent.sessions import SqliteSessionRepo
+
+ROUNDS = 5
+
+PI_RESUME = """
+import { performance } from "node:perf_hooks";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+const [peers, file, scratch] = process.argv.slice(2);
+const root = join(peers, "node_modules", "@mariozechner", "pi-coding-agent", "dist", "index.js");
+const pi = await import(pathToFileURL(root).href);
+const started = performance.now();
+const manager = pi.SessionManager.open(file, scratch);
+const context = manager.buildSessionContext();
+const elapsed = performance.now() - started;
+process.stdout.write(JSON.stringify({ ms: elapsed, messages: context.messages.length }));
+"""
+
+
+def pi_resume(node: str, peers: Path, file: Path, scratch: Path) -> tuple[float, int]:
+    """Seconds pi takes to resume ``file`` (in a fresh Node process), and its messages."""
+    script = scratch / "pi_resume.mjs"
+    script.write_text(PI_RESUME)
+    done = subprocess.run(
+        [node, str(script), str(peers), str(file), str(scratch / "pi-sessions")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    found = json.loads(done.stdout)
+    return found["ms"] / 1000, int(found["messages"])
+
+
+# A bare MCPServer whose tool hands back a ready answer (the text of ours, read at start):
+# what the SDK alone costs for an answer that large, both ends.
+BARE_SERVER = """
+import json, sys
+from mcp.server import MCPServer
+from mcp_types import CallToolResult, TextContent
+
+text = open(sys.argv[1], encoding="utf-8").read()
+server = MCPServer("bare", log_level="WARNING")
+
+@server.tool()
+async def session_context(session_id: str, limit: int = 0) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=json.loads(text)
+    )
+
+server.run("stdio")
+"""
+
+
+def server_params(db: Path) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_agent", "serve", "--db", str(db)]
+    )
+
+
+async def whole_context(
+    params: StdioServerParameters, session_id: str, repeats: int, keep: Path | None = None
+) -> tuple[float, float, int]:
+    """On a fresh server: seconds of the first full session_context, the median of
+    ``repeats`` more, and the messages in it (the answer's text saved in ``keep``)."""
+    async with Client(params) as client:
+        await client.list_tools()  # the client learns the output schema, as any client does
+        arguments = {"session_id": session_id, "limit": 0}
+        started = time.perf_counter()
+        result = await client.call_tool("session_context", arguments)
+        first = time.perf_counter() - started
+        assert not result.is_error, result.content
+        count = len((result.structured_content or {})["messages"])
+        if keep is not None:
+            await anyio.Path(keep).write_text(result.content[0].text, encoding="utf-8")  # type: ignore[union-attr]
+        again = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            await client.call_tool("session_context", arguments)
+            again.append(time.perf_counter() - started)
+    return first, statistics.median(again), count
+
+
+async def default_pages(db: Path, session_id: str, calls: int) -> dict[str, float]:
+    """Median seconds of a default page of session_get and session_context, timed around the
+    server's own call_tool (the SDK's argument check, the tool, the result conversion)."""
+    server = build_server(ServerSettings(db_path=db))
+    times: dict[str, list[float]] = {"session_get": [], "session_context": []}
+    original = server.call_tool
+
+    async def timed(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original(name, arguments, context)
+        finally:
+            if name in times:
+                times[name].append(time.perf_counter() - started)
+
+    server.call_tool = timed  # type: ignore[method-assign]
+    async with Client(server) as client:
+        for name in times:
+            for _ in range(calls + 1):
+                result = await client.call_tool(name, {"session_id": session_id})
+                assert not result.is_error, result.content
+            del times[name][0]  # the first opens the session
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
+def run() -> list[dict[str, Any]]:
+    factor = scale()
+    entries = max(2_000, int(100_000 * factor))
+    depth = min(DEPTH, entries)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(
+        prefix="bench-reads-", dir=os.environ.get("MCP_AGENT_BENCH_DIR")
+    ) as tmp:
+        scratch = Path(tmp)
+        db = scratch / "reads.db"
+        files = {1: scratch / "small.jsonl", 2: scratch / "large.jsonl"}
+        ids = {n: write_big_session(path, n * entries, depth, seed=n) for n, path in files.items()}
+        with SqliteSessionRepo(db) as repo:
+            repo.database.conn.execute("PRAGMA synchronous = OFF")  # setup only
+            for path in files.values():
+                repo.import_jsonl(path)
+        size = f"{entries:,} entries, branch {depth} deep"
+
+        # Alternate rounds, so that machine noise hits each side alike.
+        ours: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+        pi: list[float] = []
+        bare: list[float] = []
+        peers = find_pi()
+        answer, script = scratch / "answer.json", scratch / "bare_server.py"
+        script.write_text(BARE_SERVER)
+        bare_params = StdioServerParameters(command=sys.executable, args=[str(script), str(answer)])
+        for _ in range(ROUNDS):
+            for n in (1, 2):
+                found = anyio.run(whole_context, server_params(db), ids[n], ROUNDS, answer)
+                assert found[2] == depth, found
+                ours[n].append(found[:2])
+            bare.append(anyio.run(whole_context, bare_params, ids[1], ROUNDS)[1])
+            if peers is not None:
+                seconds, count = pi_resume(*peers, files[1], scratch)
+                assert count == depth, count
+                pi.append(seconds)
+        first = {n: statistics.median(f for f, _ in ours[n]) for n in ours}
+        warm = {n: statistics.median(w for _, w in ours[n]) for n in ours}
+        pi_ms = statistics.median(pi) * 1000 if pi else None
+        for label, value in (("first call on a fresh server", first), ("again", warm)):
+            rows.append(
+                {
+                    "name": f"whole context through the SDK client (stdio), {label}, vs pi "
+                    f"resuming the file; {size}"
+                    + ("" if pi else " (pi not installed: no baseline)"),
+                    "value": value[1] * 1000,
+                    "baseline": pi_ms,
+                    "ratio": pi_ms / (value[1] * 1000) if pi_ms else None,
+                    "unit": "ms",
+                    "target": "ratio >= 50",
+                }
+            )
+        rows.append(
+            {
+                "name": "whole context, again, vs a bare MCPServer tool handing back the same "
+                "answer ready-made (the SDK's own cost, both ends; reference)",
+                "value": warm[1] * 1000,
+                "baseline": statistics.median(bare) * 1000,
+                "ratio": warm[1] / statistics.median(bare),
+                "unit": "ms",
+                "target": "-",
+            }
+        )
+        rows.append(
+            {
+                "name": f"whole context at 2x entries ({2 * entries:,}) vs 1x, first call",
+                "value": first[2] * 1000,
+                "baseline": first[1] * 1000,
+                "ratio": first[2] / first[1],
+                "unit": "ms",
+                "target": "ratio <= 1.2",
+            }
+        )
+        pages = anyio.run(default_pages, db, ids[1], 20)
+        for name, seconds in pages.items():
+            rows.append(
+                {
+                    "name": f"{name}, default page, server side; {size}",
+                    "value": seconds * 1000,
+                    "baseline": None,
+                    "ratio": None,
+                    "unit": "ms",
+                    "target": "< 10 ms",
+                }
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(json.dumps(row))

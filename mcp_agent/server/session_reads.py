@@ -1,0 +1,289 @@
+"""Pages of a session, read so that a page costs what it shows.
+
+With a backend that keeps each entry's JSON as text (``StoredPages``: SQLite), a page is found
+from ids and positions alone, only the entries that may be on it are read, and they are served
+as the JSON text stored (pi's v3 form) instead of parse → model → dump; the tree parses only
+its page's entries (for their previews), the context only the entries that are not plain
+messages. Other backends give parsed entries, which are shown the same way. Pages come as
+compact JSON texts, one per item, for ``schemas.compact_result``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_agent.server.paging import (
+    ANSWER_BYTES,
+    PageOf,
+    cursor_end,
+    newest_page,
+    parse_cursor,
+)
+from mcp_agent.sessions import Session
+from mcp_agent.sessions.context import SessionContext, stored_context
+from mcp_agent.sessions.entries import (
+    LeafEntry,
+    SessionEntry,
+    entry_to_json,
+    iso_now,
+    new_entry_id,
+    parse_entry,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.outline import entry_preview, flat_tree, tree_index, tree_node
+from mcp_agent.sessions.pi import export_lines
+from mcp_agent.sessions.storage import StoredPages, leaf_after
+
+# An entry larger than this is shown as a stub naming the resource that has all of it.
+ENTRY_BYTES = ANSWER_BYTES // 2
+PREVIEW_CHARS = 120
+
+# (start, end) -> the JSON texts of the items in positions start .. end - 1
+Loader = Callable[[int, int], list[str]]
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def stored(session: Session) -> StoredPages | None:
+    """The session's storage when it serves stored JSON and the session reads as stored (no
+    context options of its own)."""
+    storage = session.storage
+    options = session.context_build_options
+    if options.entry_transforms or options.entry_projectors:
+        return None
+    return storage if isinstance(storage, StoredPages) else None
+
+
+def shown_entry(session_id: str, text: str) -> tuple[str, int]:
+    """An entry's JSON as a page shows it, with its size: the entry, or, when it is too large
+    for a page, a stub that says so and where to read it whole."""
+    size = len(text.encode())
+    if size <= ENTRY_BYTES:
+        return text, size
+    data = json.loads(text)
+    stub: dict[str, Any] = {
+        key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
+    }
+    message = data.get("message")
+    if isinstance(message, dict) and "role" in message:
+        stub["role"] = message["role"]
+    stub["omitted"] = (
+        f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{data['id']}"
+    )
+    shown = compact(stub)
+    return shown, len(shown.encode())
+
+
+def sized_page(
+    total: int, load: Loader, cursor: str | None, limit: int | None
+) -> tuple[list[str], PageOf]:
+    """The newest page before ``cursor`` of ``total`` items, sized by their JSON texts (see
+    ``paging.newest_page``); only the items that may be on it are loaded."""
+    end = cursor_end(cursor, total)
+    first = 0 if limit is None else max(0, end - limit)
+    texts = load(first, end)
+    page = newest_page(range(total), cursor, limit, lambda i: len(texts[i - first].encode()))
+    return texts[page.start - first : page.end - first], page
+
+
+def entries_page(
+    session_id: str, total: int, load: Loader, cursor: str | None, limit: int | None
+) -> tuple[list[str], PageOf]:
+    """A page of entries (``sized_page``), an entry too large for a page as a stub."""
+
+    def shown(start: int, end: int) -> list[str]:
+        return [shown_entry(session_id, text)[0] for text in load(start, end)]
+
+    return sized_page(total, shown, cursor, limit)
+
+
+def _found(texts: dict[str, str | None], entry_id: str) -> str:
+    text = texts.get(entry_id)
+    if text is None:
+        raise SessionError("not_found", f"entry {entry_id} was deleted while read")
+    return text
+
+
+def _by_ids(read: Callable[[Sequence[str]], dict[str, str]], ids: Sequence[str]) -> Loader:
+    def load(start: int, end: int) -> list[str]:
+        wanted = ids[start:end]
+        found: dict[str, str | None] = dict(read(wanted))
+        return [_found(found, entry_id) for entry_id in wanted]
+
+    return load
+
+
+def view_entries(session: Session, view: str, leaf_id: str | None = None) -> tuple[int, Loader]:
+    """How many entries the view ``branch`` (root first; to ``leaf_id``, else to the leaf) or
+    ``entries`` (in the order appended) has, and how to load a range of them as JSON."""
+    if leaf_id is not None and session.get_entry(leaf_id) is None:
+        raise SessionError("not_found", f"entry {leaf_id} not found")
+    storage = stored(session)
+    if storage is not None:
+        if view == "branch":
+            ids = storage.branch_ids(leaf_id if leaf_id is not None else session.leaf_id)
+            return len(ids), _by_ids(storage.stored_json, ids)
+        return storage.entry_total(), storage.stored_range
+    entries = session.get_branch(leaf_id) if view == "branch" else session.get_entries()
+    return len(entries), lambda start, end: [entry_to_json(e) for e in entries[start:end]]
+
+
+def tree_page(session: Session, cursor: str | None, limit: int | None) -> tuple[list[str], PageOf]:
+    """A page of ``outline.flat_tree``: the tree from the entries in outline, previews only
+    for the nodes that may be on the page."""
+    storage = stored(session)
+    if storage is None:
+        nodes = [compact(node) for node in flat_tree(session, PREVIEW_CHARS)]
+        return sized_page(len(nodes), lambda start, end: nodes[start:end], cursor, limit)
+    index = tree_index(storage.outline())
+    labels = storage.labels()
+    on_branch = set(storage.branch_ids(session.leaf_id))
+
+    def load(start: int, end: int) -> list[str]:
+        rows = index.nodes[start:end]
+        texts = _by_ids(storage.stored_json, [row[0] for row in rows])(0, len(rows))
+        return [
+            compact(
+                tree_node(
+                    index,
+                    row,
+                    labels.get(row[0]),
+                    row[0] in on_branch,
+                    entry_preview(storage.parse_stored(row[0], row[2], text), PREVIEW_CHARS),
+                )
+            )
+            for row, text in zip(rows, texts, strict=True)
+        ]
+
+    return sized_page(len(index.nodes), load, cursor, limit)
+
+
+@dataclass
+class ContextPage:
+    messages: list[str]
+    page: PageOf
+    context: SessionContext
+
+
+def context_page(session: Session, cursor: str | None, limit: int | None) -> ContextPage:
+    """A page of the session's context (newest last) and its settings; a message entry's
+    message is read only when it may be on the page."""
+    storage = stored(session)
+    items: list[dict[str, Any] | str]
+    if storage is not None:
+        items, context = _stored_context(storage, session.leaf_id)
+    else:
+        context = session.build_context()
+        items = [m.to_json_dict() for m in context.messages]
+
+    def load(start: int, end: int) -> list[str]:
+        wanted = items[start:end]
+        found: dict[str, str | None] = {}
+        if storage is not None:
+            found.update(storage.stored_messages([i for i in wanted if isinstance(i, str)]))
+        return [compact(item) if isinstance(item, dict) else _found(found, item) for item in wanted]
+
+    messages, page = sized_page(len(items), load, cursor, limit)
+    return ContextPage(messages, page, context)
+
+
+# The context of the last few leaves of each open session: a branch never changes, so neither
+# does the context (outline and settings) built from it.
+CONTEXTS_PER_SESSION = 4
+CONTEXT_ROWS_KEPT = 100_000
+_contexts: weakref.WeakKeyDictionary[
+    StoredPages, OrderedDict[str, tuple[list[dict[str, Any] | str], SessionContext]]
+] = weakref.WeakKeyDictionary()
+_contexts_lock = threading.Lock()
+
+
+def _stored_context(
+    storage: StoredPages, leaf_id: str | None
+) -> tuple[list[dict[str, Any] | str], SessionContext]:
+    """``context.stored_context`` of the branch ending at ``leaf_id``; the caller must not
+    change what it gets."""
+    if leaf_id is None:
+        return [], SessionContext()
+    with _contexts_lock:
+        kept = _contexts.setdefault(storage, OrderedDict())
+        found = kept.get(leaf_id)
+        if found is not None:
+            kept.move_to_end(leaf_id)
+            return found
+    rows = storage.context_rows(leaf_id)
+    found = stored_context(rows, lambda i: _entry(storage, rows[i][0]))
+    if len(rows) > CONTEXT_ROWS_KEPT:
+        return found
+    with _contexts_lock:
+        kept[leaf_id] = found
+        while len(kept) > CONTEXTS_PER_SESSION:
+            kept.popitem(last=False)
+    return found
+
+
+def _entry(storage: StoredPages, entry_id: str) -> SessionEntry:
+    entry = storage.get_entry(entry_id)
+    if entry is None:
+        raise SessionError("not_found", f"entry {entry_id} was deleted while read")
+    return entry
+
+
+def export_page(
+    session: Session, cursor: str | None, limit: int | None
+) -> tuple[list[str], int, int]:
+    """Lines of the session as a pi v3 JSONL file (``pi.export_lines``), each with its newline,
+    from the line ``cursor`` names (``from:N``; None: the first): at most ``limit`` and about
+    ``ANSWER_BYTES`` (at least one). Returns the lines, the index of the first and the file's
+    line count."""
+    count, load = _export_lines(session)
+    start = parse_cursor(cursor, "from:", 0, count - 1) if cursor else 0
+    end = count if limit is None else min(count, start + limit)
+    lines = [line + "\n" for line in load(start, end)]
+    taken, used = 0, 0
+    for line in lines:
+        cost = len(line.encode())
+        if limit is not None and taken and used + cost > ANSWER_BYTES:
+            break
+        used += cost
+        taken += 1
+    return lines[:taken], start, count
+
+
+def _export_lines(session: Session) -> tuple[int, Loader]:
+    """The file's line count, and how to load a range of its lines (without newlines)."""
+    storage = stored(session)
+    if storage is None:
+        every = export_lines(session.header, session.get_entries(), session.leaf_id)
+        return len(every), lambda start, end: every[start:end]
+    header = entry_to_json(session.header)
+    total = storage.entry_total()
+    leaf_id = session.leaf_id
+    tail = storage.stored_range(total - 1, total) if total else []
+    last = [parse_entry(json.loads(tail[0]))] if tail else []
+    extra: list[str] = []
+    if leaf_after(last) != leaf_id:
+        # The log would not resume on the leaf: end it with a leaf move, as pi.export_lines.
+        move = LeafEntry(
+            id=new_entry_id(lambda candidate: bool(storage.stored_json([candidate]))),
+            parent_id=leaf_id,
+            timestamp=iso_now(),
+            target_id=leaf_id,
+        )
+        extra.append(entry_to_json(move))
+
+    def load(start: int, end: int) -> list[str]:
+        lines = [header] if start == 0 else []
+        lines += storage.stored_range(max(start, 1) - 1, min(end, total + 1) - 1)
+        if end > total + 1:
+            lines += extra
+        return lines
+
+    return 1 + total + len(extra), load

@@ -1,0 +1,185 @@
+"""Pages read from stored JSON (SQLite) show what pages of the parsed entries show: the same
+entries, tree nodes, context messages and settings, export lines and cursors, page by page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp_support import call, make_server
+
+from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
+from mcp_agent.server.paging import ANSWER_BYTES
+from mcp_agent.server.session_reads import (
+    context_page,
+    entries_page,
+    export_page,
+    stored,
+    tree_page,
+    view_entries,
+)
+from mcp_agent.sessions import Session, SqliteSessionRepo
+from mcp_agent.sessions.memory import InMemorySessionStorage
+
+
+def answer(text: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[TextContent(text=text)], api="a", provider="p", model=f"m-{text}"
+    )
+
+
+def busy_session(session: Session, compacted: bool) -> None:
+    """Every kind of entry: settings, labels, a leaf move and a branch summary, custom entries,
+    an entry too large for a page, and (``compacted``) a compaction keeping part of the path."""
+    first = session.append_message(UserMessage(content="first question"))
+    session.append_model_change("p", "m0")
+    session.append_thinking_level_change("high")
+    kept = session.append_message(answer("one"))
+    session.append_active_tools_change(["read", "write"])
+    session.append_label(first, "start")
+    side = session.append_message(UserMessage(content="a side branch"))
+    session.move_to(kept, {"summary": "tried a side branch"})
+    session.append_custom("note", {"snake_key": 1})
+    session.append_custom_message("hint", "remember this", display=False)
+    if compacted:
+        session.append_compaction("what happened so far", kept, 1234)
+    for n in range(12):
+        session.append_message(UserMessage(content=f"question {n} " + "x" * 300))
+        session.append_message(answer(f"answer {n}"))
+    session.append_message(UserMessage(content="y" * (ANSWER_BYTES // 2 + 10)))
+    session.move_to(side)
+    session.move_to(session.get_branch()[-2].id)  # back again: two leaf moves in the log
+    session.set_name("busy")
+    session.append_message(answer("last"))
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "compacted"])
+def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Session, Session]:
+    """The same session twice: in SQLite (read from stored JSON), and in memory."""
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session = repo.create()
+    busy_session(session, request.param)
+    again = repo.open(session.id)
+    copy = Session(InMemorySessionStorage(again.header, again.get_entries()))
+    assert stored(again) is not None and stored(copy) is None
+    assert copy.leaf_id == again.leaf_id
+    return again, copy
+
+
+def every_page(read: Any, limit: int | None) -> list[tuple[list[Any], int, str | None]]:
+    """Every page from the newest back, as (items, total, next cursor)."""
+    pages, cursor = [], None
+    while True:
+        items, page = read(cursor, limit)
+        pages.append(([json.loads(item) for item in items], page.total, page.next_cursor))
+        if page.next_cursor is None:
+            return pages
+        cursor = page.next_cursor
+
+
+@pytest.mark.parametrize("limit", [None, 1, 3, 50])
+def test_entry_pages_match_the_parsed_entries(
+    sessions: tuple[Session, Session], limit: int | None
+) -> None:
+    ours, theirs = sessions
+    for view in ("branch", "entries"):
+
+        def reader(session: Session, view: str = view) -> Any:
+            return lambda cursor, most: entries_page(
+                session.id, *view_entries(session, view), cursor, most
+            )
+
+        assert every_page(reader(ours), limit) == every_page(reader(theirs), limit), view
+    whole = every_page(reader(ours), None)[0][0]
+    stubs = [entry for entry in whole if "omitted" in entry]
+    assert len(stubs) == 1 and stubs[0]["role"] == "user"
+
+
+@pytest.mark.parametrize("limit", [None, 2, 50])
+def test_tree_pages_match_the_flat_tree(
+    sessions: tuple[Session, Session], limit: int | None
+) -> None:
+    ours, theirs = sessions
+    mine = every_page(lambda cursor, most: tree_page(ours, cursor, most), limit)
+    assert mine == every_page(lambda cursor, most: tree_page(theirs, cursor, most), limit)
+    nodes = [node for page in mine for node in page[0]]
+    assert any(node["label"] == "start" for node in nodes)
+    assert all(node["type"] != "leaf" for node in nodes)
+
+
+@pytest.mark.parametrize("limit", [None, 1, 4, 50])
+def test_context_pages_match_the_built_context(
+    sessions: tuple[Session, Session], limit: int | None
+) -> None:
+    ours, theirs = sessions
+    assert every_page(lambda c, m: _context(ours, c, m), limit) == every_page(
+        lambda c, m: _context(theirs, c, m), limit
+    )
+    built = theirs.build_context()
+    found = context_page(ours, None, None)
+    assert [json.loads(m) for m in found.messages] == built.to_json_dict()["messages"]
+    assert (found.context.model, found.context.thinking_level) == (built.model, "high")
+    assert found.context.active_tool_names == built.active_tool_names == ["read", "write"]
+
+
+def _context(session: Session, cursor: str | None, limit: int | None) -> Any:
+    found = context_page(session, cursor, limit)
+    return found.messages, found.page
+
+
+@pytest.mark.parametrize("limit", [None, 1, 7])
+def test_export_pages_match_the_exported_file(
+    sessions: tuple[Session, Session], limit: int | None
+) -> None:
+    ours, theirs = sessions
+
+    def lines(session: Session) -> list[str]:
+        found, cursor = [], None
+        while True:
+            page, start, count = export_page(session, cursor, limit)
+            assert start == len(found) and page
+            found += page
+            if start + len(page) == count:
+                return found
+            cursor = f"from:{start + len(page)}"
+
+    mine, whole = lines(ours), lines(theirs)
+    assert len(mine) == len(whole)
+    # A final leaf move, when the log needs one, is made afresh (a new id and time) each time.
+    same = len(whole) - (1 if json.loads(whole[-1])["type"] == "leaf" else 0)
+    assert mine[:same] == whole[:same]
+    assert json.loads(mine[-1]).get("targetId", json.loads(mine[-1])["id"]) == ours.leaf_id
+
+
+# --- over MCP ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_answers_are_their_structured_content_as_compact_text(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(3):
+            entry = {"type": "message", "role": "user", "content": f"é {n}\nline"}
+            await call(client, "session_append", session_id=sid, entry=entry)
+        schemas = {tool.name: tool.output_schema for tool in (await client.list_tools()).tools}
+        calls: list[tuple[str, dict[str, Any], str | None]] = [
+            ("session_get", {"view": "branch"}, "entries"),
+            ("session_get", {"view": "entries"}, "entries"),
+            ("session_get", {"view": "tree"}, "nodes"),
+            ("session_context", {}, "messages"),
+            ("session_export", {}, None),
+        ]
+        for name, arguments, listed in calls:
+            result = await client.call_tool(name, {"session_id": sid, **arguments})
+            assert not result.is_error, result.content
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert json.loads(text) == result.structured_content, name
+            assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+            if listed is not None:
+                assert len(result.structured_content[listed]) == 3  # type: ignore[index]
+                # A long list is checked by its client in one step, not item by item.
+                shape = (schemas[name] or {})["properties"][listed]
+                assert "array" in shape["type"] and "items" not in shape and shape["description"]
