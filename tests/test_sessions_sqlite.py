@@ -58,6 +58,30 @@ def test_branch_read_walks_the_parent_index_not_the_session(tmp_path: Path) -> N
     assert "SCAN e" not in details and "SCAN entries" not in details
 
 
+def test_an_append_counts_its_parents_children_with_index_searches_only(tmp_path: Path) -> None:
+    # Each append asks how many children its parent had (for leaves and branch points): a
+    # scan there would make every append cost the size of its session.
+    from mcp_agent.sessions.row_sql import _STEP_UP, _TREE_CHILDREN
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        for text in ("a", "b", "c"):
+            session.append_message(user(text))
+        for sql in (_STEP_UP, _TREE_CHILDREN):
+            plan = repo.database.conn.execute(
+                "EXPLAIN QUERY PLAN " + sql, {"s": session.id, "p": session.leaf_id}
+            ).fetchall()
+            details = [row[-1] for row in plan]
+            searches = [d for d in details if d.startswith("SEARCH")]
+            assert searches, details
+            # a search on the session alone walks all of it, as a scan would
+            assert not [d for d in searches if d.endswith("(session_id=?)")], details
+            assert [d for d in details if d.startswith("SCAN")] in ([], ["SCAN children"])
+    finally:
+        repo.close()
+
+
 def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     plan = repo.database.conn.execute(

@@ -20,13 +20,14 @@ def for_psycopg(sql: str) -> str:
 
 _STEP_UP = "SELECT type, parent_id FROM entries WHERE session_id = :s AND id = :p"
 # Tree nodes below a node, through the leaf moves pi may have appended below (at most 2: all
-# that matters is whether it had none, one or more).
+# that matters is whether it had none, one or more). Both parts are searches of the
+# (session_id, parent_id) index; a join instead lets SQLite scan the whole session.
 _TREE_CHILDREN = """
 SELECT count(*) FROM (
   SELECT 1 FROM entries WHERE session_id = :s AND parent_id = :p AND type != 'leaf'
   UNION ALL
-  SELECT 1 FROM entries l JOIN entries c ON c.session_id = l.session_id AND c.parent_id = l.id
-  WHERE l.session_id = :s AND l.parent_id = :p AND l.type = 'leaf' AND c.type != 'leaf'
+  SELECT 1 FROM entries WHERE session_id = :s AND type != 'leaf' AND parent_id IN
+    (SELECT id FROM entries WHERE session_id = :s AND parent_id = :p AND type = 'leaf')
   LIMIT 2) children
 """
 
