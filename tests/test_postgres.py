@@ -26,6 +26,7 @@ from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
     make_server,
 )
 from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
+    check_one_run_per_session,
     test_cancel_aborts_and_session_stays_consistent,
     test_detached_run_status_and_one_run_per_session,
     test_fork_import_and_delete_announce_list_changes,
@@ -50,20 +51,7 @@ def server(tmp_path: Path, postgres_url: str) -> MCPServer:
 async def test_one_run_per_session_across_replicas(tmp_path: Path, postgres_url: str) -> None:
     first = make_server(tmp_path / "a", db_url=postgres_url)
     second = make_server(tmp_path / "b", db_url=postgres_url)
-    async with Client(first) as a, Client(second) as b:
-        run = await call(a, "agent_run", prompt="slow please", wait=False)
-        sid = run["sessionId"]
-        text = await call_error(b, "agent_run", prompt="me too", session_id=sid)
-        assert "busy" in text and run["runId"] in text and "another server process" in text
-        # Refused inside the append's own transaction: nothing is written.
-        text = await call_error(b, "session_append", session_id=sid, entry=user("refused x"))
-        assert f"session {sid} is busy: run {run['runId']}" in text
-        await call(a, "agent_status", run_id=run["runId"], wait_seconds=30)
-        entries = (await call(b, "session_get", session_id=sid, view="entries", limit=0))["entries"]
-        assert "refused x" not in json.dumps(entries)
-        assert any("slow please" in json.dumps(e) for e in entries)
-        after = await call(b, "agent_run", prompt="now", session_id=sid)
-        assert after["answer"] == "echo: now"
+    await check_one_run_per_session(first, second)
 
 
 async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url: str) -> None:

@@ -684,7 +684,11 @@ async def test_steering_message_goes_in_before_the_next_model_call(client: Clien
 
 async def test_one_run_per_session_across_servers_on_one_database(tmp_path: Path) -> None:
     # Two servers on one database, as two IDE windows each start their own.
-    first, second = make_server(tmp_path), make_server(tmp_path)
+    await check_one_run_per_session(make_server(tmp_path), make_server(tmp_path))
+
+
+async def check_one_run_per_session(first: MCPServer, second: MCPServer) -> None:
+    """A run on ``first`` holds its session against ``second`` (sharing its store)."""
     async with Client(first) as a, Client(second) as b:
         run = await call(a, "agent_run", prompt="slow please", wait=False)
         sid = run["sessionId"]
