@@ -211,6 +211,40 @@ async def test_every_default_answer_on_a_huge_session_fits_the_budget(
         assert lines["lines"] == HUGE + 1 and not lines["truncated"]
 
 
+async def test_everything_asked_for_is_whole_in_structured_content_and_bounded_in_text(
+    big_session: tuple[Path, str],
+) -> None:
+    root, sid = big_session
+    async with Client(make_server(root)) as client:
+        for name, arguments, items in [
+            ("session_get", {"session_id": sid, "view": "entries", "limit": 0}, "entries"),
+            ("session_get", {"session_id": sid, "view": "tree", "limit": 0}, "nodes"),
+            ("session_export", {"session_id": sid, "limit": 0}, None),
+        ]:
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, result.content
+            whole = result.structured_content or {}
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert len(text.encode()) < ANSWER_LIMIT, (name, len(text))
+            shown = json.loads(text)
+            note = shown.pop("textNote")
+            assert "The structured content holds the whole answer" in note, note
+            if items is None:  # the exported file is a field too long for a text
+                assert whole["jsonl"].count("\n") == HUGE + 1
+                assert "jsonl" not in shown and "the field jsonl" in note, note
+                assert shown == {k: v for k, v in whole.items() if k != "jsonl"}
+                continue
+            assert len(whole[items]) in (HUGE, HUGE + 1)
+            kept = shown.pop(items)
+            assert 0 < len(kept) < len(whole[items])
+            assert kept == whole[items][-len(kept) :]  # the newest, as the list ends
+            assert f"the {len(whole[items]) - len(kept):,} oldest of the" in note, note
+            assert shown == {k: v for k, v in whole.items() if k != items}
+        # A default page is the same JSON in text and structured content.
+        page = await client.call_tool("session_get", {"session_id": sid})
+        assert json.loads(page.content[0].text) == page.structured_content  # type: ignore[union-attr]
+
+
 async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource(
     server: MCPServer,
 ) -> None:

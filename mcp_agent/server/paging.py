@@ -13,17 +13,25 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 T = TypeVar("T")
 
-# The items of one page, as compact JSON. The text content the SDK adds is indented JSON, so
-# this leaves room for it within about 64 KB.
+# The items of one page, as compact JSON: with the answer's other fields, well inside
+# TEXT_CHARS, so a default page reads the same in text and structured content.
 ANSWER_BYTES = 40 * 1024
+# What an LLM reads of one answer: the text block stops at about this many characters (hosts
+# refuse or cut tool output past some 25,000 tokens, and a client parses every character of
+# it twice). The structured content always holds the whole answer. A default page fits.
+TEXT_CHARS = 64 * 1024
+# A field of the answer itself (say an exported file) longer than this is left out of a text
+# that has to be shortened.
+LONG_FIELD = 1024
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 # What the cursor a tool hands out starts with: the index the next page ends before.
 CURSOR_PREFIX = "before:"
 
 LIMIT_DESCRIPTION = (
-    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, however large); a page also "
-    f"stops at about {ANSWER_BYTES // 1024} KB"
+    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, however large, in the structured"
+    f" content, the text keeping the newest that fit in {TEXT_CHARS // 1024} KB); a page also"
+    f" stops at about {ANSWER_BYTES // 1024} KB"
 )
 CURSOR_DESCRIPTION = "nextCursor of the previous answer, for the page before it; null: the newest"
 

@@ -11,7 +11,9 @@ from typing import Annotated, Any, Literal
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
+
+from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS
 
 
 class Wire(BaseModel):
@@ -22,19 +24,54 @@ class Wire(BaseModel):
 
 def compact_result(answer: Wire, **lists: list[str]) -> CallToolResult:
     """``answer`` as a tool result, with its long ``lists`` (entries, messages, nodes) given
-    as the JSON text of each item, put in as they are: compact JSON text, for clients that read
-    only text (the SDK would dump it all again, indented), parsed once for the structured
-    content."""
+    as the JSON text of each item, put in as they are and parsed once for the structured
+    content. The text block is the same compact JSON when it fits in ``TEXT_CHARS``, else
+    what ``shortened`` keeps of it."""
     head = answer.model_dump_json(exclude=set(lists))
+    whole = _joined(head, lists)
+    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=from_json(whole)
+    )
+
+
+def _joined(head: str, lists: dict[str, list[str]]) -> str:
+    """The JSON object ``head`` with each of ``lists`` added as an array of its JSON texts."""
     parts = [head[:-1]]
     for name, items in lists.items():
         parts.append(f'{"," if len(parts) > 1 or head != "{}" else ""}"{to_camel(name)}":[')
         parts.append(",".join(items))
         parts.append("]")
-    text = "".join(parts) + "}"
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=from_json(text)
+    return "".join(parts) + "}"
+
+
+def shortened(head: str, lists: dict[str, list[str]], size: int) -> str:
+    """The answer cut to fit ``TEXT_CHARS``: each list keeps its newest items that fit (lists
+    are newest last), a field too long for a text is left out, and ``textNote`` says what is
+    missing and where it is."""
+    fields: dict[str, Any] = from_json(head)
+    long = [name for name, value in fields.items() if len(to_json(value)) > LONG_FIELD]
+    for name in long:
+        del fields[name]
+    room = TEXT_CHARS - len(to_json(fields)) - 600  # the note, the lists' names and brackets
+    kept: dict[str, list[str]] = {}
+    missing = [f"the field {name}" for name in long]
+    for name, items in lists.items():
+        count = 0
+        for item in reversed(items):
+            if len(item) + 1 > room:
+                break
+            room -= len(item) + 1
+            count += 1
+        kept[name] = items[len(items) - count :]
+        if count < len(items):
+            missing.append(f"the {len(items) - count:,} oldest of the {len(items):,} {name}")
+    fields["textNote"] = (
+        f"This text stops at about {TEXT_CHARS // 1024} KB and the answer has {size:,}"
+        f" characters: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
+        " whole answer; ask with a smaller limit, then the cursor, for pages that fit."
     )
+    return _joined(to_json(fields).decode(), kept)
 
 
 class Page(Wire):
