@@ -19,7 +19,9 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from test_sessions_pi import PI
+from typer.testing import CliRunner
 
+from mcp_agent.cli import app
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import JsonlSessionRepo, SessionError
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
@@ -333,3 +335,29 @@ def test_only_pis_repeat_in_order_is_read_once_other_repeats_are_refused(tmp_pat
     with pytest.raises(SessionError) as error:
         repo.open(made[1]["id"])
     assert error.value.code == "corrupt" and "duplicate entry id b0000002" in error.value.message
+
+
+def test_the_sessions_commands_work_on_pis_folder(
+    pi_folder: tuple[Path, Made], tmp_path: Path
+) -> None:
+    agent_dir, made = pi_folder
+    first, second = made
+    sessions = agent_dir / "sessions"
+    runner = CliRunner()
+
+    def cli(*args: str) -> str:
+        done = runner.invoke(app, [*args, "--db", str(sessions)])
+        assert done.exit_code == 0, (args, done.output)
+        return done.output
+
+    listed = json.loads(cli("sessions", "list", "--json"))["sessions"]
+    assert [s["id"] for s in listed] == [second["id"], first["id"]]  # newest first
+    assert "hello pi" in cli("sessions", "show", first["id"])
+    exported = cli("sessions", "export", first["id"])
+    assert parse_session_text(exported).header.id == first["id"]
+    cli("sessions", "rename", first["id"], "renamed here")
+    cli("sessions", "delete", second["id"], "--yes")
+    assert not Path(second["file"]).exists()
+    again = JsonlSessionRepo(sessions)
+    assert [(s.id, s.name) for s in again.list().items] == [(first["id"], "renamed here")]
+    assert Path(first["file"]).exists()  # renamed in its own file, where pi finds it

@@ -41,6 +41,19 @@ DbOption = Annotated[
         show_default=False,
     ),
 ]
+# The ``sessions`` commands also read and write a folder of pi JSONL files (pi's own
+# ~/.pi/agent/sessions among them): they need no leases, no runs and no search index.
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="FILE|URL|FOLDER",
+        help=f"SQLite database file of sessions, a PostgreSQL URL postgresql://…, or an existing"
+        f" folder of pi JSONL session files such as ~/.pi/agent/sessions (default: ${DB_ENV} or"
+        f" the per-user data dir)",
+        show_default=False,
+    ),
+]
 ManifestsOption = Annotated[
     Path | None,
     typer.Option(help="folder with servers.json and agents/*.toml (default: shipped)"),
@@ -149,9 +162,10 @@ def session_error_exit(error: Exception) -> typer.Exit:
 
 
 @contextmanager
-def opened_repo(db: str | Path | None) -> Iterator[SessionRepo]:
-    """The session database, with every SessionError turned into a one-line message."""
-    with opened_store(db, "--db") as repo:
+def opened_repo(db: str | Path | None, folders: bool = False) -> Iterator[SessionRepo]:
+    """The session database (``folders``: or a folder of pi files), with every SessionError
+    turned into a one-line message."""
+    with opened_store(db, "--db", folders) as repo:
         yield repo
 
 

@@ -18,9 +18,9 @@ from mcp_agent.cli.common import (
     BAD_INPUT,
     FAILED,
     PROG,
-    DbOption,
     JsonOption,
     SessionArg,
+    StoreOption,
     database_location,
     die,
     emit_json,
@@ -58,11 +58,11 @@ def list_sessions(
     cursor: Annotated[
         str | None, typer.Option(help="continue a listing (the nextCursor of --json)")
     ] = None,
-    db: DbOption = None,
+    db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         page = repo.list(query=search, limit=limit, cursor=cursor)
     if as_json:
         emit_json(
@@ -99,11 +99,11 @@ def list_sessions(
 def show(
     session_id: SessionArg,
     full: FullOption = False,
-    db: DbOption = None,
+    db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """The current branch, entry by entry: roles, text, tool calls and results, entry ids."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         session = open_session(repo, session_id)
         if as_json:
             from mcp_agent.cli.render import session_json
@@ -122,11 +122,11 @@ def tree(
     full: Annotated[
         bool, typer.Option("--full", help="do not shorten long runs of entries")
     ] = False,
-    db: DbOption = None,
+    db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """The session tree: branch points, labels, names, and the current leaf."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         session = open_session(repo, session_id)
         if as_json:
             from mcp_agent.cli.render import tree_json
@@ -144,10 +144,10 @@ def export(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
     ] = None,
-    db: DbOption = None,
+    db: StoreOption = None,
 ) -> None:
     """The session as a pi version-3 JSONL file."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         text = repo.export_jsonl(session_id)
     if output is None:
         sys.stdout.write(text)
@@ -163,7 +163,7 @@ def export(
 @app.command("import")
 def import_files(
     files: Annotated[list[Path], typer.Argument(metavar="FILE…", help="pi session files")],
-    db: DbOption = None,
+    db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Import pi session files (version 1, 2 or 3). Each file is stored whole or not at all."""
@@ -171,7 +171,7 @@ def import_files(
 
     results: list[dict[str, Any]] = []
     sizes = [_size(f) for f in files]
-    with opened_repo(db) as repo, _progress(len(files), sum(sizes)) as advance:
+    with opened_repo(db, folders=True) as repo, _progress(len(files), sum(sizes)) as advance:
         for path, size in zip(files, sizes, strict=True):
             try:
                 imported = repo.import_session(path)
@@ -271,10 +271,10 @@ def copy(
 def delete(
     session_id: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
-    db: DbOption = None,
+    db: StoreOption = None,
 ) -> None:
     """Delete a session and every entry in it."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         session = open_session(repo, session_id)
         stats = session.stats()
         what = f"session {session_id}" + (f" “{session.name}”" if session.name else "")
@@ -298,13 +298,13 @@ def fork(
         Position | None,
         typer.Option(help="before: up to a user message, to ask it again; at: up to the entry"),
     ] = None,
-    db: DbOption = None,
+    db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Copy the whole session (or the path to an entry) into a new session; prints its id."""
     if position is not None and entry is None:
         die("--position needs --entry (which entry to fork at or before)")
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         forked = repo.fork(session_id, entry, (position or Position.before).value)
         if as_json:
             from mcp_agent.cli.render import session_json
@@ -320,10 +320,10 @@ def fork(
 def rename(
     session_id: SessionArg,
     name: Annotated[str, typer.Argument(help='the new name ("" clears it)')],
-    db: DbOption = None,
+    db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""
-    with opened_repo(db) as repo:
+    with opened_repo(db, folders=True) as repo:
         session = open_session(repo, session_id)
         session.set_name(name)
         shown = session.name
