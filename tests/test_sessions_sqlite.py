@@ -19,6 +19,7 @@ from mcp_agent.sessions import (
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
+from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION
 from mcp_agent.sessions.storage import compute_stats
 
 
@@ -78,6 +79,45 @@ def test_an_append_counts_its_parents_children_with_index_searches_only(tmp_path
             # a search on the session alone walks all of it, as a scan would
             assert not [d for d in searches if d.endswith("(session_id=?)")], details
             assert [d for d in details if d.startswith("SCAN")] in ([], ["SCAN children"])
+    finally:
+        repo.close()
+
+
+def _outline_plan(repo: SqliteSessionRepo) -> str:
+    plan = repo.database.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id, parent_id, type, timestamp FROM entries"
+        " WHERE session_id = ? ORDER BY n",
+        ("x",),
+    ).fetchall()
+    return " | ".join(row[-1] for row in plan)
+
+
+def test_the_tree_is_read_from_the_tree_index_also_in_an_older_database(
+    tmp_path: Path,
+) -> None:
+    # The tree and outline views read every entry's place in the tree: from the entry rows
+    # that is the whole session's content.
+    path = tmp_path / "s.db"
+    repo = SqliteSessionRepo(path)
+    session = repo.create()
+    random_tree(session, random.Random(7), 30)
+    rows = session.storage.outline()  # type: ignore[attr-defined]
+    plan = _outline_plan(repo)
+    assert "SEARCH entries USING COVERING INDEX idx_entries_tree (session_id=?)" in plan, plan
+    repo.close()
+    conn = sqlite3.connect(path)  # the shape of version 2
+    conn.execute("DROP INDEX idx_entries_tree")
+    conn.execute("CREATE INDEX idx_entries_session_id_parent_id ON entries (session_id, parent_id)")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    repo = SqliteSessionRepo(path)
+    try:
+        assert repo.database.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION
+        assert "COVERING INDEX idx_entries_tree" in _outline_plan(repo)
+        indexes = repo.database.read("SELECT name FROM sqlite_master WHERE type = 'index'")
+        assert ("idx_entries_session_id_parent_id",) not in indexes  # replaced, not added to
+        assert repo.open(session.id).storage.outline() == rows  # type: ignore[attr-defined]
     finally:
         repo.close()
 
@@ -547,7 +587,7 @@ def test_a_database_made_before_the_row_kept_stats_counts_them_once(tmp_path: Pa
 
     repo = SqliteSessionRepo(path)
     try:
-        assert repo.database.read("PRAGMA user_version")[0][0] == 2
+        assert repo.database.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION
         old = repo.open(session.id)
         # appends before the first count leave the figures to it
         old.append_message(user("after the upgrade"))

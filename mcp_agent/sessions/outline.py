@@ -127,20 +127,26 @@ def tree_index(rows: Sequence[OutlineRow]) -> TreeIndex:
     makes them a tree: a leaf move between an entry and its parent is skipped (``tree_parent``),
     and an entry whose parent is not an earlier node is a root."""
     moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
-    index = TreeIndex([], {}, {})
+    nodes: list[OutlineRow] = []
+    parent: dict[str, str | None] = {}
+    children: dict[str, list[str]] = {}
+    # One pass over what may be a million rows: locals only, and tree_parent only when the
+    # session has leaf moves at all.
     for row in rows:
-        entry_id = row[0]
-        if entry_id in moves:
-            continue
-        parent_id = tree_parent(row[1], moves)
-        if parent_id not in index.children:
+        entry_id, parent_id = row[0], row[1]
+        if moves:
+            if entry_id in moves:
+                continue
+            parent_id = tree_parent(parent_id, moves)
+        siblings = children.get(parent_id) if parent_id is not None else None
+        if siblings is None:
             parent_id = None
-        index.parent[entry_id] = parent_id
-        index.children[entry_id] = []
-        if parent_id is not None:
-            index.children[parent_id].append(entry_id)
-        index.nodes.append(row)
-    return index
+        else:
+            siblings.append(entry_id)
+        parent[entry_id] = parent_id
+        children[entry_id] = []
+        nodes.append(row)
+    return TreeIndex(nodes, parent, children)
 
 
 def tree_node(

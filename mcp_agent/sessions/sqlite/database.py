@@ -38,16 +38,27 @@ from mcp_agent.sessions.errors import SessionError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 2 keeps every figure of session_stats in the sessions row. A database of version 1
 # gains the columns empty (NULL): each session's figures are counted the first time they are
-# asked for, and kept up to date from then on.
+# asked for, and kept up to date from then on. Version 3 has TREE_INDEX instead of the
+# (session_id, parent_id) index (built once, when an older database is first opened).
 _STATS_COLUMNS = (
     ("roles", "TEXT"),
     ("leaf_count", "INTEGER"),
     ("branch_point_count", "INTEGER"),
     ("first_timestamp", "TEXT"),
     ("last_timestamp", "TEXT"),
+)
+# An entry's place in the tree, for the searches of children by parent (every append counts
+# its parent's) and for reading the whole tree without its content (the tree and outline
+# views): the entry rows hold the whole entry, so a ~1 KB message would read ten times the
+# pages. It replaces version 2's (session_id, parent_id) index: one index page per append, as
+# before. (An index led by (session_id, n) would save the sort of the tree read, but SQLite
+# then takes it for the children searches too, and walks the whole session on every append.)
+TREE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS idx_entries_tree"
+    " ON entries (session_id, parent_id, type, n, id, timestamp)"
 )
 BUSY_TIMEOUT_S = 60.0
 
@@ -206,9 +217,12 @@ class SqliteDatabase:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version >= SCHEMA_VERSION:
             return
-        if version == 1:
-            for column, kind in _STATS_COLUMNS:
-                self.conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {kind}")
+        if version in (1, 2):
+            if version == 1:
+                for column, kind in _STATS_COLUMNS:
+                    self.conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {kind}")
+            self.conn.execute(TREE_INDEX)
+            self.conn.execute("DROP INDEX IF EXISTS idx_entries_session_id_parent_id")
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         db.table("sessions").create(
@@ -271,9 +285,10 @@ class SqliteDatabase:
             if_not_exists=True,
         )
         db.table("entries").create_index(["session_id", "id"], unique=True, if_not_exists=True)
-        db.table("entries").create_index(["session_id", "parent_id"], if_not_exists=True)
-        # No index on seq or type: every query that orders by seq or filters by type reads the
-        # whole session anyway, and each index is one more page to fsync on every append.
+        self.conn.execute(TREE_INDEX)
+        # No index on seq or type of their own: the queries that order by seq or filter by type
+        # read the whole session anyway, and each index is one more page to fsync on every
+        # append.
         db.table("labels").create(
             {"session_id": str, "target_id": str, "label": str},
             pk=("session_id", "target_id"),

@@ -745,7 +745,7 @@ class SqliteSessionStorage:
         if end <= start:
             return []
         # The rowid grows with every insert and a session's entries are inserted in sequence
-        # order, so the rowid orders them as seq does, and the (session_id, parent_id) index
+        # order, so the rowid orders them as seq does, and the tree index (led by session_id)
         # holds it: the positions are found in the index, and only their rows are read.
         rows = self.database.read(
             "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = ?"
