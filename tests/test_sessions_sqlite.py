@@ -83,6 +83,29 @@ def test_an_append_counts_its_parents_children_with_index_searches_only(tmp_path
         repo.close()
 
 
+def reopened_as(path: Path, version: int) -> SqliteSessionRepo:
+    """The database at ``path`` put back into the shape of ``version`` (1 or 2), then opened,
+    and so upgraded."""
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX idx_entries_tree")
+    conn.execute("CREATE INDEX idx_entries_session_id_parent_id ON entries (session_id, parent_id)")
+    if version == 1:  # no figures beyond the token and message counters
+        for column in (
+            "roles",
+            "leaf_count",
+            "branch_point_count",
+            "first_timestamp",
+            "last_timestamp",
+        ):
+            conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+    repo = SqliteSessionRepo(path)
+    assert repo.database.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION
+    return repo
+
+
 def _outline_plan(repo: SqliteSessionRepo) -> str:
     plan = repo.database.conn.execute(
         "EXPLAIN QUERY PLAN SELECT id, parent_id, type, timestamp FROM entries"
@@ -105,15 +128,8 @@ def test_the_tree_is_read_from_the_tree_index_also_in_an_older_database(
     plan = _outline_plan(repo)
     assert "SEARCH entries USING COVERING INDEX idx_entries_tree (session_id=?)" in plan, plan
     repo.close()
-    conn = sqlite3.connect(path)  # the shape of version 2
-    conn.execute("DROP INDEX idx_entries_tree")
-    conn.execute("CREATE INDEX idx_entries_session_id_parent_id ON entries (session_id, parent_id)")
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
-    repo = SqliteSessionRepo(path)
+    repo = reopened_as(path, 2)
     try:
-        assert repo.database.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION
         assert "COVERING INDEX idx_entries_tree" in _outline_plan(repo)
         indexes = repo.database.read("SELECT name FROM sqlite_master WHERE type = 'index'")
         assert ("idx_entries_session_id_parent_id",) not in indexes  # replaced, not added to
@@ -571,23 +587,8 @@ def test_a_database_made_before_the_row_kept_stats_counts_them_once(tmp_path: Pa
     random_tree(session, random.Random(3), 40)
     expected = compute_stats(session.get_entries())
     repo.close()
-    # The shape of version 1: no figures beyond the token and message counters.
-    conn = sqlite3.connect(path)
-    for column in (
-        "roles",
-        "leaf_count",
-        "branch_point_count",
-        "first_timestamp",
-        "last_timestamp",
-    ):
-        conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
-    conn.execute("PRAGMA user_version = 1")
-    conn.commit()
-    conn.close()
-
-    repo = SqliteSessionRepo(path)
+    repo = reopened_as(path, 1)
     try:
-        assert repo.database.read("PRAGMA user_version")[0][0] == SCHEMA_VERSION
         old = repo.open(session.id)
         # appends before the first count leave the figures to it
         old.append_message(user("after the upgrade"))
