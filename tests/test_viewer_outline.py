@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp_support import call, call_error, client_fixture, make_server  # noqa: F401
+from test_sessions_sqlite import random_tree
 from viewer_support import CHAIN, build_picnic
 
 from mcp_agent import SqliteSessionRepo
@@ -159,3 +161,28 @@ def test_an_outline_reads_what_it_shows_not_the_session() -> None:
     opened = outline(session, heads[0]["id"])
     assert [row["folded"] for row in opened] == [38, 0]
     assert storage.reads["children"] <= 41 and storage.reads["entries"] == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_outline_from_the_stored_index_is_the_outline_from_the_entries(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite gives the outline from its tree index and parses only the entries shown; read
+    # from the parsed entries instead, every outline of a random tree must be the same.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        rng = random.Random(seed)
+        random_tree(session, rng, 80)
+        starts: list[str | None] = [
+            None,
+            *(e.id for e in session.get_entries() if e.type != "leaf"),
+        ]
+        picked = [starts[0], *rng.sample(starts[1:], 8)]
+        stored = [outline(repo.open(session.id), start) for start in picked]
+        monkeypatch.setattr("mcp_agent.sessions.outline.StoredPages", type("Nothing", (), {}))
+        assert [outline(repo.open(session.id), start) for start in picked] == stored
+        assert any(row["label"] for rows in stored for row in rows)
+        assert any(not row["spine"] for rows in stored for row in rows)
+    finally:
+        repo.close()

@@ -37,7 +37,7 @@ from mcp_agent.sessions.entries import (
     ThinkingLevelChangeEntry,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import OutlineRow, tree_parent
+from mcp_agent.sessions.storage import OutlineRow, StoredPages, tree_parent
 
 if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session
@@ -189,6 +189,67 @@ def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]
 _LANDMARKS = ("compaction", "branch_summary")
 
 
+class _TreeReader:
+    """What ``outline`` reads of a session: entries in outline (id, parentId, type, timestamp)
+    and, for the rows it shows, the entries themselves. A storage with ``StoredPages`` gives
+    the outline from its index and parses only the entries shown; any other gives its
+    entries, kept for the rows."""
+
+    def __init__(self, session: Session) -> None:
+        self.storage = session.storage
+        self.stored = self.storage if isinstance(self.storage, StoredPages) else None
+        self.entries: dict[str, SessionEntry] = {}
+        self._labels: dict[str, str] | None = None
+        self._children: dict[str | None, list[OutlineRow]] = {}
+
+    def branch(self, leaf_id: str) -> list[OutlineRow]:
+        if self.stored is not None:
+            return self.stored.branch_outline(leaf_id)
+        return self._outlined(self.storage.get_branch(leaf_id))
+
+    def children(self, parent: str | None) -> list[OutlineRow]:
+        found = self._children.get(parent)
+        if found is None:
+            if self.stored is not None and parent is not None:
+                found = self.stored.children_outline([parent])[parent]
+            else:
+                found = self._outlined(self.storage.get_children(parent))
+            self._children[parent] = found
+        return found
+
+    def read_children(self, ids: Sequence[str | None]) -> None:
+        """Read the children of all of ``ids`` at once (one query instead of one each)."""
+        if self.stored is not None:
+            wanted = [i for i in ids if i is not None and i not in self._children]
+            self._children.update(self.stored.children_outline(wanted))
+
+    def place(self, entry_id: str) -> OutlineRow | None:
+        entry = self.entry(entry_id)
+        return None if entry is None else (entry.id, entry.parent_id, entry.type, entry.timestamp)
+
+    def entry(self, entry_id: str) -> SessionEntry | None:
+        found = self.entries.get(entry_id)
+        return found if found is not None else self.storage.get_entry(entry_id)
+
+    def read_entries(self, places: Sequence[OutlineRow]) -> None:
+        """Read the entries of all of ``places`` at once."""
+        if self.stored is not None:
+            wanted = {place[0]: place[2] for place in places if place[0] not in self.entries}
+            for entry_id, text in self.stored.stored_json(list(wanted)).items():
+                self.entries[entry_id] = self.stored.parse_stored(entry_id, wanted[entry_id], text)
+
+    def label(self, entry_id: str) -> str | None:
+        if self.stored is None:
+            return self.storage.get_label(entry_id)
+        if self._labels is None:
+            self._labels = self.stored.labels()
+        return self._labels.get(entry_id)
+
+    def _outlined(self, entries: list[SessionEntry]) -> list[OutlineRow]:
+        self.entries.update((entry.id, entry) for entry in entries)
+        return [(entry.id, entry.parent_id, entry.type, entry.timestamp) for entry in entries]
+
+
 def outline(
     session: Session, entry_id: str | None = None, preview_chars: int = 120
 ) -> list[dict[str, Any]]:
@@ -204,43 +265,36 @@ def outline(
     ``session_get`` view branch). Rows are ``flat_tree``'s nodes plus ``kind`` (the style of
     the preview), ``spine`` (on the chain, else the head of an unopened branch) and
     ``folded``."""
-    storage = session.storage
-    leaf_id = storage.get_leaf_id()
-    branch = storage.get_branch(leaf_id) if leaf_id is not None else []
-    on_branch = {entry.id for entry in branch}
-    children: dict[str | None, list[SessionEntry]] = {}
-
-    def children_of(parent: str | None) -> list[SessionEntry]:
-        if parent not in children:
-            children[parent] = storage.get_children(parent)
-        return children[parent]
+    read = _TreeReader(session)
+    leaf_id = session.storage.get_leaf_id()
+    branch = read.branch(leaf_id) if leaf_id is not None else []
+    on_branch = {place[0] for place in branch}
 
     if entry_id is None:
-        chain = [entry for entry in branch if entry.type != "leaf"]
-        start = children_of(None)
+        chain = [place for place in branch if place[2] != "leaf"]
+        start = read.children(None)
         if not chain and start:
             chain.append(_next_on_chain(start, on_branch))
     else:
-        entry = storage.get_entry(entry_id)
-        if entry is None or entry.type == "leaf":
+        place = read.place(entry_id)
+        if place is None or place[2] == "leaf":
             raise SessionError("not_found", f"entry {entry_id} not found")
-        chain = [entry]
+        chain = [place]
     if entry_id is not None or not branch:
-        while chain and children_of(chain[-1].id) and len(chain) <= MAX_CHAIN:
-            chain.append(_next_on_chain(children_of(chain[-1].id), on_branch))
-    labels = {entry.id: storage.get_label(entry.id) for entry in chain}
-    parent_of = {entry.id: entry.parent_id for entry in chain}
+        while chain and read.children(chain[-1][0]) and len(chain) <= MAX_CHAIN:
+            chain.append(_next_on_chain(read.children(chain[-1][0]), on_branch))
 
+    read.read_children([id_ for place in chain for id_ in place[:2]])
     # Listed: the chain's ends, branch points and the first entry of each branch below one,
     # labelled entries, compactions, branch summaries and the leaf; a short run is listed too.
     listed = [
         index in (0, len(chain) - 1)
-        or len(children_of(entry.id)) > 1
-        or len(children_of(parent_of[entry.id])) > 1
-        or labels[entry.id] is not None
-        or entry.type in _LANDMARKS
-        or entry.id == leaf_id
-        for index, entry in enumerate(chain)
+        or len(read.children(place[0])) > 1
+        or len(read.children(place[1])) > 1
+        or read.label(place[0]) is not None
+        or place[2] in _LANDMARKS
+        or place[0] == leaf_id
+        for index, place in enumerate(chain)
     ]
     run: list[int] = []
     for index in range(len(chain) + 1):
@@ -252,37 +306,51 @@ def outline(
                 listed[hidden] = True
         run = []
 
-    def row(entry: SessionEntry, parent_id: str | None, spine: bool) -> dict[str, Any]:
+    def row(place: OutlineRow, parent_id: str | None, spine: bool) -> dict[str, Any]:
+        entry = read.entry(place[0])
+        if entry is None:
+            raise SessionError("not_found", f"entry {place[0]} was deleted while read")
         parts = entry_parts(entry, preview_chars)
-        label = labels[entry.id] if spine else storage.get_label(entry.id)
         return {
-            "id": entry.id,
+            "id": place[0],
             "parentId": parent_id,
-            "type": entry.type,
-            "timestamp": entry.timestamp,
-            "children": [child.id for child in children_of(entry.id)],
-            "label": label,
-            "onBranch": entry.id in on_branch,
+            "type": place[2],
+            "timestamp": place[3],
+            "children": [child[0] for child in read.children(place[0])],
+            "label": read.label(place[0]),
+            "onBranch": place[0] in on_branch,
             "preview": "".join(text for text, _ in parts),
             "kind": next((kind for _, kind in parts if kind), "meta"),
             "spine": spine,
             "folded": 0,
         }
 
+    # Every row names its children: those of the branches' heads too, read at once.
+    on_chain = {place[0] for place in chain}
+    heads = [
+        child
+        for parent in [None, *on_chain]
+        for child in read.children(parent)
+        if child[0] not in on_chain
+    ]
+    read.read_children([head[0] for head in heads])
+    read.read_entries([*heads, *(place for index, place in enumerate(chain) if listed[index])])
     rows: list[dict[str, Any]] = []
     if entry_id is None:
-        rows.extend(row(root, None, False) for root in children_of(None) if root.id != chain[0].id)
+        rows.extend(
+            row(root, None, False) for root in read.children(None) if root[0] != chain[0][0]
+        )
     previous: dict[str, Any] | None = None
-    for index, entry in enumerate(chain):
+    for index, place in enumerate(chain):
         if not listed[index]:
             assert previous is not None  # the first entry is always listed
             previous["folded"] += 1
             continue
-        previous = row(entry, chain[index - 1].id if index else entry.parent_id, True)
+        previous = row(place, chain[index - 1][0] if index else place[1], True)
         rows.append(previous)
-        next_id = chain[index + 1].id if index + 1 < len(chain) else None
+        next_id = chain[index + 1][0] if index + 1 < len(chain) else None
         rows.extend(
-            row(child, entry.id, False) for child in children_of(entry.id) if child.id != next_id
+            row(child, place[0], False) for child in read.children(place[0]) if child[0] != next_id
         )
     return rows
 
@@ -293,6 +361,6 @@ MIN_FOLD = 6
 MAX_CHAIN = 10_000_000
 
 
-def _next_on_chain(children: list[SessionEntry], on_branch: set[str]) -> SessionEntry:
+def _next_on_chain(children: list[OutlineRow], on_branch: set[str]) -> OutlineRow:
     """The child a chain goes on with: the one on the current branch, else the newest."""
-    return next((child for child in children if child.id in on_branch), children[-1])
+    return next((child for child in children if child[0] in on_branch), children[-1])

@@ -37,6 +37,7 @@ from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.row_sql import recount_sql, tree_delta
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
+    OutlineRow,
     RowDelta,
     SessionStats,
     leaf_after,
@@ -363,6 +364,7 @@ ORDER BY p.depth DESC
 
 
 _BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
+_BRANCH_PLACES_SQL = _branch_sql("e.id, e.parent_id, e.type, e.timestamp")
 # The branch in outline: what the walk reads anyway, with no second lookup per entry.
 _BRANCH_OUTLINE_SQL = """
 WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
@@ -374,6 +376,24 @@ WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
 )
 SELECT id, type, role FROM path ORDER BY depth DESC
 """
+
+
+def _children_sql(columns: str, order: str, entry_id: str | None) -> str:
+    """The children of ``entry_id`` (:x; None: the roots) in the order appended (by the
+    column ``order``), and the entries pi appended below a leaf move to it."""
+    match = "= :x" if entry_id is not None else "IS NULL"
+    # Two index searches on (session_id, parent_id): with an OR between them SQLite scans
+    # the whole session instead (tens of ms per call at 100,000 entries).
+    return (
+        f"SELECT {columns} FROM (SELECT {columns}, {order} AS o FROM entries"
+        f" WHERE session_id = :s AND parent_id {match} AND type != 'leaf'"
+        f" UNION ALL SELECT {columns}, {order} FROM entries WHERE session_id = :s"
+        " AND type != 'leaf' AND parent_id IN (SELECT id FROM entries"
+        f" WHERE session_id = :s AND parent_id {match} AND type = 'leaf'))"
+        " ORDER BY o"
+    )
+
+
 # SQLite's default bound on the parameters of one statement is 32,766; pages are far smaller.
 _IDS_PER_QUERY = 1000
 
@@ -714,6 +734,12 @@ class SqliteSessionStorage:
     def branch_ids(self, leaf_id: str | None) -> list[str]:
         return [row[0] for row in self._branch_outline(leaf_id)]
 
+    def branch_outline(self, leaf_id: str) -> list[OutlineRow]:
+        rows = self.database.read(_BRANCH_PLACES_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        return rows
+
     def stored_json(self, ids: Sequence[str]) -> dict[str, str]:
         return self._by_ids("data", ids)
 
@@ -760,7 +786,7 @@ class SqliteSessionStorage:
             )
         return [row[0] for row in rows]
 
-    def outline(self) -> list[tuple[str, str | None, str, str]]:
+    def outline(self) -> list[OutlineRow]:
         return self.database.read(
             "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = ? ORDER BY n",
             (self.session_id,),
@@ -782,19 +808,35 @@ class SqliteSessionStorage:
         return path
 
     def get_children(self, entry_id: str | None) -> list[SessionEntry]:
-        # Children of the entry, and entries that pi appended below a leaf move to it.
-        match = "= :x" if entry_id is not None else "IS NULL"
-        # Two index searches on (session_id, parent_id): with an OR between them SQLite scans
-        # the whole session instead (tens of ms per call at 100,000 entries).
-        sql = (
-            "SELECT id, type, data FROM (SELECT id, type, data, seq FROM entries"
-            f" WHERE session_id = :s AND parent_id {match} AND type != 'leaf'"
-            " UNION ALL SELECT id, type, data, seq FROM entries WHERE session_id = :s"
-            " AND type != 'leaf' AND parent_id IN (SELECT id FROM entries"
-            f" WHERE session_id = :s AND parent_id {match} AND type = 'leaf'))"
-            " ORDER BY seq"
-        )
-        return self._entries(sql, {"s": self.session_id, "x": entry_id})
+        sql = _children_sql("id, type, data", "seq", entry_id)
+        return self._entries(sql, self._below(entry_id))
+
+    def children_outline(self, ids: Sequence[str]) -> dict[str, list[OutlineRow]]:
+        found: dict[str, list[OutlineRow]] = {entry_id: [] for entry_id in ids}
+        unique = list(found)
+        for start in range(0, len(unique), _IDS_PER_QUERY):
+            chunk = unique[start : start + _IDS_PER_QUERY]
+            marks = ",".join(f":i{i}" for i in range(len(chunk)))
+            # Index searches only (see _children_sql), everything read in the tree index (n
+            # orders as seq does); the children below a leaf move find the move's parent with
+            # one lookup each.
+            rows = self.database.read(
+                "SELECT p, id, parent_id, type, timestamp FROM (SELECT parent_id AS p, id,"
+                " parent_id, type, timestamp, n FROM entries WHERE session_id = :s"
+                f" AND parent_id IN ({marks}) AND type != 'leaf' UNION ALL SELECT (SELECT"
+                " m.parent_id FROM entries m WHERE m.session_id = :s AND m.id = e.parent_id),"
+                " e.id, e.parent_id, e.type, e.timestamp, e.n FROM entries e WHERE"
+                " e.session_id = :s AND e.type != 'leaf' AND e.parent_id IN (SELECT id FROM"
+                f" entries WHERE session_id = :s AND parent_id IN ({marks}) AND type = 'leaf'))"
+                " ORDER BY n",
+                {"s": self.session_id, **{f"i{i}": entry_id for i, entry_id in enumerate(chunk)}},
+            )
+            for parent, entry_id, parent_id, entry_type, timestamp in rows:
+                found[parent].append((entry_id, parent_id, entry_type, timestamp))
+        return found
+
+    def _below(self, entry_id: str | None) -> dict[str, Any]:
+        return {"s": self.session_id, "x": entry_id}
 
     def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
         return self._entries(
