@@ -18,6 +18,8 @@ import pytest
 from mcp_support import Served, poll
 from viewer_support import mcp_request, mcp_tool, picnic_db
 
+from mcp_agent.sessions import SqliteSessionRepo
+
 CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parent.parent
 # The README's screenshots are taken here: into docs/ with MCP_AGENT_SCREENSHOTS=1, else into a
@@ -211,6 +213,69 @@ def test_the_page_shows_the_session_and_acts_on_it(
     expect(page.locator("#session-facts")).to_contain_text(f"forked from {session_id[:8]}")
     expect(sessions.locator(".session")).to_have_count(3)
     context.close()
+
+
+def long_side_branch(path: Path, chain: int) -> tuple[str, str]:
+    """A session whose side branch (off the root) is ``chain`` entries long, each with a side
+    entry of its own, so its outline has two rows per entry; the session's id and the side
+    branch's head."""
+    lines = [{"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000aa"}]
+    lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+
+    def message(entry_id: str, parent: str | None, text: str) -> None:
+        lines.append(
+            {
+                "type": "message",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": {"role": "user", "content": text, "timestamp": 1},
+            }
+        )
+
+    message("r0000000", None, "the root")
+    for index in range(chain):  # the side entry first: a chain goes on with the newest child
+        message(f"c{index:07d}", f"c{index - 1:07d}" if index else "r0000000", f"step {index}")
+        message(f"s{index:07d}", f"c{index:07d}", f"aside {index}")
+    message("m0000000", "r0000000", "the main branch")  # the last line: the leaf
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id, "c0000000"
+
+
+def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_demand(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # 600 entries with a side entry each: 1,200 rows, past the 1,000 read when it opens
+    session_id, head_id = long_side_branch(tmp_path / "http.db", 600)
+    server = Served(tmp_path, "--no-auth")
+    try:
+        page = browser.new_page()
+        page.goto(f"{base(server)}/#session={session_id}")
+        tree = page.locator("#tree")
+        head = tree.locator(f".row[data-id='{head_id}']")
+        head.locator(".toggle").click()
+        newest = tree.locator(".row[data-id='c0000599']")
+        expect(newest).to_be_visible(timeout=30_000)
+        earlier = tree.locator(f"button[data-branch='{head_id}']")
+        expect(earlier).to_have_text("Show earlier entries of this branch")
+        expect(tree.locator(".row[data-id='c0000010']")).to_have_count(0)
+        earlier.click()
+        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible(timeout=30_000)
+        expect(earlier).to_have_count(0)
+        expect(tree.locator(f".row[data-id='{head_id}']")).to_have_count(1)
+        # every entry and its side entry once, in order
+        ids = tree.locator(".row").evaluate_all("rows => rows.map((row) => row.dataset.id)")
+        steps = [i for i in ids if i[0] == "c"]
+        assert steps == [f"c{index:07d}" for index in range(600)]
+        assert len([i for i in ids if i[0] == "s"]) == 600
+        # closed and opened again: read again, from the newest
+        tree.locator(f".row[data-id='{head_id}'] .toggle").click()
+        expect(newest).to_have_count(0)
+        page.close()
+    finally:
+        server.stop()
 
 
 # --- the MCP App in a host -------------------------------------------------------------------

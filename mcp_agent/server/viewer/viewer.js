@@ -17,6 +17,7 @@ const APP_INFO = { name: "mcp-agent-sessions viewer", version: "1" };
 const UI_EXTENSION = "io.modelcontextprotocol/ui";
 const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
+const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
 const $ = (id) => document.getElementById(id);
 
@@ -222,6 +223,7 @@ const state = {
   outline: [], // rows of the main outline, oldest first
   earlierCursor: null,
   opened: new Map(), // branch head id -> its outline rows (opened off-branch subtrees)
+  openedEarlier: new Map(), // branch head id -> the cursor of its rows not read yet
   unfolded: new Map(), // id of the row before a fold -> entries revealed (rows)
   selected: null,
   entry: null,
@@ -375,6 +377,7 @@ async function openSession(sessionId) {
   if (state.sessionId !== sessionId) {
     state.sessionId = sessionId;
     state.opened = new Map();
+    state.openedEarlier = new Map();
     state.unfolded = new Map();
     state.selected = null;
     state.entry = null;
@@ -407,6 +410,7 @@ async function refresh() {
   // the branches still open: those whose heads are still shown (a moved leaf makes one the chain)
   const wasOpen = state.opened;
   state.opened = new Map();
+  state.openedEarlier = new Map();
   let heads = headsOf(state.outline).filter((id) => wasOpen.has(id));
   while (heads.length) {
     await Promise.all(heads.map((id) => openBranch(id, false)));
@@ -480,7 +484,15 @@ function renderRows(rows, headId) {
 function renderHeadRow(head) {
   const opened = state.opened.get(head.id);
   if (!opened) return h("div", { class: "nest" }, renderRow(head, true));
-  return h("div", { class: "nest open" }, renderRows(opened, head.id));
+  if (!state.openedEarlier.has(head.id)) return h("div", { class: "nest open" }, renderRows(opened, head.id));
+  // a branch longer than what was read: its head (to close it), then its earlier rows on demand
+  return h("div", { class: "nest open" },
+    renderRow(head, true),
+    h("button", {
+      class: "link-button earlier", type: "button", dataset: { branch: head.id },
+      onclick: () => loadEarlierOf(head.id).catch(failed),
+    }, "Show earlier entries of this branch"),
+    renderRows(opened.filter((row) => row.id !== head.id), head.id));
 }
 
 function renderRow(row, isHead) {
@@ -525,23 +537,44 @@ function renderTree() {
 async function toggleBranch(headId) {
   if (state.opened.has(headId)) {
     state.opened.delete(headId);
+    state.openedEarlier.delete(headId);
     renderTree();
     return;
   }
   await openBranch(headId, true);
 }
 
+/** Open the branch at ``headId``: its outline from the head, every page of it up to
+ * OPEN_BRANCH_ROWS rows (pages come newest last); past that, its earliest rows on demand. */
 async function openBranch(headId, render) {
-  let answer;
+  let rows = [];
+  let cursor = null;
   try {
-    answer = await tool("session_get", { session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE });
+    do {
+      const args = { session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE };
+      if (cursor) args.cursor = cursor;
+      const answer = await tool("session_get", args);
+      rows = [...answer.outline, ...rows];
+      cursor = answer.nextCursor;
+    } while (cursor && rows.length < OPEN_BRANCH_ROWS);
   } catch (error) {
     state.opened.delete(headId); // gone (the session changed): nothing to open
     if (render) failed(error);
     return;
   }
-  state.opened.set(headId, answer.outline);
+  state.opened.set(headId, rows);
+  if (cursor) state.openedEarlier.set(headId, cursor); else state.openedEarlier.delete(headId);
   if (render) renderTree();
+}
+
+async function loadEarlierOf(headId) {
+  const answer = await tool("session_get", {
+    session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE,
+    cursor: state.openedEarlier.get(headId),
+  });
+  state.opened.set(headId, [...answer.outline, ...(state.opened.get(headId) || [])]);
+  if (answer.nextCursor) state.openedEarlier.set(headId, answer.nextCursor); else state.openedEarlier.delete(headId);
+  renderTree();
 }
 
 /** Reveal ``count`` entries of the fold after row ``anchorId``: the path to the parent of the
