@@ -186,3 +186,47 @@ def test_an_outline_from_the_stored_index_is_the_outline_from_the_entries(
         assert any(not row["spine"] for rows in stored for row in rows)
     finally:
         repo.close()
+
+
+async def test_pages_of_an_outline_work_it_out_once_and_any_change_anew(
+    tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mcp_agent.server.session_reads as reads
+
+    worked: list[str | None] = []
+    real = reads.outline
+
+    def counted(session: Session, entry_id: str | None = None) -> list[dict[str, Any]]:
+        worked.append(entry_id)
+        return real(session, entry_id)
+
+    monkeypatch.setattr(reads, "outline", counted)
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        session = repo.create(name="Picnic plans")
+        ids = build_picnic(session)
+
+    async def page(cursor: str | None = None) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"session_id": session.id, "view": "outline", "limit": 3}
+        return await call(client, "session_get", **arguments, cursor=cursor)
+
+    whole = await call(client, "session_get", session_id=session.id, view="outline", limit=0)
+    first = await page()
+    second = await page(first["nextCursor"])
+    assert worked == [None]
+    assert first["outline"] == whole["outline"][-3:]
+    assert second["outline"] == whole["outline"][-6:-3]
+    await call(client, "session_move_to", session_id=session.id, entry_id=ids["sandwiches"])
+    moved = await page()
+    assert len(worked) == 2 and moved["leafId"] == ids["sandwiches"]
+    assert any(row["id"] == ids["sandwiches"] and row["spine"] for row in moved["outline"])
+    await call(
+        client,
+        "session_append",
+        session_id=session.id,
+        entry={"type": "label", "target_id": ids["sandwiches"], "label": "lunch"},
+    )
+    labelled = await page()
+    assert len(worked) == 3
+    assert [row["label"] for row in labelled["outline"] if row["id"] == ids["sandwiches"]] == [
+        "lunch"
+    ]

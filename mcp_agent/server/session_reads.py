@@ -16,7 +16,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
@@ -36,7 +36,7 @@ from mcp_agent.sessions.entries import (
     parse_entry,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.outline import entry_preview, flat_tree, tree_index, tree_node
+from mcp_agent.sessions.outline import entry_preview, flat_tree, outline, tree_index, tree_node
 from mcp_agent.sessions.pi import export_lines
 from mcp_agent.sessions.storage import StoredPages, leaf_after
 
@@ -195,14 +195,46 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
     return ContextPage(messages, page, context)
 
 
-# The context of the last few leaves of each open session: a branch never changes, so neither
-# does the context (outline and settings) built from it.
-CONTEXTS_PER_SESSION = 4
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class KeptPerSession(Generic[K, V]):
+    """The last few values worked out for each open session (kept while its storage is), for
+    keys whose value never changes: a branch never changes, and neither does anything of a
+    session whose count of entries is in the key (every change appends an entry)."""
+
+    def __init__(self, per_session: int, too_big: Callable[[V], bool]) -> None:
+        self.per_session = per_session
+        self.too_big = too_big
+        self._kept: weakref.WeakKeyDictionary[StoredPages, OrderedDict[K, V]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def get(self, storage: StoredPages, key: K, work: Callable[[], V]) -> V:
+        """The value kept for ``key``, else what ``work`` gives (kept unless too big)."""
+        with self._lock:
+            kept = self._kept.setdefault(storage, OrderedDict())
+            found = kept.get(key)
+            if found is not None:
+                kept.move_to_end(key)
+                return found
+        found = work()
+        if self.too_big(found):
+            return found
+        with self._lock:
+            kept[key] = found
+            while len(kept) > self.per_session:
+                kept.popitem(last=False)
+        return found
+
+
+# The context of the last few leaves of each open session: its outline and settings.
 CONTEXT_ROWS_KEPT = 100_000
-_contexts: weakref.WeakKeyDictionary[
-    StoredPages, OrderedDict[str, tuple[list[dict[str, Any] | str], SessionContext]]
-] = weakref.WeakKeyDictionary()
-_contexts_lock = threading.Lock()
+_contexts: KeptPerSession[str, tuple[list[dict[str, Any] | str], SessionContext]] = KeptPerSession(
+    4, lambda found: len(found[0]) > CONTEXT_ROWS_KEPT
+)
 
 
 def _stored_context(
@@ -212,21 +244,29 @@ def _stored_context(
     change what it gets."""
     if leaf_id is None:
         return [], SessionContext()
-    with _contexts_lock:
-        kept = _contexts.setdefault(storage, OrderedDict())
-        found = kept.get(leaf_id)
-        if found is not None:
-            kept.move_to_end(leaf_id)
-            return found
-    rows = storage.context_rows(leaf_id)
-    found = stored_context(rows, lambda i: _entry(storage, rows[i][0]))
-    if len(rows) > CONTEXT_ROWS_KEPT:
-        return found
-    with _contexts_lock:
-        kept[leaf_id] = found
-        while len(kept) > CONTEXTS_PER_SESSION:
-            kept.popitem(last=False)
-    return found
+
+    def work() -> tuple[list[dict[str, Any] | str], SessionContext]:
+        rows = storage.context_rows(leaf_id)
+        return stored_context(rows, lambda i: _entry(storage, rows[i][0]))
+
+    return _contexts.get(storage, leaf_id, work)
+
+
+# The last few outlines of each open session, so that reading one page after another (the
+# viewer opening a long branch) works it out once.
+OUTLINE_ROWS_KEPT = 20_000
+_outlines: KeptPerSession[tuple[str | None, str | None, int], list[dict[str, Any]]] = (
+    KeptPerSession(4, lambda rows: len(rows) > OUTLINE_ROWS_KEPT)
+)
+
+
+def outline_rows(session: Session, entry_id: str | None) -> list[dict[str, Any]]:
+    """``outline.outline(session, entry_id)``; the caller must not change what it gets."""
+    storage = stored(session)
+    if storage is None:
+        return outline(session, entry_id)
+    key = (entry_id, session.leaf_id, storage.entry_total())
+    return _outlines.get(storage, key, lambda: outline(session, entry_id))
 
 
 def _entry(storage: StoredPages, entry_id: str) -> SessionEntry:

@@ -41,13 +41,13 @@ from mcp_agent.server.session_reads import (
     context_page,
     entries_page,
     export_page,
+    outline_rows,
     tree_page,
     view_entries,
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import is_session_id
-from mcp_agent.sessions.outline import outline
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -82,7 +82,7 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
 def outline_view(
     session: Session, info: SessionInfo, entry_id: str | None, cursor: str | None, most: int | None
 ) -> CallToolResult:
-    rows = outline(session, entry_id)
+    rows = outline_rows(session, entry_id)
     page = newest_page(rows, cursor, most, json_size)
     answer = SessionView(
         session=info,
