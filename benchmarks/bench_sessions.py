@@ -36,9 +36,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
+from mcp_agent.messages import AssistantMessage, UserMessage
 from mcp_agent.sessions import JsonlSessionStorage, Session, SqliteSessionRepo
 from mcp_agent.sessions.entries import new_session_id
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick, reply
 
 DEPTH = 1_000
 WORDS = (
@@ -51,7 +54,7 @@ def scale() -> float:
     explicit = os.environ.get("MCP_AGENT_BENCH_SESSIONS_SCALE")
     if explicit:
         return float(explicit)
-    return 0.05 if os.environ.get("MCP_AGENT_BENCH_QUICK") == "1" else 1.0
+    return 0.05 if quick() else 1.0
 
 
 def timed(action: Callable[[], Any], repeat: int) -> float:
@@ -225,17 +228,6 @@ def bench_resume(workdir: Path, entries: int) -> list[dict[str, Any]]:
 
 
 # --- durable appends --------------------------------------------------------------------------
-
-
-def reply(index: int) -> AssistantMessage:
-    return AssistantMessage(
-        content=[TextContent(text=f"reply {index} " + "x" * 600)],
-        api="anthropic-messages",
-        provider="anthropic",
-        model="claude-sonnet-4-5",
-        usage=Usage(input=1000, output=50, total_tokens=1050),
-        timestamp=index,
-    )
 
 
 def bench_appends(workdir: Path, count: int) -> list[dict[str, Any]]:
