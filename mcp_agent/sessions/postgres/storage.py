@@ -27,7 +27,7 @@ from mcp_agent.sessions.postgres.database import PostgresDatabase
 from mcp_agent.sessions.row_sql import for_psycopg, recount_sql, tree_delta
 from mcp_agent.sessions.sql.storage import SqlSessionStorage
 from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
-from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after, validate_tree
+from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
 
 Conn = psycopg.Connection[Any]
 
@@ -209,27 +209,13 @@ class PostgresSessionStorage(SqlSessionStorage):
         self.database: PostgresDatabase = database
         super().__init__(database, session_id, header)
 
-    @classmethod
-    def create(
-        cls,
-        database: PostgresDatabase,
-        header: SessionHeader,
-        entries: Sequence[SessionEntry] = (),
-    ) -> PostgresSessionStorage:
-        """Store a new session with its first entries in one transaction (all or nothing)."""
-        entries = list(entries)
-        validate_tree(entries)
-        leaf_id = leaf_after(entries)
-
-        def work(conn: Conn) -> None:
-            _insert_session(conn, header)
-            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
-            _recount(conn, header.id)
-
-        database.write(work)
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = leaf_id
-        return storage
+    @staticmethod
+    def store_new(
+        conn: Conn, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+    ) -> None:
+        _insert_session(conn, header)
+        _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
+        _recount(conn, header.id)
 
     @classmethod
     def import_stream(
@@ -259,9 +245,7 @@ class PostgresSessionStorage(SqlSessionStorage):
             if error.code != "storage":
                 stream.drain()  # a problem in the rest of the file is reported first
             raise
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = stream.leaf_id
-        return storage
+        return cls.stored(database, header, stream.leaf_id)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.sql.cache import entry_cache
-from mcp_agent.sessions.storage import OutlineRow, SessionStats
+from mcp_agent.sessions.storage import OutlineRow, SessionStats, leaf_after, validate_tree
 from mcp_agent.wire import describe_validation_error
 
 T = TypeVar("T")
@@ -168,7 +168,25 @@ class SqlSessionStorage:
         cls, database: Any, header: SessionHeader, entries: Sequence[SessionEntry] = ()
     ) -> Self:
         """Store a new session with its first entries in one transaction (all or nothing)."""
+        entries = list(entries)
+        validate_tree(entries)
+        leaf_id = leaf_after(entries)
+        database.write(lambda conn: cls.store_new(conn, header, entries, leaf_id))
+        return cls.stored(database, header, leaf_id)
+
+    @staticmethod
+    def store_new(
+        conn: Any, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+    ) -> None:
+        """Insert a session's row and its first entries (inside the transaction of create)."""
         raise NotImplementedError
+
+    @classmethod
+    def stored(cls, database: Any, header: SessionHeader, leaf_id: str | None) -> Self:
+        """The storage of a session just stored, whose leaf is ``leaf_id``."""
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = leaf_id
+        return storage
 
     @classmethod
     def import_stream(cls, database: Any, stream: SessionStream) -> Self:

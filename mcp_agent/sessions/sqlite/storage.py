@@ -29,7 +29,6 @@ from mcp_agent.sessions.storage import (
     RowDelta,
     SessionStats,
     leaf_after,
-    validate_tree,
 )
 
 # Entries an import inserts per statement (its one transaction holds them all).
@@ -233,27 +232,16 @@ class SqliteSessionStorage(SqlSessionStorage):
         )
         super().__init__(self.database, session_id, header)
 
-    @classmethod
-    def create(
-        cls,
-        database: SqliteDatabase,
+    @staticmethod
+    def store_new(
+        conn: sqlite3.Connection,
         header: SessionHeader,
-        entries: Sequence[SessionEntry] = (),
-    ) -> SqliteSessionStorage:
-        """Store a new session with its first entries in one transaction (all or nothing)."""
-        entries = list(entries)
-        validate_tree(entries)
-        leaf_id = leaf_after(entries)
-
-        def work(conn: sqlite3.Connection) -> None:
-            _insert_session(conn, header)
-            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
-            _recount(conn, header.id)
-
-        database.write(work)
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = leaf_id
-        return storage
+        entries: list[SessionEntry],
+        leaf_id: str | None,
+    ) -> None:
+        _insert_session(conn, header)
+        _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
+        _recount(conn, header.id)
 
     @classmethod
     def import_stream(cls, database: SqliteDatabase, stream: SessionStream) -> SqliteSessionStorage:
@@ -307,9 +295,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         except _Refused as refused:
             stream.drain()  # a problem in the rest of the file is reported first
             raise refused.error from None
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = stream.leaf_id
-        return storage
+        return cls.stored(database, header, stream.leaf_id)
 
     # --- helpers ------------------------------------------------------------------------------
 
