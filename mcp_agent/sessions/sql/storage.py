@@ -1,7 +1,8 @@
 """What the SQL backends' session storages share: every read of one session (entries through the
 parse cache, branches in outline, pages as stored JSON for ``StoredPages``, the row's
-figures). A backend keeps its writes and ``stored_messages``, and says its dialect in a few
-hooks: ``sql`` (how named ``:name`` parameters are spelled), ``RANGE_SQL`` and ``LOG_ORDER``."""
+figures) and the making of a new one. A backend keeps its writes and ``stored_messages``, and
+says its dialect in a few hooks: ``sql`` (how ``:name`` parameters are spelled), ``RANGE_SQL``
+and ``LOG_ORDER``."""
 
 from __future__ import annotations
 
@@ -123,10 +124,11 @@ def _children_sql(entry_id: str | None) -> str:
 class SqlSessionStorage:
     """One session in a SQL session database: the reads every SQL backend shares.
 
-    A subclass adds the writes (append, leaf moves, create, import) and its dialect: ``sql``
-    spells a query written with ``:name`` parameters for its driver; ``RANGE_SQL`` reads the ``data`` of
-    the entries in positions ``:start`` .. ``:end`` - 1 (``:count`` of them) in the order
-    appended; ``LOG_ORDER`` is the cheapest column to read the whole log in that order.
+    A subclass adds the writes (append, leaf moves, import, a new session's rows:
+    ``store_new``), ``stored_messages`` and its dialect: ``sql`` spells a query written with
+    ``:name`` parameters for its driver; ``RANGE_SQL`` reads the ``data`` of the entries in
+    positions ``:start`` .. ``:end`` - 1 (``:count`` of them) in the order appended;
+    ``LOG_ORDER`` is the cheapest column to read the whole log in that order.
     """
 
     RANGE_SQL: str
