@@ -18,7 +18,6 @@ The server CPU row is the one that isolates the server's own cost.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,26 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 
 from reliability_load import measure
 
-
-def _quick() -> bool:
-    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
-
-
-def row(
-    name: str, value: float | None, baseline: float | None, unit: str, target: str = ""
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "baseline": baseline,
-        "ratio": value / baseline if value is not None and baseline else None,
-        "unit": unit,
-        "target": target,
-    }
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick, row
 
 
 def run() -> list[dict[str, Any]]:
-    clients, ops = (10, 20) if _quick() else (50, 100)
+    clients, ops = (10, 20) if quick() else (50, 100)
     size = f"{clients} clients x {ops} ops, HTTP"
     bare = measure("bare", clients, ops)
     ours = measure("ours", clients, ops)

@@ -18,7 +18,6 @@ baseline is left empty with a note. ``MCP_AGENT_BENCH_QUICK=1`` runs reduced siz
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 import tempfile
@@ -46,13 +45,12 @@ from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.state import AgentContext
 from mcp_agent.tools import AgentTool, AgentToolResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick
+
 TURNS_PER_RUN = 2
 TARGET = "ratio ≤ 1 (not slower)"
 UNIT = "µs/turn"
-
-
-def _quick() -> bool:
-    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
 
 
 # --- our side ---------------------------------------------------------------------------------
@@ -221,9 +219,9 @@ def _sqlite_missing() -> str | None:
 
 
 async def _measure(directory: Path) -> list[dict[str, Any]]:
-    quick = _quick()
-    runs, repeats = (50, 3) if quick else (300, 5)
-    db_runs = 20 if quick else 100
+    small = quick()
+    runs, repeats = (50, 3) if small else (300, 5)
+    db_runs = 20 if small else 100
     missing_baseline = _pydantic_ai_missing()
     rows: list[dict[str, Any]] = []
 

@@ -33,37 +33,12 @@ import anyio
 from pg_support import Cluster, running_cluster, why_no_postgres
 from reliability_load import ServerProcess, run_load
 
-from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
+from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
 from mcp_agent.sessions.sqlite import SqliteSessionStorage
 
-
-def _quick() -> bool:
-    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
-
-
-def row(
-    name: str, value: float | None, baseline: float | None, unit: str, target: str = "-"
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "baseline": baseline,
-        "ratio": value / baseline if value is not None and baseline else None,
-        "unit": unit,
-        "target": target,
-    }
-
-
-def reply(index: int) -> AssistantMessage:
-    return AssistantMessage(
-        content=[TextContent(text=f"reply {index} " + "x" * 600)],
-        api="anthropic-messages",
-        provider="anthropic",
-        model="claude-sonnet-4-5",
-        usage=Usage(input=1000, output=50, total_tokens=1050),
-        timestamp=index,
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick, reply, row
 
 
 def median_seconds(work: Callable[[], object], times: int) -> float:
@@ -103,7 +78,7 @@ def bench_storage(url: str, workdir: Path, count: int, depth: int) -> list[dict[
                     session.append_message(
                         UserMessage(content=f"question {index}", timestamp=index)
                     )
-        builds = 5 if _quick() else 20
+        builds = 5 if quick() else 20
         pg_build = median_seconds(
             lambda: PostgresSessionStorage(pg.database, deep["pg"].id).get_context_path(
                 deep["pg"].leaf_id
@@ -227,11 +202,11 @@ def run() -> list[dict[str, Any]]:
     reason = why_no_postgres()
     if reason is not None:
         return [{"name": f"postgres: skipped ({reason})"}]
-    quick = _quick()
+    small = quick()
     with tempfile.TemporaryDirectory() as scratch, running_cluster(settings=[]) as cluster:
         folder = Path(scratch)
-        rows = bench_storage(cluster.new_database(), folder, 100 if quick else 500, 2000)
-        clients, ops = (10, 20) if quick else (50, 100)
+        rows = bench_storage(cluster.new_database(), folder, 100 if small else 500, 2000)
+        clients, ops = (10, 20) if small else (50, 100)
         rows += bench_load(cluster, folder, clients, ops)
-        rows += bench_notifications(cluster, folder, 20 if quick else 200)
+        rows += bench_notifications(cluster, folder, 20 if small else 200)
     return rows

@@ -46,15 +46,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick
+
 CHUNKS = 20_000
 ROUNDS = 8
 QUICK_CHUNKS = 5_000
 QUICK_ROUNDS = 6
 TARGET = 0.8
-
-
-def _quick() -> bool:
-    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
 
 
 def build_stream(chunks: int) -> list[bytes]:
@@ -270,9 +269,9 @@ async def _measure(mode: str, chunks: int, rounds: int) -> dict[str, Any]:
 
 def run(chunks: int | None = None, rounds: int | None = None) -> list[dict[str, Any]]:
     """Rows {name, value, baseline, ratio, unit, target, note}; higher is better."""
-    quick = _quick()
-    chunks = chunks or (QUICK_CHUNKS if quick else CHUNKS)
-    rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
+    small = quick()
+    chunks = chunks or (QUICK_CHUNKS if small else CHUNKS)
+    rounds = rounds or (QUICK_ROUNDS if small else ROUNDS)
     return [asyncio.run(_measure(mode, chunks, rounds)) for mode in ("paced", "burst")]
 
 

@@ -40,6 +40,9 @@ from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick, row
+
 ROOT = Path(__file__).resolve().parent.parent
 
 BARE_SERVER = textwrap.dedent(
@@ -61,10 +64,6 @@ BARE_ON_OUR_STDIO = BARE_SERVER.replace(
     'server.run("stdio")',
     "import anyio\nfrom mcp_agent.server.stdio import run_stdio\nanyio.run(run_stdio, server)",
 )
-
-
-def _quick() -> bool:
-    return os.environ.get("MCP_AGENT_BENCH_QUICK") == "1"
 
 
 def bare_server() -> MCPServer:
@@ -250,20 +249,9 @@ class AsyncTimer:
         return statistics.median(samples)
 
 
-def row(name: str, value: float, baseline: float | None, unit: str, target: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "baseline": baseline,
-        "ratio": value / baseline if baseline else None,
-        "unit": unit,
-        "target": target,
-    }
-
-
 def run() -> list[dict[str, Any]]:
-    calls = 100 if _quick() else 500
-    rounds = 3 if _quick() else 7
+    calls = 100 if quick() else 500
+    rounds = 3 if quick() else 7
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -36,9 +36,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
+from mcp_agent.messages import AssistantMessage, UserMessage
 from mcp_agent.sessions import JsonlSessionStorage, Session, SqliteSessionRepo
 from mcp_agent.sessions.entries import new_session_id
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
+from common import quick, reply
 
 DEPTH = 1_000
 WORDS = (
@@ -51,7 +54,7 @@ def scale() -> float:
     explicit = os.environ.get("MCP_AGENT_BENCH_SESSIONS_SCALE")
     if explicit:
         return float(explicit)
-    return 0.05 if os.environ.get("MCP_AGENT_BENCH_QUICK") == "1" else 1.0
+    return 0.05 if quick() else 1.0
 
 
 def timed(action: Callable[[], Any], repeat: int) -> float:
@@ -117,20 +120,26 @@ def message_line(entry_id: str, parent: str | None, index: int, rng: random.Rand
     return json.dumps(entry, separators=(",", ":"))
 
 
+def header_line(session_id: str) -> str:
+    """A pi v3 file's first line."""
+    return json.dumps(
+        {
+            "type": "session",
+            "version": 3,
+            "id": session_id,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/bench",
+        }
+    )
+
+
 def write_big_session(path: Path, entries: int, depth: int, seed: int = 1) -> str:
     """A pi v3 file: a root, then branches of ``depth - 1`` entries hanging off it, so the
     leaf (the last line) is ``depth`` deep. Returns the session id."""
     rng = random.Random(seed)
     session_id = new_session_id()
-    header = {
-        "type": "session",
-        "version": 3,
-        "id": session_id,
-        "timestamp": "2026-01-01T00:00:00.000Z",
-        "cwd": "/bench",
-    }
     with open(path, "w", encoding="utf-8") as out:
-        out.write(json.dumps(header) + "\n")
+        out.write(header_line(session_id) + "\n")
         out.write(message_line("00000000", None, 0, rng) + "\n")
         # The first branch takes the remainder, so the last one (the leaf's) is full length.
         remainder = (entries - 1) % (depth - 1)
@@ -227,17 +236,6 @@ def bench_resume(workdir: Path, entries: int) -> list[dict[str, Any]]:
 # --- durable appends --------------------------------------------------------------------------
 
 
-def reply(index: int) -> AssistantMessage:
-    return AssistantMessage(
-        content=[TextContent(text=f"reply {index} " + "x" * 600)],
-        api="anthropic-messages",
-        provider="anthropic",
-        model="claude-sonnet-4-5",
-        usage=Usage(input=1000, output=50, total_tokens=1050),
-        timestamp=index,
-    )
-
-
 def bench_appends(workdir: Path, count: int) -> list[dict[str, Any]]:
     repo = SqliteSessionRepo(workdir / "appends.db")
     session = repo.create()
@@ -299,14 +297,7 @@ def bench_appends(workdir: Path, count: int) -> list[dict[str, Any]]:
 
 def small_session_text(index: int, rng: random.Random) -> str:
     session_id = new_session_id()
-    header = {
-        "type": "session",
-        "version": 3,
-        "id": session_id,
-        "timestamp": "2026-01-01T00:00:00.000Z",
-        "cwd": "/bench",
-    }
-    lines = [json.dumps(header)]
+    lines = [header_line(session_id)]
     parent = None
     topic = f"topic{index % 100}"  # each topic word is in 1% of the sessions
     for turn in range(6):

@@ -1,9 +1,11 @@
-"""Pages read from stored JSON (SQLite) show what pages of the parsed entries show: the same
-entries, tree nodes, context messages and settings, export lines and cursors, page by page."""
+"""Pages read from stored JSON (SQLite, PostgreSQL) show what pages of the parsed entries show:
+the same entries, tree nodes, context messages and settings, export lines and cursors, page by
+page."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ def busy_session(session: Session, compacted: bool) -> None:
     session.append_custom_message("hint", "remember this", display=False)
     if compacted:
         session.append_compaction("what happened so far", kept, 1234)
+    session.append_message(UserMessage(content='quotes "q", a \\, a NUL \x00, é and \u2028'))
     for n in range(12):
         session.append_message(UserMessage(content=f"question {n} " + "x" * 300))
         session.append_message(answer(f"answer {n}"))
@@ -56,17 +59,28 @@ def busy_session(session: Session, compacted: bool) -> None:
     session.append_message(answer("last"))
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "compacted"])
-def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Session, Session]:
-    """The same session twice: in SQLite (read from stored JSON), and in memory."""
-    repo = SqliteSessionRepo(tmp_path / "s.db")
+@pytest.fixture(
+    params=[("sqlite", False), ("sqlite", True), ("postgres", False), ("postgres", True)],
+    ids=["sqlite-plain", "sqlite-compacted", "postgres-plain", "postgres-compacted"],
+)
+def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Session, Session]]:
+    """The same session twice: in a SQL database (read from stored JSON), and in memory."""
+    backend, compacted = request.param
+    repo: Any
+    if backend == "postgres":
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        repo = PostgresSessionRepo(request.getfixturevalue("postgres_url"), max_connections=2)
+    else:
+        repo = SqliteSessionRepo(tmp_path / "s.db")
     session = repo.create()
-    busy_session(session, request.param)
+    busy_session(session, compacted)
     again = repo.open(session.id)
     copy = Session(InMemorySessionStorage(again.header, again.get_entries()))
     assert stored(again) is not None and stored(copy) is None
     assert copy.leaf_id == again.leaf_id
-    return again, copy
+    yield again, copy
+    repo.close()
 
 
 def every_page(read: Any, limit: int | None) -> list[tuple[list[Any], int, str | None]]:

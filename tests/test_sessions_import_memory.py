@@ -27,6 +27,7 @@ from mcp_agent.sessions import (
     SqliteSessionRepo,
 )
 from mcp_agent.sessions.pi import SessionStream
+from mcp_agent.sessions.sql import cache as sql_cache
 from mcp_agent.sessions.sqlite import storage as sqlite_storage
 
 FULL = os.environ.get("MCP_AGENT_FULL") == "1"
@@ -551,7 +552,7 @@ def test_reading_every_entry_keeps_the_parse_cache_under_its_byte_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bound = 4 * 2**20
-    monkeypatch.setattr(sqlite_storage, "ENTRY_CACHE_BYTES", bound)
+    monkeypatch.setattr(sql_cache, "ENTRY_CACHE_BYTES", bound)
     repo = SqliteSessionRepo(tmp_path / "s.db")
     try:
         big = repo.import_jsonl(large_session_text("big-one", 300, 40_000))  # 12 MB of JSON
@@ -582,7 +583,7 @@ def test_the_parse_cache_is_shared_fairly_between_open_sessions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bound = 4 * 2**20
-    monkeypatch.setattr(sqlite_storage, "ENTRY_CACHE_BYTES", bound)
+    monkeypatch.setattr(sql_cache, "ENTRY_CACHE_BYTES", bound)
     repo = SqliteSessionRepo(tmp_path / "s.db")
     try:
         small = repo.import_jsonl(large_session_text("small-one", 50, 2_000))

@@ -49,7 +49,7 @@ def test_branch_read_walks_the_parent_index_not_the_session(tmp_path: Path) -> N
     repo = SqliteSessionRepo(tmp_path / "s.db")
     session = repo.create()
     session.append_message(user("a"))
-    from mcp_agent.sessions.sqlite.storage import _BRANCH_SQL
+    from mcp_agent.sessions.sql.storage import BRANCH_SQL as _BRANCH_SQL
 
     plan = repo.database.conn.execute(
         "EXPLAIN QUERY PLAN " + _BRANCH_SQL, {"s": session.id, "leaf": session.leaf_id}

@@ -20,6 +20,7 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import SessionEntry
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.outline import outline
+from mcp_agent.sessions.storage import StoredPages
 
 pytestmark = pytest.mark.anyio
 
@@ -163,13 +164,22 @@ def test_an_outline_reads_what_it_shows_not_the_session() -> None:
     assert storage.reads["children"] <= 41 and storage.reads["entries"] == 0
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    ("backend", "seed"), [*(("sqlite", seed) for seed in range(4)), ("postgres", 0)]
+)
 def test_an_outline_from_the_stored_index_is_the_outline_from_the_entries(
-    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, backend: str, seed: int, request: pytest.FixtureRequest
 ) -> None:
-    # SQLite gives the outline from its tree index and parses only the entries shown; read
+    # A SQL backend gives the outline from its index and parses only the entries shown; read
     # from the parsed entries instead, every outline of a random tree must be the same.
-    repo = SqliteSessionRepo(tmp_path / "s.db")
+    repo: Any
+    if backend == "postgres":
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        repo = PostgresSessionRepo(request.getfixturevalue("postgres_url"), max_connections=2)
+    else:
+        repo = SqliteSessionRepo(tmp_path / "s.db")
+    monkeypatch = request.getfixturevalue("monkeypatch")
     try:
         session = repo.create()
         rng = random.Random(seed)
@@ -179,6 +189,7 @@ def test_an_outline_from_the_stored_index_is_the_outline_from_the_entries(
             *(e.id for e in session.get_entries() if e.type != "leaf"),
         ]
         picked = [starts[0], *rng.sample(starts[1:], 8)]
+        assert isinstance(repo.open(session.id).storage, StoredPages)
         stored = [outline(repo.open(session.id), start) for start in picked]
         monkeypatch.setattr("mcp_agent.sessions.outline.StoredPages", type("Nothing", (), {}))
         assert [outline(repo.open(session.id), start) for start in picked] == stored

@@ -18,7 +18,7 @@ import anyio
 from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, StopReason, Usage
+from mcp_agent.messages import AssistantMessage, StopReason
 from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook
 from mcp_agent.runtime.run_board import (
@@ -50,33 +50,21 @@ EventListener = Callable[[AgentEvent], Awaitable[None] | None]
 
 
 @dataclass
-class Run:
-    id: str
-    session: Session
-    agent_name: str
-    model_ref: str
-    agent: SessionAgent
-    depth: int = 0
+class Run(RunRecord):
+    """A run of this process: its state as the board knows it (``RunRecord``), and what it
+    runs with, its session and agent."""
+
     status: RunStatus = "running"
     started: float = field(default_factory=time.time)
-    finished: float | None = None
-    event_count: int = 0
-    last_event: str = ""
-    answer: str | None = None
-    error: str | None = None
-    stop_reason: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    new_messages: int = 0
+    session: Session = field(kw_only=True)
+    agent: SessionAgent = field(kw_only=True)
     done: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[EventListener] = field(default_factory=list)
     abort_reason: str | None = None
     client: object | None = None  # the MCP connection that started it, for per-client limits
 
-    @property
-    def session_id(self) -> str:
-        return self.session.id
-
     def record(self) -> RunRecord:
+        """A copy of its state, for the board (written from a worker thread)."""
         return RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
 
     def abort(self, reason: str) -> None:
@@ -418,7 +406,15 @@ class RunManager:
         # Claim the session in memory before the first await, so a second start fails cleanly.
         self.ensure_idle_here(session.id)
         self.check_limits(client)
-        placeholder = Run(run_id, session, manifest.name, "", None, depth)  # type: ignore[arg-type]
+        placeholder = Run(
+            run_id,
+            session.id,
+            manifest.name,
+            "",
+            depth,
+            session=session,
+            agent=None,  # type: ignore[arg-type]
+        )
         self._by_session[session.id] = placeholder
         self._count_client(client, +1)
         claimed = False
@@ -432,7 +428,16 @@ class RunManager:
             if claimed:
                 await self._release(session.id)
             raise
-        run = Run(run_id, session, manifest.name, model_ref, agent, depth, client=client)
+        run = Run(
+            run_id,
+            session.id,
+            manifest.name,
+            model_ref,
+            depth,
+            session=session,
+            agent=agent,
+            client=client,
+        )
         self.runs[run_id] = run
         self._by_session[session.id] = run
         if listener is not None:

@@ -1,10 +1,10 @@
 """Pages of a session, read so that a page costs what it shows.
 
-With a backend that keeps each entry's JSON as text (``StoredPages``: SQLite), a page is found
-from ids and positions alone, only the entries that may be on it are read, and they are served
-as the JSON text stored (pi's v3 form) instead of parse → model → dump; the tree parses only
-its page's entries (for their previews), the context only the entries that are not plain
-messages. Other backends give parsed entries, which are shown the same way. Pages come as
+With a backend that keeps each entry's JSON as text (``StoredPages``: SQLite, PostgreSQL), a
+page is found from ids and positions alone, only the entries that may be on it are read, and
+they are served as the JSON text stored (pi's v3 form) instead of parse → model → dump; the
+tree parses only its page's entries (for their previews), the context only the entries that
+are not plain messages. Other backends give parsed entries, which are shown the same way. Pages come as
 compact JSON texts, one per item, for ``schemas.compact_result``.
 """
 

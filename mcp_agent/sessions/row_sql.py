@@ -4,6 +4,7 @@ with ``:name`` parameters, which :func:`for_psycopg` spells ``%(name)s``."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +15,9 @@ from mcp_agent.sessions.entries import SessionEntry, is_tree_node
 FetchOne = Callable[[str, dict[str, Any]], Any]
 
 
+@functools.lru_cache(maxsize=512)
 def for_psycopg(sql: str) -> str:
-    return re.sub(r"(?<![:\w]):([a-z_]+)", r"%(\1)s", sql)
+    return re.sub(r"(?<![:\w]):([a-z_][a-z0-9_]*)", r"%(\1)s", sql)
 
 
 _STEP_UP = "SELECT type, parent_id FROM entries WHERE session_id = :s AND id = :p"

@@ -52,12 +52,12 @@ class SessionStorage(Protocol):
     """Where one session's header and entries live.
 
     ``append_entry`` stores an entry and makes it the leaf; it returns the entry as stored
-    (the SQLite backend may re-parent it onto a leaf that another process moved meanwhile).
+    (the SQL backends may re-parent it onto a leaf that another process moved meanwhile).
     ``set_leaf_id`` persists a leaf move as a ``leaf`` entry and returns it, or None when the
     leaf is already there. ``leaf_for_append`` is the parent for the next append: the leaf, or
-    for a backend that re-reads the leaf inside the append (SQLite), the leaf as last seen.
+    for a backend that re-reads the leaf inside the append (SQL), the leaf as last seen.
     ``get_context_path`` is what a branch's context is built from: the branch, or only the part
-    of it that ``build_session_context`` reads (SQLite, so that a long branch with compactions
+    of it that ``build_session_context`` reads (SQL, so that a long branch with compactions
     costs what it keeps). Paths are returned root first.
     """
 
@@ -86,7 +86,7 @@ OutlineRow = tuple[str, str | None, str, str]
 
 @runtime_checkable
 class StoredPages(SessionStorage, Protocol):
-    """What a backend that keeps each entry's JSON as text (SQLite) offers besides
+    """What a backend that keeps each entry's JSON as text (SQLite, PostgreSQL) offers besides
     :class:`SessionStorage`, so that a page of a long session costs what it shows: entries as
     their stored JSON (pi's v3 form, compact), unparsed, and the whole log in outline. Readers
     use it when a storage has it and fall back to the parsed entries otherwise.

@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import json
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from pydantic import ValidationError
 
-from mcp_agent.sessions.context import compaction_stop, context_path_indices
 from mcp_agent.sessions.entries import (
-    ENTRY_TYPES,
-    CompactionEntry,
     LabelEntry,
     LeafEntry,
     MessageEntry,
     SessionEntry,
     SessionHeader,
-    UnknownEntry,
     entry_text,
     entry_to_json,
     iso_now,
     new_entry_id,
-    parse_header,
     sortable_time,
     write_time,
 )
@@ -33,28 +25,11 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.postgres.database import PostgresDatabase
 from mcp_agent.sessions.row_sql import for_psycopg, recount_sql, tree_delta
-from mcp_agent.sessions.sqlite.storage import (
-    ENTRY_CACHE_BYTES,
-    IMPORT_BATCH_ROWS,
-    EntryCache,
-)
-from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after, validate_tree
-from mcp_agent.wire import describe_validation_error
+from mcp_agent.sessions.sql.storage import SqlSessionStorage
+from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
+from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
 
 Conn = psycopg.Connection[Any]
-
-_caches: weakref.WeakKeyDictionary[PostgresDatabase, EntryCache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def entry_cache(database: PostgresDatabase) -> EntryCache:
-    """The parse cache of ``database``: entries never change once stored, in any replica."""
-    with _caches_lock:
-        cache = _caches.get(database)
-        if cache is None:
-            cache = _caches[database] = EntryCache(ENTRY_CACHE_BYTES)
-        return cache
-
 
 _INSERT_ENTRY = (
     "INSERT INTO entries (session_id, id, parent_id, type, role, timestamp, seq, data, text)"
@@ -216,67 +191,31 @@ def _insert_session(conn: Conn, header: SessionHeader) -> None:
         raise SessionError("conflict", f"session {header.id} already exists")
 
 
-def _branch_sql(columns: str) -> str:
-    # Walks parent links from the leaf up, one primary-key lookup a step. The depth bound only
-    # guards against a corrupted cycle.
-    return f"""
-WITH RECURSIVE path(id, parent_id, depth) AS (
-  SELECT id, parent_id, 0 FROM entries WHERE session_id = %(s)s AND id = %(leaf)s
-  UNION ALL
-  SELECT e.id, e.parent_id, p.depth + 1 FROM path p
-  JOIN entries e ON e.session_id = %(s)s AND e.id = p.parent_id
-  WHERE p.depth < 10000000
-)
-SELECT {columns} FROM path p JOIN entries e ON e.session_id = %(s)s AND e.id = p.id
-ORDER BY p.depth DESC
-"""
+class PostgresSessionStorage(SqlSessionStorage):
+    """One session in a PostgreSQL session database (see ``database``): the reads are
+    SqlSessionStorage's, the writes this class's."""
 
-
-_BRANCH_SQL = _branch_sql("e.id, e.type, e.data")
-_CONTEXT_PATH_SQL = _branch_sql("e.id, e.type, e.role, e.data")
-
-
-class PostgresSessionStorage:
-    """One session in a PostgreSQL session database (see ``database``)."""
+    sql = staticmethod(for_psycopg)
+    # Every entry takes the next sequence number: positions are seq values, found in the
+    # (session_id, seq) index.
+    RANGE_SQL = (
+        "SELECT data FROM entries WHERE session_id = :s AND seq >= :start AND seq < :end"
+        " ORDER BY seq"
+    )
 
     def __init__(
         self, database: PostgresDatabase, session_id: str, header: SessionHeader | None = None
     ) -> None:
-        self.database = database
-        self.session_id = session_id
-        self._seen_leaf: str | None = None
-        if header is None:
-            rows = database.read("SELECT header, leaf FROM sessions WHERE id = %s", (session_id,))
-            if not rows:
-                raise SessionError("not_found", f"session {session_id} not found")
-            header = parse_header(json.loads(rows[0][0]), f"session {session_id} header")
-            self._seen_leaf = rows[0][1]
-        self._header = header
-        self.lock = threading.RLock()
-        self._cache = entry_cache(database).share()
-        weakref.finalize(self, self._cache.release)
+        self.database: PostgresDatabase = database
+        super().__init__(database, session_id, header)
 
-    @classmethod
-    def create(
-        cls,
-        database: PostgresDatabase,
-        header: SessionHeader,
-        entries: Sequence[SessionEntry] = (),
-    ) -> PostgresSessionStorage:
-        """Store a new session with its first entries in one transaction (all or nothing)."""
-        entries = list(entries)
-        validate_tree(entries)
-        leaf_id = leaf_after(entries)
-
-        def work(conn: Conn) -> None:
-            _insert_session(conn, header)
-            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
-            _recount(conn, header.id)
-
-        database.write(work)
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = leaf_id
-        return storage
+    @staticmethod
+    def store_new(
+        conn: Conn, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+    ) -> None:
+        _insert_session(conn, header)
+        _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
+        _recount(conn, header.id)
 
     @classmethod
     def import_stream(
@@ -306,32 +245,9 @@ class PostgresSessionStorage:
             if error.code != "storage":
                 stream.drain()  # a problem in the rest of the file is reported first
             raise
-        storage = cls(database, header.id, header)
-        storage._seen_leaf = stream.leaf_id
-        return storage
+        return cls.stored(database, header, stream.leaf_id)
 
     # --- helpers ------------------------------------------------------------------------------
-
-    def _parse(self, entry_id: str, entry_type: str, data: str) -> SessionEntry:
-        entry = self._cache.get(entry_id)
-        if entry is None:
-            cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
-            try:
-                entry = cls.model_validate_json(data)
-            except ValidationError as error:
-                where = f"session {self.session_id} entry {entry_id}"
-                try:
-                    value = json.loads(data)
-                except ValueError:
-                    value = None
-                detail = describe_validation_error(error, "", value)
-                raise SessionError("corrupt", f"{where}: {detail}") from None
-            self._cache.put(entry_id, entry, len(data))
-        return entry
-
-    def _entries(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[SessionEntry]:
-        rows = self.database.read(sql, params)
-        return [self._parse(entry_id, entry_type, data) for entry_id, entry_type, data in rows]
 
     def _guard(self, conn: Conn) -> None:
         if self.database.session_guard is not None:
@@ -353,20 +269,10 @@ class PostgresSessionStorage:
         ).fetchone()
         return row is not None
 
-    # --- the storage protocol -----------------------------------------------------------------
+    def _recount_row(self) -> None:
+        self.database.write(lambda conn: _recount(conn, self.session_id))
 
-    def get_metadata(self) -> SessionHeader:
-        return self._header
-
-    def get_leaf_id(self) -> str | None:
-        rows = self.database.read("SELECT leaf FROM sessions WHERE id = %s", (self.session_id,))
-        if not rows:
-            raise SessionError("not_found", f"session {self.session_id} was deleted")
-        self._seen_leaf = rows[0][0]
-        return self._seen_leaf
-
-    def leaf_for_append(self) -> str | None:
-        return self._seen_leaf
+    # --- the storage protocol: writes (reads: SqlSessionStorage) --------------------------------
 
     def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
         def work(conn: Conn) -> LeafEntry | None:
@@ -388,10 +294,6 @@ class PostgresSessionStorage:
         moved = self.database.write(work)
         self._seen_leaf = leaf_id
         return moved
-
-    def create_entry_id(self) -> str:
-        # Checked again inside the append's transaction ("conflict": Session retries).
-        return new_entry_id(self._cache.__contains__)
 
     def append_entry(self, entry: SessionEntry) -> SessionEntry:
         seen = self._seen_leaf
@@ -419,98 +321,12 @@ class PostgresSessionStorage:
         self._cache.put(stored.id, stored, json_chars)
         return stored
 
-    def get_entry(self, entry_id: str) -> SessionEntry | None:
-        cached = self._cache.get(entry_id)
-        if cached is not None:
-            return cached
-        found = self._entries(
-            "SELECT id, type, data FROM entries WHERE session_id = %s AND id = %s",
-            (self.session_id, entry_id),
-        )
-        return found[0] if found else None
-
-    def find_entries(self, entry_type: str) -> list[SessionEntry]:
-        return self._entries(
-            "SELECT id, type, data FROM entries WHERE session_id = %s AND type = %s ORDER BY seq",
-            (self.session_id, entry_type),
-        )
-
-    def get_label(self, entry_id: str) -> str | None:
-        rows = self.database.read(
-            "SELECT label FROM labels WHERE session_id = %s AND target_id = %s",
-            (self.session_id, entry_id),
-        )
-        return rows[0][0] if rows else None
-
-    def get_session_name(self) -> str | None:
-        rows = self.database.read("SELECT name FROM sessions WHERE id = %s", (self.session_id,))
-        return rows[0][0] if rows else None
-
-    def get_branch(self, leaf_id: str | None) -> list[SessionEntry]:
-        if leaf_id is None:
-            return []
-        path = self._entries(_BRANCH_SQL, {"s": self.session_id, "leaf": leaf_id})
-        if not path:
-            raise SessionError("not_found", f"entry {leaf_id} not found")
-        return path
-
-    def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
-        """What a context is built from (see SqliteSessionStorage.get_context_path)."""
-        if leaf_id is None:
-            return []
-        rows = self.database.read(_CONTEXT_PATH_SQL, {"s": self.session_id, "leaf": leaf_id})
-        if not rows:
-            raise SessionError("not_found", f"entry {leaf_id} not found")
-
-        def compaction_at(i: int) -> CompactionEntry:
-            entry = self._parse(rows[i][0], rows[i][1], rows[i][3])
-            assert isinstance(entry, CompactionEntry)
-            return entry
-
-        ids, types, roles, _ = zip(*rows, strict=True)
-        keep = context_path_indices(ids, types, roles, compaction_at)
-        return [self._parse(rows[i][0], rows[i][1], rows[i][3]) for i in keep]
-
-    def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
-        path = self.get_branch(leaf_id)
-        stop = compaction_stop()
-        for index in range(len(path) - 1, -1, -1):
-            if stop(path[index]):
-                return path[index:]
-        return path
-
-    def get_children(self, entry_id: str | None) -> list[SessionEntry]:
-        # Children of the entry, and entries that pi appended below a leaf move to it.
-        match = "= %(x)s" if entry_id is not None else "IS NULL"
-        sql = (
-            "SELECT id, type, data FROM entries WHERE session_id = %(s)s AND type != 'leaf'"
-            f" AND (parent_id {match} OR parent_id IN (SELECT id FROM entries"
-            f" WHERE session_id = %(s)s AND type = 'leaf' AND parent_id {match}))"
-            " ORDER BY seq"
-        )
-        return self._entries(sql, {"s": self.session_id, "x": entry_id})
-
-    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
-        return self._entries(
-            "SELECT id, type, data FROM entries WHERE session_id = %s ORDER BY seq",
-            (self.session_id,),
-        )
-
-    def get_session_stats(self) -> SessionStats:
-        s = self.session_id
-        names = (
-            "entry_count message_count tool_call_count input_tokens output_tokens"
-            " cache_read_tokens cache_write_tokens total_tokens cost_total leaf_count"
-            " branch_point_count first_timestamp last_timestamp"
-        ).split()
-        sql = f"SELECT roles, {', '.join(names)} FROM sessions WHERE id = %s"
-        rows = self.database.read(sql, (s,))
-        if not rows:
-            raise SessionError("not_found", f"session {s} was deleted")
-        roles, *figures = rows[0]
-        stats = SessionStats(**dict(zip(names, figures, strict=True)))
-        stats.messages_by_role = dict(roles)
-        return stats
-
-    def close(self) -> None:
-        pass
+    def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
+        # PostgreSQL's JSON operators refuse a \u0000 in a string (it cannot be text), so the
+        # message is cut out here, as compact JSON (what the parsed message's JSON is).
+        found: dict[str, str] = {}
+        for entry_id, data in self.stored_json(ids).items():
+            message = json.loads(data).get("message")
+            if message is not None:
+                found[entry_id] = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        return found

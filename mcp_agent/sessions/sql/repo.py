@@ -1,0 +1,150 @@
+"""What the SQL backends' repos share: create, open (keeping the last few open), list, search,
+page, delete. A backend gives its database, its storage class and, for search, how one word
+is matched (``word_condition``)."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+from mcp_agent.sessions.context import SessionContextBuildOptions
+from mcp_agent.sessions.entries import SessionEntry, SessionHeader
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.pi import SessionStream
+from mcp_agent.sessions.repo import (
+    BaseSessionRepo,
+    SessionPage,
+    SessionSummary,
+    decode_cursor,
+    encode_cursor,
+    query_words,
+)
+from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage
+
+# Sessions a repo keeps open between opens (their parsed entries share the database's parse
+# cache, see sql.cache.EntryCache).
+OPEN_SESSIONS = 4
+
+_SUMMARY_COLUMNS = (
+    "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
+    " parent_session, total_tokens, cost_total"
+)
+
+S = TypeVar("S", bound=SqlSessionStorage)
+
+
+class SqlSessionRepo(BaseSessionRepo, Generic[S]):
+    """Every session in one SQL database; ``storage_class`` is the backend's storage."""
+
+    storage_class: type[S]
+
+    def __init__(
+        self, database: SqlDatabase, context_build_options: SessionContextBuildOptions | None
+    ) -> None:
+        super().__init__(context_build_options)
+        self.database = database
+        # The sessions opened last, kept with their parsed entries: a server opens the same
+        # few sessions request after request. A session deleted elsewhere meanwhile still says
+        # so at its next read or write.
+        self._opened: OrderedDict[str, S] = OrderedDict()
+        self._opened_lock = threading.Lock()
+
+    # --- what a backend says ------------------------------------------------------------------
+
+    def word_condition(self, param: str) -> str:
+        """The condition on ``sessions`` that one search word (the parameter named ``param``,
+        as ``search_term`` gives it) holds; user text must never reach query syntax."""
+        raise NotImplementedError
+
+    def search_term(self, word: str) -> str:
+        return word
+
+    def before_search(self) -> None:
+        """Called before a search reads the text index."""
+
+    def delete_rows(self, conn: Any, session_id: str) -> None:
+        """Delete what the session's row does not take with it (inside the transaction)."""
+
+    # --- the repo -----------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: dict[str, Any]) -> builtins.list[Any]:
+        return self.database.read(self.storage_class.sql(sql), params)
+
+    def _create_storage(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> S:
+        return self._keep_open(self.storage_class.create(self.database, header, entries))
+
+    def _import_storage(self, stream: SessionStream) -> S:
+        return self._keep_open(self.storage_class.import_stream(self.database, stream))
+
+    def _open_storage(self, session_id: str) -> S:
+        with self._opened_lock:
+            storage = self._opened.get(session_id)
+            if storage is not None:
+                self._opened.move_to_end(session_id)
+                return storage
+        return self._keep_open(self.storage_class(self.database, session_id))
+
+    def _keep_open(self, storage: S) -> S:
+        with self._opened_lock:
+            self._opened[storage.session_id] = storage
+            while len(self._opened) > OPEN_SESSIONS:
+                self._opened.popitem(last=False)
+        return storage
+
+    def exists(self, session_id: str) -> bool:
+        return bool(self._read("SELECT 1 FROM sessions WHERE id = :id", {"id": session_id}))
+
+    def summary(self, session_id: str) -> SessionSummary:
+        rows = self._read(
+            f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE id = :id", {"id": session_id}
+        )
+        if not rows:
+            raise SessionError("not_found", f"session {session_id} not found")
+        return SessionSummary(*rows[0])
+
+    def list(
+        self, query: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> SessionPage:
+        if limit < 1:
+            raise SessionError("invalid_argument", "limit must be at least 1")
+        conditions: builtins.list[str] = []
+        params: dict[str, Any] = {"limit": limit + 1}
+        if cursor is not None:
+            params["modified"], params["after_id"] = decode_cursor(cursor)
+            conditions.append("(modified, id) < (:modified, :after_id)")
+        words = query_words(query)
+        if words:
+            self.before_search()
+        # Every word must occur in the session, not necessarily in one entry.
+        for index, word in enumerate(words):
+            params[f"w{index}"] = self.search_term(word)
+            conditions.append(self.word_condition(f"w{index}"))
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        rows = self._read(
+            f"SELECT {_SUMMARY_COLUMNS} FROM sessions {where}"
+            " ORDER BY modified DESC, id DESC LIMIT :limit",
+            params,
+        )
+        items = [SessionSummary(*row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            next_cursor = encode_cursor(items[-1].modified, items[-1].id)
+        return SessionPage(items, next_cursor)
+
+    def delete(self, session_id: str) -> None:
+        sql = self.storage_class.sql("DELETE FROM sessions WHERE id = :id")
+
+        def work(conn: Any) -> None:
+            gone = conn.execute(sql, {"id": session_id}).rowcount
+            if not gone:
+                raise SessionError("not_found", f"session {session_id} not found")
+            self.delete_rows(conn, session_id)
+
+        self.database.write(work)
+        with self._opened_lock:
+            self._opened.pop(session_id, None)
+
+    def close(self) -> None:
+        self.database.close()

@@ -1,0 +1,460 @@
+"""What the SQL backends' session storages share: every read of one session (entries through the
+parse cache, branches in outline, pages as stored JSON for ``StoredPages``, the row's
+figures) and the making of a new one. A backend keeps its writes and ``stored_messages``, and
+says its dialect in a few hooks: ``sql`` (how ``:name`` parameters are spelled), ``RANGE_SQL``
+and ``LOG_ORDER``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Self, TypeVar
+
+from pydantic import ValidationError
+
+from mcp_agent.sessions.context import compaction_stop, context_path_indices
+from mcp_agent.sessions.entries import (
+    ENTRY_TYPES,
+    CompactionEntry,
+    LeafEntry,
+    SessionEntry,
+    SessionHeader,
+    UnknownEntry,
+    new_entry_id,
+    parse_header,
+)
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.pi import SessionStream
+from mcp_agent.sessions.sql.cache import entry_cache
+from mcp_agent.sessions.storage import OutlineRow, SessionStats, leaf_after, validate_tree
+from mcp_agent.wire import describe_validation_error
+
+T = TypeVar("T")
+Params = Sequence[Any] | dict[str, Any]
+
+# Branches in outline kept per open session (see SqlSessionStorage._branches), and the
+# longest kept: 4 x 100,000 rows of three short strings is about 40 MB at most.
+BRANCH_CACHE_BRANCHES = 4
+BRANCH_CACHE_ROWS = 100_000
+# One entry of a branch in outline: (id, type, message role).
+BranchRow = tuple[str, str, str | None]
+# Ids per query when reading entries by id (SQLite's bound on the parameters of one statement
+# is 32,766); pages are far smaller.
+IDS_PER_QUERY = 1000
+# The row's figures that get_session_stats reads besides the roles.
+_STATS_NAMES = (
+    "entry_count message_count tool_call_count input_tokens output_tokens"
+    " cache_read_tokens cache_write_tokens total_tokens cost_total leaf_count"
+    " branch_point_count first_timestamp last_timestamp"
+).split()
+_STATS_SQL = f"SELECT roles, {', '.join(_STATS_NAMES)} FROM sessions WHERE id = :s"
+
+
+class SqlDatabase(Protocol):
+    """What the shared code asks of a backend's database (SqliteDatabase, PostgresDatabase)."""
+
+    def read(self, sql: str, params: Params = ...) -> list[Any]: ...
+    def write(self, work: Callable[[Any], T]) -> T: ...
+    def close(self) -> None: ...
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def stored_header(session_id: str, text: str) -> SessionHeader:
+    """A stored header, parsed once: headers never change, and every open reads one."""
+    return parse_header(json.loads(text), f"session {session_id} header")
+
+
+def branch_sql(columns: str) -> str:
+    """The branch ending at ``:leaf``, root first, as ``columns`` of ``e`` (the entry)."""
+    # Walks parent links from the leaf up; each step is one lookup in the (session_id, id)
+    # index. The depth bound only guards against a corrupted cycle.
+    return f"""
+WITH RECURSIVE path(id, parent_id, depth) AS (
+  SELECT id, parent_id, 0 FROM entries WHERE session_id = :s AND id = :leaf
+  UNION ALL
+  SELECT e.id, e.parent_id, p.depth + 1 FROM path p
+  JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
+  WHERE p.depth < 10000000
+)
+SELECT {columns} FROM path p JOIN entries e ON e.session_id = :s AND e.id = p.id
+ORDER BY p.depth DESC
+"""
+
+
+BRANCH_SQL = branch_sql("e.id, e.type, e.data")
+_BRANCH_PLACES_SQL = branch_sql("e.id, e.parent_id, e.type, e.timestamp")
+# The branch in outline: what the walk reads anyway, with no second lookup per entry.
+_BRANCH_OUTLINE_SQL = """
+WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
+  SELECT id, parent_id, type, role, 0 FROM entries WHERE session_id = :s AND id = :leaf
+  UNION ALL
+  SELECT e.id, e.parent_id, e.type, e.role, p.depth + 1 FROM path p
+  JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
+  WHERE p.depth < 10000000
+)
+SELECT id, type, role FROM path ORDER BY depth DESC
+"""
+
+
+def _children_sql(entry_id: str | None) -> str:
+    # Children of the entry, and entries that pi appended below a leaf move to it. Two index
+    # searches on (session_id, parent_id): with an OR between them SQLite scans the whole
+    # session instead (tens of ms per call at 100,000 entries).
+    match = "= :x" if entry_id is not None else "IS NULL"
+    return (
+        "SELECT id, type, data FROM (SELECT id, type, data, seq FROM entries"
+        f" WHERE session_id = :s AND parent_id {match} AND type != 'leaf'"
+        " UNION ALL SELECT id, type, data, seq FROM entries WHERE session_id = :s"
+        " AND type != 'leaf' AND parent_id IN (SELECT id FROM entries"
+        f" WHERE session_id = :s AND parent_id {match} AND type = 'leaf')) children"
+        " ORDER BY seq"
+    )
+
+
+class SqlSessionStorage:
+    """One session in a SQL session database: the reads every SQL backend shares.
+
+    A subclass adds the writes (append, leaf moves, import, a new session's rows:
+    ``store_new``), ``stored_messages`` and its dialect: ``sql`` spells a query written with
+    ``:name`` parameters for its driver; ``RANGE_SQL`` reads the ``data`` of the entries in
+    positions ``:start`` .. ``:end`` - 1 (``:count`` of them) in the order appended;
+    ``LOG_ORDER`` is the cheapest column to read the whole log in that order.
+    """
+
+    RANGE_SQL: str
+    LOG_ORDER = "seq"
+
+    @staticmethod
+    def sql(text: str) -> str:
+        return text
+
+    def __init__(
+        self, database: SqlDatabase, session_id: str, header: SessionHeader | None = None
+    ) -> None:
+        self.database = database
+        self.session_id = session_id
+        # The leaf as this storage last saw it: the parent for the next append, which re-reads
+        # the leaf in its transaction anyway (see append_entry).
+        self._seen_leaf: str | None = None
+        if header is None:
+            rows = self._read("SELECT header, leaf FROM sessions WHERE id = :s", {"s": session_id})
+            if not rows:
+                raise SessionError("not_found", f"session {session_id} not found")
+            header = stored_header(session_id, rows[0][0])
+            self._seen_leaf = rows[0][1]
+        self._header = header
+        # Taken by Session around read-leaf-then-append; the append re-checks the leaf inside
+        # its transaction anyway, for writers in other storages, processes and replicas.
+        self.lock = threading.RLock()
+        # This storage's part of the database's parse cache, given back when it is collected.
+        self._cache = entry_cache(database).share()
+        weakref.finalize(self, self._cache.release)
+        # Branches in outline by the entry they end at, newest used last. A branch never
+        # changes (entries and their parents are immutable), and an append may extend its
+        # parent's, so reading the current branch again costs no walk.
+        self._branches: OrderedDict[str, list[BranchRow]] = OrderedDict()
+        self._branches_lock = threading.Lock()
+
+    @classmethod
+    def create(
+        cls, database: Any, header: SessionHeader, entries: Sequence[SessionEntry] = ()
+    ) -> Self:
+        """Store a new session with its first entries in one transaction (all or nothing)."""
+        entries = list(entries)
+        validate_tree(entries)
+        leaf_id = leaf_after(entries)
+        database.write(lambda conn: cls.store_new(conn, header, entries, leaf_id))
+        return cls.stored(database, header, leaf_id)
+
+    @staticmethod
+    def store_new(
+        conn: Any, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+    ) -> None:
+        """Insert a session's row and its first entries (inside the transaction of create)."""
+        raise NotImplementedError
+
+    @classmethod
+    def stored(cls, database: Any, header: SessionHeader, leaf_id: str | None) -> Self:
+        """The storage of a session just stored, whose leaf is ``leaf_id``."""
+        storage = cls(database, header.id, header)
+        storage._seen_leaf = leaf_id
+        return storage
+
+    @classmethod
+    def import_stream(cls, database: Any, stream: SessionStream) -> Self:
+        """Store an imported session in one transaction (a problem anywhere rolls it back)."""
+        raise NotImplementedError
+
+    def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
+        raise NotImplementedError
+
+    def append_entry(self, entry: SessionEntry) -> SessionEntry:
+        raise NotImplementedError
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self.database.read(self.sql(sql), params)
+
+    def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+        """An entry from its stored JSON, through the parse cache."""
+        entry = self._cache.get(entry_id)
+        if entry is None:
+            # The type column picks the class, so pydantic can parse the JSON text itself.
+            cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+            try:
+                entry = cls.model_validate_json(data)
+            except ValidationError as error:
+                where = f"session {self.session_id} entry {entry_id}"
+                detail = describe_validation_error(error, "", _loads_or_none(data))
+                raise SessionError("corrupt", f"{where}: {detail}") from None
+            self._cache.put(entry_id, entry, len(data))
+        return entry
+
+    def _entries(self, sql: str, params: dict[str, Any]) -> list[SessionEntry]:
+        rows = self._read(sql, params)
+        return [
+            self.parse_stored(entry_id, entry_type, data) for entry_id, entry_type, data in rows
+        ]
+
+    def _recount_row(self) -> None:
+        """Count the row's figures that need every entry (a row stored before it kept them)."""
+        raise NotImplementedError
+
+    # --- the storage protocol: reads ----------------------------------------------------------
+
+    def get_metadata(self) -> SessionHeader:
+        return self._header
+
+    def get_leaf_id(self) -> str | None:
+        rows = self._read("SELECT leaf FROM sessions WHERE id = :s", {"s": self.session_id})
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        self._seen_leaf = rows[0][0]
+        return self._seen_leaf
+
+    def leaf_for_append(self) -> str | None:
+        return self._seen_leaf
+
+    def create_entry_id(self) -> str:
+        # Not checked against the database: that check could be stale by the time of the
+        # append anyway. The append checks inside its transaction and raises "conflict", and
+        # Session then retries with a fresh id.
+        return new_entry_id(self._cache.__contains__)
+
+    def get_entry(self, entry_id: str) -> SessionEntry | None:
+        cached = self._cache.get(entry_id)
+        if cached is not None:
+            return cached
+        found = self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = :s AND id = :id",
+            {"s": self.session_id, "id": entry_id},
+        )
+        return found[0] if found else None
+
+    def find_entries(self, entry_type: str) -> list[SessionEntry]:
+        return self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = :s AND type = :t ORDER BY seq",
+            {"s": self.session_id, "t": entry_type},
+        )
+
+    def get_label(self, entry_id: str) -> str | None:
+        rows = self._read(
+            "SELECT label FROM labels WHERE session_id = :s AND target_id = :id",
+            {"s": self.session_id, "id": entry_id},
+        )
+        return rows[0][0] if rows else None
+
+    def get_session_name(self) -> str | None:
+        rows = self._read("SELECT name FROM sessions WHERE id = :s", {"s": self.session_id})
+        return rows[0][0] if rows else None
+
+    def get_branch(self, leaf_id: str | None) -> list[SessionEntry]:
+        if leaf_id is None:
+            return []
+        path = self._entries(BRANCH_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not path:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        return path
+
+    def get_context_path(self, leaf_id: str | None) -> list[SessionEntry]:
+        """The part of the branch its context is built from: the newest compaction, the
+        entries it keeps and everything after it, and before those only the newest entry that
+        sets each of model, thinking level and active tools. The rest is not even read."""
+        rows = self.context_rows(leaf_id)
+        found = self.stored_json([row[0] for row in rows])
+        return [self.parse_stored(row[0], row[1], found[row[0]]) for row in rows]
+
+    def context_rows(self, leaf_id: str | None) -> list[BranchRow]:
+        """The entries ``get_context_path`` returns, as (id, type, message role): only the
+        newest compaction on the branch is read (to find what it keeps)."""
+        rows = self._branch_outline(leaf_id)
+
+        def compaction_at(i: int) -> CompactionEntry:
+            entry = self.get_entry(rows[i][0])
+            assert isinstance(entry, CompactionEntry)
+            return entry
+
+        if not rows:
+            return []
+        ids, types, roles = zip(*rows, strict=True)
+        return [rows[i] for i in context_path_indices(ids, types, roles, compaction_at)]
+
+    def _branch_outline(self, leaf_id: str | None) -> list[BranchRow]:
+        """The branch ending at ``leaf_id``, root first, as (id, type, message role); the
+        caller must not change the list."""
+        if leaf_id is None:
+            return []
+        with self._branches_lock:
+            rows = self._branches.get(leaf_id)
+            if rows is not None:
+                self._branches.move_to_end(leaf_id)
+                return rows
+        rows = self._read(_BRANCH_OUTLINE_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        self._keep_branch(leaf_id, rows)
+        return rows
+
+    def _keep_branch(self, leaf_id: str, rows: list[BranchRow]) -> None:
+        if len(rows) > BRANCH_CACHE_ROWS:
+            return
+        with self._branches_lock:
+            self._branches[leaf_id] = rows
+            self._branches.move_to_end(leaf_id)
+            while len(self._branches) > BRANCH_CACHE_BRANCHES:
+                self._branches.popitem(last=False)
+
+    def _extend_branch(self, parent_id: str, row: BranchRow) -> None:
+        with self._branches_lock:
+            parent = self._branches.get(parent_id)
+        if parent is not None:
+            self._keep_branch(row[0], [*parent, row])
+
+    def get_path_to_root_or_compaction(self, leaf_id: str | None) -> list[SessionEntry]:
+        path = self.get_branch(leaf_id)
+        stop = compaction_stop()
+        for index in range(len(path) - 1, -1, -1):
+            if stop(path[index]):
+                return path[index:]
+        return path
+
+    def get_children(self, entry_id: str | None) -> list[SessionEntry]:
+        return self._entries(_children_sql(entry_id), {"s": self.session_id, "x": entry_id})
+
+    def get_entries(self, options: dict[str, Any] | None = None) -> list[SessionEntry]:
+        return self._entries(
+            "SELECT id, type, data FROM entries WHERE session_id = :s ORDER BY seq",
+            {"s": self.session_id},
+        )
+
+    def get_session_stats(self) -> SessionStats:
+        params = {"s": self.session_id}
+        rows = self._read(_STATS_SQL, params)
+        if rows and rows[0][0] is None:  # a session stored before the row kept these figures
+            self._recount_row()
+            rows = self._read(_STATS_SQL, params)
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        roles, *figures = rows[0]
+        stats = SessionStats(**dict(zip(_STATS_NAMES, figures, strict=True)))
+        # JSON text (SQLite) or already decoded (PostgreSQL's jsonb)
+        stats.messages_by_role = json.loads(roles) if isinstance(roles, str) else dict(roles)
+        return stats
+
+    # --- stored JSON, unparsed (StoredPages) ----------------------------------------------------
+
+    def branch_ids(self, leaf_id: str | None) -> list[str]:
+        return [row[0] for row in self._branch_outline(leaf_id)]
+
+    def stored_json(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._by_ids("data", ids)
+
+    def _by_ids(self, column: str, ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(ids), IDS_PER_QUERY):
+            chunk = ids[start : start + IDS_PER_QUERY]
+            params: dict[str, Any] = {f"i{k}": entry_id for k, entry_id in enumerate(chunk)}
+            params["s"] = self.session_id
+            marks = ", ".join(f":i{k}" for k in range(len(chunk)))
+            sql = f"SELECT id, {column} FROM entries WHERE session_id = :s AND id IN ({marks})"
+            found.update(self._read(sql, params))
+        return found
+
+    def entry_total(self) -> int:
+        # Every entry takes the next sequence number: positions are 0 .. next_seq - 1.
+        rows = self._read("SELECT next_seq FROM sessions WHERE id = :s", {"s": self.session_id})
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        return int(rows[0][0])
+
+    def stored_range(self, start: int, end: int) -> list[str]:
+        if end <= start:
+            return []
+        params = {"s": self.session_id, "start": start, "end": end, "count": end - start}
+        rows = self._read(self.RANGE_SQL, params)
+        if len(rows) != end - start:  # next_seq counts every row: this is damage
+            raise SessionError(
+                "corrupt",
+                f"session {self.session_id} has fewer entries than its row counts ({start + len(rows)}"
+                f" of {end} read)",
+            )
+        return [row[0] for row in rows]
+
+    def branch_outline(self, leaf_id: str) -> list[OutlineRow]:
+        rows = self._read(_BRANCH_PLACES_SQL, {"s": self.session_id, "leaf": leaf_id})
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        return rows
+
+    def children_outline(self, ids: Sequence[str]) -> dict[str, list[OutlineRow]]:
+        found: dict[str, list[OutlineRow]] = {entry_id: [] for entry_id in ids}
+        unique = list(found)
+        for start in range(0, len(unique), IDS_PER_QUERY):
+            chunk = unique[start : start + IDS_PER_QUERY]
+            params: dict[str, Any] = {f"i{k}": entry_id for k, entry_id in enumerate(chunk)}
+            params["s"] = self.session_id
+            marks = ", ".join(f":i{k}" for k in range(len(chunk)))
+            # Index searches only (see _children_sql), everything read in SQLite's tree index;
+            # the children below a leaf move find the move's parent with one lookup each.
+            rows = self._read(
+                "SELECT p, id, parent_id, type, timestamp FROM (SELECT parent_id AS p, id,"
+                f" parent_id, type, timestamp, {self.LOG_ORDER} AS o FROM entries"
+                f" WHERE session_id = :s AND parent_id IN ({marks}) AND type != 'leaf'"
+                " UNION ALL SELECT (SELECT m.parent_id FROM entries m WHERE m.session_id = :s"
+                f" AND m.id = e.parent_id), e.id, e.parent_id, e.type, e.timestamp, e.{self.LOG_ORDER}"
+                " FROM entries e WHERE e.session_id = :s AND e.type != 'leaf' AND e.parent_id"
+                f" IN (SELECT id FROM entries WHERE session_id = :s AND parent_id IN ({marks})"
+                " AND type = 'leaf')) children ORDER BY o",
+                params,
+            )
+            for parent, entry_id, parent_id, entry_type, timestamp in rows:
+                found[parent].append((entry_id, parent_id, entry_type, timestamp))
+        return found
+
+    def outline(self) -> list[OutlineRow]:
+        return self._read(
+            "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = :s"
+            f" ORDER BY {self.LOG_ORDER}",
+            {"s": self.session_id},
+        )
+
+    def labels(self) -> dict[str, str]:
+        rows = self._read(
+            "SELECT target_id, label FROM labels WHERE session_id = :s", {"s": self.session_id}
+        )
+        return dict(rows)
+
+    def close(self) -> None:
+        pass
