@@ -138,6 +138,44 @@ def test_the_tree_is_read_from_the_tree_index_also_in_an_older_database(
         repo.close()
 
 
+@pytest.mark.parametrize("moved", [False, True], ids=["at the leaf", "after a move"])
+def test_an_append_is_one_read_one_insert_one_update_all_index_searches(
+    tmp_path: Path, moved: bool
+) -> None:
+    # Each statement inside a durable append is a round through the driver while the write
+    # lock is held: the leaf, the id check, the parent and its children are one read, and the
+    # row's counters (messages by role too) one update.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        first = session.append_message(user("a"))
+        session.append_message(user("b"))
+        if moved:  # the new entry makes a branch point: the children count matters
+            session.move_to(first)
+        statements: list[str] = []
+        conn = repo.database.conn
+        conn.set_trace_callback(statements.append)
+        try:
+            session.append_message(user("c"))
+        finally:
+            conn.set_trace_callback(None)
+        kinds = [" ".join(sql.split()[:3]).upper() for sql in statements]
+        assert kinds[0] == "BEGIN IMMEDIATE" and kinds[-1] == "COMMIT", kinds
+        inner = statements[1:-1]
+        assert [sql.split()[0].upper() for sql in inner] == ["SELECT", "INSERT", "UPDATE"], inner
+        for sql in inner:
+            details = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            assert [d for d in details if d.startswith("SCAN")] in ([], ["SCAN children"]), sql
+            searches = [d for d in details if d.startswith("SEARCH")]
+            # a search on the session alone walks all of it, as a scan would
+            assert not [d for d in searches if d.endswith("(session_id=?)")], details
+        assert session.stats() == compute_stats(session.get_entries())
+        assert session.stats().branch_point_count == (1 if moved else 0)
+        assert session.stats().messages_by_role == {"user": 3}
+    finally:
+        repo.close()
+
+
 def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     plan = repo.database.conn.execute(

@@ -35,13 +35,21 @@ SELECT count(*) FROM (
 
 
 def tree_delta(
-    fetch_one: FetchOne, session_id: str, entry: SessionEntry, psycopg: bool = False
+    fetch_one: FetchOne,
+    session_id: str,
+    entry: SessionEntry,
+    psycopg: bool = False,
+    children: int | None = None,
 ) -> tuple[int, int]:
     """(leaves, branch points) that appending ``entry`` adds to its session's tree, asked of
     the database before it is inserted: a node hung below a leaf leaves the count of leaves as
-    it was; below a node with one child it makes a branch point."""
+    it was; below a node with one child it makes a branch point. ``children``, when the caller
+    read it already (``_TREE_CHILDREN`` of ``entry.parent_id``, a stored entry that is not a
+    leaf move), saves both queries."""
     if not is_tree_node(entry):
         return 0, 0
+    if children is not None and entry.parent_id is not None:
+        return _children_delta(children)
     step_up, tree_children = (
         (for_psycopg(_STEP_UP), for_psycopg(_TREE_CHILDREN))
         if psycopg
@@ -57,7 +65,10 @@ def tree_delta(
         parent = row[1]
     if parent is None:
         return 1, 0
-    children = fetch_one(tree_children, {"s": session_id, "p": parent})[0]
+    return _children_delta(fetch_one(tree_children, {"s": session_id, "p": parent})[0])
+
+
+def _children_delta(children: int) -> tuple[int, int]:
     return (0, 0) if children == 0 else (1, 1) if children == 1 else (1, 0)
 
 

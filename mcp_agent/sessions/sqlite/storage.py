@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
-from mcp_agent.sessions.row_sql import recount_sql, tree_delta
+from mcp_agent.sessions.row_sql import _TREE_CHILDREN, recount_sql, tree_delta
 from mcp_agent.sessions.sql.storage import SqlSessionStorage
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
@@ -58,8 +59,44 @@ _INSERT_ENTRY = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+# The opening read of an append: the session's leaf and next position, whether the new id is
+# taken, and the planned parent's type (None: no such entry) and its children in the tree
+# (for leaves and branch points, see row_sql.tree_delta; not counted below a leaf move).
+# One statement instead of four: each costs a round through the driver in the transaction.
+_OPEN_APPEND = f"""
+SELECT s.leaf, s.next_seq,
+  (SELECT 1 FROM entries WHERE session_id = :s AND id = :id),
+  p.type,
+  CASE WHEN p.type != 'leaf' THEN ({_TREE_CHILDREN}) END
+FROM sessions s LEFT JOIN entries p ON p.session_id = :s AND p.id = :p
+WHERE s.id = :s
+"""
+
+
+@functools.lru_cache(maxsize=8)
+def _apply_delta(roles: int) -> str:
+    """The row's update, adding to ``roles`` message roles (their counts by role, a JSON
+    object) in the same statement."""
+    if not roles:
+        return _APPLY_DELTA.format(roles="roles")
+    pairs = ", ".join(
+        f":role{i}, coalesce(json_extract(roles, :role{i}), 0) + :n{i}" for i in range(roles)
+    )
+    return _APPLY_DELTA.format(roles=f"json_set(roles, {pairs})")
+
+
+def _role_params(roles: dict[str, int]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    # Known roles only (message classes), so each makes a plain JSON path.
+    for i, (role, count) in enumerate(roles.items()):
+        params[f"role{i}"] = f'$."{role}"'
+        params[f"n{i}"] = count
+    return params
+
+
 _APPLY_DELTA = """
 UPDATE sessions SET
+  roles = {roles},
   leaf = :leaf,
   modified = :modified,
   next_seq = next_seq + :count,
@@ -93,8 +130,13 @@ def _recount(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute(_RECOUNT, {"s": session_id})
 
 
-def _tree_delta(conn: sqlite3.Connection, session_id: str, entry: SessionEntry) -> tuple[int, int]:
-    return tree_delta(lambda sql, params: conn.execute(sql, params).fetchone(), session_id, entry)
+def _tree_delta(
+    conn: sqlite3.Connection, session_id: str, entry: SessionEntry, children: int | None
+) -> tuple[int, int]:
+    def fetch_one(sql: str, params: dict[str, Any]) -> Any:
+        return conn.execute(sql, params).fetchone()
+
+    return tree_delta(fetch_one, session_id, entry, children=children)
 
 
 def _write_entries(
@@ -105,11 +147,13 @@ def _write_entries(
     leaf_id: str | None,
     totals: SessionStats | None = None,
     bulk: bool = False,
+    children: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """Insert ``entries`` and fold them into the session row (inside a transaction); returns
     the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
     the row, and is checked as a whole. ``bulk`` leaves the figures that need the tree to a
-    :func:`_recount` once all are stored; otherwise each entry's are added as it goes in."""
+    :func:`_recount` once all are stored; otherwise each entry's are added as it goes in.
+    ``children``: see :func:`tree_delta` (one entry only)."""
     delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
@@ -123,18 +167,12 @@ def _write_entries(
         conn.executemany(_INSERT_ENTRY, rows)
     else:
         for entry, row in zip(entries, rows, strict=True):
-            added_leaves, added_branch_points = _tree_delta(conn, session_id, entry)
+            added_leaves, added_branch_points = _tree_delta(conn, session_id, entry, children)
             leaves += added_leaves
             branch_points += added_branch_points
             conn.execute(_INSERT_ENTRY, row)
-    if not bulk:
-        # Known roles only (message classes), so each makes a plain JSON path.
-        for role, count in delta.counts.messages_by_role.items():
-            conn.execute(
-                "UPDATE sessions SET roles = json_set(roles, :path,"
-                " coalesce(json_extract(roles, :path), 0) + :n) WHERE id = :s",
-                {"path": f'$."{role}"', "n": count, "s": session_id},
-            )
+    # In bulk the recount counts the roles; otherwise the row's update adds them.
+    roles = {} if bulk else delta.counts.messages_by_role
     labels = {}
     for entry in entries:
         if isinstance(entry, LabelEntry):
@@ -151,8 +189,9 @@ def _write_entries(
                 (session_id, target_id),
             )
     conn.execute(
-        _APPLY_DELTA,
+        _apply_delta(len(roles)),
         {
+            **_role_params(roles),
             "id": session_id,
             "leaf": leaf_id,
             "modified": write_time(),
@@ -349,17 +388,13 @@ class SqliteSessionStorage(SqlSessionStorage):
 
         def work(conn: sqlite3.Connection) -> tuple[SessionEntry, int]:
             row = conn.execute(
-                "SELECT leaf, next_seq,"
-                " (SELECT 1 FROM entries WHERE session_id = :s AND id = :id),"
-                " (SELECT 1 FROM entries WHERE session_id = :s AND id = :parent)"
-                " FROM sessions WHERE id = :s",
-                {"s": self.session_id, "id": entry.id, "parent": entry.parent_id},
+                _OPEN_APPEND, {"s": self.session_id, "id": entry.id, "p": entry.parent_id}
             ).fetchone()
             if row is None:
                 raise SessionError("not_found", f"session {self.session_id} was deleted")
             if self.database.session_guard is not None:
                 self.database.session_guard(conn, self.session_id)
-            leaf, seq, id_taken, parent_found = row
+            leaf, seq, id_taken, parent_type, children = row
             if id_taken:
                 raise SessionError("conflict", f"entry id {entry.id} is already taken")
             stored = entry
@@ -367,12 +402,13 @@ class SqliteSessionStorage(SqlSessionStorage):
                 # Built on the leaf we last saw, but another connection has appended or moved
                 # the leaf since: keep the conversation linear on the leaf as it is now.
                 stored = entry.model_copy(update={"parent_id": leaf})
-            elif entry.parent_id is not None and not parent_found:
+                children = None  # counted for another parent
+            elif entry.parent_id is not None and parent_type is None:
                 raise SessionError(
                     "invalid_entry", f"entry {entry.id}: parent {entry.parent_id} not found"
                 )
             new_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
-            rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
+            rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf, children=children)
             return stored, len(rows[0][7])
 
         stored, json_chars = self.database.write(work)
