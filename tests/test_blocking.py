@@ -1,0 +1,127 @@
+"""The worker threads that keep database work off the event loop (mcp_agent.blocking)."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import anyio
+import pytest
+
+from mcp_agent.blocking import WorkerThreads
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = contextvars.ContextVar[str]("request", default="none")
+
+
+def pool_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "mcp-agent-db"]
+
+
+async def test_results_errors_and_context_reach_the_caller() -> None:
+    offload = WorkerThreads(2)
+    try:
+        REQUEST.set("r1")
+        assert await offload(lambda: (REQUEST.get(), threading.current_thread().name)) == (
+            "r1",
+            "mcp-agent-db",
+        )
+
+        def fail() -> None:
+            raise KeyError("gone")
+
+        with pytest.raises(KeyError, match="gone"):
+            await offload(fail)
+
+        def stop() -> None:
+            raise StopIteration
+
+        with pytest.raises(RuntimeError, match="StopIteration"):
+            await offload(stop)
+    finally:
+        offload.close()
+
+
+async def test_at_most_limit_run_at_once_and_every_piece_runs() -> None:
+    limit, pieces = 3, 40
+    offload = WorkerThreads(limit)
+    lock = threading.Lock()
+    running, most, done = 0, 0, []
+
+    def work(n: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        threading.Event().wait(0.002)  # a short blocking call (a query)
+        with lock:
+            running -= 1
+        return n
+
+    async def call(n: int) -> None:
+        done.append(await offload(lambda: work(n)))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(pieces):
+                group.start_soon(call, n)
+        assert sorted(done) == list(range(pieces))
+        assert most == limit  # the calls overlapped, up to the bound and never past it
+        assert len(pool_threads()) <= limit
+    finally:
+        offload.close()
+
+
+async def test_a_cancelled_caller_waits_for_its_work() -> None:
+    offload = WorkerThreads(1)
+    release = threading.Event()
+    events: list[str] = []
+
+    def work() -> None:
+        release.wait(10)
+        events.append("work done")
+
+    scope = anyio.CancelScope()
+
+    async def caller() -> None:
+        with scope:
+            try:
+                await offload(work)
+            finally:
+                events.append("caller left")
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(caller)
+            await anyio.sleep(0.05)
+            scope.cancel()
+            await anyio.sleep(0.05)
+            assert events == []  # still waiting for the work, cancelled or not
+            release.set()
+        assert events == ["work done", "caller left"]
+    finally:
+        release.set()
+        offload.close()
+
+
+async def test_close_ends_the_threads_after_queued_work() -> None:
+    before = len(pool_threads())
+    offload = WorkerThreads(2)
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(offload, lambda: threading.Event().wait(0.01))
+    assert len(pool_threads()) > before
+    offload.close()
+    for _ in range(200):
+        if len(pool_threads()) == before:
+            break
+        await anyio.sleep(0.01)
+    assert len(pool_threads()) == before
+    with pytest.raises(RuntimeError, match="closed"):
+        await offload(lambda: None)
+
+
+def test_a_pool_has_a_thread_at_least() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        WorkerThreads(0)
