@@ -2,13 +2,7 @@
 
 An ``Offload`` runs a plain function somewhere it may block and awaits its result. The server
 passes worker threads with a bound on how many run at once, so a slow query delays only the
-request that asked for it; a library user who calls from sync code can run it inline.
-
-The server's worker threads are a small pool of ours rather than ``anyio.to_thread.run_sync``:
-every session read and write takes this hop, and anyio's costs about twice as much CPU (two
-checkpoints, a capacity limiter and a cancel scope per call: about 165 against 80 µs measured),
-which shows most when the cores are busy.
-"""
+request that asked for it; a library user who calls from sync code can run it inline."""
 
 from __future__ import annotations
 
@@ -24,9 +18,6 @@ import anyio.to_thread
 
 T = TypeVar("T")
 
-# A worker thread idle this long ends (a busy server keeps its threads, an idle one frees them).
-IDLE_SECONDS = 10.0
-
 
 class Offload(Protocol):
     async def __call__(self, work: Callable[[], T], /) -> T: ...
@@ -37,113 +28,121 @@ async def inline(work: Callable[[], T], /) -> T:
     return work()
 
 
-# One piece of work: the loop to answer on, the future that waits there, the work, its context.
-_Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any], contextvars.Context]
-
-
 class WorkerThreads:
-    """Runs each piece of work on a worker thread, at most ``limit`` at once; the rest wait
-    their turn in a queue without holding the event loop. Threads start as work needs them and
-    end after ``idle_seconds`` without any.
+    """Runs each piece of work on one of at most ``limit`` worker threads, which all take work
+    from one queue; the rest wait their turn without holding the event loop.
 
-    Like anyio's ``run_sync``, a caller cancelled meanwhile waits for its work to finish (a
-    thread cannot be interrupted), then is cancelled: what it holds around the work (a
-    session's write slot) is not let go while the work still runs."""
+    Why not ``anyio.to_thread.run_sync``: it hands each call to an idle thread of its own, so
+    every call wakes a sleeping thread and then the loop (about 80 µs of CPU a call, measured,
+    while our reads cost well under a millisecond). Here a thread that finishes a piece of work
+    takes the next one without sleeping, and uvloop folds the wake-ups of results that arrive
+    together into one: under load most calls wake nobody. The queue holds one item per
+    awaiting caller, so the requests and runs in flight bound it.
 
-    def __init__(self, limit: int, idle_seconds: float = IDLE_SECONDS) -> None:
+    As with anyio's, a waiting caller is not cancelled until its work is done (the work cannot
+    be stopped, and a write must not go on after its caller has been told it ended). On an
+    event loop that is not asyncio's, work goes through anyio's worker threads.
+    """
+
+    def __init__(self, limit: int) -> None:
         if limit < 1:
-            raise ValueError(f"limit must be at least 1, not {limit}")
+            raise ValueError(f"a worker pool needs at least 1 thread, not {limit}")
         self.limit = limit
-        self.idle_seconds = idle_seconds
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._limiter: anyio.CapacityLimiter | None = None  # for a loop other than asyncio's
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # Counters only (never held while waiting): threads started, idle and queued items.
         self._lock = threading.Lock()
-        # Guarded by _lock: threads alive, those of them not running work, work not yet taken.
         self._threads = 0
         self._idle = 0
-        self._pending = 0
-        self._limiter: anyio.CapacityLimiter | None = None
-
-    def threads(self) -> int:
-        """Worker threads alive now."""
-        with self._lock:
-            return self._threads
+        self._queued = 0
+        self._closed = False
 
     async def __call__(self, work: Callable[[], T], /) -> T:
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (anyio on trio): anyio's threads, the same bound
+        except RuntimeError:
             if self._limiter is None:
                 self._limiter = anyio.CapacityLimiter(self.limit)
             return await anyio.to_thread.run_sync(work, limiter=self._limiter)
-        done: asyncio.Future[T] = loop.create_future()
-        self._submit((loop, done, work, contextvars.copy_context()))
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            if not done.done():
-                with anyio.CancelScope(shield=True):
-                    await asyncio.wait([done])
-            if not done.cancelled():
-                done.exception()  # the caller is gone: its error goes nowhere
-            raise
-
-    def _submit(self, job: _Job) -> None:
+        if self._closed:
+            raise RuntimeError("the worker threads are closed")
+        future: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._pending += 1
-            start = self._pending > self._idle and self._threads < self.limit
+            self._queued += 1
+            start = self._idle < self._queued and self._threads < self.limit
             if start:
                 self._threads += 1
-                self._idle += 1
+        self._queue.put(_Job(work, contextvars.copy_context(), loop, future))
         if start:
-            try:
-                threading.Thread(target=self._work, name="mcp-agent worker", daemon=True).start()
-            except BaseException:
-                with self._lock:
-                    self._threads -= 1
-                    self._idle -= 1
-                    self._pending -= 1
-                raise
-        self._jobs.put(job)
+            threading.Thread(target=self._serve, name="mcp-agent-db", daemon=True).start()
+        with anyio.CancelScope(shield=True):
+            result = await future
+        return result
 
-    def _work(self) -> None:
+    def _serve(self) -> None:
         while True:
-            try:
-                loop, done, work, context = self._jobs.get(timeout=self.idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    if self._pending < self._idle:  # the others left idle cover what waits
-                        self._idle -= 1
-                        self._threads -= 1
-                        return
-                continue
-            with self._lock:
-                self._pending -= 1
-                self._idle -= 1
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = context.run(work)
-            except BaseException as caught:
-                error = caught
             with self._lock:
                 self._idle += 1
-            try:
-                loop.call_soon_threadsafe(_deliver, done, result, error)
-            except RuntimeError:  # the loop has closed: nobody waits for this answer
-                pass
-            del loop, done, work, context, result, error  # hold nothing while idle
+            job = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+                if job is None:
+                    self._threads -= 1
+                    return
+                self._queued -= 1
+            job.run()
+
+    def close(self) -> None:
+        """Let every thread end once the work queued before this is done."""
+        with self._lock:
+            self._closed = True
+            threads = self._threads
+        for _ in range(threads):
+            self._queue.put(None)
 
 
-def _deliver(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if done.done():
+class _Job:
+    __slots__ = ("context", "future", "loop", "work")
+
+    def __init__(
+        self,
+        work: Callable[[], Any],
+        context: contextvars.Context,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.work = work
+        self.context = context
+        self.loop = loop
+        self.future = future
+
+    def run(self) -> None:
+        try:
+            result = self.context.run(self.work)
+        except BaseException as error:  # handed to the caller, whatever it is
+            self._deliver(None, error)
+        else:
+            self._deliver(result, None)
+
+    def _deliver(self, result: Any, error: BaseException | None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+        except RuntimeError:  # the loop is closed: no one is waiting any more
+            pass
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled by a plain asyncio cancel, outside anyio's shield
         return
-    if error is None:
-        done.set_result(result)
+    if isinstance(error, StopIteration):  # a future refuses it (it would end a generator)
+        error = RuntimeError(f"offloaded work raised StopIteration: {error}")
+    if error is not None:
+        future.set_exception(error)
     else:
-        done.set_exception(error)
+        future.set_result(result)
 
 
-def worker_threads(limit: int) -> Offload:
+def worker_threads(limit: int) -> WorkerThreads:
     """Run each piece of work on a worker thread, at most ``limit`` at once (see
-    :class:`WorkerThreads`)."""
+    ``WorkerThreads``); close it when done."""
     return WorkerThreads(limit)

@@ -106,10 +106,10 @@ async def open_app(
     agents = load_agents(manifests)
     servers = load_servers(manifests)
     repo, leases, board = open_store(settings)
+    offload = worker_threads(settings.db_threads)
     try:
         try:
             async with anyio.create_task_group() as group:
-                offload = worker_threads(settings.db_threads)
                 limits = RunLimits(
                     settings.max_runs,
                     settings.max_runs_per_client,
@@ -127,6 +127,7 @@ async def open_app(
                         await runs.close()
                 group.cancel_scope.cancel()
         finally:
+            offload.close()
             leases.close()
     finally:
         repo.close()

