@@ -11,7 +11,7 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
@@ -383,14 +383,19 @@ class SqlSessionStorage:
 
     def _by_ids(self, column: str, ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
+        for marks, params in self._id_chunks(ids):
+            sql = f"SELECT id, {column} FROM entries WHERE session_id = :s AND id IN ({marks})"
+            found.update(self._read(sql, params))
+        return found
+
+    def _id_chunks(self, ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``ids`` in chunks of ``IDS_PER_QUERY``, each as the marks of an ``IN (…)`` list and
+        its parameters (the session as ``:s``)."""
         for start in range(0, len(ids), IDS_PER_QUERY):
             chunk = ids[start : start + IDS_PER_QUERY]
             params: dict[str, Any] = {f"i{k}": entry_id for k, entry_id in enumerate(chunk)}
             params["s"] = self.session_id
-            marks = ", ".join(f":i{k}" for k in range(len(chunk)))
-            sql = f"SELECT id, {column} FROM entries WHERE session_id = :s AND id IN ({marks})"
-            found.update(self._read(sql, params))
-        return found
+            yield ", ".join(f":i{k}" for k in range(len(chunk))), params
 
     def entry_total(self) -> int:
         # Every entry takes the next sequence number: positions are 0 .. next_seq - 1.
@@ -420,12 +425,7 @@ class SqlSessionStorage:
 
     def children_outline(self, ids: Sequence[str]) -> dict[str, list[OutlineRow]]:
         found: dict[str, list[OutlineRow]] = {entry_id: [] for entry_id in ids}
-        unique = list(found)
-        for start in range(0, len(unique), IDS_PER_QUERY):
-            chunk = unique[start : start + IDS_PER_QUERY]
-            params: dict[str, Any] = {f"i{k}": entry_id for k, entry_id in enumerate(chunk)}
-            params["s"] = self.session_id
-            marks = ", ".join(f":i{k}" for k in range(len(chunk)))
+        for marks, params in self._id_chunks(list(found)):
             # Index searches only (see _children_sql), everything read in SQLite's tree index;
             # the children below a leaf move find the move's parent with one lookup each.
             rows = self._read(
