@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ContentBlock, TextContent
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import from_json, to_json
 
+from mcp_agent.server import spliced
 from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS
 
 
@@ -22,17 +23,25 @@ class Wire(BaseModel):
     )
 
 
-def compact_result(answer: Wire, **lists: list[str]) -> CallToolResult:
+def compact_result(answer: Wire, splice: bool = False, **lists: list[str]) -> CallToolResult:
     """``answer`` as a tool result, with its long ``lists`` (entries, messages, nodes) given
     as the JSON text of each item, put in as they are and parsed once for the structured
     content. The text block is the same compact JSON when it fits in ``TEXT_CHARS``, else
-    what ``shortened`` keeps of it."""
+    what ``shortened`` keeps of it.
+
+    With ``splice`` (the request came over a splicing transport: ``spliced.wanted``) the
+    structured content is not parsed: it goes to the transport as this text, and the result
+    carries the answer's other fields (with the lists empty) for the SDK's check."""
     head = answer.model_dump_json(exclude=set(lists))
     whole = _joined(head, lists)
     text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole))
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=from_json(whole)
-    )
+    content: list[ContentBlock] = [TextContent(type="text", text=text)]
+    if splice and spliced.usable(whole):
+        fields = from_json(head) | {to_camel(name): [] for name in lists}
+        return CallToolResult(
+            content=content, structured_content=fields, _meta={spliced.KEY: whole}
+        )
+    return CallToolResult(content=content, structured_content=from_json(whole))
 
 
 def _joined(head: str, lists: dict[str, list[str]]) -> str:

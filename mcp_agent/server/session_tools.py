@@ -14,6 +14,7 @@ from mcp.types import ToolAnnotations
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from mcp_agent.server import spliced
 from mcp_agent.server.entry_inputs import EntryInput
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import (
@@ -80,7 +81,12 @@ def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
 
 
 def outline_view(
-    session: Session, info: SessionInfo, entry_id: str | None, cursor: str | None, most: int | None
+    session: Session,
+    info: SessionInfo,
+    entry_id: str | None,
+    cursor: str | None,
+    most: int | None,
+    splice: bool = False,
 ) -> CallToolResult:
     rows = outline_rows(session, entry_id)
     page = newest_page(rows, cursor, most, json_size)
@@ -92,7 +98,8 @@ def outline_view(
         truncated=page.truncated,
         next_cursor=page.next_cursor,
     )
-    return compact_result(answer, outline=[compact(row) for row in rows[page.start : page.end]])
+    outline = [compact(row) for row in rows[page.start : page.end]]
+    return compact_result(answer, splice, outline=outline)
 
 
 def parse_metadata(text: str) -> dict[str, Any] | None:
@@ -192,12 +199,13 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         shown = view or "branch"
         most = check_limit(limit)
+        splice = spliced.wanted(ctx)
 
         def read() -> CallToolResult:
             session = state.repo.open(session_id)
             info = describe_session(state.repo, session)
             if shown == "outline":
-                return outline_view(session, info, entry_id, cursor, most)
+                return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":
                 raise ToolError("entry_id applies to the views branch and outline only")
             if shown == "tree":
@@ -213,7 +221,8 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
-            return compact_result(answer, **{"nodes" if shown == "tree" else "entries": items})
+            lists = {"nodes" if shown == "tree" else "entries": items}
+            return compact_result(answer, splice, **lists)
 
         with tool_errors():
             return await state.offload(read)
@@ -348,6 +357,7 @@ def register(server: MCPServer) -> None:
         thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
         most = check_limit(limit)
+        splice = spliced.wanted(ctx)
 
         def read() -> CallToolResult:
             found = context_page(state.repo.open(session_id), cursor, most)
@@ -362,7 +372,7 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
-            return compact_result(answer, messages=found.messages)
+            return compact_result(answer, splice, messages=found.messages)
 
         with tool_errors():
             return await state.offload(read)

@@ -25,6 +25,8 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
+from mcp_agent.server.spliced import SplicingStream, splicing
+
 if sys.platform != "win32":
     import fcntl
 
@@ -172,6 +174,8 @@ def claim_wire() -> tuple[int, int, Callable[[], None]] | None:
     except OSError:
         release()
         return None
+    with suppress(OSError, AttributeError):
+        fcntl.fcntl(wire_out, fcntl.F_SETPIPE_SZ, 1 << 20)
     return wire_in, wire_out, release
 
 
@@ -196,7 +200,12 @@ async def run_stdio(server: MCPServer) -> None:
     """``server.run_stdio_async()``, on the event-loop stdio transport."""
     lowlevel = server._lowlevel_server
     try:
-        async with event_loop_stdio() as (read_stream, write_stream):
-            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        with splicing(server):
+            async with event_loop_stdio() as (read_stream, write_stream):
+                await lowlevel.run(
+                    read_stream,
+                    SplicingStream(write_stream),
+                    lowlevel.create_initialization_options(),
+                )
     except* ClientGone:
         log.info("the client closed the pipe; stopping")
