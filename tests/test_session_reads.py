@@ -14,6 +14,7 @@ from mcp import Client
 from mcp_support import call, make_server
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
+from mcp_agent.server import session_reads
 from mcp_agent.server.paging import ANSWER_BYTES
 from mcp_agent.server.session_reads import (
     context_page,
@@ -25,6 +26,7 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.sessions import Session, SqliteSessionRepo
 from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 
 
 def answer(text: str) -> AssistantMessage:
@@ -137,6 +139,38 @@ def test_context_pages_match_the_built_context(
     assert [json.loads(m) for m in found.messages] == built.to_json_dict()["messages"]
     assert (found.context.model, found.context.thinking_level) == (built.model, "high")
     assert found.context.active_tool_names == built.active_tool_names == ["read", "write"]
+
+
+def test_a_whole_context_read_again_is_not_read_from_storage_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    real = SqliteSessionStorage.stored_messages
+
+    def counted(self: SqliteSessionStorage, ids: Any) -> dict[str, str]:
+        reads.append(len(ids))
+        return real(self, ids)
+
+    monkeypatch.setattr(SqliteSessionStorage, "stored_messages", counted)
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        session = repo.create()
+        busy_session(session, compacted=True)
+        for n in range(10):
+            session.append_message(UserMessage(content=f"more {n}"))
+        first = context_page(session, None, None).messages
+        assert reads and context_page(session, None, None).messages == first
+        assert context_page(session, None, 3).messages == first[-3:]  # a page reads its own
+        assert len(reads) == 2 and reads[1] == 3
+        session.append_message(UserMessage(content="one more"))  # a new leaf: read anew
+        again = context_page(session, None, None).messages
+        assert again[:-1] == first and json.loads(again[-1])["content"] == "one more"
+        assert len(reads) == 3
+        # A context longer than what is kept is read each time.
+        monkeypatch.setattr(session_reads, "CONTEXT_CHARS_KEPT", 100)
+        session.append_message(UserMessage(content="and another"))
+        for _ in range(2):
+            assert context_page(session, None, None).messages[:-1] == again
+        assert len(reads) == 5
 
 
 def _context(session: Session, cursor: str | None, limit: int | None) -> Any:

@@ -191,7 +191,12 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
             found.update(storage.stored_messages([i for i in wanted if isinstance(i, str)]))
         return [compact(item) if isinstance(item, dict) else _found(found, item) for item in wanted]
 
-    messages, page = sized_page(len(items), load, cursor, limit)
+    def load_kept(start: int, end: int) -> list[str]:
+        if storage is None or session.leaf_id is None or (start, end) != (0, len(items)):
+            return load(start, end)
+        return _context_texts.get(storage, session.leaf_id, lambda: load(start, end))
+
+    messages, page = sized_page(len(items), load_kept, cursor, limit)
     return ContextPage(messages, page, context)
 
 
@@ -250,6 +255,15 @@ def _stored_context(
         return stored_context(rows, lambda i: _entry(storage, rows[i][0]))
 
     return _contexts.get(storage, leaf_id, work)
+
+
+# The messages of the last whole contexts read of each open session, as their JSON texts: a
+# client reading the whole context again (resuming) is not served by reading every one of its
+# rows again. A context's messages never change: the key is its leaf.
+CONTEXT_CHARS_KEPT = 4_000_000
+_context_texts: KeptPerSession[str, list[str]] = KeptPerSession(
+    2, lambda texts: sum(map(len, texts)) > CONTEXT_CHARS_KEPT
+)
 
 
 # The last few outlines of each open session, so that reading one page after another (the
