@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from mcp_agent.sessions.entries import SessionEntry, is_tree_node
+from mcp_agent.sessions.entries import LabelEntry, SessionEntry, is_tree_node, write_time
+from mcp_agent.sessions.storage import RowDelta
 
 # Runs a query with named parameters and returns its first row (None when there is none).
 FetchOne = Callable[[str, dict[str, Any]], Any]
@@ -101,3 +102,49 @@ UPDATE sessions SET
     ORDER BY seq DESC LIMIT 1)
 WHERE id = :s
 """
+
+
+def row_update(
+    delta: RowDelta,
+    session_id: str,
+    leaf_id: str | None,
+    count: int,
+    leaves: int,
+    branch_points: int,
+    text: Callable[[str | None], str | None] = lambda value: value,
+) -> dict[str, Any]:
+    """The parameters of a sessions row's update after ``count`` entries (``delta``) went in:
+    the same names in both databases' update statements. ``text`` makes the user's text fit
+    the database (PostgreSQL text holds no NUL)."""
+    counts = delta.counts
+    return {
+        "id": session_id,
+        "leaf": leaf_id,
+        "modified": write_time(),
+        "count": count,
+        "entries": counts.entry_count,
+        "messages": counts.message_count,
+        "tool_calls": counts.tool_call_count,
+        "input": counts.input_tokens,
+        "output": counts.output_tokens,
+        "cache_read": counts.cache_read_tokens,
+        "cache_write": counts.cache_write_tokens,
+        "total": counts.total_tokens,
+        "cost": counts.cost_total,
+        "leaves": leaves,
+        "branch_points": branch_points,
+        "first_timestamp": counts.first_timestamp,
+        "last_timestamp": counts.last_timestamp,
+        "first_user_message": text(delta.first_user_message),
+        "renames": delta.name is not None,
+        "name": text(delta.name[0]) if delta.name is not None else None,
+    }
+
+
+def label_changes(entries: Sequence[SessionEntry]) -> dict[str, str | None]:
+    """The label each target ends with after ``entries`` (None: the label is removed)."""
+    labels: dict[str, str | None] = {}
+    for entry in entries:
+        if isinstance(entry, LabelEntry):
+            labels[entry.target_id] = entry.label or None
+    return labels

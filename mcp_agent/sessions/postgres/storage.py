@@ -9,7 +9,6 @@ from typing import Any
 import psycopg
 
 from mcp_agent.sessions.entries import (
-    LabelEntry,
     LeafEntry,
     MessageEntry,
     SessionEntry,
@@ -24,7 +23,13 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.postgres.database import PostgresDatabase
-from mcp_agent.sessions.row_sql import for_psycopg, recount_sql, tree_delta
+from mcp_agent.sessions.row_sql import (
+    for_psycopg,
+    label_changes,
+    recount_sql,
+    row_update,
+    tree_delta,
+)
 from mcp_agent.sessions.sql.storage import SqlSessionStorage
 from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
 from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
@@ -129,11 +134,7 @@ def _write_entries(
                 cursor.execute(_INSERT_ENTRY, row)
             for role, count in delta.counts.messages_by_role.items():
                 cursor.execute(_ADD_ROLE, {"role": role, "n": count, "s": session_id})
-    labels: dict[str, str | None] = {}
-    for entry in entries:
-        if isinstance(entry, LabelEntry):
-            labels[entry.target_id] = entry.label or None
-    for target_id, label in labels.items():
+    for target_id, label in label_changes(entries).items():
         if label:
             conn.execute(
                 "INSERT INTO labels (session_id, target_id, label) VALUES (%s, %s, %s)"
@@ -145,32 +146,8 @@ def _write_entries(
                 "DELETE FROM labels WHERE session_id = %s AND target_id = %s",
                 (session_id, target_id),
             )
-    counts = delta.counts
-    conn.execute(
-        _APPLY_DELTA,
-        {
-            "id": session_id,
-            "leaf": leaf_id,
-            "modified": write_time(),
-            "count": len(entries),
-            "entries": counts.entry_count,
-            "messages": counts.message_count,
-            "tool_calls": counts.tool_call_count,
-            "input": counts.input_tokens,
-            "output": counts.output_tokens,
-            "cache_read": counts.cache_read_tokens,
-            "cache_write": counts.cache_write_tokens,
-            "total": counts.total_tokens,
-            "cost": counts.cost_total,
-            "leaves": leaves,
-            "branch_points": branch_points,
-            "first_timestamp": counts.first_timestamp,
-            "last_timestamp": counts.last_timestamp,
-            "first_user_message": _no_nul(delta.first_user_message),
-            "renames": delta.name is not None,
-            "name": _no_nul(delta.name[0]) if delta.name is not None else None,
-        },
-    )
+    update = row_update(delta, session_id, leaf_id, len(entries), leaves, branch_points, _no_nul)
+    conn.execute(_APPLY_DELTA, update)
     return rows
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from mcp_agent.sessions.entries import (
-    LabelEntry,
     LeafEntry,
     MessageEntry,
     SessionEntry,
@@ -23,7 +22,13 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
-from mcp_agent.sessions.row_sql import _TREE_CHILDREN, recount_sql, tree_delta
+from mcp_agent.sessions.row_sql import (
+    _TREE_CHILDREN,
+    label_changes,
+    recount_sql,
+    row_update,
+    tree_delta,
+)
 from mcp_agent.sessions.sql.storage import SqlSessionStorage
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
@@ -173,11 +178,7 @@ def _write_entries(
             conn.execute(_INSERT_ENTRY, row)
     # In bulk the recount counts the roles; otherwise the row's update adds them.
     roles = {} if bulk else delta.counts.messages_by_role
-    labels = {}
-    for entry in entries:
-        if isinstance(entry, LabelEntry):
-            labels[entry.target_id] = entry.label or None
-    for target_id, label in labels.items():
+    for target_id, label in label_changes(entries).items():
         if label:
             conn.execute(
                 "INSERT OR REPLACE INTO labels (session_id, target_id, label) VALUES (?, ?, ?)",
@@ -188,32 +189,8 @@ def _write_entries(
                 "DELETE FROM labels WHERE session_id = ? AND target_id = ?",
                 (session_id, target_id),
             )
-    conn.execute(
-        _apply_delta(len(roles)),
-        {
-            **_role_params(roles),
-            "id": session_id,
-            "leaf": leaf_id,
-            "modified": write_time(),
-            "count": len(entries),
-            "entries": delta.counts.entry_count,
-            "messages": delta.counts.message_count,
-            "tool_calls": delta.counts.tool_call_count,
-            "input": delta.counts.input_tokens,
-            "output": delta.counts.output_tokens,
-            "cache_read": delta.counts.cache_read_tokens,
-            "cache_write": delta.counts.cache_write_tokens,
-            "total": delta.counts.total_tokens,
-            "cost": delta.counts.cost_total,
-            "leaves": leaves,
-            "branch_points": branch_points,
-            "first_timestamp": delta.counts.first_timestamp,
-            "last_timestamp": delta.counts.last_timestamp,
-            "first_user_message": delta.first_user_message,
-            "renames": delta.name is not None,
-            "name": delta.name[0] if delta.name is not None else None,
-        },
-    )
+    params = row_update(delta, session_id, leaf_id, len(entries), leaves, branch_points)
+    conn.execute(_apply_delta(len(roles)), {**_role_params(roles), **params})
     return rows
 
 
