@@ -62,6 +62,37 @@ async def test_every_tool_converts_to_openai_strict_mode_unchanged(server: MCPSe
         OpenAIJsonSchemaTransformer(copy.deepcopy(schema), strict=True).walk()
 
 
+async def test_schemas_carry_no_titles_and_say_nullable_in_one_type(server: MCPServer) -> None:
+    def keywords(node: Any) -> Iterator[tuple[str, Any]]:
+        # Schema keywords only: a property named "title" is a name, not a keyword.
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "properties":
+                    for inner in value.values():
+                        yield from keywords(inner)
+                else:
+                    yield key, value
+                    yield from keywords(value)
+        elif isinstance(node, list):
+            for inner in node:
+                yield from keywords(inner)
+
+    outputs = 0
+    for tool in await tools_of(server):
+        for schema in (tool.input_schema, tool.output_schema):
+            assert not [v for k, v in keywords(schema) if k == "title" and isinstance(v, str)]
+        if tool.output_schema is None:
+            continue
+        outputs += 1
+        for key, value in keywords(tool.output_schema):
+            if key == "anyOf":  # what is left is not a simple type or null
+                simple = [v for v in value if set(v) <= {"type", "items", "description"}]
+                assert not (len(value) == 2 and {"type": "null"} in value and len(simple) == 2)
+    assert outputs >= 15
+    shape = next(t for t in await tools_of(server) if t.name == "session_context").output_schema
+    assert shape is not None and shape["properties"]["nextCursor"]["type"] == ["string", "null"]
+
+
 async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
     server: MCPServer,
 ) -> None:

@@ -37,6 +37,7 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` in strict form (a copy); see the module's docstring."""
     result = _inline_definitions(copy.deepcopy(schema))
     for node in schema_nodes(result):
+        _drop_title(node)
         if "oneOf" in node:
             node["anyOf"] = node.pop("oneOf")
         node.pop("discriminator", None)
@@ -56,6 +57,33 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"an open object cannot be made strict: {json.dumps(node)[:200]}")
             node["additionalProperties"] = False
     return result
+
+
+def lean_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (a tool's output schema) without what costs a client's check and a model's
+    reading and says nothing: pydantic's titles (the property's own name, capitalised), and
+    ``anyOf`` a simple type or null where ``type: [it, "null"]`` says the same (a copy)."""
+    result = copy.deepcopy(schema)
+    for node in schema_nodes(result):
+        _drop_title(node)
+        variants = node.get("anyOf")
+        if not (isinstance(variants, list) and len(variants) == 2 and _NULL in variants):
+            continue
+        other = variants[1 - variants.index(_NULL)]
+        if isinstance(other.get("type"), str) and set(other) <= _SIMPLE_KEYWORDS:
+            del node["anyOf"]
+            node.update(other, type=[other["type"], "null"])
+    return result
+
+
+_NULL = {"type": "null"}
+_SIMPLE_KEYWORDS = {"type", "items", "additionalProperties", "description"}
+
+
+def _drop_title(node: dict[str, Any]) -> None:
+    # A string: the keyword; a property named "title" maps to its schema.
+    if isinstance(node.get("title"), str):
+        del node["title"]
 
 
 def schema_nodes(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -144,10 +172,12 @@ class SessionsServer(MCPServer):
         return schema if known[1] else None
 
     def make_tools_strict(self) -> None:
-        """Rewrite every registered tool's advertised input schema in strict form; call it
-        once all tools are registered."""
+        """Rewrite every registered tool's advertised input schema in strict form, and its
+        output schema lean; call it once all tools are registered."""
         for tool in self._tool_manager.list_tools():
             tool.parameters = strict_schema(tool.parameters)
+            if tool.fn_metadata.output_schema is not None:
+                tool.fn_metadata.output_schema = lean_output_schema(tool.fn_metadata.output_schema)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
