@@ -63,10 +63,19 @@ def test_a_response_is_written_with_its_structured_content_in_place() -> None:
     assert whole in line  # as it was: 2^53 + 1 and the escapes untouched
     # Only the splice's own key is taken out of _meta; a result of nothing else still works.
     alone = SessionMessage(
-        JSONRPCResponse(jsonrpc="2.0", id="x", result={"_meta": {spliced.KEY: "[]"}})
+        JSONRPCResponse(
+            jsonrpc="2.0", id="x", result={"structuredContent": {}, "_meta": {spliced.KEY: "[]"}}
+        )
     )
     text = spliced.spliced(alone).message.model_dump_json()
     assert wire(text) == {"jsonrpc": "2.0", "id": "x", "result": {"structuredContent": []}}
+
+
+def test_a_result_without_structured_content_loses_only_the_text() -> None:
+    result = {"content": [], "_meta": {spliced.KEY: '{"a":1}'}}
+    item = SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=4, result=result))
+    line = spliced.spliced(item).message.model_dump_json(by_alias=True, exclude_unset=True)
+    assert wire(line) == {"jsonrpc": "2.0", "id": 4, "result": {"content": []}}
 
 
 def test_other_messages_pass_as_they_are() -> None:

@@ -80,6 +80,8 @@ def spliced(item: SessionMessage) -> SessionMessage:
     rest = {k: v for k, v in meta.items() if k != KEY}
     if rest:
         result["_meta"] = rest
+    if "structuredContent" not in message.result:  # a result shape that does not carry it
+        return SessionMessage(message.model_copy(update={"result": result}), item.metadata)
     head = to_json(result).decode()
     body = f'{head[:-1]}{"," if result else ""}"structuredContent":{meta[KEY]}}}'
     line = f'{{"jsonrpc":"2.0","id":{to_json(message.id).decode()},"result":{body}}}'
