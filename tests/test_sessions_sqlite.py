@@ -5,9 +5,11 @@ from __future__ import annotations
 import multiprocessing
 import random
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
+from mcp_support import poll
 
 from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
 from mcp_agent.sessions import (
@@ -19,7 +21,7 @@ from mcp_agent.sessions import (
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
-from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION
+from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION, SqliteDatabase
 from mcp_agent.sessions.storage import compute_stats
 
 
@@ -639,3 +641,70 @@ def test_a_database_made_before_the_row_kept_stats_counts_them_once(tmp_path: Pa
         assert new.stats() == compute_stats(new.get_entries())
     finally:
         repo.close()
+
+
+def test_writes_waiting_while_one_commits_share_the_next_commit(tmp_path: Path) -> None:
+    """Group commit: writes that queue up behind the write lock go into one transaction (one
+    commit, one fsync), each in a savepoint of its own: the one that fails rolls back only
+    itself and gets its own error, and every caller returns only once its write is
+    committed (another connection sees it)."""
+    path = tmp_path / "s.db"
+    database = SqliteDatabase(path)
+    database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    commits: list[str] = []
+    database.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    outcomes: dict[int, object] = {}
+
+    def write(x: int) -> None:
+        def work(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t VALUES (?)", (x,))
+            if x == 3:
+                raise SessionError("invalid_argument", "three is refused")
+            return x * 10
+
+        try:
+            outcomes[x] = database.write(work)
+        except SessionError as error:
+            outcomes[x] = error.message
+            return
+        with sqlite3.connect(path) as other:  # committed before write returned
+            seen = other.execute("SELECT count(*) FROM t WHERE x = ?", (x,)).fetchone()[0]
+        assert seen == 1
+
+    writers = [threading.Thread(target=write, args=(x,)) for x in range(6)]
+    with database.lock:  # as a commit in progress holds it
+        for writer in writers:
+            writer.start()
+        poll(lambda: len(database._writes) == len(writers) or None, "the writes to queue up")
+    for writer in writers:
+        writer.join()
+    assert commits == ["COMMIT"]
+    assert outcomes == {0: 0, 1: 10, 2: 20, 3: "three is refused", 4: 40, 5: 50}
+    with sqlite3.connect(path) as other:
+        rows = sorted(x for (x,) in other.execute("SELECT x FROM t"))
+    assert rows == [0, 1, 2, 4, 5]
+    database.close()
+
+
+def test_appends_from_many_threads_at_once_stay_one_chain(tmp_path: Path) -> None:
+    """Appends to one session from many threads, committed in groups, each go onto the leaf
+    the one before left: one linear branch, every entry counted."""
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    session_id = repo.create(name="busy").id
+    repo.open(session_id).append_message(user("first"))
+
+    def append(n: int) -> None:
+        for k in range(10):
+            repo.open(session_id).append_message(user(f"thread {n} message {k}"))
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    session = repo.open(session_id)
+    branch = session.get_branch()
+    assert len(branch) == 1 + 1 + 80  # the name, the first message, the appends
+    assert [e.parent_id for e in branch[1:]] == [e.id for e in branch[:-1]]
+    assert repo.summary(session_id).message_count == 81
+    repo.close()

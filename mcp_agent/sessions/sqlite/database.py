@@ -18,8 +18,10 @@ Shape (each everyday query costs what it returns, not the size of the file):
   every append would make each durable append write several more pages.
 
 Durability and concurrency: WAL, ``synchronous=FULL`` (a committed append survives power
-loss), one ``BEGIN IMMEDIATE`` transaction per append, retried while another connection holds
-the write lock, so two processes appending to one file neither fail nor lose entries. The leaf
+loss), ``BEGIN IMMEDIATE`` transactions retried while another connection holds the write lock,
+so two processes appending to one file neither fail nor lose entries. The appends that wait
+while one commits are committed together (group commit, see ``SqliteDatabase.write``): each
+is acknowledged only once committed, with one fsync for the group instead of one each. The leaf
 is re-read inside each append's transaction: an entry appended after another process moved
 the leaf goes onto that leaf instead of forking silently from a stale one.
 """
@@ -27,12 +29,13 @@ the leaf goes onto that leaf instead of forking silently from a stale one.
 from __future__ import annotations
 
 import builtins
+import functools
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from mcp_agent.sessions.errors import SessionError
 
@@ -92,6 +95,42 @@ DURABILITY: dict[str, str] = {"full": "FULL", "normal": "NORMAL"}
 IDLE_READERS = 8
 
 
+# Writes one transaction takes at most (see SqliteDatabase.write); the rest wait for the next.
+GROUP_WRITES = 64
+
+
+class _Write:
+    """One write waiting for, or done in, a group's transaction."""
+
+    __slots__ = ("done", "error", "result", "work")
+
+    def __init__(self, work: Callable[[sqlite3.Connection], Any]) -> None:
+        self.work = work
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        self.result, self.error, self.done = result, error, True
+
+    def fail(self, error: BaseException) -> None:
+        """The group's transaction failed: nothing of this write was committed. (Each waiting
+        caller raises an error of its own: one exception raised in several threads at once
+        would mix their tracebacks.)"""
+        if self.done:
+            return
+        if isinstance(error, SessionError):
+            copy = SessionError(error.code, error.message)
+            copy.__cause__ = error.__cause__
+            error = copy
+        self.settle(None, error)
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class SqliteDatabase:
     """A session database, shared by the sessions a repo opens.
 
@@ -122,6 +161,10 @@ class SqliteDatabase:
         self._reader_conns: builtins.list[sqlite3.Connection] = []  # every one open
         self._readers_lock = threading.Lock()
         self._closed = False
+        # Writes waiting for the next transaction (see ``write``): each waits in a thread of
+        # its own, so the threads that write bound it.
+        self._writes: builtins.list[_Write] = []
+        self._writes_lock = threading.Lock()
         self.conn = self._connect()
         try:
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
@@ -182,22 +225,81 @@ class SqliteDatabase:
             delay = min(delay * 2, 0.1)
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in one write transaction, waiting out other writers. ``work`` may run
-        more than once, so it must not change Python state it does not return."""
+        """Run ``work`` in a write transaction, waiting out other writers, and return once it
+        is committed. ``work`` may run more than once, so it must not change Python state it
+        does not return.
 
-        def attempt() -> T:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(self.conn)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            return result
-
+        Group commit: the writes of other threads that wait while one commits go into the
+        next transaction together, each in a savepoint of its own (one failing rolls back
+        only itself), so a burst of appends costs one commit (one fsync at durability full),
+        not one each. Each caller still returns only once its write is committed."""
+        job = _Write(work)
+        with self._writes_lock:
+            self._writes.append(job)
         with self.lock:
-            return self._retry(attempt)
+            # Until a transaction has taken this write (one before may have, while this thread
+            # waited for the lock; a group takes the oldest waiting writes first).
+            while not job.done:
+                batch: builtins.list[_Write] = []
+                try:
+                    self._retry(functools.partial(self._commit, batch))
+                except BaseException as error:
+                    # Nothing of the group was written; this write either (a busy database
+                    # fails before any is taken), while the others waiting try again.
+                    for each in batch:
+                        each.fail(error)
+                    with self._writes_lock:
+                        if job in self._writes:
+                            self._writes.remove(job)
+                    raise
+        return cast(T, job.outcome())
+
+    def _commit(self, batch: builtins.list[_Write]) -> None:
+        """One transaction: the writes in ``batch`` (from an attempt before, if any) and those
+        waiting now, up to ``GROUP_WRITES``."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            with self._writes_lock:
+                room = GROUP_WRITES - len(batch)
+                batch.extend(self._writes[:room])
+                del self._writes[:room]
+            if len(batch) == 1:  # no savepoint needed: its failure rolls back all there is
+                outcomes: builtins.list[tuple[Any, BaseException | None]] = [
+                    (batch[0].work(self.conn), None)
+                ]
+            else:
+                outcomes = [self._in_savepoint(each.work) for each in batch]
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        for each, (result, error) in zip(batch, outcomes, strict=True):
+            each.settle(result, error)
+
+    def _in_savepoint(
+        self, work: Callable[[sqlite3.Connection], Any]
+    ) -> tuple[Any, BaseException | None]:
+        """Run one write of a group in a savepoint: its failure rolls back only its own
+        changes and is its caller's. A busy database fails the whole group (to be retried), and
+        so does a failure after which SQLite rolled back the whole transaction (a full disk),
+        or anything that is not an ``Exception``."""
+        self.conn.execute("SAVEPOINT write")
+        try:
+            result = work(self.conn)
+        except Exception as error:
+            busy = isinstance(error, sqlite3.OperationalError) and _is_busy(error)
+            if busy or not self.conn.in_transaction:
+                raise
+            self.conn.execute("ROLLBACK TO write")
+            self.conn.execute("RELEASE write")
+            if isinstance(error, sqlite3.OperationalError):
+                failure = storage_error(self.path, error)
+                failure.__cause__ = error
+                return None, failure
+            return None, error
+        self.conn.execute("RELEASE write")
+        return result, None
 
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> builtins.list[Any]:
         if not self._shared:
