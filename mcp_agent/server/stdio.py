@@ -174,6 +174,8 @@ def claim_wire() -> tuple[int, int, Callable[[], None]] | None:
     except OSError:
         release()
         return None
+    # A long answer then goes into the pipe in one or two writes, not in one per 64 KB the
+    # client drains (Linux; elsewhere, or over the system's limit, the pipe stays as it is).
     with suppress(OSError, AttributeError):
         fcntl.fcntl(wire_out, fcntl.F_SETPIPE_SZ, 1 << 20)
     return wire_in, wire_out, release
