@@ -4,6 +4,7 @@ unknown scripted model is an error naming the known ones, at start-up and at run
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -59,7 +60,10 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         command = ["serve", *(["--db", str(tmp_path / "s.db")] if db else [])]
         return CliRunner().invoke(app, [*command, *(arg.format(tmp=tmp_path) for arg in args)])
 
-    return invoke
+    collector = gc.get_threshold()
+    yield invoke
+    gc.set_threshold(*collector)  # what serve set for its process, not for the tests'
+    gc.unfreeze()
 
 
 @pytest.mark.parametrize(
@@ -148,6 +152,16 @@ def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> 
     assert result.exit_code == 0, result.output
     assert "sessions stored in" in result.stderr
     assert (tmp_path / "s.db").exists()
+
+
+def test_serving_sets_the_collector_for_a_long_run(serve: Any) -> None:
+    from mcp_agent.cli.serve import COLLECTOR_THRESHOLDS
+
+    gc.set_threshold(700, 10, 10)  # Python's defaults (the fixture puts back what was set)
+    result = serve()
+    assert result.exit_code == 0, result.output
+    assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+    assert gc.get_freeze_count() > 0  # what start-up built is out of the full passes
 
 
 def test_a_port_in_use_is_refused_before_its_token_file_is_touched(

@@ -292,9 +292,7 @@ def serve(
     if auth is not None and sys.stderr is not None:
         print(auth.banner(), file=sys.stderr, flush=True)
         print(viewer_link(auth, settings), file=sys.stderr, flush=True)
-    # What start-up built (modules, schemas) lives as long as the server: keeping it out of
-    # the collector's full passes spares every request a pause of tens of milliseconds.
-    gc.freeze()
+    tune_collector()
     if auth is not None and auth.origin == "generated":
         _remove_on_sigterm(auth)
     try:
@@ -309,6 +307,21 @@ def serve(
     finally:
         if auth is not None:
             auth.remove()
+
+
+# The cyclic collector's thresholds while serving. A request allocates a few thousand
+# container objects (models, dicts, frames) that die by reference counting; at Python's
+# default of 700 the collector ran every few requests and took about 7% of the server's CPU
+# under load (50 HTTP clients). Fewer, larger young collections find the same garbage.
+COLLECTOR_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_collector() -> None:
+    """Set the collector for a long-running server: what start-up built (modules, schemas)
+    lives as long as the server, so it is kept out of every full pass (a pause of tens of
+    milliseconds each), and young collections run less often."""
+    gc.freeze()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 # --- the checks before start-up ---------------------------------------------------------------
