@@ -9,7 +9,10 @@ session bookkeeping, notifications.
 
 Rows: p50 and p99 latency per operation and throughput (ratio = ours / bare), errors (target
 0), the server process's CPU time per operation (ratio = ours / bare), and p50 with
-``MCP_AGENT_DURABILITY=normal`` (no fsync per append). The clients all run in this process; on
+``MCP_AGENT_DURABILITY=normal`` (no fsync per append). Reference rows: the bare server with
+each tool going through one of our worker threads (and an fsynced write of a few bytes for
+each create and append) against the bare one, and ours against that: what keeping storage
+off the event loop costs by itself, and what our server costs beyond it. The clients all run in this process; on
 a small machine they need about a core themselves, and then latency and throughput are bound
 by the clients as much as by the server (``summary`` lines on stderr show the clients' CPU).
 The server CPU row is the one that isolates the server's own cost.
@@ -36,7 +39,8 @@ def run() -> list[dict[str, Any]]:
     bare = measure("bare", clients, ops)
     ours = measure("ours", clients, ops)
     normal = measure("ours", clients, ops, durability="normal")
-    for result in (bare, ours, normal):
+    hop = measure("bare-hop", clients, ops)
+    for result in (bare, ours, normal, hop):
         print(result.summary(), file=sys.stderr)
     return [
         row(f"load: p50 latency ({size})", ours.p50_ms, bare.p50_ms, "ms"),
@@ -51,6 +55,20 @@ def run() -> list[dict[str, Any]]:
             "≤ 1.3",
         ),
         row(f"load: p50 latency, durability normal ({size})", normal.p50_ms, bare.p50_ms, "ms"),
+        row(
+            f"load: server CPU per operation, the bare server through a worker thread ({size};"
+            " reference: the floor of storage kept off the event loop)",
+            hop.server_cpu_ms_per_op,
+            bare.server_cpu_ms_per_op,
+            "ms CPU/op",
+        ),
+        row(
+            f"load: server CPU per operation, ours vs the bare server through a worker thread"
+            f" ({size}; reference)",
+            ours.server_cpu_ms_per_op,
+            hop.server_cpu_ms_per_op,
+            "ms CPU/op",
+        ),
     ]
 
 

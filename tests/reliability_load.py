@@ -33,8 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # The operation mix: (operation, weight).
 MIX = [("append", 40), ("get", 20), ("list", 15), ("context", 15), ("create", 10)]
 
+# With a file name as its second argument, each tool first makes one hop to a worker thread of
+# ours (mcp_agent.blocking) and back, and session_create and session_append write and fsync
+# a few bytes there: the least a server pays whose storage is kept off the event loop.
 BARE_SERVER = textwrap.dedent(
     """
+    import os
     import sys
     import uuid
     from typing import Any
@@ -44,28 +48,49 @@ BARE_SERVER = textwrap.dedent(
 
     server = MCPServer("bare", log_level="WARNING")
 
+    if len(sys.argv) > 2:
+        from mcp_agent.blocking import worker_threads
+
+        offload = worker_threads(8)
+        fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+        def write(data: Any) -> None:
+            os.write(fd, repr(data).encode())
+            os.fsync(fd)
+
+        async def hop(data: Any = None) -> None:
+            await offload(lambda: None if data is None else write(data))
+    else:
+        async def hop(data: Any = None) -> None:
+            pass
+
     @server.tool()
     async def session_create(
         name: str | None = None, cwd: str | None = None, metadata: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        await hop(name or "")
         return {"id": str(uuid.uuid4()), "name": name, "entry_count": 0, "leaf_id": None}
 
     @server.tool()
     async def session_append(session_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        await hop(entry)
         return {"session_id": session_id, "entry_id": "00000000", "leaf_id": "00000000"}
 
     @server.tool()
     async def session_get(session_id: str, view: str = "branch") -> dict[str, Any]:
+        await hop()
         return {"session": {"id": session_id}, "view": view, "leaf_id": None, "entries": []}
 
     @server.tool()
     async def session_list(
         query: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
+        await hop()
         return {"sessions": [], "next_cursor": None}
 
     @server.tool()
     async def session_context(session_id: str) -> dict[str, Any]:
+        await hop()
         return {"session_id": session_id, "messages": [], "thinking_level": "off"}
 
     app = server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
@@ -104,11 +129,15 @@ class ServerProcess:
         return cls([*command, str(folder / str(port))], port, folder, env)
 
     @classmethod
-    def bare(cls, folder: Path) -> ServerProcess:
+    def bare(cls, folder: Path, hop: bool = False) -> ServerProcess:
+        """The bare server; with ``hop``, its tools go through a worker thread (BARE_SERVER)."""
         script = folder / "bare_http_server.py"
         script.write_text(BARE_SERVER)
         port = free_port()
-        return cls([sys.executable, str(script), str(port)], port, folder, {})
+        command = [sys.executable, str(script), str(port)]
+        if hop:
+            command.append(str(folder / "bare_writes.bin"))
+        return cls(command, port, folder, {"PYTHONPATH": str(ROOT)})
 
     def cpu_seconds(self) -> float | None:
         """CPU time (user + system) the server process has used so far; None off Linux."""
@@ -314,13 +343,14 @@ async def run_load(
 
 
 def measure(server: str, clients: int, ops: int, durability: str = "full") -> LoadResult:
-    """Start ``server`` ("ours" or "bare") in a child process, load it, stop it."""
+    """Start ``server`` ("ours", "bare", or "bare-hop": the bare one through a worker thread)
+    in a child process, load it, stop it."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         if server == "ours":
             process = ServerProcess.ours(folder, durability)
         else:
-            process = ServerProcess.bare(folder)
+            process = ServerProcess.bare(folder, hop=server == "bare-hop")
         try:
             return anyio.run(run_load, process.url, clients, ops, 0, process)
         finally:
