@@ -38,7 +38,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.outline import entry_preview, flat_tree, outline, tree_index, tree_node
 from mcp_agent.sessions.pi import export_lines
-from mcp_agent.sessions.storage import StoredPages, leaf_after
+from mcp_agent.sessions.storage import StoredPages, leaf_after, stored_pages
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
@@ -59,7 +59,7 @@ def stored(session: Session) -> StoredPages | None:
     options = session.context_build_options
     if options.entry_transforms or options.entry_projectors:
         return None
-    return storage if isinstance(storage, StoredPages) else None
+    return stored_pages(storage)
 
 
 def shown_entry(session_id: str, text: str) -> tuple[str, int]:

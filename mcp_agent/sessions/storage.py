@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic.alias_generators import to_camel
 
@@ -120,6 +120,19 @@ class StoredPages(SessionStorage, Protocol):
     def context_rows(self, leaf_id: str | None) -> list[tuple[str, str, str | None]]: ...
     def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry: ...
     def parsed_entries(self, ids: Sequence[str]) -> dict[str, SessionEntry]: ...
+
+
+# By storage class: whether it offers StoredPages (isinstance on a runtime protocol looks up
+# each of its methods on every call, tens of microseconds; a class's answer never changes).
+_STORED_PAGES: dict[type, bool] = {}
+
+
+def stored_pages(storage: SessionStorage) -> StoredPages | None:
+    """``storage`` when it offers :class:`StoredPages`, else None."""
+    offers = _STORED_PAGES.get(type(storage))
+    if offers is None:
+        offers = _STORED_PAGES[type(storage)] = isinstance(storage, StoredPages)
+    return cast(StoredPages, storage) if offers else None
 
 
 def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | None:
