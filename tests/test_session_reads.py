@@ -5,6 +5,7 @@ page."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,23 @@ def test_entry_pages_match_the_parsed_entries(
             )
 
         assert every_page(reader(ours), limit) == every_page(reader(theirs), limit), view
+
+    def as_session_get(session: Session, walk: bool) -> Any:
+        # The newest page read with the branch: walked afresh (a session just opened), or
+        # from the branch kept in outline.
+        def read(cursor: str | None, most: int | None) -> Any:
+            if walk:
+                session.storage._branches.clear()  # type: ignore[attr-defined]
+            newest = most if cursor is None else 0
+            return entries_page(
+                session.id, *view_entries(session, "branch", None, newest), cursor, most
+            )
+
+        return read
+
+    expected = every_page(reader(theirs, "branch"), limit)
+    for walk in (True, False):
+        assert every_page(as_session_get(ours, walk), limit) == expected
     whole = every_page(reader(ours), None)[0][0]
     stubs = [entry for entry in whole if "omitted" in entry]
     assert len(stubs) == 1 and stubs[0]["role"] == "user"
@@ -231,3 +249,79 @@ async def test_answers_are_their_structured_content_as_compact_text(tmp_path: Pa
                 # A long list is checked by its client in one step, not item by item.
                 shape = (schemas[name] or {})["properties"][listed]
                 assert "array" in shape["type"] and "items" not in shape and shape["description"]
+
+
+# --- statements per read ----------------------------------------------------------------------
+
+
+def _pi_answer(n: int) -> dict[str, Any]:
+    message = answer(f"answer {n}").to_json_dict()
+    return {"type": "pi", "json": json.dumps({"type": "message", "message": message})}
+
+
+@pytest.mark.anyio
+async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement a worker runs costs a round through the driver (and, under load, a wait
+    for the GIL). A read reads the session's row once (its leaf, with its summary for
+    session_get, and its header on a first open), then only the entries it shows: a branch of
+    the session it read. That row is read at every request, so an append by another process
+    is seen at the next read."""
+    from mcp_agent.sessions.sqlite import database
+
+    statements: list[str] = []
+    connect = database.SqliteDatabase._connect
+
+    def traced(self: database.SqliteDatabase) -> sqlite3.Connection:
+        conn = connect(self)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+
+    async with Client(make_server(tmp_path)) as client:
+
+        async def tables(tool: str, **arguments: Any) -> list[str]:
+            """The tables each statement of one call reads, in order."""
+            statements.clear()
+            await call(client, tool, **arguments)
+            read = [" ".join(sql.split()) for sql in statements]
+            read = [sql for sql in read if sql.split()[0].upper() in ("SELECT", "WITH")]
+            return [
+                "path" if sql.startswith("WITH RECURSIVE") else sql.split(" FROM ")[1].split()[0]
+                for sql in read
+            ]
+
+        sids = [(await call(client, "session_create", name=f"s{n}"))["id"] for n in range(5)]
+        sid = sids[0]
+        for n in range(3):
+            user = {"type": "message", "role": "user", "content": f"question {n}"}
+            await call(client, "session_append", session_id=sid, entry=user)
+            await call(client, "session_append", session_id=sid, entry=_pi_answer(n))
+
+        # Not open (the repo keeps the last four open): header, leaf and summary in one read,
+        # then the branch with the entries of its newest page; for the context, the entries
+        # it needs parsed (settings, the name) in one read, then the messages.
+        for other in sids[1:]:
+            await call(client, "session_stats", session_id=other)
+        assert await tables("session_get", session_id=sid) == ["sessions", "path"]
+        for other in sids[1:]:
+            await call(client, "session_stats", session_id=other)
+        context = ["sessions", "path", "entries", "entries"]
+        assert await tables("session_context", session_id=sid) == context
+
+        # Open, after an append here: the row, then the entries shown.
+        await call(client, "session_append", session_id=sid, entry=_pi_answer(3))
+        assert await tables("session_get", session_id=sid) == ["sessions", "entries"]
+        assert await tables("session_context", session_id=sid) == ["sessions", "entries"]
+        # The same context again is kept: only the row.
+        assert await tables("session_context", session_id=sid) == ["sessions"]
+
+        # Another process appends: the next reads show it.
+        with SqliteSessionRepo(tmp_path / "sessions.db") as elsewhere:
+            added = elsewhere.open(sid).append_message(UserMessage(content="from elsewhere"))
+        got = await call(client, "session_get", session_id=sid)
+        assert got["leafId"] == got["session"]["leafId"] == got["entries"][-1]["id"] == added
+        found = await call(client, "session_context", session_id=sid)
+        assert found["messages"][-1]["content"] == "from elsewhere"

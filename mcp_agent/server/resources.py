@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp.types as types
 from mcp.server import InitializationOptions, MCPServer, NotificationOptions, ServerRequestContext
@@ -18,10 +18,12 @@ from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
 from mcp_agent.server.session_reads import entries_page, view_entries
-from mcp_agent.server.session_tools import describe_session
+from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.outline import flat_tree
+
+T = TypeVar("T")
 
 JSON = "application/json"
 JSONL = "application/x-ndjson"
@@ -31,16 +33,21 @@ def _dump(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2)
 
 
-def _open(state: AppState, session_id: str) -> Session:
+def _open(session_id: str, open_session: Callable[[str], T]) -> T:
     try:
-        return state.repo.open(session_id)
+        return open_session(session_id)
     except SessionError as error:
         raise ResourceNotFoundError(f"no session {session_id!r}: {error}") from None
 
 
-async def _read(state: AppState, session_id: str, render: Callable[[Session], str]) -> str:
-    """Open the session and render it, on a worker thread (never on the event loop)."""
-    return await state.offload(lambda: render(_open(state, session_id)))
+async def _read(
+    state: AppState, session_id: str, render: Callable[[Session], str], leaf: bool = False
+) -> str:
+    """Open the session and render it, on a worker thread (never on the event loop).
+    ``leaf``: the rendering shows the leaf (the session is opened for one read, see
+    ``SessionRepo.open_read``)."""
+    opener = state.repo.open_read if leaf else state.repo.open
+    return await state.offload(lambda: render(_open(session_id, opener)))
 
 
 def register(server: MCPServer) -> None:
@@ -53,12 +60,13 @@ def register(server: MCPServer) -> None:
     async def session_resource(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
 
-        def render(session: Session) -> str:
-            total, load = view_entries(session, "branch")
+        def render() -> str:
+            session, summary = _open(session_id, state.repo.open_described)
+            total, load = view_entries(session, "branch", newest=DEFAULT_LIMIT)
             branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
             return _dump(
                 {
-                    "session": describe_session(state.repo, session).model_dump(mode="json"),
+                    "session": session_info(summary, session.leaf_id).model_dump(mode="json"),
                     "header": session.header.to_json_dict(),
                     "leafId": session.leaf_id,
                     "branchLength": page.total,
@@ -70,7 +78,7 @@ def register(server: MCPServer) -> None:
                 }
             )
 
-        return await _read(state, session_id, render)
+        return await state.offload(render)
 
     @server.resource(
         "session://{session_id}/tree",
@@ -83,6 +91,7 @@ def register(server: MCPServer) -> None:
             app_state(ctx),
             session_id,
             lambda session: _dump({"leafId": session.leaf_id, "nodes": flat_tree(session)}),
+            leaf=True,
         )
 
     @server.resource(
@@ -96,6 +105,7 @@ def register(server: MCPServer) -> None:
             app_state(ctx),
             session_id,
             lambda session: _dump(session.build_context().to_json_dict()),
+            leaf=True,
         )
 
     @server.resource(

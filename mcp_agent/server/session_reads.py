@@ -38,7 +38,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.outline import entry_preview, flat_tree, outline, tree_index, tree_node
 from mcp_agent.sessions.pi import export_lines
-from mcp_agent.sessions.storage import StoredPages, leaf_after
+from mcp_agent.sessions.storage import StoredPages, leaf_after, stored_pages
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
@@ -59,7 +59,7 @@ def stored(session: Session) -> StoredPages | None:
     options = session.context_build_options
     if options.entry_transforms or options.entry_projectors:
         return None
-    return storage if isinstance(storage, StoredPages) else None
+    return stored_pages(storage)
 
 
 def shown_entry(session_id: str, text: str) -> tuple[str, int]:
@@ -112,25 +112,39 @@ def _found(texts: dict[str, str | None], entry_id: str) -> str:
     return text
 
 
-def _by_ids(read: Callable[[Sequence[str]], dict[str, str]], ids: Sequence[str]) -> Loader:
+def _by_ids(
+    read: Callable[[Sequence[str]], dict[str, str]],
+    ids: Sequence[str],
+    known: dict[str, str] | None = None,
+) -> Loader:
+    """Load ``ids[start:end]`` with ``read``, but for those ``known`` already."""
+
     def load(start: int, end: int) -> list[str]:
         wanted = ids[start:end]
-        found: dict[str, str | None] = dict(read(wanted))
+        found: dict[str, str | None] = dict(known or {})
+        missing = [entry_id for entry_id in wanted if entry_id not in found]
+        if missing:
+            found.update(read(missing))
         return [_found(found, entry_id) for entry_id in wanted]
 
     return load
 
 
-def view_entries(session: Session, view: str, leaf_id: str | None = None) -> tuple[int, Loader]:
+def view_entries(
+    session: Session, view: str, leaf_id: str | None = None, newest: int | None = 0
+) -> tuple[int, Loader]:
     """How many entries the view ``branch`` (root first; to ``leaf_id``, else to the leaf) or
-    ``entries`` (in the order appended) has, and how to load a range of them as JSON."""
+    ``entries`` (in the order appended) has, and how to load a range of them as JSON.
+    ``newest``: how many of the branch's last entries the caller loads (None: all), read with
+    the branch itself when that has to be walked."""
     if leaf_id is not None and session.get_entry(leaf_id) is None:
         raise SessionError("not_found", f"entry {leaf_id} not found")
     storage = stored(session)
     if storage is not None:
         if view == "branch":
-            ids = storage.branch_ids(leaf_id if leaf_id is not None else session.leaf_id)
-            return len(ids), _by_ids(storage.stored_json, ids)
+            end = leaf_id if leaf_id is not None else session.leaf_id
+            ids, texts = storage.stored_branch(end, newest)
+            return len(ids), _by_ids(storage.stored_json, ids, texts)
         return storage.entry_total(), storage.stored_range
     entries = session.get_branch(leaf_id) if view == "branch" else session.get_entries()
     return len(entries), lambda start, end: [entry_to_json(e) for e in entries[start:end]]
@@ -252,7 +266,12 @@ def _stored_context(
 
     def work() -> tuple[list[dict[str, Any] | str], SessionContext]:
         rows = storage.context_rows(leaf_id)
-        return stored_context(rows, lambda i: _entry(storage, rows[i][0]))
+
+        def parse(indices: Sequence[int]) -> list[SessionEntry]:
+            found = storage.parsed_entries([rows[i][0] for i in indices])
+            return [_parsed(found, rows[i][0]) for i in indices]
+
+        return stored_context(rows, parse)
 
     return _contexts.get(storage, leaf_id, work)
 
@@ -283,8 +302,8 @@ def outline_rows(session: Session, entry_id: str | None) -> list[dict[str, Any]]
     return _outlines.get(storage, key, lambda: outline(session, entry_id))
 
 
-def _entry(storage: StoredPages, entry_id: str) -> SessionEntry:
-    entry = storage.get_entry(entry_id)
+def _parsed(found: dict[str, SessionEntry], entry_id: str) -> SessionEntry:
+    entry = found.get(entry_id)
     if entry is None:
         raise SessionError("not_found", f"entry {entry_id} was deleted while read")
     return entry

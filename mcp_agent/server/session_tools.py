@@ -77,7 +77,9 @@ def session_info(summary: SessionSummary, leaf_id: str | None = None) -> Session
 
 
 def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
-    return session_info(repo.summary(session.id), session.leaf_id)
+    # The summary and the leaf as one read (one statement in the SQL backends).
+    described, summary = repo.open_described(session.id)
+    return session_info(summary, described.leaf_id)
 
 
 def outline_view(
@@ -202,8 +204,8 @@ def register(server: MCPServer) -> None:
         splice = spliced.wanted(ctx)
 
         def read() -> CallToolResult:
-            session = state.repo.open(session_id)
-            info = describe_session(state.repo, session)
+            session, summary = state.repo.open_described(session_id)
+            info = session_info(summary, session.leaf_id)
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":
@@ -211,7 +213,9 @@ def register(server: MCPServer) -> None:
             if shown == "tree":
                 items, page = tree_page(session, cursor, most)
             else:
-                total, load = view_entries(session, shown, entry_id)
+                # The newest page is read with the branch (when it has to be walked).
+                newest = most if cursor is None else 0
+                total, load = view_entries(session, shown, entry_id, newest)
                 items, page = entries_page(session_id, total, load, cursor, most)
             answer = SessionView(
                 session=info,
@@ -360,7 +364,7 @@ def register(server: MCPServer) -> None:
         splice = spliced.wanted(ctx)
 
         def read() -> CallToolResult:
-            found = context_page(state.repo.open(session_id), cursor, most)
+            found = context_page(state.repo.open_read(session_id), cursor, most)
             context, page = found.context, found.page
             answer = ContextResult(
                 session_id=session_id,

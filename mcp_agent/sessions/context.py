@@ -280,13 +280,15 @@ def build_session_context(
 
 
 def stored_context(
-    rows: Sequence[tuple[str, str, str | None]], parse: Callable[[int], SessionEntry]
+    rows: Sequence[tuple[str, str, str | None]],
+    parse: Callable[[Sequence[int]], Sequence[SessionEntry]],
 ) -> tuple[list[dict[str, Any] | str], SessionContext]:
     """``build_session_context`` (no options) over a path given in outline (id, type, message
     role), root first. Returns the messages, each a JSON object or, for a message entry, the
     entry's id (its stored JSON holds the message), and the context with
-    the settings (its ``messages`` left empty). ``parse(i)`` gives entry i: only the entries
-    that are not messages, and the newest entry deciding each setting, are asked for."""
+    the settings (its ``messages`` left empty). ``parse(indices)`` gives those entries, in that
+    order: only the entries that are not messages, and the newest entry deciding each setting,
+    are asked for, all at once after the newest compaction (so a backend reads them together)."""
     ids = [row[0] for row in rows]
     types = [row[1] for row in rows]
     deciding: dict[str | int, int] = {}
@@ -294,20 +296,24 @@ def stored_context(
         kind = setting_kind(row[1], row[2])
         if kind is not None:
             deciding[i if kind == "message?" else kind] = i
-    # Only the newest entry of each kind changes what derive_session_context_state returns.
-    state = derive_session_context_state([parse(i) for i in sorted(deciding.values())])
 
     def compaction_at(index: int) -> CompactionEntry:
-        entry = parse(index)
+        entry = parse([index])[0]
         assert isinstance(entry, CompactionEntry)
         return entry
 
+    order = context_order(ids, types, compaction_at)
+    settings = sorted(deciding.values())
+    wanted = sorted({*settings, *(i for i in order if types[i] != "message")})
+    parsed = dict(zip(wanted, parse(wanted), strict=True))
+    # Only the newest entry of each kind changes what derive_session_context_state returns.
+    state = derive_session_context_state([parsed[i] for i in settings])
     messages: list[dict[str, Any] | str] = []
-    for i in context_order(ids, types, compaction_at):
+    for i in order:
         if types[i] == "message":
             messages.append(ids[i])
         else:
-            found = session_entry_to_context_messages(parse(i), 0, [])
+            found = session_entry_to_context_messages(parsed[i], 0, [])
             messages.extend(m.to_json_dict() for m in found)
     context = SessionContext(
         thinking_level=state.thinking_level,

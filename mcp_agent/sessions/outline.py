@@ -266,7 +266,7 @@ def outline(
     the preview), ``spine`` (on the chain, else the head of an unopened branch) and
     ``folded``."""
     read = _TreeReader(session)
-    leaf_id = session.storage.get_leaf_id()
+    leaf_id = session.leaf_id
     branch = read.branch(leaf_id) if leaf_id is not None else []
     on_branch = {place[0] for place in branch}
 

@@ -36,7 +36,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
-from mcp_agent.sessions.session import Session, SessionListener
+from mcp_agent.sessions.session import UNREAD, Session, SessionListener, Unread
 from mcp_agent.sessions.storage import (
     FIRST_MESSAGE_CHARS,
     SessionStorage,
@@ -97,6 +97,8 @@ class SessionRepo(Protocol):
         parent_session: str | None = None,
     ) -> Session: ...
     def open(self, session_id: str) -> Session: ...
+    def open_read(self, session_id: str) -> Session: ...
+    def open_described(self, session_id: str) -> tuple[Session, SessionSummary]: ...
     def exists(self, session_id: str) -> bool: ...
     def summary(self, session_id: str) -> SessionSummary: ...
     def list(
@@ -322,8 +324,10 @@ class BaseSessionRepo:
 
     # Shared operations ------------------------------------------------------------------------
 
-    def _session(self, storage: SessionStorage) -> Session:
-        return Session(storage, self.context_build_options, listeners=self.listeners)
+    def _session(self, storage: SessionStorage, leaf_id: str | Unread | None = UNREAD) -> Session:
+        return Session(
+            storage, self.context_build_options, listeners=self.listeners, leaf_id=leaf_id
+        )
 
     def _create(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> Session:
         if self.exists(header.id):
@@ -349,6 +353,19 @@ class BaseSessionRepo:
 
     def open(self, session_id: str) -> Session:
         return self._session(self._open_storage(session_id))
+
+    def open_read(self, session_id: str) -> Session:
+        """The session for one read (a request): its leaf is read here, once, and its
+        ``leaf_id`` stays that leaf, so every part of the answer shows the session at one leaf
+        (until a write through it). A later read sees later appends, from any process."""
+        storage = self._open_storage(session_id)
+        return self._session(storage, storage.get_leaf_id())
+
+    def open_described(self, session_id: str) -> tuple[Session, SessionSummary]:
+        """``open_read`` and the session's listing row (SQL backends read both, and the
+        header of a session not open yet, in one statement)."""
+        session = self.open_read(session_id)
+        return session, self.summary(session_id)
 
     def fork(
         self, session_id: str, entry_id: str | None = None, position: ForkPosition = "before"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -62,6 +63,15 @@ _NOT_APPENDABLE = {
 SessionListener = Callable[[str, SessionEntry], None]
 
 
+class Unread(enum.Enum):
+    """A leaf not read yet (None is a leaf: an empty session's)."""
+
+    UNREAD = "unread"
+
+
+UNREAD = Unread.UNREAD
+
+
 @dataclass
 class TreeNode:
     entry: SessionEntry
@@ -91,8 +101,13 @@ class Session:
         storage: SessionStorage | None = None,
         context_build_options: SessionContextBuildOptions | None = None,
         listeners: list[SessionListener] | None = None,
+        leaf_id: str | Unread | None = UNREAD,
     ) -> None:
         self.storage: SessionStorage = storage if storage is not None else InMemorySessionStorage()
+        # For one read (a request): the leaf as read once at its start, so that every part of
+        # the answer shows the same leaf and the database is not asked again. Forgotten at the
+        # first write through this Session. UNREAD: ask the storage each time.
+        self._read_leaf = leaf_id
         self.context_build_options = context_build_options or SessionContextBuildOptions()
         # A repo passes its own list, so one subscription covers every session it opens.
         self.listeners: list[SessionListener] = listeners if listeners is not None else []
@@ -112,6 +127,8 @@ class Session:
 
     @property
     def leaf_id(self) -> str | None:
+        if not isinstance(self._read_leaf, Unread):
+            return self._read_leaf
         return self.storage.get_leaf_id()
 
     @property
@@ -124,6 +141,7 @@ class Session:
     # --- appends ------------------------------------------------------------------------------
 
     def _append(self, build: Callable[[dict[str, Any]], SessionEntry]) -> str:
+        self._read_leaf = UNREAD
         with self._lock:
             for attempt in range(_ID_ATTEMPTS):
                 base = {
@@ -270,6 +288,7 @@ class Session:
             self._require_entry(entry_id)
         if summary is not None and not isinstance(summary.get("summary"), str):
             raise SessionError("invalid_argument", "summary needs a 'summary' string")
+        self._read_leaf = UNREAD
         with self._lock:
             moved = self.storage.set_leaf_id(entry_id)
         if moved is not None:

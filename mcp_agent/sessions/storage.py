@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic.alias_generators import to_camel
 
@@ -91,7 +91,9 @@ class StoredPages(SessionStorage, Protocol):
     their stored JSON (pi's v3 form, compact), unparsed, and the whole log in outline. Readers
     use it when a storage has it and fall back to the parsed entries otherwise.
 
-    ``branch_ids`` is the branch root first; ``stored_json`` the stored JSON of each id found
+    ``branch_ids`` is the branch root first; ``stored_branch`` the same with the stored JSON
+    of its ``newest`` last entries found (None: all), read with it; ``stored_json`` the stored
+    JSON of each id found
     (``stored_messages``: of the message in each message entry found);
     ``entry_total`` how many entries ``get_entries`` returns, and ``stored_range(start, end)``
     the JSON of those in positions ``start .. end - 1``; ``outline`` every entry in that order;
@@ -99,10 +101,14 @@ class StoredPages(SessionStorage, Protocol):
     ``get_children`` returns for each of ``ids``, in outline; ``labels`` each labelled entry's label;
     ``context_rows`` the entries ``get_context_path``
     returns, as (id, type, message role); ``parse_stored`` parses an entry from its stored JSON
-    (through the backend's parse cache).
+    (through the backend's parse cache); ``parsed_entries`` each of ``ids`` found, parsed, those
+    not in the parse cache read together.
     """
 
     def branch_ids(self, leaf_id: str | None) -> list[str]: ...
+    def stored_branch(
+        self, leaf_id: str | None, newest: int | None
+    ) -> tuple[list[str], dict[str, str]]: ...
     def stored_json(self, ids: Sequence[str]) -> dict[str, str]: ...
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]: ...
     def entry_total(self) -> int: ...
@@ -113,6 +119,20 @@ class StoredPages(SessionStorage, Protocol):
     def labels(self) -> dict[str, str]: ...
     def context_rows(self, leaf_id: str | None) -> list[tuple[str, str, str | None]]: ...
     def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry: ...
+    def parsed_entries(self, ids: Sequence[str]) -> dict[str, SessionEntry]: ...
+
+
+# By storage class: whether it offers StoredPages (isinstance on a runtime protocol looks up
+# each of its methods on every call, tens of microseconds; a class's answer never changes).
+_STORED_PAGES: dict[type, bool] = {}
+
+
+def stored_pages(storage: SessionStorage) -> StoredPages | None:
+    """``storage`` when it offers :class:`StoredPages`, else None."""
+    offers = _STORED_PAGES.get(type(storage))
+    if offers is None:
+        offers = _STORED_PAGES[type(storage)] = isinstance(storage, StoredPages)
+    return cast(StoredPages, storage) if offers else None
 
 
 def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | None:

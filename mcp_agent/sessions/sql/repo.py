@@ -21,7 +21,8 @@ from mcp_agent.sessions.repo import (
     encode_cursor,
     query_words,
 )
-from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage
+from mcp_agent.sessions.session import Session
+from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
 
 # Sessions a repo keeps open between opens (their parsed entries share the database's parse
 # cache, see sql.cache.EntryCache).
@@ -85,6 +86,43 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
                 self._opened.move_to_end(session_id)
                 return storage
         return self._keep_open(self.storage_class(self.database, session_id))
+
+    def _read_row(
+        self, session_id: str, columns: str, gone: str = "was deleted"
+    ) -> tuple[S, str | None, tuple[Any, ...]]:
+        """The session's storage (kept open), its leaf as read now and ``columns`` of its row,
+        in one statement; a session not open yet has its header read in it too. ``gone``: what
+        a session that was open says when its row is gone."""
+        with self._opened_lock:
+            storage = self._opened.get(session_id)
+            if storage is not None:
+                self._opened.move_to_end(session_id)
+        head = "leaf" if storage is not None else "leaf, header"
+        rows = self._read(
+            f"SELECT {head}{', ' if columns else ''}{columns} FROM sessions WHERE id = :id",
+            {"id": session_id},
+        )
+        if storage is None:
+            if not rows:
+                raise SessionError("not_found", f"session {session_id} not found")
+            leaf, header, *rest = rows[0]
+            storage = self._keep_open(
+                self.storage_class.stored(self.database, stored_header(session_id, header), leaf)
+            )
+            return storage, leaf, tuple(rest)
+        if not rows:
+            raise SessionError("not_found", f"session {session_id} {gone}")
+        leaf, *rest = rows[0]
+        return storage, storage.leaf_read(leaf), tuple(rest)
+
+    def open_read(self, session_id: str) -> Session:
+        storage, leaf, _ = self._read_row(session_id, "")
+        return self._session(storage, leaf)
+
+    def open_described(self, session_id: str) -> tuple[Session, SessionSummary]:
+        # Gone, it says so as summary does.
+        storage, leaf, row = self._read_row(session_id, _SUMMARY_COLUMNS, "not found")
+        return self._session(storage, leaf), SessionSummary(*row)
 
     def _keep_open(self, storage: S) -> S:
         with self._opened_lock:

@@ -106,6 +106,15 @@ WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
 SELECT id, type, role FROM path ORDER BY depth DESC
 """
 
+# The branch in outline with the stored JSON of its ``:newest`` last entries (all when
+# negative): a lookup for each of those, as reading them by id would be, in the same statement.
+_BRANCH_STORED_SQL = _BRANCH_OUTLINE_SQL.replace(
+    "SELECT id, type, role FROM path",
+    "SELECT id, type, role, CASE WHEN :newest < 0 OR depth < :newest THEN (SELECT e.data"
+    " FROM entries e WHERE e.session_id = :s AND e.id = path.id) END FROM path",
+)
+assert _BRANCH_STORED_SQL != _BRANCH_OUTLINE_SQL
+
 
 def _children_sql(entry_id: str | None) -> str:
     # Children of the entry, and entries that pi appended below a leaf move to it. Two index
@@ -241,8 +250,13 @@ class SqlSessionStorage:
         rows = self._read("SELECT leaf FROM sessions WHERE id = :s", {"s": self.session_id})
         if not rows:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
-        self._seen_leaf = rows[0][0]
-        return self._seen_leaf
+        return self.leaf_read(rows[0][0])
+
+    def leaf_read(self, leaf_id: str | None) -> str | None:
+        """Note the leaf just read from the session's row (by get_leaf_id or with other
+        columns of the row, see SqlSessionRepo): the parent for the next append."""
+        self._seen_leaf = leaf_id
+        return leaf_id
 
     def leaf_for_append(self) -> str | None:
         return self._seen_leaf
@@ -262,6 +276,22 @@ class SqlSessionStorage:
             {"s": self.session_id, "id": entry_id},
         )
         return found[0] if found else None
+
+    def parsed_entries(self, ids: Sequence[str]) -> dict[str, SessionEntry]:
+        """Each of ``ids`` found, parsed: through the parse cache, the rest read together."""
+        found: dict[str, SessionEntry] = {}
+        missing: list[str] = []
+        for entry_id in ids:
+            entry = self._cache.get(entry_id)
+            if entry is None:
+                missing.append(entry_id)
+            else:
+                found[entry_id] = entry
+        for marks, params in self._id_chunks(missing):
+            sql = f"SELECT id, type, data FROM entries WHERE session_id = :s AND id IN ({marks})"
+            for entry in self._entries(sql, params):
+                found[entry.id] = entry
+        return found
 
     def find_entries(self, entry_type: str) -> list[SessionEntry]:
         return self._entries(
@@ -316,16 +346,21 @@ class SqlSessionStorage:
         caller must not change the list."""
         if leaf_id is None:
             return []
-        with self._branches_lock:
-            rows = self._branches.get(leaf_id)
-            if rows is not None:
-                self._branches.move_to_end(leaf_id)
-                return rows
+        rows = self._kept_branch(leaf_id)
+        if rows is not None:
+            return rows
         rows = self._read(_BRANCH_OUTLINE_SQL, {"s": self.session_id, "leaf": leaf_id})
         if not rows:
             raise SessionError("not_found", f"entry {leaf_id} not found")
         self._keep_branch(leaf_id, rows)
         return rows
+
+    def _kept_branch(self, leaf_id: str) -> list[BranchRow] | None:
+        with self._branches_lock:
+            rows = self._branches.get(leaf_id)
+            if rows is not None:
+                self._branches.move_to_end(leaf_id)
+            return rows
 
     def _keep_branch(self, leaf_id: str, rows: list[BranchRow]) -> None:
         if len(rows) > BRANCH_CACHE_ROWS:
@@ -377,6 +412,23 @@ class SqlSessionStorage:
 
     def branch_ids(self, leaf_id: str | None) -> list[str]:
         return [row[0] for row in self._branch_outline(leaf_id)]
+
+    def stored_branch(
+        self, leaf_id: str | None, newest: int | None
+    ) -> tuple[list[str], dict[str, str]]:
+        if leaf_id is None:
+            return [], {}
+        kept = self._kept_branch(leaf_id)
+        if kept is not None:
+            ids = [row[0] for row in kept]
+            return ids, self.stored_json(ids if newest is None else ids[len(ids) - newest :])
+        # Not in outline yet: the walk reads those entries too, instead of a second statement.
+        params = {"s": self.session_id, "leaf": leaf_id, "newest": -1 if newest is None else newest}
+        rows = self._read(_BRANCH_STORED_SQL, params)
+        if not rows:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        self._keep_branch(leaf_id, [(row[0], row[1], row[2]) for row in rows])
+        return [row[0] for row in rows], {row[0]: row[3] for row in rows if row[3] is not None}
 
     def stored_json(self, ids: Sequence[str]) -> dict[str, str]:
         return self._by_ids("data", ids)

@@ -131,6 +131,12 @@ class _Write:
         return self.result
 
 
+# How far the full-text index goes, and the newest entry (see index_pending_text).
+_FTS_MARKS = (
+    "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'), (SELECT max(n) FROM entries)"
+)
+
+
 class SqliteDatabase:
     """A session database, shared by the sessions a repo opens.
 
@@ -413,18 +419,13 @@ class SqliteDatabase:
 
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """
-        upto, newest = self.read(
-            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
-            " (SELECT max(n) FROM entries)"
-        )[0]
+        upto, newest = self.read(_FTS_MARKS)[0]
         if newest is None or newest <= upto:
             return
 
         def work(conn: sqlite3.Connection) -> None:
-            upto = conn.execute("SELECT value FROM meta WHERE key = 'fts_indexed_upto'").fetchone()[
-                0
-            ]
-            newest = conn.execute("SELECT max(n) FROM entries").fetchone()[0] or 0
+            upto, newest = conn.execute(_FTS_MARKS).fetchone()
+            newest = newest or 0
             pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
             conn.execute(
                 f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, newest)
