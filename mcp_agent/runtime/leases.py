@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -133,57 +134,68 @@ class SessionLeases(LeaseBook):
         )
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         self._conn.execute(_SCHEMA)
+        # One connection for the worker threads that take and let go of leases at once: a
+        # transaction on it is every thread's, so each use holds it whole (another thread's
+        # BEGIN inside it failed, and its ROLLBACK undid the first one's lease).
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
-        self._conn.close()
+        with self._lock:
+            self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
+            self._conn.close()
 
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
-        row = (
-            (conn or self._conn)
-            .execute(
-                "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
-                "WHERE session_id = ?",
-                (session_id,),
-            )
-            .fetchone()
-        )
+        if conn is not None:  # a session database's, in its own transaction
+            return self._live(conn, session_id)
+        with self._lock:
+            return self._live(self._conn, session_id)
+
+    def _live(self, conn: Any, session_id: str) -> Lease | None:
+        row = conn.execute(
+            "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
+            "WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
         lease = Lease(*row) if row else None
         return lease if lease is not None and self._alive(lease) else None
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            other = self.held_elsewhere(session_id)
-            if other is None:
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        session_id,
-                        holder,
-                        self.owner,
-                        self.host,
-                        self.pid,
-                        time.time() + LEASE_SECONDS,
-                    ),
-                )
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        return other
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                other = self._live(self._conn, session_id)
+                if other is None:
+                    self._conn.execute(
+                        "INSERT OR REPLACE INTO session_leases VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            session_id,
+                            holder,
+                            self.owner,
+                            self.host,
+                            self.pid,
+                            time.time() + LEASE_SECONDS,
+                        ),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            return other
 
     def release(self, session_id: str) -> None:
-        self._conn.execute(
-            "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
-            (session_id, self.owner),
-        )
+        with self._lock:
+            self._conn.execute(
+                "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
+                (session_id, self.owner),
+            )
 
     def renew(self) -> None:
-        self._conn.execute(
-            "UPDATE session_leases SET expires = ? WHERE owner = ?",
-            (time.time() + LEASE_SECONDS, self.owner),
-        )
+        with self._lock:
+            self._conn.execute(
+                "UPDATE session_leases SET expires = ? WHERE owner = ?",
+                (time.time() + LEASE_SECONDS, self.owner),
+            )
 
 
 class PostgresLeases(LeaseBook):
