@@ -289,23 +289,27 @@ class Session:
         if summary is not None and not isinstance(summary.get("summary"), str):
             raise SessionError("invalid_argument", "summary needs a 'summary' string")
         self._read_leaf = UNREAD
+        optional: dict[str, Any] = {}
+        if summary is not None:
+            usage = summary.get("usage")
+            optional = _given(
+                details=summary.get("details"),
+                usage=Usage.model_validate(usage) if isinstance(usage, Mapping) else usage,
+                from_hook=bool(summary.get("from_hook", summary.get("fromHook"))) or None,
+            )
+        # The move and its summary under one hold of the storage's lock: an append through
+        # another Session of the same storage between them would become the summary's parent.
         with self._lock:
             moved = self.storage.set_leaf_id(entry_id)
-        if moved is not None:
-            self._notify(moved)
-        if summary is None:
-            return None
-        usage = summary.get("usage")
-        optional = _given(
-            details=summary.get("details"),
-            usage=Usage.model_validate(usage) if isinstance(usage, Mapping) else usage,
-            from_hook=bool(summary.get("from_hook", summary.get("fromHook"))) or None,
-        )
-        return self._append(
-            lambda base: BranchSummaryEntry(
-                **base, from_id=entry_id or "root", summary=summary["summary"], **optional
+            if moved is not None:
+                self._notify(moved)
+            if summary is None:
+                return None
+            return self._append(
+                lambda base: BranchSummaryEntry(
+                    **base, from_id=entry_id or "root", summary=summary["summary"], **optional
+                )
             )
-        )
 
     # --- reads --------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from mcp_agent.sessions.entries import SessionEntry
 
@@ -33,12 +33,30 @@ class EntryCache:
         self.bytes = 0
         self.lock = threading.Lock()
         self.shares: set[CacheShare] = set()
+        # Shares whose storage is gone, to be let go at the next use of the cache. Not at
+        # once: a storage can be collected (by the cyclic collector) on a thread that holds
+        # ``lock`` already, in the middle of a put, which would wait for itself forever.
+        self._gone: deque[CacheShare] = deque()
 
     def share(self) -> CacheShare:
         share = CacheShare(self)
         with self.lock:
+            self._let_go()
             self.shares.add(share)
         return share
+
+    def gone(self, share: CacheShare) -> None:
+        """``share``'s storage is gone (a finalizer: takes no lock; deque appends are atomic)."""
+        self._gone.append(share)
+
+    def _let_go(self) -> None:
+        """Free the shares of storages that are gone (the lock held)."""
+        while self._gone:
+            share = self._gone.popleft()
+            self.shares.discard(share)
+            self.bytes -= share.bytes
+            share.bytes = 0
+            share.entries.clear()
 
     def evict(self) -> None:
         """Back under budget (the lock held)."""
@@ -72,6 +90,7 @@ class CacheShare:
 
     def get(self, entry_id: str) -> SessionEntry | None:
         with self.cache.lock:
+            self.cache._let_go()
             found = self.entries.get(entry_id)
             if found is None:
                 return None
@@ -84,6 +103,7 @@ class CacheShare:
         if size > cache.max_bytes:
             return
         with cache.lock:
+            cache._let_go()
             if self not in cache.shares:
                 return  # released
             old = self.entries.pop(entry_id, None)
@@ -97,11 +117,9 @@ class CacheShare:
                 cache.evict()
 
     def release(self) -> None:
-        with self.cache.lock:
-            self.cache.shares.discard(self)
-            self.cache.bytes -= self.bytes
-            self.bytes = 0
-            self.entries.clear()
+        """Give back every entry: the storage is gone (called by its finalizer, so it only
+        leaves word with the cache; see ``EntryCache.gone``)."""
+        self.cache.gone(self)
 
 
 # By database object (SqliteDatabase, PostgresDatabase): entries never change once stored, in

@@ -85,7 +85,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
             if storage is not None:
                 self._opened.move_to_end(session_id)
                 return storage
-        return self._keep_open(self.storage_class(self.database, session_id))
+        return self._keep_open(self.storage_class(self.database, session_id), opened=True)
 
     def _read_row(
         self, session_id: str, columns: str, gone: str = "was deleted"
@@ -107,13 +107,14 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
                 raise SessionError("not_found", f"session {session_id} not found")
             leaf, header, *rest = rows[0]
             storage = self._keep_open(
-                self.storage_class.stored(self.database, stored_header(session_id, header), leaf)
+                self.storage_class.stored(self.database, stored_header(session_id, header), leaf),
+                opened=True,
             )
             return storage, leaf, tuple(rest)
         if not rows:
             raise SessionError("not_found", f"session {session_id} {gone}")
         leaf, *rest = rows[0]
-        return storage, storage.leaf_read(leaf), tuple(rest)
+        return storage, leaf, tuple(rest)
 
     def open_read(self, session_id: str) -> Session:
         storage, leaf, _ = self._read_row(session_id, "")
@@ -124,8 +125,15 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         storage, leaf, row = self._read_row(session_id, _SUMMARY_COLUMNS, "not found")
         return self._session(storage, leaf), SessionSummary(*row)
 
-    def _keep_open(self, storage: S) -> S:
+    def _keep_open(self, storage: S, opened: bool = False) -> S:
+        """Keep ``storage`` among the sessions open; ``opened``: it was opened from the
+        database, and one that another thread opened meanwhile is kept instead (one storage,
+        so one lock, one cache share and one leaf seen, per open session)."""
         with self._opened_lock:
+            kept = self._opened.get(storage.session_id)
+            if opened and kept is not None:
+                self._opened.move_to_end(storage.session_id)
+                return kept
             self._opened[storage.session_id] = storage
             while len(self._opened) > OPEN_SESSIONS:
                 self._opened.popitem(last=False)

@@ -250,13 +250,12 @@ class SqlSessionStorage:
         rows = self._read("SELECT leaf FROM sessions WHERE id = :s", {"s": self.session_id})
         if not rows:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
-        return self.leaf_read(rows[0][0])
-
-    def leaf_read(self, leaf_id: str | None) -> str | None:
-        """Note the leaf just read from the session's row (by get_leaf_id or with other
-        columns of the row, see SqlSessionRepo): the parent for the next append."""
-        self._seen_leaf = leaf_id
-        return leaf_id
+        # Not noted as the parent of the next append: that is changed only under the
+        # storage's lock, by the writes (a read racing an append could set it back, and the
+        # append after would fork the branch). An append built on an older leaf is moved onto
+        # the leaf as it is in its transaction.
+        leaf: str | None = rows[0][0]
+        return leaf
 
     def leaf_for_append(self) -> str | None:
         return self._seen_leaf

@@ -126,9 +126,15 @@ class _Write:
         self.settle(None, error)
 
     def outcome(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.result
+        error, self.error = self.error, None
+        if error is None:
+            return self.result
+        try:
+            raise error
+        finally:
+            # No cycle through this write or this frame (error -> traceback -> frame -> error):
+            # the work it holds, and the storage in it, are freed when the caller lets go.
+            del error
 
 
 # How far the full-text index goes, and the newest entry (see index_pending_text).
