@@ -267,14 +267,7 @@ class SqlSessionStorage:
         return new_entry_id(self._cache.__contains__)
 
     def get_entry(self, entry_id: str) -> SessionEntry | None:
-        cached = self._cache.get(entry_id)
-        if cached is not None:
-            return cached
-        found = self._entries(
-            "SELECT id, type, data FROM entries WHERE session_id = :s AND id = :id",
-            {"s": self.session_id, "id": entry_id},
-        )
-        return found[0] if found else None
+        return self.parsed_entries([entry_id]).get(entry_id)
 
     def parsed_entries(self, ids: Sequence[str]) -> dict[str, SessionEntry]:
         """Each of ``ids`` found, parsed: through the parse cache, the rest read together."""
