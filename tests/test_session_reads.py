@@ -220,6 +220,27 @@ def test_export_pages_match_the_exported_file(
     assert json.loads(mine[-1]).get("targetId", json.loads(mine[-1])["id"]) == ours.leaf_id
 
 
+def test_an_export_read_while_another_writer_appends_ends_on_the_newest_entry(
+    tmp_path: Path,
+) -> None:
+    with (
+        SqliteSessionRepo(tmp_path / "s.db") as repo,
+        SqliteSessionRepo(tmp_path / "s.db") as other,
+    ):
+        session = repo.create()
+        for n in range(3):
+            session.append_message(UserMessage(content=f"question {n}"))
+        read = repo.open_read(session.id)  # the request's leaf is read here
+        newest = other.open(session.id).append_message(UserMessage(content="from elsewhere"))
+        page, _, count = export_page(read, None, None)
+        assert len(page) == count
+        entries = [json.loads(line) for line in page[1:]]
+        # The file resumes on the newest entry: it holds it and does not end moving the leaf
+        # back to the one read before the append.
+        assert entries[-1]["id"] == newest
+        assert [entry["type"] for entry in entries].count("leaf") == 0
+
+
 # --- over MCP ---------------------------------------------------------------------------------
 
 

@@ -337,8 +337,9 @@ def _export_lines(session: Session) -> tuple[int, Loader]:
         every = export_lines(session.header, session.get_entries(), session.leaf_id)
         return len(every), lambda start, end: every[start:end]
     header = entry_to_json(session.header)
-    total = storage.entry_total()
-    leaf_id = session.leaf_id
+    # The count and the leaf of one moment: with the leaf read before an append the count
+    # includes, the file would end moving the leaf back below the newest entry.
+    total, leaf_id = storage.log_end()
     tail = storage.stored_range(total - 1, total) if total else []
     last = [parse_entry(json.loads(tail[0]))] if tail else []
     extra: list[str] = []

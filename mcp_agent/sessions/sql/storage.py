@@ -442,11 +442,16 @@ class SqlSessionStorage:
             yield ", ".join(f":i{k}" for k in range(len(chunk))), params
 
     def entry_total(self) -> int:
+        return self.log_end()[0]
+
+    def log_end(self) -> tuple[int, str | None]:
         # Every entry takes the next sequence number: positions are 0 .. next_seq - 1.
-        rows = self._read("SELECT next_seq FROM sessions WHERE id = :s", {"s": self.session_id})
+        rows = self._read(
+            "SELECT next_seq, leaf FROM sessions WHERE id = :s", {"s": self.session_id}
+        )
         if not rows:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
-        return int(rows[0][0])
+        return int(rows[0][0]), rows[0][1]
 
     def stored_range(self, start: int, end: int) -> list[str]:
         if end <= start:
