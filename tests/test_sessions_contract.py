@@ -12,6 +12,7 @@ import pytest
 
 from mcp_agent.messages import (
     AssistantMessage,
+    ImageContent,
     TextContent,
     ThinkingLevel,
     ToolCall,
@@ -505,6 +506,18 @@ def test_state_survives_a_restart_including_leaf_moves(repo, backend) -> None:
     assert [e.to_json_dict() for e in again.get_entries()] == [
         e.to_json_dict() for e in session.get_entries()
     ]
+
+
+def test_the_listing_shows_the_first_user_message_with_text_as_pi_does(repo) -> None:
+    # pi's listing: the first user message that has text, its text blocks joined by spaces.
+    session = repo.create()
+    session.append_message(UserMessage(content=[ImageContent(data="aGk=", mime_type="image/png")]))
+    session.append_message(
+        UserMessage(content=[TextContent(text="part one"), TextContent(text="part two")])
+    )
+    session.append_message(user("a later question"))
+    for listed in (repo.list().items[0], repo.list(query="part").items[0]):
+        assert listed.first_user_message == "part one part two"
 
 
 def test_list_is_newest_first_paged_and_searchable(repo) -> None:

@@ -38,9 +38,9 @@ from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
 from mcp_agent.sessions.session import UNREAD, Session, SessionListener, Unread
 from mcp_agent.sessions.storage import (
-    FIRST_MESSAGE_CHARS,
     SessionStorage,
     leaf_after,
+    listing_text,
     tree_parent,
 )
 
@@ -184,7 +184,9 @@ def page_summaries(
 def first_user_text(entries: Iterable[SessionEntry]) -> str | None:
     for entry in entries:
         if isinstance(entry, MessageEntry) and isinstance(entry.message, UserMessage):
-            return entry.message.text[:FIRST_MESSAGE_CHARS]
+            text = listing_text(entry.message)
+            if text is not None:
+                return text
     return None
 
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic.alias_generators import to_camel
 
-from mcp_agent.messages import AssistantMessage, UserMessage
+from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.sessions.entries import (
     LeafEntry,
     MessageEntry,
@@ -197,6 +197,18 @@ def count_entry(stats: SessionStats, entry: SessionEntry) -> bool:
 
 # The first user message a listing shows, cut to this many characters.
 FIRST_MESSAGE_CHARS = 200
+
+
+def listing_text(message: UserMessage) -> str | None:
+    """What a session listing shows of a user message, as pi's does: its text blocks joined
+    by spaces, cut to ``FIRST_MESSAGE_CHARS``; None when it has no text (an image only), so
+    that the listing shows the first user message that has some."""
+    content = message.content
+    if not isinstance(content, str):
+        content = " ".join(block.text for block in content if isinstance(block, TextContent))
+    return content[:FIRST_MESSAGE_CHARS] or None
+
+
 # Counters are 64-bit integers in SQLite and PostgreSQL alike.
 MAX_INTEGER = 2**63 - 1
 TOKEN_COUNTS = (
@@ -238,7 +250,7 @@ class RowDelta:
             roles = counts.messages_by_role
             roles[message.role] = roles.get(message.role, 0) + 1
             if isinstance(message, UserMessage) and self.first_user_message is None:
-                self.first_user_message = message.text[:FIRST_MESSAGE_CHARS]
+                self.first_user_message = listing_text(message)
         if isinstance(entry, SessionInfoEntry):
             self.name = ((entry.name or "").strip() or None,)
 
