@@ -241,6 +241,25 @@ def test_an_export_read_while_another_writer_appends_ends_on_the_newest_entry(
         assert [entry["type"] for entry in entries].count("leaf") == 0
 
 
+def test_reads_end_on_an_entry_stored_as_its_own_parent(tmp_path: Path) -> None:
+    # An import before the check refused it could store an entry as its own parent: reads walk
+    # the branch up to it as to a root, instead of walking the loop until memory runs out.
+    path = tmp_path / "s.db"
+    with SqliteSessionRepo(path) as repo:
+        session = repo.create()
+        first = session.append_message(UserMessage(content="first"))
+        session.append_message(UserMessage(content="second"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET parent_id = id WHERE id = ?", (first,))
+    with SqliteSessionRepo(path) as repo:
+        read = repo.open_read(session.id)
+        messages = context_page(read, None, None).messages
+        assert [json.loads(m)["content"] for m in messages] == ["first", "second"]
+        total, _ = view_entries(read, "branch")
+        assert total == 2
+        assert session_reads.outline_rows(read, None)[0]["id"] == first
+
+
 # --- over MCP ---------------------------------------------------------------------------------
 
 

@@ -818,6 +818,7 @@ def message_entry(entry_id: str, parent: str | None) -> dict:
             bad_file(message_entry("aaaaaaaa", "bbbbbbbb"), message_entry("bbbbbbbb", "aaaaaaaa")),
             "cycle",
         ),
+        (bad_file(message_entry("aaaaaaaa", "aaaaaaaa")), "parentId chain of aaaaaaaa has a cycle"),
         (
             bad_file(
                 message_entry("aaaaaaaa", None),
@@ -835,7 +836,16 @@ def message_entry(entry_id: str, parent: str | None) -> dict:
         (json.dumps(message_entry("aaaaaaaa", None)) + "\n", "session header"),
         ("", "empty"),
     ],
-    ids=["duplicate", "dangling", "cycle", "invalid-message", "corrupt-line", "no-header", "empty"],
+    ids=[
+        "duplicate",
+        "dangling",
+        "cycle",
+        "own-parent",
+        "invalid-message",
+        "corrupt-line",
+        "no-header",
+        "empty",
+    ],
 )
 def test_bad_imports_fail_clearly_and_import_nothing(repo, text: str, needle: str) -> None:
     before = repo.list().items

@@ -22,7 +22,7 @@ WHERE a.parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ids b WHERE b.id = a.pa
 ORDER BY a.line LIMIT 1
 """
 _ANY_FORWARD_LINK = """
-SELECT 1 FROM ids a JOIN ids b ON b.id = a.parent WHERE b.line > a.line LIMIT 1
+SELECT 1 FROM ids a JOIN ids b ON b.id = a.parent WHERE b.line >= a.line LIMIT 1
 """
 # With unique ids and every parent present, an entry is on (or leads into) a cycle exactly
 # when it cannot be reached from a root.
@@ -80,7 +80,7 @@ class TreeCheck:
         if found is not None:
             return found[0], "parent", found[1], None
         if conn.execute(_ANY_FORWARD_LINK).fetchone() is None:
-            return None  # each parent comes before its children: no cycle can close
+            return None  # each parent comes before its children (none is its own): no cycle
         conn.execute("CREATE INDEX ids_parent ON ids (parent)")
         conn.execute("CREATE TEMP TABLE reached (id TEXT PRIMARY KEY) WITHOUT ROWID")
         conn.execute(_REACH_FROM_ROOTS)

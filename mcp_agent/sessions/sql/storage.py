@@ -75,17 +75,22 @@ def stored_header(session_id: str, text: str) -> SessionHeader:
     return parse_header(json.loads(text), f"session {session_id} header")
 
 
+_WALK_GUARD = "p.id != p.parent_id AND p.depth < (SELECT next_seq FROM sessions WHERE id = :s)"
+
+
 def branch_sql(columns: str) -> str:
     """The branch ending at ``:leaf``, root first, as ``columns`` of ``e`` (the entry)."""
     # Walks parent links from the leaf up; each step is one lookup in the (session_id, id)
-    # index. The depth bound only guards against a corrupted cycle.
+    # index. The stops (``_WALK_GUARD``) only matter for a corrupted tree: an entry that is its own
+    # parent (stored by an import before the check refused it) ends the walk as a root does,
+    # as pi's tree shows it, and no walk is longer than the session's entries.
     return f"""
 WITH RECURSIVE path(id, parent_id, depth) AS (
   SELECT id, parent_id, 0 FROM entries WHERE session_id = :s AND id = :leaf
   UNION ALL
   SELECT e.id, e.parent_id, p.depth + 1 FROM path p
   JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
-  WHERE p.depth < 10000000
+  WHERE {_WALK_GUARD}
 )
 SELECT {columns} FROM path p JOIN entries e ON e.session_id = :s AND e.id = p.id
 ORDER BY p.depth DESC
@@ -95,13 +100,13 @@ ORDER BY p.depth DESC
 BRANCH_SQL = branch_sql("e.id, e.type, e.data")
 _BRANCH_PLACES_SQL = branch_sql("e.id, e.parent_id, e.type, e.timestamp")
 # The branch in outline: what the walk reads anyway, with no second lookup per entry.
-_BRANCH_OUTLINE_SQL = """
+_BRANCH_OUTLINE_SQL = f"""
 WITH RECURSIVE path(id, parent_id, type, role, depth) AS (
   SELECT id, parent_id, type, role, 0 FROM entries WHERE session_id = :s AND id = :leaf
   UNION ALL
   SELECT e.id, e.parent_id, e.type, e.role, p.depth + 1 FROM path p
   JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
-  WHERE p.depth < 10000000
+  WHERE {_WALK_GUARD}
 )
 SELECT id, type, role FROM path ORDER BY depth DESC
 """
