@@ -282,6 +282,16 @@ async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
     assert (await call(client, "session_list"))["sessions"] == []
 
 
+async def test_a_listed_session_shows_its_leaf_as_session_get_does(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        entry = {"type": "message", "role": "user", "content": "hello"}
+        appended = await call(client, "session_append", session_id=sid, entry=entry)
+        listed = (await call(client, "session_list"))["sessions"][0]
+        shown = (await call(client, "session_get", session_id=sid))["session"]
+        assert listed["leafId"] == shown["leafId"] == appended["entryId"]
+
+
 async def test_list_pages_newest_first(tmp_path: Path) -> None:
     server = make_server(tmp_path, page_size=3)
     async with Client(server) as client:

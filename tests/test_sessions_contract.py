@@ -520,6 +520,15 @@ def test_the_listing_shows_the_first_user_message_with_text_as_pi_does(repo) -> 
         assert listed.first_user_message == "part one part two"
 
 
+def test_the_listing_row_holds_the_leaf(repo) -> None:
+    session = repo.create()
+    first = session.append_message(user("one"))
+    session.append_message(user("two"))
+    session.move_to(first)
+    assert repo.list().items[0].leaf_id == first
+    assert repo.summary(session.id).to_json_dict()["leafId"] == first
+
+
 def test_list_is_newest_first_paged_and_searchable(repo) -> None:
     made = []
     for i in range(7):

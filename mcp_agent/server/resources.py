@@ -66,7 +66,7 @@ def register(server: MCPServer) -> None:
             branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
             return _dump(
                 {
-                    "session": session_info(summary, session.leaf_id).model_dump(mode="json"),
+                    "session": session_info(summary).model_dump(mode="json"),
                     "header": session.header.to_json_dict(),
                     "leafId": session.leaf_id,
                     "branchLength": page.total,

@@ -60,7 +60,7 @@ Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
-def session_info(summary: SessionSummary, leaf_id: str | None = None) -> SessionInfo:
+def session_info(summary: SessionSummary) -> SessionInfo:
     return SessionInfo(
         id=summary.id,
         name=summary.name,
@@ -71,15 +71,14 @@ def session_info(summary: SessionSummary, leaf_id: str | None = None) -> Session
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,
         parent_session=summary.parent_session,
-        leaf_id=leaf_id,
+        leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
 
 
 def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
-    # The summary and the leaf as one read (one statement in the SQL backends).
-    described, summary = repo.open_described(session.id)
-    return session_info(summary, described.leaf_id)
+    # The listing row holds the leaf: one read (one statement in the SQL backends).
+    return session_info(repo.summary(session.id))
 
 
 def outline_view(
@@ -205,7 +204,7 @@ def register(server: MCPServer) -> None:
 
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
-            info = session_info(summary, session.leaf_id)
+            info = session_info(summary)
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":

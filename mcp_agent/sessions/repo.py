@@ -62,6 +62,7 @@ class SessionSummary:
     parent_session: str | None
     total_tokens: int = 0
     cost_total: float = 0.0
+    leaf_id: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ class SessionSummary:
             "parentSession": self.parent_session,
             "totalTokens": self.total_tokens,
             "costTotal": self.cost_total,
+            "leafId": self.leaf_id,
         }
 
 
@@ -207,6 +209,7 @@ def summarize(storage: SessionStorage) -> SessionSummary:
         parent_session=header.parent_session,
         total_tokens=stats.total_tokens,
         cost_total=stats.cost_total,
+        leaf_id=storage.get_leaf_id(),
     )
 
 

@@ -30,7 +30,7 @@ OPEN_SESSIONS = 4
 
 _SUMMARY_COLUMNS = (
     "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
-    " parent_session, total_tokens, cost_total"
+    " parent_session, total_tokens, cost_total, leaf"
 )
 
 S = TypeVar("S", bound=SqlSessionStorage)
