@@ -8,6 +8,8 @@ file is written back as null: what we read round-trips unchanged.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
@@ -102,3 +104,54 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
 
 
 _MISSING = object()
+
+
+# How deep free-form JSON may nest: an entry holding it must still serialize (pydantic stops
+# at about 250 levels, the whole entry counted), far beyond what real data needs.
+MAX_JSON_DEPTH = 200
+_BIG_EXPONENT = re.compile(r"[eE][+-]?\d{3}")
+
+
+def loads_json(text: str, finite: bool = True) -> Any:
+    """``text`` parsed as standard JSON, or a ValueError saying what is wrong with it:
+    NaN and Infinity are not JSON (pi's JSON.parse refuses them), nesting is bounded by
+    ``MAX_JSON_DEPTH``, and with ``finite`` a number too large for a float (1e999) is refused
+    instead of becoming null when written back."""
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    if finite and _BIG_EXPONENT.search(text):
+        json.loads(text, parse_float=_finite)
+    return value
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value (JSON numbers are finite)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"the number {text} is too large (beyond a 64-bit float)")
+    return number
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value`` (iterative: no recursion limit)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest

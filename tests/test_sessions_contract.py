@@ -812,6 +812,24 @@ def message_entry(entry_id: str, parent: str | None) -> dict:
     }
 
 
+def custom_entry(data: object) -> dict:
+    return {
+        "type": "custom",
+        "id": "aaaaaaaa",
+        "parentId": None,
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "customType": "note",
+        "data": data,
+    }
+
+
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -842,6 +860,8 @@ def message_entry(entry_id: str, parent: str | None) -> dict:
             "content",
         ),
         (bad_file(message_entry("aaaaaaaa", None)).replace("\n", "\n{broken\n", 1), ":2:"),
+        (bad_file(custom_entry(float("nan"))), ":2: line is not valid JSON (NaN is not a JSON"),
+        (bad_file(custom_entry(nested(300))), ":2: line is not valid JSON (JSON nested more"),
         (json.dumps(message_entry("aaaaaaaa", None)) + "\n", "session header"),
         ("", "empty"),
     ],
@@ -852,6 +872,8 @@ def message_entry(entry_id: str, parent: str | None) -> dict:
         "own-parent",
         "invalid-message",
         "corrupt-line",
+        "nan",
+        "too-deep",
         "no-header",
         "empty",
     ],

@@ -313,6 +313,11 @@ async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
 # --- errors a model can act on ----------------------------------------------------------------
 
 MACHINE_TALK = ("validation error", "pydantic", "http://", "https://", "Arguments", "--")
+DEEP = '{"v": ' + "[" * 300 + "]" * 300 + "}"
+
+
+def custom(data: str) -> dict[str, Any]:
+    return {"type": "custom", "custom_type": "note", "data": data}
 
 
 @pytest.mark.parametrize(
@@ -331,6 +336,12 @@ MACHINE_TALK = ("validation error", "pydantic", "http://", "https://", "Argument
         ("session_append", {"session_id": "s", "entry": {"type": "message"}}, "is required"),
         ("session_append", {"session_id": "s", "entry": {"type": "nope"}}, "'message'"),
         ("session_create", {"metadata": "[1]"}, "metadata must be a JSON object"),
+        ("session_create", {"metadata": '{"v": NaN}'}, "NaN is not a JSON value"),
+        ("session_create", {"metadata": '{"v": 1e999}'}, "1e999 is too large"),
+        ("session_create", {"metadata": DEEP}, "nested more than 200 levels deep"),
+        ("session_append", {"session_id": "s", "entry": custom("[Infinity]")}, "Infinity is not"),
+        ("session_append", {"session_id": "s", "entry": custom(DEEP)}, "nested more than 200"),
+        ("session_append", {"session_id": "s", "entry": custom("[" * 2000)}, "nested more than"),
         ("session_import", {"jsonl": "not json"}, "the text of a pi session file"),
         ("agent_status", {}, "run_id is required"),
     ],
@@ -342,9 +353,11 @@ async def test_bad_arguments_get_one_line_naming_the_argument(
         sid = (await call(client, "session_create"))["id"]
         given = {k: sid if v == "s" else v for k, v in arguments.items()}
         text = await call_error(client, tool, **given)
+        listed = (await call(client, "session_list"))["sessions"]
     assert says in text
     assert "\n" not in text and text.startswith(f"{tool}: ")
     assert not any(word in text for word in MACHINE_TALK), text
+    assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
 
 
 async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ v3 form allows beyond these (images, tool calls, tool results) goes in ``{"type"
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, ClassVar, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from mcp_agent.messages import ThinkingLevel
+from mcp_agent.wire import loads_json
 
 KIND = "the kind of entry"
 
@@ -34,7 +34,7 @@ class _Input(BaseModel):
 
 def _json_text(text: str, name: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_json(text)
     except ValueError as error:
         raise ToolError(f"entry.{name} must be JSON text (e.g. '{{\"k\": 1}}'): {error}") from None
 

@@ -4,7 +4,6 @@ then. Lists come in pages (``paging``): the newest last, about 64 KB at most by 
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
@@ -50,6 +49,7 @@ from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import is_session_id
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
+from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -107,7 +107,7 @@ def parse_metadata(text: str) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        value = json.loads(text)
+        value = loads_json(text)
     except ValueError as error:
         raise ToolError(
             f'metadata must be a JSON object as text, e.g. \'{{"project": "x"}}\': {error}'

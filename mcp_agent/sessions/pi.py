@@ -14,7 +14,6 @@ store each entry as it arrives, all or nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import leaf_after
 from mcp_agent.sessions.tree_check import TreeCheck
+from mcp_agent.wire import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,8 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
                 pass
             raise SessionError(code, f"{source}:{held[0]}: line is not valid JSON ({held[1]})")
         try:
-            data = json.loads(line)
+            # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
+            data = loads_json(line, finite=False)
         except ValueError as error:
             if ended:
                 for _ in lines:
