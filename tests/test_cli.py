@@ -388,7 +388,7 @@ def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) 
     again = cli("sessions", "import", str(v3))
     assert again.exit_code == 2 and "imported before" in again.stderr
     broken = tmp_path / "broken.jsonl"
-    broken.write_text(pi_v3(3).replace('"parentId": "00000000"', '"parentId": "missing"'))
+    broken.write_text(pi_v3(3).replace('"id": "00000001"', '"id": "00000000"'))  # twice
     torn = tmp_path / "middle.jsonl"
     torn.write_text('{"type":"session","version":3,"id":"x","timestamp":"t","cwd":""}\n{oops\n{}\n')
     good = tmp_path / "good.jsonl"

@@ -838,10 +838,6 @@ def nested(depth: int) -> object:
             "duplicate entry id aaaaaaaa",
         ),
         (
-            bad_file(message_entry("aaaaaaaa", None), message_entry("bbbbbbbb", "zzzzzzzz")),
-            "parentId zzzzzzzz",
-        ),
-        (
             bad_file(message_entry("aaaaaaaa", "bbbbbbbb"), message_entry("bbbbbbbb", "aaaaaaaa")),
             "cycle",
         ),
@@ -867,7 +863,6 @@ def nested(depth: int) -> object:
     ],
     ids=[
         "duplicate",
-        "dangling",
         "cycle",
         "own-parent",
         "invalid-message",
@@ -886,6 +881,28 @@ def test_bad_imports_fail_clearly_and_import_nothing(repo, text: str, needle: st
     assert needle in str(error.value)
     assert repo.list().items == before
     assert not repo.exists("bad-session")
+
+
+def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo) -> None:
+    # pi writes such files (branching from below a label drops the label, not the link to it)
+    # and opens them: the entry is a root, and the context starts there.
+    text = bad_file(
+        message_entry("aaaaaaaa", None),
+        message_entry("bbbbbbbb", "aaaaaaaa"),
+        message_entry("cccccccc", "zzzzzzzz"),
+        message_entry("dddddddd", "cccccccc"),
+    )
+    imported = repo.import_session(text)
+    session = imported.session
+    assert session.leaf_id == "dddddddd"
+    assert [e.id for e in session.get_branch()] == ["cccccccc", "dddddddd"]
+    assert [m.content for m in session.build_context().messages] == ["cccccccc", "dddddddd"]
+    assert [node.entry.id for node in session.tree()] == ["aaaaaaaa", "cccccccc"]
+    assert any("parentId zzzzzzzz points to no entry" in note for note in imported.notes)
+    exported = repo.export_jsonl(session.id).splitlines()
+    assert json.loads(exported[3]) == json.loads(text.splitlines()[3])  # kept as it was
+    appended = session.append_message(user("more"))
+    assert [e.id for e in repo.open(session.id).get_branch()][-2:] == ["dddddddd", appended]
 
 
 def test_import_of_an_existing_session_id_is_a_conflict(repo) -> None:

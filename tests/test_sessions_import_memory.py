@@ -309,10 +309,6 @@ BAD_FILES = {
         {line_of(LAST): bad_entry(LAST, id=entry_id(7))},
         f":{line_of(LAST)}: duplicate entry id {entry_id(7)} (also ",
     ),
-    "dangling-parent": (
-        {line_of(LAST): bad_entry(LAST, parentId="0badf00d")},
-        f":{line_of(LAST)}: parentId 0badf00d points to no entry",
-    ),
     "cycle": (
         {
             line_of(10): bad_entry(10, parentId=entry_id(LAST)),

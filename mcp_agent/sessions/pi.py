@@ -34,7 +34,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import leaf_after
-from mcp_agent.sessions.tree_check import TreeCheck
+from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
 from mcp_agent.wire import loads_json
 
 log = logging.getLogger(__name__)
@@ -363,16 +363,22 @@ class SessionStream:
             if self._problem is not None:
                 raise SessionError(self.code, self._problem[1])
             problem = self._tree.first_problem()
+            orphans = self._tree.missing_parents
         finally:
             self._tree.close()
+        for line, parent in orphans[:MISSING_NAMED]:
+            self.notes.append(
+                f"{self.source}:{line}: parentId {parent} points to no entry: the entry is a root"
+                " (as pi shows it)"
+            )
+        if len(orphans) > MISSING_NAMED:
+            self.notes.append(f"{self.source}: more entries whose parent is not in the file")
         if problem is None:
             return
         line, kind, entry_id, other = problem
         where = f"{self.source}:{line}"
         if kind == "duplicate":
             message = f"{where}: duplicate entry id {entry_id} (also {self.source}:{other})"
-        elif kind == "parent":
-            message = f"{where}: parentId {entry_id} points to no entry"
         else:
             message = f"{where}: parentId chain of {entry_id} has a cycle"
         raise SessionError(self.code, message)

@@ -294,7 +294,8 @@ def compute_stats(entries: Iterable[SessionEntry]) -> SessionStats:
 def validate_tree(
     entries: list[SessionEntry], where: Callable[[int], str] = lambda i: f"entry {i + 1}"
 ) -> None:
-    """Raise unless ids are unique, every parent exists and no entry is its own ancestor.
+    """Raise unless ids are unique and no entry is its own ancestor (an entry whose parent is
+    not among them is a root, as pi shows it).
 
     ``where(i)`` names the i-th entry in messages (e.g. ``file.jsonl line 12``).
     """
@@ -306,12 +307,6 @@ def validate_tree(
                 "invalid_entry", f"{where(index)}: duplicate entry id {entry.id} (also {first})"
             )
         position[entry.id] = index
-    for index, entry in enumerate(entries):
-        if entry.parent_id is not None and entry.parent_id not in position:
-            raise SessionError(
-                "invalid_entry",
-                f"{where(index)}: parentId {entry.parent_id} points to no entry",
-            )
     by_id = {entry.id: entry for entry in entries}
     rooted: set[str] = set()  # entries known to reach a root
     for index, entry in enumerate(entries):
@@ -325,7 +320,8 @@ def validate_tree(
                 )
             walk.append(current.id)
             on_walk.add(current.id)
-            current = by_id[current.parent_id] if current.parent_id is not None else None
+            # A parent not among the entries: a root, as pi shows it.
+            current = by_id.get(current.parent_id) if current.parent_id is not None else None
         rooted.update(walk)
 
 

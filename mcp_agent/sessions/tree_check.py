@@ -10,26 +10,28 @@ import sqlite3
 # temporary file).
 BATCH_ROWS = 5000
 CACHE_KIB = 8192
+MISSING_NAMED = 3
 
 _FIRST_DUPLICATE = """
 SELECT a.line, a.id, (SELECT min(b.line) FROM ids b WHERE b.id = a.id) FROM ids a
 WHERE EXISTS (SELECT 1 FROM ids b WHERE b.id = a.id AND b.line < a.line)
 ORDER BY a.line LIMIT 1
 """
-_FIRST_MISSING_PARENT = """
+_MISSING_PARENTS = """
 SELECT a.line, a.parent FROM ids a
 WHERE a.parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ids b WHERE b.id = a.parent)
-ORDER BY a.line LIMIT 1
+ORDER BY a.line
 """
 _ANY_FORWARD_LINK = """
 SELECT 1 FROM ids a JOIN ids b ON b.id = a.parent WHERE b.line >= a.line LIMIT 1
 """
-# With unique ids and every parent present, an entry is on (or leads into) a cycle exactly
-# when it cannot be reached from a root.
+# With unique ids, an entry is on (or leads into) a cycle exactly when it cannot be reached
+# from a root: an entry with no parent, or with a parent not in the file (pi shows it as one).
 _REACH_FROM_ROOTS = """
 INSERT INTO reached (id)
 WITH RECURSIVE r(id) AS (
-  SELECT id FROM ids WHERE parent IS NULL
+  SELECT id FROM ids a WHERE parent IS NULL
+    OR NOT EXISTS (SELECT 1 FROM ids b WHERE b.id = a.parent)
   UNION ALL
   SELECT c.id FROM ids c JOIN r ON c.parent = r.id
 )
@@ -53,6 +55,7 @@ class TreeCheck:
         self._conn.execute("CREATE TABLE ids (line INTEGER PRIMARY KEY, id TEXT, parent TEXT)")
         self._batch: list[tuple[int, str, str | None]] = []
         self.count = 0
+        self.missing_parents: list[tuple[int, str]] = []
 
     def add(self, line: int, entry_id: str, parent_id: str | None) -> None:
         self._batch.append((line, entry_id, parent_id))
@@ -67,18 +70,17 @@ class TreeCheck:
 
     def first_problem(self) -> tuple[int, str, str, int | None] | None:
         """The first problem: ``(line, kind, id, other line)`` with kind ``duplicate`` (id
-        also at the other line), ``parent`` (id: the parent that does not exist) or ``cycle``
-        (id: the first entry whose parent chain does not reach a root); None when there is
-        none."""
+        also at the other line) or ``cycle`` (id: the first entry whose parent chain does not
+        reach a root); None when there is none. An entry whose parent is not in the file is a
+        root, as pi shows it (pi writes such files when it branches from below a label): the
+        first ``MISSING_NAMED`` of them are in ``missing_parents`` as (line, parent)."""
         self._flush()
         conn = self._conn
         conn.execute("CREATE INDEX ids_id ON ids (id, line)")
         found = conn.execute(_FIRST_DUPLICATE).fetchone()
         if found is not None:
             return found[0], "duplicate", found[1], found[2]
-        found = conn.execute(_FIRST_MISSING_PARENT).fetchone()
-        if found is not None:
-            return found[0], "parent", found[1], None
+        self.missing_parents = conn.execute(_MISSING_PARENTS).fetchmany(MISSING_NAMED + 1)
         if conn.execute(_ANY_FORWARD_LINK).fetchone() is None:
             return None  # each parent comes before its children (none is its own): no cycle
         conn.execute("CREATE INDEX ids_parent ON ids (parent)")
