@@ -193,7 +193,8 @@ class AssistantMessage(BaseMessage):
     provider: str = ""
     model: str = ""
     usage: Usage = Field(default_factory=Usage)
-    stop_reason: StopReason = StopReason.STOP
+    # A reason a newer pi may add is kept as it is (pi's loader takes any).
+    stop_reason: StopReason | str = StopReason.STOP
     error_message: str | None = None
 
     @property

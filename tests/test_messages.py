@@ -129,6 +129,15 @@ def test_unknown_fields_are_kept_and_typed_fields_parsed() -> None:
     assert message.model_extra == {"responseId": "resp_abc"}
 
 
+def test_a_stop_reason_a_newer_pi_may_add_is_kept_as_it_is() -> None:
+    data = {**PI_MESSAGES[2], "stopReason": "pause_turn"}
+    message = parse_message(data)
+    assert isinstance(message, AssistantMessage)
+    assert message.stop_reason == "pause_turn"
+    assert json.loads(message.to_json()) == data
+    assert parse_message(PI_MESSAGES[2]).stop_reason == StopReason.TOOL_USE
+
+
 def test_explicit_null_round_trips_but_unset_optional_is_omitted() -> None:
     data = {**PI_MESSAGES[4], "details": None}
     assert parse_message(data).to_json_dict() == data
@@ -164,7 +173,7 @@ def test_version_2_hook_message_reads_as_custom() -> None:
             },
             "message.usage.input",
         ),
-        ({"role": "assistant", "content": [], "stopReason": "done"}, "message.stopReason"),
+        ({"role": "assistant", "content": [], "stopReason": 7}, "message.stopReason"),
         ({"role": "user", "content": [{"type": "video"}]}, "message.content.0"),
         ("not an object", "expected a JSON object"),
     ],

@@ -472,11 +472,11 @@ class RunManager:
                 run.answer = final.text
                 run.stop_reason = str(final.stop_reason)
                 run.error = final.error_message
-                statuses: dict[StopReason, RunStatus] = {
+                statuses: dict[str, RunStatus] = {
                     StopReason.ERROR: "error",
                     StopReason.ABORTED: "aborted",
                 }
-                run.status = statuses.get(StopReason(final.stop_reason), "completed")
+                run.status = statuses.get(final.stop_reason, "completed")
                 if run.status == "error" and run.abort_reason is not None:
                     # Cancelled between attempts (waiting to retry a failed answer).
                     run.status, run.error = "aborted", f"{run.abort_reason} ({run.error})"
