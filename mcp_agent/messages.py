@@ -260,6 +260,10 @@ _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {}
 _ROLE_ALIASES = {"hookMessage": "custom"}
 
 
+def known_role(role: str) -> bool:
+    return _ROLE_ALIASES.get(role, role) in _MESSAGE_TYPES
+
+
 def register_message_type(cls: type[BaseMessage]) -> type[BaseMessage]:
     """Teach :func:`parse_message` a new role (usable as a class decorator)."""
     role_field = cls.model_fields["role"]
@@ -295,11 +299,13 @@ def parse_message(data: Mapping[str, Any] | BaseMessage, path: str = "message") 
     role = data.get("role")
     if role is None:
         raise MessageParseError(f"{path}.role: field required")
-    role = _ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
-    cls = _MESSAGE_TYPES.get(role) if isinstance(role, str) else None
-    if cls is None:
+    if not isinstance(role, str) or not role:
         known = ", ".join(sorted(_MESSAGE_TYPES))
-        raise MessageParseError(f"{path}.role: unknown role {role!r}; expected one of {known}")
+        raise MessageParseError(f"{path}.role: expected a role such as {known}, got {role!r}")
+    role = _ROLE_ALIASES.get(role, role)
+    # A role nobody registered (an app's own, as pi's CustomAgentMessages add, or a newer
+    # pi's) is kept as it is, every field with it, and never sent to a model, as pi does.
+    cls = _MESSAGE_TYPES.get(role, BaseMessage)
     if role != data["role"]:
         data = {**data, "role": role}
     try:

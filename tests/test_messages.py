@@ -138,6 +138,18 @@ def test_a_stop_reason_a_newer_pi_may_add_is_kept_as_it_is() -> None:
     assert parse_message(PI_MESSAGES[2]).stop_reason == StopReason.TOOL_USE
 
 
+def test_a_role_nobody_registered_is_kept_as_it_is_and_never_sent_to_a_model() -> None:
+    # An app's own role (pi's CustomAgentMessages) or a newer pi's: pi keeps it in the
+    # context and its convertToLlm leaves it out.
+    data = {"role": "notification", "timestamp": 5, "text": "build done", "level": 2}
+    message = parse_message(data)
+    assert message.role == "notification"
+    assert json.loads(message.to_json()) == data
+    assert convert_to_llm([message, UserMessage(content="hi", timestamp=6)]) == [
+        UserMessage(content="hi", timestamp=6)
+    ]
+
+
 def test_explicit_null_round_trips_but_unset_optional_is_omitted() -> None:
     data = {**PI_MESSAGES[4], "details": None}
     assert parse_message(data).to_json_dict() == data
@@ -160,7 +172,7 @@ def test_version_2_hook_message_reads_as_custom() -> None:
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        ({"role": "robot", "content": "x"}, "message.role: unknown role 'robot'"),
+        ({"role": 7, "content": "x"}, "message.role: expected a role such as assistant"),
         ({"content": "x"}, "message.role: field required"),
         ({"role": "user"}, "message.content: Field required"),
         ({"role": "toolResult", "toolName": "x", "content": []}, "message.toolCallId"),

@@ -257,9 +257,11 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
     text = await call_error(
         client,
         "session_import",
-        jsonl='{"type":"session","version":3,"id":"x","timestamp":"t"}\n{"type":"message","id":"a1","parentId":"zz","timestamp":"t","message":{"role":"user","content":"x"}}\n',
+        jsonl='{"type":"session","version":3,"id":"x","timestamp":"t"}\n'
+        + '{"type":"message","id":"a1","parentId":null,"timestamp":"t","message":{"role":"user","content":"x"}}\n'
+        * 2,
     )
-    assert "zz" in text
+    assert "duplicate entry id a1" in text
     assert len((await call(client, "session_list"))["sessions"]) == count
     assert (await call(client, "session_export", session_id=sid, limit=0))["jsonl"] == before[
         "jsonl"

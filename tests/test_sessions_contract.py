@@ -905,6 +905,16 @@ def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo)
     assert [e.id for e in repo.open(session.id).get_branch()][-2:] == ["dddddddd", appended]
 
 
+def test_a_message_of_a_role_nobody_registered_is_kept_in_the_context(repo) -> None:
+    note = {"role": "note", "text": "n", "timestamp": 2, "level": {"of": "detail"}}
+    own = {**message_entry("bbbbbbbb", "aaaaaaaa"), "message": note}
+    session = repo.import_jsonl(bad_file(message_entry("aaaaaaaa", None), own))
+    messages = session.build_context().messages
+    assert [m.role for m in messages] == ["user", "note"]
+    assert messages[1].to_json_dict() == note
+    assert json.loads(repo.export_jsonl(session.id).splitlines()[2]) == own
+
+
 def test_import_of_an_existing_session_id_is_a_conflict(repo) -> None:
     repo.import_jsonl(DATA / "v3.jsonl")
     with pytest.raises(SessionError) as error:

@@ -314,6 +314,7 @@ async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
 
 MACHINE_TALK = ("validation error", "pydantic", "http://", "https://", "Arguments", "--")
 DEEP = '{"v": ' + "[" * 300 + "]" * 300 + "}"
+ROBOT = {"type": "pi", "json": '{"type": "message", "message": {"role": "robot", "content": "x"}}'}
 
 
 def custom(data: str) -> dict[str, Any]:
@@ -341,6 +342,7 @@ def custom(data: str) -> dict[str, Any]:
         ("session_create", {"metadata": DEEP}, "nested more than 200 levels deep"),
         ("session_append", {"session_id": "s", "entry": custom("[Infinity]")}, "Infinity is not"),
         ("session_append", {"session_id": "s", "entry": custom(DEEP)}, "nested more than 200"),
+        ("session_append", {"session_id": "s", "entry": ROBOT}, "'robot' is not a role of pi's"),
         ("session_append", {"session_id": "s", "entry": custom("[" * 2000)}, "nested more than"),
         ("session_import", {"jsonl": "not json"}, "the text of a pi session file"),
         ("agent_status", {}, "run_id is required"),

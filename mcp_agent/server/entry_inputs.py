@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from mcp_agent.messages import ThinkingLevel
+from mcp_agent.messages import ThinkingLevel, known_role
 from mcp_agent.wire import loads_json
 
 KIND = "the kind of entry"
@@ -133,6 +133,15 @@ class PiEntryInput(_Input):
         partial = _json_text(self.json_text, "json")
         if not isinstance(partial, dict):
             raise ToolError("entry.json must be a JSON object: one pi v3 entry")
+        message = partial.get("message")
+        role = message.get("role") if isinstance(message, dict) else None
+        if partial.get("type") == "message" and isinstance(role, str) and not known_role(role):
+            # A file may hold a role of its own app's (kept as it is); appended by hand it is
+            # more likely a slip, and such a message is never sent to a model.
+            raise ToolError(
+                f"entry.json: message.role {role!r} is not a role of pi's: use user, assistant,"
+                " toolResult, bashExecution, custom, branchSummary or compactionSummary"
+            )
         return partial
 
 
