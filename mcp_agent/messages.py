@@ -14,9 +14,11 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    Discriminator,
     Field,
     PlainSerializer,
     PlainValidator,
+    Tag,
     TypeAdapter,
     ValidationError,
 )
@@ -85,11 +87,40 @@ class ToolCall(WireModel):
     partial_json: str | None = Field(default=None, exclude=True)
 
 
-UserContent = Annotated[TextContent | ImageContent, Field(discriminator="type")]
-AssistantContent = Annotated[TextContent | ThinkingContent | ToolCall, Field(discriminator="type")]
-Content = Annotated[
-    TextContent | ImageContent | ThinkingContent | ToolCall, Field(discriminator="type")
+class OtherContent(WireModel):
+    """A block of a type this project does not know (a newer pi's): kept as it is, every
+    field with it, as pi's loader keeps it. It has no text and no model is sent it."""
+
+    type: str
+
+
+def _block_kind(known: frozenset[str]) -> Discriminator:
+    def kind(block: Any) -> str | None:
+        found = block.get("type") if isinstance(block, Mapping) else getattr(block, "type", None)
+        if not isinstance(found, str) or not found:
+            return None  # no type: refused, saying so
+        return found if found in known else "other"
+
+    return Discriminator(
+        kind,
+        custom_error_type="block_type",
+        custom_error_message=f"a content block needs a type (one of {', '.join(sorted(known))})",
+    )
+
+
+_USER_BLOCKS = frozenset({"text", "image"})
+_ASSISTANT_BLOCKS = frozenset({"text", "thinking", "toolCall"})
+_ANY_BLOCKS = _USER_BLOCKS | _ASSISTANT_BLOCKS
+_TEXT = Annotated[TextContent, Tag("text")]
+_IMAGE = Annotated[ImageContent, Tag("image")]
+_THINKING = Annotated[ThinkingContent, Tag("thinking")]
+_TOOL_CALL = Annotated[ToolCall, Tag("toolCall")]
+_OTHER = Annotated[OtherContent, Tag("other")]
+UserContent = Annotated[_TEXT | _IMAGE | _OTHER, _block_kind(_USER_BLOCKS)]
+AssistantContent = Annotated[
+    _TEXT | _THINKING | _TOOL_CALL | _OTHER, _block_kind(_ASSISTANT_BLOCKS)
 ]
+Content = Annotated[_TEXT | _IMAGE | _THINKING | _TOOL_CALL | _OTHER, _block_kind(_ANY_BLOCKS)]
 
 
 # --- usage and models -------------------------------------------------------------------------
@@ -332,14 +363,11 @@ AgentMessage = Annotated[
     PlainSerializer(_serialize_agent_message),
 ]
 
-_content_adapter: TypeAdapter[TextContent | ImageContent | ThinkingContent | ToolCall] = (
-    TypeAdapter(Content)
-)
+AnyBlock = TextContent | ImageContent | ThinkingContent | ToolCall | OtherContent
+_content_adapter: TypeAdapter[AnyBlock] = TypeAdapter(Content)
 
 
-def parse_content(
-    data: Any, path: str = "content"
-) -> TextContent | ImageContent | ThinkingContent | ToolCall:
+def parse_content(data: Any, path: str = "content") -> AnyBlock:
     try:
         return _content_adapter.validate_python(data)
     except ValidationError as error:

@@ -150,6 +150,16 @@ def test_a_role_nobody_registered_is_kept_as_it_is_and_never_sent_to_a_model() -
     ]
 
 
+def test_a_block_of_a_type_pi_does_not_have_yet_is_kept_as_it_is() -> None:
+    data = {**PI_MESSAGES[2]}
+    data["content"] = [*data["content"], {"type": "redacted_thinking", "data": "zz"}]
+    message = parse_message(data)
+    assert isinstance(message, AssistantMessage)
+    assert json.loads(message.to_json()) == data
+    assert message.text == parse_message(PI_MESSAGES[2]).text  # it has no text
+    assert [c.name for c in message.tool_calls] == ["bash"]
+
+
 def test_explicit_null_round_trips_but_unset_optional_is_omitted() -> None:
     data = {**PI_MESSAGES[4], "details": None}
     assert parse_message(data).to_json_dict() == data
@@ -186,7 +196,7 @@ def test_version_2_hook_message_reads_as_custom() -> None:
             "message.usage.input",
         ),
         ({"role": "assistant", "content": [], "stopReason": 7}, "message.stopReason"),
-        ({"role": "user", "content": [{"type": "video"}]}, "message.content.0"),
+        ({"role": "user", "content": [{"text": "x"}]}, "message.content.0: a content block needs"),
         ("not an object", "expected a JSON object"),
     ],
 )
