@@ -21,8 +21,9 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
-from mcp_types import CallToolResult, InputRequiredResult
+from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
 from pydantic import ValidationError
 
 # Pydantic's wording of a type mismatch is fine; these read better to a model.
@@ -199,6 +200,31 @@ class SessionsServer(MCPServer):
             raise  # a crash: the SDK logs it and says no more to the client
         except ToolError as error:
             raise ToolError(_one_line(self._explain(name, error, properties, arguments))) from None
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        """The SDK's, with a wrong name or arguments refused as invalid params saying what
+        is wrong (the SDK raises a plain ValueError: error code 0, or an internal error)."""
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(INVALID_PARAMS, f"there is no prompt {name!r}; the prompts are: {known}")
+        declared = {argument.name: argument for argument in prompt.arguments or []}
+        given = set(arguments or {})
+        problems = [f"unknown argument {key!r}" for key in sorted(given - set(declared))]
+        problems += [
+            f"argument {key!r} is required"
+            for key, argument in declared.items()
+            if argument.required and key not in given
+        ]
+        if problems:
+            takes = ", ".join(declared) or "no arguments"
+            raise MCPError(INVALID_PARAMS, f"{name}: {'; '.join(problems)}; it takes {takes}")
+        return await super().get_prompt(name, arguments, context)
 
     def _explain(
         self, name: str, error: ToolError, properties: dict[str, Any], arguments: dict[str, Any]
