@@ -334,6 +334,10 @@ def custom(data: str) -> dict[str, Any]:
         ("session_get", {"session_id": "s", "cursor": "x"}, "cursor 'x' is not one"),
         ("session_get", {"session_id": "s", "colour": 1}, "unknown argument 'colour'"),
         ("session_list", {"limit": "many"}, "limit should be a valid integer"),
+        # Not converted, as pydantic's lax mode would: the schema says integer, or boolean.
+        ("session_get", {"session_id": "s", "limit": "5"}, 'integer, not a string (got "5")'),
+        ("session_get", {"session_id": "s", "limit": 5.5}, "integer, not a number (got 5.5)"),
+        ("session_move_to", {"session_id": "s", "entry_id": "e", "summarize": "true"}, "boolean"),
         ("session_append", {"session_id": "s", "entry": {"type": "message"}}, "is required"),
         ("session_append", {"session_id": "s", "entry": {"type": "nope"}}, "'message'"),
         ("session_create", {"metadata": "[1]"}, "metadata must be a JSON object"),

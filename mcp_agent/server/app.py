@@ -24,6 +24,7 @@ from mcp_agent.server import (
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
+from mcp_agent.server.unreadable import UnpairedSurrogates
 from mcp_agent.server.viewer import apps as viewer_apps
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ def build_server(
         subscriptions=bus,
         log_level="WARNING",
     )
+    # Text that is not valid Unicode is refused before any handler sees it, whatever the method.
+    server._lowlevel_server.middleware.append(UnpairedSurrogates())
     session_tools.register(server)
     agent_tools.register(server)
     compact_tools.register(server)

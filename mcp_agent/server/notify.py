@@ -55,9 +55,25 @@ SUBSCRIBER_PENDING = 1024  # URIs: 256 sessions' worth
 MAX_SUBSCRIPTIONS = 1000  # resources one legacy connection may subscribe to; 0: no limit
 
 
+SESSION_URI_TAILS = ("", "/tree", "/context", "/export.jsonl")
+
+
 def session_uris(session_id: str) -> list[str]:
+    """The resources whose subscribers hear of each change to the session."""
     base = f"session://{session_id}"
-    return [base, f"{base}/tree", f"{base}/context", f"{base}/export.jsonl"]
+    return [base + tail for tail in SESSION_URI_TAILS]
+
+
+def subscribed_session(uri: str) -> str | None:
+    """The session whose changes ``uri`` is notified of (one of ``session_uris``), or None."""
+    rest = uri.removeprefix("session://")
+    if rest == uri:
+        return None
+    for tail in SESSION_URI_TAILS[1:]:
+        if rest.endswith(tail):
+            rest = rest.removesuffix(tail)
+            break
+    return rest if rest and "/" not in rest else None
 
 
 class WatchedBus(InMemorySubscriptionBus):

@@ -5,7 +5,7 @@ every message written is a hop to a worker thread and back, which is most of an 
 trip over stdio (and those threads contend with the request for the GIL). When stdin and
 stdout are pipes or sockets (how MCP clients start a server) on POSIX, we give it streams over
 them that wait for readiness in the event loop instead; framing, parsing and the message loop
-stay the SDK's. Otherwise (Windows, a terminal, files) the SDK's own streams serve.
+stay the SDK's. A line the SDK cannot read gets its JSON-RPC error (``unreadable``), on either. Otherwise (Windows, a terminal, files) the SDK's own streams serve.
 
 Like the SDK, we keep the wire to ourselves while serving: fd 0 reads the null device and fd 1
 goes to stderr, so a stray ``print`` or a child process cannot corrupt the protocol stream.
@@ -26,6 +26,7 @@ from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
 from mcp_agent.server.spliced import SplicingStream, splicing
+from mcp_agent.server.unreadable import AnsweringStream
 
 if sys.platform != "win32":
     import fcntl
@@ -204,9 +205,11 @@ async def run_stdio(server: MCPServer) -> None:
     try:
         with splicing(server):
             async with event_loop_stdio() as (read_stream, write_stream):
+                writer = SplicingStream(write_stream)
+                # A line the transport cannot read is answered, not dropped (see unreadable).
                 await lowlevel.run(
-                    read_stream,
-                    SplicingStream(write_stream),
+                    AnsweringStream(read_stream, writer),
+                    writer,
                     lowlevel.create_initialization_options(),
                 )
     except* ClientGone:

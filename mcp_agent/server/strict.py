@@ -1,5 +1,6 @@
-"""The tools as a model meets them: input schemas in OpenAI's strict form, and argument errors
-as one line a model can act on.
+"""The tools as a model meets them: input schemas in OpenAI's strict form, scalar arguments
+held to their JSON type (no ``"5"`` for an integer), and argument errors as one line a model
+can act on.
 
 Strict form also has every ``$defs`` reference inlined (openai-agents converts a schema with
 references only when it can check their targets in place).
@@ -21,8 +22,9 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
-from mcp_types import CallToolResult, InputRequiredResult
+from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
 from pydantic import ValidationError
 
 # Pydantic's wording of a type mismatch is fine; these read better to a model.
@@ -155,6 +157,8 @@ class SessionsServer(MCPServer):
         super().__init__(*args, **kwargs)
         # Tool name -> (its input schema, whether it declares an Mcp-Param header).
         self._declares_headers: dict[str, tuple[dict[str, Any], bool]] = {}
+        # Tool name -> (its input schema, the JSON types of its scalar arguments).
+        self._scalar_types: dict[str, tuple[dict[str, Any], dict[str, frozenset[str]]]] = {}
 
     def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
         """The schema the SDK checks an HTTP call's ``Mcp-Param-*`` headers against, only
@@ -193,12 +197,59 @@ class SessionsServer(MCPServer):
                 f"{name}: unknown argument {', '.join(map(repr, unknown))}; it takes "
                 + (", ".join(properties) or "no arguments")
             )
+        self._check_scalar_types(name, tool.parameters, arguments)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:
             raise  # a crash: the SDK logs it and says no more to the client
         except ToolError as error:
             raise ToolError(_one_line(self._explain(name, error, properties, arguments))) from None
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        """The SDK's, with a wrong name or arguments refused as invalid params saying what
+        is wrong (the SDK raises a plain ValueError: error code 0, or an internal error)."""
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(INVALID_PARAMS, f"there is no prompt {name!r}; the prompts are: {known}")
+        declared = {argument.name: argument for argument in prompt.arguments or []}
+        given = set(arguments or {})
+        problems = [f"unknown argument {key!r}" for key in sorted(given - set(declared))]
+        problems += [
+            f"argument {key!r} is required"
+            for key, argument in declared.items()
+            if argument.required and key not in given
+        ]
+        if problems:
+            takes = ", ".join(declared) or "no arguments"
+            raise MCPError(INVALID_PARAMS, f"{name}: {'; '.join(problems)}; it takes {takes}")
+        return await super().get_prompt(name, arguments, context)
+
+    def _check_scalar_types(
+        self, name: str, schema: dict[str, Any], arguments: dict[str, Any]
+    ) -> None:
+        """Refuse a scalar argument of the wrong JSON type (``"5"`` for an integer), which
+        pydantic's lax mode would convert. An object or array argument given as JSON text is
+        left to the SDK, which parses it on purpose (clients that send nested objects as
+        strings)."""
+        known = self._scalar_types.get(name)
+        if known is None or known[0] is not schema:
+            known = self._scalar_types[name] = (schema, scalar_types(schema))
+        for key, allowed in known[1].items():
+            if key in arguments and not _has_type(arguments[key], allowed):
+                properties: dict[str, Any] = schema.get("properties", {})
+                about = properties.get(key, {}).get("description")
+                wanted = " or ".join(sorted(allowed - {"null"}))
+                given = json.dumps(arguments[key], ensure_ascii=False, default=str)[:60]
+                given_type = _JSON_TYPES.get(type(arguments[key]))
+                kind = _A.get(given_type, f"a {given_type}") if given_type else "of that type"
+                text = f"{name}: {key} should be a valid {wanted}, not {kind} (got {given})"
+                raise ToolError(_one_line(text + (f"; {key}: {about}" if about else "")))
 
     def _explain(
         self, name: str, error: ToolError, properties: dict[str, Any], arguments: dict[str, Any]
@@ -215,6 +266,40 @@ class SessionsServer(MCPServer):
         prefix = f"Error executing tool {name}: "
         text = str(error)
         return f"{name}: {text.removeprefix(prefix)}" if text.startswith(prefix) else text
+
+
+_JSON_TYPES: dict[type, str] = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+_A = {"integer": "an integer", "array": "an array", "object": "an object", "null": "null"}
+_SCALARS = frozenset({"boolean", "integer", "number", "string", "null"})
+
+
+def scalar_types(schema: dict[str, Any]) -> dict[str, frozenset[str]]:
+    """Each argument of a tool's input ``schema`` that is only ever a scalar, with the JSON
+    types it may have."""
+    found: dict[str, frozenset[str]] = {}
+    for key, node in schema.get("properties", {}).items():
+        variants = node.get("anyOf", [node]) if isinstance(node, dict) else []
+        types = [variant.get("type") for variant in variants if isinstance(variant, dict)]
+        if types and all(kind in _SCALARS for kind in types):
+            found[key] = frozenset(str(kind) for kind in types)
+    return found
+
+
+def _has_type(value: Any, allowed: frozenset[str]) -> bool:
+    kind = _JSON_TYPES.get(type(value))
+    if kind in allowed:
+        return True
+    if kind == "integer":
+        return "number" in allowed
+    return kind == "number" and "integer" in allowed and float(value).is_integer()
 
 
 def _one_line(text: str) -> str:

@@ -1,0 +1,162 @@
+"""Requests the SDK cannot read (mcp_agent/server/unreadable.py): over stdio each gets its
+JSON-RPC answer instead of being dropped, and text that is not valid Unicode (a lone surrogate)
+is refused on every transport, for every method, before anything is stored."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_support import TEST_AGENTS, agent_server, call, initialize_request, prompt_responder
+
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+pytestmark = pytest.mark.anyio
+
+HANG_GUARD_S = 60
+SURROGATE_TEXT = "a lone \\ud800 here"  # as it stands in the JSON text: an escape
+
+
+def request(request_id: int, method: str, params: dict[str, Any]) -> str:
+    """A JSON-RPC request line, with each ``@S@`` in it replaced by a lone surrogate escape
+    (which ``json.dumps`` of a Python string never writes)."""
+    line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+    return line.replace("@S@", "\\ud800")
+
+
+class StdioServer:
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mcp_agent", "serve", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((line + "\n").encode())
+        self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        """The next answer from the server, past its notifications (failing, not hanging, if
+        none comes)."""
+        assert self.process.stdout is not None
+        while True:
+            ready, _, _ = select.select([self.process.stdout], [], [], HANG_GUARD_S)
+            assert ready, "the server sent nothing"
+            found: dict[str, Any] = json.loads(self.process.stdout.readline())
+            if "id" in found:
+                return found
+
+    def stop(self) -> str:
+        assert self.process.stdin is not None and self.process.stderr is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=HANG_GUARD_S)
+        return self.process.stderr.read().decode()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "jsonl"])
+def test_every_stdio_request_gets_an_answer_and_nothing_unreadable_is_stored(
+    tmp_path: Path, store: str
+) -> None:
+    folder = tmp_path / "sessions"
+    args = ["--db", str(tmp_path / "s.db")]
+    if store == "jsonl":
+        folder.mkdir()
+        args += ["--sessions-dir", str(folder)]
+    server = StdioServer(*args)
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        server.send(request(2, "tools/call", {"name": "session_create", "arguments": {}}))
+        sid = server.answer()["result"]["structuredContent"]["id"]
+        entry = {"type": "message", "role": "user", "content": "a lone @S@ here"}
+        lines = [
+            request(
+                3,
+                "tools/call",
+                {"name": "session_append", "arguments": {"session_id": sid, "entry": entry}},
+            ),
+            request(4, "tools/call", {"name": "session_get", "arguments": {"session_id": "@S@"}}),
+            request(
+                5, "prompts/get", {"name": "continue_session", "arguments": {"session_id": "@S@"}}
+            ),
+            request(6, "resources/read", {"uri": "session://@S@"}),
+            request(7, "resources/subscribe", {"uri": f"session://{sid}@S@"}),
+            '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"@S@"}}'.replace(
+                "@S@", "\\ud800"
+            ),
+            "",  # a blank line: nothing to answer
+            '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":',  # not JSON
+            '{"jsonrpc":"2.0","id":9,"methd":"ping"}',  # JSON, but no JSON-RPC message
+            '{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',  # an id that cannot go back
+            request(10, "ping", {}),
+        ]
+        for line in lines:
+            server.send(line)
+        answers = [server.answer() for _ in range(8)]
+        assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
+            (3, -32602),
+            (4, -32602),
+            (5, -32602),
+            (6, -32602),
+            (7, -32602),
+            (None, -32700),
+            (9, -32600),
+            (None, -32600),
+        ]
+        append_error = answers[0]["error"]["message"]
+        assert (
+            "params.arguments.entry.content holds an unpaired surrogate (\\ud800)" in append_error
+        )
+        assert "not valid Unicode" in append_error
+        assert server.answer() == {"jsonrpc": "2.0", "id": 10, "result": {}}
+        server.send(
+            request(11, "tools/call", {"name": "session_get", "arguments": {"session_id": sid}})
+        )
+        assert server.answer()["result"]["structuredContent"]["entries"] == []
+    finally:
+        stderr = server.stop()
+    assert "Traceback" not in stderr
+    assert "notification the server cannot read was dropped" in stderr
+    if store == "sqlite":
+        assert SqliteSessionRepo(tmp_path / "s.db").open(sid).get_entries() == []
+    else:
+        (file,) = folder.rglob("*.jsonl")
+        assert len(file.read_text().splitlines()) == 1  # the header alone
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_lone_surrogate_is_refused_before_any_handler(tmp_path: Path, mode: str) -> None:
+    """An in-process client (and the 2026 HTTP transport, whose parser reads lone surrogate
+    escapes) hands the server such a string: every method refuses it, nothing is stored."""
+    folder = tmp_path / "sessions"
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, sessions_dir=folder
+    )
+    async with Client(server, mode=mode) as client:
+        sid = (await call(client, "session_create"))["id"]
+        entry = {"type": "message", "role": "user", "content": "a lone \ud800 here"}
+        attempts = [
+            client.call_tool("session_append", {"session_id": sid, "entry": entry}),
+            client.call_tool("session_create", {"name": "\udfff"}),
+            client.get_prompt("continue_session", {"session_id": "\ud800"}),
+        ]
+        for attempt in attempts:
+            with pytest.raises(MCPError) as refused:
+                await attempt
+            assert refused.value.error.code == -32602
+            assert "unpaired surrogate" in refused.value.error.message
+        assert (await call(client, "session_get", session_id=sid))["entries"] == []
+        assert len((await call(client, "session_list"))["sessions"]) == 1
+    (file,) = folder.rglob("*.jsonl")
+    assert len(file.read_text().splitlines()) == 1
