@@ -21,12 +21,15 @@ from mcp_agent.server.session_reads import entries_page, view_entries
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.sessions.outline import flat_tree
 
 T = TypeVar("T")
 
 JSON = "application/json"
 JSONL = "application/x-ndjson"
+# A session's name as a listed resource's name and title.
+LISTED_NAME_CHARS = 200
 
 
 def _dump(data: Any) -> str:
@@ -176,8 +179,8 @@ def register(server: MCPServer) -> None:
         resources.extend(
             types.Resource(
                 uri=f"session://{item.id}",
-                name=item.name or f"session {item.id[:8]}",
-                title=item.name,
+                name=clip_long(item.name or f"session {item.id[:8]}", LISTED_NAME_CHARS),
+                title=None if item.name is None else clip_long(item.name, LISTED_NAME_CHARS),
                 description=(item.first_user_message or "")[:200] or None,
                 mime_type=JSON,
             )
