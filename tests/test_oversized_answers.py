@@ -43,6 +43,86 @@ async def bounded(client: Client, name: str, **arguments: Any) -> dict[str, Any]
     return result.structured_content
 
 
+async def test_a_message_of_megabytes_is_a_stub_in_every_default_answer(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        await call(client, "session_append", session_id=sid, entry=_user("before"))
+        big = "z" * HUGE_TEXT
+        entry_id = (await call(client, "session_append", session_id=sid, entry=_user(big)))[
+            "entryId"
+        ]
+        await call(client, "session_append", session_id=sid, entry=_user("after"))
+        where = f"session://{sid}/entries/{entry_id}"
+
+        context = await bounded(client, "session_context", session_id=sid)
+        assert [m.get("content") for m in context["messages"]][::2] == ["before", "after"]
+        stub = context["messages"][1]
+        assert stub["role"] == "user" and "timestamp" in stub and "content" not in stub
+        assert where in stub["omitted"] and "too large for a page" in stub["omitted"]
+        # Asked for whole, the context has it.
+        whole = await call(client, "session_context", session_id=sid, limit=0)
+        assert whole["messages"][1]["content"] == big
+
+        # The export, page by page from the top: the line is alone on its page, left out and
+        # named; every other line comes as it is.
+        lines: list[str] = []
+        omitted: list[str] = []
+        cursor = None
+        while True:
+            page = await bounded(client, "session_export", session_id=sid, cursor=cursor)
+            if page["omitted"] is not None:
+                assert page["jsonl"] == "" and page["firstLine"] == 3
+                omitted.append(page["omitted"])
+            lines += page["jsonl"].splitlines()
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert len(lines) == 3 and len(omitted) == 1
+        assert "line 3 " in omitted[0] and where in omitted[0]
+        assert f"session://{sid}/export.jsonl" in omitted[0]
+        everything = await call(client, "session_export", session_id=sid, limit=0)
+        assert big in everything["jsonl"] and everything["omitted"] is None
+
+        # The context resource is its newest page, the prompt is bounded, and both say what
+        # they leave out; the entry resource has it whole.
+        read = (await client.read_resource(f"session://{sid}/context")).contents[0].text  # type: ignore[union-attr]
+        assert len(read.encode()) < ANSWER_LIMIT
+        shown = json.loads(read)
+        assert where in shown["messages"][1]["omitted"] and shown["total"] == 3
+        assert shown["truncated"] is False and shown["more"] is None
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text) for text in texts) < ANSWER_LIMIT
+        assert texts[0] == "before" and texts[-1] == "after"
+        assert "more characters of this message are left out" in texts[1]
+        entry = (await client.read_resource(where)).contents[0].text  # type: ignore[union-attr]
+        assert big in entry
+
+
+async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(40):
+            text = f"question {n} " + "q" * 5_000
+            await call(client, "session_append", session_id=sid, entry=_user(text))
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text) for text in texts) < ANSWER_LIMIT + 1024
+        kept = len(texts) - 1
+        assert 0 < kept < 40 and texts[-1].startswith("question 39 ")
+        assert f"The {40 - kept:,} oldest of the 40 messages of session {sid}" in texts[0]
+        assert "session_context" in texts[0]
+        context = json.loads(
+            (await client.read_resource(f"session://{sid}/context")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert context["truncated"] is True and context["total"] == 40
+        assert "session_context with cursor" in context["more"]
+
+
 async def test_names_labels_and_cwds_of_absurd_size_are_refused_and_nothing_is_written(
     server: MCPServer,
 ) -> None:

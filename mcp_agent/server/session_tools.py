@@ -427,15 +427,15 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
 
         def export() -> CallToolResult:
-            lines, start, count = export_page(state.repo.open(session_id), cursor, most)
-            end = start + len(lines)
+            page = export_page(state.repo.open(session_id), cursor, most)
             answer = ExportResult(
                 session_id=session_id,
-                jsonl="".join(lines),
-                lines=count,
-                first_line=start + 1,
-                truncated=start > 0 or end < count,
-                next_cursor=f"from:{end}" if end < count else None,
+                jsonl="".join(page.lines),
+                lines=page.count,
+                first_line=page.start + 1,
+                truncated=page.start > 0 or page.end < page.count,
+                next_cursor=f"from:{page.end}" if page.end < page.count else None,
+                omitted=page.omitted,
             )
             return compact_result(answer)
 
