@@ -17,16 +17,19 @@ from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit, session_uris, subscribed_session
 from mcp_agent.server.paging import DEFAULT_LIMIT
-from mcp_agent.server.session_reads import entries_page, view_entries
+from mcp_agent.server.session_reads import context_page, entries_page, view_entries
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.sessions.outline import flat_tree
 
 T = TypeVar("T")
 
 JSON = "application/json"
 JSONL = "application/x-ndjson"
+# A session's name as a listed resource's name and title.
+LISTED_NAME_CHARS = 200
 
 
 def _dump(data: Any) -> str:
@@ -112,15 +115,26 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/context",
         name="session-context",
         mime_type=JSON,
-        description="The messages as the model would get them, with model and thinking level",
+        description="The newest messages as the model would get them (a page, as session_context"
+        " gives by default), with model and thinking level",
     )
     async def session_context(session_id: str, ctx: Context) -> str:
-        return await _read(
-            app_state(ctx),
-            session_id,
-            lambda session: _dump(session.build_context().to_json_dict()),
-            leaf=True,
-        )
+        def render(session: Session) -> str:
+            found = context_page(session, None, DEFAULT_LIMIT)
+            data = found.context.to_json_dict()
+            page = found.page
+            data["messages"] = [json.loads(text) for text in found.messages]
+            data["total"] = page.total
+            data["truncated"] = page.truncated
+            data["more"] = (
+                f"the {page.start:,} older messages: session_context with cursor"
+                f" {page.next_cursor!r}, or with limit=0 for all of them"
+                if page.truncated
+                else None
+            )
+            return _dump(data)
+
+        return await _read(app_state(ctx), session_id, render, leaf=True)
 
     @server.resource(
         "session://{session_id}/entries/{entry_id}",
@@ -190,8 +204,8 @@ def register(server: MCPServer) -> None:
         resources.extend(
             types.Resource(
                 uri=f"session://{item.id}",
-                name=item.name or f"session {item.id[:8]}",
-                title=item.name,
+                name=clip_long(item.name or f"session {item.id[:8]}", LISTED_NAME_CHARS),
+                title=None if item.name is None else clip_long(item.name, LISTED_NAME_CHARS),
                 description=(item.first_user_message or "")[:200] or None,
                 mime_type=JSON,
             )

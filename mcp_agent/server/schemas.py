@@ -201,6 +201,11 @@ class ExportResult(Wire):
     first_line: int = Field(description="the line this page starts at (1: the header)")
     truncated: bool = Field(description="true when the file goes on after this page")
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
+    omitted: str | None = Field(
+        default=None,
+        description="a line too large for a page, alone on its page and not in jsonl: which"
+        " line and where to read it; null: none",
+    )
 
 
 class ImportResult(Wire):

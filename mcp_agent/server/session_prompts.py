@@ -14,7 +14,14 @@ from pydantic import Field
 from mcp_agent.messages import AssistantMessage as OurAssistant
 from mcp_agent.messages import ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
+from mcp_agent.server.paging import TEXT_CHARS
+from mcp_agent.server.session_reads import ENTRY_BYTES
 from mcp_agent.sessions import SessionError
+
+# A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_CHARS``),
+# no message longer than an entry a page shows whole.
+PROMPT_CHARS = TEXT_CHARS
+MESSAGE_CHARS = ENTRY_BYTES
 
 
 def register(server: MCPServer) -> None:
@@ -40,12 +47,46 @@ def register(server: MCPServer) -> None:
                     for call in message.tool_calls
                 ]
                 if parts:
-                    messages.append(AssistantMessage("\n".join(parts)))
+                    messages.append(AssistantMessage(_bounded("\n".join(parts))))
             elif isinstance(message, ToolResultMessage):
                 status = "failed" if message.is_error else "returned"
-                messages.append(UserMessage(f"[tool {message.tool_name} {status}]\n{message.text}"))
+                text = f"[tool {message.tool_name} {status}]\n{message.text}"
+                messages.append(UserMessage(_bounded(text)))
             else:
-                messages.append(UserMessage(content_text(message.content) or "(image)"))
+                messages.append(UserMessage(_bounded(content_text(message.content) or "(image)")))
         if not messages:
             messages.append(UserMessage(f"(session {session_id} is empty)"))
+        return _newest(session_id, messages)
+
+
+def _text(message: Message) -> str:
+    content = message.content
+    return content.text if isinstance(content, types.TextContent) else ""
+
+
+def _bounded(text: str) -> str:
+    """A message's text, cut at ``MESSAGE_CHARS`` with a note saying where it is whole."""
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    return (
+        f"{text[:MESSAGE_CHARS]}\n[… {len(text) - MESSAGE_CHARS:,} more characters of this"
+        " message are left out of this prompt; session_context has the message (a message too"
+        " large for its page names the entry to read whole)]"
+    )
+
+
+def _newest(session_id: str, messages: list[Message]) -> list[Message]:
+    """The newest ``messages`` that fit in ``PROMPT_CHARS``, after a note saying how many
+    older ones are left out and where they are."""
+    used, start = 0, len(messages)
+    while start > 0 and used + len(_text(messages[start - 1])) <= PROMPT_CHARS:
+        used += len(_text(messages[start - 1]))
+        start -= 1
+    if start == 0:
         return messages
+    note = (
+        f"[The {start:,} oldest of the {len(messages):,} messages of session {session_id} are"
+        f" left out to keep this prompt within about {PROMPT_CHARS // 1024} KB; session_context"
+        " pages back to them.]"
+    )
+    return [UserMessage(note), *messages[start:]]

@@ -82,6 +82,26 @@ def shown_entry(session_id: str, text: str) -> tuple[str, int]:
     return shown, len(shown.encode())
 
 
+def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text: str) -> str:
+    """A context message's JSON as a page shows it: the message, or, when it is too large for
+    a page, a stub with its role and time that says so and where to read it whole (``item``:
+    the message entry's id, or the message itself when an entry of another kind made it)."""
+    if len(text) <= ENTRY_BYTES // 4:  # at most 4 bytes a character: no need to count them
+        return text
+    size = len(text.encode())
+    if size <= ENTRY_BYTES:
+        return text
+    data = json.loads(text)
+    stub = {key: data[key] for key in ("role", "timestamp") if key in data}
+    where = (
+        f"read session://{session_id}/entries/{item}"
+        if isinstance(item, str)
+        else f"session_context with limit=0 and cursor before:{index + 1} ends with it, whole"
+    )
+    stub["omitted"] = f"{size:,} bytes, too large for a page: {where}"
+    return compact(stub)
+
+
 def sized_page(
     total: int, load: Loader, cursor: str | None, limit: int | None
 ) -> tuple[list[str], PageOf]:
@@ -210,7 +230,18 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
             return load(start, end)
         return _context_texts.get(storage, session.leaf_id, lambda: load(start, end))
 
-    messages, page = sized_page(len(items), load_kept, cursor, limit)
+    def load_shown(start: int, end: int) -> list[str]:
+        # A page (not the whole context, asked for with limit 0) shows a message too large
+        # for it as a stub.
+        texts = load_kept(start, end)
+        return [
+            shown_message(session.id, index, items[index], text)
+            for index, text in enumerate(texts, start)
+        ]
+
+    messages, page = sized_page(
+        len(items), load_kept if limit is None else load_shown, cursor, limit
+    )
     return ContextPage(messages, page, context)
 
 
@@ -309,13 +340,24 @@ def _parsed(found: dict[str, SessionEntry], entry_id: str) -> SessionEntry:
     return entry
 
 
-def export_page(
-    session: Session, cursor: str | None, limit: int | None
-) -> tuple[list[str], int, int]:
-    """Lines of the session as a pi v3 JSONL file (``pi.export_lines``), each with its newline,
-    from the line ``cursor`` names (``from:N``; None: the first): at most ``limit`` and about
-    ``ANSWER_BYTES`` (at least one). Returns the lines, the index of the first and the file's
-    line count."""
+@dataclass
+class ExportPage:
+    """Lines of the file, each with its newline, from index ``start``; ``end``: the index the
+    next page starts at; ``count``: the file's lines. ``omitted``: what the page leaves out (a
+    line too large for a page, alone on its page, is not in ``lines``) and where it is."""
+
+    lines: list[str]
+    start: int
+    end: int
+    count: int
+    omitted: str | None = None
+
+
+def export_page(session: Session, cursor: str | None, limit: int | None) -> ExportPage:
+    """Lines of the session as a pi v3 JSONL file (``pi.export_lines``) from the line
+    ``cursor`` names (``from:N``; None: the first): at most ``limit`` and about
+    ``ANSWER_BYTES`` (at least one). With a limit, a line larger than ``ENTRY_BYTES`` ends the
+    page before it, or is the page, left out, with a note naming where to read it."""
     count, load = _export_lines(session)
     start = parse_cursor(cursor, "from:", 0, count - 1) if cursor else 0
     end = count if limit is None else min(count, start + limit)
@@ -323,11 +365,25 @@ def export_page(
     taken, used = 0, 0
     for line in lines:
         cost = len(line.encode())
-        if limit is not None and taken and used + cost > ANSWER_BYTES:
+        if limit is not None and (cost > ENTRY_BYTES or (taken and used + cost > ANSWER_BYTES)):
             break
         used += cost
         taken += 1
-    return lines[:taken], start, count
+    if limit is not None and not taken and lines:
+        return ExportPage([], start, start + 1, count, _omitted_line(session.id, start, lines[0]))
+    return ExportPage(lines[:taken], start, start + taken, count)
+
+
+def _omitted_line(session_id: str, index: int, line: str) -> str:
+    whole = f"session://{session_id}/export.jsonl (or session_export with limit=0) has the file"
+    size = f"{len(line.encode()) - 1:,} bytes"
+    if index == 0:
+        return f"line 1 (the header, {size}) is too large for a page: {whole}"
+    entry_id = json.loads(line).get("id")
+    return (
+        f"line {index + 1} (entry {entry_id}, {size}) is too large for a page: read"
+        f" session://{session_id}/entries/{entry_id} for it; {whole}"
+    )
 
 
 def _export_lines(session: Session) -> tuple[int, Loader]:

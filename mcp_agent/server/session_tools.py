@@ -17,6 +17,7 @@ from mcp_agent.server import spliced
 from mcp_agent.server.entry_inputs import EntryInput
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import (
+    ANSWER_BYTES,
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
     check_limit,
@@ -47,7 +48,7 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.entries import is_session_id
+from mcp_agent.sessions.entries import CWD_CHARS, NAME_CHARS, clip_long, is_session_id
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 from mcp_agent.wire import loads_json
 
@@ -63,8 +64,9 @@ Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 def session_info(summary: SessionSummary) -> SessionInfo:
     return SessionInfo(
         id=summary.id,
-        name=summary.name,
-        cwd=summary.cwd,
+        # A name or cwd from before the bounds of session_create, or from a pi file: cut.
+        name=None if summary.name is None else clip_long(summary.name, NAME_CHARS),
+        cwd=clip_long(summary.cwd, CWD_CHARS),
         created=summary.created,
         modified=summary.modified,
         entry_count=summary.entry_count,
@@ -74,6 +76,23 @@ def session_info(summary: SessionSummary) -> SessionInfo:
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
+
+
+# What a listed session costs besides its name, cwd and first message: ids, times, counts, keys.
+LISTED_BYTES = 400
+
+
+def fitting(items: list[SessionSummary]) -> int:
+    """How many of ``items`` (at least one) a page of about ``ANSWER_BYTES`` lists, counted
+    from the lengths of their texts (no JSON made)."""
+    used = 0
+    for count, item in enumerate(items):
+        cost = LISTED_BYTES + min(len(item.name or ""), NAME_CHARS) + min(len(item.cwd), CWD_CHARS)
+        cost += len(item.first_user_message or "")
+        if count and used + cost > ANSWER_BYTES:
+            return count
+        used += cost
+    return len(items)
 
 
 def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
@@ -166,6 +185,7 @@ def register(server: MCPServer) -> None:
             page = await state.offload(
                 lambda: state.repo.list(query=query, limit=limit or 50, cursor=cursor)
             )
+        page = page.first(fitting(page.items))
         return SessionListResult(
             sessions=[session_info(item) for item in page.items],
             truncated=page.next_cursor is not None,
@@ -406,15 +426,15 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
 
         def export() -> CallToolResult:
-            lines, start, count = export_page(state.repo.open(session_id), cursor, most)
-            end = start + len(lines)
+            page = export_page(state.repo.open(session_id), cursor, most)
             answer = ExportResult(
                 session_id=session_id,
-                jsonl="".join(lines),
-                lines=count,
-                first_line=start + 1,
-                truncated=start > 0 or end < count,
-                next_cursor=f"from:{end}" if end < count else None,
+                jsonl="".join(page.lines),
+                lines=page.count,
+                first_line=page.start + 1,
+                truncated=page.start > 0 or page.end < page.count,
+                next_cursor=f"from:{page.end}" if page.end < page.count else None,
+                omitted=page.omitted,
             )
             return compact_result(answer)
 

@@ -35,6 +35,29 @@ from mcp_agent.wire import WireModel, describe_validation_error
 CURRENT_SESSION_VERSION = 3
 
 
+# What this program writes: a session's name and a label are one line of a listing or a tree
+# (pi sets no bound, and a file from pi keeps whatever it has), a cwd is a path (PATH_MAX).
+NAME_CHARS = 1_000
+CWD_CHARS = 4_096
+
+
+def check_length(value: str | None, what: str, most: int) -> None:
+    """A SessionError when ``value`` is longer than ``most`` characters (nothing is written)."""
+    if value is not None and len(value) > most:
+        raise SessionError(
+            "invalid_argument",
+            f"{what} has {len(value):,} characters; at most {most:,} are allowed",
+        )
+
+
+def clip_long(text: str, most: int) -> str:
+    """``text``, or when longer than ``most`` characters its start and a marker saying how
+    long it is (a value stored before the bound, or imported from a pi file)."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most]}… [cut: {len(text):,} characters in all]"
+
+
 def iso_now() -> str:
     """The current time as pi writes it: ``2026-01-15T08:30:00.000Z``."""
     return iso_time(datetime.now(UTC).timestamp())

@@ -23,6 +23,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.entries import (
+    NAME_CHARS,
     ActiveToolsChangeEntry,
     BranchSummaryEntry,
     CompactionEntry,
@@ -35,6 +36,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     SessionInfoEntry,
     ThinkingLevelChangeEntry,
+    clip_long,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import OutlineRow, StoredPages, tree_parent
@@ -70,9 +72,11 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
         case CustomEntry(custom_type=kind):
             return [(f"custom {kind}", "meta")]
         case LabelEntry(target_id=target, label=label):
-            return [(f"label {target} = {label!r}" if label else f"label {target} cleared", "meta")]
+            if not label:
+                return [(f"label {target} cleared", "meta")]
+            return [(f"label {target} = {clip(label, limit)!r}", "meta")]
         case SessionInfoEntry(name=name):
-            return [(f"name → {name!r}" if name else "name cleared", "meta")]
+            return [(f"name → {clip(name, limit)!r}" if name else "name cleared", "meta")]
         case LeafEntry(target_id=target):
             return [(f"leaf → {target}", "meta")]
     return [(entry.type, "meta")]
@@ -109,7 +113,14 @@ def message_parts(message: Any, limit: int = 80) -> Parts:
 
 
 def entry_preview(entry: SessionEntry, limit: int = 80) -> str:
-    return "".join(text for text, _ in entry_parts(entry, limit))
+    return joined_preview(entry_parts(entry, limit), limit)
+
+
+def joined_preview(parts: Parts, limit: int) -> str:
+    """The parts as one line: each text part is cut at ``limit``, but names (a custom type,
+    a model, a list of tools) are not, so the whole is cut at twice that."""
+    text = "".join(text for text, _ in parts)
+    return text if len(text) <= 2 * limit else clip(text, 2 * limit)
 
 
 @dataclass
@@ -160,7 +171,7 @@ def tree_node(
         "type": row[2],
         "timestamp": row[3],
         "children": index.children[entry_id],
-        "label": label,
+        "label": None if label is None else clip_long(label, NAME_CHARS),
         "onBranch": on_branch,
         "preview": preview,
     }
@@ -311,15 +322,16 @@ def outline(
         if entry is None:
             raise SessionError("not_found", f"entry {place[0]} was deleted while read")
         parts = entry_parts(entry, preview_chars)
+        label = read.label(place[0])
         return {
             "id": place[0],
             "parentId": parent_id,
             "type": place[2],
             "timestamp": place[3],
             "children": [child[0] for child in read.children(place[0])],
-            "label": read.label(place[0]),
+            "label": None if label is None else clip_long(label, NAME_CHARS),
             "onBranch": place[0] in on_branch,
-            "preview": "".join(text for text, _ in parts),
+            "preview": joined_preview(parts, preview_chars),
             "kind": next((kind for _, kind in parts if kind), "meta"),
             "spine": spine,
             "folded": 0,

@@ -19,12 +19,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
+    CWD_CHARS,
+    NAME_CHARS,
     LabelEntry,
     LeafEntry,
     MessageEntry,
     SessionEntry,
     SessionHeader,
     SessionInfoEntry,
+    check_length,
     entry_text,
     is_session_id,
     iso_now,
@@ -85,6 +88,13 @@ class SessionSummary:
 class SessionPage:
     items: list[SessionSummary] = field(default_factory=list)
     next_cursor: str | None = None
+
+    def first(self, count: int) -> SessionPage:
+        """The page cut to its first ``count`` items, its cursor after the last of them."""
+        if count >= len(self.items):
+            return self
+        last = self.items[count - 1]
+        return SessionPage(self.items[:count], encode_cursor(last.modified, last.id))
 
 
 @runtime_checkable
@@ -346,6 +356,8 @@ class BaseSessionRepo:
         metadata: Mapping[str, Any] | None = None,
         parent_session: str | None = None,
     ) -> Session:
+        check_length(name.strip() if name else None, "name", NAME_CHARS)
+        check_length(cwd, "cwd", CWD_CHARS)
         header = new_header(cwd=cwd, parent_session=parent_session, metadata=metadata)
         entries: builtins.list[SessionEntry] = []
         if name and name.strip():

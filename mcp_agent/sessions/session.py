@@ -17,6 +17,7 @@ from mcp_agent.sessions.context import (
     merge_context_build_options,
 )
 from mcp_agent.sessions.entries import (
+    NAME_CHARS,
     ActiveToolsChangeEntry,
     BranchSummaryEntry,
     CompactionEntry,
@@ -30,6 +31,7 @@ from mcp_agent.sessions.entries import (
     SessionHeader,
     SessionInfoEntry,
     ThinkingLevelChangeEntry,
+    check_length,
     iso_now,
     parse_entry,
 )
@@ -207,7 +209,10 @@ class Session:
                         f"entry.thinkingLevel {entry.thinking_level!r} is not one of: {known}",
                     )
             elif isinstance(entry, LabelEntry):
+                check_length(entry.label, "entry.label", NAME_CHARS)
                 self._require_entry(entry.target_id)
+            elif isinstance(entry, SessionInfoEntry):
+                check_length(entry.name, "entry.name", NAME_CHARS)
             return entry
 
         return self._append(build)
@@ -271,6 +276,7 @@ class Session:
 
     def append_label(self, target_id: str, label: str | None) -> str:
         """Label an entry; an empty or None label clears it."""
+        check_length(label, "label", NAME_CHARS)
         self._require_entry(target_id)
         optional = _given(label=label or None)
         return self._append(lambda base: LabelEntry(**base, target_id=target_id, **optional))
@@ -278,6 +284,7 @@ class Session:
     def set_name(self, name: str | None) -> str:
         """Name the session (a ``session_info`` entry); an empty name clears it."""
         optional = _given(name=(name or "").strip() or None)
+        check_length(optional.get("name"), "name", NAME_CHARS)
         return self._append(lambda base: SessionInfoEntry(**base, **optional))
 
     def move_to(self, entry_id: str | None, summary: Mapping[str, Any] | None = None) -> str | None:

@@ -1,0 +1,236 @@
+"""Default answers stay bounded when one value is absurdly large: a message of megabytes is a
+stub on its page (naming where it is whole), a name, label or cwd of a megabyte is refused when
+written and cut with a marker when read (a pi file may hold one), and the whole value stays
+one explicit request away."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.server import MCPServer
+from mcp_support import call, call_error, make_server
+
+pytestmark = pytest.mark.anyio
+
+ANSWER_LIMIT = 64 * 1024
+HUGE_TEXT = 3_000_000
+MEGA = 1_048_576
+CUT = f"[cut: {MEGA:,} characters in all]"
+SID = "01a00000-0000-7000-8000-0000000000bb"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> MCPServer:
+    return make_server(tmp_path)
+
+
+def size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+async def bounded(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
+    """The structured result of a call, checked to fit the bound in text and structure."""
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content[0].text  # type: ignore[union-attr]
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert len(text.encode()) < ANSWER_LIMIT, (name, arguments, len(text))
+    assert size(result.structured_content) < ANSWER_LIMIT, (name, arguments)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_a_message_of_megabytes_is_a_stub_in_every_default_answer(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        await call(client, "session_append", session_id=sid, entry=_user("before"))
+        big = "z" * HUGE_TEXT
+        entry_id = (await call(client, "session_append", session_id=sid, entry=_user(big)))[
+            "entryId"
+        ]
+        await call(client, "session_append", session_id=sid, entry=_user("after"))
+        where = f"session://{sid}/entries/{entry_id}"
+
+        context = await bounded(client, "session_context", session_id=sid)
+        assert [m.get("content") for m in context["messages"]][::2] == ["before", "after"]
+        stub = context["messages"][1]
+        assert stub["role"] == "user" and "timestamp" in stub and "content" not in stub
+        assert where in stub["omitted"] and "too large for a page" in stub["omitted"]
+        # Asked for whole, the context has it.
+        whole = await call(client, "session_context", session_id=sid, limit=0)
+        assert whole["messages"][1]["content"] == big
+
+        # The export, page by page from the top: the line is alone on its page, left out and
+        # named; every other line comes as it is.
+        lines: list[str] = []
+        omitted: list[str] = []
+        cursor = None
+        while True:
+            page = await bounded(client, "session_export", session_id=sid, cursor=cursor)
+            if page["omitted"] is not None:
+                assert page["jsonl"] == "" and page["firstLine"] == 3
+                omitted.append(page["omitted"])
+            lines += page["jsonl"].splitlines()
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert len(lines) == 3 and len(omitted) == 1
+        assert "line 3 " in omitted[0] and where in omitted[0]
+        assert f"session://{sid}/export.jsonl" in omitted[0]
+        everything = await call(client, "session_export", session_id=sid, limit=0)
+        assert big in everything["jsonl"] and everything["omitted"] is None
+
+        # The context resource is its newest page, the prompt is bounded, and both say what
+        # they leave out; the entry resource has it whole.
+        read = (await client.read_resource(f"session://{sid}/context")).contents[0].text  # type: ignore[union-attr]
+        assert len(read.encode()) < ANSWER_LIMIT
+        shown = json.loads(read)
+        assert where in shown["messages"][1]["omitted"] and shown["total"] == 3
+        assert shown["truncated"] is False and shown["more"] is None
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text) for text in texts) < ANSWER_LIMIT
+        assert texts[0] == "before" and texts[-1] == "after"
+        assert "more characters of this message are left out" in texts[1]
+        entry = (await client.read_resource(where)).contents[0].text  # type: ignore[union-attr]
+        assert big in entry
+
+
+async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(40):
+            text = f"question {n} " + "q" * 5_000
+            await call(client, "session_append", session_id=sid, entry=_user(text))
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text) for text in texts) < ANSWER_LIMIT + 1024
+        kept = len(texts) - 1
+        assert 0 < kept < 40 and texts[-1].startswith("question 39 ")
+        assert f"The {40 - kept:,} oldest of the 40 messages of session {sid}" in texts[0]
+        assert "session_context" in texts[0]
+        context = json.loads(
+            (await client.read_resource(f"session://{sid}/context")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert context["truncated"] is True and context["total"] == 40
+        assert "session_context with cursor" in context["more"]
+
+
+async def test_names_labels_and_cwds_of_absurd_size_are_refused_and_nothing_is_written(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        huge = "n" * MEGA
+        says = f"has {MEGA:,} characters; at most 1,000 are allowed"
+        assert says in await call_error(client, "session_create", name=huge)
+        cwd_says = f"cwd has {MEGA:,} characters; at most 4,096 are allowed"
+        assert cwd_says in await call_error(client, "session_create", cwd="/" + "d" * (MEGA - 1))
+        assert (await call(client, "session_list"))["sessions"] == []
+
+        sid = (await call(client, "session_create", name="n" * 1000, cwd="/" + "d" * 4095))["id"]
+        first = await call(client, "session_append", session_id=sid, entry=_user("hi"))
+        label = {"type": "label", "targetId": first["entryId"], "label": huge}
+        assert f"entry.label {says}" in await call_error(
+            client, "session_append", session_id=sid, entry=label
+        )
+        name = {"type": "session_info", "name": huge}
+        assert f"entry.name {says}" in await call_error(
+            client, "session_append", session_id=sid, entry=name
+        )
+        raw = {
+            "type": "pi",
+            "json": json.dumps({"type": "label", "targetId": first["entryId"], "label": huge}),
+        }
+        assert says in await call_error(client, "session_append", session_id=sid, entry=raw)
+        view = await call(client, "session_get", session_id=sid, view="entries")
+        assert view["total"] == 2  # the name and the message: nothing else was written
+        assert view["session"]["name"] == "n" * 1000  # at the bound: whole
+        assert view["session"]["cwd"] == "/" + "d" * 4095
+
+
+async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_bounded(
+    tmp_path: Path,
+) -> None:
+    lines = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": SID,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/" + "c" * (MEGA - 1),
+        },
+        _pi(
+            "00000001",
+            None,
+            {"type": "message", "message": {"role": "user", "content": "hi", "timestamp": 1}},
+        ),
+        _pi("00000002", "00000001", {"type": "label", "targetId": "00000001", "label": "l" * MEGA}),
+        _pi("00000003", "00000002", {"type": "session_info", "name": "n" * MEGA}),
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    async with Client(make_server(tmp_path)) as client:
+        imported = await bounded(client, "session_import", jsonl=path.read_text())
+        assert imported["session"]["name"] == "n" * 1000 + "… " + CUT
+        assert imported["session"]["cwd"].endswith(CUT)
+
+        listed = await bounded(client, "session_list")
+        assert listed["sessions"][0]["name"].endswith(CUT)
+        for view in ("branch", "entries", "tree", "outline"):
+            page = await bounded(client, "session_get", session_id=SID, view=view)
+            assert page["session"]["name"].endswith(CUT), view
+            nodes = page.get("nodes") or page.get("outline")
+            if nodes:
+                by_id = {node["id"]: node for node in nodes}
+                assert by_id["00000001"]["label"] == "l" * 1000 + "… " + CUT, view
+                assert len(by_id["00000002"]["preview"]) < 300, view
+                assert len(by_id["00000003"]["preview"]) < 300, view
+        resources = (await client.list_resources()).resources
+        named = [r for r in resources if str(r.uri) == f"session://{SID}"]
+        assert len(named[0].name) < 300 and len(named[0].title or "") < 300
+
+        # The whole values: the entries that set them, and the file.
+        label = json.loads(
+            (await client.read_resource(f"session://{SID}/entries/00000002")).contents[0].text  # type: ignore[union-attr]
+        )
+        assert label["label"] == "l" * MEGA
+        whole = await call(client, "session_export", session_id=SID, limit=0)
+        assert "n" * MEGA in whole["jsonl"] and "c" * (MEGA - 1) in whole["jsonl"]
+
+
+async def test_a_listing_of_long_names_and_paths_is_cut_by_size_and_the_cursor_goes_on(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        made = set()
+        for n in range(20):
+            info = await call(
+                client, "session_create", name=f"{n:02d}" + "n" * 998, cwd="/" + "d" * 4095
+            )
+            made.add(info["id"])
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = await bounded(client, "session_list", cursor=cursor)
+            assert page["sessions"]
+            seen += [info["id"] for info in page["sessions"]]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+            assert page["truncated"] is True and len(page["sessions"]) < 20
+        assert len(seen) == len(set(seen)) == 20 and set(seen) == made
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def _pi(entry_id: str, parent: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"id": entry_id, "parentId": parent, "timestamp": "2026-01-01T00:00:01.000Z", **fields}
