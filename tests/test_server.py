@@ -374,30 +374,6 @@ async def test_a_wrong_prompt_name_or_argument_is_invalid_params(client: Client)
         assert (refused.value.error.code, refused.value.error.message) == (-32602, message)
 
 
-async def test_subscribing_to_what_is_no_session_is_refused(server: MCPServer) -> None:
-    async with Client(server, mode="legacy") as client:
-        sid = (await call(client, "session_create"))["id"]
-        for uri in (f"session://{sid}", f"session://{sid}/tree", f"session://{sid}/export.jsonl"):
-            await client.session.subscribe_resource(uri)
-            await client.session.unsubscribe_resource(uri)
-        refusals = {
-            "session://nope": "cannot subscribe to session://nope: no session 'nope'",
-            "garbage": "cannot subscribe to garbage: this server sends updates only for",
-            f"session://{sid}/entries/x": "this server sends updates only for sessions' "
-            "resources (session://{session_id}, session://{session_id}/tree, ",
-            "agent://default": "cannot subscribe to agent://default: this server sends",
-        }
-        for uri, message in refusals.items():
-            with pytest.raises(MCPError) as refused:
-                await client.session.subscribe_resource(uri)
-            assert refused.value.error.code == -32602
-            assert message in refused.value.error.message
-        with pytest.raises(MCPError) as refused:
-            await client.session.unsubscribe_resource("garbage")
-        assert "cannot unsubscribe from garbage" in refused.value.error.message
-        await client.session.unsubscribe_resource("session://deleted-since")
-
-
 async def test_modern_notifications(server: MCPServer) -> None:
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
-from mcp_agent.server.notify import SubscriptionLimit, session_uris, subscribed_session
+from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
 from mcp_agent.server.session_reads import context_page, entries_page, view_entries
 from mcp_agent.server.session_tools import session_info
@@ -51,20 +51,6 @@ async def _read(
     ``SessionRepo.open_read``)."""
     opener = state.repo.open_read if leaf else state.repo.open
     return await state.offload(lambda: render(_open(session_id, opener)))
-
-
-def _subscribable(uri: str, verb: str = "subscribe to") -> str:
-    """The session whose changes a subscription to ``uri`` hears of; a clear refusal for a
-    URI this server sends no updates for (no resource of its own, or one that never changes)."""
-    session_id = subscribed_session(uri)
-    if session_id is None:
-        forms = ", ".join(session_uris("{session_id}"))
-        raise MCPError(
-            types.INVALID_PARAMS,
-            f"cannot {verb} {uri}: this server sends updates only for sessions' resources "
-            f"({forms})",
-        )
-    return session_id
 
 
 def register(server: MCPServer) -> None:
@@ -217,14 +203,10 @@ def register(server: MCPServer) -> None:
         ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         state: ServerState = ctx.lifespan_context
-        uri = str(params.uri)
-        session_id = _subscribable(uri)
-        if not await state.app.offload(lambda: state.app.repo.exists(session_id)):
-            raise MCPError(
-                types.INVALID_PARAMS, f"cannot subscribe to {uri}: no session {session_id!r}"
-            )
+        # Any URI is taken, as the MCP conformance suite expects (a session's resources are
+        # the ones that ever get updates; a subscription to another simply hears nothing).
         try:
-            state.notifier.subscribe(uri, ctx.session, ctx.protocol_version)
+            state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
         except SubscriptionLimit as error:
             raise MCPError(types.INVALID_REQUEST, str(error)) from None
         return types.EmptyResult()
@@ -233,9 +215,7 @@ def register(server: MCPServer) -> None:
         ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
         state: ServerState = ctx.lifespan_context
-        uri = str(params.uri)
-        _subscribable(uri, "unsubscribe from")  # from a session deleted since, too
-        state.notifier.unsubscribe(uri, ctx.session)
+        state.notifier.unsubscribe(str(params.uri), ctx.session)
         return types.EmptyResult()
 
     lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
