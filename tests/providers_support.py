@@ -36,7 +36,7 @@ from mcp_support import free_port
 
 from mcp_agent.abort import AbortController
 from mcp_agent.events import DoneEvent, ErrorEvent
-from mcp_agent.messages import AssistantMessage, Model, UserMessage
+from mcp_agent.messages import AssistantMessage, Model, UserMessage, parse_message
 from mcp_agent.providers.base import LlmContext, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace
 
@@ -355,6 +355,23 @@ def an_end(stop_reason: str = "end_turn", output_tokens: int = 5) -> list[bytes 
 
 
 # --- running a stream -------------------------------------------------------------------------
+
+
+def unknown_blocks_history() -> list[Any]:
+    """A user and an assistant message each holding a block of a type pi does not have yet
+    (kept as they are, never sent to a model)."""
+    said = parse_message(
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "hi"}, {"type": "redacted_thinking", "d": "z"}],
+            "stopReason": "stop",
+            "timestamp": 1,
+        }
+    )
+    asked = parse_message(
+        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "video"}]}
+    )
+    return [asked, said]
 
 
 def user_context(text: str = "hello", **kwargs: Any) -> LlmContext:

@@ -23,6 +23,7 @@ from providers_support import (
     model_at,
     options,
     script_server,
+    unknown_blocks_history,
     user_context,
 )
 
@@ -587,20 +588,8 @@ async def test_custom_config_label_and_headers() -> None:
 
 
 def test_a_block_of_a_type_pi_does_not_have_yet_is_not_sent() -> None:
-    from mcp_agent.messages import parse_message
     from mcp_agent.providers.anthropic import convert_messages
 
-    said = parse_message(
-        {
-            "role": "assistant",
-            "content": [{"type": "text", "text": "hi"}, {"type": "redacted_thinking", "d": "z"}],
-            "stopReason": "stop",
-            "timestamp": 1,
-        }
-    )
-    asked = parse_message(
-        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "video"}]}
-    )
-    sent = convert_messages([asked, said], claude("http://127.0.0.1:9"))  # type: ignore[arg-type]
+    sent = convert_messages(unknown_blocks_history(), claude("http://127.0.0.1:9"))  # type: ignore[arg-type]
     assert "redacted_thinking" not in json.dumps(sent) and "video" not in json.dumps(sent)
     assert [m["role"] for m in sent] == ["user", "assistant"]

@@ -30,6 +30,7 @@ from providers_support import (
     record_waits,
     script_server,
     sse,
+    unknown_blocks_history,
     user_context,
 )
 
@@ -977,22 +978,10 @@ async def test_unusual_event_stream_end_to_end() -> None:
 
 
 def test_a_block_of_a_type_pi_does_not_have_yet_is_not_sent() -> None:
-    from mcp_agent.messages import parse_message
     from mcp_agent.providers.openai_compat import convert_messages, detect_compat
 
     model = model_at("http://127.0.0.1:9/v1")
-    said = parse_message(
-        {
-            "role": "assistant",
-            "content": [{"type": "text", "text": "hi"}, {"type": "redacted_thinking", "d": "z"}],
-            "stopReason": "stop",
-            "timestamp": 1,
-        }
-    )
-    asked = parse_message(
-        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "video"}]}
-    )
-    context = LlmContext(system_prompt="", messages=[asked, said])  # type: ignore[list-item]
+    context = LlmContext(system_prompt="", messages=unknown_blocks_history())
     sent = convert_messages(model, context, detect_compat(model))
     assert "redacted_thinking" not in json.dumps(sent) and "video" not in json.dumps(sent)
     assert [m["role"] for m in sent] == ["user", "assistant"]

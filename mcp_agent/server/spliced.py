@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -88,22 +88,27 @@ def spliced(item: SessionMessage) -> SessionMessage:
     return SessionMessage(cast(JSONRPCMessage, _Rendered(line)), item.metadata)
 
 
-class SplicingStream:
-    """A transport's write stream, with each message passed through ``spliced`` first (in
-    the sender's task, so messages keep their order)."""
+class WrappedStream:
+    """A transport's stream with a few methods of its own; everything else (closing, the
+    sender's context) is the wrapped stream's."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
-    async def send(self, item: SessionMessage) -> None:
-        await self._inner.send(spliced(item))
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def __aenter__(self) -> SplicingStream:
+    async def __aenter__(self) -> Self:
         await self._inner.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> bool | None:
         return cast("bool | None", await self._inner.__aexit__(*exc))
+
+
+class SplicingStream(WrappedStream):
+    """A transport's write stream, with each message passed through ``spliced`` first (in
+    the sender's task, so messages keep their order)."""
+
+    async def send(self, item: SessionMessage) -> None:
+        await self._inner.send(spliced(item))

@@ -35,6 +35,8 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from mcp_agent.server.spliced import WrappedStream
+
 log = logging.getLogger(__name__)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -44,12 +46,29 @@ def unpaired_surrogate(value: Any, where: str = "params") -> tuple[str, str] | N
     """Where in ``value`` (a parsed JSON value) the first lone surrogate is, and which one:
     a dict key or a string holding a code point from U+D800 to U+DFFF. A pair of surrogate
     escapes in JSON text parses into one character, so any left over was unpaired."""
+    if not _any_surrogate(value):  # every request passes here: no paths built for it
+        return None
     for path, text in _strings(value, where):
         if not text.isascii():  # constant time; the search below only for other text
             found = _SURROGATE.search(text)
             if found is not None:
                 return path, found.group()
     return None
+
+
+def _any_surrogate(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            if not node.isascii() and _SURROGATE.search(node) is not None:
+                return True
+        elif isinstance(node, dict):
+            pending.extend(node)
+            pending.extend(node.values())
+        elif isinstance(node, list | tuple):
+            pending.extend(node)
+    return False
 
 
 def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -177,13 +196,13 @@ def _error(request_id: int | str | None, code: int, message: str) -> JSONRPCErro
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
 
 
-class AnsweringStream:
+class AnsweringStream(WrappedStream):
     """A transport's read stream that answers, on ``write_stream``, each line the transport
     could not read (see ``unreadable_answer``) instead of passing the error on to be dropped.
     Everything else (messages, the sender's context) passes through unchanged."""
 
     def __init__(self, inner: Any, write_stream: Any) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._write = write_stream
 
     def __aiter__(self) -> AnsweringStream:
@@ -201,13 +220,3 @@ class AnsweringStream:
 
     async def receive(self) -> SessionMessage | Exception:
         return await self.__anext__()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def __aenter__(self) -> AnsweringStream:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._inner.__aexit__(*exc)
