@@ -15,6 +15,9 @@ Rows (each baseline measured in the same run):
 - ``the bare MCPServer vs pi``: the same ready-made answer from a bare ``MCPServer`` against
   pi's resume: what a server gets when its answer takes the SDK's own way out (parsed, checked
   and dumped; ours, over stdio, puts the stored JSON in the line as it is: reference).
+- ``over streamable HTTP vs over stdio``: the whole context again, from a fresh
+  ``serve --transport http`` (the Python SDK client's own protocol, 2026), against stdio
+  (reference).
 - ``at 2x entries``: the same at 200,000 entries vs 100,000; target ratio <= 1.2.
 - ``default page, server side``: ``session_get`` and ``session_context`` with no limit
   (the default page), timed in the server process around the tool call (the SDK's argument
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # fin
 
 from bench_sessions import DEPTH, scale, write_big_session
 from mcp import Client, StdioServerParameters
-from mcp_support import find_pi
+from mcp_support import find_pi, free_port, wait_for_port
 
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
@@ -112,7 +115,7 @@ def server_params(db: Path) -> StdioServerParameters:
 
 
 async def whole_context(
-    params: StdioServerParameters, session_id: str, repeats: int, keep: Path | None = None
+    params: StdioServerParameters | str, session_id: str, repeats: int, keep: Path | None = None
 ) -> tuple[float, float, int]:
     """On a fresh server: seconds of the first full session_context, the median of
     ``repeats`` more, and the messages in it (the answer's text and structured content saved
@@ -139,6 +142,22 @@ async def whole_context(
             await client.call_tool("session_context", arguments)
             again.append(time.perf_counter() - started)
     return first, statistics.median(again), count
+
+
+def whole_context_http(db: Path, session_id: str, repeats: int, scratch: Path) -> float:
+    """``whole_context`` over streamable HTTP (the SDK client's own protocol choice) from a
+    freshly started ``serve --transport http``: the median of the repeats."""
+    port, log = free_port(), scratch / "http-server.log"
+    command = [*server_params(db).args, "--transport", "http", "--port", str(port), "--no-auth"]
+    with open(log, "wb") as errors:
+        process = subprocess.Popen([sys.executable, *command], stderr=errors)
+    try:
+        wait_for_port(port, process, log)
+        url = f"http://127.0.0.1:{port}/mcp"
+        return anyio.run(whole_context, url, session_id, repeats)[1]
+    finally:
+        process.terminate()
+        process.wait(15)
 
 
 # The default page of each view: (tool, view), and whether the row has the <10 ms target.
@@ -204,6 +223,7 @@ def run() -> list[dict[str, Any]]:
         ours: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
         pi: list[float] = []
         bare: list[float] = []
+        http: list[float] = []
         peers = find_pi()
         answer, script = scratch / "answer.json", scratch / "bare_server.py"
         script.write_text(BARE_SERVER)
@@ -214,6 +234,7 @@ def run() -> list[dict[str, Any]]:
                 assert found[2] == depth, found
                 ours[n].append(found[:2])
             bare.append(anyio.run(whole_context, bare_params, ids[1], ROUNDS)[1])
+            http.append(whole_context_http(db, ids[1], ROUNDS, scratch))
             if peers is not None:
                 seconds, count = pi_resume(*peers, files[1], scratch)
                 assert count == depth, count
@@ -241,6 +262,16 @@ def run() -> list[dict[str, Any]]:
                 "value": warm[1] * 1000,
                 "baseline": statistics.median(bare) * 1000,
                 "ratio": warm[1] / statistics.median(bare),
+                "unit": "ms",
+                "target": "-",
+            }
+        )
+        rows.append(
+            {
+                "name": "whole context, again, over streamable HTTP vs over stdio (reference)",
+                "value": statistics.median(http) * 1000,
+                "baseline": warm[1] * 1000,
+                "ratio": statistics.median(http) / warm[1],
                 "unit": "ms",
                 "target": "-",
             }

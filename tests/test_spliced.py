@@ -1,6 +1,6 @@
-"""Answers spliced on their way out (mcp_agent/server/spliced.py): over our stdio transport a
-long answer's structured content goes to the wire as the stored JSON text, and the client gets
-exactly what any other transport gives it."""
+"""Answers spliced on their way out (mcp_agent/server/spliced.py): over our stdio transport and
+2026 streamable HTTP a long answer's structured content goes to the wire as the stored JSON
+text, and the client gets exactly what any other transport gives it."""
 
 from __future__ import annotations
 
@@ -10,21 +10,32 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.server import MCPServer
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import MCPServer, _streamable_http_modern
 from mcp.server.mcpserver import Context
 from mcp.shared.message import SessionMessage
-from mcp_support import initialize_request, make_server
+from mcp_support import (
+    Served,
+    initialize_request,
+    make_server,
+    started_fixture,  # noqa: F401  (the started fixture)
+)
 from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from test_session_reads import busy_session
 
 from mcp_agent.messages import UserMessage
+from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server import spliced
+from mcp_agent.server.streamable_http import build_http_app
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the POSIX stdio transport")
 
+BASE = "http://127.0.0.1:8000"
 READS: list[tuple[str, dict[str, Any]]] = [
     ("session_context", {"limit": 0}),
     ("session_context", {}),
@@ -105,31 +116,143 @@ def test_only_the_server_being_served_splices() -> None:
     assert not spliced.usable('{"a":"b"}\n') and spliced.usable('{"a":"b\\n"}')
 
 
-@pytest.mark.anyio
-async def test_answers_over_stdio_are_what_an_in_process_client_gets(tmp_path: Path) -> None:
-    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+def long_session(db: Path) -> str:
+    """A session with branches, a compaction and a context longer than a text block holds."""
+    with SqliteSessionRepo(db) as repo:
         session = repo.create()
         busy_session(session, compacted=True)
-        for n in range(40):  # a context longer than a text block holds
+        for n in range(40):
             session.append_message(UserMessage(content=f"question {n}: " + "é" * 2_000))
-        session_id = session.id
+        return session.id
+
+
+async def read_all(client: Client, session_id: str) -> list[tuple[Any, str]]:
+    """Every one of READS through ``client``: its structured content and text."""
+    answers = []
+    for name, arguments in READS:
+        result = await client.call_tool(name, {"session_id": session_id, **arguments})
+        assert not result.is_error, result.content
+        assert spliced.KEY not in (result.meta or {})
+        answers.append((result.structured_content, result.content[0].text))  # type: ignore[union-attr]
+    return answers
+
+
+@pytest.mark.anyio
+async def test_answers_over_stdio_are_what_an_in_process_client_gets(tmp_path: Path) -> None:
+    session_id = long_session(tmp_path / "sessions.db")
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcp_agent", "serve", "--db", str(tmp_path / "sessions.db")],
     )
-    answers: dict[str, list[Any]] = {}
     async with Client(params) as over_stdio, Client(make_server(tmp_path)) as in_process:
-        for name, arguments in READS:
-            for client, kind in ((over_stdio, "stdio"), (in_process, "memory")):
-                result = await client.call_tool(name, {"session_id": session_id, **arguments})
-                assert not result.is_error, result.content
-                assert spliced.KEY not in (result.meta or {})
-                text = result.content[0].text  # type: ignore[union-attr]
-                answers.setdefault(kind, []).append((result.structured_content, text))
-    assert answers["stdio"] == answers["memory"]
-    whole = answers["stdio"][0][0]
+        stdio = await read_all(over_stdio, session_id)
+        assert stdio == await read_all(in_process, session_id)
+    whole = stdio[0][0]
     assert whole["total"] == len(whole["messages"]) > 20 and not whole["truncated"]
-    assert "textNote" in json.loads(answers["stdio"][0][1])  # the text was shortened: 64 KB
+    assert "textNote" in json.loads(stdio[0][1])  # the text was shortened: 64 KB
+
+
+def counting_splices(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each HTTP body that had a structured content put in, by its length."""
+    done: list[int] = []
+    real = spliced._spliced_body
+
+    def counted(body: bytes, answer: spliced.HttpAnswer) -> bytes:
+        before = len(answer.texts)
+        found = real(body, answer)
+        if len(answer.texts) < before:
+            done.append(len(found))
+        return found
+
+    monkeypatch.setattr(spliced, "_spliced_body", counted)
+    return done
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("reply", ["json", "event stream"])
+async def test_answers_over_2026_http_are_spliced_and_what_an_in_process_client_gets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str
+) -> None:
+    session_id = long_session(tmp_path / "sessions.db")
+    done = counting_splices(monkeypatch)
+    kinds: list[str] = []
+
+    async def kind(response: httpx2.Response) -> None:
+        kinds.append(response.headers.get("content-type", "").split(";")[0])
+
+    server = make_server(tmp_path)
+    app = build_http_app(server, ServerSettings(db_path=tmp_path / "sessions.db", no_auth=True))
+    async with (
+        server.session_manager.run(),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app), base_url=BASE, event_hooks={"response": [kind]}
+        ) as http,
+        Client(streamable_http_client(f"{BASE}/mcp", http_client=http)) as over_http,
+        Client(make_server(tmp_path)) as in_process,
+    ):
+        assert over_http.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
+        if reply == "event stream":
+            # The SDK goes over to an event stream when a tool takes longer than this.
+            monkeypatch.setattr(_streamable_http_modern, "_SSE_PING_INTERVAL", 0.001)
+        answers = await read_all(over_http, session_id)
+        assert answers == await read_all(in_process, session_id)
+    assert len(done) == len(READS)  # every read was spliced
+    wanted = "text/event-stream" if reply == "event stream" else "application/json"
+    assert kinds.count(wanted) >= len(READS) // 2, kinds
+    assert max(done) > 100_000  # the whole context, not its 64 KB text
+
+
+@pytest.mark.anyio
+async def test_a_2025_http_session_gets_its_answers_whole_as_before(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    session_id = long_session(tmp_path / "http.db")
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    async with (
+        httpx2.AsyncClient(timeout=60) as http,
+        Client(streamable_http_client(server.url, http_client=http), mode="legacy") as legacy,
+        Client(streamable_http_client(server.url, http_client=http)) as modern,
+        Client(make_server(tmp_path, db_path=tmp_path / "http.db")) as in_process,
+    ):
+        assert legacy.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        expected = await read_all(in_process, session_id)
+        assert await read_all(legacy, session_id) == expected
+        assert await read_all(modern, session_id) == expected
+
+
+def test_only_2026_requests_to_the_mcp_endpoint_are_spliced() -> None:
+    def scope(method: str, version: bytes | None) -> dict[str, Any]:
+        headers = [(b"mcp-protocol-version", version)] if version else []
+        return {"type": "http", "method": method, "headers": headers}
+
+    modern = sorted(MODERN_PROTOCOL_VERSIONS)[-1].encode()
+    assert spliced._modern(scope("POST", modern))
+    assert not spliced._modern(scope("GET", modern))
+    assert not spliced._modern(scope("POST", None))
+    for version in HANDSHAKE_PROTOCOL_VERSIONS:
+        assert not spliced._modern(scope("POST", version.encode()))
+    assert not spliced._modern({"type": "websocket", "headers": []})
+
+
+@pytest.mark.anyio
+async def test_a_body_without_a_known_token_goes_out_as_it_is() -> None:
+    answer = spliced.HttpAnswer(MCPServer("s"))
+    answer.texts["splice-0"] = '{"messages":[1]}'
+    untouched = [
+        b"not json",
+        b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"_meta":{"%s":"splice-9"}}}' % spliced.KEY.encode(),
+    ]
+    for body in untouched:
+        assert spliced._spliced_body(body, answer) == body
+    body = b'{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"messages":[]},"_meta":{"%s":"splice-0"}}}'
+    assert json.loads(spliced._spliced_body(body % spliced.KEY.encode(), answer)) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"structuredContent": {"messages": [1]}},
+    }
+    assert not answer.texts
 
 
 def test_the_server_widens_its_stdout_pipe(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def compact_result(answer: Wire, splice: bool = False, **lists: list[str]) -> Ca
     if splice and spliced.usable(whole):
         fields = from_json(head) | {to_camel(name): [] for name in lists}
         return CallToolResult(
-            content=content, structured_content=fields, _meta={spliced.KEY: whole}
+            content=content, structured_content=fields, _meta={spliced.KEY: spliced.carried(whole)}
         )
     return CallToolResult(content=content, structured_content=from_json(whole))
 

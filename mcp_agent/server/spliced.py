@@ -9,8 +9,9 @@ small fields only (the SDK still checks those against the output schema); the tr
 write stream puts the text in as the structured content when it writes the line. The
 client receives the same message either way.
 
-Only a connection served by ``splicing`` (ours over stdio) gets such results; any other
-(HTTP, an in-process client) gets every result whole, as before.
+Only a connection served by ``splicing`` (ours over stdio) and a request of the 2026 protocol
+over streamable HTTP (``SplicingHttp``, which rewrites the response body) get such results; any
+other (the 2025 HTTP sessions, an in-process client) gets every result whole, as before.
 """
 
 from __future__ import annotations
@@ -24,13 +25,28 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCMessage, JSONRPCResponse
-from pydantic_core import to_json
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic_core import from_json, to_json
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # The key in a result's _meta that holds its structured content as JSON text, on its way to
 # the splicing write stream (which takes it out again: a client never sees it).
 KEY = "mcp-agent-sessions/structuredContent"
 
 _splicing: ContextVar[MCPServer | None] = ContextVar("splicing", default=None)
+
+
+class HttpAnswer:
+    """The structured contents (JSON texts) of one HTTP request's answer, by the token its
+    result's ``_meta`` carries in their place: the text itself would be escaped into a JSON
+    string, and dumped, by the SDK."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.texts: dict[str, str] = {}
+
+
+_http_answer: ContextVar[HttpAnswer | None] = ContextVar("http_answer", default=None)
 
 
 @contextmanager
@@ -48,7 +64,21 @@ def wanted(ctx: Context) -> bool:
     """Whether the request behind ``ctx`` is answered through a splicing write stream: the
     server it came to is the one being served so (a server called in process from inside a
     handler, with the same context variables, is not)."""
-    return _splicing.get() is ctx.mcp_server
+    if _splicing.get() is ctx.mcp_server:
+        return True
+    answer = _http_answer.get()
+    return answer is not None and answer.server is ctx.mcp_server
+
+
+def carried(text: str) -> str:
+    """What a spliced result's ``_meta`` holds under ``KEY`` for its structured content
+    ``text``: over stdio the text; over HTTP a token for it, kept for ``SplicingHttp``."""
+    answer = _http_answer.get()
+    if answer is None or _splicing.get() is not None:
+        return text
+    token = f"splice-{len(answer.texts)}"
+    answer.texts[token] = text
+    return token
 
 
 def usable(text: str) -> bool:
@@ -76,16 +106,29 @@ def spliced(item: SessionMessage) -> SessionMessage:
     meta = message.result.get("_meta")
     if not isinstance(meta, dict) or not isinstance(meta.get(KEY), str):
         return item
-    result = {k: v for k, v in message.result.items() if k not in ("_meta", "structuredContent")}
+    if "structuredContent" not in message.result:  # a result shape that does not carry it
+        result = _without_text(message.result, meta)
+        return SessionMessage(message.model_copy(update={"result": result}), item.metadata)
+    line = _line(message.id, message.result, meta, meta[KEY])
+    return SessionMessage(cast(JSONRPCMessage, _Rendered(line)), item.metadata)
+
+
+def _without_text(result: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its structured content and without ``KEY`` in its ``_meta``."""
+    kept = {k: v for k, v in result.items() if k not in ("_meta", "structuredContent")}
     rest = {k: v for k, v in meta.items() if k != KEY}
     if rest:
-        result["_meta"] = rest
-    if "structuredContent" not in message.result:  # a result shape that does not carry it
-        return SessionMessage(message.model_copy(update={"result": result}), item.metadata)
-    head = to_json(result).decode()
-    body = f'{head[:-1]}{"," if result else ""}"structuredContent":{meta[KEY]}}}'
-    line = f'{{"jsonrpc":"2.0","id":{to_json(message.id).decode()},"result":{body}}}'
-    return SessionMessage(cast(JSONRPCMessage, _Rendered(line)), item.metadata)
+        kept["_meta"] = rest
+    return kept
+
+
+def _line(message_id: Any, result: dict[str, Any], meta: dict[str, Any], text: str) -> str:
+    """The JSON-RPC response ``message_id`` → ``result`` with ``text`` as its structured
+    content and ``KEY`` gone from its ``_meta``."""
+    kept = _without_text(result, meta)
+    head = to_json(kept).decode()
+    body = f'{head[:-1]}{"," if kept else ""}"structuredContent":{text}}}'
+    return f'{{"jsonrpc":"2.0","id":{to_json(message_id).decode()},"result":{body}}}'
 
 
 class WrappedStream:
@@ -112,3 +155,96 @@ class SplicingStream(WrappedStream):
 
     async def send(self, item: SessionMessage) -> None:
         await self._inner.send(spliced(item))
+
+
+# --- streamable HTTP ------------------------------------------------------------------------
+
+_SSE_DATA = b"event: message\r\ndata: "
+_SSE_END = b"\r\n\r\n"
+
+
+def _modern(scope: Scope) -> bool:
+    """Whether the SDK answers this request on its 2026 path (``handle_modern_request``),
+    which writes the response to this request's own ``send``: a protocol version header that
+    is not one of the 2025 handshake's (the SDK's own test). The 2025 sessions run tools in
+    tasks of their own, which never see the request's ``HttpAnswer``."""
+    if scope["type"] != "http" or scope["method"] != "POST":
+        return False
+    versions = [v for k, v in scope["headers"] if k == b"mcp-protocol-version"]
+    return bool(versions) and versions[0].decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+class SplicingHttp:
+    """Streamable HTTP's side of splicing: a 2026 request's tools may hand their structured
+    content over as text (``carried``), and this puts the text into the response body, as
+    ``SplicingStream`` does into a stdio line. The body is a JSON reply (its length header
+    set anew) or, once the reply went over to an event stream, the stream's last event."""
+
+    def __init__(self, app: ASGIApp, server: MCPServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _modern(scope):
+            await self.app(scope, receive, send)
+            return
+        answer = HttpAnswer(self.server)
+        held: list[Message] = []
+
+        async def splice(message: Message) -> None:
+            if not answer.texts and not held:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                if _is_event_stream(message):
+                    await send(message)
+                else:
+                    held.append(message)  # until the body shows its length
+            elif message["type"] != "http.response.body":
+                await send(message)
+            elif held:
+                held.append(message)
+                if not message.get("more_body", False):
+                    body = b"".join(m.get("body", b"") for m in held[1:])
+                    start, body = held[0], _spliced_body(body, answer)
+                    held.clear()
+                    headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+                    headers.append((b"content-length", str(len(body)).encode()))
+                    await send({**start, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
+            else:
+                body = message.get("body", b"")
+                if body.startswith(_SSE_DATA) and body.endswith(_SSE_END):
+                    data = _spliced_body(body[len(_SSE_DATA) : -len(_SSE_END)], answer)
+                    message = {**message, "body": _SSE_DATA + data + _SSE_END}
+                await send(message)
+
+        token = _http_answer.set(answer)
+        try:
+            await self.app(scope, receive, splice)
+        finally:
+            _http_answer.reset(token)
+
+
+def _is_event_stream(start: Message) -> bool:
+    return any(
+        k == b"content-type" and v.startswith(b"text/event-stream") for k, v in start["headers"]
+    )
+
+
+def _spliced_body(body: bytes, answer: HttpAnswer) -> bytes:
+    """``body`` (a JSON-RPC message) with the structured content its result's ``_meta``
+    names by token put in place; any other body as it is."""
+    try:
+        message = from_json(body)
+    except ValueError:
+        return body
+    result = message.get("result") if isinstance(message, dict) else None
+    if not isinstance(result, dict) or not isinstance(meta := result.get("_meta"), dict):
+        return body
+    token = meta.get(KEY)
+    if not isinstance(token, str) or token not in answer.texts:
+        return body
+    text = answer.texts.pop(token)
+    if "structuredContent" not in result:
+        return to_json({**message, "result": _without_text(result, meta)})
+    return _line(message.get("id"), result, meta, text).encode()

@@ -40,6 +40,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
     token_dirs,
 )
+from mcp_agent.server.spliced import SplicingHttp
 from mcp_agent.server.viewer.page import ViewerPage, cookie_signs_in
 
 log = logging.getLogger(__name__)
@@ -433,7 +434,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     server.session_manager.__class__ = EvictingSessionManager
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
-    app = SessionLimitMiddleware(app, settings)
+    app = SessionLimitMiddleware(SplicingHttp(app, server), settings)
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token, settings.port)
     return ViewerPage(app, settings.token, settings.port, transport_security(settings))
