@@ -33,11 +33,14 @@ def request(request_id: int, method: str, params: dict[str, Any]) -> str:
 
 class StdioServer:
     def __init__(self, *args: str) -> None:
+        # Unbuffered: a line already read into a buffer of ours would be invisible to the
+        # select below (the server may write several answers before this reads one).
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mcp_agent", "serve", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            bufsize=0,
         )
 
     def send(self, line: str) -> None:
