@@ -277,3 +277,81 @@ def test_the_server_widens_its_stdout_pipe(tmp_path: Path) -> None:
     finally:
         server.stdin.close()
         server.wait(timeout=30)
+
+
+def modern_scope() -> dict[str, Any]:
+    version = sorted(MODERN_PROTOCOL_VERSIONS)[-1].encode()
+    return {"type": "http", "method": "POST", "headers": [(b"mcp-protocol-version", version)]}
+
+
+async def served_by(app: Any) -> list[dict[str, Any]]:
+    """What ``SplicingHttp`` around ``app`` sends for one 2026 request."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.disconnect"}
+
+    await spliced.SplicingHttp(app, MCPServer("s"))(modern_scope(), receive, send)
+    return sent
+
+
+def reply(token: str) -> bytes:
+    result = {"structuredContent": {"messages": []}, "_meta": {spliced.KEY: token}}
+    return json.dumps({"jsonrpc": "2.0", "id": 3, "result": result}).encode()
+
+
+WHOLE = '{"messages":[{"role":"user","content":"é"}]}'
+SPLICED = {"jsonrpc": "2.0", "id": 3, "result": {"structuredContent": json.loads(WHOLE)}}
+
+
+@pytest.mark.anyio
+async def test_a_json_reply_in_several_parts_is_spliced_and_its_length_set_anew() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = reply(spliced.carried(WHOLE))
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"999")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+        await send({"type": "http.response.body", "body": body[10:], "more_body": False})
+
+    start, body = await served_by(app)
+    assert json.loads(body["body"]) == SPLICED
+    assert dict(start["headers"])[b"content-length"] == str(len(body["body"])).encode()
+    assert len(start["headers"]) == 2
+
+
+@pytest.mark.anyio
+async def test_an_event_stream_begun_before_the_answer_gets_it_spliced_in_its_last_event() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+        frame = b"event: message\r\ndata: " + reply(spliced.carried(WHOLE)) + b"\r\n\r\n"
+        await send({"type": "http.response.body", "body": frame, "more_body": False})
+
+    start, ping, last = await served_by(app)
+    assert start["type"] == "http.response.start" and ping["body"] == b": ping\r\n\r\n"
+    data = last["body"].removeprefix(b"event: message\r\ndata: ").removesuffix(b"\r\n\r\n")
+    assert json.loads(data) == SPLICED
+
+
+@pytest.mark.anyio
+async def test_an_answer_left_unspliced_is_said_and_not_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kept: list[spliced.HttpAnswer] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        spliced.carried(WHOLE)
+        answer = spliced._http_answer.get()
+        assert answer is not None
+        kept.append(answer)
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    await served_by(app)
+    assert "1 answers were not spliced" in caplog.text
+    assert kept[0].texts == {}
+    assert spliced._http_answer.get() is None

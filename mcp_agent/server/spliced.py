@@ -16,6 +16,7 @@ other (the 2025 HTTP sessions, an in-process client) gets every result whole, as
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +29,8 @@ from mcp_types import JSONRPCMessage, JSONRPCResponse
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic_core import from_json, to_json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 # The key in a result's _meta that holds its structured content as JSON text, on its way to
 # the splicing write stream (which takes it out again: a client never sees it).
@@ -223,6 +226,10 @@ class SplicingHttp:
             await self.app(scope, receive, splice)
         finally:
             _http_answer.reset(token)
+            if answer.texts:  # a reply shaped otherwise than the SDK's, or never written
+                log.warning("%d answers were not spliced into their reply", len(answer.texts))
+            # Tasks started by this request (an agent run) keep the context: not the texts.
+            answer.texts.clear()
 
 
 def _is_event_stream(start: Message) -> bool:
