@@ -1,7 +1,7 @@
 """Default answers stay bounded when one value is absurdly large: a message of megabytes is a
-stub on its page (naming where it is whole), a name, label or cwd of a megabyte is refused when
-written and cut with a marker when read (a pi file may hold one), and the whole value stays
-one explicit request away."""
+stub on its page (naming where it is whole), a name, label, cwd or metadata of a megabyte is
+refused when written and cut with a marker when read (a pi file may hold one), and the whole
+value stays one explicit request away."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp_support import call, call_error, make_server
+
+from mcp_agent.sessions import SessionError, SqliteSessionRepo
+from mcp_agent.sessions.entries import METADATA_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -155,6 +158,22 @@ async def test_names_labels_and_cwds_of_absurd_size_are_refused_and_nothing_is_w
         assert view["session"]["cwd"] == "/" + "d" * 4095
 
 
+async def test_metadata_past_its_bound_is_refused_and_at_it_kept_whole(
+    server: MCPServer,
+) -> None:
+    async with Client(server) as client:
+        over = json.dumps({"blob": "m" * METADATA_CHARS})
+        text = await call_error(client, "session_create", metadata=over)
+        assert f"metadata has {METADATA_CHARS + 11:,} characters as JSON; at most 65,536" in text
+        assert (await call(client, "session_list"))["sessions"] == []
+        at = {"blob": "m" * (METADATA_CHARS - 11)}
+        sid = (await call(client, "session_create", metadata=json.dumps(at)))["id"]
+        shown = (await client.read_resource(f"session://{sid}")).contents[0].text  # type: ignore[union-attr]
+        assert json.loads(shown)["header"]["metadata"] == at
+    with pytest.raises(SessionError, match="metadata has"):
+        SqliteSessionRepo(":memory:").create(metadata={"blob": "m" * METADATA_CHARS})
+
+
 async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_bounded(
     tmp_path: Path,
 ) -> None:
@@ -165,6 +184,7 @@ async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_b
             "id": SID,
             "timestamp": "2026-01-01T00:00:00.000Z",
             "cwd": "/" + "c" * (MEGA - 1),
+            "metadata": {"blob": "m" * MEGA},
         },
         _pi(
             "00000001",
@@ -195,6 +215,14 @@ async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_b
         resources = (await client.list_resources()).resources
         named = [r for r in resources if str(r.uri) == f"session://{SID}"]
         assert len(named[0].name) < 300 and len(named[0].title or "") < 300
+        text = (await client.read_resource(f"session://{SID}")).contents[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) < ANSWER_LIMIT
+        header = json.loads(text)["header"]
+        assert header["cwd"].endswith(CUT) and header["id"] == SID
+        assert header["metadata"] == {
+            "cut": f"{MEGA + 11:,} characters of JSON, more than the 65,536 shown here;"
+            f" line 1 of session://{SID}/export.jsonl has them"
+        }
 
         # The whole values: the entries that set them, and the file.
         label = json.loads(
@@ -203,6 +231,7 @@ async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_b
         assert label["label"] == "l" * MEGA
         whole = await call(client, "session_export", session_id=SID, limit=0)
         assert "n" * MEGA in whole["jsonl"] and "c" * (MEGA - 1) in whole["jsonl"]
+        assert json.loads(whole["jsonl"].partition("\n")[0])["metadata"] == {"blob": "m" * MEGA}
 
 
 async def test_a_listing_of_long_names_and_paths_is_cut_by_size_and_the_cursor_goes_on(

@@ -21,7 +21,7 @@ from mcp_agent.server.session_reads import context_page, entries_page, view_entr
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
-from mcp_agent.sessions.entries import clip_long
+from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
 from mcp_agent.sessions.outline import flat_tree
 
 T = TypeVar("T")
@@ -34,6 +34,22 @@ LISTED_NAME_CHARS = 200
 
 def _dump(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def _bounded_header(session: Session) -> dict[str, Any]:
+    """The session's header with every field within the bounds of what is written (a field
+    from an imported file may be larger): a long text cut with a marker, a long value (the
+    metadata) named by its size."""
+    header = session.header.to_json_dict()
+    for key, value in header.items():
+        if isinstance(value, str):
+            header[key] = clip_long(value, CWD_CHARS)
+        elif (size := json_chars(value)) > METADATA_CHARS:
+            header[key] = {
+                "cut": f"{size:,} characters of JSON, more than the {METADATA_CHARS:,} shown"
+                f" here; line 1 of session://{session.id}/export.jsonl has them"
+            }
+    return header
 
 
 def _open(session_id: str, open_session: Callable[[str], T]) -> T:
@@ -70,7 +86,7 @@ def register(server: MCPServer) -> None:
             return _dump(
                 {
                     "session": session_info(summary).model_dump(mode="json"),
-                    "header": session.header.to_json_dict(),
+                    "header": _bounded_header(session),
                     "leafId": session.leaf_id,
                     "branchLength": page.total,
                     "truncated": page.truncated,

@@ -39,6 +39,9 @@ CURRENT_SESSION_VERSION = 3
 # (pi sets no bound, and a file from pi keeps whatever it has), a cwd is a path (PATH_MAX).
 NAME_CHARS = 1_000
 CWD_CHARS = 4_096
+# A session's metadata (the caller's own JSON object, kept in the header) is read with every
+# open of the session and shown whole in its resource: bounded, as its compact JSON text.
+METADATA_CHARS = 64 * 1024
 
 
 def check_length(value: str | None, what: str, most: int) -> None:
@@ -47,6 +50,21 @@ def check_length(value: str | None, what: str, most: int) -> None:
         raise SessionError(
             "invalid_argument",
             f"{what} has {len(value):,} characters; at most {most:,} are allowed",
+        )
+
+
+def json_chars(value: Any) -> int:
+    """The length of ``value`` as compact JSON text."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def check_metadata(metadata: Mapping[str, Any] | None) -> None:
+    """A SessionError when ``metadata`` is longer than ``METADATA_CHARS`` as JSON text."""
+    size = json_chars(metadata)
+    if size > METADATA_CHARS:
+        raise SessionError(
+            "invalid_argument",
+            f"metadata has {size:,} characters as JSON; at most {METADATA_CHARS:,} are allowed",
         )
 
 

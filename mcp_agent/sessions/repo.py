@@ -28,6 +28,7 @@ from mcp_agent.sessions.entries import (
     SessionHeader,
     SessionInfoEntry,
     check_length,
+    check_metadata,
     entry_text,
     is_session_id,
     iso_now,
@@ -358,6 +359,7 @@ class BaseSessionRepo:
     ) -> Session:
         check_length(name.strip() if name else None, "name", NAME_CHARS)
         check_length(cwd, "cwd", CWD_CHARS)
+        check_metadata(metadata)
         header = new_header(cwd=cwd, parent_session=parent_session, metadata=metadata)
         entries: builtins.list[SessionEntry] = []
         if name and name.strip():
