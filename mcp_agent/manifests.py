@@ -94,6 +94,10 @@ def load_servers(directory: Path) -> dict[str, ServerConfig]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ManifestError(f"{path}: not valid JSON ({error})") from None
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{path}: not UTF-8 text ({error})") from None
+    except OSError as error:
+        raise ManifestError(f"cannot read {path}: {error}") from None
     servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         raise ManifestError(f"{path}: expected an object with an 'mcpServers' object")
@@ -123,6 +127,10 @@ def load_agents(directory: Path) -> dict[str, AgentManifest]:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as error:
             raise ManifestError(f"{path}: not valid TOML ({error})") from None
+        except UnicodeDecodeError as error:
+            raise ManifestError(f"{path}: not UTF-8 text ({error})") from None
+        except OSError as error:
+            raise ManifestError(f"cannot read {path}: {error}") from None
         data.setdefault("name", path.stem)
         try:
             agent = AgentManifest.model_validate(data)

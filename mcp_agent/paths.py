@@ -20,9 +20,14 @@ def default_db_url() -> str | None:
 
 
 def default_db_path() -> Path:
-    """``$MCP_AGENT_DB`` (unless a URL), else ``sessions.db`` in the per-user data directory."""
+    """``$MCP_AGENT_DB`` (unless a URL), else :func:`user_db_path`."""
     if (value := os.environ.get(DB_ENV)) and not is_database_url(value):
         return Path(value).expanduser()
+    return user_db_path()
+
+
+def user_db_path() -> Path:
+    """``sessions.db`` in the per-user data directory (created when first needed)."""
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("mcp-agent-sessions", appauthor=False)) / "sessions.db"

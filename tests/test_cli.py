@@ -272,11 +272,44 @@ def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
 def test_db_option_and_environment_select_the_database(cli: Any, db: Path, tmp_path: Path) -> None:
     seed(db)
     other = tmp_path / "other.db"
+    SqliteSessionRepo(other).close()
     assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
     assert json.loads(cli("sessions", "list", "--db", str(other), "--json").stdout) == {
         "sessions": [],
         "nextCursor": None,
     }
+
+
+def test_a_store_named_by_mistake_is_refused_and_nothing_is_created(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    seed(db)
+    before = sorted(tmp_path.rglob("*"))
+    missing = str(tmp_path / "nodir" / "typo.db")
+    refused = [
+        (("sessions", "list", "--db", missing), "no such database (nothing was created)"),
+        (("sessions", "show", "x", "--db", str(tmp_path / "typo.db")), "no such database"),
+        (("sessions", "copy", "--from", missing, "--to", str(db)), "--from"),
+        (("sessions", "list", "--db", "http://example.com/x"), "only postgresql:// URLs"),
+        (("sessions", "copy", "--from", str(db), "--to", "https://h/db"), "--to https://h/db"),
+        (("sessions", "list", "--db", ""), "--db is empty"),
+        (("sessions", "copy", "--from", str(db), "--to", f"{tmp_path}/new/"), "no such folder"),
+        (("sessions", "import", "x.jsonl", "--db", missing), "does not exist; create it first"),
+    ]
+    for args, says in refused:
+        result = cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert says in result.stderr and "Traceback" not in result.output, (args, result.stderr)
+    assert sorted(tmp_path.rglob("*")) == before  # no file, folder or database was made
+    made = tmp_path / "new.db"  # a command that writes makes a new file in a folder that exists
+    pi = tmp_path / "pi.jsonl"
+    pi.write_text(pi_v3(2))
+    result = cli("sessions", "import", str(pi), "--db", str(made))
+    assert result.exit_code == 0, result.stderr
+    assert (
+        len(json.loads(cli("sessions", "list", "--db", str(made), "--json").stdout)["sessions"])
+        == 1
+    )
 
 
 def test_show_renders_the_branch(cli: Any, db: Path) -> None:
@@ -303,7 +336,8 @@ def test_show_renders_the_branch(cli: Any, db: Path) -> None:
     assert "← weather" in text and "18 C, sunny" in text
 
 
-def test_show_unknown_session_says_what_to_do(cli: Any) -> None:
+def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
+    SqliteSessionRepo(db).close()
     result = cli("sessions", "show", "no-such-session")
     assert result.exit_code == 2
     assert "session no-such-session not found" in result.stderr
@@ -512,6 +546,12 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setattr(registry, "_default", None)
     bad = cli("models")
     assert bad.exit_code == 2 and "missing.toml" in bad.stderr
+    (tmp_path / "latin1.toml").write_bytes(b"\xff\xfe[providers]")
+    monkeypatch.setenv("MCP_AGENT_MODELS", str(tmp_path / "latin1.toml"))
+    monkeypatch.setattr(registry, "_default", None)
+    bad = cli("models")
+    assert bad.exit_code == 2 and "latin1.toml: not UTF-8 text" in bad.stderr
+    assert bad.exception is None or isinstance(bad.exception, SystemExit)
     monkeypatch.setattr(registry, "_default", None)
 
 

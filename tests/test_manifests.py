@@ -66,6 +66,9 @@ def test_servers_json_must_be_json(tmp_path: Path) -> None:
     (tmp_path / "servers.json").write_text("{nope")
     with pytest.raises(ManifestError, match="not valid JSON"):
         load_servers(tmp_path)
+    (tmp_path / "servers.json").write_bytes(b'{"mcpServers": {"\xff": {}}}')
+    with pytest.raises(ManifestError, match=r"servers\.json: not UTF-8 text"):
+        load_servers(tmp_path)
 
 
 def test_agents_and_their_errors(tmp_path: Path) -> None:
@@ -84,4 +87,7 @@ def test_agents_and_their_errors(tmp_path: Path) -> None:
         load_agents(tmp_path)
     (agents / "bad.toml").write_text("= broken")
     with pytest.raises(ManifestError, match="not valid TOML"):
+        load_agents(tmp_path)
+    (agents / "bad.toml").write_bytes(b"model = '\xff'")
+    with pytest.raises(ManifestError, match=r"bad\.toml: not UTF-8 text"):
         load_agents(tmp_path)

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from mcp_agent.paths import DB_ENV, default_db_path, default_db_url, is_database_url, shown_url
+from mcp_agent.paths import (
+    DB_ENV,
+    default_db_path,
+    default_db_url,
+    is_database_url,
+    shown_url,
+    user_db_path,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, JustifyMethod
@@ -162,21 +169,60 @@ def session_error_exit(error: Exception) -> typer.Exit:
 
 
 @contextmanager
-def opened_repo(db: str | Path | None, folders: bool = False) -> Iterator[SessionRepo]:
+def opened_repo(
+    db: str | Path | None, folders: bool = False, create: bool = True
+) -> Iterator[SessionRepo]:
     """The session database (``folders``: or a folder of pi files), with every SessionError
-    turned into a one-line message."""
-    with opened_store(db, "--db", folders) as repo:
+    turned into a one-line message; ``create``: see :func:`opened_store`."""
+    with opened_store(db, "--db", folders, create) as repo:
         yield repo
 
 
+def named_store(db: str | Path | None, flag: str, create: bool) -> None:
+    """Exit with a one-line message, having created nothing, when the store ``flag`` (or
+    ``$MCP_AGENT_DB``) names cannot be meant: an empty name, a URL that is not PostgreSQL's,
+    a file that does not exist for a command that only reads or changes what is there (a
+    typo must not leave an empty database behind), or a new file in a folder that does not
+    exist. The per-user default is created when needed."""
+    import os
+    import re
+
+    if db is None:
+        db, flag = os.environ.get(DB_ENV), f"${DB_ENV}"
+        if not db:
+            return
+    given = str(db)
+    if not given.strip():
+        die(f"{flag} is empty; give a SQLite file, a postgresql:// URL or a folder of pi files")
+    if is_database_url(given):
+        return
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", given):
+        die(f"{flag} {given}: only postgresql:// URLs name a database; give one, or a file")
+    path = Path(given).expanduser()
+    if path.exists() or path == user_db_path():
+        return
+    if given.endswith(("/", os.sep)):
+        die(f"{flag} {given}: no such folder; create it first for pi files, or drop the slash")
+    if not create:
+        die(f"{flag} {given}: no such database (nothing was created); check the path")
+    if not path.parent.exists():
+        die(f"{flag} {given}: the folder {path.parent} does not exist; create it first")
+    if not path.parent.is_dir():
+        die(f"{flag} {given}: {path.parent} is not a folder")
+
+
 @contextmanager
-def opened_store(db: str | Path | None, flag: str, folders: bool = False) -> Iterator[SessionRepo]:
+def opened_store(
+    db: str | Path | None, flag: str, folders: bool = False, create: bool = True
+) -> Iterator[SessionRepo]:
     """The sessions ``flag`` names, with every SessionError turned into a one-line message
-    (``folders``: see :func:`open_database`)."""
+    (``folders``: see :func:`open_database`). Without ``create`` the store must exist already
+    (see :func:`named_store`)."""
     import sqlite3
 
     from mcp_agent.sessions.errors import SessionError
 
+    named_store(db, flag, create)
     location = database_location(db)
     try:
         repo = open_database(location, folders)

@@ -21,8 +21,8 @@ from mcp_agent.cli.common import (
     check_database,
     database_location,
     die,
+    named_store,
 )
-from mcp_agent.paths import DB_ENV
 
 if TYPE_CHECKING:
     from mcp_agent.server.streamable_http import HttpAuth
@@ -265,7 +265,7 @@ def serve(
         settings.default_model = model
     check_manifests(manifests)
     check_model(settings.default_model, from_flag=bool(model))
-    check_db_folder(db)
+    named_store(db, "--db", create=True)
     auth: HttpAuth | None = None
     if transport == Transport.http:
         try:
@@ -361,29 +361,6 @@ def check_model(name: str | None, *, from_flag: bool) -> None:
     except ModelUnavailable as error:
         source = f"--model {name}" if from_flag else f"${MODEL_ENV} ({name})"
         die(f"{source}: {one_line(error)}; `{PROG} models` lists the known models")
-
-
-def check_db_folder(db: str | None) -> None:
-    """A database named by --db or $MCP_AGENT_DB goes in a folder that exists: a typo must not
-    create folders. (The per-user data dir is created when needed; a URL has no folder.)"""
-    import os
-
-    from mcp_agent.paths import is_database_url
-
-    if is_database_url(db) or (db is None and is_database_url(os.environ.get(DB_ENV))):
-        return
-    if db is not None:
-        path, source = Path(db).expanduser(), f"--db {db}"
-    elif os.environ.get(DB_ENV):
-        path = Path(os.environ[DB_ENV]).expanduser()
-        source = f"${DB_ENV} ({os.environ[DB_ENV]})"
-    else:
-        return
-    folder = path.parent
-    if not folder.exists():
-        die(f"{source}: the folder {folder} does not exist; create it first")
-    if not folder.is_dir():
-        die(f"{source}: {folder} is not a folder")
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -62,7 +62,7 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         page = repo.list(query=search, limit=limit, cursor=cursor)
     if as_json:
         emit_json(
@@ -103,7 +103,7 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """The current branch, entry by entry: roles, text, tool calls and results, entry ids."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         if as_json:
             from mcp_agent.cli.render import session_json
@@ -126,7 +126,7 @@ def tree(
     as_json: JsonOption = False,
 ) -> None:
     """The session tree: branch points, labels, names, and the current leaf."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         if as_json:
             from mcp_agent.cli.render import tree_json
@@ -147,7 +147,7 @@ def export(
     db: StoreOption = None,
 ) -> None:
     """The session as a pi version-3 JSONL file."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         text = repo.export_jsonl(session_id)
     if output is None:
         sys.stdout.write(text)
@@ -171,7 +171,10 @@ def import_files(
 
     results: list[dict[str, Any]] = []
     sizes = [_size(f) for f in files]
-    with opened_repo(db, folders=True) as repo, _progress(len(files), sum(sizes)) as advance:
+    with (
+        opened_repo(db, folders=True, create=True) as repo,
+        _progress(len(files), sum(sizes)) as advance,
+    ):
         for path, size in zip(files, sizes, strict=True):
             try:
                 imported = repo.import_session(path)
@@ -239,7 +242,7 @@ def copy(
     if database_location(source) == database_location(target):
         die("--from and --to name the same store; copy to another one")
     with (
-        opened_store(source, "--from", folders=True) as origin,
+        opened_store(source, "--from", folders=True, create=False) as origin,
         opened_store(target, "--to", folders=True) as destination,
     ):
         try:
@@ -274,7 +277,7 @@ def delete(
     db: StoreOption = None,
 ) -> None:
     """Delete a session and every entry in it."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         stats = session.stats()
         what = f"session {session_id}" + (f" “{session.name}”" if session.name else "")
@@ -304,7 +307,7 @@ def fork(
     """Copy the whole session (or the path to an entry) into a new session; prints its id."""
     if position is not None and entry is None:
         die("--position needs --entry (which entry to fork at or before)")
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         forked = repo.fork(session_id, entry, (position or Position.before).value)
         if as_json:
             from mcp_agent.cli.render import session_json
@@ -323,7 +326,7 @@ def rename(
     db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""
-    with opened_repo(db, folders=True) as repo:
+    with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         session.set_name(name)
         shown = session.name

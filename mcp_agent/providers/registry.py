@@ -257,6 +257,8 @@ def load_models_file(path: Path, providers: dict[str, ProviderConfig]) -> None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ModelRegistryError(f"cannot read models file {path}: {error}") from error
+    except UnicodeDecodeError as error:
+        raise ModelRegistryError(f"models file {path}: not UTF-8 text ({error})") from None
     except tomllib.TOMLDecodeError as error:
         raise ModelRegistryError(f"models file {path}: invalid TOML: {error}") from error
     unknown_top = sorted(set(data) - {"providers"})
