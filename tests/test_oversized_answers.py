@@ -263,3 +263,32 @@ def _user(text: str) -> dict[str, Any]:
 
 def _pi(entry_id: str, parent: str | None, fields: dict[str, Any]) -> dict[str, Any]:
     return {"id": entry_id, "parentId": parent, "timestamp": "2026-01-01T00:00:01.000Z", **fields}
+
+
+async def test_the_stub_of_an_entry_whose_id_is_not_uri_safe_names_that_entry(
+    server: MCPServer,
+) -> None:
+    ids = ["a/b", "a%2Fb", "?q=1", "#f", "x y"]
+    lines = [
+        {"type": "session", "version": 3, "id": SID, "timestamp": "2026-01-01T00:00:00.000Z"},
+        *(
+            _pi(
+                entry_id,
+                ids[n - 1] if n else None,
+                {
+                    "type": "message",
+                    "message": {"role": "user", "content": f"{entry_id} " + "w" * 30_000},
+                },
+            )
+            for n, entry_id in enumerate(ids)
+        ),
+    ]
+    async with Client(server) as client:
+        await call(client, "session_import", jsonl="".join(json.dumps(x) + "\n" for x in lines))
+        page = await bounded(client, "session_get", session_id=SID)
+        stubs = {entry["id"]: entry["omitted"] for entry in page["entries"]}
+        assert sorted(stubs) == sorted(ids)
+        for entry_id, omitted in stubs.items():
+            uri = omitted.split("read ", 1)[1]
+            read = await client.read_resource(uri)
+            assert json.loads(read.contents[0].text)["id"] == entry_id, uri  # type: ignore[union-attr]

@@ -781,3 +781,34 @@ async def test_completion_of_session_ids_entry_ids_and_agent_names(tmp_path: Pat
             entries, {"name": "entry_id", "value": ""}, {"session_id": "missing"}
         )
         assert nothing.completion.values == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
+async def test_completion_of_entry_ids_says_there_are_more_newest_first(
+    tmp_path: Path, backend: str
+) -> None:
+    from mcp.types import ResourceTemplateReference
+
+    from mcp_agent.sessions.jsonl import JsonlSessionRepo
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    repo = SqliteSessionRepo(tmp_path / "sessions.db") if backend == "sqlite" else None
+    with repo or JsonlSessionRepo(folder) as opened:
+        session = opened.create()
+        ids = [session.append_message(UserMessage(content=f"m{n}")) for n in range(130)]
+    entries = ResourceTemplateReference(
+        type="ref/resource", uri="session://{session_id}/entries/{entry_id}"
+    )
+    server = make_server(tmp_path, **({} if repo else {"sessions_dir": folder}))
+    async with Client(server) as client:
+        every = await client.complete(
+            entries, {"name": "entry_id", "value": ""}, {"session_id": session.id}
+        )
+        assert every.completion.has_more and every.completion.total is None
+        assert every.completion.values == ids[::-1][:100]
+        few = await client.complete(
+            entries, {"name": "entry_id", "value": ids[0]}, {"session_id": session.id}
+        )
+        assert few.completion.values == [ids[0]] and not few.completion.has_more

@@ -215,3 +215,17 @@ async def test_subscriptions_beyond_the_limit_are_refused(tmp_path: Path) -> Non
         assert "--" not in str(raised.value)
         await client.session.unsubscribe_resource(f"session://{sids[1]}")
         await client.session.subscribe_resource(f"session://{sids[3]}")
+
+
+async def test_a_subscription_to_a_uri_of_megabytes_is_refused(tmp_path: Path) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    server = make_server(tmp_path)
+    async with Client(server, mode="legacy") as client:
+        sid = (await call(client, "session_create"))["id"]
+        long = f"session://{sid}/entries/" + "x" * 5_000
+        with pytest.raises(MCPError) as raised:
+            await client.session.subscribe_resource(long + "x" * 1_000_000)
+        assert "at most 4,096 characters, not 1,005,0" in str(raised.value)
+        await client.session.subscribe_resource(long[:4_096])  # at the bound: taken
+        assert (await call(client, "session_list"))["sessions"][0]["id"] == sid

@@ -9,6 +9,8 @@ import mcp.types as types
 from mcp.server import MCPServer, ServerRequestContext
 
 from mcp_agent.runtime.application import AppState
+from mcp_agent.sessions import Session
+from mcp_agent.sessions.storage import stored_pages
 
 MAX_COMPLETIONS = 100
 log = logging.getLogger("mcp_agent")
@@ -36,9 +38,26 @@ def complete(state: AppState, params: types.CompleteRequestParams) -> list[str]:
         session_id = (params.context.arguments or {}).get("session_id") if params.context else None
         if not session_id or not state.repo.exists(session_id):
             return []
-        entries = state.repo.open(session_id).get_entries()
-        return [e.id for e in entries if e.id.startswith(prefix)][-MAX_COMPLETIONS:]
+        return entry_ids(state.repo.open(session_id), prefix)
     return []
+
+
+def entry_ids(session: Session, prefix: str) -> list[str]:
+    """Ids starting with ``prefix``, newest first: one more than MAX_COMPLETIONS tells the
+    client there are more. A stored session's ids are read without parsing its entries."""
+    storage = stored_pages(session.storage)
+    ids = (
+        [row[0] for row in storage.outline()]
+        if storage is not None
+        else [entry.id for entry in session.get_entries()]
+    )
+    found: list[str] = []
+    for entry_id in reversed(ids):
+        if entry_id.startswith(prefix):
+            found.append(entry_id)
+            if len(found) > MAX_COMPLETIONS:
+                break
+    return found
 
 
 def session_ids(state: AppState, prefix: str, pages: int = 100) -> list[str]:

@@ -30,6 +30,9 @@ JSON = "application/json"
 JSONL = "application/x-ndjson"
 # A session's name as a listed resource's name and title.
 LISTED_NAME_CHARS = 200
+# The longest URI a client may subscribe to (a session's are about 60 characters, an entry's
+# adds its id).
+SUBSCRIBED_URI_CHARS = 4_096
 
 
 def _dump(data: Any) -> str:
@@ -220,9 +223,17 @@ def register(server: MCPServer) -> None:
     ) -> types.EmptyResult:
         state: ServerState = ctx.lifespan_context
         # Any URI is taken, as the MCP conformance suite expects (a session's resources are
-        # the ones that ever get updates; a subscription to another simply hears nothing).
+        # the ones that ever get updates; a subscription to another simply hears nothing),
+        # up to a length: the server keeps each one until its client unsubscribes.
+        uri = str(params.uri)
+        if len(uri) > SUBSCRIBED_URI_CHARS:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"a subscription's URI may have at most {SUBSCRIBED_URI_CHARS:,} characters,"
+                f" not {len(uri):,}",
+            )
         try:
-            state.notifier.subscribe(str(params.uri), ctx.session, ctx.protocol_version)
+            state.notifier.subscribe(uri, ctx.session, ctx.protocol_version)
         except SubscriptionLimit as error:
             raise MCPError(types.INVALID_REQUEST, str(error)) from None
         return types.EmptyResult()

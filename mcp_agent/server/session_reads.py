@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
@@ -76,10 +77,16 @@ def shown_entry(session_id: str, text: str) -> tuple[str, int]:
     if isinstance(message, dict) and "role" in message:
         stub["role"] = message["role"]
     stub["omitted"] = (
-        f"{size:,} bytes, too large for a page: read session://{session_id}/entries/{data['id']}"
+        f"{size:,} bytes, too large for a page: read {entry_uri(session_id, data['id'])}"
     )
     shown = compact(stub)
     return shown, len(shown.encode())
+
+
+def entry_uri(session_id: str, entry_id: str) -> str:
+    """The URI of one entry's resource; an id from a file may hold any character, and one
+    such as ``/``, ``?``, ``#`` or ``%`` would otherwise name another entry or none."""
+    return f"session://{session_id}/entries/{quote(entry_id, safe='')}"
 
 
 def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text: str) -> str:
@@ -94,7 +101,7 @@ def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text:
     data = json.loads(text)
     stub = {key: data[key] for key in ("role", "timestamp") if key in data}
     where = (
-        f"read session://{session_id}/entries/{item}"
+        f"read {entry_uri(session_id, item)}"
         if isinstance(item, str)
         else f"session_context with limit=0 and cursor before:{index + 1} ends with it, whole"
     )
@@ -382,7 +389,7 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
     entry_id = json.loads(line).get("id")
     return (
         f"line {index + 1} (entry {entry_id}, {size}) is too large for a page: read"
-        f" session://{session_id}/entries/{entry_id} for it; {whole}"
+        f" {entry_uri(session_id, entry_id)} for it; {whole}"
     )
 
 

@@ -621,7 +621,7 @@ async function selectEntry(entryId, fromClick) {
   let entry = answer.entries[answer.entries.length - 1];
   if (entry.omitted && transport.canReadResources) {
     try {
-      const read = await transport.readResource(`session://${state.sessionId}/entries/${entryId}`);
+      const read = await transport.readResource(`session://${state.sessionId}/entries/${encodeURIComponent(entryId)}`);
       entry = JSON.parse(read.contents[0].text);
     } catch (_) { /* the stub says where it is */ }
   }
