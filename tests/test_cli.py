@@ -345,6 +345,44 @@ def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_show_and_tree_cut_what_a_file_holds_of_absurd_size(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    sid, mega = "01a00000-0000-7000-8000-0000000000cc", 1_000_000
+    stamp = {"timestamp": "2026-01-01T00:00:00.000Z"}
+    lines = [
+        {"type": "session", "version": 3, "id": sid, **stamp, "cwd": "/w"},
+        {"type": "session_info", "id": "n1", "parentId": None, **stamp, "name": "N" * mega},
+        {
+            "type": "message",
+            "id": "m1",
+            "parentId": "n1",
+            **stamp,
+            "message": {"role": "user", "content": "one line " + "w" * mega, "timestamp": 1},
+        },
+        {
+            "type": "label",
+            "id": "l1",
+            "parentId": "m1",
+            **stamp,
+            "targetId": "m1",
+            "label": "L" * mega,
+        },
+    ]
+    path = tmp_path / "absurd.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli("sessions", "import", str(path)).exit_code == 0
+    shown = cli("sessions", "show", sid)
+    assert shown.exit_code == 0, shown.stderr
+    assert len(shown.stdout) < 20_000
+    assert f"[cut: {mega:,} characters in all]" in shown.stdout
+    assert "992,009 more characters" in " ".join(shown.stdout.split())
+    drawn = cli("sessions", "tree", sid)
+    assert drawn.exit_code == 0 and len(drawn.stdout) < 5_000 and "#LLL" in drawn.stdout
+    whole = cli("sessions", "show", sid, "--full")
+    assert "w" * mega in "".join(whole.stdout.split())
+
+
 def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     ids = seed(db)
     result = cli("sessions", "tree", ids["session"])

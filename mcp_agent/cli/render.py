@@ -28,6 +28,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.entries import (
+    NAME_CHARS,
     BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
@@ -35,6 +36,7 @@ from mcp_agent.sessions.entries import (
     LeafEntry,
     MessageEntry,
     SessionEntry,
+    clip_long,
 )
 from mcp_agent.sessions.outline import Parts, clip, entry_parts, flat_tree, message_parts
 from mcp_agent.sessions.session import Session, TreeNode
@@ -52,6 +54,9 @@ LEAF_MARK = " ◀ leaf"
 RUN_LIMIT = 30
 RUN_HEAD = 5
 RUN_TAIL = 10
+# What a text of N lines may hold at most without --full: N screen lines' worth (one line of
+# megabytes would otherwise fill the terminal).
+LINE_CHARS = 200
 # Deeper branches than this are drawn at this depth, so that wide trees stay readable.
 MAX_NESTING = 12
 
@@ -107,7 +112,7 @@ def session_heading(session: Session) -> Text:
     title = Text()
     title.append("Session ", "bold").append(session.id, "bold")
     if session.name:
-        title.append(f"  “{session.name}”", "bold magenta")
+        title.append(f"  “{clip_long(session.name, NAME_CHARS)}”", "bold magenta")
     details = [
         f"created {local_time(header.timestamp)}",
         f"{stats.message_count} messages",
@@ -135,7 +140,7 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
         line = Text(f"{entry.id} ", "dim").append_text(heading)
         label = session.get_label(entry.id)
         if label:
-            line.append(f"  #{label}", "yellow")
+            line.append(f"  #{clip_long(label, NAME_CHARS)}", "yellow")
         if entry.id == leaf_id:
             line.append(LEAF_MARK, "bold")
         parts.append(Text(""))
@@ -211,13 +216,22 @@ def content_blocks(
 
 
 def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
-    """``text`` cut to ``max_lines`` lines (unless ``full``), saying how much was left out."""
-    lines = text.splitlines() or [""]
-    if full or len(lines) <= max_lines:
+    """``text`` cut to ``max_lines`` lines, or as many screen lines' worth of characters
+    (unless ``full``), saying how much was left out."""
+    if full:
         return Text(text, style)
-    shown = Text("\n".join(lines[:max_lines]), style)
-    shown.append(f"\n… {len(lines) - max_lines} more lines (--full shows all)", "dim")
-    return shown
+    most = max_lines * LINE_CHARS
+    lines = text[: most + 1].splitlines() or [""]
+    if len(lines) > max_lines:
+        rest = text.count("\n") + 1 - max_lines
+        shown = Text("\n".join(lines[:max_lines]), style)
+        shown.append(f"\n… {rest:,} more lines (--full shows all)", "dim")
+        return shown
+    if len(text) > most:
+        shown = Text(text[:most], style)
+        shown.append(f"… {len(text) - most:,} more characters (--full shows all)", "dim")
+        return shown
+    return Text(text, style)
 
 
 # --- the tree (sessions tree, /tree) ----------------------------------------------------------
@@ -312,7 +326,7 @@ def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int
     line = Text(f"{entry.id} ", "dim")
     tail = Text()
     if node.label:
-        tail.append(f"  #{node.label}", "yellow")
+        tail.append(f"  #{clip(node.label, limit // 2)}", "yellow")
     if entry.id == leaf_id:
         tail.append(LEAF_MARK, "bold")
     summary = entry_summary(entry, limit)
