@@ -122,6 +122,11 @@ def print_table(
     out().print(table)
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 

@@ -30,6 +30,7 @@ from mcp_agent.cli.common import (
     opened_repo,
     opened_store,
     out,
+    plural,
     print_table,
     stdin_is_tty,
 )
@@ -204,7 +205,7 @@ def import_files(
             # The id first, so that `cut -d' ' -f1` gives the new ids (or use --json).
             out().print(
                 f"{result['sessionId']}  ← {result['file']} "
-                f"(pi v{result['version']}, {result['messages']} messages)",
+                f"(pi v{result['version']}, {plural(result['messages'], 'message')})",
                 soft_wrap=True,
                 markup=False,
             )
@@ -281,7 +282,7 @@ def delete(
         session = open_session(repo, session_id)
         stats = session.stats()
         what = f"session {session_id}" + (f" “{session.name}”" if session.name else "")
-        what += f" ({stats.message_count} messages)"
+        what += f" ({plural(stats.message_count, 'message')})"
         if not yes:
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")

@@ -59,7 +59,12 @@ def _open(session_id: str, open_session: Callable[[str], T]) -> T:
     try:
         return open_session(session_id)
     except SessionError as error:
-        raise ResourceNotFoundError(f"no session {session_id!r}: {error}") from None
+        if error.code == "not_found":
+            shown = clip_long(session_id, 100)
+            raise ResourceNotFoundError(
+                f"no session {shown!r}; session_list or resources/list shows the sessions"
+            ) from None
+        raise ResourceNotFoundError(f"session {clip_long(session_id, 100)!r}: {error}") from None
 
 
 async def _read(
