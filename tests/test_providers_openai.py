@@ -985,3 +985,57 @@ def test_a_block_of_a_type_pi_does_not_have_yet_is_not_sent() -> None:
     sent = convert_messages(model, context, detect_compat(model))
     assert "redacted_thinking" not in json.dumps(sent) and "video" not in json.dumps(sent)
     assert [m["role"] for m in sent] == ["user", "assistant"]
+
+
+async def test_two_calls_with_one_id_are_two_calls_with_ids_of_their_own() -> None:
+    def call(index: int, arguments: str) -> bytes:
+        entry = {"index": index, "id": "same", "type": "function"}
+        return oa_chunk(
+            {"tool_calls": [{**entry, "function": {"name": "echo", "arguments": arguments}}]}
+        )
+
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    call(0, '{"text": "a"}'),
+                    call(1, '{"text": "b"}'),
+                    call(2, '{"text": "c"}'),
+                    oa_chunk({}, "tool_calls"),
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert [(c.id, c.arguments) for c in final.tool_calls] == [
+        ("same", {"text": "a"}),
+        ("same_2", {"text": "b"}),
+        ("same_3", {"text": "c"}),
+    ]
+
+
+async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept() -> None:
+    # JSON allows the escape of half a surrogate pair; no UTF-8 can hold it.
+    text = '{"choices":[{"index":0,"delta":{"content":"lone \\ud800 pair \\ud83d\\ude00 ok"}}]}'
+    arguments = '{"text": "\\udc00"}'  # the escape inside the arguments' own JSON
+    tool = {"index": 0, "id": "c1", "function": {"name": "echo", "arguments": arguments}}
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    f"data: {text}\n\n".encode(),
+                    sse({"choices": [{"index": 0, "delta": {"tool_calls": [tool]}}]}),
+                    oa_chunk({}, "tool_calls"),
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.TOOL_USE
+    assert final.text == "lone \ufffd pair \U0001f600 ok"
+    assert final.tool_calls[0].arguments == {"text": "\ufffd"}
+    final.model_dump_json()  # storable: no character without UTF-8 left

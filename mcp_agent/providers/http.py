@@ -34,7 +34,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
-from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail
+from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
 
 __all__ = [
     "Aborted",
@@ -366,14 +366,15 @@ _scan_once = scan_json
 
 def loads(data: str) -> Any:
     """``json.loads`` for one event's data, calling the C scanner directly (the stream's hot
-    path); anything unusual (whitespace, errors) goes through ``json.loads`` for its message."""
+    path); anything unusual (whitespace, errors) goes through ``json.loads`` for its message.
+    A lone surrogate is replaced (see :func:`readable`)."""
     try:
         value, end = _scan_once(data, 0)
     except StopIteration:
-        return json.loads(data)
+        value, end = json.loads(data), len(data)
     if end != len(data):
-        return json.loads(data)
-    return value
+        value = json.loads(data)
+    return readable(value, data)
 
 
 class MalformedStream(ProviderError):

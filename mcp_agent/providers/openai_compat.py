@@ -43,6 +43,7 @@ from mcp_agent.providers.common import (
     append_str,
     new_output,
     parse_json_lenient,
+    readable,
     transform_messages,
     update_usage,
 )
@@ -329,6 +330,8 @@ class _StreamState:
             end = -1
         if end != len(data):  # anything unusual: json.loads, for its value or its message
             chunk = self._loads(data)
+        elif "\\u" in data:  # a lone surrogate is replaced, as loads does
+            chunk = readable(chunk, data)
         if type(chunk) is not dict:
             return
         if self.response_id is None and "id" in chunk:
@@ -413,30 +416,46 @@ class _StreamState:
         stream_index = call.get("index")
         call_id = call.get("id") or ""
         function = call.get("function") or {}
-        position = self.calls_by_index.get(stream_index) if stream_index is not None else None
-        if position is None and call_id:
-            position = self.calls_by_id.get(call_id)
+        # A server that numbers its calls names each by its index; only one that does not is
+        # followed by id. A new index is a new call, even when its id was used already.
+        if stream_index is not None:
+            position = self.calls_by_index.get(stream_index)
+        else:
+            position = self.calls_by_id.get(call_id) if call_id else None
         if position is None:
             position = len(output.content)
             output.content.append(
-                ToolCall(id=call_id, name=function.get("name") or "", partial_json="")
+                ToolCall(
+                    id=self._free_id(call_id), name=function.get("name") or "", partial_json=""
+                )
             )
             if stream_index is not None:
                 self.calls_by_index[stream_index] = position
             if call_id:
-                self.calls_by_id[call_id] = position
+                self.calls_by_id.setdefault(call_id, position)
             self.events.append(ToolCallStartEvent(output, position))
         block = output.content[position]
         assert isinstance(block, ToolCall)
         if call_id and not block.id:
-            block.id = call_id
-            self.calls_by_id[call_id] = position
+            block.id = self._free_id(call_id)
+            self.calls_by_id.setdefault(call_id, position)
         if function.get("name") and not block.name:
             block.name = function["name"]
         arguments = function.get("arguments") or ""
         if arguments:
             append_str(block, "partial_json", arguments)
         self.events.append(ToolCallDeltaEvent(output, position, arguments))
+
+    def _free_id(self, call_id: str) -> str:
+        """``call_id``, or when another call of this answer has it already, that id with a
+        suffix: each result must name its own call."""
+        if not call_id or call_id not in self.calls_by_id:
+            return call_id
+        taken = {block.id for block in self.output.content if isinstance(block, ToolCall)}
+        suffix = 2
+        while f"{call_id}_{suffix}" in taken:
+            suffix += 1
+        return f"{call_id}_{suffix}"
 
     def _usage(self, raw: dict[str, Any]) -> None:
         prompt = raw.get("prompt_tokens") or 0
