@@ -47,7 +47,12 @@ from mcp_agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, is_context_overflow
+from mcp_agent.providers.base import (
+    CONTEXT_OVERFLOW_MARK,
+    LlmContext,
+    is_context_overflow,
+    is_transient_error,
+)
 from mcp_agent.providers.http import Endpoint, MalformedStream, SseParser
 from mcp_agent.providers.openai_compat import (
     OpenAICompat,
@@ -1039,3 +1044,21 @@ async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept()
     assert final.text == "lone \ufffd pair \U0001f600 ok"
     assert final.tool_calls[0].arguments == {"text": "\ufffd"}
     final.model_dump_json()  # storable: no character without UTF-8 left
+
+
+async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_text() -> None:
+    keepalive: list[bytes | float | Gate] = [b": keepalive\n\n", 0.05] * 100  # 5 s of them
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "first words"}), *keepalive, OA_DONE]))
+        events, final = await collect(
+            stream_openai_compat(
+                model_at(server.base + "/v1"), user_context(), key(extra={"read_timeout": 0.5})
+            )
+        )
+    assert isinstance(events[-1], ErrorEvent)
+    assert final.text == "first words"
+    assert "timed out waiting for the response (only keep-alive comments for 0.5 s)" in (
+        final.error_message or ""
+    )
+    assert is_transient_error(final)  # retried as a read that timed out is
+    assert len(server.sent) < 60  # it gave up, long before the stream's end

@@ -529,6 +529,10 @@ async def stream_sse(
             racing = signal is not None and sock is None
             utf8_decode = codecs.utf_8_decode  # incremental: keeps a split character pending
             pending = b""
+            # A stream that sends only keep-alive comments never times out a read: it is
+            # stalled once no event has come for as long as a read may take.
+            stall = _timeout(options).read
+            last_event = time.monotonic()
             try:
                 while True:
                     try:
@@ -549,11 +553,17 @@ async def stream_sse(
                     if text:
                         feed(text)  # every complete event in this read, before yielding any
                     if events:
+                        last_event = time.monotonic()
                         for event in events:
                             yield event
                             if race.fired:
                                 raise Aborted
                         events.clear()
+                    elif stall is not None and time.monotonic() - last_event > stall:
+                        raise ProviderError(
+                            f"{endpoint.where}: timed out waiting for the response (only"
+                            f" keep-alive comments for {stall:g} s); the partial response is kept"
+                        )
                     if state.done:
                         break
                     if race.fired:
