@@ -812,3 +812,20 @@ async def test_completion_of_entry_ids_says_there_are_more_newest_first(
             entries, {"name": "entry_id", "value": ids[0]}, {"session_id": session.id}
         )
         assert few.completion.values == [ids[0]] and not few.completion.has_more
+
+
+async def test_a_run_cut_off_at_max_turns_is_an_error_that_says_so(tmp_path: Path) -> None:
+    brief = 'description = "one model call"\ntools = ["subagent"]\nmax_turns = 1\n'
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder}, agents={**TEST_AGENTS, "brief": brief}
+    )
+    async with Client(server) as client:
+        result = await client.call_tool(
+            "agent_run", {"prompt": "delegate:loner:hi", "agent": "brief"}
+        )
+        run = result.structured_content or {}
+        assert result.is_error and run["status"] == "error"
+        assert "stopped at the limit of 1 model calls (the agent's max_turns)" in run["error"]
+        assert "agent_run in this session goes on from here" in run["error"]
+        on = await call(client, "agent_run", prompt="thanks", session_id=run["sessionId"])
+        assert on["status"] == "completed" and on["answer"] == "echo: thanks"

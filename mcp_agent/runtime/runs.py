@@ -16,7 +16,7 @@ from typing import Literal
 import anyio
 
 from mcp_agent.blocking import Offload, inline
-from mcp_agent.events import AgentEndEvent, AgentEvent, describe_event
+from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason
 from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
@@ -62,6 +62,7 @@ class Run(RunRecord):
     listeners: list[EventListener] = field(default_factory=list)
     abort_reason: str | None = None
     client: object | None = None  # the MCP connection that started it, for per-client limits
+    end_reason: AgentEndReason | None = None  # why the agent stopped, once it has
 
     def record(self) -> RunRecord:
         """A copy of its state, for the board (written from a worker thread)."""
@@ -79,6 +80,7 @@ class Run(RunRecord):
         self.last_event = describe_event(event)
         if isinstance(event, AgentEndEvent):
             self.new_messages += len(event.messages)
+            self.end_reason = event.reason
         for listener in list(self.listeners):
             try:
                 result = listener(event)
@@ -477,6 +479,16 @@ class RunManager:
                     StopReason.ABORTED: "aborted",
                 }
                 run.status = statuses.get(final.stop_reason, "completed")
+                if run.status == "completed" and run.end_reason == AgentEndReason.MAX_TURNS:
+                    # Cut off with work left: an empty answer is no answer.
+                    run.status, run.error = (
+                        "error",
+                        (
+                            f"stopped at the limit of {run.agent.max_turns} model calls (the"
+                            " agent's max_turns) with the model still calling tools; agent_run in"
+                            " this session goes on from here, or raise max_turns in its manifest"
+                        ),
+                    )
                 if run.status == "error" and run.abort_reason is not None:
                     # Cancelled between attempts (waiting to retry a failed answer).
                     run.status, run.error = "aborted", f"{run.abort_reason} ({run.error})"
