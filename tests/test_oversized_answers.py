@@ -67,6 +67,9 @@ async def test_a_message_of_megabytes_is_a_stub_in_every_default_answer(
         # Asked for whole, the context has it.
         whole = await call(client, "session_context", session_id=sid, limit=0)
         assert whole["messages"][1]["content"] == big
+        for view in ("branch", "entries"):
+            every = await call(client, "session_get", session_id=sid, view=view, limit=0)
+            assert every["entries"][1]["message"]["content"] == big, view
 
         # The export, page by page from the top: the line is alone on its page, left out and
         # named; every other line comes as it is.

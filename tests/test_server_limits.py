@@ -195,7 +195,6 @@ async def test_a_full_disk_is_a_clear_tool_error_and_keeps_what_was_acknowledged
         # The server still answers, and has every acknowledged entry and nothing else.
         every = await call(client, "session_get", session_id=sid, view="entries", limit=0)
         assert not every["truncated"] and len(every["entries"]) == every["total"]
-        # (Entries this large come as stubs, which keep the id.)
         ids = [e["id"] for e in every["entries"] if e["type"] == "message"]
         assert ids == acknowledged
 

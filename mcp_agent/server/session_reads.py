@@ -124,12 +124,13 @@ def sized_page(
 def entries_page(
     session_id: str, total: int, load: Loader, cursor: str | None, limit: int | None
 ) -> tuple[list[str], PageOf]:
-    """A page of entries (``sized_page``), an entry too large for a page as a stub."""
+    """A page of entries (``sized_page``), an entry too large for a page as a stub; asked for
+    whole (``limit`` None), every entry is whole."""
 
     def shown(start: int, end: int) -> list[str]:
         return [shown_entry(session_id, text)[0] for text in load(start, end)]
 
-    return sized_page(total, shown, cursor, limit)
+    return sized_page(total, load if limit is None else shown, cursor, limit)
 
 
 def _found(texts: dict[str, str | None], entry_id: str) -> str:
