@@ -699,6 +699,8 @@ def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any)
     listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
     entries = json.loads(cli("sessions", "show", listed[0]["id"], "--json").stdout)["entries"]
     assert entries[-1]["message"]["stopReason"] == "aborted"
+    shown = cli("sessions", "show", listed[0]["id"]).stdout
+    assert "aborted: interrupted with Ctrl-C" in shown and "aborted: aborted" not in shown
 
 
 def test_run_bad_input(cli: Any, tmp_path: Path) -> None:

@@ -180,7 +180,12 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
             body = content_blocks(message.content, full)
             if failed:
                 why = message.error_message or "no message"
-                body.append(Text(f"{message.stop_reason}: {why}", ROLE_STYLES["error"]))
+                said = (
+                    why
+                    if why.startswith(str(message.stop_reason))
+                    else f"{message.stop_reason}: {why}"
+                )
+                body.append(Text(said, ROLE_STYLES["error"]))
             return heading, body
         case ToolResultMessage():
             style = ROLE_STYLES["error" if message.is_error else "toolResult"]
