@@ -640,6 +640,18 @@ async def test_malformed_sse_line() -> None:
         )
 
 
+async def test_text_read_with_a_malformed_line_is_streamed_before_the_error() -> None:
+    for broken in (b'{"error": "raw json, not SSE"}\n\n', b'data: {"choices": [\n\n'):
+        async with script_server() as server:
+            server.add(Reply(body=[oa_chunk({"content": "Before"}) + broken, OA_DONE]))
+            events, final = await collect(
+                stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+            )
+        deltas = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
+        assert deltas == ["Before"] and final.text == "Before", broken
+        assert isinstance(events[-1], ErrorEvent) and final.stop_reason == StopReason.ERROR
+
+
 async def test_bad_json_in_a_data_line() -> None:
     async with script_server() as server:
         server.add(

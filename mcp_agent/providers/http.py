@@ -551,7 +551,15 @@ async def stream_sse(
                         text, used = utf8_decode(data, "replace", False)
                         pending = data[used:]
                     if text:
-                        feed(text)  # every complete event in this read, before yielding any
+                        try:
+                            feed(text)  # every complete event in this read, before yielding any
+                        except ProviderError:
+                            # What came before the line that broke the stream is kept: its
+                            # events go out first, as they would have without it.
+                            for event in events:
+                                yield event
+                            events.clear()
+                            raise
                     if events:
                         last_event = time.monotonic()
                         for event in events:
