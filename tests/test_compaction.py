@@ -413,6 +413,20 @@ async def test_a_failing_summariser_writes_nothing() -> None:
     assert session.get_entries() == before
 
 
+async def test_a_summary_no_shorter_than_what_it_replaces_writes_nothing() -> None:
+    session = new_session()
+    add_turns(session, 6)
+    before = session.get_entries()
+    replaced = sum(estimate_tokens(m) for m in session.build_context().messages)
+    long = ScriptedProvider(lambda context: reply("word " * (replaced * 4)))
+    with pytest.raises(CompactionError, match="is no shorter than the messages it would") as no:
+        await compact(session, MODEL, long, keep_recent_tokens=500)
+    assert no.value.code == "no_gain" and "nothing was written" in str(no.value)
+    assert session.get_entries() == before
+    await compact(session, MODEL, Summarizer().provider, keep_recent_tokens=500)  # a short one
+    assert len(session.get_entries()) == len(before) + 1
+
+
 async def test_nothing_to_compact() -> None:
     session = new_session()
     with pytest.raises(CompactionError, match="empty"):

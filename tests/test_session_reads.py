@@ -127,9 +127,13 @@ def test_entry_pages_match_the_parsed_entries(
     expected = every_page(reader(theirs, "branch"), limit)
     for walk in (True, False):
         assert every_page(as_session_get(ours, walk), limit) == expected
-    whole = every_page(reader(ours), None)[0][0]
-    stubs = [entry for entry in whole if "omitted" in entry]
+    # A page shows the entry too large for it as a stub; asked for whole, it is whole.
+    paged = [entry for items, _, _ in every_page(reader(ours), 50) for entry in items]
+    stubs = [entry for entry in paged if "omitted" in entry]
     assert len(stubs) == 1 and stubs[0]["role"] == "user"
+    whole = every_page(reader(ours), None)[0][0]
+    assert [entry["id"] for entry in whole] == [entry["id"] for entry in paged]
+    assert not any("omitted" in entry for entry in whole)
 
 
 @pytest.mark.parametrize("limit", [None, 2, 50])

@@ -39,11 +39,14 @@ from mcp_agent.compaction.tokens import (
     DEFAULT_KEEP_RECENT_TOKENS,
     DEFAULT_RESERVE_TOKENS,
     context_tokens,
+    estimate_messages_tokens,
+    estimate_tokens,
 )
 from mcp_agent.messages import (
     Model,
     ThinkingLevel,
     Usage,
+    UserMessage,
 )
 from mcp_agent.providers.base import StreamFn, StreamOptions
 from mcp_agent.sessions.session import Session
@@ -142,6 +145,23 @@ async def summarize_preparation(
     return completion
 
 
+def check_shorter(summary: str, preparation: CompactionPreparation) -> None:
+    """A CompactionError when ``summary`` is no shorter than what it would stand for: such a
+    compaction would leave the context larger than before."""
+    replaced = estimate_messages_tokens(
+        [*preparation.messages_to_summarize, *preparation.turn_prefix_messages]
+    )
+    if preparation.previous_summary:
+        replaced += estimate_tokens(UserMessage(content=preparation.previous_summary))
+    size = estimate_tokens(UserMessage(content=summary))
+    if size >= replaced:
+        raise CompactionError(
+            "no_gain",
+            f"the summary (about {size:,} tokens) is no shorter than the messages it would"
+            f" replace (about {replaced:,} tokens); nothing was written",
+        )
+
+
 async def compact(
     session: Session,
     model: Model,
@@ -181,6 +201,7 @@ async def compact(
     )
     if signal is not None and signal.aborted:
         raise CompactionError("aborted", "compaction was aborted")
+    check_shorter(completion.text, preparation)
     details = preparation.file_ops.details()
 
     def write() -> tuple[str, int]:

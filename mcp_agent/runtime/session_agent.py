@@ -361,7 +361,8 @@ class SessionAgent(Agent):
         except Exception as error:
             what = "context overflow recovery" if reason == "overflow" else "auto-compaction"
             if isinstance(error, CompactionError):
-                log.warning("%s of session %s failed: %s", what, self.session_id, error)
+                # Said once, by the auto_compaction_end event (a CLI shows it as a line).
+                log.info("%s of session %s failed: %s", what, self.session_id, error)
             else:
                 log.exception("%s of session %s failed", what, self.session_id)
             self.state.error_message = f"{what} failed: {error}"
