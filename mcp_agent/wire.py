@@ -15,6 +15,23 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
 from pydantic.alias_generators import to_camel
 
+# A code point of half a surrogate pair: JSON can write one ("\\ud800"), and so can Python
+# (a byte that was not UTF-8, read with surrogateescape), but no UTF-8 holds it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_only(value: Any) -> Any:
+    """``value`` (JSON-like: str, dict, list, scalars) with each lone surrogate replaced by
+    U+FFFD, as a byte that is not UTF-8 is when decoded: a string holding one can be neither
+    stored nor sent on, and a message, tool result or prompt holding one would be lost."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {utf8_only(key): utf8_only(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [utf8_only(item) for item in value]
+    return value
+
 
 class WireModel(BaseModel):
     model_config = ConfigDict(

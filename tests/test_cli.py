@@ -21,7 +21,13 @@ from agent_support import pi_v3
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
-from mcp_agent.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage
+from mcp_agent.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    content_text,
+)
 from mcp_agent.messages import UserMessage as User
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
@@ -701,6 +707,20 @@ def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any)
     assert entries[-1]["message"]["stopReason"] == "aborted"
     shown = cli("sessions", "show", listed[0]["id"]).stdout
     assert "aborted: interrupted with Ctrl-C" in shown and "aborted: aborted" not in shown
+
+
+def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    command = [sys.executable, "-m", "mcp_agent", "run", b"caf\xe9 ok", "--model"]
+    done = subprocess.run(
+        [*command, "scripted:echo", "--db", str(db)], capture_output=True, env=clean_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert "caf\ufffd ok" in done.stdout.decode()  # the byte that was not UTF-8, replaced
+    with SqliteSessionRepo(db) as repo:
+        [info] = repo.list().items
+        first = repo.open(info.id).build_context().messages[0]
+    assert content_text(first.content) == "caf\ufffd ok"
 
 
 def test_run_bad_input(cli: Any, tmp_path: Path) -> None:

@@ -267,3 +267,23 @@ async def test_a_failed_start_is_remembered_for_a_while(tmp_path: Path) -> None:
         assert "could not be started" in first[0]
         assert "trying again after" in again[0]
     assert starts.read_text().splitlines() == ["started"]  # no second start
+
+
+def test_a_result_with_text_no_utf8_holds_becomes_storable() -> None:
+    # A server writing JSON (JSON.stringify, say) may send half a surrogate pair as "\ud800".
+    import mcp.types as types
+
+    from mcp_agent.messages import ToolResultMessage
+    from mcp_agent.proxy.convert import to_agent_result
+
+    result = types.CallToolResult(
+        content=[types.TextContent(type="text", text="bad \ud800 end")],
+        structured_content={"k\udc00": ["v \ud800"]},
+    )
+    converted = to_agent_result(result)
+    assert converted.content[0].text == "bad \ufffd end"  # type: ignore[union-attr]
+    assert converted.details == {"k\ufffd": ["v \ufffd"]}
+    message = ToolResultMessage(
+        tool_call_id="c", tool_name="t", content=converted.content, details=converted.details
+    )
+    assert "\ufffd" in message.model_dump_json()  # no error: it can be stored and sent

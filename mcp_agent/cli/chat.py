@@ -80,12 +80,14 @@ class LineReader:
         done = anyio.Event()
         got: list[str | None] = []
 
+        from mcp_agent.wire import utf8_only
+
         def work() -> None:
             try:
                 line: str | None = input(prompt if not self.echo else "")
             except (EOFError, OSError, ValueError):
                 line = None
-            got.append(line)
+            got.append(None if line is None else utf8_only(line))  # bytes read as surrogates
             try:
                 anyio.from_thread.run_sync(done.set, token=token)
             except Exception:  # the chat ended meanwhile

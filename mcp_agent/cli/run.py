@@ -321,6 +321,9 @@ def run(
     """Run an agent once; the answer streams to stdout, tool calls and status to stderr."""
     if not prompt.strip():
         die("the prompt is empty; say what the agent should do")
+    from mcp_agent.wire import utf8_only
+
+    prompt = utf8_only(prompt)  # bytes that were not UTF-8 come as surrogates (surrogateescape)
     settings = server_settings(db, manifests)
     code = run_app(settings, lambda state: _run_once(state, prompt, session, agent, model))
     if code:

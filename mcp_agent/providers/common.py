@@ -24,6 +24,7 @@ from mcp_agent.messages import (
     UserMessage,
     calculate_cost,
 )
+from mcp_agent.wire import utf8_only
 
 T = TypeVar("T")
 
@@ -284,27 +285,14 @@ _LONE_SURROGATE = re.compile(
     r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def readable(value: Any, data: str) -> Any:
-    """``value``, parsed from the JSON text ``data``, with each lone surrogate replaced by
-    U+FFFD, as a byte that is not UTF-8 is: such a string has no UTF-8, so it could be neither
-    stored nor sent on, and the whole answer would be lost. Costs a scan of ``data`` only
-    when it holds a ``\\u`` escape."""
+    """``value``, parsed from the JSON text ``data``, with each lone surrogate replaced (see
+    :func:`wire.utf8_only`). Costs a scan of ``data`` only when it holds a ``\\u`` escape."""
     if "\\u" not in data or not _LONE_SURROGATE.search(data):
         return value
-    return _replaced(value)
-
-
-def _replaced(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_replaced(key): _replaced(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_replaced(item) for item in value]
-    return value
+    return utf8_only(value)
 
 
 def _escape_controls_in_strings(text: str) -> str:
