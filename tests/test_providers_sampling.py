@@ -276,3 +276,18 @@ async def test_registry_without_a_session_explains() -> None:
         "no MCP client connection" in final.error_message
         and "OPENAI_API_KEY" in final.error_message
     )
+
+
+async def test_text_no_utf8_holds_from_the_clients_model_is_replaced() -> None:
+    async def half_a_pair(context: ClientRequestContext, params: Any) -> Any:
+        return types.CreateMessageResult(
+            role="assistant",
+            model="client-llm",
+            stop_reason="endTurn",
+            content=types.TextContent(type="text", text="x \ud800 y"),
+        )
+
+    async with Client(make_server(), mode="legacy", sampling_callback=half_a_pair) as client:
+        final = await ask(client)
+    assert final.text == "x \ufffd y" and final.stop_reason == StopReason.STOP
+    final.model_dump_json()  # storable

@@ -47,6 +47,7 @@ from mcp_agent.providers.common import (
     new_output,
     transform_messages,
 )
+from mcp_agent.wire import utf8_only
 
 SAMPLING_API = "mcp-sampling"
 SAMPLING_PROVIDER = "sampling"
@@ -220,15 +221,17 @@ async def stream_sampling(
 def _emit(output: AssistantMessage, block: Any) -> list[AssistantMessageEvent]:
     kind = getattr(block, "type", None)
     position = len(output.content)
+    # The client sent JSON, which may hold half a surrogate pair: see wire.utf8_only.
     if kind == "text":
-        output.content.append(TextContent(text=block.text))
+        text = utf8_only(block.text)
+        output.content.append(TextContent(text=text))
         return [
             TextStartEvent(output, position),
-            TextDeltaEvent(output, position, block.text),
-            TextEndEvent(output, position, block.text),
+            TextDeltaEvent(output, position, text),
+            TextEndEvent(output, position, text),
         ]
     if kind == "tool_use":
-        arguments = block.input if isinstance(block.input, dict) else {}
+        arguments = utf8_only(block.input) if isinstance(block.input, dict) else {}
         output.content.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
         return [
             ToolCallStartEvent(output, position),
