@@ -377,6 +377,12 @@ def loads(data: str) -> Any:
     return readable(value, data)
 
 
+# The longest line of an event stream kept while it arrives: an answer's events are small
+# (a whole 8 MB reply as one delta is far inside), and a line without end must not take all
+# the memory there is.
+MAX_LINE_CHARS = 64 << 20
+
+
 class MalformedStream(ProviderError):
     pass
 
@@ -438,6 +444,12 @@ class SseParser:
         self._dispatch(self._lines.decode(text))
         # Text that ends with a blank line leaves no partial line and no pending event.
         self._between = text.endswith("\n\n")
+        partial = self._lines.buffer
+        if partial and sum(map(len, partial)) > MAX_LINE_CHARS:
+            raise MalformedStream(
+                f"{self.endpoint.where}: an event stream line of over {MAX_LINE_CHARS:,}"
+                " characters; gave up on it"
+            )
 
     def _dispatch(self, lines: list[str]) -> None:
         decode = self._events.decode
