@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import tracemalloc
+from typing import Any
 
 import anyio
 import pytest
@@ -1031,6 +1032,69 @@ async def test_two_calls_with_one_id_are_two_calls_with_ids_of_their_own() -> No
         ("same_2", {"text": "b"}),
         ("same_3", {"text": "c"}),
     ]
+
+
+def _delta(index: int | None = None, id: str = "", **function: str) -> bytes:
+    entry: dict[str, Any] = {"function": function}
+    if index is not None:
+        entry["index"] = index
+    if id:
+        entry.update(id=id, type="function")
+    return oa_chunk({"tool_calls": [entry]})
+
+
+@pytest.mark.parametrize(
+    ("deltas", "expected"),
+    [
+        pytest.param(  # Ollama and others: every call is index 0, told apart by id
+            [
+                _delta(0, "a", name="ls", arguments='{"path": "/"}'),
+                _delta(0, "b", name="read", arguments='{"path": '),
+                _delta(0, arguments='"x"}'),
+            ],
+            [("a", "ls", {"path": "/"}), ("b", "read", {"path": "x"})],
+            id="every-call-index-0",
+        ),
+        pytest.param(  # indexes that shift within one call, its id repeated
+            [
+                _delta(0, "a", name="ls", arguments='{"pa'),
+                _delta(1, "a", arguments='th": "/"}'),
+                _delta(2, "b", name="read", arguments='{"path": "x"}'),
+            ],
+            [("a", "ls", {"path": "/"}), ("b", "read", {"path": "x"})],
+            id="shifting-index-same-id",
+        ),
+        pytest.param(  # no index at all: id starts a call, the deltas after it continue
+            [
+                _delta(None, "a", name="ls", arguments='{"pa'),
+                _delta(None, arguments='th": "/"}'),
+                _delta(None, "b", name="read", arguments='{"path": "x"}'),
+                _delta(None, "b", name="read"),  # id and name repeated on a later delta
+            ],
+            [("a", "ls", {"path": "/"}), ("b", "read", {"path": "x"})],
+            id="no-index",
+        ),
+        pytest.param(  # a suffix made for a repeated id is not handed to a later call
+            [
+                _delta(0, "a", name="ls", arguments="{}"),
+                _delta(1, "a", name="ls", arguments="{}"),
+                _delta(2, "a_2", name="ls", arguments="{}"),
+            ],
+            [("a", "ls", {}), ("a_2", "ls", {}), ("a_2_2", "ls", {})],
+            id="suffix-then-real-id",
+        ),
+    ],
+)
+async def test_tool_call_deltas_as_servers_send_them(
+    deltas: list[bytes], expected: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[*deltas, oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == expected
 
 
 async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept() -> None:

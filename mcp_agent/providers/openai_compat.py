@@ -311,7 +311,8 @@ class _StreamState:
         self._text_fields: dict[str, Any] | None = None  # the text block's __dict__
         self.thinking_index = -1
         self.calls_by_index: dict[int, int] = {}  # stream index -> content index
-        self.calls_by_id: dict[str, int] = {}
+        self.calls_by_id: dict[str, int] = {}  # id as sent -> content index of its latest call
+        self.sent_ids: dict[int, str] = {}  # content index -> the id the server sent for it
         self.finish_reason: str | None = None
         self.response_id: str | None = None
         self.done = False
@@ -416,44 +417,61 @@ class _StreamState:
         stream_index = call.get("index")
         call_id = call.get("id") or ""
         function = call.get("function") or {}
-        # A server that numbers its calls names each by its index; only one that does not is
-        # followed by id. A new index is a new call, even when its id was used already.
-        if stream_index is not None:
-            position = self.calls_by_index.get(stream_index)
-        else:
-            position = self.calls_by_id.get(call_id) if call_id else None
+        name = function.get("name") or ""
+        position = self._call_position(stream_index, call_id, name)
         if position is None:
             position = len(output.content)
-            output.content.append(
-                ToolCall(
-                    id=self._free_id(call_id), name=function.get("name") or "", partial_json=""
-                )
-            )
-            if stream_index is not None:
-                self.calls_by_index[stream_index] = position
+            output.content.append(ToolCall(id=self._free_id(call_id), name=name, partial_json=""))
+            self.sent_ids[position] = call_id
             if call_id:
-                self.calls_by_id.setdefault(call_id, position)
+                self.calls_by_id[call_id] = position
             self.events.append(ToolCallStartEvent(output, position))
+        if stream_index is not None:
+            self.calls_by_index[stream_index] = position
         block = output.content[position]
         assert isinstance(block, ToolCall)
         if call_id and not block.id:
             block.id = self._free_id(call_id)
-            self.calls_by_id.setdefault(call_id, position)
-        if function.get("name") and not block.name:
-            block.name = function["name"]
+            self.sent_ids[position] = call_id
+            self.calls_by_id[call_id] = position
+        if name and not block.name:
+            block.name = name
         arguments = function.get("arguments") or ""
         if arguments:
             append_str(block, "partial_json", arguments)
         self.events.append(ToolCallDeltaEvent(output, position, arguments))
 
+    def _call_position(self, stream_index: int | None, call_id: str, name: str) -> int | None:
+        """Which call a tool-call delta continues, or None for a new one.
+
+        Servers disagree: most number each call by its index, some give every call index 0
+        and tell them apart by id, some shift indexes within one call, and some repeat one id
+        on several calls. A known index continues its call unless the delta brings another
+        id; a known id continues its call unless it comes with a new index and a name (a
+        second call with the same id); a delta with neither continues the latest call."""
+        if stream_index is not None:
+            position = self.calls_by_index.get(stream_index)
+            if position is not None:
+                sent = self.sent_ids.get(position, "")
+                if not call_id or not sent or call_id == sent:
+                    return position
+        if call_id:
+            position = self.calls_by_id.get(call_id)
+            if position is None or (stream_index is not None and name):
+                return None
+            return position
+        if stream_index is None and self.sent_ids:
+            return max(self.sent_ids)
+        return None
+
     def _free_id(self, call_id: str) -> str:
         """``call_id``, or when another call of this answer has it already, that id with a
         suffix: each result must name its own call."""
-        if not call_id or call_id not in self.calls_by_id:
-            return call_id
         taken = {block.id for block in self.output.content if isinstance(block, ToolCall)}
+        if not call_id or call_id not in taken:
+            return call_id
         suffix = 2
-        while f"{call_id}_{suffix}" in taken:
+        while f"{call_id}_{suffix}" in taken or f"{call_id}_{suffix}" in self.calls_by_id:
             suffix += 1
         return f"{call_id}_{suffix}"
 
