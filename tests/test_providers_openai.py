@@ -1140,18 +1140,25 @@ async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_tex
     assert len(server.sent) < 60  # it gave up, long before the stream's end
 
 
-async def test_a_line_without_end_is_given_up_at_its_bound(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    "piece",
+    [
+        pytest.param(b"data: {" + b"x" * 20_000, id="a-line-without-end"),
+        pytest.param(b"data: " + b"x" * 20_000 + b"\n", id="data-lines-without-a-blank-line"),
+    ],
+)
+async def test_an_event_without_end_is_given_up_at_its_bound(
+    monkeypatch: pytest.MonkeyPatch, piece: bytes
 ) -> None:
     from mcp_agent.providers import http
 
-    monkeypatch.setattr(http, "MAX_LINE_CHARS", 100_000)
-    endless: list[bytes | float | Gate] = [b"data: {" + b"x" * 20_000] * 1_000  # 20 MB
+    monkeypatch.setattr(http, "MAX_EVENT_CHARS", 100_000)
+    endless: list[bytes | float | Gate] = [piece] * 1_000  # 20 MB
     async with script_server() as server:
         server.add(Reply(body=[oa_chunk({"content": "so far"}), *endless, OA_DONE]))
         _, final = await collect(
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
     assert final.stop_reason == StopReason.ERROR and final.text == "so far"
-    assert "an event stream line of over 100,000 characters" in (final.error_message or "")
+    assert "an event of over 100,000 characters in the event stream" in (final.error_message or "")
     assert len(server.sent) < 100  # it stopped reading, long before the end

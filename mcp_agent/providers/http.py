@@ -377,10 +377,10 @@ def loads(data: str) -> Any:
     return readable(value, data)
 
 
-# The longest line of an event stream kept while it arrives: an answer's events are small
-# (a whole 8 MB reply as one delta is far inside), and a line without end must not take all
-# the memory there is.
-MAX_LINE_CHARS = 64 << 20
+# The longest event of an event stream kept while it arrives: an answer's events are small
+# (a whole 8 MB reply as one delta is far inside), and a line without end, or data lines
+# without the blank line that ends their event, must not take all the memory there is.
+MAX_EVENT_CHARS = 64 << 20
 
 
 class MalformedStream(ProviderError):
@@ -400,7 +400,7 @@ class SseParser:
     error some servers send) raises MalformedStream, where the decoder would skip it.
     """
 
-    __slots__ = ("_between", "_events", "_lines", "_started", "endpoint", "on_event")
+    __slots__ = ("_between", "_events", "_lines", "_pending", "_started", "endpoint", "on_event")
 
     def __init__(self, endpoint: Endpoint, on_event: Callable[[str, str], None]) -> None:
         self.endpoint = endpoint
@@ -409,6 +409,7 @@ class SseParser:
         self._events = SSEDecoder()
         self._between = False  # between events: nothing buffered (False until the first text)
         self._started = False  # for the byte order mark, ignored at the very start only
+        self._pending = 0  # characters decoded since the last event ended: the bound's count
 
     def feed(self, text: str) -> None:
         """Every event that ``text`` completes, in order; a partial one waits for more text."""
@@ -441,18 +442,22 @@ class SseParser:
         if not self._started:
             self._started = True
             text = text.removeprefix("\ufeff")  # one leading byte order mark is ignored
-        self._dispatch(self._lines.decode(text))
+        ended = self._dispatch(self._lines.decode(text))
         # Text that ends with a blank line leaves no partial line and no pending event.
         self._between = text.endswith("\n\n")
-        partial = self._lines.buffer
-        if partial and sum(map(len, partial)) > MAX_LINE_CHARS:
+        # One event (a line, or many data lines) is bounded, counted as it comes: what is
+        # held for it must not grow without end, nor be measured again at each read.
+        self._pending = 0 if ended or self._between else self._pending + len(text)
+        if self._pending > MAX_EVENT_CHARS:
             raise MalformedStream(
-                f"{self.endpoint.where}: an event stream line of over {MAX_LINE_CHARS:,}"
-                " characters; gave up on it"
+                f"{self.endpoint.where}: an event of over {MAX_EVENT_CHARS:,} characters"
+                " in the event stream (a line without end?); gave up on it"
             )
 
-    def _dispatch(self, lines: list[str]) -> None:
+    def _dispatch(self, lines: list[str]) -> bool:
+        """Decode ``lines``; whether any event ended among them."""
         decode = self._events.decode
+        ended = False
         for line in lines:
             if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
                 raise MalformedStream(
@@ -460,7 +465,9 @@ class SseParser:
                 )
             sse = decode(line)
             if sse is not None:
+                ended = True
                 self.on_event(sse.data, sse.event)
+        return ended
 
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
