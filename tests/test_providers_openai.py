@@ -1128,7 +1128,7 @@ async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_tex
         server.add(Reply(body=[oa_chunk({"content": "first words"}), *keepalive, OA_DONE]))
         events, final = await collect(
             stream_openai_compat(
-                model_at(server.base + "/v1"), user_context(), key(extra={"read_timeout": 0.5})
+                model_at(server.base + "/v1"), user_context(), key(extra={"stall_timeout": 0.5})
             )
         )
     assert isinstance(events[-1], ErrorEvent)
@@ -1138,6 +1138,29 @@ async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_tex
     )
     assert is_transient_error(final)  # retried as a read that timed out is
     assert len(server.sent) < 60  # it gave up, long before the stream's end
+
+
+async def test_a_long_event_arriving_slowly_between_keep_alives_is_not_a_stall() -> None:
+    # A big event in small pieces, keep-alive comments among the events (as OpenRouter and
+    # Anthropic send them): nothing but comments never lasts the stall timeout.
+    text = "y" * 400
+    event = sse({"choices": [{"index": 0, "delta": {"content": text}}]})
+    pieces: list[bytes | float | Gate] = []
+    for start in range(0, len(event), 20):
+        pieces += [event[start : start + 20], 0.02]
+    keepalive: list[bytes | float | Gate] = [b": PROCESSING\n\n", 0.1] * 2
+    body = [*keepalive, *pieces, *keepalive, oa_chunk({"content": "!"}), *keepalive]
+    async with script_server() as server:
+        server.add(Reply(body=[*body, oa_chunk({}, "stop"), OA_DONE]))
+        _, final = await collect(
+            stream_openai_compat(
+                model_at(server.base + "/v1"),
+                user_context(),
+                key(extra={"stall_timeout": 0.3, "read_timeout": 5}),
+            )
+        )
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert final.text == text + "!"
 
 
 @pytest.mark.parametrize(

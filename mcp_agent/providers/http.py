@@ -4,7 +4,8 @@ errors a person can act on ("OpenAI API at http://…: 401 Unauthorized — chec
 
 Retry and timeout settings come from ``StreamOptions.extra``: ``max_retries`` (3),
 ``retry_base_delay`` (1 s, doubled each attempt), ``max_retry_delay`` (30 s, also the cap on
-Retry-After), ``timeout`` (seconds for connect/write; ``read_timeout``: 300 s between chunks),
+Retry-After), ``timeout`` (seconds for connect/write; ``read_timeout``: 300 s between chunks;
+``stall_timeout``: 1,800 s of nothing but keep-alive comments),
 and ``http_client`` (an ``httpx.AsyncClient`` to reuse instead of one per request).
 """
 
@@ -256,6 +257,16 @@ def _timeout(options: StreamOptions) -> httpx.Timeout:
     connect = float(extra.get("timeout", 30.0))
     read = float(extra.get("read_timeout", 300.0))
     return httpx.Timeout(connect=connect, read=read, write=connect, pool=connect)
+
+
+def _stall_timeout(options: StreamOptions) -> float:
+    """Seconds of nothing but keep-alive comments before a stream counts as stalled: long,
+    since a proxy keeps a connection alive that way while a reasoning model thinks."""
+    return float(options.extra.get("stall_timeout", 1800.0))
+
+
+def _only_comments(text: str) -> bool:
+    return all(not line or line.startswith(":") for line in text.splitlines())
 
 
 @asynccontextmanager
@@ -549,9 +560,11 @@ async def stream_sse(
             utf8_decode = codecs.utf_8_decode  # incremental: keeps a split character pending
             pending = b""
             # A stream that sends only keep-alive comments never times out a read: it is
-            # stalled once no event has come for as long as a read may take.
-            stall = _timeout(options).read
-            last_event = time.monotonic()
+            # stalled once it has sent nothing else for the stall timeout. Any other text
+            # (an event, part of a long one) is progress; time spent by whoever reads the
+            # events is not counted.
+            stall = _stall_timeout(options)
+            last_progress = time.monotonic()
             try:
                 while True:
                     try:
@@ -580,13 +593,15 @@ async def stream_sse(
                             events.clear()
                             raise
                     if events:
-                        last_event = time.monotonic()
                         for event in events:
                             yield event
                             if race.fired:
                                 raise Aborted
                         events.clear()
-                    elif stall is not None and time.monotonic() - last_event > stall:
+                        last_progress = time.monotonic()
+                    elif not _only_comments(text):
+                        last_progress = time.monotonic()
+                    elif time.monotonic() - last_progress > stall:
                         raise ProviderError(
                             f"{endpoint.where}: timed out waiting for the response (only"
                             f" keep-alive comments for {stall:g} s); the partial response is kept"
