@@ -204,16 +204,19 @@ def named_store(db: str | Path | None, flag: str, create: bool) -> None:
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", given):
         die(f"{flag} {given}: only postgresql:// URLs name a database; give one, or a file")
     path = Path(given).expanduser()
-    if path.exists() or path == user_db_path():
-        return
-    if given.endswith(("/", os.sep)):
-        die(f"{flag} {given}: no such folder; create it first for pi files, or drop the slash")
-    if not create:
-        die(f"{flag} {given}: no such database (nothing was created); check the path")
-    if not path.parent.exists():
-        die(f"{flag} {given}: the folder {path.parent} does not exist; create it first")
-    if not path.parent.is_dir():
-        die(f"{flag} {given}: {path.parent} is not a folder")
+    try:
+        if path.exists() or path == user_db_path():
+            return
+        if given.endswith(("/", os.sep)):
+            die(f"{flag} {given}: no such folder; create it first for pi files, or drop the slash")
+        if not create:
+            die(f"{flag} {given}: no such database (nothing was created); check the path")
+        if not path.parent.exists():
+            die(f"{flag} {given}: the folder {path.parent} does not exist; create it first")
+        if not path.parent.is_dir():
+            die(f"{flag} {given}: {path.parent} is not a folder")
+    except OSError as error:  # a folder on the way that may not be searched
+        die(f"{flag} {given}: cannot be reached ({error.strerror or error})")
 
 
 @contextmanager

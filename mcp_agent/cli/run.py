@@ -28,6 +28,7 @@ from mcp_agent.cli.common import (
     database_location,
     die,
     err,
+    named_store,
     single,
 )
 
@@ -67,6 +68,7 @@ def server_settings(db: str | None, manifests: Path | None) -> ServerSettings:
         settings = ServerSettings()
     except ValueError as error:
         die(str(error))
+    named_store(db, "--db", create=True)
     settings.set_database(database_location(db))
     if manifests is not None:
         if not manifests.is_dir():
