@@ -395,6 +395,16 @@ def test_show_and_tree_cut_what_a_file_holds_of_absurd_size(
     assert "w" * mega in "".join(whole.stdout.split())
 
 
+@pytest.mark.parametrize("end", ["\n", "\r", "\r\n", "\u2028"])
+def test_a_long_text_says_how_many_lines_were_left_out(end: str) -> None:
+    from mcp_agent.cli.render import limited
+
+    shown = limited(end.join(f"line {n}" for n in range(20)) + end, full=False, max_lines=12)
+    assert shown.plain.startswith("line 0\nline 1\n") and "line 11" in shown.plain
+    assert "line 12" not in shown.plain
+    assert shown.plain.endswith("… 8 more lines (--full shows all)")
+
+
 def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     ids = seed(db)
     result = cli("sessions", "tree", ids["session"])

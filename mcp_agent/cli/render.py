@@ -228,7 +228,7 @@ def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
     most = max_lines * LINE_CHARS
     lines = text[: most + 1].splitlines() or [""]
     if len(lines) > max_lines:
-        rest = text.count("\n") + 1 - max_lines
+        rest = len(text.splitlines()) - max_lines  # counted as the lines shown are
         shown = Text("\n".join(lines[:max_lines]), style)
         shown.append(f"\n… {rest:,} more lines (--full shows all)", "dim")
         return shown
