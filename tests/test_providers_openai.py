@@ -1185,3 +1185,12 @@ async def test_an_event_without_end_is_given_up_at_its_bound(
     assert final.stop_reason == StopReason.ERROR and final.text == "so far"
     assert "an event of over 100,000 characters in the event stream" in (final.error_message or "")
     assert len(server.sent) < 100  # it stopped reading, long before the end
+
+
+def test_a_lone_surrogate_after_an_escaped_backslash_is_replaced() -> None:
+    from mcp_agent.providers.common import parse_json_lenient
+
+    # A backslash, the letters "ud800", then half a pair: only the half is no character.
+    assert parse_json_lenient('{"text": "\\\\ud800\\udc00 \\ud83d\\ude00"}') == {
+        "text": "\\ud800\ufffd \U0001f600"
+    }

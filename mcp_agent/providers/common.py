@@ -280,17 +280,16 @@ def parse_json_lenient(text: str | None) -> dict[str, Any]:
     return readable(value, text) if isinstance(value, dict) else {}
 
 
-# A surrogate escape that is not half of a pair: JSON allows "\ud800", but it is no character.
-_LONE_SURROGATE = re.compile(
-    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-)
+# JSON allows a lone surrogate ("\ud800"), but it is no character. The gate is any surrogate
+# escape, paired or not: which are lone is for utf8_only to find (a pattern that tries to tell
+# them apart is slow, and misreads escaped backslashes).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def readable(value: Any, data: str) -> Any:
     """``value``, parsed from the JSON text ``data``, with each lone surrogate replaced (see
     :func:`wire.utf8_only`). Costs a scan of ``data`` only when it holds a ``\\u`` escape."""
-    if "\\u" not in data or not _LONE_SURROGATE.search(data):
+    if "\\u" not in data or not _SURROGATE_ESCAPE.search(data):
         return value
     return utf8_only(value)
 
