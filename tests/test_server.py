@@ -814,6 +814,28 @@ async def test_completion_of_entry_ids_says_there_are_more_newest_first(
         assert few.completion.values == [ids[0]] and not few.completion.has_more
 
 
+async def test_a_text_answer_at_max_turns_with_steering_left_is_an_answer(
+    tmp_path: Path,
+) -> None:
+    brief = 'description = "one model call"\nmax_turns = 1\n'
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder}, agents={**TEST_AGENTS, "brief": brief}
+    )
+    async with Client(server) as client:
+        run = await call(client, "agent_run", prompt="slow please", agent="brief", wait=False)
+        with anyio.fail_after(30):  # steer once the answer streams: it cannot go in any more
+            while "text_delta" not in str(
+                (await call(client, "agent_status", run_id=run["runId"])).get("lastEvent")
+            ):
+                await anyio.sleep(0.01)
+        await call(client, "agent_steer", run_id=run["runId"], message="one more thing")
+        done = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
+        assert done["status"] == "completed" and done["answer"].startswith("word word"), done
+        # The steering message is kept, unanswered: the next run in the session answers it.
+        branch = await call(client, "session_get", session_id=run["sessionId"], limit=0)
+        assert "one more thing" in json.dumps(branch["entries"][-1])
+
+
 async def test_a_run_cut_off_at_max_turns_is_an_error_that_says_so(tmp_path: Path) -> None:
     brief = 'description = "one model call"\ntools = ["subagent"]\nmax_turns = 1\n'
     server = agent_server(
@@ -825,7 +847,7 @@ async def test_a_run_cut_off_at_max_turns_is_an_error_that_says_so(tmp_path: Pat
         )
         run = result.structured_content or {}
         assert result.is_error and run["status"] == "error"
-        assert "stopped at the limit of 1 model calls (the agent's max_turns)" in run["error"]
+        assert "stopped at the limit of 1 model call (the agent's max_turns)" in run["error"]
         assert "agent_run in this session goes on from here" in run["error"]
         on = await call(client, "agent_run", prompt="thanks", session_id=run["sessionId"])
         assert on["status"] == "completed" and on["answer"] == "echo: thanks"

@@ -479,14 +479,21 @@ class RunManager:
                     StopReason.ABORTED: "aborted",
                 }
                 run.status = statuses.get(final.stop_reason, "completed")
-                if run.status == "completed" and run.end_reason == AgentEndReason.MAX_TURNS:
-                    # Cut off with work left: an empty answer is no answer.
+                if (
+                    run.status == "completed"
+                    and run.end_reason == AgentEndReason.MAX_TURNS
+                    and final.tool_calls
+                ):
+                    # Cut off with tool results the model never saw: an empty answer is no
+                    # answer. (A text answer with steering left unread still is one.)
+                    turns = run.agent.max_turns
+                    calls = "model call" if turns == 1 else "model calls"
                     run.status, run.error = (
                         "error",
                         (
-                            f"stopped at the limit of {run.agent.max_turns} model calls (the"
-                            " agent's max_turns) with the model still calling tools; agent_run in"
-                            " this session goes on from here, or raise max_turns in its manifest"
+                            f"stopped at the limit of {turns} {calls} (the agent's max_turns)"
+                            " with the model still calling tools; agent_run in this session"
+                            " goes on from here, or raise max_turns in its manifest"
                         ),
                     )
                 if run.status == "error" and run.abort_reason is not None:
