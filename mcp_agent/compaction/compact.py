@@ -201,10 +201,10 @@ async def compact(
     )
     if signal is not None and signal.aborted:
         raise CompactionError("aborted", "compaction was aborted")
-    check_shorter(completion.text, preparation)
     details = preparation.file_ops.details()
 
     def write() -> tuple[str, int]:
+        check_shorter(completion.text, preparation)  # estimates walk every message: offloaded
         if session.leaf_id != leaf_id:
             raise CompactionError(
                 "conflict", "the session changed while it was being compacted; nothing was written"
