@@ -21,6 +21,7 @@ from mcp_support import call, call_error, make_server
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
+from mcp_agent.server import resources
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -291,7 +292,9 @@ async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource
         assert "y" * 200_000 in whole.contents[0].text  # type: ignore[union-attr]
 
 
-async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
+async def test_a_2000_deep_branch_reads_as_a_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
     async with Client(make_server(tmp_path)) as client:
@@ -307,7 +310,18 @@ async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
         assert depth == 2000 and all(n["onBranch"] for n in nodes)
         assert nodes[0]["preview"].startswith("user: step 0")
         read = await client.read_resource(f"session://{sid}/tree")
-        assert len(json.loads(read.contents[0].text)["nodes"]) == 2000  # type: ignore[union-attr]
+        whole = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+        assert whole["nodes"] == nodes and whole["total"] == 2000 and not whole["truncated"]
+        # Past its bound the resource gives the newest nodes and says where the rest are.
+        monkeypatch.setattr(resources, "TREE_NODES", 500)
+        read = await client.read_resource(f"session://{sid}/tree")
+        newest = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+        assert newest["nodes"] == nodes[-500:] and newest["total"] == 2000
+        assert newest["truncated"] and "the 1,500 older nodes" in newest["more"]
+        older = await call(
+            client, "session_get", session_id=sid, view="tree", limit=0, cursor="before:1500"
+        )
+        assert older["nodes"] == nodes[:1500]
 
 
 # --- errors a model can act on ----------------------------------------------------------------

@@ -17,12 +17,11 @@ from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
-from mcp_agent.server.session_reads import context_page, entries_page, view_entries
+from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
-from mcp_agent.sessions.outline import flat_tree
 
 T = TypeVar("T")
 
@@ -33,6 +32,10 @@ LISTED_NAME_CHARS = 200
 # The longest URI a client may subscribe to (a session's are about 60 characters, an entry's
 # adds its id).
 SUBSCRIBED_URI_CHARS = 4_096
+# The tree resource whole up to here (a node is about 300 bytes of JSON); past it the newest
+# nodes, read from the session's index instead of every entry (100,000 made 25 MB).
+TREE_NODES = 5_000
+TREE_BYTES = 4 << 20
 
 
 def _dump(data: Any) -> str:
@@ -111,15 +114,26 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/tree",
         name="session-tree",
         mime_type=JSON,
-        description="Every entry of a session as a flat node (parent, children, label, preview)",
+        description="The entries of a session as flat nodes (parent, children, label, preview):"
+        f" every one, or past {TREE_NODES:,} the newest, with where to read the rest",
     )
     async def session_tree(session_id: str, ctx: Context) -> str:
-        return await _read(
-            app_state(ctx),
-            session_id,
-            lambda session: _dump({"leafId": session.leaf_id, "nodes": flat_tree(session)}),
-            leaf=True,
-        )
+        def render(session: Session) -> str:
+            nodes, page = tree_page(session, None, TREE_NODES, TREE_BYTES)
+            return _dump(
+                {
+                    "leafId": session.leaf_id,
+                    "total": page.total,
+                    "truncated": page.truncated,
+                    "more": f"the {page.start:,} older nodes: session_get with view tree and"
+                    f" cursor {page.next_cursor!r}"
+                    if page.truncated
+                    else None,
+                    "nodes": [json.loads(text) for text in nodes],
+                }
+            )
+
+        return await _read(app_state(ctx), session_id, render, leaf=True)
 
     @server.resource(
         "session://{session_id}/context",

@@ -110,14 +110,16 @@ def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text:
 
 
 def sized_page(
-    total: int, load: Loader, cursor: str | None, limit: int | None
+    total: int, load: Loader, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
 ) -> tuple[list[str], PageOf]:
     """The newest page before ``cursor`` of ``total`` items, sized by their JSON texts (see
     ``paging.newest_page``); only the items that may be on it are loaded."""
     end = cursor_end(cursor, total)
     first = 0 if limit is None else max(0, end - limit)
     texts = load(first, end)
-    page = newest_page(range(total), cursor, limit, lambda i: len(texts[i - first].encode()))
+    page = newest_page(
+        range(total), cursor, limit, lambda i: len(texts[i - first].encode()), budget
+    )
     return texts[page.start - first : page.end - first], page
 
 
@@ -178,13 +180,15 @@ def view_entries(
     return len(entries), lambda start, end: [entry_to_json(e) for e in entries[start:end]]
 
 
-def tree_page(session: Session, cursor: str | None, limit: int | None) -> tuple[list[str], PageOf]:
+def tree_page(
+    session: Session, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
+) -> tuple[list[str], PageOf]:
     """A page of ``outline.flat_tree``: the tree from the entries in outline, previews only
     for the nodes that may be on the page."""
     storage = stored(session)
     if storage is None:
         nodes = [compact(node) for node in flat_tree(session, PREVIEW_CHARS)]
-        return sized_page(len(nodes), lambda start, end: nodes[start:end], cursor, limit)
+        return sized_page(len(nodes), lambda start, end: nodes[start:end], cursor, limit, budget)
     index = tree_index(storage.outline())
     labels = storage.labels()
     on_branch = set(storage.branch_ids(session.leaf_id))
@@ -205,7 +209,7 @@ def tree_page(session: Session, cursor: str | None, limit: int | None) -> tuple[
             for row, text in zip(rows, texts, strict=True)
         ]
 
-    return sized_page(len(index.nodes), load, cursor, limit)
+    return sized_page(len(index.nodes), load, cursor, limit, budget)
 
 
 @dataclass
