@@ -24,6 +24,7 @@ MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
+DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 APP_NAME = "mcp-agent-sessions"
 
 
@@ -114,8 +115,9 @@ class ServerSettings:
     notification_timeout: float = field(
         default_factory=lambda: _seconds_from_env(NOTIFICATION_TIMEOUT_ENV, 5)
     )
-    # Worker threads for database work (SQLite reads and writes, lock waits) at once.
-    db_threads: int = 8
+    # Worker threads for database work (SQLite reads and writes, lock waits) at once; over
+    # PostgreSQL, the connection pool holds this many and 4 more.
+    db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
     # This replica's name (several over one PostgreSQL database): its legacy HTTP session ids
     # begin with "NAME.", for a load balancer to route them by (manifests/deploy).
     replica_name: str | None = field(default_factory=lambda: os.environ.get(REPLICA_ENV) or None)
@@ -178,7 +180,9 @@ class ServerSettings:
                 f" {self.replica_name!r}"
             )
         if self.db_threads < 1:
-            raise ValueError(f"db_threads must be at least 1, not {self.db_threads}")
+            raise ValueError(
+                f"db_threads must be at least 1, not {self.db_threads} (from {DB_THREADS_ENV})"
+            )
         if self.model_retries < 0:
             raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
         if self.sessions_layout not in (None, "pi", "flat"):
