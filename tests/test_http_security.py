@@ -185,6 +185,7 @@ def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
         ([], {"MCP_AGENT_NOTIFICATION_TIMEOUT": "nan"}, "MCP_AGENT_NOTIFICATION_TIMEOUT"),
         ([], {"MCP_AGENT_DB_THREADS": "many"}, "MCP_AGENT_DB_THREADS must be a whole number"),
         ([], {"MCP_AGENT_DB_THREADS": "0"}, "at least 1, not 0 (from MCP_AGENT_DB_THREADS)"),
+        ([], {"MCP_AGENT_DB_THREADS": "100000"}, "at most 256, not 100000"),
     ],
 )
 def test_bad_auth_and_limit_settings_are_one_clear_line(

@@ -25,6 +25,8 @@ HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
+# More would only add threads (and PostgreSQL connections) contending for one write lock.
+MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
 
 
@@ -182,6 +184,11 @@ class ServerSettings:
         if self.db_threads < 1:
             raise ValueError(
                 f"db_threads must be at least 1, not {self.db_threads} (from {DB_THREADS_ENV})"
+            )
+        if self.db_threads > MAX_DB_THREADS:
+            raise ValueError(
+                f"db_threads must be at most {MAX_DB_THREADS}, not {self.db_threads}"
+                f" (from {DB_THREADS_ENV})"
             )
         if self.model_retries < 0:
             raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
