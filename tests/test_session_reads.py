@@ -27,6 +27,8 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.sessions import Session, SqliteSessionRepo
 from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.sql import repo as sql_repo
+from mcp_agent.sessions.sql.storage import kept_branches
 from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 
 
@@ -116,7 +118,7 @@ def test_entry_pages_match_the_parsed_entries(
         # from the branch kept in outline.
         def read(cursor: str | None, most: int | None) -> Any:
             if walk:
-                session.storage._branches.clear()  # type: ignore[attr-defined]
+                kept_branches.forget(session.storage)
             newest = most if cursor is None else 0
             return entries_page(
                 session.id, *view_entries(session, "branch", None, newest), cursor, most
@@ -188,7 +190,7 @@ def test_a_whole_context_read_again_is_not_read_from_storage_again(
         assert again[:-1] == first and json.loads(again[-1])["content"] == "one more"
         assert len(reads) == 3
         # A context longer than what is kept is read each time.
-        monkeypatch.setattr(session_reads, "CONTEXT_CHARS_KEPT", 100)
+        monkeypatch.setattr(session_reads.kept_context_texts, "largest", 100)
         session.append_message(UserMessage(content="and another"))
         for _ in range(2):
             assert context_page(session, None, None).messages[:-1] == again
@@ -331,6 +333,8 @@ async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
         return conn
 
     monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+    # Four sessions open at most, so that using the others closes the first.
+    monkeypatch.setattr(sql_repo, "OPEN_SESSIONS", 4)
 
     async with Client(make_server(tmp_path)) as client:
 
@@ -352,7 +356,7 @@ async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
             await call(client, "session_append", session_id=sid, entry=user)
             await call(client, "session_append", session_id=sid, entry=_pi_answer(n))
 
-        # Not open (the repo keeps the last four open): header, leaf and summary in one read,
+        # Not open (the other four were used since): header, leaf and summary in one read,
         # then the branch with the entries of its newest page; for the context, the entries
         # it needs parsed (settings, the name) in one read, then the messages.
         for other in sids[1:]:

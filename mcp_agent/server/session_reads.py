@@ -11,12 +11,9 @@ compact JSON texts, one per item, for ``schemas.compact_result``.
 from __future__ import annotations
 
 import json
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from mcp_agent.server.paging import (
@@ -37,6 +34,7 @@ from mcp_agent.sessions.entries import (
     parse_entry,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.outline import entry_preview, flat_tree, outline, tree_index, tree_node
 from mcp_agent.sessions.pi import export_lines
 from mcp_agent.sessions.storage import StoredPages, leaf_after, stored_pages
@@ -240,7 +238,7 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
     def load_kept(start: int, end: int) -> list[str]:
         if storage is None or session.leaf_id is None or (start, end) != (0, len(items)):
             return load(start, end)
-        return _context_texts.get(storage, session.leaf_id, lambda: load(start, end))
+        return kept_context_texts.get_or_work(storage, session.leaf_id, lambda: load(start, end))
 
     def load_shown(start: int, end: int) -> list[str]:
         # A page (not the whole context, asked for with limit 0) shows a message too large
@@ -257,45 +255,11 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
     return ContextPage(messages, page, context)
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class KeptPerSession(Generic[K, V]):
-    """The last few values worked out for each open session (kept while its storage is), for
-    keys whose value never changes: a branch never changes, and neither does anything of a
-    session whose count of entries is in the key (every change appends an entry)."""
-
-    def __init__(self, per_session: int, too_big: Callable[[V], bool]) -> None:
-        self.per_session = per_session
-        self.too_big = too_big
-        self._kept: weakref.WeakKeyDictionary[StoredPages, OrderedDict[K, V]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def get(self, storage: StoredPages, key: K, work: Callable[[], V]) -> V:
-        """The value kept for ``key``, else what ``work`` gives (kept unless too big)."""
-        with self._lock:
-            kept = self._kept.setdefault(storage, OrderedDict())
-            found = kept.get(key)
-            if found is not None:
-                kept.move_to_end(key)
-                return found
-        found = work()
-        if self.too_big(found):
-            return found
-        with self._lock:
-            kept[key] = found
-            while len(kept) > self.per_session:
-                kept.popitem(last=False)
-        return found
-
-
-# The context of the last few leaves of each open session: its outline and settings.
-CONTEXT_ROWS_KEPT = 100_000
-_contexts: KeptPerSession[str, tuple[list[dict[str, Any] | str], SessionContext]] = KeptPerSession(
-    4, lambda found: len(found[0]) > CONTEXT_ROWS_KEPT
+# The context of the last few leaves of each open session: its outline and settings (in rows:
+# the most kept for all sessions, the largest kept, and per session).
+CONTEXT_ROWS_KEPT = 400_000
+kept_contexts: Kept[str, tuple[list[dict[str, Any] | str], SessionContext]] = Kept(
+    CONTEXT_ROWS_KEPT, 100_000, 4, lambda found: len(found[0])
 )
 
 
@@ -316,23 +280,23 @@ def _stored_context(
 
         return stored_context(rows, parse)
 
-    return _contexts.get(storage, leaf_id, work)
+    return kept_contexts.get_or_work(storage, leaf_id, work)
 
 
 # The messages of the last whole contexts read of each open session, as their JSON texts: a
 # client reading the whole context again (resuming) is not served by reading every one of its
 # rows again. A context's messages never change: the key is its leaf.
-CONTEXT_CHARS_KEPT = 4_000_000
-_context_texts: KeptPerSession[str, list[str]] = KeptPerSession(
-    2, lambda texts: sum(map(len, texts)) > CONTEXT_CHARS_KEPT
+CONTEXT_CHARS_KEPT = 16_000_000
+kept_context_texts: Kept[str, list[str]] = Kept(
+    CONTEXT_CHARS_KEPT, 4_000_000, 2, lambda texts: sum(map(len, texts))
 )
 
 
 # The last few outlines of each open session, so that reading one page after another (the
 # viewer opening a long branch) works it out once.
-OUTLINE_ROWS_KEPT = 20_000
-_outlines: KeptPerSession[tuple[str | None, str | None, int], list[dict[str, Any]]] = (
-    KeptPerSession(4, lambda rows: len(rows) > OUTLINE_ROWS_KEPT)
+OUTLINE_ROWS_KEPT = 100_000
+kept_outlines: Kept[tuple[str | None, str | None, int], list[dict[str, Any]]] = Kept(
+    OUTLINE_ROWS_KEPT, 20_000, 4, len
 )
 
 
@@ -342,7 +306,7 @@ def outline_rows(session: Session, entry_id: str | None) -> list[dict[str, Any]]
     if storage is None:
         return outline(session, entry_id)
     key = (entry_id, session.leaf_id, storage.entry_total())
-    return _outlines.get(storage, key, lambda: outline(session, entry_id))
+    return kept_outlines.get_or_work(storage, key, lambda: outline(session, entry_id))
 
 
 def _parsed(found: dict[str, SessionEntry], entry_id: str) -> SessionEntry:

@@ -24,9 +24,12 @@ from mcp_agent.sessions.repo import (
 from mcp_agent.sessions.session import Session
 from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
 
-# Sessions a repo keeps open between opens (their parsed entries share the database's parse
-# cache, see sql.cache.EntryCache).
-OPEN_SESSIONS = 4
+# Sessions a repo keeps open between opens: a server's clients work in many sessions at once,
+# and reopening one reads its row and header again and starts its caches afresh. What an open
+# session keeps is bounded for all of them together (its parsed entries by the database's
+# parse cache, sql.cache.EntryCache; its branches and contexts by sessions.kept), so an open
+# session costs little more than its storage object.
+OPEN_SESSIONS = 256
 
 _SUMMARY_COLUMNS = (
     "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"

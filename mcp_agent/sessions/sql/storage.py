@@ -10,7 +10,6 @@ import functools
 import json
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, Self, TypeVar
 
@@ -28,6 +27,7 @@ from mcp_agent.sessions.entries import (
     parse_header,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.sql.cache import entry_cache
 from mcp_agent.sessions.storage import OutlineRow, SessionStats, leaf_after, validate_tree
@@ -36,12 +36,19 @@ from mcp_agent.wire import describe_validation_error
 T = TypeVar("T")
 Params = Sequence[Any] | dict[str, Any]
 
-# Branches in outline kept per open session (see SqlSessionStorage._branches), and the
-# longest kept: 4 x 100,000 rows of three short strings is about 40 MB at most.
-BRANCH_CACHE_BRANCHES = 4
+# Branches in outline kept for the sessions open (see kept_branches): the most rows kept for all
+# of them (about 100 bytes a row: 40 MB), the longest branch kept and the branches per session.
+BRANCH_ROWS_KEPT = 400_000
 BRANCH_CACHE_ROWS = 100_000
+BRANCH_CACHE_BRANCHES = 4
 # One entry of a branch in outline: (id, type, message role).
 BranchRow = tuple[str, str, str | None]
+# By storage and the entry they end at. A branch never changes (entries and their parents are
+# immutable), and an append may extend its parent's, so reading the current branch again
+# costs no walk.
+kept_branches: Kept[str, list[BranchRow]] = Kept(
+    BRANCH_ROWS_KEPT, BRANCH_CACHE_ROWS, BRANCH_CACHE_BRANCHES, len
+)
 # Ids per query when reading entries by id (SQLite's bound on the parameters of one statement
 # is 32,766); pages are far smaller.
 IDS_PER_QUERY = 1000
@@ -174,11 +181,6 @@ class SqlSessionStorage:
         # This storage's part of the database's parse cache, given back when it is collected.
         self._cache = entry_cache(database).share()
         weakref.finalize(self, self._cache.release)
-        # Branches in outline by the entry they end at, newest used last. A branch never
-        # changes (entries and their parents are immutable), and an append may extend its
-        # parent's, so reading the current branch again costs no walk.
-        self._branches: OrderedDict[str, list[BranchRow]] = OrderedDict()
-        self._branches_lock = threading.Lock()
 
     @classmethod
     def create(
@@ -353,24 +355,13 @@ class SqlSessionStorage:
         return rows
 
     def _kept_branch(self, leaf_id: str) -> list[BranchRow] | None:
-        with self._branches_lock:
-            rows = self._branches.get(leaf_id)
-            if rows is not None:
-                self._branches.move_to_end(leaf_id)
-            return rows
+        return kept_branches.get(self, leaf_id)
 
     def _keep_branch(self, leaf_id: str, rows: list[BranchRow]) -> None:
-        if len(rows) > BRANCH_CACHE_ROWS:
-            return
-        with self._branches_lock:
-            self._branches[leaf_id] = rows
-            self._branches.move_to_end(leaf_id)
-            while len(self._branches) > BRANCH_CACHE_BRANCHES:
-                self._branches.popitem(last=False)
+        kept_branches.put(self, leaf_id, rows)
 
     def _extend_branch(self, parent_id: str, row: BranchRow) -> None:
-        with self._branches_lock:
-            parent = self._branches.get(parent_id)
+        parent = kept_branches.get(self, parent_id)
         if parent is not None:
             self._keep_branch(row[0], [*parent, row])
 
