@@ -177,20 +177,24 @@ def register(server: MCPServer) -> None:
         cursor: Annotated[
             str | None, Field(description="nextCursor of the previous page; null: the first")
         ] = None,
-    ) -> SessionListResult:
+    ) -> Annotated[CallToolResult, SessionListResult]:
         """List sessions, newest first, optionally searching their text. Returns a page of
         sessions (id, name, first user message, counts, times) and a cursor for the next."""
         state = app_state(ctx)
-        with tool_errors():
-            page = await state.offload(
-                lambda: state.repo.list(query=query, limit=limit or 50, cursor=cursor)
+        splice = spliced.wanted(ctx)
+
+        def read() -> CallToolResult:
+            page = state.repo.list(query=query, limit=limit or 50, cursor=cursor)
+            page = page.first(fitting(page.items))
+            answer = SessionListResult(
+                sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
             )
-        page = page.first(fitting(page.items))
-        return SessionListResult(
-            sessions=[session_info(item) for item in page.items],
-            truncated=page.next_cursor is not None,
-            next_cursor=page.next_cursor,
-        )
+            # Each item's JSON made here, off the event loop, and put in the answer as it is.
+            items = [session_info(item).model_dump_json() for item in page.items]
+            return compact_result(answer, splice, sessions=items)
+
+        with tool_errors():
+            return await state.offload(read)
 
     @server.tool(annotations=READ_ONLY)
     async def session_get(
