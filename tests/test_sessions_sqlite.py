@@ -596,6 +596,28 @@ def test_stats_kept_in_the_row_match_a_count_of_every_entry(tmp_path: Path, seed
         repo.close()
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_session_stored_whole_counts_its_row_as_a_recount_does(tmp_path: Path, seed: int) -> None:
+    # A new session stored with its entries (a copy, a fork) has its row's figures worked
+    # out from the entries in hand; a recount from the stored rows finds the same.
+    from mcp_agent.sessions.entries import new_header
+    from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        source = repo.create()
+        random_tree(source, random.Random(seed), 60)
+        entries = source.get_entries()
+        copy = SqliteSessionStorage.create(repo.database, new_header(), entries)
+        counted = compute_stats(entries)
+        assert counted.branch_point_count > 0 and counted.leaf_count > 1
+        assert copy.get_session_stats() == counted == source.stats()
+        copy._recount_row()
+        assert copy.get_session_stats() == counted
+    finally:
+        repo.close()
+
+
 def test_stats_are_read_from_the_row_not_the_entries(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     try:

@@ -76,6 +76,10 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
     def _read(self, sql: str, params: dict[str, Any]) -> builtins.list[Any]:
         return self.database.read(self.storage_class.sql(sql), params)
 
+    def _create(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> Session:
+        # No read first: inserting the row refuses a taken id (a conflict) in its transaction.
+        return self._session(self._create_storage(header, entries))
+
     def _create_storage(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> S:
         return self._keep_open(self.storage_class.create(self.database, header, entries))
 

@@ -34,6 +34,7 @@ from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
     RowDelta,
     SessionStats,
+    compute_stats,
     leaf_after,
 )
 
@@ -153,12 +154,14 @@ def _write_entries(
     totals: SessionStats | None = None,
     bulk: bool = False,
     children: int | None = None,
+    tree: tuple[int, int] | None = None,
 ) -> list[tuple[Any, ...]]:
     """Insert ``entries`` and fold them into the session row (inside a transaction); returns
     the rows inserted. ``totals``, given, adds up what several calls in one transaction add to
     the row, and is checked as a whole. ``bulk`` leaves the figures that need the tree to a
     :func:`_recount` once all are stored; otherwise each entry's are added as it goes in.
-    ``children``: see :func:`tree_delta` (one entry only)."""
+    ``children``: see :func:`tree_delta` (one entry only). ``tree``, in bulk: the leaves and
+    branch points of the whole session, when ``entries`` are all of it (no recount needed)."""
     delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
@@ -176,8 +179,10 @@ def _write_entries(
             leaves += added_leaves
             branch_points += added_branch_points
             conn.execute(_INSERT_ENTRY, row)
+    if tree is not None:
+        leaves, branch_points = tree
     # In bulk the recount counts the roles; otherwise the row's update adds them.
-    roles = {} if bulk else delta.counts.messages_by_role
+    roles = {} if bulk and tree is None else delta.counts.messages_by_role
     for target_id, label in label_changes(entries).items():
         if label:
             conn.execute(
@@ -256,6 +261,13 @@ class SqliteSessionStorage(SqlSessionStorage):
         leaf_id: str | None,
     ) -> None:
         _insert_session(conn, header)
+        ids = {entry.id for entry in entries}
+        if all(entry.parent_id is None or entry.parent_id in ids for entry in entries):
+            # The whole tree is in hand: its figures cost no second pass over the rows.
+            stats = compute_stats(entries)
+            tree = (stats.leaf_count, stats.branch_point_count)
+            _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True, tree=tree)
+            return
         _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
         _recount(conn, header.id)
 
