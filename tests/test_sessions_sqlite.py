@@ -708,6 +708,51 @@ def test_writes_waiting_while_one_commits_share_the_next_commit(tmp_path: Path) 
     database.close()
 
 
+class _Stop(BaseException):
+    """Not an Exception: fails the whole group it is in (as an interrupt would)."""
+
+
+def test_a_group_that_fails_whole_fails_each_write_and_the_next_writes_commit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    database = SqliteDatabase(path)
+    database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    outcomes: dict[int, str] = {}
+
+    def write(x: int) -> None:
+        def work(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t VALUES (?)", (x,))
+            if x == 2:
+                raise _Stop
+            return x
+
+        try:
+            outcomes[x] = f"wrote {database.write(work)}"
+        except BaseException as error:
+            outcomes[x] = type(error).__name__
+
+    writers = [threading.Thread(target=write, args=(x,)) for x in range(5)]
+    with database.lock:
+        for writer in writers:
+            writer.start()
+        poll(lambda: len(database._writes) == len(writers) or None, "the writes to queue up")
+    for writer in writers:
+        writer.join(30)
+        assert not writer.is_alive()  # no write left waiting for a group that failed
+    assert outcomes == dict.fromkeys(range(5), "_Stop")
+    assert database.read("SELECT count(*) FROM t") == [(0,)]
+    # The writers after it lead their own commits.
+    later = [threading.Thread(target=write, args=(x,)) for x in range(10, 16)]
+    for writer in later:
+        writer.start()
+    for writer in later:
+        writer.join(30)
+    assert {x: outcomes[x] for x in range(10, 16)} == {x: f"wrote {x}" for x in range(10, 16)}
+    assert database.read("SELECT count(*) FROM t") == [(6,)]
+    database.close()
+
+
 def test_appends_from_many_threads_at_once_stay_one_chain(tmp_path: Path) -> None:
     """Appends to one session from many threads, committed in groups, each go onto the leaf
     the one before left: one linear branch, every entry counted."""

@@ -102,16 +102,19 @@ GROUP_WRITES = 64
 class _Write:
     """One write waiting for, or done in, a group's transaction."""
 
-    __slots__ = ("done", "error", "result", "work")
+    __slots__ = ("done", "error", "ready", "result", "work")
 
     def __init__(self, work: Callable[[sqlite3.Connection], Any]) -> None:
         self.work = work
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
+        # Set once the write is done, or when its thread is to commit the next group.
+        self.ready = threading.Event()
 
     def settle(self, result: Any, error: BaseException | None) -> None:
         self.result, self.error, self.done = result, error, True
+        self.ready.set()
 
     def fail(self, error: BaseException) -> None:
         """The group's transaction failed: nothing of this write was committed. (Each waiting
@@ -177,6 +180,7 @@ class SqliteDatabase:
         # its own, so the threads that write bound it.
         self._writes: builtins.list[_Write] = []
         self._writes_lock = threading.Lock()
+        self._leading = False  # a thread commits groups (see ``write``)
         self.conn = self._connect()
         try:
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
@@ -248,23 +252,44 @@ class SqliteDatabase:
         job = _Write(work)
         with self._writes_lock:
             self._writes.append(job)
-        with self.lock:
-            # Until a transaction has taken this write (one before may have, while this thread
-            # waited for the lock; a group takes the oldest waiting writes first).
-            while not job.done:
-                batch: builtins.list[_Write] = []
-                try:
-                    self._retry(functools.partial(self._commit, batch))
-                except BaseException as error:
-                    # Nothing of the group was written; this write either (a busy database
-                    # fails before any is taken), while the others waiting try again.
-                    for each in batch:
-                        each.fail(error)
-                    with self._writes_lock:
-                        if job in self._writes:
-                            self._writes.remove(job)
-                    raise
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            # Another thread commits: it wakes this one once this write is done, or to commit
+            # the next group. (Waiting on the writer's lock instead woke each writer of a
+            # group in turn, only to find its write done.)
+            job.ready.wait()
+            if job.done:
+                return cast(T, job.outcome())
+        try:
+            with self.lock:
+                # Until a transaction has taken this write (a group takes the oldest waiting
+                # writes first).
+                while not job.done:
+                    batch: builtins.list[_Write] = []
+                    try:
+                        self._retry(functools.partial(self._commit, batch))
+                    except BaseException as error:
+                        # Nothing of the group was written; this write either (a busy
+                        # database fails before any is taken), while the others waiting try
+                        # again.
+                        for each in batch:
+                            each.fail(error)
+                        with self._writes_lock:
+                            if job in self._writes:
+                                self._writes.remove(job)
+                        raise
+        finally:
+            self._hand_over()
         return cast(T, job.outcome())
+
+    def _hand_over(self) -> None:
+        """The committing thread is done: the oldest write still waiting commits next."""
+        with self._writes_lock:
+            if self._writes:
+                self._writes[0].ready.set()
+            else:
+                self._leading = False
 
     def _commit(self, batch: builtins.list[_Write]) -> None:
         """One transaction: the writes in ``batch`` (from an attempt before, if any) and those
