@@ -36,6 +36,8 @@ from mcp_support import (
 )
 from reliability_support import FULL
 
+from mcp_agent.runtime.settings import ServerSettings
+
 HANG_GUARD_S = 60
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
@@ -388,3 +390,11 @@ def test_a_connected_client_outlives_the_idle_timeout(
                 assert names == ["kept"]
 
     anyio.run(session_client)
+
+
+def test_settings_take_paths_given_as_text(tmp_path: Path) -> None:
+    # A library user may pass a path as text: it is a path, not a crash deep in the server.
+    settings = ServerSettings(db_path=str(tmp_path / "s.db"), sessions_dir=str(tmp_path))  # type: ignore[arg-type]
+    assert settings.db_path == tmp_path / "s.db" and settings.sessions_dir == tmp_path
+    with pytest.raises(ValueError, match="as db_url"):
+        ServerSettings(db_path="postgresql://u:secret@h/db")  # type: ignore[arg-type]

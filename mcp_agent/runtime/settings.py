@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcp_agent.paths import default_db_path, default_db_url
+from mcp_agent.paths import default_db_path, default_db_url, is_database_url, shown_url
 
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
@@ -141,6 +141,17 @@ class ServerSettings:
         return str(self.db_path)
 
     def __post_init__(self) -> None:
+        # Paths given as text (by a library user) are taken as paths; a database URL belongs
+        # in db_url, where it is served from PostgreSQL rather than created as a file.
+        if is_database_url(self.db_path):
+            raise ValueError(
+                f"db_path is a SQLite file; give the PostgreSQL URL {shown_url(str(self.db_path))}"
+                " as db_url (or use set_database)"
+            )
+        for name in ("db_path", "sessions_dir", "manifests_dir", "token_file"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, Path(value).expanduser())
         for name, value in (
             ("--max-runs", self.max_runs),
             ("--max-runs-per-client", self.max_runs_per_client),
