@@ -775,3 +775,25 @@ def test_appends_from_many_threads_at_once_stay_one_chain(tmp_path: Path) -> Non
     assert [e.parent_id for e in branch[1:]] == [e.id for e in branch[:-1]]
     assert repo.summary(session_id).message_count == 81
     repo.close()
+
+
+def test_a_writer_interrupted_when_handed_the_commit_hands_it_on(tmp_path: Path) -> None:
+    from mcp_agent.sessions.sqlite.database import _Write
+
+    database = SqliteDatabase(tmp_path / "s.db")
+    database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    interrupted = _Write(lambda conn: None)
+    with database._writes_lock:  # as a committer leaves it: waiting, and told to commit next
+        database._writes.append(interrupted)
+        database._leading = True
+    interrupted.ready.set()
+    database._abandon(interrupted)
+    assert interrupted not in database._writes
+    writer = threading.Thread(
+        target=database.write, args=(lambda conn: conn.execute("INSERT INTO t VALUES (1)"),)
+    )
+    writer.start()
+    writer.join(30)
+    assert not writer.is_alive()  # a later write leads its own commit
+    assert database.read("SELECT count(*) FROM t") == [(1,)]
+    database.close()

@@ -258,7 +258,11 @@ class SqliteDatabase:
             # Another thread commits: it wakes this one once this write is done, or to commit
             # the next group. (Waiting on the writer's lock instead woke each writer of a
             # group in turn, only to find its write done.)
-            job.ready.wait()
+            try:
+                job.ready.wait()
+            except BaseException:  # interrupted while waiting: leave no write behind to lead
+                self._abandon(job)
+                raise
             if job.done:
                 return cast(T, job.outcome())
         try:
@@ -282,6 +286,17 @@ class SqliteDatabase:
         finally:
             self._hand_over()
         return cast(T, job.outcome())
+
+    def _abandon(self, job: _Write) -> None:
+        """``job``'s thread stopped waiting: out of the queue, and if it was just handed the
+        commit, it hands it on."""
+        with self._writes_lock:
+            if job not in self._writes:
+                return  # taken by a group: settled by it
+            self._writes.remove(job)
+            handed = job.ready.is_set() and not job.done
+        if handed:
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """The committing thread is done: the oldest write still waiting commits next."""
