@@ -295,3 +295,21 @@ async def test_the_stub_of_an_entry_whose_id_is_not_uri_safe_names_that_entry(
             uri = omitted.split("read ", 1)[1]
             read = await client.read_resource(uri)
             assert json.loads(read.contents[0].text)["id"] == entry_id, uri  # type: ignore[union-attr]
+
+
+def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
+    import json
+
+    from mcp_agent.server.paging import TEXT_CHARS
+    from mcp_agent.server.schemas import shortened
+
+    items = [json.dumps({"n": n, "pad": "x" * (TEXT_CHARS // 8)}) for n in range(20)]
+    size = sum(map(len, items))
+    newest_last = json.loads(shortened("{}", {"entries": items}, size))
+    kept = [item["n"] for item in newest_last["entries"]]
+    assert kept and kept[-1] == 19 and kept == list(range(20 - len(kept), 20))
+    # session_list runs newest first: the cut keeps its head, and says the oldest went
+    newest_first = json.loads(shortened("{}", {"sessions": items}, size, newest_first=True))
+    kept = [item["n"] for item in newest_first["sessions"]]
+    assert kept == list(range(len(kept))) and 0 < len(kept) < 20
+    assert f"the {20 - len(kept)} oldest of the 20 sessions" in newest_first["textNote"]

@@ -23,18 +23,20 @@ class Wire(BaseModel):
     )
 
 
-def compact_result(answer: Wire, splice: bool = False, **lists: list[str]) -> CallToolResult:
+def compact_result(
+    answer: Wire, splice: bool = False, newest_first: bool = False, **lists: list[str]
+) -> CallToolResult:
     """``answer`` as a tool result, with its long ``lists`` (entries, messages, nodes) given
     as the JSON text of each item, put in as they are and parsed once for the structured
     content. The text block is the same compact JSON when it fits in ``TEXT_CHARS``, else
-    what ``shortened`` keeps of it.
+    what ``shortened`` keeps of it (``newest_first``: the lists run newest first).
 
     With ``splice`` (the request came over a splicing transport: ``spliced.wanted``) the
     structured content is not parsed: it goes to the transport as this text, and the result
     carries the answer's other fields (with the lists empty) for the SDK's check."""
     head = answer.model_dump_json(exclude=set(lists))
     whole = _joined(head, lists)
-    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole))
+    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole), newest_first)
     content: list[ContentBlock] = [TextContent(type="text", text=text)]
     if splice and spliced.usable(whole):
         fields = from_json(head) | {to_camel(name): [] for name in lists}
@@ -54,9 +56,9 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
     return "".join(parts) + "}"
 
 
-def shortened(head: str, lists: dict[str, list[str]], size: int) -> str:
+def shortened(head: str, lists: dict[str, list[str]], size: int, newest_first: bool = False) -> str:
     """The answer cut to fit ``TEXT_CHARS``: each list keeps its newest items that fit (lists
-    are newest last), a field too long for a text is left out, and ``textNote`` says what is
+    are newest last, or first with ``newest_first``), a field too long for a text is left out, and ``textNote`` says what is
     missing and where it is."""
     fields: dict[str, Any] = from_json(head)
     long = [name for name, value in fields.items() if len(to_json(value)) > LONG_FIELD]
@@ -67,12 +69,12 @@ def shortened(head: str, lists: dict[str, list[str]], size: int) -> str:
     missing = [f"the field {name}" for name in long]
     for name, items in lists.items():
         count = 0
-        for item in reversed(items):
+        for item in items if newest_first else reversed(items):
             if len(item) + 1 > room:
                 break
             room -= len(item) + 1
             count += 1
-        kept[name] = items[len(items) - count :]
+        kept[name] = items[:count] if newest_first else items[len(items) - count :]
         if count < len(items):
             missing.append(f"the {len(items) - count:,} oldest of the {len(items):,} {name}")
     fields["textNote"] = (

@@ -191,7 +191,7 @@ def register(server: MCPServer) -> None:
             )
             # Each item's JSON made here, off the event loop, and put in the answer as it is.
             items = [session_info(item).model_dump_json() for item in page.items]
-            return compact_result(answer, splice, sessions=items)
+            return compact_result(answer, splice, newest_first=True, sessions=items)
 
         with tool_errors():
             return await state.offload(read)
@@ -248,8 +248,9 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
-            lists = {"nodes" if shown == "tree" else "entries": items}
-            return compact_result(answer, splice, **lists)
+            if shown == "tree":
+                return compact_result(answer, splice, nodes=items)
+            return compact_result(answer, splice, entries=items)
 
         with tool_errors():
             return await state.offload(read)

@@ -99,7 +99,8 @@ class Kept(Generic[K, V]):
             self._tokens[owner] = token
             self._owned[token] = OrderedDict()
             # A token, not id(owner): an id is reused once its object is gone.
-            weakref.finalize(owner, self._gone.append, token)
+            # Not at exit: the owner is alive then, and a worker thread may still use it.
+            weakref.finalize(owner, self._gone.append, token).atexit = False
         return token
 
     def _drop(self, token: int, key: K) -> None:

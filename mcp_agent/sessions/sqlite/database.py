@@ -279,11 +279,11 @@ class SqliteDatabase:
                         # again.
                         for each in batch:
                             each.fail(error)
-                        with self._writes_lock:
-                            if job in self._writes:
-                                self._writes.remove(job)
                         raise
         finally:
+            with self._writes_lock:
+                if job in self._writes:  # never taken (failed, or interrupted before it was)
+                    self._writes.remove(job)
             self._hand_over()
         return cast(T, job.outcome())
 
