@@ -394,7 +394,8 @@ def test_a_connected_client_outlives_the_idle_timeout(
 
 def test_settings_take_paths_given_as_text(tmp_path: Path) -> None:
     # A library user may pass a path as text: it is a path, not a crash deep in the server.
-    settings = ServerSettings(db_path=str(tmp_path / "s.db"), sessions_dir=str(tmp_path))  # type: ignore[arg-type]
+    as_text: dict[str, object] = {"db_path": str(tmp_path / "s.db"), "sessions_dir": str(tmp_path)}
+    settings = ServerSettings(**as_text)  # type: ignore[arg-type]
     assert settings.db_path == tmp_path / "s.db" and settings.sessions_dir == tmp_path
     with pytest.raises(ValueError, match="as db_url"):
         ServerSettings(db_path="postgresql://u:secret@h/db")  # type: ignore[arg-type]

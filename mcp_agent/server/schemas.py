@@ -58,8 +58,8 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
 
 def shortened(head: str, lists: dict[str, list[str]], size: int, newest_first: bool = False) -> str:
     """The answer cut to fit ``TEXT_CHARS``: each list keeps its newest items that fit (lists
-    are newest last, or first with ``newest_first``), a field too long for a text is left out, and ``textNote`` says what is
-    missing and where it is."""
+    are newest last, or first with ``newest_first``), a field too long for a text is left out,
+    and ``textNote`` says what is missing and where it is."""
     fields: dict[str, Any] = from_json(head)
     long = [name for name, value in fields.items() if len(to_json(value)) > LONG_FIELD]
     for name in long:
