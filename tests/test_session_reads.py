@@ -150,6 +150,53 @@ def test_tree_pages_match_the_flat_tree(
     assert all(node["type"] != "leaf" for node in nodes)
 
 
+def test_tree_pages_are_arranged_once_and_again_after_each_change(
+    sessions: tuple[Session, Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, _ = sessions
+    storage = ours.storage
+    reads: list[int] = []
+    outline_of = type(storage).outline
+
+    def counted(self: Any) -> Any:
+        reads.append(1)
+        return outline_of(self)
+
+    monkeypatch.setattr(type(storage), "outline", counted)
+
+    def same_pages() -> None:
+        # The stored session's pages against the tree of its entries as they are now.
+        theirs = Session(InMemorySessionStorage(ours.header, ours.get_entries()))
+        mine = every_page(lambda cursor, most: tree_page(ours, cursor, most), 3)
+        assert mine == every_page(lambda cursor, most: tree_page(theirs, cursor, most), 3)
+
+    session_reads.kept_trees.forget(storage)
+    same_pages()
+    assert len(reads) == 1  # every page after the first from the tree kept
+    # Each kind of change shows on the next page read: an entry, a label, a leaf move, and a
+    # branch grown elsewhere with the leaf back where it was.
+    first = ours.get_entries()[0].id
+
+    def side_branch() -> None:
+        leaf = ours.leaf_id
+        ours.move_to(first)
+        ours.append_message(UserMessage(content="a new branch"))
+        ours.move_to(leaf)
+
+    for change in (
+        lambda: ours.append_message(UserMessage(content="one more")),
+        lambda: ours.append_label(first, "again"),
+        lambda: ours.move_to(first),
+        side_branch,
+    ):
+        leaf_before = ours.leaf_id
+        change()
+        before = len(reads)
+        same_pages()
+        assert len(reads) == before + 1
+    assert ours.leaf_id == leaf_before  # the last change kept the leaf
+
+
 @pytest.mark.parametrize("limit", [None, 1, 4, 50])
 def test_context_pages_match_the_built_context(
     sessions: tuple[Session, Session], limit: int | None

@@ -35,7 +35,14 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
-from mcp_agent.sessions.outline import entry_preview, flat_tree, outline, tree_index, tree_node
+from mcp_agent.sessions.outline import (
+    TreeIndex,
+    entry_preview,
+    flat_tree,
+    outline,
+    tree_index,
+    tree_node,
+)
 from mcp_agent.sessions.pi import export_lines
 from mcp_agent.sessions.storage import StoredPages, leaf_after, stored_pages
 
@@ -178,6 +185,25 @@ def view_entries(
     return len(entries), lambda start, end: [entry_to_json(e) for e in entries[start:end]]
 
 
+@dataclass(frozen=True)
+class KeptTree:
+    """What every page of a session's tree view needs, worked out once for its next pages."""
+
+    index: TreeIndex
+    labels: dict[str, str]
+    on_branch: frozenset[str]
+
+
+# The tree of the sessions last read in view tree, so that paging through one (the viewer, or a
+# client reading page after page) reads and arranges its every entry once, not once a page. A
+# tree is the same for as long as the session's leaf and count of entries are (every change
+# appends an entry). About 500 bytes a node: 100 MB at most, one tree per session.
+TREE_NODES_KEPT = 200_000
+kept_trees: Kept[tuple[str | None, int], KeptTree] = Kept(
+    TREE_NODES_KEPT, TREE_NODES_KEPT, 1, lambda tree: len(tree.index.nodes)
+)
+
+
 def tree_page(
     session: Session, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
 ) -> tuple[list[str], PageOf]:
@@ -187,9 +213,17 @@ def tree_page(
     if storage is None:
         nodes = [compact(node) for node in flat_tree(session, PREVIEW_CHARS)]
         return sized_page(len(nodes), lambda start, end: nodes[start:end], cursor, limit, budget)
-    index = tree_index(storage.outline())
-    labels = storage.labels()
-    on_branch = set(storage.branch_ids(session.leaf_id))
+    leaf_id = session.leaf_id
+
+    def arrange() -> KeptTree:
+        return KeptTree(
+            tree_index(storage.outline()),
+            storage.labels(),
+            frozenset(storage.branch_ids(leaf_id)),
+        )
+
+    tree = kept_trees.get_or_work(storage, (leaf_id, storage.entry_total()), arrange)
+    index, labels, on_branch = tree.index, tree.labels, tree.on_branch
 
     def load(start: int, end: int) -> list[str]:
         rows = index.nodes[start:end]
