@@ -110,7 +110,7 @@ def reopened_as(path: Path, version: int) -> SqliteSessionRepo:
 
 def _outline_plan(repo: SqliteSessionRepo) -> str:
     plan = repo.database.conn.execute(
-        "EXPLAIN QUERY PLAN SELECT id, parent_id, type, timestamp FROM entries"
+        "EXPLAIN QUERY PLAN SELECT id, parent_id, type FROM entries"
         " WHERE session_id = ? ORDER BY n",
         ("x",),
     ).fetchall()

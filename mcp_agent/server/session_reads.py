@@ -37,7 +37,6 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.outline import (
     TreeIndex,
-    entry_preview,
     flat_tree,
     outline,
     tree_index,
@@ -233,9 +232,10 @@ def tree_page(
                 tree_node(
                     index,
                     row,
+                    storage.parse_stored(row[0], row[2], text),
                     labels.get(row[0]),
                     row[0] in on_branch,
-                    entry_preview(storage.parse_stored(row[0], row[2], text), PREVIEW_CHARS),
+                    PREVIEW_CHARS,
                 )
             )
             for row, text in zip(rows, texts, strict=True)

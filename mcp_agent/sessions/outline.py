@@ -39,7 +39,7 @@ from mcp_agent.sessions.entries import (
     clip_long,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import OutlineRow, StoredPages, tree_parent
+from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeRow, tree_parent
 
 if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session
@@ -128,17 +128,17 @@ class TreeIndex:
     """The tree of a session from its entries in outline (no content): the tree nodes in the
     order appended (leaf moves left out), each node's tree parent and its children."""
 
-    nodes: list[OutlineRow]
+    nodes: list[TreeRow]
     parent: dict[str, str | None]
-    children: dict[str, list[str]]
+    children: dict[str, list[str]]  # of the nodes that have any
 
 
-def tree_index(rows: Sequence[OutlineRow]) -> TreeIndex:
-    """``rows`` (id, parentId, type, timestamp) in the order appended, as ``Session.tree``
+def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
+    """``rows`` (id, parentId, type) in the order appended, as ``Session.tree``
     makes them a tree: a leaf move between an entry and its parent is skipped (``tree_parent``),
     and an entry whose parent is not an earlier node is a root."""
     moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
-    nodes: list[OutlineRow] = []
+    nodes: list[TreeRow] = []
     parent: dict[str, str | None] = {}
     children: dict[str, list[str]] = {}
     # One pass over what may be a million rows: locals only, and tree_parent only when the
@@ -149,31 +149,38 @@ def tree_index(rows: Sequence[OutlineRow]) -> TreeIndex:
             if entry_id in moves:
                 continue
             parent_id = tree_parent(parent_id, moves)
-        siblings = children.get(parent_id) if parent_id is not None else None
-        if siblings is None:
-            parent_id = None
-        else:
-            siblings.append(entry_id)
+        if parent_id is not None:
+            if parent_id not in parent:  # not an earlier node: a root
+                parent_id = None
+            elif (siblings := children.get(parent_id)) is None:
+                children[parent_id] = [entry_id]
+            else:
+                siblings.append(entry_id)
         parent[entry_id] = parent_id
-        children[entry_id] = []
         nodes.append(row)
     return TreeIndex(nodes, parent, children)
 
 
 def tree_node(
-    index: TreeIndex, row: OutlineRow, label: str | None, on_branch: bool, preview: str
+    index: TreeIndex,
+    row: TreeRow,
+    entry: SessionEntry,
+    label: str | None,
+    on_branch: bool,
+    preview_chars: int,
 ) -> dict[str, Any]:
-    """One node of the flat tree (see ``flat_tree``)."""
+    """One node of the flat tree (see ``flat_tree``): ``row``'s ``entry``, its preview cut at
+    ``preview_chars``."""
     entry_id = row[0]
     return {
         "id": entry_id,
         "parentId": index.parent[entry_id],
         "type": row[2],
-        "timestamp": row[3],
-        "children": index.children[entry_id],
+        "timestamp": entry.timestamp,
+        "children": index.children.get(entry_id, []),
         "label": None if label is None else clip_long(label, NAME_CHARS),
         "onBranch": on_branch,
-        "preview": preview,
+        "preview": entry_preview(entry, preview_chars),
     }
 
 
@@ -182,15 +189,16 @@ def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]
     timestamp, children, label, onBranch, preview}``. ``parentId`` is the tree parent (a leaf
     move between is skipped); ``onBranch``: on the path from the root to the leaf."""
     entries = {entry.id: entry for entry in session.get_entries()}
-    index = tree_index([(e.id, e.parent_id, e.type, e.timestamp) for e in entries.values()])
+    index = tree_index([(e.id, e.parent_id, e.type) for e in entries.values()])
     on_branch = {entry.id for entry in session.get_branch()}
     return [
         tree_node(
             index,
             row,
+            entries[row[0]],
             session.get_label(row[0]),
             row[0] in on_branch,
-            entry_preview(entries[row[0]], preview_chars),
+            preview_chars,
         )
         for row in index.nodes
     ]

@@ -30,7 +30,13 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.sql.cache import entry_cache
-from mcp_agent.sessions.storage import OutlineRow, SessionStats, leaf_after, validate_tree
+from mcp_agent.sessions.storage import (
+    OutlineRow,
+    SessionStats,
+    TreeRow,
+    leaf_after,
+    validate_tree,
+)
 from mcp_agent.wire import describe_validation_error
 
 T = TypeVar("T")
@@ -488,9 +494,9 @@ class SqlSessionStorage:
                 found[parent].append((entry_id, parent_id, entry_type, timestamp))
         return found
 
-    def outline(self) -> list[OutlineRow]:
+    def outline(self) -> list[TreeRow]:
         return self._read(
-            "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = :s"
+            "SELECT id, parent_id, type FROM entries WHERE session_id = :s"
             f" ORDER BY {self.LOG_ORDER}",
             {"s": self.session_id},
         )
