@@ -31,6 +31,7 @@ Rows (each baseline measured in the same run):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -51,6 +52,7 @@ from bench_sessions import DEPTH, scale, write_big_session
 from mcp import Client, StdioServerParameters
 from mcp_support import find_pi, free_port, wait_for_port
 
+from mcp_agent.cli.serve import tune_collector
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
 from mcp_agent.sessions import SqliteSessionRepo
@@ -176,6 +178,10 @@ async def default_pages(db: Path, session_id: str, calls: int) -> dict[str, tupl
     server = build_server(ServerSettings(db_path=db))
     times: list[float] = []
     original = server.call_tool
+    # The collector as ``serve`` sets it: what this process made before (the sessions
+    # imported, pi's runs) is kept out of its passes, as a fresh server has none of it.
+    thresholds = gc.get_threshold()
+    tune_collector()
 
     async def timed(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         started = time.perf_counter()
@@ -186,18 +192,22 @@ async def default_pages(db: Path, session_id: str, calls: int) -> dict[str, tupl
 
     server.call_tool = timed  # type: ignore[method-assign]
     found: dict[str, tuple[float, float]] = {}
-    async with Client(server) as client:
-        await client.call_tool("session_list", {})  # the server's own first call
-        for name, view, _ in PAGES:
-            arguments = {"session_id": session_id} | ({"view": view} if view else {})
-            times.clear()
-            for _ in range(calls + 1):
-                result = await client.call_tool(name, arguments)
-                assert not result.is_error, result.content
-            found[f"{name}{f' view {view}' if view else ''}"] = (
-                times[0],
-                statistics.median(times[1:]),
-            )
+    try:
+        async with Client(server) as client:
+            await client.call_tool("session_list", {})  # the server's own first call
+            for name, view, _ in PAGES:
+                arguments = {"session_id": session_id} | ({"view": view} if view else {})
+                times.clear()
+                for _ in range(calls + 1):
+                    result = await client.call_tool(name, arguments)
+                    assert not result.is_error, result.content
+                found[f"{name}{f' view {view}' if view else ''}"] = (
+                    times[0],
+                    statistics.median(times[1:]),
+                )
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
     return found
 
 
