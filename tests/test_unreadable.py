@@ -163,3 +163,32 @@ async def test_a_lone_surrogate_is_refused_before_any_handler(tmp_path: Path, mo
         assert len((await call(client, "session_list"))["sessions"]) == 1
     (file,) = folder.rglob("*.jsonl")
     assert len(file.read_text().splitlines()) == 1
+
+
+def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: Path) -> None:
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        refused = [
+            ({"name": 5}, "params.name: Input should be a valid string"),
+            ({"name": "session_list", "arguments": [1]}, "params.arguments: Input should be"),
+            ({"arguments": {}}, "params.name: Field required"),
+        ]
+        for request_id, (params, said) in enumerate(refused, start=2):
+            server.send(request(request_id, "tools/call", params))
+            answer = server.answer()
+            assert answer["id"] == request_id
+            assert answer["error"]["code"] == -32602
+            assert answer["error"]["message"].startswith("Invalid request parameters: tools/call")
+            assert said in answer["error"]["message"], answer
+        server.send(request(9, "resources/read", {"uri": 7}))
+        answer = server.answer()
+        assert answer["error"]["code"] == -32602
+        assert "params.uri" in answer["error"]["message"], answer
+        server.send(request(10, "tools/call", {"name": "session_list", "arguments": {}}))
+        assert server.answer()["result"]["structuredContent"]["sessions"] == []
+    finally:
+        stderr = server.stop()
+    assert "Traceback" not in stderr

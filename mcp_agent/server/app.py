@@ -24,7 +24,7 @@ from mcp_agent.server import (
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
-from mcp_agent.server.unreadable import UnpairedSurrogates
+from mcp_agent.server.unreadable import DescribedParams, UnpairedSurrogates
 from mcp_agent.server.viewer import apps as viewer_apps
 
 if TYPE_CHECKING:
@@ -73,8 +73,10 @@ def build_server(
         subscriptions=bus,
         log_level="WARNING",
     )
-    # Text that is not valid Unicode is refused before any handler sees it, whatever the method.
+    # Text that is not valid Unicode is refused before any handler sees it, whatever the method;
+    # params the SDK refuses get an answer that says what is wrong with them.
     server._lowlevel_server.middleware.append(UnpairedSurrogates())
+    server._lowlevel_server.middleware.append(DescribedParams())
     session_tools.register(server)
     agent_tools.register(server)
     compact_tools.register(server)

@@ -1,7 +1,8 @@
 """Requests the SDK cannot read, answered as JSON-RPC says instead of dropped.
 
-Two things here:
+Three things here:
 
+- Params the SDK refuses: ``DescribedParams`` says what is wrong with them.
 - A text that is not valid Unicode: JSON's grammar lets a string hold a lone surrogate escape
   (``"\\ud800"``), which names no character and cannot be stored, written as UTF-8 or sent
   back. pydantic's JSON parser (stdio and the legacy HTTP transport) refuses such a line;
@@ -36,6 +37,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from mcp_agent.server.spliced import WrappedStream
+from mcp_agent.wire import describe_validation_error
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,26 @@ class UnpairedSurrogates(ServerMiddleware[Any]):
             log.warning("a notification was dropped: %s", message)
             return None
         raise MCPError(INVALID_PARAMS, message)
+
+
+class DescribedParams(ServerMiddleware[Any]):
+    """Says what is wrong with a request's params: the SDK refuses params that fail its check
+    (a tool's name that is not a string, arguments that are no object) with "Invalid request
+    parameters" and nothing more, which leaves a client's author, or an LLM, guessing."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        try:
+            return await call_next(ctx)
+        except ValidationError as error:
+            problems = error.errors(include_url=False)
+            if problems and all(problem["loc"][:1] == ("params",) for problem in problems):
+                described = describe_validation_error(error, data={"params": ctx.params})
+            else:  # checked as the params alone
+                described = describe_validation_error(error, "params", ctx.params)
+            message = f"Invalid request parameters: {_printable(ctx.method)}: {described}"
+            raise MCPError(INVALID_PARAMS, _printable(message)) from None
 
 
 # --- stdio lines the SDK's transport could not read -------------------------------------------
