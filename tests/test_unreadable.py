@@ -9,13 +9,17 @@ import select
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_support import TEST_AGENTS, agent_server, call, initialize_request, prompt_responder
+from mcp_types.methods import validate_client_request
+from pydantic import BaseModel, ValidationError
 
+from mcp_agent.server.unreadable import DescribedParams
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -192,3 +196,44 @@ def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: 
     finally:
         stderr = server.stop()
     assert "Traceback" not in stderr
+
+
+async def _through_described_params(method: str, params: Any, raised: Exception) -> Exception:
+    """What ``DescribedParams`` lets out when the step after it raises ``raised``."""
+
+    async def call_next(ctx: Any) -> Any:
+        raise raised
+
+    ctx = SimpleNamespace(method=method, params=params, protocol_version="2025-11-25")
+    with pytest.raises(Exception) as out:
+        await DescribedParams()(ctx, call_next)  # type: ignore[arg-type]
+    return out.value
+
+
+async def test_only_params_the_sdk_refuses_are_described_and_briefly() -> None:
+    class Inner(BaseModel):
+        uri: int
+
+    try:
+        Inner.model_validate({"uri": "x"})
+    except ValidationError as error:
+        handler_error = error
+    # A ValidationError of the server's own (a handler's), with params that pass the SDK's
+    # check: it goes on unchanged, for the SDK's own answer.
+    passed = await _through_described_params("resources/list", None, handler_error)
+    assert passed is handler_error
+    passed = await _through_described_params("custom/method", {"a": 1}, handler_error)
+    assert passed is handler_error
+
+    # Params the SDK refuses, with thousands of problems under long keys: a short answer.
+    arguments = {f"key-{n:04d}-" + "k" * 300: n for n in range(2000)}
+    params = {"name": "continue_session", "arguments": arguments}
+    try:
+        validate_client_request("prompts/get", "2025-11-25", params)
+    except ValidationError as error:
+        refused = await _through_described_params("prompts/get", params, error)
+    assert isinstance(refused, MCPError) and refused.error.code == -32602
+    message = refused.error.message
+    assert message.startswith("Invalid request parameters: prompts/get: params.arguments.key-0000")
+    assert "(and 1997 more)" in message
+    assert len(message) < 1000

@@ -34,6 +34,7 @@ from mcp_types import (
     ErrorData,
     JSONRPCError,
 )
+from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
 from pydantic import ValidationError
 
 from mcp_agent.server.spliced import WrappedStream
@@ -121,21 +122,43 @@ class UnpairedSurrogates(ServerMiddleware[Any]):
 class DescribedParams(ServerMiddleware[Any]):
     """Says what is wrong with a request's params: the SDK refuses params that fail its check
     (a tool's name that is not a string, arguments that are no object) with "Invalid request
-    parameters" and nothing more, which leaves a client's author, or an LLM, guessing."""
+    parameters" and nothing more, which leaves a client's author, or an LLM, guessing. Only
+    params that fail that same check again are described (a ValidationError from a handler is
+    the server's own, and keeps the SDK's answer), in a bounded message: the first few
+    problems, each path cut short (a client's keys are in it)."""
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         try:
             return await call_next(ctx)
-        except ValidationError as error:
-            problems = error.errors(include_url=False)
-            if problems and all(problem["loc"][:1] == ("params",) for problem in problems):
-                described = describe_validation_error(error, data={"params": ctx.params})
-            else:  # checked as the params alone
-                described = describe_validation_error(error, "params", ctx.params)
-            message = f"Invalid request parameters: {_printable(ctx.method)}: {described}"
-            raise MCPError(INVALID_PARAMS, _printable(message)) from None
+        except ValidationError:
+            if ctx.method not in SPEC_CLIENT_METHODS:
+                raise
+            try:
+                validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
+            except ValidationError as refused:
+                message = f"{_printable(ctx.method)}: {_described(refused, ctx.params)}"
+                raise MCPError(INVALID_PARAMS, f"Invalid request parameters: {message}") from None
+            except KeyError:  # a method this protocol version has not
+                pass
+            raise
+
+
+# The problems a refusal names, and the longest it says about each.
+_PROBLEMS = 3
+_PROBLEM_CHARS = 200
+
+
+def _described(error: ValidationError, params: Any) -> str:
+    # The SDK checks the request as a whole ({"method", "params"}): paths start at params.
+    problems = describe_validation_error(error, data={"params": params}).split("; ")
+    shown = [
+        problem if len(problem) <= _PROBLEM_CHARS else problem[: _PROBLEM_CHARS - 1] + "…"
+        for problem in problems[:_PROBLEMS]
+    ]
+    more = len(problems) - _PROBLEMS
+    return _printable("; ".join(shown) + (f" (and {more} more)" if more > 0 else ""))
 
 
 # --- stdio lines the SDK's transport could not read -------------------------------------------

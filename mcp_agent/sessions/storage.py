@@ -89,24 +89,23 @@ TreeRow = tuple[str, str | None, str]
 @runtime_checkable
 class StoredPages(SessionStorage, Protocol):
     """What a backend that keeps each entry's JSON as text (SQLite, PostgreSQL) offers besides
-        :class:`SessionStorage`, so that a page of a long session costs what it shows: entries as
-        their stored JSON (pi's v3 form, compact), unparsed, and the whole log in outline. Readers
-        use it when a storage has it and fall back to the parsed entries otherwise.
+    :class:`SessionStorage`, so that a page of a long session costs what it shows: entries as
+    their stored JSON (pi's v3 form, compact), unparsed, and the whole log in outline. Readers
+    use it when a storage has it and fall back to the parsed entries otherwise.
 
-        ``branch_ids`` is the branch root first; ``stored_branch`` the same with the stored JSON
-        of its ``newest`` last entries found (None: all), read with it; ``stored_json`` the stored
-        JSON of each id found
-        (``stored_messages``: of the message in each message entry found);
-        ``entry_total`` how many entries ``get_entries`` returns (``log_end``: that and the leaf,
-        read together), and ``stored_range(start, end)``
-        the JSON of those in positions ``start .. end - 1``; ``outline`` every entry in that order,
-    as its place in the tree (``TreeRow``: what arranging the whole tree needs);
-        ``branch_outline`` the branch to ``leaf_id`` (root first) and ``children_outline`` what
-        ``get_children`` returns for each of ``ids``, in outline; ``labels`` each labelled entry's label;
-        ``context_rows`` the entries ``get_context_path``
-        returns, as (id, type, message role); ``parse_stored`` parses an entry from its stored JSON
-        (through the backend's parse cache); ``parsed_entries`` each of ``ids`` found, parsed, those
-        not in the parse cache read together.
+    ``branch_ids`` is the branch root first; ``stored_branch`` the same with the stored JSON
+    of its ``newest`` last entries found (None: all), read with it; ``stored_json`` the stored
+    JSON of each id found (``stored_messages``: of the message in each message entry found);
+    ``entry_total`` how many entries ``get_entries`` returns (``log_end``: that and the leaf,
+    read together), and ``stored_range(start, end)`` the JSON of those in positions
+    ``start .. end - 1``; ``outline`` every entry in that order, as its place in the tree
+    (``TreeRow``: what arranging the whole tree needs); ``branch_outline`` the branch to
+    ``leaf_id`` (root first) and ``children_outline`` what ``get_children`` returns for each
+    of ``ids``, in outline; ``labels`` each labelled entry's label; ``context_rows`` the
+    entries ``get_context_path`` returns, as (id, type, message role); ``parse_stored``
+    parses an entry from its stored JSON (through the backend's parse cache);
+    ``parsed_entries`` each of ``ids`` found, parsed, those not in the parse cache read
+    together.
     """
 
     def branch_ids(self, leaf_id: str | None) -> list[str]: ...
