@@ -29,8 +29,9 @@ from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, store
 # session keeps is bounded for all of them together (its parsed entries by the database's
 # parse cache, sql.cache.EntryCache; its branches and contexts by sessions.kept), so an open
 # session costs little more than its storage object (about 14 KB with a short branch read:
-# 14 MB for all). Under 50 HTTP clients working in 500 sessions, 256 kept open made the server
-# spend a sixth more CPU per operation than 1,024 (paired load rounds).
+# 14 MB for all). Under 50 HTTP clients working in 500 sessions, 1,024 kept open took 6 to 17%
+# less server CPU per operation than 256 (medians of two sets of paired load rounds; less in
+# 7 of the 8 rounds).
 OPEN_SESSIONS = 1024
 
 _SUMMARY_COLUMNS = (
