@@ -105,7 +105,7 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
         if isinstance(current, dict):
             if part in current:
                 current = current[part]
-            elif not last and part in (current.get("type"), current.get("role")):
+            elif not last:  # a union member's tag or a validator's name, not a key
                 continue
             else:
                 current = _MISSING

@@ -187,6 +187,12 @@ def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: 
             assert answer["error"]["code"] == -32602
             assert answer["error"]["message"].startswith("Invalid request parameters: tools/call")
             assert said in answer["error"]["message"], answer
+        # A union's member is named by the JSON's own path, not by the model's name for it.
+        ref = {"ref": {"type": "ref/prompt", "name": 5}, "argument": {"name": "a", "value": "b"}}
+        server.send(request(8, "completion/complete", ref))
+        message = server.answer()["error"]["message"]
+        assert "params.ref.name: Input should be a valid string" in message, message
+        assert "PromptReference" not in message
         server.send(request(9, "resources/read", {"uri": 7}))
         answer = server.answer()
         assert answer["error"]["code"] == -32602
