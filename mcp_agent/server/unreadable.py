@@ -38,6 +38,8 @@ from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
 from pydantic import ValidationError
 
 from mcp_agent.server.spliced import WrappedStream
+from mcp_agent.server.strict import MAX_ERRORS
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.wire import describe_validation_error
 
 log = logging.getLogger(__name__)
@@ -145,19 +147,15 @@ class DescribedParams(ServerMiddleware[Any]):
             raise
 
 
-# The problems a refusal names, and the longest it says about each.
-_PROBLEMS = 3
+# The longest a refusal says about each problem (a client's keys are in the paths).
 _PROBLEM_CHARS = 200
 
 
 def _described(error: ValidationError, params: Any) -> str:
     # The SDK checks the request as a whole ({"method", "params"}): paths start at params.
     problems = describe_validation_error(error, data={"params": params}).split("; ")
-    shown = [
-        problem if len(problem) <= _PROBLEM_CHARS else problem[: _PROBLEM_CHARS - 1] + "…"
-        for problem in problems[:_PROBLEMS]
-    ]
-    more = len(problems) - _PROBLEMS
+    shown = [clip_long(problem, _PROBLEM_CHARS) for problem in problems[:MAX_ERRORS]]
+    more = len(problems) - MAX_ERRORS
     return _printable("; ".join(shown) + (f" (and {more} more)" if more > 0 else ""))
 
 
