@@ -285,11 +285,16 @@ async def test_changes_from_plain_threads_are_all_delivered() -> None:
             thread.join(timeout=LIMIT_S)
         assert not any(thread.is_alive() for thread in threads) and errors == []
         everything = {f"session://{i}" for thread_ids in ids for i in thread_ids}
-        await wait_until(lambda: set(healthy.updated) == everything)
+        every_uri = {uri for t in ids for i in t for uri in session_uris(i)}
+
+        def published() -> set[str]:
+            return {e.uri for e in events if isinstance(e, ResourceUpdated)}
+
+        # Both, waited for together: a session's other resources are published after its
+        # subscriber may already have had its own update.
+        await wait_until(lambda: set(healthy.updated) == everything and published() == every_uri)
         assert len(healthy.updated) == len(everything)  # distinct sessions: none coalesced
         assert healthy.list_changes >= 1
-        updated = {e.uri for e in events if isinstance(e, ResourceUpdated)}
-        assert updated == {uri for t in ids for i in t for uri in session_uris(i)}
 
 
 async def test_changes_from_worker_threads_are_all_delivered() -> None:
