@@ -15,7 +15,7 @@ from mcp import Client
 from mcp_support import call, make_server
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
-from mcp_agent.server import session_reads
+from mcp_agent.server import session_reads, session_tools
 from mcp_agent.server.paging import ANSWER_BYTES
 from mcp_agent.server.session_reads import (
     context_page,
@@ -350,6 +350,62 @@ async def test_answers_are_their_structured_content_as_compact_text(tmp_path: Pa
                 # A long list is checked by its client in one step, not item by item.
                 shape = (schemas[name] or {})["properties"][listed]
                 assert "array" in shape["type"] and "items" not in shape and shape["description"]
+
+
+@pytest.mark.anyio
+async def test_a_whole_context_asked_for_again_is_the_answer_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client resuming (session_context with limit 0) again at the same leaf gets the answer
+    made the first time, unchanged; a page is made each time; a change makes a new answer."""
+    made: list[int | None] = []
+    real = session_reads.context_page
+
+    def counted(session: Session, cursor: str | None, limit: int | None) -> Any:
+        made.append(limit)
+        return real(session, cursor, limit)
+
+    monkeypatch.setattr(session_tools, "context_page", counted)
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        others = (await call(client, "session_create"))["id"]
+        for n in range(3):
+            for session_id in (sid, others):
+                entry = {"type": "message", "role": "user", "content": f"{session_id} {n}"}
+                await call(client, "session_append", session_id=session_id, entry=entry)
+
+        async def whole(session_id: str) -> Any:
+            result = await client.call_tool(
+                "session_context", {"session_id": session_id, "limit": 0}
+            )
+            assert not result.is_error, result.content
+            return result.content[0].text, result.structured_content  # type: ignore[union-attr]
+
+        first = await whole(sid)
+        assert [m["content"] for m in first[1]["messages"]] == [f"{sid} {n}" for n in range(3)]
+        assert await whole(sid) == first and made == [None]
+        # Another session's whole context is its own.
+        theirs = [m["content"] for m in (await whole(others))[1]["messages"]]
+        assert theirs == [f"{others} {n}" for n in range(3)]
+        assert len(made) == 2
+        await call(client, "session_context", session_id=sid, limit=2)
+        await call(client, "session_context", session_id=sid, limit=2)
+        assert made[2:] == [2, 2]
+        # A new leaf: a new answer, then that one kept.
+        leaf = (await call(client, "session_get", session_id=sid))["leafId"]
+        await call(
+            client,
+            "session_append",
+            session_id=sid,
+            entry={"type": "message", "role": "user", "content": "later"},
+        )
+        after = await whole(sid)
+        assert after[1]["messages"][:-1] == first[1]["messages"]
+        assert after[1]["messages"][-1]["content"] == "later" and after[1]["total"] == 4
+        assert await whole(sid) == after and made[4:] == [None]
+        # Moved back, the first leaf's answer again (made anew or kept: the same).
+        await call(client, "session_move_to", session_id=sid, entry_id=leaf)
+        assert await whole(sid) == first
 
 
 # --- statements per read ----------------------------------------------------------------------

@@ -23,27 +23,64 @@ class Wire(BaseModel):
     )
 
 
-def compact_result(
-    answer: Wire, splice: bool = False, newest_first: bool = False, **lists: list[str]
-) -> CallToolResult:
-    """``answer`` as a tool result, with its long ``lists`` (entries, messages, nodes) given
-    as the JSON text of each item, put in as they are and parsed once for the structured
-    content. The text block is the same compact JSON when it fits in ``TEXT_CHARS``, else
-    what ``shortened`` keeps of it (``newest_first``: the lists run newest first).
+class CompactAnswer:
+    """An answer's texts as ``compact_result`` sends them: the answer without its long lists
+    (``head``), all of it (``whole``) and the text block. A read of the same thing again
+    (``session_reads.kept_answer``) sends them as they are."""
+
+    __slots__ = ("_spliceable", "head", "lists", "text", "whole")
+
+    def __init__(self, head: str, whole: str, text: str, lists: tuple[str, ...]) -> None:
+        self.head = head
+        self.whole = whole
+        self.text = text
+        self.lists = lists
+        self._spliceable: bool | None = None
+
+    def weight(self) -> int:
+        """Characters held, for a bound on what is kept."""
+        return len(self.whole) + len(self.text)
+
+    def spliceable(self) -> bool:
+        """``spliced.usable`` of the whole answer, scanned once."""
+        if self._spliceable is None:
+            self._spliceable = spliced.usable(self.whole)
+        return self._spliceable
+
+
+def compact_answer(answer: Wire, newest_first: bool = False, **lists: list[str]) -> CompactAnswer:
+    """``answer`` with its long ``lists`` (entries, messages, nodes) given as the JSON text of
+    each item, put in as they are. The text block is the same compact JSON when it fits in
+    ``TEXT_CHARS``, else what ``shortened`` keeps of it (``newest_first``: the lists run
+    newest first)."""
+    head = answer.model_dump_json(exclude=set(lists))
+    whole = _joined(head, lists)
+    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole), newest_first)
+    return CompactAnswer(head, whole, text, tuple(lists))
+
+
+def answer_result(found: CompactAnswer, splice: bool = False) -> CallToolResult:
+    """``found`` as a tool result, its whole answer parsed once for the structured content.
 
     With ``splice`` (the request came over a splicing transport: ``spliced.wanted``) the
     structured content is not parsed: it goes to the transport as this text, and the result
     carries the answer's other fields (with the lists empty) for the SDK's check."""
-    head = answer.model_dump_json(exclude=set(lists))
-    whole = _joined(head, lists)
-    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole), newest_first)
-    content: list[ContentBlock] = [TextContent(type="text", text=text)]
-    if splice and spliced.usable(whole):
-        fields = from_json(head) | {to_camel(name): [] for name in lists}
+    content: list[ContentBlock] = [TextContent(type="text", text=found.text)]
+    if splice and found.spliceable():
+        fields = from_json(found.head) | {to_camel(name): [] for name in found.lists}
         return CallToolResult(
-            content=content, structured_content=fields, _meta={spliced.KEY: spliced.carried(whole)}
+            content=content,
+            structured_content=fields,
+            _meta={spliced.KEY: spliced.carried(found.whole)},
         )
-    return CallToolResult(content=content, structured_content=from_json(whole))
+    return CallToolResult(content=content, structured_content=from_json(found.whole))
+
+
+def compact_result(
+    answer: Wire, splice: bool = False, newest_first: bool = False, **lists: list[str]
+) -> CallToolResult:
+    """``answer`` as a tool result (``compact_answer``, then ``answer_result``)."""
+    return answer_result(compact_answer(answer, newest_first, **lists), splice)
 
 
 def _joined(head: str, lists: dict[str, list[str]]) -> str:

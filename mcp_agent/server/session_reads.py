@@ -23,6 +23,7 @@ from mcp_agent.server.paging import (
     newest_page,
     parse_cursor,
 )
+from mcp_agent.server.schemas import CompactAnswer
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.context import SessionContext, stored_context
 from mcp_agent.sessions.entries import (
@@ -324,6 +325,23 @@ CONTEXT_CHARS_KEPT = 16_000_000
 kept_context_texts: Kept[str, list[str]] = Kept(
     CONTEXT_CHARS_KEPT, 4_000_000, 2, lambda texts: sum(map(len, texts))
 )
+
+
+# The answers to whole contexts (limit 0) at the last leaves of each open session, as sent:
+# a client resuming again gets the same answer with nothing joined, measured or cut again
+# (about a tenth of the time a client waits for a long one, the rest being its own).
+kept_context_answers: Kept[str, CompactAnswer] = Kept(
+    CONTEXT_CHARS_KEPT, 4_000_000, 2, CompactAnswer.weight
+)
+
+
+def kept_answer(session: Session, work: Callable[[], CompactAnswer]) -> CompactAnswer:
+    """The whole context's answer of ``session`` at its leaf (``work`` makes it), kept for the
+    next read of the same; a session that does not read as stored makes it each time."""
+    storage = stored(session)
+    if storage is None or session.leaf_id is None:
+        return work()
+    return kept_context_answers.get_or_work(storage, session.leaf_id, work)
 
 
 # The last few outlines of each open session, so that reading one page after another (the

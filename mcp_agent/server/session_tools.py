@@ -26,6 +26,7 @@ from mcp_agent.server.paging import (
 )
 from mcp_agent.server.schemas import (
     AppendResult,
+    CompactAnswer,
     ContextResult,
     DeleteResult,
     ExportResult,
@@ -35,6 +36,8 @@ from mcp_agent.server.schemas import (
     SessionListResult,
     SessionView,
     StatsResult,
+    answer_result,
+    compact_answer,
     compact_result,
 )
 from mcp_agent.server.session_reads import (
@@ -42,6 +45,7 @@ from mcp_agent.server.session_reads import (
     context_page,
     entries_page,
     export_page,
+    kept_answer,
     outline_rows,
     tree_page,
     view_entries,
@@ -387,8 +391,8 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
         splice = spliced.wanted(ctx)
 
-        def read() -> CallToolResult:
-            found = context_page(state.repo.open_read(session_id), cursor, most)
+        def answer(session: Session) -> CompactAnswer:
+            found = context_page(session, cursor, most)
             context, page = found.context, found.page
             answer = ContextResult(
                 session_id=session_id,
@@ -400,7 +404,13 @@ def register(server: MCPServer) -> None:
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
             )
-            return compact_result(answer, splice, messages=found.messages)
+            return compact_answer(answer, messages=found.messages)
+
+        def read() -> CallToolResult:
+            session = state.repo.open_read(session_id)
+            if most is None and cursor is None:  # the whole context: a client resuming
+                return answer_result(kept_answer(session, lambda: answer(session)), splice)
+            return answer_result(answer(session), splice)
 
         with tool_errors():
             return await state.offload(read)
