@@ -391,7 +391,7 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
         splice = spliced.wanted(ctx)
 
-        def answer(session: Session) -> CompactAnswer:
+        def context_answer(session: Session) -> CompactAnswer:
             found = context_page(session, cursor, most)
             context, page = found.context, found.page
             answer = ContextResult(
@@ -409,8 +409,9 @@ def register(server: MCPServer) -> None:
         def read() -> CallToolResult:
             session = state.repo.open_read(session_id)
             if most is None and cursor is None:  # the whole context: a client resuming
-                return answer_result(kept_answer(session, lambda: answer(session)), splice)
-            return answer_result(answer(session), splice)
+                kept = kept_answer(session, lambda: context_answer(session))
+                return answer_result(kept, splice)
+            return answer_result(context_answer(session), splice)
 
         with tool_errors():
             return await state.offload(read)
