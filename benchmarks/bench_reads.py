@@ -130,6 +130,11 @@ if os.path.exists(recorded):
     tail = (',"result":' + result + "}\\n").encode()
 child = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 out = sys.stdout.buffer
+try:  # as ours widens its own (server/stdio.py)
+    import fcntl
+    fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)
+except (ImportError, AttributeError, OSError):
+    pass
 for line in sys.stdin.buffer:
     message = json.loads(line)
     params = message.get("params") or {}
