@@ -16,7 +16,8 @@ Rows (each baseline measured in the same run):
   pi's resume: what a server gets when its answer takes the SDK's own way out (parsed, checked
   and dumped; ours, over stdio, puts the stored JSON in the line as it is: reference).
 - ``ours vs the SDK client's own share``: the same calls through a proxy in front of our
-  server that answers ``session_context`` with the line ours sent (recorded once), ready-made:
+  server that answers ``session_context`` with the answer ours sent (recorded once, written
+  compact as ours writes it), ready-made:
   what the client alone spends on that answer, first call and again, which no server can go
   below; and that first call against pi's resume: the most any server could reach
   (reference).
@@ -115,19 +116,22 @@ server.run("stdio")
 """
 
 
-# Our server behind a proxy that answers session_context with the answer ours gave (recorded
-# in the file named first, at the proxy's first session_context: it goes through to ours then)
-# ready-made, its id put in: the client's own share of the whole context, which no server can
-# go below. Every other message goes through to our server and back as it is. (The client
-# sends one request at a time here, so a blocking loop keeps the order.)
+# Our server behind a proxy that answers session_context with the answer ours gave, ready-made
+# (its id put in): the client's own share of the whole context, which no server can go below.
+# In a recording run (no file named first yet) each session_context goes through to ours and
+# its answer is written to that file. Every other message goes through to our server and back
+# as it is. The client sends one request at a time here and ours sends no requests of its own,
+# so a blocking loop keeps the order.
 REPLAY_SERVER = """
 import json, os, subprocess, sys
 
 recorded, server = sys.argv[1], sys.argv[2:]
 tail = None
 if os.path.exists(recorded):
-    result = json.dumps(json.load(open(recorded, encoding="utf-8"))["result"])
-    tail = (',"result":' + result + "}\\n").encode()
+    with open(recorded, encoding="utf-8") as file:
+        result = json.loads(file.read())["result"]
+    compact = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    tail = (',"result":' + compact + "}\\n").encode()
 child = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 out = sys.stdout.buffer
 try:  # as ours widens its own (server/stdio.py)
@@ -149,11 +153,16 @@ for line in sys.stdin.buffer:
         answer = child.stdout.readline()
         out.write(answer)
         out.flush()
-        if not answer or json.loads(answer).get("id") == message["id"]:
-            if canned and answer:
+        if not answer:
+            break
+        found = json.loads(answer)
+        if "method" not in found and found.get("id") == message["id"]:
+            if canned and "result" in found:
                 with open(recorded, "wb") as file:
                     file.write(answer)
             break
+child.stdin.close()
+child.wait()
 """
 
 

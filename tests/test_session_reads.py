@@ -361,9 +361,9 @@ async def test_a_whole_context_asked_for_again_is_the_answer_kept(
     made: list[int | None] = []
     real = session_reads.context_page
 
-    def counted(session: Session, cursor: str | None, limit: int | None) -> Any:
+    def counted(session: Session, cursor: str | None, limit: int | None, **options: Any) -> Any:
         made.append(limit)
-        return real(session, cursor, limit)
+        return real(session, cursor, limit, **options)
 
     monkeypatch.setattr(session_tools, "context_page", counted)
     async with Client(make_server(tmp_path)) as client:
@@ -390,7 +390,10 @@ async def test_a_whole_context_asked_for_again_is_the_answer_kept(
         assert len(made) == 2
         await call(client, "session_context", session_id=sid, limit=2)
         await call(client, "session_context", session_id=sid, limit=2)
-        assert made[2:] == [2, 2]
+        # All of it from a cursor is not the whole context: made each time too.
+        older = await call(client, "session_context", session_id=sid, limit=0, cursor="before:2")
+        assert [m["content"] for m in older["messages"]] == [f"{sid} {n}" for n in range(2)]
+        assert made[2:] == [2, 2, None]
         # A new leaf: a new answer, then that one kept.
         leaf = (await call(client, "session_get", session_id=sid))["leafId"]
         await call(
@@ -402,7 +405,11 @@ async def test_a_whole_context_asked_for_again_is_the_answer_kept(
         after = await whole(sid)
         assert after[1]["messages"][:-1] == first[1]["messages"]
         assert after[1]["messages"][-1]["content"] == "later" and after[1]["total"] == 4
-        assert await whole(sid) == after and made[4:] == [None]
+        assert await whole(sid) == after and made[5:] == [None]
+        # A setting appended (the leaf moves): the answer says it.
+        change = {"type": "model_change", "provider": "p", "modelId": "m"}
+        await call(client, "session_append", session_id=sid, entry=change)
+        assert (await whole(sid))[1]["model"] == {"provider": "p", "modelId": "m"}
         # Moved back, the first leaf's answer again (made anew or kept: the same).
         await call(client, "session_move_to", session_id=sid, entry_id=leaf)
         assert await whole(sid) == first

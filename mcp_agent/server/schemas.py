@@ -26,20 +26,21 @@ class Wire(BaseModel):
 class CompactAnswer:
     """An answer's texts as ``compact_result`` sends them: the answer without its long lists
     (``head``), all of it (``whole``) and the text block. A read of the same thing again
-    (``session_reads.kept_answer``) sends them as they are."""
+    (``session_reads.kept_whole_context``) sends them as they are."""
 
-    __slots__ = ("_spliceable", "head", "lists", "text", "whole")
+    __slots__ = ("_spliceable", "head", "list_names", "text", "whole")
 
-    def __init__(self, head: str, whole: str, text: str, lists: tuple[str, ...]) -> None:
+    def __init__(self, head: str, whole: str, text: str, list_names: tuple[str, ...]) -> None:
         self.head = head
         self.whole = whole
         self.text = text
-        self.lists = lists
+        self.list_names = list_names
         self._spliceable: bool | None = None
 
     def weight(self) -> int:
-        """Characters held, for a bound on what is kept."""
-        return len(self.whole) + len(self.text)
+        """Characters held, for a bound on what is kept (the text is often the whole)."""
+        text = 0 if self.text is self.whole else len(self.text)
+        return len(self.head) + len(self.whole) + text
 
     def spliceable(self) -> bool:
         """``spliced.usable`` of the whole answer, scanned once."""
@@ -67,7 +68,7 @@ def answer_result(found: CompactAnswer, splice: bool = False) -> CallToolResult:
     carries the answer's other fields (with the lists empty) for the SDK's check."""
     content: list[ContentBlock] = [TextContent(type="text", text=found.text)]
     if splice and found.spliceable():
-        fields = from_json(found.head) | {to_camel(name): [] for name in found.lists}
+        fields = from_json(found.head) | {to_camel(name): [] for name in found.list_names}
         return CallToolResult(
             content=content,
             structured_content=fields,

@@ -252,9 +252,13 @@ class ContextPage:
     context: SessionContext
 
 
-def context_page(session: Session, cursor: str | None, limit: int | None) -> ContextPage:
+def context_page(
+    session: Session, cursor: str | None, limit: int | None, keep_texts: bool = True
+) -> ContextPage:
     """A page of the session's context (newest last) and its settings; a message entry's
-    message is read only when it may be on the page."""
+    message is read only when it may be on the page. ``keep_texts``: keep the messages' texts
+    of a whole context read (``kept_context_texts``); a caller that keeps what it makes of
+    them (``kept_whole_context``) says False, so that they are not held twice."""
     storage = stored(session)
     items: list[dict[str, Any] | str]
     if storage is not None:
@@ -271,7 +275,8 @@ def context_page(session: Session, cursor: str | None, limit: int | None) -> Con
         return [compact(item) if isinstance(item, dict) else _found(found, item) for item in wanted]
 
     def load_kept(start: int, end: int) -> list[str]:
-        if storage is None or session.leaf_id is None or (start, end) != (0, len(items)):
+        whole = (start, end) == (0, len(items))
+        if not keep_texts or storage is None or session.leaf_id is None or not whole:
             return load(start, end)
         return kept_context_texts.get_or_work(storage, session.leaf_id, lambda: load(start, end))
 
@@ -335,9 +340,10 @@ kept_context_answers: Kept[str, CompactAnswer] = Kept(
 )
 
 
-def kept_answer(session: Session, work: Callable[[], CompactAnswer]) -> CompactAnswer:
-    """The whole context's answer of ``session`` at its leaf (``work`` makes it), kept for the
-    next read of the same; a session that does not read as stored makes it each time."""
+def kept_whole_context(session: Session, work: Callable[[], CompactAnswer]) -> CompactAnswer:
+    """The answer to the whole context of ``session`` at its leaf, made by ``work`` (which
+    must make that and nothing else: the leaf is the key), kept for the next read of the
+    same; a session that does not read as stored makes it each time."""
     storage = stored(session)
     if storage is None or session.leaf_id is None:
         return work()

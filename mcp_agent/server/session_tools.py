@@ -45,7 +45,7 @@ from mcp_agent.server.session_reads import (
     context_page,
     entries_page,
     export_page,
-    kept_answer,
+    kept_whole_context,
     outline_rows,
     tree_page,
     view_entries,
@@ -391,8 +391,8 @@ def register(server: MCPServer) -> None:
         most = check_limit(limit)
         splice = spliced.wanted(ctx)
 
-        def context_answer(session: Session) -> CompactAnswer:
-            found = context_page(session, cursor, most)
+        def context_answer(session: Session, whole: bool = False) -> CompactAnswer:
+            found = context_page(session, cursor, most, keep_texts=not whole)
             context, page = found.context, found.page
             answer = ContextResult(
                 session_id=session_id,
@@ -409,7 +409,7 @@ def register(server: MCPServer) -> None:
         def read() -> CallToolResult:
             session = state.repo.open_read(session_id)
             if most is None and cursor is None:  # the whole context: a client resuming
-                kept = kept_answer(session, lambda: context_answer(session))
+                kept = kept_whole_context(session, lambda: context_answer(session, whole=True))
                 return answer_result(kept, splice)
             return answer_result(context_answer(session), splice)
 
