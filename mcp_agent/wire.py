@@ -82,7 +82,13 @@ def _optional_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
 
 
 def describe_validation_error(error: ValidationError, root: str = "", data: Any = None) -> str:
-    """One line per problem, each naming the dotted field path, e.g. ``message.content.0.text``.
+    """The problems of ``validation_problems`` in one line."""
+    return "; ".join(validation_problems(error, root, data))
+
+
+def validation_problems(error: ValidationError, root: str = "", data: Any = None) -> list[str]:
+    """One line per problem (each once), each naming the dotted field path, e.g.
+    ``message.content.0.text``.
 
     Pydantic puts the chosen member of a union into the location (``content.0.text.text`` for
     a missing ``text`` in a text block); given the input ``data``, those tags are left out so
@@ -94,7 +100,7 @@ def describe_validation_error(error: ValidationError, root: str = "", data: Any 
         parts.extend(str(p) for p in _data_path(problem["loc"], data))
         path = ".".join(parts) or "(top level)"
         lines.append(f"{path}: {problem['msg']}")
-    return "; ".join(dict.fromkeys(lines))
+    return list(dict.fromkeys(lines))
 
 
 def _data_path(loc: tuple[Any, ...], data: Any) -> list[Any]:

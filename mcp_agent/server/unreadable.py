@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from mcp_agent.server.spliced import WrappedStream
 from mcp_agent.server.strict import MAX_ERRORS
 from mcp_agent.sessions.entries import clip_long
-from mcp_agent.wire import describe_validation_error
+from mcp_agent.wire import validation_problems
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ _PROBLEM_CHARS = 200
 
 def _described(error: ValidationError, params: Any) -> str:
     # The SDK checks the request as a whole ({"method", "params"}): paths start at params.
-    problems = describe_validation_error(error, data={"params": params}).split("; ")
+    problems = validation_problems(error, data={"params": params})
     shown = [clip_long(problem, _PROBLEM_CHARS) for problem in problems[:MAX_ERRORS]]
     more = len(problems) - MAX_ERRORS
     return _printable("; ".join(shown) + (f" (and {more} more)" if more > 0 else ""))
