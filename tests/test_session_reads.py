@@ -212,6 +212,58 @@ def test_context_pages_match_the_built_context(
     assert found.context.active_tool_names == built.active_tool_names == ["read", "write"]
 
 
+@pytest.mark.parametrize("walked", [session_reads.WALKED_MESSAGES, 5])
+@pytest.mark.parametrize("compacted", [False, True])
+@pytest.mark.parametrize("limit", [None, 1, 4, 50])
+def test_a_first_context_read_finds_its_messages_in_the_walk(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: int | None,
+    compacted: bool,
+    walked: int,
+) -> None:
+    """A session's first context read (no branch of it walked yet) takes the messages of the
+    branch's newest entries from the walk that finds the branch, and reads the others by id:
+    the pages are those of the built context either way."""
+    monkeypatch.setattr(session_reads, "WALKED_MESSAGES", walked)
+    by_id: list[str] = []
+    real = SqliteSessionStorage.stored_messages
+
+    def counted(self: SqliteSessionStorage, ids: Any) -> dict[str, str]:
+        by_id.extend(ids)
+        return real(self, ids)
+
+    monkeypatch.setattr(SqliteSessionStorage, "stored_messages", counted)
+    from_walk: dict[str, str] = {}
+    walk = SqliteSessionStorage.context_messages
+
+    def walking(self: SqliteSessionStorage, leaf_id: Any, newest: int) -> Any:
+        rows, messages = walk(self, leaf_id, newest)
+        from_walk.update(messages)
+        return rows, messages
+
+    monkeypatch.setattr(SqliteSessionStorage, "context_messages", walking)
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        session = repo.create()
+        busy_session(session, compacted)
+        built = Session(InMemorySessionStorage(session.header, session.get_entries()))
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        ours = repo.open(session.id)
+        storage = stored(ours)
+        assert storage is not None and kept_branches.get(storage, ours.leaf_id) is None
+        first = _context(ours, None, limit)
+        # The newest message came with the walk, and none was read twice.
+        assert from_walk and json.loads(first[0][-1]) == json.loads(from_walk[ours.leaf_id])
+        assert not set(by_id) & set(from_walk)
+        if limit is None and walked > len(built.get_branch()):
+            assert by_id == []  # the whole branch was walked: every message came with it
+        elif limit is None:
+            assert by_id  # the older ones were read by id
+        pages = every_page(lambda c, m: _context(ours, c, m), limit)
+    assert pages == every_page(lambda c, m: _context(built, c, m), limit)
+    assert [json.loads(m) for m in first[0]] == pages[0][0]
+
+
 def test_a_whole_context_read_again_is_not_read_from_storage_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -467,14 +519,15 @@ async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
             await call(client, "session_append", session_id=sid, entry=_pi_answer(n))
 
         # Not open (the other four were used since): header, leaf and summary in one read,
-        # then the branch with the entries of its newest page; for the context, the entries
-        # it needs parsed (settings, the name) in one read, then the messages.
+        # then the branch with the entries of its newest page; for the context, the branch
+        # with the messages of its newest page, then the entries it needs parsed (settings,
+        # the name) in one read.
         for other in sids[1:]:
             await call(client, "session_stats", session_id=other)
         assert await tables("session_get", session_id=sid) == ["sessions", "path"]
         for other in sids[1:]:
             await call(client, "session_stats", session_id=other)
-        context = ["sessions", "path", "entries", "entries"]
+        context = ["sessions", "path", "entries"]
         assert await tables("session_context", session_id=sid) == context
 
         # Open, after an append here: the row, then the entries shown.

@@ -252,6 +252,12 @@ class ContextPage:
     context: SessionContext
 
 
+# The most entries at the end of a branch whose messages the walk of a first whole context
+# read reads (as it passes their rows anyway): older ones are read by id, if a compaction
+# has not left them out.
+WALKED_MESSAGES = 2_000
+
+
 def context_page(
     session: Session, cursor: str | None, limit: int | None, keep_texts: bool = True
 ) -> ContextPage:
@@ -261,8 +267,11 @@ def context_page(
     them (``kept_whole_context``) says False, so that they are not held twice."""
     storage = stored(session)
     items: list[dict[str, Any] | str]
+    walked: dict[str, str] = {}
     if storage is not None:
-        items, context = _stored_context(storage, session.leaf_id)
+        # The newest page, or all: a first read finds the messages it shows in its walk.
+        newest = 0 if cursor is not None else WALKED_MESSAGES if limit is None else limit
+        items, context = _stored_context(storage, session.leaf_id, newest, walked)
     else:
         context = session.build_context()
         items = [m.to_json_dict() for m in context.messages]
@@ -271,7 +280,9 @@ def context_page(
         wanted = items[start:end]
         found: dict[str, str | None] = {}
         if storage is not None:
-            found.update(storage.stored_messages([i for i in wanted if isinstance(i, str)]))
+            found.update(walked)
+            unread = [i for i in wanted if isinstance(i, str) and i not in walked]
+            found.update(storage.stored_messages(unread))
         return [compact(item) if isinstance(item, dict) else _found(found, item) for item in wanted]
 
     def load_kept(start: int, end: int) -> list[str]:
@@ -304,15 +315,17 @@ kept_contexts: Kept[str, tuple[list[dict[str, Any] | str], SessionContext]] = Ke
 
 
 def _stored_context(
-    storage: StoredPages, leaf_id: str | None
+    storage: StoredPages, leaf_id: str | None, newest: int, walked: dict[str, str]
 ) -> tuple[list[dict[str, Any] | str], SessionContext]:
     """``context.stored_context`` of the branch ending at ``leaf_id``; the caller must not
-    change what it gets."""
+    change what it gets. A walk of the branch puts the messages it reads (among the
+    ``newest`` last entries, see ``StoredPages.context_messages``) in ``walked``."""
     if leaf_id is None:
         return [], SessionContext()
 
     def work() -> tuple[list[dict[str, Any] | str], SessionContext]:
-        rows = storage.context_rows(leaf_id)
+        rows, messages = storage.context_messages(leaf_id, newest)
+        walked.update(messages)
 
         def parse(indices: Sequence[int]) -> list[SessionEntry]:
             found = storage.parsed_entries([rows[i][0] for i in indices])

@@ -102,7 +102,10 @@ class StoredPages(SessionStorage, Protocol):
     (``TreeRow``: what arranging the whole tree needs); ``branch_outline`` the branch to
     ``leaf_id`` (root first) and ``children_outline`` what ``get_children`` returns for each
     of ``ids``, in outline; ``labels`` each labelled entry's label; ``context_rows`` the
-    entries ``get_context_path`` returns, as (id, type, message role); ``parse_stored``
+    entries ``get_context_path`` returns, as (id, type, message role), and
+    ``context_messages`` the same with the stored JSON of the messages among the ``newest``
+    last entries of the branch where the walk that finds it reads them anyway (those it did
+    not read are left to ``stored_messages``); ``parse_stored``
     parses an entry from its stored JSON (through the backend's parse cache);
     ``parsed_entries`` each of ``ids`` found, parsed, those not in the parse cache read
     together.
@@ -122,6 +125,9 @@ class StoredPages(SessionStorage, Protocol):
     def children_outline(self, ids: Sequence[str]) -> dict[str, list[OutlineRow]]: ...
     def labels(self) -> dict[str, str]: ...
     def context_rows(self, leaf_id: str | None) -> list[tuple[str, str, str | None]]: ...
+    def context_messages(
+        self, leaf_id: str | None, newest: int
+    ) -> tuple[list[tuple[str, str, str | None]], dict[str, str]]: ...
     def parse_stored(self, entry_id: str, entry_type: str, data: str) -> SessionEntry: ...
     def parsed_entries(self, ids: Sequence[str]) -> dict[str, SessionEntry]: ...
 

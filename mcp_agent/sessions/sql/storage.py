@@ -134,6 +134,21 @@ _BRANCH_STORED_SQL = _BRANCH_OUTLINE_SQL.replace(
 assert _BRANCH_STORED_SQL != _BRANCH_OUTLINE_SQL
 
 
+def branch_messages_sql(message: str) -> str:
+    """The branch in outline with the message (``message``, of ``e``) of each message entry
+    among its ``:newest`` last entries, cut out as the walk reads the row anyway: reading them
+    by id afterwards would look each one up again."""
+    carried = f"CASE WHEN e.type = 'message' AND {{depth}} < :newest THEN {message} END"
+    sql = (
+        _BRANCH_OUTLINE_SQL.replace("role, depth)", "role, depth, message)")
+        .replace("role, 0 FROM entries", f"role, 0, {carried.format(depth='0')} FROM entries e")
+        .replace("p.depth + 1 FROM", f"p.depth + 1, {carried.format(depth='p.depth + 1')} FROM")
+        .replace("SELECT id, type, role FROM path", "SELECT id, type, role, message FROM path")
+    )
+    assert sql.count(message) == 2 and "message FROM path" in sql
+    return sql
+
+
 def _children_sql(entry_id: str | None) -> str:
     # Children of the entry, and entries that pi appended below a leaf move to it. Two index
     # searches on (session_id, parent_id): with an OR between them SQLite scans the whole
@@ -161,6 +176,9 @@ class SqlSessionStorage:
 
     RANGE_SQL: str
     LOG_ORDER = "seq"
+    # The walk that also reads messages (``branch_messages_sql``); None: the backend's
+    # ``stored_messages`` reads them by id.
+    BRANCH_MESSAGES_SQL: str | None = None
 
     @staticmethod
     def sql(text: str) -> str:
@@ -334,7 +352,10 @@ class SqlSessionStorage:
     def context_rows(self, leaf_id: str | None) -> list[BranchRow]:
         """The entries ``get_context_path`` returns, as (id, type, message role): only the
         newest compaction on the branch is read (to find what it keeps)."""
-        rows = self._branch_outline(leaf_id)
+        return self._context_of(self._branch_outline(leaf_id))
+
+    def _context_of(self, rows: list[BranchRow]) -> list[BranchRow]:
+        """The rows of the branch ``rows`` that its context is built from."""
 
         def compaction_at(i: int) -> CompactionEntry:
             entry = self.get_entry(rows[i][0])
@@ -345,6 +366,23 @@ class SqlSessionStorage:
             return []
         ids, types, roles = zip(*rows, strict=True)
         return [rows[i] for i in context_path_indices(ids, types, roles, compaction_at)]
+
+    def context_messages(
+        self, leaf_id: str | None, newest: int
+    ) -> tuple[list[BranchRow], dict[str, str]]:
+        if self.BRANCH_MESSAGES_SQL is None or leaf_id is None or newest <= 0:
+            return self.context_rows(leaf_id), {}
+        if self._kept_branch(leaf_id) is not None:
+            return self.context_rows(leaf_id), {}
+        params = {"s": self.session_id, "leaf": leaf_id, "newest": newest}
+        found = self._read(self.BRANCH_MESSAGES_SQL, params)
+        if not found:
+            raise SessionError("not_found", f"entry {leaf_id} not found")
+        rows: list[BranchRow] = [(row[0], row[1], row[2]) for row in found]
+        self._keep_branch(leaf_id, rows)
+        path = self._context_of(rows)
+        messages = {row[0]: row[3] for row in found if row[3] is not None}
+        return path, {row[0]: messages[row[0]] for row in path if row[0] in messages}
 
     def _branch_outline(self, leaf_id: str | None) -> list[BranchRow]:
         """The branch ending at ``leaf_id``, root first, as (id, type, message role); the

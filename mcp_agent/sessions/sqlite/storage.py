@@ -29,7 +29,7 @@ from mcp_agent.sessions.row_sql import (
     row_update,
     tree_delta,
 )
-from mcp_agent.sessions.sql.storage import SqlSessionStorage
+from mcp_agent.sessions.sql.storage import SqlSessionStorage, branch_messages_sql
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
     RowDelta,
@@ -228,6 +228,10 @@ class _Refused(Exception):
 # --- one session ------------------------------------------------------------------------------
 
 
+# SQLite cuts a message out of the stored text: compact already, nothing parsed here.
+_MESSAGE = "json_extract(e.data, '$.message')"
+
+
 class SqliteSessionStorage(SqlSessionStorage):
     """One session in a session database (see the module docstring): the reads are
     SqlSessionStorage's, the writes this class's."""
@@ -239,6 +243,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = :s"
         " ORDER BY n LIMIT :count OFFSET :start) ORDER BY n"
     )
+    BRANCH_MESSAGES_SQL = branch_messages_sql(_MESSAGE)
     LOG_ORDER = "n"
 
     def __init__(
@@ -409,8 +414,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         return stored
 
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
-        # SQLite cuts the message out of the stored text: compact already, nothing parsed here.
-        return self._by_ids("json_extract(data, '$.message')", ids)
+        return self._by_ids(_MESSAGE.replace("e.data", "data"), ids)
 
     def close(self) -> None:
         if self._owns_database:
