@@ -126,11 +126,22 @@ def long_session(db: Path) -> str:
         return session.id
 
 
-async def read_all(client: Client, session_id: str) -> list[tuple[Any, str]]:
-    """Every one of READS through ``client``: its structured content and text."""
+async def read_all(
+    client: Client, session_id: str, progress: bool = False
+) -> list[tuple[Any, str]]:
+    """Every one of READS through ``client``: its structured content and text; ``progress``:
+    asking for progress, as a client showing it does."""
+
+    async def shown(done: float, total: float | None, message: str | None) -> None:
+        pass
+
     answers = []
     for name, arguments in READS:
-        result = await client.call_tool(name, {"session_id": session_id, **arguments})
+        result = await client.call_tool(
+            name,
+            {"session_id": session_id, **arguments},
+            progress_callback=shown if progress else None,
+        )
         assert not result.is_error, result.content
         assert spliced.KEY not in (result.meta or {})
         answers.append((result.structured_content, result.content[0].text))  # type: ignore[union-attr]
@@ -192,9 +203,11 @@ async def test_answers_over_2026_http_are_spliced_and_what_an_in_process_client_
     ):
         assert over_http.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
         if reply == "event stream":
-            # The SDK goes over to an event stream when a tool takes longer than this.
+            # The SDK goes over to an event stream when a tool takes longer than this; a call
+            # that asks for progress is one that may (a call that does not is answered as JSON
+            # straight away: streamable_http.PLAIN_TOOLS).
             monkeypatch.setattr(_streamable_http_modern, "_SSE_PING_INTERVAL", 0.001)
-        answers = await read_all(over_http, session_id)
+        answers = await read_all(over_http, session_id, progress=reply == "event stream")
         assert answers == await read_all(in_process, session_id)
     assert len(done) == len(READS)  # every read was spliced
     wanted = "text/event-stream" if reply == "event stream" else "application/json"
@@ -227,12 +240,12 @@ def test_only_2026_requests_to_the_mcp_endpoint_are_spliced() -> None:
         return {"type": "http", "method": method, "headers": headers}
 
     modern = sorted(MODERN_PROTOCOL_VERSIONS)[-1].encode()
-    assert spliced._modern(scope("POST", modern))
-    assert not spliced._modern(scope("GET", modern))
-    assert not spliced._modern(scope("POST", None))
+    assert spliced.is_modern(scope("POST", modern))
+    assert not spliced.is_modern(scope("GET", modern))
+    assert not spliced.is_modern(scope("POST", None))
     for version in HANDSHAKE_PROTOCOL_VERSIONS:
-        assert not spliced._modern(scope("POST", version.encode()))
-    assert not spliced._modern({"type": "websocket", "headers": []})
+        assert not spliced.is_modern(scope("POST", version.encode()))
+    assert not spliced.is_modern({"type": "websocket", "headers": []})
 
 
 @pytest.mark.anyio

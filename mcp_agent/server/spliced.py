@@ -166,7 +166,7 @@ _SSE_DATA = b"event: message\r\ndata: "
 _SSE_END = b"\r\n\r\n"
 
 
-def _modern(scope: Scope) -> bool:
+def is_modern(scope: Scope) -> bool:
     """Whether the SDK answers this request on its 2026 path (``handle_modern_request``),
     which writes the response to this request's own ``send``: a protocol version header that
     is not one of the 2025 handshake's (the SDK's own test). The 2025 sessions run tools in
@@ -188,7 +188,7 @@ class SplicingHttp:
         self.server = server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not _modern(scope):
+        if not is_modern(scope):
             await self.app(scope, receive, send)
             return
         answer = HttpAnswer(self.server)
