@@ -49,6 +49,7 @@ def test_concurrent_clients_over_http(
     # (Latency is reported above and compared in benchmarks/bench_load.py, not asserted.)
     assert result.errors == [], result.errors[:5]
     assert len(result.latencies) == CLIENTS * OPS
+    assert len(result.first_calls) == CLIENTS  # each client's first call, once
 
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it: -15 is a clean stop.
     assert server.stop() in (0, -signal.SIGTERM), server.log.read_text()[-3000:]
