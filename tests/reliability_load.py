@@ -178,10 +178,11 @@ class LoadResult:
     client_cpu: float = 0.0
     server_cpu: float | None = None
 
-    def percentile(self, p: float) -> float:
-        if not self.latencies:
+    def percentile(self, p: float, latencies: list[float] | None = None) -> float:
+        """The ``p``th percentile of ``latencies`` (default: all of them)."""
+        ordered = sorted(self.latencies if latencies is None else latencies)
+        if not ordered:
             return float("nan")
-        ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
     @property
@@ -198,10 +199,7 @@ class LoadResult:
         rest = list(self.latencies)
         for first in self.first_calls:
             rest.remove(first)
-        if not rest:
-            return float("nan")
-        rest.sort()
-        return rest[min(len(rest) - 1, round(0.99 * (len(rest) - 1)))] * 1000
+        return self.percentile(99, rest) * 1000
 
     @property
     def ops_per_second(self) -> float:

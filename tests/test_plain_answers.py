@@ -17,7 +17,12 @@ from mcp_support import make_server
 
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server import streamable_http
-from mcp_agent.server.streamable_http import PLAIN_TOOLS, build_http_app, plain_call
+from mcp_agent.server.streamable_http import (
+    PLAIN_BODY_BYTES,
+    PLAIN_TOOLS,
+    build_http_app,
+    plain_call,
+)
 
 BASE = "http://127.0.0.1:8000"
 
@@ -42,6 +47,27 @@ def test_a_plain_call_is_a_call_of_a_plain_tool_asking_for_no_progress() -> None
     for body in (b"", b"{", b"[]", b"[" + call("session_list") + b"]", b'{"params": 1}'):
         assert not plain_call(body)
     assert not plain_call(b'{"method": "tools/call", "params": {"name": ["session_list"]}}')
+    # A search, the whole tree, or a large body keep the event-stream path.
+    assert plain_call(arguments("session_list", {"limit": 5, "query": None}))
+    assert not plain_call(arguments("session_list", {"query": "words"}))
+    assert plain_call(arguments("session_get", {"view": "outline"}))
+    assert not plain_call(arguments("session_get", {"view": "tree"}))
+    entry = {"type": "message", "role": "user", "content": "x" * PLAIN_BODY_BYTES}
+    assert not plain_call(arguments("session_append", {"session_id": "s", "entry": entry}))
+
+
+def arguments(name: str, given: dict[str, Any]) -> bytes:
+    params = {"name": name, "arguments": given}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    ).encode()
+
+
+@pytest.mark.anyio
+async def test_the_plain_tools_are_tools_of_the_server(tmp_path: Path) -> None:
+    async with Client(make_server(tmp_path)) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+    assert PLAIN_TOOLS <= names
 
 
 @pytest.mark.anyio

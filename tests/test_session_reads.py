@@ -212,9 +212,11 @@ def test_context_pages_match_the_built_context(
     assert found.context.active_tool_names == built.active_tool_names == ["read", "write"]
 
 
-@pytest.mark.parametrize("walked", [session_reads.WALKED_MESSAGES, 5])
 @pytest.mark.parametrize("compacted", [False, True])
-@pytest.mark.parametrize("limit", [None, 1, 4, 50])
+@pytest.mark.parametrize(
+    ("limit", "walked"),
+    [(None, session_reads.WALKED_MESSAGES), (None, 5), (1, 5), (4, 5), (50, 5)],
+)
 def test_a_first_context_read_finds_its_messages_in_the_walk(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -223,8 +225,10 @@ def test_a_first_context_read_finds_its_messages_in_the_walk(
     walked: int,
 ) -> None:
     """A session's first context read (no branch of it walked yet) takes the messages of the
-    branch's newest entries from the walk that finds the branch, and reads the others by id:
-    the pages are those of the built context either way."""
+    branch's newest entries after its newest compaction from the walk that finds the branch,
+    and reads the others (those the compaction keeps) by id: the pages are those of the
+    built context either way. (``walked`` bounds a whole context's walk; a page's is its
+    limit.)"""
     monkeypatch.setattr(session_reads, "WALKED_MESSAGES", walked)
     by_id: list[str] = []
     real = SqliteSessionStorage.stored_messages
@@ -245,7 +249,14 @@ def test_a_first_context_read_finds_its_messages_in_the_walk(
     monkeypatch.setattr(SqliteSessionStorage, "context_messages", walking)
     with SqliteSessionRepo(tmp_path / "s.db") as repo:
         session = repo.create()
-        busy_session(session, compacted)
+        before: list[str] = []
+        if compacted:  # the branch read: messages, a compaction keeping three, messages
+            before = [session.append_message(UserMessage(content=f"b {n}")) for n in range(6)]
+            session.append_compaction("so far", before[3], 100)
+            for n in range(6):
+                session.append_message(answer(f"after {n}"))
+        else:
+            busy_session(session, compacted=False)
         built = Session(InMemorySessionStorage(session.header, session.get_entries()))
     with SqliteSessionRepo(tmp_path / "s.db") as repo:
         ours = repo.open(session.id)
@@ -255,8 +266,17 @@ def test_a_first_context_read_finds_its_messages_in_the_walk(
         # The newest message came with the walk, and none was read twice.
         assert from_walk and json.loads(first[0][-1]) == json.loads(from_walk[ours.leaf_id])
         assert not set(by_id) & set(from_walk)
-        if limit is None and walked > len(built.get_branch()):
-            assert by_id == []  # the whole branch was walked: every message came with it
+        branch = [entry.id for entry in built.get_branch()]
+        compaction = max(
+            (i for i, entry in enumerate(built.get_branch()) if entry.type == "compaction"),
+            default=-1,
+        )
+        # Nothing from before the newest compaction came with the walk.
+        assert all(branch.index(entry_id) > compaction for entry_id in from_walk)
+        if limit is None and walked > len(branch):
+            # The whole branch was walked: every message after the compaction came with it,
+            # the ones it keeps were read by id.
+            assert by_id == (before[3:] if compacted else [])
         elif limit is None:
             assert by_id  # the older ones were read by id
         pages = every_page(lambda c, m: _context(ours, c, m), limit)

@@ -25,11 +25,12 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
-from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
 from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
 from pydantic_core import from_json
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -296,8 +297,12 @@ def session_limit_message(settings: ServerSettings) -> str:
 # (without asking for progress) is answered on the SDK's JSON-response path: one JSON body,
 # as the SDK's own event-stream path answers a call done within its deferral window anyway,
 # but without that path's task group, stream and timer (about 0.2 ms of CPU per call, in
-# process). Other calls keep the event-stream path, which can carry notifications and keeps
-# a slow call's connection alive with pings.
+# process). Every other request keeps the event-stream path, which can carry notifications,
+# keeps a slow call's connection alive with pings, and cancels the call when the client
+# goes: so does a search (``session_list`` with a query: its first one indexes the text
+# stored since) and the whole tree (``session_get`` view tree), which can take long. A write
+# that waits out another process's lock still answers, or says busy, within the lock's
+# timeout.
 PLAIN_TOOLS = frozenset(
     {
         "session_create",
@@ -309,11 +314,16 @@ PLAIN_TOOLS = frozenset(
         "session_stats",
     }
 )
+# The largest body looked into (a plain call is a few hundred bytes; an append's entry may be
+# megabytes, and the SDK parses the body again).
+PLAIN_BODY_BYTES = 16 * 1024
 
 
 def plain_call(body: bytes) -> bool:
     """Whether ``body`` is a JSON-RPC call of one of ``PLAIN_TOOLS`` that asks for no
-    progress."""
+    progress and is not a search or the whole tree."""
+    if len(body) > PLAIN_BODY_BYTES or b'"tools/call"' not in body:
+        return False
     try:
         message = from_json(body)
     except ValueError:
@@ -327,7 +337,14 @@ def plain_call(body: bytes) -> bool:
     if not isinstance(name, str) or name not in PLAIN_TOOLS:
         return False
     meta = params.get("_meta")
-    return not (isinstance(meta, dict) and "progressToken" in meta)
+    if isinstance(meta, dict) and "progressToken" in meta:
+        return False
+    arguments = params.get("arguments")
+    if not isinstance(arguments, dict):
+        return True  # refused as the other path would refuse it, straight away
+    if name == "session_list":
+        return not arguments.get("query")
+    return not (name == "session_get" and arguments.get("view") == "tree")
 
 
 class EvictingSessionManager(StreamableHTTPSessionManager):
@@ -364,8 +381,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         return transport
 
     async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._task_group is not None and is_modern(scope):
-            # The body limit in front (the SDK's) has read the whole body: this is it.
+        if self._task_group is not None and is_modern(scope) and _accepts_both(scope):
+            # The body limit in front (the SDK's) has read the body: normally all of it.
             first = await receive()
             receive = _replaying(first, receive)
             complete = first["type"] == "http.request" and not first.get("more_body", False)
@@ -399,6 +416,13 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         # Its server task ends on this and terminates the transport (the SDK's own idle path).
         assert transport.idle_scope is not None
         transport.idle_scope.cancel()
+
+
+def _accepts_both(scope: Scope) -> bool:
+    """Whether the client accepts JSON and event streams, as the event-stream path requires:
+    a client that does not gets the same refusal whichever tool it calls."""
+    has_json, has_sse = check_accept_headers(Request(scope))
+    return has_json and has_sse
 
 
 def _replaying(first: Message, receive: Receive) -> Receive:
@@ -506,9 +530,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     manager = server.session_manager
     manager.__class__ = EvictingSessionManager
     # The SDK's body limit in front of the manager calls the method it was built with.
-    manager.asgi_app = RequestBodyLimitMiddleware(
-        manager._handle_request, manager.max_request_body_size
-    )
+    assert isinstance(manager.asgi_app, RequestBodyLimitMiddleware), manager.asgi_app
+    manager.asgi_app.app = manager._handle_request
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SessionLimitMiddleware(SplicingHttp(app, server), settings)

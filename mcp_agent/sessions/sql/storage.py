@@ -136,17 +136,23 @@ assert _BRANCH_STORED_SQL != _BRANCH_OUTLINE_SQL
 
 def branch_messages_sql(message: str) -> str:
     """The branch in outline with the message (``message``, of ``e``) of each message entry
-    among its ``:newest`` last entries, cut out as the walk reads the row anyway: reading them
-    by id afterwards would look each one up again."""
-    carried = f"CASE WHEN e.type = 'message' AND {{depth}} < :newest THEN {message} END"
-    sql = (
-        _BRANCH_OUTLINE_SQL.replace("role, depth)", "role, depth, message)")
-        .replace("role, 0 FROM entries", f"role, 0, {carried.format(depth='0')} FROM entries e")
-        .replace("p.depth + 1 FROM", f"p.depth + 1, {carried.format(depth='p.depth + 1')} FROM")
-        .replace("SELECT id, type, role FROM path", "SELECT id, type, role, message FROM path")
-    )
-    assert sql.count(message) == 2 and "message FROM path" in sql
-    return sql
+    among its ``:newest`` last entries and after its newest compaction, cut out as the walk
+    reads the row anyway (reading them by id afterwards would look each one up again). The
+    messages before it that a compaction keeps are left to be read by id."""
+    past = "p.compacted OR p.type = 'compaction'"
+    return f"""
+WITH RECURSIVE path(id, parent_id, type, role, depth, compacted, message) AS (
+  SELECT id, parent_id, type, role, 0, 0,
+    CASE WHEN type = 'message' AND 0 < :newest THEN {message} END
+  FROM entries e WHERE session_id = :s AND id = :leaf
+  UNION ALL
+  SELECT e.id, e.parent_id, e.type, e.role, p.depth + 1, {past},
+    CASE WHEN e.type = 'message' AND p.depth + 1 < :newest AND NOT ({past}) THEN {message} END
+  FROM path p JOIN entries e ON e.session_id = :s AND e.id = p.parent_id
+  WHERE {_WALK_GUARD}
+)
+SELECT id, type, role, message FROM path ORDER BY depth DESC
+"""
 
 
 def _children_sql(entry_id: str | None) -> str:

@@ -228,8 +228,10 @@ class _Refused(Exception):
 # --- one session ------------------------------------------------------------------------------
 
 
-# SQLite cuts a message out of the stored text: compact already, nothing parsed here.
-_MESSAGE = "json_extract(e.data, '$.message')"
+def _message(data: str) -> str:
+    """SQL for the message in the stored entry ``data``: SQLite cuts it out of the stored
+    text, compact already, nothing parsed here."""
+    return f"json_extract({data}, '$.message')"
 
 
 class SqliteSessionStorage(SqlSessionStorage):
@@ -243,7 +245,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = :s"
         " ORDER BY n LIMIT :count OFFSET :start) ORDER BY n"
     )
-    BRANCH_MESSAGES_SQL = branch_messages_sql(_MESSAGE)
+    BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
     LOG_ORDER = "n"
 
     def __init__(
@@ -414,7 +416,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         return stored
 
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
-        return self._by_ids(_MESSAGE.replace("e.data", "data"), ids)
+        return self._by_ids(_message("data"), ids)
 
     def close(self) -> None:
         if self._owns_database:
