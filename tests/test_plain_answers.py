@@ -27,8 +27,10 @@ from mcp_agent.server.streamable_http import (
 BASE = "http://127.0.0.1:8000"
 
 
-def call(name: str, meta: dict[str, Any] | None = None) -> bytes:
-    params: dict[str, Any] = {"name": name, "arguments": {}}
+def call(
+    name: str, arguments: dict[str, Any] | None = None, meta: dict[str, Any] | None = None
+) -> bytes:
+    params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
     if meta is not None:
         params["_meta"] = meta
     return json.dumps(
@@ -38,8 +40,8 @@ def call(name: str, meta: dict[str, Any] | None = None) -> bytes:
 
 def test_a_plain_call_is_a_call_of_a_plain_tool_asking_for_no_progress() -> None:
     assert plain_call(call("session_list"))
-    assert plain_call(call("session_append", {"other": 1}))
-    assert not plain_call(call("session_list", {"progressToken": 7}))
+    assert plain_call(call("session_append", meta={"other": 1}))
+    assert not plain_call(call("session_list", meta={"progressToken": 7}))
     assert not plain_call(call("session_export"))  # can take long: pings keep it alive
     assert not plain_call(call("agent_run"))
     other = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
@@ -48,19 +50,12 @@ def test_a_plain_call_is_a_call_of_a_plain_tool_asking_for_no_progress() -> None
         assert not plain_call(body)
     assert not plain_call(b'{"method": "tools/call", "params": {"name": ["session_list"]}}')
     # A search, the whole tree, or a large body keep the event-stream path.
-    assert plain_call(arguments("session_list", {"limit": 5, "query": None}))
-    assert not plain_call(arguments("session_list", {"query": "words"}))
-    assert plain_call(arguments("session_get", {"view": "outline"}))
-    assert not plain_call(arguments("session_get", {"view": "tree"}))
+    assert plain_call(call("session_list", {"limit": 5, "query": None}))
+    assert not plain_call(call("session_list", {"query": "words"}))
+    assert plain_call(call("session_get", {"view": "outline"}))
+    assert not plain_call(call("session_get", {"view": "tree"}))
     entry = {"type": "message", "role": "user", "content": "x" * PLAIN_BODY_BYTES}
-    assert not plain_call(arguments("session_append", {"session_id": "s", "entry": entry}))
-
-
-def arguments(name: str, given: dict[str, Any]) -> bytes:
-    params = {"name": name, "arguments": given}
-    return json.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
-    ).encode()
+    assert not plain_call(call("session_append", {"session_id": "s", "entry": entry}))
 
 
 @pytest.mark.anyio

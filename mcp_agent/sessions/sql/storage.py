@@ -376,9 +376,8 @@ class SqlSessionStorage:
     def context_messages(
         self, leaf_id: str | None, newest: int
     ) -> tuple[list[BranchRow], dict[str, str]]:
-        if self.BRANCH_MESSAGES_SQL is None or leaf_id is None or newest <= 0:
-            return self.context_rows(leaf_id), {}
-        if self._kept_branch(leaf_id) is not None:
+        kept = leaf_id is not None and self._kept_branch(leaf_id) is not None
+        if self.BRANCH_MESSAGES_SQL is None or leaf_id is None or newest <= 0 or kept:
             return self.context_rows(leaf_id), {}
         params = {"s": self.session_id, "leaf": leaf_id, "newest": newest}
         found = self._read(self.BRANCH_MESSAGES_SQL, params)
@@ -387,8 +386,8 @@ class SqlSessionStorage:
         rows: list[BranchRow] = [(row[0], row[1], row[2]) for row in found]
         self._keep_branch(leaf_id, rows)
         path = self._context_of(rows)
-        messages = {row[0]: row[3] for row in found if row[3] is not None}
-        return path, {row[0]: messages[row[0]] for row in path if row[0] in messages}
+        on_path = {row[0] for row in path}
+        return path, {row[0]: row[3] for row in found if row[3] is not None and row[0] in on_path}
 
     def _branch_outline(self, leaf_id: str | None) -> list[BranchRow]:
         """The branch ending at ``leaf_id``, root first, as (id, type, message role); the
