@@ -19,9 +19,11 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.message import SessionMessage
 from mcp_support import initialize_request
+from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from mcp_agent.server.stdio import LineReader, Writer
+from mcp_agent.server.stdio import LineReader, Unanswered, Writer
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = [
@@ -204,6 +206,74 @@ def test_the_server_exits_when_stdin_closes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
+
+
+def test_requests_read_before_stdin_closes_are_answered_before_the_server_stops(
+    tmp_path: Path,
+) -> None:
+    """A client that writes its requests and closes stdin at once (``printf … | serve``) gets
+    every answer: the SDK alone cancels what is in flight at the end of input, so a session
+    was created that no answer told of."""
+    db = tmp_path / "s.db"
+
+    def call(request_id: int | str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    requests = [
+        initialize_request(0),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call(1, "session_create", {"name": "piped"}),
+        call("two", "session_list", {}),
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
+        input="".join(json.dumps(request) + "\n" for request in requests),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    assert sorted(answers, key=str) == [0, 1, 3, "two"]
+    assert all("result" in answer for answer in answers.values()), answers
+    created = answers[1]["result"]["structuredContent"]
+    with SqliteSessionRepo(db) as repo:
+        assert [summary.id for summary in repo.list().items] == [created["id"]]
+    assert "unanswered" not in done.stderr
+
+
+def request(request_id: int | str) -> SessionMessage:
+    return SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/list"))
+
+
+async def test_the_wait_for_answers_ends_with_the_last_answer_or_a_cancel() -> None:
+    unanswered = Unanswered()
+    for request_id in (1, "b", 3):
+        unanswered.read(request(request_id))
+    unanswered.read(ValueError("a line that could not be read"))
+    assert len(unanswered) == 3
+    unanswered.answered(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
+    cancel = JSONRPCNotification(
+        jsonrpc="2.0", method="notifications/cancelled", params={"requestId": "b"}
+    )
+    unanswered.read(SessionMessage(cancel))
+    assert len(unanswered) == 1
+    async with anyio.create_task_group() as group:
+        group.start_soon(unanswered.drained, 60.0)
+        await anyio.wait_all_tasks_blocked()
+        unanswered.answered(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=3, result={})))
+    assert len(unanswered) == 0
+
+
+async def test_the_wait_for_answers_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    unanswered = Unanswered()
+    unanswered.read(request(7))
+    await unanswered.drained(0.01)  # a request that never ends does not hold the server
+    assert len(unanswered) == 1
+    assert "1 request(s) still unanswered" in caplog.text
 
 
 def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> None:

@@ -9,6 +9,10 @@ stay the SDK's. A line the SDK cannot read gets its JSON-RPC error (``unreadable
 
 Like the SDK, we keep the wire to ourselves while serving: fd 0 reads the null device and fd 1
 goes to stderr, so a stray ``print`` or a child process cannot corrupt the protocol stream.
+
+When the client closes stdin, the requests already read are finished and answered before the
+server stops (for up to ``DRAIN_SECONDS``): the SDK would cancel them at once, so that
+``printf '…' | mcp-agent-sessions serve`` stored a session yet never said so.
 """
 
 from __future__ import annotations
@@ -24,8 +28,16 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    RequestId,
+)
 
-from mcp_agent.server.spliced import SplicingStream, splicing
+from mcp_agent.server.spliced import SplicingStream, WrappedStream, splicing
 from mcp_agent.server.unreadable import AnsweringStream
 
 if sys.platform != "win32":
@@ -37,6 +49,11 @@ READ_CHUNK = 1 << 16
 # The longest message a stdio client may send (a session_import of a big pi file fits); a
 # longer line is dropped, so that one runaway client cannot fill the server's memory.
 MAX_LINE = 64 << 20
+# How long the server goes on, once stdin is closed, with the requests it read before: long
+# enough for any store operation (or one waiting out another process's lock); an agent run
+# still going by then is stopped with the server, as before. A client that wants the server
+# gone sooner sends SIGTERM, as the MCP spec has it.
+DRAIN_SECONDS = 30.0
 
 
 class ClientGone(Exception):
@@ -199,16 +216,103 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any]]:
         release()
 
 
-async def run_stdio(server: MCPServer) -> None:
-    """``server.run_stdio_async()``, on the event-loop stdio transport."""
+class Unanswered:
+    """The ids of the requests read from the client and not yet answered, nor cancelled by
+    it (a cancelled request gets no answer). Every one is a request in flight, which the SDK
+    holds a task for: the set is as bounded as they are."""
+
+    def __init__(self) -> None:
+        self._ids: set[RequestId] = set()
+        self._changed = anyio.Event()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def read(self, item: SessionMessage | Exception) -> None:
+        if isinstance(item, Exception):
+            return
+        message = item.message
+        if isinstance(message, JSONRPCRequest):
+            self._ids.add(message.id)
+        elif (
+            isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled"
+        ):
+            request_id = (message.params or {}).get("requestId")
+            if isinstance(request_id, str | int):
+                self._forget(request_id)
+
+    def answered(self, item: SessionMessage) -> None:
+        message = item.message
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
+            self._forget(message.id)
+
+    def _forget(self, request_id: RequestId) -> None:
+        if request_id in self._ids:
+            self._ids.discard(request_id)
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def drained(self, seconds: float) -> None:
+        """Once every request is answered, or after ``seconds``."""
+        with anyio.move_on_after(seconds):
+            while self._ids:
+                await self._changed.wait()
+        if self._ids:
+            log.warning(
+                "stdin closed; %d request(s) still unanswered after %g s are stopped",
+                len(self._ids),
+                seconds,
+            )
+
+
+class _Reading(WrappedStream):
+    """The read stream, noting each request, and at its end waiting for their answers."""
+
+    def __init__(self, inner: Any, unanswered: Unanswered, drain_seconds: float) -> None:
+        super().__init__(inner)
+        self._unanswered = unanswered
+        self._drain_seconds = drain_seconds
+
+    def __aiter__(self) -> _Reading:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.__anext__()
+        except StopAsyncIteration:
+            await self._unanswered.drained(self._drain_seconds)
+            raise
+        self._unanswered.read(item)
+        return item
+
+    async def receive(self) -> SessionMessage | Exception:
+        return await self.__anext__()
+
+
+class _Answering(WrappedStream):
+    """The write stream, noting each answer once it is written."""
+
+    def __init__(self, inner: Any, unanswered: Unanswered) -> None:
+        super().__init__(inner)
+        self._unanswered = unanswered
+
+    async def send(self, item: SessionMessage) -> None:
+        await self._inner.send(item)
+        self._unanswered.answered(item)
+
+
+async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> None:
+    """``server.run_stdio_async()``, on the event-loop stdio transport; once stdin closes,
+    the requests read before are answered (for up to ``drain_seconds``) before it returns."""
     lowlevel = server._lowlevel_server
+    unanswered = Unanswered()
     try:
         with splicing(server):
             async with event_loop_stdio() as (read_stream, write_stream):
-                writer = SplicingStream(write_stream)
+                writer = _Answering(SplicingStream(write_stream), unanswered)
                 # A line the transport cannot read is answered, not dropped (see unreadable).
                 await lowlevel.run(
-                    AnsweringStream(read_stream, writer),
+                    _Reading(AnsweringStream(read_stream, writer), unanswered, drain_seconds),
                     writer,
                     lowlevel.create_initialization_options(),
                 )
