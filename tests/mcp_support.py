@@ -93,6 +93,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serve_piped(db: Path, requests: list[dict[str, Any]]) -> tuple[dict[Any, Any], str]:
+    """``requests`` written at once to a fresh ``serve --db db`` over stdio, which then sees
+    stdin closed: its answers by id (it must exit 0) and what it wrote to stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
+        input="".join(json.dumps(request) + "\n" for request in requests),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    return answers, done.stderr
+
+
 def initialize_request(request_id: int = 1) -> dict[str, Any]:
     """A raw JSON-RPC initialize request on the 2025 handshake."""
     return {

@@ -20,7 +20,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
-from mcp_support import initialize_request
+from mcp_support import initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from mcp_agent.server.stdio import LineReader, Unanswered, Writer
@@ -227,22 +227,13 @@ def test_requests_read_before_stdin_closes_are_answered_before_the_server_stops(
         call("two", "session_list", {}),
         {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
-        input="".join(json.dumps(request) + "\n" for request in requests),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    answers, stderr = serve_piped(db, requests)
     assert sorted(answers, key=str) == [0, 1, 3, "two"]
     assert all("result" in answer for answer in answers.values()), answers
     created = answers[1]["result"]["structuredContent"]
     with SqliteSessionRepo(db) as repo:
         assert [summary.id for summary in repo.list().items] == [created["id"]]
-    assert "unanswered" not in done.stderr
+    assert "unanswered" not in stderr
 
 
 def request(request_id: int | str) -> SessionMessage:

@@ -4,16 +4,13 @@ the SDK refuses still refused."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.client.extension import advertise
-from mcp_support import initialize_request, make_server
+from mcp_support import initialize_request, make_server, serve_piped
 
 pytestmark = pytest.mark.anyio
 
@@ -63,16 +60,7 @@ def test_over_stdio_refusals_stay_and_every_listing_is_the_same(tmp_path: Path) 
         listing(4, {"_meta": {"progressToken": "t"}}),
         listing(5, {"cursor": "x"}),  # a cursor: the SDK's whole way again
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")],
-        input="".join(json.dumps(request) + "\n" for request in requests),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    answers, _ = serve_piped(tmp_path / "s.db", requests)
     assert answers["early"]["error"]["code"] == -32602
     assert answers[1]["error"] == answers[3]["error"]
     assert "_meta" in answers[3]["error"]["message"]
