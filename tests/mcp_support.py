@@ -105,7 +105,9 @@ def serve_piped(db: Path, requests: list[dict[str, Any]]) -> tuple[dict[Any, Any
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    found = [m for m in map(json.loads, done.stdout.splitlines()) if "id" in m]
+    answers = {m["id"]: m for m in found}
+    assert len(answers) == len(found), "an id answered twice"
     return answers, done.stderr
 
 

@@ -366,33 +366,39 @@ def test_the_search_index_catches_up_in_batches_with_appends_in_between(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Indexing what a large import left pending takes the write lock one batch at a time:
-    another connection's appends go in between instead of waiting for all of it."""
+    another connection's appends go in between instead of waiting for all of it (and are the
+    next search's to index)."""
     repo = SqliteSessionRepo(tmp_path / "s.db")
     other = SqliteSessionRepo(tmp_path / "s.db")
-    session = repo.create()
-    for n in range(25):
-        session.append_message(user(f"pangolin {n}"))
-    pending = repo.database.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
-    batches: list[int] = []
-    real_write = repo.database.write
+    try:
+        session = repo.create()
+        for n in range(25):
+            session.append_message(user(f"pangolin {n}"))
+        pending = repo.database.conn.execute("SELECT max(n) FROM entries").fetchone()[0]
+        batches: list[int] = []
+        real_write = repo.database.write
 
-    def write(work):  # type: ignore[no-untyped-def]
-        more = real_write(work)
-        batches.append(len(batches))
-        if len(batches) == 1:  # between two batches the lock is free
-            other.open(session.id).append_message(user("tapir"))
-        return more
+        def write(work):  # type: ignore[no-untyped-def]
+            more = real_write(work)
+            batches.append(len(batches))
+            if len(batches) == 1:  # between two batches the lock is free
+                other.open(session.id).append_message(user("tapir"))
+            return more
 
-    monkeypatch.setattr(repo.database, "write", write)
-    repo.database.index_pending_text(batch_rows=10)
-    monkeypatch.undo()
-    # one batch per 10 positions, the last one reaching the entry appended in between
-    assert len(batches) == -(-(pending + 1) // 10) >= 3
-    assert len(repo.list(query="pangolin").items) == 1
-    assert [s.id for s in repo.list(query="tapir").items] == [session.id]
-    fts_is_consistent(repo)
-    other.close()
-    repo.close()
+        monkeypatch.setattr(repo.database, "write", write)
+        repo.database.index_pending_text(batch_rows=10)
+        monkeypatch.undo()
+        assert len(batches) == -(-pending // 10) >= 3  # one per 10 positions
+        upto = repo.database.conn.execute(
+            "SELECT value FROM meta WHERE key = 'fts_indexed_upto'"
+        ).fetchone()[0]
+        assert upto == pending  # the append in between is left to the next search
+        assert len(repo.list(query="pangolin").items) == 1
+        assert [s.id for s in repo.list(query="tapir").items] == [session.id]
+        fts_is_consistent(repo)
+    finally:
+        other.close()
+        repo.close()
 
 
 def test_search_sees_appends_from_another_connection(tmp_path: Path) -> None:

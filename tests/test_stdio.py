@@ -236,27 +236,73 @@ def test_requests_read_before_stdin_closes_are_answered_before_the_server_stops(
     assert "unanswered" not in stderr
 
 
-def request(request_id: int | str) -> SessionMessage:
-    return SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/list"))
+def test_an_open_listen_stream_does_not_hold_the_end_of_input(tmp_path: Path) -> None:
+    """A 2026 listen stream lasts until the client goes: at the end of input it is closed at
+    once, not waited for."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    listen = {
+        "jsonrpc": "2.0",
+        "id": "listen",
+        "method": "subscriptions/listen",
+        "params": {"_meta": meta, "notifications": {"toolsListChanged": True}},
+    }
+    answers, stderr = serve_piped(tmp_path / "s.db", [listen])
+    assert list(answers) == ["listen"]
+    assert "unanswered" not in stderr
+
+
+def request(request_id: int | str, method: str = "tools/list") -> SessionMessage:
+    return SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method))
+
+
+def answer(request_id: int | str) -> SessionMessage:
+    return SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=request_id, result={}))
+
+
+def cancel(request_id: object) -> SessionMessage:
+    params = {"requestId": request_id}
+    return SessionMessage(
+        JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+    )
 
 
 async def test_the_wait_for_answers_ends_with_the_last_answer_or_a_cancel() -> None:
     unanswered = Unanswered()
-    for request_id in (1, "b", 3):
+    for request_id in (1, "b", 3, 7):
         unanswered.read(request(request_id))
+    unanswered.read(request("l", "subscriptions/listen"))  # lasts until the client goes
     unanswered.read(ValueError("a line that could not be read"))
-    assert len(unanswered) == 3
-    unanswered.answered(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=1, result={})))
-    cancel = JSONRPCNotification(
-        jsonrpc="2.0", method="notifications/cancelled", params={"requestId": "b"}
-    )
-    unanswered.read(SessionMessage(cancel))
+    assert len(unanswered) == 4
+    unanswered.sent(answer(1))
+    unanswered.read(cancel("b"))
+    unanswered.read(cancel("7"))  # the SDK's ids: "7" is 7
+    unanswered.read(cancel(True))  # and true is no id (not 1, nor 3)
     assert len(unanswered) == 1
-    async with anyio.create_task_group() as group:
-        group.start_soon(unanswered.drained, 60.0)
-        await anyio.wait_all_tasks_blocked()
-        unanswered.answered(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=3, result={})))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(unanswered.drained, 60.0)
+            await anyio.wait_all_tasks_blocked()
+            unanswered.sent(answer(3))
     assert len(unanswered) == 0
+
+
+async def test_a_request_of_ours_to_the_client_ends_the_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No reply can come once stdin is closed: a run waiting for the client's model would
+    hold the server for nothing."""
+    unanswered = Unanswered()
+    unanswered.read(request(1, "tools/call"))
+    unanswered.sent(request(0, "sampling/createMessage"))
+    unanswered.read(answer(0))  # answered before stdin closed: nothing is waiting for it
+    unanswered.sent(request("s1", "sampling/createMessage"))
+    with anyio.fail_after(10):
+        await unanswered.drained(60.0)
+    assert len(unanswered) == 1
+    assert "1 request(s) still unanswered waiting for the client" in caplog.text
 
 
 async def test_the_wait_for_answers_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
@@ -264,7 +310,7 @@ async def test_the_wait_for_answers_is_bounded(caplog: pytest.LogCaptureFixture)
     unanswered.read(request(7))
     await unanswered.drained(0.01)  # a request that never ends does not hold the server
     assert len(unanswered) == 1
-    assert "1 request(s) still unanswered" in caplog.text
+    assert "1 request(s) still unanswered after 0.01 s" in caplog.text
 
 
 def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import logging
 import os
 import stat
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import anyio
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     JSONRPCError,
@@ -217,51 +219,70 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any]]:
 
 
 class Unanswered:
-    """The ids of the requests read from the client and not yet answered, nor cancelled by
-    it (a cancelled request gets no answer). Every one is a request in flight, which the SDK
-    holds a task for: the set is as bounded as they are."""
+    """The requests read from the client and not yet answered, nor cancelled by it (a
+    cancelled request gets no answer), counted by id as the SDK matches ids ("7" is 7); and
+    the server's own requests to the client (sampling, elicitation) still waiting for its
+    reply. Each is a request in flight, which the SDK holds a task for: the counts are as
+    bounded as they are.
+
+    A ``subscriptions/listen`` request is not counted: it lasts until the client goes."""
 
     def __init__(self) -> None:
-        self._ids: set[RequestId] = set()
+        self._ids: Counter[RequestId] = Counter()
+        self._asked: set[RequestId] = set()  # our requests to the client
         self._changed = anyio.Event()
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._ids.total()
 
     def read(self, item: SessionMessage | Exception) -> None:
         if isinstance(item, Exception):
             return
         message = item.message
         if isinstance(message, JSONRPCRequest):
-            self._ids.add(message.id)
+            if message.method != "subscriptions/listen":
+                self._ids[coerce_request_id(message.id)] += 1
+        elif isinstance(message, JSONRPCResponse | JSONRPCError):
+            if message.id is not None:
+                self._asked.discard(coerce_request_id(message.id))
         elif (
             isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled"
         ):
-            request_id = (message.params or {}).get("requestId")
-            if isinstance(request_id, str | int):
+            request_id = as_request_id((message.params or {}).get("requestId"))
+            if request_id is not None:
                 self._forget(request_id)
 
-    def answered(self, item: SessionMessage) -> None:
+    def sent(self, item: SessionMessage) -> None:
         message = item.message
         if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
             self._forget(message.id)
+        elif isinstance(message, JSONRPCRequest):
+            self._asked.add(coerce_request_id(message.id))
+            self._wake()
 
     def _forget(self, request_id: RequestId) -> None:
-        if request_id in self._ids:
-            self._ids.discard(request_id)
-            self._changed.set()
-            self._changed = anyio.Event()
+        key = coerce_request_id(request_id)
+        if self._ids[key] > 0:
+            self._ids[key] -= 1
+            if not self._ids[key]:
+                del self._ids[key]
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def drained(self, seconds: float) -> None:
-        """Once every request is answered, or after ``seconds``."""
+        """Once every request is answered, or after ``seconds``; at once when one of ours is
+        waiting for the client (no reply can come any more: the SDK fails that request, and
+        whatever waits for it, as soon as this returns)."""
         with anyio.move_on_after(seconds):
-            while self._ids:
+            while self._ids and not self._asked:
                 await self._changed.wait()
         if self._ids:
+            why = "waiting for the client" if self._asked else f"after {seconds:g} s"
             log.warning(
-                "stdin closed; %d request(s) still unanswered after %g s are stopped",
-                len(self._ids),
-                seconds,
+                "stdin closed; %d request(s) still unanswered %s are stopped", len(self), why
             )
 
 
@@ -290,7 +311,7 @@ class _Reading(WrappedStream):
 
 
 class _Answering(WrappedStream):
-    """The write stream, noting each answer once it is written."""
+    """The write stream, noting each answer (and each request of ours) once it is written."""
 
     def __init__(self, inner: Any, unanswered: Unanswered) -> None:
         super().__init__(inner)
@@ -298,7 +319,7 @@ class _Answering(WrappedStream):
 
     async def send(self, item: SessionMessage) -> None:
         await self._inner.send(item)
-        self._unanswered.answered(item)
+        self._unanswered.sent(item)
 
 
 async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> None:

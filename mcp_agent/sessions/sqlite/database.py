@@ -474,13 +474,21 @@ class SqliteDatabase:
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """
 
+        step = max(1, batch_rows)
+        upto, newest = self.read(_FTS_MARKS)[0]
+        if newest is None or newest <= upto:
+            return
+        # Up to the newest entry as the search found it: appends that keep coming while it
+        # indexes are the next search's to index, not a reason to go on.
+        target: int = newest
+
         def work(conn: sqlite3.Connection) -> bool:
             """One batch; whether there is more."""
             marks: tuple[int, int | None] = conn.execute(_FTS_MARKS).fetchone()
             upto, newest = marks
-            if newest is None or newest <= upto:
+            if newest is None or newest <= upto or upto >= target:
                 return False
-            end = min(newest, upto + batch_rows)
+            end = min(newest, target, upto + step)
             pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
             conn.execute(
                 f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, end)
@@ -489,11 +497,8 @@ class SqliteDatabase:
                 f"INSERT INTO fts_docs (n, session_id) SELECT n, session_id {pending}", (upto, end)
             )
             conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (end,))
-            return end < newest
+            return end < min(newest, target)
 
-        upto, newest = self.read(_FTS_MARKS)[0]
-        if newest is None or newest <= upto:
-            return
         while self.write(work):
             pass
 
