@@ -499,7 +499,9 @@ async def test_429_and_500_retried_then_reported(status: int, words: str) -> Non
         assert words in final.error_message and "gave up after 4 attempts" in final.error_message
 
 
-async def test_retry_after_is_honoured_then_success(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_retry_after_is_honoured_then_success(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     async with script_server() as server:
         server.add(
             error_reply(429, "wait", **{"retry-after-ms": "300"}),
@@ -517,6 +519,12 @@ async def test_retry_after_is_honoured_then_success(monkeypatch: pytest.MonkeyPa
         assert waits.asked == [(1, 0.3), (2, 0.0)]
         assert waits.ended == ["slept", "slept"]
         assert len(server.requests) == 3
+    # Each wait is said in the log, so that a rate-limited run does not look hung.
+    said = [r.getMessage() for r in caplog.records if r.name == "mcp_agent.providers.http"]
+    assert len(said) == 2
+    assert said[0].startswith(f"OpenAI API at {server.base}/v1: 429 ")
+    assert ": wait " in said[0] and said[0].endswith("; trying again in 0.3 s (retry 1 of 3)")
+    assert " 503 " in said[1] and said[1].endswith("trying again in 0.0 s (retry 2 of 3)")
 
 
 async def test_retry_after_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:

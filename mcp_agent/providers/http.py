@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import email.utils
 import json
+import logging
 import random
 import socket
 import ssl
@@ -56,6 +57,8 @@ __all__ = [
     "scan_json",
     "stream_sse",
 ]
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 ERROR_BODY_LIMIT = 64 * 1024
@@ -195,6 +198,19 @@ def _clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> None:
+    """A warning for whoever watches the log (the server's stderr, the command line): a
+    rate-limited model can hold a run for minutes of backoff, which should not look like a
+    hang."""
+    log.warning(
+        "%s; trying again in %.1f s (retry %d of %d)",
+        " ".join(what.split())[:300],  # one line, however the server wrote its error
+        delay,
+        attempt + 1,
+        policy.max_retries,
+    )
+
+
 def describe_status(
     endpoint: Endpoint, status: int, reason: str, detail: str, *, attempts: int = 1
 ) -> str:
@@ -311,7 +327,10 @@ async def open_event_stream(
                 response = await race.run(client.send(request, stream=True))
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as error:
                 if attempt < policy.max_retries:
-                    await race.sleep(policy.backoff(attempt, None))
+                    delay = policy.backoff(attempt, None)
+                    said = describe_transport_error(endpoint, error, mid_stream=False)
+                    _say_retry(said, delay, attempt, policy)
+                    await race.sleep(delay)
                     attempt += 1
                     continue
                 raise ProviderError(
@@ -337,7 +356,10 @@ async def open_event_stream(
                 else status in RETRYABLE_STATUS or status >= 500
             )
             if retryable and attempt < policy.max_retries:
-                await race.sleep(policy.backoff(attempt, parse_retry_after(response.headers)))
+                delay = policy.backoff(attempt, parse_retry_after(response.headers))
+                said = f"{endpoint.where}: {status} {response.reason_phrase}".rstrip()
+                _say_retry(f"{said}: {detail}" if detail else said, delay, attempt, policy)
+                await race.sleep(delay)
                 attempt += 1
                 continue
             raise ProviderError(
