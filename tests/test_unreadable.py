@@ -12,10 +12,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_support import TEST_AGENTS, agent_server, call, initialize_request, prompt_responder
+from mcp_support import (
+    HTTP_HEADERS,
+    TEST_AGENTS,
+    Served,
+    agent_server,
+    call,
+    initialize_request,
+    prompt_responder,
+    started_fixture,  # noqa: F401  (the started fixture)
+)
 from mcp_types.methods import validate_client_request
 from pydantic import BaseModel, ValidationError
 
@@ -167,6 +177,53 @@ async def test_a_lone_surrogate_is_refused_before_any_handler(tmp_path: Path, mo
         assert len((await call(client, "session_list"))["sessions"]) == 1
     (file,) = folder.rglob("*.jsonl")
     assert len(file.read_text().splitlines()) == 1
+
+
+def test_a_2025_http_session_gets_the_same_refusal_of_a_lone_surrogate(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """The legacy HTTP transport parses a body with pydantic, which said only "Parse error"
+    about a bad hex escape, with no id: the request gets the refusal every other transport
+    gives, and nothing is stored."""
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    opened = server.initialize()
+    session = {
+        **HTTP_HEADERS,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-06-18",
+    }
+    initialized = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+    def create(request_id: int, name: str) -> str:
+        return request(
+            request_id, "tools/call", {"name": "session_create", "arguments": {"name": name}}
+        )
+
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        assert http.post(server.url, headers=session, content=initialized).status_code == 202
+        answer = http.post(server.url, headers=session, content=create(7, "@S@"))
+        assert answer.status_code == 200
+        refused = answer.json()
+        assert refused["id"] == 7 and refused["error"]["code"] == -32602
+        said = refused["error"]["message"]
+        assert said.startswith("tools/call: params.arguments.name holds an unpaired surrogate")
+        # a notification holding one is dropped, as a notification is never answered
+        note = (
+            '{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{"x":"\\ud800"}}'
+        )
+        assert http.post(server.url, headers=session, content=note).status_code == 202
+        # a pair of surrogate escapes is one character: read and stored as usual
+        paired = create(8, "x").replace('"x"', '"\\ud83d\\ude00"')
+        created = http.post(server.url, headers=session, content=paired)
+        assert created.status_code == 200 and '"isError":false' in created.text
+        # an unknown session is the SDK's to answer, whatever its body
+        other = {**session, "mcp-session-id": "not-a-session"}
+        assert http.post(server.url, headers=other, content=create(9, "@S@")).status_code == 404
+    server.stop()
+    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+        names = [summary.name for summary in repo.list().items]
+    assert names == ["\U0001f600"]
 
 
 def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: Path) -> None:

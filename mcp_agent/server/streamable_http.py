@@ -44,6 +44,7 @@ from mcp_agent.runtime.settings import (
     token_dirs,
 )
 from mcp_agent.server.spliced import SplicingHttp, is_modern
+from mcp_agent.server.unreadable import surrogate_body
 from mcp_agent.server.viewer.page import ViewerPage, cookie_signs_in
 
 log = logging.getLogger(__name__)
@@ -397,7 +398,20 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     send,
                 )
                 return
+        elif scope["method"] == "POST" and self._known_session(scope):
+            first = await receive()
+            receive = _replaying(first, receive)
+            if first["type"] == "http.request" and not first.get("more_body", False):
+                refused, answer = surrogate_body(first.get("body", b""))
+                if refused:
+                    await _surrogate_response(answer)(scope, receive, send)
+                    return
         await super()._handle_request(scope, receive, send)
+
+    def _known_session(self, scope: Scope) -> bool:
+        """Whether the request names an open 2025 session (the SDK answers any other)."""
+        found = [v for k, v in scope["headers"] if k == b"mcp-session-id"]
+        return bool(found) and found[0].decode("latin-1") in self._server_instances
 
     def _close_longest_idle(self) -> None:
         idle = [
@@ -423,6 +437,15 @@ def _accepts_both(scope: Scope) -> bool:
     a client that does not gets the same refusal whichever tool it calls."""
     has_json, has_sse = check_accept_headers(Request(scope))
     return has_json and has_sse
+
+
+def _surrogate_response(answer: JSONRPCError | None) -> Response:
+    """A 2025 session's answer to a message holding a lone surrogate (see ``surrogate_body``):
+    the request's refusal, or nothing (202) for a notification."""
+    if answer is None:
+        return Response(status_code=202)
+    error = {"code": answer.error.code, "message": answer.error.message}
+    return JSONResponse({"jsonrpc": "2.0", "id": answer.id, "error": error})
 
 
 def _replaying(first: Message, receive: Receive) -> Receive:

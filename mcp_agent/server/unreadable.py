@@ -8,7 +8,9 @@ Three things here:
   back. pydantic's JSON parser (stdio and the legacy HTTP transport) refuses such a line;
   the standard library's (the 2026 HTTP transport) takes it, and an in-process client can
   pass one as a Python string. ``UnpairedSurrogates``, a server middleware, refuses every
-  request whose params hold one, whatever its method, before any handler sees it.
+  request whose params hold one, whatever its method, before any handler sees it; over stdio
+  ``AnsweringStream`` (below), and in a 2025 HTTP session ``surrogate_body``, give the same
+  refusal to what pydantic's parser could not read.
 - A stdio line the SDK's transport cannot parse or validate: it hands the error to the
   message loop, which logs it at debug level and drops it, so the client waits for an answer
   that never comes. ``AnsweringStream`` answers it: -32602 naming the unpaired surrogate of a
@@ -185,6 +187,26 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
             return _error(None, PARSE_ERROR, f"Parse error: {reason}")
         return _surrogate_answer(parsed)
     return _invalid_request(given, _SHAPE)
+
+
+# A surrogate's escape in JSON text: a lone one is what pydantic's parser refuses.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def surrogate_body(body: bytes) -> tuple[bool, JSONRPCError | None]:
+    """Whether ``body`` (an HTTP request's, on the legacy transport, which parses it with
+    pydantic) is a JSON message holding a lone surrogate escape, and the answer due to it
+    (None: none, a notification or a response, dropped with a warning). The SDK would say
+    only "Parse error" about a bad hex escape, with no id to match the answer to."""
+    if b"\\u" not in body or not _SURROGATE_ESCAPE.search(body):
+        return False, None
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return False, None
+    if unpaired_surrogate(parsed, "message") is None:  # pairs only: the SDK reads it
+        return False, None
+    return True, _surrogate_answer(parsed)
 
 
 def _surrogate_answer(message: Any) -> JSONRPCError | None:
