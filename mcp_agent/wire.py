@@ -17,7 +17,9 @@ from pydantic.alias_generators import to_camel
 
 # A code point of half a surrogate pair: JSON can write one ("\\ud800"), and so can Python
 # (a byte that was not UTF-8, read with surrogateescape), but no UTF-8 holds it.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
+# The escape of one in JSON text (half a pair, or a whole pair's first or second half).
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def utf8_only(value: Any) -> Any:
@@ -25,7 +27,7 @@ def utf8_only(value: Any) -> Any:
     U+FFFD, as a byte that is not UTF-8 is when decoded: a string holding one can be neither
     stored nor sent on, and a message, tool result or prompt holding one would be lost."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
         return {utf8_only(key): utf8_only(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -23,6 +23,7 @@ from mcp.shared.message import SessionMessage
 from mcp_support import initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
+from mcp_agent.server import stdio
 from mcp_agent.server.stdio import LineReader, Unanswered, Writer
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
@@ -303,6 +304,19 @@ async def test_a_request_of_ours_to_the_client_ends_the_wait(
         await unanswered.drained(60.0)
     assert len(unanswered) == 1
     assert "1 request(s) still unanswered waiting for the client" in caplog.text
+
+
+async def test_requests_of_ours_a_client_never_answers_are_remembered_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stdio, "MAX_ASKED", 3)
+    unanswered = Unanswered()
+    for request_id in range(10):
+        unanswered.sent(request(f"s{request_id}", "ping"))
+    assert list(unanswered._asked) == ["s7", "s8", "s9"]  # the oldest forgotten first
+    for request_id in range(7, 10):
+        unanswered.read(answer(f"s{request_id}"))
+    assert not unanswered._asked
 
 
 async def test_the_wait_for_answers_is_bounded(caplog: pytest.LogCaptureFixture) -> None:

@@ -24,7 +24,7 @@ from mcp_agent.messages import (
     UserMessage,
     calculate_cost,
 )
-from mcp_agent.wire import utf8_only
+from mcp_agent.wire import SURROGATE_ESCAPE, utf8_only
 
 T = TypeVar("T")
 
@@ -283,13 +283,12 @@ def parse_json_lenient(text: str | None) -> dict[str, Any]:
 # JSON allows a lone surrogate ("\ud800"), but it is no character. The gate is any surrogate
 # escape, paired or not: which are lone is for utf8_only to find (a pattern that tries to tell
 # them apart is slow, and misreads escaped backslashes).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def readable(value: Any, data: str) -> Any:
     """``value``, parsed from the JSON text ``data``, with each lone surrogate replaced (see
     :func:`wire.utf8_only`). Costs a scan of ``data`` only when it holds a ``\\u`` escape."""
-    if "\\u" not in data or not _SURROGATE_ESCAPE.search(data):
+    if "\\u" not in data or not SURROGATE_ESCAPE.search(data):
         return value
     return utf8_only(value)
 

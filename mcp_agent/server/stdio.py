@@ -56,6 +56,9 @@ MAX_LINE = 64 << 20
 # still going by then is stopped with the server, as before. A client that wants the server
 # gone sooner sends SIGTERM, as the MCP spec has it.
 DRAIN_SECONDS = 30.0
+# Our requests to the client still waiting for its reply that are remembered at most (a
+# client that never answers must not grow the set; the oldest is forgotten first).
+MAX_ASKED = 1024
 
 
 class ClientGone(Exception):
@@ -229,7 +232,7 @@ class Unanswered:
 
     def __init__(self) -> None:
         self._ids: Counter[RequestId] = Counter()
-        self._asked: set[RequestId] = set()  # our requests to the client
+        self._asked: dict[RequestId, None] = {}  # our requests to the client, oldest first
         self._changed = anyio.Event()
 
     def __len__(self) -> int:
@@ -244,7 +247,7 @@ class Unanswered:
                 self._ids[coerce_request_id(message.id)] += 1
         elif isinstance(message, JSONRPCResponse | JSONRPCError):
             if message.id is not None:
-                self._asked.discard(coerce_request_id(message.id))
+                self._asked.pop(coerce_request_id(message.id), None)
         elif (
             isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled"
         ):
@@ -257,7 +260,9 @@ class Unanswered:
         if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
             self._forget(message.id)
         elif isinstance(message, JSONRPCRequest):
-            self._asked.add(coerce_request_id(message.id))
+            self._asked[coerce_request_id(message.id)] = None
+            if len(self._asked) > MAX_ASKED:
+                del self._asked[next(iter(self._asked))]
             self._wake()
 
     def _forget(self, request_id: RequestId) -> None:

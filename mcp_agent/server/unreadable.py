@@ -42,11 +42,9 @@ from pydantic import ValidationError
 from mcp_agent.server.spliced import WrappedStream
 from mcp_agent.server.strict import MAX_ERRORS
 from mcp_agent.sessions.entries import clip_long
-from mcp_agent.wire import validation_problems
+from mcp_agent.wire import SURROGATE, SURROGATE_ESCAPE, validation_problems
 
 log = logging.getLogger(__name__)
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def unpaired_surrogate(value: Any, where: str = "params") -> tuple[str, str] | None:
@@ -57,7 +55,7 @@ def unpaired_surrogate(value: Any, where: str = "params") -> tuple[str, str] | N
         return None
     for path, text in _strings(value, where):
         if not text.isascii():  # constant time; the search below only for other text
-            found = _SURROGATE.search(text)
+            found = SURROGATE.search(text)
             if found is not None:
                 return path, found.group()
     return None
@@ -68,7 +66,7 @@ def _any_surrogate(value: Any) -> bool:
     while pending:
         node = pending.pop()
         if isinstance(node, str):
-            if not node.isascii() and _SURROGATE.search(node) is not None:
+            if not node.isascii() and SURROGATE.search(node) is not None:
                 return True
         elif isinstance(node, dict):
             pending.extend(node)
@@ -96,7 +94,7 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 
 def _printable(text: str) -> str:
     """``text`` with its surrogates written as escapes (so a message can hold it)."""
-    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def surrogate_message(path: str, char: str) -> str:
@@ -189,8 +187,8 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
     return _invalid_request(given, _SHAPE)
 
 
-# A surrogate's escape in JSON text: a lone one is what pydantic's parser refuses.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# ``wire.SURROGATE_ESCAPE`` in bytes: a lone one is what pydantic's parser refuses.
+_SURROGATE_ESCAPE = re.compile(SURROGATE_ESCAPE.pattern.encode())
 
 
 def surrogate_body(body: bytes) -> tuple[bool, JSONRPCError | None]:
