@@ -27,6 +27,7 @@ from mcp_agent.runtime.leases import LeaseBook, PostgresLeases, SessionLeases
 from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.run_board import RunBoard
 from mcp_agent.runtime.runs import RunLimits, RunManager
+from mcp_agent.runtime.search_index import SearchIndexer
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
@@ -44,6 +45,8 @@ class AppState:
     hub: ToolHub
     # Runs blocking work (every session read and write) on worker threads, bounded.
     offload: Offload
+    # Indexes the text of imported sessions for search in the background (nudge it).
+    search_index: SearchIndexer
     # Model names of the caller's own (tests, the demo's scripted model), before the registry.
     models: ModelOverrides | None = None
     # Called when sessions are created, forked, imported or deleted (the MCP server's
@@ -118,8 +121,13 @@ async def open_app(
                 runs = RunManager(group, leases, offload=offload, limits=limits, board=board)
                 group.start_soon(runs.keep_leases)
                 group.start_soon(runs.keep_board)
+                search_index = SearchIndexer(repo, offload)
+                search_index.nudge()  # text imported before this server started
+                group.start_soon(search_index.run)
                 hub = ToolHub(servers, builtin=lambda: build_builtin_server(state))
-                state = AppState(settings, repo, agents, servers, group, runs, hub, offload, models)
+                state = AppState(
+                    settings, repo, agents, servers, group, runs, hub, offload, search_index, models
+                )
                 async with hub:
                     try:
                         yield state

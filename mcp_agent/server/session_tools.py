@@ -494,4 +494,5 @@ def register(server: MCPServer) -> None:
         with tool_errors():
             result = await state.offload(import_)
         state.list_changed()
+        state.search_index.nudge()
         return result

@@ -124,6 +124,7 @@ class SessionRepo(Protocol):
     def import_jsonl(self, source: str | Path) -> Session: ...
     def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported: ...
     def export_jsonl(self, session_id: str) -> str: ...
+    def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -329,6 +330,12 @@ class BaseSessionRepo:
 
     def delete(self, session_id: str) -> None:
         raise NotImplementedError
+
+    def index_search_text(self) -> bool:
+        """Index one batch of the text searches read that is not indexed yet; whether more
+        remains. A backend that indexes as it writes (or searches without an index) has
+        nothing to do."""
+        return False
 
     def close(self) -> None:
         pass

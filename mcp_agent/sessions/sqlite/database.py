@@ -465,7 +465,7 @@ class SqliteDatabase:
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('fts_indexed_upto', 0)")
         self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def index_pending_text(self, batch_rows: int = FTS_BATCH_ROWS) -> None:
+    def index_pending_text(self, batch_rows: int | None = None) -> None:
         """Bring the full-text index up to date with every entry appended so far, at most
         ``batch_rows`` entry positions per transaction: a search after a large import would
         otherwise hold the write lock for seconds (300,000 entries of pi sessions: 5 s), and
@@ -473,22 +473,33 @@ class SqliteDatabase:
 
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """
-
-        step = max(1, batch_rows)
-        upto, newest = self.read(_FTS_MARKS)[0]
-        if newest is None or newest <= upto:
-            return
+        newest = self.read(_FTS_MARKS)[0][1]
         # Up to the newest entry as the search found it: appends that keep coming while it
         # indexes are the next search's to index, not a reason to go on.
-        target: int = newest
+        while newest is not None and self.index_text_batch(newest, batch_rows):
+            pass
+
+    def index_text_batch(self, target: int | None = None, batch_rows: int | None = None) -> bool:
+        """One transaction of indexing (see ``index_pending_text``): the next ``batch_rows``
+        (default ``FTS_BATCH_ROWS``) entry positions not yet indexed, none beyond ``target``
+        (default: the newest entry). Returns whether more remains up to ``target``."""
+        step = max(1, FTS_BATCH_ROWS if batch_rows is None else batch_rows)
+
+        def last_pending(marks: tuple[int, int | None]) -> int | None:
+            upto, newest = marks
+            last = newest if target is None or newest is None else min(newest, target)
+            return None if last is None or last <= upto else last
+
+        if last_pending(self.read(_FTS_MARKS)[0]) is None:  # nothing to do: no write lock
+            return False
 
         def work(conn: sqlite3.Connection) -> bool:
-            """One batch; whether there is more."""
             marks: tuple[int, int | None] = conn.execute(_FTS_MARKS).fetchone()
-            upto, newest = marks
-            if newest is None or newest <= upto or upto >= target:
+            last = last_pending(marks)
+            if last is None:
                 return False
-            end = min(newest, target, upto + step)
+            upto = marks[0]
+            end = min(last, upto + step)
             pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
             conn.execute(
                 f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, end)
@@ -497,10 +508,9 @@ class SqliteDatabase:
                 f"INSERT INTO fts_docs (n, session_id) SELECT n, session_id {pending}", (upto, end)
             )
             conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (end,))
-            return end < min(newest, target)
+            return end < last
 
-        while self.write(work):
-            pass
+        return self.write(work)
 
     @staticmethod
     def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> None:

@@ -56,5 +56,8 @@ class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
     def before_search(self) -> None:
         self.database.index_pending_text()
 
+    def index_search_text(self) -> bool:
+        return self.database.index_text_batch()
+
     def delete_rows(self, conn: sqlite3.Connection, session_id: str) -> None:
         self.database.delete_session_rows(conn, session_id)
