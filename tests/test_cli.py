@@ -467,6 +467,9 @@ def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     assert again.stdout == exported.stdout
     missing = cli("sessions", "export", "nope")
     assert missing.exit_code == 2 and "not found" in missing.stderr
+    # A wrong id fails before the output file is opened: what it held stays.
+    refused = cli("sessions", "export", "nope", "-o", str(target))
+    assert refused.exit_code == 2 and target.read_text() == exported.stdout
 
 
 def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) -> None:

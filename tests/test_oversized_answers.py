@@ -9,11 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import mcp.types as types
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp_support import call, call_error, make_server
 
+from mcp_agent.server import resources
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 from mcp_agent.sessions.entries import METADATA_CHARS
 
@@ -105,6 +108,27 @@ async def test_a_message_of_megabytes_is_a_stub_in_every_default_answer(
         assert "more characters of this message are left out" in texts[1]
         entry = (await client.read_resource(where)).contents[0].text  # type: ignore[union-attr]
         assert big in entry
+
+
+async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_to_page(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(30):
+            await call(client, "session_append", session_id=sid, entry=_user(f"line {n} " * 20))
+        uri = f"session://{sid}/export.jsonl"
+        whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+        assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
+        assert len(whole.splitlines()) == 31
+        monkeypatch.setattr(resources, "EXPORT_CHARS", len(whole) // 3)
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS
+        said = refused.value.error.message
+        assert "session_export" in said and f"sessions export {sid}" in said
+        monkeypatch.setattr(resources, "EXPORT_CHARS", len(whole))
+        assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 
 
 async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(

@@ -31,6 +31,7 @@ from mcp_agent.sessions import (
     SessionError,
     SqliteSessionRepo,
 )
+from mcp_agent.sessions.pi import export_text
 
 DATA = Path(__file__).parent / "data" / "pi"
 
@@ -933,6 +934,37 @@ def test_export_then_import_into_another_backend_keeps_the_branch(repo, tmp_path
     assert copy.leaf_id == a
     assert texts(copy) == ["a"]
     other.close()
+
+
+@pytest.mark.parametrize("lines", [1, 2, 5, 1000])
+def test_the_file_exported_in_pieces_is_the_file_whole(repo, lines: int) -> None:
+    session = repo.create(name="pieces")
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    session.move_to(a)
+    session.append_message(user("c"))
+    session.append_label(a, "start")
+    session.move_to(a)  # the log no longer ends on the leaf: the file ends with a leaf move
+    pieces = list(repo.export_chunks(session.id, lines))
+    assert all(piece.count("\n") <= lines for piece in pieces)  # no more held at once
+    whole = "".join(pieces).splitlines()
+    parsed = export_text(session.header, session.get_entries(), session.leaf_id).splitlines()
+    exported = repo.export_jsonl(session.id).splitlines()
+    # The same lines as every entry parsed and written out; the final leaf move has an id
+    # and a time of its own each time.
+    assert whole[:-1] == parsed[:-1] == exported[:-1]
+    for last in (whole[-1], parsed[-1], exported[-1]):
+        move = json.loads(last)
+        assert (move["type"], move["parentId"], move["targetId"]) == ("leaf", a, a)
+    copy = repo.import_jsonl("".join(pieces).replace(session.id, "f" * 8 + session.id[8:]))
+    assert copy.leaf_id == a and texts(copy) == ["a"]
+
+
+def test_an_export_of_no_session_fails_at_its_first_piece(repo) -> None:
+    pieces = repo.export_chunks("00000000-0000-7000-8000-000000000000")
+    with pytest.raises(SessionError) as error:
+        next(pieces)
+    assert error.value.code == "not_found"
 
 
 def test_entries_in_messages_are_typed(repo) -> None:

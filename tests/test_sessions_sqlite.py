@@ -21,6 +21,7 @@ from mcp_agent.sessions import (
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
+from mcp_agent.sessions.pi import export_text
 from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION, SqliteDatabase
 from mcp_agent.sessions.storage import compute_stats
 
@@ -836,3 +837,27 @@ def test_a_writer_interrupted_when_handed_the_commit_hands_it_on(tmp_path: Path)
     assert not writer.is_alive()  # a later write leads its own commit
     assert database.read("SELECT count(*) FROM t") == [(1,)]
     database.close()
+
+
+def test_a_log_exported_in_pieces_is_read_by_position_across_interleaved_sessions(
+    tmp_path: Path,
+) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    one, two = repo.create(), repo.create()
+    for n in range(7):  # the two sessions' rows alternate in the table
+        one.append_message(user(f"one {n}"))
+        two.append_message(user(f"two {n}"))
+    for session in (one, two):
+        parsed = export_text(session.header, session.get_entries(), session.leaf_id)
+        pieces = list(repo.export_chunks(session.id, 2))
+        assert "".join(pieces) == parsed
+        assert [piece.count("\n") for piece in pieces] == [1, 2, 2, 2, 1]
+    # Deleted while its file is written out: an error, not a file that ends early.
+    pieces = repo.export_chunks(one.id, 2)
+    next(pieces)
+    next(pieces)
+    repo.delete(one.id)
+    with pytest.raises(SessionError) as error:
+        list(pieces)
+    assert error.value.code == "not_found" and "deleted" in str(error.value)
+    repo.close()

@@ -6,6 +6,7 @@ fast; rich is imported when something is drawn.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from enum import StrEnum
@@ -148,16 +149,24 @@ def export(
     db: StoreOption = None,
 ) -> None:
     """The session as a pi version-3 JSONL file."""
+    lines = 0
     with opened_repo(db, folders=True, create=False) as repo:
-        text = repo.export_jsonl(session_id)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as error:
-        die(f"cannot write {output}: {error.strerror or error}; choose another --output")
-    lines = text.count("\n")
+        # Written as it is read, a thousand lines at a time: a session of any size in the
+        # memory of one piece. The first piece opens the session, so that a wrong id fails
+        # before the output file is touched.
+        pieces = repo.export_chunks(session_id)
+        first = next(pieces)
+        if output is None:
+            for piece in itertools.chain([first], pieces):
+                sys.stdout.write(piece)
+            return
+        try:
+            with output.open("w", encoding="utf-8", newline="\n") as handle:
+                for piece in itertools.chain([first], pieces):
+                    handle.write(piece)
+                    lines += piece.count("\n")
+        except OSError as error:
+            die(f"cannot write {output}: {error.strerror or error}; choose another --output")
     err().print(f"wrote {output} ({lines} lines)", style="dim")
 
 

@@ -36,6 +36,10 @@ SUBSCRIBED_URI_CHARS = 4_096
 # nodes, read from the session's index instead of every entry (100,000 made 25 MB).
 TREE_NODES = 5_000
 TREE_BYTES = 4 << 20
+# The most of a session's file one read of its export.jsonl answers with, in characters (a
+# session of 100,000 long messages is a file of 114 MB): past it a refusal that says where to
+# read the file in pages, before the server holds more of it.
+EXPORT_CHARS = 64 << 20
 
 
 def _dump(data: Any) -> str:
@@ -68,6 +72,24 @@ def _open(session_id: str, open_session: Callable[[str], T]) -> T:
                 f"no session {shown!r}; session_list or resources/list shows the sessions"
             ) from None
         raise ResourceNotFoundError(f"session {clip_long(session_id, 100)!r}: {error}") from None
+
+
+def _export(state: AppState, session_id: str) -> str:
+    """The session's pi file whole, or a refusal once it passes ``EXPORT_CHARS``."""
+    pieces: list[str] = []
+    size = 0
+    for piece in state.repo.export_chunks(session_id):
+        size += len(piece)
+        if size > EXPORT_CHARS:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"session {session_id}'s file is more than the {EXPORT_CHARS >> 20} MiB one read"
+                " of session://…/export.jsonl answers with: page it with the session_export"
+                " tool (limit and cursor), or write it out with `mcp-agent-sessions sessions"
+                f" export {session_id} -o FILE`",
+            )
+        pieces.append(piece)
+    return "".join(pieces)
 
 
 async def _read(
@@ -184,7 +206,7 @@ def register(server: MCPServer) -> None:
     )
     async def session_export(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
-        return await _read(state, session_id, lambda _: state.repo.export_jsonl(session_id))
+        return await state.offload(lambda: _open(session_id, lambda _: _export(state, session_id)))
 
     @server.resource(
         "agent://{name}",

@@ -27,12 +27,8 @@ from mcp_agent.server.schemas import CompactAnswer
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.context import SessionContext, stored_context
 from mcp_agent.sessions.entries import (
-    LeafEntry,
     SessionEntry,
     entry_to_json,
-    iso_now,
-    new_entry_id,
-    parse_entry,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
@@ -43,8 +39,8 @@ from mcp_agent.sessions.outline import (
     tree_index,
     tree_node,
 )
-from mcp_agent.sessions.pi import export_lines
-from mcp_agent.sessions.storage import StoredPages, leaf_after, stored_pages
+from mcp_agent.sessions.pi import export_lines, export_loader
+from mcp_agent.sessions.storage import StoredPages, stored_pages
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
@@ -435,32 +431,7 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
 
 def _export_lines(session: Session) -> tuple[int, Loader]:
     """The file's line count, and how to load a range of its lines (without newlines)."""
-    storage = stored(session)
-    if storage is None:
+    if stored(session) is None:  # entries as the session's own options present them
         every = export_lines(session.header, session.get_entries(), session.leaf_id)
         return len(every), lambda start, end: every[start:end]
-    header = entry_to_json(session.header)
-    # The count and the leaf of one moment: with the leaf read before an append the count
-    # includes, the file would end moving the leaf back below the newest entry.
-    total, leaf_id = storage.log_end()
-    tail = storage.stored_range(total - 1, total) if total else []
-    last = [parse_entry(json.loads(tail[0]))] if tail else []
-    extra: list[str] = []
-    if leaf_after(last) != leaf_id:
-        # The log would not resume on the leaf: end it with a leaf move, as pi.export_lines.
-        move = LeafEntry(
-            id=new_entry_id(lambda candidate: bool(storage.stored_json([candidate]))),
-            parent_id=leaf_id,
-            timestamp=iso_now(),
-            target_id=leaf_id,
-        )
-        extra.append(entry_to_json(move))
-
-    def load(start: int, end: int) -> list[str]:
-        lines = [header] if start == 0 else []
-        lines += storage.stored_range(max(start, 1) - 1, min(end, total + 1) - 1)
-        if end > total + 1:
-            lines += extra
-        return lines
-
-    return 1 + total + len(extra), load
+    return export_loader(session.storage)

@@ -14,6 +14,7 @@ store each entry as it arrives, all or nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from mcp_agent.sessions.entries import (
     parse_header,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import leaf_after
+from mcp_agent.sessions.storage import SessionStorage, StoredPages, leaf_after, stored_pages
 from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
 from mcp_agent.wire import loads_json
 
@@ -466,3 +467,69 @@ def export_lines(
 
 def export_text(header: SessionHeader, entries: Iterable[SessionEntry], leaf_id: str | None) -> str:
     return "".join(line + "\n" for line in export_lines(header, entries, leaf_id))
+
+
+# Lines of an exported file read at once (about 1 MB of long messages).
+EXPORT_CHUNK_LINES = 1000
+# Lines ``start .. end - 1`` of an exported file, without their newlines.
+ExportLoader = Callable[[int, int], list[str]]
+
+
+def export_loader(storage: SessionStorage) -> tuple[int, ExportLoader]:
+    """The session's version-3 file as ``export_lines`` makes it: its line count, and how to
+    load a range of its lines. A storage that keeps each entry's JSON (SQLite, PostgreSQL)
+    serves the lines as stored, a range per read, parsing only the last entry; any other
+    parses every entry."""
+    pages = stored_pages(storage)
+    if pages is None:
+        every = export_lines(storage.get_metadata(), storage.get_entries(), storage.get_leaf_id())
+        return len(every), lambda start, end: every[start:end]
+    header, total, extra = _stored_ends(pages)
+
+    def load(start: int, end: int) -> list[str]:
+        lines = [header] if start == 0 else []
+        lines += pages.stored_range(max(start, 1) - 1, min(end, total + 1) - 1)
+        if end > total + 1:
+            lines += extra
+        return lines
+
+    return 1 + total + len(extra), load
+
+
+def _stored_ends(pages: StoredPages) -> tuple[str, int, list[str]]:
+    """What an exported file holds besides the stored entries: its header line, how many
+    entries it holds, and the leaf move it ends with if the log would not resume on the leaf
+    (as ``export_lines``)."""
+    header = entry_to_json(pages.get_metadata())
+    # The count and the leaf of one moment: with the leaf read before an append the count
+    # includes, the file would end moving the leaf back below the newest entry.
+    total, leaf_id = pages.log_end()
+    tail = pages.stored_range(total - 1, total) if total else []
+    last = [parse_entry(json.loads(tail[0]))] if tail else []
+    if leaf_after(last) == leaf_id:
+        return header, total, []
+    move = LeafEntry(
+        id=new_entry_id(lambda candidate: bool(pages.stored_json([candidate]))),
+        parent_id=leaf_id,
+        timestamp=iso_now(),
+        target_id=leaf_id,
+    )
+    return header, total, [entry_to_json(move)]
+
+
+def export_chunks(storage: SessionStorage, lines: int = EXPORT_CHUNK_LINES) -> Iterator[str]:
+    """The session's version-3 file as text, about ``lines`` lines at a time: a file of any
+    size written out holding one piece of it in memory, not the whole."""
+    lines = max(1, lines)
+    pages = stored_pages(storage)
+    if pages is None:
+        count, load = export_loader(storage)
+        for start in range(0, count, lines):
+            yield "".join(line + "\n" for line in load(start, min(count, start + lines)))
+        return
+    header, total, extra = _stored_ends(pages)
+    yield header + "\n"
+    for part in pages.stored_log(total, lines):
+        yield "".join(line + "\n" for line in part)
+    if extra:
+        yield extra[0] + "\n"

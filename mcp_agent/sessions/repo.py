@@ -39,7 +39,12 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import SessionStream, export_text, open_session_stream
+from mcp_agent.sessions.pi import (
+    EXPORT_CHUNK_LINES,
+    SessionStream,
+    export_chunks,
+    open_session_stream,
+)
 from mcp_agent.sessions.session import UNREAD, Session, SessionListener, Unread
 from mcp_agent.sessions.storage import (
     SessionStorage,
@@ -124,6 +129,7 @@ class SessionRepo(Protocol):
     def import_jsonl(self, source: str | Path) -> Session: ...
     def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported: ...
     def export_jsonl(self, session_id: str) -> str: ...
+    def export_chunks(self, session_id: str, lines: int = ...) -> Iterator[str]: ...
     def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -441,9 +447,15 @@ class BaseSessionRepo:
 
     def export_jsonl(self, session_id: str) -> str:
         """The session as a pi version-3 JSONL file."""
+        return "".join(self.export_chunks(session_id))
+
+    def export_chunks(self, session_id: str, lines: int = EXPORT_CHUNK_LINES) -> Iterator[str]:
+        """The same file in pieces of at most ``lines`` lines, read as they are taken: a
+        session of any size written out in the memory of one piece. The session is opened at
+        the first piece taken."""
         storage = self._open_storage(session_id)
         try:
-            return export_text(storage.get_metadata(), storage.get_entries(), storage.get_leaf_id())
+            yield from export_chunks(storage, lines)
         finally:
             storage.close()
 

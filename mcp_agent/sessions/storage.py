@@ -4,7 +4,7 @@ statistics that backends keeping entries in memory share."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -98,7 +98,8 @@ class StoredPages(SessionStorage, Protocol):
     JSON of each id found (``stored_messages``: of the message in each message entry found);
     ``entry_total`` how many entries ``get_entries`` returns (``log_end``: that and the leaf,
     read together), and ``stored_range(start, end)`` the JSON of those in positions
-    ``start .. end - 1``; ``outline`` every entry in that order, as its place in the tree
+    ``start .. end - 1`` (``stored_log(end, batch)``: of positions ``0 .. end - 1`` in turn,
+    ``batch`` at a time, for reading a whole log); ``outline`` every entry in that order, as its place in the tree
     (``TreeRow``: what arranging the whole tree needs); ``branch_outline`` the branch to
     ``leaf_id`` (root first) and ``children_outline`` what ``get_children`` returns for each
     of ``ids``, in outline; ``labels`` each labelled entry's label; ``context_rows`` the
@@ -120,6 +121,7 @@ class StoredPages(SessionStorage, Protocol):
     def entry_total(self) -> int: ...
     def log_end(self) -> tuple[int, str | None]: ...
     def stored_range(self, start: int, end: int) -> list[str]: ...
+    def stored_log(self, end: int, batch: int) -> Iterator[list[str]]: ...
     def outline(self) -> list[TreeRow]: ...
     def branch_outline(self, leaf_id: str) -> list[OutlineRow]: ...
     def children_outline(self, ids: Sequence[str]) -> dict[str, list[OutlineRow]]: ...

@@ -503,13 +503,24 @@ class SqlSessionStorage:
             return []
         params = {"s": self.session_id, "start": start, "end": end, "count": end - start}
         rows = self._read(self.RANGE_SQL, params)
-        if len(rows) != end - start:  # next_seq counts every row: this is damage
-            raise SessionError(
-                "corrupt",
-                f"session {self.session_id} has fewer entries than its row counts ({start + len(rows)}"
-                f" of {end} read)",
-            )
+        self._check_count(start + len(rows), end)
         return [row[0] for row in rows]
+
+    def stored_log(self, end: int, batch: int) -> Iterator[list[str]]:
+        for start in range(0, end, batch):
+            yield self.stored_range(start, min(end, start + batch))
+
+    def _check_count(self, read: int, end: int) -> None:
+        if read == end:
+            return
+        if not self._read("SELECT 1 FROM sessions WHERE id = :s", {"s": self.session_id}):
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        # next_seq counts every row: this is damage.
+        raise SessionError(
+            "corrupt",
+            f"session {self.session_id} has fewer entries than its row counts ({read}"
+            f" of {end} read)",
+        )
 
     def branch_outline(self, leaf_id: str) -> list[OutlineRow]:
         rows = self._read(_BRANCH_PLACES_SQL, {"s": self.session_id, "leaf": leaf_id})

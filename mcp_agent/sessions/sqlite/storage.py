@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +247,21 @@ class SqliteSessionStorage(SqlSessionStorage):
     )
     BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
     LOG_ORDER = "n"
+
+    def stored_log(self, end: int, batch: int) -> Iterator[list[str]]:
+        # Each RANGE_SQL sorts the session's positions to skip to its offset: read in turn,
+        # a 100,000-entry log took 3 s. Here the positions are sorted once, then each batch
+        # is read by rowid.
+        found = self._read("SELECT n FROM entries WHERE session_id = :s", {"s": self.session_id})
+        places = sorted(row[0] for row in found)[:end]
+        self._check_count(len(places), end)
+        for start in range(0, end, batch):
+            part = places[start : start + batch]
+            params = {f"n{k}": n for k, n in enumerate(part)}
+            marks = ", ".join(f":n{k}" for k in range(len(part)))
+            rows = self._read(f"SELECT data FROM entries WHERE n IN ({marks}) ORDER BY n", params)
+            self._check_count(start + len(rows), start + len(part))
+            yield [row[0] for row in rows]
 
     def __init__(
         self,
