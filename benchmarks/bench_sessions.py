@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcp_agent.messages import AssistantMessage, UserMessage
-from mcp_agent.sessions import JsonlSessionStorage, Session, SqliteSessionRepo
+from mcp_agent.sessions import JsonlSessionStorage, Session, SqliteSessionRepo, export_text
 from mcp_agent.sessions.entries import new_session_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
@@ -205,6 +205,22 @@ def bench_resume(workdir: Path, entries: int) -> list[dict[str, Any]]:
     jsonl = timed(jsonl_resume, 3)
     bare = timed(bare_json_resume, 3)
     size = f"{entries:,} entries ({megabytes:.0f} MB), branch {depth} deep"
+
+    exporter = SqliteSessionRepo(db_path)
+
+    def export_stored() -> int:  # as the command line and the export resource write it
+        return sum(len(piece) for piece in exporter.export_chunks(small_id))
+
+    def export_parsed() -> int:  # every entry parsed, then the file written whole (before)
+        session = exporter.open(small_id)
+        return len(export_text(session.header, session.get_entries(), session.leaf_id))
+
+    assert export_stored() == export_parsed()
+    stored_runs, parsed_runs = [], []
+    for _ in range(2):
+        stored_runs.append(timed(export_stored, 1))
+        parsed_runs.append(timed(export_parsed, 1))
+    exporter.close()
     return [
         {
             "name": f"resume: SQLite open + build context vs JSONL full parse; {size}",
@@ -219,6 +235,15 @@ def bench_resume(workdir: Path, entries: int) -> list[dict[str, Any]]:
             "value": sqlite_small * 1000,
             "baseline": bare * 1000,
             "ratio": bare / sqlite_small,
+            "unit": "ms",
+            "target": "-",
+        },
+        {
+            "name": f"export as a pi file: written in pieces from the stored JSON vs every entry"
+            f" parsed and the file made whole (before); {entries:,} entries ({megabytes:.0f} MB)",
+            "value": min(stored_runs) * 1000,
+            "baseline": min(parsed_runs) * 1000,
+            "ratio": min(parsed_runs) / min(stored_runs),
             "unit": "ms",
             "target": "-",
         },
