@@ -29,7 +29,8 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.messages import UserMessage as User
-from mcp_agent.sessions.sqlite import SqliteSessionRepo
+from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
 
 MODEL_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MCP_AGENT_MODEL", "OPENAI_BASE_URL")
 FAKELLM_RULES = """\
@@ -470,6 +471,24 @@ def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     # A wrong id fails before the output file is opened: what it held stays.
     refused = cli("sessions", "export", "nope", "-o", str(target))
     assert refused.exit_code == 2 and target.read_text() == exported.stdout
+
+
+def test_an_export_that_fails_part_way_leaves_the_output_file_as_it_was(
+    cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = seed(db)
+    target = tmp_path / "out.jsonl"
+    target.write_text("what was there\n")
+
+    def failing(self: SqliteSessionStorage, end: int, batch: int) -> Iterator[list[str]]:
+        yield self.stored_range(0, 1)
+        raise SessionError("storage", "disk I/O error")
+
+    monkeypatch.setattr(SqliteSessionStorage, "stored_log", failing)
+    failed = cli("sessions", "export", ids["session"], "-o", str(target))
+    assert failed.exit_code != 0 and "disk I/O error" in failed.stderr
+    assert target.read_text() == "what was there\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if "out.jsonl" in p.name) == ["out.jsonl"]
 
 
 def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) -> None:

@@ -121,14 +121,19 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
         assert len(whole.splitlines()) == 31
-        monkeypatch.setattr(resources, "EXPORT_CHARS", len(whole) // 3)
+        monkeypatch.setattr(resources, "EXPORT_BYTES", len(whole.encode()) // 3)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
-        assert "session_export" in said and f"sessions export {sid}" in said
-        monkeypatch.setattr(resources, "EXPORT_CHARS", len(whole))
+        assert "session_export" in said and f"sessions export {sid}" in said and uri in said
+        monkeypatch.setattr(resources, "EXPORT_BYTES", len(whole.encode()))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as missing:
+            await client.read_resource(
+                f"session://{'0' * 8}-0000-7000-8000-{'0' * 12}/export.jsonl"
+            )
+        assert "no session" in missing.value.error.message
 
 
 async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(

@@ -852,11 +852,17 @@ def test_a_log_exported_in_pieces_is_read_by_position_across_interleaved_session
         pieces = list(repo.export_chunks(session.id, 2))
         assert "".join(pieces) == parsed
         assert [piece.count("\n") for piece in pieces] == [1, 2, 2, 2, 1]
-    # Deleted while its file is written out: an error, not a file that ends early.
-    pieces = repo.export_chunks(one.id, 2)
+    # Deleted while its file is written out, and its rowids handed out again to another
+    # session's appends: an error, not a file that ends early or holds the other's lines.
+    newest = repo.create()
+    for n in range(8):  # the newest rows of the table: theirs are the rowids given out next
+        newest.append_message(user(f"newest {n}"))
+    pieces = repo.export_chunks(newest.id, 2)
     next(pieces)
     next(pieces)
-    repo.delete(one.id)
+    repo.delete(newest.id)
+    for n in range(8):
+        one.append_message(user(f"secret {n}"))
     with pytest.raises(SessionError) as error:
         list(pieces)
     assert error.value.code == "not_found" and "deleted" in str(error.value)

@@ -6,9 +6,11 @@ fast; rich is imported when something is drawn.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -149,25 +151,38 @@ def export(
     db: StoreOption = None,
 ) -> None:
     """The session as a pi version-3 JSONL file."""
-    lines = 0
-    with opened_repo(db, folders=True, create=False) as repo:
+    from mcp_agent.sessions.jsonl import write_file_atomically
+
+    count = 0
+    with (
+        opened_repo(db, folders=True, create=False) as repo,
+        contextlib.closing(repo.export_chunks(session_id)) as pieces,
+    ):
         # Written as it is read, a thousand lines at a time: a session of any size in the
         # memory of one piece. The first piece opens the session, so that a wrong id fails
-        # before the output file is touched.
-        pieces = repo.export_chunks(session_id)
-        first = next(pieces)
+        # before anything is written.
+        chunks = itertools.chain([next(pieces)], pieces)
         if output is None:
-            for piece in itertools.chain([first], pieces):
+            for piece in chunks:
                 sys.stdout.write(piece)
             return
+
+        def lines() -> Iterator[str]:
+            nonlocal count
+            for piece in chunks:
+                for line in piece.split("\n")[:-1]:  # stored JSON holds no line break
+                    count += 1
+                    yield line
+
         try:
-            with output.open("w", encoding="utf-8", newline="\n") as handle:
-                for piece in itertools.chain([first], pieces):
-                    handle.write(piece)
-                    lines += piece.count("\n")
+            if output.exists() and not output.is_file():  # /dev/stdout, a pipe: as it comes
+                with output.open("w", encoding="utf-8", newline="\n") as handle:
+                    handle.writelines(line + "\n" for line in lines())
+            else:  # a failure part-way leaves the file that was there, not half of this one
+                write_file_atomically(output, lines())
         except OSError as error:
             die(f"cannot write {output}: {error.strerror or error}; choose another --output")
-    err().print(f"wrote {output} ({lines} lines)", style="dim")
+    err().print(f"wrote {output} ({count} lines)", style="dim")
 
 
 @app.command("import")

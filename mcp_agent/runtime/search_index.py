@@ -4,9 +4,10 @@ The SQLite file indexes the text of new entries for full-text search only when a
 (indexing inside every append would make each durable append write several more pages). After
 an import of a large session that left the first search to index everything: about 6 s for
 300,000 entries, while the person searching waits. The server instead indexes such text in the
-background once it starts (text imported by the command line before) and after each import,
-one batch (one short write transaction) at a time, resting between batches as long as each
-took, so that appends and reads of every client go on at no less than half speed meanwhile.
+background once it starts (text imported by the command line before) and after each import
+and fork, one batch (one short write transaction) at a time, resting between batches as long
+as each took, so that appends and reads of every client go on at no less than half speed
+meanwhile.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class SearchIndexer:
         self._repo = repo
         self._offload = offload
         self._wanted = anyio.Event()
-        self.batches = 0  # batches indexed since the start (for the curious, and tests)
+        self.calls = 0  # index_search_text calls that returned (for the curious, and tests)
 
     def nudge(self) -> None:
         """Ask for a round: there may be text to index."""
@@ -56,5 +57,5 @@ class SearchIndexer:
             except Exception:  # never the end of the server: searches index for themselves
                 log.exception("indexing session text for search failed")
                 return
-            self.batches += 1
+            self.calls += 1
             await anyio.sleep(anyio.current_time() - started)

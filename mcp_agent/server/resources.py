@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -36,10 +38,10 @@ SUBSCRIBED_URI_CHARS = 4_096
 # nodes, read from the session's index instead of every entry (100,000 made 25 MB).
 TREE_NODES = 5_000
 TREE_BYTES = 4 << 20
-# The most of a session's file one read of its export.jsonl answers with, in characters (a
-# session of 100,000 long messages is a file of 114 MB): past it a refusal that says where to
-# read the file in pages, before the server holds more of it.
-EXPORT_CHARS = 64 << 20
+# The most of a session's file one read of its export.jsonl answers with, in bytes (a session
+# of 100,000 long messages is a file of 114 MB): past it a refusal that says where to read the
+# file in pages, once the first piece (a thousand lines) past it is read.
+EXPORT_BYTES = 64 << 20
 
 
 def _dump(data: Any) -> str:
@@ -75,21 +77,23 @@ def _open(session_id: str, open_session: Callable[[str], T]) -> T:
 
 
 def _export(state: AppState, session_id: str) -> str:
-    """The session's pi file whole, or a refusal once it passes ``EXPORT_CHARS``."""
-    pieces: list[str] = []
-    size = 0
-    for piece in state.repo.export_chunks(session_id):
-        size += len(piece)
-        if size > EXPORT_CHARS:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"session {session_id}'s file is more than the {EXPORT_CHARS >> 20} MiB one read"
-                " of session://…/export.jsonl answers with: page it with the session_export"
-                " tool (limit and cursor), or write it out with `mcp-agent-sessions sessions"
-                f" export {session_id} -o FILE`",
-            )
-        pieces.append(piece)
-    return "".join(pieces)
+    """The session's pi file whole, or a refusal once it passes ``EXPORT_BYTES``."""
+    with contextlib.closing(state.repo.export_chunks(session_id)) as pieces:
+        first = _open(session_id, lambda _: next(pieces))  # the first piece opens the session
+        kept: list[str] = []
+        size = 0
+        for piece in itertools.chain([first], pieces):
+            size += len(piece.encode())
+            if size > EXPORT_BYTES:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"session {session_id}'s file is more than the {EXPORT_BYTES >> 20} MiB one"
+                    f" read of session://{session_id}/export.jsonl answers with: page it with"
+                    " the session_export tool (limit and cursor), or write it out with"
+                    f" `mcp-agent-sessions sessions export {session_id} -o FILE`",
+                )
+            kept.append(piece)
+    return "".join(kept)
 
 
 async def _read(
@@ -206,7 +210,7 @@ def register(server: MCPServer) -> None:
     )
     async def session_export(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
-        return await state.offload(lambda: _open(session_id, lambda _: _export(state, session_id)))
+        return await state.offload(lambda: _export(state, session_id))
 
     @server.resource(
         "agent://{name}",

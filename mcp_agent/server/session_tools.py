@@ -379,6 +379,7 @@ def register(server: MCPServer) -> None:
         with tool_errors():
             info = await state.offload(fork)
         state.list_changed()
+        state.search_index.nudge()  # a fork copies a branch: text to index, perhaps much
         return info
 
     @server.tool(annotations=READ_ONLY)

@@ -455,14 +455,16 @@ def export_lines(
         taken.add(entry.id)
         last = [entry]
     if leaf_after(last) != leaf_id:
-        move = LeafEntry(
-            id=new_entry_id(taken.__contains__),
-            parent_id=leaf_id,
-            timestamp=iso_now(),
-            target_id=leaf_id,
-        )
-        lines.append(entry_to_json(move))
+        lines.append(_leaf_move(leaf_id, taken.__contains__))
     return lines
+
+
+def _leaf_move(leaf_id: str | None, taken: Callable[[str], bool]) -> str:
+    """The last line of a file whose log would not resume on ``leaf_id``: a move to it."""
+    move = LeafEntry(
+        id=new_entry_id(taken), parent_id=leaf_id, timestamp=iso_now(), target_id=leaf_id
+    )
+    return entry_to_json(move)
 
 
 def export_text(header: SessionHeader, entries: Iterable[SessionEntry], leaf_id: str | None) -> str:
@@ -508,13 +510,7 @@ def _stored_ends(pages: StoredPages) -> tuple[str, int, list[str]]:
     last = [parse_entry(json.loads(tail[0]))] if tail else []
     if leaf_after(last) == leaf_id:
         return header, total, []
-    move = LeafEntry(
-        id=new_entry_id(lambda candidate: bool(pages.stored_json([candidate]))),
-        parent_id=leaf_id,
-        timestamp=iso_now(),
-        target_id=leaf_id,
-    )
-    return header, total, [entry_to_json(move)]
+    return header, total, [_leaf_move(leaf_id, lambda id_: bool(pages.stored_json([id_])))]
 
 
 def export_chunks(storage: SessionStorage, lines: int = EXPORT_CHUNK_LINES) -> Iterator[str]:

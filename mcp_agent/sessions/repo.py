@@ -11,7 +11,7 @@ import base64
 import builtins
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -129,7 +129,7 @@ class SessionRepo(Protocol):
     def import_jsonl(self, source: str | Path) -> Session: ...
     def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported: ...
     def export_jsonl(self, session_id: str) -> str: ...
-    def export_chunks(self, session_id: str, lines: int = ...) -> Iterator[str]: ...
+    def export_chunks(self, session_id: str, lines: int = ...) -> Generator[str, None, None]: ...
     def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -449,7 +449,9 @@ class BaseSessionRepo:
         """The session as a pi version-3 JSONL file."""
         return "".join(self.export_chunks(session_id))
 
-    def export_chunks(self, session_id: str, lines: int = EXPORT_CHUNK_LINES) -> Iterator[str]:
+    def export_chunks(
+        self, session_id: str, lines: int = EXPORT_CHUNK_LINES
+    ) -> Generator[str, None, None]:
         """The same file in pieces of at most ``lines`` lines, read as they are taken: a
         session of any size written out in the memory of one piece. The session is opened at
         the first piece taken."""

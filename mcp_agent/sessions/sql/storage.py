@@ -477,9 +477,9 @@ class SqlSessionStorage:
             found.update(self._read(sql, params))
         return found
 
-    def _id_chunks(self, ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-        """``ids`` in chunks of ``IDS_PER_QUERY``, each as the marks of an ``IN (…)`` list and
-        its parameters (the session as ``:s``)."""
+    def _id_chunks(self, ids: Sequence[str | int]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``ids`` (entry ids, or rowids) in chunks of ``IDS_PER_QUERY``, each as the marks of
+        an ``IN (…)`` list and its parameters (the session as ``:s``)."""
         for start in range(0, len(ids), IDS_PER_QUERY):
             chunk = ids[start : start + IDS_PER_QUERY]
             params: dict[str, Any] = {f"i{k}": entry_id for k, entry_id in enumerate(chunk)}

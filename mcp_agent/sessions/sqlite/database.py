@@ -467,9 +467,9 @@ class SqliteDatabase:
 
     def index_pending_text(self, batch_rows: int | None = None) -> None:
         """Bring the full-text index up to date with every entry appended so far, at most
-        ``batch_rows`` entry positions per transaction: a search after a large import would
-        otherwise hold the write lock for seconds (300,000 entries of pi sessions: 5 s), and
-        every append of every client would wait that long.
+        ``batch_rows`` (default ``FTS_BATCH_ROWS``) entry positions per transaction: a search
+        after a large import would otherwise hold the write lock for seconds (300,000 entries
+        of pi sessions: 5 s), and every append of every client would wait that long.
 
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """

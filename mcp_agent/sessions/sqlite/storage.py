@@ -242,7 +242,7 @@ class SqliteSessionStorage(SqlSessionStorage):
     # order, so n orders them as seq does, and the tree index (led by session_id) holds it: the
     # positions are found in the index, and only their rows are read.
     RANGE_SQL = (
-        "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = :s"
+        "SELECT data FROM entries WHERE session_id = :s AND n IN (SELECT n FROM entries WHERE session_id = :s"
         " ORDER BY n LIMIT :count OFFSET :start) ORDER BY n"
     )
     BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
@@ -257,11 +257,15 @@ class SqliteSessionStorage(SqlSessionStorage):
         self._check_count(len(places), end)
         for start in range(0, end, batch):
             part = places[start : start + batch]
-            params = {f"n{k}": n for k, n in enumerate(part)}
-            marks = ", ".join(f":n{k}" for k in range(len(part)))
-            rows = self._read(f"SELECT data FROM entries WHERE n IN ({marks}) ORDER BY n", params)
+            rows: list[str] = []
+            for marks, params in self._id_chunks(part):
+                # The session too: once it is deleted, its rowids may be another's.
+                sql = (
+                    f"SELECT data FROM entries WHERE session_id = :s AND n IN ({marks}) ORDER BY n"
+                )
+                rows += (row[0] for row in self._read(sql, params))
             self._check_count(start + len(rows), start + len(part))
-            yield [row[0] for row in rows]
+            yield rows
 
     def __init__(
         self,
