@@ -6,6 +6,7 @@ import multiprocessing
 import random
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -866,4 +867,40 @@ def test_a_log_exported_in_pieces_is_read_by_position_across_interleaved_session
     with pytest.raises(SessionError) as error:
         list(pieces)
     assert error.value.code == "not_found" and "deleted" in str(error.value)
+    repo.close()
+
+
+def test_an_import_committed_by_another_writers_thread_reads_its_file_there(
+    tmp_path: Path,
+) -> None:
+    # Group commit runs each waiting write on the thread that commits the group: an import,
+    # whose file is read as it is written, must not be tied to the thread that began it.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    source = repo.create()
+    for n in range(5):
+        source.append_message(user(f"m{n}"))
+    text = repo.export_jsonl(source.id).replace(source.id, "0" * 8 + source.id[8:])
+    blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # every writer of the repo waits until it commits
+    outcomes: dict[str, object] = {}
+
+    def run(name: str, action: Callable[[], object]) -> None:
+        try:
+            outcomes[name] = action()
+        except Exception as error:
+            outcomes[name] = error
+
+    leader = threading.Thread(target=run, args=("create", repo.create))
+    leader.start()
+    poll(lambda: repo.database._leading, "the first writer never took the lead")
+    follower = threading.Thread(target=run, args=("import", lambda: repo.import_jsonl(text)))
+    follower.start()
+    poll(lambda: len(repo.database._writes) == 2, "the import never queued behind the first")
+    blocker.execute("COMMIT")  # both go into one transaction, on the leader's thread
+    blocker.close()
+    leader.join(60)
+    follower.join(60)
+    imported = outcomes["import"]
+    assert not isinstance(imported, Exception), imported
+    assert len(repo.open(imported.id).get_entries()) == 5  # type: ignore[attr-defined]
     repo.close()

@@ -48,7 +48,10 @@ class TreeCheck:
 
     def __init__(self) -> None:
         # "" is a private database in a temporary file, deleted when the connection closes.
-        self._conn = sqlite3.connect("", isolation_level=None)
+        # Any thread: an import's write may be run by the thread that commits a group of
+        # writes (SqliteDatabase.write), not the one that began reading the file; one thread
+        # uses it at a time.
+        self._conn = sqlite3.connect("", isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode = OFF")
         self._conn.execute("PRAGMA synchronous = OFF")
         self._conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
