@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -491,7 +492,7 @@ def test_an_export_that_fails_part_way_leaves_the_output_file_as_it_was(
     assert sorted(p.name for p in tmp_path.iterdir() if "out.jsonl" in p.name) == ["out.jsonl"]
 
 
-def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) -> None:
+def test_import_every_pi_version_and_reject_bad_files(cli: Any, db: Path, tmp_path: Path) -> None:
     v1, v2, v3 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl", tmp_path / "v3.jsonl"
     v1.write_text(PI_V1)
     v2.write_text(PI_V2)
@@ -499,6 +500,13 @@ def test_import_every_pi_version_and_reject_bad_files(cli: Any, tmp_path: Path) 
     result = cli("sessions", "import", str(v1), str(v2), str(v3))
     assert result.exit_code == 0, result.stderr
     assert "pi v1" in result.stdout and "pi v2" in result.stdout and "pi v3" in result.stdout
+    with sqlite3.connect(db) as conn:  # indexed for search by the import, before any search
+        upto, newest = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
+            " (SELECT max(n) FROM entries)"
+        ).fetchone()
+    conn.close()
+    assert upto == newest > 0
     listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
     assert {s["firstUserMessage"] for s in listed} == {"old hello", "v2 hello", "step 0"}
     again = cli("sessions", "import", str(v3))

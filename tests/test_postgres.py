@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import socket
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -316,6 +317,13 @@ def test_copy_moves_every_session_between_all_stores(tmp_path: Path, postgres_ur
         with store:
             assert {sid: store.export_jsonl(sid) for sid in expected} == expected
             assert store.summary(next(iter(expected))).message_count > 0
+    with sqlite3.connect(tmp_path / "b.db") as conn:  # the copy indexed it for search
+        upto, newest = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
+            " (SELECT max(n) FROM entries)"
+        ).fetchone()
+    conn.close()
+    assert upto == newest > 0
     again = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
     assert again.exit_code == 0 and json.loads(again.stdout)["copied"] == []
     assert sorted(json.loads(again.stdout)["present"]) == sorted(expected)

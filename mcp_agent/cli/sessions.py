@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -37,6 +37,9 @@ from mcp_agent.cli.common import (
     print_table,
     stdin_is_tty,
 )
+
+if TYPE_CHECKING:
+    from mcp_agent.sessions.repo import SessionRepo
 
 app = typer.Typer(
     help="Browse, export, import, fork and delete stored sessions.", no_args_is_help=True
@@ -219,6 +222,8 @@ def import_files(
                     }
                 )
             advance(size)
+        if len(results) > sum("error" in r for r in results):
+            _index_for_search(repo)
     failed = [r for r in results if "error" in r]
     if as_json:
         emit_json({"imported": [r for r in results if "error" not in r], "failed": failed})
@@ -240,6 +245,18 @@ def import_files(
         typer.echo(f"{PROG}: {result['error']}", err=True)
     if failed:
         raise typer.Exit(BAD_INPUT)
+
+
+def _index_for_search(repo: SessionRepo) -> None:
+    """Index the text just stored for search now, while the command is waited for anyway,
+    rather than at the first search (in batches, see ``SessionRepo.index_search_text``)."""
+    from mcp_agent.sessions.errors import SessionError
+
+    try:
+        while repo.index_search_text():
+            pass
+    except SessionError as error:  # what was stored stays; a search indexes it
+        typer.echo(f"{PROG}: note: not indexed for search yet ({error.message})", err=True)
 
 
 @app.command()
@@ -281,6 +298,8 @@ def copy(
                 except SessionError as error:
                     failed.append({"sessionId": session_id, "error": error.message})
                 advance(1)
+        if results["copied"]:
+            _index_for_search(destination)
     if as_json:
         emit_json({**results, "failed": failed})
     else:

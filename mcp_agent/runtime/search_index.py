@@ -4,10 +4,10 @@ The SQLite file indexes the text of new entries for full-text search only when a
 (indexing inside every append would make each durable append write several more pages). After
 an import of a large session that left the first search to index everything: about 6 s for
 300,000 entries, while the person searching waits. The server instead indexes such text in the
-background once it starts (text imported by the command line before) and after each import
-and fork, one batch (one short write transaction) at a time, resting between batches as long
-as each took, so that appends and reads of every client go on at no less than half speed
-meanwhile.
+background once it starts (text another process stored before; the command line's import and
+copy index theirs themselves) and after each import and fork, one batch (one short write
+transaction) at a time, resting between batches as long as each took, so that appends and
+reads of every client go on at no less than half speed meanwhile.
 """
 
 from __future__ import annotations
