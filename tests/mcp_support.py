@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -64,6 +65,18 @@ def poll(check: Callable[[], T | None], what: str, tries: int = 600, every: floa
             return found
         time.sleep(every)
     raise AssertionError(what)
+
+
+def search_index_marks(db: Path) -> tuple[int, int]:
+    """(how far a SQLite file's full-text index goes, its newest entry), read as another
+    process would."""
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
+            " (SELECT max(n) FROM entries)"
+        ).fetchone()
+    conn.close()
+    return row[0], row[1]
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import pi_v3
+from mcp_support import search_index_marks
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -500,12 +500,7 @@ def test_import_every_pi_version_and_reject_bad_files(cli: Any, db: Path, tmp_pa
     result = cli("sessions", "import", str(v1), str(v2), str(v3))
     assert result.exit_code == 0, result.stderr
     assert "pi v1" in result.stdout and "pi v2" in result.stdout and "pi v3" in result.stdout
-    with sqlite3.connect(db) as conn:  # indexed for search by the import, before any search
-        upto, newest = conn.execute(
-            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
-            " (SELECT max(n) FROM entries)"
-        ).fetchone()
-    conn.close()
+    upto, newest = search_index_marks(db)  # indexed for search by the import, before any search
     assert upto == newest > 0
     listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
     assert {s["firstUserMessage"] for s in listed} == {"old hello", "v2 hello", "step 0"}

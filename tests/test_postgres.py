@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import socket
-import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -25,6 +24,7 @@ from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
     call_error,
     client_fixture,
     make_server,
+    search_index_marks,
 )
 from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
     check_one_run_per_session,
@@ -317,12 +317,7 @@ def test_copy_moves_every_session_between_all_stores(tmp_path: Path, postgres_ur
         with store:
             assert {sid: store.export_jsonl(sid) for sid in expected} == expected
             assert store.summary(next(iter(expected))).message_count > 0
-    with sqlite3.connect(tmp_path / "b.db") as conn:  # the copy indexed it for search
-        upto, newest = conn.execute(
-            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
-            " (SELECT max(n) FROM entries)"
-        ).fetchone()
-    conn.close()
+    upto, newest = search_index_marks(tmp_path / "b.db")  # the copy indexed it for search
     assert upto == newest > 0
     again = _copy("--from", str(tmp_path / "a.db"), "--to", postgres_url)
     assert again.exit_code == 0 and json.loads(again.stdout)["copied"] == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from mcp_support import call, make_server
+from mcp_support import call, make_server, search_index_marks
 
 import mcp_agent.sessions.sqlite.database as sqlite_database
 from mcp_agent.blocking import inline
@@ -21,21 +21,10 @@ from mcp_agent.sessions import SessionError, SqliteSessionRepo
 pytestmark = pytest.mark.anyio
 
 
-def marks(db: Path) -> tuple[int, int]:
-    """(how far the index goes, the newest entry), read as another process would."""
-    with sqlite3.connect(db) as conn:
-        row = conn.execute(
-            "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'),"
-            " (SELECT max(n) FROM entries)"
-        ).fetchone()
-    conn.close()
-    return row[0], row[1]
-
-
 async def caught_up(db: Path) -> int:
     """Wait until the index covers every entry (no search is made meanwhile); the newest."""
     for _ in range(600):
-        upto, newest = marks(db)
+        upto, newest = search_index_marks(db)
         if newest is not None and upto == newest:
             return newest
         await anyio.sleep(0.05)
@@ -99,7 +88,7 @@ async def test_an_import_is_indexed_in_the_background_without_a_search(
         consistent(db)
         found = await call(client, "session_list", query="okapi44")
         assert [s["id"] for s in found["sessions"]] == [imported["session"]["id"]]
-        assert marks(db) == (newest, newest)
+        assert search_index_marks(db) == (newest, newest)
         # A fork copies the branch: its text too is indexed before anyone searches.
         fork = await call(client, "session_fork", session_id=imported["session"]["id"])
         assert await caught_up(db) >= newest + 45
@@ -119,7 +108,7 @@ async def test_text_stored_before_the_server_started_is_indexed_at_its_start(
             session.append_message(UserMessage(content=f"tapir {n}", timestamp=1))
     finally:
         repo.close()
-    upto, newest = marks(db)
+    upto, newest = search_index_marks(db)
     assert upto < newest  # appends alone index nothing
     async with Client(make_server(tmp_path)):
         assert await caught_up(db) == newest

@@ -242,7 +242,7 @@ class SqliteSessionStorage(SqlSessionStorage):
     # order, so n orders them as seq does, and the tree index (led by session_id) holds it: the
     # positions are found in the index, and only their rows are read.
     RANGE_SQL = (
-        "SELECT data FROM entries WHERE session_id = :s AND n IN (SELECT n FROM entries WHERE session_id = :s"
+        "SELECT data FROM entries WHERE n IN (SELECT n FROM entries WHERE session_id = :s"
         " ORDER BY n LIMIT :count OFFSET :start) ORDER BY n"
     )
     BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
