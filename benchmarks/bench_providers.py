@@ -185,7 +185,7 @@ async def read_bare(client: Any, url: str) -> int:
 async def read_provider(client: Any, url: str) -> int:
     """Text deltas seen by a loop like the agent's."""
     from mcp_agent.abort import AbortController
-    from mcp_agent.events import DoneEvent, TextDeltaEvent
+    from mcp_agent.events import DoneEvent, ErrorEvent, TextDeltaEvent
     from mcp_agent.messages import Model, UserMessage
     from mcp_agent.providers.base import LlmContext, StreamOptions
     from mcp_agent.providers.openai_compat import stream_openai_compat
@@ -202,8 +202,10 @@ async def read_provider(client: Any, url: str) -> int:
         if isinstance(event, TextDeltaEvent):
             deltas += 1
         final = event
-    if not isinstance(final, DoneEvent):
+    if isinstance(final, ErrorEvent):
         raise RuntimeError(f"provider stream failed: {final.partial.error_message}")
+    if not isinstance(final, DoneEvent):
+        raise RuntimeError(f"provider stream ended without a done event (last: {final!r})")
     return deltas
 
 

@@ -21,6 +21,7 @@ prints the rows.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -308,8 +309,8 @@ def bench_appends(workdir: Path, count: int) -> list[dict[str, Any]]:
     ours_s: list[float] = []
     plain_s: list[float] = []
     for start in range(0, count, size):
-        ours_s.append(timed(lambda start=start: ours(messages[start : start + size]), 1))
-        plain_s.append(timed(lambda start=start: plain(rows[start : start + size]), 1))
+        ours_s.append(timed(functools.partial(ours, messages[start : start + size]), 1))
+        plain_s.append(timed(functools.partial(plain, rows[start : start + size]), 1))
     conn.close()
     repo.close()
     ours_round, plain_round = statistics.median(ours_s), statistics.median(plain_s)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import SessionContextBuildOptions
@@ -461,7 +461,7 @@ class BaseSessionRepo:
         finally:
             storage.close()
 
-    def __enter__(self) -> BaseSessionRepo:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
