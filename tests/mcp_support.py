@@ -21,6 +21,8 @@ import anyio
 import httpx
 import pytest
 from mcp import Client
+from mcp.types import TextContent
+from narrow import narrow
 
 from mcp_agent.messages import content_text
 from mcp_agent.providers.base import LlmContext
@@ -43,7 +45,7 @@ async def call(client: Client, name: str, /, **arguments: Any) -> dict[str, Any]
     """The structured result of a tool call that must succeed."""
     with anyio.fail_after(CALL_LIMIT_S):
         result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
+    assert not result.is_error, narrow(result.content[0], TextContent).text
     assert result.structured_content is not None
     return result.structured_content
 
@@ -53,7 +55,7 @@ async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
     with anyio.fail_after(CALL_LIMIT_S):
         result = await client.call_tool(name, arguments)
     assert result.is_error, result.structured_content
-    return result.content[0].text
+    return narrow(result.content[0], TextContent).text
 
 
 def poll(check: Callable[[], T | None], what: str, tries: int = 600, every: float = 0.1) -> T:

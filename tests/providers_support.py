@@ -301,9 +301,12 @@ OA_DONE = b"data: [DONE]\n\n"
 
 
 def oa_text_reply(
-    *pieces: str, finish: str = "stop", usage: tuple[int, int] | None = None
+    *pieces: str,
+    finish: str = "stop",
+    usage: tuple[int, int] | tuple[int, int, int] | None = None,
 ) -> Reply:
-    body: list[bytes | float] = [oa_chunk({"role": "assistant"})]
+    """``usage``: prompt, completion and, if given, cached tokens (``oa_usage``)."""
+    body: list[bytes | float | Gate] = [oa_chunk({"role": "assistant"})]
     body += [oa_chunk({"content": p}) for p in pieces]
     body.append(oa_chunk({}, finish))
     if usage:

@@ -26,7 +26,9 @@ import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextContent
 from mcp_support import free_port, wait_for_port
+from narrow import narrow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -293,7 +295,7 @@ async def _one_client(
             result.first_calls.append(elapsed)
         result.by_op.setdefault(op, []).append(elapsed)
         if answer.is_error:
-            text = answer.content[0].text if answer.content else "(no text)"
+            text = narrow(answer.content[0], TextContent).text if answer.content else "(no text)"
             result.errors.append(f"client {index} {tool}: {text}")
             return None
         return answer.structured_content

@@ -21,6 +21,7 @@ from mcp_agent.providers.scripted import (
     reply,
     scripted_model,
 )
+from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
 from mcp_agent.server.streamable_http import serve_http
@@ -42,7 +43,9 @@ def main() -> None:
         manifests_dir=write_manifests(folder / "manifests", TEST_AGENTS, None),
         default_model="scripted",
     )
-    models = {"scripted": lambda: (scripted_model("scripted"), ScriptedProvider(responder))}
+    models: ModelOverrides = {
+        "scripted": lambda: (scripted_model("scripted"), ScriptedProvider(responder))
+    }
     anyio.run(serve_http, build_server(settings, models=models), settings)
 
 

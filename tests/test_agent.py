@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 from agent_support import check_tool_results
+from narrow import narrow
 
 from mcp_agent.agent import Agent, AgentBusyError
 from mcp_agent.events import (
@@ -17,6 +19,7 @@ from mcp_agent.events import (
     AgentEvent,
     AutoRetryEndEvent,
     AutoRetryStartEvent,
+    MessageEndEvent,
 )
 from mcp_agent.messages import (
     AssistantMessage,
@@ -25,6 +28,7 @@ from mcp_agent.messages import (
     QueueMode,
     StopReason,
     ThinkingLevel,
+    ToolResultMessage,
     Usage,
     UserMessage,
 )
@@ -73,8 +77,14 @@ def entries_of(session: Session, kind: type) -> list[Any]:
     return [e for e in session.get_entries() if isinstance(e, kind)]
 
 
-def roles(messages: list[BaseMessage]) -> list[str]:
+def roles(messages: Sequence[BaseMessage]) -> list[str]:
     return [m.role for m in messages]
+
+
+def text_of(message: BaseMessage) -> str:
+    """The text of a user, assistant or tool result message (checked to be one of them)."""
+    assert isinstance(message, UserMessage | AssistantMessage | ToolResultMessage), message
+    return message.text
 
 
 # --- prompting, state, listeners ----------------------------------------------------------------
@@ -112,9 +122,11 @@ async def test_prompt_with_images_and_message_lists():
     agent, _provider = make_agent(["one", "two"])
     image = ImageContent(data="aGk=", mime_type="image/png")
     await agent.prompt("look", images=[image])
-    assert [b.type for b in agent.state.messages[0].content] == ["text", "image"]
+    first = narrow(agent.state.messages[0], UserMessage)
+    assert isinstance(first.content, list)
+    assert [b.type for b in first.content] == ["text", "image"]
     await agent.prompt([UserMessage(content="a"), UserMessage(content="b")])
-    assert [m.text for m in agent.state.messages[2:4]] == ["a", "b"]
+    assert [narrow(m, UserMessage).text for m in agent.state.messages[2:4]] == ["a", "b"]
 
 
 async def test_async_listeners_are_awaited_in_order():
@@ -159,7 +171,7 @@ async def test_prompting_while_running_raises_and_wait_for_idle():
             release.set()
             await agent.wait_for_idle()
             assert not agent.is_running
-    assert agent.state.messages[-1].text == "finished"
+    assert narrow(agent.state.messages[-1], AssistantMessage).text == "finished"
 
 
 async def test_a_failing_listener_ends_the_run_with_an_error_message():
@@ -175,13 +187,14 @@ async def test_a_failing_listener_ends_the_run_with_an_error_message():
 
     agent.subscribe(listener)
     new = await agent.prompt("go")
-    assert new[-1].stop_reason == StopReason.ERROR and new[-1].error_message == "ui crashed"
+    last = narrow(new[-1], AssistantMessage)
+    assert last.stop_reason == StopReason.ERROR and last.error_message == "ui crashed"
     assert agent.state.error_message == "ui crashed"
     assert not agent.is_running
     assert ends[-1].reason == AgentEndReason.ERROR
     # The tool call whose batch broke off still gets a result, in memory and in the session.
     assert roles(agent.state.messages) == ["user", "assistant", "toolResult", "assistant"]
-    assert "ui crashed" in agent.state.messages[2].text
+    assert "ui crashed" in narrow(agent.state.messages[2], ToolResultMessage).text
     stored = session.build_context().messages
     assert roles(stored) == roles(agent.state.messages)
     check_tool_results(stored)
@@ -208,7 +221,10 @@ async def test_a_run_cancelled_from_outside_leaves_a_consistent_session():
     await agent.wait_for_idle()
     stored = session.build_context().messages
     assert roles(stored) == ["user", "assistant", "toolResult"]
-    assert stored[-1].text == "Tool call not executed (the run was cancelled)"
+    assert (
+        narrow(stored[-1], ToolResultMessage).text
+        == "Tool call not executed (the run was cancelled)"
+    )
     check_tool_results(stored)
 
 
@@ -233,7 +249,7 @@ async def test_steer_goes_in_after_the_running_tool_batch():
             assert agent.has_queued_messages()
             release.set()
     assert roles(agent.state.messages) == ["user", "assistant", "toolResult", "user", "assistant"]
-    assert agent.state.messages[3].text == "stop and summarise"
+    assert narrow(agent.state.messages[3], UserMessage).text == "stop and summarise"
     assert provider.calls[1].messages[-1].text == "stop and summarise"
     assert not agent.has_queued_messages()
 
@@ -283,10 +299,10 @@ async def test_continue_from_an_assistant_message_runs_queued_messages():
         await agent.continue_()
     agent.follow_up("later")
     await agent.continue_()
-    assert [m.text for m in agent.state.messages] == ["p", "a", "later", "b"]
+    assert [text_of(m) for m in agent.state.messages] == ["p", "a", "later", "b"]
     agent.steer("now")
     await agent.continue_()
-    assert [m.text for m in agent.state.messages][-2:] == ["now", "c"]
+    assert [text_of(m) for m in agent.state.messages][-2:] == ["now", "c"]
     agent.reset()
     with pytest.raises(ValueError, match="no messages"):
         await agent.continue_()
@@ -336,10 +352,10 @@ async def test_abort_during_streaming_is_recorded_in_the_session():
     agent.subscribe(listener)
     with anyio.fail_after(5):
         new = await agent.prompt("talk")
-    assert new[-1].stop_reason == StopReason.ABORTED
+    assert narrow(new[-1], AssistantMessage).stop_reason == StopReason.ABORTED
     stored = session.build_context().messages
     assert roles(stored) == ["user", "assistant"]
-    assert stored[-1].stop_reason == StopReason.ABORTED
+    assert narrow(stored[-1], AssistantMessage).stop_reason == StopReason.ABORTED
     assert agent.state.error_message
 
 
@@ -366,23 +382,25 @@ async def test_abort_during_a_tool_keeps_the_session_consistent():
             await agent.wait_for_idle()
     stored = session.build_context().messages
     assert roles(stored) == ["user", "assistant", "toolResult", "toolResult", "assistant"]
-    assert stored[2].text == "bash ok"
-    assert stored[3].is_error and "user cancelled" in stored[3].text
-    assert stored[-1].stop_reason == StopReason.ABORTED
-    assert stored[-1].error_message == "Aborted: user cancelled"
+    assert narrow(stored[2], ToolResultMessage).text == "bash ok"
+    cancelled = narrow(stored[3], ToolResultMessage)
+    assert cancelled.is_error and "user cancelled" in cancelled.text
+    last = narrow(stored[-1], AssistantMessage)
+    assert last.stop_reason == StopReason.ABORTED
+    assert last.error_message == "Aborted: user cancelled"
     check_tool_results(stored)
     assert len(provider.calls) == 1
     # The next prompt carries on from the consistent transcript.
     agent.stream_fn = ScriptedProvider(["back"])
     await agent.prompt("again")
-    assert session.build_context().messages[-1].text == "back"
+    assert narrow(session.build_context().messages[-1], AssistantMessage).text == "back"
 
 
 async def test_abort_when_idle_does_nothing():
     agent, _ = make_agent(["x"])
     agent.abort()
     await agent.prompt("fine")
-    assert agent.state.messages[-1].text == "x"
+    assert narrow(agent.state.messages[-1], AssistantMessage).text == "x"
 
 
 # --- sessions -----------------------------------------------------------------------------------
@@ -396,8 +414,9 @@ async def test_each_message_is_in_the_session_when_its_message_end_fires():
     def listener(event: AgentEvent) -> None:
         if event.type == "message_end":
             stored = session.build_context().messages
-            counts.append((event.message.role, len(stored)))
-            assert stored[-1] is event.message or stored[-1].to_json() == event.message.to_json()
+            message = narrow(event, MessageEndEvent).message
+            counts.append((message.role, len(stored)))
+            assert stored[-1] is message or stored[-1].to_json() == message.to_json()
 
     agent.subscribe(listener)
     await agent.prompt("go")
@@ -470,7 +489,9 @@ async def test_added_tool_names_activate_tools_and_are_recorded():
     assert [t.name for t in agent.available_tools] == ["extra", "load"]
     await agent.prompt("go")
     assert [t.name for t in agent.state.tools] == ["load", "extra"]
-    assert [m.text for m in agent.state.messages if m.role == "toolResult"] == [
+    assert [
+        narrow(m, ToolResultMessage).text for m in agent.state.messages if m.role == "toolResult"
+    ] == [
         "loaded",
         "extra ok",
     ]
@@ -483,13 +504,13 @@ async def test_added_tool_names_activate_tools_and_are_recorded():
         for i, e in enumerate(entries)
         if getattr(e, "active_tool_names", None) == ["load", "extra"]
     )
-    assert (
-        isinstance(entries[index - 1], MessageEntry)
-        and entries[index - 1].message.role == "toolResult"
-    )
+    before = entries[index - 1]
+    assert isinstance(before, MessageEntry) and before.message.role == "toolResult"
     # The tool result's own usage (a sub-agent's tokens, say) counts in the session's stats.
     assistant_tokens = sum(
-        m.usage.total_tokens for m in agent.state.messages if m.role == "assistant"
+        narrow(m, AssistantMessage).usage.total_tokens
+        for m in agent.state.messages
+        if m.role == "assistant"
     )
     assert session.stats().total_tokens == assistant_tokens + 10
 
@@ -528,7 +549,8 @@ async def test_resume_from_a_session(tmp_path: Path):
         assert next(m.text for m in provider.calls[0].messages) == "remember 42"
         # Nothing changed, so only the two new messages were appended.
         assert len(reopened.get_entries()) == before + 2
-        assert reopened.build_context().messages[-1].text == "you said 42"
+        last = narrow(reopened.build_context().messages[-1], AssistantMessage)
+        assert last.text == "you said 42"
 
         # resolve_model supplies the full record; an explicit thinking level wins.
         full = scripted_model("m1", context_window=1000)
@@ -558,7 +580,7 @@ async def test_resume_after_max_turns_with_continue():
         session, stream_fn=ScriptedProvider(["wrapped up"]), tools=[make_tool("bash")]
     )
     new = await resumed.continue_()
-    assert roles(new) == ["assistant"] and new[0].text == "wrapped up"
+    assert roles(new) == ["assistant"] and narrow(new[0], AssistantMessage).text == "wrapped up"
     assert roles(session.build_context().messages) == [
         "user",
         "assistant",
@@ -610,11 +632,14 @@ async def test_a_passing_model_error_is_run_again_and_the_failure_kept_in_the_se
         ("start", 2, 3, 0.02),
         ("end", True, 2, None),
     ]
-    assert new[-1].text == "Done." and new[-1].stop_reason == StopReason.STOP
+    last = narrow(new[-1], AssistantMessage)
+    assert last.text == "Done." and last.stop_reason == StopReason.STOP
     # The transcript holds no failed answer; the session keeps both for the record.
     assert roles(agent.state.messages) == ["user", "assistant"]
     stored = session.build_context().messages
-    assert [m.stop_reason for m in stored[1:]] == [StopReason.ERROR] * 2 + [StopReason.STOP]
+    assert [narrow(m, AssistantMessage).stop_reason for m in stored[1:]] == [
+        StopReason.ERROR
+    ] * 2 + [StopReason.STOP]
     # Each retry asked the model with the transcript as it was before the failure.
     assert [roles(c.messages) for c in provider.calls] == [["user"]] * 3
 
@@ -627,7 +652,7 @@ async def test_retrying_gives_up_after_max_retries():
     agent.subscribe(events.append)
     with anyio.fail_after(5):
         new = await agent.prompt("go")
-    assert new[-1].stop_reason == StopReason.ERROR
+    assert narrow(new[-1], AssistantMessage).stop_reason == StopReason.ERROR
     assert retry_events(events)[-1] == ("end", False, 2, OVERLOADED)
     assert len(provider.calls) == 3
 
@@ -651,7 +676,7 @@ async def test_errors_that_would_fail_again_are_not_retried(error: str):
     agent.subscribe(events.append)
     with anyio.fail_after(5):
         new = await agent.prompt("go")
-    assert new[-1].error_message == error
+    assert narrow(new[-1], AssistantMessage).error_message == error
     assert retry_events(events) == []
     assert len(provider.calls) == 1
 
@@ -670,7 +695,7 @@ async def test_abort_while_waiting_to_retry_ends_the_run_at_once():
     agent.subscribe(events.append)
     with anyio.fail_after(5):
         new = await agent.prompt("go")
-    assert new[-1].stop_reason == StopReason.ERROR
+    assert narrow(new[-1], AssistantMessage).stop_reason == StopReason.ERROR
     assert retry_events(events)[-1] == ("end", False, 1, "aborted while waiting")
     assert len(provider.calls) == 1
     assert not agent.is_running
@@ -690,7 +715,7 @@ async def test_an_abort_just_after_the_failed_answer_stops_the_retry():
     with anyio.fail_after(5):
         new = await agent.prompt("go")
     assert len(provider.calls) == 1
-    assert new[-1].stop_reason == StopReason.ERROR
+    assert narrow(new[-1], AssistantMessage).stop_reason == StopReason.ERROR
 
 
 async def test_the_retry_count_starts_again_after_an_answer_that_worked():
@@ -708,7 +733,7 @@ async def test_the_retry_count_starts_again_after_an_answer_that_worked():
     agent.subscribe(events.append)
     with anyio.fail_after(5):
         new = await agent.prompt("go")
-    assert new[-1].text == "Done."
+    assert narrow(new[-1], AssistantMessage).text == "Done."
     assert retry_events(events) == [
         ("start", 1, 1, 0.01),
         ("end", True, 1, None),

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from agent_support import pi_v3
 from mcp_support import search_index_marks
+from narrow import narrow
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -30,6 +31,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.messages import UserMessage as User
+from mcp_agent.sessions import ThinkingLevelChangeEntry
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
 
@@ -752,7 +754,14 @@ def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any)
 
 def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    command = [sys.executable, "-m", "mcp_agent", "run", b"caf\xe9 ok", "--model"]
+    command: list[str | bytes] = [
+        sys.executable,
+        "-m",
+        "mcp_agent",
+        "run",
+        b"caf\xe9 ok",
+        "--model",
+    ]
     done = subprocess.run(
         [*command, "scripted:echo", "--db", str(db)], capture_output=True, env=clean_env()
     )
@@ -760,7 +769,7 @@ def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
     assert "caf\ufffd ok" in done.stdout.decode()  # the byte that was not UTF-8, replaced
     with SqliteSessionRepo(db) as repo:
         [info] = repo.list().items
-        first = repo.open(info.id).build_context().messages[0]
+        first = narrow(repo.open(info.id).build_context().messages[0], User)
     assert content_text(first.content) == "caf\ufffd ok"
 
 
@@ -850,7 +859,7 @@ def test_chat_from_piped_stdin(db: Path) -> None:
         assert session.build_context().thinking_level == "off"  # the new branch has no change
         first_branch = session.get_branch(roots[0].children[0].entry.id)
         assert first_branch[0].type == "thinking_level_change"
-        assert first_branch[0].thinking_level == "high"  # type: ignore[union-attr]
+        assert narrow(first_branch[0], ThinkingLevelChangeEntry).thinking_level == "high"
 
 
 def test_chat_records_the_thinking_level_the_model_can_do(
@@ -873,7 +882,7 @@ def test_chat_records_the_thinking_level_the_model_can_do(
         (listed,) = repo.list().items
         session = repo.open(listed.id)
         (change,) = session.find_entries("thinking_level_change")
-        assert change.thinking_level == "off"  # type: ignore[attr-defined]
+        assert narrow(change, ThinkingLevelChangeEntry).thinking_level == "off"
         assert session.build_context().thinking_level == "off"
 
 

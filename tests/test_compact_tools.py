@@ -245,10 +245,10 @@ async def test_an_automatic_compaction_is_announced_as_progress(
         default_model="small",
     )
     server = build_server(settings, models={"small": small})
-    progress: list[str] = []
+    announced: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        announced.append(message or "")
 
     async with Client(server) as client:
         sid, _ = await long_session(client)
@@ -258,11 +258,11 @@ async def test_an_automatic_compaction_is_announced_as_progress(
         assert not result.is_error
         entries = await call(client, "session_get", session_id=sid, view="entries", limit=0)
     (compaction,) = [e for e in entries["entries"] if e["type"] == "compaction"]
-    starts = [p for p in progress if p.startswith("auto_compaction_start")]
-    ends = [p for p in progress if p.startswith("auto_compaction_end")]
+    starts = [p for p in announced if p.startswith("auto_compaction_start")]
+    ends = [p for p in announced if p.startswith("auto_compaction_end")]
     assert starts == [
         "auto_compaction_start: the context passed the compaction threshold: compacting the session"
     ]
     assert len(ends) == 1 and ends[0].startswith("auto_compaction_end: compacted: about ")
     assert f"(entry {compaction['id']})" in ends[0]
-    assert progress.index(starts[0]) < progress.index(ends[0])
+    assert announced.index(starts[0]) < announced.index(ends[0])

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+from narrow import narrow
 
 from mcp_agent.abort import AbortController
 from mcp_agent.agent import Agent, AgentBusyError
@@ -40,6 +41,7 @@ from mcp_agent.events import (
 )
 from mcp_agent.messages import (
     COMPACTION_SUMMARY_PREFIX,
+    AssistantContent,
     AssistantMessage,
     BaseMessage,
     BranchSummaryMessage,
@@ -87,7 +89,9 @@ def user(text: str) -> UserMessage:
 
 
 def assistant(*blocks: str | ToolCall, usage: int = 0, **fields: Any) -> AssistantMessage:
-    content = [TextContent(text=b) if isinstance(b, str) else b for b in blocks]
+    content: list[AssistantContent] = [
+        TextContent(text=b) if isinstance(b, str) else b for b in blocks
+    ]
     calls = any(isinstance(b, ToolCall) for b in blocks)
     fields.setdefault("stop_reason", StopReason.TOOL_USE if calls else StopReason.STOP)
     return AssistantMessage(
@@ -388,7 +392,10 @@ async def test_a_second_compaction_updates_the_first_summary_and_keeps_file_list
     messages = session.build_context().messages
     summaries = [m for m in messages if isinstance(m, CompactionSummaryMessage)]
     assert len(summaries) == 1 and summaries[0].summary == second.summary
-    assert messages[0] is summaries[0] or messages[0].summary == second.summary
+    assert (
+        messages[0] is summaries[0]
+        or narrow(messages[0], CompactionSummaryMessage).summary == second.summary
+    )
     assert len(compactions(session)) == 2
 
 
@@ -458,7 +465,7 @@ def read_tool() -> AgentTool:
 
 def compacting_agent(
     session: Session, script: list[Any], summarizer: Summarizer, **settings: Any
-) -> tuple[Agent, ScriptedProvider]:
+) -> tuple[SessionAgent, ScriptedProvider]:
     provider = ScriptedProvider(script)
     settings.setdefault("reserve_tokens", RESERVE)
     settings.setdefault("keep_recent_tokens", 1_000)
@@ -472,9 +479,9 @@ def compacting_agent(
     return agent, provider
 
 
-def compaction_events(agent: Agent) -> list[AgentEvent]:
+def compaction_events(agent: Agent) -> list[AutoCompactionStartEvent | AutoCompactionEndEvent]:
     """The compaction events ``agent`` sends from now on (filled in as it runs)."""
-    seen: list[AgentEvent] = []
+    seen: list[AutoCompactionStartEvent | AutoCompactionEndEvent] = []
 
     def listen(event: AgentEvent) -> None:
         if isinstance(event, AutoCompactionStartEvent | AutoCompactionEndEvent):
@@ -554,11 +561,13 @@ async def test_overflow_compacts_and_retries_once() -> None:
         ("auto_compaction_start", "overflow"),
         ("auto_compaction_end", "overflow"),
     ]
-    assert events[1].will_retry and events[1].result is not None
+    end = narrow(events[1], AutoCompactionEndEvent)
+    assert end.will_retry and end.result is not None
 
     assert len(provider.calls) == 2 and len(compactions(session)) == 1
     assert [m.role for m in new] == ["user", "assistant", "assistant"]
-    assert new[1].stop_reason == StopReason.ERROR and new[-1].text == "recovered"
+    assert narrow(new[1], AssistantMessage).stop_reason == StopReason.ERROR
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
     retried = provider.calls[1]
     assert content_text(retried.messages[0].content).startswith(COMPACTION_SUMMARY_PREFIX)
     assert content_text(retried.messages[-1].content) == "next"
@@ -570,7 +579,7 @@ async def test_overflow_compacts_and_retries_once() -> None:
     stored = [e.message for e in message_entries(session)]
     assert any(getattr(m, "error_message", None) == OVERFLOW for m in stored)
     assert all(getattr(m, "stop_reason", None) != StopReason.ERROR for m in agent.state.messages)
-    assert agent.state.messages[-1].text == "recovered"
+    assert narrow(agent.state.messages[-1], AssistantMessage).text == "recovered"
 
 
 async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:
@@ -587,7 +596,7 @@ async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:
     with anyio.fail_after(5):
         new = await agent.prompt("next")
     assert len(provider.calls) == 3 and len(compactions(session)) == 1
-    assert new[-1].text == "recovered"
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
 
 
 async def test_overflow_is_retried_exactly_once() -> None:
@@ -609,7 +618,8 @@ async def test_overflow_is_retried_exactly_once() -> None:
     assert len(provider.calls) == 3 and provider.remaining == 1
     assert len(compactions(session)) == 1 and len(summarizer.prompts) == 1
     assert [m.role for m in new] == ["user", "assistant", "assistant", "toolResult", "assistant"]
-    assert new[-1].stop_reason == StopReason.ERROR and new[-1].error_message == OVERFLOW
+    last = narrow(new[-1], AssistantMessage)
+    assert last.stop_reason == StopReason.ERROR and last.error_message == OVERFLOW
 
 
 async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
@@ -626,7 +636,7 @@ async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
     assert isinstance(end, AutoCompactionEndEvent) and end.result is None
     assert "down" in (end.error_message or "") and not end.aborted
     assert describe_event(end).startswith("compaction failed: ")
-    assert new[-1].error_message == OVERFLOW
+    assert narrow(new[-1], AssistantMessage).error_message == OVERFLOW
     assert agent.state.error_message is not None and "down" in agent.state.error_message
     assert not agent.is_compacting and not agent.is_running
 
@@ -684,7 +694,7 @@ async def test_branch_summary_covers_exactly_the_abandoned_entries() -> None:
     assert entry.usage is not None and entry.usage.total_tokens == 35
     messages = session.build_context().messages
     assert isinstance(messages[-1], BranchSummaryMessage)
-    assert "branch A question" in content_text(messages[2].content)
+    assert "branch A question" in content_text(narrow(messages[2], UserMessage).content)
 
 
 async def test_branch_summary_back_to_an_ancestor() -> None:
@@ -749,9 +759,10 @@ async def test_abort_during_an_automatic_compaction_writes_nothing() -> None:
             await agent.wait_for_idle()
     assert compactions(session) == [] and provider.calls == []
     assert [e.type for e in events] == ["auto_compaction_start", "auto_compaction_end"]
-    assert events[1].aborted and events[1].result is None  # type: ignore[attr-defined]
+    end = narrow(events[1], AutoCompactionEndEvent)
+    assert end.aborted and end.result is None
     assert [m.role for m in outcome] == ["user", "assistant"]
-    assert outcome[-1].stop_reason == StopReason.ABORTED
+    assert narrow(outcome[-1], AssistantMessage).stop_reason == StopReason.ABORTED
     new_entries = session.get_entries()[len(before) :]
     assert [e.message.role for e in new_entries if isinstance(e, MessageEntry)] == [
         "user",

@@ -12,16 +12,19 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 from mcp_support import agent_server, tool_responder, tool_server
+from narrow import narrow
 
 from mcp_agent.providers.scripted import ScriptedProvider, reply
+from mcp_agent.sessions import MessageEntry
 
 pytestmark = pytest.mark.anyio
 
 
 async def run(client: Client, prompt: str, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool("agent_run", {"prompt": prompt, **arguments})
-    assert not result.is_error, result.content[0].text
+    assert not result.is_error, narrow(result.content[0], TextContent).text
     return result.structured_content
 
 
@@ -154,7 +157,10 @@ async def test_parent_agent_runs_a_child_agent_over_stdio(tmp_path: Path) -> Non
     with SqliteSessionRepo(child_db) as repo:
         child = repo.open(child_run["sessionId"])
         assert child.header.parent_session == done["sessionId"]
-        assert [e.message.role for e in child.get_branch() if e.type == "message"] == [
+        roles = [
+            narrow(e, MessageEntry).message.role for e in child.get_branch() if e.type == "message"
+        ]
+        assert roles == [
             "user",
             "assistant",
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from pathlib import Path
 
 from mcp_agent.sessions import SqliteSessionRepo
 from mcp_agent.sessions.kept import Kept
@@ -107,7 +108,7 @@ def test_threads_keep_the_books_straight() -> None:
     assert total == kept.weight
 
 
-def test_a_repo_keeps_many_sessions_open(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_repo_keeps_many_sessions_open(tmp_path: Path) -> None:
     # A server's clients work in many sessions at once: going back to one of them finds it
     # open (no second read of its row and header, its caches as they were).
     with SqliteSessionRepo(tmp_path / "s.db") as repo:

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
 import pytest
 from agent_support import check_tool_results
+from narrow import narrow, present
 
 from mcp_agent.abort import AbortController, AbortSignal
-from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
+from mcp_agent.events import (
+    AgentEndEvent,
+    AgentEndReason,
+    AgentEvent,
+    MessageEndEvent,
+    MessageStartEvent,
+    MessageUpdateEvent,
+    TextDeltaEvent,
+    ThinkingDeltaEvent,
+    ToolExecutionEndEvent,
+    ToolExecutionStartEvent,
+    ToolExecutionUpdateEvent,
+    TurnEndEvent,
+    describe_event,
+)
 from mcp_agent.loop import (
     AfterToolCallContext,
     AfterToolCallResult,
@@ -31,7 +46,7 @@ from mcp_agent.messages import (
     Usage,
     UserMessage,
 )
-from mcp_agent.providers.base import LlmContext, StreamOptions
+from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
     ScriptedResponse,
@@ -95,10 +110,16 @@ class Recorder:
         out = []
         for event in self.events:
             if event.type == "message_update":
-                out.append(f"message_update:{event.assistant_message_event.type}")
+                update = narrow(event, MessageUpdateEvent)
+                out.append(f"message_update:{update.assistant_message_event.type}")
             elif event.type in ("message_start", "message_end"):
+                assert isinstance(event, MessageStartEvent | MessageEndEvent)
                 out.append(f"{event.type}:{event.message.role}")
             elif event.type.startswith("tool_execution"):
+                assert isinstance(
+                    event,
+                    ToolExecutionStartEvent | ToolExecutionUpdateEvent | ToolExecutionEndEvent,
+                )
                 out.append(f"{event.type}:{event.tool_call_id}")
             else:
                 out.append(event.type)
@@ -185,6 +206,7 @@ async def test_example_1_event_order_and_transcript():
         {"type": "text", "text": "I'll check the directory for you."},
         {"type": "toolCall", "id": "tc_123", "name": "bash", "arguments": {"command": "ls -la"}},
     ]
+    assert isinstance(assistant, AssistantMessage)
     assert assistant.stop_reason == StopReason.TOOL_USE
     assert assistant.usage.input > 0 and assistant.usage.output > 0
     assert isinstance(result, ToolResultMessage)
@@ -194,15 +216,17 @@ async def test_example_1_event_order_and_transcript():
         "file1.md\nfile2.md\n",
         False,
     )
+    assert isinstance(answer, AssistantMessage)
     assert answer.stop_reason == StopReason.STOP
     assert recorder.end.messages == messages
     assert recorder.end.reason == AgentEndReason.COMPLETED
     # transform_context ran before each model call; the provider saw the converted context.
     assert seen_by_transform == [["user"], ["user", "assistant", "toolResult"]]
     first, second = provider.calls
-    assert first.system_prompt == "You are terse." and [t.name for t in first.tools] == ["bash"]
+    assert first.system_prompt == "You are terse."
+    assert [t.name for t in present(first.tools)] == ["bash"]
     assert [m.role for m in second.messages] == ["user", "assistant", "toolResult"]
-    turn_ends = [e for e in recorder.events if e.type == "turn_end"]
+    turn_ends = [narrow(e, TurnEndEvent) for e in recorder.events if e.type == "turn_end"]
     assert turn_ends[0].message is assistant and turn_ends[0].tool_results == [result]
     assert all(describe_event(e) for e in recorder.events)
 
@@ -210,15 +234,18 @@ async def test_example_1_event_order_and_transcript():
 async def test_message_updates_carry_each_delta():
     provider = ScriptedProvider([reply(thinking("hmm, let me see"), "abcdefghij")], chunk_size=4)
     _, recorder = await run(provider)
-    updates = [e for e in recorder.events if e.type == "message_update"]
+    updates = [narrow(e, MessageUpdateEvent) for e in recorder.events if e.type == "message_update"]
     deltas = [
-        e.assistant_message_event.delta
+        narrow(e.assistant_message_event, TextDeltaEvent).delta
         for e in updates
         if e.assistant_message_event.type == "text_delta"
     ]
     assert deltas == ["abcd", "efgh", "ij"]
     thoughts = [e for e in updates if e.assistant_message_event.type == "thinking_delta"]
-    assert "".join(e.assistant_message_event.delta for e in thoughts) == "hmm, let me see"
+    assert (
+        "".join(narrow(e.assistant_message_event, ThinkingDeltaEvent).delta for e in thoughts)
+        == "hmm, let me see"
+    )
     assert all(isinstance(e.message, AssistantMessage) for e in updates)
 
 
@@ -342,10 +369,12 @@ async def test_unknown_tool_invalid_arguments_and_exceptions_become_error_result
     assert results["4"].is_error and results["4"].text == "disk on fire"
     assert not results["5"].is_error
     # The loop went on: the model saw the errors and answered.
-    assert messages[-1].text == "sorry"
+    assert narrow(messages[-1], AssistantMessage).text == "sorry"
     seen = [m for m in provider.calls[1].messages if isinstance(m, ToolResultMessage)]
     assert [m.is_error for m in seen] == [True, True, True, True, False]
-    ends = [e for e in recorder.events if e.type == "tool_execution_end"]
+    ends = [
+        narrow(e, ToolExecutionEndEvent) for e in recorder.events if e.type == "tool_execution_end"
+    ]
     assert [e.is_error for e in ends] == [True, True, True, True, False]
 
 
@@ -361,7 +390,7 @@ async def test_prepare_arguments_runs_before_validation():
     provider = ScriptedProvider([reply(tool_call("count", {"n": "3"})), reply("ok")])
     messages, _ = await run(provider, tools=[tool])
     assert got == {"n": 3}
-    assert not messages[2].is_error
+    assert not narrow(messages[2], ToolResultMessage).is_error
 
 
 async def test_tool_calls_of_an_answer_cut_off_at_the_output_limit_do_not_run():
@@ -381,7 +410,7 @@ async def test_tool_calls_of_an_answer_cut_off_at_the_output_limit_do_not_run():
     assert results["1"].is_error and "cut off at the output token limit" in results["1"].text
     assert "Issue the call again" in results["1"].text
     assert ran == [{"command": "ls"}]  # only the call of the complete answer ran
-    assert messages[-1].text == "done"
+    assert narrow(messages[-1], AssistantMessage).text == "done"
 
 
 async def test_a_strict_schemas_nullable_arguments_may_be_left_out():
@@ -432,13 +461,15 @@ async def test_tool_updates_are_emitted_between_start_and_end():
         "tool_execution_update",
         "tool_execution_end",
     ]
-    assert [e.partial_result.content[0].text for e in tool_events[1:4]] == [
+    assert [
+        narrow(e, ToolExecutionUpdateEvent).partial_result.content[0].text for e in tool_events[1:4]
+    ] == [
         "step 0",
         "step 1",
         "step 2",
     ]
-    assert messages[2].details == {"steps": 3}
-    assert tool_events[-1].result.details == {"steps": 3}
+    assert narrow(messages[2], ToolResultMessage).details == {"steps": 3}
+    assert narrow(tool_events[-1], ToolExecutionEndEvent).result.details == {"steps": 3}
 
 
 async def test_tool_gets_the_tool_context_and_usage_is_kept():
@@ -453,7 +484,7 @@ async def test_tool_gets_the_tool_context_and_usage_is_kept():
     provider = ScriptedProvider([reply(tool_call("sub", id="s1")), reply("ok")])
     messages, _ = await run(provider, tools=[make_tool("sub", execute)], tool_context={"cwd": "/"})
     assert seen == [("s1", {"cwd": "/"}, True)]
-    assert messages[2].usage.total_tokens == 15
+    assert present(narrow(messages[2], ToolResultMessage).usage).total_tokens == 15
     assert messages[2].to_json_dict()["usage"]["totalTokens"] == 15
 
 
@@ -539,9 +570,12 @@ async def test_after_hook_overrides_content_details_error_and_terminate():
         {"redacted": True},
         True,
     )
-    assert seen[0].result.content[0].text == "file1.md\nfile2.md\n" and not seen[0].is_error
+    assert narrow(seen[0].result.content[0], TextContent).text == "file1.md\nfile2.md\n"
+    assert not seen[0].is_error
     assert seen[0].args == {"command": "cat secrets"}
-    end = next(e for e in recorder.events if e.type == "tool_execution_end")
+    end = narrow(
+        next(e for e in recorder.events if e.type == "tool_execution_end"), ToolExecutionEndEvent
+    )
     assert end.is_error and end.result.content[0].text == "[redacted]"
     assert recorder.end.reason == AgentEndReason.TERMINATED
     assert len(provider.calls) == 1  # terminate: no second model call
@@ -550,7 +584,8 @@ async def test_after_hook_overrides_content_details_error_and_terminate():
 async def test_after_hook_returning_none_keeps_the_result():
     provider = ScriptedProvider([reply(tool_call("bash", {"command": "ls"})), reply("ok")])
     messages, _ = await run(provider, after_tool_call=lambda ctx, signal: None)
-    assert messages[2].text == "file1.md\nfile2.md\n" and not messages[2].is_error
+    result = narrow(messages[2], ToolResultMessage)
+    assert result.text == "file1.md\nfile2.md\n" and not result.is_error
 
 
 # --- terminate ----------------------------------------------------------------------------------
@@ -572,7 +607,7 @@ async def test_terminate_only_when_every_result_asks():
     )
     messages, recorder = await run(provider, tools=tools)
     assert recorder.end.reason == AgentEndReason.COMPLETED
-    assert messages[-1].text == "went on"
+    assert narrow(messages[-1], AssistantMessage).text == "went on"
 
 
 # --- steering and follow-ups --------------------------------------------------------------------
@@ -613,7 +648,10 @@ async def test_steering_after_a_turn_without_tools_keeps_the_agent_going():
     messages, recorder = await run(
         provider, get_steering_messages=lambda: queue.pop(0) if queue else []
     )
-    assert [m.text for m in messages if m.role == "assistant"] == ["first", "second"]
+    assert [narrow(m, AssistantMessage).text for m in messages if m.role == "assistant"] == [
+        "first",
+        "second",
+    ]
     assert recorder.end.reason == AgentEndReason.COMPLETED
 
 
@@ -642,7 +680,7 @@ async def test_follow_ups_only_when_the_agent_would_stop():
         "user",
         "assistant",
     ]
-    assert messages[-1].text == "then this"
+    assert narrow(messages[-1], AssistantMessage).text == "then this"
 
 
 # --- abort --------------------------------------------------------------------------------------
@@ -658,7 +696,10 @@ async def test_abort_while_streaming_records_an_aborted_message():
 
     def listener(event: AgentEvent) -> None:
         recorder(event)
-        if event.type == "message_update" and event.assistant_message_event.type == "text_delta":
+        if (
+            event.type == "message_update"
+            and narrow(event, MessageUpdateEvent).assistant_message_event.type == "text_delta"
+        ):
             controller.abort()
 
     recorder = Recorder()
@@ -696,7 +737,7 @@ async def test_abort_reaches_a_provider_that_ignores_it():
                 config_for(provider, signal=controller.signal, abort_grace=0.05),
                 recorder,
             )
-    last = messages[-1]
+    last = narrow(messages[-1], AssistantMessage)
     assert last.stop_reason == StopReason.ABORTED
     assert last.error_message == "Aborted: user pressed escape"
     assert 0 < len(last.text) < 100
@@ -712,7 +753,7 @@ async def test_abort_mid_tool_call_stream_leaves_results_for_the_calls():
         recorder(event)
         if (
             event.type == "message_update"
-            and event.assistant_message_event.type == "toolcall_delta"
+            and narrow(event, MessageUpdateEvent).assistant_message_event.type == "toolcall_delta"
         ):
             controller.abort()
 
@@ -722,8 +763,9 @@ async def test_abort_mid_tool_call_stream_leaves_results_for_the_calls():
         [user("go")], AgentContext("", []), config_for(provider, signal=controller.signal), listener
     )
     assert [m.role for m in messages] == ["user", "assistant", "toolResult"]
-    assert messages[1].stop_reason == StopReason.ABORTED
-    assert messages[2].is_error and messages[2].tool_call_id == "c1"
+    assert narrow(messages[1], AssistantMessage).stop_reason == StopReason.ABORTED
+    result = narrow(messages[2], ToolResultMessage)
+    assert result.is_error and result.tool_call_id == "c1"
     check_tool_results(messages)
 
 
@@ -774,6 +816,9 @@ async def test_abort_during_a_tool(honours_signal: bool):
         "assistant",
     ]
     quick_result, slow_result, last = messages[2:]
+    assert isinstance(quick_result, ToolResultMessage)
+    assert isinstance(slow_result, ToolResultMessage)
+    assert isinstance(last, AssistantMessage)
     assert quick_result.text == "quick" and not quick_result.is_error
     assert slow_result.is_error
     if honours_signal:
@@ -811,7 +856,7 @@ async def test_abort_skips_tools_not_started_in_sequential_mode():
         == recorder.types.count("tool_execution_end")
         == 3
     )
-    assert messages[-1].stop_reason == StopReason.ABORTED
+    assert narrow(messages[-1], AssistantMessage).stop_reason == StopReason.ABORTED
     check_tool_results(messages)
 
 
@@ -825,8 +870,8 @@ async def test_the_before_hook_sees_the_abort():
 
     provider = ScriptedProvider([reply(tool_call("bash", {"command": "ls"}, id="1"))])
     messages, _ = await run(provider, before_tool_call=before, signal=controller.signal)
-    assert messages[2].text == "Tool call not executed (Aborted)"
-    assert messages[-1].stop_reason == StopReason.ABORTED
+    assert narrow(messages[2], ToolResultMessage).text == "Tool call not executed (Aborted)"
+    assert narrow(messages[-1], AssistantMessage).stop_reason == StopReason.ABORTED
 
 
 # --- provider failures --------------------------------------------------------------------------
@@ -835,7 +880,7 @@ async def test_the_before_hook_sees_the_abort():
 async def test_provider_error_is_an_assistant_message_and_ends_the_run():
     provider = ScriptedProvider([provider_error("rate limited (429)", "partial ans")])
     messages, recorder = await run(provider)
-    last = messages[-1]
+    last = narrow(messages[-1], AssistantMessage)
     assert last.stop_reason == StopReason.ERROR and last.error_message == "rate limited (429)"
     assert last.text == "partial ans"
     assert recorder.end.reason == AgentEndReason.ERROR
@@ -853,8 +898,9 @@ async def test_a_stream_fn_that_raises_is_contained():
         AgentLoopConfig(model=scripted_model(), stream_fn=raising),
         recorder,
     )
-    assert messages[-1].stop_reason == StopReason.ERROR
-    assert messages[-1].error_message == "provider failed: no route to host"
+    failed = narrow(messages[-1], AssistantMessage)
+    assert failed.stop_reason == StopReason.ERROR
+    assert failed.error_message == "provider failed: no route to host"
     assert recorder.compact()[-4:] == [
         "message_start:assistant",
         "message_end:assistant",
@@ -866,10 +912,12 @@ async def test_a_stream_fn_that_raises_is_contained():
         [reply("half", tool_call("bash", {"command": "ls"}, id="c"), raise_error="stream reset")]
     )
     messages, recorder = await run(provider)
-    assert messages[1].stop_reason == StopReason.ERROR
-    assert messages[1].error_message == "provider failed: stream reset"
-    assert messages[1].text == "half"
-    assert messages[2].tool_call_id == "c" and messages[2].is_error  # never ran
+    answer = narrow(messages[1], AssistantMessage)
+    assert answer.stop_reason == StopReason.ERROR
+    assert answer.error_message == "provider failed: stream reset"
+    assert answer.text == "half"
+    result = narrow(messages[2], ToolResultMessage)
+    assert result.tool_call_id == "c" and result.is_error  # never ran
     check_tool_results(messages)
 
 
@@ -882,8 +930,9 @@ async def test_a_stream_without_a_final_event_and_async_stream_fns():
             yield event
 
     messages, _ = await run(ScriptedProvider([]), tools=[])  # exhausted script → error message
-    assert messages[-1].stop_reason == StopReason.ERROR
-    assert "script exhausted" in messages[-1].error_message
+    exhausted = narrow(messages[-1], AssistantMessage)
+    assert exhausted.stop_reason == StopReason.ERROR
+    assert "script exhausted" in present(exhausted.error_message)
 
     recorder = Recorder()
     messages = await agent_loop(
@@ -892,11 +941,9 @@ async def test_a_stream_without_a_final_event_and_async_stream_fns():
         AgentLoopConfig(model=scripted_model(), stream_fn=no_final),
         recorder,
     )
-    assert messages[-1].text == "cut short"
-    assert (
-        messages[-1].error_message
-        == "provider failed: the provider stream ended without a final message"
-    )
+    cut = narrow(messages[-1], AssistantMessage)
+    assert cut.text == "cut short"
+    assert cut.error_message == "provider failed: the provider stream ended without a final message"
 
     async def awaitable_stream_fn(model, context, options):  # returns the iterator
         return ScriptedProvider(["fine"])(model, context, options)
@@ -904,10 +951,12 @@ async def test_a_stream_without_a_final_event_and_async_stream_fns():
     messages = await agent_loop(
         [user("go")],
         AgentContext("", []),
-        AgentLoopConfig(model=scripted_model(), stream_fn=awaitable_stream_fn),
+        # The loop also takes a stream_fn whose coroutine returns the iterator; StreamFn does
+        # not declare that form.
+        AgentLoopConfig(model=scripted_model(), stream_fn=cast(StreamFn, awaitable_stream_fn)),
         recorder,
     )
-    assert messages[-1].text == "fine"
+    assert narrow(messages[-1], AssistantMessage).text == "fine"
 
 
 async def test_a_failing_transform_context_is_an_error_message():
@@ -915,8 +964,9 @@ async def test_a_failing_transform_context_is_an_error_message():
         raise KeyError("missing")
 
     messages, _ = await run(ScriptedProvider(["unused"]), transform_context=transform)
-    assert messages[-1].stop_reason == StopReason.ERROR
-    assert "preparing the model request failed" in messages[-1].error_message
+    failed = narrow(messages[-1], AssistantMessage)
+    assert failed.stop_reason == StopReason.ERROR
+    assert "preparing the model request failed" in present(failed.error_message)
 
 
 async def test_listener_errors_propagate():
@@ -952,8 +1002,8 @@ async def test_added_tool_names_activate_tools_for_the_next_turns():
     assert results["early"].text == "Tool extra not found"  # not active yet in that batch
     assert results["l"].added_tool_names == ["extra", "not-in-pool"]
     assert results["late"].text == "extra ran"
-    assert [t.name for t in provider.calls[0].tools] == ["load"]
-    assert [t.name for t in provider.calls[1].tools] == ["load", "extra"]
+    assert [t.name for t in present(provider.calls[0].tools)] == ["load"]
+    assert [t.name for t in present(provider.calls[1].tools)] == ["load", "extra"]
 
 
 async def test_turn_limit_stops_cleanly():
@@ -975,7 +1025,8 @@ async def test_turn_limit_stops_cleanly():
     # The transcript ends in a tool result, so the run can be continued.
     context = AgentContext("", messages)
     more = await agent_loop_continue(context, config_for(ScriptedProvider(["finally"])), Recorder())
-    assert [m.role for m in more] == ["assistant"] and more[0].text == "finally"
+    assert [m.role for m in more] == ["assistant"]
+    assert narrow(more[0], AssistantMessage).text == "finally"
     with pytest.raises(ValueError):
         AgentLoopConfig(model=scripted_model(), stream_fn=provider, max_turns=0)
 
@@ -1051,16 +1102,20 @@ async def test_scripted_provider_from_data_and_echo():
         ]
     )
     messages, _ = await run(provider)
-    assert [b.type for b in messages[1].content] == ["thinking", "text", "toolCall"]
-    assert messages[-1].text == "plain text"
+    assert [b.type for b in narrow(messages[1], AssistantMessage).content] == [
+        "thinking",
+        "text",
+        "toolCall",
+    ]
+    assert narrow(messages[-1], AssistantMessage).text == "plain text"
     with pytest.raises(ValueError, match="unknown field"):
         ScriptedProvider.from_data([{"txt": "typo"}])
 
     messages, _ = await run(ScriptedProvider.echo(), "say this back")
-    assert messages[-1].text == "say this back"
+    assert narrow(messages[-1], AssistantMessage).text == "say this back"
 
     provider = ScriptedProvider(
         [lambda ctx: f"you said {len(ctx.messages)} thing(s)", ScriptedResponse()]
     )
     messages, _ = await run(provider)
-    assert messages[-1].text == "you said 1 thing(s)"
+    assert narrow(messages[-1], AssistantMessage).text == "you said 1 thing(s)"

@@ -1,7 +1,8 @@
 import json
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
+from narrow import narrow
 
 from mcp_agent.messages import (
     BRANCH_SUMMARY_PREFIX,
@@ -24,6 +25,7 @@ from mcp_agent.messages import (
     ToolCall,
     ToolResultMessage,
     Usage,
+    UserContent,
     UserMessage,
     calculate_cost,
     convert_to_llm,
@@ -135,7 +137,9 @@ def test_a_stop_reason_a_newer_pi_may_add_is_kept_as_it_is() -> None:
     assert isinstance(message, AssistantMessage)
     assert message.stop_reason == "pause_turn"
     assert json.loads(message.to_json()) == data
-    assert parse_message(PI_MESSAGES[2]).stop_reason == StopReason.TOOL_USE
+    assert (
+        narrow(parse_message(PI_MESSAGES[2]), AssistantMessage).stop_reason == StopReason.TOOL_USE
+    )
 
 
 def test_a_role_nobody_registered_is_kept_as_it_is_and_never_sent_to_a_model() -> None:
@@ -151,12 +155,13 @@ def test_a_role_nobody_registered_is_kept_as_it_is_and_never_sent_to_a_model() -
 
 
 def test_a_block_of_a_type_pi_does_not_have_yet_is_kept_as_it_is() -> None:
-    data = {**PI_MESSAGES[2]}
+    data: dict[str, Any] = {**PI_MESSAGES[2]}
     data["content"] = [*data["content"], {"type": "redacted_thinking", "data": "zz"}]
     message = parse_message(data)
     assert isinstance(message, AssistantMessage)
     assert json.loads(message.to_json()) == data
-    assert message.text == parse_message(PI_MESSAGES[2]).text  # it has no text
+    plain = narrow(parse_message(PI_MESSAGES[2]), AssistantMessage)
+    assert message.text == plain.text  # it has no text
     assert [c.name for c in message.tool_calls] == ["bash"]
 
 
@@ -272,12 +277,15 @@ def test_convert_to_llm_matches_seed_example() -> None:
 
     assert result[0] is user and result[1] is assistant
     assert [m.role for m in result] == ["user", "assistant", "user", "user", "user"]
-    assert result[2].content[0].text == "Ran `ls -la`\n```\nfile1.md\nfile2.md\n\n```"
+    assert (
+        narrow(result[2].content[0], TextContent).text
+        == "Ran `ls -la`\n```\nfile1.md\nfile2.md\n\n```"
+    )
     assert result[2].timestamp == 3
-    assert result[3].content[0].text == (
+    assert narrow(result[3].content[0], TextContent).text == (
         COMPACTION_SUMMARY_PREFIX + "Previous conversation compacted" + COMPACTION_SUMMARY_SUFFIX
     )
-    assert "<summary>" in result[3].content[0].text
+    assert "<summary>" in narrow(result[3].content[0], TextContent).text
     assert result[4].content == [TextContent(text="Some custom content")]
 
 
@@ -285,7 +293,8 @@ def test_bash_execution_excluded_and_failures_described() -> None:
     excluded = BashExecutionMessage(command="secret", output="x", exclude_from_context=True)
     assert convert_to_llm_message(excluded) is None
     failed = BashExecutionMessage(command="false", output="", exit_code=1)
-    assert convert_to_llm_message(failed).content[0].text == (
+    described = narrow(convert_to_llm_message(failed), UserMessage)
+    assert narrow(described.content[0], TextContent).text == (
         "Ran `false`\n(no output)\n\nCommand exited with code 1"
     )
     cancelled = BashExecutionMessage(
@@ -295,17 +304,24 @@ def test_bash_execution_excluded_and_failures_described() -> None:
         truncated=True,
         full_output_path="/tmp/out.txt",
     )
-    text = convert_to_llm_message(cancelled).content[0].text
+    described = narrow(convert_to_llm_message(cancelled), UserMessage)
+    text = narrow(described.content[0], TextContent).text
     assert "(command cancelled)" in text and "/tmp/out.txt" in text
 
 
 def test_branch_summary_wrapped_and_custom_blocks_kept() -> None:
     branch = BranchSummaryMessage(summary="went left", from_id="e1", timestamp=1)
-    converted = convert_to_llm_message(branch)
-    assert converted.content[0].text == BRANCH_SUMMARY_PREFIX + "went left" + BRANCH_SUMMARY_SUFFIX
-    blocks = [TextContent(text="a"), ImageContent(data="x", mime_type="image/png")]
+    converted = narrow(convert_to_llm_message(branch), UserMessage)
+    assert (
+        narrow(converted.content[0], TextContent).text
+        == BRANCH_SUMMARY_PREFIX + "went left" + BRANCH_SUMMARY_SUFFIX
+    )
+    blocks: list[UserContent] = [
+        TextContent(text="a"),
+        ImageContent(data="x", mime_type="image/png"),
+    ]
     custom = CustomMessage(custom_type="t", content=blocks, display=False)
-    assert convert_to_llm_message(custom).content == blocks
+    assert narrow(convert_to_llm_message(custom), UserMessage).content == blocks
 
 
 def test_tool_results_pass_through() -> None:

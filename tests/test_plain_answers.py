@@ -87,7 +87,7 @@ async def test_plain_calls_take_the_json_path_and_answer_as_the_others_do(
     server = make_server(tmp_path)
     app = build_http_app(server, ServerSettings(db_path=tmp_path / "sessions.db", no_auth=True))
 
-    async def progress(done: float, total: float | None, message: str | None) -> None:
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
         pass
 
     async with (
@@ -101,7 +101,7 @@ async def test_plain_calls_take_the_json_path_and_answer_as_the_others_do(
         Client(make_server(tmp_path)) as in_process,
     ):
         created = await client.call_tool("session_create", {"name": "plain"})
-        session_id = created.structured_content["id"]  # type: ignore[index]
+        session_id = created.structured_content["id"]
         entry = {"type": "message", "role": "user", "content": "hello"}
         await client.call_tool("session_append", {"session_id": session_id, "entry": entry})
         paths.clear()
@@ -118,4 +118,4 @@ async def test_plain_calls_take_the_json_path_and_answer_as_the_others_do(
         assert not answer.is_error
         assert answer.structured_content == here.structured_content
         assert answer.content == here.content
-    assert plain.structured_content["messages"][-1]["content"] == "hello"  # type: ignore[index]
+    assert plain.structured_content["messages"][-1]["content"] == "hello"

@@ -26,6 +26,7 @@ from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
     make_server,
     search_index_marks,
 )
+from narrow import narrow
 from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
     check_one_run_per_session,
     test_cancel_aborts_and_session_stays_consistent,
@@ -37,9 +38,10 @@ from test_server import (  # noqa: F401  (the same flows, on PostgreSQL)
     user,
 )
 
-from mcp_agent.messages import content_text
+from mcp_agent.messages import UserMessage, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import ScriptedResponse, reply
+from mcp_agent.sessions import MessageEntry
 
 pytestmark = pytest.mark.anyio
 
@@ -209,7 +211,8 @@ def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
     assert errors == [] and len(repos) == 4
     session = repos[0].create(name="made on one")
     session.append_message(user_message("hello"))
-    assert repos[3].open(session.id).get_branch()[-1].message.text == "hello"
+    last = narrow(repos[3].open(session.id).get_branch()[-1], MessageEntry)
+    assert narrow(last.message, UserMessage).text == "hello"
     for repo in repos:
         repo.close()
     with psycopg.connect(postgres_url) as db:
@@ -242,9 +245,7 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     assert "secret" not in str(raised.value)
 
 
-def user_message(text: str):  # type: ignore[no-untyped-def]
-    from mcp_agent.messages import UserMessage
-
+def user_message(text: str) -> UserMessage:
     return UserMessage(content=text)
 
 

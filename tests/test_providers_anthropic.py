@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import pytest
+from narrow import narrow, present
 from providers_support import (
     AbortController,
     FakeLlm,
@@ -31,6 +33,8 @@ from mcp_agent.events import ErrorEvent, TextDeltaEvent, ToolCallDeltaEvent
 from mcp_agent.messages import (
     AssistantMessage,
     ImageContent,
+    Message,
+    Model,
     ModelCost,
     StopReason,
     TextContent,
@@ -68,7 +72,7 @@ def tool(name: str) -> AgentTool:
     )
 
 
-def claude(base_url: str, model_id: str = "claude-sonnet-4-5", **fields) -> object:
+def claude(base_url: str, model_id: str = "claude-sonnet-4-5", **fields) -> Model:
     fields.setdefault("reasoning", True)
     fields.setdefault("max_tokens", 64_000)
     fields.setdefault("input", ["text", "image"])
@@ -160,13 +164,14 @@ async def test_request_headers_body_and_message_conversion() -> None:
     async with script_server() as server:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "ok"), *an_end()]))
         model = claude(server.base)
-        history = [
+        signed: dict[str, Any] = {"thinkingSignature": "sig-1"}
+        history: list[Message] = [
             UserMessage(
                 content=[TextContent(text="see"), ImageContent(data="aGk=", mime_type="image/png")]
             ),
             AssistantMessage(
                 content=[
-                    ThinkingContent(thinking="hmm", thinkingSignature="sig-1"),
+                    ThinkingContent(thinking="hmm", **signed),
                     TextContent(text="Reading."),
                     ToolCall(id="call|with/odd:chars", name="read", arguments={"path": "a"}),
                 ],
@@ -342,6 +347,7 @@ async def test_thinking_with_signature_round_trips() -> None:
             "done",
         ]
         thinking, redacted, text = final.content
+        thinking = narrow(thinking, ThinkingContent)
         assert thinking.thinking == "Let me think."
         assert thinking.to_json_dict() == {
             "type": "thinking",
@@ -349,7 +355,7 @@ async def test_thinking_with_signature_round_trips() -> None:
             "thinkingSignature": "EqQBxyz",
         }
         assert redacted.model_extra == {"thinkingSignature": "opaque", "redacted": True}
-        assert text.text == "The answer."
+        assert narrow(text, TextContent).text == "The answer."
         usage = final.usage
         assert (
             usage.input,
@@ -398,7 +404,7 @@ async def test_refusal_is_an_error() -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "I can"), *an_end("refusal")]))
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR and final.text == "I can"
-        assert "refused" in final.error_message
+        assert "refused" in present(final.error_message)
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -424,7 +430,7 @@ async def test_missing_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
     async with script_server() as server:
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), options()))
-        assert final.error_message.endswith("no API key — set ANTHROPIC_API_KEY")
+        assert present(final.error_message).endswith("no API key — set ANTHROPIC_API_KEY")
         assert server.requests == []
 
 
@@ -444,10 +450,9 @@ async def test_overloaded_gives_up() -> None:
         server.add(*[error_reply(529, "overloaded_error", "Overloaded") for _ in range(4)])
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR
-        assert final.error_message.startswith(
-            f"Anthropic API at {server.base}: 529 Overloaded: Overloaded"
-        )
-        assert "gave up after 4 attempts" in final.error_message
+        error = present(final.error_message)
+        assert error.startswith(f"Anthropic API at {server.base}: 529 Overloaded: Overloaded")
+        assert "gave up after 4 attempts" in error
 
 
 async def test_prompt_too_long_is_context_overflow() -> None:
@@ -458,8 +463,9 @@ async def test_prompt_too_long_is_context_overflow() -> None:
             )
         )
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
-        assert final.error_message.startswith(f"{CONTEXT_OVERFLOW_MARK}: Anthropic API at ")
-        assert "prompt is too long" in final.error_message
+        error = present(final.error_message)
+        assert error.startswith(f"{CONTEXT_OVERFLOW_MARK}: Anthropic API at ")
+        assert "prompt is too long" in error
         assert is_context_overflow(final)
 
 
@@ -481,7 +487,7 @@ async def test_error_event_mid_stream_keeps_partial_text() -> None:
         )
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR and final.text == "Half"
-        assert "overloaded mid-stream: Overloaded" in final.error_message
+        assert "overloaded mid-stream: Overloaded" in present(final.error_message)
 
 
 async def test_dropped_connection_keeps_partial_tool_call() -> None:
@@ -515,7 +521,7 @@ async def test_dropped_connection_keeps_partial_tool_call() -> None:
         )
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR
-        assert "connection broke off mid-stream" in final.error_message
+        assert "connection broke off mid-stream" in present(final.error_message)
         assert final.text == "Writing."
         call = final.tool_calls[0]
         assert call.arguments == {"path": "a.txt", "content": "hel"} and call.partial_json is None
@@ -526,7 +532,7 @@ async def test_missing_message_stop_is_an_error() -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "cut")]))
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR and final.text == "cut"
-        assert "ended before message_stop" in final.error_message
+        assert "ended before message_stop" in present(final.error_message)
 
 
 async def test_malformed_line() -> None:
@@ -534,7 +540,9 @@ async def test_malformed_line() -> None:
         server.add(Reply(body=[an_message_start(), b"<html>502 Bad Gateway</html>\n\n"]))
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR
-        assert "malformed event stream line '<html>502 Bad Gateway</html>'" in final.error_message
+        assert "malformed event stream line '<html>502 Bad Gateway</html>'" in present(
+            final.error_message
+        )
 
 
 async def test_abort_while_stalled() -> None:
@@ -578,10 +586,9 @@ async def test_custom_config_label_and_headers() -> None:
         _, final = await collect(
             stream_anthropic(claude(server.base), user_context(), key(), config=config)
         )
-        assert final.error_message.startswith(
-            f"Proxy API at {server.base}: 403 Forbidden: no access"
-        )
-        assert "PROXY_KEY" in final.error_message
+        error = present(final.error_message)
+        assert error.startswith(f"Proxy API at {server.base}: 403 Forbidden: no access")
+        assert "PROXY_KEY" in error
         body = server.requests[0].json()
         assert server.requests[0].headers["anthropic-beta"] == "x"
         assert body["system"] == [{"type": "text", "text": "You are terse."}]
@@ -590,6 +597,6 @@ async def test_custom_config_label_and_headers() -> None:
 def test_a_block_of_a_type_pi_does_not_have_yet_is_not_sent() -> None:
     from mcp_agent.providers.anthropic import convert_messages
 
-    sent = convert_messages(unknown_blocks_history(), claude("http://127.0.0.1:9"))  # type: ignore[arg-type]
+    sent = convert_messages(unknown_blocks_history(), claude("http://127.0.0.1:9"))
     assert "redacted_thinking" not in json.dumps(sent) and "video" not in json.dumps(sent)
     assert [m["role"] for m in sent] == ["user", "assistant"]

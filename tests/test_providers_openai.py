@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import tracemalloc
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -12,6 +13,7 @@ import pytest
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from narrow import narrow, present
 from providers_support import (
     OA_DONE,
     AbortController,
@@ -39,6 +41,7 @@ from mcp_agent.events import ErrorEvent, TextDeltaEvent, ToolCallDeltaEvent
 from mcp_agent.messages import (
     AssistantMessage,
     ImageContent,
+    Message,
     ModelCost,
     StopReason,
     TextContent,
@@ -175,7 +178,7 @@ async def test_request_body_messages_and_switches() -> None:
             compat=OpenAICompat(max_tokens_field="max_tokens", supports_developer_role=True),
             headers={"X-Provider": "p"},
         )
-        history = [
+        history: list[Message] = [
             UserMessage(
                 content=[TextContent(text="look"), ImageContent(data="aGk=", mime_type="image/png")]
             ),
@@ -274,7 +277,7 @@ async def test_compat_defaults_for_other_servers_and_orphan_tool_calls() -> None
         server.add(oa_text_reply("ok"))
         # A non-OpenAI base URL: system role, max_tokens, no store, no strict, no key needed.
         model = model_at(server.base + "/v1", "llama3", reasoning=False)
-        history = [
+        history: list[Message] = [
             UserMessage(
                 content=[TextContent(text="see"), ImageContent(data="aGk=", mime_type="image/png")]
             ),
@@ -364,7 +367,7 @@ async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
         thinking, text = final.content
         assert isinstance(thinking, ThinkingContent) and thinking.thinking == "Let me think."
         assert thinking.model_extra == {"thinkingSignature": "reasoning_content"}
-        assert text.text == "Answer."
+        assert narrow(text, TextContent).text == "Answer."
         # the same model gets its reasoning back in the field it came in
         context = LlmContext(
             system_prompt="",
@@ -433,7 +436,7 @@ async def test_content_filter_is_an_error() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR
-        assert "content_filter" in final.error_message and final.text == "par"
+        assert "content_filter" in present(final.error_message) and final.text == "par"
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -495,8 +498,9 @@ async def test_429_and_500_retried_then_reported(status: int, words: str) -> Non
         )
         assert len(server.requests) == 4
         assert final.stop_reason == StopReason.ERROR
-        assert final.error_message.startswith(f"OpenAI API at {server.base}/v1: {status} ")
-        assert words in final.error_message and "gave up after 4 attempts" in final.error_message
+        error = present(final.error_message)
+        assert error.startswith(f"OpenAI API at {server.base}/v1: {status} ")
+        assert words in error and "gave up after 4 attempts" in error
 
 
 async def test_retry_after_is_honoured_then_success(
@@ -613,10 +617,11 @@ async def test_connection_dropped_mid_stream_keeps_partial_text() -> None:
         )
         assert final.stop_reason == StopReason.ERROR
         assert final.text == "Half an answer"
-        assert final.error_message.startswith(
+        error = present(final.error_message)
+        assert error.startswith(
             f"OpenAI API at {server.base}/v1: the connection broke off mid-stream"
         )
-        assert "partial response is kept" in final.error_message
+        assert "partial response is kept" in error
 
 
 async def test_stream_closed_cleanly_before_the_end_is_an_error() -> None:
@@ -626,7 +631,7 @@ async def test_stream_closed_cleanly_before_the_end_is_an_error() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR and final.text == "cut"
-        assert "ended before the response was complete" in final.error_message
+        assert "ended before the response was complete" in present(final.error_message)
 
 
 async def test_malformed_sse_line() -> None:
@@ -670,8 +675,9 @@ async def test_bad_json_in_a_data_line() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR and final.text == "Before"
-        assert "malformed JSON in the event stream" in final.error_message
-        assert '{"choices": [' in final.error_message
+        error = present(final.error_message)
+        assert "malformed JSON in the event stream" in error
+        assert '{"choices": [' in error
 
 
 async def test_error_object_mid_stream() -> None:
@@ -688,7 +694,9 @@ async def test_error_object_mid_stream() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR and final.text == "So"
-        assert "the server reported an error mid-stream: upstream died" in final.error_message
+        assert "the server reported an error mid-stream: upstream died" in present(
+            final.error_message
+        )
 
 
 async def test_context_overflow_is_marked() -> None:
@@ -703,7 +711,7 @@ async def test_context_overflow_is_marked() -> None:
         _, final = await collect(
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
-        assert final.error_message.startswith(CONTEXT_OVERFLOW_MARK + ": OpenAI API at ")
+        assert present(final.error_message).startswith(CONTEXT_OVERFLOW_MARK + ": OpenAI API at ")
         assert is_context_overflow(final)
         assert len(server.requests) == 1
 
@@ -715,7 +723,9 @@ async def test_not_an_event_stream() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR
-        assert "expected a server-sent event stream but got application/json" in final.error_message
+        assert "expected a server-sent event stream but got application/json" in present(
+            final.error_message
+        )
 
 
 async def test_connection_refused_is_reported() -> None:
@@ -725,8 +735,9 @@ async def test_connection_refused_is_reported() -> None:
     with anyio.fail_after(5):
         _, final = await collect(stream_openai_compat(model_at(base), user_context(), key()))
     assert final.stop_reason == StopReason.ERROR
-    assert final.error_message.startswith(f"OpenAI API at {base}: could not connect")
-    assert "OPENAI_BASE_URL" in final.error_message
+    error = present(final.error_message)
+    assert error.startswith(f"OpenAI API at {base}: could not connect")
+    assert "OPENAI_BASE_URL" in error
 
 
 async def test_make_stream_fn_binds_the_config() -> None:
@@ -816,7 +827,7 @@ async def test_gzip_encoded_stream_and_split_utf8() -> None:
     joined = b"".join(raw)
     cut = joined.index("é".encode()) + 1  # split inside a multi-byte character
     pieces = [joined[:cut], joined[cut:]]
-    body: list[bytes | float] = [
+    body: list[bytes | float | Gate] = [
         compressor.compress(p) + compressor.flush(zlib.Z_SYNC_FLUSH) for p in pieces
     ]
     body.append(compressor.flush())
@@ -844,6 +855,7 @@ async def test_consumer_may_stop_early() -> None:
         gate = Gate()
         server.add(Reply(body=[oa_chunk({"content": "a"}), gate, OA_DONE]))
         stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        assert isinstance(stream, AsyncGenerator)  # closed early below
         try:
             # The server holds the rest back until the stream is closed: a close that waited
             # for the stalled server would never return (the hang guard fails the test).
@@ -865,7 +877,7 @@ async def test_consumer_may_stop_early() -> None:
 
 SSE_ENDPOINT = Endpoint(label="Test API", base_url="http://test", url="http://test/x")
 
-UNUSUAL_STREAMS = {
+UNUSUAL_STREAMS: dict[str, tuple[str, list[str | tuple[str, str]]]] = {
     "comments": (": keep-alive\n\ndata: a\n\n:ping\ndata: b\n\n", ["a", "b"]),
     "multi-line data": ('data: x\n\ndata: {"a":\ndata: 1}\n\n', ["x", '{"a":\n1}']),
     "event, id and retry fields": (
@@ -982,7 +994,7 @@ async def test_unusual_event_stream_end_to_end() -> None:
     """Comments, CRLF, multi-line data, event/id/retry fields, a byte order mark, an event split
     across reads and several in one read: all through a real HTTP stream."""
     first = oa_chunk({"role": "assistant", "content": "one "})
-    body: list[bytes | float] = [
+    body: list[bytes | float | Gate] = [
         "\ufeff: hello\n\n".encode(),
         first[:20],
         0.01,

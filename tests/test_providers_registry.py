@@ -6,8 +6,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from narrow import narrow, present
 from providers_support import (
     FakeLlm,
     collect,
@@ -21,7 +23,9 @@ from providers_support import (
 
 from mcp_agent.messages import (
     AssistantMessage,
+    BaseMessage,
     ImageContent,
+    Message,
     StopReason,
     TextContent,
     ThinkingContent,
@@ -267,7 +271,7 @@ async def test_configured_provider_errors_use_its_label(tmp_path: Path) -> None:
     registry = ModelRegistry.load(path)
     model = registry.resolve("local:m1")
     _, final = await collect(registry.stream_fn_for(model)(model, user_context(), options()))
-    assert final.error_message.startswith(f"Local LLM at {base}: could not connect")
+    assert present(final.error_message).startswith(f"Local LLM at {base}: could not connect")
 
 
 @pytest.mark.anyio
@@ -305,7 +309,8 @@ def test_parse_json_lenient(text: str, expected: dict) -> None:
 def test_transform_messages() -> None:
     registry = ModelRegistry()
     model = registry.resolve("openai:gpt-4o-mini").model_copy(update={"input": ["text"]})
-    messages = [
+    signed: dict[str, Any] = {"thinkingSignature": "s"}
+    messages: list[Message] = [
         UserMessage(
             content=[
                 TextContent(text="a"),
@@ -315,7 +320,7 @@ def test_transform_messages() -> None:
         ),
         AssistantMessage(
             content=[
-                ThinkingContent(thinking="deep", thinkingSignature="s"),
+                ThinkingContent(thinking="deep", **signed),
                 ToolCall(id="1", name="ls"),
                 ToolCall(id="2", name="cat"),
             ],
@@ -330,15 +335,18 @@ def test_transform_messages() -> None:
     ]
     out = transform_messages(messages, model)
     assert [m.role for m in out] == ["user", "assistant", "toolResult", "toolResult", "user"]
-    assert [b.text for b in out[0].content] == [
+    first = narrow(out[0], UserMessage)
+    assert isinstance(first.content, list)
+    assert [narrow(b, TextContent).text for b in first.content] == [
         "a",
         "(image omitted: model does not support images)",
     ]
     assert isinstance(out[1].content[0], TextContent) and out[1].content[0].text == "deep"
+    made_up = narrow(out[3], ToolResultMessage)
     assert (
-        out[3].tool_call_id == "2"
-        and out[3].is_error
-        and out[3].content[0].text == "No result provided"
+        made_up.tool_call_id == "2"
+        and made_up.is_error
+        and narrow(made_up.content[0], TextContent).text == "No result provided"
     )
 
 
@@ -364,7 +372,9 @@ def test_messages_between_a_tool_call_and_its_result_go_after_the_results() -> N
         ToolResultMessage(tool_call_id="2", tool_name="cat", content=[TextContent(text="b")]),
         UserMessage(content="after"),
     ]
-    out = transform_messages(messages, model)
+    # A custom message between a call and its result: transform_messages keeps a message that
+    # is not a model message as it is, though its signature names only model messages.
+    out: list[BaseMessage] = list(transform_messages(cast(list[Message], messages), model))
     assert [getattr(m, "tool_call_id", None) or m.role for m in out] == [
         "user",
         "assistant",

@@ -13,6 +13,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from narrow import narrow, present
 
 from mcp_agent.abort import AbortController
 from mcp_agent.messages import (
@@ -148,7 +149,7 @@ async def ask(client: Client, history: str = "plain", use_tools: bool = False) -
     except TimeoutError:
         pytest.fail("the ask tool did not return: its stream did not end")
     assert not result.is_error, result.content
-    message = parse_message(json.loads(result.content[0].text))
+    message = parse_message(json.loads(narrow(result.content[0], types.TextContent).text))
     assert isinstance(message, AssistantMessage)
     return message
 
@@ -165,7 +166,9 @@ async def test_text_answer_from_the_clients_model() -> None:
     assert final.to_json_dict()["responseModel"] == "client-llm"
     params = model.requests[0]
     assert params.system_prompt == "Be brief." and params.max_tokens == 500
-    assert [(m.role, m.content.text) for m in params.messages] == [("user", "What is 2+2?")]
+    assert [(m.role, narrow(m.content, types.TextContent).text) for m in params.messages] == [
+        ("user", "What is 2+2?")
+    ]
 
 
 async def test_tool_use_with_the_tools_capability() -> None:
@@ -183,15 +186,16 @@ async def test_tool_use_with_the_tools_capability() -> None:
     assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
         ("tu1", "read_file", {"path": "a"})
     ]
-    assert [t.name for t in model.requests[0].tools] == ["read_file"]
-    assert model.requests[0].tools[0].input_schema["required"] == ["path"]
+    tools = present(model.requests[0].tools)
+    assert [t.name for t in tools] == ["read_file"]
+    assert tools[0].input_schema["required"] == ["path"]
     # the tool result goes back as a tool_result block answering the tool_use
     messages = model.requests[1].messages
     assert [m.role for m in messages] == ["user", "assistant", "user"]
     assert [b.type for b in messages[1].content_as_list] == ["text", "tool_use"]
     result = messages[2].content_as_list[0]
     assert result.type == "tool_result" and result.tool_use_id == "t1"
-    assert result.content[0].text == "contents of a"
+    assert narrow(result.content[0], types.TextContent).text == "contents of a"
     assert second.text == "4"
 
 
@@ -202,7 +206,7 @@ async def test_without_the_tools_capability_tools_are_told_in_words() -> None:
     assert final.text == "4"
     params = model.requests[0]
     assert params.tools is None
-    texts = [m.content.text for m in params.messages]
+    texts = [narrow(m.content, types.TextContent).text for m in params.messages]
     assert texts[1] == 'Reading.\n\n[called tool read_file with {"path": "a"}]'
     assert texts[2] == "[tool read_file returned]\ncontents of a"
 
@@ -211,12 +215,11 @@ async def test_client_without_sampling_gets_guidance() -> None:
     async with Client(make_server(), mode="legacy") as client:
         final = await ask(client)
     assert final.stop_reason == StopReason.ERROR
-    assert "did not declare the sampling capability" in final.error_message
-    assert (
-        "openai:gpt-4o-mini (with OPENAI_API_KEY set where the server runs)" in final.error_message
-    )
-    assert "--model" not in final.error_message
-    assert "models.toml" in final.error_message
+    error = present(final.error_message)
+    assert "did not declare the sampling capability" in error
+    assert "openai:gpt-4o-mini (with OPENAI_API_KEY set where the server runs)" in error
+    assert "--model" not in error
+    assert "models.toml" in error
 
 
 async def test_modern_protocol_gets_guidance() -> None:
@@ -224,9 +227,10 @@ async def test_modern_protocol_gets_guidance() -> None:
     async with Client(make_server(), sampling_callback=model) as client:
         final = await ask(client)
     assert final.stop_reason == StopReason.ERROR
-    assert "2026-07-28" in final.error_message
-    assert "Choose another model for the run: openai:gpt-4o-mini" in final.error_message
-    assert "--model" not in final.error_message
+    error = present(final.error_message)
+    assert "2026-07-28" in error
+    assert "Choose another model for the run: openai:gpt-4o-mini" in error
+    assert "--model" not in error
     assert model.requests == []
 
 
@@ -272,10 +276,8 @@ async def test_registry_without_a_session_explains() -> None:
         )
     )
     assert final.stop_reason == StopReason.ERROR
-    assert (
-        "no MCP client connection" in final.error_message
-        and "OPENAI_API_KEY" in final.error_message
-    )
+    error = present(final.error_message)
+    assert "no MCP client connection" in error and "OPENAI_API_KEY" in error
 
 
 async def test_text_no_utf8_holds_from_the_clients_model_is_replaced() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,11 @@ import anyio
 import pytest
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from narrow import narrow
 
 from mcp_agent.abort import AbortController
 from mcp_agent.manifests import AgentManifest, ServerConfig
+from mcp_agent.messages import TextContent
 from mcp_agent.proxy.hub import RUN_META_KEY, ToolHub
 from mcp_agent.tools import AgentTool, AgentToolResult
 
@@ -47,6 +49,11 @@ async def call(
     )
 
 
+def text_of(result: AgentToolResult) -> str:
+    """The text of ``result``'s first block, checked to be text."""
+    return narrow(result.content[0], TextContent).text
+
+
 def by_name(tools: list[AgentTool]) -> dict[str, AgentTool]:
     return {tool.name: tool for tool in tools}
 
@@ -71,28 +78,28 @@ async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:
     assert echo.description == "Echo the text back."
     result = await call(echo, text="hello")
     assert not result.is_error
-    assert result.content[0].text == "hello"
+    assert text_of(result) == "hello"
 
 
 async def test_tool_error_text_reaches_the_agent(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
     result = await call(tools["t__fail"], reason="disk full")
     assert result.is_error
-    assert "disk full" in result.content[0].text
+    assert "disk full" in text_of(result)
 
 
 async def test_progress_becomes_updates(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
     updates: list[AgentToolResult] = []
     result = await call(tools["t__slow"], updates, seconds=0.2)
-    assert result.content[0].text == "slept"
+    assert text_of(result) == "slept"
     assert len(updates) >= 2
-    assert updates[0].content[0].text.startswith("step 1 of")
+    assert text_of(updates[0]).startswith("step 1 of")
 
 
 async def test_killed_mid_call_gives_error_then_restarts(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
-    first_pid = int((await call(tools["t__pid"])).content[0].text)
+    first_pid = int(text_of(await call(tools["t__pid"])))
 
     async def kill_soon() -> None:
         await anyio.sleep(0.2)
@@ -102,27 +109,27 @@ async def test_killed_mid_call_gives_error_then_restarts(hub: ToolHub) -> None:
         group.start_soon(kill_soon)
         result = await call(tools["t__slow"], seconds=3)
     assert result.is_error
-    assert "'t'" in result.content[0].text
+    assert "'t'" in text_of(result)
     again = await call(tools["t__pid"])
     assert not again.is_error
-    assert int(again.content[0].text) != first_pid
+    assert int(text_of(again)) != first_pid
     assert hub.connection("t").starts == 2
 
 
 async def test_crash_tool_gives_error_naming_server(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
     result = await call(tools["t__crash"])
-    assert result.is_error and "MCP server 't'" in result.content[0].text
-    assert (await call(tools["t__echo"], text="back")).content[0].text == "back"
+    assert result.is_error and "MCP server 't'" in text_of(result)
+    assert text_of(await call(tools["t__echo"], text="back")) == "back"
 
 
 async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
-    pid = (await call(tools["t__pid"])).content[0].text
+    pid = text_of(await call(tools["t__pid"]))
     result = await call(tools["t__reject"], reason="x must be positive")
     assert result.is_error
-    assert result.content[0].text == "MCP server 't' refused reject: x must be positive"
-    assert (await call(tools["t__pid"])).content[0].text == pid
+    assert text_of(result) == "MCP server 't' refused reject: x must be positive"
+    assert text_of(await call(tools["t__pid"])) == pid
     assert hub.connection("t").starts == 1
 
 
@@ -149,18 +156,18 @@ async def test_a_server_that_never_answers_at_start_times_out(
 async def test_hang_times_out_and_next_call_restarts() -> None:
     async with ToolHub({"t": stdio_config(timeout=0.5)}) as hub:
         tools = by_name(await hub.tools())
-        pid = int((await call(tools["t__pid"])).content[0].text)
+        pid = int(text_of(await call(tools["t__pid"])))
         with anyio.fail_after(15):
             result = await call(tools["t__slow"], seconds=30)
-        assert result.is_error and "within 0.5 s" in result.content[0].text
+        assert result.is_error and "within 0.5 s" in text_of(result)
         assert not alive(pid)
-        assert (await call(tools["t__echo"], text="ok")).content[0].text == "ok"
+        assert text_of(await call(tools["t__echo"], text="ok")) == "ok"
 
 
 async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
     async with ToolHub({"t": stdio_config()}) as hub:
         tools = by_name(await hub.tools())
-        pid = int((await call(tools["t__pid"])).content[0].text)
+        pid = int(text_of(await call(tools["t__pid"])))
         controller = AbortController()
 
         async def abort_soon() -> None:
@@ -171,7 +178,7 @@ async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
             async with anyio.create_task_group() as group:
                 group.start_soon(abort_soon)
                 result = await call(tools["t__slow"], signal=controller.signal, seconds=10)
-        assert result.is_error and "aborted" in result.content[0].text
+        assert result.is_error and "aborted" in text_of(result)
         assert alive(pid)
     with anyio.fail_after(10):
         while alive(pid):
@@ -209,12 +216,12 @@ async def test_builtin_tools_receive_run_meta() -> None:
 
     @builtin.tool()
     async def whoami(ctx: Context) -> str:
-        meta = ctx.request_context.meta or {}
+        meta: Mapping[str, Any] = ctx.request_context.meta or {}
         return str(meta.get(RUN_META_KEY, {}).get("session_id"))
 
     async with ToolHub({}, builtin=lambda: builtin) as hub:
         [tool] = await hub.tools(run_meta={"session_id": "s-42", "depth": 1})
-        assert (await call(tool)).content[0].text == "s-42"
+        assert text_of(await call(tool)) == "s-42"
 
 
 @pytest.mark.parametrize(("transport", "path"), [("streamable-http", "/mcp"), ("sse", "/sse")])
@@ -248,7 +255,7 @@ async def test_downstream_server_over_http(transport: str, path: str) -> None:
         )
         async with ToolHub({"web": config}) as hub:
             tools = by_name(await hub.tools())
-            assert (await call(tools["web__echo"], text="over http")).content[0].text == "over http"
+            assert text_of(await call(tools["web__echo"], text="over http")) == "over http"
     finally:
         child.terminate()
         with anyio.fail_after(10):
@@ -281,9 +288,9 @@ def test_a_result_with_text_no_utf8_holds_becomes_storable() -> None:
         structured_content={"k\udc00": ["v \ud800"]},
     )
     converted = to_agent_result(result)
-    assert converted.content[0].text == "bad \ufffd end"  # type: ignore[union-attr]
+    assert text_of(converted) == "bad \ufffd end"
     assert converted.details == {"k\ufffd": ["v \ufffd"]}
     message = ToolResultMessage(
-        tool_call_id="c", tool_name="t", content=converted.content, details=converted.details
+        tool_call_id="c", tool_name="t", content=list(converted.content), details=converted.details
     )
     assert "\ufffd" in message.model_dump_json()  # no error: it can be stored and sent

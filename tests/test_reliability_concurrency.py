@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from narrow import narrow
 from reliability_support import WriterProcess, check_sqlite_store, size
 
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions import SqliteSessionRepo
+from mcp_agent.sessions import MessageEntry, SqliteSessionRepo
 
 WRITERS = size(4, 8)
 OPS = size(300, 1000)
@@ -103,7 +104,7 @@ def test_writers_on_private_and_shared_sessions_lose_nothing(tmp_path: Path) -> 
             branch = repo.open(sid).get_branch()
             assert [e.id for e in branch] == [e.id for e in entries], sid
             # Each writer's messages appear in the order it wrote them.
-            texts = [e.message.text for e in entries[1:]]
+            texts = [narrow(narrow(e, MessageEntry).message, UserMessage).text for e in entries[1:]]
             for n in range(WRITERS):
                 mine = [int(t.split(":")[1]) for t in texts if t.split(":")[0] == str(seed + n)]
                 assert mine == sorted(mine), (sid, n)

@@ -24,6 +24,7 @@ import pytest
 from agent_support import check_tool_results
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.types import TextContent
 from mcp_support import (
     CALL_LIMIT_S,
     TEST_AGENTS,
@@ -32,7 +33,16 @@ from mcp_support import (
     tool_responder,
     tool_server,
 )
-from providers_support import OA_DONE, Reply, ScriptServer, oa_chunk, oa_text_reply, script_server
+from narrow import narrow
+from providers_support import (
+    OA_DONE,
+    Gate,
+    Reply,
+    ScriptServer,
+    oa_chunk,
+    oa_text_reply,
+    script_server,
+)
 from reliability_support import FULL, check_tree, size
 
 from mcp_agent.messages import AssistantMessage, content_text, parse_message
@@ -76,11 +86,11 @@ async def run_agent(client: Client, **arguments: Any) -> dict[str, Any]:
     with anyio.fail_after(CALL_LIMIT_S):
         result = await client.call_tool("agent_run", arguments)
     info = result.structured_content
-    assert info is not None, result.content[0].text
+    assert info is not None, narrow(result.content[0], TextContent).text
     failed = info["status"] in ("error", "aborted")
     assert result.is_error == failed, (result.is_error, info)
     if failed:
-        text = result.content[0].text
+        text = narrow(result.content[0], TextContent).text
         assert text.startswith(f"the run ended {info['status']}: "), text
         if info["error"]:
             assert text.splitlines()[0].endswith(info["error"].splitlines()[0]), text
@@ -288,7 +298,7 @@ async def test_a_model_api_that_fails_mid_tool_loop(
 ) -> None:
     """The first answer asks for a tool; the call after the tool result fails: the tool call
     and its result stay paired, and the run ends with error."""
-    first = [
+    first: list[bytes | float | Gate] = [
         oa_chunk({"role": "assistant"}),
         oa_chunk(
             {

@@ -20,7 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
 from mcp_support import make_server
+from narrow import narrow
 from reliability_support import check_tree, size
 
 from mcp_agent.messages import BaseMessage, MessageParseError, parse_message
@@ -575,7 +577,7 @@ async def all_runs(client: Client) -> list[dict[str, Any]]:
     cursor = None
     while True:
         page = await client.call_tool("agent_runs", {"limit": 100, "cursor": cursor})
-        assert not page.is_error, page.content[0].text
+        assert not page.is_error, narrow(page.content[0], TextContent).text
         runs += page.structured_content["runs"]
         cursor = page.structured_content["nextCursor"]
         if cursor is None:

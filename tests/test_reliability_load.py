@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -40,7 +40,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.mark.slow
 def test_concurrent_clients_over_http(
-    server: ServerProcess, tmp_path: Path, record_property: pytest.RecordProperty
+    server: ServerProcess, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     result = anyio.run(run_load, server.url, CLIENTS, OPS, 0, server)
     print(result.summary())

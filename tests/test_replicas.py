@@ -22,7 +22,9 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated
 from mcp_support import HTTP_HEADERS, call, call_error, initialize_request
+from narrow import narrow
 from pg_support import Cluster
 from reliability_load import RoundRobin, ServerProcess, run_load
 from reliability_support import size
@@ -104,7 +106,8 @@ async def test_created_appended_read_and_heard_on_different_replicas(
             with anyio.fail_after(10):  # a hang guard, not a speed check (benchmarks measure)
                 event = await events.__anext__()
             print(f"cross-replica notification after {1000 * (time.perf_counter() - sent):.0f} ms")
-        assert type(event).__name__ == "ResourceUpdated" and event.uri == f"session://{sid}"
+        assert type(event).__name__ == "ResourceUpdated"
+        assert narrow(event, ResourceUpdated).uri == f"session://{sid}"
 
 
 @pytest.mark.anyio

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp.types as types
@@ -21,9 +21,10 @@ from mcp_support import (
     make_server,
     prompt_responder,
 )
+from narrow import narrow, present
 
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import UserMessage, content_text
+from mcp_agent.messages import AssistantMessage, UserMessage, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
@@ -36,7 +37,7 @@ from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime.runs import RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server.notify import Notifier, WatchedBus
-from mcp_agent.sessions import Session
+from mcp_agent.sessions import MessageEntry, Session
 
 pytestmark = pytest.mark.anyio
 
@@ -74,6 +75,11 @@ def user(text: str) -> dict[str, Any]:
 def pi(entry: dict[str, Any]) -> dict[str, Any]:
     """An entry in pi's v3 form, for session_append (the kinds it has no simple form for)."""
     return {"type": "pi", "json": json.dumps(entry)}
+
+
+async def read_text(client: Client, uri: str) -> str:
+    """The text of resource ``uri``'s first contents, checked to be text."""
+    return narrow((await client.read_resource(uri)).contents[0], types.TextResourceContents).text
 
 
 # --- the surface ------------------------------------------------------------------------------
@@ -181,10 +187,10 @@ async def test_token_totals_past_2_to_the_53_stay_exact_integers(client: Client)
     created = await call(client, "session_create")
     sid = created["id"]
     huge = 2**53 + 1
-    usage = {"input": huge, "output": 1, "cacheRead": 0, "cacheWrite": 0}
+    usage: dict[str, Any] = {"input": huge, "output": 1, "cacheRead": 0, "cacheWrite": 0}
     usage |= {"totalTokens": huge + 1, "cost": {"input": 0, "output": 0, "cacheRead": 0}}
     usage["cost"] |= {"cacheWrite": 0, "total": 0}
-    message = {"role": "assistant", "content": [{"type": "text", "text": "big"}]}
+    message: dict[str, Any] = {"role": "assistant", "content": [{"type": "text", "text": "big"}]}
     message |= {"api": "x", "provider": "x", "model": "x", "usage": usage}
     message |= {"stopReason": "stop", "timestamp": 1}
     entry = {"type": "message", "message": message}
@@ -192,7 +198,10 @@ async def test_token_totals_past_2_to_the_53_stay_exact_integers(client: Client)
         pi_entry = {"type": "pi", "json": json.dumps(entry)}
         await call(client, "session_append", session_id=sid, entry=pi_entry)
     result = await client.call_tool("session_stats", {"session_id": sid})
-    for stats in (result.structured_content["stats"], json.loads(result.content[0].text)["stats"]):
+    for stats in (
+        result.structured_content["stats"],
+        json.loads(narrow(result.content[0], types.TextContent).text)["stats"],
+    ):
         assert stats["inputTokens"] == 2 * huge and isinstance(stats["inputTokens"], int)
         assert stats["totalTokens"] == 2 * (huge + 1)
 
@@ -278,9 +287,15 @@ async def test_a_refused_run_creates_no_session(client: Client) -> None:
 async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
     for depth in ("x", -5, None):
         result = await client.call_tool(
-            "agent_run", {"prompt": "hi"}, meta={RUN_META_KEY: {"depth": depth}}
+            "agent_run",
+            {"prompt": "hi"},
+            # RequestParamsMeta is an open TypedDict (PEP 728 extra_items) that mypy does not
+            # support yet: our own key cannot be typed as one.
+            meta=cast(types.RequestParamsMeta, {RUN_META_KEY: {"depth": depth}}),
         )
-        assert result.is_error and "depth must be a whole number" in result.content[0].text
+        assert result.is_error and "depth must be a whole number" in (
+            narrow(result.content[0], types.TextContent).text
+        )
     assert (await call(client, "session_list"))["sessions"] == []
 
 
@@ -335,20 +350,21 @@ async def test_resources_and_templates(client: Client) -> None:
         "session://{session_id}/export.jsonl",
         "agent://{name}",
     } <= templates
-    main = json.loads((await client.read_resource(f"session://{sid}")).contents[0].text)
+    main = json.loads(await read_text(client, f"session://{sid}"))
     assert main["session"]["name"] == "res"
     assert main["branch"][-1]["message"]["content"] == "resource me"
-    tree = json.loads((await client.read_resource(f"session://{sid}/tree")).contents[0].text)
+    tree = json.loads(await read_text(client, f"session://{sid}/tree"))
     assert tree["leafId"] == entry["entryId"]
-    context = json.loads((await client.read_resource(f"session://{sid}/context")).contents[0].text)
+    context = json.loads(await read_text(client, f"session://{sid}/context"))
     assert context["messages"][0]["content"] == "resource me"
-    one = json.loads(
-        (await client.read_resource(f"session://{sid}/entries/{entry['entryId']}")).contents[0].text
-    )
+    one = json.loads(await read_text(client, f"session://{sid}/entries/{entry['entryId']}"))
     assert one["id"] == entry["entryId"]
-    export = (await client.read_resource(f"session://{sid}/export.jsonl")).contents[0]
+    export = narrow(
+        (await client.read_resource(f"session://{sid}/export.jsonl")).contents[0],
+        types.TextResourceContents,
+    )
     assert export.mime_type == "application/x-ndjson" and "resource me" in export.text
-    agent = json.loads((await client.read_resource("agent://helper")).contents[0].text)
+    agent = json.loads(await read_text(client, "agent://helper"))
     assert agent["tools"] == ["subagent"]
     with pytest.raises(MCPError):
         await client.read_resource("session://nope/tree")
@@ -359,7 +375,9 @@ async def test_continue_session_prompt(client: Client) -> None:
     await call(client, "agent_run", prompt="remember the number 7", session_id=sid)
     prompt = await client.get_prompt("continue_session", {"session_id": sid})
     assert [m.role for m in prompt.messages] == ["user", "assistant"]
-    assert prompt.messages[1].content.text == "echo: remember the number 7"
+    assert (
+        narrow(prompt.messages[1].content, types.TextContent).text == "echo: remember the number 7"
+    )
 
 
 async def test_a_wrong_prompt_name_or_argument_is_invalid_params(client: Client) -> None:
@@ -436,7 +454,7 @@ async def test_legacy_subscriptions(server: MCPServer) -> None:
         received.append(message)
 
     async with Client(server, mode="legacy", message_handler=on_message) as client:
-        assert client.server_capabilities.resources.subscribe
+        assert present(client.server_capabilities.resources).subscribe
         sid = (await call(client, "session_create"))["id"]
         await client.session.subscribe_resource(f"session://{sid}")
         await call(client, "session_append", session_id=sid, entry=user("ping"))
@@ -457,16 +475,16 @@ async def test_legacy_subscriptions(server: MCPServer) -> None:
 
 
 async def test_agent_run_waits_with_progress(client: Client) -> None:
-    progress: list[str] = []
+    notes: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
 
     result = await client.call_tool("agent_run", {"prompt": "hello"}, progress_callback=on_progress)
     run = result.structured_content
     assert run["status"] == "completed" and run["answer"] == "echo: hello"
-    assert progress[0].startswith("agent_start") and progress[-1].startswith("agent_end")
-    assert any(p.startswith("message_update") for p in progress)
+    assert notes[0].startswith("agent_start") and notes[-1].startswith("agent_end")
+    assert any(p.startswith("message_update") for p in notes)
     branch = await call(client, "session_get", session_id=run["sessionId"], limit=0)
     roles = [e["message"]["role"] for e in branch["entries"] if e["type"] == "message"]
     assert roles == ["user", "assistant"]
@@ -498,10 +516,10 @@ async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> Non
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: str) -> None:
-    progress: list[str] = []
+    notes: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
 
     async with Client(server, mode=mode) as client:
         sid = (await call(client, "session_create"))["id"]
@@ -514,13 +532,13 @@ async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: st
         # A progress note the server sent before it read the cancellation may still be on its
         # way; an answer to a later request comes after the cancellation was read.
         listing = await call(client, "agent_runs")
-        seen = len(progress)
+        seen = len(notes)
         with anyio.fail_after(10):
             while listing["runs"][0]["status"] == "running":
                 await anyio.sleep(0.05)
                 listing = await call(client, "agent_runs")
         assert listing["runs"][0]["status"] == "aborted"
-        assert len(progress) == seen  # nothing more to the request that went away
+        assert len(notes) == seen  # nothing more to the request that went away
         branch = await call(client, "session_get", session_id=sid, limit=0)
         messages = [e["message"] for e in branch["entries"] if e["type"] == "message"]
         assert [(m["role"], m.get("stopReason")) for m in messages] == [
@@ -552,10 +570,12 @@ async def test_a_run_whose_start_is_cancelled_does_not_go_on() -> None:
         with anyio.fail_after(5):
             await run.done.wait()
     assert run.status == "aborted"
-    messages = [e.message for e in session.get_entries() if e.type == "message"]
+    messages = [
+        narrow(e, MessageEntry).message for e in session.get_entries() if e.type == "message"
+    ]
     assert [m.role for m in messages] in ([], ["user", "assistant"])
     if messages:
-        assert messages[-1].stop_reason == "aborted"
+        assert narrow(messages[-1], AssistantMessage).stop_reason == "aborted"
     runs.ensure_idle(session.id)
 
 
@@ -600,9 +620,9 @@ async def test_steer_a_running_run(client: Client) -> None:
 async def test_read_only_tools_say_so(client: Client) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     for name in ("agent_status", "agent_runs", "agent_list", "session_get", "session_list"):
-        assert tools[name].annotations.read_only_hint is True, name
+        assert present(tools[name].annotations).read_only_hint is True, name
     for name in ("agent_run", "agent_cancel", "session_append"):
-        assert tools[name].annotations.read_only_hint is False, name
+        assert present(tools[name].annotations).read_only_hint is False, name
 
 
 async def test_agent_list(client: Client) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.types import TextContent as McpTextContent
 from mcp_support import call, make_server
+from narrow import narrow, present
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.server import session_reads, session_tools
@@ -28,7 +30,7 @@ from mcp_agent.server.session_reads import (
 from mcp_agent.sessions import Session, SqliteSessionRepo
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.sql import repo as sql_repo
-from mcp_agent.sessions.sql.storage import kept_branches
+from mcp_agent.sessions.sql.storage import SqlSessionStorage, kept_branches
 from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 
 
@@ -154,7 +156,7 @@ def test_tree_pages_are_arranged_once_and_again_after_each_change(
     sessions: tuple[Session, Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ours, _ = sessions
-    storage = ours.storage
+    storage = narrow(ours.storage, SqlSessionStorage)
     reads: list[int] = []
     outline_of = type(storage).outline
 
@@ -261,10 +263,12 @@ def test_a_first_context_read_finds_its_messages_in_the_walk(
     with SqliteSessionRepo(tmp_path / "s.db") as repo:
         ours = repo.open(session.id)
         storage = stored(ours)
-        assert storage is not None and kept_branches.get(storage, ours.leaf_id) is None
+        assert storage is not None and kept_branches.get(storage, present(ours.leaf_id)) is None
         first = _context(ours, None, limit)
         # The newest message came with the walk, and none was read twice.
-        assert from_walk and json.loads(first[0][-1]) == json.loads(from_walk[ours.leaf_id])
+        assert from_walk and json.loads(first[0][-1]) == json.loads(
+            from_walk[present(ours.leaf_id)]
+        )
         assert not set(by_id) & set(from_walk)
         branch = [entry.id for entry in built.get_branch()]
         compaction = max(
@@ -414,11 +418,11 @@ async def test_answers_are_their_structured_content_as_compact_text(tmp_path: Pa
         for name, arguments, listed in calls:
             result = await client.call_tool(name, {"session_id": sid, **arguments})
             assert not result.is_error, result.content
-            text = result.content[0].text  # type: ignore[union-attr]
+            text = narrow(result.content[0], McpTextContent).text
             assert json.loads(text) == result.structured_content, name
             assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
             if listed is not None:
-                assert len(result.structured_content[listed]) == 3  # type: ignore[index]
+                assert len(result.structured_content[listed]) == 3
                 # A long list is checked by its client in one step, not item by item.
                 shape = (schemas[name] or {})["properties"][listed]
                 assert "array" in shape["type"] and "items" not in shape and shape["description"]
@@ -451,7 +455,7 @@ async def test_a_whole_context_asked_for_again_is_the_answer_kept(
                 "session_context", {"session_id": session_id, "limit": 0}
             )
             assert not result.is_error, result.content
-            return result.content[0].text, result.structured_content  # type: ignore[union-attr]
+            return narrow(result.content[0], McpTextContent).text, result.structured_content
 
         first = await whole(sid)
         assert [m["content"] for m in first[1]["messages"]] == [f"{sid} {n}" for n in range(3)]

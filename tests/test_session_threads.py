@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from narrow import narrow, present
 
 import mcp_agent.sessions.session as session_module
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
-from mcp_agent.sessions.entries import SessionEntry
+from mcp_agent.sessions.entries import SessionEntry, iso_now
 from mcp_agent.sessions.sql.cache import EntryCache
+from mcp_agent.sessions.sql.storage import SqlSessionStorage
 from mcp_agent.sessions.sqlite.database import _Write
 
 
@@ -44,7 +46,7 @@ def test_a_read_racing_an_append_does_not_fork_the_next_append(
     monkeypatch.setattr(repo, "_read", fresh_read)
 
     # Another read, fresh, lands while the third append is being built.
-    now = session_module.iso_now
+    now = iso_now  # what session_module calls its clock by
 
     def read_meanwhile() -> str:
         monkeypatch.setattr(session_module, "iso_now", now)
@@ -56,7 +58,8 @@ def test_a_read_racing_an_append_does_not_fork_the_next_append(
 
     assert parents(repo, session_id)[third] == second
     session = repo.open_read(session_id)
-    assert session.storage.branch_ids(session.leaf_id)[-3:] == [first, second, third]
+    storage = narrow(session.storage, SqlSessionStorage)
+    assert storage.branch_ids(session.leaf_id)[-3:] == [first, second, third]
     assert session.stats().leaf_count == 1  # one branch: nothing forked
 
 
@@ -85,7 +88,7 @@ def test_a_branch_summary_stays_below_its_target_while_another_request_appends(
     summary = repo.open(session_id).move_to(target, {"summary": "left branch B"})
     assert done.wait(10)
     found = parents(repo, session_id)
-    assert found[summary] == target
+    assert found[present(summary)] == target
     assert found[appended["id"]] == summary  # the other request came after, on the leaf
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
+from mcp_agent.messages import AssistantMessage, BaseMessage, TextContent, Usage, UserMessage
 from mcp_agent.sessions import (
     InMemorySessionRepo,
     JsonlSessionRepo,
@@ -70,7 +70,9 @@ def apply(session: Session, operations: list[tuple[Any, ...]]) -> None:
         elif kind == "tools":
             session.append_active_tools_change(op[1])
         elif kind == "compact" and ids:
-            tail = [UserMessage(content="tail", timestamp=3)] if op[2] else None
+            tail: list[BaseMessage] | None = (
+                [UserMessage(content="tail", timestamp=3)] if op[2] else None
+            )
             session.append_compaction("summary", pick(op[1]), 10, retained_tail=tail)
         elif kind == "custom":
             session.append_custom("kind", {"w": op[1]})
@@ -94,7 +96,8 @@ def apply(session: Session, operations: list[tuple[Any, ...]]) -> None:
 def normalized(session: Session) -> dict[str, Any]:
     """Everything observable, with ids renamed by order of appearance and times dropped."""
     entries = session.get_entries()
-    names = {e.id: f"#{n}" for n, e in enumerate(entries)}
+    # Read by ids that may be None (a parentless entry's parent, an empty session's leaf).
+    names: dict[str | None, str] = {e.id: f"#{n}" for n, e in enumerate(entries)}
 
     def scrub(value: Any) -> Any:
         if isinstance(value, dict):

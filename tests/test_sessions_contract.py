@@ -7,11 +7,14 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 import pytest
+from narrow import narrow, present
 
 from mcp_agent.messages import (
     AssistantMessage,
+    CompactionSummaryMessage,
     ImageContent,
     TextContent,
     ThinkingLevel,
@@ -22,6 +25,7 @@ from mcp_agent.messages import (
     UserMessage,
 )
 from mcp_agent.sessions import (
+    CompactionEntry,
     CustomEntry,
     InMemorySessionRepo,
     JsonlSessionRepo,
@@ -32,6 +36,7 @@ from mcp_agent.sessions import (
     SqliteSessionRepo,
 )
 from mcp_agent.sessions.pi import export_text
+from mcp_agent.sessions.repo import BaseSessionRepo
 
 DATA = Path(__file__).parent / "data" / "pi"
 
@@ -40,8 +45,18 @@ def user(text: str) -> UserMessage:
     return UserMessage(content=text, timestamp=1)
 
 
+class TokenCounts(TypedDict, total=False):
+    """The token counts of a Usage (its cost left at zero)."""
+
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    total_tokens: int
+
+
 def assistant(
-    text: str, provider: str = "anthropic", model: str = "claude", **usage: int
+    text: str, provider: str = "anthropic", model: str = "claude", **usage: Unpack[TokenCounts]
 ) -> AssistantMessage:
     return AssistantMessage(
         content=[TextContent(text=text)],
@@ -69,7 +84,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
     """A function returning a repo; for the persistent backends each call opens the same
     store afresh, as a restarted process would (PostgreSQL: a database of the test's own on
     the test run's cluster)."""
-    made: list[object] = []
+    made: list[BaseSessionRepo] = []
     memory = InMemorySessionRepo()
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else ""
 
@@ -79,7 +94,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
         if request.param == "postgres":
             from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-            repo: object = PostgresSessionRepo(url, max_connections=4)
+            repo: BaseSessionRepo = PostgresSessionRepo(url, max_connections=4)
         elif request.param == "sqlite":
             repo = SqliteSessionRepo(tmp_path / "sessions.db")
         elif request.param == "jsonl":
@@ -92,7 +107,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
     make.kind = request.param  # type: ignore[attr-defined]
     yield make
     for repo in made:
-        repo.close()  # type: ignore[attr-defined]
+        repo.close()
 
 
 @pytest.fixture
@@ -188,7 +203,8 @@ def test_compaction_keeps_entries_from_first_kept(repo) -> None:
     session.append_message(user("after"))
     assert texts(session)[-1] == "after"
     summary = session.build_context().messages[0]
-    assert summary.role == "compactionSummary" and summary.tokens_before == 100_000
+    assert summary.role == "compactionSummary"
+    assert narrow(summary, CompactionSummaryMessage).tokens_before == 100_000
 
 
 def test_compaction_with_retained_tail_replaces_everything_before(repo) -> None:
@@ -197,9 +213,10 @@ def test_compaction_with_retained_tail_replaces_everything_before(repo) -> None:
     session.append_compaction("summary", ids[1], 500, {"n": 1}, retained_tail=tail)
     session.append_message(user("next"))
     assert texts(session) == ["summary", "kept question", "kept answer", "next"]
-    compaction = session.find_entries("compaction")[0]
+    compaction = narrow(session.find_entries("compaction")[0], CompactionEntry)
     assert compaction.details == {"n": 1}
-    assert [m.to_json_dict() for m in compaction.retained_tail] == [m.to_json_dict() for m in tail]
+    kept = present(compaction.retained_tail)
+    assert [m.to_json_dict() for m in kept] == [m.to_json_dict() for m in tail]
     # the walk for the context stops at a compaction with a retained tail
     assert session.get_path_to_root_or_compaction()[0].type == "compaction"
 
@@ -537,7 +554,7 @@ def test_list_is_newest_first_paged_and_searchable(repo) -> None:
         session.append_message(user(f"question about {'apples' if i % 2 else 'pears'} number{i}"))
         session.append_message(assistant("answer"))
         made.append(session.id)
-    seen = []
+    seen: list[str] = []
     page = repo.list(limit=3)
     while True:
         seen.extend(item.id for item in page.items)
@@ -751,7 +768,7 @@ def test_v3_import_then_export_is_line_for_line_equal(repo) -> None:
 
 
 def test_unknown_entry_types_round_trip_and_add_nothing(repo) -> None:
-    lines = [
+    lines: list[dict[str, Any]] = [
         {
             "type": "session",
             "version": 3,

@@ -7,8 +7,10 @@ import os
 import shutil
 import warnings
 from pathlib import Path
+from typing import IO, cast
 
 import pytest
+from narrow import narrow, present
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import JsonlSessionRepo, JsonlSessionStorage, Session, SessionError
@@ -31,9 +33,14 @@ def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
     session = repo.create(cwd="/w")
     path = tmp_path / f"{session.id}.jsonl"
     assert lines(path) == [session.header.to_json_dict()]
-    synced = []
+    synced: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     a = session.append_message(user("a"))
     session.append_message(user("b"))
     session.move_to(a)
@@ -60,13 +67,13 @@ def test_torn_last_line_is_cut_off_and_appends_go_on(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # logged, not a Python warning
         reopened = JsonlSessionRepo(tmp_path).open(session.id)
-    assert [m.text for m in reopened.build_context().messages] == ["a", "b"]
+    assert [narrow(m, UserMessage).text for m in reopened.build_context().messages] == ["a", "b"]
     assert path.read_bytes() == whole
     reopened.append_message(user("c"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = JsonlSessionRepo(tmp_path).open(session.id)
-    assert [m.text for m in again.build_context().messages] == ["a", "b", "c"]
+    assert [narrow(m, UserMessage).text for m in again.build_context().messages] == ["a", "b", "c"]
 
 
 def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_write(
@@ -108,7 +115,8 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
         def __getattr__(self, name: str):
             return getattr(self.real, name)
 
-    storage._handle = DiskFullOnce(storage._handle)
+    # A stand-in for the file: it hands everything to the real one but the first write.
+    storage._handle = cast(IO[bytes], DiskFullOnce(storage._handle))
     with pytest.raises(OSError):
         session.append_message(user("lost"))
     session.append_message(user("b"))
@@ -116,7 +124,7 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = JsonlSessionRepo(tmp_path).open(session.id)
-    assert [m.text for m in again.build_context().messages] == ["a", "b"]
+    assert [narrow(m, UserMessage).text for m in again.build_context().messages] == ["a", "b"]
 
 
 def test_damage_before_the_last_line_names_file_and_line(tmp_path: Path) -> None:
@@ -182,7 +190,7 @@ def test_opening_twice_shares_one_index_and_sees_outside_changes(tmp_path: Path)
     a = first.append_message(user("a"))
     assert second.leaf_id == a
     b = second.append_message(user("b"))
-    assert second.get_entry(b).parent_id == a
+    assert present(second.get_entry(b)).parent_id == a
     # another program (pi, say) appends a line
     path = tmp_path / f"{first.id}.jsonl"
     line = {

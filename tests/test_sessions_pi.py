@@ -9,9 +9,11 @@ import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp_support import find_pi
+from narrow import narrow
 
 from mcp_agent.messages import (
     AssistantMessage,
@@ -20,10 +22,12 @@ from mcp_agent.messages import (
     TextContent,
     ToolCall,
     ToolResultMessage,
+    UserContent,
     UserMessage,
     convert_to_llm,
 )
 from mcp_agent.sessions import (
+    CompactionEntry,
     InMemorySessionRepo,
     InMemorySessionStorage,
     JsonlSessionRepo,
@@ -157,7 +161,7 @@ def test_v2_hook_messages_become_custom_and_v3_is_untouched() -> None:
         "display": True,
         "timestamp": 1,
     }
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"type": "session", "version": 2, "id": "s", "timestamp": "t", "cwd": "/"},
         {"type": "message", "id": "aaaaaaaa", "parentId": None, "timestamp": "t", "message": hook},
     ]
@@ -178,7 +182,7 @@ def test_v1_import_in_every_repo(tmp_path: Path) -> None:
         branch = session.get_branch()
         assert len(branch) == 19  # a line: the leaf's path holds every entry
         compactions = session.find_entries("compaction")
-        assert all(c.first_kept_entry_id for c in compactions)
+        assert all(narrow(c, CompactionEntry).first_kept_entry_id for c in compactions)
 
 
 def test_export_adds_a_leaf_line_only_when_the_log_would_resume_elsewhere() -> None:
@@ -263,12 +267,11 @@ def random_session(seed: int) -> Session:
         ids = [e.id for e in session.get_entries() if e.type != "leaf"]
         choice = rng.random()
         if choice < 0.3 or not ids:
-            content = rng.choice(
-                [
-                    "plain",
-                    [TextContent(text="blocks"), ImageContent(data="aGk=", mime_type="image/png")],
-                ]
-            )
+            contents: list[str | list[UserContent]] = [
+                "plain",
+                [TextContent(text="blocks"), ImageContent(data="aGk=", mime_type="image/png")],
+            ]
+            content = rng.choice(contents)
             session.append_message(UserMessage(content=content, timestamp=step))
         elif choice < 0.5:
             message = AssistantMessage(

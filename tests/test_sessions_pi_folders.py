@@ -17,7 +17,9 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
+from narrow import narrow
 from test_sessions_pi import PI
 from typer.testing import CliRunner
 
@@ -133,9 +135,8 @@ async def serve_and_change(tmp_path: Path, sessions: Path, made: Made) -> tuple[
     )
     async with Client(server) as client:
         assert sorted(await session_uris(client)) == sorted(f"session://{m['id']}" for m in made)
-        shown = json.loads(
-            (await client.read_resource(f"session://{first['id']}")).contents[0].text
-        )
+        resource = await client.read_resource(f"session://{first['id']}")
+        shown = json.loads(narrow(resource.contents[0], TextResourceContents).text)
         assert shown["header"]["cwd"] == "/home/ada/app"
         assert shown["session"]["name"] == "pi's first"
         assert shown["branch"][0]["message"]["content"] == "hello pi"
@@ -281,7 +282,10 @@ def test_a_session_pi_continued_before_any_answer_reads_as_pi_reads_it(tmp_path:
     assert [e.to_json_dict() for e in again.get_entries()] == seen["entries"]
     assert again.leaf_id == seen["leafId"]
     assert again.name == "named here"
-    assert [m.text for m in again.build_context().messages if m.role == "user"] == [
+    user_texts = [
+        narrow(m, UserMessage).text for m in again.build_context().messages if m.role == "user"
+    ]
+    assert user_texts == [
         "asked here",
         "asked in pi",
     ]
@@ -308,7 +312,8 @@ async def read_over_stdio(tmp_path: Path, sessions: Path, session_id: str) -> di
         async with Client(stdio_client(params, errlog=stderr)) as client:
             uris = await session_uris(client)
             assert uris == [f"session://{session_id}"]
-            return json.loads((await client.read_resource(uris[0])).contents[0].text)
+            resource = await client.read_resource(uris[0])
+            return json.loads(narrow(resource.contents[0], TextResourceContents).text)
 
 
 def test_serve_sessions_dir_shows_pis_sessions(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from mcp_support import poll
+from narrow import narrow, present
 
-from mcp_agent.messages import AssistantMessage, TextContent, Usage, UserMessage
+from mcp_agent.messages import AssistantMessage, BaseMessage, TextContent, Usage, UserMessage
 from mcp_agent.sessions import (
     MessageEntry,
     Session,
@@ -199,8 +200,11 @@ def test_two_connections_see_each_others_appends(tmp_path: Path) -> None:
     x = a.append_message(user("from a"))
     assert b.leaf_id == x
     y = b.append_message(user("from b"))
-    assert b.get_entry(y).parent_id == x
-    assert [m.text for m in a.build_context().messages] == ["from a", "from b"]
+    assert present(b.get_entry(y)).parent_id == x
+    assert [narrow(m, UserMessage).text for m in a.build_context().messages] == [
+        "from a",
+        "from b",
+    ]
     b.move_to(x)
     assert a.leaf_id == x
 
@@ -231,11 +235,14 @@ def test_a_session_held_open_appends_where_the_leaf_is_now(tmp_path: Path) -> No
     one = other.append_message(user("one"))
     two = other.append_message(user("two"))
     three = held.append_message(user("three"))
-    assert held.get_entry(three).parent_id == two
+    assert present(held.get_entry(three)).parent_id == two
     other.move_to(one)
     four = held.append_message(user("four"))
-    assert held.get_entry(four).parent_id == one
-    assert [m.text for m in other.build_context().messages] == ["one", "four"]
+    assert present(held.get_entry(four)).parent_id == one
+    assert [narrow(m, UserMessage).text for m in other.build_context().messages] == [
+        "one",
+        "four",
+    ]
 
 
 def test_a_failed_append_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -250,7 +257,10 @@ def test_a_failed_append_leaves_nothing_behind(tmp_path: Path) -> None:
         session.storage.append_entry(entry)
     assert error.value.code == "invalid_entry"
     duplicate = MessageEntry(
-        id=session.leaf_id, parent_id=session.leaf_id, timestamp=iso_now(), message=user("dup")
+        id=present(session.leaf_id),
+        parent_id=session.leaf_id,
+        timestamp=iso_now(),
+        message=user("dup"),
     )
     with pytest.raises(SessionError) as error:
         session.storage.append_entry(duplicate)
@@ -319,7 +329,7 @@ def test_processes_appending_to_one_file_lose_nothing(tmp_path: Path) -> None:
     assert stats.message_count == 3 * APPENDS_PER_PROCESS
     # every append went onto the leaf as it was: one line, no accidental forks
     assert stats.leaf_count == 1 and stats.branch_point_count == 0
-    texts = [m.text for m in session.build_context().messages]
+    texts = [narrow(m, UserMessage).text for m in session.build_context().messages]
     assert len(texts) == 3 * APPENDS_PER_PROCESS
     for tag in ("p0", "p1", "p2"):
         assert [t for t in texts if t.startswith(tag)] == [
@@ -380,7 +390,7 @@ def test_the_search_index_catches_up_in_batches_with_appends_in_between(
         batches: list[int] = []
         real_write = repo.database.write
 
-        def write(work):  # type: ignore[no-untyped-def]
+        def write(work):
             more = real_write(work)
             batches.append(len(batches))
             if len(batches) == 1:  # between two batches the lock is free
@@ -467,7 +477,9 @@ def test_the_context_read_from_part_of_the_branch_is_the_whole_branchs(
                         session.append_active_tools_change(rng.sample(["a", "b", "c"], 2))
             case _ if messages and rng.random() < 0.5:
                 kept = rng.choice([None, rng.choice(messages).id])
-                tail = [user("kept in the tail")] if rng.random() < 0.2 else None
+                tail: list[BaseMessage] | None = (
+                    [user("kept in the tail")] if rng.random() < 0.2 else None
+                )
                 session.append_compaction(f"summary {step}", kept, 100, retained_tail=tail)
             case _ if branch and rng.random() < 0.5:
                 session.move_to(rng.choice(branch).id)
@@ -858,14 +870,14 @@ def test_a_log_exported_in_pieces_is_read_by_position_across_interleaved_session
     newest = repo.create()
     for n in range(8):  # the newest rows of the table: theirs are the rowids given out next
         newest.append_message(user(f"newest {n}"))
-    pieces = repo.export_chunks(newest.id, 2)
-    next(pieces)
-    next(pieces)
+    chunks = repo.export_chunks(newest.id, 2)
+    next(chunks)
+    next(chunks)
     repo.delete(newest.id)
     for n in range(8):
         one.append_message(user(f"secret {n}"))
     with pytest.raises(SessionError) as error:
-        list(pieces)
+        list(chunks)
     assert error.value.code == "not_found" and "deleted" in str(error.value)
     repo.close()
 

@@ -23,8 +23,9 @@ from mcp_support import (
     make_server,
     started_fixture,  # noqa: F401  (the started fixture)
 )
-from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse
+from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse, TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from narrow import narrow
 from test_session_reads import busy_session
 
 from mcp_agent.messages import UserMessage
@@ -132,7 +133,7 @@ async def read_all(
     """Every one of READS through ``client``: its structured content and text; ``progress``:
     asking for progress, as a client showing it does."""
 
-    async def shown(done: float, total: float | None, message: str | None) -> None:
+    async def shown(progress: float, total: float | None, message: str | None) -> None:
         pass
 
     answers = []
@@ -144,7 +145,7 @@ async def read_all(
         )
         assert not result.is_error, result.content
         assert spliced.KEY not in (result.meta or {})
-        answers.append((result.structured_content, result.content[0].text))  # type: ignore[union-attr]
+        answers.append((result.structured_content, narrow(result.content[0], TextContent).text))
     return answers
 
 

@@ -21,7 +21,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 from mcp_support import initialize_request, serve_piped
-from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent
+from narrow import narrow
 
 from mcp_agent.server import stdio
 from mcp_agent.server.stdio import LineReader, Unanswered, Writer
@@ -117,7 +118,7 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
     regular = tmp_path / "requests.jsonl"
     regular.write_text("")
     with regular.open() as stdin:
-        done = subprocess.run(
+        from_file = subprocess.run(
             [sys.executable, "-c", probe],
             stdin=stdin,
             capture_output=True,
@@ -125,7 +126,7 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
             timeout=30,
             check=False,
         )
-    assert done.stdout.strip() == "True True True", done.stderr
+    assert from_file.stdout.strip() == "True True True", from_file.stderr
 
 
 async def test_a_write_larger_than_the_pipe_waits_for_the_reader() -> None:
@@ -186,7 +187,7 @@ async def test_stray_output_goes_to_stderr_and_the_wire_stays_clean(tmp_path: Pa
             for _ in range(3):
                 result = await client.call_tool("noisy", {})
                 assert not result.is_error
-                assert result.content[0].text == "still fine"  # type: ignore[union-attr]
+                assert narrow(result.content[0], TextContent).text == "still fine"
         # Leaving the client closes the server's stdin: it must exit by itself.
     text = errors.read_text()
     assert text.count("stray print") == 3

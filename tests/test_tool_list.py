@@ -34,12 +34,12 @@ async def test_each_kind_of_listing_is_made_once_and_answered_the_same(
     answers: dict[str, list[Any]] = {"plain": [], "apps": []}
     for _ in range(3):
         for kind, extensions in (("plain", []), ("apps", [APPS])):
-            async with Client(server, mode=mode, extensions=extensions) as client:  # type: ignore[arg-type]
+            async with Client(server, mode=mode, extensions=extensions) as client:
                 answers[kind].append((await client.list_tools()).model_dump())
                 answers[kind].append((await client.list_tools()).model_dump())
     assert len(made) == 2  # one plain, one with the viewer linked
     for kind, extensions in (("plain", []), ("apps", [APPS])):
-        async with Client(fresh, mode=mode, extensions=extensions) as client:  # type: ignore[arg-type]
+        async with Client(fresh, mode=mode, extensions=extensions) as client:
             made_anew = (await client.list_tools()).model_dump()
         assert answers[kind] == [made_anew] * 6
     assert answers["plain"][0] != answers["apps"][0]

@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.types import TextContent
 from mcp_support import free_port, initialize_request
+from narrow import narrow, present
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
@@ -56,7 +58,7 @@ class HttpServer:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.process.stderr.read()}")
+                raise RuntimeError(f"server exited: {present(self.process.stderr).read()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return
@@ -107,9 +109,9 @@ async def test_stdio_child_process(tmp_path: Path, mode: str) -> None:
             "session_append",
             {"session_id": sid, "entry": {"type": "message", "role": "user", "content": "hi"}},
         )
-        assert not appended.is_error, appended.content[0].text
+        assert not appended.is_error, narrow(appended.content[0], TextContent).text
         bad = await client.call_tool("session_get", {"session_id": "nope"})
-        assert bad.is_error and "not_found" in bad.content[0].text
+        assert bad.is_error and "not_found" in narrow(bad.content[0], TextContent).text
     # The data outlives the process: a second server reads what the first stored.
     async with Client(params, mode=mode) as client:
         listing = await client.call_tool("session_list", {})

@@ -232,7 +232,7 @@ def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: 
         server.send(json.dumps(initialize_request(1)))
         assert server.answer()["id"] == 1
         server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
-        refused = [
+        refused: list[tuple[dict[str, Any], str]] = [
             ({"name": 5}, "params.name: Input should be a valid string"),
             ({"name": "session_list", "arguments": [1]}, "params.arguments: Input should be"),
             ({"arguments": {}}, "params.name: Field required"),

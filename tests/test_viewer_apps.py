@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
-from mcp.client.extension import advertise
+from mcp.client.extension import ClientExtension, advertise
 from mcp.server import MCPServer
+from mcp.types import TextResourceContents
 from mcp_support import make_server
+from narrow import narrow
 
 from mcp_agent.server.viewer.apps import LINKED_TOOLS, VIEWER_URI
 
@@ -39,7 +41,7 @@ async def test_apps_clients_get_the_link_and_the_resource(server: MCPServer, mod
         [content] = (await client.read_resource(VIEWER_URI)).contents
     assert content.mime_type == "text/html;profile=mcp-app"
     assert content.meta == {"ui": {"prefersBorder": True, "csp": {}}}
-    html = content.text
+    html = narrow(content, TextResourceContents).text
     assert 'data-transport="app"' in html and "{{" not in html
     # self-contained: no address of any origin to load from or talk to
     assert re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", html) == []
@@ -49,9 +51,9 @@ async def test_apps_clients_get_the_link_and_the_resource(server: MCPServer, mod
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 @pytest.mark.parametrize("extensions", [[], [OTHER_VIEWS]], ids=["none", "other-views"])
 async def test_other_clients_get_todays_answers(
-    server: MCPServer, mode: str, extensions: list[object]
+    server: MCPServer, mode: str, extensions: list[ClientExtension]
 ) -> None:
-    async with Client(server, mode=mode, extensions=extensions) as client:  # type: ignore[arg-type]
+    async with Client(server, mode=mode, extensions=extensions) as client:
         tools = (await client.list_tools()).tools
         assert all(tool.meta is None for tool in tools)
         assert all(r.uri != VIEWER_URI for r in (await client.list_resources()).resources)

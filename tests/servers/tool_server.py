@@ -62,6 +62,6 @@ if __name__ == "__main__":
     for transport in ("streamable-http", "sse"):
         if f"--{transport}" in sys.argv:
             port = int(sys.argv[sys.argv.index(f"--{transport}") + 1])
-            server.run(transport, host="127.0.0.1", port=port)  # type: ignore[call-overload]
+            server.run(transport, host="127.0.0.1", port=port)
             raise SystemExit(0)
     server.run("stdio")
