@@ -4,7 +4,7 @@ provider with a key; ``client`` means the MCP client's own model (sampling, lega
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp_agent.messages import Model
@@ -13,7 +13,7 @@ from mcp_agent.runtime.errors import ModelUnavailable
 
 ModelChoice = tuple[Model, StreamFn]
 # Tests and embedders can serve names of their own (e.g. a scripted model).
-ModelOverrides = dict[str, Callable[[], ModelChoice]]
+ModelOverrides = Mapping[str, Callable[[], ModelChoice]]
 
 CLIENT_MODEL = "client"
 

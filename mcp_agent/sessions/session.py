@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,7 +243,7 @@ class Session:
         details: Any = None,
         from_hook: bool = False,
         usage: Usage | None = None,
-        retained_tail: list[BaseMessage] | None = None,
+        retained_tail: Sequence[BaseMessage] | None = None,
     ) -> str:
         if first_kept_entry_id is not None:
             self._require_entry(first_kept_entry_id)
