@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import anyio
+
+logger = logging.getLogger(__name__)
 
 
 class AbortSignal:
@@ -39,8 +42,13 @@ class AbortSignal:
         self.reason = reason
         self._event.set()
         callbacks, self._callbacks = self._callbacks, []
+        # An abort always goes through: one listener that fails must not keep it from the
+        # others (nor fail whoever aborts).
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:
+                logger.exception("an abort listener failed")
 
 
 class AbortController:

@@ -860,6 +860,22 @@ async def test_abort_skips_tools_not_started_in_sequential_mode():
     check_tool_results(messages)
 
 
+def test_an_abort_reaches_every_listener_when_one_fails(caplog: pytest.LogCaptureFixture):
+    controller = AbortController()
+    heard: list[str] = []
+
+    def failing() -> None:
+        heard.append("failing")
+        raise TypeError("transport sockets do not support shutdown() method")
+
+    controller.signal.on_abort(failing)
+    controller.signal.on_abort(lambda: heard.append("next"))
+    controller.abort("stop")  # does not raise
+    assert heard == ["failing", "next"]
+    assert controller.signal.aborted and controller.signal.reason == "stop"
+    assert "an abort listener failed" in caplog.text and "shutdown() method" in caplog.text
+
+
 async def test_the_before_hook_sees_the_abort():
     controller = AbortController()
 

@@ -15,6 +15,7 @@ import codecs
 import email.utils
 import json
 import logging
+import os
 import random
 import socket
 import ssl
@@ -679,7 +680,16 @@ def _http11_socket(response: httpx.Response) -> Any:
 
 
 def _shutdown(sock: Any) -> None:
+    """Shut the connection down, so that a read waiting on it ends at once."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
-        pass
+        pass  # already closed
+    except Exception:
+        # uvloop's transports hand out a socket that refuses shutdown() (TypeError); the
+        # connection is the same through a duplicate of its descriptor.
+        try:
+            with socket.socket(fileno=os.dup(sock.fileno())) as same:
+                same.shutdown(socket.SHUT_RDWR)
+        except (OSError, TypeError, ValueError, AttributeError):
+            pass
