@@ -228,3 +228,46 @@ async def test_a_subscription_to_a_uri_of_megabytes_is_refused(tmp_path: Path) -
         assert "at most 4,096 characters, not 1,005,0" in str(raised.value)
         await client.session.subscribe_resource(long[:4_096])  # at the bound: taken
         assert (await call(client, "session_list"))["sessions"][0]["id"] == sid
+
+
+async def test_an_error_never_repeats_a_value_of_megabytes(tmp_path: Path) -> None:
+    """Whatever a request sends, its error answer stays short: a long value it names comes
+    back as its start and how long it was."""
+    from mcp.shared.exceptions import MCPError
+
+    huge = "q" * 1_000_000
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        before = await call(client, "session_get", session_id=sid, view="entries", limit=0)
+        answers = [
+            await call_error(client, "session_get", session_id=huge),
+            await call_error(client, "session_move_to", session_id=sid, entry_id=huge),
+            await call_error(
+                client,
+                "session_append",
+                session_id=sid,
+                entry={"type": "label", "target_id": huge, "label": "x"},
+            ),
+            await call_error(client, "agent_status", run_id=huge),
+            await call_error(client, huge),
+            await call_error(client, "session_list", **{huge: 1}),
+        ]
+        for text in answers:
+            assert len(text) < 5_000, text[:200]
+            assert "\n" not in text
+        assert "1,000,000 characters in all" in answers[0]
+        assert "not_found: session qqq" in answers[0]
+        assert all("1,000,000 characters in all" in text for text in answers[:5])
+        assert "there is no tool 'qqq" in answers[4]
+        assert "unknown argument 'qqq" in answers[5]
+        after = await call(client, "session_get", session_id=sid, view="entries", limit=0)
+        assert after == before  # nothing refused was stored
+
+        with pytest.raises(MCPError) as read:
+            await client.read_resource("session://" + huge)
+        assert "at most 4,096 characters, not 1,000,010" in read.value.error.message
+        assert read.value.error.data is None
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt("continue_session", {"session_id": huge})
+        message = prompt.value.error.message
+        assert len(message) < 5_000 and "1,000,000 characters in all" in message

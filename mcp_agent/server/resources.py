@@ -21,6 +21,7 @@ from mcp_agent.server.notify import SubscriptionLimit
 from mcp_agent.server.paging import DEFAULT_LIMIT
 from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
 from mcp_agent.server.session_tools import session_info
+from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
@@ -31,9 +32,6 @@ JSON = "application/json"
 JSONL = "application/x-ndjson"
 # A session's name as a listed resource's name and title.
 LISTED_NAME_CHARS = 200
-# The longest URI a client may subscribe to (a session's are about 60 characters, an entry's
-# adds its id).
-SUBSCRIBED_URI_CHARS = 4_096
 # The tree resource whole up to here (a node is about 300 bytes of JSON); past it the newest
 # nodes, read from the session's index instead of every entry (100,000 made 25 MB).
 TREE_NODES = 5_000
@@ -271,12 +269,8 @@ def register(server: MCPServer) -> None:
         # the ones that ever get updates; a subscription to another simply hears nothing),
         # up to a length: the server keeps each one until its client unsubscribes.
         uri = str(params.uri)
-        if len(uri) > SUBSCRIBED_URI_CHARS:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"a subscription's URI may have at most {SUBSCRIBED_URI_CHARS:,} characters,"
-                f" not {len(uri):,}",
-            )
+        if len(uri) > URI_CHARS:
+            raise MCPError(types.INVALID_PARAMS, long_uri(uri))
         try:
             state.notifier.subscribe(uri, ctx.session, ctx.protocol_version)
         except SubscriptionLimit as error:

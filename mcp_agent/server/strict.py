@@ -25,7 +25,9 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
-from pydantic import ValidationError
+from pydantic import AnyUrl, ValidationError
+
+from mcp_agent.sessions.entries import clip_long
 
 # Pydantic's wording of a type mismatch is fine; these read better to a model.
 _MESSAGES = {
@@ -33,6 +35,13 @@ _MESSAGES = {
     "extra_forbidden": "is not a field of this object",
 }
 MAX_ERRORS = 3
+# An error answer is read by a model, and hosts refuse long tool output: whatever a request
+# sent (a megabyte of id), its error repeats at most the start of each value and stays short.
+ERROR_CHARS = 4_000
+ECHO_CHARS = 100
+# The longest resource URI read or subscribed to (a session's are about 60 characters, an
+# entry's adds its id): a longer one is refused before any lookup repeats it.
+URI_CHARS = 4_096
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -189,13 +198,17 @@ class SessionsServer(MCPServer):
         tool = self._tool_manager.get_tool(name)
         if tool is None:
             known = ", ".join(t.name for t in self._tool_manager.list_tools())
-            raise ToolError(f"there is no tool {name!r}; the tools are: {known}")
+            shown = clip_long(name, ECHO_CHARS)
+            raise ToolError(bounded_error(f"there is no tool {shown!r}; the tools are: {known}"))
         properties: dict[str, Any] = tool.parameters.get("properties", {})
         unknown = sorted(set(arguments) - set(properties))
         if unknown:
+            shown = ", ".join(repr(clip_long(key, ECHO_CHARS)) for key in unknown)
             raise ToolError(
-                f"{name}: unknown argument {', '.join(map(repr, unknown))}; it takes "
-                + (", ".join(properties) or "no arguments")
+                bounded_error(
+                    f"{name}: unknown argument {shown}; it takes "
+                    + (", ".join(properties) or "no arguments")
+                )
             )
         self._check_scalar_types(name, tool.parameters, arguments)
         try:
@@ -203,7 +216,17 @@ class SessionsServer(MCPServer):
         except UnexpectedToolError:
             raise  # a crash: the SDK logs it and says no more to the client
         except ToolError as error:
-            raise ToolError(_one_line(self._explain(name, error, properties, arguments))) from None
+            text = self._explain(name, error, properties, arguments)
+            raise ToolError(bounded_error(text, arguments)) from None
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
+    ) -> Any:
+        """The SDK's, with a URI too long to be any resource refused without repeating it
+        (the SDK's error would hold it twice, in its message and its data)."""
+        if len(str(uri)) > URI_CHARS:
+            raise MCPError(INVALID_PARAMS, long_uri(str(uri)))
+        return await super().read_resource(uri, context)
 
     async def get_prompt(
         self,
@@ -216,7 +239,11 @@ class SessionsServer(MCPServer):
         prompt = self._prompt_manager.get_prompt(name)
         if prompt is None:
             known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
-            raise MCPError(INVALID_PARAMS, f"there is no prompt {name!r}; the prompts are: {known}")
+            shown = clip_long(name, ECHO_CHARS)
+            raise MCPError(
+                INVALID_PARAMS,
+                bounded_error(f"there is no prompt {shown!r}; the prompts are: {known}"),
+            )
         declared = {argument.name: argument for argument in prompt.arguments or []}
         given = set(arguments or {})
         problems = [f"unknown argument {key!r}" for key in sorted(given - set(declared))]
@@ -227,8 +254,15 @@ class SessionsServer(MCPServer):
         ]
         if problems:
             takes = ", ".join(declared) or "no arguments"
-            raise MCPError(INVALID_PARAMS, f"{name}: {'; '.join(problems)}; it takes {takes}")
-        return await super().get_prompt(name, arguments, context)
+            text = f"{name}: {'; '.join(problems)}; it takes {takes}"
+            raise MCPError(INVALID_PARAMS, bounded_error(text, arguments))
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except MCPError as error:
+            if len(error.error.message) <= ERROR_CHARS:
+                raise
+            bounded = bounded_error(error.error.message, arguments)
+            raise MCPError(error.error.code, bounded) from None
 
     def _check_scalar_types(
         self, name: str, schema: dict[str, Any], arguments: dict[str, Any]
@@ -300,6 +334,35 @@ def _has_type(value: Any, allowed: frozenset[str]) -> bool:
     if kind == "integer":
         return "number" in allowed
     return kind == "number" and "integer" in allowed and float(value).is_integer()
+
+
+def long_uri(uri: str) -> str:
+    return f"a resource URI may have at most {URI_CHARS:,} characters, not {len(uri):,}"
+
+
+def bounded_error(text: str, sent: Any = None) -> str:
+    """``text`` as an error answer: on one line, and at most about ``ERROR_CHARS`` long. A
+    long value of ``sent`` (the request's arguments) that it repeats is cut to its start
+    with a marker saying how long it was; what is still too long is cut at the end."""
+    if len(text) > ERROR_CHARS:
+        for value in sorted(_long_strings(sent), key=len, reverse=True):
+            if value in text:
+                text = text.replace(value, clip_long(value, ECHO_CHARS))
+        text = clip_long(text, ERROR_CHARS)
+    return _one_line(text)
+
+
+def _long_strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """The strings in ``value`` (JSON-like) longer than ``ECHO_CHARS``."""
+    if isinstance(value, str):
+        if len(value) > ECHO_CHARS:
+            yield value
+    elif depth < 20 and isinstance(value, dict):
+        for item in value.values():
+            yield from _long_strings(item, depth + 1)
+    elif depth < 20 and isinstance(value, list):
+        for item in value:
+            yield from _long_strings(item, depth + 1)
 
 
 def _one_line(text: str) -> str:
