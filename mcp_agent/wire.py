@@ -153,6 +153,26 @@ def loads_json(text: str, finite: bool = True) -> Any:
     return value
 
 
+# What a JSON text cut off in the middle of a token ends with, from where the parser gave
+# up: part of a string (an escape too: the parser points into a \u escape), of a number,
+# or of true, false or null.
+_PARTIAL_TOKEN = re.compile(
+    r'\s*(?:"(?:[^"\\]|\\.)*(?:\\u?[0-9a-fA-F]{0,3})?|-?[0-9]*\.?[0-9]*(?:[eE][+-]?[0-9]*)?'
+    r"|u[0-9a-fA-F]{0,4}|t(?:ru?)?|f(?:a(?:ls?)?)?|n(?:ul?)?)\s*",
+    re.S,
+)
+
+
+def cut_off_json(text: str, error: ValueError) -> bool:
+    """Whether ``text``, which failed to parse with ``error``, did so only because it ends too
+    soon: it is the start of some JSON text, as a write torn by a crash leaves a line. A whole
+    text that breaks a rule (NaN, too deep, junk after the object) is not."""
+    return (
+        isinstance(error, json.JSONDecodeError)
+        and _PARTIAL_TOKEN.fullmatch(text, error.pos) is not None
+    )
+
+
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value (JSON numbers are finite)")
 

@@ -92,6 +92,25 @@ def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_write(
     assert path.read_bytes() == whole + b"garbage garbage\n"  # left as it was
 
 
+@pytest.mark.parametrize("last", [b"garbage garbage", b"[1]", b'{"type": "custom"} junk'])
+def test_a_whole_last_line_without_its_line_break_is_damage_and_stays(
+    tmp_path: Path, last: bytes
+) -> None:
+    """Only the start of a JSON text is a torn write (cut off); a whole line that is not an
+    object is someone's text, never cut."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    repo.close()
+    path = tmp_path / f"{session.id}.jsonl"
+    damaged = path.read_bytes() + last
+    path.write_bytes(damaged)
+    with pytest.raises(SessionError) as error:
+        JsonlSessionRepo(tmp_path).open(session.id)
+    assert error.value.code == "corrupt" and ".jsonl:3: damaged line" in str(error.value)
+    assert path.read_bytes() == damaged
+
+
 def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()

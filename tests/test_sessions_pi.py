@@ -209,6 +209,42 @@ def test_a_torn_last_line_is_skipped_and_said_so_once(tmp_path: Path) -> None:
     assert len(imported.notes) == 1 and "<jsonl>:42: skipped the last line" in imported.notes[0]
 
 
+def test_every_cut_of_a_last_line_is_a_torn_write() -> None:
+    """Wherever a crash cut the last line (inside a string, an escape, a number, a literal),
+    it is skipped as torn."""
+    whole = (DATA / "v3.jsonl").read_text().rstrip("\n")
+    head, line = whole.rsplit("\n", 1)
+    line = line[:-1] + ',"x":[-1.5e3,true,false,null,"a\\u00e9\\"b"]}'
+    assert json.loads(line)["x"][-1] == 'a\u00e9"b'
+    for cut in range(1, len(line)):
+        parsed = parse_session_text(f"{head}\n{line[:cut]}", "x.jsonl")
+        assert len(parsed.entries) == 39, line[:cut]
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        '{"type":"custom","id":"ab12cd34","parentId":null,"data":NaN}',
+        '{"type":"custom","id":"ab12cd34","parentId":null,"data":' + "[" * 300 + "]" * 300 + "}",
+        '{"type":"custom","id":"ab12cd34","parentId":null} junk',
+    ],
+)
+def test_a_whole_last_line_that_breaks_a_rule_is_refused_without_its_line_break(
+    tmp_path: Path, last: str
+) -> None:
+    """Not torn: the text is all there, so it is damage, as it is with a line break."""
+    text = (DATA / "v3.jsonl").read_text().rstrip("\n") + "\n" + last
+    with pytest.raises(SessionError) as error:
+        parse_session_text(text, "x.jsonl")
+    assert error.value.code == "invalid_import" and "x.jsonl:42: line is not valid JSON" in str(
+        error.value
+    )
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        with pytest.raises(SessionError):
+            repo.import_session(text)
+        assert repo.list().items == []
+
+
 @pytest.mark.parametrize("last", ["garbage garbage\n", '{"type":"message","id":"ab\n', "[1]\n"])
 def test_a_complete_line_that_is_not_a_json_object_fails_the_whole_import(
     tmp_path: Path, last: str

@@ -55,6 +55,7 @@ from mcp_agent.sessions.repo import (
     summarize,
     text_matches,
 )
+from mcp_agent.wire import cut_off_json
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def _file_rows(
     handle: IO[bytes], path: Path, torn: list[bool]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line. A last line cut off before its line
-    break that is not a JSON object is a write torn by a crash: it is cut off (logged, and
+    break, the start of a JSON text, is a write torn by a crash: it is cut off (logged, and
     ``torn`` gets an item). Any other line that is not a JSON object is damage and raises."""
     held: tuple[int, ValueError] | None = None  # a bad line: torn, if nothing follows
     for number, raw in enumerate(handle, start=1):
@@ -151,12 +152,16 @@ def _file_rows(
             raise SessionError(
                 "corrupt", f"{path}:{held[0]}: damaged line, not a JSON object ({held[1]})"
             )
+        text = ""
         try:
-            row = json.loads((raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8"))
+            text = (raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8")
+            row = json.loads(text)
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
         except ValueError as error:
-            if raw.endswith(b"\n"):
+            # A tear can split a character in two; a whole line is never torn.
+            cut = isinstance(error, UnicodeDecodeError) or cut_off_json(text, error)
+            if raw.endswith(b"\n") or not cut:
                 raise SessionError(
                     "corrupt", f"{path}:{number}: damaged line, not a JSON object ({error})"
                 ) from None

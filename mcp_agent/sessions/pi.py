@@ -36,7 +36,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import SessionStorage, StoredPages, leaf_after, stored_pages
 from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
-from mcp_agent.wire import loads_json
+from mcp_agent.wire import cut_off_json, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +193,10 @@ def _file_lines(handle: IO[bytes], name: str) -> Lines:
 def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
     """(line number, object) for each non-blank line.
 
-    A last line that does not parse and has no line break after it is a write torn by a
-    crash: it is skipped, and ``notes`` says so. Any other line that does not parse is damage
-    and raises SessionError(``code``), naming the file and line, once the rest has been read
-    (a file that cannot be read at all says so first).
+    A last line with no line break after it that is the start of a JSON text cut off
+    (``cut_off_json``) is a write torn by a crash: it is skipped, and ``notes`` says so. Any other
+    line that does not parse is damage and raises SessionError(``code``), naming the file and
+    line, once the rest has been read (a file that cannot be read at all says so first).
     """
     held: tuple[int, ValueError] | None = None  # a line that did not parse: torn, if last
     for number, line, ended in lines:
@@ -210,7 +210,7 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
             # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
             data = loads_json(line, finite=False)
         except ValueError as error:
-            if ended:
+            if ended or not cut_off_json(line, error):
                 for _ in lines:
                     pass
                 raise SessionError(
