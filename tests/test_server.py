@@ -166,6 +166,18 @@ async def test_session_lifecycle(client: Client) -> None:
     assert [m["content"] for m in messages] == ["hello"]
     labels = [e for e in fork_branch["entries"] if e["type"] == "label"]
     assert [label["label"] for label in labels] == ["start"]
+    # With no entry: the whole session, every branch (this one has a branch left behind).
+    whole = await call(client, "session_fork", session_id=sid)
+    source, copy = [
+        await call(client, "session_get", session_id=s, view="entries", limit=0)
+        for s in (sid, whole["id"])
+    ]
+    assert [(e["id"], e["type"]) for e in copy["entries"]] == [
+        (e["id"], e["type"]) for e in source["entries"]
+    ]
+    assert "second question" in json.dumps(copy["entries"])  # off the current branch
+    assert copy["leafId"] == source["leafId"]
+    await call(client, "session_delete", session_id=whole["id"])
 
     exported = await call(client, "session_export", session_id=sid, limit=0)
     lines = exported["jsonl"].splitlines()

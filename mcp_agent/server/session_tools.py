@@ -358,7 +358,10 @@ def register(server: MCPServer) -> None:
         session_id: SessionId,
         entry_id: Annotated[
             str | None,
-            Field(description="fork at or before this entry; null: the whole current branch"),
+            Field(
+                description="fork at or before this entry; null: copy the whole session (every "
+                "branch, the same leaf)"
+            ),
         ] = None,
         position: Annotated[
             Literal["before", "at"] | None,
@@ -368,7 +371,7 @@ def register(server: MCPServer) -> None:
             ),
         ] = None,
     ) -> SessionInfo:
-        """Copy this session (its current branch, or the path to entry_id) into a new session
+        """Copy this session (whole, or the path from its root to entry_id) into a new session
         whose header names this one as its parent. Returns the new session."""
         state = app_state(ctx)
 

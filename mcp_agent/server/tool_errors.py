@@ -14,7 +14,6 @@ from mcp_agent.sessions import SessionError
 
 HINTS = {
     "not_found": "list sessions with session_list, or entries with session_get",
-    "invalid_fork_target": "fork before a user message, or use position='at'",
 }
 
 
