@@ -150,7 +150,30 @@ def loads_json(text: str, finite: bool = True) -> Any:
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     if finite and _BIG_EXPONENT.search(text):
         json.loads(text, parse_float=_finite)
+    if SURROGATE_ESCAPE.search(text) and (lone := lone_surrogate(value)) is not None:
+        raise ValueError(
+            f"\\u{ord(lone):04x} is an unpaired surrogate escape (half of a UTF-16 pair),"
+            " which is not Unicode text"
+        )
     return value
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The first code point from U+D800 to U+DFFF in ``value``'s strings and keys (a pair of
+    escapes parses into one character, so any found was unpaired)."""
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            found = None if node.isascii() else SURROGATE.search(node)
+            if found is not None:
+                return found.group()
+        elif isinstance(node, dict):
+            pending.extend(node)
+            pending.extend(node.values())
+        elif isinstance(node, list | tuple):
+            pending.extend(node)
+    return None
 
 
 # What a JSON text cut off in the middle of a token ends with, from where the parser gave

@@ -22,7 +22,9 @@ from mcp_support import (
     Served,
     agent_server,
     call,
+    call_error,
     initialize_request,
+    make_server,
     prompt_responder,
     started_fixture,  # noqa: F401  (the started fixture)
 )
@@ -177,6 +179,36 @@ async def test_a_lone_surrogate_is_refused_before_any_handler(tmp_path: Path, mo
         assert len((await call(client, "session_list"))["sessions"]) == 1
     (file,) = folder.rglob("*.jsonl")
     assert len(file.read_text().splitlines()) == 1
+
+
+async def test_a_lone_surrogate_escaped_in_json_text_is_refused_clearly(tmp_path: Path) -> None:
+    """JSON text inside an argument (metadata, custom data, an imported file) may escape a
+    lone surrogate the transport cannot see: refused, saying so, with nothing stored."""
+    lone = '{"a": "\\ud800"}'
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+        exported = (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
+        answers = [
+            await call_error(client, "session_create", metadata=lone),
+            await call_error(
+                client,
+                "session_append",
+                session_id=sid,
+                entry={"type": "custom", "custom_type": "note", "data": lone},
+            ),
+            await call_error(
+                client,
+                "session_import",
+                jsonl=exported.replace(sid, "0" * 8 + sid[8:])
+                + '{"type":"custom","id":"ab12cd34","parentId":null,'
+                '"timestamp":"2026-01-01T00:00:00.000Z","customType":"n","data":"\\udfff"}\n',
+            ),
+        ]
+        for text in answers:
+            assert "unpaired surrogate escape" in text and "UnicodeEncodeError" not in text
+        assert "\\ud800" in answers[0] and "\\udfff" in answers[2]
+        assert (await call(client, "session_get", session_id=sid))["entries"] == []
+        assert len((await call(client, "session_list"))["sessions"]) == 1
 
 
 def test_a_2025_http_session_gets_the_same_refusal_of_a_lone_surrogate(

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from mcp_agent.server.spliced import WrappedStream
 from mcp_agent.server.strict import MAX_ERRORS
 from mcp_agent.sessions.entries import clip_long
-from mcp_agent.wire import SURROGATE, SURROGATE_ESCAPE, validation_problems
+from mcp_agent.wire import SURROGATE, SURROGATE_ESCAPE, lone_surrogate, validation_problems
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def unpaired_surrogate(value: Any, where: str = "params") -> tuple[str, str] | N
     """Where in ``value`` (a parsed JSON value) the first lone surrogate is, and which one:
     a dict key or a string holding a code point from U+D800 to U+DFFF. A pair of surrogate
     escapes in JSON text parses into one character, so any left over was unpaired."""
-    if not _any_surrogate(value):  # every request passes here: no paths built for it
+    if lone_surrogate(value) is None:  # every request passes here: no paths built for it
         return None
     for path, text in _strings(value, where):
         if not text.isascii():  # constant time; the search below only for other text
@@ -59,21 +59,6 @@ def unpaired_surrogate(value: Any, where: str = "params") -> tuple[str, str] | N
             if found is not None:
                 return path, found.group()
     return None
-
-
-def _any_surrogate(value: Any) -> bool:
-    pending = [value]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, str):
-            if not node.isascii() and SURROGATE.search(node) is not None:
-                return True
-        elif isinstance(node, dict):
-            pending.extend(node)
-            pending.extend(node.values())
-        elif isinstance(node, list | tuple):
-            pending.extend(node)
-    return False
 
 
 def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
