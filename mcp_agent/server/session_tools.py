@@ -173,7 +173,11 @@ def register(server: MCPServer) -> None:
     async def session_list(
         ctx: Context,
         query: Annotated[
-            str | None, Field(description="words to search for in messages; null: all sessions")
+            str | None,
+            Field(
+                description="words to search for in the sessions' messages, summaries and names;"
+                " null: all sessions"
+            ),
         ] = None,
         limit: Annotated[
             int | None, Field(ge=1, le=500, description="sessions per page, 1 to 500; null: 50")
