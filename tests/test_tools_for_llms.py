@@ -361,6 +361,11 @@ def custom(data: str) -> dict[str, Any]:
         ("session_append", {"session_id": "s", "entry": custom("[Infinity]")}, "Infinity is not"),
         ("session_append", {"session_id": "s", "entry": custom(DEEP)}, "nested more than 200"),
         ("session_append", {"session_id": "s", "entry": ROBOT}, "'robot' is not a role of pi's"),
+        (
+            "session_append",
+            {"session_id": "s", "entry": {"type": "pi", "json": '{"message": {}}'}},
+            "entry.type is missing: it is one of: message,",
+        ),
         ("session_append", {"session_id": "s", "entry": custom("[" * 2000)}, "nested more than"),
         ("session_import", {"jsonl": "not json"}, "the text of a pi session file"),
         ("agent_status", {}, "run_id is required"),

@@ -174,7 +174,10 @@ class Session:
         "label": "good"}``: any of ``APPENDABLE``. It is validated as it will be stored."""
         kind = partial.get("type")
         if kind not in APPENDABLE:
-            hint = _NOT_APPENDABLE.get(str(kind), f"one of: {', '.join(APPENDABLE)}")
+            kinds = f"one of: {', '.join(APPENDABLE)}"
+            if kind is None:
+                raise SessionError("invalid_entry", f"entry.type is missing: it is {kinds}")
+            hint = _NOT_APPENDABLE.get(str(kind), kinds)
             raise SessionError("invalid_entry", f"entry.type {kind!r} cannot be appended: {hint}")
         for reserved in ("id", "parentId", "timestamp"):
             if reserved in partial:
