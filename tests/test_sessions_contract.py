@@ -348,6 +348,19 @@ def test_leaf_moves_are_not_tree_nodes(repo) -> None:
     assert stats.leaf_count == 1
     tree = session.tree()
     assert len(tree) == 1 and [c.entry.id for c in tree[0].children] == [b]
+    # Named as a place to go to, label or fork at, a leaf move says what it is.
+    move = session.find_entries("leaf")[0].id
+    for attempt in (
+        lambda: session.move_to(move),
+        lambda: session.append_label(move, "here"),
+        lambda: repo.fork(session.id, move, "at"),
+    ):
+        with pytest.raises(SessionError) as refused:
+            attempt()
+        assert refused.value.code == "not_found"
+        assert f"entry {move} of session {session.id} is a leaf move" in str(refused.value)
+        assert f"it moved the leaf to {a}" in str(refused.value)
+    assert session.leaf_id == a and len(repo.list().items) == 1
 
 
 def test_tree_and_labels(repo) -> None:

@@ -264,9 +264,7 @@ def entries_to_fork(
         )
     if entry_id is None:
         return source.get_entries(), source.leaf_id
-    target = source.get_entry(entry_id)
-    if target is None or isinstance(target, LeafEntry):
-        raise SessionError("not_found", f"entry {entry_id} not found in session {source.id}")
+    target = source.require_entry(entry_id)
     if position == "at":
         end: str | None = target.id
     else:

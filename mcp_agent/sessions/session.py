@@ -213,7 +213,7 @@ class Session:
                     )
             elif isinstance(entry, LabelEntry):
                 check_length(entry.label, "entry.label", NAME_CHARS)
-                self._require_entry(entry.target_id)
+                self.require_entry(entry.target_id)
             elif isinstance(entry, SessionInfoEntry):
                 check_length(entry.name, "entry.name", NAME_CHARS)
             return entry
@@ -249,7 +249,7 @@ class Session:
         retained_tail: Sequence[BaseMessage] | None = None,
     ) -> str:
         if first_kept_entry_id is not None:
-            self._require_entry(first_kept_entry_id)
+            self.require_entry(first_kept_entry_id)
         optional = _given(
             first_kept_entry_id=first_kept_entry_id,
             details=details,
@@ -280,7 +280,7 @@ class Session:
     def append_label(self, target_id: str, label: str | None) -> str:
         """Label an entry; an empty or None label clears it."""
         check_length(label, "label", NAME_CHARS)
-        self._require_entry(target_id)
+        self.require_entry(target_id)
         optional = _given(label=label or None)
         return self._append(lambda base: LabelEntry(**base, target_id=target_id, **optional))
 
@@ -295,7 +295,7 @@ class Session:
         (``{"summary": str, "details"?, "usage"?, "from_hook"?}``) a branch summary is added as a
         child of the target and becomes the leaf; its id is returned."""
         if entry_id is not None:
-            self._require_entry(entry_id)
+            self.require_entry(entry_id)
         if summary is not None and not isinstance(summary.get("summary"), str):
             raise SessionError("invalid_argument", "summary needs a 'summary' string")
         self._read_leaf = UNREAD
@@ -323,11 +323,18 @@ class Session:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def _require_entry(self, entry_id: str) -> SessionEntry:
+    def require_entry(self, entry_id: str) -> SessionEntry:
+        """The entry ``entry_id``: a place in the conversation, or SessionError(not_found)."""
         entry = self.storage.get_entry(entry_id)
-        # A leaf move is bookkeeping, not a place in the conversation.
-        if entry is None or isinstance(entry, LeafEntry):
+        if entry is None:
             raise SessionError("not_found", f"entry {entry_id} not found in session {self.id}")
+        if isinstance(entry, LeafEntry):
+            # Bookkeeping of where the leaf went, not a place in the conversation.
+            raise SessionError(
+                "not_found",
+                f"entry {entry_id} of session {self.id} is a leaf move, not a place in the"
+                f" conversation: it moved the leaf to {entry.target_id or 'the root'}",
+            )
         return entry
 
     def get_entry(self, entry_id: str) -> SessionEntry | None:
@@ -354,7 +361,7 @@ class Session:
     def children(self, entry_id: str | None) -> list[SessionEntry]:
         """The entries whose parent is ``entry_id`` (None: the roots); leaf moves left out."""
         if entry_id is not None:
-            self._require_entry(entry_id)
+            self.require_entry(entry_id)
         return self.storage.get_children(entry_id)
 
     def tree(self) -> list[TreeNode]:
