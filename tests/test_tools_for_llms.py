@@ -363,6 +363,19 @@ def custom(data: str) -> dict[str, Any]:
         ("session_append", {"session_id": "s", "entry": ROBOT}, "'robot' is not a role of pi's"),
         (
             "session_append",
+            {
+                "session_id": "s",
+                "entry": {
+                    "type": "custom_message",
+                    "custom_type": "note",
+                    "content": "x",
+                    "display": "yes",
+                },
+            },
+            "entry.display (for type 'custom_message') should be a valid boolean (got \"yes\")",
+        ),
+        (
+            "session_append",
             {"session_id": "s", "entry": {"type": "pi", "json": '{"message": {}}'}},
             "entry.type is missing: it is one of: message,",
         ),

@@ -85,7 +85,7 @@ class CustomMessageInput(_Input):
     type: Literal["custom_message"] = Field(description=KIND)
     custom_type: str = Field(description="what kind of message, e.g. 'reminder'")
     content: str = Field(description="its text")
-    display: bool = Field(default=True, description="show it in the session's views")
+    display: bool = Field(default=True, strict=True, description="show it in the session's views")
     details: str | None = Field(
         default=None, description="more data as JSON text, not sent to the model; null: none"
     )
