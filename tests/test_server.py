@@ -343,6 +343,10 @@ async def test_list_pages_newest_first(tmp_path: Path) -> None:
             f"session://{i}" for i in made[::-1]
         ]
         assert "agent://default" in uris
+        unnamed = [(await call(client, "session_create"))["id"] for _ in range(2)]
+        listed = await client.list_resources()
+        names = {r.uri: r.name for r in listed.resources}
+        assert [names[f"session://{i}"] for i in unnamed] == [f"session {i}" for i in unnamed]
 
 
 # --- resources and prompts --------------------------------------------------------------------

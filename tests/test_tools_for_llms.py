@@ -353,6 +353,11 @@ def custom(data: str) -> dict[str, Any]:
         ("session_get", {"session_id": "s", "limit": 5.5}, "integer, not a number (got 5.5)"),
         ("session_move_to", {"session_id": "s", "entry_id": "e", "summarize": "true"}, "boolean"),
         ("session_append", {"session_id": "s", "entry": {"type": "message"}}, "is required"),
+        (
+            "session_move_to",
+            {"session_id": "s", "entry_id": "root", "summary": " "},
+            "summary is empty",
+        ),
         ("session_append", {"session_id": "s", "entry": {"type": "nope"}}, "'message'"),
         ("session_create", {"metadata": "[1]"}, "metadata must be a JSON object"),
         ("session_create", {"metadata": '{"v": NaN}'}, "NaN is not a JSON value"),

@@ -252,7 +252,9 @@ def register(server: MCPServer) -> None:
         resources.extend(
             types.Resource(
                 uri=f"session://{item.id}",
-                name=clip_long(item.name or f"session {item.id[:8]}", LISTED_NAME_CHARS),
+                # Unnamed: its whole id (a UUIDv7's first characters are its time: the same for
+                # every session made within a minute).
+                name=clip_long(item.name or f"session {item.id}", LISTED_NAME_CHARS),
                 title=None if item.name is None else clip_long(item.name, LISTED_NAME_CHARS),
                 description=(item.first_user_message or "")[:200] or None,
                 mime_type=JSON,

@@ -328,6 +328,8 @@ def register(server: MCPServer) -> None:
         target = None if entry_id == "root" else entry_id
         if summary is not None and summarize:
             raise ToolError("give either summary or summarize=true, not both")
+        if summary is not None and not summary.strip():
+            raise ToolError("summary is empty: give its text, or null to record none")
         if summarize and target is None:
             raise ToolError("summarize needs an entry to move to, not 'root'")
 
