@@ -360,6 +360,7 @@ def custom(data: str) -> dict[str, Any]:
         ),
         ("session_append", {"session_id": "s", "entry": {"type": "nope"}}, "'message'"),
         ("session_create", {"metadata": "[1]"}, "metadata must be a JSON object"),
+        ("session_create", {"cwd": "/home/a\x00b"}, "cwd holds a NUL character"),
         ("session_create", {"metadata": '{"v": NaN}'}, "NaN is not a JSON value"),
         ("session_create", {"metadata": '{"v": 1e999}'}, "1e999 is too large"),
         ("session_create", {"metadata": DEEP}, "nested more than 200 levels deep"),

@@ -370,6 +370,8 @@ class BaseSessionRepo:
     ) -> Session:
         check_length(name.strip() if name else None, "name", NAME_CHARS)
         check_length(cwd, "cwd", CWD_CHARS)
+        if cwd is not None and "\x00" in cwd:
+            raise SessionError("invalid_argument", "cwd holds a NUL character, which no path can")
         check_metadata(metadata)
         header = new_header(cwd=cwd, parent_session=parent_session, metadata=metadata)
         entries: builtins.list[SessionEntry] = []
