@@ -291,14 +291,17 @@ def test_a_session_pi_continued_before_any_answer_reads_as_pi_reads_it(tmp_path:
     ]
 
 
-@pytest.mark.parametrize("cwd", ["/a" * 200, "/bad\0cwd"])
+# A NUL is refused for every layout, before pi's folder name is made.
+@pytest.mark.parametrize(
+    ("cwd", "says"), [("/a" * 200, "pi's layout"), ("/bad\0cwd", "holds a NUL character")]
+)
 def test_a_cwd_that_makes_no_folder_name_is_refused_and_nothing_written(
-    tmp_path: Path, cwd: str
+    tmp_path: Path, cwd: str, says: str
 ) -> None:
     repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
     with pytest.raises(SessionError) as error:
         repo.create(cwd=cwd)
-    assert error.value.code == "invalid_argument" and "pi's layout" in error.value.message
+    assert error.value.code == "invalid_argument" and says in error.value.message
     assert list((tmp_path / "sessions").iterdir()) == []
 
 
