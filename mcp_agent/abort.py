@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import anyio
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class AbortSignal:
@@ -48,7 +48,7 @@ class AbortSignal:
             try:
                 callback()
             except Exception:
-                logger.exception("an abort listener failed")
+                log.exception("an abort listener failed")
 
 
 class AbortController:
