@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import TextContent as McpTextContent
 from mcp_support import call, make_server
 from narrow import narrow, present
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.server import session_reads, session_tools
-from mcp_agent.server.paging import ANSWER_BYTES
+from mcp_agent.server.paging import ANSWER_BYTES, parse_cursor
 from mcp_agent.server.session_reads import (
     context_page,
     entries_page,
@@ -568,3 +569,15 @@ async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
         assert got["leafId"] == got["session"]["leafId"] == got["entries"][-1]["id"] == added
         found = await call(client, "session_context", session_id=sid)
         assert found["messages"][-1]["content"] == "from elsewhere"
+
+
+@pytest.mark.parametrize("digits", ["\u0663", "\uff13", "3\u0663"])  # Arabic-Indic, full-width
+def test_a_cursor_holds_ascii_digits_only(sessions: tuple[Session, Session], digits: str) -> None:
+    """``int()`` reads digits of any script: such a cursor was never handed out."""
+    ours, _ = sessions
+    assert export_page(ours, "from:3", 1).start == 3
+    with pytest.raises(ToolError, match="is not one this tool handed out"):
+        export_page(ours, f"from:{digits}", 1)
+    assert parse_cursor("before:3", "before:", 1, 10) == 3
+    with pytest.raises(ToolError, match="is not one this tool handed out"):
+        parse_cursor(f"before:{digits}", "before:", 1, 10)

@@ -55,7 +55,9 @@ def parse_cursor(cursor: str, prefix: str, low: int, high: int) -> int:
     """The index in a cursor this server handed out (``prefix`` and a number in
     ``low..high``), or a ToolError saying it is not one."""
     text = cursor.removeprefix(prefix)
-    if text == cursor or not text.isdigit() or len(text) > 12 or not low <= int(text) <= high:
+    # ASCII digits only: int() reads any script's ("٣" is 3), which no cursor of ours holds.
+    ours = text != cursor and text.isascii() and text.isdigit() and len(text) <= 12
+    if not ours or not low <= int(text) <= high:
         raise ToolError(
             f"cursor {cursor[:40]!r} is not one this tool handed out for this list (it may "
             "have changed since): leave cursor out to start again"
