@@ -158,6 +158,22 @@ def loads_json(text: str, finite: bool = True) -> Any:
     return value
 
 
+_KINDS: dict[type, str] = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+    type(None): "null",
+}
+
+
+def json_kind(value: Any) -> str:
+    """What JSON type ``value`` (parsed JSON) is, as a message says it: "an array", "null"."""
+    return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
 def lone_surrogate(value: Any) -> str | None:
     """The first code point from U+D800 to U+DFFF in ``value``'s strings and keys (a pair of
     escapes parses into one character, so any found was unpaired)."""

@@ -31,7 +31,7 @@ from mcp_support import (
 from mcp_types.methods import validate_client_request
 from pydantic import BaseModel, ValidationError
 
-from mcp_agent.server.unreadable import DescribedParams
+from mcp_agent.server.unreadable import DescribedParams, message_problem
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -332,3 +332,138 @@ async def test_only_params_the_sdk_refuses_are_described_and_briefly() -> None:
     assert message.startswith("Invalid request parameters: prompts/get: params.arguments.key-0000")
     assert "(and 1997 more)" in message
     assert len(message) < 1000
+
+
+# JSON that is no JSON-RPC message as MCP has them: the id each refusal (-32600) carries back
+# (only an id MCP allows), and what it says is wrong.
+CREATE = '"method":"tools/call","params":{"name":"session_create","arguments":{"name":"bad"}}'
+
+
+def create_with_id(raw_id: str) -> str:
+    """A session_create request whose id is ``raw_id`` as it stands in the JSON text."""
+    return '{"jsonrpc":"2.0","id":' + raw_id + "," + CREATE + "}"
+
+
+NOT_MESSAGES: list[tuple[str, int | str | None, str]] = [
+    # Requests the SDK's model takes for notifications (it drops their id): never answered.
+    (create_with_id("1.5"), None, '"id" must be a string or an integer, not 1.5'),
+    (create_with_id("true"), None, "not true"),
+    (create_with_id("null"), None, "not null (a notification has no"),
+    (create_with_id("{}"), None, "not an object"),
+    (create_with_id("1e400"), None, "not a number beyond a 64-bit float"),
+    # Answered with only "Invalid Request" and id null, or pydantic's whole report.
+    ('{"jsonrpc":"1.0","id":77,"method":"ping"}', 77, '"jsonrpc" must be "2.0", not "1.0"'),
+    ('{"id":"seventy-eight","method":"ping"}', "seventy-eight", '"jsonrpc": "2.0" is missing'),
+    ('{"jsonrpc":"2.0","id":79,"method":"ping","params":[1]}', 79, '"params" must be an object'),
+    ('{"jsonrpc":"2.0","id":80,"method":5}', 80, '"method" must be a string, not 5'),
+    ('[{"jsonrpc":"2.0","id":81,"method":"ping"}]', None, "a batch (a JSON array of messages)"),
+    ('"ping"', None, "a JSON-RPC message is an object, not a string"),
+]
+# A notification whose params hold an "id": a notification still, never answered.
+ID_IN_PARAMS = '{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{"id":1}}'
+
+
+def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_stdio(
+    tmp_path: Path,
+) -> None:
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        for line, request_id, said in NOT_MESSAGES:
+            server.send(line)
+            answer = server.answer()
+            assert (answer["id"], answer["error"]["code"]) == (request_id, -32600), line
+            assert answer["error"]["message"].startswith("Invalid Request: "), answer
+            assert said in answer["error"]["message"], answer
+        server.send(ID_IN_PARAMS)
+        server.send(request(90, "tools/call", {"name": "session_list", "arguments": {}}))
+        listed = server.answer()  # the next answer: nothing was said to the notification
+        assert listed["id"] == 90
+        assert listed["result"]["structuredContent"]["sessions"] == []
+    finally:
+        stderr = server.stop()
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("protocol", ["2025-06-18", "2026-07-28"])
+def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_http(
+    tmp_path: Path, started: list[Served], protocol: str
+) -> None:
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    headers = {**HTTP_HEADERS, "mcp-protocol-version": protocol}
+    if protocol == "2025-06-18":
+        headers["mcp-session-id"] = server.initialize().headers["mcp-session-id"]
+    else:
+        headers["mcp-method"] = "tools/call"
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        for body, request_id, said in NOT_MESSAGES:
+            answer = http.post(server.url, headers=headers, content=body)
+            assert answer.status_code == 400, (body, answer.text)
+            refused = answer.json()
+            assert (refused["id"], refused["error"]["code"]) == (request_id, -32600), body
+            assert refused["error"]["message"].startswith("Invalid Request: "), refused
+            assert said in refused["error"]["message"], refused
+        if protocol == "2025-06-18":
+            initialized = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+            for note in (initialized, ID_IN_PARAMS):
+                assert http.post(server.url, headers=headers, content=note).status_code == 202
+    server.stop()
+    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+        assert repo.list().items == []
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ({"jsonrpc": "2.0", "id": 1, "result": {}}, None),
+        ({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}}, None),
+        ({"jsonrpc": "2.0", "method": "notifications/initialized"}, None),
+        ({"jsonrpc": "2.0", "id": "a", "method": "ping", "params": None}, None),
+        ({"jsonrpc": "2.0", "id": 1, "result": [1]}, '"result" must be an object, not an array'),
+        ({"jsonrpc": "2.0", "id": 1.5, "result": {}}, '"id" must be a string or an integer'),
+        ({"jsonrpc": "2.0", "id": 1, "error": {"code": "x", "message": "m"}}, 'integer "code"'),
+        ({"jsonrpc": "2.0", "id": 1, "error": "boom"}, '"error" must be an object'),
+        ({"jsonrpc": "2.0", "id": 1}, 'either a "method"'),
+        ({"jsonrpc": 2, "id": 1, "method": "ping"}, '"jsonrpc" must be "2.0", not 2'),
+        ({"jsonrpc": "2.0", "id": "x" * 500, "method": 7}, '"method" must be a string, not 7'),
+        ({"jsonrpc": "2.0", "id": 1, "method": "m" * 500 + '"'}, None),
+        ({"jsonrpc": "j" * 5000, "id": 1}, '"jsonrpc" must be "2.0", not "jjj'),  # cut short
+        (None, "a JSON-RPC message is an object, not null"),
+    ],
+)
+def test_what_keeps_json_from_being_a_message_is_said_briefly(
+    message: Any, problem: str | None
+) -> None:
+    said = message_problem(message)
+    if problem is None:
+        assert said is None
+    else:
+        assert said is not None and problem in said and len(said) < 300
+
+
+def test_a_2025_session_asking_for_an_unknown_protocol_version_is_told_which_there_are(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """The SDK takes a version header it does not know for a 2026 request, and asked for the
+    2026 envelope's keys instead."""
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    session = {**HTTP_HEADERS, "mcp-session-id": server.initialize().headers["mcp-session-id"]}
+    ping = '{"jsonrpc":"2.0","id":"p","method":"ping"}'
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        for version in ("1999-01-01", "", "x" * 5000):
+            headers = {**session, "mcp-protocol-version": version}
+            answer = http.post(server.url, headers=headers, content=ping)
+            assert answer.status_code == 400, answer.text
+            refused = answer.json()
+            assert (refused["id"], refused["error"]["code"]) == ("p", -32600)
+            said = refused["error"]["message"]
+            assert f"unsupported MCP-Protocol-Version header '{version[:100]}" in said
+            assert "2025-06-18" in said and "2026-07-28" in said and "_meta" not in said
+            assert len(said) < 400
+        known = {**session, "mcp-protocol-version": "2025-06-18"}
+        served = http.post(server.url, headers=known, content=ping)  # an event stream
+        assert served.status_code == 200 and '"id":"p","result":{}' in served.text

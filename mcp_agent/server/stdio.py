@@ -21,7 +21,7 @@ import logging
 import os
 import stat
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -67,11 +67,13 @@ class ClientGone(Exception):
 
 class LineReader:
     """Lines (each with its newline) from a non-blocking file descriptor, as text. A line
-    longer than ``max_line`` bytes is dropped whole (and said so on stderr)."""
+    longer than ``max_line`` bytes is dropped whole (and said so on stderr). Each line read is
+    also put on ``lines``, when given, for whoever sees what the transport made of it."""
 
-    def __init__(self, fd: int, max_line: int = MAX_LINE) -> None:
+    def __init__(self, fd: int, max_line: int = MAX_LINE, lines: deque[str] | None = None) -> None:
         self.fd = fd
         self.max_line = max_line
+        self.lines = lines
         self._buffer = bytearray()
         self._scanned = 0  # bytes already known to hold no newline
         self._dropping = False  # inside a line that is too long, until its newline
@@ -112,6 +114,8 @@ class LineReader:
         line = self._buffer[:size].decode("utf-8", errors="replace")
         del self._buffer[:size]
         self._scanned = 0
+        if self.lines is not None:
+            self.lines.append(line)
         return line
 
 
@@ -205,18 +209,24 @@ def claim_wire() -> tuple[int, int, Callable[[], None]] | None:
 
 
 @asynccontextmanager
-async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any]]:
+async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
     """The SDK's stdio transport over event-loop streams when stdin and stdout are pipes or
-    sockets (POSIX), or the SDK's own streams (Windows, terminals, files)."""
+    sockets (POSIX), or the SDK's own streams (Windows, terminals, files); with them, the
+    lines read and not yet taken off the read stream, oldest first (event-loop streams only:
+    the SDK's reads no line we see)."""
     claimed = None if sys.platform == "win32" else claim_wire()
     if claimed is None:
-        async with stdio_server() as streams:
-            yield streams
+        async with stdio_server() as (read_stream, write_stream):
+            yield read_stream, write_stream, None
         return
     wire_in, wire_out, release = claimed
+    # The transport reads a line only once the one before is taken off the read stream, so
+    # two are waiting here at most; the bound only guards against losing step.
+    lines: deque[str] = deque(maxlen=8)
     try:
-        async with stdio_server(LineReader(wire_in), Writer(wire_out)) as streams:  # type: ignore[arg-type]
-            yield streams
+        reader = LineReader(wire_in, lines=lines)
+        async with stdio_server(reader, Writer(wire_out)) as (read_stream, write_stream):  # type: ignore[arg-type]
+            yield read_stream, write_stream, lines
     finally:
         release()
 
@@ -334,11 +344,12 @@ async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> 
     unanswered = Unanswered()
     try:
         with splicing(server):
-            async with event_loop_stdio() as (read_stream, write_stream):
+            async with event_loop_stdio() as (read_stream, write_stream, lines):
                 writer = _Answering(SplicingStream(write_stream), unanswered)
                 # A line the transport cannot read is answered, not dropped (see unreadable).
+                answering = AnsweringStream(read_stream, writer, lines)
                 await lowlevel.run(
-                    _Reading(AnsweringStream(read_stream, writer), unanswered, drain_seconds),
+                    _Reading(answering, unanswered, drain_seconds),
                     writer,
                     lowlevel.create_initialization_options(),
                 )

@@ -28,7 +28,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
-from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,10 +45,14 @@ from mcp_agent.runtime.settings import (
     token_dirs,
 )
 from mcp_agent.server.spliced import SplicingHttp, is_modern
-from mcp_agent.server.unreadable import surrogate_body
+from mcp_agent.server.strict import ECHO_CHARS
+from mcp_agent.server.unreadable import body_request_id, refused_body, surrogate_body
 from mcp_agent.server.viewer.page import ViewerPage, cookie_signs_in
+from mcp_agent.sessions.entries import clip_long
 
 log = logging.getLogger(__name__)
+
+PROTOCOL_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 
 
 class UnsafeBindError(ValueError):
@@ -382,12 +387,29 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         return transport
 
     async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await super()._handle_request(scope, receive, send)
+            return
+        # The body limit in front (the SDK's) has read the body: normally all of it.
+        first = await receive()
+        receive = _replaying(first, receive)
+        if first["type"] != "http.request" or first.get("more_body", False):
+            await super()._handle_request(scope, receive, send)
+            return
+        body: bytes = first.get("body", b"")
+        version = _header(scope, b"mcp-protocol-version")
+        if (
+            version is not None
+            and version not in PROTOCOL_VERSIONS
+            and _header(scope, b"mcp-session-id")
+        ):
+            # The SDK takes any version it does not know for a 2026 one, and would ask this
+            # 2025 session's request for the 2026 envelope's keys.
+            await _error_response(_unsupported_version(body, version), 400)(scope, receive, send)
+            return
+        send = _refusing(body, scope, receive, send)
         if self._task_group is not None and is_modern(scope) and _accepts_both(scope):
-            # The body limit in front (the SDK's) has read the body: normally all of it.
-            first = await receive()
-            receive = _replaying(first, receive)
-            complete = first["type"] == "http.request" and not first.get("more_body", False)
-            if complete and plain_call(first.get("body", b"")):
+            if plain_call(body):
                 await handle_modern_request(
                     self.app,
                     self.security_settings,
@@ -398,20 +420,16 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     send,
                 )
                 return
-        elif scope["method"] == "POST" and self._known_session(scope):
-            first = await receive()
-            receive = _replaying(first, receive)
-            if first["type"] == "http.request" and not first.get("more_body", False):
-                refused, answer = surrogate_body(first.get("body", b""))
-                if refused:
-                    await _surrogate_response(answer)(scope, receive, send)
-                    return
+        elif self._known_session(scope):
+            refused, answer = surrogate_body(body)
+            if refused:
+                await _surrogate_response(answer)(scope, receive, send)
+                return
         await super()._handle_request(scope, receive, send)
 
     def _known_session(self, scope: Scope) -> bool:
         """Whether the request names an open 2025 session (the SDK answers any other)."""
-        found = [v for k, v in scope["headers"] if k == b"mcp-session-id"]
-        return bool(found) and found[0].decode("latin-1") in self._server_instances
+        return _header(scope, b"mcp-session-id") in self._server_instances
 
     def _close_longest_idle(self) -> None:
         idle = [
@@ -432,6 +450,21 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         transport.idle_scope.cancel()
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first value of the request's header ``name`` (lower case)."""
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
+
+
+def _unsupported_version(body: bytes, version: str) -> JSONRPCError:
+    shown = clip_long(version, ECHO_CHARS)
+    message = (
+        f"Bad Request: unsupported MCP-Protocol-Version header {shown!r}; this server speaks "
+        + ", ".join(PROTOCOL_VERSIONS)
+    )
+    error = ErrorData(code=INVALID_REQUEST, message=message)
+    return JSONRPCError(jsonrpc="2.0", id=body_request_id(body), error=error)
+
+
 def _accepts_both(scope: Scope) -> bool:
     """Whether the client accepts JSON and event streams, as the event-stream path requires:
     a client that does not gets the same refusal whichever tool it calls."""
@@ -442,10 +475,36 @@ def _accepts_both(scope: Scope) -> bool:
 def _surrogate_response(answer: JSONRPCError | None) -> Response:
     """A 2025 session's answer to a message holding a lone surrogate (see ``surrogate_body``):
     the request's refusal, or nothing (202) for a notification."""
-    if answer is None:
-        return Response(status_code=202)
+    return Response(status_code=202) if answer is None else _error_response(answer)
+
+
+def _error_response(answer: JSONRPCError, status: int = 200) -> Response:
     error = {"code": answer.error.code, "message": answer.error.message}
-    return JSONResponse({"jsonrpc": "2.0", "id": answer.id, "error": error})
+    return JSONResponse({"jsonrpc": "2.0", "id": answer.id, "error": error}, status_code=status)
+
+
+def _refusing(body: bytes, scope: Scope, receive: Receive, send: Send) -> Send:
+    """``send``, but where the SDK refuses ``body`` (400) or takes it for a notification (202)
+    and it is no JSON-RPC message MCP reads, the answer is the refusal that says what is wrong
+    with it (``refused_body``). Only those answers wait to be looked at; the rest pass."""
+    held: list[Message] = []
+
+    async def refusing(message: Message) -> None:
+        if message["type"] == "http.response.start" and (
+            message["status"] == 400 or (message["status"] == 202 and b'"id"' in body)
+        ):
+            held.append(message)
+            return
+        if held and message["type"] == "http.response.body":
+            start = held.pop()
+            answer = None if message.get("more_body") else refused_body(body)
+            if answer is not None:
+                await _error_response(answer, status=400)(scope, receive, send)
+                return
+            await send(start)
+        await send(message)
+
+    return refusing
 
 
 def _replaying(first: Message, receive: Receive) -> Receive:

@@ -28,6 +28,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequ
 from pydantic import AnyUrl, ValidationError
 
 from mcp_agent.sessions.entries import clip_long
+from mcp_agent.wire import json_kind
 
 # Pydantic's wording of a type mismatch is fine; these read better to a model.
 _MESSAGES = {
@@ -280,8 +281,7 @@ class SessionsServer(MCPServer):
                 about = properties.get(key, {}).get("description")
                 wanted = " or ".join(sorted(allowed - {"null"}))
                 given = json.dumps(arguments[key], ensure_ascii=False, default=str)[:60]
-                given_type = _JSON_TYPES.get(type(arguments[key]))
-                kind = _A.get(given_type, f"a {given_type}") if given_type else "of that type"
+                kind = json_kind(arguments[key])
                 text = f"{name}: {key} should be a valid {wanted}, not {kind} (got {given})"
                 raise ToolError(_one_line(text + (f"; {key}: {about}" if about else "")))
 
@@ -311,7 +311,6 @@ _JSON_TYPES: dict[type, str] = {
     dict: "object",
     type(None): "null",
 }
-_A = {"integer": "an integer", "array": "an array", "object": "an object", "null": "null"}
 _SCALARS = frozenset({"boolean", "integer", "number", "string", "null"})
 
 

@@ -14,15 +14,22 @@ Three things here:
 - A stdio line the SDK's transport cannot parse or validate: it hands the error to the
   message loop, which logs it at debug level and drops it, so the client waits for an answer
   that never comes. ``AnsweringStream`` answers it: -32602 naming the unpaired surrogate of a
-  request that is JSON but not valid Unicode, -32600 for JSON that is no JSON-RPC message,
-  -32700 (id null) for a line that is no JSON at all.
+  request that is JSON but not valid Unicode, -32600 saying what is wrong with JSON that is no
+  JSON-RPC message (``message_problem``), -32700 (id null) for a line that is no JSON at all.
+  A request whose id is neither a string nor an integer (1.5, true, null) is worse: the SDK
+  reads it as a notification (its model ignores the id) and nothing ever answers it; it gets
+  -32600 too. Over HTTP, ``refused_body`` gives the same refusals where the SDK's say only
+  "Body must be a single JSON-RPC request or notification object", or hand over pydantic's
+  raw report as invalid params, or take such a request for a notification (202).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,14 +42,21 @@ from mcp_types import (
     PARSE_ERROR,
     ErrorData,
     JSONRPCError,
+    JSONRPCNotification,
 )
 from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
 from pydantic import ValidationError
 
 from mcp_agent.server.spliced import WrappedStream
-from mcp_agent.server.strict import MAX_ERRORS
+from mcp_agent.server.strict import ECHO_CHARS, MAX_ERRORS
 from mcp_agent.sessions.entries import clip_long
-from mcp_agent.wire import SURROGATE, SURROGATE_ESCAPE, lone_surrogate, validation_problems
+from mcp_agent.wire import (
+    SURROGATE,
+    SURROGATE_ESCAPE,
+    json_kind,
+    lone_surrogate,
+    validation_problems,
+)
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +166,68 @@ _SHAPE = (
 )
 
 
+def message_problem(message: Any) -> str | None:
+    """What keeps ``message`` (parsed JSON) from being a JSON-RPC 2.0 message as MCP has them:
+    the first thing found, said so that a client's author can mend it; None for a message of
+    the right shape (whether its method and params are right is for the server to say)."""
+    if isinstance(message, list):
+        return (
+            "a batch (a JSON array of messages) is not accepted: MCP has none since protocol "
+            "2025-06-18, so send each message by itself"
+        )
+    if not isinstance(message, dict):
+        return f"a JSON-RPC message is an object, not {json_kind(message)}"
+    if message.get("jsonrpc") != "2.0":
+        if "jsonrpc" not in message:
+            return '"jsonrpc": "2.0" is missing'
+        return f'"jsonrpc" must be "2.0", not {_shown(message["jsonrpc"])}'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return f'"method" must be a string, not {_shown(message["method"])}'
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return f'"params" must be an object (MCP names each parameter), not {json_kind(params)}'
+        return _id_problem(message["id"]) if "id" in message else None
+    if "result" in message:
+        if not isinstance(message["result"], dict):
+            return f'a response\'s "result" must be an object, not {json_kind(message["result"])}'
+        return _id_problem(message.get("id"))
+    if "error" in message:
+        error = message["error"]
+        if not (
+            isinstance(error, dict)
+            and _is_id(error.get("code"), strings=False)
+            and isinstance(error.get("message"), str)
+        ):
+            return 'an error response\'s "error" must be an object with an integer "code" and a string "message"'
+        return None if message.get("id") is None else _id_problem(message["id"])
+    return _SHAPE
+
+
+def _id_problem(value: Any) -> str | None:
+    if _is_id(value):
+        return None
+    if value is None:
+        return '"id" must be a string or an integer, not null (a notification has no "id" at all)'
+    return f'"id" must be a string or an integer, not {_shown(value)}'
+
+
+def _is_id(value: Any, strings: bool = True) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        strings and isinstance(value, str)
+    )
+
+
+def _shown(value: Any) -> str:
+    """``value`` (parsed JSON) as a refusal quotes it: a scalar as JSON, cut short; a
+    container by its type alone."""
+    if isinstance(value, dict | list):
+        return json_kind(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number beyond a 64-bit float"
+    return clip_long(json.dumps(value), ECHO_CHARS)
+
+
 def unreadable_answer(error: Exception) -> JSONRPCError | None:
     """The answer to a line the SDK's stdio transport failed to read with ``error`` (what it
     puts on the read stream in place of a message); None when none is due: a blank line, or
@@ -169,7 +245,36 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
             reason = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
             return _error(None, PARSE_ERROR, f"Parse error: {reason}")
         return _surrogate_answer(parsed)
-    return _invalid_request(given, _SHAPE)
+    # pydantic reports each model of the union apart, at the field that failed; the whole
+    # message is the input of an error about the message itself (not an object, or a key
+    # missing), which one of them has unless every key each model needs is there.
+    for detail in details:
+        if len(detail["loc"]) == 1 or (len(detail["loc"]) == 2 and detail["type"] == "missing"):
+            whole = detail["input"]
+            return _invalid_request(whole, message_problem(whole) or _SHAPE)
+    return _invalid_request(None, _SHAPE)
+
+
+def body_request_id(body: bytes) -> int | str | None:
+    """The id of the request in an HTTP ``body``, if it has one an answer can carry back."""
+    try:
+        return _request_id(json.loads(body))
+    except (ValueError, RecursionError):
+        return None
+
+
+def refused_body(body: bytes) -> JSONRPCError | None:
+    """The refusal (-32600, with the request's id where it has a usable one) of an HTTP
+    request's ``body`` that is JSON but not a JSON-RPC message (``message_problem``); None
+    when it is one, or is no JSON at all (the SDK's parse error stands)."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    why = message_problem(parsed)
+    if why is None:
+        return None
+    return _error(_request_id(parsed), INVALID_REQUEST, f"Invalid Request: {why}")
 
 
 # ``wire.SURROGATE_ESCAPE`` in bytes: a lone one is what pydantic's parser refuses.
@@ -247,11 +352,16 @@ def _error(request_id: int | str | None, code: int, message: str) -> JSONRPCErro
 class AnsweringStream(WrappedStream):
     """A transport's read stream that answers, on ``write_stream``, each line the transport
     could not read (see ``unreadable_answer``) instead of passing the error on to be dropped.
-    Everything else (messages, the sender's context) passes through unchanged."""
 
-    def __init__(self, inner: Any, write_stream: Any) -> None:
+    Given ``lines``, the lines the transport read and has not yet been matched to what it made
+    of them (one item on the read stream per line, in order), it also answers a request the
+    SDK took for a notification because its id is not one MCP allows; such a request is not
+    passed on. Everything else (messages, the sender's context) passes through unchanged."""
+
+    def __init__(self, inner: Any, write_stream: Any, lines: deque[str] | None = None) -> None:
         super().__init__(inner)
         self._write = write_stream
+        self._lines = lines
 
     def __aiter__(self) -> AnsweringStream:
         return self
@@ -259,12 +369,34 @@ class AnsweringStream(WrappedStream):
     async def __anext__(self) -> SessionMessage | Exception:
         while True:
             item = await self._inner.__anext__()
-            if not isinstance(item, Exception):
+            line = self._lines.popleft() if self._lines else None
+            if isinstance(item, Exception):
+                answer = unreadable_answer(item)
+            elif isinstance(item.message, JSONRPCNotification) and line is not None:
+                answer = _notification_with_id(item.message, line)
+            else:
                 return item
-            answer = unreadable_answer(item)
             if answer is not None:
                 log.info("answered a message the server could not read: %s", answer.error.message)
                 await self._write.send(SessionMessage(answer))
+            elif not isinstance(item, Exception):
+                return item
 
     async def receive(self) -> SessionMessage | Exception:
         return await self.__anext__()
+
+
+def _notification_with_id(message: JSONRPCNotification, line: str) -> JSONRPCError | None:
+    """The refusal of ``line``, read as the notification ``message``, when it is a request
+    whose id the SDK could not take (the notification's model drops it); None for a true
+    notification (a line with no "id" is not parsed again)."""
+    if '"id"' not in line:
+        return None
+    try:
+        parsed = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not (isinstance(parsed, dict) and "id" in parsed and parsed.get("method") == message.method):
+        return None  # not the line this message was read from
+    why = message_problem(parsed)
+    return None if why is None else _error(None, INVALID_REQUEST, f"Invalid Request: {why}")
