@@ -25,7 +25,7 @@ from mcp_agent.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from mcp_agent.server.streamable_http import HttpAuth
+    from mcp_agent.server.http_auth import HttpAuth
 
 
 class Transport(StrEnum):
@@ -209,15 +209,9 @@ def serve(
     from mcp_agent.runtime.descriptors import raise_descriptor_limit
     from mcp_agent.runtime.settings import TOKEN_ENV, TOKEN_FILE_ENV, ServerSettings
     from mcp_agent.server.app import build_server, print_banner
+    from mcp_agent.server.http_auth import HttpAuthError, UnsafeBindError, http_auth, viewer_link
     from mcp_agent.server.stdio import run_stdio
-    from mcp_agent.server.streamable_http import (
-        HttpAuthError,
-        UnsafeBindError,
-        event_loop_options,
-        http_auth,
-        serve_http,
-        viewer_link,
-    )
+    from mcp_agent.server.streamable_http import event_loop_options, serve_http
 
     if token is not None and token_file is not None:
         die("give --token-file or --token, not both")
