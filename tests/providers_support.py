@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -139,13 +141,14 @@ class Gate:
 class Reply:
     """One scripted HTTP answer. ``body`` items are bytes to send (each its own write and
     chunk), floats (seconds to pause) or a ``Gate`` (wait until the test opens it). ``drop``
-    closes the socket without finishing."""
+    closes the socket without finishing; ``reset`` resets it before the answer's head."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: list[bytes | float | Gate] = field(default_factory=list)
     drop: bool = False
     content_type: str = "text/event-stream"
+    reset: bool = False  # reset the connection (RST) before sending anything
 
 
 @dataclass
@@ -221,6 +224,11 @@ class ScriptServer:
             return
 
     async def _send(self, stream: SocketStream, reply: Reply) -> bool:
+        if reply.reset:
+            raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+            return False
         reason = _REASONS.get(reply.status, "Status")
         head = [f"HTTP/1.1 {reply.status} {reason}", f"content-type: {reply.content_type}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]

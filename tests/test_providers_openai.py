@@ -531,16 +531,37 @@ async def test_retry_after_is_honoured_then_success(
     assert " 503 " in said[1] and said[1].endswith("trying again in 0.0 s (retry 2 of 3)")
 
 
-async def test_retry_after_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("asked", "said"),
+    [
+        ({"Retry-After": "3600"}, " (it asked to wait 3,600 s, over max_retry_delay 0.5 s)"),
+        ({"retry-after-ms": "1e12"}, " (it asked to wait 1,000,000,000 s, over max_retry_delay"),
+        ({"Retry-After": "nan"}, ""),  # no wait at all: not one to hurry back on
+        ({"Retry-After": "-5"}, ""),
+        ({"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, " (it asked to wait "),
+    ],
+)
+async def test_a_retry_after_over_the_cap_or_unusable_gets_the_backoff_and_is_said(
+    monkeypatch: pytest.MonkeyPatch, asked: dict[str, str], said: str
+) -> None:
+    """As the vendors' SDKs do: a wait asked for beyond ``max_retry_delay`` (a quota's hour)
+    is not waited out in silence, nor retried at once; the error says what was asked."""
+    opts = key(extra={"max_retry_delay": 0.5, "retry_base_delay": 0.2, "max_retries": 2})
     async with script_server() as server:
-        server.add(error_reply(429, "wait an hour", **{"Retry-After": "3600"}), oa_text_reply("ok"))
+        server.add(*[error_reply(429, "wait", **asked)] * 3)
         waits = record_waits(monkeypatch, server, sleep=False)
-        opts = key(extra={"max_retry_delay": 0.1})
         _, final = await collect(
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), opts)
         )
-        assert final.text == "ok"
-        assert waits.asked == [(1, 0.1)]  # the hour asked for, capped at max_retry_delay
+    # Our own backoff: 0.2 s, then 0.4 s, each within 20 % (jitter), never past the cap.
+    assert [request for request, _ in waits.asked] == [1, 2]
+    assert 0.16 <= waits.asked[0][1] <= 0.24 and 0.32 <= waits.asked[1][1] <= 0.5
+    error = present(final.error_message)
+    assert "gave up after 3 attempts" in error
+    if said:
+        assert said in error, error
+    else:
+        assert "asked to wait" not in error
 
 
 async def test_abort_during_backoff_is_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1144,8 +1165,19 @@ async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept()
     final.model_dump_json()  # storable: no character without UTF-8 left
 
 
-async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_text() -> None:
-    keepalive: list[bytes | float | Gate] = [b": keepalive\n\n", 0.05] * 100  # 5 s of them
+@pytest.mark.parametrize(
+    "beat",
+    [
+        pytest.param(b": keepalive\n\n", id="comments"),
+        pytest.param(sse({"id": "chatcmpl-1", "choices": []}), id="chunks-without-content"),
+        pytest.param(sse({"choices": [{"index": 0, "delta": {}}]}), id="empty-deltas"),
+        pytest.param(b"event: ping\ndata: {}\n\n", id="named-pings"),
+    ],
+)
+async def test_a_stream_of_keep_alives_alone_times_out_and_keeps_the_text(beat: bytes) -> None:
+    """Whatever carries nothing (comments, or events with nothing in them) is no progress: a
+    server that sends only that for the stall timeout has stalled."""
+    keepalive: list[bytes | float | Gate] = [beat, 0.05] * 100  # 5 s of them
     async with script_server() as server:
         server.add(Reply(body=[oa_chunk({"content": "first words"}), *keepalive, OA_DONE]))
         events, final = await collect(
@@ -1155,7 +1187,7 @@ async def test_a_stream_of_keep_alive_comments_alone_times_out_and_keeps_the_tex
         )
     assert isinstance(events[-1], ErrorEvent)
     assert final.text == "first words"
-    assert "timed out waiting for the response (only keep-alive comments for 0.5 s)" in (
+    assert "timed out waiting for the response (only keep-alives for 0.5 s)" in (
         final.error_message or ""
     )
     assert is_transient_error(final)  # retried as a read that timed out is

@@ -53,6 +53,7 @@ from mcp_agent.providers.http import (
     Endpoint,
     ProviderError,
     bad_json,
+    check_call_count,
     error_detail,
     is_overflow_text,
     loads,
@@ -309,6 +310,11 @@ class _StreamState:
         self.started = False
         self.done = False
         self.stop_reason: str | None = None
+        self.calls = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.stop_reason is not None
 
     def on_event(self, data: str, event_type: str) -> None:
         if not data:
@@ -370,6 +376,8 @@ class _StreamState:
             output.content.append(ThinkingContent(thinking="[Reasoning redacted]", **redacted))
             self.events.append(ThinkingStartEvent(output, position))
         elif kind == "tool_use":
+            check_call_count(self.endpoint.where, self.calls)
+            self.calls += 1
             initial = block.get("input")
             output.content.append(
                 ToolCall(
@@ -440,7 +448,7 @@ class _StreamState:
         update_usage(self.model, self.output)
 
     def finish(self) -> None:
-        if not self.done:
+        if not self.done and self.stop_reason is None:  # message_delta says the end is here
             raise ProviderError(
                 f"{self.endpoint.where}: the stream ended before message_stop; "
                 "the partial response is kept"

@@ -73,8 +73,10 @@ def append_str(block: Any, field: str, delta: str) -> None:
     """
     fields = block.__dict__
     text = fields.pop(field)
-    text += delta
-    fields[field] = text
+    try:
+        text += delta
+    finally:  # a delta that is no string leaves the field as it was
+        fields[field] = text
 
 
 class AbortRace:
@@ -276,7 +278,12 @@ def parse_json_lenient(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError:
-        value = _parse_partial(_escape_controls_in_strings(text))
+        try:
+            value = _parse_partial(_escape_controls_in_strings(text))
+        except RecursionError:
+            return {}
+    except RecursionError:  # nested deeper than the parser goes: no arguments a tool takes
+        return {}
     return readable(value, text) if isinstance(value, dict) else {}
 
 

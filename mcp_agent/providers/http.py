@@ -15,8 +15,10 @@ import codecs
 import email.utils
 import json
 import logging
+import math
 import os
 import random
+import re
 import socket
 import ssl
 import time
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
 
+import anyio
 import httpx
 
 # httpx-sse's incremental decoders, the ones its public ``EventSource`` runs. Driving them
@@ -104,32 +107,40 @@ class RetryPolicy:
         )
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return max(0.0, min(retry_after, self.max_delay))
+        """The wait before retry ``attempt`` (0 first): what the server asked for, when that is
+        within ``max_delay``; else our own exponential backoff, as the vendors' SDKs do (a wait
+        of an hour is a quota, not a hiccup: waiting it out silently helps nobody)."""
+        if retry_after is not None and retry_after <= self.max_delay:
+            return retry_after
         delay = self.base_delay * (2**attempt)
         return min(delay * random.uniform(0.8, 1.2), self.max_delay)
 
 
 def parse_retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` seconds or
+    date); None when it asked for nothing usable (not a number, negative, infinite)."""
     value = headers.get("retry-after-ms")
     if value:
         try:
-            return float(value) / 1000
+            return _wait(float(value) / 1000)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return float(value)
+        return _wait(float(value))
     except ValueError:
         pass
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _wait(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 # --- error text -------------------------------------------------------------------------------
@@ -164,16 +175,27 @@ def is_overflow_text(text: str) -> bool:
 
 
 def error_detail(body: bytes | str) -> str:
-    """The useful part of an error body: OpenAI's and Anthropic's JSON, or plain text."""
+    """The useful part of an error body: OpenAI's and Anthropic's JSON, or plain text; one
+    line, control characters (a terminal's escape sequences) written as escapes."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     text = text.strip()
     if not text:
         return ""
     try:
         data = json.loads(text)
-    except ValueError:
-        return _clip(" ".join(text.split()))
-    return _clip(_detail_from_json(data) or " ".join(text.split()))
+    except (ValueError, RecursionError):
+        return one_line(text)
+    return one_line(_detail_from_json(data) or text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """``text`` as a message quotes what a server said: its whitespace runs one space, other
+    control characters escaped (a server's ANSI codes must not reach a terminal), cut short."""
+    flat = " ".join(text.split())
+    return _clip(_CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", flat), limit)
 
 
 def _detail_from_json(data: Any) -> str:
@@ -238,9 +260,38 @@ def describe_status(
     return text
 
 
+# Failures before the server answered that a second try may well not meet: no connection, or
+# one closed or reset before the response's head (a proxy or server restarting).
+_RETRIED_TRANSPORT_ERRORS = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+
+
+def is_tls_error(error: BaseException) -> bool:
+    """Whether ``error`` came from TLS (a wrong scheme, a bad certificate): trying again
+    meets the same."""
+    seen: BaseException | None = error
+    for _ in range(10):  # the chain of causes is short; a loop in it must not hang this
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream: bool) -> str:
     """A connection problem in words: refused, timed out, dropped mid-stream."""
     detail = str(error) or type(error).__name__
+    if is_tls_error(error):
+        return (
+            f"{endpoint.where}: the TLS handshake failed ({detail}) — does the base URL's "
+            "scheme match the server (https for TLS, http for plain), and is its certificate valid?"
+        )
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
         hint = "is the server running and the base URL right"
         if endpoint.base_url_env:
@@ -253,6 +304,8 @@ def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream
             f"{endpoint.where}: the connection broke off mid-stream ({detail}); "
             "the partial response is kept"
         )
+    if isinstance(error, httpx.ReadError | httpx.WriteError | httpx.RemoteProtocolError):
+        return f"{endpoint.where}: the connection closed before the server answered ({detail})"
     return f"{endpoint.where}: request failed ({detail})"
 
 
@@ -326,8 +379,8 @@ async def open_event_stream(
             )
             try:
                 response = await race.run(client.send(request, stream=True))
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as error:
-                if attempt < policy.max_retries:
+            except _RETRIED_TRANSPORT_ERRORS as error:
+                if attempt < policy.max_retries and not is_tls_error(error):
                     delay = policy.backoff(attempt, None)
                     said = describe_transport_error(endpoint, error, mid_stream=False)
                     _say_retry(said, delay, attempt, policy)
@@ -343,7 +396,9 @@ async def open_event_stream(
                 ) from error
             try:
                 if response.status_code < 300:
-                    _check_event_stream(endpoint, response)
+                    if not _is_event_stream(response):
+                        said = error_detail(await race.run(_read_limited(response)))
+                        raise ProviderError(_not_an_event_stream(endpoint, response, said))
                     yield response
                     return
                 detail = error_detail(await race.run(_read_limited(response)))
@@ -356,19 +411,20 @@ async def open_event_stream(
                 if should_retry in ("true", "false")
                 else status in RETRYABLE_STATUS or status >= 500
             )
+            asked = parse_retry_after(response.headers)
             if retryable and attempt < policy.max_retries:
-                delay = policy.backoff(attempt, parse_retry_after(response.headers))
+                delay = policy.backoff(attempt, asked)
                 said = f"{endpoint.where}: {status} {response.reason_phrase}".rstrip()
                 _say_retry(f"{said}: {detail}" if detail else said, delay, attempt, policy)
                 await race.sleep(delay)
                 attempt += 1
                 continue
-            raise ProviderError(
-                describe_status(
-                    endpoint, status, response.reason_phrase, detail, attempts=attempt + 1
-                ),
-                status=status,
+            text = describe_status(
+                endpoint, status, response.reason_phrase, detail, attempts=attempt + 1
             )
+            if retryable and asked is not None and asked > policy.max_delay:
+                text += f" (it asked to wait {asked:,.0f} s, over max_retry_delay {policy.max_delay:g} s)"
+            raise ProviderError(text, status=status)
 
 
 async def _read_limited(response: httpx.Response) -> bytes:
@@ -382,13 +438,17 @@ async def _read_limited(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-def _check_event_stream(endpoint: Endpoint, response: httpx.Response) -> None:
+def _is_event_stream(response: httpx.Response) -> bool:
+    return "text/event-stream" in response.headers.get("content-type", "").partition(";")[0]
+
+
+def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str) -> str:
     content_type = response.headers.get("content-type", "")
-    if "text/event-stream" not in content_type.partition(";")[0]:
-        raise ProviderError(
-            f"{endpoint.where}: expected a server-sent event stream but got "
-            f"{content_type or 'no content type'} (does this server support stream=true?)"
-        )
+    text = (
+        f"{endpoint.where}: expected a server-sent event stream but got "
+        f"{content_type or 'no content type'} (does this server support stream=true?)"
+    )
+    return f"{text}; it said: {said}" if said else text
 
 
 # The C scanner behind json.loads: ``scan_json(text, 0) -> (value, end)``, StopIteration when
@@ -410,6 +470,10 @@ def loads(data: str) -> Any:
         value = json.loads(data)
     return readable(value, data)
 
+
+# How long, once the answer is whole (its stop reason came), the rest of the stream (usage,
+# the end marker) is waited for: a server that never closes the stream must not hold the run.
+END_GRACE = 10.0
 
 # The longest event of an event stream kept while it arrives: an answer's events are small
 # (a whole 8 MB reply as one delta is far inside), and a line without end, or data lines
@@ -445,6 +509,11 @@ class SseParser:
         self._started = False  # for the byte order mark, ignored at the very start only
         self._pending = 0  # characters decoded since the last event ended: the bound's count
 
+    @property
+    def inside_event(self) -> bool:
+        """Whether part of an event has arrived and the rest has not."""
+        return not self._between
+
     def feed(self, text: str) -> None:
         """Every event that ``text`` completes, in order; a partial one waits for more text."""
         if not self._between or "\r" in text:
@@ -469,8 +538,13 @@ class SseParser:
             self._decode(text[start:])
 
     def close(self) -> None:
-        """The end of the stream: a last event whose blank line never came still counts."""
-        self._dispatch([*self._lines.flush(), ""])
+        """The end of the stream: a last event whose blank line never came still counts, if
+        it is whole; one the end cut off in the middle of its JSON is dropped, as the SSE
+        rules drop an unfinished event (the response is then incomplete, not malformed)."""
+        try:
+            self._dispatch([*self._lines.flush(), ""])
+        except BadEventJson as error:
+            log.info("the event stream ended inside an event, which is dropped: %s", error)
 
     def _decode(self, text: str) -> None:
         if not self._started:
@@ -511,10 +585,37 @@ def _is_sse_line(line: str) -> bool:
     return line.partition(":")[0] in _FIELDS
 
 
+class BadEventJson(MalformedStream):
+    pass
+
+
 def bad_json(endpoint: Endpoint, data: str, error: ValueError) -> ProviderError:
-    return MalformedStream(
+    return BadEventJson(
         f"{endpoint.where}: malformed JSON in the event stream ({error}): {_clip(data, 200)!r}"
     )
+
+
+def unexpected_data(endpoint: Endpoint, error: Exception) -> ProviderError:
+    """An event an API module could not take (a field of a type no such API sends: a number
+    for text, an object for a tool call's arguments): the server's fault, not a passing one."""
+    return MalformedStream(
+        f"{endpoint.where}: unexpected data in the event stream"
+        f" ({type(error).__name__}: {one_line(str(error), 200)})"
+    )
+
+
+# The most tool calls one answer may hold: far more than any model makes at once, and a bound
+# on what a broken or hostile server can make the loop run.
+MAX_TOOL_CALLS = 1000
+
+
+def check_call_count(where: str, calls: int) -> None:
+    """Refuse (ProviderError) a tool call beyond ``MAX_TOOL_CALLS``, ``calls`` being those the
+    answer holds already."""
+    if calls >= MAX_TOOL_CALLS:
+        raise ProviderError(
+            f"{where}: the answer asks for over {MAX_TOOL_CALLS:,} tool calls; gave up on it"
+        )
 
 
 # --- the stream driver --------------------------------------------------------------------------
@@ -526,6 +627,11 @@ class SseState(Protocol):
     output: AssistantMessage
     events: list[AssistantMessageEvent]
     done: bool  # set when the API's end-of-stream marker arrived
+
+    @property
+    def complete(self) -> bool:
+        """Whether the answer is whole (its stop reason came): only trailing events (usage,
+        the end marker) may follow, and are waited for ``END_GRACE`` seconds at most."""
 
     def on_event(self, data: str, event_type: str) -> None:
         """One server-sent event: its data and its type (``"message"`` when not named)."""
@@ -582,20 +688,34 @@ async def stream_sse(
             racing = signal is not None and sock is None
             utf8_decode = codecs.utf_8_decode  # incremental: keeps a split character pending
             pending = b""
-            # A stream that sends only keep-alive comments never times out a read: it is
-            # stalled once it has sent nothing else for the stall timeout. Any other text
-            # (an event, part of a long one) is progress; time spent by whoever reads the
-            # events is not counted.
+            # A stream that sends only keep-alives (comments, or events that carry nothing:
+            # pings, empty chunks) never times out a read: it is stalled once it has sent
+            # nothing else for the stall timeout. Content is progress, and so is text that is
+            # part of an event still arriving; time spent by whoever reads the events is not.
             stall = _stall_timeout(options)
             last_progress = time.monotonic()
             try:
                 while True:
                     try:
-                        data = await (race.run(next_chunk()) if racing else next_chunk())
+                        if state.complete:  # a server that never closes must not hold it
+                            read: bytes | None = None
+                            with anyio.move_on_after(END_GRACE):
+                                read = await (race.run(next_chunk()) if racing else next_chunk())
+                            if read is None:
+                                log.info("%s: no end after the whole answer", endpoint.where)
+                                break
+                            data = read
+                        else:
+                            data = await (race.run(next_chunk()) if racing else next_chunk())
                     except StopAsyncIteration:
-                        if pending:
-                            feed(utf8_decode(pending, "replace", True)[0])
-                        parser.close()
+                        try:
+                            if pending:
+                                feed(utf8_decode(pending, "replace", True)[0])
+                            parser.close()
+                        except ProviderError:
+                            raise
+                        except Exception as error:
+                            raise unexpected_data(endpoint, error) from error
                         break
                     if pending:
                         data = pending + data
@@ -608,13 +728,15 @@ async def stream_sse(
                     if text:
                         try:
                             feed(text)  # every complete event in this read, before yielding any
-                        except ProviderError:
-                            # What came before the line that broke the stream is kept: its
+                        except Exception as error:
+                            # What came before the event that broke the stream is kept: its
                             # events go out first, as they would have without it.
                             for event in events:
                                 yield event
                             events.clear()
-                            raise
+                            if isinstance(error, ProviderError):
+                                raise
+                            raise unexpected_data(endpoint, error) from error
                     if events:
                         for event in events:
                             yield event
@@ -622,12 +744,12 @@ async def stream_sse(
                                 raise Aborted
                         events.clear()
                         last_progress = time.monotonic()
-                    elif not _only_comments(text):
+                    elif parser.inside_event and not _only_comments(text):
                         last_progress = time.monotonic()
                     elif time.monotonic() - last_progress > stall:
                         raise ProviderError(
                             f"{endpoint.where}: timed out waiting for the response (only"
-                            f" keep-alive comments for {stall:g} s); the partial response is kept"
+                            f" keep-alives for {stall:g} s); the partial response is kept"
                         )
                     if state.done:
                         break
@@ -646,7 +768,12 @@ async def stream_sse(
                     unhook()
                 await chunks.aclose()
         race.check()
-        state.finish()
+        try:
+            state.finish()
+        except ProviderError:
+            raise
+        except Exception as error:
+            raise unexpected_data(endpoint, error) from error
         for event in events:
             yield event
         events.clear()

@@ -51,6 +51,7 @@ from mcp_agent.providers.http import (
     Endpoint,
     ProviderError,
     bad_json,
+    check_call_count,
     error_detail,
     is_overflow_text,
     loads,
@@ -313,9 +314,15 @@ class _StreamState:
         self.calls_by_index: dict[int, int] = {}  # stream index -> content index
         self.calls_by_id: dict[str, int] = {}  # id as sent -> content index of its latest call
         self.sent_ids: dict[int, str] = {}  # content index -> the id the server sent for it
+        self.latest_call = -1  # content index of the call begun last
         self.finish_reason: str | None = None
         self.response_id: str | None = None
         self.done = False
+        self.ids_taken: set[str] = set()  # the ids the calls of this answer have
+
+    @property
+    def complete(self) -> bool:
+        return self.finish_reason is not None
 
     def on_event(self, data: str, event_type: str) -> None:
         # The hot path: one call per streamed chunk, so the common case (a text delta) is
@@ -325,6 +332,8 @@ class _StreamState:
             return
         if not data:
             return
+        if event_type == "error":  # an event named error, whatever its data holds
+            self._named_error(data)
         try:  # loads(data) inlined: the C scanner, then a check that nothing follows the value
             chunk, end = scan_json(data, 0)
         except (StopIteration, ValueError):
@@ -358,8 +367,10 @@ class _StreamState:
                     fields = self._open_text()
                 # block.text += content, growing the string in place (see append_str)
                 text = fields.pop("text")
-                text += content
-                fields["text"] = text
+                try:
+                    text += content
+                finally:  # content that is no string leaves the text as it was
+                    fields["text"] = text
                 self._emit(TextDeltaEvent(self.output, self.text_index, content))
                 if len(delta) > 1:
                     self._other_delta(delta)
@@ -374,6 +385,13 @@ class _StreamState:
             return loads(data)
         except ValueError as error:
             raise bad_json(self.endpoint, data, error) from None
+
+    def _named_error(self, data: str) -> None:
+        try:
+            value = loads(data)
+        except ValueError:
+            value = data
+        self._error(value if isinstance(value, dict) else {"error": value})
 
     def _error(self, chunk: dict[str, Any]) -> None:
         detail = error_detail(json.dumps(chunk))
@@ -420,9 +438,11 @@ class _StreamState:
         name = function.get("name") or ""
         position = self._call_position(stream_index, call_id, name)
         if position is None:
+            check_call_count(self.endpoint.where, len(self.sent_ids))
             position = len(output.content)
             output.content.append(ToolCall(id=self._free_id(call_id), name=name, partial_json=""))
             self.sent_ids[position] = call_id
+            self.latest_call = position
             if call_id:
                 self.calls_by_id[call_id] = position
             self.events.append(ToolCallStartEvent(output, position))
@@ -437,6 +457,8 @@ class _StreamState:
         if name and not block.name:
             block.name = name
         arguments = function.get("arguments") or ""
+        if isinstance(arguments, dict):  # some servers send the object itself
+            arguments = json.dumps(arguments, ensure_ascii=False)
         if arguments:
             append_str(block, "partial_json", arguments)
         self.events.append(ToolCallDeltaEvent(output, position, arguments))
@@ -461,19 +483,20 @@ class _StreamState:
                 return None
             return position
         if stream_index is None and self.sent_ids:
-            return max(self.sent_ids)
+            return self.latest_call
         return None
 
     def _free_id(self, call_id: str) -> str:
         """``call_id``, or when another call of this answer has it already, that id with a
         suffix: each result must name its own call."""
-        taken = {block.id for block in self.output.content if isinstance(block, ToolCall)}
-        if not call_id or call_id not in taken:
-            return call_id
-        suffix = 2
-        while f"{call_id}_{suffix}" in taken or f"{call_id}_{suffix}" in self.calls_by_id:
-            suffix += 1
-        return f"{call_id}_{suffix}"
+        taken = self.ids_taken
+        if call_id and call_id in taken:
+            suffix = 2
+            while f"{call_id}_{suffix}" in taken or f"{call_id}_{suffix}" in self.calls_by_id:
+                suffix += 1
+            call_id = f"{call_id}_{suffix}"
+        taken.add(call_id)
+        return call_id
 
     def _usage(self, raw: dict[str, Any]) -> None:
         prompt = raw.get("prompt_tokens") or 0

@@ -1,0 +1,262 @@
+"""Model servers that misbehave, against both HTTP providers over real loopback sockets: each
+fault ends the answer with one clear line (never a raise), keeps what came before it, and is
+retried only when a second try may meet something else."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.abc import SocketStream
+from narrow import present
+from providers_support import (
+    OA_DONE,
+    Gate,
+    Reply,
+    an_end,
+    an_event,
+    an_message_start,
+    an_text_block,
+    collect,
+    model_at,
+    oa_chunk,
+    oa_text_reply,
+    options,
+    script_server,
+    sse,
+    user_context,
+)
+
+from mcp_agent.messages import StopReason
+from mcp_agent.providers import http
+from mcp_agent.providers.anthropic import stream_anthropic
+from mcp_agent.providers.base import is_transient_error
+from mcp_agent.providers.openai_compat import stream_openai_compat
+
+pytestmark = pytest.mark.anyio
+
+Body = list[bytes | float | Gate]
+
+
+def openai(base: str, **extra: Any) -> Any:
+    return stream_openai_compat(
+        model_at(base + "/v1"), user_context(), options(api_key="sk-test", extra=extra)
+    )
+
+
+def anthropic(base: str, **extra: Any) -> Any:
+    model = model_at(base, "claude-sonnet-4-5", api="anthropic-messages", provider="anthropic")
+    return stream_anthropic(model, user_context(), options(api_key="sk-ant-test", extra=extra))
+
+
+def call_chunk(index: int, arguments: Any, call_id: str | None = None) -> bytes:
+    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if call_id is not None:
+        call["id"] = call_id
+        call["function"]["name"] = "read"
+    return oa_chunk({"tool_calls": [call]})
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"),
+    [
+        pytest.param(oa_chunk({"content": 5}), "TypeError", id="content-a-number"),
+        pytest.param(oa_chunk({"content": ["a"]}), "TypeError", id="content-a-list"),
+        pytest.param(call_chunk(0, 7, "c1"), "TypeError", id="arguments-a-number"),
+    ],
+)
+async def test_data_of_a_type_no_api_sends_ends_the_answer_saying_so(bad: bytes, kind: str) -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "kept"}), bad, oa_chunk({}, "stop"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.ERROR
+    assert final.text == "kept"  # the text before it is whole, and storable
+    final.model_dump_json()
+    error = present(final.error_message)
+    assert f"unexpected data in the event stream ({kind}: " in error, error
+    assert "\n" not in error and len(error) < 400
+    assert not is_transient_error(final)  # the same data would come again
+    assert len(server.requests) == 1
+
+
+async def test_tool_arguments_sent_as_an_object_are_taken() -> None:
+    async with script_server() as server:
+        body: Body = [call_chunk(0, {"path": "a.txt"}, "c1"), oa_chunk({}, "tool_calls"), OA_DONE]
+        server.add(Reply(body=body))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert final.tool_calls[0].arguments == {"path": "a.txt"}
+
+
+async def test_tool_arguments_nested_past_the_parser_are_no_arguments() -> None:
+    async with script_server() as server:
+        body: Body = [call_chunk(0, "[" * 100_000, "c1"), oa_chunk({}, "tool_calls"), OA_DONE]
+        server.add(Reply(body=body))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert final.tool_calls[0].arguments == {}
+
+
+async def test_an_answer_holds_at_most_max_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "MAX_TOOL_CALLS", 50)
+    calls = [call_chunk(n, "{}", f"c{n}") for n in range(60)]
+    async with script_server() as server:
+        server.add(Reply(body=[*calls, oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.ERROR
+    assert "the answer asks for over 50 tool calls" in present(final.error_message)
+    assert len(final.tool_calls) == 50
+    async with script_server() as server:  # up to the bound, every call is taken
+        server.add(Reply(body=[*calls[:50], oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE
+    assert [call.id for call in final.tool_calls] == [f"c{n}" for n in range(50)]
+
+
+async def test_calls_repeating_one_id_still_get_ids_of_their_own() -> None:
+    calls = [call_chunk(n, "{}", "same") for n in range(4)]
+    async with script_server() as server:
+        server.add(Reply(body=[*calls, oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert [call.id for call in final.tool_calls] == ["same", "same_2", "same_3", "same_4"]
+
+
+async def test_a_stream_cut_inside_its_last_event_is_incomplete_not_malformed() -> None:
+    cut = b'data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"cu'
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "so far"}), cut]))
+        _, final = await collect(openai(server.base))
+    assert final.text == "so far"
+    assert "ended before the response was complete" in present(final.error_message)
+    assert is_transient_error(final)  # retried, as a dropped connection is
+
+
+async def test_a_whole_last_event_without_its_blank_line_still_counts() -> None:
+    async with script_server() as server:
+        server.add(
+            Reply(body=[oa_chunk({"content": "all"}), oa_chunk({}, "stop"), b"data: [DONE]"])
+        )
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.STOP and final.text == "all"
+
+
+async def test_an_answer_whose_stream_never_ends_is_taken_once_it_is_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http, "END_GRACE", 0.2)
+    never = Gate()
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "whole"}), oa_chunk({}, "stop"), never]))
+        _, final = await collect(openai(server.base, read_timeout=60))
+        never.open()
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert final.text == "whole"
+    an_open = Gate()
+    async with script_server() as server:
+        body = [an_message_start(), *an_text_block(0, "whole"), an_end()[0], an_open]
+        server.add(Reply(body=body))
+        _, final = await collect(anthropic(server.base, read_timeout=60))
+        an_open.open()
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert final.text == "whole"
+
+
+async def test_anthropic_pings_alone_are_a_stall() -> None:
+    pings: list[bytes | float | Gate] = [an_event("ping"), 0.05] * 100
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), *pings]))
+        _, final = await collect(anthropic(server.base, stall_timeout=0.5))
+    assert final.text == "so far"
+    assert "only keep-alives for 0.5 s" in present(final.error_message)
+    assert len(server.sent) < 60
+
+
+async def test_anthropic_data_of_the_wrong_type_is_said_and_not_retried() -> None:
+    bad = an_event("content_block_start", index=1, content_block={"type": "text", "text": 5})
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "kept"), bad, *an_end()]))
+        _, final = await collect(anthropic(server.base))
+    assert final.text == "kept" and final.stop_reason == StopReason.ERROR
+    error = present(final.error_message)
+    assert "unexpected data in the event stream (ValidationError: " in error
+    assert "\n" not in error and not is_transient_error(final)
+
+
+async def test_an_error_body_cannot_write_to_a_terminal() -> None:
+    said = {"error": {"message": "bad\u001b[31m key\nline2\r\n\u0000", "type": "auth"}}
+    async with script_server() as server:
+        server.add(
+            Reply(status=401, body=[json.dumps(said).encode()], content_type="application/json")
+        )
+        _, final = await collect(openai(server.base))
+    error = present(final.error_message)
+    assert "bad\\x1b[31m key line2 \\x00 (auth)" in error, error
+    assert not any(ord(char) < 32 for char in error)
+
+
+async def test_a_connection_reset_before_the_answer_is_retried() -> None:
+    async with script_server() as server:
+        server.add(Reply(reset=True), oa_text_reply("second time"))
+        _, final = await collect(openai(server.base))
+    assert final.text == "second time" and final.stop_reason == StopReason.STOP
+    assert len(server.requests) == 2
+    async with script_server() as server:
+        server.add(*[Reply(reset=True)] * 4)
+        _, final = await collect(openai(server.base))
+    assert "the connection closed before the server answered" in present(final.error_message)
+    assert len(server.requests) == 4  # the first try and three retries
+
+
+async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() -> None:
+    body = b'{"error":{"message":"stream not supported on this deployment"}}'
+    async with script_server() as server:
+        server.add(Reply(body=[body], content_type="application/json"))
+        _, final = await collect(openai(server.base))
+    error = present(final.error_message)
+    assert "expected a server-sent event stream but got application/json" in error
+    assert error.endswith("; it said: stream not supported on this deployment")
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        pytest.param('{"message": "quota gone"}', "quota gone", id="object-without-error-key"),
+        pytest.param("upstream fell over", "upstream fell over", id="plain-text"),
+    ],
+)
+async def test_an_event_named_error_is_an_error_whatever_it_holds(data: str, said: str) -> None:
+    async with script_server() as server:
+        body: Body = [
+            oa_chunk({"content": "so"}),
+            sse(data, event="error"),
+            oa_chunk({}, "stop"),
+            OA_DONE,
+        ]
+        server.add(Reply(body=body))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.ERROR and final.text == "so"
+    assert f"the server reported an error mid-stream: {said}" in present(final.error_message)
+
+
+async def test_https_to_a_plain_http_port_says_so_and_is_not_retried() -> None:
+    handshakes = 0
+
+    async def plain_http(stream: SocketStream) -> None:
+        nonlocal handshakes
+        async with stream:
+            await stream.receive()  # the TLS client hello, which no HTTP server reads
+            handshakes += 1
+            await stream.send(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, plain_http)
+        _, final = await collect(openai(f"https://127.0.0.1:{port}"))
+        tg.cancel_scope.cancel()
+    error = present(final.error_message)
+    assert "the TLS handshake failed" in error and "https for TLS, http for plain" in error, error
+    assert handshakes == 1  # not retried
