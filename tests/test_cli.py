@@ -494,6 +494,66 @@ def test_an_export_that_fails_part_way_leaves_the_output_file_as_it_was(
     assert sorted(p.name for p in tmp_path.iterdir() if "out.jsonl" in p.name) == ["out.jsonl"]
 
 
+def test_an_export_never_overwrites_the_session_store(cli: Any, db: Path, tmp_path: Path) -> None:
+    ids = seed(db)
+    stored = db.read_bytes()
+    for target in (db, db.with_name(db.name + "-wal"), tmp_path / "." / db.name):
+        refused = cli("sessions", "export", ids["session"], "-o", str(target))
+        assert refused.exit_code == 2, refused.stdout
+        assert "is a file of the session store" in refused.stderr
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(db)
+    assert cli("sessions", "export", ids["session"], "-o", str(link)).exit_code == 2
+    assert db.read_bytes() == stored and link.is_symlink()
+    # A folder of pi files: none of its files, whichever session it holds.
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    assert cli("sessions", "copy", "--from", str(db), "--to", str(folder)).exit_code == 0
+    (held,) = folder.rglob("*.jsonl")
+    before = held.read_text()
+    into = cli("sessions", "export", ids["session"], "--db", str(folder), "-o", str(held))
+    assert into.exit_code == 2 and held.read_text() == before
+    # A folder that does not exist is not made (a typo in the path).
+    missing = cli("sessions", "export", ids["session"], "-o", str(tmp_path / "typo" / "x.jsonl"))
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
+    assert not (tmp_path / "typo").exists()
+
+
+def test_an_export_keeps_the_mode_of_the_file_it_replaces_and_writes_through_a_link(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    ids = seed(db)
+    target = tmp_path / "shared.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o644)
+    assert cli("sessions", "export", ids["session"], "-o", str(target)).exit_code == 0
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert target.read_text().startswith('{"type":"session"')
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    target.write_text("old\n")
+    assert cli("sessions", "export", ids["session"], "-o", str(link)).exit_code == 0
+    assert link.is_symlink() and target.read_text().startswith('{"type":"session"')
+
+
+def test_a_copy_from_a_folder_names_each_file_it_could_not_read(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    seed(db)
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    assert cli("sessions", "copy", "--from", str(db), "--to", str(folder)).exit_code == 0
+    (folder / "01a00000-0000-7000-8000-00000000dead.jsonl").write_text("{not json\n")
+    (folder / "a-folder.jsonl").mkdir()  # named like a session file
+    listed = cli("sessions", "list", "--db", str(folder), "--json")
+    assert listed.exit_code == 0 and len(json.loads(listed.stdout)["sessions"]) == 1
+    copied = cli("sessions", "copy", "--from", str(folder), "--to", str(tmp_path / "b.db"))
+    assert copied.exit_code == 1, copied.stdout
+    assert "copied 1 sessions; 0 were there already; 2 failed" in copied.stderr
+    assert "session 01a00000-0000-7000-8000-00000000dead: " in copied.stderr
+    assert "a-folder.jsonl: Is a directory" in copied.stderr
+
+
 def test_import_every_pi_version_and_reject_bad_files(cli: Any, db: Path, tmp_path: Path) -> None:
     v1, v2, v3 = tmp_path / "v1.jsonl", tmp_path / "v2.jsonl", tmp_path / "v3.jsonl"
     v1.write_text(PI_V1)

@@ -156,6 +156,8 @@ def export(
     """The session as a pi version-3 JSONL file."""
     from mcp_agent.sessions.jsonl import write_file_atomically
 
+    if output is not None:
+        output = _export_target(output, database_location(db))
     count = 0
     with (
         opened_repo(db, folders=True, create=False) as repo,
@@ -186,6 +188,29 @@ def export(
         except OSError as error:
             die(f"cannot write {output}: {error.strerror or error}; choose another --output")
     err().print(f"wrote {output} ({count} lines)", style="dim")
+
+
+def _export_target(output: Path, store: str | Path) -> Path:
+    """Where ``export -o OUTPUT`` writes: the file a link names; refused (exit 2) when that
+    is the session store itself or one of its files (a database, its journal, a session file
+    of a folder store), which the export would overwrite, or when its folder does not exist."""
+    given = output.expanduser()
+    if given.is_dir():
+        die(f"--output {output} is a folder; give a file name in it")
+    if given.exists() and not given.is_file():  # /dev/stdout, a pipe: written as it is
+        return given
+    target = given.resolve()
+    if not target.parent.is_dir():
+        die(f"--output {output}: the folder {target.parent} does not exist; create it first")
+    if isinstance(store, Path):
+        home = store.expanduser().resolve()
+        ours = {home, *(home.with_name(home.name + end) for end in ("-wal", "-shm", "-journal"))}
+        if target in ours or (home.is_dir() and target.is_relative_to(home)):
+            die(
+                f"--output {output} is a file of the session store {store}, which the export "
+                "would overwrite; choose a path outside it"
+            )
+    return target
 
 
 @app.command("import")
@@ -277,6 +302,8 @@ def copy(
     existing folder of pi JSONL files. Each session arrives whole or not at all, under its own id;
     sessions already there are left alone, so an interrupted copy can be run again."""
     from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.folders import session_id_of
+    from mcp_agent.sessions.jsonl import JsonlSessionRepo
     from mcp_agent.sessions.repo import copy_session, session_ids
 
     results: dict[str, list[str]] = {"copied": [], "present": []}
@@ -291,6 +318,9 @@ def copy(
             ids = list(session_ids(origin))
         except SessionError as error:
             die(f"cannot list the sessions of --from {source}: {error.message}", FAILED)
+        if isinstance(origin, JsonlSessionRepo):  # files of the folder it could not read
+            for path, why in origin.skipped.items():
+                failed.append({"sessionId": session_id_of(path) or str(path), "error": why})
         with _bar("copying", len(ids)) as advance:
             for session_id in ids:
                 try:

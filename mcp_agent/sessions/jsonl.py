@@ -12,9 +12,11 @@ One process writes a file at a time; for sessions shared between processes use S
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -78,11 +80,14 @@ def _fsync_directory(directory: Path) -> None:
 
 
 def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
-    """Write a whole file so that a crash leaves either the old file or the new one."""
+    """Write a whole file so that a crash leaves either the old file or the new one (with the
+    old one's permissions; a new one is private to this user, as sessions may hold secrets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            with contextlib.suppress(FileNotFoundError):
+                os.fchmod(handle.fileno(), stat.S_IMODE(path.stat().st_mode))
             for line in lines:
                 handle.write(line + "\n")
             handle.flush()
@@ -104,6 +109,8 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
         handle = open(path, "rb")
     except FileNotFoundError:
         raise SessionError("not_found", f"session file {path} not found") from None
+    except OSError as error:  # a folder named like a session file, a file we may not read
+        raise SessionError("corrupt", f"cannot read {path}: {error.strerror or error}") from None
     torn: list[bool] = []
     with handle:
         parsed = parse_rows(_once(_file_rows(handle, path, torn)), str(path), "corrupt")
@@ -332,6 +339,9 @@ class JsonlSessionRepo(BaseSessionRepo):
         self._open: dict[str, JsonlSessionStorage] = {}
         # The server opens sessions on several worker threads at once.
         self._lock = threading.RLock()
+        # The files the listing that began last had to leave out, and why (bounded as the
+        # folder is): a copy of every session says which it could not take.
+        self.skipped: dict[Path, str] = {}
 
     def path_for(self, session_id: str) -> Path:
         """The file of a session: where it is, or where a flat one would be."""
@@ -436,9 +446,12 @@ class JsonlSessionRepo(BaseSessionRepo):
             parsed, _torn = read_session_file(path)
         except SessionError as error:
             log.warning("skipping unreadable session file: %s", error.message)
+            self.skipped[path] = error.message
             return None
         if parsed.header.id != session_id:
-            log.warning("skipping %s: named for session %s but holds another", path, session_id)
+            why = f"{path} is named for session {session_id} but holds another"
+            log.warning("skipping %s", why)
+            self.skipped[path] = why
             return None
         storage = InMemorySessionStorage(parsed.header, parsed.entries)
         texts = [storage.get_session_name() or ""]
@@ -461,6 +474,8 @@ class JsonlSessionRepo(BaseSessionRepo):
             if limit < 1:
                 raise SessionError("invalid_argument", "limit must be at least 1")
             after = decode_cursor(cursor) if cursor is not None else None
+            if cursor is None:
+                self.skipped.clear()
             candidates: builtins.list[tuple[str, str, Path, tuple[int, int]]] = []
             for path in session_files(self.directory):
                 session_id = session_id_of(path)
