@@ -174,6 +174,21 @@ def json_kind(value: Any) -> str:
     return _KINDS.get(type(value), f"a {type(value).__name__}")
 
 
+# C0 and C1 control characters but line feed and tab: a terminal acts on them (ESC begins
+# the sequences that clear the screen or set its title).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each control character but line feed and tab written as an escape
+    (``\\x1b``), so that text from a session, a model or a server can be shown on a terminal
+    as it is and do nothing there; CRLF and CR line ends become LF."""
+    if text.isprintable():  # the common case, at C speed
+        return text
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # a lone CR ends a line too
+    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 def lone_surrogate(value: Any) -> str | None:
     """The first code point from U+D800 to U+DFFF in ``value``'s strings and keys (a pair of
     escapes parses into one character, so any found was unpaired)."""

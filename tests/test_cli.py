@@ -1048,3 +1048,79 @@ def test_help_names_values_in_words_not_python_types(command: list[str]) -> None
     assert result.exit_code == 0, result.output
     for python_type in ("<str>", "<int", "<bool>", "<path>", "<float>", "list[", "<Path"):
         assert python_type not in result.output, (command, python_type)
+
+
+def test_arguments_that_are_not_utf8_are_refused_in_one_line(db: Path) -> None:
+    ids = seed(db)
+    stored = db.read_bytes()
+    bad = b"bad\xff"
+    commands: list[list[bytes]] = [
+        [b"sessions", b"rename", ids["session"].encode(), bad],
+        [b"sessions", b"show", bad],
+        [b"sessions", b"fork", ids["session"].encode(), b"--entry", bad],
+        [b"run", b"hi", b"--session", bad, b"--model", b"scripted:echo"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable.encode(), b"-m", b"mcp_agent", *command, b"--db", str(db).encode()],
+            capture_output=True,
+            env=clean_env(),
+            timeout=60,
+        )
+        said = done.stderr.decode(errors="replace")
+        assert done.returncode == 2, said
+        assert "is not valid UTF-8 text" in said and "Traceback" not in said
+        assert len(said.strip().splitlines()) == 1, said
+    assert db.read_bytes() == stored
+
+
+def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
+    seed(db)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", "sessions", "list", "--db", str(db)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "mcp-agent-sessions: No space left on device", done.stderr
+    # A terminal that cannot show a character gets an escape for it, not a crash.
+    ascii_only = sub("sessions", "list", "--db", str(db), env=clean_env(PYTHONIOENCODING="ascii"))
+    assert ascii_only.returncode == 0, ascii_only.stderr
+    assert "weather chat" in ascii_only.stdout
+
+
+def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_path: Path) -> None:
+    hostile = "hi \x1b[2J\x1b[31mRED\x1b]0;title\x07"
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create(name="two\nlines\x1b[31m")
+        session.append_message(User(content=hostile))
+        session.append_message(
+            AssistantMessage(
+                content=[
+                    TextContent(text="ok \x1b[0m"),
+                    ToolCall(id="c1", name="x\x1b[1m", arguments={"a": "\x1b"}),
+                ]
+            )
+        )
+        sid = session.id
+    for command in (["show", sid], ["show", sid, "--full"], ["tree", sid], ["list"]):
+        shown = cli("sessions", *command)
+        assert shown.exit_code == 0, shown.stderr
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, command
+    listed = cli("sessions", "list").stdout.splitlines()
+    assert len(listed) == 2  # the header and one row: a name's line break does not split it
+    assert "two lines\\x1b[31m" in listed[1]
+    assert "hi \\x1b[2J\\x1b[31mRED\\x1b]0;title\\x07" in cli("sessions", "show", sid).stdout
+    heading = cli("sessions", "show", sid).stdout.splitlines()[1]
+    assert "2 messages" in heading and "3 entries" in heading  # and the name's entry
+    newer = seed(db)["session"]  # a second session, then the first is gone from page two
+    past = cli("sessions", "list", "--limit", "1")
+    more = past.stderr.split("--cursor ")[1].split()[0]
+    assert cli("sessions", "delete", sid, "--yes").exit_code == 0
+    nothing = cli("sessions", "list", "--cursor", more)
+    assert newer in past.stdout
+    assert nothing.exit_code == 0 and "no more sessions" in nothing.stderr

@@ -6,12 +6,15 @@ session commands load neither the MCP SDK nor the providers nor the server.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
 
 import typer
 
 from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
-from mcp_agent.cli.common import BAD_INPUT, INTERRUPTED, PROG, fail, plain_help_types
+from mcp_agent.cli.common import BAD_INPUT, FAILED, INTERRUPTED, PROG, fail, plain_help_types
 
 plain_help_types()
 
@@ -40,12 +43,21 @@ app.command()(install.install)
 
 def main() -> None:
     """The console script. A usage error is one line with a hint (exit 2); Ctrl-C outside a
-    run ends the program quietly (exit 130)."""
+    run ends the program quietly (exit 130); output that cannot be written (a full disk, a
+    closed pipe) is one line too (exit 1)."""
+    for stream in (sys.stdout, sys.stderr):
+        # A terminal or pipe whose encoding cannot hold a character ("…" in ASCII) gets an
+        # escape for it rather than a UnicodeEncodeError half-way through the output.
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
         code = app(prog_name=PROG, standalone_mode=False)
+        sys.stdout.flush()
     except typer.Abort:
         typer.echo(f"\n{PROG}: interrupted", err=True)
         code = INTERRUPTED
+    except OSError as error:
+        code = _output_failed(error)
     except Exception as error:
         if not is_usage_error(error):
             raise
@@ -53,6 +65,19 @@ def main() -> None:
         if type(error).__name__ != "NoArgsIsHelpError":  # the help was shown instead
             typer.echo(f"{PROG}: {usage_message(error)}", err=True)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _output_failed(error: OSError) -> int:
+    """One line for an error no command handled, typically writing its output; and stdout
+    pointed at the null device, so that the interpreter's last flush of what could not be
+    written does not print a traceback of its own."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if error.errno != errno.EPIPE:  # a closed pipe (| head) is no news to whoever closed it
+        where = f": {error.filename}" if error.filename else ""
+        with contextlib.suppress(OSError):
+            typer.echo(f"{PROG}: {error.strerror or error}{where}", err=True)
+    return FAILED
 
 
 def is_usage_error(error: Exception) -> bool:

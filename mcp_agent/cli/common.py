@@ -65,8 +65,23 @@ ManifestsOption = Annotated[
     Path | None,
     typer.Option(help="folder with servers.json and agents/*.toml (default: shipped)"),
 ]
+
+
+def utf8_text(value: str | None) -> str | None:
+    """A command line's text that is to be stored or looked up (an id, a name), refused as
+    a bad parameter (exit 2) when it is not UTF-8: Python hands such bytes over as lone
+    surrogates, which no database, file or JSON can hold."""
+    from mcp_agent.wire import lone_surrogate
+
+    if value is not None and lone_surrogate(value) is not None:
+        raise typer.BadParameter("is not valid UTF-8 text (check the terminal's encoding)")
+    return value
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
-SessionArg = Annotated[str, typer.Argument(metavar="ID", help="a session id (sessions list)")]
+SessionArg = Annotated[
+    str, typer.Argument(metavar="ID", help="a session id (sessions list)", callback=utf8_text)
+]
 
 
 def fail(message: str, code: int = BAD_INPUT) -> typer.Exit:
@@ -122,9 +137,9 @@ def print_table(
     out().print(table)
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 message``, ``2 messages``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 message``, ``2 messages`` (``nouns``: the plural, when it is not ``noun`` + s)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def emit_json(data: Any) -> None:

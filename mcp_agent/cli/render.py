@@ -16,6 +16,7 @@ from rich.padding import Padding
 from rich.text import Text
 from rich.tree import Tree
 
+from mcp_agent.cli.common import plural
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
@@ -40,6 +41,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.outline import Parts, clip, entry_parts, flat_tree, message_parts
 from mcp_agent.sessions.session import Session, TreeNode
+from mcp_agent.wire import escape_controls
 
 ROLE_STYLES = {
     "user": "bold cyan",
@@ -99,7 +101,7 @@ def message_summary(message: Any, limit: int = 80) -> Text:
 def _styled(parts: Parts) -> Text:
     line = Text()
     for text, kind in parts:
-        line.append(text, PART_STYLES.get(kind, ""))
+        line.append(escape_controls(text), PART_STYLES.get(kind, ""))
     return line
 
 
@@ -112,11 +114,11 @@ def session_heading(session: Session) -> Text:
     title = Text()
     title.append("Session ", "bold").append(session.id, "bold")
     if session.name:
-        title.append(f"  “{clip_long(session.name, NAME_CHARS)}”", "bold magenta")
+        title.append(f"  “{one_line(session.name)}”", "bold magenta")
     details = [
         f"created {local_time(header.timestamp)}",
-        f"{stats.message_count} messages",
-        f"{stats.entry_count} entries",
+        plural(stats.message_count, "message"),
+        plural(stats.entry_count, "entry", "entries"),
         f"{stats.total_tokens:,} tokens",
         f"${stats.cost_total:.4f}",
     ]
@@ -137,10 +139,10 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
         if isinstance(entry, LeafEntry):
             continue
         heading, body = entry_block(entry, full)
-        line = Text(f"{entry.id} ", "dim").append_text(heading)
+        line = Text(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
         label = session.get_label(entry.id)
         if label:
-            line.append(f"  #{clip_long(label, NAME_CHARS)}", "yellow")
+            line.append(f"  #{one_line(label)}", "yellow")
         if entry.id == leaf_id:
             line.append(LEAF_MARK, "bold")
         parts.append(Text(""))
@@ -149,6 +151,12 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
     if leaf_id is None:
         parts.append(Text("\n(empty branch: the leaf is before the first entry)", "dim"))
     return Group(*parts)
+
+
+def one_line(name: str) -> str:
+    """A name or label on one line, cut at ``NAME_CHARS`` saying so, control characters
+    escaped (one imported from a file may hold anything)."""
+    return escape_controls(clip_long(" ".join(name.split()), NAME_CHARS))
 
 
 def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableType]]:
@@ -161,7 +169,7 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
             heading = Text(f"branch summary (left {from_id})", "magenta")
             return heading, [limited(summary, full, 12)]
         case CustomMessageEntry(custom_type=kind, content=content):
-            heading = Text(f"{kind} (custom message)", "blue")
+            heading = Text(f"{escape_controls(kind)} (custom message)", "blue")
             return heading, [limited(content_text(content), full, 12)]
         case CustomEntry(data=data) if data is not None:
             return entry_summary(entry), [Text(format_args(data, None if full else 160), "dim")]
@@ -176,7 +184,7 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
         case AssistantMessage():
             failed = message.stop_reason in ("error", "aborted")
             heading = Text("assistant", ROLE_STYLES["error" if failed else "assistant"])
-            heading.append(f"  {message.provider}:{message.model}", "dim")
+            heading.append(escape_controls(f"  {message.provider}:{message.model}"), "dim")
             body = content_blocks(message.content, full)
             if failed:
                 why = message.error_message or "no message"
@@ -185,16 +193,17 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
                     if why.startswith(str(message.stop_reason))
                     else f"{message.stop_reason}: {why}"
                 )
-                body.append(Text(said, ROLE_STYLES["error"]))
+                body.append(Text(escape_controls(said), ROLE_STYLES["error"]))
             return heading, body
         case ToolResultMessage():
             style = ROLE_STYLES["error" if message.is_error else "toolResult"]
-            heading = Text(f"← {message.tool_name}", style)
+            heading = Text(f"← {escape_controls(message.tool_name)}", style)
             if message.is_error:
                 heading.append(" (error)", style)
             return heading, content_blocks(message.content, full, limit=12)
         case BashExecutionMessage():
-            return Text(f"$ {message.command}", "yellow"), [limited(message.output, full, 12)]
+            command = Text(f"$ {escape_controls(message.command)}", "yellow")
+            return command, [limited(message.output, full, 12)]
         case _:
             return message_summary(message, 60), []
 
@@ -212,7 +221,7 @@ def content_blocks(
             case ThinkingContent(thinking=thought):
                 body.append(limited(thought, full, 6, "dim italic"))
             case ToolCall(name=name, arguments=arguments):
-                line = Text("→ ", "yellow").append(name, "bold yellow")
+                line = Text("→ ", "yellow").append(escape_controls(name), "bold yellow")
                 line.append(f"({format_args(arguments, None if full else 160)})", "yellow")
                 body.append(line)
             case ImageContent(mime_type=mime, data=data):
@@ -222,7 +231,8 @@ def content_blocks(
 
 def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
     """``text`` cut to ``max_lines`` lines, or as many screen lines' worth of characters
-    (unless ``full``), saying how much was left out."""
+    (unless ``full``), saying how much was left out; control characters escaped."""
+    text = escape_controls(text)
     if full:
         return Text(text, style)
     most = max_lines * LINE_CHARS
@@ -328,7 +338,7 @@ def run_text(
 def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int = 80) -> Text:
     """One entry on one line of at most ``limit`` cells: id, summary, label, leaf mark."""
     entry = node.entry
-    line = Text(f"{entry.id} ", "dim")
+    line = Text(f"{escape_controls(entry.id)} ", "dim")
     tail = Text()
     if node.label:
         tail.append(f"  #{clip(node.label, limit // 2)}", "yellow")

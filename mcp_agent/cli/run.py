@@ -30,6 +30,7 @@ from mcp_agent.cli.common import (
     err,
     named_store,
     single,
+    utf8_text,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +46,10 @@ AgentOption = Annotated[
     str | None, typer.Option("--agent", help="an agent from the manifests (default: default)")
 ]
 SessionOption = Annotated[
-    str | None, typer.Option("--session", help="continue this session (default: a new one)")
+    str | None,
+    typer.Option(
+        "--session", help="continue this session (default: a new one)", callback=utf8_text
+    ),
 ]
 NO_MODEL = (
     "no model configured: pass --model provider:model-id, set MCP_AGENT_MODEL, or set "

@@ -36,6 +36,7 @@ from mcp_agent.cli.common import (
     plural,
     print_table,
     stdin_is_tty,
+    utf8_text,
 )
 
 if TYPE_CHECKING:
@@ -77,8 +78,11 @@ def list_sessions(
         )
         return
     if not page.items:
-        hint = "no sessions match" if search else "no sessions yet"
-        err().print(f'{hint} (start one with `{PROG} run "…"` or `{PROG} chat`)', style="dim")
+        if search or cursor:
+            err().print("no sessions match" if search else "no more sessions", style="dim")
+        else:
+            hint = f'no sessions yet (start one with `{PROG} run "…"` or `{PROG} chat`)'
+            err().print(hint, style="dim")
         return
     from mcp_agent.cli.render import clip, short_time
 
@@ -89,7 +93,7 @@ def list_sessions(
                 short_time(item.modified),
                 str(item.message_count),
                 f"{item.total_tokens:,}",
-                item.name or clip(item.first_user_message or "", 80) or "—",
+                clip(item.name or item.first_user_message or "", 200) or "—",
             ],
             "bold" if item.name else None,
         )
@@ -99,7 +103,7 @@ def list_sessions(
     headers = ["ID", "Modified", "Msgs", "Tokens", "Name / first message"]
     print_table(headers, rows, flexible=4, right=frozenset({"Msgs", "Tokens"}))
     if page.next_cursor:
-        err().print(f"more: --cursor {page.next_cursor}", style="dim")
+        err().print(f"more: --cursor {page.next_cursor}", style="dim", soft_wrap=True)
 
 
 @app.command()
@@ -369,7 +373,8 @@ def delete(
 def fork(
     session_id: SessionArg,
     entry: Annotated[
-        str | None, typer.Option("--entry", "-e", help="fork at or before this entry id")
+        str | None,
+        typer.Option("--entry", "-e", help="fork at or before this entry id", callback=utf8_text),
     ] = None,
     position: Annotated[
         Position | None,
@@ -396,7 +401,7 @@ def fork(
 @app.command()
 def rename(
     session_id: SessionArg,
-    name: Annotated[str, typer.Argument(help='the new name ("" clears it)')],
+    name: Annotated[str, typer.Argument(help='the new name ("" clears it)', callback=utf8_text)],
     db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""

@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import random
-import re
 import socket
 import ssl
 import time
@@ -41,6 +40,7 @@ from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, Start
 from mcp_agent.messages import AssistantMessage
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
+from mcp_agent.wire import escape_controls
 
 __all__ = [
     "Aborted",
@@ -188,14 +188,10 @@ def error_detail(body: bytes | str) -> str:
     return one_line(_detail_from_json(data) or text)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def one_line(text: str, limit: int = 500) -> str:
     """``text`` as a message quotes what a server said: its whitespace runs one space, other
     control characters escaped (a server's ANSI codes must not reach a terminal), cut short."""
-    flat = " ".join(text.split())
-    return _clip(_CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", flat), limit)
+    return _clip(escape_controls(" ".join(text.split())), limit)
 
 
 def _detail_from_json(data: Any) -> str:

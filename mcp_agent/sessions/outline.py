@@ -40,6 +40,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeRow, tree_parent
+from mcp_agent.wire import escape_controls
 
 if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session
@@ -48,8 +49,8 @@ Parts = list[tuple[str, str]]
 
 
 def clip(text: str, limit: int = 100) -> str:
-    """One line of at most ``limit`` characters."""
-    text = " ".join(text.split())
+    """One line of at most ``limit`` characters, control characters escaped."""
+    text = escape_controls(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
