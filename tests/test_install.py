@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ def test_second_install_replaces_only_our_entry(tmp_path: Path) -> None:
     between = config.read_bytes()
 
     db = tmp_path / "data" / "sessions.db"
+    db.parent.mkdir()
     result = invoke("claude-desktop", "--config", str(config), "--db", str(db))
 
     assert result.exit_code == 0, result.output
@@ -174,6 +176,12 @@ def test_other_name_adds_a_second_entry(tmp_path: Path) -> None:
         ("vscode", '{\n  // mine\n  "servers": {}\n}\n', "// comments"),
         ("cursor", '{"mcpServers": ["x"]}', '"mcpServers" is not a JSON object'),
         ("vscode", '{"servers": null}', '"servers" is not a JSON object'),
+        # Written back, these would fail half-way (the .bak made), crash, or lose a server.
+        ("cursor", '{"mcpServers": {"x": "\\ud800"}}', "\\ud800 is an unpaired surrogate"),
+        ("cursor", '{"a": ' + "[" * 6000 + "]" * 6000 + "}", "nested more than 200 levels"),
+        ("cursor", '{"mcpServers": {"x": 1}, "mcpServers": {"y": 2}}', 'key "mcpServers"'),
+        ("vscode", '{"servers": {"a": {"env": {"K": 1, "K": 2}}}}', 'key "K" appears twice'),
+        ("claude-code", '{"n": NaN}', "NaN is not a JSON value"),
     ],
 )
 def test_bad_config_is_refused_and_untouched(
@@ -191,6 +199,63 @@ def test_bad_config_is_refused_and_untouched(
         assert result.stdout == ""
     assert config.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h/db", "postgres://u:p@h:5432/db?sslmode=require"])
+def test_postgresql_url_is_passed_unchanged(url: str, tmp_path: Path) -> None:
+    result = invoke("vscode", "--dry-run", "--config", str(tmp_path / "mcp.json"), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["servers"]["agent-sessions"]["args"][-2:] == ["--db", url]
+
+
+def test_db_file_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("cursor", "--dry-run", "--config", "mcp.json", "--db", "s.db")
+    assert result.exit_code == 0, result.output
+    args = json.loads(result.stdout)["mcpServers"]["agent-sessions"]["args"]
+    assert args[-2:] == ["--db", str(tmp_path / "s.db")]
+
+
+@pytest.mark.parametrize(
+    ("db", "says"),
+    [
+        ("no/such/dir/s.db", "does not exist"),
+        (".", "is a folder"),
+        ("mysql://h/db", "only postgresql:// URLs"),
+        (" ", "--db is empty"),
+    ],
+)
+def test_db_the_server_cannot_open_is_refused(
+    db: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--dry-run"]):
+        result = invoke("cursor", "--config", "mcp.json", "--db", db, *extra)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], result.stderr
+        assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--name", "--db"])
+def test_argument_that_is_not_utf8_is_refused(option: str, tmp_path: Path) -> None:
+    config = tmp_path / "mcp.json"
+    before = write_sample(config, CLIENTS["cursor"][2])
+    # The real console script: argv's byte 0xff reaches Python as a lone surrogate.
+    command = [sys.executable, "-m", "mcp_agent", "install", "cursor", "--config", str(config)]
+    result = subprocess.run(
+        [*command, option, "a\udcffb"],
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "UTF-8" in lines[0], result.stderr
+    assert config.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mcp.json"]
 
 
 def test_missing_config_is_created_with_its_folders(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -178,6 +179,92 @@ def test_bad_user_files_are_explained(tmp_path: Path, text: str, message: str) -
     with pytest.raises(ModelRegistryError) as error:
         load_models_file(path, ModelRegistry().providers)
     assert message in str(error.value) and str(path) in str(error.value)
+
+
+MODEL = "[providers.x]\nbase_url = 'http://h/v1'\n[[providers.x.models]]\nid = 'm'\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[providers.x]\nbase_url = 5", "providers.x.base_url: Input should be a valid string"),
+        (
+            "[providers.ollama]\nheaders = 5",
+            "providers.ollama.headers: Input should be a valid dict",
+        ),
+        (
+            "[providers.ollama]\nheaders = { X-Title = 5 }",
+            "providers.ollama.headers.X-Title: Input should be a valid string",
+        ),
+        ("[providers.ollama]\nmodels = 5", "providers.ollama.models: Input should be a valid list"),
+        (
+            "[providers.ollama]\ncontext_window = 'big'",
+            "providers.ollama.context_window: Input should be a valid integer",
+        ),
+        (
+            "[providers.ollama]\nmax_tokens = 1e400",
+            "providers.ollama.max_tokens: Input should be a valid integer",
+        ),
+        (
+            "[providers.ollama]\nreasoning = 1",
+            "providers.ollama.reasoning: Input should be a valid bool",
+        ),
+        ("[providers.ollama]\ncompat = 1", "providers.ollama.compat: Input should be a valid dict"),
+        (
+            MODEL + "cost = { input = 'free' }",
+            "providers.x.models[0].cost.input: Input should be a valid number",
+        ),
+        (
+            MODEL + "max_tokens = 1e400",
+            "providers.x.models[0].max_tokens: Input should be a valid integer",
+        ),
+        (
+            MODEL + "context_window = 'big'",
+            "providers.x.models[0].context_window: Input should be a valid integer",
+        ),
+        (
+            MODEL + "input = ['text', 2]",
+            "providers.x.models[0].input.1: Input should be a valid string",
+        ),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_on_loading(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ModelRegistryError) as error:
+        ModelRegistry.load(path)
+    said = str(error.value)
+    assert f"models file {path}: {message}" in said, said
+    assert "\n" not in said and "pydantic" not in said
+
+
+@pytest.mark.parametrize("command", [["models"], ["run", "--model", "x:m", "hi"]])
+def test_cli_reports_a_badly_typed_models_file_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # context_window = "big" passed `models` and failed only when `run` built the Model.
+    path = write(tmp_path, "[providers.x]\nbase_url = 'http://h/v1'\ncontext_window = 'big'")
+    env = {
+        **os.environ,
+        "MCP_AGENT_MODELS": str(path),
+        "MCP_AGENT_DB": str(tmp_path / "sessions.db"),
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"{path}: providers.x.context_window: Input should be a valid integer" in lines[0]
 
 
 def test_missing_explicit_file(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_agent.cli.common import FAILED, PROG, die, emit_json
+from mcp_agent.cli.common import FAILED, PROG, die, emit_json, named_store, utf8_text
+from mcp_agent.paths import is_database_url
+from mcp_agent.wire import loads_json
 
 DEFAULT_NAME = "agent-sessions"
 JSON_TYPES: dict[type, str] = {
@@ -78,7 +80,7 @@ def default_config_path(client: Client) -> Path:
     return Path(user_config_dir("Code", appauthor=False, roaming=True)) / "User" / "mcp.json"
 
 
-def server_command(db: Path | None = None) -> list[str]:
+def server_command(db: str | None = None) -> list[str]:
     """The absolute command line that serves this installation over stdio."""
     bin_dir = Path(os.path.abspath(sys.executable)).parent  # not resolved: keep the venv
     script = bin_dir / (f"{PROG}.exe" if sys.platform == "win32" else PROG)
@@ -87,11 +89,13 @@ def server_command(db: Path | None = None) -> list[str]:
     else:
         command = [os.path.abspath(sys.executable), "-m", "mcp_agent", "serve"]
     if db is not None:
-        command += ["--db", os.path.abspath(db.expanduser())]
+        # The server may start in any folder: a file is given by absolute path, while a
+        # PostgreSQL URL is no path at all and goes as it is.
+        command += ["--db", db if is_database_url(db) else os.path.abspath(Path(db).expanduser())]
     return command
 
 
-def make_entry(client: Client, db: Path | None) -> dict[str, Any]:
+def make_entry(client: Client, db: str | None) -> dict[str, Any]:
     command, *args = server_command(db)
     entry: dict[str, Any] = {"type": "stdio"} if FORMATS[client].typed else {}
     entry.update(command=command, args=args)
@@ -112,7 +116,10 @@ def read_config(path: Path, client: Client) -> dict[str, Any] | None:
     if not text.strip():
         return {}
     try:
-        data = json.loads(text)
+        data = loads_json(text)
+        # Parsed again only to find a key given twice: loads_json keeps the last silently, and
+        # writing that back would drop the servers of the first.
+        json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as error:
         hint = (
             "; VS Code allows // comments and trailing commas, which this command does not "
@@ -124,10 +131,31 @@ def read_config(path: Path, client: Client) -> dict[str, Any] | None:
             f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: "
             f"{error.msg}){hint}; nothing was written"
         )
+    except ValueError as error:  # too deep, a key twice, NaN, an unpaired surrogate escape
+        die(f"{path} cannot be rewritten: {error}; nothing was written")
     if not isinstance(data, dict):
         found = JSON_TYPES.get(type(data), type(data).__name__)
         die(f"{path} does not hold a JSON object (found {found}); nothing was written")
     return data
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {json.dumps(key)} appears twice in one object")
+        found[key] = value
+    return found
+
+
+def check_db(db: str) -> None:
+    """Exit 2 when ``db`` is one that ``serve --db`` would refuse at every start of the
+    client: a new file in a folder that does not exist, a folder, a URL not PostgreSQL's."""
+    if not db.strip():  # before named_store, whose message offers folders, which serve refuses
+        die("--db is empty; give a SQLite file or a postgresql:// URL")
+    named_store(db, "--db", create=True)
+    if not is_database_url(db) and Path(db).expanduser().is_dir():
+        die(f"--db {db} is a folder; name a database file (in it, say)")
 
 
 def merge(config: dict[str, Any], client: Client, name: str, entry: dict[str, Any]) -> bool:
@@ -189,15 +217,19 @@ def install(
             show_default=False,
         ),
     ] = None,
-    name: Annotated[str, typer.Option(help="name of the server entry")] = DEFAULT_NAME,
+    name: Annotated[
+        str, typer.Option(help="name of the server entry", callback=utf8_text)
+    ] = DEFAULT_NAME,
     db: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--db",
-            metavar="FILE",
-            help="SQLite database the installed server uses (passed as `serve --db`; "
-            "default: the server's own default)",
+            metavar="FILE|URL",
+            help="SQLite database file the installed server uses, in a folder that exists, or "
+            "a PostgreSQL URL postgresql://… (passed as `serve --db`; default: the server's "
+            "own default)",
             show_default=False,
+            callback=utf8_text,
         ),
     ] = None,
 ) -> None:
@@ -206,6 +238,8 @@ def install(
     Other entries and settings stay untouched; the old file is kept as FILE.bak."""
     if not name.strip():
         die("--name must not be empty")
+    if db is not None:
+        check_db(db)
     path = Path(os.path.abspath((config or default_config_path(client)).expanduser()))
     existing = read_config(path, client)
     merged: dict[str, Any] = existing if existing is not None else {}

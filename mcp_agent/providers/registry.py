@@ -40,17 +40,23 @@ Importing this module loads no HTTP client; the provider modules load on first u
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
 from mcp_agent.messages import Model, ModelCost
 from mcp_agent.providers.base import StreamFn
+from mcp_agent.wire import describe_validation_error
 
 OPENAI_API = "openai-completions"
 ANTHROPIC_API = "anthropic-messages"
@@ -232,23 +238,23 @@ def user_models_path() -> Path:
     return Path(platformdirs.user_config_dir("mcp-agent-sessions")) / "models.toml"
 
 
-_PROVIDER_KEYS = {
-    "api",
-    "label",
-    "base_url",
-    "base_url_env",
-    "api_key_env",
-    "api_key",
-    "requires_api_key",
-    "headers",
-    "compat",
-    "context_window",
-    "max_tokens",
-    "reasoning",
-    "input",
-    "models",
-}
+# What a provider's table may set: the fields of ProviderConfig but its name (the table's) and
+# whether it is built in (never the file's to say).
+_PROVIDER_KEYS = {f.name for f in dataclasses.fields(ProviderConfig)} - {"name", "builtin"}
 _MODEL_KEYS = {"id", "name", "context_window", "max_tokens", "reasoning", "input", "cost"}
+
+
+@functools.cache
+def _provider_table() -> type[BaseModel]:
+    """A pydantic model of a provider's table, its types taken from ProviderConfig's fields.
+
+    Strict: TOML values carry their own types, so "big", 1 or 1e400 where an integer, a string
+    or a boolean belongs is a mistake in the file, not something to coerce."""
+    hints = typing.get_type_hints(ProviderConfig)
+    fields: dict[str, Any] = {key: (hints[key], None) for key in _PROVIDER_KEYS}
+    # The file lists the models as an array of tables, each of which Model checks.
+    fields["models"] = (list[dict[str, Any]], None)
+    return create_model("ProviderTable", __config__=ConfigDict(strict=True), **fields)
 
 
 def load_models_file(path: Path, providers: dict[str, ProviderConfig]) -> None:
@@ -281,6 +287,10 @@ def load_models_file(path: Path, providers: dict[str, ProviderConfig]) -> None:
             raise ModelRegistryError(
                 f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(_PROVIDER_KEYS))}"
             )
+        try:
+            _provider_table().model_validate(table)
+        except ValidationError as error:
+            raise ModelRegistryError(describe_validation_error(error, where, table)) from None
         provider = providers.get(name)
         if provider is None:
             provider = ProviderConfig(name=name, label=table.get("label") or f"{name} API")
@@ -301,13 +311,8 @@ def load_models_file(path: Path, providers: dict[str, ProviderConfig]) -> None:
             if key in table:
                 setattr(provider, key, table[key])
         if "headers" in table:
-            provider.headers = {
-                **provider.headers,
-                **{str(k): str(v) for k, v in table["headers"].items()},
-            }
+            provider.headers = {**provider.headers, **table["headers"]}
         if "compat" in table:
-            if not isinstance(table["compat"], dict):
-                raise ModelRegistryError(f"{where}.compat must be a table")
             provider.compat = {**provider.compat, **table["compat"]}
             if provider.api == OPENAI_API:
                 from mcp_agent.providers.openai_compat import OpenAICompat
@@ -368,9 +373,10 @@ def _model_entry(entry: Any, provider: ProviderConfig, where: str) -> dict[str, 
     fields["api"] = provider.api
     fields["provider"] = provider.name
     try:
-        return {entry["id"]: Model.model_validate(fields)}
-    except ValueError as error:
-        raise ModelRegistryError(f"{where}: {error}") from error
+        # Strict for the reason _provider_table gives.
+        return {entry["id"]: Model.model_validate(fields, strict=True)}
+    except ValidationError as error:
+        raise ModelRegistryError(describe_validation_error(error, where, fields)) from None
 
 
 # --- the registry -----------------------------------------------------------------------------
