@@ -780,7 +780,16 @@ def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
     assert "← subagent:" in done.stderr and "hi from the helper" in done.stderr
 
 
-def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any) -> None:
+@pytest.mark.parametrize(
+    ("sent", "code", "why"),
+    [
+        (signal.SIGINT, 130, "interrupted with Ctrl-C"),
+        (signal.SIGTERM, 143, "terminated"),  # a supervisor, `timeout`: the answer is kept
+    ],
+)
+def test_ctrl_c_aborts_the_run_not_the_program(
+    fakellm: str, db: Path, cli: Any, sent: signal.Signals, code: int, why: str
+) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -800,16 +809,16 @@ def test_ctrl_c_aborts_the_run_not_the_program(fakellm: str, db: Path, cli: Any)
     # The answer arrives while the run is still going: it streams.
     assert process.stdout.read(16) == "Once upon a time"
     assert process.poll() is None
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)
     _, err = process.communicate(timeout=15)
-    assert process.returncode == 130, err
-    assert "aborted: interrupted with Ctrl-C" in err
+    assert process.returncode == code, err
+    assert f"aborted: {why}" in err
     assert "Traceback" not in err
     listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
     entries = json.loads(cli("sessions", "show", listed[0]["id"], "--json").stdout)["entries"]
     assert entries[-1]["message"]["stopReason"] == "aborted"
     shown = cli("sessions", "show", listed[0]["id"]).stdout
-    assert "aborted: interrupted with Ctrl-C" in shown and "aborted: aborted" not in shown
+    assert f"aborted: {why}" in shown and "aborted: aborted" not in shown
 
 
 def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client
 from mcp_support import OUR_HTTP_ENV, agent_server, call_error, initialize_request
@@ -248,3 +250,48 @@ async def test_an_unknown_scripted_model_at_run_time_is_an_error(tmp_path: Path)
     assert "unknown scripted model scripted:nope" in text and "scripted:echo" in text
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         assert repo.list().items == []  # refused before a session was created
+
+
+def test_a_host_that_does_not_resolve_is_one_line_before_the_banner(
+    serve: Any, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("a-token-of-ours\n")
+    token.chmod(0o600)
+    result = serve(
+        "--transport", "http", "--host", "no-such-host.invalid", "--token-file", str(token)
+    )
+    assert result.exit_code == 2, result.output
+    assert "--host no-such-host.invalid: cannot be resolved" in result.stderr
+    assert "sessions stored in" not in result.output and "Traceback" not in result.output
+
+
+def test_port_0_serves_on_a_free_port_and_says_which(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in OUR_ENV}
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--transport", "http", "--port", "0"]
+    command += ["--db", str(tmp_path / "s.db"), "--no-auth"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stderr is not None
+        banner = process.stderr.readline()
+        url = banner.split(" on ")[1].split()[0]
+        port = int(url.split(":")[2].split("/")[0])
+        assert port != 0, banner
+        viewer = next(line for line in process.stderr if "session viewer" in line)
+        assert f":{port}/" in viewer, viewer
+        answer = None
+        for _ in range(100):  # the banner comes before the bind: a hang guard, not a timing
+            try:
+                answer = httpx.post(
+                    url,
+                    json=initialize_request(),
+                    headers={"accept": "application/json, text/event-stream"},
+                    timeout=10,
+                )
+                break
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        assert answer is not None and answer.status_code == 200, answer
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

@@ -255,12 +255,15 @@ def footer(run: Run) -> str:
     return " · ".join(parts)
 
 
-async def watch_interrupts(on_interrupt: Callable[[], None]) -> None:
-    """Call ``on_interrupt`` at each Ctrl-C (instead of KeyboardInterrupt) until cancelled."""
+async def watch_interrupts(
+    on_interrupt: Callable[[], None], which: signal.Signals = signal.SIGINT
+) -> None:
+    """Call ``on_interrupt`` at each Ctrl-C (or signal ``which``) instead of the default
+    action, until cancelled."""
     import anyio
 
     try:
-        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(which) as signals:
             async for _ in signals:
                 on_interrupt()
     except (NotImplementedError, RuntimeError, ValueError):
@@ -268,22 +271,32 @@ async def watch_interrupts(on_interrupt: Callable[[], None]) -> None:
         await anyio.sleep_forever()
 
 
-async def wait_for(state: AppState, run: Run) -> bool:
-    """Wait for ``run``; Ctrl-C aborts it. True if it was interrupted."""
+# The exit code of a run stopped by a signal (the shell's 128 + its number).
+TERMINATED = 128 + signal.SIGTERM
+
+
+async def wait_for(state: AppState, run: Run) -> int | None:
+    """Wait for ``run``; Ctrl-C aborts it, and so does SIGTERM (a supervisor, ``timeout``),
+    so that the session records the aborted answer either way. The exit code due to the
+    signal that stopped it, or None."""
     import anyio
 
-    interrupted = False
+    stopped: int | None = None
 
-    def interrupt() -> None:
-        nonlocal interrupted
-        interrupted = True
-        run.agent.abort("interrupted with Ctrl-C")
+    def stop(code: int, why: str) -> Callable[[], None]:
+        def on_signal() -> None:
+            nonlocal stopped
+            stopped = stopped or code
+            run.agent.abort(why)
+
+        return on_signal
 
     async with anyio.create_task_group() as group:
-        group.start_soon(watch_interrupts, interrupt)
+        group.start_soon(watch_interrupts, stop(INTERRUPTED, "interrupted with Ctrl-C"))
+        group.start_soon(watch_interrupts, stop(TERMINATED, "terminated"), signal.SIGTERM)
         await state.runs.wait(run)
         group.cancel_scope.cancel()
-    return interrupted
+    return stopped
 
 
 async def start(
@@ -367,11 +380,11 @@ async def _run_once(
     check_model(state, agent, model)
     printer = StreamPrinter()
     run = await start(state, printer, prompt, session_id, agent, model)
-    interrupted = await wait_for(state, run)
+    stopped = await wait_for(state, run)
     printer.end_line()
     if run.status == "error" and run.error and not printer.shown_error:
         printer.note(f"{PROG}: the run failed: {run.error}", "red")
     printer.note(footer(run), "dim")
-    if interrupted:
-        return INTERRUPTED
+    if stopped is not None:
+        return stopped
     return 0 if run.status == "completed" else FAILED

@@ -275,8 +275,8 @@ def serve(
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     server = build_server(settings, models=cli_models())
-    if transport == Transport.http:
-        check_port_free(settings.host, settings.port)  # before a token file is written for it
+    if transport == Transport.http:  # before a token file is written for it
+        settings.port = check_port_free(settings.host, settings.port)
     if auth is not None:
         try:
             auth.save(settings.port)
@@ -357,18 +357,19 @@ def check_model(name: str | None, *, from_flag: bool) -> None:
         die(f"{source}: {one_line(error)}; `{PROG} models` lists the known models")
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Another server listening on the port would fail this one only once it binds, after the
-    token file for that port, which the other server's clients read, was overwritten."""
+def check_port_free(host: str, port: int) -> int:
+    """The port to serve on: ``port``, or with 0 a free one (the banner, the token file and
+    the viewer link name the real one). Checked before anything is written for it: another
+    server on the port would fail this one only once it binds, after the token file that the
+    other server's clients read was overwritten; a host that does not resolve, or is no
+    address of this machine, fails the same way."""
     import errno
     import socket
 
-    if port == 0:
-        return  # any free port
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return  # an address uvicorn cannot use either: it says why
+    except (OSError, UnicodeError) as error:
+        die(f"--host {host}: cannot be resolved ({getattr(error, 'strerror', None) or error})")
     family, kind, protocol, _, address = infos[0]
     with socket.socket(family, kind, protocol) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
@@ -377,6 +378,9 @@ def check_port_free(host: str, port: int) -> None:
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
                 die(f"port {port} on {host} is in use (another server?); choose another --port")
+            die(f"cannot listen on {host} port {port}: {error.strerror or error}")
+        # Port 0: the one the system gave; free again once the probe closes, taken at start-up.
+        return int(probe.getsockname()[1])
 
 
 def check_sessions_dir(folder: Path) -> None:
