@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from mcp_agent.wire import WireModel, describe_validation_error
+from mcp_agent.wire import WireModel, describe_validation_error, json_kind
 
 
 def now_ms() -> int:
@@ -326,13 +326,15 @@ def parse_message(data: Mapping[str, Any] | BaseMessage, path: str = "message") 
     if isinstance(data, BaseMessage):
         return data
     if not isinstance(data, Mapping):
-        raise MessageParseError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        where = f"{path}: " if path else ""  # "": the caller names the field
+        raise MessageParseError(f"{where}expected a JSON object, not {json_kind(data)}")
+    role_path = f"{path}.role" if path else "role"
     role = data.get("role")
     if role is None:
-        raise MessageParseError(f"{path}.role: field required")
+        raise MessageParseError(f"{role_path}: field required")
     if not isinstance(role, str) or not role:
         known = ", ".join(sorted(_MESSAGE_TYPES))
-        raise MessageParseError(f"{path}.role: expected a role such as {known}, got {role!r}")
+        raise MessageParseError(f"{role_path}: expected a role such as {known}, got {role!r}")
     role = _ROLE_ALIASES.get(role, role)
     # A role nobody registered (an app's own, as pi's CustomAgentMessages add, or a newer
     # pi's) is kept as it is, every field with it, and never sent to a model, as pi does.

@@ -135,6 +135,7 @@ _MISSING = object()
 # at about 250 levels, the whole entry counted), far beyond what real data needs.
 MAX_JSON_DEPTH = 200
 _BIG_EXPONENT = re.compile(r"[eE][+-]?\d{3}")
+_TOO_MANY_DIGITS = re.compile(r"Exceeds the limit .* value has (\d+) digits")
 
 
 def loads_json(text: str, finite: bool = True) -> Any:
@@ -146,6 +147,12 @@ def loads_json(text: str, finite: bool = True) -> Any:
         value = json.loads(text, parse_constant=_not_json)
     except RecursionError:
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except ValueError as error:
+        found = _TOO_MANY_DIGITS.search(str(error))
+        if found is None:
+            raise
+        # Python's own words name a setting of Python's, no help to whoever wrote the file.
+        raise ValueError(f"an integer of {found.group(1)} digits is too long") from None
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     if finite and _BIG_EXPONENT.search(text):

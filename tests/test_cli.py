@@ -1133,3 +1133,38 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
     nothing = cli("sessions", "list", "--cursor", more)
     assert newer in past.stdout
     assert nothing.exit_code == 0 and "no more sessions" in nothing.stderr
+
+
+def test_an_import_from_a_pipe_says_the_files_version(db: Path, tmp_path: Path) -> None:
+    """The version is the one the import read, not the file read again (a pipe is gone)."""
+    piped = sub("sessions", "import", "/dev/stdin", "--db", str(db), input=pi_v3(2))
+    assert piped.returncode == 0, piped.stderr
+    assert "pi v3" in piped.stdout and "pi v1" not in piped.stdout
+    other = tmp_path / "other.jsonl"  # another file, with the same session id
+    other.write_text(pi_v3(3))
+    again = sub("sessions", "import", str(other), "--db", str(db))
+    assert again.returncode == 2
+    assert "a session with the file's id" in again.stderr and "exists already" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ('"message": null', "message: expected a JSON object, not null; nothing was imported"),
+        ('"message": {"content": "x"}', "message: role: field required"),
+        ('"n": 1' + "0" * 5000, "line is not valid JSON (an integer of 5001 digits is too long)"),
+    ],
+)
+def test_an_import_says_what_is_wrong_in_the_files_own_terms(
+    cli: Any, tmp_path: Path, line: str, said: str
+) -> None:
+    header = '{"type":"session","version":3,"id":"01a00000-0000-7000-8000-0000000000ab",'
+    header += '"timestamp":"2025-01-01T00:00:00.000Z","cwd":""}\n'
+    entry = '{"type":"message","id":"aaaa0001","parentId":null,'
+    entry += f'"timestamp":"2025-01-01T00:00:00.000Z",{line}}}\n'
+    path = tmp_path / "bad.jsonl"
+    path.write_text(header + entry)
+    refused = cli("sessions", "import", str(path))
+    assert refused.exit_code == 2
+    assert "bad.jsonl:2: " in refused.stderr and said in refused.stderr, refused.stderr
+    assert ": :" not in refused.stderr and "set_int_max_str_digits" not in refused.stderr

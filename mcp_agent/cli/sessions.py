@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
@@ -244,7 +243,7 @@ def import_files(
                     {
                         "file": str(path),
                         "sessionId": session.id,
-                        "version": _file_version(path),
+                        "version": imported.version,
                         "entries": stats.entry_count,
                         "messages": stats.message_count,
                         "notes": imported.notes,
@@ -422,22 +421,14 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _file_version(path: Path) -> int:
-    """The version in a file's header line (pi files without one are version 1)."""
-    try:
-        with path.open(encoding="utf-8") as file:
-            header = json.loads(file.readline())
-        version = header.get("version", 1)
-        return version if isinstance(version, int) else 1
-    except (OSError, ValueError, AttributeError):
-        return 1
-
-
 def _import_hint(error: Exception) -> str:
     code = getattr(error, "code", "")
     message = getattr(error, "message", str(error))
     if code == "conflict":
-        return f"{message}: this file was imported before (delete that session to import again)"
+        return (
+            f"{message} (imported before, or copied): delete that session to import the file"
+            " again"
+        )
     return f"{message}; nothing was imported from it"
 
 

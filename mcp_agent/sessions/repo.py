@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
+    CURRENT_SESSION_VERSION,
     CWD_CHARS,
     NAME_CHARS,
     LabelEntry,
@@ -242,11 +243,13 @@ def matches(storage: SessionStorage, words: list[str]) -> bool:
 
 @dataclass
 class Imported:
-    """An imported session, the id its file gave it, and what was read but not kept."""
+    """An imported session, the id its file gave it, what was read but not kept, and the
+    file's session format version (pi's 1 to 3)."""
 
     session: Session
     file_id: str
     notes: builtins.list[str] = field(default_factory=list)
+    version: int = CURRENT_SESSION_VERSION
 
 
 def entries_to_fork(
@@ -433,10 +436,12 @@ class BaseSessionRepo:
             elif self.exists(original):
                 if not copy_if_taken:
                     stream.drain()  # a problem in the file is reported before the conflict
-                    raise SessionError("conflict", f"session {original} already exists")
+                    raise SessionError(
+                        "conflict", f"a session with the file's id {original} exists already"
+                    )
                 stream.header = stream.header.model_copy(update={"id": new_session_id()})
             session = self._session(self._import_storage(stream))
-            return Imported(session, original, list(stream.notes))
+            return Imported(session, original, list(stream.notes), stream.migrated_from)
 
     def _import_storage(self, stream: SessionStream) -> SessionStorage:
         """Store an imported session, all or nothing. Iterating ``stream`` yields the entries
