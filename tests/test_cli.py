@@ -891,6 +891,8 @@ def test_chat_from_piped_stdin(db: Path) -> None:
             "/model nope:x",
             "second question",
             "/tree",
+            "/tree full",
+            "/tree wide",
             "/move root",
             "from the top",
             "/bogus",
@@ -916,6 +918,8 @@ def test_chat_from_piped_stdin(db: Path) -> None:
     assert "unknown thinking level 'loud'" in err
     assert "nothing to compact" in err
     assert "/fork [ENTRY [at]]" in err
+    assert "/tree [full]" in err and "high xhigh max)" in err  # every thinking level
+    assert "usage: /tree or /tree full" in err
     assert "now in session" in err
     assert "never sent" not in out
     with SqliteSessionRepo(db) as repo:

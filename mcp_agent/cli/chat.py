@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
 HELP = """\
 Commands:
-  /tree                  the session tree (entry ids, branches, the current leaf)
+  /tree [full]           the session tree (entry ids, branches, the current leaf)
   /move ENTRY|root       move the leaf to an entry: the next message starts a branch there
   /fork [ENTRY [at]]     continue in a copy of this session (up to before ENTRY, or at it)
   /compact [focus]       summarise the older part of the branch to free context
   /model [provider:id]   show or change the model
-  /thinking [LEVEL]      show or change the thinking level (off minimal low medium high xhigh)
+  /thinking [LEVEL]      show or change the thinking level ({levels})
   /session               the session id
   /help                  this list
   /quit                  leave (Ctrl-D too); Ctrl-C stops an answer"""
@@ -205,7 +205,9 @@ class Chat:
             self.say(error.message, "red")
 
     async def _help(self, _: str) -> None:
-        self.say(HELP, "")
+        from mcp_agent.messages import ThinkingLevel
+
+        self.say(HELP.format(levels=" ".join(level.value for level in ThinkingLevel)), "")
 
     # Database work runs on the state's worker threads, as the server's does: a lock held by
     # another process must not freeze the terminal's Ctrl-C handling.
@@ -228,16 +230,23 @@ class Chat:
     async def _session(self, _: str) -> None:
         self.say(self.session_id or "no session yet: the first message starts one", "")
 
-    async def _tree(self, _: str) -> None:
+    async def _tree(self, argument: str) -> None:
         from mcp_agent.cli.render import session_tree
 
+        if argument not in ("", "full"):
+            self.say("usage: /tree or /tree full (every entry)", "red")
+            return
         session = await self._current()
         if session is None:
             self.say("no session yet: the first message starts one")
             return
         self.printer.end_line()
-        width = out().width
-        out().print(await self.state.offload(lambda: session_tree(session, width=width)))
+        width, full = out().width, argument == "full"
+
+        def draw() -> Any:
+            return session_tree(session, full, width, full_hint="/tree full shows all")
+
+        out().print(await self.state.offload(draw))
 
     async def _move(self, argument: str) -> None:
         from mcp_agent.cli.render import entry_summary

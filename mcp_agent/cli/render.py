@@ -59,6 +59,8 @@ RUN_TAIL = 10
 # What a text of N lines may hold at most without --full: N screen lines' worth (one line of
 # megabytes would otherwise fill the terminal).
 LINE_CHARS = 200
+# How a cut view says what shows the rest (the chat's /tree says its own).
+FULL_HINT = "--full shows all"
 # Deeper branches than this are drawn at this depth, so that wide trees stay readable.
 MAX_NESTING = 12
 
@@ -240,11 +242,11 @@ def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
     if len(lines) > max_lines:
         rest = len(text.splitlines()) - max_lines  # counted as the lines shown are
         shown = Text("\n".join(lines[:max_lines]), style)
-        shown.append(f"\n… {rest:,} more lines (--full shows all)", "dim")
+        shown.append(f"\n… {rest:,} more lines ({FULL_HINT})", "dim")
         return shown
     if len(text) > most:
         shown = Text(text[:most], style)
-        shown.append(f"… {len(text) - most:,} more characters (--full shows all)", "dim")
+        shown.append(f"… {len(text) - most:,} more characters ({FULL_HINT})", "dim")
         return shown
     return Text(text, style)
 
@@ -252,8 +254,11 @@ def limited(text: str, full: bool, max_lines: int, style: str = "") -> Text:
 # --- the tree (sessions tree, /tree) ----------------------------------------------------------
 
 
-def session_tree(session: Session, full: bool = False, width: int = 100) -> Tree:
-    return tree_view(session.tree(), session.leaf_id, session_heading(session), full, width)
+def session_tree(
+    session: Session, full: bool = False, width: int = 100, full_hint: str = FULL_HINT
+) -> Tree:
+    heading = session_heading(session)
+    return tree_view(session.tree(), session.leaf_id, heading, full, width, full_hint)
 
 
 def tree_view(
@@ -262,6 +267,7 @@ def tree_view(
     heading: RenderableType,
     full: bool = False,
     width: int = 100,
+    full_hint: str = FULL_HINT,
 ) -> Tree:
     """The session tree. A linear run of entries is one node (long runs shown as head and tail);
     each branch point nests its branches. Built with loops, so any depth is fine. Lines are
@@ -277,7 +283,7 @@ def tree_view(
                 run.append(run[-1].children[0])
             # Each level of the tree indents by 4.
             limit = max(30, width - 4 * (depth + 1) - 1)
-            label = run_text(run, leaf_id, on_path, full, limit)
+            label = run_text(run, leaf_id, on_path, full, limit, full_hint)
             if flattened_from is not None:
                 label = Text(f"↳ branch of {flattened_from}\n", "dim").append_text(label)
             node = parent.add(label)
@@ -309,7 +315,12 @@ def path_to(roots: list[TreeNode], leaf_id: str | None) -> set[str]:
 
 
 def run_text(
-    run: list[TreeNode], leaf_id: str | None, on_path: set[str], full: bool, limit: int = 80
+    run: list[TreeNode],
+    leaf_id: str | None,
+    on_path: set[str],
+    full: bool,
+    limit: int = 80,
+    full_hint: str = FULL_HINT,
 ) -> Text:
     """The lines of a linear run; a long run keeps its head, its tail, the leaf and labels."""
     keep = range(len(run))
@@ -322,7 +333,7 @@ def run_text(
     for index in keep:
         if index - previous > 1:
             hidden = index - previous - 1
-            text.append(f"⋮ {hidden:,} more entries (--full shows all)\n", "dim italic")
+            text.append(f"⋮ {hidden:,} more entries ({full_hint})\n", "dim italic")
         previous = index
         text.append_text(node_line(run[index], leaf_id, on_path, limit))
         if index < len(run) - 1 or run[index].children:

@@ -426,8 +426,7 @@ def _import_hint(error: Exception) -> str:
     message = getattr(error, "message", str(error))
     if code == "conflict":
         return (
-            f"{message} (imported before, or copied): delete that session to import the file"
-            " again"
+            f"{message} (imported before, or copied): delete that session to import the file again"
         )
     return f"{message}; nothing was imported from it"
 
