@@ -1172,3 +1172,18 @@ def test_an_import_says_what_is_wrong_in_the_files_own_terms(
     assert refused.exit_code == 2
     assert "bad.jsonl:2: " in refused.stderr and said in refused.stderr, refused.stderr
     assert ": :" not in refused.stderr and "set_int_max_str_digits" not in refused.stderr
+
+
+def test_a_damaged_session_file_can_be_deleted(cli: Any, db: Path, tmp_path: Path) -> None:
+    seed(db)
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    assert cli("sessions", "copy", "--from", str(db), "--to", str(folder)).exit_code == 0
+    (damaged,) = folder.rglob("*.jsonl")
+    sid = json.loads(damaged.read_text().splitlines()[0])["id"]
+    damaged.write_text(damaged.read_text().replace('"parentId"', '"parentId": 5, "x"', 1))
+    shown = cli("sessions", "show", sid, "--db", str(folder))
+    assert shown.exit_code == 1 and "sessions delete ID` removes a damaged session" in shown.stderr
+    deleted = cli("sessions", "delete", sid, "--yes", "--db", str(folder))
+    assert deleted.exit_code == 0, deleted.stderr
+    assert "which is damaged" in deleted.stderr and not damaged.exists()

@@ -184,7 +184,11 @@ def session_error_exit(error: Exception) -> typer.Exit:
     if code == "not_found":
         return fail(f"{message}; `{PROG} sessions show ID` lists the entry ids")
     if code == "corrupt":
-        return fail(f"{message}; the database is damaged (export what still reads)", FAILED)
+        return fail(
+            f"{message}; it is damaged (`{PROG} sessions delete ID` removes a damaged session;"
+            " export the others while they still read)",
+            FAILED,
+        )
     return fail(message)
 
 

@@ -353,12 +353,21 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
     db: StoreOption = None,
 ) -> None:
-    """Delete a session and every entry in it."""
+    """Delete a session and every entry in it (a damaged one too)."""
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.outline import clip
+
     with opened_repo(db, folders=True, create=False) as repo:
-        session = open_session(repo, session_id)
-        stats = session.stats()
-        what = f"session {session_id}" + (f" “{session.name}”" if session.name else "")
-        what += f" ({plural(stats.message_count, 'message')})"
+        try:
+            session = repo.open(session_id)
+        except SessionError as error:
+            if error.code != "corrupt":  # damaged: deleting it is how to be rid of it
+                raise
+            what = f"session {session_id}, which is damaged ({clip(error.message, 200)})"
+        else:
+            stats = session.stats()
+            name = f" “{clip(session.name, 200)}”" if session.name else ""
+            what = f"session {session_id}{name} ({plural(stats.message_count, 'message')})"
         if not yes:
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")
