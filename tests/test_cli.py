@@ -1187,3 +1187,19 @@ def test_a_damaged_session_file_can_be_deleted(cli: Any, db: Path, tmp_path: Pat
     deleted = cli("sessions", "delete", sid, "--yes", "--db", str(folder))
     assert deleted.exit_code == 0, deleted.stderr
     assert "which is damaged" in deleted.stderr and not damaged.exists()
+
+
+def test_show_draws_the_newest_entries_of_a_long_branch(cli: Any, db: Path) -> None:
+    from mcp_agent.cli.render import BRANCH_LIMIT
+
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        ids = [session.append_message(User(content=f"question {n}")) for n in range(250)]
+        sid = session.id
+    shown = cli("sessions", "show", sid)
+    assert shown.exit_code == 0
+    assert f"⋮ {250 - BRANCH_LIMIT} earlier entries (--full shows all)" in shown.stdout
+    assert ids[-1] in shown.stdout and ids[250 - BRANCH_LIMIT] in shown.stdout
+    assert ids[250 - BRANCH_LIMIT - 1] not in shown.stdout and "question 0\n" not in shown.stdout
+    whole = cli("sessions", "show", sid, "--full").stdout
+    assert all(entry_id in whole for entry_id in ids) and "earlier entries" not in whole

@@ -59,6 +59,9 @@ RUN_TAIL = 10
 # What a text of N lines may hold at most without --full: N screen lines' worth (one line of
 # megabytes would otherwise fill the terminal).
 LINE_CHARS = 200
+# The newest entries of a branch that ``show`` draws (``--full``: all): a branch of thousands
+# fills no terminal usefully, and drawing it all takes rich seconds and gigabytes.
+BRANCH_LIMIT = 200
 # How a cut view says what shows the rest (the chat's /tree says its own).
 FULL_HINT = "--full shows all"
 # Deeper branches than this are drawn at this depth, so that wide trees stay readable.
@@ -137,9 +140,12 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
     """The current branch, root first: each entry with its id, role, text and tool calls."""
     parts: list[RenderableType] = [session_heading(session)]
     leaf_id = session.leaf_id
-    for entry in session.get_branch():
-        if isinstance(entry, LeafEntry):
-            continue
+    branch = [entry for entry in session.get_branch() if not isinstance(entry, LeafEntry)]
+    if not full and len(branch) > BRANCH_LIMIT:
+        earlier = len(branch) - BRANCH_LIMIT
+        parts.append(Text(f"\n⋮ {earlier:,} earlier entries ({FULL_HINT})", "dim italic"))
+        branch = branch[earlier:]
+    for entry in branch:
         heading, body = entry_block(entry, full)
         line = Text(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
         label = session.get_label(entry.id)

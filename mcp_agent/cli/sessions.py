@@ -112,7 +112,8 @@ def show(
     db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The current branch, entry by entry: roles, text, tool calls and results, entry ids."""
+    """The current branch, entry by entry: roles, text, tool calls and results, entry ids
+    (the newest 200 entries unless --full)."""
     with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         if as_json:
