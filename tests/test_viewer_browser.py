@@ -98,17 +98,47 @@ def screenshot(page: Page, name: str) -> None:
 
 def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, Any]) -> None:
     server, _, _ = served
-    page = browser.new_page()
+    context = browser.new_context()
+    page = context.new_page()
     answer = page.goto(base(server) + "/")
-    assert answer is not None and answer.status == 401
-    expect(page.get_by_role("heading")).to_contain_text("Sign in with the link")
-    wrong = page.goto(base(server) + "/?token=not-the-token")
-    assert wrong is not None and wrong.status == 401
-    assert page.context.cookies() == []
+    assert answer is not None and answer.status == 200  # the page alone holds no data
+    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    expect(page.locator("#sessions")).not_to_contain_text("Picnic plans")
+    page.goto(base(server) + "/#token=not-the-token")
+    page.reload()  # a fragment alone is no new load
+    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    assert page.evaluate("localStorage.length") == 0  # a token refused is not kept
+    assert context.cookies() == []
     # /mcp itself: no token, no answer
     refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
     assert refused.status_code == 401
-    page.close()
+    context.close()
+
+
+def test_the_token_link_signs_in_and_leaves_the_address_bar(
+    browser: Browser, served: tuple[Served, str, Any]
+) -> None:
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+    assert TOKEN not in page.url and page.url.rstrip("/#") == base(server)
+    assert context.cookies() == []  # no cookie, which every port of the host would be sent
+    # Another tab of the same origin is signed in (the origin's own storage) ...
+    again = context.new_page()
+    again.goto(f"{base(server)}/#session={session_id}")
+    expect(again.locator("#sessions")).to_contain_text("Picnic plans")
+    # A link to another session pasted into the open tab is followed.
+    other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
+    again.evaluate(f"location.hash = '#session={other['structuredContent']['id']}'")
+    expect(again.get_by_role("heading", level=1)).to_contain_text("Grocery list")
+    # ... and the older link form is sent on to the fragment.
+    older = context.new_page()
+    older.goto(f"{base(server)}/?token={TOKEN}")
+    expect(older.locator("#sessions")).to_contain_text("Picnic plans")
+    assert TOKEN not in older.url
+    context.close()
 
 
 def test_the_page_shows_the_session_and_acts_on_it(
@@ -125,7 +155,7 @@ def test_the_page_shows_the_session_and_acts_on_it(
     )
     context = browser.new_context(viewport={"width": 1280, "height": 760})
     page = context.new_page()
-    page.goto(f"{base(server)}/?token={TOKEN}")
+    page.goto(f"{base(server)}/#token={TOKEN}")
     sessions = page.locator("#sessions")
     expect(sessions).to_contain_text("Picnic plans")
     expect(sessions).to_contain_text("Grocery list")
@@ -408,3 +438,39 @@ def check_against_the_spec(log: list[dict[str, Any]], result: dict[str, Any]) ->
     check(
         {"method": "ui/notifications/tool-result", "params": result}, "McpUiToolResultNotification"
     )
+
+
+def test_a_live_update_does_not_read_the_selected_entry_again(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """An entry never changes once written: the one on show (megabytes, maybe) is not read
+    and drawn again at each change another client makes."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    entry_reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            entry_reads.append(request.post_data or "")
+            if request.url.endswith("/mcp") and '"entry_id"' in (request.post_data or "")
+            else None
+        ),
+    )
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    tree.locator(f".row[data-id='{ids['leaf']}']").click()
+    expect(page.locator("#detail-title")).to_contain_text(ids["leaf"])
+    assert len(entry_reads) == 1
+    appended = mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=session_id,
+        entry={"type": "message", "role": "user", "content": "One more thing"},
+    )
+    new_id = appended["structuredContent"]["entryId"]
+    expect(tree.locator(f".row[data-id='{new_id}']")).to_be_visible()
+    expect(page.locator("#detail-title")).not_to_contain_text("leaf")  # no longer the leaf
+    assert len(entry_reads) == 1
+    context.close()

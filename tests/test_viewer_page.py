@@ -1,6 +1,7 @@
 """The viewer page at ``/`` of a real ``serve --transport http`` process, over plain HTTP (no
-browser): the one-time token link, the cookie it sets and where ``/mcp`` accepts it, the Host
-and Origin checks, and the page's own headers."""
+browser): the page holds no data and is served behind the Host and Origin checks alone; the
+token reaches it in the link's fragment and goes to ``/mcp`` as a bearer token, and nothing
+else (no cookie) signs anyone in; the page's own headers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp_support import HTTP_HEADERS, Served, free_port, poll
+from mcp_support import HTTP_HEADERS, Served, poll
 from viewer_support import PROTOCOL, mcp_request
 
 TOKEN = "viewer-page-token-0123456789abcdef"
@@ -33,55 +34,45 @@ def root(server: Served) -> str:
     return f"http://127.0.0.1:{server.port}/"
 
 
-def signed_in(server: Served) -> str:
-    """The Cookie header the token link hands out."""
-    link = httpx.get(root(server), params={"token": TOKEN}, follow_redirects=False)
-    assert link.status_code == 303 and link.headers["location"] == "/"
-    set_cookie = link.headers["set-cookie"]
-    assert "HttpOnly" in set_cookie and "SameSite=strict" in set_cookie and "Path=/" in set_cookie
-    name, _, rest = set_cookie.partition("=")
-    value = rest.split(";")[0]
-    assert name == f"mcp_agent_sessions_{server.port}" and TOKEN not in value
-    return f"{name}={value}"
-
-
-def test_the_page_without_the_token_shows_nothing(server: Served) -> None:
-    bare = httpx.get(root(server))
-    assert bare.status_code == 401 and "Sign in with the link" in bare.text
-    assert "session_get" not in bare.text  # not the viewer
-    wrong = httpx.get(root(server), params={"token": "nope"}, follow_redirects=False)
-    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
-    assert httpx.post(root(server)).status_code == 405
-
-
-def test_the_token_link_signs_the_browser_in(server: Served) -> None:
-    page = httpx.get(root(server), headers={"Cookie": signed_in(server)})
+def test_the_page_holds_no_data_and_sets_no_cookie(server: Served) -> None:
+    page = httpx.get(root(server))
     assert page.status_code == 200 and 'data-transport="http"' in page.text
+    assert "set-cookie" not in page.headers
     policy = page.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
     assert "script-src 'sha256-" in policy and "unsafe" not in policy
     assert page.headers["x-frame-options"] == "DENY"
     assert page.headers["cache-control"] == "no-store"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert httpx.post(root(server)).status_code == 405
 
 
-def test_mcp_takes_the_cookie_only_from_the_page_own_origin(server: Served) -> None:
-    jar = signed_in(server)
+def test_an_older_token_link_is_sent_on_to_the_fragment(server: Served) -> None:
+    link = httpx.get(root(server), params={"token": TOKEN}, follow_redirects=False)
+    assert link.status_code == 303 and link.headers["location"] == f"/#token={TOKEN}"
+    assert "set-cookie" not in link.headers
+    wrong = httpx.get(root(server), params={"token": "nope"}, follow_redirects=False)
+    assert wrong.status_code == 401 and "Wrong token" in wrong.text
+
+
+def test_mcp_takes_the_bearer_token_and_nothing_else(server: Served) -> None:
     own = root(server).rstrip("/")
-    assert mcp_request(server.url, "tools/call", CALL, Cookie=jar, Origin=own).status_code == 200
-    for origin in (f"http://127.0.0.1:{free_port()}", "http://evil.example", "null"):
-        refused = mcp_request(server.url, "tools/call", CALL, Cookie=jar, Origin=origin)
-        assert refused.status_code in (401, 403), origin
-    assert mcp_request(server.url, "tools/call", CALL, Cookie=jar).status_code == 401
-    forged = f"mcp_agent_sessions_{server.port}={'0' * 64}"
-    assert mcp_request(server.url, "tools/call", CALL, Cookie=forged, Origin=own).status_code == 401
+    assert mcp_request(server.url, "tools/call", CALL, TOKEN, Origin=own).status_code == 200
     assert mcp_request(server.url, "tools/call", CALL, TOKEN).status_code == 200
+    # What a cookie of the old sign-in held, sent from the page's own origin: refused.
+    for cookie in (f"mcp_agent_sessions_{server.port}={'0' * 64}", f"token={TOKEN}"):
+        refused = mcp_request(server.url, "tools/call", CALL, Cookie=cookie, Origin=own)
+        assert refused.status_code == 401, cookie
+    # Another site's page is refused even with the token (a page on another local port has
+    # no way to the token: it is kept in the page's own origin's storage).
+    elsewhere = mcp_request(server.url, "tools/call", CALL, TOKEN, Origin="http://evil.example")
+    assert elsewhere.status_code == 403
 
 
 def test_the_page_keeps_the_host_and_origin_checks(server: Served) -> None:
-    jar = signed_in(server)
-    rebound = httpx.get(root(server), headers={"Cookie": jar, "Host": "attacker.example"})
+    rebound = httpx.get(root(server), headers={"Host": "attacker.example"})
     assert rebound.status_code == 421
-    elsewhere = httpx.get(root(server), headers={"Cookie": jar, "Origin": "http://evil.example"})
+    elsewhere = httpx.get(root(server), headers={"Origin": "http://evil.example"})
     assert elsewhere.status_code == 403
 
 

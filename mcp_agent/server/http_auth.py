@@ -26,7 +26,6 @@ from mcp_agent.runtime.settings import (
     is_loopback,
     token_dirs,
 )
-from mcp_agent.server.viewer.page import cookie_signs_in
 
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "[::]")
 
@@ -106,8 +105,8 @@ def viewer_link(auth: HttpAuth, settings: ServerSettings) -> str:
     if auth.origin == "none":
         return f"session viewer: {base}"
     if auth.origin == "generated":
-        return f"session viewer (open this link once to sign in): {base}?token={auth.token}"
-    return f"session viewer: {base}?token=<the token> (once, to sign in)"
+        return f"session viewer (open this link once to sign in): {base}#token={auth.token}"
+    return f"session viewer: {base}#token=<the token> (once, to sign in)"
 
 
 def http_auth(settings: ServerSettings, token_from_flag: bool = False) -> HttpAuth:
@@ -215,25 +214,21 @@ def check_bind(settings: ServerSettings) -> None:
 
 
 class BearerTokenMiddleware:
-    """Answers 401 unless the request carries ``Authorization: Bearer <token>``, or comes from
-    the viewer page with its cookie (``port``: this server's, which names the cookie)."""
+    """Answers 401 unless the request carries ``Authorization: Bearer <token>`` (the viewer
+    page sends it too: see ``viewer.page``)."""
 
-    def __init__(self, app: ASGIApp, token: str, port: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.secret = token
         self.token = token.encode()
-        self.port = port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            given = headers.get(b"authorization", b"")
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             scheme, _, credentials = given.partition(b" ")
             # The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
-            if (
-                scheme.lower() != b"bearer"
-                or not hmac.compare_digest(credentials.strip(), self.token)
-            ) and not (self.port is not None and cookie_signs_in(headers, self.secret, self.port)):
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credentials.strip(), self.token
+            ):
                 response = JSONResponse(
                     {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
                     status_code=401,

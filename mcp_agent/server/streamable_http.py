@@ -388,8 +388,8 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SessionLimitMiddleware(SplicingHttp(app, server), settings)
     if settings.token:
-        app = BearerTokenMiddleware(app, settings.token, settings.port)
-    return ViewerPage(app, settings.token, settings.port, transport_security(settings))
+        app = BearerTokenMiddleware(app, settings.token)
+    return ViewerPage(app, settings.token, transport_security(settings))
 
 
 # The kernel send buffer of each HTTP connection. Left to autotuning it grows to 4 MiB on Linux:

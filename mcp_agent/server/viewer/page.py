@@ -1,17 +1,19 @@
-"""The viewer as the HTTP server's own page at ``/``, behind the token that guards ``/mcp``.
+"""The viewer as the HTTP server's own page at ``/``.
 
-Sign-in works as Jupyter's does: ``serve`` prints a link with ``?token=``; opening it sets an
-HttpOnly, SameSite=Strict cookie and redirects to ``/`` (so the token leaves the address bar
-and the history). The page then calls ``/mcp`` with that cookie, which ``/mcp`` accepts only
-from this very origin (the ``Origin`` header names the host the request was sent to), so a
-page of another site or port cannot use it. The same Host and Origin checks as ``/mcp`` hold."""
+The page itself holds nothing but the viewer's code, and is served to anyone the Host and
+Origin checks of ``/mcp`` let through; every session it shows comes from ``/mcp``, which asks
+for the token. ``serve`` prints a link carrying the token in its fragment (``/#token=…``),
+which browsers never send to a server: the page keeps it in its origin's storage, which no
+page or server on another port can read, takes it out of the address bar, and sends it as
+``Authorization: Bearer``. (A cookie would not do: every port of a host receives it, so any
+local server the browser visits could replay it.) A link of the older form ``/?token=`` is
+sent on to the fragment form."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import html
-from http.cookies import SimpleCookie
+from urllib.parse import quote
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
@@ -27,36 +29,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
-
-
-def cookie_name(port: int) -> str:
-    # Cookies are shared by every port of a host: one name per server.
-    return f"mcp_agent_sessions_{port}"
-
-
-def cookie_value(token: str) -> str:
-    """What the cookie holds: derived from the token, so the cookie is not the token itself."""
-    return hmac.new(token.encode(), b"mcp-agent-sessions viewer", hashlib.sha256).hexdigest()
-
-
-def cookie_signs_in(headers: dict[bytes, bytes], token: str, port: int) -> bool:
-    """True when the request carries this server's viewer cookie and comes from this origin
-    (a browser always sends ``Origin`` with a POST; its value is the page's own origin)."""
-    origin = headers.get(b"origin", b"").decode("latin-1")
-    host = headers.get(b"host", b"").decode("latin-1")
-    if not host or origin not in (f"http://{host}", f"https://{host}"):
-        return False
-    return _cookie_matches(headers.get(b"cookie", b"").decode("latin-1"), token, port)
-
-
-def _cookie_matches(cookie_header: str, token: str, port: int) -> bool:
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(cookie_header)
-    except Exception:  # a malformed Cookie header signs nobody in
-        return False
-    morsel = jar.get(cookie_name(port))
-    return morsel is not None and hmac.compare_digest(morsel.value, cookie_value(token))
 
 
 def _page(title: str, text: str, status: int) -> HTMLResponse:
@@ -79,11 +51,10 @@ class ViewerPage:
     """Serves the page at ``/`` and hands every other request to ``app``."""
 
     def __init__(
-        self, app: ASGIApp, token: str | None, port: int, security: TransportSecuritySettings
+        self, app: ASGIApp, token: str | None, security: TransportSecuritySettings
     ) -> None:
         self.app = app
         self.token = token
-        self.port = port
         self.security = TransportSecurityMiddleware(security)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -111,23 +82,8 @@ class ViewerPage:
                     "start unless the token comes from a file).",
                     401,
                 )
-            redirect = RedirectResponse("/", status_code=303, headers=HEADERS)
-            redirect.set_cookie(
-                cookie_name(self.port),
-                cookie_value(self.token),
-                httponly=True,
-                samesite="strict",
-                path="/",
-            )
-            return redirect
-        if _cookie_matches(request.headers.get("cookie", ""), self.token, self.port):
-            return self.page()
-        return _page(
-            "Sign in with the link",
-            "Open the link with ?token= that mcp-agent-sessions serve printed when it "
-            "started (http://HOST:PORT/?token=…); it signs this browser in.",
-            401,
-        )
+            return RedirectResponse(f"/#token={quote(given, safe='')}", 303, headers=HEADERS)
+        return self.page()
 
     @staticmethod
     def page() -> HTMLResponse:

@@ -1,8 +1,10 @@
 // The session viewer: one page, two ways in.
 //
 // - data-transport="http": the HTTP server's own page. It speaks MCP (2026-07-28, each
-//   request standing alone) to /mcp with fetch, authenticated by the cookie the one-time
-//   ?token= link set, and listens for changes on a subscriptions/listen stream.
+//   request standing alone) to /mcp with fetch, authenticated by the server's token, which
+//   the link serve printed carries in its fragment (#token=, never sent to a server): the
+//   page keeps it in this origin's storage (its own port's alone) and takes it out of the
+//   address bar. It listens for changes on a subscriptions/listen stream.
 // - data-transport="app": an MCP App in a host's sandboxed frame. It speaks the MCP Apps
 //   protocol (JSON-RPC over postMessage): ui/initialize, then the host hands it the tool's
 //   result (ui/notifications/tool-result) and proxies its tools/call requests to the server.
@@ -25,11 +27,30 @@ const $ = (id) => document.getElementById(id);
 
 class ToolFailed extends Error {}
 
+const TOKEN_KEY = "mcp-agent-sessions token";
+const SIGN_IN = "not signed in: open the link with #token= that serve printed";
+
+/** The server's token: from the link's fragment (kept, and taken out of the address bar), or
+ * as kept by an earlier visit; null when there is none (a server without auth needs none). */
+function takeToken() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const given = params.get("token");
+  if (given) {
+    params.delete("token");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `#${rest}` : ""));
+    try { localStorage.setItem(TOKEN_KEY, given); } catch (error) { /* storage off: this tab only */ }
+    return given;
+  }
+  try { return localStorage.getItem(TOKEN_KEY); } catch (error) { return null; }
+}
+
 /** MCP over HTTP: one POST per request, as the 2026-07-28 protocol has it. */
 class HttpTransport {
   constructor() {
     this.nextId = 1;
     this.canReadResources = true;
+    this.token = takeToken();
   }
 
   envelope() {
@@ -51,15 +72,20 @@ class HttpTransport {
       "Mcp-Method": method,
     };
     if (name !== undefined) headers["Mcp-Name"] = name;
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
     return fetch("/mcp", {
-      method: "POST", headers, body: JSON.stringify(body), credentials: "same-origin", signal,
+      method: "POST", headers, body: JSON.stringify(body), credentials: "omit", signal,
     }).then((response) => ({ id, response }));
   }
 
   async request(method, params, name) {
     const { id, response } = await this.post(method, params, name);
-    if (response.status === 401) throw new Error("not signed in: open the link with ?token= that serve printed");
+    if (response.status === 401) {
+      // a token of an earlier start (a new one is made at each): forget it
+      try { localStorage.removeItem(TOKEN_KEY); } catch (error) { /* nothing kept */ }
+      throw new Error(SIGN_IN);
+    }
     const type = response.headers.get("content-type") || "";
     let message = null;
     if (type.startsWith("text/event-stream")) {
@@ -419,7 +445,12 @@ async function refresh() {
   await Promise.all([...state.unfolded.entries()].map(([id, rows]) => unfold(id, rows.length, false)));
   renderHead();
   renderTree();
-  if (state.selected) await selectEntry(state.selected, false);
+  if (state.selected && state.entry && state.entry.id === state.selected) {
+    // An entry never changes once written: only what is said about it (the leaf) is drawn
+    // again, not its content, which may be megabytes.
+    markSelected(state.selected);
+    renderDetail(state.entry, false);
+  } else if (state.selected) await selectEntry(state.selected, false);
 }
 
 function headsOf(rows) {
@@ -613,9 +644,13 @@ function findChain(id) {
 
 // --- one entry ------------------------------------------------------------------------------
 
+function markSelected(entryId) {
+  for (const row of document.querySelectorAll(".row")) row.classList.toggle("selected", row.dataset.id === entryId);
+}
+
 async function selectEntry(entryId, fromClick) {
   state.selected = entryId;
-  for (const row of document.querySelectorAll(".row")) row.classList.toggle("selected", row.dataset.id === entryId);
+  markSelected(entryId);
   const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
   if (state.selected !== entryId) return;
   let entry = answer.entries[answer.entries.length - 1];
@@ -630,7 +665,7 @@ async function selectEntry(entryId, fromClick) {
   if (fromClick) $("label-form").hidden = true;
 }
 
-function renderDetail(entry) {
+function renderDetail(entry, withBody = true) {
   $("detail").hidden = false;
   $("detail").parentElement.classList.remove("solo");
   const leaf = state.view && entry.id === state.view.leafId;
@@ -645,7 +680,7 @@ function renderDetail(entry) {
   ];
   $("detail-title").replaceChildren(...title.filter(Boolean));
   syncActions();
-  $("detail-body").replaceChildren(...renderEntry(entry));
+  if (withBody) $("detail-body").replaceChildren(...renderEntry(entry));
 }
 
 function block(title, ...children) {
@@ -865,6 +900,14 @@ async function start() {
     }, 250);
   });
   $("more-sessions").addEventListener("click", () => loadSessions(true));
+  // A link pasted into this tab (another session, or the sign-in link again) is followed.
+  window.addEventListener("hashchange", () => {
+    const token = takeToken();
+    if (token) transport.token = token;
+    const other = new URLSearchParams(location.hash.slice(1)).get("session");
+    const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
+    next.catch(failed);
+  });
   const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
   const listed = loadSessions(false);
   if (wanted) await Promise.all([listed, openSession(wanted)]);
