@@ -474,3 +474,27 @@ def test_a_live_update_does_not_read_the_selected_entry_again(
     expect(page.locator("#detail-title")).not_to_contain_text("leaf")  # no longer the leaf
     assert len(entry_reads) == 1
     context.close()
+
+
+def test_a_session_deleted_while_open_is_said_to_be_gone(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, session_id, _ = served
+    doomed = mcp_tool(server.url, TOKEN, "session_create", name="Short-lived")
+    doomed_id = doomed["structuredContent"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={doomed_id}")
+    heading = page.get_by_role("heading", level=1)
+    expect(heading).to_contain_text("Short-lived")
+    mcp_tool(server.url, TOKEN, "session_delete", session_id=doomed_id)
+    expect(heading).to_have_text("Session not found")
+    expect(page.locator("#tree")).to_contain_text("not here (deleted, or never was)")
+    expect(page.locator("#sessions")).not_to_contain_text("Short-lived")
+    # A link to a session that never was says the same, and the page goes on working.
+    page.goto(f"{base(server)}/#session=01a00000-0000-7000-8000-00000000beef")
+    expect(heading).to_have_text("Session not found")
+    page.locator(".session", has_text="Picnic plans").click()
+    expect(heading).to_contain_text("Picnic plans")
+    assert session_id in page.url
+    context.close()

@@ -415,7 +415,25 @@ async function openSession(sessionId) {
     }
   }
   await refresh();
-  if (TRANSPORT === "http") watchSession(sessionId);
+  if (TRANSPORT === "http" && state.sessionId === sessionId) watchSession(sessionId);
+}
+
+/** The open session is gone (deleted by another client, or a link's id that never was): the
+ * page says so instead of showing what it no longer is, and listens for the list alone. */
+function sessionGone(sessionId) {
+  if (state.sessionId !== sessionId) return;
+  Object.assign(state, { sessionId: null, view: null, selected: null, entry: null });
+  $("detail").hidden = true;
+  $("detail").parentElement.classList.add("solo");
+  $("session-name").textContent = "Session not found";
+  $("session-id").textContent = sessionId;
+  $("session-facts").replaceChildren();
+  $("prompt").hidden = true;
+  $("tree").replaceChildren(h("div", { class: "empty", text: "This session is not here (deleted, or never was). Pick one on the left." }));
+  if (TRANSPORT !== "http") return;
+  history.replaceState(null, "", location.pathname);
+  if (stopListening) stopListening();
+  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
 }
 
 /** Read the outline again, with every branch the reader opened and every fold unfolded. */
@@ -426,7 +444,8 @@ async function refresh() {
   try {
     answer = await tool("session_get", { session_id: sessionId, view: "outline", limit: OUTLINE_PAGE });
   } catch (error) {
-    failed(error);
+    if (error instanceof ToolFailed && error.message.includes(`session ${sessionId} not found`)) sessionGone(sessionId);
+    else failed(error);
     return;
   }
   if (sessionId !== state.sessionId) return;
@@ -829,7 +848,10 @@ function watchSession(sessionId) {
       if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
         soon(async () => { await refresh(); await loadSessions(false); });
       }
-      else if (message.method === "notifications/resources/list_changed") loadSessions(false);
+      else if (message.method === "notifications/resources/list_changed") {
+        loadSessions(false);
+        soon(refresh); // the open session may be the one deleted
+      }
       else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
     },
     (connected) => {
