@@ -498,3 +498,32 @@ def test_a_session_deleted_while_open_is_said_to_be_gone(
     expect(heading).to_contain_text("Picnic plans")
     assert session_id in page.url
     context.close()
+
+
+def test_bidirectional_overrides_are_shown_not_obeyed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """An override reverses what follows it ("run \\u202erm -rf /" reads "run / fr- mr"): the
+    page shows it as an escape, in names, the list, the tree and an entry's content."""
+    server, _, _ = served
+    made = mcp_tool(server.url, TOKEN, "session_create", name="\u202eko-enod")
+    sid = made["structuredContent"]["id"]
+    said = "please run \u202erm -rf /\u202c now"
+    appended = mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=sid,
+        entry={"type": "message", "role": "user", "content": said},
+    )
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("\\u202eko-enod")
+    expect(page.locator("#sessions")).to_contain_text("\\u202eko-enod")
+    row = page.locator(f"#tree .row[data-id='{appended['structuredContent']['entryId']}']")
+    row.click()
+    expect(page.locator("#detail-body")).to_contain_text("please run \\u202erm -rf /\\u202c now")
+    for where in ("#sessions", "#tree", "#detail-body", "#session-name"):
+        assert "\u202e" not in page.locator(where).inner_text(), where
+    context.close()

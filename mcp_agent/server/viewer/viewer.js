@@ -260,19 +260,29 @@ const state = {
 
 // --- small helpers --------------------------------------------------------------------------
 
+// Bidirectional overrides and isolates (U+202A–U+202E, U+2066–U+2069) would make text read
+// otherwise than it is ("run \u202erm -rf /" shows as "run / fr- mr"): they are shown as
+// escapes, as the server's outline previews show them. Marks (U+200E, U+200F) stay.
+const BIDI_CONTROLS = /[\u202a-\u202e\u2066-\u2069]/g;
+
+/** ``text`` as the page shows what a session holds. */
+function shown(text) {
+  return String(text).replace(BIDI_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+}
+
 function h(tag, props, ...children) {
   const element = document.createElement(tag);
   for (const [key, value] of Object.entries(props || {})) {
     if (value === undefined || value === null || value === false) continue;
     if (key === "class") element.className = value;
-    else if (key === "text") element.textContent = value;
+    else if (key === "text") element.textContent = shown(value);
     else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(element.dataset, value);
     else element.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    element.append(child instanceof Node ? child : document.createTextNode(shown(child)));
   }
   return element;
 }
@@ -487,8 +497,8 @@ async function loadEarlier() {
 
 function renderHead() {
   const info = state.view.session;
-  $("session-name").textContent = info.name || info.firstUserMessage || "Untitled session";
-  $("session-id").textContent = info.id;
+  $("session-name").textContent = shown(info.name || info.firstUserMessage || "Untitled session");
+  $("session-id").textContent = shown(info.id);
   const facts = [
     plural(info.messageCount, "message"),
     plural(info.entryCount, "entry").replace("entrys", "entries"),
