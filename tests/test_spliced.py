@@ -211,8 +211,12 @@ async def test_answers_over_2026_http_are_spliced_and_what_an_in_process_client_
         answers = await read_all(over_http, session_id, progress=reply == "event stream")
         assert answers == await read_all(in_process, session_id)
     assert len(done) == len(READS)  # every read was spliced
-    wanted = "text/event-stream" if reply == "event stream" else "application/json"
-    assert kinds.count(wanted) >= len(READS) // 2, kinds
+    if reply == "event stream":
+        # Which calls outlast the SDK's window depends on the machine; the whole context (over
+        # 100 KB, below) always does, so the splice into an event stream is always exercised.
+        assert "text/event-stream" in kinds, kinds
+    else:
+        assert kinds.count("application/json") >= len(READS) // 2, kinds
     assert max(done) > 100_000  # the whole context, not its 64 KB text
 
 
