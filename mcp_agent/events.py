@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 from mcp_agent.messages import AssistantMessage, BaseMessage, ToolResultMessage
+from mcp_agent.wire import one_line
 
 # --- provider stream events -------------------------------------------------------------------
 
@@ -276,20 +277,24 @@ def describe_event(event: AgentEvent) -> str:
             return f"{inner.type}: {delta}" if delta else inner.type
         case MessageEndEvent(message=message):
             text = getattr(message, "text", "")
-            return f"{message.role}: {_clip(text)}" if text else f"{message.role} message finished"
+            return (
+                f"{message.role}: {one_line(text, 200)}"
+                if text
+                else f"{message.role} message finished"
+            )
         case ToolExecutionStartEvent(tool_name=name, args=args):
-            return f"running tool {name}({_clip(str(args))})"
+            return f"running tool {name}({one_line(args, 200)})"
         case ToolExecutionUpdateEvent(tool_name=name):
             return f"tool {name} reported progress"
         case ToolExecutionEndEvent(tool_name=name, is_error=is_error):
             return f"tool {name} {'failed' if is_error else 'finished'}"
         case AutoRetryStartEvent(attempt=attempt, max_attempts=most, delay=delay):
-            why = _clip(event.error_message, 120)
+            why = one_line(event.error_message, 120)
             return f"model error, retry {attempt}/{most} in {delay:g} s: {why}"
         case AutoRetryEndEvent(success=True, attempt=attempt):
             return f"retry {attempt} worked"
         case AutoRetryEndEvent(attempt=attempt, final_error=error):
-            return f"gave up retrying after {attempt}: {_clip(error or 'failed', 120)}"
+            return f"gave up retrying after {attempt}: {one_line(error or 'failed', 120)}"
         case AutoCompactionStartEvent(reason="overflow"):
             return "the model found the context too long: compacting the session"
         case AutoCompactionStartEvent():
@@ -303,10 +308,5 @@ def describe_event(event: AgentEvent) -> str:
         case AutoCompactionEndEvent(aborted=True):
             return "compaction abandoned"
         case AutoCompactionEndEvent(error_message=error):
-            return f"compaction failed: {_clip(error or 'no reason given', 160)}"
+            return f"compaction failed: {one_line(error or 'no reason given', 160)}"
     return event.type
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

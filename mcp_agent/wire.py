@@ -182,18 +182,32 @@ def json_kind(value: Any) -> str:
 
 
 # C0 and C1 control characters but line feed and tab: a terminal acts on them (ESC begins
-# the sequences that clear the screen or set its title).
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# the sequences that clear the screen or set its title). And the bidirectional overrides and
+# isolates, which make text read otherwise than it is ("run \u202erm -rf /" reads "run / fr- mr").
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def escape_controls(text: str) -> str:
     """``text`` with each control character but line feed and tab written as an escape
-    (``\\x1b``), so that text from a session, a model or a server can be shown on a terminal
+    (``\\x1b``, ``\\u202e``), so that text from a session, a model or a server can be shown on a terminal
     as it is and do nothing there; CRLF and CR line ends become LF."""
     if text.isprintable():  # the common case, at C speed
         return text
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # a lone CR ends a line too
-    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """``text`` as a message, a listing or a preview quotes it: whitespace runs one space,
+    control characters escaped (text from a session, a model or a server must do nothing on a
+    terminal), cut at ``limit`` characters with an ellipsis."""
+    flat = escape_controls(" ".join(str(text).split()))
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def lone_surrogate(value: Any) -> str | None:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from agent_support import pi_v3
 from mcp_support import search_index_marks
-from narrow import narrow
+from narrow import narrow, present
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -1111,6 +1111,7 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
     with SqliteSessionRepo(db) as repo:
         session = repo.create(name="two\nlines\x1b[31m")
         session.append_message(User(content=hostile))
+        session.append_label(present(session.leaf_id), "\u202eko-enod")  # reads "done-ok" reversed
         session.append_message(
             AssistantMessage(
                 content=[
@@ -1124,12 +1125,14 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
         shown = cli("sessions", *command)
         assert shown.exit_code == 0, shown.stderr
         assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, command
+        assert "\u202e" not in shown.stdout, command
+    assert "#\\u202eko-enod" in cli("sessions", "tree", sid).stdout
     listed = cli("sessions", "list").stdout.splitlines()
     assert len(listed) == 2  # the header and one row: a name's line break does not split it
     assert "two lines\\x1b[31m" in listed[1]
     assert "hi \\x1b[2J\\x1b[31mRED\\x1b]0;title\\x07" in cli("sessions", "show", sid).stdout
     heading = cli("sessions", "show", sid).stdout.splitlines()[1]
-    assert "2 messages" in heading and "3 entries" in heading  # and the name's entry
+    assert "2 messages" in heading and "4 entries" in heading  # and the name's and the label
     newer = seed(db)["session"]  # a second session, then the first is gone from page two
     past = cli("sessions", "list", "--limit", "1")
     more = past.stderr.split("--cursor ")[1].split()[0]

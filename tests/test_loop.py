@@ -15,6 +15,7 @@ from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
     AgentEvent,
+    AutoRetryStartEvent,
     MessageEndEvent,
     MessageStartEvent,
     MessageUpdateEvent,
@@ -229,6 +230,20 @@ async def test_example_1_event_order_and_transcript():
     turn_ends = [narrow(e, TurnEndEvent) for e in recorder.events if e.type == "turn_end"]
     assert turn_ends[0].message is assistant and turn_ends[0].tool_results == [result]
     assert all(describe_event(e) for e in recorder.events)
+
+
+def test_event_lines_keep_a_model_s_control_characters_inert():
+    """What a model or a server wrote reaches a terminal or a progress line as one line that
+    does nothing there: a screen clear is shown as an escape, a line break as a space."""
+    said = "done\x1b[2J\r\nrm -rf \u202e/"
+    shown = "done\\x1b[2J rm -rf \\u202e/"
+    ended = MessageEndEvent(message=AssistantMessage(content=[TextContent(text=said)]))
+    retry = AutoRetryStartEvent(attempt=1, max_attempts=3, delay=2, error_message=said)
+    assert describe_event(ended) == f"assistant: {shown}"
+    assert describe_event(retry) == f"model error, retry 1/3 in 2 s: {shown}"
+    call = ToolExecutionStartEvent(tool_call_id="c", tool_name="bash", args={"cmd": said})
+    line = describe_event(call)
+    assert "\x1b" not in line and "\n" not in line and "\u202e" not in line, line
 
 
 async def test_message_updates_carry_each_delta():

@@ -39,9 +39,9 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
 )
-from mcp_agent.sessions.outline import Parts, clip, entry_parts, flat_tree, message_parts
+from mcp_agent.sessions.outline import Parts, entry_parts, flat_tree, message_parts
 from mcp_agent.sessions.session import Session, TreeNode
-from mcp_agent.wire import escape_controls
+from mcp_agent.wire import escape_controls, one_line
 
 ROLE_STYLES = {
     "user": "bold cyan",
@@ -88,7 +88,7 @@ def short_time(timestamp: str | None) -> str:
 
 def format_args(arguments: Any, limit: int | None = 120) -> str:
     text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
-    return text if limit is None else clip(text, limit)
+    return text if limit is None else one_line(text, limit)
 
 
 # --- one line per entry (tree) ----------------------------------------------------------------
@@ -119,7 +119,7 @@ def session_heading(session: Session) -> Text:
     title = Text()
     title.append("Session ", "bold").append(session.id, "bold")
     if session.name:
-        title.append(f"  “{one_line(session.name)}”", "bold magenta")
+        title.append(f"  “{name_line(session.name)}”", "bold magenta")
     details = [
         f"created {local_time(header.timestamp)}",
         plural(stats.message_count, "message"),
@@ -150,7 +150,7 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
         line = Text(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
         label = session.get_label(entry.id)
         if label:
-            line.append(f"  #{one_line(label)}", "yellow")
+            line.append(f"  #{name_line(label)}", "yellow")
         if entry.id == leaf_id:
             line.append(LEAF_MARK, "bold")
         parts.append(Text(""))
@@ -161,10 +161,10 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
     return Group(*parts)
 
 
-def one_line(name: str) -> str:
-    """A name or label on one line, cut at ``NAME_CHARS`` saying so, control characters
-    escaped (one imported from a file may hold anything)."""
-    return escape_controls(clip_long(" ".join(name.split()), NAME_CHARS))
+def name_line(name: str) -> str:
+    """A name or label on one line, cut at ``NAME_CHARS`` saying so (one imported from a
+    file may hold anything)."""
+    return clip_long(one_line(name), NAME_CHARS)
 
 
 def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableType]]:
@@ -358,7 +358,7 @@ def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int
     line = Text(f"{escape_controls(entry.id)} ", "dim")
     tail = Text()
     if node.label:
-        tail.append(f"  #{clip(node.label, limit // 2)}", "yellow")
+        tail.append(f"  #{one_line(node.label, limit // 2)}", "yellow")
     if entry.id == leaf_id:
         tail.append(LEAF_MARK, "bold")
     summary = entry_summary(entry, limit)

@@ -180,7 +180,7 @@ class StreamPrinter:
         err().print(text, style=style, soft_wrap=True)
 
     def __call__(self, event: Any) -> None:
-        from mcp_agent.cli.render import clip, format_args
+        from mcp_agent.cli.render import format_args
         from mcp_agent.events import (
             AutoCompactionEndEvent,
             AutoCompactionStartEvent,
@@ -195,6 +195,7 @@ class StreamPrinter:
             describe_event,
         )
         from mcp_agent.messages import AssistantMessage, content_text
+        from mcp_agent.wire import one_line
 
         match event:
             case MessageUpdateEvent(assistant_message_event=TextDeltaEvent(delta=delta)):
@@ -215,7 +216,7 @@ class StreamPrinter:
             case ToolExecutionStartEvent(tool_name=name, args=args):
                 self.note(f"→ {name}({format_args(args)})", "yellow")
             case ToolExecutionEndEvent(tool_name=name, result=result, is_error=is_error):
-                text = clip(content_text(getattr(result, "content", None) or []), 160)
+                text = one_line(content_text(getattr(result, "content", None) or []), 160)
                 if is_error:
                     self.note(f"✗ {name} failed: {text}", "red")
                 else:

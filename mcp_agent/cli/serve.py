@@ -23,6 +23,7 @@ from mcp_agent.cli.common import (
     die,
     named_store,
 )
+from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.server.http_auth import HttpAuth
@@ -319,10 +320,6 @@ def tune_collector() -> None:
 
 
 # --- the checks before start-up ---------------------------------------------------------------
-
-
-def one_line(text: object) -> str:
-    return " ".join(str(text).split())
 
 
 def check_manifests(folder: Path | None) -> None:

@@ -83,7 +83,8 @@ def list_sessions(
             hint = f'no sessions yet (start one with `{PROG} run "…"` or `{PROG} chat`)'
             err().print(hint, style="dim")
         return
-    from mcp_agent.cli.render import clip, short_time
+    from mcp_agent.cli.render import short_time
+    from mcp_agent.wire import one_line
 
     rows = [
         (
@@ -92,7 +93,7 @@ def list_sessions(
                 short_time(item.modified),
                 str(item.message_count),
                 f"{item.total_tokens:,}",
-                clip(item.name or item.first_user_message or "", 200) or "—",
+                one_line(item.name or item.first_user_message or "", 200) or "—",
             ],
             "bold" if item.name else None,
         )
@@ -356,7 +357,7 @@ def delete(
 ) -> None:
     """Delete a session and every entry in it (a damaged one too)."""
     from mcp_agent.sessions.errors import SessionError
-    from mcp_agent.sessions.outline import clip
+    from mcp_agent.wire import one_line
 
     with opened_repo(db, folders=True, create=False) as repo:
         try:
@@ -364,10 +365,10 @@ def delete(
         except SessionError as error:
             if error.code != "corrupt":  # damaged: deleting it is how to be rid of it
                 raise
-            what = f"session {session_id}, which is damaged ({clip(error.message, 200)})"
+            what = f"session {session_id}, which is damaged ({one_line(error.message, 200)})"
         else:
             stats = session.stats()
-            name = f" “{clip(session.name, 200)}”" if session.name else ""
+            name = f" “{one_line(session.name, 200)}”" if session.name else ""
             what = f"session {session_id}{name} ({plural(stats.message_count, 'message')})"
         if not yes:
             if not stdin_is_tty():

@@ -40,7 +40,7 @@ from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, Start
 from mcp_agent.messages import AssistantMessage
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
-from mcp_agent.wire import escape_controls
+from mcp_agent.wire import one_line
 
 __all__ = [
     "Aborted",
@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 ERROR_BODY_LIMIT = 64 * 1024
+# What an error message quotes of a server's error body.
+ERROR_CHARS = 500
 
 
 class ProviderError(Exception):
@@ -184,14 +186,8 @@ def error_detail(body: bytes | str) -> str:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        return one_line(text)
-    return one_line(_detail_from_json(data) or text)
-
-
-def one_line(text: str, limit: int = 500) -> str:
-    """``text`` as a message quotes what a server said: its whitespace runs one space, other
-    control characters escaped (a server's ANSI codes must not reach a terminal), cut short."""
-    return _clip(escape_controls(" ".join(text.split())), limit)
+        return one_line(text, ERROR_CHARS)
+    return one_line(_detail_from_json(data) or text, ERROR_CHARS)
 
 
 def _detail_from_json(data: Any) -> str:
@@ -213,17 +209,13 @@ def _detail_from_json(data: Any) -> str:
     return message
 
 
-def _clip(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> None:
     """A warning for whoever watches the log (the server's stderr, the command line): a
     rate-limited model can hold a run for minutes of backoff, which should not look like a
     hang."""
     log.warning(
         "%s; trying again in %.1f s (retry %d of %d)",
-        " ".join(what.split())[:300],  # one line, however the server wrote its error
+        one_line(what, 300),
         delay,
         attempt + 1,
         policy.max_retries,
@@ -565,7 +557,7 @@ class SseParser:
         for line in lines:
             if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
                 raise MalformedStream(
-                    f"{self.endpoint.where}: malformed event stream line {_clip(line, 200)!r}"
+                    f"{self.endpoint.where}: malformed event stream line {one_line(line, 200)!r}"
                 )
             sse = decode(line)
             if sse is not None:
@@ -587,7 +579,7 @@ class BadEventJson(MalformedStream):
 
 def bad_json(endpoint: Endpoint, data: str, error: ValueError) -> ProviderError:
     return BadEventJson(
-        f"{endpoint.where}: malformed JSON in the event stream ({error}): {_clip(data, 200)!r}"
+        f"{endpoint.where}: malformed JSON in the event stream ({error}): {one_line(data, 200)!r}"
     )
 
 

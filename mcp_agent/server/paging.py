@@ -106,9 +106,3 @@ def newest_page(
         used += cost
         start -= 1
     return PageOf(start, end, total)
-
-
-def shorten(text: str, limit: int = 200) -> str:
-    """``text`` on one line, cut at ``limit`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

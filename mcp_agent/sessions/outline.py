@@ -40,18 +40,12 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeRow, tree_parent
-from mcp_agent.wire import escape_controls
+from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session
 
 Parts = list[tuple[str, str]]
-
-
-def clip(text: str, limit: int = 100) -> str:
-    """One line of at most ``limit`` characters, control characters escaped."""
-    text = escape_controls(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
@@ -65,19 +59,21 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
         case ActiveToolsChangeEntry(active_tool_names=names):
             return [(f"tools → {', '.join(names) or '(none)'}", "meta")]
         case CompactionEntry(summary=summary, tokens_before=tokens):
-            return [(f"compaction ({tokens:,} tokens before): {clip(summary, limit)}", "summary")]
+            return [
+                (f"compaction ({tokens:,} tokens before): {one_line(summary, limit)}", "summary")
+            ]
         case BranchSummaryEntry(summary=summary):
-            return [(f"branch summary: {clip(summary, limit)}", "summary")]
+            return [(f"branch summary: {one_line(summary, limit)}", "summary")]
         case CustomMessageEntry(custom_type=kind, content=content):
-            return [(f"{kind}: {clip(content_text(content), limit)}", "custom")]
+            return [(f"{kind}: {one_line(content_text(content), limit)}", "custom")]
         case CustomEntry(custom_type=kind):
             return [(f"custom {kind}", "meta")]
         case LabelEntry(target_id=target, label=label):
             if not label:
                 return [(f"label {target} cleared", "meta")]
-            return [(f"label {target} = {clip(label, limit)!r}", "meta")]
+            return [(f"label {target} = {one_line(label, limit)!r}", "meta")]
         case SessionInfoEntry(name=name):
-            return [(f"name → {clip(name, limit)!r}" if name else "name cleared", "meta")]
+            return [(f"name → {one_line(name, limit)!r}" if name else "name cleared", "meta")]
         case LeafEntry(target_id=target):
             return [(f"leaf → {target}", "meta")]
     return [(entry.type, "meta")]
@@ -86,30 +82,30 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
 def message_parts(message: Any, limit: int = 80) -> Parts:
     match message:
         case UserMessage():
-            return [("user: ", "user"), (clip(message.text, limit), "")]
+            return [("user: ", "user"), (one_line(message.text, limit), "")]
         case AssistantMessage():
             failed = message.stop_reason in ("error", "aborted")
             parts: Parts = [("assistant:", "error" if failed else "assistant")]
             if message.text:
-                parts.append((" " + clip(message.text, limit), ""))
+                parts.append((" " + one_line(message.text, limit), ""))
             calls = message.tool_calls
             if calls:
                 parts.append((f" → {', '.join(c.name for c in calls)}", "call"))
             if failed:
                 parts.append(
-                    (f" ({message.stop_reason}: {clip(message.error_message or '', 60)})", "")
+                    (f" ({message.stop_reason}: {one_line(message.error_message or '', 60)})", "")
                 )
             return parts
         case ToolResultMessage():
             kind = "error" if message.is_error else "toolResult"
-            return [(f"{message.tool_name} result: ", kind), (clip(message.text, limit), "")]
+            return [(f"{message.tool_name} result: ", kind), (one_line(message.text, limit), "")]
         case BashExecutionMessage():
-            return [("bash: ", "call"), (clip(f"$ {message.command}", limit), "")]
+            return [("bash: ", "call"), (one_line(f"$ {message.command}", limit), "")]
         case CustomMessage():
-            text = clip(content_text(message.content), limit)
+            text = one_line(content_text(message.content), limit)
             return [(f"{message.custom_type}: ", "custom"), (text, "")]
         case BranchSummaryMessage() | CompactionSummaryMessage():
-            return [("summary: ", "summary"), (clip(message.summary, limit), "")]
+            return [("summary: ", "summary"), (one_line(message.summary, limit), "")]
     return [(f"{message.role} message", "meta")]
 
 
@@ -121,7 +117,7 @@ def joined_preview(parts: Parts, limit: int) -> str:
     """The parts as one line: each text part is cut at ``limit``, but names (a custom type,
     a model, a list of tools) are not, so the whole is cut at twice that."""
     text = "".join(text for text, _ in parts)
-    return text if len(text) <= 2 * limit else clip(text, 2 * limit)
+    return text if len(text) <= 2 * limit else one_line(text, 2 * limit)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_agent.paths import shown_url
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.wire import one_line
 
 T = TypeVar("T")
 
@@ -142,14 +143,10 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
-
-
 def storage_error(where: str, error: psycopg.Error) -> SessionError:
     """A database failure as an error that says what happened; the transaction it broke was
     rolled back, so nothing was written."""
-    return SessionError("storage", f"the session database {where} failed: {_one_line(error)}")
+    return SessionError("storage", f"the session database {where} failed: {one_line(error)}")
 
 
 class PostgresDatabase:
@@ -200,7 +197,7 @@ class PostgresDatabase:
                 self._migrate(conn)
         except psycopg.OperationalError as error:
             raise SessionError(
-                "storage", f"cannot reach the session database {self.where}: {_one_line(error)}"
+                "storage", f"cannot reach the session database {self.where}: {one_line(error)}"
             ) from None
         self.pool.open(wait=False)
 
@@ -219,7 +216,7 @@ class PostgresDatabase:
             ) from None
         except pg_errors.DataError as error:
             raise SessionError(
-                "invalid_entry", f"the database refused a value: {_one_line(error)}"
+                "invalid_entry", f"the database refused a value: {one_line(error)}"
             ) from None
         except psycopg.Error as error:
             raise storage_error(self.where, error) from None
