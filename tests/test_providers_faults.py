@@ -5,13 +5,15 @@ retried only when a second try may meet something else."""
 from __future__ import annotations
 
 import json
+import tracemalloc
+import zlib
 from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketStream
-from narrow import present
+from narrow import narrow, present
 from providers_support import (
     OA_DONE,
     Gate,
@@ -260,3 +262,60 @@ async def test_https_to_a_plain_http_port_says_so_and_is_not_retried() -> None:
     error = present(final.error_message)
     assert "the TLS handshake failed" in error and "https for TLS, http for plain" in error, error
     assert handshakes == 1  # not retried
+
+
+def gzip_bomb(prefix: bytes, size: int) -> bytes:
+    """``prefix`` and then ``size`` bytes of one letter, gzipped: about a thousandth its size."""
+    packer = zlib.compressobj(wbits=31)
+    body = [packer.compress(prefix)]
+    letters = b"a" * (1 << 20)
+    for _ in range(size >> 20):
+        body.append(packer.compress(letters))
+    body.append(packer.flush())
+    return b"".join(body)
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_a_compressed_answer_is_inflated_a_little_at_a_time(status: int) -> None:
+    """A small gzip body that inflates to 200 MB (a line without end in an event, or an error
+    body) is refused, or cut, holding a fraction of that: each read is inflated in steps."""
+    bomb = gzip_bomb(b'data: {"choices":[{"delta":{"content":"', 200 << 20)
+    assert len(bomb) < 1 << 20
+    async with script_server() as server:
+        server.add(Reply(status=status, body=[bomb], headers={"content-encoding": "gzip"}))
+        tracemalloc.start()
+        try:
+            _, final = await collect(openai(server.base, max_retries=0))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert final.stop_reason == StopReason.ERROR
+    error = present(final.error_message)
+    if status == 200:
+        assert f"an event of over {http.MAX_EVENT_CHARS:,} characters" in error, error
+    else:
+        assert "500" in error and len(error) < 1000, error
+    # httpx inflated each 64 KB read whole, 64 MB at a time, and held 450 MB at the peak.
+    assert peak < 3 * http.MAX_EVENT_CHARS, f"{peak:,} bytes at the peak"
+
+
+@pytest.mark.parametrize("form", ["zlib", "raw"])
+async def test_a_deflated_answer_reads_in_either_form(form: str) -> None:
+    """``deflate`` is zlib's format, and raw deflate from servers that misread the standard."""
+    packer = zlib.compressobj(wbits=zlib.MAX_WBITS if form == "zlib" else -zlib.MAX_WBITS)
+    reply = oa_text_reply("deflated ☕")
+    body = packer.compress(b"".join(narrow(part, bytes) for part in reply.body)) + packer.flush()
+    async with script_server() as server:
+        server.add(Reply(body=[body[:7], 0.01, body[7:]], headers={"content-encoding": "deflate"}))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.STOP and final.text == "deflated ☕", final
+
+
+async def test_a_body_that_does_not_inflate_is_said_to_be_damaged() -> None:
+    async with script_server() as server:
+        server.add(Reply(body=[b"not gzip at all"], headers={"content-encoding": "gzip"}))
+        _, final = await collect(openai(server.base, max_retries=0))
+    assert final.stop_reason == StopReason.ERROR
+    error = present(final.error_message)
+    assert "the answer's body is damaged: its gzip does not inflate (" in error, error
+    assert not is_transient_error(final)  # the server's fault: a second try meets it again

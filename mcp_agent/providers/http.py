@@ -21,8 +21,9 @@ import random
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, cast
@@ -287,6 +288,9 @@ def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream
         return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
     if isinstance(error, httpx.TimeoutException):
         return f"{endpoint.where}: timed out waiting for the response ({type(error).__name__})"
+    if isinstance(error, httpx.DecodingError):  # the server's fault: not tried again
+        kept = "; the partial response is kept" if mid_stream else ""
+        return f"{endpoint.where}: the answer's body is damaged: {detail}{kept}"
     if mid_stream:
         return (
             f"{endpoint.where}: the connection broke off mid-stream ({detail}); "
@@ -415,14 +419,64 @@ async def open_event_stream(
             raise ProviderError(text, status=status)
 
 
+# At most this much of a compressed body is inflated at once: httpx inflates each read whole,
+# and 64 KB of gzip can hold 64 MB of text (a server's gzip bomb held 450 MB at its peak
+# before the bound on one event refused it).
+INFLATE_STEP = 1 << 20
+
+
+def body_chunks(response: httpx.Response) -> AsyncGenerator[bytes, None]:
+    """The body's bytes as they come, inflated in steps of at most ``INFLATE_STEP`` when the
+    server compressed them. An uncompressed body is read straight from the response's byte
+    stream: each SSE event arrives as its own HTTP chunk, and every async layer between the
+    socket and the parser costs per event."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("gzip", "deflate"):
+        return _inflated(response, encoding)
+    if encoding in ("", "identity") and isinstance(response.stream, httpx.AsyncByteStream):
+        response.is_stream_consumed = True
+        stream = response.stream.__aiter__()
+    else:
+        stream = response.aiter_bytes()
+    return cast(AsyncGenerator[bytes, None], stream)  # both are async generators
+
+
+async def _inflated(response: httpx.Response, encoding: str) -> AsyncGenerator[bytes, None]:
+    # deflate is zlib's format, or raw deflate from servers that misread the standard (httpx
+    # takes both the same way: the raw form when the first read is not zlib's).
+    wbits = zlib.MAX_WBITS | 16 if encoding == "gzip" else zlib.MAX_WBITS
+    inflate = zlib.decompressobj(wbits)
+    first = True
+    try:
+        async for raw in response.aiter_raw():
+            try:
+                data = inflate.decompress(raw, INFLATE_STEP)
+            except zlib.error:
+                if not (first and encoding == "deflate"):
+                    raise
+                inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                data = inflate.decompress(raw, INFLATE_STEP)
+            first = False
+            while data:
+                yield data
+                tail = inflate.unconsumed_tail
+                data = inflate.decompress(tail, INFLATE_STEP) if tail else b""
+        rest = inflate.flush()
+        if rest:
+            yield rest
+    except zlib.error as error:
+        raise httpx.DecodingError(f"its {encoding} does not inflate ({error})") from error
+
+
 async def _read_limited(response: httpx.Response) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= ERROR_BODY_LIMIT:
-            break
+    async with aclosing(body_chunks(response)) as body:
+        async for chunk in body:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= ERROR_BODY_LIMIT:
+                break
     return b"".join(chunks)
 
 
@@ -653,17 +707,7 @@ async def stream_sse(
             endpoint, headers=headers, body=body, options=options, race=race
         ) as response:
             yield StartEvent(output)
-            # An uncompressed body is read straight from the response's byte stream: each SSE
-            # event arrives as its own HTTP chunk, and every async layer between the socket and
-            # the parser costs per event (aiter_text stacks three). Decoded as UTF-8, as SSE is.
-            encoding = response.headers.get("content-encoding", "").strip().lower()
-            if encoding in ("", "identity") and isinstance(response.stream, httpx.AsyncByteStream):
-                response.is_stream_consumed = True
-                byte_iterator = response.stream.__aiter__()
-            else:
-                byte_iterator = response.aiter_bytes()
-            # Both are async generators (closed below), which httpx types as iterators.
-            chunks = cast(AsyncGenerator[bytes, None], byte_iterator)
+            chunks = body_chunks(response)  # decoded here as UTF-8, as SSE is
             next_chunk = chunks.__anext__
             parser = SseParser(endpoint, state.on_event)
             feed = parser.feed
