@@ -10,6 +10,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client
+from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import (
@@ -461,7 +462,8 @@ async def test_fork_import_and_delete_announce_list_changes(server: MCPServer) -
             await announced()
 
 
-async def test_legacy_subscriptions(server: MCPServer) -> None:
+def recorded() -> tuple[list[Any], MessageHandlerFnT]:
+    """The messages a client receives, and the handler that keeps them."""
     received: list[Any] = []
 
     async def on_message(message: Any) -> None:
@@ -469,6 +471,11 @@ async def test_legacy_subscriptions(server: MCPServer) -> None:
             raise message
         received.append(message)
 
+    return received, on_message
+
+
+async def test_legacy_subscriptions(server: MCPServer) -> None:
+    received, on_message = recorded()
     async with Client(server, mode="legacy", message_handler=on_message) as client:
         assert present(client.server_capabilities.resources).subscribe
         sid = (await call(client, "session_create"))["id"]
@@ -485,6 +492,24 @@ async def test_legacy_subscriptions(server: MCPServer) -> None:
         await call(client, "session_append", session_id=sid, entry=user("again"))
         await anyio.sleep(0.2)
         assert not any(isinstance(m, types.ResourceUpdatedNotification) for m in received)
+
+
+async def test_a_deleted_session_s_readers_are_told_it_changed(server: MCPServer) -> None:
+    """A list change alone does not tell whoever reads a session that it is gone."""
+    received, on_message = recorded()
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        sid = (await call(client, "session_create"))["id"]
+        other = (await call(client, "session_create"))["id"]
+        await client.session.subscribe_resource(f"session://{sid}")
+        await call(client, "session_delete", session_id=other)
+        await call(client, "session_delete", session_id=sid)
+        with anyio.fail_after(5):
+            while not any(isinstance(m, types.ResourceUpdatedNotification) for m in received):
+                await anyio.sleep(0.02)
+        updated = [m for m in received if isinstance(m, types.ResourceUpdatedNotification)]
+        assert [str(m.params.uri) for m in updated] == [f"session://{sid}"]
+        with pytest.raises(Exception, match=f"no session '{sid}'"):
+            await client.read_resource(f"session://{sid}")
 
 
 # --- agent runs -------------------------------------------------------------------------------

@@ -245,10 +245,10 @@ def test_the_page_shows_the_session_and_acts_on_it(
     context.close()
 
 
-def long_side_branch(path: Path, chain: int) -> tuple[str, str]:
+def long_side_branch(path: Path, chain: int, aside: bool = True) -> tuple[str, str]:
     """A session whose side branch (off the root) is ``chain`` entries long, each with a side
     entry of its own, so its outline has two rows per entry; the session's id and the side
-    branch's head."""
+    branch's head. ``aside=False``: that branch is the current one (no other off the root)."""
     lines = [{"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000aa"}]
     lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
 
@@ -267,7 +267,8 @@ def long_side_branch(path: Path, chain: int) -> tuple[str, str]:
     for index in range(chain):  # the side entry first: a chain goes on with the newest child
         message(f"c{index:07d}", f"c{index - 1:07d}" if index else "r0000000", f"step {index}")
         message(f"s{index:07d}", f"c{index:07d}", f"aside {index}")
-    message("m0000000", "r0000000", "the main branch")  # the last line: the leaf
+    if aside:
+        message("m0000000", "r0000000", "the main branch")  # the last line: the leaf
     file = path.with_suffix(".jsonl")
     file.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with SqliteSessionRepo(path) as repo:
@@ -300,9 +301,54 @@ def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_dem
         steps = [i for i in ids if i[0] == "c"]
         assert steps == [f"c{index:07d}" for index in range(600)]
         assert len([i for i in ids if i[0] == "s"]) == 600
+        # a live update keeps what was shown: the branch is read again as far as it was
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible()
+        expect(earlier).to_have_count(0)
         # closed and opened again: read again, from the newest
         tree.locator(f".row[data-id='{head_id}'] .toggle").click()
         expect(newest).to_have_count(0)
+        page.close()
+    finally:
+        server.stop()
+
+
+NOTE = {"type": "message", "role": "user", "content": "news"}
+
+
+def entry_id(appended: dict[str, Any]) -> str:
+    return str(appended["structuredContent"]["entryId"])
+
+
+def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # the current branch 400 entries long, a side entry each: about 800 rows, 300 a page
+    session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
+    server = Served(tmp_path, "--no-auth")
+    try:
+        page = browser.new_page()
+        page.goto(f"{base(server)}/#session={session_id}")
+        tree = page.locator("#tree")
+        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
+        earlier = tree.locator("button.earlier")
+        first = tree.locator(".row[data-id='c0000001']")
+        rows = tree.locator(".row")
+        for _ in range(5):  # 300 rows a page
+            if earlier.count() == 0:
+                break
+            before = rows.count()
+            earlier.click()
+            expect(rows).not_to_have_count(before)
+        expect(first).to_be_visible()
+        expect(earlier).to_have_count(0)
+        shown = rows.count()
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        expect(first).to_be_visible()  # was lost: the update read the newest page alone
+        expect(earlier).to_have_count(0)
+        assert rows.count() == shown + 1
         page.close()
     finally:
         server.stop()

@@ -52,10 +52,18 @@ class AppState:
     # Called when sessions are created, forked, imported or deleted (the MCP server's
     # list-changed notifications); a session's own changes go to ``repo.listeners``.
     list_listeners: list[Callable[[], None]] = field(default_factory=list)
+    # Called with the id of a session deleted: whoever reads it is told it changed (reading it
+    # now says it is gone), as a list change alone would not tell a reader of that session.
+    deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)
 
     def list_changed(self) -> None:
         for listener in list(self.list_listeners):
             listener()
+
+    def session_deleted(self, session_id: str) -> None:
+        self.list_changed()
+        for listener in list(self.deleted_listeners):
+            listener(session_id)
 
 
 def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = None) -> SessionRepo:

@@ -60,6 +60,7 @@ def build_server(
         async with open_app(settings, models) as app:
             app.repo.listeners.append(notifier.session_changed)
             app.list_listeners.append(notifier.list_changed)
+            app.deleted_listeners.append(notifier.session_changed)
             app.task_group.start_soon(notifier.run)
             if shared is not None:
                 shared.remote_listeners.append(notifier.remote_event)

@@ -274,7 +274,7 @@ def register(server: MCPServer) -> None:
 
         with tool_errors(), state.runs.writing(session_id):
             await state.offload(delete)
-        state.list_changed()
+        state.session_deleted(session_id)
         return DeleteResult(session_id=session_id, deleted=True)
 
     @server.tool(annotations=WRITES)

@@ -412,6 +412,7 @@ async function loadSessions(more) {
 async function openSession(sessionId) {
   if (state.sessionId !== sessionId) {
     state.sessionId = sessionId;
+    state.outline = [];
     state.opened = new Map();
     state.openedEarlier = new Map();
     state.unfolded = new Map();
@@ -450,25 +451,26 @@ function sessionGone(sessionId) {
 async function refresh() {
   const sessionId = state.sessionId;
   if (!sessionId) return;
-  let answer;
+  let read;
   try {
-    answer = await tool("session_get", { session_id: sessionId, view: "outline", limit: OUTLINE_PAGE });
+    // as many rows as the reader had shown ("show earlier" included), and the new ones
+    read = await readOutline({ session_id: sessionId, view: "outline" }, Math.max(OUTLINE_PAGE, state.outline.length));
   } catch (error) {
     if (error instanceof ToolFailed && error.message.includes(`session ${sessionId} not found`)) sessionGone(sessionId);
     else failed(error);
     return;
   }
   if (sessionId !== state.sessionId) return;
-  state.view = answer;
-  state.outline = answer.outline;
-  state.earlierCursor = answer.nextCursor;
+  state.view = read.answer;
+  state.outline = read.rows;
+  state.earlierCursor = read.cursor;
   // the branches still open: those whose heads are still shown (a moved leaf makes one the chain)
   const wasOpen = state.opened;
   state.opened = new Map();
   state.openedEarlier = new Map();
   let heads = headsOf(state.outline).filter((id) => wasOpen.has(id));
   while (heads.length) {
-    await Promise.all(heads.map((id) => openBranch(id, false)));
+    await Promise.all(heads.map((id) => openBranch(id, false, wasOpen.get(id).length)));
     heads = heads.flatMap((id) => headsOf(state.opened.get(id) || [])).filter((id) => wasOpen.has(id));
   }
   await Promise.all([...state.unfolded.entries()].map(([id, rows]) => unfold(id, rows.length, false)));
@@ -604,26 +606,37 @@ async function toggleBranch(headId) {
   await openBranch(headId, true);
 }
 
-/** Open the branch at ``headId``: its outline from the head, every page of it up to
- * OPEN_BRANCH_ROWS rows (pages come newest last); past that, its earliest rows on demand. */
-async function openBranch(headId, render) {
+/** Pages of an outline (``args`` of session_get), newest first, until ``atLeast`` rows or
+ * its start: the rows in order, the cursor of the earlier ones not read, the first answer. */
+async function readOutline(args, atLeast) {
   let rows = [];
   let cursor = null;
+  let first = null;
+  do {
+    const page = { ...args, limit: OUTLINE_PAGE };
+    if (cursor) page.cursor = cursor;
+    const answer = await tool("session_get", page);
+    first = first || answer;
+    rows = [...answer.outline, ...rows];
+    cursor = answer.nextCursor;
+  } while (cursor && rows.length < atLeast);
+  return { rows, cursor, answer: first };
+}
+
+/** Open the branch at ``headId``: its outline from the head, every page of it up to
+ * OPEN_BRANCH_ROWS rows, or as many as it showed before (pages come newest last); past that,
+ * its earliest rows on demand. */
+async function openBranch(headId, render, shown = 0) {
+  let read;
   try {
-    do {
-      const args = { session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE };
-      if (cursor) args.cursor = cursor;
-      const answer = await tool("session_get", args);
-      rows = [...answer.outline, ...rows];
-      cursor = answer.nextCursor;
-    } while (cursor && rows.length < OPEN_BRANCH_ROWS);
+    read = await readOutline({ session_id: state.sessionId, view: "outline", entry_id: headId }, Math.max(OPEN_BRANCH_ROWS, shown));
   } catch (error) {
     state.opened.delete(headId); // gone (the session changed): nothing to open
     if (render) failed(error);
     return;
   }
-  state.opened.set(headId, rows);
-  if (cursor) state.openedEarlier.set(headId, cursor); else state.openedEarlier.delete(headId);
+  state.opened.set(headId, read.rows);
+  if (read.cursor) state.openedEarlier.set(headId, read.cursor); else state.openedEarlier.delete(headId);
   if (render) renderTree();
 }
 
@@ -858,10 +871,8 @@ function watchSession(sessionId) {
       if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
         soon(async () => { await refresh(); await loadSessions(false); });
       }
-      else if (message.method === "notifications/resources/list_changed") {
-        loadSessions(false);
-        soon(refresh); // the open session may be the one deleted
-      }
+      // a deleted session is said to be updated too: reading it then says it is gone
+      else if (message.method === "notifications/resources/list_changed") loadSessions(false);
       else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
     },
     (connected) => {
