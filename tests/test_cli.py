@@ -821,6 +821,45 @@ def test_ctrl_c_aborts_the_run_not_the_program(
     assert f"aborted: {why}" in shown and "aborted: aborted" not in shown
 
 
+def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, cli: Any) -> None:
+    chat = [sys.executable, "-m", "mcp_agent", "chat", "--model", "openai:gpt-4o-mini"]
+    process = subprocess.Popen(
+        chat,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=openai_env(fakellm, db),
+    )
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("tell a long story\n")
+    process.stdin.flush()  # and stdin stays open: the chat would go on
+    seen = ""
+    while "Once upon a time" not in seen:  # the answer streams while the run goes on
+        read = process.stdout.read(1)
+        assert read, f"the chat ended first: {seen!r}"
+        seen += read
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=15)
+    assert process.returncode == 143, err  # it ignored SIGTERM's abort, and died of it
+    assert "aborted: terminated" in err and "Traceback" not in err
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    entries = json.loads(cli("sessions", "show", listed[0]["id"], "--json").stdout)["entries"]
+    assert entries[-1]["message"]["stopReason"] == "aborted"
+    assert entries[-1]["message"]["errorMessage"] == "aborted: terminated"
+    # At the prompt, SIGTERM leaves at once, with the same code.
+    idle = subprocess.Popen(
+        chat, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=openai_env(fakellm, db)
+    )
+    assert idle.stderr is not None
+    assert "/help for commands" in idle.stderr.readline()
+    idle.send_signal(signal.SIGTERM)
+    idle.wait(timeout=15)  # stdin stays open: its end would be a way out too
+    err = idle.stderr.read()
+    assert idle.returncode == 143 and "Traceback" not in err, err
+    present(idle.stdin).close()
+
+
 def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     command: list[str | bytes] = [
@@ -933,6 +972,29 @@ def test_chat_from_piped_stdin(db: Path) -> None:
         first_branch = session.get_branch(roots[0].children[0].entry.id)
         assert first_branch[0].type == "thinking_level_change"
         assert narrow(first_branch[0], ThinkingLevelChangeEntry).thinking_level == "high"
+
+
+def test_chat_reads_piped_lines_as_written(db: Path) -> None:
+    """Windows line ends, bytes that are not UTF-8, a long line and a last line without its
+    end, read from the pipe itself."""
+    long = "x" * 200_000  # over one read of the pipe
+    piped = b"caf\xe9 ok\r\n" + long.encode() + b"\n\n  \nlast"
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "chat", "--model", "scripted:echo"],
+        input=piped,
+        capture_output=True,
+        env=clean_env(MCP_AGENT_DB=str(db)),
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        said = [
+            narrow(m, User).text
+            for m in repo.open(listed.id).build_context().messages
+            if isinstance(m, User)
+        ]
+    assert said == ["caf\ufffd ok", long, "last"]
 
 
 def test_chat_records_the_thinking_level_the_model_can_do(

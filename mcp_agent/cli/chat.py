@@ -1,10 +1,14 @@
 """``chat``: a conversation with an agent, one line per message, with slash commands to see the
 tree, move the leaf, fork, compact, and change model or thinking level. Lines come from stdin,
-a terminal or a pipe. Ctrl-C stops the answer being written; at the prompt it leaves.
+a terminal or a pipe. Ctrl-C stops the answer being written; at the prompt it leaves. SIGTERM
+(a supervisor, ``timeout``) stops the answer as Ctrl-C does, then leaves (exit 143).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +17,7 @@ import typer
 
 from mcp_agent.cli.common import DbOption, ManifestsOption, out, stdin_is_tty
 from mcp_agent.cli.run import (
+    TERMINATED,
     AgentOption,
     InputError,
     ModelOption,
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 
     from mcp_agent.messages import ThinkingLevel
     from mcp_agent.runtime.application import AppState
+
 
 HELP = """\
 Commands:
@@ -67,10 +73,17 @@ def chat(
 
 
 class LineReader:
-    """Reads stdin in a daemon thread: a pending read never holds up the program's exit."""
+    """Reads stdin in a daemon thread: a pending read never holds up the program's exit.
+
+    Piped lines are read from the file descriptor itself, not through ``sys.stdin``: a daemon
+    thread blocked in a read of ``sys.stdin`` holds its buffer's lock, and the interpreter's
+    shutdown then dies on that lock ("Fatal Python error: _enter_buffered_busy") when the chat
+    ends with the pipe still open (SIGTERM, or Ctrl-C at the prompt)."""
 
     def __init__(self) -> None:
         self.echo = not stdin_is_tty()
+        self._rest = b""  # piped input read past the last line given
+        self._fd = _file_descriptor(sys.stdin) if self.echo else None
 
     async def read(self, prompt: str) -> str | None:
         import anyio.from_thread
@@ -84,7 +97,10 @@ class LineReader:
 
         def work() -> None:
             try:
-                line: str | None = input(prompt if not self.echo else "")
+                if self._fd is not None:
+                    line = self._piped_line(self._fd)
+                else:
+                    line = input(prompt if not self.echo else "")
             except (EOFError, OSError, ValueError):
                 line = None
             got.append(None if line is None else utf8_only(line))  # bytes read as surrogates
@@ -100,6 +116,26 @@ class LineReader:
             # Piped input: show each message, so that the transcript reads as a conversation.
             out().print(f"{prompt}{line}", style="bold cyan", soft_wrap=True)
         return line
+
+    def _piped_line(self, fd: int) -> str | None:
+        """The next line of piped stdin without its end (LF or CRLF); None at the end."""
+        chunks = [self._rest]
+        while b"\n" not in chunks[-1]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self._rest = b""
+                last = b"".join(chunks)
+                return last.decode("utf-8", "surrogateescape") if last else None
+            chunks.append(chunk)
+        line, _, self._rest = b"".join(chunks).partition(b"\n")
+        return line.removesuffix(b"\r").decode("utf-8", "surrogateescape")
+
+
+def _file_descriptor(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a file (a test's text stream)
+        return None
 
 
 class Chat:
@@ -118,8 +154,10 @@ class Chat:
         self.model_name = model_name
         self.printer = StreamPrinter()
         self.reader = LineReader()
-        self.interrupt: Callable[[], None] | None = None  # stops what is running, if anything
+        # Stops what is running, if anything, saying why.
+        self.interrupt: Callable[[str], None] | None = None
         self.idle: anyio.CancelScope | None = None  # the wait for a line
+        self.terminated = False
 
     def say(self, text: str, style: str = "dim") -> None:
         self.printer.note(text, style)
@@ -129,25 +167,31 @@ class Chat:
 
         where = f"session {self.session_id}" if self.session_id else "a new session"
         agent = self.agent or "default"
-        self.say(f"chat in {where} · agent {agent} · {self.model_name} · /help for commands")
         async with anyio.create_task_group() as group:
-            group.start_soon(watch_interrupts, self._on_interrupt)
+            await group.start(watch_interrupts, self._on_interrupt)
+            await group.start(watch_interrupts, self._on_terminate, signal.SIGTERM)
+            self.say(f"chat in {where} · agent {agent} · {self.model_name} · /help for commands")
             try:
                 await self._converse()
             finally:
                 group.cancel_scope.cancel()
-        return 0
+        return TERMINATED if self.terminated else 0
 
-    def _on_interrupt(self) -> None:
+    def _on_interrupt(self, why: str = "interrupted with Ctrl-C") -> None:
         if self.interrupt is not None:
-            self.interrupt()
+            self.interrupt(why)
         elif self.idle is not None:
             self.idle.cancel()
+
+    def _on_terminate(self) -> None:
+        # The answer being written is aborted (and so stored as such), then the chat ends.
+        self.terminated = True
+        self._on_interrupt("terminated")
 
     async def _converse(self) -> None:
         import anyio
 
-        while True:
+        while not self.terminated:
             with anyio.CancelScope() as scope:
                 self.idle = scope
                 line = await self.reader.read("> ")
@@ -174,7 +218,7 @@ class Chat:
             self.say(str(error), "red")
             return
         self.session_id = run.session_id
-        self.interrupt = lambda: run.agent.abort("interrupted with Ctrl-C")
+        self.interrupt = run.agent.abort
         try:
             await state.runs.wait(run)
         finally:
@@ -308,7 +352,7 @@ class Chat:
             self.say(str(error), "red")
             return
         controller = AbortController()
-        self.interrupt = lambda: controller.abort("interrupted with Ctrl-C")
+        self.interrupt = controller.abort
         self.say("compacting…")
         try:
             result = await compact(

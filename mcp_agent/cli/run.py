@@ -34,6 +34,8 @@ from mcp_agent.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
+
     from mcp_agent.runtime.application import AppState
     from mcp_agent.runtime.runs import Run
     from mcp_agent.runtime.settings import ServerSettings
@@ -257,18 +259,29 @@ def footer(run: Run) -> str:
 
 
 async def watch_interrupts(
-    on_interrupt: Callable[[], None], which: signal.Signals = signal.SIGINT
+    on_interrupt: Callable[[], None],
+    which: signal.Signals = signal.SIGINT,
+    *,
+    task_status: TaskStatus[None] | None = None,
 ) -> None:
     """Call ``on_interrupt`` at each Ctrl-C (or signal ``which``) instead of the default
-    action, until cancelled."""
+    action, until cancelled; started (``TaskGroup.start``) once the signal is caught."""
     import anyio
 
+    caught = False
     try:
         with anyio.open_signal_receiver(which) as signals:
+            caught = True
+            if task_status is not None:
+                task_status.started()
             async for _ in signals:
                 on_interrupt()
     except (NotImplementedError, RuntimeError, ValueError):
+        if caught:
+            raise
         # No signal handling here (Windows, or not the main thread): Ctrl-C stays fatal.
+        if task_status is not None:
+            task_status.started()
         await anyio.sleep_forever()
 
 
@@ -293,8 +306,8 @@ async def wait_for(state: AppState, run: Run) -> int | None:
         return on_signal
 
     async with anyio.create_task_group() as group:
-        group.start_soon(watch_interrupts, stop(INTERRUPTED, "interrupted with Ctrl-C"))
-        group.start_soon(watch_interrupts, stop(TERMINATED, "terminated"), signal.SIGTERM)
+        await group.start(watch_interrupts, stop(INTERRUPTED, "interrupted with Ctrl-C"))
+        await group.start(watch_interrupts, stop(TERMINATED, "terminated"), signal.SIGTERM)
         await state.runs.wait(run)
         group.cancel_scope.cancel()
     return stopped
