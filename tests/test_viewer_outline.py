@@ -11,6 +11,7 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp_support import call, call_error, client_fixture, make_server  # noqa: F401
+from narrow import narrow
 from test_sessions_sqlite import random_tree
 from viewer_support import CHAIN, build_picnic
 
@@ -19,7 +20,8 @@ from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import SessionEntry
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.outline import outline
+from mcp_agent.sessions.outline import OutlineRows, lazy_outline, outline
+from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 from mcp_agent.sessions.storage import StoredPages
 
 pytestmark = pytest.mark.anyio
@@ -199,19 +201,57 @@ def test_an_outline_from_the_stored_index_is_the_outline_from_the_entries(
         repo.close()
 
 
+def test_a_page_of_a_long_outline_reads_only_the_entries_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comb (a branch point at every step) lists every entry: 2,001 rows. Reading its newest
+    rows parses the entries of their blocks, not the whole outline's (4 s for a 50,000-deep
+    comb's page), and rows made in any order are the rows made all at once."""
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        comb = repo.create(name="comb")
+        for i in range(1000):
+            main = comb.append_message(UserMessage(content=f"main {i}"))
+            comb.append_message(UserMessage(content=f"side {i}"))
+            comb.move_to(main)
+        whole = outline(repo.open(comb.id))
+        total = len(whole)  # the name's entry, then two rows a step
+        assert total == 2001 and sum(row["spine"] for row in whole) == 1001
+        parsed: list[str] = []
+        storage_class = type(narrow(repo.open(comb.id).storage, SqliteSessionStorage))
+        real = storage_class.parse_stored
+
+        def counted(self: Any, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+            parsed.append(entry_id)
+            return real(self, entry_id, entry_type, data)
+
+        monkeypatch.setattr(storage_class, "parse_stored", counted)
+        opened = repo.open(comb.id)
+        parsed.clear()
+        rows = lazy_outline(opened)
+        assert len(rows) == total and len(parsed) == 1  # the places alone, and the root
+        assert rows[-50:] == whole[-50:]
+        assert 50 <= len(parsed) <= 2 * OutlineRows.BLOCK
+        order = list(range(len(rows)))
+        random.Random(7).shuffle(order)
+        assert [rows[i] for i in order] == [whole[i] for i in order]
+        assert len(parsed) == len(set(parsed)) == total  # each row made once
+        with pytest.raises(IndexError):
+            rows[total]
+
+
 async def test_pages_of_an_outline_work_it_out_once_and_any_change_anew(
     tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import mcp_agent.server.session_reads as reads
 
     worked: list[str | None] = []
-    real = reads.outline
+    real = reads.lazy_outline
 
-    def counted(session: Session, entry_id: str | None = None) -> list[dict[str, Any]]:
+    def counted(session: Session, entry_id: str | None = None) -> OutlineRows:
         worked.append(entry_id)
         return real(session, entry_id)
 
-    monkeypatch.setattr(reads, "outline", counted)
+    monkeypatch.setattr(reads, "lazy_outline", counted)
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         session = repo.create(name="Picnic plans")
         ids = build_picnic(session)

@@ -33,9 +33,10 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.outline import (
+    OutlineRows,
     TreeIndex,
     flat_tree,
-    outline,
+    lazy_outline,
     tree_index,
     tree_node,
 )
@@ -360,20 +361,21 @@ def kept_whole_context(session: Session, work: Callable[[], CompactAnswer]) -> C
 
 
 # The last few outlines of each open session, so that reading one page after another (the
-# viewer opening a long branch) works it out once.
+# viewer opening a long branch) works it out once. A row is made when first read, so one
+# kept holds its rows' places and the rows read so far: the bound is in rows.
 OUTLINE_ROWS_KEPT = 100_000
-kept_outlines: Kept[tuple[str | None, str | None, int], list[dict[str, Any]]] = Kept(
-    OUTLINE_ROWS_KEPT, 20_000, 4, len
+kept_outlines: Kept[tuple[str | None, str | None, int], OutlineRows] = Kept(
+    OUTLINE_ROWS_KEPT, OUTLINE_ROWS_KEPT, 4, len
 )
 
 
-def outline_rows(session: Session, entry_id: str | None) -> list[dict[str, Any]]:
-    """``outline.outline(session, entry_id)``; the caller must not change what it gets."""
+def outline_rows(session: Session, entry_id: str | None) -> OutlineRows:
+    """``outline.lazy_outline(session, entry_id)``, kept for the next page."""
     storage = stored(session)
     if storage is None:
-        return outline(session, entry_id)
+        return lazy_outline(session, entry_id)
     key = (entry_id, session.leaf_id, storage.entry_total())
-    return kept_outlines.get_or_work(storage, key, lambda: outline(session, entry_id))
+    return kept_outlines.get_or_work(storage, key, lambda: lazy_outline(session, entry_id))
 
 
 def _parsed(found: dict[str, SessionEntry], entry_id: str) -> SessionEntry:

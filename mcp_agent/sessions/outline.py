@@ -8,9 +8,10 @@ has no nesting whatever the session's depth."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from mcp_agent.messages import (
     AssistantMessage,
@@ -266,9 +267,9 @@ class _TreeReader:
         return [(entry.id, entry.parent_id, entry.type, entry.timestamp) for entry in entries]
 
 
-def outline(
+def lazy_outline(
     session: Session, entry_id: str | None = None, preview_chars: int = 120
-) -> list[dict[str, Any]]:
+) -> OutlineRows:
     """The tree as a reader opens it, in time that grows with what is shown, not with the
     session: one chain (from ``entry_id``, or from the root along the current branch), then
     at each entry that branches, the first entry of every other branch, unopened.
@@ -322,26 +323,6 @@ def outline(
                 listed[hidden] = True
         run = []
 
-    def row(place: OutlineRow, parent_id: str | None, spine: bool) -> dict[str, Any]:
-        entry = read.entry(place[0])
-        if entry is None:
-            raise SessionError("not_found", f"entry {place[0]} was deleted while read")
-        parts = entry_parts(entry, preview_chars)
-        label = read.label(place[0])
-        return {
-            "id": place[0],
-            "parentId": parent_id,
-            "type": place[2],
-            "timestamp": place[3],
-            "children": [child[0] for child in read.children(place[0])],
-            "label": None if label is None else clip_long(label, NAME_CHARS),
-            "onBranch": place[0] in on_branch,
-            "preview": joined_preview(parts, preview_chars),
-            "kind": next((kind for _, kind in parts if kind), "meta"),
-            "spine": spine,
-            "folded": 0,
-        }
-
     # Every row names its children: those of the branches' heads too, read at once.
     on_chain = {place[0] for place in chain}
     heads = [
@@ -351,25 +332,111 @@ def outline(
         if child[0] not in on_chain
     ]
     read.read_children([head[0] for head in heads])
-    read.read_entries([*heads, *(place for index, place in enumerate(chain) if listed[index])])
-    rows: list[dict[str, Any]] = []
+    rows: list[_Row] = []
     if entry_id is None:
         rows.extend(
-            row(root, None, False) for root in read.children(None) if root[0] != chain[0][0]
+            _Row(root, None, False) for root in read.children(None) if root[0] != chain[0][0]
         )
-    previous: dict[str, Any] | None = None
+    previous: _Row | None = None
     for index, place in enumerate(chain):
         if not listed[index]:
             assert previous is not None  # the first entry is always listed
-            previous["folded"] += 1
+            previous.folded += 1
             continue
-        previous = row(place, chain[index - 1][0] if index else place[1], True)
+        previous = _Row(place, chain[index - 1][0] if index else place[1], True)
         rows.append(previous)
         next_id = chain[index + 1][0] if index + 1 < len(chain) else None
         rows.extend(
-            row(child, place[0], False) for child in read.children(place[0]) if child[0] != next_id
+            _Row(child, place[0], False) for child in read.children(place[0]) if child[0] != next_id
         )
-    return rows
+    return OutlineRows(read, rows, on_branch, preview_chars)
+
+
+def outline(
+    session: Session, entry_id: str | None = None, preview_chars: int = 120
+) -> list[dict[str, Any]]:
+    """The rows of ``lazy_outline``, every one made."""
+    return list(lazy_outline(session, entry_id, preview_chars))
+
+
+@dataclass
+class _Row:
+    """A row of an outline before its entry is read."""
+
+    place: OutlineRow
+    parent_id: str | None
+    spine: bool
+    folded: int = 0
+
+
+class OutlineRows(Sequence[dict[str, Any]]):
+    """The rows of an outline, each made (its entry read and its preview written) when first
+    asked for, a block at a time: a page of a long outline reads the entries it shows, not
+    all of the outline's (a page of a 50,000-deep comb took 4 s of parsing). Safe to share
+    between threads; a row once made is never changed."""
+
+    BLOCK = 256
+
+    def __init__(
+        self, read: _TreeReader, rows: list[_Row], on_branch: set[str], preview_chars: int
+    ) -> None:
+        self._read = read
+        self._rows = rows
+        self._made: list[dict[str, Any] | None] = [None] * len(rows)
+        self._on_branch = on_branch
+        self._preview_chars = preview_chars
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        made = self._made[index]  # IndexError past the end, as a list's
+        if made is None:
+            with self._lock:
+                start = (index % len(self)) // self.BLOCK * self.BLOCK
+                self._make(start, min(start + self.BLOCK, len(self)))
+            made = self._made[index]
+            assert made is not None
+        return made
+
+    def _make(self, start: int, end: int) -> None:
+        read = self._read
+        wanted = self._rows[start:end]
+        read.read_entries([row.place for row in wanted])
+        for offset, row in enumerate(wanted, start):
+            if self._made[offset] is None:
+                self._made[offset] = self._row(row)
+        # The parsed entries are not kept: each row is made once.
+        for row in wanted:
+            read.entries.pop(row.place[0], None)
+
+    def _row(self, row: _Row) -> dict[str, Any]:
+        read, place = self._read, row.place
+        entry = read.entry(place[0])
+        if entry is None:
+            raise SessionError("not_found", f"entry {place[0]} was deleted while read")
+        parts = entry_parts(entry, self._preview_chars)
+        label = read.label(place[0])
+        return {
+            "id": place[0],
+            "parentId": row.parent_id,
+            "type": place[2],
+            "timestamp": place[3],
+            "children": [child[0] for child in read.children(place[0])],
+            "label": None if label is None else clip_long(label, NAME_CHARS),
+            "onBranch": place[0] in self._on_branch,
+            "preview": joined_preview(parts, self._preview_chars),
+            "kind": next((kind for _, kind in parts if kind), "meta"),
+            "spine": row.spine,
+            "folded": row.folded,
+        }
 
 
 # Fewer entries than this between two listed ones are listed, not folded.
