@@ -138,13 +138,15 @@ _BIG_EXPONENT = re.compile(r"[eE][+-]?\d{3}")
 _TOO_MANY_DIGITS = re.compile(r"Exceeds the limit .* value has (\d+) digits")
 
 
-def loads_json(text: str, finite: bool = True) -> Any:
+def loads_json(text: str, finite: bool = True, unique_keys: bool = False) -> Any:
     """``text`` parsed as standard JSON, or a ValueError saying what is wrong with it:
     NaN and Infinity are not JSON (pi's JSON.parse refuses them), nesting is bounded by
-    ``MAX_JSON_DEPTH``, and with ``finite`` a number too large for a float (1e999) is refused
-    instead of becoming null when written back."""
+    ``MAX_JSON_DEPTH``, with ``finite`` a number too large for a float (1e999) is refused
+    instead of becoming null when written back, and with ``unique_keys`` a key given twice in
+    one object is refused (JSON keeps the last, and a file written back would lose the first)."""
     try:
-        value = json.loads(text, parse_constant=_not_json)
+        hook = _no_duplicate_keys if unique_keys else None
+        value = json.loads(text, parse_constant=_not_json, object_pairs_hook=hook)
     except RecursionError:
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
     except ValueError as error:
@@ -246,6 +248,15 @@ def cut_off_json(text: str, error: ValueError) -> bool:
         isinstance(error, json.JSONDecodeError)
         and _PARTIAL_TOKEN.fullmatch(text, error.pos) is not None
     )
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {json.dumps(key)} appears twice in one object")
+        found[key] = value
+    return found
 
 
 def _not_json(constant: str) -> Any:

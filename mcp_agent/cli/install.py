@@ -116,10 +116,7 @@ def read_config(path: Path, client: Client) -> dict[str, Any] | None:
     if not text.strip():
         return {}
     try:
-        data = loads_json(text)
-        # Parsed again only to find a key given twice: loads_json keeps the last silently, and
-        # writing that back would drop the servers of the first.
-        json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        data = loads_json(text, unique_keys=True)  # written back, a key twice loses servers
     except json.JSONDecodeError as error:
         hint = (
             "; VS Code allows // comments and trailing commas, which this command does not "
@@ -137,15 +134,6 @@ def read_config(path: Path, client: Client) -> dict[str, Any] | None:
         found = JSON_TYPES.get(type(data), type(data).__name__)
         die(f"{path} does not hold a JSON object (found {found}); nothing was written")
     return data
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(f"the key {json.dumps(key)} appears twice in one object")
-        found[key] = value
-    return found
 
 
 def check_db(db: str) -> None:
