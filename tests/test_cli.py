@@ -1149,6 +1149,37 @@ def test_arguments_that_are_not_utf8_are_refused_in_one_line(db: Path) -> None:
     assert db.read_bytes() == stored
 
 
+def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each entry an import stores goes through a serializer of ours, run by pydantic, which
+    turns a Ctrl-C landing there into an error of its own: it ends the program as Ctrl-C does
+    anywhere else (exit 130, no traceback), and the import, all or nothing, stored nothing."""
+    import pydantic
+
+    from mcp_agent.cli import main
+
+    class Interrupted(pydantic.BaseModel):
+        value: int = 0
+
+        @pydantic.field_serializer("value")
+        def _ctrl_c(self, value: int) -> int:
+            raise KeyboardInterrupt
+
+    def import_session(*_: Any, **__: Any) -> Any:
+        Interrupted().model_dump_json()
+
+    monkeypatch.setattr(SqliteSessionRepo, "import_session", import_session)
+    monkeypatch.setattr(sys, "argv", ["mcp-agent-sessions", "sessions", "import", "x.jsonl"])
+    monkeypatch.setenv("MCP_AGENT_DB", str(db))
+    (tmp_path / "x.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == ""
+
+
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
     seed(db)
     with open("/dev/full", "w") as full:

@@ -59,12 +59,23 @@ def main() -> None:
     except OSError as error:
         code = _output_failed(error)
     except Exception as error:
-        if not is_usage_error(error):
+        if _interrupted_in_pydantic(error):
+            code = INTERRUPTED  # quietly, as typer ends on Ctrl-C anywhere else
+        elif not is_usage_error(error):
             raise
-        code = getattr(error, "exit_code", BAD_INPUT)
-        if type(error).__name__ != "NoArgsIsHelpError":  # the help was shown instead
-            typer.echo(f"{PROG}: {usage_message(error)}", err=True)
+        else:
+            code = getattr(error, "exit_code", BAD_INPUT)
+            if type(error).__name__ != "NoArgsIsHelpError":  # the help was shown instead
+                typer.echo(f"{PROG}: {usage_message(error)}", err=True)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted_in_pydantic(error: Exception) -> bool:
+    """Ctrl-C while pydantic ran one of our serializers (each entry stored goes through one):
+    pydantic-core turns the KeyboardInterrupt into an error of its own, in words only."""
+    return type(error).__name__ == "PydanticSerializationError" and (
+        "KeyboardInterrupt" in str(error)
+    )
 
 
 def _output_failed(error: OSError) -> int:
