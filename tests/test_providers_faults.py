@@ -319,3 +319,31 @@ async def test_a_body_that_does_not_inflate_is_said_to_be_damaged() -> None:
     error = present(final.error_message)
     assert "the answer's body is damaged: its gzip does not inflate (" in error, error
     assert not is_transient_error(final)  # the server's fault: a second try meets it again
+
+
+NGINX_502 = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n"
+    b"</html>\r\n"
+)
+CLOUD_PAGE = (
+    b"<!DOCTYPE html><html lang=en><head><style>body{color:red}</style>"
+    b"<script>var x = '<b>';</script></head><body><div><p>The model service is "
+    b"<em>down</em> for upkeep &amp; back soon.</p></div></body></html>"
+)
+
+
+@pytest.mark.parametrize(
+    ("page", "said"),
+    [
+        (NGINX_502, "502 Bad Gateway (an HTML page)"),
+        (CLOUD_PAGE, "The model service is down for upkeep & back soon. (an HTML page)"),
+    ],
+)
+async def test_an_html_error_page_is_said_in_its_own_words(page: bytes, said: str) -> None:
+    """A proxy's error page: its title, else its text, not its markup cut at 500 characters."""
+    async with script_server() as server:
+        server.add(Reply(status=403, body=[page], content_type="text/html"))
+        _, final = await collect(openai(server.base, max_retries=0))
+    error = present(final.error_message)
+    assert said in error and "<" not in error, error

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import random
+import re
 import socket
 import ssl
 import time
@@ -26,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from html.parser import HTMLParser
 from typing import Any, Protocol, cast
 
 import anyio
@@ -187,8 +189,48 @@ def error_detail(body: bytes | str) -> str:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        return one_line(text, ERROR_CHARS)
+        return one_line(_html_text(text) or text, ERROR_CHARS)
     return one_line(_detail_from_json(data) or text, ERROR_CHARS)
+
+
+_HTML = re.compile(r"\s*(<!doctype\s+html|<html[\s>])", re.IGNORECASE)
+HTML_CHARS = 4096
+
+
+class _PageText(HTMLParser):
+    """The title of an HTML page, and its text outside scripts and styles."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.title: list[str] = []
+        self.text: list[str] = []
+        self._inside: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in ("title", "script", "style"):
+            self._inside.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._inside and self._inside[-1] == tag:
+            self._inside.pop()
+
+    def handle_data(self, data: str) -> None:
+        if not self._inside:
+            self.text.append(data)
+        elif self._inside[-1] == "title":
+            self.title.append(data)
+
+
+def _html_text(text: str) -> str | None:
+    """What an HTML error page (a proxy's, a load balancer's) says: its title, else its text;
+    None when ``text`` is no HTML page."""
+    if not _HTML.match(text):
+        return None
+    page = _PageText()
+    page.feed(text[:HTML_CHARS])  # the parser is slow on broken tags: what says anything is early
+    page.close()
+    found = " ".join("".join(page.title or page.text).split())
+    return f"{found} (an HTML page)" if found else "an HTML page"
 
 
 def _detail_from_json(data: Any) -> str:
