@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.types as types
 import pytest
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -68,6 +70,54 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def test_tool_names_model_apis_refuse_are_given_names_they_take(hub: ToolHub) -> None:
+    """MCP allows dots and 128 characters in a tool's name; model APIs take
+    ``^[a-zA-Z0-9_-]{1,64}$``, and one name outside it failed every run of the agent."""
+    tools = await hub.tools()
+    names = [tool.name for tool in tools]
+    assert len(names) == len(set(names))
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in names), names
+    by = by_name(tools)
+    assert by["t__weather_today"].description.startswith("The name the one above")
+    dotted = [tool for tool in tools if tool.description.endswith("(MCP tool t__weather.today)")]
+    assert len(dotted) == 1 and dotted[0].name.startswith("t__weather_today_")
+    assert text_of(await call(dotted[0], city="Oslo")) == "sunny in Oslo"
+    assert text_of(await call(by["t__weather_today"], city="Oslo")) == "rainy in Oslo"
+    (long,) = [tool for tool in tools if tool.name.startswith("t__www")]
+    assert len(long.name) == 64 and text_of(await call(long)) == "long"
+    # A manifest's patterns match the names the server gave.
+    only = AgentManifest(name="a", tools=["t__weather.*"])
+    assert [tool.name for tool in await hub.tools(only)] == [dotted[0].name]
+
+
+async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
+    """Pages of tools with a next cursor each time: the first MAX_TOOLS are taken."""
+    from mcp import Client
+    from mcp.server.lowlevel import Server
+
+    from mcp_agent.proxy.downstream import MAX_TOOLS, McpServerConnection
+
+    pages: list[str | None] = []
+
+    async def list_tools(_: Any, params: types.PaginatedRequestParams | None) -> Any:
+        cursor = params.cursor if params else None
+        pages.append(cursor)
+        start = int(cursor or 0)
+        tools = [
+            types.Tool(name=f"tool{n}", input_schema={"type": "object"})
+            for n in range(start, start + 300)
+        ]
+        return types.ListToolsResult(tools=tools, next_cursor=str(start + 300))
+
+    endless = Server("endless", on_list_tools=list_tools)
+    connection = McpServerConnection("endless", lambda: Client(endless), start_timeout=30)
+    async with anyio.create_task_group() as group:
+        tools = await connection.tools(group)
+        await connection.stop()
+    assert [tool.name for tool in tools] == [f"tool{n}" for n in range(MAX_TOOLS)]
+    assert len(pages) == -(-MAX_TOOLS // 300)  # the pages that hold them, and no more
 
 
 async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from collections.abc import Container
 from typing import Any
 
 import mcp.types as types
@@ -17,6 +20,28 @@ NAME_SEPARATOR = "__"
 
 def qualified_name(server: str, tool: str) -> str:
     return f"{server}{NAME_SEPARATOR}{tool}"
+
+
+# What every model API takes as a tool's name: OpenAI's pattern and length, which Anthropic's
+# and Google's also accept. MCP allows more (dots, 128 characters): one such name in a request
+# made every run of the agent fail with the API's 400.
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
+MAX_NAME_CHARS = 64
+
+
+def model_tool_name(name: str, taken: Container[str]) -> str:
+    """``name`` as a model API takes it, and not one of ``taken``: other characters become
+    ``_``, and a name that had to change beyond that, or is taken, ends in a digest of the
+    original (so that ``a.b`` and ``a_b`` stay two tools)."""
+    safe = _NOT_IN_NAMES.sub("_", name) or "tool"
+    if len(safe) <= MAX_NAME_CHARS and safe not in taken:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    for more in range(8, len(digest) + 1):
+        candidate = f"{safe[: MAX_NAME_CHARS - more - 1]}_{digest[:more]}"
+        if candidate not in taken:
+            return candidate
+    raise ValueError(f"no free name for tool {name!r}")  # 57 digests taken: never in practice
 
 
 def input_schema(tool: types.Tool) -> dict[str, Any]:

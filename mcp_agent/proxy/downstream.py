@@ -32,6 +32,9 @@ ProgressCallback = ProgressFnT
 # How long closing may take before we stop waiting (the SDK kills a stdio child within ~4 s).
 CLOSE_TIMEOUT = 10.0
 START_RETRY_DELAY = 30.0
+# The tools taken from one server: a server that pages without end must not fill the memory
+# (and a model API takes a few hundred tools in a request at most).
+MAX_TOOLS = 1000
 
 
 class DownstreamError(RuntimeError):
@@ -106,8 +109,15 @@ class McpServerConnection:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools)
+                    tools.extend(page.tools[: MAX_TOOLS - len(tools)])
                     if not (cursor := page.next_cursor):
+                        break
+                    if len(tools) >= MAX_TOOLS:
+                        log.warning(
+                            "MCP server %r lists more than %d tools: the rest are left out",
+                            self.name,
+                            MAX_TOOLS,
+                        )
                         break
                 self._client, self._tools = client, tools
                 self.starts += 1

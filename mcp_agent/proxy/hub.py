@@ -20,7 +20,7 @@ from mcp.server import MCPServer
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import AgentManifest, ServerConfig
-from mcp_agent.proxy.convert import input_schema, qualified_name
+from mcp_agent.proxy.convert import input_schema, model_tool_name, qualified_name
 from mcp_agent.proxy.downstream import DownstreamError, McpServerConnection, connect_to
 from mcp_agent.tools import AgentTool, AgentToolResult, ToolUpdateCallback
 
@@ -109,11 +109,19 @@ class ToolHub:
         async with anyio.create_task_group() as group:
             for index, (connection, _, _) in enumerate(sources):
                 group.start_soon(list_tools, index, connection)
+        chosen: dict[str, tuple[McpServerConnection, types.Tool, float | None]] = {}
         for (connection, prefix, timeout), tools in zip(sources, listed, strict=True):
             for tool in tools:
                 name = qualified_name(prefix, tool.name) if prefix else tool.name
-                if agent is None or agent.allows_tool(name):
-                    result.append(self._agent_tool(connection, tool, name, timeout, run_meta))
+                chosen.setdefault(name, (connection, tool, timeout))  # listed twice: one tool
+        # Names a model API takes keep them; the others get names no tool has (of all the
+        # servers', so that a tool's name does not depend on the agent).
+        taken = {name for name in chosen if model_tool_name(name, ()) == name}
+        for name, (connection, tool, timeout) in chosen.items():
+            safe = name if name in taken else model_tool_name(name, taken)
+            taken.add(safe)
+            if agent is None or agent.allows_tool(name):
+                result.append(self._agent_tool(connection, tool, safe, timeout, run_meta, name))
         return result
 
     def _agent_tool(
@@ -123,6 +131,7 @@ class ToolHub:
         name: str,
         timeout: float | None,
         run_meta: dict[str, Any] | None,
+        listed_as: str,
     ) -> AgentTool:
         task_group = self._task_group
         assert task_group is not None
@@ -155,10 +164,13 @@ class ToolHub:
 
         annotations = tool.annotations
         title = tool.title or (annotations.title if annotations else None)
+        description = tool.description or ""
+        if name != listed_as:  # the model may see the name elsewhere (a prompt, a document)
+            description = f"{description}\n\n(MCP tool {listed_as})".lstrip()
         return AgentTool(
             name=name,
-            label=title or name,
-            description=tool.description or "",
+            label=title or listed_as,
+            description=description,
             parameters=input_schema(tool),
             execute=execute,
         )

@@ -55,6 +55,24 @@ async def reject(reason: str) -> str:
     raise MCPError(types.INVALID_PARAMS, reason)
 
 
+@server.tool(name="weather.today")
+async def weather_today(city: str) -> str:
+    """A name MCP allows and model APIs do not (a dot)."""
+    return f"sunny in {city}"
+
+
+@server.tool(name="weather_today")
+async def weather_underscore(city: str) -> str:
+    """The name the one above would take, were it only cleaned."""
+    return f"rainy in {city}"
+
+
+@server.tool(name="w" * 100)
+async def long_name() -> str:
+    """A name longer than model APIs take (64 characters)."""
+    return "long"
+
+
 if __name__ == "__main__":
     if "--garbage" in sys.argv:
         sys.stdout.write("this is not json-rpc\n")
