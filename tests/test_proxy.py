@@ -19,7 +19,7 @@ from narrow import narrow
 
 from mcp_agent.abort import AbortController
 from mcp_agent.manifests import AgentManifest, ServerConfig
-from mcp_agent.messages import TextContent
+from mcp_agent.messages import ImageContent, TextContent
 from mcp_agent.proxy.hub import RUN_META_KEY, ToolHub
 from mcp_agent.tools import AgentTool, AgentToolResult
 
@@ -118,6 +118,32 @@ async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
         await connection.stop()
     assert [tool.name for tool in tools] == [f"tool{n}" for n in range(MAX_TOOLS)]
     assert len(pages) == -(-MAX_TOOLS // 300)  # the pages that hold them, and no more
+
+
+async def test_a_result_too_large_for_a_model_is_cut_saying_so(hub: ToolHub) -> None:
+    from mcp_agent.proxy.convert import MAX_RESULT_CHARS
+
+    tools = by_name(await hub.tools())
+    whole = await call(tools["t__big"], chars=MAX_RESULT_CHARS)
+    assert [len(text_of(whole))] == [MAX_RESULT_CHARS] and len(whole.content) == 1
+    cut = await call(tools["t__big"], chars=3 * MAX_RESULT_CHARS)
+    assert len(text_of(cut)) == MAX_RESULT_CHARS
+    note = narrow(cut.content[-1], TextContent).text
+    assert note == (
+        f"[cut: the tool's result held {3 * MAX_RESULT_CHARS:,} characters of text; the first"
+        f" {MAX_RESULT_CHARS:,} are kept]"
+    )
+    data = await call(tools["t__big_data"], items=50_000)  # over 300,000 characters of JSON
+    assert data.details is None  # not kept whole beside the text cut short
+    texts = [narrow(block, TextContent).text for block in data.content]
+    assert sum(len(text) for text in texts[:-1]) == MAX_RESULT_CHARS
+    assert texts[-1].startswith("[cut: the tool's result held ")
+    small = await call(tools["t__big_data"], items=3)
+    assert small.details == {"numbers": [0, 1, 2]}
+    picture = await call(tools["t__picture"], data_bytes=6 << 20)
+    assert text_of(picture) == f"[an image of {6 << 20:,} bytes left out: over 5 MB]"
+    fits = await call(tools["t__picture"], data_bytes=1 << 20)
+    assert isinstance(fits.content[0], ImageContent)
 
 
 async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:

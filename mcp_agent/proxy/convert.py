@@ -72,10 +72,52 @@ def to_agent_result(result: types.CallToolResult) -> AgentToolResult:
             content.append(TextContent(text=f"[resource link {block.uri}]"))
         else:
             content.append(TextContent(text=f"[{getattr(block, 'type', 'content')} omitted]"))
-    if not content and structured is not None:
-        content.append(TextContent(text=json.dumps(structured, ensure_ascii=False)))
+    if structured is not None:
+        whole = json.dumps(structured, ensure_ascii=False)
+        if not content:
+            content.append(TextContent(text=whole))
+        if len(whole) > MAX_RESULT_CHARS:
+            # Kept as details (not sent to the model) it would be kept whole: the text, cut,
+            # is what the model sees (servers send the same data as JSON text too).
+            structured = None
     return AgentToolResult(
-        content=content,
+        content=_bounded(content),
         details=structured,
         is_error=bool(result.is_error),
     )
+
+
+# What one result of a downstream tool may hold of text (about 25,000 tokens: Claude Code's
+# bound for MCP tools): more fills the model's context at once, and stays in the session for
+# every turn after.
+MAX_RESULT_CHARS = 100_000
+# One image's base64 (Anthropic takes 5 MB an image).
+MAX_IMAGE_CHARS = (5 << 20) * 4 // 3
+
+
+def _bounded(content: list[TextContent | ImageContent]) -> list[TextContent | ImageContent]:
+    """``content`` with its text cut at ``MAX_RESULT_CHARS`` in all, and images too large to
+    send left out, each saying so."""
+    kept: list[TextContent | ImageContent] = []
+    left = MAX_RESULT_CHARS
+    total = 0
+    for block in content:
+        if isinstance(block, ImageContent):
+            if len(block.data) <= MAX_IMAGE_CHARS:
+                kept.append(block)
+            else:
+                size = len(block.data) * 3 // 4
+                kept.append(TextContent(text=f"[an image of {size:,} bytes left out: over 5 MB]"))
+            continue
+        total += len(block.text)
+        if left > 0:
+            kept.append(block if len(block.text) <= left else TextContent(text=block.text[:left]))
+            left -= len(block.text)
+    if total > MAX_RESULT_CHARS:
+        kept.append(
+            TextContent(
+                text=f"[cut: the tool's result held {total:,} characters of text; the first"
+                f" {MAX_RESULT_CHARS:,} are kept]"
+            )
+        )
+    return kept

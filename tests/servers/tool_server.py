@@ -5,7 +5,7 @@ import sys
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, Image
 
 server = MCPServer("test-tools", log_level="WARNING")
 
@@ -53,6 +53,24 @@ async def reject(reason: str) -> str:
     from mcp.shared.exceptions import MCPError
 
     raise MCPError(types.INVALID_PARAMS, reason)
+
+
+@server.tool()
+async def big(chars: int) -> str:
+    """A result of ``chars`` characters."""
+    return "x" * chars
+
+
+@server.tool()
+async def big_data(items: int) -> dict[str, list[int]]:
+    """Structured content of ``items`` numbers (and its JSON as text)."""
+    return {"numbers": list(range(items))}
+
+
+@server.tool()
+async def picture(data_bytes: int) -> Image:
+    """A PNG of ``data_bytes`` bytes (not a real picture)."""
+    return Image(data=b"\x89PNG" + b"\0" * (data_bytes - 4), format="png")
 
 
 @server.tool(name="weather.today")
