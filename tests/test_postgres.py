@@ -245,6 +245,40 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     assert "secret" not in str(raised.value)
 
 
+def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool only retries when the database is down: what the caller waited for is a
+    database it cannot reach, not connections that "stayed busy"."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 2.0)
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [name],
+            )
+            try:
+                with pytest.raises(SessionError) as raised:
+                    repo.open(session_id).append_message(user_message("lost?"))
+                assert raised.value.code == "storage", raised.value
+                said = str(raised.value)
+                assert "cannot reach the session database" in said, said
+                assert "nothing was written" in said and "busy" not in said
+            finally:
+                admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        # Back: the pool reconnects, and the session is as it was.
+        session = repo.open(session_id)
+        assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
+
+
 def user_message(text: str) -> UserMessage:
     return UserMessage(content=text)
 

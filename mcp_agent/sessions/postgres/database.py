@@ -209,17 +209,31 @@ class PostgresDatabase:
             with self.pool.connection() as conn:
                 yield conn
         except PoolTimeout:
-            raise SessionError(
-                "busy",
-                f"every connection to the session database {self.where} stayed busy for"
-                f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
-            ) from None
+            raise self._no_connection() from None
         except pg_errors.DataError as error:
             raise SessionError(
                 "invalid_entry", f"the database refused a value: {one_line(error)}"
             ) from None
         except psycopg.Error as error:
             raise storage_error(self.where, error) from None
+
+    def _no_connection(self) -> SessionError:
+        """Why the pool gave no connection in time: the database is down or unreachable (the
+        pool only retries then), or every connection stayed busy."""
+        try:
+            with psycopg.connect(self.url, connect_timeout=5):
+                pass
+        except psycopg.Error as error:
+            return SessionError(
+                "storage",
+                f"cannot reach the session database {self.where}: {one_line(error)};"
+                " nothing was written, try again",
+            )
+        return SessionError(
+            "busy",
+            f"every connection to the session database {self.where} stayed busy for"
+            f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
+        )
 
     def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` in one transaction (committed when it returns, rolled back when it
