@@ -454,6 +454,35 @@ def test_tree_copes_with_deep_chains_and_many_branch_points(
     assert "side 29" in drawn.stdout and "↳ branch of" in drawn.stdout
 
 
+def test_tree_draws_a_bounded_number_of_branches_the_leaf_s_first(cli: Any, db: Path) -> None:
+    """A tree of thousands of branches took rich seconds to draw (a 100,000-branch comb: 28 s)
+    and fills no terminal usefully: TREE_RUNS runs are drawn, toward the leaf first."""
+    from mcp_agent.cli.render import TREE_RUNS
+
+    with SqliteSessionRepo(db) as repo:
+        wide = repo.create(name="wide")
+        root = wide.append_message(User(content="the root"))
+        for i in range(TREE_RUNS + 100):  # as many branches off the root
+            wide.move_to(root)
+            wide.append_message(User(content=f"branch {i}"))
+        wide.move_to(root)
+        leaf = wide.append_message(User(content="in the middle"))
+        for i in range(TREE_RUNS, TREE_RUNS + 50):  # and more after the leaf's branch
+            wide.move_to(root)
+            wide.append_message(User(content=f"branch {i}"))
+        wide.move_to(leaf)
+    drawn = cli("sessions", "tree", wide.id)
+    assert drawn.exit_code == 0, drawn.stderr
+    assert "in the middle ◀ leaf" in drawn.stdout
+    # Drawn: the run from the name to the root, the leaf's branch, and the others up to the
+    # bound; 651 branches off the root in all.
+    assert drawn.stdout.count("user: branch ") == TREE_RUNS - 2
+    left = 651 - (TREE_RUNS - 1)
+    assert f"⋮ {left} more entries in branches not drawn (--full shows all)" in drawn.stdout
+    full = cli("sessions", "tree", wide.id, "--full")
+    assert "not drawn" not in full.stdout and full.stdout.count("user: branch ") == TREE_RUNS + 150
+
+
 def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     ids = seed(db)
     exported = cli("sessions", "export", ids["session"])

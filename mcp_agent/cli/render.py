@@ -66,6 +66,9 @@ BRANCH_LIMIT = 200
 FULL_HINT = "--full shows all"
 # Deeper branches than this are drawn at this depth, so that wide trees stay readable.
 MAX_NESTING = 12
+# The runs of entries ``tree`` draws (``--full``: all): a tree of 100,000 branches took rich
+# 20 s to draw, and fills no terminal usefully.
+TREE_RUNS = 500
 
 
 def local_time(timestamp: str | None) -> str:
@@ -277,13 +280,37 @@ def tree_view(
 ) -> Tree:
     """The session tree. A linear run of entries is one node (long runs shown as head and tail);
     each branch point nests its branches. Built with loops, so any depth is fine. Lines are
-    cut to fit ``width``."""
+    cut to fit ``width``. Without ``full``, at most ``TREE_RUNS`` runs are drawn, those on the
+    way to the leaf first, and the rest is counted."""
     on_path = path_to(roots, leaf_id)
     root = Tree(heading, guide_style="dim")
-    pending: list[tuple[Tree, list[TreeNode], int, str | None]] = [(root, roots, 0, None)]
-    while pending:
-        parent, starts, depth, flattened_from = pending.pop()
-        for start in starts:
+    # Branches toward the leaf are drawn first, so that a cut tree still shows where it is.
+    toward_leaf: list[_Group] = []
+    pending: list[_Group] = []
+
+    def later(group: _Group) -> None:
+        leads = any(start.entry.id in on_path for start in group[1])
+        (toward_leaf if leads else pending).append(group)
+
+    later((root, roots, 0, None))
+    drawn = 0
+    leaf_drawn = False
+    while toward_leaf or pending:
+        parent, starts, depth, flattened_from = (toward_leaf or pending).pop()
+        ordered = starts
+        if not full and drawn + len(starts) > TREE_RUNS:  # cut among them: the leaf's first
+            ordered = sorted(starts, key=lambda start: start.entry.id not in on_path)
+        for index, start in enumerate(ordered):
+            if not full and drawn >= TREE_RUNS:
+                rest = [
+                    *ordered[index:],
+                    *(s for group in (*toward_leaf, *pending) for s in group[1]),
+                ]
+                said = f"⋮ {_count(rest):,} more entries in branches not drawn ({full_hint})"
+                if leaf_id is not None and not leaf_drawn:
+                    said += f"; the leaf, {escape_controls(leaf_id)}, is among them"
+                root.add(Text(said, "dim italic"))
+                return root
             run = [start]
             while len(run[-1].children) == 1:
                 run.append(run[-1].children[0])
@@ -293,15 +320,32 @@ def tree_view(
             if flattened_from is not None:
                 label = Text(f"↳ branch of {flattened_from}\n", "dim").append_text(label)
             node = parent.add(label)
+            drawn += 1
+            leaf_drawn = leaf_drawn or any(entry.entry.id == leaf_id for entry in run)
             last = run[-1]
             if last.children:
                 if depth + 1 < MAX_NESTING:
-                    pending.append((node, last.children, depth + 1, None))
+                    later((node, last.children, depth + 1, None))
                 else:
-                    pending.append((parent, last.children, depth, last.entry.id))
+                    later((parent, last.children, depth, last.entry.id))
     if leaf_id is None and roots:
         root.add(Text("◀ leaf: before the first entry", "bold"))
     return root
+
+
+# A group of sibling runs to draw: the tree node they hang from, their first entries, their
+# depth, and the entry they branch from when drawn flattened.
+_Group = tuple[Tree, list[TreeNode], int, str | None]
+
+
+def _count(starts: list[TreeNode]) -> int:
+    """The entries in the subtrees of ``starts``."""
+    count, pending = 0, list(starts)
+    while pending:
+        node = pending.pop()
+        count += 1
+        pending.extend(node.children)
+    return count
 
 
 def path_to(roots: list[TreeNode], leaf_id: str | None) -> set[str]:
