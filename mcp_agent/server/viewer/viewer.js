@@ -454,7 +454,11 @@ async function refresh() {
   let read;
   try {
     // as many rows as the reader had shown ("show earlier" included), and the new ones
-    read = await readOutline({ session_id: sessionId, view: "outline" }, Math.max(OUTLINE_PAGE, state.outline.length));
+    // the rows added since count too, or the earliest shown would fall off the end
+    const shown = state.outline.length;
+    const before = state.view && state.view.session.id === sessionId ? state.view.total : null;
+    read = await readOutline({ session_id: sessionId, view: "outline" }, (first) =>
+      before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
     if (error instanceof ToolFailed && error.message.includes(`session ${sessionId} not found`)) sessionGone(sessionId);
     else failed(error);
@@ -606,20 +610,25 @@ async function toggleBranch(headId) {
   await openBranch(headId, true);
 }
 
-/** Pages of an outline (``args`` of session_get), newest first, until ``atLeast`` rows or
- * its start: the rows in order, the cursor of the earlier ones not read, the first answer. */
+/** Pages of an outline (``args`` of session_get), newest first, until ``atLeast(first
+ * answer)`` rows or its start: the rows in order, the cursor of the earlier ones not read,
+ * the first answer. */
 async function readOutline(args, atLeast) {
   let rows = [];
   let cursor = null;
   let first = null;
+  let wanted = 0;
   do {
     const page = { ...args, limit: OUTLINE_PAGE };
     if (cursor) page.cursor = cursor;
     const answer = await tool("session_get", page);
-    first = first || answer;
+    if (!first) {
+      first = answer;
+      wanted = atLeast(answer);
+    }
     rows = [...answer.outline, ...rows];
     cursor = answer.nextCursor;
-  } while (cursor && rows.length < atLeast);
+  } while (cursor && rows.length < wanted);
   return { rows, cursor, answer: first };
 }
 
@@ -629,7 +638,8 @@ async function readOutline(args, atLeast) {
 async function openBranch(headId, render, shown = 0) {
   let read;
   try {
-    read = await readOutline({ session_id: state.sessionId, view: "outline", entry_id: headId }, Math.max(OPEN_BRANCH_ROWS, shown));
+    read = await readOutline({ session_id: state.sessionId, view: "outline", entry_id: headId },
+      (first) => Math.max(OPEN_BRANCH_ROWS, shown));
   } catch (error) {
     state.opened.delete(headId); // gone (the session changed): nothing to open
     if (render) failed(error);
