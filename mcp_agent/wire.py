@@ -191,8 +191,8 @@ _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 
 def escape_controls(text: str) -> str:
     """``text`` with each control character but line feed and tab written as an escape
-    (``\\x1b``, ``\\u202e``), so that text from a session, a model or a server can be shown on a terminal
-    as it is and do nothing there; CRLF and CR line ends become LF."""
+    (``\\x1b``, ``\\u202e``), so that text from a session, a model or a server can be shown
+    on a terminal as it is and do nothing there; CRLF and CR line ends become LF."""
     if text.isprintable():  # the common case, at C speed
         return text
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # a lone CR ends a line too

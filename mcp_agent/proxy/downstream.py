@@ -109,15 +109,17 @@ class McpServerConnection:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools[: MAX_TOOLS - len(tools)])
-                    if not (cursor := page.next_cursor):
-                        break
-                    if len(tools) >= MAX_TOOLS:
+                    room = MAX_TOOLS - len(tools)
+                    tools.extend(page.tools[:room])
+                    cursor = page.next_cursor
+                    if len(page.tools) > room or (cursor and len(tools) >= MAX_TOOLS):
                         log.warning(
                             "MCP server %r lists more than %d tools: the rest are left out",
                             self.name,
                             MAX_TOOLS,
                         )
+                        break
+                    if not cursor:
                         break
                 self._client, self._tools = client, tools
                 self.starts += 1
