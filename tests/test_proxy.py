@@ -240,6 +240,39 @@ async def test_hang_times_out_and_next_call_restarts() -> None:
         assert text_of(await call(tools["t__echo"], text="ok")) == "ok"
 
 
+async def test_a_slow_call_on_a_server_that_answers_others_stops_only_itself(
+    tmp_path: Path,
+) -> None:
+    """Runs share a server: one call's time limit must not fail the calls of others."""
+    async with ToolHub({"t": stdio_config(timeout=3)}) as hub:
+        tools = by_name(await hub.tools())
+        pid = int(text_of(await call(tools["t__pid"])))
+        updates: list[AgentToolResult] = []
+        results: dict[str, AgentToolResult] = {}
+        there = tmp_path / "there"
+
+        async def slow() -> None:
+            results["slow"] = await call(tools["t__slow"], updates, seconds=30)
+
+        async def waiting() -> None:
+            results["waiting"] = await call(tools["t__wait_for"], path=str(there))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(slow)
+            with anyio.fail_after(10):
+                while not updates:  # its progress came back: the slow call is in flight
+                    await anyio.sleep(0.02)
+            assert text_of(await call(tools["t__echo"], text="up")) == "up"
+            group.start_soon(waiting)
+            with anyio.fail_after(15):
+                while "slow" not in results:
+                    await anyio.sleep(0.02)
+            there.touch()
+        assert text_of(results["slow"]).endswith("within 3 s; the call was cancelled")
+        assert text_of(results["waiting"]) == "there"
+        assert alive(pid) and hub.connection("t").starts == 1
+
+
 async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
     async with ToolHub({"t": stdio_config()}) as hub:
         tools = by_name(await hub.tools())
@@ -370,3 +403,36 @@ def test_a_result_with_text_no_utf8_holds_becomes_storable() -> None:
         tool_call_id="c", tool_name="t", content=list(converted.content), details=converted.details
     )
     assert "\ufffd" in message.model_dump_json()  # no error: it can be stored and sent
+
+
+RAW_SERVER = Path(__file__).parent / "servers" / "raw_server.py"
+
+
+async def test_a_result_that_is_not_valid_mcp_is_one_line_and_the_server_stays() -> None:
+    """A server that is up but answers wrongly is not restarted (its other tools keep working),
+    and the model reads one line saying what was wrong, not pydantic's page of union members."""
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)], timeout=5)
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        pid = text_of(await call(tools["r__pid"]))
+        bad = text_of(await call(tools["r__bad_result"]))
+        assert bad == (
+            "MCP server 'r' answered bad_result with a result that could not be used: "
+            "not a valid CallToolResult: content.1.text: Field required"
+        )
+        wrong = text_of(await call(tools["r__wrong_structure"]))
+        assert "\n" not in wrong and wrong.endswith("'not a number' is not of type 'integer'")
+        assert text_of(await call(tools["r__good"])) == "fine"
+        assert text_of(await call(tools["r__pid"])) == pid
+        assert hub.connection("r").starts == 1
+
+
+async def test_a_tool_list_that_is_not_valid_mcp_is_said_in_one_line() -> None:
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--bad-tool"])
+    async with ToolHub({"r": config}) as hub:
+        errors: list[str] = []
+        assert await hub.tools(on_error=errors.append) == []
+        assert errors == [
+            "MCP server 'r' could not be started: not a valid ListToolsResult: "
+            "tools.4.inputSchema: Field required"
+        ]

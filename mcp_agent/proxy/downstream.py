@@ -2,7 +2,8 @@
 
 The server starts on first use, within a time limit. A crash or a hang turns the call into an
 error result naming the server and stops the client (killing a stdio child), so the next call
-starts it afresh. A JSON-RPC error answer comes from a live server: it is reported, not restarted.
+starts it afresh. A live server is not restarted: not for a JSON-RPC error answer, nor an answer
+that is not valid MCP, nor one slow call while it answers others (that call alone is cancelled).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.tools import AgentToolResult
+from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,8 @@ START_RETRY_DELAY = 30.0
 # The tools taken from one server: a server that pages without end must not fill the memory
 # (and a model API takes a few hundred tools in a request at most).
 MAX_TOOLS = 1000
+# How much of a server's error text a result or a log line quotes.
+MAX_ERROR_CHARS = 500
 
 
 class DownstreamError(RuntimeError):
@@ -59,6 +64,9 @@ class McpServerConnection:
         self._done: anyio.Event | None = None
         self._lock = anyio.Lock()
         self.starts = 0
+        # Calls answered (results and error answers): a call that times out while others
+        # were answered is slow on a server that is up.
+        self._answers = 0
         # The last failed start: within START_RETRY_DELAY it is reported again at once, so
         # that a broken server does not cost every run its start-up time limit.
         self._failed: tuple[float, DownstreamError] | None = None
@@ -157,22 +165,45 @@ class McpServerConnection:
     ) -> AgentToolResult:
         with anyio.CancelScope() as scope:
             remove = signal.on_abort(scope.cancel) if signal else None
+            answers = self._answers
             try:
                 try:
                     client = await self.ensure_started(task_group)
                 except DownstreamError as error:
                     return AgentToolResult.error(str(error))
                 with anyio.fail_after(time_limit):
-                    result = await client.call_tool(
-                        tool,
-                        arguments,
-                        progress_callback=on_progress,
-                        # RequestParamsMeta is an open TypedDict (PEP 728 extra_items) that
-                        # mypy does not support yet: our own key cannot be typed as one.
-                        meta=meta,  # type: ignore[arg-type]
-                    )
+                    try:
+                        result = await client.call_tool(
+                            tool,
+                            arguments,
+                            progress_callback=on_progress,
+                            # RequestParamsMeta is an open TypedDict (PEP 728 extra_items) that
+                            # mypy does not support yet: our own key cannot be typed as one.
+                            meta=meta,  # type: ignore[arg-type]
+                        )
+                    except (ValidationError, RuntimeError) as error:
+                        # An answer the SDK refused (not MCP, or structured content its
+                        # output schema refuses): the server is up and stays so.
+                        self._answers += 1
+                        return AgentToolResult.error(
+                            f"MCP server {self.name!r} answered {tool} with a result that "
+                            f"could not be used: {_describe(error)}"
+                        )
+                    except MCPError as error:
+                        if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                            self._answers += 1
+                        raise
+                self._answers += 1
                 return to_agent_result(result)
             except TimeoutError:
+                if self._answers != answers:
+                    # Other calls were answered meanwhile: the server is up and only this
+                    # call is slow. Stopping it would fail their calls too; the SDK sends
+                    # notifications/cancelled for this one.
+                    return AgentToolResult.error(
+                        f"MCP server {self.name!r} did not answer {tool} within "
+                        f"{time_limit:g} s; the call was cancelled"
+                    )
                 await self.stop()
                 return AgentToolResult.error(
                     f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s; "
@@ -231,7 +262,30 @@ def connect_to(config: ServerConfig) -> Callable[[], AbstractAsyncContextManager
 
 
 def _describe(error: BaseException) -> str:
+    """``error`` in one bounded line: it ends up in a tool result a model reads, and in logs."""
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
-    text = str(error) or type(error).__name__
-    return text
+    if isinstance(error, ValidationError):
+        return f"not a valid {error.title}: {_first_problem(error)}"
+    # A long message (jsonschema's) says what was wrong in its first paragraph.
+    text = str(error).strip().split("\n\n")[0]
+    return one_line(text or type(error).__name__, MAX_ERROR_CHARS)
+
+
+def _first_problem(error: ValidationError) -> str:
+    # Pydantic tries each member of a union (a content block's kinds), and names the member in
+    # the location: those names are left out, and the first member's problem stands for all.
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    path = ".".join(str(part) for part in first["loc"] if not str(part)[:1].isupper())
+    more = len({_place(p["loc"]) for p in problems}) - 1
+    text = f"{path or '(top level)'}: {first['msg']}"
+    return one_line(text + (f" (and {more} more)" if more else ""), MAX_ERROR_CHARS)
+
+
+def _place(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """Where a problem is: the union a member's name begins, or the field."""
+    for index, part in enumerate(loc):
+        if str(part)[:1].isupper():
+            return loc[:index]
+    return loc

@@ -33,6 +33,14 @@ async def slow(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def wait_for(path: str) -> str:
+    """Answer once a file exists at ``path``."""
+    while not await anyio.Path(path).exists():
+        await anyio.sleep(0.02)
+    return "there"
+
+
+@server.tool()
 async def crash() -> str:
     """Exit the process at once."""
     os._exit(3)

@@ -1,0 +1,68 @@
+"""A downstream server that answers JSON-RPC by hand, for answers no SDK server would send:
+results that are not valid MCP. Run as a real child process over stdio.
+
+``tools/list`` lists ``good``, ``bad_result`` (a text block without its text),
+``wrong_structure`` (structured content its output schema refuses) and ``pid``; with
+``--bad-tool`` it also lists a tool without an input schema.
+"""
+
+import json
+import os
+import sys
+from typing import Any
+
+TOOLS = [
+    {"name": "good", "inputSchema": {"type": "object"}},
+    {"name": "bad_result", "inputSchema": {"type": "object"}},
+    {
+        "name": "wrong_structure",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+        },
+    },
+    {"name": "pid", "inputSchema": {"type": "object"}},
+]
+RESULTS: dict[str, dict[str, Any]] = {
+    "good": {"content": [{"type": "text", "text": "fine"}]},
+    "bad_result": {"content": [{"type": "text", "text": "kept"}, {"type": "text"}]},
+    "wrong_structure": {
+        "content": [{"type": "text", "text": "{}"}],
+        "structuredContent": {"n": "not a number"},
+    },
+}
+
+
+def answer(message: dict[str, Any]) -> dict[str, Any] | None:
+    result: dict[str, Any]
+    method = message.get("method")
+    if "id" not in message:
+        return None  # a notification
+    if method == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "raw", "version": "1"},
+        }
+    elif method == "tools/list":
+        tools = TOOLS + ([{"name": "no_schema"}] if "--bad-tool" in sys.argv else [])
+        result = {"tools": tools}
+    elif method == "tools/call":
+        name = message["params"]["name"]
+        if name == "pid":
+            result = {"content": [{"type": "text", "text": str(os.getpid())}]}
+        else:
+            result = RESULTS[name]
+    else:
+        error = {"code": -32601, "message": f"no method {method}"}
+        return {"jsonrpc": "2.0", "id": message["id"], "error": error}
+    return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+
+
+for line in sys.stdin:
+    reply = answer(json.loads(line))
+    if reply is not None:
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
