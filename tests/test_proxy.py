@@ -92,6 +92,19 @@ async def test_tool_names_model_apis_refuse_are_given_names_they_take(hub: ToolH
     assert [tool.name for tool in await hub.tools(only)] == [dotted[0].name]
 
 
+async def test_tools_of_two_servers_with_one_qualified_name_are_both_kept() -> None:
+    """Server ``t``'s ``_pid`` and server ``t_``'s ``pid`` are both ``t___pid``: the first
+    listed keeps the name, the other gets one of its own (it was left out)."""
+    async with ToolHub({"t": stdio_config(), "t_": stdio_config()}) as hub:
+        tools = by_name(await hub.tools())
+        same = [tool for name, tool in tools.items() if name.startswith("t___pid")]
+        assert len(same) == 2 and same[0].name == "t___pid"
+        pid_of_t = text_of(await call(tools["t__pid"]))
+        pid_of_t_ = text_of(await call(tools["t____pid"]))  # t_'s _pid
+        assert pid_of_t != pid_of_t_
+        assert [text_of(await call(tool)) for tool in same] == [pid_of_t, pid_of_t_]
+
+
 async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
     """Pages of tools with a next cursor each time: the first MAX_TOOLS are taken."""
     from mcp import Client
@@ -262,6 +275,8 @@ async def test_a_slow_call_on_a_server_that_answers_others_stops_only_itself(
             with anyio.fail_after(10):
                 while not updates:  # its progress came back: the slow call is in flight
                     await anyio.sleep(0.02)
+            # The waiting call must outlast the slow one's limit and answer within its own.
+            await anyio.sleep(1)
             assert text_of(await call(tools["t__echo"], text="up")) == "up"
             group.start_soon(waiting)
             with anyio.fail_after(15):
@@ -269,7 +284,7 @@ async def test_a_slow_call_on_a_server_that_answers_others_stops_only_itself(
                     await anyio.sleep(0.02)
             there.touch()
         assert text_of(results["slow"]).endswith("within 3 s; the call was cancelled")
-        assert text_of(results["waiting"]) == "there"
+        assert text_of(results["waiting"]) == "there", text_of(results["waiting"])
         assert alive(pid) and hub.connection("t").starts == 1
 
 

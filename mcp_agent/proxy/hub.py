@@ -109,16 +109,25 @@ class ToolHub:
         async with anyio.create_task_group() as group:
             for index, (connection, _, _) in enumerate(sources):
                 group.start_soon(list_tools, index, connection)
-        chosen: dict[str, tuple[McpServerConnection, types.Tool, float | None]] = {}
+        # Keyed by server and tool: "p" with "_echo" and "p_" with "echo" are both "p___echo",
+        # and both are kept (a server listing a name twice has one tool of that name).
+        chosen: dict[
+            tuple[str | None, str], tuple[str, McpServerConnection, types.Tool, float | None]
+        ] = {}
         for (connection, prefix, timeout), tools in zip(sources, listed, strict=True):
             for tool in tools:
                 name = qualified_name(prefix, tool.name) if prefix else tool.name
-                chosen.setdefault(name, (connection, tool, timeout))  # listed twice: one tool
-        # Names a model API takes keep them; the others get names no tool has (of all the
-        # servers', so that a tool's name does not depend on the agent).
-        taken = {name for name in chosen if model_tool_name(name, ()) == name}
-        for name, (connection, tool, timeout) in chosen.items():
-            safe = name if name in taken else model_tool_name(name, taken)
+                chosen.setdefault((prefix, tool.name), (name, connection, tool, timeout))
+        # Names a model API takes keep them (the first tool of a name); the others get names no
+        # tool has (of all the servers', so that a tool's name does not depend on the agent).
+        taken: set[str] = set()
+        kept = set()
+        for key, (name, *_) in chosen.items():
+            if name not in taken and model_tool_name(name, ()) == name:
+                taken.add(name)
+                kept.add(key)
+        for key, (name, connection, tool, timeout) in chosen.items():
+            safe = name if key in kept else model_tool_name(name, taken)
             taken.add(safe)
             if agent is None or agent.allows_tool(name):
                 result.append(self._agent_tool(connection, tool, safe, timeout, run_meta, name))

@@ -22,6 +22,13 @@ async def pid() -> int:
     return os.getpid()
 
 
+@server.tool(name="_pid")
+async def underscore_pid() -> int:
+    """The server's process id, under a name that with the server's name makes another's:
+    server ``t`` with ``_pid`` and server ``t_`` with ``pid`` are both ``t___pid``."""
+    return os.getpid()
+
+
 @server.tool()
 async def slow(seconds: float, ctx: Context) -> str:
     """Sleep, reporting progress every 50 ms."""
