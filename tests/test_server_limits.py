@@ -87,6 +87,20 @@ async def test_runs_beyond_the_client_limit_are_refused(tmp_path: Path) -> None:
         assert second["status"] == "completed"
 
 
+async def test_sub_agents_count_against_the_client_whose_run_started_them(
+    tmp_path: Path,
+) -> None:
+    async with Client(make_server(tmp_path, max_runs=10, max_runs_per_client=1)) as client:
+        run = await call(client, "agent_run", prompt="delegate:loner:say cheese", agent="helper")
+        assert run["status"] == "completed"
+        assert "too many runs for this client" in run["answer"]
+        assert "echo: say cheese" not in run["answer"]
+    async with Client(make_server(tmp_path, max_runs=10, max_runs_per_client=2)) as client:
+        for _ in range(2):  # both runs are counted out when they end
+            run = await call(client, "agent_run", prompt="delegate:loner:cheese", agent="helper")
+            assert "echo: cheese" in run["answer"]
+
+
 def test_a_client_that_stops_reading_does_not_stall_its_run(tmp_path: Path) -> None:
     """Over stdio, a client asks for a run with progress and then never reads: the progress
     messages fill the pipe, yet the run ends, its answer is stored and its lease let go."""

@@ -121,6 +121,9 @@ def build_builtin_server(state: AppState) -> MCPServer:
                     parent_session=parent_id,
                     listener=listener,
                     inherited=inherited,
+                    # Counted against the client whose run asked: one client's runs must not
+                    # fill the server by delegating.
+                    client=caller.client if caller is not None else None,
                 )
             except (Refused, SessionError) as error:
                 raise ToolError(str(error)) from None
