@@ -115,6 +115,42 @@ async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
     assert errors and "'broken'" in errors[0]["data"]["error"]
 
 
+async def test_a_run_answers_at_once_while_a_server_is_still_starting(tmp_path: Path) -> None:
+    """agent_run(wait=false) answers once the run is under way, not after the servers'
+    start (up to their time limit); cancelled meanwhile, the run ends aborted with its
+    prompt stored, and the starting child is stopped."""
+    provider = ScriptedProvider(lambda context: reply("fine"))
+    pid_file = tmp_path / "pid"
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    silent = {"command": sys.executable, "args": ["-c", script], "timeout": 20}
+    server = agent_server(tmp_path, {"scripted": provider}, servers={"silent": silent})
+    async with Client(server) as client:
+        started = await run(client, "hi", wait=False)
+        with anyio.fail_after(15):
+            while not pid_file.exists() or not pid_file.read_text():
+                await anyio.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert alive(pid)  # still starting: agent_run did not wait for it
+        status = await client.call_tool("agent_status", {"run_id": started["runId"]})
+        assert status.structured_content["status"] == "running"
+        cancelled = await client.call_tool("agent_cancel", {"run_id": started["runId"]})
+        assert cancelled.structured_content["status"] == "aborted"
+        assert provider.calls == []
+        entries = await client.call_tool(
+            "session_get", {"session_id": started["sessionId"], "view": "entries", "limit": 0}
+        )
+        messages = [
+            e["message"] for e in entries.structured_content["entries"] if e["type"] == "message"
+        ]
+        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert messages[-1]["stopReason"] == "aborted"
+        with anyio.fail_after(15):
+            while alive(pid):
+                await anyio.sleep(0.05)
+
+
 # agent_run's advertised schema is in OpenAI strict form: every argument is required, the
 # optional ones given as null; the parent's tool loop checks calls against that schema.
 CHILD_RUN_DEFAULTS = {"session_id": None, "agent": None, "model": None, "wait": None}

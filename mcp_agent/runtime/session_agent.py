@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -78,7 +78,9 @@ class SessionAgent(Agent):
     """An Agent that writes into ``session``; ``compaction`` and ``retry`` as pi's
     AgentSession does them. ``offload`` runs each session read and write during a run (the
     server: worker threads, so a slow database never holds the event loop; default: inline).
-    The other options are the Agent's."""
+    ``load_tools`` gives more tools before the first prompt runs, as ``add_tools`` takes them
+    (servers that may take a while to start: an abort meanwhile stops the wait, and the
+    prompt is stored and ends aborted). The other options are the Agent's."""
 
     def __init__(
         self,
@@ -88,11 +90,14 @@ class SessionAgent(Agent):
         retry: RetrySettings | None = None,
         context: SessionContext | None = None,
         offload: Offload = inline,
+        load_tools: Callable[[], Awaitable[Sequence[AgentTool]]] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
         self.session = session
         self.offload = offload
+        self._load_tools = load_tools
+        self._loading_tools: anyio.CancelScope | None = None
         self.compaction = compaction
         self.retry = retry
         self._compaction_abort: AbortController | None = None
@@ -142,13 +147,7 @@ class SessionAgent(Agent):
             chosen = model
         if chosen is None:
             raise ValueError("the session names no model: pass model=")
-        names = context.active_tool_names
-        if names is None:
-            active, inactive = list(tools), []
-        else:
-            by_name = {t.name: t for t in tools}
-            active = [by_name[n] for n in names if n in by_name]
-            inactive = [t for t in tools if t.name not in names]
+        active, inactive = _split_tools(tools, context.active_tool_names)
         return cls(
             session=session,
             context=context,  # the context just built: a long one is not read twice
@@ -160,6 +159,13 @@ class SessionAgent(Agent):
             thinking_level=options.pop("thinking_level", context.thinking_level),
             **options,
         )
+
+    def add_tools(self, tools: Sequence[AgentTool]) -> None:
+        """Know ``tools`` too, as ``from_session`` would have: active where the session says
+        so (all of them when it names none). Nothing is recorded: the session says it."""
+        active, inactive = _split_tools(tools, self._recorded_tools)
+        self._pool.update((t.name, t) for t in (*inactive, *active))
+        self.state.tools = [*self.state.tools, *active]
 
     @property
     def session_id(self) -> str:
@@ -177,6 +183,8 @@ class SessionAgent(Agent):
             self._compaction_abort.abort(reason)
         if self._retry_abort is not None:
             self._retry_abort.abort(reason)
+        if self._loading_tools is not None:
+            self._loading_tools.cancel()
 
     # --- the Agent's hooks ------------------------------------------------------------------
 
@@ -231,6 +239,11 @@ class SessionAgent(Agent):
             self._recorded_tools = names
 
     async def _before_prompt(self) -> None:
+        if self._load_tools is not None:
+            load, self._load_tools = self._load_tools, None
+            with anyio.CancelScope() as self._loading_tools:
+                self.add_tools(await load())
+            self._loading_tools = None
         if self._compacts() and self._over_threshold():
             await self._compact("threshold")
 
@@ -407,3 +420,15 @@ def _model_ref(model: Any) -> tuple[str, str] | None:
     if isinstance(model, Mapping):
         return str(model["provider"]), str(model.get("modelId") or model.get("model_id"))
     return str(model.provider), str(getattr(model, "model_id", None) or model.id)
+
+
+def _split_tools(
+    tools: Sequence[AgentTool], active_names: Sequence[str] | None
+) -> tuple[list[AgentTool], list[AgentTool]]:
+    """``tools`` as (active, inactive) by the names a session records (None: all active)."""
+    if active_names is None:
+        return list(tools), []
+    by_name = {t.name: t for t in tools}
+    return [by_name[n] for n in active_names if n in by_name], [
+        t for t in tools if t.name not in active_names
+    ]

@@ -24,6 +24,7 @@ from mcp_agent.runtime.models import ModelOverrides, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.session import Session
+from mcp_agent.tools import AgentTool
 
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
@@ -116,9 +117,21 @@ async def start_run(
     hub = state.hub
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
-        errors: list[str] = []
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
-        tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
+
+        async def load_tools() -> list[AgentTool]:
+            # In the run's own task, once the run is under way: a downstream server's start
+            # (up to its time limit) must not hold up agent_run(wait=false)'s answer.
+            errors: list[str] = []
+            tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
+            if errors:
+
+                def note_errors() -> None:
+                    for error in errors:
+                        session.append_custom("tool_server_error", {"error": error})
+
+                await state.offload(note_errors)
+            return tools
 
         def build() -> SessionAgent:
             options: dict[str, Any] = {}
@@ -131,7 +144,7 @@ async def start_run(
                 resolve_model=lambda provider, model_id: (
                     chosen if (provider, model_id) == (chosen.provider, chosen.id) else None
                 ),
-                tools=tools,
+                load_tools=load_tools,
                 system_prompt=manifest.system_prompt,
                 max_turns=manifest.max_turns,
                 compaction=CompactionSettings(),
@@ -145,8 +158,6 @@ async def start_run(
             )
             if agent.state.model.ref != chosen.ref:
                 agent.set_model(chosen)  # idle: recorded at once, on this worker thread
-            for error in errors:
-                session.append_custom("tool_server_error", {"error": error})
             return agent
 
         return await state.offload(build), name
