@@ -133,6 +133,34 @@ async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
     assert len(pages) == -(-MAX_TOOLS // 300)  # the pages that hold them, and no more
 
 
+@pytest.mark.parametrize("cursor", ["same", "new"])
+async def test_a_server_that_pages_in_a_circle_or_without_tools_is_cut_short(
+    cursor: str,
+) -> None:
+    """The same cursor again, or empty pages with new cursors: the tools read are taken,
+    instead of paging until the start's time limit gives up on the server."""
+    from mcp import Client
+    from mcp.server.lowlevel import Server
+
+    from mcp_agent.proxy.downstream import MAX_TOOL_PAGES, McpServerConnection
+
+    pages: list[str | None] = []
+
+    async def list_tools(_: Any, params: types.PaginatedRequestParams | None) -> Any:
+        pages.append(params.cursor if params else None)
+        tools = [types.Tool(name="only", input_schema={"type": "object"})] if not pages[1:] else []
+        next_cursor = "again" if cursor == "same" else f"page{len(pages)}"
+        return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
+
+    circle = Server("circle", on_list_tools=list_tools)
+    connection = McpServerConnection("circle", lambda: Client(circle), start_timeout=10)
+    async with anyio.create_task_group() as group:
+        tools = await connection.tools(group)
+        await connection.stop()
+    assert [tool.name for tool in tools] == ["only"]
+    assert len(pages) == (2 if cursor == "same" else MAX_TOOL_PAGES + 1)
+
+
 async def test_a_result_too_large_for_a_model_is_cut_saying_so(hub: ToolHub) -> None:
     from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 
@@ -451,3 +479,33 @@ async def test_a_tool_list_that_is_not_valid_mcp_is_said_in_one_line() -> None:
             "MCP server 'r' could not be started: not a valid ListToolsResult: "
             "tools.4.inputSchema: Field required"
         ]
+
+
+def test_the_images_and_blocks_of_one_result_are_bounded() -> None:
+    """2,000 small images once made a 22 MB entry, sent again to the model every turn."""
+    from mcp_agent.proxy.convert import (
+        MAX_RESULT_BLOCKS,
+        MAX_RESULT_IMAGE_CHARS,
+        MAX_RESULT_IMAGES,
+        to_agent_result,
+    )
+
+    small = types.ImageContent(data="A" * 8000, mime_type="image/png")
+    many = to_agent_result(types.CallToolResult(content=[small] * 500))
+    images = [block for block in many.content if isinstance(block, ImageContent)]
+    assert len(images) == MAX_RESULT_IMAGES
+    note = narrow(many.content[-1], TextContent).text
+    assert note.startswith(f"[{500 - MAX_RESULT_IMAGES} more images (") and "left out" in note
+
+    large = types.ImageContent(data="A" * (MAX_RESULT_IMAGE_CHARS // 3), mime_type="image/png")
+    heavy = to_agent_result(types.CallToolResult(content=[large] * 5))
+    kept = [block for block in heavy.content if isinstance(block, ImageContent)]
+    assert sum(len(block.data) for block in kept) <= MAX_RESULT_IMAGE_CHARS and len(kept) == 3
+    assert narrow(heavy.content[-1], TextContent).text.startswith("[2 more images (")
+
+    empty = types.TextContent(text="")
+    blocks = to_agent_result(types.CallToolResult(content=[empty] * 5000))
+    assert len(blocks.content) == MAX_RESULT_BLOCKS + 1
+    assert narrow(blocks.content[-1], TextContent).text == (
+        f"[cut: the tool's result held 5,000 blocks; the first {MAX_RESULT_BLOCKS:,} are kept]"
+    )

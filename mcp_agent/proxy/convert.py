@@ -93,21 +93,36 @@ def to_agent_result(result: types.CallToolResult) -> AgentToolResult:
 MAX_RESULT_CHARS = 100_000
 # One image's base64 (Anthropic takes 5 MB an image).
 MAX_IMAGE_CHARS = (5 << 20) * 4 // 3
+# The images of one result, in number and in all (a request to a model API holds 20 to 100
+# images and 32 MB at most; each result stays in the session and is sent again every turn).
+MAX_RESULT_IMAGES = 20
+MAX_RESULT_IMAGE_CHARS = 2 * MAX_IMAGE_CHARS
+# Blocks of one result: empty text blocks cost no characters but still a list entry each.
+MAX_RESULT_BLOCKS = 1000
 
 
 def _bounded(content: list[TextContent | ImageContent]) -> list[TextContent | ImageContent]:
-    """``content`` with its text cut at ``MAX_RESULT_CHARS`` in all, and images too large to
-    send left out, each saying so."""
+    """``content`` with its text cut at ``MAX_RESULT_CHARS`` in all, images too large to send
+    and those past the bounds of a result left out, and at most ``MAX_RESULT_BLOCKS`` blocks,
+    each cut saying so."""
     kept: list[TextContent | ImageContent] = []
     left = MAX_RESULT_CHARS
     total = 0
-    for block in content:
+    images = image_chars = 0
+    over: list[int] = []  # sizes of the images left out for the bounds of a result
+    for block in content[:MAX_RESULT_BLOCKS]:
         if isinstance(block, ImageContent):
-            if len(block.data) <= MAX_IMAGE_CHARS:
+            size = len(block.data) * 3 // 4
+            if len(block.data) > MAX_IMAGE_CHARS:
+                kept.append(TextContent(text=f"[an image of {size:,} bytes left out: over 5 MB]"))
+            elif images < MAX_RESULT_IMAGES and image_chars + len(block.data) <= (
+                MAX_RESULT_IMAGE_CHARS
+            ):
+                images += 1
+                image_chars += len(block.data)
                 kept.append(block)
             else:
-                size = len(block.data) * 3 // 4
-                kept.append(TextContent(text=f"[an image of {size:,} bytes left out: over 5 MB]"))
+                over.append(size)
             continue
         total += len(block.text)
         if left > 0:
@@ -118,6 +133,21 @@ def _bounded(content: list[TextContent | ImageContent]) -> list[TextContent | Im
             TextContent(
                 text=f"[cut: the tool's result held {total:,} characters of text; the first"
                 f" {MAX_RESULT_CHARS:,} are kept]"
+            )
+        )
+    if over:
+        kept.append(
+            TextContent(
+                text=f"[{len(over)} more images ({sum(over):,} bytes) left out: a result keeps"
+                f" at most {MAX_RESULT_IMAGES} images, {MAX_RESULT_IMAGE_CHARS * 3 // 4:,} bytes"
+                " in all]"
+            )
+        )
+    if len(content) > MAX_RESULT_BLOCKS:
+        kept.append(
+            TextContent(
+                text=f"[cut: the tool's result held {len(content):,} blocks; the first"
+                f" {MAX_RESULT_BLOCKS:,} are kept]"
             )
         )
     return kept

@@ -38,6 +38,7 @@ START_RETRY_DELAY = 30.0
 # The tools taken from one server: a server that pages without end must not fill the memory
 # (and a model API takes a few hundred tools in a request at most).
 MAX_TOOLS = 1000
+MAX_TOOL_PAGES = 100
 # How much of a server's error text a result or a log line quotes.
 MAX_ERROR_CHARS = 500
 
@@ -115,6 +116,7 @@ class McpServerConnection:
             async with self._connect() as client:
                 tools: list[types.Tool] = []
                 cursor: str | None = None
+                cursors: set[str] = set()
                 while True:
                     page = await client.list_tools(cursor=cursor)
                     room = MAX_TOOLS - len(tools)
@@ -129,6 +131,17 @@ class McpServerConnection:
                         break
                     if not cursor:
                         break
+                    if cursor in cursors or len(cursors) >= MAX_TOOL_PAGES:
+                        # Paging in a circle, or page after page of nothing: it would go on
+                        # until the start's time limit gave up on the server.
+                        log.warning(
+                            "MCP server %r pages its tools without end (a cursor again, or "
+                            "over %d pages): the tools of the pages read are taken",
+                            self.name,
+                            MAX_TOOL_PAGES,
+                        )
+                        break
+                    cursors.add(cursor)
                 self._client, self._tools = client, tools
                 self.starts += 1
                 started = True
