@@ -272,6 +272,18 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
                 said = str(raised.value)
                 assert "cannot reach the session database" in said, said
                 assert "nothing was written" in said and "busy" not in said
+                # Known down: the next call says so without waiting for the pool again.
+                waits: list[float | None] = []
+                pool_connection = repo.database.pool.connection
+
+                def counted(timeout: float | None = None) -> Any:
+                    waits.append(timeout)
+                    return pool_connection(timeout)
+
+                monkeypatch.setattr(repo.database.pool, "connection", counted)
+                with pytest.raises(SessionError, match="cannot reach the session database"):
+                    repo.open(session_id).append_message(user_message("lost again?"))
+                assert waits == []
             finally:
                 admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         # Back: the pool reconnects, and the session is as it was.

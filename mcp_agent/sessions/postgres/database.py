@@ -190,6 +190,7 @@ class PostgresDatabase:
             name="mcp-agent-sessions",
         )
         self._closed = threading.Event()
+        self._unreachable = False  # the pool timed out and a connection attempt failed
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request.
@@ -205,6 +206,13 @@ class PostgresDatabase:
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         if self._closed.is_set():
             raise SessionError("closed", f"the session database {self.where} is closed")
+        if self._unreachable:
+            # Found down before: one connection attempt says whether it is still, instead of
+            # every call waiting the pool's whole timeout while the pool retries.
+            down = self._probe()
+            if down is not None:
+                raise down
+            self._unreachable = False
         try:
             with self.pool.connection() as conn:
                 yield conn
@@ -220,20 +228,27 @@ class PostgresDatabase:
     def _no_connection(self) -> SessionError:
         """Why the pool gave no connection in time: the database is down or unreachable (the
         pool only retries then), or every connection stayed busy."""
+        down = self._probe()
+        if down is not None:
+            self._unreachable = True
+            return down
+        return SessionError(
+            "busy",
+            f"every connection to the session database {self.where} stayed busy for"
+            f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
+        )
+
+    def _probe(self) -> SessionError | None:
+        """Whether a connection can be made now: None, or the error saying why not."""
         try:
             with psycopg.connect(self.url, connect_timeout=5):
-                pass
+                return None
         except psycopg.Error as error:
             return SessionError(
                 "storage",
                 f"cannot reach the session database {self.where}: {one_line(error)};"
                 " nothing was written, try again",
             )
-        return SessionError(
-            "busy",
-            f"every connection to the session database {self.where} stayed busy for"
-            f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
-        )
 
     def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` in one transaction (committed when it returns, rolled back when it
