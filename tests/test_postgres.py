@@ -291,6 +291,38 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
 
 
+def test_a_read_only_database_is_said_so_and_nothing_is_written(
+    postgres_url: str, pg_cluster: Any
+) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session = repo.create(name="kept")
+        before = len(session.get_entries())
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [name],
+            )
+            try:
+                with pytest.raises(SessionError) as raised:
+                    session.append_message(user_message("lost?"))
+                said = str(raised.value)
+                assert "is read-only" in said and "nothing was written" in said, said
+            finally:
+                admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    [name],
+                )
+        assert len(repo.open(session.id).get_entries()) == before
+
+
 def user_message(text: str) -> UserMessage:
     return UserMessage(content=text)
 

@@ -144,9 +144,24 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def storage_error(where: str, error: psycopg.Error) -> SessionError:
-    """A database failure as an error that says what happened; the transaction it broke was
-    rolled back, so nothing was written."""
-    return SessionError("storage", f"the session database {where} failed: {one_line(error)}")
+    """A database failure as an error that says what happened and what became of the write."""
+    if isinstance(error, pg_errors.ReadOnlySqlTransaction):
+        return SessionError(
+            "storage",
+            f"the session database {where} is read-only (a standby server, or"
+            " default_transaction_read_only is on); nothing was written",
+        )
+    if isinstance(error, psycopg.OperationalError):
+        # Lost with the connection, perhaps during the commit: the write is whole or absent.
+        return SessionError(
+            "storage",
+            f"the connection to the session database {where} broke: {one_line(error)};"
+            " a write under way is either whole or absent, read before writing it again",
+        )
+    # The statement failed: its transaction was rolled back.
+    return SessionError(
+        "storage", f"the session database {where} failed: {one_line(error)}; nothing was written"
+    )
 
 
 class PostgresDatabase:
