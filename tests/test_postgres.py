@@ -10,6 +10,8 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +247,25 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     assert "secret" not in str(raised.value)
 
 
+@contextmanager
+def altered(admin: Any, name: str, change: str, undo: str) -> Iterator[None]:
+    """``ALTER DATABASE name change`` for the block, its connections dropped so that new ones
+    meet the change (and again after ``undo``)."""
+
+    def drop() -> None:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+        )
+
+    admin.execute(f"ALTER DATABASE {name} {change}")
+    drop()
+    try:
+        yield
+    finally:
+        admin.execute(f"ALTER DATABASE {name} {undo}")
+        drop()
+
+
 def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,12 +281,7 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
     with PostgresSessionRepo(postgres_url) as repo:
         session_id = repo.create(name="kept").id
         with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
-            admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                [name],
-            )
-            try:
+            with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
                 with pytest.raises(SessionError) as raised:
                     repo.open(session_id).append_message(user_message("lost?"))
                 assert raised.value.code == "storage", raised.value
@@ -284,8 +300,6 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
                 with pytest.raises(SessionError, match="cannot reach the session database"):
                     repo.open(session_id).append_message(user_message("lost again?"))
                 assert waits == []
-            finally:
-                admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         # Back: the pool reconnects, and the session is as it was.
         session = repo.open(session_id)
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
@@ -304,22 +318,15 @@ def test_a_read_only_database_is_said_so_and_nothing_is_written(
         session = repo.create(name="kept")
         before = len(session.get_entries())
         with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
-            admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                [name],
+            on, off = (
+                "SET default_transaction_read_only = on",
+                "RESET default_transaction_read_only",
             )
-            try:
+            with altered(admin, name, on, off):
                 with pytest.raises(SessionError) as raised:
                     session.append_message(user_message("lost?"))
                 said = str(raised.value)
                 assert "is read-only" in said and "nothing was written" in said, said
-            finally:
-                admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                    [name],
-                )
         assert len(repo.open(session.id).get_entries()) == before
 
 
