@@ -7,7 +7,7 @@ a conversation are shown as they are.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,8 +39,15 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
 )
-from mcp_agent.sessions.outline import Parts, entry_parts, flat_tree, message_parts
-from mcp_agent.sessions.session import Session, TreeNode
+from mcp_agent.sessions.outline import (
+    Parts,
+    TreeLike,
+    entry_parts,
+    flat_tree,
+    message_parts,
+    outline_tree,
+)
+from mcp_agent.sessions.session import Session
 from mcp_agent.wire import escape_controls, one_line
 
 ROLE_STYLES = {
@@ -267,11 +274,11 @@ def session_tree(
     session: Session, full: bool = False, width: int = 100, full_hint: str = FULL_HINT
 ) -> Tree:
     heading = session_heading(session)
-    return tree_view(session.tree(), session.leaf_id, heading, full, width, full_hint)
+    return tree_view(outline_tree(session), session.leaf_id, heading, full, width, full_hint)
 
 
 def tree_view(
-    roots: list[TreeNode],
+    roots: Sequence[TreeLike],
     leaf_id: str | None,
     heading: RenderableType,
     full: bool = False,
@@ -289,7 +296,7 @@ def tree_view(
     pending: list[_Group] = []
 
     def later(group: _Group) -> None:
-        leads = any(start.entry.id in on_path for start in group[1])
+        leads = any(start.id in on_path for start in group[1])
         (toward_leaf if leads else pending).append(group)
 
     later((root, roots, 0, None))
@@ -299,7 +306,7 @@ def tree_view(
         parent, starts, depth, flattened_from = (toward_leaf or pending).pop()
         ordered = starts
         if not full and drawn + len(starts) > TREE_RUNS:  # cut among them: the leaf's first
-            ordered = sorted(starts, key=lambda start: start.entry.id not in on_path)
+            ordered = sorted(starts, key=lambda start: start.id not in on_path)
         for index, start in enumerate(ordered):
             if not full and drawn >= TREE_RUNS:
                 rest = [
@@ -321,13 +328,13 @@ def tree_view(
                 label = Text(f"↳ branch of {flattened_from}\n", "dim").append_text(label)
             node = parent.add(label)
             drawn += 1
-            leaf_drawn = leaf_drawn or any(entry.entry.id == leaf_id for entry in run)
+            leaf_drawn = leaf_drawn or any(node.id == leaf_id for node in run)
             last = run[-1]
             if last.children:
                 if depth + 1 < MAX_NESTING:
                     later((node, last.children, depth + 1, None))
                 else:
-                    later((parent, last.children, depth, last.entry.id))
+                    later((parent, last.children, depth, last.id))
     if leaf_id is None and roots:
         root.add(Text("◀ leaf: before the first entry", "bold"))
     return root
@@ -335,10 +342,10 @@ def tree_view(
 
 # A group of sibling runs to draw: the tree node they hang from, their first entries, their
 # depth, and the entry they branch from when drawn flattened.
-_Group = tuple[Tree, list[TreeNode], int, str | None]
+_Group = tuple[Tree, Sequence[TreeLike], int, str | None]
 
 
-def _count(starts: list[TreeNode]) -> int:
+def _count(starts: Sequence[TreeLike]) -> int:
     """The entries in the subtrees of ``starts``."""
     count, pending = 0, list(starts)
     while pending:
@@ -348,14 +355,14 @@ def _count(starts: list[TreeNode]) -> int:
     return count
 
 
-def path_to(roots: list[TreeNode], leaf_id: str | None) -> set[str]:
+def path_to(roots: Sequence[TreeLike], leaf_id: str | None) -> set[str]:
     """The ids from the root to ``leaf_id``."""
     parents: dict[str, str | None] = {}
-    pending: list[tuple[TreeNode, str | None]] = [(node, None) for node in roots]
+    pending: list[tuple[TreeLike, str | None]] = [(node, None) for node in roots]
     while pending:
         node, parent = pending.pop()
-        parents[node.entry.id] = parent
-        pending.extend((child, node.entry.id) for child in node.children)
+        parents[node.id] = parent
+        pending.extend((child, node.id) for child in node.children)
     path: set[str] = set()
     current = leaf_id
     while current is not None and current in parents and current not in path:
@@ -365,7 +372,7 @@ def path_to(roots: list[TreeNode], leaf_id: str | None) -> set[str]:
 
 
 def run_text(
-    run: list[TreeNode],
+    run: list[TreeLike],
     leaf_id: str | None,
     on_path: set[str],
     full: bool,
@@ -376,7 +383,7 @@ def run_text(
     keep = range(len(run))
     if not full and len(run) > RUN_LIMIT:
         wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
-        wanted |= {i for i, node in enumerate(run) if node.label or node.entry.id == leaf_id}
+        wanted |= {i for i, node in enumerate(run) if node.label or node.id == leaf_id}
         keep = sorted(wanted)  # type: ignore[assignment]
     text = Text()
     previous = -1
@@ -396,7 +403,7 @@ def run_text(
     return text
 
 
-def node_line(node: TreeNode, leaf_id: str | None, on_path: set[str], limit: int = 80) -> Text:
+def node_line(node: TreeLike, leaf_id: str | None, on_path: set[str], limit: int = 80) -> Text:
     """One entry on one line of at most ``limit`` cells: id, summary, label, leaf mark."""
     entry = node.entry
     line = Text(f"{escape_controls(entry.id)} ", "dim")

@@ -9,9 +9,9 @@ has no nesting whatever the session's depth."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from mcp_agent.messages import (
     AssistantMessage,
@@ -200,6 +200,70 @@ def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]
         )
         for row in index.nodes
     ]
+
+
+class TreeLike(Protocol):
+    """A node of the session tree: ``Session.tree``'s ``TreeNode`` or an ``OutlineNode``."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def label(self) -> str | None: ...
+    @property
+    def children(self) -> Sequence[TreeLike]: ...
+    @property
+    def entry(self) -> SessionEntry: ...
+
+
+class OutlineNode:
+    """A node of the tree made from the entries in outline, as ``Session.tree`` gives them:
+    its entry is read and parsed when first asked for."""
+
+    __slots__ = ("_entry", "_read", "children", "id", "label", "type")
+
+    def __init__(
+        self,
+        entry_id: str,
+        kind: str,
+        label: str | None,
+        read: Callable[[str, str], SessionEntry],
+    ) -> None:
+        self.id = entry_id
+        self.type = kind
+        self.label = label
+        self.children: list[OutlineNode] = []
+        self._entry: SessionEntry | None = None
+        self._read = read
+
+    @property
+    def entry(self) -> SessionEntry:
+        if self._entry is None:
+            self._entry = self._read(self.id, self.type)
+        return self._entry
+
+
+def outline_tree(session: Session) -> Sequence[TreeLike]:
+    """``session.tree()``, made from the entries in outline where the storage keeps them, so
+    that only the entries a reader looks at are parsed (a drawing of a 300,000-entry session
+    parsed them all: 28 s and 1.8 GB)."""
+    storage = session.storage
+    if not isinstance(storage, StoredPages):
+        return session.tree()
+    index = tree_index(storage.outline())
+    labels = storage.labels()
+
+    def read(entry_id: str, kind: str) -> SessionEntry:
+        text = storage.stored_json([entry_id]).get(entry_id)
+        if text is None:
+            raise SessionError("not_found", f"entry {entry_id} not found")
+        return storage.parse_stored(entry_id, kind, text)
+
+    nodes = {row[0]: OutlineNode(row[0], row[2], labels.get(row[0]), read) for row in index.nodes}
+    roots: list[OutlineNode] = []
+    for row in index.nodes:
+        parent = index.parent[row[0]]
+        (nodes[parent].children if parent is not None else roots).append(nodes[row[0]])
+    return roots
 
 
 # Entries an outline always lists, however long the chain around them.

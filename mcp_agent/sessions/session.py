@@ -80,6 +80,10 @@ class TreeNode:
     label: str | None = None
     children: list[TreeNode] = field(default_factory=list)
 
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
     def to_json_dict(self) -> dict[str, Any]:
         """The subtree as JSON; built without recursion so deep chains are fine."""
         root: dict[str, Any] = {}
