@@ -403,10 +403,33 @@ def test_show_and_tree_cut_what_a_file_holds_of_absurd_size(
 def test_a_long_text_says_how_many_lines_were_left_out(end: str) -> None:
     from mcp_agent.cli.render import limited
 
-    shown = limited(end.join(f"line {n}" for n in range(20)) + end, full=False, max_lines=12)
+    from rich.text import Text
+
+    said = limited(end.join(f"line {n}" for n in range(20)) + end, full=False, max_lines=12)
+    shown = narrow(said, Text)
     assert shown.plain.startswith("line 0\nline 1\n") and "line 11" in shown.plain
     assert "line 12" not in shown.plain
     assert shown.plain.endswith("… 8 more lines (--full shows all)")
+
+
+def test_a_text_of_many_lines_is_drawn_whole_in_linear_time() -> None:
+    """rich lays out one Text in time that grows with the square of its lines (80,000 lines of
+    a tool's output: 22 s), so a long text is given a Text a line; what it draws is the same."""
+    import io
+
+    from rich.console import Console, Group
+
+    from mcp_agent.cli.render import LINES_AT_ONCE, limited
+
+    text = "\n".join(f"line {n} \x1b[31m" for n in range(LINES_AT_ONCE + 1))
+    said = limited(text, full=True, max_lines=12)
+    assert isinstance(said, Group) and len(said.renderables) == LINES_AT_ONCE + 1
+    drawn = []
+    for renderable in (said, limited(text[: text.rindex("\n")], full=True, max_lines=12)):
+        console = Console(file=io.StringIO(), width=60, record=True)
+        console.print(renderable)
+        drawn.append(console.export_text())
+    assert drawn[0] == drawn[1] + f"line {LINES_AT_ONCE} \\x1b[31m\n"
 
 
 def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
