@@ -401,9 +401,9 @@ def test_show_and_tree_cut_what_a_file_holds_of_absurd_size(
 
 @pytest.mark.parametrize("end", ["\n", "\r", "\r\n", "\u2028"])
 def test_a_long_text_says_how_many_lines_were_left_out(end: str) -> None:
-    from mcp_agent.cli.render import limited
-
     from rich.text import Text
+
+    from mcp_agent.cli.render import limited
 
     said = limited(end.join(f"line {n}" for n in range(20)) + end, full=False, max_lines=12)
     shown = narrow(said, Text)
