@@ -1393,3 +1393,28 @@ def test_show_draws_the_newest_entries_of_a_long_branch(cli: Any, db: Path) -> N
     assert ids[250 - BRANCH_LIMIT - 1] not in shown.stdout and "question 0\n" not in shown.stdout
     whole = cli("sessions", "show", sid, "--full").stdout
     assert all(entry_id in whole for entry_id in ids) and "earlier entries" not in whole
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("limit", "taken"),
+    [(100_000, ["before", "y" * 5_000, "after", "last"]), (1_000, ["before", "after", "last"])],
+)
+async def test_a_piped_line_too_long_is_left_out_saying_so(
+    limit: int, taken: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A piped line is held whole in memory until its end: past the bound it is read to its
+    end and left out, and the lines around it are taken."""
+    from mcp_agent.cli.chat import LineReader
+
+    piped = tmp_path / "piped"
+    piped.write_bytes(b"before\n" + b"x" * 300_000 + b"\n" + b"y" * 5_000 + b"\nafter\nlast")
+    fd = os.open(piped, os.O_RDONLY)
+    reader = LineReader(fd, max_line=limit)
+    try:
+        lines = [await reader.read("> ") for _ in range(len(taken) + 1)]
+    finally:
+        os.close(fd)
+    assert lines == [*taken, None]
+    said = capsys.readouterr().err
+    assert said.count(f"a line of more than {limit:,} bytes was left out") == 5 - len(taken)

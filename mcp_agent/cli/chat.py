@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mcp_agent.cli.common import DbOption, ManifestsOption, out, stdin_is_tty
+from mcp_agent.cli.common import DbOption, ManifestsOption, err, out, stdin_is_tty
 from mcp_agent.cli.run import (
     TERMINATED,
     AgentOption,
@@ -72,6 +72,10 @@ def chat(
         raise typer.Exit(code)
 
 
+# The longest piped line taken as a message: the same bound as a line the server reads.
+MAX_PIPED_LINE = 64 << 20
+
+
 class LineReader:
     """Reads stdin in a daemon thread: a pending read never holds up the program's exit.
 
@@ -80,10 +84,12 @@ class LineReader:
     shutdown then dies on that lock ("Fatal Python error: _enter_buffered_busy") when the chat
     ends with the pipe still open (SIGTERM, or Ctrl-C at the prompt)."""
 
-    def __init__(self) -> None:
-        self.echo = not stdin_is_tty()
+    def __init__(self, fd: int | None = None, max_line: int = MAX_PIPED_LINE) -> None:
+        """``fd``: a pipe to read instead of stdin (piped stdin is read from its own)."""
+        self.echo = fd is not None or not stdin_is_tty()
+        self.max_line = max_line
         self._rest = b""  # piped input read past the last line given
-        self._fd = _file_descriptor(sys.stdin) if self.echo else None
+        self._fd = fd if fd is not None else _file_descriptor(sys.stdin) if self.echo else None
 
     async def read(self, prompt: str) -> str | None:
         import anyio.from_thread
@@ -118,17 +124,42 @@ class LineReader:
         return line
 
     def _piped_line(self, fd: int) -> str | None:
-        """The next line of piped stdin without its end (LF or CRLF); None at the end."""
+        """The next line of piped stdin without its end (LF or CRLF); None at the end. A line
+        longer than ``max_line`` bytes is left out, saying so on stderr."""
         chunks = [self._rest]
+        size = len(self._rest)
         while b"\n" not in chunks[-1]:
+            if size > self.max_line:
+                self._skip_line(fd, chunks[-1])
+                chunks, size = [self._rest], len(self._rest)
+                continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 self._rest = b""
                 last = b"".join(chunks)
                 return last.decode("utf-8", "surrogateescape") if last else None
             chunks.append(chunk)
+            size += len(chunk)
         line, _, self._rest = b"".join(chunks).partition(b"\n")
+        if len(line) > self.max_line:
+            self._said_too_long()
+            return self._piped_line(fd)
         return line.removesuffix(b"\r").decode("utf-8", "surrogateescape")
+
+    def _skip_line(self, fd: int, last: bytes) -> None:
+        """Read to the end of a line too long to take (from ``last``, its latest chunk)."""
+        while b"\n" not in last:
+            last = os.read(fd, 1 << 16)
+            if not last:
+                break
+        self._rest = last.partition(b"\n")[2]
+        self._said_too_long()
+
+    def _said_too_long(self) -> None:
+        err().print(
+            f"a line of more than {self.max_line:,} bytes was left out (a message is one line)",
+            style="yellow",
+        )
 
 
 def _file_descriptor(stream: Any) -> int | None:
