@@ -125,7 +125,9 @@ async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
         return types.ListToolsResult(tools=tools, next_cursor=str(start + 300))
 
     endless = Server("endless", on_list_tools=list_tools)
-    connection = McpServerConnection("endless", lambda: Client(endless), start_timeout=30)
+    connection = McpServerConnection(
+        "endless", lambda handler: Client(endless, message_handler=handler), start_timeout=30
+    )
     async with anyio.create_task_group() as group:
         tools = await connection.tools(group)
         await connection.stop()
@@ -153,7 +155,9 @@ async def test_a_server_that_pages_in_a_circle_or_without_tools_is_cut_short(
         return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
     circle = Server("circle", on_list_tools=list_tools)
-    connection = McpServerConnection("circle", lambda: Client(circle), start_timeout=10)
+    connection = McpServerConnection(
+        "circle", lambda handler: Client(circle, message_handler=handler), start_timeout=10
+    )
     async with anyio.create_task_group() as group:
         tools = await connection.tools(group)
         await connection.stop()
@@ -477,7 +481,7 @@ async def test_a_tool_list_that_is_not_valid_mcp_is_said_in_one_line() -> None:
         assert await hub.tools(on_error=errors.append) == []
         assert errors == [
             "MCP server 'r' could not be started: not a valid ListToolsResult: "
-            "tools.4.inputSchema: Field required"
+            "tools.5.inputSchema: Field required"
         ]
 
 
@@ -509,3 +513,18 @@ def test_the_images_and_blocks_of_one_result_are_bounded() -> None:
     assert narrow(blocks.content[-1], TextContent).text == (
         f"[cut: the tool's result held 5,000 blocks; the first {MAX_RESULT_BLOCKS:,} are kept]"
     )
+
+
+async def test_a_call_unanswered_after_a_line_that_could_not_be_read_says_so() -> None:
+    """The SDK cannot tell which call a line it cannot read answered: the call waits its time
+    limit, and its error then says what came meanwhile."""
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)], timeout=1)
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        said = text_of(await call(tools["r__garbage"]))
+        assert said.startswith(
+            "MCP server 'r' did not answer garbage within 1 s (it sent what could not be read"
+            " meanwhile: not a valid JSON-RPC message: (top level): Invalid JSON: "
+        )
+        assert "\n" not in said and said.endswith("will be restarted on the next call")
+        assert text_of(await call(tools["r__good"])) == "fine"

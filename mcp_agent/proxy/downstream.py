@@ -18,6 +18,7 @@ import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
+from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -43,6 +44,10 @@ MAX_TOOL_PAGES = 100
 MAX_ERROR_CHARS = 500
 
 
+# How to make a client to a server: given the handler of its transport's faults.
+Connect = Callable[[MessageHandlerFnT], AbstractAsyncContextManager[Client]]
+
+
 class DownstreamError(RuntimeError):
     pass
 
@@ -53,9 +58,11 @@ class McpServerConnection:
     def __init__(
         self,
         name: str,
-        connect: Callable[[], AbstractAsyncContextManager[Client]],
+        connect: Connect,
         start_timeout: float | None = None,
     ):
+        """``connect(message_handler)`` makes the client (not yet entered) whose transport's
+        faults go to ``message_handler``."""
         self.name = name
         self._connect = connect
         self._start_timeout = start_timeout
@@ -68,6 +75,9 @@ class McpServerConnection:
         # Calls answered (results and error answers): a call that times out while others
         # were answered is slow on a server that is up.
         self._answers = 0
+        # What the server sent that could not be read (a line that is not JSON-RPC): said when
+        # a call goes unanswered meanwhile, as it may have been the answer.
+        self._unreadable: tuple[int, str] = (0, "")
         # The last failed start: within START_RETRY_DELAY it is reported again at once, so
         # that a broken server does not cost every run its start-up time limit.
         self._failed: tuple[float, DownstreamError] | None = None
@@ -113,7 +123,7 @@ class McpServerConnection:
         self._stop, self._done = stop, done
         started = False
         try:
-            async with self._connect() as client:
+            async with self._connect(self._on_message) as client:
                 tools: list[types.Tool] = []
                 cursor: str | None = None
                 cursors: set[str] = set()
@@ -157,6 +167,12 @@ class McpServerConnection:
             self._client = None
             done.set()
 
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            said = _describe(message)
+            self._unreadable = (self._unreadable[0] + 1, said)
+            log.warning("MCP server %r sent what could not be read: %s", self.name, said)
+
     async def stop(self) -> None:
         stop, done = self._stop, self._done
         if stop is None or done is None:
@@ -178,7 +194,7 @@ class McpServerConnection:
     ) -> AgentToolResult:
         with anyio.CancelScope() as scope:
             remove = signal.on_abort(scope.cancel) if signal else None
-            answers = self._answers
+            answers, unreadable = self._answers, self._unreadable[0]
             try:
                 try:
                     client = await self.ensure_started(task_group)
@@ -209,18 +225,18 @@ class McpServerConnection:
                 self._answers += 1
                 return to_agent_result(result)
             except TimeoutError:
+                late = f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s"
+                count, said = self._unreadable
+                if count != unreadable:
+                    late += f" (it sent what could not be read meanwhile: {said})"
                 if self._answers != answers:
                     # Other calls were answered meanwhile: the server is up and only this
                     # call is slow. Stopping it would fail their calls too; the SDK sends
                     # notifications/cancelled for this one.
-                    return AgentToolResult.error(
-                        f"MCP server {self.name!r} did not answer {tool} within "
-                        f"{time_limit:g} s; the call was cancelled"
-                    )
+                    return AgentToolResult.error(f"{late}; the call was cancelled")
                 await self.stop()
                 return AgentToolResult.error(
-                    f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s; "
-                    "it was stopped and will be restarted on the next call"
+                    f"{late}; it was stopped and will be restarted on the next call"
                 )
             except MCPError as error:
                 if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
@@ -245,30 +261,32 @@ class McpServerConnection:
         return AgentToolResult.error(f"{tool} on MCP server {self.name!r} was aborted")
 
 
-def connect_to(config: ServerConfig) -> Callable[[], AbstractAsyncContextManager[Client]]:
+def connect_to(config: ServerConfig) -> Connect:
     """How to reach a configured server: a child process over stdio, streamable HTTP, or
     (``"type": "sse"``) the older HTTP+SSE transport."""
     if config.command:
         params = StdioServerParameters(
             command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
         )
-        return lambda: Client(params)
+        return lambda handler: Client(params, message_handler=handler)
 
     @asynccontextmanager
-    async def over_http() -> AsyncIterator[Client]:
+    async def over_http(handler: MessageHandlerFnT) -> AsyncIterator[Client]:
         import httpx2
 
         url = config.url or ""
         if config.type == "sse":
             from mcp.client.sse import sse_client
 
-            async with Client(sse_client(url, headers=config.headers)) as client:
+            transport = sse_client(url, headers=config.headers)
+            async with Client(transport, message_handler=handler) as client:
                 yield client
             return
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=None))
-        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        transport = streamable_http_client(url, http_client=http)
+        async with http, Client(transport, message_handler=handler) as client:
             yield client
 
     return over_http
@@ -279,7 +297,9 @@ def _describe(error: BaseException) -> str:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     if isinstance(error, ValidationError):
-        return f"not a valid {error.title}: {_first_problem(error)}"
+        # The SDK reads each line as a union of the JSON-RPC message kinds.
+        kind = "JSON-RPC message" if error.title.startswith("union[JSONRPC") else error.title
+        return f"not a valid {kind}: {_first_problem(error)}"
     # A long message (jsonschema's) says what was wrong in its first paragraph.
     text = str(error).strip().split("\n\n")[0]
     return one_line(text or type(error).__name__, MAX_ERROR_CHARS)

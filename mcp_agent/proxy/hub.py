@@ -47,7 +47,9 @@ class ToolHub:
             for name, config in servers.items()
         }
         self._builtin = (
-            McpServerConnection(BUILTIN, lambda: _in_memory(builtin())) if builtin else None
+            McpServerConnection(BUILTIN, lambda handler: Client(builtin(), message_handler=handler))
+            if builtin
+            else None
         )
         self._task_group: TaskGroup | None = None
         self._task_group_cm: AbstractAsyncContextManager[TaskGroup] | None = None
@@ -183,7 +185,3 @@ class ToolHub:
             parameters=input_schema(tool),
             execute=execute,
         )
-
-
-def _in_memory(server: MCPServer) -> AbstractAsyncContextManager[Client]:
-    return Client(server)

@@ -2,7 +2,8 @@
 results that are not valid MCP. Run as a real child process over stdio.
 
 ``tools/list`` lists ``good``, ``bad_result`` (a text block without its text),
-``wrong_structure`` (structured content its output schema refuses) and ``pid``; with
+``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
+with a line that is not JSON, and never otherwise) and ``pid``; with
 ``--bad-tool`` it also lists a tool without an input schema.
 """
 
@@ -24,6 +25,7 @@ TOOLS = [
         },
     },
     {"name": "pid", "inputSchema": {"type": "object"}},
+    {"name": "garbage", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
@@ -51,6 +53,8 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
         result = {"tools": tools}
     elif method == "tools/call":
         name = message["params"]["name"]
+        if name == "garbage":
+            return {"not json": ...}
         if name == "pid":
             result = {"content": [{"type": "text", "text": str(os.getpid())}]}
         else:
@@ -64,5 +68,5 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
 for line in sys.stdin:
     reply = answer(json.loads(line))
     if reply is not None:
-        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.write(("{this is not json" if "not json" in reply else json.dumps(reply)) + "\n")
         sys.stdout.flush()
