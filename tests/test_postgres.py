@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -328,6 +329,71 @@ def test_a_read_only_database_is_said_so_and_nothing_is_written(
                 said = str(raised.value)
                 assert "is read-only" in said and "nothing was written" in said, said
         assert len(repo.open(session.id).get_entries()) == before
+
+
+def test_an_append_whose_connection_broke_says_whether_it_was_written(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that breaks during an append, perhaps during its commit, leaves it whole or
+    absent: another connection reads which (once the session's row is free), so the append
+    either stands or says nothing was written."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    def waiting_on_the_row(admin: Any) -> list[int]:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
+            [postgres_url.rsplit("/", 1)[1]],
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        session = repo.create(name="kept")
+        before = len(session.get_entries())
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            # Absent: the append's backend is killed while it waits for the session's row.
+            holder = psycopg.connect(postgres_url)
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session.id])
+            failed: list[SessionError] = []
+
+            def append() -> None:
+                try:
+                    session.append_message(user_message("lost"))
+                except SessionError as error:
+                    failed.append(error)
+
+            appender = threading.Thread(target=append)
+            appender.start()
+            while not (blocked := waiting_on_the_row(admin)):
+                time.sleep(0.02)
+            admin.execute("SELECT pg_terminate_backend(%s)", [blocked[0]])
+            # The check waits for the row too (an append that did not check ends here).
+            while appender.is_alive() and waiting_on_the_row(admin) in ([], blocked):
+                time.sleep(0.02)
+            holder.rollback()
+            holder.close()
+            appender.join()
+        [error] = failed
+        assert str(error).endswith("nothing was written, try again"), error
+        assert len(repo.open(session.id).get_entries()) == before
+
+        # Whole: the connection breaks after the commit, before the answer came back.
+        write = repo.database.write
+        broke: list[bool] = []
+
+        def commit_then_break(work: Any) -> Any:
+            result = write(work)
+            if not broke:
+                broke.append(True)
+                raise database.BrokenConnection(repo.database.where, "server closed the connection")
+            return result
+
+        monkeypatch.setattr(repo.database, "write", commit_then_break)
+        kept = session.append_message(user_message("kept"))
+        entries = repo.open(session.id).get_entries()
+        assert [e.id for e in entries].count(kept) == 1 and len(entries) == before + 1
 
 
 def user_message(text: str) -> UserMessage:

@@ -143,6 +143,27 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+class BrokenConnection(SessionError):
+    """The connection broke during a transaction, perhaps during its commit: what it wrote is
+    whole or absent, and a read on another connection can tell which (``unwritten`` says it
+    is absent)."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(
+            "storage",
+            f"the connection to the session database {where} broke: {reason};"
+            " a write under way is either whole or absent, read before writing it again",
+        )
+        self.where, self.reason = where, reason
+
+    def unwritten(self) -> SessionError:
+        return SessionError(
+            "storage",
+            f"the connection to the session database {self.where} broke: {self.reason};"
+            " nothing was written, try again",
+        )
+
+
 def storage_error(where: str, error: psycopg.Error) -> SessionError:
     """A database failure as an error that says what happened and what became of the write."""
     if isinstance(error, pg_errors.ReadOnlySqlTransaction):
@@ -152,12 +173,7 @@ def storage_error(where: str, error: psycopg.Error) -> SessionError:
             " default_transaction_read_only is on); nothing was written",
         )
     if isinstance(error, psycopg.OperationalError):
-        # Lost with the connection, perhaps during the commit: the write is whole or absent.
-        return SessionError(
-            "storage",
-            f"the connection to the session database {where} broke: {one_line(error)};"
-            " a write under way is either whole or absent, read before writing it again",
-        )
+        return BrokenConnection(where, one_line(error))
     # The statement failed: its transaction was rolled back.
     return SessionError(
         "storage", f"the session database {where} failed: {one_line(error)}; nothing was written"

@@ -22,7 +22,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
-from mcp_agent.sessions.postgres.database import PostgresDatabase
+from mcp_agent.sessions.postgres.database import BrokenConnection, PostgresDatabase
 from mcp_agent.sessions.row_sql import (
     for_psycopg,
     label_changes,
@@ -293,10 +293,34 @@ class PostgresSessionStorage(SqlSessionStorage):
             rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
             return stored, len(rows[0][7])
 
-        stored, json_chars = self.database.write(work)
+        try:
+            stored, json_chars = self.database.write(work)
+        except BrokenConnection as broken:
+            stored, json_chars = self._settle(entry, broken)
         self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
         self._cache.put(stored.id, stored, json_chars)
         return stored
+
+    def _settle(self, entry: SessionEntry, broken: BrokenConnection) -> tuple[SessionEntry, int]:
+        """Whether an append whose connection broke was committed, read on another connection
+        once the session's row is free (a commit under way holds it): the entry as stored, or
+        the error saying nothing was written (or, unreadable, that it is not known)."""
+
+        def work(conn: Conn) -> str | None:
+            self._locked_row(conn)
+            row = conn.execute(
+                "SELECT data FROM entries WHERE session_id = %s AND id = %s",
+                (self.session_id, entry.id),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        try:
+            data = self.database.write(work)
+        except SessionError:
+            raise broken from None
+        if data is None:
+            raise broken.unwritten() from None
+        return self.parse_stored(entry.id, entry.type, data), len(data)
 
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
         # PostgreSQL's JSON operators refuse a \u0000 in a string (it cannot be text), so the
