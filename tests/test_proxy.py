@@ -528,3 +528,38 @@ async def test_a_call_unanswered_after_a_line_that_could_not_be_read_says_so() -
         )
         assert "\n" not in said and said.endswith("will be restarted on the next call")
         assert text_of(await call(tools["r__good"])) == "fine"
+
+
+async def test_tools_a_server_says_changed_are_listed_again(hub: ToolHub) -> None:
+    """notifications/tools/list_changed: the next listing (a run's start) has the new tools,
+    on the same server process."""
+    tools = by_name(await hub.tools())
+    pid = text_of(await call(tools["t__pid"]))
+    assert "t__late" not in tools
+    assert text_of(await call(tools["t__add_tool"], name="late")) == "added late"
+    with anyio.fail_after(10):
+        while "t__late" not in (tools := by_name(await hub.tools())):
+            await anyio.sleep(0.02)  # the notification may come after the answer
+    assert text_of(await call(tools["t__late"], text="hi")) == "late: hi"
+    assert text_of(await call(tools["t__pid"])) == pid and hub.connection("t").starts == 1
+
+
+async def test_tools_changed_are_heard_on_the_protocol_before_2026_too() -> None:
+    """Before 2026-07-28 the server sends notifications/tools/list_changed unasked."""
+    from mcp import Client, StdioServerParameters
+
+    from mcp_agent.proxy.downstream import McpServerConnection
+
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
+    connection = McpServerConnection(
+        "t", lambda handler: Client(params, message_handler=handler, mode="legacy")
+    )
+    async with anyio.create_task_group() as group:
+        before = {tool.name for tool in await connection.tools(group)}
+        added = await connection.call(group, "add_tool", {"name": "late"}, time_limit=10)
+        assert text_of(added) == "added late" and "late" not in before
+        with anyio.fail_after(10):
+            while "late" not in {tool.name for tool in await connection.tools(group)}:
+                await anyio.sleep(0.02)
+        assert connection.starts == 1
+        await connection.stop()

@@ -78,6 +78,7 @@ class McpServerConnection:
         # What the server sent that could not be read (a line that is not JSON-RPC): said when
         # a call goes unanswered meanwhile, as it may have been the answer.
         self._unreadable: tuple[int, str] = (0, "")
+        self._stale = False  # the server said its tools changed (notifications/tools/list_changed)
         # The last failed start: within START_RETRY_DELAY it is reported again at once, so
         # that a broken server does not cost every run its start-up time limit.
         self._failed: tuple[float, DownstreamError] | None = None
@@ -115,8 +116,52 @@ class McpServerConnection:
             return self._client
 
     async def tools(self, task_group: TaskGroup) -> list[types.Tool]:
-        await self.ensure_started(task_group)
+        """The server's tools, started if need be, listed again if it said they changed."""
+        client = await self.ensure_started(task_group)
+        if self._stale:
+            async with self._lock:
+                if self._stale and self._client is client:
+                    self._stale = False
+                    try:
+                        with anyio.fail_after(self._start_timeout):
+                            self._tools = await self._list_tools(client)
+                    except Exception as error:  # the tools as they were listed before
+                        log.warning(
+                            "MCP server %r: its changed tools could not be listed: %s",
+                            self.name,
+                            _describe(error),
+                        )
         return self._tools
+
+    async def _list_tools(self, client: Client) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        cursors: set[str] = set()
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            room = MAX_TOOLS - len(tools)
+            tools.extend(page.tools[:room])
+            cursor = page.next_cursor
+            if len(page.tools) > room or (cursor and len(tools) >= MAX_TOOLS):
+                log.warning(
+                    "MCP server %r lists more than %d tools: the rest are left out",
+                    self.name,
+                    MAX_TOOLS,
+                )
+                return tools
+            if not cursor:
+                return tools
+            if cursor in cursors or len(cursors) >= MAX_TOOL_PAGES:
+                # Paging in a circle, or page after page of nothing: it would go on until
+                # the start's time limit gave up on the server.
+                log.warning(
+                    "MCP server %r pages its tools without end (a cursor again, or over %d "
+                    "pages): the tools of the pages read are taken",
+                    self.name,
+                    MAX_TOOL_PAGES,
+                )
+                return tools
+            cursors.add(cursor)
 
     async def _own(self, *, task_status: TaskStatus[None]) -> None:
         stop, done = anyio.Event(), anyio.Event()
@@ -124,39 +169,16 @@ class McpServerConnection:
         started = False
         try:
             async with self._connect(self._on_message) as client:
-                tools: list[types.Tool] = []
-                cursor: str | None = None
-                cursors: set[str] = set()
-                while True:
-                    page = await client.list_tools(cursor=cursor)
-                    room = MAX_TOOLS - len(tools)
-                    tools.extend(page.tools[:room])
-                    cursor = page.next_cursor
-                    if len(page.tools) > room or (cursor and len(tools) >= MAX_TOOLS):
-                        log.warning(
-                            "MCP server %r lists more than %d tools: the rest are left out",
-                            self.name,
-                            MAX_TOOLS,
-                        )
-                        break
-                    if not cursor:
-                        break
-                    if cursor in cursors or len(cursors) >= MAX_TOOL_PAGES:
-                        # Paging in a circle, or page after page of nothing: it would go on
-                        # until the start's time limit gave up on the server.
-                        log.warning(
-                            "MCP server %r pages its tools without end (a cursor again, or "
-                            "over %d pages): the tools of the pages read are taken",
-                            self.name,
-                            MAX_TOOL_PAGES,
-                        )
-                        break
-                    cursors.add(cursor)
+                self._stale = False
+                tools = await self._list_tools(client)
                 self._client, self._tools = client, tools
                 self.starts += 1
                 started = True
                 task_status.started()
-                await stop.wait()
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._listen, client)
+                    await stop.wait()
+                    group.cancel_scope.cancel()
         except Exception as error:
             if not started:
                 raise DownstreamError(
@@ -167,8 +189,23 @@ class McpServerConnection:
             self._client = None
             done.set()
 
+    async def _listen(self, client: Client) -> None:
+        """Hear that the server's tools changed: on the 2026 protocol a client asks for that
+        (``subscriptions/listen``); before it, the notification comes to ``_on_message``."""
+        capability = client.server_capabilities.tools
+        if capability is None or not capability.list_changed:
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _ in subscription:
+                    self._stale = True
+        except Exception as error:  # an older protocol, a refusal, the stream dropped
+            log.debug("MCP server %r: no tool changes heard: %s", self.name, _describe(error))
+
     async def _on_message(self, message: IncomingMessage) -> None:
-        if isinstance(message, Exception):
+        if isinstance(message, types.ToolListChangedNotification):
+            self._stale = True  # listed again when tools are next asked for (a run starts)
+        elif isinstance(message, Exception):
             said = _describe(message)
             self._unreadable = (self._unreadable[0] + 1, said)
             log.warning("MCP server %r sent what could not be read: %s", self.name, said)

@@ -48,6 +48,19 @@ async def wait_for(path: str) -> str:
 
 
 @server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Add a tool of that name (it echoes its text) and tell the client the tools changed."""
+
+    async def added(text: str) -> str:
+        return f"{name}: {text}"
+
+    server.add_tool(added, name=name, description=f"Added at run time as {name}.")
+    await ctx.notify_tools_changed()  # to listeners, on the 2026 protocol
+    await ctx.session.send_tool_list_changed()  # the notification, before it
+    return f"added {name}"
+
+
+@server.tool()
 async def crash() -> str:
     """Exit the process at once."""
     os._exit(3)
