@@ -481,7 +481,7 @@ async def test_a_tool_list_that_is_not_valid_mcp_is_said_in_one_line() -> None:
         assert await hub.tools(on_error=errors.append) == []
         assert errors == [
             "MCP server 'r' could not be started: not a valid ListToolsResult: "
-            "tools.5.inputSchema: Field required"
+            "tools.0.inputSchema: Field required"
         ]
 
 
@@ -563,3 +563,20 @@ async def test_tools_changed_are_heard_on_the_protocol_before_2026_too() -> None
                 await anyio.sleep(0.02)
         assert connection.starts == 1
         await connection.stop()
+
+
+async def test_a_server_printing_to_stdout_is_said_in_a_few_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that prints debug lines to stdout: each one cost a logged traceback (the
+    SDK's); now a line each for the first ten, and the answer after them still arrives."""
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)], timeout=10)
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        assert text_of(await call(tools["r__noisy"])) == "heard"
+    said = [record for record in caplog.records if "could not be read" in record.getMessage()]
+    assert len(said) == 10 and "(10 times)" in said[-1].getMessage()
+    assert not [record for record in caplog.records if "Failed to parse" in record.getMessage()]

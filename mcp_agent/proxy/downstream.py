@@ -48,6 +48,17 @@ MAX_ERROR_CHARS = 500
 Connect = Callable[[MessageHandlerFnT], AbstractAsyncContextManager[Client]]
 
 
+class _ParseTracebacks(logging.Filter):
+    """The SDK's stdio client logs a traceback for each line it cannot parse; a connection says
+    it in one line (``McpServerConnection._on_message``), so the SDK's record is left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Failed to parse JSONRPC message from server"
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_ParseTracebacks())
+
+
 class DownstreamError(RuntimeError):
     pass
 
@@ -207,8 +218,15 @@ class McpServerConnection:
             self._stale = True  # listed again when tools are next asked for (a run starts)
         elif isinstance(message, Exception):
             said = _describe(message)
-            self._unreadable = (self._unreadable[0] + 1, said)
-            log.warning("MCP server %r sent what could not be read: %s", self.name, said)
+            count = self._unreadable[0] + 1
+            self._unreadable = (count, said)
+            if count <= 10 or count % 1000 == 0:  # a server printing to stdout: not a flood
+                log.warning(
+                    "MCP server %r sent what could not be read (%d times): %s",
+                    self.name,
+                    count,
+                    said,
+                )
 
     async def stop(self) -> None:
         stop, done = self._stop, self._done

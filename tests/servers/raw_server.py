@@ -3,7 +3,8 @@ results that are not valid MCP. Run as a real child process over stdio.
 
 ``tools/list`` lists ``good``, ``bad_result`` (a text block without its text),
 ``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
-with a line that is not JSON, and never otherwise) and ``pid``; with
+with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are not JSON, then
+its answer) and ``pid``; with
 ``--bad-tool`` it also lists a tool without an input schema.
 """
 
@@ -26,9 +27,11 @@ TOOLS = [
     },
     {"name": "pid", "inputSchema": {"type": "object"}},
     {"name": "garbage", "inputSchema": {"type": "object"}},
+    {"name": "noisy", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
+    "noisy": {"content": [{"type": "text", "text": "heard"}]},
     "bad_result": {"content": [{"type": "text", "text": "kept"}, {"type": "text"}]},
     "wrong_structure": {
         "content": [{"type": "text", "text": "{}"}],
@@ -49,10 +52,12 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
             "serverInfo": {"name": "raw", "version": "1"},
         }
     elif method == "tools/list":
-        tools = TOOLS + ([{"name": "no_schema"}] if "--bad-tool" in sys.argv else [])
+        tools = ([{"name": "no_schema"}] if "--bad-tool" in sys.argv else []) + TOOLS
         result = {"tools": tools}
     elif method == "tools/call":
         name = message["params"]["name"]
+        if name == "noisy":
+            sys.stdout.write("debug output, not JSON-RPC\n" * 50)
         if name == "garbage":
             return {"not json": ...}
         if name == "pid":
