@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -144,6 +144,25 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def emit_json_stream(fields: dict[str, Any], key: str, items: Iterable[Any]) -> None:
+    """``fields`` and ``key`` holding ``items``, written as ``emit_json`` writes the one object,
+    each item as it comes (a list of a million need not be held)."""
+
+    def indented(value: Any, by: int) -> str:
+        return json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n" + " " * by)
+
+    write = sys.stdout.write
+    write("{\n")
+    for name, value in fields.items():
+        write(f"  {json.dumps(name)}: {indented(value, 2)},\n")
+    write(f"  {json.dumps(key)}: [")
+    separator = "\n    "
+    for item in items:
+        write(separator + indented(item, 4))
+        separator = ",\n    "
+    write("]\n}\n" if separator == "\n    " else "\n  ]\n}\n")
 
 
 def database_location(db: str | Path | None) -> str | Path:

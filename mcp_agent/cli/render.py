@@ -7,7 +7,7 @@ a conversation are shown as they are.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ from mcp_agent.sessions.outline import (
     Parts,
     TreeLike,
     entry_parts,
-    flat_tree,
+    iter_flat_tree,
     message_parts,
     outline_tree,
 )
@@ -427,14 +427,10 @@ def node_line(node: TreeLike, leaf_id: str | None, on_path: set[str], limit: int
     return line.append_text(summary).append_text(tail)
 
 
-def tree_json(session: Session) -> dict[str, Any]:
+def tree_json(session: Session) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """The tree as flat nodes with child ids (nested JSON would hit the encoder's depth limit
-    on long sessions)."""
-    return {
-        "session": session_json(session),
-        "leafId": session.leaf_id,
-        "nodes": flat_tree(session),
-    }
+    on long sessions): the fields before them, and the nodes as they are made."""
+    return {"session": session_json(session), "leafId": session.leaf_id}, iter_flat_tree(session)
 
 
 def session_json(session: Session) -> dict[str, Any]:

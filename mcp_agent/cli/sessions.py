@@ -26,6 +26,7 @@ from mcp_agent.cli.common import (
     database_location,
     die,
     emit_json,
+    emit_json_stream,
     err,
     fail,
     open_session,
@@ -143,7 +144,8 @@ def tree(
         if as_json:
             from mcp_agent.cli.render import tree_json
 
-            emit_json(tree_json(session))
+            fields, nodes = tree_json(session)
+            emit_json_stream(fields, "nodes", nodes)
             return
         from mcp_agent.cli.render import session_tree
 

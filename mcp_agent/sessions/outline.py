@@ -9,7 +9,7 @@ has no nesting whatever the session's depth."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
@@ -264,6 +264,30 @@ def outline_tree(session: Session) -> Sequence[TreeLike]:
         parent = index.parent[row[0]]
         (nodes[parent].children if parent is not None else roots).append(nodes[row[0]])
     return roots
+
+
+def iter_flat_tree(session: Session, preview_chars: int = 120) -> Iterator[dict[str, Any]]:
+    """``flat_tree``'s nodes one at a time: from a storage that keeps the entries in outline,
+    the tree is made from that and ``TREE_BATCH`` entries are parsed at a time, so a session
+    of any size is never held parsed whole."""
+    storage = session.storage
+    if not isinstance(storage, StoredPages):
+        yield from flat_tree(session, preview_chars)
+        return
+    index = tree_index(storage.outline())
+    labels = storage.labels()
+    on_branch = set(storage.branch_ids(session.leaf_id))
+    for start in range(0, len(index.nodes), TREE_BATCH):
+        rows = index.nodes[start : start + TREE_BATCH]
+        texts = storage.stored_json([row[0] for row in rows])
+        for row in rows:
+            entry = storage.parse_stored(row[0], row[2], texts[row[0]])
+            yield tree_node(
+                index, row, entry, labels.get(row[0]), row[0] in on_branch, preview_chars
+            )
+
+
+TREE_BATCH = 1000
 
 
 # Entries an outline always lists, however long the chain around them.
