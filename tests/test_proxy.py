@@ -81,7 +81,8 @@ async def test_tool_names_model_apis_refuse_are_given_names_they_take(hub: ToolH
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in names), names
     by = by_name(tools)
     assert by["t__weather_today"].description.startswith("The name the one above")
-    dotted = [tool for tool in tools if tool.description.endswith("(MCP tool t__weather.today)")]
+    origin = "(MCP tool weather.today of server t)"
+    dotted = [tool for tool in tools if tool.description.endswith(origin)]
     assert len(dotted) == 1 and dotted[0].name.startswith("t__weather_today_")
     assert text_of(await call(dotted[0], city="Oslo")) == "sunny in Oslo"
     assert text_of(await call(by["t__weather_today"], city="Oslo")) == "rainy in Oslo"
@@ -99,6 +100,7 @@ async def test_tools_of_two_servers_with_one_qualified_name_are_both_kept() -> N
         tools = by_name(await hub.tools())
         same = [tool for name, tool in tools.items() if name.startswith("t___pid")]
         assert len(same) == 2 and same[0].name == "t___pid"
+        assert same[1].description.endswith("(MCP tool pid of server t_)")
         pid_of_t = text_of(await call(tools["t__pid"]))
         pid_of_t_ = text_of(await call(tools["t____pid"]))  # t_'s _pid
         assert pid_of_t != pid_of_t_

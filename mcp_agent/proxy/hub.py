@@ -176,8 +176,11 @@ class ToolHub:
         annotations = tool.annotations
         title = tool.title or (annotations.title if annotations else None)
         description = tool.description or ""
-        if name != listed_as:  # the model may see the name elsewhere (a prompt, a document)
-            description = f"{description}\n\n(MCP tool {listed_as})".lstrip()
+        if name != listed_as:
+            # The model may see the name elsewhere (a prompt, a document); and two servers'
+            # tools may share a qualified name, so the server is named apart.
+            origin = f"(MCP tool {tool.name} of server {connection.name})"
+            description = f"{description}\n\n{origin}".lstrip()
         return AgentTool(
             name=name,
             label=title or listed_as,
