@@ -107,12 +107,26 @@ async def test_tools_of_two_servers_with_one_qualified_name_are_both_kept() -> N
         assert [text_of(await call(tool)) for tool in same] == [pid_of_t, pid_of_t_]
 
 
+async def listed_by(server: Any) -> list[types.Tool]:
+    """The tools a connection takes from ``server`` (in process)."""
+    from mcp import Client
+
+    from mcp_agent.proxy.downstream import McpServerConnection
+
+    connection = McpServerConnection(
+        server.name, lambda handler: Client(server, message_handler=handler), start_timeout=30
+    )
+    async with anyio.create_task_group() as group:
+        tools = await connection.tools(group)
+        await connection.stop()
+    return tools
+
+
 async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
     """Pages of tools with a next cursor each time: the first MAX_TOOLS are taken."""
-    from mcp import Client
     from mcp.server.lowlevel import Server
 
-    from mcp_agent.proxy.downstream import MAX_TOOLS, McpServerConnection
+    from mcp_agent.proxy.downstream import MAX_TOOLS
 
     pages: list[str | None] = []
 
@@ -126,13 +140,7 @@ async def test_a_server_that_lists_tools_without_end_is_cut_short() -> None:
         ]
         return types.ListToolsResult(tools=tools, next_cursor=str(start + 300))
 
-    endless = Server("endless", on_list_tools=list_tools)
-    connection = McpServerConnection(
-        "endless", lambda handler: Client(endless, message_handler=handler), start_timeout=30
-    )
-    async with anyio.create_task_group() as group:
-        tools = await connection.tools(group)
-        await connection.stop()
+    tools = await listed_by(Server("endless", on_list_tools=list_tools))
     assert [tool.name for tool in tools] == [f"tool{n}" for n in range(MAX_TOOLS)]
     assert len(pages) == -(-MAX_TOOLS // 300)  # the pages that hold them, and no more
 
@@ -143,10 +151,9 @@ async def test_a_server_that_pages_in_a_circle_or_without_tools_is_cut_short(
 ) -> None:
     """The same cursor again, or empty pages with new cursors: the tools read are taken,
     instead of paging until the start's time limit gives up on the server."""
-    from mcp import Client
     from mcp.server.lowlevel import Server
 
-    from mcp_agent.proxy.downstream import MAX_TOOL_PAGES, McpServerConnection
+    from mcp_agent.proxy.downstream import MAX_TOOL_PAGES
 
     pages: list[str | None] = []
 
@@ -156,13 +163,7 @@ async def test_a_server_that_pages_in_a_circle_or_without_tools_is_cut_short(
         next_cursor = "again" if cursor == "same" else f"page{len(pages)}"
         return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
-    circle = Server("circle", on_list_tools=list_tools)
-    connection = McpServerConnection(
-        "circle", lambda handler: Client(circle, message_handler=handler), start_timeout=10
-    )
-    async with anyio.create_task_group() as group:
-        tools = await connection.tools(group)
-        await connection.stop()
+    tools = await listed_by(Server("circle", on_list_tools=list_tools))
     assert [tool.name for tool in tools] == ["only"]
     assert len(pages) == (2 if cursor == "same" else MAX_TOOL_PAGES + 1)
 

@@ -37,8 +37,8 @@ from mcp_agent.sessions.outline import (
     TreeIndex,
     flat_tree,
     lazy_outline,
+    stored_tree_nodes,
     tree_index,
-    tree_node,
 )
 from mcp_agent.sessions.pi import export_lines, export_loader
 from mcp_agent.sessions.storage import StoredPages, stored_pages
@@ -224,20 +224,8 @@ def tree_page(
 
     def load(start: int, end: int) -> list[str]:
         rows = index.nodes[start:end]
-        texts = _by_ids(storage.stored_json, [row[0] for row in rows])(0, len(rows))
-        return [
-            compact(
-                tree_node(
-                    index,
-                    row,
-                    storage.parse_stored(row[0], row[2], text),
-                    labels.get(row[0]),
-                    row[0] in on_branch,
-                    PREVIEW_CHARS,
-                )
-            )
-            for row, text in zip(rows, texts, strict=True)
-        ]
+        nodes = stored_tree_nodes(storage, index, rows, labels, on_branch, PREVIEW_CHARS)
+        return [compact(node) for node in nodes]
 
     return sized_page(len(index.nodes), load, cursor, limit, budget)
 

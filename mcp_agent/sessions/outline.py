@@ -276,18 +276,34 @@ def iter_flat_tree(session: Session, preview_chars: int = 120) -> Iterator[dict[
         return
     index = tree_index(storage.outline())
     labels = storage.labels()
-    on_branch = set(storage.branch_ids(session.leaf_id))
+    on_branch = frozenset(storage.branch_ids(session.leaf_id))
     for start in range(0, len(index.nodes), TREE_BATCH):
         rows = index.nodes[start : start + TREE_BATCH]
-        texts = storage.stored_json([row[0] for row in rows])
-        for row in rows:
-            entry = storage.parse_stored(row[0], row[2], texts[row[0]])
-            yield tree_node(
-                index, row, entry, labels.get(row[0]), row[0] in on_branch, preview_chars
-            )
+        yield from stored_tree_nodes(storage, index, rows, labels, on_branch, preview_chars)
 
 
 TREE_BATCH = 1000
+
+
+def stored_tree_nodes(
+    storage: StoredPages,
+    index: TreeIndex,
+    rows: Sequence[TreeRow],
+    labels: dict[str, str],
+    on_branch: frozenset[str],
+    preview_chars: int,
+) -> list[dict[str, Any]]:
+    """The flat tree's nodes of ``rows``, their entries read at once."""
+    texts = storage.stored_json([row[0] for row in rows])
+    nodes = []
+    for row in rows:
+        text = texts.get(row[0])
+        if text is None:
+            raise SessionError("not_found", f"entry {row[0]} was deleted while read")
+        entry = storage.parse_stored(row[0], row[2], text)
+        label = labels.get(row[0])
+        nodes.append(tree_node(index, row, entry, label, row[0] in on_branch, preview_chars))
+    return nodes
 
 
 # Entries an outline always lists, however long the chain around them.
