@@ -42,6 +42,9 @@ class WireModel(BaseModel):
         extra="allow",
         use_enum_values=True,
         validate_assignment=False,
+        # A number too large for a float (1e999 in a file) parses as inf, which JSON writes
+        # as null, which a number field then refuses: refused where it comes in instead.
+        allow_inf_nan=False,
     )
 
     @model_serializer(mode="wrap")
