@@ -13,6 +13,9 @@ Rows:
 - ``built-in tool via in-process MCP client``: the overhead per call of reaching a built-in tool
   through the tool hub's in-memory client instead of calling the function; target < 0.5 ms,
   and the same with 20 configured (unstarted) downstream servers.
+- ``a downstream server's answer over stdio``: a call to a server we start as a child process,
+  through our client transport (mcp_agent/proxy/child_stdio.py) vs the SDK's ``stdio_client``,
+  for a small answer and for one of 20 MB on one line (a big picture as base64); reference.
 """
 
 from __future__ import annotations
@@ -299,6 +302,30 @@ class AsyncTimer:
         return statistics.median(samples)
 
 
+RAW_SERVER = ROOT / "tests" / "servers" / "raw_server.py"
+
+
+async def downstream_answer(size: int, calls: int, rounds: int) -> tuple[float, float]:
+    """Median seconds of a call answering ``size`` characters (0: a word) through our child
+    transport and through the SDK's stdio client, the two taking turns."""
+    from mcp.client.stdio import stdio_client
+
+    from mcp_agent.proxy.child_stdio import child_stdio
+
+    params = StdioServerParameters(command=sys.executable, args=[str(RAW_SERVER)])
+    tool, arguments = ("long", {"size": size}) if size else ("good", {})
+    samples: dict[str, list[float]] = {"ours": [], "sdk": []}
+    for _ in range(rounds):
+        for name, transport in (("ours", child_stdio), ("sdk", stdio_client)):
+            async with Client(transport(params)) as client:
+                await client.call_tool("good", {})
+                for _ in range(calls):
+                    started = time.perf_counter()
+                    await client.call_tool(tool, arguments)
+                    samples[name].append(time.perf_counter() - started)
+    return statistics.median(samples["ours"]), statistics.median(samples["sdk"])
+
+
 def run() -> list[dict[str, Any]]:
     calls = 100 if quick() else 500
     rounds = 3 if quick() else 7
@@ -349,6 +376,13 @@ def run() -> list[dict[str, Any]]:
                     "< 0.5 ms",
                 )
             )
+    for size, said, size_calls in ((0, "a word", calls), (20_000_000, "20 MB on one line", 3)):
+        ours, sdk = anyio.run(downstream_answer, size, size_calls, 1 if quick() else 3)
+        name = (
+            f"a downstream server's answer of {said} over stdio: our client transport vs the"
+            " SDK's stdio_client (reference)"
+        )
+        rows.append(row(name, ours * 1e3, sdk * 1e3, "ms"))
     return rows
 
 

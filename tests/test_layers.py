@@ -20,6 +20,7 @@ GROUPS = {
     "blocking": "base",
     "paths": "base",
     "wire": "base",
+    "pipes": "base",
     "tools": "agent_types",
     "events": "agent_types",
     "state": "agent_types",

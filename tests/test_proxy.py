@@ -583,3 +583,62 @@ async def test_a_server_printing_to_stdout_is_said_in_a_few_lines(
     said = [record for record in caplog.records if "could not be read" in record.getMessage()]
     assert len(said) == 10 and "(10 times)" in said[-1].getMessage()
     assert not [record for record in caplog.records if "Failed to parse" in record.getMessage()]
+
+
+def raw_client(*args: str, max_line: int | None = None, handler: Any = None) -> Any:
+    """An MCP client to the raw server over our stdio transport (not entered)."""
+    from mcp import Client, StdioServerParameters
+
+    from mcp_agent.proxy.child_stdio import child_stdio
+
+    params = StdioServerParameters(command=sys.executable, args=[str(RAW_SERVER), *args])
+    transport = child_stdio(params) if max_line is None else child_stdio(params, max_line)
+    return Client(transport, message_handler=handler)
+
+
+async def test_a_long_answer_arrives_whole_over_many_reads() -> None:
+    """8 MB on one line: eight times the pipe, read as it comes (the SDK's transport joined its
+    buffer to every 64 KB read, in time growing with the square of the line)."""
+    async with raw_client() as client:
+        result = await client.call_tool("long", {"size": 8_000_000})
+        assert narrow(result.content[0], types.TextContent).text == "x" * 8_000_000
+        assert (await client.call_tool("good", {})).content[0] == types.TextContent(text="fine")
+
+
+async def test_a_line_over_the_bound_is_left_out_and_said_and_the_server_goes_on() -> None:
+    """A server writing a line without end must not fill our memory: past the bound the line
+    is dropped as it comes, the call it answered hears why when its time runs out, and the
+    server goes on answering."""
+    from mcp_agent.proxy.downstream import McpServerConnection
+
+    connection = McpServerConnection(
+        "r", lambda handler: raw_client(max_line=100_000, handler=handler)
+    )
+    async with anyio.create_task_group() as group:
+        fits = await connection.call(group, "long", {"size": 90_000}, time_limit=10)
+        assert text_of(fits) == "x" * 90_000
+        said = text_of(await connection.call(group, "long", {"size": 300_000}, time_limit=1))
+        assert said.startswith(
+            "MCP server 'r' did not answer long within 1 s (it sent what could not be read"
+            " meanwhile: a line of over 100,000 bytes was left out unread)"
+        )
+        assert text_of(await connection.call(group, "good", {}, time_limit=10)) == "fine"
+        await connection.stop()
+
+
+async def test_a_server_deaf_to_its_input_ending_and_to_sigterm_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcp_agent.proxy import child_stdio
+
+    monkeypatch.setattr(child_stdio, "CLOSE_GRACE", 0.5)
+    monkeypatch.setattr(child_stdio, "FORCE_KILL", 0.5)
+    pids = tmp_path / "pids"
+    with anyio.fail_after(20):
+        async with raw_client("--stubborn", str(pids)) as client:
+            assert (await client.call_tool("good", {})).content[0] == types.TextContent(text="fine")
+            server, child = (int(pid) for pid in pids.read_text().split())
+            assert alive(server) and alive(child)
+        assert not alive(server)  # reaped: the transport waited for it
+        while alive(child):  # its own child, not ours to reap: killed with the group
+            await anyio.sleep(0.05)

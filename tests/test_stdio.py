@@ -24,8 +24,9 @@ from mcp_support import initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent
 from narrow import narrow
 
+from mcp_agent.pipes import LineReader, Writer
 from mcp_agent.server import stdio
-from mcp_agent.server.stdio import LineReader, Unanswered, Writer
+from mcp_agent.server.stdio import Unanswered
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = [

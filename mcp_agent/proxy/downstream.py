@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
+from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.tools import AgentToolResult
 from mcp_agent.wire import one_line
@@ -46,17 +47,6 @@ MAX_ERROR_CHARS = 500
 
 # How to make a client to a server: given the handler of its transport's faults.
 Connect = Callable[[MessageHandlerFnT], AbstractAsyncContextManager[Client]]
-
-
-class _ParseTracebacks(logging.Filter):
-    """The SDK's stdio client logs a traceback for each line it cannot parse; a connection says
-    it in one line (``McpServerConnection._on_message``), so the SDK's record is left out."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != "Failed to parse JSONRPC message from server"
-
-
-logging.getLogger("mcp.client.stdio").addFilter(_ParseTracebacks())
 
 
 class DownstreamError(RuntimeError):
@@ -323,7 +313,7 @@ def connect_to(config: ServerConfig) -> Connect:
         params = StdioServerParameters(
             command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
         )
-        return lambda handler: Client(params, message_handler=handler)
+        return lambda handler: Client(child_stdio(params), message_handler=handler)
 
     @asynccontextmanager
     async def over_http(handler: MessageHandlerFnT) -> AsyncIterator[Client]:

@@ -39,6 +39,7 @@ from mcp_types import (
     RequestId,
 )
 
+from mcp_agent.pipes import LineReader, PeerGone, Writer
 from mcp_agent.server.spliced import SplicingStream, WrappedStream, splicing
 from mcp_agent.server.unreadable import AnsweringStream
 
@@ -47,10 +48,6 @@ if sys.platform != "win32":
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 1 << 16
-# The longest message a stdio client may send (a session_import of a big pi file fits); a
-# longer line is dropped, so that one runaway client cannot fill the server's memory.
-MAX_LINE = 64 << 20
 # How long the server goes on, once stdin is closed, with the requests it read before: long
 # enough for any store operation (or one waiting out another process's lock); an agent run
 # still going by then is stopped with the server, as before. A client that wants the server
@@ -59,86 +56,6 @@ DRAIN_SECONDS = 30.0
 # Our requests to the client still waiting for its reply that are remembered at most (a
 # client that never answers must not grow the set; the oldest is forgotten first).
 MAX_ASKED = 1024
-
-
-class ClientGone(Exception):
-    """The client closed its end of our stdout: nobody is left to answer."""
-
-
-class LineReader:
-    """Lines (each with its newline) from a non-blocking file descriptor, as text. A line
-    longer than ``max_line`` bytes is dropped whole (and said so on stderr). Each line read is
-    also put on ``lines``, when given, for whoever sees what the transport made of it."""
-
-    def __init__(self, fd: int, max_line: int = MAX_LINE, lines: deque[str] | None = None) -> None:
-        self.fd = fd
-        self.max_line = max_line
-        self.lines = lines
-        self._buffer = bytearray()
-        self._scanned = 0  # bytes already known to hold no newline
-        self._dropping = False  # inside a line that is too long, until its newline
-
-    def __aiter__(self) -> LineReader:
-        return self
-
-    async def __anext__(self) -> str:
-        while True:
-            end = self._buffer.find(b"\n", self._scanned)
-            if end >= 0 and self._dropping:
-                del self._buffer[: end + 1]
-                self._scanned, self._dropping = 0, False
-                continue
-            if end >= 0:
-                return self._take(end + 1)
-            if len(self._buffer) > self.max_line:
-                if not self._dropping:
-                    log.error(
-                        "a message of over %s bytes from the client was dropped",
-                        f"{self.max_line:,}",
-                    )
-                self._buffer.clear()
-                self._scanned, self._dropping = 0, True
-            self._scanned = len(self._buffer)
-            try:
-                chunk = os.read(self.fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
-                continue
-            if not chunk:
-                if self._buffer and not self._dropping:  # a last line without its newline
-                    return self._take(len(self._buffer))
-                raise StopAsyncIteration
-            self._buffer += chunk
-
-    def _take(self, size: int) -> str:
-        line = self._buffer[:size].decode("utf-8", errors="replace")
-        del self._buffer[:size]
-        self._scanned = 0
-        if self.lines is not None:
-            self.lines.append(line)
-        return line
-
-
-class Writer:
-    """Text written whole to a non-blocking file descriptor, waiting while the pipe is full."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    async def write(self, text: str) -> None:
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            try:
-                written = os.write(self.fd, data)
-            except BlockingIOError:
-                await anyio.wait_writable(self.fd)
-                continue
-            except BrokenPipeError:
-                raise ClientGone from None
-            data = data[written:]
-
-    async def flush(self) -> None:
-        """Nothing is buffered: every write reached the pipe."""
 
 
 def _is_pipe_or_socket(fd: int) -> bool:
@@ -353,5 +270,5 @@ async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> 
                     writer,
                     lowlevel.create_initialization_options(),
                 )
-    except* ClientGone:
+    except* PeerGone:
         log.info("the client closed the pipe; stopping")

@@ -4,13 +4,18 @@ results that are not valid MCP. Run as a real child process over stdio.
 ``tools/list`` lists ``good``, ``bad_result`` (a text block without its text),
 ``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
 with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are not JSON, then
-its answer) and ``pid``; with
-``--bad-tool`` it also lists a tool without an input schema.
+its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes)
+and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema. With
+``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
+child of its own that does neither (only SIGKILL stops them), and writes both their process
+ids to FILE.
 """
 
 import json
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 TOOLS = [
@@ -28,6 +33,7 @@ TOOLS = [
     {"name": "pid", "inputSchema": {"type": "object"}},
     {"name": "garbage", "inputSchema": {"type": "object"}},
     {"name": "noisy", "inputSchema": {"type": "object"}},
+    {"name": "long", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
@@ -60,7 +66,10 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
             sys.stdout.write("debug output, not JSON-RPC\n" * 50)
         if name == "garbage":
             return {"not json": ...}
-        if name == "pid":
+        if name == "long":
+            text = "x" * message["params"]["arguments"]["size"]
+            result = {"content": [{"type": "text", "text": text}]}
+        elif name == "pid":
             result = {"content": [{"type": "text", "text": str(os.getpid())}]}
         else:
             result = RESULTS[name]
@@ -70,8 +79,21 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
     return {"jsonrpc": "2.0", "id": message["id"], "result": result}
 
 
+if "--stubborn" in sys.argv:
+    import signal
+    import subprocess
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", ignoring], stdin=subprocess.DEVNULL)
+    pids = sys.argv[sys.argv.index("--stubborn") + 1]
+    Path(pids).write_text(f"{os.getpid()} {child.pid}")
+
 for line in sys.stdin:
     reply = answer(json.loads(line))
     if reply is not None:
         sys.stdout.write(("{this is not json" if "not json" in reply else json.dumps(reply)) + "\n")
         sys.stdout.flush()
+
+if "--stubborn" in sys.argv:
+    time.sleep(600)

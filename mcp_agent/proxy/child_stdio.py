@@ -1,0 +1,173 @@
+"""The stdio transport to an MCP server we start as a child process.
+
+The SDK's ``stdio_client`` joins what it has buffered to every 64 KB it reads, so a line takes
+time that grows with the square of its length (a 21 MB answer, a big picture as base64, took
+3.2 s), and it holds a line whole however long it grows. Here the child's stdout is a pipe of
+our own, read in the event loop by ``pipes.LineReader``: in time that grows with the line, and
+a line over ``max_line`` bytes is dropped whole, which the client hears as a message that
+could not be read (as for a line that is not JSON-RPC). Starting, the environment and
+stopping follow the SDK's: the child gets its own process group; to stop it, its stdin is
+closed, it is given ``CLOSE_GRACE`` seconds to exit, then its group is sent SIGTERM and, after
+``FORCE_KILL`` seconds, SIGKILL. On Windows the SDK's transport serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+from mcp import StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.shared.message import SessionMessage
+from mcp_types import jsonrpc_message_adapter
+
+from mcp_agent.pipes import MAX_LINE, LineReader, PeerGone, Writer
+
+log = logging.getLogger(__name__)
+
+# How long the child has to exit by itself once its stdin is closed, and then after SIGTERM.
+CLOSE_GRACE = 2.0
+FORCE_KILL = 2.0
+# How long messages already taken may take to reach the child's stdin when stopping.
+FLUSH_TIMEOUT = 0.5
+# The child's stdout pipe, widened (Linux) so that a long answer comes in few reads.
+PIPE_SIZE = 1 << 20
+
+
+class LineTooLong(ValueError):
+    """The server wrote a line longer than the transport reads: it was left out."""
+
+
+@asynccontextmanager
+async def child_stdio(
+    params: StdioServerParameters, max_line: int = MAX_LINE
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Start the server ``params`` names and yield the read and write streams of an MCP
+    client to it; on leaving, stop it (and whatever it started in its process group)."""
+    if sys.platform == "win32":
+        async with stdio_client(params) as streams:
+            yield streams
+        return
+    child_in, to_child = os.pipe()
+    from_child, child_out = os.pipe()
+    try:
+        process = await anyio.open_process(
+            [params.command, *params.args],
+            stdin=child_in,
+            stdout=child_out,
+            stderr=sys.stderr,
+            env=get_default_environment() | (params.env or {}),
+            cwd=params.cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(to_child)
+        os.close(from_child)
+        raise
+    finally:
+        os.close(child_in)
+        os.close(child_out)
+    os.set_blocking(to_child, False)
+    os.set_blocking(from_child, False)
+    with suppress(OSError, AttributeError):
+        import fcntl
+
+        fcntl.fcntl(from_child, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+
+    read_sender, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_receiver = anyio.create_memory_object_stream[SessionMessage](0)
+    written = anyio.Event()
+    writing = anyio.CancelScope()
+
+    async def read() -> None:
+        async def dropped(limit: int) -> None:
+            await read_sender.send(
+                LineTooLong(f"a line of over {limit:,} bytes was left out unread")
+            )
+
+        try:
+            async with read_sender:
+                async for line in LineReader(from_child, max_line, dropped=dropped):
+                    if line.strip():
+                        await read_sender.send(_parse(line))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the client is gone
+        # Read on to the end: a child blocked writing to a full pipe could not exit.
+        await _drain(from_child)
+
+    async def write() -> None:
+        writer = Writer(to_child)
+        try:
+            with writing, write_receiver:
+                async for item in write_receiver:
+                    text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await writer.write(text + "\n")
+        except (PeerGone, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # The child stopped reading: the client hears the connection end.
+            await read_sender.aclose()
+        finally:
+            written.set()
+
+    async def stop() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(FLUSH_TIMEOUT):
+            await written.wait()
+        writing.cancel()  # a child that does not read: its pipe is closed under no write
+        await written.wait()
+        os.close(to_child)  # the child reads the end of its input
+        if await _exited(process, CLOSE_GRACE):
+            return
+        from mcp.os.posix.utilities import terminate_posix_process_tree
+
+        await terminate_posix_process_tree(process, FORCE_KILL)
+        if not await _exited(process, CLOSE_GRACE):
+            log.warning("MCP server process %d is alive after SIGKILL; left behind", process.pid)
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(read)
+            group.start_soon(write)
+            try:
+                yield read_stream, write_stream
+            finally:
+                # Bounded at every step, and done even when the caller is cancelled: a child
+                # left running would outlive us.
+                with anyio.CancelScope(shield=True):
+                    await stop()
+                group.cancel_scope.cancel()
+    finally:
+        os.close(from_child)
+
+
+def _parse(line: str) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as error:  # pydantic's ValidationError is one
+        return error
+
+
+async def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 1 << 16):
+                return
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+        except OSError:
+            return
+
+
+async def _exited(process: Process, seconds: float) -> bool:
+    """Whether ``process`` exited within ``seconds``. (Its pipes are ours, not asyncio's, so
+    the wait is for the process alone, not for whatever it started holding them open.)"""
+    with anyio.move_on_after(seconds):
+        await process.wait()
+        return True
+    return False
