@@ -21,6 +21,7 @@ GROUPS = {
     "paths": "base",
     "wire": "base",
     "pipes": "base",
+    "streams": "base",
     "tools": "agent_types",
     "events": "agent_types",
     "state": "agent_types",

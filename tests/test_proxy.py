@@ -384,9 +384,22 @@ async def test_builtin_tools_receive_run_meta() -> None:
 
 
 @pytest.mark.parametrize(("transport", "path"), [("streamable-http", "/mcp"), ("sse", "/sse")])
-async def test_downstream_server_over_http(transport: str, path: str) -> None:
+async def test_downstream_server_over_http(
+    transport: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
     import subprocess
+
+    from mcp_agent.proxy import tool_listing
+
+    # Each listing passes the check of its tools one by one, over HTTP as over stdio.
+    listings: list[dict[str, Any]] = []
+    check = tool_listing.valid_tools
+    monkeypatch.setattr(
+        tool_listing,
+        "valid_tools",
+        lambda result, *rest: check(listings.append(result) or result, *rest),
+    )
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -415,6 +428,8 @@ async def test_downstream_server_over_http(transport: str, path: str) -> None:
         async with ToolHub({"web": config}) as hub:
             tools = by_name(await hub.tools())
             assert text_of(await call(tools["web__echo"], text="over http")) == "over http"
+        listed = [tool["name"] for tool in listings[0]["tools"]]
+        assert "echo" in listed and len(listed) == len(tools)
     finally:
         child.terminate()
         with anyio.fail_after(10):
@@ -477,14 +492,36 @@ async def test_a_result_that_is_not_valid_mcp_is_one_line_and_the_server_stays()
         assert hub.connection("r").starts == 1
 
 
-async def test_a_tool_list_that_is_not_valid_mcp_is_said_in_one_line() -> None:
+async def test_a_listed_tool_that_is_not_valid_mcp_is_left_out_and_the_others_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The SDK refuses a tool listing whole for one bad tool: the server could not be used at
+    all. Now that tool alone is left out, said in one line, and the others work."""
+    import logging
+
+    caplog.set_level(logging.WARNING)
     config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--bad-tool"])
+    async with ToolHub({"r": config}) as hub:
+        errors: list[str] = []
+        tools = by_name(await hub.tools(on_error=errors.append))
+        assert errors == [] and "r__no_schema" not in tools
+        assert "r__good" in tools and "r__noisy" in tools
+        assert text_of(await call(tools["r__good"])) == "fine"
+    said = [r.getMessage() for r in caplog.records if "not valid MCP" in r.getMessage()]
+    assert said == [
+        "MCP server 'r' lists tool 'no_schema', which is not valid MCP, and it is left out: "
+        "inputSchema: Field required"
+    ]
+
+
+async def test_a_tool_listing_wrong_as_a_whole_still_says_so_in_one_line() -> None:
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--tools-not-a-list"])
     async with ToolHub({"r": config}) as hub:
         errors: list[str] = []
         assert await hub.tools(on_error=errors.append) == []
         assert errors == [
             "MCP server 'r' could not be started: not a valid ListToolsResult: "
-            "tools.0.inputSchema: Field required"
+            "tools: Input should be a valid list"
         ]
 
 

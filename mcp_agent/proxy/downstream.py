@@ -27,6 +27,7 @@ from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
 from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
+from mcp_agent.proxy.tool_listing import valid_tools_only
 from mcp_agent.tools import AgentToolResult
 from mcp_agent.wire import one_line
 
@@ -306,14 +307,36 @@ class McpServerConnection:
         return AgentToolResult.error(f"{tool} on MCP server {self.name!r} was aborted")
 
 
-def connect_to(config: ServerConfig) -> Connect:
-    """How to reach a configured server: a child process over stdio, streamable HTTP, or
-    (``"type": "sse"``) the older HTTP+SSE transport."""
+def connect_to(name: str, config: ServerConfig) -> Connect:
+    """How to reach the server ``name``: a child process over stdio, streamable HTTP, or
+    (``"type": "sse"``) the older HTTP+SSE transport. A tool it lists that is not valid MCP
+    is left out, said in one line, and its other tools are kept."""
+
+    def said(tool: str, error: ValidationError) -> None:
+        log.warning(
+            "MCP server %r lists tool %r, which is not valid MCP, and it is left out: %s",
+            name,
+            tool,
+            _first_problem(error).removeprefix("tools.0."),
+        )
+
+    def client(transport: AbstractAsyncContextManager[Any], handler: MessageHandlerFnT) -> Client:
+        made: list[Client] = []
+
+        def version() -> str | None:
+            try:
+                return made[0].session.protocol_version if made else None
+            except RuntimeError:  # not connected yet
+                return None
+
+        made.append(Client(valid_tools_only(transport, said, version), message_handler=handler))
+        return made[0]
+
     if config.command:
         params = StdioServerParameters(
             command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
         )
-        return lambda handler: Client(child_stdio(params), message_handler=handler)
+        return lambda handler: client(child_stdio(params), handler)
 
     @asynccontextmanager
     async def over_http(handler: MessageHandlerFnT) -> AsyncIterator[Client]:
@@ -323,16 +346,15 @@ def connect_to(config: ServerConfig) -> Connect:
         if config.type == "sse":
             from mcp.client.sse import sse_client
 
-            transport = sse_client(url, headers=config.headers)
-            async with Client(transport, message_handler=handler) as client:
-                yield client
+            async with client(sse_client(url, headers=config.headers), handler) as connected:
+                yield connected
             return
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=None))
         transport = streamable_http_client(url, http_client=http)
-        async with http, Client(transport, message_handler=handler) as client:
-            yield client
+        async with http, client(transport, handler) as connected:
+            yield connected
 
     return over_http
 

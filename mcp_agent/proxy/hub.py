@@ -42,7 +42,7 @@ class ToolHub:
         self.configs = servers
         self._connections: dict[str, McpServerConnection] = {
             name: McpServerConnection(
-                name, connect_to(config), start_timeout=max(config.timeout, MIN_START_TIMEOUT)
+                name, connect_to(name, config), start_timeout=max(config.timeout, MIN_START_TIMEOUT)
             )
             for name, config in servers.items()
         }

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -29,6 +29,8 @@ from mcp_types import JSONRPCMessage, JSONRPCResponse
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic_core import from_json, to_json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcp_agent.streams import WrappedStream
 
 log = logging.getLogger(__name__)
 
@@ -132,24 +134,6 @@ def _line(message_id: Any, result: dict[str, Any], meta: dict[str, Any], text: s
     head = to_json(kept).decode()
     body = f'{head[:-1]}{"," if kept else ""}"structuredContent":{text}}}'
     return f'{{"jsonrpc":"2.0","id":{to_json(message_id).decode()},"result":{body}}}'
-
-
-class WrappedStream:
-    """A transport's stream with a few methods of its own; everything else (closing, the
-    sender's context) is the wrapped stream's."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return cast("bool | None", await self._inner.__aexit__(*exc))
 
 
 class SplicingStream(WrappedStream):

@@ -40,8 +40,9 @@ from mcp_types import (
 )
 
 from mcp_agent.pipes import LineReader, PeerGone, Writer
-from mcp_agent.server.spliced import SplicingStream, WrappedStream, splicing
+from mcp_agent.server.spliced import SplicingStream, splicing
 from mcp_agent.server.unreadable import AnsweringStream
+from mcp_agent.streams import WrappedStream
 
 if sys.platform != "win32":
     import fcntl

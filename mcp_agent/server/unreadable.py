@@ -47,9 +47,9 @@ from mcp_types import (
 from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
 from pydantic import ValidationError
 
-from mcp_agent.server.spliced import WrappedStream
 from mcp_agent.server.strict import ECHO_CHARS, MAX_ERRORS
 from mcp_agent.sessions.entries import clip_long
+from mcp_agent.streams import WrappedStream
 from mcp_agent.wire import (
     SURROGATE,
     SURROGATE_ESCAPE,

@@ -5,7 +5,8 @@ results that are not valid MCP. Run as a real child process over stdio.
 ``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
 with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are not JSON, then
 its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes)
-and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema. With
+and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
+``--tools-not-a-list`` its listing is an object instead of a list. With
 ``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
 child of its own that does neither (only SIGKILL stops them), and writes both their process
 ids to FILE.
@@ -59,7 +60,7 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
         }
     elif method == "tools/list":
         tools = ([{"name": "no_schema"}] if "--bad-tool" in sys.argv else []) + TOOLS
-        result = {"tools": tools}
+        result = {"tools": {"good": TOOLS[0]} if "--tools-not-a-list" in sys.argv else tools}
     elif method == "tools/call":
         name = message["params"]["name"]
         if name == "noisy":
