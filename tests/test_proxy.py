@@ -395,11 +395,12 @@ async def test_downstream_server_over_http(
     # Each listing passes the check of its tools one by one, over HTTP as over stdio.
     listings: list[dict[str, Any]] = []
     check = tool_listing.valid_tools
-    monkeypatch.setattr(
-        tool_listing,
-        "valid_tools",
-        lambda result, *rest: check(listings.append(result) or result, *rest),
-    )
+
+    def noted(result: dict[str, Any], *rest: Any) -> dict[str, Any]:
+        listings.append(result)
+        return check(result, *rest)
+
+    monkeypatch.setattr(tool_listing, "valid_tools", noted)
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
