@@ -302,6 +302,42 @@ def test_typescript_sdk_client_over_stdio(tmp_path: Path) -> None:
     run_ts_client("stdio", *serve_command(tmp_path / "ts.db"))
 
 
+@needs_node
+@pytest.mark.anyio
+async def test_a_typescript_sdk_server_downstream_of_ours() -> None:
+    """A downstream server no one here wrote, through our stdio client transport: its tools
+    listed and called, an answer of 5 MB on one line whole, and no process left at the end."""
+    import anyio
+
+    from mcp_agent.manifests import ServerConfig
+    from mcp_agent.messages import TextContent as Text
+    from mcp_agent.proxy.downstream import McpServerConnection, connect_to
+
+    script = PEERS / "ts_server.mjs"
+    shutil.copy(ROOT / "tests" / "peers" / "ts_server.mjs", script)
+    config = ServerConfig(command=str(NODE), args=[str(script)])
+    connection = McpServerConnection("ts", connect_to("ts", config), start_timeout=30)
+
+    async with anyio.create_task_group() as group:
+
+        async def call(tool: str, **arguments: Any) -> str:
+            result = await connection.call(group, tool, arguments, time_limit=30)
+            assert not result.is_error, result.content
+            return "".join(narrow(block, Text).text for block in result.content)
+
+        assert {tool.name for tool in await connection.tools(group)} == {"echo", "long", "pid"}
+        assert await call("echo", text="ünïcödé 🙂") == "ünïcödé 🙂"
+        # Read whole (a model is given its first 100,000 characters).
+        assert await call("long", size=5_000_000) == "x" * 100_000 + (
+            "[cut: the tool's result held 5,000,000 characters of text; the first 100,000 are kept]"
+        )
+        pid = int(await call("pid"))
+        await connection.stop()
+    with anyio.fail_after(10):
+        while os.path.exists(f"/proc/{pid}"):  # noqa: ASYNC240 (a look at procfs)
+            await anyio.sleep(0.05)
+
+
 def test_rebinding_protection_stays_on_off_loopback(tmp_path: Path) -> None:
     server = HttpServer(tmp_path, "--host", "0.0.0.0", "--allowed-host", "agents.example")
     try:
