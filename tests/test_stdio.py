@@ -24,7 +24,7 @@ from mcp_support import initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent
 from narrow import narrow
 
-from mcp_agent.pipes import LineReader, Writer
+from mcp_agent.pipes import EDGE, DroppedLine, LineReader, Writer
 from mcp_agent.server import stdio
 from mcp_agent.server.stdio import Unanswered
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
@@ -82,7 +82,12 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_one_read() -> None:
                 await anyio.sleep(0.01)
         os.close(write_fd)
 
-    reader = LineReader(read_fd, max_line=limit)
+    dropped: list[DroppedLine] = []
+
+    async def said(line: DroppedLine) -> None:
+        dropped.append(line)
+
+    reader = LineReader(read_fd, max_line=limit, dropped=said)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(feed)
@@ -93,6 +98,11 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_one_read() -> None:
     # the limit and a chunk.
     assert lines == ['{"next": 1}\n']
     assert len(reader._buffer) <= limit + 65_536
+    # Each said once it ended (its newline, the end of the input), with its edges.
+    assert dropped == [
+        DroppedLine(limit, b"a" * EDGE, b"c" * EDGE),
+        DroppedLine(limit, b"d" * EDGE, b"d" * EDGE),
+    ]
 
 
 def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> None:

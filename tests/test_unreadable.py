@@ -26,6 +26,7 @@ from mcp_support import (
     initialize_request,
     make_server,
     prompt_responder,
+    serve_piped,
     started_fixture,  # noqa: F401  (the started fixture)
 )
 from mcp_types.methods import validate_client_request
@@ -467,3 +468,70 @@ def test_a_2025_session_asking_for_an_unknown_protocol_version_is_told_which_the
         known = {**session, "mcp-protocol-version": "2025-06-18"}
         served = http.post(server.url, headers=known, content=ping)  # an event stream
         assert served.status_code == 200 and '"id":"p","result":{}' in served.text
+
+
+@pytest.mark.parametrize(
+    ("head", "tail", "found"),
+    [
+        # The Python SDK writes the id before the params, the TypeScript SDK after them.
+        ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"a": "xxx', "", 7),
+        ("", 'xxx"}}, "jsonrpc": "2.0", "id": "r-1"}\n', "r-1"),
+        ("", 'xxx"},"id":-3,"jsonrpc":"2.0"}', -3),
+        # An "id" of the params, a notification, or an id MCP does not allow: none to answer.
+        ('{"method": "tools/call", "params": {"id": 5, "a": "xxx', 'xxx", "id": 5}}', None),
+        ('{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "', 'xx"}}', None),
+        ('{"jsonrpc": "2.0", "id": 1.5, "method": "x", "params": {"a": "', "", None),
+        ('{"jsonrpc": "2.0", "id": true, "method": "x", "params": {"a": "', "", None),
+        ("", 'xxx", "note": "\\"id\\": 5"}', None),
+        ("not json at all", "nor here", None),
+    ],
+)
+def test_the_id_of_a_request_too_long_to_read_is_found_at_its_edges(
+    head: str, tail: str, found: int | str | None
+) -> None:
+    from mcp_agent.pipes import DroppedLine
+    from mcp_agent.server.unreadable import dropped_request_id
+
+    assert dropped_request_id(DroppedLine(100, head.encode(), tail.encode())) == found
+
+
+def test_a_request_too_long_to_read_is_refused_saying_why_and_the_next_one_answered(
+    tmp_path: Path,
+) -> None:
+    """Past 64 MB a line is dropped as it comes: the client waited for ever for its answer."""
+    from mcp_agent.pipes import MAX_LINE, READ_CHUNK
+
+    big = "x" * (MAX_LINE + READ_CHUNK + 1000)  # a line is taken once its newline is read
+    arguments = {"jsonl": big}
+    requests = [
+        initialize_request(),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "session_import", "arguments": arguments},
+        },
+        # The TypeScript SDK's order: the id last.
+        {
+            "method": "tools/call",
+            "params": {"name": "session_import", "arguments": arguments},
+            "jsonrpc": "2.0",
+            "id": "ts",
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "session_create", "arguments": {}},
+        },
+    ]
+    del big, arguments
+    answers, stderr = serve_piped(tmp_path / "s.db", requests)
+    for request_id in (2, "ts"):
+        error = answers[request_id]["error"]
+        assert error["code"] == -32600 and f"over {MAX_LINE:,} bytes" in error["message"]
+        assert "mcp-agent-sessions sessions import" in error["message"]
+    assert "error" not in answers[3] and not answers[3]["result"]["isError"]
+    assert stderr.count("was dropped") == 2
+    assert len(SqliteSessionRepo(tmp_path / "s.db").list().items) == 1  # the create alone

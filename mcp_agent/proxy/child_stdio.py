@@ -27,7 +27,7 @@ from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
 from mcp_types import jsonrpc_message_adapter
 
-from mcp_agent.pipes import MAX_LINE, LineReader, PeerGone, Writer
+from mcp_agent.pipes import MAX_LINE, DroppedLine, LineReader, PeerGone, Writer
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ async def child_stdio(
     writing = anyio.CancelScope()
 
     async def read() -> None:
-        async def dropped(limit: int) -> None:
+        async def dropped(line: DroppedLine) -> None:
             await read_sender.send(
-                LineTooLong(f"a line of over {limit:,} bytes was left out unread")
+                LineTooLong(f"a line of over {line.limit:,} bytes was left out unread")
             )
 
         try:

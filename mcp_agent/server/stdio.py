@@ -39,9 +39,9 @@ from mcp_types import (
     RequestId,
 )
 
-from mcp_agent.pipes import LineReader, PeerGone, Writer
+from mcp_agent.pipes import DroppedLine, LineReader, PeerGone, Writer
 from mcp_agent.server.spliced import SplicingStream, splicing
-from mcp_agent.server.unreadable import AnsweringStream
+from mcp_agent.server.unreadable import AnsweringStream, dropped_answer
 from mcp_agent.streams import WrappedStream
 
 if sys.platform != "win32":
@@ -141,9 +141,18 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
     # The transport reads a line only once the one before is taken off the read stream, so
     # two are waiting here at most; the bound only guards against losing step.
     lines: deque[str] = deque(maxlen=8)
+    answer_to: list[Any] = []  # the write stream, once there is one
+
+    async def dropped(line: DroppedLine) -> None:
+        # A request too long to read is refused (the client would wait for ever otherwise).
+        answer = dropped_answer(line)
+        if answer is not None and answer_to:
+            await answer_to[0].send(SessionMessage(answer))
+
     try:
-        reader = LineReader(wire_in, lines=lines)
+        reader = LineReader(wire_in, lines=lines, dropped=dropped)
         async with stdio_server(reader, Writer(wire_out)) as (read_stream, write_stream):  # type: ignore[arg-type]
+            answer_to.append(write_stream)
             yield read_stream, write_stream, lines
     finally:
         release()
