@@ -9,11 +9,14 @@ memory."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -24,6 +27,9 @@ READ_CHUNK = 1 << 16
 MAX_LINE = 64 << 20
 # How much of a dropped line's beginning and end is kept, to say which message it was.
 EDGE = 4096
+# The code of the error read in place of an answer too long to read (JSON-RPC leaves -32000 to
+# -32099 to implementations; this one never leaves the process).
+ANSWER_TOO_LONG = -32099
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,85 @@ class DroppedLine:
     head: bytes
     tail: bytes
 
+    def members(self) -> dict[str, Any]:
+        """The JSON-RPC message's top-level members that its edges hold whole: those before
+        its first long one (as the Python SDK writes a message: jsonrpc, id, method) and those
+        after its last (as the TypeScript SDK does: its jsonrpc and id come last)."""
+        found: dict[str, Any] = {}
+        text = self.head.decode("utf-8", errors="ignore")
+        decoder = json.JSONDecoder()
+        at = _skip_space(text, 0)
+        if text[at : at + 1] == "{":
+            at += 1
+            while True:  # "key": value, until a value too long for the head
+                try:
+                    key, at = decoder.raw_decode(text, _skip_space(text, at))
+                    at = _skip_space(text, at)
+                    if not isinstance(key, str) or text[at : at + 1] != ":":
+                        break
+                    value, at = decoder.raw_decode(text, _skip_space(text, at + 1))
+                except (ValueError, RecursionError):
+                    break
+                found[key] = value
+                at = _skip_space(text, at)
+                if text[at : at + 1] != ",":
+                    break
+                at += 1
+        last = _LAST_MEMBERS.search(self.tail.decode("utf-8", errors="ignore"))
+        if last is not None:
+            found.update(json.loads("{" + last.group(1) + "}"))
+        return found
+
+    def answered_id(self) -> int | str | None:
+        """The id of the request this line answered, if it is a response whose id its edges
+        hold (a response has an id and no method)."""
+        members = self.members()
+        if "method" in members:
+            return None
+        return _message_id(members.get("id"))
+
+    def request_id(self) -> int | str | None:
+        """The line's id, if it is a request whose id its edges hold."""
+        members = self.members()
+        return _message_id(members.get("id")) if "method" in members else None
+
+    def error_in_place(self) -> str | None:
+        """When the line is an answer whose id its edges hold, an error answer to the same
+        request (``ANSWER_TOO_LONG``) to read in its place: the request then fails at once,
+        saying why, instead of waiting for an answer that will never come."""
+        answered = self.answered_id()
+        if answered is None:
+            return None
+        message = (
+            f"its answer is over {self.limit:,} bytes on one line, the most that is read, and"
+            " was left out unread"
+        )
+        error = {"code": ANSWER_TOO_LONG, "message": message}
+        return json.dumps({"jsonrpc": "2.0", "id": answered, "error": error}) + "\n"
+
+
+# Scalar members to the end of a line: they follow the message's last long member, and only
+# scalars stand between the first of them and the closing brace, so none of a nested object's
+# members can be taken for the message's.
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_SCALAR = rf"(?:{_STRING}|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)"
+_LAST_MEMBERS = re.compile(
+    rf"[{{,]\s*({_STRING}\s*:\s*{_SCALAR}(?:\s*,\s*{_STRING}\s*:\s*{_SCALAR})*)\s*}}\s*$"
+)
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+def _message_id(value: Any) -> int | str | None:
+    """``value`` if it is an id JSON-RPC allows (MCP: a string or an integer)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    return None
+
 
 class PeerGone(Exception):
     """The other end closed the pipe we write to: nobody is left to read."""
@@ -42,15 +127,16 @@ class PeerGone(Exception):
 class LineReader:
     """Lines (each with its newline) from a non-blocking file descriptor, as text. A line
     longer than ``max_line`` bytes is dropped as it comes: once it has ended, ``dropped`` is
-    awaited with its edges, or by default it is said on stderr. Each line read is also put on
-    ``lines``, when given, for whoever sees what the transport made of it."""
+    awaited with its edges, and a line it gives is read in its place (by default the drop is
+    said on stderr). Each line read is also put on ``lines``, when given, for whoever sees what
+    the transport made of it."""
 
     def __init__(
         self,
         fd: int,
         max_line: int = MAX_LINE,
         lines: deque[str] | None = None,
-        dropped: Callable[[DroppedLine], Awaitable[None]] | None = None,
+        dropped: Callable[[DroppedLine], Awaitable[str | None]] | None = None,
     ) -> None:
         self.fd = fd
         self.max_line = max_line
@@ -71,7 +157,9 @@ class LineReader:
                 self._tail = (self._tail + self._buffer[:end])[-EDGE:]
                 del self._buffer[: end + 1]
                 self._scanned = 0
-                await self._said_dropped()
+                instead = await self._said_dropped()
+                if instead is not None:
+                    return self._read(instead)
                 continue
             if end >= 0:
                 return self._take(end + 1)
@@ -91,24 +179,29 @@ class LineReader:
                 if self._dropping:  # the input ended inside the line
                     self._tail = (self._tail + self._buffer)[-EDGE:]
                     self._buffer.clear()
-                    await self._said_dropped()
+                    instead = await self._said_dropped()
+                    if instead is not None:
+                        return self._read(instead)
                 if self._buffer:  # a last line without its newline
                     return self._take(len(self._buffer))
                 raise StopAsyncIteration
             self._buffer += chunk
 
-    async def _said_dropped(self) -> None:
+    async def _said_dropped(self) -> str | None:
         line = DroppedLine(self.max_line, self._head, self._tail)
         self._dropping, self._head, self._tail = False, b"", b""
         if self._dropped is not None:
-            await self._dropped(line)
-        else:
-            log.error("a message of over %s bytes from the client was dropped", f"{line.limit:,}")
+            return await self._dropped(line)
+        log.error("a message of over %s bytes from the client was dropped", f"{line.limit:,}")
+        return None
 
     def _take(self, size: int) -> str:
         line = self._buffer[:size].decode("utf-8", errors="replace")
         del self._buffer[:size]
         self._scanned = 0
+        return self._read(line)
+
+    def _read(self, line: str) -> str:
         if self.lines is not None:
             self.lines.append(line)
         return line

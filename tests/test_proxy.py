@@ -643,25 +643,39 @@ async def test_a_long_answer_arrives_whole_over_many_reads() -> None:
         assert (await client.call_tool("good", {})).content[0] == types.TextContent(text="fine")
 
 
-async def test_a_line_over_the_bound_is_left_out_and_said_and_the_server_goes_on() -> None:
+async def test_a_line_over_the_bound_is_left_out_and_said_and_the_server_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A server writing a line without end must not fill our memory: past the bound the line
-    is dropped as it comes, the call it answered hears why when its time runs out, and the
-    server goes on answering."""
+    is dropped as it comes. An answer fails its call at once, saying why (not at the end of its
+    time limit); any other line is said as one that could not be read. The server goes on."""
+    import logging
+
     from mcp_agent.proxy.downstream import McpServerConnection
 
+    caplog.set_level(logging.WARNING)
     connection = McpServerConnection(
         "r", lambda handler: raw_client(max_line=100_000, handler=handler)
     )
     async with anyio.create_task_group() as group:
         fits = await connection.call(group, "long", {"size": 90_000}, time_limit=10)
         assert text_of(fits) == "x" * 90_000
-        said = text_of(await connection.call(group, "long", {"size": 300_000}, time_limit=1))
-        assert said.startswith(
-            "MCP server 'r' did not answer long within 1 s (it sent what could not be read"
-            " meanwhile: a line of over 100,000 bytes was left out unread)"
+        with anyio.fail_after(20):  # the call's own limit is ten times that
+            said = text_of(await connection.call(group, "long", {"size": 300_000}, time_limit=200))
+        assert said == (
+            "MCP server 'r' answered long, but its answer is over 100,000 bytes on one line, the"
+            " most that is read, and was left out unread"
         )
+        noise = await connection.call(group, "long_noise", {"size": 300_000}, time_limit=10)
+        assert text_of(noise) == "heard"
         assert text_of(await connection.call(group, "good", {}, time_limit=10)) == "fine"
+        assert connection.starts == 1
         await connection.stop()
+    said_lines = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
+    assert said_lines == [
+        "MCP server 'r' sent what could not be read (1 times): a line of over 100,000 bytes was"
+        " left out unread"
+    ]
 
 
 async def test_a_server_deaf_to_its_input_ending_and_to_sigterm_is_killed_with_its_children(

@@ -417,3 +417,31 @@ def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path)
     stored = [e.id for e in SqliteSessionRepo(db).open(sid).get_entries()]
     assert stored[: len(acknowledged)] == acknowledged
     assert len(stored) <= 78
+
+
+def test_an_answer_too_long_to_read_is_read_as_an_error_answer_to_its_request() -> None:
+    """Its request fails at once, saying why, instead of waiting for ever (or its time limit)."""
+    from mcp_agent.pipes import ANSWER_TOO_LONG
+
+    python = DroppedLine(
+        100, b'{"jsonrpc":"2.0","id":4,"result":{"content":[{"text":"xx', b'xx"}]}}'
+    )
+    typescript = DroppedLine(
+        100, b'{"result":{"content":[{"text":"xx', b'xx"}]},"jsonrpc":"2.0","id":"a"}'
+    )
+    for line, answered in ((python, 4), (typescript, "a")):
+        instead = line.error_in_place()
+        assert instead is not None and instead.endswith("\n")
+        assert json.loads(instead) == {
+            "jsonrpc": "2.0",
+            "id": answered,
+            "error": {
+                "code": ANSWER_TOO_LONG,
+                "message": "its answer is over 100 bytes on one line, the most that is read,"
+                " and was left out unread",
+            },
+        }
+    request = DroppedLine(100, b'{"jsonrpc":"2.0","id":4,"method":"x","params":{"a":"', b'x"}}')
+    notification = DroppedLine(100, b'{"jsonrpc":"2.0","method":"x","params":{"a":"', b'x"}}')
+    garbage = DroppedLine(100, b"debug output " * 10, b"more of it")
+    assert [line.error_in_place() for line in (request, notification, garbage)] == [None] * 3

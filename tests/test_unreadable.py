@@ -475,14 +475,19 @@ def test_a_2025_session_asking_for_an_unknown_protocol_version_is_told_which_the
     [
         # The Python SDK writes the id before the params, the TypeScript SDK after them.
         ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"a": "xxx', "", 7),
-        ("", 'xxx"}}, "jsonrpc": "2.0", "id": "r-1"}\n', "r-1"),
-        ("", 'xxx"},"id":-3,"jsonrpc":"2.0"}', -3),
-        # An "id" of the params, a notification, or an id MCP does not allow: none to answer.
-        ('{"method": "tools/call", "params": {"id": 5, "a": "xxx', 'xxx", "id": 5}}', None),
+        (
+            '{"method": "tools/call", "params": {"a": "',
+            'xxx"}}, "jsonrpc": "2.0", "id": "r-1"}\n',
+            "r-1",
+        ),
+        ('{"method":"x","params":{"a":"', 'xxx"},"id":-3,"jsonrpc":"2.0"}', -3),
+        # An "id" of the params, a notification, an answer, an id MCP does not allow: none.
+        ('{"method": "x", "params": {"id": 5, "a": "xxx', 'xxx", "id": 5}}', None),
         ('{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": "', 'xx"}}', None),
+        ('{"jsonrpc": "2.0", "id": 4, "result": {"content": [{"text": "xx', 'xx"}]}}', None),
         ('{"jsonrpc": "2.0", "id": 1.5, "method": "x", "params": {"a": "', "", None),
         ('{"jsonrpc": "2.0", "id": true, "method": "x", "params": {"a": "', "", None),
-        ("", 'xxx", "note": "\\"id\\": 5"}', None),
+        ('{"method": "x", "params": {"a": "', 'xxx"}, "note": "\\"id\\": 5"}', None),
         ("not json at all", "nor here", None),
     ],
 )
@@ -519,6 +524,8 @@ def test_a_request_too_long_to_read_is_refused_saying_why_and_the_next_one_answe
             "jsonrpc": "2.0",
             "id": "ts",
         },
+        # An answer to no request of the server's: read as an error answer, and dropped.
+        {"jsonrpc": "2.0", "id": 99, "result": arguments},
         {
             "jsonrpc": "2.0",
             "id": 3,
@@ -533,5 +540,5 @@ def test_a_request_too_long_to_read_is_refused_saying_why_and_the_next_one_answe
         assert error["code"] == -32600 and f"over {MAX_LINE:,} bytes" in error["message"]
         assert "mcp-agent-sessions sessions import" in error["message"]
     assert "error" not in answers[3] and not answers[3]["result"]["isError"]
-    assert stderr.count("was dropped") == 2
+    assert 99 not in answers and stderr.count("was dropped") == 3
     assert len(SqliteSessionRepo(tmp_path / "s.db").list().items) == 1  # the create alone

@@ -86,10 +86,13 @@ async def child_stdio(
     writing = anyio.CancelScope()
 
     async def read() -> None:
-        async def dropped(line: DroppedLine) -> None:
-            await read_sender.send(
-                LineTooLong(f"a line of over {line.limit:,} bytes was left out unread")
-            )
+        async def dropped(line: DroppedLine) -> str | None:
+            # An answer fails its call at once; anything else is said as a line not read.
+            instead = line.error_in_place()
+            if instead is None:
+                too_long = f"a line of over {line.limit:,} bytes was left out unread"
+                await read_sender.send(LineTooLong(too_long))
+            return instead
 
         try:
             async with read_sender:

@@ -143,11 +143,13 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
     lines: deque[str] = deque(maxlen=8)
     answer_to: list[Any] = []  # the write stream, once there is one
 
-    async def dropped(line: DroppedLine) -> None:
-        # A request too long to read is refused (the client would wait for ever otherwise).
+    async def dropped(line: DroppedLine) -> str | None:
+        # Nothing waits for ever: a request too long to read is refused, and an answer (to a
+        # request of ours) too long to read is read as an error answer to that request.
         answer = dropped_answer(line)
         if answer is not None and answer_to:
             await answer_to[0].send(SessionMessage(answer))
+        return line.error_in_place()
 
     try:
         reader = LineReader(wire_in, lines=lines, dropped=dropped)

@@ -350,47 +350,10 @@ def _error(request_id: int | str | None, code: int, message: str) -> JSONRPCErro
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
 
 
-# A request's top-level members after its params, to the end of the line, as the TypeScript
-# SDK writes them ({"method":…,"params":{…},"jsonrpc":"2.0","id":7}): only scalars may stand
-# between the id and the closing brace, so an "id" inside the params cannot match.
-_STRING = r'"(?:[^"\\]|\\.)*"'
-_SCALAR = rf"(?:{_STRING}|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null)"
-_ID_AT_END = re.compile(
-    rf'[{{,]\s*"id"\s*:\s*({_STRING}|-?\d+)\s*(?:,\s*{_STRING}\s*:\s*{_SCALAR}\s*)*}}\s*$'
-)
-
-
 def dropped_request_id(line: DroppedLine) -> int | str | None:
-    """The id of the request on a line too long to read, when its edges say it: among the
-    top-level members before its params (as the Python SDK writes a request) or after them."""
-    text = line.head.decode("utf-8", errors="ignore")
-    decoder = json.JSONDecoder()
-    at = len(text) - len(text.lstrip())
-    if text[at : at + 1] == "{":
-        at += 1
-        while True:  # each member "key": value, until one too long for the head
-            try:
-                key, at = decoder.raw_decode(text, _skip_space(text, at))
-                at = _skip_space(text, at)
-                if text[at : at + 1] != ":":
-                    break
-                value, at = decoder.raw_decode(text, _skip_space(text, at + 1))
-            except (ValueError, RecursionError):
-                break
-            if key == "id":
-                return _request_id({"id": value})
-            at = _skip_space(text, at)
-            if text[at : at + 1] != ",":
-                break
-            at += 1
-    found = _ID_AT_END.search(line.tail.decode("utf-8", errors="ignore"))
-    return _request_id({"id": json.loads(found.group(1))}) if found else None
-
-
-def _skip_space(text: str, at: int) -> int:
-    while at < len(text) and text[at] in " \t\r\n":
-        at += 1
-    return at
+    """The id of the request on a line too long to read, when its edges say it and it is one
+    an answer can carry back."""
+    return _request_id({"id": line.request_id()})
 
 
 def dropped_answer(line: DroppedLine) -> JSONRPCError | None:

@@ -4,7 +4,8 @@ results that are not valid MCP. Run as a real child process over stdio.
 ``tools/list`` lists ``good``, ``bad_result`` (a text block without its text),
 ``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
 with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are not JSON, then
-its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes)
+its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes),
+``long_noise`` (a line of ``size`` bytes that is not JSON-RPC, then its answer)
 and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
 ``--tools-not-a-list`` its listing is an object instead of a list. With
 ``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
@@ -35,6 +36,7 @@ TOOLS = [
     {"name": "garbage", "inputSchema": {"type": "object"}},
     {"name": "noisy", "inputSchema": {"type": "object"}},
     {"name": "long", "inputSchema": {"type": "object"}},
+    {"name": "long_noise", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
@@ -67,7 +69,10 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
             sys.stdout.write("debug output, not JSON-RPC\n" * 50)
         if name == "garbage":
             return {"not json": ...}
-        if name == "long":
+        if name == "long_noise":
+            sys.stdout.write("x" * message["params"]["arguments"]["size"] + "\n")
+            result = {"content": [{"type": "text", "text": "heard"}]}
+        elif name == "long":
             text = "x" * message["params"]["arguments"]["size"]
             result = {"content": [{"type": "text", "text": text}]}
         elif name == "pid":
