@@ -15,6 +15,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,8 @@ class DroppedLine:
                 at += 1
         last = _LAST_MEMBERS.search(self.tail.decode("utf-8", errors="ignore"))
         if last is not None:
-            found.update(json.loads("{" + last.group(1) + "}"))
+            with suppress(ValueError):  # a number JSON does not allow (01): not a message
+                found.update(json.loads("{" + last.group(1) + "}"))
         return found
 
     def answered_id(self) -> int | str | None:

@@ -444,4 +444,6 @@ def test_an_answer_too_long_to_read_is_read_as_an_error_answer_to_its_request() 
     request = DroppedLine(100, b'{"jsonrpc":"2.0","id":4,"method":"x","params":{"a":"', b'x"}}')
     notification = DroppedLine(100, b'{"jsonrpc":"2.0","method":"x","params":{"a":"', b'x"}}')
     garbage = DroppedLine(100, b"debug output " * 10, b"more of it")
-    assert [line.error_in_place() for line in (request, notification, garbage)] == [None] * 3
+    not_json = DroppedLine(100, b"{", b',"a":01,"id":4}')  # JSON has no leading zeros
+    lines = (request, notification, garbage, not_json)
+    assert [line.error_in_place() for line in lines] == [None] * 4
