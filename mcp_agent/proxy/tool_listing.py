@@ -8,7 +8,6 @@ fail are left out, each said in one line, and the others reach the client as lis
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -20,8 +19,6 @@ from mcp_types import methods as protocol
 from pydantic import ValidationError
 
 from mcp_agent.streams import WrappedStream
-
-log = logging.getLogger(__name__)
 
 # tools/list requests awaiting their answer that are remembered (the client asks one at a
 # time; a server that never answers must not grow the set).
