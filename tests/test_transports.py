@@ -144,8 +144,17 @@ def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
         http_server.url, json=initialize_request(), headers={**auth, "Host": "evil.example"}
     )
     assert rebound.status_code == 421
-    huge = {**initialize_request(), "padding": "x" * (5 * 1024 * 1024)}
-    assert httpx.post(http_server.url, json=huge, headers=auth).status_code == 413
+    huge = json.dumps({**initialize_request(), "padding": "x" * (5 * 1024 * 1024)}).encode()
+    # A body of declared size, then one sent in chunks: each refused saying the limit (the SDK
+    # said "Request body too large" as plain text, which its Python client does not show).
+    for body in (huge, iter([huge[: 1 << 20], huge[1 << 20 :]])):
+        refused = httpx.post(
+            http_server.url, content=body, headers={**auth, "Content-Type": "application/json"}
+        )
+        assert refused.status_code == 413
+        error = refused.json()["error"]
+        assert error["code"] == -32600 and "over 4,194,304 bytes" in error["message"]
+        assert "mcp-agent-sessions sessions import" in error["message"]
 
 
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:

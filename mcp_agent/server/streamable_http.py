@@ -49,6 +49,7 @@ PROTOCOL_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 
 # The SDK's refusal at its session limit: a 503 whose JSON-RPC error says only this.
 SDK_SESSION_LIMIT_MESSAGE = b"Too many open sessions"
+SDK_BODY_LIMIT_MESSAGE = b"Request body too large"
 
 
 def session_limit_message(settings: ServerSettings) -> str:
@@ -288,20 +289,23 @@ def _replaying(first: Message, receive: Receive) -> Receive:
     return replay
 
 
-class SessionLimitMiddleware:
-    """Turns the SDK's bare 503 at its session limit (every session busy) into one that names
-    the limit and the flag that raises it."""
+class LimitRefusals:
+    """Turns the SDK's bare refusals at two limits into JSON-RPC errors that say the limit and
+    what to do (a client shows a JSON-RPC error's message; the Python SDK's said only "Server
+    returned an error response"): its 503 when every session is busy names the flag that raises
+    the limit, and its 413 for a body too large names the size and the command line's import."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
-        body = JSONRPCError(
-            jsonrpc="2.0",
-            id=None,
-            error=ErrorData(code=INTERNAL_ERROR, message=session_limit_message(settings)),
-        )
-        self.body = body.model_dump_json(by_alias=True, exclude_unset=True)
+        self.limit_body = _error_json(INTERNAL_ERROR, session_limit_message(settings))
         # Room frees up when a busy session's request ends: a retry soon may well get in.
         self.headers = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
+        self.too_large_body = _error_json(
+            INVALID_REQUEST,
+            f"Invalid Request: the request body is over {settings.max_request_bytes:,} bytes, the"
+            " most this server reads (a session file that large can be imported with the"
+            " command line: mcp-agent-sessions sessions import FILE)",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -310,8 +314,8 @@ class SessionLimitMiddleware:
         held: list[Message] = []
 
         async def watch(message: Message) -> None:
-            # Only a 503 is held back, until its body shows whether it is the session limit.
-            if message["type"] == "http.response.start" and message["status"] == 503:
+            # Only a 503 or a 413 is held back, until its body shows whether it is a limit's.
+            if message["type"] == "http.response.start" and message["status"] in (503, 413):
                 held.append(message)
                 return
             if not held:
@@ -320,13 +324,19 @@ class SessionLimitMiddleware:
             held.append(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 body = b"".join(m.get("body", b"") for m in held[1:])
-                if SDK_SESSION_LIMIT_MESSAGE in body:
+                response = None
+                if held[0]["status"] == 503 and SDK_SESSION_LIMIT_MESSAGE in body:
                     response = Response(
-                        self.body,
+                        self.limit_body,
                         status_code=503,
                         media_type="application/json",
                         headers=self.headers,
                     )
+                elif held[0]["status"] == 413 and body == SDK_BODY_LIMIT_MESSAGE:
+                    response = Response(
+                        self.too_large_body, status_code=413, media_type="application/json"
+                    )
+                if response is not None:
                     await response(scope, receive, send)
                 else:
                     for each in held:
@@ -334,6 +344,12 @@ class SessionLimitMiddleware:
                 held.clear()
 
         await self.app(scope, receive, watch)
+
+
+def _error_json(code: int, message: str) -> str:
+    """A JSON-RPC error to no request id (an HTTP request's answer is its own)."""
+    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+    return error.model_dump_json(by_alias=True, exclude_unset=True)
 
 
 # --- the app ----------------------------------------------------------------------------------
@@ -386,7 +402,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     manager.asgi_app.app = manager._handle_request
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
-    app = SessionLimitMiddleware(SplicingHttp(app, server), settings)
+    app = LimitRefusals(SplicingHttp(app, server), settings)
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token)
     return ViewerPage(app, settings.token, transport_security(settings))
