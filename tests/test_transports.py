@@ -139,11 +139,40 @@ def test_http_requires_the_token(http_server: HttpServer) -> None:
 
 
 def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
+    """Each refusal is a JSON-RPC error that says what was wrong and what to do: MCP clients
+    show its message (the Python SDK's showed "Server returned an error response" for the
+    SDK's plain-text refusals and for our 401's old body)."""
+
+    def said(response: httpx.Response) -> str:
+        error = response.json()["error"]
+        assert error["code"] == -32600 and response.json()["id"] is None
+        return str(error["message"])
+
     auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
     rebound = httpx.post(
         http_server.url, json=initialize_request(), headers={**auth, "Host": "evil.example"}
     )
     assert rebound.status_code == 421
+    assert said(rebound) == (
+        "Misdirected Request: this server answers for 127.0.0.1, localhost, [::1], not for the"
+        " Host 'evil.example' (serve --allowed-host NAME adds a name, for a proxy or a DNS name"
+        " of this machine)"
+    )
+    page = httpx.post(
+        http_server.url,
+        json=initialize_request(),
+        headers={**auth, "Origin": "http://evil.example"},
+    )
+    assert page.status_code == 403 and said(page).startswith(
+        "Forbidden: a web page from 'http://evil.example' may not call this server"
+    )
+    for token in (None, "not-the-token"):
+        headers = {**HEADERS, **({"Authorization": f"Bearer {token}"} if token else {})}
+        refused = httpx.post(http_server.url, json=initialize_request(), headers=headers)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith(
+            "Bearer"
+        )
+        assert said(refused).startswith("Unauthorized: send Authorization: Bearer <token>")
     huge = json.dumps({**initialize_request(), "padding": "x" * (5 * 1024 * 1024)}).encode()
     # A body of declared size, then one sent in chunks: each refused saying the limit (the SDK
     # said "Request body too large" as plain text, which its Python client does not show).

@@ -213,6 +213,20 @@ def check_bind(settings: ServerSettings) -> None:
         )
 
 
+# A JSON-RPC error, which MCP clients show (the Python SDK's showed nothing of a body of
+# another shape: "Server returned an error response").
+UNAUTHORIZED = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {
+        "code": -32600,
+        "message": "Unauthorized: send Authorization: Bearer <token>, the token in the file the"
+        " server's start-up line names (or the one given with serve --token-file)",
+    },
+}
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mcp-agent-sessions"'}
+
+
 class BearerTokenMiddleware:
     """Answers 401 unless the request carries ``Authorization: Bearer <token>`` (the viewer
     page sends it too: see ``viewer.page``)."""
@@ -229,11 +243,7 @@ class BearerTokenMiddleware:
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
                 credentials.strip(), self.token
             ):
-                response = JSONResponse(
-                    {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="mcp-agent-sessions"'},
-                )
+                response = JSONResponse(UNAUTHORIZED, status_code=401, headers=CHALLENGE)
                 await response(scope, receive, send)
                 return
         # Everything else, the lifespan scope included, goes through: the SDK's session

@@ -289,23 +289,55 @@ def _replaying(first: Message, receive: Receive) -> Receive:
     return replay
 
 
-class LimitRefusals:
-    """Turns the SDK's bare refusals at two limits into JSON-RPC errors that say the limit and
-    what to do (a client shows a JSON-RPC error's message; the Python SDK's said only "Server
-    returned an error response"): its 503 when every session is busy names the flag that raises
-    the limit, and its 413 for a body too large names the size and the command line's import."""
+class SdkRefusals:
+    """The SDK's bare refusals as JSON-RPC errors that say what was wrong and what to do (a
+    client shows a JSON-RPC error's message; the Python SDK's showed "Server returned an error
+    response" for the plain-text ones): its 503 when every session is busy names the flag that
+    raises the limit, its 413 for a body too large the size and the command line's import, its
+    421 for a Host and its 403 for an Origin it does not serve the names it does serve."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
-        self.limit_body = _error_json(INTERNAL_ERROR, session_limit_message(settings))
+        hosts = ", ".join(served_host_names(settings))
         # Room frees up when a busy session's request ends: a retry soon may well get in.
-        self.headers = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
-        self.too_large_body = _error_json(
-            INVALID_REQUEST,
-            f"Invalid Request: the request body is over {settings.max_request_bytes:,} bytes, the"
-            " most this server reads (a session file that large can be imported with the"
-            " command line: mcp-agent-sessions sessions import FILE)",
-        )
+        retry = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
+        self.refusals: dict[int, tuple[bytes, Callable[[Scope], str], dict[str, str]]] = {
+            503: (
+                SDK_SESSION_LIMIT_MESSAGE,
+                lambda _: _error_json(INTERNAL_ERROR, session_limit_message(settings)),
+                retry,
+            ),
+            413: (
+                SDK_BODY_LIMIT_MESSAGE,
+                lambda _: _error_json(
+                    INVALID_REQUEST,
+                    f"Invalid Request: the request body is over {settings.max_request_bytes:,}"
+                    " bytes, the most this server reads (a session file that large can be"
+                    " imported with the command line: mcp-agent-sessions sessions import FILE)",
+                ),
+                {},
+            ),
+            421: (
+                b"Invalid Host header",
+                lambda scope: _error_json(
+                    INVALID_REQUEST,
+                    f"Misdirected Request: this server answers for {hosts}, not for the Host"
+                    f" {_quoted(scope, b'host')} (serve --allowed-host NAME adds a name, for a"
+                    " proxy or a DNS name of this machine)",
+                ),
+                {},
+            ),
+            403: (
+                b"Invalid Origin header",
+                lambda scope: _error_json(
+                    INVALID_REQUEST,
+                    f"Forbidden: a web page from {_quoted(scope, b'origin')} may not call this"
+                    f" server, which takes pages from {hosts} (serve --allowed-host NAME adds a"
+                    " name)",
+                ),
+                {},
+            ),
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -314,8 +346,8 @@ class LimitRefusals:
         held: list[Message] = []
 
         async def watch(message: Message) -> None:
-            # Only a 503 or a 413 is held back, until its body shows whether it is a limit's.
-            if message["type"] == "http.response.start" and message["status"] in (503, 413):
+            # Only those statuses are held back, until the body shows whether it is the SDK's.
+            if message["type"] == "http.response.start" and message["status"] in self.refusals:
                 held.append(message)
                 return
             if not held:
@@ -323,20 +355,15 @@ class LimitRefusals:
                 return
             held.append(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                body = b"".join(m.get("body", b"") for m in held[1:])
-                response = None
-                if held[0]["status"] == 503 and SDK_SESSION_LIMIT_MESSAGE in body:
+                status = held[0]["status"]
+                sdk_text, answer, headers = self.refusals[status]
+                if sdk_text in b"".join(m.get("body", b"") for m in held[1:]):
                     response = Response(
-                        self.limit_body,
-                        status_code=503,
+                        answer(scope),
+                        status_code=status,
                         media_type="application/json",
-                        headers=self.headers,
+                        headers=headers,
                     )
-                elif held[0]["status"] == 413 and body == SDK_BODY_LIMIT_MESSAGE:
-                    response = Response(
-                        self.too_large_body, status_code=413, media_type="application/json"
-                    )
-                if response is not None:
                     await response(scope, receive, send)
                 else:
                     for each in held:
@@ -344,6 +371,11 @@ class LimitRefusals:
                 held.clear()
 
         await self.app(scope, receive, watch)
+
+
+def _quoted(scope: Scope, name: bytes) -> str:
+    """The request's header ``name`` as a refusal quotes it."""
+    return repr(clip_long(_header(scope, name) or "", ECHO_CHARS))
 
 
 def _error_json(code: int, message: str) -> str:
@@ -358,12 +390,19 @@ def _error_json(code: int, message: str) -> str:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-def transport_security(settings: ServerSettings) -> TransportSecuritySettings:
-    """DNS rebinding protection for any address: the Host header must name the bound address,
-    loopback, or a host given with --allowed-host (the SDK turns it off off loopback)."""
+def served_host_names(settings: ServerSettings) -> list[str]:
+    """The names a request's Host may give (with any port): the bound address, loopback, and
+    the hosts given with --allowed-host."""
     names = [*LOOPBACK_NAMES, *settings.allowed_hosts]
     if settings.host not in WILDCARD_ADDRESSES and settings.host not in names:
         names.append(f"[{settings.host}]" if ":" in settings.host else settings.host)
+    return names
+
+
+def transport_security(settings: ServerSettings) -> TransportSecuritySettings:
+    """DNS rebinding protection for any address: the Host header must name the bound address,
+    loopback, or a host given with --allowed-host (the SDK turns it off off loopback)."""
+    names = served_host_names(settings)
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[pattern for name in names for pattern in (name, f"{name}:*")],
@@ -402,7 +441,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     manager.asgi_app.app = manager._handle_request
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
-    app = LimitRefusals(SplicingHttp(app, server), settings)
+    app = SdkRefusals(SplicingHttp(app, server), settings)
     if settings.token:
         app = BearerTokenMiddleware(app, settings.token)
     return ViewerPage(app, settings.token, transport_security(settings))
