@@ -135,6 +135,9 @@ async def test_a_run_answers_at_once_while_a_server_is_still_starting(tmp_path: 
         assert alive(pid)  # still starting: agent_run did not wait for it
         status = await client.call_tool("agent_status", {"run_id": started["runId"]})
         assert status.structured_content["status"] == "running"
+        assert status.structured_content["lastEvent"] == (
+            "starting: listing the agent's tools (an MCP server of its may still be starting)"
+        )
         cancelled = await client.call_tool("agent_cancel", {"run_id": started["runId"]})
         assert cancelled.structured_content["status"] == "aborted"
         assert provider.calls == []

@@ -43,6 +43,8 @@ def _ended(run_id: str, status: str) -> RunEnded:
 
 
 KEEP_FINISHED_RUNS = 200
+# What a run is doing before its agent's first event.
+STARTING = "starting: listing the agent's tools (an MCP server of its may still be starting)"
 # How long agent_cancel waits for a run on another replica to end.
 CANCEL_WAIT_SECONDS = 30.0
 RunStatus = Literal["running", "completed", "error", "aborted"]
@@ -440,6 +442,9 @@ class RunManager:
             agent=agent,
             client=client,
         )
+        # Until the agent's first event: its tools are listed first, and a downstream server
+        # may take up to its time limit to start.
+        run.last_event = STARTING
         self.runs[run_id] = run
         self._by_session[session.id] = run
         if listener is not None:
