@@ -166,6 +166,11 @@ def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
     assert page.status_code == 403 and said(page).startswith(
         "Forbidden: a web page from 'http://evil.example' may not call this server"
     )
+    elsewhere = httpx.post(
+        http_server.url.replace("/mcp", "/sse"), json=initialize_request(), headers=auth
+    )
+    assert elsewhere.status_code == 404
+    assert said(elsewhere) == "Not Found: '/sse' is not this server's MCP endpoint, which is /mcp"
     for token in (None, "not-the-token"):
         headers = {**HEADERS, **({"Authorization": f"Bearer {token}"} if token else {})}
         refused = httpx.post(http_server.url, json=initialize_request(), headers=headers)

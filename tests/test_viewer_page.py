@@ -44,7 +44,14 @@ def test_the_page_holds_no_data_and_sets_no_cookie(server: Served) -> None:
     assert page.headers["x-frame-options"] == "DENY"
     assert page.headers["cache-control"] == "no-store"
     assert page.headers["referrer-policy"] == "no-referrer"
-    assert httpx.post(root(server)).status_code == 405
+    # An MCP client pointed at the root is told where the endpoint is, in a JSON-RPC error
+    # it shows (the Python SDK's showed "Server returned an error response").
+    posted = httpx.post(root(server), json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert posted.status_code == 405 and posted.headers["allow"] == "GET, HEAD"
+    assert posted.json()["error"]["message"] == (
+        "Method Not Allowed: '/' is not this server's MCP endpoint, which is /mcp; this path"
+        " serves the session viewer's page, read with GET"
+    )
 
 
 def test_an_older_token_link_is_sent_on_to_the_fragment(server: Served) -> None:

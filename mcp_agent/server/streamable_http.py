@@ -39,7 +39,7 @@ from mcp_agent.server.http_auth import (
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import body_request_id, refused_body, surrogate_body
-from mcp_agent.server.viewer.page import ViewerPage
+from mcp_agent.server.viewer.page import MCP_ENDPOINT, ViewerPage, not_the_endpoint
 from mcp_agent.sessions.entries import clip_long
 
 log = logging.getLogger(__name__)
@@ -294,21 +294,24 @@ class SdkRefusals:
     client shows a JSON-RPC error's message; the Python SDK's showed "Server returned an error
     response" for the plain-text ones): its 503 when every session is busy names the flag that
     raises the limit, its 413 for a body too large the size and the command line's import, its
-    421 for a Host and its 403 for an Origin it does not serve the names it does serve."""
+    421 for a Host and its 403 for an Origin it does not serve the names it does serve, and a
+    404 for a path that is not the MCP endpoint names the endpoint."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
         hosts = ", ".join(served_host_names(settings))
         # Room frees up when a busy session's request ends: a retry soon may well get in.
         retry = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
-        self.refusals: dict[int, tuple[bytes, Callable[[Scope], str], dict[str, str]]] = {
+        self.refusals: dict[
+            int, tuple[Callable[[bytes], bool], Callable[[Scope], str], dict[str, str]]
+        ] = {
             503: (
-                SDK_SESSION_LIMIT_MESSAGE,
+                lambda body: SDK_SESSION_LIMIT_MESSAGE in body,
                 lambda _: _error_json(INTERNAL_ERROR, session_limit_message(settings)),
                 retry,
             ),
             413: (
-                SDK_BODY_LIMIT_MESSAGE,
+                lambda body: body == SDK_BODY_LIMIT_MESSAGE,
                 lambda _: _error_json(
                     INVALID_REQUEST,
                     f"Invalid Request: the request body is over {settings.max_request_bytes:,}"
@@ -318,7 +321,7 @@ class SdkRefusals:
                 {},
             ),
             421: (
-                b"Invalid Host header",
+                lambda body: body == b"Invalid Host header",
                 lambda scope: _error_json(
                     INVALID_REQUEST,
                     f"Misdirected Request: this server answers for {hosts}, not for the Host"
@@ -328,12 +331,21 @@ class SdkRefusals:
                 {},
             ),
             403: (
-                b"Invalid Origin header",
+                lambda body: body == b"Invalid Origin header",
                 lambda scope: _error_json(
                     INVALID_REQUEST,
                     f"Forbidden: a web page from {_quoted(scope, b'origin')} may not call this"
                     f" server, which takes pages from {hosts} (serve --allowed-host NAME adds a"
                     " name)",
+                ),
+                {},
+            ),
+            # Starlette's, for a path no route serves (a session the SDK does not know gets
+            # a 404 of its own, a JSON-RPC error).
+            404: (
+                lambda body: body == b"Not Found",
+                lambda scope: _error_json(
+                    INVALID_REQUEST, f"Not Found: {not_the_endpoint(scope['path'])}"
                 ),
                 {},
             ),
@@ -356,8 +368,8 @@ class SdkRefusals:
             held.append(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 status = held[0]["status"]
-                sdk_text, answer, headers = self.refusals[status]
-                if sdk_text in b"".join(m.get("body", b"") for m in held[1:]):
+                is_sdks, answer, headers = self.refusals[status]
+                if is_sdks(b"".join(m.get("body", b"") for m in held[1:])):
                     response = Response(
                         answer(scope),
                         status_code=status,
@@ -425,7 +437,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
             "settings.no_auth"
         )
     app: ASGIApp = server.streamable_http_app(
-        streamable_http_path="/mcp",
+        streamable_http_path=MCP_ENDPOINT,
         max_request_body_size=settings.max_request_bytes,
         max_sessions=settings.max_http_sessions or None,
         session_idle_timeout=settings.http_session_idle_timeout or None,

@@ -17,10 +17,14 @@ from urllib.parse import quote
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_agent.server.viewer import content_security_policy, viewer_html
+from mcp_agent.sessions.entries import clip_long
+
+# Where MCP is served over HTTP; the page is at the root.
+MCP_ENDPOINT = "/mcp"
 
 PAGE_PATHS = ("/", "/index.html")
 HEADERS = {
@@ -47,6 +51,11 @@ def _page(title: str, text: str, status: int) -> HTMLResponse:
     )
 
 
+def not_the_endpoint(path: str) -> str:
+    """What a request to ``path``, which is not the MCP endpoint, is told."""
+    return f"{clip_long(path, 200)!r} is not this server's MCP endpoint, which is {MCP_ENDPOINT}"
+
+
 class ViewerPage:
     """Serves the page at ``/`` and hands every other request to ``app``."""
 
@@ -66,7 +75,17 @@ class ViewerPage:
 
     async def respond(self, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):
-            return Response("the viewer page is read with GET", status_code=405)
+            # An MCP client pointed at the server's root: a JSON-RPC error it shows.
+            message = (
+                f"Method Not Allowed: {not_the_endpoint(request.url.path)}; this path serves"
+                " the session viewer's page, read with GET"
+            )
+            error = {"code": -32600, "message": message}
+            return JSONResponse(
+                {"jsonrpc": "2.0", "id": None, "error": error},
+                status_code=405,
+                headers={"Allow": "GET, HEAD"},
+            )
         refused = await self.security.validate_request(request)
         if refused is not None:
             return refused
