@@ -3,7 +3,7 @@ stdio transport frames its messages, for our server's stdin and stdout and for t
 the MCP servers we start as child processes.
 
 Lines are found in time that grows with their length (the SDK's stdio client joins its
-buffer to every 64 KB it reads, which grows with the square: a 21 MB line took 3.2 s), and a
+buffer to every 64 KB it reads, which grows with the square: 20 MB took 1.3 to 3.2 s), and a
 line longer than a bound is dropped whole, so that a peer writing without end cannot fill the
 memory."""
 
