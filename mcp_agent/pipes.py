@@ -122,16 +122,30 @@ def _message_id(value: Any) -> int | str | None:
     return None
 
 
+def fd_reads(fd: int, size: int = READ_CHUNK) -> Callable[[], Awaitable[bytes]]:
+    """Reads of the non-blocking descriptor ``fd`` (up to ``size`` bytes each; empty at its
+    end), each waiting in the event loop until there is something to read."""
+
+    async def read() -> bytes:
+        while True:
+            try:
+                return os.read(fd, size)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+
+    return read
+
+
 class PeerGone(Exception):
     """The other end closed the pipe we write to: nobody is left to read."""
 
 
 class LineReader:
-    """Lines (each with its newline) from a non-blocking file descriptor, as text. A line
-    longer than ``max_line`` bytes is dropped as it comes: once it has ended, ``dropped`` is
-    awaited with its edges, and a line it gives is read in its place (by default the drop is
-    said on stderr). Each line read is also put on ``lines``, when given, for whoever sees what
-    the transport made of it."""
+    """Lines (each with its newline) from a non-blocking file descriptor, as text: read with
+    ``fd_reads``, or with ``chunks`` given instead. A line longer than ``max_line`` bytes is
+    dropped as it comes: once it has ended, ``dropped`` is awaited with its edges, and a line
+    it gives is read in its place (by default the drop is said on stderr). Each line read is
+    also put on ``lines``, when given, for whoever sees what the transport made of it."""
 
     def __init__(
         self,
@@ -139,8 +153,10 @@ class LineReader:
         max_line: int = MAX_LINE,
         lines: deque[str] | None = None,
         dropped: Callable[[DroppedLine], Awaitable[str | None]] | None = None,
+        chunks: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.fd = fd
+        self._chunks = chunks or fd_reads(fd)
         self.max_line = max_line
         self.lines = lines
         self._dropped = dropped
@@ -155,6 +171,9 @@ class LineReader:
     async def __anext__(self) -> str:
         while True:
             end = self._buffer.find(b"\n", self._scanned)
+            if end > self.max_line and not self._dropping:  # it came whole in one read
+                head = bytes(self._buffer[: min(end, EDGE)])
+                self._dropping, self._head, self._tail = True, head, b""
             if end >= 0 and self._dropping:
                 self._tail = (self._tail + self._buffer[:end])[-EDGE:]
                 del self._buffer[: end + 1]
@@ -172,11 +191,7 @@ class LineReader:
                 self._buffer.clear()
                 self._scanned = 0
             self._scanned = len(self._buffer)
-            try:
-                chunk = os.read(self.fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
-                continue
+            chunk = await self._chunks()
             if not chunk:
                 if self._dropping:  # the input ended inside the line
                     self._tail = (self._tail + self._buffer)[-EDGE:]

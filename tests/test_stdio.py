@@ -447,3 +447,24 @@ def test_an_answer_too_long_to_read_is_read_as_an_error_answer_to_its_request() 
     not_json = DroppedLine(100, b"{", b',"a":01,"id":4}')  # JSON has no leading zeros
     lines = (request, notification, garbage, not_json)
     assert [line.error_in_place() for line in lines] == [None] * 4
+
+
+async def test_a_line_over_the_limit_that_comes_whole_in_one_read_is_dropped_too() -> None:
+    """However the reads cut the input (uvloop reads more at once than asyncio), a line over
+    the limit is dropped: before, one that came whole with its newline in one read was kept."""
+    pieces = [b"x" * 150 + b"\nok\n" + b"y" * 120 + b"\n", b""]
+
+    async def chunks() -> bytes:
+        return pieces.pop(0)
+
+    dropped: list[DroppedLine] = []
+
+    async def said(line: DroppedLine) -> None:
+        dropped.append(line)
+
+    lines = [line async for line in LineReader(-1, max_line=100, dropped=said, chunks=chunks)]
+    assert lines == ["ok\n"]
+    assert dropped == [
+        DroppedLine(100, b"x" * 150, b"x" * 150),
+        DroppedLine(100, b"y" * 120, b"y" * 120),
+    ]

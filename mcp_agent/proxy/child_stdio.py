@@ -15,10 +15,11 @@ SDK's transport serves.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -29,7 +30,7 @@ from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
 from mcp_types import jsonrpc_message_adapter
 
-from mcp_agent.pipes import MAX_LINE, DroppedLine, LineReader, PeerGone, Writer
+from mcp_agent.pipes import MAX_LINE, DroppedLine, LineReader, PeerGone, Writer, fd_reads
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,16 @@ async def child_stdio(
         return
     child_in, to_child = os.pipe()
     from_child, child_out = os.pipe()
+    with suppress(OSError, AttributeError):
+        import fcntl
+
+        fcntl.fcntl(from_child, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    try:
+        chunks, close_reads = await _pipe_reads(from_child)  # before the child: no leak after
+    except BaseException:
+        for fd in (child_in, to_child, child_out):
+            os.close(fd)
+        raise
     try:
         process = await anyio.open_process(
             [params.command, *params.args],
@@ -70,17 +81,12 @@ async def child_stdio(
         )
     except BaseException:
         os.close(to_child)
-        os.close(from_child)
+        close_reads()
         raise
     finally:
         os.close(child_in)
         os.close(child_out)
     os.set_blocking(to_child, False)
-    os.set_blocking(from_child, False)
-    with suppress(OSError, AttributeError):
-        import fcntl
-
-        fcntl.fcntl(from_child, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
     read_sender, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_receiver = anyio.create_memory_object_stream[SessionMessage](0)
@@ -98,13 +104,14 @@ async def child_stdio(
 
         try:
             async with read_sender:
-                async for line in LineReader(from_child, max_line, dropped=dropped):
+                async for line in LineReader(from_child, max_line, dropped=dropped, chunks=chunks):
                     if line.strip():
                         await read_sender.send(_parse(line))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the client is gone
         # Read on to the end: a child blocked writing to a full pipe could not exit.
-        await _drain(from_child)
+        while await chunks():
+            pass
 
     async def write() -> None:
         writer = Writer(to_child)
@@ -148,7 +155,36 @@ async def child_stdio(
                     await stop()
                 group.cancel_scope.cancel()
     finally:
-        os.close(from_child)
+        close_reads()
+
+
+async def _pipe_reads(fd: int) -> tuple[Callable[[], Awaitable[bytes]], Callable[[], None]]:
+    """Reads of the pipe ``fd`` (up to ``PIPE_SIZE`` bytes each; empty at its end) and what
+    closes it. On asyncio's event loop through its pipe transport, which stays registered with
+    the loop: waiting for the descriptor at each read instead cost about 15 µs a message (a
+    small answer took 1.07 to 1.26 times the SDK's). On another loop, that wait at each read."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        os.set_blocking(fd, False)
+        return fd_reads(fd, PIPE_SIZE), lambda: os.close(fd)
+    reader = asyncio.StreamReader(limit=PIPE_SIZE, loop=loop)
+    pipe = os.fdopen(fd, "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe
+        )
+    except BaseException:
+        pipe.close()
+        raise
+
+    async def read() -> bytes:
+        try:
+            return await reader.read(PIPE_SIZE)
+        except OSError:  # the pipe broke: as its end
+            return b""
+
+    return read, transport.close
 
 
 def _parse(line: str) -> SessionMessage | Exception:
@@ -156,17 +192,6 @@ def _parse(line: str) -> SessionMessage | Exception:
         return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as error:  # pydantic's ValidationError is one
         return error
-
-
-async def _drain(fd: int) -> None:
-    while True:
-        try:
-            if not os.read(fd, 1 << 16):
-                return
-        except BlockingIOError:
-            await anyio.wait_readable(fd)
-        except OSError:
-            return
 
 
 async def _exited(process: Process, seconds: float) -> bool:
