@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_agent.runtime.settings import (
@@ -26,6 +25,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
     token_dirs,
 )
+from mcp_agent.server.unreadable import error_response
 
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "[::]")
 
@@ -213,17 +213,10 @@ def check_bind(settings: ServerSettings) -> None:
         )
 
 
-# A JSON-RPC error, which MCP clients show (the Python SDK's showed nothing of a body of
-# another shape: "Server returned an error response").
-UNAUTHORIZED = {
-    "jsonrpc": "2.0",
-    "id": None,
-    "error": {
-        "code": -32600,
-        "message": "Unauthorized: send Authorization: Bearer <token>, the token in the file the"
-        " server's start-up line names (or the one given with serve --token-file)",
-    },
-}
+UNAUTHORIZED = (
+    "Unauthorized: send Authorization: Bearer <token>, the token in the file the server's"
+    " start-up line names (or the one given with serve --token-file)"
+)
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mcp-agent-sessions"'}
 
 
@@ -243,7 +236,7 @@ class BearerTokenMiddleware:
             if scheme.lower() != b"bearer" or not hmac.compare_digest(
                 credentials.strip(), self.token
             ):
-                response = JSONResponse(UNAUTHORIZED, status_code=401, headers=CHALLENGE)
+                response = error_response(401, UNAUTHORIZED, headers=CHALLENGE)
                 await response(scope, receive, send)
                 return
         # Everything else, the lifespan scope included, goes through: the SDK's session

@@ -21,7 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic_core import from_json
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_agent.runtime.descriptors import connections_that_fit, descriptor_limit
@@ -38,7 +38,12 @@ from mcp_agent.server.http_auth import (
 )
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
-from mcp_agent.server.unreadable import body_request_id, refused_body, surrogate_body
+from mcp_agent.server.unreadable import (
+    body_request_id,
+    error_response,
+    refused_body,
+    surrogate_body,
+)
 from mcp_agent.server.viewer.page import MCP_ENDPOINT, ViewerPage, not_the_endpoint
 from mcp_agent.sessions.entries import clip_long
 
@@ -251,8 +256,7 @@ def _surrogate_response(answer: JSONRPCError | None) -> Response:
 
 
 def _error_response(answer: JSONRPCError, status: int = 200) -> Response:
-    error = {"code": answer.error.code, "message": answer.error.message}
-    return JSONResponse({"jsonrpc": "2.0", "id": answer.id, "error": error}, status_code=status)
+    return error_response(status, answer.error.message, answer.error.code, answer.id)
 
 
 def _refusing(body: bytes, scope: Scope, receive: Receive, send: Send) -> Send:
@@ -302,41 +306,43 @@ class SdkRefusals:
         hosts = ", ".join(served_host_names(settings))
         # Room frees up when a busy session's request ends: a retry soon may well get in.
         retry = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
+        # Each status: whether a body is the SDK's refusal, and ours in its place (its
+        # message, and its JSON-RPC code when not INVALID_REQUEST's) with its headers.
         self.refusals: dict[
-            int, tuple[Callable[[bytes], bool], Callable[[Scope], str], dict[str, str]]
+            int, tuple[Callable[[bytes], bool], Callable[[Scope], tuple[str, int]], dict[str, str]]
         ] = {
             503: (
                 lambda body: SDK_SESSION_LIMIT_MESSAGE in body,
-                lambda _: _error_json(INTERNAL_ERROR, session_limit_message(settings)),
+                lambda _: (session_limit_message(settings), INTERNAL_ERROR),
                 retry,
             ),
             413: (
                 lambda body: body == SDK_BODY_LIMIT_MESSAGE,
-                lambda _: _error_json(
-                    INVALID_REQUEST,
+                lambda _: (
                     f"Invalid Request: the request body is over {settings.max_request_bytes:,}"
                     " bytes, the most this server reads (a session file that large can be"
                     " imported with the command line: mcp-agent-sessions sessions import FILE)",
+                    INVALID_REQUEST,
                 ),
                 {},
             ),
             421: (
                 lambda body: body == b"Invalid Host header",
-                lambda scope: _error_json(
-                    INVALID_REQUEST,
+                lambda scope: (
                     f"Misdirected Request: this server answers for {hosts}, not for the Host"
                     f" {_quoted(scope, b'host')} (serve --allowed-host NAME adds a name, for a"
                     " proxy or a DNS name of this machine)",
+                    INVALID_REQUEST,
                 ),
                 {},
             ),
             403: (
                 lambda body: body == b"Invalid Origin header",
-                lambda scope: _error_json(
-                    INVALID_REQUEST,
+                lambda scope: (
                     f"Forbidden: a web page from {_quoted(scope, b'origin')} may not call this"
                     f" server, which takes pages from {hosts} (serve --allowed-host NAME adds a"
                     " name)",
+                    INVALID_REQUEST,
                 ),
                 {},
             ),
@@ -344,9 +350,7 @@ class SdkRefusals:
             # a 404 of its own, a JSON-RPC error).
             404: (
                 lambda body: body == b"Not Found",
-                lambda scope: _error_json(
-                    INVALID_REQUEST, f"Not Found: {not_the_endpoint(scope['path'])}"
-                ),
+                lambda scope: (f"Not Found: {not_the_endpoint(scope['path'])}", INVALID_REQUEST),
                 {},
             ),
         }
@@ -370,13 +374,9 @@ class SdkRefusals:
                 status = held[0]["status"]
                 is_sdks, answer, headers = self.refusals[status]
                 if is_sdks(b"".join(m.get("body", b"") for m in held[1:])):
-                    response = Response(
-                        answer(scope),
-                        status_code=status,
-                        media_type="application/json",
-                        headers=headers,
-                    )
-                    await response(scope, receive, send)
+                    said, code = answer(scope)
+                    refusal = error_response(status, said, code, headers=headers)
+                    await refusal(scope, receive, send)
                 else:
                     for each in held:
                         await send(each)
@@ -388,12 +388,6 @@ class SdkRefusals:
 def _quoted(scope: Scope, name: bytes) -> str:
     """The request's header ``name`` as a refusal quotes it."""
     return repr(clip_long(_header(scope, name) or "", ECHO_CHARS))
-
-
-def _error_json(code: int, message: str) -> str:
-    """A JSON-RPC error to no request id (an HTTP request's answer is its own)."""
-    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
-    return error.model_dump_json(by_alias=True, exclude_unset=True)
 
 
 # --- the app ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import logging
 import math
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
@@ -46,6 +46,7 @@ from mcp_types import (
 )
 from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
 from pydantic import ValidationError
+from starlette.responses import JSONResponse
 
 from mcp_agent.pipes import DroppedLine
 from mcp_agent.server.strict import ECHO_CHARS, MAX_ERRORS
@@ -348,6 +349,21 @@ def _request_id(message: Any) -> int | str | None:
 
 def _error(request_id: int | str | None, code: int, message: str) -> JSONRPCError:
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+def error_response(
+    status: int,
+    message: str,
+    code: int = INVALID_REQUEST,
+    request_id: int | str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An HTTP answer at ``status`` that is a JSON-RPC error: its message is what MCP clients
+    show of a refusal (of a body of another shape the Python SDK's showed only "Server
+    returned an error response")."""
+    error = {"code": code, "message": message}
+    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def dropped_request_id(line: DroppedLine) -> int | str | None:

@@ -17,9 +17,10 @@ from urllib.parse import quote
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_agent.server.unreadable import error_response
 from mcp_agent.server.viewer import content_security_policy, viewer_html
 from mcp_agent.sessions.entries import clip_long
 
@@ -80,12 +81,7 @@ class ViewerPage:
                 f"Method Not Allowed: {not_the_endpoint(request.url.path)}; this path serves"
                 " the session viewer's page, read with GET"
             )
-            error = {"code": -32600, "message": message}
-            return JSONResponse(
-                {"jsonrpc": "2.0", "id": None, "error": error},
-                status_code=405,
-                headers={"Allow": "GET, HEAD"},
-            )
+            return error_response(405, message, headers={"Allow": "GET, HEAD"})
         refused = await self.security.validate_request(request)
         if refused is not None:
             return refused
