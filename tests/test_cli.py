@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -204,8 +205,19 @@ def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
     not_a_db.write_text("hello, not SQLite\n" * 100)
     result = cli("sessions", "list", "--db", str(not_a_db))
     assert result.exit_code == 2
-    assert "cannot open the session database" in result.stderr
-    assert "--db" in result.stderr
+    assert f"cannot open the session database {not_a_db}: file is not a database" in (result.stderr)
+    assert "pass --db" not in result.stderr  # it was given
+
+
+def test_the_default_database_unopened_names_the_flag_and_variable(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello, not SQLite\n" * 100)
+    monkeypatch.setenv("MCP_AGENT_DB", str(not_a_db))
+    result = cli("sessions", "list")
+    assert result.exit_code == 2
+    assert "file is not a database; pass --db FILE|URL or set MCP_AGENT_DB" in result.stderr
 
 
 @pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve"]])
@@ -214,8 +226,66 @@ def test_a_database_that_cannot_be_opened_stops_run_chat_and_serve(
 ) -> None:
     result = cli(*command, "--model", "scripted:echo", "--db", str(tmp_path), input="")
     assert result.exit_code == 2, result.output
-    assert "cannot open the session database" in result.stderr
+    assert f"--db {tmp_path} is a folder; name a database file" in result.stderr
+    assert "serve --sessions-dir FOLDER" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "command", [["run", "hi"], ["chat"], ["serve"], ["sessions", "list"], ["sessions", "import"]]
+)
+def test_another_programs_database_is_refused_and_left_as_it_was(
+    cli: Any, tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "bookmarks.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE bookmarks (url TEXT)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    if command[-1] == "import":
+        command = [*command, str(tmp_path / "none.jsonl")]
+        (tmp_path / "none.jsonl").write_text("")
+    if command[0] != "sessions":
+        command = [*command, "--model", "scripted:echo"]
+    result = cli(*command, "--db", str(path), input="")
+    assert result.exit_code == 2, result.output
+    assert "is a SQLite database of another program" in result.stderr
+    assert "Traceback" not in result.output
+    assert path.read_bytes() == before
+    assert not (tmp_path / "bookmarks.db-wal").exists()
+
+
+def test_a_read_only_database_stops_run_chat_and_serve_but_is_listed(tmp_path: Path) -> None:
+    """The file is bound read-only over itself in a mount namespace of its own (root and
+    util-linux's unshare); its folder stays writable, as when a file is on a read-only mount."""
+    path = tmp_path / "f.db"
+    SqliteSessionRepo(path).create()
+    script = tmp_path / "ro.sh"
+    script.write_text(
+        f'mount --bind "{path}" "{path}" && mount -o remount,ro,bind "{path}" || exit 99\n'
+        f'for c in "run hi --model scripted:echo" "chat --model scripted:echo" serve \\\n'
+        f'    "sessions list"; do\n'
+        f'  {sys.executable} -m mcp_agent $c --db "{path}" </dev/null\n'
+        f'  echo "exit $?"\n'
+        f"done\n"
+    )
+    try:
+        done = subprocess.run(
+            ["unshare", "-m", "sh", str(script)],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=120,
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare here")
+    if done.returncode == 99 or "unshare:" in done.stderr:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
+    assert "Traceback" not in done.stderr, done.stderr
+    exits = [line for line in done.stdout.splitlines() if line.startswith("exit")]
+    assert exits == ["exit 2", "exit 2", "exit 2", "exit 0"], done.stdout + done.stderr
+    assert done.stderr.count(f"the session database {path} is read-only") == 3, done.stderr
 
 
 @pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve"]])

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from mcp_agent.runtime.leases import SessionLeases
-from mcp_agent.sessions import SqliteSessionRepo
+from mcp_agent.sessions import SessionError, SqliteSessionRepo
 
 
 def test_leases_taken_and_let_go_from_many_threads_at_once_stay_right(tmp_path: Path) -> None:
@@ -47,3 +47,30 @@ def test_leases_taken_and_let_go_from_many_threads_at_once_stay_right(tmp_path: 
     finally:
         other.close()
     leases.close()
+
+
+def test_leases_close_without_error_when_the_database_cannot_be_written(tmp_path: Path) -> None:
+    SqliteSessionRepo(tmp_path / "s.db").close()
+    leases = SessionLeases(tmp_path / "s.db")
+    leases._conn.execute("PRAGMA query_only = 1")  # every write now fails, as on a read-only file
+    leases.close()  # no lease was taken: nothing to let go, and nothing to raise
+    try:
+        leases._conn.execute("SELECT 1")
+        raise AssertionError("the connection is still open")
+    except sqlite3.ProgrammingError:
+        pass
+
+
+def test_another_programs_database_gets_no_leases_table(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    try:
+        SessionLeases(path)
+        raise AssertionError("another program's database was taken for leases")
+    except SessionError as refused:
+        assert "another program" in refused.message
+    assert path.read_bytes() == before

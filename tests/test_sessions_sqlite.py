@@ -42,6 +42,49 @@ def test_durable_settings(tmp_path: Path) -> None:
     assert {"sessions", "entries", "labels", "entries_fts"} <= tables
 
 
+def _another_programs_database(path: Path, version: int = 0) -> bytes:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE bookmarks (url TEXT)")
+    conn.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "bookmarks.db"
+    before = _another_programs_database(path)
+    with pytest.raises(SessionError) as refused:
+        SqliteSessionRepo(path)
+    assert refused.value.code == "storage"
+    assert "another program" in refused.value.message and "bookmarks" in refused.value.message
+    assert path.read_bytes() == before  # still in its own journal mode, without our tables
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bookmarks.db"]
+
+
+def test_a_database_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SqliteSessionRepo(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SessionError) as refused:
+        SqliteSessionRepo(path)
+    assert f"schema version {SCHEMA_VERSION + 1}, newer" in refused.value.message
+    assert "upgrade mcp-agent-sessions" in refused.value.message
+
+
+def test_an_empty_sqlite_file_becomes_a_session_database(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()  # a valid, empty database (0 bytes)
+    repo = SqliteSessionRepo(path)
+    try:
+        assert repo.create().id
+    finally:
+        repo.close()
+
+
 def test_one_file_holds_every_session(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     for i in range(3):

@@ -273,11 +273,7 @@ def opened_store(
     try:
         repo = open_database(location, folders)
     except (sqlite3.Error, OSError, SessionError) as error:
-        hint = f" or set {DB_ENV}" if flag == "--db" else ""
-        die(
-            f"cannot open the session database {shown_location(location)}: {error}; pass"
-            f" {flag} FILE|URL{hint}"
-        )
+        die(_unopened(location, error, flag, given=db is not None, folders=folders))
     try:
         yield repo
     except SessionError as error:
@@ -286,11 +282,45 @@ def opened_store(
         repo.close()
 
 
+def _unopened(
+    location: str | Path, error: BaseException, flag: str, given: bool, folders: bool
+) -> str:
+    """Why the store at ``location`` cannot be opened, and what to do, in one line."""
+    import os
+
+    shown = shown_location(location)
+    if isinstance(location, Path) and not folders and location.is_dir():
+        return (
+            f"{flag} {shown} is a folder; name a database file (`{PROG} serve --sessions-dir"
+            " FOLDER` serves a folder of pi session files)"
+        )
+    why = getattr(error, "message", None) or str(error)
+    if isinstance(location, Path) and not os.access(location.parent, os.W_OK):
+        why += (
+            f" (the folder {location.parent} cannot be written, and SQLite writes its -wal and"
+            " -shm files beside the database)"
+        )
+    if str(location) not in why and shown not in why:
+        why = f"cannot open the session database {shown}: {why}"
+    if given:
+        return why
+    return f"{why}; pass --db FILE|URL or set {DB_ENV}" if flag == "--db" else why
+
+
 def check_database(db: str | Path | None) -> None:
     """Exit with a one-line message when the session database cannot be opened (a folder, a
-    file that is not a database, a place that cannot be written)."""
+    file that is not a database, a place that cannot be written). A run, a chat and the
+    server write to it (sessions, leases), so a read-only file is refused too."""
+    import os
+
     with opened_repo(db):
         pass
+    location = database_location(db)
+    if isinstance(location, Path) and not os.access(location, os.W_OK):
+        die(
+            f"the session database {location} is read-only (runs, chats and the server write"
+            " to it); `sessions list`, `show`, `tree` and `export` read it as it is"
+        )
 
 
 def open_session(repo: SessionRepo, session_id: str) -> Session:

@@ -31,7 +31,7 @@ from mcp_agent.runtime.search_index import SearchIndexer
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
-from mcp_agent.sessions.sqlite import SessionGuard, SqliteSessionRepo
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 
 @dataclass
@@ -66,7 +66,7 @@ class AppState:
             listener(session_id)
 
 
-def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = None) -> SessionRepo:
+def open_repo(settings: ServerSettings) -> SessionRepo:
     if settings.sessions_dir is not None:
         return JsonlSessionRepo(
             settings.sessions_dir,
@@ -76,7 +76,6 @@ def open_repo(settings: ServerSettings, session_guard: SessionGuard | None = Non
     return SqliteSessionRepo(
         settings.db_path,
         durability=settings.durability,  # type: ignore[arg-type]  # checked by ServerSettings
-        session_guard=session_guard,
     )
 
 
@@ -96,13 +95,17 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
         leases: LeaseBook = PostgresLeases(repo.database)
         repo.database.session_guard = leases.guard
         return repo, leases, RunBoard(repo.database, leases.owner)
-    settings.db_path.parent.mkdir(parents=True, exist_ok=True)
-    leases = SessionLeases(settings.db_path)
+    # The repo first: it refuses a file that is not a session database before the leases'
+    # table is written into it.
+    local = open_repo(settings)
     try:
-        return open_repo(settings, leases.guard), leases, None
+        leases = SessionLeases(settings.db_path)
     except BaseException:
-        leases.close()
+        local.close()
         raise
+    if isinstance(local, SqliteSessionRepo):
+        local.database.session_guard = leases.guard
+    return local, leases, None
 
 
 @asynccontextmanager

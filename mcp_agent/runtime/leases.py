@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_agent.sessions import SessionError
+from mcp_agent.sessions.sqlite.database import refuse_foreign
 
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 
@@ -133,7 +134,12 @@ class SessionLeases(LeaseBook):
             str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._conn.execute(_SCHEMA)
+        try:
+            refuse_foreign(self._conn, Path(db_path))
+            self._conn.execute(_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
         # One connection for the worker threads that take and let go of leases at once: a
         # transaction on it is every thread's, so each use holds it whole (another thread's
         # BEGIN inside it failed, and its ROLLBACK undid the first one's lease).
@@ -141,8 +147,12 @@ class SessionLeases(LeaseBook):
 
     def close(self) -> None:
         with self._lock:
-            self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
-            self._conn.close()
+            try:
+                self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
+            except sqlite3.Error:
+                pass  # the database cannot be written (then no lease was taken), or is gone
+            finally:
+                self._conn.close()
 
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         if conn is not None:  # a session database's, in its own transaction

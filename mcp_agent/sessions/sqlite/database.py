@@ -67,6 +67,40 @@ TREE_INDEX = (
 BUSY_TIMEOUT_S = 60.0
 
 
+# The tables a session database holds (with the leases table of runtime.leases); a file with
+# any other table is another program's.
+_OUR_TABLES = frozenset({"sessions", "entries", "labels", "meta", "fts_docs", "session_leases"})
+
+
+def _is_ours(table: str) -> bool:
+    return table in _OUR_TABLES or table.startswith("entries_fts")
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse, before anything is written, a SQLite file of another program (its tables are
+    not ours) or of a newer version of this one: making it a session database would change
+    data that is not ours to change (WAL mode, our tables)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise SessionError(
+            "storage",
+            f"the session database {path} has schema version {version}, newer than this"
+            f" version's {SCHEMA_VERSION}: upgrade mcp-agent-sessions",
+        )
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+    ).fetchall()
+    foreign = sorted(name for (name,) in rows if not _is_ours(name))
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise SessionError(
+            "storage",
+            f"{path} is a SQLite database of another program (it has tables no session"
+            f" database has: {', '.join(foreign[:5])}{more}); it was left as it was. Name a"
+            " new file, or a session database",
+        )
+
+
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
@@ -188,6 +222,8 @@ class SqliteDatabase:
         self._leading = False  # a thread commits groups (see ``write``)
         self.conn = self._connect()
         try:
+            if not self._shared:
+                self._retry(lambda: refuse_foreign(self.conn, self.path))
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
             # Only a new file takes the write lock: opening must not wait for busy writers.
