@@ -32,6 +32,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.messages import UserMessage as User
+from mcp_agent.runtime.leases import SessionLeases
 from mcp_agent.sessions import ThinkingLevelChangeEntry
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
@@ -837,6 +838,28 @@ def test_rename_and_clear(cli: Any, db: Path) -> None:
     assert cli("sessions", "rename", ids["session"], "").exit_code == 0
     assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"][0]["name"] is None
     assert cli("sessions", "rename", "nope", "x").exit_code == 2
+
+
+def test_a_session_a_server_runs_an_agent_in_is_not_renamed_or_deleted(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    leases = SessionLeases(db)  # as a server does for a run: another process, to this command
+    try:
+        assert leases.acquire(ids["session"], "run r1") is None
+        renamed = cli("sessions", "rename", ids["session"], "during the run")
+        assert renamed.exit_code == 2, renamed.output
+        assert f"session {ids['session']} is busy: run r1" in renamed.stderr
+        deleted = cli("sessions", "delete", ids["session"], "--yes")
+        assert deleted.exit_code == 2, deleted.output
+        assert "is busy: run r1" in deleted.stderr
+        listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+        assert [(s["id"], s["name"]) for s in listed] == [(ids["session"], "weather chat")]
+        forked = cli("sessions", "fork", ids["session"])  # reading it is fine
+        assert forked.exit_code == 0, forked.output
+        leases.release(ids["session"])
+        assert cli("sessions", "rename", ids["session"], "after").exit_code == 0
+        assert cli("sessions", "delete", ids["session"], "--yes").exit_code == 0
+    finally:
+        leases.close()
 
 
 # --- models -----------------------------------------------------------------------------------

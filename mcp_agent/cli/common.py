@@ -177,17 +177,23 @@ def open_database(location: str | Path, folders: bool = False) -> SessionRepo:
     """The session repo at ``location`` (see :func:`database_location`), for the commands
     that work on sessions without running agents; with ``folders``, a folder is a store of pi
     JSONL files."""
+    # A session a server runs an agent in is refused changes here too, as the server refuses
+    # them (the guard reads its leases inside each change's transaction).
     if isinstance(location, str):
+        from mcp_agent.runtime.leases import PostgresLeases
         from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-        return PostgresSessionRepo(location)
+        repo = PostgresSessionRepo(location)
+        repo.database.session_guard = PostgresLeases(repo.database).guard
+        return repo
     if folders and location.is_dir():
         from mcp_agent.sessions.jsonl import JsonlSessionRepo
 
         return JsonlSessionRepo(location)
+    from mcp_agent.runtime.leases import LeaseCheck
     from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
-    return SqliteSessionRepo(location)
+    return SqliteSessionRepo(location, session_guard=LeaseCheck().guard)
 
 
 def shown_location(location: str | Path) -> str:
@@ -302,9 +308,9 @@ def _unopened(
         )
     if str(location) not in why and shown not in why:
         why = f"cannot open the session database {shown}: {why}"
-    if given:
-        return why
-    return f"{why}; pass --db FILE|URL or set {DB_ENV}" if flag == "--db" else why
+    if flag != "--db":
+        return f"{flag}: {why}"
+    return why if given else f"{why}; pass --db FILE|URL or set {DB_ENV}"
 
 
 def check_database(db: str | Path | None) -> None:

@@ -160,13 +160,8 @@ class SessionLeases(LeaseBook):
         with self._lock:
             return self._live(self._conn, session_id)
 
-    def _live(self, conn: Any, session_id: str) -> Lease | None:
-        row = conn.execute(
-            "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
-            "WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
-        lease = Lease(*row) if row else None
+    def _live(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
+        lease = _sqlite_lease(conn, session_id)
         return lease if lease is not None and self._alive(lease) else None
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
@@ -206,6 +201,33 @@ class SessionLeases(LeaseBook):
                 "UPDATE session_leases SET expires = ? WHERE owner = ?",
                 (time.time() + LEASE_SECONDS, self.owner),
             )
+
+
+class LeaseCheck(LeaseBook):
+    """The leases of a process that takes none (the command line) in a SQLite session
+    database: a ``session_guard`` that refuses a change to a session a server runs an agent in,
+    read inside the change's own transaction. It writes nothing, so a database no server has
+    served (without the leases table) is read as it is."""
+
+    def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
+        if conn is None:
+            raise ValueError("a lease check reads through the session database's transaction")
+        try:
+            lease = _sqlite_lease(conn, session_id)
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return None  # no server has used this database: no leases
+            raise
+        return lease if lease is not None and self._alive(lease) else None
+
+
+def _sqlite_lease(conn: sqlite3.Connection, session_id: str) -> Lease | None:
+    row = conn.execute(
+        "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
+        "WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return Lease(*row) if row else None
 
 
 class PostgresLeases(LeaseBook):

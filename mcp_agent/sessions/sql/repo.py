@@ -193,6 +193,8 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         sql = self.storage_class.sql("DELETE FROM sessions WHERE id = :id")
 
         def work(conn: Any) -> None:
+            if self.database.session_guard is not None:
+                self.database.session_guard(conn, session_id)
             gone = conn.execute(sql, {"id": session_id}).rowcount
             if not gone:
                 raise SessionError("not_found", f"session {session_id} not found")
