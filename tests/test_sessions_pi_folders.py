@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from mcp_agent.cli import app
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions import JsonlSessionRepo, SessionError
+from mcp_agent.sessions import JsonlSessionRepo, SessionError, SqliteSessionRepo
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
 from mcp_agent.sessions.pi import parse_session_text
 
@@ -289,6 +289,13 @@ def test_a_session_pi_continued_before_any_answer_reads_as_pi_reads_it(tmp_path:
         "asked here",
         "asked in pi",
     ]
+    # Imported into a database, from the file and from its text, it reads the same.
+    for source in (path, path.read_text()):
+        database = SqliteSessionRepo(tmp_path / f"imported-{type(source).__name__}.db")
+        imported = database.import_session(source).session
+        assert [e.to_json_dict() for e in imported.get_entries()] == seen["entries"]
+        assert imported.leaf_id == seen["leafId"]
+        database.close()
 
 
 # A NUL is refused for every layout, before pi's folder name is made.
@@ -337,12 +344,45 @@ def test_only_pis_repeat_in_order_is_read_once_other_repeats_are_refused(tmp_pat
     path = Path(made[1]["file"])
     header, first, second = path.read_text().splitlines(keepends=True)
     repo = JsonlSessionRepo(tmp_path / "agent" / "sessions")
-    path.write_text(header + first + second + header + first + second)  # pi's repeat
+    # pi's repeat: the file had only the question when pi continued it, then pi answered.
+    path.write_text(header + first + header + first + second)
     assert [e.id for e in repo.open(made[1]["id"]).get_entries()] == ["b0000001", "b0000002"]
-    path.write_text(header + first + second + header + second)  # not in the file's order
+    assert [e.id for e in parse_session_text(path.read_text()).entries] == ["b0000001", "b0000002"]
+    path.write_text(header + first + header + second + first)  # not in the file's order
     with pytest.raises(SessionError) as error:
         repo.open(made[1]["id"])
-    assert error.value.code == "corrupt" and "duplicate entry id b0000002" in error.value.message
+    assert error.value.code == "corrupt" and "duplicate entry id b0000001" in error.value.message
+    with pytest.raises(SessionError) as error:
+        parse_session_text(path.read_text())
+    assert error.value.code == "invalid_import"
+    assert "duplicate entry id b0000001" in error.value.message
+
+
+def test_after_an_answer_a_repeat_is_no_longer_pis(tmp_path: Path) -> None:
+    """pi repeats a file only while it has no assistant message: after one, the same lines
+    again are duplicates, refused as such."""
+    header = line({"type": "session", "version": 3, "id": str(uuid.uuid4()), "cwd": "/a"})
+    header = header.replace("}", ', "timestamp": "2026-01-15T08:30:00.000Z"}')
+    rows = [
+        {
+            "type": "message",
+            "id": "q0000001",
+            "parentId": None,
+            "message": {"role": "user", "content": "hi", "timestamp": 1},
+        },
+        {
+            "type": "message",
+            "id": "a0000001",
+            "parentId": "q0000001",
+            "message": pi_assistant("hey"),
+        },
+    ]
+    for row in rows:
+        row["timestamp"] = "2026-01-15T08:30:01.000Z"
+    body = "".join(map(line, rows))
+    with pytest.raises(SessionError) as error:
+        parse_session_text(header + body + header + body)
+    assert "<session>:4: missing or invalid entry type" in error.value.message
 
 
 def test_the_sessions_commands_work_on_pis_folder(

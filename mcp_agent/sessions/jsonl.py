@@ -46,7 +46,7 @@ from mcp_agent.sessions.folders import (
     session_id_of,
 )
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import ParsedSession, SessionStream, parse_rows
+from mcp_agent.sessions.pi import ParsedSession, SessionStream, parse_rows, pi_repeats_skipped
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
@@ -113,36 +113,10 @@ def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
         raise SessionError("corrupt", f"cannot read {path}: {error.strerror or error}") from None
     torn: list[bool] = []
     with handle:
-        parsed = parse_rows(_once(_file_rows(handle, path, torn)), str(path), "corrupt")
+        parsed = parse_rows(
+            pi_repeats_skipped(_file_rows(handle, path, torn)), str(path), "corrupt"
+        )
     return parsed, bool(torn)
-
-
-def _once(rows: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The rows without pi's repeats, read once as pi reads them: pi (0.73) continuing a file
-    that has no assistant message yet (one we created, named, or gave only a prompt) writes
-    the header and every entry again, in order, before its own lines. Only that is skipped:
-    the header again, then the ids of the file so far in their order; anything else goes on
-    to the parser (a repeated id out of that order is refused there)."""
-    header: dict[str, Any] | None = None
-    order: list[str] = []  # the entry ids in file order
-    replaying = -1  # while pi's repeat goes on: the index in ``order`` it has reached
-    for number, row in rows:
-        if header is None:
-            header = row
-            yield number, row
-            continue
-        if row.get("type") == "session" and row == header:
-            replaying = 0
-            continue
-        if replaying >= 0:
-            if replaying < len(order) and row.get("id") == order[replaying]:
-                replaying += 1
-                continue
-            replaying = -1
-        entry_id = row.get("id")
-        if isinstance(entry_id, str):
-            order.append(entry_id)
-        yield number, row
 
 
 def _file_rows(

@@ -385,6 +385,42 @@ class SessionStream:
         raise SessionError(self.code, message)
 
 
+def pi_repeats_skipped(rows: Rows) -> Rows:
+    """The rows without pi's repeats, read once as pi reads them: pi (0.73) continuing a file
+    that has no assistant message yet (one we created, named, or gave only a prompt) writes
+    the header and every entry again, in order, before its own lines. Only that is skipped:
+    the header again, then the ids of the file so far in their order; anything else goes on
+    to the parser (a repeated id out of that order is refused there). Once an assistant
+    message has been read pi repeats nothing more, so the ids are no longer kept."""
+    header: dict[str, Any] | None = None
+    order: list[str] | None = []  # the entry ids in file order, until an assistant message
+    replaying = -1  # while pi's repeat goes on: the index in ``order`` it has reached
+    for number, row in rows:
+        if header is None:
+            header = row
+            yield number, row
+            continue
+        if order is None:
+            yield number, row
+            continue
+        if row.get("type") == "session" and row == header:
+            replaying = 0
+            continue
+        if replaying >= 0:
+            if replaying < len(order) and row.get("id") == order[replaying]:
+                replaying += 1
+                continue
+            replaying = -1
+        entry_id = row.get("id")
+        if isinstance(entry_id, str):
+            order.append(entry_id)
+        message = row.get("message")
+        if row.get("type") == "message" and isinstance(message, dict):
+            if message.get("role") == "assistant":
+                order = None
+        yield number, row
+
+
 @contextmanager
 def open_session_stream(
     source: str | Path, new_id: NewId = new_entry_id
@@ -398,7 +434,7 @@ def open_session_stream(
         if not one_line or source.lstrip().startswith("{"):
             notes: list[str] = []
             rows = _json_rows(_text_lines(source), "<jsonl>", code, notes)
-            yield SessionStream(rows, "<jsonl>", code, new_id, notes)
+            yield SessionStream(pi_repeats_skipped(rows), "<jsonl>", code, new_id, notes)
             return
     path = Path(source)
     try:
@@ -409,7 +445,7 @@ def open_session_stream(
         name = str(path)
         notes = []
         rows = _json_rows(_file_lines(handle, name), name, code, notes)
-        yield SessionStream(rows, name, code, new_id, notes)
+        yield SessionStream(pi_repeats_skipped(rows), name, code, new_id, notes)
 
 
 def parse_session_text(
@@ -421,9 +457,8 @@ def parse_session_text(
     an entry that does not parse, duplicate ids, a parent that does not exist, a cycle.
     """
     code = "invalid_import"
-    return _collect(
-        SessionStream(_json_rows(_text_lines(text), source, code, []), source, code, new_id)
-    )
+    rows = pi_repeats_skipped(_json_rows(_text_lines(text), source, code, []))
+    return _collect(SessionStream(rows, source, code, new_id))
 
 
 def parse_rows(
