@@ -363,7 +363,7 @@ def test_after_an_answer_a_repeat_is_no_longer_pis(tmp_path: Path) -> None:
     again are duplicates, refused as such."""
     header = line({"type": "session", "version": 3, "id": str(uuid.uuid4()), "cwd": "/a"})
     header = header.replace("}", ', "timestamp": "2026-01-15T08:30:00.000Z"}')
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "type": "message",
             "id": "q0000001",
