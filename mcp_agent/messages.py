@@ -286,13 +286,13 @@ class CompactionSummaryMessage(BaseMessage):
 # What a model API accepts; everything else is converted first.
 Message = UserMessage | AssistantMessage | ToolResultMessage
 
+# (pi's v2 "hookMessage" is v3's "custom": renamed where a v2 file is migrated, sessions.pi;
+# in a v3 file it is a role nobody registered, as pi reads it.)
 _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {}
-# pi session format v2 called custom messages "hookMessage".
-_ROLE_ALIASES = {"hookMessage": "custom"}
 
 
 def known_role(role: str) -> bool:
-    return _ROLE_ALIASES.get(role, role) in _MESSAGE_TYPES
+    return role in _MESSAGE_TYPES
 
 
 def register_message_type(cls: type[BaseMessage]) -> type[BaseMessage]:
@@ -335,12 +335,9 @@ def parse_message(data: Mapping[str, Any] | BaseMessage, path: str = "message") 
     if not isinstance(role, str) or not role:
         known = ", ".join(sorted(_MESSAGE_TYPES))
         raise MessageParseError(f"{role_path}: expected a role such as {known}, got {role!r}")
-    role = _ROLE_ALIASES.get(role, role)
     # A role nobody registered (an app's own, as pi's CustomAgentMessages add, or a newer
     # pi's) is kept as it is, every field with it, and never sent to a model, as pi does.
     cls = _MESSAGE_TYPES.get(role, BaseMessage)
-    if role != data["role"]:
-        data = {**data, "role": role}
     try:
         return cls.model_validate(data)
     except ValidationError as error:

@@ -179,9 +179,13 @@ def test_python_names_are_snake_case() -> None:
     assert message.to_json_dict()["isError"] is True
 
 
-def test_version_2_hook_message_reads_as_custom() -> None:
+def test_a_hook_message_outside_a_version_2_file_is_a_role_nobody_registered() -> None:
+    """pi renames v2's hookMessage to custom only where it migrates a v2 file (see
+    test_sessions_pi); anywhere else the role is kept, and never sent to a model, as pi does."""
     message = parse_message({**PI_MESSAGES[6], "role": "hookMessage"})
-    assert isinstance(message, CustomMessage)
+    assert type(message) is BaseMessage and message.role == "hookMessage"
+    assert message.to_json_dict()["customType"] == PI_MESSAGES[6]["customType"]
+    assert convert_to_llm([message]) == []
 
 
 @pytest.mark.parametrize(

@@ -291,6 +291,27 @@ def test_pi_and_we_agree_on_the_samples(sample: str, tmp_path: Path) -> None:
     assert run_pi(ours)["results"][0]["leafId"] == parsed.leaf_id
 
 
+@needs_pi
+@pytest.mark.node
+def test_pi_and_we_agree_on_a_hook_message_in_a_version_3_file(tmp_path: Path) -> None:
+    """Only a v2 file's hookMessage is renamed custom (by the migration); in a v3 file it is
+    a role nobody registered: kept in the context and the export, never sent to a model."""
+    rows = [json.loads(line) for line in (DATA / "v2.jsonl").read_text().splitlines()]
+    assert any(r.get("message", {}).get("role") == "hookMessage" for r in rows)
+    rows[0]["version"] = 3
+    path = tmp_path / "v3-hook.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    parsed = parse_session_text(path.read_text())
+    storage = InMemorySessionStorage(parsed.header, parsed.entries)
+    leaves = [e.id for e in parsed.entries]
+    for leaf, result in zip(leaves, run_pi(path, leaves)["results"], strict=True):
+        assert context_json(storage, leaf) == result["context"], leaf
+        llm = convert_to_llm(build_session_context(storage.get_branch(leaf)).messages)
+        assert [m.to_json_dict() for m in llm] == result["llmMessages"], leaf
+    exported = export_text(parsed.header, parsed.entries, parsed.leaf_id)
+    assert '"role":"hookMessage"' in exported.replace(" ", "")
+
+
 def random_session(seed: int) -> Session:
     """A session exercising every entry type, several branches and leaf moves."""
     rng = random.Random(seed)
