@@ -312,6 +312,46 @@ def test_pi_and_we_agree_on_a_hook_message_in_a_version_3_file(tmp_path: Path) -
     assert '"role":"hookMessage"' in exported.replace(" ", "")
 
 
+def _line_endings(text: str, kind: str) -> str:
+    if kind == "bom and crlf":
+        return "\ufeff" + text.replace("\n", "\r\n")
+    return text.replace("\n", "\r")  # "cr": old Mac line ends, which pi does not split at
+
+
+@pytest.mark.parametrize("kind", ["bom and crlf", "cr"])
+def test_line_ends_and_a_byte_order_mark_read_alike_from_text_a_file_and_a_folder(
+    kind: str, tmp_path: Path
+) -> None:
+    """pi trims the file (a byte order mark with it) and splits it at \\n only: a \\r before
+    it is JSON whitespace; lines ended by \\r alone are one line, which does not parse. Our
+    three readers (text, a file to import, a folder store's file) agree with that and with
+    each other."""
+    text = _line_endings((DATA / "v3.jsonl").read_text(), kind)
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    header = json.loads((DATA / "v3.jsonl").read_text().splitlines()[0])
+    path = folder / f"{header['id']}.jsonl"
+    path.write_bytes(text.encode())
+    readers: list[Callable[[], Any]] = [
+        lambda: parse_session_text(text).entries,
+        lambda: InMemorySessionRepo().import_session(path).session.get_entries(),
+        lambda: JsonlSessionRepo(folder).open(header["id"]).get_entries(),
+    ]
+    if kind == "cr":
+        for read in readers:
+            with pytest.raises(SessionError) as refused:
+                read()
+            assert ":1: " in refused.value.message and "JSON" in refused.value.message
+        return
+    expected = [
+        e.to_json_dict() for e in parse_session_text((DATA / "v3.jsonl").read_text()).entries
+    ]
+    for read in readers:
+        assert [e.to_json_dict() for e in read()] == expected
+    if PI is not None:
+        assert [e["id"] for e in run_pi(path)["entries"]] == [e["id"] for e in expected]
+
+
 def random_session(seed: int) -> Session:
     """A session exercising every entry type, several branches and leaf moves."""
     rng = random.Random(seed)

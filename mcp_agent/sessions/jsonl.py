@@ -46,7 +46,7 @@ from mcp_agent.sessions.folders import (
     session_id_of,
 )
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import ParsedSession, SessionStream, parse_rows, pi_repeats_skipped
+from mcp_agent.sessions.pi import BOM, ParsedSession, SessionStream, parse_rows, pi_repeats_skipped
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
@@ -136,6 +136,8 @@ def _file_rows(
         text = ""
         try:
             text = (raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8")
+            if number == 1:
+                text = text.removeprefix(BOM)
             row = json.loads(text)
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")

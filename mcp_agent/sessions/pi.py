@@ -132,9 +132,14 @@ def _migrate_v2_row(row: dict[str, Any]) -> None:
 Lines = Iterator[tuple[int, str, bool]]
 
 
+# A byte order mark before the header: pi's reader trims it away with the file's whitespace.
+BOM = "\ufeff"
+
+
 def _text_lines(text: str) -> Lines:
-    """The pieces of ``text`` between newlines, split as it is read."""
-    start = 0
+    """The pieces of ``text`` between newlines, split as it is read (a ``\r`` before a newline
+    is JSON whitespace, as pi reads it; a byte order mark at the start is left out)."""
+    start = 1 if text.startswith(BOM) else 0
     number = 0
     while True:
         number += 1
@@ -161,9 +166,9 @@ def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
 
 
 def _file_lines(handle: IO[bytes], name: str) -> Lines:
-    """The lines of a UTF-8 file, read one line at a time. Lines end at ``\\n``,
-    ``\\r\\n`` or ``\\r``, as in a file read as text. A byte that is not UTF-8 makes the whole
-    file unreadable, wherever it is."""
+    """The lines of a UTF-8 file, read one line at a time. Lines end at ``\\n``, as pi splits
+    them (a ``\\r`` before it is JSON whitespace); a byte order mark at the start is left out. A
+    byte that is not UTF-8 makes the whole file unreadable, wherever it is."""
     number = 0
     offset = 0
     while True:
@@ -178,16 +183,12 @@ def _file_lines(handle: IO[bytes], name: str) -> Lines:
         except UnicodeDecodeError as error:
             detail = _decode_error(error, offset)
             raise SessionError("invalid_import", f"cannot read {name}: {detail}") from None
+        if offset == 0:
+            text = text.removeprefix(BOM)
         offset += len(raw)
-        if "\r" in text:
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
         ended = text.endswith("\n")
-        if ended:
-            text = text[:-1]
-        pieces = text.split("\n")
-        for index, line in enumerate(pieces):
-            number += 1
-            yield number, line, ended or index < len(pieces) - 1
+        number += 1
+        yield number, text[:-1] if ended else text, ended
 
 
 def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
