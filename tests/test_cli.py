@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import pi_v3
-from mcp_support import search_index_marks
+from mcp_support import poll, search_index_marks
 from narrow import narrow, present
 from typer.testing import CliRunner
 
@@ -1006,6 +1006,36 @@ def test_ctrl_c_aborts_the_run_not_the_program(
     assert entries[-1]["message"]["stopReason"] == "aborted"
     shown = cli("sessions", "show", listed[0]["id"]).stdout
     assert f"aborted: {why}" in shown and "aborted: aborted" not in shown
+
+
+def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> None:
+    """Ctrl-C once the run's session exists, before its prompt is stored: the start stops and
+    takes its new session with it, or the run is under way and keeps the prompt with its
+    aborted answer; never a session with nothing in it."""
+
+    def sessions_made() -> int | None:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                return conn.execute("SELECT count(*) FROM sessions").fetchone()[0] or None
+        except sqlite3.Error:
+            return None  # not made yet
+
+    for attempt in range(3):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "scripted:echo"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(MCP_AGENT_DB=str(db)),
+        )
+        before = sessions_made() or 0
+        poll(lambda: (sessions_made() or 0) > before, "the run's session", tries=3000, every=0.002)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode in (0, 130), err
+        assert "Traceback" not in err, err
+        listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+        assert all(s["entryCount"] for s in listed), (attempt, listed, err)
 
 
 def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, cli: Any) -> None:

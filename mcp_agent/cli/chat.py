@@ -242,11 +242,23 @@ class Chat:
                 await self._prompt(line)
 
     async def _prompt(self, text: str) -> None:
+        import anyio
+
         state = self.state
-        try:
-            run = await start(state, self.printer, text, self.session_id, self.agent, self.model)
-        except InputError as error:
-            self.say(str(error), "red")
+        with anyio.CancelScope() as starting:
+            # Ctrl-C before the run is under way stops its start, which leaves nothing behind.
+            self.interrupt = lambda _why: starting.cancel()
+            try:
+                run = await start(
+                    state, self.printer, text, self.session_id, self.agent, self.model
+                )
+            except InputError as error:
+                self.say(str(error), "red")
+                return
+            finally:
+                self.interrupt = None
+        if starting.cancelled_caught:
+            self.say("stopped before the run began; nothing was stored", "dim")
             return
         self.session_id = run.session_id
         self.interrupt = run.agent.abort

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -289,28 +289,39 @@ async def watch_interrupts(
 TERMINATED = 128 + signal.SIGTERM
 
 
-async def wait_for(state: AppState, run: Run) -> int | None:
-    """Wait for ``run``; Ctrl-C aborts it, and so does SIGTERM (a supervisor, ``timeout``),
-    so that the session records the aborted answer either way. The exit code due to the
-    signal that stopped it, or None."""
+async def start_and_wait(
+    state: AppState, starting: Callable[[], Awaitable[Run]]
+) -> tuple[Run | None, int | None]:
+    """Start a run with ``starting`` and wait for it. Ctrl-C aborts it, and so does SIGTERM
+    (a supervisor, ``timeout``), so that the session records the aborted answer either way;
+    before the run is under way, either stops its start, which leaves nothing behind. The run
+    (None when its start was stopped) and the exit code due to the signal, or None."""
     import anyio
 
     stopped: int | None = None
+    run: Run | None = None
+    start_scope = anyio.CancelScope()
 
     def stop(code: int, why: str) -> Callable[[], None]:
         def on_signal() -> None:
             nonlocal stopped
             stopped = stopped or code
-            run.agent.abort(why)
+            if run is not None:
+                run.agent.abort(why)
+            else:
+                start_scope.cancel()
 
         return on_signal
 
     async with anyio.create_task_group() as group:
         await group.start(watch_interrupts, stop(INTERRUPTED, "interrupted with Ctrl-C"))
         await group.start(watch_interrupts, stop(TERMINATED, "terminated"), signal.SIGTERM)
-        await state.runs.wait(run)
+        with start_scope:
+            run = await starting()
+        if run is not None:
+            await state.runs.wait(run)
         group.cancel_scope.cancel()
-    return stopped
+    return run, stopped
 
 
 async def start(
@@ -393,8 +404,12 @@ async def _run_once(
     await check_session(state, session_id)
     check_model(state, agent, model)
     printer = StreamPrinter()
-    run = await start(state, printer, prompt, session_id, agent, model)
-    stopped = await wait_for(state, run)
+    run, stopped = await start_and_wait(
+        state, lambda: start(state, printer, prompt, session_id, agent, model)
+    )
+    if run is None:
+        printer.note(f"{PROG}: stopped before the run began; nothing was stored", "dim")
+        return stopped or INTERRUPTED
     printer.end_line()
     if run.status == "error" and run.error and not printer.shown_error:
         printer.note(f"{PROG}: the run failed: {run.error}", "red")

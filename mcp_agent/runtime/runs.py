@@ -460,7 +460,11 @@ class RunManager:
             await started.wait()
         except anyio.get_cancelled_exc_class():
             # The caller is gone before it got the run: the run must not go on without it.
+            # It records its end first (the caller's cleanup reads what it stored).
+            run.listeners.clear()
             run.abort("the request that started the run was cancelled")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await run.done.wait()
             raise
         return run
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+
 from mcp_agent.compaction.compact import CompactionSettings
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import Model
@@ -23,6 +25,7 @@ from mcp_agent.runtime.errors import (
 from mcp_agent.runtime.models import ModelOverrides, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
+from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 
@@ -111,9 +114,44 @@ async def start_run(
         )
         return created, resolved, True
 
-    session, (name, chosen, stream_fn), created = await state.offload(prepare)
-    if created:
-        state.list_changed()
+    session, resolved, created = await state.offload(prepare)
+    try:
+        if created:
+            state.list_changed()
+        return await _start(state, session, resolved, manifest, prompt, depth, listener, client)
+    except BaseException:
+        if created:  # refused or cancelled before the prompt was stored: leave nothing
+            with anyio.CancelScope(shield=True):
+                if await state.offload(lambda: _delete_if_empty(state, session.id)):
+                    state.session_deleted(session.id)
+        raise
+
+
+def _delete_if_empty(state: AppState, session_id: str) -> bool:
+    """Delete a session this start created, unless something was stored in it since or a run
+    of it still goes on."""
+    try:
+        state.runs.ensure_idle_here(session_id)
+        if state.repo.open(session_id).stats().entry_count:
+            return False
+        state.repo.delete(session_id)
+    except SessionError:  # SessionBusy too
+        return False  # gone already, or taken: leave it be
+    return True
+
+
+async def _start(
+    state: AppState,
+    session: Session,
+    resolved: ResolvedModel,
+    manifest: AgentManifest,
+    prompt: str,
+    depth: int,
+    listener: EventListener | None,
+    client: object | None,
+) -> Run:
+    """The run of ``prompt`` in ``session``, once every check has passed."""
+    name, chosen, stream_fn = resolved
     hub = state.hub
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
