@@ -162,10 +162,10 @@ class Usage(WireModel):
 class ModelCost(WireModel):
     """Prices in dollars per million tokens."""
 
-    input: float = 0.0
-    output: float = 0.0
-    cache_read: float = 0.0
-    cache_write: float = 0.0
+    input: float = Field(default=0.0, ge=0)
+    output: float = Field(default=0.0, ge=0)
+    cache_read: float = Field(default=0.0, ge=0)
+    cache_write: float = Field(default=0.0, ge=0)
 
 
 class Model(WireModel):
@@ -177,8 +177,8 @@ class Model(WireModel):
     reasoning: bool = False
     input: list[str] = Field(default_factory=lambda: ["text"])
     cost: ModelCost = Field(default_factory=ModelCost)
-    context_window: int = 128_000
-    max_tokens: int = 16_384
+    context_window: int = Field(default=128_000, gt=0)
+    max_tokens: int = Field(default=16_384, gt=0)
 
     @property
     def ref(self) -> str:

@@ -226,6 +226,27 @@ MODEL = "[providers.x]\nbase_url = 'http://h/v1'\n[[providers.x.models]]\nid = '
             MODEL + "input = ['text', 2]",
             "providers.x.models[0].input.1: Input should be a valid string",
         ),
+        # Limits and prices that cannot be: a run would compact at every turn, or never stop.
+        (
+            MODEL + "context_window = -5",
+            "providers.x.models[0].context_window: Input should be greater than 0",
+        ),
+        (
+            MODEL + "max_tokens = 0",
+            "providers.x.models[0].max_tokens: Input should be greater than 0",
+        ),
+        (
+            MODEL + "cost = { output = -1.5 }",
+            "providers.x.models[0].cost.output: Input should be greater than or equal to 0",
+        ),
+        (
+            "[providers.ollama]\ncontext_window = 0",
+            "providers.ollama.context_window: Input should be greater than 0",
+        ),
+        (
+            "[providers.ollama]\nmax_tokens = -1",
+            "providers.ollama.max_tokens: Input should be greater than 0",
+        ),
     ],
 )
 def test_values_of_the_wrong_type_are_refused_on_loading(

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_agent.messages import Model, ModelCost
 from mcp_agent.providers.base import StreamFn
@@ -254,6 +254,8 @@ def _provider_table() -> type[BaseModel]:
     fields: dict[str, Any] = {key: (hints[key], None) for key in _PROVIDER_KEYS}
     # The file lists the models as an array of tables, each of which Model checks.
     fields["models"] = (list[dict[str, Any]], None)
+    for key in ("context_window", "max_tokens"):  # the defaults of the models: as Model's
+        fields[key] = (hints[key] | None, Field(default=None, gt=0))
     return create_model("ProviderTable", __config__=ConfigDict(strict=True), **fields)
 
 
