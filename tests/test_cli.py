@@ -838,6 +838,9 @@ def test_rename_and_clear(cli: Any, db: Path) -> None:
     assert cli("sessions", "rename", ids["session"], "").exit_code == 0
     assert json.loads(cli("sessions", "list", "--json").stdout)["sessions"][0]["name"] is None
     assert cli("sessions", "rename", "nope", "x").exit_code == 2
+    shown = cli("sessions", "rename", ids["session"], "a\x1b[31mred")
+    assert shown.exit_code == 0 and "\x1b" not in shown.stderr  # nothing for the terminal to do
+    assert "a\\x1b[31mred" in shown.stderr
 
 
 def test_a_session_a_server_runs_an_agent_in_is_not_renamed_or_deleted(cli: Any, db: Path) -> None:

@@ -513,6 +513,13 @@ def test_copy_stores_each_session_whole_or_not_at_all(tmp_path: Path, postgres_u
 def test_copy_refuses_the_same_store_and_a_store_it_cannot_open(tmp_path: Path) -> None:
     same = _copy("--from", str(tmp_path / "a.db"), "--to", str(tmp_path / "a.db"))
     assert same.exit_code == 2 and "same store" in same.stderr
+    from mcp_agent.sessions import SqliteSessionRepo
+
+    SqliteSessionRepo(tmp_path / "a.db").close()
+    (tmp_path / "link.db").symlink_to(tmp_path / "a.db")
+    for spelled in (f"{tmp_path}/./a.db", str(tmp_path / "link.db")):
+        same = _copy("--from", str(tmp_path / "a.db"), "--to", spelled)
+        assert same.exit_code == 2 and "same store" in same.stderr, spelled
     bad = _copy("--from", "postgresql://nobody@127.0.0.1:1/none", "--to", str(tmp_path / "b.db"))
     assert bad.exit_code == 2 and "--from" in bad.stderr and "cannot" in bad.stderr
 

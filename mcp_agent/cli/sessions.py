@@ -315,7 +315,7 @@ def copy(
 
     results: dict[str, list[str]] = {"copied": [], "present": []}
     failed: list[dict[str, str]] = []
-    if database_location(source) == database_location(target):
+    if _same_store(database_location(source), database_location(target)):
         die("--from and --to name the same store; copy to another one")
     with (
         opened_store(source, "--from", folders=True, create=False) as origin,
@@ -417,14 +417,30 @@ def rename(
     db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""
+    from mcp_agent.wire import one_line
+
     with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         session.set_name(name)
         shown = session.name
-    err().print(f"renamed {session_id} to “{shown}”" if shown else "name cleared", style="dim")
+    said = f"renamed {session_id} to “{one_line(shown, 200)}”" if shown else "name cleared"
+    err().print(said, style="dim")
 
 
 # --- import helpers ---------------------------------------------------------------------------
+
+
+def _same_store(one: str | Path, other: str | Path) -> bool:
+    """Whether two locations are one store, however each is spelled (relative, through a link,
+    or the same file under two names)."""
+    if isinstance(one, str) or isinstance(other, str):
+        return one == other
+    try:
+        return one.resolve() == other.resolve() or (
+            one.exists() and other.exists() and one.samefile(other)
+        )
+    except OSError:
+        return False
 
 
 def _size(path: Path) -> int:
