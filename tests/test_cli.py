@@ -1032,7 +1032,12 @@ def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> N
             env=clean_env(MCP_AGENT_DB=str(db)),
         )
         before = sessions_made() or 0
-        poll(lambda: (sessions_made() or 0) > before, "the run's session", tries=3000, every=0.002)
+        poll(
+            lambda seen=before: (sessions_made() or 0) > seen,
+            "the run's session",
+            tries=3000,
+            every=0.002,
+        )
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
         assert process.returncode in (0, 130), err
