@@ -4,6 +4,7 @@ elsewhere. Runs talk to a real model API (fakellm) or to the scripted models."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -1023,6 +1024,9 @@ def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> N
         except sqlite3.Error:
             return None  # not made yet
 
+    def more_sessions_than(count: int) -> bool:
+        return (sessions_made() or 0) > count
+
     for attempt in range(3):
         process = subprocess.Popen(
             [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "scripted:echo"],
@@ -1031,9 +1035,8 @@ def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> N
             text=True,
             env=clean_env(MCP_AGENT_DB=str(db)),
         )
-        before = sessions_made() or 0
         poll(
-            lambda seen=before: (sessions_made() or 0) > seen,
+            functools.partial(more_sessions_than, sessions_made() or 0),
             "the run's session",
             tries=3000,
             every=0.002,
