@@ -312,6 +312,66 @@ def test_pi_and_we_agree_on_a_hook_message_in_a_version_3_file(tmp_path: Path) -
     assert '"role":"hookMessage"' in exported.replace(" ", "")
 
 
+def _two_roots_and_a_compaction(version: object, index: object) -> str:
+    """A file whose reading turns on its header's version: two roots (as v3, the second is
+    the leaf's branch; as v1, one chain) and a compaction keeping from ``index`` (v1)."""
+    header: dict[str, Any] = {"type": "session", "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    if version != "missing":
+        header["version"] = version
+    rows = [header]
+    for n, text in enumerate(["a", "b", "c", "d"]):
+        message = {"role": "user", "content": text, "timestamp": n}
+        rows.append({"type": "message", "id": f"u000000{n}", "parentId": None, "message": message})
+    rows.append(
+        {
+            "type": "compaction",
+            "id": "c0000001",
+            "parentId": "u0000003",
+            "summary": "S",
+            "firstKeptEntryIndex": index,
+            "firstKeptEntryId": "u0000003",
+            "tokensBefore": 9,
+        }
+    )
+    for row in rows[1:]:
+        row["timestamp"] = "2026-01-15T08:30:01.000Z"
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+@needs_pi
+@pytest.mark.node
+@pytest.mark.parametrize(
+    ("version", "index"),
+    [
+        ("1", 2),
+        (1.0, 2.0),
+        (None, 2),
+        ("missing", 2.5),
+        (True, "2"),
+        (" 1 ", -1),
+        ("2", 2),
+        (2.0, 2),
+        (3.0, 2),
+        ("abc", 2),
+        ([], 2),
+        ([2], 2),
+        ({"v": 1}, 2),
+        (0, True),
+    ],
+)
+def test_pi_and_we_agree_on_versions_and_indexes_that_are_not_whole_numbers(
+    version: object, index: object, tmp_path: Path
+) -> None:
+    """pi compares a header's version, and takes a v1 compaction's index, as JavaScript does."""
+    path = tmp_path / "odd.jsonl"
+    path.write_text(_two_roots_and_a_compaction(version, index))
+    parsed = parse_session_text(path.read_text())
+    storage = InMemorySessionStorage(parsed.header, parsed.entries)
+    theirs = run_pi(path)["results"][0]
+    assert context_json(storage, parsed.leaf_id) == theirs["context"]
+
+
 def _line_endings(text: str, kind: str) -> str:
     if kind == "bom and crlf":
         return "\ufeff" + text.replace("\n", "\r\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,11 +58,37 @@ class ParsedSession:
 
 
 def _version_to_migrate(header: Mapping[str, Any] | None) -> int | None:
-    """The version of a file that needs migrating, or None for a current one."""
-    version = header.get("version", 1) if header is not None else 1
-    if not isinstance(version, int) or version >= CURRENT_SESSION_VERSION:
+    """The version of a file that needs migrating (1 or 2), or None for a current one. The
+    header's version is compared as pi's JavaScript compares it: missing or null is 1, "1" and
+    1.0 are 1, true is 1; what is not a number (NaN) is below no version, so not migrated."""
+    version = _js_number(header.get("version") if header is not None else None)
+    if version is None or version >= CURRENT_SESSION_VERSION:
         return None
-    return version
+    return 1 if version < 2 else 2
+
+
+def _js_number(value: Any) -> float | None:
+    """``value ?? 1`` as JavaScript's ``<`` sees it; None for NaN."""
+    if value is None:
+        return 1.0
+    if isinstance(value, bool | int | float):
+        return float(value)
+    if isinstance(value, list):  # as its text: [] is "", [2] is "2", [1, 2] is "1,2"
+        if not value:
+            return 0.0
+        if len(value) > 1 or isinstance(value[0], bool | dict):
+            return None
+        return 0.0 if value[0] is None else _js_number(value[0])
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return 0.0
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return None if math.isnan(number) else number
+    return None
 
 
 def migrate_rows(rows: list[dict[str, Any]], new_id: NewId = new_entry_id) -> int:
@@ -107,10 +134,16 @@ def _migrate_v1_row(
         return previous
     row["id"] = new_id(taken)
     row["parentId"] = previous
-    if row.get("type") == "compaction" and "firstKeptEntryIndex" in row:
-        index = row.pop("firstKeptEntryIndex")
-        if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
-            target = resolve(index)
+    index = row.get("firstKeptEntryIndex")
+    if (
+        row.get("type") == "compaction"
+        and isinstance(index, int | float)
+        and not isinstance(index, bool)
+    ):
+        # As pi: a number is taken away, and names an entry when it is a whole index.
+        del row["firstKeptEntryIndex"]
+        if index >= 0 and float(index).is_integer():
+            target = resolve(int(index))
             if target is not None:
                 row["firstKeptEntryId"] = target
     return str(row["id"])
@@ -288,6 +321,9 @@ class SessionStream:
         )
         if self._migrating is not None:
             _migrate_v2_row(row)
+        elif not isinstance(found, int) or isinstance(found, bool):
+            # 3.0, "3", or not a number at all: pi migrates none of them, as a current file.
+            row["version"] = CURRENT_SESSION_VERSION
         try:
             self.header = parse_header(row, f"{source}:{line}")
         except SessionError as error:
