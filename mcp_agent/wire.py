@@ -141,12 +141,15 @@ _BIG_EXPONENT = re.compile(r"[eE][+-]?\d{3}")
 _TOO_MANY_DIGITS = re.compile(r"Exceeds the limit .* value has (\d+) digits")
 
 
-def loads_json(text: str, finite: bool = True, unique_keys: bool = False) -> Any:
+def loads_json(
+    text: str, finite: bool = True, unique_keys: bool = False, lone_surrogates: bool = False
+) -> Any:
     """``text`` parsed as standard JSON, or a ValueError saying what is wrong with it:
     NaN and Infinity are not JSON (pi's JSON.parse refuses them), nesting is bounded by
     ``MAX_JSON_DEPTH``, with ``finite`` a number too large for a float (1e999) is refused
     instead of becoming null when written back, and with ``unique_keys`` a key given twice in
-    one object is refused (JSON keeps the last, and a file written back would lose the first)."""
+    one object is refused (JSON keeps the last, and a file written back would lose the first).
+    An unpaired surrogate escape is refused unless ``lone_surrogates`` (the caller sees to it)."""
     try:
         hook = _no_duplicate_keys if unique_keys else None
         value = json.loads(text, parse_constant=_not_json, object_pairs_hook=hook)
@@ -162,7 +165,11 @@ def loads_json(text: str, finite: bool = True, unique_keys: bool = False) -> Any
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     if finite and _BIG_EXPONENT.search(text):
         json.loads(text, parse_float=_finite)
-    if SURROGATE_ESCAPE.search(text) and (lone := lone_surrogate(value)) is not None:
+    if (
+        not lone_surrogates
+        and SURROGATE_ESCAPE.search(text)
+        and (lone := lone_surrogate(value)) is not None
+    ):
         raise ValueError(
             f"\\u{ord(lone):04x} is an unpaired surrogate escape (half of a UTF-16 pair),"
             " which is not Unicode text"

@@ -372,6 +372,36 @@ def test_pi_and_we_agree_on_versions_and_indexes_that_are_not_whole_numbers(
     assert context_json(storage, parsed.leaf_id) == theirs["context"]
 
 
+def test_half_a_surrogate_pair_becomes_u_fffd_on_import_and_is_said_once(
+    tmp_path: Path,
+) -> None:
+    """pi's JavaScript holds half a UTF-16 pair (a text cut inside an emoji); no UTF-8 text
+    can, so the file is imported with U+FFFD in its place, once said, instead of refused."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    first = {"role": "user", "content": "cut \ud83d", "timestamp": 1}
+    second = {"role": "user", "content": "whole \ud83d\ude00 and \udc00 too", "timestamp": 2}
+    stamp = "2026-01-15T08:30:01.000Z"
+    entries = [
+        {"type": "message", "id": "u0000001", "parentId": None, "message": first},
+        {"type": "message", "id": "u0000002", "parentId": "u0000001", "message": second},
+    ]
+    text = "".join(json.dumps(row) + "\n" for row in [header, *entries]).replace(
+        '"message":', f'"timestamp": "{stamp}", "message":'
+    )
+    assert "\\ud83d" in text  # the escapes, as pi's JSON.stringify writes them
+    path = tmp_path / "cut.jsonl"
+    path.write_text(text)
+    for source in (text, path):
+        repo = SqliteSessionRepo(tmp_path / f"{type(source).__name__}.db")
+        imported = repo.import_session(source)
+        said = [n for n in imported.notes if "unpaired surrogate" in n]
+        assert len(said) == 1 and ":2: the unpaired surrogate escape \\ud83d" in said[0], said
+        texts = [narrow(m, UserMessage).content for m in imported.session.build_context().messages]
+        assert texts == ["cut \ufffd", "whole \U0001f600 and \ufffd too"]
+        repo.close()
+
+
 def _line_endings(text: str, kind: str) -> str:
     if kind == "bom and crlf":
         return "\ufeff" + text.replace("\n", "\r\n")

@@ -37,7 +37,13 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import SessionStorage, StoredPages, leaf_after, stored_pages
 from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
-from mcp_agent.wire import cut_off_json, loads_json
+from mcp_agent.wire import (
+    SURROGATE_ESCAPE,
+    cut_off_json,
+    loads_json,
+    lone_surrogate,
+    utf8_only,
+)
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +239,7 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
     line, once the rest has been read (a file that cannot be read at all says so first).
     """
     held: tuple[int, ValueError] | None = None  # a line that did not parse: torn, if last
+    replaced = False  # a lone surrogate became U+FFFD (said once)
     for number, line, ended in lines:
         if not line.strip():
             continue
@@ -242,7 +249,7 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
             raise SessionError(code, f"{source}:{held[0]}: line is not valid JSON ({held[1]})")
         try:
             # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
-            data = loads_json(line, finite=False)
+            data = loads_json(line, finite=False, lone_surrogates=True)
         except ValueError as error:
             if ended or not cut_off_json(line, error):
                 for _ in lines:
@@ -256,6 +263,17 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
             for _ in lines:
                 pass
             raise SessionError(code, f"{source}:{number}: line is not a JSON object")
+        if SURROGATE_ESCAPE.search(line) and (lone := lone_surrogate(data)) is not None:
+            # Half a UTF-16 pair (a text cut inside an emoji): pi's JavaScript holds it, but no
+            # UTF-8 can, so it becomes U+FFFD, as in a run; said once a file.
+            data = utf8_only(data)
+            if not replaced:
+                replaced = True
+                notes.append(
+                    f"{source}:{number}: the unpaired surrogate escape \\u{ord(lone):04x} (half"
+                    " a UTF-16 pair, which no UTF-8 text holds) became U+FFFD, here and in any"
+                    " later line"
+                )
         yield number, data
     if held is not None:
         message = (
