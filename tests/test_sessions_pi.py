@@ -400,6 +400,14 @@ def test_half_a_surrogate_pair_becomes_u_fffd_on_import_and_is_said_once(
         texts = [narrow(m, UserMessage).content for m in imported.session.build_context().messages]
         assert texts == ["cut \ufffd", "whole \U0001f600 and \ufffd too"]
         repo.close()
+    folder = tmp_path / "sessions"  # a folder store reads it alike (the file stays as it is)
+    folder.mkdir()
+    (folder / f"{header['id']}.jsonl").write_text(text)
+    kept = JsonlSessionRepo(folder)
+    session = kept.open(str(header["id"]))
+    texts = [narrow(m, UserMessage).content for m in session.build_context().messages]
+    assert texts == ["cut \ufffd", "whole \U0001f600 and \ufffd too"]
+    assert "\ufffd" in kept.export_jsonl(session.id)
 
 
 def _line_endings(text: str, kind: str) -> str:

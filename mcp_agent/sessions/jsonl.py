@@ -57,7 +57,7 @@ from mcp_agent.sessions.repo import (
     summarize,
     text_matches,
 )
-from mcp_agent.wire import cut_off_json
+from mcp_agent.wire import SURROGATE_ESCAPE, cut_off_json, lone_surrogate, utf8_only
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,8 @@ def _file_rows(
             row = json.loads(text)
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
+            if SURROGATE_ESCAPE.search(text) and lone_surrogate(row) is not None:
+                row = utf8_only(row)  # half a UTF-16 pair, as pi's JavaScript holds: U+FFFD
         except ValueError as error:
             # A tear can split a character in two; a whole line is never torn.
             cut = isinstance(error, UnicodeDecodeError) or cut_off_json(text, error)
