@@ -92,7 +92,7 @@ def list_sessions(
             [
                 item.id,
                 short_time(item.modified),
-                str(item.message_count),
+                f"{item.message_count:,}",
                 f"{item.total_tokens:,}",
                 one_line(item.name or item.first_user_message or "", 200) or "—",
             ],
