@@ -961,6 +961,31 @@ def test_run_streams_the_answer_and_stores_the_session(fakellm: str, db: Path, c
     )
 
 
+def test_continuing_with_another_model_keeps_the_sessions_tools(
+    fakellm: str, db: Path, cli: Any
+) -> None:
+    """A model change is recorded before the agent's tools are loaded; the tools it had stay
+    active (before: the change recorded an empty tool list, and every tool was off for good)."""
+    first = sub("run", "hi", "--model", "scripted:echo", env=openai_env(fakellm, db))
+    assert first.returncode == 0, first.stderr
+    session_id = first.stderr.split("session ")[1].split()[0]
+    more = sub(
+        "run",
+        "again",
+        "--session",
+        session_id,
+        "--model",
+        "openai:gpt-4o-mini",
+        env=openai_env(fakellm, db),
+    )
+    assert more.returncode == 0, more.stderr
+    entries = json.loads(cli("sessions", "show", session_id, "--json").stdout)["entries"]
+    kinds = [e["type"] for e in entries]
+    assert kinds.count("model_change") == 2  # the change is recorded
+    tools = [e["activeToolNames"] for e in entries if e["type"] == "active_tools_change"]
+    assert tools and all(names == tools[0] for names in tools) and "subagent" in tools[0], tools
+
+
 def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
     done = sub(
         "run", "delegate please", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db)

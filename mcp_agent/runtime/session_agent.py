@@ -219,7 +219,8 @@ class SessionAgent(Agent):
             level = level if level != self._recorded_thinking else None
         names: list[str] | None = [t.name for t in state.tools]
         recorded = self._recorded_tools
-        if not (
+        if self._load_tools is not None or not (
+            # (Tools still to be loaded are not known yet: the session's list stands.)
             (recorded is None and names)
             or (recorded is not None and set(recorded) != set(names or []))
         ):
