@@ -678,6 +678,18 @@ async def test_a_line_over_the_bound_is_left_out_and_said_and_the_server_goes_on
     ]
 
 
+async def test_what_a_server_started_and_left_running_is_stopped_with_it(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    with anyio.fail_after(20):
+        async with raw_client("--leaves-child", str(pids)) as client:
+            assert (await client.call_tool("good", {})).content[0] == types.TextContent(text="fine")
+            server, child = (int(pid) for pid in pids.read_text().split())
+            assert alive(server) and alive(child)
+        assert not alive(server)  # it ended by itself at the end of its input
+        while alive(child):  # its group was sent SIGTERM (not ours to reap)
+            await anyio.sleep(0.05)
+
+
 async def test_a_server_deaf_to_its_input_ending_and_to_sigterm_is_killed_with_its_children(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from anyio.abc import Process
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 # How long the child has to exit by itself once its stdin is closed, and then after SIGTERM.
 CLOSE_GRACE = 2.0
 FORCE_KILL = 2.0
+# How often a stopped server's process group is looked at until it is empty.
+GROUP_POLL = 0.05
 # How long messages already taken may take to reach the child's stdin when stopping.
 FLUSH_TIMEOUT = 0.5
 # The child's stdout pipe, widened (Linux) so that a long answer comes in few reads.
@@ -135,6 +139,7 @@ async def child_stdio(
         await written.wait()
         os.close(to_child)  # the child reads the end of its input
         if await _exited(process, CLOSE_GRACE):
+            await _end_group(process.pid)  # what it started and left running
             return
         from mcp.os.posix.utilities import terminate_posix_process_tree
 
@@ -192,6 +197,49 @@ def _parse(line: str) -> SessionMessage | Exception:
         return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as error:  # pydantic's ValidationError is one
         return error
+
+
+async def _end_group(group: int) -> None:
+    """Stop what is left of the process group ``group`` once its leader has exited (a
+    process the server started and did not stop): SIGTERM, then SIGKILL after
+    ``FORCE_KILL`` seconds. Nothing is sent to a group that is empty."""
+    # /proc is read on a worker thread: nothing that reads files runs on the event loop.
+    for sig, then in ((signal.SIGTERM, FORCE_KILL), (signal.SIGKILL, CLOSE_GRACE)):
+        if not await anyio.to_thread.run_sync(_group_alive, group):
+            return
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            return  # no process is left in it (or none that is ours)
+        for _ in range(max(1, round(then / GROUP_POLL))):
+            await anyio.sleep(GROUP_POLL)
+            if not await anyio.to_thread.run_sync(_group_alive, group):
+                return
+    log.warning("a process of MCP server group %d is alive after SIGKILL; left behind", group)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` is running: one that has ended but is not reaped yet
+    (a zombie, its parent's to reap) still answers a signal, so on Linux /proc says."""
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc: the signal's answer is all there is
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] != b"Z":
+            return True
+    return False
 
 
 async def _exited(process: Process, seconds: float) -> bool:

@@ -10,7 +10,8 @@ and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, w
 ``--tools-not-a-list`` its listing is an object instead of a list. With
 ``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
 child of its own that does neither (only SIGKILL stops them), and writes both their process
-ids to FILE.
+ids to FILE. With ``--leaves-child FILE`` it starts a child of its own that it leaves running
+when it ends (as a server that starts helpers and forgets them), and writes both process ids.
 """
 
 import json
@@ -93,6 +94,13 @@ if "--stubborn" in sys.argv:
     ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
     child = subprocess.Popen([sys.executable, "-c", ignoring], stdin=subprocess.DEVNULL)
     pids = sys.argv[sys.argv.index("--stubborn") + 1]
+    Path(pids).write_text(f"{os.getpid()} {child.pid}")
+
+if "--leaves-child" in sys.argv:
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pids = sys.argv[sys.argv.index("--leaves-child") + 1]
     Path(pids).write_text(f"{os.getpid()} {child.pid}")
 
 for line in sys.stdin:
