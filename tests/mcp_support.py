@@ -58,6 +58,19 @@ async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
     return narrow(result.content[0], TextContent).text
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); look at its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def poll(check: Callable[[], T | None], what: str, tries: int = 600, every: float = 0.1) -> T:
     """Call ``check`` until it gives something true, and return that; after ``tries`` calls
     fail saying ``what`` never happened (a hang guard counted in tries, not read off a clock)."""

@@ -15,6 +15,7 @@ import mcp.types as types
 import pytest
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp_support import alive
 from narrow import narrow
 
 from mcp_agent.abort import AbortController
@@ -58,18 +59,6 @@ def text_of(result: AgentToolResult) -> str:
 
 def by_name(tools: list[AgentTool]) -> dict[str, AgentTool]:
     return {tool.name: tool for tool in tools}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); look at its state.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_tool_names_model_apis_refuse_are_given_names_they_take(hub: ToolHub) -> None:

@@ -8,10 +8,12 @@ import itertools
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
-from mcp_support import initialize_request, serve_piped
+from mcp_support import alive, initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent
 from narrow import narrow
 
@@ -468,3 +470,58 @@ async def test_a_line_over_the_limit_that_comes_whole_in_one_read_is_dropped_too
         DroppedLine(100, b"x" * 150, b"x" * 150),
         DroppedLine(100, b"y" * 120, b"y" * 120),
     ]
+
+
+def test_sigterm_stops_the_server_and_its_downstream_servers(tmp_path: Path) -> None:
+    """A client (or supervisor) that stops the server with SIGTERM: the server stops as at
+    the end of its input, its downstream servers and what they started with it (before: the
+    signal ended it at once, and they ran on)."""
+    pids = tmp_path / "pids"
+    raw = Path(__file__).parent / "servers" / "raw_server.py"
+    manifests = tmp_path / "manifests"
+    (manifests / "agents").mkdir(parents=True)
+    (manifests / "agents" / "default.toml").write_text('description = "d"\ntools = ["*"]\n')
+    server = {"command": sys.executable, "args": [str(raw), "--leaves-child", str(pids)]}
+    (manifests / "servers.json").write_text(json.dumps({"mcpServers": {"r": server}}))
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    command += ["--manifests", str(manifests), "--model", "scripted:echo"]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(message) + "\n")
+        process.stdin.flush()
+
+    def answer_to(request_id: int) -> dict[str, Any]:
+        assert process.stdout is not None
+        while True:  # notifications may come first
+            message = json.loads(process.stdout.readline())
+            if message.get("id") == request_id:
+                return dict(message)
+
+    try:
+        send(initialize_request(0))
+        answer_to(0)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        run = {"name": "agent_run", "arguments": {"prompt": "hi", "wait": True}}
+        send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run})
+        answer = answer_to(1)
+        assert "result" in answer and not answer["result"].get("isError"), answer
+        downstream, child = (int(pid) for pid in pids.read_text().split())
+        assert alive(downstream) and alive(child)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    for pid in (downstream, child):
+        for _ in range(200):  # not our children to reap: they end, and init reaps them
+            if not alive(pid):
+                break
+            time.sleep(0.05)
+        assert not alive(pid), pid

@@ -15,9 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mcp_agent.cli.common import DbOption, ManifestsOption, err, out, stdin_is_tty
-from mcp_agent.cli.run import (
+from mcp_agent.cli.common import (
     TERMINATED,
+    DbOption,
+    ManifestsOption,
+    err,
+    out,
+    stdin_is_tty,
+)
+from mcp_agent.cli.run import (
     AgentOption,
     InputError,
     ModelOption,

@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from mcp_agent.sessions.session import Session
 
 PROG = "mcp-agent-sessions"
-# Exit codes: 0 ok, 1 failure at run time, 2 bad usage or bad input, 130 interrupted (Ctrl-C).
+# Exit codes: 0 ok, 1 failure at run time, 2 bad usage or bad input, 130 interrupted (Ctrl-C),
+# 143 stopped by SIGTERM.
 FAILED = 1
 BAD_INPUT = 2
 INTERRUPTED = 130
+TERMINATED = 143  # stopped by SIGTERM (the shell's 128 + its number)
 
 
 DbOption = Annotated[

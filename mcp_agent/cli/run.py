@@ -22,6 +22,7 @@ from mcp_agent.cli.common import (
     FAILED,
     INTERRUPTED,
     PROG,
+    TERMINATED,
     DbOption,
     ManifestsOption,
     check_database,
@@ -283,10 +284,6 @@ async def watch_interrupts(
         if task_status is not None:
             task_status.started()
         await anyio.sleep_forever()
-
-
-# The exit code of a run stopped by a signal (the shell's 128 + its number).
-TERMINATED = 128 + signal.SIGTERM
 
 
 async def start_and_wait(

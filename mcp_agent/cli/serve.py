@@ -16,6 +16,7 @@ import typer
 
 from mcp_agent.cli.common import (
     PROG,
+    TERMINATED,
     DbOption,
     ManifestsOption,
     check_database,
@@ -211,7 +212,6 @@ def serve(
     from mcp_agent.runtime.settings import TOKEN_ENV, TOKEN_FILE_ENV, ServerSettings
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.http_auth import HttpAuthError, UnsafeBindError, http_auth, viewer_link
-    from mcp_agent.server.stdio import run_stdio
     from mcp_agent.server.streamable_http import event_loop_options, serve_http
 
     if token is not None and token_file is not None:
@@ -294,7 +294,8 @@ def serve(
         if transport == Transport.http:
             anyio.run(serve_http, server, settings, backend_options=event_loop_options())
         else:
-            anyio.run(run_stdio, server)
+            if anyio.run(_stdio_until_sigterm, server):
+                raise typer.Exit(TERMINATED)
     except ManifestError as error:
         die(str(error))
     except KeyboardInterrupt:
@@ -302,6 +303,34 @@ def serve(
     finally:
         if auth is not None:
             auth.remove()
+
+
+async def _stdio_until_sigterm(server: Any) -> bool:
+    """Serve over stdio until the input ends, or until SIGTERM (a client that stops its
+    server so, a supervisor): then the server stops as at the end of its input, its runs and
+    downstream servers with it (the signal's default would end it at once, and leave those
+    servers running). Whether SIGTERM stopped it."""
+    import signal
+
+    import anyio
+
+    from mcp_agent.server.stdio import run_stdio
+
+    stopped = False
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            nonlocal stopped
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stopped = True
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(watch)
+        await run_stdio(server)
+        group.cancel_scope.cancel()
+    return stopped
 
 
 # The cyclic collector's thresholds while serving. A request allocates a few thousand

@@ -9,8 +9,9 @@ answer dropped so is read as an error answer to its request, which fails at once
 any other line dropped is heard as a message that could not be read (as one that is not
 JSON-RPC). Starting, the environment and stopping follow the SDK's: the child gets its own
 process group; to stop it, its stdin is closed, it is given ``CLOSE_GRACE`` seconds to exit,
-then its group is sent SIGTERM and, after ``FORCE_KILL`` seconds, SIGKILL. On Windows the
-SDK's transport serves.
+then its group is sent SIGTERM and, after ``FORCE_KILL`` seconds, SIGKILL; a child that
+exits by itself may leave processes it started in its group, and they get the same. On Windows
+the SDK's transport serves.
 """
 
 from __future__ import annotations
