@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,24 @@ async def test_a_server_that_fails_to_start_is_recorded(tmp_path: Path) -> None:
         if e.get("customType") == "tool_server_error"
     ]
     assert errors and "'broken'" in errors[0]["data"]["error"]
+    # and the run's answer says it too, not only the session
+    assert len(done["warnings"]) == 1 and "'broken'" in done["warnings"][0], done
+
+
+def test_the_command_line_warns_of_a_server_that_fails_to_start(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    (manifests / "agents").mkdir(parents=True)
+    (manifests / "agents" / "default.toml").write_text('description = "d"\ntools = ["*"]\n')
+    broken = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+    (manifests / "servers.json").write_text(json.dumps({"mcpServers": {"broken": broken}}))
+    command = [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "scripted:echo"]
+    command += ["--db", str(tmp_path / "s.db"), "--manifests", str(manifests)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_AGENT_")}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hi\n"
+    warned = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warned) == 1 and "MCP server 'broken'" in warned[0], done.stderr
 
 
 async def test_a_run_answers_at_once_while_a_server_is_still_starting(tmp_path: Path) -> None:

@@ -272,6 +272,7 @@ class Chat:
             await state.runs.wait(run)
         finally:
             self.interrupt = None
+        self.printer.say_warnings()
         self.printer.end_line()
         self.say(footer(run))
 

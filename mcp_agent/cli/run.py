@@ -161,6 +161,9 @@ class StreamPrinter:
         self.buffered = _stdout_is_a_file() if buffered is None else buffered
         self._text: list[str] = []
         self._held: str | None = None  # a failed answer's text, until no retry follows
+        # The run's warnings (its MCP servers that could not start), said as they come.
+        self.warnings: list[str] = []
+        self._warned = 0
 
     def _write_answer(self, text: str) -> None:
         if text:
@@ -182,7 +185,19 @@ class StreamPrinter:
         self.end_line()
         err().print(text, style=style, soft_wrap=True)
 
+    def follow(self, warnings: list[str]) -> None:
+        """Say ``warnings`` (a run's, filled as it lists its tools) as they come."""
+        self.warnings, self._warned = warnings, 0
+
+    def say_warnings(self) -> None:
+        from mcp_agent.wire import one_line
+
+        for warning in self.warnings[self._warned :]:
+            self.note(f"warning: {one_line(warning, 500)}", "yellow")
+        self._warned = len(self.warnings)
+
     def __call__(self, event: Any) -> None:
+        self.say_warnings()  # the tools are listed before the first event
         from mcp_agent.cli.render import format_args
         from mcp_agent.events import (
             AutoCompactionEndEvent,
@@ -335,7 +350,7 @@ async def start(
     from mcp_agent.sessions.errors import SessionError
 
     try:
-        return await start_run(
+        run = await start_run(
             state,
             prompt=prompt,
             session_id=session_id,
@@ -346,6 +361,8 @@ async def start(
         )
     except (Refused, SessionError) as error:
         raise InputError(str(error)) from None
+    printer.follow(run.warnings)
+    return run
 
 
 # --- run --------------------------------------------------------------------------------------
@@ -407,6 +424,7 @@ async def _run_once(
     if run is None:
         printer.note(f"{PROG}: stopped before the run began; nothing was stored", "dim")
         return stopped or INTERRUPTED
+    printer.say_warnings()
     printer.end_line()
     if run.status == "error" and run.error and not printer.shown_error:
         printer.note(f"{PROG}: the run failed: {run.error}", "red")

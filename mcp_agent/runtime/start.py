@@ -153,6 +153,7 @@ async def _start(
     """The run of ``prompt`` in ``session``, once every check has passed."""
     name, chosen, stream_fn = resolved
     hub = state.hub
+    warnings: list[str] = []
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
@@ -162,6 +163,7 @@ async def _start(
             # (up to its time limit) must not hold up agent_run(wait=false)'s answer.
             errors: list[str] = []
             tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
+            warnings.extend(errors)  # the run's: its status and the command line say them
             if errors:
 
                 def note_errors() -> None:
@@ -200,7 +202,7 @@ async def _start(
 
         return await state.offload(build), name
 
-    return await state.runs.start(
+    run = await state.runs.start(
         session=session,
         manifest=manifest,
         prompt=prompt,
@@ -209,6 +211,8 @@ async def _start(
         listener=listener,
         client=client,
     )
+    run.warnings = warnings  # filled as the run lists its tools
+    return run
 
 
 def resume_model(

@@ -25,6 +25,7 @@ from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo,
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions.entries import iso_time
+from mcp_agent.wire import one_line
 
 
 def client_key(ctx: Context) -> object:
@@ -44,6 +45,8 @@ def client_key(ctx: Context) -> object:
 
 # The answer a run info carries; the session has all of it.
 ANSWER_CHARS = 16_000
+# The most warnings one answer holds (one per MCP server of the agent's that failed to start).
+WARNINGS = 20
 
 RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_runs)")]
 Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
@@ -72,6 +75,8 @@ def run_info(run: Run | RunRecord) -> RunInfo:
         new_messages=run.new_messages,
         usage=run.usage.to_json_dict(),
         depth=run.depth,
+        # (A run of another replica, read from the board, has none to say.)
+        warnings=[one_line(w, 500) for w in getattr(run, "warnings", [])[:WARNINGS]],
     )
 
 

@@ -282,6 +282,11 @@ class RunInfo(Wire):
     new_messages: int = 0
     usage: dict[str, Any] = Field(default_factory=dict)
     depth: int = 0
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what went wrong without stopping the run: an MCP server of the agent's"
+        " that could not be started (its tools were left out)",
+    )
 
 
 class RunList(Wire):
