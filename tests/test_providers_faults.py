@@ -118,6 +118,25 @@ async def test_an_answer_holds_at_most_max_tool_calls(monkeypatch: pytest.Monkey
     assert [call.id for call in final.tool_calls] == [f"c{n}" for n in range(50)]
 
 
+async def test_an_answer_is_bounded_and_what_came_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream that will not stop giving text is given up past MAX_ANSWER_CHARS (measured
+    every ANSWER_CHECK_EVERY characters of the stream), not held until memory runs out."""
+    monkeypatch.setattr(http, "MAX_ANSWER_CHARS", 50_000)
+    monkeypatch.setattr(http, "ANSWER_CHECK_EVERY", 10_000)
+    chunks = [oa_chunk({"content": "x" * 1000}) for _ in range(200)]  # 200,000 characters
+    async with script_server() as server:
+        server.add(Reply(body=[*chunks, oa_chunk({}, "stop"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.ERROR
+    assert "the answer passed 50,000 characters; gave up on it" in present(final.error_message)
+    kept = len(final.text)
+    assert 50_000 < kept < 100_000, kept  # what came before the check is kept
+    async with script_server() as server:  # under the bound, the whole answer
+        server.add(Reply(body=[*chunks[:40], oa_chunk({}, "stop"), OA_DONE]))
+        _, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.STOP and len(final.text) == 40_000
+
+
 async def test_calls_repeating_one_id_still_get_ids_of_their_own() -> None:
     calls = [call_chunk(n, "{}", "same") for n in range(4)]
     async with script_server() as server:

@@ -40,7 +40,7 @@ import httpx
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
-from mcp_agent.messages import AssistantMessage
+from mcp_agent.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
 from mcp_agent.wire import one_line
@@ -702,6 +702,32 @@ def check_call_count(where: str, calls: int) -> None:
         )
 
 
+# The longest answer one stream may give, in characters of its text, thinking and tool call
+# arguments: far beyond any model's output limit, and a bound on the memory one broken or
+# hostile endpoint can take (an answer is held several times over: the message, its events,
+# the session's JSON). Measured every ``ANSWER_CHECK_EVERY`` characters of the stream, so the
+# streaming path pays one addition a read.
+MAX_ANSWER_CHARS = 16 << 20
+ANSWER_CHECK_EVERY = 4 << 20
+
+
+def check_answer_size(where: str, output: AssistantMessage) -> None:
+    """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``; what came is kept."""
+    size = 0
+    for block in output.content:
+        if isinstance(block, TextContent):
+            size += len(block.text)
+        elif isinstance(block, ThinkingContent):
+            size += len(block.thinking)
+        elif isinstance(block, ToolCall):
+            size += len(json.dumps(block.arguments))
+    if size > MAX_ANSWER_CHARS:
+        raise ProviderError(
+            f"{where}: the answer passed {MAX_ANSWER_CHARS:,} characters; gave up on it (what"
+            " came is kept)"
+        )
+
+
 # --- the stream driver --------------------------------------------------------------------------
 
 
@@ -768,6 +794,7 @@ async def stream_sse(
             # part of an event still arriving; time spent by whoever reads the events is not.
             stall = _stall_timeout(options)
             last_progress = time.monotonic()
+            measure_at = ANSWER_CHECK_EVERY  # characters of the stream (see MAX_ANSWER_CHARS)
             try:
                 while True:
                     try:
@@ -800,8 +827,12 @@ async def stream_sse(
                         text, used = utf8_decode(data, "replace", False)
                         pending = data[used:]
                     if text:
+                        measure_at -= len(text)
                         try:
                             feed(text)  # every complete event in this read, before yielding any
+                            if measure_at <= 0:
+                                measure_at = ANSWER_CHECK_EVERY
+                                check_answer_size(endpoint.where, output)
                         except Exception as error:
                             # What came before the event that broke the stream is kept: its
                             # events go out first, as they would have without it.
