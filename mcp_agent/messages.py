@@ -8,6 +8,7 @@ how to show it to a model with ``@convert_to_llm_message.register``, without edi
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -378,6 +379,21 @@ def content_text(content: str | Iterable[Any]) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(block.text for block in content if isinstance(block, TextContent))
+
+
+def answer_chars(message: AssistantMessage) -> int:
+    """The characters of an answer: its text, thinking, and tool calls (name and compact JSON
+    arguments). What the token estimate counts, and what bounds a streamed answer."""
+    chars = 0
+    for block in message.content:
+        if isinstance(block, TextContent):
+            chars += len(block.text)
+        elif isinstance(block, ThinkingContent):
+            chars += len(block.thinking)
+        elif isinstance(block, ToolCall):
+            arguments = json.dumps(block.arguments, separators=(",", ":"), ensure_ascii=False)
+            chars += len(block.name) + len(arguments)
+    return chars
 
 
 def text_blocks(content: str | list[Any]) -> list[Any]:

@@ -58,6 +58,17 @@ async def call_error(client: Client, name: str, /, **arguments: Any) -> str:
     return narrow(result.content[0], TextContent).text
 
 
+def another_programs_database(path: Path) -> bytes:
+    """A SQLite file of another program (a table of its own, a row in it) at ``path``; its
+    bytes, to show it was left as it was."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE bookmarks (url TEXT)")
+    conn.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
     try:

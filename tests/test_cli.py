@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from agent_support import pi_v3
-from mcp_support import poll, search_index_marks
+from mcp_support import another_programs_database, poll, search_index_marks
 from narrow import narrow, present
 from typer.testing import CliRunner
 
@@ -240,11 +240,7 @@ def test_another_programs_database_is_refused_and_left_as_it_was(
     cli: Any, tmp_path: Path, command: list[str]
 ) -> None:
     path = tmp_path / "bookmarks.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE bookmarks (url TEXT)")
-    conn.commit()
-    conn.close()
-    before = path.read_bytes()
+    before = another_programs_database(path)
     if command[-1] == "import":
         command = [*command, str(tmp_path / "none.jsonl")]
         (tmp_path / "none.jsonl").write_text("")

@@ -7,6 +7,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from mcp_support import another_programs_database
+
 from mcp_agent.runtime.leases import SessionLeases
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 
@@ -63,11 +65,7 @@ def test_leases_close_without_error_when_the_database_cannot_be_written(tmp_path
 
 def test_another_programs_database_gets_no_leases_table(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE notes (text TEXT)")
-    conn.commit()
-    conn.close()
-    before = path.read_bytes()
+    before = another_programs_database(path)
     try:
         SessionLeases(path)
         raise AssertionError("another program's database was taken for leases")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mcp_support import poll
+from mcp_support import another_programs_database, poll
 from narrow import narrow, present
 
 from mcp_agent.messages import AssistantMessage, BaseMessage, TextContent, Usage, UserMessage
@@ -42,19 +42,9 @@ def test_durable_settings(tmp_path: Path) -> None:
     assert {"sessions", "entries", "labels", "entries_fts"} <= tables
 
 
-def _another_programs_database(path: Path, version: int = 0) -> bytes:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE bookmarks (url TEXT)")
-    conn.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
-    conn.execute(f"PRAGMA user_version = {version}")
-    conn.commit()
-    conn.close()
-    return path.read_bytes()
-
-
 def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     path = tmp_path / "bookmarks.db"
-    before = _another_programs_database(path)
+    before = another_programs_database(path)
     with pytest.raises(SessionError) as refused:
         SqliteSessionRepo(path)
     assert refused.value.code == "storage"

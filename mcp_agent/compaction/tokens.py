@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,9 +16,8 @@ from mcp_agent.messages import (
     ImageContent,
     StopReason,
     TextContent,
-    ThinkingContent,
-    ToolCall,
     Usage,
+    answer_chars,
 )
 
 DEFAULT_RESERVE_TOKENS = 16_384
@@ -39,21 +37,11 @@ def _content_chars(content: str | Sequence[Any]) -> int:
     return chars
 
 
-def _json_chars(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-
-
 def estimate_tokens(message: BaseMessage) -> int:
     """pi's estimate: characters / 4, rounded up; an image counts as 4,800 characters."""
     chars = 0
     if isinstance(message, AssistantMessage):
-        for block in message.content:
-            if isinstance(block, TextContent):
-                chars += len(block.text)
-            elif isinstance(block, ThinkingContent):
-                chars += len(block.thinking)
-            elif isinstance(block, ToolCall):
-                chars += len(block.name) + _json_chars(block.arguments)
+        chars = answer_chars(message)
     elif isinstance(message, BashExecutionMessage):
         chars = len(message.command) + len(message.output)
     elif isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):

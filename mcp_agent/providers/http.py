@@ -40,7 +40,7 @@ import httpx
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
-from mcp_agent.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall
+from mcp_agent.messages import AssistantMessage, answer_chars
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
 from mcp_agent.wire import one_line
@@ -713,15 +713,7 @@ ANSWER_CHECK_EVERY = 4 << 20
 
 def check_answer_size(where: str, output: AssistantMessage) -> None:
     """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``; what came is kept."""
-    size = 0
-    for block in output.content:
-        if isinstance(block, TextContent):
-            size += len(block.text)
-        elif isinstance(block, ThinkingContent):
-            size += len(block.thinking)
-        elif isinstance(block, ToolCall):
-            size += len(json.dumps(block.arguments))
-    if size > MAX_ANSWER_CHARS:
+    if answer_chars(output) > MAX_ANSWER_CHARS:
         raise ProviderError(
             f"{where}: the answer passed {MAX_ANSWER_CHARS:,} characters; gave up on it (what"
             " came is kept)"
