@@ -383,7 +383,8 @@ def content_text(content: str | Iterable[Any]) -> str:
 
 def answer_chars(message: AssistantMessage) -> int:
     """The characters of an answer: its text, thinking, and tool calls (name and compact JSON
-    arguments). What the token estimate counts, and what bounds a streamed answer."""
+    arguments, or their text while they stream). What the token estimate counts, and what
+    bounds a streamed answer."""
     chars = 0
     for block in message.content:
         if isinstance(block, TextContent):
@@ -392,7 +393,8 @@ def answer_chars(message: AssistantMessage) -> int:
             chars += len(block.thinking)
         elif isinstance(block, ToolCall):
             arguments = json.dumps(block.arguments, separators=(",", ":"), ensure_ascii=False)
-            chars += len(block.name) + len(arguments)
+            # A call still streaming holds its arguments as text, not yet parsed.
+            chars += len(block.name) + len(arguments) + len(block.partial_json or "")
     return chars
 
 

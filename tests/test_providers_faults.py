@@ -137,6 +137,45 @@ async def test_an_answer_is_bounded_and_what_came_is_kept(monkeypatch: pytest.Mo
     assert final.stop_reason == StopReason.STOP and len(final.text) == 40_000
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_tool_call_arguments_still_streaming_count_against_the_bound(
+    monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """Arguments streamed in many deltas are held as text until the call ends: that text is
+    measured too, or one endless call would grow without a bound."""
+    monkeypatch.setattr(http, "MAX_ANSWER_CHARS", 50_000)
+    monkeypatch.setattr(http, "ANSWER_CHECK_EVERY", 10_000)
+    part = '"' + "x" * 998 + '",'
+    if api == "openai":
+        start = call_chunk(0, '{"a":[', "c1")
+        deltas = [call_chunk(0, part) for _ in range(200)]  # 200,000 characters
+        end: Body = [call_chunk(0, '""]}'), oa_chunk({}, "tool_calls"), OA_DONE]
+    else:
+        tool = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
+
+        def delta(text: str) -> bytes:
+            json_delta = {"type": "input_json_delta", "partial_json": text}
+            return an_event("content_block_delta", index=0, delta=json_delta)
+
+        opened = an_event("content_block_start", index=0, content_block=tool)
+        start = an_message_start() + opened + delta('{"a":[')
+
+        deltas = [delta(part) for _ in range(200)]
+        end = [delta('""]}'), an_event("content_block_stop", index=0), *an_end("tool_use")]
+    async with script_server() as server:
+        server.add(Reply(body=[start, *deltas, *end]))
+        provider = openai(server.base) if api == "openai" else anthropic(server.base)
+        _, final = await collect(provider)
+    assert final.stop_reason == StopReason.ERROR
+    assert "the answer passed 50,000 characters; gave up on it" in present(final.error_message)
+    async with script_server() as server:  # under the bound, the call is whole
+        server.add(Reply(body=[start, *deltas[:40], *end]))
+        provider = openai(server.base) if api == "openai" else anthropic(server.base)
+        _, final = await collect(provider)
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert len(final.tool_calls[0].arguments["a"]) == 41
+
+
 async def test_calls_repeating_one_id_still_get_ids_of_their_own() -> None:
     calls = [call_chunk(n, "{}", "same") for n in range(4)]
     async with script_server() as server:
