@@ -1196,7 +1196,7 @@ def test_chat_from_piped_stdin(db: Path) -> None:
     done = sub(
         "chat", "--model", "scripted:echo", input=script, env=clean_env(MCP_AGENT_DB=str(db))
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2, done.stderr  # every line ran; some were refused
     out, err = done.stdout, done.stderr
     assert "first question\nfirst question\n" in out  # the echo of the line, then the answer
     assert "┬ 2 branches" not in out.split("/move root")[0]
@@ -1268,6 +1268,31 @@ def test_chat_records_the_thinking_level_the_model_can_do(
         (change,) = session.find_entries("thinking_level_change")
         assert narrow(change, ThinkingLevelChangeEntry).thinking_level == "off"
         assert session.build_context().thinking_level == "off"
+
+
+def test_a_chat_whose_answer_failed_ends_with_exit_code_1(
+    cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script piping lines in learns that not every one went through: a failed answer
+    outweighs a refused line, and the lines after a failure still run."""
+    from mcp_agent.cli import demo
+    from mcp_agent.providers.scripted import (
+        ScriptedProvider,
+        provider_error,
+        reply,
+        scripted_model,
+    )
+
+    provider = ScriptedProvider([provider_error("the model fell over"), reply("fine")])
+
+    def flaky() -> Any:
+        return scripted_model("flaky"), provider
+
+    monkeypatch.setattr(demo, "cli_models", lambda: {"scripted:flaky": flaky})
+    result = cli("chat", "--model", "scripted:flaky", input="first\n/bogus\nsecond\n")
+    assert result.exit_code == 1, result.stderr
+    assert "the model fell over" in result.stderr and "unknown command /bogus" in result.stderr
+    assert "fine" in result.stdout  # the line after the failure was answered
 
 
 def test_chat_unknown_session_is_bad_input(cli: Any) -> None:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from mcp_agent.cli.common import (
+    BAD_INPUT,
+    FAILED,
     TERMINATED,
     DbOption,
     ManifestsOption,
@@ -195,9 +197,18 @@ class Chat:
         self.interrupt: Callable[[str], None] | None = None
         self.idle: anyio.CancelScope | None = None  # the wait for a line
         self.terminated = False
+        # What the exit code tells once the lines run out: an answer failed (1), a line was
+        # refused (2), so a script piping lines in learns that not every one went through.
+        self.failed = False
+        self.refused = False
 
     def say(self, text: str, style: str = "dim") -> None:
         self.printer.note(text, style)
+
+    def refuse(self, text: str) -> None:
+        """Say why a line was not taken; the chat goes on, and its exit code will tell."""
+        self.printer.note(text, "red")
+        self.refused = True
 
     async def loop(self) -> int:
         import anyio
@@ -212,7 +223,9 @@ class Chat:
                 await self._converse()
             finally:
                 group.cancel_scope.cancel()
-        return TERMINATED if self.terminated else 0
+        if self.terminated:
+            return TERMINATED
+        return FAILED if self.failed else BAD_INPUT if self.refused else 0
 
     def _on_interrupt(self, why: str = "interrupted with Ctrl-C") -> None:
         if self.interrupt is not None:
@@ -259,7 +272,7 @@ class Chat:
                     state, self.printer, text, self.session_id, self.agent, self.model
                 )
             except InputError as error:
-                self.say(str(error), "red")
+                self.refuse(str(error))
                 return
             finally:
                 self.interrupt = None
@@ -275,6 +288,7 @@ class Chat:
         self.printer.say_warnings()
         self.printer.end_line()
         self.say(footer(run))
+        self.failed |= run.status == "error"
 
     async def _command(self, command: str, argument: str) -> None:
         from mcp_agent.sessions.errors import SessionError
@@ -291,12 +305,14 @@ class Chat:
         }
         handler = handlers.get(command)
         if handler is None:
-            self.say(f"unknown command /{command}; /help lists the commands", "red")
+            self.refuse(f"unknown command /{command}; /help lists the commands")
             return
         try:
             await handler(argument)
         except SessionError as error:
-            self.say(error.message, "red")
+            self.refuse(error.message)
+            if error.code == "summarizer_failed":  # the model failed, not the line
+                self.failed = True
 
     async def _help(self, _: str) -> None:
         from mcp_agent.messages import ThinkingLevel
@@ -328,7 +344,7 @@ class Chat:
         from mcp_agent.cli.render import session_tree
 
         if argument not in ("", "full"):
-            self.say("usage: /tree or /tree full (every entry)", "red")
+            self.refuse("usage: /tree or /tree full (every entry)")
             return
         session = await self._current()
         if session is None:
@@ -347,7 +363,7 @@ class Chat:
 
         session = await self._current()
         if session is None or not argument:
-            self.say("usage: /move ENTRY (an id from /tree) or /move root", "red")
+            self.refuse("usage: /move ENTRY (an id from /tree) or /move root")
             return
         target = None if argument == "root" else argument
 
@@ -362,12 +378,12 @@ class Chat:
 
     async def _fork(self, argument: str) -> None:
         if self.session_id is None:
-            self.say("no session yet: the first message starts one", "red")
+            self.refuse("no session yet: the first message starts one")
             return
         entry, _, position = argument.partition(" ")
         position = position.strip() or "before"
         if position not in ("before", "at"):
-            self.say("usage: /fork [ENTRY [before|at]]", "red")
+            self.refuse("usage: /fork [ENTRY [before|at]]")
             return
         old = self.session_id
         forked = await self.state.offload(
@@ -385,7 +401,7 @@ class Chat:
 
         session = await self._current()
         if session is None:
-            self.say("no session yet: nothing to compact", "red")
+            self.refuse("no session yet: nothing to compact")
             return
         # Refuse before choosing a model: "nothing to compact" needs none.
         branch = await self.state.offload(session.get_branch)
@@ -399,7 +415,7 @@ class Chat:
                 cli_models(),
             )
         except ModelUnavailable as error:
-            self.say(str(error), "red")
+            self.refuse(str(error))
             return
         controller = AbortController()
         self.interrupt = controller.abort
@@ -427,7 +443,7 @@ class Chat:
         try:
             self.model_name = check_model(self.state, self.agent, argument)
         except InputError as error:
-            self.say(str(error), "red")
+            self.refuse(str(error))
             return
         self.model = argument
         self.say(f"model: {self.model_name} (from the next message on)")
@@ -446,9 +462,7 @@ class Chat:
             return
         levels = [level.value for level in ThinkingLevel]
         if argument not in levels:
-            self.say(
-                f"unknown thinking level {argument!r}; choose one of {' '.join(levels)}", "red"
-            )
+            self.refuse(f"unknown thinking level {argument!r}; choose one of {' '.join(levels)}")
             return
         level = self._thinking_in_effect(ThinkingLevel(argument))
         session = await self._ensure_session()
