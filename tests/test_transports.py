@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -224,6 +225,9 @@ async def test_http_client_with_token(http_server: HttpServer, mode: str) -> Non
 # --- peers nobody here wrote ------------------------------------------------------------------
 
 
+CONFORMANCE = PEERS / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+
+
 def node_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{NODE.parent}{os.pathsep}{os.environ['PATH']}"}
 
@@ -236,14 +240,7 @@ def test_conformance_suite(tmp_path: Path) -> None:
         done = subprocess.run(
             [
                 str(NODE),
-                str(
-                    PEERS
-                    / "node_modules"
-                    / "@modelcontextprotocol"
-                    / "conformance"
-                    / "dist"
-                    / "index.js"
-                ),
+                str(CONFORMANCE),
                 "server",
                 "--url",
                 server.url,
@@ -261,6 +258,36 @@ def test_conformance_suite(tmp_path: Path) -> None:
     summary = done.stdout[done.stdout.find("=== SUMMARY ===") :]
     assert done.returncode == 0, summary + done.stderr[-2000:]
     assert "Baseline check passed" in done.stdout
+
+
+# The client scenarios that apply to our client of downstream servers. Left out: elicitation
+# (our client does not offer it, and a server must not ask), sse-retry (it passes, but judges
+# the reconnection's delay in wall-clock time), and the auth scenarios (no OAuth client here).
+@needs_node
+@pytest.mark.parametrize("scenario", ["initialize", "tools_call"])
+def test_conformance_suite_against_our_client(tmp_path: Path, scenario: str) -> None:
+    client = [sys.executable, str(ROOT / "tests" / "peers" / "conformance_client.py")]
+    done = subprocess.run(
+        [
+            str(NODE),
+            str(CONFORMANCE),
+            "client",
+            "--command",
+            shlex.join(client),
+            "--scenario",
+            scenario,
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=node_env(),
+        check=False,
+    )
+    said = done.stdout + done.stderr  # the suite reports on stderr
+    assert done.returncode == 0, said[-4000:]
+    assert "OVERALL: PASSED" in said and " 0 failed" in said, said[-4000:]
 
 
 def inspector_cli(command: list[str], *method: str) -> Any:
