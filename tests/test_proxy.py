@@ -695,3 +695,36 @@ async def test_a_server_deaf_to_its_input_ending_and_to_sigterm_is_killed_with_i
         assert not alive(server)  # reaped: the transport waited for it
         while alive(child):  # its own child, not ours to reap: killed with the group
             await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+async def test_a_hurried_stop_cuts_every_grace_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """The server told to stop (SIGTERM) hurries its downstream servers' stops, those to come
+    and those under way: a deaf one is killed within HURRIED_KILL seconds of it, however long
+    its graces, so that it does not outlive a client that kills the server soon after."""
+    from mcp_agent.proxy import child_stdio
+
+    monkeypatch.setattr(child_stdio, "CLOSE_GRACE", 600.0)
+    monkeypatch.setattr(child_stdio, "FORCE_KILL", 600.0)
+    monkeypatch.setattr(child_stdio._Hurry, "since", None)
+    pids = tmp_path / "pids"
+    with anyio.fail_after(60):  # unhurried, the graces would take 20 minutes
+        async with anyio.create_task_group() as group:
+            async with raw_client("--stubborn", str(pids)) as client:
+                assert (await client.call_tool("good", {})).is_error is False
+                server, child = (int(pid) for pid in pids.read_text().split())
+                if when == "before":
+                    child_stdio.hurry_stops()
+                else:
+
+                    async def hurry_soon() -> None:
+                        await anyio.sleep(0.5)  # the stop is waiting out its first grace
+                        assert alive(server)
+                        child_stdio.hurry_stops()
+
+                    group.start_soon(hurry_soon)
+        assert not alive(server)
+        while alive(child):
+            await anyio.sleep(0.05)

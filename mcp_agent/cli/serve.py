@@ -308,12 +308,14 @@ def serve(
 async def _stdio_until_sigterm(server: Any) -> bool:
     """Serve over stdio until the input ends, or until SIGTERM (a client that stops its
     server so, a supervisor): then the server stops as at the end of its input, its runs and
-    downstream servers with it (the signal's default would end it at once, and leave those
-    servers running). Whether SIGTERM stopped it."""
+    downstream servers with it, these given at most ``HURRIED_KILL`` seconds after SIGTERM
+    (the signal's default would end it at once, and leave those servers running). Whether
+    SIGTERM stopped it."""
     import signal
 
     import anyio
 
+    from mcp_agent.proxy.child_stdio import hurry_stops
     from mcp_agent.server.stdio import run_stdio
 
     stopped = False
@@ -324,6 +326,9 @@ async def _stdio_until_sigterm(server: Any) -> bool:
             with anyio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
                     stopped = True
+                    # A client that sends SIGTERM sends SIGKILL soon after (the SDK's, 2 s
+                    # later): downstream servers must be stopped by then, or they run on.
+                    hurry_stops()
                     group.cancel_scope.cancel()
                     return
 

@@ -10,8 +10,9 @@ any other line dropped is heard as a message that could not be read (as one that
 JSON-RPC). Starting, the environment and stopping follow the SDK's: the child gets its own
 process group; to stop it, its stdin is closed, it is given ``CLOSE_GRACE`` seconds to exit,
 then its group is sent SIGTERM and, after ``FORCE_KILL`` seconds, SIGKILL; a child that
-exits by itself may leave processes it started in its group, and they get the same. On Windows
-the SDK's transport serves.
+exits by itself may leave processes it started in its group, and they get the same. Once the
+whole server is told to stop in a hurry (``hurry_stops``: it got SIGTERM), what is left of
+each grace is cut to ``HURRIED_KILL`` seconds from then. On Windows the SDK's transport serves.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -40,6 +42,10 @@ log = logging.getLogger(__name__)
 # How long the child has to exit by itself once its stdin is closed, and then after SIGTERM.
 CLOSE_GRACE = 2.0
 FORCE_KILL = 2.0
+# How long SIGTERM is given once the server itself was told to stop (see ``hurry_stops``):
+# a client that stops its server so (the SDK's stdio client) sends SIGKILL 2 s later, and a
+# downstream server still running then would be left running for good.
+HURRIED_KILL = 1.0
 # How often a stopped server's process group is looked at until it is empty.
 GROUP_POLL = 0.05
 # How long messages already taken may take to reach the child's stdin when stopping.
@@ -139,13 +145,10 @@ async def child_stdio(
         writing.cancel()  # a child that does not read: its pipe is closed under no write
         await written.wait()
         os.close(to_child)  # the child reads the end of its input
-        if await _exited(process, CLOSE_GRACE):
-            await _end_group(process.pid)  # what it started and left running
-            return
-        from mcp.os.posix.utilities import terminate_posix_process_tree
-
-        await terminate_posix_process_tree(process, FORCE_KILL)
-        if not await _exited(process, CLOSE_GRACE):
+        await _exited(process, CLOSE_GRACE)
+        # SIGTERM and SIGKILL to what is left: the child, and what it started and left running.
+        await _end_group(process.pid)
+        if not await _exited(process, CLOSE_GRACE, hurried=False):  # killed: it is reaped
             log.warning("MCP server process %d is alive after SIGKILL; left behind", process.pid)
 
     try:
@@ -200,10 +203,31 @@ def _parse(line: str) -> SessionMessage | Exception:
         return error
 
 
+class _Hurry:
+    """When the whole server was told to stop at once (None until then)."""
+
+    since: float | None = None
+
+
+def hurry_stops() -> None:
+    """The server is stopping because it was told to (SIGTERM): every stop of a downstream
+    server, under way or to come, gives what is left of its graces ``HURRIED_KILL`` seconds
+    from now, so that none outlives a client that kills its server soon after."""
+    if _Hurry.since is None:
+        _Hurry.since = time.monotonic()
+
+
+def _left(end: float) -> float:
+    """Seconds left of a grace that ends at ``end`` (on the monotonic clock), hurried or not."""
+    if _Hurry.since is not None:
+        end = min(end, _Hurry.since + HURRIED_KILL)
+    return end - time.monotonic()
+
+
 async def _end_group(group: int) -> None:
-    """Stop what is left of the process group ``group`` once its leader has exited (a
-    process the server started and did not stop): SIGTERM, then SIGKILL after
-    ``FORCE_KILL`` seconds. Nothing is sent to a group that is empty."""
+    """Stop what is left of the process group ``group`` (its leader, if it runs, and what it
+    started and did not stop): SIGTERM, then SIGKILL after ``FORCE_KILL`` seconds. Nothing is
+    sent to a group that is empty."""
     # /proc is read on a worker thread: nothing that reads files runs on the event loop.
     for sig, then in ((signal.SIGTERM, FORCE_KILL), (signal.SIGKILL, CLOSE_GRACE)):
         if not await anyio.to_thread.run_sync(_group_alive, group):
@@ -212,10 +236,14 @@ async def _end_group(group: int) -> None:
             os.killpg(group, sig)
         except (ProcessLookupError, PermissionError):
             return  # no process is left in it (or none that is ours)
-        for _ in range(max(1, round(then / GROUP_POLL))):
+        end = time.monotonic() + then
+        while True:
             await anyio.sleep(GROUP_POLL)
             if not await anyio.to_thread.run_sync(_group_alive, group):
                 return
+            # SIGKILL's wait is only for the kernel to be done: no hurry cuts it.
+            if (_left(end) if sig == signal.SIGTERM else end - time.monotonic()) <= 0:
+                break
     log.warning("a process of MCP server group %d is alive after SIGKILL; left behind", group)
 
 
@@ -243,10 +271,14 @@ def _group_alive(group: int) -> bool:
     return False
 
 
-async def _exited(process: Process, seconds: float) -> bool:
-    """Whether ``process`` exited within ``seconds``. (Its pipes are ours, not asyncio's, so
-    the wait is for the process alone, not for whatever it started holding them open.)"""
-    with anyio.move_on_after(seconds):
-        await process.wait()
-        return True
-    return False
+async def _exited(process: Process, seconds: float, hurried: bool = True) -> bool:
+    """Whether ``process`` exited within ``seconds`` (fewer once the stops are hurried, if
+    ``hurried``). (Its pipes are ours, not asyncio's, so the wait is for the process alone,
+    not for whatever it started holding them open.)"""
+    end = time.monotonic() + seconds
+    while (left := _left(end) if hurried else end - time.monotonic()) > 0:
+        # A hurry is looked for every GROUP_POLL seconds; the process's end is heard at once.
+        with anyio.move_on_after(min(left, GROUP_POLL)):
+            await process.wait()
+            return True
+    return process.returncode is not None
