@@ -235,6 +235,98 @@ def test_a_database_newer_than_the_server_is_refused(postgres_url: str) -> None:
         PostgresSessionRepo(postgres_url)
 
 
+def test_a_database_of_another_program_is_refused_before_anything_is_written(
+    postgres_url: str,
+) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("CREATE TABLE sessions (token TEXT PRIMARY KEY, expires TIMESTAMPTZ)")
+    with pytest.raises(SessionError, match="holds a table 'sessions' of another program"):
+        PostgresSessionRepo(postgres_url)
+    import subprocess
+
+    command = [sys.executable, "-m", "mcp_agent", "sessions", "list", "--db", postgres_url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "another program" in done.stderr
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("DROP TABLE sessions")
+        db.execute("CREATE TABLE schema_version (applied TEXT)")  # someone else's, by name
+    with pytest.raises(SessionError, match="'schema_version' is another program's"):
+        PostgresSessionRepo(postgres_url)
+    with psycopg.connect(postgres_url) as db:
+        tables = db.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relnamespace ="
+            " 'public'::regnamespace"
+        ).fetchall()
+    assert tables == [("schema_version",)]  # nothing of ours was added
+
+
+def test_a_role_that_may_not_create_tables_opens_a_prepared_database(
+    postgres_url: str, pg_cluster: Any
+) -> None:
+    """Opening only reads a current schema: a role without CREATE on the schema (PostgreSQL
+    15's default for a new role) works in a database made by another, and is told what to do
+    in one that has no session tables yet."""
+    import uuid
+
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    role = "r_" + uuid.uuid4().hex[:10]
+    empty = pg_cluster.new_database()
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="made by the owner").id
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        db.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    as_role = postgres_url.replace("postgres@", f"{role}@")
+    with PostgresSessionRepo(as_role) as repo:
+        assert repo.open(made).name == "made by the owner"
+    with pytest.raises(SessionError, match="this role may not make them") as raised:
+        PostgresSessionRepo(empty.replace("postgres@", f"{role}@"))
+    assert "\n" not in str(raised.value)
+
+
+def test_a_read_only_database_with_session_tables_is_read(
+    postgres_url: str, pg_cluster: Any
+) -> None:
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="kept").id
+    empty = pg_cluster.new_database()
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        for url in (postgres_url, empty):
+            name = url.rsplit("/", 1)[1]
+            admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+    with PostgresSessionRepo(postgres_url) as repo:
+        assert repo.open(made).name == "kept"
+    with pytest.raises(SessionError, match="is read-only and has no session tables"):
+        PostgresSessionRepo(empty)
+    # What writes (a run, a chat, the server) refuses it up front, in one line.
+    import subprocess
+
+    for args in (["run", "hi", "--model", "scripted:echo"], ["serve"]):
+        command = [sys.executable, "-m", "mcp_agent", *args, "--db", postgres_url]
+        done = subprocess.run(
+            command, input="", capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "is read-only" in done.stderr, done.stderr
+
+
 def test_an_unreachable_database_is_a_clear_error() -> None:
     from mcp_agent.sessions import SessionError
     from mcp_agent.sessions.postgres import PostgresSessionRepo

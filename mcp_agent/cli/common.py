@@ -321,12 +321,18 @@ def check_database(db: str | Path | None) -> None:
     server write to it (sessions, leases), so a read-only file is refused too."""
     import os
 
-    with opened_repo(db):
-        pass
     location = database_location(db)
-    if isinstance(location, Path) and not os.access(location, os.W_OK):
+    with opened_repo(db) as repo:
+        if isinstance(location, Path):
+            read_only = not os.access(location, os.W_OK)
+        else:  # PostgreSQL: a standby, or default_transaction_read_only
+            from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+            read_only = isinstance(repo, PostgresSessionRepo) and repo.database.read_only()
+    if read_only:
+        where = location if isinstance(location, Path) else shown_url(location)
         die(
-            f"the session database {location} is read-only (runs, chats and the server write"
+            f"the session database {where} is read-only (runs, chats and the server write"
             " to it); `sessions list`, `show`, `tree` and `export` read it as it is"
         )
 

@@ -9,6 +9,7 @@ that is gone on this machine is let go at once.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sqlite3
@@ -21,6 +22,8 @@ from typing import Any
 
 from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.sqlite.database import refuse_foreign
+
+log = logging.getLogger(__name__)
 
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 
@@ -239,9 +242,15 @@ class PostgresLeases(LeaseBook):
         self.database = database
 
     def close(self) -> None:
-        self.database.write(
-            lambda conn: conn.execute("DELETE FROM session_leases WHERE owner = %s", (self.owner,))
-        )
+        try:
+            self.database.write(
+                lambda conn: conn.execute(
+                    "DELETE FROM session_leases WHERE owner = %s", (self.owner,)
+                )
+            )
+        except SessionError as error:
+            # Read-only or gone since: the leases left expire by themselves.
+            log.warning("the run leases could not be let go: %s", error)
 
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         sql = (

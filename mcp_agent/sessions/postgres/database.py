@@ -141,6 +141,17 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
 """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# Every table of ours: a database holding one of these names without our schema_version is
+# another program's.
+TABLES = (
+    "schema_version",
+    "sessions",
+    "entries",
+    "labels",
+    "session_leases",
+    "runs",
+    "run_commands",
+)
 
 
 class BrokenConnection(SessionError):
@@ -227,11 +238,32 @@ class PostgresDatabase:
             # retry until its timeout), and the schema is ready before any request.
             with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
                 self._migrate(conn)
-        except psycopg.OperationalError as error:
-            raise SessionError(
-                "storage", f"cannot reach the session database {self.where}: {one_line(error)}"
-            ) from None
+        except psycopg.Error as error:
+            raise self._unprepared(error) from None
         self.pool.open(wait=False)
+
+    def _unprepared(self, error: psycopg.Error) -> SessionError:
+        """Why the database could not be opened, in one line that says what to do."""
+        if isinstance(error, psycopg.OperationalError):
+            return SessionError(
+                "storage", f"cannot reach the session database {self.where}: {one_line(error)}"
+            )
+        if isinstance(error, pg_errors.InsufficientPrivilege):
+            return SessionError(
+                "storage",
+                f"the session database {self.where} has no session tables (or older ones), and"
+                f" this role may not make them ({one_line(error)}): grant it CREATE on the"
+                " schema, or start the server once as a role that may",
+            )
+        if isinstance(error, pg_errors.ReadOnlySqlTransaction):
+            return SessionError(
+                "storage",
+                f"the session database {self.where} is read-only and has no session tables"
+                " (or older ones): start the server once on the writable primary",
+            )
+        return SessionError(
+            "storage", f"the session database {self.where} could not be opened: {one_line(error)}"
+        )
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -297,19 +329,55 @@ class PostgresDatabase:
         with self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
+    def read_only(self) -> bool:
+        """Whether a write would be refused: a standby, or default_transaction_read_only."""
+        rows = self.read("SELECT current_setting('transaction_read_only') = 'on'")
+        return bool(rows[0][0])
+
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring)."""
+        """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring). A database
+        whose schema is current is only read: a role that may not create tables, or a
+        read-only standby, opens it. A database that holds a table of ours by name but no
+        ``schema_version`` is another program's, and is refused before anything is written."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            found = {
+                name
+                for (name,) in conn.execute(
+                    "SELECT relname FROM pg_class WHERE relname = ANY(%s)"
+                    " AND relkind IN ('r', 'p', 'v', 'm', 'f') AND pg_table_is_visible(oid)",
+                    [list(TABLES)],
+                )
+            }
+            if "schema_version" not in found and found:
+                raise SessionError(
+                    "storage",
+                    f"the database {self.where} is not a session database: it holds a table"
+                    f" {min(found)!r} of another program (and no schema_version of ours);"
+                    " give the sessions a database of their own",
+                )
+            try:
+                row = (
+                    conn.execute("SELECT version FROM schema_version").fetchone() if found else None
+                )
+            except pg_errors.UndefinedColumn:
+                raise SessionError(
+                    "storage",
+                    f"the database {self.where} is not a session database: its table"
+                    " 'schema_version' is another program's; give the sessions a database of"
+                    " their own",
+                ) from None
             version = row[0] if row else 0
+            if version == SCHEMA_VERSION:
+                return
             if version > SCHEMA_VERSION:
                 raise SessionError(
                     "storage",
                     f"the session database {self.where} has schema version {version}, newer"
                     f" than this server's {SCHEMA_VERSION}: upgrade mcp-agent-sessions",
                 )
+            if not found:
+                conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
             for step in MIGRATIONS[version:]:
                 conn.execute(step)
             if row is None:
