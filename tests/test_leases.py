@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
 from mcp_support import another_programs_database
 
 from mcp_agent.runtime.leases import SessionLeases
@@ -72,3 +73,35 @@ def test_another_programs_database_gets_no_leases_table(tmp_path: Path) -> None:
     except SessionError as refused:
         assert "another program" in refused.message
     assert path.read_bytes() == before
+
+
+def test_a_lease_lost_while_held_fences_the_holders_writes(tmp_path: Path) -> None:
+    """A lease that lapsed and that another process took: its old holder's writes to the
+    session are refused, and its renewal says the lease is gone. One that lapsed and that
+    nobody took is still its holder's."""
+    from mcp_agent.messages import UserMessage
+
+    db = tmp_path / "s.db"
+    leases = SessionLeases(db)
+    with SqliteSessionRepo(db, session_guard=leases.guard) as repo:
+        session = repo.create()
+        assert leases.acquire(session.id, "run 1") is None
+        lapse = "UPDATE session_leases SET expires = 0"
+        with sqlite3.connect(db) as conn:
+            conn.execute(lapse)
+        session.append_message(UserMessage(content="still mine"))  # nobody took it
+        assert leases.renew() == {session.id}
+        with sqlite3.connect(db) as conn:
+            conn.execute(lapse)
+        other = SessionLeases(db)  # another server process
+        assert other.acquire(session.id, "run 2") is None
+        before = len(session.get_entries())
+        with pytest.raises(SessionError, match="this server's lease on it lapsed") as raised:
+            session.append_message(UserMessage(content="not any more"))
+        assert "run 2" in str(raised.value)
+        assert len(repo.open(session.id).get_entries()) == before
+        assert leases.renew() == set()
+        leases.release(session.id)  # lets go of its own only: the other's lease stands
+        assert leases.held_elsewhere(session.id) is not None
+        other.close()
+    leases.close()

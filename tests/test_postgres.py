@@ -121,6 +121,77 @@ async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
         assert "no run" in await call_error(b, "agent_status", run_id="nope")
 
 
+async def test_a_run_whose_lease_lapsed_writes_no_more_once_another_replica_took_it(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease can lapse while its holder lives (the database out of reach past the lease),
+    and another replica may then take the session. The first run is fenced: it writes nothing
+    more, and ends saying why; the branch is the second run's alone (before: the first run's
+    answer landed after the second's, in a branch it never saw)."""
+    import psycopg
+
+    from mcp_agent.runtime import runs
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    monkeypatch.setattr(runs, "RENEW_EVERY", 3600)  # no renewal lands in between, by chance
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        sid = run["sessionId"]
+        with PostgresSessionRepo(postgres_url) as repo:  # the run has begun its answer
+            while not repo.open(sid).build_context().messages:
+                await anyio.sleep(0.05)
+        with psycopg.connect(postgres_url, autocommit=True) as db:  # no renewal landed
+            db.execute("UPDATE session_leases SET expires = 0 WHERE session_id = %s", (sid,))
+        taken = await call(b, "agent_run", prompt="second run", session_id=sid)
+        assert taken["answer"] == "echo: second run"
+        ended = await call(a, "agent_status", run_id=run["runId"], wait_seconds=30)
+        assert ended["status"] in ("error", "aborted"), ended
+        assert (
+            "lease on it lapsed" in ended["error"]
+            or "lease on the session lapsed" in (ended["error"])
+        ), ended
+        with PostgresSessionRepo(postgres_url) as repo:
+            messages = repo.open(sid).build_context().messages
+        said = [(m.role, content_text(getattr(m, "content", ""))) for m in messages]
+        assert said == [
+            ("user", "slow please"),
+            ("user", "second run"),
+            ("assistant", "echo: second run"),
+        ], said
+        # The first replica lets go of nothing it no longer holds: the session is free.
+        again = await call(a, "agent_run", prompt="third", session_id=sid)
+        assert again["answer"] == "echo: third"
+
+
+async def test_a_run_whose_lease_was_taken_stops_at_the_next_renewal(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renewal finds the lease another's: the run stops there and then, instead of
+    calling its model on until its next write is refused."""
+    import psycopg
+
+    from mcp_agent.runtime import runs
+
+    monkeypatch.setattr(runs, "RENEW_EVERY", 0.1)
+    async with Client(replica(tmp_path, postgres_url)) as client:
+        run = await call(client, "agent_run", prompt="slow please", wait=False)
+        while (await call(client, "agent_status", run_id=run["runId"]))["events"] < 5:
+            await anyio.sleep(0.05)  # its answer is streaming
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(
+                "UPDATE session_leases SET owner = 'another', holder = 'run x',"
+                " expires = extract(epoch FROM now()) + 60 WHERE session_id = %s",
+                (run["sessionId"],),
+            )
+        ended = await call(client, "agent_status", run_id=run["runId"], wait_seconds=30)
+    assert ended["status"] in ("aborted", "error"), ended
+    assert "lease" in ended["error"] and "lapsed" in ended["error"], ended
+    # Stopped at the renewal, not at the end of the answer's hundred pieces (the write that
+    # would then have been refused).
+    assert ended["events"] < 50, ended
+
+
 async def test_changes_reach_subscribers_on_every_replica(
     tmp_path: Path, postgres_url: str
 ) -> None:

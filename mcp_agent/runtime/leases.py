@@ -84,6 +84,9 @@ class LeaseBook:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        # The sessions this process took a lease on and has not let go: their writes are
+        # fenced (see ``guard``). Changed by whole set operations, which the GIL keeps whole.
+        self.held: set[str] = set()
 
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         """The live lease another process holds on ``session_id``, if any (read through
@@ -98,20 +101,36 @@ class LeaseBook:
     def release(self, session_id: str) -> None:
         raise NotImplementedError
 
-    def renew(self) -> None:
-        """Push back the expiry of every lease this process holds."""
+    def renew(self) -> set[str]:
+        """Push back the expiry of every lease this process holds; the sessions whose lease
+        was still its own (one missing from them was lost: see ``guard``)."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Let go of every lease of this process."""
         raise NotImplementedError
 
+    def own_lease(self, conn: Any, session_id: str) -> Lease | None:
+        """The lease on ``session_id`` as stored, read through ``conn`` (a session database's,
+        inside its transaction) and held against a taker until that transaction ends."""
+        raise NotImplementedError
+
     def guard(self, conn: Any, session_id: str) -> None:
         """Refuse a change to a session another process runs an agent in (a session
-        database's ``session_guard``: checked in the same transaction as the change)."""
-        other = self.held_elsewhere(session_id, conn)
-        if other is not None:
-            raise SessionError("busy", other.busy_message())
+        database's ``session_guard``: checked in the same transaction as the change).
+
+        A session this process holds a lease on is fenced: the change goes through only while
+        the lease is still its own. A lease can lapse while its holder lives (the database
+        out of reach past ``LEASE_SECONDS``, so no renewal landed); another process may then
+        have taken the session and written to it, and the holder's run must not write on."""
+        if session_id not in self.held:
+            other = self.held_elsewhere(session_id, conn)
+            if other is not None:
+                raise SessionError("busy", other.busy_message())
+            return
+        lease = self.own_lease(conn, session_id)
+        if lease is None or lease.owner != self.owner:
+            raise SessionError("busy", lease_lost_message(session_id, lease))
 
     def _alive(self, lease: Lease, now: float | None = None) -> bool:
         if lease.owner == self.owner:
@@ -126,6 +145,15 @@ class LeaseBook:
             except PermissionError:
                 return True
         return True
+
+
+def lease_lost_message(session_id: str, taken_by: Lease | None) -> str:
+    now = f"; {taken_by.describe()} holds it now" if taken_by is not None else ""
+    return (
+        f"session {session_id}: this server's lease on it lapsed (no renewal reached the"
+        f" database for {LEASE_SECONDS:g} s), so another process may have worked on it{now};"
+        " nothing more is written here. Continue the session once it is idle."
+    )
 
 
 class SessionLeases(LeaseBook):
@@ -167,6 +195,10 @@ class SessionLeases(LeaseBook):
         lease = _sqlite_lease(conn, session_id)
         return lease if lease is not None and self._alive(lease) else None
 
+    def own_lease(self, conn: Any, session_id: str) -> Lease | None:
+        # SQLite's writers take turns (BEGIN IMMEDIATE): no taker comes in between.
+        return _sqlite_lease(conn, session_id)
+
     def acquire(self, session_id: str, holder: str) -> Lease | None:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -189,21 +221,35 @@ class SessionLeases(LeaseBook):
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+            if other is None:
+                self.held.add(session_id)
             return other
 
     def release(self, session_id: str) -> None:
+        self.held.discard(session_id)
         with self._lock:
             self._conn.execute(
                 "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
                 (session_id, self.owner),
             )
 
-    def renew(self) -> None:
+    def renew(self) -> set[str]:
         with self._lock:
-            self._conn.execute(
-                "UPDATE session_leases SET expires = ? WHERE owner = ?",
-                (time.time() + LEASE_SECONDS, self.owner),
-            )
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    "UPDATE session_leases SET expires = ? WHERE owner = ?",
+                    (time.time() + LEASE_SECONDS, self.owner),
+                )
+                rows = self._conn.execute(
+                    "SELECT session_id FROM session_leases WHERE owner = ?", (self.owner,)
+                ).fetchall()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        return {session_id for (session_id,) in rows}
 
 
 class LeaseCheck(LeaseBook):
@@ -289,9 +335,22 @@ class PostgresLeases(LeaseBook):
             return other
 
         result: Lease | None = self.database.write(work)
+        if result is None:
+            self.held.add(session_id)
         return result
 
+    def own_lease(self, conn: Any, session_id: str) -> Lease | None:
+        # FOR SHARE: a taker (acquire locks the row FOR UPDATE) waits for this transaction,
+        # so the lease cannot change hands between this check and the change it guards.
+        row = conn.execute(
+            "SELECT session_id, holder, owner, host, pid, expires FROM session_leases"
+            " WHERE session_id = %s FOR SHARE",
+            (session_id,),
+        ).fetchone()
+        return Lease(*row) if row else None
+
     def release(self, session_id: str) -> None:
+        self.held.discard(session_id)
         self.database.write(
             lambda conn: conn.execute(
                 "DELETE FROM session_leases WHERE session_id = %s AND owner = %s",
@@ -299,11 +358,12 @@ class PostgresLeases(LeaseBook):
             )
         )
 
-    def renew(self) -> None:
-        self.database.write(
+    def renew(self) -> set[str]:
+        rows = self.database.write(
             lambda conn: conn.execute(
                 "UPDATE session_leases SET expires = extract(epoch FROM clock_timestamp()) + %s"
-                " WHERE owner = %s",
+                " WHERE owner = %s RETURNING session_id",
                 (LEASE_SECONDS, self.owner),
-            )
+            ).fetchall()
         )
+        return {session_id for (session_id,) in rows}

@@ -99,6 +99,9 @@ class RunBoard:
             " error = excluded.error, stop_reason = excluded.stop_reason,"
             " usage = excluded.usage, new_messages = excluded.new_messages,"
             " model = excluded.model, expires = excluded.expires"
+            # An end on the board is final: another replica that found the run's renewals
+            # stopped may have ended it, and a late word from this one must not revive it.
+            " WHERE runs.finished IS NULL"
         )
 
         def work(conn: Any) -> None:

@@ -33,6 +33,12 @@ from mcp_agent.sessions import Session
 
 log = logging.getLogger(__name__)
 
+# Why a run stops once its lease is found lost (see keep_leases).
+LEASE_LOST = (
+    "this server's lease on the session lapsed (the database was out of reach), and another"
+    " process may have taken it"
+)
+
 
 def _busy_elsewhere(lease: Lease) -> SessionBusy:
     return SessionBusy(lease.busy_message())
@@ -226,7 +232,16 @@ class RunManager:
         while True:
             await anyio.sleep(RENEW_EVERY)
             try:
-                await self.offload(leases.renew)
+                held = set(leases.held)
+                kept = await self.offload(leases.renew)
+                # A lease that lapsed while the database was out of reach, and that another
+                # process may have taken: the run there stops now (its writes are refused
+                # anyway), instead of calling its model for nothing.
+                for session_id in (held - kept) & leases.held:
+                    run = self._by_session.get(session_id)
+                    if run is not None:
+                        log.warning("run %s lost its lease on session %s", run.id, session_id)
+                        run.abort(LEASE_LOST)
                 if self.board is not None:
                     await self.offload(
                         functools.partial(
