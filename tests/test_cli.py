@@ -5,6 +5,7 @@ elsewhere. Runs talk to a real model API (fakellm) or to the scripted models."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import signal
@@ -1068,6 +1069,58 @@ def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> N
         assert "Traceback" not in err, err
         listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
         assert all(s["entryCount"] for s in listed), (attempt, listed, err)
+
+
+def test_sigterm_stops_serve_keeping_what_its_runs_said(fakellm: str, db: Path) -> None:
+    """serve over stdio, stopped by SIGTERM while a run streams: the run is aborted and its
+    partial answer recorded as such, as at the end of stdin (before: the signal cancelled the
+    server whole, and the session kept only the user's message)."""
+    from mcp_support import initialize_request
+
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--model", "openai:gpt-4o-mini"]
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=openai_env(fakellm, db),
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def ask(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert process.stdin is not None and process.stdout is not None
+        request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        while True:  # notifications may come first
+            message = json.loads(process.stdout.readline())
+            if message.get("id") == request_id:
+                return dict(message["result"])
+
+    try:
+        process.stdin.write(json.dumps(initialize_request(0)) + "\n")
+        process.stdin.flush()
+        process.stdout.readline()
+        process.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        run = {"prompt": "tell a long story", "wait": False}
+        started = ask(1, "tools/call", {"name": "agent_run", "arguments": run})["structuredContent"]
+        for n in itertools.count(2):  # until the answer is streaming
+            status = {"name": "agent_status", "arguments": {"run_id": started["runId"]}}
+            if ask(n, "tools/call", status)["structuredContent"]["events"] > 20:
+                break
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, err
+    with SqliteSessionRepo(db) as repo:
+        messages = repo.open(started["sessionId"]).build_context().messages
+    last = narrow(messages[-1], AssistantMessage)
+    assert last.stop_reason == "aborted", last
+    assert "shutting down" in (last.error_message or ""), last
+    assert last.text.startswith("Once upon a time") and not last.text.endswith("the end.")
 
 
 def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, cli: Any) -> None:

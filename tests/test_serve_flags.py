@@ -35,7 +35,7 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     import mcp_agent.server.streamable_http as streamable_http
     from mcp_agent.cli import app
 
-    async def no_server(*_: object) -> None:
+    async def no_server(*_: object, **__: object) -> None:
         return None
 
     monkeypatch.setattr(streamable_http, "serve_http", no_server)

@@ -316,26 +316,25 @@ async def _stdio_until_sigterm(server: Any) -> bool:
     import anyio
 
     from mcp_agent.proxy.child_stdio import hurry_stops
-    from mcp_agent.server.stdio import run_stdio
+    from mcp_agent.server.stdio import StdioStop, run_stdio
 
-    stopped = False
+    stop = StdioStop()
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
-            nonlocal stopped
             with anyio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
-                    stopped = True
                     # A client that sends SIGTERM sends SIGKILL soon after (the SDK's, 2 s
                     # later): downstream servers must be stopped by then, or they run on.
                     hurry_stops()
-                    group.cancel_scope.cancel()
+                    # Not a cancellation of the server: its runs must record their end.
+                    stop.stop()
                     return
 
         group.start_soon(watch)
-        await run_stdio(server)
+        await run_stdio(server, stop=stop)
         group.cancel_scope.cancel()
-    return stopped
+    return stop.stopped
 
 
 # The cyclic collector's thresholds while serving. A request allocates a few thousand

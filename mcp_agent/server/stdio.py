@@ -230,22 +230,54 @@ class Unanswered:
             )
 
 
+class StdioStop:
+    """Ends the server's reading as if its input had ended (``stop``), without waiting for
+    the answers of requests under way: the server then stops as at the end of its input, its
+    runs aborted and recorded as such, its downstream servers stopped."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self._reading: anyio.CancelScope | None = None  # the read waiting for a line
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+
 class _Reading(WrappedStream):
     """The read stream, noting each request, and at its end waiting for their answers."""
 
-    def __init__(self, inner: Any, unanswered: Unanswered, drain_seconds: float) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        unanswered: Unanswered,
+        drain_seconds: float,
+        stop: StdioStop | None = None,
+    ) -> None:
         super().__init__(inner)
         self._unanswered = unanswered
         self._drain_seconds = drain_seconds
+        self._stop = stop
 
     def __aiter__(self) -> _Reading:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
+        stop = self._stop
         try:
-            item: SessionMessage | Exception = await self._inner.__anext__()
+            if stop is None:
+                item: SessionMessage | Exception = await self._inner.__anext__()
+            else:
+                with anyio.CancelScope() as stop._reading:
+                    if not stop.stopped:
+                        item = await self._inner.__anext__()
+                stop._reading = None
+                if stop.stopped:
+                    raise StopAsyncIteration  # no drain: told to stop now
         except StopAsyncIteration:
-            await self._unanswered.drained(self._drain_seconds)
+            if stop is None or not stop.stopped:
+                await self._unanswered.drained(self._drain_seconds)
             raise
         self._unanswered.read(item)
         return item
@@ -266,9 +298,12 @@ class _Answering(WrappedStream):
         self._unanswered.sent(item)
 
 
-async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> None:
+async def run_stdio(
+    server: MCPServer, drain_seconds: float = DRAIN_SECONDS, stop: StdioStop | None = None
+) -> None:
     """``server.run_stdio_async()``, on the event-loop stdio transport; once stdin closes,
-    the requests read before are answered (for up to ``drain_seconds``) before it returns."""
+    the requests read before are answered (for up to ``drain_seconds``) before it returns;
+    once ``stop`` is stopped, it returns as at the end of stdin, without waiting for them."""
     lowlevel = server._lowlevel_server
     unanswered = Unanswered()
     try:
@@ -278,7 +313,7 @@ async def run_stdio(server: MCPServer, drain_seconds: float = DRAIN_SECONDS) -> 
                 # A line the transport cannot read is answered, not dropped (see unreadable).
                 answering = AnsweringStream(read_stream, writer, lines)
                 await lowlevel.run(
-                    _Reading(answering, unanswered, drain_seconds),
+                    _Reading(answering, unanswered, drain_seconds, stop),
                     writer,
                     lowlevel.create_initialization_options(),
                 )
