@@ -293,6 +293,17 @@ def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
         assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_a_session_made_again_on_another_replica_is_read_afresh(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    from test_sessions_sqlite import check_a_session_made_again_is_read_afresh
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as first, PostgresSessionRepo(postgres_url) as second:
+        check_a_session_made_again_is_read_afresh(first, second, tmp_path)
+
+
 def test_a_database_newer_than_the_server_is_refused(postgres_url: str) -> None:
     import psycopg
 

@@ -24,6 +24,7 @@ from mcp_agent.sessions import (
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
 from mcp_agent.sessions.pi import export_text
+from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION, SqliteDatabase
 from mcp_agent.sessions.storage import compute_stats
 
@@ -122,11 +123,15 @@ def test_an_append_counts_its_parents_children_with_index_searches_only(tmp_path
 
 
 def reopened_as(path: Path, version: int) -> SqliteSessionRepo:
-    """The database at ``path`` put back into the shape of ``version`` (1 or 2), then opened,
-    and so upgraded."""
+    """The database at ``path`` put back into the shape of ``version`` (1, 2 or 3), then
+    opened, and so upgraded."""
     conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX idx_entries_tree")
-    conn.execute("CREATE INDEX idx_entries_session_id_parent_id ON entries (session_id, parent_id)")
+    conn.execute("ALTER TABLE sessions DROP COLUMN incarnation")
+    if version <= 2:
+        conn.execute("DROP INDEX idx_entries_tree")
+        conn.execute(
+            "CREATE INDEX idx_entries_session_id_parent_id ON entries (session_id, parent_id)"
+        )
     if version == 1:  # no figures beyond the token and message counters
         for column in (
             "roles",
@@ -949,3 +954,41 @@ def test_an_import_committed_by_another_writers_thread_reads_its_file_there(
     assert not isinstance(imported, Exception), imported
     assert len(repo.open(imported.id).get_entries()) == 5  # type: ignore[attr-defined]
     repo.close()
+
+
+def check_a_session_made_again_is_read_afresh(
+    first: SessionRepo, second: SessionRepo, tmp_path: Path
+) -> None:
+    """Two repos on one database (two processes, or replicas): a session the first keeps open
+    is deleted by the second and imported again under its id, edited. The first reads the new
+    one whole: header, entries and context (before: its kept header, parsed entries and
+    context were served, mixed with the new rows)."""
+    from mcp_agent.messages import UserMessage, content_text
+
+    session = first.create(cwd="/orig")
+    for n in range(3):
+        session.append_message(UserMessage(content=f"original text {n}"))
+    kept = first.open(session.id)
+
+    def said(session: Session) -> list[str]:
+        return [content_text(getattr(m, "content", "")) for m in session.build_context().messages]
+
+    assert said(kept)[-1] == "original text 2"
+    exported = second.export_jsonl(session.id)
+    second.delete(session.id)
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(exported.replace("/orig", "/edited").replace("original", "edited"))
+    assert second.import_jsonl(edited).id == session.id
+    again = first.open(session.id)
+    assert said(again) == ["edited text 0", "edited text 1", "edited text 2"]
+    assert again.header.cwd == "/edited"
+    assert "/orig" not in first.export_jsonl(session.id)
+    assert [e.type for e in again.get_branch()] == [e.type for e in kept.get_branch()]
+
+
+def test_a_session_made_again_by_another_process_is_read_afresh(tmp_path: Path) -> None:
+    with (
+        SqliteSessionRepo(tmp_path / "s.db") as first,
+        SqliteSessionRepo(tmp_path / "s.db") as second,
+    ):
+        check_a_session_made_again_is_read_afresh(first, second, tmp_path)

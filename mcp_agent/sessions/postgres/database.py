@@ -139,6 +139,8 @@ CREATE TABLE run_commands (
 );
 CREATE INDEX run_commands_owner ON run_commands (owner, id);
 """,
+    # 3: each session row's incarnation (see sql.storage.new_incarnation)
+    "ALTER TABLE sessions ADD COLUMN incarnation TEXT",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # Every table of ours: a database holding one of these names without our schema_version is

@@ -30,7 +30,7 @@ from mcp_agent.sessions.row_sql import (
     row_update,
     tree_delta,
 )
-from mcp_agent.sessions.sql.storage import SqlSessionStorage
+from mcp_agent.sessions.sql.storage import SqlSessionStorage, new_incarnation
 from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
 from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
 
@@ -151,10 +151,10 @@ def _write_entries(
     return rows
 
 
-def _insert_session(conn: Conn, header: SessionHeader) -> None:
+def _insert_session(conn: Conn, header: SessionHeader, incarnation: str) -> None:
     inserted = conn.execute(
-        "INSERT INTO sessions (id, header, cwd, created, modified, parent_session)"
-        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, incarnation)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
         (
             header.id,
             entry_to_json(header),
@@ -162,6 +162,7 @@ def _insert_session(conn: Conn, header: SessionHeader) -> None:
             sortable_time(header.timestamp),
             write_time(),
             header.parent_session,
+            incarnation,
         ),
     ).rowcount
     if not inserted:
@@ -188,9 +189,13 @@ class PostgresSessionStorage(SqlSessionStorage):
 
     @staticmethod
     def store_new(
-        conn: Conn, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+        conn: Conn,
+        header: SessionHeader,
+        entries: list[SessionEntry],
+        leaf_id: str | None,
+        incarnation: str,
     ) -> None:
-        _insert_session(conn, header)
+        _insert_session(conn, header, incarnation)
         _write_entries(conn, header.id, entries, 0, leaf_id, bulk=True)
         _recount(conn, header.id)
 
@@ -201,9 +206,10 @@ class PostgresSessionStorage(SqlSessionStorage):
         """Store an imported session in one transaction, inserting its entries in batches as
         the stream yields them; a problem anywhere in the file rolls it all back."""
         header = stream.header
+        incarnation = new_incarnation()
 
         def work(conn: Conn) -> None:
-            _insert_session(conn, header)
+            _insert_session(conn, header, incarnation)
             totals = SessionStats()
             batch: list[SessionEntry] = []
             seq = 0
@@ -222,7 +228,7 @@ class PostgresSessionStorage(SqlSessionStorage):
             if error.code != "storage":
                 stream.drain()  # a problem in the rest of the file is reported first
             raise
-        return cls.stored(database, header, stream.leaf_id)
+        return cls.stored(database, header, stream.leaf_id, incarnation)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -90,12 +90,9 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         return self._keep_open(self.storage_class.import_stream(self.database, stream))
 
     def _open_storage(self, session_id: str) -> S:
-        with self._opened_lock:
-            storage = self._opened.get(session_id)
-            if storage is not None:
-                self._opened.move_to_end(session_id)
-                return storage
-        return self._keep_open(self.storage_class(self.database, session_id), opened=True)
+        # One read of the row, also for a session kept open: it may have been deleted and
+        # made again since (see _read_row).
+        return self._read_row(session_id, "")[0]
 
     def _read_row(
         self, session_id: str, columns: str, gone: str = "was deleted"
@@ -107,24 +104,30 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
             storage = self._opened.get(session_id)
             if storage is not None:
                 self._opened.move_to_end(session_id)
-        head = "leaf" if storage is not None else "leaf, header"
+        head = "leaf, incarnation" if storage is not None else "leaf, incarnation, header"
         rows = self._read(
             f"SELECT {head}{', ' if columns else ''}{columns} FROM sessions WHERE id = :id",
             {"id": session_id},
         )
-        if storage is None:
-            if not rows:
-                raise SessionError("not_found", f"session {session_id} not found")
-            leaf, header, *rest = rows[0]
-            storage = self._keep_open(
-                self.storage_class.stored(self.database, stored_header(session_id, header), leaf),
-                opened=True,
-            )
-            return storage, leaf, tuple(rest)
         if not rows:
-            raise SessionError("not_found", f"session {session_id} {gone}")
-        leaf, *rest = rows[0]
-        return storage, leaf, tuple(rest)
+            said = "not found" if storage is None else gone
+            raise SessionError("not_found", f"session {session_id} {said}")
+        if storage is None:
+            leaf, incarnation, header, *rest = rows[0]
+        else:
+            leaf, incarnation, *rest = rows[0]
+            if incarnation == storage.incarnation:
+                return storage, leaf, tuple(rest)
+            # Deleted and made again since it was opened here (by another process, or
+            # replica): what was kept of it is another session's.
+            again = self._read("SELECT header FROM sessions WHERE id = :id", {"id": session_id})
+            if not again:
+                raise SessionError("not_found", f"session {session_id} {gone}")
+            header = again[0][0]
+        fresh = self.storage_class.stored(
+            self.database, stored_header(session_id, header), leaf, incarnation
+        )
+        return self._keep_open(fresh, opened=storage is None, replacing=storage), leaf, tuple(rest)
 
     def open_read(self, session_id: str) -> Session:
         storage, leaf, _ = self._read_row(session_id, "")
@@ -135,13 +138,17 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         storage, leaf, row = self._read_row(session_id, _SUMMARY_COLUMNS, "not found")
         return self._session(storage, leaf), SessionSummary(*row)
 
-    def _keep_open(self, storage: S, opened: bool = False) -> S:
+    def _keep_open(self, storage: S, opened: bool = False, replacing: S | None = None) -> S:
         """Keep ``storage`` among the sessions open; ``opened``: it was opened from the
         database, and one that another thread opened meanwhile is kept instead (one storage,
-        so one lock, one cache share and one leaf seen, per open session)."""
+        so one lock, one cache share and one leaf seen, per open session). ``replacing``: the
+        storage of an older incarnation of the session, which it replaces unless another
+        thread replaced it first."""
         with self._opened_lock:
             kept = self._opened.get(storage.session_id)
-            if opened and kept is not None:
+            if kept is not None and (
+                (opened and replacing is None) or (replacing is not None and kept is not replacing)
+            ):
                 self._opened.move_to_end(storage.session_id)
                 return kept
             self._opened[storage.session_id] = storage

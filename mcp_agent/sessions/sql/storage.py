@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, Self, TypeVar
@@ -83,6 +84,13 @@ def _loads_or_none(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def new_incarnation() -> str:
+    """A session row's incarnation, made when the row is inserted: a session deleted and made
+    again under the same id (an import, perhaps by another process or replica) is then told
+    apart from the one a repo keeps open, with its parsed header and entries."""
+    return uuid.uuid4().hex[:16]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -201,12 +209,16 @@ class SqlSessionStorage:
         # The leaf as this storage last saw it: the parent for the next append, which re-reads
         # the leaf in its transaction anyway (see append_entry).
         self._seen_leaf: str | None = None
+        # The row's incarnation (see new_incarnation; None for a row of an older schema).
+        self.incarnation: str | None = None
         if header is None:
-            rows = self._read("SELECT header, leaf FROM sessions WHERE id = :s", {"s": session_id})
+            rows = self._read(
+                "SELECT header, leaf, incarnation FROM sessions WHERE id = :s", {"s": session_id}
+            )
             if not rows:
                 raise SessionError("not_found", f"session {session_id} not found")
             header = stored_header(session_id, rows[0][0])
-            self._seen_leaf = rows[0][1]
+            self._seen_leaf, self.incarnation = rows[0][1], rows[0][2]
         self._header = header
         # Taken by Session around read-leaf-then-append; the append re-checks the leaf inside
         # its transaction anyway, for writers in other storages, processes and replicas.
@@ -223,21 +235,29 @@ class SqlSessionStorage:
         entries = list(entries)
         validate_tree(entries)
         leaf_id = leaf_after(entries)
-        database.write(lambda conn: cls.store_new(conn, header, entries, leaf_id))
-        return cls.stored(database, header, leaf_id)
+        incarnation = new_incarnation()
+        database.write(lambda conn: cls.store_new(conn, header, entries, leaf_id, incarnation))
+        return cls.stored(database, header, leaf_id, incarnation)
 
     @staticmethod
     def store_new(
-        conn: Any, header: SessionHeader, entries: list[SessionEntry], leaf_id: str | None
+        conn: Any,
+        header: SessionHeader,
+        entries: list[SessionEntry],
+        leaf_id: str | None,
+        incarnation: str,
     ) -> None:
         """Insert a session's row and its first entries (inside the transaction of create)."""
         raise NotImplementedError
 
     @classmethod
-    def stored(cls, database: Any, header: SessionHeader, leaf_id: str | None) -> Self:
-        """The storage of a session just stored, whose leaf is ``leaf_id``."""
+    def stored(
+        cls, database: Any, header: SessionHeader, leaf_id: str | None, incarnation: str | None
+    ) -> Self:
+        """The storage of a session just stored (or read), whose leaf is ``leaf_id``."""
         storage = cls(database, header.id, header)
         storage._seen_leaf = leaf_id
+        storage.incarnation = incarnation
         return storage
 
     @classmethod

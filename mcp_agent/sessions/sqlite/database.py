@@ -42,11 +42,13 @@ from mcp_agent.sessions.errors import SessionError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Version 2 keeps every figure of session_stats in the sessions row. A database of version 1
 # gains the columns empty (NULL): each session's figures are counted the first time they are
 # asked for, and kept up to date from then on. Version 3 has TREE_INDEX instead of the
 # (session_id, parent_id) index (built once, when an older database is first opened).
+# Version 4 gives each session row its ``incarnation`` (see sql.storage.new_incarnation); rows
+# of older versions have none (NULL), and keep none.
 _STATS_COLUMNS = (
     ("roles", "TEXT"),
     ("leaf_count", "INTEGER"),
@@ -412,12 +414,14 @@ class SqliteDatabase:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version >= SCHEMA_VERSION:
             return
-        if version in (1, 2):
+        if version in (1, 2, 3):
             if version == 1:
                 for column, kind in _STATS_COLUMNS:
                     self.conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {kind}")
-            self.conn.execute(TREE_INDEX)
-            self.conn.execute("DROP INDEX IF EXISTS idx_entries_session_id_parent_id")
+            if version <= 2:
+                self.conn.execute(TREE_INDEX)
+                self.conn.execute("DROP INDEX IF EXISTS idx_entries_session_id_parent_id")
+            self.conn.execute("ALTER TABLE sessions ADD COLUMN incarnation TEXT")
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         db.table("sessions").create(
@@ -442,6 +446,7 @@ class SqliteDatabase:
                 "total_tokens": int,
                 "cost_total": float,
                 **{column: str if kind == "TEXT" else int for column, kind in _STATS_COLUMNS},
+                "incarnation": str,
             },
             pk="id",
             not_null={"header", "created", "modified"},

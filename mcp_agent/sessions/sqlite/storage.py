@@ -29,7 +29,11 @@ from mcp_agent.sessions.row_sql import (
     row_update,
     tree_delta,
 )
-from mcp_agent.sessions.sql.storage import SqlSessionStorage, branch_messages_sql
+from mcp_agent.sessions.sql.storage import (
+    SqlSessionStorage,
+    branch_messages_sql,
+    new_incarnation,
+)
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
 from mcp_agent.sessions.storage import (
     RowDelta,
@@ -199,11 +203,12 @@ def _write_entries(
     return rows
 
 
-def _insert_session(conn: sqlite3.Connection, header: SessionHeader) -> None:
+def _insert_session(conn: sqlite3.Connection, header: SessionHeader, incarnation: str) -> None:
     try:
         conn.execute(
             "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, roles,"
-            " leaf_count, branch_point_count) VALUES (?, ?, ?, ?, ?, ?, '{}', 0, 0)",
+            " leaf_count, branch_point_count, incarnation)"
+            " VALUES (?, ?, ?, ?, ?, ?, '{}', 0, 0, ?)",
             (
                 header.id,
                 entry_to_json(header),
@@ -211,6 +216,7 @@ def _insert_session(conn: sqlite3.Connection, header: SessionHeader) -> None:
                 sortable_time(header.timestamp),
                 write_time(),
                 header.parent_session,
+                incarnation,
             ),
         )
     except sqlite3.IntegrityError:
@@ -285,8 +291,9 @@ class SqliteSessionStorage(SqlSessionStorage):
         header: SessionHeader,
         entries: list[SessionEntry],
         leaf_id: str | None,
+        incarnation: str,
     ) -> None:
-        _insert_session(conn, header)
+        _insert_session(conn, header, incarnation)
         ids = {entry.id for entry in entries}
         if all(entry.parent_id is None or entry.parent_id in ids for entry in entries):
             # The whole tree is in hand: its figures cost no second pass over the rows.
@@ -305,6 +312,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         The write lock is held while the file is read: other writers wait for the import (up
         to the busy timeout, in other processes)."""
         header = stream.header
+        incarnation = new_incarnation()
         attempts = 0
 
         def work(conn: sqlite3.Connection) -> None:
@@ -317,7 +325,7 @@ class SqliteSessionStorage(SqlSessionStorage):
                     " nothing was written, try again",
                 )
             try:
-                _insert_session(conn, header)
+                _insert_session(conn, header, incarnation)
             except SessionError as error:
                 raise _Refused(error) from None
             totals = SessionStats()
@@ -349,7 +357,7 @@ class SqliteSessionStorage(SqlSessionStorage):
         except _Refused as refused:
             stream.drain()  # a problem in the rest of the file is reported first
             raise refused.error from None
-        return cls.stored(database, header, stream.leaf_id)
+        return cls.stored(database, header, stream.leaf_id, incarnation)
 
     # --- helpers ------------------------------------------------------------------------------
 
