@@ -177,8 +177,9 @@ def register(server: MCPServer) -> None:
         query: Annotated[
             str | None,
             Field(
-                description="words to search for in the sessions' messages, summaries and names;"
-                " null: all sessions"
+                description="words to search for in the sessions' messages, summaries and names"
+                " (each the start of a word there; text with no word in it is refused); null:"
+                " all sessions"
             ),
         ] = None,
         limit: Annotated[
