@@ -33,8 +33,9 @@ CURSOR_PREFIX = "before:"
 TAG_SEPARATOR = "."
 
 # What a list whose items may change keys its cursors by: the index the next page ends before
-# -> what the list is at that index (the leaf of a branch, whatever the index; the run at it).
-# A cursor carries a short hash of it, so that one of another list is refused.
+# -> what the list holds just before it (the entry of a branch there, the run there). A cursor
+# carries a short hash of it, so that one of another list is refused, while a list that only
+# grew at its end since keeps its cursors (a session read while an agent appends to it).
 PagedAs = Callable[[int], str]
 
 LIMIT_DESCRIPTION = (

@@ -154,20 +154,15 @@ def entries_page(
     return sized_page(total, load if limit is None else shown, cursor, limit, paged_as=paged_as)
 
 
-def keyed(paged: str) -> PagedAs:
-    """The ``PagedAs`` of a list that is one thing whatever the index (``paged``)."""
-    return lambda _index: paged
-
-
-def view_paged_as(session: Session, view: str, leaf_id: str | None = None) -> PagedAs | None:
-    """How the cursors of ``view_entries(session, view, leaf_id)`` are keyed: a branch's by
-    the entry it ends at (the same index of a sibling branch is another entry, and so is
-    every entry before it); the entries in the order appended by index alone (an append
-    adds one at the end, and nothing else moves)."""
+def view_paged_as(view: str, load: Loader) -> PagedAs | None:
+    """How the cursors of a view (``view_entries``' ``load``) are keyed: a branch's by the
+    entry just before the cursor (its stored text: an entry never changes, and names its
+    parent), which holds the whole path from the root to it, so a sibling branch's cursor is
+    refused and one of the same branch grown since is not; the entries in the order appended
+    by index alone (an append adds one at the end, and nothing else moves)."""
     if view != "branch":
         return None
-    end = leaf_id if leaf_id is not None else session.leaf_id
-    return keyed(f"{session.id} branch {end}")
+    return lambda index: load(index - 1, index)[0]
 
 
 def _found(texts: dict[str, str | None], entry_id: str) -> str:
@@ -284,9 +279,12 @@ def context_page(
     of a whole context read (``kept_context_texts``); a caller that keeps what it makes of
     them (``kept_whole_context``) says False, so that they are not held twice."""
     storage = stored(session)
-    # A context is that of its leaf (see ``kept_context_texts``): another leaf's, even one
-    # as long, is another list.
-    paged_as = keyed(f"{session.id} context {session.leaf_id}")
+
+    # Keyed by the message just before the cursor (its JSON, with its time): a context of
+    # another branch, or compacted since, holds another there; one grown since, the same.
+    def paged_as(index: int) -> str:
+        return f"{session.id} {load(index - 1, index)[0]}"
+
     items: list[dict[str, Any] | str]
     walked: dict[str, str] = {}
     if storage is not None:
@@ -393,12 +391,15 @@ kept_outlines: Kept[tuple[str | None, str | None, int], OutlineRows] = Kept(
 )
 
 
-def outline_paged_as(session: Session, entry_id: str | None) -> PagedAs:
-    """How the cursors of an outline are keyed: by what makes it (as ``kept_outlines``), its
-    chain's start, the leaf and the count of entries (an append may fold a run anew)."""
-    storage = stored(session)
-    total = storage.entry_total() if storage is not None else len(session.get_entries())
-    return keyed(f"{session.id} outline {entry_id} {session.leaf_id} {total}")
+def outline_paged_as(session: Session, entry_id: str | None, rows: OutlineRows) -> PagedAs:
+    """How the cursors of an outline are keyed: by its chain's start and the row just before
+    the cursor (its entry, and the entries it folds), which an append at the end leaves as
+    it was; a move of the leaf onto another branch, or a refold, does not."""
+    return lambda index: f"{session.id} {entry_id} {compact(_row_place(rows[index - 1]))}"
+
+
+def _row_place(row: dict[str, Any]) -> list[Any]:
+    return [row.get("id"), row.get("folded"), row.get("parentId")]
 
 
 def outline_rows(session: Session, entry_id: str | None) -> OutlineRows:

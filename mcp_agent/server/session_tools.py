@@ -115,7 +115,8 @@ def outline_view(
     splice: bool = False,
 ) -> CallToolResult:
     rows = outline_rows(session, entry_id)
-    page = newest_page(rows, cursor, most, json_size, paged_as=outline_paged_as(session, entry_id))
+    paged_as = outline_paged_as(session, entry_id, rows)
+    page = newest_page(rows, cursor, most, json_size, paged_as=paged_as)
     answer = SessionView(
         session=info,
         view="outline",
@@ -250,7 +251,7 @@ def register(server: MCPServer) -> None:
                 # The newest page is read with the branch (when it has to be walked).
                 newest = most if cursor is None else 0
                 total, load = view_entries(session, shown, entry_id, newest)
-                paged_as = view_paged_as(session, shown, entry_id)
+                paged_as = view_paged_as(shown, load)
                 items, page = entries_page(session_id, total, load, cursor, most, paged_as)
             answer = SessionView(
                 session=info,

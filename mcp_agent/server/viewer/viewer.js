@@ -305,9 +305,9 @@ function failed(error) {
   toast(error.message || String(error), true);
 }
 
-/** A page of earlier rows refused because the session changed since its cursor was handed
- * out (an outline's cursor holds the leaf and the count of entries it was read at): read
- * the outline again, which hands out cursors of the outline as it is now. */
+/** A page of earlier rows refused because the outline changed since its cursor was handed
+ * out (the row before the cursor is another now: the leaf moved to another branch, or the
+ * rows were folded anew): read the outline again, which hands out cursors of it as it is. */
 function changedOrFailed(error) {
   if (error instanceof ToolFailed && error.message.includes("may have changed since")) return refresh();
   failed(error);
