@@ -275,6 +275,8 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
         in (await call_error(client, "agent_run", prompt="hi", model="nope:x")).lower()
     )
     assert "path" in await call_error(client, "session_import", jsonl="/etc/passwd")
+    text = await call_error(client, "session_list", query="🎉")
+    assert "the search '🎉' has no words to search for" in text
     count = len((await call(client, "session_list"))["sessions"])
     text = await call_error(
         client,

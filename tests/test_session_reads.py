@@ -5,6 +5,7 @@ page."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +15,12 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import TextContent as McpTextContent
-from mcp_support import call, make_server
+from mcp_support import call, call_error, make_server
 from narrow import narrow, present
 
 from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
 from mcp_agent.server import session_reads, session_tools
-from mcp_agent.server.paging import ANSWER_BYTES, parse_cursor
+from mcp_agent.server.paging import ANSWER_BYTES, newest_page, parse_cursor
 from mcp_agent.server.session_reads import (
     context_page,
     entries_page,
@@ -465,12 +466,13 @@ async def test_a_whole_context_asked_for_again_is_the_answer_kept(
         theirs = [m["content"] for m in (await whole(others))[1]["messages"]]
         assert theirs == [f"{others} {n}" for n in range(3)]
         assert len(made) == 2
-        await call(client, "session_context", session_id=sid, limit=2)
-        await call(client, "session_context", session_id=sid, limit=2)
+        await call(client, "session_context", session_id=sid, limit=1)
+        newest = await call(client, "session_context", session_id=sid, limit=1)
         # All of it from a cursor is not the whole context: made each time too.
-        older = await call(client, "session_context", session_id=sid, limit=0, cursor="before:2")
+        cursor = newest["nextCursor"]
+        older = await call(client, "session_context", session_id=sid, limit=0, cursor=cursor)
         assert [m["content"] for m in older["messages"]] == [f"{sid} {n}" for n in range(2)]
-        assert made[2:] == [2, 2, None]
+        assert made[2:] == [1, 1, None]
         # A new leaf: a new answer, then that one kept.
         leaf = (await call(client, "session_get", session_id=sid))["leafId"]
         await call(
@@ -581,3 +583,123 @@ def test_a_cursor_holds_ascii_digits_only(sessions: tuple[Session, Session], dig
     assert parse_cursor("before:3", "before:", 1, 10) == 3
     with pytest.raises(ToolError, match="is not one this tool handed out"):
         parse_cursor(f"before:{digits}", "before:", 1, 10)
+
+
+# How every cursor of ours that no longer pages its list is refused.
+CHANGED = "is not one this tool handed out for this list (it may have changed since)"
+
+
+@pytest.mark.anyio
+async def test_a_cursor_pages_the_branch_it_came_from_or_none(tmp_path: Path) -> None:
+    """A page's cursor carries what it pages: after a move to a sibling branch as long, the
+    cursor of the branch (its context, its outline) left is refused, not read as the same
+    place on the other (before: the cursor was a bare index, and paged the other branch).
+    Back on the branch, it pages it again; the entries in the order appended only grow, and
+    keep their bare cursors."""
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+
+        async def append(text: str) -> str:
+            entry = {"type": "message", "role": "user", "content": text}
+            found = await call(client, "session_append", session_id=sid, entry=entry)
+            return str(found["entryId"])
+
+        main = [await append(f"main{n}") for n in range(10)]
+        await call(client, "session_move_to", session_id=sid, entry_id=main[1])
+        alt = [await append(f"alt{n}") for n in range(8)]  # as long as main: 10 entries
+
+        def texts(answer: dict[str, Any], key: str) -> list[str]:
+            return [item.get("message", item).get("content") for item in answer[key]]
+
+        reads: list[tuple[str, dict[str, str], str]] = [
+            ("session_context", {}, "messages"),
+            ("session_get", {}, "entries"),
+        ]
+        reads += [("session_get", {"view": "outline"}, "outline")]
+        for tool, view, key in reads:
+            # An outline folds runs of entries: one row a page lands its cursor past the two
+            # rows both branches share.
+            most = 1 if key == "outline" else 3
+            await call(client, "session_move_to", session_id=sid, entry_id=main[-1])
+            first = await call(client, tool, session_id=sid, limit=most, **view)
+            cursor = first["nextCursor"]
+            before = await call(client, tool, session_id=sid, limit=most, cursor=cursor, **view)
+            await call(client, "session_move_to", session_id=sid, entry_id=alt[-1])
+            refused = await call_error(
+                client, tool, session_id=sid, limit=most, cursor=cursor, **view
+            )
+            assert CHANGED in refused, (tool, view)
+            # The other branch pages from its own first page.
+            other = await call(client, tool, session_id=sid, limit=most, **view)
+            assert other["nextCursor"] != cursor
+            # Back on the branch, grown since (each move was one more entry at its end): what
+            # is before the cursor is as it was, and the cursor pages it.
+            await call(client, "session_move_to", session_id=sid, entry_id=main[-1])
+            again = await call(client, tool, session_id=sid, limit=most, cursor=cursor, **view)
+            assert again[key] == before[key], (tool, view)
+            if key != "outline":
+                assert texts(first, key) == ["main7", "main8", "main9"]
+                assert texts(again, key) == ["main4", "main5", "main6"]
+            # A bare index, as cursors were, says nothing of the branch: refused as well.
+            bare = cursor.partition(".")[0]
+            refused = await call_error(client, tool, session_id=sid, limit=3, cursor=bare, **view)
+            assert CHANGED in refused
+        # The path to an entry pages that path whatever the leaf; not another entry's path.
+        to = await call(client, "session_get", session_id=sid, entry_id=alt[-1], limit=3)
+        await call(client, "session_move_to", session_id=sid, entry_id=main[-1])
+        older = await call(
+            client,
+            "session_get",
+            session_id=sid,
+            entry_id=alt[-1],
+            limit=3,
+            cursor=to["nextCursor"],
+        )
+        assert texts(older, "entries") == ["alt2", "alt3", "alt4"]
+        refused = await call_error(
+            client,
+            "session_get",
+            session_id=sid,
+            entry_id=main[-1],
+            limit=3,
+            cursor=to["nextCursor"],
+        )
+        assert CHANGED in refused
+        # Entries in the order appended: a move appends nothing, an append only adds at the end.
+        every = await call(client, "session_get", session_id=sid, view="entries", limit=0)
+        ids = [entry["id"] for entry in every["entries"]]
+        newest = await call(client, "session_get", session_id=sid, view="entries", limit=3)
+        assert newest["nextCursor"] == f"before:{newest['total'] - 3}"
+        await call(client, "session_move_to", session_id=sid, entry_id=alt[-1])
+        await append("one more")
+        older = await call(
+            client,
+            "session_get",
+            session_id=sid,
+            view="entries",
+            limit=3,
+            cursor=newest["nextCursor"],
+        )
+        total = newest["total"]
+        assert [entry["id"] for entry in older["entries"]] == ids[total - 6 : total - 3]
+
+
+def test_a_cursor_of_a_list_keyed_by_its_items_pages_from_the_same_item() -> None:
+    """A list keyed by what its index holds (agent_runs: the run) takes a cursor while that
+    item is where it was (newer items added at the end), and refuses it once the older items
+    before it are gone (before: the same index named a newer item, and a page repeated)."""
+    runs = [f"run{n}" for n in range(10)]
+
+    def page(items: list[str], cursor: str | None) -> Any:
+        return newest_page(items, cursor, 3, len, paged_as=lambda index: items[index])
+
+    first = page(runs, None)
+    assert (first.start, first.end) == (7, 10) and first.next_cursor is not None
+    grown = [*runs, "run10"]
+    assert (page(grown, first.next_cursor).start, page(grown, first.next_cursor).end) == (4, 7)
+    with pytest.raises(ToolError, match=re.escape(CHANGED)):
+        page(grown[2:], first.next_cursor)
+    with pytest.raises(ToolError, match=re.escape(CHANGED)):
+        page(runs, "before:7")  # bare: which run it meant is not known
+    with pytest.raises(ToolError, match=re.escape(CHANGED)):
+        newest_page(runs, first.next_cursor, 3, len)  # tagged, to a list paged by index

@@ -607,6 +607,26 @@ def test_a_malformed_cursor_or_an_oversized_search_is_a_clear_refusal(repo) -> N
     assert len(repo.list(query=" ".join(["apples"] * 32)).items) == 1
 
 
+def test_a_search_with_no_words_is_refused_and_naming_none_lists_all(repo) -> None:
+    """A search for text with no word in it ("🎉", "%", a quote, a backslash) is refused,
+    naming it, as no session could be told to match it (before: it matched every session,
+    as if no search had been asked for). No search (null, empty or blanks) lists all; "C++"
+    is the word "c", matched as the start of words, as every word is."""
+    party = repo.create(name="emoji 🎉 party")
+    plain = repo.create(name="plain words only")
+    camel = repo.create(name="camelCase and example.com")
+    for query in ("🎉", "%", "'", "\\", "🎉 %", "--"):
+        with pytest.raises(SessionError) as raised:
+            repo.list(query=query)
+        assert raised.value.code == "invalid_argument", query
+        assert f"the search {query!r} has no words to search for" in str(raised.value)
+    every = {party.id, plain.id, camel.id}
+    for no_search in (None, "", "  "):
+        assert {s.id for s in repo.list(query=no_search).items} == every, no_search
+    assert [s.id for s in repo.list(query="C++").items] == [camel.id]
+    assert [s.id for s in repo.list(query="🎉 party").items] == [party.id]
+
+
 def test_list_order_follows_the_latest_append(repo) -> None:
     old = repo.create()
     new = repo.create()

@@ -183,7 +183,15 @@ def register(server: MCPServer) -> None:
         first. Returns a page of runs with their status and answers, and a cursor for older."""
         with tool_errors():
             infos = [run_info(run) for run in await app_state(ctx).runs.newest()]
-            page = newest_page(infos, cursor, limit or 20, lambda i: len(i.model_dump_json()))
+            # A cursor names the run its index holds (the oldest of the page before): a run
+            # forgotten since moves every newer one down.
+            page = newest_page(
+                infos,
+                cursor,
+                limit or 20,
+                lambda i: len(i.model_dump_json()),
+                paged_as=lambda index: f"run {infos[index].run_id}",
+            )
         return RunList(
             runs=infos[page.start : page.end][::-1],
             truncated=page.truncated,

@@ -24,7 +24,7 @@ from mcp_agent.server import (
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
-from mcp_agent.server.tool_list import KeptToolList
+from mcp_agent.server.tool_list import KeptToolList, OnePageLists
 from mcp_agent.server.unreadable import DescribedParams, UnpairedSurrogates
 from mcp_agent.server.viewer import apps as viewer_apps
 
@@ -87,6 +87,7 @@ def build_server(
     protocol.register(server)
     viewer_apps.register(server)
     server.make_tools_strict()
+    server._lowlevel_server.middleware.append(OnePageLists())
     # Innermost, once every tool is registered: the checks above still see each listing.
     server._lowlevel_server.middleware.append(KeptToolList())
     return server

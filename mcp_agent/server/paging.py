@@ -4,6 +4,7 @@ page before. ``limit=0`` asks for everything, however large."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,15 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 # What the cursor a tool hands out starts with: the index the next page ends before.
 CURSOR_PREFIX = "before:"
+# Between that index and the tag of what the cursor pages, in the cursor of a list that can
+# become another list under the same arguments (a branch once the leaf moves).
+TAG_SEPARATOR = "."
+
+# What a list whose items may change keys its cursors by: the index the next page ends before
+# -> what the list holds just before it (the entry of a branch there, the run there). A cursor
+# carries a short hash of it, so that one of another list is refused, while a list that only
+# grew at its end since keeps its cursors (a session read while an agent appends to it).
+PagedAs = Callable[[int], str]
 
 LIMIT_DESCRIPTION = (
     f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, however large, in the structured"
@@ -51,23 +61,45 @@ def check_limit(limit: int | None, name: str = "limit") -> int | None:
     return limit
 
 
-def parse_cursor(cursor: str, prefix: str, low: int, high: int) -> int:
+def cursor_tag(paged: str) -> str:
+    """The short hash a cursor carries of what it pages: 8 hex digits, as a cursor is read
+    back by a client's model (a 1 in 4 billion chance that another list's cursor passes)."""
+    return hashlib.blake2b(paged.encode(), digest_size=4).hexdigest()
+
+
+def cursor_before(index: int, paged_as: PagedAs | None = None) -> str:
+    """The cursor of the page that ends before ``index``, tagged when the list is keyed."""
+    if paged_as is None:
+        return f"{CURSOR_PREFIX}{index}"
+    return f"{CURSOR_PREFIX}{index}{TAG_SEPARATOR}{cursor_tag(paged_as(index))}"
+
+
+def parse_cursor(
+    cursor: str, prefix: str, low: int, high: int, paged_as: PagedAs | None = None
+) -> int:
     """The index in a cursor this server handed out (``prefix`` and a number in
-    ``low..high``), or a ToolError saying it is not one."""
+    ``low..high``; with ``paged_as``, then the tag of what the list is at that index), or a
+    ToolError saying it is not one: a bare cursor from before tags too, as it cannot say
+    which list it paged."""
     text = cursor.removeprefix(prefix)
+    number, separator, tag = text.partition(TAG_SEPARATOR)
     # ASCII digits only: int() reads any script's ("٣" is 3), which no cursor of ours holds.
-    ours = text != cursor and text.isascii() and text.isdigit() and len(text) <= 12
-    if not ours or not low <= int(text) <= high:
+    ours = text != cursor and number.isascii() and number.isdigit() and len(number) <= 12
+    ours = ours and bool(separator) == (paged_as is not None) and low <= int(number) <= high
+    # Only once the index is known to be in the list: ``paged_as`` may look it up.
+    if not ours or (paged_as is not None and tag != cursor_tag(paged_as(int(number)))):
         raise ToolError(
             f"cursor {cursor[:40]!r} is not one this tool handed out for this list (it may "
             "have changed since): leave cursor out to start again"
         )
-    return int(text)
+    return int(number)
 
 
-def cursor_end(cursor: str | None, total: int) -> int:
+def cursor_end(cursor: str | None, total: int, paged_as: PagedAs | None = None) -> int:
     """Where the page ends (exclusive): the cursor's index, or ``total`` without one."""
-    return total if cursor is None else parse_cursor(cursor, CURSOR_PREFIX, 1, total)
+    if cursor is None:
+        return total
+    return parse_cursor(cursor, CURSOR_PREFIX, 1, total, paged_as)
 
 
 @dataclass
@@ -75,6 +107,9 @@ class PageOf:
     start: int
     end: int
     total: int
+    # How the list keys its cursors (None: by index alone, for a list that only grows at the
+    # end, such as the entries in the order appended).
+    paged_as: PagedAs | None = None
 
     @property
     def truncated(self) -> bool:
@@ -82,7 +117,7 @@ class PageOf:
 
     @property
     def next_cursor(self) -> str | None:
-        return f"{CURSOR_PREFIX}{self.start}" if self.start > 0 else None
+        return cursor_before(self.start, self.paged_as) if self.start > 0 else None
 
 
 def newest_page(
@@ -91,13 +126,14 @@ def newest_page(
     limit: int | None,
     size: Callable[[T], int],
     budget: int = ANSWER_BYTES,
+    paged_as: PagedAs | None = None,
 ) -> PageOf:
     """The newest items before the cursor that fit ``limit`` and ``budget`` (always one, at
-    least: the caller shrinks an item too large on its own)."""
+    least: the caller shrinks an item too large on its own); ``paged_as``: see ``PagedAs``."""
     total = len(items)
-    end = cursor_end(cursor, total)
+    end = cursor_end(cursor, total, paged_as)
     if limit is None:
-        return PageOf(0, end, total)
+        return PageOf(0, end, total, paged_as)
     start, used = end, 0
     while start > 0 and end - start < limit:
         cost = size(items[start - 1])
@@ -105,4 +141,4 @@ def newest_page(
             break
         used += cost
         start -= 1
-    return PageOf(start, end, total)
+    return PageOf(start, end, total, paged_as)

@@ -18,7 +18,9 @@ from urllib.parse import quote
 
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
+    PagedAs,
     PageOf,
+    cursor_before,
     cursor_end,
     newest_page,
     parse_cursor,
@@ -91,10 +93,13 @@ def entry_uri(session_id: str, entry_id: str) -> str:
     return f"session://{session_id}/entries/{quote(entry_id, safe='')}"
 
 
-def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text: str) -> str:
+def shown_message(
+    session_id: str, index: int, item: dict[str, Any] | str, text: str, paged_as: PagedAs
+) -> str:
     """A context message's JSON as a page shows it: the message, or, when it is too large for
     a page, a stub with its role and time that says so and where to read it whole (``item``:
-    the message entry's id, or the message itself when an entry of another kind made it)."""
+    the message entry's id, or the message itself when an entry of another kind made it;
+    ``paged_as``: the context's, for the cursor that ends with it)."""
     if len(text) <= ENTRY_BYTES // 4:  # at most 4 bytes a character: no need to count them
         return text
     size = len(text.encode())
@@ -105,36 +110,59 @@ def shown_message(session_id: str, index: int, item: dict[str, Any] | str, text:
     where = (
         f"read {entry_uri(session_id, item)}"
         if isinstance(item, str)
-        else f"session_context with limit=0 and cursor before:{index + 1} ends with it, whole"
+        else f"session_context with limit=0 and cursor {cursor_before(index + 1, paged_as)} ends"
+        " with it, whole"
     )
     stub["omitted"] = f"{size:,} bytes, too large for a page: {where}"
     return compact(stub)
 
 
 def sized_page(
-    total: int, load: Loader, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
+    total: int,
+    load: Loader,
+    cursor: str | None,
+    limit: int | None,
+    budget: int = ANSWER_BYTES,
+    paged_as: PagedAs | None = None,
 ) -> tuple[list[str], PageOf]:
     """The newest page before ``cursor`` of ``total`` items, sized by their JSON texts (see
-    ``paging.newest_page``); only the items that may be on it are loaded."""
-    end = cursor_end(cursor, total)
+    ``paging.newest_page``, and ``paging.PagedAs`` for ``paged_as``); only the items that
+    may be on it are loaded."""
+    end = cursor_end(cursor, total, paged_as)
     first = 0 if limit is None else max(0, end - limit)
     texts = load(first, end)
     page = newest_page(
-        range(total), cursor, limit, lambda i: len(texts[i - first].encode()), budget
+        range(total), cursor, limit, lambda i: len(texts[i - first].encode()), budget, paged_as
     )
     return texts[page.start - first : page.end - first], page
 
 
 def entries_page(
-    session_id: str, total: int, load: Loader, cursor: str | None, limit: int | None
+    session_id: str,
+    total: int,
+    load: Loader,
+    cursor: str | None,
+    limit: int | None,
+    paged_as: PagedAs | None = None,
 ) -> tuple[list[str], PageOf]:
     """A page of entries (``sized_page``), an entry too large for a page as a stub; asked for
-    whole (``limit`` None), every entry is whole."""
+    whole (``limit`` None), every entry is whole. ``paged_as``: ``view_paged_as``."""
 
     def shown(start: int, end: int) -> list[str]:
         return [shown_entry(session_id, text)[0] for text in load(start, end)]
 
-    return sized_page(total, load if limit is None else shown, cursor, limit)
+    return sized_page(total, load if limit is None else shown, cursor, limit, paged_as=paged_as)
+
+
+def view_paged_as(view: str, load: Loader) -> PagedAs | None:
+    """How the cursors of a view (``view_entries``' ``load``) are keyed: a branch's by the
+    entry just before the cursor (its stored text: an entry never changes, and names its
+    parent), which holds the whole path from the root to it, so a sibling branch's cursor is
+    refused and one of the same branch grown since is not; the entries in the order appended
+    by index alone (an append adds one at the end, and nothing else moves)."""
+    if view != "branch":
+        return None
+    return lambda index: load(index - 1, index)[0]
 
 
 def _found(texts: dict[str, str | None], entry_id: str) -> str:
@@ -251,6 +279,12 @@ def context_page(
     of a whole context read (``kept_context_texts``); a caller that keeps what it makes of
     them (``kept_whole_context``) says False, so that they are not held twice."""
     storage = stored(session)
+
+    # Keyed by the message just before the cursor (its JSON, with its time): a context of
+    # another branch, or compacted since, holds another there; one grown since, the same.
+    def paged_as(index: int) -> str:
+        return f"{session.id} {load(index - 1, index)[0]}"
+
     items: list[dict[str, Any] | str]
     walked: dict[str, str] = {}
     if storage is not None:
@@ -281,12 +315,12 @@ def context_page(
         # for it as a stub.
         texts = load_kept(start, end)
         return [
-            shown_message(session.id, index, items[index], text)
+            shown_message(session.id, index, items[index], text, paged_as)
             for index, text in enumerate(texts, start)
         ]
 
     messages, page = sized_page(
-        len(items), load_kept if limit is None else load_shown, cursor, limit
+        len(items), load_kept if limit is None else load_shown, cursor, limit, paged_as=paged_as
     )
     return ContextPage(messages, page, context)
 
@@ -355,6 +389,17 @@ OUTLINE_ROWS_KEPT = 100_000
 kept_outlines: Kept[tuple[str | None, str | None, int], OutlineRows] = Kept(
     OUTLINE_ROWS_KEPT, OUTLINE_ROWS_KEPT, 4, len
 )
+
+
+def outline_paged_as(session: Session, entry_id: str | None, rows: OutlineRows) -> PagedAs:
+    """How the cursors of an outline are keyed: by its chain's start and the row just before
+    the cursor (its entry, and the entries it folds), which an append at the end leaves as
+    it was; a move of the leaf onto another branch, or a refold, does not."""
+    return lambda index: f"{session.id} {entry_id} {compact(_row_place(rows[index - 1]))}"
+
+
+def _row_place(row: dict[str, Any]) -> list[Any]:
+    return [row.get("id"), row.get("folded"), row.get("parentId")]
 
 
 def outline_rows(session: Session, entry_id: str | None) -> OutlineRows:

@@ -46,9 +46,11 @@ from mcp_agent.server.session_reads import (
     entries_page,
     export_page,
     kept_whole_context,
+    outline_paged_as,
     outline_rows,
     tree_page,
     view_entries,
+    view_paged_as,
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
@@ -113,7 +115,8 @@ def outline_view(
     splice: bool = False,
 ) -> CallToolResult:
     rows = outline_rows(session, entry_id)
-    page = newest_page(rows, cursor, most, json_size)
+    paged_as = outline_paged_as(session, entry_id, rows)
+    page = newest_page(rows, cursor, most, json_size, paged_as=paged_as)
     answer = SessionView(
         session=info,
         view="outline",
@@ -175,8 +178,9 @@ def register(server: MCPServer) -> None:
         query: Annotated[
             str | None,
             Field(
-                description="words to search for in the sessions' messages, summaries and names;"
-                " null: all sessions"
+                description="words to search for in the sessions' messages, summaries and names"
+                " (each the start of a word there; text with no word in it is refused); null:"
+                " all sessions"
             ),
         ] = None,
         limit: Annotated[
@@ -247,7 +251,8 @@ def register(server: MCPServer) -> None:
                 # The newest page is read with the branch (when it has to be walked).
                 newest = most if cursor is None else 0
                 total, load = view_entries(session, shown, entry_id, newest)
-                items, page = entries_page(session_id, total, load, cursor, most)
+                paged_as = view_paged_as(shown, load)
+                items, page = entries_page(session_id, total, load, cursor, most, paged_as)
             answer = SessionView(
                 session=info,
                 view=shown,

@@ -9,6 +9,11 @@ Each protocol version (the result's shape and stamp differ) and whether the clie
 Apps (``viewer.apps`` links two tools to the viewer for it) has an answer of its own; the first
 listing of each goes the SDK's whole way and is kept. A request with a cursor, and one on a
 2025 connection before its handshake (refused by the SDK), always go the whole way.
+
+``OnePageLists`` refuses a cursor given to a listing of one page (``tools/list``,
+``prompts/list``, ``resources/templates/list``): the SDK's handlers ignore it and answer the
+first page, where MCP asks for invalid params, as ``resources/list`` answers a cursor it did
+not hand out.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 from mcp.server.apps import client_supports_apps
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.methods import validate_client_request
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -55,3 +62,28 @@ def _past_handshake(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the SDK would let the request through to its handler: a 2026 request always,
     a 2025 connection once the client has sent ``initialize``."""
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.session.client_params is not None
+
+
+# The listings that have one page, all of them at once: none hands out a cursor.
+ONE_PAGE_LISTS = frozenset({"tools/list", "prompts/list", "resources/templates/list"})
+
+
+class OnePageLists(ServerMiddleware[Any]):
+    """The middleware that refuses a cursor given to a listing of one page (see the module):
+    a client that sends one is paging something else, and would take the first page for the
+    next one."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        cursor = ctx.params.get("cursor") if isinstance(ctx.params, dict) else None
+        # A cursor that is no string is the SDK's to refuse, and so is any request on a 2025
+        # connection before its handshake.
+        if ctx.method in ONE_PAGE_LISTS and isinstance(cursor, str) and _past_handshake(ctx):
+            shown = cursor if len(cursor) <= 60 else cursor[:60] + "…"
+            raise MCPError(
+                INVALID_PARAMS,
+                f"invalid cursor {shown!r}: {ctx.method} has one page and hands out no cursor;"
+                " leave cursor out",
+            )
+        return await call_next(ctx)

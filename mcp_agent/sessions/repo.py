@@ -166,8 +166,18 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
 
 
 def query_words(query: str | None) -> list[str]:
-    """The words of a search; a session matches when each is the start of a word in it."""
+    """The words of a search; a session matches when each is the start of a word in it. No
+    search (None, empty or blanks) has none; text with no word is refused, as nothing could
+    tell a session that matches it from one that does not (taken as no search, it would list
+    every session as a match)."""
     words = re.findall(r"\w+", query.lower()) if query else []
+    if query and not words and not query.isspace():
+        shown = query if len(query) <= 60 else query[:60] + "…"
+        raise SessionError(
+            "invalid_argument",
+            f"the search {shown!r} has no words to search for (letters or digits): give words,"
+            " or no query for every session",
+        )
     if len(words) > MAX_SEARCH_WORDS:
         raise SessionError(
             "invalid_argument",

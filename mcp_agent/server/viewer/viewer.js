@@ -305,6 +305,14 @@ function failed(error) {
   toast(error.message || String(error), true);
 }
 
+/** A page of earlier rows refused because the outline changed since its cursor was handed
+ * out (the row before the cursor is another now: the leaf moved to another branch, or the
+ * rows were folded anew): read the outline again, which hands out cursors of it as it is. */
+function changedOrFailed(error) {
+  if (error instanceof ToolFailed && error.message.includes("may have changed since")) return refresh();
+  failed(error);
+}
+
 function when(iso) {
   if (!iso) return "";
   const date = new Date(iso);
@@ -556,7 +564,7 @@ function renderHeadRow(head) {
     renderRow(head, true),
     h("button", {
       class: "link-button earlier", type: "button", dataset: { branch: head.id },
-      onclick: () => loadEarlierOf(head.id).catch(failed),
+      onclick: () => loadEarlierOf(head.id).catch(changedOrFailed),
     }, "Show earlier entries of this branch"),
     renderRows(opened.filter((row) => row.id !== head.id), head.id));
 }
@@ -591,7 +599,7 @@ function renderTree() {
   const scroll = tree.scrollTop;
   const parts = [];
   if (state.earlierCursor) {
-    parts.push(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(failed) }, "Show earlier entries"));
+    parts.push(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
   }
   if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
   parts.push(renderRows(state.outline));
