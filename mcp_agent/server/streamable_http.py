@@ -392,8 +392,9 @@ class SdkRefusals:
     client shows a JSON-RPC error's message; the Python SDK's showed "Server returned an error
     response" for the plain-text ones): its 503 when every session is busy names the flag that
     raises the limit, its 413 for a body too large the size and the command line's import, its
-    421 for a Host and its 403 for an Origin it does not serve the names it does serve, and a
-    404 for a path that is not the MCP endpoint names the endpoint."""
+    421 for a Host and its 403 for an Origin it does not serve the names it does serve, a
+    404 for a path that is not the MCP endpoint names the endpoint, and its bare 400 for a body
+    not said to be JSON and its empty 406 and 405 (2026) say what the request must be."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
@@ -439,6 +440,36 @@ class SdkRefusals:
                     INVALID_REQUEST,
                 ),
                 {},
+            ),
+            # The SDK's security check, for a POST whose body is not said to be JSON.
+            400: (
+                lambda body: body == b"Invalid Content-Type header",
+                lambda scope: (
+                    "Unsupported Media Type: a request's body is JSON, sent with Content-Type:"
+                    f" application/json, not {_quoted(scope, b'content-type')}",
+                    INVALID_REQUEST,
+                ),
+                {},
+            ),
+            # The SDK's 2026 path says nothing more (its 2025 path answers a JSON-RPC error).
+            406: (
+                lambda body: body == b"",
+                lambda scope: (
+                    "Not Acceptable: a client must accept both application/json and"
+                    " text/event-stream (an answer may come as an event stream), not"
+                    f" {_quoted(scope, b'accept')}",
+                    INVALID_REQUEST,
+                ),
+                {},
+            ),
+            405: (
+                lambda body: body == b"",
+                lambda scope: (
+                    f"Method Not Allowed: on protocol {', '.join(MODERN_PROTOCOL_VERSIONS)} every"
+                    f" request is a POST, not a {scope['method']}",
+                    INVALID_REQUEST,
+                ),
+                {"Allow": "POST"},
             ),
             # Starlette's, for a path no route serves (a session the SDK does not know gets
             # a 404 of its own, a JSON-RPC error).
