@@ -286,6 +286,17 @@ def register(server: MCPServer) -> None:
         state.notifier.unsubscribe(str(params.uri), ctx.session)
         return types.EmptyResult()
 
+    async def initialized(
+        ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
+    ) -> None:
+        # A legacy client hears list changes from its handshake on: one that only opened its
+        # event stream, to wait for the list to change, has called nothing that remembers it.
+        state: ServerState = ctx.lifespan_context
+        state.notifier.remember(ctx.session, ctx.protocol_version)
+
+    lowlevel.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, initialized
+    )
     lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
     lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     lowlevel.add_request_handler(
