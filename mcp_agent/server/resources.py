@@ -317,3 +317,15 @@ def register(server: MCPServer) -> None:
         return original(options, experimental_capabilities, extensions)
 
     lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
+
+    # On 2026-07-28 the SDK says every list may change once subscriptions/listen is served;
+    # the prompts are fixed and no prompt list change is ever sent, as the handshake says.
+    capabilities = lowlevel.get_capabilities
+
+    def fixed_prompts(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        found = capabilities(*args, **kwargs)
+        if found.prompts is None:
+            return found
+        return found.model_copy(update={"prompts": types.PromptsCapability(list_changed=False)})
+
+    lowlevel.get_capabilities = fixed_prompts  # type: ignore[method-assign]
