@@ -145,7 +145,11 @@ class LineReader:
     ``fd_reads``, or with ``chunks`` given instead. A line longer than ``max_line`` bytes is
     dropped as it comes: once it has ended, ``dropped`` is awaited with its edges, and a line
     it gives is read in its place (by default the drop is said on stderr). Each line read is
-    also put on ``lines``, when given, for whoever sees what the transport made of it."""
+    also put on ``lines``, when given, for whoever sees what the transport made of it.
+
+    A line that is not valid UTF-8 is read with U+FFFD for each byte that cannot be decoded,
+    unless ``undecodable`` is given: then it is not read, and ``undecodable`` is awaited with
+    what was wrong (a server must refuse such a request, not store it altered)."""
 
     def __init__(
         self,
@@ -154,8 +158,10 @@ class LineReader:
         lines: deque[str] | None = None,
         dropped: Callable[[DroppedLine], Awaitable[str | None]] | None = None,
         chunks: Callable[[], Awaitable[bytes]] | None = None,
+        undecodable: Callable[[UnicodeDecodeError], Awaitable[None]] | None = None,
     ) -> None:
         self.fd = fd
+        self._undecodable = undecodable
         self._chunks = chunks or fd_reads(fd)
         self.max_line = max_line
         self.lines = lines
@@ -183,7 +189,10 @@ class LineReader:
                     return self._read(instead)
                 continue
             if end >= 0:
-                return self._take(end + 1)
+                line = await self._take(end + 1)
+                if line is None:
+                    continue
+                return line
             if len(self._buffer) > self.max_line:
                 if not self._dropping:
                     self._dropping, self._head, self._tail = True, bytes(self._buffer[:EDGE]), b""
@@ -200,7 +209,9 @@ class LineReader:
                     if instead is not None:
                         return self._read(instead)
                 if self._buffer:  # a last line without its newline
-                    return self._take(len(self._buffer))
+                    line = await self._take(len(self._buffer))
+                    if line is not None:
+                        return line
                 raise StopAsyncIteration
             self._buffer += chunk
 
@@ -212,10 +223,19 @@ class LineReader:
         log.error("a message of over %s bytes from the client was dropped", f"{line.limit:,}")
         return None
 
-    def _take(self, size: int) -> str:
-        line = self._buffer[:size].decode("utf-8", errors="replace")
+    async def _take(self, size: int) -> str | None:
+        """The next ``size`` bytes, as a line read; None when they are not UTF-8 and were
+        handed to ``undecodable`` instead."""
+        taken = self._buffer[:size]
         del self._buffer[:size]
         self._scanned = 0
+        if self._undecodable is None:
+            return self._read(taken.decode("utf-8", errors="replace"))
+        try:
+            line = taken.decode("utf-8")
+        except UnicodeDecodeError as error:
+            await self._undecodable(error)
+            return None
         return self._read(line)
 
     def _read(self, line: str) -> str:

@@ -6,6 +6,7 @@ room; only when every session is busy is a new one refused, with a message namin
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -298,6 +299,45 @@ def test_abandoned_sessions_never_lock_out_new_clients(
                 assert not (await client.call_tool("session_list", {})).is_error
 
     anyio.run(new_client)
+
+
+def test_a_refused_request_never_closes_an_idle_session(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    # At the limit, only a request that opens a session (an initialize the server takes) may
+    # close the idle one to make room: a stray request, or an initialize refused for its
+    # headers or its text, costs the session's client nothing and is given no session id.
+    server = Served(tmp_path, "--no-auth", "--max-http-sessions", "1")
+    started.append(server)
+    bad_name = json.dumps(initialize_request()).replace('"raw"', '"\\ud800"')
+    strays: list[tuple[str, dict[str, str], str | None]] = [
+        ("POST", HEADERS, json.dumps(PING)),
+        ("POST", HEADERS, json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+        ("GET", {"Accept": "text/event-stream"}, None),
+        ("DELETE", {}, None),
+        ("POST", {**HEADERS, "Accept": "application/json"}, json.dumps(initialize_request())),
+        ("POST", {**HEADERS, "Content-Type": "text/plain"}, json.dumps(initialize_request())),
+        ("POST", HEADERS, json.dumps(initialize_request())[:-1]),
+        ("POST", HEADERS, bad_name),
+    ]
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(server.url, json=initialize_request(), headers=HEADERS)
+        session_id = opened.headers["mcp-session-id"]
+        for method, headers, body in strays:
+            answer = http.request(method, server.url, headers=headers, content=body)
+            assert 400 <= answer.status_code < 500, (method, body, answer.text)
+            assert "mcp-session-id" not in answer.headers, (method, body)
+            assert ping(http, server.url, session_id) == 200, (method, headers, body)
+
+        # An initialize that opens a session still makes room (once the ping just answered
+        # has ended on the server's side too: until then the session is busy, and refused).
+        def admitted() -> bool:
+            status = http.post(server.url, json=initialize_request(), headers=HEADERS).status_code
+            assert status in (200, 503)
+            return status == 200
+
+        poll(admitted, "a new session never made room")
+        assert ping(http, server.url, session_id) == 404
 
 
 def test_when_every_session_is_busy_new_ones_are_refused_naming_the_limit(

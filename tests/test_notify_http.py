@@ -170,3 +170,40 @@ def test_a_stuck_subscriber_is_dropped_once_its_send_blocks(
     poll(lambda: DROPPED in server.banner(), "the stuck subscriber was never dropped")
     assert got == rounds
     assert server.banner().count(DROPPED) == 1
+
+
+def test_a_client_that_only_initialized_hears_list_changes(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """A legacy client with its event stream open hears another client's list changes from
+    its handshake on (before: only once it had called a tool, listed resources or subscribed,
+    so a client waiting for the list to change never heard of it)."""
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+
+    async def scenario() -> None:
+        with anyio.fail_after(HANG_GUARD_S):
+            async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:
+                sessions = Sessions(http, server.url)
+                listener = await sessions.open()
+                writer = await sessions.open()
+                heard = anyio.Event()
+                opened = anyio.Event()
+
+                async def listen() -> None:
+                    headers = sessions.headers(listener)
+                    async with http.stream("GET", server.url, headers=headers) as response:
+                        assert response.status_code == 200
+                        opened.set()
+                        async for line in response.aiter_lines():
+                            if "notifications/resources/list_changed" in line:
+                                heard.set()
+                                return
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(listen)
+                    await opened.wait()
+                    await sessions.tool(writer, "session_create")
+                    await heard.wait()
+
+    anyio.run(scenario)

@@ -476,6 +476,19 @@ def recorded() -> tuple[list[Any], MessageHandlerFnT]:
     return received, on_message
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_both_eras_say_the_same_of_the_list_changes_sent(
+    server: MCPServer, mode: str
+) -> None:
+    # The prompts are fixed, so no prompt list change is ever sent; the session list changes
+    # (before: 2026-07-28's server/discover said prompts change too, the 2025 handshake not).
+    async with Client(server, mode=mode) as client:
+        capabilities = client.server_capabilities
+        assert present(capabilities.prompts).list_changed is False
+        assert present(capabilities.resources).list_changed is True
+        assert present(capabilities.resources).subscribe is True
+
+
 async def test_legacy_subscriptions(server: MCPServer) -> None:
     received, on_message = recorded()
     async with Client(server, mode="legacy", message_handler=on_message) as client:

@@ -254,13 +254,13 @@ def test_only_2026_requests_to_the_mcp_endpoint_are_spliced() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_body_without_a_known_token_goes_out_as_it_is() -> None:
+async def test_a_body_without_a_token_goes_out_as_it_is() -> None:
     answer = spliced.HttpAnswer(MCPServer("s"))
     answer.texts["splice-0"] = '{"messages":[1]}'
     untouched = [
         b"not json",
         b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}',
-        b'{"jsonrpc":"2.0","id":1,"result":{"_meta":{"%s":"splice-9"}}}' % spliced.KEY.encode(),
+        b'{"jsonrpc":"2.0","id":1,"result":{"_meta":{"other":"splice-0"}}}',
     ]
     for body in untouched:
         assert spliced._spliced_body(body, answer) == body
@@ -271,6 +271,27 @@ async def test_a_body_without_a_known_token_goes_out_as_it_is() -> None:
         "result": {"structuredContent": {"messages": [1]}},
     }
     assert not answer.texts
+
+
+def test_a_token_that_cannot_be_put_in_place_is_an_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Sent as it was, the reply would carry the token, and the small fields beside it, for the
+    # answer (before: a reply whose id pydantic could not read back went out so, unnoticed).
+    answer = spliced.HttpAnswer(MCPServer("s"))
+    answer.texts["splice-0"] = '{"sessions":[1]}'
+    key = spliced.KEY.encode()
+    refused = {
+        1: b'{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{},"_meta":{"%s":"splice-9"}}}'
+        % key,
+        None: b'{"jsonrpc":"2.0","id":"\\ud800","result":{"structuredContent":{},"_meta":{"%s":"splice-0"}}}'
+        % key,
+    }
+    for request_id, body in refused.items():
+        error = json.loads(spliced._spliced_body(body, answer))
+        assert error["id"] == request_id and error["error"]["code"] == -32603, error
+        assert "splice" not in json.dumps(error)
+    assert caplog.text.count("could not be spliced") == 2
 
 
 def test_the_server_widens_its_stdout_pipe(tmp_path: Path) -> None:

@@ -251,6 +251,77 @@ def test_requests_read_before_stdin_closes_are_answered_before_the_server_stops(
     assert "unanswered" not in stderr
 
 
+def test_a_line_that_is_not_utf8_is_refused_and_nothing_altered_is_stored(
+    tmp_path: Path,
+) -> None:
+    """Bytes that are not UTF-8 get a parse error, as over HTTP, and the next line is read
+    (before: each was read as U+FFFD, and a session was stored with a name nobody sent)."""
+    db = tmp_path / "s.db"
+    create = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "session_create", "arguments": {"name": "bad@@bytes"}},
+    }
+    lines = [
+        json.dumps(initialize_request(1)).encode(),
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        json.dumps(create).encode().replace(b"@@", b"\xff\xfe"),
+        b'{"jsonrpc":"2.0","id":3,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":4,"method":"ping","params":{"x":"\xc3"}}',  # cut in a character
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
+        input=b"\n".join(lines),  # the last without its newline
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    # Refused as it is read, so perhaps before the answer to a line read earlier.
+    assert sorted((str(a["id"]), "error" in a) for a in answers) == [
+        ("1", False),
+        ("3", False),
+        ("None", True),
+        ("None", True),
+    ]
+    refused = [a["error"] for a in answers if a["id"] is None]
+    assert {error["code"] for error in refused} == {-32700}
+    assert "not valid UTF-8 (byte 0xff" in refused[0]["message"]
+    assert "(byte 0xc3" in refused[1]["message"]
+    with SqliteSessionRepo(db) as repo:
+        assert repo.list().items == []
+
+
+async def test_a_reader_without_a_refusal_reads_bytes_that_are_not_utf8_replaced() -> None:
+    # A downstream server's output (the proxy) is read on as before.
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.write(write_fd, b"a\xffb\nnext\n")
+    os.close(write_fd)
+    refused: list[UnicodeDecodeError] = []
+
+    async def refuse(error: UnicodeDecodeError) -> None:
+        refused.append(error)
+
+    try:
+        lines = [line async for line in LineReader(read_fd)]
+    finally:
+        os.close(read_fd)
+    assert lines == ["a\ufffdb\n", "next\n"]
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.write(write_fd, b"a\xffb\nnext\n")
+    os.close(write_fd)
+    try:
+        lines = [line async for line in LineReader(read_fd, undecodable=refuse)]
+    finally:
+        os.close(read_fd)
+    assert lines == ["next\n"]
+    assert [error.start for error in refused] == [1]
+
+
 def test_an_open_listen_stream_does_not_hold_the_end_of_input(tmp_path: Path) -> None:
     """A 2026 listen stream lasts until the client goes: at the end of input it is closed at
     once, not waited for."""

@@ -192,6 +192,42 @@ def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
         assert "mcp-agent-sessions sessions import" in error["message"]
 
 
+def test_http_refusals_of_content_type_and_accept_are_json_rpc_errors(
+    http_server: HttpServer,
+) -> None:
+    """A body that is not said to be JSON, and a client that does not accept event streams
+    (which a 2026 answer may be), are refused with a JSON-RPC error saying so, on both eras
+    (before: a bare "Invalid Content-Type header" with no content type, and an empty 406)."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    opened = httpx.post(http_server.url, json=initialize_request(), headers=auth)
+    legacy = {
+        **auth,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-06-18",
+    }
+    modern = {**auth, "mcp-protocol-version": "2026-07-28", "mcp-method": "ping"}
+    ping = b'{"jsonrpc":"2.0","id":3,"method":"ping"}'
+
+    def said(response: httpx.Response, status: int) -> str:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/json"
+        error = response.json()["error"]
+        assert error["code"] == -32600, error
+        return str(error["message"])
+
+    for era in (legacy, modern):
+        for content_type in ({"Content-Type": "text/plain"}, {"Content-Type": ""}):
+            refused = httpx.post(http_server.url, content=ping, headers={**era, **content_type})
+            message = said(refused, 400)
+            assert message.startswith("Unsupported Media Type: ") and "application/json" in message
+        json_only = httpx.post(
+            http_server.url, content=ping, headers={**era, "Accept": "application/json"}
+        )
+        assert "text/event-stream" in said(json_only, 406)
+    listen = httpx.get(http_server.url, headers=modern)
+    assert "POST" in said(listen, 405)
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

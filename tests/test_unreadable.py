@@ -548,3 +548,72 @@ def test_a_request_too_long_to_read_is_refused_saying_why_and_the_next_one_answe
     assert "error" not in answers[3] and not answers[3]["result"]["isError"]
     assert 99 not in answers and stderr.count("was dropped") == 3
     assert len(SqliteSessionRepo(tmp_path / "s.db").list().items) == 1  # the create alone
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def test_every_http_path_refuses_a_lone_surrogate_as_stdio_does(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """A lone surrogate in a request's id (which no middleware sees) or in an initialize (which
+    opens no session yet) gets stdio's refusal over HTTP too, on both eras: before, the 2026
+    path ran the call and answered another one's result (the id could not be parsed back), and
+    the 2025 path said "Parse error" with no id, naming a session it then dropped."""
+    bad_id = '{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list","params":{}}'
+    bad_name = json.dumps(initialize_request(1)).replace('"raw"', '"\\ud800"')
+    stdio = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        stdio.send(bad_name)
+        stdio_init = stdio.answer()
+        stdio.send(json.dumps(initialize_request(1)))
+        assert stdio.answer()["id"] == 1
+        stdio.send(bad_id)
+        stdio_id = stdio.answer()
+    finally:
+        stdio.stop()
+    assert stdio_init["id"] == 1 and stdio_init["error"]["code"] == -32602
+    assert "params.clientInfo.name" in stdio_init["error"]["message"]
+    assert stdio_id["id"] is None and stdio_id["error"]["code"] == -32600
+
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    modern = {**HTTP_HEADERS, "mcp-protocol-version": "2026-07-28"}
+
+    def modern_call(tool: str, arguments: dict[str, Any]) -> str:
+        params = {"name": tool, "arguments": arguments, "_meta": MODERN_META}
+        text = json.dumps({"jsonrpc": "2.0", "id": "@S@", "method": "tools/call", "params": params})
+        return text.replace('"@S@"', '"\\ud800"')
+
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        opened = http.post(server.url, headers=HTTP_HEADERS, content=bad_name)
+        assert opened.status_code == 400 and "mcp-session-id" not in opened.headers
+        assert opened.json() == stdio_init
+        listed = bad_id.replace('"params":{}', '"params":{"_meta":' + json.dumps(MODERN_META) + "}")
+        calls = [
+            ({"mcp-method": "tools/list"}, listed),
+            (  # a plain call, answered as JSON
+                {"mcp-method": "tools/call", "mcp-name": "session_list"},
+                modern_call("session_list", {"limit": 1}),
+            ),
+            (  # a search, answered on the event-stream path
+                {"mcp-method": "tools/call", "mcp-name": "session_list"},
+                modern_call("session_list", {"query": "x"}),
+            ),
+            (
+                {"mcp-method": "tools/call", "mcp-name": "session_create"},
+                modern_call("session_create", {}),
+            ),
+        ]
+        for headers, body in calls:
+            answer = http.post(server.url, headers={**modern, **headers}, content=body)
+            assert answer.status_code == 400, answer.text
+            assert answer.json() == stdio_id, body
+    server.stop()
+    assert "not spliced" not in server.banner()
+    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+        assert repo.list().items == []

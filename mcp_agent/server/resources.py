@@ -286,6 +286,17 @@ def register(server: MCPServer) -> None:
         state.notifier.unsubscribe(str(params.uri), ctx.session)
         return types.EmptyResult()
 
+    async def initialized(
+        ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
+    ) -> None:
+        # A legacy client hears list changes from its handshake on: one that only opened its
+        # event stream, to wait for the list to change, has called nothing that remembers it.
+        state: ServerState = ctx.lifespan_context
+        state.notifier.remember(ctx.session, ctx.protocol_version)
+
+    lowlevel.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, initialized
+    )
     lowlevel.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
     lowlevel.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
     lowlevel.add_request_handler(
@@ -306,3 +317,15 @@ def register(server: MCPServer) -> None:
         return original(options, experimental_capabilities, extensions)
 
     lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
+
+    # On 2026-07-28 the SDK says every list may change once subscriptions/listen is served;
+    # the prompts are fixed and no prompt list change is ever sent, as the handshake says.
+    capabilities = lowlevel.get_capabilities
+
+    def fixed_prompts(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        found = capabilities(*args, **kwargs)
+        if found.prompts is None:
+            return found
+        return found.model_copy(update={"prompts": types.PromptsCapability(list_changed=False)})
+
+    lowlevel.get_capabilities = fixed_prompts  # type: ignore[method-assign]

@@ -25,11 +25,12 @@ from typing import Any, cast
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCMessage, JSONRPCResponse
+from mcp_types import INTERNAL_ERROR, ErrorData, JSONRPCError, JSONRPCMessage, JSONRPCResponse
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic_core import from_json, to_json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mcp_agent.server.unreadable import body_request_id
 from mcp_agent.streams import WrappedStream
 
 log = logging.getLogger(__name__)
@@ -224,18 +225,44 @@ def _is_event_stream(start: Message) -> bool:
 
 def _spliced_body(body: bytes, answer: HttpAnswer) -> bytes:
     """``body`` (a JSON-RPC message) with the structured content its result's ``_meta``
-    names by token put in place; any other body as it is."""
+    names by token put in place; any other body as it is. A result that names a token that
+    cannot be put in place becomes an internal error: sent as it is, it would carry the token
+    for its structured content, which the client would take for the answer."""
     try:
         message = from_json(body)
     except ValueError:
-        return body
+        return _unspliced(body) if _KEY_BYTES in body else body
     result = message.get("result") if isinstance(message, dict) else None
     if not isinstance(result, dict) or not isinstance(meta := result.get("_meta"), dict):
         return body
     token = meta.get(KEY)
-    if not isinstance(token, str) or token not in answer.texts:
+    if token is None:
         return body
+    if not isinstance(token, str) or token not in answer.texts:
+        return _unspliced(body)
     text = answer.texts.pop(token)
     if "structuredContent" not in result:
         return to_json({**message, "result": _without_text(result, meta)})
     return _line(message.get("id"), result, meta, text).encode()
+
+
+_KEY_BYTES = to_json(KEY)
+
+
+def _unspliced(body: bytes) -> bytes:
+    """The internal error answered in place of ``body``, a result whose structured content
+    could not be put in place (with its id, when one can be read back)."""
+    request_id = body_request_id(body)
+    log.error(
+        "an answer (to request %r) could not be spliced into its reply; an internal error was "
+        "sent instead",
+        request_id,
+    )
+    error = ErrorData(
+        code=INTERNAL_ERROR, message="Internal error: the server could not write this answer"
+    )
+    return to_json(
+        JSONRPCError(jsonrpc="2.0", id=request_id, error=error).model_dump(
+            by_alias=True, exclude_unset=True
+        )
+    )

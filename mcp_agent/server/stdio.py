@@ -41,7 +41,7 @@ from mcp_types import (
 
 from mcp_agent.pipes import DroppedLine, LineReader, PeerGone, Writer
 from mcp_agent.server.spliced import SplicingStream, splicing
-from mcp_agent.server.unreadable import AnsweringStream, dropped_answer
+from mcp_agent.server.unreadable import AnsweringStream, dropped_answer, undecodable_answer
 from mcp_agent.streams import WrappedStream
 
 if sys.platform != "win32":
@@ -151,8 +151,14 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
             await answer_to[0].send(SessionMessage(answer))
         return line.error_in_place()
 
+    async def undecodable(error: UnicodeDecodeError) -> None:
+        # Read with U+FFFD in place of its bytes, a request would store text the client never
+        # sent: it is refused as the HTTP transport refuses such a body (-32700).
+        if answer_to:
+            await answer_to[0].send(SessionMessage(undecodable_answer(error)))
+
     try:
-        reader = LineReader(wire_in, lines=lines, dropped=dropped)
+        reader = LineReader(wire_in, lines=lines, dropped=dropped, undecodable=undecodable)
         async with stdio_server(reader, Writer(wire_out)) as (read_stream, write_stream):  # type: ignore[arg-type]
             answer_to.append(write_stream)
             yield read_stream, write_stream, lines

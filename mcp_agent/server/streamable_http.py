@@ -10,14 +10,31 @@ import os
 import socket
 from collections.abc import Callable
 from typing import Any
+from uuid import uuid4
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
-from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.server.streamable_http import (
+    CONTENT_TYPE_JSON,
+    StreamableHTTPServerTransport,
+    check_accept_headers,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import RequestBodyLimitMiddleware, TransportSecuritySettings
-from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError
+from mcp.server.transport_security import (
+    RequestBodyLimitMiddleware,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCRequest,
+    jsonrpc_message_adapter,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic_core import from_json
 from starlette.requests import Request
@@ -150,6 +167,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     def _admit_session(
         self, requestor: AuthorizationContext | None
     ) -> StreamableHTTPServerTransport | None:
+        # Reached only by a request that opens a session (``_opens_session``): one the SDK
+        # would refuse never costs an idle client its session.
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             self._close_longest_idle()
         transport = super()._admit_session(requestor)
@@ -164,29 +183,41 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         return transport
 
     async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "POST":
-            await super()._handle_request(scope, receive, send)
-            return
-        # The body limit in front (the SDK's) has read the body: normally all of it.
-        first = await receive()
-        receive = _replaying(first, receive)
-        if first["type"] != "http.request" or first.get("more_body", False):
-            await super()._handle_request(scope, receive, send)
-            return
-        body: bytes = first.get("body", b"")
-        version = _header(scope, b"mcp-protocol-version")
-        if (
-            version is not None
-            and version not in PROTOCOL_VERSIONS
-            and _header(scope, b"mcp-session-id")
-        ):
-            # The SDK takes any version it does not know for a 2026 one, and would ask this
-            # 2025 session's request for the 2026 envelope's keys.
-            await _error_response(_unsupported_version(body, version), 400)(scope, receive, send)
-            return
-        send = _refusing(body, scope, receive, send)
-        if self._task_group is not None and is_modern(scope) and _accepts_both(scope):
-            if plain_call(body):
+        body: bytes | None = None  # a POST's, once it came whole
+        if scope["method"] == "POST":
+            # The body limit in front (the SDK's) has read the body: all of it, unless the
+            # client went before it ended.
+            first = await receive()
+            receive = _replaying(first, receive)
+            if first["type"] == "http.request" and not first.get("more_body", False):
+                body = first.get("body", b"")
+        session_id = _header(scope, b"mcp-session-id")
+        legacy = not _is_modern_version(scope)
+        if body is not None:
+            version = _header(scope, b"mcp-protocol-version")
+            if version is not None and version not in PROTOCOL_VERSIONS and session_id:
+                # The SDK takes any version it does not know for a 2026 one, and would ask
+                # this 2025 session's request for the 2026 envelope's keys.
+                unsupported = _unsupported_version(body, version)
+                await _error_response(unsupported, 400)(scope, receive, send)
+                return
+            send = _refusing(body, scope, receive, send)
+            # pydantic's parser (the 2025 transport) cannot read a lone surrogate, and the
+            # standard library's (the 2026 one) takes it even where no middleware looks (the
+            # id): both get stdio's refusal. A session the SDK does not know gets its 404.
+            if not legacy or session_id is None or session_id in self._server_instances:
+                refused, answer = surrogate_body(body)
+                if refused:
+                    # An answer in a 2025 session's stream is a 200; the others are refusals.
+                    opened = legacy and session_id is not None
+                    await _surrogate_response(answer, 200 if opened else 400)(scope, receive, send)
+                    return
+            if (
+                self._task_group is not None
+                and is_modern(scope)
+                and _accepts_both(scope)
+                and plain_call(body)
+            ):
                 await handle_modern_request(
                     self.app,
                     self.security_settings,
@@ -197,16 +228,54 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     send,
                 )
                 return
-        elif self._known_session(scope):
-            refused, answer = surrogate_body(body)
-            if refused:
-                await _surrogate_response(answer)(scope, receive, send)
+        if legacy and session_id is None and not self.stateless:
+            if not await self._opens_session(scope, body):
+                await self._refuse_sessionless(scope, receive, send)
                 return
         await super()._handle_request(scope, receive, send)
 
-    def _known_session(self, scope: Scope) -> bool:
-        """Whether the request names an open 2025 session (the SDK answers any other)."""
-        return _header(scope, b"mcp-session-id") in self._server_instances
+    async def _opens_session(self, scope: Scope, body: bytes | None) -> bool:
+        """Whether the SDK, given this request without a session id, opens a session: a POST
+        of an initialize request that passes its checks (the same checks, in its order). Any
+        other it refuses, and the session it admitted first would have been for nothing."""
+        if body is None:  # not a POST, or one whose client went
+            return False
+        request = Request(scope)
+        security = TransportSecurityMiddleware(self.security_settings)
+        if await security.validate_request(request, is_post=True) is not None:
+            return False
+        has_json, has_sse = check_accept_headers(request)
+        if not has_json or not (has_sse or self.json_response):
+            return False
+        content_type = request.headers.get("content-type", "").split(";")[0].split(",")
+        if CONTENT_TYPE_JSON not in (part.strip() for part in content_type):
+            return False
+        try:
+            message = jsonrpc_message_adapter.validate_python(from_json(body), by_name=False)
+        except ValueError:  # pydantic's ValidationError too
+            return False
+        return isinstance(message, JSONRPCRequest) and message.method == "initialize"
+
+    async def _refuse_sessionless(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The SDK's own refusal of a request that opens no session, from a transport that is
+        never admitted: it counts against no limit, closes no idle session, and the id it was
+        made with is not sent (no session stands behind it)."""
+        transport = StreamableHTTPServerTransport(
+            mcp_session_id=uuid4().hex,
+            is_json_response_enabled=self.json_response,
+            event_store=None,
+            security_settings=self.security_settings,
+        )
+        async with transport.connect() as (read_stream, _), anyio.create_task_group() as tasks:
+            # Nothing it refuses reaches the server; were anything to, it is dropped, not
+            # left waiting for a server that is not there.
+            tasks.start_soon(_drop_all, read_stream)
+            try:
+                await transport.handle_request(scope, receive, _without_session_id(send))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await transport.terminate()
+                tasks.cancel_scope.cancel()
 
     def _close_longest_idle(self) -> None:
         idle = [
@@ -242,6 +311,13 @@ def _unsupported_version(body: bytes, version: str) -> JSONRPCError:
     return JSONRPCError(jsonrpc="2.0", id=body_request_id(body), error=error)
 
 
+def _is_modern_version(scope: Scope) -> bool:
+    """Whether the SDK answers the request on its 2026 path: one with a protocol version header
+    that is not one of the 2025 handshake's (any method; see ``is_modern`` for POSTs)."""
+    version = _header(scope, b"mcp-protocol-version")
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
 def _accepts_both(scope: Scope) -> bool:
     """Whether the client accepts JSON and event streams, as the event-stream path requires:
     a client that does not gets the same refusal whichever tool it calls."""
@@ -249,10 +325,28 @@ def _accepts_both(scope: Scope) -> bool:
     return has_json and has_sse
 
 
-def _surrogate_response(answer: JSONRPCError | None) -> Response:
-    """A 2025 session's answer to a message holding a lone surrogate (see ``surrogate_body``):
-    the request's refusal, or nothing (202) for a notification."""
-    return Response(status_code=202) if answer is None else _error_response(answer)
+def _surrogate_response(answer: JSONRPCError | None, status: int) -> Response:
+    """The answer to a message holding a lone surrogate (see ``surrogate_body``): the
+    request's refusal, or nothing (202) for a notification."""
+    return Response(status_code=202) if answer is None else _error_response(answer, status)
+
+
+async def _drop_all(stream: Any) -> None:
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.EndOfStream):
+        async for _ in stream:
+            pass
+
+
+def _without_session_id(send: Send) -> Send:
+    """``send``, with no Mcp-Session-Id header in the response."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message["headers"] if k.lower() != b"mcp-session-id"]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _error_response(answer: JSONRPCError, status: int = 200) -> Response:
@@ -298,8 +392,9 @@ class SdkRefusals:
     client shows a JSON-RPC error's message; the Python SDK's showed "Server returned an error
     response" for the plain-text ones): its 503 when every session is busy names the flag that
     raises the limit, its 413 for a body too large the size and the command line's import, its
-    421 for a Host and its 403 for an Origin it does not serve the names it does serve, and a
-    404 for a path that is not the MCP endpoint names the endpoint."""
+    421 for a Host and its 403 for an Origin it does not serve the names it does serve, a
+    404 for a path that is not the MCP endpoint names the endpoint, and its bare 400 for a body
+    not said to be JSON and its empty 406 and 405 (2026) say what the request must be."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
@@ -345,6 +440,36 @@ class SdkRefusals:
                     INVALID_REQUEST,
                 ),
                 {},
+            ),
+            # The SDK's security check, for a POST whose body is not said to be JSON.
+            400: (
+                lambda body: body == b"Invalid Content-Type header",
+                lambda scope: (
+                    "Unsupported Media Type: a request's body is JSON, sent with Content-Type:"
+                    f" application/json, not {_quoted(scope, b'content-type')}",
+                    INVALID_REQUEST,
+                ),
+                {},
+            ),
+            # The SDK's 2026 path says nothing more (its 2025 path answers a JSON-RPC error).
+            406: (
+                lambda body: body == b"",
+                lambda scope: (
+                    "Not Acceptable: a client must accept both application/json and"
+                    " text/event-stream (an answer may come as an event stream), not"
+                    f" {_quoted(scope, b'accept')}",
+                    INVALID_REQUEST,
+                ),
+                {},
+            ),
+            405: (
+                lambda body: body == b"",
+                lambda scope: (
+                    f"Method Not Allowed: on protocol {', '.join(MODERN_PROTOCOL_VERSIONS)} every"
+                    f" request is a POST, not a {scope['method']}",
+                    INVALID_REQUEST,
+                ),
+                {"Allow": "POST"},
             ),
             # Starlette's, for a path no route serves (a session the SDK does not know gets
             # a 404 of its own, a JSON-RPC error).

@@ -15,7 +15,9 @@ Three things here:
   message loop, which logs it at debug level and drops it, so the client waits for an answer
   that never comes. ``AnsweringStream`` answers it: -32602 naming the unpaired surrogate of a
   request that is JSON but not valid Unicode, -32600 saying what is wrong with JSON that is no
-  JSON-RPC message (``message_problem``), -32700 (id null) for a line that is no JSON at all.
+  JSON-RPC message (``message_problem``), -32700 (id null) for a line that is no JSON at all,
+  and for one that is not UTF-8 (``undecodable_answer``: refused as the reader meets it, never
+  read with U+FFFD in place of its bytes).
   A request whose id is neither a string nor an integer (1.5, true, null) is worse: the SDK
   reads it as a notification (its model ignores the id) and nothing ever answers it; it gets
   -32600 too. Over HTTP, ``refused_body`` gives the same refusals where the SDK's say only
@@ -255,6 +257,18 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
             whole = detail["input"]
             return _invalid_request(whole, message_problem(whole) or _SHAPE)
     return _invalid_request(None, _SHAPE)
+
+
+def undecodable_answer(error: UnicodeDecodeError) -> JSONRPCError:
+    """The answer to a stdio line that is not UTF-8 (``error`` says where): a parse error,
+    with no id, as JSON-RPC has it for a message that cannot be read."""
+    log.warning("a message that is not UTF-8 was refused: %s", error.reason)
+    return _error(
+        None,
+        PARSE_ERROR,
+        f"Parse error: the message is not valid UTF-8 (byte 0x{error.object[error.start]:02x}"
+        f" at offset {error.start:,}: {error.reason}); every message must be UTF-8 text",
+    )
 
 
 def body_request_id(body: bytes) -> int | str | None:
