@@ -315,7 +315,6 @@ async def _stdio_until_sigterm(server: Any) -> bool:
 
     import anyio
 
-    from mcp_agent.proxy.child_stdio import hurry_stops
     from mcp_agent.server.stdio import StdioStop, run_stdio
 
     stop = StdioStop()
@@ -324,9 +323,6 @@ async def _stdio_until_sigterm(server: Any) -> bool:
         async def watch() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
-                    # A client that sends SIGTERM sends SIGKILL soon after (the SDK's, 2 s
-                    # later): downstream servers must be stopped by then, or they run on.
-                    hurry_stops()
                     # Not a cancellation of the server: its runs must record their end.
                     stop.stop()
                     return

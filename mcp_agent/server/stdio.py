@@ -239,14 +239,19 @@ class Unanswered:
 class StdioStop:
     """Ends the server's reading as if its input had ended (``stop``), without waiting for
     the answers of requests under way: the server then stops as at the end of its input, its
-    runs aborted and recorded as such, its downstream servers stopped."""
+    runs aborted and recorded as such, its downstream servers stopped in a hurry (a client
+    that stops its server with SIGTERM sends SIGKILL soon after, the SDK's 2 s later, and a
+    downstream server still running then would run on)."""
 
     def __init__(self) -> None:
         self.stopped = False
         self._reading: anyio.CancelScope | None = None  # the read waiting for a line
 
     def stop(self) -> None:
+        from mcp_agent.proxy.child_stdio import hurry_stops
+
         self.stopped = True
+        hurry_stops()
         if self._reading is not None:
             self._reading.cancel()
 
