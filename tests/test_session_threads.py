@@ -36,7 +36,7 @@ def test_a_read_racing_an_append_does_not_fork_the_next_append(
     repo = SqliteSessionRepo(tmp_path / "s.db", durability="normal")
     session_id = repo.create().id
     first = repo.open(session_id).append_custom("step", 1)
-    stale = repo._read("SELECT leaf FROM sessions WHERE id = :id", {"id": session_id})
+    stale = repo._read("SELECT leaf, incarnation FROM sessions WHERE id = :id", {"id": session_id})
     second = repo.open(session_id).append_custom("step", 2)
 
     # A read whose SELECT ran before the second append committed, finishing only now.

@@ -319,8 +319,13 @@ def test_appending_to_a_deleted_session_fails(tmp_path: Path) -> None:
 def test_search_accepts_any_text(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     repo.create().append_message(user('he said "NEAR(x y)" AND OR * -col:1'))
-    for query in ['"', "NEAR(", "AND", "*", "col:1", "x OR", "é", ""]:
+    # FTS5's syntax is never met: text with words is searched for them, and text without
+    # any is refused, saying so (an empty one is no search).
+    for query in ["NEAR(", "AND", "col:1", "x OR", "é", ""]:
         repo.list(query=query)
+    for query in ['"', "*", "(", "-"]:
+        with pytest.raises(SessionError, match="has no words"):
+            repo.list(query=query)
     assert len(repo.list(query='"near').items) == 1
 
 
