@@ -292,8 +292,14 @@ def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_dem
         earlier = tree.locator(f"button[data-branch='{head_id}']")
         expect(earlier).to_have_text("Show earlier entries of this branch")
         expect(tree.locator(".row[data-id='c0000010']")).to_have_count(0)
-        earlier.click()
-        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible(timeout=30_000)
+        # a page (about 40 KB) a click, until the branch's head
+        for _ in range(5):
+            if not earlier.count():
+                break
+            before = tree.locator(".row").count()
+            earlier.click()
+            expect(tree.locator(".row")).not_to_have_count(before, timeout=30_000)
+        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible()
         expect(earlier).to_have_count(0)
         expect(tree.locator(f".row[data-id='{head_id}']")).to_have_count(1)
         # every entry and its side entry once, in order
@@ -568,3 +574,61 @@ def test_bidirectional_overrides_are_shown_not_obeyed(
     for where in ("#sessions", "#tree", "#detail-body", "#session-name"):
         assert "\u202e" not in page.locator(where).inner_text(), where
     context.close()
+
+
+def is_outline_read(request: Any) -> bool:
+    return bool(request.url.endswith("/mcp") and request.headers.get("mcp-name") == "session_get")
+
+
+def test_live_updates_read_what_was_shown_and_one_at_a_time(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # about 800 rows, 300 read when the session opens
+    session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
+    server = Served(tmp_path, "--no-auth")
+    try:
+        page = browser.new_page()
+        page.goto(f"{base(server)}/#session={session_id}")
+        tree = page.locator("#tree")
+        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
+        rows = tree.locator(".row")
+        shown = rows.count()
+        # Each append adds a row, and an update reads as many as were shown and the new one:
+        # pages read whole overshot by up to a page, which the next update took for what was
+        # shown, so rows shown (and reads) grew by a page at each update.
+        for count in (1, 2):
+            appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+            expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+            expect(rows).to_have_count(shown + count)
+        # Changes heard while an update reads wait for it, all of them in one more update:
+        # updates overlapped (up to 18 reads at once with an append every 0.5 s).
+        held: list[Any] = []
+        holding = [True]
+
+        def hold(route: Any) -> None:
+            if holding[0] and is_outline_read(route.request):
+                held.append(route)
+            else:
+                route.continue_()
+
+        page.route("**/mcp", hold)
+        mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+
+        def update_began() -> bool:
+            page.wait_for_timeout(50)  # the page's requests are heard while it waits
+            return bool(held)
+
+        poll(update_began, "no update began")
+        for _ in range(2):
+            last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+            page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
+        assert len(held) == 1  # the update under way alone reads
+        holding[0] = False
+        for route in held:
+            route.continue_()
+        # the last change shows (five in a row: six would fold)
+        expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
+        expect(rows).to_have_count(shown + 5)
+        page.close()
+    finally:
+        server.stop()

@@ -447,8 +447,28 @@ function sessionGone(sessionId) {
   stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
 }
 
+let refreshing = null; // the refresh under way
+let refreshNext = null; // the one to run when it ends, for every change heard meanwhile
+
+/** Read the outline again (``readAgain``), one refresh at a time: asked for while one runs,
+ * one more runs after it, however many asked (with an append every 0.5 s, refreshes
+ * overlapped: 18 reads at once, each drawing the tree over the others). */
+function refresh() {
+  if (!refreshing) {
+    refreshing = readAgain().finally(() => { refreshing = null; });
+    return refreshing;
+  }
+  if (!refreshNext) {
+    refreshNext = refreshing.catch(() => {}).then(() => {
+      refreshNext = null;
+      return refresh();
+    });
+  }
+  return refreshNext;
+}
+
 /** Read the outline again, with every branch the reader opened and every fold unfolded. */
-async function refresh() {
+async function readAgain() {
   const sessionId = state.sessionId;
   if (!sessionId) return;
   let read;
@@ -622,7 +642,9 @@ async function readOutline(args, atLeast) {
   let first = null;
   let wanted = 0;
   do {
-    const page = { ...args, limit: OUTLINE_PAGE };
+    // No more than wanted: whole pages overshot by up to a page, which the next refresh then
+    // took for what was shown, so each refresh showed (and read) a page more.
+    const page = { ...args, limit: first ? Math.min(OUTLINE_PAGE, wanted - rows.length) : OUTLINE_PAGE };
     if (cursor) page.cursor = cursor;
     const answer = await tool("session_get", page);
     if (!first) {
