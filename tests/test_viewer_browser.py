@@ -632,3 +632,31 @@ def test_live_updates_read_what_was_shown_and_one_at_a_time(
         page.close()
     finally:
         server.stop()
+
+
+def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Rows revealed by unfolding are made in the page from the entries read whole: their text
+    and their title (the whole preview on hover) show an override as an escape, as the
+    outline's rows do (the title held the override itself)."""
+    server, _, _ = served
+    sid = mcp_tool(server.url, TOKEN, "session_create", name="overrides")["structuredContent"]["id"]
+    for index in range(12):
+        said = f"run \u202erm -rf / {index}"
+        entry = {"type": "message", "role": "user", "content": said}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    tree = page.locator("#tree")
+    tree.locator(".fold").click()
+    expect(tree.locator(".fold")).to_have_count(0)
+    expect(tree.locator(".row", has_text="rm -rf")).to_have_count(12)
+    texts = tree.locator(".row .text").evaluate_all(
+        "spans => spans.map((span) => [span.textContent, span.title])"
+    )
+    assert all("\u202e" not in text + title for text, title in texts), texts
+    titles = [title for _, title in texts if "rm -rf" in title]
+    assert len(titles) == 12 and all("run \\u202erm -rf" in title for title in titles), texts
+    context.close()

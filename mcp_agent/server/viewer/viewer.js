@@ -276,6 +276,8 @@ function h(tag, props, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (key === "class") element.className = value;
     else if (key === "text") element.textContent = shown(value);
+    // a title shows on hover: session text there is shown as everywhere else
+    else if (key === "title") element.setAttribute("title", shown(value));
     else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(element.dataset, value);
     else element.setAttribute(key, value === true ? "" : value);
@@ -355,7 +357,8 @@ function rowOf(entry, onBranch) {
   else if (entry.type === "compaction" || entry.type === "branch_summary") { kind = "summary"; preview = clip(entry.summary || "", 120); }
   return {
     id: entry.id, parentId: entry.parentId, type: entry.type, timestamp: entry.timestamp,
-    children: [], childCount: 0, label: null, onBranch, preview, kind, spine: true, folded: 0,
+    // escaped as the server's previews are, for whatever shows it
+    children: [], childCount: 0, label: null, onBranch, preview: shown(preview), kind, spine: true, folded: 0,
   };
 }
 
