@@ -292,8 +292,14 @@ def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_dem
         earlier = tree.locator(f"button[data-branch='{head_id}']")
         expect(earlier).to_have_text("Show earlier entries of this branch")
         expect(tree.locator(".row[data-id='c0000010']")).to_have_count(0)
-        earlier.click()
-        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible(timeout=30_000)
+        # a page (about 40 KB) a click, until the branch's head
+        for _ in range(5):
+            if not earlier.count():
+                break
+            before = tree.locator(".row").count()
+            earlier.click()
+            expect(tree.locator(".row")).not_to_have_count(before, timeout=30_000)
+        expect(tree.locator(".row[data-id='c0000010']")).to_be_visible()
         expect(earlier).to_have_count(0)
         expect(tree.locator(f".row[data-id='{head_id}']")).to_have_count(1)
         # every entry and its side entry once, in order
@@ -568,3 +574,164 @@ def test_bidirectional_overrides_are_shown_not_obeyed(
     for where in ("#sessions", "#tree", "#detail-body", "#session-name"):
         assert "\u202e" not in page.locator(where).inner_text(), where
     context.close()
+
+
+def is_outline_read(request: Any) -> bool:
+    return bool(request.url.endswith("/mcp") and request.headers.get("mcp-name") == "session_get")
+
+
+def test_live_updates_read_what_was_shown_and_one_at_a_time(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # about 800 rows, 300 read when the session opens
+    session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
+    server = Served(tmp_path, "--no-auth")
+    try:
+        page = browser.new_page()
+        page.goto(f"{base(server)}/#session={session_id}")
+        tree = page.locator("#tree")
+        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
+        rows = tree.locator(".row")
+        shown = rows.count()
+        # Each append adds a row, and an update reads as many as were shown and the new one:
+        # pages read whole overshot by up to a page, which the next update took for what was
+        # shown, so rows shown (and reads) grew by a page at each update.
+        for count in (1, 2):
+            appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+            expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+            expect(rows).to_have_count(shown + count)
+        # Changes heard while an update reads wait for it, all of them in one more update:
+        # updates overlapped (up to 18 reads at once with an append every 0.5 s).
+        held: list[Any] = []
+        holding = [True]
+
+        def hold(route: Any) -> None:
+            if holding[0] and is_outline_read(route.request):
+                held.append(route)
+            else:
+                route.continue_()
+
+        page.route("**/mcp", hold)
+        mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+
+        def update_began() -> bool:
+            page.wait_for_timeout(50)  # the page's requests are heard while it waits
+            return bool(held)
+
+        poll(update_began, "no update began")
+        for _ in range(2):
+            last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+            page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
+        assert len(held) == 1  # the update under way alone reads
+        holding[0] = False
+        for route in held:
+            route.continue_()
+        # the last change shows (five in a row: six would fold)
+        expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
+        expect(rows).to_have_count(shown + 5)
+        page.close()
+    finally:
+        server.stop()
+
+
+def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Rows revealed by unfolding are made in the page from the entries read whole: their text
+    and their title (the whole preview on hover) show an override as an escape, as the
+    outline's rows do (the title held the override itself)."""
+    server, _, _ = served
+    sid = mcp_tool(server.url, TOKEN, "session_create", name="overrides")["structuredContent"]["id"]
+    for index in range(12):
+        said = f"run \u202erm -rf / {index}"
+        entry = {"type": "message", "role": "user", "content": said}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    tree = page.locator("#tree")
+    tree.locator(".fold").click()
+    expect(tree.locator(".fold")).to_have_count(0)
+    expect(tree.locator(".row", has_text="rm -rf")).to_have_count(12)
+    texts = tree.locator(".row .text").evaluate_all(
+        "spans => spans.map((span) => [span.textContent, span.title])"
+    )
+    assert all("\u202e" not in text + title for text, title in texts), texts
+    titles = [title for _, title in texts if "rm -rf" in title]
+    assert len(titles) == 12 and all("run \\u202erm -rf" in title for title in titles), texts
+    context.close()
+
+
+def star_session(path: Path, branches: int) -> str:
+    """A session of a root and ``branches`` entries off it (a retry from the start each), the
+    last the leaf; its id."""
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000bb"}
+    ]
+    lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+    for index in range(branches + 1):
+        entry_id, parent = (f"b{index - 1:07d}", "r0000000") if index else ("r0000000", None)
+        message = {"role": "user", "content": f"try {index}", "timestamp": 1}
+        lines.append(
+            {
+                "type": "message",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": message,
+            }
+        )
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id
+
+
+def test_earlier_rows_go_on_top_and_branches_of_an_unread_entry_stay_under_it(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # a root with 600 branches, the leaf on the last: its outline is the root, 599 heads and
+    # the leaf, of which the page reads 300 rows, the root not among them
+    session_id = star_session(tmp_path / "http.db", 600)
+    server = Served(tmp_path, "--no-auth")
+    try:
+        page = browser.new_page()
+        page.goto(f"{base(server)}/#session={session_id}")
+        tree = page.locator("#tree")
+        leaf = tree.locator(".row[data-id='b0000599']")
+        expect(leaf).to_be_visible(timeout=30_000)
+        rows = tree.locator(".row")
+        shown = rows.count()
+        # the heads shown are branches of the root, not read yet: under a line that stands for
+        # it (they were drawn as roots of their own)
+        elided = tree.locator(".elided[data-elided='r0000000']")
+        expect(elided).to_have_count(1)
+        expect(elided.locator(".row")).to_have_count(shown - 1)
+        expect(tree.locator(".outline-top > .nest")).to_have_count(0)
+        # Earlier rows go on top of those drawn, which stay as they were: every row was drawn
+        # again at each click (2 to 4 s a click near 20,000 rows).
+        page.evaluate("window.kept = document.querySelector(\"#tree .row[data-id='b0000599']\")")
+        earlier = tree.locator("button.earlier:not([data-branch])")
+        for _ in range(10):
+            if not earlier.count():
+                break
+            before = rows.count()
+            earlier.click()
+            expect(rows).not_to_have_count(before, timeout=30_000)
+            assert page.evaluate("window.kept.isConnected")
+        expect(earlier).to_have_count(0)
+        expect(elided).to_have_count(0)
+        ids = rows.evaluate_all("rows => rows.map((row) => row.dataset.id)")
+        assert ids == ["r0000000", *(f"b{index:07d}" for index in range(600))]
+        # the root names 20 of its children, and says how many it has
+        expect(tree.locator(".row[data-id='r0000000'] .branch-count")).to_have_text("600 branches")
+        # a branch opened and closed is drawn again alone
+        head = tree.locator(".row[data-id='b0000000']")
+        head.locator(".toggle").click()
+        expect(tree.locator(".nest.open[data-head='b0000000']")).to_have_count(1)
+        tree.locator(".row[data-id='b0000000'] .toggle").click()
+        expect(tree.locator(".nest.open")).to_have_count(0)
+        assert page.evaluate("window.kept.isConnected")
+        page.close()
+    finally:
+        server.stop()

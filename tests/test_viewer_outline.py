@@ -20,7 +20,7 @@ from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import SessionEntry
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.outline import OutlineRows, lazy_outline, outline
+from mcp_agent.sessions.outline import CHILDREN_SHOWN, OutlineRows, lazy_outline, outline
 from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 from mcp_agent.sessions.storage import StoredPages
 
@@ -281,3 +281,30 @@ async def test_pages_of_an_outline_work_it_out_once_and_any_change_anew(
     assert [row["label"] for row in labelled["outline"] if row["id"] == ids["sandwiches"]] == [
         "lunch"
     ]
+
+
+async def test_a_row_names_its_first_children_and_counts_them_all(
+    tmp_path: Path, client: Client
+) -> None:
+    """A row's size is bounded whatever the entry's children: a root with 20,000 branches made
+    one row (and so a one-row page, which always holds a row) of 222 KB, past the 40 KB pages
+    keep to. Rows name the first CHILDREN_SHOWN children and count them all."""
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        session = repo.create(name="star")
+        root = session.append_message(UserMessage(content="the root"))
+        children = []
+        for index in range(CHILDREN_SHOWN * 3):
+            session.move_to(root)
+            children.append(session.append_message(UserMessage(content=f"try {index}")))
+        parsed = Session(InMemorySessionStorage(session.header, session.get_entries()))
+    for view, key in (("outline", "outline"), ("tree", "nodes")):
+        answer = await call(client, "session_get", session_id=session.id, view=view, limit=0)
+        [row] = [row for row in answer[key] if row["id"] == root]
+        assert row["childCount"] == len(children), view
+        assert row["children"] == children[:CHILDREN_SHOWN], view
+        leaf = next(row for row in answer[key] if row["id"] == children[-1])
+        assert leaf["childCount"] == 0 and leaf["children"] == []
+    # from the parsed entries too
+    rows = by_id(outline(parsed))
+    assert rows[root]["childCount"] == len(children)
+    assert rows[root]["children"] == children[:CHILDREN_SHOWN]

@@ -234,9 +234,11 @@ async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 def _tree_nodes(nodes: list[dict[str, Any]], entries: dict[str, Any], node_class: Any) -> list[Any]:
-    """TreeNodes from session_get's flat tree nodes (parent and children by id) and the
-    entries they stand for."""
+    """TreeNodes from session_get's flat tree nodes (parent by id; a node names only its first
+    children, so each is put under its parent) and the entries they stand for."""
     built = {n["id"]: node_class(entries[n["id"]], n.get("label")) for n in nodes}
     for n in nodes:
-        built[n["id"]].children = [built[child] for child in n["children"] if child in built]
+        parent = built.get(n["parentId"]) if n["parentId"] is not None else None
+        if parent is not None:
+            parent.children.append(built[n["id"]])
     return [built[n["id"]] for n in nodes if n["parentId"] is None]

@@ -15,6 +15,7 @@ from pydantic_core import from_json, to_json
 
 from mcp_agent.server import spliced
 from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS
+from mcp_agent.sessions.outline import CHILDREN_SHOWN
 
 
 class Wire(BaseModel):
@@ -164,9 +165,10 @@ def listed(what: str, nullable: bool = False) -> WithJsonSchema:
 
 # One entry of the tree, flat: parent and children by id, a preview instead of content.
 TREE_NODE = (
-    "{id, parentId (the tree parent), type, timestamp (ISO 8601), children (ids of the entries"
-    " that follow this one), label, onBranch (on the path from the root to the leaf), preview"
-    " (role and the start of the text, or what the entry sets)}"
+    "{id, parentId (the tree parent), type, timestamp (ISO 8601), children (ids of the first"
+    f" {CHILDREN_SHOWN} entries that follow this one), childCount (how many follow it), label,"
+    " onBranch (on the path from the root to the leaf), preview (role and the start of the"
+    " text, or what the entry sets)}"
 )
 
 

@@ -35,6 +35,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.outline import (
+    CHILDREN_SHOWN,
     OutlineRows,
     TreeIndex,
     flat_tree,
@@ -236,7 +237,7 @@ def tree_page(
     for the nodes that may be on the page."""
     storage = stored(session)
     if storage is None:
-        nodes = [compact(node) for node in flat_tree(session, PREVIEW_CHARS)]
+        nodes = [compact(node) for node in flat_tree(session, PREVIEW_CHARS, CHILDREN_SHOWN)]
         return sized_page(len(nodes), lambda start, end: nodes[start:end], cursor, limit, budget)
     leaf_id = session.leaf_id
 
@@ -252,7 +253,9 @@ def tree_page(
 
     def load(start: int, end: int) -> list[str]:
         rows = index.nodes[start:end]
-        nodes = stored_tree_nodes(storage, index, rows, labels, on_branch, PREVIEW_CHARS)
+        nodes = stored_tree_nodes(
+            storage, index, rows, labels, on_branch, PREVIEW_CHARS, CHILDREN_SHOWN
+        )
         return [compact(node) for node in nodes]
 
     return sized_page(len(index.nodes), load, cursor, limit, budget)

@@ -159,6 +159,12 @@ def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
     return TreeIndex(nodes, parent, children)
 
 
+# The children a row of a page names (of ``childCount``): a row is then bounded whatever its
+# entry's children (a root with 20,000 branches made a one-row page of 222 KB, past the
+# ``ANSWER_BYTES`` pages keep to). The rest are read with the parent's outline or its branch.
+CHILDREN_SHOWN = 20
+
+
 def tree_node(
     index: TreeIndex,
     row: TreeRow,
@@ -166,26 +172,33 @@ def tree_node(
     label: str | None,
     on_branch: bool,
     preview_chars: int,
+    children_shown: int | None = None,
 ) -> dict[str, Any]:
     """One node of the flat tree (see ``flat_tree``): ``row``'s ``entry``, its preview cut at
-    ``preview_chars``."""
+    ``preview_chars``, naming its first ``children_shown`` children (None: all)."""
     entry_id = row[0]
+    children = index.children.get(entry_id, [])
     return {
         "id": entry_id,
         "parentId": index.parent[entry_id],
         "type": row[2],
         "timestamp": entry.timestamp,
-        "children": index.children.get(entry_id, []),
+        "children": children[:children_shown],
+        "childCount": len(children),
         "label": None if label is None else clip_long(label, NAME_CHARS),
         "onBranch": on_branch,
         "preview": entry_preview(entry, preview_chars),
     }
 
 
-def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]]:
+def flat_tree(
+    session: Session, preview_chars: int = 120, children_shown: int | None = None
+) -> list[dict[str, Any]]:
     """Every entry but leaf moves, in the order appended, as ``{id, parentId, type,
-    timestamp, children, label, onBranch, preview}``. ``parentId`` is the tree parent (a leaf
-    move between is skipped); ``onBranch``: on the path from the root to the leaf."""
+    timestamp, children, childCount, label, onBranch, preview}``. ``parentId`` is the tree
+    parent (a leaf move between is skipped); ``children`` the first ``children_shown`` (None:
+    all) of its ``childCount`` children; ``onBranch``: on the path from the root to the
+    leaf."""
     entries = {entry.id: entry for entry in session.get_entries()}
     index = tree_index([(e.id, e.parent_id, e.type) for e in entries.values()])
     on_branch = {entry.id for entry in session.get_branch()}
@@ -197,6 +210,7 @@ def flat_tree(session: Session, preview_chars: int = 120) -> list[dict[str, Any]
             session.get_label(row[0]),
             row[0] in on_branch,
             preview_chars,
+            children_shown,
         )
         for row in index.nodes
     ]
@@ -292,6 +306,7 @@ def stored_tree_nodes(
     labels: dict[str, str],
     on_branch: frozenset[str],
     preview_chars: int,
+    children_shown: int | None = None,
 ) -> list[dict[str, Any]]:
     """The flat tree's nodes of ``rows``, their entries read at once."""
     texts = storage.stored_json([row[0] for row in rows])
@@ -302,7 +317,8 @@ def stored_tree_nodes(
             raise SessionError("not_found", f"entry {row[0]} was deleted while read")
         entry = storage.parse_stored(row[0], row[2], text)
         label = labels.get(row[0])
-        nodes.append(tree_node(index, row, entry, label, row[0] in on_branch, preview_chars))
+        on = row[0] in on_branch
+        nodes.append(tree_node(index, row, entry, label, on, preview_chars, children_shown))
     return nodes
 
 
@@ -383,9 +399,9 @@ def lazy_outline(
     points, labelled entries, compactions, branch summaries and the leaf are listed; a run of
     other entries between two of those (six or more) folds, and the entry before the fold says
     how many it hides (``folded``; the entries are the path to the next listed entry's parent,
-    ``session_get`` view branch). Rows are ``flat_tree``'s nodes plus ``kind`` (the style of
-    the preview), ``spine`` (on the chain, else the head of an unopened branch) and
-    ``folded``."""
+    ``session_get`` view branch). Rows are ``flat_tree``'s nodes (naming ``CHILDREN_SHOWN``
+    children at most) plus ``kind`` (the style of the preview), ``spine`` (on the chain, else
+    the head of an unopened branch) and ``folded``."""
     read = _TreeReader(session)
     leaf_id = session.leaf_id
     branch = read.branch(leaf_id) if leaf_id is not None else []
@@ -528,12 +544,14 @@ class OutlineRows(Sequence[dict[str, Any]]):
             raise SessionError("not_found", f"entry {place[0]} was deleted while read")
         parts = entry_parts(entry, self._preview_chars)
         label = read.label(place[0])
+        children = read.children(place[0])
         return {
             "id": place[0],
             "parentId": row.parent_id,
             "type": place[2],
             "timestamp": place[3],
-            "children": [child[0] for child in read.children(place[0])],
+            "children": [child[0] for child in children[:CHILDREN_SHOWN]],
+            "childCount": len(children),
             "label": None if label is None else clip_long(label, NAME_CHARS),
             "onBranch": place[0] in self._on_branch,
             "preview": joined_preview(parts, self._preview_chars),

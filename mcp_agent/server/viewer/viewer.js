@@ -276,6 +276,8 @@ function h(tag, props, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (key === "class") element.className = value;
     else if (key === "text") element.textContent = shown(value);
+    // a title shows on hover: session text there is shown as everywhere else
+    else if (key === "title") element.setAttribute("title", shown(value));
     else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
     else if (key === "dataset") Object.assign(element.dataset, value);
     else element.setAttribute(key, value === true ? "" : value);
@@ -363,7 +365,8 @@ function rowOf(entry, onBranch) {
   else if (entry.type === "compaction" || entry.type === "branch_summary") { kind = "summary"; preview = clip(entry.summary || "", 120); }
   return {
     id: entry.id, parentId: entry.parentId, type: entry.type, timestamp: entry.timestamp,
-    children: [], label: null, onBranch, preview, kind, spine: true, folded: 0,
+    // escaped as the server's previews are, for whatever shows it
+    children: [], childCount: 0, label: null, onBranch, preview: shown(preview), kind, spine: true, folded: 0,
   };
 }
 
@@ -455,8 +458,28 @@ function sessionGone(sessionId) {
   stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
 }
 
+let refreshing = null; // the refresh under way
+let refreshNext = null; // the one to run when it ends, for every change heard meanwhile
+
+/** Read the outline again (``readAgain``), one refresh at a time: asked for while one runs,
+ * one more runs after it, however many asked (with an append every 0.5 s, refreshes
+ * overlapped: 18 reads at once, each drawing the tree over the others). */
+function refresh() {
+  if (!refreshing) {
+    refreshing = readAgain().finally(() => { refreshing = null; });
+    return refreshing;
+  }
+  if (!refreshNext) {
+    refreshNext = refreshing.catch(() => {}).then(() => {
+      refreshNext = null;
+      return refresh();
+    });
+  }
+  return refreshNext;
+}
+
 /** Read the outline again, with every branch the reader opened and every fold unfolded. */
-async function refresh() {
+async function readAgain() {
   const sessionId = state.sessionId;
   if (!sessionId) return;
   let read;
@@ -506,7 +529,7 @@ async function loadEarlier() {
   });
   state.outline = [...answer.outline, ...state.outline];
   state.earlierCursor = answer.nextCursor;
-  renderTree();
+  prependRows(answer.outline.filter((row) => row.spine).length);
 }
 
 function renderHead() {
@@ -524,49 +547,107 @@ function renderHead() {
   $("prompt").hidden = false;
 }
 
+/** An outline's rows arranged: its spine rows in order, the heads of the branches off each
+ * (by the spine row's id), and the heads whose parent is not on the spine (``loose``). */
+function arrange(rows) {
+  // Sets and maps, not a search of the rows for each row: that was quadratic, seconds at
+  // 20,000 rows.
+  const spine = rows.filter((row) => row.spine);
+  const onSpine = new Set(spine.map((row) => row.id));
+  const heads = new Map();
+  const loose = [];
+  for (const row of rows) {
+    if (row.spine) continue;
+    if (!onSpine.has(row.parentId)) loose.push(row);
+    else if (heads.has(row.parentId)) heads.get(row.parentId).push(row);
+    else heads.set(row.parentId, [row]);
+  }
+  return { spine, heads, loose };
+}
+
 /** The rows of one outline as a tree: spine rows in order, each followed by the heads of
  * the branches off it (opened ones with their own outline nested). */
 function renderRows(rows, headId) {
+  const { spine, heads, loose } = arrange(rows);
   const list = document.createDocumentFragment();
-  const spine = rows.filter((row) => row.spine);
-  const heads = rows.filter((row) => !row.spine);
-  // heads whose parent is not on this chain: other roots (the outline from the root)
-  for (const head of heads.filter((row) => !spine.some((s) => s.id === row.parentId))) {
-    list.append(renderHeadRow(head));
-  }
-  spine.forEach((row, index) => {
-    list.append(renderRow(row, row.id === headId));
-    if (row.folded) {
-      const revealed = state.unfolded.get(row.id) || [];
-      const hidden = row.folded - revealed.length;
-      if (hidden > 0) {
-        const next = spine[index + 1];
-        list.append(h("button", {
-          class: "fold", type: "button", dataset: { fold: row.id },
-          title: "Show the entries in between",
-          onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
-        }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
-      }
-      for (const shown of revealed) list.append(renderRow(shown, false));
-    }
-    for (const head of heads.filter((other) => other.parentId === row.id)) list.append(renderHeadRow(head));
-  });
+  list.append(renderLoose(loose), renderSpine(spine, heads, 0, spine.length, headId));
   return list;
+}
+
+/** Heads whose parent is not on the chain: other roots (the outline from the root) as they
+ * are; the rest branch off an entry not read yet (behind "Show earlier"), under a line that
+ * stands for it, not drawn as roots of their own. */
+function renderLoose(loose) {
+  const list = document.createDocumentFragment();
+  const byParent = new Map();
+  for (const head of loose) {
+    if (head.parentId === null || head.parentId === undefined) list.append(renderHeadRow(head));
+    else if (byParent.has(head.parentId)) byParent.get(head.parentId).push(head);
+    else byParent.set(head.parentId, [head]);
+  }
+  for (const [parentId, heads] of byParent) {
+    list.append(h("div", { class: "elided", dataset: { elided: parentId } },
+      h("div", { class: "elided-parent", title: "An earlier entry, not read yet: Show earlier entries" },
+        h("span", { class: "dot" }), h("span", { class: "id", text: parentId }),
+        h("span", { class: "text", text: `an earlier entry: ${plural(heads.length, "branch").replace("branchs", "branches")} of it below` })),
+      heads.map(renderHeadRow)));
+  }
+  return list;
+}
+
+/** Spine rows ``spine[from:to]`` with their folds and branches (``heads`` by parent id). */
+function renderSpine(spine, heads, from, to, headId) {
+  const list = document.createDocumentFragment();
+  for (let index = from; index < to; index++) {
+    const row = spine[index];
+    list.append(renderRow(row, row.id === headId));
+    if (row.folded) list.append(renderFold(row, spine[index + 1]));
+    for (const head of heads.get(row.id) || []) list.append(renderHeadRow(head));
+  }
+  return list;
+}
+
+/** The fold after spine row ``row`` (before ``next``): what is unfolded, and a button for
+ * the rest; in a box of its own, drawn again alone when more is unfolded. */
+function renderFold(row, next) {
+  const box = h("div", { class: "folds", dataset: { anchor: row.id } });
+  const revealed = state.unfolded.get(row.id) || [];
+  const hidden = row.folded - revealed.length;
+  if (hidden > 0) {
+    box.append(h("button", {
+      class: "fold", type: "button", dataset: { fold: row.id },
+      title: "Show the entries in between",
+      onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
+    }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
+  }
+  for (const shown of revealed) box.append(renderRow(shown, false));
+  return box;
 }
 
 /** The first entry of a branch off the chain: unopened, or opened with its own outline. */
 function renderHeadRow(head) {
   const opened = state.opened.get(head.id);
-  if (!opened) return h("div", { class: "nest" }, renderRow(head, true));
-  if (!state.openedEarlier.has(head.id)) return h("div", { class: "nest open" }, renderRows(opened, head.id));
+  const dataset = { head: head.id };
+  if (!opened) return h("div", { class: "nest", dataset }, renderRow(head, true));
+  if (!state.openedEarlier.has(head.id)) return h("div", { class: "nest open", dataset }, renderRows(opened, head.id));
   // a branch longer than what was read: its head (to close it), then its earlier rows on demand
-  return h("div", { class: "nest open" },
+  return h("div", { class: "nest open", dataset },
     renderRow(head, true),
     h("button", {
       class: "link-button earlier", type: "button", dataset: { branch: head.id },
       onclick: () => loadEarlierOf(head.id).catch(changedOrFailed),
     }, "Show earlier entries of this branch"),
     renderRows(opened.filter((row) => row.id !== head.id), head.id));
+}
+
+/** Draw the branch at ``headId`` again alone (opened, closed or grown), or else the tree. */
+function redrawHead(headId) {
+  const nest = $("tree").querySelector(`.nest[data-head="${CSS.escape(headId)}"]`);
+  const head = [state.outline, ...state.opened.values()].flat().find((row) => row.id === headId && !row.spine)
+    || (state.opened.get(headId) || []).find((row) => row.id === headId);
+  if (!nest || !head) { renderTree(); return; }
+  nest.replaceWith(renderHeadRow(head));
+  sizeChanged();
 }
 
 function renderRow(row, isHead) {
@@ -578,7 +659,10 @@ function renderRow(row, isHead) {
     "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
     onclick: (event) => { event.stopPropagation(); toggleBranch(row.id).catch(failed); },
   }, state.opened.has(row.id) ? "▾" : "▸") : null;
-  const branches = row.children && row.children.length > 1 ? h("span", { class: "branch-count", text: `${row.children.length} branches` }) : null;
+  // a row names its first children only (a row of a root with 20,000 branches was 222 KB):
+  // their count says how many
+  const count = row.childCount ?? (row.children || []).length;
+  const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: "0",
     dataset: { id: row.id },
@@ -597,13 +681,40 @@ function renderRow(row, isHead) {
 function renderTree() {
   const tree = $("tree");
   const scroll = tree.scrollTop;
-  const parts = [];
-  if (state.earlierCursor) {
-    parts.push(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
-  }
+  const { spine, heads, loose } = arrange(state.outline);
+  const parts = [renderTop(loose)];
   if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
-  parts.push(renderRows(state.outline));
+  parts.push(renderSpine(spine, heads, 0, spine.length));
   tree.replaceChildren(...parts);
+  tree.scrollTop = scroll;
+  sizeChanged();
+}
+
+/** What stands above the main outline's first spine row: "Show earlier entries" and the
+ * heads whose parent is not shown. */
+function renderTop(loose) {
+  const top = h("div", { class: "outline-top" });
+  if (state.earlierCursor) {
+    top.append(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
+  }
+  top.append(renderLoose(loose));
+  return top;
+}
+
+/** The outline's ``added`` first spine rows were just read ("Show earlier"): they and their
+ * branches go on top of what is drawn, which stays as it is (drawing every row again took
+ * 2 to 4 s a click near 20,000 rows); what stands above is drawn again, as some of its heads
+ * now have their parent shown. */
+function prependRows(added) {
+  const tree = $("tree");
+  const top = tree.querySelector(":scope > .outline-top");
+  if (!top) { renderTree(); return; }
+  const scroll = tree.scrollTop;
+  const { spine, heads, loose } = arrange(state.outline);
+  const rows = renderSpine(spine, heads, 0, added);
+  const newTop = renderTop(loose);
+  top.replaceWith(newTop);
+  newTop.after(rows);
   tree.scrollTop = scroll;
   sizeChanged();
 }
@@ -612,7 +723,7 @@ async function toggleBranch(headId) {
   if (state.opened.has(headId)) {
     state.opened.delete(headId);
     state.openedEarlier.delete(headId);
-    renderTree();
+    redrawHead(headId);
     return;
   }
   await openBranch(headId, true);
@@ -627,7 +738,9 @@ async function readOutline(args, atLeast) {
   let first = null;
   let wanted = 0;
   do {
-    const page = { ...args, limit: OUTLINE_PAGE };
+    // No more than wanted: whole pages overshot by up to a page, which the next refresh then
+    // took for what was shown, so each refresh showed (and read) a page more.
+    const page = { ...args, limit: first ? Math.min(OUTLINE_PAGE, wanted - rows.length) : OUTLINE_PAGE };
     if (cursor) page.cursor = cursor;
     const answer = await tool("session_get", page);
     if (!first) {
@@ -655,7 +768,7 @@ async function openBranch(headId, render, shown = 0) {
   }
   state.opened.set(headId, read.rows);
   if (read.cursor) state.openedEarlier.set(headId, read.cursor); else state.openedEarlier.delete(headId);
-  if (render) renderTree();
+  if (render) redrawHead(headId);
 }
 
 async function loadEarlierOf(headId) {
@@ -665,7 +778,7 @@ async function loadEarlierOf(headId) {
   });
   state.opened.set(headId, [...answer.outline, ...(state.opened.get(headId) || [])]);
   if (answer.nextCursor) state.openedEarlier.set(headId, answer.nextCursor); else state.openedEarlier.delete(headId);
-  renderTree();
+  redrawHead(headId);
 }
 
 /** Reveal ``count`` entries of the fold after row ``anchorId``: the path to the parent of the
@@ -689,7 +802,9 @@ async function unfold(anchorId, count, render, next) {
   entries = entries.slice(-count);
   // revealed from the bottom up: what is shown ends right above the next listed row
   state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
-  if (render) renderTree();
+  if (!render) return;
+  const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
+  if (box) { box.replaceWith(renderFold(anchor, nextRow)); sizeChanged(); } else renderTree();
 }
 
 /** The spine rows (of the main outline or an opened branch) that hold ``id``. */
