@@ -926,6 +926,18 @@ def fakellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.wait(timeout=5)
 
 
+def piped(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """The command line run with ``args`` in a child process, its three streams piped (text)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 def openai_env(fakellm: str, db: Path) -> dict[str, str]:
     return clean_env(OPENAI_BASE_URL=fakellm, OPENAI_API_KEY="x", MCP_AGENT_DB=str(db))
 
@@ -1077,15 +1089,7 @@ def test_sigterm_stops_serve_keeping_what_its_runs_said(fakellm: str, db: Path) 
     server whole, and the session kept only the user's message)."""
     from mcp_support import initialize_request
 
-    command = [sys.executable, "-m", "mcp_agent", "serve", "--model", "openai:gpt-4o-mini"]
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=openai_env(fakellm, db),
-    )
+    process = piped(["serve", "--model", "openai:gpt-4o-mini"], openai_env(fakellm, db))
     assert process.stdin is not None and process.stdout is not None
 
     def ask(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -1124,15 +1128,8 @@ def test_sigterm_stops_serve_keeping_what_its_runs_said(fakellm: str, db: Path) 
 
 
 def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, cli: Any) -> None:
-    chat = [sys.executable, "-m", "mcp_agent", "chat", "--model", "openai:gpt-4o-mini"]
-    process = subprocess.Popen(
-        chat,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=openai_env(fakellm, db),
-    )
+    args = ["chat", "--model", "openai:gpt-4o-mini"]
+    process = piped(args, openai_env(fakellm, db))
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write("tell a long story\n")
     process.stdin.flush()  # and stdin stays open: the chat would go on
@@ -1150,9 +1147,7 @@ def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, c
     assert entries[-1]["message"]["stopReason"] == "aborted"
     assert entries[-1]["message"]["errorMessage"] == "aborted: terminated"
     # At the prompt, SIGTERM leaves at once, with the same code.
-    idle = subprocess.Popen(
-        chat, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=openai_env(fakellm, db)
-    )
+    idle = piped(args, openai_env(fakellm, db))
     assert idle.stderr is not None
     assert "/help for commands" in idle.stderr.readline()
     idle.send_signal(signal.SIGTERM)
@@ -1357,14 +1352,7 @@ def test_chat_unknown_session_is_bad_input(cli: Any) -> None:
 
 
 def test_serve_prints_its_banner_and_serves_stdio(db: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    process = piped(["serve", "--db", str(db)], clean_env())
     assert process.stderr is not None
     banner = process.stderr.readline()
     assert banner.startswith("mcp-agent-sessions ") and str(db) in banner
