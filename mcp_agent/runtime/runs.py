@@ -20,7 +20,7 @@ from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason
 from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
-from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook
+from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_message
 from mcp_agent.runtime.run_board import (
     POLL_EVERY,
     PUBLISH_EVERY,
@@ -32,12 +32,6 @@ from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
 
 log = logging.getLogger(__name__)
-
-# Why a run stops once its lease is found lost (see keep_leases).
-LEASE_LOST = (
-    "this server's lease on the session lapsed (the database was out of reach), and another"
-    " process may have taken it"
-)
 
 
 def _busy_elsewhere(lease: Lease) -> SessionBusy:
@@ -241,7 +235,7 @@ class RunManager:
                     run = self._by_session.get(session_id)
                     if run is not None:
                         log.warning("run %s lost its lease on session %s", run.id, session_id)
-                        run.abort(LEASE_LOST)
+                        run.abort(lease_lost_message(session_id, None))
                 if self.board is not None:
                     await self.offload(
                         functools.partial(
