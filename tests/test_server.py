@@ -480,11 +480,13 @@ def recorded() -> tuple[list[Any], MessageHandlerFnT]:
 async def test_both_eras_say_the_same_of_the_list_changes_sent(
     server: MCPServer, mode: str
 ) -> None:
-    # The prompts are fixed, so no prompt list change is ever sent; the session list changes
-    # (before: 2026-07-28's server/discover said prompts change too, the 2025 handshake not).
+    # The tools and prompts are fixed, so no change of them is ever sent; the session list
+    # changes (before: 2026-07-28's server/discover said prompts change too, the 2025 handshake
+    # not; both said the tools do).
     async with Client(server, mode=mode) as client:
         capabilities = client.server_capabilities
         assert present(capabilities.prompts).list_changed is False
+        assert present(capabilities.tools).list_changed is False
         assert present(capabilities.resources).list_changed is True
         assert present(capabilities.resources).subscribe is True
 

@@ -312,20 +312,24 @@ def register(server: MCPServer) -> None:
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         options = notification_options or NotificationOptions(
-            resources_changed=True, tools_changed=True, prompts_changed=False
+            resources_changed=True, tools_changed=False, prompts_changed=False
         )
         return original(options, experimental_capabilities, extensions)
 
     lowlevel.create_initialization_options = initialization_options  # type: ignore[method-assign]
 
     # On 2026-07-28 the SDK says every list may change once subscriptions/listen is served;
-    # the prompts are fixed and no prompt list change is ever sent, as the handshake says.
+    # the tools and prompts are fixed at start and no change of them is ever sent, as the
+    # 2025 handshake says too (a client that believed otherwise would listen for nothing).
     capabilities = lowlevel.get_capabilities
 
-    def fixed_prompts(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
+    def fixed_lists(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
         found = capabilities(*args, **kwargs)
-        if found.prompts is None:
-            return found
-        return found.model_copy(update={"prompts": types.PromptsCapability(list_changed=False)})
+        update: dict[str, Any] = {}
+        if found.tools is not None:
+            update["tools"] = found.tools.model_copy(update={"list_changed": False})
+        if found.prompts is not None:
+            update["prompts"] = types.PromptsCapability(list_changed=False)
+        return found.model_copy(update=update)
 
-    lowlevel.get_capabilities = fixed_prompts  # type: ignore[method-assign]
+    lowlevel.get_capabilities = fixed_lists  # type: ignore[method-assign]
