@@ -348,6 +348,41 @@ def test_a_database_of_another_program_is_refused_before_anything_is_written(
     assert tables == [("schema_version",)]  # nothing of ours was added
 
 
+def test_a_command_that_only_reads_leaves_an_empty_database_as_it_found_it(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A database named by mistake (the server's `postgres` database, say) is not given our
+    tables by `sessions list` and the like, as a SQLite file that does not exist is not
+    created; a command that stores sessions makes them."""
+    import subprocess
+
+    import psycopg
+
+    def tables() -> list[Any]:
+        with psycopg.connect(postgres_url) as db:
+            return db.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relnamespace ="
+                " 'public'::regnamespace ORDER BY relname"
+            ).fetchall()
+
+    def sessions(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "mcp_agent", "sessions", *args, "--db", postgres_url]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    for args in (["list"], ["show", "x"], ["tree", "x"], ["export", "x"], ["delete", "x"]):
+        done = sessions(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "holds no sessions" in done.stderr and "nothing was created" in done.stderr
+    assert tables() == []
+    pi_file = tmp_path / "one.jsonl"
+    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z"}
+    pi_file.write_text(json.dumps(header) + "\n")
+    assert sessions("import", str(pi_file)).returncode == 0
+    assert ("sessions",) in tables()
+    assert sessions("list").returncode == 0
+
+
 def test_a_role_that_may_not_create_tables_opens_a_prepared_database(
     postgres_url: str, pg_cluster: Any
 ) -> None:

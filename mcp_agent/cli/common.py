@@ -175,17 +175,17 @@ def database_location(db: str | Path | None) -> str | Path:
     return db if is_database_url(db) else Path(db).expanduser()
 
 
-def open_database(location: str | Path, folders: bool = False) -> SessionRepo:
+def open_database(location: str | Path, folders: bool = False, create: bool = True) -> SessionRepo:
     """The session repo at ``location`` (see :func:`database_location`), for the commands
     that work on sessions without running agents; with ``folders``, a folder is a store of pi
-    JSONL files."""
+    JSONL files; without ``create``, a PostgreSQL database must hold our tables already."""
     # A session a server runs an agent in is refused changes here too, as the server refuses
     # them (the guard reads its leases inside each change's transaction).
     if isinstance(location, str):
         from mcp_agent.runtime.leases import PostgresLeases
         from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-        repo = PostgresSessionRepo(location)
+        repo = PostgresSessionRepo(location, create=create)
         repo.database.session_guard = PostgresLeases(repo.database).guard
         return repo
     if folders and location.is_dir():
@@ -279,7 +279,7 @@ def opened_store(
     named_store(db, flag, create)
     location = database_location(db)
     try:
-        repo = open_database(location, folders)
+        repo = open_database(location, folders, create)
     except (sqlite3.Error, OSError, SessionError) as error:
         die(_unopened(location, error, flag, given=db is not None, folders=folders))
     try:

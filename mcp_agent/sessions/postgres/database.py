@@ -208,12 +208,14 @@ class PostgresDatabase:
         session_guard: SessionGuard | None = None,
         min_connections: int = 1,
         max_connections: int = 10,
+        create: bool = True,
     ) -> None:
         if durability not in ("full", "normal"):
             raise ValueError("durability must be one of full, normal")
         self.url = url
         self.where = shown_url(url)
         self.session_guard = session_guard
+        self.create = create
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
@@ -340,7 +342,9 @@ class PostgresDatabase:
         """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring). A database
         whose schema is current is only read: a role that may not create tables, or a
         read-only standby, opens it. A database that holds a table of ours by name but no
-        ``schema_version`` is another program's, and is refused before anything is written."""
+        ``schema_version`` is another program's, and is refused before anything is written.
+        Without ``create``, a database with no tables of ours is refused as it is found: a
+        command that only reads must not leave our tables in a database named by mistake."""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
             found = {
@@ -372,6 +376,13 @@ class PostgresDatabase:
             version = row[0] if row else 0
             if version == SCHEMA_VERSION:
                 return
+            if not found and not self.create:
+                raise SessionError(
+                    "storage",
+                    f"the database {self.where} holds no sessions (no session tables; nothing"
+                    " was created): check the URL; a run, a chat, `serve` or `sessions import`"
+                    " makes the tables",
+                )
             if version > SCHEMA_VERSION:
                 raise SessionError(
                     "storage",

@@ -21,9 +21,10 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
         durability: Durability = "full",
         session_guard: SessionGuard | None = None,
         max_connections: int = 10,
+        create: bool = True,
     ) -> None:
         self.database: PostgresDatabase = PostgresDatabase(
-            url, durability, session_guard, max_connections=max_connections
+            url, durability, session_guard, max_connections=max_connections, create=create
         )
         super().__init__(self.database, context_build_options)
 
