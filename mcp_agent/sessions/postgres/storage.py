@@ -10,10 +10,8 @@ import psycopg
 
 from mcp_agent.sessions.entries import (
     LeafEntry,
-    MessageEntry,
     SessionEntry,
     SessionHeader,
-    entry_text,
     entry_to_json,
     iso_now,
     new_entry_id,
@@ -30,7 +28,7 @@ from mcp_agent.sessions.row_sql import (
     row_update,
     tree_delta,
 )
-from mcp_agent.sessions.sql.storage import SqlSessionStorage, new_incarnation
+from mcp_agent.sessions.sql.storage import SqlSessionStorage, entry_row, new_incarnation
 from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
 from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
 
@@ -71,21 +69,6 @@ def _no_nul(text: str | None) -> str | None:
     return text.replace("\x00", " ") if text else text
 
 
-def _entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
-    role = entry.message.role if isinstance(entry, MessageEntry) else None
-    return (
-        session_id,
-        entry.id,
-        entry.parent_id,
-        entry.type,
-        role,
-        entry.timestamp,
-        seq,
-        entry_to_json(entry),
-        _no_nul(entry_text(entry)) or None,
-    )
-
-
 _RECOUNT = for_psycopg(recount_sql("coalesce(jsonb_object_agg(role, n), '{}'::jsonb)"))
 _ADD_ROLE = (
     "UPDATE sessions SET roles = jsonb_set(roles, ARRAY[%(role)s],"
@@ -112,7 +95,8 @@ def _write_entries(
     delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
-        rows.append(_entry_row(session_id, entry, first_seq + offset))
+        row = entry_row(session_id, entry, first_seq + offset)
+        rows.append((*row[:-1], _no_nul(row[-1])))
         delta.add(entry)
     delta.check_fits()
     if totals is not None:

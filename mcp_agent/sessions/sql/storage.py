@@ -21,9 +21,12 @@ from mcp_agent.sessions.entries import (
     ENTRY_TYPES,
     CompactionEntry,
     LeafEntry,
+    MessageEntry,
     SessionEntry,
     SessionHeader,
     UnknownEntry,
+    entry_text,
+    entry_to_json,
     new_entry_id,
     parse_header,
 )
@@ -91,6 +94,23 @@ def new_incarnation() -> str:
     again under the same id (an import, perhaps by another process or replica) is then told
     apart from the one a repo keeps open, with its parsed header and entries."""
     return uuid.uuid4().hex[:16]
+
+
+def entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
+    """An entry's row of ``entries``, in its columns' order: session_id, id, parent_id, type,
+    role, timestamp, seq, data (its stored JSON), text (what a search matches; None if none)."""
+    role = entry.message.role if isinstance(entry, MessageEntry) else None
+    return (
+        session_id,
+        entry.id,
+        entry.parent_id,
+        entry.type,
+        role,
+        entry.timestamp,
+        seq,
+        entry_to_json(entry),
+        entry_text(entry) or None,
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -13,7 +13,6 @@ from mcp_agent.sessions.entries import (
     MessageEntry,
     SessionEntry,
     SessionHeader,
-    entry_text,
     entry_to_json,
     iso_now,
     new_entry_id,
@@ -32,6 +31,7 @@ from mcp_agent.sessions.row_sql import (
 from mcp_agent.sessions.sql.storage import (
     SqlSessionStorage,
     branch_messages_sql,
+    entry_row,
     new_incarnation,
 )
 from mcp_agent.sessions.sqlite.database import SqliteDatabase
@@ -47,21 +47,6 @@ IMPORT_BATCH_ROWS = 2000
 
 
 # --- what each entry adds to its session's row ------------------------------------------------
-
-
-def _entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
-    role = entry.message.role if isinstance(entry, MessageEntry) else None
-    return (
-        session_id,
-        entry.id,
-        entry.parent_id,
-        entry.type,
-        role,
-        entry.timestamp,
-        seq,
-        entry_to_json(entry),
-        entry_text(entry) or None,
-    )
 
 
 _INSERT_ENTRY = (
@@ -169,7 +154,7 @@ def _write_entries(
     delta = RowDelta()
     rows = []
     for offset, entry in enumerate(entries):
-        rows.append(_entry_row(session_id, entry, first_seq + offset))
+        rows.append(entry_row(session_id, entry, first_seq + offset))
         delta.add(entry)
     delta.check_fits()
     if totals is not None:
