@@ -335,13 +335,14 @@ async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
 
 
 async def test_server_that_cannot_start_is_reported_and_left_out() -> None:
-    broken = ServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit(1)"])
+    broken = ServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit(7)"])
     async with ToolHub({"t": stdio_config(), "broken": broken}) as hub:
         errors: list[str] = []
         names = {tool.name for tool in await hub.tools(on_error=errors.append)}
         assert "t__echo" in names
         assert not any(name.startswith("broken__") for name in names)
-        assert errors and "'broken'" in errors[0]
+        # Not the bare "Connection closed" the client hears: that it exited, and how.
+        assert errors and "'broken'" in errors[0] and "exited with status 7" in errors[0]
 
 
 async def test_agent_manifest_filters_tools_and_servers() -> None:
