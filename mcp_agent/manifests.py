@@ -108,6 +108,8 @@ def load_servers(directory: Path) -> dict[str, ServerConfig]:
                 f"{path}: mcpServers.{name} must be an object with 'command' or 'url', "
                 f"not {type(entry).__name__}"
             )
+        if not name:  # its tools would be named as they are: "subagent", beside the built-in
+            raise ManifestError(f"{path}: a server name must not be empty (it names its tools)")
         if "__" in name:
             raise ManifestError(f"{path}: server name {name!r} must not contain '__'")
         try:

@@ -50,6 +50,8 @@ def test_ide_configs_paste_as_they_are(tmp_path: Path) -> None:
         ({"x": {"command": "a", "url": "http://b"}}, "either 'command'"),
         ({"x": {}}, "either 'command'"),
         ({"a__b": {"command": "a"}}, "must not contain '__'"),
+        # Its tools would go unqualified ("echo"), beside the built-ins ("subagent").
+        ({"": {"command": "a"}}, "server name must not be empty"),
         ({"x": {"command": "a", "timeout": -1}}, "mcpServers.x.timeout"),
         ({"x": {"url": "http://a", "type": "carrier-pigeon"}}, "mcpServers.x.type"),
     ],

@@ -7,6 +7,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -334,13 +335,14 @@ async def test_abort_cancels_call_and_close_leaves_no_child() -> None:
 
 
 async def test_server_that_cannot_start_is_reported_and_left_out() -> None:
-    broken = ServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit(1)"])
+    broken = ServerConfig(command=sys.executable, args=["-c", "import sys; sys.exit(7)"])
     async with ToolHub({"t": stdio_config(), "broken": broken}) as hub:
         errors: list[str] = []
         names = {tool.name for tool in await hub.tools(on_error=errors.append)}
         assert "t__echo" in names
         assert not any(name.startswith("broken__") for name in names)
-        assert errors and "'broken'" in errors[0]
+        # Not the bare "Connection closed" the client hears: that it exited, and how.
+        assert errors and "'broken'" in errors[0] and "exited with status 7" in errors[0]
 
 
 async def test_agent_manifest_filters_tools_and_servers() -> None:
@@ -372,13 +374,40 @@ async def test_builtin_tools_receive_run_meta() -> None:
         assert text_of(await call(tool)) == "s-42"
 
 
+@asynccontextmanager
+async def tool_server_over_http(flag: str) -> AsyncIterator[int]:
+    """tests/servers/tool_server.py serving over HTTP (``flag``: ``streamable-http``, ``sse``
+    or ``json-http``) on a free loopback port, which it yields once it listens."""
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    child = await anyio.open_process(
+        [sys.executable, str(SERVER), f"--{flag}", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        break
+                except OSError:
+                    await anyio.sleep(0.05)
+        yield port
+    finally:
+        child.terminate()
+        with anyio.fail_after(10):
+            await child.wait()
+
+
 @pytest.mark.parametrize(("transport", "path"), [("streamable-http", "/mcp"), ("sse", "/sse")])
 async def test_downstream_server_over_http(
     transport: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import socket
-    import subprocess
-
     from mcp_agent.proxy import tool_listing
 
     # Each listing passes the check of its tools one by one, over HTTP as over stdio.
@@ -391,22 +420,7 @@ async def test_downstream_server_over_http(
 
     monkeypatch.setattr(tool_listing, "valid_tools", noted)
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    child = await anyio.open_process(
-        [sys.executable, str(SERVER), f"--{transport}", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with anyio.fail_after(20):
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        break
-                except OSError:
-                    await anyio.sleep(0.05)
+    async with tool_server_over_http(transport) as port:
         config = ServerConfig.model_validate(
             {
                 "url": f"http://127.0.0.1:{port}{path}",
@@ -420,10 +434,37 @@ async def test_downstream_server_over_http(
             assert text_of(await call(tools["web__echo"], text="over http")) == "over http"
         listed = [tool["name"] for tool in listings[0]["tools"]]
         assert "echo" in listed and len(listed) == len(tools)
-    finally:
-        child.terminate()
-        with anyio.fail_after(10):
-            await child.wait()
+
+
+async def test_an_answer_of_megabytes_after_progress_arrives_over_http_as_over_stdio() -> None:
+    # With progress the answer comes as an event on a stream, which the SDK's client takes
+    # up to 1 MiB by default: a picture of 2 MB failed and the server was restarted.
+    async with tool_server_over_http("streamable-http") as port:
+        async with ToolHub({"web": ServerConfig(url=f"http://127.0.0.1:{port}/mcp")}) as hub:
+            tools = by_name(await hub.tools())
+            updates: list[AgentToolResult] = []
+            result = await call(tools["web__big_after_progress"], updates, chars=3_000_000)
+            assert not result.is_error, text_of(result)
+            assert "3,000,000 characters" in narrow(result.content[-1], TextContent).text
+            assert [u.details["progress"] for u in updates] == [1]
+            assert hub.connection("web").starts == 1
+
+
+async def test_an_answer_over_the_bound_over_http_fails_its_call_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mcp_agent.proxy import downstream
+
+    # A JSON body was read whole, however large (200 MB: 1 GB of memory); an event too.
+    monkeypatch.setattr(downstream, "MAX_HTTP_MESSAGE", 1_000_000, raising=False)
+    for flag, tool in (("json-http", "big"), ("streamable-http", "big_after_progress")):
+        async with tool_server_over_http(flag) as port:
+            async with ToolHub({"web": ServerConfig(url=f"http://127.0.0.1:{port}/mcp")}) as hub:
+                tools = by_name(await hub.tools())
+                result = await call(tools[f"web__{tool}"], chars=2_000_000)
+                said = text_of(result)
+                assert result.is_error and "1000000 byte" in said.replace(",", ""), said[:300]
+                assert text_of(await call(tools["web__echo"], text="still")) == "still"
 
 
 async def test_a_failed_start_is_remembered_for_a_while(tmp_path: Path) -> None:

@@ -50,12 +50,19 @@ HURRIED_KILL = 1.0
 GROUP_POLL = 0.05
 # How long messages already taken may take to reach the child's stdin when stopping.
 FLUSH_TIMEOUT = 0.5
+# How long the child may take to exit once its output has ended, for its exit status.
+EXIT_WAIT = 0.5
 # The child's stdout pipe, widened (Linux) so that a long answer comes in few reads.
 PIPE_SIZE = 1 << 20
 
 
 class LineTooLong(ValueError):
     """The server wrote a line longer than the transport reads: it was left out."""
+
+
+class ServerExited(ConnectionError):
+    """The server's process ended by itself: said in place of the bare "Connection closed"
+    that the client hears (a server that exits at once, say for a missing key, said no more)."""
 
 
 @asynccontextmanager
@@ -103,6 +110,7 @@ async def child_stdio(
     write_stream, write_receiver = anyio.create_memory_object_stream[SessionMessage](0)
     written = anyio.Event()
     writing = anyio.CancelScope()
+    output_ended = anyio.Event()
 
     async def read() -> None:
         async def dropped(line: DroppedLine) -> str | None:
@@ -118,6 +126,7 @@ async def child_stdio(
                 async for line in LineReader(from_child, max_line, dropped=dropped, chunks=chunks):
                     if line.strip():
                         await read_sender.send(_parse(line))
+                output_ended.set()  # before the client hears of it
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the client is gone
         # Read on to the end: a child blocked writing to a full pipe could not exit.
@@ -157,6 +166,15 @@ async def child_stdio(
             group.start_soon(write)
             try:
                 yield read_stream, write_stream
+            except Exception as error:
+                # Before stop(): an exit seen here is the child's own.
+                status = process.returncode
+                if status is None and output_ended.is_set():
+                    with anyio.move_on_after(EXIT_WAIT):
+                        status = await process.wait()
+                if status is not None:
+                    raise ServerExited(f"its process exited with status {status}") from error
+                raise
             finally:
                 # Bounded at every step, and done even when the caller is cancelled: a child
                 # left running would outlive us.

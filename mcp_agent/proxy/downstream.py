@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx2
 import mcp.types as types
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, StdioServerParameters
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
-from mcp_agent.pipes import ANSWER_TOO_LONG
+from mcp_agent.pipes import ANSWER_TOO_LONG, MAX_LINE
 from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.proxy.tool_listing import valid_tools_only
@@ -45,6 +46,10 @@ MAX_TOOLS = 1000
 MAX_TOOL_PAGES = 100
 # How much of a server's error text a result or a log line quotes.
 MAX_ERROR_CHARS = 500
+# One message from a server over HTTP (a JSON body, or one event of a stream), as a line over
+# stdio: the SDK's client takes an event of 1 MiB at most (a picture is more), and a JSON body
+# of any size, read whole into memory.
+MAX_HTTP_MESSAGE = MAX_LINE
 
 
 # How to make a client to a server: given the handler of its transport's faults.
@@ -296,6 +301,11 @@ class McpServerConnection:
                     return AgentToolResult.error(
                         f"MCP server {self.name!r} answered {tool}, but {error.message}"
                     )
+                if error.code == types.PARSE_ERROR:  # the SDK's: a JSON body it could not read
+                    return AgentToolResult.error(
+                        f"MCP server {self.name!r} answered {tool} with what could not be read: "
+                        f"{_describe(error)}"
+                    )
                 # An error answer from a server that is up: the call was refused, not lost.
                 return AgentToolResult.error(
                     f"MCP server {self.name!r} refused {tool}: {_describe(error)}"
@@ -345,8 +355,6 @@ def connect_to(name: str, config: ServerConfig) -> Connect:
 
     @asynccontextmanager
     async def over_http(handler: MessageHandlerFnT) -> AsyncIterator[Client]:
-        import httpx2
-
         url = config.url or ""
         if config.type == "sse":
             from mcp.client.sse import sse_client
@@ -356,12 +364,50 @@ def connect_to(name: str, config: ServerConfig) -> Connect:
             return
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30, read=None))
-        transport = streamable_http_client(url, http_client=http)
+        http = httpx2.AsyncClient(
+            headers=config.headers,
+            timeout=httpx2.Timeout(30, read=None),
+            event_hooks={"response": [_bound_json_body]},
+        )
+        transport = streamable_http_client(
+            url, http_client=http, max_sse_event_size=MAX_HTTP_MESSAGE
+        )
         async with http, client(transport, handler) as connected:
             yield connected
 
     return over_http
+
+
+class AnswerTooLong(httpx2.StreamError):
+    """A body over ``MAX_HTTP_MESSAGE``; the SDK's client fails the request it answers."""
+
+
+async def _bound_json_body(response: httpx2.Response) -> None:
+    """Read ``response``'s body (one JSON-RPC message) up to ``MAX_HTTP_MESSAGE`` bytes. An
+    event stream is left as it is: the SDK bounds each of its events."""
+    body = response.stream
+    if isinstance(body, httpx2.AsyncByteStream) and not response.headers.get(
+        "content-type", ""
+    ).startswith("text/event-stream"):
+        response.stream = _BoundedBody(body, MAX_HTTP_MESSAGE)
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for part in self._inner:
+            read += len(part)
+            if read > self._limit:
+                raise AnswerTooLong(
+                    f"its answer is over the limit of {self._limit:,} bytes and was left out"
+                )
+            yield part
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _describe(error: BaseException) -> str:

@@ -90,6 +90,14 @@ async def big(chars: int) -> str:
 
 
 @server.tool()
+async def big_after_progress(chars: int, ctx: Context) -> str:
+    """Report progress, then answer with ``chars`` characters (over HTTP an event stream
+    carries the answer once progress went before it)."""
+    await ctx.report_progress(1, 2, "half way")
+    return "x" * chars
+
+
+@server.tool()
 async def big_data(items: int) -> dict[str, list[int]]:
     """Structured content of ``items`` numbers (and its JSON as text)."""
     return {"numbers": list(range(items))}
@@ -123,6 +131,10 @@ if __name__ == "__main__":
     if "--garbage" in sys.argv:
         sys.stdout.write("this is not json-rpc\n")
         sys.stdout.flush()
+    if "--json-http" in sys.argv:  # answers as JSON bodies, never as event streams
+        port = int(sys.argv[sys.argv.index("--json-http") + 1])
+        server.run("streamable-http", host="127.0.0.1", port=port, json_response=True)
+        raise SystemExit(0)
     for transport in ("streamable-http", "sse"):
         if f"--{transport}" in sys.argv:
             port = int(sys.argv[sys.argv.index(f"--{transport}") + 1])
