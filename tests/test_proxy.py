@@ -272,10 +272,25 @@ async def test_hang_times_out_and_next_call_restarts() -> None:
         tools = by_name(await hub.tools())
         pid = int(text_of(await call(tools["t__pid"])))
         with anyio.fail_after(15):
-            result = await call(tools["t__slow"], seconds=30)
+            result = await call(tools["t__hang"], seconds=30)
         assert result.is_error and "within 0.5 s" in text_of(result)
         assert not alive(pid)
         assert text_of(await call(tools["t__echo"], text="ok")) == "ok"
+
+
+async def test_a_call_past_its_limit_that_reports_progress_stops_only_itself() -> None:
+    """Progress says the server is up: only the call is cancelled, and the server's other
+    calls (other runs') go on (before: the server was stopped as if hung)."""
+    async with ToolHub({"t": stdio_config(timeout=0.5)}) as hub:
+        tools = by_name(await hub.tools())
+        pid = int(text_of(await call(tools["t__pid"])))
+        updates: list[AgentToolResult] = []
+        with anyio.fail_after(15):
+            result = await call(tools["t__slow"], updates, seconds=30)
+        assert text_of(result).endswith("within 0.5 s; the call was cancelled"), text_of(result)
+        assert updates and alive(pid)
+        assert text_of(await call(tools["t__echo"], text="ok")) == "ok"
+        assert hub.connection("t").starts == 1
 
 
 async def test_a_slow_call_on_a_server_that_answers_others_stops_only_itself(

@@ -145,7 +145,7 @@ async def test_a_downstream_server_that_hangs_is_cut_off(tmp_path: Path) -> None
     server = downstream_server(tmp_path, {"t": tool_server(timeout=0.5)})
     async with Client(server) as client:
         with anyio.fail_after(30):
-            hung = await call(client, "agent_run", prompt='call t__slow {"seconds": 30}')
+            hung = await call(client, "agent_run", prompt='call t__hang {"seconds": 30}')
         assert hung["status"] == "completed"
         assert "within 0.5 s" in hung["answer"] and "'t'" in hung["answer"]
         await check_session(client, hung["sessionId"])

@@ -80,9 +80,11 @@ class McpServerConnection:
         self._done: anyio.Event | None = None
         self._lock = anyio.Lock()
         self.starts = 0
-        # Calls answered (results and error answers): a call that times out while others
-        # were answered is slow on a server that is up.
-        self._answers = 0
+        # What the server said that shows it is up: answers to calls (results and error
+        # answers), progress and other notifications. A call that times out while the server
+        # said anything is slow on a server that is up: stopping the server would fail the
+        # calls of other runs too.
+        self._heard = 0
         # What the server sent that could not be read (a line that is not JSON-RPC): said when
         # a call goes unanswered meanwhile, as it may have been the answer.
         self._unreadable: tuple[int, str] = (0, "")
@@ -211,6 +213,8 @@ class McpServerConnection:
             log.debug("MCP server %r: no tool changes heard: %s", self.name, _describe(error))
 
     async def _on_message(self, message: IncomingMessage) -> None:
+        if not isinstance(message, Exception):
+            self._heard += 1
         if isinstance(message, types.ToolListChangedNotification):
             self._stale = True  # listed again when tools are next asked for (a run starts)
         elif isinstance(message, Exception):
@@ -246,7 +250,13 @@ class McpServerConnection:
     ) -> AgentToolResult:
         with anyio.CancelScope() as scope:
             remove = signal.on_abort(scope.cancel) if signal else None
-            answers, unreadable = self._answers, self._unreadable[0]
+            heard, unreadable = self._heard, self._unreadable[0]
+
+            async def progressed(progress: float, total: float | None, message: str | None) -> None:
+                self._heard += 1
+                if on_progress is not None:
+                    await on_progress(progress, total, message)
+
             try:
                 try:
                     client = await self.ensure_started(task_group)
@@ -257,7 +267,7 @@ class McpServerConnection:
                         result = await client.call_tool(
                             tool,
                             arguments,
-                            progress_callback=on_progress,
+                            progress_callback=progressed,
                             # RequestParamsMeta is an open TypedDict (PEP 728 extra_items) that
                             # mypy does not support yet: our own key cannot be typed as one.
                             meta=meta,  # type: ignore[arg-type]
@@ -265,26 +275,26 @@ class McpServerConnection:
                     except (ValidationError, RuntimeError) as error:
                         # An answer the SDK refused (not MCP, or structured content its
                         # output schema refuses): the server is up and stays so.
-                        self._answers += 1
+                        self._heard += 1
                         return AgentToolResult.error(
                             f"MCP server {self.name!r} answered {tool} with a result that "
                             f"could not be used: {_describe(error)}"
                         )
                     except MCPError as error:
                         if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
-                            self._answers += 1
+                            self._heard += 1
                         raise
-                self._answers += 1
+                self._heard += 1
                 return to_agent_result(result)
             except TimeoutError:
                 late = f"MCP server {self.name!r} did not answer {tool} within {time_limit:g} s"
                 count, said = self._unreadable
                 if count != unreadable:
                     late += f" (it sent what could not be read meanwhile: {said})"
-                if self._answers != answers:
-                    # Other calls were answered meanwhile: the server is up and only this
-                    # call is slow. Stopping it would fail their calls too; the SDK sends
-                    # notifications/cancelled for this one.
+                if self._heard != heard:
+                    # The server answered other calls or said something meanwhile (this call's
+                    # progress too): it is up and only this call is slow. Stopping it would
+                    # fail other calls; the SDK sends notifications/cancelled for this one.
                     return AgentToolResult.error(f"{late}; the call was cancelled")
                 await self.stop()
                 return AgentToolResult.error(

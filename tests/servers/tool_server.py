@@ -40,6 +40,13 @@ async def slow(seconds: float, ctx: Context) -> str:
 
 
 @server.tool()
+async def hang(seconds: float) -> str:
+    """Sleep, saying nothing meanwhile."""
+    await anyio.sleep(seconds)
+    return "woke"
+
+
+@server.tool()
 async def wait_for(path: str) -> str:
     """Answer once a file exists at ``path``."""
     while not await anyio.Path(path).exists():
