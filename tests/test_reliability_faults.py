@@ -432,6 +432,10 @@ async def test_cancel_at_each_stage_leaves_a_whole_session(tmp_path: Path, stage
             runs = (await call(client, "agent_runs"))["runs"]
             child = next(r for r in runs if r["runId"] != run["runId"])
             assert child["status"] in ("aborted", "error"), child
+            # It says why: its parent stopped, not a request of its own.
+            assert f"run {run['runId']}, which delegated this task, was stopped" in str(
+                child.get("error")
+            ), child
             child_messages = await check_session(client, child["sessionId"])
             assert last_assistant(child_messages).stop_reason == "aborted"
         await next_run_works(client, run["sessionId"])

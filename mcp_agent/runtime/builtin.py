@@ -131,7 +131,8 @@ def build_builtin_server(state: AppState) -> MCPServer:
             await state.offload(
                 lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
             )
-            await state.runs.wait(run)
+            delegator = f"run {caller.id}" if caller is not None else "the run"
+            await state.runs.wait(run, f"{delegator}, which delegated this task, was stopped")
             run.listeners.clear()
         if run.status != "completed":
             raise ToolError(

@@ -558,15 +558,17 @@ class RunManager:
         for run in finished[: max(0, len(finished) - KEEP_FINISHED_RUNS)]:
             del self.runs[run.id]
 
-    async def wait(self, run: Run) -> None:
-        """Wait for ``run``; if the waiter is cancelled (the MCP request was), abort the run and
-        let it record its end before giving up."""
+    async def wait(
+        self, run: Run, why: str = "the request that started the run was cancelled"
+    ) -> None:
+        """Wait for ``run``; if the waiter is cancelled (the MCP request was), abort the run
+        (``why``: the reason it records) and let it record its end before giving up."""
         try:
             await run.done.wait()
         except anyio.get_cancelled_exc_class():
             # The waiter (and its request) is gone: send it no more events.
             run.listeners.clear()
-            run.abort("the request that started the run was cancelled")
+            run.abort(why)
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await run.done.wait()
             raise
