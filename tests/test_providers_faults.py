@@ -405,3 +405,40 @@ async def test_an_html_error_page_is_said_in_its_own_words(page: bytes, said: st
         _, final = await collect(openai(server.base, max_retries=0))
     error = present(final.error_message)
     assert said in error and "<" not in error, error
+
+
+async def test_an_api_key_the_server_quotes_back_is_never_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A proxy that names the key it refused: the error (printed, stored in the session, sent
+    to MCP clients) and the retry warnings say what went wrong without the key."""
+    openai_key = "sk-quoted-key-1234567890"
+    echo = json.dumps({"error": {"message": f"Invalid API key: {openai_key}"}}).encode()
+    async with script_server() as server:
+        server.add(
+            Reply(status=429, body=[echo], content_type="application/json"),
+            Reply(status=401, body=[echo], content_type="application/json"),
+        )
+        stream = stream_openai_compat(
+            model_at(server.base + "/v1"), user_context(), options(api_key=openai_key)
+        )
+        _, final = await collect(stream)
+        assert server.requests[0].headers["authorization"] == f"Bearer {openai_key}"
+    error = present(final.error_message)
+    assert "401" in error and "check OPENAI_API_KEY" in error and "Invalid API key" in error
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mcp_agent.providers.http"]
+    assert warnings and "429" in warnings[0]
+    for said in (error, *warnings):
+        assert openai_key not in said and http.REDACTED in said, said
+    # Anthropic's x-api-key, quoted in an error event mid-stream.
+    anthropic_key = "sk-ant-test"
+    body: Body = [
+        an_message_start(),
+        an_event("error", error={"type": "api_error", "message": f"bad key {anthropic_key}"}),
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(anthropic(server.base, max_retries=0))
+    error = present(final.error_message)
+    assert "bad key" in error and anthropic_key not in error, error
+    assert http.credentials({"authorization": "Bearer x"}) == ()  # too short to cut out

@@ -23,7 +23,7 @@ import socket
 import ssl
 import time
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -252,6 +252,34 @@ def _detail_from_json(data: Any) -> str:
     return message
 
 
+# Request headers that carry the API key. A server may quote the key back in its error (a proxy
+# that says which key it refused): what we say is printed, logged, stored in the session and
+# sent to MCP clients, so the key is cut out of it.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+REDACTED = "[API key]"
+
+
+def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets in a request's ``headers`` (the token of ``authorization: Bearer …``)."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if name.lower() not in _CREDENTIAL_HEADERS:
+            continue
+        scheme, _, token = value.strip().partition(" ")
+        secret = (token if name.lower() == "authorization" and token else scheme).strip()
+        if len(secret) >= 8:  # a short value would cut out ordinary words
+            found.append(secret)
+    return tuple(found)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` without any of ``secrets``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> None:
     """A warning for whoever watches the log (the server's stderr, the command line): a
     rate-limited model can hold a run for minutes of backoff, which should not look like a
@@ -405,6 +433,7 @@ async def open_event_stream(
         "accept": "text/event-stream",
         **headers,
     }
+    secrets = credentials(send_headers)
     async with _client(options) as client:
         attempt = 0
         while True:
@@ -432,10 +461,11 @@ async def open_event_stream(
                 if response.status_code < 300:
                     if not _is_event_stream(response):
                         said = error_detail(await race.run(_read_limited(response)))
+                        said = redact(said, secrets)
                         raise ProviderError(_not_an_event_stream(endpoint, response, said))
                     yield response
                     return
-                detail = error_detail(await race.run(_read_limited(response)))
+                detail = redact(error_detail(await race.run(_read_limited(response))), secrets)
             finally:
                 await response.aclose()
             status = response.status_code
@@ -760,9 +790,11 @@ async def stream_sse(
     events = state.events
     signal = options.signal
     race = AbortRace(signal)
+    secrets: tuple[str, ...] = ()
     try:
         race.check()
         headers, body = prepare()
+        secrets = credentials(headers)
         async with open_event_stream(
             endpoint, headers=headers, body=body, options=options, race=race
         ) as response:
@@ -881,9 +913,10 @@ async def stream_sse(
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
         else:
-            yield ErrorEvent(fail(output, str(error)))
+            yield ErrorEvent(fail(output, redact(str(error), secrets)))
     except Exception as error:  # a bug of ours must still end the stream properly
-        yield ErrorEvent(fail(output, f"{endpoint.where}: unexpected error: {error!r}"))
+        said = redact(f"{endpoint.where}: unexpected error: {error!r}", secrets)
+        yield ErrorEvent(fail(output, said))
     finally:
         race.close()
 
