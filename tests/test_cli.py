@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from agent_support import pi_v3
 from mcp_support import another_programs_database, poll, search_index_marks
 from narrow import narrow, present
+from providers_support import Reply, oa_text_reply, script_server
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -1665,3 +1667,35 @@ def test_tree_json_is_written_as_made(db: Path, capsys: pytest.CaptureFixture[st
         whole = capsys.readouterr().out
         emit_json_stream(fields, "nodes", iter(items))
         assert capsys.readouterr().out == whole
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", ["run", "chat"])
+async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
+    command: str, db: Path
+) -> None:
+    """The wait a rate limit causes is said on stderr as one line, not as rich's log record
+    (a time, the source file's line, the text wrapped over several lines)."""
+    limited = b'{"error": {"message": "Rate limit reached for requests"}}'
+    async with script_server() as server:
+        server.add(
+            Reply(status=429, headers={"retry-after": "0"}, body=[limited]),
+            oa_text_reply("Fine now."),
+        )
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        args = ["run", "hi"] if command == "run" else ["chat"]
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", *args, "--model", "openai:gpt-4o-mini"],
+            input=b"hi\n" if command == "chat" else None,
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "Fine now." in done.stdout.decode()
+    said = [line for line in stderr.splitlines() if "Rate limit reached" in line]
+    assert len(said) == 1, stderr
+    assert "429 Too Many Requests" in said[0] and "trying again in 0.0 s (retry 1 of 3)" in said[0]
+    assert "http.py:" not in stderr, stderr

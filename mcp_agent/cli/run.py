@@ -30,6 +30,7 @@ from mcp_agent.cli.common import (
     die,
     err,
     named_store,
+    plain_logging,
     single,
     utf8_text,
 )
@@ -399,6 +400,7 @@ def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
             return await body(state)
 
     check_database(settings.db_url or settings.db_path)
+    plain_logging()
     try:
         return anyio.run(main)
     except BaseException as error:
