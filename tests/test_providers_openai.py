@@ -439,6 +439,26 @@ async def test_content_filter_is_an_error() -> None:
         assert "content_filter" in present(final.error_message) and final.text == "par"
 
 
+async def test_a_refusal_is_an_error_that_says_the_models_words() -> None:
+    """OpenAI streams a refusal in its own field, not as content: an answer of it alone was an
+    empty answer that stopped normally, the words lost."""
+    body: list[Any] = [
+        oa_chunk({"role": "assistant", "content": None, "refusal": None}),
+        oa_chunk({"content": None, "refusal": "I can't help "}),
+        oa_chunk({"refusal": "with that."}),
+        oa_chunk({}, "stop"),
+        OA_DONE,
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.ERROR
+    assert "refused to answer: I can't help with that." in present(final.error_message)
+    assert not is_transient_error(final)
+
+
 # --- faults -----------------------------------------------------------------------------------
 
 

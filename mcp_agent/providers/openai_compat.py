@@ -48,6 +48,7 @@ from mcp_agent.providers.common import (
     update_usage,
 )
 from mcp_agent.providers.http import (
+    ERROR_CHARS,
     Endpoint,
     ProviderError,
     bad_json,
@@ -58,6 +59,7 @@ from mcp_agent.providers.http import (
     scan_json,
     stream_sse,
 )
+from mcp_agent.wire import one_line
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
@@ -319,6 +321,7 @@ class _StreamState:
         self.response_id: str | None = None
         self.done = False
         self.ids_taken: set[str] = set()  # the ids the calls of this answer have
+        self.refusal: list[str] = []  # what the model said in refusing (OpenAI's refusal field)
 
     @property
     def complete(self) -> bool:
@@ -401,6 +404,9 @@ class _StreamState:
         raise ProviderError(message)
 
     def _other_delta(self, delta: dict[str, Any]) -> None:
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self.refusal.append(refusal)
         for name in _REASONING_FIELDS:
             reasoning = delta.get(name)
             if reasoning and isinstance(reasoning, str):
@@ -528,6 +534,9 @@ class _StreamState:
                 block.arguments = parse_json_lenient(block.partial_json)
                 block.partial_json = None
                 self.events.append(ToolCallEndEvent(output, index))
+        if self.refusal:  # in its own field, not the text: an answer that is none
+            said = one_line("".join(self.refusal), ERROR_CHARS)
+            raise ProviderError(f"{self.endpoint.where}: the model refused to answer: {said}")
         reason = self.finish_reason
         if reason is None:
             output.stop_reason = StopReason.TOOL_USE if output.tool_calls else StopReason.STOP
