@@ -1160,6 +1160,32 @@ async def test_tool_call_deltas_as_servers_send_them(
     assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == expected
 
 
+@pytest.mark.parametrize("ending", ["whole", "dropped"])
+async def test_calls_sent_without_ids_get_ids_of_their_own(ending: str) -> None:
+    """Some compatible servers send no id: two calls sharing the empty id could not each have
+    their result (the session, the loop and the API pair them by id)."""
+    deltas: list[Any] = [
+        _delta(0, name="ls", arguments='{"path": "/"}'),
+        _delta(1, name="read", arguments='{"path": "x"}'),
+    ]
+    body: list[Any] = [*deltas, oa_chunk({}, "tool_calls"), OA_DONE]
+    async with script_server() as server:
+        server.add(Reply(body=deltas, drop=True) if ending == "dropped" else Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    calls = final.tool_calls
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("ls", {"path": "/"}),
+        ("read", {"path": "x"}),
+    ]
+    assert all(c.id for c in calls) and len({c.id for c in calls}) == 2, calls
+    if ending == "whole":
+        assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    else:
+        assert final.stop_reason == StopReason.ERROR
+
+
 async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept() -> None:
     # JSON allows the escape of half a surrogate pair; no UTF-8 can hold it.
     text = '{"choices":[{"index":0,"delta":{"content":"lone \\ud800 pair \\ud83d\\ude00 ok"}}]}'

@@ -44,6 +44,7 @@ from mcp_agent.providers.common import (
     THINKING_REDACTED,
     THINKING_SIGNATURE,
     append_str,
+    give_calls_ids,
     new_output,
     parse_json_lenient,
     transform_messages,
@@ -455,6 +456,7 @@ class _StreamState:
             )
         for index in list(self.blocks):  # blocks the server never closed
             self._stop({"index": index})
+        give_calls_ids(self.output)
         reason = self.stop_reason
         stop = _STOP.get(reason or "end_turn")
         if stop is None:

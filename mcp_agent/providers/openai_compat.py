@@ -41,6 +41,7 @@ from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn
 from mcp_agent.providers.common import (
     THINKING_SIGNATURE,
     append_str,
+    give_calls_ids,
     new_output,
     parse_json_lenient,
     readable,
@@ -525,6 +526,7 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 "(no finish_reason and no [DONE]); the partial response is kept"
             )
+        give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
                 self.events.append(TextEndEvent(output, index, block.text))
