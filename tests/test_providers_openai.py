@@ -439,6 +439,38 @@ async def test_content_filter_is_an_error() -> None:
         assert "content_filter" in present(final.error_message) and final.text == "par"
 
 
+async def test_only_the_first_choice_makes_the_answer() -> None:
+    """A server asked for several choices (``n`` in the body) streams each by its index, in
+    any order, several in one chunk or one alone: the answer is choice 0's, not a mix."""
+
+    def choices(*items: tuple[int, str | None, str | None]) -> bytes:
+        return sse(
+            {
+                "id": "c",
+                "choices": [
+                    {"index": i, "delta": {"content": text} if text else {}, "finish_reason": end}
+                    for i, text, end in items
+                ],
+            }
+        )
+
+    body: list[Any] = [
+        choices((1, "B", None), (0, "A", None)),
+        choices((1, "B2", "length")),
+        choices((0, "A2", None)),
+        sse({"id": "c", "choices": [{"index": None, "delta": {"content": "A3"}}]}),
+        choices((0, None, "stop")),
+        OA_DONE,
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert final.text == "AA2A3"
+
+
 async def test_a_refusal_is_an_error_that_says_the_models_words() -> None:
     """OpenAI streams a refusal in its own field, not as content: an answer of it alone was an
     empty answer that stopped normally, the words lost."""

@@ -360,6 +360,10 @@ class _StreamState:
         if not choices:
             return
         choice = choices[0]
+        if choice.get("index"):  # the answer is choice 0; others (n > 1) are not mixed in
+            choice = next((c for c in choices if type(c) is dict and not c.get("index")), None)
+            if choice is None:
+                return
         if not usage and choice.get("usage"):
             self._usage(choice["usage"])
         delta = choice.get("delta")
