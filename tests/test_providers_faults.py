@@ -287,16 +287,19 @@ async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() ->
         pytest.param("upstream fell over", "upstream fell over", id="plain-text"),
     ],
 )
-async def test_an_event_named_error_is_an_error_whatever_it_holds(data: str, said: str) -> None:
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_event_named_error_is_an_error_whatever_it_holds(
+    api: str, data: str, said: str
+) -> None:
     async with script_server() as server:
-        body: Body = [
-            oa_chunk({"content": "so"}),
-            sse(data, event="error"),
-            oa_chunk({}, "stop"),
-            OA_DONE,
-        ]
-        server.add(Reply(body=body))
-        _, final = await collect(openai(server.base))
+        if api == "openai":
+            body: Body = [oa_chunk({"content": "so"}), sse(data, event="error")]
+            server.add(Reply(body=[*body, oa_chunk({}, "stop"), OA_DONE]))
+            _, final = await collect(openai(server.base))
+        else:
+            body = [an_message_start(), *an_text_block(0, "so"), sse(data, event="error")]
+            server.add(Reply(body=[*body, *an_end()]))
+            _, final = await collect(anthropic(server.base))
     assert final.stop_reason == StopReason.ERROR and final.text == "so"
     assert f"the server reported an error mid-stream: {said}" in present(final.error_message)
 

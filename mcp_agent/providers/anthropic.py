@@ -323,9 +323,14 @@ class _StreamState:
         try:
             event = loads(data)
         except ValueError as error:
-            raise bad_json(self.endpoint, data, error) from None
+            if event_type != "error":
+                raise bad_json(self.endpoint, data, error) from None
+            event = data
         if not isinstance(event, dict):
-            return
+            if event_type != "error":
+                return
+            # An event named error is one whatever it holds (a proxy's plain text).
+            event = {"type": "error", "error": {"message": str(event)}}
         kind = event.get("type") or event_type
         if kind == "content_block_delta":
             self._delta(event)
