@@ -1416,6 +1416,14 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     answer(printer, "Half an", error="401 Unauthorized")
     printer.end_line()
     assert capsys.readouterr().out == "Half an \n"
+    # Nor is one whose retry was stopped while it waited (Ctrl-C): said once, and written.
+    printer = StreamPrinter(buffered=True)
+    answer(printer, "Half an", error="the server overloaded mid-stream")
+    printer(AutoRetryStartEvent(1, 3, 2.0, "the server overloaded mid-stream"))
+    printer(AutoRetryEndEvent(False, 1, "aborted while waiting"))
+    printer.end_line()
+    assert printer.shown_error
+    assert capsys.readouterr().out == "Half an \n"
 
 
 HELP_COMMANDS = [

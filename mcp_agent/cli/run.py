@@ -162,6 +162,9 @@ class StreamPrinter:
         self.buffered = _stdout_is_a_file() if buffered is None else buffered
         self._text: list[str] = []
         self._held: str | None = None  # a failed answer's text, until no retry follows
+        # The failed answer a retry is waiting to replace: it is the answer after all when
+        # the retry never runs (Ctrl-C while it waits).
+        self._replaced: tuple[str | None, bool] | None = None
         # The run's warnings (its MCP servers that could not start), said as they come.
         self.warnings: list[str] = []
         self._warned = 0
@@ -242,6 +245,7 @@ class StreamPrinter:
                     self.note(f"← {name}: {text}", "dim yellow")
             case MessageEndEvent(message=AssistantMessage() as message):
                 text, self._text = "".join(self._text), []
+                self._replaced = None
                 if message.stop_reason in ("error", "aborted"):
                     stop = str(message.stop_reason)
                     why = (message.error_message or "no reason given").removeprefix(stop + ": ")
@@ -252,10 +256,14 @@ class StreamPrinter:
                     self.end_line()
                     self._write_answer(text)
             case AutoRetryStartEvent():
+                self._replaced = (self._held, self.shown_error)
                 self._held = None  # that answer is being asked for again
                 self.shown_error = False
                 self.note(describe_event(event), "yellow")
             case AutoRetryEndEvent():
+                if self._replaced is not None:  # no answer came since the retry began
+                    self._held, self.shown_error = self._replaced
+                    self._replaced = None
                 self.note(describe_event(event), "yellow")
             case AutoCompactionStartEvent():
                 self.note(describe_event(event), "cyan")
