@@ -1707,3 +1707,21 @@ async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
     assert len(said) == 1, stderr
     assert "429 Too Many Requests" in said[0] and "trying again in 0.0 s (retry 1 of 3)" in said[0]
     assert "http.py:" not in stderr, stderr
+
+
+@pytest.mark.anyio
+async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("The first half", finish="length"))
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert done.stdout.decode() == "The first half\n"
+    assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr

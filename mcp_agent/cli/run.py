@@ -280,6 +280,8 @@ def footer(run: Run) -> str:
         parts.append(f"${usage.cost.total:.4f}")
     if run.status != "completed":
         parts.append(run.status)
+    elif run.stop_reason == "length":  # else an answer cut short reads as a whole one
+        parts.append("cut off at the model's output limit")
     return " · ".join(parts)
 
 
