@@ -248,8 +248,11 @@ class StreamPrinter:
                 self._replaced = None
                 if message.stop_reason in ("error", "aborted"):
                     stop = str(message.stop_reason)
-                    why = (message.error_message or "no reason given").removeprefix(stop + ": ")
-                    self.note(f"{stop}: {why}", "bold red")
+                    why = message.error_message or ""
+                    # The loop writes "Aborted: terminated", the providers "aborted: terminated".
+                    if why.lower().startswith(stop):
+                        why = why[len(stop) :].removeprefix(":").strip()
+                    self.note(f"{stop}: {why or 'no reason given'}", "bold red")
                     self.shown_error = True
                     self._held = text or None
                 else:
