@@ -34,7 +34,8 @@ def user_db_path() -> Path:
 
 
 def shown_url(url: str) -> str:
-    """A database URL without its password, for messages and logs."""
+    """A URL (a database's, a model API's base URL) without its password, for messages and
+    logs."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)

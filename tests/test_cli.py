@@ -879,6 +879,12 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert {p["name"] for p in data["providers"]} >= {"openai", "anthropic", "scripted"}
     from mcp_agent.providers import registry
 
+    # A proxy's password in a base URL is not shown.
+    monkeypatch.setenv("OLLAMA_HOST", "http://alice:hunter2-secret@127.0.0.1:11434")
+    monkeypatch.setattr(registry, "_default", None)
+    for shown in (cli("models").stdout, cli("models", "--json").stdout):
+        assert "alice:***@127.0.0.1:11434" in shown and "hunter2" not in shown
+
     monkeypatch.setenv("MCP_AGENT_MODELS", str(tmp_path / "missing.toml"))
     monkeypatch.setattr(registry, "_default", None)
     bad = cli("models")

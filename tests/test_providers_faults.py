@@ -445,3 +445,16 @@ async def test_an_api_key_the_server_quotes_back_is_never_said(
     error = present(final.error_message)
     assert "bad key" in error and anthropic_key not in error, error
     assert http.credentials({"authorization": "Bearer x"}) == ()  # too short to cut out
+
+
+async def test_a_password_in_the_base_url_is_never_said() -> None:
+    """A proxy behind basic auth, its password in the base URL: errors name the server
+    without it (they are printed, stored in the session and sent to MCP clients)."""
+    async with script_server() as server:
+        server.add(Reply(status=404, body=[b"no such route"], content_type="text/plain"))
+        base = server.base.replace("http://", "http://alice:hunter2-secret@")
+        _, final = await collect(openai(base, max_retries=0))
+        assert server.requests  # it was asked, with the password
+    error = present(final.error_message)
+    assert "404" in error and "alice:***@127.0.0.1" in error, error
+    assert "hunter2-secret" not in error

@@ -41,6 +41,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage, answer_chars
+from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
 from mcp_agent.wire import one_line
@@ -93,7 +94,8 @@ class Endpoint:
 
     @property
     def where(self) -> str:
-        return f"{self.label} at {self.base_url}"
+        # A proxy's password may ride in the URL (http://user:password@host/v1).
+        return f"{self.label} at {shown_url(self.base_url)}"
 
 
 @dataclass(frozen=True)
