@@ -1437,6 +1437,37 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     assert capsys.readouterr().out == "Half an \n"
 
 
+def test_a_streamed_answer_cannot_act_on_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Escape sequences from the model (or a hostile server) are shown escaped on a terminal,
+    in the answer, the thinking and a tool's name; a pipe or a file gets the answer exact."""
+    from mcp_agent.cli.run import StreamPrinter
+    from mcp_agent.events import (
+        MessageUpdateEvent,
+        TextDeltaEvent,
+        ThinkingDeltaEvent,
+        ToolExecutionStartEvent,
+    )
+
+    hostile = "Hi \x1b]0;owned\x07\x1b[2J there"
+    message = AssistantMessage(content=[TextContent(text=hostile)])
+
+    def stream(printer: StreamPrinter) -> None:
+        thinking = ThinkingDeltaEvent(partial=message, delta=f"hmm {hostile}")
+        printer(MessageUpdateEvent(message=message, assistant_message_event=thinking))
+        printer(ToolExecutionStartEvent(tool_call_id="c", tool_name="x\x1b[1m", args={}))
+        delta = TextDeltaEvent(partial=message, delta=hostile)
+        printer(MessageUpdateEvent(message=message, assistant_message_event=delta))
+        printer.end_line()
+
+    stream(StreamPrinter(buffered=False, terminal=True))
+    out, err = capsys.readouterr()
+    assert out == "Hi \\x1b]0;owned\\x07\\x1b[2J there\n"
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned" in err, err
+    assert "→ x\\x1b[1m(" in err
+    stream(StreamPrinter(buffered=False, terminal=False))  # a pipe
+    assert capsys.readouterr().out == hostile + "\n"
+
+
 HELP_COMMANDS = [
     [],
     ["serve"],
