@@ -32,7 +32,7 @@ from providers_support import (
     user_context,
 )
 
-from mcp_agent.messages import StopReason
+from mcp_agent.messages import StopReason, TextContent
 from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
 from mcp_agent.providers.base import is_transient_error
@@ -224,12 +224,23 @@ async def test_an_answer_whose_stream_never_ends_is_taken_once_it_is_whole(
     assert final.text == "whole"
 
 
-async def test_anthropic_pings_alone_are_a_stall() -> None:
-    pings: list[bytes | float | Gate] = [an_event("ping"), 0.05] * 100
+@pytest.mark.parametrize(
+    "beat",
+    [
+        pytest.param(an_event("ping"), id="pings"),
+        pytest.param(  # a server stuck on a delta with nothing in it: no end, no bound, before
+            an_event("content_block_delta", index=1, delta={"type": "text_delta", "text": ""}),
+            id="empty-deltas",
+        ),
+    ],
+)
+async def test_anthropic_pings_alone_are_a_stall(beat: bytes) -> None:
+    pings: list[bytes | float | Gate] = [beat, 0.05] * 100
+    start = an_event("content_block_start", index=1, content_block={"type": "text", "text": ""})
     async with script_server() as server:
-        server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), *pings]))
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), start, *pings]))
         _, final = await collect(anthropic(server.base, stall_timeout=0.5))
-    assert final.text == "so far"
+    assert final.content[0] == TextContent(text="so far")
     assert "only keep-alives for 0.5 s" in present(final.error_message)
     assert len(server.sent) < 60
 

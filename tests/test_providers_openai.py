@@ -1250,6 +1250,9 @@ async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept()
         pytest.param(sse({"id": "chatcmpl-1", "choices": []}), id="chunks-without-content"),
         pytest.param(sse({"choices": [{"index": 0, "delta": {}}]}), id="empty-deltas"),
         pytest.param(b"event: ping\ndata: {}\n\n", id="named-pings"),
+        pytest.param(  # a server stuck repeating a call's start: no end, no bound, before
+            _delta(0, "c1", name="ls", arguments=""), id="tool-call-deltas-without-arguments"
+        ),
     ],
 )
 async def test_a_stream_of_keep_alives_alone_times_out_and_keeps_the_text(beat: bytes) -> None:

@@ -406,18 +406,22 @@ class _StreamState:
         block = output.content[position]
         delta = event.get("delta") or {}
         kind = delta.get("type")
+        # A delta with nothing in it is no event: it is no progress (see the stall timeout).
         if kind == "text_delta" and isinstance(block, TextContent):
             text = delta.get("text") or ""
-            append_str(block, "text", text)
-            self.events.append(TextDeltaEvent(output, position, text))
+            if text:
+                append_str(block, "text", text)
+                self.events.append(TextDeltaEvent(output, position, text))
         elif kind == "input_json_delta" and isinstance(block, ToolCall):
             part = delta.get("partial_json") or ""
-            append_str(block, "partial_json", part)
-            self.events.append(ToolCallDeltaEvent(output, position, part))
+            if part:
+                append_str(block, "partial_json", part)
+                self.events.append(ToolCallDeltaEvent(output, position, part))
         elif kind == "thinking_delta" and isinstance(block, ThinkingContent):
             text = delta.get("thinking") or ""
-            append_str(block, "thinking", text)
-            self.events.append(ThinkingDeltaEvent(output, position, text))
+            if text:
+                append_str(block, "thinking", text)
+                self.events.append(ThinkingDeltaEvent(output, position, text))
         elif kind == "signature_delta" and isinstance(block, ThinkingContent):
             extra = block.model_extra
             assert extra is not None

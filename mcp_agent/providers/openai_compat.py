@@ -470,9 +470,9 @@ class _StreamState:
         arguments = function.get("arguments") or ""
         if isinstance(arguments, dict):  # some servers send the object itself
             arguments = json.dumps(arguments, ensure_ascii=False)
-        if arguments:
+        if arguments:  # a delta with nothing in it is no event (see the stall timeout)
             append_str(block, "partial_json", arguments)
-        self.events.append(ToolCallDeltaEvent(output, position, arguments))
+            self.events.append(ToolCallDeltaEvent(output, position, arguments))
 
     def _call_position(self, stream_index: int | None, call_id: str, name: str) -> int | None:
         """Which call a tool-call delta continues, or None for a new one.
