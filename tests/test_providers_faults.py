@@ -32,7 +32,7 @@ from providers_support import (
     user_context,
 )
 
-from mcp_agent.messages import StopReason, TextContent
+from mcp_agent.messages import StopReason, TextContent, ThinkingContent
 from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
 from mcp_agent.providers.base import is_transient_error
@@ -135,6 +135,55 @@ async def test_an_answer_is_bounded_and_what_came_is_kept(monkeypatch: pytest.Mo
         server.add(Reply(body=[*chunks[:40], oa_chunk({}, "stop"), OA_DONE]))
         _, final = await collect(openai(server.base))
     assert final.stop_reason == StopReason.STOP and len(final.text) == 40_000
+
+
+async def test_a_thinking_signature_counts_against_the_bound_and_grows_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signature is no text, yet held and stored: one that will not end is given up at the
+    answer's bound. Its deltas grow it in place: joined by copying, 32 MB of them held the
+    event loop (every run, every client of the server) for 80 s."""
+    monkeypatch.setattr(http, "MAX_ANSWER_CHARS", 50_000)
+    monkeypatch.setattr(http, "ANSWER_CHECK_EVERY", 10_000)
+    start = an_event("content_block_start", index=0, content_block={"type": "thinking"})
+    signed = an_event(
+        "content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s" * 1000}
+    )
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), start, *[signed] * 200, *an_end()]))
+        _, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.ERROR
+    assert "the answer passed 50,000 characters" in present(final.error_message)
+    thinking = narrow(final.content[0], ThinkingContent)
+    assert 50_000 < len((thinking.model_extra or {})["thinkingSignature"]) < 100_000
+    # In place: while it streams, the memory held stays near one copy of the signature;
+    # joining by copying holds the old and the new one at once.
+    monkeypatch.undo()
+    signed = an_event(
+        "content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s" * 16_384}
+    )
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "warm"), *an_end()]))
+        server.add(Reply(body=[an_message_start(), start, *[signed] * 128, *an_end()]))
+        await collect(anthropic(server.base))  # what is made once per process is not counted
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        held_before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            last: Any = None
+            with anyio.fail_after(30):  # a hang guard
+                async for event in anthropic(server.base):  # keep no events
+                    last = event.partial if event.type in ("done", "error") else last
+            peak = tracemalloc.get_traced_memory()[1] - held_before
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+    assert last is not None and last.stop_reason == StopReason.STOP, last
+    size = len((narrow(last.content[0], ThinkingContent).model_extra or {})["thinkingSignature"])
+    assert size == 128 * 16_384
+    assert peak < 1.5 * size, f"peak {peak} bytes while streaming a {size}-byte signature"
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])

@@ -423,11 +423,15 @@ class _StreamState:
                 append_str(block, "thinking", text)
                 self.events.append(ThinkingDeltaEvent(output, position, text))
         elif kind == "signature_delta" and isinstance(block, ThinkingContent):
+            part = delta.get("signature") or ""
             extra = block.model_extra
             assert extra is not None
-            extra[THINKING_SIGNATURE] = (extra.get(THINKING_SIGNATURE) or "") + (
-                delta.get("signature") or ""
-            )
+            # Grown in place, as append_str grows a field: many deltas cost linear time.
+            signature = extra.pop(THINKING_SIGNATURE, None) or ""
+            try:
+                signature += part
+            finally:  # a part that is no string leaves the signature as it was
+                extra[THINKING_SIGNATURE] = signature
 
     def _stop(self, event: dict[str, Any]) -> None:
         position = self.blocks.pop(event.get("index"), None)  # type: ignore[arg-type]

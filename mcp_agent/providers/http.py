@@ -40,10 +40,17 @@ import httpx
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
-from mcp_agent.messages import AssistantMessage, answer_chars
+from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
-from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
+from mcp_agent.providers.common import (
+    THINKING_SIGNATURE,
+    Aborted,
+    AbortRace,
+    abort_reason,
+    fail,
+    readable,
+)
 from mcp_agent.wire import one_line
 
 __all__ = [
@@ -744,8 +751,14 @@ ANSWER_CHECK_EVERY = 4 << 20
 
 
 def check_answer_size(where: str, output: AssistantMessage) -> None:
-    """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``; what came is kept."""
-    if answer_chars(output) > MAX_ANSWER_CHARS:
+    """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``, thinking signatures
+    included (held and stored, though no text); what came is kept."""
+    signatures = sum(
+        len((block.model_extra or {}).get(THINKING_SIGNATURE) or "")
+        for block in output.content
+        if isinstance(block, ThinkingContent)
+    )
+    if answer_chars(output) + signatures > MAX_ANSWER_CHARS:
         raise ProviderError(
             f"{where}: the answer passed {MAX_ANSWER_CHARS:,} characters; gave up on it (what"
             " came is kept)"
