@@ -489,6 +489,27 @@ async def test_a_refusal_is_an_error_that_says_the_models_words() -> None:
     assert final.stop_reason == StopReason.ERROR
     assert "refused to answer: I can't help with that." in present(final.error_message)
     assert not is_transient_error(final)
+    # One that will not end is held no further than it is said (it counts toward no bound).
+    endless = [oa_chunk({"refusal": "no " * 10_000}) for _ in range(100)]  # 3 MB
+    async with script_server() as server:
+        server.add(Reply(body=[*endless, oa_chunk({}, "stop"), OA_DONE]))
+        stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        held_before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            last: Any = None
+            with anyio.fail_after(30):  # a hang guard
+                async for event in stream:  # keep no events
+                    last = event
+            peak = tracemalloc.get_traced_memory()[1] - held_before
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+    assert "refused to answer: no no" in present(last.partial.error_message)
+    assert peak < 1_000_000, f"peak {peak} bytes for a refusal of 3 MB"
 
 
 # --- faults -----------------------------------------------------------------------------------

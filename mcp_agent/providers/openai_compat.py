@@ -412,6 +412,8 @@ class _StreamState:
         refusal = delta.get("refusal")
         if refusal and isinstance(refusal, str):
             self.refusal.append(refusal)
+            if len(self.refusal) > 1:  # only the start is said: hold no more of it
+                self.refusal = ["".join(self.refusal)[: ERROR_CHARS + 1]]
         for name in _REASONING_FIELDS:
             reasoning = delta.get(name)
             if reasoning and isinstance(reasoning, str):
