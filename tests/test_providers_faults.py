@@ -13,6 +13,8 @@ import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketStream
+from hypothesis import given
+from hypothesis import strategies as st
 from narrow import narrow, present
 from providers_support import (
     OA_DONE,
@@ -37,6 +39,7 @@ from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
 from mcp_agent.providers.base import is_transient_error
 from mcp_agent.providers.openai_compat import stream_openai_compat
+from mcp_agent.wire import escape_controls, one_line
 
 pytestmark = pytest.mark.anyio
 
@@ -518,3 +521,36 @@ async def test_a_password_in_the_base_url_is_never_said() -> None:
     error = present(final.error_message)
     assert "404" in error and "alice:***@127.0.0.1" in error, error
     assert "hunter2-secret" not in error
+
+
+def _one_line_whole(text: str, limit: int) -> str:
+    """``one_line`` as it was: the whole text flattened, then cut."""
+    flat = escape_controls(" ".join(text.split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@given(
+    st.text(st.sampled_from("ab \t\n\r\x1b\x1c\x1f\x85\xa0\u2003\u202e"), max_size=300),
+    st.integers(min_value=1, max_value=60),
+)
+def test_one_line_quotes_a_text_as_before_at_any_length(text: str, limit: int) -> None:
+    assert one_line(text, limit) == _one_line_whole(text, limit)
+
+
+def test_one_line_costs_what_it_shows() -> None:
+    """A server's malformed event (up to 64 MB) is quoted in an error in 200 characters:
+    flattening all of it first took 4.5 s of the event loop and 630 MB for 30 MB."""
+    text = "ab " * 10_000_000
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    held_before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    try:
+        quoted = one_line(text, 200)
+        peak = tracemalloc.get_traced_memory()[1] - held_before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert quoted == "ab " * 66 + "a…"
+    assert peak < 100_000, peak
