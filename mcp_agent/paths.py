@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DB_ENV = "MCP_AGENT_DB"
@@ -38,9 +39,12 @@ def shown_url(url: str) -> str:
     logs."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # no URL (a stray bracket): still no password shown
+        return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url)
     netloc = parts.netloc.rsplit("@", 1)
     user = (parts.username or "") + ":***"
     return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
