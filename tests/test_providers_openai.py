@@ -429,6 +429,28 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
         assert final.stop_reason == stop
 
 
+@pytest.mark.parametrize(
+    ("finish", "stop", "transient"),
+    [
+        ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
+        ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
+        ("something_new", StopReason.ERROR, False),
+    ],
+)
+async def test_finish_reasons_other_servers_send(
+    finish: str, stop: StopReason, transient: bool
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("x", finish=finish))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == stop and final.text == "x"
+    assert is_transient_error(final) == transient, final.error_message
+    if stop == StopReason.ERROR:
+        assert f"(finish_reason {finish})" in present(final.error_message)
+
+
 async def test_content_filter_is_an_error() -> None:
     async with script_server() as server:
         server.add(oa_text_reply("par", finish="content_filter"))

@@ -297,9 +297,14 @@ _FINISH = {
     "end": StopReason.STOP,
     "eos": StopReason.STOP,
     "length": StopReason.LENGTH,
+    "model_length": StopReason.LENGTH,  # Mistral: the context window, not max_tokens, ran out
     "tool_calls": StopReason.TOOL_USE,
     "function_call": StopReason.TOOL_USE,
 }
+
+
+# Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
+_OVERLOADED = frozenset({"insufficient_system_resource"})
 
 
 class _StreamState:
@@ -551,8 +556,13 @@ class _StreamState:
             return
         stop = _FINISH.get(reason)
         if stop is None:
-            what = "filtered the response" if reason == "content_filter" else "stopped"
-            raise ProviderError(f"{self.endpoint.where}: the model {what} (finish_reason {reason})")
+            if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
+                what = "the server overloaded mid-stream"
+            elif reason == "content_filter":
+                what = "the model filtered the response"
+            else:
+                what = "the model stopped"
+            raise ProviderError(f"{self.endpoint.where}: {what} (finish_reason {reason})")
         if stop == StopReason.STOP and output.tool_calls:
             stop = StopReason.TOOL_USE  # some servers say "stop" after tool calls
         output.stop_reason = stop
