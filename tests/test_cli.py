@@ -1423,10 +1423,15 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     printer.end_line()
     assert capsys.readouterr().out == "Half an \n"
     # An abort is said once, however its reason is spelt.
-    for said in ("aborted: terminated", "Aborted: terminated"):
-        aborted = AssistantMessage(stop_reason="aborted", error_message=said)
-        printer(MessageEndEvent(message=aborted))
-        assert capsys.readouterr().err.splitlines()[-1] == "aborted: terminated"
+    for stop, said, shown in [
+        ("aborted", "aborted: terminated", "aborted: terminated"),
+        ("aborted", "Aborted: terminated", "aborted: terminated"),
+        ("aborted", "Aborted", "aborted: no reason given"),
+        ("error", "errors in the request body", "error: errors in the request body"),
+    ]:
+        failed = AssistantMessage(stop_reason=stop, error_message=said)
+        printer(MessageEndEvent(message=failed))
+        assert capsys.readouterr().err.splitlines()[-1] == shown
     # Nor is one whose retry was stopped while it waited (Ctrl-C): said once, and written.
     printer = StreamPrinter(buffered=True)
     answer(printer, "Half an", error="the server overloaded mid-stream")

@@ -262,8 +262,8 @@ class StreamPrinter:
                     stop = str(message.stop_reason)
                     why = message.error_message or ""
                     # The loop writes "Aborted: terminated", the providers "aborted: terminated".
-                    if why.lower().startswith(stop):
-                        why = why[len(stop) :].removeprefix(":").strip()
+                    if why.lower() == stop or why.lower().startswith(stop + ":"):
+                        why = why[len(stop) + 1 :].strip()
                     self.note(f"{stop}: {why or 'no reason given'}", "bold red")
                     self.shown_error = True
                     self._held = text or None
