@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DB_ENV = "MCP_AGENT_DB"
@@ -34,12 +35,16 @@ def user_db_path() -> Path:
 
 
 def shown_url(url: str) -> str:
-    """A database URL without its password, for messages and logs."""
+    """A URL (a database's, a model API's base URL) without its password, for messages and
+    logs."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # no URL (a stray bracket): still no password shown
+        return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", url)
     netloc = parts.netloc.rsplit("@", 1)
     user = (parts.username or "") + ":***"
     return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))

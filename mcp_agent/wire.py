@@ -214,11 +214,25 @@ def _escape(found: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+_WORD = re.compile(r"\S+")
+
+
 def one_line(text: object, limit: int | None = None) -> str:
     """``text`` as a message, a listing or a preview quotes it: whitespace runs one space,
     control characters escaped (text from a session, a model or a server must do nothing on a
-    terminal), cut at ``limit`` characters with an ellipsis."""
-    flat = escape_controls(" ".join(str(text).split()))
+    terminal), cut at ``limit`` characters with an ellipsis. Costs what is shown, not what
+    ``text`` holds (a server's malformed event may hold 64 MB)."""
+    text = str(text)
+    if limit is not None and len(text) > 2 * limit:
+        words: list[str] = []
+        kept = 0
+        for word in _WORD.finditer(text):  # escaping only lengthens: limit + 1 is enough
+            words.append(word.group())
+            kept += len(words[-1]) + 1
+            if kept > limit + 1:
+                break
+        text = " ".join(words)
+    flat = escape_controls(" ".join(text.split()))
     return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 

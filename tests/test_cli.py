@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from agent_support import pi_v3
 from mcp_support import another_programs_database, poll, search_index_marks
 from narrow import narrow, present
+from providers_support import Reply, oa_text_reply, script_server
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -877,6 +879,12 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert {p["name"] for p in data["providers"]} >= {"openai", "anthropic", "scripted"}
     from mcp_agent.providers import registry
 
+    # A proxy's password in a base URL is not shown.
+    monkeypatch.setenv("OLLAMA_HOST", "http://alice:hunter2-secret@127.0.0.1:11434")
+    monkeypatch.setattr(registry, "_default", None)
+    for shown in (cli("models").stdout, cli("models", "--json").stdout):
+        assert "alice:***@127.0.0.1:11434" in shown and "hunter2" not in shown
+
     monkeypatch.setenv("MCP_AGENT_MODELS", str(tmp_path / "missing.toml"))
     monkeypatch.setattr(registry, "_default", None)
     bad = cli("models")
@@ -1414,6 +1422,55 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     answer(printer, "Half an", error="401 Unauthorized")
     printer.end_line()
     assert capsys.readouterr().out == "Half an \n"
+    # An abort is said once, however its reason is spelt.
+    for stop, said, shown in [
+        ("aborted", "aborted: terminated", "aborted: terminated"),
+        ("aborted", "Aborted: terminated", "aborted: terminated"),
+        ("aborted", "Aborted", "aborted: no reason given"),
+        ("error", "errors in the request body", "error: errors in the request body"),
+    ]:
+        failed = AssistantMessage(stop_reason=stop, error_message=said)
+        printer(MessageEndEvent(message=failed))
+        assert capsys.readouterr().err.splitlines()[-1] == shown
+    # Nor is one whose retry was stopped while it waited (Ctrl-C): said once, and written.
+    printer = StreamPrinter(buffered=True)
+    answer(printer, "Half an", error="the server overloaded mid-stream")
+    printer(AutoRetryStartEvent(1, 3, 2.0, "the server overloaded mid-stream"))
+    printer(AutoRetryEndEvent(False, 1, "aborted while waiting"))
+    printer.end_line()
+    assert printer.shown_error
+    assert capsys.readouterr().out == "Half an \n"
+
+
+def test_a_streamed_answer_cannot_act_on_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Escape sequences from the model (or a hostile server) are shown escaped on a terminal,
+    in the answer, the thinking and a tool's name; a pipe or a file gets the answer exact."""
+    from mcp_agent.cli.run import StreamPrinter
+    from mcp_agent.events import (
+        MessageUpdateEvent,
+        TextDeltaEvent,
+        ThinkingDeltaEvent,
+        ToolExecutionStartEvent,
+    )
+
+    hostile = "Hi \x1b]0;owned\x07\x1b[2J there"
+    message = AssistantMessage(content=[TextContent(text=hostile)])
+
+    def stream(printer: StreamPrinter) -> None:
+        thinking = ThinkingDeltaEvent(partial=message, delta=f"hmm {hostile}")
+        printer(MessageUpdateEvent(message=message, assistant_message_event=thinking))
+        printer(ToolExecutionStartEvent(tool_call_id="c", tool_name="x\x1b[1m", args={}))
+        delta = TextDeltaEvent(partial=message, delta=hostile)
+        printer(MessageUpdateEvent(message=message, assistant_message_event=delta))
+        printer.end_line()
+
+    stream(StreamPrinter(buffered=False, terminal=True))
+    out, err = capsys.readouterr()
+    assert out == "Hi \\x1b]0;owned\\x07\\x1b[2J there\n"
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned" in err, err
+    assert "→ x\\x1b[1m(" in err
+    stream(StreamPrinter(buffered=False, terminal=False))  # a pipe
+    assert capsys.readouterr().out == hostile + "\n"
 
 
 HELP_COMMANDS = [
@@ -1665,3 +1722,53 @@ def test_tree_json_is_written_as_made(db: Path, capsys: pytest.CaptureFixture[st
         whole = capsys.readouterr().out
         emit_json_stream(fields, "nodes", iter(items))
         assert capsys.readouterr().out == whole
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", ["run", "chat"])
+async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
+    command: str, db: Path
+) -> None:
+    """The wait a rate limit causes is said on stderr as one line, not as rich's log record
+    (a time, the source file's line, the text wrapped over several lines)."""
+    limited = b'{"error": {"message": "Rate limit reached for requests"}}'
+    async with script_server() as server:
+        server.add(
+            Reply(status=429, headers={"retry-after": "0"}, body=[limited]),
+            oa_text_reply("Fine now."),
+        )
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        args = ["run", "hi"] if command == "run" else ["chat"]
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", *args, "--model", "openai:gpt-4o-mini"],
+            input=b"hi\n" if command == "chat" else None,
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "Fine now." in done.stdout.decode()
+    said = [line for line in stderr.splitlines() if "Rate limit reached" in line]
+    assert len(said) == 1, stderr
+    assert "429 Too Many Requests" in said[0] and "trying again in 0.0 s (retry 1 of 3)" in said[0]
+    assert "http.py:" not in stderr, stderr
+
+
+@pytest.mark.anyio
+async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("The first half", finish="length"))
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert done.stdout.decode() == "The first half\n"
+    assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr

@@ -532,6 +532,29 @@ async def test_agent_below_the_threshold_does_not_compact() -> None:
     assert compactions(session) == [] and summarizer.prompts == []
 
 
+async def test_a_failed_answer_does_not_set_off_a_compaction() -> None:
+    """A failed answer is never sent to the model, however much text it kept (a stream cut
+    off at the answer's bound held 16 MB): it neither counts toward the context nor starts a
+    compaction after the run, which would ask the API that just failed for a summary (pi
+    skips it too)."""
+    session = new_session()
+    add_turns(session, 6)  # about 2,400 tokens: under the threshold of 3,000
+    summarizer = Summarizer()
+    failed = provider_error("the connection broke off mid-stream", words("partial", 2_000))
+    answer = reply("ok", usage=Usage(total_tokens=2_500))  # an API counts what it was sent
+    agent, provider = compacting_agent(session, [failed, answer], summarizer)
+    await agent.prompt("next")
+    assert summarizer.prompts == [] and compactions(session) == []
+    assert context_tokens(agent.state.messages) < 3_000
+    await agent.prompt("again")  # nor before the next prompt
+    assert summarizer.prompts == [] and compactions(session) == []
+    assert len(provider.calls) == 2
+    # Over the threshold with the prompt alone: a failed answer still does not compact.
+    agent, _ = compacting_agent(session, [provider_error("overloaded")], summarizer)
+    await agent.prompt(words("long", 700))
+    assert summarizer.prompts == [] and compactions(session) == []
+
+
 async def test_agent_compacts_before_a_prompt() -> None:
     session = new_session()
     add_turns(session, 10)  # about 4,000 estimated tokens

@@ -13,6 +13,8 @@ import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketStream
+from hypothesis import given
+from hypothesis import strategies as st
 from narrow import narrow, present
 from providers_support import (
     OA_DONE,
@@ -32,11 +34,12 @@ from providers_support import (
     user_context,
 )
 
-from mcp_agent.messages import StopReason
+from mcp_agent.messages import StopReason, TextContent, ThinkingContent
 from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
 from mcp_agent.providers.base import is_transient_error
 from mcp_agent.providers.openai_compat import stream_openai_compat
+from mcp_agent.wire import escape_controls, one_line
 
 pytestmark = pytest.mark.anyio
 
@@ -137,6 +140,55 @@ async def test_an_answer_is_bounded_and_what_came_is_kept(monkeypatch: pytest.Mo
     assert final.stop_reason == StopReason.STOP and len(final.text) == 40_000
 
 
+async def test_a_thinking_signature_counts_against_the_bound_and_grows_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signature is no text, yet held and stored: one that will not end is given up at the
+    answer's bound. Its deltas grow it in place: joined by copying, 32 MB of them held the
+    event loop (every run, every client of the server) for 80 s."""
+    monkeypatch.setattr(http, "MAX_ANSWER_CHARS", 50_000)
+    monkeypatch.setattr(http, "ANSWER_CHECK_EVERY", 10_000)
+    start = an_event("content_block_start", index=0, content_block={"type": "thinking"})
+    signed = an_event(
+        "content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s" * 1000}
+    )
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), start, *[signed] * 200, *an_end()]))
+        _, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.ERROR
+    assert "the answer passed 50,000 characters" in present(final.error_message)
+    thinking = narrow(final.content[0], ThinkingContent)
+    assert 50_000 < len((thinking.model_extra or {})["thinkingSignature"]) < 100_000
+    # In place: while it streams, the memory held stays near one copy of the signature;
+    # joining by copying holds the old and the new one at once.
+    monkeypatch.undo()
+    signed = an_event(
+        "content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s" * 16_384}
+    )
+    async with script_server() as server:
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "warm"), *an_end()]))
+        server.add(Reply(body=[an_message_start(), start, *[signed] * 128, *an_end()]))
+        await collect(anthropic(server.base))  # what is made once per process is not counted
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        held_before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            last: Any = None
+            with anyio.fail_after(30):  # a hang guard
+                async for event in anthropic(server.base):  # keep no events
+                    last = event.partial if event.type in ("done", "error") else last
+            peak = tracemalloc.get_traced_memory()[1] - held_before
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+    assert last is not None and last.stop_reason == StopReason.STOP, last
+    size = len((narrow(last.content[0], ThinkingContent).model_extra or {})["thinkingSignature"])
+    assert size == 128 * 16_384
+    assert peak < 1.5 * size, f"peak {peak} bytes while streaming a {size}-byte signature"
+
+
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 async def test_tool_call_arguments_still_streaming_count_against_the_bound(
     monkeypatch: pytest.MonkeyPatch, api: str
@@ -224,12 +276,23 @@ async def test_an_answer_whose_stream_never_ends_is_taken_once_it_is_whole(
     assert final.text == "whole"
 
 
-async def test_anthropic_pings_alone_are_a_stall() -> None:
-    pings: list[bytes | float | Gate] = [an_event("ping"), 0.05] * 100
+@pytest.mark.parametrize(
+    "beat",
+    [
+        pytest.param(an_event("ping"), id="pings"),
+        pytest.param(  # a server stuck on a delta with nothing in it: no end, no bound, before
+            an_event("content_block_delta", index=1, delta={"type": "text_delta", "text": ""}),
+            id="empty-deltas",
+        ),
+    ],
+)
+async def test_anthropic_pings_alone_are_a_stall(beat: bytes) -> None:
+    pings: list[bytes | float | Gate] = [beat, 0.05] * 100
+    start = an_event("content_block_start", index=1, content_block={"type": "text", "text": ""})
     async with script_server() as server:
-        server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), *pings]))
+        server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), start, *pings]))
         _, final = await collect(anthropic(server.base, stall_timeout=0.5))
-    assert final.text == "so far"
+    assert final.content[0] == TextContent(text="so far")
     assert "only keep-alives for 0.5 s" in present(final.error_message)
     assert len(server.sent) < 60
 
@@ -287,16 +350,19 @@ async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() ->
         pytest.param("upstream fell over", "upstream fell over", id="plain-text"),
     ],
 )
-async def test_an_event_named_error_is_an_error_whatever_it_holds(data: str, said: str) -> None:
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_event_named_error_is_an_error_whatever_it_holds(
+    api: str, data: str, said: str
+) -> None:
     async with script_server() as server:
-        body: Body = [
-            oa_chunk({"content": "so"}),
-            sse(data, event="error"),
-            oa_chunk({}, "stop"),
-            OA_DONE,
-        ]
-        server.add(Reply(body=body))
-        _, final = await collect(openai(server.base))
+        if api == "openai":
+            body: Body = [oa_chunk({"content": "so"}), sse(data, event="error")]
+            server.add(Reply(body=[*body, oa_chunk({}, "stop"), OA_DONE]))
+            _, final = await collect(openai(server.base))
+        else:
+            body = [an_message_start(), *an_text_block(0, "so"), sse(data, event="error")]
+            server.add(Reply(body=[*body, *an_end()]))
+            _, final = await collect(anthropic(server.base))
     assert final.stop_reason == StopReason.ERROR and final.text == "so"
     assert f"the server reported an error mid-stream: {said}" in present(final.error_message)
 
@@ -405,3 +471,86 @@ async def test_an_html_error_page_is_said_in_its_own_words(page: bytes, said: st
         _, final = await collect(openai(server.base, max_retries=0))
     error = present(final.error_message)
     assert said in error and "<" not in error, error
+
+
+async def test_an_api_key_the_server_quotes_back_is_never_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A proxy that names the key it refused: the error (printed, stored in the session, sent
+    to MCP clients) and the retry warnings say what went wrong without the key."""
+    openai_key = "sk-quoted-key-1234567890"
+    echo = json.dumps({"error": {"message": f"Invalid API key: {openai_key}"}}).encode()
+    async with script_server() as server:
+        server.add(
+            Reply(status=429, body=[echo], content_type="application/json"),
+            Reply(status=401, body=[echo], content_type="application/json"),
+        )
+        stream = stream_openai_compat(
+            model_at(server.base + "/v1"), user_context(), options(api_key=openai_key)
+        )
+        _, final = await collect(stream)
+        assert server.requests[0].headers["authorization"] == f"Bearer {openai_key}"
+    error = present(final.error_message)
+    assert "401" in error and "check OPENAI_API_KEY" in error and "Invalid API key" in error
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mcp_agent.providers.http"]
+    assert warnings and "429" in warnings[0]
+    for said in (error, *warnings):
+        assert openai_key not in said and http.REDACTED in said, said
+    # Anthropic's x-api-key, quoted in an error event mid-stream.
+    anthropic_key = "sk-ant-test"
+    body: Body = [
+        an_message_start(),
+        an_event("error", error={"type": "api_error", "message": f"bad key {anthropic_key}"}),
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(anthropic(server.base, max_retries=0))
+    error = present(final.error_message)
+    assert "bad key" in error and anthropic_key not in error, error
+    assert http.credentials({"authorization": "Bearer x"}) == ()  # too short to cut out
+
+
+async def test_a_password_in_the_base_url_is_never_said() -> None:
+    """A proxy behind basic auth, its password in the base URL: errors name the server
+    without it (they are printed, stored in the session and sent to MCP clients)."""
+    async with script_server() as server:
+        server.add(Reply(status=404, body=[b"no such route"], content_type="text/plain"))
+        base = server.base.replace("http://", "http://alice:hunter2-secret@")
+        _, final = await collect(openai(base, max_retries=0))
+        assert server.requests  # it was asked, with the password
+    error = present(final.error_message)
+    assert "404" in error and "alice:***@127.0.0.1" in error, error
+    assert "hunter2-secret" not in error
+
+
+def _one_line_whole(text: str, limit: int) -> str:
+    """``one_line`` as it was: the whole text flattened, then cut."""
+    flat = escape_controls(" ".join(text.split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@given(
+    st.text(st.sampled_from("ab \t\n\r\x1b\x1c\x1f\x85\xa0\u2003\u202e"), max_size=300),
+    st.integers(min_value=1, max_value=60),
+)
+def test_one_line_quotes_a_text_as_before_at_any_length(text: str, limit: int) -> None:
+    assert one_line(text, limit) == _one_line_whole(text, limit)
+
+
+def test_one_line_costs_what_it_shows() -> None:
+    """A server's malformed event (up to 64 MB) is quoted in an error in 200 characters:
+    flattening all of it first took 4.5 s of the event loop and 630 MB for 30 MB."""
+    text = "ab " * 10_000_000
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    held_before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    try:
+        quoted = one_line(text, 200)
+        peak = tracemalloc.get_traced_memory()[1] - held_before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert quoted == "ab " * 66 + "a…"
+    assert peak < 100_000, peak

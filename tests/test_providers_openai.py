@@ -429,6 +429,28 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
         assert final.stop_reason == stop
 
 
+@pytest.mark.parametrize(
+    ("finish", "stop", "transient"),
+    [
+        ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
+        ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
+        ("something_new", StopReason.ERROR, False),
+    ],
+)
+async def test_finish_reasons_other_servers_send(
+    finish: str, stop: StopReason, transient: bool
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("x", finish=finish))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == stop and final.text == "x"
+    assert is_transient_error(final) == transient, final.error_message
+    if stop == StopReason.ERROR:
+        assert f"(finish_reason {finish})" in present(final.error_message)
+
+
 async def test_content_filter_is_an_error() -> None:
     async with script_server() as server:
         server.add(oa_text_reply("par", finish="content_filter"))
@@ -437,6 +459,79 @@ async def test_content_filter_is_an_error() -> None:
         )
         assert final.stop_reason == StopReason.ERROR
         assert "content_filter" in present(final.error_message) and final.text == "par"
+
+
+async def test_only_the_first_choice_makes_the_answer() -> None:
+    """A server asked for several choices (``n`` in the body) streams each by its index, in
+    any order, several in one chunk or one alone: the answer is choice 0's, not a mix."""
+
+    def choices(*items: tuple[int, str | None, str | None]) -> bytes:
+        return sse(
+            {
+                "id": "c",
+                "choices": [
+                    {"index": i, "delta": {"content": text} if text else {}, "finish_reason": end}
+                    for i, text, end in items
+                ],
+            }
+        )
+
+    body: list[Any] = [
+        choices((1, "B", None), (0, "A", None)),
+        choices((1, "B2", "length")),
+        choices((0, "A2", None)),
+        sse({"id": "c", "choices": [{"index": None, "delta": {"content": "A3"}}]}),
+        choices((0, None, "stop")),
+        OA_DONE,
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert final.text == "AA2A3"
+
+
+async def test_a_refusal_is_an_error_that_says_the_models_words() -> None:
+    """OpenAI streams a refusal in its own field, not as content: an answer of it alone was an
+    empty answer that stopped normally, the words lost."""
+    body: list[Any] = [
+        oa_chunk({"role": "assistant", "content": None, "refusal": None}),
+        oa_chunk({"content": None, "refusal": "I can't help "}),
+        oa_chunk({"refusal": "with that."}),
+        oa_chunk({}, "stop"),
+        OA_DONE,
+    ]
+    async with script_server() as server:
+        server.add(Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.ERROR
+    assert "refused to answer: I can't help with that." in present(final.error_message)
+    assert not is_transient_error(final)
+    # One that will not end is held no further than it is said (it counts toward no bound).
+    endless = [oa_chunk({"refusal": "no " * 10_000}) for _ in range(100)]  # 3 MB
+    async with script_server() as server:
+        server.add(Reply(body=[*endless, oa_chunk({}, "stop"), OA_DONE]))
+        stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        held_before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            last: Any = None
+            with anyio.fail_after(30):  # a hang guard
+                async for event in stream:  # keep no events
+                    last = event
+            peak = tracemalloc.get_traced_memory()[1] - held_before
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+    assert "refused to answer: no no" in present(last.partial.error_message)
+    assert peak < 1_000_000, f"peak {peak} bytes for a refusal of 3 MB"
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -1140,6 +1235,32 @@ async def test_tool_call_deltas_as_servers_send_them(
     assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == expected
 
 
+@pytest.mark.parametrize("ending", ["whole", "dropped"])
+async def test_calls_sent_without_ids_get_ids_of_their_own(ending: str) -> None:
+    """Some compatible servers send no id: two calls sharing the empty id could not each have
+    their result (the session, the loop and the API pair them by id)."""
+    deltas: list[Any] = [
+        _delta(0, name="ls", arguments='{"path": "/"}'),
+        _delta(1, name="read", arguments='{"path": "x"}'),
+    ]
+    body: list[Any] = [*deltas, oa_chunk({}, "tool_calls"), OA_DONE]
+    async with script_server() as server:
+        server.add(Reply(body=deltas, drop=True) if ending == "dropped" else Reply(body=body))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    calls = final.tool_calls
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("ls", {"path": "/"}),
+        ("read", {"path": "x"}),
+    ]
+    assert all(c.id for c in calls) and len({c.id for c in calls}) == 2, calls
+    if ending == "whole":
+        assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    else:
+        assert final.stop_reason == StopReason.ERROR
+
+
 async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept() -> None:
     # JSON allows the escape of half a surrogate pair; no UTF-8 can hold it.
     text = '{"choices":[{"index":0,"delta":{"content":"lone \\ud800 pair \\ud83d\\ude00 ok"}}]}'
@@ -1172,6 +1293,9 @@ async def test_a_lone_surrogate_from_the_model_is_replaced_and_the_answer_kept()
         pytest.param(sse({"id": "chatcmpl-1", "choices": []}), id="chunks-without-content"),
         pytest.param(sse({"choices": [{"index": 0, "delta": {}}]}), id="empty-deltas"),
         pytest.param(b"event: ping\ndata: {}\n\n", id="named-pings"),
+        pytest.param(  # a server stuck repeating a call's start: no end, no bound, before
+            _delta(0, "c1", name="ls", arguments=""), id="tool-call-deltas-without-arguments"
+        ),
     ],
 )
 async def test_a_stream_of_keep_alives_alone_times_out_and_keeps_the_text(beat: bytes) -> None:

@@ -117,6 +117,35 @@ def test_environment_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ModelRegistry().resolve("ollama:qwen3").base_url == "http://gpu:11434/v1"
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("notaurl", "not an http:// or https:// URL with a host"),
+        ("ftp://proxy/v1", "not an http:// or https:// URL with a host"),
+        ("http://[::1/v1", "Invalid IPv6 URL"),
+        ("http://proxy:99999/v1", "Port out of range"),
+        ("http://alice:hunter2@proxy:x/v1", "'http://alice:***@proxy:x/v1'"),
+    ],
+)
+def test_a_base_url_no_request_can_go_to_is_refused_naming_where_it_was_set(
+    url: str, says: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Refused when the model is chosen, before a run stores an answer that could only fail
+    (a port typo came back from the provider as an 'unexpected error: ExceptionGroup')."""
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(ModelRegistryError) as refused:
+        ModelRegistry.load().resolve("openai:gpt-4o")
+    said = str(refused.value)
+    assert said.startswith("OPENAI_BASE_URL is ") and says in said and "hunter2" not in said
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    path = write(tmp_path, f'[providers.local]\nbase_url = "{url}"\n')
+    with pytest.raises(ModelRegistryError, match="base_url of provider 'local'"):
+        ModelRegistry.load(path).resolve("local:m")
+    # Spaces around a URL (a quoted variable, a line end) are no part of it.
+    monkeypatch.setenv("OPENAI_BASE_URL", " http://proxy:8080/v1/\n")
+    assert ModelRegistry.load().resolve("openai:gpt-4o").base_url == "http://proxy:8080/v1"
+
+
 def test_user_file_adds_providers_and_models(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from mcp_agent.cli.common import PROG, JsonOption, die, emit_json, out, print_table
+from mcp_agent.paths import shown_url
 
 
 def models(as_json: JsonOption = False) -> None:
@@ -23,7 +24,7 @@ def models(as_json: JsonOption = False) -> None:
             "name": p.name,
             "api": p.api,
             "label": p.label,
-            "baseUrl": p.resolved_base_url() or None,
+            "baseUrl": shown_url(p.resolved_base_url() or "") or None,
             "apiKeyEnv": p.api_key_env,
             "apiKeySet": bool(p.api_key or (p.api_key_env and os.environ.get(p.api_key_env))),
             "listedModels": len(p.models),

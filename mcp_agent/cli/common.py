@@ -7,6 +7,7 @@ without loading the MCP SDK, the providers or the server.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,6 +39,17 @@ FAILED = 1
 BAD_INPUT = 2
 INTERRUPTED = 130
 TERMINATED = 143  # stopped by SIGTERM (the shell's 128 + its number)
+
+
+def plain_logging() -> None:
+    """Warnings (a model's rate limit and the wait it causes, a downstream server's trouble) as
+    one plain line each on stderr. Set up before the MCP SDK would install rich's handler,
+    which draws each record over several lines with a time and a source line, logs at INFO,
+    and imports rich.traceback when it first logs an error: with no file descriptor left (the
+    very error being logged) that import fails and takes the process down."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
 
 
 DbOption = Annotated[

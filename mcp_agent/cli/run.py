@@ -30,6 +30,7 @@ from mcp_agent.cli.common import (
     die,
     err,
     named_store,
+    plain_logging,
     single,
     utf8_text,
 )
@@ -137,6 +138,13 @@ async def check_session(state: AppState, session_id: str | None) -> None:
         )
 
 
+def _stdout_is_a_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (ValueError, AttributeError):  # closed, or no real stdout
+        return False
+
+
 def _stdout_is_a_file() -> bool:
     import os
     import stat
@@ -151,7 +159,7 @@ class StreamPrinter:
     """Writes an agent's answer to stdout as it streams, and its thinking, tool calls and
     errors to stderr, so that `run "…" > answer.txt` keeps just the answer."""
 
-    def __init__(self, buffered: bool | None = None) -> None:
+    def __init__(self, buffered: bool | None = None, terminal: bool | None = None) -> None:
         # Which stream has a line without its newline yet: "out", "thinking" or None.
         self.open: str | None = None
         self.shown_error = False  # an assistant message that failed has been reported
@@ -159,8 +167,15 @@ class StreamPrinter:
         # that failed and is retried must not end up in answer.txt. A terminal or a pipe
         # sees the answer as it streams.
         self.buffered = _stdout_is_a_file() if buffered is None else buffered
+        # On a terminal, text from the model (or a hostile server) is shown with its control
+        # characters escaped, as everywhere else, so that it cannot retitle, clear or take
+        # over the terminal; a pipe or a file gets the answer exactly.
+        self.terminal = _stdout_is_a_terminal() if terminal is None else terminal
         self._text: list[str] = []
         self._held: str | None = None  # a failed answer's text, until no retry follows
+        # The failed answer a retry is waiting to replace: it is the answer after all when
+        # the retry never runs (Ctrl-C while it waits).
+        self._replaced: tuple[str | None, bool] | None = None
         # The run's warnings (its MCP servers that could not start), said as they come.
         self.warnings: list[str] = []
         self._warned = 0
@@ -213,7 +228,7 @@ class StreamPrinter:
             describe_event,
         )
         from mcp_agent.messages import AssistantMessage, content_text
-        from mcp_agent.wire import one_line
+        from mcp_agent.wire import escape_controls, one_line
 
         match event:
             case MessageUpdateEvent(assistant_message_event=TextDeltaEvent(delta=delta)):
@@ -222,39 +237,48 @@ class StreamPrinter:
                 if self.buffered:
                     self._text.append(delta)
                 else:
-                    sys.stdout.write(delta)
+                    sys.stdout.write(escape_controls(delta) if self.terminal else delta)
                     sys.stdout.flush()
                     self.open = "out"
             case MessageUpdateEvent(assistant_message_event=ThinkingDeltaEvent(delta=delta)):
                 if self.open != "thinking":
                     self.end_line()
                     err().print("thinking: ", style="dim", end="")
-                err().print(delta, style="dim italic", end="", soft_wrap=True)
+                err().print(escape_controls(delta), style="dim italic", end="", soft_wrap=True)
                 self.open = "thinking"
             case ToolExecutionStartEvent(tool_name=name, args=args):
-                self.note(f"→ {name}({format_args(args)})", "yellow")
+                self.note(f"→ {escape_controls(name)}({format_args(args)})", "yellow")
             case ToolExecutionEndEvent(tool_name=name, result=result, is_error=is_error):
                 text = one_line(content_text(getattr(result, "content", None) or []), 160)
+                name = escape_controls(name)
                 if is_error:
                     self.note(f"✗ {name} failed: {text}", "red")
                 else:
                     self.note(f"← {name}: {text}", "dim yellow")
             case MessageEndEvent(message=AssistantMessage() as message):
                 text, self._text = "".join(self._text), []
+                self._replaced = None
                 if message.stop_reason in ("error", "aborted"):
                     stop = str(message.stop_reason)
-                    why = (message.error_message or "no reason given").removeprefix(stop + ": ")
-                    self.note(f"{stop}: {why}", "bold red")
+                    why = message.error_message or ""
+                    # The loop writes "Aborted: terminated", the providers "aborted: terminated".
+                    if why.lower() == stop or why.lower().startswith(stop + ":"):
+                        why = why[len(stop) + 1 :].strip()
+                    self.note(f"{stop}: {why or 'no reason given'}", "bold red")
                     self.shown_error = True
                     self._held = text or None
                 else:
                     self.end_line()
                     self._write_answer(text)
             case AutoRetryStartEvent():
+                self._replaced = (self._held, self.shown_error)
                 self._held = None  # that answer is being asked for again
                 self.shown_error = False
                 self.note(describe_event(event), "yellow")
             case AutoRetryEndEvent():
+                if self._replaced is not None:  # no answer came since the retry began
+                    self._held, self.shown_error = self._replaced
+                    self._replaced = None
                 self.note(describe_event(event), "yellow")
             case AutoCompactionStartEvent():
                 self.note(describe_event(event), "cyan")
@@ -271,6 +295,8 @@ def footer(run: Run) -> str:
         parts.append(f"${usage.cost.total:.4f}")
     if run.status != "completed":
         parts.append(run.status)
+    elif run.stop_reason == "length":  # else an answer cut short reads as a whole one
+        parts.append("cut off at the model's output limit")
     return " · ".join(parts)
 
 
@@ -399,6 +425,7 @@ def run_app(settings: ServerSettings, body: Callable[[AppState], Any]) -> int:
             return await body(state)
 
     check_database(settings.db_url or settings.db_path)
+    plain_logging()
     try:
         return anyio.run(main)
     except BaseException as error:

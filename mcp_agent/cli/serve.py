@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import logging
 import sys
 import threading
 from enum import StrEnum
@@ -23,6 +22,7 @@ from mcp_agent.cli.common import (
     database_location,
     die,
     named_store,
+    plain_logging,
 )
 from mcp_agent.wire import one_line
 
@@ -269,12 +269,7 @@ def serve(
             die(str(error))
     raise_descriptor_limit()  # as servers do; what fits in it bounds runs and connections
     check_database(settings.db_url or settings.db_path)
-    # Plain log lines, set up before the SDK would install rich's handler: that one imports
-    # rich.traceback when it first logs an error, and with no file descriptor left (the
-    # very error being logged) the import fails and takes the process down.
-    logging.basicConfig(
-        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    plain_logging()
     server = build_server(settings, models=cli_models())
     if transport == Transport.http:  # before a token file is written for it
         settings.port = check_port_free(settings.host, settings.port)

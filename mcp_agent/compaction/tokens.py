@@ -57,6 +57,19 @@ def estimate_messages_tokens(messages: Sequence[BaseMessage]) -> int:
     return sum(estimate_tokens(m) for m in messages)
 
 
+def _sent(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` less the failed and aborted answers, which the model never gets (see
+    ``transform_messages``), however much they hold."""
+    return [
+        m
+        for m in messages
+        if not (
+            isinstance(m, AssistantMessage)
+            and m.stop_reason in (StopReason.ERROR, StopReason.ABORTED)
+        )
+    ]
+
+
 def calculate_context_tokens(usage: Usage) -> int:
     """The context size a model call reported (pi: totalTokens, else the sum of the parts)."""
     return usage.total_tokens or (usage.input + usage.output + usage.cache_read + usage.cache_write)
@@ -83,7 +96,8 @@ def _usable_usage(message: BaseMessage, stale_before: int | None) -> Usage | Non
 
 def estimate_context_tokens(messages: Sequence[BaseMessage]) -> ContextEstimate:
     """The context size: the newest usable assistant usage plus estimates for what follows.
-    Error and aborted answers carry no usable usage; neither does an answer from before the
+    Error and aborted answers carry no usable usage and count for nothing (they are not
+    sent); neither does an answer from before the
     newest compaction summary in ``messages`` (it measured the context before compaction)."""
     summaries = [m.timestamp for m in messages if isinstance(m, CompactionSummaryMessage)]
     stale_before = max(summaries) if summaries else None
@@ -91,9 +105,9 @@ def estimate_context_tokens(messages: Sequence[BaseMessage]) -> ContextEstimate:
         usage = _usable_usage(messages[index], stale_before)
         if usage is not None:
             usage_tokens = calculate_context_tokens(usage)
-            trailing = estimate_messages_tokens(messages[index + 1 :])
+            trailing = estimate_messages_tokens(_sent(messages[index + 1 :]))
             return ContextEstimate(usage_tokens + trailing, usage_tokens, trailing, index)
-    estimated = estimate_messages_tokens(messages)
+    estimated = estimate_messages_tokens(_sent(messages))
     return ContextEstimate(estimated, 0, estimated, None)
 
 

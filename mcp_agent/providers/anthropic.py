@@ -44,6 +44,7 @@ from mcp_agent.providers.common import (
     THINKING_REDACTED,
     THINKING_SIGNATURE,
     append_str,
+    give_calls_ids,
     new_output,
     parse_json_lenient,
     transform_messages,
@@ -322,9 +323,14 @@ class _StreamState:
         try:
             event = loads(data)
         except ValueError as error:
-            raise bad_json(self.endpoint, data, error) from None
+            if event_type != "error":
+                raise bad_json(self.endpoint, data, error) from None
+            event = data
         if not isinstance(event, dict):
-            return
+            if event_type != "error":
+                return
+            # An event named error is one whatever it holds (a proxy's plain text).
+            event = {"type": "error", "error": {"message": str(event)}}
         kind = event.get("type") or event_type
         if kind == "content_block_delta":
             self._delta(event)
@@ -400,24 +406,32 @@ class _StreamState:
         block = output.content[position]
         delta = event.get("delta") or {}
         kind = delta.get("type")
+        # A delta with nothing in it is no event: it is no progress (see the stall timeout).
         if kind == "text_delta" and isinstance(block, TextContent):
             text = delta.get("text") or ""
-            append_str(block, "text", text)
-            self.events.append(TextDeltaEvent(output, position, text))
+            if text:
+                append_str(block, "text", text)
+                self.events.append(TextDeltaEvent(output, position, text))
         elif kind == "input_json_delta" and isinstance(block, ToolCall):
             part = delta.get("partial_json") or ""
-            append_str(block, "partial_json", part)
-            self.events.append(ToolCallDeltaEvent(output, position, part))
+            if part:
+                append_str(block, "partial_json", part)
+                self.events.append(ToolCallDeltaEvent(output, position, part))
         elif kind == "thinking_delta" and isinstance(block, ThinkingContent):
             text = delta.get("thinking") or ""
-            append_str(block, "thinking", text)
-            self.events.append(ThinkingDeltaEvent(output, position, text))
+            if text:
+                append_str(block, "thinking", text)
+                self.events.append(ThinkingDeltaEvent(output, position, text))
         elif kind == "signature_delta" and isinstance(block, ThinkingContent):
+            part = delta.get("signature") or ""
             extra = block.model_extra
             assert extra is not None
-            extra[THINKING_SIGNATURE] = (extra.get(THINKING_SIGNATURE) or "") + (
-                delta.get("signature") or ""
-            )
+            # Grown in place, as append_str grows a field: many deltas cost linear time.
+            signature = extra.pop(THINKING_SIGNATURE, None) or ""
+            try:
+                signature += part
+            finally:  # a part that is no string leaves the signature as it was
+                extra[THINKING_SIGNATURE] = signature
 
     def _stop(self, event: dict[str, Any]) -> None:
         position = self.blocks.pop(event.get("index"), None)  # type: ignore[arg-type]
@@ -455,6 +469,7 @@ class _StreamState:
             )
         for index in list(self.blocks):  # blocks the server never closed
             self._stop({"index": index})
+        give_calls_ids(self.output)
         reason = self.stop_reason
         stop = _STOP.get(reason or "end_turn")
         if stop is None:

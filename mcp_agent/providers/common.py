@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -49,12 +50,22 @@ def update_usage(model: Model, output: AssistantMessage) -> None:
     calculate_cost(model, usage)
 
 
+def give_calls_ids(output: AssistantMessage) -> None:
+    """An id for each tool call the server sent without one (some compatible servers do): each
+    result names its call by id, in the session, in the agent loop and back to the API, so
+    two calls must never share the empty id."""
+    for block in output.content:
+        if isinstance(block, ToolCall) and not block.id:
+            block.id = f"call_{uuid.uuid4().hex[:24]}"
+
+
 def fail(output: AssistantMessage, message: str, *, aborted: bool = False) -> AssistantMessage:
     """Turn the partial output into the final message of a failed or aborted stream."""
     for block in output.content:
         if isinstance(block, ToolCall) and block.partial_json is not None:
             block.arguments = parse_json_lenient(block.partial_json)
             block.partial_json = None
+    give_calls_ids(output)
     output.stop_reason = StopReason.ABORTED if aborted else StopReason.ERROR
     output.error_message = message
     return output

@@ -23,7 +23,7 @@ import socket
 import ssl
 import time
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -40,9 +40,17 @@ import httpx
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
-from mcp_agent.messages import AssistantMessage, answer_chars
+from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
+from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
-from mcp_agent.providers.common import Aborted, AbortRace, abort_reason, fail, readable
+from mcp_agent.providers.common import (
+    THINKING_SIGNATURE,
+    Aborted,
+    AbortRace,
+    abort_reason,
+    fail,
+    readable,
+)
 from mcp_agent.wire import one_line
 
 __all__ = [
@@ -93,7 +101,8 @@ class Endpoint:
 
     @property
     def where(self) -> str:
-        return f"{self.label} at {self.base_url}"
+        # A proxy's password may ride in the URL (http://user:password@host/v1).
+        return f"{self.label} at {shown_url(self.base_url)}"
 
 
 @dataclass(frozen=True)
@@ -252,6 +261,34 @@ def _detail_from_json(data: Any) -> str:
     return message
 
 
+# Request headers that carry the API key. A server may quote the key back in its error (a proxy
+# that says which key it refused): what we say is printed, logged, stored in the session and
+# sent to MCP clients, so the key is cut out of it.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+REDACTED = "[API key]"
+
+
+def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets in a request's ``headers`` (the token of ``authorization: Bearer …``)."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if name.lower() not in _CREDENTIAL_HEADERS:
+            continue
+        scheme, _, token = value.strip().partition(" ")
+        secret = (token if name.lower() == "authorization" and token else scheme).strip()
+        if len(secret) >= 8:  # a short value would cut out ordinary words
+            found.append(secret)
+    return tuple(found)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` without any of ``secrets``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> None:
     """A warning for whoever watches the log (the server's stderr, the command line): a
     rate-limited model can hold a run for minutes of backoff, which should not look like a
@@ -405,6 +442,7 @@ async def open_event_stream(
         "accept": "text/event-stream",
         **headers,
     }
+    secrets = credentials(send_headers)
     async with _client(options) as client:
         attempt = 0
         while True:
@@ -432,10 +470,11 @@ async def open_event_stream(
                 if response.status_code < 300:
                     if not _is_event_stream(response):
                         said = error_detail(await race.run(_read_limited(response)))
+                        said = redact(said, secrets)
                         raise ProviderError(_not_an_event_stream(endpoint, response, said))
                     yield response
                     return
-                detail = error_detail(await race.run(_read_limited(response)))
+                detail = redact(error_detail(await race.run(_read_limited(response))), secrets)
             finally:
                 await response.aclose()
             status = response.status_code
@@ -712,8 +751,14 @@ ANSWER_CHECK_EVERY = 4 << 20
 
 
 def check_answer_size(where: str, output: AssistantMessage) -> None:
-    """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``; what came is kept."""
-    if answer_chars(output) > MAX_ANSWER_CHARS:
+    """Refuse (ProviderError) an answer over ``MAX_ANSWER_CHARS``, thinking signatures
+    included (held and stored, though no text); what came is kept."""
+    signatures = sum(
+        len((block.model_extra or {}).get(THINKING_SIGNATURE) or "")
+        for block in output.content
+        if isinstance(block, ThinkingContent)
+    )
+    if answer_chars(output) + signatures > MAX_ANSWER_CHARS:
         raise ProviderError(
             f"{where}: the answer passed {MAX_ANSWER_CHARS:,} characters; gave up on it (what"
             " came is kept)"
@@ -760,9 +805,11 @@ async def stream_sse(
     events = state.events
     signal = options.signal
     race = AbortRace(signal)
+    secrets: tuple[str, ...] = ()
     try:
         race.check()
         headers, body = prepare()
+        secrets = credentials(headers)
         async with open_event_stream(
             endpoint, headers=headers, body=body, options=options, race=race
         ) as response:
@@ -881,9 +928,10 @@ async def stream_sse(
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
         else:
-            yield ErrorEvent(fail(output, str(error)))
+            yield ErrorEvent(fail(output, redact(str(error), secrets)))
     except Exception as error:  # a bug of ours must still end the stream properly
-        yield ErrorEvent(fail(output, f"{endpoint.where}: unexpected error: {error!r}"))
+        said = redact(f"{endpoint.where}: unexpected error: {error!r}", secrets)
+        yield ErrorEvent(fail(output, said))
     finally:
         race.close()
 

@@ -41,6 +41,7 @@ from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn
 from mcp_agent.providers.common import (
     THINKING_SIGNATURE,
     append_str,
+    give_calls_ids,
     new_output,
     parse_json_lenient,
     readable,
@@ -48,6 +49,7 @@ from mcp_agent.providers.common import (
     update_usage,
 )
 from mcp_agent.providers.http import (
+    ERROR_CHARS,
     Endpoint,
     ProviderError,
     bad_json,
@@ -58,6 +60,7 @@ from mcp_agent.providers.http import (
     scan_json,
     stream_sse,
 )
+from mcp_agent.wire import one_line
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
@@ -294,9 +297,14 @@ _FINISH = {
     "end": StopReason.STOP,
     "eos": StopReason.STOP,
     "length": StopReason.LENGTH,
+    "model_length": StopReason.LENGTH,  # Mistral: the context window, not max_tokens, ran out
     "tool_calls": StopReason.TOOL_USE,
     "function_call": StopReason.TOOL_USE,
 }
+
+
+# Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
+_OVERLOADED = frozenset({"insufficient_system_resource"})
 
 
 class _StreamState:
@@ -319,6 +327,7 @@ class _StreamState:
         self.response_id: str | None = None
         self.done = False
         self.ids_taken: set[str] = set()  # the ids the calls of this answer have
+        self.refusal: list[str] = []  # what the model said in refusing (OpenAI's refusal field)
 
     @property
     def complete(self) -> bool:
@@ -356,6 +365,10 @@ class _StreamState:
         if not choices:
             return
         choice = choices[0]
+        if choice.get("index"):  # the answer is choice 0; others (n > 1) are not mixed in
+            choice = next((c for c in choices if type(c) is dict and not c.get("index")), None)
+            if choice is None:
+                return
         if not usage and choice.get("usage"):
             self._usage(choice["usage"])
         delta = choice.get("delta")
@@ -401,6 +414,11 @@ class _StreamState:
         raise ProviderError(message)
 
     def _other_delta(self, delta: dict[str, Any]) -> None:
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self.refusal.append(refusal)
+            if len(self.refusal) > 1:  # only the start is said: hold no more of it
+                self.refusal = ["".join(self.refusal)[: ERROR_CHARS + 1]]
         for name in _REASONING_FIELDS:
             reasoning = delta.get(name)
             if reasoning and isinstance(reasoning, str):
@@ -459,9 +477,9 @@ class _StreamState:
         arguments = function.get("arguments") or ""
         if isinstance(arguments, dict):  # some servers send the object itself
             arguments = json.dumps(arguments, ensure_ascii=False)
-        if arguments:
+        if arguments:  # a delta with nothing in it is no event (see the stall timeout)
             append_str(block, "partial_json", arguments)
-        self.events.append(ToolCallDeltaEvent(output, position, arguments))
+            self.events.append(ToolCallDeltaEvent(output, position, arguments))
 
     def _call_position(self, stream_index: int | None, call_id: str, name: str) -> int | None:
         """Which call a tool-call delta continues, or None for a new one.
@@ -519,6 +537,7 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 "(no finish_reason and no [DONE]); the partial response is kept"
             )
+        give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
                 self.events.append(TextEndEvent(output, index, block.text))
@@ -528,14 +547,22 @@ class _StreamState:
                 block.arguments = parse_json_lenient(block.partial_json)
                 block.partial_json = None
                 self.events.append(ToolCallEndEvent(output, index))
+        if self.refusal:  # in its own field, not the text: an answer that is none
+            said = one_line("".join(self.refusal), ERROR_CHARS)
+            raise ProviderError(f"{self.endpoint.where}: the model refused to answer: {said}")
         reason = self.finish_reason
         if reason is None:
             output.stop_reason = StopReason.TOOL_USE if output.tool_calls else StopReason.STOP
             return
         stop = _FINISH.get(reason)
         if stop is None:
-            what = "filtered the response" if reason == "content_filter" else "stopped"
-            raise ProviderError(f"{self.endpoint.where}: the model {what} (finish_reason {reason})")
+            if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
+                what = "the server overloaded mid-stream"
+            elif reason == "content_filter":
+                what = "the model filtered the response"
+            else:
+                what = "the model stopped"
+            raise ProviderError(f"{self.endpoint.where}: {what} (finish_reason {reason})")
         if stop == StopReason.STOP and output.tool_calls:
             stop = StopReason.TOOL_USE  # some servers say "stop" after tool calls
         output.stop_reason = stop

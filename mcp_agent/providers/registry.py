@@ -51,10 +51,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_agent.messages import Model, ModelCost
+from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import StreamFn
 from mcp_agent.wire import describe_validation_error
 
@@ -93,9 +95,10 @@ class ProviderConfig:
     builtin: bool = False
 
     def resolved_base_url(self) -> str:
-        if self.base_url_env and os.environ.get(self.base_url_env):
-            return os.environ[self.base_url_env].rstrip("/")
-        return self.base_url.rstrip("/")
+        # Spaces around it (a quoted variable, a line end) are no part of a URL.
+        if self.base_url_env and os.environ.get(self.base_url_env, "").strip():
+            return os.environ[self.base_url_env].strip().rstrip("/")
+        return self.base_url.strip().rstrip("/")
 
     def model(self, model_id: str) -> Model:
         known = self.models.get(model_id)
@@ -114,6 +117,27 @@ class ProviderConfig:
             )
         model.base_url = self.resolved_base_url()
         return model
+
+
+def _check_base_url(provider: ProviderConfig, url: str) -> None:
+    """Refuse (ModelRegistryError) a base URL no request can go to, naming where it was set:
+    before a run starts and stores a session with an answer that could only fail (a typo'd
+    port or bracket came back as a provider's unexpected error)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises for a port that is no number or out of range
+        problem = (
+            None
+            if parts.scheme in ("http", "https") and parts.hostname
+            else "not an http:// or https:// URL with a host"
+        )
+    except ValueError as error:
+        problem = str(error)
+    if problem is None:
+        return
+    from_env = provider.base_url_env and os.environ.get(provider.base_url_env)
+    where = provider.base_url_env if from_env else f"base_url of provider {provider.name!r}"
+    raise ModelRegistryError(f"{where} is {shown_url(url)!r}: {problem}")
 
 
 def _looks_like_reasoning(provider: ProviderConfig, model_id: str) -> bool:
@@ -466,7 +490,10 @@ class ModelRegistry:
             from mcp_agent.providers.sampling import sampling_model
 
             return sampling_model(model_id)
-        return provider.model(model_id)
+        model = provider.model(model_id)
+        if model.base_url and provider.api in (OPENAI_API, ANTHROPIC_API):
+            _check_base_url(provider, model.base_url)
+        return model
 
     def list_models(self) -> list[Model]:
         models: list[Model] = []

@@ -330,8 +330,10 @@ class SessionAgent(Agent):
                     return new
                 new = [*new, *await self._retry_passing_errors(await self._run_continue())]
                 continue
+            # As pi: not after an answer that failed (the API may be failing still, and the
+            # answer measured no context) or was aborted (the user wants to stop).
             if (
-                last.stop_reason != StopReason.ABORTED
+                last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR)
                 and self._pending_abort is None
                 and self._over_threshold()
             ):
