@@ -7,7 +7,7 @@ import json
 import random
 import subprocess
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from mcp_agent.sessions import (
     build_session_context,
     parse_session_text,
 )
+from mcp_agent.sessions.outline import TreeLike, flat_tree, outline_tree
 from mcp_agent.sessions.pi import export_text, migrate_rows
 
 DATA = Path(__file__).parent / "data" / "pi"
@@ -522,3 +523,63 @@ def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path)
     expected = run_pi(tmp_path / f"{copy.id}.jsonl")  # pi's default: resume at the last line
     assert ours == expected["results"][0]["context"]
     assert [e.to_json_dict() for e in copy.get_entries()] == expected["entries"]
+
+
+def _depth_first(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:
+    """A tree as pi's oracle prints it: its nodes depth first, each {id, label, children}."""
+    found: list[dict[str, Any]] = []
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        found.append(
+            {"id": node.id, "label": node.label, "children": [c.id for c in node.children]}
+        )
+        stack.extend(reversed(node.children))
+    return found
+
+
+@needs_pi
+@pytest.mark.node
+def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
+    tmp_path: Path,
+) -> None:
+    """pi links an entry to its parent wherever the parent's line is in the file, and shows an
+    entry whose parent is not in the file as a root."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+
+    def entry(entry_id: str, parent: str | None, **fields: Any) -> dict[str, Any]:
+        base = {"id": entry_id, "parentId": parent, "timestamp": "2026-01-15T08:30:01.000Z"}
+        return {**base, **fields}
+
+    def user(entry_id: str, parent: str | None, text: str) -> dict[str, Any]:
+        message = {"role": "user", "content": text, "timestamp": 1}
+        return entry(entry_id, parent, type="message", message=message)
+
+    rows = [
+        header,
+        user("c0000002", "r0000001", "a child before its parent"),
+        user("r0000001", None, "the root"),
+        user("c0000003", "r0000001", "a child after it"),
+        user("d0000005", "o0000004", "below an orphan, before it"),
+        user("o0000004", "gone0000", "an orphan"),
+        entry("l0000006", "c0000003", type="label", targetId="c0000002", label="early"),
+    ]
+    path = tmp_path / "later.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)["manager"]["tree"]
+    assert [node["id"] for node in theirs][:2] == ["r0000001", "c0000002"]  # linked, by pi
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        assert _depth_first(session.tree()) == theirs, type(repo).__name__
+        assert _depth_first(outline_tree(session)) == theirs, type(repo).__name__
+        flat = {node["id"]: node for node in flat_tree(session)}
+        for node in theirs:
+            assert flat[node["id"]]["children"] == node["children"]
+            for child in node["children"]:
+                assert flat[child]["parentId"] == node["id"]
+        repo.close()
