@@ -583,3 +583,43 @@ def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
             for child in node["children"]:
                 assert flat[child]["parentId"] == node["id"]
         repo.close()
+
+
+@needs_pi
+@pytest.mark.node
+def test_custom_messages_without_display_or_with_null_details_read_and_export_as_pi(
+    tmp_path: Path,
+) -> None:
+    """An extension's custom message may lack ``display`` (pi's TUI then hides it) or carry
+    ``details: null``: the context is pi's, and the export keeps the entries as they were, so
+    a hidden message does not come back shown."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    stamp = "2026-01-15T08:30:01.000Z"
+    rows: list[dict[str, Any]] = [
+        header,
+        {"type": "custom_message", "id": "m0000001", "parentId": None, "timestamp": stamp},
+        {"type": "custom_message", "id": "m0000002", "parentId": "m0000001", "timestamp": stamp},
+        {"type": "custom_message", "id": "m0000003", "parentId": "m0000002", "timestamp": stamp},
+    ]
+    rows[1].update(customType="ext", content="no display")
+    rows[2].update(customType="ext", content="details null", display=False, details=None)
+    rows[3].update(customType="ext", content=[{"type": "text", "text": "t"}], display=True)
+    path = tmp_path / "custom.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)
+    assert "display" not in theirs["entries"][0]
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        ours = session.build_context().to_json_dict()
+        ours.pop("activeToolNames", None)
+        assert ours == theirs["results"][0]["context"], type(repo).__name__
+        assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"]
+        exported = tmp_path / f"{type(repo).__name__}.jsonl"
+        exported.write_text(repo.export_jsonl(session.id))
+        assert run_pi(exported)["entries"] == theirs["entries"]
+        repo.close()
