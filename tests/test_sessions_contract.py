@@ -949,6 +949,8 @@ def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo)
     assert [e.id for e in session.get_branch()] == ["cccccccc", "dddddddd"]
     assert [m.content for m in session.build_context().messages] == ["cccccccc", "dddddddd"]
     assert [node.entry.id for node in session.tree()] == ["aaaaaaaa", "cccccccc"]
+    stats = session.stats()  # two leaves (bbbbbbbb, dddddddd), zzzzzzzz no branch point
+    assert (stats.leaf_count, stats.branch_point_count) == (2, 0)
     assert any("parentId zzzzzzzz points to no entry" in note for note in imported.notes)
     exported = repo.export_jsonl(session.id).splitlines()
     assert json.loads(exported[3]) == json.loads(text.splitlines()[3])  # kept as it was

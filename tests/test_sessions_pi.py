@@ -544,7 +544,8 @@ def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
     tmp_path: Path,
 ) -> None:
     """pi links an entry to its parent wherever the parent's line is in the file, and shows an
-    entry whose parent is not in the file as a root."""
+    entry whose parent is not in the file as a root: so do our trees, and the leaves and
+    branch points counted."""
     header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
     header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
 
@@ -564,6 +565,7 @@ def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
         user("d0000005", "o0000004", "below an orphan, before it"),
         user("o0000004", "gone0000", "an orphan"),
         entry("l0000006", "c0000003", type="label", targetId="c0000002", label="early"),
+        user("o0000007", "gone0000", "another orphan, of the same missing parent"),
     ]
     path = tmp_path / "later.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -582,6 +584,9 @@ def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
             assert flat[node["id"]]["children"] == node["children"]
             for child in node["children"]:
                 assert flat[child]["parentId"] == node["id"]
+        stats = session.stats()  # the figures of pi's tree, also where the database counts them
+        assert stats.leaf_count == sum(1 for node in theirs if not node["children"])
+        assert stats.branch_point_count == sum(1 for node in theirs if len(node["children"]) > 1)
         repo.close()
 
 
