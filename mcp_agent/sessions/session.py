@@ -189,6 +189,8 @@ class Session:
                     "invalid_entry", f"entry.{reserved} is set by the session; leave it out"
                 )
         data = dict(partial)
+        if kind == "custom_message":
+            data.setdefault("display", True)  # as append_custom_message (a file may lack it)
         # An empty label or name clears it, as append_label and set_name do.
         if kind == "label" and not data.get("label"):
             data.pop("label", None)
