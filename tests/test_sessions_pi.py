@@ -525,7 +525,7 @@ def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path)
     assert [e.to_json_dict() for e in copy.get_entries()] == expected["entries"]
 
 
-def _depth_first(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:
+def depth_first_tree(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:
     """A tree as pi's oracle prints it: its nodes depth first, each {id, label, children}."""
     found: list[dict[str, Any]] = []
     stack = list(reversed(roots))
@@ -577,8 +577,8 @@ def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
         JsonlSessionRepo(tmp_path / "j"),
     ):
         session = repo.import_session(path).session
-        assert _depth_first(session.tree()) == theirs, type(repo).__name__
-        assert _depth_first(outline_tree(session)) == theirs, type(repo).__name__
+        assert depth_first_tree(session.tree()) == theirs, type(repo).__name__
+        assert depth_first_tree(outline_tree(session)) == theirs, type(repo).__name__
         flat = {node["id"]: node for node in flat_tree(session)}
         for node in theirs:
             assert flat[node["id"]]["children"] == node["children"]
