@@ -222,6 +222,31 @@ def test_every_cut_of_a_last_line_is_a_torn_write() -> None:
         assert len(parsed.entries) == 39, line[:cut]
 
 
+def test_a_last_line_cut_inside_a_character_is_a_torn_write_in_a_file(tmp_path: Path) -> None:
+    """A crash cuts a file at a byte, maybe inside a character of several bytes: imported
+    from the file, that last line is torn and skipped too (pi reads the file so), not the
+    whole file unreadable."""
+    whole = (DATA / "v3.jsonl").read_bytes().rstrip(b"\n")
+    head, line = whole.rsplit(b"\n", 1)
+    line = line[:-1] + ',"x":"caf\u00e9 \U0001f600"}'.encode()
+    start = line.index("\u00e9".encode())
+    path = tmp_path / "cut.jsonl"
+    for cut in range(start, len(line)):
+        path.write_bytes(head + b"\n" + line[:cut])
+        imported = InMemorySessionRepo().import_session(path)
+        assert len(imported.session.get_entries()) == 39, cut
+        assert len(imported.notes) == 1 and "skipped the last line" in imported.notes[0], cut
+    path.write_bytes(head + b"\n" + line[: start + 1])  # between the two bytes of the é
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        assert repo.import_session(path).session.stats().entry_count == 39
+    if PI is not None:
+        assert len(run_pi(path)["entries"]) == 39
+    path.write_bytes(head + b"\n" + line[: start + 1] + b"\n")  # a whole line is never torn
+    with pytest.raises(SessionError) as refused:
+        InMemorySessionRepo().import_session(path)
+    assert "codec can't decode" in refused.value.message
+
+
 NOT_VALID = "x.jsonl:42: line is not valid JSON"
 
 

@@ -204,10 +204,16 @@ def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
     return f"'{error.encoding}' codec can't decode bytes in position {start}-{end}: {error.reason}"
 
 
+# How Python's UTF-8 decoder words a text that ends inside a character.
+_CUT_CHARACTER = "unexpected end of data"
+
+
 def _file_lines(handle: IO[bytes], name: str) -> Lines:
     """The lines of a UTF-8 file, read one line at a time. Lines end at ``\\n``, as pi splits
     them (a ``\\r`` before it is JSON whitespace); a byte order mark at the start is left out. A
-    byte that is not UTF-8 makes the whole file unreadable, wherever it is."""
+    byte that is not UTF-8 makes the whole file unreadable, wherever it is, but for a last
+    line cut inside a character: a crash cuts at a byte, and that line is read up to the cut
+    (for ``_json_rows`` to judge as torn)."""
     number = 0
     offset = 0
     while True:
@@ -220,8 +226,10 @@ def _file_lines(handle: IO[bytes], name: str) -> Lines:
         try:
             text = raw.decode("utf-8")  # with its line break, as decoding the whole file sees it
         except UnicodeDecodeError as error:
-            detail = _decode_error(error, offset)
-            raise SessionError("invalid_import", f"cannot read {name}: {detail}") from None
+            if raw.endswith(b"\n") or error.end != len(raw) or error.reason != _CUT_CHARACTER:
+                detail = _decode_error(error, offset)
+                raise SessionError("invalid_import", f"cannot read {name}: {detail}") from None
+            text = raw[: error.start].decode("utf-8")
         if offset == 0:
             text = text.removeprefix(BOM)
         offset += len(raw)
