@@ -247,6 +247,32 @@ def test_a_last_line_cut_inside_a_character_is_a_torn_write_in_a_file(tmp_path: 
     assert "codec can't decode" in refused.value.message
 
 
+@pytest.mark.parametrize(
+    ("tail", "kept"),
+    [(b"\x00" * 4096, 40), (b'{"type":"message","id":"ab' + b"\x00" * 4096, 40)],
+    ids=["zeros", "torn line and zeros"],
+)
+def test_zeros_a_crash_left_at_the_end_of_a_file_are_a_torn_write(
+    tail: bytes, kept: int, tmp_path: Path
+) -> None:
+    """A file system that lost a file's last blocks in a crash reads them back as NUL bytes
+    (pi, which does not fsync, leaves such files; pi reads them, skipping that line): the
+    import skips them with the torn line they may end, and so does a folder store."""
+    header = json.loads((DATA / "v3.jsonl").read_text().splitlines()[0])
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    path = folder / f"{header['id']}.jsonl"
+    path.write_bytes((DATA / "v3.jsonl").read_bytes() + tail)
+    imported = InMemorySessionRepo().import_session(path)
+    assert len(imported.session.get_entries()) == kept
+    assert len(imported.notes) == 1 and ":42: skipped the last line" in imported.notes[0]
+    assert len(JsonlSessionRepo(folder).open(header["id"]).get_entries()) == kept
+    assert b"\x00" not in path.read_bytes()  # the store cut it off
+    if PI is not None:
+        path.write_bytes((DATA / "v3.jsonl").read_bytes() + tail)
+        assert len(run_pi(path)["entries"]) == kept
+
+
 NOT_VALID = "x.jsonl:42: line is not valid JSON"
 
 

@@ -238,6 +238,22 @@ def file_lines(handle: IO[bytes], name: str, code: str = "invalid_import") -> Li
         yield number, text[:-1] if ended else text, ended
 
 
+def _torn(line: str, error: ValueError) -> bool:
+    """Whether a last line without its line break, which failed to parse with ``error``, is a
+    write torn by a crash: the start of a JSON text (``cut_off_json``), or nothing, followed
+    by the NUL bytes a file system reads back where a crash lost a file's last blocks."""
+    start = line.rstrip("\x00")
+    if start == line:
+        return cut_off_json(line, error)
+    if not start.strip():
+        return True
+    try:
+        loads_json(start, finite=False, lone_surrogates=True)
+    except ValueError as cut:
+        return cut_off_json(start, cut)
+    return False  # a whole line before the zeros: not the shape of a torn write
+
+
 def json_rows(
     lines: Lines, source: str, code: str, notes: list[str], torn: list[int] | None = None
 ) -> Rows:
@@ -263,7 +279,7 @@ def json_rows(
             # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
             data = loads_json(line, finite=False, lone_surrogates=True)
         except ValueError as error:
-            if ended or not cut_off_json(line, error):
+            if ended or not _torn(line, error):
                 for _ in lines:
                     pass
                 raise SessionError(
