@@ -268,7 +268,7 @@ class CustomMessage(BaseMessage):
     role: Literal["custom"] = "custom"
     custom_type: str
     content: str | list[UserContent]
-    display: bool = True
+    display: bool | None = None  # missing, as pi reads it: not shown
     details: Any = None
 
 

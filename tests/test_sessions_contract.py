@@ -27,6 +27,7 @@ from mcp_agent.messages import (
 from mcp_agent.sessions import (
     CompactionEntry,
     CustomEntry,
+    CustomMessageEntry,
     InMemorySessionRepo,
     JsonlSessionRepo,
     MessageEntry,
@@ -141,6 +142,8 @@ def test_every_append_method_writes_its_entry_type(repo) -> None:
     session.append_custom("app-state", {"k": 1})
     session.append_custom_message("note", "remember this", display=False, details={"a": 1})
     target = session.leaf_id
+    shown = session.append_entry({"type": "custom_message", "customType": "n", "content": "c"})
+    assert narrow(session.get_entry(shown), CustomMessageEntry).display is True  # as appended
     session.append_label(target, "bookmark")
     session.set_name("  my session  ")
     kinds = [e.type for e in session.get_entries()]
@@ -150,6 +153,7 @@ def test_every_append_method_writes_its_entry_type(repo) -> None:
         "model_change",
         "active_tools_change",
         "custom",
+        "custom_message",
         "custom_message",
         "label",
         "session_info",
@@ -162,7 +166,7 @@ def test_every_append_method_writes_its_entry_type(repo) -> None:
     assert context.model == {"provider": "openai", "modelId": "gpt-4o"}
     assert context.active_tool_names == ["bash", "read"]
     # custom entries stay out of the context; custom messages go in even when not displayed
-    assert [m.role for m in context.messages] == ["user", "custom"]
+    assert [m.role for m in context.messages] == ["user", "custom", "custom"]
     assert context.messages[1].details == {"a": 1}
 
 
@@ -949,6 +953,8 @@ def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo)
     assert [e.id for e in session.get_branch()] == ["cccccccc", "dddddddd"]
     assert [m.content for m in session.build_context().messages] == ["cccccccc", "dddddddd"]
     assert [node.entry.id for node in session.tree()] == ["aaaaaaaa", "cccccccc"]
+    stats = session.stats()  # two leaves (bbbbbbbb, dddddddd), zzzzzzzz no branch point
+    assert (stats.leaf_count, stats.branch_point_count) == (2, 0)
     assert any("parentId zzzzzzzz points to no entry" in note for note in imported.notes)
     exported = repo.export_jsonl(session.id).splitlines()
     assert json.loads(exported[3]) == json.loads(text.splitlines()[3])  # kept as it was

@@ -13,7 +13,13 @@ import pytest
 from narrow import narrow, present
 
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions import JsonlSessionRepo, JsonlSessionStorage, Session, SessionError
+from mcp_agent.sessions import (
+    InMemorySessionRepo,
+    JsonlSessionRepo,
+    JsonlSessionStorage,
+    Session,
+    SessionError,
+)
 
 DATA = Path(__file__).parent / "data" / "pi"
 
@@ -88,7 +94,7 @@ def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_write(
     path.write_bytes(whole + b"garbage garbage\n")
     with pytest.raises(SessionError) as error:
         JsonlSessionRepo(tmp_path).open(session.id)
-    assert error.value.code == "corrupt" and ".jsonl:3: damaged line" in str(error.value)
+    assert error.value.code == "corrupt" and ".jsonl:3: line is not" in str(error.value)
     assert path.read_bytes() == whole + b"garbage garbage\n"  # left as it was
 
 
@@ -107,7 +113,7 @@ def test_a_whole_last_line_without_its_line_break_is_damage_and_stays(
     path.write_bytes(damaged)
     with pytest.raises(SessionError) as error:
         JsonlSessionRepo(tmp_path).open(session.id)
-    assert error.value.code == "corrupt" and ".jsonl:3: damaged line" in str(error.value)
+    assert error.value.code == "corrupt" and ".jsonl:3: line is not" in str(error.value)
     assert path.read_bytes() == damaged
 
 
@@ -160,6 +166,45 @@ def test_damage_before_the_last_line_names_file_and_line(tmp_path: Path) -> None
         JsonlSessionRepo(tmp_path).open(session.id)
     assert error.value.code == "corrupt"
     assert f"{path}:3:" in str(error.value)
+
+
+# A custom entry but for its data, which the tests give.
+CUSTOM = '{"type":"custom","id":"ab12cd34","parentId":null,"timestamp":"t","customType":"x","data":'
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("\u00a0\u3000", None),  # blank to pi (trim) and to an import: skipped
+        (CUSTOM + "NaN}", "NaN"),
+        (CUSTOM + "[" * 5000 + "]" * 5000 + "}", "nested"),
+    ],
+)
+def test_a_folder_store_reads_a_line_as_an_import_does(
+    tmp_path: Path, line: str, says: str | None
+) -> None:
+    """One reader of lines: a line pi skips as blank is skipped, and JSON that pi's
+    JSON.parse refuses (NaN), or too deep to read, is damage said as such (not a Python
+    RecursionError, not an entry pi does not see)."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    first = session.append_message(user("a"))
+    repo.close()
+    path = tmp_path / f"{session.id}.jsonl"
+    after = {"type": "custom", "id": "0000000b", "parentId": first, "customType": "x"}
+    after["timestamp"] = "2026-01-15T08:30:01.000Z"
+    path.write_text(path.read_text() + line + "\n" + json.dumps(after) + "\n")
+    readers = [
+        lambda: JsonlSessionRepo(tmp_path).open(session.id).get_entries(),
+        lambda: InMemorySessionRepo().import_session(path).session.get_entries(),
+    ]
+    for read in readers:
+        if says is None:
+            assert [e.id for e in read()] == [first, "0000000b"]
+            continue
+        with pytest.raises(SessionError) as refused:
+            read()
+        assert f"{path}:3: " in refused.value.message and says in refused.value.message
 
 
 def test_an_entry_whose_parent_is_not_in_a_file_is_a_root(tmp_path: Path) -> None:

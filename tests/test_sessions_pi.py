@@ -7,7 +7,7 @@ import json
 import random
 import subprocess
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from mcp_agent.sessions import (
     build_session_context,
     parse_session_text,
 )
+from mcp_agent.sessions.outline import TreeLike, flat_tree, outline_tree
 from mcp_agent.sessions.pi import export_text, migrate_rows
 
 DATA = Path(__file__).parent / "data" / "pi"
@@ -219,6 +220,57 @@ def test_every_cut_of_a_last_line_is_a_torn_write() -> None:
     for cut in range(1, len(line)):
         parsed = parse_session_text(f"{head}\n{line[:cut]}", "x.jsonl")
         assert len(parsed.entries) == 39, line[:cut]
+
+
+def test_a_last_line_cut_inside_a_character_is_a_torn_write_in_a_file(tmp_path: Path) -> None:
+    """A crash cuts a file at a byte, maybe inside a character of several bytes: imported
+    from the file, that last line is torn and skipped too (pi reads the file so), not the
+    whole file unreadable."""
+    whole = (DATA / "v3.jsonl").read_bytes().rstrip(b"\n")
+    head, line = whole.rsplit(b"\n", 1)
+    line = line[:-1] + ',"x":"caf\u00e9 \U0001f600"}'.encode()
+    start = line.index("\u00e9".encode())
+    path = tmp_path / "cut.jsonl"
+    for cut in range(start, len(line)):
+        path.write_bytes(head + b"\n" + line[:cut])
+        imported = InMemorySessionRepo().import_session(path)
+        assert len(imported.session.get_entries()) == 39, cut
+        assert len(imported.notes) == 1 and "skipped the last line" in imported.notes[0], cut
+    path.write_bytes(head + b"\n" + line[: start + 1])  # between the two bytes of the é
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        assert repo.import_session(path).session.stats().entry_count == 39
+    if PI is not None:
+        assert len(run_pi(path)["entries"]) == 39
+    path.write_bytes(head + b"\n" + line[: start + 1] + b"\n")  # a whole line is never torn
+    with pytest.raises(SessionError) as refused:
+        InMemorySessionRepo().import_session(path)
+    assert "codec can't decode" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("tail", "kept"),
+    [(b"\x00" * 4096, 40), (b'{"type":"message","id":"ab' + b"\x00" * 4096, 40)],
+    ids=["zeros", "torn line and zeros"],
+)
+def test_zeros_a_crash_left_at_the_end_of_a_file_are_a_torn_write(
+    tail: bytes, kept: int, tmp_path: Path
+) -> None:
+    """A file system that lost a file's last blocks in a crash reads them back as NUL bytes
+    (pi, which does not fsync, leaves such files; pi reads them, skipping that line): the
+    import skips them with the torn line they may end, and so does a folder store."""
+    header = json.loads((DATA / "v3.jsonl").read_text().splitlines()[0])
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    path = folder / f"{header['id']}.jsonl"
+    path.write_bytes((DATA / "v3.jsonl").read_bytes() + tail)
+    imported = InMemorySessionRepo().import_session(path)
+    assert len(imported.session.get_entries()) == kept
+    assert len(imported.notes) == 1 and ":42: skipped the last line" in imported.notes[0]
+    assert len(JsonlSessionRepo(folder).open(header["id"]).get_entries()) == kept
+    assert b"\x00" not in path.read_bytes()  # the store cut it off
+    if PI is not None:
+        path.write_bytes((DATA / "v3.jsonl").read_bytes() + tail)
+        assert len(run_pi(path)["entries"]) == kept
 
 
 NOT_VALID = "x.jsonl:42: line is not valid JSON"
@@ -522,3 +574,108 @@ def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path)
     expected = run_pi(tmp_path / f"{copy.id}.jsonl")  # pi's default: resume at the last line
     assert ours == expected["results"][0]["context"]
     assert [e.to_json_dict() for e in copy.get_entries()] == expected["entries"]
+
+
+def depth_first_tree(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:
+    """A tree as pi's oracle prints it: its nodes depth first, each {id, label, children}."""
+    found: list[dict[str, Any]] = []
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        found.append(
+            {"id": node.id, "label": node.label, "children": [c.id for c in node.children]}
+        )
+        stack.extend(reversed(node.children))
+    return found
+
+
+@needs_pi
+@pytest.mark.node
+def test_pi_and_we_agree_on_the_tree_of_parents_that_come_later_or_are_missing(
+    tmp_path: Path,
+) -> None:
+    """pi links an entry to its parent wherever the parent's line is in the file, and shows an
+    entry whose parent is not in the file as a root: so do our trees, and the leaves and
+    branch points counted."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+
+    def entry(entry_id: str, parent: str | None, **fields: Any) -> dict[str, Any]:
+        base = {"id": entry_id, "parentId": parent, "timestamp": "2026-01-15T08:30:01.000Z"}
+        return {**base, **fields}
+
+    def user(entry_id: str, parent: str | None, text: str) -> dict[str, Any]:
+        message = {"role": "user", "content": text, "timestamp": 1}
+        return entry(entry_id, parent, type="message", message=message)
+
+    rows = [
+        header,
+        user("c0000002", "r0000001", "a child before its parent"),
+        user("r0000001", None, "the root"),
+        user("c0000003", "r0000001", "a child after it"),
+        user("d0000005", "o0000004", "below an orphan, before it"),
+        user("o0000004", "gone0000", "an orphan"),
+        entry("l0000006", "c0000003", type="label", targetId="c0000002", label="early"),
+        user("o0000007", "gone0000", "another orphan, of the same missing parent"),
+    ]
+    path = tmp_path / "later.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)["manager"]["tree"]
+    assert [node["id"] for node in theirs][:2] == ["r0000001", "c0000002"]  # linked, by pi
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        assert depth_first_tree(session.tree()) == theirs, type(repo).__name__
+        assert depth_first_tree(outline_tree(session)) == theirs, type(repo).__name__
+        flat = {node["id"]: node for node in flat_tree(session)}
+        for node in theirs:
+            assert flat[node["id"]]["children"] == node["children"]
+            for child in node["children"]:
+                assert flat[child]["parentId"] == node["id"]
+        stats = session.stats()  # the figures of pi's tree, also where the database counts them
+        assert stats.leaf_count == sum(1 for node in theirs if not node["children"])
+        assert stats.branch_point_count == sum(1 for node in theirs if len(node["children"]) > 1)
+        repo.close()
+
+
+@needs_pi
+@pytest.mark.node
+def test_custom_messages_without_display_or_with_null_details_read_and_export_as_pi(
+    tmp_path: Path,
+) -> None:
+    """An extension's custom message may lack ``display`` (pi's TUI then hides it) or carry
+    ``details: null``: the context is pi's, and the export keeps the entries as they were, so
+    a hidden message does not come back shown."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    stamp = "2026-01-15T08:30:01.000Z"
+    rows: list[dict[str, Any]] = [
+        header,
+        {"type": "custom_message", "id": "m0000001", "parentId": None, "timestamp": stamp},
+        {"type": "custom_message", "id": "m0000002", "parentId": "m0000001", "timestamp": stamp},
+        {"type": "custom_message", "id": "m0000003", "parentId": "m0000002", "timestamp": stamp},
+    ]
+    rows[1].update(customType="ext", content="no display")
+    rows[2].update(customType="ext", content="details null", display=False, details=None)
+    rows[3].update(customType="ext", content=[{"type": "text", "text": "t"}], display=True)
+    path = tmp_path / "custom.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)
+    assert "display" not in theirs["entries"][0]
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        ours = session.build_context().to_json_dict()
+        ours.pop("activeToolNames", None)
+        assert ours == theirs["results"][0]["context"], type(repo).__name__
+        assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"]
+        exported = tmp_path / f"{type(repo).__name__}.jsonl"
+        exported.write_text(repo.export_jsonl(session.id))
+        assert run_pi(exported)["entries"] == theirs["entries"]
+        repo.close()

@@ -20,12 +20,18 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from narrow import narrow
-from test_sessions_pi import PI
+from test_sessions_pi import PI, depth_first_tree, run_pi
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
 from mcp_agent.messages import UserMessage
-from mcp_agent.sessions import JsonlSessionRepo, SessionError, SqliteSessionRepo
+from mcp_agent.sessions import (
+    InMemorySessionRepo,
+    JsonlSessionRepo,
+    SessionError,
+    SqliteSessionRepo,
+    build_session_context,
+)
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
 from mcp_agent.sessions.pi import parse_session_text
 
@@ -35,11 +41,11 @@ DATA = Path(__file__).parent / "data" / "pi"
 Made = list[dict[str, str]]
 
 
-def run_folders(command: str, agent_dir: Path) -> Any:
+def run_folders(command: str, agent_dir: Path, *more: str) -> Any:
     """tests/data/pi/folders.mjs: pi's SessionManager making or reading ``agent_dir``."""
     assert PI is not None
     node, peers = PI
-    args = [node, str(DATA / "folders.mjs"), str(peers), command, str(agent_dir)]
+    args = [node, str(DATA / "folders.mjs"), str(peers), command, str(agent_dir), *more]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)["result"]
 
@@ -409,3 +415,43 @@ def test_the_sessions_commands_work_on_pis_folder(
     again = JsonlSessionRepo(sessions)
     assert [(s.id, s.name) for s in again.list().items] == [(first["id"], "renamed here")]
     assert Path(first["file"]).exists()  # renamed in its own file, where pi finds it
+
+
+@pytest.mark.node
+@pytest.mark.parametrize("seed", range(2))
+def test_sessions_pi_made_at_random_read_and_export_as_pi_reads_them(
+    seed: int, tmp_path: Path
+) -> None:
+    """pi's SessionManager makes a session of every entry kind, branches, labels, names and
+    compactions kept from anywhere; every store reads it as pi does (at every entry as the
+    leaf), and pi reads the export back entry for entry."""
+    if PI is None:
+        pytest.skip("Node or pi is not installed (.ci/peers): pi cannot make the session")
+    made = Path(run_folders("random", tmp_path / "made", str(seed))["file"])
+    ids = [entry.id for entry in parse_session_text(made.read_text()).entries]
+    theirs = run_pi(made, ids)
+    manager = theirs["manager"]
+    exports: list[str] = []
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        kind = type(repo).__name__
+        imported = repo.import_session(made)
+        session = imported.session
+        assert imported.notes == []
+        assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"], kind
+        assert (session.leaf_id, session.name) == (manager["leafId"], manager["name"]), kind
+        assert depth_first_tree(session.tree()) == manager["tree"], kind
+        for leaf, result in zip(ids, theirs["results"], strict=True):
+            context = build_session_context(session.storage.get_context_path(leaf))
+            ours = context.to_json_dict()
+            ours.pop("activeToolNames", None)
+            assert ours == result["context"], (kind, leaf)
+        exports.append(repo.export_jsonl(session.id))
+        repo.close()
+    assert exports.count(exports[0]) == len(exports)  # one file from every store
+    exported = tmp_path / "exported.jsonl"
+    exported.write_text(exports[0])
+    assert run_pi(exported)["entries"] == theirs["entries"]

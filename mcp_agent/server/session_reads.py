@@ -37,14 +37,12 @@ from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.outline import (
     CHILDREN_SHOWN,
     OutlineRows,
-    TreeIndex,
     flat_tree,
     lazy_outline,
     stored_tree_nodes,
-    tree_index,
 )
 from mcp_agent.sessions.pi import export_lines, export_loader
-from mcp_agent.sessions.storage import StoredPages, stored_pages
+from mcp_agent.sessions.storage import StoredPages, TreeIndex, stored_pages, tree_index
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2

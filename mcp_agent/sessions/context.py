@@ -228,14 +228,18 @@ def session_entry_to_context_messages(
     if isinstance(entry, MessageEntry):
         return [entry.message]
     if isinstance(entry, CustomMessageEntry):
+        # As pi's createCustomMessage: display and details as the entry has them, null or not.
+        given = {
+            name: getattr(entry, name)
+            for name in ("display", "details")
+            if name in entry.model_fields_set
+        }
         message = CustomMessage(
             custom_type=entry.custom_type,
             content=entry.content,
-            display=entry.display,
             timestamp=iso_to_ms(entry.timestamp),
+            **given,
         )
-        if entry.details is not None:
-            message.details = entry.details
         return [message]
     if isinstance(entry, CompactionEntry):
         messages: list[BaseMessage] = [

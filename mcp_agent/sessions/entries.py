@@ -287,7 +287,8 @@ class CustomMessageEntry(SessionEntry):
     type: Literal["custom_message"] = "custom_message"
     custom_type: str
     content: str | list[UserContent]
-    display: bool = True
+    # pi's extensions may leave it out, and pi then hides the message: missing stays missing.
+    display: bool | None = None
     details: Any = None
 
 

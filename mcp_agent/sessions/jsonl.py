@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import logging
 import os
 import stat
@@ -46,7 +45,14 @@ from mcp_agent.sessions.folders import (
     session_id_of,
 )
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.pi import BOM, ParsedSession, SessionStream, parse_rows, pi_repeats_skipped
+from mcp_agent.sessions.pi import (
+    ParsedSession,
+    SessionStream,
+    file_lines,
+    json_rows,
+    parse_rows,
+    pi_repeats_skipped,
+)
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
     SessionPage,
@@ -57,7 +63,6 @@ from mcp_agent.sessions.repo import (
     summarize,
     text_matches,
 )
-from mcp_agent.wire import SURROGATE_ESCAPE, cut_off_json, lone_surrogate, utf8_only
 
 log = logging.getLogger(__name__)
 
@@ -100,62 +105,22 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
 
 
 def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
-    """The session stored in ``path``, and whether its end had to be cut (a torn line).
-
-    The file is read as bytes, one line at a time, so that a last line cut inside a
-    multi-byte character counts as torn rather than making the whole file unreadable.
-    """
+    """The session stored in ``path``, and whether its end had to be cut (a torn line), read
+    one line at a time as an import reads a file (``json_rows``), problems said as damage."""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         raise SessionError("not_found", f"session file {path} not found") from None
     except OSError as error:  # a folder named like a session file, a file we may not read
         raise SessionError("corrupt", f"cannot read {path}: {error.strerror or error}") from None
-    torn: list[bool] = []
+    torn: list[int] = []
     with handle:
-        parsed = parse_rows(
-            pi_repeats_skipped(_file_rows(handle, path, torn)), str(path), "corrupt"
-        )
+        name = str(path)
+        rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", [], torn)
+        parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
+    if torn:  # the file will be cut: worth more than the import's note
+        log.warning("%s:%s: cutting off a torn last line", path, torn[0])
     return parsed, bool(torn)
-
-
-def _file_rows(
-    handle: IO[bytes], path: Path, torn: list[bool]
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line. A last line cut off before its line
-    break, the start of a JSON text, is a write torn by a crash: it is cut off (logged, and
-    ``torn`` gets an item). Any other line that is not a JSON object is damage and raises."""
-    held: tuple[int, ValueError] | None = None  # a bad line: torn, if nothing follows
-    for number, raw in enumerate(handle, start=1):
-        if not raw.strip():
-            continue
-        if held is not None:
-            raise SessionError(
-                "corrupt", f"{path}:{held[0]}: damaged line, not a JSON object ({held[1]})"
-            )
-        text = ""
-        try:
-            text = (raw[:-1] if raw.endswith(b"\n") else raw).decode("utf-8")
-            if number == 1:
-                text = text.removeprefix(BOM)
-            row = json.loads(text)
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-            if SURROGATE_ESCAPE.search(text) and lone_surrogate(row) is not None:
-                row = utf8_only(row)  # half a UTF-16 pair, as pi's JavaScript holds: U+FFFD
-        except ValueError as error:
-            # A tear can split a character in two; a whole line is never torn.
-            cut = isinstance(error, UnicodeDecodeError) or cut_off_json(text, error)
-            if raw.endswith(b"\n") or not cut:
-                raise SessionError(
-                    "corrupt", f"{path}:{number}: damaged line, not a JSON object ({error})"
-                ) from None
-            held = (number, error)
-            continue
-        yield number, row
-    if held is not None:
-        log.warning("%s:%s: cutting off a torn last line (%s)", path, held[0], held[1])
-        torn.append(True)
 
 
 def _stamp(path: Path) -> tuple[int, int]:

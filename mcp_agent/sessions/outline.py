@@ -40,7 +40,7 @@ from mcp_agent.sessions.entries import (
     clip_long,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeRow, tree_parent
+from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeIndex, TreeRow, tree_index
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -119,44 +119,6 @@ def joined_preview(parts: Parts, limit: int) -> str:
     a model, a list of tools) are not, so the whole is cut at twice that."""
     text = "".join(text for text, _ in parts)
     return text if len(text) <= 2 * limit else one_line(text, 2 * limit)
-
-
-@dataclass
-class TreeIndex:
-    """The tree of a session from its entries in outline (no content): the tree nodes in the
-    order appended (leaf moves left out), each node's tree parent and its children."""
-
-    nodes: list[TreeRow]
-    parent: dict[str, str | None]
-    children: dict[str, list[str]]  # of the nodes that have any
-
-
-def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
-    """``rows`` (id, parentId, type) in the order appended, as ``Session.tree``
-    makes them a tree: a leaf move between an entry and its parent is skipped (``tree_parent``),
-    and an entry whose parent is not an earlier node is a root."""
-    moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
-    nodes: list[TreeRow] = []
-    parent: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {}
-    # One pass over what may be a million rows: locals only, and tree_parent only when the
-    # session has leaf moves at all.
-    for row in rows:
-        entry_id, parent_id = row[0], row[1]
-        if moves:
-            if entry_id in moves:
-                continue
-            parent_id = tree_parent(parent_id, moves)
-        if parent_id is not None:
-            if parent_id not in parent:  # not an earlier node: a root
-                parent_id = None
-            elif (siblings := children.get(parent_id)) is None:
-                children[parent_id] = [entry_id]
-            else:
-                siblings.append(entry_id)
-        parent[entry_id] = parent_id
-        nodes.append(row)
-    return TreeIndex(nodes, parent, children)
 
 
 # The children a row of a page names (of ``childCount``): a row is then bounded whatever its

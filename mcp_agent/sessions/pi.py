@@ -204,24 +204,32 @@ def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
     return f"'{error.encoding}' codec can't decode bytes in position {start}-{end}: {error.reason}"
 
 
-def _file_lines(handle: IO[bytes], name: str) -> Lines:
+# How Python's UTF-8 decoder words a text that ends inside a character.
+_CUT_CHARACTER = "unexpected end of data"
+
+
+def file_lines(handle: IO[bytes], name: str, code: str = "invalid_import") -> Lines:
     """The lines of a UTF-8 file, read one line at a time. Lines end at ``\\n``, as pi splits
     them (a ``\\r`` before it is JSON whitespace); a byte order mark at the start is left out. A
-    byte that is not UTF-8 makes the whole file unreadable, wherever it is."""
+    byte that is not UTF-8 makes the whole file unreadable, wherever it is, but for a last
+    line cut inside a character: a crash cuts at a byte, and that line is read up to the cut
+    (for ``json_rows`` to judge as torn)."""
     number = 0
     offset = 0
     while True:
         try:
             raw = handle.readline()
         except OSError as error:
-            raise SessionError("invalid_import", f"cannot read {name}: {error}") from None
+            raise SessionError(code, f"cannot read {name}: {error}") from None
         if not raw:
             return
         try:
             text = raw.decode("utf-8")  # with its line break, as decoding the whole file sees it
         except UnicodeDecodeError as error:
-            detail = _decode_error(error, offset)
-            raise SessionError("invalid_import", f"cannot read {name}: {detail}") from None
+            if raw.endswith(b"\n") or error.end != len(raw) or error.reason != _CUT_CHARACTER:
+                detail = _decode_error(error, offset)
+                raise SessionError(code, f"cannot read {name}: {detail}") from None
+            text = raw[: error.start].decode("utf-8")
         if offset == 0:
             text = text.removeprefix(BOM)
         offset += len(raw)
@@ -230,11 +238,31 @@ def _file_lines(handle: IO[bytes], name: str) -> Lines:
         yield number, text[:-1] if ended else text, ended
 
 
-def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
-    """(line number, object) for each non-blank line.
+def _torn(line: str, error: ValueError) -> bool:
+    """Whether a last line without its line break, which failed to parse with ``error``, is a
+    write torn by a crash: the start of a JSON text (``cut_off_json``), or nothing, followed
+    by the NUL bytes a file system reads back where a crash lost a file's last blocks."""
+    start = line.rstrip("\x00")
+    if start == line:
+        return cut_off_json(line, error)
+    if not start.strip():
+        return True
+    try:
+        loads_json(start, finite=False, lone_surrogates=True)
+    except ValueError as cut:
+        return cut_off_json(start, cut)
+    return False  # a whole line before the zeros: not the shape of a torn write
+
+
+def json_rows(
+    lines: Lines, source: str, code: str, notes: list[str], torn: list[int] | None = None
+) -> Rows:
+    """(line number, object) for each non-blank line, as an import and a folder store read
+    them.
 
     A last line with no line break after it that is the start of a JSON text cut off
-    (``cut_off_json``) is a write torn by a crash: it is skipped, and ``notes`` says so. Any other
+    (``cut_off_json``) is a write torn by a crash: it is skipped, ``notes`` says so and
+    ``torn`` gets its number. Any other
     line that does not parse is damage and raises SessionError(``code``), naming the file and
     line, once the rest has been read (a file that cannot be read at all says so first).
     """
@@ -251,7 +279,7 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
             # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
             data = loads_json(line, finite=False, lone_surrogates=True)
         except ValueError as error:
-            if ended or not cut_off_json(line, error):
+            if ended or not _torn(line, error):
                 for _ in lines:
                     pass
                 raise SessionError(
@@ -282,12 +310,14 @@ def _json_rows(lines: Lines, source: str, code: str, notes: list[str]) -> Rows:
         )
         log.info(message)
         notes.append(message)
+        if torn is not None:
+            torn.append(held[0])
 
 
 # --- the stream -------------------------------------------------------------------------------
 
 # Problems found while reading, in the order a whole-file reader reports them. A file's JSON
-# comes first (``_json_rows`` raises that itself), then the header, then the first entry that
+# comes first (``json_rows`` raises that itself), then the header, then the first entry that
 # does not parse, then (known only at the end, see TreeCheck) the first duplicate id, the first
 # parent that does not exist and the first cycle.
 _ENTRY = 1
@@ -488,7 +518,7 @@ def open_session_stream(
         one_line = bool(source.strip()) and "\n" not in source.strip()
         if not one_line or source.lstrip().startswith("{"):
             notes: list[str] = []
-            rows = _json_rows(_text_lines(source), "<jsonl>", code, notes)
+            rows = json_rows(_text_lines(source), "<jsonl>", code, notes)
             yield SessionStream(pi_repeats_skipped(rows), "<jsonl>", code, new_id, notes)
             return
     path = Path(source)
@@ -499,7 +529,7 @@ def open_session_stream(
     with handle:
         name = str(path)
         notes = []
-        rows = _json_rows(_file_lines(handle, name), name, code, notes)
+        rows = json_rows(file_lines(handle, name), name, code, notes)
         yield SessionStream(pi_repeats_skipped(rows), name, code, new_id, notes)
 
 
@@ -512,7 +542,7 @@ def parse_session_text(
     an entry that does not parse, duplicate ids, a parent that does not exist, a cycle.
     """
     code = "invalid_import"
-    rows = pi_repeats_skipped(_json_rows(_text_lines(text), source, code, []))
+    rows = pi_repeats_skipped(json_rows(_text_lines(text), source, code, []))
     return _collect(SessionStream(rows, source, code, new_id))
 
 

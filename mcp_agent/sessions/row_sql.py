@@ -73,9 +73,10 @@ def _children_delta(children: int) -> tuple[int, int]:
     return (0, 0) if children == 0 else (1, 1) if children == 1 else (1, 0)
 
 
-# Each tree node under its tree parent (through leaf moves pi appended below).
+# Each tree node under its tree parent (through leaf moves pi appended below); null for a
+# root, also one whose parent is not in the session (pi shows it as a root).
 _TREE_PARENTS = (
-    "SELECT CASE WHEN p.type = 'leaf' THEN p.parent_id ELSE c.parent_id END AS tp"
+    "SELECT CASE WHEN p.type = 'leaf' THEN p.parent_id ELSE p.id END AS tp"
     " FROM entries c LEFT JOIN entries p ON p.session_id = c.session_id"
     " AND p.id = c.parent_id WHERE c.session_id = :s AND c.type != 'leaf'"
 )

@@ -37,7 +37,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
-from mcp_agent.sessions.storage import SessionStats, SessionStorage, tree_parent
+from mcp_agent.sessions.storage import SessionStats, SessionStorage, tree_index
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,8 @@ class Session:
                     "invalid_entry", f"entry.{reserved} is set by the session; leave it out"
                 )
         data = dict(partial)
+        if kind == "custom_message":
+            data.setdefault("display", True)  # as append_custom_message (a file may lack it)
         # An empty label or name clears it, as append_label and set_name do.
         if kind == "label" and not data.get("label"):
             data.pop("label", None)
@@ -369,19 +371,17 @@ class Session:
         return self.storage.get_children(entry_id)
 
     def tree(self) -> list[TreeNode]:
-        """Every root with its subtree; siblings in append order, leaf moves left out."""
-        entries = self.storage.get_entries()
-        moves = {e.id: e.parent_id for e in entries if isinstance(e, LeafEntry)}
-        nodes: dict[str, TreeNode] = {}
+        """Every root with its subtree (``tree_index``); siblings in append order, leaf moves
+        left out."""
+        entries = {entry.id: entry for entry in self.storage.get_entries()}
+        index = tree_index([(e.id, e.parent_id, e.type) for e in entries.values()])
+        nodes = {
+            row[0]: TreeNode(entries[row[0]], self.storage.get_label(row[0])) for row in index.nodes
+        }
         roots: list[TreeNode] = []
-        for entry in entries:
-            if entry.id in moves:
-                continue
-            node = TreeNode(entry, self.storage.get_label(entry.id))
-            nodes[entry.id] = node
-            parent_id = tree_parent(entry.parent_id, moves)
-            parent = nodes.get(parent_id) if parent_id is not None else None
-            (parent.children if parent is not None else roots).append(node)
+        for row in index.nodes:
+            parent_id = index.parent[row[0]]
+            (nodes[parent_id].children if parent_id is not None else roots).append(nodes[row[0]])
         return roots
 
     def build_context(self, options: SessionContextBuildOptions | None = None) -> SessionContext:

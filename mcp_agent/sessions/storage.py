@@ -157,6 +157,60 @@ def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | No
     return parent_id
 
 
+@dataclass
+class TreeIndex:
+    """The tree of a session from its entries in outline (no content): the tree nodes in the
+    order appended (leaf moves left out), each node's tree parent and its children."""
+
+    nodes: list[TreeRow]
+    parent: dict[str, str | None]
+    children: dict[str, list[str]]  # of the nodes that have any
+
+
+def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
+    """``rows`` (id, parentId, type) in the order appended, as a tree the way pi's ``getTree``
+    makes it: a leaf move between an entry and its parent is skipped (``tree_parent``), an
+    entry hangs under its parent wherever the parent's line is (a pi file may name a parent
+    that comes later), and an entry whose parent is not in the session is a root. Siblings
+    are in the order appended."""
+    moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
+    nodes: list[TreeRow] = []
+    parent: dict[str, str | None] = {}
+    children: dict[str, list[str]] = {}
+    ahead: list[tuple[str, str]] = []  # (entry, parent not seen yet): later, or missing
+    # One pass over what may be a million rows: locals only, and tree_parent only when the
+    # session has leaf moves at all.
+    for row in rows:
+        entry_id, parent_id = row[0], row[1]
+        if moves:
+            if entry_id in moves:
+                continue
+            parent_id = tree_parent(parent_id, moves)
+        if parent_id is not None:
+            if parent_id not in parent:
+                ahead.append((entry_id, parent_id))
+                parent_id = None
+            elif (siblings := children.get(parent_id)) is None:
+                children[parent_id] = [entry_id]
+            else:
+                siblings.append(entry_id)
+        parent[entry_id] = parent_id
+        nodes.append(row)
+    later = [(entry_id, parent_id) for entry_id, parent_id in ahead if parent_id in parent]
+    if later:
+        # Rare (only a pi file can name a later parent): the siblings of these are put back
+        # in the order appended.
+        for entry_id, parent_id in later:
+            parent[entry_id] = parent_id
+        touched = {parent_id for _, parent_id in later}
+        for parent_id in touched:
+            children[parent_id] = []
+        for row in nodes:
+            if (parent_id := parent[row[0]]) in touched:
+                children[parent_id].append(row[0])
+    return TreeIndex(nodes, parent, children)
+
+
 # --- walks shared by the in-memory indexes ----------------------------------------------------
 
 

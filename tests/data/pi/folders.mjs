@@ -2,13 +2,15 @@
 //   node folders.mjs PEERS_DIR make AGENT_DIR   -> sessions in AGENT_DIR/sessions/<cwd folder>/
 //   node folders.mjs PEERS_DIR read AGENT_DIR   -> what pi lists and opens there
 //   node folders.mjs PEERS_DIR continue FILE    -> pi asks one more question in FILE
+//   node folders.mjs PEERS_DIR random DIR SEED  -> a session of every entry kind, branches
+//                                                   and labels, made at random in DIR
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. pi finds its folder through
 // $PI_CODING_AGENT_DIR, set here to AGENT_DIR.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [peers, command, agentDir] = process.argv.slice(2);
+const [peers, command, agentDir, seedText] = process.argv.slice(2);
 process.env.PI_CODING_AGENT_DIR = agentDir;
 const root = join(peers, "node_modules", "@mariozechner", "pi-coding-agent");
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
@@ -88,6 +90,67 @@ function continueFile(file) {
   return { id: manager.getSessionId(), entries: manager.getEntries(), leafId: manager.getLeafId() };
 }
 
+function random(dir, seedNumber) {
+  let state = seedNumber * 7919 + 13;
+  const next = () => {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    return state / 2147483648;
+  };
+  const pick = (items) => items[Math.floor(next() * items.length)];
+  const manager = pi.SessionManager.create("/home/ada/random", dir);
+  manager.appendMessage(user("start"));
+  manager.appendMessage(assistant("ok"));
+  for (let i = 0; i < 60; i++) {
+    const ids = manager.getEntries().map((e) => e.id);
+    const roll = next();
+    if (roll < 0.2) {
+      const blocks = [{ type: "text", text: `b${i}` }, { type: "image", data: "aGk=", mimeType: "image/png" }];
+      manager.appendMessage({ ...user(`q${i}`), content: pick([`q${i}`, blocks]) });
+    } else if (roll < 0.35) {
+      const call = { type: "toolCall", id: `c${i}`, name: "bash", arguments: { c: i } };
+      const answer = assistant(`a${i}`);
+      manager.appendMessage({ ...answer, content: [...answer.content, call], model: `m${i}`, stopReason: "toolUse" });
+      manager.appendMessage({
+        role: "toolResult",
+        toolCallId: `c${i}`,
+        toolName: "bash",
+        content: [{ type: "text", text: "r" }],
+        details: pick([undefined, { n: i }]),
+        isError: next() < 0.2,
+        timestamp: Date.now(),
+      });
+    } else if (roll < 0.4) {
+      const excluded = next() < 0.3 ? true : undefined;
+      const exitCode = pick([0, 1, undefined]);
+      const run = { command: "ls", output: "o", exitCode, cancelled: false, truncated: false };
+      manager.appendMessage({ role: "bashExecution", ...run, excludeFromContext: excluded, timestamp: Date.now() });
+    } else if (roll < 0.45) manager.appendThinkingLevelChange(pick(["low", "high", "off"]));
+    else if (roll < 0.5) manager.appendModelChange("google", `g${i}`);
+    else if (roll < 0.55) {
+      // An extension may leave display out (pi then hides the message) or give null details.
+      const content = pick([`note ${i}`, [{ type: "text", text: "note" }]]);
+      manager.appendCustomMessageEntry("ext", content, pick([true, false, undefined]), pick([undefined, null, { d: i }]));
+    } else if (roll < 0.6) manager.appendCustomEntry("state", pick([undefined, { s: i }]));
+    else if (roll < 0.67) manager.appendLabelChange(pick(ids), pick([`L${i}`, "", undefined]));
+    else if (roll < 0.72) {
+      const kept = pick([...manager.getBranch().map((e) => e.id), pick(ids)]);
+      manager.appendCompaction(`summary ${i}`, kept, 100 * i, pick([undefined, { readFiles: [] }]), pick([undefined, true]));
+    } else if (roll < 0.77) manager.appendSessionInfo(pick([`name ${i}`, "  ", " padded "]));
+    else if (roll < 0.85) manager.branch(pick(ids));
+    else if (roll < 0.9) manager.branchWithSummary(pick([...ids, null]), pick([`left ${i}`, ""]), undefined, pick([undefined, true]));
+    else if (roll < 0.93) manager.resetLeaf();
+    else manager.appendMessage(user(`u${i}`));
+  }
+  manager.appendMessage(assistant("end"));
+  return { file: manager.getSessionFile() };
+}
+
 const result =
-  command === "make" ? make() : command === "continue" ? continueFile(agentDir) : await read();
+  command === "make"
+    ? make()
+    : command === "continue"
+      ? continueFile(agentDir)
+      : command === "random"
+        ? random(agentDir, Number(seedText))
+        : await read();
 process.stdout.write(JSON.stringify({ piVersion: pkg.version, result }));

@@ -3,7 +3,9 @@
 //   node oracle.mjs PEERS_DIR FILE.jsonl [LEAF_ID|null ...]
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. Without LEAF_IDs pi's default
 // (the last entry of the file) is used. Prints {piVersion, entries, results: [{leafId,
-// context, llmMessages}, ...]}, one result per leaf.
+// context, llmMessages}, ...], manager}, one result per leaf; manager is what pi's
+// SessionManager shows of the file: {leafId, name, tree}, the tree as its nodes in depth-first
+// order, each {id, label, children: [ids]}.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -26,4 +28,14 @@ const results = leaves.map((leafId) => {
     llmMessages: pi.convertToLlm(ctx.messages),
   };
 });
-process.stdout.write(JSON.stringify({ piVersion: pkg.version, entries: body, results }));
+// Not persisting: pi rewrites a file it migrates when it persists, and FILE may be a sample.
+const manager = new pi.SessionManager("/", "", file, false);
+const tree = [];
+const stack = [...manager.getTree()].reverse();
+while (stack.length) {
+  const node = stack.pop();
+  tree.push({ id: node.entry.id, label: node.label ?? null, children: node.children.map((c) => c.entry.id) });
+  stack.push(...[...node.children].reverse());
+}
+const managed = { leafId: manager.getLeafId(), name: manager.getSessionName() ?? null, tree };
+process.stdout.write(JSON.stringify({ piVersion: pkg.version, entries: body, results, manager: managed }));
