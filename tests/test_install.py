@@ -310,3 +310,85 @@ def test_default_config_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     if sys.platform.startswith("linux"):
         assert paths[Client.claude_desktop].parent == tmp_path / ".config" / "Claude"
         assert paths[Client.vscode] == tmp_path / ".config" / "Code" / "User" / "mcp.json"
+
+
+@pytest.mark.parametrize(
+    ("bom", "newline", "indent", "end"),
+    [
+        ("", "\n", 2, "\n"),  # Claude Code's JSON.stringify(config, null, 2)
+        ("\ufeff", "\r\n", "\t", "\r\n"),  # a Windows editor's, tab-indented
+        ("", "\n", 4, ""),  # no line break at the end
+    ],
+)
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_the_files_layout_is_kept(
+    client: str, bom: str, newline: str, indent: str | int, end: str, tmp_path: Path
+) -> None:
+    key, _, sample = CLIENTS[client]
+
+    def laid_out(data: dict[str, Any]) -> bytes:
+        text = json.dumps(data, indent=indent, ensure_ascii=False).replace("\n", newline)
+        return (bom + text + end).encode("utf-8")
+
+    config = tmp_path / "config.json"
+    config.write_bytes(laid_out(sample))
+
+    result = invoke(client, "--config", str(config))
+
+    assert result.exit_code == 0, result.output
+    written = json.loads(config.read_bytes().decode("utf-8-sig"))
+    assert {k: v for k, v in written[key].items() if k != "agent-sessions"} == sample[key]
+    # Every line but ours as it was: the layout of the whole file is the original's.
+    assert config.read_bytes() == laid_out(written)
+
+
+def test_installing_again_changes_nothing_and_keeps_the_first_backup(tmp_path: Path) -> None:
+    config = tmp_path / "mcp.json"
+    original = write_sample(config, CLIENTS["cursor"][2])
+    assert invoke("cursor", "--config", str(config)).exit_code == 0
+    installed = config.read_bytes()
+
+    for extra in ([], ["--dry-run"]):
+        result = invoke("cursor", "--config", str(config), *extra)
+        assert result.exit_code == 0, result.output
+        assert "nothing written" in result.output
+    assert "up to date" in result.stdout or "needs no change" in result.stderr
+    assert json.loads(result.stdout) == json.loads(installed)  # the dry run shows the file
+    assert config.read_bytes() == installed
+    assert (tmp_path / "mcp.json.bak").read_bytes() == original  # the user's file, not ours
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mcp.json", "mcp.json.bak"]
+
+
+def blocked_on_flock(pid: int, inode: int) -> bool:
+    """Whether process ``pid`` waits for a flock on ``inode`` (Linux's /proc/locks marks a
+    waiter with "->": ``1: -> FLOCK ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF``)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1:3] == ["->", "FLOCK"] and int(fields[5]) == pid:
+            if int(fields[6].rsplit(":", 1)[1]) == inode:
+                return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads Linux's /proc/locks")
+def test_install_waits_while_another_install_holds_the_folder(tmp_path: Path) -> None:
+    import fcntl
+    import time
+
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {}}\n')
+    folder = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(folder, fcntl.LOCK_EX)  # as an install that has read the file holds it
+    command = [sys.executable, "-m", "mcp_agent", "install", "cursor", "--config", str(config)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while not blocked_on_flock(process.pid, os.stat(tmp_path).st_ino):
+            assert process.poll() is None, "install went on while the folder was locked"
+            time.sleep(0.01)
+        # The other install writes its entry; then this one must read it, and keep it.
+        config.write_text('{"mcpServers": {"theirs": {"command": "x"}}}\n')
+    finally:
+        os.close(folder)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert list(json.loads(config.read_text())["mcpServers"]) == ["theirs", "agent-sessions"]

@@ -3,8 +3,9 @@
 The entry runs this very installation by absolute path (the ``mcp-agent-sessions`` script next
 to the running interpreter, else ``python -m mcp_agent``), so it works from a checkout, a
 ``uv tool install .`` or a ``pipx install .`` without anything on the client's PATH. Only our
-entry changes: every other key and server stays as it was, in order; the old file is kept as
-``<file>.bak`` and the new one replaces it atomically.
+entry changes: every other key and server stays as it was, in order and in the file's own
+layout; the old file is kept as ``<file>.bak`` and the new one replaces it atomically. A file
+that already holds the very entry is left alone, .bak included.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_agent.cli.common import FAILED, PROG, die, emit_json, named_store, utf8_text
+from mcp_agent.cli.common import FAILED, PROG, die, named_store, utf8_text
 from mcp_agent.paths import is_database_url
 from mcp_agent.wire import loads_json
 
@@ -102,21 +105,23 @@ def make_entry(client: Client, db: str | None) -> dict[str, Any]:
     return entry
 
 
-def read_config(path: Path, client: Client) -> dict[str, Any] | None:
-    """The config as a dict (``None`` when the file does not exist); exits 2 when it cannot
-    be read or is not a JSON object."""
+def read_config(path: Path, client: Client) -> tuple[dict[str, Any], str] | None:
+    """The config as a dict, with its text (``None`` when the file does not exist); exits 2
+    when it cannot be read or is not a JSON object."""
     if not path.exists():
         return None
     if path.is_dir():
         die(f"{path} is a folder, not a config file; pass --config FILE")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open(encoding="utf-8", newline="") as handle:  # keeps \r\n as it is
+            text = handle.read()
     except (OSError, UnicodeDecodeError) as error:
         die(f"cannot read {path}: {error}")
-    if not text.strip():
-        return {}
+    if not text.strip("\ufeff \t\r\n"):
+        return {}, text
     try:
-        data = loads_json(text, unique_keys=True)  # written back, a key twice loses servers
+        # written back, a key twice loses servers
+        data = loads_json(text.removeprefix("\ufeff"), unique_keys=True)
     except json.JSONDecodeError as error:
         hint = (
             "; VS Code allows // comments and trailing commas, which this command does not "
@@ -133,7 +138,64 @@ def read_config(path: Path, client: Client) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         found = JSON_TYPES.get(type(data), type(data).__name__)
         die(f"{path} does not hold a JSON object (found {found}); nothing was written")
-    return data
+    return data, text
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a config file is written out. Kept from the file read, so that writing it back
+    leaves the lines of the other servers and settings as they were in a consistently indented
+    file (Claude Code's own ``JSON.stringify(config, null, 2)``, VS Code's tabs), with its
+    Windows line endings and byte order mark, rather than rewriting every line of it."""
+
+    bom: str = ""
+    newline: str = "\n"
+    indent: str = "  "
+    end: str = "\n"
+
+    @classmethod
+    def of(cls, text: str | None) -> Layout:
+        if text is None or not text.strip("\ufeff \t\r\n"):
+            return cls(bom="\ufeff" if text and text.startswith("\ufeff") else "")
+        newline = "\r\n" if "\r\n" in text else "\n"
+        indent = "  "
+        for line in text.splitlines()[1:]:
+            body = line.lstrip(" \t")
+            if body and body != line:  # the first indented line is one level in
+                indent = line[: len(line) - len(body)]
+                break
+        return cls(
+            bom="\ufeff" if text.startswith("\ufeff") else "",
+            newline=newline,
+            indent=indent,
+            end=newline if text.endswith("\n") else "",
+        )
+
+    def render(self, data: dict[str, Any]) -> str:
+        """``data`` as the file's text: JSON strings hold no raw line breaks, so every one
+        in the dump is the layout's."""
+        body = json.dumps(data, indent=self.indent, ensure_ascii=False)
+        return self.bom + body.replace("\n", self.newline) + self.end
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` while a config in it is read, merged and replaced:
+    two installs at once (into one file, with two names) would otherwise each write what they
+    read, and the later would drop the other's entry. The folder, not the file, is locked, as
+    the file is replaced by another; where there is no flock (Windows) installs are not
+    serialised."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def check_db(db: str) -> None:
@@ -165,7 +227,6 @@ def merge(config: dict[str, Any], client: Client, name: str, entry: dict[str, An
 
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to a temp file beside ``path`` and move it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temp_name = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
     )
@@ -229,26 +290,47 @@ def install(
     if db is not None:
         check_db(db)
     path = Path(os.path.abspath((config or default_config_path(client)).expanduser()))
-    existing = read_config(path, client)
-    merged: dict[str, Any] = existing if existing is not None else {}
-    try:
-        replaced = merge(merged, client, name, make_entry(client, db))
-    except ValueError as error:
-        die(f"{path}: {error}; nothing was written")
+    target = path.resolve() if path.is_symlink() else path  # keep a symlinked dotfile a link
+    entry = make_entry(client, db)
     label = FORMATS[client].label
     if dry_run:
-        emit_json(merged)
-        typer.echo(f"dry run: would write {label} config {path} (nothing written)", err=True)
+        old, new, replaced = updated_text(path, client, name, entry)
+        sys.stdout.write(new.removeprefix("\ufeff"))
+        what = "needs no change" if new == old else "would be written so"
+        typer.echo(f"dry run: {label} config {path} {what} (nothing written)", err=True)
         return
-    target = path.resolve() if path.is_symlink() else path  # keep a symlinked dotfile a link
-    backup = target.with_name(target.name + ".bak")
-    text = json.dumps(merged, indent=2, ensure_ascii=False) + "\n"
     try:
-        if existing is not None:
-            shutil.copy2(target, backup)
-        write_atomically(target, text)
+        target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         die(f"cannot write {path}: {error}", FAILED)
+    backup = target.with_name(target.name + ".bak")
+    with locked(target.parent):
+        old, new, replaced = updated_text(path, client, name, entry)
+        if new == old:
+            # Written again, it would change nothing but the .bak, which holds the file as it
+            # was before the entry was first put there, the one worth keeping.
+            typer.echo(f"entry {name!r} in {label} config {path} is up to date; nothing written")
+            return
+        try:
+            if old is not None:
+                shutil.copy2(target, backup)
+            write_atomically(target, new)
+        except OSError as error:
+            die(f"cannot write {path}: {error}", FAILED)
     action = "replaced" if replaced else "added"
-    saved = f" (old file kept as {backup})" if existing is not None else " (new file)"
+    saved = f" (old file kept as {backup})" if old is not None else " (new file)"
     typer.echo(f"{action} entry {name!r} in {label} config {path}{saved}")
+
+
+def updated_text(
+    path: Path, client: Client, name: str, entry: dict[str, Any]
+) -> tuple[str | None, str, bool]:
+    """The config's text now (``None``: no file), its text with ``entry`` merged under
+    ``name``, and whether that replaced an entry; exits 2 when the config cannot take it."""
+    existing = read_config(path, client)
+    merged, old = existing if existing is not None else ({}, None)
+    try:
+        replaced = merge(merged, client, name, entry)
+    except ValueError as error:
+        die(f"{path}: {error}; nothing was written")
+    return old, Layout.of(old).render(merged), replaced
