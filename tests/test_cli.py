@@ -1772,3 +1772,20 @@ async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     assert done.returncode == 0, stderr
     assert done.stdout.decode() == "The first half\n"
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
+
+
+def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:
+    script = "//etc/hosts is empty, why?\n/etc/hosts\n"
+    done = sub(
+        "chat", "--model", "scripted:echo", input=script, env=clean_env(MCP_AGENT_DB=str(db))
+    )
+    assert done.returncode == 2, done.stderr  # the second line, an unknown command
+    assert "unknown command /etc/hosts" in done.stderr and "start it with //" in done.stderr
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        said = [
+            narrow(m, User).text
+            for m in repo.open(listed.id).build_context().messages
+            if isinstance(m, User)
+        ]
+    assert said == ["/etc/hosts is empty, why?"]

@@ -57,7 +57,8 @@ Commands:
   /thinking [LEVEL]      show or change the thinking level ({levels})
   /session               the session id
   /help                  this list
-  /quit                  leave (Ctrl-D too); Ctrl-C stops an answer"""
+  /quit                  leave (Ctrl-D too); Ctrl-C stops an answer
+  //text                 send "/text" as a message"""
 
 
 def chat(
@@ -252,7 +253,10 @@ class Chat:
             line = line.strip()
             if not line:
                 continue
-            if line.startswith("/"):
+            if line.startswith("//"):
+                # A message that itself begins with a slash (a path, a regex), sent with one.
+                await self._prompt(line[1:])
+            elif line.startswith("/"):
                 command, _, argument = line[1:].partition(" ")
                 if command in ("quit", "exit", "q"):
                     return
@@ -305,7 +309,10 @@ class Chat:
         }
         handler = handlers.get(command)
         if handler is None:
-            self.refuse(f"unknown command /{command}; /help lists the commands")
+            self.refuse(
+                f"unknown command /{command}; /help lists the commands (to send a message "
+                f"beginning with /, start it with //)"
+            )
             return
         try:
             await handler(argument)
