@@ -1789,3 +1789,17 @@ def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> N
             if isinstance(m, User)
         ]
     assert said == ["/etc/hosts is empty, why?"]
+
+
+@pytest.mark.parametrize("columns", ["20", "40"])
+def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
+    db: Path, columns: str
+) -> None:
+    ids = seed(db)
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = columns
+    done = sub("sessions", "list", env=env)
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
+    assert row.split()[0] == ids["session"]  # whole, to copy into the next command

@@ -132,23 +132,31 @@ def print_table(
 ) -> None:
     """A borderless table on stdout. Every column keeps its full width except ``flexible``,
     which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
-    columns than cut a long one). ``rows`` are (cells, style)."""
+    columns than cut a long one). ``rows`` are (cells, style). A terminal too narrow even for
+    that gets the rows at their width, each wrapped by the terminal: cropped to its width, an
+    id would be cut with no sign of it, and the columns after it would be gone."""
     from rich.table import Table
 
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
+    console = out()
+    room = fixed + min(12, widths[flexible])
+    if room > console.width:
+        from rich.console import Console
+
+        console = Console(highlight=False, markup=False, width=room)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
         justify: JustifyMethod = "right" if header in right else "left"
         if index == flexible:
             table.add_column(
-                header, no_wrap=True, overflow="ellipsis", max_width=max(12, out().width - fixed)
+                header, no_wrap=True, overflow="ellipsis", max_width=max(12, console.width - fixed)
             )
         else:
             table.add_column(header, no_wrap=True, min_width=width, justify=justify)
     for cells, style in rows:
         table.add_row(*cells, style=style)
-    out().print(table)
+    console.print(table)
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
