@@ -392,3 +392,21 @@ def test_install_waits_while_another_install_holds_the_folder(tmp_path: Path) ->
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     assert list(json.loads(config.read_text())["mcpServers"]) == ["theirs", "agent-sessions"]
+
+
+def test_config_that_is_a_device_is_refused_and_kept(tmp_path: Path) -> None:
+    import stat
+
+    # A copy of /dev/null: replaced by a file, the device would be gone for the whole machine.
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (AttributeError, PermissionError):
+        pytest.skip("making a device takes root on Linux")
+    for extra in ([], ["--dry-run"]):
+        result = invoke("cursor", "--config", str(device), *extra)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "not a regular file" in lines[0] and str(device) in lines[0]
+    assert device.is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]

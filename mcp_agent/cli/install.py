@@ -112,6 +112,10 @@ def read_config(path: Path, client: Client) -> tuple[dict[str, Any], str] | None
         return None
     if path.is_dir():
         die(f"{path} is a folder, not a config file; pass --config FILE")
+    if not path.is_file():
+        # A device or a pipe (/dev/null, say): it would be replaced by a file, and so gone
+        # for every program on the machine, or read for ever.
+        die(f"{path} is not a regular file; pass --config FILE; nothing was written")
     try:
         with path.open(encoding="utf-8", newline="") as handle:  # keeps \r\n as it is
             text = handle.read()
