@@ -8,6 +8,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -1495,6 +1496,16 @@ def test_help_names_values_in_words_not_python_types(command: list[str]) -> None
     assert result.exit_code == 0, result.output
     for python_type in ("<str>", "<int", "<bool>", "<path>", "<float>", "list[", "<Path"):
         assert python_type not in result.output, (command, python_type)
+
+
+@pytest.mark.parametrize("group", [[], ["sessions"]], ids=["top", "sessions"])
+def test_command_summaries_in_a_groups_help_are_whole_lines(group: list[str]) -> None:
+    # typer lists a command by the first paragraph of its help, line breaks and all: a
+    # summary written over two lines of source showed broken in two mid-sentence.
+    result = CliRunner().invoke(app, [*group, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    listed = result.output.split("Commands")[1].split("╰")[0].splitlines()[1:]
+    assert listed and all(re.match(r"│ \w+ ", line) for line in listed), listed
 
 
 def test_arguments_that_are_not_utf8_are_refused_in_one_line(db: Path) -> None:

@@ -114,8 +114,9 @@ def show(
     db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The current branch, entry by entry: roles, text, tool calls and results, entry ids
-    (the newest 200 entries unless --full)."""
+    """The current branch, entry by entry: roles, text, tool calls and results, entry ids.
+
+    Of a long branch, the newest 200 entries unless --full."""
     with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
         if as_json:
@@ -305,9 +306,11 @@ def copy(
     ],
     as_json: JsonOption = False,
 ) -> None:
-    """Copy every session between stores: a SQLite file, a PostgreSQL URL postgresql://… or an
-    existing folder of pi JSONL files. Each session arrives whole or not at all, under its own id;
-    sessions already there are left alone, so an interrupted copy can be run again."""
+    """Copy every session from one store to another, whole, under its own id.
+
+    A store is a SQLite file, a PostgreSQL URL postgresql://… or an existing folder of pi JSONL
+    files. Each session arrives whole or not at all; sessions already there are left alone, so
+    an interrupted copy can be run again."""
     from mcp_agent.sessions.errors import SessionError
     from mcp_agent.sessions.folders import session_id_of
     from mcp_agent.sessions.jsonl import JsonlSessionRepo
