@@ -1508,6 +1508,28 @@ def test_command_summaries_in_a_groups_help_are_whole_lines(group: list[str]) ->
     assert listed and all(re.match(r"│ \w+ ", line) for line in listed), listed
 
 
+def test_help_paragraphs_flow_instead_of_keeping_the_sources_line_breaks() -> None:
+    import inspect
+
+    import typer.main
+
+    def commands(group: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+        for name, command in getattr(group, "commands", {}).items():
+            yield [*path, name], command
+            yield from commands(command, [*path, name])
+
+    checked = 0
+    for path, command in commands(typer.main.get_command(app), []):
+        later = inspect.cleandoc(command.help or "").split("\n\n")[1:]
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"})
+        shown = [" ".join(line.strip(" │").split()) for line in result.output.splitlines()]
+        for paragraph in later:
+            if "\n" in paragraph:
+                checked += 1
+                assert " ".join(paragraph.split()) in shown, (path, paragraph)
+    assert checked  # the docstrings hold such paragraphs
+
+
 def test_arguments_that_are_not_utf8_are_refused_in_one_line(db: Path) -> None:
     ids = seed(db)
     stored = db.read_bytes()

@@ -387,10 +387,18 @@ _HELP_TYPES = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "pa
 
 
 def plain_help_types() -> None:
-    """Make --help show words (TEXT, N, PATH, FILE…) for values, and nothing for flags."""
+    """Make --help show words (TEXT, N, PATH, FILE…) for values, and nothing for flags, and
+    flow the paragraphs of a command's help to the terminal's width."""
     import re
 
-    from typer import core
+    from typer import core, rich_utils
+
+    def flowed(paragraphs: list[str], markup_mode: Any) -> str:
+        # typer keeps the line breaks of rich-mode help beyond its first paragraph, so the
+        # docstrings' lines, broken for the source, showed broken again at every width.
+        return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n")) for p in paragraphs)
+
+    rich_utils._fix_linebreaks = flowed
 
     def plain(shown: str | None) -> str | None:
         if shown is None or not shown.startswith("<"):
