@@ -1187,6 +1187,23 @@ def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
     assert content_text(first.content) == "caf\ufffd ok"
 
 
+def test_run_dash_reads_the_prompt_from_stdin(db: Path) -> None:
+    env = clean_env(MCP_AGENT_DB=str(db))
+    done = sub("run", "-", "--model", "scripted:echo", input="two\nlines\n", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "two\nlines" in done.stdout
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        (said,) = repo.open(listed.id).build_context().messages[:1]
+    assert narrow(said, User).text == "two\nlines\n"
+    empty = sub("run", "-", "--model", "scripted:echo", input="", env=env)
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines() == [
+        "mcp-agent-sessions: the prompt read from standard input is empty; say what the agent"
+        " should do"
+    ]
+
+
 def test_run_bad_input(cli: Any, tmp_path: Path) -> None:
     no_model = cli("run", "hi")
     assert no_model.exit_code == 2 and "no model configured" in no_model.stderr

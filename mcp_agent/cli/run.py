@@ -395,7 +395,9 @@ async def start(
 
 
 def run(
-    prompt: Annotated[str, typer.Argument(help="what to ask the agent")],
+    prompt: Annotated[
+        str, typer.Argument(help="what to ask the agent (-: read it from standard input)")
+    ],
     session: SessionOption = None,
     agent: AgentOption = None,
     model: ModelOption = None,
@@ -403,8 +405,12 @@ def run(
     manifests: ManifestsOption = None,
 ) -> None:
     """Run an agent once; the answer streams to stdout, tool calls and status to stderr."""
+    piped = prompt == "-"  # as cat and most tools read it; else "-" itself went to the model
+    if piped:
+        prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     if not prompt.strip():
-        die("the prompt is empty; say what the agent should do")
+        where = " read from standard input" if piped else ""
+        die(f"the prompt{where} is empty; say what the agent should do")
     from mcp_agent.wire import utf8_only
 
     prompt = utf8_only(prompt)  # bytes that were not UTF-8 come as surrogates (surrogateescape)
