@@ -642,6 +642,17 @@ def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     assert refused.exit_code == 2 and target.read_text() == exported.stdout
 
 
+def test_export_to_dash_writes_stdout(
+    cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = seed(db)
+    monkeypatch.chdir(tmp_path)
+    dashed = cli("sessions", "export", ids["session"], "-o", "-")
+    assert dashed.exit_code == 0, dashed.stderr
+    assert dashed.stdout == cli("sessions", "export", ids["session"]).stdout
+    assert not (tmp_path / "-").exists()
+
+
 def test_an_export_that_fails_part_way_leaves_the_output_file_as_it_was(
     cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

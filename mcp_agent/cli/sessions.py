@@ -157,13 +157,16 @@ def tree(
 def export(
     session_id: SessionArg,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="write here instead of stdout")
+        Path | None,
+        typer.Option("--output", "-o", help="write here instead of stdout (-: stdout)"),
     ] = None,
     db: StoreOption = None,
 ) -> None:
     """The session as a pi version-3 JSONL file."""
     from mcp_agent.sessions.jsonl import write_file_atomically
 
+    if output == Path("-"):  # as most tools take it; it made a file named "-"
+        output = None
     if output is not None:
         output = _export_target(output, database_location(db))
     count = 0
