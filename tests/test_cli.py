@@ -1835,6 +1835,59 @@ async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) -> None:
+    import pty
+    import select
+    import signal
+    import termios
+
+    controller, terminal = pty.openpty()
+    before = termios.tcgetattr(terminal)
+    env = clean_env(MCP_AGENT_DB=str(db), TERM="xterm")
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "chat", "--model", "scripted:echo"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+        start_new_session=True,
+    )
+
+    def shown_until(text: bytes) -> bytes:
+        seen = b""
+        while text not in seen:
+            assert chat.poll() is None, seen
+            if select.select([controller], [], [], 30)[0]:
+                seen += os.read(controller, 1 << 16)
+            else:
+                raise AssertionError(f"waited for {text!r}; the terminal showed {seen!r}")
+        return seen
+
+    try:
+        shown_until(b"> ")
+        os.write(controller, b"helo\x1b[Dl\r")  # the left arrow, to put the missing l in
+        shown_until(b"tokens")
+        shown_until(b"> ")
+        os.killpg(chat.pid, signal.SIGINT)  # Ctrl-C at the prompt leaves
+        assert chat.wait(timeout=30) == 0
+        # readline's raw mode, entered for the line that never came, is undone.
+        assert termios.tcgetattr(terminal) == before
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+        os.close(controller)
+        os.close(terminal)
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        said = [
+            narrow(m, User).text
+            for m in repo.open(listed.id).build_context().messages
+            if isinstance(m, User)
+        ]
+    assert said == ["hello"]
+
+
 def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:
     script = "//etc/hosts is empty, why?\n/etc/hosts\n"
     done = sub(

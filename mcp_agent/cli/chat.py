@@ -6,6 +6,7 @@ a terminal or a pipe. Ctrl-C stops the answer being written; at the prompt it le
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -99,6 +100,30 @@ class LineReader:
         self.max_line = max_line
         self._rest = b""  # piped input read past the last line given
         self._fd = fd if fd is not None else _file_descriptor(sys.stdin) if self.echo else None
+        self._terminal: list[Any] | None = None  # the terminal's settings, to restore at the end
+        if not self.echo:
+            self._edit_lines()
+
+    def _edit_lines(self) -> None:
+        """Give ``input()`` line editing and history: without readline, an arrow key went
+        into the message as an escape sequence."""
+        try:
+            import readline  # noqa: F401  (imported, it serves input())
+            import termios
+        except ImportError:  # Windows: its console edits lines itself
+            return
+        with contextlib.suppress(OSError, termios.error):
+            self._terminal = termios.tcgetattr(sys.stdin.fileno())
+
+    def close(self) -> None:
+        """Restore the terminal: a chat that ends (Ctrl-C, SIGTERM) while readline waits for a
+        line in the reading thread would leave it without echo, in readline's raw mode."""
+        if self._terminal is None:
+            return
+        import termios
+
+        with contextlib.suppress(OSError, termios.error):
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, self._terminal)
 
     async def read(self, prompt: str) -> str | None:
         import anyio.from_thread
@@ -223,6 +248,7 @@ class Chat:
             try:
                 await self._converse()
             finally:
+                self.reader.close()
                 group.cancel_scope.cancel()
         if self.terminated:
             return TERMINATED
