@@ -855,6 +855,17 @@ def test_rename_and_clear(cli: Any, db: Path) -> None:
     assert "a\\x1b[31mred" in shown.stderr
 
 
+def test_tree_quotes_names_and_labels_as_they_read(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    with SqliteSessionRepo(db) as repo:
+        repo.open(ids["session"]).append_label(ids["answer"], "C:\\tmp's")
+    assert cli("sessions", "rename", ids["session"], "C:\\proj\\it's \x1b").exit_code == 0
+    tree = cli("sessions", "tree", ids["session"], "--full")
+    assert tree.exit_code == 0, tree.output
+    assert "name → “C:\\proj\\it's \\x1b”" in tree.stdout  # one backslash each, as written
+    assert f"label {ids['answer']} = “C:\\tmp's”" in tree.stdout
+
+
 def test_a_session_a_server_runs_an_agent_in_is_not_renamed_or_deleted(cli: Any, db: Path) -> None:
     ids = seed(db)
     leases = SessionLeases(db)  # as a server does for a run: another process, to this command

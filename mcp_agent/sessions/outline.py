@@ -72,9 +72,11 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
         case LabelEntry(target_id=target, label=label):
             if not label:
                 return [(f"label {target} cleared", "meta")]
-            return [(f"label {target} = {one_line(label, limit)!r}", "meta")]
+            return [(f"label {target} = “{one_line(label, limit)}”", "meta")]
         case SessionInfoEntry(name=name):
-            return [(f"name → {one_line(name, limit)!r}" if name else "name cleared", "meta")]
+            # Quoted as a listing quotes it: repr() doubled every backslash, a path's or an
+            # escaped control character's, and switched quotes for a name with an apostrophe.
+            return [(f"name → “{one_line(name, limit)}”" if name else "name cleared", "meta")]
         case LeafEntry(target_id=target):
             return [(f"leaf → {target}", "meta")]
     return [(entry.type, "meta")]
