@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -1207,6 +1208,33 @@ def test_run_with_a_prompt_that_is_not_utf8(tmp_path: Path) -> None:
         [info] = repo.list().items
         first = narrow(repo.open(info.id).build_context().messages[0], User)
     assert content_text(first.content) == "caf\ufffd ok"
+
+
+def with_closed(streams: str, *args: str, db: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m mcp_agent ARGS`` started with ``streams`` closed (``<&-``, ``>&-``)."""
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "mcp_agent", *args])
+    return subprocess.run(
+        ["sh", "-c", f"exec {command} {streams}"],
+        capture_output=True,
+        text=True,
+        env=clean_env(MCP_AGENT_DB=str(db)),
+        timeout=60,
+    )
+
+
+def test_closed_standard_streams_are_one_line_not_a_hang_or_a_traceback(db: Path) -> None:
+    chat = with_closed("<&-", "chat", "--model", "scripted:echo", db=db)
+    assert chat.returncode == 0 and "Traceback" not in chat.stderr, chat.stderr  # no input
+    run = with_closed("<&-", "run", "-", "--model", "scripted:echo", db=db)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "prompt read from standard input is empty" in run.stderr
+    listed = with_closed(">&-", "sessions", "list", "--json", db=db)
+    assert listed.returncode == 1
+    assert listed.stderr.splitlines() == [
+        "mcp-agent-sessions: standard output is closed; nothing was done"
+    ]
+    refused = with_closed("2>&-", "sessions", "show", "nope", db=db)
+    assert refused.returncode == 2  # its one line has nowhere to go; the exit code still tells
 
 
 def test_run_dash_reads_the_prompt_from_stdin(db: Path) -> None:

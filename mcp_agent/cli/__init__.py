@@ -44,7 +44,18 @@ app.command()(install.install)
 def main() -> None:
     """The console script. A usage error is one line with a hint (exit 2); Ctrl-C outside a
     run ends the program quietly (exit 130); output that cannot be written (a full disk, a
-    closed pipe) is one line too (exit 1)."""
+    closed pipe) is one line too (exit 1), and so is a standard output closed from the start."""
+    # Started with a standard stream closed (`<&-`, `2>&-`), Python holds None for it: chat's
+    # reading thread died and left the chat waiting for ever, `run -` and every print raised.
+    # No input reads as empty, no stderr as the null device, which takes the free descriptor,
+    # so that no file opened later lands on 0 or 2 and gets what is meant for the stream.
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull, encoding="utf-8")  # for the whole run
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    if sys.stdout is None:
+        typer.echo(f"{PROG}: standard output is closed; nothing was done", err=True)
+        sys.exit(FAILED)
     for stream in (sys.stdout, sys.stderr):
         # A terminal or pipe whose encoding cannot hold a character ("…" in ASCII) gets an
         # escape for it rather than a UnicodeEncodeError half-way through the output.
