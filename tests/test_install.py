@@ -410,3 +410,24 @@ def test_config_that_is_a_device_is_refused_and_kept(tmp_path: Path) -> None:
         assert len(lines) == 1 and "not a regular file" in lines[0] and str(device) in lines[0]
     assert device.is_char_device()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_a_folder_that_cannot_be_read_is_written_unlocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder this user may write but not read (mode -wx) cannot be opened to lock: the
+    install goes on unserialised instead of failing with a traceback. Root reads any folder,
+    so the refusal is stood in for (the suite runs as root here)."""
+    from mcp_agent.cli import install as install_module
+
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path) == tmp_path:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(install_module.os, "open", refusing)
+    with install_module.locked(tmp_path):
+        written = True
+    assert written

@@ -194,7 +194,11 @@ def locked(folder: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:  # a folder this user may write but not read (mode -wx): unserialised
+        yield
+        return
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
