@@ -875,6 +875,7 @@ def test_a_session_a_server_runs_an_agent_in_is_not_renamed_or_deleted(cli: Any,
         renamed = cli("sessions", "rename", ids["session"], "during the run")
         assert renamed.exit_code == 2, renamed.output
         assert f"session {ids['session']} is busy: run r1" in renamed.stderr
+        assert "`sessions fork ID`" in renamed.stderr  # what to do, in the command line's words
         deleted = cli("sessions", "delete", ids["session"], "--yes")
         assert deleted.exit_code == 2, deleted.output
         assert "is busy: run r1" in deleted.stderr

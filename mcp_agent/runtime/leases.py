@@ -72,7 +72,8 @@ class Lease:
     def busy_message(self) -> str:
         return (
             f"session {self.session_id} is busy: {self.describe()} is working on it. Wait for "
-            "it to finish, or continue in a fork (session_fork)."
+            "it to finish, or continue in a fork (the session_fork tool; on the command"
+            " line, `sessions fork ID`)."
         )
 
 
