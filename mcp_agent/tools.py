@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -95,9 +97,121 @@ def _allows_null(schema: Any) -> bool:
     return any(_allows_null(variant) for variant in schema.get("anyOf", []))
 
 
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "integer": lambda v: (
+        isinstance(v, int | float) and not isinstance(v, bool) and float(v).is_integer()
+    ),
+    "boolean": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _coerce_primitive(value: Any, kind: str) -> Any:
+    """``value`` as a ``kind`` the way pi-ai converts it, or ``value`` itself."""
+    if kind in ("number", "integer"):
+        if value is None:
+            return 0
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, str) and value.strip() and "_" not in value:
+            try:
+                number = float(value)
+            except ValueError:
+                return value
+            if math.isfinite(number) and (kind == "number" or number.is_integer()):
+                return int(number) if number.is_integer() else number
+        return value
+    if kind == "boolean":
+        if value is None:
+            return False
+        if value in ("true", "false"):
+            return value == "true"
+        if not isinstance(value, bool) and isinstance(value, int | float) and value in (0, 1):
+            return value == 1
+        return value
+    if kind == "string":
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return _js_number(value)
+        return value
+    if kind == "null" and (value == "" or (value == 0 and value is not True) or value is False):
+        return None
+    return value
+
+
+def _js_number(value: int | float) -> str:
+    """A number as JavaScript's String() writes it (3.0 → "3")."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _is_valid(schema: Any, value: Any) -> bool:
+    import jsonschema
+
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        return bool(cls(schema).is_valid(value))
+    except Exception:  # a part that cannot stand alone (a $ref into its root) decides nothing
+        return False
+
+
+def _coerce(value: Any, schema: Any) -> Any:
+    """``value`` with its primitives converted to the types ``schema`` asks for, as pi-ai's
+    validateToolArguments does before it validates: models often send ``"5"`` for an integer
+    or ``"true"`` for a boolean, and pi runs such a call where a strict check would refuse it.
+    A value that fits already is left alone."""
+    if not isinstance(schema, dict):
+        return value
+    for part in schema.get("allOf", []):
+        value = _coerce(value, part)
+    for union in ("anyOf", "oneOf"):
+        members = schema.get(union)
+        if isinstance(members, list) and not any(_is_valid(m, value) for m in members):
+            for member in members:
+                candidate = _coerce(copy.deepcopy(value), member)
+                if _is_valid(member, candidate):
+                    value = candidate
+                    break
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else [k for k in kinds or [] if isinstance(k, str)]
+    if kinds and not any(_JSON_TYPES.get(kind, lambda v: False)(value) for kind in kinds):
+        for kind in kinds:
+            candidate = _coerce_primitive(value, kind)
+            if candidate is not value:
+                value = candidate
+                break
+    if "object" in kinds and isinstance(value, dict):
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            if key in properties:
+                value[key] = _coerce(value[key], properties[key])
+            elif isinstance(extra, dict):
+                value[key] = _coerce(value[key], extra)
+    if "array" in kinds and isinstance(value, list):
+        items = schema.get("prefixItems", schema.get("items"))
+        for index in range(len(value)):
+            if isinstance(items, list):
+                if index < len(items):
+                    value[index] = _coerce(value[index], items[index])
+            elif isinstance(items, dict):
+                value[index] = _coerce(value[index], items)
+    return value
+
+
 def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
-    """Check ``arguments`` against the tool's schema; return them (with nulls for the nullable
-    required properties left out, see ``_with_nulls``) or raise ToolArgumentsError."""
+    """Check ``arguments`` against the tool's schema; return them (primitives converted to the
+    types asked for, see ``_coerce``, and with nulls for the nullable required properties left
+    out, see ``_with_nulls``) or raise ToolArgumentsError."""
     if not isinstance(arguments, dict):
         raise ToolArgumentsError(
             f"arguments for {tool.name} must be a JSON object, got {type(arguments).__name__}"
@@ -114,7 +228,11 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         cached = (tool.parameters, cls(tool.parameters))
         _validators[id(tool.parameters)] = cached
     validator = cached[1]
-    filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
+    # Converted before the nulls go in: a null stands for "the default", never for "" or 0.
+    coerced = _coerce(copy.deepcopy(arguments), tool.parameters)
+    if not isinstance(coerced, dict):
+        coerced = arguments
+    filled: dict[str, Any] = _with_nulls(tool.parameters, coerced)
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         problems = []

@@ -368,7 +368,7 @@ async def test_unknown_tool_invalid_arguments_and_exceptions_become_error_result
         [
             reply(
                 tool_call("nope", id="1"),
-                tool_call("bash", {"command": 42}, id="2"),
+                tool_call("bash", {"command": ["ls"]}, id="2"),
                 tool_call("bash", {}, id="3"),
                 tool_call("broken", id="4"),
                 tool_call("bash", {"command": "ls"}, id="5"),
@@ -379,7 +379,7 @@ async def test_unknown_tool_invalid_arguments_and_exceptions_become_error_result
     messages, recorder = await run(provider, tools=[BASH, make_tool("broken", broken)])
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolResultMessage)}
     assert results["1"].is_error and results["1"].text == "Tool nope not found"
-    assert results["2"].is_error and "command: 42 is not of type 'string'" in results["2"].text
+    assert results["2"].is_error and "command: ['ls'] is not of type 'string'" in results["2"].text
     assert results["3"].is_error and "'command' is a required property" in results["3"].text
     assert results["4"].is_error and results["4"].text == "disk on fire"
     assert not results["5"].is_error
@@ -391,6 +391,38 @@ async def test_unknown_tool_invalid_arguments_and_exceptions_become_error_result
         narrow(e, ToolExecutionEndEvent) for e in recorder.events if e.type == "tool_execution_end"
     ]
     assert [e.is_error for e in ends] == [True, True, True, True, False]
+
+
+async def test_arguments_are_converted_to_the_schema_s_types_as_pi_does():
+    """A model that sends "5" for an integer or "true" for a boolean gets its call run (pi-ai
+    converts primitives before it validates); a nullable property's null stays null."""
+    got = []
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        got.append(params)
+        return AgentToolResult.text("ran")
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "f": {"type": "number"},
+            "b": {"type": "boolean"},
+            "s": {"type": "string"},
+            "items": {"type": "array", "items": {"type": "integer"}},
+            "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "left_out": {"type": ["string", "null"]},
+        },
+        "required": ["n", "left_out"],
+        "additionalProperties": False,
+    }
+    arguments = {"n": "5", "f": "2.5", "b": "false", "s": 3, "items": ["1", 2], "maybe": None}
+    provider = ScriptedProvider([reply(tool_call("typed", arguments)), reply("ok")])
+    messages, _ = await run(provider, tools=[make_tool("typed", execute, schema)])
+    assert not narrow(messages[2], ToolResultMessage).is_error
+    expected = {"n": 5, "f": 2.5, "b": False, "s": "3", "items": [1, 2], "maybe": None}
+    assert got == [{**expected, "left_out": None}]
+    assert arguments["n"] == "5"  # the model's call, as the transcript keeps it
 
 
 async def test_prepare_arguments_runs_before_validation():
