@@ -568,7 +568,8 @@ class _Run:
         if self.signal.aborted:
             return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
         if assistant.stop_reason == StopReason.LENGTH:
-            # As pi does: arguments cut off at the output limit may be incomplete.
+            # Unlike pi, which runs them: arguments cut off at the output limit may be
+            # incomplete.
             return AgentToolResult.error(CUT_OFF_CALL)
         tool = tools.get(call.name)
         if tool is None:
