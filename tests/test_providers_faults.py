@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 import zlib
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -554,3 +555,33 @@ def test_one_line_costs_what_it_shows() -> None:
             tracemalloc.stop()
     assert quoted == "ab " * 66 + "a…"
     assert peak < 100_000, peak
+
+
+async def test_a_providers_timeouts_in_the_models_file_bound_its_requests(
+    tmp_path: Path,
+) -> None:
+    """A local model on a CPU may take longer than the default 300 s before its first token:
+    the models file sets a provider's read and stall timeouts, which its requests then keep
+    to (a caller's own options still win)."""
+    from mcp_agent.providers.registry import ModelRegistry, ModelRegistryError
+
+    never = Gate()
+    async with script_server() as server:
+        models = tmp_path / "models.toml"
+        models.write_text(
+            f'[providers.local]\nbase_url = "{server.base}/v1"\nread_timeout = 0.3\n'
+            "stall_timeout = 600\n"
+        )
+        registry = ModelRegistry.load(models)
+        model = registry.resolve("local:slow-model")
+        server.add(Reply(body=[oa_chunk({"content": "thinking"}), never]))
+        stream = registry.stream_fn_for(model)(model, user_context(), options())
+        _, final = await collect(stream, limit=30)
+        never.open()
+    assert final.stop_reason == StopReason.ERROR and final.text == "thinking"
+    assert "timed out" in present(final.error_message), final.error_message
+    for bad, said in (("0", "greater than 0"), ('"long"', "read_timeout"), ("inf", "finite")):
+        models.write_text(f'[providers.local]\nbase_url = "http://x/v1"\nread_timeout = {bad}\n')
+        with pytest.raises(ModelRegistryError, match=said) as raised:
+            ModelRegistry.load(models)
+        assert "providers.local" in str(raised.value)

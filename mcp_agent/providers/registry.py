@@ -26,6 +26,8 @@ directory) adds providers and models::
     compat = { max_tokens_field = "max_tokens", supports_developer_role = false }
     context_window = 32768                  # defaults for ids not listed below
     max_tokens = 4096
+    read_timeout = 600                      # seconds without a byte (default 300)
+    stall_timeout = 1800                    # seconds of keep-alives alone (default 1800)
 
     [[providers.together.models]]
     id = "meta-llama/Llama-3.3-70B-Instruct-Turbo"
@@ -47,18 +49,21 @@ import os
 import re
 import tomllib
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_agent.messages import Model, ModelCost
 from mcp_agent.paths import shown_url
-from mcp_agent.providers.base import StreamFn
+from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions
 from mcp_agent.wire import describe_validation_error
+
+if TYPE_CHECKING:
+    from mcp_agent.events import AssistantMessageEvent
 
 OPENAI_API = "openai-completions"
 ANTHROPIC_API = "anthropic-messages"
@@ -93,6 +98,11 @@ class ProviderConfig:
     input: list[str] = field(default_factory=lambda: ["text"])
     models: dict[str, Model] = field(default_factory=dict)
     builtin: bool = False
+    # Seconds without a byte of the answer before a request fails (a local model reading a
+    # long prompt on a CPU may take longer than the default 300 before its first token), and
+    # of nothing but keep-alive comments before a stream counts as stalled (default 1,800).
+    read_timeout: float | None = None
+    stall_timeout: float | None = None
 
     def resolved_base_url(self) -> str:
         # Spaces around it (a quoted variable, a line end) are no part of a URL.
@@ -280,6 +290,8 @@ def _provider_table() -> type[BaseModel]:
     fields["models"] = (list[dict[str, Any]], None)
     for key in ("context_window", "max_tokens"):  # the defaults of the models: as Model's
         fields[key] = (hints[key] | None, Field(default=None, gt=0))
+    for key in ("read_timeout", "stall_timeout"):  # TOML writes 600 as an integer
+        fields[key] = (int | float | None, Field(default=None, gt=0, allow_inf_nan=False))
     return create_model("ProviderTable", __config__=ConfigDict(strict=True), **fields)
 
 
@@ -333,6 +345,8 @@ def load_models_file(path: Path, providers: dict[str, ProviderConfig]) -> None:
             "max_tokens",
             "reasoning",
             "input",
+            "read_timeout",
+            "stall_timeout",
         ):
             if key in table:
                 setattr(provider, key, table[key])
@@ -515,6 +529,9 @@ class ModelRegistry:
             provider = ProviderConfig(
                 name=model.provider, api=model.api, label=f"{model.provider} API"
             )
+        return _with_timeouts(self._stream_fn(model, provider, sampling_session), provider)
+
+    def _stream_fn(self, model: Model, provider: ProviderConfig, sampling_session: Any) -> StreamFn:
         api = provider.api if provider.api in KNOWN_APIS else model.api
         if api == OPENAI_API:
             from mcp_agent.providers import openai_compat
@@ -574,6 +591,30 @@ class ModelRegistry:
             f"no provider implementation for api {api!r} (model {model.ref}); "
             f"known APIs: {', '.join(KNOWN_APIS)}"
         )
+
+
+def _with_timeouts(stream: StreamFn, provider: ProviderConfig) -> StreamFn:
+    """``stream`` with the provider's timeouts as defaults of each request's options (a caller's
+    own ``extra`` still wins)."""
+    given = {
+        key: float(value)
+        for key, value in (
+            ("read_timeout", provider.read_timeout),
+            ("stall_timeout", provider.stall_timeout),
+        )
+        if value is not None
+    }
+    if not given:
+        return stream
+
+    def timed(
+        model: Model, context: LlmContext, options: StreamOptions | None = None
+    ) -> AsyncIterator[AssistantMessageEvent]:
+        options = options or StreamOptions()
+        merged = dataclasses.replace(options, extra={**given, **options.extra})
+        return stream(model, context, merged)
+
+    return timed
 
 
 def _scripted_module() -> Any:
