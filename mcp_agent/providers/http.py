@@ -352,8 +352,11 @@ def is_tls_error(error: BaseException) -> bool:
     return False
 
 
-def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream: bool) -> str:
-    """A connection problem in words: refused, timed out, dropped mid-stream."""
+def describe_transport_error(
+    endpoint: Endpoint, error: Exception, *, mid_stream: bool, read_timeout: float | None = None
+) -> str:
+    """A connection problem in words: refused, timed out (``read_timeout``: the seconds a read
+    waited), dropped mid-stream."""
     detail = str(error) or type(error).__name__
     if is_tls_error(error):
         return (
@@ -365,6 +368,13 @@ def describe_transport_error(endpoint: Endpoint, error: Exception, *, mid_stream
         if endpoint.base_url_env:
             hint += f" ({endpoint.base_url_env})"
         return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
+    if isinstance(error, httpx.ReadTimeout) and read_timeout is not None:
+        # How long, and what to change when a slow model (a local one on a CPU) needs longer.
+        kept = "; the partial response is kept" if mid_stream else ""
+        return (
+            f"{endpoint.where}: timed out waiting for the response (nothing came for"
+            f" {read_timeout:g} s; a provider's read_timeout in models.toml waits longer){kept}"
+        )
     if isinstance(error, httpx.TimeoutException):
         return f"{endpoint.where}: timed out waiting for the response ({type(error).__name__})"
     if isinstance(error, httpx.DecodingError):  # the server's fault: not tried again
@@ -454,17 +464,23 @@ async def open_event_stream(
             except _RETRIED_TRANSPORT_ERRORS as error:
                 if attempt < policy.max_retries and not is_tls_error(error):
                     delay = policy.backoff(attempt, None)
-                    said = describe_transport_error(endpoint, error, mid_stream=False)
+                    said = describe_transport_error(
+                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
+                    )
                     _say_retry(said, delay, attempt, policy)
                     await race.sleep(delay)
                     attempt += 1
                     continue
                 raise ProviderError(
-                    describe_transport_error(endpoint, error, mid_stream=False)
+                    describe_transport_error(
+                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
+                    )
                 ) from error
             except httpx.HTTPError as error:
                 raise ProviderError(
-                    describe_transport_error(endpoint, error, mid_stream=False)
+                    describe_transport_error(
+                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
+                    )
                 ) from error
             try:
                 if response.status_code < 300:
@@ -905,7 +921,9 @@ async def stream_sse(
                 if race.aborted:  # the abort shut the socket down
                     raise Aborted from error
                 raise ProviderError(
-                    describe_transport_error(endpoint, error, mid_stream=True)
+                    describe_transport_error(
+                        endpoint, error, mid_stream=True, read_timeout=_timeout(options).read
+                    )
                 ) from error
             finally:
                 if unhook is not None:
