@@ -53,6 +53,7 @@ from mcp_agent.server.http_auth import (
     UnsafeBindError,
     check_bind,
 )
+from mcp_agent.server.http_connections import http_protocol
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import (
@@ -647,6 +648,8 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         lifespan="on",
         # Beyond the connections that fit in the file descriptors: 503, not a failing accept.
         limit_concurrency=connections_that_fit(descriptor_limit()),
+        # Those connections are never held by clients that send no request.
+        http=http_protocol(),
         **uvicorn_options,
     )
     await _serving_server(config, end_listen_streams(server)).serve()
