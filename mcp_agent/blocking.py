@@ -18,6 +18,12 @@ import anyio.to_thread
 
 T = TypeVar("T")
 
+# Whose work it is: the server sets it for each request (to its client), and what a request
+# starts (a run) inherits it. None: nobody's in particular (a library caller, a test).
+WORK_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "mcp_agent_work_owner", default=None
+)
+
 
 class Offload(Protocol):
     async def __call__(self, work: Callable[[], T], /) -> T: ...
@@ -39,6 +45,12 @@ class WorkerThreads:
     together into one: under load most calls wake nobody. The queue holds one item per
     awaiting caller, so the requests and runs in flight bound it.
 
+    One owner (``WORK_OWNER``) has at most ``limit - 1`` pieces (1 at least) in the queue or
+    running; the rest of its work waits in a line of its own. Otherwise a client that sent
+    forty forks of a long session at once filled the queue, and another client's one-row read
+    waited for all of them (a minute, measured; forks wait for each other's write lock on
+    their threads): now one thread is left for the others, and owners take turns.
+
     As with anyio's, a waiting caller is not cancelled until its work is done (the work cannot
     be stopped, and a write must not go on after its caller has been told it ended). On an
     event loop that is not asyncio's, work goes through anyio's worker threads.
@@ -56,8 +68,31 @@ class WorkerThreads:
         self._idle = 0
         self._queued = 0
         self._closed = False
+        self._lanes: dict[object, _Lane] = {}  # owners with work waiting or under way
 
     async def __call__(self, work: Callable[[], T], /) -> T:
+        owner = WORK_OWNER.get()
+        if owner is None:
+            return await self._run(work)
+        lane = self._lanes.get(owner)
+        if lane is None:
+            lane = self._lanes[owner] = _Lane(max(1, self.limit - 1))
+        lane.users += 1
+        try:
+            try:
+                lane.turns.acquire_nowait()  # no trip through the event loop when free
+            except anyio.WouldBlock:
+                await lane.turns.acquire()
+            try:
+                return await self._run(work)
+            finally:
+                lane.turns.release()
+        finally:
+            lane.users -= 1
+            if not lane.users:
+                del self._lanes[owner]
+
+    async def _run(self, work: Callable[[], T]) -> T:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -99,6 +134,16 @@ class WorkerThreads:
             threads = self._threads
         for _ in range(threads):
             self._queue.put(None)
+
+
+class _Lane:
+    """One owner's turns at the queue, and how many of its callers hold or wait for one."""
+
+    __slots__ = ("turns", "users")
+
+    def __init__(self, limit: int) -> None:
+        self.turns = anyio.Semaphore(limit)
+        self.users = 0
 
 
 class _Job:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import anyio
 import pytest
 
-from mcp_agent.blocking import WorkerThreads
+from mcp_agent.blocking import WORK_OWNER, WorkerThreads
 
 pytestmark = pytest.mark.anyio
 
 REQUEST = contextvars.ContextVar[str]("request", default="none")
+T = TypeVar("T")
 
 
 def pool_threads() -> list[threading.Thread]:
@@ -127,3 +130,38 @@ async def test_close_ends_the_threads_after_queued_work() -> None:
 def test_a_pool_has_a_thread_at_least() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         WorkerThreads(0)
+
+
+async def test_one_owners_flood_of_work_leaves_a_thread_to_the_others() -> None:
+    """A client that sent many slow calls at once filled the queue, and another client's
+    call waited for all of them; now each owner's work beyond all threads but one waits in a
+    line of its own."""
+    offload = WorkerThreads(3)
+    release = threading.Event()
+
+    async def as_owner(owner: str, work: Callable[[], T]) -> T:
+        WORK_OWNER.set(owner)
+        return await offload(work)
+
+    answers: list[str] = []
+    answered = anyio.Event()
+
+    async def other() -> None:
+        answers.append(await as_owner("other", lambda: "answered"))
+        answered.set()
+
+    try:
+        async with anyio.create_task_group() as group:
+            for _ in range(10):
+                group.start_soon(as_owner, "flood", lambda: release.wait(30))
+            await anyio.wait_all_tasks_blocked()
+            group.start_soon(other)
+            with anyio.move_on_after(10):  # a waiting offload cannot be cancelled
+                await answered.wait()
+            answered_meanwhile = list(answers)  # while the flood still held its threads
+            release.set()  # before any assertion: the flood's threads wait for it
+        assert answered_meanwhile == ["answered"]
+        assert not offload._lanes  # an owner is forgotten once its work is done
+    finally:
+        release.set()
+        offload.close()

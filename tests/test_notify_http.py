@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 from mcp_support import (
     HTTP_HEADERS,
     Served,
@@ -207,3 +208,27 @@ def test_a_client_that_only_initialized_hears_list_changes(
                     await heard.wait()
 
     anyio.run(scenario)
+
+
+@pytest.mark.anyio
+async def test_an_event_stream_asked_to_resume_opens_afresh(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """A GET with Last-Event-ID (a client reconnecting, or junk) got a bare 500 from the SDK,
+    which keeps no events to resume from; now it is the session's event stream, and carries
+    its notifications."""
+    server = Served(tmp_path, "--no-auth")
+    started.append(server)
+    async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:
+        sessions = Sessions(http, server.url)
+        session = await sessions.open()
+        headers = {**sessions.headers(session), "Last-Event-ID": "no-such-event"}
+        async with http.stream("GET", server.url, headers=headers) as events:
+            assert events.status_code == 200
+            assert events.headers["content-type"].startswith("text/event-stream")
+            await sessions.tool(session, "session_create")
+            async for line in events.aiter_lines():
+                if line.startswith("data: "):
+                    message = json.loads(line[len("data: ") :])
+                    assert message["method"] == "notifications/resources/list_changed"
+                    break

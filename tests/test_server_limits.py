@@ -3,6 +3,7 @@ runs without end, or stall a run by not reading its progress."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -12,9 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
-from mcp_support import call, call_error, initialize_request, make_server, poll
+from mcp_support import (
+    HTTP_HEADERS,
+    Served,
+    call,
+    call_error,
+    initialize_request,
+    make_server,
+    poll,
+    server_env,
+    started_fixture,  # noqa: F401  (the started fixture)
+)
 
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
@@ -285,3 +297,68 @@ async def test_an_error_never_repeats_a_value_of_megabytes(tmp_path: Path) -> No
             await client.get_prompt("continue_session", {"session_id": huge})
         message = prompt.value.error.message
         assert len(message) < 5_000 and "1,000,000 characters in all" in message
+
+
+def sse_answer(response: httpx.Response) -> dict[str, Any]:
+    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    found: dict[str, Any] = json.loads(data[-1])
+    return found
+
+
+async def test_one_clients_flood_of_writes_leaves_a_thread_to_another_client(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """Two legacy HTTP sessions, two database threads, and another process holding the write
+    lock: the first client's appends wait for it on one thread only, and the second client's
+    read is answered meanwhile (before, the appends held every thread and it waited too)."""
+    server = Served(tmp_path, "--no-auth", env=server_env(tmp_path, MCP_AGENT_DB_THREADS="2"))
+    started.append(server)
+
+    async def session(http: httpx.AsyncClient) -> dict[str, str]:
+        opened = await http.post(server.url, json=initialize_request(), headers=HTTP_HEADERS)
+        headers = {
+            **HTTP_HEADERS,
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "Mcp-Protocol-Version": "2025-06-18",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post(server.url, json=initialized, headers=headers)
+        return headers
+
+    ids = itertools.count(2)
+
+    def tool(name: str, **arguments: Any) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": params}
+
+    limits = httpx.Limits(max_connections=20)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        flood, other = await session(http), await session(http)
+        created = await http.post(server.url, json=tool("session_create"), headers=other)
+        sid = sse_answer(created)["result"]["structuredContent"]["id"]
+        holder = sqlite3.connect(tmp_path / "http.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        appended: list[dict[str, Any]] = []
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def append(n: int) -> None:
+                    call = tool("session_append", session_id=sid, entry=user(f"m{n}"))
+                    appended.append(
+                        sse_answer(await http.post(server.url, json=call, headers=flood))
+                    )
+
+                for n in range(4):
+                    group.start_soon(append, n)
+                await anyio.sleep(0.5)  # the appends reach the server and wait for the lock
+                with anyio.move_on_after(30):
+                    read = await http.post(
+                        server.url, json=tool("session_stats", session_id=sid), headers=other
+                    )
+                answered_meanwhile = not appended and read.status_code == 200
+                holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        assert answered_meanwhile
+        assert "result" in sse_answer(read)
+        assert all("entryId" in a["result"]["structuredContent"] for a in appended)

@@ -596,3 +596,71 @@ def test_sigterm_stops_the_server_and_its_downstream_servers(tmp_path: Path) -> 
                 break
             time.sleep(0.05)
         assert not alive(pid), pid
+
+
+HOLDING_SERVER = textwrap.dedent(
+    """
+    import anyio
+    from mcp.server import MCPServer
+    from mcp_agent.server import stdio
+
+    stdio.MAX_IN_FLIGHT = 3
+    server = MCPServer("holding", log_level="WARNING")
+
+    @server.tool()
+    async def hold() -> str:
+        await anyio.sleep_forever()
+        return "never"
+
+    anyio.run(lambda: stdio.run_stdio(server, drain_seconds=0.1))
+    """
+)
+
+
+def test_requests_past_the_bound_in_flight_are_refused_until_some_end(tmp_path: Path) -> None:
+    """A client that writes requests without reading the answers held a task and an answer
+    for each in the server (100,000 of them: 600 MB); past the bound each is refused, naming
+    it, and once a request ends (here, cancelled) the next one is served."""
+    script = tmp_path / "holding.py"
+    script.write_text(HOLDING_SERVER)
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(*messages: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(b"".join((json.dumps(m) + "\n").encode() for m in messages))
+        server.stdin.flush()
+
+    def answer() -> dict[str, Any]:
+        assert server.stdout is not None
+        found: dict[str, Any] = json.loads(server.stdout.readline())
+        return found
+
+    def hold(request_id: int) -> dict[str, Any]:
+        params = {"name": "hold", "arguments": {}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    def ping(request_id: int) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "ping"}
+
+    try:
+        send(initialize_request(0))
+        assert answer()["id"] == 0
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send(hold(1), hold(2), hold(3), ping(4), hold(5))
+        for request_id in (4, 5):
+            refused = answer()
+            assert refused["id"] == request_id
+            message = refused["error"]["message"]
+            assert "Too many requests under way" in message and " 3 requests" in message
+        cancel = {"method": "notifications/cancelled", "params": {"requestId": 1}}
+        send({"jsonrpc": "2.0", **cancel}, ping(6))
+        assert answer() == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    finally:
+        server.kill()
+        server.wait(timeout=20)

@@ -11,7 +11,6 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
@@ -19,6 +18,7 @@ from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.run_board import CommandKind, RunRecord
 from mcp_agent.runtime.runs import Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
+from mcp_agent.server.clients import client_key
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
@@ -26,22 +26,6 @@ from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions.entries import iso_time
 from mcp_agent.wire import one_line
-
-
-def client_key(ctx: Context) -> object:
-    """Who is asking, for the per-client run limit. On the 2025 handshake, the connection (a
-    legacy HTTP session, a stdio client); on 2026-07-28, where each request stands alone, the
-    HTTP client's address, or this process's one client (stdio, in-process)."""
-    request = ctx.request_context
-    if request.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-        connection = getattr(request.session, "_connection", None)
-        if connection is not None:
-            return connection
-    http = getattr(request.request, "client", None)
-    if http is not None:
-        return ("http", http.host)
-    return "local"
-
 
 # The answer a run info carries; the session has all of it.
 ANSWER_CHARS = 16_000
@@ -125,7 +109,7 @@ def register(server: MCPServer) -> None:
                     client_session=ctx.session,
                     parent_session=parent,
                     listener=listener,
-                    client=client_key(ctx),
+                    client=client_key(ctx.request_context),
                 )
             if wait:
                 await state.runs.wait(run)

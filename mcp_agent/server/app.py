@@ -21,6 +21,7 @@ from mcp_agent.server import (
     session_prompts,
     session_tools,
 )
+from mcp_agent.server.clients import ClientsTakeTurns
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
@@ -79,6 +80,8 @@ def build_server(
     # params the SDK refuses get an answer that says what is wrong with them.
     server._lowlevel_server.middleware.append(UnpairedSurrogates())
     server._lowlevel_server.middleware.append(DescribedParams())
+    # One client's flood of database work waits in its own line, not ahead of everyone.
+    server._lowlevel_server.middleware.append(ClientsTakeTurns())
     session_tools.register(server)
     agent_tools.register(server)
     compact_tools.register(server)

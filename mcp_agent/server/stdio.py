@@ -32,6 +32,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import (
+    INTERNAL_ERROR,
+    ErrorData,
     JSONRPCError,
     JSONRPCNotification,
     JSONRPCRequest,
@@ -57,6 +59,12 @@ DRAIN_SECONDS = 30.0
 # Our requests to the client still waiting for its reply that are remembered at most (a
 # client that never answers must not grow the set; the oldest is forgotten first).
 MAX_ASKED = 1024
+# Requests of the client read and not yet answered at once: each holds a task, and then its
+# answer until the client reads it, so a client that writes requests without reading answers
+# (100,000 of them took 600 MB) would grow the server without end. Past the bound a request
+# is refused at once; that refusal is written before the next line is read, so a client that
+# reads nothing stops the reading too.
+MAX_IN_FLIGHT = 1000
 
 
 def _is_pipe_or_socket(fd: int) -> bool:
@@ -256,8 +264,24 @@ class StdioStop:
             self._reading.cancel()
 
 
+def too_many_in_flight(request_id: RequestId, limit: int) -> JSONRPCError:
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(
+            code=INTERNAL_ERROR,
+            message=(
+                f"Too many requests under way: this client has {limit} requests unanswered, "
+                "the most one stdio client may have at once; read their answers (or cancel "
+                "some) before sending more"
+            ),
+        ),
+    )
+
+
 class _Reading(WrappedStream):
-    """The read stream, noting each request, and at its end waiting for their answers."""
+    """The read stream, noting each request, refusing those past ``max_in_flight`` (on
+    ``refuse_to``), and at its end waiting for the answers."""
 
     def __init__(
         self,
@@ -265,16 +289,32 @@ class _Reading(WrappedStream):
         unanswered: Unanswered,
         drain_seconds: float,
         stop: StdioStop | None = None,
+        refuse_to: Any = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         super().__init__(inner)
         self._unanswered = unanswered
         self._drain_seconds = drain_seconds
         self._stop = stop
+        self._refuse_to = refuse_to
+        self._max_in_flight = max_in_flight
 
     def __aiter__(self) -> _Reading:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
+        while True:
+            item = await self._next()
+            full = len(self._unanswered) >= self._max_in_flight
+            self._unanswered.read(item)
+            request = _counted_request(item)
+            if request is None or not full or self._refuse_to is None:
+                return item
+            # Counted as read and forgotten as its refusal is sent, like any other request.
+            refusal = too_many_in_flight(request.id, self._max_in_flight)
+            await self._refuse_to.send(SessionMessage(refusal))
+
+    async def _next(self) -> SessionMessage | Exception:
         stop = self._stop
         try:
             if stop is None:
@@ -290,11 +330,18 @@ class _Reading(WrappedStream):
             if stop is None or not stop.stopped:
                 await self._unanswered.drained(self._drain_seconds)
             raise
-        self._unanswered.read(item)
         return item
 
     async def receive(self) -> SessionMessage | Exception:
         return await self.__anext__()
+
+
+def _counted_request(item: SessionMessage | Exception) -> JSONRPCRequest | None:
+    """``item``'s request when it is one that ``Unanswered`` counts."""
+    if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
+        if item.message.method != "subscriptions/listen":
+            return item.message
+    return None
 
 
 class _Answering(WrappedStream):
@@ -310,11 +357,18 @@ class _Answering(WrappedStream):
 
 
 async def run_stdio(
-    server: MCPServer, drain_seconds: float = DRAIN_SECONDS, stop: StdioStop | None = None
+    server: MCPServer,
+    drain_seconds: float = DRAIN_SECONDS,
+    stop: StdioStop | None = None,
+    max_in_flight: int | None = None,
 ) -> None:
     """``server.run_stdio_async()``, on the event-loop stdio transport; once stdin closes,
     the requests read before are answered (for up to ``drain_seconds``) before it returns;
-    once ``stop`` is stopped, it returns as at the end of stdin, without waiting for them."""
+    once ``stop`` is stopped, it returns as at the end of stdin, without waiting for them.
+    A request read while ``max_in_flight`` (``MAX_IN_FLIGHT``) others are unanswered is
+    refused."""
+    if max_in_flight is None:
+        max_in_flight = MAX_IN_FLIGHT
     lowlevel = server._lowlevel_server
     unanswered = Unanswered()
     try:
@@ -324,7 +378,7 @@ async def run_stdio(
                 # A line the transport cannot read is answered, not dropped (see unreadable).
                 answering = AnsweringStream(read_stream, writer, lines)
                 await lowlevel.run(
-                    _Reading(answering, unanswered, drain_seconds, stop),
+                    _Reading(answering, unanswered, drain_seconds, stop, writer, max_in_flight),
                     writer,
                     lowlevel.create_initialization_options(),
                 )

@@ -53,6 +53,7 @@ from mcp_agent.server.http_auth import (
     UnsafeBindError,
     check_bind,
 )
+from mcp_agent.server.http_connections import http_protocol
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import (
@@ -489,6 +490,12 @@ class SdkRefusals:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] == "GET" and any(k == b"last-event-id" for k, _ in scope["headers"]):
+            # Without an event store (we keep none) the SDK answers a GET that asks to resume
+            # with nothing at all, which uvicorn turns into a bare 500. No event of ours has
+            # an id to resume from, so the stream opens afresh, as if the header were not there.
+            headers = [(k, v) for k, v in scope["headers"] if k != b"last-event-id"]
+            scope = {**scope, "headers": headers}
         held: list[Message] = []
 
         async def watch(message: Message) -> None:
@@ -647,6 +654,8 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         lifespan="on",
         # Beyond the connections that fit in the file descriptors: 503, not a failing accept.
         limit_concurrency=connections_that_fit(descriptor_limit()),
+        # Those connections are never held by clients that send no request.
+        http=http_protocol(),
         **uvicorn_options,
     )
     await _serving_server(config, end_listen_streams(server)).serve()

@@ -1,0 +1,124 @@
+"""HTTP connections that never finish a request's head are closed (``http_connections``), on a
+real ``serve --transport http`` process whose deadline is shortened to a second."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp_support import HTTP_HEADERS, free_port, initialize_request, server_env, wait_for_port
+
+DEADLINE_S = 1.0
+# Far longer than the deadline: what a connection that is never closed runs into.
+HANG_GUARD_S = 30.0
+
+SHORT_DEADLINE_SERVE = textwrap.dedent(
+    f"""
+    import sys
+    from mcp_agent.server import http_connections
+    from mcp_agent.cli import main
+
+    http_connections.REQUEST_HEAD_SECONDS = {DEADLINE_S}
+    sys.argv = ["mcp-agent-sessions", *sys.argv[1:]]
+    main()
+    """
+)
+
+
+@pytest.fixture(name="port")
+def port_fixture(tmp_path: Path) -> Iterator[int]:
+    script = tmp_path / "serve.py"
+    script.write_text(SHORT_DEADLINE_SERVE)
+    port = free_port()
+    db = str(tmp_path / "s.db")
+    command = [sys.executable, str(script), "serve", "--db", db, "--transport", "http"]
+    log = tmp_path / "server.log"
+    with log.open("wb") as stderr:
+        server = subprocess.Popen(
+            [*command, "--port", str(port), "--no-auth"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=server_env(tmp_path),
+        )
+    try:
+        wait_for_port(port, server, log)
+        yield port
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(15)
+
+
+def closed_by_server(sock: socket.socket, trickle: bytes = b"") -> bool:
+    """Whether the server closes ``sock`` within the guard, while one byte of ``trickle`` at
+    a time is sent every tenth of the deadline."""
+    rounds = int(HANG_GUARD_S / (DEADLINE_S / 10))
+    for n in range(rounds):
+        readable, _, _ = select.select([sock], [], [], DEADLINE_S / 10)
+        if readable:
+            try:
+                return sock.recv(4096) == b""
+            except ConnectionResetError:
+                return True
+        if trickle:
+            try:
+                sock.sendall(trickle[n % len(trickle) : n % len(trickle) + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                return True
+    return False
+
+
+def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
+    """Before, it held one of the connections the server serves at once for ever: enough of
+    them (from one client) and every other client was answered 503."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert closed_by_server(sock)
+
+
+def test_a_request_head_sent_a_byte_at_a_time_is_closed(port: int) -> None:
+    """Each byte put off uvicorn's keep-alive timer: a head that never ends held on for ever."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert closed_by_server(sock, trickle=b"X-Slow: aaaaaaaaaaaaaaaa\r\n")
+
+
+def test_requests_and_answers_longer_than_the_deadline_are_not_cut(port: int) -> None:
+    """Only the head is timed: an event stream open for longer still carries notifications."""
+    url = f"http://127.0.0.1:{port}/mcp"
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        opened = http.post(url, json=initialize_request(), headers=HTTP_HEADERS)
+        assert opened.status_code == 200
+        headers = {
+            **HTTP_HEADERS,
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "Mcp-Protocol-Version": "2025-06-18",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(url, json=initialized, headers=headers).status_code == 202
+        with http.stream("GET", url, headers=headers) as events:
+            assert events.status_code == 200
+            time.sleep(3 * DEADLINE_S)  # the stream stays open past the deadline
+            create = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "session_create", "arguments": {}},
+            }
+            with httpx.Client(timeout=HANG_GUARD_S) as other:
+                assert other.post(url, json=create, headers=headers).status_code == 200
+            lines = events.iter_lines()
+            data = next(line for line in lines if line.startswith("data:"))
+            assert json.loads(data[5:])["method"] == "notifications/resources/list_changed"
