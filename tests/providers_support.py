@@ -22,10 +22,11 @@ import struct
 import subprocess
 import sys
 import time
+import tracemalloc
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,32 @@ def conversation_headers() -> dict[str, str]:
 
 
 # --- the scripted loopback server -------------------------------------------------------------
+
+
+@dataclass
+class Peak:
+    """The most memory (bytes, as tracemalloc counts it) allocated above what was held when
+    ``peak_memory`` began, while its block ran; set when the block ends."""
+
+    bytes: int = 0
+
+
+@contextmanager
+def peak_memory() -> Iterator[Peak]:
+    """Measure the peak of memory held while the block runs (tracemalloc: left on if it was
+    on already, as under ``python -X tracemalloc``)."""
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    held_before = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    peak = Peak()
+    try:
+        yield peak
+        peak.bytes = tracemalloc.get_traced_memory()[1] - held_before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
 
 
 class Gate:

@@ -71,6 +71,14 @@ rules:
 # --- helpers ----------------------------------------------------------------------------------
 
 
+def users_said(db: Path) -> list[str]:
+    """What the user said, in order, in the one session of ``db``."""
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        messages = repo.open(listed.id).build_context().messages
+    return [narrow(m, User).text for m in messages if isinstance(m, User)]
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS and k != "MCP_AGENT_DB"}
     env.update(COLUMNS="100", PYTHONUNBUFFERED="1", **extra)
@@ -1361,14 +1369,7 @@ def test_chat_reads_piped_lines_as_written(db: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    with SqliteSessionRepo(db) as repo:
-        (listed,) = repo.list().items
-        said = [
-            narrow(m, User).text
-            for m in repo.open(listed.id).build_context().messages
-            if isinstance(m, User)
-        ]
-    assert said == ["caf\ufffd ok", long, "last"]
+    assert users_said(db) == ["caf\ufffd ok", long, "last"]
 
 
 def test_chat_records_the_thinking_level_the_model_can_do(
@@ -1918,14 +1919,7 @@ def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) ->
             chat.kill()
         os.close(controller)
         os.close(terminal)
-    with SqliteSessionRepo(db) as repo:
-        (listed,) = repo.list().items
-        said = [
-            narrow(m, User).text
-            for m in repo.open(listed.id).build_context().messages
-            if isinstance(m, User)
-        ]
-    assert said == ["hello"]
+    assert users_said(db) == ["hello"]
 
 
 def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:
@@ -1935,14 +1929,7 @@ def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> N
     )
     assert done.returncode == 2, done.stderr  # the second line, an unknown command
     assert "unknown command /etc/hosts" in done.stderr and "start it with //" in done.stderr
-    with SqliteSessionRepo(db) as repo:
-        (listed,) = repo.list().items
-        said = [
-            narrow(m, User).text
-            for m in repo.open(listed.id).build_context().messages
-            if isinstance(m, User)
-        ]
-    assert said == ["/etc/hosts is empty, why?"]
+    assert users_said(db) == ["/etc/hosts is empty, why?"]
 
 
 @pytest.mark.parametrize("columns", ["20", "40"])

@@ -30,6 +30,7 @@ from providers_support import (
     oa_chunk,
     oa_text_reply,
     options,
+    peak_memory,
     script_server,
     sse,
     user_context,
@@ -170,24 +171,16 @@ async def test_a_thinking_signature_counts_against_the_bound_and_grows_in_place(
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "warm"), *an_end()]))
         server.add(Reply(body=[an_message_start(), start, *[signed] * 128, *an_end()]))
         await collect(anthropic(server.base))  # what is made once per process is not counted
-        tracing = tracemalloc.is_tracing()
-        if not tracing:
-            tracemalloc.start()
-        held_before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        try:
-            last: Any = None
-            with anyio.fail_after(30):  # a hang guard
-                async for event in anthropic(server.base):  # keep no events
-                    last = event.partial if event.type in ("done", "error") else last
-            peak = tracemalloc.get_traced_memory()[1] - held_before
-        finally:
-            if not tracing:
-                tracemalloc.stop()
+        last: Any = None
+        with peak_memory() as peak, anyio.fail_after(30):  # a hang guard
+            async for event in anthropic(server.base):  # keep no events
+                last = event.partial if event.type in ("done", "error") else last
     assert last is not None and last.stop_reason == StopReason.STOP, last
     size = len((narrow(last.content[0], ThinkingContent).model_extra or {})["thinkingSignature"])
     assert size == 128 * 16_384
-    assert peak < 1.5 * size, f"peak {peak} bytes while streaming a {size}-byte signature"
+    assert peak.bytes < 1.5 * size, (
+        f"peak {peak.bytes} bytes while streaming a {size}-byte signature"
+    )
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
@@ -542,19 +535,10 @@ def test_one_line_costs_what_it_shows() -> None:
     """A server's malformed event (up to 64 MB) is quoted in an error in 200 characters:
     flattening all of it first took 4.5 s of the event loop and 630 MB for 30 MB."""
     text = "ab " * 10_000_000
-    tracing = tracemalloc.is_tracing()
-    if not tracing:
-        tracemalloc.start()
-    held_before = tracemalloc.get_traced_memory()[0]
-    tracemalloc.reset_peak()
-    try:
+    with peak_memory() as peak:
         quoted = one_line(text, 200)
-        peak = tracemalloc.get_traced_memory()[1] - held_before
-    finally:
-        if not tracing:
-            tracemalloc.stop()
     assert quoted == "ab " * 66 + "a…"
-    assert peak < 100_000, peak
+    assert peak.bytes < 100_000, peak
 
 
 async def test_a_providers_timeouts_in_the_models_file_bound_its_requests(

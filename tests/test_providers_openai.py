@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import tracemalloc
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -30,6 +29,7 @@ from providers_support import (
     oa_text_reply,
     oa_usage,
     options,
+    peak_memory,
     record_waits,
     script_server,
     sse,
@@ -516,22 +516,12 @@ async def test_a_refusal_is_an_error_that_says_the_models_words() -> None:
     async with script_server() as server:
         server.add(Reply(body=[*endless, oa_chunk({}, "stop"), OA_DONE]))
         stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
-        tracing = tracemalloc.is_tracing()
-        if not tracing:
-            tracemalloc.start()
-        held_before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        try:
-            last: Any = None
-            with anyio.fail_after(30):  # a hang guard
-                async for event in stream:  # keep no events
-                    last = event
-            peak = tracemalloc.get_traced_memory()[1] - held_before
-        finally:
-            if not tracing:
-                tracemalloc.stop()
+        last: Any = None
+        with peak_memory() as peak, anyio.fail_after(30):  # a hang guard
+            async for event in stream:  # keep no events
+                last = event
     assert "refused to answer: no no" in present(last.partial.error_message)
-    assert peak < 1_000_000, f"peak {peak} bytes for a refusal of 3 MB"
+    assert peak.bytes < 1_000_000, f"peak {peak.bytes} bytes for a refusal of 3 MB"
 
 
 # --- faults -----------------------------------------------------------------------------------
@@ -893,25 +883,15 @@ async def test_the_growing_text_is_not_copied_for_each_delta() -> None:
         assert warm.text == "warm"
         stream = stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         last = None
-        tracing = tracemalloc.is_tracing()  # already on (python -X tracemalloc): leave it on
-        if tracing:
-            held_before = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-        else:
-            held_before = 0
-            tracemalloc.start()
-        try:
-            with anyio.fail_after(30):  # a hang guard
-                async for event in stream:  # keep no events: each holds its delta
-                    last = event
-            peak = tracemalloc.get_traced_memory()[1] - held_before
-        finally:
-            if not tracing:
-                tracemalloc.stop()
+        with peak_memory() as peak, anyio.fail_after(30):  # a hang guard
+            async for event in stream:  # keep no events: each holds its delta
+                last = event
         assert last is not None and last.type == "done"
         size = len(last.partial.text)
         assert size == 128 * 16_384
-        assert peak < 1.5 * size, f"peak {peak} bytes while streaming {size} bytes of text"
+        assert peak.bytes < 1.5 * size, (
+            f"peak {peak.bytes} bytes while streaming {size} bytes of text"
+        )
 
 
 async def test_abort_without_a_socket_races_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
