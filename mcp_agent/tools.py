@@ -228,11 +228,16 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         cached = (tool.parameters, cls(tool.parameters))
         _validators[id(tool.parameters)] = cached
     validator = cached[1]
+    filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
+    if validator.is_valid(filled):
+        # What fits the schema has nothing to convert (``_coerce`` leaves a value of the
+        # type asked for alone): no copy and no walk for the calls models get right.
+        return filled
     # Converted before the nulls go in: a null stands for "the default", never for "" or 0.
     coerced = _coerce(copy.deepcopy(arguments), tool.parameters)
     if not isinstance(coerced, dict):
         coerced = arguments
-    filled: dict[str, Any] = _with_nulls(tool.parameters, coerced)
+    filled = _with_nulls(tool.parameters, coerced)
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.absolute_path))
     if errors:
         problems = []

@@ -174,6 +174,15 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
         release()
 
 
+def _counted_request(item: SessionMessage | Exception) -> JSONRPCRequest | None:
+    """``item``'s request when it is one that ``Unanswered`` counts: a request of the client,
+    but ``subscriptions/listen``, which lasts until the client goes."""
+    if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
+        if item.message.method != "subscriptions/listen":
+            return item.message
+    return None
+
+
 class Unanswered:
     """The requests read from the client and not yet answered, nor cancelled by it (a
     cancelled request gets no answer), counted by id as the SDK matches ids ("7" is 7); and
@@ -194,11 +203,12 @@ class Unanswered:
     def read(self, item: SessionMessage | Exception) -> None:
         if isinstance(item, Exception):
             return
+        request = _counted_request(item)
+        if request is not None:
+            self._ids[coerce_request_id(request.id)] += 1
+            return
         message = item.message
-        if isinstance(message, JSONRPCRequest):
-            if message.method != "subscriptions/listen":
-                self._ids[coerce_request_id(message.id)] += 1
-        elif isinstance(message, JSONRPCResponse | JSONRPCError):
+        if isinstance(message, JSONRPCResponse | JSONRPCError):
             if message.id is not None:
                 self._asked.pop(coerce_request_id(message.id), None)
         elif (
@@ -334,14 +344,6 @@ class _Reading(WrappedStream):
 
     async def receive(self) -> SessionMessage | Exception:
         return await self.__anext__()
-
-
-def _counted_request(item: SessionMessage | Exception) -> JSONRPCRequest | None:
-    """``item``'s request when it is one that ``Unanswered`` counts."""
-    if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
-        if item.message.method != "subscriptions/listen":
-            return item.message
-    return None
 
 
 class _Answering(WrappedStream):
