@@ -1599,6 +1599,22 @@ def test_help_paragraphs_flow_instead_of_keeping_the_sources_line_breaks() -> No
     assert checked  # the docstrings hold such paragraphs
 
 
+def test_a_command_loads_the_help_renderer_only_for_help(tmp_path: Path) -> None:
+    # typer's rich_utils brings rich's markdown, pretty-printing and tracebacks: a share of
+    # every start, `serve`'s included, that only --help needs.
+    code = (
+        "import sys; from mcp_agent.cli import main; sys.argv[1:] = sys.argv[1:]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('typer.rich_utils', 'rich.markdown') if m in sys.modules))"
+    )
+    listing = [sys.executable, "-c", code, "sessions", "list", "--db", str(tmp_path / "x.db")]
+    done = subprocess.run(listing, capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr
+    helped = [sys.executable, "-c", code, "sessions", "--help"]
+    done = subprocess.run(helped, capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert "typer.rich_utils" in done.stdout.splitlines()[-1], done.stdout + done.stderr
+
+
 def test_arguments_that_are_not_utf8_are_refused_in_one_line(db: Path) -> None:
     ids = seed(db)
     stored = db.read_bytes()
