@@ -338,23 +338,27 @@ class JsonlSessionRepo(BaseSessionRepo):
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
         with self._lock:
             path = self.path_for(session_id)
-            try:
-                stamp = _stamp(path)
-            except FileNotFoundError:
-                self._open.pop(session_id, None)
-                raise SessionError("not_found", f"session {session_id} not found") from None
             storage = self._open.get(session_id)
-            if storage is None or storage.stamp != stamp:  # new, or changed by another program
-                if storage is not None:
-                    storage.close()
-                storage = JsonlSessionStorage(path)
-                if storage.get_metadata().id != session_id:
-                    storage.close()
-                    raise SessionError(
-                        "corrupt", f"{path} is named for session {session_id} but holds another"
-                    )
-                self._open[session_id] = storage
-            return storage
+            # With the open session's lock: an append of ours under way (on another worker
+            # thread) changes the file before its stamp, and must not be taken for another
+            # program's change, its handle closed under it and the file read half written.
+            with storage.lock if storage is not None else contextlib.nullcontext():
+                try:
+                    stamp = _stamp(path)
+                except FileNotFoundError:
+                    self._open.pop(session_id, None)
+                    raise SessionError("not_found", f"session {session_id} not found") from None
+                if storage is None or storage.stamp != stamp:  # new, or changed by another program
+                    if storage is not None:
+                        storage.close()
+                    storage = JsonlSessionStorage(path)
+                    if storage.get_metadata().id != session_id:
+                        storage.close()
+                        raise SessionError(
+                            "corrupt", f"{path} is named for session {session_id} but holds another"
+                        )
+                    self._open[session_id] = storage
+                return storage
 
     def exists(self, session_id: str) -> bool:
         try:
