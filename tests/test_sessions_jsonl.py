@@ -298,6 +298,34 @@ def test_an_open_while_an_append_is_under_way_waits_for_it_instead_of_reloading(
     assert [e.id for e in JsonlSessionRepo(tmp_path).open(session.id).get_branch()] == [appended]
 
 
+def test_a_delete_waits_for_an_append_under_way_and_later_appends_are_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    path = tmp_path / f"{session.id}.jsonl"
+    deleting: list[threading.Thread] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:  # the append has written its line: another thread deletes
+        if not deleting:
+            deleting.append(threading.Thread(target=repo.delete, args=(session.id,)))
+            deleting[0].start()
+            deleting[0].join(0.3)  # it waits for the append (or, before, closed its file)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    session.append_message(user("a"))  # before: OSError (its file closed under it)
+    monkeypatch.undo()
+    deleting[0].join(10)
+    assert not path.exists()
+    with pytest.raises(SessionError) as error:
+        session.append_message(user("b"))  # before: a file of this one line, no header
+    assert error.value.code == "not_found" and "was deleted" in error.value.message
+    assert not path.exists()
+    assert repo.list().items == []
+
+
 def test_new_file_refuses_to_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     storage = JsonlSessionStorage.create(path)

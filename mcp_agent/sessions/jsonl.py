@@ -213,7 +213,14 @@ class JsonlSessionStorage(InMemorySessionStorage):
 
     def _write(self, entry: SessionEntry) -> None:
         if self._handle is None:
-            self._handle = open(self.path, "ab")  # kept open across appends
+            # Kept open across appends. Never created here: a session deleted meanwhile (by
+            # a tool on another worker thread, or another program) must not come back as a
+            # file of this one line, without its header.
+            try:
+                self._handle = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND), "ab")
+            except FileNotFoundError:
+                session_id = self.get_metadata().id
+                raise SessionError("not_found", f"session {session_id} was deleted") from None
         start = self._handle.tell()
         try:
             if start and not _ends_with_newline(self.path):
@@ -451,12 +458,15 @@ class JsonlSessionRepo(BaseSessionRepo):
         with self._lock:
             path = self.path_for(session_id)
             storage = self._open.pop(session_id, None)
-            if storage is not None:
-                storage.close()
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                raise SessionError("not_found", f"session {session_id} not found") from None
+            # With the session's lock: an append under way on another worker thread ends
+            # first, rather than lose its file under it.
+            with storage.lock if storage is not None else contextlib.nullcontext():
+                if storage is not None:
+                    storage.close()
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
             self._listing.pop(path, None)
 
