@@ -389,6 +389,31 @@ async def test_resources_and_templates(client: Client) -> None:
         await client.read_resource("session://nope/tree")
 
 
+@pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
+async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
+    client: Client, monkeypatch: pytest.MonkeyPatch, resource: str
+) -> None:
+    from mcp_agent.sessions.sql.repo import SqlSessionRepo
+
+    sid = (await call(client, "session_create"))["id"]
+    await call(client, "session_append", session_id=sid, entry=user("hi"))
+    # The session is opened, then deleted (by another client) before its entries are read.
+    real = SqlSessionRepo._read_row
+    deleted: list[str] = []
+
+    def deleted_meanwhile(self: SqlSessionRepo[Any], session_id: str, *args: Any) -> Any:
+        opened = real(self, session_id, *args)
+        if not deleted:
+            deleted.append(session_id)
+            self.delete(session_id)
+        return opened
+
+    monkeypatch.setattr(SqlSessionRepo, "_read_row", deleted_meanwhile)
+    # Before: "Error creating resource from template", the reason only in the server's log.
+    with pytest.raises(MCPError, match=f"no session '{sid}'"):
+        await client.read_resource(f"session://{sid}{resource}")
+
+
 async def test_continue_session_prompt(client: Client) -> None:
     sid = (await call(client, "session_create"))["id"]
     await call(client, "agent_run", prompt="remember the number 7", session_id=sid)

@@ -962,6 +962,29 @@ def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo)
     assert [e.id for e in repo.open(session.id).get_branch()][-2:] == ["dddddddd", appended]
 
 
+@pytest.mark.parametrize(("parent", "resumes"), [("aaaaaaaa", ["aaaaaaaa"]), (None, [])])
+def test_a_last_leaf_line_on_no_entry_resumes_where_pi_shows_the_file(
+    backend, parent: str | None, resumes: list[str]
+) -> None:
+    # We never write one, but a file may end on a leaf line whose target is no entry: the
+    # session must not keep a leaf that every read and append then fails on.
+    move = {
+        "type": "leaf",
+        "id": "ffffffff",
+        "parentId": parent,
+        "timestamp": "2026-01-01T00:00:02Z",
+    }
+    text = bad_file(message_entry("aaaaaaaa", None), {**move, "targetId": "zzzzzzzz"})
+    imported = backend().import_session(text)
+    assert any("targetId zzzzzzzz points to no entry" in note for note in imported.notes)
+    for session in (imported.session, backend().open(imported.session.id)):  # and reopened
+        assert session.leaf_id == (resumes[-1] if resumes else None)
+        assert [e.id for e in session.get_branch()] == resumes
+        assert [m.content for m in session.build_context().messages] == resumes
+    appended = imported.session.append_message(user("more"))
+    assert [e.id for e in backend().open(imported.session.id).get_branch()] == [*resumes, appended]
+
+
 def test_a_message_of_a_role_nobody_registered_is_kept_in_the_context(repo) -> None:
     note = {"role": "note", "text": "n", "timestamp": 2, "level": {"of": "detail"}}
     own = {**message_entry("bbbbbbbb", "aaaaaaaa"), "message": note}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import warnings
 from pathlib import Path
 from typing import IO, cast
 
 import pytest
+from mcp_support import poll
 from narrow import narrow, present
 
 from mcp_agent.messages import UserMessage
@@ -269,6 +271,59 @@ def test_opening_twice_shares_one_index_and_sees_outside_changes(tmp_path: Path)
     os.utime(path, ns=(0, 1))  # make the change visible even within one clock tick
     third = repo.open(first.id)
     assert third.leaf_id == "0badcafe"
+
+
+def test_an_open_while_an_append_is_under_way_waits_for_it_instead_of_reloading(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # The server opens a session on one worker thread while another appends to it: the
+    # file has changed but its stamp not yet, which is no other program's change.
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    opened: list[Session] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:  # the append has written its line: another thread opens
+        if not opened:
+            other = threading.Thread(target=lambda: opened.append(repo.open(session.id)))
+            other.start()
+            other.join(0.3)  # it waits for the append (or, before, closed its file under it)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    appended = session.append_message(user("a"))  # before: OSError, the line cut off again
+    monkeypatch.undo()
+    poll(lambda: opened, "the other thread never opened the session")
+    assert opened[0].storage is session.storage  # the same index, not one read again
+    assert [e.id for e in JsonlSessionRepo(tmp_path).open(session.id).get_branch()] == [appended]
+
+
+def test_a_delete_waits_for_an_append_under_way_and_later_appends_are_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    path = tmp_path / f"{session.id}.jsonl"
+    deleting: list[threading.Thread] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:  # the append has written its line: another thread deletes
+        if not deleting:
+            deleting.append(threading.Thread(target=repo.delete, args=(session.id,)))
+            deleting[0].start()
+            deleting[0].join(0.3)  # it waits for the append (or, before, closed its file)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    session.append_message(user("a"))  # before: OSError (its file closed under it)
+    monkeypatch.undo()
+    deleting[0].join(10)
+    assert not path.exists()
+    with pytest.raises(SessionError) as error:
+        session.append_message(user("b"))  # before: a file of this one line, no header
+    assert error.value.code == "not_found" and "was deleted" in error.value.message
+    assert not path.exists()
+    assert repo.list().items == []
 
 
 def test_new_file_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import mcp.types as types
@@ -62,9 +61,12 @@ def _bounded_header(session: Session) -> dict[str, Any]:
     return header
 
 
-def _open(session_id: str, open_session: Callable[[str], T]) -> T:
+def _read_session(session_id: str, read: Callable[[], T]) -> T:
+    """What ``read`` makes of the session, a session error (no such session, one deleted
+    while it is read, a damaged file) said as a resource error: the SDK hides the text of
+    any other exception, and logs its traceback."""
     try:
-        return open_session(session_id)
+        return read()
     except SessionError as error:
         if error.code == "not_found":
             shown = clip_long(session_id, 100)
@@ -77,20 +79,25 @@ def _open(session_id: str, open_session: Callable[[str], T]) -> T:
 def _export(state: AppState, session_id: str) -> str:
     """The session's pi file whole, or a refusal once it passes ``EXPORT_BYTES``."""
     with contextlib.closing(state.repo.export_chunks(session_id)) as pieces:
-        first = _open(session_id, lambda _: next(pieces))  # the first piece opens the session
-        kept: list[str] = []
-        size = 0
-        for piece in itertools.chain([first], pieces):
-            size += len(piece.encode())
-            if size > EXPORT_BYTES:
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"session {session_id}'s file is more than the {EXPORT_BYTES >> 20} MiB one"
-                    f" read of session://{session_id}/export.jsonl answers with: page it with"
-                    " the session_export tool (limit and cursor), or write it out with"
-                    f" `mcp-agent-sessions sessions export {session_id} -o FILE`",
-                )
-            kept.append(piece)
+        return _read_session(session_id, lambda: _kept_export(session_id, pieces))
+
+
+def _kept_export(session_id: str, pieces: Iterator[str]) -> str:
+    """The pieces of a session's file (the first opens the session) joined, up to
+    ``EXPORT_BYTES``."""
+    kept: list[str] = []
+    size = 0
+    for piece in pieces:
+        size += len(piece.encode())
+        if size > EXPORT_BYTES:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"session {session_id}'s file is more than the {EXPORT_BYTES >> 20} MiB one"
+                f" read of session://{session_id}/export.jsonl answers with: page it with"
+                " the session_export tool (limit and cursor), or write it out with"
+                f" `mcp-agent-sessions sessions export {session_id} -o FILE`",
+            )
+        kept.append(piece)
     return "".join(kept)
 
 
@@ -101,7 +108,9 @@ async def _read(
     ``leaf``: the rendering shows the leaf (the session is opened for one read, see
     ``SessionRepo.open_read``)."""
     opener = state.repo.open_read if leaf else state.repo.open
-    return await state.offload(lambda: render(_open(session_id, opener)))
+    return await state.offload(
+        lambda: _read_session(session_id, lambda: render(opener(session_id)))
+    )
 
 
 def register(server: MCPServer) -> None:
@@ -115,7 +124,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
 
         def render() -> str:
-            session, summary = _open(session_id, state.repo.open_described)
+            session, summary = state.repo.open_described(session_id)
             total, load = view_entries(session, "branch", newest=DEFAULT_LIMIT)
             branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
             return _dump(
@@ -132,7 +141,7 @@ def register(server: MCPServer) -> None:
                 }
             )
 
-        return await state.offload(render)
+        return await state.offload(lambda: _read_session(session_id, render))
 
     @server.resource(
         "session://{session_id}/tree",

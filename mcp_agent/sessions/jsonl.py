@@ -213,7 +213,14 @@ class JsonlSessionStorage(InMemorySessionStorage):
 
     def _write(self, entry: SessionEntry) -> None:
         if self._handle is None:
-            self._handle = open(self.path, "ab")  # kept open across appends
+            # Kept open across appends. Never created here: a session deleted meanwhile (by
+            # a tool on another worker thread, or another program) must not come back as a
+            # file of this one line, without its header.
+            try:
+                self._handle = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND), "ab")
+            except FileNotFoundError:
+                session_id = self.get_metadata().id
+                raise SessionError("not_found", f"session {session_id} was deleted") from None
         start = self._handle.tell()
         try:
             if start and not _ends_with_newline(self.path):
@@ -338,23 +345,27 @@ class JsonlSessionRepo(BaseSessionRepo):
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
         with self._lock:
             path = self.path_for(session_id)
-            try:
-                stamp = _stamp(path)
-            except FileNotFoundError:
-                self._open.pop(session_id, None)
-                raise SessionError("not_found", f"session {session_id} not found") from None
             storage = self._open.get(session_id)
-            if storage is None or storage.stamp != stamp:  # new, or changed by another program
-                if storage is not None:
-                    storage.close()
-                storage = JsonlSessionStorage(path)
-                if storage.get_metadata().id != session_id:
-                    storage.close()
-                    raise SessionError(
-                        "corrupt", f"{path} is named for session {session_id} but holds another"
-                    )
-                self._open[session_id] = storage
-            return storage
+            # With the open session's lock: an append of ours under way (on another worker
+            # thread) changes the file before its stamp, and must not be taken for another
+            # program's change, its handle closed under it and the file read half written.
+            with storage.lock if storage is not None else contextlib.nullcontext():
+                try:
+                    stamp = _stamp(path)
+                except FileNotFoundError:
+                    self._open.pop(session_id, None)
+                    raise SessionError("not_found", f"session {session_id} not found") from None
+                if storage is None or storage.stamp != stamp:  # new, or changed by another program
+                    if storage is not None:
+                        storage.close()
+                    storage = JsonlSessionStorage(path)
+                    if storage.get_metadata().id != session_id:
+                        storage.close()
+                        raise SessionError(
+                            "corrupt", f"{path} is named for session {session_id} but holds another"
+                        )
+                    self._open[session_id] = storage
+                return storage
 
     def exists(self, session_id: str) -> bool:
         try:
@@ -447,12 +458,15 @@ class JsonlSessionRepo(BaseSessionRepo):
         with self._lock:
             path = self.path_for(session_id)
             storage = self._open.pop(session_id, None)
-            if storage is not None:
-                storage.close()
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                raise SessionError("not_found", f"session {session_id} not found") from None
+            # With the session's lock: an append under way on another worker thread ends
+            # first, rather than lose its file under it.
+            with storage.lock if storage is not None else contextlib.nullcontext():
+                if storage is not None:
+                    storage.close()
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
             self._listing.pop(path, None)
 

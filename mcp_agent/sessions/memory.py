@@ -25,6 +25,7 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.storage import (
     SessionStats,
     compute_stats,
+    moved_leaf,
     tree_parent,
     validate_tree,
     walk_to_root,
@@ -80,7 +81,10 @@ class InMemorySessionStorage:
         elif isinstance(entry, SessionInfoEntry):
             # pi: ``name?.trim() || undefined``; an empty name clears it.
             self._name = (entry.name or "").strip() or None
-        self._leaf_id = entry.target_id if isinstance(entry, LeafEntry) else entry.id
+        if isinstance(entry, LeafEntry):
+            self._leaf_id = moved_leaf(entry, self._by_id.__contains__)
+        else:
+            self._leaf_id = entry.id
 
     # --- the storage protocol -----------------------------------------------------------------
 

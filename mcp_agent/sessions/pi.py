@@ -35,7 +35,13 @@ from mcp_agent.sessions.entries import (
     parse_header,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import SessionStorage, StoredPages, leaf_after, stored_pages
+from mcp_agent.sessions.storage import (
+    SessionStorage,
+    StoredPages,
+    leaf_after,
+    moved_leaf,
+    stored_pages,
+)
 from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
 from mcp_agent.wire import (
     SURROGATE_ESCAPE,
@@ -382,6 +388,7 @@ class SessionStream:
         self._v1_ids: set[str] = set()  # version 1 only: the ids given so far, in order
         self._v1_order: list[str] = []
         self._problem: tuple[int, str] | None = None  # (rank, message)
+        self._last: tuple[int, SessionEntry] | None = None  # the last entry and its line
         self._previous: str | None = None  # v1: the parent of the next entry
         self._entries = self._read()
 
@@ -415,6 +422,7 @@ class SessionStream:
             self._tree.add(line, entry.id, entry.parent_id)
             self.count += 1
             self.leaf_id = entry.target_id if isinstance(entry, LeafEntry) else entry.id
+            self._last = (line, entry)
             yield entry
         self._finish()
 
@@ -450,6 +458,8 @@ class SessionStream:
                 raise SessionError(self.code, self._problem[1])
             problem = self._tree.first_problem()
             orphans = self._tree.missing_parents
+            if problem is None and self._last is not None:
+                self._check_leaf(*self._last)
         finally:
             self._tree.close()
         for line, parent in orphans[:MISSING_NAMED]:
@@ -468,6 +478,20 @@ class SessionStream:
         else:
             message = f"{where}: parentId chain of {entry_id} has a cycle"
         raise SessionError(self.code, message)
+
+    def _check_leaf(self, line: int, last: SessionEntry) -> None:
+        """A final leaf line whose target is no entry leaves the leaf where pi resumes the
+        file (``moved_leaf``), saying so."""
+        if not isinstance(last, LeafEntry) or self.leaf_id is None:
+            return
+        if self._tree.holds(self.leaf_id):
+            return
+        self.leaf_id = moved_leaf(last, self._tree.holds)
+        where = "before the first entry" if self.leaf_id is None else f"at {self.leaf_id}"
+        self.notes.append(
+            f"{self.source}:{line}: leaf targetId {last.target_id} points to no entry: the"
+            f" session resumes {where} (as pi shows it)"
+        )
 
 
 def pi_repeats_skipped(rows: Rows) -> Rows:

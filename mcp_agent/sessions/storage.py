@@ -396,3 +396,15 @@ def leaf_after(entries: list[SessionEntry]) -> str | None:
         return None
     last = entries[-1]
     return last.target_id if isinstance(last, LeafEntry) else last.id
+
+
+def moved_leaf(move: LeafEntry, known: Callable[[str], bool]) -> str | None:
+    """The leaf a leaf line leaves, ``known`` telling the entries of the session: its target.
+    A target that is no entry (a damaged or hand-made file: we never write one) leaves it
+    where pi resumes such a file, at the line's parent, or before the first entry when that
+    is no entry either; a leaf on no entry would fail every read and append of the session."""
+    if move.target_id is None or known(move.target_id):
+        return move.target_id
+    if move.parent_id is not None and known(move.parent_id):
+        return move.parent_id
+    return None

@@ -94,5 +94,11 @@ class TreeCheck:
             return found[0], "cycle", found[1], None
         return None
 
+    def holds(self, entry_id: str) -> bool:
+        """Whether an entry read so far has this id (after :meth:`first_problem`, indexed)."""
+        self._flush()
+        found = self._conn.execute("SELECT 1 FROM ids WHERE id = ? LIMIT 1", (entry_id,))
+        return found.fetchone() is not None
+
     def close(self) -> None:
         self._conn.close()
