@@ -16,7 +16,7 @@ from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import call, call_error, make_server
 
-from mcp_agent.server import resources
+from mcp_agent.server import paging, resources
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 from mcp_agent.sessions.entries import METADATA_CHARS
 
@@ -121,19 +121,51 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
         assert len(whole.splitlines()) == 31
-        monkeypatch.setattr(resources, "EXPORT_BYTES", len(whole.encode()) // 3)
+        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole.encode()) // 3)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
         assert "session_export" in said and f"sessions export {sid}" in said and uri in said
-        monkeypatch.setattr(resources, "EXPORT_BYTES", len(whole.encode()))
+        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole.encode()))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
         with pytest.raises(MCPError) as missing:
             await client.read_resource(
                 f"session://{'0' * 8}-0000-7000-8000-{'0' * 12}/export.jsonl"
             )
         assert "no session" in missing.value.error.message
+
+
+async def test_an_answer_asked_for_whole_past_its_bound_is_refused_naming_the_pages(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(30):
+            await call(client, "session_append", session_id=sid, entry=_user(f"line {n} " * 20))
+        asks: list[tuple[str, dict[str, Any]]] = [
+            ("session_get", {}),
+            ("session_get", {"view": "entries"}),
+            ("session_get", {"view": "tree"}),
+            ("session_context", {}),
+            ("session_export", {}),
+        ]
+        exported = (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
+        bound = paging.WHOLE_MAX
+        # Smaller than each of those answers whole, larger than any page of them.
+        monkeypatch.setattr(paging, "WHOLE_MAX", 5_000)
+        for name, arguments in asks:
+            said = await call_error(client, name, session_id=sid, limit=0, **arguments)
+            assert "asked for whole (limit=0)" in said and "nextCursor" in said, said
+            if name == "session_export":
+                assert f"sessions export {sid} -o FILE" in said, said
+            page = await call(client, name, session_id=sid, limit=5, **arguments)
+            assert page["truncated"] is True, page
+        monkeypatch.setattr(paging, "WHOLE_MAX", bound)
+        for name, arguments in asks:
+            again = await call(client, name, session_id=sid, limit=0, **arguments)
+            assert again["truncated"] is False, again
+        assert (await call(client, "session_export", session_id=sid, limit=0))["jsonl"] == exported
 
 
 async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(

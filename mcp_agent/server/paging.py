@@ -1,6 +1,6 @@
 """Pages of what the tools answer, so that no answer fills a model's context by default: at
 most ``limit`` items and about ``ANSWER_BYTES`` of JSON, newest last, with a cursor for the
-page before. ``limit=0`` asks for everything, however large."""
+page before. ``limit=0`` asks for everything, up to ``WHOLE_MAX``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ TEXT_CHARS = 64 * 1024
 LONG_FIELD = 1024
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
+# The most an answer asked for whole (``limit=0``) holds, in characters, and the export
+# resource's file, in bytes: past it the answer is refused, naming the pages to ask for, rather
+# than sent. Below the 10 MiB message the TypeScript SDK's stdio reader (most hosts') takes: it
+# closes the connection on a longer one. And the server holds an answer several times over
+# (its text, structured content and JSON-RPC line): 22 MB answers took it to 450 MB.
+WHOLE_MAX = 8 << 20
 # What the cursor a tool hands out starts with: the index the next page ends before.
 CURSOR_PREFIX = "before:"
 # Between that index and the tag of what the cursor pages, in the cursor of a list that can
@@ -39,9 +45,9 @@ TAG_SEPARATOR = "."
 PagedAs = Callable[[int], str]
 
 LIMIT_DESCRIPTION = (
-    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, however large, in the structured"
-    f" content, the text keeping the newest that fit in {TEXT_CHARS // 1024} KB); a page also"
-    f" stops at about {ANSWER_BYTES // 1024} KB"
+    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, up to {WHOLE_MAX >> 20} MiB,"
+    f" in the structured content, the text keeping the newest that fit in"
+    f" {TEXT_CHARS // 1024} KB); a page also stops at about {ANSWER_BYTES // 1024} KB"
 )
 CURSOR_DESCRIPTION = "nextCursor of the previous answer, for the page before it; null: the newest"
 
@@ -59,6 +65,17 @@ def check_limit(limit: int | None, name: str = "limit") -> int | None:
     if not 1 <= limit <= MAX_LIMIT:
         raise ToolError(f"{name} must be 0 (all) or 1 to {MAX_LIMIT}, not {limit}")
     return limit
+
+
+def check_whole(size: int, what: str = "this answer", elsewhere: str = "") -> None:
+    """A ToolError when ``size`` characters, asked for whole, pass ``WHOLE_MAX``;
+    ``elsewhere``: another way to the whole, said after the pages."""
+    if size > WHOLE_MAX:
+        raise ToolError(
+            f"{what} asked for whole (limit=0) is {size:,} characters, more than the"
+            f" {WHOLE_MAX >> 20} MiB one answer holds: ask for pages (a limit of 1 to"
+            f" {MAX_LIMIT}, then each answer's nextCursor){elsewhere}"
+        )
 
 
 def cursor_tag(paged: str) -> str:

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.paging import DEFAULT_LIMIT
+from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX
 from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
@@ -35,10 +35,6 @@ LISTED_NAME_CHARS = 200
 # nodes, read from the session's index instead of every entry (100,000 made 25 MB).
 TREE_NODES = 5_000
 TREE_BYTES = 4 << 20
-# The most of a session's file one read of its export.jsonl answers with, in bytes (a session
-# of 100,000 long messages is a file of 114 MB): past it a refusal that says where to read the
-# file in pages, once the first piece (a thousand lines) past it is read.
-EXPORT_BYTES = 64 << 20
 
 
 def _dump(data: Any) -> str:
@@ -77,22 +73,23 @@ def _read_session(session_id: str, read: Callable[[], T]) -> T:
 
 
 def _export(state: AppState, session_id: str) -> str:
-    """The session's pi file whole, or a refusal once it passes ``EXPORT_BYTES``."""
+    """The session's pi file whole, or a refusal once it passes ``WHOLE_MAX``."""
     with contextlib.closing(state.repo.export_chunks(session_id)) as pieces:
         return _read_session(session_id, lambda: _kept_export(session_id, pieces))
 
 
 def _kept_export(session_id: str, pieces: Iterator[str]) -> str:
     """The pieces of a session's file (the first opens the session) joined, up to
-    ``EXPORT_BYTES``."""
+    ``WHOLE_MAX`` bytes (a session of 100,000 long messages is a file of 114 MB): past it a
+    refusal that says where to read the file in pages, once the first piece past it is read."""
     kept: list[str] = []
     size = 0
     for piece in pieces:
         size += len(piece.encode())
-        if size > EXPORT_BYTES:
+        if size > WHOLE_MAX:
             raise MCPError(
                 types.INVALID_PARAMS,
-                f"session {session_id}'s file is more than the {EXPORT_BYTES >> 20} MiB one"
+                f"session {session_id}'s file is more than the {WHOLE_MAX >> 20} MiB one"
                 f" read of session://{session_id}/export.jsonl answers with: page it with"
                 " the session_export tool (limit and cursor), or write it out with"
                 f" `mcp-agent-sessions sessions export {session_id} -o FILE`",

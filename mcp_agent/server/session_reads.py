@@ -20,6 +20,7 @@ from mcp_agent.server.paging import (
     ANSWER_BYTES,
     PagedAs,
     PageOf,
+    check_whole,
     cursor_before,
     cursor_end,
     newest_page,
@@ -441,6 +442,12 @@ def export_page(session: Session, cursor: str | None, limit: int | None) -> Expo
     start = parse_cursor(cursor, "from:", 0, count - 1) if cursor else 0
     end = count if limit is None else min(count, start + limit)
     lines = [line + "\n" for line in load(start, end)]
+    if limit is None:  # before the lines are joined into an answer, and that dumped
+        check_whole(
+            sum(len(line) for line in lines),
+            f"session {session.id}'s file",
+            f", or write it out with `mcp-agent-sessions sessions export {session.id} -o FILE`",
+        )
     taken, used = 0, 0
     for line in lines:
         cost = len(line.encode())
