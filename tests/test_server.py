@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, cast
 
@@ -859,6 +860,25 @@ async def test_completion_of_session_ids_entry_ids_and_agent_names(tmp_path: Pat
             entries, {"name": "entry_id", "value": ""}, {"session_id": "missing"}
         )
         assert nothing.completion.values == []
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+async def test_a_clients_log_level_leaves_the_servers_own_log_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One client's logging/setLevel once set the process's log level: "emergency" hid every
+    # warning on stderr (a model's rate limit, a downstream server's trouble) from then on, for
+    # every client's runs.
+    ours = logging.getLogger("mcp_agent")
+    before = ours.level
+    try:
+        async with Client(make_server(tmp_path), mode="legacy") as client:
+            await client.session.set_logging_level("emergency")
+        with caplog.at_level(logging.WARNING):
+            logging.getLogger("mcp_agent.providers.http").warning("429: trying again in 2 s")
+        assert "trying again" in caplog.text
+    finally:
+        ours.setLevel(before)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
