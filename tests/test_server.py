@@ -300,6 +300,20 @@ async def test_a_refused_run_creates_no_session(client: Client) -> None:
     assert (await call(client, "session_list"))["sessions"] == []
 
 
+async def test_a_run_on_a_model_without_its_key_writes_nothing(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It could only fail: it was started, and wrote the prompt and the error into a new session
+    # (or the caller's), where the command line refuses it up front.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    refused = await call_error(client, "agent_run", prompt="hi", model="openai:gpt-4o-mini")
+    assert "openai:gpt-4o-mini needs an API key: set OPENAI_API_KEY" in refused
+    assert (await call(client, "session_list"))["sessions"] == []
+    sid = (await call(client, "session_create"))["id"]
+    await call_error(client, "agent_run", prompt="hi", session_id=sid, model="openai:gpt-4o")
+    assert (await call(client, "session_get", session_id=sid))["total"] == 0
+
+
 async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
     for depth in ("x", -5, None):
         result = await client.call_tool(
