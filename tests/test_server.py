@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, cast
 
@@ -297,6 +298,20 @@ async def test_a_refused_run_creates_no_session(client: Client) -> None:
     assert "unknown provider" in await call_error(client, "agent_run", prompt="hi", model="nope:x")
     assert "sampling" in await call_error(client, "agent_run", prompt="hi", model="client")
     assert (await call(client, "session_list"))["sessions"] == []
+
+
+async def test_a_run_on_a_model_without_its_key_writes_nothing(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It could only fail: it was started, and wrote the prompt and the error into a new session
+    # (or the caller's), where the command line refuses it up front.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    refused = await call_error(client, "agent_run", prompt="hi", model="openai:gpt-4o-mini")
+    assert "openai:gpt-4o-mini needs an API key: set OPENAI_API_KEY" in refused
+    assert (await call(client, "session_list"))["sessions"] == []
+    sid = (await call(client, "session_create"))["id"]
+    await call_error(client, "agent_run", prompt="hi", session_id=sid, model="openai:gpt-4o")
+    assert (await call(client, "session_get", session_id=sid))["total"] == 0
 
 
 async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
@@ -884,6 +899,25 @@ async def test_completion_of_session_ids_entry_ids_and_agent_names(tmp_path: Pat
             entries, {"name": "entry_id", "value": ""}, {"session_id": "missing"}
         )
         assert nothing.completion.values == []
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+async def test_a_clients_log_level_leaves_the_servers_own_log_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One client's logging/setLevel once set the process's log level: "emergency" hid every
+    # warning on stderr (a model's rate limit, a downstream server's trouble) from then on, for
+    # every client's runs.
+    ours = logging.getLogger("mcp_agent")
+    before = ours.level
+    try:
+        async with Client(make_server(tmp_path), mode="legacy") as client:
+            await client.session.set_logging_level("emergency")
+        with caplog.at_level(logging.WARNING):
+            logging.getLogger("mcp_agent.providers.http").warning("429: trying again in 2 s")
+        assert "trying again" in caplog.text
+    finally:
+        ours.setLevel(before)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "jsonl"])

@@ -98,7 +98,12 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
     """The model a run will use, or InputError saying how to choose one."""
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.runtime.errors import ModelUnavailable
-    from mcp_agent.runtime.models import CLIENT_MODEL, default_model_name, resolve_run_model
+    from mcp_agent.runtime.models import (
+        CLIENT_MODEL,
+        default_model_name,
+        missing_key,
+        resolve_run_model,
+    )
 
     manifest = state.agents.get(agent_name or "default")
     if manifest is None:
@@ -116,19 +121,6 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
         # Refuse before a session is created for a run that could only fail.
         raise InputError(f"{chosen.ref} needs an API key: set {missing}")
     return name
-
-
-def missing_key(provider: str) -> str | None:
-    """The environment variable a provider's key should be in, when it is needed and unset."""
-    import os
-
-    from mcp_agent.providers.registry import default_registry
-
-    config = default_registry().providers.get(provider)
-    if config is None or not config.requires_api_key or config.api_key:
-        return None
-    env = config.api_key_env
-    return env if env and not os.environ.get(env) else None
 
 
 async def check_session(state: AppState, session_id: str | None) -> None:

@@ -64,3 +64,14 @@ def resolve_run_model(
             message += f"; also {', '.join(also)}"
         raise ModelUnavailable(message) from None
     return chosen, model, stream_fn_for(model)
+
+
+def missing_key(provider: str) -> str | None:
+    """The environment variable a provider's key should be in, when it is needed and unset."""
+    from mcp_agent.providers.registry import default_registry
+
+    config = default_registry().providers.get(provider)
+    if config is None or not config.requires_api_key or config.api_key:
+        return None
+    env = config.api_key_env
+    return env if env and not os.environ.get(env) else None

@@ -22,7 +22,7 @@ from mcp_agent.runtime.errors import (
     ModelUnavailable,
     UnknownAgent,
 )
-from mcp_agent.runtime.models import ModelOverrides, resolve_run_model
+from mcp_agent.runtime.models import ModelOverrides, missing_key, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.errors import SessionError
@@ -107,6 +107,12 @@ async def start_run(
         resolved = resolved or resolve_run_model(
             model or manifest.model, state.settings.default_model, client_session, state.models
         )
+        name, chosen, _ = resolved
+        # A model whose key is not set could only fail: refused here, as the command line does,
+        # rather than writing the prompt and an error into the session (a new one, or the
+        # caller's). The server's own names (tests', embedders') need no key.
+        if name not in (state.models or {}) and (env := missing_key(chosen.provider)):
+            raise ModelUnavailable(f"{name} needs an API key: set {env} where the server runs")
         if existing is not None:
             return existing, resolved, False
         created = state.repo.create(

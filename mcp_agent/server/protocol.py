@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import mcp.types as types
@@ -13,18 +12,6 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.storage import stored_pages
 
 MAX_COMPLETIONS = 100
-log = logging.getLogger("mcp_agent")
-
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL,
-    "emergency": logging.CRITICAL,
-}
 
 
 def complete(state: AppState, params: types.CompleteRequestParams) -> list[str]:
@@ -93,7 +80,10 @@ def register(server: MCPServer) -> None:
     async def on_set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
     ) -> types.EmptyResult:
-        log.setLevel(_LEVELS.get(str(params.level), logging.INFO))
+        # The level is the client's, for log notifications sent to it, and this server sends
+        # none. It must not reach the process's log on stderr: that belongs to whoever runs the
+        # server, for every client, and one client's "emergency" would hide the warnings (a
+        # model's rate limit, a downstream server's trouble) that the others' runs give.
         return types.EmptyResult()
 
     lowlevel.add_request_handler("completion/complete", types.CompleteRequestParams, on_complete)
