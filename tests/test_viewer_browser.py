@@ -394,15 +394,35 @@ window.addEventListener('message', async (event) => {
 </script>"""
 
 
-def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
-    browser: Browser, served: tuple[Served, str, dict[str, str]]
-) -> None:
-    server, session_id, ids = served
+def in_host(
+    browser: Browser,
+    server: Served,
+    arguments: dict[str, Any],
+    result: dict[str, Any],
+    call_tool: Any,
+) -> Page:
+    """The host page with the App (as ``session_get`` links it) in its frame, handed the tool's
+    ``arguments`` and ``result``; ``call_tool(name, arguments)`` answers the view's calls."""
     tools = mcp_request(server.url, "tools/list", {}, TOKEN).json()["result"]["tools"]
     uri = next(t for t in tools if t["name"] == "session_get")["_meta"]["ui"]["resourceUri"]
     read = mcp_request(server.url, "resources/read", {"uri": uri}, TOKEN, **{"Mcp-Name": uri})
     [content] = read.json()["result"]["contents"]
     assert content["mimeType"] == "text/html;profile=mcp-app"
+    page = browser.new_page(viewport={"width": 1020, "height": 580})
+    page.expose_function("hostCallTool", call_tool)
+    page.set_content(HOST_PAGE)
+    page.evaluate(
+        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
+        " document.getElementById('view').srcdoc = html; }",
+        [arguments, result, content["text"]],
+    )
+    return page
+
+
+def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, session_id, ids = served
     arguments = {"session_id": session_id}
     result = mcp_tool(server.url, TOKEN, "session_get", **arguments)
     calls: list[str] = []
@@ -413,14 +433,7 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
         answer: dict[str, Any] = response.json()["result"]
         return answer
 
-    page = browser.new_page(viewport={"width": 1020, "height": 580})
-    page.expose_function("hostCallTool", host_call_tool)
-    page.set_content(HOST_PAGE)
-    page.evaluate(
-        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
-        " document.getElementById('view').srcdoc = html; }",
-        [arguments, result, content["text"]],
-    )
+    page = in_host(browser, server, arguments, result, host_call_tool)
     view = page.frame_locator("#view")
     tree = view.locator("#tree")
     expect(view.locator("#session-name")).to_have_text("Picnic plans")
@@ -453,6 +466,31 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
     page_log: list[dict[str, Any]] = page.evaluate("window.hostLog")
     page.close()
     check_against_the_spec(page_log, result)
+
+
+def server_calls(server: Served) -> Any:
+    """A host's tool calls, handed to ``server`` as they come."""
+
+    def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        response = mcp_request(server.url, "tools/call", {"name": name, "arguments": args}, TOKEN)
+        answer: dict[str, Any] = response.json()["result"]
+        return answer
+
+    return call_tool
+
+
+def test_the_app_says_a_session_is_gone_without_pointing_at_a_list_it_has_not(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, _, _ = served
+    gone = "01a00000-0000-7000-8000-00000000beef"
+    result = {"content": [], "structuredContent": {"sessionId": gone}}
+    page = in_host(browser, server, {"session_id": gone}, result, server_calls(server))
+    view = page.frame_locator("#view")
+    expect(view.locator("#session-name")).to_have_text("Session not found")
+    # the App shows no list of sessions (it said "Pick one on the left.")
+    expect(view.locator("#tree")).to_have_text("This session is not here (deleted, or never was).")
+    page.close()
 
 
 SPEC_NAMES = {
@@ -544,6 +582,31 @@ def test_a_session_deleted_while_open_is_said_to_be_gone(
     page.locator(".session", has_text="Picnic plans").click()
     expect(heading).to_contain_text("Picnic plans")
     assert session_id in page.url
+    context.close()
+
+
+def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], tmp_path: Path
+) -> None:
+    """The page knew a session gone by its id in the server's words, which cuts a long id and
+    escapes control characters: such links showed a blank page and a passing error. A session
+    another process deletes sends this server no notification: the next click said so in a
+    passing error and the page went on showing the session."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    heading = page.get_by_role("heading", level=1)
+    for wanted, shown in [("x%0Ay", "x y"), ("%E2%80%AE" + "a" * 300, "\\u202e" + "a" * 98 + "…")]:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={wanted}")
+        expect(heading).to_have_text("Session not found")
+        expect(page.locator("#session-id")).to_have_text(shown)
+    page.goto(f"{base(server)}/#session={session_id}")
+    expect(heading).to_contain_text("Picnic plans")
+    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+        repo.delete(session_id)
+    page.locator(f"#tree .row[data-id='{ids['leaf']}']").click()
+    expect(heading).to_have_text("Session not found")
+    expect(page.locator("#tree")).to_contain_text("not here (deleted, or never was)")
     context.close()
 
 

@@ -304,7 +304,17 @@ function toast(text, isError) {
 }
 
 function failed(error) {
+  // Every call but the list's is about the open session: refused as gone, the page says so.
+  if (state.sessionId && saysGone(error)) { sessionGone(state.sessionId); return; }
   toast(error.message || String(error), true);
+}
+
+/** Whether the server says the session asked about is not there (deleted, or never was): by
+ * the error's kind, not by the id, which it cuts when long and escapes when it holds control
+ * characters, and however it says it ("not found", "was deleted": another process deleted
+ * it while this server had it open). */
+function saysGone(error) {
+  return error instanceof ToolFailed && /^(?:\w+: )?not_found: session /.test(error.message);
 }
 
 /** A page of earlier rows refused because the outline changed since its cursor was handed
@@ -448,10 +458,13 @@ function sessionGone(sessionId) {
   $("detail").hidden = true;
   $("detail").parentElement.classList.add("solo");
   $("session-name").textContent = "Session not found";
-  $("session-id").textContent = sessionId;
+  // the id as a link had it: shown as session text is, and cut (a link can hold anything)
+  $("session-id").textContent = shown(clip(sessionId, 100));
   $("session-facts").replaceChildren();
   $("prompt").hidden = true;
-  $("tree").replaceChildren(h("div", { class: "empty", text: "This session is not here (deleted, or never was). Pick one on the left." }));
+  // the App has no list of sessions to pick from
+  const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
+  $("tree").replaceChildren(h("div", { class: "empty", text: `This session is not here (deleted, or never was).${pick}` }));
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
   if (stopListening) stopListening();
@@ -491,7 +504,7 @@ async function readAgain() {
     read = await readOutline({ session_id: sessionId, view: "outline" }, (first) =>
       before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
-    if (error instanceof ToolFailed && error.message.includes(`session ${sessionId} not found`)) sessionGone(sessionId);
+    if (saysGone(error)) sessionGone(sessionId);
     else failed(error);
     return;
   }
