@@ -493,6 +493,26 @@ def test_the_app_says_a_session_is_gone_without_pointing_at_a_list_it_has_not(
     page.close()
 
 
+def test_the_app_says_why_when_its_first_read_is_refused(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A refused read (the host's policy, a busy server) stayed a toast for six seconds, over
+    "Waiting for the tool's result…", which then stood for good."""
+    server, session_id, _ = served
+    refusal = "session_get: the host does not allow this tool here"
+
+    def refuse(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"isError": True, "content": [{"type": "text", "text": refusal}]}
+
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(browser, server, {"session_id": session_id}, result, refuse)
+    view = page.frame_locator("#view")
+    expect(view.locator("#session-name")).to_have_text("Could not read this session")
+    expect(view.locator("#tree")).to_have_text(refusal)
+    expect(view.locator("#toast")).to_be_hidden()
+    page.close()
+
+
 SPEC_NAMES = {
     "ui/initialize": "McpUiInitializeRequest",
     "ui/notifications/initialized": "McpUiInitializedNotification",

@@ -439,6 +439,7 @@ async function openSession(sessionId) {
     state.unfolded = new Map();
     state.selected = null;
     state.entry = null;
+    state.view = null;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
     if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
@@ -454,21 +455,28 @@ async function openSession(sessionId) {
  * page says so instead of showing what it no longer is, and listens for the list alone. */
 function sessionGone(sessionId) {
   if (state.sessionId !== sessionId) return;
-  Object.assign(state, { sessionId: null, view: null, selected: null, entry: null });
-  $("detail").hidden = true;
-  $("detail").parentElement.classList.add("solo");
-  $("session-name").textContent = "Session not found";
-  // the id as a link had it: shown as session text is, and cut (a link can hold anything)
-  $("session-id").textContent = shown(clip(sessionId, 100));
-  $("session-facts").replaceChildren();
-  $("prompt").hidden = true;
   // the App has no list of sessions to pick from
   const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
-  $("tree").replaceChildren(h("div", { class: "empty", text: `This session is not here (deleted, or never was).${pick}` }));
+  notShown(sessionId, "Session not found", `This session is not here (deleted, or never was).${pick}`);
+  state.sessionId = null;
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
   if (stopListening) stopListening();
   stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+}
+
+/** Session ``sessionId`` is not shown: ``title`` in the head and ``text`` where its tree would
+ * be, in place of what was shown (another session, or the App's wait for a result). */
+function notShown(sessionId, title, text) {
+  Object.assign(state, { view: null, selected: null, entry: null });
+  $("detail").hidden = true;
+  $("detail").parentElement.classList.add("solo");
+  $("session-name").textContent = title;
+  // the id as a link had it: shown as session text is, and cut (a link can hold anything)
+  $("session-id").textContent = shown(clip(sessionId, 100));
+  $("session-facts").replaceChildren();
+  $("prompt").hidden = true;
+  $("tree").replaceChildren(h("div", { class: "empty", text }));
 }
 
 let refreshing = null; // the refresh under way
@@ -505,7 +513,11 @@ async function readAgain() {
       before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
     if (saysGone(error)) sessionGone(sessionId);
-    else failed(error);
+    // Refused before anything of it was shown (the server busy, the host refusing the
+    // call): said where it would be, not in a passing toast over what was there before.
+    else if (!state.view && state.sessionId === sessionId) {
+      notShown(sessionId, "Could not read this session", error.message || String(error));
+    } else failed(error);
     return;
   }
   if (sessionId !== state.sessionId) return;
