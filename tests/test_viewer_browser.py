@@ -327,32 +327,39 @@ def entry_id(appended: dict[str, Any]) -> str:
     return str(appended["structuredContent"]["entryId"])
 
 
-def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
-    browser: Browser, tmp_path: Path
-) -> None:
-    # the current branch 400 entries long, a side entry each: about 800 rows, 300 a page
+@pytest.fixture(name="long_branch")
+def long_branch_fixture(browser: Browser, tmp_path: Path) -> Iterator[tuple[Served, str, Page]]:
+    """The current branch 400 entries long, a side entry each (about 800 rows, 300 read when
+    the session opens), open in a page of a server without auth, its newest row shown."""
     session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
     server = Served(tmp_path, "--no-auth")
     try:
         page = browser.new_page()
         page.goto(f"{base(server)}/#session={session_id}")
-        tree = page.locator("#tree")
-        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
-        rows = tree.locator(".row")
-        first_page = rows.count()
-        assert first_page < 400  # a page, not the whole outline
-        tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
-        expect(rows).not_to_have_count(first_page)
-        earliest = str(rows.first.get_attribute("data-id"))
-        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
-        # The update read as far back as was shown, and the row it added: the earliest row
-        # shown before stays (it was lost: the update read the newest page alone, and then
-        # as many rows as were shown, one short of it).
-        expect(tree.locator(f".row[data-id='{earliest}']")).to_be_visible()
+        expect(page.locator("#tree .row[data-id='c0000399']")).to_be_visible(timeout=30_000)
+        yield server, session_id, page
         page.close()
     finally:
         server.stop()
+
+
+def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
+    long_branch: tuple[Served, str, Page],
+) -> None:
+    server, session_id, page = long_branch
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    first_page = rows.count()
+    assert first_page < 400  # a page, not the whole outline
+    tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
+    expect(rows).not_to_have_count(first_page)
+    earliest = str(rows.first.get_attribute("data-id"))
+    appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+    expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+    # The update read as far back as was shown, and the row it added: the earliest row
+    # shown before stays (it was lost: the update read the newest page alone, and then
+    # as many rows as were shown, one short of it).
+    expect(tree.locator(f".row[data-id='{earliest}']")).to_be_visible()
 
 
 # --- the MCP App in a host -------------------------------------------------------------------
@@ -664,57 +671,48 @@ def is_outline_read(request: Any) -> bool:
 
 
 def test_live_updates_read_what_was_shown_and_one_at_a_time(
-    browser: Browser, tmp_path: Path
+    long_branch: tuple[Served, str, Page],
 ) -> None:
-    # about 800 rows, 300 read when the session opens
-    session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
-    server = Served(tmp_path, "--no-auth")
-    try:
-        page = browser.new_page()
-        page.goto(f"{base(server)}/#session={session_id}")
-        tree = page.locator("#tree")
-        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
-        rows = tree.locator(".row")
-        shown = rows.count()
-        # Each append adds a row, and an update reads as many as were shown and the new one:
-        # pages read whole overshot by up to a page, which the next update took for what was
-        # shown, so rows shown (and reads) grew by a page at each update.
-        for count in (1, 2):
-            appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-            expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
-            expect(rows).to_have_count(shown + count)
-        # Changes heard while an update reads wait for it, all of them in one more update:
-        # updates overlapped (up to 18 reads at once with an append every 0.5 s).
-        held: list[Any] = []
-        holding = [True]
+    server, session_id, page = long_branch
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    shown = rows.count()
+    # Each append adds a row, and an update reads as many as were shown and the new one:
+    # pages read whole overshot by up to a page, which the next update took for what was
+    # shown, so rows shown (and reads) grew by a page at each update.
+    for count in (1, 2):
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        expect(rows).to_have_count(shown + count)
+    # Changes heard while an update reads wait for it, all of them in one more update:
+    # updates overlapped (up to 18 reads at once with an append every 0.5 s).
+    held: list[Any] = []
+    holding = [True]
 
-        def hold(route: Any) -> None:
-            if holding[0] and is_outline_read(route.request):
-                held.append(route)
-            else:
-                route.continue_()
-
-        page.route("**/mcp", hold)
-        mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-
-        def update_began() -> bool:
-            page.wait_for_timeout(50)  # the page's requests are heard while it waits
-            return bool(held)
-
-        poll(update_began, "no update began")
-        for _ in range(2):
-            last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-            page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
-        assert len(held) == 1  # the update under way alone reads
-        holding[0] = False
-        for route in held:
+    def hold(route: Any) -> None:
+        if holding[0] and is_outline_read(route.request):
+            held.append(route)
+        else:
             route.continue_()
-        # the last change shows (five in a row: six would fold)
-        expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
-        expect(rows).to_have_count(shown + 5)
-        page.close()
-    finally:
-        server.stop()
+
+    page.route("**/mcp", hold)
+    mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+
+    def update_began() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(update_began, "no update began")
+    for _ in range(2):
+        last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
+    assert len(held) == 1  # the update under way alone reads
+    holding[0] = False
+    for route in held:
+        route.continue_()
+    # the last change shows (five in a row: six would fold)
+    expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
+    expect(rows).to_have_count(shown + 5)
 
 
 def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
