@@ -245,6 +245,49 @@ def test_the_page_shows_the_session_and_acts_on_it(
     context.close()
 
 
+def test_the_tree_goes_by_keyboard(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The tree says it is one (role="tree"): arrows move between its rows, Right opens a
+    branch and Left closes it, Enter or Space reads the entry (arrows did nothing at all)."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+
+    def focused() -> str:
+        return str(page.evaluate("document.activeElement.dataset.id"))
+
+    tree.locator(f".row[data-id='{ids['leaf']}']").focus()
+    page.keyboard.press("ArrowUp")
+    assert focused() == ids["last_ask"]
+    page.keyboard.press("Home")
+    assert focused() == rows.first.get_attribute("data-id")
+    page.keyboard.press("ArrowDown")
+    assert focused() == rows.nth(1).get_attribute("data-id")
+    page.keyboard.press("End")
+    assert focused() == ids["leaf"]
+    head = tree.locator(f".row[data-id='{ids['sandwiches']}']")
+    expect(head).to_have_attribute("aria-expanded", "false")
+    head.focus()
+    page.keyboard.press("ArrowRight")
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_be_visible()
+    expect(head).to_have_attribute("aria-expanded", "true")
+    assert focused() == ids["sandwiches"]
+    page.keyboard.press("ArrowDown")
+    assert focused() == ids["sandwiches_answer"]
+    page.keyboard.press(" ")
+    expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
+    head.focus()
+    page.keyboard.press("ArrowLeft")
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_count(0)
+    assert focused() == ids["sandwiches"]
+    context.close()
+
+
 def long_side_branch(path: Path, chain: int, aside: bool = True) -> tuple[str, str]:
     """A session whose side branch (off the root) is ``chain`` entries long, each with a side
     entry of its own, so its outline has two rows per entry; the session's id and the side

@@ -690,9 +690,9 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: "0",
+    "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
     dataset: { id: row.id },
     onclick: () => selectEntry(row.id, true).catch(failed),
-    onkeydown: (event) => { if (event.key === "Enter") selectEntry(row.id, true).catch(failed); },
   },
   toggle || h("span", { class: "dot" }),
   h("span", { class: "id", text: row.id }),
@@ -701,6 +701,36 @@ function renderRow(row, isHead) {
   row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
   branches,
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+}
+
+/** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
+ * for nothing): Up and Down move between the rows shown, Home and End to the first and last,
+ * Right opens a branch and Left closes it; Enter or Space reads the entry. */
+function treeKeys(event) {
+  const row = event.target;
+  if (!(row instanceof Element) || !row.classList.contains("row")) return; // its toggle: a button
+  const id = row.dataset.id;
+  const rows = () => [...$("tree").querySelectorAll(".row")];
+  const moves = {
+    ArrowDown: () => rows()[rows().indexOf(row) + 1],
+    ArrowUp: () => rows()[rows().indexOf(row) - 1],
+    Home: () => rows()[0],
+    End: () => rows().at(-1),
+  };
+  if (moves[event.key]) {
+    const next = moves[event.key]();
+    if (next) next.focus();
+  } else if (event.key === "Enter" || event.key === " ") {
+    selectEntry(id, true).catch(failed);
+  } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
+    if (state.opened.has(id) === (event.key === "ArrowRight")) return;
+    // the branch is drawn anew: the focus goes back to its head
+    toggleBranch(id).then(() => {
+      const again = $("tree").querySelector(`.row[data-id="${CSS.escape(id)}"]`);
+      if (again) again.focus();
+    }).catch(failed);
+  } else return;
+  event.preventDefault();
 }
 
 function renderTree() {
@@ -947,6 +977,7 @@ function syncActions() {
 }
 
 function wireActions() {
+  $("tree").addEventListener("keydown", treeKeys);
   $("act-move").addEventListener("click", () => act($("act-move"), async () => {
     const moved = await tool("session_move_to", { session_id: state.sessionId, entry_id: state.selected });
     toast(`The leaf is now ${moved.leafId}: the next message continues from here.`);
