@@ -245,6 +245,49 @@ def test_the_page_shows_the_session_and_acts_on_it(
     context.close()
 
 
+def test_the_tree_goes_by_keyboard(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The tree says it is one (role="tree"): arrows move between its rows, Right opens a
+    branch and Left closes it, Enter or Space reads the entry (arrows did nothing at all)."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+
+    def focused() -> str:
+        return str(page.evaluate("document.activeElement.dataset.id"))
+
+    tree.locator(f".row[data-id='{ids['leaf']}']").focus()
+    page.keyboard.press("ArrowUp")
+    assert focused() == ids["last_ask"]
+    page.keyboard.press("Home")
+    assert focused() == rows.first.get_attribute("data-id")
+    page.keyboard.press("ArrowDown")
+    assert focused() == rows.nth(1).get_attribute("data-id")
+    page.keyboard.press("End")
+    assert focused() == ids["leaf"]
+    head = tree.locator(f".row[data-id='{ids['sandwiches']}']")
+    expect(head).to_have_attribute("aria-expanded", "false")
+    head.focus()
+    page.keyboard.press("ArrowRight")
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_be_visible()
+    expect(head).to_have_attribute("aria-expanded", "true")
+    assert focused() == ids["sandwiches"]
+    page.keyboard.press("ArrowDown")
+    assert focused() == ids["sandwiches_answer"]
+    page.keyboard.press(" ")
+    expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
+    head.focus()
+    page.keyboard.press("ArrowLeft")
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_count(0)
+    assert focused() == ids["sandwiches"]
+    context.close()
+
+
 def long_side_branch(path: Path, chain: int, aside: bool = True) -> tuple[str, str]:
     """A session whose side branch (off the root) is ``chain`` entries long, each with a side
     entry of its own, so its outline has two rows per entry; the session's id and the side
@@ -327,32 +370,39 @@ def entry_id(appended: dict[str, Any]) -> str:
     return str(appended["structuredContent"]["entryId"])
 
 
-def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
-    browser: Browser, tmp_path: Path
-) -> None:
-    # the current branch 400 entries long, a side entry each: about 800 rows, 300 a page
+@pytest.fixture(name="long_branch")
+def long_branch_fixture(browser: Browser, tmp_path: Path) -> Iterator[tuple[Served, str, Page]]:
+    """The current branch 400 entries long, a side entry each (about 800 rows, 300 read when
+    the session opens), open in a page of a server without auth, its newest row shown."""
     session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
     server = Served(tmp_path, "--no-auth")
     try:
         page = browser.new_page()
         page.goto(f"{base(server)}/#session={session_id}")
-        tree = page.locator("#tree")
-        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
-        rows = tree.locator(".row")
-        first_page = rows.count()
-        assert first_page < 400  # a page, not the whole outline
-        tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
-        expect(rows).not_to_have_count(first_page)
-        earliest = str(rows.first.get_attribute("data-id"))
-        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
-        # The update read as far back as was shown, and the row it added: the earliest row
-        # shown before stays (it was lost: the update read the newest page alone, and then
-        # as many rows as were shown, one short of it).
-        expect(tree.locator(f".row[data-id='{earliest}']")).to_be_visible()
+        expect(page.locator("#tree .row[data-id='c0000399']")).to_be_visible(timeout=30_000)
+        yield server, session_id, page
         page.close()
     finally:
         server.stop()
+
+
+def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
+    long_branch: tuple[Served, str, Page],
+) -> None:
+    server, session_id, page = long_branch
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    first_page = rows.count()
+    assert first_page < 400  # a page, not the whole outline
+    tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
+    expect(rows).not_to_have_count(first_page)
+    earliest = str(rows.first.get_attribute("data-id"))
+    appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+    expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+    # The update read as far back as was shown, and the row it added: the earliest row
+    # shown before stays (it was lost: the update read the newest page alone, and then
+    # as many rows as were shown, one short of it).
+    expect(tree.locator(f".row[data-id='{earliest}']")).to_be_visible()
 
 
 # --- the MCP App in a host -------------------------------------------------------------------
@@ -394,15 +444,35 @@ window.addEventListener('message', async (event) => {
 </script>"""
 
 
-def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
-    browser: Browser, served: tuple[Served, str, dict[str, str]]
-) -> None:
-    server, session_id, ids = served
+def in_host(
+    browser: Browser,
+    server: Served,
+    arguments: dict[str, Any],
+    result: dict[str, Any],
+    call_tool: Any,
+) -> Page:
+    """The host page with the App (as ``session_get`` links it) in its frame, handed the tool's
+    ``arguments`` and ``result``; ``call_tool(name, arguments)`` answers the view's calls."""
     tools = mcp_request(server.url, "tools/list", {}, TOKEN).json()["result"]["tools"]
     uri = next(t for t in tools if t["name"] == "session_get")["_meta"]["ui"]["resourceUri"]
     read = mcp_request(server.url, "resources/read", {"uri": uri}, TOKEN, **{"Mcp-Name": uri})
     [content] = read.json()["result"]["contents"]
     assert content["mimeType"] == "text/html;profile=mcp-app"
+    page = browser.new_page(viewport={"width": 1020, "height": 580})
+    page.expose_function("hostCallTool", call_tool)
+    page.set_content(HOST_PAGE)
+    page.evaluate(
+        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
+        " document.getElementById('view').srcdoc = html; }",
+        [arguments, result, content["text"]],
+    )
+    return page
+
+
+def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, session_id, ids = served
     arguments = {"session_id": session_id}
     result = mcp_tool(server.url, TOKEN, "session_get", **arguments)
     calls: list[str] = []
@@ -413,14 +483,7 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
         answer: dict[str, Any] = response.json()["result"]
         return answer
 
-    page = browser.new_page(viewport={"width": 1020, "height": 580})
-    page.expose_function("hostCallTool", host_call_tool)
-    page.set_content(HOST_PAGE)
-    page.evaluate(
-        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
-        " document.getElementById('view').srcdoc = html; }",
-        [arguments, result, content["text"]],
-    )
+    page = in_host(browser, server, arguments, result, host_call_tool)
     view = page.frame_locator("#view")
     tree = view.locator("#tree")
     expect(view.locator("#session-name")).to_have_text("Picnic plans")
@@ -453,6 +516,51 @@ def test_the_app_in_a_host_renders_a_result_and_calls_tools_through_it(
     page_log: list[dict[str, Any]] = page.evaluate("window.hostLog")
     page.close()
     check_against_the_spec(page_log, result)
+
+
+def server_calls(server: Served) -> Any:
+    """A host's tool calls, handed to ``server`` as they come."""
+
+    def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        response = mcp_request(server.url, "tools/call", {"name": name, "arguments": args}, TOKEN)
+        answer: dict[str, Any] = response.json()["result"]
+        return answer
+
+    return call_tool
+
+
+def test_the_app_says_a_session_is_gone_without_pointing_at_a_list_it_has_not(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    server, _, _ = served
+    gone = "01a00000-0000-7000-8000-00000000beef"
+    result = {"content": [], "structuredContent": {"sessionId": gone}}
+    page = in_host(browser, server, {"session_id": gone}, result, server_calls(server))
+    view = page.frame_locator("#view")
+    expect(view.locator("#session-name")).to_have_text("Session not found")
+    # the App shows no list of sessions (it said "Pick one on the left.")
+    expect(view.locator("#tree")).to_have_text("This session is not here (deleted, or never was).")
+    page.close()
+
+
+def test_the_app_says_why_when_its_first_read_is_refused(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A refused read (the host's policy, a busy server) stayed a toast for six seconds, over
+    "Waiting for the tool's result…", which then stood for good."""
+    server, session_id, _ = served
+    refusal = "session_get: the host does not allow this tool here"
+
+    def refuse(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"isError": True, "content": [{"type": "text", "text": refusal}]}
+
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(browser, server, {"session_id": session_id}, result, refuse)
+    view = page.frame_locator("#view")
+    expect(view.locator("#session-name")).to_have_text("Could not read this session")
+    expect(view.locator("#tree")).to_have_text(refusal)
+    expect(view.locator("#toast")).to_be_hidden()
+    page.close()
 
 
 SPEC_NAMES = {
@@ -547,6 +655,31 @@ def test_a_session_deleted_while_open_is_said_to_be_gone(
     context.close()
 
 
+def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], tmp_path: Path
+) -> None:
+    """The page knew a session gone by its id in the server's words, which cuts a long id and
+    escapes control characters: such links showed a blank page and a passing error. A session
+    another process deletes sends this server no notification: the next click said so in a
+    passing error and the page went on showing the session."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    heading = page.get_by_role("heading", level=1)
+    for wanted, shown in [("x%0Ay", "x y"), ("%E2%80%AE" + "a" * 300, "\\u202e" + "a" * 98 + "…")]:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={wanted}")
+        expect(heading).to_have_text("Session not found")
+        expect(page.locator("#session-id")).to_have_text(shown)
+    page.goto(f"{base(server)}/#session={session_id}")
+    expect(heading).to_contain_text("Picnic plans")
+    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+        repo.delete(session_id)
+    page.locator(f"#tree .row[data-id='{ids['leaf']}']").click()
+    expect(heading).to_have_text("Session not found")
+    expect(page.locator("#tree")).to_contain_text("not here (deleted, or never was)")
+    context.close()
+
+
 def test_bidirectional_overrides_are_shown_not_obeyed(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
@@ -581,57 +714,48 @@ def is_outline_read(request: Any) -> bool:
 
 
 def test_live_updates_read_what_was_shown_and_one_at_a_time(
-    browser: Browser, tmp_path: Path
+    long_branch: tuple[Served, str, Page],
 ) -> None:
-    # about 800 rows, 300 read when the session opens
-    session_id, _ = long_side_branch(tmp_path / "http.db", 400, aside=False)
-    server = Served(tmp_path, "--no-auth")
-    try:
-        page = browser.new_page()
-        page.goto(f"{base(server)}/#session={session_id}")
-        tree = page.locator("#tree")
-        expect(tree.locator(".row[data-id='c0000399']")).to_be_visible(timeout=30_000)
-        rows = tree.locator(".row")
-        shown = rows.count()
-        # Each append adds a row, and an update reads as many as were shown and the new one:
-        # pages read whole overshot by up to a page, which the next update took for what was
-        # shown, so rows shown (and reads) grew by a page at each update.
-        for count in (1, 2):
-            appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-            expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
-            expect(rows).to_have_count(shown + count)
-        # Changes heard while an update reads wait for it, all of them in one more update:
-        # updates overlapped (up to 18 reads at once with an append every 0.5 s).
-        held: list[Any] = []
-        holding = [True]
+    server, session_id, page = long_branch
+    tree = page.locator("#tree")
+    rows = tree.locator(".row")
+    shown = rows.count()
+    # Each append adds a row, and an update reads as many as were shown and the new one:
+    # pages read whole overshot by up to a page, which the next update took for what was
+    # shown, so rows shown (and reads) grew by a page at each update.
+    for count in (1, 2):
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        expect(rows).to_have_count(shown + count)
+    # Changes heard while an update reads wait for it, all of them in one more update:
+    # updates overlapped (up to 18 reads at once with an append every 0.5 s).
+    held: list[Any] = []
+    holding = [True]
 
-        def hold(route: Any) -> None:
-            if holding[0] and is_outline_read(route.request):
-                held.append(route)
-            else:
-                route.continue_()
-
-        page.route("**/mcp", hold)
-        mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-
-        def update_began() -> bool:
-            page.wait_for_timeout(50)  # the page's requests are heard while it waits
-            return bool(held)
-
-        poll(update_began, "no update began")
-        for _ in range(2):
-            last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
-            page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
-        assert len(held) == 1  # the update under way alone reads
-        holding[0] = False
-        for route in held:
+    def hold(route: Any) -> None:
+        if holding[0] and is_outline_read(route.request):
+            held.append(route)
+        else:
             route.continue_()
-        # the last change shows (five in a row: six would fold)
-        expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
-        expect(rows).to_have_count(shown + 5)
-        page.close()
-    finally:
-        server.stop()
+
+    page.route("**/mcp", hold)
+    mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+
+    def update_began() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(update_began, "no update began")
+    for _ in range(2):
+        last = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        page.wait_for_timeout(300)  # each heard and its update asked for (120 ms later)
+    assert len(held) == 1  # the update under way alone reads
+    holding[0] = False
+    for route in held:
+        route.continue_()
+    # the last change shows (five in a row: six would fold)
+    expect(tree.locator(f".row[data-id='{entry_id(last)}']")).to_be_visible()
+    expect(rows).to_have_count(shown + 5)
 
 
 def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(

@@ -304,7 +304,17 @@ function toast(text, isError) {
 }
 
 function failed(error) {
+  // Every call but the list's is about the open session: refused as gone, the page says so.
+  if (state.sessionId && saysGone(error)) { sessionGone(state.sessionId); return; }
   toast(error.message || String(error), true);
+}
+
+/** Whether the server says the session asked about is not there (deleted, or never was): by
+ * the error's kind, not by the id, which it cuts when long and escapes when it holds control
+ * characters, and however it says it ("not found", "was deleted": another process deleted
+ * it while this server had it open). */
+function saysGone(error) {
+  return error instanceof ToolFailed && /^(?:\w+: )?not_found: session /.test(error.message);
 }
 
 /** A page of earlier rows refused because the outline changed since its cursor was handed
@@ -429,6 +439,7 @@ async function openSession(sessionId) {
     state.unfolded = new Map();
     state.selected = null;
     state.entry = null;
+    state.view = null;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
     if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
@@ -444,18 +455,28 @@ async function openSession(sessionId) {
  * page says so instead of showing what it no longer is, and listens for the list alone. */
 function sessionGone(sessionId) {
   if (state.sessionId !== sessionId) return;
-  Object.assign(state, { sessionId: null, view: null, selected: null, entry: null });
-  $("detail").hidden = true;
-  $("detail").parentElement.classList.add("solo");
-  $("session-name").textContent = "Session not found";
-  $("session-id").textContent = sessionId;
-  $("session-facts").replaceChildren();
-  $("prompt").hidden = true;
-  $("tree").replaceChildren(h("div", { class: "empty", text: "This session is not here (deleted, or never was). Pick one on the left." }));
+  // the App has no list of sessions to pick from
+  const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
+  notShown(sessionId, "Session not found", `This session is not here (deleted, or never was).${pick}`);
+  state.sessionId = null;
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
   if (stopListening) stopListening();
   stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+}
+
+/** Session ``sessionId`` is not shown: ``title`` in the head and ``text`` where its tree would
+ * be, in place of what was shown (another session, or the App's wait for a result). */
+function notShown(sessionId, title, text) {
+  Object.assign(state, { view: null, selected: null, entry: null });
+  $("detail").hidden = true;
+  $("detail").parentElement.classList.add("solo");
+  $("session-name").textContent = title;
+  // the id as a link had it: shown as session text is, and cut (a link can hold anything)
+  $("session-id").textContent = shown(clip(sessionId, 100));
+  $("session-facts").replaceChildren();
+  $("prompt").hidden = true;
+  $("tree").replaceChildren(h("div", { class: "empty", text }));
 }
 
 let refreshing = null; // the refresh under way
@@ -491,8 +512,12 @@ async function readAgain() {
     read = await readOutline({ session_id: sessionId, view: "outline" }, (first) =>
       before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
-    if (error instanceof ToolFailed && error.message.includes(`session ${sessionId} not found`)) sessionGone(sessionId);
-    else failed(error);
+    if (saysGone(error)) sessionGone(sessionId);
+    // Refused before anything of it was shown (the server busy, the host refusing the
+    // call): said where it would be, not in a passing toast over what was there before.
+    else if (!state.view && state.sessionId === sessionId) {
+      notShown(sessionId, "Could not read this session", error.message || String(error));
+    } else failed(error);
     return;
   }
   if (sessionId !== state.sessionId) return;
@@ -665,9 +690,9 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: "0",
+    "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
     dataset: { id: row.id },
     onclick: () => selectEntry(row.id, true).catch(failed),
-    onkeydown: (event) => { if (event.key === "Enter") selectEntry(row.id, true).catch(failed); },
   },
   toggle || h("span", { class: "dot" }),
   h("span", { class: "id", text: row.id }),
@@ -676,6 +701,36 @@ function renderRow(row, isHead) {
   row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
   branches,
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+}
+
+/** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
+ * for nothing): Up and Down move between the rows shown, Home and End to the first and last,
+ * Right opens a branch and Left closes it; Enter or Space reads the entry. */
+function treeKeys(event) {
+  const row = event.target;
+  if (!(row instanceof Element) || !row.classList.contains("row")) return; // its toggle: a button
+  const id = row.dataset.id;
+  const rows = () => [...$("tree").querySelectorAll(".row")];
+  const moves = {
+    ArrowDown: () => rows()[rows().indexOf(row) + 1],
+    ArrowUp: () => rows()[rows().indexOf(row) - 1],
+    Home: () => rows()[0],
+    End: () => rows().at(-1),
+  };
+  if (moves[event.key]) {
+    const next = moves[event.key]();
+    if (next) next.focus();
+  } else if (event.key === "Enter" || event.key === " ") {
+    selectEntry(id, true).catch(failed);
+  } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
+    if (state.opened.has(id) === (event.key === "ArrowRight")) return;
+    // the branch is drawn anew: the focus goes back to its head
+    toggleBranch(id).then(() => {
+      const again = $("tree").querySelector(`.row[data-id="${CSS.escape(id)}"]`);
+      if (again) again.focus();
+    }).catch(failed);
+  } else return;
+  event.preventDefault();
 }
 
 function renderTree() {
@@ -922,6 +977,7 @@ function syncActions() {
 }
 
 function wireActions() {
+  $("tree").addEventListener("keydown", treeKeys);
   $("act-move").addEventListener("click", () => act($("act-move"), async () => {
     const moved = await tool("session_move_to", { session_id: state.sessionId, entry_id: state.selected });
     toast(`The leaf is now ${moved.leafId}: the next message continues from here.`);
