@@ -268,6 +268,8 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(client: Client) -> 
     assert "not_found" in await call_error(
         client, "session_fork", session_id=sid, entry_id="ffffffff"
     )
+    said = await call_error(client, "session_fork", session_id=sid, position="at")
+    assert "position 'at' needs an entry_id" in said, said
     assert "unknown agent 'ghost'" in await call_error(
         client, "agent_run", prompt="hi", agent="ghost"
     )

@@ -385,6 +385,12 @@ def register(server: MCPServer) -> None:
         """Copy this session (whole, or the path from its root to entry_id) into a new session
         whose header names this one as its parent. Returns the new session."""
         state = app_state(ctx)
+        if position is not None and entry_id is None:
+            # As the command line's fork refuses it: a position said which entry to fork at.
+            raise ToolError(
+                f"position {position!r} needs an entry_id to fork {position}; without one the"
+                " whole session is copied (leave position out)"
+            )
 
         def fork() -> SessionInfo:
             forked = state.repo.fork(session_id, entry_id, position or "before")
