@@ -250,6 +250,13 @@ class Agent:
     def has_queued_messages(self) -> bool:
         return bool(self._steering.messages or self._follow_ups.messages)
 
+    def take_queued(self) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """The steering and follow-up messages still queued, taken out of the queues (pi's
+        AgentSession.clearQueue): what a run that ended did not get to."""
+        steering, self._steering.messages = self._steering.messages, []
+        follow_ups, self._follow_ups.messages = self._follow_ups.messages, []
+        return steering, follow_ups
+
     # --- running ------------------------------------------------------------------------------
 
     @property

@@ -614,6 +614,28 @@ async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> Non
     assert "run" in await call_error(client, "agent_steer", run_id=run["runId"], message="x")
 
 
+async def test_a_cancelled_run_gives_back_the_messages_it_had_not_taken(client: Client) -> None:
+    # pi gives queued messages back to its user on an abort; they were acknowledged as
+    # queued, and no session holds them.
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    with anyio.fail_after(30):  # queued once the answer streams: after the run took its first
+        while "text_delta" not in str(
+            (await call(client, "agent_status", run_id=run["runId"])).get("lastEvent")
+        ):
+            await anyio.sleep(0.01)
+    await call(client, "agent_steer", run_id=run["runId"], message="change course")
+    await call(client, "agent_follow_up", run_id=run["runId"], message='and then "this"')
+    cancelled = await call(client, "agent_cancel", run_id=run["runId"])
+    assert cancelled["status"] == "aborted", cancelled
+    [warning] = cancelled["warnings"]
+    assert 'steering "change course"; follow-up "and then \\"this\\""' in warning, warning
+    assert "send them again with agent_run" in warning
+    later = await call(client, "agent_status", run_id=run["runId"])
+    assert later["warnings"] == [warning]
+    ended = await call(client, "agent_run", prompt="hi", session_id=run["sessionId"])
+    assert ended["warnings"] == []  # a run that took all it was given
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: str) -> None:
     notes: list[str] = []

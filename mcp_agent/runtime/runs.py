@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import time
 import uuid
@@ -18,7 +19,7 @@ import anyio
 from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, StopReason
+from mcp_agent.messages import AssistantMessage, StopReason, UserMessage
 from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_message
 from mcp_agent.runtime.run_board import (
@@ -30,6 +31,7 @@ from mcp_agent.runtime.run_board import (
 )
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
+from mcp_agent.sessions.entries import clip_long
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,31 @@ class RunLimits:
     max_runs_per_client: int = 0
     # The runs that fit in this process's file descriptors (runtime.descriptors); 0: unknown.
     descriptor_runs: int = 0
+
+
+# How much of each queued message the run ended before taking its warning quotes.
+NOT_TAKEN_CHARS = 1_000
+
+
+def _not_taken(agent: SessionAgent) -> str | None:
+    """The steering and follow-up messages a run ended before taking (an abort, an error),
+    said in a warning, as pi gives them back to its user; they were acknowledged as queued
+    and are in no session."""
+    steering, follow_ups = agent.take_queued()
+    if not steering and not follow_ups:
+        return None
+    quoted = [
+        f"{kind} {json.dumps(clip_long(message.text, NOT_TAKEN_CHARS), ensure_ascii=False)}"
+        if isinstance(message, UserMessage)
+        else f"{kind}: a {message.role} message"
+        for kind, messages in (("steering", steering), ("follow-up", follow_ups))
+        for message in messages
+    ]
+    return (
+        "the run ended before taking these queued messages, which are in no session: "
+        + "; ".join(quoted)
+        + " (send them again with agent_run in this session)"
+    )
 
 
 class RunManager:
@@ -527,6 +554,9 @@ class RunManager:
         finally:
             if run.status == "running":  # cancelled (the server is going away)
                 run.status, run.error = "aborted", run.error or "the run's task was cancelled"
+            not_taken = _not_taken(run.agent)
+            if not_taken:
+                run.warnings.append(not_taken)
             run.finished = time.time()
             try:
                 await self._publish([run])

@@ -288,7 +288,8 @@ class RunInfo(Wire):
     warnings: list[str] = Field(
         default_factory=list,
         description="what went wrong without stopping the run: an MCP server of the agent's"
-        " that could not be started (its tools were left out)",
+        " that could not be started (its tools were left out); queued messages the run ended"
+        " before taking (send them again)",
     )
 
 
