@@ -923,6 +923,16 @@ async def test_completion_of_session_ids_entry_ids_and_agent_names(tmp_path: Pat
             entries, {"name": "entry_id", "value": ""}, {"session_id": "missing"}
         )
         assert nothing.completion.values == []
+        # Only what the prompt or template takes, and only of one this server has.
+        other = await client.complete(prompt, {"name": "entry_id", "value": ""})
+        assert other.completion.values == []
+        refs: list[PromptReference | ResourceTemplateReference] = [
+            PromptReference(type="ref/prompt", name="ghost"),
+            ResourceTemplateReference(type="ref/resource", uri="ghost://{session_id}"),
+        ]
+        for ref in refs:
+            unknown = await client.complete(ref, {"name": "session_id", "value": ""})
+            assert unknown.completion.values == []
 
 
 @pytest.mark.filterwarnings("ignore:The logging capability is deprecated")

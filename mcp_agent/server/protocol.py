@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import mcp.types as types
@@ -64,10 +65,24 @@ def session_ids(state: AppState, prefix: str, pages: int = 100) -> list[str]:
 def register(server: MCPServer) -> None:
     lowlevel = server._lowlevel_server
 
+    async def takes(ref: types.PromptReference | types.ResourceTemplateReference) -> set[str]:
+        """The arguments ``ref`` takes: none for a prompt or template this server does not
+        have (an empty completion, not an error: the conformance suite asks of its own)."""
+        if isinstance(ref, types.PromptReference):
+            prompts = await server.list_prompts()
+            found = next((prompt for prompt in prompts if prompt.name == ref.name), None)
+            return {argument.name for argument in found.arguments or []} if found else set()
+        templates = await server.list_resource_templates()
+        if any(template.uri_template == ref.uri for template in templates):
+            return set(re.findall(r"\{(\w+)\}", ref.uri))
+        return set()
+
     async def on_complete(
         ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> types.CompleteResult:
         state = ctx.lifespan_context.app
+        if params.argument.name not in await takes(params.ref):
+            return types.CompleteResult(completion=types.Completion(values=[]))
         values = await state.offload(lambda: complete(state, params))
         return types.CompleteResult(
             completion=types.Completion(
