@@ -709,6 +709,33 @@ def test_bidirectional_overrides_are_shown_not_obeyed(
     context.close()
 
 
+def test_a_parent_named_by_its_file_is_shown_by_its_id(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """pi's header names the parent's file: the page showed its path's first 8 characters
+    ("/home/ro"). And a cwd is shown as names are, with its overrides escaped."""
+    server, _, _ = served
+    parent = "01a00000-0000-7000-8000-00000000abcd"
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "01a00000-0000-7000-8000-0000000000fe",
+        "timestamp": "2026-01-01T10:00:00.000Z",
+        "cwd": "/home/ro/\u202ecrs",
+        "parentSession": f"/home/ro/.pi/agent/sessions/--home-ro--/2026-01-01T09-00-00-000Z_{parent}.jsonl",
+    }
+    made = mcp_tool(server.url, TOKEN, "session_import", jsonl=json.dumps(header) + "\n")
+    sid = made["structuredContent"]["session"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    facts = page.locator("#session-facts")
+    expect(facts).to_contain_text(f"forked from {parent[:8]}")
+    expect(facts).to_contain_text("/home/ro/\\u202ecrs")
+    assert "\u202e" not in facts.inner_text()
+    context.close()
+
+
 def is_outline_read(request: Any) -> bool:
     return bool(request.url.endswith("/mcp") and request.headers.get("mcp-name") == "session_get")
 

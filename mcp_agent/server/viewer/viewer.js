@@ -557,6 +557,15 @@ async function loadEarlier() {
   prependRows(answer.outline.filter((row) => row.spine).length);
 }
 
+/** The parent a header names, short: an id's first 8 characters. pi names the parent's file
+ * (".../2026-01-01T10-00-00-000Z_<id>.jsonl"): the id in its name, else the name cut. */
+function parentName(parent) {
+  const name = parent.split(/[\\/]/).pop() || parent;
+  const id = name.match(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i);
+  if (id) return id[0].slice(0, 8);
+  return shown(name.length > 40 ? `${name.slice(0, 40)}…` : name);
+}
+
 function renderHead() {
   const info = state.view.session;
   $("session-name").textContent = shown(info.name || info.firstUserMessage || "Untitled session");
@@ -566,8 +575,8 @@ function renderHead() {
     plural(info.entryCount, "entry").replace("entrys", "entries"),
     `updated ${when(info.modified)}`,
   ];
-  if (info.cwd) facts.push(info.cwd);
-  if (info.parentSession) facts.push(`forked from ${info.parentSession.slice(0, 8)}`);
+  if (info.cwd) facts.push(shown(info.cwd));
+  if (info.parentSession) facts.push(`forked from ${parentName(info.parentSession)}`);
   $("session-facts").replaceChildren(...facts.map((fact) => h("span", { text: fact })));
   $("prompt").hidden = false;
 }
