@@ -110,13 +110,19 @@ async def test_a_message_of_megabytes_is_a_stub_in_every_default_answer(
         assert big in entry
 
 
+async def thirty_messages(client: Client) -> str:
+    """A new session of 30 user messages of about 160 characters; its id."""
+    sid: str = (await call(client, "session_create"))["id"]
+    for n in range(30):
+        await call(client, "session_append", session_id=sid, entry=_user(f"line {n} " * 20))
+    return sid
+
+
 async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_to_page(
     server: MCPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with Client(server) as client:
-        sid = (await call(client, "session_create"))["id"]
-        for n in range(30):
-            await call(client, "session_append", session_id=sid, entry=_user(f"line {n} " * 20))
+        sid = await thirty_messages(client)
         uri = f"session://{sid}/export.jsonl"
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
@@ -140,9 +146,7 @@ async def test_an_answer_asked_for_whole_past_its_bound_is_refused_naming_the_pa
     server: MCPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with Client(server) as client:
-        sid = (await call(client, "session_create"))["id"]
-        for n in range(30):
-            await call(client, "session_append", session_id=sid, entry=_user(f"line {n} " * 20))
+        sid = await thirty_messages(client)
         asks: list[tuple[str, dict[str, Any]]] = [
             ("session_get", {}),
             ("session_get", {"view": "entries"}),
