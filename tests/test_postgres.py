@@ -515,6 +515,33 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
 
 
+def test_connections_the_database_dropped_are_replaced_at_once(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the database dropped every connection (a restart, a failover), the next call is
+    answered at once: the pool's dead idle connections are not tried one by one, with a
+    growing pause between, until the caller is told the pool "stayed busy"."""
+    import psycopg
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 5.0)  # the pauses alone: 1 + 2 + 4 s
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        pool = repo.database.pool
+        held = [pool.getconn() for _ in range(6)]  # six idle connections once given back
+        for conn in held:
+            pool.putconn(conn)
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [postgres_url.rsplit("/", 1)[1]],
+            )
+        started = time.monotonic()
+        assert repo.open(session_id).name == "kept"
+        assert time.monotonic() - started < 2.0
+
+
 def test_a_read_only_database_is_said_so_and_nothing_is_written(
     postgres_url: str, pg_cluster: Any
 ) -> None:

@@ -231,7 +231,7 @@ class PostgresDatabase:
             max_size=max_connections,
             kwargs={"autocommit": True, "options": options},
             timeout=POOL_TIMEOUT_S,
-            check=ConnectionPool.check_connection,
+            check=self._check,
             open=False,
             name="mcp-agent-sessions",
         )
@@ -245,6 +245,18 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check of a connection before lending it. One found broken means the
+        database restarted or dropped its connections, so the pool's other idle ones are dead
+        too: they are all dropped at once (the pool opens new ones). Left to the pool, each
+        would be checked in turn with a growing pause between (1, 2, 4, 8 s): a caller after a
+        restart of the database waited the pool's whole timeout and was told it was busy."""
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            self.pool.drain()
+            raise
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
