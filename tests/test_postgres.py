@@ -260,6 +260,44 @@ async def test_changes_reach_subscribers_on_every_replica(
         assert uris == {f"session://{sid}"}
 
 
+async def test_a_replica_whose_publishing_connection_was_dropped_is_heard_again(
+    postgres_url: str, pg_cluster: Any
+) -> None:
+    """Only the connection a replica publishes on is dropped (its listening one is well): the
+    event of that moment is lost, as the README says, but the bus connects afresh and the
+    next ones reach the other replicas again."""
+    import psycopg
+    from mcp.server.subscriptions import ResourceUpdated, ServerEvent
+
+    from mcp_agent.server import pg_bus
+
+    speaker, hearer = pg_bus.PostgresBus(postgres_url), pg_bus.PostgresBus(postgres_url)
+    heard: list[ServerEvent] = []
+    hearer.subscribe(heard.append)
+
+    async def until_heard(uri: str) -> None:
+        with anyio.fail_after(10):
+            while not any(isinstance(e, ResourceUpdated) and e.uri == uri for e in heard):
+                await speaker.publish(ResourceUpdated(uri=uri))
+                await anyio.sleep(0.1)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(speaker.run)
+        group.start_soon(hearer.run)
+        await speaker.listening_since.wait()
+        await hearer.listening_since.wait()
+        await until_heard("session://before")
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND query LIKE 'SELECT pg_notify%%'",
+                [postgres_url.rsplit("/", 1)[1]],
+            ).fetchall()
+        assert len(dropped) == 1
+        await until_heard("session://after")
+        group.cancel_scope.cancel()
+
+
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
     import psycopg
 
