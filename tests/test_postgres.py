@@ -553,6 +553,34 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
 
 
+def test_a_database_back_after_a_while_away_is_used_at_once(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's pause between tries to reconnect doubles while the database is away; once
+    it is back, the next call is answered, not told the pool "stayed busy" while the pool
+    waits for its next try. (Time runs twenty times faster here: pauses from 0.05 s.)"""
+    import psycopg
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 0.05)
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                with pytest.raises(SessionError, match="cannot reach the session database"):
+                    repo.open(session_id)
+                # Away long enough for the pool's next try to be more than its timeout away
+                # (tries at 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s).
+                time.sleep(1.8)
+        assert repo.open(session_id).name == "kept"
+
+
 def test_connections_the_database_dropped_are_replaced_at_once(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

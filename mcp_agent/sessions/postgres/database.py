@@ -46,6 +46,12 @@ SessionGuard = Callable[[Any, str], None]
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
 POOL_TIMEOUT_S = 30.0
+# How long the pool goes on trying to replace a connection while the database is down. Its
+# pause between tries doubles (1, 2, 4, … s), so left at psycopg's five minutes a database
+# back after a minute away was not tried again for another minute: callers waited the pool's
+# whole timeout and were told it was busy. Given up sooner, the next caller (who first finds
+# the database back with one connection of its own, see ``connection``) starts a try at once.
+RECONNECT_S = 5.0
 
 MIGRATIONS: list[str] = [
     # 1: the first shape
@@ -231,6 +237,7 @@ class PostgresDatabase:
             max_size=max_connections,
             kwargs={"autocommit": True, "options": options},
             timeout=POOL_TIMEOUT_S,
+            reconnect_timeout=RECONNECT_S,
             check=self._check,
             open=False,
             name="mcp-agent-sessions",
