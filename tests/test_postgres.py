@@ -608,6 +608,42 @@ def test_connections_the_database_dropped_are_replaced_at_once(
         assert time.monotonic() - started < 2.0
 
 
+def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
+    postgres_url: str,
+) -> None:
+    """A lock another program holds (LOCK TABLE, a transaction left open) is waited for up to
+    the lock timeout, as SQLite's busy timeout: then the call says so, and nothing was
+    written; it did not hang, holding a worker thread, for as long as the lock was held."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url, lock_timeout=0.3) as repo:
+        session = repo.create(name="kept")
+        before = len(session.get_entries())
+        with psycopg.connect(postgres_url) as locker:
+            locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            let_go = threading.Timer(5, locker.rollback)  # a bound, should the calls wait
+            let_go.start()
+            for attempt in (
+                lambda: session.append_message(user_message("lost?")),
+                lambda: repo.open(session.id),
+            ):
+                started = time.monotonic()
+                with pytest.raises(SessionError) as raised:
+                    attempt()
+                assert time.monotonic() - started < 3
+                said = str(raised.value)
+                assert raised.value.code == "busy", said
+                assert "stayed locked by another transaction for 0.3 s" in said, said
+                assert said.endswith("nothing was written, try again"), said
+            let_go.cancel()
+            locker.rollback()
+        assert len(repo.open(session.id).get_entries()) == before
+        session.append_message(user_message("kept"))
+
+
 def test_a_read_only_database_is_said_so_and_nothing_is_written(
     postgres_url: str, pg_cluster: Any
 ) -> None:

@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_agent.paths import shown_url
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
@@ -204,7 +205,8 @@ class PostgresDatabase:
 
     Blocking: call it from worker threads, never from an event loop. Each call borrows a
     connection from a bounded pool (``max_connections``; a caller beyond it waits up to
-    ``POOL_TIMEOUT_S``, then is refused).
+    ``POOL_TIMEOUT_S``, then is refused), and waits for a lock (a session's row, or a table
+    another program locked) up to ``lock_timeout`` seconds, as SQLite's writers wait.
     """
 
     def __init__(
@@ -215,6 +217,7 @@ class PostgresDatabase:
         min_connections: int = 1,
         max_connections: int = 10,
         create: bool = True,
+        lock_timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         if durability not in ("full", "normal"):
             raise ValueError("durability must be one of full, normal")
@@ -222,13 +225,17 @@ class PostgresDatabase:
         self.where = shown_url(url)
         self.session_guard = session_guard
         self.create = create
+        self.lock_timeout = lock_timeout
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
         # Custom plans always: psycopg prepares a statement after a few runs, and PostgreSQL may
         # then keep a generic plan made from a young table's statistics, a scan of the whole
         # session for every append (appends went from 5 to 60 ms over 400 entries).
+        # A lock held by another (a program's LOCK TABLE, a transaction left open) must not
+        # hold a request, and the worker thread serving it, for as long as it is held.
         options = "-c plan_cache_mode=force_custom_plan"
+        options += f" -c lock_timeout={round(lock_timeout * 1000)}"
         if durability == "normal":
             options += " -c synchronous_commit=off"
         self.pool = ConnectionPool(
@@ -304,6 +311,12 @@ class PostgresDatabase:
                 yield conn
         except PoolTimeout:
             raise self._no_connection() from None
+        except pg_errors.LockNotAvailable:
+            raise SessionError(
+                "busy",
+                f"the session database {self.where} stayed locked by another transaction for"
+                f" {self.lock_timeout:g} s; nothing was written, try again",
+            ) from None
         except pg_errors.DataError as error:
             raise SessionError(
                 "invalid_entry", f"the database refused a value: {one_line(error)}"
