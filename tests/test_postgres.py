@@ -451,6 +451,37 @@ def test_a_role_that_may_not_create_tables_opens_a_prepared_database(
     assert "\n" not in str(raised.value)
 
 
+def test_a_role_that_may_only_read_is_refused_by_what_writes(
+    postgres_url: str, pg_cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role granted SELECT alone reads the sessions; a run, a chat and the server refuse it
+    up front, in one line naming the role (the server started, failed every write and logged
+    a traceback at each lease renewal), as they refuse a read-only database."""
+    import uuid
+
+    import psycopg
+    import typer
+
+    from mcp_agent.cli.common import check_database
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    role = "r_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="kept").id
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    as_role = postgres_url.replace("postgres@", f"{role}@")
+    with PostgresSessionRepo(as_role) as repo:
+        assert repo.open(made).name == "kept"
+    with pytest.raises(typer.Exit):
+        check_database(as_role)
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and f"is read-only (the role {role} may not write to" in said
+    check_database(postgres_url)  # the owner may
+
+
 def test_a_read_only_database_with_session_tables_is_read(
     postgres_url: str, pg_cluster: Any
 ) -> None:

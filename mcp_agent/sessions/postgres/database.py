@@ -365,10 +365,20 @@ class PostgresDatabase:
         with self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
-    def read_only(self) -> bool:
-        """Whether a write would be refused: a standby, or default_transaction_read_only."""
-        rows = self.read("SELECT current_setting('transaction_read_only') = 'on'")
-        return bool(rows[0][0])
+    def read_only(self) -> str | None:
+        """Why a write would be refused (a standby, default_transaction_read_only, or a role
+        that may only read the tables), or None."""
+        [(standby, role, unwritable)] = self.read(
+            "SELECT current_setting('transaction_read_only') = 'on', current_user,"
+            " array(SELECT t FROM unnest(%s::text[]) AS t"
+            "       WHERE NOT has_table_privilege(t, 'INSERT'))",
+            [[name for name in TABLES if name != "schema_version"]],
+        )
+        if standby:
+            return "a standby server, or default_transaction_read_only is on"
+        if unwritable:
+            return f"the role {role} may not write to {', '.join(unwritable)}"
+        return None
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring). A database
