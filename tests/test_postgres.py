@@ -260,6 +260,44 @@ async def test_changes_reach_subscribers_on_every_replica(
         assert uris == {f"session://{sid}"}
 
 
+async def test_a_replica_whose_publishing_connection_was_dropped_is_heard_again(
+    postgres_url: str, pg_cluster: Any
+) -> None:
+    """Only the connection a replica publishes on is dropped (its listening one is well): the
+    event of that moment is lost, as the README says, but the bus connects afresh and the
+    next ones reach the other replicas again."""
+    import psycopg
+    from mcp.server.subscriptions import ResourceUpdated, ServerEvent
+
+    from mcp_agent.server import pg_bus
+
+    speaker, hearer = pg_bus.PostgresBus(postgres_url), pg_bus.PostgresBus(postgres_url)
+    heard: list[ServerEvent] = []
+    hearer.subscribe(heard.append)
+
+    async def until_heard(uri: str) -> None:
+        with anyio.fail_after(10):
+            while not any(isinstance(e, ResourceUpdated) and e.uri == uri for e in heard):
+                await speaker.publish(ResourceUpdated(uri=uri))
+                await anyio.sleep(0.1)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(speaker.run)
+        group.start_soon(hearer.run)
+        await speaker.listening_since.wait()
+        await hearer.listening_since.wait()
+        await until_heard("session://before")
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND query LIKE 'SELECT pg_notify%%'",
+                [postgres_url.rsplit("/", 1)[1]],
+            ).fetchall()
+        assert len(dropped) == 1
+        await until_heard("session://after")
+        group.cancel_scope.cancel()
+
+
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
     import psycopg
 
@@ -413,6 +451,37 @@ def test_a_role_that_may_not_create_tables_opens_a_prepared_database(
     assert "\n" not in str(raised.value)
 
 
+def test_a_role_that_may_only_read_is_refused_by_what_writes(
+    postgres_url: str, pg_cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A role granted SELECT alone reads the sessions; a run, a chat and the server refuse it
+    up front, in one line naming the role (the server started, failed every write and logged
+    a traceback at each lease renewal), as they refuse a read-only database."""
+    import uuid
+
+    import psycopg
+    import typer
+
+    from mcp_agent.cli.common import check_database
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    role = "r_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="kept").id
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    as_role = postgres_url.replace("postgres@", f"{role}@")
+    with PostgresSessionRepo(as_role) as repo:
+        assert repo.open(made).name == "kept"
+    with pytest.raises(typer.Exit):
+        check_database(as_role)
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and f"is read-only (the role {role} may not write to" in said
+    check_database(postgres_url)  # the owner may
+
+
 def test_a_read_only_database_with_session_tables_is_read(
     postgres_url: str, pg_cluster: Any
 ) -> None:
@@ -513,6 +582,97 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         # Back: the pool reconnects, and the session is as it was.
         session = repo.open(session_id)
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
+
+
+def test_a_database_back_after_a_while_away_is_used_at_once(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's pause between tries to reconnect doubles while the database is away; once
+    it is back, the next call is answered, not told the pool "stayed busy" while the pool
+    waits for its next try. (Time runs twenty times faster here: pauses from 0.05 s.)"""
+    import psycopg
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 0.05)
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                with pytest.raises(SessionError, match="cannot reach the session database"):
+                    repo.open(session_id)
+                # Away long enough for the pool's next try to be more than its timeout away
+                # (tries at 0.05, 0.15, 0.35, 0.75, 1.55, 3.15 s).
+                time.sleep(1.8)
+        assert repo.open(session_id).name == "kept"
+
+
+def test_connections_the_database_dropped_are_replaced_at_once(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the database dropped every connection (a restart, a failover), the next call is
+    answered at once: the pool's dead idle connections are not tried one by one, with a
+    growing pause between, until the caller is told the pool "stayed busy"."""
+    import psycopg
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 5.0)  # the pauses alone: 1 + 2 + 4 s
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        pool = repo.database.pool
+        held = [pool.getconn() for _ in range(6)]  # six idle connections once given back
+        for conn in held:
+            pool.putconn(conn)
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [postgres_url.rsplit("/", 1)[1]],
+            )
+        started = time.monotonic()
+        assert repo.open(session_id).name == "kept"
+        assert time.monotonic() - started < 2.0
+
+
+def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
+    postgres_url: str,
+) -> None:
+    """A lock another program holds (LOCK TABLE, a transaction left open) is waited for up to
+    the lock timeout, as SQLite's busy timeout: then the call says so, and nothing was
+    written; it did not hang, holding a worker thread, for as long as the lock was held."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url, lock_timeout=0.3) as repo:
+        session = repo.create(name="kept")
+        before = len(session.get_entries())
+        with psycopg.connect(postgres_url) as locker:
+            locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            let_go = threading.Timer(5, locker.rollback)  # a bound, should the calls wait
+            let_go.start()
+            for attempt in (
+                lambda: session.append_message(user_message("lost?")),
+                lambda: repo.open(session.id),
+            ):
+                started = time.monotonic()
+                with pytest.raises(SessionError) as raised:
+                    attempt()
+                assert time.monotonic() - started < 3
+                said = str(raised.value)
+                assert raised.value.code == "busy", said
+                assert "stayed locked by another transaction for 0.3 s" in said, said
+                assert said.endswith("nothing was written, try again"), said
+            let_go.cancel()
+            locker.rollback()
+        assert len(repo.open(session.id).get_entries()) == before
+        session.append_message(user_message("kept"))
 
 
 def test_a_read_only_database_is_said_so_and_nothing_is_written(

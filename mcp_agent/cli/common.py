@@ -342,18 +342,21 @@ def check_database(db: str | Path | None) -> None:
     import os
 
     location = database_location(db)
+    why: str | None = None  # why it is read-only ("": no more to say)
     with opened_repo(db) as repo:
         if isinstance(location, Path):
-            read_only = not os.access(location, os.W_OK)
-        else:  # PostgreSQL: a standby, or default_transaction_read_only
+            why = None if os.access(location, os.W_OK) else ""
+        else:  # PostgreSQL: a standby, default_transaction_read_only, a role that only reads
             from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-            read_only = isinstance(repo, PostgresSessionRepo) and repo.database.read_only()
-    if read_only:
+            if isinstance(repo, PostgresSessionRepo):
+                why = repo.database.read_only()
+    if why is not None:
         where = location if isinstance(location, Path) else shown_url(location)
+        detail = f" ({why})" if why else ""
         die(
-            f"the session database {where} is read-only (runs, chats and the server write"
-            " to it); `sessions list`, `show`, `tree` and `export` read it as it is"
+            f"the session database {where} is read-only{detail}: runs, chats and the server"
+            " write to it; `sessions list`, `show`, `tree` and `export` read it as it is"
         )
 
 

@@ -80,6 +80,7 @@ class PostgresBus(WatchedBus):
         self.origin = uuid.uuid4().hex
         self._publisher: psycopg.AsyncConnection[Any] | None = None
         self._publish_lock = anyio.Lock()
+        self._serving: anyio.CancelScope | None = None  # cancelled to connect afresh
         # Called with each event from another replica (on the event loop).
         self.remote_listeners: list[Callable[[ServerEvent], None]] = []
         self.listening_since: anyio.Event = anyio.Event()  # set once LISTEN is in place
@@ -93,12 +94,21 @@ class PostgresBus(WatchedBus):
         if payload is None or len(payload) > MAX_PAYLOAD:
             return
         async with self._publish_lock:
-            if self._publisher is None or self._publisher.closed:
+            publisher = self._publisher
+            if publisher is None:
                 return  # not connected: run() reconnects
             try:
-                await self._publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                await publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             except psycopg.Error:
-                log.warning("publishing a change to the other replicas failed", exc_info=True)
+                log.warning(
+                    "publishing a change to the other replicas failed; reconnecting",
+                    exc_info=True,
+                )
+                # The listening connection may be well (only this one was dropped): without
+                # a new start, nothing this replica changes would reach the others again.
+                self._publisher = None
+                if self._serving is not None:
+                    self._serving.cancel()
 
     async def run(self) -> None:
         """Hear the other replicas until cancelled (a task of the server's)."""
@@ -120,13 +130,15 @@ class PostgresBus(WatchedBus):
             self._publisher = publisher
             self.listening_since.set()
             try:
-                async for notice in listener.notifies():
-                    decoded = _decode(notice.payload)
-                    if decoded is None or decoded[0] == self.origin:
-                        continue
-                    await self._deliver_remote(decoded[1])
+                with anyio.CancelScope() as self._serving:
+                    async for notice in listener.notifies():
+                        decoded = _decode(notice.payload)
+                        if decoded is None or decoded[0] == self.origin:
+                            continue
+                        await self._deliver_remote(decoded[1])
             finally:
                 self._publisher = None
+                self._serving = None
 
     async def _deliver_remote(self, event: ServerEvent) -> None:
         await super().publish(event)

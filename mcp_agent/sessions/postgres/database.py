@@ -34,6 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_agent.paths import shown_url
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
@@ -46,6 +47,12 @@ SessionGuard = Callable[[Any, str], None]
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
 POOL_TIMEOUT_S = 30.0
+# How long the pool goes on trying to replace a connection while the database is down. Its
+# pause between tries doubles (1, 2, 4, … s), so left at psycopg's five minutes a database
+# back after a minute away was not tried again for another minute: callers waited the pool's
+# whole timeout and were told it was busy. Given up sooner, the next caller (who first finds
+# the database back with one connection of its own, see ``connection``) starts a try at once.
+RECONNECT_S = 5.0
 
 MIGRATIONS: list[str] = [
     # 1: the first shape
@@ -198,7 +205,8 @@ class PostgresDatabase:
 
     Blocking: call it from worker threads, never from an event loop. Each call borrows a
     connection from a bounded pool (``max_connections``; a caller beyond it waits up to
-    ``POOL_TIMEOUT_S``, then is refused).
+    ``POOL_TIMEOUT_S``, then is refused), and waits for a lock (a session's row, or a table
+    another program locked) up to ``lock_timeout`` seconds, as SQLite's writers wait.
     """
 
     def __init__(
@@ -209,6 +217,7 @@ class PostgresDatabase:
         min_connections: int = 1,
         max_connections: int = 10,
         create: bool = True,
+        lock_timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         if durability not in ("full", "normal"):
             raise ValueError("durability must be one of full, normal")
@@ -216,13 +225,17 @@ class PostgresDatabase:
         self.where = shown_url(url)
         self.session_guard = session_guard
         self.create = create
+        self.lock_timeout = lock_timeout
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
         # Custom plans always: psycopg prepares a statement after a few runs, and PostgreSQL may
         # then keep a generic plan made from a young table's statistics, a scan of the whole
         # session for every append (appends went from 5 to 60 ms over 400 entries).
+        # A lock held by another (a program's LOCK TABLE, a transaction left open) must not
+        # hold a request, and the worker thread serving it, for as long as it is held.
         options = "-c plan_cache_mode=force_custom_plan"
+        options += f" -c lock_timeout={round(lock_timeout * 1000)}"
         if durability == "normal":
             options += " -c synchronous_commit=off"
         self.pool = ConnectionPool(
@@ -231,7 +244,8 @@ class PostgresDatabase:
             max_size=max_connections,
             kwargs={"autocommit": True, "options": options},
             timeout=POOL_TIMEOUT_S,
-            check=ConnectionPool.check_connection,
+            reconnect_timeout=RECONNECT_S,
+            check=self._check,
             open=False,
             name="mcp-agent-sessions",
         )
@@ -245,6 +259,18 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """The pool's check of a connection before lending it. One found broken means the
+        database restarted or dropped its connections, so the pool's other idle ones are dead
+        too: they are all dropped at once (the pool opens new ones). Left to the pool, each
+        would be checked in turn with a growing pause between (1, 2, 4, 8 s): a caller after a
+        restart of the database waited the pool's whole timeout and was told it was busy."""
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            self.pool.drain()
+            raise
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
@@ -285,6 +311,12 @@ class PostgresDatabase:
                 yield conn
         except PoolTimeout:
             raise self._no_connection() from None
+        except pg_errors.LockNotAvailable:
+            raise SessionError(
+                "busy",
+                f"the session database {self.where} stayed locked by another transaction for"
+                f" {self.lock_timeout:g} s; nothing was written, try again",
+            ) from None
         except pg_errors.DataError as error:
             raise SessionError(
                 "invalid_entry", f"the database refused a value: {one_line(error)}"
@@ -333,10 +365,20 @@ class PostgresDatabase:
         with self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
-    def read_only(self) -> bool:
-        """Whether a write would be refused: a standby, or default_transaction_read_only."""
-        rows = self.read("SELECT current_setting('transaction_read_only') = 'on'")
-        return bool(rows[0][0])
+    def read_only(self) -> str | None:
+        """Why a write would be refused (a standby, default_transaction_read_only, or a role
+        that may only read the tables), or None."""
+        [(standby, role, unwritable)] = self.read(
+            "SELECT current_setting('transaction_read_only') = 'on', current_user,"
+            " array(SELECT t FROM unnest(%s::text[]) AS t"
+            "       WHERE NOT has_table_privilege(t, 'INSERT'))",
+            [[name for name in TABLES if name != "schema_version"]],
+        )
+        if standby:
+            return "a standby server, or default_transaction_read_only is on"
+        if unwritable:
+            return f"the role {role} may not write to {', '.join(unwritable)}"
+        return None
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` (see the module docstring). A database

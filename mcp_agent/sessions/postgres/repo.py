@@ -6,6 +6,7 @@ from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.postgres.database import Durability, PostgresDatabase, SessionGuard
 from mcp_agent.sessions.postgres.storage import PostgresSessionStorage
 from mcp_agent.sessions.sql.repo import SqlSessionRepo
+from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 
 
 class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
@@ -22,9 +23,15 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
         session_guard: SessionGuard | None = None,
         max_connections: int = 10,
         create: bool = True,
+        lock_timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.database: PostgresDatabase = PostgresDatabase(
-            url, durability, session_guard, max_connections=max_connections, create=create
+            url,
+            durability,
+            session_guard,
+            max_connections=max_connections,
+            create=create,
+            lock_timeout=lock_timeout,
         )
         super().__init__(self.database, context_build_options)
 
