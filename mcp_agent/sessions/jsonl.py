@@ -338,12 +338,16 @@ class JsonlSessionRepo(BaseSessionRepo):
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
         with self._lock:
             path = self.path_for(session_id)
+            storage = self._open.get(session_id)
             try:
-                stamp = _stamp(path)
+                # Under the storage's append lock: an append of ours under way has changed
+                # the file but not yet its stamp, and reloading then would close the file
+                # under it, or cut its line off as torn and lose an acknowledged entry.
+                with storage.lock if storage is not None else contextlib.nullcontext():
+                    stamp = _stamp(path)
             except FileNotFoundError:
                 self._open.pop(session_id, None)
                 raise SessionError("not_found", f"session {session_id} not found") from None
-            storage = self._open.get(session_id)
             if storage is None or storage.stamp != stamp:  # new, or changed by another program
                 if storage is not None:
                     storage.close()
