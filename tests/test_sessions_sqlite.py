@@ -99,6 +99,26 @@ def test_a_database_file_gone_while_open_refuses_writes_and_still_reads(
         repo.close()
 
 
+def test_a_reader_connection_that_cannot_open_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session_id = repo.create().id
+
+        def out_of_descriptors(*_args: object, **_kwargs: object) -> sqlite3.Connection:
+            raise sqlite3.OperationalError("unable to open database file")  # as at ulimit -n
+
+        monkeypatch.setattr(sqlite3, "connect", out_of_descriptors)
+        repo.database._idle_readers.clear()  # the next read needs a connection of its own
+        with pytest.raises(SessionError) as refused:
+            repo.open_read(session_id)
+        assert refused.value.code == "storage"
+        assert "unable to open database file" in refused.value.message
+    finally:
+        repo.close()
+
+
 def test_one_file_holds_every_session(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     for i in range(3):

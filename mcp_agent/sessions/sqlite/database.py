@@ -263,7 +263,10 @@ class SqliteDatabase:
                 raise SessionError("closed", f"the session database {self.path} is closed")
             if self._idle_readers:
                 return self._idle_readers.pop()
-            conn = self._connect()
+            try:
+                conn = self._connect()
+            except sqlite3.Error as error:  # out of file descriptors, the folder gone...
+                raise storage_error(self.path, error) from error
             conn.execute("PRAGMA query_only = 1")
             self._reader_conns.append(conn)
             return conn
