@@ -1,12 +1,13 @@
 """Sessions shared by the server's worker threads: requests on one session run at once on
-different threads, through one storage (the repo keeps it open), against a real SQLite file.
-Each test forces the interleaving that went wrong, so that it fails every time on the code
+different threads, through one storage (the repo keeps it open), against a real SQLite file
+(or a real JSONL file). Each test forces the interleaving that went wrong, so that it fails every time on the code
 that had the race."""
 
 from __future__ import annotations
 
 import functools
 import gc
+import os
 import threading
 import weakref
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 from narrow import narrow, present
 
 import mcp_agent.sessions.session as session_module
-from mcp_agent.sessions import SessionError, SqliteSessionRepo
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import JsonlSessionRepo, SessionError, SqliteSessionRepo
 from mcp_agent.sessions.entries import SessionEntry, iso_now
 from mcp_agent.sessions.sql.cache import EntryCache
 from mcp_agent.sessions.sql.storage import SqlSessionStorage
@@ -136,3 +138,27 @@ def test_a_storage_collected_while_its_cache_is_in_use_does_not_hang_the_thread(
     staying.put("b", entry, 100)  # the next use of the cache lets the gone share go
     assert going not in cache.shares and staying in cache.shares
     assert cache.bytes == staying.bytes > 0
+
+
+def test_an_open_during_a_jsonl_append_neither_breaks_it_nor_loses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    session_id = repo.create().id
+    opened: dict[str, Any] = {}
+    fsync = os.fsync
+
+    def another_request_meanwhile(fd: int) -> None:
+        # The line is written, its fsync not yet done: the file's stamp has changed, by us.
+        if not opened:
+            opened["started"] = True
+            worker = threading.Thread(target=lambda: opened.update(session=repo.open(session_id)))
+            worker.start()
+            worker.join(0.5)  # it opens now (reloading the file), or waits for the append
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", another_request_meanwhile)
+    entry_id = repo.open(session_id).append_message(UserMessage(content="kept"))
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert [e.id for e in JsonlSessionRepo(tmp_path).open(session_id).get_entries()] == [entry_id]
+    assert repo.open(session_id).get_entry(entry_id) is not None

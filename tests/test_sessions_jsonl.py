@@ -144,8 +144,10 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
 
     # A stand-in for the file: it hands everything to the real one but the first write.
     storage._handle = cast(IO[bytes], DiskFullOnce(storage._handle))
-    with pytest.raises(OSError):
+    with pytest.raises(SessionError) as refused:  # said, not an OSError a client never reads
         session.append_message(user("lost"))
+    assert refused.value.code == "storage"
+    assert refused.value.message.startswith(f"no room left to write {storage.path}")
     session.append_message(user("b"))
     repo.close()
     with warnings.catch_warnings():

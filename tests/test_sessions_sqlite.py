@@ -79,6 +79,49 @@ def test_an_empty_sqlite_file_becomes_a_session_database(tmp_path: Path) -> None
         repo.close()
 
 
+@pytest.mark.parametrize("fate", ["deleted", "replaced"])
+def test_a_database_file_gone_while_open_refuses_writes_and_still_reads(
+    tmp_path: Path, fate: str
+) -> None:
+    path = tmp_path / "s.db"
+    repo = SqliteSessionRepo(path)
+    try:
+        session = repo.create()
+        first = session.append_message(UserMessage(content="kept"))
+        for each in tmp_path.iterdir():  # s.db and its -wal and -shm
+            each.unlink()
+        if fate == "replaced":
+            SqliteSessionRepo(path).close()  # another session database now at the path
+        # Acknowledged, an append would have gone into a file no one can open any more.
+        with pytest.raises(SessionError) as refused:
+            session.append_message(UserMessage(content="lost"))
+        assert refused.value.code == "storage"
+        assert "was deleted or replaced" in refused.value.message
+        assert [e.id for e in repo.open(session.id).get_entries()] == [first]  # still read
+    finally:
+        repo.close()
+
+
+def test_a_reader_connection_that_cannot_open_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session_id = repo.create().id
+
+        def out_of_descriptors(*_args: object, **_kwargs: object) -> sqlite3.Connection:
+            raise sqlite3.OperationalError("unable to open database file")  # as at ulimit -n
+
+        monkeypatch.setattr(sqlite3, "connect", out_of_descriptors)
+        repo.database._idle_readers.clear()  # the next read needs a connection of its own
+        with pytest.raises(SessionError) as refused:
+            repo.open_read(session_id)
+        assert refused.value.code == "storage"
+        assert "unable to open database file" in refused.value.message
+    finally:
+        repo.close()
+
+
 def test_one_file_holds_every_session(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     for i in range(3):

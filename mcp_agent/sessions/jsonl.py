@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -104,6 +105,22 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
     _fsync_directory(path.parent)
 
 
+@contextlib.contextmanager
+def _writing(path: Path, doing: str = "write") -> Iterator[None]:
+    """A failed write of a session file (disk full, a folder made read-only, an I/O error),
+    said as such: callers have already undone it, and an OSError would reach a client only
+    as the SDK's bare "Error executing tool"."""
+    try:
+        yield
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            message = f"no room left to {doing} {path}; nothing was written ({reason})"
+        else:
+            message = f"cannot {doing} {path}: {reason}; nothing was changed"
+        raise SessionError("storage", message) from None
+
+
 def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
     """The session stored in ``path``, and whether its end had to be cut (a torn line), read
     one line at a time as an import reads a file (``json_rows``), problems said as damage."""
@@ -159,7 +176,9 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 raise SessionError("conflict", f"session file {self.path} already exists")
             entries = list(entries)
             super().__init__(header, entries)  # checks the entries before anything is written
-            write_file_atomically(self.path, [entry_to_json(header), *map(entry_to_json, entries)])
+            with _writing(self.path):
+                lines = [entry_to_json(header), *map(entry_to_json, entries)]
+                write_file_atomically(self.path, lines)
             self.stamp = _stamp(self.path)
             return
         parsed, torn = read_session_file(self.path)
@@ -191,7 +210,8 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 storage._index(entry)
                 yield entry_to_json(entry)
 
-        write_file_atomically(path, lines())
+        with _writing(path):
+            write_file_atomically(path, lines())
         storage.modified = write_time()
         storage.stamp = _stamp(path)
         return storage
@@ -209,9 +229,15 @@ class JsonlSessionStorage(InMemorySessionStorage):
     def _rewrite(self) -> None:
         self._close_handle()
         lines = [entry_to_json(self.get_metadata()), *map(entry_to_json, self._entries)]
-        write_file_atomically(self.path, lines)
+        with _writing(self.path):
+            write_file_atomically(self.path, lines)
 
     def _write(self, entry: SessionEntry) -> None:
+        with _writing(self.path):
+            self._append_line(entry)
+        self.stamp = _stamp(self.path)
+
+    def _append_line(self, entry: SessionEntry) -> None:
         if self._handle is None:
             # Kept open across appends. Never created here: a session deleted meanwhile (by
             # a tool on another worker thread, or another program) must not come back as a
@@ -233,7 +259,6 @@ class JsonlSessionStorage(InMemorySessionStorage):
             # the next append would follow it and the file would no longer load.
             self._undo_write(start)
             raise
-        self.stamp = _stamp(self.path)
 
     def _undo_write(self, size: int) -> None:
         handle, self._handle = self._handle, None
@@ -463,10 +488,11 @@ class JsonlSessionRepo(BaseSessionRepo):
             with storage.lock if storage is not None else contextlib.nullcontext():
                 if storage is not None:
                     storage.close()
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    raise SessionError("not_found", f"session {session_id} not found") from None
+                with _writing(path, "delete"):
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
             self._listing.pop(path, None)
 

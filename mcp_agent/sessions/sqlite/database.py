@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
 import sqlite3
 import threading
 import time
@@ -230,9 +231,12 @@ class SqliteDatabase:
         self._writes_lock = threading.Lock()
         self._leading = False  # a thread commits groups (see ``write``)
         self.conn = self._connect()
+        # The file the connection opened (see _commit); None in memory.
+        self._identity: tuple[int, int] | None = None
         try:
             if not self._shared:
                 self._retry(lambda: refuse_foreign(self.conn, self.path))
+                self._identity = self._file_identity()
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
             # Only a new file takes the write lock: opening must not wait for busy writers.
@@ -241,6 +245,14 @@ class SqliteDatabase:
         except BaseException:
             self.conn.close()  # not a database, or not writable: do not leak the connection
             raise
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """The device and inode of the file now at ``path`` (None: no file there)."""
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -260,7 +272,10 @@ class SqliteDatabase:
                 raise SessionError("closed", f"the session database {self.path} is closed")
             if self._idle_readers:
                 return self._idle_readers.pop()
-            conn = self._connect()
+            try:
+                conn = self._connect()
+            except sqlite3.Error as error:  # out of file descriptors, the folder gone...
+                raise storage_error(self.path, error) from error
             conn.execute("PRAGMA query_only = 1")
             self._reader_conns.append(conn)
             return conn
@@ -363,6 +378,15 @@ class SqliteDatabase:
         waiting now, up to ``GROUP_WRITES``."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
+            if self._identity is not None and self._file_identity() != self._identity:
+                # SQLite goes on writing to the file it opened, deleted or not: each write
+                # would be acknowledged and lost with the process. (One stat per commit.)
+                raise SessionError(
+                    "storage",
+                    f"the session database {self.path} was deleted or replaced while this "
+                    "process had it open; nothing was written (restart to use the file there "
+                    "now)",
+                )
             with self._writes_lock:
                 room = GROUP_WRITES - len(batch)
                 batch.extend(self._writes[:room])
