@@ -261,9 +261,13 @@ def test_the_tree_goes_by_keyboard(
     def focused() -> str:
         return str(page.evaluate("document.activeElement.dataset.id"))
 
+    # One row takes Tab, as in a tree (each row did): the one last focused.
+    expect(tree.locator(".row[tabindex='0']")).to_have_count(1)
     tree.locator(f".row[data-id='{ids['leaf']}']").focus()
     page.keyboard.press("ArrowUp")
     assert focused() == ids["last_ask"]
+    expect(tree.locator(".row[tabindex='0']")).to_have_count(1)
+    expect(tree.locator(f".row[data-id='{ids['last_ask']}']")).to_have_attribute("tabindex", "0")
     page.keyboard.press("Home")
     assert focused() == rows.first.get_attribute("data-id")
     page.keyboard.press("ArrowDown")
@@ -285,6 +289,8 @@ def test_the_tree_goes_by_keyboard(
     page.keyboard.press("ArrowLeft")
     expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_count(0)
     assert focused() == ids["sandwiches"]
+    expect(tree.locator(".row[tabindex='0']")).to_have_count(1)  # redrawn, the stop kept
+    expect(head).to_have_attribute("tabindex", "0")
     context.close()
 
 

@@ -252,6 +252,7 @@ const state = {
   openedEarlier: new Map(), // branch head id -> the cursor of its rows not read yet
   unfolded: new Map(), // id of the row before a fold -> entries revealed (rows)
   selected: null,
+  tabStop: null, // the one row Tab goes to (the last focused); arrows go between the rest
   entry: null,
   sessionsCursor: null,
   query: "",
@@ -438,6 +439,7 @@ async function openSession(sessionId) {
     state.openedEarlier = new Map();
     state.unfolded = new Map();
     state.selected = null;
+    state.tabStop = null;
     state.entry = null;
     state.view = null;
     $("detail").hidden = true;
@@ -698,7 +700,7 @@ function renderRow(row, isHead) {
   const count = row.childCount ?? (row.children || []).length;
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
-    class: classes.join(" "), role: "treeitem", tabindex: "0",
+    class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
     dataset: { id: row.id },
     onclick: () => selectEntry(row.id, true).catch(failed),
@@ -751,7 +753,24 @@ function renderTree() {
   parts.push(renderSpine(spine, heads, 0, spine.length));
   tree.replaceChildren(...parts);
   tree.scrollTop = scroll;
+  keepTabStop();
   sizeChanged();
+}
+
+/** One row of the tree takes Tab, as a tree's does (each row did: a tree of thousands of rows
+ * was thousands of tab stops): the last focused, else the selected entry, else the first. */
+function keepTabStop() {
+  const tree = $("tree");
+  if (tree.querySelector('.row[tabindex="0"]')) return;
+  const byId = (id) => (id ? tree.querySelector(`.row[data-id="${CSS.escape(id)}"]`) : null);
+  const row = byId(state.selected) || tree.querySelector(".row");
+  if (row) moveTabStop(row);
+}
+
+function moveTabStop(row) {
+  for (const other of $("tree").querySelectorAll('.row[tabindex="0"]')) other.tabIndex = -1;
+  row.tabIndex = 0;
+  state.tabStop = row.dataset.id;
 }
 
 /** What stands above the main outline's first spine row: "Show earlier entries" and the
@@ -987,6 +1006,10 @@ function syncActions() {
 
 function wireActions() {
   $("tree").addEventListener("keydown", treeKeys);
+  $("tree").addEventListener("focusin", (event) => {
+    const row = event.target instanceof Element ? event.target.closest(".row") : null;
+    if (row) moveTabStop(row);
+  });
   $("act-move").addEventListener("click", () => act($("act-move"), async () => {
     const moved = await tool("session_move_to", { session_id: state.sessionId, entry_id: state.selected });
     toast(`The leaf is now ${moved.leafId}: the next message continues from here.`);
