@@ -209,6 +209,21 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], says: str) -> None:
     assert lines[0].startswith("mcp-agent-sessions: ")
 
 
+@pytest.mark.parametrize(
+    "args", [["sessions", "list"], ["run", "hi", "--model", "scripted:echo"]], ids=["list", "run"]
+)
+def test_a_bad_lease_time_in_the_environment_is_one_line(db: Path, args: list[str]) -> None:
+    # Read as the leases module is imported, where no command's own checks reach: it was a
+    # traceback from every command that stores (sessions list, run, chat, serve, demo's server).
+    seed(db)
+    done = sub(*args, "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="soon"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 1 to 3600,"
+        " not 'soon'"
+    ]
+
+
 def test_no_arguments_shows_help() -> None:
     done = sub()
     assert done.returncode == 2

@@ -25,9 +25,27 @@ HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
+LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
 MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
+
+
+class SettingError(ValueError):
+    """A setting from the environment that cannot be used, found where no command's own checks
+    reach (read as a module is imported): the command line says it in one line, exit 2."""
+
+
+def lease_seconds_from_env() -> float:
+    """How long a lease outlives its process: MCP_AGENT_LEASE_SECONDS, 1 to 3600 (default 30)."""
+    text = os.environ.get(LEASE_ENV) or "30"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= 3600:
+        raise SettingError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
+    return seconds
 
 
 def _int_from_env(name: str, default: int) -> int:
