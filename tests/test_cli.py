@@ -330,7 +330,8 @@ def test_an_unknown_durability_is_refused_in_one_line(
     ("env", "args", "says"),
     [
         ({"MCP_AGENT_MODEL_RETRIES": "many"}, [], "MCP_AGENT_MODEL_RETRIES must be a whole number"),
-        ({}, ["--model-retries", "-1"], "model retries must be 0 or more"),
+        ({}, ["--model-retries", "-1"], "--model-retries must be 0 (never) or more, not -1"),
+        ({"MCP_AGENT_MODEL_RETRIES": "-1"}, [], "(from the flag or MCP_AGENT_MODEL_RETRIES)"),
     ],
 )
 def test_bad_model_retries_are_refused_in_one_line(
@@ -346,6 +347,20 @@ def test_bad_model_retries_are_refused_in_one_line(
     result = cli("serve", *args, "--db", str(tmp_path / "s.db"), input="")
     assert result.exit_code == 2, result.output
     assert says in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["MCP_AGENT_MAX_RUNS", "MCP_AGENT_MAX_RUNS_PER_CLIENT", "MCP_AGENT_MAX_SUBSCRIPTIONS"],
+)
+def test_a_negative_limit_from_the_environment_names_the_variable(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    # It named only the flag, which the person who set the variable never gave.
+    monkeypatch.setenv(variable, "-1")
+    result = cli("serve", "--db", str(tmp_path / "s.db"), input="")
+    assert result.exit_code == 2, result.output
+    assert f"or more, not -1 (from the flag or {variable})" in result.stderr
 
 
 def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:

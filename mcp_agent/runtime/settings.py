@@ -169,13 +169,15 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, str):
                 setattr(self, name, Path(value).expanduser())
-        for name, value in (
-            ("--max-runs", self.max_runs),
-            ("--max-runs-per-client", self.max_runs_per_client),
-            ("--max-subscriptions", self.max_subscriptions),
+        for name, variable, value in (
+            ("--max-runs", MAX_RUNS_ENV, self.max_runs),
+            ("--max-runs-per-client", MAX_RUNS_PER_CLIENT_ENV, self.max_runs_per_client),
+            ("--max-subscriptions", MAX_SUBSCRIPTIONS_ENV, self.max_subscriptions),
         ):
             if value < 0:
-                raise ValueError(f"{name} must be 0 (no limit) or more, not {value}")
+                raise ValueError(
+                    f"{name} must be 0 (no limit) or more, not {value} (from the flag or {variable})"
+                )
         if self.max_http_sessions < 0:
             raise ValueError(
                 f"--max-http-sessions must be 0 (no limit) or more, not {self.max_http_sessions} "
@@ -219,7 +221,10 @@ class ServerSettings:
                 f" (from {DB_THREADS_ENV})"
             )
         if self.model_retries < 0:
-            raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
+            raise ValueError(
+                f"--model-retries must be 0 (never) or more, not {self.model_retries}"
+                f" (from the flag or {RETRIES_ENV})"
+            )
         if self.sessions_layout not in (None, "pi", "flat"):
             raise ValueError(f"--sessions-layout must be pi or flat, not {self.sessions_layout!r}")
         if self.durability not in ("full", "normal"):
