@@ -209,6 +209,21 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], says: str) -> None:
     assert lines[0].startswith("mcp-agent-sessions: ")
 
 
+@pytest.mark.parametrize(
+    "args", [["sessions", "list"], ["run", "hi", "--model", "scripted:echo"]], ids=["list", "run"]
+)
+def test_a_bad_lease_time_in_the_environment_is_one_line(db: Path, args: list[str]) -> None:
+    # Read as the leases module is imported, where no command's own checks reach: it was a
+    # traceback from every command that stores (sessions list, run, chat, serve, demo's server).
+    seed(db)
+    done = sub(*args, "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="soon"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 1 to 3600,"
+        " not 'soon'"
+    ]
+
+
 def test_no_arguments_shows_help() -> None:
     done = sub()
     assert done.returncode == 2
@@ -315,7 +330,8 @@ def test_an_unknown_durability_is_refused_in_one_line(
     ("env", "args", "says"),
     [
         ({"MCP_AGENT_MODEL_RETRIES": "many"}, [], "MCP_AGENT_MODEL_RETRIES must be a whole number"),
-        ({}, ["--model-retries", "-1"], "model retries must be 0 or more"),
+        ({}, ["--model-retries", "-1"], "--model-retries must be 0 (never) or more, not -1"),
+        ({"MCP_AGENT_MODEL_RETRIES": "-1"}, [], "(from the flag or MCP_AGENT_MODEL_RETRIES)"),
     ],
 )
 def test_bad_model_retries_are_refused_in_one_line(
@@ -331,6 +347,20 @@ def test_bad_model_retries_are_refused_in_one_line(
     result = cli("serve", *args, "--db", str(tmp_path / "s.db"), input="")
     assert result.exit_code == 2, result.output
     assert says in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["MCP_AGENT_MAX_RUNS", "MCP_AGENT_MAX_RUNS_PER_CLIENT", "MCP_AGENT_MAX_SUBSCRIPTIONS"],
+)
+def test_a_negative_limit_from_the_environment_names_the_variable(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    # It named only the flag, which the person who set the variable never gave.
+    monkeypatch.setenv(variable, "-1")
+    result = cli("serve", "--db", str(tmp_path / "s.db"), input="")
+    assert result.exit_code == 2, result.output
+    assert f"or more, not -1 (from the flag or {variable})" in result.stderr
 
 
 def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:

@@ -47,3 +47,33 @@ def test_agent_manifest_example_is_valid() -> None:
     manifest = next(b for b in blocks("toml") if b.startswith('name = "reviewer"'))
     agent = AgentManifest.model_validate(tomllib.loads(manifest))
     assert agent.allows_tool("git__diff") and not agent.allows_tool("web__fetch")
+
+
+def section(title: str) -> str:
+    """The README's text under a heading, up to the next heading of any level."""
+    start = README.index(f"\n{title}\n")
+    following = re.search(r"\n#+ ", README[start + 1 :])
+    return README[start : start + 1 + following.start()] if following else README[start:]
+
+
+def test_the_serve_section_names_every_flag_of_serve() -> None:
+    import typer
+
+    from mcp_agent.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    flags = {name for p in serve.params for name in p.opts if name.startswith("--")}
+    said = section("### serve")
+    assert sorted(f for f in flags - {"--help"} if f"`{f}" not in said) == []
+
+
+# Read by the tests and .ci/run, not by the package.
+TEST_VARIABLES = {"MCP_AGENT_CHROMIUM", "MCP_AGENT_FULL", "MCP_AGENT_PEERS"}
+
+
+def test_the_environment_variables_named_are_the_ones_read() -> None:
+    package = Path(__file__).resolve().parent.parent / "mcp_agent"
+    code = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
+    named = set(re.findall(r"\bMCP_AGENT_[A-Z_]*[A-Z]\b", README)) - TEST_VARIABLES
+    read = set(re.findall(r"[\"'](MCP_AGENT_[A-Z_]*[A-Z])[\"']", code))
+    assert sorted(named - read) == [] and sorted(read - named) == []

@@ -15,6 +15,7 @@ import typer
 
 from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
 from mcp_agent.cli.common import BAD_INPUT, FAILED, INTERRUPTED, PROG, fail, plain_help_types
+from mcp_agent.runtime.settings import SettingError
 
 plain_help_types()
 
@@ -72,6 +73,9 @@ def main() -> None:
     except Exception as error:
         if _interrupted_in_pydantic(error):
             code = INTERRUPTED  # quietly, as typer ends on Ctrl-C anywhere else
+        elif isinstance(error, SettingError):  # e.g. a bad MCP_AGENT_LEASE_SECONDS
+            typer.echo(f"{PROG}: {error}", err=True)
+            code = BAD_INPUT
         elif not is_usage_error(error):
             raise
         else:

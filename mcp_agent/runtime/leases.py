@@ -20,28 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcp_agent.runtime.settings import lease_seconds_from_env
 from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.sqlite.database import refuse_foreign
 
 log = logging.getLogger(__name__)
 
-LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
-
-
-def _lease_seconds() -> float:
-    text = os.environ.get(LEASE_ENV) or "30"
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 1 <= seconds <= 3600:
-        raise ValueError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
-    return seconds
-
-
 # How long a lease (and, with replicas, a run on the board) outlives its process. A server
 # renews its leases every third of it; a killed one frees its sessions within it.
-LEASE_SECONDS = _lease_seconds()
+LEASE_SECONDS = lease_seconds_from_env()
 RENEW_EVERY = LEASE_SECONDS / 3
 BUSY_TIMEOUT_S = 10.0
 

@@ -13,7 +13,6 @@ from mcp_agent.paths import default_db_path, default_db_url, is_database_url, sh
 
 MODEL_ENV = "MCP_AGENT_MODEL"
 TOKEN_ENV = "MCP_AGENT_TOKEN"
-MANIFESTS_ENV = "MCP_AGENT_MANIFESTS"
 DURABILITY_ENV = "MCP_AGENT_DURABILITY"
 RETRIES_ENV = "MCP_AGENT_MODEL_RETRIES"
 MAX_RUNS_ENV = "MCP_AGENT_MAX_RUNS"
@@ -25,9 +24,27 @@ HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
+LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
 MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
+
+
+class SettingError(ValueError):
+    """A setting from the environment that cannot be used, found where no command's own checks
+    reach (read as a module is imported): the command line says it in one line, exit 2."""
+
+
+def lease_seconds_from_env() -> float:
+    """How long a lease outlives its process: MCP_AGENT_LEASE_SECONDS, 1 to 3600 (default 30)."""
+    text = os.environ.get(LEASE_ENV) or "30"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= 3600:
+        raise SettingError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
+    return seconds
 
 
 def _int_from_env(name: str, default: int) -> int:
@@ -152,13 +169,15 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, str):
                 setattr(self, name, Path(value).expanduser())
-        for name, value in (
-            ("--max-runs", self.max_runs),
-            ("--max-runs-per-client", self.max_runs_per_client),
-            ("--max-subscriptions", self.max_subscriptions),
+        for name, variable, value in (
+            ("--max-runs", MAX_RUNS_ENV, self.max_runs),
+            ("--max-runs-per-client", MAX_RUNS_PER_CLIENT_ENV, self.max_runs_per_client),
+            ("--max-subscriptions", MAX_SUBSCRIPTIONS_ENV, self.max_subscriptions),
         ):
             if value < 0:
-                raise ValueError(f"{name} must be 0 (no limit) or more, not {value}")
+                raise ValueError(
+                    f"{name} must be 0 (no limit) or more, not {value} (from the flag or {variable})"
+                )
         if self.max_http_sessions < 0:
             raise ValueError(
                 f"--max-http-sessions must be 0 (no limit) or more, not {self.max_http_sessions} "
@@ -202,7 +221,10 @@ class ServerSettings:
                 f" (from {DB_THREADS_ENV})"
             )
         if self.model_retries < 0:
-            raise ValueError(f"model retries must be 0 or more, not {self.model_retries}")
+            raise ValueError(
+                f"--model-retries must be 0 (never) or more, not {self.model_retries}"
+                f" (from the flag or {RETRIES_ENV})"
+            )
         if self.sessions_layout not in (None, "pi", "flat"):
             raise ValueError(f"--sessions-layout must be pi or flat, not {self.sessions_layout!r}")
         if self.durability not in ("full", "normal"):
