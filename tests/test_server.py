@@ -768,6 +768,26 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
 
 
+async def test_a_subagents_progress_reaches_the_parents_client(client: Client) -> None:
+    # What the sub-agent does travels up as its tool's progress; the parent's client reads it
+    # (as agent_status's lastEvent does), not just that the tool reported something.
+    notes: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
+
+    await client.call_tool(
+        "agent_run",
+        {"prompt": "delegate:loner:say cheese", "agent": "helper"},
+        progress_callback=on_progress,
+    )
+    updates = [n for n in notes if n.startswith("tool_execution_update")]
+    assert updates and all(
+        n.startswith("tool_execution_update: tool subagent: [loner] ") for n in updates
+    )
+    assert any("assistant: echo: say cheese" in n for n in updates), updates
+
+
 async def test_subagent_depth_limit(tmp_path: Path) -> None:
     server = make_server(tmp_path, max_subagent_depth=1)
     async with Client(server) as client:
