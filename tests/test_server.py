@@ -40,6 +40,7 @@ from mcp_agent.runtime.runs import RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.sessions import MessageEntry, Session
+from mcp_agent.sessions.errors import SessionError
 
 pytestmark = pytest.mark.anyio
 
@@ -786,6 +787,31 @@ async def test_a_subagents_progress_reaches_the_parents_client(client: Client) -
         n.startswith("tool_execution_update: tool subagent: [loner] ") for n in updates
     )
     assert any("assistant: echo: say cheese" in n for n in updates), updates
+
+
+async def test_a_subagent_whose_link_cannot_be_written_does_not_run_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parent's session refuses the link entry (its disk full, its file replaced): the
+    # sub-agent already started must not go on with nobody waiting for it or able to stop it,
+    # and the parent's model reads why its tool failed.
+    refuse = Session.append_custom
+
+    def append_custom(self: Session, custom_type: str, data: Any = None) -> str:
+        if custom_type == "subagent":
+            raise SessionError("storage", "the disk is full")
+        return refuse(self, custom_type, data)
+
+    monkeypatch.setattr(Session, "append_custom", append_custom)
+    async with Client(make_server(tmp_path)) as client:
+        run = await call(client, "agent_run", prompt="delegate:loner:slow please", agent="helper")
+        assert run["answer"].startswith("tool said: "), run
+        assert "the disk is full" in run["answer"], run
+        with anyio.fail_after(10):
+            while any(r["status"] == "running" for r in (await call(client, "agent_runs"))["runs"]):
+                await anyio.sleep(0.02)
+        [child] = [r for r in (await call(client, "agent_runs"))["runs"] if r["depth"] == 1]
+        assert child["status"] == "aborted", child
 
 
 async def test_subagent_depth_limit(tmp_path: Path) -> None:

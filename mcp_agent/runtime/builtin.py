@@ -128,10 +128,20 @@ def build_builtin_server(state: AppState) -> MCPServer:
             except (Refused, SessionError) as error:
                 raise ToolError(str(error)) from None
             link = {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task}
-            await state.offload(
-                lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
-            )
             delegator = f"run {caller.id}" if caller is not None else "the run"
+            try:
+                await state.offload(
+                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
+                )
+            except BaseException as error:
+                # The sub-agent has started: it must not go on with nobody waiting for it.
+                run.abort(f"{delegator}, which delegated this task, could not link to it")
+                if isinstance(error, SessionError):
+                    raise ToolError(
+                        f"sub-agent {agent!r} stopped: its link could not be written in this "
+                        f"session: {error} (its session: {run.session_id})"
+                    ) from None
+                raise
             await state.runs.wait(run, f"{delegator}, which delegated this task, was stopped")
             run.listeners.clear()
         if run.status != "completed":
