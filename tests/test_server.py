@@ -769,6 +769,13 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
 
 
+async def test_a_subagent_with_an_empty_task_is_refused_in_the_models_words(
+    client: Client,
+) -> None:
+    run = await call(client, "agent_run", prompt="delegate:loner: ", agent="helper")
+    assert run["answer"].endswith(": task is empty: say what the sub-agent should do"), run
+
+
 async def test_a_subagents_progress_reaches_the_parents_client(client: Client) -> None:
     # What the sub-agent does travels up as its tool's progress; the parent's client reads it
     # (as agent_status's lastEvent does), not just that the tool reported something.

@@ -100,6 +100,8 @@ def build_builtin_server(state: AppState) -> MCPServer:
             parent_id = meta.get("session_id")
             if not parent_id:
                 raise ToolError("subagent can only be called by an agent run")
+            if not task.strip():  # (start_run would say "prompt", a word the model never used)
+                raise ToolError("task is empty: say what the sub-agent should do")
             # A child whose agent names no model thinks with its parent's (e.g. the client's).
             caller = state.runs.runs.get(str(meta.get("run_id")))
             inherited: Any = (
