@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
-from mcp_agent.messages import AssistantMessage, BaseMessage, ToolResultMessage
+from mcp_agent.messages import AssistantMessage, BaseMessage, TextContent, ToolResultMessage
 from mcp_agent.wire import one_line
 
 # --- provider stream events -------------------------------------------------------------------
@@ -258,6 +258,15 @@ class AutoCompactionEndEvent(AgentEvent):
     error_message: str | None = None
 
 
+def progress_text(partial: Any) -> str:
+    """The text of a tool's progress update (an ``AgentToolResult``, or whatever the tool
+    passed): its first text block, empty when it has none."""
+    for block in getattr(partial, "content", None) or []:
+        if isinstance(block, TextContent) and block.text.strip():
+            return block.text
+    return ""
+
+
 def describe_event(event: AgentEvent) -> str:
     """A one-line, human-readable account of an event (for progress messages and logs)."""
     match event:
@@ -284,8 +293,13 @@ def describe_event(event: AgentEvent) -> str:
             )
         case ToolExecutionStartEvent(tool_name=name, args=args):
             return f"running tool {name}({one_line(args, 200)})"
-        case ToolExecutionUpdateEvent(tool_name=name):
-            return f"tool {name} reported progress"
+        case ToolExecutionUpdateEvent(tool_name=name, partial_result=partial):
+            # What the tool said (a downstream server's progress message, a sub-agent's own
+            # events): without it a client watching a nested run sees only that time passes.
+            said = progress_text(partial)
+            return (
+                f"tool {name}: {one_line(said, 200)}" if said else f"tool {name} reported progress"
+            )
         case ToolExecutionEndEvent(tool_name=name, is_error=is_error):
             return f"tool {name} {'failed' if is_error else 'finished'}"
         case AutoRetryStartEvent(attempt=attempt, max_attempts=most, delay=delay):

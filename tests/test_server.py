@@ -40,6 +40,7 @@ from mcp_agent.runtime.runs import RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.sessions import MessageEntry, Session
+from mcp_agent.sessions.errors import SessionError
 
 pytestmark = pytest.mark.anyio
 
@@ -766,6 +767,58 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     child = await call(client, "session_get", session_id=child_id)
     assert child["session"]["parentSession"] == run["sessionId"]
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
+
+
+async def test_a_subagent_with_an_empty_task_is_refused_in_the_models_words(
+    client: Client,
+) -> None:
+    run = await call(client, "agent_run", prompt="delegate:loner: ", agent="helper")
+    assert run["answer"].endswith(": task is empty: say what the sub-agent should do"), run
+
+
+async def test_a_subagents_progress_reaches_the_parents_client(client: Client) -> None:
+    # What the sub-agent does travels up as its tool's progress; the parent's client reads it
+    # (as agent_status's lastEvent does), not just that the tool reported something.
+    notes: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
+
+    await client.call_tool(
+        "agent_run",
+        {"prompt": "delegate:loner:say cheese", "agent": "helper"},
+        progress_callback=on_progress,
+    )
+    updates = [n for n in notes if n.startswith("tool_execution_update")]
+    assert updates and all(
+        n.startswith("tool_execution_update: tool subagent: [loner] ") for n in updates
+    )
+    assert any("assistant: echo: say cheese" in n for n in updates), updates
+
+
+async def test_a_subagent_whose_link_cannot_be_written_does_not_run_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parent's session refuses the link entry (its disk full, its file replaced): the
+    # sub-agent already started must not go on with nobody waiting for it or able to stop it,
+    # and the parent's model reads why its tool failed.
+    refuse = Session.append_custom
+
+    def append_custom(self: Session, custom_type: str, data: Any = None) -> str:
+        if custom_type == "subagent":
+            raise SessionError("storage", "the disk is full")
+        return refuse(self, custom_type, data)
+
+    monkeypatch.setattr(Session, "append_custom", append_custom)
+    async with Client(make_server(tmp_path)) as client:
+        run = await call(client, "agent_run", prompt="delegate:loner:slow please", agent="helper")
+        assert run["answer"].startswith("tool said: "), run
+        assert "the disk is full" in run["answer"], run
+        with anyio.fail_after(10):
+            while any(r["status"] == "running" for r in (await call(client, "agent_runs"))["runs"]):
+                await anyio.sleep(0.02)
+        [child] = [r for r in (await call(client, "agent_runs"))["runs"] if r["depth"] == 1]
+        assert child["status"] == "aborted", child
 
 
 async def test_subagent_depth_limit(tmp_path: Path) -> None:

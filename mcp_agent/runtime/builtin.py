@@ -100,6 +100,8 @@ def build_builtin_server(state: AppState) -> MCPServer:
             parent_id = meta.get("session_id")
             if not parent_id:
                 raise ToolError("subagent can only be called by an agent run")
+            if not task.strip():  # (start_run would say "prompt", a word the model never used)
+                raise ToolError("task is empty: say what the sub-agent should do")
             # A child whose agent names no model thinks with its parent's (e.g. the client's).
             caller = state.runs.runs.get(str(meta.get("run_id")))
             inherited: Any = (
@@ -128,10 +130,20 @@ def build_builtin_server(state: AppState) -> MCPServer:
             except (Refused, SessionError) as error:
                 raise ToolError(str(error)) from None
             link = {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task}
-            await state.offload(
-                lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
-            )
             delegator = f"run {caller.id}" if caller is not None else "the run"
+            try:
+                await state.offload(
+                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
+                )
+            except BaseException as error:
+                # The sub-agent has started: it must not go on with nobody waiting for it.
+                run.abort(f"{delegator}, which delegated this task, could not link to it")
+                if isinstance(error, SessionError):
+                    raise ToolError(
+                        f"sub-agent {agent!r} stopped: its link could not be written in this "
+                        f"session: {error} (its session: {run.session_id})"
+                    ) from None
+                raise
             await state.runs.wait(run, f"{delegator}, which delegated this task, was stopped")
             run.listeners.clear()
         if run.status != "completed":
