@@ -237,6 +237,19 @@ class AssistantMessage(BaseMessage):
     def tool_calls(self) -> list[ToolCall]:
         return [block for block in self.content if isinstance(block, ToolCall)]
 
+    @property
+    def failure(self) -> str | None:
+        """Why the answer failed, in one phrase ("aborted: terminated"), or None: the stop
+        reason said once, however the message spells it (the loop writes "Aborted: …", the
+        providers "aborted: …")."""
+        if self.stop_reason not in (StopReason.ERROR, StopReason.ABORTED):
+            return None
+        stop = str(self.stop_reason)
+        why = (self.error_message or "").strip()
+        if why.lower() == stop or why.lower().startswith(stop + ":"):
+            why = why[len(stop) + 1 :].strip()
+        return f"{stop}: {why or 'no reason given'}"
+
 
 class ToolResultMessage(BaseMessage):
     role: Literal["toolResult"] = "toolResult"

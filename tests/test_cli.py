@@ -463,6 +463,21 @@ def test_show_renders_the_branch(cli: Any, db: Path) -> None:
     assert "← weather" in text and "18 C, sunny" in text
 
 
+def test_show_and_tree_say_a_failed_answer_once(cli: Any, db: Path) -> None:
+    # The loop writes "Aborted: …" and the providers "aborted: …": shown "aborted: Aborted: …".
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        session.append_message(User(content="go on"))
+        session.append_message(
+            AssistantMessage(stop_reason="aborted", error_message="Aborted: user cancelled")
+        )
+        sid = session.id
+    for command in ("show", "tree"):
+        text = " ".join(cli("sessions", command, sid).stdout.split())
+        assert "aborted: user cancelled" in text, (command, text)
+        assert "Aborted" not in text and "aborted: aborted" not in text, (command, text)
+
+
 def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
     SqliteSessionRepo(db).close()
     result = cli("sessions", "show", "no-such-session")

@@ -200,18 +200,12 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
         case UserMessage():
             return Text("user", ROLE_STYLES["user"]), content_blocks(message.content, full)
         case AssistantMessage():
-            failed = message.stop_reason in ("error", "aborted")
-            heading = Text("assistant", ROLE_STYLES["error" if failed else "assistant"])
+            failure = message.failure
+            heading = Text("assistant", ROLE_STYLES["assistant" if failure is None else "error"])
             heading.append(escape_controls(f"  {message.provider}:{message.model}"), "dim")
             body = content_blocks(message.content, full)
-            if failed:
-                why = message.error_message or "no message"
-                said = (
-                    why
-                    if why.startswith(str(message.stop_reason))
-                    else f"{message.stop_reason}: {why}"
-                )
-                body.append(Text(escape_controls(said), ROLE_STYLES["error"]))
+            if failure is not None:
+                body.append(Text(escape_controls(failure), ROLE_STYLES["error"]))
             return heading, body
         case ToolResultMessage():
             style = ROLE_STYLES["error" if message.is_error else "toolResult"]

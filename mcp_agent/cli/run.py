@@ -250,13 +250,8 @@ class StreamPrinter:
             case MessageEndEvent(message=AssistantMessage() as message):
                 text, self._text = "".join(self._text), []
                 self._replaced = None
-                if message.stop_reason in ("error", "aborted"):
-                    stop = str(message.stop_reason)
-                    why = message.error_message or ""
-                    # The loop writes "Aborted: terminated", the providers "aborted: terminated".
-                    if why.lower() == stop or why.lower().startswith(stop + ":"):
-                        why = why[len(stop) + 1 :].strip()
-                    self.note(f"{stop}: {why or 'no reason given'}", "bold red")
+                if message.failure is not None:
+                    self.note(message.failure, "bold red")
                     self.shown_error = True
                     self._held = text or None
                 else:

@@ -87,17 +87,15 @@ def message_parts(message: Any, limit: int = 80) -> Parts:
         case UserMessage():
             return [("user: ", "user"), (one_line(message.text, limit), "")]
         case AssistantMessage():
-            failed = message.stop_reason in ("error", "aborted")
-            parts: Parts = [("assistant:", "error" if failed else "assistant")]
+            failure = message.failure
+            parts: Parts = [("assistant:", "assistant" if failure is None else "error")]
             if message.text:
                 parts.append((" " + one_line(message.text, limit), ""))
             calls = message.tool_calls
             if calls:
                 parts.append((f" → {', '.join(c.name for c in calls)}", "call"))
-            if failed:
-                parts.append(
-                    (f" ({message.stop_reason}: {one_line(message.error_message or '', 60)})", "")
-                )
+            if failure is not None:
+                parts.append((f" ({one_line(failure, 60)})", ""))
             return parts
         case ToolResultMessage():
             kind = "error" if message.is_error else "toolResult"
