@@ -39,7 +39,7 @@ from mcp_agent.messages import (
 )
 from mcp_agent.messages import UserMessage as User
 from mcp_agent.runtime.leases import SessionLeases
-from mcp_agent.sessions import ThinkingLevelChangeEntry
+from mcp_agent.sessions import CompactionEntry, ThinkingLevelChangeEntry
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
 
@@ -2005,3 +2005,35 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     header, row = done.stdout.splitlines()[:2]
     assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
+
+
+def test_chat_compacts_with_the_model_the_session_runs_with(
+    cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/compact in a resumed chat asks the model its next run would use (the session's), not
+    the default: as session_compact does, and pi's /compact."""
+    from mcp_agent.cli import demo
+    from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+    from mcp_agent.providers.base import LlmContext
+    from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model
+
+    def answering(name: str) -> Any:
+        def respond(context: LlmContext) -> Any:
+            if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+                return reply(f"summary by {name}")
+            return reply("y" * 40_000)
+
+        return lambda: (scripted_model(name), ScriptedProvider(respond))
+
+    models = {f"scripted:{n}": answering(n) for n in ("session-model", "default-model")}
+    monkeypatch.setattr(demo, "cli_models", lambda: models)
+    lines = "".join(f"question {n} {'x' * 20_000}\n" for n in range(3))
+    assert cli("chat", "--model", "scripted:session-model", input=lines).exit_code == 0
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+    monkeypatch.setenv("MCP_AGENT_MODEL", "scripted:default-model")
+    result = cli("chat", "--session", listed.id, input="/compact\n")
+    assert result.exit_code == 0, result.stderr
+    with SqliteSessionRepo(db) as repo:
+        (compaction,) = repo.open(listed.id).find_entries("compaction")
+    assert narrow(compaction, CompactionEntry).summary.startswith("summary by session-model")

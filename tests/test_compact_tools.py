@@ -266,3 +266,19 @@ async def test_an_automatic_compaction_is_announced_as_progress(
     assert len(ends) == 1 and ends[0].startswith("auto_compaction_end: compacted: about ")
     assert f"(entry {compaction['id']})" in ends[0]
     assert announced.index(starts[0]) < announced.index(ends[0])
+
+
+async def test_summaries_are_written_by_the_sessions_model(tmp_path: Path, model: Model) -> None:
+    """As pi's /compact, and as a run continuing the session: the model the session last ran
+    with summarises it, not the server's default."""
+    by_default = Model()
+    agents = {"default": 'description = "test"\ntools = []\n'}
+    server = agent_server(
+        tmp_path, {"default": by_default.respond, "scripted": model.respond}, agents=agents
+    )
+    async with Client(server) as client:
+        sid, ids = await long_session(client)  # answers by scripted:scripted
+        compacted = await call(client, "session_compact", session_id=sid)
+        assert compacted["summary"] == "SERVER SUMMARY"
+        await call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True)
+    assert len(model.prompts) == 2 and by_default.prompts == []

@@ -446,6 +446,12 @@ async def test_nothing_to_compact() -> None:
     await compact(session, MODEL, summarizer.provider, keep_recent_tokens=100)
     with pytest.raises(CompactionError, match="already compacted"):
         prepare_compaction(session.get_branch(), 100)
+    # A cut falls only between messages: a branch a little over the budget may be all kept.
+    one_turn = new_session()
+    add(one_turn, user(words("question", 150)), assistant(words("answer", 100)))
+    with pytest.raises(CompactionError, match="nothing to compact") as over:
+        prepare_compaction(one_turn.get_branch(), 200)
+    assert "fits" not in str(over.value) and "rounded up to whole messages" in str(over.value)
 
 
 # --- the agent --------------------------------------------------------------------------------

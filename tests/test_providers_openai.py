@@ -824,6 +824,23 @@ async def test_context_overflow_is_marked() -> None:
         assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "message",
+    [  # the wordings of other OpenAI-compatible APIs that pi takes for an overflow
+        "The input token count (1196265) exceeds the maximum number of tokens allowed (1048575).",
+        "prompt token count of 140000 exceeds the limit of 128000",
+        "model_context_window_exceeded",
+    ],
+)
+async def test_other_apis_context_overflow_is_marked(message: str) -> None:
+    async with script_server() as server:
+        server.add(error_reply(400, message))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert is_context_overflow(final), final.error_message
+
+
 async def test_not_an_event_stream() -> None:
     async with script_server() as server:
         server.add(Reply(body=[b'{"choices": []}'], content_type="application/json"))

@@ -431,6 +431,7 @@ class Chat:
         from mcp_agent.compaction import compact, prepare_compaction
         from mcp_agent.runtime.errors import ModelUnavailable
         from mcp_agent.runtime.models import resolve_run_model
+        from mcp_agent.runtime.start import resume_model
 
         session = await self._current()
         if session is None:
@@ -440,12 +441,17 @@ class Chat:
         branch = await self.state.offload(session.get_branch)
         prepare_compaction(branch, context_messages=[])
         manifest = self.state.agents[self.agent or "default"]
+        default = self.state.settings.default_model
+        # The model the next run would use (as start_run chooses it): the one asked for, else
+        # the one the session last ran with, else the agent's or the default.
+        resumed = None
+        if self.model is None:
+            resumed = await self.state.offload(
+                lambda: resume_model(session, default, None, cli_models())
+            )
         try:
-            _, model, stream_fn = resolve_run_model(
-                self.model or manifest.model,
-                self.state.settings.default_model,
-                None,
-                cli_models(),
+            _, model, stream_fn = resumed or resolve_run_model(
+                self.model or manifest.model, default, None, cli_models()
             )
         except ModelUnavailable as error:
             self.refuse(str(error))

@@ -259,8 +259,9 @@ def prepare_compaction(
         size = estimate_messages_tokens(_messages(path[boundary:]))
         raise CompactionError(
             "nothing_to_compact",
-            f"nothing to compact: the branch{since} (about {size} tokens) fits in the recent "
-            f"part that is kept verbatim (about {keep_recent_tokens} tokens)",
+            f"nothing to compact: the branch{since} (about {size} tokens) is all in the recent "
+            f"part that is kept verbatim (about {keep_recent_tokens} tokens, rounded up to "
+            "whole messages)",
         )
     for message in (*history, *prefix):
         file_ops.add_message(message)

@@ -176,6 +176,11 @@ _OVERFLOW_PHRASES = (
     "too many tokens",
     "token limit exceeded",
     "prompt too long",
+    # pi's other patterns: Google ("The input token count (N) exceeds the maximum number of
+    # tokens allowed"), GitHub Copilot ("... exceeds the limit of N"), z.ai's finish reason.
+    "exceeds the maximum number of tokens",
+    "exceeds the limit of",
+    "model_context_window_exceeded",
 )
 _NOT_OVERFLOW = ("rate limit", "too many requests", "throttl")
 

@@ -11,10 +11,10 @@ from pydantic import Field
 
 from mcp_agent.compaction.compact import compact
 from mcp_agent.compaction.cut_points import prepare_compaction
-from mcp_agent.runtime.models import resolve_run_model
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import CompactResult
 from mcp_agent.server.session_tools import WRITES, SessionId
+from mcp_agent.server.summaries import summary_model
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
 
@@ -43,9 +43,7 @@ def register(server: MCPServer) -> None:
 
         with tool_errors():
             session = await state.offload(check)
-            _, model, stream_fn = resolve_run_model(
-                None, state.settings.default_model, ctx.session, state.models
-            )
+            model, stream_fn = await summary_model(state, ctx, session)
         # No run may start in the session while the model writes the summary.
         with tool_errors():
             async with state.runs.hold(session_id, "session_compact"):

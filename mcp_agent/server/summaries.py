@@ -1,5 +1,6 @@
 """Branch summaries for ``session_move_to(summarize=true)``: the model a run would use writes a
-summary of the branch being left, and the leaf moves with it."""
+summary of the branch being left, and the leaf moves with it. ``summary_model`` is that model,
+for ``session_compact`` too."""
 
 from __future__ import annotations
 
@@ -8,9 +9,26 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from mcp_agent.compaction.branch_summary import summarize_branch as summarize_session_branch
 from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.messages import Model
+from mcp_agent.providers.base import StreamFn
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.models import resolve_run_model
+from mcp_agent.runtime.start import ResolvedModel, resume_model
 from mcp_agent.sessions import Session
+
+
+async def summary_model(state: AppState, ctx: Context, session: Session) -> tuple[Model, StreamFn]:
+    """The model that summarises ``session``: the one a run continuing it would use (the model
+    it last ran with, as pi's /compact uses the session's model), else the server's default.
+    Raises ModelUnavailable when there is none."""
+
+    def resume() -> ResolvedModel | None:
+        return resume_model(session, state.settings.default_model, ctx.session, state.models)
+
+    resolved = await state.offload(resume) or resolve_run_model(
+        None, state.settings.default_model, ctx.session, state.models
+    )
+    return resolved[1], resolved[2]
 
 
 async def summarize_branch(
@@ -24,9 +42,7 @@ async def summarize_branch(
             f"not_found: entry {entry_id} not found in session {session.id} "
             "(list entries with session_get)"
         )
-    _, model, stream_fn = resolve_run_model(
-        None, state.settings.default_model, ctx.session, state.models
-    )
+    model, stream_fn = await summary_model(state, ctx, session)
     try:
         return await summarize_session_branch(
             session, entry_id, model, stream_fn, offload=state.offload
