@@ -538,11 +538,12 @@ async def test_agent_below_the_threshold_does_not_compact() -> None:
     assert compactions(session) == [] and summarizer.prompts == []
 
 
-async def test_a_failed_answer_does_not_set_off_a_compaction() -> None:
+async def test_a_failed_answer_counts_for_nothing_toward_a_compaction() -> None:
     """A failed answer is never sent to the model, however much text it kept (a stream cut
-    off at the answer's bound held 16 MB): it neither counts toward the context nor starts a
-    compaction after the run, which would ask the API that just failed for a summary (pi
-    skips it too)."""
+    off at the answer's bound held 16 MB): it does not count toward the context, so it sets
+    off no compaction of its own. After it, as after any answer, the context the last good
+    answer measured is compacted at the threshold, as pi does (so that a session whose API
+    keeps failing can still compact)."""
     session = new_session()
     add_turns(session, 6)  # about 2,400 tokens: under the threshold of 3,000
     summarizer = Summarizer()
@@ -555,10 +556,16 @@ async def test_a_failed_answer_does_not_set_off_a_compaction() -> None:
     await agent.prompt("again")  # nor before the next prompt
     assert summarizer.prompts == [] and compactions(session) == []
     assert len(provider.calls) == 2
-    # Over the threshold with the prompt alone: a failed answer still does not compact.
+    # Over the threshold with the prompt: compacted after the failed answer, as pi does.
     agent, _ = compacting_agent(session, [provider_error("overloaded")], summarizer)
     await agent.prompt(words("long", 700))
-    assert summarizer.prompts == [] and compactions(session) == []
+    assert summarizer.prompts and len(compactions(session)) == 1
+    # But not with no answer that measured the context (pi: nothing to estimate from).
+    fresh = new_session()
+    fresh.append_message(UserMessage(content=words("long", 700)))
+    agent, _ = compacting_agent(fresh, [provider_error("overloaded")], summarizer)
+    await agent.prompt(words("more", 700))
+    assert compactions(fresh) == []
 
 
 async def test_agent_compacts_before_a_prompt() -> None:

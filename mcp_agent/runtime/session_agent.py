@@ -34,7 +34,7 @@ from mcp_agent.agent import Agent
 from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.compact import CompactionSettings, compact
 from mcp_agent.compaction.errors import CompactionError
-from mcp_agent.compaction.tokens import context_tokens, should_compact
+from mcp_agent.compaction.tokens import context_tokens, estimate_context_tokens, should_compact
 from mcp_agent.events import (
     AutoCompactionEndEvent,
     AutoCompactionStartEvent,
@@ -330,13 +330,14 @@ class SessionAgent(Agent):
                     return new
                 new = [*new, *await self._retry_passing_errors(await self._run_continue())]
                 continue
-            # As pi: not after an answer that failed (the API may be failing still, and the
-            # answer measured no context) or was aborted (the user wants to stop).
-            if (
-                last.stop_reason not in (StopReason.ABORTED, StopReason.ERROR)
-                and self._pending_abort is None
-                and self._over_threshold()
-            ):
+            # As pi: never after an aborted answer (the user wants to stop). After a failed
+            # one, from the context as the last good answer measured it (the failed one counts
+            # for nothing: it is never sent), and only if one did: a session whose API keeps
+            # failing can still compact.
+            if last.stop_reason == StopReason.ABORTED or self._pending_abort is not None:
+                return new
+            measured = estimate_context_tokens(self.state.messages).last_usage_index is not None
+            if (last.stop_reason != StopReason.ERROR or measured) and self._over_threshold():
                 await self._compact("threshold")
             return new
 
