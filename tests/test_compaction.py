@@ -635,10 +635,24 @@ async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:
     assert narrow(new[-1], AssistantMessage).text == "recovered"
 
 
-async def test_overflow_is_retried_exactly_once() -> None:
+async def test_overflow_is_retried_once_and_again_after_an_answer_that_works() -> None:
+    """As pi's AgentSession: one recovery per overflow; an overflow straight after the retry
+    ends the run, while a run that went on working (a tool call) and filled the window again
+    recovers again."""
     session = new_session()
     add_turns(session, 6)
     summarizer = Summarizer()
+    agent, provider = compacting_agent(
+        session, [provider_error(OVERFLOW), provider_error(OVERFLOW), reply("never")], summarizer
+    )
+    new = await agent.prompt("next")
+    assert len(provider.calls) == 2 and provider.remaining == 1
+    assert len(compactions(session)) == 1
+    last = narrow(new[-1], AssistantMessage)
+    assert last.stop_reason == StopReason.ERROR and last.error_message == OVERFLOW
+
+    session = new_session()
+    add_turns(session, 6)
     agent, provider = compacting_agent(
         session,
         [
@@ -646,16 +660,15 @@ async def test_overflow_is_retried_exactly_once() -> None:
             # The retry reads a file (enough new content for another compaction), then overflows.
             reply(tool_call("read", {"path": "big.txt"})),
             provider_error(OVERFLOW),
-            reply("never"),
+            reply("recovered"),
         ],
-        summarizer,
+        Summarizer(),
     )
     new = await agent.prompt("next")
-    assert len(provider.calls) == 3 and provider.remaining == 1
-    assert len(compactions(session)) == 1 and len(summarizer.prompts) == 1
-    assert [m.role for m in new] == ["user", "assistant", "assistant", "toolResult", "assistant"]
-    last = narrow(new[-1], AssistantMessage)
-    assert last.stop_reason == StopReason.ERROR and last.error_message == OVERFLOW
+    assert len(provider.calls) == 4 and len(compactions(session)) == 2
+    roles = ["user", "assistant", "assistant", "toolResult", "assistant", "assistant"]
+    assert [m.role for m in new] == roles
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
 
 
 async def test_overflow_without_a_working_summariser_is_not_retried() -> None:

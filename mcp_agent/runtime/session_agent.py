@@ -310,7 +310,8 @@ class SessionAgent(Agent):
 
     async def _recover(self, new: list[BaseMessage]) -> list[BaseMessage]:
         """After a run: on a context overflow, drop the failed answer from the transcript (it
-        stays in the session), compact and retry once; else compact when over the threshold."""
+        stays in the session), compact and retry once (again after an answer that works);
+        else compact when over the threshold."""
         if not self._compacts():
             return new
         retried = False
@@ -328,7 +329,14 @@ class SessionAgent(Agent):
                 self._drop_failed_answer()  # the rebuilt context has it too: it is stored
                 if not self.state.messages or self.state.messages[-1].role == "assistant":
                     return new
-                new = [*new, *await self._retry_passing_errors(await self._run_continue())]
+                part = await self._retry_passing_errors(await self._run_continue())
+                new = [*new, *part]
+                # As pi: once an answer works, a later overflow may be recovered from again
+                # (a long run that fills the window twice); two in a row end the run.
+                if any(
+                    isinstance(m, AssistantMessage) and m.stop_reason not in _FAILED for m in part
+                ):
+                    retried = False
                 continue
             # As pi: never after an aborted answer (the user wants to stop). After a failed
             # one, from the context as the last good answer measured it (the failed one counts
