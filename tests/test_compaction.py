@@ -671,6 +671,32 @@ async def test_overflow_is_retried_once_and_again_after_an_answer_that_works() -
     assert narrow(new[-1], AssistantMessage).text == "recovered"
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # A server that cut the input silently: an answer, having read more than fits.
+        reply("garbled", usage=Usage(input=3_900, cache_read=200, output=5)),
+        # One that cut it to fit: nothing written, the window full.
+        reply("", stop_reason=StopReason.LENGTH, usage=Usage(input=3_990, output=0)),
+    ],
+    ids=["read-past-the-window", "length-with-nothing-written"],
+)
+async def test_an_overflow_a_server_does_not_call_one_is_compacted_and_retried(
+    answer: ScriptedResponse,
+) -> None:
+    """As pi's isContextOverflow, given the model's window (4,000 tokens here)."""
+    session = new_session()
+    add_turns(session, 6)
+    agent, provider = compacting_agent(session, [answer, reply("recovered")], Summarizer())
+    events = compaction_events(agent)
+    new = await agent.prompt("next")
+    assert (events[0].type, events[0].reason) == ("auto_compaction_start", "overflow")
+    assert len(provider.calls) == 2 and len(compactions(session)) == 1
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
+    retried = provider.calls[1]
+    assert [m.role for m in retried.messages][-1] == "user"  # the overflowed answer left out
+
+
 async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
     session = new_session()
     add_turns(session, 6)

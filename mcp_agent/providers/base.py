@@ -66,10 +66,22 @@ def is_transient_error(message: AssistantMessage) -> bool:
     return _TRANSIENT.search(text) is not None
 
 
-def is_context_overflow(message: AssistantMessage) -> bool:
-    """True when a model refused the request because the context was too long."""
-    return message.stop_reason == StopReason.ERROR and bool(
-        message.error_message and CONTEXT_OVERFLOW_MARK in message.error_message
+def is_context_overflow(message: AssistantMessage, context_window: int = 0) -> bool:
+    """True when the context was too long for the model: it refused the request; or, given
+    the model's ``context_window`` (as pi's isContextOverflow), it answered having read more
+    than fits (a server that cuts the input silently), or stopped for length with nothing
+    written and the window full (one that cut the input to fit)."""
+    if message.stop_reason == StopReason.ERROR:
+        return bool(message.error_message and CONTEXT_OVERFLOW_MARK in message.error_message)
+    if context_window <= 0:
+        return False
+    read = message.usage.input + message.usage.cache_read
+    if message.stop_reason == StopReason.STOP:
+        return read > context_window
+    return (
+        message.stop_reason == StopReason.LENGTH
+        and message.usage.output == 0
+        and read >= context_window * 0.99
     )
 
 

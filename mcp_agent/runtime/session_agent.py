@@ -319,14 +319,15 @@ class SessionAgent(Agent):
             last = _last_answer(new)
             if last is None:
                 return new
-            if is_context_overflow(last) and self._same_model(last):
+            window = self.state.model.context_window
+            if is_context_overflow(last, window) and self._same_model(last):
                 if retried:
                     return new
                 retried = True
-                self._drop_failed_answer()
+                self._drop_overflowed_answer()
                 if not await self._compact("overflow"):
                     return new
-                self._drop_failed_answer()  # the rebuilt context has it too: it is stored
+                self._drop_overflowed_answer()  # the rebuilt context has it too: it is stored
                 if not self.state.messages or self.state.messages[-1].role == "assistant":
                     return new
                 part = await self._retry_passing_errors(await self._run_continue())
@@ -334,7 +335,10 @@ class SessionAgent(Agent):
                 # As pi: once an answer works, a later overflow may be recovered from again
                 # (a long run that fills the window twice); two in a row end the run.
                 if any(
-                    isinstance(m, AssistantMessage) and m.stop_reason not in _FAILED for m in part
+                    isinstance(m, AssistantMessage)
+                    and m.stop_reason not in _FAILED
+                    and not is_context_overflow(m, window)
+                    for m in part
                 ):
                     retried = False
                 continue
@@ -361,6 +365,17 @@ class SessionAgent(Agent):
             and messages[-1].stop_reason == StopReason.ERROR
         ):
             messages.pop()
+
+    def _drop_overflowed_answer(self) -> None:
+        """The last answer out of the transcript when it failed or overflowed (one that read
+        more than fits is no answer to keep in the context: the session keeps it)."""
+        messages = self.state.messages
+        if messages and isinstance(messages[-1], AssistantMessage):
+            last = messages[-1]
+            if last.stop_reason == StopReason.ERROR or is_context_overflow(
+                last, self.state.model.context_window
+            ):
+                messages.pop()
 
     async def _compact(self, reason: Literal["threshold", "overflow"]) -> bool:
         """Compact the session and rebuild the transcript from it; False if that failed (the
