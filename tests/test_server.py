@@ -883,6 +883,35 @@ async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
     assert "OTHER MODEL" in run["answer"]
 
 
+async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(
+    tmp_path: Path,
+) -> None:
+    # Cut with the tool result's own bound, the answer took the fields after it along: the
+    # calling model lost the sub-agent's session and status.
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            result = json.loads(content_text(last.content))
+            cut = "[cut: 150,000 characters in all" in result["answer"]
+            return reply(f"status={result['status']} session={result['session_id']} cut={cut}")
+        text = content_text(last.content)
+        if text.startswith("delegate:"):
+            agent, _, task = text.removeprefix("delegate:").partition(":")
+            return reply(tool_call("subagent", {"agent": agent, "task": task}))
+        return reply("x" * 150_000)
+
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder, "long": model}, agents=TEST_AGENTS
+    )
+    async with Client(server) as client:
+        run = await call(
+            client, "agent_run", prompt="delegate:loner:go", agent="helper", model="long"
+        )
+    assert run["answer"].startswith("status=completed session=") and run["answer"].endswith(
+        "cut=True"
+    ), run["answer"]
+
+
 async def test_steering_message_goes_in_before_the_next_model_call(client: Client) -> None:
     run = await call(client, "agent_run", prompt="slow please", wait=False)
     assert "empty" in await call_error(client, "agent_steer", run_id=run["runId"], message=" ")

@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
@@ -28,11 +29,18 @@ SUBAGENT_ENTRY = "subagent"
 
 
 class SubagentResult(BaseModel):
-    answer: str
+    # The answer last, and cut to fit a tool result: a longer one was cut with the rest of
+    # the result after it, the session and status the calling model needs to go on.
     session_id: str
     run_id: str
     agent: str
     status: str
+    answer: str
+
+
+# What a sub-agent's answer keeps of its text (the session has all of it): a tool result's
+# bound, less room for the fields before it and the note.
+SUBAGENT_ANSWER_CHARS = MAX_RESULT_CHARS - 1_000
 
 
 # Progress messages waiting to be sent to one waiting client; past this, new ones are dropped.
@@ -151,8 +159,14 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "
                 f"(its session: {run.session_id})"
             )
+        answer = run.answer or ""
+        if len(answer) > SUBAGENT_ANSWER_CHARS:
+            answer = (
+                f"{answer[:SUBAGENT_ANSWER_CHARS]}… [cut: {len(answer):,} characters in all;"
+                f" the whole answer is in session {run.session_id}]"
+            )
         return SubagentResult(
-            answer=run.answer or "",
+            answer=answer,
             session_id=run.session_id,
             run_id=run.id,
             agent=agent,
