@@ -112,7 +112,8 @@ def _bounded(content: list[TextContent | ImageContent]) -> list[TextContent | Im
     over: list[int] = []  # sizes of the images left out for the bounds of a result
     for block in content[:MAX_RESULT_BLOCKS]:
         if isinstance(block, ImageContent):
-            size = len(block.data) * 3 // 4
+            # What the base64 decodes to: its padding ("=") stands for no byte.
+            size = len(block.data) * 3 // 4 - block.data[-2:].count("=")
             if len(block.data) > MAX_IMAGE_CHARS:
                 kept.append(TextContent(text=f"[an image of {size:,} bytes left out: over 5 MB]"))
             elif images < MAX_RESULT_IMAGES and image_chars + len(block.data) <= (
