@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import weakref
 from pathlib import Path
 from typing import Any, cast
 
@@ -700,6 +702,37 @@ async def test_a_run_whose_start_is_cancelled_does_not_go_on() -> None:
     if messages:
         assert narrow(messages[-1], AssistantMessage).stop_reason == "aborted"
     runs.ensure_idle(session.id)
+
+
+async def test_a_forgotten_run_is_freed_without_the_cyclic_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A finished run that the manager forgets must go by reference counting: before, the run
+    and its agent held each other (the agent's listener), so every run's agent, session and
+    transcript waited for a full collection, which serve's collector settings make rare (a
+    soak of a few minutes grew the server by 100 MB)."""
+    monkeypatch.setattr("mcp_agent.runtime.runs.KEEP_FINISHED_RUNS", 0)
+    session = Session()
+
+    async def build(run_id: str) -> tuple[SessionAgent, str]:
+        stream = ScriptedProvider(lambda context: reply("hi"))
+        return SessionAgent(model=scripted_model(), stream_fn=stream, session=session), "scripted"
+
+    async with anyio.create_task_group() as group:
+        runs = RunManager(group)
+        run = await runs.start(
+            session=session, manifest=AgentManifest(name="default"), prompt="hi", build_agent=build
+        )
+        with anyio.fail_after(5):
+            await run.done.wait()
+        assert run.status == "completed" and not runs.runs  # forgotten at once
+        gone, agent_gone = weakref.ref(run), weakref.ref(run.agent)
+        gc.disable()
+        try:
+            del run
+            assert gone() is None and agent_gone() is None
+        finally:
+            gc.enable()
 
 
 async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Path) -> None:

@@ -143,7 +143,13 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
             return getattr(self.real, name)
 
     # A stand-in for the file: it hands everything to the real one but the first write.
-    storage._handle = cast(IO[bytes], DiskFullOnce(storage._handle))
+    opener = storage._open_for_append
+
+    def open_once() -> IO[bytes]:
+        storage._open_for_append = opener  # type: ignore[method-assign]
+        return cast(IO[bytes], DiskFullOnce(opener()))
+
+    storage._open_for_append = open_once  # type: ignore[method-assign]
     with pytest.raises(SessionError) as refused:  # said, not an OSError a client never reads
         session.append_message(user("lost"))
     assert refused.value.code == "storage"
@@ -154,6 +160,21 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         again = JsonlSessionRepo(tmp_path).open(session.id)
     assert [narrow(m, UserMessage).text for m in again.build_context().messages] == ["a", "b"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_appending_to_many_sessions_holds_no_descriptor_for_each(tmp_path: Path) -> None:
+    """Each session appended to kept its file open for as long as the repo kept the session
+    (a server: for good): a server with ulimit -n 400 refused every write ("Too many open
+    files") after 381 sessions, and could accept no connection either."""
+    repo = JsonlSessionRepo(tmp_path)
+    before = len(os.listdir("/proc/self/fd"))
+    sessions = [repo.create() for _ in range(40)]
+    for session in sessions:
+        session.append_message(user("a"))
+    assert len(os.listdir("/proc/self/fd")) - before < 10
+    assert [len(repo.open(s.id).get_entries()) for s in sessions] == [1] * 40
+    repo.close()
 
 
 def test_damage_before_the_last_line_names_file_and_line(tmp_path: Path) -> None:

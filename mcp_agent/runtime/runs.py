@@ -487,13 +487,13 @@ class RunManager:
         self._by_session[session.id] = run
         if listener is not None:
             run.listeners.append(listener)
-        agent.subscribe(run._on_event)
+        stop_listening = agent.subscribe(run._on_event)
         try:
             await self._publish([run])
         except Exception:  # the board this once; the run itself goes on
             log.warning("the run board could not be written", exc_info=True)
         started = anyio.Event()
-        self._task_group.start_soon(self._execute, run, prompt, started)
+        self._task_group.start_soon(self._execute, run, prompt, started, stop_listening)
         try:
             await started.wait()
         except anyio.get_cancelled_exc_class():
@@ -506,7 +506,9 @@ class RunManager:
             raise
         return run
 
-    async def _execute(self, run: Run, prompt: str, started: anyio.Event) -> None:
+    async def _execute(
+        self, run: Run, prompt: str, started: anyio.Event, stop_listening: Callable[[], None]
+    ) -> None:
         try:
             started.set()
             if run.abort_reason is not None:
@@ -569,6 +571,9 @@ class RunManager:
                     await self._release(run.session_id)
                 except Exception:  # the lease lapses by itself; the run has ended all the same
                     log.warning("releasing the lease of session %s failed", run.session_id)
+            # The agent's listener is the run itself: a cycle that would keep every forgotten
+            # run (agent, session, transcript) for a full collection, rare in serve.
+            stop_listening()
             run.done.set()
             self._forget_old_runs()
 

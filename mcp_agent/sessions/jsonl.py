@@ -239,14 +239,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
 
     def _append_line(self, entry: SessionEntry) -> None:
         if self._handle is None:
-            # Kept open across appends. Never created here: a session deleted meanwhile (by
-            # a tool on another worker thread, or another program) must not come back as a
-            # file of this one line, without its header.
-            try:
-                self._handle = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND), "ab")
-            except FileNotFoundError:
-                session_id = self.get_metadata().id
-                raise SessionError("not_found", f"session {session_id} was deleted") from None
+            self._handle = self._open_for_append()
         start = self._handle.tell()
         try:
             if start and not _ends_with_newline(self.path):
@@ -259,6 +252,19 @@ class JsonlSessionStorage(InMemorySessionStorage):
             # the next append would follow it and the file would no longer load.
             self._undo_write(start)
             raise
+        self._close_handle()
+
+    def _open_for_append(self) -> IO[bytes]:
+        """The file, opened for one append, as pi appends (and closed after it): a handle kept
+        open held a descriptor for every session a server ever appended to, until it ran out
+        of them. Never created here: a session deleted meanwhile (by a tool on another worker
+        thread, or another program) must not come back as a file of this one line, without
+        its header."""
+        try:
+            return os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND), "ab")
+        except FileNotFoundError:
+            session_id = self.get_metadata().id
+            raise SessionError("not_found", f"session {session_id} was deleted") from None
 
     def _undo_write(self, size: int) -> None:
         handle, self._handle = self._handle, None
