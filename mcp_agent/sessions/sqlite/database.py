@@ -68,13 +68,6 @@ TREE_INDEX = (
     " ON entries (session_id, parent_id, type, n, id, timestamp)"
 )
 BUSY_TIMEOUT_S = 60.0
-# How much of the file each connection reads through a memory map rather than read() calls
-# into its own page cache: a cold read of a 1,000-message branch from a 450 MB file took about
-# a third less (each page a memory access instead of a system call and a copy), and every
-# connection shares the one copy the operating system keeps. Writes still go through write().
-# The cost: an I/O error while reading a mapped page ends the process (SIGBUS) where read()
-# gives an error. Address space only: what is not touched takes no memory.
-MMAP_BYTES = 1 << 30
 
 
 # The tables a session database holds (with the leases table of runtime.leases); a file with
@@ -262,8 +255,6 @@ class SqliteDatabase:
             check_same_thread=False,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        if not self._shared:
-            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
         return conn
 
     def _borrow_reader(self) -> sqlite3.Connection:
