@@ -421,29 +421,43 @@ def test_a_command_that_only_reads_leaves_an_empty_database_as_it_found_it(
     assert sessions("list").returncode == 0
 
 
+def login_role(pg_cluster: Any, postgres_url: str, *grants: str) -> str:
+    """A new login role granted each of ``grants`` ("SELECT ON ALL TABLES") in the public
+    schema of the test database; the database's URL as that role."""
+    import uuid
+
+    import psycopg
+
+    role = "r_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        for grant in grants:
+            what, _, on = grant.partition(" ON ")
+            db.execute(f"GRANT {what} ON {on} IN SCHEMA public TO {role}")
+    return postgres_url.replace("postgres@", f"{role}@")
+
+
 def test_a_role_that_may_not_create_tables_opens_a_prepared_database(
     postgres_url: str, pg_cluster: Any
 ) -> None:
     """Opening only reads a current schema: a role without CREATE on the schema (PostgreSQL
     15's default for a new role) works in a database made by another, and is told what to do
     in one that has no session tables yet."""
-    import uuid
-
-    import psycopg
 
     from mcp_agent.sessions import SessionError
     from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-    role = "r_" + uuid.uuid4().hex[:10]
     empty = pg_cluster.new_database()
-    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
     with PostgresSessionRepo(postgres_url) as repo:
         made = repo.create(name="made by the owner").id
-    with psycopg.connect(postgres_url, autocommit=True) as db:
-        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
-        db.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}")
-    as_role = postgres_url.replace("postgres@", f"{role}@")
+    as_role = login_role(
+        pg_cluster,
+        postgres_url,
+        "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES",
+        "USAGE ON ALL SEQUENCES",
+    )
+    role = as_role.split("://")[1].split("@")[0]
     with PostgresSessionRepo(as_role) as repo:
         assert repo.open(made).name == "made by the owner"
     with pytest.raises(SessionError, match="this role may not make them") as raised:
@@ -457,22 +471,16 @@ def test_a_role_that_may_only_read_is_refused_by_what_writes(
     """A role granted SELECT alone reads the sessions; a run, a chat and the server refuse it
     up front, in one line naming the role (the server started, failed every write and logged
     a traceback at each lease renewal), as they refuse a read-only database."""
-    import uuid
 
-    import psycopg
     import typer
 
     from mcp_agent.cli.common import check_database
     from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-    role = "r_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
     with PostgresSessionRepo(postgres_url) as repo:
         made = repo.create(name="kept").id
-    with psycopg.connect(postgres_url, autocommit=True) as db:
-        db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
-    as_role = postgres_url.replace("postgres@", f"{role}@")
+    as_role = login_role(pg_cluster, postgres_url, "SELECT ON ALL TABLES")
+    role = as_role.split("://")[1].split("@")[0]
     with PostgresSessionRepo(as_role) as repo:
         assert repo.open(made).name == "kept"
     with pytest.raises(typer.Exit):
