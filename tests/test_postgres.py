@@ -627,10 +627,22 @@ def test_connections_the_database_dropped_are_replaced_at_once(
     answered at once: the pool's dead idle connections are not tried one by one, with a
     growing pause between, until the caller is told the pool "stayed busy"."""
     import psycopg
+    from psycopg_pool import ConnectionPool
 
     from mcp_agent.sessions.postgres import PostgresSessionRepo, database
 
     monkeypatch.setattr(database, "POOL_TIMEOUT_S", 5.0)  # the pauses alone: 1 + 2 + 4 s
+    found_dead: list[object] = []
+    check = ConnectionPool.check_connection
+
+    def counted(conn: Any) -> None:
+        try:
+            check(conn)
+        except psycopg.Error:
+            found_dead.append(conn)
+            raise
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
     with PostgresSessionRepo(postgres_url) as repo:
         session_id = repo.create(name="kept").id
         pool = repo.database.pool
@@ -642,9 +654,9 @@ def test_connections_the_database_dropped_are_replaced_at_once(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
                 [postgres_url.rsplit("/", 1)[1]],
             )
-        started = time.monotonic()
         assert repo.open(session_id).name == "kept"
-        assert time.monotonic() - started < 2.0
+        # The first dead one found drops the others: none is tried after a pause.
+        assert len(found_dead) == 1
 
 
 def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
@@ -663,16 +675,16 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         before = len(session.get_entries())
         with psycopg.connect(postgres_url) as locker:
             locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
-            let_go = threading.Timer(5, locker.rollback)  # a bound, should the calls wait
+            # The lock is let go after 30 s at the latest: a call that waited for it would
+            # then go through, and not raise what the lock timeout raises.
+            let_go = threading.Timer(30, locker.rollback)
             let_go.start()
             for attempt in (
                 lambda: session.append_message(user_message("lost?")),
                 lambda: repo.open(session.id),
             ):
-                started = time.monotonic()
                 with pytest.raises(SessionError) as raised:
                     attempt()
-                assert time.monotonic() - started < 3
                 said = str(raised.value)
                 assert raised.value.code == "busy", said
                 assert "stayed locked by another transaction for 0.3 s" in said, said
