@@ -170,7 +170,6 @@ class JsonlSessionStorage(InMemorySessionStorage):
         entries: Sequence[SessionEntry] = (),
     ) -> None:
         self.path = Path(path)
-        self._handle: IO[bytes] | None = None
         if header is not None:
             if self.path.exists():
                 raise SessionError("conflict", f"session file {self.path} already exists")
@@ -201,7 +200,6 @@ class JsonlSessionStorage(InMemorySessionStorage):
             raise SessionError("conflict", f"session file {path} already exists")
         storage = cls.__new__(cls)
         storage.path = path
-        storage._handle = None
         InMemorySessionStorage.__init__(storage, stream.header)
 
         def lines() -> Iterator[str]:
@@ -227,7 +225,6 @@ class JsonlSessionStorage(InMemorySessionStorage):
         return cls(path, new_header(cwd=cwd, parent_session=parent_session, metadata=metadata))
 
     def _rewrite(self) -> None:
-        self._close_handle()
         lines = [entry_to_json(self.get_metadata()), *map(entry_to_json, self._entries)]
         with _writing(self.path):
             write_file_atomically(self.path, lines)
@@ -238,21 +235,22 @@ class JsonlSessionStorage(InMemorySessionStorage):
         self.stamp = _stamp(self.path)
 
     def _append_line(self, entry: SessionEntry) -> None:
-        if self._handle is None:
-            self._handle = self._open_for_append()
-        start = self._handle.tell()
+        handle = self._open_for_append()
+        start = handle.tell()
         try:
             if start and not _ends_with_newline(self.path):
-                self._handle.write(b"\n")  # a file pi or an editor left without one
-            self._handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+                handle.write(b"\n")  # a file pi or an editor left without one
+            handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
         except BaseException:
             # A failed append (disk full, I/O error) must not leave part of a line behind:
             # the next append would follow it and the file would no longer load.
+            with contextlib.suppress(OSError):
+                handle.close()
             self._undo_write(start)
             raise
-        self._close_handle()
+        handle.close()
 
     def _open_for_append(self) -> IO[bytes]:
         """The file, opened for one append, as pi appends (and closed after it): a handle kept
@@ -267,30 +265,11 @@ class JsonlSessionStorage(InMemorySessionStorage):
             raise SessionError("not_found", f"session {session_id} was deleted") from None
 
     def _undo_write(self, size: int) -> None:
-        handle, self._handle = self._handle, None
-        try:
-            if handle is not None:
-                handle.close()
-        except OSError:
-            pass
         try:
             os.truncate(self.path, size)
             self.stamp = _stamp(self.path)
         except OSError as error:
             log.warning("%s: could not cut off a failed append: %s", self.path, error)
-
-    def _close_handle(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-    def close(self) -> None:
-        self._close_handle()
-
-    def __del__(self) -> None:
-        handle = getattr(self, "_handle", None)
-        if handle is not None:
-            handle.close()
 
 
 class JsonlSessionRepo(BaseSessionRepo):
