@@ -250,6 +250,9 @@ class Agent:
     def has_queued_messages(self) -> bool:
         return bool(self._steering.messages or self._follow_ups.messages)
 
+    def queued_count(self) -> int:
+        return len(self._steering.messages) + len(self._follow_ups.messages)
+
     def take_queued(self) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """The steering and follow-up messages still queued, taken out of the queues (pi's
         AgentSession.clearQueue): what a run that ended did not get to."""

@@ -38,6 +38,7 @@ from mcp_agent.providers.scripted import (
     tool_call,
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
+from mcp_agent.runtime import runs
 from mcp_agent.runtime.runs import RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server.notify import Notifier, WatchedBus
@@ -617,7 +618,9 @@ async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> Non
     assert "run" in await call_error(client, "agent_steer", run_id=run["runId"], message="x")
 
 
-async def test_a_cancelled_run_gives_back_the_messages_it_had_not_taken(client: Client) -> None:
+async def test_a_cancelled_run_gives_back_the_messages_it_had_not_taken(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # pi gives queued messages back to its user on an abort; they were acknowledged as
     # queued, and no session holds them.
     run = await call(client, "agent_run", prompt="slow please", wait=False)
@@ -628,6 +631,9 @@ async def test_a_cancelled_run_gives_back_the_messages_it_had_not_taken(client: 
             await anyio.sleep(0.01)
     await call(client, "agent_steer", run_id=run["runId"], message="change course")
     await call(client, "agent_follow_up", run_id=run["runId"], message='and then "this"')
+    monkeypatch.setattr(runs, "MAX_QUEUED", 2)  # a run's queue is bounded
+    said = await call_error(client, "agent_steer", run_id=run["runId"], message="one more")
+    assert "holds 2 messages not taken yet, the most it queues" in said, said
     cancelled = await call(client, "agent_cancel", run_id=run["runId"])
     assert cancelled["status"] == "aborted", cancelled
     [warning] = cancelled["warnings"]

@@ -20,7 +20,7 @@ from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, UserMessage
-from mcp_agent.runtime.errors import RunEnded, SessionBusy, TooManyRuns, UnknownRun
+from mcp_agent.runtime.errors import Refused, RunEnded, SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_message
 from mcp_agent.runtime.run_board import (
     POLL_EVERY,
@@ -108,7 +108,9 @@ class RunLimits:
 
 
 # How much of each queued message the run ended before taking its warning quotes.
-NOT_TAKEN_CHARS = 1_000
+NOT_TAKEN_CHARS = 500
+# Steering and follow-up messages one run holds, not yet taken; past it, one more is refused.
+MAX_QUEUED = 50
 
 
 def _not_taken(agent: SessionAgent) -> str | None:
@@ -318,6 +320,8 @@ class RunManager:
             return  # ended meanwhile: the sender sees that on the board
         if kind == "cancel":
             run.abort("cancelled with agent_cancel")
+        elif run.agent.queued_count() >= MAX_QUEUED:  # sent from another replica
+            log.warning("run %s: a message left out, %d queued already", run_id, MAX_QUEUED)
         elif kind == "steer" and message is not None:
             run.agent.steer(message)
         elif kind == "follow_up" and message is not None:
@@ -375,6 +379,11 @@ class RunManager:
             return record
         if run.status != "running":
             raise _ended(run_id, run.status)
+        if run.agent.queued_count() >= MAX_QUEUED:
+            raise Refused(
+                f"run {run_id} holds {MAX_QUEUED} messages not taken yet, the most it queues:"
+                " wait for it to take them (agent_status), then send this one again"
+            )
         self._apply(run_id, kind, message)
         return run
 
