@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, cast
 
@@ -21,6 +26,7 @@ from mcp_agent.sessions import (
     JsonlSessionStorage,
     Session,
     SessionError,
+    jsonl,
 )
 
 DATA = Path(__file__).parent / "data" / "pi"
@@ -143,13 +149,15 @@ def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
             return getattr(self.real, name)
 
     # A stand-in for the file: it hands everything to the real one but the first write.
-    opener = storage._open_for_append
+    opener = storage._locked_for_append
 
-    def open_once() -> IO[bytes]:
-        storage._open_for_append = opener  # type: ignore[method-assign]
-        return cast(IO[bytes], DiskFullOnce(opener()))
+    @contextlib.contextmanager
+    def open_once() -> Iterator[IO[bytes]]:
+        storage._locked_for_append = opener  # type: ignore[method-assign]
+        with opener() as handle:
+            yield cast(IO[bytes], DiskFullOnce(handle))
 
-    storage._open_for_append = open_once  # type: ignore[method-assign]
+    storage._locked_for_append = open_once  # type: ignore[method-assign]
     with pytest.raises(SessionError) as refused:  # said, not an OSError a client never reads
         session.append_message(user("lost"))
     assert refused.value.code == "storage"
@@ -363,3 +371,145 @@ def test_session_ids_cannot_escape_the_directory(tmp_path: Path, bad: str) -> No
     with pytest.raises(SessionError) as error:
         repo.open(bad)
     assert error.value.code == "not_found"
+
+
+# A second program of ours on the same folder (an IDE window's own server): it appends to a
+# session it opened once, each append built on the leaf as it last saw it.
+WRITER = """
+import sys
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import JsonlSessionRepo
+session = JsonlSessionRepo(sys.argv[1]).open(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+for n in range(int(sys.argv[3])):
+    session.append_message(UserMessage(content=f"{sys.argv[4]}{n}", timestamp=1))
+"""
+
+
+def test_two_processes_appending_to_one_file_keep_one_conversation(tmp_path: Path) -> None:
+    """Each process appended from its own stale leaf: the file forked at every turn of the
+    other, and a resume (the leaf's branch) left out the other's messages."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("start"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), session.id, "40", tag],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        for tag in "ab"
+    ]
+    for writer in writers:  # both have read the file before either appends
+        assert writer.stdout is not None and writer.stdout.readline() == b"ready\n"
+    for writer in writers:
+        assert writer.stdin is not None
+        writer.stdin.write(b"go\n")
+        writer.stdin.close()
+    assert [writer.wait(timeout=60) for writer in writers] == [0, 0]
+    again = JsonlSessionRepo(tmp_path).open(session.id)
+    texts = [narrow(m, UserMessage).text for m in again.build_context().messages]
+    assert len(texts) == 81 and texts[0] == "start"
+    for tag in "ab":
+        assert [text for text in texts if text[0] == tag] == [f"{tag}{n}" for n in range(40)]
+    parents = [entry.parent_id for entry in again.get_entries()]
+    assert len(parents) == len(set(parents))  # no entry has two children: no fork
+
+
+def test_a_line_another_process_is_writing_is_waited_for_not_cut_off(tmp_path: Path) -> None:
+    """A read while another process of ours had written half a line took it for a crash's torn
+    line and rewrote the file without it: the other's append, acknowledged once its line was
+    whole, went to the file no longer at the path, and was lost."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    line = json.dumps(
+        {
+            "type": "message",
+            "id": "0000000b",
+            "parentId": session.leaf_id,
+            "timestamp": "2026-01-15T08:30:01.000Z",
+            "message": {"role": "user", "content": "b", "timestamp": 1},
+        }
+    ).encode()
+    opened: list[Session] = []
+    with open(path, "ab") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # the other process's append, half done
+        other.write(line[:20])
+        other.flush()
+        reader = threading.Thread(
+            target=lambda: opened.append(JsonlSessionRepo(tmp_path).open(session.id))
+        )
+        reader.start()
+        reader.join(timeout=0.3)  # it must still be waiting: the lock is held
+        other.write(line[20:] + b"\n")
+        other.flush()
+        fcntl.flock(other, fcntl.LOCK_UN)
+    reader.join(timeout=30)
+    assert [e.id for e in opened[0].get_entries()][-1] == "0000000b"
+    assert lines(path)[-1]["id"] == "0000000b"
+
+
+def test_sessions_opened_twice_share_one_index_and_see_another_process(tmp_path: Path) -> None:
+    repo = JsonlSessionRepo(tmp_path)
+    held = repo.create()
+    held.append_message(user("a"))
+    theirs = JsonlSessionRepo(tmp_path).open(held.id)  # another process
+    theirs.append_message(user("b"))
+    again = repo.open(held.id)
+    assert again.storage is held.storage  # taken up in place: the holder sees it too
+    assert held.leaf_id == theirs.leaf_id
+    theirs.append_message(user("c"))
+    held.append_message(user("d"))  # without opening again: taken up by the append
+    texts = [narrow(m, UserMessage).text for m in repo.open(held.id).build_context().messages]
+    assert texts == ["a", "b", "c", "d"]
+
+
+def test_the_sessions_kept_in_memory_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every session a server opened stayed indexed in memory for good: a server on a big pi
+    folder grew to the size of every file it had read."""
+    monkeypatch.setattr(jsonl, "OPEN_SESSIONS", 3)
+    repo = JsonlSessionRepo(tmp_path)
+    held = repo.create()
+    held.append_message(user("held"))
+    ids = []
+    for n in range(10):
+        session = repo.create()
+        session.append_message(user(str(n)))
+        ids.append(session.id)
+        del session
+    for session_id in ids:
+        repo.open(session_id)
+    assert len(repo._open) == 3
+    assert repo.open(held.id).storage is held.storage  # let go, but still held: shared
+    monkeypatch.setattr(jsonl, "OPEN_BYTES", 1)
+    repo.open(ids[0])
+    assert list(repo._open) == [ids[0]]  # the one used last is always kept
+    texts = [narrow(m, UserMessage).text for m in repo.open(ids[5]).build_context().messages]
+    assert texts == ["5"]
+
+
+def test_the_words_a_listing_keeps_for_queries_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing kept every word of every file it had read (each tool output) for queries: a
+    big pi folder's were gigabytes. Past the bound a query reads the file again."""
+    monkeypatch.setattr(jsonl, "LISTED_CHARS", 40)
+    repo = JsonlSessionRepo(tmp_path)
+    for word in ["apple", "banana", "cherry"]:
+        repo.create().append_message(user(f"{word} " + "x" * 20))
+    for _ in range(2):  # the second time from what the first kept
+        assert len(repo.list().items) == 3
+        for word in ["apple", "banana", "cherry"]:
+            found = repo.list(query=word).items
+            assert [repo.open(s.id).build_context().messages[0] for s in found] == [
+                user(f"{word} " + "x" * 20)
+            ]
+        kept = [texts for _, _, texts in repo._listing.values() if texts is not None]
+        assert 0 < sum(len(text) for texts in kept for text in texts) <= 40

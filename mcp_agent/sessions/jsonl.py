@@ -6,7 +6,8 @@ line torn by a crash is cut off with a warning; a bad line anywhere else means t
 damaged, and loading raises an error naming the file and line. Files of pi versions 1 and 2
 are migrated on load and rewritten as version 3, as pi does.
 
-One process writes a file at a time; for sessions shared between processes use SQLite.
+Our processes share a file through its lock (``file_lock``): each append first takes up
+what the others wrote. pi takes no lock, so pi and we should not write one file at once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import stat
 import tempfile
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +38,7 @@ from mcp_agent.sessions.entries import (
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.file_lock import locked_file, stamp_of
 from mcp_agent.sessions.folders import (
     LAYOUTS,
     Layout,
@@ -69,6 +73,12 @@ log = logging.getLogger(__name__)
 
 # Files whose listing row (and place) a repo keeps between listings.
 MAX_LISTED = 10_000
+# Sessions a repo keeps indexed in memory between opens: at most this many, and files of at
+# most this many bytes in all (the index takes several times its file's size).
+OPEN_SESSIONS = 256
+OPEN_BYTES = 64 << 20
+# The characters of the sessions' words a repo keeps for queries of its listings.
+LISTED_CHARS = 32 << 20
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -124,20 +134,62 @@ def _writing(path: Path, doing: str = "write") -> Iterator[None]:
 def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
     """The session stored in ``path``, and whether its end had to be cut (a torn line), read
     one line at a time as an import reads a file (``json_rows``), problems said as damage."""
+    parsed, torn, _ = _read_locked(path)
+    return parsed, torn
+
+
+def load_session_file(path: Path) -> tuple[ParsedSession, tuple[int, int]]:
+    """What the file at ``path`` holds, and the stamp of what was read. A file that needs it
+    is rewritten, read again under the exclusive lock: another process may have finished its
+    line, or rewritten the file, while it was unlocked."""
+    parsed, torn, stamp = _read_locked(path)
+    if _needs_rewrite(parsed, torn):
+        parsed, torn, stamp = _read_locked(path, rewrite=True)
+    return parsed, stamp
+
+
+def _read_locked(path: Path, rewrite: bool = False) -> tuple[ParsedSession, bool, tuple[int, int]]:
+    """Read under the file's lock (shared; exclusive to ``rewrite`` it if it needs it), so
+    never while another process of ours appends to it; with the stamp of what was read."""
+    with _reading(path), locked_file(path, append=rewrite) as handle:
+        parsed, torn = _parse(handle, path)
+        if rewrite and _needs_rewrite(parsed, torn):
+            return parsed, False, _rewrite(path, parsed)
+        return parsed, torn, stamp_of(handle)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
     try:
-        handle = open(path, "rb")
+        yield
     except FileNotFoundError:
         raise SessionError("not_found", f"session file {path} not found") from None
     except OSError as error:  # a folder named like a session file, a file we may not read
         raise SessionError("corrupt", f"cannot read {path}: {error.strerror or error}") from None
+
+
+def _parse(handle: IO[bytes], path: Path) -> tuple[ParsedSession, bool]:
     torn: list[int] = []
-    with handle:
-        name = str(path)
-        rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", [], torn)
-        parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
+    name = str(path)
+    rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", [], torn)
+    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
     if torn:  # the file will be cut: worth more than the import's note
         log.warning("%s:%s: cutting off a torn last line", path, torn[0])
     return parsed, bool(torn)
+
+
+def _needs_rewrite(parsed: ParsedSession, torn: bool) -> bool:
+    """pi rewrites the files it migrates too; and the next append must not follow a torn line."""
+    return parsed.migrated_from < CURRENT_SESSION_VERSION or torn
+
+
+def _rewrite(path: Path, parsed: ParsedSession) -> tuple[int, int]:
+    """Write a migrated or torn file again, as it was read; the new file's stamp. The caller
+    holds the old file's exclusive lock, so no process of ours appends to it meanwhile."""
+    with _writing(path):
+        lines = [entry_to_json(parsed.header), *map(entry_to_json, parsed.entries)]
+        write_file_atomically(path, lines)
+    return _stamp(path)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -149,12 +201,6 @@ def _mtime_text(stamp: tuple[int, int]) -> str:
     """A file's time of change as a session's ``modified`` time."""
     moment = datetime.fromtimestamp(stamp[0] / 1e9, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
 
 
 class JsonlSessionStorage(InMemorySessionStorage):
@@ -180,12 +226,8 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 write_file_atomically(self.path, lines)
             self.stamp = _stamp(self.path)
             return
-        parsed, torn = read_session_file(self.path)
+        parsed, self.stamp = load_session_file(self.path)
         super().__init__(parsed.header, parsed.entries)
-        if parsed.migrated_from < CURRENT_SESSION_VERSION or torn:
-            # pi rewrites migrated files too; and the next append must not follow a torn line.
-            self._rewrite()
-        self.stamp = _stamp(self.path)
         self.modified = _mtime_text(self.stamp)  # not the time it was read
 
     @classmethod
@@ -224,52 +266,84 @@ class JsonlSessionStorage(InMemorySessionStorage):
     ) -> JsonlSessionStorage:
         return cls(path, new_header(cwd=cwd, parent_session=parent_session, metadata=metadata))
 
-    def _rewrite(self) -> None:
-        lines = [entry_to_json(self.get_metadata()), *map(entry_to_json, self._entries)]
-        with _writing(self.path):
-            write_file_atomically(self.path, lines)
+    def refresh(self) -> None:
+        """Index the file again if another program changed it since we read or wrote it."""
+        with self.lock, _reading(self.path):
+            if _stamp(self.path) != self.stamp:
+                parsed, stamp = load_session_file(self.path)
+                self._take(parsed, stamp)
 
-    def _write(self, entry: SessionEntry) -> None:
-        with _writing(self.path):
-            self._append_line(entry)
-        self.stamp = _stamp(self.path)
+    def _take(self, parsed: ParsedSession, stamp: tuple[int, int]) -> None:
+        if parsed.header.id != self._header.id:
+            raise SessionError(
+                "corrupt", f"{self.path} now holds another session ({parsed.header.id})"
+            )
+        self._load(parsed.header, parsed.entries)
+        self.stamp = stamp
+        self.modified = _mtime_text(stamp)
 
-    def _append_line(self, entry: SessionEntry) -> None:
-        handle = self._open_for_append()
-        start = handle.tell()
+    def append_entry(self, entry: SessionEntry) -> SessionEntry:
+        """Append under the file's exclusive lock, having first taken up what another process
+        wrote since: an entry built on the leaf as we last saw it then goes on the leaf as it
+        is (as the SQL stores do), so two servers on one file keep one conversation."""
+        with self.lock, _writing(self.path):
+            seen = self._leaf_id
+            for _ in range(3):
+                with self._locked_for_append() as handle:
+                    if stamp_of(handle) != self.stamp and not self._catch_up(handle):
+                        continue  # rewritten: the lock is on a file no longer at the path
+                    if entry.parent_id == seen and self._leaf_id != seen:
+                        entry = entry.model_copy(update={"parent_id": self._leaf_id})
+                    self._check(entry)
+                    self._append_line(handle, entry)
+                    self.stamp = stamp_of(handle)
+                self._index(entry)
+                self.modified = write_time()
+                return entry
+        raise SessionError("busy", f"{self.path} kept being rewritten by another process")
+
+    def _catch_up(self, handle: IO[bytes]) -> bool:
+        """Index what the locked file holds now; False when it had to be rewritten."""
+        handle.seek(0)
+        parsed, torn = _parse(handle, self.path)
+        if _needs_rewrite(parsed, torn):
+            self._take(parsed, _rewrite(self.path, parsed))
+            return False
+        self._take(parsed, stamp_of(handle))
+        return True
+
+    def _append_line(self, handle: IO[bytes], entry: SessionEntry) -> None:
+        fd = handle.fileno()
+        start = os.fstat(fd).st_size
         try:
-            if start and not _ends_with_newline(self.path):
+            if start and os.pread(fd, 1, start - 1) != b"\n":
                 handle.write(b"\n")  # a file pi or an editor left without one
             handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
             handle.flush()
-            os.fsync(handle.fileno())
+            os.fsync(fd)
         except BaseException:
             # A failed append (disk full, I/O error) must not leave part of a line behind:
             # the next append would follow it and the file would no longer load.
-            with contextlib.suppress(OSError):
-                handle.close()
-            self._undo_write(start)
+            try:
+                os.ftruncate(fd, start)
+            except OSError as error:
+                log.warning("%s: could not cut off a failed append: %s", self.path, error)
             raise
-        handle.close()
 
-    def _open_for_append(self) -> IO[bytes]:
-        """The file, opened for one append, as pi appends (and closed after it): a handle kept
-        open held a descriptor for every session a server ever appended to, until it ran out
-        of them. Never created here: a session deleted meanwhile (by a tool on another worker
-        thread, or another program) must not come back as a file of this one line, without
-        its header."""
-        try:
-            return os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND), "ab")
-        except FileNotFoundError:
-            session_id = self.get_metadata().id
-            raise SessionError("not_found", f"session {session_id} was deleted") from None
-
-    def _undo_write(self, size: int) -> None:
-        try:
-            os.truncate(self.path, size)
-            self.stamp = _stamp(self.path)
-        except OSError as error:
-            log.warning("%s: could not cut off a failed append: %s", self.path, error)
+    @contextlib.contextmanager
+    def _locked_for_append(self) -> Iterator[IO[bytes]]:
+        """The file, opened and locked for one append, as pi appends (and closed after it): a
+        handle kept open held a descriptor for every session a server ever appended to, until
+        it ran out of them. Never created here: a session deleted meanwhile (by a tool on
+        another worker thread, or another program) must not come back as a file of this one
+        line, without its header."""
+        with contextlib.ExitStack() as stack:
+            try:
+                handle = stack.enter_context(locked_file(self.path, append=True))
+            except FileNotFoundError:
+                session_id = self.get_metadata().id
+                raise SessionError("not_found", f"session {session_id} was deleted") from None
+            yield handle
 
 
 class JsonlSessionRepo(BaseSessionRepo):
@@ -292,11 +366,18 @@ class JsonlSessionRepo(BaseSessionRepo):
         self.layout: Layout = layout or detect_layout(self.directory)
         # Listing reads files; keep what it learned until the file changes (the newest
         # MAX_LISTED files: beyond them a listing reads again rather than holding all).
-        self._listing: dict[Path, tuple[tuple[int, int], SessionSummary, builtins.list[str]]] = {}
+        self._listing: dict[
+            Path, tuple[tuple[int, int], SessionSummary, builtins.list[str] | None]
+        ] = {}
+        self._listed_chars = 0
         # Where each session's file was found, so an open need not search the folders.
         self._paths: dict[str, Path] = {}
-        # Sessions opened twice share one index, so neither appends from a stale leaf.
-        self._open: dict[str, JsonlSessionStorage] = {}
+        # Sessions opened twice share one index (an append takes up what another index of
+        # the file wrote, but twice the memory): the ones used last, and any still held.
+        self._open: OrderedDict[str, JsonlSessionStorage] = OrderedDict()
+        self._held: weakref.WeakValueDictionary[str, JsonlSessionStorage] = (
+            weakref.WeakValueDictionary()
+        )
         # The server opens sessions on several worker threads at once.
         self._lock = threading.RLock()
         # The files the listing that began last had to leave out, and why (bounded as the
@@ -337,7 +418,7 @@ class JsonlSessionRepo(BaseSessionRepo):
                 if parent is not None:
                     header = header.model_copy(update={"parent_session": str(parent)})
             storage = JsonlSessionStorage(self._new_path(header), header, entries)
-            self._open[header.id] = storage
+            self._keep_open(storage)
             return storage
 
     def _import_storage(self, stream: SessionStream) -> JsonlSessionStorage:
@@ -349,33 +430,47 @@ class JsonlSessionRepo(BaseSessionRepo):
             raise
         storage = JsonlSessionStorage.import_stream(path, stream)
         with self._lock:
-            self._open[stream.header.id] = storage
+            self._keep_open(storage)
         return storage
 
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
         with self._lock:
             path = self.path_for(session_id)
-            storage = self._open.get(session_id)
-            # With the open session's lock: an append of ours under way (on another worker
-            # thread) changes the file before its stamp, and must not be taken for another
-            # program's change, its handle closed under it and the file read half written.
-            with storage.lock if storage is not None else contextlib.nullcontext():
+            storage = self._open.get(session_id) or self._held.get(session_id)
+            if not path.exists():
+                self._forget(session_id)
+                raise SessionError("not_found", f"session {session_id} not found")
+            if storage is not None and storage.path == path:
+                # Taken up in place: a run holding this storage must see it too.
                 try:
-                    stamp = _stamp(path)
-                except FileNotFoundError:
-                    self._open.pop(session_id, None)
-                    raise SessionError("not_found", f"session {session_id} not found") from None
-                if storage is None or storage.stamp != stamp:  # new, or changed by another program
-                    if storage is not None:
-                        storage.close()
-                    storage = JsonlSessionStorage(path)
-                    if storage.get_metadata().id != session_id:
-                        storage.close()
-                        raise SessionError(
-                            "corrupt", f"{path} is named for session {session_id} but holds another"
-                        )
-                    self._open[session_id] = storage
-                return storage
+                    storage.refresh()
+                except SessionError:
+                    self._forget(session_id)
+                    raise
+            else:
+                storage = JsonlSessionStorage(path)
+                if storage.get_metadata().id != session_id:
+                    raise SessionError(
+                        "corrupt", f"{path} is named for session {session_id} but holds another"
+                    )
+            self._keep_open(storage)
+            return storage
+
+    def _keep_open(self, storage: JsonlSessionStorage) -> None:
+        """Keep the sessions used last, as many and as large as the bounds let; one let go
+        that a caller still holds is found again through ``_held`` while it is held."""
+        session_id = storage.get_metadata().id
+        self._held[session_id] = storage
+        self._open[session_id] = storage
+        self._open.move_to_end(session_id)
+        total = sum(kept.stamp[1] for kept in self._open.values())
+        while len(self._open) > 1 and (len(self._open) > OPEN_SESSIONS or total > OPEN_BYTES):
+            _, dropped = self._open.popitem(last=False)
+            total -= dropped.stamp[1]
+
+    def _forget(self, session_id: str) -> None:
+        self._open.pop(session_id, None)
+        self._held.pop(session_id, None)
 
     def exists(self, session_id: str) -> bool:
         try:
@@ -401,11 +496,11 @@ class JsonlSessionRepo(BaseSessionRepo):
         return _mtime_text(key)
 
     def _scan(
-        self, path: Path, session_id: str, key: tuple[int, int], modified: str
+        self, path: Path, session_id: str, key: tuple[int, int], modified: str, texts_wanted: bool
     ) -> tuple[SessionSummary, builtins.list[str]] | None:
         cached = self._listing.get(path)
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
+        if cached is not None and cached[0] == key and (cached[2] is not None or not texts_wanted):
+            return cached[1], cached[2] or []
         try:
             parsed, _torn = read_session_file(path)
         except SessionError as error:
@@ -422,10 +517,26 @@ class JsonlSessionRepo(BaseSessionRepo):
         texts.extend(entry_text(entry) for entry in parsed.entries)
         summary = self._summarize(storage)
         summary.modified = modified
-        if path not in self._listing and len(self._listing) >= MAX_LISTED:
-            del self._listing[next(iter(self._listing))]
-        self._listing[path] = (key, summary, texts)
+        self._keep_listed(path, key, summary, texts)
         return summary, texts
+
+    def _keep_listed(
+        self, path: Path, key: tuple[int, int], summary: SessionSummary, texts: builtins.list[str]
+    ) -> None:
+        """Keep a file's listing row; its words too while all kept are within LISTED_CHARS (a
+        query reads the others' files again: a big pi folder's every tool output is gigabytes)."""
+        self._drop_listed(path)
+        if len(self._listing) >= MAX_LISTED:
+            self._drop_listed(next(iter(self._listing)))
+        size = sum(map(len, texts))
+        kept = texts if self._listed_chars + size <= LISTED_CHARS else None
+        self._listing[path] = (key, summary, kept)
+        self._listed_chars += size if kept is not None else 0
+
+    def _drop_listed(self, path: Path) -> None:
+        dropped = self._listing.pop(path, None)
+        if dropped is not None and dropped[2] is not None:
+            self._listed_chars -= sum(map(len, dropped[2]))
 
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
@@ -455,7 +566,7 @@ class JsonlSessionRepo(BaseSessionRepo):
             candidates.sort(reverse=True)
             items: builtins.list[SessionSummary] = []
             for modified, session_id, path, key in candidates:
-                scanned = self._scan(path, session_id, key, modified)
+                scanned = self._scan(path, session_id, key, modified, bool(words))
                 if scanned is None or (words and not text_matches(words, scanned[1])):
                     continue
                 if len(items) == limit:
@@ -467,7 +578,8 @@ class JsonlSessionRepo(BaseSessionRepo):
     def delete(self, session_id: str) -> None:
         with self._lock:
             path = self.path_for(session_id)
-            storage = self._open.pop(session_id, None)
+            storage = self._open.get(session_id) or self._held.get(session_id)
+            self._forget(session_id)
             # With the session's lock: an append under way on another worker thread ends
             # first, rather than lose its file under it.
             with storage.lock if storage is not None else contextlib.nullcontext():
@@ -479,10 +591,11 @@ class JsonlSessionRepo(BaseSessionRepo):
                     except FileNotFoundError:
                         raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
-            self._listing.pop(path, None)
+            self._drop_listed(path)
 
     def close(self) -> None:
         with self._lock:
             for storage in self._open.values():
                 storage.close()
             self._open.clear()
+            self._held.clear()

@@ -39,7 +39,16 @@ class InMemorySessionStorage:
         self, header: SessionHeader | None = None, entries: Iterable[SessionEntry] = ()
     ) -> None:
         self.lock = threading.RLock()  # taken by Session around read-leaf-then-append
-        self._header = header or new_header()
+        self._load(header or new_header(), entries)
+        # When this session last changed (for listings); see entries.write_time.
+        self.modified = write_time()
+
+    def _load(self, header: SessionHeader, entries: Iterable[SessionEntry]) -> None:
+        """Index ``entries`` in place of whatever was indexed (the lock stays: Sessions share it)."""
+        loaded = list(entries)
+        # A whole log is checked at once: pi files may name a parent that comes later.
+        validate_tree(loaded)
+        self._header = header
         self._entries: list[SessionEntry] = []
         self._by_id: dict[str, SessionEntry] = {}
         self._children: dict[str | None, list[SessionEntry]] = {}
@@ -47,11 +56,6 @@ class InMemorySessionStorage:
         self._labels: dict[str, str] = {}
         self._name: str | None = None
         self._leaf_id: str | None = None
-        # When this session last changed (for listings); see entries.write_time.
-        self.modified = write_time()
-        loaded = list(entries)
-        # A whole log is checked at once: pi files may name a parent that comes later.
-        validate_tree(loaded)
         for entry in loaded:
             self._index(entry)
 
