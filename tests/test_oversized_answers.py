@@ -142,6 +142,33 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         assert "no session" in missing.value.error.message
 
 
+async def test_an_entry_resource_past_the_bound_is_refused_saying_where_to_read_it(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One entry was given whole at any size (an imported file's, or one sent over stdio): a
+    TypeScript stdio client closes its connection on a message over 10 MiB."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        entry_id = (await call(client, "session_append", session_id=sid, entry=_user("x" * 900)))[
+            "entryId"
+        ]
+        uri = f"session://{sid}/entries/{entry_id}"
+        whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+        assert json.loads(whole)["id"] == entry_id
+        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole) - 1)
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS
+        said = refused.value.error.message
+        assert f"sessions export {sid}" in said and f"entry_id {entry_id}" in said
+        shown = await call(
+            client, "session_get", session_id=sid, view="branch", entry_id=entry_id, limit=1
+        )
+        assert [entry["id"] for entry in shown["entries"]] == [entry_id]
+        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole))
+        assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
+
+
 async def test_an_answer_asked_for_whole_past_its_bound_is_refused_naming_the_pages(
     server: MCPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -202,7 +202,16 @@ def register(server: MCPServer) -> None:
             entry = session.get_entry(entry_id)
             if entry is None:
                 raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
-            return _dump(entry.to_json_dict())
+            text = _dump(entry.to_json_dict())
+            if len(text) > WHOLE_MAX:  # an imported file's, or one sent over stdio
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"entry {entry_id} of session {session_id} is more than the"
+                    f" {WHOLE_MAX >> 20} MiB one read answers with: session_get (view branch,"
+                    f" entry_id {entry_id}, limit 1) shows it with its long fields cut, and"
+                    f" `mcp-agent-sessions sessions export {session_id} -o FILE` writes it out",
+                )
+            return text
 
         return await _read(app_state(ctx), session_id, render)
 
