@@ -242,6 +242,27 @@ async def test_subscriptions_beyond_the_limit_are_refused(tmp_path: Path) -> Non
         await client.session.subscribe_resource(f"session://{sids[3]}")
 
 
+async def test_subscriptions_to_deleted_sessions_do_not_count_against_the_limit(
+    tmp_path: Path,
+) -> None:
+    """A client watching sessions come and go ran out of subscriptions for ones deleted long
+    since, until it unsubscribed from each by hand."""
+    from mcp.shared.exceptions import MCPError
+
+    async with Client(make_server(tmp_path, max_subscriptions=3), mode="legacy") as client:
+        sids = [(await call(client, "session_create"))["id"] for _ in range(5)]
+        await client.session.subscribe_resource("note://not-a-session")  # counts, kept
+        for sid in sids[:2]:
+            await client.session.subscribe_resource(f"session://{sid}/tree")
+        await call(client, "session_delete", session_id=sids[0])
+        await client.session.subscribe_resource(f"session://{sids[2]}")
+        with pytest.raises(MCPError) as raised:  # no deleted one left to let go of
+            await client.session.subscribe_resource(f"session://{sids[3]}")
+        assert "limit is 3" in str(raised.value)
+        await call(client, "session_delete", session_id=sids[1])
+        await client.session.subscribe_resource(f"session://{sids[3]}")
+
+
 async def test_a_subscription_to_a_uri_of_megabytes_is_refused(tmp_path: Path) -> None:
     from mcp.shared.exceptions import MCPError
 

@@ -258,6 +258,18 @@ class Notifier:
         key = id(getattr(ctx_session, "_connection", None))
         return sum(1 for subscribers in self._subscribers.values() if key in subscribers)
 
+    def subscribed_sessions_of(self, ctx_session: Any) -> set[str]:
+        """The sessions whose resources one legacy connection is subscribed to."""
+        key = id(getattr(ctx_session, "_connection", None))
+        found = (subscribed_session(uri) for uri, held in self._subscribers.items() if key in held)
+        return {session_id for session_id in found if session_id is not None}
+
+    def unsubscribe_sessions(self, ctx_session: Any, session_ids: set[str]) -> None:
+        """Let go of one connection's subscriptions to the resources of ``session_ids``."""
+        for session_id in session_ids:
+            for uri in session_uris(session_id):
+                self.unsubscribe(uri, ctx_session)
+
     def unsubscribe(self, uri: str, ctx_session: Any) -> None:
         connection = getattr(ctx_session, "_connection", None)
         if connection is None:

@@ -290,8 +290,17 @@ def register(server: MCPServer) -> None:
             raise MCPError(types.INVALID_PARAMS, long_uri(uri))
         try:
             state.notifier.subscribe(uri, ctx.session, ctx.protocol_version)
-        except SubscriptionLimit as error:
-            raise MCPError(types.INVALID_REQUEST, str(error)) from None
+        except SubscriptionLimit:
+            # Subscriptions to sessions deleted since (which hear nothing more) are let go
+            # first: a client watching sessions come and go must not run out for them.
+            held = state.notifier.subscribed_sessions_of(ctx.session)
+            app = state.app
+            gone = await app.offload(lambda: {sid for sid in held if not app.repo.exists(sid)})
+            state.notifier.unsubscribe_sessions(ctx.session, gone)
+            try:
+                state.notifier.subscribe(uri, ctx.session, ctx.protocol_version)
+            except SubscriptionLimit as error:
+                raise MCPError(types.INVALID_REQUEST, str(error)) from None
         return types.EmptyResult()
 
     async def unsubscribe(
