@@ -238,10 +238,14 @@ async def test_crash_tool_gives_error_naming_server(hub: ToolHub) -> None:
     assert text_of(await call(tools["t__echo"], text="back")) == "back"
 
 
-async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub) -> None:
+@pytest.mark.parametrize("code", [types.INVALID_PARAMS, types.CONNECTION_CLOSED, -32001])
+async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub, code: int) -> None:
+    """Also with the codes the SDK gives a connection it lost (-32000) or its own timeout
+    (-32001): a server may answer with them (JSON-RPC leaves -32000 to -32099 to servers),
+    and it was stopped, failing the other calls it had under way."""
     tools = by_name(await hub.tools())
     pid = text_of(await call(tools["t__pid"]))
-    result = await call(tools["t__reject"], reason="x must be positive")
+    result = await call(tools["t__reject"], reason="x must be positive", code=code)
     assert result.is_error
     assert text_of(result) == "MCP server 't' refused reject: x must be positive"
     assert text_of(await call(tools["t__pid"])) == pid

@@ -82,12 +82,12 @@ async def fail(reason: str) -> str:
 
 
 @server.tool()
-async def reject(reason: str) -> str:
-    """Answer with a JSON-RPC error (the server stays up)."""
-    import mcp.types as types
+async def reject(reason: str, code: int = -32602) -> str:
+    """Answer with a JSON-RPC error (the server stays up), invalid params unless ``code``
+    says another."""
     from mcp.shared.exceptions import MCPError
 
-    raise MCPError(types.INVALID_PARAMS, reason)
+    raise MCPError(code, reason)
 
 
 @server.tool()
