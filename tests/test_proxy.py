@@ -621,6 +621,27 @@ async def test_a_call_unanswered_after_a_line_that_could_not_be_read_says_so() -
         assert text_of(await call(tools["r__good"])) == "fine"
 
 
+async def test_an_answer_that_cannot_be_read_whose_id_can_fails_its_call_at_once() -> None:
+    """JSON nested deeper than the SDK reads, or a result that is not an object: the call
+    waited out its time limit, and the server, up all along, was then stopped."""
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)], timeout=30)
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        pid = text_of(await call(tools["r__pid"]))
+        with anyio.fail_after(5):
+            deep = text_of(await call(tools["r__too_deep"]))
+            not_an_object = text_of(await call(tools["r__not_an_object"]))
+        assert deep.startswith(
+            "MCP server 'r' answered too_deep, but its answer could not be read: Invalid JSON: "
+            "recursion limit exceeded at line 1 column "
+        )
+        assert not_an_object == (
+            "MCP server 'r' answered not_an_object, but its answer could not be read: it is not"
+            " a valid JSON-RPC answer"
+        )
+        assert text_of(await call(tools["r__pid"])) == pid
+
+
 async def test_tools_a_server_says_changed_are_listed_again(hub: ToolHub) -> None:
     """notifications/tools/list_changed: the next listing (a run's start) has the new tools,
     on the same server process."""

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
-from mcp_agent.pipes import ANSWER_TOO_LONG, MAX_LINE
+from mcp_agent.pipes import ANSWER_UNREAD, MAX_LINE
 from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.proxy.tool_listing import valid_tools_only
@@ -327,7 +327,7 @@ class McpServerConnection:
                         f"MCP server {self.name!r} failed during {tool}: {_describe(error)}; "
                         "it will be restarted on the next call"
                     )
-                if error.code == ANSWER_TOO_LONG:  # read in place of an answer left out
+                if error.code == ANSWER_UNREAD:  # read in place of an answer not read
                     return AgentToolResult.error(
                         f"MCP server {self.name!r} answered {tool}, but {error.message}"
                     )
