@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -70,7 +71,12 @@ class ToolArgumentsError(ValueError):
     """Arguments that do not match a tool's JSON Schema; the text says where and why."""
 
 
-_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+# Validators of the schemas tools were last called with, newest last, each kept with its schema
+# (so that the id is not reused while it is cached). Bounded: each run's tools are new objects
+# (a downstream tool's schema is copied for every run), and the cache grew by one entry a tool
+# called in each run, for as long as the server ran.
+_validators: OrderedDict[int, tuple[dict[str, Any], Any]] = OrderedDict()
+MAX_VALIDATORS = 256
 
 
 def _with_nulls(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +233,10 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         )
         cached = (tool.parameters, cls(tool.parameters))
         _validators[id(tool.parameters)] = cached
+        if len(_validators) > MAX_VALIDATORS:
+            _validators.popitem(last=False)
+    else:
+        _validators.move_to_end(id(tool.parameters))
     validator = cached[1]
     filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
     if validator.is_valid(filled):

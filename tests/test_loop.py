@@ -425,6 +425,21 @@ async def test_arguments_are_converted_to_the_schema_s_types_as_pi_does():
     assert arguments["n"] == "5"  # the model's call, as the transcript keeps it
 
 
+def test_the_validators_kept_for_tools_called_are_bounded():
+    """Each run's tools are new objects (a downstream tool's schema is copied for every run):
+    one validator was kept for each tool called in each run, for as long as the server ran."""
+    from mcp_agent import tools
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text("ran")
+
+    for _ in range(2000):
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        tool = make_tool("run_s_copy", execute, schema)
+        assert tools.validate_tool_arguments(tool, {"n": 1}) == {"n": 1}
+    assert len(tools._validators) <= 1000
+
+
 async def test_prepare_arguments_runs_before_validation():
     got = {}
 
