@@ -185,6 +185,18 @@ async def test_a_result_too_large_for_a_model_is_cut_saying_so(hub: ToolHub) -> 
     assert isinstance(fits.content[0], ImageContent)
 
 
+async def test_a_description_too_long_for_every_request_is_cut_saying_so(hub: ToolHub) -> None:
+    """A tool's description goes with every request to the model: a server's 5 MB one made
+    every request of every run 5 MB."""
+    from mcp_agent.proxy.hub import MAX_DESCRIPTION_CHARS
+
+    wordy = by_name(await hub.tools())["t__wordy"]
+    assert wordy.description.startswith("A description longer than a tool's may be. ddd")
+    assert wordy.description.endswith("d\n[cut: the description held 20,043 characters]")
+    assert len(wordy.description) < MAX_DESCRIPTION_CHARS + 100
+    assert text_of(await call(wordy)) == "said"
+
+
 async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
     assert {"t__echo", "t__pid", "t__slow", "t__crash", "t__fail"} <= set(tools)

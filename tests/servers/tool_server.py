@@ -128,6 +128,11 @@ async def weather_underscore(city: str) -> str:
     return f"rainy in {city}"
 
 
+@server.tool(description="A description longer than a tool's may be. " + "d" * 20_000)
+async def wordy() -> str:
+    return "said"
+
+
 @server.tool(name="w" * 100)
 async def long_name() -> str:
     """A name longer than model APIs take (64 characters)."""
