@@ -28,9 +28,10 @@ READ_CHUNK = 1 << 16
 MAX_LINE = 64 << 20
 # How much of a dropped line's beginning and end is kept, to say which message it was.
 EDGE = 4096
-# The code of the error read in place of an answer too long to read (JSON-RPC leaves -32000 to
-# -32099 to implementations; this one never leaves the process).
-ANSWER_TOO_LONG = -32099
+# The code of the error read in place of an answer that could not be read: too long, or (from
+# a server we started) not JSON-RPC (JSON-RPC leaves -32000 to -32099 to implementations; this
+# one never leaves the process).
+ANSWER_UNREAD = -32099
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class DroppedLine:
 
     def error_in_place(self) -> str | None:
         """When the line is an answer whose id its edges hold, an error answer to the same
-        request (``ANSWER_TOO_LONG``) to read in its place: the request then fails at once,
+        request (``ANSWER_UNREAD``) to read in its place: the request then fails at once,
         saying why, instead of waiting for an answer that will never come."""
         answered = self.answered_id()
         if answered is None:
@@ -95,7 +96,7 @@ class DroppedLine:
             f"its answer is over {self.limit:,} bytes on one line, the most that is read, and"
             " was left out unread"
         )
-        error = {"code": ANSWER_TOO_LONG, "message": message}
+        error = {"code": ANSWER_UNREAD, "message": message}
         return json.dumps({"jsonrpc": "2.0", "id": answered, "error": error}) + "\n"
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.messages import ImageContent, TextContent, ToolExecutionMode, Usage
+from mcp_agent.wire import one_line
 
 
 @dataclass
@@ -70,7 +72,14 @@ class ToolArgumentsError(ValueError):
     """Arguments that do not match a tool's JSON Schema; the text says where and why."""
 
 
-_validators: dict[int, tuple[dict[str, Any], Any]] = {}
+# Validators of the schemas tools were last called with, newest last, each kept with its schema
+# (so that the id is not reused while it is cached). Bounded: each run's tools are new objects
+# (a downstream tool's schema is copied for every run), and the cache grew by one entry a tool
+# called in each run, for as long as the server ran.
+_validators: OrderedDict[int, tuple[dict[str, Any], Any]] = OrderedDict()
+MAX_VALIDATORS = 256
+# How much of what is wrong with a tool's schema its error quotes.
+MAX_SCHEMA_FAULT = 300
 
 
 def _with_nulls(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
@@ -216,6 +225,40 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         raise ToolArgumentsError(
             f"arguments for {tool.name} must be a JSON object, got {type(arguments).__name__}"
         )
+    try:
+        return _validated(tool, arguments)
+    except ToolArgumentsError:
+        raise
+    except Exception as error:
+        # The schema, not the arguments: one jsonschema cannot use (a "type" of 12, $refs that
+        # refer to each other in a circle) failed every call with words such as "'int' object
+        # is not iterable", which told the model nothing.
+        raise ToolArgumentsError(
+            f"{tool.name} cannot be called: its input schema is not valid JSON Schema: "
+            + _schema_fault(tool.parameters, error)
+        ) from None
+
+
+def _schema_fault(schema: dict[str, Any], error: Exception) -> str:
+    """What is wrong with ``schema``, which failed a validation with ``error``: the first
+    fault its metaschema finds, or else the error, in one bounded line."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        fault = best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    except Exception:
+        fault = None
+    if fault is not None:
+        where = "/".join(str(part) for part in fault.absolute_path) or "(top level)"
+        return one_line(f"{where}: {fault.message}", MAX_SCHEMA_FAULT)
+    if isinstance(error, RecursionError):
+        return "its $refs refer to each other without end, or it nests too deep"
+    return one_line(str(error) or type(error).__name__, MAX_SCHEMA_FAULT)
+
+
+def _validated(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, Any]:
     # Imported here: jsonschema takes a noticeable share of the server's start-up time.
     import jsonschema
     from jsonschema.exceptions import best_match
@@ -227,6 +270,10 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         )
         cached = (tool.parameters, cls(tool.parameters))
         _validators[id(tool.parameters)] = cached
+        if len(_validators) > MAX_VALIDATORS:
+            _validators.popitem(last=False)
+    else:
+        _validators.move_to_end(id(tool.parameters))
     validator = cached[1]
     filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
     if validator.is_valid(filled):

@@ -425,6 +425,47 @@ async def test_arguments_are_converted_to_the_schema_s_types_as_pi_does():
     assert arguments["n"] == "5"  # the model's call, as the transcript keeps it
 
 
+def test_a_tool_whose_schema_is_not_json_schema_says_so_to_the_model():
+    """A downstream server's schema jsonschema cannot use failed every call with words such as
+    "'int' object is not iterable" or "maximum recursion depth exceeded"."""
+    from mcp_agent.tools import ToolArgumentsError, validate_tool_arguments
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text("ran")
+
+    bad_type = {"type": "object", "properties": {"x": {"type": 12}}}
+    circle = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/a"}},
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+    }
+    said = []
+    for schema in (bad_type, circle):
+        with pytest.raises(ToolArgumentsError) as raised:
+            validate_tool_arguments(make_tool("odd", execute, schema), {"x": 1})
+        said.append(str(raised.value))
+    prefix = "odd cannot be called: its input schema is not valid JSON Schema: "
+    assert said == [
+        prefix + "properties/x/type: 12 is not valid under any of the given schemas",
+        prefix + "its $refs refer to each other without end, or it nests too deep",
+    ]
+
+
+def test_the_validators_kept_for_tools_called_are_bounded():
+    """Each run's tools are new objects (a downstream tool's schema is copied for every run):
+    one validator was kept for each tool called in each run, for as long as the server ran."""
+    from mcp_agent import tools
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text("ran")
+
+    for _ in range(2000):
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        tool = make_tool("run_s_copy", execute, schema)
+        assert tools.validate_tool_arguments(tool, {"n": 1}) == {"n": 1}
+    assert len(tools._validators) <= 1000
+
+
 async def test_prepare_arguments_runs_before_validation():
     got = {}
 

@@ -185,6 +185,18 @@ async def test_a_result_too_large_for_a_model_is_cut_saying_so(hub: ToolHub) -> 
     assert isinstance(fits.content[0], ImageContent)
 
 
+async def test_a_description_too_long_for_every_request_is_cut_saying_so(hub: ToolHub) -> None:
+    """A tool's description goes with every request to the model: a server's 5 MB one made
+    every request of every run 5 MB."""
+    from mcp_agent.proxy.hub import MAX_DESCRIPTION_CHARS
+
+    wordy = by_name(await hub.tools())["t__wordy"]
+    assert wordy.description.startswith("A description longer than a tool's may be. ddd")
+    assert wordy.description.endswith("d\n[cut: the description held 20,043 characters]")
+    assert len(wordy.description) < MAX_DESCRIPTION_CHARS + 100
+    assert text_of(await call(wordy)) == "said"
+
+
 async def test_downstream_tools_are_named_and_called(hub: ToolHub) -> None:
     tools = by_name(await hub.tools())
     assert {"t__echo", "t__pid", "t__slow", "t__crash", "t__fail"} <= set(tools)
@@ -238,10 +250,14 @@ async def test_crash_tool_gives_error_naming_server(hub: ToolHub) -> None:
     assert text_of(await call(tools["t__echo"], text="back")) == "back"
 
 
-async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub) -> None:
+@pytest.mark.parametrize("code", [types.INVALID_PARAMS, types.CONNECTION_CLOSED, -32001])
+async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub, code: int) -> None:
+    """Also with the codes the SDK gives a connection it lost (-32000) or its own timeout
+    (-32001): a server may answer with them (JSON-RPC leaves -32000 to -32099 to servers),
+    and it was stopped, failing the other calls it had under way."""
     tools = by_name(await hub.tools())
     pid = text_of(await call(tools["t__pid"]))
-    result = await call(tools["t__reject"], reason="x must be positive")
+    result = await call(tools["t__reject"], reason="x must be positive", code=code)
     assert result.is_error
     assert text_of(result) == "MCP server 't' refused reject: x must be positive"
     assert text_of(await call(tools["t__pid"])) == pid
@@ -615,6 +631,27 @@ async def test_a_call_unanswered_after_a_line_that_could_not_be_read_says_so() -
         )
         assert "\n" not in said and said.endswith("will be restarted on the next call")
         assert text_of(await call(tools["r__good"])) == "fine"
+
+
+async def test_an_answer_that_cannot_be_read_whose_id_can_fails_its_call_at_once() -> None:
+    """JSON nested deeper than the SDK reads, or a result that is not an object: the call
+    waited out its time limit, and the server, up all along, was then stopped."""
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)], timeout=30)
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        pid = text_of(await call(tools["r__pid"]))
+        with anyio.fail_after(5):
+            deep = text_of(await call(tools["r__too_deep"]))
+            not_an_object = text_of(await call(tools["r__not_an_object"]))
+        assert deep.startswith(
+            "MCP server 'r' answered too_deep, but its answer could not be read: Invalid JSON: "
+            "recursion limit exceeded at line 1 column "
+        )
+        assert not_an_object == (
+            "MCP server 'r' answered not_an_object, but its answer could not be read: it is not"
+            " a valid JSON-RPC answer"
+        )
+        assert text_of(await call(tools["r__pid"])) == pid
 
 
 async def test_tools_a_server_says_changed_are_listed_again(hub: ToolHub) -> None:

@@ -494,7 +494,7 @@ def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path)
 
 def test_an_answer_too_long_to_read_is_read_as_an_error_answer_to_its_request() -> None:
     """Its request fails at once, saying why, instead of waiting for ever (or its time limit)."""
-    from mcp_agent.pipes import ANSWER_TOO_LONG
+    from mcp_agent.pipes import ANSWER_UNREAD
 
     python = DroppedLine(
         100, b'{"jsonrpc":"2.0","id":4,"result":{"content":[{"text":"xx', b'xx"}]}}'
@@ -509,7 +509,7 @@ def test_an_answer_too_long_to_read_is_read_as_an_error_answer_to_its_request() 
             "jsonrpc": "2.0",
             "id": answered,
             "error": {
-                "code": ANSWER_TOO_LONG,
+                "code": ANSWER_UNREAD,
                 "message": "its answer is over 100 bytes on one line, the most that is read,"
                 " and was left out unread",
             },

@@ -33,9 +33,19 @@ from anyio.abc import Process
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.shared.message import SessionMessage
-from mcp_types import jsonrpc_message_adapter
+from mcp_types import ErrorData, JSONRPCError, jsonrpc_message_adapter
+from pydantic import ValidationError
 
-from mcp_agent.pipes import MAX_LINE, DroppedLine, LineReader, PeerGone, Writer, fd_reads
+from mcp_agent.pipes import (
+    ANSWER_UNREAD,
+    EDGE,
+    MAX_LINE,
+    DroppedLine,
+    LineReader,
+    PeerGone,
+    Writer,
+    fd_reads,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +225,23 @@ async def _pipe_reads(fd: int) -> tuple[Callable[[], Awaitable[bytes]], Callable
 
 
 def _parse(line: str) -> SessionMessage | Exception:
+    """``line`` as a message; when it cannot be read, an error answer in its place if it is an
+    answer whose id its edges hold (JSON nested deeper than the SDK reads, a trailing comma,
+    a result that is not an object): its call fails at once, saying why, instead of waiting
+    out its time limit and then stopping the server with the other calls it had under way.
+    Any other line is the error, heard as a message that could not be read."""
     try:
         return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as error:  # pydantic's ValidationError is one
-        return error
+        edges = (line[:EDGE].encode(errors="replace"), line[-EDGE:].encode(errors="replace"))
+        answered = DroppedLine(len(line), *edges).answered_id()
+        if answered is None:
+            return error
+        problem = "it is not a valid JSON-RPC answer"
+        if isinstance(error, ValidationError) and error.errors()[0]["type"] == "json_invalid":
+            problem = error.errors(include_url=False)[0]["msg"]  # "Invalid JSON: … at column N"
+        said = ErrorData(code=ANSWER_UNREAD, message=f"its answer could not be read: {problem}")
+        return SessionMessage(JSONRPCError(jsonrpc="2.0", id=answered, error=said))
 
 
 class _Hurry:

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import ServerConfig
-from mcp_agent.pipes import ANSWER_TOO_LONG, MAX_LINE
+from mcp_agent.pipes import ANSWER_UNREAD, MAX_LINE
 from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.proxy.tool_listing import valid_tools_only
@@ -44,6 +44,11 @@ START_RETRY_DELAY = 30.0
 # (and a model API takes a few hundred tools in a request at most).
 MAX_TOOLS = 1000
 MAX_TOOL_PAGES = 100
+# Error codes the SDK gives a call whose connection was lost (or its own timeout); a server
+# may send them too, as error answers of its own.
+LOST_CODES = (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+# How long a server has to answer, after such an error, to show it is up.
+PROBE_TIMEOUT = 5.0
 # How much of a server's error text a result or a log line quotes.
 MAX_ERROR_CHARS = 500
 # One message from a server over HTTP (a JSON body, or one event of a stream), as a line over
@@ -229,6 +234,21 @@ class McpServerConnection:
                     said,
                 )
 
+    async def _answers(self, client: Client) -> bool:
+        """Whether the server answers a request (its tools, not from the cache) within
+        ``PROBE_TIMEOUT``: after an error whose code the SDK also gives a connection it lost
+        (-32000, -32001), which a server that is up may send as its own error answer (JSON-RPC
+        leaves -32000 to -32099 to servers). A closed connection fails the request at once."""
+        with anyio.move_on_after(PROBE_TIMEOUT):
+            try:
+                await client.list_tools(cache_mode="bypass")
+            except MCPError as error:
+                return error.code not in LOST_CODES
+            except Exception:
+                return False
+            return True
+        return False
+
     async def stop(self) -> None:
         stop, done = self._stop, self._done
         if stop is None or done is None:
@@ -281,7 +301,7 @@ class McpServerConnection:
                             f"could not be used: {_describe(error)}"
                         )
                     except MCPError as error:
-                        if error.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                        if error.code not in LOST_CODES:
                             self._heard += 1
                         raise
                 self._heard += 1
@@ -301,13 +321,13 @@ class McpServerConnection:
                     f"{late}; it was stopped and will be restarted on the next call"
                 )
             except MCPError as error:
-                if error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                if error.code in LOST_CODES and not await self._answers(client):
                     await self.stop()
                     return AgentToolResult.error(
                         f"MCP server {self.name!r} failed during {tool}: {_describe(error)}; "
                         "it will be restarted on the next call"
                     )
-                if error.code == ANSWER_TOO_LONG:  # read in place of an answer left out
+                if error.code == ANSWER_UNREAD:  # read in place of an answer not read
                     return AgentToolResult.error(
                         f"MCP server {self.name!r} answered {tool}, but {error.message}"
                     )

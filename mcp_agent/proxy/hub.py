@@ -30,6 +30,9 @@ BUILTIN = "builtin"
 # A downstream server gets its call timeout to start, and never less than this (starting one
 # can take longer than a quick call's limit: an interpreter, a package download).
 MIN_START_TIMEOUT = 10.0
+# What a downstream tool's description may hold (about 2,500 tokens; Claude Code keeps 2,048
+# characters of an MCP tool's).
+MAX_DESCRIPTION_CHARS = 10_000
 
 
 class ToolHub:
@@ -176,6 +179,13 @@ class ToolHub:
         annotations = tool.annotations
         title = tool.title or (annotations.title if annotations else None)
         description = tool.description or ""
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            # Sent with every request of every run that may use the tool: a server's 5 MB
+            # description made each of them 5 MB, past what a model API takes.
+            description = (
+                f"{description[:MAX_DESCRIPTION_CHARS]}\n[cut: the description held "
+                f"{len(description):,} characters]"
+            )
         if name != listed_as:
             # The model may see the name elsewhere (a prompt, a document); and two servers'
             # tools may share a qualified name, so the server is named apart.

@@ -5,8 +5,9 @@ results that are not valid MCP. Run as a real child process over stdio.
 ``wrong_structure`` (structured content its output schema refuses), ``garbage`` (answered
 with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are not JSON, then
 its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes),
-``long_noise`` (a line of ``size`` bytes that is not JSON-RPC, then its answer)
-and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
+``long_noise`` (a line of ``size`` bytes that is not JSON-RPC, then its answer),
+``too_deep`` (an answer, its id whole, nested deeper than the SDK reads JSON), ``not_an_object``
+(an answer whose result is a number) and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
 ``--tools-not-a-list`` its listing is an object instead of a list. With
 ``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
 child of its own that does neither (only SIGKILL stops them), and writes both their process
@@ -38,6 +39,8 @@ TOOLS = [
     {"name": "noisy", "inputSchema": {"type": "object"}},
     {"name": "long", "inputSchema": {"type": "object"}},
     {"name": "long_noise", "inputSchema": {"type": "object"}},
+    {"name": "too_deep", "inputSchema": {"type": "object"}},
+    {"name": "not_an_object", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
@@ -76,6 +79,10 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
         elif name == "long":
             text = "x" * message["params"]["arguments"]["size"]
             result = {"content": [{"type": "text", "text": text}]}
+        elif name == "too_deep":
+            result = {"content": [{"type": "text", "text": "deep"}], "_meta": {"x": [[]]}}
+        elif name == "not_an_object":
+            result = 5  # type: ignore[assignment]
         elif name == "pid":
             result = {"content": [{"type": "text", "text": str(os.getpid())}]}
         else:
@@ -106,7 +113,8 @@ if "--leaves-child" in sys.argv:
 for line in sys.stdin:
     reply = answer(json.loads(line))
     if reply is not None:
-        sys.stdout.write(("{this is not json" if "not json" in reply else json.dumps(reply)) + "\n")
+        text = "{this is not json" if "not json" in reply else json.dumps(reply)
+        sys.stdout.write(text.replace("[[]]", "[" * 300 + "]" * 300) + "\n")
         sys.stdout.flush()
 
 if "--stubborn" in sys.argv:

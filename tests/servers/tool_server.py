@@ -82,12 +82,12 @@ async def fail(reason: str) -> str:
 
 
 @server.tool()
-async def reject(reason: str) -> str:
-    """Answer with a JSON-RPC error (the server stays up)."""
-    import mcp.types as types
+async def reject(reason: str, code: int = -32602) -> str:
+    """Answer with a JSON-RPC error (the server stays up), invalid params unless ``code``
+    says another."""
     from mcp.shared.exceptions import MCPError
 
-    raise MCPError(types.INVALID_PARAMS, reason)
+    raise MCPError(code, reason)
 
 
 @server.tool()
@@ -126,6 +126,11 @@ async def weather_today(city: str) -> str:
 async def weather_underscore(city: str) -> str:
     """The name the one above would take, were it only cleaned."""
     return f"rainy in {city}"
+
+
+@server.tool(description="A description longer than a tool's may be. " + "d" * 20_000)
+async def wordy() -> str:
+    return "said"
 
 
 @server.tool(name="w" * 100)
