@@ -293,3 +293,35 @@ async def test_text_no_utf8_holds_from_the_clients_model_is_replaced() -> None:
         final = await ask(client)
     assert final.text == "x \ufffd y" and final.stop_reason == StopReason.STOP
     final.model_dump_json()  # storable
+
+
+@pytest.mark.parametrize("given", [["x", "x", "x_2"], ["", ""]])
+async def test_calls_the_clients_model_gives_one_id_or_none_get_ids_of_their_own(
+    given: list[str],
+) -> None:
+    """Each result names its call by id, and the client's model is sent them back: two calls
+    with one id (or none) would be one call to the loop and a request the API refuses."""
+
+    async def calls(context: ClientRequestContext, params: Any) -> Any:
+        return types.CreateMessageResultWithTools(
+            role="assistant",
+            model="client-llm",
+            stop_reason="toolUse",
+            content=[
+                types.ToolUseContent(type="tool_use", id=i, name="read_file", input={"path": "a"})
+                for i in given
+            ],
+        )
+
+    async with Client(
+        make_server(),
+        mode="legacy",
+        sampling_callback=calls,
+        sampling_capabilities=TOOLS_CAPABILITY,
+    ) as client:
+        final = await ask(client, use_tools=True)
+    ids = [call.id for call in final.tool_calls]
+    assert final.stop_reason == StopReason.TOOL_USE and len(ids) == len(given)
+    assert all(ids) and len(set(ids)) == len(ids)
+    if all(given):  # a repeated id gets a suffix no other call has; the others stay
+        assert ids == ["x", "x_3", "x_2"]

@@ -44,6 +44,7 @@ from mcp_agent.providers.common import (
     AbortRace,
     abort_reason,
     fail,
+    give_calls_ids,
     new_output,
     transform_messages,
 )
@@ -192,9 +193,12 @@ async def stream_sampling(
 
         yield StartEvent(output)
         blocks = result.content if isinstance(result.content, list) else [result.content]
-        for block in blocks:
-            for event in _emit(output, block):
-                yield event
+        events = [event for block in blocks for event in _emit(output, block)]
+        # The client's model may give calls no id or one id twice: each gets its own before
+        # any event names it.
+        give_calls_ids(output)
+        for event in events:
+            yield event
         response_model = getattr(result, "model", None)
         if response_model:
             output.responseModel = response_model  # type: ignore[attr-defined]
