@@ -34,6 +34,9 @@ T = TypeVar("T")
 THINKING_SIGNATURE = "thinkingSignature"
 THINKING_REDACTED = "redacted"
 
+# What an error message quotes of what a server or an MCP client said.
+ERROR_CHARS = 500
+
 
 class Aborted(Exception):
     """The run was aborted while the provider waited; ends the stream with stop reason aborted."""

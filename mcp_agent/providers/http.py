@@ -44,6 +44,7 @@ from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     THINKING_SIGNATURE,
     Aborted,
     AbortRace,
@@ -77,8 +78,6 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 ERROR_BODY_LIMIT = 64 * 1024
-# What an error message quotes of a server's error body.
-ERROR_CHARS = 500
 
 
 class ProviderError(Exception):
