@@ -102,7 +102,9 @@ def validation_problems(error: ValidationError, root: str = "", data: Any = None
     lines = []
     for problem in error.errors(include_url=False):
         parts = [root] if root else []
-        parts.extend(str(p) for p in _data_path(problem["loc"], data))
+        loc = problem["loc"]
+        # Without the data, the location as pydantic gives it: a name is better than none.
+        parts.extend(str(p) for p in (_data_path(loc, data) if data is not None else loc))
         path = ".".join(parts) or "(top level)"
         lines.append(f"{path}: {problem['msg']}")
     return list(dict.fromkeys(lines))

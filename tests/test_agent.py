@@ -337,6 +337,23 @@ async def test_the_thinking_level_is_clamped_to_the_model_and_recorded_as_in_eff
     assert agent.state.thinking_level == "off"
 
 
+async def test_a_thinking_level_no_one_knows_is_thought_off_and_the_session_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A session keeps the level it was given (a pi file from a newer pi, or written by
+    hand); an agent made from it thinks off, says so, and records what was in effect."""
+    session = Session(InMemorySessionStorage())
+    session.append_model_change("scripted", "scripted")
+    session.append_thinking_level_change("ultra")
+    agent = SessionAgent.from_session(
+        session, stream_fn=ScriptedProvider(["hi"]), model=scripted_model()
+    )
+    assert agent.state.thinking_level == "off"
+    assert "thinking level 'ultra' is none of off, minimal" in caplog.text
+    await agent.prompt("hello")
+    assert session.build_context().thinking_level == "off"
+
+
 # --- abort --------------------------------------------------------------------------------------
 
 

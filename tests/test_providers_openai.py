@@ -549,6 +549,33 @@ async def test_401_says_which_key_to_check() -> None:
         assert len(server.requests) == 1  # not retried
 
 
+@pytest.mark.parametrize(
+    ("location", "said"),
+    [
+        (
+            "https://user:secret@api.example.com/v1/chat/completions",
+            "redirects to https://user:***@api.example.com/v1/chat/completions, which is not"
+            " followed: set OPENAI_BASE_URL to https://user:***@api.example.com/v1",
+        ),
+        (
+            "/login",
+            "redirects to {base}/login, which is not followed: set OPENAI_BASE_URL to where",
+        ),
+    ],
+)
+async def test_a_redirect_says_where_to_and_is_not_followed(location: str, said: str) -> None:
+    """A base URL the server moved (http to https, another path) is a setting to change: the
+    answer says where it points, and the request, with its key, goes nowhere else."""
+    async with script_server() as server:
+        server.add(Reply(status=301, headers={"location": location}, content_type="text/html"))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert final.stop_reason == StopReason.ERROR
+        assert said.format(base=server.base) in present(final.error_message)
+        assert len(server.requests) == 1
+
+
 async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with script_server() as server:

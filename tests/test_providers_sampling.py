@@ -293,3 +293,77 @@ async def test_text_no_utf8_holds_from_the_clients_model_is_replaced() -> None:
         final = await ask(client)
     assert final.text == "x \ufffd y" and final.stop_reason == StopReason.STOP
     final.model_dump_json()  # storable
+
+
+@pytest.mark.parametrize("given", [["x", "x", "x_2"], ["", ""]])
+async def test_calls_the_clients_model_gives_one_id_or_none_get_ids_of_their_own(
+    given: list[str],
+) -> None:
+    """Each result names its call by id, and the client's model is sent them back: two calls
+    with one id (or none) would be one call to the loop and a request the API refuses."""
+
+    async def calls(context: ClientRequestContext, params: Any) -> Any:
+        return types.CreateMessageResultWithTools(
+            role="assistant",
+            model="client-llm",
+            stop_reason="toolUse",
+            content=[
+                types.ToolUseContent(type="tool_use", id=i, name="read_file", input={"path": "a"})
+                for i in given
+            ],
+        )
+
+    async with Client(
+        make_server(),
+        mode="legacy",
+        sampling_callback=calls,
+        sampling_capabilities=TOOLS_CAPABILITY,
+    ) as client:
+        final = await ask(client, use_tools=True)
+    ids = [call.id for call in final.tool_calls]
+    assert final.stop_reason == StopReason.TOOL_USE and len(ids) == len(given)
+    assert all(ids) and len(set(ids)) == len(ids)
+    if all(given):  # a repeated id gets a suffix no other call has; the others stay
+        assert ids == ["x", "x_3", "x_2"]
+
+
+async def test_what_the_client_says_in_failing_is_said_on_one_line() -> None:
+    """The error is stored, printed and shown: the client's words on one line, control
+    characters escaped."""
+
+    async def failing(context: ClientRequestContext, params: Any) -> Any:
+        return types.ErrorData(code=-1, message="refused:\n\x1b[31mno\x1b[0m")
+
+    async with Client(make_server(), mode="legacy", sampling_callback=failing) as client:
+        final = await ask(client)
+    assert final.stop_reason == StopReason.ERROR
+    assert final.error_message == (
+        "the MCP client's model (sampling) failed: refused: \\x1b[31mno\\x1b[0m"
+    )
+
+
+class _AnswersAsGiven:
+    """A server-side session of a client that answers sampling with ``answer`` as it is
+    (the SDK's own client checks its answer before it goes out; another client may not)."""
+
+    protocol_version = "2025-11-25"
+    client_capabilities = types.ClientCapabilities(sampling=types.SamplingCapability())
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+
+    async def create_message(self, **kwargs: Any) -> Any:
+        return types.CreateMessageResult.model_validate(self.answer)  # as the SDK checks it
+
+
+async def test_an_answer_mcp_does_not_allow_is_named_by_its_field() -> None:
+    session = _AnswersAsGiven({"role": "assistant", "content": {"type": "text", "text": "4"}})
+    stream = sampling_stream_fn(session)(
+        sampling_model(), LlmContext("", [UserMessage(content="hi")]), StreamOptions()
+    )
+    final = await final_message(stream)
+    assert final.stop_reason == StopReason.ERROR
+    assert final.error_message == (
+        "the MCP client's model (sampling) failed: its answer is no sampling result MCP allows"
+        " (model: Field required)"
+    )

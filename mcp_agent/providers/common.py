@@ -34,6 +34,9 @@ T = TypeVar("T")
 THINKING_SIGNATURE = "thinkingSignature"
 THINKING_REDACTED = "redacted"
 
+# What an error message quotes of what a server or an MCP client said.
+ERROR_CHARS = 500
+
 
 class Aborted(Exception):
     """The run was aborted while the provider waited; ends the stream with stop reason aborted."""
@@ -51,12 +54,22 @@ def update_usage(model: Model, output: AssistantMessage) -> None:
 
 
 def give_calls_ids(output: AssistantMessage) -> None:
-    """An id for each tool call the server sent without one (some compatible servers do): each
-    result names its call by id, in the session, in the agent loop and back to the API, so
-    two calls must never share the empty id."""
-    for block in output.content:
-        if isinstance(block, ToolCall) and not block.id:
-            block.id = f"call_{uuid.uuid4().hex[:24]}"
+    """An id of its own for each tool call: one the server sent without an id (some compatible
+    servers do) gets a new one, and one whose id an earlier call has gets that id with a
+    suffix (``x_2``). Each result names its call by id, in the session, in the agent loop and
+    back to the API (which refuses two calls with one id), so no two calls may share one."""
+    calls = [block for block in output.content if isinstance(block, ToolCall)]
+    sent = {call.id for call in calls}
+    taken: set[str] = set()
+    for call in calls:
+        if not call.id:
+            call.id = f"call_{uuid.uuid4().hex[:24]}"
+        elif call.id in taken:
+            suffix = 2
+            while f"{call.id}_{suffix}" in taken or f"{call.id}_{suffix}" in sent:
+                suffix += 1
+            call.id = f"{call.id}_{suffix}"
+        taken.add(call.id)
 
 
 def fail(output: AssistantMessage, message: str, *, aborted: bool = False) -> AssistantMessage:

@@ -44,6 +44,7 @@ from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     THINKING_SIGNATURE,
     Aborted,
     AbortRace,
@@ -77,8 +78,6 @@ log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 ERROR_BODY_LIMIT = 64 * 1024
-# What an error message quotes of a server's error body.
-ERROR_CHARS = 500
 
 
 class ProviderError(Exception):
@@ -308,12 +307,29 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
 
 
 def describe_status(
-    endpoint: Endpoint, status: int, reason: str, detail: str, *, attempts: int = 1
+    endpoint: Endpoint,
+    status: int,
+    reason: str,
+    detail: str,
+    *,
+    attempts: int = 1,
+    redirect: str | None = None,
 ) -> str:
+    """``redirect``: where a 3xx answer's Location points, as shown (see redirect_target)."""
     head = f"{endpoint.where}: {status} {reason}".rstrip()
     text = f"{head}: {detail}" if detail else head
     hint = ""
-    if status == 401:
+    if 300 <= status < 400:
+        # Not followed: the API key would go along to wherever the server points (httpx
+        # drops only an Authorization header on the way to another host, not x-api-key).
+        setting = endpoint.base_url_env or "the base URL"
+        hint = f"the server redirects to {redirect or 'another place'}, which is not followed"
+        path = endpoint.url.removeprefix(endpoint.base_url)  # "/chat/completions"
+        if redirect and path != endpoint.url and redirect.endswith(path):
+            hint += f": set {setting} to {redirect.removesuffix(path)}"
+        else:
+            hint += f": set {setting} to where it points"
+    elif status == 401:
         hint = f"check {endpoint.key_env}" if endpoint.key_env else "check the API key"
     elif status == 403:
         hint = "the API key has no access to this model or endpoint"
@@ -514,11 +530,29 @@ async def open_event_stream(
                 attempt += 1
                 continue
             text = describe_status(
-                endpoint, status, response.reason_phrase, detail, attempts=attempt + 1
+                endpoint,
+                status,
+                response.reason_phrase,
+                detail,
+                attempts=attempt + 1,
+                redirect=redirect_target(response),
             )
             if retryable and asked is not None and asked > policy.max_delay:
                 text += f" (it asked to wait {asked:,.0f} s, over max_retry_delay {policy.max_delay:g} s)"
             raise ProviderError(text, status=status)
+
+
+def redirect_target(response: httpx.Response) -> str | None:
+    """Where a redirect points (its Location against the request's URL), on one line and
+    without a password; None when the answer names no place."""
+    location = response.headers.get("location", "").strip()
+    if not location:
+        return None
+    try:
+        target = str(response.url.join(location))
+    except (httpx.InvalidURL, ValueError):
+        target = location
+    return one_line(shown_url(target), 300)
 
 
 # At most this much of a compressed body is inflated at once: httpx inflates each read whole,

@@ -39,6 +39,7 @@ from mcp_agent.messages import (
 )
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn, StreamOptions
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     THINKING_SIGNATURE,
     append_str,
     give_calls_ids,
@@ -49,7 +50,6 @@ from mcp_agent.providers.common import (
     update_usage,
 )
 from mcp_agent.providers.http import (
-    ERROR_CHARS,
     Endpoint,
     ProviderError,
     bad_json,

@@ -16,6 +16,8 @@ import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic import ValidationError
+
 from mcp_agent.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -40,14 +42,16 @@ from mcp_agent.messages import (
 )
 from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     Aborted,
     AbortRace,
     abort_reason,
     fail,
+    give_calls_ids,
     new_output,
     transform_messages,
 )
-from mcp_agent.wire import utf8_only
+from mcp_agent.wire import describe_validation_error, one_line, utf8_only
 
 SAMPLING_API = "mcp-sampling"
 SAMPLING_PROVIDER = "sampling"
@@ -187,14 +191,21 @@ async def stream_sampling(
             raise SamplingFailed(error.error.message) from error
         except (Aborted, SamplingUnavailable):
             raise
-        except Exception as error:  # the SDK's validation, a malformed answer, a broken link
+        except ValidationError as error:  # the SDK's check of the answer
+            raise SamplingFailed(
+                f"its answer is no sampling result MCP allows ({describe_validation_error(error)})"
+            ) from error
+        except Exception as error:  # a malformed answer, a broken link
             raise SamplingFailed(str(error) or type(error).__name__) from error
 
         yield StartEvent(output)
         blocks = result.content if isinstance(result.content, list) else [result.content]
-        for block in blocks:
-            for event in _emit(output, block):
-                yield event
+        events = [event for block in blocks for event in _emit(output, block)]
+        # The client's model may give calls no id or one id twice: each gets its own before
+        # any event names it.
+        give_calls_ids(output)
+        for event in events:
+            yield event
         response_model = getattr(result, "model", None)
         if response_model:
             output.responseModel = response_model  # type: ignore[attr-defined]
@@ -211,7 +222,10 @@ async def stream_sampling(
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
         elif isinstance(error, SamplingFailed):
-            yield ErrorEvent(fail(output, f"the MCP client's model (sampling) failed: {error}"))
+            # What the client said is quoted as a server's words are: on one line, its
+            # control characters escaped (it is stored, printed and shown), cut short.
+            said = one_line(error, ERROR_CHARS)
+            yield ErrorEvent(fail(output, f"the MCP client's model (sampling) failed: {said}"))
         else:  # a bug of ours must still end the stream properly
             yield ErrorEvent(fail(output, f"the MCP client's model (sampling): {error!r}"))
     finally:

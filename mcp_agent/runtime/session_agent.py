@@ -51,6 +51,7 @@ from mcp_agent.providers.base import (
 from mcp_agent.sessions.context import SessionContext
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
+from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class SessionAgent(Agent):
         session's thinking level is not off). ``model`` is
         required only when the session names no model."""
         context = session.build_context()
+        level = _thinking_level(context.thinking_level, session.id)
         ref = _model_ref(context.model)
         chosen: Model | None = None
         if ref is not None:
@@ -141,7 +143,7 @@ class SessionAgent(Agent):
             if chosen is None:
                 # Nothing known of it but what the session says: the level it recorded was
                 # in effect, so the model reasons if that level is not off.
-                thinks = str(context.thinking_level) != ThinkingLevel.OFF
+                thinks = level != ThinkingLevel.OFF
                 chosen = Model(id=ref[1], provider=ref[0], reasoning=thinks)
         elif model is not None:
             chosen = model
@@ -156,7 +158,7 @@ class SessionAgent(Agent):
             tools=active,
             available_tools=[*inactive, *options.pop("available_tools", ())],
             messages=context.messages,
-            thinking_level=options.pop("thinking_level", context.thinking_level),
+            thinking_level=options.pop("thinking_level", level),
             **options,
         )
 
@@ -438,6 +440,23 @@ def _error_of(message: AssistantMessage | None) -> str | None:
 
 def _last_answer(messages: Sequence[BaseMessage]) -> AssistantMessage | None:
     return next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
+
+
+def _thinking_level(name: str, session_id: str) -> ThinkingLevel:
+    """The session's thinking level. One that no ``ThinkingLevel`` names (a file from a newer
+    pi, or written by hand: sessions keep what they are given) is taken as off, and said, so
+    that the session still runs; the level in effect is recorded as the run starts."""
+    try:
+        return ThinkingLevel(name)
+    except ValueError:
+        known = ", ".join(level.value for level in ThinkingLevel)
+        log.warning(
+            "session %s: thinking level %s is none of %s; thinking off",
+            session_id,
+            one_line(repr(name), 100),
+            known,
+        )
+        return ThinkingLevel.OFF
 
 
 def _model_ref(model: Any) -> tuple[str, str] | None:
