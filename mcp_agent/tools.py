@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -78,6 +80,8 @@ class ToolArgumentsError(ValueError):
 # called in each run, for as long as the server ran.
 _validators: OrderedDict[int, tuple[dict[str, Any], Any]] = OrderedDict()
 MAX_VALIDATORS = 256
+# What the metaschema found in the schemas checked last (by their digest), as many.
+_faults: OrderedDict[bytes, str | None] = OrderedDict()
 # How much of what is wrong with a tool's schema its error quotes.
 MAX_SCHEMA_FAULT = 300
 
@@ -242,20 +246,37 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
 def _schema_fault(schema: dict[str, Any], error: Exception) -> str:
     """What is wrong with ``schema``, which failed a validation with ``error``: the first
     fault its metaschema finds, or else the error, in one bounded line."""
+    fault = schema_fault(schema)
+    if fault is not None:
+        return fault
+    if isinstance(error, RecursionError):
+        return "its $refs refer to each other without end, or it nests too deep"
+    return one_line(str(error) or type(error).__name__, MAX_SCHEMA_FAULT)
+
+
+def schema_fault(schema: dict[str, Any]) -> str | None:
+    """The first fault ``schema``'s metaschema finds in it, in one bounded line, or None for
+    valid JSON Schema (about a millisecond for a tool's: remembered by the schema's digest)."""
+    digest = hashlib.sha256(json.dumps(schema, sort_keys=True, default=repr).encode()).digest()
+    if digest in _faults:
+        _faults.move_to_end(digest)
+        return _faults[digest]
     import jsonschema
     from jsonschema.exceptions import best_match
 
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        fault = best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+        found = best_match(cls(cls.META_SCHEMA).iter_errors(schema))
     except Exception:
-        fault = None
-    if fault is not None:
-        where = "/".join(str(part) for part in fault.absolute_path) or "(top level)"
-        return one_line(f"{where}: {fault.message}", MAX_SCHEMA_FAULT)
-    if isinstance(error, RecursionError):
-        return "its $refs refer to each other without end, or it nests too deep"
-    return one_line(str(error) or type(error).__name__, MAX_SCHEMA_FAULT)
+        found = None
+    fault = None
+    if found is not None:
+        where = "/".join(str(part) for part in found.absolute_path) or "(top level)"
+        fault = one_line(f"{where}: {found.message}", MAX_SCHEMA_FAULT)
+    _faults[digest] = fault
+    if len(_faults) > MAX_VALIDATORS:
+        _faults.popitem(last=False)
+    return fault
 
 
 def _validated(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -577,6 +577,27 @@ async def test_a_listed_tool_that_is_not_valid_mcp_is_left_out_and_the_others_ke
     ]
 
 
+async def test_a_tool_no_model_api_takes_is_left_out_and_the_others_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tool whose input schema is no JSON Schema was offered to the model, and OpenAI and
+    Anthropic refuse a request with one: every run offered the server failed. A schema of
+    100 KB went with every request."""
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--bad-schemas"])
+    async with ToolHub({"r": config}) as hub:
+        tools = by_name(await hub.tools())
+        assert "r__typed_12" not in tools and "r__huge" not in tools
+        assert text_of(await call(tools["r__good"])) == "fine"
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(said) == 2
+    assert said[0].startswith("MCP server 'r' lists tool 'typed_12', whose input schema")
+    assert "properties/x/type: 12 is not valid" in said[0]
+    assert "'huge'" in said[1] and "past the 65,536 sent with every request" in said[1]
+
+
 async def test_a_tool_listing_wrong_as_a_whole_still_says_so_in_one_line() -> None:
     config = ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--tools-not-a-list"])
     async with ToolHub({"r": config}) as hub:

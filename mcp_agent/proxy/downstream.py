@@ -8,6 +8,7 @@ that is not valid MCP, nor one slow call while it answers others (that call alon
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -30,7 +31,7 @@ from mcp_agent.pipes import ANSWER_UNREAD, MAX_LINE
 from mcp_agent.proxy.child_stdio import child_stdio
 from mcp_agent.proxy.convert import to_agent_result
 from mcp_agent.proxy.tool_listing import valid_tools_only
-from mcp_agent.tools import AgentToolResult
+from mcp_agent.tools import AgentToolResult, schema_fault
 from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ START_RETRY_DELAY = 30.0
 # (and a model API takes a few hundred tools in a request at most).
 MAX_TOOLS = 1000
 MAX_TOOL_PAGES = 100
+# A tool's input schema goes with every request to the model, as its description does.
+MAX_SCHEMA_CHARS = 64 * 1024
 # Error codes the SDK gives a call whose connection was lost (or its own timeout); a server
 # may send them too, as error answers of its own.
 LOST_CODES = (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
@@ -163,9 +166,9 @@ class McpServerConnection:
                     self.name,
                     MAX_TOOLS,
                 )
-                return tools
+                return await anyio.to_thread.run_sync(self._usable, tools)
             if not cursor:
-                return tools
+                return await anyio.to_thread.run_sync(self._usable, tools)
             if cursor in cursors or len(cursors) >= MAX_TOOL_PAGES:
                 # Paging in a circle, or page after page of nothing: it would go on until
                 # the start's time limit gave up on the server.
@@ -175,8 +178,34 @@ class McpServerConnection:
                     self.name,
                     MAX_TOOL_PAGES,
                 )
-                return tools
+                return await anyio.to_thread.run_sync(self._usable, tools)
             cursors.add(cursor)
+
+    def _usable(self, tools: list[types.Tool]) -> list[types.Tool]:
+        """``tools`` without those a model API would refuse a request for: an input schema
+        that is no JSON Schema (OpenAI and Anthropic check each tool's, and one bad tool would
+        fail every request of every run offered the server), or one too long to send with
+        every request. Each left out is said in one line. (On a worker thread: checking a
+        schema takes about a millisecond.)"""
+        kept = []
+        for tool in tools:
+            size = len(json.dumps(tool.input_schema, default=repr))
+            fault = (
+                f"it is {size:,} characters, past the {MAX_SCHEMA_CHARS:,} sent with every request"
+                if size > MAX_SCHEMA_CHARS
+                else schema_fault(tool.input_schema)
+            )
+            if fault is None:
+                kept.append(tool)
+            else:
+                log.warning(
+                    "MCP server %r lists tool %r, whose input schema a model could not be sent,"
+                    " and it is left out: %s",
+                    self.name,
+                    tool.name,
+                    fault,
+                )
+        return kept
 
     async def _own(self, *, task_status: TaskStatus[None]) -> None:
         stop, done = anyio.Event(), anyio.Event()

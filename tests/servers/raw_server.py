@@ -66,6 +66,16 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
         }
     elif method == "tools/list":
         tools = ([{"name": "no_schema"}] if "--bad-tool" in sys.argv else []) + TOOLS
+        if "--bad-schemas" in sys.argv:  # valid MCP, but no model API takes them
+            huge = {f"p{n}": {"type": "string", "description": "x" * 100} for n in range(1000)}
+            tools = [
+                {
+                    "name": "typed_12",
+                    "inputSchema": {"type": "object", "properties": {"x": {"type": 12}}},
+                },
+                {"name": "huge", "inputSchema": {"type": "object", "properties": huge}},
+                *tools,
+            ]
         result = {"tools": {"good": TOOLS[0]} if "--tools-not-a-list" in sys.argv else tools}
     elif method == "tools/call":
         name = message["params"]["name"]
