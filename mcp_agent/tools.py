@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ _validators: OrderedDict[int, tuple[dict[str, Any], Any]] = OrderedDict()
 MAX_VALIDATORS = 256
 # What the metaschema found in the schemas checked last (by their digest), as many.
 _faults: OrderedDict[bytes, str | None] = OrderedDict()
+# Schemas are checked on worker threads (a downstream listing) while calls are validated.
+_caches_lock = threading.Lock()
 # How much of what is wrong with a tool's schema its error quotes.
 MAX_SCHEMA_FAULT = 300
 
@@ -258,9 +261,10 @@ def schema_fault(schema: dict[str, Any]) -> str | None:
     """The first fault ``schema``'s metaschema finds in it, in one bounded line, or None for
     valid JSON Schema (about a millisecond for a tool's: remembered by the schema's digest)."""
     digest = hashlib.sha256(json.dumps(schema, sort_keys=True, default=repr).encode()).digest()
-    if digest in _faults:
-        _faults.move_to_end(digest)
-        return _faults[digest]
+    with _caches_lock:
+        if digest in _faults:
+            _faults.move_to_end(digest)
+            return _faults[digest]
     import jsonschema
     from jsonschema.exceptions import best_match
 
@@ -273,9 +277,10 @@ def schema_fault(schema: dict[str, Any]) -> str | None:
     if found is not None:
         where = "/".join(str(part) for part in found.absolute_path) or "(top level)"
         fault = one_line(f"{where}: {found.message}", MAX_SCHEMA_FAULT)
-    _faults[digest] = fault
-    if len(_faults) > MAX_VALIDATORS:
-        _faults.popitem(last=False)
+    with _caches_lock:
+        _faults[digest] = fault
+        if len(_faults) > MAX_VALIDATORS:
+            _faults.popitem(last=False)
     return fault
 
 
@@ -284,17 +289,18 @@ def _validated(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, Any]:
     import jsonschema
     from jsonschema.exceptions import best_match
 
-    cached = _validators.get(id(tool.parameters))
-    if cached is None or cached[0] is not tool.parameters:
-        cls = jsonschema.validators.validator_for(
-            tool.parameters, default=jsonschema.Draft202012Validator
-        )
-        cached = (tool.parameters, cls(tool.parameters))
-        _validators[id(tool.parameters)] = cached
-        if len(_validators) > MAX_VALIDATORS:
-            _validators.popitem(last=False)
-    else:
-        _validators.move_to_end(id(tool.parameters))
+    with _caches_lock:
+        cached = _validators.get(id(tool.parameters))
+        if cached is None or cached[0] is not tool.parameters:
+            cls = jsonschema.validators.validator_for(
+                tool.parameters, default=jsonschema.Draft202012Validator
+            )
+            cached = (tool.parameters, cls(tool.parameters))
+            _validators[id(tool.parameters)] = cached
+            if len(_validators) > MAX_VALIDATORS:
+                _validators.popitem(last=False)
+        else:
+            _validators.move_to_end(id(tool.parameters))
     validator = cached[1]
     filled: dict[str, Any] = _with_nulls(tool.parameters, arguments)
     if validator.is_valid(filled):
