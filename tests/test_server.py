@@ -200,6 +200,21 @@ async def test_session_lifecycle(client: Client) -> None:
     assert [s["id"] for s in listing["sessions"]] == [sid]
 
 
+async def test_a_pi_files_text_with_a_byte_order_mark_imports(client: Client) -> None:
+    """pi's reader trims a byte order mark before the header, and so does the import: the
+    text of a file saved with one (a header alone is one line) is a file's text, not a path."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000b0"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    message = {"role": "user", "content": "hi", "timestamp": 1}
+    entry = {"type": "message", "id": "a0000001", "parentId": None, "message": message}
+    entry["timestamp"] = "2026-01-15T08:30:01.000Z"
+    whole = "\ufeff" + json.dumps(header) + "\r\n" + json.dumps(entry) + "\r\n"
+    for text, entries in ((whole, 1), ("\ufeff" + json.dumps(header), 0)):
+        imported = await call(client, "session_import", jsonl=text)
+        assert imported["fileId"] == header["id"]
+        assert imported["session"]["entryCount"] == entries
+
+
 async def test_token_totals_past_2_to_the_53_stay_exact_integers(client: Client) -> None:
     # A float holds integers exactly only up to 2**53; counts past it must not pass through one.
     created = await call(client, "session_create")

@@ -222,6 +222,21 @@ def test_pi_named_files_open_by_id_in_either_layout(tmp_path: Path) -> None:
     assert JsonlSessionRepo(tmp_path / "agent" / "sessions").layout == "pi"
 
 
+def test_a_pi_fork_copied_to_another_store_lists_its_parent_by_id(tmp_path: Path) -> None:
+    """pi's layout names a fork's parent by its file, and the header keeps that wherever the
+    session is copied; every store's listing gives the parent's id, to open it by."""
+    made = hand_made(tmp_path / "agent")
+    folder = JsonlSessionRepo(tmp_path / "agent" / "sessions")
+    fork = folder.fork(made[0]["id"])
+    assert fork.header.parent_session == made[0]["file"]
+    for repo in (InMemorySessionRepo(), SqliteSessionRepo(tmp_path / "s.db")):
+        repo.import_session(folder.path_for(fork.id))
+        assert repo.open(fork.id).header.parent_session == made[0]["file"]
+        assert repo.summary(fork.id).parent_session == made[0]["id"]
+        assert [s.parent_session for s in repo.list().items] == [made[0]["id"]]
+        repo.close()
+
+
 def test_listing_pis_folders_is_paged_newest_first(tmp_path: Path) -> None:
     repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
     made = [repo.create(cwd=f"/work/p{i % 3}").id for i in range(7)]

@@ -55,6 +55,7 @@ from mcp_agent.server.session_reads import (
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import CWD_CHARS, NAME_CHARS, clip_long, is_session_id
+from mcp_agent.sessions.pi import is_jsonl_text
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary
 from mcp_agent.wire import loads_json
 
@@ -490,7 +491,7 @@ def register(server: MCPServer) -> None:
         the file's id when that is free; otherwise, or when the id is not a UUID, it gets a
         new one. Returns the session and which id it got."""
         state = app_state(ctx)
-        if not jsonl.lstrip().startswith("{"):
+        if not is_jsonl_text(jsonl):
             # Never read a path named by a client: the server's files are not theirs to read.
             raise ToolError(
                 "jsonl must be the text of a pi session file: JSON lines starting with the "

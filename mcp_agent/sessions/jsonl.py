@@ -479,14 +479,7 @@ class JsonlSessionRepo(BaseSessionRepo):
             return False
 
     def summary(self, session_id: str) -> SessionSummary:
-        return self._summarize(self._open_storage(session_id))
-
-    def _summarize(self, storage: InMemorySessionStorage) -> SessionSummary:
-        summary = summarize(storage)
-        parent = summary.parent_session
-        if parent and parent.endswith(".jsonl"):  # pi's reference: the parent's file
-            summary.parent_session = session_id_of(Path(parent)) or parent
-        return summary
+        return summarize(self._open_storage(session_id))
 
     def _modified(self, session_id: str, key: tuple[int, int]) -> str:
         """When a file changed: the precise time if we wrote it last, else its mtime."""
@@ -515,7 +508,7 @@ class JsonlSessionRepo(BaseSessionRepo):
         storage = InMemorySessionStorage(parsed.header, parsed.entries)
         texts = [storage.get_session_name() or ""]
         texts.extend(entry_text(entry) for entry in parsed.entries)
-        summary = self._summarize(storage)
+        summary = summarize(storage)
         summary.modified = modified
         self._keep_listed(path, key, summary, texts)
         return summary, texts

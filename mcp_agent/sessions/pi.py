@@ -181,6 +181,12 @@ Lines = Iterator[tuple[int, str, bool]]
 BOM = "\ufeff"
 
 
+def is_jsonl_text(text: str) -> bool:
+    """Whether ``text`` is a session file's text rather than a path: a JSON object after any
+    whitespace and a byte order mark (pi's reader trims both away)."""
+    return text.lstrip().removeprefix(BOM).lstrip().startswith("{")
+
+
 def _text_lines(text: str) -> Lines:
     """The pieces of ``text`` between newlines, split as it is read (a ``\r`` before a newline
     is JSON whitespace, as pi reads it; a byte order mark at the start is left out)."""
@@ -540,7 +546,7 @@ def open_session_stream(
     code = "invalid_import"
     if isinstance(source, str):
         one_line = bool(source.strip()) and "\n" not in source.strip()
-        if not one_line or source.lstrip().startswith("{"):
+        if not one_line or is_jsonl_text(source):
             notes: list[str] = []
             rows = json_rows(_text_lines(source), "<jsonl>", code, notes)
             yield SessionStream(pi_repeats_skipped(rows), "<jsonl>", code, new_id, notes)

@@ -39,6 +39,7 @@ from mcp_agent.sessions.entries import (
     sortable_time,
 )
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.folders import session_id_of
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import (
     EXPORT_CHUNK_LINES,
@@ -73,6 +74,13 @@ class SessionSummary:
     total_tokens: int = 0
     cost_total: float = 0.0
     leaf_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # pi names a fork's parent by its file (``…/<time>_<id>.jsonl``), and the header keeps
+        # that in every store it is copied to; a listing gives the parent's id, to open it by.
+        parent = self.parent_session
+        if parent and parent.endswith(".jsonl"):
+            self.parent_session = session_id_of(Path(parent)) or parent
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
