@@ -230,8 +230,8 @@ def check_sqlite_store(path: Path) -> dict[str, list[SessionEntry]]:
 
 
 def check_jsonl_store(directory: Path) -> dict[str, list[SessionEntry]]:
-    """Open every session file as a new process would (a torn last line is cut off with a
-    warning) and check it; returns each session's entries in file order."""
+    """Open every session file as a new process would (a torn last line is left unread, with
+    a warning) and check it; returns each session's entries in file order."""
     found: dict[str, list[SessionEntry]] = {}
     for path in sorted(directory.glob("*.jsonl")):
         data = path.read_bytes()
@@ -252,11 +252,9 @@ def check_jsonl_store(directory: Path) -> dict[str, list[SessionEntry]]:
             found[path.stem] = entries
         finally:
             repo.close()
-        # After loading, the file holds only whole lines (a torn one was cut off).
-        after = path.read_bytes()
-        assert after.endswith(b"\n")
-        for number, line in enumerate(after.split(b"\n")[:-1], 1):
-            assert isinstance(json.loads(line), dict), f"{path}:{number} after repair"
+        # A read changes nothing (pi, which takes no lock, may be writing a torn line): the
+        # next append cuts it off.
+        assert path.read_bytes() == data
     return found
 
 

@@ -66,7 +66,10 @@ def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
     assert repo.export_jsonl(session.id) == path.read_text()
 
 
-def test_torn_last_line_is_cut_off_and_appends_go_on(tmp_path: Path) -> None:
+def test_a_torn_last_line_is_left_unread_and_cut_off_by_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl, "TORN_WAIT", 0.001)
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()
     session.append_message(user("a"))
@@ -75,19 +78,56 @@ def test_torn_last_line_is_cut_off_and_appends_go_on(tmp_path: Path) -> None:
     path = tmp_path / f"{session.id}.jsonl"
     whole = path.read_bytes()
     # a crash in the middle of writing a line with a multi-byte character
-    path.write_bytes(
-        whole + '{"type":"message","id":"12345678","message":{"content":"é'.encode()[:-1]
-    )
+    torn = whole + '{"type":"message","id":"12345678","message":{"content":"é'.encode()[:-1]
+    path.write_bytes(torn)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # logged, not a Python warning
         reopened = JsonlSessionRepo(tmp_path).open(session.id)
     assert [narrow(m, UserMessage).text for m in reopened.build_context().messages] == ["a", "b"]
-    assert path.read_bytes() == whole
+    assert path.read_bytes() == torn  # a read changes nothing: pi may be writing that line
     reopened.append_message(user("c"))
+    assert path.read_bytes().startswith(whole) and lines(path)[-1]["message"]["content"] == "c"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         again = JsonlSessionRepo(tmp_path).open(session.id)
     assert [narrow(m, UserMessage).text for m in again.build_context().messages] == ["a", "b", "c"]
+
+
+def test_a_line_pi_is_writing_is_neither_cut_off_by_a_read_nor_followed_by_an_append(
+    tmp_path: Path,
+) -> None:
+    """pi takes no lock. A read while it was writing a long line took the line for a crash's
+    torn one and rewrote the file without it: pi's line went to the file no longer at the
+    path, lost, and its next entry became a root."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    first = session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    line = json.dumps(
+        {
+            "type": "message",
+            "id": "0000000b",
+            "parentId": first,
+            "timestamp": "2026-01-15T08:30:01.000Z",
+            "message": {"role": "user", "content": "b" * 100_000, "timestamp": 1},
+        }
+    ).encode()
+    with open(path, "ab") as pi:  # no lock, as pi writes
+        pi.write(line[:50_000])
+        pi.flush()
+        reader = JsonlSessionRepo(tmp_path)
+        assert [e.id for e in reader.open(session.id).get_entries()] == [first]
+        appended: list[str] = []
+        writer = threading.Thread(
+            target=lambda: appended.append(reader.open(session.id).append_message(user("c")))
+        )
+        writer.start()
+        writer.join(timeout=0.2)  # it waits for the line to be whole
+        pi.write(line[50_000:] + b"\n")
+    writer.join(timeout=30)
+    written = lines(path)
+    assert [e.get("id") for e in written[1:]] == [first, "0000000b", appended[0]]
+    assert written[-1]["parentId"] == "0000000b"
 
 
 def test_a_complete_last_line_that_is_not_json_is_damage_not_a_torn_write(

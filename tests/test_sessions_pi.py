@@ -35,6 +35,7 @@ from mcp_agent.sessions import (
     SessionError,
     SqliteSessionRepo,
     build_session_context,
+    jsonl,
     parse_session_text,
 )
 from mcp_agent.sessions.outline import TreeLike, flat_tree, outline_tree
@@ -253,7 +254,7 @@ def test_a_last_line_cut_inside_a_character_is_a_torn_write_in_a_file(tmp_path: 
     ids=["zeros", "torn line and zeros"],
 )
 def test_zeros_a_crash_left_at_the_end_of_a_file_are_a_torn_write(
-    tail: bytes, kept: int, tmp_path: Path
+    tail: bytes, kept: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A file system that lost a file's last blocks in a crash reads them back as NUL bytes
     (pi, which does not fsync, leaves such files; pi reads them, skipping that line): the
@@ -266,8 +267,12 @@ def test_zeros_a_crash_left_at_the_end_of_a_file_are_a_torn_write(
     imported = InMemorySessionRepo().import_session(path)
     assert len(imported.session.get_entries()) == kept
     assert len(imported.notes) == 1 and ":42: skipped the last line" in imported.notes[0]
-    assert len(JsonlSessionRepo(folder).open(header["id"]).get_entries()) == kept
-    assert b"\x00" not in path.read_bytes()  # the store cut it off
+    opened = JsonlSessionRepo(folder).open(header["id"])
+    assert len(opened.get_entries()) == kept
+    monkeypatch.setattr(jsonl, "TORN_WAIT", 0.001)
+    opened.append_message(UserMessage(content="after", timestamp=1))
+    assert b"\x00" not in path.read_bytes()  # the store's append cut it off
+    assert len(JsonlSessionRepo(folder).open(header["id"]).get_entries()) == kept + 1
     if PI is not None:
         path.write_bytes((DATA / "v3.jsonl").read_bytes() + tail)
         assert len(run_pi(path)["entries"]) == kept

@@ -20,6 +20,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -77,6 +78,10 @@ MAX_LISTED = 10_000
 # most this many bytes in all (the index takes several times its file's size).
 OPEN_SESSIONS = 256
 OPEN_BYTES = 64 << 20
+# How long an append waits for a torn last line to be finished (by pi, which takes no lock)
+# before it cuts it off as a crash's: TORN_WAITS looks, TORN_WAIT seconds apart.
+TORN_WAITS = 20
+TORN_WAIT = 0.05
 # The characters of the sessions' words a repo keeps for queries of its listings.
 LISTED_CHARS = 32 << 20
 
@@ -132,29 +137,34 @@ def _writing(path: Path, doing: str = "write") -> Iterator[None]:
 
 
 def read_session_file(path: Path) -> tuple[ParsedSession, bool]:
-    """The session stored in ``path``, and whether its end had to be cut (a torn line), read
+    """The session stored in ``path``, and whether its last line was left unread (torn), read
     one line at a time as an import reads a file (``json_rows``), problems said as damage."""
     parsed, torn, _ = _read_locked(path)
     return parsed, torn
 
 
-def load_session_file(path: Path) -> tuple[ParsedSession, tuple[int, int]]:
-    """What the file at ``path`` holds, and the stamp of what was read. A file that needs it
-    is rewritten, read again under the exclusive lock: another process may have finished its
-    line, or rewritten the file, while it was unlocked."""
+def load_session_file(path: Path) -> tuple[ParsedSession, tuple[int, int], bool]:
+    """What the file at ``path`` holds, the stamp of what was read, and whether its last line
+    was left unread (torn). A file of an older version is migrated and rewritten, as pi does,
+    read again under the exclusive lock (another process may have changed it meanwhile).
+
+    A torn line is not cut off here: pi, which takes no lock, may be writing it, and its line
+    would then go to a file no longer at the path. Our next append cuts it if it stays."""
     parsed, torn, stamp = _read_locked(path)
-    if _needs_rewrite(parsed, torn):
-        parsed, torn, stamp = _read_locked(path, rewrite=True)
-    return parsed, stamp
+    if parsed.migrated_from < CURRENT_SESSION_VERSION:
+        parsed, torn, stamp = _read_locked(path, migrate=True)
+    if torn:
+        log.warning("%s: its last line is torn and left unread", path)
+    return parsed, stamp, torn
 
 
-def _read_locked(path: Path, rewrite: bool = False) -> tuple[ParsedSession, bool, tuple[int, int]]:
-    """Read under the file's lock (shared; exclusive to ``rewrite`` it if it needs it), so
+def _read_locked(path: Path, migrate: bool = False) -> tuple[ParsedSession, bool, tuple[int, int]]:
+    """Read under the file's lock (shared; exclusive to ``migrate`` it if it needs it), so
     never while another process of ours appends to it; with the stamp of what was read."""
-    with _reading(path), locked_file(path, append=rewrite) as handle:
+    with _reading(path), locked_file(path, append=migrate) as handle:
         parsed, torn = _parse(handle, path)
-        if rewrite and _needs_rewrite(parsed, torn):
-            return parsed, False, _rewrite(path, parsed)
+        if migrate and parsed.migrated_from < CURRENT_SESSION_VERSION:
+            return parsed, torn, _rewrite(path, parsed.header, parsed.entries)
         return parsed, torn, stamp_of(handle)
 
 
@@ -172,23 +182,15 @@ def _parse(handle: IO[bytes], path: Path) -> tuple[ParsedSession, bool]:
     torn: list[int] = []
     name = str(path)
     rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", [], torn)
-    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
-    if torn:  # the file will be cut: worth more than the import's note
-        log.warning("%s:%s: cutting off a torn last line", path, torn[0])
-    return parsed, bool(torn)
+    return parse_rows(pi_repeats_skipped(rows), name, "corrupt"), bool(torn)
 
 
-def _needs_rewrite(parsed: ParsedSession, torn: bool) -> bool:
-    """pi rewrites the files it migrates too; and the next append must not follow a torn line."""
-    return parsed.migrated_from < CURRENT_SESSION_VERSION or torn
-
-
-def _rewrite(path: Path, parsed: ParsedSession) -> tuple[int, int]:
-    """Write a migrated or torn file again, as it was read; the new file's stamp. The caller
-    holds the old file's exclusive lock, so no process of ours appends to it meanwhile."""
+def _rewrite(path: Path, header: SessionHeader, entries: Sequence[SessionEntry]) -> tuple[int, int]:
+    """Write a file again as indexed (migrated, or without its torn line); the new file's
+    stamp. The caller holds the old file's exclusive lock, so no process of ours appends to it
+    meanwhile (and one waiting for it opens the new file: see ``locked_file``)."""
     with _writing(path):
-        lines = [entry_to_json(parsed.header), *map(entry_to_json, parsed.entries)]
-        write_file_atomically(path, lines)
+        write_file_atomically(path, [entry_to_json(header), *map(entry_to_json, entries)])
     return _stamp(path)
 
 
@@ -225,8 +227,9 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 lines = [entry_to_json(header), *map(entry_to_json, entries)]
                 write_file_atomically(self.path, lines)
             self.stamp = _stamp(self.path)
+            self.torn = False
             return
-        parsed, self.stamp = load_session_file(self.path)
+        parsed, self.stamp, self.torn = load_session_file(self.path)
         super().__init__(parsed.header, parsed.entries)
         self.modified = _mtime_text(self.stamp)  # not the time it was read
 
@@ -254,6 +257,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             write_file_atomically(path, lines())
         storage.modified = write_time()
         storage.stamp = _stamp(path)
+        storage.torn = False
         return storage
 
     @classmethod
@@ -270,16 +274,16 @@ class JsonlSessionStorage(InMemorySessionStorage):
         """Index the file again if another program changed it since we read or wrote it."""
         with self.lock, _reading(self.path):
             if _stamp(self.path) != self.stamp:
-                parsed, stamp = load_session_file(self.path)
-                self._take(parsed, stamp)
+                self._take(*load_session_file(self.path))
 
-    def _take(self, parsed: ParsedSession, stamp: tuple[int, int]) -> None:
+    def _take(self, parsed: ParsedSession, stamp: tuple[int, int], torn: bool) -> None:
         if parsed.header.id != self._header.id:
             raise SessionError(
                 "corrupt", f"{self.path} now holds another session ({parsed.header.id})"
             )
         self._load(parsed.header, parsed.entries)
         self.stamp = stamp
+        self.torn = torn
         self.modified = _mtime_text(stamp)
 
     def append_entry(self, entry: SessionEntry) -> SessionEntry:
@@ -290,7 +294,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             seen = self._leaf_id
             for _ in range(3):
                 with self._locked_for_append() as handle:
-                    if stamp_of(handle) != self.stamp and not self._catch_up(handle):
+                    if not self._caught_up(handle):
                         continue  # rewritten: the lock is on a file no longer at the path
                     if entry.parent_id == seen and self._leaf_id != seen:
                         entry = entry.model_copy(update={"parent_id": self._leaf_id})
@@ -302,15 +306,25 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 return entry
         raise SessionError("busy", f"{self.path} kept being rewritten by another process")
 
-    def _catch_up(self, handle: IO[bytes]) -> bool:
-        """Index what the locked file holds now; False when it had to be rewritten."""
-        handle.seek(0)
-        parsed, torn = _parse(handle, self.path)
-        if _needs_rewrite(parsed, torn):
-            self._take(parsed, _rewrite(self.path, parsed))
-            return False
-        self._take(parsed, stamp_of(handle))
-        return True
+    def _caught_up(self, handle: IO[bytes]) -> bool:
+        """Index what the locked file holds now; False when it had to be rewritten. A torn
+        last line is waited for a while first: pi, which takes no lock, may be writing it. One
+        that stays is a crash's, and is cut off: the next line must not follow it."""
+        for _ in range(TORN_WAITS):
+            if stamp_of(handle) != self.stamp:
+                handle.seek(0)
+                parsed, torn = _parse(handle, self.path)
+                if parsed.migrated_from < CURRENT_SESSION_VERSION:  # an older pi wrote it
+                    self._take(parsed, _rewrite(self.path, parsed.header, parsed.entries), torn)
+                    return False
+                self._take(parsed, stamp_of(handle), torn)
+            if not self.torn:
+                return True
+            time.sleep(TORN_WAIT)
+        log.warning("%s: cutting off a torn last line", self.path)
+        self.stamp = _rewrite(self.path, self._header, self._entries)
+        self.torn = False
+        return False
 
     def _append_line(self, handle: IO[bytes], entry: SessionEntry) -> None:
         fd = handle.fileno()
