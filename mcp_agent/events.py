@@ -282,7 +282,9 @@ def describe_event(event: AgentEvent) -> str:
         case MessageStartEvent(message=message):
             return f"{message.role} message started"
         case MessageUpdateEvent(assistant_message_event=inner):
-            delta = getattr(inner, "delta", "")
+            # A chunk is as long as the API makes it (a whole answer, a tool call's
+            # arguments), and it is the model's text: one line, cut, like the rest.
+            delta = one_line(getattr(inner, "delta", ""), 200)
             return f"{inner.type}: {delta}" if delta else inner.type
         case MessageEndEvent(message=message):
             text = getattr(message, "text", "")

@@ -413,6 +413,37 @@ async def test_abort_during_a_tool_keeps_the_session_consistent():
     assert narrow(session.build_context().messages[-1], AssistantMessage).text == "back"
 
 
+async def test_an_abort_while_the_tools_load_keeps_the_sessions_tools():
+    """A run cancelled while its tools are being listed (a downstream server starting) must
+    not record the none it knows yet as the session's active tools: every later run would
+    have no tools. The next prompt loads them again."""
+    session = Session(InMemorySessionStorage())
+    session.append_active_tools_change(["a", "b"])
+    loading = anyio.Event()
+    loads = 0
+
+    async def load_tools() -> list[AgentTool]:
+        nonlocal loads
+        loads += 1
+        if loads == 1:
+            loading.set()
+            await anyio.sleep_forever()
+        return [make_tool("a"), make_tool("b")]
+
+    agent, provider = make_agent(["back"], session=session, tools=[], load_tools=load_tools)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.prompt, "first")
+            await loading.wait()
+            agent.abort("cancelled while starting")
+    stored = session.build_context()
+    assert narrow(stored.messages[-1], AssistantMessage).stop_reason == StopReason.ABORTED
+    assert stored.active_tool_names == ["a", "b"]
+    await agent.prompt("second")
+    assert [t.name for t in provider.calls[-1].tools or []] == ["a", "b"]
+    assert session.build_context().active_tool_names == ["a", "b"]
+
+
 async def test_abort_when_idle_does_nothing():
     agent, _ = make_agent(["x"])
     agent.abort()

@@ -244,6 +244,11 @@ def test_event_lines_keep_a_model_s_control_characters_inert():
     call = ToolExecutionStartEvent(tool_call_id="c", tool_name="bash", args={"cmd": said})
     line = describe_event(call)
     assert "\x1b" not in line and "\n" not in line and "\u202e" not in line, line
+    # A streamed chunk too, and one chunk may be a whole answer: the line stays short.
+    answer = AssistantMessage(content=[TextContent(text=said)])
+    chunk = TextDeltaEvent(partial=answer, delta=said + " word" * 100_000)
+    line = describe_event(MessageUpdateEvent(message=answer, assistant_message_event=chunk))
+    assert line.startswith(f"text_delta: {shown} word") and len(line) <= 220, line[:300]
 
 
 async def test_message_updates_carry_each_delta():

@@ -660,6 +660,19 @@ async def test_a_cancelled_run_gives_back_the_messages_it_had_not_taken(
     assert ended["warnings"] == []  # a run that took all it was given
 
 
+async def test_every_message_a_cancelled_run_gives_back_is_in_its_answer(client: Client) -> None:
+    # The warning is the only copy of what was queued: it must not be cut to a few hundred
+    # characters, which kept the first message of several.
+    run = await call(client, "agent_run", prompt="slow please", wait=False)
+    queued = [f"message {n}:" + " do the next thing" * 20 for n in range(4)]
+    for message in queued:
+        await call(client, "agent_follow_up", run_id=run["runId"], message=message)
+    cancelled = await call(client, "agent_cancel", run_id=run["runId"])
+    [warning] = cancelled["warnings"]
+    for message in queued:
+        assert f'follow-up "{message}"' in warning, warning
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: str) -> None:
     notes: list[str] = []

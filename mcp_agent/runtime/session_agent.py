@@ -243,9 +243,13 @@ class SessionAgent(Agent):
 
     async def _before_prompt(self) -> None:
         if self._load_tools is not None:
-            load, self._load_tools = self._load_tools, None
             with anyio.CancelScope() as self._loading_tools:
-                self.add_tools(await load())
+                self.add_tools(await self._load_tools())
+                # Only once they are in: a load cut short by an abort leaves the tools still
+                # to load, so the session's list stands (recording the few known so far
+                # would switch the others off for every later run), and the next prompt
+                # loads them again.
+                self._load_tools = None
             self._loading_tools = None
         if self._compacts() and self._over_threshold():
             await self._compact("threshold")

@@ -16,7 +16,7 @@ from pydantic import Field
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.run_board import CommandKind, RunRecord
-from mcp_agent.runtime.runs import Run
+from mcp_agent.runtime.runs import MAX_QUEUED, NOT_TAKEN_CHARS, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_key
 from mcp_agent.server.lifespan import app_state
@@ -31,6 +31,10 @@ from mcp_agent.wire import one_line
 ANSWER_CHARS = 16_000
 # The most warnings one answer holds (one per MCP server of the agent's that failed to start).
 WARNINGS = 20
+# What one warning keeps. The longest is the queued messages a run ended before taking (up to
+# MAX_QUEUED quotes of NOT_TAKEN_CHARS, each with its kind and quotes): no session holds them,
+# so the warning is their only copy and must come back whole.
+WARNING_CHARS = MAX_QUEUED * (NOT_TAKEN_CHARS + 40) + 200
 
 RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_runs)")]
 Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
@@ -60,7 +64,7 @@ def run_info(run: Run | RunRecord) -> RunInfo:
         usage=run.usage.to_json_dict(),
         depth=run.depth,
         # (A run of another replica, read from the board, has none to say.)
-        warnings=[one_line(w, 500) for w in getattr(run, "warnings", [])[:WARNINGS]],
+        warnings=[one_line(w, WARNING_CHARS) for w in getattr(run, "warnings", [])[:WARNINGS]],
     )
 
 
