@@ -80,8 +80,9 @@ def test_a_branch_summary_stays_below_its_target_while_another_request_appends(
         done.set()
 
     def on_change(_: str, entry: SessionEntry) -> None:
-        # Right after the leaf moves: another request appends to the same session.
-        if entry.type == "leaf" and not appended and not done.is_set():
+        # Right after the summary (written alone, as pi does: no leaf move before it), another
+        # request appends to the same session.
+        if entry.type == "branch_summary" and not appended and not done.is_set():
             appended["started"] = "yes"
             threading.Thread(target=other_request).start()
             done.wait(0.5)  # it gets in now, or waits for the move and its summary

@@ -25,6 +25,7 @@ from mcp_agent.messages import (
     UserMessage,
 )
 from mcp_agent.sessions import (
+    BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
     CustomMessageEntry,
@@ -497,12 +498,28 @@ def test_listeners_hear_every_stored_entry(repo) -> None:
     assert heard == [
         (session.id, "message"),
         (session.id, "message"),
-        (session.id, "leaf"),
-        (session.id, "branch_summary"),
+        (session.id, "branch_summary"),  # alone, a child of the target, as pi writes it
     ]
     with pytest.raises(SessionError):
         session.move_to("ffffffff")
-    assert len(heard) == 4
+    assert len(heard) == 3
+    session.move_to(None)
+    assert heard[-1] == (session.id, "leaf")
+
+
+def test_a_move_with_a_summary_is_the_summary_alone_as_pi_writes_it(repo) -> None:
+    """A leaf move was written before the summary: a line pi does not write, which its /tree
+    shows as an empty row."""
+    session = repo.create()
+    a = session.append_message(user("a"))
+    session.append_message(user("b"))
+    summary_id = session.move_to(a, {"summary": "back"})
+    assert [e.type for e in session.get_entries()] == ["message", "message", "branch_summary"]
+    stored = narrow(session.get_entries()[-1], BranchSummaryEntry)
+    assert stored.id == summary_id and stored.parent_id == a == stored.from_id
+    assert session.leaf_id == summary_id
+    root = session.move_to(None, {"summary": "from the top"})
+    assert session.get_entries()[-1].parent_id is None and session.leaf_id == root
 
 
 # --- repos ------------------------------------------------------------------------------------

@@ -146,13 +146,19 @@ class Session:
 
     # --- appends ------------------------------------------------------------------------------
 
-    def _append(self, build: Callable[[dict[str, Any]], SessionEntry]) -> str:
+    def _append(
+        self, build: Callable[[dict[str, Any]], SessionEntry], parent: str | Unread | None = UNREAD
+    ) -> str:
+        """Append what ``build`` makes of the id, parent and timestamp: the parent is the leaf,
+        or ``parent`` (the entry then becomes the leaf, as in pi's branchWithSummary)."""
         self._read_leaf = UNREAD
         with self._lock:
             for attempt in range(_ID_ATTEMPTS):
                 base = {
                     "id": self.storage.create_entry_id(),
-                    "parent_id": self.storage.leaf_for_append(),
+                    "parent_id": (
+                        self.storage.leaf_for_append() if isinstance(parent, Unread) else parent
+                    ),
                     "timestamp": iso_now(),
                 }
                 try:
@@ -313,19 +319,19 @@ class Session:
                 usage=Usage.model_validate(usage) if isinstance(usage, Mapping) else usage,
                 from_hook=bool(summary.get("from_hook", summary.get("fromHook"))) or None,
             )
-        # The move and its summary under one hold of the storage's lock: an append through
-        # another Session of the same storage between them would become the summary's parent.
-        with self._lock:
+        if summary is None:
             moved = self.storage.set_leaf_id(entry_id)
             if moved is not None:
                 self._notify(moved)
-            if summary is None:
-                return None
-            return self._append(
-                lambda base: BranchSummaryEntry(
-                    **base, from_id=entry_id or "root", summary=summary["summary"], **optional
-                )
-            )
+            return None
+        # The summary alone, a child of the target, as pi writes it: a leaf move before it
+        # would be a line pi's /tree shows as an empty row.
+        return self._append(
+            lambda base: BranchSummaryEntry(
+                **base, from_id=entry_id or "root", summary=summary["summary"], **optional
+            ),
+            parent=entry_id,
+        )
 
     # --- reads --------------------------------------------------------------------------------
 
