@@ -513,3 +513,32 @@ def test_the_words_a_listing_keeps_for_queries_are_bounded(
             ]
         kept = [texts for _, _, texts in repo._listing.values() if texts is not None]
         assert 0 < sum(len(text) for texts in kept for text in texts) <= 40
+
+
+def test_an_append_made_while_a_torn_file_is_rewritten_is_taken_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rewrite that cuts a torn line stamped the file at the path after renaming it into
+    place: another process's append in between (to the new file, whose lock nobody held) was
+    counted as read. Its entry stayed out of the index, and the next append forked the file
+    and left it off the leaf's branch."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    with open(path, "ab") as crashed:
+        crashed.write(b'{"type":"message","id":"torn"')  # a process killed mid-append
+    fsync_directory = jsonl._fsync_directory
+
+    def rename_done_then_they_append(directory: Path) -> None:
+        monkeypatch.setattr(jsonl, "_fsync_directory", fsync_directory)
+        JsonlSessionRepo(tmp_path).open(session.id).append_message(user("b"))  # another process
+        fsync_directory(directory)
+
+    monkeypatch.setattr(jsonl, "_fsync_directory", rename_done_then_they_append)
+    ours = JsonlSessionRepo(tmp_path).open(session.id)  # cuts the torn line
+    ours.append_message(user("c"))
+    texts = [narrow(m, UserMessage).text for m in ours.build_context().messages]
+    assert texts == ["a", "b", "c"]
+    parents = [entry.parent_id for entry in JsonlSessionRepo(tmp_path).open(ours.id).get_entries()]
+    assert len(parents) == len(set(parents))  # no fork

@@ -95,9 +95,12 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
+def write_file_atomically(path: Path, lines: Iterable[str]) -> tuple[int, int]:
     """Write a whole file so that a crash leaves either the old file or the new one (with the
-    old one's permissions; a new one is private to this user, as sessions may hold secrets)."""
+    old one's permissions; a new one is private to this user, as sessions may hold secrets).
+    Returns the stamp of what was written, taken before it is at ``path``: once it is, another
+    process may append to it (nobody holds the new file's lock), and a stamp taken then would
+    count that append as read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
@@ -108,11 +111,13 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
                 handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+            written = os.fstat(handle.fileno())
+        os.replace(temp, path)  # a rename keeps the file's mtime: the stamp stays true
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+    return written.st_mtime_ns, written.st_size
 
 
 @contextlib.contextmanager
@@ -188,8 +193,7 @@ def _rewrite(path: Path, parsed: ParsedSession) -> tuple[int, int]:
     holds the old file's exclusive lock, so no process of ours appends to it meanwhile."""
     with _writing(path):
         lines = [entry_to_json(parsed.header), *map(entry_to_json, parsed.entries)]
-        write_file_atomically(path, lines)
-    return _stamp(path)
+        return write_file_atomically(path, lines)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -223,8 +227,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             super().__init__(header, entries)  # checks the entries before anything is written
             with _writing(self.path):
                 lines = [entry_to_json(header), *map(entry_to_json, entries)]
-                write_file_atomically(self.path, lines)
-            self.stamp = _stamp(self.path)
+                self.stamp = write_file_atomically(self.path, lines)
             return
         parsed, self.stamp = load_session_file(self.path)
         super().__init__(parsed.header, parsed.entries)
@@ -251,9 +254,8 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 yield entry_to_json(entry)
 
         with _writing(path):
-            write_file_atomically(path, lines())
+            storage.stamp = write_file_atomically(path, lines())
         storage.modified = write_time()
-        storage.stamp = _stamp(path)
         return storage
 
     @classmethod
