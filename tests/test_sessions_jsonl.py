@@ -22,9 +22,11 @@ from narrow import narrow, present
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import (
     InMemorySessionRepo,
+    InMemorySessionStorage,
     JsonlSessionRepo,
     JsonlSessionStorage,
     Session,
+    SessionEntry,
     SessionError,
     jsonl,
 )
@@ -542,3 +544,28 @@ def test_an_append_made_while_a_torn_file_is_rewritten_is_taken_up(
     assert texts == ["a", "b", "c"]
     parents = [entry.parent_id for entry in JsonlSessionRepo(tmp_path).open(ours.id).get_entries()]
     assert len(parents) == len(set(parents))  # no fork
+
+
+def test_a_read_while_the_file_is_taken_up_again_sees_a_whole_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session taken up again in place (another process wrote) was indexed anew into the
+    index readers use, without a lock: a run's context or a page read on another thread
+    meanwhile held only the entries indexed so far, or none."""
+    repo = JsonlSessionRepo(tmp_path)
+    held = repo.create()
+    for text in "abc":
+        held.append_message(user(text))
+    JsonlSessionRepo(tmp_path).open(held.id).append_message(user("d"))  # another process
+    seen: list[int] = []
+    index = InMemorySessionStorage._index
+
+    def index_and_read(self: InMemorySessionStorage, entry: SessionEntry) -> None:
+        index(self, entry)
+        seen.append(len(held.build_context().messages))  # another thread's read, meanwhile
+
+    monkeypatch.setattr(InMemorySessionStorage, "_index", index_and_read)
+    assert repo.open(held.id).storage is held.storage  # taken up in place
+    monkeypatch.undo()
+    assert seen and min(seen) == 3
+    assert len(held.build_context().messages) == 4
