@@ -569,3 +569,27 @@ def test_a_read_while_the_file_is_taken_up_again_sees_a_whole_index(
     monkeypatch.undo()
     assert seen and min(seen) == 3
     assert len(held.build_context().messages) == 4
+
+
+def test_a_delete_waits_for_a_rewrite_under_way_rather_than_have_it_put_the_file_back(
+    tmp_path: Path,
+) -> None:
+    """Another process cutting a torn line (or migrating an old file) holds the file's lock
+    while it writes the new one, then renames it into place: a delete in between, which took
+    no lock, was said done, and the rename put the session back."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    rewritten = path.with_suffix(".new")
+    shutil.copy(path, rewritten)
+    with open(path, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # the other process's rewrite, under way
+        deleting = threading.Thread(target=repo.delete, args=[session.id])
+        deleting.start()
+        deleting.join(timeout=0.3)
+        os.replace(rewritten, path)
+        fcntl.flock(other, fcntl.LOCK_UN)
+    deleting.join(timeout=30)
+    assert not path.exists()
+    assert not JsonlSessionRepo(tmp_path).exists(session.id)

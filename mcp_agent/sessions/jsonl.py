@@ -589,7 +589,12 @@ class JsonlSessionRepo(BaseSessionRepo):
                     storage.close()
                 with _writing(path, "delete"):
                     try:
-                        path.unlink()
+                        # Under the file's lock: another process's rewrite under way (a torn
+                        # line cut, a migration) ends first, else its rename would put the
+                        # file back; one that waits finds no file. Shared is enough to keep
+                        # out the writers, and needs no right to write the file.
+                        with locked_file(path):
+                            path.unlink()
                     except FileNotFoundError:
                         raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
