@@ -22,9 +22,11 @@ from narrow import narrow, present
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import (
     InMemorySessionRepo,
+    InMemorySessionStorage,
     JsonlSessionRepo,
     JsonlSessionStorage,
     Session,
+    SessionEntry,
     SessionError,
     jsonl,
 )
@@ -553,3 +555,81 @@ def test_the_words_a_listing_keeps_for_queries_are_bounded(
             ]
         kept = [texts for _, _, texts in repo._listing.values() if texts is not None]
         assert 0 < sum(len(text) for texts in kept for text in texts) <= 40
+
+
+def test_an_append_made_while_a_torn_file_is_rewritten_is_taken_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rewrite that cuts a torn line stamped the file at the path after renaming it into
+    place: another process's append in between (to the new file, whose lock nobody held) was
+    counted as read. Its entry stayed out of the index, and the next append forked the file
+    and left it off the leaf's branch."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    with open(path, "ab") as crashed:
+        crashed.write(b'{"type":"message","id":"torn"')  # a process killed mid-append
+    fsync_directory = jsonl._fsync_directory
+
+    def rename_done_then_they_append(directory: Path) -> None:
+        monkeypatch.setattr(jsonl, "_fsync_directory", fsync_directory)
+        JsonlSessionRepo(tmp_path).open(session.id).append_message(user("b"))  # another process
+        fsync_directory(directory)
+
+    monkeypatch.setattr(jsonl, "_fsync_directory", rename_done_then_they_append)
+    ours = JsonlSessionRepo(tmp_path).open(session.id)  # cuts the torn line
+    ours.append_message(user("c"))
+    texts = [narrow(m, UserMessage).text for m in ours.build_context().messages]
+    assert texts == ["a", "b", "c"]
+    parents = [entry.parent_id for entry in JsonlSessionRepo(tmp_path).open(ours.id).get_entries()]
+    assert len(parents) == len(set(parents))  # no fork
+
+
+def test_a_read_while_the_file_is_taken_up_again_sees_a_whole_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session taken up again in place (another process wrote) was indexed anew into the
+    index readers use, without a lock: a run's context or a page read on another thread
+    meanwhile held only the entries indexed so far, or none."""
+    repo = JsonlSessionRepo(tmp_path)
+    held = repo.create()
+    for text in "abc":
+        held.append_message(user(text))
+    JsonlSessionRepo(tmp_path).open(held.id).append_message(user("d"))  # another process
+    seen: list[int] = []
+    index = InMemorySessionStorage._index
+
+    def index_and_read(self: InMemorySessionStorage, entry: SessionEntry) -> None:
+        index(self, entry)
+        seen.append(len(held.build_context().messages))  # another thread's read, meanwhile
+
+    monkeypatch.setattr(InMemorySessionStorage, "_index", index_and_read)
+    assert repo.open(held.id).storage is held.storage  # taken up in place
+    monkeypatch.undo()
+    assert seen and min(seen) == 3
+    assert len(held.build_context().messages) == 4
+
+
+def test_a_delete_waits_for_a_rewrite_under_way_rather_than_have_it_put_the_file_back(
+    tmp_path: Path,
+) -> None:
+    """Another process cutting a torn line (or migrating an old file) holds the file's lock
+    while it writes the new one, then renames it into place: a delete in between, which took
+    no lock, was said done, and the rename put the session back."""
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(user("a"))
+    path = repo.path_for(session.id)
+    rewritten = path.with_suffix(".new")
+    shutil.copy(path, rewritten)
+    with open(path, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # the other process's rewrite, under way
+        deleting = threading.Thread(target=repo.delete, args=[session.id])
+        deleting.start()
+        deleting.join(timeout=0.3)
+        os.replace(rewritten, path)
+        fcntl.flock(other, fcntl.LOCK_UN)
+    deleting.join(timeout=30)
+    assert not path.exists()
+    assert not JsonlSessionRepo(tmp_path).exists(session.id)

@@ -100,9 +100,12 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
+def write_file_atomically(path: Path, lines: Iterable[str]) -> tuple[int, int]:
     """Write a whole file so that a crash leaves either the old file or the new one (with the
-    old one's permissions; a new one is private to this user, as sessions may hold secrets)."""
+    old one's permissions; a new one is private to this user, as sessions may hold secrets).
+    Returns the stamp of what was written, taken before it is at ``path``: once it is, another
+    process may append to it (nobody holds the new file's lock), and a stamp taken then would
+    count that append as read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
@@ -113,11 +116,13 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> None:
                 handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+            written = os.fstat(handle.fileno())
+        os.replace(temp, path)  # a rename keeps the file's mtime: the stamp stays true
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+    return written.st_mtime_ns, written.st_size
 
 
 @contextlib.contextmanager
@@ -190,8 +195,7 @@ def _rewrite(path: Path, header: SessionHeader, entries: Sequence[SessionEntry])
     stamp. The caller holds the old file's exclusive lock, so no process of ours appends to it
     meanwhile (and one waiting for it opens the new file: see ``locked_file``)."""
     with _writing(path):
-        write_file_atomically(path, [entry_to_json(header), *map(entry_to_json, entries)])
-    return _stamp(path)
+        return write_file_atomically(path, [entry_to_json(header), *map(entry_to_json, entries)])
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -225,8 +229,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             super().__init__(header, entries)  # checks the entries before anything is written
             with _writing(self.path):
                 lines = [entry_to_json(header), *map(entry_to_json, entries)]
-                write_file_atomically(self.path, lines)
-            self.stamp = _stamp(self.path)
+                self.stamp = write_file_atomically(self.path, lines)
             self.torn = False
             return
         parsed, self.stamp, self.torn = load_session_file(self.path)
@@ -254,9 +257,8 @@ class JsonlSessionStorage(InMemorySessionStorage):
                 yield entry_to_json(entry)
 
         with _writing(path):
-            write_file_atomically(path, lines())
+            storage.stamp = write_file_atomically(path, lines())
         storage.modified = write_time()
-        storage.stamp = _stamp(path)
         storage.torn = False
         return storage
 
@@ -594,7 +596,12 @@ class JsonlSessionRepo(BaseSessionRepo):
                     storage.close()
                 with _writing(path, "delete"):
                     try:
-                        path.unlink()
+                        # Under the file's lock: another process's rewrite under way (a torn
+                        # line cut, a migration) ends first, else its rename would put the
+                        # file back; one that waits finds no file. Shared is enough to keep
+                        # out the writers, and needs no right to write the file.
+                        with locked_file(path):
+                            path.unlink()
                     except FileNotFoundError:
                         raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)

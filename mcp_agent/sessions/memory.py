@@ -31,6 +31,18 @@ from mcp_agent.sessions.storage import (
     walk_to_root,
 )
 
+# What ``_load`` swaps in, in this order: the leaf last, once all it names is indexed.
+_INDEX_FIELDS = (
+    "_header",
+    "_entries",
+    "_by_id",
+    "_children",
+    "_moves",
+    "_labels",
+    "_name",
+    "_leaf_id",
+)
+
 
 class InMemorySessionStorage:
     """A session held in memory (seed: InMemorySessionStorage)."""
@@ -44,10 +56,22 @@ class InMemorySessionStorage:
         self.modified = write_time()
 
     def _load(self, header: SessionHeader, entries: Iterable[SessionEntry]) -> None:
-        """Index ``entries`` in place of whatever was indexed (the lock stays: Sessions share it)."""
+        """Index ``entries`` in place of whatever was indexed (the lock stays: Sessions share it).
+
+        The new index is built aside and swapped in a field at a time, the leaf last: reads
+        take no lock, and one on another thread while a JSONL file is taken up again (a run's
+        context, a page) saw the index half built, its branch cut short or empty."""
         loaded = list(entries)
         # A whole log is checked at once: pi files may name a parent that comes later.
         validate_tree(loaded)
+        built = InMemorySessionStorage.__new__(InMemorySessionStorage)
+        built._empty(header)
+        for entry in loaded:
+            built._index(entry)
+        for field in _INDEX_FIELDS:  # each a superset of the old one, but the leaf
+            setattr(self, field, getattr(built, field))
+
+    def _empty(self, header: SessionHeader) -> None:
         self._header = header
         self._entries: list[SessionEntry] = []
         self._by_id: dict[str, SessionEntry] = {}
@@ -56,8 +80,6 @@ class InMemorySessionStorage:
         self._labels: dict[str, str] = {}
         self._name: str | None = None
         self._leaf_id: str | None = None
-        for entry in loaded:
-            self._index(entry)
 
     # --- indexing -----------------------------------------------------------------------------
 
