@@ -633,3 +633,18 @@ def test_a_delete_waits_for_a_rewrite_under_way_rather_than_have_it_put_the_file
     deleting.join(timeout=30)
     assert not path.exists()
     assert not JsonlSessionRepo(tmp_path).exists(session.id)
+
+
+def test_a_move_to_where_the_leaf_was_after_another_process_moved_it_is_written(
+    tmp_path: Path,
+) -> None:
+    """A held session (a run's) moving the leaf back to where it last saw it, after another
+    process had moved it on, wrote nothing: the move was lost."""
+    repo = JsonlSessionRepo(tmp_path)
+    held = repo.create()
+    a = held.append_message(user("a"))
+    b = held.append_message(user("b"))
+    theirs = JsonlSessionRepo(tmp_path).open(held.id)  # another process
+    theirs.move_to(a)
+    held.move_to(b)
+    assert JsonlSessionRepo(tmp_path).open(held.id).leaf_id == b

@@ -31,6 +31,7 @@ from typing import IO, Any
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
+    LeafEntry,
     SessionEntry,
     SessionHeader,
     entry_text,
@@ -277,6 +278,13 @@ class JsonlSessionStorage(InMemorySessionStorage):
         with self.lock, _reading(self.path):
             if _stamp(self.path) != self.stamp:
                 self._take(*load_session_file(self.path))
+
+    def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
+        with self.lock:
+            # The leaf as the file has it now: a move to where this index last saw it, after
+            # another process moved it on, wrote nothing.
+            self.refresh()
+            return super().set_leaf_id(leaf_id)
 
     def _take(self, parsed: ParsedSession, stamp: tuple[int, int], torn: bool) -> None:
         if parsed.header.id != self._header.id:
