@@ -42,7 +42,7 @@ from mcp_agent.sessions.outline import (
     lazy_outline,
     stored_tree_nodes,
 )
-from mcp_agent.sessions.pi import export_lines, export_loader
+from mcp_agent.sessions.pi import entries_loader, export_loader
 from mcp_agent.sessions.storage import StoredPages, TreeIndex, stored_pages, tree_index
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
@@ -475,6 +475,5 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
 def _export_lines(session: Session) -> tuple[int, Loader]:
     """The file's line count, and how to load a range of its lines (without newlines)."""
     if stored(session) is None:  # entries as the session's own options present them
-        every = export_lines(session.header, session.get_entries(), session.leaf_id)
-        return len(every), lambda start, end: every[start:end]
+        return entries_loader(session.header, session.get_entries(), session.leaf_id)
     return export_loader(session.storage)

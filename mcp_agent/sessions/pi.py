@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -597,16 +597,29 @@ def export_lines(
 ) -> list[str]:
     """Version-3 JSONL lines; a final ``leaf`` line is added only when the log would not
     otherwise resume on ``leaf_id``."""
-    lines = [entry_to_json(header)]
-    taken: set[str] = set()
-    last: list[SessionEntry] = []
-    for entry in entries:
-        lines.append(entry_to_json(entry))
-        taken.add(entry.id)
-        last = [entry]
-    if leaf_after(last) != leaf_id:
-        lines.append(_leaf_move(leaf_id, taken.__contains__))
-    return lines
+    count, load = entries_loader(header, list(entries), leaf_id)
+    return load(0, count)
+
+
+def entries_loader(
+    header: SessionHeader, entries: Sequence[SessionEntry], leaf_id: str | None
+) -> tuple[int, ExportLoader]:
+    """``export_lines`` of ``entries``, a range at a time: its line count, and how to write
+    the lines of a range only (a page of a session held in memory cost the whole session)."""
+    move = leaf_after(list(entries[-1:])) != leaf_id
+    count = 1 + len(entries) + move
+
+    def load(start: int, end: int) -> list[str]:
+        if start >= end:
+            return []
+        lines = [entry_to_json(header)] if start == 0 else []
+        lines += map(entry_to_json, entries[max(start, 1) - 1 : min(end, count - move) - 1])
+        if move and end >= count:
+            taken = {entry.id for entry in entries}
+            lines.append(_leaf_move(leaf_id, taken.__contains__))
+        return lines
+
+    return count, load
 
 
 def _leaf_move(leaf_id: str | None, taken: Callable[[str], bool]) -> str:
@@ -634,8 +647,7 @@ def export_loader(storage: SessionStorage) -> tuple[int, ExportLoader]:
     parses every entry."""
     pages = stored_pages(storage)
     if pages is None:
-        every = export_lines(storage.get_metadata(), storage.get_entries(), storage.get_leaf_id())
-        return len(every), lambda start, end: every[start:end]
+        return entries_loader(storage.get_metadata(), storage.get_entries(), storage.get_leaf_id())
     header, total, extra = _stored_ends(pages)
 
     def load(start: int, end: int) -> list[str]:
