@@ -1,5 +1,5 @@
-"""HTTP connections that never finish a request's head are closed (``http_connections``), on a
-real ``serve --transport http`` process whose deadline is shortened to a second."""
+"""HTTP connections that never finish a request's head or body are closed (``http_connections``),
+on a real ``serve --transport http`` process whose deadline is shortened to a second."""
 
 from __future__ import annotations
 
@@ -93,6 +93,17 @@ def test_a_request_head_sent_a_byte_at_a_time_is_closed(port: int) -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         assert closed_by_server(sock, trickle=b"X-Slow: aaaaaaaaaaaaaaaa\r\n")
+
+
+def test_a_request_body_sent_a_byte_at_a_time_is_closed(port: int) -> None:
+    """The head came in time, and the body trickled: the request was never timed, and such
+    connections held the server's connections as a trickled head had."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n"
+        )
+        assert closed_by_server(sock, trickle=b" ")
 
 
 def test_requests_and_answers_longer_than_the_deadline_are_not_cut(port: int) -> None:
