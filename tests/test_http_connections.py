@@ -1,8 +1,10 @@
-"""HTTP connections that never finish a request's head are closed (``http_connections``), on a
-real ``serve --transport http`` process whose deadline is shortened to a second."""
+"""HTTP connections that never finish a request's head or body, or never read their answers,
+are closed (``http_connections``), on a real ``serve --transport http`` process whose deadline
+is shortened to a second."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -12,6 +14,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -95,6 +98,17 @@ def test_a_request_head_sent_a_byte_at_a_time_is_closed(port: int) -> None:
         assert closed_by_server(sock, trickle=b"X-Slow: aaaaaaaaaaaaaaaa\r\n")
 
 
+def test_a_request_body_sent_a_byte_at_a_time_is_closed(port: int) -> None:
+    """The head came in time, and the body trickled: the request was never timed, and such
+    connections held the server's connections as a trickled head had."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n"
+        )
+        assert closed_by_server(sock, trickle=b" ")
+
+
 def test_requests_and_answers_longer_than_the_deadline_are_not_cut(port: int) -> None:
     """Only the head is timed: an event stream open for longer still carries notifications."""
     url = f"http://127.0.0.1:{port}/mcp"
@@ -122,3 +136,44 @@ def test_requests_and_answers_longer_than_the_deadline_are_not_cut(port: int) ->
             lines = events.iter_lines()
             data = next(line for line in lines if line.startswith("data:"))
             assert json.loads(data[5:])["method"] == "notifications/resources/list_changed"
+
+
+def test_a_client_that_never_reads_its_answer_is_dropped(port: int) -> None:
+    """Before, its answer (megabytes of a session's export) stayed in the server's memory for
+    as long as the client kept the connection open: fifty such clients, 1.4 GB."""
+    url = f"http://127.0.0.1:{port}/mcp"
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        opened = http.post(url, json=initialize_request(), headers=HTTP_HEADERS)
+        session = opened.headers["mcp-session-id"]
+        headers = {**HTTP_HEADERS, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-06-18"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(url, json=initialized, headers=headers).status_code == 202
+
+        def call(name: str, **arguments: Any) -> dict[str, Any]:
+            request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+            request["params"] = {"name": name, "arguments": arguments}
+            answer = http.post(url, json=request, headers=headers).text
+            data = next(line for line in answer.splitlines() if line.startswith("data:"))
+            result: dict[str, Any] = json.loads(data[5:])["result"]["structuredContent"]
+            return result
+
+        session_id = call("session_create")["id"]
+        entry = {"type": "message", "role": "user", "content": "x" * 3_000_000}
+        call("session_append", session_id=session_id, entry=entry)
+    read = {"jsonrpc": "2.0", "id": 3, "method": "resources/read"}
+    read["params"] = {"uri": f"session://{session_id}/export.jsonl"}
+    body = json.dumps(read).encode()
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    request = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(request.encode() + body)
+        time.sleep(4 * DEADLINE_S)  # reads nothing
+        received = b""
+        sock.settimeout(HANG_GUARD_S / 3)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                received += chunk
+                assert not received.endswith(b"0\r\n\r\n"), "the whole answer was kept for it"
+    assert received.startswith(b"HTTP/1.1 200")

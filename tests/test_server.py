@@ -41,6 +41,7 @@ from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime import runs
 from mcp_agent.runtime.runs import RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
+from mcp_agent.server import notify
 from mcp_agent.server.notify import Notifier, WatchedBus
 from mcp_agent.sessions import MessageEntry, Session
 from mcp_agent.sessions.errors import SessionError
@@ -486,6 +487,21 @@ async def test_modern_notifications(server: MCPServer) -> None:
                     seen.append(await events.__anext__())
         kinds = {type(e).__name__ for e in seen}
         assert kinds == {"ResourceUpdated", "ResourcesListChanged"}
+
+
+async def test_listen_streams_past_the_limit_are_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's refusal said "Subscription limit reached", not which limit nor what to do."""
+    monkeypatch.setattr(notify, "MAX_LISTEN_STREAMS", 1)
+    async with Client(make_server(tmp_path)) as client:
+        async with client.listen(resources_list_changed=True):
+            with pytest.raises(MCPError) as refused:
+                async with client.listen(resources_list_changed=True):
+                    pass
+    message = refused.value.error.message
+    assert message.startswith("Too many listen streams: this server holds at most 1 ")
+    assert "Retry once one ends" in message
 
 
 async def test_appends_queue_no_notifications_while_nobody_listens() -> None:

@@ -228,6 +228,40 @@ def test_http_refusals_of_content_type_and_accept_are_json_rpc_errors(
     assert "POST" in said(listen, 405)
 
 
+def test_a_request_id_under_way_in_a_session_is_refused_not_left_unanswered(
+    http_server: HttpServer,
+) -> None:
+    """Before, of two requests of one session with one id under way, the SDK answered one
+    and the other's client waited for good (the SDK routes answers by the id)."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    initialize = initialize_request()
+    initialize["params"]["capabilities"] = {"sampling": {}}
+    with httpx.Client(timeout=10) as http:
+        opened = http.post(http_server.url, json=initialize, headers=auth)
+        legacy = {
+            **auth,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": run}
+        with http.stream("POST", http_server.url, json=call, headers=legacy) as under_way:
+            # Under way (its answer's head came) until this client answers the model's
+            # request, which it never does.
+            assert under_way.status_code == 200
+            for same in (7, "7"):
+                ping = {"jsonrpc": "2.0", "id": same, "method": "ping"}
+                refused = http.post(http_server.url, json=ping, headers=legacy)
+                assert refused.status_code == 409
+                assert refused.json()["id"] == same
+                assert "still under way" in refused.json()["error"]["message"]
+            ping = {"jsonrpc": "2.0", "id": 8, "method": "ping"}
+            assert http.post(http_server.url, json=ping, headers=legacy).status_code == 200
+            http.delete(http_server.url, headers=legacy)  # ends the run: a quick stop
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

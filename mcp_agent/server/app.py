@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from mcp.server import MCPServer
+from mcp_types import SubscriptionsListenRequestParams
 
 from mcp_agent import __version__
 from mcp_agent.runtime.application import open_app
@@ -23,7 +24,7 @@ from mcp_agent.server import (
 )
 from mcp_agent.server.clients import ClientsTakeTurns
 from mcp_agent.server.lifespan import ServerState
-from mcp_agent.server.notify import Notifier, WatchedBus
+from mcp_agent.server.notify import ListenStreams, Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
 from mcp_agent.server.tool_list import KeptToolList, OnePageLists
 from mcp_agent.server.unreadable import DescribedParams, UnpairedSurrogates
@@ -75,6 +76,10 @@ def build_server(
         lifespan=lifespan,
         subscriptions=bus,
         log_level="WARNING",
+    )
+    # The SDK's listen handler, with a refusal at its limit that says which.
+    server._lowlevel_server.add_request_handler(
+        "subscriptions/listen", SubscriptionsListenRequestParams, ListenStreams(bus)
     )
     # Text that is not valid Unicode is refused before any handler sees it, whatever the method;
     # params the SDK refuses get an answer that says what is wrong with them.

@@ -6,13 +6,21 @@ head a byte every few seconds, held one of the connections the server serves at 
 (``limit_concurrency``, what fits in the file descriptors) for ever, and once a client had
 opened that many, every other client got 503. Here a connection has ``REQUEST_HEAD_SECONDS``
 to send a request's line and headers, from the moment it opens or its last answer ends,
-however its bytes trickle in. A request whose head has come is not timed: its body and its
-answer (an agent run, an event stream) take what they take.
+however its bytes trickle in. Its body then has as long again, and after that must keep
+coming at ``MIN_BYTES_PER_SECOND`` on average (a head followed by a body a byte at a time held
+the connection as a trickled head did). A request whose body has come is not timed: its answer
+(an agent run, an event stream) takes what it takes, but a client must take what it is sent:
+once the connection's send buffer is full, it has ``REQUEST_HEAD_SECONDS`` and after that
+must read ``MIN_BYTES_PER_SECOND`` on average, else the connection is dropped with what it held. A client
+that stopped reading kept its answers (an export of megabytes, about three times its size
+as sent) in the server's memory for as long as it kept the connection: fifty of them, 1.4 GB.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import struct
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -20,18 +28,49 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 # Longer than any client on any link takes to send a few KB of headers; short enough that
 # a client holding connections open without a word frees them soon.
 REQUEST_HEAD_SECONDS = 30.0
+# The slowest a request's body may come past its first REQUEST_HEAD_SECONDS, and an answer be
+# read: a link this slow moves the largest body taken (4 MiB) in about an hour; a client that
+# moves less holds a connection, and the memory of its answers, for nothing.
+MIN_BYTES_PER_SECOND = 1024
+
+
+def unsent(transport: asyncio.WriteTransport) -> int:
+    """The bytes written to ``transport`` that its client has not taken: those waiting in the
+    event loop's buffer, and on Linux those in the kernel's send queue. The kernel lets the
+    loop refill its queue only once a third of it is free, so the loop's buffer alone can stand
+    still for minutes while a slow client reads steadily."""
+    queued = 0
+    with contextlib.suppress(ImportError, OSError, AttributeError, ValueError):
+        import fcntl
+        import termios
+
+        sock = transport.get_extra_info("socket")
+        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        queued = struct.unpack("i", answer)[0]
+    return transport.get_write_buffer_size() + queued
 
 
 def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
     """uvicorn's protocol (``http="auto"``) with a deadline of ``seconds``
-    (``REQUEST_HEAD_SECONDS``) for each request's head."""
+    (``REQUEST_HEAD_SECONDS``) for each request's head, for its body and for reading the
+    answers, as above."""
     deadline = REQUEST_HEAD_SECONDS if seconds is None else seconds
     base: Any = AutoHTTPProtocol
 
     # uvicorn's protocols (httptools, h11) share these names: the request being served is
-    # ``cycle``, replaced as each new request's head is parsed.
-    class HeadDeadline(base):
+    # ``cycle``, replaced as each new request's head is parsed; its ``more_body`` holds until
+    # the body has come whole; ``flow.read_paused`` while the app has not taken what came.
+    class Deadlines(base):
         _head_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
+        # Since the head of the request whose body is awaited: when it came, the bytes since.
+        _body_started = 0.0
+        _body_bytes = 0
+        # While the send buffer is full (uvicorn paused writing): the check of the client's
+        # reading, when the buffer filled and what was waiting to be sent then.
+        _send_timer: asyncio.TimerHandle | None = None
+        _reading_started = 0.0
+        _unsent = 0
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
@@ -42,6 +81,13 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
             super().data_received(data)
             if self.cycle is not before:
                 self._stop_timer()
+                self._stop_body_timer()
+                if self.cycle.more_body:
+                    self._await_body()
+            elif self._body_timer is not None:
+                self._body_bytes += len(data)
+                if not self.cycle.more_body:
+                    self._stop_body_timer()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -50,7 +96,18 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
+            self._stop_body_timer()
+            self._stop_send_timer()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._send_timer is None:
+                self._await_reading()
+
+        def resume_writing(self) -> None:
+            self._stop_send_timer()
+            super().resume_writing()
 
         def _idle(self) -> bool:
             return self.cycle is None or bool(self.cycle.response_complete)
@@ -69,4 +126,53 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
             if self._idle() and not self.transport.is_closing():
                 self.transport.close()
 
-    return HeadDeadline
+        def _await_body(self) -> None:
+            self._body_started = self.loop.time()
+            self._body_bytes = 0
+            self._body_timer = self.loop.call_later(deadline, self._body_due)
+
+        def _stop_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_due(self) -> None:
+            """Past the body's time so far: closes the connection unless what came since
+            earns it more time, or the app is the one not reading (uvicorn paused reading)."""
+            self._body_timer = None
+            if self.cycle is None or not self.cycle.more_body or self.transport.is_closing():
+                return
+            earned = self._body_started + deadline + self._body_bytes / MIN_BYTES_PER_SECOND
+            now = self.loop.time()
+            if self.flow.read_paused or now < earned:
+                self._body_timer = self.loop.call_at(max(earned, now + 1.0), self._body_due)
+                return
+            self.transport.close()
+
+        def _await_reading(self) -> None:
+            self._reading_started = self.loop.time()
+            self._unsent = unsent(self.transport)
+            self._send_timer = self.loop.call_later(deadline, self._reading_due)
+
+        def _stop_send_timer(self) -> None:
+            if self._send_timer is not None:
+                self._send_timer.cancel()
+                self._send_timer = None
+
+        def _reading_due(self) -> None:
+            """The send buffer stayed full since it filled: drops the connection (and what
+            waits to be sent on it, which closing would keep until it is sent) unless what the
+            client read since earns it more time. Read on average, as a receiver takes its
+            bytes in steps of its window."""
+            self._send_timer = None
+            if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
+                return
+            read = self._unsent - unsent(self.transport)
+            earned = self._reading_started + deadline + read / MIN_BYTES_PER_SECOND
+            now = self.loop.time()
+            if now < earned:
+                self._send_timer = self.loop.call_at(max(earned, now + 1.0), self._reading_due)
+                return
+            self.transport.abort()
+
+    return Deadlines

@@ -35,13 +35,17 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from anyio.abc import TaskGroup
+from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
+    ListenHandler,
     ResourcesListChanged,
     ResourceUpdated,
     ServerEvent,
     SubscriptionBus,
 )
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 log = logging.getLogger(__name__)
@@ -102,6 +106,32 @@ class WatchedBus(InMemorySubscriptionBus):
             unsubscribe()
 
         return stop
+
+
+# subscriptions/listen streams (2026-07-28) open at once, for every client together: the SDK's.
+MAX_LISTEN_STREAMS = 1024
+
+
+class ListenStreams(ListenHandler):
+    """The SDK's ``subscriptions/listen`` handler, whose refusal at its limit says which limit
+    was met and what to do (the SDK's said "Subscription limit reached", no more)."""
+
+    def __init__(self, bus: SubscriptionBus, max_streams: int | None = None) -> None:
+        limit = MAX_LISTEN_STREAMS if max_streams is None else max_streams
+        super().__init__(bus, max_subscriptions=limit)
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
+    ) -> SubscriptionsListenResult:
+        if len(self._streams) >= self._max_subscriptions:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Too many listen streams: this server holds at most {self._max_subscriptions:,}"
+                " subscriptions/listen streams at once, for all its clients together, and every"
+                " one is open. Retry once one ends; a client that is done listening should"
+                " close its stream.",
+            )
+        return await super().__call__(ctx, params)
 
 
 class SubscriptionLimit(Exception):

@@ -164,6 +164,9 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     # Set on a named replica: its legacy session ids begin with "NAME.", so that a load
     # balancer can send every request of a session to the replica that holds it.
     session_prefix = ""
+    # The ids of each 2025 session's requests under way, as text (made on first use: the
+    # SDK's manager is turned into this class, not built as one).
+    _ids_in_flight: dict[str, set[str]] | None = None
 
     def _admit_session(
         self, requestor: AuthorizationContext | None
@@ -213,6 +216,10 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     opened = legacy and session_id is not None
                     await _surrogate_response(answer, 200 if opened else 400)(scope, receive, send)
                     return
+            request_id = _request_id(body) if legacy and session_id is not None else None
+            if session_id is not None and request_id is not None:
+                await self._answer_once(session_id, request_id, scope, receive, send)
+                return
             if (
                 self._task_group is not None
                 and is_modern(scope)
@@ -234,6 +241,49 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                 await self._refuse_sessionless(scope, receive, send)
                 return
         await super()._handle_request(scope, receive, send)
+
+    async def _answer_once(
+        self, session_id: str, request_id: int | str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Serves a 2025 session's request unless a request of the session still under way
+        has its id. The SDK routes each answer by its request's id (as text): of two such
+        requests one was never answered, and its client waited for good."""
+        if self._ids_in_flight is None:
+            self._ids_in_flight = {}
+        held = self._ids_in_flight.setdefault(session_id, set())
+        key = str(request_id)
+        if key in held:
+            shown = clip_long(key, ECHO_CHARS)
+            said = (
+                f"Invalid Request: the id {shown!r} is that of a request of this session still"
+                " under way; each request needs an id of its own until it is answered (ids are"
+                ' told apart by their text: 7 and "7" are one)'
+            )
+            refusal = error_response(409, said, INVALID_REQUEST, request_id)
+            await refusal(scope, receive, send)
+            return
+        held.add(key)
+        in_flight = self._ids_in_flight
+        released = False
+
+        def release() -> None:  # once: a request with the id may come once it is answered
+            nonlocal released
+            if not released:
+                released = True
+                held.discard(key)
+                if not held and in_flight.get(session_id) is held:
+                    del in_flight[session_id]
+
+        async def answering(message: Message) -> None:
+            # Free again once answered, as its client sees it (the handler ends later).
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                release()
+            await send(message)
+
+        try:
+            await super()._handle_request(scope, receive, answering)
+        finally:
+            release()
 
     async def _opens_session(self, scope: Scope, body: bytes | None) -> bool:
         """Whether the SDK, given this request without a session id, opens a session: a POST
@@ -300,6 +350,21 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
 def _header(scope: Scope, name: bytes) -> str | None:
     """The first value of the request's header ``name`` (lower case)."""
     return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
+
+
+def _request_id(body: bytes) -> int | str | None:
+    """The id of the JSON-RPC request in ``body``; None for a notification, an answer to a
+    request of the server's, or anything else."""
+    try:
+        message = from_json(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    return request_id
 
 
 def _unsupported_version(body: bytes, version: str) -> JSONRPCError:
