@@ -576,6 +576,31 @@ def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     assert nodes[ids["ask"]]["label"] == "first-try"
 
 
+def test_tree_and_show_dim_only_what_is_off_the_branch(db: Path) -> None:
+    """The dim id at the start of a line was the Text's own style, which dims whatever is
+    appended: every entry looked off the branch, and show's roles were dimmed too."""
+    import io
+
+    from rich.console import Console
+
+    from mcp_agent.cli.render import branch_view, session_tree
+
+    ids = seed(db)
+    with SqliteSessionRepo(db) as repo:
+        session = repo.open(ids["session"])
+        tree, shown = (
+            Console(file=io.StringIO(), force_terminal=True, color_system="standard", width=200)
+            for _ in range(2)
+        )
+        tree.print(session_tree(session, width=200))
+        shown.print(branch_view(session, full=False))
+    drawn, listed = tree.file.getvalue(), shown.file.getvalue()  # type: ignore[attr-defined]
+    dim = "\x1b[2m"
+    assert f"{dim} It is 18 C and sunny." in drawn  # off the branch
+    assert "No idea." in drawn and f"{dim} No idea." not in drawn  # on it
+    assert "\x1b[1;36muser\x1b[0m" in listed  # show: the role as it is styled, not dimmed
+
+
 def test_tree_copes_with_deep_chains_and_many_branch_points(
     cli: Any, db: Path, tmp_path: Path
 ) -> None:
