@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from mcp_agent.cli import app
 from mcp_agent.messages import (
     AssistantMessage,
+    ImageContent,
     TextContent,
     ToolCall,
     ToolResultMessage,
@@ -1773,6 +1774,8 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
                 ]
             )
         )
+        # An image's mime type is a file's text too.
+        session.append_message(User(content=[ImageContent(data="AAAA", mime_type="a\x1b[2J")]))
         sid = session.id
     for command in (["show", sid], ["show", sid, "--full"], ["tree", sid], ["list"]):
         shown = cli("sessions", *command)
@@ -1785,7 +1788,7 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
     assert "two lines\\x1b[31m" in listed[1]
     assert "hi \\x1b[2J\\x1b[31mRED\\x1b]0;title\\x07" in cli("sessions", "show", sid).stdout
     heading = cli("sessions", "show", sid).stdout.splitlines()[1]
-    assert "2 messages" in heading and "4 entries" in heading  # and the name's and the label
+    assert "3 messages" in heading and "5 entries" in heading  # and the name's and the label
     newer = seed(db)["session"]  # a second session, then the first is gone from page two
     past = cli("sessions", "list", "--limit", "1")
     more = past.stderr.split("--cursor ")[1].split()[0]

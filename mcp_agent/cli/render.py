@@ -238,7 +238,8 @@ def content_blocks(
                 line.append(f"({format_args(arguments, None if full else 160)})", "yellow")
                 body.append(line)
             case ImageContent(mime_type=mime, data=data):
-                body.append(Text(f"[image {mime}, {len(data) * 3 // 4:,} bytes]", "dim"))
+                said = f"[image {escape_controls(mime)}, {len(data) * 3 // 4:,} bytes]"
+                body.append(Text(said, "dim"))
     return body
 
 
