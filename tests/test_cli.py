@@ -1741,6 +1741,30 @@ def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("loading", ["importlib.metadata", "typer"])
+def test_ctrl_c_while_the_command_line_loads_ends_quietly(loading: str) -> None:
+    """Ctrl-C in the first fifth of a second, while the package and typer are imported,
+    printed the traceback of the import it stopped; it ends as Ctrl-C later does (130)."""
+    script = f"""
+import os, signal, sys
+
+class CtrlC:  # as a person presses Ctrl-C while the module is found
+    def find_spec(self, name, path=None, target=None):
+        if name == {loading!r}:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["mcp-agent-sessions", "--help"]
+from mcp_agent.cli import main
+main()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
+
+
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
     seed(db)
     with open("/dev/full", "w") as full:
