@@ -2059,6 +2059,35 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
 
 
+def test_ctrl_c_stops_a_chat_s_compaction_as_it_stops_an_answer(
+    cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during /compact was said as an error ("Summarization was aborted") and counted
+    as a refused line, so the chat ended with exit code 2."""
+    from mcp_agent.cli import demo
+    from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+    from mcp_agent.providers.base import LlmContext
+    from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model
+
+    def respond(context: LlmContext) -> Any:
+        if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+            os.kill(os.getpid(), signal.SIGINT)  # as the summary is being written
+            return reply("a summary never finished", delay=10)
+        return reply("y" * 40_000)
+
+    def model() -> Any:
+        return scripted_model("slow"), ScriptedProvider(respond)
+
+    monkeypatch.setattr(demo, "cli_models", lambda: {"scripted:slow": model})
+    lines = "".join(f"question {n} {'x' * 20_000}\n" for n in range(3))
+    result = cli("chat", "--model", "scripted:slow", input=lines + "/compact\n")
+    assert result.exit_code == 0, result.stderr
+    assert "compaction stopped; nothing was written" in result.stderr
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        assert repo.open(listed.id).find_entries("compaction") == []
+
+
 def test_chat_compacts_with_the_model_the_session_runs_with(
     cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
