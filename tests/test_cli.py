@@ -1002,6 +1002,18 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setattr(registry, "_default", None)
 
 
+def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
+    """The ids are what --model takes: cut to fit 80 columns (a pipe's width too), Claude's
+    read 'anthropic:claude-op…' twice."""
+    env = clean_env()
+    env["COLUMNS"] = "80"
+    done = sub("models", env=env)
+    assert done.returncode == 0, done.stderr
+    listed = [line.split()[0] for line in done.stdout.split("\n\n")[0].splitlines()[1:]]
+    known = [m["ref"] for m in json.loads(sub("models", "--json").stdout)["models"]]
+    assert listed == known and "anthropic:claude-3-5-haiku-latest" in listed
+
+
 # --- run and chat -----------------------------------------------------------------------------
 
 
