@@ -12,13 +12,7 @@ Layers, each importing only those below it: messages < sessions < compaction < a
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = version("mcp-agent-sessions")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -114,7 +108,22 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    # Read when first asked for: importlib.metadata (and the email package it loads) took a
+    # quarter of the command line's start, and a Ctrl-C then, before the command line could
+    # end it quietly, printed the traceback of that import.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp-agent-sessions")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0.0.0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = found = _version()
+        return found
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'mcp_agent' has no attribute {name!r}")

@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from mcp_agent.cli import app
 from mcp_agent.messages import (
     AssistantMessage,
+    ImageContent,
     TextContent,
     ToolCall,
     ToolResultMessage,
@@ -576,6 +577,31 @@ def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     assert nodes[ids["ask"]]["label"] == "first-try"
 
 
+def test_tree_and_show_dim_only_what_is_off_the_branch(db: Path) -> None:
+    """The dim id at the start of a line was the Text's own style, which dims whatever is
+    appended: every entry looked off the branch, and show's roles were dimmed too."""
+    import io
+
+    from rich.console import Console
+
+    from mcp_agent.cli.render import branch_view, session_tree
+
+    ids = seed(db)
+    with SqliteSessionRepo(db) as repo:
+        session = repo.open(ids["session"])
+        tree, shown = (
+            Console(file=io.StringIO(), force_terminal=True, color_system="standard", width=200)
+            for _ in range(2)
+        )
+        tree.print(session_tree(session, width=200))
+        shown.print(branch_view(session, full=False))
+    drawn, listed = tree.file.getvalue(), shown.file.getvalue()  # type: ignore[attr-defined]
+    dim = "\x1b[2m"
+    assert f"{dim} It is 18 C and sunny." in drawn  # off the branch
+    assert "No idea." in drawn and f"{dim} No idea." not in drawn  # on it
+    assert "\x1b[1;36muser\x1b[0m" in listed  # show: the role as it is styled, not dimmed
+
+
 def test_tree_copes_with_deep_chains_and_many_branch_points(
     cli: Any, db: Path, tmp_path: Path
 ) -> None:
@@ -974,6 +1000,18 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert bad.exit_code == 2 and "latin1.toml: not UTF-8 text" in bad.stderr
     assert bad.exception is None or isinstance(bad.exception, SystemExit)
     monkeypatch.setattr(registry, "_default", None)
+
+
+def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
+    """The ids are what --model takes: cut to fit 80 columns (a pipe's width too), Claude's
+    read 'anthropic:claude-op…' twice."""
+    env = clean_env()
+    env["COLUMNS"] = "80"
+    done = sub("models", env=env)
+    assert done.returncode == 0, done.stderr
+    listed = [line.split()[0] for line in done.stdout.split("\n\n")[0].splitlines()[1:]]
+    known = [m["ref"] for m in json.loads(sub("models", "--json").stdout)["models"]]
+    assert listed == known and "anthropic:claude-3-5-haiku-latest" in listed
 
 
 # --- run and chat -----------------------------------------------------------------------------
@@ -1715,6 +1753,30 @@ def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("loading", ["importlib.metadata", "typer"])
+def test_ctrl_c_while_the_command_line_loads_ends_quietly(loading: str) -> None:
+    """Ctrl-C in the first fifth of a second, while the package and typer are imported,
+    printed the traceback of the import it stopped; it ends as Ctrl-C later does (130)."""
+    script = f"""
+import os, signal, sys
+
+class CtrlC:  # as a person presses Ctrl-C while the module is found
+    def find_spec(self, name, path=None, target=None):
+        if name == {loading!r}:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["mcp-agent-sessions", "--help"]
+from mcp_agent.cli import main
+main()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
+
+
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
     seed(db)
     with open("/dev/full", "w") as full:
@@ -1748,6 +1810,8 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
                 ]
             )
         )
+        # An image's mime type is a file's text too.
+        session.append_message(User(content=[ImageContent(data="AAAA", mime_type="a\x1b[2J")]))
         sid = session.id
     for command in (["show", sid], ["show", sid, "--full"], ["tree", sid], ["list"]):
         shown = cli("sessions", *command)
@@ -1760,7 +1824,7 @@ def test_text_from_a_session_cannot_act_on_the_terminal(cli: Any, db: Path, tmp_
     assert "two lines\\x1b[31m" in listed[1]
     assert "hi \\x1b[2J\\x1b[31mRED\\x1b]0;title\\x07" in cli("sessions", "show", sid).stdout
     heading = cli("sessions", "show", sid).stdout.splitlines()[1]
-    assert "2 messages" in heading and "4 entries" in heading  # and the name's and the label
+    assert "3 messages" in heading and "5 entries" in heading  # and the name's and the label
     newer = seed(db)["session"]  # a second session, then the first is gone from page two
     past = cli("sessions", "list", "--limit", "1")
     more = past.stderr.split("--cursor ")[1].split()[0]
@@ -2005,6 +2069,35 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     header, row = done.stdout.splitlines()[:2]
     assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
+
+
+def test_ctrl_c_stops_a_chat_s_compaction_as_it_stops_an_answer(
+    cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during /compact was said as an error ("Summarization was aborted") and counted
+    as a refused line, so the chat ended with exit code 2."""
+    from mcp_agent.cli import demo
+    from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+    from mcp_agent.providers.base import LlmContext
+    from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model
+
+    def respond(context: LlmContext) -> Any:
+        if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+            os.kill(os.getpid(), signal.SIGINT)  # as the summary is being written
+            return reply("a summary never finished", delay=10)
+        return reply("y" * 40_000)
+
+    def model() -> Any:
+        return scripted_model("slow"), ScriptedProvider(respond)
+
+    monkeypatch.setattr(demo, "cli_models", lambda: {"scripted:slow": model})
+    lines = "".join(f"question {n} {'x' * 20_000}\n" for n in range(3))
+    result = cli("chat", "--model", "scripted:slow", input=lines + "/compact\n")
+    assert result.exit_code == 0, result.stderr
+    assert "compaction stopped; nothing was written" in result.stderr
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        assert repo.open(listed.id).find_entries("compaction") == []
 
 
 def test_chat_compacts_with_the_model_the_session_runs_with(

@@ -25,7 +25,11 @@ from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import iso_now
 from mcp_agent.sessions.pi import export_text
 from mcp_agent.sessions.repo import SessionRepo
-from mcp_agent.sessions.sqlite.database import SCHEMA_VERSION, SqliteDatabase
+from mcp_agent.sessions.sqlite.database import (
+    MAIN_THREAD_WAIT_S,
+    SCHEMA_VERSION,
+    SqliteDatabase,
+)
 from mcp_agent.sessions.storage import compute_stats
 
 
@@ -38,6 +42,13 @@ def test_durable_settings(tmp_path: Path) -> None:
     conn = repo.database.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    # A write waits at least 10 s for another writer's lock: in SQLite on a worker thread,
+    # in slices on the main thread (see test_ctrl_c_is_heard_on_the_main_thread_…).
+    assert repo.database.busy_timeout >= 10
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == MAIN_THREAD_WAIT_S * 1000
+    worker = threading.Thread(target=repo.create)
+    worker.start()
+    worker.join(30)
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"sessions", "entries", "labels", "entries_fts"} <= tables
@@ -935,6 +946,38 @@ def test_a_writer_interrupted_when_handed_the_commit_hands_it_on(tmp_path: Path)
     writer.join(30)
     assert not writer.is_alive()  # a later write leads its own commit
     assert database.read("SELECT count(*) FROM t") == [(1,)]
+    database.close()
+
+
+def test_ctrl_c_is_heard_on_the_main_thread_while_another_process_holds_the_lock(
+    tmp_path: Path,
+) -> None:
+    """A write on the main thread (the command line's `sessions rename`) waited for the lock
+    inside SQLite, in C, where Ctrl-C cannot reach it: for the whole busy timeout."""
+    import _thread
+    import time
+
+    database = SqliteDatabase(tmp_path / "s.db", busy_timeout=10)
+    database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process's writer
+    ctrl_c = threading.Timer(0.5, _thread.interrupt_main)
+    started = time.monotonic()
+    ctrl_c.start()
+    with pytest.raises(KeyboardInterrupt):
+        database.write(lambda conn: conn.execute("INSERT INTO t VALUES (1)"))
+    assert time.monotonic() - started < 3
+    other.execute("ROLLBACK")
+    database.write(lambda conn: conn.execute("INSERT INTO t VALUES (2)"))
+    # A worker thread leaves the waiting to SQLite again.
+    worker = threading.Thread(
+        target=database.write, args=(lambda conn: conn.execute("INSERT INTO t VALUES (3)"),)
+    )
+    worker.start()
+    worker.join(30)
+    assert database.conn.execute("PRAGMA busy_timeout").fetchone() == (10_000,)
+    assert database.read("SELECT x FROM t ORDER BY x") == [(2,), (3,)]
+    other.close()
     database.close()
 
 

@@ -9,15 +9,41 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
-import typer
 
-from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
-from mcp_agent.cli.common import BAD_INPUT, FAILED, INTERRUPTED, PROG, fail, plain_help_types
-from mcp_agent.runtime.settings import SettingError
+@contextlib.contextmanager
+def _quiet_ctrl_c() -> Iterator[None]:
+    """Ctrl-C while the command line loads (its first fifth of a second: typer, pydantic)
+    ends it quietly with exit code 130, as Ctrl-C later does, not with the traceback of the
+    import it stopped. The handler before is put back after; only the main thread may set one
+    (this module imported from another is left as it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-plain_help_types()
+    def interrupted(_signal: int, _frame: FrameType | None) -> None:
+        raise SystemExit(130)  # INTERRUPTED, not yet imported
+
+    before = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+with _quiet_ctrl_c():
+    import typer
+
+    from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
+    from mcp_agent.cli.common import BAD_INPUT, FAILED, INTERRUPTED, PROG, fail, plain_help_types
+    from mcp_agent.runtime.settings import SettingError
+
+    plain_help_types()
 
 app = typer.Typer(
     name=PROG,

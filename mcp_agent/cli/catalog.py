@@ -52,7 +52,9 @@ def models(as_json: JsonOption = False) -> None:
         for model in listed
     ]
     headers = ["Model", "Context", "Max out", "In $/M", "Out $/M", "Cached $/M", "Reasoning"]
-    print_table(headers, rows, flexible=0, right=frozenset(headers[1:6]))
+    # No column is cut: the model ids are what --model takes (cut at 80 columns, or in a pipe,
+    # anthropic:claude-opus-4-5 and -4-1 both read anthropic:claude-op…).
+    print_table(headers, rows, flexible=None, right=frozenset(headers[1:6]))
     notes = [_provider_note(row) for row in provider_rows]
     notes.append(f"{DEMO_MODEL}: the scripted model of `{PROG} demo` (no key)")
     out().print("\n" + "\n".join(n for n in notes if n), style="dim", soft_wrap=True)

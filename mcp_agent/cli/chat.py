@@ -428,7 +428,7 @@ class Chat:
     async def _compact(self, instructions: str) -> None:
         from mcp_agent.abort import AbortController
         from mcp_agent.cli.demo import cli_models
-        from mcp_agent.compaction import compact, prepare_compaction
+        from mcp_agent.compaction import CompactionError, compact, prepare_compaction
         from mcp_agent.runtime.errors import ModelUnavailable
         from mcp_agent.runtime.models import resolve_run_model
         from mcp_agent.runtime.start import resume_model
@@ -468,6 +468,12 @@ class Chat:
                 signal=controller.signal,
                 offload=self.state.offload,
             )
+        except CompactionError as error:
+            if error.code != "aborted":
+                raise
+            # Stopped with Ctrl-C, as an answer is: the line was not refused (exit code 2).
+            self.say("compaction stopped; nothing was written", "yellow")
+            return
         finally:
             self.interrupt = None
         self.say(

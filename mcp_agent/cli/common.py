@@ -127,20 +127,21 @@ def err() -> Console:
 def print_table(
     headers: list[str],
     rows: list[tuple[list[str], str | None]],
-    flexible: int,
+    flexible: int | None,
     right: frozenset[str] = frozenset(),
 ) -> None:
     """A borderless table on stdout. Every column keeps its full width except ``flexible``,
     which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
-    columns than cut a long one). ``rows`` are (cells, style). A terminal too narrow even for
-    that gets the rows at their width, each wrapped by the terminal: cropped to its width, an
-    id would be cut with no sign of it, and the columns after it would be gone."""
+    columns than cut a long one); None: no column may be cut (each holds what people copy).
+    ``rows`` are (cells, style). A terminal too narrow even for that gets the rows at their
+    width, each wrapped by the terminal: cropped to its width, an id would be cut with no sign
+    of it, and the columns after it would be gone."""
     from rich.table import Table
 
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
-    room = fixed + min(12, widths[flexible])
+    room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
     if room > console.width:
         from rich.console import Console
 

@@ -157,7 +157,8 @@ def branch_view(session: Session, full: bool = False) -> RenderableType:
         branch = branch[earlier:]
     for entry in branch:
         heading, body = entry_block(entry, full)
-        line = Text(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
+        # The id's style as a span: a Text's own style would dim all that is appended to it.
+        line = Text().append(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
         label = session.get_label(entry.id)
         if label:
             line.append(f"  #{name_line(label)}", "yellow")
@@ -237,7 +238,8 @@ def content_blocks(
                 line.append(f"({format_args(arguments, None if full else 160)})", "yellow")
                 body.append(line)
             case ImageContent(mime_type=mime, data=data):
-                body.append(Text(f"[image {mime}, {len(data) * 3 // 4:,} bytes]", "dim"))
+                said = f"[image {escape_controls(mime)}, {len(data) * 3 // 4:,} bytes]"
+                body.append(Text(said, "dim"))
     return body
 
 
@@ -327,7 +329,8 @@ def tree_view(
             limit = max(30, width - 4 * (depth + 1) - 1)
             label = run_text(run, leaf_id, on_path, full, limit, full_hint)
             if flattened_from is not None:
-                label = Text(f"↳ branch of {flattened_from}\n", "dim").append_text(label)
+                said = f"↳ branch of {escape_controls(flattened_from)}\n"
+                label = Text().append(said, "dim").append_text(label)
             node = parent.add(label)
             drawn += 1
             leaf_drawn = leaf_drawn or any(node.id == leaf_id for node in run)
@@ -408,7 +411,9 @@ def run_text(
 def node_line(node: TreeLike, leaf_id: str | None, on_path: set[str], limit: int = 80) -> Text:
     """One entry on one line of at most ``limit`` cells: id, summary, label, leaf mark."""
     entry = node.entry
-    line = Text(f"{escape_controls(entry.id)} ", "dim")
+    # Styles as spans, not the Text's own style, which would dim the whole line: the entries
+    # off the branch would look as the ones on it.
+    line = Text().append(f"{escape_controls(entry.id)} ", "dim")
     tail = Text()
     if node.label:
         tail.append(f"  #{one_line(node.label, limit // 2)}", "yellow")

@@ -68,6 +68,9 @@ TREE_INDEX = (
     " ON entries (session_id, parent_id, type, n, id, timestamp)"
 )
 BUSY_TIMEOUT_S = 60.0
+# How long SQLite itself waits for the write lock at a time for a write on the main thread,
+# before the retry loop sleeps and tries again (see ``SqliteDatabase.write``).
+MAIN_THREAD_WAIT_S = 0.1
 
 
 # The tables a session database holds (with the leases table of runtime.leases); a file with
@@ -224,6 +227,7 @@ class SqliteDatabase:
         self._writes_lock = threading.Lock()
         self._leading = False  # a thread commits groups (see ``write``)
         self.conn = self._connect()
+        self._sqlite_wait = busy_timeout  # how long SQLite itself waits for a lock on conn
         # The file the connection opened (see _commit); None in memory.
         self._identity: tuple[int, int] | None = None
         try:
@@ -325,6 +329,11 @@ class SqliteDatabase:
                 return cast(T, job.outcome())
         try:
             with self.lock:
+                self._wait_in_sqlite(
+                    MAIN_THREAD_WAIT_S
+                    if threading.current_thread() is threading.main_thread()
+                    else self.busy_timeout
+                )
                 # Until a transaction has taken this write (a group takes the oldest waiting
                 # writes first).
                 while not job.done:
@@ -344,6 +353,18 @@ class SqliteDatabase:
                     self._writes.remove(job)
             self._hand_over()
         return cast(T, job.outcome())
+
+    def _wait_in_sqlite(self, seconds: float) -> None:
+        """Have SQLite wait up to ``seconds`` for the lock before ``_retry`` sleeps and tries
+        again. A thread waiting in SQLite sits in C, where no KeyboardInterrupt can be raised:
+        the main thread, which alone hears Ctrl-C, waits in short slices, or a command line's
+        `sessions rename` behind another process's write went deaf to Ctrl-C for up to
+        ``busy_timeout``. Worker threads leave all the waiting to SQLite. Called holding
+        ``lock``; set only when it changes, so a process writing from one kind of thread sends
+        no pragma per write."""
+        if seconds != self._sqlite_wait and not self._shared:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+            self._sqlite_wait = seconds
 
     def _abandon(self, job: _Write) -> None:
         """``job``'s thread stopped waiting: out of the queue, and if it was just handed the
