@@ -955,19 +955,25 @@ def test_ctrl_c_is_heard_on_the_main_thread_while_another_process_holds_the_lock
     """A write on the main thread (the command line's `sessions rename`) waited for the lock
     inside SQLite, in C, where Ctrl-C cannot reach it: for the whole busy timeout."""
     import _thread
-    import time
 
     database = SqliteDatabase(tmp_path / "s.db", busy_timeout=10)
     database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
-    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None, check_same_thread=False)
     other.execute("BEGIN EXCLUSIVE")  # another process's writer
-    ctrl_c = threading.Timer(0.5, _thread.interrupt_main)
-    started = time.monotonic()
-    ctrl_c.start()
+    released = threading.Event()
+
+    def release() -> None:  # long after the Ctrl-C: heard only once SQLite stops waiting
+        other.execute("ROLLBACK")
+        released.set()
+
+    letting_go = threading.Timer(8, release)
+    letting_go.start()
+    threading.Timer(0.5, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
         database.write(lambda conn: conn.execute("INSERT INTO t VALUES (1)"))
-    assert time.monotonic() - started < 3
-    other.execute("ROLLBACK")
+    assert not released.is_set()  # heard while the other writer still held the lock
+    letting_go.cancel()
+    release()
     database.write(lambda conn: conn.execute("INSERT INTO t VALUES (2)"))
     # A worker thread leaves the waiting to SQLite again.
     worker = threading.Thread(
