@@ -216,7 +216,11 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     opened = legacy and session_id is not None
                     await _surrogate_response(answer, 200 if opened else 400)(scope, receive, send)
                     return
-            request_id = _request_id(body) if legacy and session_id is not None else None
+            request_id = (
+                body_request_id(body, requests_only=True)
+                if legacy and session_id is not None
+                else None
+            )
             if session_id is not None and request_id is not None:
                 await self._answer_once(session_id, request_id, scope, receive, send)
                 return
@@ -350,21 +354,6 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
 def _header(scope: Scope, name: bytes) -> str | None:
     """The first value of the request's header ``name`` (lower case)."""
     return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
-
-
-def _request_id(body: bytes) -> int | str | None:
-    """The id of the JSON-RPC request in ``body``; None for a notification, an answer to a
-    request of the server's, or anything else."""
-    try:
-        message = from_json(body)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or "method" not in message:
-        return None
-    request_id = message.get("id")
-    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
-        return None
-    return request_id
 
 
 def _unsupported_version(body: bytes, version: str) -> JSONRPCError:

@@ -271,12 +271,17 @@ def undecodable_answer(error: UnicodeDecodeError) -> JSONRPCError:
     )
 
 
-def body_request_id(body: bytes) -> int | str | None:
-    """The id of the request in an HTTP ``body``, if it has one an answer can carry back."""
+def body_request_id(body: bytes, requests_only: bool = False) -> int | str | None:
+    """The id of the request in an HTTP ``body``, if it has one an answer can carry back
+    (``requests_only``: None for a client's answer to a request of the server's, whose id is
+    the server's)."""
     try:
-        return _request_id(json.loads(body))
+        message = json.loads(body)
     except (ValueError, RecursionError):
         return None
+    if requests_only and not (isinstance(message, dict) and "method" in message):
+        return None
+    return _request_id(message)
 
 
 def refused_body(body: bytes) -> JSONRPCError | None:
