@@ -257,10 +257,14 @@ def _schema_fault(schema: dict[str, Any], error: Exception) -> str:
     return one_line(str(error) or type(error).__name__, MAX_SCHEMA_FAULT)
 
 
-def schema_fault(schema: dict[str, Any]) -> str | None:
+def schema_fault(schema: dict[str, Any], max_chars: int | None = None) -> str | None:
     """The first fault ``schema``'s metaschema finds in it, in one bounded line, or None for
-    valid JSON Schema (about a millisecond for a tool's: remembered by the schema's digest)."""
-    digest = hashlib.sha256(json.dumps(schema, sort_keys=True, default=repr).encode()).digest()
+    valid JSON Schema (about a millisecond for a tool's: remembered by the schema's digest);
+    with ``max_chars``, a schema longer as JSON is a fault too."""
+    text = json.dumps(schema, sort_keys=True, default=repr)
+    if max_chars is not None and len(text) > max_chars:
+        return f"it is {len(text):,} characters, past the {max_chars:,} sent with every request"
+    digest = hashlib.sha256(text.encode()).digest()
     with _caches_lock:
         if digest in _faults:
             _faults.move_to_end(digest)

@@ -8,7 +8,6 @@ that is not valid MCP, nor one slow call while it answers others (that call alon
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -189,12 +188,7 @@ class McpServerConnection:
         schema takes about a millisecond.)"""
         kept = []
         for tool in tools:
-            size = len(json.dumps(tool.input_schema, default=repr))
-            fault = (
-                f"it is {size:,} characters, past the {MAX_SCHEMA_CHARS:,} sent with every request"
-                if size > MAX_SCHEMA_CHARS
-                else schema_fault(tool.input_schema)
-            )
+            fault = schema_fault(tool.input_schema, MAX_SCHEMA_CHARS)
             if fault is None:
                 kept.append(tool)
             else:
