@@ -2,7 +2,8 @@
 
 Each append writes one line and is flushed and fsynced before it counts. Leaf moves are
 written as ``leaf`` lines, so on load the last line gives the leaf (as pi does it). A last
-line torn by a crash is cut off with a warning; a bad line anywhere else means the file is
+line torn by a crash is left unread with a warning (pi, which takes no lock, may be writing
+it), and our next append cuts it off if it stays; a bad line anywhere else means the file is
 damaged, and loading raises an error naming the file and line. Files of pi versions 1 and 2
 are migrated on load and rewritten as version 3, as pi does.
 

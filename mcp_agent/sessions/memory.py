@@ -68,7 +68,7 @@ class InMemorySessionStorage:
         built._empty(header)
         for entry in loaded:
             built._index(entry)
-        for field in _INDEX_FIELDS:  # each a superset of the old one, but the leaf
+        for field in _INDEX_FIELDS:  # the leaf last: a reader meanwhile finds what it names
             setattr(self, field, getattr(built, field))
 
     def _empty(self, header: SessionHeader) -> None:
