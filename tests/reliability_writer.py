@@ -32,7 +32,7 @@ from mcp_agent.messages import (
     UsageCost,
     UserMessage,
 )
-from mcp_agent.sessions import JsonlSessionRepo, Session, SqliteSessionRepo
+from mcp_agent.sessions import JsonlSessionRepo, Session, SqliteSessionRepo, jsonl
 from mcp_agent.sessions.repo import BaseSessionRepo
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    # An append waits a second for a torn last line to be finished (pi may be writing it)
+    # before it cuts it off: no one else writes here, and a writer lives a fraction of that.
+    jsonl.TORN_WAIT = 0.001
     if args.start_at is not None:
         # Several writers start together, opening the store included (schema creation races).
         time.sleep(max(0.0, args.start_at - time.time()))
