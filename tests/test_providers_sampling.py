@@ -27,7 +27,7 @@ from mcp_agent.messages import (
 )
 from mcp_agent.providers.base import LlmContext, StreamOptions, final_message
 from mcp_agent.providers.registry import ModelRegistry
-from mcp_agent.providers.sampling import sampling_model, sampling_stream_fn
+from mcp_agent.providers.sampling import ClientChannel, sampling_model, sampling_stream_fn
 from mcp_agent.tools import AgentTool, AgentToolResult
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +79,7 @@ def make_server(abort_when: Callable[[], Awaitable[None]] | None = None) -> MCPS
         )
         controller = AbortController()
         options = StreamOptions(signal=controller.signal, max_tokens=500)
-        stream = sampling_stream_fn(ctx.session)(sampling_model(), context, options)
+        stream = sampling_stream_fn(ClientChannel(ctx.session))(sampling_model(), context, options)
         if abort_when is None:
             final = await final_message(stream)
         else:
@@ -358,7 +358,7 @@ class _AnswersAsGiven:
 
 async def test_an_answer_mcp_does_not_allow_is_named_by_its_field() -> None:
     session = _AnswersAsGiven({"role": "assistant", "content": {"type": "text", "text": "4"}})
-    stream = sampling_stream_fn(session)(
+    stream = sampling_stream_fn(ClientChannel(session))(
         sampling_model(), LlmContext("", [UserMessage(content="hi")]), StreamOptions()
     )
     final = await final_message(stream)

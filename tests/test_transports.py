@@ -262,6 +262,57 @@ def test_a_request_id_under_way_in_a_session_is_refused_not_left_unanswered(
             http.delete(http_server.url, headers=legacy)  # ends the run: a quick stop
 
 
+def test_a_waited_run_asks_the_clients_model_on_its_own_request_stream(
+    http_server: HttpServer,
+) -> None:
+    """A client that opened no GET stream (the 2025 protocol lets it) still gets the model's
+    request of a run it waits on: before, it went to the GET stream, the SDK dropped it, and
+    the call waited for good."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    initialize = initialize_request()
+    initialize["params"]["capabilities"] = {"sampling": {}}
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(http_server.url, json=initialize, headers=auth)
+        legacy = {
+            **auth,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
+        asked: list[str] = []
+        pings = 0
+        with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
+            for line in stream.iter_lines():
+                # The stream's keep-alive comments: before the fix, all that ever came.
+                pings += line.startswith(":")
+                assert pings < 2, "the model's request never came on the call's stream"
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line.removeprefix("data:"))
+                if message.get("method") == "sampling/createMessage":
+                    asked.append(message["params"]["messages"][0]["content"]["text"])
+                    answer = {
+                        "role": "assistant",
+                        "content": {"type": "text", "text": "hello from the client"},
+                        "model": "client-model",
+                        "stopReason": "endTurn",
+                    }
+                    reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                    posted = http.post(http_server.url, json=reply, headers=legacy)
+                    assert posted.status_code == 202
+                elif message.get("id") == 1:
+                    result = message["result"]
+                    break
+        http.delete(http_server.url, headers=legacy)
+    assert asked == ["hi"]
+    assert not result.get("isError"), result
+    assert result["structuredContent"]["status"] == "completed"
+    assert "hello from the client" in json.dumps(result["structuredContent"])
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

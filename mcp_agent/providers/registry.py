@@ -64,6 +64,7 @@ from mcp_agent.wire import describe_validation_error
 
 if TYPE_CHECKING:
     from mcp_agent.events import AssistantMessageEvent
+    from mcp_agent.providers.sampling import ClientChannel
 
 OPENAI_API = "openai-completions"
 ANTHROPIC_API = "anthropic-messages"
@@ -515,11 +516,11 @@ class ModelRegistry:
             models.extend(provider.model(mid) for mid in provider.models)
         return models
 
-    def stream_fn_for(self, model: Model, *, sampling_session: Any = None) -> StreamFn:
+    def stream_fn_for(self, model: Model, *, sampling: ClientChannel | None = None) -> StreamFn:
         """The StreamFn for ``model``, bound to its provider's key, endpoint and switches.
 
-        ``sampling_session`` is the server-side MCP session (``ctx.session``) through which the
-        ``sampling`` provider reaches the client's model.
+        ``sampling`` is the MCP client connection through which the ``sampling`` provider
+        reaches the client's model.
         """
         provider = self.providers.get(model.provider)
         factory = self._factories.get(model.provider)
@@ -529,9 +530,11 @@ class ModelRegistry:
             provider = ProviderConfig(
                 name=model.provider, api=model.api, label=f"{model.provider} API"
             )
-        return _with_timeouts(self._stream_fn(model, provider, sampling_session), provider)
+        return _with_timeouts(self._stream_fn(model, provider, sampling), provider)
 
-    def _stream_fn(self, model: Model, provider: ProviderConfig, sampling_session: Any) -> StreamFn:
+    def _stream_fn(
+        self, model: Model, provider: ProviderConfig, sampling: ClientChannel | None
+    ) -> StreamFn:
         api = provider.api if provider.api in KNOWN_APIS else model.api
         if api == OPENAI_API:
             from mcp_agent.providers import openai_compat
@@ -568,14 +571,14 @@ class ModelRegistry:
                 )
             )
         if api == SAMPLING_API:
-            from mcp_agent.providers import sampling
+            from mcp_agent.providers.sampling import sampling_stream_fn, unavailable_stream_fn
 
-            if sampling_session is None:
-                return sampling.unavailable_stream_fn(
+            if sampling is None:
+                return unavailable_stream_fn(
                     "this run has no MCP client connection to ask (sampling needs the "
                     "session of the request that started it)"
                 )
-            return sampling.sampling_stream_fn(sampling_session)
+            return sampling_stream_fn(sampling)
         if api == SCRIPTED_API:
             _check_scripted(provider, model.id)
             scripted = _scripted_module()
@@ -666,8 +669,8 @@ def resolve_model(name: str) -> Model:
     return default_registry().resolve(name)
 
 
-def stream_fn_for(model: Model, *, sampling_session: Any = None) -> StreamFn:
-    return default_registry().stream_fn_for(model, sampling_session=sampling_session)
+def stream_fn_for(model: Model, *, sampling: ClientChannel | None = None) -> StreamFn:
+    return default_registry().stream_fn_for(model, sampling=sampling)
 
 
 def list_models() -> list[Model]:

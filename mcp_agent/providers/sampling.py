@@ -6,7 +6,11 @@ tools). It is deprecated in the 2026-07-28 protocol. Everywhere else the stream 
 error that says how to configure another model: this is one optional provider, never the only
 way to get a model.
 
-    stream_fn = sampling_stream_fn(ctx.session)      # inside an MCP tool handler
+    stream_fn = sampling_stream_fn(ClientChannel(ctx.session))   # inside an MCP tool handler
+
+A run that a request of the client waits on asks on that request's own stream
+(``ClientChannel(ctx.session, ctx.request_id)``): over HTTP that is the open POST stream, while
+the connection's own stream (a GET the client may never open) is all a detached run has.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -84,6 +89,16 @@ def unavailable_message(reason: str) -> str:
     return f"The MCP client's model cannot be used: {reason}. {CONFIGURE_ANOTHER_MODEL}"
 
 
+@dataclass(frozen=True)
+class ClientChannel:
+    """Where the client's model is asked: the server-side MCP session (``ctx.session``) and,
+    when a request of the client waits for the answer, that request's id, to ask on its
+    stream."""
+
+    session: Any
+    request_id: str | int | None = None
+
+
 def sampling_support(session: Any) -> tuple[bool, bool, str]:
     """``(usable, with_tools, reason)`` for a server-side session (``ctx.session``)."""
     if session is None:
@@ -114,13 +129,13 @@ def sampling_model(model_id: str = "client", **fields: Any) -> Model:
     return Model(id=model_id, api=SAMPLING_API, provider=SAMPLING_PROVIDER, **fields)
 
 
-def sampling_stream_fn(session: Any) -> StreamFn:
-    """A StreamFn that asks the MCP client behind ``session`` (a server-side ``ctx.session``)."""
+def sampling_stream_fn(channel: ClientChannel) -> StreamFn:
+    """A StreamFn that asks the MCP client behind ``channel``."""
 
     def stream(
         model: Model, context: LlmContext, options: StreamOptions | None = None
     ) -> AsyncIterator[AssistantMessageEvent]:
-        return stream_sampling(session, model, context, options)
+        return stream_sampling(channel, model, context, options)
 
     return stream
 
@@ -137,7 +152,7 @@ def unavailable_stream_fn(reason: str) -> StreamFn:
 
 
 async def stream_sampling(
-    session: Any,
+    channel: ClientChannel,
     model: Model,
     context: LlmContext,
     options: StreamOptions | None = None,
@@ -147,7 +162,7 @@ async def stream_sampling(
     race = AbortRace(options.signal)
     try:
         race.check()
-        usable, with_tools, reason = sampling_support(session)
+        usable, with_tools, reason = sampling_support(channel.session)
         if not usable:
             raise SamplingUnavailable(reason)
         import mcp.types as types
@@ -165,6 +180,8 @@ async def stream_sampling(
             kwargs["model_preferences"] = types.ModelPreferences(
                 hints=[types.ModelHint(name=model.id)]
             )
+        if channel.request_id is not None:
+            kwargs["related_request_id"] = channel.request_id
         if context.tools and with_tools:
             kwargs["tools"] = [
                 types.Tool(
@@ -180,7 +197,7 @@ async def stream_sampling(
             # The SDK warns when the method is called (synchronously), not while it runs.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
-                request = session.create_message(**kwargs)
+                request = channel.session.create_message(**kwargs)
             result = await race.run(request)
         except NoBackChannelError as error:
             raise SamplingUnavailable(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
 from mcp_agent.runtime.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    from mcp_agent.providers.sampling import ClientChannel
 
 ModelChoice = tuple[Model, StreamFn]
 # Tests and embedders can serve names of their own (e.g. a scripted model).
@@ -31,10 +34,11 @@ def default_model_name(configured: str | None) -> str:
 def resolve_run_model(
     name: str | None,
     configured_default: str | None,
-    client_session: Any,
+    client: ClientChannel | None,
     overrides: ModelOverrides | None = None,
 ) -> tuple[str, Model, StreamFn]:
-    """(name, model, stream function) for a run, or ModelUnavailable saying how to fix the name."""
+    """(name, model, stream function) for a run, or ModelUnavailable saying how to fix the name.
+    ``client`` is the MCP client connection that asked for the run, for its model (sampling)."""
     chosen = name or default_model_name(configured_default)
     if overrides and chosen in overrides:
         model, stream_fn = overrides[chosen]()
@@ -47,11 +51,11 @@ def resolve_run_model(
             unavailable_message,
         )
 
-        usable, _, reason = sampling_support(client_session)
-        if not usable:
+        usable, _, reason = sampling_support(client.session if client else None)
+        if client is None or not usable:
             raise ModelUnavailable(unavailable_message(reason))
         model_id = chosen.partition(":")[2] or CLIENT_MODEL
-        return chosen, sampling_model(model_id), sampling_stream_fn(client_session)
+        return chosen, sampling_model(model_id), sampling_stream_fn(client)
     from mcp_agent.providers.registry import resolve_model, stream_fn_for
 
     try:

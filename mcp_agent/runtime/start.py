@@ -6,7 +6,7 @@ and the command line."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -28,6 +28,9 @@ from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
+
+if TYPE_CHECKING:
+    from mcp_agent.providers.sampling import ClientChannel
 
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
@@ -70,13 +73,13 @@ async def start_run(
     agent_name: str | None,
     model: str | None,
     depth: int,
-    client_session: Any = None,
+    client_channel: ClientChannel | None = None,
     parent_session: str | None = None,
     listener: EventListener | None = None,
     inherited: ResolvedModel | None = None,
     client: object | None = None,
 ) -> Run:
-    """Start an agent run. ``client_session`` is the MCP client's session, for its model
+    """Start an agent run. ``client_channel`` is the MCP client connection, for its model
     (sampling); ``inherited`` is the calling run's model, used when nothing else names one;
     ``client`` identifies the caller for the per-client run limit. Every session read and
     write goes through ``state.offload``."""
@@ -99,13 +102,13 @@ async def start_run(
         resolved = None
         if model is None and existing is not None:
             resolved = resume_model(
-                existing, state.settings.default_model, client_session, state.models
+                existing, state.settings.default_model, client_channel, state.models
             )
         if resolved is None and model is None and manifest.model is None:
             resolved = inherited
         # Every refusal comes before a new session is created: a failed start writes nothing.
         resolved = resolved or resolve_run_model(
-            model or manifest.model, state.settings.default_model, client_session, state.models
+            model or manifest.model, state.settings.default_model, client_channel, state.models
         )
         name, chosen, _ = resolved
         # A model whose key is not set could only fail: refused here, as the command line does,
@@ -224,7 +227,7 @@ async def _start(
 def resume_model(
     session: Session,
     default: str | None,
-    client_session: Any,
+    client_channel: ClientChannel | None,
     overrides: ModelOverrides | None,
 ) -> ResolvedModel | None:
     """The model a session last used, so that continuing it keeps the model; None when the
@@ -237,12 +240,12 @@ def resume_model(
         if name is None:
             continue
         try:
-            found = resolve_run_model(name, None, client_session, overrides)
+            found = resolve_run_model(name, None, client_channel, overrides)
         except ModelUnavailable:
             continue
         if found[1].ref == ref:
             return found
     try:
-        return resolve_run_model(ref, None, client_session, overrides)
+        return resolve_run_model(ref, None, client_channel, overrides)
     except ModelUnavailable:
         return None

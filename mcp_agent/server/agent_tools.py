@@ -13,6 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
+from mcp_agent.providers.sampling import ClientChannel
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.run_board import CommandKind, RunRecord
@@ -110,7 +111,9 @@ def register(server: MCPServer) -> None:
                     agent_name=agent,
                     model=model,
                     depth=child_depth(meta),
-                    client_session=ctx.session,
+                    # A waited run asks the client's model on this request's own stream,
+                    # open while it waits; a detached one has only the connection's.
+                    client_channel=ClientChannel(ctx.session, ctx.request_id if wait else None),
                     parent_session=parent,
                     listener=listener,
                     client=client_key(ctx.request_context),
