@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.types as types
 import pytest
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.server import MCPServer
 from mcp_support import (
     agent_server,
@@ -113,6 +115,29 @@ async def test_session_compact(client: Client, model: Model) -> None:
 
     text = await call_error(client, "session_compact", session_id=sid)
     assert "already compacted" in text
+
+
+async def test_session_compact_with_the_clients_model(tmp_path: Path) -> None:
+    """A server whose model is the client's asks it for the summary (sampling), on the
+    compacting request's own stream."""
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def clients_model(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params)
+        summary = types.TextContent(type="text", text="CLIENT SUMMARY")
+        return types.CreateMessageResult(
+            role="assistant", model="client-llm", stop_reason="endTurn", content=summary
+        )
+
+    server = agent_server(tmp_path, {}, default_model="client")
+    async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
+        sid, _ = await long_session(client)
+        result = await call(client, "session_compact", session_id=sid)
+    assert result["summary"] == "CLIENT SUMMARY"
+    (params,) = asked
+    assert params.system_prompt == SUMMARIZATION_SYSTEM_PROMPT
 
 
 async def test_session_compact_bad_input_writes_nothing(client: Client, model: Model) -> None:

@@ -11,6 +11,7 @@ from mcp_agent.compaction.branch_summary import summarize_branch as summarize_se
 from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
+from mcp_agent.providers.sampling import ClientChannel
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.models import resolve_run_model
 from mcp_agent.runtime.start import ResolvedModel, resume_model
@@ -22,11 +23,14 @@ async def summary_model(state: AppState, ctx: Context, session: Session) -> tupl
     it last ran with, as pi's /compact uses the session's model), else the server's default.
     Raises ModelUnavailable when there is none."""
 
+    # The summary is written while the request waits: the client's model is asked on its stream.
+    client = ClientChannel(ctx.session, ctx.request_id)
+
     def resume() -> ResolvedModel | None:
-        return resume_model(session, state.settings.default_model, ctx.session, state.models)
+        return resume_model(session, state.settings.default_model, client, state.models)
 
     resolved = await state.offload(resume) or resolve_run_model(
-        None, state.settings.default_model, ctx.session, state.models
+        None, state.settings.default_model, client, state.models
     )
     return resolved[1], resolved[2]
 
