@@ -945,6 +945,32 @@ async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:
         assert context["model"] == {"provider": "scripted", "modelId": "scripted"}
 
 
+async def test_continuing_a_session_whose_model_cannot_be_used_here_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As pi's "Could not restore model": a session last run with a model this server cannot
+    use (a provider it does not know, a key not set) goes on with the default, and the run
+    says so. Before, the first was silent and the second refused the run."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    server = agent_server(tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS)
+    async with Client(server) as client:
+        for provider, model_id, why in (
+            ("google-vertex-x", "gemini-9", "unknown provider"),
+            ("anthropic", "claude-sonnet-4-5", "its API key is not set (ANTHROPIC_API_KEY)"),
+        ):
+            sid = (await call(client, "session_create"))["id"]
+            change = {"type": "model_change", "provider": provider, "modelId": model_id}
+            entry = {"type": "pi", "json": json.dumps(change)}
+            await call(client, "session_append", session_id=sid, entry=entry)
+            run = await call(client, "agent_run", prompt="hi", session_id=sid)
+            assert run["answer"] == "echo: hi" and run["model"] == "scripted"
+            (warning,) = run["warnings"]
+            assert warning.startswith(
+                f"could not restore the model the session last used, {provider}:{model_id}: "
+            )
+            assert why in warning and warning.endswith("; this run uses scripted")
+
+
 async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
     def other(context: LlmContext) -> ScriptedResponse:
         last = context.messages[-1]

@@ -93,6 +93,7 @@ async def start_run(
         raise InvalidRequest("prompt is empty")
     manifest = find_agent(state, agent_name)
     state.runs.check_limits(client)  # before anything is written; start checks again
+    warnings: list[str] = []  # the run's, said in its status and by the command line
 
     def prepare() -> tuple[Session, ResolvedModel, bool]:
         existing: Session | None = None
@@ -102,7 +103,7 @@ async def start_run(
         resolved = None
         if model is None and existing is not None:
             resolved = resume_model(
-                existing, state.settings.default_model, client_channel, state.models
+                existing, state.settings.default_model, client_channel, state.models, warnings
             )
         if resolved is None and model is None and manifest.model is None:
             resolved = inherited
@@ -111,6 +112,8 @@ async def start_run(
             model or manifest.model, state.settings.default_model, client_channel, state.models
         )
         name, chosen, _ = resolved
+        if warnings:  # the session's own model could not be restored
+            warnings[-1] += f"; this run uses {name}"
         # A model whose key is not set could only fail: refused here, as the command line does,
         # rather than writing the prompt and an error into the session (a new one, or the
         # caller's). The server's own names (tests', embedders') need no key.
@@ -127,7 +130,9 @@ async def start_run(
     try:
         if created:
             state.list_changed()
-        return await _start(state, session, resolved, manifest, prompt, depth, listener, client)
+        return await _start(
+            state, session, resolved, manifest, prompt, depth, listener, client, warnings
+        )
     except BaseException:
         if created:  # refused or cancelled before the prompt was stored: leave nothing
             with anyio.CancelScope(shield=True):
@@ -158,11 +163,12 @@ async def _start(
     depth: int,
     listener: EventListener | None,
     client: object | None,
+    warnings: list[str],
 ) -> Run:
-    """The run of ``prompt`` in ``session``, once every check has passed."""
+    """The run of ``prompt`` in ``session``, once every check has passed; ``warnings`` are
+    the run's so far."""
     name, chosen, stream_fn = resolved
     hub = state.hub
-    warnings: list[str] = []
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
@@ -229,9 +235,11 @@ def resume_model(
     default: str | None,
     client_channel: ClientChannel | None,
     overrides: ModelOverrides | None,
+    notes: list[str] | None = None,
 ) -> ResolvedModel | None:
     """The model a session last used, so that continuing it keeps the model; None when the
-    session names none or it cannot be used here (then the agent's or the default applies)."""
+    session names none or it cannot be used here (then the agent's or the default applies,
+    and ``notes`` gets why, to be said: pi's "Could not restore model")."""
     recorded = session.build_context().model if session.leaf_id is not None else None
     if not recorded:
         return None
@@ -246,6 +254,14 @@ def resume_model(
         if found[1].ref == ref:
             return found
     try:
-        return resolve_run_model(ref, None, client_channel, overrides)
-    except ModelUnavailable:
-        return None
+        found = resolve_run_model(ref, None, client_channel, overrides)
+    except ModelUnavailable as error:
+        why = str(error)
+    else:
+        # As pi, a model whose key is not set is not restored: the run goes on with another.
+        if (env := missing_key(found[1].provider)) is None:
+            return found
+        why = f"its API key is not set ({env})"
+    if notes is not None:
+        notes.append(f"could not restore the model the session last used, {ref}: {why}")
+    return None
