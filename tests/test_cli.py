@@ -2020,15 +2020,18 @@ def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) ->
         start_new_session=True,
     )
 
-    def shown_until(text: bytes) -> bytes:
-        seen = b""
-        while text not in seen:
-            assert chat.poll() is None, seen
+    shown = bytearray()
+    looked = 0  # where the next text is looked for: one read may bring several
+
+    def shown_until(text: bytes) -> None:
+        nonlocal looked
+        while (found := shown.find(text, looked)) < 0:
+            assert chat.poll() is None, bytes(shown)
             if select.select([controller], [], [], 30)[0]:
-                seen += os.read(controller, 1 << 16)
+                shown.extend(os.read(controller, 1 << 16))
             else:
-                raise AssertionError(f"waited for {text!r}; the terminal showed {seen!r}")
-        return seen
+                raise AssertionError(f"waited for {text!r}; the terminal showed {shown!r}")
+        looked = found + len(text)
 
     try:
         shown_until(b"> ")
