@@ -479,6 +479,16 @@ def test_show_and_tree_say_a_failed_answer_once(cli: Any, db: Path) -> None:
         assert "Aborted" not in text and "aborted: aborted" not in text, (command, text)
 
 
+def test_an_error_shows_the_users_own_words_with_their_controls_escaped(cli: Any, db: Path) -> None:
+    """An argument pasted with escape codes or a bell in it is named in the error as escapes:
+    they would change the terminal (or ring it) rather than show what was wrong."""
+    SqliteSessionRepo(db).close()
+    result = cli("sessions", "show", "ab\x1b[31mred\x07\u202e")
+    assert result.exit_code == 2
+    assert "session ab\\x1b[31mred\\x07\\u202e not found" in result.stderr
+    assert not any(ch in result.stderr for ch in "\x1b\x07\u202e")
+
+
 def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
     SqliteSessionRepo(db).close()
     result = cli("sessions", "show", "no-such-session")

@@ -40,7 +40,15 @@ with _quiet_ctrl_c():
     import typer
 
     from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
-    from mcp_agent.cli.common import BAD_INPUT, FAILED, INTERRUPTED, PROG, fail, plain_help_types
+    from mcp_agent.cli.common import (
+        BAD_INPUT,
+        FAILED,
+        INTERRUPTED,
+        PROG,
+        fail,
+        plain_help_types,
+        say_error,
+    )
     from mcp_agent.runtime.settings import SettingError
 
     plain_help_types()
@@ -100,14 +108,14 @@ def main() -> None:
         if _interrupted_in_pydantic(error):
             code = INTERRUPTED  # quietly, as typer ends on Ctrl-C anywhere else
         elif isinstance(error, SettingError):  # e.g. a bad MCP_AGENT_LEASE_SECONDS
-            typer.echo(f"{PROG}: {error}", err=True)
+            say_error(str(error))
             code = BAD_INPUT
         elif not is_usage_error(error):
             raise
         else:
             code = getattr(error, "exit_code", BAD_INPUT)
             if type(error).__name__ != "NoArgsIsHelpError":  # the help was shown instead
-                typer.echo(f"{PROG}: {usage_message(error)}", err=True)
+                say_error(usage_message(error))
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -128,7 +136,7 @@ def _output_failed(error: OSError) -> int:
     if error.errno != errno.EPIPE:  # a closed pipe (| head) is no news to whoever closed it
         where = f": {error.filename}" if error.filename else ""
         with contextlib.suppress(OSError):
-            typer.echo(f"{PROG}: {error.strerror or error}{where}", err=True)
+            say_error(f"{error.strerror or error}{where}")
     return FAILED
 
 

@@ -98,9 +98,17 @@ SessionArg = Annotated[
 ]
 
 
+def say_error(message: str) -> None:
+    """Print an error to stderr, its control characters escaped: an error quotes what the user
+    gave, a session, a file name or a server."""
+    from mcp_agent.wire import escape_controls
+
+    typer.echo(f"{PROG}: {escape_controls(message)}", err=True)
+
+
 def fail(message: str, code: int = BAD_INPUT) -> typer.Exit:
     """Print a one-line error to stderr; raise the returned Exit."""
-    typer.echo(f"{PROG}: {message}", err=True)
+    say_error(message)
     return typer.Exit(code)
 
 

@@ -35,6 +35,7 @@ from mcp_agent.cli.common import (
     out,
     plural,
     print_table,
+    say_error,
     stdin_is_tty,
     utf8_text,
 )
@@ -276,9 +277,9 @@ def import_files(
             )
     for result in results:
         for note in result.get("notes", []):
-            typer.echo(f"{PROG}: note: {note}", err=True)
+            say_error(f"note: {note}")
     for result in failed:
-        typer.echo(f"{PROG}: {result['error']}", err=True)
+        say_error(result["error"])
     if failed:
         raise typer.Exit(BAD_INPUT)
 
@@ -292,7 +293,7 @@ def _index_for_search(repo: SessionRepo) -> None:
         while repo.index_search_text():
             pass
     except SessionError as error:  # what was stored stays; a search indexes it
-        typer.echo(f"{PROG}: note: not indexed for search yet ({error.message})", err=True)
+        say_error(f"note: not indexed for search yet ({error.message})")
 
 
 @app.command()
@@ -352,7 +353,7 @@ def copy(
             style="dim",
         )
     for failure in failed:
-        typer.echo(f"{PROG}: session {failure['sessionId']}: {failure['error']}", err=True)
+        say_error(f"session {failure['sessionId']}: {failure['error']}")
     if failed:
         raise typer.Exit(FAILED)
 
