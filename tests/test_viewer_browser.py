@@ -294,6 +294,42 @@ def test_the_tree_goes_by_keyboard(
     context.close()
 
 
+def test_the_focus_stays_on_its_row_through_live_updates_and_unfolds(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A keyboard reader keeps their place: each live update (every append an agent makes)
+    drew the tree anew and left the focus on the page's body, so arrows did nothing and Tab
+    went back to the page's top; so did a fold opened with Enter."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+
+    def focused() -> str:
+        return str(
+            page.evaluate("document.activeElement.dataset.id || document.activeElement.tagName")
+        )
+
+    tree.locator(f".row[data-id='{ids['leaf']}']").focus()
+    page.keyboard.press("ArrowUp")
+    assert focused() == ids["last_ask"]
+    for text in ("One more thing", "And another"):
+        entry = {"type": "message", "role": "user", "content": text}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+        expect(tree.locator(".row", has_text=text)).to_be_visible()
+        assert focused() == ids["last_ask"]
+    page.keyboard.press("ArrowUp")  # the arrows go on from there
+    assert focused() != ids["last_ask"] and focused() != "BODY"
+    # a fold opened from the keyboard: the focus stays in the tree
+    tree.locator(".fold").focus()
+    page.keyboard.press("Enter")
+    expect(tree.locator(".fold")).to_have_count(0)
+    assert page.evaluate("document.getElementById('tree').contains(document.activeElement)")
+    context.close()
+
+
 def long_side_branch(path: Path, chain: int, aside: bool = True) -> tuple[str, str]:
     """A session whose side branch (off the root) is ``chain`` entries long, each with a side
     entry of its own, so its outline has two rows per entry; the session's id and the side

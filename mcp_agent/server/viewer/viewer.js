@@ -682,8 +682,7 @@ function redrawHead(headId) {
   const head = [state.outline, ...state.opened.values()].flat().find((row) => row.id === headId && !row.spine)
     || (state.opened.get(headId) || []).find((row) => row.id === headId);
   if (!nest || !head) { renderTree(); return; }
-  nest.replaceWith(renderHeadRow(head));
-  sizeChanged();
+  redraw(() => nest.replaceWith(renderHeadRow(head)));
 }
 
 function renderRow(row, isHead) {
@@ -751,10 +750,39 @@ function renderTree() {
   const parts = [renderTop(loose)];
   if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
   parts.push(renderSpine(spine, heads, 0, spine.length));
-  tree.replaceChildren(...parts);
-  tree.scrollTop = scroll;
-  keepTabStop();
+  redraw(() => {
+    tree.replaceChildren(...parts);
+    tree.scrollTop = scroll;
+    keepTabStop();
+  });
+}
+
+/** Put ``change`` (a part of the tree drawn anew) on the page, the focus kept where it was:
+ * a live update, an opened branch or more rows shown drew the focused row (or button) anew
+ * and left the focus on the page's body, so a keyboard reader lost their place (and Tab went
+ * back to the page's top) at every append an agent made. */
+function redraw(change) {
+  const focused = focusedInTree();
+  change();
+  if (focused !== null && !$("tree").contains(document.activeElement)) {
+    // the same row or button drawn anew, else the row that takes Tab
+    const again = (focused && $("tree").querySelector(focused)) || $("tree").querySelector('.row[tabindex="0"]');
+    if (again) again.focus({ preventScroll: true });
+  }
   sizeChanged();
+}
+
+/** What has the focus in the tree, as a selector that finds it drawn anew ("" when nothing
+ * finds it); null when the focus is not in the tree. */
+function focusedInTree() {
+  const active = document.activeElement;
+  if (!(active instanceof Element) || !$("tree").contains(active)) return null;
+  if (active.matches(".fold")) return `.fold[data-fold="${CSS.escape(active.dataset.fold)}"]`;
+  if (active.matches("button.earlier")) {
+    return active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])";
+  }
+  const row = active.closest(".row"); // a row, or its toggle
+  return row ? `.row[data-id="${CSS.escape(row.dataset.id)}"]` : "";
 }
 
 /** One row of the tree takes Tab, as a tree's does (each row did: a tree of thousands of rows
@@ -796,10 +824,11 @@ function prependRows(added) {
   const { spine, heads, loose } = arrange(state.outline);
   const rows = renderSpine(spine, heads, 0, added);
   const newTop = renderTop(loose);
-  top.replaceWith(newTop);
-  newTop.after(rows);
-  tree.scrollTop = scroll;
-  sizeChanged();
+  redraw(() => {
+    top.replaceWith(newTop);
+    newTop.after(rows);
+    tree.scrollTop = scroll;
+  });
 }
 
 async function toggleBranch(headId) {
@@ -887,7 +916,8 @@ async function unfold(anchorId, count, render, next) {
   state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
-  if (box) { box.replaceWith(renderFold(anchor, nextRow)); sizeChanged(); } else renderTree();
+  if (box) redraw(() => box.replaceWith(renderFold(anchor, nextRow)));
+  else renderTree();
 }
 
 /** The spine rows (of the main outline or an opened branch) that hold ``id``. */
