@@ -261,8 +261,13 @@ def test_the_tree_goes_by_keyboard(
     def focused() -> str:
         return str(page.evaluate("document.activeElement.dataset.id"))
 
-    # One row takes Tab, as in a tree (each row did): the one last focused.
+    # One row takes Tab, as in a tree (each row did): the one last focused; a branch's toggle
+    # takes none (Right and Left do its work; each was a tab stop). The fold is a button.
     expect(tree.locator(".row[tabindex='0']")).to_have_count(1)
+    stops = tree.locator("*").evaluate_all(
+        "all => all.filter((e) => e.tabIndex >= 0).map((e) => e.className.split(' ')[0])"
+    )
+    assert stops == ["row", "fold"], stops
     tree.locator(f".row[data-id='{ids['leaf']}']").focus()
     page.keyboard.press("ArrowUp")
     assert focused() == ids["last_ask"]

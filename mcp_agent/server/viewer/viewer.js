@@ -689,8 +689,10 @@ function renderRow(row, isHead) {
   const leaf = state.view && row.id === state.view.leafId;
   const classes = ["row", row.onBranch ? "on-branch" : "off-branch"];
   if (row.id === state.selected) classes.push("selected");
+  // Not a tab stop: Right and Left open and close the branch from its row (a toggle each
+  // was a tab stop, 600 of them for a root with 600 branches)
   const toggle = isHead ? h("button", {
-    class: "toggle", type: "button", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
+    class: "toggle", type: "button", tabindex: "-1", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
     "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
     onclick: (event) => { event.stopPropagation(); toggleBranch(row.id).catch(failed); },
   }, state.opened.has(row.id) ? "▾" : "▸") : null;
