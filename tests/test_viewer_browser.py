@@ -245,6 +245,52 @@ def test_the_page_shows_the_session_and_acts_on_it(
     context.close()
 
 
+def test_the_list_shows_the_newest_search_whatever_answers_last(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A search answered after a later one (a wider search is slower) showed the sessions of
+    words no longer in the box: only the newest list asked for is shown."""
+    server, _, _ = served
+    other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
+    entry = {"type": "message", "role": "user", "content": "Milk and eggs"}
+    mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=other["structuredContent"]["id"],
+        entry=entry,
+    )
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    names = page.locator("#sessions .session-name")
+    expect(names).to_have_count(2)
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        if body.get("params", {}).get("arguments", {}).get("query") == "picnic":
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/mcp", hold)
+    page.locator("#search").fill("picnic")
+
+    def sent() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(sent, "the first search was never sent")
+    page.locator("#search").fill("milk")
+    expect(names).to_have_text(["Grocery list"])
+    with page.expect_event("requestfinished", lambda request: request is held[0].request):
+        held[0].continue_()
+    page.wait_for_timeout(300)  # the late answer read by the page
+    expect(names).to_have_text(["Grocery list"])
+    context.close()
+
+
 def test_the_tree_goes_by_keyboard(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

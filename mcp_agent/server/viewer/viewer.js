@@ -403,7 +403,18 @@ function previewText(row) {
 
 // --- sessions -------------------------------------------------------------------------------
 
+// Lists asked for, and the one shown (or on its way): only the newest answer is shown. A
+// search's answer that came after a later one's (a wider search is slower) showed the
+// sessions of words no longer in the box.
+let sessionsAsked = 0;
+let sessionsFresh = 0; // the newest list asked for from its start
+let sessionsShown = 0; // the newest list shown from its start
+
 async function loadSessions(more) {
+  // more of a list not yet come (its own answer says whether there is more)
+  if (more && sessionsShown !== sessionsFresh) return;
+  const asked = ++sessionsAsked;
+  if (!more) sessionsFresh = asked;
   const args = { limit: 50 };
   if (state.query) args.query = state.query;
   if (more && state.sessionsCursor) args.cursor = state.sessionsCursor;
@@ -411,9 +422,14 @@ async function loadSessions(more) {
   try {
     answer = await tool("session_list", args);
   } catch (error) {
+    if (asked !== sessionsAsked) return;
+    if (!more) sessionsShown = asked;
     $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
+    $("more-sessions").hidden = true;
     return;
   }
+  if (asked !== sessionsAsked) return;
+  if (!more) sessionsShown = asked;
   const items = answer.sessions.map((info) => h("li", {},
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
