@@ -291,6 +291,35 @@ def test_the_list_shows_the_newest_search_whatever_answers_last(
     context.close()
 
 
+def test_a_live_update_keeps_the_sessions_more_sessions_showed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The list read again at a change (every append of an agent's run) read its first page
+    alone: what "More sessions" showed fell off at each change."""
+    server, session_id, _ = served
+    for index in range(55):
+        mcp_tool(server.url, TOKEN, "session_create", name=f"Errand {index}")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    sessions = page.locator("#sessions .session")
+    expect(sessions).to_have_count(50)
+    page.locator("#more-sessions").click()
+    expect(sessions).to_have_count(56)
+    expect(page.locator("#more-sessions")).to_be_hidden()
+    entry = {"type": "message", "role": "user", "content": "One more thing"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+    # the list read again: the session just written to comes first
+    expect(page.locator("#sessions .session-name").first).to_have_text("Picnic plans")
+    expect(sessions).to_have_count(56)
+    expect(page.locator("#more-sessions")).to_be_hidden()
+    # a new search starts from its first page
+    page.locator("#search").fill("errand")
+    expect(sessions).to_have_count(50)
+    expect(page.locator("#more-sessions")).to_be_visible()
+    context.close()
+
+
 def test_the_tree_goes_by_keyboard(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

@@ -21,6 +21,7 @@ const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
 const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
+const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
 
 // --- talking to the server ----------------------------------------------------------------
@@ -256,6 +257,7 @@ const state = {
   entry: null,
   sessionsCursor: null,
   query: "",
+  listedQuery: null, // the search of the list shown
   run: null,
 };
 
@@ -415,12 +417,22 @@ async function loadSessions(more) {
   if (more && sessionsShown !== sessionsFresh) return;
   const asked = ++sessionsAsked;
   if (!more) sessionsFresh = asked;
-  const args = { limit: 50 };
-  if (state.query) args.query = state.query;
-  if (more && state.sessionsCursor) args.cursor = state.sessionsCursor;
-  let answer;
+  const query = state.query;
+  // The list read again (a live update: every append of an agent's run) reads as many as it
+  // shows, or what "More sessions" showed fell off at each change.
+  const shown = $("sessions").querySelectorAll(".session").length;
+  const wanted = !more && query === state.listedQuery ? Math.max(SESSIONS_PAGE, shown) : SESSIONS_PAGE;
+  let sessions = [];
+  let cursor = more ? state.sessionsCursor : null;
   try {
-    answer = await tool("session_list", args);
+    do { // pages stop at about 40 KB, and at most 500 sessions
+      const args = { limit: Math.min(500, wanted - sessions.length) };
+      if (query) args.query = query;
+      if (cursor) args.cursor = cursor;
+      const answer = await tool("session_list", args);
+      sessions = [...sessions, ...answer.sessions];
+      cursor = answer.nextCursor;
+    } while (cursor && sessions.length < wanted);
   } catch (error) {
     if (asked !== sessionsAsked) return;
     if (!more) sessionsShown = asked;
@@ -429,8 +441,11 @@ async function loadSessions(more) {
     return;
   }
   if (asked !== sessionsAsked) return;
-  if (!more) sessionsShown = asked;
-  const items = answer.sessions.map((info) => h("li", {},
+  if (!more) {
+    sessionsShown = asked;
+    state.listedQuery = query;
+  }
+  const items = sessions.map((info) => h("li", {},
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
       dataset: { session: info.id },
@@ -441,8 +456,8 @@ async function loadSessions(more) {
   if (more) $("sessions").append(...items);
   else $("sessions").replaceChildren(...items);
   if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
-  state.sessionsCursor = answer.nextCursor;
-  $("more-sessions").hidden = !answer.nextCursor;
+  state.sessionsCursor = cursor;
+  $("more-sessions").hidden = !cursor;
 }
 
 // --- one session ----------------------------------------------------------------------------
