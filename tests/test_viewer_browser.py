@@ -685,6 +685,41 @@ def test_the_app_says_why_when_its_first_read_is_refused(
     page.close()
 
 
+def test_the_app_fills_the_frame_in_fullscreen(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The view tells the host it can go fullscreen (availableDisplayModes): there it stayed
+    the inline view's 640 px at most (its tree 520) in a frame the screen's height."""
+    server, session_id, ids = served
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
+    view = page.frame_locator("#view")
+    expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    init = page.evaluate("window.hostLog")[0]
+    assert "fullscreen" in init["params"]["appCapabilities"]["availableDisplayModes"]
+    page.set_viewport_size({"width": 1200, "height": 1000})
+    page.evaluate(
+        "const frame = document.getElementById('view');"
+        # the host's frame in fullscreen: the screen, whatever size the view says
+        "const full = document.createElement('style');"
+        "full.textContent = '#view { position: fixed; inset: 0; height: 100vh !important }';"
+        "document.head.append(full);"
+        "frame.contentWindow.postMessage({jsonrpc: '2.0', method:"
+        " 'ui/notifications/host-context-changed', params: {displayMode: 'fullscreen'}}, '*');"
+    )
+    frame = page.frames[1]
+    poll(lambda: frame.evaluate("innerHeight > 900") or None, "the host's frame is not the screen")
+    app = "document.getElementById('app').getBoundingClientRect().height"
+    poll(
+        lambda: frame.evaluate(f"{app} === innerHeight") or None,
+        "the view does not fill the fullscreen frame",
+        tries=100,
+    )
+    # the tree takes the room (its rows are more than the inline view's 520 px show)
+    assert frame.evaluate("document.getElementById('tree').getBoundingClientRect().height") > 600
+    page.close()
+
+
 SPEC_NAMES = {
     "ui/initialize": "McpUiInitializeRequest",
     "ui/notifications/initialized": "McpUiInitializedNotification",

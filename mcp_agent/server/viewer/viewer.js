@@ -1180,6 +1180,8 @@ function sizeChanged() {
 function applyHostContext(context) {
   if (!context) return;
   if (context.theme) document.documentElement.dataset.theme = context.theme;
+  // the view says it can go fullscreen: there it fills the frame (viewer.css)
+  if (context.displayMode) document.documentElement.dataset.displayMode = context.displayMode;
   const variables = context.styles && context.styles.variables;
   if (variables) {
     for (const [name, value] of Object.entries(variables)) {
