@@ -320,6 +320,23 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     context.close()
 
 
+def test_a_server_that_stopped_is_said_to_not_answer(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The page said the browser's words, "Failed to fetch", in the list and a toast, while its
+    server was stopped or restarting: it says the server does not answer, and what to check."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    expect(page.locator("#live")).to_have_class("live on")
+    server.stop()
+    said = "the server does not answer"
+    expect(page.locator("#sessions")).to_contain_text(said)
+    expect(page.locator("#sessions")).to_contain_text("mcp-agent-sessions serve still running")
+    context.close()
+
+
 def test_the_tree_goes_by_keyboard(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

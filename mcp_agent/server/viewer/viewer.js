@@ -77,7 +77,11 @@ class HttpTransport {
     const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
     return fetch("/mcp", {
       method: "POST", headers, body: JSON.stringify(body), credentials: "omit", signal,
-    }).then((response) => ({ id, response }));
+    }).then((response) => ({ id, response }), (error) => {
+      if (error.name === "AbortError") throw error;
+      // the browser's own words ("Failed to fetch") say nothing of what to do
+      throw new Error(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
+    });
   }
 
   async request(method, params, name) {
