@@ -382,6 +382,11 @@ def test_the_tree_goes_by_keyboard(
     assert focused() == ids["sandwiches_answer"]
     page.keyboard.press(" ")
     expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
+    # the entry on show is said to be selected, to a screen reader too
+    selected = tree.locator(".row[aria-selected='true']")
+    expect(selected).to_have_count(1)
+    expect(selected).to_have_attribute("data-id", ids["sandwiches_answer"])
+    expect(tree.locator(".row[aria-selected='false']")).to_have_count(rows.count() - 1)
     head.focus()
     page.keyboard.press("ArrowLeft")
     expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_count(0)

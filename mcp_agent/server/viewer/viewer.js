@@ -737,6 +737,8 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
+    // the entry on show, said as well as drawn (a screen reader heard no row selected)
+    "aria-selected": String(row.id === state.selected),
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
     dataset: { id: row.id },
     onclick: () => selectEntry(row.id, true).catch(failed),
@@ -970,7 +972,10 @@ function findChain(id) {
 // --- one entry ------------------------------------------------------------------------------
 
 function markSelected(entryId) {
-  for (const row of document.querySelectorAll(".row")) row.classList.toggle("selected", row.dataset.id === entryId);
+  for (const row of document.querySelectorAll(".row")) {
+    row.classList.toggle("selected", row.dataset.id === entryId);
+    row.setAttribute("aria-selected", String(row.dataset.id === entryId));
+  }
 }
 
 async function selectEntry(entryId, fromClick) {
