@@ -245,6 +245,98 @@ def test_the_page_shows_the_session_and_acts_on_it(
     context.close()
 
 
+def test_the_list_shows_the_newest_search_whatever_answers_last(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A search answered after a later one (a wider search is slower) showed the sessions of
+    words no longer in the box: only the newest list asked for is shown."""
+    server, _, _ = served
+    other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
+    entry = {"type": "message", "role": "user", "content": "Milk and eggs"}
+    mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=other["structuredContent"]["id"],
+        entry=entry,
+    )
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    names = page.locator("#sessions .session-name")
+    expect(names).to_have_count(2)
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        if body.get("params", {}).get("arguments", {}).get("query") == "picnic":
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/mcp", hold)
+    page.locator("#search").fill("picnic")
+
+    def sent() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(sent, "the first search was never sent")
+    page.locator("#search").fill("milk")
+    expect(names).to_have_text(["Grocery list"])
+    with page.expect_event("requestfinished", lambda request: request is held[0].request):
+        held[0].continue_()
+    page.wait_for_timeout(300)  # the late answer read by the page
+    expect(names).to_have_text(["Grocery list"])
+    context.close()
+
+
+def test_a_live_update_keeps_the_sessions_more_sessions_showed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The list read again at a change (every append of an agent's run) read its first page
+    alone: what "More sessions" showed fell off at each change."""
+    server, session_id, _ = served
+    for index in range(55):
+        mcp_tool(server.url, TOKEN, "session_create", name=f"Errand {index}")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    sessions = page.locator("#sessions .session")
+    expect(sessions).to_have_count(50)
+    page.locator("#more-sessions").click()
+    expect(sessions).to_have_count(56)
+    expect(page.locator("#more-sessions")).to_be_hidden()
+    entry = {"type": "message", "role": "user", "content": "One more thing"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+    # the list read again: the session just written to comes first
+    expect(page.locator("#sessions .session-name").first).to_have_text("Picnic plans")
+    expect(sessions).to_have_count(56)
+    expect(page.locator("#more-sessions")).to_be_hidden()
+    # a new search starts from its first page
+    page.locator("#search").fill("errand")
+    expect(sessions).to_have_count(50)
+    expect(page.locator("#more-sessions")).to_be_visible()
+    context.close()
+
+
+def test_a_server_that_stopped_is_said_to_not_answer(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The page said the browser's words, "Failed to fetch", in the list and a toast, while its
+    server was stopped or restarting: it says the server does not answer, and what to check."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    expect(page.locator("#live")).to_have_class("live on")
+    server.stop()
+    said = "the server does not answer"
+    expect(page.locator("#sessions")).to_contain_text(said)
+    expect(page.locator("#sessions")).to_contain_text("mcp-agent-sessions serve still running")
+    context.close()
+
+
 def test_the_tree_goes_by_keyboard(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
@@ -261,8 +353,13 @@ def test_the_tree_goes_by_keyboard(
     def focused() -> str:
         return str(page.evaluate("document.activeElement.dataset.id"))
 
-    # One row takes Tab, as in a tree (each row did): the one last focused.
+    # One row takes Tab, as in a tree (each row did): the one last focused; a branch's toggle
+    # takes none (Right and Left do its work; each was a tab stop). The fold is a button.
     expect(tree.locator(".row[tabindex='0']")).to_have_count(1)
+    stops = tree.locator("*").evaluate_all(
+        "all => all.filter((e) => e.tabIndex >= 0).map((e) => e.className.split(' ')[0])"
+    )
+    assert stops == ["row", "fold"], stops
     tree.locator(f".row[data-id='{ids['leaf']}']").focus()
     page.keyboard.press("ArrowUp")
     assert focused() == ids["last_ask"]
@@ -285,12 +382,53 @@ def test_the_tree_goes_by_keyboard(
     assert focused() == ids["sandwiches_answer"]
     page.keyboard.press(" ")
     expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
+    # the entry on show is said to be selected, to a screen reader too
+    selected = tree.locator(".row[aria-selected='true']")
+    expect(selected).to_have_count(1)
+    expect(selected).to_have_attribute("data-id", ids["sandwiches_answer"])
+    expect(tree.locator(".row[aria-selected='false']")).to_have_count(rows.count() - 1)
     head.focus()
     page.keyboard.press("ArrowLeft")
     expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_count(0)
     assert focused() == ids["sandwiches"]
     expect(tree.locator(".row[tabindex='0']")).to_have_count(1)  # redrawn, the stop kept
     expect(head).to_have_attribute("tabindex", "0")
+    context.close()
+
+
+def test_the_focus_stays_on_its_row_through_live_updates_and_unfolds(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A keyboard reader keeps their place: each live update (every append an agent makes)
+    drew the tree anew and left the focus on the page's body, so arrows did nothing and Tab
+    went back to the page's top; so did a fold opened with Enter."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+
+    def focused() -> str:
+        return str(
+            page.evaluate("document.activeElement.dataset.id || document.activeElement.tagName")
+        )
+
+    tree.locator(f".row[data-id='{ids['leaf']}']").focus()
+    page.keyboard.press("ArrowUp")
+    assert focused() == ids["last_ask"]
+    for text in ("One more thing", "And another"):
+        entry = {"type": "message", "role": "user", "content": text}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+        expect(tree.locator(".row", has_text=text)).to_be_visible()
+        assert focused() == ids["last_ask"]
+    page.keyboard.press("ArrowUp")  # the arrows go on from there
+    assert focused() != ids["last_ask"] and focused() != "BODY"
+    # a fold opened from the keyboard: the focus stays in the tree
+    tree.locator(".fold").focus()
+    page.keyboard.press("Enter")
+    expect(tree.locator(".fold")).to_have_count(0)
+    assert page.evaluate("document.getElementById('tree').contains(document.activeElement)")
     context.close()
 
 
@@ -566,6 +704,41 @@ def test_the_app_says_why_when_its_first_read_is_refused(
     expect(view.locator("#session-name")).to_have_text("Could not read this session")
     expect(view.locator("#tree")).to_have_text(refusal)
     expect(view.locator("#toast")).to_be_hidden()
+    page.close()
+
+
+def test_the_app_fills_the_frame_in_fullscreen(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The view tells the host it can go fullscreen (availableDisplayModes): there it stayed
+    the inline view's 640 px at most (its tree 520) in a frame the screen's height."""
+    server, session_id, ids = served
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
+    view = page.frame_locator("#view")
+    expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    init = page.evaluate("window.hostLog")[0]
+    assert "fullscreen" in init["params"]["appCapabilities"]["availableDisplayModes"]
+    page.set_viewport_size({"width": 1200, "height": 1000})
+    page.evaluate(
+        "const frame = document.getElementById('view');"
+        # the host's frame in fullscreen: the screen, whatever size the view says
+        "const full = document.createElement('style');"
+        "full.textContent = '#view { position: fixed; inset: 0; height: 100vh !important }';"
+        "document.head.append(full);"
+        "frame.contentWindow.postMessage({jsonrpc: '2.0', method:"
+        " 'ui/notifications/host-context-changed', params: {displayMode: 'fullscreen'}}, '*');"
+    )
+    frame = page.frames[1]
+    poll(lambda: frame.evaluate("innerHeight > 900") or None, "the host's frame is not the screen")
+    app = "document.getElementById('app').getBoundingClientRect().height"
+    poll(
+        lambda: frame.evaluate(f"{app} === innerHeight") or None,
+        "the view does not fill the fullscreen frame",
+        tries=100,
+    )
+    # the tree takes the room (its rows are more than the inline view's 520 px show)
+    assert frame.evaluate("document.getElementById('tree').getBoundingClientRect().height") > 600
     page.close()
 
 

@@ -21,6 +21,7 @@ const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
 const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
+const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
 
 // --- talking to the server ----------------------------------------------------------------
@@ -76,7 +77,11 @@ class HttpTransport {
     const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
     return fetch("/mcp", {
       method: "POST", headers, body: JSON.stringify(body), credentials: "omit", signal,
-    }).then((response) => ({ id, response }));
+    }).then((response) => ({ id, response }), (error) => {
+      if (error.name === "AbortError") throw error;
+      // the browser's own words ("Failed to fetch") say nothing of what to do
+      throw new Error(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
+    });
   }
 
   async request(method, params, name) {
@@ -256,6 +261,7 @@ const state = {
   entry: null,
   sessionsCursor: null,
   query: "",
+  listedQuery: null, // the search of the list shown
   run: null,
 };
 
@@ -403,18 +409,47 @@ function previewText(row) {
 
 // --- sessions -------------------------------------------------------------------------------
 
+// Lists asked for, and the one shown (or on its way): only the newest answer is shown. A
+// search's answer that came after a later one's (a wider search is slower) showed the
+// sessions of words no longer in the box.
+let sessionsAsked = 0;
+let sessionsFresh = 0; // the newest list asked for from its start
+let sessionsShown = 0; // the newest list shown from its start
+
 async function loadSessions(more) {
-  const args = { limit: 50 };
-  if (state.query) args.query = state.query;
-  if (more && state.sessionsCursor) args.cursor = state.sessionsCursor;
-  let answer;
+  // more of a list not yet come (its own answer says whether there is more)
+  if (more && sessionsShown !== sessionsFresh) return;
+  const asked = ++sessionsAsked;
+  if (!more) sessionsFresh = asked;
+  const query = state.query;
+  // The list read again (a live update: every append of an agent's run) reads as many as it
+  // shows, or what "More sessions" showed fell off at each change.
+  const shown = $("sessions").querySelectorAll(".session").length;
+  const wanted = !more && query === state.listedQuery ? Math.max(SESSIONS_PAGE, shown) : SESSIONS_PAGE;
+  let sessions = [];
+  let cursor = more ? state.sessionsCursor : null;
   try {
-    answer = await tool("session_list", args);
+    do { // pages stop at about 40 KB, and at most 500 sessions
+      const args = { limit: Math.min(500, wanted - sessions.length) };
+      if (query) args.query = query;
+      if (cursor) args.cursor = cursor;
+      const answer = await tool("session_list", args);
+      sessions = [...sessions, ...answer.sessions];
+      cursor = answer.nextCursor;
+    } while (cursor && sessions.length < wanted);
   } catch (error) {
+    if (asked !== sessionsAsked) return;
+    if (!more) sessionsShown = asked;
     $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
+    $("more-sessions").hidden = true;
     return;
   }
-  const items = answer.sessions.map((info) => h("li", {},
+  if (asked !== sessionsAsked) return;
+  if (!more) {
+    sessionsShown = asked;
+    state.listedQuery = query;
+  }
+  const items = sessions.map((info) => h("li", {},
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
       dataset: { session: info.id },
@@ -425,8 +460,8 @@ async function loadSessions(more) {
   if (more) $("sessions").append(...items);
   else $("sessions").replaceChildren(...items);
   if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
-  state.sessionsCursor = answer.nextCursor;
-  $("more-sessions").hidden = !answer.nextCursor;
+  state.sessionsCursor = cursor;
+  $("more-sessions").hidden = !cursor;
 }
 
 // --- one session ----------------------------------------------------------------------------
@@ -682,16 +717,17 @@ function redrawHead(headId) {
   const head = [state.outline, ...state.opened.values()].flat().find((row) => row.id === headId && !row.spine)
     || (state.opened.get(headId) || []).find((row) => row.id === headId);
   if (!nest || !head) { renderTree(); return; }
-  nest.replaceWith(renderHeadRow(head));
-  sizeChanged();
+  redraw(() => nest.replaceWith(renderHeadRow(head)));
 }
 
 function renderRow(row, isHead) {
   const leaf = state.view && row.id === state.view.leafId;
   const classes = ["row", row.onBranch ? "on-branch" : "off-branch"];
   if (row.id === state.selected) classes.push("selected");
+  // Not a tab stop: Right and Left open and close the branch from its row (a toggle each
+  // was a tab stop, 600 of them for a root with 600 branches)
   const toggle = isHead ? h("button", {
-    class: "toggle", type: "button", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
+    class: "toggle", type: "button", tabindex: "-1", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
     "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
     onclick: (event) => { event.stopPropagation(); toggleBranch(row.id).catch(failed); },
   }, state.opened.has(row.id) ? "▾" : "▸") : null;
@@ -701,6 +737,8 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
+    // the entry on show, said as well as drawn (a screen reader heard no row selected)
+    "aria-selected": String(row.id === state.selected),
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
     dataset: { id: row.id },
     onclick: () => selectEntry(row.id, true).catch(failed),
@@ -751,10 +789,39 @@ function renderTree() {
   const parts = [renderTop(loose)];
   if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
   parts.push(renderSpine(spine, heads, 0, spine.length));
-  tree.replaceChildren(...parts);
-  tree.scrollTop = scroll;
-  keepTabStop();
+  redraw(() => {
+    tree.replaceChildren(...parts);
+    tree.scrollTop = scroll;
+    keepTabStop();
+  });
+}
+
+/** Put ``change`` (a part of the tree drawn anew) on the page, the focus kept where it was:
+ * a live update, an opened branch or more rows shown drew the focused row (or button) anew
+ * and left the focus on the page's body, so a keyboard reader lost their place (and Tab went
+ * back to the page's top) at every append an agent made. */
+function redraw(change) {
+  const focused = focusedInTree();
+  change();
+  if (focused !== null && !$("tree").contains(document.activeElement)) {
+    // the same row or button drawn anew, else the row that takes Tab
+    const again = (focused && $("tree").querySelector(focused)) || $("tree").querySelector('.row[tabindex="0"]');
+    if (again) again.focus({ preventScroll: true });
+  }
   sizeChanged();
+}
+
+/** What has the focus in the tree, as a selector that finds it drawn anew ("" when nothing
+ * finds it); null when the focus is not in the tree. */
+function focusedInTree() {
+  const active = document.activeElement;
+  if (!(active instanceof Element) || !$("tree").contains(active)) return null;
+  if (active.matches(".fold")) return `.fold[data-fold="${CSS.escape(active.dataset.fold)}"]`;
+  if (active.matches("button.earlier")) {
+    return active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])";
+  }
+  const row = active.closest(".row"); // a row, or its toggle
+  return row ? `.row[data-id="${CSS.escape(row.dataset.id)}"]` : "";
 }
 
 /** One row of the tree takes Tab, as a tree's does (each row did: a tree of thousands of rows
@@ -796,10 +863,11 @@ function prependRows(added) {
   const { spine, heads, loose } = arrange(state.outline);
   const rows = renderSpine(spine, heads, 0, added);
   const newTop = renderTop(loose);
-  top.replaceWith(newTop);
-  newTop.after(rows);
-  tree.scrollTop = scroll;
-  sizeChanged();
+  redraw(() => {
+    top.replaceWith(newTop);
+    newTop.after(rows);
+    tree.scrollTop = scroll;
+  });
 }
 
 async function toggleBranch(headId) {
@@ -887,7 +955,8 @@ async function unfold(anchorId, count, render, next) {
   state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
-  if (box) { box.replaceWith(renderFold(anchor, nextRow)); sizeChanged(); } else renderTree();
+  if (box) redraw(() => box.replaceWith(renderFold(anchor, nextRow)));
+  else renderTree();
 }
 
 /** The spine rows (of the main outline or an opened branch) that hold ``id``. */
@@ -903,7 +972,10 @@ function findChain(id) {
 // --- one entry ------------------------------------------------------------------------------
 
 function markSelected(entryId) {
-  for (const row of document.querySelectorAll(".row")) row.classList.toggle("selected", row.dataset.id === entryId);
+  for (const row of document.querySelectorAll(".row")) {
+    row.classList.toggle("selected", row.dataset.id === entryId);
+    row.setAttribute("aria-selected", String(row.dataset.id === entryId));
+  }
 }
 
 async function selectEntry(entryId, fromClick) {
@@ -1117,6 +1189,8 @@ function sizeChanged() {
 function applyHostContext(context) {
   if (!context) return;
   if (context.theme) document.documentElement.dataset.theme = context.theme;
+  // the view says it can go fullscreen: there it fills the frame (viewer.css)
+  if (context.displayMode) document.documentElement.dataset.displayMode = context.displayMode;
   const variables = context.styles && context.styles.variables;
   if (variables) {
     for (const [name, value] of Object.entries(variables)) {
