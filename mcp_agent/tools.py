@@ -87,6 +87,13 @@ _faults: OrderedDict[bytes, str | None] = OrderedDict()
 _caches_lock = threading.Lock()
 # How much of what is wrong with a tool's schema its error quotes.
 MAX_SCHEMA_FAULT = 300
+# The longest a schema's `pattern` may take to match one string. A downstream server's schema
+# meets a model's strings: Python's `re` has no time limit and holds the GIL for the whole of
+# a match, so one catastrophic pattern (`^(a|aa)+$` against forty a's and a b) froze the
+# server for minutes. `regex` takes a time limit; normal patterns take microseconds.
+PATTERN_SECONDS = 0.25
+# Validator classes whose patterns match under that limit, by the draft's class.
+_bounded_classes: dict[type, type] = {}
 
 
 def _with_nulls(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
@@ -169,12 +176,71 @@ def _js_number(value: int | float) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _is_valid(schema: Any, value: Any) -> bool:
+def _pattern_found(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches in ``text``, as jsonschema's ``re.search``; raises
+    TimeoutError past ``PATTERN_SECONDS``."""
+    import regex
+
+    return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+
+
+def _timed_out(pattern: str, what: str) -> str:
+    return one_line(
+        f"{what} could not be checked against the pattern {pattern!r}: the match took over "
+        f"{PATTERN_SECONDS} s (the tool's schema has a pattern that backtracks without end)",
+        MAX_SCHEMA_FAULT,
+    )
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        found = _pattern_found(pattern, instance)
+    except TimeoutError:
+        yield ValidationError(_timed_out(pattern, "the value"))
+        return
+    if not found:
+        shown = one_line(repr(instance), MAX_SCHEMA_FAULT)
+        yield ValidationError(f"{shown} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            try:
+                found = _pattern_found(pattern, key)
+            except TimeoutError:
+                yield ValidationError(_timed_out(pattern, f"the property name {key!r}"))
+                continue
+            if found:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def validator_class(schema: Any) -> Any:
+    """The jsonschema validator class for ``schema``'s draft, its patterns matched within
+    ``PATTERN_SECONDS``."""
     import jsonschema
 
+    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    with _caches_lock:
+        bounded = _bounded_classes.get(base)
+        if bounded is None:
+            keywords = {"pattern": _pattern, "patternProperties": _pattern_properties}
+            bounded = jsonschema.validators.extend(base, keywords)  # type: ignore[no-untyped-call]
+            _bounded_classes[base] = bounded
+    return bounded
+
+
+def _is_valid(schema: Any, value: Any) -> bool:
     try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        return bool(cls(schema).is_valid(value))
+        return bool(validator_class(schema)(schema).is_valid(value))
     except Exception:  # a part that cannot stand alone (a $ref into its root) decides nothing
         return False
 
@@ -290,15 +356,12 @@ def schema_fault(schema: dict[str, Any], max_chars: int | None = None) -> str | 
 
 def _validated(tool: AgentTool, arguments: dict[str, Any]) -> dict[str, Any]:
     # Imported here: jsonschema takes a noticeable share of the server's start-up time.
-    import jsonschema
     from jsonschema.exceptions import best_match
 
+    cls = validator_class(tool.parameters)
     with _caches_lock:
         cached = _validators.get(id(tool.parameters))
         if cached is None or cached[0] is not tool.parameters:
-            cls = jsonschema.validators.validator_for(
-                tool.parameters, default=jsonschema.Draft202012Validator
-            )
             cached = (tool.parameters, cls(tool.parameters))
             _validators[id(tool.parameters)] = cached
             if len(_validators) > MAX_VALIDATORS:

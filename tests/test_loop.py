@@ -456,6 +456,36 @@ def test_a_tool_whose_schema_is_not_json_schema_says_so_to_the_model():
     ]
 
 
+def test_a_pattern_that_backtracks_without_end_is_refused_not_matched_for_ever():
+    """A downstream schema's catastrophic pattern against a model's string: Python's `re` took
+    minutes, holding the event loop (and the GIL) all along. The match now has a time limit,
+    and the call is refused saying why; patterns that match in time behave as before."""
+    from mcp_agent.tools import ToolArgumentsError, validate_tool_arguments
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text("ran")
+
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "pattern": "^(a|aa)+$"}},
+        "patternProperties": {"^(b|bb)+$": {"type": "integer"}},
+    }
+    tool = make_tool("catastrophic", execute, schema)
+    assert validate_tool_arguments(tool, {"word": "aaaa", "bbb": 3}) == {"word": "aaaa", "bbb": 3}
+    with pytest.raises(ToolArgumentsError, match="does not match '\\^\\(a\\|aa\\)\\+\\$'"):
+        validate_tool_arguments(tool, {"word": "ab"})
+    with pytest.raises(ToolArgumentsError, match="bbb: 'x' is not of type 'integer'"):
+        validate_tool_arguments(tool, {"bbb": "x"})
+    for arguments, what in (
+        ({"word": "a" * 60 + "b"}, "word: the value"),
+        ({"b" * 60 + "c": 1}, f"(arguments): the property name '{'b' * 60}c'"),
+    ):
+        with pytest.raises(ToolArgumentsError) as raised:
+            validate_tool_arguments(tool, arguments)
+        assert f"{what} could not be checked against the pattern" in str(raised.value)
+        assert "backtracks without end" in str(raised.value)
+
+
 def test_the_validators_kept_for_tools_called_are_bounded():
     """Each run's tools are new objects (a downstream tool's schema is copied for every run):
     one validator was kept for each tool called in each run, for as long as the server ran."""
