@@ -133,7 +133,7 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
         assert "session_export" in said and f"sessions export {sid}" in said and uri in said
-        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole.encode()))
+        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
         with pytest.raises(MCPError) as missing:
             await client.read_resource(
@@ -155,7 +155,7 @@ async def test_an_entry_resource_past_the_bound_is_refused_saying_where_to_read_
         uri = f"session://{sid}/entries/{entry_id}"
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert json.loads(whole)["id"] == entry_id
-        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole) - 1)
+        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole) - 1)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
@@ -165,7 +165,7 @@ async def test_an_entry_resource_past_the_bound_is_refused_saying_where_to_read_
             client, "session_get", session_id=sid, view="branch", entry_id=entry_id, limit=1
         )
         assert [entry["id"] for entry in shown["entries"]] == [entry_id]
-        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole))
+        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 
 
@@ -197,6 +197,58 @@ async def test_an_answer_asked_for_whole_past_its_bound_is_refused_naming_the_pa
             again = await call(client, name, session_id=sid, limit=0, **arguments)
             assert again["truncated"] is False, again
         assert (await call(client, "session_export", session_id=sid, limit=0))["jsonl"] == exported
+
+
+async def test_the_bound_on_a_whole_answer_counts_the_bytes_a_client_reads_not_characters(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The TypeScript SDK's stdio reader closes the connection on a line over 10 MiB, counted
+    # in bytes: 4 M characters of Japanese (12 MB) asked for whole took the server away from
+    # its host. An answer is held to the bound as sent: UTF-8, a text in a string escaped.
+    async with Client(server) as client:
+
+        async def japanese() -> tuple[str, str]:
+            """A new session of ten messages of 1,800 kanji; its id and its last entry's."""
+            sid = (await call(client, "session_create"))["id"]
+            for _ in range(10):
+                added = await call(
+                    client, "session_append", session_id=sid, entry=_user("漢字" * 900)
+                )
+            return sid, added["entryId"]
+
+        asks = [
+            ("session_get", {}),
+            ("session_get", {"view": "entries"}),
+            ("session_context", {}),
+            ("session_export", {}),
+        ]
+        # Measured on one session, asked of another just like it (a whole answer, once made,
+        # is kept for the next ask).
+        measured, _ = await japanese()
+        sid, entry_id = await japanese()
+        bound = paging.WHOLE_MAX
+        for name, more in asks:
+            monkeypatch.setattr(paging, "WHOLE_MAX", bound)
+            answer = await call(client, name, session_id=measured, limit=0, **more)
+            characters = len(json.dumps(answer, ensure_ascii=False))
+            # Between the answer's characters and its bytes (three a character here).
+            monkeypatch.setattr(paging, "WHOLE_MAX", characters * 3 // 2)
+            said = await call_error(client, name, session_id=sid, limit=0, **more)
+            assert "asked for whole (limit=0)" in said and "bytes" in said, (name, said)
+        entry_uri = f"session://{sid}/entries/{entry_id}"
+        export_uri = f"session://{sid}/export.jsonl"
+        reads = [
+            (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+            for uri in (entry_uri, export_uri)
+        ]
+        for uri, text in zip((entry_uri, export_uri), reads, strict=True):
+            monkeypatch.setattr(resources, "WHOLE_MAX", len(text) * 3 // 2)
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource(uri)
+            assert refused.value.error.code == types.INVALID_PARAMS, uri
+            # At the bound of its bytes as sent, the resource is read whole.
+            monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(text))
+            assert (await client.read_resource(uri)).contents[0].text == text  # type: ignore[union-attr]
 
 
 async def test_a_prompt_of_a_long_session_keeps_the_newest_messages_and_says_so(

@@ -228,6 +228,33 @@ def test_http_refusals_of_content_type_and_accept_are_json_rpc_errors(
     assert "POST" in said(listen, 405)
 
 
+def test_a_session_the_server_does_not_have_is_told_to_initialize_again(
+    http_server: HttpServer,
+) -> None:
+    """A legacy client whose session is gone (ended, idle too long, the server restarted)
+    showed its user the SDK's bare "Session not found"; the refusal now says why a session
+    goes and what to do."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    opened = httpx.post(http_server.url, json=initialize_request(), headers=auth)
+    session_id = opened.headers["mcp-session-id"]
+    legacy = {**auth, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
+    assert httpx.delete(http_server.url, headers=legacy).status_code == 200
+    ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+    for gone in (session_id, "never-was"):
+        headers = {**legacy, "mcp-session-id": gone}
+        for refused in (
+            httpx.post(http_server.url, json=ping, headers=headers),
+            httpx.get(http_server.url, headers={**headers, "Accept": "text/event-stream"}),
+        ):
+            assert refused.status_code == 404
+            error = refused.json()["error"]
+            assert error["code"] == -32600
+            said = str(error["message"])
+            assert said.startswith(f"Session not found: this server has no HTTP session '{gone}'")
+            assert "after 300 s without a request" in said and "restarts" in said
+            assert "initialize again" in said
+
+
 def test_a_request_id_under_way_in_a_session_is_refused_not_left_unanswered(
     http_server: HttpServer,
 ) -> None:

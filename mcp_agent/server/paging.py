@@ -26,11 +26,14 @@ TEXT_CHARS = 64 * 1024
 LONG_FIELD = 1024
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
-# The most an answer asked for whole (``limit=0``) holds, in characters, and the export
-# resource's file, in bytes: past it the answer is refused, naming the pages to ask for, rather
-# than sent. Below the 10 MiB message the TypeScript SDK's stdio reader (most hosts') takes: it
-# closes the connection on a longer one. And the server holds an answer several times over
-# (its text, structured content and JSON-RPC line): 22 MB answers took it to 450 MB.
+# The most an answer asked for whole (``limit=0``) or a whole resource holds, in bytes as its
+# JSON-RPC line carries them (``utf8_size``; a text held in a JSON string with its escapes,
+# ``json_size``): past it the answer is refused, naming the pages to ask for, rather than sent.
+# Below the 10 MiB message the TypeScript SDK's stdio reader (most hosts') takes: it closes the
+# connection on a longer one, and counts bytes, so 4 M characters of Japanese (12 MB) are too
+# many. The rest of the line (the text block's 64 KB) fits in what is left. And the server holds
+# an answer several times over (its text, structured content and JSON-RPC line): 22 MB answers
+# took it to 450 MB.
 WHOLE_MAX = 8 << 20
 # What the cursor a tool hands out starts with: the index the next page ends before.
 CURSOR_PREFIX = "before:"
@@ -56,6 +59,12 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+def utf8_size(text: str) -> int:
+    """The bytes ``text`` (JSON put in a line as it is) takes on the wire, without a copy when
+    it is ASCII."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def check_limit(limit: int | None, name: str = "limit") -> int | None:
     """The number of items a page may hold (None: no bound), or a ToolError naming ``name``."""
     if limit is None:
@@ -68,11 +77,11 @@ def check_limit(limit: int | None, name: str = "limit") -> int | None:
 
 
 def check_whole(size: int, what: str = "this answer", elsewhere: str = "") -> None:
-    """A ToolError when ``size`` characters, asked for whole, pass ``WHOLE_MAX``;
-    ``elsewhere``: another way to the whole, said after the pages."""
+    """A ToolError when ``size`` bytes (as sent: see ``WHOLE_MAX``), asked for whole, pass
+    ``WHOLE_MAX``; ``elsewhere``: another way to the whole, said after the pages."""
     if size > WHOLE_MAX:
         raise ToolError(
-            f"{what} asked for whole (limit=0) is {size:,} characters, more than the"
+            f"{what} asked for whole (limit=0) is {size:,} bytes, more than the"
             f" {WHOLE_MAX >> 20} MiB one answer holds: ask for pages (a limit of 1 to"
             f" {MAX_LIMIT}, then each answer's nextCursor){elsewhere}"
         )

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX
+from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX, json_size
 from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
@@ -80,12 +80,13 @@ def _export(state: AppState, session_id: str) -> str:
 
 def _kept_export(session_id: str, pieces: Iterator[str]) -> str:
     """The pieces of a session's file (the first opens the session) joined, up to
-    ``WHOLE_MAX`` bytes (a session of 100,000 long messages is a file of 114 MB): past it a
-    refusal that says where to read the file in pages, once the first piece past it is read."""
+    ``WHOLE_MAX`` bytes as the answer's JSON string carries them, escaped (a session of 100,000
+    long messages is a file of 114 MB): past it a refusal that says where to read the file in
+    pages, once the first piece past it is read."""
     kept: list[str] = []
-    size = 0
+    size = 2
     for piece in pieces:
-        size += len(piece.encode())
+        size += json_size(piece) - 2
         if size > WHOLE_MAX:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -203,7 +204,7 @@ def register(server: MCPServer) -> None:
             if entry is None:
                 raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
             text = _dump(entry.to_json_dict())
-            if len(text) > WHOLE_MAX:  # an imported file's, or one sent over stdio
+            if json_size(text) > WHOLE_MAX:  # an imported file's, or one sent over stdio
                 raise MCPError(
                     types.INVALID_PARAMS,
                     f"entry {entry_id} of session {session_id} is more than the"

@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import from_json, to_json
 
 from mcp_agent.server import spliced
-from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS, check_whole
+from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS, check_whole, utf8_size
 from mcp_agent.sessions.outline import CHILDREN_SHOWN
 
 
@@ -56,7 +56,9 @@ def compact_answer(answer: Wire, newest_first: bool = False, **lists: list[str])
     ``TEXT_CHARS``, else what ``shortened`` keeps of it (``newest_first``: the lists run
     newest first)."""
     head = answer.model_dump_json(exclude=set(lists))
-    check_whole(len(head) + sum(len(item) + 1 for items in lists.values() for item in items))
+    check_whole(
+        utf8_size(head) + sum(utf8_size(item) + 1 for items in lists.values() for item in items)
+    )
     whole = _joined(head, lists)
     text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole), newest_first)
     return CompactAnswer(head, whole, text, tuple(lists))

@@ -23,6 +23,7 @@ from mcp_agent.server.paging import (
     check_whole,
     cursor_before,
     cursor_end,
+    json_size,
     newest_page,
     parse_cursor,
 )
@@ -443,8 +444,8 @@ def export_page(session: Session, cursor: str | None, limit: int | None) -> Expo
     end = count if limit is None else min(count, start + limit)
     lines = [line + "\n" for line in load(start, end)]
     if limit is None:  # before the lines are joined into an answer, and that dumped
-        check_whole(
-            sum(len(line) for line in lines),
+        check_whole(  # the lines, joined, are one JSON string of the answer
+            2 + sum(json_size(line) - 2 for line in lines),
             f"session {session.id}'s file",
             f", or write it out with `mcp-agent-sessions sessions export {session.id} -o FILE`",
         )

@@ -73,6 +73,22 @@ PROTOCOL_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 # The SDK's refusal at its session limit: a 503 whose JSON-RPC error says only this.
 SDK_SESSION_LIMIT_MESSAGE = b"Too many open sessions"
 SDK_BODY_LIMIT_MESSAGE = b"Request body too large"
+SDK_NO_SESSION_MESSAGE = b'"Session not found"'
+
+
+def no_session_message(scope: Scope, settings: ServerSettings) -> str:
+    """What a client whose session this server no longer has (or never had) is told: a
+    client shows this, and "Session not found" alone gave no hint that a new one is made by
+    initializing again, nor why it went."""
+    idle = settings.http_session_idle_timeout
+    closes = [f"after {idle:g} s without a request" if idle else "", "when the server restarts"]
+    if settings.max_http_sessions:
+        closes.insert(1, "when a new client needs room (the one idle the longest)")
+    return (
+        f"Session not found: this server has no HTTP session {_quoted(scope, b'mcp-session-id')}"
+        f" (it closes a session {', '.join(c for c in closes if c)}, or when the client ends"
+        " it): initialize again, without an Mcp-Session-Id header, for a new session"
+    )
 
 
 def session_limit_message(settings: ServerSettings) -> str:
@@ -531,11 +547,15 @@ class SdkRefusals:
                 ),
                 {"Allow": "POST"},
             ),
-            # Starlette's, for a path no route serves (a session the SDK does not know gets
-            # a 404 of its own, a JSON-RPC error).
+            # Starlette's, for a path no route serves, and the SDK's for a session it does
+            # not know (a JSON-RPC error that says no more than that).
             404: (
-                lambda body: body == b"Not Found",
-                lambda scope: (f"Not Found: {not_the_endpoint(scope['path'])}", INVALID_REQUEST),
+                lambda body: body == b"Not Found" or SDK_NO_SESSION_MESSAGE in body,
+                lambda scope: (
+                    (no_session_message(scope, settings), INVALID_REQUEST)
+                    if scope["path"] == MCP_ENDPOINT and _header(scope, b"mcp-session-id")
+                    else (f"Not Found: {not_the_endpoint(scope['path'])}", INVALID_REQUEST)
+                ),
                 {},
             ),
         }
