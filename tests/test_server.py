@@ -904,6 +904,36 @@ async def test_a_subagent_whose_link_cannot_be_written_does_not_run_on(
         assert child["status"] == "aborted", child
 
 
+async def test_a_continued_session_keeps_its_agent(tmp_path: Path) -> None:
+    # A sub-agent's session, continued with agent_run in the session its result names, went on
+    # as the default agent: another system prompt and another set of tools.
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(content_text(last.content))
+        text = content_text(last.content)
+        if text.startswith("delegate:"):
+            return reply(tool_call("subagent", {"agent": "loner", "task": text[9:]}))
+        tools = [tool.name for tool in context.tools or []]
+        return reply(f"{context.system_prompt}|{tools}")
+
+    agents = {**TEST_AGENTS, "loner": 'tools = []\nsystem_prompt = "I am loner"\n'}
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=agents)) as client:
+        parent = await call(client, "agent_run", prompt="delegate:hi", agent="helper")
+        child = json.loads(parent["answer"])
+        assert child["answer"] == "I am loner|[]", child
+        again = await call(client, "agent_run", prompt="more", session_id=child["session_id"])
+        assert (again["agent"], again["answer"]) == ("loner", "I am loner|[]"), again
+        # The parent's session goes on as the helper it was started with ...
+        more = await call(client, "agent_run", prompt="more", session_id=parent["sessionId"])
+        assert (more["agent"], more["answer"]) == ("helper", "|['subagent']"), more
+        # ... and an agent named is the one that runs.
+        named = await call(
+            client, "agent_run", prompt="x", session_id=child["session_id"], agent="default"
+        )
+        assert named["answer"] == "be brief|['subagent']", named
+
+
 async def test_subagent_depth_limit(tmp_path: Path) -> None:
     server = make_server(tmp_path, max_subagent_depth=1)
     async with Client(server) as client:

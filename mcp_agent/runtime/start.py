@@ -41,6 +41,15 @@ def find_agent(state: AppState, name: str | None) -> AgentManifest:
     return agent
 
 
+def session_agent(state: AppState, session: Session) -> AgentManifest:
+    """The agent a session was started with (its header's ``metadata.agent``, written when a
+    run or a sub-agent made it), when the manifests still define it; else ``default``."""
+    metadata = session.header.metadata
+    recorded = metadata.get("agent") if isinstance(metadata, Mapping) else None
+    known = state.agents.get(recorded) if isinstance(recorded, str) else None
+    return known or find_agent(state, None)
+
+
 def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     """The calling run's context from a tool call's ``_meta``, when the caller is a run of an
     agent (nesting); empty otherwise."""
@@ -88,14 +97,19 @@ async def start_run(
         )
     if not prompt.strip():
         raise InvalidRequest("prompt is empty")
-    manifest = find_agent(state, agent_name)
+    # Named, it is checked before any I/O; left out, a continued session keeps its own agent
+    # (its system prompt and tools), as it keeps its model: a sub-agent's session continued
+    # must not go on as another agent.
+    named = find_agent(state, agent_name) if agent_name is not None else None
     state.runs.check_limits(client)  # before anything is written; start checks again
 
-    def prepare() -> tuple[Session, ResolvedModel, bool]:
+    def prepare() -> tuple[Session, ResolvedModel, bool, AgentManifest]:
         existing: Session | None = None
+        manifest = named or find_agent(state, None)
         if session_id is not None:
             existing = state.repo.open(session_id)
             state.runs.ensure_idle(existing.id)
+            manifest = named or session_agent(state, existing)
         resolved = None
         if model is None and existing is not None:
             resolved = resume_model(
@@ -114,13 +128,13 @@ async def start_run(
         if name not in (state.models or {}) and (env := missing_key(chosen.provider)):
             raise ModelUnavailable(f"{name} needs an API key: set {env} where the server runs")
         if existing is not None:
-            return existing, resolved, False
+            return existing, resolved, False, manifest
         created = state.repo.create(
             name=None, parent_session=parent_session, metadata={"agent": manifest.name}
         )
-        return created, resolved, True
+        return created, resolved, True, manifest
 
-    session, resolved, created = await state.offload(prepare)
+    session, resolved, created, manifest = await state.offload(prepare)
     try:
         if created:
             state.list_changed()
