@@ -351,6 +351,29 @@ async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
     assert (await call(client, "session_list"))["sessions"] == []
 
 
+async def test_a_bad_calling_session_in_run_meta_is_a_clear_error(client: Client) -> None:
+    # The calling run's session becomes the new session's parentSession: a number was stored
+    # as it came (its export refused by our own import), an object failed the run unexplained.
+    for parent in (12345, {"a": 1}, "", "x" * 5_000):
+        result = await client.call_tool(
+            "agent_run",
+            {"prompt": "hi"},
+            meta=cast(types.RequestParamsMeta, {RUN_META_KEY: {"session_id": parent}}),
+        )
+        text = narrow(result.content[0], types.TextContent).text
+        assert result.is_error and ".session_id must be the calling run's session id" in text
+        assert len(text) < 500, text
+    assert (await call(client, "session_list"))["sessions"] == []
+    # A session id a parent server sends is taken, and named as the parent.
+    meta = {RUN_META_KEY: {"session_id": "01a00000-0000-7000-8000-00000000000a", "depth": 0}}
+    result = await client.call_tool(
+        "agent_run", {"prompt": "hi"}, meta=cast(types.RequestParamsMeta, meta)
+    )
+    assert not result.is_error and result.structured_content is not None
+    child = await call(client, "session_get", session_id=result.structured_content["sessionId"])
+    assert child["session"]["parentSession"] == "01a00000-0000-7000-8000-00000000000a"
+
+
 async def test_a_listed_session_shows_its_leaf_as_session_get_does(tmp_path: Path) -> None:
     async with Client(make_server(tmp_path)) as client:
         sid = (await call(client, "session_create"))["id"]

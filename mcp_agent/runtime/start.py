@@ -25,10 +25,14 @@ from mcp_agent.runtime.errors import (
 from mcp_agent.runtime.models import ModelOverrides, missing_key, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
+from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 
+# The calling run's session id, from a tool call's _meta: as long as a path may be (pi names a
+# parent session by its file).
+PARENT_SESSION_CHARS = CWD_CHARS
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
 
@@ -61,6 +65,17 @@ def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidRequest(
             f"_meta[{RUN_META_KEY!r}].depth must be a whole number >= 0 (the calling run's "
             f"nesting level), not {depth!r}"
+        )
+    # It becomes the new session's parentSession, a string in pi's header: anything else was
+    # stored as it came (an export our own import refuses) or failed the run with no word why.
+    parent = found.get("session_id")
+    if parent is not None and (
+        not isinstance(parent, str) or not parent or len(parent) > PARENT_SESSION_CHARS
+    ):
+        shown = repr(parent[:80] if isinstance(parent, str) else parent)[:90]
+        raise InvalidRequest(
+            f"_meta[{RUN_META_KEY!r}].session_id must be the calling run's session id (a "
+            f"string of 1 to {PARENT_SESSION_CHARS:,} characters), not {shown}"
         )
     return found
 
