@@ -978,6 +978,23 @@ async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:
     assert helper == ["subagent"]
 
 
+async def test_the_subagent_tool_names_the_agents_it_delegates_to(tmp_path: Path) -> None:
+    # The model has no agent_list: told only "the agent to delegate to (see its manifest)",
+    # it guessed names, and each guess cost it a turn.
+    provider = ScriptedProvider(lambda context: reply("ok"))
+    agents = {**TEST_AGENTS, "wordy": f'description = "{"w" * 5_000}"\n'}
+    server = agent_server(tmp_path, {"scripted": provider}, agents=agents)
+    async with Client(server) as client:
+        await call(client, "agent_run", prompt="hi", agent="helper")
+    [tool] = provider.calls[0].tools or []
+    assert tool.name == "subagent"
+    for line in ("- default: test default", "- helper: a helper", "- loner: no tools"):
+        assert line in tool.description, tool.description
+    assert "- thinker: thinks" in tool.description
+    # A description is cut: the listing goes with every request of every run.
+    assert "- wordy: www" in tool.description and len(tool.description) < 1_000
+
+
 async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:
     server = agent_server(
         tmp_path,
