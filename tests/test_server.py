@@ -875,6 +875,24 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
 
 
+async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -> None:
+    # It took the server's working directory: in pi's layout its file went into another
+    # folder than its parent's, where `pi --resume` in the project never shows it.
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    server = make_server(tmp_path, sessions_dir=folder, sessions_layout="pi")
+    async with Client(server) as client:
+        parent = (await call(client, "session_create", cwd="/home/u/proj"))["id"]
+        run = await call(
+            client, "agent_run", prompt="delegate:loner:hi", agent="helper", session_id=parent
+        )
+        child = json.loads(run["answer"].removeprefix("tool said: "))["session_id"]
+        shown = await call(client, "session_get", session_id=child, limit=1)
+        assert shown["session"]["cwd"] == "/home/u/proj"
+    files = {path.name.rsplit("_", 1)[-1]: path.parent for path in folder.rglob("*.jsonl")}
+    assert files[f"{child}.jsonl"] == files[f"{parent}.jsonl"] == folder / "--home-u-proj--"
+
+
 async def test_a_subagent_with_an_empty_task_is_refused_in_the_models_words(
     client: Client,
 ) -> None:

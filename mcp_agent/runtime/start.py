@@ -145,7 +145,10 @@ async def start_run(
         if existing is not None:
             return existing, resolved, False, manifest
         created = state.repo.create(
-            name=None, parent_session=parent_session, metadata={"agent": manifest.name}
+            name=None,
+            cwd=parent_cwd(state, parent_session),
+            parent_session=parent_session,
+            metadata={"agent": manifest.name},
         )
         return created, resolved, True, manifest
 
@@ -160,6 +163,20 @@ async def start_run(
                 if await state.offload(lambda: _delete_if_empty(state, session.id)):
                     state.session_deleted(session.id)
         raise
+
+
+def parent_cwd(state: AppState, parent_session: str | None) -> str | None:
+    """The working directory of the session a sub-agent's session is made for: the child works
+    where its parent does (and in pi's layout its file goes beside the parent's, where
+    ``pi --resume`` finds it), not where the server was started. None (the server's) when the
+    parent is in another process's store, or its cwd could not be a new session's."""
+    if parent_session is None:
+        return None
+    try:
+        cwd = state.repo.open(parent_session).header.cwd
+    except SessionError:
+        return None
+    return cwd if cwd and len(cwd) <= CWD_CHARS and "\x00" not in cwd else None
 
 
 def _delete_if_empty(state: AppState, session_id: str) -> bool:
