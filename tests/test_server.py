@@ -351,6 +351,29 @@ async def test_bad_run_meta_is_a_clear_error(client: Client) -> None:
     assert (await call(client, "session_list"))["sessions"] == []
 
 
+async def test_a_bad_calling_session_in_run_meta_is_a_clear_error(client: Client) -> None:
+    # The calling run's session becomes the new session's parentSession: a number was stored
+    # as it came (its export refused by our own import), an object failed the run unexplained.
+    for parent in (12345, {"a": 1}, "", "x" * 5_000):
+        result = await client.call_tool(
+            "agent_run",
+            {"prompt": "hi"},
+            meta=cast(types.RequestParamsMeta, {RUN_META_KEY: {"session_id": parent}}),
+        )
+        text = narrow(result.content[0], types.TextContent).text
+        assert result.is_error and ".session_id must be the calling run's session id" in text
+        assert len(text) < 500, text
+    assert (await call(client, "session_list"))["sessions"] == []
+    # A session id a parent server sends is taken, and named as the parent.
+    meta = {RUN_META_KEY: {"session_id": "01a00000-0000-7000-8000-00000000000a", "depth": 0}}
+    result = await client.call_tool(
+        "agent_run", {"prompt": "hi"}, meta=cast(types.RequestParamsMeta, meta)
+    )
+    assert not result.is_error and result.structured_content is not None
+    child = await call(client, "session_get", session_id=result.structured_content["sessionId"])
+    assert child["session"]["parentSession"] == "01a00000-0000-7000-8000-00000000000a"
+
+
 async def test_a_listed_session_shows_its_leaf_as_session_get_does(tmp_path: Path) -> None:
     async with Client(make_server(tmp_path)) as client:
         sid = (await call(client, "session_create"))["id"]
@@ -852,6 +875,24 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
 
 
+async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -> None:
+    # It took the server's working directory: in pi's layout its file went into another
+    # folder than its parent's, where `pi --resume` in the project never shows it.
+    folder = tmp_path / "pi"
+    folder.mkdir()
+    server = make_server(tmp_path, sessions_dir=folder, sessions_layout="pi")
+    async with Client(server) as client:
+        parent = (await call(client, "session_create", cwd="/home/u/proj"))["id"]
+        run = await call(
+            client, "agent_run", prompt="delegate:loner:hi", agent="helper", session_id=parent
+        )
+        child = json.loads(run["answer"].removeprefix("tool said: "))["session_id"]
+        shown = await call(client, "session_get", session_id=child, limit=1)
+        assert shown["session"]["cwd"] == "/home/u/proj"
+    files = {path.name.rsplit("_", 1)[-1]: path.parent for path in folder.rglob("*.jsonl")}
+    assert files[f"{child}.jsonl"] == files[f"{parent}.jsonl"] == folder / "--home-u-proj--"
+
+
 async def test_a_subagent_with_an_empty_task_is_refused_in_the_models_words(
     client: Client,
 ) -> None:
@@ -904,6 +945,36 @@ async def test_a_subagent_whose_link_cannot_be_written_does_not_run_on(
         assert child["status"] == "aborted", child
 
 
+async def test_a_continued_session_keeps_its_agent(tmp_path: Path) -> None:
+    # A sub-agent's session, continued with agent_run in the session its result names, went on
+    # as the default agent: another system prompt and another set of tools.
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(content_text(last.content))
+        text = content_text(last.content)
+        if text.startswith("delegate:"):
+            return reply(tool_call("subagent", {"agent": "loner", "task": text[9:]}))
+        tools = [tool.name for tool in context.tools or []]
+        return reply(f"{context.system_prompt}|{tools}")
+
+    agents = {**TEST_AGENTS, "loner": 'tools = []\nsystem_prompt = "I am loner"\n'}
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=agents)) as client:
+        parent = await call(client, "agent_run", prompt="delegate:hi", agent="helper")
+        child = json.loads(parent["answer"])
+        assert child["answer"] == "I am loner|[]", child
+        again = await call(client, "agent_run", prompt="more", session_id=child["session_id"])
+        assert (again["agent"], again["answer"]) == ("loner", "I am loner|[]"), again
+        # The parent's session goes on as the helper it was started with ...
+        more = await call(client, "agent_run", prompt="more", session_id=parent["sessionId"])
+        assert (more["agent"], more["answer"]) == ("helper", "|['subagent']"), more
+        # ... and an agent named is the one that runs.
+        named = await call(
+            client, "agent_run", prompt="x", session_id=child["session_id"], agent="default"
+        )
+        assert named["answer"] == "be brief|['subagent']", named
+
+
 async def test_subagent_depth_limit(tmp_path: Path) -> None:
     server = make_server(tmp_path, max_subagent_depth=1)
     async with Client(server) as client:
@@ -923,6 +994,23 @@ async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:
     loner, helper = ([tool.name for tool in call.tools or []] for call in provider.calls)
     assert loner == []
     assert helper == ["subagent"]
+
+
+async def test_the_subagent_tool_names_the_agents_it_delegates_to(tmp_path: Path) -> None:
+    # The model has no agent_list: told only "the agent to delegate to (see its manifest)",
+    # it guessed names, and each guess cost it a turn.
+    provider = ScriptedProvider(lambda context: reply("ok"))
+    agents = {**TEST_AGENTS, "wordy": f'description = "{"w" * 5_000}"\n'}
+    server = agent_server(tmp_path, {"scripted": provider}, agents=agents)
+    async with Client(server) as client:
+        await call(client, "agent_run", prompt="hi", agent="helper")
+    [tool] = provider.calls[0].tools or []
+    assert tool.name == "subagent"
+    for line in ("- default: test default", "- helper: a helper", "- loner: no tools"):
+        assert line in tool.description, tool.description
+    assert "- thinker: thinks" in tool.description
+    # A description is cut: the listing goes with every request of every run.
+    assert "- wordy: www" in tool.description and len(tool.description) < 1_000
 
 
 async def test_continuing_a_session_keeps_its_model(tmp_path: Path) -> None:

@@ -236,11 +236,27 @@ class Chat:
         self.printer.note(text, "red")
         self.refused = True
 
+    async def _session_agent(self) -> str | None:
+        """The agent a continued session goes on with when none is named (its own)."""
+        from mcp_agent.runtime.errors import Refused
+        from mcp_agent.runtime.start import session_agent
+        from mcp_agent.sessions.errors import SessionError
+
+        session_id, state = self.session_id, self.state
+        if session_id is None:
+            return None
+        try:
+            return await state.offload(
+                lambda: session_agent(state, state.repo.open(session_id)).name
+            )
+        except (Refused, SessionError):  # said when the first message is sent
+            return None
+
     async def loop(self) -> int:
         import anyio
 
         where = f"session {self.session_id}" if self.session_id else "a new session"
-        agent = self.agent or "default"
+        agent = self.agent or await self._session_agent() or "default"
         async with anyio.create_task_group() as group:
             await group.start(watch_interrupts, self._on_interrupt)
             await group.start(watch_interrupts, self._on_terminate, signal.SIGTERM)

@@ -47,7 +47,11 @@ ModelOption = Annotated[
     typer.Option(help="provider:model-id, e.g. openai:gpt-4o-mini (see `models`)"),
 ]
 AgentOption = Annotated[
-    str | None, typer.Option("--agent", help="an agent from the manifests (default: default)")
+    str | None,
+    typer.Option(
+        "--agent",
+        help="an agent from the manifests (default: a continued session's own, else default)",
+    ),
 ]
 SessionOption = Annotated[
     str | None,

@@ -6,7 +6,7 @@ runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -18,12 +18,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.manifests import AgentManifest
 from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.wire import one_line
 
 SUBAGENT_ENTRY = "subagent"
 
@@ -92,17 +94,39 @@ async def progress_reporter(
         scope.cancel()
 
 
+# What the subagent tool's description says of each agent, and of them all: it goes to the model
+# with every request of every run that may delegate.
+AGENT_NOTE_CHARS = 200
+AGENTS_NOTE_CHARS = 4_000
+
+
+def subagent_description(agents: Mapping[str, AgentManifest]) -> str:
+    """The subagent tool's description, naming the agents it may delegate to (fixed once the
+    manifests are read): the model has no agent_list, and guessed names cost it a turn each."""
+    text = (
+        "Delegate a task to another agent, which works in a child session and returns its "
+        "final answer. The agents:"
+    )
+    for index, agent in enumerate(sorted(agents.values(), key=lambda a: a.name)):
+        line = f"\n- {agent.name}" + (
+            f": {one_line(agent.description, AGENT_NOTE_CHARS)}" if agent.description else ""
+        )
+        if len(text) + len(line) > AGENTS_NOTE_CHARS:
+            return f"{text}\n(and {len(agents) - index} more)"
+        text += line
+    return text if agents else f"{text} none are defined"
+
+
 def build_builtin_server(state: AppState) -> MCPServer:
     server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
 
-    @server.tool()
+    @server.tool(description=subagent_description(state.agents))
     async def subagent(
         ctx: Context,
-        agent: Annotated[str, Field(description="the agent to delegate to (see its manifest)")],
+        agent: Annotated[str, Field(description="the agent to delegate to (one of those listed)")],
         task: Annotated[str, Field(description="what the sub-agent should do; be specific")],
     ) -> SubagentResult:
-        """Delegate a task to another agent, which works in a child session and returns its
-        final answer."""
+        # (What the model reads of it is subagent_description.)
         try:
             meta = run_meta(ctx.request_context.meta)
             parent_id = meta.get("session_id")

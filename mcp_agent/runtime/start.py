@@ -25,6 +25,7 @@ from mcp_agent.runtime.errors import (
 from mcp_agent.runtime.models import ModelOverrides, missing_key, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
+from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
@@ -32,6 +33,9 @@ from mcp_agent.tools import AgentTool
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
 
+# The calling run's session id, from a tool call's _meta: as long as a path may be (pi names a
+# parent session by its file).
+PARENT_SESSION_CHARS = CWD_CHARS
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
 
@@ -42,6 +46,15 @@ def find_agent(state: AppState, name: str | None) -> AgentManifest:
         known = ", ".join(sorted(state.agents)) or "(none)"
         raise UnknownAgent(f"unknown agent {name!r}; known agents: {known} (see agent_list)")
     return agent
+
+
+def session_agent(state: AppState, session: Session) -> AgentManifest:
+    """The agent a session was started with (its header's ``metadata.agent``, written when a
+    run or a sub-agent made it), when the manifests still define it; else ``default``."""
+    metadata = session.header.metadata
+    recorded = metadata.get("agent") if isinstance(metadata, Mapping) else None
+    known = state.agents.get(recorded) if isinstance(recorded, str) else None
+    return known or find_agent(state, None)
 
 
 def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -55,6 +68,17 @@ def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidRequest(
             f"_meta[{RUN_META_KEY!r}].depth must be a whole number >= 0 (the calling run's "
             f"nesting level), not {depth!r}"
+        )
+    # It becomes the new session's parentSession, a string in pi's header: anything else was
+    # stored as it came (an export our own import refuses) or failed the run with no word why.
+    parent = found.get("session_id")
+    if parent is not None and (
+        not isinstance(parent, str) or not parent or len(parent) > PARENT_SESSION_CHARS
+    ):
+        shown = repr(parent[:80] if isinstance(parent, str) else parent)[:90]
+        raise InvalidRequest(
+            f"_meta[{RUN_META_KEY!r}].session_id must be the calling run's session id (a "
+            f"string of 1 to {PARENT_SESSION_CHARS:,} characters), not {shown}"
         )
     return found
 
@@ -91,15 +115,20 @@ async def start_run(
         )
     if not prompt.strip():
         raise InvalidRequest("prompt is empty")
-    manifest = find_agent(state, agent_name)
+    # Named, it is checked before any I/O; left out, a continued session keeps its own agent
+    # (its system prompt and tools), as it keeps its model: a sub-agent's session continued
+    # must not go on as another agent.
+    named = find_agent(state, agent_name) if agent_name is not None else None
     state.runs.check_limits(client)  # before anything is written; start checks again
     warnings: list[str] = []  # the run's, said in its status and by the command line
 
-    def prepare() -> tuple[Session, ResolvedModel, bool]:
+    def prepare() -> tuple[Session, ResolvedModel, bool, AgentManifest]:
         existing: Session | None = None
+        manifest = named or find_agent(state, None)
         if session_id is not None:
             existing = state.repo.open(session_id)
             state.runs.ensure_idle(existing.id)
+            manifest = named or session_agent(state, existing)
         resolved = None
         if model is None and existing is not None:
             resolved = resume_model(
@@ -120,13 +149,16 @@ async def start_run(
         if name not in (state.models or {}) and (env := missing_key(chosen.provider)):
             raise ModelUnavailable(f"{name} needs an API key: set {env} where the server runs")
         if existing is not None:
-            return existing, resolved, False
+            return existing, resolved, False, manifest
         created = state.repo.create(
-            name=None, parent_session=parent_session, metadata={"agent": manifest.name}
+            name=None,
+            cwd=parent_cwd(state, parent_session),
+            parent_session=parent_session,
+            metadata={"agent": manifest.name},
         )
-        return created, resolved, True
+        return created, resolved, True, manifest
 
-    session, resolved, created = await state.offload(prepare)
+    session, resolved, created, manifest = await state.offload(prepare)
     try:
         if created:
             state.list_changed()
@@ -139,6 +171,20 @@ async def start_run(
                 if await state.offload(lambda: _delete_if_empty(state, session.id)):
                     state.session_deleted(session.id)
         raise
+
+
+def parent_cwd(state: AppState, parent_session: str | None) -> str | None:
+    """The working directory of the session a sub-agent's session is made for: the child works
+    where its parent does (and in pi's layout its file goes beside the parent's, where
+    ``pi --resume`` finds it), not where the server was started. None (the server's) when the
+    parent is in another process's store, or its cwd could not be a new session's."""
+    if parent_session is None:
+        return None
+    try:
+        cwd = state.repo.open(parent_session).header.cwd
+    except SessionError:
+        return None
+    return cwd if cwd and len(cwd) <= CWD_CHARS and "\x00" not in cwd else None
 
 
 def _delete_if_empty(state: AppState, session_id: str) -> bool:

@@ -77,7 +77,13 @@ def register(server: MCPServer) -> None:
         session_id: Annotated[
             str | None, Field(description="continue this session; omitted: a new session")
         ] = None,
-        agent: Annotated[str | None, Field(description="an agent from agent_list")] = None,
+        agent: Annotated[
+            str | None,
+            Field(
+                description="an agent from agent_list; null: a continued session's own (the "
+                "one it was started with), else default"
+            ),
+        ] = None,
         model: Annotated[
             str | None,
             Field(description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours"),
