@@ -28,7 +28,7 @@ from mcp_support import (
 from narrow import narrow, present
 
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, UserMessage, content_text
+from mcp_agent.messages import AssistantMessage, StopReason, UserMessage, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
@@ -1107,6 +1107,34 @@ async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(
     assert run["answer"].startswith("status=completed session=") and run["answer"].endswith(
         "cut=True"
     ), run["answer"]
+
+
+async def test_a_subagents_answer_cut_at_its_output_limit_says_it_is_unfinished(
+    tmp_path: Path,
+) -> None:
+    """A child whose answer stopped at the output token limit completes, and its answer went
+    to the calling model as if whole."""
+
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(json.loads(content_text(last.content))["answer"])
+        text = content_text(last.content)
+        if text.startswith("delegate:"):
+            agent, _, task = text.removeprefix("delegate:").partition(":")
+            return reply(tool_call("subagent", {"agent": agent, "task": task}))
+        return reply("the first half of", stop_reason=StopReason.LENGTH)
+
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder, "short": model}, agents=TEST_AGENTS
+    )
+    async with Client(server) as client:
+        run = await call(
+            client, "agent_run", prompt="delegate:loner:go", agent="helper", model="short"
+        )
+    answer, note = run["answer"].split("\n")
+    assert answer == "the first half of"
+    assert note.startswith("[unfinished: the sub-agent reached its output token limit")
 
 
 async def test_steering_message_goes_in_before_the_next_model_call(client: Client) -> None:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from mcp_agent.events import AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
+from mcp_agent.messages import StopReason
 from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
@@ -188,6 +189,12 @@ def build_builtin_server(state: AppState) -> MCPServer:
             answer = (
                 f"{answer[:SUBAGENT_ANSWER_CHARS]}… [cut: {len(answer):,} characters in all;"
                 f" the whole answer is in session {run.session_id}]"
+            )
+        if run.stop_reason == StopReason.LENGTH:
+            # Completed, but the calling model must not take a half answer for a whole one.
+            answer += (
+                "\n[unfinished: the sub-agent reached its output token limit mid-answer (what"
+                f" it wrote is in session {run.session_id}); ask it for less, or in parts]"
             )
         return SubagentResult(
             answer=answer,
