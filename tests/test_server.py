@@ -975,6 +975,27 @@ async def test_a_continued_session_keeps_its_agent(tmp_path: Path) -> None:
         assert named["answer"] == "be brief|['subagent']", named
 
 
+async def test_a_continued_session_whose_agent_is_gone_says_so(tmp_path: Path) -> None:
+    # Its agent no longer in the manifests (renamed, removed), a continued session went on as
+    # the default agent, another system prompt and tools, and nothing said so.
+    def model(context: LlmContext) -> ScriptedResponse:
+        return reply(f"{context.system_prompt}|{content_text(context.messages[-1].content)}")
+
+    agents = {**TEST_AGENTS, "reviewer": 'system_prompt = "I review"\n'}
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=agents)) as client:
+        first = await call(client, "agent_run", prompt="hi", agent="reviewer")
+        assert first["answer"] == "I review|hi" and first["warnings"] == []
+        again = await call(client, "agent_run", prompt="more", session_id=first["sessionId"])
+        assert again["agent"] == "reviewer" and again["warnings"] == []
+    (tmp_path / "manifests" / "agents" / "reviewer.toml").unlink()
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=TEST_AGENTS)) as client:
+        run = await call(client, "agent_run", prompt="more", session_id=first["sessionId"])
+    assert (run["agent"], run["answer"]) == ("default", "be brief|more"), run
+    (warning,) = run["warnings"]
+    assert warning.startswith("the session was started with the agent 'reviewer', which"), run
+    assert "this run is the default agent" in warning
+
+
 async def test_subagent_depth_limit(tmp_path: Path) -> None:
     server = make_server(tmp_path, max_subagent_depth=1)
     async with Client(server) as client:
