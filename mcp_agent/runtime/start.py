@@ -173,9 +173,13 @@ async def start_run(
     try:
         if created:
             state.list_changed()
-        return await _start(
+        run = await _start(
             state, session, resolved, manifest, prompt, depth, listener, client, warnings
         )
+        # Its sub-agents ask the client's model there too (the agent's manifest may name it):
+        # they run within its tool call, so a waited run's request is still open.
+        run.client_channel = client_channel
+        return run
     except BaseException:
         if created:  # refused or cancelled before the prompt was stored: leave nothing
             with anyio.CancelScope(shield=True):
