@@ -7,8 +7,10 @@ import hashlib
 import json
 import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,6 +94,12 @@ MAX_SCHEMA_FAULT = 300
 # a match, so one catastrophic pattern (`^(a|aa)+$` against forty a's and a b) froze the
 # server for minutes. `regex` takes a time limit; normal patterns take microseconds.
 PATTERN_SECONDS = 0.25
+# And the longest all of one call's matches take together: a limit per match alone let an
+# array of such strings (each item matched by is_valid and again by iter_errors) hold the
+# event loop that many times over, a minute and a half for 200 items.
+CALL_PATTERN_SECONDS = 1.0
+# When the matches of the call being validated must end (time.monotonic()); None: no call's.
+_patterns_until: ContextVar[float | None] = ContextVar("_patterns_until", default=None)
 # Validator classes whose patterns match under that limit, by the draft's class.
 _bounded_classes: dict[type, type] = {}
 
@@ -178,16 +186,23 @@ def _js_number(value: int | float) -> str:
 
 def _pattern_found(pattern: str, text: str) -> bool:
     """Whether ``pattern`` matches in ``text``, as jsonschema's ``re.search``; raises
-    TimeoutError past ``PATTERN_SECONDS``."""
+    TimeoutError past ``PATTERN_SECONDS``, or once the call's ``CALL_PATTERN_SECONDS`` are
+    spent."""
     import regex
 
-    return regex.search(pattern, text, timeout=PATTERN_SECONDS) is not None
+    timeout = PATTERN_SECONDS
+    if (until := _patterns_until.get()) is not None:
+        timeout = min(timeout, until - time.monotonic())
+        if timeout <= 0:
+            raise TimeoutError
+    return regex.search(pattern, text, timeout=timeout) is not None
 
 
 def _timed_out(pattern: str, what: str) -> str:
     return one_line(
         f"{what} could not be checked against the pattern {pattern!r}: the match took over "
-        f"{PATTERN_SECONDS} s (the tool's schema has a pattern that backtracks without end)",
+        f"{PATTERN_SECONDS} s, or the call's matches {CALL_PATTERN_SECONDS} s in all (the "
+        "tool's schema has a pattern that backtracks without end)",
         MAX_SCHEMA_FAULT,
     )
 
@@ -298,6 +313,7 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
         raise ToolArgumentsError(
             f"arguments for {tool.name} must be a JSON object, got {type(arguments).__name__}"
         )
+    token = _patterns_until.set(time.monotonic() + CALL_PATTERN_SECONDS)
     try:
         return _validated(tool, arguments)
     except ToolArgumentsError:
@@ -310,6 +326,8 @@ def validate_tool_arguments(tool: AgentTool, arguments: Any) -> dict[str, Any]:
             f"{tool.name} cannot be called: its input schema is not valid JSON Schema: "
             + _schema_fault(tool.parameters, error)
         ) from None
+    finally:
+        _patterns_until.reset(token)
 
 
 def _schema_fault(schema: dict[str, Any], error: Exception) -> str:

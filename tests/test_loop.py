@@ -486,6 +486,41 @@ def test_a_pattern_that_backtracks_without_end_is_refused_not_matched_for_ever()
         assert "backtracks without end" in str(raised.value)
 
 
+def test_the_pattern_matches_of_one_call_have_one_time_limit_in_all(monkeypatch):
+    """The limit was per match: an array of strings the catastrophic pattern meets was matched
+    item by item (by is_valid and again by iter_errors), each up to the limit, and held the
+    event loop 9 s for 20 items. All of a call's matches now share one limit: past it the
+    rest are refused without being tried."""
+    import regex
+
+    from mcp_agent.tools import ToolArgumentsError, validate_tool_arguments
+
+    async def execute(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult.text("ran")
+
+    tried: list[str] = []
+    search = regex.search
+
+    def counted(pattern, text, **kwargs):
+        tried.append(text)
+        return search(pattern, text, **kwargs)
+
+    monkeypatch.setattr(regex, "search", counted)
+    item = {"type": "string", "pattern": "^(a|aa)+$"}
+    schema = {"type": "object", "properties": {"words": {"type": "array", "items": item}}}
+    tool = make_tool("catastrophic", execute, schema)
+    with pytest.raises(ToolArgumentsError) as raised:
+        validate_tool_arguments(tool, {"words": ["a" * 60 + "b"] * 40})
+    assert "words.0: the value could not be checked against the pattern" in str(raised.value)
+    # Each match tried runs out its 0.25 s: four fit in the call's second, not eighty.
+    assert 1 <= len(tried) <= 6
+    # The next call has its own second, and strings that match take no time of it.
+    tried.clear()
+    words = ["a" * 30] * 40
+    assert validate_tool_arguments(tool, {"words": words}) == {"words": words}
+    assert len(tried) == 40
+
+
 def test_the_validators_kept_for_tools_called_are_bounded():
     """Each run's tools are new objects (a downstream tool's schema is copied for every run):
     one validator was kept for each tool called in each run, for as long as the server ran."""

@@ -13,7 +13,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client
-from mcp.client.session import MessageHandlerFnT
+from mcp.client.session import ClientRequestContext, MessageHandlerFnT
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import (
@@ -975,6 +975,27 @@ async def test_a_continued_session_keeps_its_agent(tmp_path: Path) -> None:
         assert named["answer"] == "be brief|['subagent']", named
 
 
+async def test_a_continued_session_whose_agent_is_gone_says_so(tmp_path: Path) -> None:
+    # Its agent no longer in the manifests (renamed, removed), a continued session went on as
+    # the default agent, another system prompt and tools, and nothing said so.
+    def model(context: LlmContext) -> ScriptedResponse:
+        return reply(f"{context.system_prompt}|{content_text(context.messages[-1].content)}")
+
+    agents = {**TEST_AGENTS, "reviewer": 'system_prompt = "I review"\n'}
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=agents)) as client:
+        first = await call(client, "agent_run", prompt="hi", agent="reviewer")
+        assert first["answer"] == "I review|hi" and first["warnings"] == []
+        again = await call(client, "agent_run", prompt="more", session_id=first["sessionId"])
+        assert again["agent"] == "reviewer" and again["warnings"] == []
+    (tmp_path / "manifests" / "agents" / "reviewer.toml").unlink()
+    async with Client(agent_server(tmp_path, {"scripted": model}, agents=TEST_AGENTS)) as client:
+        run = await call(client, "agent_run", prompt="more", session_id=first["sessionId"])
+    assert (run["agent"], run["answer"]) == ("default", "be brief|more"), run
+    (warning,) = run["warnings"]
+    assert warning.startswith("the session was started with the agent 'reviewer', which"), run
+    assert "this run is the default agent" in warning
+
+
 async def test_subagent_depth_limit(tmp_path: Path) -> None:
     server = make_server(tmp_path, max_subagent_depth=1)
     async with Client(server) as client:
@@ -1078,6 +1099,38 @@ async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
             client, "agent_run", prompt="delegate:loner:hi", agent="helper", model="other"
         )
     assert "OTHER MODEL" in run["answer"]
+
+
+async def test_a_subagent_whose_agent_names_the_clients_model_asks_the_client(
+    tmp_path: Path,
+) -> None:
+    # A sub-agent's run was given no MCP client connection: an agent whose manifest says
+    # model = "client" failed with "there is no MCP client connection", while the client that
+    # started its parent was there to ask.
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(f"tool said: {content_text(last.content)}")
+        return reply(tool_call("subagent", {"agent": "asker", "task": "hi"}))
+
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def clients_model(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params)
+        said = types.TextContent(type="text", text="FROM THE CLIENT")
+        return types.CreateMessageResult(
+            role="assistant", model="client-llm", stop_reason="endTurn", content=said
+        )
+
+    agents = {**TEST_AGENTS, "asker": 'model = "client"\ntools = []\n'}
+    server = agent_server(tmp_path, {"scripted": model}, agents=agents)
+    async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
+        run = await call(client, "agent_run", prompt="go", agent="helper")
+    assert "FROM THE CLIENT" in run["answer"], run["answer"]
+    assert json.loads(run["answer"].removeprefix("tool said: "))["answer"] == "FROM THE CLIENT"
+    assert len(asked) == 1
 
 
 async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(

@@ -156,6 +156,9 @@ def build_builtin_server(state: AppState) -> MCPServer:
                     parent_session=parent_id,
                     listener=listener,
                     inherited=inherited,
+                    # A sub-agent whose manifest names the client's model asks it where its
+                    # parent would: it was told there was no MCP client connection.
+                    client_channel=caller.client_channel if caller is not None else None,
                     # Counted against the client whose run asked: one client's runs must not
                     # fill the server by delegating.
                     client=caller.client if caller is not None else None,

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
@@ -32,6 +32,9 @@ from mcp_agent.runtime.run_board import (
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import clip_long
+
+if TYPE_CHECKING:
+    from mcp_agent.providers.sampling import ClientChannel
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,8 @@ class Run(RunRecord):
     listeners: list[EventListener] = field(default_factory=list)
     abort_reason: str | None = None
     client: object | None = None  # the MCP connection that started it, for per-client limits
+    # Where that connection's model is asked (sampling), for the run's sub-agents.
+    client_channel: ClientChannel | None = None
     end_reason: AgentEndReason | None = None  # why the agent stopped, once it has
     # What went wrong without stopping it: an MCP server of its agent that could not start.
     warnings: list[str] = field(default_factory=list)

@@ -29,6 +29,7 @@ from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
+from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
@@ -48,12 +49,21 @@ def find_agent(state: AppState, name: str | None) -> AgentManifest:
     return agent
 
 
-def session_agent(state: AppState, session: Session) -> AgentManifest:
+def session_agent(
+    state: AppState, session: Session, notes: list[str] | None = None
+) -> AgentManifest:
     """The agent a session was started with (its header's ``metadata.agent``, written when a
-    run or a sub-agent made it), when the manifests still define it; else ``default``."""
+    run or a sub-agent made it), when the manifests still define it; else ``default``, and
+    ``notes`` gets why (as for a model that cannot be restored: another system prompt and
+    other tools must not come in silence)."""
     metadata = session.header.metadata
     recorded = metadata.get("agent") if isinstance(metadata, Mapping) else None
     known = state.agents.get(recorded) if isinstance(recorded, str) else None
+    if known is None and isinstance(recorded, str) and notes is not None:
+        notes.append(
+            f"the session was started with the agent {one_line(repr(recorded), 200)}, which "
+            "the manifests no longer define: this run is the default agent"
+        )
     return known or find_agent(state, None)
 
 
@@ -128,8 +138,9 @@ async def start_run(
         if session_id is not None:
             existing = state.repo.open(session_id)
             state.runs.ensure_idle(existing.id)
-            manifest = named or session_agent(state, existing)
+            manifest = named or session_agent(state, existing, warnings)
         resolved = None
+        noted = len(warnings)
         if model is None and existing is not None:
             resolved = resume_model(
                 existing, state.settings.default_model, client_channel, state.models, warnings
@@ -141,7 +152,7 @@ async def start_run(
             model or manifest.model, state.settings.default_model, client_channel, state.models
         )
         name, chosen, _ = resolved
-        if warnings:  # the session's own model could not be restored
+        if len(warnings) > noted:  # the session's own model could not be restored
             warnings[-1] += f"; this run uses {name}"
         # A model whose key is not set could only fail: refused here, as the command line does,
         # rather than writing the prompt and an error into the session (a new one, or the
@@ -162,9 +173,13 @@ async def start_run(
     try:
         if created:
             state.list_changed()
-        return await _start(
+        run = await _start(
             state, session, resolved, manifest, prompt, depth, listener, client, warnings
         )
+        # Its sub-agents ask the client's model there too (the agent's manifest may name it):
+        # they run within its tool call, so a waited run's request is still open.
+        run.client_channel = client_channel
+        return run
     except BaseException:
         if created:  # refused or cancelled before the prompt was stored: leave nothing
             with anyio.CancelScope(shield=True):
