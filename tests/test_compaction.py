@@ -399,6 +399,38 @@ async def test_a_second_compaction_updates_the_first_summary_and_keeps_file_list
     assert len(compactions(session)) == 2
 
 
+async def test_a_split_turn_right_after_a_compaction_carries_the_earlier_summary() -> None:
+    """A compaction kept a whole turn, and that turn then grew (an agent's tool calls, no new
+    prompt): the next compaction splits it at its start, with no history before it to update
+    the earlier summary with. pi wrote "No prior history." there, and the earlier summary
+    went out of the context."""
+    session = new_session()
+    add(
+        session,
+        user(words("old task", 600)),
+        assistant(call("n", "read", path="notes.md")),
+        result("n", "notes"),
+        assistant("old answer"),
+    )
+    add(session, user(words("the long turn", 600)), assistant("first step"))
+    summarizer = Summarizer()
+    first = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=500)
+    assert first.summary == "FIRST SUMMARY\n\n<read-files>\nnotes.md\n</read-files>"
+    add(session, assistant(call("r", "read", path="big.txt")), result("r", words("big", 600)))
+
+    second = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=500)
+
+    assert second.is_split_turn
+    # Carried over whole; its file lists appear once, merged into the new ones.
+    assert second.summary == (
+        "FIRST SUMMARY"
+        + SPLIT_TURN_SEPARATOR
+        + "PREFIX SUMMARY\n\n<read-files>\nnotes.md\n</read-files>"
+    )
+    summary = narrow(session.build_context().messages[0], CompactionSummaryMessage)
+    assert summary.summary == second.summary
+
+
 async def test_a_failing_summariser_writes_nothing() -> None:
     session = new_session()
     add_turns(session, 6)

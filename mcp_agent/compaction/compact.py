@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,21 @@ class CompactionSettings:
 
 # --- compacting a session ---------------------------------------------------------------------
 
+# The file lists ``format_file_operations`` ends a summary with.
+_FILE_LISTS = re.compile(
+    r"(\n\n<read-files>\n.*?\n</read-files>)?(\n\n<modified-files>\n.*?\n</modified-files>)?\Z",
+    re.DOTALL,
+)
+
+
+def carried_summary(previous_summary: str | None) -> str:
+    """The history summary when nothing before the turn being split is left to summarise:
+    the previous compaction's summary, carried over whole (pi writes "No prior history." here,
+    and the context lost the earlier summary), less its file lists, merged in again below."""
+    if not previous_summary:
+        return "No prior history."
+    return _FILE_LISTS.sub("", previous_summary, count=1)
+
 
 @dataclass
 class CompactionResult:
@@ -103,7 +119,7 @@ async def summarize_preparation(
 
     async def summarize_history() -> Completion:
         if not history:
-            return Completion("No prior history.", Usage())
+            return Completion(carried_summary(preparation.previous_summary), Usage())
         return await generate_summary(
             history,
             model,
