@@ -650,6 +650,37 @@ async def test_overflow_compacts_and_retries_once() -> None:
     assert narrow(agent.state.messages[-1], AssistantMessage).text == "recovered"
 
 
+async def test_pis_default_settings_fit_a_small_window() -> None:
+    """Keep 20,000 and reserve 16,384 (pi's defaults, what the server and the CLI use) with a
+    model of 8,000 tokens: the threshold was below zero, so every prompt set off a compaction
+    that found nothing to compact (all of it within the 20,000 kept), and an overflow was
+    never recovered from. Each is now at most a quarter of the window."""
+    small = scripted_model(context_window=8_000)
+
+    def small_agent(session: Session, script: list[Any], summarizer: Summarizer) -> SessionAgent:
+        settings = CompactionSettings(stream_fn=summarizer.provider)
+        provider = ScriptedProvider(script)
+        return SessionAgent.from_session(
+            session, stream_fn=provider, model=small, compaction=settings
+        )
+
+    short, summarizer = new_session(), Summarizer()
+    agent = small_agent(short, [reply("ok")], summarizer)
+    events = compaction_events(agent)
+    await agent.prompt("hi")
+    assert events == [] and summarizer.prompts == []  # a short session is left alone
+
+    long, summarizer = new_session(), Summarizer()
+    add_turns(long, 6, tokens=1_000)
+    agent = small_agent(long, [provider_error(OVERFLOW), reply("recovered")], summarizer)
+    events = compaction_events(agent)
+    new = await agent.prompt("next")
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
+    (end,) = [e for e in events if isinstance(e, AutoCompactionEndEvent)]
+    assert end.reason == "overflow" and end.result is not None
+    assert context_tokens(long.build_context().messages) < 8_000 - 2_000
+
+
 async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:
     session = new_session()
     add_turns(session, 6)

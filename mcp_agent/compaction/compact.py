@@ -42,6 +42,7 @@ from mcp_agent.compaction.tokens import (
     context_tokens,
     estimate_messages_tokens,
     estimate_tokens,
+    fit_to_window,
 )
 from mcp_agent.messages import (
     Model,
@@ -195,7 +196,11 @@ async def compact(
     (summary, firstKeptEntryId, tokensBefore, details {readFiles, modifiedFiles}, usage). The
     old entries stay in the tree. Raises CompactionError, with nothing written, when there is
     nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile.
-    ``offload`` runs the session's reads and the write (e.g. on worker threads)."""
+    ``offload`` runs the session's reads and the write (e.g. on worker threads). Both token
+    settings are fitted to the model's window (``fit_to_window``)."""
+    keep_recent_tokens, reserve_tokens = fit_to_window(
+        model.context_window, keep_recent_tokens, reserve_tokens
+    )
 
     def prepare() -> tuple[str | None, CompactionPreparation]:
         leaf_id = session.leaf_id
