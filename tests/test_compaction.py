@@ -431,6 +431,34 @@ async def test_a_split_turn_right_after_a_compaction_carries_the_earlier_summary
     assert summary.summary == second.summary
 
 
+async def test_a_history_longer_than_the_summarisers_window_is_summarised_in_parts() -> None:
+    """A session appended to over MCP (no run ever compacted it) holds more than the model
+    reads at once: the summariser refused the one request every time, so it could never be
+    compacted. A refused part is halved, each half updating the summary so far."""
+    session = new_session()
+    add_turns(session, 12)
+    summarized: list[str] = []
+
+    def respond(context: LlmContext) -> ScriptedResponse:
+        prompt = content_text(context.messages[-1].content)
+        if len(prompt) > 6_000:
+            return provider_error(f"{CONTEXT_OVERFLOW_MARK}: prompt is too long")
+        summarized.append(conversation_of(prompt))
+        return reply(f"SUMMARY {len(summarized)}")
+
+    outcome = await compact(session, MODEL, ScriptedProvider(respond), keep_recent_tokens=800)
+
+    assert len(summarized) > 1 and outcome.summary == f"SUMMARY {len(summarized)}"
+    for n in range(10):  # each summarised question went in exactly one accepted request
+        assert sum(f"question {n} " in part for part in summarized) == 1, n
+    # An error that is not about length is not retried in parts.
+    failing = Summarizer(fail="rate limited")
+    add_turns(session, 12, first=20)
+    with pytest.raises(CompactionError, match="rate limited"):
+        await compact(session, MODEL, failing.provider, keep_recent_tokens=800)
+    assert len(failing.prompts) == 1
+
+
 async def test_a_failing_summariser_writes_nothing() -> None:
     session = new_session()
     add_turns(session, 6)
