@@ -18,6 +18,7 @@ from mcp_support import (
     call,
     call_error,
     client_fixture,  # noqa: F401  (the client fixture)
+    write_manifests,
 )
 
 from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
@@ -146,7 +147,8 @@ async def test_session_compact_bad_input_writes_nothing(client: Client, model: M
     small = (await call(client, "session_create"))["id"]
     await call(client, "session_append", session_id=small, entry=message("user", "hi"))
     before = await call(client, "session_export", session_id=small, limit=0)
-    assert "nothing to compact" in await call_error(client, "session_compact", session_id=small)
+    refused = await call_error(client, "session_compact", session_id=small)
+    assert "nothing to compact" in refused and "newest message" in refused
     assert (await call(client, "session_export", session_id=small, limit=0)) == before
 
     sid, _ = await long_session(client)
@@ -307,3 +309,30 @@ async def test_summaries_are_written_by_the_sessions_model(tmp_path: Path, model
         assert compacted["summary"] == "SERVER SUMMARY"
         await call(client, "session_move_to", session_id=sid, entry_id=ids[1], summarize=True)
     assert len(model.prompts) == 2 and by_default.prompts == []
+
+
+async def test_session_compact_keeps_what_a_small_window_holds(
+    tmp_path: Path, model: Model
+) -> None:
+    """A session of about 15,000 tokens on a model of 32,768 (a local model's): compaction
+    keeps a quarter of the window verbatim, not pi's 20,000, so asking for one compacts, as
+    the agent's own compaction would, instead of refusing with "nothing to compact"."""
+    from mcp_agent.providers.scripted import ScriptedProvider, scripted_model
+    from mcp_agent.runtime.settings import ServerSettings
+    from mcp_agent.server.app import build_server
+
+    small = scripted_model("scripted", context_window=32_768)
+    agents = {"default": 'description = "test"\ntools = []\n'}
+    settings = ServerSettings(
+        db_path=tmp_path / "sessions.db",
+        manifests_dir=write_manifests(tmp_path / "manifests", agents, None),
+        default_model="scripted",
+    )
+    server = build_server(
+        settings, models={"scripted": lambda: (small, ScriptedProvider(model.respond))}
+    )
+    async with Client(server) as client:
+        sid, _ = await long_session(client, turns=3)
+        compacted = await call(client, "session_compact", session_id=sid)
+    assert compacted["summary"] == "SERVER SUMMARY"
+    assert compacted["tokensAfter"] < 32_768 // 4 + 5_100  # a quarter, rounded up to a turn

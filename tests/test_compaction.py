@@ -399,6 +399,66 @@ async def test_a_second_compaction_updates_the_first_summary_and_keeps_file_list
     assert len(compactions(session)) == 2
 
 
+async def test_a_split_turn_right_after_a_compaction_carries_the_earlier_summary() -> None:
+    """A compaction kept a whole turn, and that turn then grew (an agent's tool calls, no new
+    prompt): the next compaction splits it at its start, with no history before it to update
+    the earlier summary with. pi wrote "No prior history." there, and the earlier summary
+    went out of the context."""
+    session = new_session()
+    add(
+        session,
+        user(words("old task", 600)),
+        assistant(call("n", "read", path="notes.md")),
+        result("n", "notes"),
+        assistant("old answer"),
+    )
+    add(session, user(words("the long turn", 600)), assistant("first step"))
+    summarizer = Summarizer()
+    first = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=500)
+    assert first.summary == "FIRST SUMMARY\n\n<read-files>\nnotes.md\n</read-files>"
+    add(session, assistant(call("r", "read", path="big.txt")), result("r", words("big", 600)))
+
+    second = await compact(session, MODEL, summarizer.provider, keep_recent_tokens=500)
+
+    assert second.is_split_turn
+    # Carried over whole; its file lists appear once, merged into the new ones.
+    assert second.summary == (
+        "FIRST SUMMARY"
+        + SPLIT_TURN_SEPARATOR
+        + "PREFIX SUMMARY\n\n<read-files>\nnotes.md\n</read-files>"
+    )
+    summary = narrow(session.build_context().messages[0], CompactionSummaryMessage)
+    assert summary.summary == second.summary
+
+
+async def test_a_history_longer_than_the_summarisers_window_is_summarised_in_parts() -> None:
+    """A session appended to over MCP (no run ever compacted it) holds more than the model
+    reads at once: the summariser refused the one request every time, so it could never be
+    compacted. A refused part is halved, each half updating the summary so far."""
+    session = new_session()
+    add_turns(session, 12)
+    summarized: list[str] = []
+
+    def respond(context: LlmContext) -> ScriptedResponse:
+        prompt = content_text(context.messages[-1].content)
+        if len(prompt) > 6_000:
+            return provider_error(f"{CONTEXT_OVERFLOW_MARK}: prompt is too long")
+        summarized.append(conversation_of(prompt))
+        return reply(f"SUMMARY {len(summarized)}")
+
+    outcome = await compact(session, MODEL, ScriptedProvider(respond), keep_recent_tokens=800)
+
+    assert len(summarized) > 1 and outcome.summary == f"SUMMARY {len(summarized)}"
+    for n in range(10):  # each summarised question went in exactly one accepted request
+        assert sum(f"question {n} " in part for part in summarized) == 1, n
+    # An error that is not about length is not retried in parts.
+    failing = Summarizer(fail="rate limited")
+    add_turns(session, 12, first=20)
+    with pytest.raises(CompactionError, match="rate limited"):
+        await compact(session, MODEL, failing.provider, keep_recent_tokens=800)
+    assert len(failing.prompts) == 1
+
+
 async def test_a_failing_summariser_writes_nothing() -> None:
     session = new_session()
     add_turns(session, 6)
@@ -616,6 +676,37 @@ async def test_overflow_compacts_and_retries_once() -> None:
     assert any(getattr(m, "error_message", None) == OVERFLOW for m in stored)
     assert all(getattr(m, "stop_reason", None) != StopReason.ERROR for m in agent.state.messages)
     assert narrow(agent.state.messages[-1], AssistantMessage).text == "recovered"
+
+
+async def test_pis_default_settings_fit_a_small_window() -> None:
+    """Keep 20,000 and reserve 16,384 (pi's defaults, what the server and the CLI use) with a
+    model of 8,000 tokens: the threshold was below zero, so every prompt set off a compaction
+    that found nothing to compact (all of it within the 20,000 kept), and an overflow was
+    never recovered from. Each is now at most a quarter of the window."""
+    small = scripted_model(context_window=8_000)
+
+    def small_agent(session: Session, script: list[Any], summarizer: Summarizer) -> SessionAgent:
+        settings = CompactionSettings(stream_fn=summarizer.provider)
+        provider = ScriptedProvider(script)
+        return SessionAgent.from_session(
+            session, stream_fn=provider, model=small, compaction=settings
+        )
+
+    short, summarizer = new_session(), Summarizer()
+    agent = small_agent(short, [reply("ok")], summarizer)
+    events = compaction_events(agent)
+    await agent.prompt("hi")
+    assert events == [] and summarizer.prompts == []  # a short session is left alone
+
+    long, summarizer = new_session(), Summarizer()
+    add_turns(long, 6, tokens=1_000)
+    agent = small_agent(long, [provider_error(OVERFLOW), reply("recovered")], summarizer)
+    events = compaction_events(agent)
+    new = await agent.prompt("next")
+    assert narrow(new[-1], AssistantMessage).text == "recovered"
+    (end,) = [e for e in events if isinstance(e, AutoCompactionEndEvent)]
+    assert end.reason == "overflow" and end.result is not None
+    assert context_tokens(long.build_context().messages) < 8_000 - 2_000
 
 
 async def test_a_passing_error_after_overflow_recovery_is_retried() -> None:

@@ -453,9 +453,10 @@ class Chat:
         if session is None:
             self.refuse("no session yet: nothing to compact")
             return
-        # Refuse before choosing a model: "nothing to compact" needs none.
+        # Refuse before choosing a model what no model could compact (keeping nothing
+        # verbatim); how much is kept depends on the model's window (``compact`` says).
         branch = await self.state.offload(session.get_branch)
-        prepare_compaction(branch, context_messages=[])
+        prepare_compaction(branch, 0, context_messages=[])
         manifest = self.state.agents[self.agent or "default"]
         default = self.state.settings.default_model
         # The model the next run would use (as start_run chooses it): the one asked for, else

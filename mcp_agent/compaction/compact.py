@@ -8,14 +8,16 @@
   between a tool call and its result. When the cut falls inside a turn (a split turn), that
   turn's beginning gets a summary of its own ("turn prefix"), as pi does.
 - What: ``generate_summary`` asks the model with pi's structured prompt, or its "update" prompt
-  when an earlier compaction's summary exists (that summary is merged, not lost). Files read and
-  modified (from tool-call arguments) are tracked in the entry's details and accumulate.
+  when an earlier compaction's summary exists (that summary is merged, not lost); a history the
+  model refuses as too long is summarised in halves, each updating the summary so far. Files
+  read and modified (from tool-call arguments) are tracked in the entry's details and accumulate.
 - ``compact`` appends the compaction entry; history is never deleted. Summariser failures raise
   ``CompactionError`` and nothing is written.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ from mcp_agent.compaction.cut_points import (
     format_file_operations,
     prepare_compaction,
 )
-from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.errors import CompactionError, SummaryTooLong
 from mcp_agent.compaction.prompts import SPLIT_TURN_SEPARATOR
 from mcp_agent.compaction.summarize import (
     Completion,
@@ -41,8 +43,10 @@ from mcp_agent.compaction.tokens import (
     context_tokens,
     estimate_messages_tokens,
     estimate_tokens,
+    fit_to_window,
 )
 from mcp_agent.messages import (
+    BaseMessage,
     Model,
     ThinkingLevel,
     Usage,
@@ -65,6 +69,21 @@ class CompactionSettings:
 
 
 # --- compacting a session ---------------------------------------------------------------------
+
+# The file lists ``format_file_operations`` ends a summary with.
+_FILE_LISTS = re.compile(
+    r"(\n\n<read-files>\n.*?\n</read-files>)?(\n\n<modified-files>\n.*?\n</modified-files>)?\Z",
+    re.DOTALL,
+)
+
+
+def carried_summary(previous_summary: str | None) -> str:
+    """The history summary when nothing before the turn being split is left to summarise:
+    the previous compaction's summary, carried over whole (pi writes "No prior history." here,
+    and the context lost the earlier summary), less its file lists, merged in again below."""
+    if not previous_summary:
+        return "No prior history."
+    return _FILE_LISTS.sub("", previous_summary, count=1)
 
 
 @dataclass
@@ -101,17 +120,32 @@ async def summarize_preparation(
     }
     history = preparation.messages_to_summarize
 
+    async def summarize(part: list[BaseMessage], previous: str | None) -> Completion:
+        """A summary of ``part`` updating ``previous``. A part the model refuses as too long
+        (a session appended to over MCP, or grown under a model with a larger window) is
+        halved, the second half updating the first's summary: else it could never be
+        compacted."""
+        try:
+            return await generate_summary(
+                part,
+                model,
+                stream_fn,
+                instructions=instructions,
+                previous_summary=previous,
+                **common,
+            )
+        except SummaryTooLong:
+            if len(part) < 2:
+                raise
+        half = len(part) // 2
+        first = await summarize(part[:half], previous)
+        second = await summarize(part[half:], first.text)
+        return Completion(second.text, first.usage + second.usage)
+
     async def summarize_history() -> Completion:
         if not history:
-            return Completion("No prior history.", Usage())
-        return await generate_summary(
-            history,
-            model,
-            stream_fn,
-            instructions=instructions,
-            previous_summary=preparation.previous_summary,
-            **common,
-        )
+            return Completion(carried_summary(preparation.previous_summary), Usage())
+        return await summarize(history, preparation.previous_summary)
 
     if preparation.is_split_turn:
         results: dict[str, Completion] = {}
@@ -179,7 +213,11 @@ async def compact(
     (summary, firstKeptEntryId, tokensBefore, details {readFiles, modifiedFiles}, usage). The
     old entries stay in the tree. Raises CompactionError, with nothing written, when there is
     nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile.
-    ``offload`` runs the session's reads and the write (e.g. on worker threads)."""
+    ``offload`` runs the session's reads and the write (e.g. on worker threads). Both token
+    settings are fitted to the model's window (``fit_to_window``)."""
+    keep_recent_tokens, reserve_tokens = fit_to_window(
+        model.context_window, keep_recent_tokens, reserve_tokens
+    )
 
     def prepare() -> tuple[str | None, CompactionPreparation]:
         leaf_id = session.leaf_id

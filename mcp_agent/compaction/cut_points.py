@@ -257,11 +257,15 @@ def prepare_compaction(
     if not history and not prefix:
         since = " since the last compaction" if previous is not None else ""
         size = estimate_messages_tokens(_messages(path[boundary:]))
+        verbatim = (
+            f"the recent part that is kept verbatim (about {keep_recent_tokens} tokens, rounded "
+            "up to whole messages)"
+            if keep_recent_tokens > 0
+            else "its newest message, which is always kept verbatim"
+        )
         raise CompactionError(
             "nothing_to_compact",
-            f"nothing to compact: the branch{since} (about {size} tokens) is all in the recent "
-            f"part that is kept verbatim (about {keep_recent_tokens} tokens, rounded up to "
-            "whole messages)",
+            f"nothing to compact: the branch{since} (about {size} tokens) is all in {verbatim}",
         )
     for message in (*history, *prefix):
         file_ops.add_message(message)

@@ -10,3 +10,7 @@ class CompactionError(SessionError):
 
     Codes: ``nothing_to_compact``, ``summarizer_failed``, ``aborted``, ``conflict`` (the
     session moved on while the summary was being written)."""
+
+
+class SummaryTooLong(CompactionError):
+    """The summariser refused the request as longer than its window (``summarizer_failed``)."""

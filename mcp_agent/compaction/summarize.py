@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from mcp_agent.abort import AbortSignal
-from mcp_agent.compaction.errors import CompactionError
+from mcp_agent.compaction.errors import CompactionError, SummaryTooLong
 from mcp_agent.compaction.prompts import (
     SUMMARIZATION_PROMPT,
     SUMMARIZATION_SYSTEM_PROMPT,
@@ -31,7 +31,13 @@ from mcp_agent.messages import (
     Usage,
     UserMessage,
 )
-from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions, final_message
+from mcp_agent.providers.base import (
+    LlmContext,
+    StreamFn,
+    StreamOptions,
+    final_message,
+    is_context_overflow,
+)
 
 
 @dataclass
@@ -94,7 +100,8 @@ async def complete_summary(
         raise CompactionError("aborted", f"{what} was aborted")
     if response.stop_reason == StopReason.ERROR:
         reason = response.error_message or "unknown error"
-        raise CompactionError("summarizer_failed", f"{what} failed: {reason}")
+        failure = SummaryTooLong if is_context_overflow(response) else CompactionError
+        raise failure("summarizer_failed", f"{what} failed: {reason}")
     text = "\n".join(b.text for b in response.content if isinstance(b, TextContent))
     if not text.strip():
         raise CompactionError("summarizer_failed", f"{what} failed: the model returned no text")

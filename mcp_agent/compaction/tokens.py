@@ -115,6 +115,20 @@ def context_tokens(messages: Sequence[BaseMessage]) -> int:
     return estimate_context_tokens(messages).tokens
 
 
+def fit_to_window(
+    context_window: int, keep_recent_tokens: int, reserve_tokens: int
+) -> tuple[int, int]:
+    """``(keep_recent_tokens, reserve_tokens)`` for a model of ``context_window`` tokens: each at
+    most a quarter of it. pi's defaults (20,000 and 16,384) suit a large window; with a small
+    one (a local model's 32,768) the threshold sat below what a compaction keeps, so every run
+    compacted again or found nothing to compact, and an overflow could not be recovered from.
+    An unknown window (0) leaves both as they are."""
+    if context_window <= 0:
+        return keep_recent_tokens, reserve_tokens
+    cap = max(context_window // 4, 1)
+    return min(keep_recent_tokens, cap), min(reserve_tokens, cap)
+
+
 def should_compact(
     context_tokens: int, context_window: int, reserve: int = DEFAULT_RESERVE_TOKENS
 ) -> bool:

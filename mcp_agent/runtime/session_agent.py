@@ -34,7 +34,12 @@ from mcp_agent.agent import Agent
 from mcp_agent.blocking import Offload, inline
 from mcp_agent.compaction.compact import CompactionSettings, compact
 from mcp_agent.compaction.errors import CompactionError
-from mcp_agent.compaction.tokens import context_tokens, estimate_context_tokens, should_compact
+from mcp_agent.compaction.tokens import (
+    context_tokens,
+    estimate_context_tokens,
+    fit_to_window,
+    should_compact,
+)
 from mcp_agent.events import (
     AutoCompactionEndEvent,
     AutoCompactionStartEvent,
@@ -312,7 +317,9 @@ class SessionAgent(Agent):
         assert self.compaction is not None
         tokens = context_tokens(self.state.messages)
         window = self.state.model.context_window
-        return should_compact(tokens, window, self.compaction.reserve_tokens)
+        settings = self.compaction
+        _, reserve = fit_to_window(window, settings.keep_recent_tokens, settings.reserve_tokens)
+        return should_compact(tokens, window, reserve)
 
     async def _recover(self, new: list[BaseMessage]) -> list[BaseMessage]:
         """After a run: on a context overflow, drop the failed answer from the transcript (it
@@ -390,6 +397,10 @@ class SessionAgent(Agent):
         settings = self.compaction
         assert settings is not None
         model = settings.model or self.state.model
+        # Fitted to the window of the model that reads the result (the summariser's may differ).
+        keep, reserve = fit_to_window(
+            self.state.model.context_window, settings.keep_recent_tokens, settings.reserve_tokens
+        )
         controller = self._compaction_abort = AbortController()
         await self._emit(AutoCompactionStartEvent(reason))
         try:
@@ -397,8 +408,8 @@ class SessionAgent(Agent):
                 self.session,
                 model,
                 settings.stream_fn or self.stream_fn,
-                keep_recent_tokens=settings.keep_recent_tokens,
-                reserve_tokens=settings.reserve_tokens,
+                keep_recent_tokens=keep,
+                reserve_tokens=reserve,
                 signal=controller.signal,
                 options=await self._summary_options(model),
                 thinking_level=self.state.thinking_level,

@@ -37,8 +37,9 @@ def register(server: MCPServer) -> None:
         def check() -> Session:
             state.runs.ensure_idle(session_id)
             session = state.repo.open(session_id)
-            # Refuse before choosing a model: "nothing to compact" needs none.
-            prepare_compaction(session.get_branch(), context_messages=[])
+            # Refuse before choosing a model what no model could compact (keeping nothing
+            # verbatim); how much is kept depends on the model's window (``compact`` says).
+            prepare_compaction(session.get_branch(), 0, context_messages=[])
             return session
 
         with tool_errors():
