@@ -209,6 +209,13 @@ async def test_a_replica_killed_mid_run_frees_its_session_and_loses_nothing_ackn
             assert (await call(survivor, "agent_status", run_id=run["runId"]))[
                 "status"
             ] == "running"
+            # Mid-run: once its prompt is stored (a run lists its tools first; the answer of
+            # agent_run(wait=false) does not wait for that).
+            for _ in range(400):  # bounded
+                got = await call(survivor, "session_get", session_id=sid, limit=0)
+                if "slow please" in json.dumps(got):
+                    break
+                await anyio.sleep(0.05)
             doomed.process.kill()  # SIGKILL, mid-run
             doomed.process.wait(10)
         ended = None
@@ -224,6 +231,6 @@ async def test_a_replica_killed_mid_run_frees_its_session_and_loses_nothing_ackn
         ]
         stored = [e["id"] for e in entries]
         assert stored[: len(acked)] == acked
-        assert "slow please" in json.dumps(entries)  # the run's prompt was stored before it ran
+        assert "slow please" in json.dumps(entries)
         again = await call(survivor, "agent_run", prompt="still here?", session_id=sid)
         assert again["answer"] == "echo: still here?"
