@@ -340,6 +340,70 @@ def test_a_waited_run_asks_the_clients_model_on_its_own_request_stream(
     assert "hello from the client" in json.dumps(result["structuredContent"])
 
 
+def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
+    http_server: HttpServer,
+) -> None:
+    """A client that drops the call's stream (a disconnect, which is no cancel) and listens on
+    its GET stream gets the run's next request for the model there: sent on the dropped
+    stream, the SDK dropped it, and the run waited for good with its session busy."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    initialize = initialize_request()
+    initialize["params"]["capabilities"] = {"sampling": {}}
+    call_a_tool = {
+        "role": "assistant",
+        "content": {"type": "text", "text": "one moment"},
+        "model": "client-model",
+        "stopReason": "endTurn",
+    }
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(http_server.url, json=initialize, headers=auth)
+        legacy = {
+            **auth,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
+        with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
+            first = next(
+                json.loads(line.removeprefix("data:"))
+                for line in stream.iter_lines()
+                if line.startswith("data:")
+            )
+        assert first["method"] == "sampling/createMessage"
+        # The call's stream is gone; the client follows up on the run with agent_steer (so
+        # that the model is asked again) and listens on its GET stream.
+        listen = {**legacy, "Accept": "text/event-stream"}
+        with http.stream("GET", http_server.url, headers=listen) as heard:
+            runs = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+            runs["params"] = {"name": "agent_runs", "arguments": {}}
+            listed = http.post(http_server.url, json=runs, headers=legacy)
+            (run_info,) = json.loads(
+                next(x for x in listed.text.splitlines() if x.startswith("data:"))[5:]
+            )["result"]["structuredContent"]["runs"]
+            steer = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+            steer["params"] = {
+                "name": "agent_steer",
+                "arguments": {"run_id": run_info["runId"], "message": "and again"},
+            }
+            assert http.post(http_server.url, json=steer, headers=legacy).status_code == 200
+            reply = {"jsonrpc": "2.0", "id": first["id"], "result": call_a_tool}
+            assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
+            pings = 0
+            for line in heard.iter_lines():
+                pings += line.startswith(":")
+                assert pings < 2, "the model's next request never came on the GET stream"
+                if line.startswith("data:"):
+                    again = json.loads(line.removeprefix("data:"))
+                    if again.get("method") == "sampling/createMessage":
+                        break
+        texts = [m["content"]["text"] for m in again["params"]["messages"]]
+        assert texts[-1] == "and again"
+        http.delete(http_server.url, headers=legacy)
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

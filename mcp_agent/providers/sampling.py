@@ -9,15 +9,16 @@ way to get a model.
     stream_fn = sampling_stream_fn(ClientChannel(ctx.session))   # inside an MCP tool handler
 
 A run that a request of the client waits on asks on that request's own stream
-(``ClientChannel(ctx.session, ctx.request_id)``): over HTTP that is the open POST stream, while
-the connection's own stream (a GET the client may never open) is all a detached run has.
+(``ClientChannel(ctx.session, ctx.request_id)``) while it is open: over HTTP that is the POST's
+answer stream. A detached run, or one whose client dropped that stream (a disconnect is no
+cancel), asks on the connection's own stream (a GET the client may or may not have open).
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,10 +94,14 @@ def unavailable_message(reason: str) -> str:
 class ClientChannel:
     """Where the client's model is asked: the server-side MCP session (``ctx.session``) and,
     when a request of the client waits for the answer, that request's id, to ask on its
-    stream."""
+    stream while ``stream_open`` says it is open (None: while the request is under way)."""
 
     session: Any
     request_id: str | int | None = None
+    stream_open: Callable[[], bool] | None = None
+
+    def on_request_stream(self) -> bool:
+        return self.request_id is not None and (self.stream_open is None or self.stream_open())
 
 
 def sampling_support(session: Any) -> tuple[bool, bool, str]:
@@ -180,7 +185,7 @@ async def stream_sampling(
             kwargs["model_preferences"] = types.ModelPreferences(
                 hints=[types.ModelHint(name=model.id)]
             )
-        if channel.request_id is not None:
+        if channel.on_request_stream():
             kwargs["related_request_id"] = channel.request_id
         if context.tools and with_tools:
             kwargs["tools"] = [

@@ -13,13 +13,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
-from mcp_agent.providers.sampling import ClientChannel
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
 from mcp_agent.runtime.run_board import CommandKind, RunRecord
 from mcp_agent.runtime.runs import MAX_QUEUED, NOT_TAKEN_CHARS, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
-from mcp_agent.server.clients import client_key
+from mcp_agent.server.clients import client_channel, client_key
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
@@ -119,7 +118,7 @@ def register(server: MCPServer) -> None:
                     depth=child_depth(meta),
                     # A waited run asks the client's model on this request's own stream,
                     # open while it waits; a detached one has only the connection's.
-                    client_channel=ClientChannel(ctx.session, ctx.request_id if wait else None),
+                    client_channel=client_channel(ctx.request_context, waited=wait),
                     parent_session=parent,
                     listener=listener,
                     client=client_key(ctx.request_context),

@@ -1,14 +1,41 @@
 """Who is asking: the client a request comes from, for the limits kept per client (runs) and
-for taking turns at the database's worker threads."""
+for taking turns at the database's worker threads, and where it may be asked back (sampling)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_agent.blocking import WORK_OWNER
+from mcp_agent.providers.sampling import ClientChannel
+
+# Where an HTTP request's scope holds its AnswerStream (each request of a 2025 session has one).
+ANSWER_STREAM = "mcp_agent.answer_stream"
+
+
+@dataclass
+class AnswerStream:
+    """Whether a request's answer stream is still open: the SDK drops what is sent on a
+    stream its client closed (a disconnect, which is no cancel), so a request of ours sent
+    there would wait for good."""
+
+    open: bool = True
+
+
+def client_channel(request: ServerRequestContext[Any, Any], waited: bool) -> ClientChannel:
+    """Where a run of ``request`` asks the client's model: on the request's own stream while
+    the request waits for the run (``waited``) and the stream is open, else on the
+    connection's."""
+    scope = getattr(request.request, "scope", None)
+    stream = scope.get(ANSWER_STREAM) if isinstance(scope, dict) else None
+    return ClientChannel(
+        request.session,
+        request.request_id if waited else None,
+        (lambda: stream.open) if isinstance(stream, AnswerStream) else None,
+    )
 
 
 def client_key(request: ServerRequestContext[Any, Any]) -> object:

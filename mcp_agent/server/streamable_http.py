@@ -47,6 +47,7 @@ from mcp_agent.runtime.settings import (
     ServerSettings,
     is_loopback,
 )
+from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
     BearerTokenMiddleware,
@@ -285,11 +286,15 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         held.add(key)
         in_flight = self._ids_in_flight
         released = False
+        # Open until answered or its client goes: a run the request waits on asks the
+        # client's model on this stream only while it is (``client_channel``).
+        stream = scope[ANSWER_STREAM] = AnswerStream()
 
         def release() -> None:  # once: a request with the id may come once it is answered
             nonlocal released
             if not released:
                 released = True
+                stream.open = False
                 held.discard(key)
                 if not held and in_flight.get(session_id) is held:
                     del in_flight[session_id]

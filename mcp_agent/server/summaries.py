@@ -11,10 +11,10 @@ from mcp_agent.compaction.branch_summary import summarize_branch as summarize_se
 from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
-from mcp_agent.providers.sampling import ClientChannel
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.models import resolve_run_model
 from mcp_agent.runtime.start import ResolvedModel, resume_model
+from mcp_agent.server.clients import client_channel
 from mcp_agent.sessions import Session
 
 
@@ -24,7 +24,7 @@ async def summary_model(state: AppState, ctx: Context, session: Session) -> tupl
     Raises ModelUnavailable when there is none."""
 
     # The summary is written while the request waits: the client's model is asked on its stream.
-    client = ClientChannel(ctx.session, ctx.request_id)
+    client = client_channel(ctx.request_context, waited=True)
 
     def resume() -> ResolvedModel | None:
         return resume_model(session, state.settings.default_model, client, state.models)
