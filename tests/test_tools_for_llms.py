@@ -348,10 +348,14 @@ def custom(data: str) -> dict[str, Any]:
         ("session_get", {"session_id": "s", "cursor": "x"}, "cursor 'x' is not one"),
         ("session_get", {"session_id": "s", "colour": 1}, "unknown argument 'colour'"),
         ("session_list", {"limit": "many"}, "limit should be a valid integer"),
-        # Not converted, as pydantic's lax mode would: the schema says integer, or boolean.
-        ("session_get", {"session_id": "s", "limit": "5"}, 'integer, not a string (got "5")'),
+        # Not converted, as pydantic's lax mode would: the schema says integer, or boolean
+        # (text that is the JSON of one is read: test_scalars_given_as_their_json_text_are_read).
+        ("session_get", {"session_id": "s", "limit": "5.0"}, 'integer, not a string (got "5.0")'),
+        ("session_get", {"session_id": "s", "limit": " 5"}, 'integer, not a string (got " 5")'),
         ("session_get", {"session_id": "s", "limit": 5.5}, "integer, not a number (got 5.5)"),
-        ("session_move_to", {"session_id": "s", "entry_id": "e", "summarize": "true"}, "boolean"),
+        ("session_move_to", {"session_id": "s", "entry_id": "e", "summarize": "yes"}, "boolean"),
+        ("session_move_to", {"session_id": "s", "entry_id": "e", "summarize": 1}, "boolean"),
+        ("session_get", {"session_id": 5, "limit": 1}, "session_id should be a valid string"),
         ("session_append", {"session_id": "s", "entry": {"type": "message"}}, "is required"),
         (
             "session_move_to",
@@ -402,6 +406,22 @@ async def test_bad_arguments_get_one_line_naming_the_argument(
     assert "\n" not in text and text.startswith(f"{tool}: ")
     assert not any(word in text for word in MACHINE_TALK), text
     assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
+
+
+async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> None:
+    """The Inspector's command line sends every argument whose schema is no single type (each
+    nullable one) as text: `--tool-arg limit=1` could not be given at all."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for text in ('"one"', '"two"'):
+            await call(client, "session_append", session_id=sid, entry=custom(text))
+        page = await call(client, "session_get", session_id=sid, view="entries", limit="1")
+        assert len(page["entries"]) == 1 and page["nextCursor"]
+        first = page["entries"][0]["id"]
+        moved = await call(
+            client, "session_move_to", session_id=sid, entry_id=first, summarize="false"
+        )
+        assert moved["leafId"] == first
 
 
 async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:

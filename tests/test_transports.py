@@ -550,6 +550,22 @@ def test_inspector_cli_over_stdio(tmp_path: Path) -> None:
     read = inspector_cli(command, "--method", "resources/read", "--uri", f"session://{sid}/context")
     context = json.loads(read["contents"][0]["text"])
     assert [m["role"] for m in context["messages"]] == ["user", "assistant"]
+    # The Inspector sends a nullable integer or boolean as text: read as the JSON it is.
+    page = inspector_cli(
+        command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "session_get",
+        "--tool-arg",
+        f"session_id={sid}",
+        "--tool-arg",
+        "limit=1",
+        "--tool-arg",
+        "view=entries",
+    )
+    assert not page.get("isError"), page
+    assert len(page["structuredContent"]["entries"]) == 1
 
 
 def run_ts_client(*args: str) -> dict[str, Any]:

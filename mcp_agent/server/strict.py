@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,7 +212,7 @@ class SessionsServer(MCPServer):
                     + (", ".join(properties) or "no arguments")
                 )
             )
-        self._check_scalar_types(name, tool.parameters, arguments)
+        arguments = self._scalar_arguments(name, tool.parameters, arguments)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:
@@ -265,18 +266,24 @@ class SessionsServer(MCPServer):
             bounded = bounded_error(error.error.message, arguments)
             raise MCPError(error.error.code, bounded) from None
 
-    def _check_scalar_types(
+    def _scalar_arguments(
         self, name: str, schema: dict[str, Any], arguments: dict[str, Any]
-    ) -> None:
-        """Refuse a scalar argument of the wrong JSON type (``"5"`` for an integer), which
-        pydantic's lax mode would convert. An object or array argument given as JSON text is
-        left to the SDK, which parses it on purpose (clients that send nested objects as
-        strings)."""
+    ) -> dict[str, Any]:
+        """``arguments`` with each scalar one given as JSON text of the type wanted (``"5"``
+        for an integer, ``"true"`` for a boolean) read as that JSON, as the SDK reads an object
+        or array given as JSON text: clients whose forms give text for a type they do not
+        know (the Inspector's command line, for every nullable one) could not pass them.
+        Any other scalar of the wrong JSON type is refused, where pydantic's lax mode would
+        convert it (``"5.0"``, ``1`` for true, ``5.5`` cut to 5)."""
         known = self._scalar_types.get(name)
         if known is None or known[0] is not schema:
             known = self._scalar_types[name] = (schema, scalar_types(schema))
+        read: dict[str, Any] = {}
         for key, allowed in known[1].items():
             if key in arguments and not _has_type(arguments[key], allowed):
+                if (value := _json_scalar(arguments[key], allowed)) is not None:
+                    read[key] = value
+                    continue
                 properties: dict[str, Any] = schema.get("properties", {})
                 about = properties.get(key, {}).get("description")
                 wanted = " or ".join(sorted(allowed - {"null"}))
@@ -284,6 +291,7 @@ class SessionsServer(MCPServer):
                 kind = json_kind(arguments[key])
                 text = f"{name}: {key} should be a valid {wanted}, not {kind} (got {given})"
                 raise ToolError(_one_line(text + (f"; {key}: {about}" if about else "")))
+        return {**arguments, **read} if read else arguments
 
     def _explain(
         self, name: str, error: ToolError, properties: dict[str, Any], arguments: dict[str, Any]
@@ -324,6 +332,28 @@ def scalar_types(schema: dict[str, Any]) -> dict[str, frozenset[str]]:
         if types and all(kind in _SCALARS for kind in types):
             found[key] = frozenset(str(kind) for kind in types)
     return found
+
+
+# The longest text read as a scalar's JSON: any number or boolean fits.
+JSON_SCALAR_CHARS = 40
+
+
+def _json_scalar(value: Any, allowed: frozenset[str]) -> Any:
+    """``value``, text that is exactly the JSON of a number, integer or boolean ``allowed``
+    (``"5"``, ``"true"``), read; else None."""
+    if not isinstance(value, str) or len(value) > JSON_SCALAR_CHARS or value != value.strip():
+        return None
+    try:
+        read = json.loads(value)
+    except ValueError:
+        return None
+    if read is None or isinstance(read, str | list | dict) or not _has_type(read, allowed):
+        return None
+    if isinstance(read, float) and not math.isfinite(read):
+        return None  # NaN and Infinity are no JSON
+    if isinstance(read, float) and "integer" in allowed and "number" not in allowed:
+        return None  # "5.0" or "1e3" for an integer: not as the integer would be written
+    return read
 
 
 def _has_type(value: Any, allowed: frozenset[str]) -> bool:
