@@ -255,23 +255,30 @@ def test_a_session_the_server_does_not_have_is_told_to_initialize_again(
             assert "initialize again" in said
 
 
+def sampling_session(http: httpx.Client, url: str) -> dict[str, str]:
+    """A 2025 session of a raw client that declares sampling and opens no GET stream: the
+    headers its requests carry."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    initialize = initialize_request()
+    initialize["params"]["capabilities"] = {"sampling": {}}
+    opened = http.post(url, json=initialize, headers=auth)
+    legacy = {
+        **auth,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-06-18",
+    }
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert http.post(url, json=initialized, headers=legacy).status_code == 202
+    return legacy
+
+
 def test_a_request_id_under_way_in_a_session_is_refused_not_left_unanswered(
     http_server: HttpServer,
 ) -> None:
     """Before, of two requests of one session with one id under way, the SDK answered one
     and the other's client waited for good (the SDK routes answers by the id)."""
-    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
-    initialize = initialize_request()
-    initialize["params"]["capabilities"] = {"sampling": {}}
     with httpx.Client(timeout=10) as http:
-        opened = http.post(http_server.url, json=initialize, headers=auth)
-        legacy = {
-            **auth,
-            "mcp-session-id": opened.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-06-18",
-        }
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        legacy = sampling_session(http, http_server.url)
         run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
         call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": run}
         with http.stream("POST", http_server.url, json=call, headers=legacy) as under_way:
@@ -295,18 +302,8 @@ def test_a_waited_run_asks_the_clients_model_on_its_own_request_stream(
     """A client that opened no GET stream (the 2025 protocol lets it) still gets the model's
     request of a run it waits on: before, it went to the GET stream, the SDK dropped it, and
     the call waited for good."""
-    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
-    initialize = initialize_request()
-    initialize["params"]["capabilities"] = {"sampling": {}}
     with httpx.Client(timeout=30) as http:
-        opened = http.post(http_server.url, json=initialize, headers=auth)
-        legacy = {
-            **auth,
-            "mcp-session-id": opened.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-06-18",
-        }
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        legacy = sampling_session(http, http_server.url)
         run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
         asked: list[str] = []
@@ -346,9 +343,6 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
     """A client that drops the call's stream (a disconnect, which is no cancel) and listens on
     its GET stream gets the run's next request for the model there: sent on the dropped
     stream, the SDK dropped it, and the run waited for good with its session busy."""
-    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
-    initialize = initialize_request()
-    initialize["params"]["capabilities"] = {"sampling": {}}
     call_a_tool = {
         "role": "assistant",
         "content": {"type": "text", "text": "one moment"},
@@ -356,14 +350,7 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
         "stopReason": "endTurn",
     }
     with httpx.Client(timeout=30) as http:
-        opened = http.post(http_server.url, json=initialize, headers=auth)
-        legacy = {
-            **auth,
-            "mcp-session-id": opened.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-06-18",
-        }
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        assert http.post(http_server.url, json=initialized, headers=legacy).status_code == 202
+        legacy = sampling_session(http, http_server.url)
         run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
         with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
