@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx
+import mcp.types as types
 import pytest
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.types import TextContent
 from narrow import narrow
 
@@ -369,3 +371,21 @@ def find_pi() -> tuple[str, Path] | None:
         if node:
             return node, peers
     return None
+
+
+class ClientsModel:
+    """The MCP client's own model (a sampling callback): answers ``text`` to every request,
+    kept in ``asked``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.asked: list[types.CreateMessageRequestParams] = []
+
+    async def __call__(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        self.asked.append(params)
+        said = types.TextContent(type="text", text=self.text)
+        return types.CreateMessageResult(
+            role="assistant", model="client-llm", stop_reason="endTurn", content=said
+        )

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp.types as types
 import pytest
 from mcp import Client
-from mcp.client.session import ClientRequestContext
 from mcp.server import MCPServer
 from mcp_support import (
+    ClientsModel,
     agent_server,
     call,
     call_error,
@@ -121,23 +120,13 @@ async def test_session_compact(client: Client, model: Model) -> None:
 async def test_session_compact_with_the_clients_model(tmp_path: Path) -> None:
     """A server whose model is the client's asks it for the summary (sampling), on the
     compacting request's own stream."""
-    asked: list[types.CreateMessageRequestParams] = []
-
-    async def clients_model(
-        context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        asked.append(params)
-        summary = types.TextContent(type="text", text="CLIENT SUMMARY")
-        return types.CreateMessageResult(
-            role="assistant", model="client-llm", stop_reason="endTurn", content=summary
-        )
-
+    clients_model = ClientsModel("CLIENT SUMMARY")
     server = agent_server(tmp_path, {}, default_model="client")
     async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
         sid, _ = await long_session(client)
         result = await call(client, "session_compact", session_id=sid)
     assert result["summary"] == "CLIENT SUMMARY"
-    (params,) = asked
+    (params,) = clients_model.asked
     assert params.system_prompt == SUMMARIZATION_SYSTEM_PROMPT
 
 

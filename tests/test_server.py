@@ -13,11 +13,12 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client
-from mcp.client.session import ClientRequestContext, MessageHandlerFnT
+from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import (
     TEST_AGENTS,
+    ClientsModel,
     agent_server,
     call,
     call_error,
@@ -1113,24 +1114,14 @@ async def test_a_subagent_whose_agent_names_the_clients_model_asks_the_client(
             return reply(f"tool said: {content_text(last.content)}")
         return reply(tool_call("subagent", {"agent": "asker", "task": "hi"}))
 
-    asked: list[types.CreateMessageRequestParams] = []
-
-    async def clients_model(
-        context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        asked.append(params)
-        said = types.TextContent(type="text", text="FROM THE CLIENT")
-        return types.CreateMessageResult(
-            role="assistant", model="client-llm", stop_reason="endTurn", content=said
-        )
-
+    clients_model = ClientsModel("FROM THE CLIENT")
     agents = {**TEST_AGENTS, "asker": 'model = "client"\ntools = []\n'}
     server = agent_server(tmp_path, {"scripted": model}, agents=agents)
     async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
         run = await call(client, "agent_run", prompt="go", agent="helper")
     assert "FROM THE CLIENT" in run["answer"], run["answer"]
     assert json.loads(run["answer"].removeprefix("tool said: "))["answer"] == "FROM THE CLIENT"
-    assert len(asked) == 1
+    assert len(clients_model.asked) == 1
 
 
 async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(
