@@ -1104,6 +1104,24 @@ def test_run_streams_the_answer_and_stores_the_session(fakellm: str, db: Path, c
     )
 
 
+def test_continuing_a_session_without_a_model_goes_on_with_its_own(cli: Any, db: Path) -> None:
+    """run --session and chat --session with no model and no key set: the session's own model
+    (here one that needs no key) is taken, as agent_run does; both refused with "no model
+    configured" before."""
+    first = cli("run", "hello", "--model", "scripted:echo")
+    assert first.exit_code == 0, first.stderr
+    session_id = first.stderr.split("session ")[1].split()[0]
+    again = cli("run", "again", "--session", session_id)
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout == "again\n" and "scripted:echo" in again.stderr
+    chat = cli("chat", "--session", session_id, input="once more\n")
+    assert chat.exit_code == 0, chat.stderr
+    assert "scripted:echo" in chat.stdout + chat.stderr
+    assert users_said(db) == ["hello", "again", "once more"]
+    # A new session still needs a model named somewhere.
+    assert "no model configured" in cli("run", "hi").stderr
+
+
 def test_continuing_with_another_model_keeps_the_sessions_tools(
     fakellm: str, db: Path, cli: Any
 ) -> None:

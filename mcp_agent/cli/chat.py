@@ -33,6 +33,7 @@ from mcp_agent.cli.run import (
     SessionOption,
     StreamPrinter,
     check_model,
+    check_run_model,
     check_session,
     footer,
     run_app,
@@ -74,7 +75,7 @@ def chat(
 
     async def body(state: AppState) -> int:
         await check_session(state, session)
-        name = check_model(state, agent, model)
+        name = await check_run_model(state, session, agent, model)
         return await Chat(state, session, agent, model, name).loop()
 
     code = run_app(settings, body)

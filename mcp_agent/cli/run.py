@@ -134,6 +134,27 @@ async def check_session(state: AppState, session_id: str | None) -> None:
         )
 
 
+async def check_run_model(
+    state: AppState, session_id: str | None, agent_name: str | None, model: str | None
+) -> str:
+    """The model a run in ``session_id`` (None: a new session) will use, as start_run chooses
+    it, or InputError: a session continued without naming a model goes on with the one it
+    last used when that can be used here, else with its agent's (or the default)."""
+    if session_id is None or model is not None:
+        return check_model(state, agent_name, model)
+    from mcp_agent.cli.demo import cli_models
+    from mcp_agent.runtime.start import resume_model, session_agent
+
+    def resumed() -> tuple[str | None, str]:
+        session = state.repo.open(session_id)
+        agent = agent_name or session_agent(state, session).name
+        found = resume_model(session, state.settings.default_model, None, cli_models())
+        return (found[0] if found else None), agent
+
+    name, agent = await state.offload(resumed)
+    return name or check_model(state, agent, None)
+
+
 def _stdout_is_a_terminal() -> bool:
     try:
         return sys.stdout.isatty()
@@ -440,7 +461,7 @@ async def _run_once(
     state: AppState, prompt: str, session_id: str | None, agent: str | None, model: str | None
 ) -> int:
     await check_session(state, session_id)
-    check_model(state, agent, model)
+    await check_run_model(state, session_id, agent, model)
     printer = StreamPrinter()
     run, stopped = await start_and_wait(
         state, lambda: start(state, printer, prompt, session_id, agent, model)
