@@ -35,6 +35,7 @@ from mcp_agent.cli.run import (
     check_model,
     check_session,
     footer,
+    resumed_model,
     run_app,
     server_settings,
     start,
@@ -74,7 +75,7 @@ def chat(
 
     async def body(state: AppState) -> int:
         await check_session(state, session)
-        name = check_model(state, agent, model)
+        name = check_model(state, agent, model, await resumed_model(state, session, model))
         return await Chat(state, session, agent, model, name).loop()
 
     code = run_app(settings, body)

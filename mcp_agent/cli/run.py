@@ -98,8 +98,26 @@ async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
         yield state
 
 
-def check_model(state: AppState, agent_name: str | None, model: str | None) -> str:
-    """The model a run will use, or InputError saying how to choose one."""
+async def resumed_model(state: AppState, session_id: str | None, model: str | None) -> str | None:
+    """The model a continued session goes on with when no ``--model`` is given: its own, as
+    ``start_run`` resumes it (None: a new session, or its model cannot be used here)."""
+    from mcp_agent.cli.demo import cli_models
+    from mcp_agent.runtime.start import resume_model
+
+    if session_id is None or model is not None:
+        return None
+    default = state.settings.default_model
+    resolved = await state.offload(
+        lambda: resume_model(state.repo.open(session_id), default, None, cli_models())
+    )
+    return resolved[0] if resolved is not None else None
+
+
+def check_model(
+    state: AppState, agent_name: str | None, model: str | None, resumed: str | None = None
+) -> str:
+    """The model a run will use (``resumed``: a continued session's own, which the run keeps),
+    or InputError saying how to choose one."""
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.runtime.errors import ModelUnavailable
     from mcp_agent.runtime.models import (
@@ -113,6 +131,9 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
     if manifest is None:
         known = ", ".join(sorted(state.agents)) or "(none)"
         raise InputError(f"unknown agent {agent_name!r}; the manifests define: {known}")
+    if resumed is not None:
+        # Checked when resumed: the default need not be usable for a session that has its own.
+        return resumed
     name = model or manifest.model or default_model_name(state.settings.default_model)
     if name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
         # The MCP client's own model (sampling) needs an MCP client; the terminal has none.
@@ -440,7 +461,7 @@ async def _run_once(
     state: AppState, prompt: str, session_id: str | None, agent: str | None, model: str | None
 ) -> int:
     await check_session(state, session_id)
-    check_model(state, agent, model)
+    check_model(state, agent, model, await resumed_model(state, session_id, model))
     printer = StreamPrinter()
     run, stopped = await start_and_wait(
         state, lambda: start(state, printer, prompt, session_id, agent, model)
