@@ -2161,3 +2161,24 @@ def test_chat_compacts_with_the_model_the_session_runs_with(
     with SqliteSessionRepo(db) as repo:
         (compaction,) = repo.open(listed.id).find_entries("compaction")
     assert narrow(compaction, CompactionEntry).summary.startswith("summary by session-model")
+
+
+def test_a_continued_session_keeps_its_model_in_run_and_chat(
+    cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run --session`` and ``chat --session`` go on with the session's own model, as the run
+    does: before, with no default configured they refused ("no model configured"), and with
+    another default chat's banner and /model named that one while the session's answered."""
+    first = cli("run", "hello", "--model", "scripted:echo")
+    assert first.exit_code == 0, first.output
+    session_id = first.stderr.split("session ")[1].split()[0]
+    again = cli("run", "again", "--session", session_id)  # no model anywhere but the session's
+    assert again.exit_code == 0, again.output
+    assert again.stdout == "again\n" and "scripted:echo" in again.stderr
+    monkeypatch.setenv("MCP_AGENT_MODEL", "scripted:demo")
+    chat = cli("chat", "--session", session_id, input="more\n/model\n")
+    assert chat.exit_code == 0, chat.output
+    assert "· scripted:echo ·" in chat.stderr.splitlines()[0]
+    assert "model: scripted:echo" in chat.output and "scripted:demo" not in chat.output
+    fresh = cli("run", "new")  # a new session has no model of its own: the default serves
+    assert fresh.exit_code == 0 and "scripted:demo" in fresh.stderr, fresh.output

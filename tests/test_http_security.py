@@ -439,3 +439,14 @@ def test_settings_take_paths_given_as_text(tmp_path: Path) -> None:
     assert settings.db_path == tmp_path / "s.db" and settings.sessions_dir == tmp_path
     with pytest.raises(ValueError, match="as db_url"):
         ServerSettings(db_path="postgresql://u:secret@h/db")  # type: ignore[arg-type]
+
+
+def test_the_banner_writes_an_ipv6_address_as_a_url_does(tmp_path: Path) -> None:
+    """``serve --transport http --host ::1`` printed "on http://::1:8765/mcp", a URL no client
+    takes, while the viewer's link beside it had the brackets."""
+    from mcp_agent.server.app import banner
+
+    for host, shown in (("::1", "[::1]"), ("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")):
+        settings = ServerSettings(db_path=tmp_path / "s.db", host=host, port=8765)
+        assert banner(settings, "http").endswith(f" on http://{shown}:8765/mcp")
+    assert " on http" not in banner(settings, "stdio")

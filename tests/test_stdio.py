@@ -543,6 +543,37 @@ async def test_a_line_over_the_limit_that_comes_whole_in_one_read_is_dropped_too
     ]
 
 
+def test_sigterm_stops_the_server_while_its_client_keeps_stdin_open(tmp_path: Path) -> None:
+    """A client that stops its server with SIGTERM need not close the pipe first. Before, the
+    server stopped serving but its transport's reader still waited for the next line: it ran
+    until stdin closed, and then died of a traceback (exit 1), not of the signal."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(initialize_request(0)) + "\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 0
+        process.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        process.stdin.flush()
+        process.send_signal(signal.SIGTERM)
+        try:
+            returncode = process.wait(timeout=20)  # stdin stays open all along
+        except subprocess.TimeoutExpired:
+            pytest.fail("serve ran on after SIGTERM while its stdin stayed open")
+        assert process.stderr is not None
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdin.close()
+    assert returncode == 143, stderr
+    assert "Traceback" not in stderr
+
+
 def test_sigterm_stops_the_server_and_its_downstream_servers(tmp_path: Path) -> None:
     """A client (or supervisor) that stops the server with SIGTERM: the server stops as at
     the end of its input, its downstream servers and what they started with it (before: the

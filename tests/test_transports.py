@@ -228,6 +228,30 @@ def test_http_refusals_of_content_type_and_accept_are_json_rpc_errors(
     assert "POST" in said(listen, 405)
 
 
+def test_http_refusals_of_a_method_and_of_no_session_say_what_to_send(
+    http_server: HttpServer,
+) -> None:
+    """A 2025 client's PUT got the SDK's bare "Method Not Allowed", and a request without a
+    session (a GET, a DELETE, a call before initialize) its bare "Missing session ID": neither
+    said what the endpoint takes."""
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    refused = httpx.put(http_server.url, headers=auth)
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, POST, DELETE"
+    said = str(refused.json()["error"]["message"])
+    assert said.startswith("Method Not Allowed: /mcp takes POST") and said.endswith("not a PUT")
+    ping = {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+    for refused in (
+        httpx.post(http_server.url, json=ping, headers=auth),
+        httpx.get(http_server.url, headers={**auth, "Accept": "text/event-stream"}),
+        httpx.delete(http_server.url, headers=auth),
+    ):
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == -32600
+        assert "initialize" in error["message"] and "Mcp-Session-Id" in error["message"]
+        assert "MCP-Protocol-Version" in error["message"]
+
+
 def test_a_session_the_server_does_not_have_is_told_to_initialize_again(
     http_server: HttpServer,
 ) -> None:

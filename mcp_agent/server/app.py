@@ -23,6 +23,7 @@ from mcp_agent.server import (
     session_tools,
 )
 from mcp_agent.server.clients import ClientsTakeTurns
+from mcp_agent.server.http_auth import url_host
 from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import ListenStreams, Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
@@ -102,7 +103,9 @@ def build_server(
 
 
 def banner(settings: ServerSettings, transport: str) -> str:
-    where = f" on http://{settings.host}:{settings.port}/mcp" if transport == "http" else ""
+    where = (
+        f" on http://{url_host(settings.host)}:{settings.port}/mcp" if transport == "http" else ""
+    )
     store = settings.db_location
     if settings.sessions_dir is not None:
         store = f"{settings.sessions_dir} (JSONL files)"

@@ -95,12 +95,16 @@ class HttpAuth:
         return text
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets (``http://::1:8765`` is no
+    URL a client takes)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def viewer_link(auth: HttpAuth, settings: ServerSettings) -> str:
     """The line serve prints about the session viewer at ``/``: the link that signs a browser
     in (with the token itself only when serve made it and printed it already)."""
-    host = "localhost" if settings.host in WILDCARD_ADDRESSES else settings.host
-    if ":" in host:
-        host = f"[{host}]"
+    host = "localhost" if settings.host in WILDCARD_ADDRESSES else url_host(settings.host)
     base = f"http://{host}:{settings.port}/"
     if auth.origin == "none":
         return f"session viewer: {base}"

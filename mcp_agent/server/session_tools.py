@@ -290,10 +290,10 @@ def register(server: MCPServer) -> None:
         entry: Annotated[
             EntryInput,
             Field(
-                description="what to append, by its type: message (role and text), label, "
-                "session_info (the name), custom (your data), custom_message, model_change, "
-                "thinking_level_change, active_tools_change, or pi (any entry in pi v3 form "
-                "as JSON text)"
+                description="what to append, by its type: message (role and content, its "
+                "text), label, session_info (the name), custom (your data), custom_message, "
+                "model_change, thinking_level_change, active_tools_change, or pi (any entry "
+                "in pi v3 form as JSON text)"
             ),
         ],
     ) -> AppendResult:

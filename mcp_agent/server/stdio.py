@@ -374,7 +374,7 @@ async def run_stdio(
     lowlevel = server._lowlevel_server
     unanswered = Unanswered()
     try:
-        with splicing(server):
+        with splicing(server), anyio.CancelScope() as transport:
             async with event_loop_stdio() as (read_stream, write_stream, lines):
                 writer = _Answering(SplicingStream(write_stream), unanswered)
                 # A line the transport cannot read is answered, not dropped (see unreadable).
@@ -384,5 +384,16 @@ async def run_stdio(
                     writer,
                     lowlevel.create_initialization_options(),
                 )
+                if stop is not None and stop.stopped:
+                    # The transport's own reader waits for the next line or the end of stdin,
+                    # and its exit waits for that reader: a client that stops its server with
+                    # SIGTERM and keeps the pipe open would keep it running for good.
+                    transport.cancel()
     except* PeerGone:
         log.info("the client closed the pipe; stopping")
+    except* anyio.BrokenResourceError:
+        # Told to stop, the server no longer takes what the transport read: a line it held
+        # then fails to reach the closed read stream. A client that sent SIGTERM waits for
+        # no answer to it.
+        if stop is None or not stop.stopped:
+            raise

@@ -75,6 +75,10 @@ PROTOCOL_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 SDK_SESSION_LIMIT_MESSAGE = b"Too many open sessions"
 SDK_BODY_LIMIT_MESSAGE = b"Request body too large"
 SDK_NO_SESSION_MESSAGE = b'"Session not found"'
+# The SDK's 2025 transport's refusals of a method it does not take and of a request of no
+# session: JSON-RPC errors that say no more than these words.
+SDK_METHOD_MESSAGE = b'"message":"Method Not Allowed"'
+SDK_MISSING_SESSION_MESSAGE = b'"message":"Bad Request: Missing session ID"'
 
 
 def no_session_message(scope: Scope, settings: ServerSettings) -> str:
@@ -468,6 +472,11 @@ def _replaying(first: Message, receive: Receive) -> Receive:
     return replay
 
 
+# One refusal of the SDK's: whether a body is it, and ours in its place (the message and
+# JSON-RPC code for the request's scope) with the headers it goes with.
+Refusal = tuple[Callable[[bytes], bool], Callable[[Scope], tuple[str, int]], dict[str, str]]
+
+
 class SdkRefusals:
     """The SDK's bare refusals as JSON-RPC errors that say what was wrong and what to do (a
     client shows a JSON-RPC error's message; the Python SDK's showed "Server returned an error
@@ -475,94 +484,131 @@ class SdkRefusals:
     raises the limit, its 413 for a body too large the size and the command line's import, its
     421 for a Host and its 403 for an Origin it does not serve the names it does serve, a
     404 for a path that is not the MCP endpoint names the endpoint, and its bare 400 for a body
-    not said to be JSON and its empty 406 and 405 (2026) say what the request must be."""
+    not said to be JSON, its empty 406 and 405 (2026), its bare 405 (2025) and its 400 for a
+    request of no session say what the request must be."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
         hosts = ", ".join(served_host_names(settings))
         # Room frees up when a busy session's request ends: a retry soon may well get in.
         retry = {"Retry-After": "1"} if settings.http_session_idle_timeout else {}
-        # Each status: whether a body is the SDK's refusal, and ours in its place (its
-        # message, and its JSON-RPC code when not INVALID_REQUEST's) with its headers.
-        self.refusals: dict[
-            int, tuple[Callable[[bytes], bool], Callable[[Scope], tuple[str, int]], dict[str, str]]
-        ] = {
-            503: (
-                lambda body: SDK_SESSION_LIMIT_MESSAGE in body,
-                lambda _: (session_limit_message(settings), INTERNAL_ERROR),
-                retry,
-            ),
-            413: (
-                lambda body: body == SDK_BODY_LIMIT_MESSAGE,
-                lambda _: (
-                    f"Invalid Request: the request body is over {settings.max_request_bytes:,}"
-                    " bytes, the most this server reads (a session file that large can be"
-                    " imported with the command line: mcp-agent-sessions sessions import FILE)",
-                    INVALID_REQUEST,
-                ),
-                {},
-            ),
-            421: (
-                lambda body: body == b"Invalid Host header",
-                lambda scope: (
-                    f"Misdirected Request: this server answers for {hosts}, not for the Host"
-                    f" {_quoted(scope, b'host')} (serve --allowed-host NAME adds a name, for a"
-                    " proxy or a DNS name of this machine)",
-                    INVALID_REQUEST,
-                ),
-                {},
-            ),
-            403: (
-                lambda body: body == b"Invalid Origin header",
-                lambda scope: (
-                    f"Forbidden: a web page from {_quoted(scope, b'origin')} may not call this"
-                    f" server, which takes pages from {hosts} (serve --allowed-host NAME adds a"
-                    " name)",
-                    INVALID_REQUEST,
-                ),
-                {},
-            ),
+        # Each status: the SDK's refusals with it, each as whether a body is that refusal,
+        # and ours in its place (its message and JSON-RPC code) with its headers.
+        self.refusals: dict[int, list[Refusal]] = {
+            503: [
+                (
+                    lambda body: SDK_SESSION_LIMIT_MESSAGE in body,
+                    lambda _: (session_limit_message(settings), INTERNAL_ERROR),
+                    retry,
+                )
+            ],
+            413: [
+                (
+                    lambda body: body == SDK_BODY_LIMIT_MESSAGE,
+                    lambda _: (
+                        f"Invalid Request: the request body is over {settings.max_request_bytes:,}"
+                        " bytes, the most this server reads (a session file that large can be"
+                        " imported with the command line: mcp-agent-sessions sessions import FILE)",
+                        INVALID_REQUEST,
+                    ),
+                    {},
+                )
+            ],
+            421: [
+                (
+                    lambda body: body == b"Invalid Host header",
+                    lambda scope: (
+                        f"Misdirected Request: this server answers for {hosts}, not for the Host"
+                        f" {_quoted(scope, b'host')} (serve --allowed-host NAME adds a name, for a"
+                        " proxy or a DNS name of this machine)",
+                        INVALID_REQUEST,
+                    ),
+                    {},
+                )
+            ],
+            403: [
+                (
+                    lambda body: body == b"Invalid Origin header",
+                    lambda scope: (
+                        f"Forbidden: a web page from {_quoted(scope, b'origin')} may not call this"
+                        f" server, which takes pages from {hosts} (serve --allowed-host NAME adds a"
+                        " name)",
+                        INVALID_REQUEST,
+                    ),
+                    {},
+                )
+            ],
             # The SDK's security check, for a POST whose body is not said to be JSON.
-            400: (
-                lambda body: body == b"Invalid Content-Type header",
-                lambda scope: (
-                    "Unsupported Media Type: a request's body is JSON, sent with Content-Type:"
-                    f" application/json, not {_quoted(scope, b'content-type')}",
-                    INVALID_REQUEST,
+            400: [
+                (
+                    lambda body: body == b"Invalid Content-Type header",
+                    lambda scope: (
+                        "Unsupported Media Type: a request's body is JSON, sent with Content-Type:"
+                        f" application/json, not {_quoted(scope, b'content-type')}",
+                        INVALID_REQUEST,
+                    ),
+                    {},
                 ),
-                {},
-            ),
+                (
+                    lambda body: SDK_MISSING_SESSION_MESSAGE in body,
+                    lambda scope: (
+                        "Bad Request: Missing session ID: on protocol "
+                        f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)} a client first sends initialize"
+                        " (a POST without Mcp-Session-Id), then the Mcp-Session-Id header its answer"
+                        f" gave with each request; on {', '.join(MODERN_PROTOCOL_VERSIONS)} it sends"
+                        " the MCP-Protocol-Version header instead, and holds no session",
+                        INVALID_REQUEST,
+                    ),
+                    {},
+                ),
+            ],
             # The SDK's 2026 path says nothing more (its 2025 path answers a JSON-RPC error).
-            406: (
-                lambda body: body == b"",
-                lambda scope: (
-                    "Not Acceptable: a client must accept both application/json and"
-                    " text/event-stream (an answer may come as an event stream), not"
-                    f" {_quoted(scope, b'accept')}",
-                    INVALID_REQUEST,
+            406: [
+                (
+                    lambda body: body == b"",
+                    lambda scope: (
+                        "Not Acceptable: a client must accept both application/json and"
+                        " text/event-stream (an answer may come as an event stream), not"
+                        f" {_quoted(scope, b'accept')}",
+                        INVALID_REQUEST,
+                    ),
+                    {},
+                )
+            ],
+            405: [
+                (
+                    lambda body: body == b"",
+                    lambda scope: (
+                        f"Method Not Allowed: on protocol {', '.join(MODERN_PROTOCOL_VERSIONS)} every"
+                        f" request is a POST, not a {scope['method']}",
+                        INVALID_REQUEST,
+                    ),
+                    {"Allow": "POST"},
                 ),
-                {},
-            ),
-            405: (
-                lambda body: body == b"",
-                lambda scope: (
-                    f"Method Not Allowed: on protocol {', '.join(MODERN_PROTOCOL_VERSIONS)} every"
-                    f" request is a POST, not a {scope['method']}",
-                    INVALID_REQUEST,
+                (
+                    lambda body: SDK_METHOD_MESSAGE in body,
+                    lambda scope: (
+                        f"Method Not Allowed: {MCP_ENDPOINT} takes POST (a request), GET (a 2025"
+                        " session's event stream) and DELETE (ending that session), not a"
+                        f" {clip_long(scope['method'], ECHO_CHARS)}",
+                        INVALID_REQUEST,
+                    ),
+                    {"Allow": "GET, POST, DELETE"},
                 ),
-                {"Allow": "POST"},
-            ),
+            ],
             # Starlette's, for a path no route serves, and the SDK's for a session it does
             # not know (a JSON-RPC error that says no more than that).
-            404: (
-                lambda body: body == b"Not Found" or SDK_NO_SESSION_MESSAGE in body,
-                lambda scope: (
-                    (no_session_message(scope, settings), INVALID_REQUEST)
-                    if scope["path"] == MCP_ENDPOINT and _header(scope, b"mcp-session-id")
-                    else (f"Not Found: {not_the_endpoint(scope['path'])}", INVALID_REQUEST)
-                ),
-                {},
-            ),
+            404: [
+                (
+                    lambda body: body == b"Not Found" or SDK_NO_SESSION_MESSAGE in body,
+                    lambda scope: (
+                        (no_session_message(scope, settings), INVALID_REQUEST)
+                        if scope["path"] == MCP_ENDPOINT and _header(scope, b"mcp-session-id")
+                        else (f"Not Found: {not_the_endpoint(scope['path'])}", INVALID_REQUEST)
+                    ),
+                    {},
+                )
+            ],
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -587,11 +633,19 @@ class SdkRefusals:
                 return
             held.append(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
-                status = held[0]["status"]
-                is_sdks, answer, headers = self.refusals[status]
-                if is_sdks(b"".join(m.get("body", b"") for m in held[1:])):
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                ours = next(
+                    (
+                        (answer, headers)
+                        for is_sdks, answer, headers in self.refusals[held[0]["status"]]
+                        if is_sdks(body)
+                    ),
+                    None,
+                )
+                if ours is not None:
+                    answer, headers = ours
                     said, code = answer(scope)
-                    refusal = error_response(status, said, code, headers=headers)
+                    refusal = error_response(held[0]["status"], said, code, headers=headers)
                     await refusal(scope, receive, send)
                 else:
                     for each in held:
