@@ -76,6 +76,41 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url:
         assert done["answer"] == "echo: hello"
 
 
+def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: str) -> None:
+    """A run ended while the database was out of reach, so its lease stayed in the table: the
+    renewals of its replica (alive, with other runs) must not keep that lease, or the session
+    stays busy for every other replica for as long as this one lives."""
+    import psycopg
+
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    first, second = PostgresDatabase(postgres_url), PostgresDatabase(postgres_url)
+    leases, other = PostgresLeases(first), PostgresLeases(second)
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        assert leases.acquire("s2", "run 2") is None
+        write = first.write
+
+        def unreachable(work: Any) -> Any:
+            raise SessionError("storage", "cannot reach the session database")
+
+        first.write = unreachable  # type: ignore[method-assign]
+        with pytest.raises(SessionError):
+            leases.release("s1")
+        first.write = write  # type: ignore[method-assign]
+        assert leases.renew() == {"s2"}
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute("UPDATE session_leases SET expires = 0 WHERE session_id = 's1'")
+        assert leases.renew() == {"s2"}  # the lapsed one stays lapsed
+        assert other.acquire("s1", "run 3") is None
+        assert other.acquire("s2", "run 4") is not None  # the one still held is not free
+    finally:
+        first.close()
+        second.close()
+
+
 def slow_responder(context: LlmContext) -> ScriptedResponse:
     """``slow…`` streams for about five seconds; anything else is echoed."""
     text = content_text(context.messages[-1].content)
