@@ -142,9 +142,15 @@ async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
         assert "has ended (completed)" in text
 
         second_run = await call(a, "agent_run", prompt="slow again", wait=False)
+        await call(b, "agent_follow_up", run_id=second_run["runId"], message="then this")
         cancelled = await call(b, "agent_cancel", run_id=second_run["runId"])
         assert cancelled["status"] == "aborted"
         assert "agent_cancel" in cancelled["error"]
+        # The follow-up it ended before taking is said on every replica, not only its own.
+        for client in (a, b):
+            status = await call(client, "agent_status", run_id=second_run["runId"])
+            assert ['follow-up "then this"' in w for w in status["warnings"]] == [True]
+        assert cancelled["warnings"] == status["warnings"]
         branch = await call(b, "session_get", session_id=second_run["sessionId"], limit=0)
         last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
         assert last["role"] == "assistant" and last["stopReason"] == "aborted"

@@ -35,7 +35,7 @@ CommandKind = Literal["cancel", "steer", "follow_up"]
 _NOW = "extract(epoch FROM clock_timestamp())"
 _COLUMNS = (
     "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
-    " answer, error, stop_reason, usage, new_messages"
+    " answer, error, stop_reason, usage, new_messages, warnings"
 )
 
 
@@ -59,18 +59,24 @@ class RunRecord:
     stop_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     new_messages: int = 0
+    # What went wrong without stopping it (an MCP server of its agent that could not start)
+    # and the steering and follow-up messages it ended before taking: on the board too, so
+    # that a client that steered it through another replica hears its message was dropped.
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
         record = cls(*row[:13])
         record.usage = Usage.model_validate(json.loads(row[13]))
         record.new_messages = row[14]
+        record.warnings = [str(warning) for warning in json.loads(row[15])]
         return record
 
     def row(self) -> tuple[Any, ...]:
         """The values of ``_COLUMNS``, in order."""
         values = [getattr(self, f.name) for f in fields(self)]
         values[13] = self.usage.model_dump_json(by_alias=True)
+        values[15] = json.dumps(self.warnings, ensure_ascii=False)
         return tuple(values)
 
 
@@ -92,12 +98,13 @@ class RunBoard:
             return
         sql = (
             f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
-            f" ({', '.join(['%s'] * 15)}, %s, {_NOW} + %s)"
+            f" ({', '.join(['%s'] * 16)}, %s, {_NOW} + %s)"
             " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
             " finished = excluded.finished, event_count = excluded.event_count,"
             " last_event = excluded.last_event, answer = excluded.answer,"
             " error = excluded.error, stop_reason = excluded.stop_reason,"
             " usage = excluded.usage, new_messages = excluded.new_messages,"
+            " warnings = excluded.warnings,"
             " model = excluded.model, expires = excluded.expires"
             # An end on the board is final: another replica that found the run's renewals
             # stopped may have ended it, and a late word from this one must not revive it.

@@ -67,12 +67,12 @@ class Run(RunRecord):
     abort_reason: str | None = None
     client: object | None = None  # the MCP connection that started it, for per-client limits
     end_reason: AgentEndReason | None = None  # why the agent stopped, once it has
-    # What went wrong without stopping it: an MCP server of its agent that could not start.
-    warnings: list[str] = field(default_factory=list)
 
     def record(self) -> RunRecord:
         """A copy of its state, for the board (written from a worker thread)."""
-        return RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
+        record = RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
+        record.warnings = list(self.warnings)  # the run's own list grows on the event loop
+        return record
 
     def abort(self, reason: str) -> None:
         """Abort the run; one whose task has not begun yet ends before it calls the model."""

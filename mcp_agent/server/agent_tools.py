@@ -63,8 +63,7 @@ def run_info(run: Run | RunRecord) -> RunInfo:
         new_messages=run.new_messages,
         usage=run.usage.to_json_dict(),
         depth=run.depth,
-        # (A run of another replica, read from the board, has none to say.)
-        warnings=[one_line(w, WARNING_CHARS) for w in getattr(run, "warnings", [])[:WARNINGS]],
+        warnings=[one_line(w, WARNING_CHARS) for w in run.warnings[:WARNINGS]],
     )
 
 
