@@ -233,6 +233,40 @@ async def test_a_run_whose_lease_was_taken_stops_at_the_next_renewal(
     assert ended["events"] < 50, ended
 
 
+async def test_a_run_that_ended_while_the_board_was_out_of_reach_is_said_as_it_ended(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database was out of reach as a run ended, so its end did not reach the board; its
+    renewals stopped, and another replica presumed it "the server running it stopped". Its
+    replica lives and writes the end once the database is back: every replica says it."""
+    import psycopg
+
+    from mcp_agent.runtime.run_board import STOPPED, RunBoard
+
+    publish = RunBoard.publish
+    failed: list[str] = []
+
+    def unreachable_at_the_end(board: RunBoard, records: list[Any]) -> None:
+        if not failed and any(r.finished is not None for r in records):
+            failed.extend(r.id for r in records)
+            raise psycopg.OperationalError("the database is out of reach")
+        publish(board, records)
+
+    monkeypatch.setattr(RunBoard, "publish", unreachable_at_the_end)
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        with anyio.fail_after(30):
+            done = await call(a, "agent_run", prompt="hello")
+            assert failed == [done["runId"]]
+            with psycopg.connect(postgres_url, autocommit=True) as db:  # the lease time passed
+                db.execute("UPDATE runs SET expires = 0 WHERE id = %s", (done["runId"],))
+            seen = await call(b, "agent_status", run_id=done["runId"])
+            while seen["error"] == STOPPED:  # until the run's replica writes its end
+                await anyio.sleep(0.05)
+                seen = await call(b, "agent_status", run_id=done["runId"])
+    assert seen["status"] == "completed" and seen["answer"] == "echo: hello", seen
+
+
 async def test_changes_reach_subscribers_on_every_replica(
     tmp_path: Path, postgres_url: str
 ) -> None:

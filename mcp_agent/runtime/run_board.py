@@ -108,12 +108,17 @@ class RunBoard:
             " model = excluded.model, expires = excluded.expires"
             # An end on the board is final: another replica that found the run's renewals
             # stopped may have ended it, and a late word from this one must not revive it.
-            " WHERE runs.finished IS NULL"
+            # Its own end, written late (the database was out of reach when it ended), does
+            # replace the one another replica presumed.
+            " WHERE runs.finished IS NULL OR (excluded.finished IS NOT NULL"
+            " AND runs.owner = excluded.owner AND runs.error = %s)"
         )
 
         def work(conn: Any) -> None:
             with conn.cursor() as cursor:
-                cursor.executemany(sql, [(*r.row(), self.owner, LEASE_SECONDS) for r in records])
+                cursor.executemany(
+                    sql, [(*r.row(), self.owner, LEASE_SECONDS, STOPPED) for r in records]
+                )
 
         self.database.write(work)
 

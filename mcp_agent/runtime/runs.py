@@ -155,6 +155,11 @@ class RunManager:
         self.board = board
         # What the board last heard of each running run (its event count).
         self._published: dict[str, int] = {}
+        # Runs that ended while the board could not be written (the database out of reach):
+        # written again by keep_board. Left unsaid, their end would never reach the board, and
+        # once their renewals stopped every other replica would call them ended in error,
+        # "the server running it stopped", whatever their end was.
+        self._unpublished: dict[str, Run] = {}
         self.offload = offload
         self.limits = limits or RunLimits()
         self.runs: dict[str, Run] = {}
@@ -283,9 +288,16 @@ class RunManager:
         last_publish = 0.0
         while True:
             await anyio.sleep(POLL_EVERY)
-            if not self._by_session:
+            if not self._by_session and not self._unpublished:
                 continue
             try:
+                if self._unpublished:
+                    ended = list(self._unpublished.values())
+                    await self._publish(ended)
+                    for run in ended:
+                        self._unpublished.pop(run.id, None)
+                if not self._by_session:
+                    continue
                 for command in await self.offload(board.take_commands):
                     self._apply(command.run_id, command.kind, command.message)
                 if time.monotonic() - last_publish >= PUBLISH_EVERY:
@@ -571,8 +583,12 @@ class RunManager:
             run.finished = time.time()
             try:
                 await self._publish([run])
-            except Exception:  # the board ends it when this replica stops renewing it
+            except Exception:  # keep_board writes it once the database is back
                 log.warning("the run board could not be written", exc_info=True)
+                if self.board is not None:
+                    self._unpublished[run.id] = run
+                    while len(self._unpublished) > KEEP_FINISHED_RUNS:  # the oldest go
+                        del self._unpublished[next(iter(self._unpublished))]
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
                 self._count_client(run.client, -1)
