@@ -267,6 +267,50 @@ async def test_a_run_that_ended_while_the_board_was_out_of_reach_is_said_as_it_e
     assert seen["status"] == "completed" and seen["answer"] == "echo: hello", seen
 
 
+async def streaming(client: Client, run_id: str) -> None:
+    """Until the run's answer streams (it has taken what it was given before)."""
+    with anyio.fail_after(30):
+        while "text_delta" not in (await call(client, "agent_status", run_id=run_id))["lastEvent"]:
+            await anyio.sleep(0.05)
+
+
+async def test_messages_sent_through_another_replica_that_a_run_never_took_are_said(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through another replica, agent_steer and agent_follow_up say "queued" once the message
+    is on the board. One its run then never takes (its queue was full; it ended before its
+    replica took the message off the board) is quoted in the run's warnings, on every
+    replica, as the messages a run ended before taking are: before, it vanished unsaid."""
+    from mcp_agent.runtime import runs
+
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        await streaming(b, run["runId"])
+        monkeypatch.setattr(runs, "MAX_QUEUED", 2)
+        for n in range(3):
+            await call(b, "agent_steer", run_id=run["runId"], message=f"turn {n}")
+        cancelled = await call(b, "agent_cancel", run_id=run["runId"])  # taken after those
+        for client in (a, b):
+            status = await call(client, "agent_status", run_id=run["runId"])
+            assert status["warnings"] == cancelled["warnings"]
+            said = "\n".join(status["warnings"])
+            for n in range(3):
+                assert f'steering "turn {n}"' in said, said
+            assert "never reached the run" in said and 'steering "turn 2"' in said
+
+        monkeypatch.setattr(runs, "POLL_EVERY", 3600)  # its replica takes nothing now,
+        await anyio.sleep(0.5)  # once the round under way (a quarter of a second) is over
+        late = await call(a, "agent_run", prompt="slow again", wait=False)
+        await streaming(a, late["runId"])
+        await call(b, "agent_follow_up", run_id=late["runId"], message="and then")
+        ended = await call(a, "agent_cancel", run_id=late["runId"])
+        for status in (ended, await call(b, "agent_status", run_id=late["runId"])):
+            assert status["status"] == "aborted"
+            [warning] = status["warnings"]
+            assert "never reached the run" in warning and 'follow-up "and then"' in warning
+
+
 async def test_changes_reach_subscribers_on_every_replica(
     tmp_path: Path, postgres_url: str
 ) -> None:

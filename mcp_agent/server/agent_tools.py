@@ -15,8 +15,8 @@ from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
-from mcp_agent.runtime.run_board import CommandKind, RunRecord
-from mcp_agent.runtime.runs import MAX_QUEUED, NOT_TAKEN_CHARS, Run
+from mcp_agent.runtime.run_board import NOT_TAKEN_CHARS, CommandKind, RunRecord
+from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_key
 from mcp_agent.server.lifespan import app_state
