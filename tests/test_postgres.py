@@ -246,11 +246,11 @@ async def test_a_run_that_ended_while_the_board_was_out_of_reach_is_said_as_it_e
     publish = RunBoard.publish
     failed: list[str] = []
 
-    def unreachable_at_the_end(board: RunBoard, records: list[Any]) -> None:
+    def unreachable_at_the_end(board: RunBoard, records: list[Any]) -> list[Any]:
         if not failed and any(r.finished is not None for r in records):
             failed.extend(r.id for r in records)
             raise psycopg.OperationalError("the database is out of reach")
-        publish(board, records)
+        return publish(board, records)
 
     monkeypatch.setattr(RunBoard, "publish", unreachable_at_the_end)
     first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
