@@ -111,6 +111,30 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         second.close()
 
 
+def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: str) -> None:
+    """An answer may be megabytes long, and agent_runs reads the board's newest thousand runs
+    on every call: the board keeps what a status shows of it, and that it was cut."""
+    from mcp_agent.runtime.run_board import RunBoard, RunRecord
+    from mcp_agent.server.agent_tools import ANSWER_CHARS, run_info
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    database = PostgresDatabase(postgres_url)
+    try:
+        board = RunBoard(database, "replica-a")
+        answer = "word " * 100_000
+        record = RunRecord("r1", "s1", "default", "m", status="completed", answer=answer)
+        record.finished = time.time()
+        board.publish([record])
+        [(stored,)] = database.read("SELECT length(answer) FROM runs WHERE id = 'r1'")
+        assert stored == ANSWER_CHARS + 1
+        found = board.get("r1")
+        assert found is not None
+        shown, whole = run_info(found), run_info(record)
+        assert shown.answer == whole.answer and shown.answer_truncated
+    finally:
+        database.close()
+
+
 def slow_responder(context: LlmContext) -> ScriptedResponse:
     """``slow…`` streams for about five seconds; anything else is echoed."""
     text = content_text(context.messages[-1].content)

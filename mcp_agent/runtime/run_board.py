@@ -34,6 +34,10 @@ STOPPED = "the server running it stopped"
 CommandKind = Literal["cancel", "steer", "follow_up"]
 # How much of each message a run never took its warning quotes.
 NOT_TAKEN_CHARS = 500
+# What a run's status shows of its answer (the session holds all of it). The board keeps one
+# character more, which says that it was cut: an answer may be megabytes long, and
+# agent_runs reads the board's newest thousand runs on every call.
+ANSWER_CHARS = 16_000
 
 _NOW = "extract(epoch FROM clock_timestamp())"
 _COLUMNS = (
@@ -78,6 +82,8 @@ class RunRecord:
     def row(self) -> tuple[Any, ...]:
         """The values of ``_COLUMNS``, in order."""
         values = [getattr(self, f.name) for f in fields(self)]
+        if self.answer is not None:
+            values[10] = self.answer[: ANSWER_CHARS + 1]
         values[13] = self.usage.model_dump_json(by_alias=True)
         values[15] = json.dumps(self.warnings, ensure_ascii=False)
         return tuple(values)

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
-from mcp_agent.runtime.run_board import NOT_TAKEN_CHARS, CommandKind, RunRecord
+from mcp_agent.runtime.run_board import ANSWER_CHARS, NOT_TAKEN_CHARS, CommandKind, RunRecord
 from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_key
@@ -27,8 +27,6 @@ from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions.entries import iso_time
 from mcp_agent.wire import one_line
 
-# The answer a run info carries; the session has all of it.
-ANSWER_CHARS = 16_000
 # The most warnings one answer holds (one per MCP server of the agent's that failed to start).
 WARNINGS = 20
 # What one warning keeps. The longest is the queued messages a run ended before taking (up to
