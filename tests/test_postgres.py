@@ -441,6 +441,66 @@ async def test_a_replica_whose_publishing_connection_was_dropped_is_heard_again(
         group.cancel_scope.cancel()
 
 
+async def test_a_hung_publishing_connection_holds_up_no_listener(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database stops answering on the connection a replica publishes on, without closing
+    it (a frozen backend, a network that drops packets): this replica's own listeners still
+    hear every change at once, and after SEND_TIMEOUT the bus connects afresh, so the other
+    replicas hear it again. Before, each publish waited on that connection, and the server's
+    one notification dispatcher with it: no listener of the replica heard anything more."""
+    import signal
+
+    import psycopg
+    from mcp.server.subscriptions import ResourceUpdated, ServerEvent
+
+    from mcp_agent.server import pg_bus
+
+    monkeypatch.setattr(pg_bus, "SEND_TIMEOUT", 1.0, raising=False)
+    speaker, hearer = pg_bus.PostgresBus(postgres_url), pg_bus.PostgresBus(postgres_url)
+    heard: list[ServerEvent] = []
+    local: list[ServerEvent] = []
+    hearer.subscribe(heard.append)
+    speaker.subscribe(local.append)
+
+    async def until_heard(uri: str) -> None:
+        with anyio.fail_after(20):
+            while not any(isinstance(e, ResourceUpdated) and e.uri == uri for e in heard):
+                await speaker.publish(ResourceUpdated(uri=uri))
+                await anyio.sleep(0.1)
+
+    frozen: list[int] = []
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(speaker.run)
+            group.start_soon(hearer.run)
+            await speaker.listening_since.wait()
+            await hearer.listening_since.wait()
+            await until_heard("session://before")
+            with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+                frozen = [
+                    pid
+                    for (pid,) in admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                        " AND query LIKE 'SELECT pg_notify%%'",
+                        [postgres_url.rsplit("/", 1)[1]],
+                    )
+                ]
+            assert len(frozen) == 1
+            os.kill(frozen[0], signal.SIGSTOP)
+            with anyio.fail_after(5):  # a hang guard: each publish returns at once
+                for n in range(3):
+                    await speaker.publish(ResourceUpdated(uri=f"session://local{n}"))
+            assert [e.uri for e in local[-3:] if isinstance(e, ResourceUpdated)] == [
+                f"session://local{n}" for n in range(3)
+            ]
+            await until_heard("session://after")  # on a new connection
+            group.cancel_scope.cancel()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+
+
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
     import psycopg
 
