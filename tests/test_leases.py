@@ -105,3 +105,29 @@ def test_a_lease_lost_while_held_fences_the_holders_writes(tmp_path: Path) -> No
         assert leases.held_elsewhere(session.id) is not None
         other.close()
     leases.close()
+
+
+def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(tmp_path: Path) -> None:
+    """A run ended while the database was out of reach: its lease stayed in the table. The
+    renewals of its (living) process must not keep it: once it lapses, another process takes
+    the session."""
+    db = tmp_path / "s.db"
+    SqliteSessionRepo(db).close()
+    leases, other = SessionLeases(db), SessionLeases(db)
+    assert leases.acquire("s1", "run 1") is None
+    assert leases.acquire("s2", "run 2") is None
+    # The release's write fails (a read-only connection), as with the database away.
+    real = leases._conn
+    leases._conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
+    with pytest.raises(sqlite3.OperationalError):
+        leases.release("s1")
+    leases._conn.close()
+    leases._conn = real
+    assert leases.renew() == {"s2"}
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE session_leases SET expires = 0 WHERE session_id = 's1'")
+    assert leases.renew() == {"s2"}  # the lapsed one stays lapsed
+    assert other.acquire("s1", "run 3") is None
+    assert other.acquire("s2", "run 4") is not None  # the one still held is not free
+    other.close()
+    leases.close()

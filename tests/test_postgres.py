@@ -76,6 +76,65 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url:
         assert done["answer"] == "echo: hello"
 
 
+def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: str) -> None:
+    """A run ended while the database was out of reach, so its lease stayed in the table: the
+    renewals of its replica (alive, with other runs) must not keep that lease, or the session
+    stays busy for every other replica for as long as this one lives."""
+    import psycopg
+
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    first, second = PostgresDatabase(postgres_url), PostgresDatabase(postgres_url)
+    leases, other = PostgresLeases(first), PostgresLeases(second)
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        assert leases.acquire("s2", "run 2") is None
+        write = first.write
+
+        def unreachable(work: Any) -> Any:
+            raise SessionError("storage", "cannot reach the session database")
+
+        first.write = unreachable  # type: ignore[method-assign]
+        with pytest.raises(SessionError):
+            leases.release("s1")
+        first.write = write  # type: ignore[method-assign]
+        assert leases.renew() == {"s2"}
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute("UPDATE session_leases SET expires = 0 WHERE session_id = 's1'")
+        assert leases.renew() == {"s2"}  # the lapsed one stays lapsed
+        assert other.acquire("s1", "run 3") is None
+        assert other.acquire("s2", "run 4") is not None  # the one still held is not free
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: str) -> None:
+    """An answer may be megabytes long, and agent_runs reads the board's newest thousand runs
+    on every call: the board keeps what a status shows of it, and that it was cut."""
+    from mcp_agent.runtime.run_board import RunBoard, RunRecord
+    from mcp_agent.server.agent_tools import ANSWER_CHARS, run_info
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    database = PostgresDatabase(postgres_url)
+    try:
+        board = RunBoard(database, "replica-a")
+        answer = "word " * 100_000
+        record = RunRecord("r1", "s1", "default", "m", status="completed", answer=answer)
+        record.finished = time.time()
+        board.publish([record])
+        [(stored,)] = database.read("SELECT length(answer) FROM runs WHERE id = 'r1'")
+        assert stored == ANSWER_CHARS + 1
+        found = board.get("r1")
+        assert found is not None
+        shown, whole = run_info(found), run_info(record)
+        assert shown.answer == whole.answer and shown.answer_truncated
+    finally:
+        database.close()
+
+
 def slow_responder(context: LlmContext) -> ScriptedResponse:
     """``slow…`` streams for about five seconds; anything else is echoed."""
     text = content_text(context.messages[-1].content)
@@ -107,9 +166,15 @@ async def test_runs_are_watched_steered_and_cancelled_from_any_replica(
         assert "has ended (completed)" in text
 
         second_run = await call(a, "agent_run", prompt="slow again", wait=False)
+        await call(b, "agent_follow_up", run_id=second_run["runId"], message="then this")
         cancelled = await call(b, "agent_cancel", run_id=second_run["runId"])
         assert cancelled["status"] == "aborted"
         assert "agent_cancel" in cancelled["error"]
+        # The follow-up it ended before taking is said on every replica, not only its own.
+        for client in (a, b):
+            status = await call(client, "agent_status", run_id=second_run["runId"])
+            assert ['follow-up "then this"' in w for w in status["warnings"]] == [True]
+        assert cancelled["warnings"] == status["warnings"]
         branch = await call(b, "session_get", session_id=second_run["sessionId"], limit=0)
         last = [e for e in branch["entries"] if e["type"] == "message"][-1]["message"]
         assert last["role"] == "assistant" and last["stopReason"] == "aborted"
@@ -190,6 +255,84 @@ async def test_a_run_whose_lease_was_taken_stops_at_the_next_renewal(
     # Stopped at the renewal, not at the end of the answer's hundred pieces (the write that
     # would then have been refused).
     assert ended["events"] < 50, ended
+
+
+async def test_a_run_that_ended_while_the_board_was_out_of_reach_is_said_as_it_ended(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database was out of reach as a run ended, so its end did not reach the board; its
+    renewals stopped, and another replica presumed it "the server running it stopped". Its
+    replica lives and writes the end once the database is back: every replica says it."""
+    import psycopg
+
+    from mcp_agent.runtime.run_board import STOPPED, RunBoard
+
+    publish = RunBoard.publish
+    failed: list[str] = []
+
+    def unreachable_at_the_end(board: RunBoard, records: list[Any]) -> list[Any]:
+        if not failed and any(r.finished is not None for r in records):
+            failed.extend(r.id for r in records)
+            raise psycopg.OperationalError("the database is out of reach")
+        return publish(board, records)
+
+    monkeypatch.setattr(RunBoard, "publish", unreachable_at_the_end)
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        with anyio.fail_after(30):
+            done = await call(a, "agent_run", prompt="hello")
+            assert failed == [done["runId"]]
+            with psycopg.connect(postgres_url, autocommit=True) as db:  # the lease time passed
+                db.execute("UPDATE runs SET expires = 0 WHERE id = %s", (done["runId"],))
+            seen = await call(b, "agent_status", run_id=done["runId"])
+            while seen["error"] == STOPPED:  # until the run's replica writes its end
+                await anyio.sleep(0.05)
+                seen = await call(b, "agent_status", run_id=done["runId"])
+    assert seen["status"] == "completed" and seen["answer"] == "echo: hello", seen
+
+
+async def streaming(client: Client, run_id: str) -> None:
+    """Until the run's answer streams (it has taken what it was given before)."""
+    with anyio.fail_after(30):
+        while "text_delta" not in (await call(client, "agent_status", run_id=run_id))["lastEvent"]:
+            await anyio.sleep(0.05)
+
+
+async def test_messages_sent_through_another_replica_that_a_run_never_took_are_said(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through another replica, agent_steer and agent_follow_up say "queued" once the message
+    is on the board. One its run then never takes (its queue was full; it ended before its
+    replica took the message off the board) is quoted in the run's warnings, on every
+    replica, as the messages a run ended before taking are: before, it vanished unsaid."""
+    from mcp_agent.runtime import runs
+
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        await streaming(b, run["runId"])
+        monkeypatch.setattr(runs, "MAX_QUEUED", 2)
+        for n in range(3):
+            await call(b, "agent_steer", run_id=run["runId"], message=f"turn {n}")
+        cancelled = await call(b, "agent_cancel", run_id=run["runId"])  # taken after those
+        for client in (a, b):
+            status = await call(client, "agent_status", run_id=run["runId"])
+            assert status["warnings"] == cancelled["warnings"]
+            said = "\n".join(status["warnings"])
+            for n in range(3):
+                assert f'steering "turn {n}"' in said, said
+            assert "never reached the run" in said and 'steering "turn 2"' in said
+
+        monkeypatch.setattr(runs, "POLL_EVERY", 3600)  # its replica takes nothing now,
+        await anyio.sleep(0.5)  # once the round under way (a quarter of a second) is over
+        late = await call(a, "agent_run", prompt="slow again", wait=False)
+        await streaming(a, late["runId"])
+        await call(b, "agent_follow_up", run_id=late["runId"], message="and then")
+        ended = await call(a, "agent_cancel", run_id=late["runId"])
+        for status in (ended, await call(b, "agent_status", run_id=late["runId"])):
+            assert status["status"] == "aborted"
+            [warning] = status["warnings"]
+            assert "never reached the run" in warning and 'follow-up "and then"' in warning
 
 
 async def test_changes_reach_subscribers_on_every_replica(
@@ -296,6 +439,66 @@ async def test_a_replica_whose_publishing_connection_was_dropped_is_heard_again(
         assert len(dropped) == 1
         await until_heard("session://after")
         group.cancel_scope.cancel()
+
+
+async def test_a_hung_publishing_connection_holds_up_no_listener(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database stops answering on the connection a replica publishes on, without closing
+    it (a frozen backend, a network that drops packets): this replica's own listeners still
+    hear every change at once, and after SEND_TIMEOUT the bus connects afresh, so the other
+    replicas hear it again. Before, each publish waited on that connection, and the server's
+    one notification dispatcher with it: no listener of the replica heard anything more."""
+    import signal
+
+    import psycopg
+    from mcp.server.subscriptions import ResourceUpdated, ServerEvent
+
+    from mcp_agent.server import pg_bus
+
+    monkeypatch.setattr(pg_bus, "SEND_TIMEOUT", 1.0, raising=False)
+    speaker, hearer = pg_bus.PostgresBus(postgres_url), pg_bus.PostgresBus(postgres_url)
+    heard: list[ServerEvent] = []
+    local: list[ServerEvent] = []
+    hearer.subscribe(heard.append)
+    speaker.subscribe(local.append)
+
+    async def until_heard(uri: str) -> None:
+        with anyio.fail_after(20):
+            while not any(isinstance(e, ResourceUpdated) and e.uri == uri for e in heard):
+                await speaker.publish(ResourceUpdated(uri=uri))
+                await anyio.sleep(0.1)
+
+    frozen: list[int] = []
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(speaker.run)
+            group.start_soon(hearer.run)
+            await speaker.listening_since.wait()
+            await hearer.listening_since.wait()
+            await until_heard("session://before")
+            with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+                frozen = [
+                    pid
+                    for (pid,) in admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                        " AND query LIKE 'SELECT pg_notify%%'",
+                        [postgres_url.rsplit("/", 1)[1]],
+                    )
+                ]
+            assert len(frozen) == 1
+            os.kill(frozen[0], signal.SIGSTOP)
+            with anyio.fail_after(5):  # a hang guard: each publish returns at once
+                for n in range(3):
+                    await speaker.publish(ResourceUpdated(uri=f"session://local{n}"))
+            assert [e.uri for e in local[-3:] if isinstance(e, ResourceUpdated)] == [
+                f"session://local{n}" for n in range(3)
+            ]
+            await until_heard("session://after")  # on a new connection
+            group.cancel_scope.cancel()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:

@@ -9,6 +9,7 @@ that is gone on this machine is let go at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -90,8 +91,11 @@ class LeaseBook:
         raise NotImplementedError
 
     def renew(self) -> set[str]:
-        """Push back the expiry of every lease this process holds; the sessions whose lease
-        was still its own (one missing from them was lost: see ``guard``)."""
+        """Push back the expiry of every lease this process holds (``held``); the sessions
+        whose lease was still its own (one missing from them was lost: see ``guard``). Only
+        those: a lease whose release failed (the database out of reach when its run ended) is
+        still this process's in the table, and renewing every row of ours kept that session
+        busy for every other process for as long as this one lived; left alone, it lapses."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -222,15 +226,17 @@ class SessionLeases(LeaseBook):
             )
 
     def renew(self) -> set[str]:
+        held = json.dumps(sorted(self.held))
+        ours = "owner = ? AND session_id IN (SELECT value FROM json_each(?))"
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.execute(
-                    "UPDATE session_leases SET expires = ? WHERE owner = ?",
-                    (time.time() + LEASE_SECONDS, self.owner),
+                    f"UPDATE session_leases SET expires = ? WHERE {ours}",
+                    (time.time() + LEASE_SECONDS, self.owner, held),
                 )
                 rows = self._conn.execute(
-                    "SELECT session_id FROM session_leases WHERE owner = ?", (self.owner,)
+                    f"SELECT session_id FROM session_leases WHERE {ours}", (self.owner, held)
                 ).fetchall()
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -347,11 +353,12 @@ class PostgresLeases(LeaseBook):
         )
 
     def renew(self) -> set[str]:
+        held = sorted(self.held)
         rows = self.database.write(
             lambda conn: conn.execute(
                 "UPDATE session_leases SET expires = extract(epoch FROM clock_timestamp()) + %s"
-                " WHERE owner = %s RETURNING session_id",
-                (LEASE_SECONDS, self.owner),
+                " WHERE owner = %s AND session_id = ANY(%s) RETURNING session_id",
+                (LEASE_SECONDS, self.owner, held),
             ).fetchall()
         )
         return {session_id for (session_id,) in rows}

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from mcp_agent.messages import Usage
 from mcp_agent.runtime.errors import TooManyRuns
 from mcp_agent.runtime.leases import LEASE_SECONDS
+from mcp_agent.sessions.entries import clip_long
 
 PUBLISH_EVERY = 0.5
 POLL_EVERY = 0.25
@@ -31,11 +32,17 @@ KEEP_ENDED_SECONDS = 7 * 24 * 3600
 STOPPED = "the server running it stopped"
 
 CommandKind = Literal["cancel", "steer", "follow_up"]
+# How much of each message a run never took its warning quotes.
+NOT_TAKEN_CHARS = 500
+# What a run's status shows of its answer (the session holds all of it). The board keeps one
+# character more, which says that it was cut: an answer may be megabytes long, and
+# agent_runs reads the board's newest thousand runs on every call.
+ANSWER_CHARS = 16_000
 
 _NOW = "extract(epoch FROM clock_timestamp())"
 _COLUMNS = (
     "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
-    " answer, error, stop_reason, usage, new_messages"
+    " answer, error, stop_reason, usage, new_messages, warnings"
 )
 
 
@@ -59,18 +66,26 @@ class RunRecord:
     stop_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     new_messages: int = 0
+    # What went wrong without stopping it (an MCP server of its agent that could not start)
+    # and the steering and follow-up messages it ended before taking: on the board too, so
+    # that a client that steered it through another replica hears its message was dropped.
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
         record = cls(*row[:13])
         record.usage = Usage.model_validate(json.loads(row[13]))
         record.new_messages = row[14]
+        record.warnings = [str(warning) for warning in json.loads(row[15])]
         return record
 
     def row(self) -> tuple[Any, ...]:
         """The values of ``_COLUMNS``, in order."""
         values = [getattr(self, f.name) for f in fields(self)]
+        if self.answer is not None:
+            values[10] = self.answer[: ANSWER_CHARS + 1]
         values[13] = self.usage.model_dump_json(by_alias=True)
+        values[15] = json.dumps(self.warnings, ensure_ascii=False)
         return tuple(values)
 
 
@@ -80,35 +95,81 @@ class Command:
     kind: CommandKind
     message: str | None
 
+    def quoted(self) -> str:
+        return quote("steering" if self.kind == "steer" else "follow-up", self.message or "")
+
+
+def quote(kind: str, text: str) -> str:
+    """A message a run never took, as its warnings quote it."""
+    return f"{kind} {json.dumps(clip_long(text, NOT_TAKEN_CHARS), ensure_ascii=False)}"
+
+
+def undelivered_note(quoted: list[str], more: int = 0) -> str:
+    """The warning of a run about messages sent through another replica that it never took
+    (it had ended, or held as many as it queues): their senders were told they were queued."""
+    return (
+        "these messages sent through another replica never reached the run (it had ended, or"
+        " held as many not taken as it queues) and are in no session: "
+        + "; ".join(quoted)
+        + (f"; and {more} more" if more else "")
+        + " (send them again with agent_run in this session)"
+    )
+
 
 class RunBoard:
     def __init__(self, database: Any, owner: str) -> None:  # a PostgresDatabase
         self.database = database
         self.owner = owner
 
-    def publish(self, records: list[RunRecord]) -> None:
-        """Write the state of runs of this replica."""
+    def publish(self, records: list[RunRecord]) -> list[Command]:
+        """Write the state of runs of this replica; returns the messages still waiting for
+        those of them that ended, which they never took: taken off the board here, and said
+        in the warnings written with the end, so that the end is never read without them."""
         if not records:
-            return
+            return []
         sql = (
             f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
-            f" ({', '.join(['%s'] * 15)}, %s, {_NOW} + %s)"
+            f" ({', '.join(['%s'] * 16)}, %s, {_NOW} + %s)"
             " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
             " finished = excluded.finished, event_count = excluded.event_count,"
             " last_event = excluded.last_event, answer = excluded.answer,"
             " error = excluded.error, stop_reason = excluded.stop_reason,"
             " usage = excluded.usage, new_messages = excluded.new_messages,"
+            " warnings = excluded.warnings,"
             " model = excluded.model, expires = excluded.expires"
             # An end on the board is final: another replica that found the run's renewals
             # stopped may have ended it, and a late word from this one must not revive it.
-            " WHERE runs.finished IS NULL"
+            # Its own end, written late (the database was out of reach when it ended), does
+            # replace the one another replica presumed, as its later word on its end does.
+            " WHERE runs.finished IS NULL OR (excluded.finished IS NOT NULL"
+            " AND runs.owner = excluded.owner)"
         )
+        ended = [r.id for r in records if r.finished is not None]
 
-        def work(conn: Any) -> None:
+        def work(conn: Any) -> list[Command]:
+            rows = []
+            if ended:
+                # The rows first: a command sent meanwhile (send locks the row too) is either
+                # in the table and taken here, or finds the run ended and is refused.
+                conn.execute("SELECT 1 FROM runs WHERE id = ANY(%s) FOR UPDATE", (ended,))
+                rows = conn.execute(
+                    "DELETE FROM run_commands WHERE run_id = ANY(%s) AND message IS NOT NULL"
+                    " RETURNING id, run_id, kind, message",
+                    (ended,),
+                ).fetchall()
+            taken = [Command(run_id, kind, message) for _, run_id, kind, message in sorted(rows)]
+            values = []
+            for record in records:
+                quoted = [c.quoted() for c in taken if c.run_id == record.id]
+                if quoted:
+                    record.warnings.append(undelivered_note(quoted))
+                values.append((*record.row(), self.owner, LEASE_SECONDS))
             with conn.cursor() as cursor:
-                cursor.executemany(sql, [(*r.row(), self.owner, LEASE_SECONDS) for r in records])
+                cursor.executemany(sql, values)
+            return taken
 
-        self.database.write(work)
+        taken: list[Command] = self.database.write(work)
+        return taken
 
     def renew(self, running: list[str]) -> None:
         """Keep the runs under way here (``running``) alive; end those of replicas that

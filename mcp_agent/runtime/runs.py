@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import time
 import uuid
@@ -25,13 +24,15 @@ from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_m
 from mcp_agent.runtime.run_board import (
     POLL_EVERY,
     PUBLISH_EVERY,
+    Command,
     CommandKind,
     RunBoard,
     RunRecord,
+    quote,
+    undelivered_note,
 )
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.entries import clip_long
 
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
@@ -72,12 +73,17 @@ class Run(RunRecord):
     # Where that connection's model is asked (sampling), for the run's sub-agents.
     client_channel: ClientChannel | None = None
     end_reason: AgentEndReason | None = None  # why the agent stopped, once it has
-    # What went wrong without stopping it: an MCP server of its agent that could not start.
-    warnings: list[str] = field(default_factory=list)
+    # Steering and follow-up messages sent through another replica that never reached the
+    # agent, quoted (the first MAX_QUEUED), how many in all, and their warning's place.
+    undelivered: list[str] = field(default_factory=list)
+    undelivered_count: int = 0
+    undelivered_at: int = -1
 
     def record(self) -> RunRecord:
         """A copy of its state, for the board (written from a worker thread)."""
-        return RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
+        record = RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
+        record.warnings = list(self.warnings)  # the run's own list grows on the event loop
+        return record
 
     def abort(self, reason: str) -> None:
         """Abort the run; one whose task has not begun yet ends before it calls the model."""
@@ -112,8 +118,6 @@ class RunLimits:
     descriptor_runs: int = 0
 
 
-# How much of each queued message the run ended before taking its warning quotes.
-NOT_TAKEN_CHARS = 500
 # Steering and follow-up messages one run holds, not yet taken; past it, one more is refused.
 MAX_QUEUED = 50
 
@@ -126,7 +130,7 @@ def _not_taken(agent: SessionAgent) -> str | None:
     if not steering and not follow_ups:
         return None
     quoted = [
-        f"{kind} {json.dumps(clip_long(message.text, NOT_TAKEN_CHARS), ensure_ascii=False)}"
+        quote(kind, message.text)
         if isinstance(message, UserMessage)
         else f"{kind}: a {message.role} message"
         for kind, messages in (("steering", steering), ("follow-up", follow_ups))
@@ -160,6 +164,11 @@ class RunManager:
         self.board = board
         # What the board last heard of each running run (its event count).
         self._published: dict[str, int] = {}
+        # Runs that ended while the board could not be written (the database out of reach):
+        # written again by keep_board. Left unsaid, their end would never reach the board, and
+        # once their renewals stopped every other replica would call them ended in error,
+        # "the server running it stopped", whatever their end was.
+        self._unpublished: dict[str, Run] = {}
         self.offload = offload
         self.limits = limits or RunLimits()
         self.runs: dict[str, Run] = {}
@@ -288,9 +297,16 @@ class RunManager:
         last_publish = 0.0
         while True:
             await anyio.sleep(POLL_EVERY)
-            if not self._by_session:
+            if not self._by_session and not self._unpublished:
                 continue
             try:
+                if self._unpublished:
+                    ended = list(self._unpublished.values())
+                    await self._publish(ended)
+                    for run in ended:
+                        self._unpublished.pop(run.id, None)
+                if not self._by_session:
+                    continue
                 for command in await self.offload(board.take_commands):
                     self._apply(command.run_id, command.kind, command.message)
                 if time.monotonic() - last_publish >= PUBLISH_EVERY:
@@ -312,25 +328,48 @@ class RunManager:
         board = self.board
         records = [run.record() for run in runs]
         with anyio.CancelScope(shield=True):
-            await self.offload(lambda: board.publish(records))
+            never_taken = await self.offload(lambda: board.publish(records))
         for record in records:
             if record.status == "running":
                 self._published[record.id] = record.event_count
             else:
                 self._published.pop(record.id, None)
+        for command in never_taken:
+            self._apply(command.run_id, command.kind, command.message)
 
     def _apply(self, run_id: str, kind: CommandKind, message: str | None) -> None:
         run = self.runs.get(run_id)
-        if run is None or run.status != "running":
+        if run is None or (kind == "cancel" and run.status != "running"):
             return  # ended meanwhile: the sender sees that on the board
         if kind == "cancel":
             run.abort("cancelled with agent_cancel")
-        elif run.agent.queued_count() >= MAX_QUEUED:  # sent from another replica
-            log.warning("run %s: a message left out, %d queued already", run_id, MAX_QUEUED)
-        elif kind == "steer" and message is not None:
+        elif message is None:
+            return
+        elif run.status != "running" or run.agent.queued_count() >= MAX_QUEUED:
+            self._undelivered(run, kind, message)
+        elif kind == "steer":
             run.agent.steer(message)
-        elif kind == "follow_up" and message is not None:
+        elif kind == "follow_up":
             run.agent.follow_up(message)
+
+    def _undelivered(self, run: Run, kind: CommandKind, message: str) -> None:
+        """A message sent through another replica that the run never took: it had ended, or
+        held MAX_QUEUED not taken (a sender on its own replica is refused then). The sender
+        was told it was queued, so a warning of the run's says it is in no session, and the
+        board is written again to carry it."""
+        run.undelivered_count += 1
+        if len(run.undelivered) < MAX_QUEUED:
+            run.undelivered.append(Command(run.id, kind, message).quoted())
+        note = undelivered_note(run.undelivered, run.undelivered_count - len(run.undelivered))
+        if run.undelivered_at < 0:
+            run.undelivered_at = len(run.warnings)
+            run.warnings.append(note)
+        else:
+            run.warnings[run.undelivered_at] = note
+        if run.status == "running":
+            self._published.pop(run.id, None)  # written at the next round
+        else:
+            self._unpublished[run.id] = run
 
     # --- runs as every replica sees them --------------------------------------------------
 
@@ -576,8 +615,12 @@ class RunManager:
             run.finished = time.time()
             try:
                 await self._publish([run])
-            except Exception:  # the board ends it when this replica stops renewing it
+            except Exception:  # keep_board writes it once the database is back
                 log.warning("the run board could not be written", exc_info=True)
+                if self.board is not None:
+                    self._unpublished[run.id] = run
+                    while len(self._unpublished) > KEEP_FINISHED_RUNS:  # the oldest go
+                        del self._unpublished[next(iter(self._unpublished))]
             if self._by_session.get(run.session_id) is run:
                 del self._by_session[run.session_id]
                 self._count_client(run.client, -1)

@@ -15,8 +15,8 @@ from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_reporter
-from mcp_agent.runtime.run_board import CommandKind, RunRecord
-from mcp_agent.runtime.runs import MAX_QUEUED, NOT_TAKEN_CHARS, Run
+from mcp_agent.runtime.run_board import ANSWER_CHARS, NOT_TAKEN_CHARS, CommandKind, RunRecord
+from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_channel, client_key
 from mcp_agent.server.lifespan import app_state
@@ -27,8 +27,6 @@ from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions.entries import iso_time
 from mcp_agent.wire import one_line
 
-# The answer a run info carries; the session has all of it.
-ANSWER_CHARS = 16_000
 # The most warnings one answer holds (one per MCP server of the agent's that failed to start).
 WARNINGS = 20
 # What one warning keeps. The longest is the queued messages a run ended before taking (up to
@@ -63,8 +61,7 @@ def run_info(run: Run | RunRecord) -> RunInfo:
         new_messages=run.new_messages,
         usage=run.usage.to_json_dict(),
         depth=run.depth,
-        # (A run of another replica, read from the board, has none to say.)
-        warnings=[one_line(w, WARNING_CHARS) for w in getattr(run, "warnings", [])[:WARNINGS]],
+        warnings=[one_line(w, WARNING_CHARS) for w in run.warnings[:WARNINGS]],
     )
 
 

@@ -8,7 +8,10 @@ one channel and hears the others': an event from another replica goes to this re
 sees every change whichever replica made it. Delivery is as the SDK's own bus promises:
 fire-and-forget, no replay. While the database is unreachable the bus goes on delivering this
 replica's own events and reconnects (every ``RETRY_SECONDS``); the others' events of that
-time are lost, as a dropped listen stream loses them.
+time are lost, as a dropped listen stream loses them. Publishing never waits for the database:
+an event for the other replicas goes into a bounded queue that a task of the connection sends
+from, so a connection that hangs (a database that stopped answering without closing it) holds
+up no listener here; it is dropped after ``SEND_TIMEOUT`` and made afresh.
 
 The connections are psycopg's async ones, on the server's event loop (asyncio): nothing here
 blocks it.
@@ -40,6 +43,10 @@ CHANNEL = "mcp_agent_events"
 RETRY_SECONDS = 1.0
 # NOTIFY payloads must stay under 8000 bytes; an event that does not fit stays local.
 MAX_PAYLOAD = 7900
+# Events waiting to be sent to the other replicas; past it, new ones are dropped.
+MAX_OUTGOING = 1000
+# How long one NOTIFY may take before its connection is taken for hung.
+SEND_TIMEOUT = 10.0
 
 _KINDS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
     "resource_updated": lambda data: ResourceUpdated(uri=str(data["uri"])),
@@ -78,9 +85,8 @@ class PostgresBus(WatchedBus):
         super().__init__()
         self.url = url
         self.origin = uuid.uuid4().hex
-        self._publisher: psycopg.AsyncConnection[Any] | None = None
-        self._publish_lock = anyio.Lock()
-        self._serving: anyio.CancelScope | None = None  # cancelled to connect afresh
+        self._outgoing, self._to_send = anyio.create_memory_object_stream[str](MAX_OUTGOING)
+        self._dropped = 0  # events left out since the queue was last full
         # Called with each event from another replica (on the event loop).
         self.remote_listeners: list[Callable[[ServerEvent], None]] = []
         self.listening_since: anyio.Event = anyio.Event()  # set once LISTEN is in place
@@ -93,22 +99,16 @@ class PostgresBus(WatchedBus):
         payload = _encode(self.origin, event)
         if payload is None or len(payload) > MAX_PAYLOAD:
             return
-        async with self._publish_lock:
-            publisher = self._publisher
-            if publisher is None:
-                return  # not connected: run() reconnects
-            try:
-                await publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-            except psycopg.Error:
+        try:
+            self._outgoing.send_nowait(payload)
+            self._dropped = 0
+        except anyio.WouldBlock:
+            if not self._dropped:
                 log.warning(
-                    "publishing a change to the other replicas failed; reconnecting",
-                    exc_info=True,
+                    "changes for the other replicas are left out: %d wait to be sent already",
+                    MAX_OUTGOING,
                 )
-                # The listening connection may be well (only this one was dropped): without
-                # a new start, nothing this replica changes would reach the others again.
-                self._publisher = None
-                if self._serving is not None:
-                    self._serving.cancel()
+            self._dropped += 1
 
     async def run(self) -> None:
         """Hear the other replicas until cancelled (a task of the server's)."""
@@ -127,18 +127,38 @@ class PostgresBus(WatchedBus):
             await psycopg.AsyncConnection.connect(self.url, autocommit=True) as publisher,
         ):
             await listener.execute(f"LISTEN {CHANNEL}")
-            self._publisher = publisher
             self.listening_since.set()
-            try:
-                with anyio.CancelScope() as self._serving:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._send, publisher, group.cancel_scope)
+                try:
                     async for notice in listener.notifies():
                         decoded = _decode(notice.payload)
                         if decoded is None or decoded[0] == self.origin:
                             continue
                         await self._deliver_remote(decoded[1])
-            finally:
-                self._publisher = None
-                self._serving = None
+                except psycopg.Error:
+                    log.warning(
+                        "the change feed from other replicas broke; reconnecting", exc_info=True
+                    )
+                group.cancel_scope.cancel()
+
+    async def _send(
+        self, publisher: psycopg.AsyncConnection[Any], serving: anyio.CancelScope
+    ) -> None:
+        """Send this replica's events on ``publisher`` until it fails or hangs; then the
+        connections are made afresh (the listening one may be well: without a new start,
+        nothing this replica changes would reach the others again)."""
+        async for payload in self._to_send:
+            try:
+                with anyio.fail_after(SEND_TIMEOUT):
+                    await publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            except (psycopg.Error, TimeoutError):
+                log.warning(
+                    "publishing a change to the other replicas failed; reconnecting",
+                    exc_info=True,
+                )
+                serving.cancel()
+                return
 
     async def _deliver_remote(self, event: ServerEvent) -> None:
         await super().publish(event)
