@@ -111,6 +111,28 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         second.close()
 
 
+def test_connections_give_up_a_database_gone_from_the_network(postgres_url: str) -> None:
+    """A partition or a host switched off: without keepalives and tcp_user_timeout a call, and
+    the worker thread serving it, waited the kernel's quarter of an hour. A URL's own values
+    are kept."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    for url, user_timeout in (
+        (postgres_url, "60000"),
+        (f"{postgres_url}?tcp_user_timeout=5000", "5000"),
+    ):
+        database = PostgresDatabase(url)
+        try:
+            with database.pool.connection() as conn:
+                used = conninfo_to_dict(conn.info.dsn)
+        finally:
+            database.close()
+        assert used["keepalives"] == "1" and used["keepalives_idle"] == "30"
+        assert used["tcp_user_timeout"] == user_timeout
+
+
 def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: str) -> None:
     """An answer may be megabytes long, and agent_runs reads the board's newest thousand runs
     on every call: the board keeps what a status shows of it, and that it was cut."""

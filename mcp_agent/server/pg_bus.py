@@ -36,6 +36,7 @@ from mcp.server.subscriptions import (
 )
 
 from mcp_agent.server.notify import WatchedBus
+from mcp_agent.sessions.postgres.database import tcp_options
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +124,12 @@ class PostgresBus(WatchedBus):
 
     async def _serve(self) -> None:
         async with (
-            await psycopg.AsyncConnection.connect(self.url, autocommit=True) as listener,
-            await psycopg.AsyncConnection.connect(self.url, autocommit=True) as publisher,
+            await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, **tcp_options(self.url)
+            ) as listener,
+            await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, **tcp_options(self.url)
+            ) as publisher,
         ):
             await listener.execute(f"LISTEN {CHANNEL}")
             self.listening_since.set()

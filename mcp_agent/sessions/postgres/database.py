@@ -47,6 +47,16 @@ SessionGuard = Callable[[Any, str], None]
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
 POOL_TIMEOUT_S = 30.0
+# A database gone from the network (a partition, a host switched off) is given up within about
+# a minute, not the kernel's quarter of an hour: keepalives find it out on an idle connection,
+# tcp_user_timeout (ms) under data it never acknowledges. A URL that sets one keeps its own.
+TCP_OPTIONS: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
 # How long the pool goes on trying to replace a connection while the database is down. Its
 # pause between tries doubles (1, 2, 4, … s), so left at psycopg's five minutes a database
 # back after a minute away was not tried again for another minute: callers waited the pool's
@@ -165,6 +175,17 @@ TABLES = (
 )
 
 
+def tcp_options(url: str) -> dict[str, Any]:
+    """``TCP_OPTIONS`` less those ``url`` sets itself."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:  # said when the URL is used
+        given = {}
+    return {key: value for key, value in TCP_OPTIONS.items() if key not in given}
+
+
 class BrokenConnection(SessionError):
     """The connection broke during a transaction, perhaps during its commit: what it wrote is
     whole or absent, and a read on another connection can tell which (``unwritten`` says it
@@ -244,7 +265,7 @@ class PostgresDatabase:
             url,
             min_size=min_connections,
             max_size=max_connections,
-            kwargs={"autocommit": True, "options": options},
+            kwargs={"autocommit": True, "options": options, **tcp_options(url)},
             timeout=POOL_TIMEOUT_S,
             reconnect_timeout=RECONNECT_S,
             check=self._check,
@@ -256,7 +277,9 @@ class PostgresDatabase:
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request.
-            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(
+                url, autocommit=True, connect_timeout=10, **tcp_options(url)
+            ) as conn:
                 self._migrate(conn)
         except psycopg.Error as error:
             raise self._unprepared(error) from None
