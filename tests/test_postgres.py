@@ -146,6 +146,7 @@ def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: 
         answer = "word " * 100_000
         record = RunRecord("r1", "s1", "default", "m", status="completed", answer=answer)
         record.finished = time.time()
+        record.parent_run_id = "r0"
         board.publish([record])
         [(stored,)] = database.read("SELECT length(answer) FROM runs WHERE id = 'r1'")
         assert stored == ANSWER_CHARS + 1
@@ -153,6 +154,7 @@ def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: 
         assert found is not None
         shown, whole = run_info(found), run_info(record)
         assert shown.answer == whole.answer and shown.answer_truncated
+        assert shown.parent_run_id == "r0"  # which run started it, on every replica
     finally:
         database.close()
 

@@ -373,6 +373,20 @@ async def test_a_bad_calling_session_in_run_meta_is_a_clear_error(client: Client
     assert not result.is_error and result.structured_content is not None
     child = await call(client, "session_get", session_id=result.structured_content["sessionId"])
     assert child["session"]["parentSession"] == "01a00000-0000-7000-8000-00000000000a"
+    # So is the calling run's id, said as the run's parentRunId; anything else is refused.
+    for run_id in (7, "", "r" * 101):
+        bad = {RUN_META_KEY: {"run_id": run_id}}
+        result = await client.call_tool(
+            "agent_run", {"prompt": "hi"}, meta=cast(types.RequestParamsMeta, bad)
+        )
+        text = narrow(result.content[0], types.TextContent).text
+        assert result.is_error and ".run_id must be the calling run's id" in text
+    good = {RUN_META_KEY: {"run_id": "abc123", "depth": 0}}
+    result = await client.call_tool(
+        "agent_run", {"prompt": "hi"}, meta=cast(types.RequestParamsMeta, good)
+    )
+    assert result.structured_content is not None
+    assert result.structured_content["parentRunId"] == "abc123"
 
 
 async def test_a_listed_session_shows_its_leaf_as_session_get_does(tmp_path: Path) -> None:
@@ -874,6 +888,11 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     child = await call(client, "session_get", session_id=child_id)
     assert child["session"]["parentSession"] == run["sessionId"]
     assert child["entries"][-1]["message"]["content"][0]["text"] == "echo: say cheese"
+    # agent_runs says which run started which.
+    runs = {r["runId"]: r for r in (await call(client, "agent_runs"))["runs"]}
+    (child_run,) = [r for r in runs.values() if r["sessionId"] == child_id]
+    assert child_run["parentRunId"] == run["runId"] and child_run["depth"] == 1
+    assert runs[run["runId"]]["parentRunId"] is None
 
 
 async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -> None:

@@ -153,6 +153,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
                     agent_name=agent,
                     model=None,
                     depth=child_depth(meta),
+                    parent_run_id=meta.get("run_id"),
                     parent_session=parent_id,
                     listener=listener,
                     inherited=inherited,

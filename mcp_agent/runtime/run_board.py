@@ -42,7 +42,7 @@ ANSWER_CHARS = 16_000
 _NOW = "extract(epoch FROM clock_timestamp())"
 _COLUMNS = (
     "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
-    " answer, error, stop_reason, usage, new_messages, warnings"
+    " answer, error, stop_reason, usage, new_messages, warnings, parent_run_id"
 )
 
 
@@ -70,6 +70,8 @@ class RunRecord:
     # and the steering and follow-up messages it ended before taking: on the board too, so
     # that a client that steered it through another replica hears its message was dropped.
     warnings: list[str] = field(default_factory=list)
+    # The run whose tool call started this one (a sub-agent's, or a nested agent_run's).
+    parent_run_id: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> RunRecord:
@@ -77,6 +79,7 @@ class RunRecord:
         record.usage = Usage.model_validate(json.loads(row[13]))
         record.new_messages = row[14]
         record.warnings = [str(warning) for warning in json.loads(row[15])]
+        record.parent_run_id = row[16]
         return record
 
     def row(self) -> tuple[Any, ...]:
@@ -129,7 +132,7 @@ class RunBoard:
             return []
         sql = (
             f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
-            f" ({', '.join(['%s'] * 16)}, %s, {_NOW} + %s)"
+            f" ({', '.join(['%s'] * len(fields(RunRecord)))}, %s, {_NOW} + %s)"
             " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
             " finished = excluded.finished, event_count = excluded.event_count,"
             " last_event = excluded.last_event, answer = excluded.answer,"

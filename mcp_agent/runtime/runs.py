@@ -493,10 +493,12 @@ class RunManager:
         depth: int = 0,
         listener: EventListener | None = None,
         client: object | None = None,
+        parent_run_id: str | None = None,
     ) -> Run:
         """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the agent (its tools
         carry the run id) and names its model. ``listener`` hears every event from the first.
-        ``client`` (its MCP connection) counts the run against the per-client limit."""
+        ``client`` (its MCP connection) counts the run against the per-client limit;
+        ``parent_run_id`` is the run whose tool call started it."""
         run_id = uuid.uuid4().hex[:12]
         # Claim the session in memory before the first await, so a second start fails cleanly.
         self.ensure_idle_here(session.id)
@@ -532,6 +534,7 @@ class RunManager:
             session=session,
             agent=agent,
             client=client,
+            parent_run_id=parent_run_id,
         )
         # Until the agent's first event: its tools are listed first, and a downstream server
         # may take up to its time limit to start.

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 # The calling run's session id, from a tool call's _meta: as long as a path may be (pi names a
 # parent session by its file).
 PARENT_SESSION_CHARS = CWD_CHARS
+# The calling run's id, as long as a run id may be (ours are 12 characters; another server's
+# may differ): it is said as the new run's parentRunId.
+RUN_ID_CHARS = 100
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
 
@@ -90,6 +93,15 @@ def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
             f"_meta[{RUN_META_KEY!r}].session_id must be the calling run's session id (a "
             f"string of 1 to {PARENT_SESSION_CHARS:,} characters), not {shown}"
         )
+    run_id = found.get("run_id")
+    if run_id is not None and (
+        not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS
+    ):
+        shown = repr(run_id[:80] if isinstance(run_id, str) else run_id)[:90]
+        raise InvalidRequest(
+            f"_meta[{RUN_META_KEY!r}].run_id must be the calling run's id (a string of 1 to"
+            f" {RUN_ID_CHARS} characters), not {shown}"
+        )
     return found
 
 
@@ -112,11 +124,13 @@ async def start_run(
     listener: EventListener | None = None,
     inherited: ResolvedModel | None = None,
     client: object | None = None,
+    parent_run_id: str | None = None,
 ) -> Run:
     """Start an agent run. ``client_channel`` is the MCP client connection, for its model
     (sampling); ``inherited`` is the calling run's model, used when nothing else names one;
-    ``client`` identifies the caller for the per-client run limit. Every session read and
-    write goes through ``state.offload``."""
+    ``client`` identifies the caller for the per-client run limit; ``parent_run_id`` is the
+    run whose tool call asks for this one. Every session read and write goes through
+    ``state.offload``."""
     limit = state.settings.max_subagent_depth
     if depth > limit:
         raise DepthLimitReached(
@@ -174,7 +188,16 @@ async def start_run(
         if created:
             state.list_changed()
         run = await _start(
-            state, session, resolved, manifest, prompt, depth, listener, client, warnings
+            state,
+            session,
+            resolved,
+            manifest,
+            prompt,
+            depth,
+            listener,
+            client,
+            warnings,
+            parent_run_id,
         )
         # Its sub-agents ask the client's model there too (the agent's manifest may name it):
         # they run within its tool call, so a waited run's request is still open.
@@ -225,6 +248,7 @@ async def _start(
     listener: EventListener | None,
     client: object | None,
     warnings: list[str],
+    parent_run_id: str | None,
 ) -> Run:
     """The run of ``prompt`` in ``session``, once every check has passed; ``warnings`` are
     the run's so far."""
@@ -286,6 +310,7 @@ async def _start(
         depth=depth,
         listener=listener,
         client=client,
+        parent_run_id=parent_run_id,
     )
     run.warnings = warnings  # filled as the run lists its tools
     return run

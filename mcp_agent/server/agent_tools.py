@@ -61,6 +61,7 @@ def run_info(run: Run | RunRecord) -> RunInfo:
         new_messages=run.new_messages,
         usage=run.usage.to_json_dict(),
         depth=run.depth,
+        parent_run_id=run.parent_run_id,
         warnings=[one_line(w, WARNING_CHARS) for w in run.warnings[:WARNINGS]],
     )
 
@@ -113,6 +114,7 @@ def register(server: MCPServer) -> None:
                     agent_name=agent,
                     model=model,
                     depth=child_depth(meta),
+                    parent_run_id=meta.get("run_id"),
                     # A waited run asks the client's model on this request's own stream,
                     # open while it waits; a detached one has only the connection's.
                     client_channel=client_channel(ctx.request_context, waited=wait),

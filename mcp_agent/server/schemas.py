@@ -287,6 +287,10 @@ class RunInfo(Wire):
     new_messages: int = 0
     usage: dict[str, Any] = Field(default_factory=dict)
     depth: int = 0
+    parent_run_id: str | None = Field(
+        default=None,
+        description="the run whose tool call started this one (a sub-agent); null: a client's",
+    )
     warnings: list[str] = Field(
         default_factory=list,
         description="what went wrong without stopping the run: an MCP server of the agent's"

@@ -156,10 +156,12 @@ CREATE TABLE run_commands (
 );
 CREATE INDEX run_commands_owner ON run_commands (owner, id);
 """,
-    # 3: each session row's incarnation (see sql.storage.new_incarnation)
+    # 2: each session row's incarnation (see sql.storage.new_incarnation)
     "ALTER TABLE sessions ADD COLUMN incarnation TEXT",
     # 3: each run's warnings on the board (runtime.run_board), a JSON array of strings
     "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
+    # 4: the run whose tool call started each run (a sub-agent's), on the board
+    "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # Every table of ours: a database holding one of these names without our schema_version is
