@@ -40,7 +40,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime import runs
-from mcp_agent.runtime.runs import RunManager
+from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server import notify
 from mcp_agent.server.notify import Notifier, WatchedBus
@@ -801,26 +801,72 @@ async def test_a_forgotten_run_is_freed_without_the_cyclic_collector(
     soak of a few minutes grew the server by 100 MB)."""
     monkeypatch.setattr("mcp_agent.runtime.runs.KEEP_FINISHED_RUNS", 0)
     session = Session()
+    built: list[weakref.ref[SessionAgent]] = []
 
     async def build(run_id: str) -> tuple[SessionAgent, str]:
         stream = ScriptedProvider(lambda context: reply("hi"))
-        return SessionAgent(model=scripted_model(), stream_fn=stream, session=session), "scripted"
+        agent = SessionAgent(model=scripted_model(), stream_fn=stream, session=session)
+        built.append(weakref.ref(agent))
+        return agent, "scripted"
+
+    gc.disable()  # from the agent's start: only reference counting frees it
+    try:
+        async with anyio.create_task_group() as group:
+            runs = RunManager(group)
+            run = await runs.start(
+                session=session,
+                manifest=AgentManifest(name="default"),
+                prompt="hi",
+                build_agent=build,
+            )
+            with anyio.fail_after(5):
+                await run.done.wait()
+            assert run.status == "completed" and not runs.runs  # forgotten at once
+            gone, agent_gone = weakref.ref(run), built[0]
+            del run
+            assert gone() is None and agent_gone() is None
+    finally:
+        gc.enable()
+
+
+async def test_an_ended_run_kept_for_agent_status_lets_go_of_its_agent_and_session() -> None:
+    """The manager keeps the newest ended runs (KEEP_FINISHED_RUNS) for agent_status; each
+    held its agent (the whole transcript) and its session, so a server that had run in 60
+    sessions of 2 MB grew by 700 MB past every bound of the sessions it keeps open."""
+    session = Session()
+    built: list[weakref.ref[SessionAgent]] = []
+
+    async def build(run_id: str) -> tuple[SessionAgent, str]:
+        stream = ScriptedProvider(lambda context: reply("hi"))
+        agent = SessionAgent(model=scripted_model(), stream_fn=stream, session=session)
+        built.append(weakref.ref(agent))
+        return agent, "scripted"
 
     async with anyio.create_task_group() as group:
-        runs = RunManager(group)
+        runs = RunManager(group, limits=RunLimits(max_runs_per_client=1))
         run = await runs.start(
-            session=session, manifest=AgentManifest(name="default"), prompt="hi", build_agent=build
+            session=session,
+            manifest=AgentManifest(name="default"),
+            prompt="hi",
+            build_agent=build,
+            client="a client",
         )
         with anyio.fail_after(5):
             await run.done.wait()
-        assert run.status == "completed" and not runs.runs  # forgotten at once
-        gone, agent_gone = weakref.ref(run), weakref.ref(run.agent)
-        gc.disable()
-        try:
-            del run
-            assert gone() is None and agent_gone() is None
-        finally:
-            gc.enable()
+        gc.collect()
+        assert run.status == "completed" and run.answer == "hi"
+        assert runs.runs == {run.id: run}  # kept for agent_status
+        assert built[0]() is None
+        assert run.agent is None and run.session is None and run.client is None
+        # What agent_status shows of it is all there, and its client may start again.
+        assert run.new_messages == 2 and run.event_count > 0
+        await runs.start(
+            session=session,
+            manifest=AgentManifest(name="default"),
+            prompt="again",
+            build_agent=build,
+            client="a client",
+        )
 
 
 async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Path) -> None:

@@ -327,7 +327,7 @@ class Chat:
             self.say("stopped before the run began; nothing was stored", "dim")
             return
         self.session_id = run.session_id
-        self.interrupt = run.agent.abort
+        self.interrupt = run.abort
         try:
             await state.runs.wait(run)
         finally:

@@ -357,7 +357,7 @@ async def start_and_wait(
             nonlocal stopped
             stopped = stopped or code
             if run is not None:
-                run.agent.abort(why)
+                run.abort(why)
             else:
                 start_scope.cancel()
 

@@ -64,8 +64,9 @@ class Run(RunRecord):
 
     status: RunStatus = "running"
     started: float = field(default_factory=time.time)
-    session: Session = field(kw_only=True)
-    agent: SessionAgent = field(kw_only=True)
+    # What it runs with, let go once it has ended (``release``).
+    session: Session | None = field(kw_only=True)
+    agent: SessionAgent | None = field(kw_only=True)
     done: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[EventListener] = field(default_factory=list)
     abort_reason: str | None = None
@@ -84,6 +85,16 @@ class Run(RunRecord):
         record = RunRecord(**{f.name: getattr(self, f.name) for f in fields(RunRecord)})
         record.warnings = list(self.warnings)  # the run's own list grows on the event loop
         return record
+
+    def release(self) -> None:
+        """Let go of what an ended run no longer needs: its agent (the whole transcript), its
+        session (a JSONL one whole, in memory) and its client's connection. The manager keeps
+        the newest ended runs for agent_status; holding these, 200 runs in 2 MB sessions held
+        over a gigabyte, beyond every bound the sessions kept open are held to."""
+        self.agent = None
+        self.session = None
+        self.client = None
+        self.client_channel = None
 
     def abort(self, reason: str) -> None:
         """Abort the run; one whose task has not begun yet ends before it calls the model."""
@@ -341,16 +352,18 @@ class RunManager:
         run = self.runs.get(run_id)
         if run is None or (kind == "cancel" and run.status != "running"):
             return  # ended meanwhile: the sender sees that on the board
+        agent = run.agent
         if kind == "cancel":
             run.abort("cancelled with agent_cancel")
         elif message is None:
             return
-        elif run.status != "running" or run.agent.queued_count() >= MAX_QUEUED:
+        elif run.status != "running" or agent is None or agent.queued_count() >= MAX_QUEUED:
+            # (An ended run has let go of its agent.)
             self._undelivered(run, kind, message)
         elif kind == "steer":
-            run.agent.steer(message)
+            agent.steer(message)
         elif kind == "follow_up":
-            run.agent.follow_up(message)
+            agent.follow_up(message)
 
     def _undelivered(self, run: Run, kind: CommandKind, message: str) -> None:
         """A message sent through another replica that the run never took: it had ended, or
@@ -423,7 +436,7 @@ class RunManager:
             return record
         if run.status != "running":
             raise _ended(run_id, run.status)
-        if run.agent.queued_count() >= MAX_QUEUED:
+        if run.agent is not None and run.agent.queued_count() >= MAX_QUEUED:
             raise Refused(
                 f"run {run_id} holds {MAX_QUEUED} messages not taken yet, the most it queues:"
                 " wait for it to take them (agent_status), then send this one again"
@@ -510,7 +523,7 @@ class RunManager:
             "",
             depth,
             session=session,
-            agent=None,  # type: ignore[arg-type]
+            agent=None,
         )
         self._by_session[session.id] = placeholder
         self._count_client(client, +1)
@@ -565,12 +578,14 @@ class RunManager:
     async def _execute(
         self, run: Run, prompt: str, started: anyio.Event, stop_listening: Callable[[], None]
     ) -> None:
+        agent = run.agent
+        assert agent is not None  # built before the run was started, released at its end
         try:
             started.set()
             if run.abort_reason is not None:
                 run.status, run.error = "aborted", run.abort_reason
                 return
-            messages = await run.agent.prompt(prompt)
+            messages = await agent.prompt(prompt)
             final = next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
             for message in messages:
                 if isinstance(message, AssistantMessage):
@@ -591,7 +606,7 @@ class RunManager:
                 ):
                     # Cut off with tool results the model never saw: an empty answer is no
                     # answer. (A text answer with steering left unread still is one.)
-                    turns = run.agent.max_turns
+                    turns = agent.max_turns
                     calls = "model call" if turns == 1 else "model calls"
                     run.status, run.error = (
                         "error",
@@ -612,7 +627,7 @@ class RunManager:
         finally:
             if run.status == "running":  # cancelled (the server is going away)
                 run.status, run.error = "aborted", run.error or "the run's task was cancelled"
-            not_taken = _not_taken(run.agent)
+            not_taken = _not_taken(agent)
             if not_taken:
                 run.warnings.append(not_taken)
             run.finished = time.time()
@@ -634,6 +649,7 @@ class RunManager:
             # The agent's listener is the run itself: a cycle that would keep every forgotten
             # run (agent, session, transcript) for a full collection, rare in serve.
             stop_listening()
+            run.release()
             run.done.set()
             self._forget_old_runs()
 
