@@ -84,25 +84,21 @@ def run_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
         )
     # It becomes the new session's parentSession, a string in pi's header: anything else was
     # stored as it came (an export our own import refuses) or failed the run with no word why.
-    parent = found.get("session_id")
-    if parent is not None and (
-        not isinstance(parent, str) or not parent or len(parent) > PARENT_SESSION_CHARS
-    ):
-        shown = repr(parent[:80] if isinstance(parent, str) else parent)[:90]
-        raise InvalidRequest(
-            f"_meta[{RUN_META_KEY!r}].session_id must be the calling run's session id (a "
-            f"string of 1 to {PARENT_SESSION_CHARS:,} characters), not {shown}"
-        )
-    run_id = found.get("run_id")
-    if run_id is not None and (
-        not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS
-    ):
-        shown = repr(run_id[:80] if isinstance(run_id, str) else run_id)[:90]
-        raise InvalidRequest(
-            f"_meta[{RUN_META_KEY!r}].run_id must be the calling run's id (a string of 1 to"
-            f" {RUN_ID_CHARS} characters), not {shown}"
-        )
+    _check_text(found, "session_id", "the calling run's session id", PARENT_SESSION_CHARS)
+    _check_text(found, "run_id", "the calling run's id", RUN_ID_CHARS)
     return found
+
+
+def _check_text(found: Mapping[str, Any], key: str, what: str, max_chars: int) -> None:
+    """InvalidRequest unless ``found[key]`` is absent or a string of 1 to ``max_chars``."""
+    value = found.get(key)
+    if value is None or (isinstance(value, str) and 0 < len(value) <= max_chars):
+        return
+    shown = repr(value[:80] if isinstance(value, str) else value)[:90]
+    raise InvalidRequest(
+        f"_meta[{RUN_META_KEY!r}].{key} must be {what} (a string of 1 to {max_chars:,}"
+        f" characters), not {shown}"
+    )
 
 
 def child_depth(meta: Mapping[str, Any]) -> int:
