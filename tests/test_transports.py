@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -413,6 +414,78 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
         texts = [m["content"]["text"] for m in again["params"]["messages"]]
         assert texts[-1] == "and again"
         http.delete(http_server.url, headers=legacy)
+
+
+def call_tool(
+    http: httpx.Client, url: str, headers: dict[str, str], name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """A tools/call of a 2025 session, answered on its own stream: its structured content."""
+    params = {"name": name, "arguments": arguments}
+    call = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "tools/call", "params": params}
+    answered = http.post(url, json=call, headers=headers)
+    data = next(x for x in answered.text.splitlines() if x.startswith("data:"))
+    result = json.loads(data.removeprefix("data:"))["result"]
+    assert not result.get("isError"), result
+    return dict(result["structuredContent"])
+
+
+def test_a_detached_run_asks_the_clients_model_once_it_opens_its_get_stream(
+    http_server: HttpServer,
+) -> None:
+    """A run started with wait: false asks the client's model on the GET stream. Before, a
+    client that opened it a moment after the call never got the request (the SDK dropped it,
+    there being no stream), and the run waited for good with its session busy."""
+    with httpx.Client(timeout=30) as http:
+        legacy = sampling_session(http, http_server.url)
+        arguments = {"prompt": "hi", "model": "client", "wait": False}
+        started = call_tool(http, http_server.url, legacy, "agent_run", arguments)
+        time.sleep(1)  # the run has asked by now, and there was no stream to ask on
+        listen = {**legacy, "Accept": "text/event-stream"}
+        with http.stream("GET", http_server.url, headers=listen) as heard:
+            pings = 0
+            for line in heard.iter_lines():
+                pings += line.startswith(":")
+                assert pings < 2, "the model's request never came on the GET stream"
+                if line.startswith("data:"):
+                    asked = json.loads(line.removeprefix("data:"))
+                    if asked.get("method") == "sampling/createMessage":
+                        break
+        answer = {
+            "role": "assistant",
+            "content": {"type": "text", "text": "hello from the client"},
+            "model": "client-model",
+            "stopReason": "endTurn",
+        }
+        reply = {"jsonrpc": "2.0", "id": asked["id"], "result": answer}
+        assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
+        waited = {"run_id": started["runId"], "wait_seconds": 30}
+        status = call_tool(http, http_server.url, legacy, "agent_status", waited)
+        http.delete(http_server.url, headers=legacy)
+    assert status["status"] == "completed", status
+    assert status["answer"] == "hello from the client"
+
+
+def test_a_detached_run_whose_client_never_listens_fails_saying_so(tmp_path: Path) -> None:
+    """With no stream to ask its client's model on, a run waited for good (its session busy);
+    it now fails once the client has opened none for --client-stream-wait seconds."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "0.5")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            arguments = {"prompt": "hi", "model": "client", "wait": False}
+            started = call_tool(http, server.url, legacy, "agent_run", arguments)
+            waited = {"run_id": started["runId"], "wait_seconds": 30}
+            status = call_tool(http, server.url, legacy, "agent_status", waited)
+            again = {"session_id": started["sessionId"], "prompt": "again", "wait": False}
+            # Its session is free again.
+            call_tool(http, server.url, legacy, "agent_run", {**arguments, **again})
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert status["status"] == "error", status
+    said = str(status["error"])
+    assert "started with wait: false" in said and "GET stream" in said
+    assert "had none open for 0.5 s" in said
 
 
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:

@@ -146,6 +146,16 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    client_stream_wait: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="a run asking its client's model (2025 HTTP) once no call waits for it asks "
+            "on the GET stream, waiting this long for the client to open one (default 30, or "
+            "MCP_AGENT_CLIENT_STREAM_WAIT)",
+            show_default=False,
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -230,6 +240,7 @@ def serve(
         "max_runs_per_client": max_runs_per_client,
         "max_subscriptions": max_subscriptions,
         "notification_timeout": notification_timeout,
+        "client_stream_wait": client_stream_wait,
     }
     overrides = {name: value for name, value in given.items() if value is not None}
     try:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from mcp_agent.events import (
@@ -99,9 +100,45 @@ class ClientChannel:
     session: Any
     request_id: str | int | None = None
     stream_open: Callable[[], bool] | None = None
+    # Over 2025 HTTP, whether the connection has its GET stream open (None: a connection that
+    # reaches its client at any time, stdio), and how long a request waits for one to open
+    # when it cannot go on a request's stream: the SDK drops what it sends to a GET stream
+    # that is not there, and the request would wait for good.
+    listening: Callable[[], bool] | None = None
+    listen_wait: float = 30.0
 
     def on_request_stream(self) -> bool:
         return self.request_id is not None and (self.stream_open is None or self.stream_open())
+
+    async def reachable(self) -> None:
+        """Return once a request sent now reaches the client; ClientNotListening if it opens
+        no stream to be asked on within ``listen_wait`` seconds."""
+        if self.listening is None or self.on_request_stream():
+            return
+        with anyio.move_on_after(self.listen_wait):
+            # Looked at again and again: the SDK tells no one when a GET stream opens.
+            while not self.listening():  # noqa: ASYNC110
+                await anyio.sleep(LISTEN_POLL_SECONDS)
+            return
+        where = (
+            "the call waiting for this run has closed its stream"
+            if self.request_id is not None
+            else "this run was started with wait: false"
+        )
+        raise ClientNotListening(
+            f"the MCP client could not be asked for its model: {where}, so it is asked on the"
+            f" connection's GET stream, and the client had none open for {self.listen_wait:g}"
+            " s; open it (an HTTP GET on the MCP endpoint with the Mcp-Session-Id header), or"
+            " start the run with wait: true and keep its call open"
+        )
+
+
+# How often a request for the client's model looks again for a GET stream to go on.
+LISTEN_POLL_SECONDS = 0.1
+
+
+class ClientNotListening(Exception):
+    """The client opened no stream on which to ask it for its model; the text says so."""
 
 
 def sampling_support(session: Any) -> tuple[bool, bool, str]:
@@ -185,6 +222,7 @@ async def stream_sampling(
             kwargs["model_preferences"] = types.ModelPreferences(
                 hints=[types.ModelHint(name=model.id)]
             )
+        await race.run(channel.reachable())
         if channel.on_request_stream():
             kwargs["related_request_id"] = channel.request_id
         if context.tools and with_tools:
@@ -240,6 +278,8 @@ async def stream_sampling(
         yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
     except SamplingUnavailable as error:
         yield ErrorEvent(fail(output, unavailable_message(str(error))))
+    except ClientNotListening as error:
+        yield ErrorEvent(fail(output, str(error)))
     except Exception as error:
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))

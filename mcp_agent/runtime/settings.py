@@ -22,6 +22,7 @@ TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
 MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
+CLIENT_STREAM_WAIT_ENV = "MCP_AGENT_CLIENT_STREAM_WAIT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
@@ -134,6 +135,12 @@ class ServerSettings:
     notification_timeout: float = field(
         default_factory=lambda: _seconds_from_env(NOTIFICATION_TIMEOUT_ENV, 5)
     )
+    # A run that asks its 2025 HTTP client's model after the call waiting for it has gone (or
+    # one started with wait: false) asks on the connection's GET stream, waiting this many
+    # seconds for the client to open one before the model call fails.
+    client_stream_wait: float = field(
+        default_factory=lambda: _seconds_from_env(CLIENT_STREAM_WAIT_ENV, 30)
+    )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once; over
     # PostgreSQL, the connection pool holds this many and 4 more.
     db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
@@ -194,6 +201,12 @@ class ServerSettings:
             raise ValueError(
                 f"--notification-timeout must be a number of seconds above 0, not {timeout} "
                 f"(from the flag or {NOTIFICATION_TIMEOUT_ENV})"
+            )
+        wait = self.client_stream_wait
+        if not math.isfinite(wait) or wait <= 0:
+            raise ValueError(
+                f"--client-stream-wait must be a number of seconds above 0, not {wait} "
+                f"(from the flag or {CLIENT_STREAM_WAIT_ENV})"
             )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(

@@ -3,6 +3,7 @@ for taking turns at the database's worker threads, and where it may be asked bac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,10 @@ class AnswerStream:
     there would wait for good."""
 
     open: bool = True
+    # Whether the request's connection has its GET stream open, where requests go once this
+    # stream has closed, and how long they wait for one (``ClientChannel``).
+    listening: Callable[[], bool] | None = None
+    listen_wait: float = 30.0
 
 
 def client_channel(request: ServerRequestContext[Any, Any], waited: bool) -> ClientChannel:
@@ -31,10 +36,14 @@ def client_channel(request: ServerRequestContext[Any, Any], waited: bool) -> Cli
     connection's."""
     scope = getattr(request.request, "scope", None)
     stream = scope.get(ANSWER_STREAM) if isinstance(scope, dict) else None
+    if not isinstance(stream, AnswerStream):
+        return ClientChannel(request.session, request.request_id if waited else None)
     return ClientChannel(
         request.session,
         request.request_id if waited else None,
-        (lambda: stream.open) if isinstance(stream, AnswerStream) else None,
+        lambda: stream.open,
+        stream.listening,
+        stream.listen_wait,
     )
 
 

@@ -18,6 +18,7 @@ from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import (
     CONTENT_TYPE_JSON,
+    GET_STREAM_KEY,
     StreamableHTTPServerTransport,
     check_accept_headers,
 )
@@ -185,6 +186,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     # Set on a named replica: its legacy session ids begin with "NAME.", so that a load
     # balancer can send every request of a session to the replica that holds it.
     session_prefix = ""
+    # How long a request for the client's model waits for a GET stream to go on.
+    client_stream_wait = 30.0
     # The ids of each 2025 session's requests under way, as text (made on first use: the
     # SDK's manager is turned into this class, not built as one).
     _ids_in_flight: dict[str, set[str]] | None = None
@@ -292,7 +295,9 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         released = False
         # Open until answered or its client goes: a run the request waits on asks the
         # client's model on this stream only while it is (``client_channel``).
-        stream = scope[ANSWER_STREAM] = AnswerStream()
+        stream = scope[ANSWER_STREAM] = AnswerStream(
+            listening=lambda: self._listening(session_id), listen_wait=self.client_stream_wait
+        )
 
         def release() -> None:  # once: a request with the id may come once it is answered
             nonlocal released
@@ -313,6 +318,12 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             await super()._handle_request(scope, receive, answering)
         finally:
             release()
+
+    def _listening(self, session_id: str) -> bool:
+        """Whether the 2025 session has its GET stream open (the SDK keeps it among its
+        request streams, under its own key)."""
+        transport = self._server_instances.get(session_id)
+        return transport is not None and GET_STREAM_KEY in transport._request_streams
 
     async def _opens_session(self, scope: Scope, body: bytes | None) -> bool:
         """Whether the SDK, given this request without a session id, opens a session: a POST
@@ -715,6 +726,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     # The SDK's body limit in front of the manager calls the method it was built with.
     assert isinstance(manager.asgi_app, RequestBodyLimitMiddleware), manager.asgi_app
     manager.asgi_app.app = manager._handle_request
+    manager.client_stream_wait = settings.client_stream_wait  # type: ignore[attr-defined]
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SdkRefusals(SplicingHttp(app, server), settings)
