@@ -922,6 +922,89 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         session.append_message(user_message("kept"))
 
 
+def test_a_frozen_backend_holds_no_call_for_good(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that stops answering on a live connection (SIGSTOP: its kernel still answers
+    keepalives) held the call on it, and the worker thread serving it, for as long as it was
+    frozen. Every wait for the database is bounded: a statement that runs too long is
+    cancelled by the database (``statement_timeout``), one whose backend answers nothing is
+    given up here a little later, each with a clear error; nothing acknowledged is lost, and
+    an idle connection found frozen is dropped for another."""
+    import signal
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "STATEMENT_GRACE_S", 0.5)
+    frozen: list[int] = []
+
+    def freeze(conn: Any, _session_id: str) -> None:
+        if not frozen:  # the append's own backend, in its transaction
+            frozen.append(conn.info.backend_pid)
+            os.kill(frozen[0], signal.SIGSTOP)
+
+    failed: list[BaseException] = []
+    with PostgresSessionRepo(postgres_url, statement_timeout=0.5, max_connections=2) as repo:
+        session = repo.create(name="kept")
+        acknowledged = session.append_message(user_message("kept"))
+        with pytest.raises(SessionError) as raised:
+            repo.database.read("SELECT pg_sleep(30)")
+        said = str(raised.value)
+        assert "cancelled after running up to 0.5 s (the statement timeout" in said, said
+        assert said.endswith("nothing was written, try again"), said
+
+        def append() -> None:
+            try:
+                session.append_message(user_message("lost?"))
+            except BaseException as error:
+                failed.append(error)
+
+        repo.database.session_guard = freeze
+        appender = threading.Thread(target=append, daemon=True)
+        try:
+            appender.start()
+            appender.join(30)  # a hang guard: the bound is about a second
+            assert not appender.is_alive(), "the append waited for the frozen backend"
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        repo.database.session_guard = None
+        [error] = failed
+        assert isinstance(error, SessionError), error
+        assert "answered nothing for 1 s" in str(error), error
+        entries = repo.open(session.id).get_entries()
+        assert [e.id for e in entries if isinstance(e, MessageEntry)] == [acknowledged]
+
+        # An idle connection frozen in the pool: its check gives it up, another is lent.
+        [(pid,)] = repo.database.read("SELECT pg_backend_pid()")
+        os.kill(pid, signal.SIGSTOP)
+        read: list[Any] = []
+        try:
+            reader = threading.Thread(
+                target=lambda: read.extend(repo.database.read("SELECT 1")), daemon=True
+            )
+            reader.start()
+            reader.join(30)
+            assert not reader.is_alive(), "the read waited for the frozen backend"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert read == [(1,)]
+        session.append_message(user_message("after"))
+
+
+def test_options_the_url_gives_are_kept(postgres_url: str) -> None:
+    """``?options=-c …`` in the URL (a search_path, a setting of the site's) was replaced by
+    the server's own options on every pooled connection."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(f"{postgres_url}?options=-c%20work_mem%3D1234kB") as repo:
+        [(work_mem, timeout)] = repo.database.read(
+            "SELECT current_setting('work_mem'), current_setting('statement_timeout')"
+        )
+    assert (work_mem, timeout) == ("1234kB", "90s")
+
+
 def test_a_read_only_database_is_said_so_and_nothing_is_written(
     postgres_url: str, pg_cluster: Any
 ) -> None:
