@@ -819,6 +819,68 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
 
 
+async def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends(
+    postgres_url: str,
+    pg_cluster: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the database was down, every replica logged a traceback each second (the change
+    feed reconnecting), the pool a warning at each try, and the lease renewal one at each
+    round. Now each part says it once, in one line, when it starts and when it is over."""
+    import logging
+
+    import psycopg
+
+    from mcp_agent.blocking import worker_threads
+    from mcp_agent.runtime import runs
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.server import pg_bus
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(pg_bus, "RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(runs, "RENEW_EVERY", 0.05)
+    caplog.set_level(logging.INFO)
+    name = postgres_url.rsplit("/", 1)[1]
+    bus = pg_bus.PostgresBus(postgres_url)
+    with PostgresSessionRepo(postgres_url) as repo:
+        offload = worker_threads(2)
+        async with anyio.create_task_group() as group:
+            manager = runs.RunManager(group, PostgresLeases(repo.database), offload=offload)
+            group.start_soon(bus.run)
+            group.start_soon(manager.keep_leases)
+            await bus.listening_since.wait()
+            with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+                with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                    for _ in range(10):
+                        with pytest.raises(SessionError, match="cannot reach"):
+                            await offload(lambda: repo.database.read("SELECT 1"))
+                        await anyio.sleep(0.1)
+
+            def over() -> list[str]:
+                return [r.getMessage() for r in caplog.records if "over, after" in r.getMessage()]
+
+            for _ in range(100):  # bounded: back within a round or two
+                try:
+                    await offload(lambda: repo.database.read("SELECT 1"))
+                except SessionError:
+                    pass
+                if len(over()) >= 2:
+                    break
+                await anyio.sleep(0.1)
+            await anyio.sleep(0.3)  # a few renewals after it
+            group.cancel_scope.cancel()
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in said if r.exc_info], [r.getMessage() for r in said]
+    assert not [r for r in said if r.name == "psycopg.pool" and "connecting" in r.msg]
+    for what in ("the session database", "the change feed from other replicas"):
+        mine = [r.getMessage() for r in said if r.getMessage().startswith(what)]
+        assert len(mine) == 2 and "over, after" in mine[1], mine
+    assert len(said) <= 6, [r.getMessage() for r in said]  # and the renewal's own, once
+
+
 def test_a_database_back_after_a_while_away_is_used_at_once(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

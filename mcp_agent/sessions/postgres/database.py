@@ -23,6 +23,7 @@ together wait for each other and the second finds the work done.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,12 +34,15 @@ from psycopg import errors as pg_errors
 from psycopg.abc import PQGen
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from mcp_agent.outages import Outage
 from mcp_agent.paths import shown_url
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import SessionError, Unreachable
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+POOL_NAME = "mcp-agent-sessions"
 
 Durability = Literal["full", "normal"]
 # Called inside each transaction that appends to or moves a session, before the change, with
@@ -189,6 +193,22 @@ TABLES = (
 )
 
 
+class _QuietReconnects(logging.Filter):
+    """Leaves out the pool's word on each connection attempt that failed (several a second
+    while the database is down, each with the driver's message): the database says the
+    outage once when a call finds it (``PostgresDatabase.outage``), and once when it ends."""
+
+    QUIET = ("error connecting in %r: %s", "reconnection attempt in pool %r failed after %s sec")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        ours = isinstance(args, tuple) and bool(args) and args[0] == POOL_NAME
+        return not (ours and record.msg in self.QUIET)
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
+
+
 def tcp_options(url: str) -> dict[str, Any]:
     """``TCP_OPTIONS`` less those ``url`` sets itself."""
     given = _url_options(url)
@@ -325,10 +345,12 @@ class PostgresDatabase:
             reconnect_timeout=RECONNECT_S,
             check=self._check,
             open=False,
-            name="mcp-agent-sessions",
+            name=POOL_NAME,
         )
         self._closed = threading.Event()
         self._unreachable = False  # the pool timed out and a connection attempt failed
+        # Said once when the database is found out of reach, and once when it is back.
+        self.outage = Outage(log, f"the session database {self.where} is out of reach")
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request.
@@ -393,8 +415,10 @@ class PostgresDatabase:
             # every call waiting the pool's whole timeout while the pool retries.
             down = self._probe()
             if down is not None:
+                self.outage.failed(down.reason)
                 raise down
             self._unreachable = False
+            self.outage.recovered()
         try:
             with self.pool.connection() as conn:
                 yield conn
@@ -427,6 +451,7 @@ class PostgresDatabase:
         down = self._probe()
         if down is not None:
             self._unreachable = True
+            self.outage.failed(down.reason)
             return down
         return SessionError(
             "busy",
@@ -434,16 +459,17 @@ class PostgresDatabase:
             f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
         )
 
-    def _probe(self) -> SessionError | None:
+    def _probe(self) -> Unreachable | None:
         """Whether a connection can be made now: None, or the error saying why not."""
         try:
             with psycopg.connect(self.url, connect_timeout=5):
                 return None
         except psycopg.Error as error:
-            return SessionError(
-                "storage",
-                f"cannot reach the session database {self.where}: {one_line(error)};"
+            reason = one_line(error)
+            return Unreachable(
+                f"cannot reach the session database {self.where}: {reason};"
                 " nothing was written, try again",
+                reason,
             )
 
     def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
