@@ -159,6 +159,47 @@ def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: 
         database.close()
 
 
+def test_commands_for_a_run_whose_replica_stopped_are_cleared_and_quoted(
+    postgres_url: str,
+) -> None:
+    """Commands left for a run whose replica died stayed in run_commands for good (up to 100 a
+    run), and the steering messages among them were said nowhere. Once the run is known
+    ended, its commands go, and its warnings quote the messages it never took."""
+    from mcp_agent.runtime.run_board import STOPPED, RunBoard, RunRecord
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    database = PostgresDatabase(postgres_url)
+    try:
+        dead, alive = RunBoard(database, "replica-a"), RunBoard(database, "replica-b")
+        dead.publish([RunRecord("r1", "s1", "default", "m"), RunRecord("r2", "s2", "default", "m")])
+        alive.send("r1", "steer", "turn left")
+        alive.send("r1", "follow_up", "then stop")
+        alive.send("r1", "cancel")
+        alive.send("r2", "steer", "lost too")
+        # replica-a stops renewing: its runs' expiry passes.
+        database.write(lambda conn: conn.execute("UPDATE runs SET expires = 0"))
+        found = alive.get("r1")
+        assert found is not None and found.status == "error" and found.error == STOPPED
+        [warning] = found.warnings
+        assert '"turn left"' in warning and '"then stop"' in warning, warning
+        assert "never reached the run" in warning, warning
+        assert database.read("SELECT run_id FROM run_commands") == [("r2",)]
+        r2 = alive.get("r2")
+        assert r2 is not None and '"lost too"' in r2.warnings[0]
+        assert database.read("SELECT run_id FROM run_commands") == []
+        # Any left behind for a run not under way go at the next renewal.
+        database.write(
+            lambda conn: conn.execute(
+                "INSERT INTO run_commands (run_id, owner, kind, message)"
+                " VALUES ('r1', 'replica-a', 'steer', 'old'), ('gone', 'x', 'cancel', NULL)"
+            )
+        )
+        alive.renew([])
+        assert database.read("SELECT run_id FROM run_commands") == []
+    finally:
+        database.close()
+
+
 def slow_responder(context: LlmContext) -> ScriptedResponse:
     """``slow…`` streams for about five seconds; anything else is echoed."""
     text = content_text(context.messages[-1].content)

@@ -27,6 +27,8 @@ PUBLISH_EVERY = 0.5
 POLL_EVERY = 0.25
 # Commands waiting for one run at most; one more is refused.
 MAX_PENDING_COMMANDS = 100
+# Messages a stopped run never took that its warning quotes (the rest are counted).
+QUOTED_AT_MOST = 50
 # Ended runs stay on the board this long (their sessions keep everything).
 KEEP_ENDED_SECONDS = 7 * 24 * 3600
 STOPPED = "the server running it stopped"
@@ -155,12 +157,17 @@ class RunBoard:
                 # The rows first: a command sent meanwhile (send locks the row too) is either
                 # in the table and taken here, or finds the run ended and is refused.
                 conn.execute("SELECT 1 FROM runs WHERE id = ANY(%s) FOR UPDATE", (ended,))
+                # All of them: a cancel left for an ended run has nothing left to do.
                 rows = conn.execute(
-                    "DELETE FROM run_commands WHERE run_id = ANY(%s) AND message IS NOT NULL"
+                    "DELETE FROM run_commands WHERE run_id = ANY(%s)"
                     " RETURNING id, run_id, kind, message",
                     (ended,),
                 ).fetchall()
-            taken = [Command(run_id, kind, message) for _, run_id, kind, message in sorted(rows)]
+            taken = [
+                Command(run_id, kind, message)
+                for _, run_id, kind, message in sorted(rows)
+                if message is not None
+            ]
             values = []
             for record in records:
                 quoted = [c.quoted() for c in taken if c.run_id == record.id]
@@ -188,17 +195,43 @@ class RunBoard:
                 f"DELETE FROM runs WHERE finished IS NOT NULL AND finished < {_NOW} - %s",
                 (KEEP_ENDED_SECONDS,),
             )
+            # Commands no run under way will take (left by a version that kept them).
+            conn.execute(
+                "DELETE FROM run_commands c WHERE NOT EXISTS (SELECT 1 FROM runs r"
+                " WHERE r.id = c.run_id AND r.status = 'running')"
+            )
 
         self.database.write(work)
 
     @staticmethod
     def _end_stopped(conn: Any, run_id: str | None = None) -> None:
+        """End the runs whose replica stopped renewing them; the commands left for them go
+        (no one will take them), and the messages among them are quoted in the run's
+        warnings, as those a run ended before taking are: their senders were told they were
+        queued."""
         only = " AND id = %s" if run_id is not None else ""
-        conn.execute(
+        ended = conn.execute(
             f"UPDATE runs SET status = 'error', error = %s, finished = {_NOW}"
-            f" WHERE status = 'running' AND expires < {_NOW}{only}",
+            f" WHERE status = 'running' AND expires < {_NOW}{only} RETURNING id",
             (STOPPED, *((run_id,) if run_id is not None else ())),
-        )
+        ).fetchall()
+        if not ended:
+            return
+        rows = conn.execute(
+            "DELETE FROM run_commands WHERE run_id = ANY(%s) RETURNING id, run_id, kind, message",
+            ([stopped for (stopped,) in ended],),
+        ).fetchall()
+        quoted: dict[str, list[str]] = {}
+        for _, stopped, kind, message in sorted(rows):
+            if message is not None:
+                quoted.setdefault(stopped, []).append(Command(stopped, kind, message).quoted())
+        for stopped, quotes in quoted.items():
+            said = undelivered_note(quotes[:QUOTED_AT_MOST], len(quotes[QUOTED_AT_MOST:]))
+            note = json.dumps([said], ensure_ascii=False)
+            conn.execute(
+                "UPDATE runs SET warnings = (warnings::jsonb || %s::jsonb)::text WHERE id = %s",
+                (note, stopped),
+            )
 
     def get(self, run_id: str) -> RunRecord | None:
         def work(conn: Any) -> RunRecord | None:
