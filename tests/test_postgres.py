@@ -200,6 +200,45 @@ def test_commands_for_a_run_whose_replica_stopped_are_cleared_and_quoted(
         database.close()
 
 
+def test_runs_and_sessions_are_ordered_by_the_database_clock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas on machines whose clocks disagree: the one an hour ahead listed what it did
+    above everything done later elsewhere (its runs' starts, its sessions' modified times
+    were its own clock's). Now both are the database's time when it heard of them."""
+    from datetime import UTC, datetime, timedelta
+
+    from mcp_agent.runtime.run_board import RunBoard, RunRecord
+    from mcp_agent.sessions import entries
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    class AnHourAhead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=1)
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        board_ahead, board = RunBoard(repo.database, "ahead"), RunBoard(repo.database, "right")
+        early = RunRecord("early", "s1", "default", "m", started=time.time() + 3600)
+        board_ahead.publish([early])
+        with monkeypatch.context() as ahead:
+            ahead.setattr(entries, "datetime", AnHourAhead)
+            first = repo.create(name="first")
+            first.append_message(user_message("on the replica an hour ahead"))
+        monkeypatch.setattr(entries, "_last_write_time", "")  # another process's clock
+        second = repo.create(name="second")
+        second.append_message(user_message("later, elsewhere"))
+        late = RunRecord("late", "s2", "default", "m", started=time.time())
+        board.publish([late])
+
+        assert [s.name for s in repo.list().items] == ["second", "first"]
+        assert [r.id for r in board.newest(10)] == ["early", "late"]  # oldest first
+        assert early.started <= late.started <= time.time() + 60  # as the database had it
+        stored = [s.modified for s in repo.list().items]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert all(len(m) == len(now) and m <= now for m in stored), stored
+
+
 def slow_responder(context: LlmContext) -> ScriptedResponse:
     """``slow…`` streams for about five seconds; anything else is echoed."""
     text = content_text(context.messages[-1].content)

@@ -42,6 +42,7 @@ NOT_TAKEN_CHARS = 500
 ANSWER_CHARS = 16_000
 
 _NOW = "extract(epoch FROM clock_timestamp())"
+_STARTED, _FINISHED = 6, 7  # the places of ``started`` and ``finished`` in _COLUMNS
 _COLUMNS = (
     "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
     " answer, error, stop_reason, usage, new_messages, warnings, parent_run_id"
@@ -129,14 +130,23 @@ class RunBoard:
     def publish(self, records: list[RunRecord]) -> list[Command]:
         """Write the state of runs of this replica; returns the messages still waiting for
         those of them that ended, which they never took: taken off the board here, and said
-        in the warnings written with the end, so that the end is never read without them."""
+        in the warnings written with the end, so that the end is never read without them.
+
+        A run's start and end are the database's times when the board first heard of each
+        (each record's ``started`` and ``finished`` are set to them here): the runs of every
+        replica are listed in the order they started, whatever each replica's clock says,
+        and every replica shows the same times."""
         if not records:
             return []
+        values_sql = ["%s"] * len(fields(RunRecord))
+        values_sql[_STARTED] = _NOW
+        values_sql[_FINISHED] = f"CASE WHEN %s::float8 IS NULL THEN NULL ELSE {_NOW} END"
         sql = (
             f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
-            f" ({', '.join(['%s'] * len(fields(RunRecord)))}, %s, {_NOW} + %s)"
+            f" ({', '.join(values_sql)}, %s, {_NOW} + %s)"
             " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
-            " finished = excluded.finished, event_count = excluded.event_count,"
+            " finished = coalesce(runs.finished, excluded.finished),"
+            " event_count = excluded.event_count,"
             " last_event = excluded.last_event, answer = excluded.answer,"
             " error = excluded.error, stop_reason = excluded.stop_reason,"
             " usage = excluded.usage, new_messages = excluded.new_messages,"
@@ -173,9 +183,22 @@ class RunBoard:
                 quoted = [c.quoted() for c in taken if c.run_id == record.id]
                 if quoted:
                     record.warnings.append(undelivered_note(quoted))
-                values.append((*record.row(), self.owner, LEASE_SECONDS))
+                row = record.row()
+                values.append((*row[:_STARTED], *row[_STARTED + 1 :], self.owner, LEASE_SECONDS))
             with conn.cursor() as cursor:
                 cursor.executemany(sql, values)
+            times = {
+                run_id: (started, finished)
+                for run_id, started, finished in conn.execute(
+                    "SELECT id, started, finished FROM runs WHERE id = ANY(%s)",
+                    ([r.id for r in records],),
+                )
+            }
+            for record in records:
+                started, finished = times.get(record.id, (record.started, record.finished))
+                record.started = started
+                if record.finished is not None and finished is not None:
+                    record.finished = finished
             return taken
 
         taken: list[Command] = self.database.write(work)

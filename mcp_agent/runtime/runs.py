@@ -367,6 +367,11 @@ class RunManager:
         records = [run.record() for run in runs]
         with anyio.CancelScope(shield=True):
             never_taken = await self.offload(lambda: board.publish(records))
+        for run, record in zip(runs, records, strict=True):
+            # The database's clock, as every replica shows them.
+            run.started = record.started
+            if run.finished is not None:
+                run.finished = record.finished
         for record in records:
             if record.status == "running":
                 self._published[record.id] = record.event_count

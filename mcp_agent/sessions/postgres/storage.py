@@ -16,7 +16,6 @@ from mcp_agent.sessions.entries import (
     iso_now,
     new_entry_id,
     sortable_time,
-    write_time,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
@@ -39,10 +38,15 @@ _INSERT_ENTRY = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
-_APPLY_DELTA = """
+# A session's ``modified`` time (which orders listings) is the database's: replicas on
+# several machines need not agree on the time, and the one whose clock is behind would list
+# what it wrote below older changes made elsewhere. The same text as sessions.write_time.
+DB_WRITE_TIME = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+_APPLY_DELTA = f"""
 UPDATE sessions SET
   leaf = %(leaf)s,
-  modified = %(modified)s,
+  modified = {DB_WRITE_TIME},
   next_seq = next_seq + %(count)s,
   entry_count = entry_count + %(entries)s,
   message_count = message_count + %(messages)s,
@@ -138,13 +142,12 @@ def _write_entries(
 def _insert_session(conn: Conn, header: SessionHeader, incarnation: str) -> None:
     inserted = conn.execute(
         "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, incarnation)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        f" VALUES (%s, %s, %s, %s, {DB_WRITE_TIME}, %s, %s) ON CONFLICT (id) DO NOTHING",
         (
             header.id,
             entry_to_json(header),
             _no_nul(header.cwd),
             sortable_time(header.timestamp),
-            write_time(),
             header.parent_session,
             incarnation,
         ),
