@@ -63,6 +63,8 @@ async def test_one_run_per_session_across_replicas(tmp_path: Path, postgres_url:
 async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url: str) -> None:
     import psycopg
 
+    from mcp_agent.runtime.leases import process_space
+
     async with Client(make_server(tmp_path, db_url=postgres_url)) as client:
         sid = (await call(client, "session_create"))["id"]
         gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
@@ -70,7 +72,7 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url:
             db.execute(
                 "INSERT INTO session_leases VALUES (%s, 'run dead', 'someone', %s, %s,"
                 " extract(epoch FROM now()) + 60)",
-                (sid, socket.gethostname(), int(gone.stdout)),
+                (sid, process_space(), int(gone.stdout)),
             )
         done = await call(client, "agent_run", prompt="hello", session_id=sid)
         assert done["answer"] == "echo: hello"
