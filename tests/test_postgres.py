@@ -1174,12 +1174,14 @@ def test_a_read_only_database_is_said_so_and_nothing_is_written(
         assert len(repo.open(session.id).get_entries()) == before
 
 
-def test_an_append_whose_connection_broke_says_whether_it_was_written(
+def test_an_append_whose_connection_broke_is_read_back_and_made_again_if_absent(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A connection that breaks during an append, perhaps during its commit, leaves it whole or
     absent: another connection reads which (once the session's row is free), so the append
-    either stands or says nothing was written."""
+    either stands or, absent, is made once more on a new connection: a connection dropped
+    under it (a restart or failover of the database, pg_terminate_backend) failed the append,
+    and a run saving its message ended in error. Broken twice, it says nothing was written."""
     import psycopg
 
     from mcp_agent.sessions import SessionError
@@ -1218,12 +1220,30 @@ def test_an_append_whose_connection_broke_says_whether_it_was_written(
             holder.rollback()
             holder.close()
             appender.join()
-        [error] = failed
-        assert str(error).endswith("nothing was written, try again"), error
+        assert failed == []
+        entries = repo.open(session.id).get_entries()
+        assert len(entries) == before + 1 and "lost" in entries[-1].model_dump_json()
+        before += 1
+
+        # Broken again on the new connection: said, and nothing is written.
+        write = repo.database.write
+        calls: list[int] = []
+
+        def appends_break(work: Any) -> Any:
+            calls.append(1)
+            if len(calls) % 2:  # each append's own transaction; the read back goes through
+                raise database.BrokenConnection(repo.database.where, "terminated")
+            return write(work)
+
+        monkeypatch.setattr(repo.database, "write", appends_break)
+        with pytest.raises(SessionError) as raised:
+            session.append_message(user_message("twice broken"))
+        assert str(raised.value).endswith("nothing was written, try again"), raised.value
+        assert len(calls) == 4
+        monkeypatch.setattr(repo.database, "write", write)
         assert len(repo.open(session.id).get_entries()) == before
 
         # Whole: the connection breaks after the commit, before the answer came back.
-        write = repo.database.write
         broke: list[bool] = []
 
         def commit_then_break(work: Any) -> Any:

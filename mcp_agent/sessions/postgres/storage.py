@@ -286,18 +286,31 @@ class PostgresSessionStorage(SqlSessionStorage):
             rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
             return stored, len(rows[0][7])
 
-        try:
-            stored, json_chars = self.database.write(work)
-        except BrokenConnection as broken:
-            stored, json_chars = self._settle(entry, broken)
+        for attempt in range(2):
+            try:
+                stored, json_chars = self.database.write(work)
+                break
+            except BrokenConnection as broken:
+                settled = self._settle(entry, broken)
+                if settled is not None:
+                    stored, json_chars = settled
+                    break
+                # Nothing was written (the connection was dropped: a restart or failover of
+                # the database, pg_terminate_backend): once more, on a new connection, so
+                # that a run does not end for it. The entry's id keeps it from being
+                # written twice, whatever the first connection still does.
+                if attempt:
+                    raise broken.unwritten() from None
         self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
         self._cache.put(stored.id, stored, json_chars)
         return stored
 
-    def _settle(self, entry: SessionEntry, broken: BrokenConnection) -> tuple[SessionEntry, int]:
+    def _settle(
+        self, entry: SessionEntry, broken: BrokenConnection
+    ) -> tuple[SessionEntry, int] | None:
         """Whether an append whose connection broke was committed, read on another connection
         once the session's row is free (a commit under way holds it): the entry as stored, or
-        the error saying nothing was written (or, unreadable, that it is not known)."""
+        None when nothing was written (unreadable, ``broken`` is raised: it is not known)."""
 
         def work(conn: Conn) -> str | None:
             self._locked_row(conn)
@@ -312,7 +325,7 @@ class PostgresSessionStorage(SqlSessionStorage):
         except SessionError:
             raise broken from None
         if data is None:
-            raise broken.unwritten() from None
+            return None
         return self.parse_stored(entry.id, entry.type, data), len(data)
 
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
