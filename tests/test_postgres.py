@@ -1137,6 +1137,22 @@ def test_a_frozen_backend_holds_no_call_for_good(
         session.append_message(user_message("after"))
 
 
+def test_a_migration_longer_than_the_statement_timeout_is_not_cut(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration of a large database may take longer than any statement a request runs:
+    the first connection, which migrates, is not bounded (a replica starting meanwhile waits
+    for it under the migrations' lock)."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    steps = [*database.MIGRATIONS, "SELECT pg_sleep(1.5)"]
+    monkeypatch.setattr(database, "MIGRATIONS", steps)
+    monkeypatch.setattr(database, "SCHEMA_VERSION", len(steps))
+    monkeypatch.setattr(database, "STATEMENT_GRACE_S", 0.2)
+    with PostgresSessionRepo(postgres_url, statement_timeout=0.5) as repo:
+        assert repo.database.read("SELECT version FROM schema_version") == [(len(steps),)]
+
+
 def test_options_the_url_gives_are_kept(postgres_url: str) -> None:
     """``?options=-c …`` in the URL (a search_path, a setting of the site's) was replaced by
     the server's own options on every pooled connection."""

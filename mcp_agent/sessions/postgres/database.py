@@ -353,11 +353,12 @@ class PostgresDatabase:
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
         try:
             # One connection first: an unreachable database is said at once (the pool would
-            # retry until its timeout), and the schema is ready before any request.
-            with BoundedConnection.connect(
+            # retry until its timeout), and the schema is ready before any request. Its
+            # statements are not bounded: a migration of a large database may take long, and
+            # a replica starting meanwhile waits for it (under the migrations' lock).
+            with psycopg.connect(
                 url, autocommit=True, connect_timeout=10, **tcp_options(url)
             ) as conn:
-                self._bound(conn)
                 self._migrate(conn)
         except psycopg.Error as error:
             raise self._unprepared(error) from None
