@@ -963,6 +963,42 @@ async def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends(
     assert len(said) <= 6, [r.getMessage() for r in said]  # and the renewal's own, once
 
 
+def test_a_call_made_while_the_database_is_down_is_told_so_without_the_pools_whole_wait(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that came while the database was down waited the pool's whole timeout (30 s):
+    the pool tries to connect only when a caller joins its line, so one already waiting when
+    its last try gave up was not served even once the database was back, and was then told
+    that every connection "stayed busy". It waits in turns now, looking between them."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError, Unreachable
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TURN_S", 0.2)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        failed: list[SessionError] = []
+
+        def call() -> None:
+            try:
+                repo.open(session_id)
+            except SessionError as error:
+                failed.append(error)
+
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                caller = threading.Thread(target=call, daemon=True)
+                caller.start()
+                caller.join(10)  # a hang guard: the pool's timeout is 30 s
+                assert not caller.is_alive(), "the call waited out the pool's timeout"
+        [error] = failed
+        assert isinstance(error, Unreachable), error
+        assert repo.open(session_id).name == "kept"  # and once it is back, at once
+
+
 def test_a_database_back_after_a_while_away_is_used_at_once(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
@@ -52,6 +53,9 @@ SessionGuard = Callable[[Any, str], None]
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
 POOL_TIMEOUT_S = 30.0
+# A caller waits for the pool in turns this long, looking between them whether the database
+# is down (see PostgresDatabase._lend).
+POOL_TURN_S = 1.0
 # A database gone from the network (a partition, a host switched off) is given up within about
 # a minute, not the kernel's quarter of an hour: keepalives find it out on an idle connection,
 # tcp_user_timeout (ms) under data it never acknowledges. A URL that sets one keeps its own.
@@ -421,8 +425,12 @@ class PostgresDatabase:
             self._unreachable = False
             self.outage.recovered()
         try:
-            with self.pool.connection() as conn:
-                yield conn
+            conn = self._lend()
+            try:
+                with conn:  # as the pool's own connection(): commit, or roll back
+                    yield conn
+            finally:
+                self.pool.putconn(conn)
         except PoolTimeout:
             raise self._no_connection() from None
         except pg_errors.LockNotAvailable:
@@ -445,6 +453,30 @@ class PostgresDatabase:
             ) from None
         except psycopg.Error as error:
             raise storage_error(self.where, error) from None
+
+    def _lend(self) -> BoundedConnection:
+        """A connection of the pool's, waited for up to ``POOL_TIMEOUT_S`` in turns of
+        ``POOL_TURN_S``. After a turn with the pool short of connections (it could not make
+        them), one attempt of our own says whether the database is down: then the caller is
+        told at once, not after the whole wait; up, the caller gets back in line, which makes
+        the pool try again (it tries when a caller joins the line: callers already waiting
+        when its last try gave up waited the whole timeout, the database long back, and were
+        told that every connection stayed busy)."""
+        deadline = time.monotonic() + POOL_TIMEOUT_S
+        while True:
+            turn = min(POOL_TURN_S, deadline - time.monotonic())
+            try:
+                return self.pool.getconn(timeout=max(turn, 0.001))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+            if self.pool.get_stats().get("pool_size", 0) >= self.pool.max_size:
+                continue  # every connection is there, and lent: busy, not down
+            down = self._probe()
+            if down is not None:
+                self._unreachable = True
+                self.outage.failed(down.reason)
+                raise down
 
     def _no_connection(self) -> SessionError:
         """Why the pool gave no connection in time: the database is down or unreachable (the
