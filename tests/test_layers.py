@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mcp_agent"
 # A module's layer: the first name below mcp_agent, with the small shared modules grouped.
 GROUPS = {
     "abort": "base",
+    "outages": "base",
     "blocking": "base",
     "paths": "base",
     "wire": "base",

@@ -3,14 +3,19 @@ threads at once, as the server's run manager uses them."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from mcp_support import another_programs_database
 
-from mcp_agent.runtime.leases import SessionLeases
+from mcp_agent.runtime.leases import SessionLeases, process_space
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 
 
@@ -131,3 +136,62 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(tmp_path: Path) 
     assert other.acquire("s2", "run 4") is not None  # the one still held is not free
     other.close()
     leases.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/ns/pid"), reason="no pid namespaces here")
+def test_a_live_lease_of_another_container_with_this_host_name_is_never_taken(
+    tmp_path: Path,
+) -> None:
+    """Two containers with one host name, each in its own pid namespace, over one database: a
+    pid of the other's is no process here, and judged by host name and pid its live lease
+    was let go as its process's were gone. Now a lease's process is looked for only from the
+    same pid namespace and boot; any other lease binds until it expires."""
+    db = tmp_path / "s.db"
+    SqliteSessionRepo(db).close()
+    leases = SessionLeases(db)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_here = int(gone.stdout)
+    spaces = [socket.gethostname()]  # as a version before this one wrote it
+    if shutil.which("unshare"):
+        other = subprocess.run(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                sys.executable,
+                "-c",
+                "from mcp_agent.runtime.leases import process_space; print(process_space())",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        if other.returncode == 0:  # (unshare needs privileges)
+            spaces.append(other.stdout.strip())
+    try:
+        for n, space in enumerate(spaces):
+            with sqlite3.connect(db) as conn:
+                conn.execute(
+                    "INSERT INTO session_leases VALUES (?, 'run theirs', 'another', ?, ?,"
+                    " strftime('%s', 'now') + 60)",
+                    (f"s{n}", space, dead_here),
+                )
+            with sqlite3.connect(db) as conn, pytest.raises(SessionError, match="busy"):
+                leases.guard(conn, f"s{n}")
+            other_lease = leases.acquire(f"s{n}", "run mine")
+            assert other_lease is not None and other_lease.owner == "another", space
+        # From this very namespace, a lease of a process gone is let go at once.
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "INSERT INTO session_leases VALUES ('here', 'run dead', 'someone', ?, ?,"
+                " strftime('%s', 'now') + 60)",
+                (process_space(), dead_here),
+            )
+        assert leases.acquire("here", "run mine") is None
+    finally:
+        leases.close()

@@ -63,6 +63,8 @@ async def test_one_run_per_session_across_replicas(tmp_path: Path, postgres_url:
 async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url: str) -> None:
     import psycopg
 
+    from mcp_agent.runtime.leases import process_space
+
     async with Client(make_server(tmp_path, db_url=postgres_url)) as client:
         sid = (await call(client, "session_create"))["id"]
         gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
@@ -70,7 +72,7 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path, postgres_url:
             db.execute(
                 "INSERT INTO session_leases VALUES (%s, 'run dead', 'someone', %s, %s,"
                 " extract(epoch FROM now()) + 60)",
-                (sid, socket.gethostname(), int(gone.stdout)),
+                (sid, process_space(), int(gone.stdout)),
             )
         done = await call(client, "agent_run", prompt="hello", session_id=sid)
         assert done["answer"] == "echo: hello"
@@ -157,6 +159,86 @@ def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: 
         assert shown.parent_run_id == "r0"  # which run started it, on every replica
     finally:
         database.close()
+
+
+def test_commands_for_a_run_whose_replica_stopped_are_cleared_and_quoted(
+    postgres_url: str,
+) -> None:
+    """Commands left for a run whose replica died stayed in run_commands for good (up to 100 a
+    run), and the steering messages among them were said nowhere. Once the run is known
+    ended, its commands go, and its warnings quote the messages it never took."""
+    from mcp_agent.runtime.run_board import STOPPED, RunBoard, RunRecord
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    database = PostgresDatabase(postgres_url)
+    try:
+        dead, alive = RunBoard(database, "replica-a"), RunBoard(database, "replica-b")
+        dead.publish([RunRecord("r1", "s1", "default", "m"), RunRecord("r2", "s2", "default", "m")])
+        alive.send("r1", "steer", "turn left")
+        alive.send("r1", "follow_up", "then stop")
+        alive.send("r1", "cancel")
+        alive.send("r2", "steer", "lost too")
+        # replica-a stops renewing: its runs' expiry passes.
+        database.write(lambda conn: conn.execute("UPDATE runs SET expires = 0"))
+        found = alive.get("r1")
+        assert found is not None and found.status == "error" and found.error == STOPPED
+        [warning] = found.warnings
+        assert '"turn left"' in warning and '"then stop"' in warning, warning
+        assert "never reached the run" in warning, warning
+        assert database.read("SELECT run_id FROM run_commands") == [("r2",)]
+        r2 = alive.get("r2")
+        assert r2 is not None and '"lost too"' in r2.warnings[0]
+        assert database.read("SELECT run_id FROM run_commands") == []
+        # Any left behind for a run not under way go at the next renewal.
+        database.write(
+            lambda conn: conn.execute(
+                "INSERT INTO run_commands (run_id, owner, kind, message)"
+                " VALUES ('r1', 'replica-a', 'steer', 'old'), ('gone', 'x', 'cancel', NULL)"
+            )
+        )
+        alive.renew([])
+        assert database.read("SELECT run_id FROM run_commands") == []
+    finally:
+        database.close()
+
+
+def test_runs_and_sessions_are_ordered_by_the_database_clock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas on machines whose clocks disagree: the one an hour ahead listed what it did
+    above everything done later elsewhere (its runs' starts, its sessions' modified times
+    were its own clock's). Now both are the database's time when it heard of them."""
+    from datetime import UTC, datetime, timedelta
+
+    from mcp_agent.runtime.run_board import RunBoard, RunRecord
+    from mcp_agent.sessions import entries
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    class AnHourAhead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=1)
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        board_ahead, board = RunBoard(repo.database, "ahead"), RunBoard(repo.database, "right")
+        early = RunRecord("early", "s1", "default", "m", started=time.time() + 3600)
+        board_ahead.publish([early])
+        with monkeypatch.context() as ahead:
+            ahead.setattr(entries, "datetime", AnHourAhead)
+            first = repo.create(name="first")
+            first.append_message(user_message("on the replica an hour ahead"))
+        monkeypatch.setattr(entries, "_last_write_time", "")  # another process's clock
+        second = repo.create(name="second")
+        second.append_message(user_message("later, elsewhere"))
+        late = RunRecord("late", "s2", "default", "m", started=time.time())
+        board.publish([late])
+
+        assert [s.name for s in repo.list().items] == ["second", "first"]
+        assert [r.id for r in board.newest(10)] == ["early", "late"]  # oldest first
+        assert early.started <= late.started <= time.time() + 60  # as the database had it
+        stored = [s.modified for s in repo.list().items]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert all(len(m) == len(now) and m <= now for m in stored), stored
 
 
 def slow_responder(context: LlmContext) -> ScriptedResponse:
@@ -819,6 +901,104 @@ def test_a_database_gone_after_the_start_is_said_to_be_unreachable(
         assert session.name == "kept" and session.get_entries()[-1].type == "session_info"
 
 
+async def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends(
+    postgres_url: str,
+    pg_cluster: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the database was down, every replica logged a traceback each second (the change
+    feed reconnecting), the pool a warning at each try, and the lease renewal one at each
+    round. Now each part says it once, in one line, when it starts and when it is over."""
+    import logging
+
+    import psycopg
+
+    from mcp_agent.blocking import worker_threads
+    from mcp_agent.runtime import runs
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.server import pg_bus
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(pg_bus, "RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(runs, "RENEW_EVERY", 0.05)
+    caplog.set_level(logging.INFO)
+    name = postgres_url.rsplit("/", 1)[1]
+    bus = pg_bus.PostgresBus(postgres_url)
+    with PostgresSessionRepo(postgres_url) as repo:
+        offload = worker_threads(2)
+        async with anyio.create_task_group() as group:
+            manager = runs.RunManager(group, PostgresLeases(repo.database), offload=offload)
+            group.start_soon(bus.run)
+            group.start_soon(manager.keep_leases)
+            await bus.listening_since.wait()
+            with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+                with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                    for _ in range(10):
+                        with pytest.raises(SessionError, match="cannot reach"):
+                            await offload(lambda: repo.database.read("SELECT 1"))
+                        await anyio.sleep(0.1)
+
+            def over() -> list[str]:
+                return [r.getMessage() for r in caplog.records if "over, after" in r.getMessage()]
+
+            for _ in range(100):  # bounded: back within a round or two
+                try:
+                    await offload(lambda: repo.database.read("SELECT 1"))
+                except SessionError:
+                    pass
+                if len(over()) >= 2:
+                    break
+                await anyio.sleep(0.1)
+            await anyio.sleep(0.3)  # a few renewals after it
+            group.cancel_scope.cancel()
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in said if r.exc_info], [r.getMessage() for r in said]
+    assert not [r for r in said if r.name == "psycopg.pool" and "connecting" in r.msg]
+    for what in ("the session database", "the change feed from other replicas"):
+        mine = [r.getMessage() for r in said if r.getMessage().startswith(what)]
+        assert len(mine) == 2 and "over, after" in mine[1], mine
+    assert len(said) <= 6, [r.getMessage() for r in said]  # and the renewal's own, once
+
+
+def test_a_call_made_while_the_database_is_down_is_told_so_without_the_pools_whole_wait(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that came while the database was down waited the pool's whole timeout (30 s):
+    the pool tries to connect only when a caller joins its line, so one already waiting when
+    its last try gave up was not served even once the database was back, and was then told
+    that every connection "stayed busy". It waits in turns now, looking between them."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError, Unreachable
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "POOL_TURN_S", 0.2)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with PostgresSessionRepo(postgres_url) as repo:
+        session_id = repo.create(name="kept").id
+        failed: list[SessionError] = []
+
+        def call() -> None:
+            try:
+                repo.open(session_id)
+            except SessionError as error:
+                failed.append(error)
+
+        with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+            with altered(admin, name, "ALLOW_CONNECTIONS false", "ALLOW_CONNECTIONS true"):
+                caller = threading.Thread(target=call, daemon=True)
+                caller.start()
+                caller.join(10)  # a hang guard: the pool's timeout is 30 s
+                assert not caller.is_alive(), "the call waited out the pool's timeout"
+        [error] = failed
+        assert isinstance(error, Unreachable), error
+        assert repo.open(session_id).name == "kept"  # and once it is back, at once
+
+
 def test_a_database_back_after_a_while_away_is_used_at_once(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -922,6 +1102,105 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         session.append_message(user_message("kept"))
 
 
+def test_a_frozen_backend_holds_no_call_for_good(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that stops answering on a live connection (SIGSTOP: its kernel still answers
+    keepalives) held the call on it, and the worker thread serving it, for as long as it was
+    frozen. Every wait for the database is bounded: a statement that runs too long is
+    cancelled by the database (``statement_timeout``), one whose backend answers nothing is
+    given up here a little later, each with a clear error; nothing acknowledged is lost, and
+    an idle connection found frozen is dropped for another."""
+    import signal
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(database, "STATEMENT_GRACE_S", 0.5)
+    frozen: list[int] = []
+
+    def freeze(conn: Any, _session_id: str) -> None:
+        if not frozen:  # the append's own backend, in its transaction
+            frozen.append(conn.info.backend_pid)
+            os.kill(frozen[0], signal.SIGSTOP)
+
+    failed: list[BaseException] = []
+    with PostgresSessionRepo(postgres_url, statement_timeout=0.5, max_connections=2) as repo:
+        session = repo.create(name="kept")
+        acknowledged = session.append_message(user_message("kept"))
+        with pytest.raises(SessionError) as raised:
+            repo.database.read("SELECT pg_sleep(30)")
+        said = str(raised.value)
+        assert "cancelled after running up to 0.5 s (the statement timeout" in said, said
+        assert said.endswith("nothing was written, try again"), said
+
+        def append() -> None:
+            try:
+                session.append_message(user_message("lost?"))
+            except BaseException as error:
+                failed.append(error)
+
+        repo.database.session_guard = freeze
+        appender = threading.Thread(target=append, daemon=True)
+        try:
+            appender.start()
+            appender.join(30)  # a hang guard: the bound is about a second
+            assert not appender.is_alive(), "the append waited for the frozen backend"
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        repo.database.session_guard = None
+        [error] = failed
+        assert isinstance(error, SessionError), error
+        assert "answered nothing for 1 s" in str(error), error
+        entries = repo.open(session.id).get_entries()
+        assert [e.id for e in entries if isinstance(e, MessageEntry)] == [acknowledged]
+
+        # An idle connection frozen in the pool: its check gives it up, another is lent.
+        [(pid,)] = repo.database.read("SELECT pg_backend_pid()")
+        os.kill(pid, signal.SIGSTOP)
+        read: list[Any] = []
+        try:
+            reader = threading.Thread(
+                target=lambda: read.extend(repo.database.read("SELECT 1")), daemon=True
+            )
+            reader.start()
+            reader.join(30)
+            assert not reader.is_alive(), "the read waited for the frozen backend"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert read == [(1,)]
+        session.append_message(user_message("after"))
+
+
+def test_a_migration_longer_than_the_statement_timeout_is_not_cut(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration of a large database may take longer than any statement a request runs:
+    the first connection, which migrates, is not bounded (a replica starting meanwhile waits
+    for it under the migrations' lock)."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    steps = [*database.MIGRATIONS, "SELECT pg_sleep(1.5)"]
+    monkeypatch.setattr(database, "MIGRATIONS", steps)
+    monkeypatch.setattr(database, "SCHEMA_VERSION", len(steps))
+    monkeypatch.setattr(database, "STATEMENT_GRACE_S", 0.2)
+    with PostgresSessionRepo(postgres_url, statement_timeout=0.5) as repo:
+        assert repo.database.read("SELECT version FROM schema_version") == [(len(steps),)]
+
+
+def test_options_the_url_gives_are_kept(postgres_url: str) -> None:
+    """``?options=-c …`` in the URL (a search_path, a setting of the site's) was replaced by
+    the server's own options on every pooled connection."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(f"{postgres_url}?options=-c%20work_mem%3D1234kB") as repo:
+        [(work_mem, timeout)] = repo.database.read(
+            "SELECT current_setting('work_mem'), current_setting('statement_timeout')"
+        )
+    assert (work_mem, timeout) == ("1234kB", "90s")
+
+
 def test_a_read_only_database_is_said_so_and_nothing_is_written(
     postgres_url: str, pg_cluster: Any
 ) -> None:
@@ -947,12 +1226,14 @@ def test_a_read_only_database_is_said_so_and_nothing_is_written(
         assert len(repo.open(session.id).get_entries()) == before
 
 
-def test_an_append_whose_connection_broke_says_whether_it_was_written(
+def test_an_append_whose_connection_broke_is_read_back_and_made_again_if_absent(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A connection that breaks during an append, perhaps during its commit, leaves it whole or
     absent: another connection reads which (once the session's row is free), so the append
-    either stands or says nothing was written."""
+    either stands or, absent, is made once more on a new connection: a connection dropped
+    under it (a restart or failover of the database, pg_terminate_backend) failed the append,
+    and a run saving its message ended in error. Broken twice, it says nothing was written."""
     import psycopg
 
     from mcp_agent.sessions import SessionError
@@ -991,12 +1272,30 @@ def test_an_append_whose_connection_broke_says_whether_it_was_written(
             holder.rollback()
             holder.close()
             appender.join()
-        [error] = failed
-        assert str(error).endswith("nothing was written, try again"), error
+        assert failed == []
+        entries = repo.open(session.id).get_entries()
+        assert len(entries) == before + 1 and "lost" in entries[-1].model_dump_json()
+        before += 1
+
+        # Broken again on the new connection: said, and nothing is written.
+        write = repo.database.write
+        calls: list[int] = []
+
+        def appends_break(work: Any) -> Any:
+            calls.append(1)
+            if len(calls) % 2:  # each append's own transaction; the read back goes through
+                raise database.BrokenConnection(repo.database.where, "terminated")
+            return write(work)
+
+        monkeypatch.setattr(repo.database, "write", appends_break)
+        with pytest.raises(SessionError) as raised:
+            session.append_message(user_message("twice broken"))
+        assert str(raised.value).endswith("nothing was written, try again"), raised.value
+        assert len(calls) == 4
+        monkeypatch.setattr(repo.database, "write", write)
         assert len(repo.open(session.id).get_entries()) == before
 
         # Whole: the connection breaks after the commit, before the answer came back.
-        write = repo.database.write
         broke: list[bool] = []
 
         def commit_then_break(work: Any) -> Any:

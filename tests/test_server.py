@@ -1290,10 +1290,11 @@ async def check_one_run_per_session(first: MCPServer, second: MCPServer) -> None
 
 
 async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path) -> None:
-    import socket
     import sqlite3
     import sys
     import time
+
+    from mcp_agent.runtime.leases import process_space
 
     server = make_server(tmp_path)
     async with Client(server) as client:
@@ -1302,7 +1303,7 @@ async def test_a_lease_of_a_dead_process_is_let_go(tmp_path: Path) -> None:
         with sqlite3.connect(tmp_path / "sessions.db") as db:
             db.execute(
                 "INSERT INTO session_leases VALUES (?, 'run dead', 'someone', ?, ?, ?)",
-                (sid, socket.gethostname(), int(gone.stdout), time.time() + 60),
+                (sid, process_space(), int(gone.stdout), time.time() + 60),
             )
         done = await call(client, "agent_run", prompt="hello", session_id=sid)
         assert done["answer"] == "echo: hello"

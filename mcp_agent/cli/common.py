@@ -212,9 +212,12 @@ def open_database(location: str | Path, folders: bool = False, create: bool = Tr
     # them (the guard reads its leases inside each change's transaction).
     if isinstance(location, str):
         from mcp_agent.runtime.leases import PostgresLeases
+        from mcp_agent.runtime.settings import statement_timeout_from_env
         from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-        repo = PostgresSessionRepo(location, create=create)
+        repo = PostgresSessionRepo(
+            location, create=create, statement_timeout=statement_timeout_from_env()
+        )
         repo.database.session_guard = PostgresLeases(repo.database).guard
         return repo
     if folders and location.is_dir():

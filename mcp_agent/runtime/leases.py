@@ -55,7 +55,8 @@ class Lease:
     expires: float
 
     def describe(self) -> str:
-        return f"{self.holder} (in another server process, pid {self.pid} on {self.host})"
+        host = self.host.split("/", 1)[0]  # without its process space (see process_space)
+        return f"{self.holder} (in another server process, pid {self.pid} on {host})"
 
     def busy_message(self) -> str:
         return (
@@ -65,13 +66,28 @@ class Lease:
         )
 
 
+def process_space() -> str:
+    """Where a pid names the same process as here: this host's name and, on Linux, its pid
+    namespace and boot. A lease's process is looked for (and, missing, its lease let go at
+    once) only from the same space: two containers may share a host name, and a pid of
+    one is no process of the other's, so by host name alone a container took the live leases
+    of another for dead. Elsewhere a lease binds until it expires."""
+    host = socket.gethostname()
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:  # not Linux: the host name alone
+        return host
+    return f"{host}/{namespace}/{boot}"
+
+
 class LeaseBook:
     """What the lease tables of every database share: who this process is, and whether a lease
     still binds."""
 
     def __init__(self) -> None:
         self.owner = uuid.uuid4().hex
-        self.host = socket.gethostname()
+        self.host = process_space()
         self.pid = os.getpid()
         # The sessions this process took a lease on and has not let go: their writes are
         # fenced (see ``guard``). Changed by whole set operations, which the GIL keeps whole.

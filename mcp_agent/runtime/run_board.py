@@ -27,6 +27,8 @@ PUBLISH_EVERY = 0.5
 POLL_EVERY = 0.25
 # Commands waiting for one run at most; one more is refused.
 MAX_PENDING_COMMANDS = 100
+# Messages a stopped run never took that its warning quotes (the rest are counted).
+QUOTED_AT_MOST = 50
 # Ended runs stay on the board this long (their sessions keep everything).
 KEEP_ENDED_SECONDS = 7 * 24 * 3600
 STOPPED = "the server running it stopped"
@@ -40,6 +42,7 @@ NOT_TAKEN_CHARS = 500
 ANSWER_CHARS = 16_000
 
 _NOW = "extract(epoch FROM clock_timestamp())"
+_STARTED, _FINISHED = 6, 7  # the places of ``started`` and ``finished`` in _COLUMNS
 _COLUMNS = (
     "id, session_id, agent, model, depth, status, started, finished, event_count, last_event,"
     " answer, error, stop_reason, usage, new_messages, warnings, parent_run_id"
@@ -127,14 +130,23 @@ class RunBoard:
     def publish(self, records: list[RunRecord]) -> list[Command]:
         """Write the state of runs of this replica; returns the messages still waiting for
         those of them that ended, which they never took: taken off the board here, and said
-        in the warnings written with the end, so that the end is never read without them."""
+        in the warnings written with the end, so that the end is never read without them.
+
+        A run's start and end are the database's times when the board first heard of each
+        (each record's ``started`` and ``finished`` are set to them here): the runs of every
+        replica are listed in the order they started, whatever each replica's clock says,
+        and every replica shows the same times."""
         if not records:
             return []
+        values_sql = ["%s"] * len(fields(RunRecord))
+        values_sql[_STARTED] = _NOW
+        values_sql[_FINISHED] = f"CASE WHEN %s::float8 IS NULL THEN NULL ELSE {_NOW} END"
         sql = (
             f"INSERT INTO runs ({_COLUMNS}, owner, expires) VALUES"
-            f" ({', '.join(['%s'] * len(fields(RunRecord)))}, %s, {_NOW} + %s)"
+            f" ({', '.join(values_sql)}, %s, {_NOW} + %s)"
             " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
-            " finished = excluded.finished, event_count = excluded.event_count,"
+            " finished = coalesce(runs.finished, excluded.finished),"
+            " event_count = excluded.event_count,"
             " last_event = excluded.last_event, answer = excluded.answer,"
             " error = excluded.error, stop_reason = excluded.stop_reason,"
             " usage = excluded.usage, new_messages = excluded.new_messages,"
@@ -155,20 +167,38 @@ class RunBoard:
                 # The rows first: a command sent meanwhile (send locks the row too) is either
                 # in the table and taken here, or finds the run ended and is refused.
                 conn.execute("SELECT 1 FROM runs WHERE id = ANY(%s) FOR UPDATE", (ended,))
+                # All of them: a cancel left for an ended run has nothing left to do.
                 rows = conn.execute(
-                    "DELETE FROM run_commands WHERE run_id = ANY(%s) AND message IS NOT NULL"
+                    "DELETE FROM run_commands WHERE run_id = ANY(%s)"
                     " RETURNING id, run_id, kind, message",
                     (ended,),
                 ).fetchall()
-            taken = [Command(run_id, kind, message) for _, run_id, kind, message in sorted(rows)]
+            taken = [
+                Command(run_id, kind, message)
+                for _, run_id, kind, message in sorted(rows)
+                if message is not None
+            ]
             values = []
             for record in records:
                 quoted = [c.quoted() for c in taken if c.run_id == record.id]
                 if quoted:
                     record.warnings.append(undelivered_note(quoted))
-                values.append((*record.row(), self.owner, LEASE_SECONDS))
+                row = record.row()
+                values.append((*row[:_STARTED], *row[_STARTED + 1 :], self.owner, LEASE_SECONDS))
             with conn.cursor() as cursor:
                 cursor.executemany(sql, values)
+            times = {
+                run_id: (started, finished)
+                for run_id, started, finished in conn.execute(
+                    "SELECT id, started, finished FROM runs WHERE id = ANY(%s)",
+                    ([r.id for r in records],),
+                )
+            }
+            for record in records:
+                started, finished = times.get(record.id, (record.started, record.finished))
+                record.started = started
+                if record.finished is not None and finished is not None:
+                    record.finished = finished
             return taken
 
         taken: list[Command] = self.database.write(work)
@@ -188,17 +218,43 @@ class RunBoard:
                 f"DELETE FROM runs WHERE finished IS NOT NULL AND finished < {_NOW} - %s",
                 (KEEP_ENDED_SECONDS,),
             )
+            # Commands no run under way will take (left by a version that kept them).
+            conn.execute(
+                "DELETE FROM run_commands c WHERE NOT EXISTS (SELECT 1 FROM runs r"
+                " WHERE r.id = c.run_id AND r.status = 'running')"
+            )
 
         self.database.write(work)
 
     @staticmethod
     def _end_stopped(conn: Any, run_id: str | None = None) -> None:
+        """End the runs whose replica stopped renewing them; the commands left for them go
+        (no one will take them), and the messages among them are quoted in the run's
+        warnings, as those a run ended before taking are: their senders were told they were
+        queued."""
         only = " AND id = %s" if run_id is not None else ""
-        conn.execute(
+        ended = conn.execute(
             f"UPDATE runs SET status = 'error', error = %s, finished = {_NOW}"
-            f" WHERE status = 'running' AND expires < {_NOW}{only}",
+            f" WHERE status = 'running' AND expires < {_NOW}{only} RETURNING id",
             (STOPPED, *((run_id,) if run_id is not None else ())),
-        )
+        ).fetchall()
+        if not ended:
+            return
+        rows = conn.execute(
+            "DELETE FROM run_commands WHERE run_id = ANY(%s) RETURNING id, run_id, kind, message",
+            ([stopped for (stopped,) in ended],),
+        ).fetchall()
+        quoted: dict[str, list[str]] = {}
+        for _, stopped, kind, message in sorted(rows):
+            if message is not None:
+                quoted.setdefault(stopped, []).append(Command(stopped, kind, message).quoted())
+        for stopped, quotes in quoted.items():
+            said = undelivered_note(quotes[:QUOTED_AT_MOST], len(quotes[QUOTED_AT_MOST:]))
+            note = json.dumps([said], ensure_ascii=False)
+            conn.execute(
+                "UPDATE runs SET warnings = (warnings::jsonb || %s::jsonb)::text WHERE id = %s",
+                (note, stopped),
+            )
 
     def get(self, run_id: str) -> RunRecord | None:
         def work(conn: Any) -> RunRecord | None:

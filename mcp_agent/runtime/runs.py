@@ -19,6 +19,7 @@ from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, UserMessage
+from mcp_agent.outages import Outage
 from mcp_agent.runtime.errors import Refused, RunEnded, SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_message
 from mcp_agent.runtime.run_board import (
@@ -32,7 +33,8 @@ from mcp_agent.runtime.run_board import (
     undelivered_note,
 )
 from mcp_agent.runtime.session_agent import SessionAgent
-from mcp_agent.sessions import Session
+from mcp_agent.sessions import Session, SessionError, Unreachable
+from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
@@ -154,6 +156,15 @@ def _not_taken(agent: SessionAgent) -> str | None:
     )
 
 
+def _warn(what: str, error: Exception) -> None:
+    """A database failure in one line (a traceback says nothing more), anything else (a bug)
+    with its traceback."""
+    if isinstance(error, SessionError):
+        log.warning("%s: %s", what, one_line(error))
+    else:
+        log.warning("%s", what, exc_info=error)
+
+
 class RunManager:
     """The runs of this process. With ``leases``, sessions are also claimed in the database,
     so that other server processes on the same database keep out of them too. With ``board``
@@ -190,6 +201,10 @@ class RunManager:
         # there meanwhile.
         self._writing: dict[str, int] = {}
         self._running_by_client: dict[object, int] = {}
+        # Said once when they start failing and once when they work again (the database's
+        # own outage is said by the database), not at each round.
+        self._lease_failures = Outage(log, "renewing the session leases fails")
+        self._board_failures = Outage(log, "the run board cannot be read or written")
 
     @property
     def running(self) -> int:
@@ -296,8 +311,14 @@ class RunManager:
                             self.board.renew, [r.id for r in self._by_session.values()]
                         )
                     )
-            except Exception:  # a busy or failing database this once; the lease lasts longer
+            except Unreachable:
+                pass  # the database says its outage, once
+            except SessionError as error:  # a busy or failing database; the lease lasts longer
+                self._lease_failures.failed(error)
+            except Exception:
                 log.warning("renewing the session leases failed", exc_info=True)
+            else:
+                self._lease_failures.recovered()
 
     async def keep_board(self) -> None:
         """While runs are under way here: take the commands other replicas left for them, and
@@ -330,8 +351,14 @@ class RunManager:
                             and self._published.get(run.id) != run.event_count
                         ]
                     )
-            except Exception:  # the database this once; the next round tries again
+            except Unreachable:
+                pass  # the database says its outage, once
+            except SessionError as error:  # the database; the next round tries again
+                self._board_failures.failed(error)
+            except Exception:
                 log.warning("the run board could not be read or written", exc_info=True)
+            else:
+                self._board_failures.recovered()
 
     async def _publish(self, runs: list[Run]) -> None:
         if self.board is None or not runs:
@@ -340,6 +367,11 @@ class RunManager:
         records = [run.record() for run in runs]
         with anyio.CancelScope(shield=True):
             never_taken = await self.offload(lambda: board.publish(records))
+        for run, record in zip(runs, records, strict=True):
+            # The database's clock, as every replica shows them.
+            run.started = record.started
+            if run.finished is not None:
+                run.finished = record.finished
         for record in records:
             if record.status == "running":
                 self._published[record.id] = record.event_count
@@ -559,8 +591,8 @@ class RunManager:
         stop_listening = agent.subscribe(run._on_event)
         try:
             await self._publish([run])
-        except Exception:  # the board this once; the run itself goes on
-            log.warning("the run board could not be written", exc_info=True)
+        except Exception as error:  # the board this once; the run itself goes on
+            _warn("the run board could not be written", error)
         started = anyio.Event()
         self._task_group.start_soon(self._execute, run, prompt, started, stop_listening)
         try:
@@ -633,8 +665,8 @@ class RunManager:
             run.finished = time.time()
             try:
                 await self._publish([run])
-            except Exception:  # keep_board writes it once the database is back
-                log.warning("the run board could not be written", exc_info=True)
+            except Exception as error:  # keep_board writes it once the database is back
+                _warn(f"the end of run {run.id} could not be written to the run board", error)
                 if self.board is not None:
                     self._unpublished[run.id] = run
                     while len(self._unpublished) > KEEP_FINISHED_RUNS:  # the oldest go
@@ -644,8 +676,8 @@ class RunManager:
                 self._count_client(run.client, -1)
                 try:
                     await self._release(run.session_id)
-                except Exception:  # the lease lapses by itself; the run has ended all the same
-                    log.warning("releasing the lease of session %s failed", run.session_id)
+                except Exception as error:  # the lease lapses by itself; the run has ended
+                    _warn(f"releasing the lease of session {run.session_id} failed", error)
             # The agent's listener is the run itself: a cycle that would keep every forgotten
             # run (agent, session, transcript) for a full collection, rare in serve.
             stop_listening()

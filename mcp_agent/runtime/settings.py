@@ -26,6 +26,7 @@ CLIENT_STREAM_WAIT_ENV = "MCP_AGENT_CLIENT_STREAM_WAIT"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
+STATEMENT_TIMEOUT_ENV = "MCP_AGENT_DB_STATEMENT_TIMEOUT"
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
 MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
@@ -45,6 +46,21 @@ def lease_seconds_from_env() -> float:
         seconds = -1.0
     if not 1 <= seconds <= 3600:
         raise SettingError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
+    return seconds
+
+
+def statement_timeout_from_env() -> float:
+    """How long one statement on a PostgreSQL session database may take:
+    MCP_AGENT_DB_STATEMENT_TIMEOUT, 1 to 3600 s (default 90)."""
+    text = os.environ.get(STATEMENT_TIMEOUT_ENV) or "90"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= 3600:
+        raise SettingError(
+            f"{STATEMENT_TIMEOUT_ENV} must be a number of seconds from 1 to 3600, not {text!r}"
+        )
     return seconds
 
 
@@ -144,6 +160,9 @@ class ServerSettings:
     # Worker threads for database work (SQLite reads and writes, lock waits) at once; over
     # PostgreSQL, the connection pool holds this many and 4 more.
     db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
+    # Over PostgreSQL: how long one statement may take before it is cancelled (and a
+    # connection whose database answers nothing at all is given up 5 s later).
+    db_statement_timeout: float = field(default_factory=statement_timeout_from_env)
     # This replica's name (several over one PostgreSQL database): its legacy HTTP session ids
     # begin with "NAME.", for a load balancer to route them by (manifests/deploy).
     replica_name: str | None = field(default_factory=lambda: os.environ.get(REPLICA_ENV) or None)

@@ -35,8 +35,10 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
+from mcp_agent.outages import Outage
 from mcp_agent.server.notify import WatchedBus
 from mcp_agent.sessions.postgres.database import tcp_options
+from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,13 @@ class PostgresBus(WatchedBus):
         # Called with each event from another replica (on the event loop).
         self.remote_listeners: list[Callable[[ServerEvent], None]] = []
         self.listening_since: anyio.Event = anyio.Event()  # set once LISTEN is in place
+        # Said once when the feed breaks (the others' changes of the gap are not heard here)
+        # and once when it is back, not each second that the database stays out of reach.
+        self.outage = Outage(
+            log,
+            "the change feed from other replicas is cut (their changes meanwhile are not"
+            " heard here; reconnecting each second)",
+        )
 
     def listening(self) -> bool:
         return True  # other replicas' clients may listen: every change is published
@@ -116,10 +125,8 @@ class PostgresBus(WatchedBus):
         while True:
             try:
                 await self._serve()
-            except (psycopg.Error, OSError):
-                log.warning(
-                    "the change feed from other replicas broke; reconnecting", exc_info=True
-                )
+            except (psycopg.Error, OSError) as error:
+                self.outage.failed(error)
             await anyio.sleep(RETRY_SECONDS)
 
     async def _serve(self) -> None:
@@ -133,6 +140,7 @@ class PostgresBus(WatchedBus):
         ):
             await listener.execute(f"LISTEN {CHANNEL}")
             self.listening_since.set()
+            self.outage.recovered()
             async with anyio.create_task_group() as group:
                 group.start_soon(self._send, publisher, group.cancel_scope)
                 try:
@@ -141,10 +149,8 @@ class PostgresBus(WatchedBus):
                         if decoded is None or decoded[0] == self.origin:
                             continue
                         await self._deliver_remote(decoded[1])
-                except psycopg.Error:
-                    log.warning(
-                        "the change feed from other replicas broke; reconnecting", exc_info=True
-                    )
+                except psycopg.Error as error:
+                    self.outage.failed(error)
                 group.cancel_scope.cancel()
 
     async def _send(
@@ -157,10 +163,9 @@ class PostgresBus(WatchedBus):
             try:
                 with anyio.fail_after(SEND_TIMEOUT):
                     await publisher.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-            except (psycopg.Error, TimeoutError):
-                log.warning(
-                    "publishing a change to the other replicas failed; reconnecting",
-                    exc_info=True,
+            except (psycopg.Error, TimeoutError) as error:
+                self.outage.failed(
+                    f"publishing a change failed: {one_line(error) or 'no answer in time'}"
                 )
                 serving.cancel()
                 return

@@ -30,7 +30,7 @@ from mcp_agent.sessions.entries import (
     parse_entry,
     parse_header,
 )
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import SessionError, Unreachable
 from mcp_agent.sessions.jsonl import JsonlSessionRepo, JsonlSessionStorage
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import ParsedSession, export_text, parse_session_text
@@ -80,6 +80,7 @@ __all__ = [
     "ThinkingLevelChangeEntry",
     "TreeNode",
     "UnknownEntry",
+    "Unreachable",
     "build_session_context",
     "export_text",
     "new_header",

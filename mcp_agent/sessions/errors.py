@@ -21,3 +21,13 @@ class SessionError(Exception):
 
     def __repr__(self) -> str:
         return f"SessionError({self.code!r}, {self.message!r})"
+
+
+class Unreachable(SessionError):
+    """The session database is out of reach (down, or gone from the network): every call is
+    refused with this until it is back. The database logs the outage once, when it starts,
+    and once when it ends; a loop that retries need not log each of these."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__("storage", message)
+        self.reason = reason  # why, in a line (the driver's words)

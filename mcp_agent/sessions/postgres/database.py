@@ -23,21 +23,27 @@ together wait for each other and the second finds the work done.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.abc import PQGen
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from mcp_agent.outages import Outage
 from mcp_agent.paths import shown_url
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import SessionError, Unreachable
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+POOL_NAME = "mcp-agent-sessions"
 
 Durability = Literal["full", "normal"]
 # Called inside each transaction that appends to or moves a session, before the change, with
@@ -47,6 +53,9 @@ SessionGuard = Callable[[Any, str], None]
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
 POOL_TIMEOUT_S = 30.0
+# A caller waits for the pool in turns this long, looking between them whether the database
+# is down (see PostgresDatabase._lend).
+POOL_TURN_S = 1.0
 # A database gone from the network (a partition, a host switched off) is given up within about
 # a minute, not the kernel's quarter of an hour: keepalives find it out on an idle connection,
 # tcp_user_timeout (ms) under data it never acknowledges. A URL that sets one keeps its own.
@@ -63,6 +72,17 @@ TCP_OPTIONS: dict[str, int] = {
 # whole timeout and were told it was busy. Given up sooner, the next caller (who first finds
 # the database back with one connection of its own, see ``connection``) starts a try at once.
 RECONNECT_S = 5.0
+# Every statement is bounded (``statement_timeout``, MCP_AGENT_DB_STATEMENT_TIMEOUT): the
+# database cancels one that runs longer, and a backend that answers nothing at all (frozen,
+# stopped, its host hung while its kernel still answers keepalives) cannot cancel its own, so
+# the connection is given up STATEMENT_GRACE_S later on this side. Longer than the lock
+# timeout by default, so that a lock wait is said as such.
+STATEMENT_TIMEOUT_S = 90.0
+STATEMENT_GRACE_S = 5.0
+# The pool's check of an idle connection before lending it is an empty statement: one that
+# has no answer in this long is dropped (and another connection lent), not waited for.
+CHECK_TIMEOUT_S = 10.0
+RV = TypeVar("RV")
 
 MIGRATIONS: list[str] = [
     # 1: the first shape
@@ -177,15 +197,61 @@ TABLES = (
 )
 
 
+class _QuietReconnects(logging.Filter):
+    """Leaves out the pool's word on each connection attempt that failed (several a second
+    while the database is down, each with the driver's message): the database says the
+    outage once when a call finds it (``PostgresDatabase.outage``), and once when it ends."""
+
+    QUIET = ("error connecting in %r: %s", "reconnection attempt in pool %r failed after %s sec")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        ours = isinstance(args, tuple) and bool(args) and args[0] == POOL_NAME
+        return not (ours and record.msg in self.QUIET)
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
+
+
 def tcp_options(url: str) -> dict[str, Any]:
     """``TCP_OPTIONS`` less those ``url`` sets itself."""
+    given = _url_options(url)
+    return {key: value for key, value in TCP_OPTIONS.items() if key not in given}
+
+
+def _url_options(url: str) -> dict[str, Any]:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        given = conninfo_to_dict(url)
+        return conninfo_to_dict(url)
     except psycopg.ProgrammingError:  # said when the URL is used
-        given = {}
-    return {key: value for key, value in TCP_OPTIONS.items() if key not in given}
+        return {}
+
+
+class StatementTimeout(psycopg.OperationalError):
+    """A statement had no answer within the client's bound: the connection was given up."""
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A connection on which no wait for the database outlasts ``bound`` seconds (a statement,
+    a commit): past it the connection is closed and ``StatementTimeout`` raised. The database
+    ends a statement that runs too long itself (``statement_timeout``); this bound is for a
+    backend that answers nothing at all."""
+
+    bound: float | None = None
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        if timeout is not None or self.bound is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.bound)
+        except pg_errors._WaitTimeout:
+            self.pgconn.finish()  # its state is unknown: no one may use it again
+            raise StatementTimeout(
+                f"the database answered nothing for {self.bound:g} s (a backend frozen or a"
+                " host hung, the connection still open: past the statement timeout,"
+                " MCP_AGENT_DB_STATEMENT_TIMEOUT, and 5 s); the connection was given up"
+            ) from None
 
 
 class BrokenConnection(SessionError):
@@ -243,14 +309,18 @@ class PostgresDatabase:
         max_connections: int = 10,
         create: bool = True,
         lock_timeout: float = BUSY_TIMEOUT_S,
+        statement_timeout: float = STATEMENT_TIMEOUT_S,
     ) -> None:
         if durability not in ("full", "normal"):
             raise ValueError("durability must be one of full, normal")
+        if not 0 < statement_timeout <= 24 * 3600:
+            raise ValueError("statement_timeout must be more than 0 and at most a day (seconds)")
         self.url = url
         self.where = shown_url(url)
         self.session_guard = session_guard
         self.create = create
-        self.lock_timeout = lock_timeout
+        self.statement_timeout = statement_timeout
+        self.lock_timeout = min(lock_timeout, statement_timeout)
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
@@ -260,25 +330,36 @@ class PostgresDatabase:
         # A lock held by another (a program's LOCK TABLE, a transaction left open) must not
         # hold a request, and the worker thread serving it, for as long as it is held.
         options = "-c plan_cache_mode=force_custom_plan"
-        options += f" -c lock_timeout={round(lock_timeout * 1000)}"
+        options += f" -c lock_timeout={round(self.lock_timeout * 1000)}"
+        options += f" -c statement_timeout={round(statement_timeout * 1000)}"
         if durability == "normal":
             options += " -c synchronous_commit=off"
-        self.pool = ConnectionPool(
+        # The URL's own options (a search_path, …) come after ours, so they stand.
+        given = _url_options(url).get("options")
+        if given:
+            options += f" {given}"
+        self.pool: ConnectionPool[BoundedConnection] = ConnectionPool(
             url,
+            connection_class=BoundedConnection,
             min_size=min_connections,
             max_size=max_connections,
             kwargs={"autocommit": True, "options": options, **tcp_options(url)},
+            configure=self._bound,
             timeout=POOL_TIMEOUT_S,
             reconnect_timeout=RECONNECT_S,
             check=self._check,
             open=False,
-            name="mcp-agent-sessions",
+            name=POOL_NAME,
         )
         self._closed = threading.Event()
         self._unreachable = False  # the pool timed out and a connection attempt failed
+        # Said once when the database is found out of reach, and once when it is back.
+        self.outage = Outage(log, f"the session database {self.where} is out of reach")
         try:
             # One connection first: an unreachable database is said at once (the pool would
-            # retry until its timeout), and the schema is ready before any request.
+            # retry until its timeout), and the schema is ready before any request. Its
+            # statements are not bounded: a migration of a large database may take long, and
+            # a replica starting meanwhile waits for it (under the migrations' lock).
             with psycopg.connect(
                 url, autocommit=True, connect_timeout=10, **tcp_options(url)
             ) as conn:
@@ -287,17 +368,25 @@ class PostgresDatabase:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
 
-    def _check(self, conn: psycopg.Connection[Any]) -> None:
+    def _bound(self, conn: BoundedConnection) -> None:
+        conn.bound = self.statement_timeout + STATEMENT_GRACE_S
+
+    def _check(self, conn: BoundedConnection) -> None:
         """The pool's check of a connection before lending it. One found broken means the
         database restarted or dropped its connections, so the pool's other idle ones are dead
         too: they are all dropped at once (the pool opens new ones). Left to the pool, each
         would be checked in turn with a growing pause between (1, 2, 4, 8 s): a caller after a
         restart of the database waited the pool's whole timeout and was told it was busy."""
+        conn.bound = min(CHECK_TIMEOUT_S, self.statement_timeout + STATEMENT_GRACE_S)
         try:
             ConnectionPool.check_connection(conn)
+        except StatementTimeout:
+            raise  # this one stopped answering; the others may be well
         except psycopg.Error:
             self.pool.drain()
             raise
+        finally:
+            self._bound(conn)
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
@@ -331,11 +420,17 @@ class PostgresDatabase:
             # every call waiting the pool's whole timeout while the pool retries.
             down = self._probe()
             if down is not None:
+                self.outage.failed(down.reason)
                 raise down
             self._unreachable = False
+            self.outage.recovered()
         try:
-            with self.pool.connection() as conn:
-                yield conn
+            conn = self._lend()
+            try:
+                with conn:  # as the pool's own connection(): commit, or roll back
+                    yield conn
+            finally:
+                self.pool.putconn(conn)
         except PoolTimeout:
             raise self._no_connection() from None
         except pg_errors.LockNotAvailable:
@@ -344,6 +439,14 @@ class PostgresDatabase:
                 f"the session database {self.where} stayed locked by another transaction for"
                 f" {self.lock_timeout:g} s; nothing was written, try again",
             ) from None
+        except pg_errors.QueryCanceled:
+            # statement_timeout (or an administrator's pg_cancel_backend): rolled back.
+            raise SessionError(
+                "storage",
+                f"a statement on the session database {self.where} was cancelled after running"
+                f" up to {self.statement_timeout:g} s (the statement timeout,"
+                " MCP_AGENT_DB_STATEMENT_TIMEOUT); nothing was written, try again",
+            ) from None
         except pg_errors.DataError as error:
             raise SessionError(
                 "invalid_entry", f"the database refused a value: {one_line(error)}"
@@ -351,12 +454,37 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise storage_error(self.where, error) from None
 
+    def _lend(self) -> BoundedConnection:
+        """A connection of the pool's, waited for up to ``POOL_TIMEOUT_S`` in turns of
+        ``POOL_TURN_S``. After a turn with the pool short of connections (it could not make
+        them), one attempt of our own says whether the database is down: then the caller is
+        told at once, not after the whole wait; up, the caller gets back in line, which makes
+        the pool try again (it tries when a caller joins the line: callers already waiting
+        when its last try gave up waited the whole timeout, the database long back, and were
+        told that every connection stayed busy)."""
+        deadline = time.monotonic() + POOL_TIMEOUT_S
+        while True:
+            turn = min(POOL_TURN_S, deadline - time.monotonic())
+            try:
+                return self.pool.getconn(timeout=max(turn, 0.001))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+            if self.pool.get_stats().get("pool_size", 0) >= self.pool.max_size:
+                continue  # every connection is there, and lent: busy, not down
+            down = self._probe()
+            if down is not None:
+                self._unreachable = True
+                self.outage.failed(down.reason)
+                raise down
+
     def _no_connection(self) -> SessionError:
         """Why the pool gave no connection in time: the database is down or unreachable (the
         pool only retries then), or every connection stayed busy."""
         down = self._probe()
         if down is not None:
             self._unreachable = True
+            self.outage.failed(down.reason)
             return down
         return SessionError(
             "busy",
@@ -364,16 +492,17 @@ class PostgresDatabase:
             f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
         )
 
-    def _probe(self) -> SessionError | None:
+    def _probe(self) -> Unreachable | None:
         """Whether a connection can be made now: None, or the error saying why not."""
         try:
             with psycopg.connect(self.url, connect_timeout=5):
                 return None
         except psycopg.Error as error:
-            return SessionError(
-                "storage",
-                f"cannot reach the session database {self.where}: {one_line(error)};"
+            reason = one_line(error)
+            return Unreachable(
+                f"cannot reach the session database {self.where}: {reason};"
                 " nothing was written, try again",
+                reason,
             )
 
     def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:

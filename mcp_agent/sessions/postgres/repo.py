@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from mcp_agent.sessions.context import SessionContextBuildOptions
-from mcp_agent.sessions.postgres.database import Durability, PostgresDatabase, SessionGuard
+from mcp_agent.sessions.postgres.database import (
+    STATEMENT_TIMEOUT_S,
+    Durability,
+    PostgresDatabase,
+    SessionGuard,
+)
 from mcp_agent.sessions.postgres.storage import PostgresSessionStorage
 from mcp_agent.sessions.sql.repo import SqlSessionRepo
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
@@ -24,6 +29,7 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
         max_connections: int = 10,
         create: bool = True,
         lock_timeout: float = BUSY_TIMEOUT_S,
+        statement_timeout: float = STATEMENT_TIMEOUT_S,
     ) -> None:
         self.database: PostgresDatabase = PostgresDatabase(
             url,
@@ -32,6 +38,7 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
             max_connections=max_connections,
             create=create,
             lock_timeout=lock_timeout,
+            statement_timeout=statement_timeout,
         )
         super().__init__(self.database, context_build_options)
 

@@ -16,7 +16,6 @@ from mcp_agent.sessions.entries import (
     iso_now,
     new_entry_id,
     sortable_time,
-    write_time,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
@@ -39,10 +38,15 @@ _INSERT_ENTRY = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
-_APPLY_DELTA = """
+# A session's ``modified`` time (which orders listings) is the database's: replicas on
+# several machines need not agree on the time, and the one whose clock is behind would list
+# what it wrote below older changes made elsewhere. The same text as sessions.write_time.
+DB_WRITE_TIME = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+_APPLY_DELTA = f"""
 UPDATE sessions SET
   leaf = %(leaf)s,
-  modified = %(modified)s,
+  modified = {DB_WRITE_TIME},
   next_seq = next_seq + %(count)s,
   entry_count = entry_count + %(entries)s,
   message_count = message_count + %(messages)s,
@@ -138,13 +142,12 @@ def _write_entries(
 def _insert_session(conn: Conn, header: SessionHeader, incarnation: str) -> None:
     inserted = conn.execute(
         "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, incarnation)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        f" VALUES (%s, %s, %s, %s, {DB_WRITE_TIME}, %s, %s) ON CONFLICT (id) DO NOTHING",
         (
             header.id,
             entry_to_json(header),
             _no_nul(header.cwd),
             sortable_time(header.timestamp),
-            write_time(),
             header.parent_session,
             incarnation,
         ),
@@ -283,18 +286,31 @@ class PostgresSessionStorage(SqlSessionStorage):
             rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
             return stored, len(rows[0][7])
 
-        try:
-            stored, json_chars = self.database.write(work)
-        except BrokenConnection as broken:
-            stored, json_chars = self._settle(entry, broken)
+        for attempt in range(2):
+            try:
+                stored, json_chars = self.database.write(work)
+                break
+            except BrokenConnection as broken:
+                settled = self._settle(entry, broken)
+                if settled is not None:
+                    stored, json_chars = settled
+                    break
+                # Nothing was written (the connection was dropped: a restart or failover of
+                # the database, pg_terminate_backend): once more, on a new connection, so
+                # that a run does not end for it. The entry's id keeps it from being
+                # written twice, whatever the first connection still does.
+                if attempt:
+                    raise broken.unwritten() from None
         self._seen_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
         self._cache.put(stored.id, stored, json_chars)
         return stored
 
-    def _settle(self, entry: SessionEntry, broken: BrokenConnection) -> tuple[SessionEntry, int]:
+    def _settle(
+        self, entry: SessionEntry, broken: BrokenConnection
+    ) -> tuple[SessionEntry, int] | None:
         """Whether an append whose connection broke was committed, read on another connection
         once the session's row is free (a commit under way holds it): the entry as stored, or
-        the error saying nothing was written (or, unreadable, that it is not known)."""
+        None when nothing was written (unreadable, ``broken`` is raised: it is not known)."""
 
         def work(conn: Conn) -> str | None:
             self._locked_row(conn)
@@ -309,7 +325,7 @@ class PostgresSessionStorage(SqlSessionStorage):
         except SessionError:
             raise broken from None
         if data is None:
-            raise broken.unwritten() from None
+            return None
         return self.parse_stored(entry.id, entry.type, data), len(data)
 
     def stored_messages(self, ids: Sequence[str]) -> dict[str, str]:
