@@ -102,16 +102,51 @@ def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, A
     page = context.new_page()
     answer = page.goto(base(server) + "/")
     assert answer is not None and answer.status == 200  # the page alone holds no data
-    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Not signed in")
+    expect(page.locator("#tree")).to_contain_text("open the link with #token=")
     expect(page.locator("#sessions")).not_to_contain_text("Picnic plans")
-    page.goto(base(server) + "/#token=not-the-token")
-    page.reload()  # a fragment alone is no new load
-    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    page.goto(base(server) + "/#token=not-the-token")  # pasted into the tab
+    expect(page.get_by_role("heading", level=1)).to_have_text("Signed out")
+    expect(page.locator("#tree")).to_contain_text("mcp-agent-sessions serve printed")
     assert page.evaluate("localStorage.length") == 0  # a token refused is not kept
+    page.reload()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Not signed in")
     assert context.cookies() == []
     # /mcp itself: no token, no answer
     refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
     assert refused.status_code == 401
+    context.close()
+
+
+def test_a_page_refused_stops_asking_until_it_is_signed_in(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A page without a valid token asked for the list and listened again every 1.5 s for
+    good, saying only "not signed in" in the list: refused (401), it says what to do and asks
+    nothing more until a token comes, here from another tab signed in with the link."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.clock.install()
+    page.goto(f"{base(server)}/#token=an-earlier-start-s-token&session={session_id}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Signed out")
+    expect(page.locator("#tree")).to_contain_text(
+        "Open the link with #token= that mcp-agent-sessions serve printed"
+    )
+    expect(page.locator("#live")).to_have_attribute("title", "not signed in")
+    before = len(asked)
+    page.clock.run_for(60_000)  # a minute of the page's timers: no retry
+    page.evaluate("fetch('/index.html', {method: 'HEAD'})")  # a request, to know they arrive
+    poll(lambda: len(asked) > before or None, "the page's own request was not seen")
+    assert [url for url in asked[before:] if url.endswith("/mcp")] == []
+    # Signed in in another tab: this one picks up the token and opens what it showed.
+    other = context.new_page()
+    other.goto(f"{base(server)}/#token={TOKEN}")
+    expect(other.locator("#sessions")).to_contain_text("Picnic plans")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    expect(page.locator("#live")).to_have_class("live on")
     context.close()
 
 

@@ -28,8 +28,21 @@ const $ = (id) => document.getElementById(id);
 
 class ToolFailed extends Error {}
 
+/** The server refuses the page itself (no token, an earlier start's, or a page it does not
+ * take requests from): nothing it asks is answered until the reader opens the link. */
+class SignedOut extends Error {
+  constructor(message, title) {
+    super(message);
+    this.title = title; // what the page's heading says
+  }
+}
+
 const TOKEN_KEY = "mcp-agent-sessions token";
-const SIGN_IN = "not signed in: open the link with #token= that serve printed";
+const SIGN_IN = "This page needs the server's token: open the link with #token= that mcp-agent-sessions serve printed"
+  + " when it started (the line \"session viewer: http://…/#token=…\").";
+const TOKEN_REFUSED = "The server no longer takes this page's token (a server makes a"
+  + " new one at each start, unless it reads one from --token-file). Open the link with #token="
+  + " that mcp-agent-sessions serve printed when it last started.";
 
 /** The server's token: from the link's fragment (kept, and taken out of the address bar), or
  * as kept by an earlier visit; null when there is none (a server without auth needs none). */
@@ -52,6 +65,37 @@ class HttpTransport {
     this.nextId = 1;
     this.canReadResources = true;
     this.token = takeToken();
+    this.refused = null; // the SignedOut the server answered with, until a token comes
+    this.onRefused = () => {};
+  }
+
+  /** A token to send from now on: the page asks again. */
+  signIn(token) {
+    this.token = token;
+    this.refused = null;
+  }
+
+  /** The server's refusal of the page (401: no token, or not its token; 403: it takes no
+   * requests from this page) as a SignedOut that says what to do, else null. Said once, and
+   * nothing is retried: a page left open asked every 1.5 s for good. */
+  async refusal(response) {
+    if (response.status !== 401 && response.status !== 403) return null;
+    let error;
+    if (response.status === 401) {
+      // a token of an earlier start (a new one is made at each): forget it
+      try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      error = this.token ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      this.token = null;
+    } else {
+      let message = "the server refuses requests from this page (HTTP 403)";
+      try { message = (await response.json()).error.message || message; } catch (_) { /* not JSON-RPC */ }
+      error = new SignedOut(message, "Refused by the server");
+    }
+    if (!this.refused) {
+      this.refused = error;
+      this.onRefused(error);
+    }
+    return error;
   }
 
   envelope() {
@@ -85,12 +129,10 @@ class HttpTransport {
   }
 
   async request(method, params, name) {
+    if (this.refused) throw this.refused;
     const { id, response } = await this.post(method, params, name);
-    if (response.status === 401) {
-      // a token of an earlier start (a new one is made at each): forget it
-      try { localStorage.removeItem(TOKEN_KEY); } catch (error) { /* nothing kept */ }
-      throw new Error(SIGN_IN);
-    }
+    const refused = await this.refusal(response);
+    if (refused) throw refused;
     const type = response.headers.get("content-type") || "";
     let message = null;
     if (type.startsWith("text/event-stream")) {
@@ -116,9 +158,10 @@ class HttpTransport {
     const controller = new AbortController();
     let stopped = false;
     const run = async () => {
-      while (!stopped) {
+      while (!stopped && !this.refused) {
         try {
           const { response } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
+          if (await this.refusal(response)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
             if (data.method === "notifications/subscriptions/acknowledged") onState(true);
@@ -311,6 +354,7 @@ function toast(text, isError) {
 }
 
 function failed(error) {
+  if (error instanceof SignedOut) return; // said where the page's content was (signedOut)
   // Every call but the list's is about the open session: refused as gone, the page says so.
   if (state.sessionId && saysGone(error)) { sessionGone(state.sessionId); return; }
   toast(error.message || String(error), true);
@@ -438,7 +482,7 @@ async function loadSessions(more) {
       cursor = answer.nextCursor;
     } while (cursor && sessions.length < wanted);
   } catch (error) {
-    if (asked !== sessionsAsked) return;
+    if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
     $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
     $("more-sessions").hidden = true;
@@ -485,7 +529,54 @@ async function openSession(sessionId) {
     }
   }
   await refresh();
-  if (TRANSPORT === "http" && state.sessionId === sessionId) watchSession(sessionId);
+  if (TRANSPORT === "http" && state.sessionId === sessionId && !transport.refused) watchSession(sessionId);
+}
+
+/** The server refused the page (``error``, a SignedOut): said in place of the list and the
+ * session, with what to do; nothing is asked again until a token comes (a link pasted into
+ * this tab, or another tab of this page signed in), when the page picks up where it was. */
+function signedOut(error) {
+  if (stopListening) { stopListening(); stopListening = null; }
+  $("live").classList.remove("on");
+  $("live").title = "not signed in";
+  $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
+  $("more-sessions").hidden = true;
+  Object.assign(state, { view: null, entry: null });
+  $("detail").hidden = true;
+  $("detail").parentElement.classList.add("solo");
+  $("session-name").textContent = error.title;
+  $("session-id").textContent = "";
+  $("session-facts").replaceChildren();
+  $("prompt").hidden = true;
+  $("tree").replaceChildren(h("div", { class: "empty signed-out", text: error.message }));
+}
+
+/** The list, and the session the address names (or the one open before a sign-in); with no
+ * session, the list alone, listening for its changes. */
+async function begin() {
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("session") || state.sessionId;
+  const listed = loadSessions(false);
+  if (wanted) {
+    await Promise.all([listed, openSession(wanted)]);
+    return;
+  }
+  await listed;
+  if (transport.refused) return;
+  $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
+  // list changes are heard before any session is open
+  if (stopListening) stopListening();
+  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+}
+
+/** A token came (a link pasted into this tab, or another tab signed in): asked again. */
+function signIn(token) {
+  const wasRefused = transport.refused;
+  transport.signIn(token);
+  if (wasRefused) {
+    state.view = null; // drawn anew, not as a live update of what was shown before
+    return begin();
+  }
+  return null;
 }
 
 /** The open session is gone (deleted by another client, or a link's id that never was): the
@@ -549,6 +640,7 @@ async function readAgain() {
     read = await readOutline({ session_id: sessionId, view: "outline" }, (first) =>
       before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
+    if (error instanceof SignedOut) return; // said in place of the page (signedOut)
     if (saysGone(error)) sessionGone(sessionId);
     // Refused before anything of it was shown (the server busy, the host refusing the
     // call): said where it would be, not in a passing toast over what was there before.
@@ -1229,6 +1321,7 @@ async function start() {
     return;
   }
   transport = new HttpTransport();
+  transport.onRefused = signedOut;
   let searchTimer = null;
   $("search").addEventListener("input", () => {
     clearTimeout(searchTimer);
@@ -1241,20 +1334,20 @@ async function start() {
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
     const token = takeToken();
-    if (token) transport.token = token;
+    const resumed = token ? signIn(token) : null;
+    if (resumed) { resumed.catch(failed); return; }
     const other = new URLSearchParams(location.hash.slice(1)).get("session");
     const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
     next.catch(failed);
   });
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
-  const listed = loadSessions(false);
-  if (wanted) await Promise.all([listed, openSession(wanted)]);
-  else {
-    await listed;
-    $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
-    // list changes are heard before any session is open
-    stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
-  }
+  // Another tab of this page signed in (the origin's storage): this one picks up its token.
+  window.addEventListener("storage", (event) => {
+    if (event.key === TOKEN_KEY && event.newValue && transport.refused) {
+      const resumed = signIn(event.newValue);
+      if (resumed) resumed.catch(failed);
+    }
+  });
+  await begin();
 }
 
 start().catch(failed);
