@@ -168,11 +168,12 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
     again.evaluate(f"location.hash = '#session={other['structuredContent']['id']}'")
     expect(again.get_by_role("heading", level=1)).to_contain_text("Grocery list")
-    # ... and the older link form is sent on to the fragment.
+    # ... and the older link form is sent on to the fragment, with the session it names.
     older = context.new_page()
-    older.goto(f"{base(server)}/?token={TOKEN}")
+    older.goto(f"{base(server)}/?token={TOKEN}&session={session_id}")
     expect(older.locator("#sessions")).to_contain_text("Picnic plans")
-    assert TOKEN not in older.url
+    expect(older.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    assert TOKEN not in older.url and older.url.endswith(f"/#session={session_id}")
     context.close()
 
 
