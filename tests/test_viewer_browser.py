@@ -432,6 +432,29 @@ def test_the_tree_goes_by_keyboard(
     context.close()
 
 
+def test_escape_closes_the_label_form_unsaved(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Escape did nothing in the label form: it closes it, saves nothing and gives the focus
+    back to the Label button."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['ask']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("Plan a picnic for Saturday")
+    page.locator("#act-label").click()
+    expect(page.locator("#label-text")).to_be_focused()
+    page.keyboard.type("not-this")
+    page.keyboard.press("Escape")
+    expect(page.locator("#label-form")).to_be_hidden()
+    expect(page.locator("#act-label")).to_be_focused()
+    nodes = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, view="tree", limit=0)
+    ask = next(n for n in nodes["structuredContent"]["nodes"] if n["id"] == ids["ask"])
+    assert ask.get("label") is None
+    context.close()
+
+
 def test_the_focus_stays_on_its_row_through_live_updates_and_unfolds(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

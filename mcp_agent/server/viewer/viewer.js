@@ -1191,6 +1191,13 @@ function wireActions() {
     $("label-text").value = row && row.label ? row.label : "";
     if (!$("label-form").hidden) $("label-text").focus();
   });
+  // Escape closes the form unsaved, the focus back on the button that opened it
+  $("label-form").addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.preventDefault();
+    $("label-form").hidden = true;
+    $("act-label").focus();
+  });
   $("label-form").addEventListener("submit", (event) => {
     event.preventDefault();
     act($("label-form").querySelector("button"), async () => {
