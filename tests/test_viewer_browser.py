@@ -631,7 +631,7 @@ window.addEventListener('message', async (event) => {
   window.hostLog.push(message);
   if (message.method === 'ui/initialize') {
     reply(message.id, {protocolVersion: '2026-01-26', hostInfo: {name: 'test host', version: '1'},
-      hostCapabilities: {serverTools: {}}, hostContext: {theme: 'light', displayMode: 'inline'}});
+      hostCapabilities: {serverTools: {}}, hostContext: window.hostContext});
   } else if (message.method === 'ui/notifications/initialized') {
     frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-input',
       params: {arguments: window.toolInput}}, '*');
@@ -653,9 +653,11 @@ def in_host(
     arguments: dict[str, Any],
     result: dict[str, Any],
     call_tool: Any,
+    host_context: dict[str, Any] | None = None,
 ) -> Page:
     """The host page with the App (as ``session_get`` links it) in its frame, handed the tool's
-    ``arguments`` and ``result``; ``call_tool(name, arguments)`` answers the view's calls."""
+    ``arguments`` and ``result`` and ``host_context`` (a light theme, inline, by default);
+    ``call_tool(name, arguments)`` answers the view's calls."""
     tools = mcp_request(server.url, "tools/list", {}, TOKEN).json()["result"]["tools"]
     uri = next(t for t in tools if t["name"] == "session_get")["_meta"]["ui"]["resourceUri"]
     read = mcp_request(server.url, "resources/read", {"uri": uri}, TOKEN, **{"Mcp-Name": uri})
@@ -664,10 +666,12 @@ def in_host(
     page = browser.new_page(viewport={"width": 1020, "height": 580})
     page.expose_function("hostCallTool", call_tool)
     page.set_content(HOST_PAGE)
+    context = host_context or {"theme": "light", "displayMode": "inline"}
     page.evaluate(
-        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
+        "([input, result, context, html]) => { window.toolInput = input;"
+        " window.toolResult = result; window.hostContext = context;"
         " document.getElementById('view').srcdoc = html; }",
-        [arguments, result, content["text"]],
+        [arguments, result, context, content["text"]],
     )
     return page
 
@@ -799,6 +803,81 @@ def test_the_app_fills_the_frame_in_fullscreen(
     # the tree takes the room (its rows are more than the inline view's 520 px show)
     assert frame.evaluate("document.getElementById('tree').getBoundingClientRect().height") > 600
     page.close()
+
+
+def test_the_app_takes_the_host_s_fonts_and_style_variables(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The host's fonts (styles.css.fonts: @font-face rules) were never put on the page, and
+    its text sizes and weights went unread (14 px whatever the host said): the view uses the
+    fonts, sizes, weights and colours the host gives, and the ones it gives later."""
+    server, session_id, ids = served
+    context: dict[str, Any] = {
+        "theme": "dark",
+        "displayMode": "inline",
+        "styles": {
+            "variables": {
+                "--font-sans": '"Host Sans", sans-serif',
+                "--font-text-sm-size": "16px",
+                "--font-heading-sm-size": "22px",
+                "--font-weight-semibold": "700",
+                "--color-background-primary": "rgb(10, 20, 30)",
+                "--color-text-primary": "rgb(240, 230, 220)",
+            },
+            "css": {
+                "fonts": "@font-face { font-family: 'Host Sans'; src: local('DejaVu Serif'); }"
+            },
+        },
+    }
+    check_host_context(context)
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(
+        browser, server, {"session_id": session_id}, result, server_calls(server), context
+    )
+    view = page.frame_locator("#view")
+    expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    frame = page.frames[1]
+    style = "([e, p]) => getComputedStyle(document.querySelector(e))[p]"
+    assert frame.evaluate(style, ["body", "fontFamily"]).startswith('"Host Sans"')
+    assert frame.evaluate(style, ["body", "fontSize"]) == "16px"
+    assert frame.evaluate(style, ["body", "backgroundColor"]) == "rgb(10, 20, 30)"
+    assert frame.evaluate(style, ["body", "color"]) == "rgb(240, 230, 220)"
+    assert frame.evaluate(style, ["#session-name", "fontSize"]) == "22px"
+    assert frame.evaluate(style, ["#session-name", "fontWeight"]) == "700"
+    poll(
+        lambda: (
+            frame.evaluate(
+                "document.fonts.check('16px \"Host Sans\"') && [...document.fonts].some("
+                "(f) => f.family.includes('Host Sans') && f.status === 'loaded')"
+            )
+            or None
+        ),
+        "the host's font was not loaded",
+    )
+    # Changed later (host-context-changed sends what changed): taken as it comes.
+    page.evaluate(
+        "document.getElementById('view').contentWindow.postMessage({jsonrpc: '2.0', method:"
+        " 'ui/notifications/host-context-changed', params: {styles: {variables:"
+        " {'--font-text-sm-size': '13px'}, css: {fonts: \"@font-face { font-family: 'Other';"
+        " src: local('DejaVu Sans'); }\"}}}}, '*')"
+    )
+    poll(
+        lambda: frame.evaluate(style, ["body", "fontSize"]) == "13px" or None,
+        "the host's later size was not taken",
+    )
+    families = frame.evaluate("[...document.fonts].map((f) => f.family)")
+    assert families == ['"Other"'] or families == ["Other"], families
+    page.close()
+
+
+def check_host_context(context: dict[str, Any]) -> None:
+    """``context`` as the ext-apps spec's schema has a host context, when it is installed."""
+    if not APPS_SCHEMA.exists():
+        return
+    import jsonschema
+
+    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
+    jsonschema.validate(context, {"$defs": definitions, "$ref": "#/$defs/McpUiHostContext"})
 
 
 SPEC_NAMES = {

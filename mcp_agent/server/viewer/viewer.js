@@ -1290,11 +1290,23 @@ function applyHostContext(context) {
   if (context.theme) document.documentElement.dataset.theme = context.theme;
   // the view says it can go fullscreen: there it fills the frame (viewer.css)
   if (context.displayMode) document.documentElement.dataset.displayMode = context.displayMode;
-  const variables = context.styles && context.styles.variables;
-  if (variables) {
-    for (const [name, value] of Object.entries(variables)) {
-      if (value) document.documentElement.style.setProperty(name, value);
+  const styles = context.styles || {};
+  // the host's style variables (its colours, fonts, sizes, radii: viewer.css reads them)
+  for (const [name, value] of Object.entries(styles.variables || {})) {
+    if (!name.startsWith("--")) continue;
+    if (value) document.documentElement.style.setProperty(name, value);
+    else document.documentElement.style.removeProperty(name);
+  }
+  // and its fonts (@font-face rules, which --font-sans and --font-mono name): one sheet of
+  // them, replaced when the host sends others
+  const fonts = styles.css && styles.css.fonts;
+  if (typeof fonts === "string") {
+    let sheet = $("host-fonts");
+    if (!sheet) {
+      sheet = h("style", { id: "host-fonts" });
+      document.head.append(sheet);
     }
+    if (sheet.textContent !== fonts) sheet.textContent = fonts;
   }
 }
 
