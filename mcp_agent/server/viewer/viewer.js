@@ -778,7 +778,7 @@ function renderFold(row, next) {
   const hidden = row.folded - revealed.length;
   if (hidden > 0) {
     box.append(h("button", {
-      class: "fold", type: "button", dataset: { fold: row.id },
+      class: "fold", type: "button", tabindex: "-1", dataset: { fold: row.id },
       title: "Show the entries in between",
       onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
     }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
@@ -797,7 +797,7 @@ function renderHeadRow(head) {
   return h("div", { class: "nest open", dataset },
     renderRow(head, true),
     h("button", {
-      class: "link-button earlier", type: "button", dataset: { branch: head.id },
+      class: "link-button earlier", type: "button", tabindex: "-1", dataset: { branch: head.id },
       onclick: () => loadEarlierOf(head.id).catch(changedOrFailed),
     }, "Show earlier entries of this branch"),
     renderRows(opened.filter((row) => row.id !== head.id), head.id));
@@ -844,23 +844,30 @@ function renderRow(row, isHead) {
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
 }
 
+// What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
+// tab stop of its own: in a long session, 50 and more Tabs to get through the tree).
+const TREE_ITEMS = ".row, .fold, button.earlier";
+
 /** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
- * for nothing): Up and Down move between the rows shown, Home and End to the first and last,
- * Right opens a branch and Left closes it; Enter or Space reads the entry. */
+ * for nothing): Up and Down move between the rows, folds and "Show earlier" buttons shown,
+ * Home and End to the first and last, Right opens a branch and Left closes it; Enter or Space
+ * reads the entry (or presses the button). */
 function treeKeys(event) {
   const row = event.target;
-  if (!(row instanceof Element) || !row.classList.contains("row")) return; // its toggle: a button
+  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return; // a toggle: a button
   const id = row.dataset.id;
-  const rows = () => [...$("tree").querySelectorAll(".row")];
+  const items = () => [...$("tree").querySelectorAll(TREE_ITEMS)];
   const moves = {
-    ArrowDown: () => rows()[rows().indexOf(row) + 1],
-    ArrowUp: () => rows()[rows().indexOf(row) - 1],
-    Home: () => rows()[0],
-    End: () => rows().at(-1),
+    ArrowDown: () => items()[items().indexOf(row) + 1],
+    ArrowUp: () => items()[items().indexOf(row) - 1],
+    Home: () => items()[0],
+    End: () => items().at(-1),
   };
   if (moves[event.key]) {
     const next = moves[event.key]();
     if (next) next.focus();
+  } else if (!row.classList.contains("row")) {
+    return; // a button: Enter and Space press it
   } else if (event.key === "Enter" || event.key === " ") {
     selectEntry(id, true).catch(failed);
   } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
@@ -896,24 +903,28 @@ function redraw(change) {
   const focused = focusedInTree();
   change();
   if (focused !== null && !$("tree").contains(document.activeElement)) {
-    // the same row or button drawn anew, else the row that takes Tab
-    const again = (focused && $("tree").querySelector(focused)) || $("tree").querySelector('.row[tabindex="0"]');
+    // the same row or button drawn anew (a fold all unfolded: its first row), else the row
+    // that takes Tab
+    const again = [...focused, '.row[tabindex="0"]'].map((selector) => $("tree").querySelector(selector)).find(Boolean);
     if (again) again.focus({ preventScroll: true });
   }
   sizeChanged();
 }
 
-/** What has the focus in the tree, as a selector that finds it drawn anew ("" when nothing
- * finds it); null when the focus is not in the tree. */
+/** What has the focus in the tree, as selectors that find it (or what stands in its place)
+ * drawn anew, the first found; null when the focus is not in the tree. */
 function focusedInTree() {
   const active = document.activeElement;
   if (!(active instanceof Element) || !$("tree").contains(active)) return null;
-  if (active.matches(".fold")) return `.fold[data-fold="${CSS.escape(active.dataset.fold)}"]`;
+  if (active.matches(".fold")) {
+    const anchor = CSS.escape(active.dataset.fold);
+    return [`.fold[data-fold="${anchor}"]`, `.folds[data-anchor="${anchor}"] .row`];
+  }
   if (active.matches("button.earlier")) {
-    return active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])";
+    return [active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])"];
   }
   const row = active.closest(".row"); // a row, or its toggle
-  return row ? `.row[data-id="${CSS.escape(row.dataset.id)}"]` : "";
+  return row ? [`.row[data-id="${CSS.escape(row.dataset.id)}"]`] : [];
 }
 
 /** One row of the tree takes Tab, as a tree's does (each row did: a tree of thousands of rows
@@ -937,7 +948,7 @@ function moveTabStop(row) {
 function renderTop(loose) {
   const top = h("div", { class: "outline-top" });
   if (state.earlierCursor) {
-    top.append(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
+    top.append(h("button", { class: "link-button earlier", type: "button", tabindex: "-1", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
   }
   top.append(renderLoose(loose));
   return top;
