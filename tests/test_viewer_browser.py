@@ -891,6 +891,43 @@ def check_host_context(context: dict[str, Any]) -> None:
     jsonschema.validate(context, {"$defs": definitions, "$ref": "#/$defs/McpUiHostContext"})
 
 
+def test_narrow_windows_show_the_session_whole(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A phone's width: the page kept its list a column beside the session, which got what
+    220 px left (the page scrolled sideways, the title squeezed out by the id); the App in a
+    narrow frame stacked the entry under the tree within its 640 px and cut the entry's
+    actions in half. The list now stands above the session, and the App shows the entry."""
+    server, session_id, ids = served
+    context = browser.new_context(viewport={"width": 375, "height": 700})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['call']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("weather")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    box = "(e) => e.getBoundingClientRect().width"
+    assert page.locator("#session-name").evaluate(box) > 100
+    assert page.locator("#tree").evaluate(box) > 300
+    context.close()
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    app = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
+    app.set_viewport_size({"width": 420, "height": 900})
+    view = app.frame_locator("#view")
+    view.locator(f"#tree .row[data-id='{ids['call']}']").click()
+    expect(view.locator("#detail-body")).to_contain_text("weather")
+    frame = app.frames[1]
+    bottom = "(e) => e.getBoundingClientRect().bottom"
+    poll(
+        lambda: (
+            frame.locator("#detail-body").evaluate(bottom)
+            <= frame.locator("#app").evaluate(bottom) + 1
+            or None
+        ),
+        "the App cuts off the entry shown under its tree",
+    )
+    app.close()
+
+
 SPEC_NAMES = {
     "ui/initialize": "McpUiInitializeRequest",
     "ui/notifications/initialized": "McpUiInitializedNotification",
