@@ -891,6 +891,46 @@ def check_host_context(context: dict[str, Any]) -> None:
     jsonschema.validate(context, {"$defs": definitions, "$ref": "#/$defs/McpUiHostContext"})
 
 
+# The WCAG contrast ratio of an element's text on its background (both rgb() as computed).
+CONTRAST = """(e) => {
+  const style = getComputedStyle(e);
+  const lum = (color) => {
+    const [r, g, b] = color.match(/[\\d.]+/g).slice(0, 3).map((v) => {
+      const c = Number(v) / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [a, b] = [lum(style.color), lum(style.backgroundColor)].sort((x, y) => y - x);
+  return (a + 0.05) / (b + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_text_on_the_accent_and_the_error_colour_reads_in_both_schemes(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], scheme: str
+) -> None:
+    """In dark mode the leaf mark, "Move leaf here" and an error's toast were white on light
+    colours (2.8:1): their text is at least 4.5:1 on its background in both schemes."""
+    server, session_id, ids = served
+    context = browser.new_context(color_scheme=scheme)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['ask']}']").click()
+    expect(page.locator("#act-move")).to_be_enabled()
+    for selector in ("#tree .leaf-mark", "#act-move"):
+        ratio = page.locator(selector).first.evaluate(CONTRAST)
+        assert ratio >= 4.5, (selector, ratio)
+    # an error's toast, as the page shows one
+    page.evaluate(
+        "const box = document.getElementById('toast'); box.className = 'toast error';"
+        " box.hidden = false; box.textContent = 'x'"
+    )
+    ratio = page.locator("#toast").evaluate(CONTRAST)
+    assert ratio >= 4.5, ("toast", ratio)
+    context.close()
+
+
 def test_narrow_windows_show_the_session_whole(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
