@@ -102,16 +102,51 @@ def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, A
     page = context.new_page()
     answer = page.goto(base(server) + "/")
     assert answer is not None and answer.status == 200  # the page alone holds no data
-    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Not signed in")
+    expect(page.locator("#tree")).to_contain_text("open the link with #token=")
     expect(page.locator("#sessions")).not_to_contain_text("Picnic plans")
-    page.goto(base(server) + "/#token=not-the-token")
-    page.reload()  # a fragment alone is no new load
-    expect(page.locator("#sessions")).to_contain_text("not signed in")
+    page.goto(base(server) + "/#token=not-the-token")  # pasted into the tab
+    expect(page.get_by_role("heading", level=1)).to_have_text("Signed out")
+    expect(page.locator("#tree")).to_contain_text("mcp-agent-sessions serve printed")
     assert page.evaluate("localStorage.length") == 0  # a token refused is not kept
+    page.reload()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Not signed in")
     assert context.cookies() == []
     # /mcp itself: no token, no answer
     refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
     assert refused.status_code == 401
+    context.close()
+
+
+def test_a_page_refused_stops_asking_until_it_is_signed_in(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A page without a valid token asked for the list and listened again every 1.5 s for
+    good, saying only "not signed in" in the list: refused (401), it says what to do and asks
+    nothing more until a token comes, here from another tab signed in with the link."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.clock.install()
+    page.goto(f"{base(server)}/#token=an-earlier-start-s-token&session={session_id}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Signed out")
+    expect(page.locator("#tree")).to_contain_text(
+        "Open the link with #token= that mcp-agent-sessions serve printed"
+    )
+    expect(page.locator("#live")).to_have_attribute("title", "not signed in")
+    before = len(asked)
+    page.clock.run_for(60_000)  # a minute of the page's timers: no retry
+    page.evaluate("fetch('/index.html', {method: 'HEAD'})")  # a request, to know they arrive
+    poll(lambda: len(asked) > before or None, "the page's own request was not seen")
+    assert [url for url in asked[before:] if url.endswith("/mcp")] == []
+    # Signed in in another tab: this one picks up the token and opens what it showed.
+    other = context.new_page()
+    other.goto(f"{base(server)}/#token={TOKEN}")
+    expect(other.locator("#sessions")).to_contain_text("Picnic plans")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    expect(page.locator("#live")).to_have_class("live on")
     context.close()
 
 
@@ -133,11 +168,12 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
     again.evaluate(f"location.hash = '#session={other['structuredContent']['id']}'")
     expect(again.get_by_role("heading", level=1)).to_contain_text("Grocery list")
-    # ... and the older link form is sent on to the fragment.
+    # ... and the older link form is sent on to the fragment, with the session it names.
     older = context.new_page()
-    older.goto(f"{base(server)}/?token={TOKEN}")
+    older.goto(f"{base(server)}/?token={TOKEN}&session={session_id}")
     expect(older.locator("#sessions")).to_contain_text("Picnic plans")
-    assert TOKEN not in older.url
+    expect(older.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    assert TOKEN not in older.url and older.url.endswith(f"/#session={session_id}")
     context.close()
 
 
@@ -354,12 +390,13 @@ def test_the_tree_goes_by_keyboard(
         return str(page.evaluate("document.activeElement.dataset.id"))
 
     # One row takes Tab, as in a tree (each row did): the one last focused; a branch's toggle
-    # takes none (Right and Left do its work; each was a tab stop). The fold is a button.
+    # takes none (Right and Left do its work; each was a tab stop), nor does a fold (the
+    # arrows reach it: in a long session, its folds were 50 and more Tabs to get past).
     expect(tree.locator(".row[tabindex='0']")).to_have_count(1)
     stops = tree.locator("*").evaluate_all(
         "all => all.filter((e) => e.tabIndex >= 0).map((e) => e.className.split(' ')[0])"
     )
-    assert stops == ["row", "fold"], stops
+    assert stops == ["row"], stops
     tree.locator(f".row[data-id='{ids['leaf']}']").focus()
     page.keyboard.press("ArrowUp")
     assert focused() == ids["last_ask"]
@@ -393,6 +430,39 @@ def test_the_tree_goes_by_keyboard(
     assert focused() == ids["sandwiches"]
     expect(tree.locator(".row[tabindex='0']")).to_have_count(1)  # redrawn, the stop kept
     expect(head).to_have_attribute("tabindex", "0")
+    # The fold is reached by the arrows and opened with Enter: the focus goes to its first row.
+    tree.locator(f".row[data-id='{ids['summary']}']").focus()
+    page.keyboard.press("ArrowDown")
+    expect(tree.locator(".fold")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(tree.locator(".fold")).to_have_count(0)
+    first = tree.locator(".folds .row").first
+    expect(first).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    assert focused() == ids["summary"]
+    context.close()
+
+
+def test_escape_closes_the_label_form_unsaved(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Escape did nothing in the label form: it closes it, saves nothing and gives the focus
+    back to the Label button."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['ask']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("Plan a picnic for Saturday")
+    page.locator("#act-label").click()
+    expect(page.locator("#label-text")).to_be_focused()
+    page.keyboard.type("not-this")
+    page.keyboard.press("Escape")
+    expect(page.locator("#label-form")).to_be_hidden()
+    expect(page.locator("#act-label")).to_be_focused()
+    nodes = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, view="tree", limit=0)
+    ask = next(n for n in nodes["structuredContent"]["nodes"] if n["id"] == ids["ask"])
+    assert ask.get("label") is None
     context.close()
 
 
@@ -572,7 +642,7 @@ window.addEventListener('message', async (event) => {
   window.hostLog.push(message);
   if (message.method === 'ui/initialize') {
     reply(message.id, {protocolVersion: '2026-01-26', hostInfo: {name: 'test host', version: '1'},
-      hostCapabilities: {serverTools: {}}, hostContext: {theme: 'light', displayMode: 'inline'}});
+      hostCapabilities: {serverTools: {}}, hostContext: window.hostContext});
   } else if (message.method === 'ui/notifications/initialized') {
     frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-input',
       params: {arguments: window.toolInput}}, '*');
@@ -594,9 +664,11 @@ def in_host(
     arguments: dict[str, Any],
     result: dict[str, Any],
     call_tool: Any,
+    host_context: dict[str, Any] | None = None,
 ) -> Page:
     """The host page with the App (as ``session_get`` links it) in its frame, handed the tool's
-    ``arguments`` and ``result``; ``call_tool(name, arguments)`` answers the view's calls."""
+    ``arguments`` and ``result`` and ``host_context`` (a light theme, inline, by default);
+    ``call_tool(name, arguments)`` answers the view's calls."""
     tools = mcp_request(server.url, "tools/list", {}, TOKEN).json()["result"]["tools"]
     uri = next(t for t in tools if t["name"] == "session_get")["_meta"]["ui"]["resourceUri"]
     read = mcp_request(server.url, "resources/read", {"uri": uri}, TOKEN, **{"Mcp-Name": uri})
@@ -605,10 +677,12 @@ def in_host(
     page = browser.new_page(viewport={"width": 1020, "height": 580})
     page.expose_function("hostCallTool", call_tool)
     page.set_content(HOST_PAGE)
+    context = host_context or {"theme": "light", "displayMode": "inline"}
     page.evaluate(
-        "([input, result, html]) => { window.toolInput = input; window.toolResult = result;"
+        "([input, result, context, html]) => { window.toolInput = input;"
+        " window.toolResult = result; window.hostContext = context;"
         " document.getElementById('view').srcdoc = html; }",
-        [arguments, result, content["text"]],
+        [arguments, result, context, content["text"]],
     )
     return page
 
@@ -740,6 +814,158 @@ def test_the_app_fills_the_frame_in_fullscreen(
     # the tree takes the room (its rows are more than the inline view's 520 px show)
     assert frame.evaluate("document.getElementById('tree').getBoundingClientRect().height") > 600
     page.close()
+
+
+def test_the_app_takes_the_host_s_fonts_and_style_variables(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The host's fonts (styles.css.fonts: @font-face rules) were never put on the page, and
+    its text sizes and weights went unread (14 px whatever the host said): the view uses the
+    fonts, sizes, weights and colours the host gives, and the ones it gives later."""
+    server, session_id, ids = served
+    context: dict[str, Any] = {
+        "theme": "dark",
+        "displayMode": "inline",
+        "styles": {
+            "variables": {
+                "--font-sans": '"Host Sans", sans-serif',
+                "--font-text-sm-size": "16px",
+                "--font-heading-sm-size": "22px",
+                "--font-weight-semibold": "700",
+                "--color-background-primary": "rgb(10, 20, 30)",
+                "--color-text-primary": "rgb(240, 230, 220)",
+            },
+            "css": {
+                "fonts": "@font-face { font-family: 'Host Sans'; src: local('DejaVu Serif'); }"
+            },
+        },
+    }
+    check_host_context(context)
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    page = in_host(
+        browser, server, {"session_id": session_id}, result, server_calls(server), context
+    )
+    view = page.frame_locator("#view")
+    expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    frame = page.frames[1]
+    style = "([e, p]) => getComputedStyle(document.querySelector(e))[p]"
+    assert frame.evaluate(style, ["body", "fontFamily"]).startswith('"Host Sans"')
+    assert frame.evaluate(style, ["body", "fontSize"]) == "16px"
+    assert frame.evaluate(style, ["body", "backgroundColor"]) == "rgb(10, 20, 30)"
+    assert frame.evaluate(style, ["body", "color"]) == "rgb(240, 230, 220)"
+    assert frame.evaluate(style, ["#session-name", "fontSize"]) == "22px"
+    assert frame.evaluate(style, ["#session-name", "fontWeight"]) == "700"
+    poll(
+        lambda: (
+            frame.evaluate(
+                "document.fonts.check('16px \"Host Sans\"') && [...document.fonts].some("
+                "(f) => f.family.includes('Host Sans') && f.status === 'loaded')"
+            )
+            or None
+        ),
+        "the host's font was not loaded",
+    )
+    # Changed later (host-context-changed sends what changed): taken as it comes.
+    page.evaluate(
+        "document.getElementById('view').contentWindow.postMessage({jsonrpc: '2.0', method:"
+        " 'ui/notifications/host-context-changed', params: {styles: {variables:"
+        " {'--font-text-sm-size': '13px'}, css: {fonts: \"@font-face { font-family: 'Other';"
+        " src: local('DejaVu Sans'); }\"}}}}, '*')"
+    )
+    poll(
+        lambda: frame.evaluate(style, ["body", "fontSize"]) == "13px" or None,
+        "the host's later size was not taken",
+    )
+    families = frame.evaluate("[...document.fonts].map((f) => f.family)")
+    assert families == ['"Other"'] or families == ["Other"], families
+    page.close()
+
+
+def check_host_context(context: dict[str, Any]) -> None:
+    """``context`` as the ext-apps spec's schema has a host context, when it is installed."""
+    if not APPS_SCHEMA.exists():
+        return
+    import jsonschema
+
+    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
+    jsonschema.validate(context, {"$defs": definitions, "$ref": "#/$defs/McpUiHostContext"})
+
+
+# The WCAG contrast ratio of an element's text on its background (both rgb() as computed).
+CONTRAST = """(e) => {
+  const style = getComputedStyle(e);
+  const lum = (color) => {
+    const [r, g, b] = color.match(/[\\d.]+/g).slice(0, 3).map((v) => {
+      const c = Number(v) / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [a, b] = [lum(style.color), lum(style.backgroundColor)].sort((x, y) => y - x);
+  return (a + 0.05) / (b + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_text_on_the_accent_and_the_error_colour_reads_in_both_schemes(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], scheme: str
+) -> None:
+    """In dark mode the leaf mark, "Move leaf here" and an error's toast were white on light
+    colours (2.8:1): their text is at least 4.5:1 on its background in both schemes."""
+    server, session_id, ids = served
+    context = browser.new_context(color_scheme=scheme)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['ask']}']").click()
+    expect(page.locator("#act-move")).to_be_enabled()
+    for selector in ("#tree .leaf-mark", "#act-move"):
+        ratio = page.locator(selector).first.evaluate(CONTRAST)
+        assert ratio >= 4.5, (selector, ratio)
+    # an error's toast, as the page shows one
+    page.evaluate(
+        "const box = document.getElementById('toast'); box.className = 'toast error';"
+        " box.hidden = false; box.textContent = 'x'"
+    )
+    ratio = page.locator("#toast").evaluate(CONTRAST)
+    assert ratio >= 4.5, ("toast", ratio)
+    context.close()
+
+
+def test_narrow_windows_show_the_session_whole(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A phone's width: the page kept its list a column beside the session, which got what
+    220 px left (the page scrolled sideways, the title squeezed out by the id); the App in a
+    narrow frame stacked the entry under the tree within its 640 px and cut the entry's
+    actions in half. The list now stands above the session, and the App shows the entry."""
+    server, session_id, ids = served
+    context = browser.new_context(viewport={"width": 375, "height": 700})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    page.locator(f"#tree .row[data-id='{ids['call']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("weather")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375
+    box = "(e) => e.getBoundingClientRect().width"
+    assert page.locator("#session-name").evaluate(box) > 100
+    assert page.locator("#tree").evaluate(box) > 300
+    context.close()
+    result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
+    app = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
+    app.set_viewport_size({"width": 420, "height": 900})
+    view = app.frame_locator("#view")
+    view.locator(f"#tree .row[data-id='{ids['call']}']").click()
+    expect(view.locator("#detail-body")).to_contain_text("weather")
+    frame = app.frames[1]
+    bottom = "(e) => e.getBoundingClientRect().bottom"
+    poll(
+        lambda: (
+            frame.locator("#detail-body").evaluate(bottom)
+            <= frame.locator("#app").evaluate(bottom) + 1
+            or None
+        ),
+        "the App cuts off the entry shown under its tree",
+    )
+    app.close()
 
 
 SPEC_NAMES = {

@@ -60,6 +60,15 @@ def test_an_older_token_link_is_sent_on_to_the_fragment(server: Served) -> None:
     assert "set-cookie" not in link.headers
     wrong = httpx.get(root(server), params={"token": "nope"}, follow_redirects=False)
     assert wrong.status_code == 401 and "Wrong token" in wrong.text
+    # Its session goes along (the redirect dropped it: the page opened on the list).
+    session = "01a00000-0000-7000-8000-0000000000aa"
+    both = httpx.get(root(server), params={"token": TOKEN, "session": session})
+    assert both.status_code == 303
+    assert both.headers["location"] == f"/#token={TOKEN}&session={session}"
+    alone = httpx.get(root(server), params={"session": "a b&c"}, follow_redirects=False)
+    assert alone.status_code == 303 and alone.headers["location"] == "/#session=a%20b%26c"
+    wrong = httpx.get(root(server), params={"token": "nope", "session": session})
+    assert wrong.status_code == 401 and "Wrong token" in wrong.text
 
 
 def test_mcp_takes_the_bearer_token_and_nothing_else(server: Served) -> None:

@@ -6,14 +6,14 @@ for the token. ``serve`` prints a link carrying the token in its fragment (``/#t
 which browsers never send to a server: the page keeps it in its origin's storage, which no
 page or server on another port can read, takes it out of the address bar, and sends it as
 ``Authorization: Bearer``. (A cookie would not do: every port of a host receives it, so any
-local server the browser visits could replay it.) A link of the older form ``/?token=`` is
-sent on to the fragment form."""
+local server the browser visits could replay it.) A link of the older form
+``/?token=…&session=…`` is sent on to the fragment form, its session with it."""
 
 from __future__ import annotations
 
 import hmac
 import html
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
@@ -85,20 +85,23 @@ class ViewerPage:
         refused = await self.security.validate_request(request)
         if refused is not None:
             return refused
-        if self.token is None:  # --no-auth (loopback only)
+        # --no-auth (loopback only) takes no token: one given is left out
+        token = self.token or ""
+        given = request.query_params.get("token") if token else None
+        if given is not None and not hmac.compare_digest(given.encode(), token.encode()):
+            return _page(
+                "Wrong token",
+                "This link's token is not this server's. Open the link that "
+                "mcp-agent-sessions serve printed when it started (a new one at each "
+                "start unless the token comes from a file).",
+                401,
+            )
+        # An older link (/?token=…&session=…): what the page reads goes to the fragment
+        fragment = [("token", given), ("session", request.query_params.get("session"))]
+        kept = [(name, value) for name, value in fragment if value is not None]
+        if not kept:
             return self.page()
-        given = request.query_params.get("token")
-        if given is not None:
-            if not hmac.compare_digest(given.encode(), self.token.encode()):
-                return _page(
-                    "Wrong token",
-                    "This link's token is not this server's. Open the link that "
-                    "mcp-agent-sessions serve printed when it started (a new one at each "
-                    "start unless the token comes from a file).",
-                    401,
-                )
-            return RedirectResponse(f"/#token={quote(given, safe='')}", 303, headers=HEADERS)
-        return self.page()
+        return RedirectResponse(f"/#{urlencode(kept, quote_via=quote)}", 303, headers=HEADERS)
 
     @staticmethod
     def page() -> HTMLResponse:

@@ -28,8 +28,21 @@ const $ = (id) => document.getElementById(id);
 
 class ToolFailed extends Error {}
 
+/** The server refuses the page itself (no token, an earlier start's, or a page it does not
+ * take requests from): nothing it asks is answered until the reader opens the link. */
+class SignedOut extends Error {
+  constructor(message, title) {
+    super(message);
+    this.title = title; // what the page's heading says
+  }
+}
+
 const TOKEN_KEY = "mcp-agent-sessions token";
-const SIGN_IN = "not signed in: open the link with #token= that serve printed";
+const SIGN_IN = "This page needs the server's token: open the link with #token= that mcp-agent-sessions serve printed"
+  + " when it started (the line \"session viewer: http://…/#token=…\").";
+const TOKEN_REFUSED = "The server no longer takes this page's token (a server makes a"
+  + " new one at each start, unless it reads one from --token-file). Open the link with #token="
+  + " that mcp-agent-sessions serve printed when it last started.";
 
 /** The server's token: from the link's fragment (kept, and taken out of the address bar), or
  * as kept by an earlier visit; null when there is none (a server without auth needs none). */
@@ -52,6 +65,37 @@ class HttpTransport {
     this.nextId = 1;
     this.canReadResources = true;
     this.token = takeToken();
+    this.refused = null; // the SignedOut the server answered with, until a token comes
+    this.onRefused = () => {};
+  }
+
+  /** A token to send from now on: the page asks again. */
+  signIn(token) {
+    this.token = token;
+    this.refused = null;
+  }
+
+  /** The server's refusal of the page (401: no token, or not its token; 403: it takes no
+   * requests from this page) as a SignedOut that says what to do, else null. Said once, and
+   * nothing is retried: a page left open asked every 1.5 s for good. */
+  async refusal(response) {
+    if (response.status !== 401 && response.status !== 403) return null;
+    let error;
+    if (response.status === 401) {
+      // a token of an earlier start (a new one is made at each): forget it
+      try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      error = this.token ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      this.token = null;
+    } else {
+      let message = "the server refuses requests from this page (HTTP 403)";
+      try { message = (await response.json()).error.message || message; } catch (_) { /* not JSON-RPC */ }
+      error = new SignedOut(message, "Refused by the server");
+    }
+    if (!this.refused) {
+      this.refused = error;
+      this.onRefused(error);
+    }
+    return error;
   }
 
   envelope() {
@@ -85,12 +129,10 @@ class HttpTransport {
   }
 
   async request(method, params, name) {
+    if (this.refused) throw this.refused;
     const { id, response } = await this.post(method, params, name);
-    if (response.status === 401) {
-      // a token of an earlier start (a new one is made at each): forget it
-      try { localStorage.removeItem(TOKEN_KEY); } catch (error) { /* nothing kept */ }
-      throw new Error(SIGN_IN);
-    }
+    const refused = await this.refusal(response);
+    if (refused) throw refused;
     const type = response.headers.get("content-type") || "";
     let message = null;
     if (type.startsWith("text/event-stream")) {
@@ -116,9 +158,10 @@ class HttpTransport {
     const controller = new AbortController();
     let stopped = false;
     const run = async () => {
-      while (!stopped) {
+      while (!stopped && !this.refused) {
         try {
           const { response } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
+          if (await this.refusal(response)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
             if (data.method === "notifications/subscriptions/acknowledged") onState(true);
@@ -311,6 +354,7 @@ function toast(text, isError) {
 }
 
 function failed(error) {
+  if (error instanceof SignedOut) return; // said where the page's content was (signedOut)
   // Every call but the list's is about the open session: refused as gone, the page says so.
   if (state.sessionId && saysGone(error)) { sessionGone(state.sessionId); return; }
   toast(error.message || String(error), true);
@@ -438,7 +482,7 @@ async function loadSessions(more) {
       cursor = answer.nextCursor;
     } while (cursor && sessions.length < wanted);
   } catch (error) {
-    if (asked !== sessionsAsked) return;
+    if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
     $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
     $("more-sessions").hidden = true;
@@ -485,7 +529,54 @@ async function openSession(sessionId) {
     }
   }
   await refresh();
-  if (TRANSPORT === "http" && state.sessionId === sessionId) watchSession(sessionId);
+  if (TRANSPORT === "http" && state.sessionId === sessionId && !transport.refused) watchSession(sessionId);
+}
+
+/** The server refused the page (``error``, a SignedOut): said in place of the list and the
+ * session, with what to do; nothing is asked again until a token comes (a link pasted into
+ * this tab, or another tab of this page signed in), when the page picks up where it was. */
+function signedOut(error) {
+  if (stopListening) { stopListening(); stopListening = null; }
+  $("live").classList.remove("on");
+  $("live").title = "not signed in";
+  $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
+  $("more-sessions").hidden = true;
+  Object.assign(state, { view: null, entry: null });
+  $("detail").hidden = true;
+  $("detail").parentElement.classList.add("solo");
+  $("session-name").textContent = error.title;
+  $("session-id").textContent = "";
+  $("session-facts").replaceChildren();
+  $("prompt").hidden = true;
+  $("tree").replaceChildren(h("div", { class: "empty signed-out", text: error.message }));
+}
+
+/** The list, and the session the address names (or the one open before a sign-in); with no
+ * session, the list alone, listening for its changes. */
+async function begin() {
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("session") || state.sessionId;
+  const listed = loadSessions(false);
+  if (wanted) {
+    await Promise.all([listed, openSession(wanted)]);
+    return;
+  }
+  await listed;
+  if (transport.refused) return;
+  $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
+  // list changes are heard before any session is open
+  if (stopListening) stopListening();
+  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+}
+
+/** A token came (a link pasted into this tab, or another tab signed in): asked again. */
+function signIn(token) {
+  const wasRefused = transport.refused;
+  transport.signIn(token);
+  if (wasRefused) {
+    state.view = null; // drawn anew, not as a live update of what was shown before
+    return begin();
+  }
+  return null;
 }
 
 /** The open session is gone (deleted by another client, or a link's id that never was): the
@@ -549,6 +640,7 @@ async function readAgain() {
     read = await readOutline({ session_id: sessionId, view: "outline" }, (first) =>
       before === null ? OUTLINE_PAGE : Math.max(OUTLINE_PAGE, shown + Math.max(0, first.total - before)));
   } catch (error) {
+    if (error instanceof SignedOut) return; // said in place of the page (signedOut)
     if (saysGone(error)) sessionGone(sessionId);
     // Refused before anything of it was shown (the server busy, the host refusing the
     // call): said where it would be, not in a passing toast over what was there before.
@@ -686,7 +778,7 @@ function renderFold(row, next) {
   const hidden = row.folded - revealed.length;
   if (hidden > 0) {
     box.append(h("button", {
-      class: "fold", type: "button", dataset: { fold: row.id },
+      class: "fold", type: "button", tabindex: "-1", dataset: { fold: row.id },
       title: "Show the entries in between",
       onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
     }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
@@ -705,7 +797,7 @@ function renderHeadRow(head) {
   return h("div", { class: "nest open", dataset },
     renderRow(head, true),
     h("button", {
-      class: "link-button earlier", type: "button", dataset: { branch: head.id },
+      class: "link-button earlier", type: "button", tabindex: "-1", dataset: { branch: head.id },
       onclick: () => loadEarlierOf(head.id).catch(changedOrFailed),
     }, "Show earlier entries of this branch"),
     renderRows(opened.filter((row) => row.id !== head.id), head.id));
@@ -752,23 +844,30 @@ function renderRow(row, isHead) {
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
 }
 
+// What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
+// tab stop of its own: in a long session, 50 and more Tabs to get through the tree).
+const TREE_ITEMS = ".row, .fold, button.earlier";
+
 /** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
- * for nothing): Up and Down move between the rows shown, Home and End to the first and last,
- * Right opens a branch and Left closes it; Enter or Space reads the entry. */
+ * for nothing): Up and Down move between the rows, folds and "Show earlier" buttons shown,
+ * Home and End to the first and last, Right opens a branch and Left closes it; Enter or Space
+ * reads the entry (or presses the button). */
 function treeKeys(event) {
   const row = event.target;
-  if (!(row instanceof Element) || !row.classList.contains("row")) return; // its toggle: a button
+  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return; // a toggle: a button
   const id = row.dataset.id;
-  const rows = () => [...$("tree").querySelectorAll(".row")];
+  const items = () => [...$("tree").querySelectorAll(TREE_ITEMS)];
   const moves = {
-    ArrowDown: () => rows()[rows().indexOf(row) + 1],
-    ArrowUp: () => rows()[rows().indexOf(row) - 1],
-    Home: () => rows()[0],
-    End: () => rows().at(-1),
+    ArrowDown: () => items()[items().indexOf(row) + 1],
+    ArrowUp: () => items()[items().indexOf(row) - 1],
+    Home: () => items()[0],
+    End: () => items().at(-1),
   };
   if (moves[event.key]) {
     const next = moves[event.key]();
     if (next) next.focus();
+  } else if (!row.classList.contains("row")) {
+    return; // a button: Enter and Space press it
   } else if (event.key === "Enter" || event.key === " ") {
     selectEntry(id, true).catch(failed);
   } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
@@ -804,24 +903,28 @@ function redraw(change) {
   const focused = focusedInTree();
   change();
   if (focused !== null && !$("tree").contains(document.activeElement)) {
-    // the same row or button drawn anew, else the row that takes Tab
-    const again = (focused && $("tree").querySelector(focused)) || $("tree").querySelector('.row[tabindex="0"]');
+    // the same row or button drawn anew (a fold all unfolded: its first row), else the row
+    // that takes Tab
+    const again = [...focused, '.row[tabindex="0"]'].map((selector) => $("tree").querySelector(selector)).find(Boolean);
     if (again) again.focus({ preventScroll: true });
   }
   sizeChanged();
 }
 
-/** What has the focus in the tree, as a selector that finds it drawn anew ("" when nothing
- * finds it); null when the focus is not in the tree. */
+/** What has the focus in the tree, as selectors that find it (or what stands in its place)
+ * drawn anew, the first found; null when the focus is not in the tree. */
 function focusedInTree() {
   const active = document.activeElement;
   if (!(active instanceof Element) || !$("tree").contains(active)) return null;
-  if (active.matches(".fold")) return `.fold[data-fold="${CSS.escape(active.dataset.fold)}"]`;
+  if (active.matches(".fold")) {
+    const anchor = CSS.escape(active.dataset.fold);
+    return [`.fold[data-fold="${anchor}"]`, `.folds[data-anchor="${anchor}"] .row`];
+  }
   if (active.matches("button.earlier")) {
-    return active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])";
+    return [active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])"];
   }
   const row = active.closest(".row"); // a row, or its toggle
-  return row ? `.row[data-id="${CSS.escape(row.dataset.id)}"]` : "";
+  return row ? [`.row[data-id="${CSS.escape(row.dataset.id)}"]`] : [];
 }
 
 /** One row of the tree takes Tab, as a tree's does (each row did: a tree of thousands of rows
@@ -845,7 +948,7 @@ function moveTabStop(row) {
 function renderTop(loose) {
   const top = h("div", { class: "outline-top" });
   if (state.earlierCursor) {
-    top.append(h("button", { class: "link-button earlier", type: "button", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
+    top.append(h("button", { class: "link-button earlier", type: "button", tabindex: "-1", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
   }
   top.append(renderLoose(loose));
   return top;
@@ -1099,6 +1202,13 @@ function wireActions() {
     $("label-text").value = row && row.label ? row.label : "";
     if (!$("label-form").hidden) $("label-text").focus();
   });
+  // Escape closes the form unsaved, the focus back on the button that opened it
+  $("label-form").addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.preventDefault();
+    $("label-form").hidden = true;
+    $("act-label").focus();
+  });
   $("label-form").addEventListener("submit", (event) => {
     event.preventDefault();
     act($("label-form").querySelector("button"), async () => {
@@ -1191,11 +1301,23 @@ function applyHostContext(context) {
   if (context.theme) document.documentElement.dataset.theme = context.theme;
   // the view says it can go fullscreen: there it fills the frame (viewer.css)
   if (context.displayMode) document.documentElement.dataset.displayMode = context.displayMode;
-  const variables = context.styles && context.styles.variables;
-  if (variables) {
-    for (const [name, value] of Object.entries(variables)) {
-      if (value) document.documentElement.style.setProperty(name, value);
+  const styles = context.styles || {};
+  // the host's style variables (its colours, fonts, sizes, radii: viewer.css reads them)
+  for (const [name, value] of Object.entries(styles.variables || {})) {
+    if (!name.startsWith("--")) continue;
+    if (value) document.documentElement.style.setProperty(name, value);
+    else document.documentElement.style.removeProperty(name);
+  }
+  // and its fonts (@font-face rules, which --font-sans and --font-mono name): one sheet of
+  // them, replaced when the host sends others
+  const fonts = styles.css && styles.css.fonts;
+  if (typeof fonts === "string") {
+    let sheet = $("host-fonts");
+    if (!sheet) {
+      sheet = h("style", { id: "host-fonts" });
+      document.head.append(sheet);
     }
+    if (sheet.textContent !== fonts) sheet.textContent = fonts;
   }
 }
 
@@ -1229,6 +1351,7 @@ async function start() {
     return;
   }
   transport = new HttpTransport();
+  transport.onRefused = signedOut;
   let searchTimer = null;
   $("search").addEventListener("input", () => {
     clearTimeout(searchTimer);
@@ -1241,20 +1364,20 @@ async function start() {
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
     const token = takeToken();
-    if (token) transport.token = token;
+    const resumed = token ? signIn(token) : null;
+    if (resumed) { resumed.catch(failed); return; }
     const other = new URLSearchParams(location.hash.slice(1)).get("session");
     const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
     next.catch(failed);
   });
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
-  const listed = loadSessions(false);
-  if (wanted) await Promise.all([listed, openSession(wanted)]);
-  else {
-    await listed;
-    $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
-    // list changes are heard before any session is open
-    stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
-  }
+  // Another tab of this page signed in (the origin's storage): this one picks up its token.
+  window.addEventListener("storage", (event) => {
+    if (event.key === TOKEN_KEY && event.newValue && transport.refused) {
+      const resumed = signIn(event.newValue);
+      if (resumed) resumed.catch(failed);
+    }
+  });
+  await begin();
 }
 
 start().catch(failed);
