@@ -22,6 +22,7 @@ TOKEN_FILE_ENV = "MCP_AGENT_TOKEN_FILE"
 MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
+PROGRESS_INTERVAL_ENV = "MCP_AGENT_PROGRESS_INTERVAL"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
@@ -134,6 +135,12 @@ class ServerSettings:
     notification_timeout: float = field(
         default_factory=lambda: _seconds_from_env(NOTIFICATION_TIMEOUT_ENV, 5)
     )
+    # A client waiting on a run with progress hears from it at least this often: while no
+    # event comes (a model silent before its first token, a slow tool), a progress message
+    # says so, for clients that reset their request timeout on progress.
+    progress_interval: float = field(
+        default_factory=lambda: _seconds_from_env(PROGRESS_INTERVAL_ENV, 15)
+    )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once; over
     # PostgreSQL, the connection pool holds this many and 4 more.
     db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
@@ -194,6 +201,12 @@ class ServerSettings:
             raise ValueError(
                 f"--notification-timeout must be a number of seconds above 0, not {timeout} "
                 f"(from the flag or {NOTIFICATION_TIMEOUT_ENV})"
+            )
+        interval = self.progress_interval
+        if not math.isfinite(interval) or interval <= 0:
+            raise ValueError(
+                f"--progress-interval must be a number of seconds above 0, not {interval} "
+                f"(from the flag or {PROGRESS_INTERVAL_ENV})"
             )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(

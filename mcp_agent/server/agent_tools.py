@@ -100,7 +100,11 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         async with AsyncExitStack() as stack:
             listener = (
-                await stack.enter_async_context(progress_reporter(ctx, state.task_group))
+                await stack.enter_async_context(
+                    progress_reporter(
+                        ctx, state.task_group, beat_every=state.settings.progress_interval
+                    )
+                )
                 if wait
                 else None
             )

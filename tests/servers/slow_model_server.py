@@ -1,12 +1,13 @@
 """Our HTTP server (``serve --transport http --no-auth``) on a SQLite database in FOLDER, with a
 scripted model that takes its time: ``silent S`` says nothing for S seconds and then answers,
 ``slow N`` streams N characters one at a time, 50 ms apart, anything else is echoed. Usage:
-``python tests/servers/slow_model_server.py PORT FOLDER``."""
+``python tests/servers/slow_model_server.py PORT FOLDER [PROGRESS_INTERVAL]``."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -41,12 +42,16 @@ async def responder(context: LlmContext) -> ScriptedResponse:
 
 def main() -> None:
     port, folder = int(sys.argv[1]), Path(sys.argv[2])
+    extra: dict[str, Any] = {}
+    if len(sys.argv) > 3:
+        extra["progress_interval"] = float(sys.argv[3])
     settings = ServerSettings(
         db_path=folder / "sessions.db",
         port=port,
         no_auth=True,
         manifests_dir=write_manifests(folder / "manifests", TEST_AGENTS, None),
         default_model="scripted",
+        **extra,
     )
     models: ModelOverrides = {
         "scripted": lambda: (scripted_model("scripted"), ScriptedProvider(responder))
