@@ -23,6 +23,7 @@ from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server 
 )
 
 from mcp_agent.server.event_store import (
+    ANSWERED_KEEP_S,
     GET_STREAM_KEY,
     STREAM_CHARS,
     STREAM_EVENTS,
@@ -81,6 +82,23 @@ async def test_a_request_id_used_again_starts_a_stream_of_its_own() -> None:
     assert found is not None and found[1] == []
     old = store.after(old_end)
     assert old is None or old[0] is not found[0]
+
+
+@pytest.mark.anyio
+async def test_a_requests_events_go_a_while_after_its_answer() -> None:
+    now = [0.0]
+    budget = EventBudget()
+    store = SessionEvents(budget, clock=lambda: now[0])
+    answered = await store.store_event("1", note("progress"))
+    await store.store_event("1", answer(1))
+    waiting = await store.store_event("2", note("still running"))
+    now[0] += ANSWERED_KEEP_S - 1
+    assert store.after(answered) is not None and store.after(waiting) is not None
+    now[0] += 2
+    assert store.after(answered) is None  # gone: a late client is told so
+    found = store.after(waiting)  # a request still under way keeps its events
+    assert found is not None and found[0].key == "2"
+    assert budget.events == 1
 
 
 @pytest.mark.anyio

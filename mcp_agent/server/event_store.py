@@ -3,17 +3,20 @@ gets what it missed by reconnecting with Last-Event-ID (the SDK's ``EventStore``
 transport that replays it (``ResumableTransport``).
 
 Each HTTP session has a store of its own (``SessionEvents``): a replay never reaches another
-session's events, and the store goes with its session. What all of them keep is bounded
-together (``EventBudget``): per stream the newest ``STREAM_EVENTS`` events and
-``STREAM_CHARS`` characters of JSON, in all ``TOTAL_EVENTS`` and ``TOTAL_CHARS``; past a bound
-the oldest events go first. An event's id is ``STREAM.SEQUENCE``: the stream it belongs to is
+session's events, and the store goes with its session; a request's events go
+``ANSWERED_KEEP_S`` after its answer. What all of them keep is bounded together
+(``EventBudget``): per stream the newest ``STREAM_EVENTS`` events and ``STREAM_CHARS``
+characters of JSON, in all ``TOTAL_EVENTS`` and ``TOTAL_CHARS``; past a bound the oldest events
+go first. An event's id is ``STREAM.SEQUENCE``: the stream it belongs to is
 known even once that event is gone, so a client that comes back late gets the newest events of
 its stream (the answer among them) and no other stream's."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -50,10 +53,13 @@ log = logging.getLogger(__name__)
 STREAM_EVENTS = 1_000
 STREAM_CHARS = 10 * 1024 * 1024
 TOTAL_EVENTS = 50_000
-TOTAL_CHARS = 64 * 1024 * 1024
+TOTAL_CHARS = 32 * 1024 * 1024
 # How long a client waits before reconnecting a dropped stream (the SSE retry field, sent with
 # the priming event that opens each request's stream for 2025-11-25 clients).
 RETRY_MS = 1_000
+# How long a request's events are kept once its answer came (a client whose stream dropped
+# comes back within seconds: its retry is 1 s, and the SDKs' clients try twice).
+ANSWERED_KEEP_S = 60.0
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
 # The number of a session's standalone (GET) stream in its event ids.
@@ -105,8 +111,11 @@ class EventBudget:
 class SessionEvents(EventStore):
     """One HTTP session's kept events, by stream (a request's, or the session's GET stream)."""
 
-    def __init__(self, budget: EventBudget) -> None:
+    def __init__(self, budget: EventBudget, clock: Callable[[], float] = time.monotonic) -> None:
         self._budget = budget
+        self._clock = clock
+        # Streams that have their answer, oldest first, with when it came.
+        self._finished: OrderedDict[_Stream, float] = OrderedDict()
         self._by_key: dict[StreamId, _Stream] = {}
         self._by_number: dict[int, _Stream] = {}
         self._next_number = GET_STREAM_NUMBER + 1
@@ -114,6 +123,7 @@ class SessionEvents(EventStore):
         self._texts: dict[EventId, str] = {}  # the last few, for the transport to send as is
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        self._let_go_of_answered()
         stream = self._by_key.get(stream_id)
         if stream is None or stream.finished:  # a request id used again: a stream of its own
             number = GET_STREAM_NUMBER if stream_id == GET_STREAM_KEY else self._next_number
@@ -139,6 +149,8 @@ class SessionEvents(EventStore):
                 self.drop_oldest(stream)
         if isinstance(message, JSONRPCResponse | JSONRPCError) and stream_id != GET_STREAM_KEY:
             stream.finished = True
+            if stream.events:
+                self._finished[stream] = self._clock()
         if text is not None:
             # The transport sends the event next: it takes the text made here (one dump, not
             # two). Only the latest few are held for that (one whose stream has no client is
@@ -166,6 +178,7 @@ class SessionEvents(EventStore):
         """The stream ``last_event_id`` belongs to and its kept events after it (as ids and
         texts), or None for an id of no stream this session keeps. The session's GET stream
         is always known (empty until something is sent on it)."""
+        self._let_go_of_answered()
         parts = event_id_parts(last_event_id)
         if parts is None:
             return None
@@ -191,7 +204,17 @@ class SessionEvents(EventStore):
         if not stream.events and stream.number != GET_STREAM_NUMBER:
             self._forget(stream)
 
+    def _let_go_of_answered(self) -> None:
+        """Forgets the streams whose answer came over ``ANSWERED_KEEP_S`` ago."""
+        since = self._clock() - ANSWERED_KEEP_S
+        while self._finished:
+            stream, finished = next(iter(self._finished.items()))
+            if finished > since:
+                break
+            self._forget(stream)
+
     def _forget(self, stream: _Stream) -> None:
+        self._finished.pop(stream, None)
         while stream.events:
             sequence, _, _ = stream.events.popleft()
             self._budget.removed(stream, sequence)
