@@ -72,6 +72,38 @@ async def test_no_beats_while_events_come(tmp_path: Path) -> None:
     assert heard == list(range(1, result.structured_content["events"] + 1))
 
 
+@pytest.mark.anyio
+async def test_agent_status_waiting_on_a_run_beats_too(tmp_path: Path) -> None:
+    server = agent_server(
+        tmp_path,
+        {"silent": ScriptedProvider(silent_model)},
+        agents=TEST_AGENTS,
+        progress_interval=0.1,
+    )
+    heard: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, message))
+
+    async with Client(server) as client:
+        started = await client.call_tool("agent_run", {"prompt": "hello", "wait": False})
+        assert started.structured_content is not None
+        run_id = started.structured_content["runId"]
+        status = await client.call_tool(
+            "agent_status", {"run_id": run_id, "wait_seconds": 30}, progress_callback=on_progress
+        )
+        # Not waiting: no beat.
+        quick = await client.call_tool(
+            "agent_status", {"run_id": run_id}, progress_callback=on_progress
+        )
+    assert status.structured_content is not None
+    assert status.structured_content["status"] == "completed"
+    assert quick.structured_content == status.structured_content
+    values = [value for value, _ in heard]
+    assert heard and values == sorted(set(values)) and all(0 < v < 1 for v in values)
+    assert all(m and m.startswith("waiting: ") and run_id in m for _, m in heard)
+
+
 def test_the_interval_must_be_a_positive_number_of_seconds(tmp_path: Path) -> None:
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="--progress-interval"):

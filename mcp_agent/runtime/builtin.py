@@ -126,6 +126,30 @@ async def progress_reporter(
         scope.cancel()
 
 
+@asynccontextmanager
+async def progress_beats(ctx: Context, every: float, what: str) -> AsyncIterator[None]:
+    """While the body waits, says so as progress once each ``every`` seconds (``waiting: N s
+    for WHAT``, numbered 1/2, 2/3, ...), for a client that resets its timeout on progress. A
+    client that stops reading never holds the body back. No-op for a request without a
+    progress token."""
+    async with anyio.create_task_group() as beats:
+
+        async def beat() -> None:
+            beaten = 0
+            while True:
+                await anyio.sleep(every)
+                beaten += 1
+                with anyio.move_on_after(every), contextlib.suppress(Exception):
+                    said = f"waiting: {beaten * every:g} s for {what}"
+                    await ctx.report_progress(beaten / (beaten + 1), None, said)
+
+        beats.start_soon(beat)
+        try:
+            yield
+        finally:
+            beats.cancel_scope.cancel()
+
+
 # What the subagent tool's description says of each agent, and of them all: it goes to the model
 # with every request of every run that may delegate.
 AGENT_NOTE_CHARS = 200
