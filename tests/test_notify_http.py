@@ -214,9 +214,9 @@ def test_a_client_that_only_initialized_hears_list_changes(
 async def test_an_event_stream_asked_to_resume_opens_afresh(
     tmp_path: Path, started: list[Served]
 ) -> None:
-    """A GET with Last-Event-ID (a client reconnecting, or junk) got a bare 500 from the SDK,
-    which keeps no events to resume from; now it is the session's event stream, and carries
-    its notifications."""
+    """A GET with a Last-Event-ID that is no id of ours (junk, or another server's) got a bare
+    500 from the SDK; now it is the session's event stream, and carries its notifications.
+    (Ids of ours resume: tests/test_http_resume.py.)"""
     server = Served(tmp_path, "--no-auth")
     started.append(server)
     async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:

@@ -156,6 +156,16 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    progress_interval: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="a client waiting on agent_run with progress hears from it at least this "
+            "often, while the model or a tool is silent (default 15, or "
+            "MCP_AGENT_PROGRESS_INTERVAL)",
+            show_default=False,
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -241,6 +251,7 @@ def serve(
         "max_subscriptions": max_subscriptions,
         "notification_timeout": notification_timeout,
         "client_stream_wait": client_stream_wait,
+        "progress_interval": progress_interval,
     }
     overrides = {name: value for name, value in given.items() if value is not None}
     try:

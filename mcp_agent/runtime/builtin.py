@@ -6,6 +6,7 @@ runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -54,45 +55,99 @@ PROGRESS_FLUSH_S = 1.0
 
 @asynccontextmanager
 async def progress_reporter(
-    ctx: Context, task_group: TaskGroup, prefix: str = ""
+    ctx: Context, task_group: TaskGroup, prefix: str = "", beat_every: float = 15.0
 ) -> AsyncIterator[EventListener]:
     """A run listener that turns each agent event into a progress notification to the MCP
     client waiting on ``ctx``'s request. It never makes the run wait: events go into a
     bounded buffer that a task of its own (in ``task_group``) sends from, and a client that
     stops reading loses progress messages (the numbers still count every event), never the
-    run's answer."""
-    send, receive = anyio.create_memory_object_stream[tuple[int, str]](PROGRESS_BUFFER)
+    run's answer.
+
+    While no event comes for ``beat_every`` seconds (a model that thinks before its first
+    token, a slow tool) it says so once each ``beat_every``: a client that resets its timeout
+    on progress (the TypeScript SDK's ``resetTimeoutOnProgress``) keeps waiting. A beat's
+    number is a fraction past the last event's (n + 1/2, n + 2/3, ...), so numbers still grow
+    with each message and the next event's is still its count."""
+    # Each item: the event's number and message, or None and the event kind for a beat.
+    send, receive = anyio.create_memory_object_stream[tuple[int | None, str]](PROGRESS_BUFFER)
     count = 0
+    kind = "start"
     delivered = anyio.Event()
-    scope = anyio.CancelScope()
+    scope, beating = anyio.CancelScope(), anyio.CancelScope()
 
     def report(event: AgentEvent) -> None:
-        nonlocal count
+        nonlocal count, kind
         count += 1
+        kind = event.type
         try:
             send.send_nowait((count, f"{prefix}{event.type}: {describe_event(event)}"))
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the client is not keeping up: this message is dropped
 
+    async def beat() -> None:
+        seen, quiet = count, 0.0
+        with beating, contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            while True:
+                await anyio.sleep(beat_every)
+                if count != seen:
+                    seen, quiet = count, 0.0
+                    continue
+                quiet += beat_every
+                with contextlib.suppress(anyio.WouldBlock):
+                    send.send_nowait((None, f"{prefix}waiting: {quiet:g} s since {kind}"))
+
     async def deliver() -> None:
+        last, beats = 0, 0
         with scope:
             try:
                 async with receive:
                     async for done, message in receive:
-                        await ctx.report_progress(done, None, message)
+                        if done is None:
+                            beats += 1
+                            progress: float = last + beats / (beats + 1)
+                        else:
+                            last, beats = done, 0
+                            progress = done
+                        await ctx.report_progress(progress, None, message)
             except Exception:  # the client went away: the rest are dropped
                 pass
         delivered.set()
 
     task_group.start_soon(deliver)
+    task_group.start_soon(beat)
     try:
         yield report
     finally:
+        beating.cancel()
         send.close()
         # What is buffered goes out while the client reads; a stuck client is left behind.
         with anyio.move_on_after(PROGRESS_FLUSH_S, shield=True):
             await delivered.wait()
         scope.cancel()
+
+
+@asynccontextmanager
+async def progress_beats(ctx: Context, every: float, what: str) -> AsyncIterator[None]:
+    """While the body waits, says so as progress once each ``every`` seconds (``waiting: N s
+    for WHAT``, numbered 1/2, 2/3, ...), for a client that resets its timeout on progress. A
+    client that stops reading never holds the body back. No-op for a request without a
+    progress token."""
+    async with anyio.create_task_group() as beats:
+
+        async def beat() -> None:
+            beaten = 0
+            while True:
+                await anyio.sleep(every)
+                beaten += 1
+                with anyio.move_on_after(every), contextlib.suppress(Exception):
+                    said = f"waiting: {beaten * every:g} s for {what}"
+                    await ctx.report_progress(beaten / (beaten + 1), None, said)
+
+        beats.start_soon(beat)
+        try:
+            yield
+        finally:
+            beats.cancel_scope.cancel()
 
 
 # What the subagent tool's description says of each agent, and of them all: it goes to the model
@@ -144,7 +199,8 @@ def build_builtin_server(state: AppState) -> MCPServer:
             )
         except (Refused, SessionError) as error:
             raise ToolError(str(error)) from None
-        async with progress_reporter(ctx, state.task_group, f"[{agent}] ") as listener:
+        beat_every = state.settings.progress_interval
+        async with progress_reporter(ctx, state.task_group, f"[{agent}] ", beat_every) as listener:
             try:
                 run = await start_run(
                     state,

@@ -23,6 +23,7 @@ MAX_HTTP_SESSIONS_ENV = "MCP_AGENT_MAX_HTTP_SESSIONS"
 HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 CLIENT_STREAM_WAIT_ENV = "MCP_AGENT_CLIENT_STREAM_WAIT"
+PROGRESS_INTERVAL_ENV = "MCP_AGENT_PROGRESS_INTERVAL"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
@@ -157,6 +158,12 @@ class ServerSettings:
     client_stream_wait: float = field(
         default_factory=lambda: _seconds_from_env(CLIENT_STREAM_WAIT_ENV, 30)
     )
+    # A client waiting on a run with progress hears from it at least this often: while no
+    # event comes (a model silent before its first token, a slow tool), a progress message
+    # says so, for clients that reset their request timeout on progress.
+    progress_interval: float = field(
+        default_factory=lambda: _seconds_from_env(PROGRESS_INTERVAL_ENV, 15)
+    )
     # Worker threads for database work (SQLite reads and writes, lock waits) at once; over
     # PostgreSQL, the connection pool holds this many and 4 more.
     db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
@@ -226,6 +233,12 @@ class ServerSettings:
             raise ValueError(
                 f"--client-stream-wait must be a number of seconds above 0, not {wait} "
                 f"(from the flag or {CLIENT_STREAM_WAIT_ENV})"
+            )
+        interval = self.progress_interval
+        if not math.isfinite(interval) or interval <= 0:
+            raise ValueError(
+                f"--progress-interval must be a number of seconds above 0, not {interval} "
+                f"(from the flag or {PROGRESS_INTERVAL_ENV})"
             )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(

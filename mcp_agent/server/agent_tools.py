@@ -14,7 +14,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
-from mcp_agent.runtime.builtin import progress_reporter
+from mcp_agent.runtime.builtin import progress_beats, progress_reporter
 from mcp_agent.runtime.run_board import ANSWER_CHARS, NOT_TAKEN_CHARS, CommandKind, RunRecord
 from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
@@ -100,7 +100,11 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         async with AsyncExitStack() as stack:
             listener = (
-                await stack.enter_async_context(progress_reporter(ctx, state.task_group))
+                await stack.enter_async_context(
+                    progress_reporter(
+                        ctx, state.task_group, beat_every=state.settings.progress_interval
+                    )
+                )
                 if wait
                 else None
             )
@@ -142,8 +146,16 @@ def register(server: MCPServer) -> None:
     ) -> RunInfo:
         """The state of a run. Returns its status (running, completed, error or aborted), its
         answer or error, events so far and token usage."""
+        state = app_state(ctx)
         with tool_errors():
-            return run_info(await app_state(ctx).runs.wait_for_end(run_id, wait_seconds or 0))
+            if not wait_seconds:
+                return run_info(await state.runs.wait_for_end(run_id, 0))
+            # A wait past the client's request timeout (the TypeScript SDK's is 60 s) is kept
+            # alive by progress, for a client that resets its timeout on it.
+            every = state.settings.progress_interval
+            async with progress_beats(ctx, every, f"run {run_id} to end"):
+                run = await state.runs.wait_for_end(run_id, wait_seconds)
+            return run_info(run)
 
     @server.tool(annotations=WRITES)
     async def agent_cancel(ctx: Context, run_id: RunId) -> RunInfo:

@@ -49,6 +49,12 @@ from mcp_agent.runtime.settings import (
     is_loopback,
 )
 from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
+from mcp_agent.server.event_store import (
+    RETRY_MS,
+    EventBudget,
+    ResumableTransport,
+    SessionEvents,
+)
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
     BearerTokenMiddleware,
@@ -191,6 +197,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     # The ids of each 2025 session's requests under way, as text (made on first use: the
     # SDK's manager is turned into this class, not built as one).
     _ids_in_flight: dict[str, set[str]] | None = None
+    # What every session's event streams keep for a client that reconnects (made on first use).
+    _event_budget: EventBudget | None = None
 
     def _admit_session(
         self, requestor: AuthorizationContext | None
@@ -200,7 +208,15 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             self._close_longest_idle()
         transport = super()._admit_session(requestor)
-        if transport is not None and self.session_prefix:
+        if transport is None:
+            return None
+        if self._event_budget is None:
+            self._event_budget = EventBudget()
+        # Resumable: its events are kept (bounded) for a client whose stream drops.
+        transport.__class__ = ResumableTransport
+        transport._event_store = SessionEvents(self._event_budget)
+        transport._retry_interval = RETRY_MS
+        if self.session_prefix:
             # Renamed before the opening request is served (which sends the id).
             old = transport.mcp_session_id
             assert old is not None
@@ -209,6 +225,13 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             if old in self._session_owners:
                 self._session_owners[transport.mcp_session_id] = self._session_owners.pop(old)
         return transport
+
+    async def _discard_session(
+        self, session_id: str, transport: StreamableHTTPServerTransport
+    ) -> None:
+        await super()._discard_session(session_id, transport)
+        if isinstance(transport._event_store, SessionEvents):
+            transport._event_store.close()  # its events go with it
 
     async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         body: bytes | None = None  # a POST's, once it came whole
@@ -626,12 +649,6 @@ class SdkRefusals:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["method"] == "GET" and any(k == b"last-event-id" for k, _ in scope["headers"]):
-            # Without an event store (we keep none) the SDK answers a GET that asks to resume
-            # with nothing at all, which uvicorn turns into a bare 500. No event of ours has
-            # an id to resume from, so the stream opens afresh, as if the header were not there.
-            headers = [(k, v) for k, v in scope["headers"] if k != b"last-event-id"]
-            scope = {**scope, "headers": headers}
         held: list[Message] = []
 
         async def watch(message: Message) -> None:

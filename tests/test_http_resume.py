@@ -1,0 +1,324 @@
+"""Resumability over 2025 streamable HTTP: a client whose event stream drops reconnects with
+Last-Event-ID and gets what it missed (``server/event_store.py``), from a real server process,
+by hand and through real clients whose connections a proxy cuts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import SocketStream
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import JSONRPCNotification, JSONRPCResponse
+from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
+    needs_node,
+    slow_server_fixture,
+    ts_agent_run,
+)
+
+from mcp_agent.server.event_store import (
+    ANSWERED_KEEP_S,
+    GET_STREAM_KEY,
+    STREAM_CHARS,
+    STREAM_EVENTS,
+    EventBudget,
+    SessionEvents,
+)
+
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def note(text: str) -> JSONRPCNotification:
+    return JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params={"t": text})
+
+
+def answer(request_id: int) -> JSONRPCResponse:
+    return JSONRPCResponse(jsonrpc="2.0", id=request_id, result={})
+
+
+# --- the store --------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_replay_gives_the_events_of_its_stream_after_the_id() -> None:
+    store = SessionEvents(EventBudget())
+    first = await store.store_event("1", None)  # the priming event
+    ids = [await store.store_event("1", note(f"a{i}")) for i in range(3)]
+    other = await store.store_event("2", note("other stream"))
+    done = await store.store_event("1", answer(1))
+    sent: list[tuple[str | None, Any]] = []
+
+    async def collect(event: Any) -> None:
+        sent.append((event.event_id, event.message))
+
+    assert await store.replay_events_after(ids[0], collect) == "1"
+    assert [event_id for event_id, _ in sent] == [ids[1], ids[2], done]
+    assert isinstance(sent[-1][1], JSONRPCResponse)
+    sent.clear()
+    # From the priming event: every event of the stream, and nothing of another.
+    assert await store.replay_events_after(first, collect) == "1"
+    assert other not in [event_id for event_id, _ in sent] and len(sent) == 4
+    # An id of no stream of this session's, or no id of ours at all, finds nothing.
+    for unknown in ("77.1", "x", "1", "1.x", ""):
+        assert store.after(unknown) is None
+    # The session's GET stream is known before anything is sent on it.
+    found = store.after("0.5")
+    assert found is not None and found[0].key == GET_STREAM_KEY and found[1] == []
+
+
+@pytest.mark.anyio
+async def test_a_request_id_used_again_starts_a_stream_of_its_own() -> None:
+    store = SessionEvents(EventBudget())
+    await store.store_event("1", note("old"))
+    old_end = await store.store_event("1", answer(1))
+    new = await store.store_event("1", note("new"))
+    found = store.after(new)
+    assert found is not None and found[1] == []
+    old = store.after(old_end)
+    assert old is None or old[0] is not found[0]
+
+
+@pytest.mark.anyio
+async def test_a_requests_events_go_a_while_after_its_answer() -> None:
+    now = [0.0]
+    budget = EventBudget()
+    store = SessionEvents(budget, clock=lambda: now[0])
+    answered = await store.store_event("1", note("progress"))
+    await store.store_event("1", answer(1))
+    waiting = await store.store_event("2", note("still running"))
+    now[0] += ANSWERED_KEEP_S - 1
+    assert store.after(answered) is not None and store.after(waiting) is not None
+    now[0] += 2
+    assert store.after(answered) is None  # gone: a late client is told so
+    found = store.after(waiting)  # a request still under way keeps its events
+    assert found is not None and found[0].key == "2"
+    assert budget.events == 1
+
+
+@pytest.mark.anyio
+async def test_a_stream_keeps_its_newest_events_within_its_bounds() -> None:
+    budget = EventBudget()
+    store = SessionEvents(budget)
+    first = await store.store_event("1", note("0"))
+    for i in range(STREAM_EVENTS + 10):
+        await store.store_event("1", note(str(i)))
+    found = store.after(first)
+    assert found is not None
+    kept = found[1]
+    assert len(kept) == STREAM_EVENTS == budget.events
+    assert json.loads(kept[-1][1])["params"]["t"] == str(STREAM_EVENTS + 9)
+    # Characters: a few large events push the older ones out.
+    big = "x" * (STREAM_CHARS // 3)
+    for _ in range(4):
+        await store.store_event("1", note(big))
+    found = store.after(first)
+    assert found is not None and 0 < sum(len(text) for _, text in found[1]) <= STREAM_CHARS
+    assert budget.chars <= STREAM_CHARS
+    # One event larger than a stream may hold is not kept (nor does it push the rest out).
+    before = budget.events
+    await store.store_event("1", note("y" * STREAM_CHARS))
+    assert budget.events == before
+
+
+@pytest.mark.anyio
+async def test_all_sessions_together_keep_within_the_total_and_the_oldest_goes_first() -> None:
+    budget = EventBudget(max_events=10, max_chars=10_000)
+    first, second = SessionEvents(budget), SessionEvents(budget)
+    start = await first.store_event("1", note("first"))
+    for i in range(6):
+        await first.store_event("1", note(f"f{i}"))
+    other = await second.store_event("1", None)
+    for i in range(6):
+        await second.store_event("1", note(f"s{i}"))
+    assert budget.events == 10
+    found = first.after(start)
+    assert found is not None and len(found[1]) == 3  # the first session's oldest went
+    found = second.after(other)
+    assert found is not None and len(found[1]) == 6
+    # Characters in all too.
+    await second.store_event("2", note("z" * 9_000))
+    assert budget.chars <= 10_000
+    # A session that ends lets go of all it kept.
+    first.close()
+    second.close()
+    assert budget.events == 0 and budget.chars == 0
+
+
+# --- a real server ----------------------------------------------------------------------------
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    event: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if event:
+                yield event
+            event = {}
+            continue
+        name, _, value = line.partition(":")
+        event[name] = value.removeprefix(" ")
+    if event:
+        yield event
+
+
+def test_a_dropped_stream_resumes_with_every_event_once_and_ends_with_the_answer(
+    slow_server: str,
+) -> None:
+    with httpx.Client(timeout=30) as http:
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "by-hand", "version": "1"},
+            },
+        }
+        opened = http.post(slow_server, json=init, headers=HEADERS)
+        session = {
+            **HEADERS,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        http.post(slow_server, json=initialized, headers=session)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "agent_run",
+                "arguments": {"prompt": "slow 30"},
+                "_meta": {"progressToken": "p"},
+            },
+        }
+        seen: list[dict[str, Any]] = []
+        with http.stream("POST", slow_server, json=call, headers=session) as stream:
+            events = sse_events(stream.iter_lines())
+            priming = next(events)
+            assert priming["data"] == "" and priming["retry"] == "1000"
+            last = priming["id"]
+            for event in events:
+                seen.append(json.loads(event["data"]))
+                last = event["id"]
+                if len(seen) == 3:
+                    break  # the connection drops mid-run
+        resume = {**session, "Accept": "text/event-stream", "last-event-id": last}
+        with http.stream("GET", slow_server, headers=resume) as stream:
+            assert stream.status_code == 200
+            # The stream ends once it has sent the answer.
+            seen += [json.loads(e["data"]) for e in sse_events(stream.iter_lines())]
+        assert seen[-1]["id"] == 2 and not seen[-1]["result"]["isError"]
+        # Each event's number, once each and in order (a beat while nothing happens, a
+        # fraction, is not an event).
+        progress = [m["params"]["progress"] for m in seen if m.get("method")]
+        progress = [p for p in progress if p == int(p)]
+        assert progress == list(range(1, len(progress) + 1))
+        assert seen[-1]["result"]["structuredContent"]["events"] == len(progress)
+        # Asked again, once the run has ended: the same events, and the stream ends.
+        with http.stream("GET", slow_server, headers=resume) as stream:
+            assert stream.status_code == 200
+            again = [json.loads(e["data"]) for e in sse_events(stream.iter_lines())]
+        assert again == seen[3:]
+        # An id of no stream of this session's is refused, saying so.
+        unknown = http.get(slow_server, headers={**resume, "last-event-id": "99.1"})
+        assert unknown.status_code == 400
+        assert "names no event stream" in unknown.json()["error"]["message"]
+
+
+class CuttingProxy:
+    """A TCP proxy in front of a server whose connections ``cut`` drops at once, as a flaky
+    network does."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.scopes: set[anyio.CancelScope] = set()
+        self.cuts = 0
+
+    async def handle(self, client: SocketStream) -> None:
+        with anyio.CancelScope() as scope:
+            self.scopes.add(scope)
+            try:
+                upstream = await anyio.connect_tcp("127.0.0.1", self.target_port)
+                async with client, upstream, anyio.create_task_group() as pumps:
+                    pumps.start_soon(self._pump, client, upstream)
+                    pumps.start_soon(self._pump, upstream, client)
+            finally:
+                self.scopes.discard(scope)
+
+    @staticmethod
+    async def _pump(source: SocketStream, sink: SocketStream) -> None:
+        try:
+            async for data in source:
+                await sink.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        await sink.send_eof()
+
+    def cut(self) -> None:
+        self.cuts += 1
+        for scope in list(self.scopes):
+            scope.cancel()
+
+
+@asynccontextmanager
+async def cutting_proxy(url: str) -> AsyncIterator[tuple[CuttingProxy, str]]:
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    proxy = CuttingProxy(port)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    async with listener, anyio.create_task_group() as tasks:
+        tasks.start_soon(listener.serve, proxy.handle)
+        proxy_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        yield proxy, f"http://127.0.0.1:{proxy_port}/mcp"
+        tasks.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_the_python_sdk_client_gets_its_answer_across_a_dropped_connection(
+    slow_server: str,
+) -> None:
+    values: list[float] = []
+    async with cutting_proxy(slow_server) as (proxy, url):
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            values.append(progress)
+            if len(values) == 3:
+                proxy.cut()
+
+        async with Client(streamable_http_client(url), mode="legacy") as client:
+            result = await client.call_tool(
+                "agent_run", {"prompt": "slow 30"}, progress_callback=on_progress
+            )
+    assert proxy.cuts == 1
+    assert not result.is_error, result
+    assert result.structured_content is not None
+    assert result.structured_content["answer"] == "w" * 30
+    # Every event came once, in order, the missed ones from the replay.
+    events = [p for p in values if p == int(p)]
+    assert events == list(range(1, result.structured_content["events"] + 1))
+
+
+@needs_node
+@pytest.mark.anyio
+async def test_the_typescript_sdk_client_gets_its_answer_across_a_dropped_connection(
+    slow_server: str,
+) -> None:
+    async with cutting_proxy(slow_server) as (proxy, url):
+
+        def on_progress(count: int) -> None:
+            if count == 3:
+                proxy.cut()
+
+        seen = await ts_agent_run(url, "slow 30", 30_000, False, on_progress)
+    assert proxy.cuts == 1
+    assert "error" not in seen and not seen["isError"], seen
+    assert seen["answer"] == "w" * 30
+    events = [p for p in seen["progress"] if p == int(p)]
+    assert events == list(range(1, seen["events"] + 1))
