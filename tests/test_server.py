@@ -1062,14 +1062,44 @@ async def test_a_continued_session_whose_agent_is_gone_says_so(tmp_path: Path) -
     assert "this run is the default agent" in warning
 
 
-async def test_subagent_depth_limit(tmp_path: Path) -> None:
-    server = make_server(tmp_path, max_subagent_depth=1)
+async def test_the_subagent_tool_is_not_offered_at_the_depth_limit(tmp_path: Path) -> None:
+    # A run at the limit was offered the tool, and every call of it was refused: a wasted
+    # turn each, and a model told to delegate when it could not.
+    provider = ScriptedProvider(prompt_responder)
+    server = agent_server(
+        tmp_path, {"scripted": provider}, agents=TEST_AGENTS, max_subagent_depth=1
+    )
     async with Client(server) as client:
-        # helper delegates to helper, which delegates again: level 2 is over the limit of 1.
-        run = await call(
-            client, "agent_run", prompt="delegate:helper:delegate:helper:x", agent="helper"
+        # helper delegates to helper (level 1, the limit): that one has no subagent tool.
+        run = await call(client, "agent_run", prompt="delegate:helper:hello", agent="helper")
+        offered = {
+            content_text(c.messages[-1].content): [t.name for t in c.tools or []]
+            for c in provider.calls
+            if c.messages[-1].role == "user"
+        }
+        assert offered == {"delegate:helper:hello": ["subagent"], "hello": []}, offered
+        assert '"answer": "echo: hello"' in run["answer"], run
+        runs = (await call(client, "agent_runs"))["runs"]
+        (child,) = [r["sessionId"] for r in runs if r["parentRunId"] == run["runId"]]
+        # The child session keeps the tool on: continued by a client (level 0), it has it,
+        # and a run at the limit there leaves the session's list of tools as it was.
+        await call(client, "agent_run", prompt="again", session_id=child)
+        assert [t.name for t in provider.calls[-1].tools or []] == ["subagent"]
+        deep = await client.call_tool(
+            "agent_run",
+            {"prompt": "deep", "session_id": child},
+            meta=cast(types.RequestParamsMeta, {RUN_META_KEY: {"depth": 0}}),
         )
-        assert "depth limit" in run["answer"]
+        assert not deep.is_error and provider.calls[-1].tools == []
+        await call(client, "agent_run", prompt="once more", session_id=child)
+        assert [t.name for t in provider.calls[-1].tools or []] == ["subagent"]
+    # With --max-depth 0 no run is offered it.
+    provider.calls.clear()
+    async with Client(
+        agent_server(tmp_path, {"scripted": provider}, agents=TEST_AGENTS, max_subagent_depth=0)
+    ) as client:
+        await call(client, "agent_run", prompt="hi", agent="helper")
+    assert [t.name for t in provider.calls[-1].tools or []] == []
 
 
 async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
-from mcp_agent.runtime.start import child_depth, run_meta, start_run
+from mcp_agent.runtime.start import SUBAGENT_TOOL, child_depth, run_meta, start_run
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.wire import one_line
 
@@ -121,7 +121,7 @@ def subagent_description(agents: Mapping[str, AgentManifest]) -> str:
 def build_builtin_server(state: AppState) -> MCPServer:
     server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
 
-    @server.tool(description=subagent_description(state.agents))
+    @server.tool(name=SUBAGENT_TOOL, description=subagent_description(state.agents))
     async def subagent(
         ctx: Context,
         agent: Annotated[str, Field(description="the agent to delegate to (one of those listed)")],

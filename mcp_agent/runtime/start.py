@@ -40,6 +40,9 @@ PARENT_SESSION_CHARS = CWD_CHARS
 # The calling run's id, as long as a run id may be (ours are 12 characters; another server's
 # may differ): it is said as the new run's parentRunId.
 RUN_ID_CHARS = 100
+# The built-in tool that starts a sub-agent (``runtime.builtin``): not offered to a run at the
+# depth limit, where every call of it would be refused.
+SUBAGENT_TOOL = "subagent"
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
 
@@ -290,6 +293,9 @@ async def _start(
                     base_delay=state.settings.model_retry_delay,
                 ),
                 offload=state.offload,
+                withheld_tools=(
+                    (SUBAGENT_TOOL,) if depth >= state.settings.max_subagent_depth else ()
+                ),
                 **options,
             )
             if agent.state.model.ref != chosen.ref:
