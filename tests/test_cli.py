@@ -1147,7 +1147,7 @@ def test_continuing_with_another_model_keeps_the_sessions_tools(
     assert tools and all(names == tools[0] for names in tools) and "subagent" in tools[0], tools
 
 
-def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
+def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path, cli: Any) -> None:
     done = sub(
         "run", "delegate please", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db)
     )
@@ -1155,6 +1155,22 @@ def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
     assert done.stdout == "The helper says hi.\n"
     assert '→ subagent({"agent": "default", "task": "say hi from the helper"})' in done.stderr
     assert "← subagent:" in done.stderr and "hi from the helper" in done.stderr
+    # The sub-agent's session says who started it; it read "forked from" its parent.
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    (child,) = [s for s in listed if s["parentSession"]]
+    parent = child["parentSession"]
+    shown = " ".join(cli("sessions", "show", child["id"]).stdout.split())  # as one line
+    assert "forked from" not in shown, shown
+    said = re.search(r"a sub-agent's session, started by session (\S+) \(run (\w+)\)", shown)
+    assert said is not None and said[1] == parent, shown
+    data = json.loads(cli("sessions", "show", child["id"], "--json").stdout)["session"]
+    assert data["startedBy"] == {"sessionId": parent, "runId": said[2]}
+    # A fork of it is a fork.
+    fork = cli("sessions", "fork", child["id"]).stdout.strip()
+    assert f"forked from {child['id']}" in " ".join(cli("sessions", "show", fork).stdout.split())
+    assert (
+        json.loads(cli("sessions", "show", fork, "--json").stdout)["session"]["startedBy"] is None
+    )
 
 
 @pytest.mark.parametrize(

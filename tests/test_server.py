@@ -939,6 +939,20 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     (child_run,) = [r for r in runs.values() if r["sessionId"] == child_id]
     assert child_run["parentRunId"] == run["runId"] and child_run["depth"] == 1
     assert runs[run["runId"]]["parentRunId"] is None
+    # The child's session says it is a sub-agent's, started by that session and run (its
+    # parentSession alone read as a fork's); a fork of it, a session of a client's run, and
+    # the parent say no such thing.
+    started = {"sessionId": run["sessionId"], "runId": run["runId"]}
+    assert child["session"]["startedBy"] == started
+    outline = await call(client, "session_get", session_id=child_id, view="outline")
+    assert outline["session"]["startedBy"] == started
+    resource = await client.read_resource(f"session://{child_id}")
+    text = narrow(resource.contents[0], types.TextResourceContents).text
+    assert json.loads(text)["session"]["startedBy"] == started
+    fork = await call(client, "session_fork", session_id=child_id)
+    for other in (fork["id"], run["sessionId"]):
+        got = await call(client, "session_get", session_id=other, limit=1)
+        assert got["session"]["startedBy"] is None, got["session"]
 
 
 async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -> None:

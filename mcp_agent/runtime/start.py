@@ -27,6 +27,7 @@ from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.repo import STARTED_BY
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 from mcp_agent.wire import one_line
@@ -178,7 +179,15 @@ async def start_run(
             name=None,
             cwd=parent_cwd(state, parent_session),
             parent_session=parent_session,
-            metadata={"agent": manifest.name},
+            metadata={
+                "agent": manifest.name,
+                # A sub-agent's session says which session and run started it: it is no fork.
+                **(
+                    {STARTED_BY: {"sessionId": parent_session, "runId": parent_run_id}}
+                    if parent_session is not None
+                    else {}
+                ),
+            },
         )
         return created, resolved, True, manifest
 

@@ -137,6 +137,11 @@ class Page(Wire):
     )
 
 
+class StartedBy(Wire):
+    session_id: str
+    run_id: str | None = None
+
+
 class SessionInfo(Wire):
     id: str
     name: str | None = None
@@ -148,7 +153,15 @@ class SessionInfo(Wire):
     first_user_message: str | None = Field(
         default=None, description="the first user message, shortened"
     )
-    parent_session: str | None = None
+    parent_session: str | None = Field(
+        default=None, description="the session it was forked from, or whose run started it"
+    )
+    started_by: StartedBy | None = Field(
+        default=None,
+        description="a sub-agent's session: the session and run that started it (its"
+        " parentSession is no fork's); said by session_get and the session:// resource, null"
+        " in listings and for every other session",
+    )
     leaf_id: str | None = Field(default=None, description="the entry the next append follows")
     uri: str = Field(default="", description="the session as an MCP resource")
 
