@@ -40,6 +40,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime import runs
+from mcp_agent.runtime.run_board import ANSWER_CHARS
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server import notify
@@ -827,6 +828,53 @@ async def test_a_forgotten_run_is_freed_without_the_cyclic_collector(
             assert gone() is None and agent_gone() is None
     finally:
         gc.enable()
+
+
+async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None:
+    """The newest 200 ended runs are kept for agent_status, and each kept its answer whole:
+    up to 16 Mi characters, 200 of them. A run keeps what a status shows (and that it was cut);
+    the status says where the rest is, and a sub-agent's caller still gets its longer part."""
+    long = "y" * 40_000 + "THE END"
+
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(f"child said {len(json.loads(content_text(last.content))['answer']):,}")
+        if content_text(last.content).startswith("delegate:"):
+            return reply(tool_call("subagent", {"agent": "loner", "task": "go"}))
+        return reply(long)
+
+    async with anyio.create_task_group() as group:
+        manager = RunManager(group)
+
+        async def build(run_id: str) -> tuple[SessionAgent, str]:
+            stream = ScriptedProvider(model)
+            return SessionAgent(model=scripted_model(), stream_fn=stream, session=Session()), "s"
+
+        run = await manager.start(
+            session=Session(),
+            manifest=AgentManifest(name="default"),
+            prompt="hi",
+            build_agent=build,
+        )
+        await run.done.wait()
+    assert run.answer is not None and len(run.answer) == ANSWER_CHARS + 1
+
+    server = agent_server(tmp_path, {"scripted": model}, agents=TEST_AGENTS)
+    async with Client(server) as client:
+        done = await call(client, "agent_run", prompt="hi")
+        status = await call(client, "agent_status", run_id=done["runId"])
+        for shown in (done, status):
+            assert shown["answerTruncated"] and shown["answer"].startswith("y" * ANSWER_CHARS)
+            assert shown["answer"].endswith(
+                f"… [cut at {ANSWER_CHARS:,} characters: the whole answer is the run's last"
+                f" assistant message in session {done['sessionId']} (session_get)]"
+            ), shown["answer"][-300:]
+        whole = await call(client, "session_context", session_id=done["sessionId"], limit=0)
+        assert whole["messages"][-1]["content"][0]["text"] == long
+        # The sub-agent's answer goes to its caller as long as a tool result holds.
+        parent = await call(client, "agent_run", prompt="delegate:", agent="helper")
+        assert parent["answer"] == f"child said {len(long):,}", parent["answer"]
 
 
 async def test_an_ended_run_kept_for_agent_status_lets_go_of_its_agent_and_session() -> None:

@@ -6,7 +6,7 @@ runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -17,9 +17,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.events import AgentEvent, MessageEndEvent, describe_event
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import StopReason
+from mcp_agent.messages import AssistantMessage, StopReason
 from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
@@ -144,7 +144,17 @@ def build_builtin_server(state: AppState) -> MCPServer:
             )
         except (Refused, SessionError) as error:
             raise ToolError(str(error)) from None
-        async with progress_reporter(ctx, state.task_group, f"[{agent}] ") as listener:
+        async with progress_reporter(ctx, state.task_group, f"[{agent}] ") as report:
+            # Its answer whole, as it ends: the run keeps only what a status shows of it.
+            whole: list[str] = []
+
+            def listener(event: AgentEvent) -> Awaitable[None] | None:
+                if isinstance(event, MessageEndEvent) and isinstance(
+                    event.message, AssistantMessage
+                ):
+                    whole[:] = [event.message.text]
+                return report(event)
+
             try:
                 run = await start_run(
                     state,
@@ -188,7 +198,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "
                 f"(its session: {run.session_id})"
             )
-        answer = run.answer or ""
+        answer = whole[0] if whole else run.answer or ""
         if len(answer) > SUBAGENT_ANSWER_CHARS:
             answer = (
                 f"{answer[:SUBAGENT_ANSWER_CHARS]}… [cut: {len(answer):,} characters in all;"

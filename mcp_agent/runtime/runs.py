@@ -28,6 +28,7 @@ from mcp_agent.runtime.run_board import (
     CommandKind,
     RunBoard,
     RunRecord,
+    kept_answer,
     quote,
     undelivered_note,
 )
@@ -591,7 +592,9 @@ class RunManager:
                 if isinstance(message, AssistantMessage):
                     run.usage = run.usage + message.usage
             if final is not None:
-                run.answer = final.text
+                # Kept for agent_status with the newest ended runs: what a status shows
+                # (an answer may be 16 Mi characters; the session holds it whole).
+                run.answer = kept_answer(final.text)
                 run.stop_reason = str(final.stop_reason)
                 run.error = final.error_message
                 statuses: dict[str, RunStatus] = {

@@ -289,7 +289,8 @@ class RunInfo(Wire):
     status: str = Field(description="running, completed, error or aborted")
     answer: str | None = Field(default=None, description="the final assistant text")
     answer_truncated: bool = Field(
-        default=False, description="the answer was cut to fit; session_get has all of it"
+        default=False,
+        description="the answer was cut to fit (its end says so); session_get has all of it",
     )
     error: str | None = None
     stop_reason: str | None = None
