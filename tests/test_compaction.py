@@ -459,6 +459,39 @@ async def test_a_history_longer_than_the_summarisers_window_is_summarised_in_par
     assert len(failing.prompts) == 1
 
 
+async def test_a_summary_cut_at_the_output_limit_is_written_with_a_warning() -> None:
+    """A summary the model stopped at max_tokens was written as if whole, and nothing said
+    that it may lack its end."""
+    cut = ScriptedProvider(lambda context: reply("SUMMARY, cut", stop_reason=StopReason.LENGTH))
+    session = new_session()
+    add_turns(session, 6)
+    outcome = await compact(session, MODEL, cut, keep_recent_tokens=800)
+    assert not outcome.is_split_turn
+    assert outcome.summary == "SUMMARY, cut" and compactions(session)  # written all the same
+    (warning,) = outcome.warnings
+    assert warning.startswith("Summarization stopped at its output limit of "), warning
+    assert "may lack its end" in warning
+    # Of a split turn, whichever part was cut says so.
+    session, _ = split_turn_session()
+
+    def prefix_cut(context: LlmContext) -> ScriptedResponse:
+        if TURN_PREFIX_SUMMARIZATION_PROMPT in content_text(context.messages[-1].content):
+            return reply("PREFIX", stop_reason=StopReason.LENGTH)
+        return reply("HISTORY")
+
+    split = await compact(session, MODEL, ScriptedProvider(prefix_cut), keep_recent_tokens=300)
+    assert split.is_split_turn and len(split.warnings) == 1
+    assert split.warnings[0].startswith("Turn prefix summarization stopped at its output limit")
+    # A whole one has none, and the event a run announces it with says a warning.
+    session = new_session()
+    add_turns(session, 6)
+    assert (
+        await compact(session, MODEL, Summarizer().provider, keep_recent_tokens=500)
+    ).warnings == []
+    said = describe_event(AutoCompactionEndEvent("threshold", outcome))
+    assert "; warning: Summarization stopped at its output limit" in said, said
+
+
 async def test_a_failing_summariser_writes_nothing() -> None:
     session = new_session()
     add_turns(session, 6)

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -97,6 +97,8 @@ class CompactionResult:
     details: dict[str, list[str]]
     usage: Usage
     is_split_turn: bool
+    # What went wrong without stopping it: a summary cut at the summariser's output limit.
+    warnings: list[str] = field(default_factory=list)
 
 
 async def summarize_preparation(
@@ -140,7 +142,7 @@ async def summarize_preparation(
         half = len(part) // 2
         first = await summarize(part[:half], previous)
         second = await summarize(part[half:], first.text)
-        return Completion(second.text, first.usage + second.usage)
+        return Completion(second.text, first.usage + second.usage, first.warnings + second.warnings)
 
     async def summarize_history() -> Completion:
         if not history:
@@ -171,7 +173,8 @@ async def summarize_preparation(
             raise
         text = results["history"].text + SPLIT_TURN_SEPARATOR + results["prefix"].text
         usage = results["history"].usage + results["prefix"].usage
-        completion = Completion(text, usage)
+        warnings = results["history"].warnings + results["prefix"].warnings
+        completion = Completion(text, usage, warnings)
     else:
         completion = await summarize_history()
     read_files, modified_files = preparation.file_ops.lists()
@@ -266,4 +269,5 @@ async def compact(
         details=details,
         usage=completion.usage,
         is_split_turn=preparation.is_split_turn,
+        warnings=completion.warnings,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -37,6 +37,7 @@ from mcp_agent.providers.base import (
     StreamOptions,
     final_message,
     is_context_overflow,
+    without_partial_note,
 )
 
 
@@ -44,6 +45,8 @@ from mcp_agent.providers.base import (
 class Completion:
     text: str
     usage: Usage
+    # What the summary's reader must know: it stopped at the output limit, so may lack its end.
+    warnings: list[str] = field(default_factory=list)
 
 
 async def _drain(
@@ -99,13 +102,21 @@ async def complete_summary(
     if response is None or response.stop_reason == StopReason.ABORTED:
         raise CompactionError("aborted", f"{what} was aborted")
     if response.stop_reason == StopReason.ERROR:
-        reason = response.error_message or "unknown error"
+        # A stream cut off is said to keep its partial response: a summary keeps nothing.
+        reason = without_partial_note(response.error_message or "unknown error")
         failure = SummaryTooLong if is_context_overflow(response) else CompactionError
-        raise failure("summarizer_failed", f"{what} failed: {reason}")
+        raise failure("summarizer_failed", f"{what} failed: {reason}; nothing was written")
     text = "\n".join(b.text for b in response.content if isinstance(b, TextContent))
     if not text.strip():
         raise CompactionError("summarizer_failed", f"{what} failed: the model returned no text")
-    return Completion(text, response.usage)
+    warnings = []
+    if response.stop_reason == StopReason.LENGTH:
+        # Written all the same (it is the summary there is), but never as if whole.
+        warnings.append(
+            f"{what} stopped at its output limit of {max_tokens:,} tokens: the summary written"
+            " may lack its end (compact again, or ask for a shorter one in the instructions)"
+        )
+    return Completion(text, response.usage, warnings)
 
 
 async def generate_summary(

@@ -279,6 +279,11 @@ class CompactResult(Wire):
     tokens_before: int = 0
     tokens_after: int = 0
     summary: str = ""
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what went wrong without stopping it: a summary cut at the model's output"
+        " limit, which may lack its end",
+    )
 
 
 class RunInfo(Wire):
