@@ -36,6 +36,7 @@ from mcp_agent.messages import (
     TextContent,
     ToolCall,
     ToolResultMessage,
+    Usage,
     content_text,
 )
 from mcp_agent.messages import UserMessage as User
@@ -1637,6 +1638,28 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     printer.end_line()
     assert printer.shown_error
     assert capsys.readouterr().out == "Half an \n"
+
+
+def test_an_automatic_compactions_warning_is_said_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A compaction's warning (its summary cut at the output limit) is in its line and, for
+    agent_status, in the run's warnings, which run and chat say as they come: not twice."""
+    from mcp_agent.cli.run import StreamPrinter
+    from mcp_agent.compaction.compact import CompactionResult
+    from mcp_agent.events import AutoCompactionEndEvent, AutoCompactionStartEvent
+
+    cut = "Summarization stopped at its output limit of 100 tokens: the summary may lack its end"
+    result = CompactionResult("e1", "S", "k1", 900, 300, {}, Usage(), False, [cut])
+    printer = StreamPrinter(buffered=True)
+    warnings = ["the MCP server git could not start"]
+    printer.follow(warnings)
+    printer(AutoCompactionStartEvent("threshold"))
+    warnings.append(f"auto-compaction: {cut}")  # as the run adds it, before its listeners
+    printer(AutoCompactionEndEvent("threshold", result))
+    err = capsys.readouterr().err
+    assert err.count("git could not start") == 1 and err.count("stopped at its output") == 1, err
+    assert "compacted: about 900 → 300 tokens (entry e1); warning: Summarization stopped" in err
 
 
 def test_a_streamed_answer_cannot_act_on_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:

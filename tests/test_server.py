@@ -29,7 +29,14 @@ from mcp_support import (
 from narrow import narrow, present
 
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, StopReason, UserMessage, content_text
+from mcp_agent.messages import (
+    AssistantMessage,
+    StopReason,
+    TextContent,
+    Usage,
+    UserMessage,
+    content_text,
+)
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
@@ -875,6 +882,57 @@ async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None
         # The sub-agent's answer goes to its caller as long as a tool result holds.
         parent = await call(client, "agent_run", prompt="delegate:", agent="helper")
         assert parent["answer"] == f"child said {len(long):,}", parent["answer"]
+
+
+async def test_a_runs_automatic_compaction_says_its_warnings_and_failure_in_the_run() -> None:
+    """An automatic compaction under a run whose summary was cut at its output limit, or
+    that failed, was said only by its event's line: a client that started the run detached
+    and read agent_status later never learnt it."""
+    from mcp_agent.compaction.compact import CompactionSettings
+    from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+
+    async def run_with(summary: ScriptedResponse) -> list[str]:
+        session = Session()
+        for n in range(6):
+            session.append_message(UserMessage(content=f"question {n} " + "q" * 1_200))
+            session.append_message(
+                AssistantMessage(content=[TextContent(text=f"answer {n}")], stop_reason="stop")
+            )
+
+        def model(context: LlmContext) -> ScriptedResponse:
+            if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+                return summary
+            return reply("ok", usage=Usage(input=3_100, output=10, total_tokens=3_110))
+
+        async def build(run_id: str) -> tuple[SessionAgent, str]:
+            agent = SessionAgent(
+                model=scripted_model(context_window=4_000),
+                stream_fn=ScriptedProvider(model),
+                session=session,
+                compaction=CompactionSettings(keep_recent_tokens=500, reserve_tokens=1_000),
+            )
+            return agent, "scripted"
+
+        async with anyio.create_task_group() as group:
+            run = await RunManager(group).start(
+                session=session,
+                manifest=AgentManifest(name="default"),
+                prompt="next",
+                build_agent=build,
+                warnings=["a tool server could not start"],
+            )
+            await run.done.wait()
+        assert run.status == "completed", run.error
+        return run.warnings
+
+    cut = await run_with(reply("SUMMARY", stop_reason=StopReason.LENGTH))
+    assert cut[0] == "a tool server could not start" and len(cut) == 2, cut
+    assert cut[1].startswith("auto-compaction: Summarization stopped at its output limit"), cut
+    failed = await run_with(reply("", error="the summariser is down"))
+    assert failed[1:] == [
+        "auto-compaction failed: Summarization failed: the summariser is down; nothing was written"
+    ], failed
+    assert (await run_with(reply("SUMMARY")))[1:] == []
 
 
 async def test_an_ended_run_kept_for_agent_status_lets_go_of_its_agent_and_session() -> None:

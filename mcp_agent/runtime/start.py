@@ -322,8 +322,8 @@ async def _start(
         listener=listener,
         client=client,
         parent_run_id=parent_run_id,
+        warnings=warnings,  # filled as the run lists its tools
     )
-    run.warnings = warnings  # filled as the run lists its tools
     return run
 
 

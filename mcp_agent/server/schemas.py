@@ -314,7 +314,8 @@ class RunInfo(Wire):
         default_factory=list,
         description="what went wrong without stopping the run: an MCP server of the agent's"
         " that could not be started (its tools were left out); queued messages the run ended"
-        " before taking (send them again)",
+        " before taking (send them again); an automatic compaction that failed or whose"
+        " summary was cut",
     )
 
 
