@@ -232,6 +232,11 @@ class MoveResult(Wire):
     session_id: str
     leaf_id: str | None
     branch_summary_id: str | None = None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="a model-written summary cut at the model's output limit, which may lack"
+        " its end",
+    )
 
 
 class DeleteResult(Wire):

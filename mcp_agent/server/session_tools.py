@@ -358,6 +358,7 @@ def register(server: MCPServer) -> None:
             moved = session.move_to(target, {"summary": summary} if summary is not None else None)
             return moved, session.leaf_id
 
+        warnings: list[str] = []
         with tool_errors():
             if summarize:
                 assert target is not None
@@ -365,13 +366,18 @@ def register(server: MCPServer) -> None:
 
                 session = await state.offload(open_idle)
                 async with state.runs.hold(session_id, "session_move_to (summarize)"):
-                    branch_summary_id = await summarize_branch(state, ctx, session, target)
+                    branch_summary_id = await summarize_branch(
+                        state, ctx, session, target, warnings
+                    )
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
                 with state.runs.writing(session_id):
                     branch_summary_id, leaf_id = await state.offload(move)
         return MoveResult(
-            session_id=session_id, leaf_id=leaf_id, branch_summary_id=branch_summary_id
+            session_id=session_id,
+            leaf_id=leaf_id,
+            branch_summary_id=branch_summary_id,
+            warnings=warnings,
         )
 
     @server.tool(annotations=WRITES)
