@@ -317,9 +317,10 @@ def describe_event(event: AgentEvent) -> str:
             return "the context passed the compaction threshold: compacting the session"
         case AutoCompactionEndEvent(result=result) if result is not None:
             retry = "; asking the model again" if event.will_retry else ""
+            warned = "".join(f"; warning: {w}" for w in getattr(result, "warnings", ()))
             return (
                 f"compacted: about {result.tokens_before:,} → {result.tokens_after:,} tokens"
-                f" (entry {result.entry_id}){retry}"
+                f" (entry {result.entry_id}){warned}{retry}"
             )
         case AutoCompactionEndEvent(aborted=True):
             return "compaction abandoned"

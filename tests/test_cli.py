@@ -36,6 +36,7 @@ from mcp_agent.messages import (
     TextContent,
     ToolCall,
     ToolResultMessage,
+    Usage,
     content_text,
 )
 from mcp_agent.messages import UserMessage as User
@@ -1147,7 +1148,7 @@ def test_continuing_with_another_model_keeps_the_sessions_tools(
     assert tools and all(names == tools[0] for names in tools) and "subagent" in tools[0], tools
 
 
-def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
+def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path, cli: Any) -> None:
     done = sub(
         "run", "delegate please", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db)
     )
@@ -1155,6 +1156,22 @@ def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path) -> None:
     assert done.stdout == "The helper says hi.\n"
     assert '→ subagent({"agent": "default", "task": "say hi from the helper"})' in done.stderr
     assert "← subagent:" in done.stderr and "hi from the helper" in done.stderr
+    # The sub-agent's session says who started it; it read "forked from" its parent.
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    (child,) = [s for s in listed if s["parentSession"]]
+    parent = child["parentSession"]
+    shown = " ".join(cli("sessions", "show", child["id"]).stdout.split())  # as one line
+    assert "forked from" not in shown, shown
+    said = re.search(r"a sub-agent's session, started by session (\S+) \(run (\w+)\)", shown)
+    assert said is not None and said[1] == parent, shown
+    data = json.loads(cli("sessions", "show", child["id"], "--json").stdout)["session"]
+    assert data["startedBy"] == {"sessionId": parent, "runId": said[2]}
+    # A fork of it is a fork.
+    fork = cli("sessions", "fork", child["id"]).stdout.strip()
+    assert f"forked from {child['id']}" in " ".join(cli("sessions", "show", fork).stdout.split())
+    assert (
+        json.loads(cli("sessions", "show", fork, "--json").stdout)["session"]["startedBy"] is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -1621,6 +1638,28 @@ def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     printer.end_line()
     assert printer.shown_error
     assert capsys.readouterr().out == "Half an \n"
+
+
+def test_an_automatic_compactions_warning_is_said_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A compaction's warning (its summary cut at the output limit) is in its line and, for
+    agent_status, in the run's warnings, which run and chat say as they come: not twice."""
+    from mcp_agent.cli.run import StreamPrinter
+    from mcp_agent.compaction.compact import CompactionResult
+    from mcp_agent.events import AutoCompactionEndEvent, AutoCompactionStartEvent
+
+    cut = "Summarization stopped at its output limit of 100 tokens: the summary may lack its end"
+    result = CompactionResult("e1", "S", "k1", 900, 300, {}, Usage(), False, [cut])
+    printer = StreamPrinter(buffered=True)
+    warnings = ["the MCP server git could not start"]
+    printer.follow(warnings)
+    printer(AutoCompactionStartEvent("threshold"))
+    warnings.append(f"auto-compaction: {cut}")  # as the run adds it, before its listeners
+    printer(AutoCompactionEndEvent("threshold", result))
+    err = capsys.readouterr().err
+    assert err.count("git could not start") == 1 and err.count("stopped at its output") == 1, err
+    assert "compacted: about 900 → 300 tokens (entry e1); warning: Summarization stopped" in err
 
 
 def test_a_streamed_answer_cannot_act_on_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:

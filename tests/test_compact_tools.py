@@ -21,7 +21,7 @@ from mcp_support import (
 )
 
 from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
-from mcp_agent.messages import content_text
+from mcp_agent.messages import StopReason, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import ScriptedResponse, provider_error, reply
 
@@ -41,6 +41,8 @@ class Model:
             self.prompts.append(text)
             if "Additional focus: FAIL" in text:
                 return provider_error("the summariser is down")
+            if "Additional focus: CUT" in text or "cut this summary" in text:
+                return reply("SERVER SUMMARY, cut", stop_reason=StopReason.LENGTH)
             return reply("SERVER SUMMARY", delay=self.summary_delay, chunk_size=2)
         if text.startswith("slow"):
             return reply("word " * 100, delay=0.01, chunk_size=5)
@@ -115,6 +117,14 @@ async def test_session_compact(client: Client, model: Model) -> None:
 
     text = await call_error(client, "session_compact", session_id=sid)
     assert "already compacted" in text
+
+
+async def test_session_compact_says_a_summary_cut_at_the_output_limit(client: Client) -> None:
+    sid, _ = await long_session(client)
+    result = await call(client, "session_compact", session_id=sid, instructions="CUT")
+    assert result["summary"] == "SERVER SUMMARY, cut" and result["compactionId"]
+    (warning,) = result["warnings"]
+    assert warning.startswith("Summarization stopped at its output limit of"), warning
 
 
 async def test_session_compact_with_the_clients_model(tmp_path: Path) -> None:
@@ -204,6 +214,20 @@ async def test_nothing_else_writes_while_the_model_summarises(client: Client, mo
     assert (await call(client, "agent_run", prompt="after", session_id=sid))[
         "status"
     ] == "completed"
+
+
+async def test_move_to_says_a_branch_summary_cut_at_the_output_limit(client: Client) -> None:
+    sid = (await call(client, "session_create"))["id"]
+    first = await call(client, "session_append", session_id=sid, entry=message("user", "hi"))
+    await call(client, "session_append", session_id=sid, entry=message("user", "cut this summary"))
+    moved = await call(
+        client, "session_move_to", session_id=sid, entry_id=first["entryId"], summarize=True
+    )
+    assert moved["branchSummaryId"]
+    (warning,) = moved["warnings"]
+    assert warning.startswith("Branch summarization stopped at its output limit"), warning
+    plain = await call(client, "session_move_to", session_id=sid, entry_id=first["entryId"])
+    assert plain["warnings"] == []
 
 
 async def test_move_to_with_a_model_written_branch_summary(client: Client, model: Model) -> None:

@@ -459,6 +459,89 @@ async def test_a_history_longer_than_the_summarisers_window_is_summarised_in_par
     assert len(failing.prompts) == 1
 
 
+async def test_a_summary_cut_at_the_output_limit_is_written_with_a_warning() -> None:
+    """A summary the model stopped at max_tokens was written as if whole, and nothing said
+    that it may lack its end."""
+    cut = ScriptedProvider(lambda context: reply("SUMMARY, cut", stop_reason=StopReason.LENGTH))
+    session = new_session()
+    add_turns(session, 6)
+    outcome = await compact(session, MODEL, cut, keep_recent_tokens=800)
+    assert not outcome.is_split_turn
+    assert outcome.summary == "SUMMARY, cut" and compactions(session)  # written all the same
+    (warning,) = outcome.warnings
+    assert warning.startswith("Summarization stopped at its output limit of "), warning
+    assert "may lack its end" in warning
+    # Of a split turn, whichever part was cut says so.
+    session, _ = split_turn_session()
+
+    def prefix_cut(context: LlmContext) -> ScriptedResponse:
+        if TURN_PREFIX_SUMMARIZATION_PROMPT in content_text(context.messages[-1].content):
+            return reply("PREFIX", stop_reason=StopReason.LENGTH)
+        return reply("HISTORY")
+
+    split = await compact(session, MODEL, ScriptedProvider(prefix_cut), keep_recent_tokens=300)
+    assert split.is_split_turn and len(split.warnings) == 1
+    assert split.warnings[0].startswith("Turn prefix summarization stopped at its output limit")
+    # A whole one has none, and the event a run announces it with says a warning.
+    session = new_session()
+    add_turns(session, 6)
+    assert (
+        await compact(session, MODEL, Summarizer().provider, keep_recent_tokens=500)
+    ).warnings == []
+    said = describe_event(AutoCompactionEndEvent("threshold", outcome))
+    assert "; warning: Summarization stopped at its output limit" in said, said
+
+
+async def test_a_turn_prefix_longer_than_the_summarisers_window_is_summarised_in_parts() -> None:
+    """One long turn (a task of many tool calls) cut inside: its beginning went to the model
+    in one request, which it refused as too long, every time, so the session could never be
+    compacted. The prefix is halved as a history is, each part taking in the summary of
+    those before it; one message too long alone is refused, saying what to do."""
+    session = new_session()
+    add(session, user("start the migration"))
+    for n in range(12):
+        add(
+            session,
+            assistant(call(f"c{n}", "step", n=n)),
+            result(f"c{n}", words(f"step {n} output", 450)),  # its serialised form: 2,000 chars
+        )
+    kept = add(session, assistant(call("last", "step", n=99)))[0]
+    add(session, result("last", words("last output", 450)), assistant("done"))
+    parts: list[str] = []
+
+    def respond(context: LlmContext) -> ScriptedResponse:
+        prompt = content_text(context.messages[-1].content)
+        if len(prompt) > 12_000:
+            return provider_error(f"{CONTEXT_OVERFLOW_MARK}: prompt is too long")
+        parts.append(prompt)
+        return reply(f"PREFIX {len(parts)}")
+
+    outcome = await compact(session, MODEL, ScriptedProvider(respond), keep_recent_tokens=500)
+
+    assert outcome.is_split_turn and outcome.first_kept_entry_id == kept
+    assert len(parts) > 1 and all(TURN_PREFIX_SUMMARIZATION_PROMPT in p for p in parts)
+    assert outcome.summary == f"No prior history.{SPLIT_TURN_SEPARATOR}PREFIX {len(parts)}"
+    for n in range(12):  # each step went in exactly one accepted request
+        assert sum(f"step {n} output" in conversation_of(p) for p in parts) == 1, n
+    # Each part after the first took in the summary so far.
+    assert all(f"<previous-summary>\nPREFIX {i}\n" in p for i, p in enumerate(parts[1:], 1))
+    assert "<previous-summary>" not in parts[0]
+
+    # One message more than the model reads at once: refused, saying what to do.
+    session = new_session()
+    add(session, user("earlier"), assistant("ok"))
+    add(session, user(words("paste", 5_000)), assistant(call("c1", "step")))
+    add(session, result("c1", words("out", 100)), assistant(call("c2", "step")))
+    add(session, result("c2", words("out", 100)), assistant("done"))
+    before = session.get_entries()
+    with pytest.raises(CompactionError) as refused:
+        await compact(session, MODEL, ScriptedProvider(respond), keep_recent_tokens=150)
+    said = str(refused.value)
+    assert "one user message of about 5,000 tokens is more than" in said, said
+    assert "compact with a model whose window holds it" in said and "session_move_to" in said
+    assert said.endswith("; nothing was written") and session.get_entries() == before
+
+
 async def test_a_failing_summariser_writes_nothing() -> None:
     session = new_session()
     add_turns(session, 6)

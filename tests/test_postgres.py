@@ -138,8 +138,8 @@ def test_connections_give_up_a_database_gone_from_the_network(postgres_url: str)
 def test_the_board_keeps_no_more_of_an_answer_than_a_status_shows(postgres_url: str) -> None:
     """An answer may be megabytes long, and agent_runs reads the board's newest thousand runs
     on every call: the board keeps what a status shows of it, and that it was cut."""
-    from mcp_agent.runtime.run_board import RunBoard, RunRecord
-    from mcp_agent.server.agent_tools import ANSWER_CHARS, run_info
+    from mcp_agent.runtime.run_board import ANSWER_CHARS, RunBoard, RunRecord
+    from mcp_agent.server.agent_tools import run_info
     from mcp_agent.sessions.postgres.database import PostgresDatabase
 
     database = PostgresDatabase(postgres_url)

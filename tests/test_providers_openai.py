@@ -759,6 +759,32 @@ async def test_connection_dropped_mid_stream_keeps_partial_text() -> None:
         assert "partial response is kept" in error
 
 
+async def test_a_summary_whose_stream_broke_off_says_nothing_was_written() -> None:
+    """The stream's error says its partial response is kept, as the agent keeps it; a
+    compaction keeps nothing of it, and its error said the same words all the same."""
+    from mcp_agent.compaction import CompactionError, compact
+    from mcp_agent.sessions import InMemorySessionStorage, Session
+
+    session = Session(InMemorySessionStorage())
+    for n in range(6):
+        session.append_message(UserMessage(content=f"question {n} " + "q " * 2_000))
+        session.append_message(
+            AssistantMessage(content=[TextContent(text=f"answer {n}")], stop_reason=StopReason.STOP)
+        )
+    before = session.get_entries()
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "Half a summ"})], drop=True))
+        model = model_at(server.base + "/v1", context_window=100_000)
+        with pytest.raises(CompactionError) as failed:
+            await compact(
+                session, model, stream_openai_compat, options=key(), keep_recent_tokens=2_000
+            )
+    said = str(failed.value)
+    assert "the connection broke off mid-stream" in said, said
+    assert "partial response is kept" not in said and said.endswith("; nothing was written")
+    assert session.get_entries() == before
+
+
 async def test_stream_closed_cleanly_before_the_end_is_an_error() -> None:
     async with script_server() as server:
         server.add(Reply(body=[oa_chunk({"content": "cut"})]))

@@ -29,7 +29,14 @@ from mcp_support import (
 from narrow import narrow, present
 
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, StopReason, UserMessage, content_text
+from mcp_agent.messages import (
+    AssistantMessage,
+    StopReason,
+    TextContent,
+    Usage,
+    UserMessage,
+    content_text,
+)
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import (
     ScriptedProvider,
@@ -40,6 +47,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime import runs
+from mcp_agent.runtime.run_board import ANSWER_CHARS
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server import notify
@@ -829,6 +837,104 @@ async def test_a_forgotten_run_is_freed_without_the_cyclic_collector(
         gc.enable()
 
 
+async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None:
+    """The newest 200 ended runs are kept for agent_status, and each kept its answer whole:
+    up to 16 Mi characters, 200 of them. A run keeps what a status shows (and that it was cut);
+    the status says where the rest is, and a sub-agent's caller still gets its longer part."""
+    long = "y" * 40_000 + "THE END"
+
+    def model(context: LlmContext) -> ScriptedResponse:
+        last = context.messages[-1]
+        if last.role == "toolResult":
+            return reply(f"child said {len(json.loads(content_text(last.content))['answer']):,}")
+        if content_text(last.content).startswith("delegate:"):
+            return reply(tool_call("subagent", {"agent": "loner", "task": "go"}))
+        return reply(long)
+
+    async with anyio.create_task_group() as group:
+        manager = RunManager(group)
+
+        async def build(run_id: str) -> tuple[SessionAgent, str]:
+            stream = ScriptedProvider(model)
+            return SessionAgent(model=scripted_model(), stream_fn=stream, session=Session()), "s"
+
+        run = await manager.start(
+            session=Session(),
+            manifest=AgentManifest(name="default"),
+            prompt="hi",
+            build_agent=build,
+        )
+        await run.done.wait()
+    assert run.answer is not None and len(run.answer) == ANSWER_CHARS + 1
+
+    server = agent_server(tmp_path, {"scripted": model}, agents=TEST_AGENTS)
+    async with Client(server) as client:
+        done = await call(client, "agent_run", prompt="hi")
+        status = await call(client, "agent_status", run_id=done["runId"])
+        for shown in (done, status):
+            assert shown["answerTruncated"] and shown["answer"].startswith("y" * ANSWER_CHARS)
+            assert shown["answer"].endswith(
+                f"… [cut at {ANSWER_CHARS:,} characters: the whole answer is the run's last"
+                f" assistant message in session {done['sessionId']} (session_get)]"
+            ), shown["answer"][-300:]
+        whole = await call(client, "session_context", session_id=done["sessionId"], limit=0)
+        assert whole["messages"][-1]["content"][0]["text"] == long
+        # The sub-agent's answer goes to its caller as long as a tool result holds.
+        parent = await call(client, "agent_run", prompt="delegate:", agent="helper")
+        assert parent["answer"] == f"child said {len(long):,}", parent["answer"]
+
+
+async def test_a_runs_automatic_compaction_says_its_warnings_and_failure_in_the_run() -> None:
+    """An automatic compaction under a run whose summary was cut at its output limit, or
+    that failed, was said only by its event's line: a client that started the run detached
+    and read agent_status later never learnt it."""
+    from mcp_agent.compaction.compact import CompactionSettings
+    from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
+
+    async def run_with(summary: ScriptedResponse) -> list[str]:
+        session = Session()
+        for n in range(6):
+            session.append_message(UserMessage(content=f"question {n} " + "q" * 1_200))
+            session.append_message(
+                AssistantMessage(content=[TextContent(text=f"answer {n}")], stop_reason="stop")
+            )
+
+        def model(context: LlmContext) -> ScriptedResponse:
+            if context.system_prompt == SUMMARIZATION_SYSTEM_PROMPT:
+                return summary
+            return reply("ok", usage=Usage(input=3_100, output=10, total_tokens=3_110))
+
+        async def build(run_id: str) -> tuple[SessionAgent, str]:
+            agent = SessionAgent(
+                model=scripted_model(context_window=4_000),
+                stream_fn=ScriptedProvider(model),
+                session=session,
+                compaction=CompactionSettings(keep_recent_tokens=500, reserve_tokens=1_000),
+            )
+            return agent, "scripted"
+
+        async with anyio.create_task_group() as group:
+            run = await RunManager(group).start(
+                session=session,
+                manifest=AgentManifest(name="default"),
+                prompt="next",
+                build_agent=build,
+                warnings=["a tool server could not start"],
+            )
+            await run.done.wait()
+        assert run.status == "completed", run.error
+        return run.warnings
+
+    cut = await run_with(reply("SUMMARY", stop_reason=StopReason.LENGTH))
+    assert cut[0] == "a tool server could not start" and len(cut) == 2, cut
+    assert cut[1].startswith("auto-compaction: Summarization stopped at its output limit"), cut
+    failed = await run_with(reply("", error="the summariser is down"))
+    assert failed[1:] == [
+        "auto-compaction failed: Summarization failed: the summariser is down; nothing was written"
+    ], failed
+    assert (await run_with(reply("SUMMARY")))[1:] == []
+
+
 async def test_an_ended_run_kept_for_agent_status_lets_go_of_its_agent_and_session() -> None:
     """The manager keeps the newest ended runs (KEEP_FINISHED_RUNS) for agent_status; each
     held its agent (the whole transcript) and its session, so a server that had run in 60
@@ -939,6 +1045,20 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     (child_run,) = [r for r in runs.values() if r["sessionId"] == child_id]
     assert child_run["parentRunId"] == run["runId"] and child_run["depth"] == 1
     assert runs[run["runId"]]["parentRunId"] is None
+    # The child's session says it is a sub-agent's, started by that session and run (its
+    # parentSession alone read as a fork's); a fork of it, a session of a client's run, and
+    # the parent say no such thing.
+    started = {"sessionId": run["sessionId"], "runId": run["runId"]}
+    assert child["session"]["startedBy"] == started
+    outline = await call(client, "session_get", session_id=child_id, view="outline")
+    assert outline["session"]["startedBy"] == started
+    resource = await client.read_resource(f"session://{child_id}")
+    text = narrow(resource.contents[0], types.TextResourceContents).text
+    assert json.loads(text)["session"]["startedBy"] == started
+    fork = await call(client, "session_fork", session_id=child_id)
+    for other in (fork["id"], run["sessionId"]):
+        got = await call(client, "session_get", session_id=other, limit=1)
+        assert got["session"]["startedBy"] is None, got["session"]
 
 
 async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -> None:
@@ -1062,14 +1182,44 @@ async def test_a_continued_session_whose_agent_is_gone_says_so(tmp_path: Path) -
     assert "this run is the default agent" in warning
 
 
-async def test_subagent_depth_limit(tmp_path: Path) -> None:
-    server = make_server(tmp_path, max_subagent_depth=1)
+async def test_the_subagent_tool_is_not_offered_at_the_depth_limit(tmp_path: Path) -> None:
+    # A run at the limit was offered the tool, and every call of it was refused: a wasted
+    # turn each, and a model told to delegate when it could not.
+    provider = ScriptedProvider(prompt_responder)
+    server = agent_server(
+        tmp_path, {"scripted": provider}, agents=TEST_AGENTS, max_subagent_depth=1
+    )
     async with Client(server) as client:
-        # helper delegates to helper, which delegates again: level 2 is over the limit of 1.
-        run = await call(
-            client, "agent_run", prompt="delegate:helper:delegate:helper:x", agent="helper"
+        # helper delegates to helper (level 1, the limit): that one has no subagent tool.
+        run = await call(client, "agent_run", prompt="delegate:helper:hello", agent="helper")
+        offered = {
+            content_text(c.messages[-1].content): [t.name for t in c.tools or []]
+            for c in provider.calls
+            if c.messages[-1].role == "user"
+        }
+        assert offered == {"delegate:helper:hello": ["subagent"], "hello": []}, offered
+        assert '"answer": "echo: hello"' in run["answer"], run
+        runs = (await call(client, "agent_runs"))["runs"]
+        (child,) = [r["sessionId"] for r in runs if r["parentRunId"] == run["runId"]]
+        # The child session keeps the tool on: continued by a client (level 0), it has it,
+        # and a run at the limit there leaves the session's list of tools as it was.
+        await call(client, "agent_run", prompt="again", session_id=child)
+        assert [t.name for t in provider.calls[-1].tools or []] == ["subagent"]
+        deep = await client.call_tool(
+            "agent_run",
+            {"prompt": "deep", "session_id": child},
+            meta=cast(types.RequestParamsMeta, {RUN_META_KEY: {"depth": 0}}),
         )
-        assert "depth limit" in run["answer"]
+        assert not deep.is_error and provider.calls[-1].tools == []
+        await call(client, "agent_run", prompt="once more", session_id=child)
+        assert [t.name for t in provider.calls[-1].tools or []] == ["subagent"]
+    # With --max-depth 0 no run is offered it.
+    provider.calls.clear()
+    async with Client(
+        agent_server(tmp_path, {"scripted": provider}, agents=TEST_AGENTS, max_subagent_depth=0)
+    ) as client:
+        await call(client, "agent_run", prompt="hi", agent="helper")
+    assert [t.name for t in provider.calls[-1].tools or []] == []
 
 
 async def test_disallowed_tool_is_invisible(tmp_path: Path) -> None:

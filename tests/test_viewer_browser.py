@@ -1141,6 +1141,39 @@ def test_a_parent_named_by_its_file_is_shown_by_its_id(
     context.close()
 
 
+def test_a_subagents_session_says_who_started_it(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A sub-agent's session read "forked from" its parent: it says the session and run that
+    started it; a fork of it still reads as a fork."""
+    server, _, _ = served
+    parent = "01a00000-0000-7000-8000-00000000abcd"
+    origin = {"sessionId": parent, "runId": "5e1f00c0ffee"}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "01a00000-0000-7000-8000-0000000000fd",
+        "timestamp": "2026-01-01T10:00:00.000Z",
+        "cwd": "/work",
+        "parentSession": parent,
+        "metadata": {"agent": "default", "startedBy": origin},
+    }
+    made = mcp_tool(server.url, TOKEN, "session_import", jsonl=json.dumps(header) + "\n")
+    sid = made["structuredContent"]["session"]["id"]
+    fork = mcp_tool(server.url, TOKEN, "session_fork", session_id=sid)["structuredContent"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    facts = page.locator("#session-facts")
+    expect(facts).to_contain_text(
+        f"a sub-agent's session, started by {parent[:8]} (run 5e1f00c0ffee)"
+    )
+    assert "forked from" not in facts.inner_text()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={fork}")
+    expect(facts).to_contain_text(f"forked from {sid[:8]}")
+    context.close()
+
+
 def is_outline_read(request: Any) -> bool:
     return bool(request.url.endswith("/mcp") and request.headers.get("mcp-name") == "session_get")
 

@@ -498,6 +498,8 @@ class Chat:
             f"compacted: about {result.tokens_before:,} → {result.tokens_after:,} tokens "
             f"(entry {result.entry_id}; the old entries stay in the tree)"
         )
+        for warning in result.warnings:
+            self.say(f"warning: {warning}", "yellow")
 
     async def _model(self, argument: str) -> None:
         if not argument:

@@ -47,6 +47,7 @@ from mcp_agent.sessions.outline import (
     message_parts,
     outline_tree,
 )
+from mcp_agent.sessions.repo import started_by, started_json
 from mcp_agent.sessions.session import Session
 from mcp_agent.wire import escape_controls, one_line
 
@@ -140,7 +141,12 @@ def session_heading(session: Session) -> Text:
     if stats.branch_point_count:
         points = stats.branch_point_count
         details.append(f"{points} branch point{'s' if points > 1 else ''}")
-    if header.parent_session:
+    origin = started_by(header)
+    if origin is not None:
+        parent, run_id = origin
+        by_run = f" (run {run_id})" if run_id else ""
+        details.append(f"a sub-agent's session, started by session {parent}{by_run}")
+    elif header.parent_session:
         details.append(f"forked from {header.parent_session}")
     title.append("\n" + " · ".join(details), "dim")
     return title
@@ -440,6 +446,7 @@ def session_json(session: Session) -> dict[str, Any]:
         "cwd": header.cwd,
         "created": header.timestamp,
         "parentSession": header.parent_session,
+        "startedBy": started_json(header),
         "leafId": session.leaf_id,
         "stats": session.stats().to_json_dict(),
     }

@@ -229,10 +229,14 @@ class StreamPrinter:
         self._warned = len(self.warnings)
 
     def __call__(self, event: Any) -> None:
+        from mcp_agent.events import AutoCompactionEndEvent
+
+        if isinstance(event, AutoCompactionEndEvent):
+            # What it added to the run's warnings, its own line says (below): said once.
+            self._warned = len(self.warnings)
         self.say_warnings()  # the tools are listed before the first event
         from mcp_agent.cli.render import format_args
         from mcp_agent.events import (
-            AutoCompactionEndEvent,
             AutoCompactionStartEvent,
             AutoRetryEndEvent,
             AutoRetryStartEvent,

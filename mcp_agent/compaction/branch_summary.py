@@ -143,6 +143,8 @@ class BranchSummary:
     read_files: list[str]
     modified_files: list[str]
     usage: Usage | None
+    # A summary cut at the summariser's output limit says so here.
+    warnings: list[str] = field(default_factory=list)
 
     def details(self) -> dict[str, list[str]]:
         return {"readFiles": self.read_files, "modifiedFiles": self.modified_files}
@@ -191,7 +193,7 @@ async def generate_branch_summary(
         + completion.text
         + format_file_operations(read_files, modified_files)
     )
-    return BranchSummary(summary, read_files, modified_files, completion.usage)
+    return BranchSummary(summary, read_files, modified_files, completion.usage, completion.warnings)
 
 
 async def summarize_branch(
@@ -205,12 +207,14 @@ async def summarize_branch(
     signal: AbortSignal | None = None,
     options: StreamOptions | None = None,
     offload: Offload = inline,
+    warnings: list[str] | None = None,
 ) -> str:
     """Move the leaf to ``target_id``, adding a summary of the branch being left as a
     ``branch_summary`` entry (the new leaf, a child of the target); returns its id. Raises
     SessionError (not_found) for an unknown target and CompactionError, with nothing written,
     when nothing would be left behind or the summariser fails. ``offload`` runs the session's
-    reads and the write (e.g. on worker threads)."""
+    reads and the write (e.g. on worker threads). ``warnings`` gets what went wrong without
+    stopping it (a summary cut at the summariser's output limit)."""
 
     def collect() -> tuple[str | None, BranchEntries]:
         if session.get_entry(target_id) is None:
@@ -247,4 +251,6 @@ async def summarize_branch(
 
     summary_id = await offload(write)
     assert summary_id is not None
+    if warnings is not None:
+        warnings.extend(result.warnings)
     return summary_id

@@ -8,8 +8,9 @@
   between a tool call and its result. When the cut falls inside a turn (a split turn), that
   turn's beginning gets a summary of its own ("turn prefix"), as pi does.
 - What: ``generate_summary`` asks the model with pi's structured prompt, or its "update" prompt
-  when an earlier compaction's summary exists (that summary is merged, not lost); a history the
-  model refuses as too long is summarised in halves, each updating the summary so far. Files
+  when an earlier compaction's summary exists (that summary is merged, not lost); a history (or
+  a split turn's prefix) the model refuses as too long is summarised in halves, each updating
+  the summary so far (``in_parts``). Files
   read and modified (from tool-call arguments) are tracked in the entry's details and accumulate.
 - ``compact`` appends the compaction entry; history is never deleted. Summariser failures raise
   ``CompactionError`` and nothing is written.
@@ -18,7 +19,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -33,6 +35,7 @@ from mcp_agent.compaction.cut_points import (
 from mcp_agent.compaction.errors import CompactionError, SummaryTooLong
 from mcp_agent.compaction.prompts import SPLIT_TURN_SEPARATOR
 from mcp_agent.compaction.summarize import (
+    NOTHING_WRITTEN,
     Completion,
     generate_summary,
     generate_turn_prefix_summary,
@@ -97,6 +100,8 @@ class CompactionResult:
     details: dict[str, list[str]]
     usage: Usage
     is_split_turn: bool
+    # What went wrong without stopping it: a summary cut at the summariser's output limit.
+    warnings: list[str] = field(default_factory=list)
 
 
 async def summarize_preparation(
@@ -120,32 +125,20 @@ async def summarize_preparation(
     }
     history = preparation.messages_to_summarize
 
-    async def summarize(part: list[BaseMessage], previous: str | None) -> Completion:
-        """A summary of ``part`` updating ``previous``. A part the model refuses as too long
-        (a session appended to over MCP, or grown under a model with a larger window) is
-        halved, the second half updating the first's summary: else it could never be
-        compacted."""
-        try:
-            return await generate_summary(
-                part,
-                model,
-                stream_fn,
-                instructions=instructions,
-                previous_summary=previous,
-                **common,
-            )
-        except SummaryTooLong:
-            if len(part) < 2:
-                raise
-        half = len(part) // 2
-        first = await summarize(part[:half], previous)
-        second = await summarize(part[half:], first.text)
-        return Completion(second.text, first.usage + second.usage)
+    async def summary(part: list[BaseMessage], previous: str | None) -> Completion:
+        return await generate_summary(
+            part, model, stream_fn, instructions=instructions, previous_summary=previous, **common
+        )
+
+    async def prefix_summary(part: list[BaseMessage], previous: str | None) -> Completion:
+        return await generate_turn_prefix_summary(
+            part, model, stream_fn, previous_summary=previous, **common
+        )
 
     async def summarize_history() -> Completion:
         if not history:
             return Completion(carried_summary(preparation.previous_summary), Usage())
-        return await summarize(history, preparation.previous_summary)
+        return await in_parts(summary, history, preparation.previous_summary, model)
 
     if preparation.is_split_turn:
         results: dict[str, Completion] = {}
@@ -154,9 +147,7 @@ async def summarize_preparation(
             results[key] = await make()
 
         async def prefix() -> Completion:
-            return await generate_turn_prefix_summary(
-                preparation.turn_prefix_messages, model, stream_fn, **common
-            )
+            return await in_parts(prefix_summary, preparation.turn_prefix_messages, None, model)
 
         try:
             async with anyio.create_task_group() as group:
@@ -171,12 +162,44 @@ async def summarize_preparation(
             raise
         text = results["history"].text + SPLIT_TURN_SEPARATOR + results["prefix"].text
         usage = results["history"].usage + results["prefix"].usage
-        completion = Completion(text, usage)
+        warnings = results["history"].warnings + results["prefix"].warnings
+        completion = Completion(text, usage, warnings)
     else:
         completion = await summarize_history()
     read_files, modified_files = preparation.file_ops.lists()
     completion.text += format_file_operations(read_files, modified_files)
     return completion
+
+
+Summarize = Callable[[list[BaseMessage], str | None], Awaitable[Completion]]
+
+
+async def in_parts(
+    summarize: Summarize, part: list[BaseMessage], previous: str | None, model: Model
+) -> Completion:
+    """``summarize(part, previous)``; a part the model refuses as too long (a session appended
+    to over MCP, or grown under a model with a larger window) is halved, the second half
+    updating the first's summary: else it could never be compacted. One message too long
+    alone is refused, saying what to do."""
+    try:
+        return await summarize(part, previous)
+    except SummaryTooLong as error:
+        if not part:
+            raise
+        if len(part) == 1:
+            alone = f"one {part[0].role} message of about {estimate_tokens(part[0]):,} tokens"
+            raise SummaryTooLong(
+                "summarizer_failed",
+                f"{str(error).removesuffix(NOTHING_WRITTEN)}: {alone} is more than"
+                f" {model.provider}:{model.id} reads at once (a window of"
+                f" {model.context_window:,} tokens); compact with a model whose window holds"
+                " it (continue the session with that model, then compact), or go on from"
+                f" before that message (session_move_to){NOTHING_WRITTEN}",
+            ) from None
+    half = len(part) // 2
+    first = await in_parts(summarize, part[:half], previous, model)
+    second = await in_parts(summarize, part[half:], first.text, model)
+    return Completion(second.text, first.usage + second.usage, first.warnings + second.warnings)
 
 
 def check_shorter(summary: str, preparation: CompactionPreparation) -> None:
@@ -266,4 +289,5 @@ async def compact(
         details=details,
         usage=completion.usage,
         is_split_turn=preparation.is_split_turn,
+        warnings=completion.warnings,
     )

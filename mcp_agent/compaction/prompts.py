@@ -109,6 +109,10 @@ Summarize the prefix to provide context for the retained suffix:
 
 Be concise. Focus on what's needed to understand the kept suffix."""
 
+# Ours (pi sends a turn prefix at once, and fails when it is too long): a prefix summarised in
+# parts gives each part after the first the summary of those before it.
+TURN_PREFIX_UPDATE_NOTE = """The <previous-summary> summarizes the beginning of this same prefix, which was too long to send at once: write one summary of the whole prefix, keeping its Original Request."""
+
 SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
 
 

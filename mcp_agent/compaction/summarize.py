@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -16,6 +16,7 @@ from mcp_agent.compaction.prompts import (
     SUMMARIZATION_PROMPT,
     SUMMARIZATION_SYSTEM_PROMPT,
     TURN_PREFIX_SUMMARIZATION_PROMPT,
+    TURN_PREFIX_UPDATE_NOTE,
     UPDATE_SUMMARIZATION_PROMPT,
     conversation_block,
 )
@@ -37,13 +38,19 @@ from mcp_agent.providers.base import (
     StreamOptions,
     final_message,
     is_context_overflow,
+    without_partial_note,
 )
+
+# How a summariser's failure ends: compaction and branch summaries write nothing then.
+NOTHING_WRITTEN = "; nothing was written"
 
 
 @dataclass
 class Completion:
     text: str
     usage: Usage
+    # What the summary's reader must know: it stopped at the output limit, so may lack its end.
+    warnings: list[str] = field(default_factory=list)
 
 
 async def _drain(
@@ -99,13 +106,21 @@ async def complete_summary(
     if response is None or response.stop_reason == StopReason.ABORTED:
         raise CompactionError("aborted", f"{what} was aborted")
     if response.stop_reason == StopReason.ERROR:
-        reason = response.error_message or "unknown error"
+        # A stream cut off is said to keep its partial response: a summary keeps nothing.
+        reason = without_partial_note(response.error_message or "unknown error")
         failure = SummaryTooLong if is_context_overflow(response) else CompactionError
-        raise failure("summarizer_failed", f"{what} failed: {reason}")
+        raise failure("summarizer_failed", f"{what} failed: {reason}{NOTHING_WRITTEN}")
     text = "\n".join(b.text for b in response.content if isinstance(b, TextContent))
     if not text.strip():
         raise CompactionError("summarizer_failed", f"{what} failed: the model returned no text")
-    return Completion(text, response.usage)
+    warnings = []
+    if response.stop_reason == StopReason.LENGTH:
+        # Written all the same (it is the summary there is), but never as if whole.
+        warnings.append(
+            f"{what} stopped at its output limit of {max_tokens:,} tokens: the summary written"
+            " may lack its end (compact again, or ask for a shorter one in the instructions)"
+        )
+    return Completion(text, response.usage, warnings)
 
 
 async def generate_summary(
@@ -145,14 +160,22 @@ async def generate_turn_prefix_summary(
     stream_fn: StreamFn,
     *,
     reserve_tokens: int = DEFAULT_RESERVE_TOKENS,
+    previous_summary: str | None = None,
     signal: AbortSignal | None = None,
     options: StreamOptions | None = None,
     thinking_level: ThinkingLevel | str = ThinkingLevel.OFF,
 ) -> Completion:
+    """A summary of a split turn's beginning (pi's generateTurnPrefixSummary); with
+    ``previous_summary``, that of an earlier part of it, taken in."""
+    text = conversation_block(messages)
+    prompt = TURN_PREFIX_SUMMARIZATION_PROMPT
+    if previous_summary:
+        text += f"<previous-summary>\n{previous_summary}\n</previous-summary>\n\n"
+        prompt = f"{prompt}\n\n{TURN_PREFIX_UPDATE_NOTE}"
     return await complete_summary(
         model,
         stream_fn,
-        conversation_block(messages) + TURN_PREFIX_SUMMARIZATION_PROMPT,
+        text + prompt,
         max_tokens=math.floor(0.5 * reserve_tokens),
         what="Turn prefix summarization",
         signal=signal,

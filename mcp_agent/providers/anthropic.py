@@ -39,7 +39,13 @@ from mcp_agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn, StreamOptions
+from mcp_agent.providers.base import (
+    CONTEXT_OVERFLOW_MARK,
+    PARTIAL_KEPT,
+    LlmContext,
+    StreamFn,
+    StreamOptions,
+)
 from mcp_agent.providers.common import (
     THINKING_REDACTED,
     THINKING_SIGNATURE,
@@ -464,8 +470,7 @@ class _StreamState:
     def finish(self) -> None:
         if not self.done and self.stop_reason is None:  # message_delta says the end is here
             raise ProviderError(
-                f"{self.endpoint.where}: the stream ended before message_stop; "
-                "the partial response is kept"
+                f"{self.endpoint.where}: the stream ended before message_stop{PARTIAL_KEPT}"
             )
         for index in list(self.blocks):  # blocks the server never closed
             self._stop({"index": index})

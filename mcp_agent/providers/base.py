@@ -44,6 +44,14 @@ StreamFn = Callable[[Model, LlmContext, StreamOptions], AsyncIterator[AssistantM
 # Providers start the error message of a refused over-long request with this, so that the
 # agent can compact and retry without knowing each API's wording.
 CONTEXT_OVERFLOW_MARK = "context_overflow"
+# How an error answer cut off mid-stream ends: the agent keeps what came, as pi does. A caller
+# that keeps nothing of it (a summary) says so instead (``without_partial_note``).
+PARTIAL_KEPT = "; the partial response is kept"
+
+
+def without_partial_note(error: str) -> str:
+    """``error`` less its closing ``PARTIAL_KEPT``, for a caller that writes nothing of it."""
+    return error.removesuffix(PARTIAL_KEPT)
 
 
 # A model call that failed on the way, not for what was asked, in our providers' words: the API

@@ -42,7 +42,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, StreamOptions
+from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, PARTIAL_KEPT, StreamOptions
 from mcp_agent.providers.common import (
     ERROR_CHARS,
     THINKING_SIGNATURE,
@@ -391,7 +391,7 @@ def describe_transport_error(
         return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
     if isinstance(error, httpx.ReadTimeout) and read_timeout is not None:
         # How long, and what to change when a slow model (a local one on a CPU) needs longer.
-        kept = "; the partial response is kept" if mid_stream else ""
+        kept = PARTIAL_KEPT if mid_stream else ""
         return (
             f"{endpoint.where}: timed out waiting for the response (nothing came for"
             f" {read_timeout:g} s; a provider's read_timeout in models.toml waits longer){kept}"
@@ -399,13 +399,10 @@ def describe_transport_error(
     if isinstance(error, httpx.TimeoutException):
         return f"{endpoint.where}: timed out waiting for the response ({type(error).__name__})"
     if isinstance(error, httpx.DecodingError):  # the server's fault: not tried again
-        kept = "; the partial response is kept" if mid_stream else ""
+        kept = PARTIAL_KEPT if mid_stream else ""
         return f"{endpoint.where}: the answer's body is damaged: {detail}{kept}"
     if mid_stream:
-        return (
-            f"{endpoint.where}: the connection broke off mid-stream ({detail}); "
-            "the partial response is kept"
-        )
+        return f"{endpoint.where}: the connection broke off mid-stream ({detail}){PARTIAL_KEPT}"
     if isinstance(error, httpx.ReadError | httpx.WriteError | httpx.RemoteProtocolError):
         return f"{endpoint.where}: the connection closed before the server answered ({detail})"
     return f"{endpoint.where}: request failed ({detail})"
@@ -948,7 +945,7 @@ async def stream_sse(
                     elif time.monotonic() - last_progress > stall:
                         raise ProviderError(
                             f"{endpoint.where}: timed out waiting for the response (only"
-                            f" keep-alives for {stall:g} s); the partial response is kept"
+                            f" keep-alives for {stall:g} s){PARTIAL_KEPT}"
                         )
                     if state.done:
                         break

@@ -37,7 +37,13 @@ from mcp_agent.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext, StreamFn, StreamOptions
+from mcp_agent.providers.base import (
+    CONTEXT_OVERFLOW_MARK,
+    PARTIAL_KEPT,
+    LlmContext,
+    StreamFn,
+    StreamOptions,
+)
 from mcp_agent.providers.common import (
     ERROR_CHARS,
     THINKING_SIGNATURE,
@@ -535,7 +541,7 @@ class _StreamState:
         if not self.done and self.finish_reason is None:
             raise ProviderError(
                 f"{self.endpoint.where}: the stream ended before the response was complete "
-                "(no finish_reason and no [DONE]); the partial response is kept"
+                f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
         give_calls_ids(output)
         for index, block in enumerate(output.content):

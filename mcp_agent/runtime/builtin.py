@@ -7,7 +7,7 @@ runtime, not part of the public MCP surface (that is ``mcp_agent.server``)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -18,14 +18,14 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_agent.events import AgentEvent, describe_event
+from mcp_agent.events import AgentEvent, MessageEndEvent, describe_event
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import StopReason
+from mcp_agent.messages import AssistantMessage, StopReason
 from mcp_agent.proxy.convert import MAX_RESULT_CHARS
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
-from mcp_agent.runtime.start import child_depth, run_meta, start_run
+from mcp_agent.runtime.start import SUBAGENT_TOOL, child_depth, run_meta, start_run
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.wire import one_line
 
@@ -176,7 +176,7 @@ def subagent_description(agents: Mapping[str, AgentManifest]) -> str:
 def build_builtin_server(state: AppState) -> MCPServer:
     server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
 
-    @server.tool(description=subagent_description(state.agents))
+    @server.tool(name=SUBAGENT_TOOL, description=subagent_description(state.agents))
     async def subagent(
         ctx: Context,
         agent: Annotated[str, Field(description="the agent to delegate to (one of those listed)")],
@@ -200,7 +200,17 @@ def build_builtin_server(state: AppState) -> MCPServer:
         except (Refused, SessionError) as error:
             raise ToolError(str(error)) from None
         beat_every = state.settings.progress_interval
-        async with progress_reporter(ctx, state.task_group, f"[{agent}] ", beat_every) as listener:
+        async with progress_reporter(ctx, state.task_group, f"[{agent}] ", beat_every) as report:
+            # Its answer whole, as it ends: the run keeps only what a status shows of it.
+            whole: list[str] = []
+
+            def listener(event: AgentEvent) -> Awaitable[None] | None:
+                if isinstance(event, MessageEndEvent) and isinstance(
+                    event.message, AssistantMessage
+                ):
+                    whole[:] = [event.message.text]
+                return report(event)
+
             try:
                 run = await start_run(
                     state,
@@ -244,7 +254,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 f"sub-agent {agent!r} ended with {run.status}: {run.error or 'no answer'} "
                 f"(its session: {run.session_id})"
             )
-        answer = run.answer or ""
+        answer = whole[0] if whole else run.answer or ""
         if len(answer) > SUBAGENT_ANSWER_CHARS:
             answer = (
                 f"{answer[:SUBAGENT_ANSWER_CHARS]}… [cut: {len(answer):,} characters in all;"

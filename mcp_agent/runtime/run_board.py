@@ -41,6 +41,25 @@ NOT_TAKEN_CHARS = 500
 # agent_runs reads the board's newest thousand runs on every call.
 ANSWER_CHARS = 16_000
 
+
+def kept_answer(answer: str) -> str:
+    """What a run keeps of its answer, in memory and on the board: what a status shows, and
+    one character more, which says that it was cut (the session holds all of it)."""
+    return answer[: ANSWER_CHARS + 1]
+
+
+def shown_answer(answer: str, session_id: str) -> tuple[str, bool]:
+    """A kept answer as a status shows it, and whether it was cut: a cut one ends saying
+    where the rest is."""
+    if len(answer) <= ANSWER_CHARS:
+        return answer, False
+    return (
+        f"{answer[:ANSWER_CHARS]}… [cut at {ANSWER_CHARS:,} characters: the whole answer is the"
+        f" run's last assistant message in session {session_id} (session_get)]",
+        True,
+    )
+
+
 _NOW = "extract(epoch FROM clock_timestamp())"
 _STARTED, _FINISHED = 6, 7  # the places of ``started`` and ``finished`` in _COLUMNS
 _COLUMNS = (
@@ -89,7 +108,7 @@ class RunRecord:
         """The values of ``_COLUMNS``, in order."""
         values = [getattr(self, f.name) for f in fields(self)]
         if self.answer is not None:
-            values[10] = self.answer[: ANSWER_CHARS + 1]
+            values[10] = kept_answer(self.answer)
         values[13] = self.usage.model_dump_json(by_alias=True)
         values[15] = json.dumps(self.warnings, ensure_ascii=False)
         return tuple(values)

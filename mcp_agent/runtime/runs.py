@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 
 from mcp_agent.blocking import Offload, inline
-from mcp_agent.events import AgentEndEvent, AgentEndReason, AgentEvent, describe_event
+from mcp_agent.events import (
+    AgentEndEvent,
+    AgentEndReason,
+    AgentEvent,
+    AutoCompactionEndEvent,
+    describe_event,
+)
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import AssistantMessage, StopReason, UserMessage
 from mcp_agent.outages import Outage
@@ -29,6 +35,7 @@ from mcp_agent.runtime.run_board import (
     CommandKind,
     RunBoard,
     RunRecord,
+    kept_answer,
     quote,
     undelivered_note,
 )
@@ -51,6 +58,8 @@ def _ended(run_id: str, status: str) -> RunEnded:
 
 
 KEEP_FINISHED_RUNS = 200
+# Warnings of its own events one run keeps (auto-compactions'); a status shows 20.
+MAX_WARNINGS = 20
 # What a run is doing before its agent's first event.
 STARTING = "starting: listing the agent's tools (an MCP server of its may still be starting)"
 # How long agent_cancel waits for a run on another replica to end.
@@ -105,12 +114,26 @@ class Run(RunRecord):
         if self.agent is not None:
             self.agent.abort(reason)
 
+    def _note_compaction(self, event: AutoCompactionEndEvent) -> None:
+        """An automatic compaction's warnings (a summary cut at its output limit) and its
+        failure are the run's: a client that did not watch its events learns them from
+        agent_status (the line of the event is soon another's)."""
+        if event.result is not None:
+            notes = [f"auto-compaction: {w}" for w in getattr(event.result, "warnings", ())]
+        elif event.error_message and not event.aborted:
+            notes = [f"auto-compaction failed: {one_line(event.error_message, 1_000)}"]
+        else:
+            notes = []
+        self.warnings.extend(notes[: max(0, MAX_WARNINGS - len(self.warnings))])
+
     async def _on_event(self, event: AgentEvent) -> None:
         self.event_count += 1
         self.last_event = describe_event(event)
         if isinstance(event, AgentEndEvent):
             self.new_messages += len(event.messages)
             self.end_reason = event.reason
+        elif isinstance(event, AutoCompactionEndEvent):
+            self._note_compaction(event)
         for listener in list(self.listeners):
             try:
                 result = listener(event)
@@ -539,11 +562,13 @@ class RunManager:
         listener: EventListener | None = None,
         client: object | None = None,
         parent_run_id: str | None = None,
+        warnings: list[str] | None = None,
     ) -> Run:
         """Start ``prompt`` in ``session``; ``build_agent(run_id)`` makes the agent (its tools
         carry the run id) and names its model. ``listener`` hears every event from the first.
         ``client`` (its MCP connection) counts the run against the per-client limit;
-        ``parent_run_id`` is the run whose tool call started it."""
+        ``parent_run_id`` is the run whose tool call started it; ``warnings`` becomes the
+        run's list of them (its starter may add to it as the run goes on)."""
         run_id = uuid.uuid4().hex[:12]
         # Claim the session in memory before the first await, so a second start fails cleanly.
         self.ensure_idle_here(session.id)
@@ -581,6 +606,8 @@ class RunManager:
             client=client,
             parent_run_id=parent_run_id,
         )
+        if warnings is not None:
+            run.warnings = warnings  # before its first event, which may add to them
         # Until the agent's first event: its tools are listed first, and a downstream server
         # may take up to its time limit to start.
         run.last_event = STARTING
@@ -623,7 +650,9 @@ class RunManager:
                 if isinstance(message, AssistantMessage):
                     run.usage = run.usage + message.usage
             if final is not None:
-                run.answer = final.text
+                # Kept for agent_status with the newest ended runs: what a status shows
+                # (an answer may be 16 Mi characters; the session holds it whole).
+                run.answer = kept_answer(final.text)
                 run.stop_reason = str(final.stop_reason)
                 run.error = final.error_message
                 statuses: dict[str, RunStatus] = {

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -86,7 +86,10 @@ class SessionAgent(Agent):
     server: worker threads, so a slow database never holds the event loop; default: inline).
     ``load_tools`` gives more tools before the first prompt runs, as ``add_tools`` takes them
     (servers that may take a while to start: an abort meanwhile stops the wait, and the
-    prompt is stored and ends aborted). The other options are the Agent's."""
+    prompt is stored and ends aborted). ``withheld_tools`` names tools this agent is not
+    offered, though the session keeps them as they stand (the sub-agent tool at the depth
+    limit: a later run of the session, less deep, has it again). The other options are the
+    Agent's."""
 
     def __init__(
         self,
@@ -97,9 +100,12 @@ class SessionAgent(Agent):
         context: SessionContext | None = None,
         offload: Offload = inline,
         load_tools: Callable[[], Awaitable[Sequence[AgentTool]]] | None = None,
+        withheld_tools: Collection[str] = (),
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        self._withheld = frozenset(withheld_tools)
+        self._withheld_found: list[str] = []  # those of them that the tools held
         self.session = session
         self.offload = offload
         self._load_tools = load_tools
@@ -169,7 +175,11 @@ class SessionAgent(Agent):
 
     def add_tools(self, tools: Sequence[AgentTool]) -> None:
         """Know ``tools`` too, as ``from_session`` would have: active where the session says
-        so (all of them when it names none). Nothing is recorded: the session says it."""
+        so (all of them when it names none). Nothing is recorded: the session says it.
+        Withheld tools are left out."""
+        if self._withheld:
+            self._withheld_found += [t.name for t in tools if t.name in self._withheld]
+            tools = [t for t in tools if t.name not in self._withheld]
         active, inactive = _split_tools(tools, self._recorded_tools)
         self._pool.update((t.name, t) for t in (*inactive, *active))
         self.state.tools = [*self.state.tools, *active]
@@ -226,6 +236,11 @@ class SessionAgent(Agent):
             level = level if level != self._recorded_thinking else None
         names: list[str] | None = [t.name for t in state.tools]
         recorded = self._recorded_tools
+        # A withheld tool counts as the session has it: left out here, it is not switched off.
+        names = [
+            *(names or []),
+            *(n for n in self._withheld_found if recorded is None or n in recorded),
+        ]
         if self._load_tools is not None or not (
             # (Tools still to be loaded are not known yet: the session's list stands.)
             (recorded is None and names)

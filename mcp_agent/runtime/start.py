@@ -27,6 +27,7 @@ from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.repo import STARTED_BY
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 from mcp_agent.wire import one_line
@@ -40,6 +41,9 @@ PARENT_SESSION_CHARS = CWD_CHARS
 # The calling run's id, as long as a run id may be (ours are 12 characters; another server's
 # may differ): it is said as the new run's parentRunId.
 RUN_ID_CHARS = 100
+# The built-in tool that starts a sub-agent (``runtime.builtin``): not offered to a run at the
+# depth limit, where every call of it would be refused.
+SUBAGENT_TOOL = "subagent"
 # (the name a run gives its model, the model, its stream function)
 ResolvedModel = tuple[str, Model, StreamFn]
 
@@ -175,7 +179,15 @@ async def start_run(
             name=None,
             cwd=parent_cwd(state, parent_session),
             parent_session=parent_session,
-            metadata={"agent": manifest.name},
+            metadata={
+                "agent": manifest.name,
+                # A sub-agent's session says which session and run started it: it is no fork.
+                **(
+                    {STARTED_BY: {"sessionId": parent_session, "runId": parent_run_id}}
+                    if parent_session is not None
+                    else {}
+                ),
+            },
         )
         return created, resolved, True, manifest
 
@@ -290,6 +302,9 @@ async def _start(
                     base_delay=state.settings.model_retry_delay,
                 ),
                 offload=state.offload,
+                withheld_tools=(
+                    (SUBAGENT_TOOL,) if depth >= state.settings.max_subagent_depth else ()
+                ),
                 **options,
             )
             if agent.state.model.ref != chosen.ref:
@@ -307,8 +322,8 @@ async def _start(
         listener=listener,
         client=client,
         parent_run_id=parent_run_id,
+        warnings=warnings,  # filled as the run lists its tools
     )
-    run.warnings = warnings  # filled as the run lists its tools
     return run
 
 

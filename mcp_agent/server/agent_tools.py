@@ -15,7 +15,12 @@ from pydantic import Field
 
 from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.builtin import progress_beats, progress_reporter
-from mcp_agent.runtime.run_board import ANSWER_CHARS, NOT_TAKEN_CHARS, CommandKind, RunRecord
+from mcp_agent.runtime.run_board import (
+    NOT_TAKEN_CHARS,
+    CommandKind,
+    RunRecord,
+    shown_answer,
+)
 from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_channel, client_key
@@ -39,11 +44,7 @@ Message = Annotated[str, Field(description="what to tell the agent, as a user me
 
 
 def run_info(run: Run | RunRecord) -> RunInfo:
-    answer = run.answer
-    cut = answer is not None and len(answer) > ANSWER_CHARS
-    if cut:
-        assert answer is not None
-        answer = answer[:ANSWER_CHARS] + "…"
+    answer, cut = shown_answer(run.answer, run.session_id) if run.answer else (run.answer, False)
     return RunInfo(
         run_id=run.id,
         session_id=run.session_id,

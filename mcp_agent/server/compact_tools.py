@@ -58,4 +58,5 @@ def register(server: MCPServer) -> None:
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
             summary=result.summary,
+            warnings=result.warnings,
         )

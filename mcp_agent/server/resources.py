@@ -127,7 +127,7 @@ def register(server: MCPServer) -> None:
             branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
             return _dump(
                 {
-                    "session": session_info(summary).model_dump(mode="json"),
+                    "session": session_info(summary, session.header).model_dump(mode="json"),
                     "header": _bounded_header(session),
                     "leafId": session.leaf_id,
                     "branchLength": page.total,

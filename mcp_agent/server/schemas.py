@@ -137,6 +137,11 @@ class Page(Wire):
     )
 
 
+class StartedBy(Wire):
+    session_id: str
+    run_id: str | None = None
+
+
 class SessionInfo(Wire):
     id: str
     name: str | None = None
@@ -148,7 +153,15 @@ class SessionInfo(Wire):
     first_user_message: str | None = Field(
         default=None, description="the first user message, shortened"
     )
-    parent_session: str | None = None
+    parent_session: str | None = Field(
+        default=None, description="the session it was forked from, or whose run started it"
+    )
+    started_by: StartedBy | None = Field(
+        default=None,
+        description="a sub-agent's session: the session and run that started it (its"
+        " parentSession is no fork's); said by session_get and the session:// resource, null"
+        " in listings and for every other session",
+    )
     leaf_id: str | None = Field(default=None, description="the entry the next append follows")
     uri: str = Field(default="", description="the session as an MCP resource")
 
@@ -219,6 +232,11 @@ class MoveResult(Wire):
     session_id: str
     leaf_id: str | None
     branch_summary_id: str | None = None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="a model-written summary cut at the model's output limit, which may lack"
+        " its end",
+    )
 
 
 class DeleteResult(Wire):
@@ -266,6 +284,11 @@ class CompactResult(Wire):
     tokens_before: int = 0
     tokens_after: int = 0
     summary: str = ""
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what went wrong without stopping it: a summary cut at the model's output"
+        " limit, which may lack its end",
+    )
 
 
 class RunInfo(Wire):
@@ -276,7 +299,8 @@ class RunInfo(Wire):
     status: str = Field(description="running, completed, error or aborted")
     answer: str | None = Field(default=None, description="the final assistant text")
     answer_truncated: bool = Field(
-        default=False, description="the answer was cut to fit; session_get has all of it"
+        default=False,
+        description="the answer was cut to fit (its end says so); session_get has all of it",
     )
     error: str | None = None
     stop_reason: str | None = None
@@ -295,7 +319,8 @@ class RunInfo(Wire):
         default_factory=list,
         description="what went wrong without stopping the run: an MCP server of the agent's"
         " that could not be started (its tools were left out); queued messages the run ended"
-        " before taking (send them again)",
+        " before taking (send them again); an automatic compaction that failed or whose"
+        " summary was cut",
     )
 
 

@@ -35,6 +35,7 @@ from mcp_agent.server.schemas import (
     SessionInfo,
     SessionListResult,
     SessionView,
+    StartedBy,
     StatsResult,
     answer_result,
     compact_answer,
@@ -54,9 +55,15 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.server.tool_errors import tool_errors
 from mcp_agent.sessions import Session
-from mcp_agent.sessions.entries import CWD_CHARS, NAME_CHARS, clip_long, is_session_id
+from mcp_agent.sessions.entries import (
+    CWD_CHARS,
+    NAME_CHARS,
+    SessionHeader,
+    clip_long,
+    is_session_id,
+)
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, started_by
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -68,7 +75,9 @@ Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
-def session_info(summary: SessionSummary) -> SessionInfo:
+def session_info(summary: SessionSummary, header: SessionHeader | None = None) -> SessionInfo:
+    """The session as answers give it; ``header`` (when at hand) says a sub-agent's origin."""
+    origin = started_by(header) if header is not None else None
     return SessionInfo(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
@@ -80,6 +89,7 @@ def session_info(summary: SessionSummary) -> SessionInfo:
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,
         parent_session=summary.parent_session,
+        started_by=None if origin is None else StartedBy(session_id=origin[0], run_id=origin[1]),
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
@@ -241,7 +251,7 @@ def register(server: MCPServer) -> None:
 
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
-            info = session_info(summary)
+            info = session_info(summary, session.header)
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":
@@ -348,6 +358,7 @@ def register(server: MCPServer) -> None:
             moved = session.move_to(target, {"summary": summary} if summary is not None else None)
             return moved, session.leaf_id
 
+        warnings: list[str] = []
         with tool_errors():
             if summarize:
                 assert target is not None
@@ -355,13 +366,18 @@ def register(server: MCPServer) -> None:
 
                 session = await state.offload(open_idle)
                 async with state.runs.hold(session_id, "session_move_to (summarize)"):
-                    branch_summary_id = await summarize_branch(state, ctx, session, target)
+                    branch_summary_id = await summarize_branch(
+                        state, ctx, session, target, warnings
+                    )
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
                 with state.runs.writing(session_id):
                     branch_summary_id, leaf_id = await state.offload(move)
         return MoveResult(
-            session_id=session_id, leaf_id=leaf_id, branch_summary_id=branch_summary_id
+            session_id=session_id,
+            leaf_id=leaf_id,
+            branch_summary_id=branch_summary_id,
+            warnings=warnings,
         )
 
     @server.tool(annotations=WRITES)

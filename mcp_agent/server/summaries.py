@@ -36,11 +36,11 @@ async def summary_model(state: AppState, ctx: Context, session: Session) -> tupl
 
 
 async def summarize_branch(
-    state: AppState, ctx: Context, session: Session, entry_id: str
+    state: AppState, ctx: Context, session: Session, entry_id: str, warnings: list[str]
 ) -> str | None:
     """Move ``session``'s leaf to ``entry_id`` with a model-written summary of the branch left
-    behind; returns the branch summary's id. Bad input or a failed summary is a ToolError and
-    nothing is written."""
+    behind; returns the branch summary's id (``warnings`` gets a summary cut at the model's
+    output limit). Bad input or a failed summary is a ToolError and nothing is written."""
     if await state.offload(lambda: session.get_entry(entry_id)) is None:
         raise ToolError(
             f"not_found: entry {entry_id} not found in session {session.id} "
@@ -49,7 +49,7 @@ async def summarize_branch(
     model, stream_fn = await summary_model(state, ctx, session)
     try:
         return await summarize_session_branch(
-            session, entry_id, model, stream_fn, offload=state.offload
+            session, entry_id, model, stream_fn, offload=state.offload, warnings=warnings
         )
     except CompactionError as error:
         raise ToolError(f"{error.code}: {error}") from None

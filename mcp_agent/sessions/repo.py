@@ -58,6 +58,39 @@ from mcp_agent.sessions.storage import (
 ForkPosition = Literal["before", "at"]
 
 
+# The header's metadata key of a sub-agent's session: the session and run whose tool call
+# started it (``{"sessionId": …, "runId": …}``).
+STARTED_BY = "startedBy"
+
+
+def parent_id(parent_session: str | None) -> str | None:
+    """A header's ``parentSession`` as a session id (pi names a fork's parent by its file)."""
+    if parent_session and parent_session.endswith(".jsonl"):
+        return session_id_of(Path(parent_session)) or parent_session
+    return parent_session
+
+
+def started_by(header: SessionHeader) -> tuple[str, str | None] | None:
+    """(the parent session's id, the run's id or None) when the session is a sub-agent's,
+    started by a run of its ``parentSession``; None for any other session, a fork among them
+    (a fork of a sub-agent's session keeps its metadata, but names another parent)."""
+    metadata = header.metadata or {}
+    origin = metadata.get(STARTED_BY)
+    if not isinstance(origin, Mapping):
+        return None
+    parent = parent_id(header.parent_session)
+    if parent is None or origin.get("sessionId") != parent:
+        return None
+    run_id = origin.get("runId")
+    return parent, run_id if isinstance(run_id, str) else None
+
+
+def started_json(header: SessionHeader) -> dict[str, str | None] | None:
+    """``started_by`` as answers give it: ``{"sessionId": …, "runId": …}`` or None."""
+    origin = started_by(header)
+    return None if origin is None else {"sessionId": origin[0], "runId": origin[1]}
+
+
 @dataclass
 class SessionSummary:
     """One row of a session listing."""
@@ -78,9 +111,7 @@ class SessionSummary:
     def __post_init__(self) -> None:
         # pi names a fork's parent by its file (``…/<time>_<id>.jsonl``), and the header keeps
         # that in every store it is copied to; a listing gives the parent's id, to open it by.
-        parent = self.parent_session
-        if parent and parent.endswith(".jsonl"):
-            self.parent_session = session_id_of(Path(parent)) or parent
+        self.parent_session = parent_id(self.parent_session)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {

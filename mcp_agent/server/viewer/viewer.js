@@ -705,7 +705,11 @@ function renderHead() {
     `updated ${when(info.modified)}`,
   ];
   if (info.cwd) facts.push(shown(info.cwd));
-  if (info.parentSession) facts.push(`forked from ${parentName(info.parentSession)}`);
+  const origin = info.startedBy;
+  if (origin) {
+    const run = origin.runId ? ` (run ${shown(origin.runId)})` : "";
+    facts.push(`a sub-agent's session, started by ${parentName(origin.sessionId)}${run}`);
+  } else if (info.parentSession) facts.push(`forked from ${parentName(info.parentSession)}`);
   $("session-facts").replaceChildren(...facts.map((fact) => h("span", { text: fact })));
   $("prompt").hidden = false;
 }
