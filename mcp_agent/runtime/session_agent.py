@@ -112,7 +112,11 @@ class SessionAgent(Agent):
         # that only real changes become entries.
         context = context if context is not None else session.build_context()
         self._recorded_model = _model_ref(context.model)
-        self._recorded_thinking = str(context.thinking_level)
+        # None when the branch names no level: the one run with is recorded, as pi records
+        # its own, so that pi resumes at it (and not at its default).
+        self._recorded_thinking = (
+            str(context.thinking_level) if context.thinking_level_recorded else None
+        )
         names = context.active_tool_names
         self._recorded_tools: list[str] | None = list(names) if names is not None else None
         if not self.stream_options.session_id:
