@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -39,6 +40,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
 )
+from mcp_agent.sessions.folders import session_id_of
 from mcp_agent.sessions.outline import (
     Parts,
     TreeLike,
@@ -140,8 +142,9 @@ def session_heading(session: Session) -> Text:
     if stats.branch_point_count:
         points = stats.branch_point_count
         details.append(f"{points} branch point{'s' if points > 1 else ''}")
-    if header.parent_session:
-        details.append(f"forked from {header.parent_session}")
+    if parent := header.parent_session:
+        # pi names the parent's file: shown by the id in its name, as listings show it.
+        details.append(f"forked from {session_id_of(Path(parent)) or parent}")
     title.append("\n" + " · ".join(details), "dim")
     return title
 
