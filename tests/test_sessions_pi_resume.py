@@ -30,27 +30,32 @@ pytestmark = [
 PI_MODELS = {"scripted": [{"id": "scripted", "reasoning": True}]}
 
 
-def pi_resumes(agent_dir: Path, file: Path, models: dict[str, Any]) -> dict[str, Any]:
-    """What pi restores from ``file``, the entries it appends for one question, and the
-    messages it sent the model."""
+def pi_resumes(
+    agent_dir: Path, file: Path, models: dict[str, Any], settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What pi restores from ``file`` (with ``settings`` as its settings.json), the entries it
+    appends for one question, and the messages it sent the model."""
     assert PI is not None
     node, peers = PI
     args = [node, str(DATA / "resume.mjs"), str(peers), str(agent_dir), str(file)]
-    done = subprocess.run(
-        [*args, json.dumps(models)], capture_output=True, text=True, timeout=60, check=True
-    )
+    args += [json.dumps(models), json.dumps(settings or {})]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
 
 
-def run_in_folder(tmp_path: Path, sessions: Path, agent: str, prompt: str) -> str:
-    """One agent_run of ``agent`` in a new session kept in ``sessions``; its id."""
+def run_in_folder(
+    tmp_path: Path, sessions: Path, agent: str, prompt: str, session_id: str | None = None
+) -> str:
+    """One agent_run of ``agent`` in a session kept in ``sessions`` (a new one by default);
+    its id."""
 
     async def run() -> str:
         server = agent_server(
             tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, sessions_dir=sessions
         )
         async with Client(server) as client:
-            done = await call(client, "agent_run", prompt=prompt, agent=agent)
+            given = {"session_id": session_id} if session_id else {}
+            done = await call(client, "agent_run", prompt=prompt, agent=agent, **given)
             assert done["status"] == "completed"
             return str(done["sessionId"])
 
@@ -85,3 +90,37 @@ def test_pi_resumes_our_session_at_the_model_and_thinking_level_it_ran_with(
     resumed = JsonlSessionRepo(sessions).open(session_id).build_context()
     assert resumed.thinking_level == level
     assert resumed.model == {"provider": "scripted", "modelId": "scripted"}
+
+
+def test_a_session_that_names_no_thinking_level_runs_at_the_agents_as_pi_runs_it_at_its_default(
+    tmp_path: Path,
+) -> None:
+    """A file that sets no level (an older pi's, or messages appended through the tools) was
+    run by nobody's choice: pi resumes it at its default level and ours at the agent's,
+    each recording it, where ours ran it at off, the level a context has by default."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    session_id = "0199aaaa-0000-7000-8000-0000000000a1"
+    header = {"type": "session", "version": 3, "id": session_id}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd=str(tmp_path))
+    stamp = "2026-01-15T08:30:01.000Z"
+    rows: list[dict[str, Any]] = [
+        header,
+        {"type": "model_change", "id": "a0000001", "parentId": None, "timestamp": stamp},
+        {"type": "message", "id": "a0000002", "parentId": "a0000001", "timestamp": stamp},
+    ]
+    rows[1].update(provider="scripted", modelId="scripted")
+    rows[2]["message"] = {"role": "user", "content": "from an older pi", "timestamp": 1}
+    file = sessions / f"{session_id}.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    original = file.read_text()
+    theirs = pi_resumes(tmp_path / "pi", file, PI_MODELS, {"defaultThinkingLevel": "high"})
+    assert theirs["restored"]["thinkingLevel"] == "high"
+    assert theirs["appended"][0] == {**theirs["appended"][0], "thinkingLevel": "high"}
+
+    file.write_text(original)
+    run_in_folder(tmp_path, sessions, "thinker", "and now", session_id)  # its level: high
+    session = JsonlSessionRepo(sessions).open(session_id)
+    assert session.build_context().thinking_level == "high"
+    types = [entry.type for entry in session.get_entries()]
+    assert types[2:5] == ["thinking_level_change", "active_tools_change", "message"]

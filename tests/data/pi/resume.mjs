@@ -1,9 +1,10 @@
 // pi resumes a session file as `pi --session FILE` does (SessionManager.open, then
 // createAgentSession, which restores the model and thinking level) and asks one question of
 // an OpenAI-compatible fake on loopback.
-//   node resume.mjs PEERS_DIR AGENT_DIR FILE MODELS_JSON
+//   node resume.mjs PEERS_DIR AGENT_DIR FILE MODELS_JSON [SETTINGS_JSON]
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. AGENT_DIR is pi's agent folder
-// (made here; its settings name no default model or level, so pi's own defaults hold).
+// (made here, with SETTINGS_JSON as its settings.json: by default none, so pi's own defaults
+// hold).
 // MODELS_JSON lists pi's providers as its models.json does, without baseUrl, api and apiKey
 // (the fake's are filled in): {"provider": [{"id": ..., "reasoning": ...}, ...], ...}.
 // Prints {restored: {model, thinkingLevel, fallback}, appended: [entries pi wrote],
@@ -13,7 +14,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [peers, agentDir, file, modelsJson] = process.argv.slice(2);
+const [peers, agentDir, file, modelsJson, settingsJson = "{}"] = process.argv.slice(2);
 process.env.PI_CODING_AGENT_DIR = agentDir;
 process.env.PI_TELEMETRY = "0";
 
@@ -41,7 +42,7 @@ for (const [name, models] of Object.entries(JSON.parse(modelsJson))) {
   providers[name] = { baseUrl, api: "openai-completions", apiKey: "k", models: models.map((m) => ({ input: ["text", "image"], ...m })) };
 }
 writeFileSync(join(agentDir, "models.json"), JSON.stringify({ providers }));
-writeFileSync(join(agentDir, "settings.json"), "{}");
+writeFileSync(join(agentDir, "settings.json"), settingsJson);
 
 const pi = await import(pathToFileURL(join(peers, "node_modules/@mariozechner/pi-coding-agent/dist/index.js")).href);
 const authStorage = pi.AuthStorage.create(join(agentDir, "auth.json"));
