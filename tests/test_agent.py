@@ -479,13 +479,15 @@ async def test_settings_are_recorded_only_when_they_change():
     assert [(e.provider, e.model_id) for e in entries_of(session, ModelChangeEntry)] == [
         ("scripted", "scripted")
     ]
-    assert entries_of(session, ThinkingLevelChangeEntry) == []  # "off" is the session default
+    # The level is recorded too, "off" as well: pi takes a session that names none for one
+    # nobody chose, and resumes it at its own default.
+    assert [e.thinking_level for e in entries_of(session, ThinkingLevelChangeEntry)] == ["off"]
     assert [e.active_tool_names for e in entries_of(session, ActiveToolsChangeEntry)] == [
         ["x", "y"]
     ]
     # The first entries come before the first message.
     types = [e.type for e in session.get_entries()]
-    assert types[:3] == ["model_change", "active_tools_change", "message"]
+    assert types[:4] == ["model_change", "thinking_level_change", "active_tools_change", "message"]
 
     agent.set_thinking_level(ThinkingLevel.HIGH)
     agent.set_thinking_level("high")  # same again: one entry
@@ -494,7 +496,10 @@ async def test_settings_are_recorded_only_when_they_change():
     agent.set_active_tools(["y"])
     with pytest.raises(KeyError):
         agent.set_active_tools(["nope"])
-    assert [e.thinking_level for e in entries_of(session, ThinkingLevelChangeEntry)] == ["high"]
+    assert [e.thinking_level for e in entries_of(session, ThinkingLevelChangeEntry)] == [
+        "off",
+        "high",
+    ]
     assert [e.model_id for e in entries_of(session, ModelChangeEntry)] == ["scripted", "bigger"]
     assert [e.active_tool_names for e in entries_of(session, ActiveToolsChangeEntry)][-1] == ["y"]
     context = session.build_context()

@@ -994,15 +994,21 @@ async def test_cancelling_a_run_waiting_to_retry_ends_it_as_aborted(tmp_path: Pa
         assert "overloaded" in done["error"]
 
 
-async def test_an_agents_thinking_level_applies_to_a_new_session_only(client: Client) -> None:
+async def test_an_agents_thinking_level_applies_to_a_session_that_sets_none(
+    client: Client,
+) -> None:
     first = await call(client, "agent_run", prompt="hi", agent="thinker")
     context = await call(client, "session_context", session_id=first["sessionId"])
     assert context["thinkingLevel"] == "high"
-    # A session that already has a conversation keeps its own level.
+    # A session whose branch sets a level keeps its own (the default agent's run set off).
+    ran = (await call(client, "agent_run", prompt="hi"))["sessionId"]
+    await call(client, "agent_run", prompt="again", agent="thinker", session_id=ran)
+    assert (await call(client, "session_context", session_id=ran))["thinkingLevel"] == "off"
+    # One whose conversation sets none runs at the agent's (pi: at its default level).
     sid = (await call(client, "session_create"))["id"]
     await call(client, "session_append", session_id=sid, entry=user("earlier"))
     await call(client, "agent_run", prompt="hi", agent="thinker", session_id=sid)
-    assert (await call(client, "session_context", session_id=sid))["thinkingLevel"] == "off"
+    assert (await call(client, "session_context", session_id=sid))["thinkingLevel"] == "high"
 
 
 async def test_steer_a_running_run(client: Client) -> None:

@@ -424,6 +424,13 @@ def test_the_sessions_commands_work_on_pis_folder(
     assert "hello pi" in cli("sessions", "show", first["id"])
     exported = cli("sessions", "export", first["id"])
     assert parse_session_text(exported).header.id == first["id"]
+    # A fork's header names its parent's file, as pi's do: shown by the parent's id, as listed.
+    fork_id = json.loads(cli("sessions", "fork", first["id"], "--json"))["id"]
+    assert JsonlSessionRepo(sessions).open(fork_id).header.parent_session == first["file"]
+    for command in ("show", "tree"):
+        shown = " ".join(cli("sessions", command, fork_id).split())
+        assert f"forked from {first['id']}" in shown and first["file"] not in shown
+    cli("sessions", "delete", fork_id, "--yes")
     cli("sessions", "rename", first["id"], "renamed here")
     cli("sessions", "delete", second["id"], "--yes")
     assert not Path(second["file"]).exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -39,6 +40,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
 )
+from mcp_agent.sessions.folders import session_id_of
 from mcp_agent.sessions.outline import (
     Parts,
     TreeLike,
@@ -146,8 +148,9 @@ def session_heading(session: Session) -> Text:
         parent, run_id = origin
         by_run = f" (run {run_id})" if run_id else ""
         details.append(f"a sub-agent's session, started by session {parent}{by_run}")
-    elif header.parent_session:
-        details.append(f"forked from {header.parent_session}")
+    elif forked := header.parent_session:
+        # pi names the parent's file: shown by the id in its name, as listings show it.
+        details.append(f"forked from {session_id_of(Path(forked)) or forked}")
     title.append("\n" + " · ".join(details), "dim")
     return title
 

@@ -118,7 +118,11 @@ class SessionAgent(Agent):
         # that only real changes become entries.
         context = context if context is not None else session.build_context()
         self._recorded_model = _model_ref(context.model)
-        self._recorded_thinking = str(context.thinking_level)
+        # None when the branch names no level: the one run with is recorded, as pi records
+        # its own, so that pi resumes at it (and not at its default).
+        self._recorded_thinking = (
+            str(context.thinking_level) if context.thinking_level_recorded else None
+        )
         names = context.active_tool_names
         self._recorded_tools: list[str] | None = list(names) if names is not None else None
         if not self.stream_options.session_id:
@@ -133,6 +137,7 @@ class SessionAgent(Agent):
         model: Model | None = None,
         resolve_model: Callable[[str, str], Model | None] | None = None,
         tools: Sequence[AgentTool] = (),
+        default_thinking_level: ThinkingLevel | None = None,
         **options: Any,
     ) -> SessionAgent:
         """An agent that carries on where ``session`` left off: its built context gives the
@@ -141,9 +146,13 @@ class SessionAgent(Agent):
         ``resolve_model(provider, model_id)``; failing that ``model`` is used when it is the
         same one, else a bare ``Model`` with the session's provider and id (reasoning when the
         session's thinking level is not off). ``model`` is
-        required only when the session names no model."""
+        required only when the session names no model. A branch that sets no thinking level
+        runs at ``default_thinking_level`` when given (pi's AgentSession: its default level),
+        which is then recorded."""
         context = session.build_context()
         level = _thinking_level(context.thinking_level, session.id)
+        if default_thinking_level is not None and not context.thinking_level_recorded:
+            level = default_thinking_level
         ref = _model_ref(context.model)
         chosen: Model | None = None
         if ref is not None:

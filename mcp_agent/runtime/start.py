@@ -282,9 +282,6 @@ async def _start(
             return tools
 
         def build() -> SessionAgent:
-            options: dict[str, Any] = {}
-            if session.leaf_id is None:  # nothing on the branch yet: the manifest's level
-                options["thinking_level"] = manifest.thinking_level
             agent = SessionAgent.from_session(
                 session,
                 stream_fn=stream_fn,
@@ -305,7 +302,8 @@ async def _start(
                 withheld_tools=(
                     (SUBAGENT_TOOL,) if depth >= state.settings.max_subagent_depth else ()
                 ),
-                **options,
+                # A branch that sets no level yet runs at the manifest's.
+                default_thinking_level=manifest.thinking_level,
             )
             if agent.state.model.ref != chosen.ref:
                 agent.set_model(chosen)  # idle: recorded at once, on this worker thread

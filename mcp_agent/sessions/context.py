@@ -48,6 +48,9 @@ class SessionContextBuildOptions:
 class SessionContext:
     messages: list[BaseMessage] = field(default_factory=list)
     thinking_level: str = "off"
+    # Whether an entry on the branch set the level ("off" without one is nobody's choice:
+    # pi's AgentSession then runs at its default level and records it).
+    thinking_level_recorded: bool = False
     model: dict[str, str] | None = None
     active_tool_names: list[str] | None = None
 
@@ -79,6 +82,7 @@ def merge_context_build_options(
 @dataclass
 class _State:
     thinking_level: str = "off"
+    thinking_level_recorded: bool = False
     model: dict[str, str] | None = None
     active_tool_names: list[str] | None = None
 
@@ -88,6 +92,7 @@ def derive_session_context_state(path_entries: Sequence[SessionEntry]) -> _State
     for entry in path_entries:
         if isinstance(entry, ThinkingLevelChangeEntry):
             state.thinking_level = entry.thinking_level
+            state.thinking_level_recorded = True
         elif isinstance(entry, ModelChangeEntry):
             state.model = {"provider": entry.provider, "modelId": entry.model_id}
         elif isinstance(entry, MessageEntry) and isinstance(entry.message, AssistantMessage):
@@ -278,6 +283,7 @@ def build_session_context(
     return SessionContext(
         messages=messages,
         thinking_level=state.thinking_level,
+        thinking_level_recorded=state.thinking_level_recorded,
         model=state.model,
         active_tool_names=state.active_tool_names,
     )
@@ -321,6 +327,7 @@ def stored_context(
             messages.extend(m.to_json_dict() for m in found)
     context = SessionContext(
         thinking_level=state.thinking_level,
+        thinking_level_recorded=state.thinking_level_recorded,
         model=state.model,
         active_tool_names=state.active_tool_names,
     )

@@ -1,0 +1,126 @@
+"""pi resumes sessions our server wrote (tests/data/pi/resume.mjs: pi's SessionManager.open and
+createAgentSession, as ``pi --session FILE`` does, then one question to a fake model on
+loopback): the model and thinking level pi restores are the ones the session ran with, and
+what pi sends the model is the session's context. Skipped when Node or pi is not installed
+(.ci/peers)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
+from test_sessions_pi import PI
+
+from mcp_agent.sessions import JsonlSessionRepo
+
+DATA = Path(__file__).parent / "data" / "pi"
+
+pytestmark = [
+    pytest.mark.node,
+    pytest.mark.skipif(PI is None, reason="Node or pi is not installed (.ci/peers)"),
+]
+
+# pi's models.json knows our scripted model by the same provider and id (one that reasons).
+PI_MODELS = {"scripted": [{"id": "scripted", "reasoning": True}]}
+
+
+def pi_resumes(
+    agent_dir: Path, file: Path, models: dict[str, Any], settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What pi restores from ``file`` (with ``settings`` as its settings.json), the entries it
+    appends for one question, and the messages it sent the model."""
+    assert PI is not None
+    node, peers = PI
+    args = [node, str(DATA / "resume.mjs"), str(peers), str(agent_dir), str(file)]
+    args += [json.dumps(models), json.dumps(settings or {})]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def run_in_folder(
+    tmp_path: Path, sessions: Path, agent: str, prompt: str, session_id: str | None = None
+) -> str:
+    """One agent_run of ``agent`` in a session kept in ``sessions`` (a new one by default);
+    its id."""
+
+    async def run() -> str:
+        server = agent_server(
+            tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, sessions_dir=sessions
+        )
+        async with Client(server) as client:
+            given = {"session_id": session_id} if session_id else {}
+            done = await call(client, "agent_run", prompt=prompt, agent=agent, **given)
+            assert done["status"] == "completed"
+            return str(done["sessionId"])
+
+    return anyio.run(run)
+
+
+@pytest.mark.parametrize(("agent", "level"), [("default", "off"), ("thinker", "high")])
+def test_pi_resumes_our_session_at_the_model_and_thinking_level_it_ran_with(
+    agent: str, level: str, tmp_path: Path
+) -> None:
+    """A session started at thinking level off says so, as pi's own do: pi takes a session
+    that names no level for one nobody chose and runs it at its default (medium)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    session_id = run_in_folder(tmp_path, sessions, agent, "hello")
+    repo = JsonlSessionRepo(sessions)
+    assert repo.open(session_id).build_context().thinking_level == level
+    seen = pi_resumes(tmp_path / "pi", repo.path_for(session_id), PI_MODELS)
+    assert seen["restored"] == {
+        "model": {"provider": "scripted", "modelId": "scripted"},
+        "thinkingLevel": level,
+        "fallback": None,
+    }
+    # pi had nothing to record before the question: no level of its own choosing.
+    assert [entry["type"] for entry in seen["appended"]] == ["message", "message"]
+    asked = [m for m in seen["sent"][0] if m["role"] not in ("system", "developer")]
+    assert [m["content"] for m in asked] == [
+        [{"type": "text", "text": "hello"}],
+        "echo: hello",
+        [{"type": "text", "text": "asked in pi"}],
+    ]
+    resumed = JsonlSessionRepo(sessions).open(session_id).build_context()
+    assert resumed.thinking_level == level
+    assert resumed.model == {"provider": "scripted", "modelId": "scripted"}
+
+
+def test_a_session_that_names_no_thinking_level_runs_at_the_agents_as_pi_runs_it_at_its_default(
+    tmp_path: Path,
+) -> None:
+    """A file that sets no level (an older pi's, or messages appended through the tools) was
+    run by nobody's choice: pi resumes it at its default level and ours at the agent's,
+    each recording it, where ours ran it at off, the level a context has by default."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    session_id = "0199aaaa-0000-7000-8000-0000000000a1"
+    header = {"type": "session", "version": 3, "id": session_id}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd=str(tmp_path))
+    stamp = "2026-01-15T08:30:01.000Z"
+    rows: list[dict[str, Any]] = [
+        header,
+        {"type": "model_change", "id": "a0000001", "parentId": None, "timestamp": stamp},
+        {"type": "message", "id": "a0000002", "parentId": "a0000001", "timestamp": stamp},
+    ]
+    rows[1].update(provider="scripted", modelId="scripted")
+    rows[2]["message"] = {"role": "user", "content": "from an older pi", "timestamp": 1}
+    file = sessions / f"{session_id}.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    original = file.read_text()
+    theirs = pi_resumes(tmp_path / "pi", file, PI_MODELS, {"defaultThinkingLevel": "high"})
+    assert theirs["restored"]["thinkingLevel"] == "high"
+    assert theirs["appended"][0] == {**theirs["appended"][0], "thinkingLevel": "high"}
+
+    file.write_text(original)
+    run_in_folder(tmp_path, sessions, "thinker", "and now", session_id)  # its level: high
+    session = JsonlSessionRepo(sessions).open(session_id)
+    assert session.build_context().thinking_level == "high"
+    types = [entry.type for entry in session.get_entries()]
+    assert types[2:5] == ["thinking_level_change", "active_tools_change", "message"]
