@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -140,6 +141,50 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
             check=False,
         )
     assert from_file.stdout.strip() == "True True True", from_file.stderr
+
+
+def test_serve_in_a_terminal_answers_and_stops_at_sigterm_without_waiting_for_enter(
+    tmp_path: Path,
+) -> None:
+    """``serve`` run by hand in a terminal reads requests typed there; SIGTERM stops it at
+    once. Before, the SDK's reader waited for a line in a worker thread that nothing could
+    stop, and the server ran on until the user pressed Enter."""
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    server = subprocess.Popen(
+        command, stdin=follower, stdout=follower, stderr=follower, start_new_session=True
+    )
+    shown = bytearray()
+
+    def shown_until(text: bytes) -> None:
+        while text not in shown:
+            assert server.poll() is None, bytes(shown)
+            if not select.select([leader], [], [], 30)[0]:
+                raise AssertionError(f"waited for {text!r}; the terminal showed {shown!r}")
+            shown.extend(os.read(leader, 1 << 16))
+
+    try:
+        shown_until(b"sessions stored")
+        os.write(leader, json.dumps(initialize_request(7)).encode() + b"\r")
+        shown_until(b'"id":7,"result"')
+        os.write(leader, b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\r')
+        os.write(leader, b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\r')
+        shown_until(b'"id":8,"result"')  # the server now waits for the next line
+        server.send_signal(signal.SIGTERM)
+        try:
+            returncode = server.wait(timeout=20)  # no Enter is ever typed
+        except subprocess.TimeoutExpired:
+            pytest.fail("serve in a terminal ran on after SIGTERM, waiting for a line")
+        # The terminal was read without O_NONBLOCK, which it shares with the shell.
+        assert os.get_blocking(follower)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        os.close(leader)
+        os.close(follower)
+    assert returncode == 143, bytes(shown)
+    assert b"Traceback" not in shown
 
 
 async def test_a_write_larger_than_the_pipe_waits_for_the_reader() -> None:
