@@ -732,6 +732,23 @@ def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     assert refused.exit_code == 2 and target.read_text() == exported.stdout
 
 
+def test_an_export_to_a_file_names_it_as_the_user_wrote_it(
+    cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o out.jsonl`` said ``wrote /the/whole/path/out.jsonl``, and through a link the
+    file the link points to: the user is told of the name they gave."""
+    ids = seed(db)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    Path("link.jsonl").symlink_to(tmp_path / "elsewhere" / "real.jsonl")
+    for name in ("out.jsonl", "link.jsonl", "sub/../again.jsonl"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        done = cli("sessions", "export", ids["session"], "-o", name)
+        assert done.exit_code == 0, done.stderr
+        assert done.stderr.strip() == f"wrote {name} (9 lines)"
+    assert (tmp_path / "elsewhere" / "real.jsonl").read_text() == Path("out.jsonl").read_text()
+
+
 def test_export_to_dash_writes_stdout(
     cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
