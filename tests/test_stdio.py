@@ -483,6 +483,42 @@ def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> 
     server.stderr.close()
 
 
+def test_a_client_that_never_reads_stderr_does_not_freeze_the_server(tmp_path: Path) -> None:
+    """Each line that is not UTF-8 gets an answer and a warning on stderr. A client that
+    keeps stderr on a pipe it never reads filled it after some 700 warnings: the event loop
+    blocked writing the next one, and the server answered nothing more."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    lines = 3000  # some 200 KB of warnings: three times what a pipe holds
+    bad = b"".join(b"\xff not UTF-8 %d\n" % n for n in range(lines))
+    writer = threading.Thread(target=server.stdin.write, args=(bad,), daemon=True)
+    try:
+        writer.start()
+        answered = 0
+        while answered < lines:
+            ready, _, _ = select.select([server.stdout], [], [], 30)
+            assert ready, f"the server stopped answering after {answered} lines"
+            answered += json.loads(server.stdout.readline())["error"]["code"] == -32700
+        writer.join()
+        server.stdin.write(json.dumps({**initialize_request(7)}).encode() + b"\n")
+        server.stdin.flush()
+        assert select.select([server.stdout], [], [], 30)[0]
+        assert json.loads(server.stdout.readline())["id"] == 7
+        server.stdin.close()
+        stderr = server.stderr.read().decode()
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    # What could not wait is counted, not lost without a word; what waited is written.
+    assert "log message(s) dropped: stderr was not being read" in stderr
+    assert "a message that is not UTF-8 was refused" in stderr
+
+
 def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     server = subprocess.Popen(

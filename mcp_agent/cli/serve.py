@@ -24,6 +24,7 @@ from mcp_agent.cli.common import (
     named_store,
     plain_logging,
 )
+from mcp_agent.cli.stderr_log import log_to_stderr_off_the_loop
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -270,6 +271,9 @@ def serve(
     raise_descriptor_limit()  # as servers do; what fits in it bounds runs and connections
     check_database(settings.db_url or settings.db_path)
     plain_logging()
+    # A client that never reads stderr must not freeze the server once the pipe is full (what
+    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s).
+    log_to_stderr_off_the_loop()
     server = build_server(settings, models=cli_models())
     if transport == Transport.http:  # before a token file is written for it
         settings.port = check_port_free(settings.host, settings.port)
