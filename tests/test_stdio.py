@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import pty
+import queue
 import select
 import signal
 import subprocess
@@ -495,18 +496,30 @@ def test_a_client_that_never_reads_stderr_does_not_freeze_the_server(tmp_path: P
     lines = 3000  # some 200 KB of warnings: three times what a pipe holds
     bad = b"".join(b"\xff not UTF-8 %d\n" % n for n in range(lines))
     writer = threading.Thread(target=server.stdin.write, args=(bad,), daemon=True)
+    answers: queue.Queue[bytes] = queue.Queue()
+
+    def read() -> None:
+        assert server.stdout is not None
+        for line in server.stdout:
+            answers.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+
+    def answer() -> Any:
+        return json.loads(answers.get(timeout=30))
+
     try:
         writer.start()
-        answered = 0
-        while answered < lines:
-            ready, _, _ = select.select([server.stdout], [], [], 30)
-            assert ready, f"the server stopped answering after {answered} lines"
-            answered += json.loads(server.stdout.readline())["error"]["code"] == -32700
+        reader.start()
+        for answered in range(lines):
+            try:
+                assert answer()["error"]["code"] == -32700
+            except queue.Empty:
+                pytest.fail(f"the server stopped answering after {answered} lines")
         writer.join()
         server.stdin.write(json.dumps({**initialize_request(7)}).encode() + b"\n")
         server.stdin.flush()
-        assert select.select([server.stdout], [], [], 30)[0]
-        assert json.loads(server.stdout.readline())["id"] == 7
+        assert answer()["id"] == 7
         server.stdin.close()
         stderr = server.stderr.read().decode()
         assert server.wait(timeout=30) == 0
