@@ -668,6 +668,35 @@ def test_sigterm_stops_the_server_while_its_client_keeps_stdin_open(tmp_path: Pa
     assert "Traceback" not in stderr
 
 
+def test_ctrl_c_stops_the_server_as_sigterm_does_mid_request(tmp_path: Path) -> None:
+    """Ctrl-C in the terminal of a host that started the server reaches the server too (its
+    process group). Before, SIGINT cancelled the server mid-request: a request read but not
+    yet taken failed the transport, and the server died of a traceback, exit 1."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(initialize_request(0)) + "\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 0
+        process.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        create = {"name": "session_create", "arguments": {}}
+        for n in range(1, 201):  # requests under way and waiting when the signal comes
+            call = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": create}
+            process.stdin.write(json.dumps(call) + "\n")
+        process.stdin.flush()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)  # stdin stays open until then
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+
+
 def test_sigterm_stops_the_server_and_its_downstream_servers(tmp_path: Path) -> None:
     """A client (or supervisor) that stops the server with SIGTERM: the server stops as at
     the end of its input, its downstream servers and what they started with it (before: the
