@@ -2095,6 +2095,49 @@ def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) ->
     assert users_said(db) == ["hello"]
 
 
+@pytest.mark.parametrize("leave", ["ctrl-d", "ctrl-c"])
+def test_leaving_chat_at_the_prompt_ends_the_prompt_s_line(db: Path, leave: str) -> None:
+    """Ctrl-D or Ctrl-C at the prompt left the terminal's last line at "> ", where the
+    shell's prompt then followed."""
+    import pty
+    import select
+
+    controller, terminal = pty.openpty()
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "chat", "--model", "scripted:echo"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
+        start_new_session=True,
+    )
+    shown = bytearray()
+
+    def read_until(done: Any) -> None:
+        while not done():
+            if not select.select([controller], [], [], 30)[0]:
+                raise AssertionError(f"the terminal showed {shown!r}")
+            try:
+                shown.extend(os.read(controller, 1 << 16))
+            except OSError:  # the chat has ended and the terminal closed
+                return
+
+    try:
+        read_until(lambda: shown.endswith(b"> "))
+        if leave == "ctrl-d":
+            os.write(controller, b"\x04")
+        else:
+            os.killpg(chat.pid, signal.SIGINT)
+        assert chat.wait(timeout=30) == 0
+        read_until(lambda: not select.select([controller], [], [], 0.2)[0])
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+        os.close(controller)
+        os.close(terminal)
+    assert shown.rsplit(b"> ", 1)[1] == b"\r\n", bytes(shown)
+
+
 def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:
     script = "//etc/hosts is empty, why?\n/etc/hosts\n"
     done = sub(
