@@ -733,6 +733,23 @@ def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     assert refused.exit_code == 2 and target.read_text() == exported.stdout
 
 
+def test_an_export_to_a_file_names_it_as_the_user_wrote_it(
+    cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o out.jsonl`` said ``wrote /the/whole/path/out.jsonl``, and through a link the
+    file the link points to: the user is told of the name they gave."""
+    ids = seed(db)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    Path("link.jsonl").symlink_to(tmp_path / "elsewhere" / "real.jsonl")
+    for name in ("out.jsonl", "link.jsonl", "sub/../again.jsonl"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        done = cli("sessions", "export", ids["session"], "-o", name)
+        assert done.exit_code == 0, done.stderr
+        assert done.stderr.strip() == f"wrote {name} (9 lines)"
+    assert (tmp_path / "elsewhere" / "real.jsonl").read_text() == Path("out.jsonl").read_text()
+
+
 def test_export_to_dash_writes_stdout(
     cli: Any, db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -2115,6 +2132,49 @@ def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) ->
         os.close(controller)
         os.close(terminal)
     assert users_said(db) == ["hello"]
+
+
+@pytest.mark.parametrize("leave", ["ctrl-d", "ctrl-c"])
+def test_leaving_chat_at_the_prompt_ends_the_prompt_s_line(db: Path, leave: str) -> None:
+    """Ctrl-D or Ctrl-C at the prompt left the terminal's last line at "> ", where the
+    shell's prompt then followed."""
+    import pty
+    import select
+
+    controller, terminal = pty.openpty()
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "chat", "--model", "scripted:echo"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
+        start_new_session=True,
+    )
+    shown = bytearray()
+
+    def read_until(done: Any) -> None:
+        while not done():
+            if not select.select([controller], [], [], 30)[0]:
+                raise AssertionError(f"the terminal showed {shown!r}")
+            try:
+                shown.extend(os.read(controller, 1 << 16))
+            except OSError:  # the chat has ended and the terminal closed
+                return
+
+    try:
+        read_until(lambda: shown.endswith(b"> "))
+        if leave == "ctrl-d":
+            os.write(controller, b"\x04")
+        else:
+            os.killpg(chat.pid, signal.SIGINT)
+        assert chat.wait(timeout=30) == 0
+        read_until(lambda: not select.select([controller], [], [], 0.2)[0])
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+        os.close(controller)
+        os.close(terminal)
+    assert shown.rsplit(b"> ", 1)[1] == b"\r\n", bytes(shown)
 
 
 def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:

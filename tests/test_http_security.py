@@ -107,6 +107,38 @@ def test_without_a_token_one_is_generated_printed_once_and_saved_for_the_user_al
     assert again.initialize(second).status_code == 200
 
 
+@posix_only
+@pytest.mark.skipif(
+    os.name == "posix" and Path(f"/run/user/{os.geteuid()}").is_dir(),
+    reason="this machine has a runtime directory; platformdirs falls back only without one",
+)
+def test_a_runtime_folder_someone_else_made_first_is_passed_over_saying_why(
+    tmp_path: Path, started: list[Served]
+) -> None:
+    """Without $XDG_RUNTIME_DIR and /run/user/UID, platformdirs' runtime directory is
+    TMP/runtime-UID, a name another user can take first (here: a link to a folder of theirs).
+    platformdirs refuses it, and ``serve`` did not start at all, naming neither the config
+    folder nor --token-file; the token now goes to the config folder, saying why."""
+    temporary = tmp_path / "tmp"
+    theirs = tmp_path / "theirs"
+    for folder in (temporary, theirs):
+        folder.mkdir(mode=0o700)
+    (temporary / f"runtime-{os.geteuid()}").symlink_to(theirs)
+    env = server_env(tmp_path, TMPDIR=str(temporary))
+    del env["XDG_RUNTIME_DIR"]
+    server = Served(tmp_path, env=env)
+    started.append(server)
+    banner = server.banner()
+    [token] = re.findall(r"Authorization: Bearer (\S+)", banner)
+    [path] = (tmp_path / "config").rglob("http-*.token")
+    assert str(path) in banner and path.read_text().strip() == token
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert list(theirs.iterdir()) == []  # nothing of ours in their folder
+    assert "warning: the token is not kept in the per-user runtime directory" in banner
+    assert "is a symlink" in banner
+    assert server.initialize(token).status_code == 200
+
+
 # --- a fixed token ----------------------------------------------------------------------------
 
 

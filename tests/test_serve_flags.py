@@ -178,7 +178,7 @@ def test_a_port_in_use_is_refused_before_its_token_file_is_touched(
         other.listen()
         port = other.getsockname()[1]
         # the token file the other server's clients read
-        token_file = token_dirs()[0] / f"http-{port}.token"
+        token_file = token_dirs()[0][0] / f"http-{port}.token"
         token_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         token_file.write_text("the-other-servers-token\n")
         result = serve("--transport", "http", "--port", str(port))

@@ -8,6 +8,8 @@ import itertools
 import json
 import os
 import pty
+import queue
+import select
 import signal
 import subprocess
 import sys
@@ -140,6 +142,50 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
             check=False,
         )
     assert from_file.stdout.strip() == "True True True", from_file.stderr
+
+
+def test_serve_in_a_terminal_answers_and_stops_at_sigterm_without_waiting_for_enter(
+    tmp_path: Path,
+) -> None:
+    """``serve`` run by hand in a terminal reads requests typed there; SIGTERM stops it at
+    once. Before, the SDK's reader waited for a line in a worker thread that nothing could
+    stop, and the server ran on until the user pressed Enter."""
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    server = subprocess.Popen(
+        command, stdin=follower, stdout=follower, stderr=follower, start_new_session=True
+    )
+    shown = bytearray()
+
+    def shown_until(text: bytes) -> None:
+        while text not in shown:
+            assert server.poll() is None, bytes(shown)
+            if not select.select([leader], [], [], 30)[0]:
+                raise AssertionError(f"waited for {text!r}; the terminal showed {shown!r}")
+            shown.extend(os.read(leader, 1 << 16))
+
+    try:
+        shown_until(b"sessions stored")
+        os.write(leader, json.dumps(initialize_request(7)).encode() + b"\r")
+        shown_until(b'"id":7,"result"')
+        os.write(leader, b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\r')
+        os.write(leader, b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\r')
+        shown_until(b'"id":8,"result"')  # the server now waits for the next line
+        server.send_signal(signal.SIGTERM)
+        try:
+            returncode = server.wait(timeout=20)  # no Enter is ever typed
+        except subprocess.TimeoutExpired:
+            pytest.fail("serve in a terminal ran on after SIGTERM, waiting for a line")
+        # The terminal was read without O_NONBLOCK, which it shares with the shell.
+        assert os.get_blocking(follower)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        os.close(leader)
+        os.close(follower)
+    assert returncode == 143, bytes(shown)
+    assert b"Traceback" not in shown
 
 
 async def test_a_write_larger_than_the_pipe_waits_for_the_reader() -> None:
@@ -438,6 +484,54 @@ def test_a_client_that_stops_reading_ends_the_server_quietly(tmp_path: Path) -> 
     server.stderr.close()
 
 
+def test_a_client_that_never_reads_stderr_does_not_freeze_the_server(tmp_path: Path) -> None:
+    """Each line that is not UTF-8 gets an answer and a warning on stderr. A client that
+    keeps stderr on a pipe it never reads filled it after some 700 warnings: the event loop
+    blocked writing the next one, and the server answered nothing more."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    lines = 3000  # some 200 KB of warnings: three times what a pipe holds
+    bad = b"".join(b"\xff not UTF-8 %d\n" % n for n in range(lines))
+    writer = threading.Thread(target=server.stdin.write, args=(bad,), daemon=True)
+    answers: queue.Queue[bytes] = queue.Queue()
+
+    def read() -> None:
+        assert server.stdout is not None
+        for line in server.stdout:
+            answers.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+
+    def answer() -> Any:
+        return json.loads(answers.get(timeout=30))
+
+    try:
+        writer.start()
+        reader.start()
+        for answered in range(lines):
+            try:
+                assert answer()["error"]["code"] == -32700
+            except queue.Empty:
+                pytest.fail(f"the server stopped answering after {answered} lines")
+        writer.join()
+        server.stdin.write(json.dumps({**initialize_request(7)}).encode() + b"\n")
+        server.stdin.flush()
+        assert answer()["id"] == 7
+        server.stdin.close()
+        stderr = server.stderr.read().decode()
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    # What could not wait is counted, not lost without a word; what waited is written.
+    assert "log message(s) dropped: stderr was not being read" in stderr
+    assert "a message that is not UTF-8 was refused" in stderr
+
+
 def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     server = subprocess.Popen(
@@ -571,6 +665,35 @@ def test_sigterm_stops_the_server_while_its_client_keeps_stdin_open(tmp_path: Pa
             process.wait()
         process.stdin.close()
     assert returncode == 143, stderr
+    assert "Traceback" not in stderr
+
+
+def test_ctrl_c_stops_the_server_as_sigterm_does_mid_request(tmp_path: Path) -> None:
+    """Ctrl-C in the terminal of a host that started the server reaches the server too (its
+    process group). Before, SIGINT cancelled the server mid-request: a request read but not
+    yet taken failed the transport, and the server died of a traceback, exit 1."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(initialize_request(0)) + "\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 0
+        process.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        create = {"name": "session_create", "arguments": {}}
+        for n in range(1, 201):  # requests under way and waiting when the signal comes
+            call = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": create}
+            process.stdin.write(json.dumps(call) + "\n")
+        process.stdin.flush()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)  # stdin stays open until then
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
 
 

@@ -155,6 +155,46 @@ def test_every_stdio_request_gets_an_answer_and_nothing_unreadable_is_stored(
         assert len(file.read_text().splitlines()) == 1  # the header alone
 
 
+def test_a_request_before_initialize_is_told_to_initialize_first(tmp_path: Path) -> None:
+    """The SDK refuses a request sent before ``initialize`` as "Invalid request parameters",
+    with nothing more, though its params may be right: the client is told what to send."""
+
+    def tool_call(request_id: int, name: str, meta: Any = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": {}}
+        if meta is not None:
+            params["_meta"] = meta
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    modern = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    answers, stderr = serve_piped(
+        tmp_path / "s.db",
+        [
+            tool_call(1, "session_create"),
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+            initialize_request(5),
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            tool_call(6, "session_list"),
+        ],
+    )
+    for request_id, method in ((1, "tools/call"), (2, "tools/list")):
+        error = answers[request_id]["error"]
+        assert error["code"] == -32602
+        assert error["message"] == (
+            f"{method}: the connection is not initialized: send initialize first (then "
+            "notifications/initialized); only ping may come before it"
+        )
+    assert answers[3]["result"] == {}
+    assert answers[6]["result"]["structuredContent"]["sessions"] == []  # none was created
+    assert "Traceback" not in stderr
+    # 2026-07-28 has no handshake: its requests are served at once.
+    served, _ = serve_piped(tmp_path / "s.db", [tool_call(1, "session_list", modern)])
+    assert served[1]["result"]["structuredContent"]["sessions"] == []
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_lone_surrogate_is_refused_before_any_handler(tmp_path: Path, mode: str) -> None:
     """An in-process client (and the 2026 HTTP transport, whose parser reads lone surrogate

@@ -292,6 +292,10 @@ class Chat:
             self.idle = None
             if scope.cancelled_caught or line is None:
                 self.printer.end_line()
+                if not self.reader.echo:
+                    # The prompt stays on the terminal's last line: the shell's would follow it.
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
                 return
             line = line.strip()
             if not line:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 import typer
 
 from mcp_agent.cli.common import (
+    INTERRUPTED,
     PROG,
     TERMINATED,
     DbOption,
@@ -24,6 +25,7 @@ from mcp_agent.cli.common import (
     named_store,
     plain_logging,
 )
+from mcp_agent.cli.stderr_log import log_to_stderr_off_the_loop
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -292,6 +294,9 @@ def serve(
     raise_descriptor_limit()  # as servers do; what fits in it bounds runs and connections
     check_database(settings.db_url or settings.db_path)
     plain_logging()
+    # A client that never reads stderr must not freeze the server once the pipe is full (what
+    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s).
+    log_to_stderr_off_the_loop()
     server = build_server(settings, models=cli_models())
     if transport == Transport.http:  # before a token file is written for it
         settings.port = check_port_free(settings.host, settings.port)
@@ -311,8 +316,9 @@ def serve(
         if transport == Transport.http:
             anyio.run(serve_http, server, settings, backend_options=event_loop_options())
         else:
-            if anyio.run(_stdio_until_sigterm, server):
-                raise typer.Exit(TERMINATED)
+            stopped_by = anyio.run(_stdio_until_sigterm, server)
+            if stopped_by is not None:
+                raise typer.Exit(INTERRUPTED if stopped_by == "SIGINT" else TERMINATED)
     except ManifestError as error:
         die(str(error))
     except KeyboardInterrupt:
@@ -322,12 +328,14 @@ def serve(
             auth.remove()
 
 
-async def _stdio_until_sigterm(server: Any) -> bool:
+async def _stdio_until_sigterm(server: Any) -> str | None:
     """Serve over stdio until the input ends, or until SIGTERM (a client that stops its
-    server so, a supervisor): then the server stops as at the end of its input, its runs and
-    downstream servers with it, these given at most ``HURRIED_KILL`` seconds after SIGTERM
-    (the signal's default would end it at once, and leave those servers running). Whether
-    SIGTERM stopped it."""
+    server so, a supervisor) or SIGINT (Ctrl-C in the terminal of a host that started it,
+    which reaches its whole process group): then the server stops as at the end of its input,
+    its runs and downstream servers with it, these given at most ``HURRIED_KILL`` seconds
+    after the signal (SIGTERM's default would end it at once, and leave those servers
+    running; SIGINT's cancelled it mid-request, with a traceback). The name of the signal
+    that stopped it, if one did; a second Ctrl-C interrupts the stop itself."""
     import signal
 
     import anyio
@@ -335,19 +343,21 @@ async def _stdio_until_sigterm(server: Any) -> bool:
     from mcp_agent.server.stdio import StdioStop, run_stdio
 
     stop = StdioStop()
+    stopped_by: list[str] = []
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for received in signals:
                     # Not a cancellation of the server: its runs must record their end.
+                    stopped_by.append(signal.Signals(received).name)
                     stop.stop()
                     return
 
         group.start_soon(watch)
         await run_stdio(server, stop=stop)
         group.cancel_scope.cancel()
-    return stop.stopped
+    return stopped_by[0] if stop.stopped and stopped_by else None
 
 
 # The cyclic collector's thresholds while serving. A request allocates a few thousand

@@ -168,6 +168,8 @@ def export(
 
     if output == Path("-"):  # as most tools take it; it made a file named "-"
         output = None
+    # Messages name the file as the user wrote it (not the folder a link points into).
+    given = output
     if output is not None:
         output = _export_target(output, database_location(db))
     count = 0
@@ -198,8 +200,8 @@ def export(
             else:  # a failure part-way leaves the file that was there, not half of this one
                 write_file_atomically(output, lines())
         except OSError as error:
-            die(f"cannot write {output}: {error.strerror or error}; choose another --output")
-    err().print(f"wrote {output} ({count} lines)", style="dim")
+            die(f"cannot write {given}: {error.strerror or error}; choose another --output")
+    err().print(f"wrote {given} ({count} lines)", style="dim")
 
 
 def _export_target(output: Path, store: str | Path) -> Path:

@@ -288,15 +288,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def token_dirs() -> list[Path]:
+def token_dirs() -> tuple[list[Path], list[str]]:
     """Where a generated HTTP token is written, in order of preference: the per-user runtime
-    directory (private, cleared at logout), then the per-user config directory."""
+    directory (private, cleared at logout), then the per-user config directory; and why a
+    runtime directory was left out. Without ``$XDG_RUNTIME_DIR`` and ``/run/user/UID``,
+    platformdirs falls back to ``/tmp/runtime-UID``, a name anyone can take first: when it is
+    not this user's own (another user's folder, a link) platformdirs refuses it, and the
+    token goes to the config directory instead of the server not starting."""
     import warnings
 
     import platformdirs
 
+    folders, skipped = [], []
     with warnings.catch_warnings():
         # platformdirs warns when $XDG_RUNTIME_DIR is unset and falls back to a checked one.
         warnings.simplefilter("ignore")
-        runtime = platformdirs.user_runtime_dir(APP_NAME, appauthor=False)
-    return [Path(runtime), Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))]
+        try:
+            folders.append(Path(platformdirs.user_runtime_dir(APP_NAME, appauthor=False)))
+        except OSError as error:
+            skipped.append(f"the per-user runtime directory ({error.strerror or error})")
+    folders.append(Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)))
+    return folders, skipped

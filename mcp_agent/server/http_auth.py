@@ -169,9 +169,10 @@ def read_token_file(path: Path) -> str:
 
 def write_token_file(token: str, port: int) -> Path:
     """Write the token to ``http-PORT.token`` (mode 0600) in the first per-user directory that
-    is private to this user: the runtime directory, else the config directory."""
-    problems: list[str] = []
-    for folder in token_dirs():
+    is private to this user: the runtime directory, else the config directory (a folder
+    passed over is said on stderr, once the token is saved)."""
+    folders, problems = token_dirs()
+    for folder in folders:
         try:
             _private_folder(folder)
             path = folder / f"http-{port}.token"
@@ -185,6 +186,8 @@ def write_token_file(token: str, port: int) -> Path:
             except BaseException:
                 temporary.unlink(missing_ok=True)
                 raise
+            for problem in problems:
+                print(f"warning: the token is not kept in {problem}", file=sys.stderr)
             return path
         except (OSError, HttpAuthError) as error:
             problems.append(f"{folder}: {getattr(error, 'strerror', None) or error}")

@@ -5,7 +5,9 @@ every message written is a hop to a worker thread and back, which is most of an 
 trip over stdio (and those threads contend with the request for the GIL). When stdin and
 stdout are pipes or sockets (how MCP clients start a server) on POSIX, we give it streams over
 them that wait for readiness in the event loop instead; framing, parsing and the message loop
-stay the SDK's. A line the SDK cannot read gets its JSON-RPC error (``unreadable``), on either. Otherwise (Windows, a terminal, files) the SDK's own streams serve.
+stay the SDK's. A line the SDK cannot read gets its JSON-RPC error (``unreadable``), on either. A
+terminal on stdin (``serve`` run by hand) is read in the event loop too, left blocking; its
+output and other stdins (Windows, files) go through the SDK's own streams.
 
 Like the SDK, we keep the wire to ourselves while serving: fd 0 reads the null device and fd 1
 goes to stderr, so a stray ``print`` or a child process cannot corrupt the protocol stream.
@@ -22,7 +24,7 @@ import os
 import stat
 import sys
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -41,7 +43,7 @@ from mcp_types import (
     RequestId,
 )
 
-from mcp_agent.pipes import DroppedLine, LineReader, PeerGone, Writer
+from mcp_agent.pipes import READ_CHUNK, DroppedLine, LineReader, PeerGone, Writer, fd_reads
 from mcp_agent.server.spliced import SplicingStream, splicing
 from mcp_agent.server.unreadable import AnsweringStream, dropped_answer, undecodable_answer
 from mcp_agent.streams import WrappedStream
@@ -134,18 +136,71 @@ def claim_wire() -> tuple[int, int, Callable[[], None]] | None:
     return wire_in, wire_out, release
 
 
+def claim_terminal() -> tuple[int, Callable[[], None]] | None:
+    """A private copy of fd 0 when it is a terminal, and the function that puts it back;
+    meanwhile fd 0 reads the null device (a child process cannot take the user's lines).
+    The copy stays blocking (the terminal's O_NONBLOCK is the shell's too): it is read only
+    once the event loop says it is readable, so a read never blocks and waiting for a line
+    can be cancelled (SIGTERM). The SDK's own reader waits in a worker thread that nothing
+    can stop: ``serve`` in a terminal, sent SIGTERM, waited for the user's Enter. None,
+    having changed nothing, when fd 0 is no terminal or cannot be copied."""
+    try:
+        if not os.isatty(0):
+            return None
+        terminal = _dup_above_std(0)
+    except OSError:
+        return None
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        os.close(terminal)
+        return None
+
+    def release() -> None:
+        with suppress(OSError):
+            os.dup2(terminal, 0)
+        for fd in (terminal, devnull):
+            with suppress(OSError):
+                os.close(fd)
+
+    try:
+        os.dup2(devnull, 0)
+    except OSError:
+        release()
+        return None
+    return terminal, release
+
+
+def ready_reads(fd: int, size: int = READ_CHUNK) -> Callable[[], Awaitable[bytes]]:
+    """Reads of the blocking descriptor ``fd`` (a terminal: a line each, empty at Ctrl-D),
+    each once the event loop says there is something to read."""
+
+    async def read() -> bytes:
+        await anyio.wait_readable(fd)
+        return os.read(fd, size)
+
+    return read
+
+
 @asynccontextmanager
 async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
     """The SDK's stdio transport over event-loop streams when stdin and stdout are pipes or
-    sockets (POSIX), or the SDK's own streams (Windows, terminals, files); with them, the
-    lines read and not yet taken off the read stream, oldest first (event-loop streams only:
-    the SDK's reads no line we see)."""
+    sockets (POSIX); a terminal on stdin read in the event loop, with the SDK's writes; else
+    the SDK's own streams (Windows, files). With them, the lines read and not yet taken off
+    the read stream, oldest first (None from the SDK's reader, which shows us no line)."""
     claimed = None if sys.platform == "win32" else claim_wire()
-    if claimed is None:
+    terminal = None if claimed is not None or sys.platform == "win32" else claim_terminal()
+    if claimed is None and terminal is None:
         async with stdio_server() as (read_stream, write_stream):
             yield read_stream, write_stream, None
         return
-    wire_in, wire_out, release = claimed
+    if claimed is not None:
+        wire_in, wire_out, release = claimed
+        chunks, writer = fd_reads(wire_in), Writer(wire_out)
+    else:
+        assert terminal is not None
+        wire_in, release = terminal
+        chunks, writer = ready_reads(wire_in), None  # the SDK writes to a terminal
     # The transport reads a line only once the one before is taken off the read stream, so
     # two are waiting here at most; the bound only guards against losing step.
     lines: deque[str] = deque(maxlen=8)
@@ -166,8 +221,10 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
             await answer_to[0].send(SessionMessage(undecodable_answer(error)))
 
     try:
-        reader = LineReader(wire_in, lines=lines, dropped=dropped, undecodable=undecodable)
-        async with stdio_server(reader, Writer(wire_out)) as (read_stream, write_stream):  # type: ignore[arg-type]
+        reader = LineReader(
+            wire_in, lines=lines, dropped=dropped, undecodable=undecodable, chunks=chunks
+        )
+        async with stdio_server(reader, writer) as (read_stream, write_stream):  # type: ignore[arg-type]
             answer_to.append(write_stream)
             yield read_stream, write_stream, lines
     finally:

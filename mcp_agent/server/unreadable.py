@@ -124,19 +124,42 @@ class UnpairedSurrogates(ServerMiddleware[Any]):
         raise MCPError(INVALID_PARAMS, message)
 
 
+# What the SDK says, and nothing more, to params it refuses and to a request before the
+# connection is initialized.
+SDK_INVALID_PARAMS = "Invalid request parameters"
+
+
+def not_initialized_message(method: str) -> str:
+    return (
+        f"{_printable(method)}: the connection is not initialized: send initialize first "
+        "(then notifications/initialized); only ping may come before it"
+    )
+
+
 class DescribedParams(ServerMiddleware[Any]):
     """Says what is wrong with a request's params: the SDK refuses params that fail its check
     (a tool's name that is not a string, arguments that are no object) with "Invalid request
     parameters" and nothing more, which leaves a client's author, or an LLM, guessing. Only
     params that fail that same check again are described (a ValidationError from a handler is
     the server's own, and keeps the SDK's answer), in a bounded message: the first few
-    problems, each path cut short (a client's keys are in it)."""
+    problems, each path cut short (a client's keys are in it). The SDK gives the same words
+    to a request sent before ``initialize`` (whose params may be right): that one is told to
+    initialize first, as over HTTP."""
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         try:
             return await call_next(ctx)
+        except MCPError as error:
+            refused = error.error
+            if (
+                ctx.session.client_params is None
+                and refused.code == INVALID_PARAMS
+                and (refused.message, refused.data) == (SDK_INVALID_PARAMS, "")
+            ):
+                raise MCPError(INVALID_PARAMS, not_initialized_message(ctx.method)) from None
+            raise
         except ValidationError:
             if ctx.method not in SPEC_CLIENT_METHODS:
                 raise
@@ -144,7 +167,7 @@ class DescribedParams(ServerMiddleware[Any]):
                 validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
             except ValidationError as refused:
                 message = f"{_printable(ctx.method)}: {_described(refused, ctx.params)}"
-                raise MCPError(INVALID_PARAMS, f"Invalid request parameters: {message}") from None
+                raise MCPError(INVALID_PARAMS, f"{SDK_INVALID_PARAMS}: {message}") from None
             except KeyError:  # a method this protocol version has not
                 pass
             raise
