@@ -39,7 +39,7 @@ from providers_support import (
 from mcp_agent.messages import StopReason, TextContent, ThinkingContent
 from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
-from mcp_agent.providers.base import is_transient_error
+from mcp_agent.providers.base import is_context_overflow, is_transient_error
 from mcp_agent.providers.openai_compat import stream_openai_compat
 from mcp_agent.wire import escape_controls, one_line
 
@@ -572,3 +572,30 @@ async def test_a_providers_timeouts_in_the_models_file_bound_its_requests(
         with pytest.raises(ModelRegistryError, match=said) as raised:
             ModelRegistry.load(models)
         assert "providers.local" in str(raised.value)
+
+
+LLAMA_CPP_OVERFLOW = (
+    b'error: {"code":400,"message":"the request exceeds the available context size, try'
+    b' increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":4096}\n\n'
+)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_llama_cpp_error_line_is_the_servers_error_and_an_overflow_is_marked(
+    api: str,
+) -> None:
+    # llama.cpp's server writes an error in a stream as "error: {...}", a field of its own:
+    # what it says is said (and an overflow compacts), not "malformed event stream line".
+    async with script_server() as server:
+        if api == "openai":
+            server.add(Reply(body=[oa_chunk({"content": "so"}), LLAMA_CPP_OVERFLOW]))
+            _, final = await collect(openai(server.base))
+        else:
+            body: Body = [an_message_start(), *an_text_block(0, "so"), LLAMA_CPP_OVERFLOW]
+            server.add(Reply(body=body))
+            _, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.ERROR and final.text == "so"
+    error = present(final.error_message)
+    assert "malformed" not in error
+    assert "the server reported an error mid-stream: the request exceeds the available" in error
+    assert is_context_overflow(final) and not is_transient_error(final)

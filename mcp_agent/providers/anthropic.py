@@ -331,7 +331,9 @@ class _StreamState:
                 return
             # An event named error is one whatever it holds (a proxy's plain text).
             event = {"type": "error", "error": {"message": str(event)}}
-        kind = event.get("type") or event_type
+        # An event named error is one whatever its data's type says (llama.cpp's names the
+        # kind of error: "exceed_context_size_error").
+        kind = "error" if event_type == "error" else event.get("type") or event_type
         if kind == "content_block_delta":
             self._delta(event)
         elif kind == "content_block_start":

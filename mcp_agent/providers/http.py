@@ -673,7 +673,8 @@ class SseParser:
     data lines, CR or CRLF line ends, a byte order mark, an event split across reads) goes
     through httpx-sse's incremental decoders, the ones its ``EventSource`` runs, so the full
     SSE rules apply to it. A line that is not SSE at all (no known field, e.g. a raw JSON
-    error some servers send) raises MalformedStream, where the decoder would skip it.
+    error some servers send) raises MalformedStream, where the decoder would skip it; but
+    llama.cpp's ``error: {...}`` line is an event named error.
     """
 
     __slots__ = ("_between", "_events", "_lines", "_pending", "_started", "endpoint", "on_event")
@@ -746,9 +747,14 @@ class SseParser:
         ended = False
         for line in lines:
             if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
-                raise MalformedStream(
-                    f"{self.endpoint.where}: malformed event stream line {one_line(line, 200)!r}"
-                )
+                if not line.startswith("error:"):
+                    raise MalformedStream(
+                        f"{self.endpoint.where}: malformed event stream line {one_line(line, 200)!r}"
+                    )
+                # llama.cpp's server writes an error in the stream as a field of its own,
+                # "error: {...}": an event named error, as "event: error" and "data: {...}".
+                decode("event: error")
+                line = f"data:{line[6:]}"
             sse = decode(line)
             if sse is not None:
                 ended = True
