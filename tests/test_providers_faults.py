@@ -5,6 +5,7 @@ retried only when a second try may meet something else."""
 from __future__ import annotations
 
 import json
+import socket
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -599,3 +600,59 @@ async def test_llama_cpp_error_line_is_the_servers_error_and_an_overflow_is_mark
     assert "malformed" not in error
     assert "the server reported an error mid-stream: the request exceeds the available" in error
     assert is_context_overflow(final) and not is_transient_error(final)
+
+
+def resolver(monkeypatch: pytest.MonkeyPatch, answers: list[int | None]) -> list[str]:
+    """The system resolver, but for the name ``model-box.test``: each lookup of it takes the
+    next of ``answers`` (a getaddrinfo error code, or None: 127.0.0.1), as a resolver that
+    does not know the name, or could not be asked, says (a test asks no DNS server). Returns
+    the names looked up."""
+    looked_up: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else str(host)  # anyio sends bytes
+        looked_up.append(name)
+        if name != "model-box.test":
+            return real(host, *args, **kwargs)
+        code = answers.pop(0)
+        if code is not None:
+            raise socket.gaierror(code, "the resolver's words")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return looked_up
+
+
+async def test_a_host_name_that_is_not_known_is_said_so_and_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked_up = resolver(monkeypatch, [socket.EAI_NONAME] * 5)
+    _, final = await collect(openai("http://model-box.test:9"))
+    error = present(final.error_message)
+    assert "the host name 'model-box.test' is not known" in error
+    assert "is the base URL (OPENAI_BASE_URL) spelt right?" in error
+    assert looked_up == ["model-box.test"]  # a typo is no passing fault
+    assert not is_transient_error(final)
+
+
+async def test_a_resolver_that_could_not_be_asked_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("answered"))
+        port = server.base.rsplit(":", 1)[1]
+        looked_up = resolver(monkeypatch, [socket.EAI_AGAIN, None])
+        _, final = await collect(openai(f"http://model-box.test:{port}"))
+    assert final.stop_reason == StopReason.STOP and final.text == "answered"
+    assert looked_up.count("model-box.test") == 2
+
+
+async def test_a_refused_connection_says_nothing_listens_there() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()  # the port is free: nothing listens there
+    _, final = await collect(openai(f"http://127.0.0.1:{port}"))
+    error = present(final.error_message)
+    assert f"could not connect (connection refused: nothing listens at 127.0.0.1:{port})" in error
+    assert "All connection attempts failed" not in error

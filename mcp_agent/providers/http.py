@@ -373,6 +373,51 @@ def is_tls_error(error: BaseException) -> bool:
     return False
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The operating system's error behind ``error`` (httpx and anyio wrap it), or None."""
+    seen: BaseException | None = error
+    for _ in range(10):  # the chain of causes is short; a loop in it must not hang this
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+# getaddrinfo's answers that the name has no address (a typo'd host), unlike EAI_AGAIN (the
+# resolver could not be asked, which may pass).
+_UNKNOWN_HOST = frozenset(
+    code
+    for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+    if code is not None
+)
+
+
+def is_unknown_host(error: BaseException) -> bool:
+    """Whether ``error`` says the base URL's host name has no address: trying again meets
+    the same."""
+    cause = _os_error(error)
+    return isinstance(cause, socket.gaierror) and cause.errno in _UNKNOWN_HOST
+
+
+def _host_of(endpoint: Endpoint) -> str:
+    try:
+        return httpx.URL(endpoint.url).host or endpoint.base_url
+    except (httpx.InvalidURL, ValueError):
+        return endpoint.base_url
+
+
+def _address(endpoint: Endpoint) -> str:
+    """``host:port`` of the endpoint, its scheme's port when the URL names none."""
+    try:
+        url = httpx.URL(endpoint.url)
+    except (httpx.InvalidURL, ValueError):
+        return endpoint.base_url
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+
 def describe_transport_error(
     endpoint: Endpoint, error: Exception, *, mid_stream: bool, read_timeout: float | None = None
 ) -> str:
@@ -385,10 +430,18 @@ def describe_transport_error(
             "scheme match the server (https for TLS, http for plain), and is its certificate valid?"
         )
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
-        hint = "is the server running and the base URL right"
-        if endpoint.base_url_env:
-            hint += f" ({endpoint.base_url_env})"
-        return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
+        setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
+        if is_unknown_host(error):
+            return (
+                f"{endpoint.where}: could not connect: the host name {_host_of(endpoint)!r} is"
+                f" not known ({detail}) — is the base URL{setting} spelt right?"
+            )
+        if isinstance(_os_error(error), ConnectionRefusedError):
+            detail = f"connection refused: nothing listens at {_address(endpoint)}"
+        return (
+            f"{endpoint.where}: could not connect ({detail}) — is the server running and the"
+            f" base URL{setting} right?"
+        )
     if isinstance(error, httpx.ReadTimeout) and read_timeout is not None:
         # How long, and what to change when a slow model (a local one on a CPU) needs longer.
         kept = "; the partial response is kept" if mid_stream else ""
@@ -483,7 +536,11 @@ async def open_event_stream(
             try:
                 response = await race.run(client.send(request, stream=True))
             except _RETRIED_TRANSPORT_ERRORS as error:
-                if attempt < policy.max_retries and not is_tls_error(error):
+                if (
+                    attempt < policy.max_retries
+                    and not is_tls_error(error)
+                    and not is_unknown_host(error)
+                ):
                     delay = policy.backoff(attempt, None)
                     said = describe_transport_error(
                         endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
