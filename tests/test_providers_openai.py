@@ -576,6 +576,56 @@ async def test_a_redirect_says_where_to_and_is_not_followed(location: str, said:
         assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("refused", "said", "compat"),
+    [  # what relays (one-api, new-api) and older Azure API versions answer
+        (
+            "Unrecognized request argument supplied: stream_options",
+            "set compat = { supports_usage_in_streaming = false }",
+            OpenAICompat(supports_usage_in_streaming=False),
+        ),
+        (
+            "Unknown parameter: 'reasoning_effort'.",
+            "set compat = { supports_reasoning_effort = false }",
+            OpenAICompat(supports_reasoning_effort=False),
+        ),
+        (
+            "Unsupported parameter: 'max_completion_tokens'",
+            'set compat = { max_tokens_field = "max_tokens" }',
+            OpenAICompat(max_tokens_field="max_tokens"),
+        ),
+    ],
+)
+async def test_a_request_field_the_server_refuses_names_the_setting_that_drops_it(
+    refused: str, said: str, compat: OpenAICompat
+) -> None:
+    field = refused.split(":")[-1].strip(" '.")
+    model = model_at("", "o4-mini", reasoning=True)
+    async with script_server() as server:
+        model.base_url = server.base + "/v1"
+        server.add(error_reply(400, refused, "unknown_parameter"))
+        server.add(oa_text_reply("fine"))
+        everything = OpenAIConfig(compat=OpenAICompat())  # every optional field sent
+        _, final = await collect(
+            stream_openai_compat(
+                model,
+                user_context(),
+                key(max_tokens=100, thinking_level="medium"),
+                config=everything,
+            )
+        )
+        assert field in server.requests[0].json()
+        error = present(final.error_message)
+        assert f"— the server does not take {field}: {said} in the provider's table" in error
+        # With that setting, the field is not sent and the answer comes.
+        stream = make_stream_fn(OpenAIConfig(compat=compat))
+        _, final = await collect(
+            stream(model, user_context(), key(max_tokens=100, thinking_level="medium"))
+        )
+        assert final.text == "fine"
+        assert field not in server.requests[-1].json()
+
+
 async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with script_server() as server:

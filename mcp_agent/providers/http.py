@@ -97,6 +97,9 @@ class Endpoint:
     url: str  # posted to: base_url + "/chat/completions"
     key_env: str | None = None  # "OPENAI_API_KEY", named in 401 hints
     base_url_env: str | None = None  # "OPENAI_BASE_URL", named in connection hints
+    # Optional request fields and the setting that stops sending each: said when a 400 or
+    # 422 names the field (a server or relay that refuses what it does not know).
+    field_settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def where(self) -> str:
@@ -342,6 +345,10 @@ def describe_status(
     elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
         what = "rate limited" if status == 429 else "the server is failing or overloaded"
         hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
+    elif status in (400, 422):
+        refused = next((pair for pair in endpoint.field_settings if pair[0] in detail), None)
+        if refused is not None:
+            hint = f"the server does not take {refused[0]}: {refused[1]}"
     if hint:
         text += f" — {hint}"
     if status in (400, 413, 422) and is_overflow_text(f"{detail} {reason}"):

@@ -568,6 +568,17 @@ class _StreamState:
         output.stop_reason = stop
 
 
+# The optional fields of a request, each with the compat setting that stops sending it.
+_FIELD_SETTINGS = tuple(
+    (name, f"set compat = {{ {setting} }} in the provider's table in models.toml")
+    for name, setting in (
+        ("stream_options", "supports_usage_in_streaming = false"),
+        ("reasoning_effort", "supports_reasoning_effort = false"),
+        ("max_completion_tokens", 'max_tokens_field = "max_tokens"'),
+    )
+)
+
+
 def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
     base_url = (model.base_url or OPENAI_BASE_URL).rstrip("/")
     return Endpoint(
@@ -576,6 +587,7 @@ def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
         url=f"{base_url}/chat/completions",
         key_env=config.api_key_env,
         base_url_env=config.base_url_env,
+        field_settings=_FIELD_SETTINGS,
     )
 
 
