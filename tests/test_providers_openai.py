@@ -337,6 +337,25 @@ async def test_usage_with_cached_tokens_and_cost() -> None:
         assert usage.cost.total == pytest.approx(1600 / 1e6)
 
 
+async def test_groq_usage_in_x_groq_is_counted() -> None:
+    # Groq's last chunk carries the usage in x_groq, not in usage: it was 0 tokens.
+    groq_usage = {"id": "req_1", "usage": {"prompt_tokens": 120, "completion_tokens": 7}}
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"content": "hi"}),
+                    oa_chunk({}, "stop", x_groq=groq_usage),
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.text == "hi" and (final.usage.input, final.usage.output) == (120, 7)
+
+
 async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
     async with script_server() as server:
         server.add(

@@ -359,6 +359,9 @@ class _StreamState:
         if chunk.get("error"):
             self._error(chunk)
         usage = chunk.get("usage")
+        if not usage and "x_groq" in chunk:  # Groq's last chunk carries it here
+            extra = chunk["x_groq"]
+            usage = extra.get("usage") if type(extra) is dict else None
         if usage:
             self._usage(usage)
         choices = chunk.get("choices")
