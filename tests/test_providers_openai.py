@@ -401,6 +401,55 @@ async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
         }
 
 
+async def test_mistral_content_as_typed_chunks_is_thinking_and_text() -> None:
+    # Magistral streams its content as typed chunks (thinking, then text), not a string: the
+    # answer failed with "unexpected data in the event stream (TypeError …)".
+    def thinking(*texts: str) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": [{"type": "text", "text": t} for t in texts]}
+
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"role": "assistant", "content": [thinking("Let me ")]}),
+                    oa_chunk({"content": [thinking("think", ".")]}),
+                    oa_chunk({"content": [{"type": "text", "text": "Answer"}]}),
+                    oa_chunk({"content": "!"}),  # a plain string may follow
+                    oa_chunk({}, "stop"),
+                    OA_DONE,
+                ]
+            ),
+            oa_text_reply("again"),
+        )
+        model = model_at(server.base + "/v1", "magistral-medium-latest", reasoning=True)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        assert event_types(events) == [
+            "start",
+            "thinking_start",
+            "thinking_delta",
+            "thinking_delta",
+            "thinking_delta",
+            "text_start",
+            "text_delta",
+            "text_delta",
+            "thinking_end",
+            "text_end",
+            "done",
+        ]
+        thinking_block, text = final.content
+        assert narrow(thinking_block, ThinkingContent).thinking == "Let me think."
+        assert narrow(text, TextContent).text == "Answer!"
+        # The next request carries the answer, and no field Mistral would refuse.
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "Answer!"}
+
+
 async def test_several_tool_calls_interleaved_by_index() -> None:
     def call(index: int, **function) -> bytes:
         entry = {"index": index, "function": function}

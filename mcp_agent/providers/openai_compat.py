@@ -377,7 +377,11 @@ class _StreamState:
         delta = choice.get("delta")
         if delta:
             content = delta.get("content")
-            if content:
+            if content and type(content) is not str:
+                self._content_parts(content)
+                if len(delta) > 1:
+                    self._other_delta(delta)
+            elif content:
                 fields = self._text_fields
                 if fields is None:
                     fields = self._open_text()
@@ -431,6 +435,35 @@ class _StreamState:
         if calls:
             for call in calls:
                 self._tool_call(call)
+
+    def _content_parts(self, parts: Any) -> None:
+        """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
+        and thinking whose own content is chunks of text. Anything else is no content."""
+        if type(parts) is not list:
+            raise TypeError(f"content of type {type(parts).__name__}")
+        for part in parts:
+            if type(part) is not dict:
+                raise TypeError(f"a content part of type {type(part).__name__}")
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if text:
+                    self._text(text)
+            elif kind == "thinking":
+                inner = part.get("thinking")
+                pieces = inner if type(inner) is list else [{"type": "text", "text": inner}]
+                for piece in pieces:
+                    thought = piece.get("text") if type(piece) is dict else None
+                    if thought and isinstance(thought, str):
+                        self._thinking(thought, "content")  # goes back as no field
+
+    def _text(self, text: str) -> None:
+        if type(text) is not str:
+            raise TypeError(f"text of type {type(text).__name__}")
+        if self._text_fields is None:
+            self._open_text()
+        append_str(self.output.content[self.text_index], "text", text)
+        self._emit(TextDeltaEvent(self.output, self.text_index, text))
 
     def _open_text(self) -> dict[str, Any]:
         output = self.output
