@@ -998,6 +998,35 @@ async def test_not_an_event_stream() -> None:
         )
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(  # LM Studio answers a path it does not know with 200 and JSON
+            Reply(
+                body=[b'{"error":"Unexpected endpoint or method. (POST /chat/completions)"}'],
+                content_type="application/json; charset=utf-8",
+            ),
+            id="lm-studio",
+        ),
+        pytest.param(  # Ollama's, llama.cpp's: 404
+            Reply(status=404, body=[b"404 page not found"], content_type="text/plain"),
+            id="ollama",
+        ),
+    ],
+)
+async def test_a_base_url_without_v1_says_to_add_it(reply: Reply) -> None:
+    async with script_server() as server:
+        server.add(reply)
+        _, final = await collect(stream_openai_compat(model_at(server.base), user_context(), key()))
+        assert server.requests[0].path == "/chat/completions"
+    error = present(final.error_message)
+    assert error.endswith(
+        "— the base URL has no path, and these servers answer under /v1: set OPENAI_BASE_URL"
+        f" to {server.base}/v1"
+    ), error
+    assert "does this server support stream=true" not in error
+
+
 async def test_connection_refused_is_reported() -> None:
     from mcp_support import free_port
 

@@ -100,6 +100,9 @@ class Endpoint:
     # Optional request fields and the setting that stops sending each: said when a 400 or
     # 422 names the field (a server or relay that refuses what it does not know).
     field_settings: tuple[tuple[str, str], ...] = ()
+    # Where such servers answer when a base URL has no path ("/v1"): said when one without
+    # a path meets an endpoint that is not there.
+    usual_path: str = ""
 
     @property
     def where(self) -> str:
@@ -309,6 +312,25 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
     )
 
 
+def missing_path(endpoint: Endpoint) -> str | None:
+    """What to set when the base URL has no path but such servers answer under one
+    (``http://localhost:1234`` for ``http://localhost:1234/v1``); None otherwise."""
+    if not endpoint.usual_path:
+        return None
+    try:
+        path = httpx.URL(endpoint.base_url).path
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if path not in ("", "/"):
+        return None
+    setting = endpoint.base_url_env or "the provider's base_url in models.toml"
+    fixed = shown_url(endpoint.base_url.rstrip("/") + endpoint.usual_path)
+    return (
+        f"the base URL has no path, and these servers answer under {endpoint.usual_path}:"
+        f" set {setting} to {fixed}"
+    )
+
+
 def describe_status(
     endpoint: Endpoint,
     status: int,
@@ -338,6 +360,8 @@ def describe_status(
         hint = "the API key has no access to this model or endpoint"
         if endpoint.key_env:
             hint += f"; check {endpoint.key_env}"
+    elif status in (404, 405) and (missing := missing_path(endpoint)):
+        hint = missing
     elif status == 404:
         hint = "check the model id and the base URL"
         if endpoint.base_url_env:
@@ -688,9 +712,13 @@ def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str
     content_type = response.headers.get("content-type", "")
     text = (
         f"{endpoint.where}: expected a server-sent event stream but got "
-        f"{content_type or 'no content type'} (does this server support stream=true?)"
+        f"{content_type or 'no content type'}"
     )
-    return f"{text}; it said: {said}" if said else text
+    missing = missing_path(endpoint)  # LM Studio answers 200 to a path it does not know
+    if missing is None:
+        text += " (does this server support stream=true?)"
+    text = f"{text}; it said: {said}" if said else text
+    return f"{text} — {missing}" if missing else text
 
 
 # The C scanner behind json.loads: ``scan_json(text, 0) -> (value, end)``, StopIteration when

@@ -624,6 +624,7 @@ def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
         key_env=config.api_key_env,
         base_url_env=config.base_url_env,
         field_settings=_FIELD_SETTINGS,
+        usual_path="/v1",
     )
 
 
