@@ -656,3 +656,48 @@ async def test_a_refused_connection_says_nothing_listens_there() -> None:
     error = present(final.error_message)
     assert f"could not connect (connection refused: nothing listens at 127.0.0.1:{port})" in error
     assert "All connection attempts failed" not in error
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_api_key_with_a_line_end_is_sent_without_it(api: str) -> None:
+    # A key read from a .env written with CRLF, or copied with a space: the request failed
+    # with "Illegal header value".
+    async with script_server() as server:
+        if api == "openai":
+            server.add(oa_text_reply("fine"))
+            model = model_at(server.base + "/v1")
+            stream = stream_openai_compat(
+                model, user_context(), options(api_key=" sk-a1b2c3d4\r\n")
+            )
+        else:
+            server.add(Reply(body=[an_message_start(), *an_text_block(0, "fine"), *an_end()]))
+            model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(model, user_context(), options(api_key="sk-a1b2c3d4\r\n"))
+        _, final = await collect(stream)
+    assert final.text == "fine", final.error_message
+    headers = server.requests[0].headers
+    assert headers.get("authorization", headers.get("x-api-key")) in (
+        "Bearer sk-a1b2c3d4",
+        "sk-a1b2c3d4",
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-t\u00e9st-a1b2c3d4", "\u201csk-a1b2c3d4\u201d", "sk-a1 b2c3d4"]
+)
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_api_key_no_header_can_carry_is_said_before_any_request(
+    api: str, key: str
+) -> None:
+    async with script_server() as server:
+        if api == "openai":
+            model = model_at(server.base + "/v1")
+            stream = stream_openai_compat(model, user_context(), options(api_key=key))
+        else:
+            model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(model, user_context(), options(api_key=key))
+        _, final = await collect(stream)
+        assert server.requests == []
+    error = present(final.error_message)
+    assert "the API key" in error and "which no API key has: check it" in error, error
+    assert "unexpected error" not in error and "a1b2c3d4" not in error

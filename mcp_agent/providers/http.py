@@ -63,6 +63,7 @@ __all__ = [
     "SseParser",
     "SseState",
     "bad_json",
+    "clean_api_key",
     "describe_status",
     "describe_transport_error",
     "error_detail",
@@ -289,6 +290,25 @@ def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
         if len(secret) >= 8:  # a short value would cut out ordinary words
             found.append(secret)
     return tuple(found)
+
+
+def clean_api_key(key: str | None, where: str, source: str | None) -> str | None:
+    """``key`` without the spaces and line ends around it (a key read from a file, a .env
+    written with CRLF), None when nothing is left; ProviderError for a key that holds what no
+    API key has and no HTTP header can carry (a space, a control or non-ASCII character: a
+    pasted quote mark). ``source``: the variable it came from, named in the error."""
+    if key is None:
+        return None
+    key = key.strip()
+    if not key:
+        return None
+    if not key.isascii() or not key.isprintable() or " " in key:
+        named = f" ({source})" if source else ""
+        raise ProviderError(
+            f"{where}: the API key{named} holds a space, a control character or one that is"
+            " not ASCII, which no API key has: check it"
+        )
+    return key
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:

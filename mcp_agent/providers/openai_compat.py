@@ -54,6 +54,7 @@ from mcp_agent.providers.http import (
     ProviderError,
     bad_json,
     check_call_count,
+    clean_api_key,
     error_detail,
     is_overflow_text,
     loads,
@@ -631,7 +632,7 @@ def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
 def _api_key(options: StreamOptions, config: OpenAIConfig) -> str | None:
     if options.api_key:
         return options.api_key
-    if config.api_key_env and os.environ.get(config.api_key_env):
+    if config.api_key_env and os.environ.get(config.api_key_env, "").strip():
         return os.environ[config.api_key_env]
     return config.api_key
 
@@ -651,7 +652,7 @@ def stream_openai_compat(
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
         compat = config.compat or detect_compat(model)
-        api_key = _api_key(options, config)
+        api_key = clean_api_key(_api_key(options, config), endpoint.where, config.api_key_env)
         if not api_key and config.requires_api_key:
             hint = f"set {config.api_key_env}" if config.api_key_env else "configure an API key"
             raise ProviderError(f"{endpoint.where}: no API key — {hint}")
