@@ -701,3 +701,18 @@ async def test_an_api_key_no_header_can_carry_is_said_before_any_request(
     error = present(final.error_message)
     assert "the API key" in error and "which no API key has: check it" in error, error
     assert "unexpected error" not in error and "a1b2c3d4" not in error
+
+
+async def test_a_proxys_413_page_is_a_context_overflow() -> None:
+    # nginx in front of a model server refuses a body over its client_max_body_size: the
+    # conversation has outgrown it, and compaction, not a fault for ever, is what helps.
+    page = (
+        b"<html><head><title>413 Request Entity Too Large</title></head><body><center>"
+        b"<h1>413 Request Entity Too Large</h1></center><hr><center>nginx</center></body></html>"
+    )
+    async with script_server() as server:
+        server.add(Reply(status=413, body=[page], content_type="text/html"))
+        _, final = await collect(openai(server.base))
+        assert len(server.requests) == 1
+    assert "413 Request Entity Too Large (an HTML page)" in present(final.error_message)
+    assert is_context_overflow(final) and not is_transient_error(final)

@@ -395,7 +395,9 @@ def describe_status(
             hint = f"the server does not take {refused[0]}: {refused[1]}"
     if hint:
         text += f" — {hint}"
-    if status in (400, 413, 422) and is_overflow_text(f"{detail} {reason}"):
+    # 413: the request is too large, whoever says so (the API, or a proxy's HTML page that
+    # names no context window): a shorter history is what helps.
+    if status == 413 or (status in (400, 422) and is_overflow_text(f"{detail} {reason}")):
         text = f"{CONTEXT_OVERFLOW_MARK}: {text}"
     return text
 
