@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -22,6 +23,7 @@ from providers_support import (
     OA_DONE,
     Gate,
     Reply,
+    ScriptServer,
     an_end,
     an_event,
     an_message_start,
@@ -716,3 +718,73 @@ async def test_a_proxys_413_page_is_a_context_overflow() -> None:
         assert len(server.requests) == 1
     assert "413 Request Entity Too Large (an HTML page)" in present(final.error_message)
     assert is_context_overflow(final) and not is_transient_error(final)
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "model server")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_a_certificate_of_a_private_ca_says_how_to_trust_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A company's TLS proxy or a self-signed model server: what to do was not said.
+    from anyio.streams.tls import TLSListener
+
+    cert_file, key_file = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    server = ScriptServer()
+    server.add(Reply(status=500, body=[b"never"]), oa_text_reply("trusted"))
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    tls = TLSListener(listener, context, standard_compatible=False)
+    async with tls, anyio.create_task_group() as tg:
+        tg.start_soon(tls.serve, server._handle)
+        _, final = await collect(openai(f"https://127.0.0.1:{port}"))
+        error = present(final.error_message)
+        assert "the server's certificate is not trusted" in error, error
+        assert "CA's bundle in SSL_CERT_FILE" in error
+        assert server.requests == []  # not retried, nothing sent
+        # Doing as it says works.
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+        monkeypatch.setattr(http, "_ssl_context", None)
+        server.replies.popleft()
+        _, final = await collect(openai(f"https://127.0.0.1:{port}"))
+        tg.cancel_scope.cancel()
+    assert final.text == "trusted", final.error_message

@@ -426,6 +426,24 @@ def is_tls_error(error: BaseException) -> bool:
     return False
 
 
+def _cert_not_trusted(error: BaseException) -> bool:
+    """Whether ``error`` is a TLS handshake that met a certificate no known CA signed."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_code in _UNTRUSTED_CERT
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+# OpenSSL's verify codes for a chain no trusted CA vouches for (X509_V_ERR_*): self-signed,
+# self-signed in the chain, an issuer that is not known locally, unable to verify the first
+# certificate.
+_UNTRUSTED_CERT = frozenset({18, 19, 20, 21})
+
+
 def _os_error(error: BaseException) -> OSError | None:
     """The operating system's error behind ``error`` (httpx and anyio wrap it), or None."""
     seen: BaseException | None = error
@@ -477,6 +495,12 @@ def describe_transport_error(
     """A connection problem in words: refused, timed out (``read_timeout``: the seconds a read
     waited), dropped mid-stream."""
     detail = str(error) or type(error).__name__
+    if _cert_not_trusted(error):
+        return (
+            f"{endpoint.where}: the server's certificate is not trusted ({detail}) — a"
+            " certificate of a private CA (a company's proxy, a self-signed server) is trusted"
+            " with that CA's bundle in SSL_CERT_FILE"
+        )
     if is_tls_error(error):
         return (
             f"{endpoint.where}: the TLS handshake failed ({detail}) — does the base URL's "
