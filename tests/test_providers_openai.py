@@ -450,6 +450,55 @@ async def test_mistral_content_as_typed_chunks_is_thinking_and_text() -> None:
         assert assistant == {"role": "assistant", "content": "Answer!"}
 
 
+THINK_ANSWER = "<think>\nI ponder < and </ too.\n</think>\n\nThe answer."
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, len(THINK_ANSWER)])
+async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> None:
+    # vLLM without a reasoning parser, Groq's raw format, R1 at many hosts: the thinking
+    # came as the answer's text, shown and sent back as what the model said.
+    pieces = [THINK_ANSWER[i : i + size] for i in range(0, len(THINK_ANSWER), size)]
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces), oa_text_reply("again"))
+        model = model_at(server.base + "/v1", "deepseek-r1")
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        thinking, text = final.content
+        assert narrow(thinking, ThinkingContent).thinking == "\nI ponder < and </ too.\n"
+        assert narrow(text, TextContent).text == "The answer."
+        assert event_types(events)[:2] == ["start", "thinking_start"]
+        # The thinking is not sent back as what the model said.
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "The answer."}
+
+
+@pytest.mark.parametrize(
+    ("pieces", "thinking", "text"),
+    [
+        pytest.param(["<thi", "nk> still thinking"], " still thinking", "", id="cut-off"),
+        pytest.param(["<thi", "s is text"], None, "<this is text", id="no-tag"),
+        pytest.param(["  ", "Hello <think>"], None, "  Hello <think>", id="tag-later"),
+        pytest.param(["<"], None, "<", id="only-a-bracket"),
+    ],
+)
+async def test_text_that_only_looks_like_a_think_tag_is_text(
+    pieces: list[str], thinking: str | None, text: str
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.text == text
+    thoughts = [b.thinking for b in final.content if isinstance(b, ThinkingContent)]
+    assert thoughts == ([thinking] if thinking is not None else [])
+
+
 async def test_several_tool_calls_interleaved_by_index() -> None:
     def call(index: int, **function) -> bytes:
         entry = {"index": index, "function": function}

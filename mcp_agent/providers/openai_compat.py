@@ -304,6 +304,19 @@ _FINISH = {
 }
 
 
+_THINK_START = "<think>"
+_THINK_END = "</think>"
+
+
+def _tail_that_starts(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` could begin ``tag`` (held for the next
+    delta, which may finish it)."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-size:]):
+            return size
+    return 0
+
+
 # Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
 _OVERLOADED = frozenset({"insufficient_system_resource"})
 
@@ -329,6 +342,9 @@ class _StreamState:
         self.done = False
         self.ids_taken: set[str] = set()  # the ids the calls of this answer have
         self.refusal: list[str] = []  # what the model said in refusing (OpenAI's refusal field)
+        self._held = ""  # content that may be part of a <think> or </think> tag
+        self._in_think = False  # inside <think> tags that opened the content
+        self._after_think = False  # those tags closed, and no text has come since
 
     @property
     def complete(self) -> bool:
@@ -384,15 +400,16 @@ class _StreamState:
                     self._other_delta(delta)
             elif content:
                 fields = self._text_fields
-                if fields is None:
-                    fields = self._open_text()
-                # block.text += content, growing the string in place (see append_str)
-                text = fields.pop("text")
-                try:
-                    text += content
-                finally:  # content that is no string leaves the text as it was
-                    fields["text"] = text
-                self._emit(TextDeltaEvent(self.output, self.text_index, content))
+                if fields is None:  # no text yet: it may open with <think>
+                    self._before_text(content)
+                else:
+                    # block.text += content, growing the string in place (see append_str)
+                    text = fields.pop("text")
+                    try:
+                        text += content
+                    finally:  # content that is no string leaves the text as it was
+                        fields["text"] = text
+                    self._emit(TextDeltaEvent(self.output, self.text_index, content))
                 if len(delta) > 1:
                     self._other_delta(delta)
             else:
@@ -436,6 +453,42 @@ class _StreamState:
         if calls:
             for call in calls:
                 self._tool_call(call)
+
+    def _before_text(self, content: str) -> None:
+        """Content while no text block is open. A model's thinking that opens the content in
+        ``<think>`` tags (vLLM without a reasoning parser, Groq's raw format, DeepSeek R1 at
+        many hosts) is thinking, not the answer; text that may still become the opening tag is
+        held until it is known."""
+        if type(content) is not str:
+            raise TypeError(f"content of type {type(content).__name__}")
+        held = self._held + content
+        self._held = ""
+        if self._in_think:
+            end = held.find(_THINK_END)
+            if end < 0:
+                keep = _tail_that_starts(held, _THINK_END)
+                self._held = held[len(held) - keep :]
+                if len(held) > keep:
+                    self._thinking(held[: len(held) - keep], "content")
+                return
+            self._in_think = False
+            self._after_think = True
+            if end:
+                self._thinking(held[:end], "content")
+            held = held[end + len(_THINK_END) :]
+        elif self.thinking_index < 0:  # the content's very start
+            start = held.lstrip()
+            if _THINK_START.startswith(start):
+                self._held = held  # "", "\n", "<thi": not known yet
+                return
+            if start.startswith(_THINK_START):
+                self._in_think = True
+                self._before_text(start[len(_THINK_START) :])
+                return
+        if self._after_think:
+            held = held.lstrip()  # the line end after </think>
+        if held:
+            self._text(held)
 
     def _content_parts(self, parts: Any) -> None:
         """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
@@ -574,6 +627,12 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 "(no finish_reason and no [DONE]); the partial response is kept"
             )
+        if self._held:  # what waited to be known as a tag or not: it was none
+            if self._in_think:
+                self._thinking(self._held, "content")
+            else:
+                self._text(self._held)
+            self._held = ""
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
