@@ -1455,6 +1455,42 @@ async def test_tool_call_deltas_as_servers_send_them(
     assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == expected
 
 
+@pytest.mark.parametrize(
+    ("deltas", "expected"),
+    [
+        pytest.param(  # relays in front of Gemini: each call whole, all index 0, no ids
+            [
+                _delta(0, name="get_weather", arguments='{"city": "A"}'),
+                _delta(0, name="get_weather", arguments='{"city": "B"}'),
+                _delta(0, name="ls", arguments="{}"),
+            ],
+            [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"}), ("ls", {})],
+            id="each-whole-index-0",
+        ),
+        pytest.param(  # a name repeated on every delta of one call: still one call
+            [
+                _delta(0, name="read", arguments='{"path": '),
+                _delta(0, name="read", arguments='"x"}'),
+            ],
+            [("read", {"path": "x"})],
+            id="name-on-every-delta",
+        ),
+    ],
+)
+async def test_calls_without_ids_on_one_index_are_told_apart_by_a_name_after_whole_arguments(
+    deltas: list[bytes], expected: list[tuple[str, dict[str, Any]]]
+) -> None:
+    # The second and third calls were lost: their arguments ran on after the first's.
+    async with script_server() as server:
+        server.add(Reply(body=[*deltas, oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [(c.name, c.arguments) for c in final.tool_calls] == expected
+    assert len({c.id for c in final.tool_calls}) == len(expected)
+
+
 @pytest.mark.parametrize("ending", ["whole", "dropped"])
 async def test_calls_sent_without_ids_get_ids_of_their_own(ending: str) -> None:
     """Some compatible servers send no id: two calls sharing the empty id could not each have

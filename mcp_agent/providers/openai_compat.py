@@ -577,13 +577,19 @@ class _StreamState:
         Servers disagree: most number each call by its index, some give every call index 0
         and tell them apart by id, some shift indexes within one call, and some repeat one id
         on several calls. A known index continues its call unless the delta brings another
-        id; a known id continues its call unless it comes with a new index and a name (a
-        second call with the same id); a delta with neither continues the latest call."""
+        id, or a name with no id after the call's arguments are whole (calls that all come
+        as index 0 without ids, each whole in a delta: relays in front of Gemini); a known id
+        continues its call unless it comes with a new index and a name (a second call with the
+        same id); a delta with neither continues the latest call."""
         if stream_index is not None:
             position = self.calls_by_index.get(stream_index)
             if position is not None:
                 sent = self.sent_ids.get(position, "")
-                if not call_id or not sent or call_id == sent:
+                if call_id and sent and call_id != sent:
+                    pass  # another call
+                elif not call_id and name and self._whole_call(position):
+                    return None
+                else:
                     return position
         if call_id:
             position = self.calls_by_id.get(call_id)
@@ -593,6 +599,17 @@ class _StreamState:
         if stream_index is None and self.sent_ids:
             return self.latest_call
         return None
+
+    def _whole_call(self, position: int) -> bool:
+        """Whether the call at ``position`` has its name and arguments that are a whole JSON
+        object (a delta that names a tool after that begins another call)."""
+        block = self.output.content[position]
+        if not isinstance(block, ToolCall) or not block.name or not block.partial_json:
+            return False
+        try:
+            return isinstance(json.loads(block.partial_json), dict)
+        except (ValueError, RecursionError):
+            return False
 
     def _free_id(self, call_id: str) -> str:
         """``call_id``, or when another call of this answer has it already, that id with a
