@@ -1467,6 +1467,14 @@ async def test_tool_call_deltas_as_servers_send_them(
             [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"}), ("ls", {})],
             id="each-whole-index-0",
         ),
+        pytest.param(  # the same without any index
+            [
+                _delta(None, name="get_weather", arguments='{"city": "A"}'),
+                _delta(None, name="ls", arguments="{}"),
+            ],
+            [("get_weather", {"city": "A"}), ("ls", {})],
+            id="each-whole-no-index",
+        ),
         pytest.param(  # a name repeated on every delta of one call: still one call
             [
                 _delta(0, name="read", arguments='{"path": '),

@@ -597,6 +597,8 @@ class _StreamState:
                 return None
             return position
         if stream_index is None and self.sent_ids:
+            if name and self._whole_call(self.latest_call):
+                return None
             return self.latest_call
         return None
 
