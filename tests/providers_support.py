@@ -34,7 +34,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from anyio.abc import SocketStream
 from mcp_support import free_port
 
 from mcp_agent.abort import AbortController
@@ -218,7 +217,7 @@ class ScriptServer:
         self.replies.extend(replies)
         return self
 
-    async def _handle(self, stream: SocketStream) -> None:
+    async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         buffer = b""
         try:
             async with stream:
@@ -250,7 +249,7 @@ class ScriptServer:
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return
 
-    async def _send(self, stream: SocketStream, reply: Reply) -> bool:
+    async def _send(self, stream: anyio.abc.ByteStream, reply: Reply) -> bool:
         if reply.reset:
             raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

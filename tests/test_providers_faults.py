@@ -5,6 +5,8 @@ retried only when a second try may meet something else."""
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -21,6 +23,7 @@ from providers_support import (
     OA_DONE,
     Gate,
     Reply,
+    ScriptServer,
     an_end,
     an_event,
     an_message_start,
@@ -39,7 +42,7 @@ from providers_support import (
 from mcp_agent.messages import StopReason, TextContent, ThinkingContent
 from mcp_agent.providers import http
 from mcp_agent.providers.anthropic import stream_anthropic
-from mcp_agent.providers.base import is_transient_error
+from mcp_agent.providers.base import is_context_overflow, is_transient_error
 from mcp_agent.providers.openai_compat import stream_openai_compat
 from mcp_agent.wire import escape_controls, one_line
 
@@ -572,3 +575,216 @@ async def test_a_providers_timeouts_in_the_models_file_bound_its_requests(
         with pytest.raises(ModelRegistryError, match=said) as raised:
             ModelRegistry.load(models)
         assert "providers.local" in str(raised.value)
+
+
+LLAMA_CPP_OVERFLOW = (
+    b'error: {"code":400,"message":"the request exceeds the available context size, try'
+    b' increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":4096}\n\n'
+)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_llama_cpp_error_line_is_the_servers_error_and_an_overflow_is_marked(
+    api: str,
+) -> None:
+    # llama.cpp's server writes an error in a stream as "error: {...}", a field of its own:
+    # what it says is said (and an overflow compacts), not "malformed event stream line".
+    async with script_server() as server:
+        if api == "openai":
+            server.add(Reply(body=[oa_chunk({"content": "so"}), LLAMA_CPP_OVERFLOW]))
+            _, final = await collect(openai(server.base))
+        else:
+            body: Body = [an_message_start(), *an_text_block(0, "so"), LLAMA_CPP_OVERFLOW]
+            server.add(Reply(body=body))
+            _, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.ERROR and final.text == "so"
+    error = present(final.error_message)
+    assert "malformed" not in error
+    assert "the server reported an error mid-stream: the request exceeds the available" in error
+    assert is_context_overflow(final) and not is_transient_error(final)
+
+
+def resolver(monkeypatch: pytest.MonkeyPatch, answers: list[int | None]) -> list[str]:
+    """The system resolver, but for the name ``model-box.test``: each lookup of it takes the
+    next of ``answers`` (a getaddrinfo error code, or None: 127.0.0.1), as a resolver that
+    does not know the name, or could not be asked, says (a test asks no DNS server). Returns
+    the names looked up."""
+    looked_up: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else str(host)  # anyio sends bytes
+        looked_up.append(name)
+        if name != "model-box.test":
+            return real(host, *args, **kwargs)
+        code = answers.pop(0)
+        if code is not None:
+            raise socket.gaierror(code, "the resolver's words")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return looked_up
+
+
+async def test_a_host_name_that_is_not_known_is_said_so_and_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked_up = resolver(monkeypatch, [socket.EAI_NONAME] * 5)
+    _, final = await collect(openai("http://model-box.test:9"))
+    error = present(final.error_message)
+    assert "the host name 'model-box.test' is not known" in error
+    assert "is the base URL (OPENAI_BASE_URL) spelt right?" in error
+    assert looked_up == ["model-box.test"]  # a typo is no passing fault
+    assert not is_transient_error(final)
+
+
+async def test_a_resolver_that_could_not_be_asked_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply("answered"))
+        port = server.base.rsplit(":", 1)[1]
+        looked_up = resolver(monkeypatch, [socket.EAI_AGAIN, None])
+        _, final = await collect(openai(f"http://model-box.test:{port}"))
+    assert final.stop_reason == StopReason.STOP and final.text == "answered"
+    assert looked_up.count("model-box.test") == 2
+
+
+async def test_a_refused_connection_says_nothing_listens_there() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()  # the port is free: nothing listens there
+    _, final = await collect(openai(f"http://127.0.0.1:{port}"))
+    error = present(final.error_message)
+    assert f"could not connect (connection refused: nothing listens at 127.0.0.1:{port})" in error
+    assert "All connection attempts failed" not in error
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_api_key_with_a_line_end_is_sent_without_it(api: str) -> None:
+    # A key read from a .env written with CRLF, or copied with a space: the request failed
+    # with "Illegal header value".
+    async with script_server() as server:
+        if api == "openai":
+            server.add(oa_text_reply("fine"))
+            model = model_at(server.base + "/v1")
+            stream = stream_openai_compat(
+                model, user_context(), options(api_key=" sk-a1b2c3d4\r\n")
+            )
+        else:
+            server.add(Reply(body=[an_message_start(), *an_text_block(0, "fine"), *an_end()]))
+            model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(model, user_context(), options(api_key="sk-a1b2c3d4\r\n"))
+        _, final = await collect(stream)
+    assert final.text == "fine", final.error_message
+    headers = server.requests[0].headers
+    assert headers.get("authorization", headers.get("x-api-key")) in (
+        "Bearer sk-a1b2c3d4",
+        "sk-a1b2c3d4",
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-t\u00e9st-a1b2c3d4", "\u201csk-a1b2c3d4\u201d", "sk-a1 b2c3d4"]
+)
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_api_key_no_header_can_carry_is_said_before_any_request(
+    api: str, key: str
+) -> None:
+    async with script_server() as server:
+        if api == "openai":
+            model = model_at(server.base + "/v1")
+            stream = stream_openai_compat(model, user_context(), options(api_key=key))
+        else:
+            model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(model, user_context(), options(api_key=key))
+        _, final = await collect(stream)
+        assert server.requests == []
+    error = present(final.error_message)
+    assert "the API key" in error and "which no API key has: check it" in error, error
+    assert "unexpected error" not in error and "a1b2c3d4" not in error
+
+
+async def test_a_proxys_413_page_is_a_context_overflow() -> None:
+    # nginx in front of a model server refuses a body over its client_max_body_size: the
+    # conversation has outgrown it, and compaction, not a fault for ever, is what helps.
+    page = (
+        b"<html><head><title>413 Request Entity Too Large</title></head><body><center>"
+        b"<h1>413 Request Entity Too Large</h1></center><hr><center>nginx</center></body></html>"
+    )
+    async with script_server() as server:
+        server.add(Reply(status=413, body=[page], content_type="text/html"))
+        _, final = await collect(openai(server.base))
+        assert len(server.requests) == 1
+    assert "413 Request Entity Too Large (an HTML page)" in present(final.error_message)
+    assert is_context_overflow(final) and not is_transient_error(final)
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "model server")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_a_certificate_of_a_private_ca_says_how_to_trust_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A company's TLS proxy or a self-signed model server: what to do was not said.
+    from anyio.streams.tls import TLSListener
+
+    cert_file, key_file = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    server = ScriptServer()
+    server.add(Reply(status=500, body=[b"never"]), oa_text_reply("trusted"))
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    tls = TLSListener(listener, context, standard_compatible=False)
+    async with tls, anyio.create_task_group() as tg:
+        tg.start_soon(tls.serve, server._handle)
+        _, final = await collect(openai(f"https://127.0.0.1:{port}"))
+        error = present(final.error_message)
+        assert "the server's certificate is not trusted" in error, error
+        assert "CA's bundle in SSL_CERT_FILE" in error
+        assert server.requests == []  # not retried, nothing sent
+        # Doing as it says works.
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+        monkeypatch.setattr(http, "_ssl_context", None)
+        server.replies.popleft()
+        _, final = await collect(openai(f"https://127.0.0.1:{port}"))
+        tg.cancel_scope.cancel()
+    assert final.text == "trusted", final.error_message

@@ -337,6 +337,25 @@ async def test_usage_with_cached_tokens_and_cost() -> None:
         assert usage.cost.total == pytest.approx(1600 / 1e6)
 
 
+async def test_groq_usage_in_x_groq_is_counted() -> None:
+    # Groq's last chunk carries the usage in x_groq, not in usage: it was 0 tokens.
+    groq_usage = {"id": "req_1", "usage": {"prompt_tokens": 120, "completion_tokens": 7}}
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"content": "hi"}),
+                    oa_chunk({}, "stop", x_groq=groq_usage),
+                    OA_DONE,
+                ]
+            )
+        )
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.text == "hi" and (final.usage.input, final.usage.output) == (120, 7)
+
+
 async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
     async with script_server() as server:
         server.add(
@@ -380,6 +399,104 @@ async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
             "content": "Answer.",
             "reasoning_content": "Let me think.",
         }
+
+
+async def test_mistral_content_as_typed_chunks_is_thinking_and_text() -> None:
+    # Magistral streams its content as typed chunks (thinking, then text), not a string: the
+    # answer failed with "unexpected data in the event stream (TypeError …)".
+    def thinking(*texts: str) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": [{"type": "text", "text": t} for t in texts]}
+
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    oa_chunk({"role": "assistant", "content": [thinking("Let me ")]}),
+                    oa_chunk({"content": [thinking("think", ".")]}),
+                    oa_chunk({"content": [{"type": "text", "text": "Answer"}]}),
+                    oa_chunk({"content": "!"}),  # a plain string may follow
+                    oa_chunk({}, "stop"),
+                    OA_DONE,
+                ]
+            ),
+            oa_text_reply("again"),
+        )
+        model = model_at(server.base + "/v1", "magistral-medium-latest", reasoning=True)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        assert event_types(events) == [
+            "start",
+            "thinking_start",
+            "thinking_delta",
+            "thinking_delta",
+            "thinking_delta",
+            "text_start",
+            "text_delta",
+            "text_delta",
+            "thinking_end",
+            "text_end",
+            "done",
+        ]
+        thinking_block, text = final.content
+        assert narrow(thinking_block, ThinkingContent).thinking == "Let me think."
+        assert narrow(text, TextContent).text == "Answer!"
+        # The next request carries the answer, and no field Mistral would refuse.
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "Answer!"}
+
+
+THINK_ANSWER = "<think>\nI ponder < and </ too.\n</think>\n\nThe answer."
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, len(THINK_ANSWER)])
+async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> None:
+    # vLLM without a reasoning parser, Groq's raw format, R1 at many hosts: the thinking
+    # came as the answer's text, shown and sent back as what the model said.
+    pieces = [THINK_ANSWER[i : i + size] for i in range(0, len(THINK_ANSWER), size)]
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces), oa_text_reply("again"))
+        model = model_at(server.base + "/v1", "deepseek-r1")
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        thinking, text = final.content
+        assert narrow(thinking, ThinkingContent).thinking == "\nI ponder < and </ too.\n"
+        assert narrow(text, TextContent).text == "The answer."
+        assert event_types(events)[:2] == ["start", "thinking_start"]
+        # The thinking is not sent back as what the model said.
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "The answer."}
+
+
+@pytest.mark.parametrize(
+    ("pieces", "thinking", "text"),
+    [
+        pytest.param(["<thi", "nk> still thinking"], " still thinking", "", id="cut-off"),
+        pytest.param(["<thi", "s is text"], None, "<this is text", id="no-tag"),
+        pytest.param(["  ", "Hello <think>"], None, "  Hello <think>", id="tag-later"),
+        pytest.param(["<"], None, "<", id="only-a-bracket"),
+    ],
+)
+async def test_text_that_only_looks_like_a_think_tag_is_text(
+    pieces: list[str], thinking: str | None, text: str
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.text == text
+    thoughts = [b.thinking for b in final.content if isinstance(b, ThinkingContent)]
+    assert thoughts == ([thinking] if thinking is not None else [])
 
 
 async def test_several_tool_calls_interleaved_by_index() -> None:
@@ -574,6 +691,56 @@ async def test_a_redirect_says_where_to_and_is_not_followed(location: str, said:
         assert final.stop_reason == StopReason.ERROR
         assert said.format(base=server.base) in present(final.error_message)
         assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("refused", "said", "compat"),
+    [  # what relays (one-api, new-api) and older Azure API versions answer
+        (
+            "Unrecognized request argument supplied: stream_options",
+            "set compat = { supports_usage_in_streaming = false }",
+            OpenAICompat(supports_usage_in_streaming=False),
+        ),
+        (
+            "Unknown parameter: 'reasoning_effort'.",
+            "set compat = { supports_reasoning_effort = false }",
+            OpenAICompat(supports_reasoning_effort=False),
+        ),
+        (
+            "Unsupported parameter: 'max_completion_tokens'",
+            'set compat = { max_tokens_field = "max_tokens" }',
+            OpenAICompat(max_tokens_field="max_tokens"),
+        ),
+    ],
+)
+async def test_a_request_field_the_server_refuses_names_the_setting_that_drops_it(
+    refused: str, said: str, compat: OpenAICompat
+) -> None:
+    field = refused.split(":")[-1].strip(" '.")
+    model = model_at("", "o4-mini", reasoning=True)
+    async with script_server() as server:
+        model.base_url = server.base + "/v1"
+        server.add(error_reply(400, refused, "unknown_parameter"))
+        server.add(oa_text_reply("fine"))
+        everything = OpenAIConfig(compat=OpenAICompat())  # every optional field sent
+        _, final = await collect(
+            stream_openai_compat(
+                model,
+                user_context(),
+                key(max_tokens=100, thinking_level="medium"),
+                config=everything,
+            )
+        )
+        assert field in server.requests[0].json()
+        error = present(final.error_message)
+        assert f"— the server does not take {field}: {said} in the provider's table" in error
+        # With that setting, the field is not sent and the answer comes.
+        stream = make_stream_fn(OpenAIConfig(compat=compat))
+        _, final = await collect(
+            stream(model, user_context(), key(max_tokens=100, thinking_level="medium"))
+        )
+        assert final.text == "fine"
+        assert field not in server.requests[-1].json()
 
 
 async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -904,6 +1071,35 @@ async def test_not_an_event_stream() -> None:
         assert "expected a server-sent event stream but got application/json" in present(
             final.error_message
         )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(  # LM Studio answers a path it does not know with 200 and JSON
+            Reply(
+                body=[b'{"error":"Unexpected endpoint or method. (POST /chat/completions)"}'],
+                content_type="application/json; charset=utf-8",
+            ),
+            id="lm-studio",
+        ),
+        pytest.param(  # Ollama's, llama.cpp's: 404
+            Reply(status=404, body=[b"404 page not found"], content_type="text/plain"),
+            id="ollama",
+        ),
+    ],
+)
+async def test_a_base_url_without_v1_says_to_add_it(reply: Reply) -> None:
+    async with script_server() as server:
+        server.add(reply)
+        _, final = await collect(stream_openai_compat(model_at(server.base), user_context(), key()))
+        assert server.requests[0].path == "/chat/completions"
+    error = present(final.error_message)
+    assert error.endswith(
+        "— the base URL has no path, and these servers answer under /v1: set OPENAI_BASE_URL"
+        f" to {server.base}/v1"
+    ), error
+    assert "does this server support stream=true" not in error
 
 
 async def test_connection_refused_is_reported() -> None:
@@ -1283,6 +1479,50 @@ async def test_tool_call_deltas_as_servers_send_them(
         )
     assert final.stop_reason == StopReason.TOOL_USE, final.error_message
     assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == expected
+
+
+@pytest.mark.parametrize(
+    ("deltas", "expected"),
+    [
+        pytest.param(  # relays in front of Gemini: each call whole, all index 0, no ids
+            [
+                _delta(0, name="get_weather", arguments='{"city": "A"}'),
+                _delta(0, name="get_weather", arguments='{"city": "B"}'),
+                _delta(0, name="ls", arguments="{}"),
+            ],
+            [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"}), ("ls", {})],
+            id="each-whole-index-0",
+        ),
+        pytest.param(  # the same without any index
+            [
+                _delta(None, name="get_weather", arguments='{"city": "A"}'),
+                _delta(None, name="ls", arguments="{}"),
+            ],
+            [("get_weather", {"city": "A"}), ("ls", {})],
+            id="each-whole-no-index",
+        ),
+        pytest.param(  # a name repeated on every delta of one call: still one call
+            [
+                _delta(0, name="read", arguments='{"path": '),
+                _delta(0, name="read", arguments='"x"}'),
+            ],
+            [("read", {"path": "x"})],
+            id="name-on-every-delta",
+        ),
+    ],
+)
+async def test_calls_without_ids_on_one_index_are_told_apart_by_a_name_after_whole_arguments(
+    deltas: list[bytes], expected: list[tuple[str, dict[str, Any]]]
+) -> None:
+    # The second and third calls were lost: their arguments ran on after the first's.
+    async with script_server() as server:
+        server.add(Reply(body=[*deltas, oa_chunk({}, "tool_calls"), OA_DONE]))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [(c.name, c.arguments) for c in final.tool_calls] == expected
+    assert len({c.id for c in final.tool_calls}) == len(expected)
 
 
 @pytest.mark.parametrize("ending", ["whole", "dropped"])

@@ -118,6 +118,28 @@ def test_environment_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "base_url"),
+    [  # as Ollama's own client reads OLLAMA_HOST (envconfig): no scheme is http on 11434
+        ("0.0.0.0", "http://0.0.0.0:11434/v1"),
+        ("127.0.0.1", "http://127.0.0.1:11434/v1"),
+        ('"gpu"', "http://gpu:11434/v1"),
+        (":11500", "http://127.0.0.1:11500/v1"),
+        ("::1", "http://[::1]:11434/v1"),
+        ("[::1]:8080", "http://[::1]:8080/v1"),
+        ("http://gpu", "http://gpu/v1"),
+        ("https://gpu/ollama/", "https://gpu/ollama/v1"),
+        ("al:pw@gpu", "http://al:pw@gpu:11434/v1"),
+    ],
+)
+def test_ollama_host_is_read_as_ollama_reads_it(
+    monkeypatch: pytest.MonkeyPatch, value: str, base_url: str
+) -> None:
+    # OLLAMA_HOST=0.0.0.0, as Ollama's FAQ sets it for the server, went to port 80.
+    monkeypatch.setenv("OLLAMA_HOST", value)
+    assert ModelRegistry().resolve("ollama:qwen3").base_url == base_url
+
+
+@pytest.mark.parametrize(
     ("url", "says"),
     [
         ("notaurl", "not an http:// or https:// URL with a host"),

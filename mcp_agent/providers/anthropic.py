@@ -61,6 +61,7 @@ from mcp_agent.providers.http import (
     ProviderError,
     bad_json,
     check_call_count,
+    clean_api_key,
     error_detail,
     is_overflow_text,
     loads,
@@ -337,7 +338,9 @@ class _StreamState:
                 return
             # An event named error is one whatever it holds (a proxy's plain text).
             event = {"type": "error", "error": {"message": str(event)}}
-        kind = event.get("type") or event_type
+        # An event named error is one whatever its data's type says (llama.cpp's names the
+        # kind of error: "exceed_context_size_error").
+        kind = "error" if event_type == "error" else event.get("type") or event_type
         if kind == "content_block_delta":
             self._delta(event)
         elif kind == "content_block_start":
@@ -495,18 +498,21 @@ def _endpoint(model: Model, config: AnthropicConfig) -> Endpoint:
     )
 
 
-def _auth_headers(options: StreamOptions, config: AnthropicConfig) -> dict[str, str]:
+def _auth_headers(options: StreamOptions, config: AnthropicConfig, where: str) -> dict[str, str]:
+    source = config.api_key_env
     if options.api_key:
         key = options.api_key
-    elif config.api_key_env and os.environ.get(config.api_key_env):
+    elif config.api_key_env and os.environ.get(config.api_key_env, "").strip():
         key = os.environ[config.api_key_env]
     elif config.api_key:
-        key = config.api_key
-    elif config.auth_token_env and os.environ.get(config.auth_token_env):
-        return {"authorization": f"Bearer {os.environ[config.auth_token_env]}"}
+        key, source = config.api_key, None
+    elif config.auth_token_env and os.environ.get(config.auth_token_env, "").strip():
+        token = clean_api_key(os.environ[config.auth_token_env], where, config.auth_token_env)
+        return {"authorization": f"Bearer {token}"}
     else:
         return {}
-    return {"x-api-key": key}
+    cleaned = clean_api_key(key, where, source)
+    return {"x-api-key": cleaned} if cleaned else {}
 
 
 def stream_anthropic(
@@ -523,7 +529,7 @@ def stream_anthropic(
     endpoint = _endpoint(model, config)
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
-        auth = _auth_headers(options, config)
+        auth = _auth_headers(options, config, endpoint.where)
         if not auth and config.requires_api_key:
             hint = f"set {config.api_key_env}" if config.api_key_env else "configure an API key"
             raise ProviderError(f"{endpoint.where}: no API key — {hint}")

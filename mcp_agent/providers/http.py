@@ -63,6 +63,7 @@ __all__ = [
     "SseParser",
     "SseState",
     "bad_json",
+    "clean_api_key",
     "describe_status",
     "describe_transport_error",
     "error_detail",
@@ -97,6 +98,12 @@ class Endpoint:
     url: str  # posted to: base_url + "/chat/completions"
     key_env: str | None = None  # "OPENAI_API_KEY", named in 401 hints
     base_url_env: str | None = None  # "OPENAI_BASE_URL", named in connection hints
+    # Optional request fields and the setting that stops sending each: said when a 400 or
+    # 422 names the field (a server or relay that refuses what it does not know).
+    field_settings: tuple[tuple[str, str], ...] = ()
+    # Where such servers answer when a base URL has no path ("/v1"): said when one without
+    # a path meets an endpoint that is not there.
+    usual_path: str = ""
 
     @property
     def where(self) -> str:
@@ -285,6 +292,25 @@ def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def clean_api_key(key: str | None, where: str, source: str | None) -> str | None:
+    """``key`` without the spaces and line ends around it (a key read from a file, a .env
+    written with CRLF), None when nothing is left; ProviderError for a key that holds what no
+    API key has and no HTTP header can carry (a space, a control or non-ASCII character: a
+    pasted quote mark). ``source``: the variable it came from, named in the error."""
+    if key is None:
+        return None
+    key = key.strip()
+    if not key:
+        return None
+    if not key.isascii() or not key.isprintable() or " " in key:
+        named = f" ({source})" if source else ""
+        raise ProviderError(
+            f"{where}: the API key{named} holds a space, a control character or one that is"
+            " not ASCII, which no API key has: check it"
+        )
+    return key
+
+
 def redact(text: str, secrets: Sequence[str]) -> str:
     """``text`` without any of ``secrets``."""
     for secret in secrets:
@@ -303,6 +329,25 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
         delay,
         attempt + 1,
         policy.max_retries,
+    )
+
+
+def missing_path(endpoint: Endpoint) -> str | None:
+    """What to set when the base URL has no path but such servers answer under one
+    (``http://localhost:1234`` for ``http://localhost:1234/v1``); None otherwise."""
+    if not endpoint.usual_path:
+        return None
+    try:
+        path = httpx.URL(endpoint.base_url).path
+    except (httpx.InvalidURL, ValueError):
+        return None
+    if path not in ("", "/"):
+        return None
+    setting = endpoint.base_url_env or "the provider's base_url in models.toml"
+    fixed = shown_url(endpoint.base_url.rstrip("/") + endpoint.usual_path)
+    return (
+        f"the base URL has no path, and these servers answer under {endpoint.usual_path}:"
+        f" set {setting} to {fixed}"
     )
 
 
@@ -335,6 +380,8 @@ def describe_status(
         hint = "the API key has no access to this model or endpoint"
         if endpoint.key_env:
             hint += f"; check {endpoint.key_env}"
+    elif status in (404, 405) and (missing := missing_path(endpoint)):
+        hint = missing
     elif status == 404:
         hint = "check the model id and the base URL"
         if endpoint.base_url_env:
@@ -342,9 +389,15 @@ def describe_status(
     elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
         what = "rate limited" if status == 429 else "the server is failing or overloaded"
         hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
+    elif status in (400, 422):
+        refused = next((pair for pair in endpoint.field_settings if pair[0] in detail), None)
+        if refused is not None:
+            hint = f"the server does not take {refused[0]}: {refused[1]}"
     if hint:
         text += f" — {hint}"
-    if status in (400, 413, 422) and is_overflow_text(f"{detail} {reason}"):
+    # 413: the request is too large, whoever says so (the API, or a proxy's HTML page that
+    # names no context window): a shorter history is what helps.
+    if status == 413 or (status in (400, 422) and is_overflow_text(f"{detail} {reason}")):
         text = f"{CONTEXT_OVERFLOW_MARK}: {text}"
     return text
 
@@ -373,22 +426,99 @@ def is_tls_error(error: BaseException) -> bool:
     return False
 
 
+def _cert_not_trusted(error: BaseException) -> bool:
+    """Whether ``error`` is a TLS handshake that met a certificate no known CA signed."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_code in _UNTRUSTED_CERT
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+# OpenSSL's verify codes for a chain no trusted CA vouches for (X509_V_ERR_*): self-signed,
+# self-signed in the chain, an issuer that is not known locally, unable to verify the first
+# certificate.
+_UNTRUSTED_CERT = frozenset({18, 19, 20, 21})
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The operating system's error behind ``error`` (httpx and anyio wrap it), or None."""
+    seen: BaseException | None = error
+    for _ in range(10):  # the chain of causes is short; a loop in it must not hang this
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+# getaddrinfo's answers that the name has no address (a typo'd host), unlike EAI_AGAIN (the
+# resolver could not be asked, which may pass).
+_UNKNOWN_HOST = frozenset(
+    code
+    for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None))
+    if code is not None
+)
+
+
+def is_unknown_host(error: BaseException) -> bool:
+    """Whether ``error`` says the base URL's host name has no address: trying again meets
+    the same."""
+    cause = _os_error(error)
+    return isinstance(cause, socket.gaierror) and cause.errno in _UNKNOWN_HOST
+
+
+def _host_of(endpoint: Endpoint) -> str:
+    try:
+        return httpx.URL(endpoint.url).host or endpoint.base_url
+    except (httpx.InvalidURL, ValueError):
+        return endpoint.base_url
+
+
+def _address(endpoint: Endpoint) -> str:
+    """``host:port`` of the endpoint, its scheme's port when the URL names none."""
+    try:
+        url = httpx.URL(endpoint.url)
+    except (httpx.InvalidURL, ValueError):
+        return endpoint.base_url
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+
 def describe_transport_error(
     endpoint: Endpoint, error: Exception, *, mid_stream: bool, read_timeout: float | None = None
 ) -> str:
     """A connection problem in words: refused, timed out (``read_timeout``: the seconds a read
     waited), dropped mid-stream."""
     detail = str(error) or type(error).__name__
+    if _cert_not_trusted(error):
+        return (
+            f"{endpoint.where}: the server's certificate is not trusted ({detail}) — a"
+            " certificate of a private CA (a company's proxy, a self-signed server) is trusted"
+            " with that CA's bundle in SSL_CERT_FILE"
+        )
     if is_tls_error(error):
         return (
             f"{endpoint.where}: the TLS handshake failed ({detail}) — does the base URL's "
             "scheme match the server (https for TLS, http for plain), and is its certificate valid?"
         )
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
-        hint = "is the server running and the base URL right"
-        if endpoint.base_url_env:
-            hint += f" ({endpoint.base_url_env})"
-        return f"{endpoint.where}: could not connect ({detail}) — {hint}?"
+        setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
+        if is_unknown_host(error):
+            return (
+                f"{endpoint.where}: could not connect: the host name {_host_of(endpoint)!r} is"
+                f" not known ({detail}) — is the base URL{setting} spelt right?"
+            )
+        if isinstance(_os_error(error), ConnectionRefusedError):
+            detail = f"connection refused: nothing listens at {_address(endpoint)}"
+        return (
+            f"{endpoint.where}: could not connect ({detail}) — is the server running and the"
+            f" base URL{setting} right?"
+        )
     if isinstance(error, httpx.ReadTimeout) and read_timeout is not None:
         # How long, and what to change when a slow model (a local one on a CPU) needs longer.
         kept = PARTIAL_KEPT if mid_stream else ""
@@ -480,7 +610,11 @@ async def open_event_stream(
             try:
                 response = await race.run(client.send(request, stream=True))
             except _RETRIED_TRANSPORT_ERRORS as error:
-                if attempt < policy.max_retries and not is_tls_error(error):
+                if (
+                    attempt < policy.max_retries
+                    and not is_tls_error(error)
+                    and not is_unknown_host(error)
+                ):
                     delay = policy.backoff(attempt, None)
                     said = describe_transport_error(
                         endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
@@ -621,9 +755,13 @@ def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str
     content_type = response.headers.get("content-type", "")
     text = (
         f"{endpoint.where}: expected a server-sent event stream but got "
-        f"{content_type or 'no content type'} (does this server support stream=true?)"
+        f"{content_type or 'no content type'}"
     )
-    return f"{text}; it said: {said}" if said else text
+    missing = missing_path(endpoint)  # LM Studio answers 200 to a path it does not know
+    if missing is None:
+        text += " (does this server support stream=true?)"
+    text = f"{text}; it said: {said}" if said else text
+    return f"{text} — {missing}" if missing else text
 
 
 # The C scanner behind json.loads: ``scan_json(text, 0) -> (value, end)``, StopIteration when
@@ -670,7 +808,8 @@ class SseParser:
     data lines, CR or CRLF line ends, a byte order mark, an event split across reads) goes
     through httpx-sse's incremental decoders, the ones its ``EventSource`` runs, so the full
     SSE rules apply to it. A line that is not SSE at all (no known field, e.g. a raw JSON
-    error some servers send) raises MalformedStream, where the decoder would skip it.
+    error some servers send) raises MalformedStream, where the decoder would skip it; but
+    llama.cpp's ``error: {...}`` line is an event named error.
     """
 
     __slots__ = ("_between", "_events", "_lines", "_pending", "_started", "endpoint", "on_event")
@@ -743,9 +882,14 @@ class SseParser:
         ended = False
         for line in lines:
             if line and not line.startswith(("data:", ":", "event:")) and not _is_sse_line(line):
-                raise MalformedStream(
-                    f"{self.endpoint.where}: malformed event stream line {one_line(line, 200)!r}"
-                )
+                if not line.startswith("error:"):
+                    raise MalformedStream(
+                        f"{self.endpoint.where}: malformed event stream line {one_line(line, 200)!r}"
+                    )
+                # llama.cpp's server writes an error in the stream as a field of its own,
+                # "error: {...}": an event named error, as "event: error" and "data: {...}".
+                decode("event: error")
+                line = f"data:{line[6:]}"
             sse = decode(line)
             if sse is not None:
                 ended = True

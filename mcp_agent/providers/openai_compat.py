@@ -60,6 +60,7 @@ from mcp_agent.providers.http import (
     ProviderError,
     bad_json,
     check_call_count,
+    clean_api_key,
     error_detail,
     is_overflow_text,
     loads,
@@ -309,6 +310,19 @@ _FINISH = {
 }
 
 
+_THINK_START = "<think>"
+_THINK_END = "</think>"
+
+
+def _tail_that_starts(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` could begin ``tag`` (held for the next
+    delta, which may finish it)."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-size:]):
+            return size
+    return 0
+
+
 # Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
 _OVERLOADED = frozenset({"insufficient_system_resource"})
 
@@ -334,6 +348,9 @@ class _StreamState:
         self.done = False
         self.ids_taken: set[str] = set()  # the ids the calls of this answer have
         self.refusal: list[str] = []  # what the model said in refusing (OpenAI's refusal field)
+        self._held = ""  # content that may be part of a <think> or </think> tag
+        self._in_think = False  # inside <think> tags that opened the content
+        self._after_think = False  # those tags closed, and no text has come since
 
     @property
     def complete(self) -> bool:
@@ -365,6 +382,9 @@ class _StreamState:
         if chunk.get("error"):
             self._error(chunk)
         usage = chunk.get("usage")
+        if not usage and "x_groq" in chunk:  # Groq's last chunk carries it here
+            extra = chunk["x_groq"]
+            usage = extra.get("usage") if type(extra) is dict else None
         if usage:
             self._usage(usage)
         choices = chunk.get("choices")
@@ -380,17 +400,22 @@ class _StreamState:
         delta = choice.get("delta")
         if delta:
             content = delta.get("content")
-            if content:
+            if content and type(content) is not str:
+                self._content_parts(content)
+                if len(delta) > 1:
+                    self._other_delta(delta)
+            elif content:
                 fields = self._text_fields
-                if fields is None:
-                    fields = self._open_text()
-                # block.text += content, growing the string in place (see append_str)
-                text = fields.pop("text")
-                try:
-                    text += content
-                finally:  # content that is no string leaves the text as it was
-                    fields["text"] = text
-                self._emit(TextDeltaEvent(self.output, self.text_index, content))
+                if fields is None:  # no text yet: it may open with <think>
+                    self._before_text(content)
+                else:
+                    # block.text += content, growing the string in place (see append_str)
+                    text = fields.pop("text")
+                    try:
+                        text += content
+                    finally:  # content that is no string leaves the text as it was
+                        fields["text"] = text
+                    self._emit(TextDeltaEvent(self.output, self.text_index, content))
                 if len(delta) > 1:
                     self._other_delta(delta)
             else:
@@ -434,6 +459,71 @@ class _StreamState:
         if calls:
             for call in calls:
                 self._tool_call(call)
+
+    def _before_text(self, content: str) -> None:
+        """Content while no text block is open. A model's thinking that opens the content in
+        ``<think>`` tags (vLLM without a reasoning parser, Groq's raw format, DeepSeek R1 at
+        many hosts) is thinking, not the answer; text that may still become the opening tag is
+        held until it is known."""
+        if type(content) is not str:
+            raise TypeError(f"content of type {type(content).__name__}")
+        held = self._held + content
+        self._held = ""
+        if self._in_think:
+            end = held.find(_THINK_END)
+            if end < 0:
+                keep = _tail_that_starts(held, _THINK_END)
+                self._held = held[len(held) - keep :]
+                if len(held) > keep:
+                    self._thinking(held[: len(held) - keep], "content")
+                return
+            self._in_think = False
+            self._after_think = True
+            if end:
+                self._thinking(held[:end], "content")
+            held = held[end + len(_THINK_END) :]
+        elif self.thinking_index < 0:  # the content's very start
+            start = held.lstrip()
+            if _THINK_START.startswith(start):
+                self._held = held  # "", "\n", "<thi": not known yet
+                return
+            if start.startswith(_THINK_START):
+                self._in_think = True
+                self._before_text(start[len(_THINK_START) :])
+                return
+        if self._after_think:
+            held = held.lstrip()  # the line end after </think>
+        if held:
+            self._text(held)
+
+    def _content_parts(self, parts: Any) -> None:
+        """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
+        and thinking whose own content is chunks of text. Anything else is no content."""
+        if type(parts) is not list:
+            raise TypeError(f"content of type {type(parts).__name__}")
+        for part in parts:
+            if type(part) is not dict:
+                raise TypeError(f"a content part of type {type(part).__name__}")
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if text:
+                    self._text(text)
+            elif kind == "thinking":
+                inner = part.get("thinking")
+                pieces = inner if type(inner) is list else [{"type": "text", "text": inner}]
+                for piece in pieces:
+                    thought = piece.get("text") if type(piece) is dict else None
+                    if thought and isinstance(thought, str):
+                        self._thinking(thought, "content")  # goes back as no field
+
+    def _text(self, text: str) -> None:
+        if type(text) is not str:
+            raise TypeError(f"text of type {type(text).__name__}")
+        if self._text_fields is None:
+            self._open_text()
+        append_str(self.output.content[self.text_index], "text", text)
+        self._emit(TextDeltaEvent(self.output, self.text_index, text))
 
     def _open_text(self) -> dict[str, Any]:
         output = self.output
@@ -493,13 +583,19 @@ class _StreamState:
         Servers disagree: most number each call by its index, some give every call index 0
         and tell them apart by id, some shift indexes within one call, and some repeat one id
         on several calls. A known index continues its call unless the delta brings another
-        id; a known id continues its call unless it comes with a new index and a name (a
-        second call with the same id); a delta with neither continues the latest call."""
+        id, or a name with no id after the call's arguments are whole (calls that all come
+        as index 0 without ids, each whole in a delta: relays in front of Gemini); a known id
+        continues its call unless it comes with a new index and a name (a second call with the
+        same id); a delta with neither continues the latest call."""
         if stream_index is not None:
             position = self.calls_by_index.get(stream_index)
             if position is not None:
                 sent = self.sent_ids.get(position, "")
-                if not call_id or not sent or call_id == sent:
+                if call_id and sent and call_id != sent:
+                    pass  # another call
+                elif not call_id and name and self._whole_call(position):
+                    return None
+                else:
                     return position
         if call_id:
             position = self.calls_by_id.get(call_id)
@@ -507,8 +603,21 @@ class _StreamState:
                 return None
             return position
         if stream_index is None and self.sent_ids:
+            if name and self._whole_call(self.latest_call):
+                return None
             return self.latest_call
         return None
+
+    def _whole_call(self, position: int) -> bool:
+        """Whether the call at ``position`` has its name and arguments that are a whole JSON
+        object (a delta that names a tool after that begins another call)."""
+        block = self.output.content[position]
+        if not isinstance(block, ToolCall) or not block.name or not block.partial_json:
+            return False
+        try:
+            return isinstance(json.loads(block.partial_json), dict)
+        except (ValueError, RecursionError):
+            return False
 
     def _free_id(self, call_id: str) -> str:
         """``call_id``, or when another call of this answer has it already, that id with a
@@ -543,6 +652,12 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
+        if self._held:  # what waited to be known as a tag or not: it was none
+            if self._in_think:
+                self._thinking(self._held, "content")
+            else:
+                self._text(self._held)
+            self._held = ""
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
@@ -574,6 +689,17 @@ class _StreamState:
         output.stop_reason = stop
 
 
+# The optional fields of a request, each with the compat setting that stops sending it.
+_FIELD_SETTINGS = tuple(
+    (name, f"set compat = {{ {setting} }} in the provider's table in models.toml")
+    for name, setting in (
+        ("stream_options", "supports_usage_in_streaming = false"),
+        ("reasoning_effort", "supports_reasoning_effort = false"),
+        ("max_completion_tokens", 'max_tokens_field = "max_tokens"'),
+    )
+)
+
+
 def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
     base_url = (model.base_url or OPENAI_BASE_URL).rstrip("/")
     return Endpoint(
@@ -582,13 +708,15 @@ def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
         url=f"{base_url}/chat/completions",
         key_env=config.api_key_env,
         base_url_env=config.base_url_env,
+        field_settings=_FIELD_SETTINGS,
+        usual_path="/v1",
     )
 
 
 def _api_key(options: StreamOptions, config: OpenAIConfig) -> str | None:
     if options.api_key:
         return options.api_key
-    if config.api_key_env and os.environ.get(config.api_key_env):
+    if config.api_key_env and os.environ.get(config.api_key_env, "").strip():
         return os.environ[config.api_key_env]
     return config.api_key
 
@@ -608,7 +736,7 @@ def stream_openai_compat(
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
         compat = config.compat or detect_compat(model)
-        api_key = _api_key(options, config)
+        api_key = clean_api_key(_api_key(options, config), endpoint.where, config.api_key_env)
         if not api_key and config.requires_api_key:
             hint = f"set {config.api_key_env}" if config.api_key_env else "configure an API key"
             raise ProviderError(f"{endpoint.where}: no API key — {hint}")

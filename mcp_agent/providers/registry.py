@@ -203,13 +203,28 @@ def _table(provider: str, api: str, rows: list[tuple[Any, ...]]) -> dict[str, Mo
     return models
 
 
+OLLAMA_PORT = 11434
+
+
 def _ollama_base_url() -> str:
-    host = os.environ.get("OLLAMA_HOST", "").strip()
+    """Where ``OLLAMA_HOST`` points, read as Ollama reads it: quotes around it dropped; without
+    a scheme, http and port 11434 (``0.0.0.0``, the value that makes the server listen on
+    every interface, is that server on port 11434, not on port 80); no host, 127.0.0.1."""
+    host = os.environ.get("OLLAMA_HOST", "").strip().strip("\"'").strip()
     if not host:
-        return "http://localhost:11434/v1"
-    if "://" not in host:
-        host = "http://" + host
-    return host.rstrip("/") + "/v1"
+        return f"http://localhost:{OLLAMA_PORT}/v1"
+    scheme, found, rest = host.partition("://")
+    if not found:
+        scheme, rest = "http", host
+    authority, _, path = rest.partition("/")
+    user, at, hostport = authority.rpartition("@")
+    if hostport.count(":") > 1 and not hostport.startswith("["):
+        hostport = f"[{hostport}]"  # an IPv6 address without its brackets
+    if hostport.startswith(":") or not hostport:
+        hostport = "127.0.0.1" + hostport
+    if not found and not re.search(r":\d*$", hostport.rpartition("]")[2]):
+        hostport += f":{OLLAMA_PORT}"
+    return f"{scheme}://{user}{at}{hostport}/{path}".rstrip("/") + "/v1"
 
 
 def builtin_providers() -> dict[str, ProviderConfig]:
