@@ -1061,6 +1061,14 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     resource = await client.read_resource(f"session://{child_id}")
     text = narrow(resource.contents[0], types.TextResourceContents).text
     assert json.loads(text)["session"]["startedBy"] == started
+    # The parent's link says which session, run and agent ("custom subagent" said nothing).
+    rows = (await call(client, "session_get", session_id=run["sessionId"], view="outline"))[
+        "outline"
+    ]
+    (link,) = [row for row in rows if row["type"] == "custom"]
+    assert link["preview"].startswith(
+        f"custom subagent: sessionId={child_id}, runId={child_run['runId']}, agent=loner, task="
+    ), link
     fork = await call(client, "session_fork", session_id=child_id)
     for other in (fork["id"], run["sessionId"]):
         got = await call(client, "session_get", session_id=other, limit=1)

@@ -67,8 +67,9 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
             return [(f"branch summary: {one_line(summary, limit)}", "summary")]
         case CustomMessageEntry(custom_type=kind, content=content):
             return [(f"{kind}: {one_line(content_text(content), limit)}", "custom")]
-        case CustomEntry(custom_type=kind):
-            return [(f"custom {kind}", "meta")]
+        case CustomEntry(custom_type=kind, data=data):
+            said = data_preview(data, limit)
+            return [(f"custom {kind}", "meta"), *([(f": {said}", "")] if said else [])]
         case LabelEntry(target_id=target, label=label):
             if not label:
                 return [(f"label {target} cleared", "meta")]
@@ -80,6 +81,26 @@ def entry_parts(entry: SessionEntry, limit: int = 80) -> Parts:
         case LeafEntry(target_id=target):
             return [(f"leaf → {target}", "meta")]
     return [(entry.type, "meta")]
+
+
+def data_preview(data: Any, limit: int) -> str:
+    """A custom entry's data in a line (a sub-agent's link: which session, agent and task):
+    an object's fields of text, numbers or booleans as ``key=value``, each value cut, read
+    only until ``limit`` characters are made (data may be megabytes)."""
+    if isinstance(data, str | int | float | bool):
+        return one_line(str(data)[: limit + 1], limit)
+    if not isinstance(data, dict):
+        return ""
+    said: list[str] = []
+    length = 0
+    for key, value in data.items():
+        if length > limit:
+            break
+        if isinstance(value, str | int | float | bool) and isinstance(key, str):
+            item = f"{key[:limit]}={str(value)[: limit + 1]}"
+            said.append(item)
+            length += len(item) + 2
+    return one_line(", ".join(said), limit)
 
 
 def message_parts(message: Any, limit: int = 80) -> Parts:
