@@ -322,3 +322,66 @@ async def test_the_typescript_sdk_client_gets_its_answer_across_a_dropped_connec
     assert seen["answer"] == "w" * 30
     events = [p for p in seen["progress"] if p == int(p)]
     assert events == list(range(1, seen["events"] + 1))
+
+
+def open_session(http: httpx.Client, url: str, version: str = "2025-11-25") -> dict[str, str]:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "by-hand", "version": "1"},
+        },
+    }
+    opened = http.post(url, json=init, headers=HEADERS)
+    session = {
+        **HEADERS,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": version,
+    }
+    http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+    return session
+
+
+def test_a_get_stream_that_drops_before_any_notification_resumes_from_its_priming(
+    slow_server: str,
+) -> None:
+    with httpx.Client(timeout=30) as http:
+        session = open_session(http, slow_server)
+        listen = {**session, "Accept": "text/event-stream"}
+        with http.stream("GET", slow_server, headers=listen) as stream:
+            events = sse_events(stream.iter_lines())  # (held: dropped, it closes the stream)
+            priming = next(events)
+            # One GET stream at a time, as before.
+            assert http.get(slow_server, headers=listen).status_code == 409
+        assert priming["data"] == "" and priming["retry"] == "1000"
+        # While the client is away, a session is created: the resources list changes.
+        create = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "session_create", "arguments": {}},
+        }
+        assert http.post(slow_server, json=create, headers=session).status_code == 200
+        resume = {**listen, "last-event-id": priming["id"]}
+        with http.stream("GET", slow_server, headers=resume) as stream:
+            missed = json.loads(next(sse_events(stream.iter_lines()))["data"])
+        assert missed["method"] == "notifications/resources/list_changed"
+
+
+def test_an_older_clients_get_stream_opens_without_a_priming_event(slow_server: str) -> None:
+    with httpx.Client(timeout=30) as http:
+        session = open_session(http, slow_server, "2025-06-18")
+        listen = {**session, "Accept": "text/event-stream"}
+        with http.stream("GET", slow_server, headers=listen) as stream:
+            create = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "session_create", "arguments": {}},
+            }
+            http.post(slow_server, json=create, headers=session)
+            first = next(sse_events(stream.iter_lines()))
+        assert json.loads(first["data"])["method"] == "notifications/resources/list_changed"

@@ -62,6 +62,8 @@ RETRY_MS = 1_000
 ANSWERED_KEEP_S = 60.0
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
+# Marks a GET that opens the session's stream afresh (in its ASGI scope).
+FRESH_GET = "mcp_agent.fresh_get"
 # The number of a session's standalone (GET) stream in its event ids.
 GET_STREAM_NUMBER = 0
 
@@ -160,6 +162,11 @@ class SessionEvents(EventStore):
                 del self._texts[next(iter(self._texts))]
         return event_id
 
+    def get_stream_cursor(self) -> EventId:
+        """An id of the session's GET stream after every event stored so far: what a GET
+        stream opened now is primed with, so its client can resume it from the start."""
+        return f"{GET_STREAM_NUMBER}.{self._next_sequence - 1}"
+
     def take_text(self, event_id: EventId) -> str | None:
         return self._texts.pop(event_id, None)
 
@@ -249,7 +256,9 @@ class ResumableTransport(StreamableHTTPServerTransport):
     answer (the SDK's kept the resumed stream open for good, holding its session open too),
     that misses nothing stored while it starts, and that refuses an id of no stream the
     session keeps (the SDK's sent an empty stream, which clients reconnect to again and
-    again; a text that is no id of ours opens the GET stream afresh). Each session's transport is made this class with a ``SessionEvents`` of its own."""
+    again; a text that is no id of ours opens the GET stream afresh), and a new GET stream
+    of a 2025-11-25 client that opens with a priming event, so it can be resumed from its
+    start. Each session's transport is made this class with a ``SessionEvents`` of its own."""
 
     # The protocol version the session's initialize asked for.
     _session_version: str | None = None
@@ -277,14 +286,33 @@ class ResumableTransport(StreamableHTTPServerTransport):
             return super()._create_event_data(event_message)
         return {"event": "message", "data": text, "id": event_message.event_id or ""}
 
+    async def _handle_get_request(self, request: Request, send: Send) -> None:
+        # A new GET stream of a 2025-11-25 client opens as a resumed one, from the newest
+        # event: it starts with a priming event, so a client whose stream drops before any
+        # notification came can still resume it (the SDK's opened with nothing to resume from,
+        # and what was sent while the client was away was lost).
+        store = self._event_store
+        version = self._session_version
+        if (
+            isinstance(store, SessionEvents)
+            and version is not None
+            and is_version_at_least(version, "2025-11-25")
+            and request.headers.get(LAST_EVENT_ID_HEADER) is None
+        ):
+            cursor = (LAST_EVENT_ID_HEADER.encode(), store.get_stream_cursor().encode())
+            scope = {**request.scope, "headers": [*request.scope["headers"], cursor]}
+            scope[FRESH_GET] = True
+            request = Request(scope, request.receive)
+        await super()._handle_get_request(request, send)
+
     async def _replay_events(self, last_event_id: str, request: Request, send: Send) -> None:
         store = self._event_store
         found = store.after(last_event_id) if isinstance(store, SessionEvents) else None
         if found is None and event_id_parts(last_event_id) is None:
             # No id of ours (junk, or another server's): the session's GET stream, afresh.
             kept = [(k, v) for k, v in request.scope["headers"] if k != b"last-event-id"]
-            fresh = Request({**request.scope, "headers": kept}, request.receive)
-            await self._handle_get_request(fresh, send)
+            anew = Request({**request.scope, "headers": kept}, request.receive)
+            await self._handle_get_request(anew, send)
             return
         if found is None:
             said = (
@@ -297,6 +325,11 @@ class ResumableTransport(StreamableHTTPServerTransport):
             return
         stream, events = found
         key = stream.key
+        fresh = bool(request.scope.get(FRESH_GET))
+        if fresh and key in self._request_streams:
+            said = "Conflict: Only one SSE stream is allowed per session"
+            await error_response(409, said, INVALID_REQUEST)(request.scope, request.receive, send)
+            return
         # Taken with no await between: nothing stored meanwhile is missed, or sent twice.
         tail = None
         if not stream.finished and key not in self._request_streams:
@@ -309,6 +342,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
         async def sender() -> None:
             try:
                 async with writer:
+                    if fresh:
+                        await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
                     for event_id, text in events:
                         await writer.send({"event": "message", "data": text, "id": event_id})
                     if tail is None:
