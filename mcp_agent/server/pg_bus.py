@@ -37,7 +37,7 @@ from mcp.server.subscriptions import (
 
 from mcp_agent.outages import Outage
 from mcp_agent.server.notify import WatchedBus
-from mcp_agent.sessions.postgres.database import tcp_options
+from mcp_agent.sessions.postgres.connect import tcp_options
 from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)

@@ -32,18 +32,23 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.abc import PQGen
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_agent.outages import Outage
 from mcp_agent.paths import shown_url
 from mcp_agent.sessions.errors import SessionError, Unreachable
+from mcp_agent.sessions.postgres.connect import (
+    POOL_NAME,
+    BoundedConnection,
+    StatementTimeout,
+    tcp_options,
+    url_options,
+)
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-POOL_NAME = "mcp-agent-sessions"
 
 Durability = Literal["full", "normal"]
 # Called inside each transaction that appends to or moves a session, before the change, with
@@ -56,16 +61,6 @@ POOL_TIMEOUT_S = 30.0
 # A caller waits for the pool in turns this long, looking between them whether the database
 # is down (see PostgresDatabase._lend).
 POOL_TURN_S = 1.0
-# A database gone from the network (a partition, a host switched off) is given up within about
-# a minute, not the kernel's quarter of an hour: keepalives find it out on an idle connection,
-# tcp_user_timeout (ms) under data it never acknowledges. A URL that sets one keeps its own.
-TCP_OPTIONS: dict[str, int] = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 60_000,
-}
 # How long the pool goes on trying to replace a connection while the database is down. Its
 # pause between tries doubles (1, 2, 4, … s), so left at psycopg's five minutes a database
 # back after a minute away was not tried again for another minute: callers waited the pool's
@@ -82,7 +77,6 @@ STATEMENT_GRACE_S = 5.0
 # The pool's check of an idle connection before lending it is an empty statement: one that
 # has no answer in this long is dropped (and another connection lent), not waited for.
 CHECK_TIMEOUT_S = 10.0
-RV = TypeVar("RV")
 
 MIGRATIONS: list[str] = [
     # 1: the first shape
@@ -197,63 +191,6 @@ TABLES = (
 )
 
 
-class _QuietReconnects(logging.Filter):
-    """Leaves out the pool's word on each connection attempt that failed (several a second
-    while the database is down, each with the driver's message): the database says the
-    outage once when a call finds it (``PostgresDatabase.outage``), and once when it ends."""
-
-    QUIET = ("error connecting in %r: %s", "reconnection attempt in pool %r failed after %s sec")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        ours = isinstance(args, tuple) and bool(args) and args[0] == POOL_NAME
-        return not (ours and record.msg in self.QUIET)
-
-
-logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
-
-
-def tcp_options(url: str) -> dict[str, Any]:
-    """``TCP_OPTIONS`` less those ``url`` sets itself."""
-    given = _url_options(url)
-    return {key: value for key, value in TCP_OPTIONS.items() if key not in given}
-
-
-def _url_options(url: str) -> dict[str, Any]:
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        return conninfo_to_dict(url)
-    except psycopg.ProgrammingError:  # said when the URL is used
-        return {}
-
-
-class StatementTimeout(psycopg.OperationalError):
-    """A statement had no answer within the client's bound: the connection was given up."""
-
-
-class BoundedConnection(psycopg.Connection[Any]):
-    """A connection on which no wait for the database outlasts ``bound`` seconds (a statement,
-    a commit): past it the connection is closed and ``StatementTimeout`` raised. The database
-    ends a statement that runs too long itself (``statement_timeout``); this bound is for a
-    backend that answers nothing at all."""
-
-    bound: float | None = None
-
-    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
-        if timeout is not None or self.bound is None:
-            return super().wait(gen, interval, timeout)
-        try:
-            return super().wait(gen, interval, self.bound)
-        except pg_errors._WaitTimeout:
-            self.pgconn.finish()  # its state is unknown: no one may use it again
-            raise StatementTimeout(
-                f"the database answered nothing for {self.bound:g} s (a backend frozen or a"
-                " host hung, the connection still open: past the statement timeout,"
-                " MCP_AGENT_DB_STATEMENT_TIMEOUT, and 5 s); the connection was given up"
-            ) from None
-
-
 class BrokenConnection(SessionError):
     """The connection broke during a transaction, perhaps during its commit: what it wrote is
     whole or absent, and a read on another connection can tell which (``unwritten`` says it
@@ -335,7 +272,7 @@ class PostgresDatabase:
         if durability == "normal":
             options += " -c synchronous_commit=off"
         # The URL's own options (a search_path, …) come after ours, so they stand.
-        given = _url_options(url).get("options")
+        given = url_options(url).get("options")
         if given:
             options += f" {given}"
         self.pool: ConnectionPool[BoundedConnection] = ConnectionPool(
