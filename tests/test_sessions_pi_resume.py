@@ -15,9 +15,9 @@ import anyio
 import pytest
 from mcp import Client
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
-from test_sessions_pi import PI
+from test_sessions_pi import PI, depth_first_tree, run_pi
 
-from mcp_agent.sessions import JsonlSessionRepo
+from mcp_agent.sessions import JsonlSessionRepo, SqliteSessionRepo, build_session_context
 
 DATA = Path(__file__).parent / "data" / "pi"
 
@@ -124,3 +124,59 @@ def test_a_session_that_names_no_thinking_level_runs_at_the_agents_as_pi_runs_it
     assert session.build_context().thinking_level == "high"
     types = [entry.type for entry in session.get_entries()]
     assert types[2:5] == ["thinking_level_change", "active_tools_change", "message"]
+
+
+def context_at(session: Any, leaf: str) -> dict[str, Any]:
+    data = build_session_context(session.get_branch(leaf)).to_json_dict()
+    data.pop("activeToolNames", None)  # ours only; pi has no active tools
+    return data
+
+
+def test_sessions_pis_agent_made_read_show_and_export_as_pi_reads_them(tmp_path: Path) -> None:
+    """pi's AgentSession makes a session as a user of pi would (tests/data/pi/agent_session.mjs:
+    tool calls, thinking and model changes, an image, a label, /tree with a branch summary,
+    two compactions, a name) and a /fork of it. Our readers (pi's folder, SQLite, the MCP
+    tools) agree with pi's on its entries, tree, name and the context at every entry, and pi
+    reads our export as it read its own file."""
+    assert PI is not None
+    node, peers = PI
+    agent_dir = tmp_path / "agent"
+    script = [node, str(DATA / "agent_session.mjs"), str(peers), str(agent_dir)]
+    done = subprocess.run(
+        [*script, str(tmp_path / "project")], capture_output=True, text=True, timeout=60, check=True
+    )
+    made = json.loads(done.stdout)
+    folder = JsonlSessionRepo(agent_dir / "sessions")
+    database = SqliteSessionRepo(tmp_path / "s.db")
+    at_pis_leaf: dict[str, dict[str, Any]] = {}
+    for file in (Path(made["file"]), Path(made["forkFile"])):
+        entries = [json.loads(line) for line in file.read_text().splitlines()[1:]]
+        leaves = [entry["id"] for entry in entries]
+        theirs = run_pi(file, leaves)
+        assert theirs["entries"] == entries
+        types = {entry["type"] for entry in entries}
+        assert {"compaction", "branch_summary", "label", "session_info"} <= types
+        opened = folder.open(json.loads(file.read_text().splitlines()[0])["id"])
+        imported = database.import_session(file).session
+        for session in (opened, imported):
+            assert [e.to_json_dict() for e in session.get_entries()] == entries
+            assert session.leaf_id == theirs["manager"]["leafId"] == leaves[-1]
+            assert session.name == theirs["manager"]["name"] == "made by pi"
+            assert depth_first_tree(session.tree()) == theirs["manager"]["tree"]
+            for leaf, result in zip(leaves, theirs["results"], strict=True):
+                assert context_at(session, leaf) == result["context"], leaf
+        at_pis_leaf[imported.id] = theirs["results"][-1]["context"]
+        exported = tmp_path / "exported.jsonl"
+        exported.write_text(database.export_jsonl(imported.id))
+        assert run_pi(exported)["entries"] == entries
+
+    async def over_mcp() -> None:
+        server = agent_server(tmp_path, {"scripted": prompt_responder}, db_path=database.path)
+        async with Client(server) as client:
+            for session_id, expected in at_pis_leaf.items():
+                served = await call(client, "session_context", session_id=session_id, limit=0)
+                context = {key: served[key] for key in ("messages", "thinkingLevel", "model")}
+                assert context == expected
+
+    anyio.run(over_mcp)
+    database.close()
