@@ -480,6 +480,29 @@ async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> Non
 @pytest.mark.parametrize(
     ("pieces", "thinking", "text"),
     [
+        pytest.param(["<think>I ponder a <"], "I ponder a <", "", id="inside-thinking"),
+        pytest.param(["<thi"], None, "<thi", id="before-it-is-known"),
+    ],
+)
+async def test_what_may_be_a_tag_is_kept_when_the_stream_breaks_off(
+    pieces: list[str], thinking: str | None, text: str
+) -> None:
+    async with script_server() as server:
+        body: list[bytes | float | Gate] = [oa_chunk({"content": p}) for p in pieces]
+        server.add(Reply(body=body, drop=True))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.ERROR
+    assert "broke off mid-stream" in present(final.error_message)
+    assert final.text == text
+    thoughts = [b.thinking for b in final.content if isinstance(b, ThinkingContent)]
+    assert thoughts == ([thinking] if thinking is not None else [])
+
+
+@pytest.mark.parametrize(
+    ("pieces", "thinking", "text"),
+    [
         pytest.param(["<thi", "nk> still thinking"], " still thinking", "", id="cut-off"),
         pytest.param(["<thi", "s is text"], None, "<this is text", id="no-tag"),
         pytest.param(["  ", "Hello <think>"], None, "  Hello <think>", id="tag-later"),

@@ -985,6 +985,10 @@ class SseState(Protocol):
     def finish(self) -> None:
         """Close the blocks and settle the stop reason; raise ProviderError if incomplete."""
 
+    def keep_held(self) -> None:
+        """The stream ended early (a fault, an abort): put into the output what was held
+        back to be known (text that might have been the start of a tag)."""
+
 
 async def stream_sse(
     endpoint: Endpoint,
@@ -1124,8 +1128,10 @@ async def stream_sse(
         events.clear()
         yield DoneEvent(output)
     except Aborted:
+        _keep_held(state)
         yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
     except ProviderError as error:
+        _keep_held(state)
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
         else:
@@ -1135,6 +1141,13 @@ async def stream_sse(
         yield ErrorEvent(fail(output, said))
     finally:
         race.close()
+
+
+def _keep_held(state: SseState) -> None:
+    try:
+        state.keep_held()
+    except Exception:  # what was held is given up; the error that ended the stream is said
+        log.exception("could not keep the held part of an answer")
 
 
 def _http11_socket(response: httpx.Response) -> Any:

@@ -490,6 +490,14 @@ class _StreamState:
         if held:
             self._text(held)
 
+    def keep_held(self) -> None:
+        """What waited to be known as a tag or not: the answer ended, so it was none."""
+        held, self._held = self._held, ""
+        if held and self._in_think:
+            self._thinking(held, "content")
+        elif held:
+            self._text(held)
+
     def _content_parts(self, parts: Any) -> None:
         """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
         and thinking whose own content is chunks of text. Anything else is no content."""
@@ -646,12 +654,7 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 "(no finish_reason and no [DONE]); the partial response is kept"
             )
-        if self._held:  # what waited to be known as a tag or not: it was none
-            if self._in_think:
-                self._thinking(self._held, "content")
-            else:
-                self._text(self._held)
-            self._held = ""
+        self.keep_held()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
