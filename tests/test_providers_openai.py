@@ -574,6 +574,8 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
     [
         ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
         ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
+        ("abort", StopReason.ERROR, True),  # vLLM: the engine dropped the request
+        ("error", StopReason.ERROR, True),  # OpenRouter: its upstream failed mid-answer
         ("something_new", StopReason.ERROR, False),
     ],
 )

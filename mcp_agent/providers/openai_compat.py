@@ -319,6 +319,10 @@ def _tail_that_starts(text: str, tag: str) -> int:
 
 # Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
 _OVERLOADED = frozenset({"insufficient_system_resource"})
+# Finish reasons that say the answer was broken off by the server, not ended by the model:
+# vLLM's "abort" (the engine dropped the request), OpenRouter's "error" (its upstream failed
+# mid-answer, with no error object).
+_BROKEN_OFF = frozenset({"abort", "error"})
 
 
 class _StreamState:
@@ -676,6 +680,8 @@ class _StreamState:
         if stop is None:
             if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
                 what = "the server overloaded mid-stream"
+            elif reason in _BROKEN_OFF:  # also passing
+                what = "the server broke off mid-stream"
             elif reason == "content_filter":
                 what = "the model filtered the response"
             else:
