@@ -267,6 +267,8 @@ def _detail_from_json(data: Any) -> str:
     if not isinstance(message, str):
         message = json.dumps(message)
     kind = error.get("code") or error.get("type")
+    if type(kind) is int:  # OpenRouter's and others' HTTP status (502): says a passing fault
+        kind = str(kind)
     if kind and isinstance(kind, str) and kind not in message and kind != "error":
         return f"{message} ({kind})" if message else kind
     return message
