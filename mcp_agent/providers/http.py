@@ -336,7 +336,13 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
 
 def missing_path(endpoint: Endpoint) -> str | None:
     """What to set when the base URL has no path but such servers answer under one
-    (``http://localhost:1234`` for ``http://localhost:1234/v1``); None otherwise."""
+    (``http://localhost:1234`` for ``http://localhost:1234/v1``), or when it ends in the
+    path that is added to it (``…/v1/chat/completions``, pasted whole); None otherwise."""
+    added = endpoint.url.removeprefix(endpoint.base_url)  # "/chat/completions"
+    if added != endpoint.url and endpoint.base_url.endswith(added):
+        setting = endpoint.base_url_env or "the provider's base_url in models.toml"
+        fixed = shown_url(endpoint.base_url.removesuffix(added))
+        return f"the base URL ends in {added}, which is added to it: set {setting} to {fixed}"
     if not endpoint.usual_path:
         return None
     try:
