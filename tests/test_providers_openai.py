@@ -791,6 +791,33 @@ async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         assert server.requests[0].headers["authorization"] == "Bearer sk-env"
 
 
+@pytest.mark.parametrize(
+    ("status", "message", "code"),
+    [  # OpenAI's answer to an account out of credit; OpenRouter's
+        (
+            429,
+            "You exceeded your current quota, please check your plan and billing details.",
+            "insufficient_quota",
+        ),
+        (402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits", None),
+    ],
+)
+async def test_an_account_out_of_credit_is_said_and_not_retried(
+    status: int, message: str, code: str | None
+) -> None:
+    # It was retried with backoff, then said to be "rate limited".
+    async with script_server() as server:
+        server.add(*[error_reply(status, message, code) for _ in range(4)])
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert len(server.requests) == 1
+    error = present(final.error_message)
+    assert message in error and "rate limited" not in error
+    assert error.endswith("— the account's quota or credit is used up: check its plan and billing")
+    assert not is_transient_error(final)
+
+
 @pytest.mark.parametrize(("status", "words"), [(429, "rate limited"), (500, "server is failing")])
 async def test_429_and_500_retried_then_reported(status: int, words: str) -> None:
     async with script_server() as server:

@@ -334,6 +334,15 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
     )
 
 
+# Error codes that say the account has run out (OpenAI's 429 insufficient_quota): waiting
+# and trying again meets the same.
+_OUT_OF_CREDIT = ("insufficient_quota", "billing_hard_limit_reached")
+
+
+def out_of_credit(detail: str) -> bool:
+    return any(code in detail for code in _OUT_OF_CREDIT)
+
+
 def missing_path(endpoint: Endpoint) -> str | None:
     """What to set when the base URL has no path but such servers answer under one
     (``http://localhost:1234`` for ``http://localhost:1234/v1``), or when it ends in the
@@ -394,6 +403,8 @@ def describe_status(
         hint = "check the model id and the base URL"
         if endpoint.base_url_env:
             hint += f" ({endpoint.base_url_env})"
+    elif status == 402 or out_of_credit(detail):
+        hint = "the account's quota or credit is used up: check its plan and billing"
     elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
         what = "rate limited" if status == 429 else "the server is failing or overloaded"
         hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
@@ -661,7 +672,7 @@ async def open_event_stream(
             retryable = (
                 should_retry == "true"
                 if should_retry in ("true", "false")
-                else status in RETRYABLE_STATUS or status >= 500
+                else (status in RETRYABLE_STATUS or status >= 500) and not out_of_credit(detail)
             )
             asked = parse_retry_after(response.headers)
             if retryable and attempt < policy.max_retries:
