@@ -1537,6 +1537,15 @@ async def test_tool_call_deltas_as_servers_send_them(
             [("read", {"path": "x"})],
             id="name-on-every-delta",
         ),
+        pytest.param(  # the name said again on a last delta with no arguments: no new call
+            [
+                _delta(0, name="read", arguments='{"path": "x"}'),
+                _delta(0, name="read"),
+                _delta(None, name="read", arguments=""),
+            ],
+            [("read", {"path": "x"})],
+            id="name-again-without-arguments",
+        ),
     ],
 )
 async def test_calls_without_ids_on_one_index_are_told_apart_by_a_name_after_whole_arguments(

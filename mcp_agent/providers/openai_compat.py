@@ -556,7 +556,9 @@ class _StreamState:
         call_id = call.get("id") or ""
         function = call.get("function") or {}
         name = function.get("name") or ""
-        position = self._call_position(stream_index, call_id, name)
+        # A name with arguments may begin another call (see _call_position).
+        begins = bool(name and function.get("arguments"))
+        position = self._call_position(stream_index, call_id, name, begins)
         if position is None:
             check_call_count(self.endpoint.where, len(self.sent_ids))
             position = len(output.content)
@@ -583,7 +585,9 @@ class _StreamState:
             append_str(block, "partial_json", arguments)
             self.events.append(ToolCallDeltaEvent(output, position, arguments))
 
-    def _call_position(self, stream_index: int | None, call_id: str, name: str) -> int | None:
+    def _call_position(
+        self, stream_index: int | None, call_id: str, name: str, begins: bool
+    ) -> int | None:
         """Which call a tool-call delta continues, or None for a new one.
 
         Servers disagree: most number each call by its index, some give every call index 0
@@ -599,7 +603,7 @@ class _StreamState:
                 sent = self.sent_ids.get(position, "")
                 if call_id and sent and call_id != sent:
                     pass  # another call
-                elif not call_id and name and self._whole_call(position):
+                elif not call_id and begins and self._whole_call(position):
                     return None
                 else:
                     return position
@@ -609,7 +613,7 @@ class _StreamState:
                 return None
             return position
         if stream_index is None and self.sent_ids:
-            if name and self._whole_call(self.latest_call):
+            if begins and self._whole_call(self.latest_call):
                 return None
             return self.latest_call
         return None
