@@ -768,6 +768,28 @@ async def test_a_request_field_the_server_refuses_names_the_setting_that_drops_i
         assert field not in server.requests[-1].json()
 
 
+async def test_a_refusal_naming_both_token_fields_names_the_one_sent() -> None:
+    # Azure's words for a reasoning model sent max_tokens name max_completion_tokens too: the
+    # setting said is the one that sends the other.
+    refused = (
+        "Unsupported parameter: 'max_tokens' is not supported with this model."
+        " Use 'max_completion_tokens' instead."
+    )
+    async with script_server() as server:
+        server.add(error_reply(400, refused, "unsupported_parameter"))
+        config = OpenAIConfig(compat=OpenAICompat(max_tokens_field="max_tokens"))
+        _, final = await collect(
+            stream_openai_compat(
+                model_at(server.base + "/v1"), user_context(), key(max_tokens=50), config=config
+            )
+        )
+        assert "max_tokens" in server.requests[0].json()
+    assert present(final.error_message).endswith(
+        "— the server does not take max_tokens: set compat = { max_tokens_field ="
+        ' "max_completion_tokens" } in the provider\'s table in models.toml'
+    )
+
+
 async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with script_server() as server:

@@ -696,26 +696,33 @@ class _StreamState:
         output.stop_reason = stop
 
 
-# The optional fields of a request, each with the compat setting that stops sending it.
-_FIELD_SETTINGS = tuple(
-    (name, f"set compat = {{ {setting} }} in the provider's table in models.toml")
-    for name, setting in (
-        ("stream_options", "supports_usage_in_streaming = false"),
-        ("reasoning_effort", "supports_reasoning_effort = false"),
-        ("max_completion_tokens", 'max_tokens_field = "max_tokens"'),
-    )
-)
+def _field_settings(
+    model: Model, options: StreamOptions, compat: OpenAICompat
+) -> tuple[tuple[str, str], ...]:
+    """The optional fields this request sends, each with the compat setting that stops
+    sending it (said when a server refuses the field)."""
+    fields: list[tuple[str, str]] = []
+    if compat.supports_usage_in_streaming:
+        fields.append(("stream_options", "supports_usage_in_streaming = false"))
+    if model.reasoning and compat.supports_reasoning_effort:
+        fields.append(("reasoning_effort", "supports_reasoning_effort = false"))
+    if options.max_tokens:  # the one sent; the other is what to send instead
+        other = "max_tokens" if compat.max_tokens_field != "max_tokens" else "max_completion_tokens"
+        fields.append((compat.max_tokens_field, f'max_tokens_field = "{other}"'))
+    where = "in the provider's table in models.toml"
+    return tuple((name, f"set compat = {{ {setting} }} {where}") for name, setting in fields)
 
 
-def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
+def _endpoint(model: Model, config: OpenAIConfig, options: StreamOptions) -> Endpoint:
     base_url = (model.base_url or OPENAI_BASE_URL).rstrip("/")
+    compat = config.compat or detect_compat(model)
     return Endpoint(
         label=config.label,
         base_url=base_url,
         url=f"{base_url}/chat/completions",
         key_env=config.api_key_env,
         base_url_env=config.base_url_env,
-        field_settings=_FIELD_SETTINGS,
+        field_settings=_field_settings(model, options, compat),
         usual_path="/v1",
     )
 
@@ -739,7 +746,7 @@ def stream_openai_compat(
     end with an ErrorEvent whose message says what happened; partial content is kept."""
     options = options or StreamOptions()
     config = config or OpenAIConfig()
-    endpoint = _endpoint(model, config)
+    endpoint = _endpoint(model, config, options)
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
         compat = config.compat or detect_compat(model)
