@@ -788,3 +788,26 @@ async def test_a_certificate_of_a_private_ca_says_how_to_trust_it(
         _, final = await collect(openai(f"https://127.0.0.1:{port}"))
         tg.cancel_scope.cancel()
     assert final.text == "trusted", final.error_message
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_base_url_that_ends_in_the_endpoint_says_what_to_set(api: str) -> None:
+    # The endpoint's whole URL pasted as the base URL: "404 … check the model id".
+    async with script_server() as server:
+        server.add(Reply(status=404, body=[b"404 page not found"], content_type="text/plain"))
+        if api == "openai":
+            base, added = f"{server.base}/v1", "/chat/completions"
+            stream = stream_openai_compat(
+                model_at(base + added), user_context(), options(api_key="sk-test")
+            )
+            setting = "OPENAI_BASE_URL"
+        else:
+            base, added = server.base, "/v1/messages"
+            model = model_at(base + added, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(model, user_context(), options(api_key="sk-ant-test"))
+            setting = "ANTHROPIC_BASE_URL"
+        _, final = await collect(stream)
+    error = present(final.error_message)
+    assert error.endswith(
+        f"— the base URL ends in {added}, which is added to it: set {setting} to {base}"
+    ), error

@@ -480,6 +480,29 @@ async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> Non
 @pytest.mark.parametrize(
     ("pieces", "thinking", "text"),
     [
+        pytest.param(["<think>I ponder a <"], "I ponder a <", "", id="inside-thinking"),
+        pytest.param(["<thi"], None, "<thi", id="before-it-is-known"),
+    ],
+)
+async def test_what_may_be_a_tag_is_kept_when_the_stream_breaks_off(
+    pieces: list[str], thinking: str | None, text: str
+) -> None:
+    async with script_server() as server:
+        body: list[bytes | float | Gate] = [oa_chunk({"content": p}) for p in pieces]
+        server.add(Reply(body=body, drop=True))
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+    assert final.stop_reason == StopReason.ERROR
+    assert "broke off mid-stream" in present(final.error_message)
+    assert final.text == text
+    thoughts = [b.thinking for b in final.content if isinstance(b, ThinkingContent)]
+    assert thoughts == ([thinking] if thinking is not None else [])
+
+
+@pytest.mark.parametrize(
+    ("pieces", "thinking", "text"),
+    [
         pytest.param(["<thi", "nk> still thinking"], " still thinking", "", id="cut-off"),
         pytest.param(["<thi", "s is text"], None, "<this is text", id="no-tag"),
         pytest.param(["  ", "Hello <think>"], None, "  Hello <think>", id="tag-later"),
@@ -551,6 +574,8 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
     [
         ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
         ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
+        ("abort", StopReason.ERROR, True),  # vLLM: the engine dropped the request
+        ("error", StopReason.ERROR, True),  # OpenRouter: its upstream failed mid-answer
         ("something_new", StopReason.ERROR, False),
     ],
 )
@@ -743,6 +768,28 @@ async def test_a_request_field_the_server_refuses_names_the_setting_that_drops_i
         assert field not in server.requests[-1].json()
 
 
+async def test_a_refusal_naming_both_token_fields_names_the_one_sent() -> None:
+    # Azure's words for a reasoning model sent max_tokens name max_completion_tokens too: the
+    # setting said is the one that sends the other.
+    refused = (
+        "Unsupported parameter: 'max_tokens' is not supported with this model."
+        " Use 'max_completion_tokens' instead."
+    )
+    async with script_server() as server:
+        server.add(error_reply(400, refused, "unsupported_parameter"))
+        config = OpenAIConfig(compat=OpenAICompat(max_tokens_field="max_tokens"))
+        _, final = await collect(
+            stream_openai_compat(
+                model_at(server.base + "/v1"), user_context(), key(max_tokens=50), config=config
+            )
+        )
+        assert "max_tokens" in server.requests[0].json()
+    assert present(final.error_message).endswith(
+        "— the server does not take max_tokens: set compat = { max_tokens_field ="
+        ' "max_completion_tokens" } in the provider\'s table in models.toml'
+    )
+
+
 async def test_missing_key_fails_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     async with script_server() as server:
@@ -764,6 +811,33 @@ async def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), options())
         )
         assert server.requests[0].headers["authorization"] == "Bearer sk-env"
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code"),
+    [  # OpenAI's answer to an account out of credit; OpenRouter's
+        (
+            429,
+            "You exceeded your current quota, please check your plan and billing details.",
+            "insufficient_quota",
+        ),
+        (402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits", None),
+    ],
+)
+async def test_an_account_out_of_credit_is_said_and_not_retried(
+    status: int, message: str, code: str | None
+) -> None:
+    # It was retried with backoff, then said to be "rate limited".
+    async with script_server() as server:
+        server.add(*[error_reply(status, message, code) for _ in range(4)])
+        _, final = await collect(
+            stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
+        )
+        assert len(server.requests) == 1
+    error = present(final.error_message)
+    assert message in error and "rate limited" not in error
+    assert error.endswith("— the account's quota or credit is used up: check its plan and billing")
+    assert not is_transient_error(final)
 
 
 @pytest.mark.parametrize(("status", "words"), [(429, "rate limited"), (500, "server is failing")])
@@ -1022,9 +1096,11 @@ async def test_error_object_mid_stream() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR and final.text == "So"
-        assert "the server reported an error mid-stream: upstream died" in present(
+        assert "the server reported an error mid-stream: upstream died (502)" in present(
             final.error_message
         )
+        # OpenRouter's words for an upstream that failed mid-answer: a passing fault.
+        assert is_transient_error(final)
 
 
 async def test_context_overflow_is_marked() -> None:
@@ -1508,6 +1584,15 @@ async def test_tool_call_deltas_as_servers_send_them(
             ],
             [("read", {"path": "x"})],
             id="name-on-every-delta",
+        ),
+        pytest.param(  # the name said again on a last delta with no arguments: no new call
+            [
+                _delta(0, name="read", arguments='{"path": "x"}'),
+                _delta(0, name="read"),
+                _delta(None, name="read", arguments=""),
+            ],
+            [("read", {"path": "x"})],
+            id="name-again-without-arguments",
         ),
     ],
 )

@@ -434,6 +434,29 @@ async def test_configured_provider_errors_use_its_label(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_ollama_not_running_names_ollama_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What sets where Ollama is was not named: "is the base URL right?" and no variable.
+    from mcp_support import free_port
+
+    port = free_port()
+    monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
+    registry = ModelRegistry()
+    model = registry.resolve("ollama:qwen3")
+    _, final = await collect(registry.stream_fn_for(model)(model, user_context(), options()))
+    error = present(final.error_message)
+    assert f"nothing listens at 127.0.0.1:{port}" in error
+    assert "the base URL (OLLAMA_HOST) right?" in error
+    # A base URL from models.toml is not OLLAMA_HOST's.
+    path = write(tmp_path, f'[providers.ollama]\nbase_url = "http://localhost:{port}/v1"\n')
+    registry = ModelRegistry.load(path)
+    model = registry.resolve("ollama:qwen3")
+    _, final = await collect(registry.stream_fn_for(model)(model, user_context(), options()))
+    assert "OLLAMA_HOST" not in present(final.error_message)
+
+
+@pytest.mark.anyio
 async def test_scripted_through_the_registry() -> None:
     registry = ModelRegistry()
     model = registry.resolve("scripted:echo")

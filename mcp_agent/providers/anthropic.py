@@ -470,6 +470,9 @@ class _StreamState:
             usage.cache_write = raw["cache_creation_input_tokens"]
         update_usage(self.model, self.output)
 
+    def keep_held(self) -> None:
+        pass  # nothing is held back
+
     def finish(self) -> None:
         if not self.done and self.stop_reason is None:  # message_delta says the end is here
             raise ProviderError(

@@ -267,6 +267,8 @@ def _detail_from_json(data: Any) -> str:
     if not isinstance(message, str):
         message = json.dumps(message)
     kind = error.get("code") or error.get("type")
+    if type(kind) is int:  # OpenRouter's and others' HTTP status (502): says a passing fault
+        kind = str(kind)
     if kind and isinstance(kind, str) and kind not in message and kind != "error":
         return f"{message} ({kind})" if message else kind
     return message
@@ -332,9 +334,24 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
     )
 
 
+# Error codes that say the account has run out (OpenAI's 429 insufficient_quota): waiting
+# and trying again meets the same.
+_OUT_OF_CREDIT = ("insufficient_quota", "billing_hard_limit_reached")
+
+
+def out_of_credit(detail: str) -> bool:
+    return any(code in detail for code in _OUT_OF_CREDIT)
+
+
 def missing_path(endpoint: Endpoint) -> str | None:
     """What to set when the base URL has no path but such servers answer under one
-    (``http://localhost:1234`` for ``http://localhost:1234/v1``); None otherwise."""
+    (``http://localhost:1234`` for ``http://localhost:1234/v1``), or when it ends in the
+    path that is added to it (``…/v1/chat/completions``, pasted whole); None otherwise."""
+    added = endpoint.url.removeprefix(endpoint.base_url)  # "/chat/completions"
+    if added != endpoint.url and endpoint.base_url.endswith(added):
+        setting = endpoint.base_url_env or "the provider's base_url in models.toml"
+        fixed = shown_url(endpoint.base_url.removesuffix(added))
+        return f"the base URL ends in {added}, which is added to it: set {setting} to {fixed}"
     if not endpoint.usual_path:
         return None
     try:
@@ -386,6 +403,8 @@ def describe_status(
         hint = "check the model id and the base URL"
         if endpoint.base_url_env:
             hint += f" ({endpoint.base_url_env})"
+    elif status == 402 or out_of_credit(detail):
+        hint = "the account's quota or credit is used up: check its plan and billing"
     elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
         what = "rate limited" if status == 429 else "the server is failing or overloaded"
         hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
@@ -650,7 +669,7 @@ async def open_event_stream(
             retryable = (
                 should_retry == "true"
                 if should_retry in ("true", "false")
-                else status in RETRYABLE_STATUS or status >= 500
+                else (status in RETRYABLE_STATUS or status >= 500) and not out_of_credit(detail)
             )
             asked = parse_retry_after(response.headers)
             if retryable and attempt < policy.max_retries:
@@ -982,6 +1001,10 @@ class SseState(Protocol):
     def finish(self) -> None:
         """Close the blocks and settle the stop reason; raise ProviderError if incomplete."""
 
+    def keep_held(self) -> None:
+        """The stream ended early (a fault, an abort): put into the output what was held
+        back to be known (text that might have been the start of a tag)."""
+
 
 async def stream_sse(
     endpoint: Endpoint,
@@ -1121,8 +1144,10 @@ async def stream_sse(
         events.clear()
         yield DoneEvent(output)
     except Aborted:
+        _keep_held(state)
         yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
     except ProviderError as error:
+        _keep_held(state)
         if race.aborted:
             yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
         else:
@@ -1132,6 +1157,13 @@ async def stream_sse(
         yield ErrorEvent(fail(output, said))
     finally:
         race.close()
+
+
+def _keep_held(state: SseState) -> None:
+    try:
+        state.keep_held()
+    except Exception:  # what was held is given up; the error that ended the stream is said
+        log.exception("could not keep the held part of an answer")
 
 
 def _http11_socket(response: httpx.Response) -> Any:

@@ -325,6 +325,10 @@ def _tail_that_starts(text: str, tag: str) -> int:
 
 # Finish reasons that say the server, not the answer, gave out (DeepSeek's, under load).
 _OVERLOADED = frozenset({"insufficient_system_resource"})
+# Finish reasons that say the answer was broken off by the server, not ended by the model:
+# vLLM's "abort" (the engine dropped the request), OpenRouter's "error" (its upstream failed
+# mid-answer, with no error object).
+_BROKEN_OFF = frozenset({"abort", "error"})
 
 
 class _StreamState:
@@ -496,6 +500,14 @@ class _StreamState:
         if held:
             self._text(held)
 
+    def keep_held(self) -> None:
+        """What waited to be known as a tag or not: the answer ended, so it was none."""
+        held, self._held = self._held, ""
+        if held and self._in_think:
+            self._thinking(held, "content")
+        elif held:
+            self._text(held)
+
     def _content_parts(self, parts: Any) -> None:
         """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
         and thinking whose own content is chunks of text. Anything else is no content."""
@@ -550,7 +562,9 @@ class _StreamState:
         call_id = call.get("id") or ""
         function = call.get("function") or {}
         name = function.get("name") or ""
-        position = self._call_position(stream_index, call_id, name)
+        # A name with arguments may begin another call (see _call_position).
+        begins = bool(name and function.get("arguments"))
+        position = self._call_position(stream_index, call_id, name, begins)
         if position is None:
             check_call_count(self.endpoint.where, len(self.sent_ids))
             position = len(output.content)
@@ -577,7 +591,9 @@ class _StreamState:
             append_str(block, "partial_json", arguments)
             self.events.append(ToolCallDeltaEvent(output, position, arguments))
 
-    def _call_position(self, stream_index: int | None, call_id: str, name: str) -> int | None:
+    def _call_position(
+        self, stream_index: int | None, call_id: str, name: str, begins: bool
+    ) -> int | None:
         """Which call a tool-call delta continues, or None for a new one.
 
         Servers disagree: most number each call by its index, some give every call index 0
@@ -593,7 +609,7 @@ class _StreamState:
                 sent = self.sent_ids.get(position, "")
                 if call_id and sent and call_id != sent:
                     pass  # another call
-                elif not call_id and name and self._whole_call(position):
+                elif not call_id and begins and self._whole_call(position):
                     return None
                 else:
                     return position
@@ -603,7 +619,7 @@ class _StreamState:
                 return None
             return position
         if stream_index is None and self.sent_ids:
-            if name and self._whole_call(self.latest_call):
+            if begins and self._whole_call(self.latest_call):
                 return None
             return self.latest_call
         return None
@@ -652,12 +668,7 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
-        if self._held:  # what waited to be known as a tag or not: it was none
-            if self._in_think:
-                self._thinking(self._held, "content")
-            else:
-                self._text(self._held)
-            self._held = ""
+        self.keep_held()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
@@ -679,6 +690,8 @@ class _StreamState:
         if stop is None:
             if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
                 what = "the server overloaded mid-stream"
+            elif reason in _BROKEN_OFF:  # also passing
+                what = "the server broke off mid-stream"
             elif reason == "content_filter":
                 what = "the model filtered the response"
             else:
@@ -689,26 +702,33 @@ class _StreamState:
         output.stop_reason = stop
 
 
-# The optional fields of a request, each with the compat setting that stops sending it.
-_FIELD_SETTINGS = tuple(
-    (name, f"set compat = {{ {setting} }} in the provider's table in models.toml")
-    for name, setting in (
-        ("stream_options", "supports_usage_in_streaming = false"),
-        ("reasoning_effort", "supports_reasoning_effort = false"),
-        ("max_completion_tokens", 'max_tokens_field = "max_tokens"'),
-    )
-)
+def _field_settings(
+    model: Model, options: StreamOptions, compat: OpenAICompat
+) -> tuple[tuple[str, str], ...]:
+    """The optional fields this request sends, each with the compat setting that stops
+    sending it (said when a server refuses the field)."""
+    fields: list[tuple[str, str]] = []
+    if compat.supports_usage_in_streaming:
+        fields.append(("stream_options", "supports_usage_in_streaming = false"))
+    if model.reasoning and compat.supports_reasoning_effort:
+        fields.append(("reasoning_effort", "supports_reasoning_effort = false"))
+    if options.max_tokens:  # the one sent; the other is what to send instead
+        other = "max_tokens" if compat.max_tokens_field != "max_tokens" else "max_completion_tokens"
+        fields.append((compat.max_tokens_field, f'max_tokens_field = "{other}"'))
+    where = "in the provider's table in models.toml"
+    return tuple((name, f"set compat = {{ {setting} }} {where}") for name, setting in fields)
 
 
-def _endpoint(model: Model, config: OpenAIConfig) -> Endpoint:
+def _endpoint(model: Model, config: OpenAIConfig, options: StreamOptions) -> Endpoint:
     base_url = (model.base_url or OPENAI_BASE_URL).rstrip("/")
+    compat = config.compat or detect_compat(model)
     return Endpoint(
         label=config.label,
         base_url=base_url,
         url=f"{base_url}/chat/completions",
         key_env=config.api_key_env,
         base_url_env=config.base_url_env,
-        field_settings=_FIELD_SETTINGS,
+        field_settings=_field_settings(model, options, compat),
         usual_path="/v1",
     )
 
@@ -732,7 +752,7 @@ def stream_openai_compat(
     end with an ErrorEvent whose message says what happened; partial content is kept."""
     options = options or StreamOptions()
     config = config or OpenAIConfig()
-    endpoint = _endpoint(model, config)
+    endpoint = _endpoint(model, config, options)
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
         compat = config.compat or detect_compat(model)

@@ -565,7 +565,7 @@ class ModelRegistry:
                 openai_compat.OpenAIConfig(
                     label=provider.label or f"{provider.name} API",
                     api_key_env=provider.api_key_env,
-                    base_url_env=provider.base_url_env,
+                    base_url_env=provider.base_url_env or _named_in_hints(provider),
                     api_key=provider.api_key,
                     requires_api_key=provider.requires_api_key,
                     headers=dict(provider.headers),
@@ -609,6 +609,14 @@ class ModelRegistry:
             f"no provider implementation for api {api!r} (model {model.ref}); "
             f"known APIs: {', '.join(KNOWN_APIS)}"
         )
+
+
+def _named_in_hints(provider: ProviderConfig) -> str | None:
+    """The variable a connection error names for a provider whose base URL comes from one
+    that is no URL (Ollama's OLLAMA_HOST), unless models.toml set the base URL."""
+    if provider.name == "ollama" and provider.base_url == _ollama_base_url():
+        return "OLLAMA_HOST"
+    return None
 
 
 def _with_timeouts(stream: StreamFn, provider: ProviderConfig) -> StreamFn:
