@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,42 @@ def test_a_page_refused_stops_asking_until_it_is_signed_in(
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     expect(page.locator("#live")).to_have_class("live on")
     context.close()
+
+
+def test_a_tab_left_open_over_a_restart_keeps_the_new_token_of_another(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The server restarted with a new token, whose link the reader opened in a new tab: the
+    tab left open, refused with the old token, took the new one out of storage, so the new tab
+    was signed out at its next load. It leaves it, and takes it itself."""
+    session_id, _ = picnic_db(tmp_path / "http.db")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file))
+    context = browser.new_context()
+    try:
+        old = context.new_page()
+        old.clock.install()
+        old.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(old.locator("#live")).to_have_class("live on")
+        # its timers (the retries of its listening) wait until the new tab has its token
+        old.clock.pause_at(datetime.now() + timedelta(seconds=1))
+        server.stop()
+        token_file.write_text(TOKEN + "-new")
+        server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
+        new = context.new_page()
+        new.goto(f"{base(server)}/#token={TOKEN}-new")
+        expect(new.locator("#sessions")).to_contain_text("Picnic plans")
+        old.clock.run_for(10_000)  # the old tab asks again, with the old token: refused
+        expect(old.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        expect(old.locator("#live")).to_have_class("live on")
+        assert new.evaluate("localStorage.getItem('mcp-agent-sessions token')") == TOKEN + "-new"
+        new.reload()
+        expect(new.locator("#sessions")).to_contain_text("Picnic plans")
+    finally:
+        context.close()
+        server.stop()
 
 
 def test_the_token_link_signs_in_and_leaves_the_address_bar(

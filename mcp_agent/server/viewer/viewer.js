@@ -78,13 +78,22 @@ class HttpTransport {
   /** The server's refusal of the page (401: no token, or not its token; 403: it takes no
    * requests from this page) as a SignedOut that says what to do, else null. Said once, and
    * nothing is retried: a page left open asked every 1.5 s for good. */
-  async refusal(response) {
+  async refusal(response, sent) {
     if (response.status !== 401 && response.status !== 403) return null;
+    // the answer to a token since replaced: the one now sent stands
+    if (sent !== this.token) return new SignedOut(TOKEN_REFUSED, "Signed out");
     let error;
     if (response.status === 401) {
-      // a token of an earlier start (a new one is made at each): forget it
-      try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
-      error = this.token ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      // A token of an earlier start (a new one is made at each): forgotten, unless another
+      // tab kept a newer one meanwhile (the new start's link opened there), which is taken
+      // (a tab left open since the restart took it out of storage, signing that tab out).
+      let kept = null;
+      try { kept = localStorage.getItem(TOKEN_KEY); } catch (_) { /* storage off */ }
+      if (kept === sent) {
+        try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      }
+      error = sent ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      error.newer = kept && kept !== sent ? kept : null;
       this.token = null;
     } else {
       let message = "the server refuses requests from this page (HTTP 403)";
@@ -117,11 +126,12 @@ class HttpTransport {
       "Mcp-Method": method,
     };
     if (name !== undefined) headers["Mcp-Name"] = name;
-    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const sent = this.token; // the token this request carries (null: none)
+    if (sent) headers.Authorization = `Bearer ${sent}`;
     const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
     return fetch("/mcp", {
       method: "POST", headers, body: JSON.stringify(body), credentials: "omit", signal,
-    }).then((response) => ({ id, response }), (error) => {
+    }).then((response) => ({ id, response, sent }), (error) => {
       if (error.name === "AbortError") throw error;
       // the browser's own words ("Failed to fetch") say nothing of what to do
       throw new Error(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
@@ -130,8 +140,8 @@ class HttpTransport {
 
   async request(method, params, name) {
     if (this.refused) throw this.refused;
-    const { id, response } = await this.post(method, params, name);
-    const refused = await this.refusal(response);
+    const { id, response, sent } = await this.post(method, params, name);
+    const refused = await this.refusal(response, sent);
     if (refused) throw refused;
     const type = response.headers.get("content-type") || "";
     let message = null;
@@ -160,8 +170,8 @@ class HttpTransport {
     const run = async () => {
       while (!stopped && !this.refused) {
         try {
-          const { response } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
-          if (await this.refusal(response)) { stopped = true; return; }
+          const { response, sent } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
+          if (await this.refusal(response, sent)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
             if (data.method === "notifications/subscriptions/acknowledged") onState(true);
@@ -549,6 +559,11 @@ function signedOut(error) {
   $("session-facts").replaceChildren();
   $("prompt").hidden = true;
   $("tree").replaceChildren(h("div", { class: "empty signed-out", text: error.message }));
+  // another tab kept a newer token than the one refused here: taken at once
+  if (error.newer) {
+    const resumed = signIn(error.newer);
+    if (resumed) resumed.catch(failed);
+  }
 }
 
 /** The list, and the session the address names (or the one open before a sign-in); with no
