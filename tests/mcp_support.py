@@ -215,8 +215,10 @@ def serve_args(tmp: Path, *extra: str) -> list[str]:
 class Served:
     """A server process on a free loopback port; its stderr goes to a file (the banner)."""
 
-    def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self, tmp: Path, *extra: str, env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.log = tmp / f"server-{self.port}.log"
         self.command = serve_args(tmp, "--transport", "http", "--port", str(self.port), *extra)

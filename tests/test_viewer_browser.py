@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,42 @@ def test_a_page_refused_stops_asking_until_it_is_signed_in(
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     expect(page.locator("#live")).to_have_class("live on")
     context.close()
+
+
+def test_a_tab_left_open_over_a_restart_keeps_the_new_token_of_another(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The server restarted with a new token, whose link the reader opened in a new tab: the
+    tab left open, refused with the old token, took the new one out of storage, so the new tab
+    was signed out at its next load. It leaves it, and takes it itself."""
+    session_id, _ = picnic_db(tmp_path / "http.db")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file))
+    context = browser.new_context()
+    try:
+        old = context.new_page()
+        old.clock.install()
+        old.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(old.locator("#live")).to_have_class("live on")
+        # its timers (the retries of its listening) wait until the new tab has its token
+        old.clock.pause_at(datetime.now() + timedelta(seconds=1))
+        server.stop()
+        token_file.write_text(TOKEN + "-new")
+        server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
+        new = context.new_page()
+        new.goto(f"{base(server)}/#token={TOKEN}-new")
+        expect(new.locator("#sessions")).to_contain_text("Picnic plans")
+        old.clock.run_for(10_000)  # the old tab asks again, with the old token: refused
+        expect(old.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        expect(old.locator("#live")).to_have_class("live on")
+        assert new.evaluate("localStorage.getItem('mcp-agent-sessions token')") == TOKEN + "-new"
+        new.reload()
+        expect(new.locator("#sessions")).to_contain_text("Picnic plans")
+    finally:
+        context.close()
+        server.stop()
 
 
 def test_the_token_link_signs_in_and_leaves_the_address_bar(
@@ -371,6 +408,71 @@ def test_a_server_that_stopped_is_said_to_not_answer(
     expect(page.locator("#sessions")).to_contain_text(said)
     expect(page.locator("#sessions")).to_contain_text("mcp-agent-sessions serve still running")
     context.close()
+
+
+def test_seven_tabs_share_one_stream_and_stay_live(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Each tab of the page held a connection for its listening, and a browser opens six to a
+    host: a seventh tab, and every click in the six, waited for good. The tabs share one
+    stream, held by one of them and passed on when it closes."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    tabs = []
+    for _ in range(7):
+        tab = context.new_page()
+        tab.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(tab.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        tabs.append(tab)
+    for text in ("Bring a blanket", "And a kite"):
+        mcp_tool(
+            server.url,
+            TOKEN,
+            "session_append",
+            session_id=session_id,
+            entry={"type": "message", "role": "user", "content": text},
+        )
+        for tab in tabs:
+            expect(tab.locator("#tree")).to_contain_text(text, timeout=15_000)
+        tabs.pop(0).close()  # the one that listens for all, first: another takes over
+    context.close()
+
+
+def test_the_shared_stream_comes_back_when_its_tab_signs_in_again(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The tab holding the tabs' stream, signed out, could not listen again once the stream
+    dropped (a restart); signed in again, it listened for the same sessions as before, which
+    it took for the stream it had: every tab stayed deaf for good."""
+    session_id, _ = picnic_db(tmp_path / "http.db")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    server = Served(tmp_path, "--token-file", str(token_file))
+    context = browser.new_context()
+    try:
+        tabs = [context.new_page(), context.new_page()]
+        for tab in tabs:  # the first holds the stream
+            tab.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+            expect(tab.locator("#live")).to_have_class("live on")
+        tabs[0].evaluate("location.hash = '#token=not-the-token'")
+        expect(tabs[0].get_by_role("heading", level=1)).to_have_text("Signed out")
+        server.stop()
+        server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
+        tabs[0].evaluate(f"location.hash = '#token={TOKEN}'")
+        expect(tabs[0].get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        mcp_tool(
+            server.url,
+            TOKEN,
+            "session_append",
+            session_id=session_id,
+            entry={"type": "message", "role": "user", "content": "Heard again"},
+        )
+        for tab in tabs:
+            expect(tab.locator("#tree")).to_contain_text("Heard again", timeout=15_000)
+    finally:
+        context.close()
+        server.stop()
 
 
 def test_the_tree_goes_by_keyboard(

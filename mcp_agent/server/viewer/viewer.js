@@ -73,18 +73,28 @@ class HttpTransport {
   signIn(token) {
     this.token = token;
     this.refused = null;
+    if (this.shared) this.shared.renew(); // its stream, if this tab holds it, ended refused
   }
 
   /** The server's refusal of the page (401: no token, or not its token; 403: it takes no
    * requests from this page) as a SignedOut that says what to do, else null. Said once, and
    * nothing is retried: a page left open asked every 1.5 s for good. */
-  async refusal(response) {
+  async refusal(response, sent) {
     if (response.status !== 401 && response.status !== 403) return null;
+    // the answer to a token since replaced: the one now sent stands
+    if (sent !== this.token) return new SignedOut(TOKEN_REFUSED, "Signed out");
     let error;
     if (response.status === 401) {
-      // a token of an earlier start (a new one is made at each): forget it
-      try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
-      error = this.token ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      // A token of an earlier start (a new one is made at each): forgotten, unless another
+      // tab kept a newer one meanwhile (the new start's link opened there), which is taken
+      // (a tab left open since the restart took it out of storage, signing that tab out).
+      let kept = null;
+      try { kept = localStorage.getItem(TOKEN_KEY); } catch (_) { /* storage off */ }
+      if (kept === sent) {
+        try { localStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      }
+      error = sent ? new SignedOut(TOKEN_REFUSED, "Signed out") : new SignedOut(SIGN_IN, "Not signed in");
+      error.newer = kept && kept !== sent ? kept : null;
       this.token = null;
     } else {
       let message = "the server refuses requests from this page (HTTP 403)";
@@ -117,11 +127,12 @@ class HttpTransport {
       "Mcp-Method": method,
     };
     if (name !== undefined) headers["Mcp-Name"] = name;
-    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const sent = this.token; // the token this request carries (null: none)
+    if (sent) headers.Authorization = `Bearer ${sent}`;
     const body = { jsonrpc: "2.0", id, method, params: { ...params, _meta: this.envelope() } };
     return fetch("/mcp", {
       method: "POST", headers, body: JSON.stringify(body), credentials: "omit", signal,
-    }).then((response) => ({ id, response }), (error) => {
+    }).then((response) => ({ id, response, sent }), (error) => {
       if (error.name === "AbortError") throw error;
       // the browser's own words ("Failed to fetch") say nothing of what to do
       throw new Error(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
@@ -130,8 +141,8 @@ class HttpTransport {
 
   async request(method, params, name) {
     if (this.refused) throw this.refused;
-    const { id, response } = await this.post(method, params, name);
-    const refused = await this.refusal(response);
+    const { id, response, sent } = await this.post(method, params, name);
+    const refused = await this.refusal(response, sent);
     if (refused) throw refused;
     const type = response.headers.get("content-type") || "";
     let message = null;
@@ -153,15 +164,22 @@ class HttpTransport {
     return this.request("resources/read", { uri }, uri);
   }
 
-  /** Calls onEvent for each change until stopped; returns a function that stops. */
+  /** Calls onEvent for each change until stopped; returns a function that stops. The tabs of
+   * this page share one stream where the browser allows (SharedListen). */
   listen(filter, onEvent, onState) {
+    if (this.shared === undefined) this.shared = SharedListen.available() ? new SharedListen(this) : null;
+    return this.shared ? this.shared.listen(filter, onEvent, onState) : this.listenAlone(filter, onEvent, onState);
+  }
+
+  /** This tab's own stream: onEvent for each change until stopped. */
+  listenAlone(filter, onEvent, onState) {
     const controller = new AbortController();
     let stopped = false;
     const run = async () => {
       while (!stopped && !this.refused) {
         try {
-          const { response } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
-          if (await this.refusal(response)) { stopped = true; return; }
+          const { response, sent } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
+          if (await this.refusal(response, sent)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
             if (data.method === "notifications/subscriptions/acknowledged") onState(true);
@@ -178,6 +196,125 @@ class HttpTransport {
     };
     run();
     return () => { stopped = true; controller.abort(); };
+  }
+}
+
+/** One subscriptions/listen stream for all the tabs of this page. A browser opens at most six
+ * connections to a host over HTTP/1.1, and each tab's stream held one: a seventh tab, and
+ * every click in the six, waited for good. The tab holding a lock (Web Locks) listens, for
+ * what every tab wants, and passes each change on to them (a BroadcastChannel); when it
+ * closes, another takes the lock and the stream. Both need a secure context (loopback is
+ * one): elsewhere each tab listens alone. */
+class SharedListen {
+  static available() {
+    return Boolean(window.isSecureContext && navigator.locks && window.BroadcastChannel);
+  }
+
+  constructor(transport) {
+    this.transport = transport;
+    this.tab = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+    this.mine = null; // this tab's {filter, onEvent, onState}
+    this.wants = new Map(); // the lead tab's: each tab's subscriptions
+    this.leading = false;
+    this.live = false; // (the lead tab) whether its stream is open
+    this.streamKey = null;
+    this.stopStream = null;
+    this.channel = new BroadcastChannel("mcp-agent-sessions listen");
+    this.channel.onmessage = (event) => this.receive(event.data);
+    addEventListener("pagehide", () => this.post({ type: "want", tab: this.tab, uris: null }));
+    navigator.locks.request("mcp-agent-sessions listen", () => {
+      this.leading = true;
+      this.post({ type: "hello" }); // the other tabs say what they want
+      this.want(this.tab, this.uris());
+      return new Promise(() => {}); // held while this tab lives
+    });
+  }
+
+  listen(filter, onEvent, onState) {
+    const mine = { filter, onEvent, onState };
+    this.mine = mine;
+    this.announce();
+    return () => {
+      if (this.mine !== mine) return;
+      this.mine = null;
+      this.announce();
+    };
+  }
+
+  uris() {
+    return this.mine ? this.mine.filter.resourceSubscriptions || [] : null;
+  }
+
+  post(message) {
+    this.channel.postMessage(message);
+  }
+
+  announce() {
+    if (this.leading) this.want(this.tab, this.uris());
+    else this.post({ type: "want", tab: this.tab, uris: this.uris() });
+  }
+
+  receive(message) {
+    if (!message) return;
+    if (message.type === "hello") this.announce();
+    else if (message.type === "want" && this.leading) this.want(message.tab, message.uris);
+    else if (message.type === "event") this.deliver(message.data);
+    else if (message.type === "state" && this.mine) this.mine.onState(message.on);
+  }
+
+  /** (the lead tab) ``tab`` wants ``uris`` (null: nothing, it stopped or closed) */
+  want(tab, uris) {
+    if (uris === null) this.wants.delete(tab); else this.wants.set(tab, uris);
+    this.restream();
+    // a tab that joins a stream already open hears that it is
+    if (this.live) this.spread({ type: "state", on: true });
+  }
+
+  /** (the lead tab) the stream started anew, with the token just given */
+  renew() {
+    if (!this.leading) return;
+    this.streamKey = undefined;
+    this.restream();
+  }
+
+  /** (the lead tab) the stream for every tab's wants, started anew when they change */
+  restream() {
+    const uris = [...new Set([...this.wants.values()].flat())].sort();
+    const key = this.wants.size ? JSON.stringify(uris) : null;
+    if (key === this.streamKey) return;
+    if (this.stopStream) this.stopStream();
+    this.stopStream = null;
+    this.streamKey = key;
+    this.live = false;
+    if (key === null) return;
+    let first = true;
+    this.stopStream = this.transport.listenAlone(
+      { resourcesListChanged: true, resourceSubscriptions: uris },
+      (data) => this.spread({ type: "event", data }),
+      (on) => {
+        this.live = on;
+        this.spread({ type: "state", on });
+        // what changed while the stream was being started anew is read again
+        if (on && first && this.wants.size > 1) this.spread({ type: "event", data: { method: "reconnected" } });
+        if (on) first = false;
+      },
+    );
+  }
+
+  /** (the lead tab) to every tab, itself included */
+  spread(message) {
+    this.post(message);
+    this.receive(message);
+  }
+
+  /** A change, to this tab's listener if it is one it listens for. */
+  deliver(data) {
+    const mine = this.mine;
+    if (!mine) return;
+    if (data.method === "notifications/resources/updated") {
+      if (!(mine.filter.resourceSubscriptions || []).includes(data.params && data.params.uri)) return;
+    } else if (data.method === "notifications/resources/list_changed" && !mine.filter.resourcesListChanged) return;
+    mine.onEvent(data);
   }
 }
 
@@ -549,6 +686,11 @@ function signedOut(error) {
   $("session-facts").replaceChildren();
   $("prompt").hidden = true;
   $("tree").replaceChildren(h("div", { class: "empty signed-out", text: error.message }));
+  // another tab kept a newer token than the one refused here: taken at once
+  if (error.newer) {
+    const resumed = signIn(error.newer);
+    if (resumed) resumed.catch(failed);
+  }
 }
 
 /** The list, and the session the address names (or the one open before a sign-in); with no
