@@ -36,6 +36,10 @@ APPS_SCHEMA = PEERS / "node_modules/@modelcontextprotocol/ext-apps/dist/src/gene
 
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+    # How long an expectation waits for the page to get there (Playwright's default is 5 s): a
+    # bound on waiting, not a measure of speed, and a shared CI machine's load needs more.
+    expect.set_options(timeout=15_000)
 except ImportError:  # pragma: no cover - the test extra installs it
     sync_playwright = None  # type: ignore[assignment]
 
