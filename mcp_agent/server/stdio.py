@@ -35,6 +35,7 @@ from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
     JSONRPCNotification,
@@ -45,7 +46,9 @@ from mcp_types import (
 
 from mcp_agent.pipes import READ_CHUNK, DroppedLine, LineReader, PeerGone, Writer, fd_reads
 from mcp_agent.server.spliced import SplicingStream, splicing
+from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import AnsweringStream, dropped_answer, undecodable_answer
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.streams import WrappedStream
 
 if sys.platform != "win32":
@@ -257,6 +260,10 @@ class Unanswered:
     def __len__(self) -> int:
         return self._ids.total()
 
+    def under_way(self, request_id: RequestId) -> bool:
+        """Whether a request with this id (as the SDK matches ids) is read and unanswered."""
+        return self._ids[coerce_request_id(request_id)] > 0
+
     def read(self, item: SessionMessage | Exception) -> None:
         if isinstance(item, Exception):
             return
@@ -331,6 +338,22 @@ class StdioStop:
             self._reading.cancel()
 
 
+def id_under_way(request_id: RequestId) -> JSONRPCError:
+    shown = clip_long(str(request_id), ECHO_CHARS)
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(
+            code=INVALID_REQUEST,
+            message=(
+                f"Invalid Request: the id {shown!r} is that of a request still under way; each "
+                "request needs an id of its own until it is answered (ids are told apart by "
+                'their text: 7 and "7" are one)'
+            ),
+        ),
+    )
+
+
 def too_many_in_flight(request_id: RequestId, limit: int) -> JSONRPCError:
     return JSONRPCError(
         jsonrpc="2.0",
@@ -372,13 +395,20 @@ class _Reading(WrappedStream):
     async def __anext__(self) -> SessionMessage | Exception:
         while True:
             item = await self._next()
-            full = len(self._unanswered) >= self._max_in_flight
-            self._unanswered.read(item)
             request = _counted_request(item)
-            if request is None or not full or self._refuse_to is None:
+            full = len(self._unanswered) >= self._max_in_flight
+            # The SDK keeps one request per id under way: of two, it answered both with one
+            # id, and a cancel of that id reached only the newer (the older, no longer
+            # counted, ran on beyond the bound).
+            taken = request is not None and self._unanswered.under_way(request.id)
+            self._unanswered.read(item)
+            if request is None or not (full or taken) or self._refuse_to is None:
                 return item
             # Counted as read and forgotten as its refusal is sent, like any other request.
-            refusal = too_many_in_flight(request.id, self._max_in_flight)
+            if taken:
+                refusal = id_under_way(request.id)
+            else:
+                refusal = too_many_in_flight(request.id, self._max_in_flight)
             await self._refuse_to.send(SessionMessage(refusal))
 
     async def _next(self) -> SessionMessage | Exception:
