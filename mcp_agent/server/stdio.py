@@ -185,8 +185,30 @@ def ready_reads(fd: int, size: int = READ_CHUNK) -> Callable[[], Awaitable[bytes
     return read
 
 
+class _ToClient(Writer):
+    """The client's pipe: once it is closed (the client went), ``gone`` is called, once, and
+    what is written after is dropped; the SDK's writer would fail, cancelling the server mid
+    work, its runs unrecorded."""
+
+    def __init__(self, fd: int, gone: Callable[[], None]) -> None:
+        super().__init__(fd)
+        self._gone: Callable[[], None] | None = gone
+
+    async def write(self, text: str) -> None:
+        if self._gone is None:
+            return
+        try:
+            await super().write(text)
+        except PeerGone:
+            gone, self._gone = self._gone, None
+            log.info("the client closed the pipe; stopping")
+            gone()
+
+
 @asynccontextmanager
-async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
+async def event_loop_stdio(
+    gone: Callable[[], None] | None = None,
+) -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
     """The SDK's stdio transport over event-loop streams when stdin and stdout are pipes or
     sockets (POSIX); a terminal on stdin read in the event loop, with the SDK's writes; else
     the SDK's own streams (Windows, files). With them, the lines read and not yet taken off
@@ -199,7 +221,8 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
         return
     if claimed is not None:
         wire_in, wire_out, release = claimed
-        chunks, writer = fd_reads(wire_in), Writer(wire_out)
+        chunks = fd_reads(wire_in)
+        writer = Writer(wire_out) if gone is None else _ToClient(wire_out, gone)
     else:
         assert terminal is not None
         wire_in, release = terminal
@@ -327,7 +350,8 @@ class StdioStop:
 
     def __init__(self) -> None:
         self.stopped = False
-        self._reading: anyio.CancelScope | None = None  # the read waiting for a line
+        # The read waiting for a line, or the wait for answers once the input has ended.
+        self._reading: anyio.CancelScope | None = None
 
     def stop(self) -> None:
         from mcp_agent.proxy.child_stdio import hurry_stops
@@ -424,8 +448,13 @@ class _Reading(WrappedStream):
                 if stop.stopped:
                     raise StopAsyncIteration  # no drain: told to stop now
         except StopAsyncIteration:
-            if stop is None or not stop.stopped:
+            if stop is None:
                 await self._unanswered.drained(self._drain_seconds)
+            elif not stop.stopped:
+                # Told to stop meanwhile (SIGTERM, the client gone), it waits no longer.
+                with anyio.CancelScope() as stop._reading:
+                    await self._unanswered.drained(self._drain_seconds)
+                stop._reading = None
             raise
         return item
 
@@ -458,11 +487,15 @@ async def run_stdio(
     refused."""
     if max_in_flight is None:
         max_in_flight = MAX_IN_FLIGHT
+    if stop is None:
+        stop = StdioStop()
     lowlevel = server._lowlevel_server
     unanswered = Unanswered()
     try:
         with splicing(server), anyio.CancelScope() as transport:
-            async with event_loop_stdio() as (read_stream, write_stream, lines):
+            # A client gone (its end of stdout closed) is stopped for as SIGTERM stops the
+            # server: no answer can reach it, and its runs end recorded as aborted.
+            async with event_loop_stdio(gone=stop.stop) as (read_stream, write_stream, lines):
                 writer = _Answering(SplicingStream(write_stream), unanswered)
                 # A line the transport cannot read is answered, not dropped (see unreadable).
                 answering = AnsweringStream(read_stream, writer, lines)
@@ -471,7 +504,7 @@ async def run_stdio(
                     writer,
                     lowlevel.create_initialization_options(),
                 )
-                if stop is not None and stop.stopped:
+                if stop.stopped:
                     # The transport's own reader waits for the next line or the end of stdin,
                     # and its exit waits for that reader: a client that stops its server with
                     # SIGTERM and keeps the pipe open would keep it running for good.
@@ -482,5 +515,5 @@ async def run_stdio(
         # Told to stop, the server no longer takes what the transport read: a line it held
         # then fails to reach the closed read stream. A client that sent SIGTERM waits for
         # no answer to it.
-        if stop is None or not stop.stopped:
+        if not stop.stopped:
             raise
