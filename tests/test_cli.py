@@ -4,6 +4,7 @@ elsewhere. Runs talk to a real model API (fakellm) or to the scripted models."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -1311,6 +1312,59 @@ def test_sigterm_stops_serve_keeping_what_its_runs_said(fakellm: str, db: Path) 
     assert last.stop_reason == "aborted", last
     assert "shutting down" in (last.error_message or ""), last
     assert last.text.startswith("Once upon a time") and not last.text.endswith("the end.")
+
+
+@pytest.mark.parametrize("how", ["client gone", "sigterm after the end of input"])
+def test_a_client_gone_mid_run_leaves_the_run_recorded_as_aborted(
+    fakellm: str, db: Path, how: str
+) -> None:
+    """A client that closes its end of the server's stdout (it quit, or crashed) while a run
+    streams: the server stops as at SIGTERM, the run's partial answer recorded as aborted.
+    Before, the failed write cancelled the server whole, and the session ended at the
+    user's message, as if the model had never answered; and once stdin had closed too, the
+    server waited for the run's end (up to 30 s) to answer no one. SIGTERM once stdin has
+    closed waited so too."""
+    from mcp_support import initialize_request
+
+    process = piped(["serve", "--model", "openai:gpt-4o-mini"], openai_env(fakellm, db))
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(request: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", **request}) + "\n")
+        process.stdin.flush()
+
+    try:
+        send(initialize_request(0))
+        process.stdout.readline()
+        send({"method": "notifications/initialized"})
+        run = {"name": "agent_run", "arguments": {"prompt": "tell a long story"}}
+        send({"id": 1, "method": "tools/call", "params": {**run, "_meta": {"progressToken": 1}}})
+        while " w5" not in process.stdout.readline():
+            pass  # until the answer is streaming (a word every 10 ms, 400 words)
+        if how == "client gone":
+            process.stdout.close()  # the client goes without a word
+            with contextlib.suppress(BrokenPipeError):
+                send({"id": 2, "method": "ping"})  # a write for the server to fail on
+        else:
+            process.stdin.close()  # the server waits for the run's answer...
+            process.send_signal(signal.SIGTERM)  # ...until told to stop
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        err = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()
+    assert process.returncode == (0 if how == "client gone" else 143), err
+    assert "Traceback" not in err
+    with SqliteSessionRepo(db) as repo:
+        (listed,) = repo.list().items
+        messages = repo.open(listed.id).build_context().messages
+    last = narrow(messages[-1], AssistantMessage)
+    assert last.stop_reason == "aborted", last
+    assert last.text.startswith("Once upon a time") and not last.text.endswith("w399")
 
 
 def test_sigterm_stops_chat_keeping_the_aborted_answer(fakellm: str, db: Path, cli: Any) -> None:

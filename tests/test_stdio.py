@@ -818,3 +818,60 @@ def test_requests_past_the_bound_in_flight_are_refused_until_some_end(tmp_path: 
     finally:
         server.kill()
         server.wait(timeout=20)
+
+
+def test_a_request_reusing_an_id_under_way_is_refused_so_cancels_cannot_lift_the_bound(
+    tmp_path: Path,
+) -> None:
+    """The SDK keeps one request per id under way. Two requests with one id were both run and
+    counted, and a cancel of the id reached only the newer: cancelled twice, the id counted
+    none while the older ran on, so that a client could have any number of requests under
+    way past the bound. A request whose id is under way is now refused, as over HTTP."""
+    script = tmp_path / "holding.py"
+    script.write_text(HOLDING_SERVER)  # at most 3 requests under way
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        bufsize=0,  # unbuffered: select below sees every answer not yet read
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def send(*messages: dict[str, Any]) -> None:
+        assert server.stdin is not None
+        server.stdin.write(b"".join((json.dumps(m) + "\n").encode() for m in messages))
+        server.stdin.flush()
+
+    def answer() -> dict[str, Any]:
+        assert server.stdout is not None
+        assert select.select([server.stdout], [], [], 30)[0], "no answer came"
+        found: dict[str, Any] = json.loads(server.stdout.readline())
+        return found
+
+    def hold(request_id: int | str) -> dict[str, Any]:
+        params = {"name": "hold", "arguments": {}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    def cancel(request_id: int) -> dict[str, Any]:
+        params = {"requestId": request_id}
+        return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+
+    try:
+        send(initialize_request(0))
+        assert answer()["id"] == 0
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send(hold(1), hold("1"))
+        refused = answer()
+        assert refused["id"] == "1" and refused["error"]["code"] == -32600
+        assert "is that of a request still under way" in refused["error"]["message"]
+        for request_id in range(2, 10):  # each held, then cancelled twice
+            send(hold(request_id), hold(request_id), cancel(request_id), cancel(request_id))
+            assert answer()["id"] == request_id  # the second, refused
+        # Under way: hold(1) alone. Two more fit; the next is past the bound.
+        send(hold(10), hold(11), hold(12))
+        past = answer()
+        assert past["id"] == 12 and "Too many requests under way" in past["error"]["message"]
+    finally:
+        server.kill()
+        server.wait(timeout=20)

@@ -35,6 +35,7 @@ from mcp.shared.dispatcher import as_request_id, coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
     JSONRPCNotification,
@@ -45,7 +46,9 @@ from mcp_types import (
 
 from mcp_agent.pipes import READ_CHUNK, DroppedLine, LineReader, PeerGone, Writer, fd_reads
 from mcp_agent.server.spliced import SplicingStream, splicing
+from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import AnsweringStream, dropped_answer, undecodable_answer
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.streams import WrappedStream
 
 if sys.platform != "win32":
@@ -182,8 +185,30 @@ def ready_reads(fd: int, size: int = READ_CHUNK) -> Callable[[], Awaitable[bytes
     return read
 
 
+class _ToClient(Writer):
+    """The client's pipe: once it is closed (the client went), ``gone`` is called, once, and
+    what is written after is dropped; the SDK's writer would fail, cancelling the server mid
+    work, its runs unrecorded."""
+
+    def __init__(self, fd: int, gone: Callable[[], None]) -> None:
+        super().__init__(fd)
+        self._gone: Callable[[], None] | None = gone
+
+    async def write(self, text: str) -> None:
+        if self._gone is None:
+            return
+        try:
+            await super().write(text)
+        except PeerGone:
+            gone, self._gone = self._gone, None
+            log.info("the client closed the pipe; stopping")
+            gone()
+
+
 @asynccontextmanager
-async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
+async def event_loop_stdio(
+    gone: Callable[[], None] | None = None,
+) -> AsyncIterator[tuple[Any, Any, deque[str] | None]]:
     """The SDK's stdio transport over event-loop streams when stdin and stdout are pipes or
     sockets (POSIX); a terminal on stdin read in the event loop, with the SDK's writes; else
     the SDK's own streams (Windows, files). With them, the lines read and not yet taken off
@@ -196,7 +221,8 @@ async def event_loop_stdio() -> AsyncIterator[tuple[Any, Any, deque[str] | None]
         return
     if claimed is not None:
         wire_in, wire_out, release = claimed
-        chunks, writer = fd_reads(wire_in), Writer(wire_out)
+        chunks = fd_reads(wire_in)
+        writer = Writer(wire_out) if gone is None else _ToClient(wire_out, gone)
     else:
         assert terminal is not None
         wire_in, release = terminal
@@ -256,6 +282,10 @@ class Unanswered:
 
     def __len__(self) -> int:
         return self._ids.total()
+
+    def under_way(self, request_id: RequestId) -> bool:
+        """Whether a request with this id (as the SDK matches ids) is read and unanswered."""
+        return self._ids[coerce_request_id(request_id)] > 0
 
     def read(self, item: SessionMessage | Exception) -> None:
         if isinstance(item, Exception):
@@ -320,7 +350,8 @@ class StdioStop:
 
     def __init__(self) -> None:
         self.stopped = False
-        self._reading: anyio.CancelScope | None = None  # the read waiting for a line
+        # The read waiting for a line, or the wait for answers once the input has ended.
+        self._reading: anyio.CancelScope | None = None
 
     def stop(self) -> None:
         from mcp_agent.proxy.child_stdio import hurry_stops
@@ -329,6 +360,22 @@ class StdioStop:
         hurry_stops()
         if self._reading is not None:
             self._reading.cancel()
+
+
+def id_under_way(request_id: RequestId) -> JSONRPCError:
+    shown = clip_long(str(request_id), ECHO_CHARS)
+    return JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=ErrorData(
+            code=INVALID_REQUEST,
+            message=(
+                f"Invalid Request: the id {shown!r} is that of a request still under way; each "
+                "request needs an id of its own until it is answered (ids are told apart by "
+                'their text: 7 and "7" are one)'
+            ),
+        ),
+    )
 
 
 def too_many_in_flight(request_id: RequestId, limit: int) -> JSONRPCError:
@@ -372,13 +419,20 @@ class _Reading(WrappedStream):
     async def __anext__(self) -> SessionMessage | Exception:
         while True:
             item = await self._next()
-            full = len(self._unanswered) >= self._max_in_flight
-            self._unanswered.read(item)
             request = _counted_request(item)
-            if request is None or not full or self._refuse_to is None:
+            full = len(self._unanswered) >= self._max_in_flight
+            # The SDK keeps one request per id under way: of two, it answered both with one
+            # id, and a cancel of that id reached only the newer (the older, no longer
+            # counted, ran on beyond the bound).
+            taken = request is not None and self._unanswered.under_way(request.id)
+            self._unanswered.read(item)
+            if request is None or not (full or taken) or self._refuse_to is None:
                 return item
             # Counted as read and forgotten as its refusal is sent, like any other request.
-            refusal = too_many_in_flight(request.id, self._max_in_flight)
+            if taken:
+                refusal = id_under_way(request.id)
+            else:
+                refusal = too_many_in_flight(request.id, self._max_in_flight)
             await self._refuse_to.send(SessionMessage(refusal))
 
     async def _next(self) -> SessionMessage | Exception:
@@ -394,8 +448,13 @@ class _Reading(WrappedStream):
                 if stop.stopped:
                     raise StopAsyncIteration  # no drain: told to stop now
         except StopAsyncIteration:
-            if stop is None or not stop.stopped:
+            if stop is None:
                 await self._unanswered.drained(self._drain_seconds)
+            elif not stop.stopped:
+                # Told to stop meanwhile (SIGTERM, the client gone), it waits no longer.
+                with anyio.CancelScope() as stop._reading:
+                    await self._unanswered.drained(self._drain_seconds)
+                stop._reading = None
             raise
         return item
 
@@ -428,11 +487,15 @@ async def run_stdio(
     refused."""
     if max_in_flight is None:
         max_in_flight = MAX_IN_FLIGHT
+    if stop is None:
+        stop = StdioStop()
     lowlevel = server._lowlevel_server
     unanswered = Unanswered()
     try:
         with splicing(server), anyio.CancelScope() as transport:
-            async with event_loop_stdio() as (read_stream, write_stream, lines):
+            # A client gone (its end of stdout closed) is stopped for as SIGTERM stops the
+            # server: no answer can reach it, and its runs end recorded as aborted.
+            async with event_loop_stdio(gone=stop.stop) as (read_stream, write_stream, lines):
                 writer = _Answering(SplicingStream(write_stream), unanswered)
                 # A line the transport cannot read is answered, not dropped (see unreadable).
                 answering = AnsweringStream(read_stream, writer, lines)
@@ -441,7 +504,7 @@ async def run_stdio(
                     writer,
                     lowlevel.create_initialization_options(),
                 )
-                if stop is not None and stop.stopped:
+                if stop.stopped:
                     # The transport's own reader waits for the next line or the end of stdin,
                     # and its exit waits for that reader: a client that stops its server with
                     # SIGTERM and keeps the pipe open would keep it running for good.
@@ -452,5 +515,5 @@ async def run_stdio(
         # Told to stop, the server no longer takes what the transport read: a line it held
         # then fails to reach the closed read stream. A client that sent SIGTERM waits for
         # no answer to it.
-        if stop is None or not stop.stopped:
+        if not stop.stopped:
             raise
