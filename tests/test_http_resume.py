@@ -29,6 +29,7 @@ from mcp_agent.server.event_store import (
     STREAM_EVENTS,
     EventBudget,
     SessionEvents,
+    not_kept_message,
 )
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -99,6 +100,9 @@ async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     found = store.after(waiting)  # a request still under way keeps its events
     assert found is not None and found[0].key == "2"
     assert budget.events == 1
+    # The refusal a late client gets says how long they are kept, as they are.
+    said = not_kept_message(answered)
+    assert f"{ANSWERED_KEEP_S:g} s after its answer" in said and "session ends" not in said
 
 
 @pytest.mark.anyio

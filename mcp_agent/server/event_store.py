@@ -240,6 +240,16 @@ def event_id_parts(event_id: str) -> tuple[int, int] | None:
     return int(number), int(sequence)
 
 
+def not_kept_message(last_event_id: str) -> str:
+    """Why a Last-Event-ID of ours gets no replay, and what to do."""
+    return (
+        f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no event stream"
+        f" this session keeps (a request's events are kept until {ANSWERED_KEEP_S:g} s after"
+        " its answer, the newest of them only past the server's bounds): send the request"
+        " again"
+    )
+
+
 def _parsed(text: str) -> JSONRPCMessage:
     return jsonrpc_message_adapter.validate_json(text)
 
@@ -287,12 +297,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
             await self._handle_get_request(fresh, send)
             return
         if found is None:
-            said = (
-                f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no"
-                " event stream this session keeps (a request's events are kept until the"
-                " session ends, the newest of them only, past the server's bounds): send the"
-                " request again"
-            )
+            said = not_kept_message(last_event_id)
             await error_response(400, said, INVALID_REQUEST)(request.scope, request.receive, send)
             return
         stream, events = found
