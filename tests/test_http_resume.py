@@ -29,6 +29,7 @@ from mcp_agent.server.event_store import (
     STREAM_EVENTS,
     EventBudget,
     SessionEvents,
+    event_id_parts,
     not_kept_message,
 )
 
@@ -71,6 +72,14 @@ async def test_a_replay_gives_the_events_of_its_stream_after_the_id() -> None:
     # The session's GET stream is known before anything is sent on it.
     found = store.after("0.5")
     assert found is not None and found[0].key == GET_STREAM_KEY and found[1] == []
+
+
+def test_an_event_id_is_ours_only_in_ascii_digits_of_a_bounded_length() -> None:
+    assert event_id_parts("3.41") == (3, 41)
+    # A header's Latin-1 text: '²' is a digit to str.isdigit and not to int(), and a number
+    # of 5,000 digits is past int()'s; each was a 500 and a traceback, now no id of ours.
+    for other in ("\u00b2.1", "1.\u00b2", "1." + "9" * 5000, "1.2.3", "-1.2", " 1.2", "1.", ".1"):
+        assert event_id_parts(other) is None
 
 
 @pytest.mark.anyio
