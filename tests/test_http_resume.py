@@ -29,6 +29,8 @@ from mcp_agent.server.event_store import (
     STREAM_EVENTS,
     EventBudget,
     SessionEvents,
+    event_id_parts,
+    not_kept_message,
 )
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -72,6 +74,14 @@ async def test_a_replay_gives_the_events_of_its_stream_after_the_id() -> None:
     assert found is not None and found[0].key == GET_STREAM_KEY and found[1] == []
 
 
+def test_an_event_id_is_ours_only_in_ascii_digits_of_a_bounded_length() -> None:
+    assert event_id_parts("3.41") == (3, 41)
+    # A header's Latin-1 text: '²' is a digit to str.isdigit and not to int(), and a number
+    # of 5,000 digits is past int()'s; each was a 500 and a traceback, now no id of ours.
+    for other in ("\u00b2.1", "1.\u00b2", "1." + "9" * 5000, "1.2.3", "-1.2", " 1.2", "1.", ".1"):
+        assert event_id_parts(other) is None
+
+
 @pytest.mark.anyio
 async def test_a_request_id_used_again_starts_a_stream_of_its_own() -> None:
     store = SessionEvents(EventBudget())
@@ -99,6 +109,9 @@ async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     found = store.after(waiting)  # a request still under way keeps its events
     assert found is not None and found[0].key == "2"
     assert budget.events == 1
+    # The refusal a late client gets says how long they are kept, as they are.
+    said = not_kept_message(answered)
+    assert f"{ANSWERED_KEEP_S:g} s after its answer" in said and "session ends" not in said
 
 
 @pytest.mark.anyio

@@ -41,9 +41,9 @@ from providers_support import (
 
 from mcp_agent.messages import StopReason, TextContent, ThinkingContent
 from mcp_agent.providers import http
-from mcp_agent.providers.anthropic import stream_anthropic
+from mcp_agent.providers.anthropic import AnthropicConfig, stream_anthropic
 from mcp_agent.providers.base import is_context_overflow, is_transient_error
-from mcp_agent.providers.openai_compat import stream_openai_compat
+from mcp_agent.providers.openai_compat import OpenAIConfig, stream_openai_compat
 from mcp_agent.wire import escape_controls, one_line
 
 pytestmark = pytest.mark.anyio
@@ -703,6 +703,32 @@ async def test_an_api_key_no_header_can_carry_is_said_before_any_request(
     error = present(final.error_message)
     assert "the API key" in error and "which no API key has: check it" in error, error
     assert "unexpected error" not in error and "a1b2c3d4" not in error
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_an_unusable_key_of_models_toml_is_said_as_its_own(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The provider's api_key in models.toml, its variable unset: the error named the
+    # variable (OPENAI_API_KEY), which the user would look at in vain.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    key = "\u201csk-a1b2c3d4\u201d"
+    async with script_server() as server:
+        if api == "openai":
+            model = model_at(server.base + "/v1")
+            config = OpenAIConfig(api_key=key)
+            stream = stream_openai_compat(model, user_context(), options(), config=config)
+        else:
+            model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
+            stream = stream_anthropic(
+                model, user_context(), options(), config=AnthropicConfig(api_key=key)
+            )
+        _, final = await collect(stream)
+        assert server.requests == []
+    error = present(final.error_message)
+    assert "api_key in models.toml" in error and "_API_KEY" not in error, error
 
 
 async def test_a_proxys_413_page_is_a_context_overflow() -> None:

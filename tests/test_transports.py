@@ -746,3 +746,28 @@ def test_rebinding_protection_stays_on_off_loopback(tmp_path: Path) -> None:
         assert httpx.post(url, json=initialize_request(), headers=rebound).status_code == 421
     finally:
         server.stop()
+
+
+def test_junk_requests_with_stderr_never_read_do_not_freeze_the_http_server(
+    tmp_path: Path,
+) -> None:
+    """uvicorn says each request that is not HTTP in a warning of its own handler, written to
+    stderr by the event loop: with stderr on a pipe nobody reads (HttpServer's, a launcher's),
+    some 1,600 of them filled it and the server answered nothing more. Its lines go through
+    our queue to stderr (``cli.stderr_log``), as every other log line does."""
+    server = HttpServer(tmp_path, token=None)
+    try:
+        for sent in range(3000):  # some 120 KB of warnings: twice what a pipe holds
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as junk:
+                junk.sendall(b"\x00 not HTTP \xff\r\n\r\n")
+                try:
+                    answer = junk.recv(100)
+                except TimeoutError:
+                    pytest.fail(f"the server stopped answering after {sent} requests")
+                assert answer.startswith(b"HTTP/1.1 400"), answer
+        page = httpx.get(f"http://127.0.0.1:{server.port}/", timeout=10)
+        assert page.status_code == 200
+    finally:
+        server.stop()
+    stderr = present(server.process.stderr).read()
+    assert "Invalid HTTP request received" in stderr

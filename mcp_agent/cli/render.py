@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -40,7 +39,6 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
 )
-from mcp_agent.sessions.folders import session_id_of
 from mcp_agent.sessions.outline import (
     Parts,
     TreeLike,
@@ -49,7 +47,7 @@ from mcp_agent.sessions.outline import (
     message_parts,
     outline_tree,
 )
-from mcp_agent.sessions.repo import started_by, started_json
+from mcp_agent.sessions.repo import parent_id, started_by, started_json
 from mcp_agent.sessions.session import Session
 from mcp_agent.wire import escape_controls, one_line
 
@@ -150,7 +148,7 @@ def session_heading(session: Session) -> Text:
         details.append(f"a sub-agent's session, started by session {parent}{by_run}")
     elif forked := header.parent_session:
         # pi names the parent's file: shown by the id in its name, as listings show it.
-        details.append(f"forked from {session_id_of(Path(forked)) or forked}")
+        details.append(f"forked from {parent_id(forked)}")
     title.append("\n" + " · ".join(details), "dim")
     return title
 

@@ -163,7 +163,7 @@ def serve(
         typer.Option(
             metavar="SECONDS",
             help="a client waiting on agent_run with progress hears from it at least this "
-            "often, while the model or a tool is silent (default 15, or "
+            "often, while the model or a tool is silent (at least 0.1; default 15, or "
             "MCP_AGENT_PROGRESS_INTERVAL)",
             show_default=False,
         ),

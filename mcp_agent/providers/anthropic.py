@@ -57,6 +57,7 @@ from mcp_agent.providers.common import (
     update_usage,
 )
 from mcp_agent.providers.http import (
+    CONFIGURED_KEY,
     Endpoint,
     ProviderError,
     bad_json,
@@ -508,7 +509,7 @@ def _auth_headers(options: StreamOptions, config: AnthropicConfig, where: str) -
     elif config.api_key_env and os.environ.get(config.api_key_env, "").strip():
         key = os.environ[config.api_key_env]
     elif config.api_key:
-        key, source = config.api_key, None
+        key, source = config.api_key, CONFIGURED_KEY
     elif config.auth_token_env and os.environ.get(config.auth_token_env, "").strip():
         token = clean_api_key(os.environ[config.auth_token_env], where, config.auth_token_env)
         return {"authorization": f"Bearer {token}"}

@@ -55,6 +55,7 @@ from mcp_agent.providers.common import (
 from mcp_agent.wire import one_line
 
 __all__ = [
+    "CONFIGURED_KEY",
     "Aborted",
     "Endpoint",
     "MalformedStream",
@@ -311,6 +312,10 @@ def clean_api_key(key: str | None, where: str, source: str | None) -> str | None
             " not ASCII, which no API key has: check it"
         )
     return key
+
+
+# Where a provider's ``api_key`` (not its variable's) comes from, named when it is unusable.
+CONFIGURED_KEY = "the provider's api_key in models.toml"
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:

@@ -56,6 +56,7 @@ from mcp_agent.providers.common import (
     update_usage,
 )
 from mcp_agent.providers.http import (
+    CONFIGURED_KEY,
     Endpoint,
     ProviderError,
     bad_json,
@@ -733,12 +734,13 @@ def _endpoint(model: Model, config: OpenAIConfig, options: StreamOptions) -> End
     )
 
 
-def _api_key(options: StreamOptions, config: OpenAIConfig) -> str | None:
+def _api_key(options: StreamOptions, config: OpenAIConfig) -> tuple[str | None, str | None]:
+    """The key to send and where it came from (named when it is unusable)."""
     if options.api_key:
-        return options.api_key
+        return options.api_key, config.api_key_env
     if config.api_key_env and os.environ.get(config.api_key_env, "").strip():
-        return os.environ[config.api_key_env]
-    return config.api_key
+        return os.environ[config.api_key_env], config.api_key_env
+    return config.api_key, CONFIGURED_KEY
 
 
 def stream_openai_compat(
@@ -756,7 +758,8 @@ def stream_openai_compat(
 
     def prepare() -> tuple[dict[str, str], dict[str, Any]]:
         compat = config.compat or detect_compat(model)
-        api_key = clean_api_key(_api_key(options, config), endpoint.where, config.api_key_env)
+        key, source = _api_key(options, config)
+        api_key = clean_api_key(key, endpoint.where, source)
         if not api_key and config.requires_api_key:
             hint = f"set {config.api_key_env}" if config.api_key_env else "configure an API key"
             raise ProviderError(f"{endpoint.where}: no API key — {hint}")

@@ -28,6 +28,8 @@ REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 STATEMENT_TIMEOUT_ENV = "MCP_AGENT_DB_STATEMENT_TIMEOUT"
+# Progress beats at most this often: a waiting client (and the event loop) is not flooded.
+MIN_PROGRESS_INTERVAL = 0.1
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
 MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
@@ -235,10 +237,11 @@ class ServerSettings:
                 f"(from the flag or {CLIENT_STREAM_WAIT_ENV})"
             )
         interval = self.progress_interval
-        if not math.isfinite(interval) or interval <= 0:
+        if not math.isfinite(interval) or interval < MIN_PROGRESS_INTERVAL:
             raise ValueError(
-                f"--progress-interval must be a number of seconds above 0, not {interval} "
-                f"(from the flag or {PROGRESS_INTERVAL_ENV})"
+                f"--progress-interval must be a number of seconds of at least"
+                f" {MIN_PROGRESS_INTERVAL:g}, not {interval} (from the flag or"
+                f" {PROGRESS_INTERVAL_ENV})"
             )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(

@@ -14,6 +14,7 @@ its stream (the answer among them) and no other stream's."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -239,12 +240,27 @@ class SessionEvents(EventStore):
         self._texts.clear()
 
 
+# An event id of ours: two numbers of ASCII digits (a header may carry any Latin-1 text, '²'
+# among str.isdigit's digits, and int() refuses over 4,300 digits), each within a 64-bit count.
+_EVENT_ID = re.compile(r"([0-9]{1,18})\.([0-9]{1,18})")
+
+
 def event_id_parts(event_id: str) -> tuple[int, int] | None:
     """The stream number and sequence of an event id of ours, or None for any other text."""
-    number, dot, sequence = event_id.partition(".")
-    if not dot or not number.isdigit() or not sequence.isdigit():
+    matched = _EVENT_ID.fullmatch(event_id)
+    if matched is None:
         return None
-    return int(number), int(sequence)
+    return int(matched[1]), int(matched[2])
+
+
+def not_kept_message(last_event_id: str) -> str:
+    """Why a Last-Event-ID of ours gets no replay, and what to do."""
+    return (
+        f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no event stream"
+        f" this session keeps (a request's events are kept until {ANSWERED_KEEP_S:g} s after"
+        " its answer, the newest of them only past the server's bounds): send the request"
+        " again"
+    )
 
 
 def _parsed(text: str) -> JSONRPCMessage:
@@ -315,12 +331,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
             await self._handle_get_request(anew, send)
             return
         if found is None:
-            said = (
-                f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no"
-                " event stream this session keeps (a request's events are kept until the"
-                " session ends, the newest of them only, past the server's bounds): send the"
-                " request again"
-            )
+            said = not_kept_message(last_event_id)
             await error_response(400, said, INVALID_REQUEST)(request.scope, request.receive, send)
             return
         stream, events = found

@@ -813,6 +813,11 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        # Its records go to the root logger's handler (``serve``'s writes stderr off the event
+        # loop), not to a handler of uvicorn's own, which would write there on it: a client
+        # sending what is not HTTP gets a warning each, and stderr nobody reads then froze
+        # the server once the pipe was full.
+        log_config=None,
         lifespan="on",
         # Beyond the connections that fit in the file descriptors: 503, not a failing accept.
         limit_concurrency=connections_that_fit(descriptor_limit()),
