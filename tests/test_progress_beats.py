@@ -121,3 +121,16 @@ async def test_the_typescript_sdk_client_outwaits_its_timeout_on_a_silent_model(
     assert "error" not in seen and not seen["isError"], seen
     assert seen["answer"] == "done after 3 s of silence"
     assert any(value != int(value) for value in seen["progress"])
+
+
+@pytest.mark.anyio
+async def test_waiting_on_a_run_that_is_not_there_says_so(tmp_path: Path) -> None:
+    """The wait's progress beats wrapped the tool's own refusal in an exception group, which
+    the client got as the SDK's bare "Error executing tool agent_status"."""
+    server = agent_server(tmp_path, {"quick": lambda _: reply("at once")}, agents=TEST_AGENTS)
+    async with Client(server) as client:
+        for arguments in ({"run_id": "nope", "wait_seconds": 5}, {"run_id": "", "wait_seconds": 1}):
+            refused = await client.call_tool("agent_status", arguments)
+            assert refused.is_error
+            text = refused.content[0].text  # type: ignore[union-attr]
+            assert "Error executing tool" not in text and "no run" in text, text

@@ -127,15 +127,19 @@ async def progress_reporter(
 
 
 @asynccontextmanager
-async def progress_beats(ctx: Context, every: float, what: str) -> AsyncIterator[None]:
+async def progress_beats(
+    ctx: Context, task_group: TaskGroup, every: float, what: str
+) -> AsyncIterator[None]:
     """While the body waits, says so as progress once each ``every`` seconds (``waiting: N s
     for WHAT``, numbered 1/2, 2/3, ...), for a client that resets its timeout on progress. A
     client that stops reading never holds the body back. No-op for a request without a
-    progress token."""
-    async with anyio.create_task_group() as beats:
+    progress token. The beats run in ``task_group``, not in one around the body, whose errors
+    would come out wrapped in an exception group, past the tool's error mapping."""
+    scope = anyio.CancelScope()
 
-        async def beat() -> None:
-            beaten = 0
+    async def beat() -> None:
+        beaten = 0
+        with scope:
             while True:
                 await anyio.sleep(every)
                 beaten += 1
@@ -143,11 +147,11 @@ async def progress_beats(ctx: Context, every: float, what: str) -> AsyncIterator
                     said = f"waiting: {beaten * every:g} s for {what}"
                     await ctx.report_progress(beaten / (beaten + 1), None, said)
 
-        beats.start_soon(beat)
-        try:
-            yield
-        finally:
-            beats.cancel_scope.cancel()
+    task_group.start_soon(beat)
+    try:
+        yield
+    finally:
+        scope.cancel()
 
 
 # What the subagent tool's description says of each agent, and of them all: it goes to the model

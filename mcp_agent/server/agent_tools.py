@@ -154,7 +154,7 @@ def register(server: MCPServer) -> None:
             # A wait past the client's request timeout (the TypeScript SDK's is 60 s) is kept
             # alive by progress, for a client that resets its timeout on it.
             every = state.settings.progress_interval
-            async with progress_beats(ctx, every, f"run {run_id} to end"):
+            async with progress_beats(ctx, state.task_group, every, f"run {run_id} to end"):
                 run = await state.runs.wait_for_end(run_id, wait_seconds)
             return run_info(run)
 
