@@ -1062,9 +1062,9 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     text = narrow(resource.contents[0], types.TextResourceContents).text
     assert json.loads(text)["session"]["startedBy"] == started
     # The parent's link says which session, run and agent ("custom subagent" said nothing).
-    rows = (await call(client, "session_get", session_id=run["sessionId"], view="outline"))[
-        "outline"
-    ]
+    # (From the link on: the chain before it is folded away.)
+    at_link = {"session_id": run["sessionId"], "view": "outline", "entry_id": links[0]["id"]}
+    rows = (await call(client, "session_get", **at_link))["outline"]
     (link,) = [row for row in rows if row["type"] == "custom"]
     assert link["preview"].startswith(
         f"custom subagent: sessionId={child_id}, runId={child_run['runId']}, agent=loner, task="
