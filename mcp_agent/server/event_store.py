@@ -317,9 +317,9 @@ class ResumableTransport(StreamableHTTPServerTransport):
         if found is None:
             said = (
                 f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no"
-                " event stream this session keeps (a request's events are kept until the"
-                " session ends, the newest of them only, past the server's bounds): send the"
-                " request again"
+                " event stream this session keeps (a request's events are kept until a minute"
+                " after its answer, the newest of them only, past the server's bounds): send"
+                " the request again"
             )
             await error_response(400, said, INVALID_REQUEST)(request.scope, request.receive, send)
             return
