@@ -105,3 +105,9 @@ def test_the_first_chat_transcript_is_what_chat_prints(
     result = CliRunner().invoke(app, ["chat", "--model", "scripted:echo"], input=lines)
     assert result.exit_code == 0, result.output
     assert masked(result.output) == masked("\n".join(said[1:]))
+    # Its fork before the second question, as the fork example forks before one.
+    [ask] = re.findall(r"(\w{8}) user: Add sandwiches", result.output)
+    [session] = re.findall(r"^session ([\w-]+) ", result.output, flags=re.MULTILINE)[:1]
+    forked = CliRunner().invoke(app, ["sessions", "fork", session, "--entry", ask])
+    [example] = re.findall(r"forked \S+ into a new session \(\d+ entries\)", README)[:1]
+    assert masked(forked.stderr) == masked(example)
