@@ -466,6 +466,22 @@ def test_show_renders_the_branch(cli: Any, db: Path) -> None:
     assert "← weather" in text and "18 C, sunny" in text
 
 
+def test_show_gives_a_custom_entrys_data_once_and_tree_its_preview(cli: Any, db: Path) -> None:
+    # A sub-agent's link: show's heading repeated the data its body prints, wrapping at 100
+    # columns; the tree, which has no body, shows the fields in its one line.
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        session.append_message(User(content="greet the team"))
+        link = session.append_custom("subagent", {"sessionId": "child-0001", "agent": "default"})
+        session_id = session.id
+    shown = cli("sessions", "show", session_id).stdout
+    assert shown.count("child-0001") == 1, shown
+    heading = next(line for line in shown.splitlines() if line.startswith(link))
+    assert heading.rstrip() == f"{link} custom subagent ◀ leaf"
+    tree = cli("sessions", "tree", session_id).stdout
+    assert f"{link} custom subagent: sessionId=child-0001, agent=default" in tree
+
+
 def test_show_and_tree_say_a_failed_answer_once(cli: Any, db: Path) -> None:
     # The loop writes "Aborted: …" and the providers "aborted: …": shown "aborted: Aborted: …".
     with SqliteSessionRepo(db) as repo:

@@ -243,7 +243,9 @@ def test_a_dropped_stream_resumes_with_every_event_once_and_ends_with_the_answer
         # An id of no stream of this session's is refused, saying so.
         unknown = http.get(slow_server, headers={**resume, "last-event-id": "99.1"})
         assert unknown.status_code == 400
-        assert "names no event stream" in unknown.json()["error"]["message"]
+        said = unknown.json()["error"]["message"]
+        # It says how long a request's events are kept (it said "until the session ends").
+        assert "names no event stream" in said and "60 s after its answer" in said, said
 
 
 class CuttingProxy:

@@ -77,3 +77,37 @@ def test_the_environment_variables_named_are_the_ones_read() -> None:
     named = set(re.findall(r"\bMCP_AGENT_[A-Z_]*[A-Z]\b", README)) - TEST_VARIABLES
     read = set(re.findall(r"[\"'](MCP_AGENT_[A-Z_]*[A-Z])[\"']", code))
     assert sorted(named - read) == [] and sorted(read - named) == []
+
+
+def masked(text: str) -> list[str]:
+    """A transcript's lines with what differs from run to run (ids, dates) made alike."""
+    text = re.sub(r"\b[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", "<session>", text)
+    text = re.sub(r"\b[0-9a-f]{8}\b", "<entry>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d", "<date>", text)
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def test_the_first_chat_transcript_is_what_chat_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The transcript's token counts had drifted from what scripted:echo counts.
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    command = "$ printf 'Plan a picnic\\nAdd sandwiches\\n/tree\\n/quit\\n' | "
+    [block] = [b for b in blocks("text") if b.startswith(command)]
+    said = block.splitlines()
+    monkeypatch.setenv("MCP_AGENT_DB", str(tmp_path / "sessions.db"))
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("MCP_AGENT_MODEL", raising=False)
+    lines = "Plan a picnic\nAdd sandwiches\n/tree\n/quit\n"
+    result = CliRunner().invoke(app, ["chat", "--model", "scripted:echo"], input=lines)
+    assert result.exit_code == 0, result.output
+    assert masked(result.output) == masked("\n".join(said[1:]))
+    # Its fork before the second question, as the fork example forks before one.
+    [ask] = re.findall(r"(\w{8}) user: Add sandwiches", result.output)
+    [session] = re.findall(r"^session ([\w-]+) ", result.output, flags=re.MULTILINE)[:1]
+    forked = CliRunner().invoke(app, ["sessions", "fork", session, "--entry", ask])
+    [example] = re.findall(r"forked \S+ into a new session \(\d+ entries\)", README)[:1]
+    assert masked(forked.stderr) == masked(example)

@@ -1310,6 +1310,21 @@ async def test_continuing_a_session_whose_model_cannot_be_used_here_says_so(
             assert why in warning and warning.endswith("; this run uses scripted")
 
 
+async def test_continuing_messages_appended_without_a_model_warns_of_none(tmp_path: Path) -> None:
+    """An assistant message appended over MCP names no model (provider and model empty): a
+    run in that session took ":" for the model it last used and warned "could not restore the
+    model the session last used, :: unknown provider ''"."""
+    server = agent_server(tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS)
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for role, text in (("user", "old question"), ("assistant", "old answer")):
+            entry = {"type": "message", "role": role, "content": text}
+            await call(client, "session_append", session_id=sid, entry=entry)
+        run = await call(client, "agent_run", prompt="hi", session_id=sid)
+        assert run["answer"] == "echo: hi" and run["model"] == "scripted"
+        assert run["warnings"] == []
+
+
 async def test_subagent_thinks_with_its_parents_model(tmp_path: Path) -> None:
     def other(context: LlmContext) -> ScriptedResponse:
         last = context.messages[-1]

@@ -198,7 +198,9 @@ def entry_block(entry: SessionEntry, full: bool) -> tuple[Text, list[RenderableT
             heading = Text(f"{escape_controls(kind)} (custom message)", "blue")
             return heading, [limited(content_text(content), full, 12)]
         case CustomEntry(data=data) if data is not None:
-            return entry_summary(entry), [Text(format_args(data, None if full else 160), "dim")]
+            # The heading without the preview of the data the body shows in full.
+            heading = _styled(entry_parts(entry)[:1])
+            return heading, [Text(format_args(data, None if full else 160), "dim")]
         case MessageEntry():
             pass
         case _:

@@ -96,7 +96,9 @@ def derive_session_context_state(path_entries: Sequence[SessionEntry]) -> _State
         elif isinstance(entry, ModelChangeEntry):
             state.model = {"provider": entry.provider, "modelId": entry.model_id}
         elif isinstance(entry, MessageEntry) and isinstance(entry.message, AssistantMessage):
-            state.model = {"provider": entry.message.provider, "modelId": entry.message.model}
+            # One appended over MCP names no model (both empty): it leaves the model as it was.
+            if entry.message.provider or entry.message.model:
+                state.model = {"provider": entry.message.provider, "modelId": entry.message.model}
         elif isinstance(entry, ActiveToolsChangeEntry):
             state.active_tool_names = list(entry.active_tool_names)
     return state
