@@ -83,6 +83,17 @@ def _seconds_from_env(name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number of seconds, not {text!r}") from None
 
 
+def _check_seconds(value: float, flag: str, env: str, least: float | None = None) -> None:
+    """Refuses ``value`` (given as ``flag`` or ``env``) unless it is a number of seconds above
+    0, or of at least ``least``."""
+    if math.isfinite(value) and (value > 0 if least is None else value >= least):
+        return
+    bound = "above 0" if least is None else f"of at least {least:g}"
+    raise ValueError(
+        f"{flag} must be a number of seconds {bound}, not {value} (from the flag or {env})"
+    )
+
+
 def _path_from_env(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value).expanduser() if value else None
@@ -224,25 +235,16 @@ class ServerSettings:
                 f"--http-session-idle-timeout must be 0 (never) or a number of seconds, not "
                 f"{timeout} (from the flag or {HTTP_IDLE_TIMEOUT_ENV})"
             )
-        timeout = self.notification_timeout
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError(
-                f"--notification-timeout must be a number of seconds above 0, not {timeout} "
-                f"(from the flag or {NOTIFICATION_TIMEOUT_ENV})"
-            )
-        wait = self.client_stream_wait
-        if not math.isfinite(wait) or wait <= 0:
-            raise ValueError(
-                f"--client-stream-wait must be a number of seconds above 0, not {wait} "
-                f"(from the flag or {CLIENT_STREAM_WAIT_ENV})"
-            )
-        interval = self.progress_interval
-        if not math.isfinite(interval) or interval < MIN_PROGRESS_INTERVAL:
-            raise ValueError(
-                f"--progress-interval must be a number of seconds of at least"
-                f" {MIN_PROGRESS_INTERVAL:g}, not {interval} (from the flag or"
-                f" {PROGRESS_INTERVAL_ENV})"
-            )
+        _check_seconds(
+            self.notification_timeout, "--notification-timeout", NOTIFICATION_TIMEOUT_ENV
+        )
+        _check_seconds(self.client_stream_wait, "--client-stream-wait", CLIENT_STREAM_WAIT_ENV)
+        _check_seconds(
+            self.progress_interval,
+            "--progress-interval",
+            PROGRESS_INTERVAL_ENV,
+            least=MIN_PROGRESS_INTERVAL,
+        )
         if self.no_auth and not is_loopback(self.host):
             raise ValueError(
                 f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1, localhost), "
