@@ -403,17 +403,24 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
             assert http.post(http_server.url, json=steer, headers=legacy).status_code == 200
             reply = {"jsonrpc": "2.0", "id": first["id"], "result": call_a_tool}
             assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
-            pings = 0
-            for line in heard.iter_lines():
-                pings += line.startswith(":")
-                assert pings < 2, "the model's next request never came on the GET stream"
-                if line.startswith("data:"):
-                    again = json.loads(line.removeprefix("data:"))
-                    if again.get("method") == "sampling/createMessage":
-                        break
+            again = sampling_request(heard, "the model's next request never came on the GET stream")
         texts = [m["content"]["text"] for m in again["params"]["messages"]]
         assert texts[-1] == "and again"
         http.delete(http_server.url, headers=legacy)
+
+
+def sampling_request(stream: httpx.Response, never: str) -> dict[str, Any]:
+    """The next request for the client's model on an event stream; ``never``: what failed if
+    the stream's keep-alive comes twice before it."""
+    pings = 0
+    for line in stream.iter_lines():
+        pings += line.startswith(":")
+        assert pings < 2, never
+        if line.startswith("data:"):
+            message: dict[str, Any] = json.loads(line.removeprefix("data:"))
+            if message.get("method") == "sampling/createMessage":
+                return message
+    raise AssertionError(f"the stream ended: {never}")
 
 
 def call_tool(
@@ -442,14 +449,7 @@ def test_a_detached_run_asks_the_clients_model_once_it_opens_its_get_stream(
         time.sleep(1)  # the run has asked by now, and there was no stream to ask on
         listen = {**legacy, "Accept": "text/event-stream"}
         with http.stream("GET", http_server.url, headers=listen) as heard:
-            pings = 0
-            for line in heard.iter_lines():
-                pings += line.startswith(":")
-                assert pings < 2, "the model's request never came on the GET stream"
-                if line.startswith("data:"):
-                    asked = json.loads(line.removeprefix("data:"))
-                    if asked.get("method") == "sampling/createMessage":
-                        break
+            asked = sampling_request(heard, "the model's request never came on the GET stream")
         answer = {
             "role": "assistant",
             "content": {"type": "text", "text": "hello from the client"},

@@ -42,28 +42,23 @@ class SettingError(ValueError):
 
 def lease_seconds_from_env() -> float:
     """How long a lease outlives its process: MCP_AGENT_LEASE_SECONDS, 1 to 3600 (default 30)."""
-    text = os.environ.get(LEASE_ENV) or "30"
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 1 <= seconds <= 3600:
-        raise SettingError(f"{LEASE_ENV} must be a number of seconds from 1 to 3600, not {text!r}")
-    return seconds
+    return _bounded_seconds_from_env(LEASE_ENV, 30)
 
 
 def statement_timeout_from_env() -> float:
     """How long one statement on a PostgreSQL session database may take:
     MCP_AGENT_DB_STATEMENT_TIMEOUT, 1 to 3600 s (default 90)."""
-    text = os.environ.get(STATEMENT_TIMEOUT_ENV) or "90"
+    return _bounded_seconds_from_env(STATEMENT_TIMEOUT_ENV, 90)
+
+
+def _bounded_seconds_from_env(name: str, default: int) -> float:
+    text = os.environ.get(name) or str(default)
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
     if not 1 <= seconds <= 3600:
-        raise SettingError(
-            f"{STATEMENT_TIMEOUT_ENV} must be a number of seconds from 1 to 3600, not {text!r}"
-        )
+        raise SettingError(f"{name} must be a number of seconds from 1 to 3600, not {text!r}")
     return seconds
 
 
