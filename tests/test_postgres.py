@@ -223,6 +223,10 @@ def test_runs_and_sessions_are_ordered_by_the_database_clock(
         board_ahead, board = RunBoard(repo.database, "ahead"), RunBoard(repo.database, "right")
         early = RunRecord("early", "s1", "default", "m", started=time.time() + 3600)
         board_ahead.publish([early])
+        # Put back as it was when the test ends: left an hour ahead, every later time this
+        # process writes (strictly increasing) was an hour ahead too, and a session made by a
+        # later test's fixture listed above everything its server did.
+        monkeypatch.setattr(entries, "_last_write_time", entries._last_write_time)
         with monkeypatch.context() as ahead:
             ahead.setattr(entries, "datetime", AnHourAhead)
             first = repo.create(name="first")

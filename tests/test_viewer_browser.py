@@ -237,7 +237,10 @@ def test_the_page_shows_the_session_and_acts_on_it(
     expect(sessions).to_contain_text("Picnic plans")
     expect(sessions).to_contain_text("Grocery list")
     # newest first
-    expect(sessions.locator(".session-name").first).to_have_text("Grocery list")
+    listed = mcp_tool(server.url, TOKEN, "session_list")["structuredContent"]["sessions"]
+    said = [(s["name"], s["modified"]) for s in listed]
+    assert [name for name, _ in said] == ["Grocery list", "Picnic plans"], said
+    expect(sessions.locator(".session-name")).to_have_text(["Grocery list", "Picnic plans"])
     expect(page.locator("#live")).to_have_class("live on")
     # search looks in the messages' text
     page.locator("#search").fill("eggs bread")
