@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
+from mcp.server import MCPServer
 from mcp_support import TEST_AGENTS, agent_server
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
@@ -27,14 +28,19 @@ async def silent_model(context: LlmContext) -> ScriptedResponse:
     return reply(f"after silence: {content_text(context.messages[-1].content)}")
 
 
-@pytest.mark.anyio
-async def test_a_silent_model_is_heard_as_beats_between_the_events(tmp_path: Path) -> None:
-    server = agent_server(
+def silent_server(tmp_path: Path) -> MCPServer:
+    """A server whose model is silent a second before it answers, beating every 0.1 s."""
+    return agent_server(
         tmp_path,
         {"silent": ScriptedProvider(silent_model)},
         agents=TEST_AGENTS,
         progress_interval=0.1,
     )
+
+
+@pytest.mark.anyio
+async def test_a_silent_model_is_heard_as_beats_between_the_events(tmp_path: Path) -> None:
+    server = silent_server(tmp_path)
     heard: list[tuple[float, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -74,12 +80,7 @@ async def test_no_beats_while_events_come(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_agent_status_waiting_on_a_run_beats_too(tmp_path: Path) -> None:
-    server = agent_server(
-        tmp_path,
-        {"silent": ScriptedProvider(silent_model)},
-        agents=TEST_AGENTS,
-        progress_interval=0.1,
-    )
+    server = silent_server(tmp_path)
     heard: list[tuple[float, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
