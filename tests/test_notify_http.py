@@ -25,10 +25,10 @@ from mcp_support import (
 
 HANG_GUARD_S = 60
 SESSIONS = 100  # the stuck subscriber watches all four resources of each
-# Rounds of one append to each session: 4 notifications of about 150 bytes each per append,
-# 600 KB in all, about twice what the socket buffers between it and the server hold (the
-# server's fixed 512 KiB send buffer, a 4 KB receive buffer, uvicorn's 64 KiB).
-ROUNDS_TO_FILL = 20
+# Rounds of one append to each session: 4 notifications of about 150 bytes each per append.
+# The socket buffers between it and the server (the server's fixed 512 KiB send buffer, a 4 KB
+# receive buffer, uvicorn's 64 KiB) are full after about 6 rounds; this is twice that.
+ROUNDS_TO_FILL = 12
 DROPPED = "legacy connection dropped from notifications"
 
 
