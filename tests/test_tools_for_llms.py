@@ -436,6 +436,22 @@ async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path
         assert ok["status"] == "completed" and ok["answer"] == "echo: hello"
 
 
+async def test_the_last_page_of_runs_says_nothing_is_left(server: MCPServer) -> None:
+    """agent_runs pages newest first, as session_list does: ``truncated`` says older runs are
+    left for ``nextCursor``. Its last page said truncated with no cursor, and a client paging
+    while truncated started again from the newest."""
+    async with Client(server) as client:
+        for n in range(3):
+            await call(client, "agent_run", prompt=f"hello {n}")
+        first = await call(client, "agent_runs", limit=2)
+        assert first["truncated"] is True and first["nextCursor"]
+        last = await call(client, "agent_runs", limit=2, cursor=first["nextCursor"])
+        assert len(last["runs"]) == 1 and last["nextCursor"] is None
+        assert last["truncated"] is False, last
+        every = await call(client, "agent_runs", limit=3)
+        assert every["truncated"] is False and every["nextCursor"] is None
+
+
 # --- import ids -------------------------------------------------------------------------------
 
 

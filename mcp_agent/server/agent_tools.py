@@ -200,9 +200,11 @@ def register(server: MCPServer) -> None:
                 lambda i: len(i.model_dump_json()),
                 paged_as=lambda index: f"run {infos[index].run_id}",
             )
+        # Newest first, as session_list: truncated says older runs are left for the cursor
+        # (not that newer ones came before this page).
         return RunList(
             runs=infos[page.start : page.end][::-1],
-            truncated=page.truncated,
+            truncated=page.next_cursor is not None,
             next_cursor=page.next_cursor,
         )
 

@@ -326,7 +326,7 @@ class RunInfo(Wire):
 
 class RunList(Wire):
     runs: list[RunInfo]
-    truncated: bool = Field(description="true when there are more runs than listed")
+    truncated: bool = Field(description="true when older runs are left, for nextCursor")
     next_cursor: str | None = Field(default=None, description="pass as cursor for older runs")
 
 
