@@ -452,6 +452,24 @@ async def test_the_last_page_of_runs_says_nothing_is_left(server: MCPServer) -> 
         assert every["truncated"] is False and every["nextCursor"] is None
 
 
+async def test_export_pages_say_truncated_only_while_the_file_goes_on(server: MCPServer) -> None:
+    """session_export pages from the top; ``truncated`` is "the file goes on after this page",
+    as its schema says. Every page after the first said true, the last one too, with no
+    cursor."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(4):
+            await call(client, "session_append", session_id=sid, entry=custom(f"{n}"))
+        pages = [await call(client, "session_export", session_id=sid, limit=2)]
+        while pages[-1]["nextCursor"]:
+            cursor = pages[-1]["nextCursor"]
+            pages.append(
+                await call(client, "session_export", session_id=sid, limit=2, cursor=cursor)
+            )
+        assert [page["truncated"] for page in pages] == [True, True, False], pages
+        assert "".join(page["jsonl"] for page in pages).count("\n") == pages[0]["lines"] == 5
+
+
 # --- import ids -------------------------------------------------------------------------------
 
 

@@ -486,7 +486,7 @@ def register(server: MCPServer) -> None:
                 jsonl="".join(page.lines),
                 lines=page.count,
                 first_line=page.start + 1,
-                truncated=page.start > 0 or page.end < page.count,
+                truncated=page.end < page.count,  # the file goes on after this page
                 next_cursor=f"from:{page.end}" if page.end < page.count else None,
                 omitted=page.omitted,
             )
