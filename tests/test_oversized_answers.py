@@ -16,7 +16,7 @@ from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import call, call_error, make_server
 
-from mcp_agent.server import paging, resources
+from mcp_agent.server import paging
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 from mcp_agent.sessions.entries import METADATA_CHARS
 
@@ -127,13 +127,13 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
         assert len(whole.splitlines()) == 31
-        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole.encode()) // 3)
+        monkeypatch.setattr(paging, "WHOLE_MAX", len(whole.encode()) // 3)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
         assert "session_export" in said and f"sessions export {sid}" in said and uri in said
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
         with pytest.raises(MCPError) as missing:
             await client.read_resource(
@@ -142,30 +142,36 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         assert "no session" in missing.value.error.message
 
 
-async def test_an_entry_resource_past_the_bound_is_refused_saying_where_to_read_it(
+async def test_an_entry_past_the_bound_is_named_with_the_one_way_to_read_it(
     server: MCPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One entry was given whole at any size (an imported file's, or one sent over stdio): a
-    TypeScript stdio client closes its connection on a message over 10 MiB."""
+    TypeScript stdio client closes its connection on a message over 10 MiB. Past the bound
+    the resource refuses it, and every stub of it names the command line's export, the one
+    way to it (the stubs named the resource, whose refusal named session_get's stub: a
+    circle)."""
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]
-        entry_id = (await call(client, "session_append", session_id=sid, entry=_user("x" * 900)))[
-            "entryId"
-        ]
+        big = _user("x" * 100_000)
+        entry_id = (await call(client, "session_append", session_id=sid, entry=big))["entryId"]
         uri = f"session://{sid}/entries/{entry_id}"
+        export = f"sessions export {sid} -o FILE"
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert json.loads(whole)["id"] == entry_id
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole) - 1)
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole) - 1)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
-        assert f"sessions export {sid}" in said and f"entry_id {entry_id}" in said
-        shown = await call(
-            client, "session_get", session_id=sid, view="branch", entry_id=entry_id, limit=1
-        )
-        assert [entry["id"] for entry in shown["entries"]] == [entry_id]
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
+        assert export in said and "session_get" not in said, said
+        stubs = [
+            (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"],
+            (await call(client, "session_context", session_id=sid))["messages"][-1]["omitted"],
+            (await call(client, "session_export", session_id=sid, cursor="from:1"))["omitted"],
+        ]
+        for stub in stubs:
+            assert export in stub and uri not in stub, stub
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 
 
@@ -237,17 +243,18 @@ async def test_the_bound_on_a_whole_answer_counts_the_bytes_a_client_reads_not_c
             assert "asked for whole (limit=0)" in said and "bytes" in said, (name, said)
         entry_uri = f"session://{sid}/entries/{entry_id}"
         export_uri = f"session://{sid}/export.jsonl"
+        monkeypatch.setattr(paging, "WHOLE_MAX", bound)
         reads = [
             (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
             for uri in (entry_uri, export_uri)
         ]
         for uri, text in zip((entry_uri, export_uri), reads, strict=True):
-            monkeypatch.setattr(resources, "WHOLE_MAX", len(text) * 3 // 2)
+            monkeypatch.setattr(paging, "WHOLE_MAX", len(text) * 3 // 2)
             with pytest.raises(MCPError) as refused:
                 await client.read_resource(uri)
             assert refused.value.error.code == types.INVALID_PARAMS, uri
             # At the bound of its bytes as sent, the resource is read whole.
-            monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(text))
+            monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(text))
             assert (await client.read_resource(uri)).contents[0].text == text  # type: ignore[union-attr]
 
 

@@ -76,10 +76,15 @@ def check_limit(limit: int | None, name: str = "limit") -> int | None:
     return limit
 
 
+def fits_whole(size: int) -> bool:
+    """Whether ``size`` bytes (as sent: see ``WHOLE_MAX``) fit in one answer."""
+    return size <= WHOLE_MAX
+
+
 def check_whole(size: int, what: str = "this answer", elsewhere: str = "") -> None:
     """A ToolError when ``size`` bytes (as sent: see ``WHOLE_MAX``), asked for whole, pass
     ``WHOLE_MAX``; ``elsewhere``: another way to the whole, said after the pages."""
-    if size > WHOLE_MAX:
+    if not fits_whole(size):
         raise ToolError(
             f"{what} asked for whole (limit=0) is {size:,} bytes, more than the"
             f" {WHOLE_MAX >> 20} MiB one answer holds: ask for pages (a limit of 1 to"

@@ -17,8 +17,16 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX, json_size
-from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
+from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX, fits_whole, json_size
+from mcp_agent.server.session_reads import (
+    context_page,
+    entries_page,
+    entry_size,
+    entry_text,
+    too_large_entry,
+    tree_page,
+    view_entries,
+)
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.server.viewer.apps import viewer_resource
@@ -87,7 +95,7 @@ def _kept_export(session_id: str, pieces: Iterator[str]) -> str:
     size = 2
     for piece in pieces:
         size += json_size(piece) - 2
-        if size > WHOLE_MAX:
+        if not fits_whole(size):
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"session {session_id}'s file is more than the {WHOLE_MAX >> 20} MiB one"
@@ -203,14 +211,15 @@ def register(server: MCPServer) -> None:
             entry = session.get_entry(entry_id)
             if entry is None:
                 raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
-            text = _dump(entry.to_json_dict())
-            if json_size(text) > WHOLE_MAX:  # an imported file's, or one sent over stdio
+            text = entry_text(entry.to_json_dict())
+            if not fits_whole(
+                size := entry_size(text)
+            ):  # an imported file's, or one sent over stdio
                 raise MCPError(
                     types.INVALID_PARAMS,
-                    f"entry {entry_id} of session {session_id} is more than the"
-                    f" {WHOLE_MAX >> 20} MiB one read answers with: session_get (view branch,"
-                    f" entry_id {entry_id}, limit 1) shows it with its long fields cut, and"
-                    f" `mcp-agent-sessions sessions export {session_id} -o FILE` writes it out",
+                    f"entry {entry_id} of session {session_id} is {size:,} bytes as sent, more"
+                    f" than the {WHOLE_MAX >> 20} MiB one answer holds, so"
+                    f" {too_large_entry(session_id)}",
                 )
             return text
 
