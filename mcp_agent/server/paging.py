@@ -48,7 +48,8 @@ TAG_SEPARATOR = "."
 PagedAs = Callable[[int], str]
 
 LIMIT_DESCRIPTION = (
-    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, up to {WHOLE_MAX >> 20} MiB,"
+    f"at most this many, 1 to {MAX_LIMIT} (null: {DEFAULT_LIMIT}; 0: all of them, up to"
+    f" {WHOLE_MAX >> 20} MiB,"
     f" in the structured content, the text keeping the newest that fit in"
     f" {TEXT_CHARS // 1024} KB); a page also stops at about {ANSWER_BYTES // 1024} KB"
 )

@@ -20,6 +20,7 @@ from mcp_agent.server.paging import (
     ANSWER_BYTES,
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
+    MAX_LIMIT,
     check_limit,
     json_size,
     newest_page,
@@ -71,7 +72,7 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
-Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
+Limit = Annotated[int | None, Field(ge=0, le=MAX_LIMIT, description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
