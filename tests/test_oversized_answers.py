@@ -451,10 +451,10 @@ async def test_the_stub_of_an_entry_whose_id_is_not_uri_safe_names_that_entry(
 def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     import json
 
-    from mcp_agent.server.paging import TEXT_CHARS
+    from mcp_agent.server.paging import TEXT_BYTES
     from mcp_agent.server.schemas import shortened
 
-    items = [json.dumps({"n": n, "pad": "x" * (TEXT_CHARS // 8)}) for n in range(20)]
+    items = [json.dumps({"n": n, "pad": "x" * (TEXT_BYTES // 8)}) for n in range(20)]
     size = sum(map(len, items))
     newest_last = json.loads(shortened("{}", {"entries": items}, size))
     kept = [item["n"] for item in newest_last["entries"]]
@@ -464,3 +464,21 @@ def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     kept = [item["n"] for item in newest_first["sessions"]]
     assert kept == list(range(len(kept))) and 0 < len(kept) < 20
     assert f"the {20 - len(kept)} oldest of the 20 sessions" in newest_first["textNote"]
+
+
+async def test_a_text_asked_for_whole_is_bounded_in_bytes_in_any_script(
+    server: MCPServer,
+) -> None:
+    """The text block is what a model reads, about 64 KB: it was 64 Ki characters, so one of
+    Japanese was 192 KB (and a token or more a character), three times past what hosts take."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(40):
+            await call(client, "session_append", session_id=sid, entry=_user("漢字" * 1_000))
+        result = await client.call_tool("session_context", {"session_id": sid, "limit": 0})
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert len(result.structured_content["messages"]) == 40
+        assert len(text.encode()) <= ANSWER_LIMIT, len(text.encode())
+        shown = json.loads(text)
+        assert 0 < len(shown["messages"]) < 40
+        assert f"the {40 - len(shown['messages'])} oldest of the 40 messages" in shown["textNote"]

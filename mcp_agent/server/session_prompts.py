@@ -14,13 +14,13 @@ from pydantic import Field
 from mcp_agent.messages import AssistantMessage as OurAssistant
 from mcp_agent.messages import ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
-from mcp_agent.server.paging import TEXT_CHARS
+from mcp_agent.server.paging import TEXT_BYTES
 from mcp_agent.server.session_reads import ENTRY_BYTES
 from mcp_agent.sessions import SessionError
 
-# A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_CHARS``),
+# A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_BYTES``),
 # no message longer than an entry a page shows whole.
-PROMPT_CHARS = TEXT_CHARS
+PROMPT_CHARS = TEXT_BYTES
 MESSAGE_CHARS = ENTRY_BYTES
 
 
