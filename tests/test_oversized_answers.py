@@ -482,3 +482,21 @@ async def test_a_text_asked_for_whole_is_bounded_in_bytes_in_any_script(
         shown = json.loads(text)
         assert 0 < len(shown["messages"]) < 40
         assert f"the {40 - len(shown['messages'])} oldest of the 40 messages" in shown["textNote"]
+
+
+async def test_a_prompt_is_bounded_in_bytes_in_any_script(server: MCPServer) -> None:
+    """The continue_session prompt, as a tool's text, holds about 64 KB (and one message
+    about 20 KB): counted in characters, a session in Japanese made a prompt of 192 KB."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(40):
+            await call(
+                client, "session_append", session_id=sid, entry=_user(f"{n} " + "漢字" * 1_000)
+            )
+        await call(client, "session_append", session_id=sid, entry=_user("語" * 30_000))
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text.encode()) for text in texts) < ANSWER_LIMIT + 1024
+        assert len(texts[-1].encode()) < paging.ANSWER_BYTES // 2 + 1024
+        assert "more characters of this message are left out" in texts[-1]
+        assert "oldest of the 41 messages" in texts[0] and texts[-2].startswith("39 ")
