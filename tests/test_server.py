@@ -472,6 +472,24 @@ async def test_resources_and_templates(client: Client) -> None:
         await client.read_resource("session://nope/tree")
 
 
+async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(
+    client: Client,
+) -> None:
+    """Each refusal names where what exists is listed: the SDK said only 'Unknown resource'
+    for a URI no template takes, and an unknown agent or entry was named and no more."""
+    sid = (await call(client, "session_create"))["id"]
+    asks = {
+        f"session://{sid}/branch": "session://{session_id}/entries/{entry_id}",
+        "agent://ghost": "agent_list",
+        f"session://{sid}/entries/nope": "session_get",
+    }
+    for uri, says in asks.items():
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS, uri
+        assert says in refused.value.error.message, (uri, refused.value.error.message)
+
+
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
 async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
     client: Client, monkeypatch: pytest.MonkeyPatch, resource: str

@@ -210,7 +210,10 @@ def register(server: MCPServer) -> None:
         def render(session: Session) -> str:
             entry = session.get_entry(entry_id)
             if entry is None:
-                raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
+                raise ResourceNotFoundError(
+                    f"session {clip_long(session_id, 100)!r} has no entry"
+                    f" {clip_long(entry_id, 100)!r}; session_get lists its entries"
+                )
             text = entry_text(entry.to_json_dict())
             if not fits_whole(
                 size := entry_size(text)
@@ -244,7 +247,12 @@ def register(server: MCPServer) -> None:
     async def agent_resource(name: str, ctx: Context) -> str:
         agent = app_state(ctx).agents.get(name)
         if agent is None:
-            raise ResourceNotFoundError(f"no agent {name!r}")
+            names = list(app_state(ctx).agents)
+            known = ", ".join(names[:20]) + (", …" if len(names) > 20 else "") or "none"
+            raise ResourceNotFoundError(
+                f"no agent {clip_long(name, 100)!r}; the agents: {known} (agent_list describes"
+                " them)"
+            )
         return _dump(agent.to_json_dict())
 
     lowlevel = server._lowlevel_server  # the SDK offers no public hook for these three
