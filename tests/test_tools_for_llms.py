@@ -120,6 +120,19 @@ async def test_every_number_argument_says_its_range_in_the_schema(server: MCPSer
                     assert most in prop["description"].replace(",", ""), (tool.name, name)
 
 
+async def test_every_optional_argument_says_what_leaving_it_out_means(
+    server: MCPServer,
+) -> None:
+    """Strict mode makes every argument required, so a model sends null for one it means to
+    leave out: the description must say what null does (session_create's name and cwd,
+    agent_run's model and session_compact's instructions did not)."""
+    for tool in await tools_of(server):
+        for name, prop in tool.input_schema["properties"].items():
+            if {"type": "null"} in prop.get("anyOf", []):
+                said = prop["description"]
+                assert "null" in said or "omitted" in said, (tool.name, name, said)
+
+
 # --- one casing -------------------------------------------------------------------------------
 
 

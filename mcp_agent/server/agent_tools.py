@@ -84,7 +84,11 @@ def register(server: MCPServer) -> None:
         ] = None,
         model: Annotated[
             str | None,
-            Field(description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours"),
+            Field(
+                description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours (by"
+                " sampling); null: a continued session's model, else the agent's, else the"
+                " server's default"
+            ),
         ] = None,
         wait: Annotated[
             bool | None,

@@ -159,8 +159,12 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=WRITES)
     async def session_create(
         ctx: Context,
-        name: Annotated[str | None, Field(description="a name to show in listings")] = None,
-        cwd: Annotated[str | None, Field(description="the working directory to record")] = None,
+        name: Annotated[
+            str | None, Field(description="a name to show in listings; null: none")
+        ] = None,
+        cwd: Annotated[
+            str | None, Field(description="the working directory to record; null: the server's own")
+        ] = None,
         # A string, not an object: strict mode allows no open objects. Not nullable either: the
         # SDK parses a JSON string given for a `str | None` argument into an object.
         metadata: Annotated[
