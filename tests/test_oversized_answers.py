@@ -388,14 +388,20 @@ async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_b
         assert json.loads(whole["jsonl"].partition("\n")[0])["metadata"] == {"blob": "m" * MEGA}
 
 
+@pytest.mark.parametrize("letter", ["n", "🚀"])
 async def test_a_listing_of_long_names_and_paths_is_cut_by_size_and_the_cursor_goes_on(
-    server: MCPServer,
+    server: MCPServer, letter: str
 ) -> None:
+    """A page of sessions stops at about 40 KB in bytes: counted in characters, names and
+    paths of emoji (four bytes each) made pages of 140 KB."""
     async with Client(server) as client:
         made = set()
         for n in range(20):
             info = await call(
-                client, "session_create", name=f"{n:02d}" + "n" * 998, cwd="/" + "d" * 4095
+                client,
+                "session_create",
+                name=f"{n:02d}" + letter * 998,
+                cwd="/" + letter * 4095,
             )
             made.add(info["id"])
         seen: list[str] = []

@@ -24,6 +24,7 @@ from mcp_agent.server.paging import (
     check_limit,
     json_size,
     newest_page,
+    utf8_size,
 )
 from mcp_agent.server.schemas import (
     AppendResult,
@@ -102,11 +103,13 @@ LISTED_BYTES = 400
 
 def fitting(items: list[SessionSummary]) -> int:
     """How many of ``items`` (at least one) a page of about ``ANSWER_BYTES`` lists, counted
-    from the lengths of their texts (no JSON made)."""
+    from the bytes of their texts (no JSON made; a name is cut to ``NAME_CHARS``, a cwd to
+    ``CWD_CHARS``, at most four bytes a character)."""
     used = 0
     for count, item in enumerate(items):
-        cost = LISTED_BYTES + min(len(item.name or ""), NAME_CHARS) + min(len(item.cwd), CWD_CHARS)
-        cost += len(item.first_user_message or "")
+        name = min(utf8_size(item.name or ""), 4 * NAME_CHARS)
+        cost = LISTED_BYTES + name + min(utf8_size(item.cwd), 4 * CWD_CHARS)
+        cost += utf8_size(item.first_user_message or "")
         if count and used + cost > ANSWER_BYTES:
             return count
         used += cost
