@@ -481,6 +481,25 @@ async def test_the_last_page_of_runs_says_nothing_is_left(server: MCPServer) -> 
         assert every["truncated"] is False and every["nextCursor"] is None
 
 
+async def test_a_page_of_runs_stops_at_about_40_kb_in_bytes(server: MCPServer) -> None:
+    """A run keeps up to 16,000 characters of its answer: counted in characters, a page of
+    runs answered in Japanese was 98 KB, past what a host takes of a tool's output."""
+    async with Client(server) as client:
+        for n in range(4):
+            await call(client, "agent_run", prompt=f"{n} " + "漢" * 16_000)
+        seen: list[str] = []
+        cursor = None
+        while True:
+            result = await client.call_tool("agent_runs", {"cursor": cursor})
+            assert len(result.content[0].text.encode()) < ANSWER_LIMIT  # type: ignore[union-attr]
+            page = result.structured_content or {}
+            seen += [run["runId"] for run in page["runs"]]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) == 4
+
+
 async def test_export_pages_say_truncated_only_while_the_file_goes_on(server: MCPServer) -> None:
     """session_export pages from the top; ``truncated`` is "the file goes on after this page",
     as its schema says. Every page after the first said true, the last one too, with no
