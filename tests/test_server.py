@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import re
 import weakref
 from pathlib import Path
 from typing import Any, cast
@@ -470,6 +471,25 @@ async def test_resources_and_templates(client: Client) -> None:
     assert agent["tools"] == ["subagent"]
     with pytest.raises(MCPError):
         await client.read_resource("session://nope/tree")
+
+
+async def test_the_session_resource_names_the_cursor_of_the_entries_before_it(
+    client: Client,
+) -> None:
+    """session://{id} is the newest page of the branch; its ``more`` said "session_get with a
+    cursor" and named none, so a model had to ask for the same page again to get one."""
+    sid = (await call(client, "session_create"))["id"]
+    for n in range(60):
+        await call(client, "session_append", session_id=sid, entry=user(f"message {n}"))
+    shown = json.loads(await read_text(client, f"session://{sid}"))
+    assert shown["truncated"] is True and len(shown["branch"]) == 50
+    cursor = re.search(r"cursor '([^']+)'", shown["more"])
+    assert cursor, shown["more"]
+    older = await call(client, "session_get", session_id=sid, cursor=cursor.group(1))
+    assert [e["message"]["content"] for e in older["entries"]] == [
+        f"message {n}" for n in range(10)
+    ]
+    assert "the 10 older entries" in shown["more"]
 
 
 async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(

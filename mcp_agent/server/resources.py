@@ -26,6 +26,7 @@ from mcp_agent.server.session_reads import (
     too_large_entry,
     tree_page,
     view_entries,
+    view_paged_as,
 )
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
@@ -132,7 +133,8 @@ def register(server: MCPServer) -> None:
         def render() -> str:
             session, summary = state.repo.open_described(session_id)
             total, load = view_entries(session, "branch", newest=DEFAULT_LIMIT)
-            branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
+            paged_as = view_paged_as("branch", load)  # the cursor session_get takes
+            branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT, paged_as)
             return _dump(
                 {
                     "session": session_info(summary, session.header).model_dump(mode="json"),
@@ -140,7 +142,8 @@ def register(server: MCPServer) -> None:
                     "leafId": session.leaf_id,
                     "branchLength": page.total,
                     "truncated": page.truncated,
-                    "more": f"session_get with a cursor, or session://{session_id}/export.jsonl"
+                    "more": f"the {page.start:,} older entries: session_get with cursor"
+                    f" {page.next_cursor!r}"
                     if page.truncated
                     else None,
                     "branch": [json.loads(text) for text in branch],
