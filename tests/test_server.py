@@ -492,6 +492,20 @@ async def test_the_session_resource_names_the_cursor_of_the_entries_before_it(
     assert "the 10 older entries" in shown["more"]
 
 
+async def test_each_resource_template_says_how_much_it_holds(client: Client) -> None:
+    """A host reads a template's description before it reads the resource: the entry and
+    export resources said nothing of their bound (8 MiB), nor where a larger one is."""
+    said = {
+        t.uri_template: t.description or ""
+        for t in (await client.list_resource_templates()).resource_templates
+    }
+    for uri in ("session://{session_id}/entries/{entry_id}", "session://{session_id}/export.jsonl"):
+        assert "8 MiB" in said[uri], (uri, said[uri])
+    assert "session_export" in said["session://{session_id}/export.jsonl"]
+    for uri in ("session://{session_id}", "session://{session_id}/context"):
+        assert "newest" in said[uri], (uri, said[uri])
+
+
 async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(
     client: Client,
 ) -> None:

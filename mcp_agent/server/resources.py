@@ -206,7 +206,8 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/entries/{entry_id}",
         name="session-entry",
         mime_type=JSON,
-        description="One entry of a session",
+        description=f"One entry of a session, whole (up to {WHOLE_MAX >> 20} MiB; past it the"
+        " refusal says where it is)",
     )
     async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
 
@@ -235,7 +236,8 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/export.jsonl",
         name="session-export",
         mime_type=JSONL,
-        description="The session as a pi version 3 JSONL file",
+        description=f"The session as a pi version 3 JSONL file, whole (up to {WHOLE_MAX >> 20}"
+        " MiB; the session_export tool pages a larger one)",
     )
     async def session_export(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
