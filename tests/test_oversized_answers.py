@@ -506,3 +506,27 @@ async def test_a_prompt_is_bounded_in_bytes_in_any_script(server: MCPServer) -> 
         assert len(texts[-1].encode()) < paging.ANSWER_BYTES // 2 + 1024
         assert "more characters of this message are left out" in texts[-1]
         assert "oldest of the 41 messages" in texts[0] and texts[-2].startswith("39 ")
+
+
+async def test_an_import_whose_entry_ids_are_absurdly_long_is_refused(
+    server: MCPServer,
+) -> None:
+    """An entry id is in every answer that names the entry (its stub, a tree node's parent
+    and children, the session's leafId in every listing): ids of 200,000 characters from a
+    pi file made a default page of one entry a megabyte. pi's ids are 8 characters; an
+    import refuses one past ENTRY_ID_CHARS, saying where, and stores nothing."""
+    from mcp_agent.sessions.entries import ENTRY_ID_CHARS
+
+    header = {"type": "session", "version": 3, "id": SID, "timestamp": "2026-01-01T00:00:00Z"}
+    for long in ("id", "parentId"):
+        entry = _pi("e" * ENTRY_ID_CHARS, None, {"type": "custom", "customType": "x"})
+        entry[long] = "i" * (ENTRY_ID_CHARS + 1)
+        text = "".join(json.dumps(row) + "\n" for row in (header, entry))
+        async with Client(server) as client:
+            said = await call_error(client, "session_import", jsonl=text)
+            assert f"<jsonl>:2: {long} of {ENTRY_ID_CHARS + 1:,} characters" in said, said
+            assert (await call(client, "session_list"))["sessions"] == []
+    fits = _pi("e" * ENTRY_ID_CHARS, None, {"type": "custom", "customType": "x"})
+    async with Client(server) as client:
+        text = "".join(json.dumps(row) + "\n" for row in (header, fits))
+        await call(client, "session_import", jsonl=text)
