@@ -349,3 +349,30 @@ async def test_session_compact_keeps_what_a_small_window_holds(
         compacted = await call(client, "session_compact", session_id=sid)
     assert compacted["summary"] == "SERVER SUMMARY"
     assert compacted["tokensAfter"] < 32_768 // 4 + 5_100  # a quarter, rounded up to a turn
+
+
+async def test_a_summary_without_a_usable_model_says_how_to_choose_one(
+    tmp_path: Path, model: Model
+) -> None:
+    """session_compact and session_move_to(summarize) take no model argument: the refusal
+    said "choose another model for the run", which neither can. It names the way to choose
+    one here: a model_change entry (the session's model writes its summaries)."""
+    server = agent_server(tmp_path, {"scripted": model.respond}, default_model="client")
+    async with Client(server) as client:  # 2026-07-28: the client's model cannot be asked
+        sid = (await call(client, "session_create"))["id"]
+        ids = []
+        for n in range(6):
+            for role, text in (("user", f"question {n} " + "q" * 20_000), ("assistant", "ok")):
+                entry = {"type": "message", "role": role, "content": text}
+                added = await call(client, "session_append", session_id=sid, entry=entry)
+                ids.append(added["entryId"])
+        for name, arguments in [
+            ("session_compact", {}),
+            ("session_move_to", {"entry_id": ids[1], "summarize": True}),
+        ]:
+            said = await call_error(client, name, session_id=sid, **arguments)
+            assert "model_change" in said and "session_append" in said, said
+        change = {"type": "model_change", "provider": "scripted", "modelId": "scripted"}
+        await call(client, "session_append", session_id=sid, entry=change)
+        compacted = await call(client, "session_compact", session_id=sid)
+    assert compacted["summary"] == "SERVER SUMMARY"

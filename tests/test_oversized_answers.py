@@ -16,7 +16,7 @@ from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import call, call_error, make_server
 
-from mcp_agent.server import paging, resources
+from mcp_agent.server import paging
 from mcp_agent.sessions import SessionError, SqliteSessionRepo
 from mcp_agent.sessions.entries import METADATA_CHARS
 
@@ -127,13 +127,13 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert whole == (await call(client, "session_export", session_id=sid, limit=0))["jsonl"]
         assert len(whole.splitlines()) == 31
-        monkeypatch.setattr(resources, "WHOLE_MAX", len(whole.encode()) // 3)
+        monkeypatch.setattr(paging, "WHOLE_MAX", len(whole.encode()) // 3)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
         assert "session_export" in said and f"sessions export {sid}" in said and uri in said
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
         with pytest.raises(MCPError) as missing:
             await client.read_resource(
@@ -142,30 +142,36 @@ async def test_the_export_resource_is_the_file_up_to_its_bound_then_says_where_t
         assert "no session" in missing.value.error.message
 
 
-async def test_an_entry_resource_past_the_bound_is_refused_saying_where_to_read_it(
+async def test_an_entry_past_the_bound_is_named_with_the_one_way_to_read_it(
     server: MCPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One entry was given whole at any size (an imported file's, or one sent over stdio): a
-    TypeScript stdio client closes its connection on a message over 10 MiB."""
+    TypeScript stdio client closes its connection on a message over 10 MiB. Past the bound
+    the resource refuses it, and every stub of it names the command line's export, the one
+    way to it (the stubs named the resource, whose refusal named session_get's stub: a
+    circle)."""
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]
-        entry_id = (await call(client, "session_append", session_id=sid, entry=_user("x" * 900)))[
-            "entryId"
-        ]
+        big = _user("x" * 100_000)
+        entry_id = (await call(client, "session_append", session_id=sid, entry=big))["entryId"]
         uri = f"session://{sid}/entries/{entry_id}"
+        export = f"sessions export {sid} -o FILE"
         whole = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert json.loads(whole)["id"] == entry_id
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole) - 1)
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole) - 1)
         with pytest.raises(MCPError) as refused:
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
-        assert f"sessions export {sid}" in said and f"entry_id {entry_id}" in said
-        shown = await call(
-            client, "session_get", session_id=sid, view="branch", entry_id=entry_id, limit=1
-        )
-        assert [entry["id"] for entry in shown["entries"]] == [entry_id]
-        monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(whole))
+        assert export in said and "session_get" not in said, said
+        stubs = [
+            (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"],
+            (await call(client, "session_context", session_id=sid))["messages"][-1]["omitted"],
+            (await call(client, "session_export", session_id=sid, cursor="from:1"))["omitted"],
+        ]
+        for stub in stubs:
+            assert export in stub and uri not in stub, stub
+        monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 
 
@@ -237,17 +243,18 @@ async def test_the_bound_on_a_whole_answer_counts_the_bytes_a_client_reads_not_c
             assert "asked for whole (limit=0)" in said and "bytes" in said, (name, said)
         entry_uri = f"session://{sid}/entries/{entry_id}"
         export_uri = f"session://{sid}/export.jsonl"
+        monkeypatch.setattr(paging, "WHOLE_MAX", bound)
         reads = [
             (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
             for uri in (entry_uri, export_uri)
         ]
         for uri, text in zip((entry_uri, export_uri), reads, strict=True):
-            monkeypatch.setattr(resources, "WHOLE_MAX", len(text) * 3 // 2)
+            monkeypatch.setattr(paging, "WHOLE_MAX", len(text) * 3 // 2)
             with pytest.raises(MCPError) as refused:
                 await client.read_resource(uri)
             assert refused.value.error.code == types.INVALID_PARAMS, uri
             # At the bound of its bytes as sent, the resource is read whole.
-            monkeypatch.setattr(resources, "WHOLE_MAX", paging.json_size(text))
+            monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(text))
             assert (await client.read_resource(uri)).contents[0].text == text  # type: ignore[union-attr]
 
 
@@ -381,14 +388,20 @@ async def test_a_pi_file_with_a_name_label_and_cwd_of_a_megabyte_reads_cut_and_b
         assert json.loads(whole["jsonl"].partition("\n")[0])["metadata"] == {"blob": "m" * MEGA}
 
 
+@pytest.mark.parametrize("letter", ["n", "🚀"])
 async def test_a_listing_of_long_names_and_paths_is_cut_by_size_and_the_cursor_goes_on(
-    server: MCPServer,
+    server: MCPServer, letter: str
 ) -> None:
+    """A page of sessions stops at about 40 KB in bytes: counted in characters, names and
+    paths of emoji (four bytes each) made pages of 140 KB."""
     async with Client(server) as client:
         made = set()
         for n in range(20):
             info = await call(
-                client, "session_create", name=f"{n:02d}" + "n" * 998, cwd="/" + "d" * 4095
+                client,
+                "session_create",
+                name=f"{n:02d}" + letter * 998,
+                cwd="/" + letter * 4095,
             )
             made.add(info["id"])
         seen: list[str] = []
@@ -444,10 +457,10 @@ async def test_the_stub_of_an_entry_whose_id_is_not_uri_safe_names_that_entry(
 def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     import json
 
-    from mcp_agent.server.paging import TEXT_CHARS
+    from mcp_agent.server.paging import TEXT_BYTES
     from mcp_agent.server.schemas import shortened
 
-    items = [json.dumps({"n": n, "pad": "x" * (TEXT_CHARS // 8)}) for n in range(20)]
+    items = [json.dumps({"n": n, "pad": "x" * (TEXT_BYTES // 8)}) for n in range(20)]
     size = sum(map(len, items))
     newest_last = json.loads(shortened("{}", {"entries": items}, size))
     kept = [item["n"] for item in newest_last["entries"]]
@@ -457,3 +470,63 @@ def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     kept = [item["n"] for item in newest_first["sessions"]]
     assert kept == list(range(len(kept))) and 0 < len(kept) < 20
     assert f"the {20 - len(kept)} oldest of the 20 sessions" in newest_first["textNote"]
+
+
+async def test_a_text_asked_for_whole_is_bounded_in_bytes_in_any_script(
+    server: MCPServer,
+) -> None:
+    """The text block is what a model reads, about 64 KB: it was 64 Ki characters, so one of
+    Japanese was 192 KB (and a token or more a character), three times past what hosts take."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(40):
+            await call(client, "session_append", session_id=sid, entry=_user("漢字" * 1_000))
+        result = await client.call_tool("session_context", {"session_id": sid, "limit": 0})
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert len(result.structured_content["messages"]) == 40
+        assert len(text.encode()) <= ANSWER_LIMIT, len(text.encode())
+        shown = json.loads(text)
+        assert 0 < len(shown["messages"]) < 40
+        assert f"the {40 - len(shown['messages'])} oldest of the 40 messages" in shown["textNote"]
+
+
+async def test_a_prompt_is_bounded_in_bytes_in_any_script(server: MCPServer) -> None:
+    """The continue_session prompt, as a tool's text, holds about 64 KB (and one message
+    about 20 KB): counted in characters, a session in Japanese made a prompt of 192 KB."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(40):
+            await call(
+                client, "session_append", session_id=sid, entry=_user(f"{n} " + "漢字" * 1_000)
+            )
+        await call(client, "session_append", session_id=sid, entry=_user("語" * 30_000))
+        prompt = await client.get_prompt("continue_session", {"session_id": sid})
+        texts = [m.content.text for m in prompt.messages]  # type: ignore[union-attr]
+        assert sum(len(text.encode()) for text in texts) < ANSWER_LIMIT + 1024
+        assert len(texts[-1].encode()) < paging.ANSWER_BYTES // 2 + 1024
+        assert "more characters of this message are left out" in texts[-1]
+        assert "oldest of the 41 messages" in texts[0] and texts[-2].startswith("39 ")
+
+
+async def test_an_import_whose_entry_ids_are_absurdly_long_is_refused(
+    server: MCPServer,
+) -> None:
+    """An entry id is in every answer that names the entry (its stub, a tree node's parent
+    and children, the session's leafId in every listing): ids of 200,000 characters from a
+    pi file made a default page of one entry a megabyte. pi's ids are 8 characters; an
+    import refuses one past ENTRY_ID_CHARS, saying where, and stores nothing."""
+    from mcp_agent.sessions.entries import ENTRY_ID_CHARS
+
+    header = {"type": "session", "version": 3, "id": SID, "timestamp": "2026-01-01T00:00:00Z"}
+    for long in ("id", "parentId"):
+        entry = _pi("e" * ENTRY_ID_CHARS, None, {"type": "custom", "customType": "x"})
+        entry[long] = "i" * (ENTRY_ID_CHARS + 1)
+        text = "".join(json.dumps(row) + "\n" for row in (header, entry))
+        async with Client(server) as client:
+            said = await call_error(client, "session_import", jsonl=text)
+            assert f"<jsonl>:2: {long} of {ENTRY_ID_CHARS + 1:,} characters" in said, said
+            assert (await call(client, "session_list"))["sessions"] == []
+    fits = _pi("e" * ENTRY_ID_CHARS, None, {"type": "custom", "customType": "x"})
+    async with Client(server) as client:
+        text = "".join(json.dumps(row) + "\n" for row in (header, fits))
+        await call(client, "session_import", jsonl=text)

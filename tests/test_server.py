@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import re
 import weakref
 from pathlib import Path
 from typing import Any, cast
@@ -470,6 +471,57 @@ async def test_resources_and_templates(client: Client) -> None:
     assert agent["tools"] == ["subagent"]
     with pytest.raises(MCPError):
         await client.read_resource("session://nope/tree")
+
+
+async def test_the_session_resource_names_the_cursor_of_the_entries_before_it(
+    client: Client,
+) -> None:
+    """session://{id} is the newest page of the branch; its ``more`` said "session_get with a
+    cursor" and named none, so a model had to ask for the same page again to get one."""
+    sid = (await call(client, "session_create"))["id"]
+    for n in range(60):
+        await call(client, "session_append", session_id=sid, entry=user(f"message {n}"))
+    shown = json.loads(await read_text(client, f"session://{sid}"))
+    assert shown["truncated"] is True and len(shown["branch"]) == 50
+    cursor = re.search(r"cursor '([^']+)'", shown["more"])
+    assert cursor, shown["more"]
+    older = await call(client, "session_get", session_id=sid, cursor=cursor.group(1))
+    assert [e["message"]["content"] for e in older["entries"]] == [
+        f"message {n}" for n in range(10)
+    ]
+    assert "the 10 older entries" in shown["more"]
+
+
+async def test_each_resource_template_says_how_much_it_holds(client: Client) -> None:
+    """A host reads a template's description before it reads the resource: the entry and
+    export resources said nothing of their bound (8 MiB), nor where a larger one is."""
+    said = {
+        t.uri_template: t.description or ""
+        for t in (await client.list_resource_templates()).resource_templates
+    }
+    for uri in ("session://{session_id}/entries/{entry_id}", "session://{session_id}/export.jsonl"):
+        assert "8 MiB" in said[uri], (uri, said[uri])
+    assert "session_export" in said["session://{session_id}/export.jsonl"]
+    for uri in ("session://{session_id}", "session://{session_id}/context"):
+        assert "newest" in said[uri], (uri, said[uri])
+
+
+async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(
+    client: Client,
+) -> None:
+    """Each refusal names where what exists is listed: the SDK said only 'Unknown resource'
+    for a URI no template takes, and an unknown agent or entry was named and no more."""
+    sid = (await call(client, "session_create"))["id"]
+    asks = {
+        f"session://{sid}/branch": "session://{session_id}/entries/{entry_id}",
+        "agent://ghost": "agent_list",
+        f"session://{sid}/entries/nope": "session_get",
+    }
+    for uri, says in asks.items():
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS, uri
+        assert says in refused.value.error.message, (uri, refused.value.error.message)
 
 
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])

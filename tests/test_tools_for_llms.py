@@ -108,6 +108,31 @@ async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
             pending.extend((where, variant) for variant in node.get("anyOf", []))
 
 
+async def test_every_number_argument_says_its_range_in_the_schema(server: MCPServer) -> None:
+    """A model sees the schema, not the error it would get: session_get's, session_context's
+    and session_export's limit said neither its most (1,000) nor its least."""
+    for tool in await tools_of(server):
+        for name, prop in tool.input_schema["properties"].items():
+            for variant in prop.get("anyOf", [prop]):
+                if variant.get("type") in ("integer", "number"):
+                    assert "minimum" in variant and "maximum" in variant, (tool.name, name)
+                    most = f"{variant['maximum']:,}".replace(",", "")
+                    assert most in prop["description"].replace(",", ""), (tool.name, name)
+
+
+async def test_every_optional_argument_says_what_leaving_it_out_means(
+    server: MCPServer,
+) -> None:
+    """Strict mode makes every argument required, so a model sends null for one it means to
+    leave out: the description must say what null does (session_create's name and cwd,
+    agent_run's model and session_compact's instructions did not)."""
+    for tool in await tools_of(server):
+        for name, prop in tool.input_schema["properties"].items():
+            if {"type": "null"} in prop.get("anyOf", []):
+                said = prop["description"]
+                assert "null" in said or "omitted" in said, (tool.name, name, said)
+
+
 # --- one casing -------------------------------------------------------------------------------
 
 
@@ -344,7 +369,11 @@ def custom(data: str) -> dict[str, Any]:
             "entry_id should be a valid string",
         ),
         ("session_get", {"session_id": "s", "view": "nope"}, "view should be 'branch'"),
-        ("session_get", {"session_id": "s", "limit": -1}, "limit must be 0 (all) or 1 to 1000"),
+        (
+            "session_get",
+            {"session_id": "s", "limit": -1},
+            "limit should be greater than or equal to 0",
+        ),
         ("session_get", {"session_id": "s", "cursor": "x"}, "cursor 'x' is not one"),
         ("session_get", {"session_id": "s", "colour": 1}, "unknown argument 'colour'"),
         ("session_list", {"limit": "many"}, "limit should be a valid integer"),
@@ -434,6 +463,59 @@ async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path
         assert result.content[0].text.startswith("the run ended error")  # type: ignore[union-attr]
         ok = await call(client, "agent_run", prompt="hello")
         assert ok["status"] == "completed" and ok["answer"] == "echo: hello"
+
+
+async def test_the_last_page_of_runs_says_nothing_is_left(server: MCPServer) -> None:
+    """agent_runs pages newest first, as session_list does: ``truncated`` says older runs are
+    left for ``nextCursor``. Its last page said truncated with no cursor, and a client paging
+    while truncated started again from the newest."""
+    async with Client(server) as client:
+        for n in range(3):
+            await call(client, "agent_run", prompt=f"hello {n}")
+        first = await call(client, "agent_runs", limit=2)
+        assert first["truncated"] is True and first["nextCursor"]
+        last = await call(client, "agent_runs", limit=2, cursor=first["nextCursor"])
+        assert len(last["runs"]) == 1 and last["nextCursor"] is None
+        assert last["truncated"] is False, last
+        every = await call(client, "agent_runs", limit=3)
+        assert every["truncated"] is False and every["nextCursor"] is None
+
+
+async def test_a_page_of_runs_stops_at_about_40_kb_in_bytes(server: MCPServer) -> None:
+    """A run keeps up to 16,000 characters of its answer: counted in characters, a page of
+    runs answered in Japanese was 98 KB, past what a host takes of a tool's output."""
+    async with Client(server) as client:
+        for n in range(4):
+            await call(client, "agent_run", prompt=f"{n} " + "漢" * 16_000)
+        seen: list[str] = []
+        cursor = None
+        while True:
+            result = await client.call_tool("agent_runs", {"cursor": cursor})
+            assert len(result.content[0].text.encode()) < ANSWER_LIMIT  # type: ignore[union-attr]
+            page = result.structured_content or {}
+            seen += [run["runId"] for run in page["runs"]]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) == 4
+
+
+async def test_export_pages_say_truncated_only_while_the_file_goes_on(server: MCPServer) -> None:
+    """session_export pages from the top; ``truncated`` is "the file goes on after this page",
+    as its schema says. Every page after the first said true, the last one too, with no
+    cursor."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for n in range(4):
+            await call(client, "session_append", session_id=sid, entry=custom(f"{n}"))
+        pages = [await call(client, "session_export", session_id=sid, limit=2)]
+        while pages[-1]["nextCursor"]:
+            cursor = pages[-1]["nextCursor"]
+            pages.append(
+                await call(client, "session_export", session_id=sid, limit=2, cursor=cursor)
+            )
+        assert [page["truncated"] for page in pages] == [True, True, False], pages
+        assert "".join(page["jsonl"] for page in pages).count("\n") == pages[0]["lines"] == 5
 
 
 # --- import ids -------------------------------------------------------------------------------

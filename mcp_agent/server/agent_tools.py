@@ -25,7 +25,7 @@ from mcp_agent.runtime.runs import MAX_QUEUED, Run
 from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_channel, client_key
 from mcp_agent.server.lifespan import app_state
-from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page
+from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page, utf8_size
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import tool_errors
@@ -84,7 +84,11 @@ def register(server: MCPServer) -> None:
         ] = None,
         model: Annotated[
             str | None,
-            Field(description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours"),
+            Field(
+                description="provider:model-id, e.g. openai:gpt-4o-mini; 'client' = yours (by"
+                " sampling); null: a continued session's model, else the agent's, else the"
+                " server's default"
+            ),
         ] = None,
         wait: Annotated[
             bool | None,
@@ -197,12 +201,14 @@ def register(server: MCPServer) -> None:
                 infos,
                 cursor,
                 limit or 20,
-                lambda i: len(i.model_dump_json()),
+                lambda i: utf8_size(i.model_dump_json()),  # bytes, as every page's bound
                 paged_as=lambda index: f"run {infos[index].run_id}",
             )
+        # Newest first, as session_list: truncated says older runs are left for the cursor
+        # (not that newer ones came before this page).
         return RunList(
             runs=infos[page.start : page.end][::-1],
-            truncated=page.truncated,
+            truncated=page.next_cursor is not None,
             next_cursor=page.next_cursor,
         )
 

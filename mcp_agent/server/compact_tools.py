@@ -25,7 +25,8 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         session_id: SessionId,
         instructions: Annotated[
-            str | None, Field(description="what the summary should focus on, in addition")
+            str | None,
+            Field(description="what the summary should focus on, in addition; null: nothing more"),
         ] = None,
     ) -> CompactResult:
         """Compact a session: the model summarises the older part of the current branch (goal,

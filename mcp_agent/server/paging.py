@@ -15,12 +15,14 @@ from mcp.server.mcpserver.exceptions import ToolError
 T = TypeVar("T")
 
 # The items of one page, as compact JSON: with the answer's other fields, well inside
-# TEXT_CHARS, so a default page reads the same in text and structured content.
+# TEXT_BYTES, so a default page reads the same in text and structured content.
 ANSWER_BYTES = 40 * 1024
-# What an LLM reads of one answer: the text block stops at about this many characters (hosts
-# refuse or cut tool output past some 25,000 tokens, and a client parses every character of
-# it twice). The structured content always holds the whole answer. A default page fits.
-TEXT_CHARS = 64 * 1024
+# What an LLM reads of one answer: the text block stops at about this many bytes of UTF-8
+# (hosts refuse or cut tool output past some 25,000 tokens, and a client parses every
+# character of it twice; counted in characters, a text of Japanese was three times as long,
+# and a token or more a character). The structured content always holds the whole answer. A
+# default page fits.
+TEXT_BYTES = 64 * 1024
 # A field of the answer itself (say an exported file) longer than this is left out of a text
 # that has to be shortened.
 LONG_FIELD = 1024
@@ -48,9 +50,10 @@ TAG_SEPARATOR = "."
 PagedAs = Callable[[int], str]
 
 LIMIT_DESCRIPTION = (
-    f"at most this many (null: {DEFAULT_LIMIT}; 0: all of them, up to {WHOLE_MAX >> 20} MiB,"
+    f"at most this many, 1 to {MAX_LIMIT} (null: {DEFAULT_LIMIT}; 0: all of them, up to"
+    f" {WHOLE_MAX >> 20} MiB,"
     f" in the structured content, the text keeping the newest that fit in"
-    f" {TEXT_CHARS // 1024} KB); a page also stops at about {ANSWER_BYTES // 1024} KB"
+    f" {TEXT_BYTES // 1024} KB); a page also stops at about {ANSWER_BYTES // 1024} KB"
 )
 CURSOR_DESCRIPTION = "nextCursor of the previous answer, for the page before it; null: the newest"
 
@@ -76,10 +79,15 @@ def check_limit(limit: int | None, name: str = "limit") -> int | None:
     return limit
 
 
+def fits_whole(size: int) -> bool:
+    """Whether ``size`` bytes (as sent: see ``WHOLE_MAX``) fit in one answer."""
+    return size <= WHOLE_MAX
+
+
 def check_whole(size: int, what: str = "this answer", elsewhere: str = "") -> None:
     """A ToolError when ``size`` bytes (as sent: see ``WHOLE_MAX``), asked for whole, pass
     ``WHOLE_MAX``; ``elsewhere``: another way to the whole, said after the pages."""
-    if size > WHOLE_MAX:
+    if not fits_whole(size):
         raise ToolError(
             f"{what} asked for whole (limit=0) is {size:,} bytes, more than the"
             f" {WHOLE_MAX >> 20} MiB one answer holds: ask for pages (a limit of 1 to"

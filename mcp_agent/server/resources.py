@@ -17,8 +17,17 @@ from mcp.shared.exceptions import MCPError
 from mcp_agent.runtime.application import AppState
 from mcp_agent.server.lifespan import ServerState, app_state
 from mcp_agent.server.notify import SubscriptionLimit
-from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX, json_size
-from mcp_agent.server.session_reads import context_page, entries_page, tree_page, view_entries
+from mcp_agent.server.paging import DEFAULT_LIMIT, WHOLE_MAX, fits_whole, json_size
+from mcp_agent.server.session_reads import (
+    context_page,
+    entries_page,
+    entry_size,
+    entry_text,
+    too_large_entry,
+    tree_page,
+    view_entries,
+    view_paged_as,
+)
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.server.viewer.apps import viewer_resource
@@ -87,7 +96,7 @@ def _kept_export(session_id: str, pieces: Iterator[str]) -> str:
     size = 2
     for piece in pieces:
         size += json_size(piece) - 2
-        if size > WHOLE_MAX:
+        if not fits_whole(size):
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"session {session_id}'s file is more than the {WHOLE_MAX >> 20} MiB one"
@@ -124,7 +133,8 @@ def register(server: MCPServer) -> None:
         def render() -> str:
             session, summary = state.repo.open_described(session_id)
             total, load = view_entries(session, "branch", newest=DEFAULT_LIMIT)
-            branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT)
+            paged_as = view_paged_as("branch", load)  # the cursor session_get takes
+            branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT, paged_as)
             return _dump(
                 {
                     "session": session_info(summary, session.header).model_dump(mode="json"),
@@ -132,7 +142,8 @@ def register(server: MCPServer) -> None:
                     "leafId": session.leaf_id,
                     "branchLength": page.total,
                     "truncated": page.truncated,
-                    "more": f"session_get with a cursor, or session://{session_id}/export.jsonl"
+                    "more": f"the {page.start:,} older entries: session_get with cursor"
+                    f" {page.next_cursor!r}"
                     if page.truncated
                     else None,
                     "branch": [json.loads(text) for text in branch],
@@ -195,22 +206,27 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/entries/{entry_id}",
         name="session-entry",
         mime_type=JSON,
-        description="One entry of a session",
+        description=f"One entry of a session, whole (up to {WHOLE_MAX >> 20} MiB; past it the"
+        " refusal says where it is)",
     )
     async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
 
         def render(session: Session) -> str:
             entry = session.get_entry(entry_id)
             if entry is None:
-                raise ResourceNotFoundError(f"session {session_id!r} has no entry {entry_id!r}")
-            text = _dump(entry.to_json_dict())
-            if json_size(text) > WHOLE_MAX:  # an imported file's, or one sent over stdio
+                raise ResourceNotFoundError(
+                    f"session {clip_long(session_id, 100)!r} has no entry"
+                    f" {clip_long(entry_id, 100)!r}; session_get lists its entries"
+                )
+            text = entry_text(entry.to_json_dict())
+            if not fits_whole(
+                size := entry_size(text)
+            ):  # an imported file's, or one sent over stdio
                 raise MCPError(
                     types.INVALID_PARAMS,
-                    f"entry {entry_id} of session {session_id} is more than the"
-                    f" {WHOLE_MAX >> 20} MiB one read answers with: session_get (view branch,"
-                    f" entry_id {entry_id}, limit 1) shows it with its long fields cut, and"
-                    f" `mcp-agent-sessions sessions export {session_id} -o FILE` writes it out",
+                    f"entry {entry_id} of session {session_id} is {size:,} bytes as sent, more"
+                    f" than the {WHOLE_MAX >> 20} MiB one answer holds, so"
+                    f" {too_large_entry(session_id)}",
                 )
             return text
 
@@ -220,7 +236,8 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/export.jsonl",
         name="session-export",
         mime_type=JSONL,
-        description="The session as a pi version 3 JSONL file",
+        description=f"The session as a pi version 3 JSONL file, whole (up to {WHOLE_MAX >> 20}"
+        " MiB; the session_export tool pages a larger one)",
     )
     async def session_export(session_id: str, ctx: Context) -> str:
         state = app_state(ctx)
@@ -235,7 +252,12 @@ def register(server: MCPServer) -> None:
     async def agent_resource(name: str, ctx: Context) -> str:
         agent = app_state(ctx).agents.get(name)
         if agent is None:
-            raise ResourceNotFoundError(f"no agent {name!r}")
+            names = list(app_state(ctx).agents)
+            known = ", ".join(names[:20]) + (", …" if len(names) > 20 else "") or "none"
+            raise ResourceNotFoundError(
+                f"no agent {clip_long(name, 100)!r}; the agents: {known} (agent_list describes"
+                " them)"
+            )
         return _dump(agent.to_json_dict())
 
     lowlevel = server._lowlevel_server  # the SDK offers no public hook for these three

@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import from_json, to_json
 
 from mcp_agent.server import spliced
-from mcp_agent.server.paging import LONG_FIELD, TEXT_CHARS, check_whole, utf8_size
+from mcp_agent.server.paging import LONG_FIELD, TEXT_BYTES, check_whole, utf8_size
 from mcp_agent.sessions.outline import CHILDREN_SHOWN
 
 
@@ -53,14 +53,15 @@ class CompactAnswer:
 def compact_answer(answer: Wire, newest_first: bool = False, **lists: list[str]) -> CompactAnswer:
     """``answer`` with its long ``lists`` (entries, messages, nodes) given as the JSON text of
     each item, put in as they are. The text block is the same compact JSON when it fits in
-    ``TEXT_CHARS``, else what ``shortened`` keeps of it (``newest_first``: the lists run
+    ``TEXT_BYTES``, else what ``shortened`` keeps of it (``newest_first``: the lists run
     newest first)."""
     head = answer.model_dump_json(exclude=set(lists))
     check_whole(
         utf8_size(head) + sum(utf8_size(item) + 1 for items in lists.values() for item in items)
     )
     whole = _joined(head, lists)
-    text = whole if len(whole) <= TEXT_CHARS else shortened(head, lists, len(whole), newest_first)
+    size = utf8_size(whole)
+    text = whole if size <= TEXT_BYTES else shortened(head, lists, size, newest_first)
     return CompactAnswer(head, whole, text, tuple(lists))
 
 
@@ -99,29 +100,30 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
 
 
 def shortened(head: str, lists: dict[str, list[str]], size: int, newest_first: bool = False) -> str:
-    """The answer cut to fit ``TEXT_CHARS``: each list keeps its newest items that fit (lists
-    are newest last, or first with ``newest_first``), a field too long for a text is left out,
-    and ``textNote`` says what is missing and where it is."""
+    """The answer (``size`` bytes of UTF-8) cut to fit ``TEXT_BYTES``: each list keeps its
+    newest items that fit (lists are newest last, or first with ``newest_first``), a field too
+    long for a text is left out, and ``textNote`` says what is missing and where it is."""
     fields: dict[str, Any] = from_json(head)
     long = [name for name, value in fields.items() if len(to_json(value)) > LONG_FIELD]
     for name in long:
         del fields[name]
-    room = TEXT_CHARS - len(to_json(fields)) - 600  # the note, the lists' names and brackets
+    room = TEXT_BYTES - len(to_json(fields)) - 600  # the note, the lists' names and brackets
     kept: dict[str, list[str]] = {}
     missing = [f"the field {name}" for name in long]
     for name, items in lists.items():
         count = 0
         for item in items if newest_first else reversed(items):
-            if len(item) + 1 > room:
+            cost = utf8_size(item) + 1
+            if cost > room:
                 break
-            room -= len(item) + 1
+            room -= cost
             count += 1
         kept[name] = items[:count] if newest_first else items[len(items) - count :]
         if count < len(items):
             missing.append(f"the {len(items) - count:,} oldest of the {len(items):,} {name}")
     fields["textNote"] = (
-        f"This text stops at about {TEXT_CHARS // 1024} KB and the answer has {size:,}"
-        f" characters: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
+        f"This text stops at about {TEXT_BYTES // 1024} KB and the answer has {size:,}"
+        f" bytes: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
         " whole answer; ask with a smaller limit, then the cursor, for pages that fit."
     )
     return _joined(to_json(fields).decode(), kept)
@@ -326,7 +328,7 @@ class RunInfo(Wire):
 
 class RunList(Wire):
     runs: list[RunInfo]
-    truncated: bool = Field(description="true when there are more runs than listed")
+    truncated: bool = Field(description="true when older runs are left, for nextCursor")
     next_cursor: str | None = Field(default=None, description="pass as cursor for older runs")
 
 

@@ -14,14 +14,14 @@ from pydantic import Field
 from mcp_agent.messages import AssistantMessage as OurAssistant
 from mcp_agent.messages import ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
-from mcp_agent.server.paging import TEXT_CHARS
+from mcp_agent.server.paging import TEXT_BYTES, utf8_size
 from mcp_agent.server.session_reads import ENTRY_BYTES
 from mcp_agent.sessions import SessionError
 
-# A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_CHARS``),
-# no message longer than an entry a page shows whole.
-PROMPT_CHARS = TEXT_CHARS
-MESSAGE_CHARS = ENTRY_BYTES
+# A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_BYTES``),
+# no message longer than an entry a page shows whole; both in bytes of UTF-8, as a tool's.
+PROMPT_BYTES = TEXT_BYTES
+MESSAGE_BYTES = ENTRY_BYTES
 
 
 def register(server: MCPServer) -> None:
@@ -65,28 +65,29 @@ def _text(message: Message) -> str:
 
 
 def _bounded(text: str) -> str:
-    """A message's text, cut at ``MESSAGE_CHARS`` with a note saying where it is whole."""
-    if len(text) <= MESSAGE_CHARS:
+    """A message's text, cut at ``MESSAGE_BYTES`` with a note saying where it is whole."""
+    if utf8_size(text) <= MESSAGE_BYTES:
         return text
+    kept = text.encode()[:MESSAGE_BYTES].decode(errors="ignore")  # not in a character
     return (
-        f"{text[:MESSAGE_CHARS]}\n[… {len(text) - MESSAGE_CHARS:,} more characters of this"
+        f"{kept}\n[… {len(text) - len(kept):,} more characters of this"
         " message are left out of this prompt; session_context has the message (a message too"
         " large for its page names the entry to read whole)]"
     )
 
 
 def _newest(session_id: str, messages: list[Message]) -> list[Message]:
-    """The newest ``messages`` that fit in ``PROMPT_CHARS``, after a note saying how many
+    """The newest ``messages`` that fit in ``PROMPT_BYTES``, after a note saying how many
     older ones are left out and where they are."""
     used, start = 0, len(messages)
-    while start > 0 and used + len(_text(messages[start - 1])) <= PROMPT_CHARS:
-        used += len(_text(messages[start - 1]))
+    while start > 0 and used + (size := utf8_size(_text(messages[start - 1]))) <= PROMPT_BYTES:
+        used += size
         start -= 1
     if start == 0:
         return messages
     note = (
         f"[The {start:,} oldest of the {len(messages):,} messages of session {session_id} are"
-        f" left out to keep this prompt within about {PROMPT_CHARS // 1024} KB; session_context"
+        f" left out to keep this prompt within about {PROMPT_BYTES // 1024} KB; session_context"
         " pages back to them.]"
     )
     return [UserMessage(note), *messages[start:]]

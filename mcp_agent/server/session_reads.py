@@ -18,11 +18,13 @@ from urllib.parse import quote
 
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
+    WHOLE_MAX,
     PagedAs,
     PageOf,
     check_whole,
     cursor_before,
     cursor_end,
+    fits_whole,
     json_size,
     newest_page,
     parse_cursor,
@@ -81,9 +83,7 @@ def shown_entry(session_id: str, text: str) -> tuple[str, int]:
     message = data.get("message")
     if isinstance(message, dict) and "role" in message:
         stub["role"] = message["role"]
-    stub["omitted"] = (
-        f"{size:,} bytes, too large for a page: read {entry_uri(session_id, data['id'])}"
-    )
+    stub["omitted"] = f"{size:,} bytes, too large for a page: {entry_whole(session_id, data)}"
     shown = compact(stub)
     return shown, len(shown.encode())
 
@@ -92,6 +92,32 @@ def entry_uri(session_id: str, entry_id: str) -> str:
     """The URI of one entry's resource; an id from a file may hold any character, and one
     such as ``/``, ``?``, ``#`` or ``%`` would otherwise name another entry or none."""
     return f"session://{session_id}/entries/{quote(entry_id, safe='')}"
+
+
+def entry_text(data: dict[str, Any]) -> str:
+    """One entry as its resource gives it whole."""
+    return json.dumps(data, ensure_ascii=False, indent=2)
+
+
+def entry_size(text: str) -> int:
+    """The bytes an entry's resource text (``entry_text``) takes as sent, in a JSON string."""
+    return json_size(text)
+
+
+def too_large_entry(session_id: str) -> str:
+    """Where an entry too large for any one answer is: only in the session's file."""
+    return (
+        "no read gives it whole: `mcp-agent-sessions sessions export"
+        f" {session_id} -o FILE` writes the session's file, the entry one line of it"
+    )
+
+
+def entry_whole(session_id: str, data: dict[str, Any]) -> str:
+    """Where an entry too large for a page (its JSON ``data``) is read whole: its resource,
+    or, past what one answer holds, the command line's export (the resource refuses it)."""
+    if fits_whole(entry_size(entry_text(data))):
+        return f"read {entry_uri(session_id, data['id'])}"
+    return f"more than one answer holds, so {too_large_entry(session_id)}"
 
 
 def shown_message(
@@ -108,8 +134,17 @@ def shown_message(
         return text
     data = json.loads(text)
     stub = {key: data[key] for key in ("role", "timestamp") if key in data}
+    # The entry around a message: a few ids and a time, at their longest.
+    moment = "2026-01-01T00:00:00.000Z"
+    envelope: dict[str, Any] = {
+        "type": "message",
+        "id": item,
+        "parentId": item,
+        "timestamp": moment,
+    }
+    envelope["message"] = data
     where = (
-        f"read {entry_uri(session_id, item)}"
+        entry_whole(session_id, envelope)
         if isinstance(item, str)
         else f"session_context with limit=0 and cursor {cursor_before(index + 1, paged_as)} ends"
         " with it, whole"
@@ -462,14 +497,20 @@ def export_page(session: Session, cursor: str | None, limit: int | None) -> Expo
 
 
 def _omitted_line(session_id: str, index: int, line: str) -> str:
-    whole = f"session://{session_id}/export.jsonl (or session_export with limit=0) has the file"
+    written = f"`mcp-agent-sessions sessions export {session_id} -o FILE` writes the file"
+    whole = (
+        f"session://{session_id}/export.jsonl (or session_export with limit=0) has the file"
+        f" up to {WHOLE_MAX >> 20} MiB, and {written} at any size"
+    )
     size = f"{len(line.encode()) - 1:,} bytes"
     if index == 0:
         return f"line 1 (the header, {size}) is too large for a page: {whole}"
-    entry_id = json.loads(line).get("id")
+    data = json.loads(line)
+    if not fits_whole(json_size(line)):  # then neither the entry nor the file is one answer
+        return f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer: {written}"
     return (
-        f"line {index + 1} (entry {entry_id}, {size}) is too large for a page: read"
-        f" {entry_uri(session_id, entry_id)} for it; {whole}"
+        f"line {index + 1} (entry {data.get('id')}, {size}) is too large for a page:"
+        f" {entry_whole(session_id, data)}; {whole}"
     )
 
 

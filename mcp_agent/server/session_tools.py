@@ -20,9 +20,11 @@ from mcp_agent.server.paging import (
     ANSWER_BYTES,
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
+    MAX_LIMIT,
     check_limit,
     json_size,
     newest_page,
+    utf8_size,
 )
 from mcp_agent.server.schemas import (
     AppendResult,
@@ -71,7 +73,7 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
 SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
-Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
+Limit = Annotated[int | None, Field(ge=0, le=MAX_LIMIT, description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
@@ -101,11 +103,13 @@ LISTED_BYTES = 400
 
 def fitting(items: list[SessionSummary]) -> int:
     """How many of ``items`` (at least one) a page of about ``ANSWER_BYTES`` lists, counted
-    from the lengths of their texts (no JSON made)."""
+    from the bytes of their texts (no JSON made; a name is cut to ``NAME_CHARS``, a cwd to
+    ``CWD_CHARS``, at most four bytes a character)."""
     used = 0
     for count, item in enumerate(items):
-        cost = LISTED_BYTES + min(len(item.name or ""), NAME_CHARS) + min(len(item.cwd), CWD_CHARS)
-        cost += len(item.first_user_message or "")
+        name = min(utf8_size(item.name or ""), 4 * NAME_CHARS)
+        cost = LISTED_BYTES + name + min(utf8_size(item.cwd), 4 * CWD_CHARS)
+        cost += utf8_size(item.first_user_message or "")
         if count and used + cost > ANSWER_BYTES:
             return count
         used += cost
@@ -158,8 +162,12 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=WRITES)
     async def session_create(
         ctx: Context,
-        name: Annotated[str | None, Field(description="a name to show in listings")] = None,
-        cwd: Annotated[str | None, Field(description="the working directory to record")] = None,
+        name: Annotated[
+            str | None, Field(description="a name to show in listings; null: none")
+        ] = None,
+        cwd: Annotated[
+            str | None, Field(description="the working directory to record; null: the server's own")
+        ] = None,
         # A string, not an object: strict mode allows no open objects. Not nullable either: the
         # SDK parses a JSON string given for a `str | None` argument into an object.
         metadata: Annotated[
@@ -486,7 +494,7 @@ def register(server: MCPServer) -> None:
                 jsonl="".join(page.lines),
                 lines=page.count,
                 first_line=page.start + 1,
-                truncated=page.start > 0 or page.end < page.count,
+                truncated=page.end < page.count,  # the file goes on after this page
                 next_cursor=f"from:{page.end}" if page.end < page.count else None,
                 omitted=page.omitted,
             )

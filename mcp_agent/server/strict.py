@@ -22,7 +22,11 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
@@ -228,7 +232,17 @@ class SessionsServer(MCPServer):
         (the SDK's error would hold it twice, in its message and its data)."""
         if len(str(uri)) > URI_CHARS:
             raise MCPError(INVALID_PARAMS, long_uri(str(uri)))
-        return await super().read_resource(uri, context)
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceNotFoundError as error:
+            if not str(error).startswith("Unknown resource"):
+                raise  # ours, which says where to look
+            # The SDK's, for a URI no template takes: name the ones there are.
+            shapes = ", ".join(t.uri_template for t in self._resource_manager.list_templates())
+            raise ResourceNotFoundError(
+                f"no resource {clip_long(str(uri), ECHO_CHARS)!r}: the resources are {shapes}"
+                " (resources/list lists the sessions and agents)"
+            ) from None
 
     async def get_prompt(
         self,

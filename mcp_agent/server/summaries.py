@@ -12,6 +12,7 @@ from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
 from mcp_agent.runtime.application import AppState
+from mcp_agent.runtime.errors import ModelUnavailable
 from mcp_agent.runtime.models import resolve_run_model
 from mcp_agent.runtime.start import ResolvedModel, resume_model
 from mcp_agent.server.clients import client_channel
@@ -29,9 +30,18 @@ async def summary_model(state: AppState, ctx: Context, session: Session) -> tupl
     def resume() -> ResolvedModel | None:
         return resume_model(session, state.settings.default_model, client, state.models)
 
-    resolved = await state.offload(resume) or resolve_run_model(
-        None, state.settings.default_model, client, state.models
-    )
+    try:
+        resolved = await state.offload(resume) or resolve_run_model(
+            None, state.settings.default_model, client, state.models
+        )
+    except ModelUnavailable as error:
+        # These tools take no model: say how to choose one for them.
+        raise ModelUnavailable(
+            f"{error} A summary is written by the session's model (its newest model_change"
+            " entry, or the model it last ran with), else the server's default (--model,"
+            " MCP_AGENT_MODEL): to choose one, append a model_change entry with session_append"
+            ' (e.g. {"type": "model_change", "provider": "openai", "modelId": "gpt-4o-mini"}).'
+        ) from None
     return resolved[1], resolved[2]
 
 

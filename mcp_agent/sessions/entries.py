@@ -39,6 +39,9 @@ CURRENT_SESSION_VERSION = 3
 # (pi sets no bound, and a file from pi keeps whatever it has), a cwd is a path (PATH_MAX).
 NAME_CHARS = 1_000
 CWD_CHARS = 4_096
+# An entry id (pi's are 8 characters): in every answer that names the entry, so a file's
+# longer ones are refused on import rather than shown (an id cannot be cut).
+ENTRY_ID_CHARS = 1_000
 # A session's metadata (the caller's own JSON object, kept in the header) is read with every
 # open of the session and shown whole in its resource: bounded, as its compact JSON text.
 METADATA_CHARS = 64 * 1024

@@ -25,6 +25,7 @@ from typing import IO, Any, NoReturn
 
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
+    ENTRY_ID_CHARS,
     LeafEntry,
     SessionEntry,
     SessionHeader,
@@ -452,11 +453,23 @@ class SessionStream:
                     self._v1_ids.add(str(row["id"]))
                     self._v1_order.append(str(row["id"]))
             _migrate_v2_row(row)
+        where = f"{self.source}:{line}"
         try:
-            return parse_entry(row, f"{self.source}:{line}")
+            entry = parse_entry(row, where)
         except SessionError as error:
             self._note(_ENTRY, error.message)
             return None
+        # An import only: a file the JSONL backend keeps (pi's own folder) is read as it is.
+        importing = self.code == "invalid_import"
+        for name, value in (("id", entry.id), ("parentId", entry.parent_id)):
+            if importing and value is not None and len(value) > ENTRY_ID_CHARS:
+                self._note(
+                    _ENTRY,
+                    f"{where}: {name} of {len(value):,} characters, more than the"
+                    f" {ENTRY_ID_CHARS:,} an entry id may have",
+                )
+                return None
+        return entry
 
     def _finish(self) -> None:
         try:
