@@ -209,8 +209,11 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
     again.evaluate(f"location.hash = '#session={other['structuredContent']['id']}'")
     expect(again.get_by_role("heading", level=1)).to_contain_text("Grocery list")
-    # ... and the older link form is sent on to the fragment, with the session it names.
+    # ... and the older link form goes to the fragment, with the session it names, in its
+    # query or in its own fragment (which a redirect to /#token=… replaced: the list alone).
     older = context.new_page()
+    older.goto(f"{base(server)}/?token={TOKEN}#session={other['structuredContent']['id']}")
+    expect(older.get_by_role("heading", level=1)).to_have_text("Grocery list")
     older.goto(f"{base(server)}/?token={TOKEN}&session={session_id}")
     expect(older.locator("#sessions")).to_contain_text("Picnic plans")
     expect(older.get_by_role("heading", level=1)).to_have_text("Picnic plans")

@@ -44,6 +44,20 @@ const TOKEN_REFUSED = "The server no longer takes this page's token (a server ma
   + " new one at each start, unless it reads one from --token-file). Open the link with #token="
   + " that mcp-agent-sessions serve printed when it last started.";
 
+/** A link of the older form (/?token=…&session=…, or /?token=…#session=…: its session in the
+ * fragment, which a redirect to the fragment form replaced): its query goes to the fragment,
+ * where the page reads it, what the fragment names first; the query leaves the address bar. */
+function queryToFragment() {
+  const query = new URLSearchParams(location.search);
+  if (!query.has("token") && !query.has("session")) return;
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  for (const name of ["token", "session"]) {
+    if (query.get(name) && !fragment.get(name)) fragment.set(name, query.get(name));
+  }
+  const rest = fragment.toString();
+  history.replaceState(null, "", location.pathname + (rest ? `#${rest}` : ""));
+}
+
 /** The server's token: from the link's fragment (kept, and taken out of the address bar), or
  * as kept by an earlier visit; null when there is none (a server without auth needs none). */
 function takeToken() {
@@ -1496,6 +1510,7 @@ async function start() {
     $("tree").replaceChildren(h("div", { class: "empty", text: "Waiting for the tool's result…" }));
     return;
   }
+  queryToFragment();
   transport = new HttpTransport();
   transport.onRefused = signedOut;
   let searchTimer = null;
