@@ -451,9 +451,10 @@ def test_seven_tabs_share_one_stream_and_stay_live(
 def test_the_shared_stream_comes_back_when_its_tab_signs_in_again(
     browser: Browser, tmp_path: Path
 ) -> None:
-    """The tab holding the tabs' stream, signed out, could not listen again once the stream
-    dropped (a restart); signed in again, it listened for the same sessions as before, which
-    it took for the stream it had: every tab stayed deaf for good."""
+    """The tab holding the tabs' stream, signed out, kept it, listening no more: the other
+    tabs, signed in, heard nothing for good; it gives the stream to another. It could not
+    listen again once the stream dropped (a restart); signed in again, it listened for the
+    same sessions as before, which it took for the stream it had: every tab stayed deaf."""
     session_id, _ = picnic_db(tmp_path / "http.db")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
@@ -467,6 +468,9 @@ def test_the_shared_stream_comes_back_when_its_tab_signs_in_again(
             expect(tab.locator("#live")).to_have_class("live on")
         tabs[0].evaluate("location.hash = '#token=not-the-token'")
         expect(tabs[0].get_by_role("heading", level=1)).to_have_text("Signed out")
+        append = {"type": "message", "role": "user", "content": "Heard by the other tab"}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=append)
+        expect(tabs[1].locator("#tree")).to_contain_text("Heard by the other tab")
         server.stop()
         server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
         tabs[0].evaluate(f"location.hash = '#token={TOKEN}'")

@@ -117,6 +117,8 @@ class HttpTransport {
     }
     if (!this.refused) {
       this.refused = error;
+      // the tabs' stream, if this tab holds it, goes to another tab, which may be signed in
+      if (this.shared) this.shared.resign();
       this.onRefused(error);
     }
     return error;
@@ -217,8 +219,9 @@ class HttpTransport {
  * connections to a host over HTTP/1.1, and each tab's stream held one: a seventh tab, and
  * every click in the six, waited for good. The tab holding a lock (Web Locks) listens, for
  * what every tab wants, and passes each change on to them (a BroadcastChannel); when it
- * closes, another takes the lock and the stream. Both need a secure context (loopback is
- * one): elsewhere each tab listens alone. */
+ * closes, or the server refuses it (its token replaced, or gone), another takes the lock and
+ * the stream; it asks for the lock again when signed in. Both need a secure context
+ * (loopback is one): elsewhere each tab listens alone. */
 class SharedListen {
   static available() {
     return Boolean(window.isSecureContext && navigator.locks && window.BroadcastChannel);
@@ -230,18 +233,50 @@ class SharedListen {
     this.mine = null; // this tab's {filter, onEvent, onState}
     this.wants = new Map(); // the lead tab's: each tab's subscriptions
     this.leading = false;
+    this.followed = false; // whether a stream was heard open (this tab's, or another's)
+    this.tookOver = false; // (the lead tab) whether another tab's stream was heard first
     this.live = false; // (the lead tab) whether its stream is open
     this.streamKey = null;
     this.stopStream = null;
     this.channel = new BroadcastChannel("mcp-agent-sessions listen");
     this.channel.onmessage = (event) => this.receive(event.data);
     addEventListener("pagehide", () => this.post({ type: "want", tab: this.tab, uris: null }));
-    navigator.locks.request("mcp-agent-sessions listen", () => {
+    this.queued = null; // the AbortController of this tab's request for the lock
+    this.release = null; // (the lead tab) lets the lock go
+    this.lead();
+  }
+
+  /** Ask for the lock (unless asked already): held, this tab listens for every tab. */
+  lead() {
+    if (this.queued || this.leading) return;
+    const queued = new AbortController();
+    this.queued = queued;
+    navigator.locks.request("mcp-agent-sessions listen", { signal: queued.signal }, () => {
       this.leading = true;
+      // taken over from another tab: what changed since its stream ended is read again
+      this.tookOver = this.followed;
       this.post({ type: "hello" }); // the other tabs say what they want
       this.want(this.tab, this.uris());
-      return new Promise(() => {}); // held while this tab lives
-    });
+      return new Promise((resolve) => { this.release = resolve; }); // held until resign
+    }).catch(() => { /* the request withdrawn (resign) */ });
+  }
+
+  /** The server refused this tab: the stream it holds (it could not listen again) and its
+   * place in the queue for the lock go to the other tabs, which heard nothing for good while
+   * it held the lock refused. */
+  resign() {
+    if (this.queued && !this.leading) this.queued.abort();
+    this.queued = null;
+    if (!this.leading) return;
+    this.leading = false;
+    if (this.stopStream) this.stopStream();
+    this.stopStream = null;
+    this.streamKey = null;
+    this.live = false;
+    this.wants = new Map();
+    this.post({ type: "state", on: false }); // until another tab listens
+    this.release();
+    this.release = null;
   }
 
   listen(filter, onEvent, onState) {
@@ -273,7 +308,10 @@ class SharedListen {
     if (message.type === "hello") this.announce();
     else if (message.type === "want" && this.leading) this.want(message.tab, message.uris);
     else if (message.type === "event") this.deliver(message.data);
-    else if (message.type === "state" && this.mine) this.mine.onState(message.on);
+    else if (message.type === "state") {
+      if (message.on) this.followed = true;
+      if (this.mine) this.mine.onState(message.on);
+    }
   }
 
   /** (the lead tab) ``tab`` wants ``uris`` (null: nothing, it stopped or closed) */
@@ -284,9 +322,13 @@ class SharedListen {
     if (this.live) this.spread({ type: "state", on: true });
   }
 
-  /** (the lead tab) the stream started anew, with the token just given */
+  /** A token was given: the lead tab starts its stream anew with it; another (which may
+   * have given the lock up, refused) asks for the lock. */
   renew() {
-    if (!this.leading) return;
+    if (!this.leading) {
+      this.lead();
+      return;
+    }
     this.streamKey = undefined;
     this.restream();
   }
@@ -309,7 +351,7 @@ class SharedListen {
         this.live = on;
         this.spread({ type: "state", on });
         // what changed while the stream was being started anew is read again
-        if (on && first && this.wants.size > 1) this.spread({ type: "event", data: { method: "reconnected" } });
+        if (on && first && (this.wants.size > 1 || this.tookOver)) this.spread({ type: "event", data: { method: "reconnected" } });
         if (on) first = false;
       },
     );
