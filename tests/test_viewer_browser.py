@@ -901,12 +901,22 @@ def test_the_app_fills_the_frame_in_fullscreen(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
     """The view tells the host it can go fullscreen (availableDisplayModes): there it stayed
-    the inline view's 640 px at most (its tree 520) in a frame the screen's height."""
+    the inline view's 640 px at most (its tree 520) in a frame the screen's height. And an
+    entry too large for a page, in a host that reads no resources (this one), showed a stub
+    alone ("… bytes, too large for a page: read session://…"): it shows its start, cut."""
     server, session_id, ids = served
+    big = {"type": "message", "role": "user", "content": "Packing list: " + "tent " * 600_000}
+    appended = mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=big)
     result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
     page = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
     view = page.frame_locator("#view")
     expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    view.locator(f"#tree .row[data-id='{entry_id(appended)}']").click()
+    body = view.locator("#detail-body")
+    expect(body.locator(".note")).to_contain_text("Truncated: 3,000,")
+    expect(body).to_contain_text("Packing list: tent tent")
+    expect(body).to_contain_text("[cut: 3,000,014 characters in all]")
+    assert len(body.inner_text()) < 30_000
     init = page.evaluate("window.hostLog")[0]
     assert "fullscreen" in init["params"]["appCapabilities"]["availableDisplayModes"]
     page.set_viewport_size({"width": 1200, "height": 1000})

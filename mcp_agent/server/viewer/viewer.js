@@ -1341,8 +1341,16 @@ function renderContent(content) {
   });
 }
 
+// What a stub of an entry too large for a page holds; an entry with more is one with its long
+// texts cut (session_get with limit 1), shown as it is under the note that says so.
+const STUB_KEYS = new Set(["type", "id", "parentId", "timestamp", "role", "omitted"]);
+
 function renderEntry(entry) {
-  if (entry.omitted) return [h("p", { class: "note", text: entry.omitted })];
+  if (entry.omitted) {
+    const cut = Object.keys(entry).some((key) => !STUB_KEYS.has(key));
+    const note = h("p", { class: "note", text: cut ? `Truncated: ${entry.omitted}` : entry.omitted });
+    return cut ? [note, ...renderEntry({ ...entry, omitted: undefined })] : [note];
+  }
   const message = entry.message;
   if (entry.type === "message" && message) {
     const parts = [];
