@@ -201,6 +201,16 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     expect(page.locator("#sessions")).to_contain_text("Picnic plans")
     assert TOKEN not in page.url and page.url.rstrip("/#") == base(server)
     assert context.cookies() == []  # no cookie, which every port of the host would be sent
+    # A session opened from the list is a step of the tab's history: Back goes to the page
+    # as it was (each step replaced the last, so Back left the page).
+    page.locator("#sessions .session", has_text="Picnic plans").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    assert page.url.endswith(f"/#session={session_id}")
+    page.go_back()
+    expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
+    expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
+    page.go_forward()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     # Another tab of the same origin is signed in (the origin's own storage) ...
     again = context.new_page()
     again.goto(f"{base(server)}/#session={session_id}")

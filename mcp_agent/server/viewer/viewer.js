@@ -690,7 +690,7 @@ async function loadSessions(more) {
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
       dataset: { session: info.id },
-      onclick: () => openSession(info.id),
+      onclick: () => openSession(info.id, true).catch(failed),
     },
     h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
     h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
@@ -703,7 +703,10 @@ async function loadSessions(more) {
 
 // --- one session ----------------------------------------------------------------------------
 
-async function openSession(sessionId) {
+/** Show session ``sessionId``; opened by the reader (``byReader``: a click in the list, a
+ * fork), it is a step of the tab's history, which Back goes back through (each step replaced
+ * the last: Back left the page). */
+async function openSession(sessionId, byReader = false) {
   if (state.sessionId !== sessionId) {
     state.sessionId = sessionId;
     state.outline = [];
@@ -716,7 +719,10 @@ async function openSession(sessionId) {
     state.view = null;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
-    if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
+    if (TRANSPORT === "http") {
+      const address = `#session=${encodeURIComponent(sessionId)}`;
+      if (byReader) history.pushState(null, "", address); else history.replaceState(null, "", address);
+    }
     for (const button of document.querySelectorAll(".session")) {
       button.classList.toggle("current", button.dataset.session === sessionId);
     }
@@ -761,9 +767,22 @@ async function begin() {
   await listed;
   if (transport.refused) return;
   $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
-  // list changes are heard before any session is open
+  listenForList();
+}
+
+/** With no session open, list changes are heard. */
+function listenForList() {
   if (stopListening) stopListening();
   stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+}
+
+/** The address names no session (Back to where the tab started): none is shown. */
+function closeSession() {
+  if (!state.sessionId) return;
+  notShown("", "No session open", "Pick a session on the left.");
+  state.sessionId = null;
+  for (const button of document.querySelectorAll(".session")) button.classList.remove("current");
+  listenForList();
 }
 
 /** A token came (a link pasted into this tab, or another tab signed in): asked again. */
@@ -787,8 +806,7 @@ function sessionGone(sessionId) {
   state.sessionId = null;
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
-  if (stopListening) stopListening();
-  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+  listenForList();
 }
 
 /** Session ``sessionId`` is not shown: ``title`` in the head and ``text`` where its tree would
@@ -1404,7 +1422,7 @@ function wireActions() {
     const forked = await tool("session_fork", { session_id: state.sessionId, entry_id: state.selected, position: "at" });
     toast(`Forked into a new session ${forked.id.slice(0, 8)}.`);
     if (TRANSPORT === "http") await loadSessions(false);
-    await openSession(forked.id);
+    await openSession(forked.id, true);
   }));
   $("act-label").addEventListener("click", () => {
     $("label-form").hidden = !$("label-form").hidden;
@@ -1574,10 +1592,13 @@ async function start() {
   $("more-sessions").addEventListener("click", () => loadSessions(true));
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
+    const given = new URLSearchParams(location.hash.slice(1)).has("token");
     const token = takeToken();
     const resumed = token ? signIn(token) : null;
     if (resumed) { resumed.catch(failed); return; }
+    // (Back and Forward through the sessions opened come here too)
     const other = new URLSearchParams(location.hash.slice(1)).get("session");
+    if (!other && !given && !transport.refused) closeSession();
     const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
     next.catch(failed);
   });
