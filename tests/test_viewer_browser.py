@@ -120,6 +120,10 @@ def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, A
     # /mcp itself: no token, no answer
     refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
     assert refused.status_code == 401
+    # The link pasted: the list, and no "Not signed in" over it.
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+    expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
     context.close()
 
 

@@ -766,7 +766,8 @@ async function begin() {
   }
   await listed;
   if (transport.refused) return;
-  $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
+  // (in place of what a refusal said: "Not signed in" stood over the list signed in)
+  notShown("", "No session open", "Pick a session on the left.");
   listenForList();
 }
 
