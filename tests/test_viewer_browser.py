@@ -232,6 +232,9 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     expect(older.locator("#sessions")).to_contain_text("Picnic plans")
     expect(older.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     assert TOKEN not in older.url and older.url.endswith(f"/#session={session_id}")
+    # Its id is copied whole (a double click selected a part of it, between two hyphens).
+    older.locator("#session-id").dblclick()
+    assert older.evaluate("getSelection().toString()") == session_id
     context.close()
 
 
