@@ -207,11 +207,14 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     assert context.cookies() == []  # no cookie, which every port of the host would be sent
     # A session opened from the list is a step of the tab's history: Back goes to the page
     # as it was (each step replaced the last, so Back left the page).
-    page.locator("#sessions .session", has_text="Picnic plans").click()
+    listed = page.locator("#sessions .session", has_text="Picnic plans")
+    listed.click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     assert page.url.endswith(f"/#session={session_id}")
+    expect(listed).to_have_attribute("aria-current", "true")  # said, not only coloured
     page.go_back()
     expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
+    expect(listed).not_to_have_attribute("aria-current", "true")
     expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
     page.go_forward()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")

@@ -689,6 +689,7 @@ async function loadSessions(more) {
   const items = sessions.map((info) => h("li", {},
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
+      "aria-current": info.id === state.sessionId ? "true" : null,
       dataset: { session: info.id },
       onclick: () => openSession(info.id, true).catch(failed),
     },
@@ -702,6 +703,16 @@ async function loadSessions(more) {
 }
 
 // --- one session ----------------------------------------------------------------------------
+
+/** The open session's button in the list, marked so (for a screen reader too: it heard no
+ * session of the list open, the mark being a colour alone). */
+function markCurrent() {
+  for (const button of document.querySelectorAll(".session")) {
+    const open = button.dataset.session === state.sessionId;
+    button.classList.toggle("current", open);
+    if (open) button.setAttribute("aria-current", "true"); else button.removeAttribute("aria-current");
+  }
+}
 
 /** Show session ``sessionId``; opened by the reader (``byReader``: a click in the list, a
  * fork), it is a step of the tab's history, which Back goes back through (each step replaced
@@ -723,9 +734,7 @@ async function openSession(sessionId, byReader = false) {
       const address = `#session=${encodeURIComponent(sessionId)}`;
       if (byReader) history.pushState(null, "", address); else history.replaceState(null, "", address);
     }
-    for (const button of document.querySelectorAll(".session")) {
-      button.classList.toggle("current", button.dataset.session === sessionId);
-    }
+    markCurrent();
   }
   await refresh();
   if (TRANSPORT === "http" && state.sessionId === sessionId && !transport.refused) watchSession(sessionId);
@@ -782,7 +791,7 @@ function closeSession() {
   if (!state.sessionId) return;
   notShown("", "No session open", "Pick a session on the left.");
   state.sessionId = null;
-  for (const button of document.querySelectorAll(".session")) button.classList.remove("current");
+  markCurrent();
   listenForList();
 }
 
@@ -805,6 +814,7 @@ function sessionGone(sessionId) {
   const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
   notShown(sessionId, "Session not found", `This session is not here (deleted, or never was).${pick}`);
   state.sessionId = null;
+  markCurrent();
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
   listenForList();
