@@ -410,10 +410,13 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     page.locator("#more-sessions").click()
     expect(sessions).to_have_count(56)
     expect(page.locator("#more-sessions")).to_be_hidden()
+    errand = sessions.filter(has=page.get_by_text("Errand 3", exact=True))
+    errand.focus()
     entry = {"type": "message", "role": "user", "content": "One more thing"}
     mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
     # the list read again: the session just written to comes first
     expect(page.locator("#sessions .session-name").first).to_have_text("Picnic plans")
+    expect(errand).to_be_focused()  # the focus stays where it was (it went to the body)
     expect(sessions).to_have_count(56)
     expect(page.locator("#more-sessions")).to_be_hidden()
     # a new search starts from its first page

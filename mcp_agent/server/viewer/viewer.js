@@ -696,7 +696,15 @@ async function loadSessions(more) {
     h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
     h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
   if (more) $("sessions").append(...items);
-  else $("sessions").replaceChildren(...items);
+  else {
+    // The list drawn anew (at every append of an agent's run) left the focus on the page's
+    // body: a keyboard reader in the list lost their place at each. It stays on its session.
+    const active = document.activeElement;
+    const focused = active instanceof HTMLElement && $("sessions").contains(active) ? active.dataset.session : undefined;
+    $("sessions").replaceChildren(...items);
+    const again = focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`);
+    if (again) again.focus({ preventScroll: true });
+  }
   if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
