@@ -695,8 +695,13 @@ async function loadSessions(more) {
     },
     h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
     h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
-  if (more) $("sessions").append(...items);
-  else {
+  if (more) {
+    // "More sessions" pressed: the focus goes to the first of them (it went to the page's
+    // body when the button hid, at the list's end, or stayed below what it showed)
+    const pressed = document.activeElement === $("more-sessions");
+    $("sessions").append(...items);
+    if (pressed && items.length) items[0].querySelector(".session").focus();
+  } else {
     // The list drawn anew (at every append of an agent's run) left the focus on the page's
     // body: a keyboard reader in the list lost their place at each. It stays on its session.
     const active = document.activeElement;
