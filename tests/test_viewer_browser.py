@@ -558,6 +558,11 @@ def test_the_tree_goes_by_keyboard(
     assert focused() == ids["sandwiches"]
     page.keyboard.press("ArrowDown")
     assert focused() == ids["sandwiches_answer"]
+    # the branch's rows are said to be one level down (all were heard as the chain's)
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_attribute(
+        "aria-level", "2"
+    )
+    expect(tree.locator(f".row[data-id='{ids['plan']}']")).to_have_attribute("aria-level", "1")
     page.keyboard.press(" ")
     expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
     # the entry on show is said to be selected, to a screen reader too

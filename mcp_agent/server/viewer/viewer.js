@@ -1146,6 +1146,7 @@ function renderTree() {
 function redraw(change) {
   const focused = focusedInTree();
   change();
+  levelRows();
   if (focused !== null && !$("tree").contains(document.activeElement)) {
     // the same row or button drawn anew (a fold all unfolded: its first row), else the row
     // that takes Tab
@@ -1153,6 +1154,20 @@ function redraw(change) {
     if (again) again.focus({ preventScroll: true });
   }
   sizeChanged();
+}
+
+/** Each row's depth in the tree (aria-level), as drawn: a branch is nested (.nest) in the
+ * row it starts from. A screen reader heard the rows of an opened branch as the chain's, one
+ * flat list with nothing to tell where the branch began or ended. */
+function levelRows() {
+  const tree = $("tree");
+  for (const row of tree.querySelectorAll(".row")) {
+    let level = 1;
+    for (let node = row.parentElement; node && node !== tree; node = node.parentElement) {
+      if (node.classList.contains("nest")) level++;
+    }
+    if (row.getAttribute("aria-level") !== String(level)) row.setAttribute("aria-level", String(level));
+  }
 }
 
 /** What has the focus in the tree, as selectors that find it (or what stands in its place)
