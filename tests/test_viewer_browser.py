@@ -204,6 +204,9 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     page.goto(f"{base(server)}/#token={TOKEN}")
     expect(page.locator("#sessions")).to_contain_text("Picnic plans")
     assert TOKEN not in page.url and page.url.rstrip("/#") == base(server)
+    # live with the list alone, and said so (it said "not connected", to no screen reader)
+    live = page.get_by_role("img", name="live: changes appear as they happen")
+    expect(live).to_have_attribute("title", "live: changes appear as they happen")
     assert context.cookies() == []  # no cookie, which every port of the host would be sent
     # A session opened from the list is a step of the tab's history: Back goes to the page
     # as it was (each step replaced the last, so Back left the page).

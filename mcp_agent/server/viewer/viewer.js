@@ -758,8 +758,7 @@ async function openSession(sessionId, byReader = false) {
  * this tab, or another tab of this page signed in), when the page picks up where it was. */
 function signedOut(error) {
   if (stopListening) { stopListening(); stopListening = null; }
-  $("live").classList.remove("on");
-  $("live").title = "not signed in";
+  showLive(false, "not signed in");
   $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
   $("more-sessions").hidden = true;
   Object.assign(state, { view: null, entry: null });
@@ -796,7 +795,7 @@ async function begin() {
 /** With no session open, list changes are heard. */
 function listenForList() {
   if (stopListening) stopListening();
-  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => showLive(on));
 }
 
 /** The address names no session (Back to where the tab started): none is shown. */
@@ -1532,6 +1531,16 @@ function soon(work) {
   refreshTimer = setTimeout(() => work().catch(failed), 120);
 }
 
+/** The dot that says whether the page hears changes: its colour, and its words on hover and
+ * to a screen reader (the list alone, live, said "not connected"; a screen reader heard
+ * nothing of it). */
+function showLive(on, why) {
+  const said = why || (on ? "live: changes appear as they happen" : "reconnecting…");
+  $("live").classList.toggle("on", on);
+  $("live").title = said;
+  $("live").setAttribute("aria-label", said);
+}
+
 function watchSession(sessionId) {
   if (stopListening) stopListening();
   const uri = `session://${sessionId}`;
@@ -1546,8 +1555,7 @@ function watchSession(sessionId) {
       else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
     },
     (connected) => {
-      $("live").classList.toggle("on", connected);
-      $("live").title = connected ? "live: changes appear as they happen" : "reconnecting…";
+      showLive(connected);
     },
   );
 }
