@@ -529,6 +529,8 @@ def test_the_tree_goes_by_keyboard(
     tree = page.locator("#tree")
     rows = tree.locator(".row")
     expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+    # named after its session (a screen reader said "tree", no more)
+    expect(page.get_by_role("tree", name="Picnic plans")).to_be_visible()
 
     def focused() -> str:
         return str(page.evaluate("document.activeElement.dataset.id"))
