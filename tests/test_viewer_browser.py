@@ -215,12 +215,24 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     assert page.url.endswith(f"/#session={session_id}")
     expect(listed).to_have_attribute("aria-current", "true")  # said, not only coloured
+    listens: list[list[str]] = []  # the sessions each stream listens for
+
+    def listened(request: Any) -> None:
+        if request.headers.get("mcp-method") == "subscriptions/listen":
+            asked = request.post_data_json["params"]["notifications"]
+            listens.append(asked.get("resourceSubscriptions", []))
+
+    page.on("request", listened)
     page.go_back()
     expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
     expect(listed).not_to_have_attribute("aria-current", "true")
     expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
     page.go_forward()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    # one stream a step (each started one more before its own, signed in again for nothing)
+    uri = f"session://{session_id}"
+    poll(lambda: (len(listens) >= 2 and listens[-1] == [uri]) or None, "no stream for the session")
+    assert listens == [[], [uri]], listens
     # Another tab of the same origin is signed in (the origin's own storage) ...
     again = context.new_page()
     again.goto(f"{base(server)}/#session={session_id}")

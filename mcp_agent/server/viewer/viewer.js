@@ -1639,8 +1639,10 @@ async function start() {
   $("more-sessions").addEventListener("click", () => loadSessions(true));
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
+    // a token given: signed in with it (with none, the kept one was given again at each
+    // change of the address, which started the tabs' stream anew at each Back)
     const given = new URLSearchParams(location.hash.slice(1)).has("token");
-    const token = takeToken();
+    const token = given ? takeToken() : null;
     const resumed = token ? signIn(token) : null;
     if (resumed) { resumed.catch(failed); return; }
     // (Back and Forward through the sessions opened come here too)
