@@ -805,7 +805,7 @@ window.addEventListener('message', async (event) => {
   window.hostLog.push(message);
   if (message.method === 'ui/initialize') {
     reply(message.id, {protocolVersion: '2026-01-26', hostInfo: {name: 'test host', version: '1'},
-      hostCapabilities: {serverTools: {}}, hostContext: window.hostContext});
+      hostCapabilities: window.hostCapabilities || {serverTools: {}}, hostContext: window.hostContext});
   } else if (message.method === 'ui/notifications/initialized') {
     frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-input',
       params: {arguments: window.toolInput}}, '*');
@@ -941,6 +941,15 @@ def test_the_app_says_why_when_its_first_read_is_refused(
     expect(view.locator("#session-name")).to_have_text("Could not read this session")
     expect(view.locator("#tree")).to_have_text(refusal)
     expect(view.locator("#toast")).to_be_hidden()
+    # A host that passes on no tool calls (no serverTools) may never answer one: the view
+    # waited for good. It asks it none, and says why.
+    page.evaluate(
+        "window.hostCapabilities = {}; window.hostLog = [];"
+        " const frame = document.getElementById('view');"
+        " frame.srcdoc = frame.srcdoc + ' ';"
+    )
+    expect(view.locator("#tree")).to_contain_text("This host does not pass the view's tool calls")
+    assert [m for m in page.evaluate("window.hostLog") if m.get("method") == "tools/call"] == []
     page.close()
 
 

@@ -462,6 +462,13 @@ class AppTransport {
   }
 
   callTool(name, args) {
+    // A host that does not proxy tool calls (no serverTools) may never answer one: the view
+    // waited on "Waiting for the tool's result…" for good.
+    if (!this.hostCapabilities.serverTools) {
+      return Promise.reject(new Error("This host does not pass the view's tool calls to the server"
+        + " (it offers no serverTools), and the view reads the session through them: read it with"
+        + " session_get, or in the page that mcp-agent-sessions serve --transport http serves."));
+    }
     return this.request("tools/call", { name, arguments: args });
   }
 
