@@ -315,6 +315,14 @@ async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource
         assert f"session://{sid}/entries/{entry_id}" in stub["omitted"]
         whole = await client.read_resource(f"session://{sid}/entries/{entry_id}")
         assert "y" * 200_000 in whole.contents[0].text  # type: ignore[union-attr]
+        # Asked for alone (what the resource past its bound points to, and all a client that
+        # reads no resources has), it comes with its long texts cut, each saying so.
+        alone = await call(client, "session_get", session_id=sid, entry_id=entry_id, limit=1)
+        [cut] = alone["entries"]
+        text = cut["message"]["content"]
+        assert text.startswith("y" * 10_000) and text.endswith("… [cut: 200,000 characters in all]")
+        assert "are cut here" in cut["omitted"] and stub["omitted"].split(": ")[1] in cut["omitted"]
+        assert len(json.dumps(cut).encode()) <= 20 * 1024
 
 
 async def test_a_2000_deep_branch_reads_as_a_tree(

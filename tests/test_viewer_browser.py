@@ -120,6 +120,10 @@ def test_the_page_needs_the_token(browser: Browser, served: tuple[Served, str, A
     # /mcp itself: no token, no answer
     refused = mcp_request(server.url, "tools/call", {"name": "session_list", "arguments": {}})
     assert refused.status_code == 401
+    # The link pasted: the list, and no "Not signed in" over it.
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+    expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
     context.close()
 
 
@@ -200,7 +204,35 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     page.goto(f"{base(server)}/#token={TOKEN}")
     expect(page.locator("#sessions")).to_contain_text("Picnic plans")
     assert TOKEN not in page.url and page.url.rstrip("/#") == base(server)
+    # live with the list alone, and said so (it said "not connected", to no screen reader)
+    live = page.get_by_role("img", name="live: changes appear as they happen")
+    expect(live).to_have_attribute("title", "live: changes appear as they happen")
     assert context.cookies() == []  # no cookie, which every port of the host would be sent
+    # A session opened from the list is a step of the tab's history: Back goes to the page
+    # as it was (each step replaced the last, so Back left the page).
+    listed = page.locator("#sessions .session", has_text="Picnic plans")
+    listed.click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    assert page.url.endswith(f"/#session={session_id}")
+    expect(listed).to_have_attribute("aria-current", "true")  # said, not only coloured
+    listens: list[list[str]] = []  # the sessions each stream listens for
+
+    def listened(request: Any) -> None:
+        if request.headers.get("mcp-method") == "subscriptions/listen":
+            asked = request.post_data_json["params"]["notifications"]
+            listens.append(asked.get("resourceSubscriptions", []))
+
+    page.on("request", listened)
+    page.go_back()
+    expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
+    expect(listed).not_to_have_attribute("aria-current", "true")
+    expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
+    page.go_forward()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    # one stream a step (each started one more before its own, signed in again for nothing)
+    uri = f"session://{session_id}"
+    poll(lambda: (len(listens) >= 2 and listens[-1] == [uri]) or None, "no stream for the session")
+    assert listens == [[], [uri]], listens
     # Another tab of the same origin is signed in (the origin's own storage) ...
     again = context.new_page()
     again.goto(f"{base(server)}/#session={session_id}")
@@ -209,12 +241,18 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
     again.evaluate(f"location.hash = '#session={other['structuredContent']['id']}'")
     expect(again.get_by_role("heading", level=1)).to_contain_text("Grocery list")
-    # ... and the older link form is sent on to the fragment, with the session it names.
+    # ... and the older link form goes to the fragment, with the session it names, in its
+    # query or in its own fragment (which a redirect to /#token=… replaced: the list alone).
     older = context.new_page()
+    older.goto(f"{base(server)}/?token={TOKEN}#session={other['structuredContent']['id']}")
+    expect(older.get_by_role("heading", level=1)).to_have_text("Grocery list")
     older.goto(f"{base(server)}/?token={TOKEN}&session={session_id}")
     expect(older.locator("#sessions")).to_contain_text("Picnic plans")
     expect(older.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     assert TOKEN not in older.url and older.url.endswith(f"/#session={session_id}")
+    # Its id is copied whole (a double click selected a part of it, between two hyphens).
+    older.locator("#session-id").dblclick()
+    assert older.evaluate("getSelection().toString()") == session_id
     context.close()
 
 
@@ -384,13 +422,18 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
     sessions = page.locator("#sessions .session")
     expect(sessions).to_have_count(50)
-    page.locator("#more-sessions").click()
+    page.locator("#more-sessions").focus()
+    page.keyboard.press("Enter")
     expect(sessions).to_have_count(56)
+    expect(sessions.nth(50)).to_be_focused()  # the first it showed (the button hid: the body)
     expect(page.locator("#more-sessions")).to_be_hidden()
+    errand = sessions.filter(has=page.get_by_text("Errand 3", exact=True))
+    errand.focus()
     entry = {"type": "message", "role": "user", "content": "One more thing"}
     mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
     # the list read again: the session just written to comes first
     expect(page.locator("#sessions .session-name").first).to_have_text("Picnic plans")
+    expect(errand).to_be_focused()  # the focus stays where it was (it went to the body)
     expect(sessions).to_have_count(56)
     expect(page.locator("#more-sessions")).to_be_hidden()
     # a new search starts from its first page
@@ -448,9 +491,10 @@ def test_seven_tabs_share_one_stream_and_stay_live(
 def test_the_shared_stream_comes_back_when_its_tab_signs_in_again(
     browser: Browser, tmp_path: Path
 ) -> None:
-    """The tab holding the tabs' stream, signed out, could not listen again once the stream
-    dropped (a restart); signed in again, it listened for the same sessions as before, which
-    it took for the stream it had: every tab stayed deaf for good."""
+    """The tab holding the tabs' stream, signed out, kept it, listening no more: the other
+    tabs, signed in, heard nothing for good; it gives the stream to another. It could not
+    listen again once the stream dropped (a restart); signed in again, it listened for the
+    same sessions as before, which it took for the stream it had: every tab stayed deaf."""
     session_id, _ = picnic_db(tmp_path / "http.db")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
@@ -464,6 +508,9 @@ def test_the_shared_stream_comes_back_when_its_tab_signs_in_again(
             expect(tab.locator("#live")).to_have_class("live on")
         tabs[0].evaluate("location.hash = '#token=not-the-token'")
         expect(tabs[0].get_by_role("heading", level=1)).to_have_text("Signed out")
+        append = {"type": "message", "role": "user", "content": "Heard by the other tab"}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=append)
+        expect(tabs[1].locator("#tree")).to_contain_text("Heard by the other tab")
         server.stop()
         server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
         tabs[0].evaluate(f"location.hash = '#token={TOKEN}'")
@@ -494,6 +541,8 @@ def test_the_tree_goes_by_keyboard(
     tree = page.locator("#tree")
     rows = tree.locator(".row")
     expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+    # named after its session (a screen reader said "tree", no more)
+    expect(page.get_by_role("tree", name="Picnic plans")).to_be_visible()
 
     def focused() -> str:
         return str(page.evaluate("document.activeElement.dataset.id"))
@@ -526,6 +575,11 @@ def test_the_tree_goes_by_keyboard(
     assert focused() == ids["sandwiches"]
     page.keyboard.press("ArrowDown")
     assert focused() == ids["sandwiches_answer"]
+    # the branch's rows are said to be one level down (all were heard as the chain's)
+    expect(tree.locator(f".row[data-id='{ids['sandwiches_answer']}']")).to_have_attribute(
+        "aria-level", "2"
+    )
+    expect(tree.locator(f".row[data-id='{ids['plan']}']")).to_have_attribute("aria-level", "1")
     page.keyboard.press(" ")
     expect(page.locator("#detail-body")).to_contain_text("Cucumber and egg sandwiches.")
     # the entry on show is said to be selected, to a screen reader too
@@ -751,7 +805,7 @@ window.addEventListener('message', async (event) => {
   window.hostLog.push(message);
   if (message.method === 'ui/initialize') {
     reply(message.id, {protocolVersion: '2026-01-26', hostInfo: {name: 'test host', version: '1'},
-      hostCapabilities: {serverTools: {}}, hostContext: window.hostContext});
+      hostCapabilities: window.hostCapabilities || {serverTools: {}}, hostContext: window.hostContext});
   } else if (message.method === 'ui/notifications/initialized') {
     frame.contentWindow.postMessage({jsonrpc: '2.0', method: 'ui/notifications/tool-input',
       params: {arguments: window.toolInput}}, '*');
@@ -887,6 +941,15 @@ def test_the_app_says_why_when_its_first_read_is_refused(
     expect(view.locator("#session-name")).to_have_text("Could not read this session")
     expect(view.locator("#tree")).to_have_text(refusal)
     expect(view.locator("#toast")).to_be_hidden()
+    # A host that passes on no tool calls (no serverTools) may never answer one: the view
+    # waited for good. It asks it none, and says why.
+    page.evaluate(
+        "window.hostCapabilities = {}; window.hostLog = [];"
+        " const frame = document.getElementById('view');"
+        " frame.srcdoc = frame.srcdoc + ' ';"
+    )
+    expect(view.locator("#tree")).to_contain_text("This host does not pass the view's tool calls")
+    assert [m for m in page.evaluate("window.hostLog") if m.get("method") == "tools/call"] == []
     page.close()
 
 
@@ -894,12 +957,22 @@ def test_the_app_fills_the_frame_in_fullscreen(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
     """The view tells the host it can go fullscreen (availableDisplayModes): there it stayed
-    the inline view's 640 px at most (its tree 520) in a frame the screen's height."""
+    the inline view's 640 px at most (its tree 520) in a frame the screen's height. And an
+    entry too large for a page, in a host that reads no resources (this one), showed a stub
+    alone ("… bytes, too large for a page: read session://…"): it shows its start, cut."""
     server, session_id, ids = served
+    big = {"type": "message", "role": "user", "content": "Packing list: " + "tent " * 600_000}
+    appended = mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=big)
     result = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id)
     page = in_host(browser, server, {"session_id": session_id}, result, server_calls(server))
     view = page.frame_locator("#view")
     expect(view.locator(f"#tree .row[data-id='{ids['leaf']}']")).to_be_visible()
+    view.locator(f"#tree .row[data-id='{entry_id(appended)}']").click()
+    body = view.locator("#detail-body")
+    expect(body.locator(".note")).to_contain_text("Truncated: 3,000,")
+    expect(body).to_contain_text("Packing list: tent tent")
+    expect(body).to_contain_text("[cut: 3,000,014 characters in all]")
+    assert len(body.inner_text()) < 30_000
     init = page.evaluate("window.hostLog")[0]
     assert "fullscreen" in init["params"]["appCapabilities"]["availableDisplayModes"]
     page.set_viewport_size({"width": 1200, "height": 1000})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from mcp_agent.server.cut_entry import cut_to_fit
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
     WHOLE_MAX,
@@ -70,13 +71,23 @@ def stored(session: Session) -> StoredPages | None:
     return stored_pages(storage)
 
 
-def shown_entry(session_id: str, text: str) -> tuple[str, int]:
+def shown_entry(session_id: str, text: str, alone: bool = False) -> tuple[str, int]:
     """An entry's JSON as a page shows it, with its size: the entry, or, when it is too large
-    for a page, a stub that says so and where to read it whole."""
+    for a page, a stub that says so and where to read it whole; asked for ``alone`` (a page
+    of one), the entry with its long texts cut, when they are its bulk."""
     size = len(text.encode())
     if size <= ENTRY_BYTES:
         return text, size
     data = json.loads(text)
+    fitted = cut_to_fit(data, ENTRY_BYTES - 400) if alone else None  # 400: the note
+    if fitted is not None:
+        cut, most = fitted
+        cut["omitted"] = (
+            f"{size:,} bytes, too large for a page: its texts over {most:,} characters are"
+            f" cut here, each saying how long it is; for it whole, {entry_whole(session_id, data)}"
+        )
+        shown = compact(cut)
+        return shown, len(shown.encode())
     stub: dict[str, Any] = {
         key: data[key] for key in ("type", "id", "parentId", "timestamp") if key in data
     }
@@ -181,11 +192,12 @@ def entries_page(
     limit: int | None,
     paged_as: PagedAs | None = None,
 ) -> tuple[list[str], PageOf]:
-    """A page of entries (``sized_page``), an entry too large for a page as a stub; asked for
-    whole (``limit`` None), every entry is whole. ``paged_as``: ``view_paged_as``."""
+    """A page of entries (``sized_page``), an entry too large for a page as a stub (on a page
+    of one, ``limit`` 1, with its long texts cut); asked for whole (``limit`` None), every
+    entry is whole. ``paged_as``: ``view_paged_as``."""
 
     def shown(start: int, end: int) -> list[str]:
-        return [shown_entry(session_id, text)[0] for text in load(start, end)]
+        return [shown_entry(session_id, text, limit == 1)[0] for text in load(start, end)]
 
     return sized_page(total, load if limit is None else shown, cursor, limit, paged_as=paged_as)
 

@@ -7,17 +7,17 @@ which browsers never send to a server: the page keeps it in its origin's storage
 page or server on another port can read, takes it out of the address bar, and sends it as
 ``Authorization: Bearer``. (A cookie would not do: every port of a host receives it, so any
 local server the browser visits could replay it.) A link of the older form
-``/?token=…&session=…`` is sent on to the fragment form, its session with it."""
+``/?token=…&session=…`` (its token checked here) is the page, which moves its query to the
+fragment form, a session the link's own fragment names kept (``/?token=…#session=…``)."""
 
 from __future__ import annotations
 
 import hmac
 import html
-from urllib.parse import quote, urlencode
 
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_agent.server.unreadable import error_response
@@ -96,12 +96,10 @@ class ViewerPage:
                 "start unless the token comes from a file).",
                 401,
             )
-        # An older link (/?token=…&session=…): what the page reads goes to the fragment
-        fragment = [("token", given), ("session", request.query_params.get("session"))]
-        kept = [(name, value) for name, value in fragment if value is not None]
-        if not kept:
-            return self.page()
-        return RedirectResponse(f"/#{urlencode(kept, quote_via=quote)}", 303, headers=HEADERS)
+        # An older link (/?token=…&session=…) is the page itself, which moves its query to
+        # the fragment: a redirect to /#token=… replaced the fragment the link had (its
+        # session, in /?token=…#session=…), which never reaches a server.
+        return self.page()
 
     @staticmethod
     def page() -> HTMLResponse:

@@ -44,6 +44,20 @@ const TOKEN_REFUSED = "The server no longer takes this page's token (a server ma
   + " new one at each start, unless it reads one from --token-file). Open the link with #token="
   + " that mcp-agent-sessions serve printed when it last started.";
 
+/** A link of the older form (/?token=…&session=…, or /?token=…#session=…: its session in the
+ * fragment, which a redirect to the fragment form replaced): its query goes to the fragment,
+ * where the page reads it, what the fragment names first; the query leaves the address bar. */
+function queryToFragment() {
+  const query = new URLSearchParams(location.search);
+  if (!query.has("token") && !query.has("session")) return;
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  for (const name of ["token", "session"]) {
+    if (query.get(name) && !fragment.get(name)) fragment.set(name, query.get(name));
+  }
+  const rest = fragment.toString();
+  history.replaceState(null, "", location.pathname + (rest ? `#${rest}` : ""));
+}
+
 /** The server's token: from the link's fragment (kept, and taken out of the address bar), or
  * as kept by an earlier visit; null when there is none (a server without auth needs none). */
 function takeToken() {
@@ -103,6 +117,8 @@ class HttpTransport {
     }
     if (!this.refused) {
       this.refused = error;
+      // the tabs' stream, if this tab holds it, goes to another tab, which may be signed in
+      if (this.shared) this.shared.resign();
       this.onRefused(error);
     }
     return error;
@@ -203,8 +219,9 @@ class HttpTransport {
  * connections to a host over HTTP/1.1, and each tab's stream held one: a seventh tab, and
  * every click in the six, waited for good. The tab holding a lock (Web Locks) listens, for
  * what every tab wants, and passes each change on to them (a BroadcastChannel); when it
- * closes, another takes the lock and the stream. Both need a secure context (loopback is
- * one): elsewhere each tab listens alone. */
+ * closes, or the server refuses it (its token replaced, or gone), another takes the lock and
+ * the stream; it asks for the lock again when signed in. Both need a secure context
+ * (loopback is one): elsewhere each tab listens alone. */
 class SharedListen {
   static available() {
     return Boolean(window.isSecureContext && navigator.locks && window.BroadcastChannel);
@@ -216,18 +233,50 @@ class SharedListen {
     this.mine = null; // this tab's {filter, onEvent, onState}
     this.wants = new Map(); // the lead tab's: each tab's subscriptions
     this.leading = false;
+    this.followed = false; // whether a stream was heard open (this tab's, or another's)
+    this.tookOver = false; // (the lead tab) whether another tab's stream was heard first
     this.live = false; // (the lead tab) whether its stream is open
     this.streamKey = null;
     this.stopStream = null;
     this.channel = new BroadcastChannel("mcp-agent-sessions listen");
     this.channel.onmessage = (event) => this.receive(event.data);
     addEventListener("pagehide", () => this.post({ type: "want", tab: this.tab, uris: null }));
-    navigator.locks.request("mcp-agent-sessions listen", () => {
+    this.queued = null; // the AbortController of this tab's request for the lock
+    this.release = null; // (the lead tab) lets the lock go
+    this.lead();
+  }
+
+  /** Ask for the lock (unless asked already): held, this tab listens for every tab. */
+  lead() {
+    if (this.queued || this.leading) return;
+    const queued = new AbortController();
+    this.queued = queued;
+    navigator.locks.request("mcp-agent-sessions listen", { signal: queued.signal }, () => {
       this.leading = true;
+      // taken over from another tab: what changed since its stream ended is read again
+      this.tookOver = this.followed;
       this.post({ type: "hello" }); // the other tabs say what they want
       this.want(this.tab, this.uris());
-      return new Promise(() => {}); // held while this tab lives
-    });
+      return new Promise((resolve) => { this.release = resolve; }); // held until resign
+    }).catch(() => { /* the request withdrawn (resign) */ });
+  }
+
+  /** The server refused this tab: the stream it holds (it could not listen again) and its
+   * place in the queue for the lock go to the other tabs, which heard nothing for good while
+   * it held the lock refused. */
+  resign() {
+    if (this.queued && !this.leading) this.queued.abort();
+    this.queued = null;
+    if (!this.leading) return;
+    this.leading = false;
+    if (this.stopStream) this.stopStream();
+    this.stopStream = null;
+    this.streamKey = null;
+    this.live = false;
+    this.wants = new Map();
+    this.post({ type: "state", on: false }); // until another tab listens
+    this.release();
+    this.release = null;
   }
 
   listen(filter, onEvent, onState) {
@@ -259,7 +308,10 @@ class SharedListen {
     if (message.type === "hello") this.announce();
     else if (message.type === "want" && this.leading) this.want(message.tab, message.uris);
     else if (message.type === "event") this.deliver(message.data);
-    else if (message.type === "state" && this.mine) this.mine.onState(message.on);
+    else if (message.type === "state") {
+      if (message.on) this.followed = true;
+      if (this.mine) this.mine.onState(message.on);
+    }
   }
 
   /** (the lead tab) ``tab`` wants ``uris`` (null: nothing, it stopped or closed) */
@@ -270,9 +322,13 @@ class SharedListen {
     if (this.live) this.spread({ type: "state", on: true });
   }
 
-  /** (the lead tab) the stream started anew, with the token just given */
+  /** A token was given: the lead tab starts its stream anew with it; another (which may
+   * have given the lock up, refused) asks for the lock. */
   renew() {
-    if (!this.leading) return;
+    if (!this.leading) {
+      this.lead();
+      return;
+    }
     this.streamKey = undefined;
     this.restream();
   }
@@ -295,7 +351,7 @@ class SharedListen {
         this.live = on;
         this.spread({ type: "state", on });
         // what changed while the stream was being started anew is read again
-        if (on && first && this.wants.size > 1) this.spread({ type: "event", data: { method: "reconnected" } });
+        if (on && first && (this.wants.size > 1 || this.tookOver)) this.spread({ type: "event", data: { method: "reconnected" } });
         if (on) first = false;
       },
     );
@@ -406,6 +462,13 @@ class AppTransport {
   }
 
   callTool(name, args) {
+    // A host that does not proxy tool calls (no serverTools) may never answer one: the view
+    // waited on "Waiting for the tool's result…" for good.
+    if (!this.hostCapabilities.serverTools) {
+      return Promise.reject(new Error("This host does not pass the view's tool calls to the server"
+        + " (it offers no serverTools), and the view reads the session through them: read it with"
+        + " session_get, or in the page that mcp-agent-sessions serve --transport http serves."));
+    }
     return this.request("tools/call", { name, arguments: args });
   }
 
@@ -633,13 +696,27 @@ async function loadSessions(more) {
   const items = sessions.map((info) => h("li", {},
     h("button", {
       class: info.id === state.sessionId ? "session current" : "session",
+      "aria-current": info.id === state.sessionId ? "true" : null,
       dataset: { session: info.id },
-      onclick: () => openSession(info.id),
+      onclick: () => openSession(info.id, true).catch(failed),
     },
     h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
     h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
-  if (more) $("sessions").append(...items);
-  else $("sessions").replaceChildren(...items);
+  if (more) {
+    // "More sessions" pressed: the focus goes to the first of them (it went to the page's
+    // body when the button hid, at the list's end, or stayed below what it showed)
+    const pressed = document.activeElement === $("more-sessions");
+    $("sessions").append(...items);
+    if (pressed && items.length) items[0].querySelector(".session").focus();
+  } else {
+    // The list drawn anew (at every append of an agent's run) left the focus on the page's
+    // body: a keyboard reader in the list lost their place at each. It stays on its session.
+    const active = document.activeElement;
+    const focused = active instanceof HTMLElement && $("sessions").contains(active) ? active.dataset.session : undefined;
+    $("sessions").replaceChildren(...items);
+    const again = focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`);
+    if (again) again.focus({ preventScroll: true });
+  }
   if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
@@ -647,7 +724,20 @@ async function loadSessions(more) {
 
 // --- one session ----------------------------------------------------------------------------
 
-async function openSession(sessionId) {
+/** The open session's button in the list, marked so (for a screen reader too: it heard no
+ * session of the list open, the mark being a colour alone). */
+function markCurrent() {
+  for (const button of document.querySelectorAll(".session")) {
+    const open = button.dataset.session === state.sessionId;
+    button.classList.toggle("current", open);
+    if (open) button.setAttribute("aria-current", "true"); else button.removeAttribute("aria-current");
+  }
+}
+
+/** Show session ``sessionId``; opened by the reader (``byReader``: a click in the list, a
+ * fork), it is a step of the tab's history, which Back goes back through (each step replaced
+ * the last: Back left the page). */
+async function openSession(sessionId, byReader = false) {
   if (state.sessionId !== sessionId) {
     state.sessionId = sessionId;
     state.outline = [];
@@ -660,10 +750,11 @@ async function openSession(sessionId) {
     state.view = null;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
-    if (TRANSPORT === "http") history.replaceState(null, "", `#session=${encodeURIComponent(sessionId)}`);
-    for (const button of document.querySelectorAll(".session")) {
-      button.classList.toggle("current", button.dataset.session === sessionId);
+    if (TRANSPORT === "http") {
+      const address = `#session=${encodeURIComponent(sessionId)}`;
+      if (byReader) history.pushState(null, "", address); else history.replaceState(null, "", address);
     }
+    markCurrent();
   }
   await refresh();
   if (TRANSPORT === "http" && state.sessionId === sessionId && !transport.refused) watchSession(sessionId);
@@ -674,8 +765,7 @@ async function openSession(sessionId) {
  * this tab, or another tab of this page signed in), when the page picks up where it was. */
 function signedOut(error) {
   if (stopListening) { stopListening(); stopListening = null; }
-  $("live").classList.remove("on");
-  $("live").title = "not signed in";
+  showLive(false, "not signed in");
   $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
   $("more-sessions").hidden = true;
   Object.assign(state, { view: null, entry: null });
@@ -704,10 +794,24 @@ async function begin() {
   }
   await listed;
   if (transport.refused) return;
-  $("tree").replaceChildren(h("div", { class: "empty", text: "Pick a session on the left." }));
-  // list changes are heard before any session is open
+  // (in place of what a refusal said: "Not signed in" stood over the list signed in)
+  notShown("", "No session open", "Pick a session on the left.");
+  listenForList();
+}
+
+/** With no session open, list changes are heard. */
+function listenForList() {
   if (stopListening) stopListening();
-  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => showLive(on));
+}
+
+/** The address names no session (Back to where the tab started): none is shown. */
+function closeSession() {
+  if (!state.sessionId) return;
+  notShown("", "No session open", "Pick a session on the left.");
+  state.sessionId = null;
+  markCurrent();
+  listenForList();
 }
 
 /** A token came (a link pasted into this tab, or another tab signed in): asked again. */
@@ -729,10 +833,10 @@ function sessionGone(sessionId) {
   const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
   notShown(sessionId, "Session not found", `This session is not here (deleted, or never was).${pick}`);
   state.sessionId = null;
+  markCurrent();
   if (TRANSPORT !== "http") return;
   history.replaceState(null, "", location.pathname);
-  if (stopListening) stopListening();
-  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => $("live").classList.toggle("on", on));
+  listenForList();
 }
 
 /** Session ``sessionId`` is not shown: ``title`` in the head and ``text`` where its tree would
@@ -1048,6 +1152,7 @@ function renderTree() {
 function redraw(change) {
   const focused = focusedInTree();
   change();
+  levelRows();
   if (focused !== null && !$("tree").contains(document.activeElement)) {
     // the same row or button drawn anew (a fold all unfolded: its first row), else the row
     // that takes Tab
@@ -1055,6 +1160,20 @@ function redraw(change) {
     if (again) again.focus({ preventScroll: true });
   }
   sizeChanged();
+}
+
+/** Each row's depth in the tree (aria-level), as drawn: a branch is nested (.nest) in the
+ * row it starts from. A screen reader heard the rows of an opened branch as the chain's, one
+ * flat list with nothing to tell where the branch began or ended. */
+function levelRows() {
+  const tree = $("tree");
+  for (const row of tree.querySelectorAll(".row")) {
+    let level = 1;
+    for (let node = row.parentElement; node && node !== tree; node = node.parentElement) {
+      if (node.classList.contains("nest")) level++;
+    }
+    if (row.getAttribute("aria-level") !== String(level)) row.setAttribute("aria-level", String(level));
+  }
 }
 
 /** What has the focus in the tree, as selectors that find it (or what stands in its place)
@@ -1285,8 +1404,16 @@ function renderContent(content) {
   });
 }
 
+// What a stub of an entry too large for a page holds; an entry with more is one with its long
+// texts cut (session_get with limit 1), shown as it is under the note that says so.
+const STUB_KEYS = new Set(["type", "id", "parentId", "timestamp", "role", "omitted"]);
+
 function renderEntry(entry) {
-  if (entry.omitted) return [h("p", { class: "note", text: entry.omitted })];
+  if (entry.omitted) {
+    const cut = Object.keys(entry).some((key) => !STUB_KEYS.has(key));
+    const note = h("p", { class: "note", text: cut ? `Truncated: ${entry.omitted}` : entry.omitted });
+    return cut ? [note, ...renderEntry({ ...entry, omitted: undefined })] : [note];
+  }
   const message = entry.message;
   if (entry.type === "message" && message) {
     const parts = [];
@@ -1340,7 +1467,7 @@ function wireActions() {
     const forked = await tool("session_fork", { session_id: state.sessionId, entry_id: state.selected, position: "at" });
     toast(`Forked into a new session ${forked.id.slice(0, 8)}.`);
     if (TRANSPORT === "http") await loadSessions(false);
-    await openSession(forked.id);
+    await openSession(forked.id, true);
   }));
   $("act-label").addEventListener("click", () => {
     $("label-form").hidden = !$("label-form").hidden;
@@ -1411,6 +1538,16 @@ function soon(work) {
   refreshTimer = setTimeout(() => work().catch(failed), 120);
 }
 
+/** The dot that says whether the page hears changes: its colour, and its words on hover and
+ * to a screen reader (the list alone, live, said "not connected"; a screen reader heard
+ * nothing of it). */
+function showLive(on, why) {
+  const said = why || (on ? "live: changes appear as they happen" : "reconnecting…");
+  $("live").classList.toggle("on", on);
+  $("live").title = said;
+  $("live").setAttribute("aria-label", said);
+}
+
 function watchSession(sessionId) {
   if (stopListening) stopListening();
   const uri = `session://${sessionId}`;
@@ -1425,8 +1562,7 @@ function watchSession(sessionId) {
       else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
     },
     (connected) => {
-      $("live").classList.toggle("on", connected);
-      $("live").title = connected ? "live: changes appear as they happen" : "reconnecting…";
+      showLive(connected);
     },
   );
 }
@@ -1496,6 +1632,7 @@ async function start() {
     $("tree").replaceChildren(h("div", { class: "empty", text: "Waiting for the tool's result…" }));
     return;
   }
+  queryToFragment();
   transport = new HttpTransport();
   transport.onRefused = signedOut;
   let searchTimer = null;
@@ -1509,10 +1646,15 @@ async function start() {
   $("more-sessions").addEventListener("click", () => loadSessions(true));
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
-    const token = takeToken();
+    // a token given: signed in with it (with none, the kept one was given again at each
+    // change of the address, which started the tabs' stream anew at each Back)
+    const given = new URLSearchParams(location.hash.slice(1)).has("token");
+    const token = given ? takeToken() : null;
     const resumed = token ? signIn(token) : null;
     if (resumed) { resumed.catch(failed); return; }
+    // (Back and Forward through the sessions opened come here too)
     const other = new URLSearchParams(location.hash.slice(1)).get("session");
+    if (!other && !given && !transport.refused) closeSession();
     const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
     next.catch(failed);
   });
