@@ -943,6 +943,45 @@ def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
     assert gone.exit_code == 2 and "not found" in gone.stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+@pytest.mark.parametrize("answer", [b"n\r", b"\r"])
+def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
+    db: Path, answer: bytes
+) -> None:
+    """Answering no (or Enter, the default) to "Delete …? [y/N]" exited 1 with an error line,
+    as if the delete had failed: a script or `&&` chain took the user's choice for a fault."""
+    import pty
+    import select
+
+    ids = seed(db)
+    controller, terminal = pty.openpty()
+    delete = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "sessions", "delete", ids["session"]],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
+        start_new_session=True,
+    )
+    shown = bytearray()
+    try:
+        while not shown.endswith(b"[y/N]: "):
+            assert select.select([controller], [], [], 30)[0], bytes(shown)
+            shown.extend(os.read(controller, 1 << 16))
+        os.write(controller, answer)
+        assert delete.wait(timeout=30) == 0
+        while select.select([controller], [], [], 0.2)[0]:
+            shown.extend(os.read(controller, 1 << 16))
+    finally:
+        if delete.poll() is None:
+            delete.kill()
+        os.close(controller)
+        os.close(terminal)
+    assert b"nothing deleted" in shown and b"mcp-agent-sessions:" not in shown, bytes(shown)
+    with SqliteSessionRepo(db) as repo:
+        assert [item.id for item in repo.list().items] == [ids["session"]]
+
+
 def test_fork_whole_at_and_before(cli: Any, db: Path) -> None:
     ids = seed(db)
     whole = cli("sessions", "fork", ids["session"])

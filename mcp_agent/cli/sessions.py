@@ -28,7 +28,6 @@ from mcp_agent.cli.common import (
     emit_json,
     emit_json_stream,
     err,
-    fail,
     open_session,
     opened_repo,
     opened_store,
@@ -385,7 +384,9 @@ def delete(
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")
             if not typer.confirm(f"Delete {what}?", err=True):
-                raise fail("nothing deleted", 1)
+                # Declined is no error (as `rm -i` answered no): the user chose, nothing failed.
+                err().print("nothing deleted", style="dim")
+                return
         repo.delete(session_id)
     err().print(f"deleted {what}", style="dim")
 
