@@ -295,7 +295,8 @@ def serve(
     check_database(settings.db_url or settings.db_path)
     plain_logging()
     # A client that never reads stderr must not freeze the server once the pipe is full (what
-    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s).
+    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s,
+    # and what never was is counted on the last line).
     log_to_stderr_off_the_loop()
     server = build_server(settings, models=cli_models())
     if transport == Transport.http:  # before a token file is written for it
