@@ -477,6 +477,58 @@ async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> Non
         assert assistant == {"role": "assistant", "content": "The answer."}
 
 
+UNOPENED_THINK = "Let me see.\nI ponder < and </ too.\n</think>\n\nThe answer."
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-R1-0528", "my-served-name"])
+@pytest.mark.parametrize("size", [1, 3, 8, len(UNOPENED_THINK)])
+async def test_thinking_ended_by_a_lone_think_tag_is_thinking(model_id: str, size: int) -> None:
+    """DeepSeek-R1's template opens <think> itself: vLLM without a reasoning parser streams
+    the thinking, then a </think> that nothing opened, then the answer. All of it was the
+    answer's text: shown, stored and sent back as what the model said."""
+    pieces = [UNOPENED_THINK[i : i + size] for i in range(0, len(UNOPENED_THINK), size)]
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces), oa_text_reply("again"))
+        model = model_at(server.base + "/v1", model_id)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        thinking, text = final.content
+        assert narrow(thinking, ThinkingContent).thinking == "Let me see.\nI ponder < and </ too.\n"
+        assert narrow(text, TextContent).text == "The answer."
+        if "R1" in model_id:  # named so, it is shown as thinking as it comes
+            assert event_types(events)[:2] == ["start", "thinking_start"]
+            said = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
+            assert "".join(said) == "The answer."
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "The answer."}
+
+
+@pytest.mark.parametrize(
+    ("model_id", "pieces"),
+    [
+        pytest.param("deepseek-r1", ["Hello", " there."], id="r1-that-did-not-think"),
+        pytest.param("gpt-4o", ["Close it with ", "</think>", " then answer."], id="inline"),
+        pytest.param("gpt-4o", ["A <think> tag,\n", "</think>\nand its end."], id="opened-later"),
+    ],
+)
+async def test_text_without_a_lone_leading_think_end_stays_the_answer(
+    model_id: str, pieces: list[str]
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces))
+        model = model_at(server.base + "/v1", model_id)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert [type(b) for b in final.content] == [TextContent]
+    assert final.text == "".join(pieces)
+    assert event_types(events)[-2:] == ["text_end", "done"]
+
+
 @pytest.mark.parametrize(
     ("pieces", "thinking", "text"),
     [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -313,6 +314,10 @@ _FINISH = {
 
 _THINK_START = "<think>"
 _THINK_END = "</think>"
+# Models whose chat template opens the thinking itself (DeepSeek-R1 since 0528 and its
+# distills, QwQ): served raw (vLLM without a reasoning parser), their content is thinking
+# from its first word, ended by a lone </think>.
+_OPENED_BY_TEMPLATE = re.compile(r"(?<![a-z0-9])(r1|qwq)(?![a-z0-9])", re.IGNORECASE)
 
 
 def _tail_that_starts(text: str, tag: str) -> int:
@@ -356,6 +361,10 @@ class _StreamState:
         self._held = ""  # content that may be part of a <think> or </think> tag
         self._in_think = False  # inside <think> tags that opened the content
         self._after_think = False  # those tags closed, and no text has come since
+        # The content is thinking until a </think> (see _OPENED_BY_TEMPLATE); False once
+        # anything else is known of it.
+        self._presumed_think = _OPENED_BY_TEMPLATE.search(model.id) is not None
+        self._unsure_text = True  # the first text may yet end at a lone </think>
 
     @property
     def complete(self) -> bool:
@@ -413,6 +422,8 @@ class _StreamState:
                 fields = self._text_fields
                 if fields is None:  # no text yet: it may open with <think>
                     self._before_text(content)
+                elif self._unsure_text and self._closes_think(fields["text"], content):
+                    pass
                 else:
                     # block.text += content, growing the string in place (see append_str)
                     text = fields.pop("text")
@@ -493,12 +504,17 @@ class _StreamState:
                 self._held = held  # "", "\n", "<thi": not known yet
                 return
             if start.startswith(_THINK_START):
+                self._presumed_think = False
                 self._in_think = True
                 self._before_text(start[len(_THINK_START) :])
                 return
+            if self._presumed_think:  # the template said <think>: this is inside it
+                self._in_think = True
+                self._before_text(held)
+                return
         if self._after_think:
             held = held.lstrip()  # the line end after </think>
-        if held:
+        if held and not (self._unsure_text and self._closes_think("", held)):
             self._text(held)
 
     def keep_held(self) -> None:
@@ -508,6 +524,49 @@ class _StreamState:
             self._thinking(held, "content")
         elif held:
             self._text(held)
+
+    def _closes_think(self, text: str, content: str) -> bool:
+        """Whether ``content``, the next of the first text, brings a </think> that begins a
+        line with no <think> before it: the thinking of a model whose template opened it
+        (DeepSeek-R1 served raw, under a name that does not say so). What came before turns
+        into thinking; after the tag, the text begins anew. The first text only, while it is
+        the answer's first block."""
+        output = self.output
+        if self.thinking_index >= 0 or len(output.content) > (self.text_index == 0):
+            self._unsure_text = False  # not the answer's first block
+            return False
+        if _THINK_END not in text[-len(_THINK_END) :] + content:
+            return False
+        whole = text + content
+        end = whole.find(_THINK_END)
+        if (end and whole[end - 1] != "\n") or _THINK_START in whole[:end]:
+            self._unsure_text = False  # the model writing about the tag
+            return False
+        self._unsure_text = False
+        signed: dict[str, Any] = {THINKING_SIGNATURE: "content"}
+        thinking = ThinkingContent(thinking=whole[:end], **signed)
+        output.content[:1] = [thinking]  # in the place of the text, or as the first block
+        self.thinking_index, self.text_index, self._text_fields = 0, -1, None
+        self._emit(ThinkingStartEvent(output, 0))
+        self._emit(ThinkingDeltaEvent(output, 0, thinking.thinking))
+        self._after_think = True
+        self._before_text(whole[end + len(_THINK_END) :])
+        return True
+
+    def _thinking_was_the_answer(self) -> None:
+        """A presumed thinking never closed by </think> in an answer that ended as it should:
+        the model did not think (its template opened nothing), and this is its answer."""
+        if not (self._presumed_think and self._in_think) or self.thinking_index < 0:
+            return
+        output = self.output
+        index = self.thinking_index
+        block = output.content[index]
+        assert isinstance(block, ThinkingContent)
+        output.content[index] = TextContent(text=block.thinking)
+        self.thinking_index, self.text_index = -1, index
+        self._text_fields = output.content[index].__dict__
+        self._emit(TextStartEvent(output, index))
+        self._emit(TextDeltaEvent(output, index, block.thinking))
 
     def _content_parts(self, parts: Any) -> None:
         """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
@@ -670,6 +729,8 @@ class _StreamState:
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
         self.keep_held()
+        if _FINISH.get(self.finish_reason or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
+            self._thinking_was_the_answer()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
