@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -168,6 +169,66 @@ async def test_abort_mid_stream_keeps_partial_text(fakellm: FakeLlm) -> None:
 
 
 # --- request shape ----------------------------------------------------------------------------
+
+
+def calls_from(provider: str, model: str, *ids: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[ToolCall(id=i, name="read", arguments={"path": i}) for i in ids],
+        api="anthropic-messages" if provider == "anthropic" else "openai-completions",
+        provider=provider,
+        model=model,
+        stop_reason=StopReason.TOOL_USE,
+    )
+
+
+def results(*ids: str) -> list[Message]:
+    return [
+        ToolResultMessage(tool_call_id=i, tool_name="read", content=[TextContent(text=i)])
+        for i in ids
+    ]
+
+
+@pytest.mark.parametrize("model_id", ["mistral-large-latest", "gpt-4o"])
+async def test_tool_call_ids_replayed_to_mistral_are_mistral_s(model_id: str) -> None:
+    """Mistral refuses a tool call id that is not 9 letters and digits ("Tool call id was
+    toolu_01… but must be a-z, A-Z, 0-9, with a length of 9"): a session that had used
+    another provider's tools could not go on with Mistral."""
+    history: list[Message] = [
+        UserMessage(content="read"),
+        calls_from("anthropic", "claude-sonnet-4-5", "toolu_01AbCdEfGhIjKlMnOpQrStUv"),
+        *results("toolu_01AbCdEfGhIjKlMnOpQrStUv"),
+        calls_from("openai", "gpt-4o", "call_abcde", "call-abcde"),  # alike once cleaned
+        *results("call-abcde", "call_abcde"),
+        calls_from("mistral", "mistral-large-latest", "Ab3dE6gH9", "NoResult1"),
+        *results("Ab3dE6gH9"),  # the other gets one made for it
+        UserMessage(content="go on"),
+    ]
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        model = model_at(server.base + "/v1", model_id)
+        context = LlmContext(system_prompt="", messages=history, tools=[tool("read")])
+        _, final = await collect(stream_openai_compat(model, context, key()))
+    assert final.text == "ok", final.error_message
+    sent = server.requests[0].json()["messages"]
+    calls = [c for m in sent if m["role"] == "assistant" for c in m["tool_calls"]]
+    answered = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    by_path = {json.loads(c["function"]["arguments"])["path"]: c["id"] for c in calls}
+    assert answered == [
+        by_path[p]
+        for p in [
+            "toolu_01AbCdEfGhIjKlMnOpQrStUv",
+            "call-abcde",
+            "call_abcde",
+            "Ab3dE6gH9",
+            "NoResult1",
+        ]
+    ]
+    if model_id.startswith("mistral"):
+        assert all(re.fullmatch(r"[a-zA-Z0-9]{9}", i) for i in by_path.values()), by_path
+        assert len(set(by_path.values())) == len(by_path)
+        assert by_path["Ab3dE6gH9"] == "Ab3dE6gH9"  # its own ids as they were
+    else:
+        assert by_path == {p: p for p in by_path}
 
 
 async def test_request_body_messages_and_switches() -> None:

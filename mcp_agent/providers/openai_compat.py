@@ -7,6 +7,7 @@ URL unless a provider's configuration sets them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -85,6 +86,9 @@ class OpenAICompat:
     supports_store: bool = True  # send store: false
     supports_strict_mode: bool = True  # send strict: false in tool definitions
     requires_tool_result_name: bool = False  # tool messages carry the tool's name
+    # Tool call ids of exactly 9 letters and digits (Mistral's API, vLLM serving a Mistral
+    # model in its tokenizer mode): every other id is mapped to one, call and result alike.
+    requires_mistral_tool_ids: bool = False
 
     @classmethod
     def from_mapping(
@@ -99,6 +103,10 @@ class OpenAICompat:
         return replace(base or cls(), **dict(data))
 
 
+# Mistral's model families, which want Mistral's tool call ids wherever they are served.
+_MISTRAL_MODEL = re.compile(r"mistral|magistral|devstral|codestral|ministral|[mp]ixtral", re.I)
+
+
 def detect_compat(model: Model) -> OpenAICompat:
     """OpenAI itself gets every feature; other servers the conservative common subset."""
     base_url = model.base_url or OPENAI_BASE_URL
@@ -109,6 +117,8 @@ def detect_compat(model: Model) -> OpenAICompat:
         supports_developer_role=False,
         supports_store=False,
         supports_strict_mode=False,
+        requires_mistral_tool_ids="mistral.ai" in base_url
+        or _MISTRAL_MODEL.search(model.id) is not None,
     )
 
 
@@ -218,6 +228,7 @@ def convert_messages(
         role = "developer" if model.reasoning and compat.supports_developer_role else "system"
         params.append({"role": role, "content": context.system_prompt})
     messages = transform_messages(context.messages, model)
+    ids = MistralToolIds() if compat.requires_mistral_tool_ids else None
     index = 0
     while index < len(messages):
         message = messages[index]
@@ -237,7 +248,7 @@ def convert_messages(
             if parts:
                 params.append({"role": "user", "content": parts})
         elif isinstance(message, AssistantMessage):
-            converted = _convert_assistant(message)
+            converted = _convert_assistant(message, ids)
             if converted is not None:
                 params.append(converted)
         elif isinstance(message, ToolResultMessage):
@@ -252,7 +263,7 @@ def convert_messages(
                 has_images = any(isinstance(b, ImageContent) for b in result.content)
                 tool_message: dict[str, Any] = {
                     "role": "tool",
-                    "tool_call_id": result.tool_call_id,
+                    "tool_call_id": ids(result.tool_call_id) if ids else result.tool_call_id,
                     "content": text or ("(see attached image)" if has_images else ""),
                 }
                 if compat.requires_tool_result_name and result.tool_name:
@@ -272,7 +283,48 @@ def convert_messages(
     return params
 
 
-def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
+class MistralToolIds:
+    """Tool call ids as Mistral takes them, 9 letters and digits: an id that is one already
+    stays, any other becomes one derived from it (a hash), the same for its call and its
+    result, and never one another id of the conversation has."""
+
+    SIZE = 9
+
+    def __init__(self) -> None:
+        self._given: dict[str, str] = {}
+        self._owners: dict[str, str] = {}
+
+    def __call__(self, call_id: str) -> str:
+        given = self._given.get(call_id)
+        if given is not None:
+            return given
+        kept = re.sub(r"[^a-zA-Z0-9]", "", call_id)
+        attempt = 0
+        while True:
+            candidate = (
+                kept if attempt == 0 and len(kept) == self.SIZE else _hashed(call_id, attempt)
+            )
+            if self._owners.setdefault(candidate, call_id) == call_id:
+                self._given[call_id] = candidate
+                return candidate
+            attempt += 1
+
+
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _hashed(call_id: str, attempt: int) -> str:
+    number = int.from_bytes(hashlib.sha256(f"{call_id}:{attempt}".encode()).digest()[:8])
+    letters = []
+    for _ in range(MistralToolIds.SIZE):
+        number, digit = divmod(number, len(_ALNUM))
+        letters.append(_ALNUM[digit])
+    return "".join(letters)
+
+
+def _convert_assistant(
+    message: AssistantMessage, ids: MistralToolIds | None = None
+) -> dict[str, Any] | None:
     text = "".join(b.text for b in message.content if isinstance(b, TextContent) and b.text.strip())
     converted: dict[str, Any] = {"role": "assistant", "content": text or None}
     thinking = [b for b in message.content if isinstance(b, ThinkingContent) and b.thinking.strip()]
@@ -286,7 +338,7 @@ def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
     if calls:
         converted["tool_calls"] = [
             {
-                "id": call.id,
+                "id": ids(call.id) if ids else call.id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
             }
