@@ -2194,6 +2194,25 @@ async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
 
 
+@pytest.mark.anyio
+async def test_an_empty_answer_says_so(db: Path) -> None:
+    """A server that answered with nothing (content filtered upstream, a model that stopped at
+    once) left stdout empty and the exit code 0: no word that the answer was empty."""
+    async with script_server() as server:
+        server.add(oa_text_reply(""))
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0 and done.stdout == b"", stderr
+    assert stderr.splitlines()[-1].endswith("the model's answer was empty"), stderr
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
 def test_chat_on_a_terminal_edits_lines_and_gives_the_terminal_back(db: Path) -> None:
     import pty

@@ -313,6 +313,8 @@ def footer(run: Run) -> str:
         parts.append(run.status)
     elif run.stop_reason == "length":  # else an answer cut short reads as a whole one
         parts.append("cut off at the model's output limit")
+    elif not (run.answer or "").strip():  # else nothing on stdout, exit 0, and no word why
+        parts.append("the model's answer was empty")
     return " · ".join(parts)
 
 
