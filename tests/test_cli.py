@@ -982,6 +982,27 @@ def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
         assert [item.id for item in repo.list().items] == [ids["session"]]
 
 
+def test_ids_with_spaces_around_are_found_and_an_empty_one_is_said(cli: Any, db: Path) -> None:
+    """An id pasted with a space, or from `$(…)` with its line end, was "not found" in a
+    message that looked just like the id; an unset variable's "" gave "session  not found"."""
+    ids = seed(db)
+    pasted = f" {ids['session']}\n"
+    assert cli("sessions", "show", pasted).exit_code == 0
+    forked = cli("sessions", "fork", pasted, "--entry", f"{ids['call']} ", "--position", "at")
+    assert forked.exit_code == 0, forked.stderr
+    ran = cli("run", "hi", "--session", pasted, "--model", "scripted:echo")
+    assert ran.exit_code == 0, ran.stderr
+    for args in (
+        ("sessions", "show", ""),
+        ("sessions", "delete", " ", "--yes"),
+        ("sessions", "fork", ids["session"], "--entry", ""),
+        ("run", "hi", "--session", "", "--model", "scripted:echo"),
+    ):
+        refused = cli(*args)
+        assert refused.exit_code == 2 and "is empty (an unset shell variable?)" in refused.stderr
+    assert len(json.loads(cli("sessions", "list", "--json").stdout)["sessions"]) == 2
+
+
 def test_fork_whole_at_and_before(cli: Any, db: Path) -> None:
     ids = seed(db)
     whole = cli("sessions", "fork", ids["session"])

@@ -29,10 +29,10 @@ from mcp_agent.cli.common import (
     database_location,
     die,
     err,
+    id_text,
     named_store,
     plain_logging,
     single,
-    utf8_text,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +55,7 @@ AgentOption = Annotated[
 ]
 SessionOption = Annotated[
     str | None,
-    typer.Option(
-        "--session", help="continue this session (default: a new one)", callback=utf8_text
-    ),
+    typer.Option("--session", help="continue this session (default: a new one)", callback=id_text),
 ]
 NO_MODEL = (
     "no model configured: pass --model provider:model-id, set MCP_AGENT_MODEL, or set "

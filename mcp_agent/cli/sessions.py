@@ -28,6 +28,7 @@ from mcp_agent.cli.common import (
     emit_json,
     emit_json_stream,
     err,
+    id_text,
     open_session,
     opened_repo,
     opened_store,
@@ -396,7 +397,7 @@ def fork(
     session_id: SessionArg,
     entry: Annotated[
         str | None,
-        typer.Option("--entry", "-e", help="fork at or before this entry id", callback=utf8_text),
+        typer.Option("--entry", "-e", help="fork at or before this entry id", callback=id_text),
     ] = None,
     position: Annotated[
         Position | None,
