@@ -1551,6 +1551,11 @@ def test_run_bad_input(cli: Any, tmp_path: Path) -> None:
         (["run", "  ", "--model", "scripted:echo"], "prompt is empty"),
         (["run", "hi", "--model", "openai:gpt-4o-mini"], "needs an API key: set OPENAI_API_KEY"),
         (["run", "hi", "--manifests", str(tmp_path / "none")], "is not a folder"),
+        # The MCP client's model, asked for by name: "no model configured" (it was), or a run
+        # that could only fail, with advice for a server.
+        (["run", "hi", "--model", "client"], "the model client is the MCP client's own"),
+        (["run", "hi", "--model", "sampling:x"], "the model sampling:x is the MCP client's own"),
+        (["chat", "--model", "client:x"], "the model client:x is the MCP client's own"),
     ]
     for args, says in checks:
         result = cli(*args)
