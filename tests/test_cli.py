@@ -944,12 +944,13 @@ def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
-@pytest.mark.parametrize("answer", [b"n\r", b"\r"])
+@pytest.mark.parametrize("answer", [b"n\r", b"\r", b"\x04", b"maybe\rno\r"])
 def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
     db: Path, answer: bytes
 ) -> None:
     """Answering no (or Enter, the default) to "Delete …? [y/N]" exited 1 with an error line,
-    as if the delete had failed: a script or `&&` chain took the user's choice for a fault."""
+    as if the delete had failed: a script or `&&` chain took the user's choice for a fault;
+    Ctrl-D, the input's end, said "interrupted" (exit 130)."""
     import pty
     import select
 

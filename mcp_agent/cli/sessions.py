@@ -384,12 +384,29 @@ def delete(
         if not yes:
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")
-            if not typer.confirm(f"Delete {what}?", err=True):
+            if not _confirm(f"Delete {what}?"):
                 # Declined is no error (as `rm -i` answered no): the user chose, nothing failed.
                 err().print("nothing deleted", style="dim")
                 return
         repo.delete(session_id)
     err().print(f"deleted {what}", style="dim")
+
+
+def _confirm(question: str) -> bool:
+    """Asks on stderr, reads the answer from the terminal: y or yes is yes; no, Enter or the
+    input's end (Ctrl-D) is no, as `rm -i` takes it; Ctrl-C interrupts."""
+    while True:
+        typer.echo(f"{question} [y/N]: ", err=True, nl=False)
+        line = sys.stdin.readline()
+        if not line:
+            typer.echo(err=True)  # the line the prompt left open
+            return False
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False
+        typer.echo("answer y or n", err=True)
 
 
 @app.command()
