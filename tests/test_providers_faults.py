@@ -366,6 +366,29 @@ async def test_an_event_named_error_is_an_error_whatever_it_holds(
     assert f"the server reported an error mid-stream: {said}" in present(final.error_message)
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"error": {"code": 429, "message": "Provider returned error"}},  # OpenRouter's
+        {"error": {"message": "Too Many Requests", "type": "too_many_requests"}},
+    ],
+)
+async def test_a_rate_limit_said_mid_stream_is_a_passing_error(error: dict[str, Any]) -> None:
+    """A 429 before the stream is retried; said inside it (a relay's upstream limited it
+    half-way), it ended the run for good."""
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(error))]))
+        _, final = await collect(openai(server.base))
+        assert "reported an error mid-stream" in present(final.error_message)
+        assert is_transient_error(final)
+        # An account out of credit is no passing limit, said anywhere.
+        quota = {"message": "You exceeded your current quota", "code": "insufficient_quota"}
+        said = json.dumps({"error": {**quota, "type": "insufficient_quota"}})
+        server.add(Reply(body=[oa_chunk({"content": "so"}), sse(said)]))
+        _, final = await collect(openai(server.base))
+    assert not is_transient_error(final)
+
+
 async def test_https_to_a_plain_http_port_says_so_and_is_not_retried() -> None:
     handshakes = 0
 

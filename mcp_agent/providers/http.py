@@ -42,7 +42,12 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, PARTIAL_KEPT, StreamOptions
+from mcp_agent.providers.base import (
+    CONTEXT_OVERFLOW_MARK,
+    PARTIAL_KEPT,
+    StreamOptions,
+    out_of_credit,
+)
 from mcp_agent.providers.common import (
     ERROR_CHARS,
     THINKING_SIGNATURE,
@@ -337,15 +342,6 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
         attempt + 1,
         policy.max_retries,
     )
-
-
-# Error codes that say the account has run out (OpenAI's 429 insufficient_quota): waiting
-# and trying again meets the same.
-_OUT_OF_CREDIT = ("insufficient_quota", "billing_hard_limit_reached")
-
-
-def out_of_credit(detail: str) -> bool:
-    return any(code in detail for code in _OUT_OF_CREDIT)
 
 
 def missing_path(endpoint: Endpoint) -> str | None:
