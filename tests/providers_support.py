@@ -225,6 +225,8 @@ class ScriptServer:
                     while b"\r\n\r\n" not in buffer:
                         data = await stream.receive(65536)
                         buffer += data
+                        if buffer.startswith(b"\x16\x03"):  # a TLS hello: no HTTP (uvicorn's
+                            return  # 400 and hang-up, which a TLS client reads as no TLS)
                     head, _, buffer = buffer.partition(b"\r\n\r\n")
                     lines = head.decode("latin-1").split("\r\n")
                     method, path, _ = lines[0].split(" ", 2)

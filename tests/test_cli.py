@@ -943,6 +943,67 @@ def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
     assert gone.exit_code == 2 and "not found" in gone.stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+@pytest.mark.parametrize("answer", [b"n\r", b"\r", b"\x04", b"maybe\rno\r"])
+def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
+    db: Path, answer: bytes
+) -> None:
+    """Answering no (or Enter, the default) to "Delete …? [y/N]" exited 1 with an error line,
+    as if the delete had failed: a script or `&&` chain took the user's choice for a fault;
+    Ctrl-D, the input's end, said "interrupted" (exit 130)."""
+    import pty
+    import select
+
+    ids = seed(db)
+    controller, terminal = pty.openpty()
+    delete = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "sessions", "delete", ids["session"]],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
+        start_new_session=True,
+    )
+    shown = bytearray()
+    try:
+        while not shown.endswith(b"[y/N]: "):
+            assert select.select([controller], [], [], 30)[0], bytes(shown)
+            shown.extend(os.read(controller, 1 << 16))
+        os.write(controller, answer)
+        assert delete.wait(timeout=30) == 0
+        while select.select([controller], [], [], 0.2)[0]:
+            shown.extend(os.read(controller, 1 << 16))
+    finally:
+        if delete.poll() is None:
+            delete.kill()
+        os.close(controller)
+        os.close(terminal)
+    assert b"nothing deleted" in shown and b"mcp-agent-sessions:" not in shown, bytes(shown)
+    with SqliteSessionRepo(db) as repo:
+        assert [item.id for item in repo.list().items] == [ids["session"]]
+
+
+def test_ids_with_spaces_around_are_found_and_an_empty_one_is_said(cli: Any, db: Path) -> None:
+    """An id pasted with a space, or from `$(…)` with its line end, was "not found" in a
+    message that looked just like the id; an unset variable's "" gave "session  not found"."""
+    ids = seed(db)
+    pasted = f" {ids['session']}\n"
+    assert cli("sessions", "show", pasted).exit_code == 0
+    forked = cli("sessions", "fork", pasted, "--entry", f"{ids['call']} ", "--position", "at")
+    assert forked.exit_code == 0, forked.stderr
+    ran = cli("run", "hi", "--session", pasted, "--model", "scripted:echo")
+    assert ran.exit_code == 0, ran.stderr
+    for args in (
+        ("sessions", "show", ""),
+        ("sessions", "delete", " ", "--yes"),
+        ("sessions", "fork", ids["session"], "--entry", ""),
+        ("run", "hi", "--session", "", "--model", "scripted:echo"),
+    ):
+        refused = cli(*args)
+        assert refused.exit_code == 2 and "is empty (an unset shell variable?)" in refused.stderr
+    assert len(json.loads(cli("sessions", "list", "--json").stdout)["sessions"]) == 2
+
+
 def test_fork_whole_at_and_before(cli: Any, db: Path) -> None:
     ids = seed(db)
     whole = cli("sessions", "fork", ids["session"])
@@ -1491,6 +1552,11 @@ def test_run_bad_input(cli: Any, tmp_path: Path) -> None:
         (["run", "  ", "--model", "scripted:echo"], "prompt is empty"),
         (["run", "hi", "--model", "openai:gpt-4o-mini"], "needs an API key: set OPENAI_API_KEY"),
         (["run", "hi", "--manifests", str(tmp_path / "none")], "is not a folder"),
+        # The MCP client's model, asked for by name: "no model configured" (it was), or a run
+        # that could only fail, with advice for a server.
+        (["run", "hi", "--model", "client"], "the model client is the MCP client's own"),
+        (["run", "hi", "--model", "sampling:x"], "the model sampling:x is the MCP client's own"),
+        (["chat", "--model", "client:x"], "the model client:x is the MCP client's own"),
     ]
     for args, says in checks:
         result = cli(*args)
@@ -2153,6 +2219,25 @@ async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     assert done.returncode == 0, stderr
     assert done.stdout.decode() == "The first half\n"
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
+
+
+@pytest.mark.anyio
+async def test_an_empty_answer_says_so(db: Path) -> None:
+    """A server that answered with nothing (content filtered upstream, a model that stopped at
+    once) left stdout empty and the exit code 0: no word that the answer was empty."""
+    async with script_server() as server:
+        server.add(oa_text_reply(""))
+        env = clean_env(
+            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
+        )
+        done = await anyio.run_process(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
+            env=env,
+            check=False,
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0 and done.stdout == b"", stderr
+    assert stderr.splitlines()[-1].endswith("the model's answer was empty"), stderr
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")

@@ -4,6 +4,7 @@ retried only when a second try may meet something else."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -29,6 +30,7 @@ from providers_support import (
     an_message_start,
     an_text_block,
     collect,
+    fast_retries,
     model_at,
     oa_chunk,
     oa_text_reply,
@@ -362,6 +364,29 @@ async def test_an_event_named_error_is_an_error_whatever_it_holds(
             _, final = await collect(anthropic(server.base))
     assert final.stop_reason == StopReason.ERROR and final.text == "so"
     assert f"the server reported an error mid-stream: {said}" in present(final.error_message)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"error": {"code": 429, "message": "Provider returned error"}},  # OpenRouter's
+        {"error": {"message": "Too Many Requests", "type": "too_many_requests"}},
+    ],
+)
+async def test_a_rate_limit_said_mid_stream_is_a_passing_error(error: dict[str, Any]) -> None:
+    """A 429 before the stream is retried; said inside it (a relay's upstream limited it
+    half-way), it ended the run for good."""
+    async with script_server() as server:
+        server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(error))]))
+        _, final = await collect(openai(server.base))
+        assert "reported an error mid-stream" in present(final.error_message)
+        assert is_transient_error(final)
+        # An account out of credit is no passing limit, said anywhere.
+        quota = {"message": "You exceeded your current quota", "code": "insufficient_quota"}
+        said = json.dumps({"error": {**quota, "type": "insufficient_quota"}})
+        server.add(Reply(body=[oa_chunk({"content": "so"}), sse(said)]))
+        _, final = await collect(openai(server.base))
+    assert not is_transient_error(final)
 
 
 async def test_https_to_a_plain_http_port_says_so_and_is_not_retried() -> None:
@@ -814,6 +839,57 @@ async def test_a_certificate_of_a_private_ca_says_how_to_trust_it(
         _, final = await collect(openai(f"https://127.0.0.1:{port}"))
         tg.cancel_scope.cancel()
     assert final.text == "trusted", final.error_message
+
+
+async def test_http_to_a_tls_port_that_hangs_up_asks_for_https_and_is_not_retried(
+    tmp_path: Path,
+) -> None:
+    """A TLS server read a plain request and hung up: said as "the connection closed before
+    the server answered", tried again and again, as a server restarting would be."""
+    from anyio.streams.tls import TLSStream
+
+    cert_file, key_file = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    connections = 0
+
+    async def tls_only(stream: SocketStream) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.EndOfStream):
+            wrapped = await TLSStream.wrap(
+                stream, server_side=True, ssl_context=context, standard_compatible=False
+            )
+            await wrapped.aclose()
+        await stream.aclose()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, tls_only)
+        _, final = await collect(openai(f"http://127.0.0.1:{port}", **fast_retries()))
+        tg.cancel_scope.cancel()
+    error = present(final.error_message)
+    assert "did you mean https://?" in error, error
+    assert error.endswith(f"Set OPENAI_BASE_URL to https://127.0.0.1:{port}/v1"), error
+    assert connections == 2  # the request and the look at the port: no retry
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Client sent an HTTP request to an HTTPS server.",
+        "The plain HTTP request was sent to HTTPS port",
+    ],
+)
+async def test_a_tls_server_that_answers_a_plain_request_asks_for_https(said: str) -> None:
+    async with script_server() as server:
+        server.add(Reply(status=400, body=[said.encode()], content_type="text/plain"))
+        _, final = await collect(openai(server.base))
+    error = present(final.error_message)
+    assert error.endswith(
+        f"did you mean https://? Set OPENAI_BASE_URL to https://{server.base[7:]}/v1"
+    )
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -168,6 +169,66 @@ async def test_abort_mid_stream_keeps_partial_text(fakellm: FakeLlm) -> None:
 
 
 # --- request shape ----------------------------------------------------------------------------
+
+
+def calls_from(provider: str, model: str, *ids: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[ToolCall(id=i, name="read", arguments={"path": i}) for i in ids],
+        api="anthropic-messages" if provider == "anthropic" else "openai-completions",
+        provider=provider,
+        model=model,
+        stop_reason=StopReason.TOOL_USE,
+    )
+
+
+def results(*ids: str) -> list[Message]:
+    return [
+        ToolResultMessage(tool_call_id=i, tool_name="read", content=[TextContent(text=i)])
+        for i in ids
+    ]
+
+
+@pytest.mark.parametrize("model_id", ["mistral-large-latest", "gpt-4o"])
+async def test_tool_call_ids_replayed_to_mistral_are_mistral_s(model_id: str) -> None:
+    """Mistral refuses a tool call id that is not 9 letters and digits ("Tool call id was
+    toolu_01… but must be a-z, A-Z, 0-9, with a length of 9"): a session that had used
+    another provider's tools could not go on with Mistral."""
+    history: list[Message] = [
+        UserMessage(content="read"),
+        calls_from("anthropic", "claude-sonnet-4-5", "toolu_01AbCdEfGhIjKlMnOpQrStUv"),
+        *results("toolu_01AbCdEfGhIjKlMnOpQrStUv"),
+        calls_from("openai", "gpt-4o", "call_abcde", "call-abcde"),  # alike once cleaned
+        *results("call-abcde", "call_abcde"),
+        calls_from("mistral", "mistral-large-latest", "Ab3dE6gH9", "NoResult1"),
+        *results("Ab3dE6gH9"),  # the other gets one made for it
+        UserMessage(content="go on"),
+    ]
+    async with script_server() as server:
+        server.add(oa_text_reply("ok"))
+        model = model_at(server.base + "/v1", model_id)
+        context = LlmContext(system_prompt="", messages=history, tools=[tool("read")])
+        _, final = await collect(stream_openai_compat(model, context, key()))
+    assert final.text == "ok", final.error_message
+    sent = server.requests[0].json()["messages"]
+    calls = [c for m in sent if m["role"] == "assistant" for c in m["tool_calls"]]
+    answered = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    by_path = {json.loads(c["function"]["arguments"])["path"]: c["id"] for c in calls}
+    assert answered == [
+        by_path[p]
+        for p in [
+            "toolu_01AbCdEfGhIjKlMnOpQrStUv",
+            "call-abcde",
+            "call_abcde",
+            "Ab3dE6gH9",
+            "NoResult1",
+        ]
+    ]
+    if model_id.startswith("mistral"):
+        assert all(re.fullmatch(r"[a-zA-Z0-9]{9}", i) for i in by_path.values()), by_path
+        assert len(set(by_path.values())) == len(by_path)
+        assert by_path["Ab3dE6gH9"] == "Ab3dE6gH9"  # its own ids as they were
+    else:
+        assert by_path == {p: p for p in by_path}
 
 
 async def test_request_body_messages_and_switches() -> None:
@@ -475,6 +536,58 @@ async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> Non
         await collect(stream_openai_compat(model, context, key()))
         assistant = server.requests[1].json()["messages"][1]
         assert assistant == {"role": "assistant", "content": "The answer."}
+
+
+UNOPENED_THINK = "Let me see.\nI ponder < and </ too.\n</think>\n\nThe answer."
+
+
+@pytest.mark.parametrize("model_id", ["deepseek-ai/DeepSeek-R1-0528", "my-served-name"])
+@pytest.mark.parametrize("size", [1, 3, 8, len(UNOPENED_THINK)])
+async def test_thinking_ended_by_a_lone_think_tag_is_thinking(model_id: str, size: int) -> None:
+    """DeepSeek-R1's template opens <think> itself: vLLM without a reasoning parser streams
+    the thinking, then a </think> that nothing opened, then the answer. All of it was the
+    answer's text: shown, stored and sent back as what the model said."""
+    pieces = [UNOPENED_THINK[i : i + size] for i in range(0, len(UNOPENED_THINK), size)]
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces), oa_text_reply("again"))
+        model = model_at(server.base + "/v1", model_id)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+        assert final.stop_reason == StopReason.STOP, final.error_message
+        thinking, text = final.content
+        assert narrow(thinking, ThinkingContent).thinking == "Let me see.\nI ponder < and </ too.\n"
+        assert narrow(text, TextContent).text == "The answer."
+        if "R1" in model_id:  # named so, it is shown as thinking as it comes
+            assert event_types(events)[:2] == ["start", "thinking_start"]
+            said = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
+            assert "".join(said) == "The answer."
+        context = LlmContext(
+            system_prompt="",
+            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+        )
+        await collect(stream_openai_compat(model, context, key()))
+        assistant = server.requests[1].json()["messages"][1]
+        assert assistant == {"role": "assistant", "content": "The answer."}
+
+
+@pytest.mark.parametrize(
+    ("model_id", "pieces"),
+    [
+        pytest.param("deepseek-r1", ["Hello", " there."], id="r1-that-did-not-think"),
+        pytest.param("gpt-4o", ["Close it with ", "</think>", " then answer."], id="inline"),
+        pytest.param("gpt-4o", ["A <think> tag,\n", "</think>\nand its end."], id="opened-later"),
+    ],
+)
+async def test_text_without_a_lone_leading_think_end_stays_the_answer(
+    model_id: str, pieces: list[str]
+) -> None:
+    async with script_server() as server:
+        server.add(oa_text_reply(*pieces))
+        model = model_at(server.base + "/v1", model_id)
+        events, final = await collect(stream_openai_compat(model, user_context(), key()))
+    assert final.stop_reason == StopReason.STOP, final.error_message
+    assert [type(b) for b in final.content] == [TextContent]
+    assert final.text == "".join(pieces)
+    assert event_types(events)[-2:] == ["text_end", "done"]
 
 
 @pytest.mark.parametrize(

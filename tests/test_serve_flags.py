@@ -91,6 +91,16 @@ def serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         (["--sessions-dir", "{tmp}/nope"], {}, ["--sessions-dir", "does not exist"]),
         (["--sessions-dir", "{tmp}/file"], {}, ["--sessions-dir", "not a folder"]),
         (["--sessions-layout", "pi"], {}, ["--sessions-layout needs --sessions-dir"]),
+        # HTTP's flags without --transport http served stdio: `serve --port 8080` left the
+        # terminal (or a launcher expecting a port) waiting on standard input.
+        (["--port", "8080"], {}, ["--port is for --transport http: add that"]),
+        (["--port", "70000"], {}, ["--port is for --transport http"]),
+        (
+            ["--transport", "stdio", "--host", "0.0.0.0", "--token-file", "{tmp}/t"],
+            {},
+            ["--host, --token-file are for --transport http"],
+        ),
+        (["--no-auth"], {}, ["--no-auth is for --transport http"]),
     ],
 )
 def test_a_bad_flag_is_one_line_and_creates_nothing(
@@ -145,8 +155,8 @@ def test_a_database_in_a_missing_folder_is_an_error(
         ["--manifests", "{tmp}/good", "--max-depth", "0"],
         ["--transport", "http", "--no-auth", "--port", "0"],
         ["--transport", "http", "--no-auth", "--port", "65535"],
-        ["--port", "70000"],  # stdio has no port
         ["--sessions-dir", "{tmp}/good", "--sessions-layout", "pi"],
+        ["--max-subscriptions", "5"],  # for stdio too
     ],
 )
 def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> None:

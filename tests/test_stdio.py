@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -530,6 +531,41 @@ def test_a_client_that_never_reads_stderr_does_not_freeze_the_server(tmp_path: P
     # What could not wait is counted, not lost without a word; what waited is written.
     assert "log message(s) dropped: stderr was not being read" in stderr
     assert "a message that is not UTF-8 was refused" in stderr
+
+
+def test_a_client_that_reads_stderr_only_after_the_exit_is_told_what_was_not_written(
+    tmp_path: Path,
+) -> None:
+    """A client that keeps stderr for after the server ends (to show why it ended) found it
+    full of the first warnings and no word of the thousands never written: the count waited
+    for a next line that stderr never took. Now the pipe keeps room for it, said last."""
+    command = [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+    server = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    lines = 2000  # some 180 KB of warnings: more than a pipe holds
+    writer = threading.Thread(
+        target=server.stdin.write,
+        args=(b"".join(b"\xff not UTF-8 %d\n" % n for n in range(lines)),),
+        daemon=True,
+    )
+    try:
+        writer.start()
+        for _ in range(lines):  # every line answered, so every warning emitted
+            assert b'"code":-32700' in server.stdout.readline()
+        writer.join()
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+        stderr = server.stderr.read().decode()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    said = stderr.count("a message that is not UTF-8 was refused")
+    counts = re.findall(r"(\d+) log message\(s\) (?:dropped|never written)", stderr)
+    assert counts and "never written" in stderr.splitlines()[-1], stderr[-500:]
+    assert said + sum(map(int, counts)) == lines
 
 
 def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path) -> None:

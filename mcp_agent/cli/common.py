@@ -92,9 +92,21 @@ def utf8_text(value: str | None) -> str | None:
     return value
 
 
+def id_text(value: str | None) -> str | None:
+    """A session or entry id from the command line: UTF-8 (``utf8_text``), without the spaces
+    or line end around it that a paste or a ``$(…)`` brings along (an id has none: it was not
+    found, in a message that looked just like the id), and not empty (an unset variable)."""
+    if value is None:
+        return None
+    value = (utf8_text(value) or "").strip()
+    if not value:
+        raise typer.BadParameter("is empty (an unset shell variable?); give an id")
+    return value
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON for scripts")]
 SessionArg = Annotated[
-    str, typer.Argument(metavar="ID", help="a session id (sessions list)", callback=utf8_text)
+    str, typer.Argument(metavar="ID", help="a session id (sessions list)", callback=id_text)
 ]
 
 

@@ -29,10 +29,10 @@ from mcp_agent.cli.common import (
     database_location,
     die,
     err,
+    id_text,
     named_store,
     plain_logging,
     single,
-    utf8_text,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +55,7 @@ AgentOption = Annotated[
 ]
 SessionOption = Annotated[
     str | None,
-    typer.Option(
-        "--session", help="continue this session (default: a new one)", callback=utf8_text
-    ),
+    typer.Option("--session", help="continue this session (default: a new one)", callback=id_text),
 ]
 NO_MODEL = (
     "no model configured: pass --model provider:model-id, set MCP_AGENT_MODEL, or set "
@@ -101,6 +99,7 @@ async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
 def check_model(state: AppState, agent_name: str | None, model: str | None) -> str:
     """The model a run will use, or InputError saying how to choose one."""
     from mcp_agent.cli.demo import cli_models
+    from mcp_agent.providers.registry import SAMPLING_API
     from mcp_agent.runtime.errors import ModelUnavailable
     from mcp_agent.runtime.models import (
         CLIENT_MODEL,
@@ -114,13 +113,28 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
         known = ", ".join(sorted(state.agents)) or "(none)"
         raise InputError(f"unknown agent {agent_name!r}; the manifests define: {known}")
     name = model or manifest.model or default_model_name(state.settings.default_model)
-    if name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
-        # The MCP client's own model (sampling) needs an MCP client; the terminal has none.
-        raise InputError(NO_MODEL)
-    try:
-        _, chosen, _ = resolve_run_model(name, None, None, cli_models())
-    except ModelUnavailable as error:
-        raise InputError(f"{error}; `{PROG} models` lists the known models") from None
+    # The MCP client's own model (sampling) needs an MCP client; the terminal has none.
+    client_model = name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":")
+    if client_model and not (model or manifest.model or state.settings.default_model):
+        raise InputError(NO_MODEL)  # nothing chosen, and no key for a provider's model
+    if not client_model:
+        try:
+            _, chosen, _ = resolve_run_model(name, None, None, cli_models())
+        except ModelUnavailable as error:
+            raise InputError(f"{error}; `{PROG} models` lists the known models") from None
+        client_model = chosen.api == SAMPLING_API  # a provider of models.toml may be one
+    if client_model:
+        if model:
+            whose = f"model {name}"
+        elif manifest.model:
+            whose = f"agent {manifest.name}'s model {name}"
+        else:
+            whose = f"default model {name} (MCP_AGENT_MODEL)"
+        raise InputError(
+            f"the {whose} is the MCP client's own, which only a server can ask its client "
+            f"for; a run here needs a provider's model, provider:model-id (`{PROG} models` "
+            "lists them; scripted:echo needs no key)"
+        )
     if missing := missing_key(chosen.provider):
         # Refuse before a session is created for a run that could only fail.
         raise InputError(f"{chosen.ref} needs an API key: set {missing}")
@@ -313,6 +327,8 @@ def footer(run: Run) -> str:
         parts.append(run.status)
     elif run.stop_reason == "length":  # else an answer cut short reads as a whole one
         parts.append("cut off at the model's output limit")
+    elif not (run.answer or "").strip():  # else nothing on stdout, exit 0, and no word why
+        parts.append("the model's answer was empty")
     return " · ".join(parts)
 
 

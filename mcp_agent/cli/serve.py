@@ -54,7 +54,34 @@ def _named(option: Any, metavar: str) -> Any:
     return info
 
 
+# The flags that mean something only to the HTTP transport.
+_HTTP_ONLY = (
+    "host",
+    "port",
+    "token_file",
+    "token",
+    "no_auth",
+    "max_http_sessions",
+    "http_session_idle_timeout",
+    "allowed_host",
+)
+
+
+def _given(context: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """Which of these parameters of the running command were given on its command line, as
+    flags (``--no-auth``), not taken from their defaults or the environment."""
+    given = []
+    for parameter in context.command.params:
+        if parameter.name not in names:
+            continue
+        source = context.get_parameter_source(parameter.name)
+        if source is not None and source.name == "COMMANDLINE":
+            given.append(max(parameter.opts, key=len))
+    return given
+
+
 def serve(
+    context: typer.Context,
     transport: Annotated[
         Transport, typer.Option(metavar="stdio|http", help="stdio or streamable HTTP")
     ] = Transport.stdio,
@@ -236,6 +263,10 @@ def serve(
     from mcp_agent.server.http_auth import HttpAuthError, UnsafeBindError, http_auth, viewer_link
     from mcp_agent.server.streamable_http import event_loop_options, serve_http
 
+    if transport == Transport.stdio and (http_only := _given(context, _HTTP_ONLY)):
+        # Else `serve --port 8080` served stdio, leaving the terminal (or a launcher) waiting.
+        verb = "is" if len(http_only) == 1 else "are"
+        die(f"{', '.join(http_only)} {verb} for --transport http: add that (stdio is the default)")
     if token is not None and token_file is not None:
         die("give --token-file or --token, not both")
     if no_auth and (token is not None or token_file is not None):
@@ -295,7 +326,8 @@ def serve(
     check_database(settings.db_url or settings.db_path)
     plain_logging()
     # A client that never reads stderr must not freeze the server once the pipe is full (what
-    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s).
+    # is queued at the end is written by logging's own flush at exit, waiting at most 1 s,
+    # and what never was is counted on the last line).
     log_to_stderr_off_the_loop()
     server = build_server(settings, models=cli_models())
     if transport == Transport.http:  # before a token file is written for it

@@ -28,7 +28,7 @@ from mcp_agent.cli.common import (
     emit_json,
     emit_json_stream,
     err,
-    fail,
+    id_text,
     open_session,
     opened_repo,
     opened_store,
@@ -384,10 +384,29 @@ def delete(
         if not yes:
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")
-            if not typer.confirm(f"Delete {what}?", err=True):
-                raise fail("nothing deleted", 1)
+            if not _confirm(f"Delete {what}?"):
+                # Declined is no error (as `rm -i` answered no): the user chose, nothing failed.
+                err().print("nothing deleted", style="dim")
+                return
         repo.delete(session_id)
     err().print(f"deleted {what}", style="dim")
+
+
+def _confirm(question: str) -> bool:
+    """Asks on stderr, reads the answer from the terminal: y or yes is yes; no, Enter or the
+    input's end (Ctrl-D) is no, as `rm -i` takes it; Ctrl-C interrupts."""
+    while True:
+        typer.echo(f"{question} [y/N]: ", err=True, nl=False)
+        line = sys.stdin.readline()
+        if not line:
+            typer.echo(err=True)  # the line the prompt left open
+            return False
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False
+        typer.echo("answer y or n", err=True)
 
 
 @app.command()
@@ -395,7 +414,7 @@ def fork(
     session_id: SessionArg,
     entry: Annotated[
         str | None,
-        typer.Option("--entry", "-e", help="fork at or before this entry id", callback=utf8_text),
+        typer.Option("--entry", "-e", help="fork at or before this entry id", callback=id_text),
     ] = None,
     position: Annotated[
         Position | None,

@@ -5,38 +5,69 @@ about 64 KB of warnings (a client sending lines that are not UTF-8 gets one each
 write then blocks, and when the event loop is the writer the whole server freezes, answering
 nothing more. Records wait in a bounded queue; past the bound they are dropped and counted,
 and the count is said once stderr takes lines again. The thread writes to the descriptor
-itself, holding no lock of ``sys.stderr``'s that the end of the process would wait for."""
+itself, holding no lock of ``sys.stderr``'s that the end of the process would wait for.
+
+A client that reads stderr only once the server has exited (to show why it ended) would
+never see that count: the pipe was full to the end. So on a pipe the thread fills at most
+half of it and leaves the rest for the last word: at exit, the lines never written are
+counted on one line of their own."""
 
 from __future__ import annotations
 
+import array
+import contextlib
 import logging
 import os
 import queue
+import select
+import stat
 import sys
 import threading
+
+if sys.platform != "win32":
+    import fcntl
+    import termios
 
 # Log records waiting for stderr at most; past it they are dropped (and counted).
 MAX_WAITING = 1000
 # How long the end of the process waits for the records still queued (stderr may be stuck).
 FLUSH_SECONDS = 1.0
+# The most written at once, which a pipe with room for it takes whole without blocking.
+CHUNK = select.PIPE_BUF
+# How often the thread looks whether a pipe it left full has been read.
+ROOM_POLL_SECONDS = 0.05
+# How long the end of the process waits for a write under way, to say the count after it.
+LAST_WRITE_SECONDS = 0.2
+
+
+def dropped_notice(count: int, when: str = "dropped") -> str:
+    return f"WARNING {__name__}: {count} log message(s) {when}: stderr was not being read\n"
 
 
 class QueuedStderr(logging.Handler):
     """Hands each record, formatted, to a writer thread through a queue of ``max_waiting``
     lines, which writes them to ``fd``; when the queue is full a record is dropped and
-    counted, and the count is written before the next line."""
+    counted, and the count is written before the next line, or at ``close`` (the end of the
+    process) with those still queued."""
 
     def __init__(self, fd: int, max_waiting: int = MAX_WAITING) -> None:
         super().__init__()
         self.fd = fd
         self._lines: queue.Queue[str] = queue.Queue(max_waiting)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the two counts below
         self._dropped = 0
+        self._unwritten = 0  # queued or being written
+        self._writing = threading.Lock()  # held for each write to fd
+        self._closing = threading.Event()
+        self._fill_limit = _pipe_fill_limit(fd)
         threading.Thread(target=self._write, name="stderr-log", daemon=True).start()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._lines.put_nowait(self.format(record) + "\n")
+            line = self.format(record) + "\n"
+            with self._lock:
+                self._lines.put_nowait(line)
+                self._unwritten += 1
         except queue.Full:
             with self._lock:
                 self._dropped += 1
@@ -47,23 +78,97 @@ class QueuedStderr(logging.Handler):
         while True:
             line = self._lines.get()
             with self._lock:
-                dropped, self._dropped = self._dropped, 0
+                dropped = self._dropped
             if dropped:
-                notice = f"{dropped} log message(s) dropped: stderr was not being read"
-                line = f"WARNING {__name__}: {notice}\n{line}"
-            data = memoryview(line.encode("utf-8", errors="backslashreplace"))
-            try:
-                while data:
-                    data = data[os.write(self.fd, data) :]
-            except OSError:
-                pass  # stderr closed: nobody to tell
+                line = dropped_notice(dropped) + line
+            data = line.encode("utf-8", errors="backslashreplace")
+            chunks = [data[start : start + CHUNK] for start in range(0, len(data), CHUNK)]
+            for number, chunk in enumerate(chunks, 1):
+                if not self._room_for(len(chunk)):
+                    break  # the process is ending: close counts this line
+                with self._writing:
+                    if self._closing.is_set():
+                        break
+                    _write_all(self.fd, chunk)
+                    if number == len(chunks):
+                        with self._lock:
+                            self._dropped -= dropped
+                            self._unwritten -= 1
             self._lines.task_done()
+
+    def _room_for(self, size: int) -> bool:
+        """Waits until the pipe holds ``size`` bytes more and still half of it free; False
+        when the process ends first. Anything but a pipe is written to as it is (blocking)."""
+        while self._fill_limit is not None and not self._closing.is_set():
+            with contextlib.suppress(OSError):
+                if _bytes_in(self.fd) + size <= self._fill_limit:
+                    return True
+            self._closing.wait(ROOM_POLL_SECONDS)
+        return not self._closing.is_set()
 
     def flush(self) -> None:
         """Waits until the lines queued are written, for at most ``FLUSH_SECONDS``."""
         done = self._lines.all_tasks_done
         with done:
             done.wait_for(lambda: not self._lines.unfinished_tasks, timeout=FLUSH_SECONDS)
+
+    def close(self) -> None:
+        """Stops the writer; says on stderr how many lines were never written, if any (and if
+        stderr takes one line without waiting: a pipe has the room kept for it)."""
+        self._closing.set()
+        if self._writing.acquire(timeout=LAST_WRITE_SECONDS):  # not stuck in a write
+            try:
+                with self._lock:
+                    lost = self._dropped + self._unwritten
+                    self._dropped = self._unwritten = 0
+                if lost and _takes_a_line(self.fd):
+                    _write_all(self.fd, dropped_notice(lost, "never written").encode())
+            except OSError:
+                pass  # stderr closed: nobody to tell
+            finally:
+                self._writing.release()
+        super().close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # stderr closed: nobody to tell
+
+
+def _pipe_fill_limit(fd: int) -> int | None:
+    """For a pipe (on Linux, where its size and fill can be read), how full the writer lets
+    it get: half, so that at least one page stays free for the count at exit whatever the
+    lengths of the lines (each page a write starts is at least half used, on average).
+    None for anything else."""
+    size_flag = None if sys.platform == "win32" else getattr(fcntl, "F_GETPIPE_SZ", None)
+    try:
+        if size_flag is None or not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        capacity = fcntl.fcntl(fd, size_flag)
+        _bytes_in(fd)
+    except OSError:
+        return None
+    limit = capacity // 2 - CHUNK
+    return limit if limit >= CHUNK else None  # a pipe too small to keep room in
+
+
+def _bytes_in(fd: int) -> int:
+    """How many bytes a pipe holds, not yet read."""
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
+
+
+def _takes_a_line(fd: int) -> bool:
+    """Whether a write of up to ``CHUNK`` bytes to ``fd`` would not block."""
+    try:
+        return bool(select.select([], [fd], [], 0)[1])
+    except (OSError, ValueError):
+        return False
 
 
 def log_to_stderr_off_the_loop() -> QueuedStderr | None:

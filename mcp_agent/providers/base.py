@@ -61,9 +61,18 @@ def without_partial_note(error: str) -> str:
 _TRANSIENT = re.compile(
     r"overloaded mid-stream|broke off mid-stream|stream ended before|timed out waiting for the"
     r" response|reported an error mid-stream: .*(overload|rate.?limit|server.?error|api_error"
-    r"|internal|unavailable|\b5\d\d\b)",
+    r"|internal|unavailable|\b5\d\d\b|\b429\b|too.?many.?requests)",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+# Error codes that say the account has run out (OpenAI's 429 insufficient_quota): waiting
+# and trying again meets the same.
+_OUT_OF_CREDIT = ("insufficient_quota", "billing_hard_limit_reached")
+
+
+def out_of_credit(detail: str) -> bool:
+    return any(code in detail for code in _OUT_OF_CREDIT)
 
 
 def is_transient_error(message: AssistantMessage) -> bool:
@@ -71,7 +80,7 @@ def is_transient_error(message: AssistantMessage) -> bool:
     text = message.error_message
     if message.stop_reason != StopReason.ERROR or not text or is_context_overflow(message):
         return False
-    return _TRANSIENT.search(text) is not None
+    return _TRANSIENT.search(text) is not None and not out_of_credit(text)
 
 
 def is_context_overflow(message: AssistantMessage, context_window: int = 0) -> bool:

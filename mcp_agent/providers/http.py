@@ -42,7 +42,12 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
-from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, PARTIAL_KEPT, StreamOptions
+from mcp_agent.providers.base import (
+    CONTEXT_OVERFLOW_MARK,
+    PARTIAL_KEPT,
+    StreamOptions,
+    out_of_credit,
+)
 from mcp_agent.providers.common import (
     ERROR_CHARS,
     THINKING_SIGNATURE,
@@ -339,15 +344,6 @@ def _say_retry(what: str, delay: float, attempt: int, policy: RetryPolicy) -> No
     )
 
 
-# Error codes that say the account has run out (OpenAI's 429 insufficient_quota): waiting
-# and trying again meets the same.
-_OUT_OF_CREDIT = ("insufficient_quota", "billing_hard_limit_reached")
-
-
-def out_of_credit(detail: str) -> bool:
-    return any(code in detail for code in _OUT_OF_CREDIT)
-
-
 def missing_path(endpoint: Endpoint) -> str | None:
     """What to set when the base URL has no path but such servers answer under one
     (``http://localhost:1234`` for ``http://localhost:1234/v1``), or when it ends in the
@@ -413,6 +409,8 @@ def describe_status(
     elif status == 429 or status in RETRYABLE_STATUS or status >= 500:
         what = "rate limited" if status == 429 else "the server is failing or overloaded"
         hint = f"{what}; gave up after {attempts} attempt{'s' if attempts != 1 else ''}"
+    elif status == 400 and _PLAIN_TO_TLS.search(detail):
+        hint = https_hint(endpoint)
     elif status in (400, 422):
         refused = next((pair for pair in endpoint.field_settings if pair[0] in detail), None)
         if refused is not None:
@@ -435,6 +433,52 @@ _RETRIED_TRANSPORT_ERRORS = (
     httpx.ReadError,
     httpx.WriteError,
 )
+
+
+# How long the look whether an http:// URL's port speaks TLS may take (a plain server may
+# wait that long for the end of a request head that never comes); the wait before the next
+# try is that much shorter.
+TLS_PROBE_SECONDS = 2.0
+
+
+async def speaks_tls(endpoint: Endpoint) -> bool:
+    """Whether the host and port of an ``http://`` endpoint answer a TLS handshake: a TLS
+    port (443, a proxy's) hangs up on a plain request at once, which looks like a server
+    restarting. Only a handshake is made (its certificate unchecked: nothing is sent)."""
+    try:
+        url = httpx.URL(endpoint.url)
+    except (httpx.InvalidURL, ValueError):
+        return False
+    if url.scheme != "http" or not url.host:
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with anyio.fail_after(TLS_PROBE_SECONDS):
+            stream = await anyio.connect_tcp(
+                url.host,
+                url.port or 80,
+                tls=True,
+                ssl_context=context,
+                tls_standard_compatible=False,
+            )
+            await stream.aclose()
+    except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream):
+        return False
+    return True
+
+
+def https_hint(endpoint: Endpoint) -> str:
+    """What to do about an ``http://`` base URL whose port speaks TLS."""
+    setting = endpoint.base_url_env or "the base URL"
+    https = "https://" + endpoint.base_url.removeprefix("http://")
+    return f"its port speaks TLS: did you mean https://? Set {setting} to {https}"
+
+
+# How a TLS server that reads a plain request says so: Go's "Client sent an HTTP request to an
+# HTTPS server", nginx's "The plain HTTP request was sent to HTTPS port".
+_PLAIN_TO_TLS = re.compile(r"HTTP request (?:was sent )?to (?:an )?HTTPS", re.IGNORECASE)
 
 
 def is_tls_error(error: BaseException) -> bool:
@@ -634,6 +678,16 @@ async def open_event_stream(
             try:
                 response = await race.run(client.send(request, stream=True))
             except _RETRIED_TRANSPORT_ERRORS as error:
+                looked = time.monotonic()
+                if (
+                    attempt == 0
+                    and isinstance(error, httpx.RemoteProtocolError | httpx.ReadError)
+                    and await race.run(speaks_tls(endpoint))
+                ):  # not a server restarting: an http:// URL to a TLS port, each time
+                    detail = str(error) or type(error).__name__
+                    said = f"the server closed the connection before answering ({detail})"
+                    hint = https_hint(endpoint)
+                    raise ProviderError(f"{endpoint.where}: {said} — {hint}") from error
                 if (
                     attempt < policy.max_retries
                     and not is_tls_error(error)
@@ -644,7 +698,7 @@ async def open_event_stream(
                         endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
                     )
                     _say_retry(said, delay, attempt, policy)
-                    await race.sleep(delay)
+                    await race.sleep(max(0.0, delay - (time.monotonic() - looked)))
                     attempt += 1
                     continue
                 raise ProviderError(

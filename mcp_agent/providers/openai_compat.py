@@ -7,8 +7,10 @@ URL unless a provider's configuration sets them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -84,6 +86,9 @@ class OpenAICompat:
     supports_store: bool = True  # send store: false
     supports_strict_mode: bool = True  # send strict: false in tool definitions
     requires_tool_result_name: bool = False  # tool messages carry the tool's name
+    # Tool call ids of exactly 9 letters and digits (Mistral's API, vLLM serving a Mistral
+    # model in its tokenizer mode): every other id is mapped to one, call and result alike.
+    requires_mistral_tool_ids: bool = False
 
     @classmethod
     def from_mapping(
@@ -98,6 +103,10 @@ class OpenAICompat:
         return replace(base or cls(), **dict(data))
 
 
+# Mistral's model families, which want Mistral's tool call ids wherever they are served.
+_MISTRAL_MODEL = re.compile(r"mistral|magistral|devstral|codestral|ministral|[mp]ixtral", re.I)
+
+
 def detect_compat(model: Model) -> OpenAICompat:
     """OpenAI itself gets every feature; other servers the conservative common subset."""
     base_url = model.base_url or OPENAI_BASE_URL
@@ -108,6 +117,8 @@ def detect_compat(model: Model) -> OpenAICompat:
         supports_developer_role=False,
         supports_store=False,
         supports_strict_mode=False,
+        requires_mistral_tool_ids="mistral.ai" in base_url
+        or _MISTRAL_MODEL.search(model.id) is not None,
     )
 
 
@@ -217,6 +228,7 @@ def convert_messages(
         role = "developer" if model.reasoning and compat.supports_developer_role else "system"
         params.append({"role": role, "content": context.system_prompt})
     messages = transform_messages(context.messages, model)
+    ids = MistralToolIds() if compat.requires_mistral_tool_ids else None
     index = 0
     while index < len(messages):
         message = messages[index]
@@ -236,7 +248,7 @@ def convert_messages(
             if parts:
                 params.append({"role": "user", "content": parts})
         elif isinstance(message, AssistantMessage):
-            converted = _convert_assistant(message)
+            converted = _convert_assistant(message, ids)
             if converted is not None:
                 params.append(converted)
         elif isinstance(message, ToolResultMessage):
@@ -251,7 +263,7 @@ def convert_messages(
                 has_images = any(isinstance(b, ImageContent) for b in result.content)
                 tool_message: dict[str, Any] = {
                     "role": "tool",
-                    "tool_call_id": result.tool_call_id,
+                    "tool_call_id": ids(result.tool_call_id) if ids else result.tool_call_id,
                     "content": text or ("(see attached image)" if has_images else ""),
                 }
                 if compat.requires_tool_result_name and result.tool_name:
@@ -271,7 +283,48 @@ def convert_messages(
     return params
 
 
-def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
+class MistralToolIds:
+    """Tool call ids as Mistral takes them, 9 letters and digits: an id that is one already
+    stays, any other becomes one derived from it (a hash), the same for its call and its
+    result, and never one another id of the conversation has."""
+
+    SIZE = 9
+
+    def __init__(self) -> None:
+        self._given: dict[str, str] = {}
+        self._owners: dict[str, str] = {}
+
+    def __call__(self, call_id: str) -> str:
+        given = self._given.get(call_id)
+        if given is not None:
+            return given
+        kept = re.sub(r"[^a-zA-Z0-9]", "", call_id)
+        attempt = 0
+        while True:
+            candidate = (
+                kept if attempt == 0 and len(kept) == self.SIZE else _hashed(call_id, attempt)
+            )
+            if self._owners.setdefault(candidate, call_id) == call_id:
+                self._given[call_id] = candidate
+                return candidate
+            attempt += 1
+
+
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _hashed(call_id: str, attempt: int) -> str:
+    number = int.from_bytes(hashlib.sha256(f"{call_id}:{attempt}".encode()).digest()[:8])
+    letters = []
+    for _ in range(MistralToolIds.SIZE):
+        number, digit = divmod(number, len(_ALNUM))
+        letters.append(_ALNUM[digit])
+    return "".join(letters)
+
+
+def _convert_assistant(
+    message: AssistantMessage, ids: MistralToolIds | None = None
+) -> dict[str, Any] | None:
     text = "".join(b.text for b in message.content if isinstance(b, TextContent) and b.text.strip())
     converted: dict[str, Any] = {"role": "assistant", "content": text or None}
     thinking = [b for b in message.content if isinstance(b, ThinkingContent) and b.thinking.strip()]
@@ -285,7 +338,7 @@ def _convert_assistant(message: AssistantMessage) -> dict[str, Any] | None:
     if calls:
         converted["tool_calls"] = [
             {
-                "id": call.id,
+                "id": ids(call.id) if ids else call.id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
             }
@@ -313,6 +366,10 @@ _FINISH = {
 
 _THINK_START = "<think>"
 _THINK_END = "</think>"
+# Models whose chat template opens the thinking itself (DeepSeek-R1 since 0528 and its
+# distills, QwQ): served raw (vLLM without a reasoning parser), their content is thinking
+# from its first word, ended by a lone </think>.
+_OPENED_BY_TEMPLATE = re.compile(r"(?<![a-z0-9])(r1|qwq)(?![a-z0-9])", re.IGNORECASE)
 
 
 def _tail_that_starts(text: str, tag: str) -> int:
@@ -356,6 +413,10 @@ class _StreamState:
         self._held = ""  # content that may be part of a <think> or </think> tag
         self._in_think = False  # inside <think> tags that opened the content
         self._after_think = False  # those tags closed, and no text has come since
+        # The content is thinking until a </think> (see _OPENED_BY_TEMPLATE); False once
+        # anything else is known of it.
+        self._presumed_think = _OPENED_BY_TEMPLATE.search(model.id) is not None
+        self._unsure_text = True  # the first text may yet end at a lone </think>
 
     @property
     def complete(self) -> bool:
@@ -413,6 +474,8 @@ class _StreamState:
                 fields = self._text_fields
                 if fields is None:  # no text yet: it may open with <think>
                     self._before_text(content)
+                elif self._unsure_text and self._closes_think(fields["text"], content):
+                    pass
                 else:
                     # block.text += content, growing the string in place (see append_str)
                     text = fields.pop("text")
@@ -493,12 +556,17 @@ class _StreamState:
                 self._held = held  # "", "\n", "<thi": not known yet
                 return
             if start.startswith(_THINK_START):
+                self._presumed_think = False
                 self._in_think = True
                 self._before_text(start[len(_THINK_START) :])
                 return
+            if self._presumed_think:  # the template said <think>: this is inside it
+                self._in_think = True
+                self._before_text(held)
+                return
         if self._after_think:
             held = held.lstrip()  # the line end after </think>
-        if held:
+        if held and not (self._unsure_text and self._closes_think("", held)):
             self._text(held)
 
     def keep_held(self) -> None:
@@ -508,6 +576,49 @@ class _StreamState:
             self._thinking(held, "content")
         elif held:
             self._text(held)
+
+    def _closes_think(self, text: str, content: str) -> bool:
+        """Whether ``content``, the next of the first text, brings a </think> that begins a
+        line with no <think> before it: the thinking of a model whose template opened it
+        (DeepSeek-R1 served raw, under a name that does not say so). What came before turns
+        into thinking; after the tag, the text begins anew. The first text only, while it is
+        the answer's first block."""
+        output = self.output
+        if self.thinking_index >= 0 or len(output.content) > (self.text_index == 0):
+            self._unsure_text = False  # not the answer's first block
+            return False
+        if _THINK_END not in text[-len(_THINK_END) :] + content:
+            return False
+        whole = text + content
+        end = whole.find(_THINK_END)
+        if (end and whole[end - 1] != "\n") or _THINK_START in whole[:end]:
+            self._unsure_text = False  # the model writing about the tag
+            return False
+        self._unsure_text = False
+        signed: dict[str, Any] = {THINKING_SIGNATURE: "content"}
+        thinking = ThinkingContent(thinking=whole[:end], **signed)
+        output.content[:1] = [thinking]  # in the place of the text, or as the first block
+        self.thinking_index, self.text_index, self._text_fields = 0, -1, None
+        self._emit(ThinkingStartEvent(output, 0))
+        self._emit(ThinkingDeltaEvent(output, 0, thinking.thinking))
+        self._after_think = True
+        self._before_text(whole[end + len(_THINK_END) :])
+        return True
+
+    def _thinking_was_the_answer(self) -> None:
+        """A presumed thinking never closed by </think> in an answer that ended as it should:
+        the model did not think (its template opened nothing), and this is its answer."""
+        if not (self._presumed_think and self._in_think) or self.thinking_index < 0:
+            return
+        output = self.output
+        index = self.thinking_index
+        block = output.content[index]
+        assert isinstance(block, ThinkingContent)
+        output.content[index] = TextContent(text=block.thinking)
+        self.thinking_index, self.text_index = -1, index
+        self._text_fields = output.content[index].__dict__
+        self._emit(TextStartEvent(output, index))
+        self._emit(TextDeltaEvent(output, index, block.thinking))
 
     def _content_parts(self, parts: Any) -> None:
         """Content as typed chunks, as Mistral's reasoning models (Magistral) stream it: text,
@@ -670,6 +781,8 @@ class _StreamState:
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
         self.keep_held()
+        if _FINISH.get(self.finish_reason or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
+            self._thinking_was_the_answer()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
             if isinstance(block, TextContent):
