@@ -97,8 +97,8 @@ async def test_a_request_id_used_again_starts_a_stream_of_its_own() -> None:
 @pytest.mark.anyio
 async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     now = [0.0]
-    budget = EventBudget()
-    store = SessionEvents(budget, clock=lambda: now[0])
+    budget = EventBudget(clock=lambda: now[0])
+    store = SessionEvents(budget)
     answered = await store.store_event("1", note("progress"))
     await store.store_event("1", answer(1))
     waiting = await store.store_event("2", note("still running"))
@@ -112,6 +112,29 @@ async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     # The refusal a late client gets says how long they are kept, as they are.
     said = not_kept_message(answered)
     assert f"{ANSWERED_KEEP_S:g} s after its answer" in said and "session ends" not in said
+
+
+@pytest.mark.anyio
+async def test_answered_requests_events_go_on_time_without_their_session_being_used() -> None:
+    """They went only when their session next stored or replayed an event: a client that got
+    its answers and went quiet held them (within the bounds) until its session ended."""
+    budget = EventBudget(keep_s=0.05)
+    store = SessionEvents(budget)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(budget.expire_answered)
+        await store.store_event("1", note("progress"))
+        await store.store_event("1", answer(1))
+        await store.store_event("2", note("still running"))
+        with anyio.fail_after(5):
+            while budget.events > 1:  # the session is not touched meanwhile
+                await anyio.sleep(0.01)
+        # One answered later goes too (the task, with none to wait for, waits for one).
+        await store.store_event("2", answer(2))
+        with anyio.fail_after(5):
+            while budget.events:
+                await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    assert budget.chars == 0
 
 
 @pytest.mark.anyio

@@ -61,6 +61,9 @@ RETRY_MS = 1_000
 # How long a request's events are kept once its answer came (a client whose stream dropped
 # comes back within seconds: its retry is 1 s, and the SDKs' clients try twice).
 ANSWERED_KEEP_S = 60.0
+# The least a sleep until the next answered stream is due lasts (a clock's rounding never
+# makes it a busy loop).
+EXPIRY_STEP_S = 0.01
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
 # Marks a GET that opens the session's stream afresh (in its ASGI scope).
@@ -83,14 +86,27 @@ class _Stream:
 
 class EventBudget:
     """The bound on what every session's store keeps together: past it the oldest event of
-    any session goes."""
+    any session goes. It also lets go of the events of every request answered over
+    ``keep_s`` ago (``expire_answered``), whether its session is used again or not."""
 
-    def __init__(self, max_events: int = TOTAL_EVENTS, max_chars: int = TOTAL_CHARS) -> None:
+    def __init__(
+        self,
+        max_events: int = TOTAL_EVENTS,
+        max_chars: int = TOTAL_CHARS,
+        keep_s: float = ANSWERED_KEEP_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_events = max_events
         self.max_chars = max_chars
+        self.keep_s = keep_s
+        self.clock = clock
         self.chars = 0
         self._order: OrderedDict[tuple[_Stream, int], int] = OrderedDict()
         self._stores: dict[_Stream, SessionEvents] = {}
+        # Streams that have their answer, in the order it came (so the first is due first),
+        # with when it came.
+        self._answered: OrderedDict[_Stream, float] = OrderedDict()
+        self._answer_came: anyio.Event | None = None
 
     @property
     def events(self) -> int:
@@ -107,18 +123,43 @@ class EventBudget:
     def removed(self, stream: _Stream, sequence: int) -> None:
         self.chars -= self._order.pop((stream, sequence))
 
+    def answered(self, stream: _Stream) -> None:
+        """``stream`` (which keeps events) has its answer: its events go ``keep_s`` from now."""
+        self._answered[stream] = self.clock()
+        if self._answer_came is not None:
+            self._answer_came.set()
+
+    def let_go_of_answered(self) -> None:
+        """Forgets the streams whose answer came over ``keep_s`` ago."""
+        since = self.clock() - self.keep_s
+        while self._answered:
+            stream, came = next(iter(self._answered.items()))
+            if came > since:
+                break
+            self._stores[stream].forget(stream)
+
+    async def expire_answered(self) -> None:
+        """Lets go of answered streams' events on time, for as long as it runs: it sleeps
+        until the first is due, or, with none answered, until one is."""
+        while True:
+            self.let_go_of_answered()
+            if self._answered:
+                came = next(iter(self._answered.values()))
+                await anyio.sleep(max(came + self.keep_s - self.clock(), EXPIRY_STEP_S))
+            else:
+                self._answer_came = anyio.Event()
+                await self._answer_came.wait()
+
     def forget(self, stream: _Stream) -> None:
         self._stores.pop(stream, None)
+        self._answered.pop(stream, None)
 
 
 class SessionEvents(EventStore):
     """One HTTP session's kept events, by stream (a request's, or the session's GET stream)."""
 
-    def __init__(self, budget: EventBudget, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget: EventBudget) -> None:
         self._budget = budget
-        self._clock = clock
-        # Streams that have their answer, oldest first, with when it came.
-        self._finished: OrderedDict[_Stream, float] = OrderedDict()
         self._by_key: dict[StreamId, _Stream] = {}
         self._by_number: dict[int, _Stream] = {}
         self._next_number = GET_STREAM_NUMBER + 1
@@ -126,14 +167,14 @@ class SessionEvents(EventStore):
         self._texts: dict[EventId, str] = {}  # the last few, for the transport to send as is
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        self._let_go_of_answered()
+        self._budget.let_go_of_answered()
         stream = self._by_key.get(stream_id)
         if stream is None or stream.finished:  # a request id used again: a stream of its own
             number = GET_STREAM_NUMBER if stream_id == GET_STREAM_KEY else self._next_number
             if number != GET_STREAM_NUMBER:
                 self._next_number += 1
             if stream is not None:
-                self._forget(stream)
+                self.forget(stream)
             stream = self._by_key[stream_id] = self._by_number[number] = _Stream(stream_id, number)
         sequence = self._next_sequence
         self._next_sequence += 1
@@ -153,7 +194,7 @@ class SessionEvents(EventStore):
         if isinstance(message, JSONRPCResponse | JSONRPCError) and stream_id != GET_STREAM_KEY:
             stream.finished = True
             if stream.events:
-                self._finished[stream] = self._clock()
+                self._budget.answered(stream)
         if text is not None:
             # The transport sends the event next: it takes the text made here (one dump, not
             # two). Only the latest few are held for that (one whose stream has no client is
@@ -186,7 +227,7 @@ class SessionEvents(EventStore):
         """The stream ``last_event_id`` belongs to and its kept events after it (as ids and
         texts), or None for an id of no stream this session keeps. The session's GET stream
         is always known (empty until something is sent on it)."""
-        self._let_go_of_answered()
+        self._budget.let_go_of_answered()
         parts = event_id_parts(last_event_id)
         if parts is None:
             return None
@@ -210,19 +251,10 @@ class SessionEvents(EventStore):
         stream.chars -= size
         self._budget.removed(stream, sequence)
         if not stream.events and stream.number != GET_STREAM_NUMBER:
-            self._forget(stream)
+            self.forget(stream)
 
-    def _let_go_of_answered(self) -> None:
-        """Forgets the streams whose answer came over ``ANSWERED_KEEP_S`` ago."""
-        since = self._clock() - ANSWERED_KEEP_S
-        while self._finished:
-            stream, finished = next(iter(self._finished.items()))
-            if finished > since:
-                break
-            self._forget(stream)
-
-    def _forget(self, stream: _Stream) -> None:
-        self._finished.pop(stream, None)
+    def forget(self, stream: _Stream) -> None:
+        """Lets go of ``stream`` and its events."""
         while stream.events:
             sequence, _, _ = stream.events.popleft()
             self._budget.removed(stream, sequence)
@@ -236,7 +268,7 @@ class SessionEvents(EventStore):
     def close(self) -> None:
         """Lets go of every event (the session ended)."""
         for stream in list(self._by_number.values()):
-            self._forget(stream)
+            self.forget(stream)
         self._texts.clear()
 
 

@@ -212,6 +212,9 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             return None
         if self._event_budget is None:
             self._event_budget = EventBudget()
+            # Answered requests' events go on time, whether their sessions are used again.
+            assert self._task_group is not None
+            self._task_group.start_soon(self._event_budget.expire_answered)
         # Resumable: its events are kept (bounded) for a client whose stream drops.
         transport.__class__ = ResumableTransport
         transport._event_store = SessionEvents(self._event_budget)
