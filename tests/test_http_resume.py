@@ -138,6 +138,23 @@ async def test_answered_requests_events_go_on_time_without_their_session_being_u
 
 
 @pytest.mark.anyio
+async def test_a_stream_whose_answer_is_too_large_to_keep_is_let_go_of_at_once() -> None:
+    """An answer over a stream's bound is not kept; its stream's record stayed (empty, for a
+    client that opened no priming event) until the session ended, or kept the rest of its
+    events, whose replay ends without the answer and only sends its client round again."""
+    budget = EventBudget()
+    store = SessionEvents(budget)
+    huge = {"t": "x" * STREAM_CHARS}
+    alone = await store.store_event("1", JSONRPCResponse(jsonrpc="2.0", id=1, result=huge))
+    assert store.after(alone) is None
+    primed = await store.store_event("2", None)
+    await store.store_event("2", note("progress"))
+    await store.store_event("2", JSONRPCResponse(jsonrpc="2.0", id=2, result=huge))
+    assert store.after(primed) is None
+    assert budget.events == 0 and budget.chars == 0
+
+
+@pytest.mark.anyio
 async def test_a_stream_keeps_its_newest_events_within_its_bounds() -> None:
     budget = EventBudget()
     store = SessionEvents(budget)

@@ -183,7 +183,8 @@ class SessionEvents(EventStore):
         )
         size = 0 if text is None else len(text)
         event_id = f"{stream.number}.{sequence}"
-        if size > STREAM_CHARS:
+        kept = size <= STREAM_CHARS
+        if not kept:
             log.info("event %s (%d characters) is too large to keep for a replay", event_id, size)
         else:
             stream.events.append((sequence, text, size))
@@ -193,8 +194,12 @@ class SessionEvents(EventStore):
                 self.drop_oldest(stream)
         if isinstance(message, JSONRPCResponse | JSONRPCError) and stream_id != GET_STREAM_KEY:
             stream.finished = True
-            if stream.events:
+            if kept and stream.events:
                 self._budget.answered(stream)
+            else:
+                # Its answer is not kept: a replay of the rest would only send its client
+                # round again. Forgotten at once, a resume is told the stream is not kept.
+                self.forget(stream)
         if text is not None:
             # The transport sends the event next: it takes the text made here (one dump, not
             # two). Only the latest few are held for that (one whose stream has no client is
@@ -290,8 +295,8 @@ def not_kept_message(last_event_id: str) -> str:
     return (
         f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no event stream"
         f" this session keeps (a request's events are kept until {ANSWERED_KEEP_S:g} s after"
-        " its answer, the newest of them only past the server's bounds): send the request"
-        " again"
+        " its answer, the newest of them only past the server's bounds, and none of a request"
+        f" whose answer alone is over {STREAM_CHARS:,} characters): send the request again"
     )
 
 
