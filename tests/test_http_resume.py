@@ -288,6 +288,51 @@ def test_a_dropped_stream_resumes_with_every_event_once_and_ends_with_the_answer
         assert "names no event stream" in said and "60 s after its answer" in said, said
 
 
+def test_a_client_back_before_the_server_saw_its_stream_drop_gets_the_rest_of_it(
+    slow_server: str,
+) -> None:
+    """A client whose connection dropped unseen (no word of it reached the server: a network
+    that lost it, a proxy's cut) comes back with Last-Event-ID while the server still sends
+    on the old stream. Its resumed stream ended after what was kept so far, without the
+    answer, and the client came back each second until the server saw the drop; now the
+    resumed stream takes the old one's place at once."""
+    with httpx.Client(timeout=30) as http:
+        session = open_session(http, slow_server)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "agent_run",
+                "arguments": {"prompt": "slow 30"},
+                "_meta": {"progressToken": "p"},
+            },
+        }
+        seen: list[dict[str, Any]] = []
+        with http.stream("POST", slow_server, json=call, headers=session) as old:
+            lines = old.iter_lines()
+            events = sse_events(lines)
+            last = next(events)["id"]
+            for event in events:
+                seen.append(json.loads(event["data"]))
+                last = event["id"]
+                if len(seen) == 3:
+                    break
+            # The old connection stays open, unread: to the server nothing is wrong with it.
+            resume = {**session, "Accept": "text/event-stream", "last-event-id": last}
+            with http.stream("GET", slow_server, headers=resume) as stream:
+                events = sse_events(stream.iter_lines())
+                seen += [json.loads(e["data"]) for e in events if "data" in e]  # (not a ping)
+            # The old stream was ended by the server, not left to be sent on.
+            for _ in lines:
+                pass
+    assert seen[-1].get("id") == 2 and not seen[-1]["result"]["isError"], seen[-1]
+    progress = [m["params"]["progress"] for m in seen if m.get("method")]
+    progress = [p for p in progress if p == int(p)]
+    assert progress == list(range(1, len(progress) + 1))
+    assert seen[-1]["result"]["structuredContent"]["events"] == len(progress)
+
+
 class CuttingProxy:
     """A TCP proxy in front of a server whose connections ``cut`` drops at once, as a flaky
     network does."""
@@ -403,14 +448,17 @@ def open_session(http: httpx.Client, url: str, version: str = "2025-11-25") -> d
 def test_a_get_stream_that_drops_before_any_notification_resumes_from_its_priming(
     slow_server: str,
 ) -> None:
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=5) as http:
         session = open_session(http, slow_server)
         listen = {**session, "Accept": "text/event-stream"}
         with http.stream("GET", slow_server, headers=listen) as stream:
-            events = sse_events(stream.iter_lines())  # (held: dropped, it closes the stream)
-            priming = next(events)
-            # One GET stream at a time, as before.
-            assert http.get(slow_server, headers=listen).status_code == 409
+            lines = stream.iter_lines()
+            priming = next(sse_events(lines))
+            # A second GET stream takes the first's place (it was refused with 409 while the
+            # server had not seen the first's connection drop): the first ends.
+            with http.stream("GET", slow_server, headers=listen) as second:
+                assert second.status_code == 200
+                assert all(not line or line.startswith(":") for line in lines)
         assert priming["data"] == "" and priming["retry"] == "1000"
         # While the client is away, a session is created: the resources list changes.
         create = {

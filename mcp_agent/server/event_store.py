@@ -1,6 +1,6 @@
 """What each 2025 HTTP session's event streams sent, kept so that a client whose stream dropped
-gets what it missed by reconnecting with Last-Event-ID (the SDK's ``EventStore``), and the
-transport that replays it (``ResumableTransport``).
+gets what it missed by reconnecting with Last-Event-ID (the SDK's ``EventStore``; the transport
+that replays it is ``resumable.ResumableTransport``).
 
 Each HTTP session has a store of its own (``SessionEvents``): a replay never reaches another
 session's events, and the store goes with its session; a request's events go
@@ -24,29 +24,18 @@ import anyio
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     LAST_EVENT_ID_HEADER,
-    MCP_SESSION_ID_HEADER,
-    REQUEST_STREAM_BUFFER_SIZE,
     EventCallback,
     EventId,
     EventMessage,
     EventStore,
-    SSEEvent,
-    StreamableHTTPServerTransport,
     StreamId,
 )
 from mcp_types import (
-    INVALID_REQUEST,
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCResponse,
     jsonrpc_message_adapter,
 )
-from mcp_types.version import is_version_at_least
-from sse_starlette import EventSourceResponse
-from starlette.requests import Request
-from starlette.types import Send
-
-from mcp_agent.server.unreadable import error_response
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +44,6 @@ STREAM_EVENTS = 1_000
 STREAM_CHARS = 10 * 1024 * 1024
 TOTAL_EVENTS = 50_000
 TOTAL_CHARS = 32 * 1024 * 1024
-# How long a client waits before reconnecting a dropped stream (the SSE retry field, sent with
-# the priming event that opens each request's stream for 2025-11-25 clients).
-RETRY_MS = 1_000
 # How long a request's events are kept once its answer came (a client whose stream dropped
 # comes back within seconds: its retry is 1 s, and the SDKs' clients try twice).
 ANSWERED_KEEP_S = 60.0
@@ -66,8 +52,6 @@ ANSWERED_KEEP_S = 60.0
 EXPIRY_STEP_S = 0.01
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
-# Marks a GET that opens the session's stream afresh (in its ASGI scope).
-FRESH_GET = "mcp_agent.fresh_get"
 # The number of a session's standalone (GET) stream in its event ids.
 GET_STREAM_NUMBER = 0
 
@@ -302,124 +286,3 @@ def not_kept_message(last_event_id: str) -> str:
 
 def _parsed(text: str) -> JSONRPCMessage:
     return jsonrpc_message_adapter.validate_json(text)
-
-
-class ResumableTransport(StreamableHTTPServerTransport):
-    """The SDK's 2025 transport, with a replay that ends once it has sent its request's
-    answer (the SDK's kept the resumed stream open for good, holding its session open too),
-    that misses nothing stored while it starts, and that refuses an id of no stream the
-    session keeps (the SDK's sent an empty stream, which clients reconnect to again and
-    again; a text that is no id of ours opens the GET stream afresh), and a new GET stream
-    of a 2025-11-25 client that opens with a priming event, so it can be resumed from its
-    start. Each session's transport is made this class with a ``SessionEvents`` of its own."""
-
-    # The protocol version the session's initialize asked for.
-    _session_version: str | None = None
-
-    async def _mint_priming_event(
-        self, stream_id: StreamId, protocol_version: str
-    ) -> SSEEvent | None:
-        # The first stream is the initialize's, with the version it asks for. A later request
-        # whose header names an older version (the conformance suite's do) comes from that
-        # same client, which reads priming events: the newer of the two decides.
-        if self._session_version is None:
-            self._session_version = protocol_version
-        elif is_version_at_least(self._session_version, protocol_version):
-            protocol_version = self._session_version
-        return await super()._mint_priming_event(stream_id, protocol_version)
-
-    def _create_event_data(self, event_message: EventMessage) -> SSEEvent:
-        store = self._event_store
-        text = (
-            store.take_text(event_message.event_id)
-            if isinstance(store, SessionEvents) and event_message.event_id
-            else None
-        )
-        if text is None:
-            return super()._create_event_data(event_message)
-        return {"event": "message", "data": text, "id": event_message.event_id or ""}
-
-    async def _handle_get_request(self, request: Request, send: Send) -> None:
-        # A new GET stream of a 2025-11-25 client opens as a resumed one, from the newest
-        # event: it starts with a priming event, so a client whose stream drops before any
-        # notification came can still resume it (the SDK's opened with nothing to resume from,
-        # and what was sent while the client was away was lost).
-        store = self._event_store
-        version = self._session_version
-        if (
-            isinstance(store, SessionEvents)
-            and version is not None
-            and is_version_at_least(version, "2025-11-25")
-            and request.headers.get(LAST_EVENT_ID_HEADER) is None
-        ):
-            cursor = (LAST_EVENT_ID_HEADER.encode(), store.get_stream_cursor().encode())
-            scope = {**request.scope, "headers": [*request.scope["headers"], cursor]}
-            scope[FRESH_GET] = True
-            request = Request(scope, request.receive)
-        await super()._handle_get_request(request, send)
-
-    async def _replay_events(self, last_event_id: str, request: Request, send: Send) -> None:
-        store = self._event_store
-        found = store.after(last_event_id) if isinstance(store, SessionEvents) else None
-        if found is None and event_id_parts(last_event_id) is None:
-            # No id of ours (junk, or another server's): the session's GET stream, afresh.
-            kept = [(k, v) for k, v in request.scope["headers"] if k != b"last-event-id"]
-            anew = Request({**request.scope, "headers": kept}, request.receive)
-            await self._handle_get_request(anew, send)
-            return
-        if found is None:
-            said = not_kept_message(last_event_id)
-            await error_response(400, said, INVALID_REQUEST)(request.scope, request.receive, send)
-            return
-        stream, events = found
-        key = stream.key
-        fresh = bool(request.scope.get(FRESH_GET))
-        if fresh and key in self._request_streams:
-            said = "Conflict: Only one SSE stream is allowed per session"
-            await error_response(409, said, INVALID_REQUEST)(request.scope, request.receive, send)
-            return
-        # Taken with no await between: nothing stored meanwhile is missed, or sent twice.
-        tail = None
-        if not stream.finished and key not in self._request_streams:
-            tail = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
-            self._request_streams[key] = tail
-        writer, reader = anyio.create_memory_object_stream[SSEEvent](0)
-        if tail is not None:
-            self._sse_stream_writers[key] = writer
-
-        async def sender() -> None:
-            try:
-                async with writer:
-                    if fresh:
-                        await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
-                    for event_id, text in events:
-                        await writer.send({"event": "message", "data": text, "id": event_id})
-                    if tail is None:
-                        return
-                    async with tail[1]:
-                        async for event_message in tail[1]:
-                            await writer.send(self._create_event_data(event_message))
-                            if isinstance(event_message.message, JSONRPCResponse | JSONRPCError):
-                                break
-            except anyio.ClosedResourceError:
-                log.debug("replayed stream %s closed", key)
-            finally:
-                if tail is not None and self._request_streams.get(key) is tail:
-                    del self._request_streams[key]
-                    tail[0].close()
-                if self._sse_stream_writers.get(key) is writer:
-                    del self._sse_stream_writers[key]
-
-        headers = {
-            "Cache-Control": "no-cache, no-transform",
-            "Connection": "keep-alive",
-            "Content-Type": "text/event-stream",
-        }
-        if self.mcp_session_id:
-            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
-        response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
-        try:
-            await response(request.scope, request.receive, send)
-        finally:
-            await writer.aclose()
-            await reader.aclose()

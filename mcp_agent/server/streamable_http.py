@@ -49,12 +49,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
 )
 from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
-from mcp_agent.server.event_store import (
-    RETRY_MS,
-    EventBudget,
-    ResumableTransport,
-    SessionEvents,
-)
+from mcp_agent.server.event_store import EventBudget, SessionEvents
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
     BearerTokenMiddleware,
@@ -62,6 +57,7 @@ from mcp_agent.server.http_auth import (
     check_bind,
 )
 from mcp_agent.server.http_connections import http_protocol
+from mcp_agent.server.resumable import RETRY_MS, ResumableTransport
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import (
