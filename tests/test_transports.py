@@ -488,6 +488,71 @@ def test_a_detached_run_whose_client_never_listens_fails_saying_so(tmp_path: Pat
     assert "had none open for 0.5 s" in said
 
 
+CLIENT_ANSWER = {
+    "role": "assistant",
+    "content": {"type": "text", "text": "hello from the client"},
+    "model": "client-model",
+    "stopReason": "endTurn",
+}
+
+
+def test_a_request_for_the_clients_model_whose_get_stream_closed_unanswered_comes_again(
+    http_server: HttpServer,
+) -> None:
+    """A detached run asks the client's model on the GET stream; that stream closed before
+    the client answered (a client that lost it with its connection), and the run waited for
+    good: the next GET stream the client opens gets the request again, and only until it is
+    answered."""
+    with httpx.Client(timeout=30) as http:
+        legacy = sampling_session(http, http_server.url)
+        listen = {**legacy, "Accept": "text/event-stream"}
+        arguments = {"prompt": "hi", "model": "client", "wait": False}
+        with http.stream("GET", http_server.url, headers=listen) as first:
+            started = call_tool(http, http_server.url, legacy, "agent_run", arguments)
+            asked = sampling_request(first, "the model's request never came on the GET stream")
+        with http.stream("GET", http_server.url, headers=listen) as second:
+            again = sampling_request(second, "the request was not sent again")
+        assert again == asked
+        reply = {"jsonrpc": "2.0", "id": asked["id"], "result": CLIENT_ANSWER}
+        assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
+        waited = {"run_id": started["runId"], "wait_seconds": 30}
+        status = call_tool(http, http_server.url, legacy, "agent_status", waited)
+        # Answered, it is not sent again: the next GET stream hears only what comes next.
+        with http.stream("GET", http_server.url, headers=listen) as third:
+            call_tool(http, http_server.url, legacy, "session_create", {})
+            data = next(line for line in third.iter_lines() if line.startswith("data:"))
+        assert json.loads(data.removeprefix("data:"))["method"] != "sampling/createMessage"
+        http.delete(http_server.url, headers=legacy)
+    assert status["status"] == "completed", status
+    assert status["answer"] == "hello from the client"
+
+
+def test_a_request_for_the_clients_model_whose_get_stream_closed_fails_if_none_opens(
+    tmp_path: Path,
+) -> None:
+    """Its GET stream closed before the client answered, and the client opened no other: the
+    run waited for good, its session busy; it now fails after --client-stream-wait seconds,
+    saying why."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "0.5")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            listen = {**legacy, "Accept": "text/event-stream"}
+            arguments = {"prompt": "hi", "model": "client", "wait": False}
+            with http.stream("GET", server.url, headers=listen) as heard:
+                started = call_tool(http, server.url, legacy, "agent_run", arguments)
+                sampling_request(heard, "the model's request never came on the GET stream")
+            waited = {"run_id": started["runId"], "wait_seconds": 10}
+            status = call_tool(http, server.url, legacy, "agent_status", waited)
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert status["status"] == "error", status
+    said = str(status["error"])
+    assert "GET stream) closed before the client answered" in said, said
+    assert "opened none in 0.5 s" in said, said
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

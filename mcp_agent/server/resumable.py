@@ -4,8 +4,12 @@ what the session's ``SessionEvents`` keeps (``event_store.py``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
@@ -17,11 +21,19 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
     StreamId,
 )
-from mcp_types import INVALID_REQUEST, JSONRPCError, JSONRPCResponse, RequestId
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCResponse,
+    RequestId,
+)
 from mcp_types.version import is_version_at_least
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from mcp_agent.server.event_store import SessionEvents, event_id_parts, not_kept_message
 from mcp_agent.server.unreadable import error_response
@@ -46,10 +58,42 @@ class ResumableTransport(StreamableHTTPServerTransport):
     2025-11-25 client opens with a priming event, so it can be resumed from its start. A
     stream opened again (a resume, or a new GET stream) takes the place of the one it
     replaces at once, if the server has not yet seen that one's connection drop. Each
-    session's transport is made this class with a ``SessionEvents`` of its own."""
+    session's transport is made this class with a ``SessionEvents`` of its own.
+
+    A request to the client sent on the GET stream (a detached run's for the client's model)
+    that the client has not answered when that stream closes is sent again on the next GET
+    stream it opens afresh (one it resumes replays it, if the client had not seen it), and
+    fails, saying why, once the client has had none open for ``client_stream_wait`` seconds:
+    before, it waited for good."""
 
     # The protocol version the session's initialize asked for.
     _session_version: str | None = None
+    # How long a request sent on a GET stream that closed waits for the next one.
+    client_stream_wait = 30.0
+    # When the GET stream closed with requests to the client unanswered (None: it is open,
+    # or none was left unanswered), whether a task watches for that wait to end, and the
+    # task group such a task runs in (the session's, while it is connected).
+    _get_closed_at: float | None = None
+    _watching = False
+    _tasks: TaskGroup | None = None
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncGenerator[tuple[Any, Any], None]:
+        async with super().connect() as streams, anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield streams
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
+    async def _handle_post_request(
+        self, scope: Scope, request: Request, receive: Receive, send: Send
+    ) -> None:
+        store = self._event_store
+        if isinstance(store, SessionEvents) and store.unanswered():
+            store.answered_in(await request.body())  # (kept: the SDK reads it again)
+        await super()._handle_post_request(scope, request, receive, send)
 
     async def _mint_priming_event(
         self, stream_id: StreamId, protocol_version: str
@@ -119,12 +163,21 @@ class ResumableTransport(StreamableHTTPServerTransport):
             tail = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
             self._request_streams[key] = tail
             self._sse_stream_writers[key] = writer
+        again: list[str] = []
+        if key == GET_STREAM_KEY and isinstance(store, SessionEvents):
+            self._get_closed_at = None
+            if request.scope.get(FRESH_GET):
+                # Opened afresh, it may never have had them: sent again, with no id (so a
+                # resume of this stream goes on from where it starts).
+                again = [text for _, text in store.unanswered()]
 
         async def sender() -> None:
             try:
                 async with writer:
                     if primed:
                         await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
+                    for text in again:
+                        await writer.send({"event": "message", "data": text})
                     for event_id, text in events:
                         await writer.send({"event": "message", "data": text, "id": event_id})
                     if tail is None:
@@ -137,8 +190,9 @@ class ResumableTransport(StreamableHTTPServerTransport):
             except anyio.ClosedResourceError:
                 log.debug("replayed stream %s closed", key)
             finally:
-                if tail is not None:
-                    self._let_go(key, tail[1], writer)
+                if tail is not None and self._let_go(key, tail[1], writer):
+                    if key == GET_STREAM_KEY:
+                        self._get_stream_closed()
 
         headers = {
             "Cache-Control": "no-cache, no-transform",
@@ -181,16 +235,56 @@ class ResumableTransport(StreamableHTTPServerTransport):
         key: RequestId,
         reader: MemoryObjectReceiveStream[EventMessage],
         writer: MemoryObjectSendStream[SSEEvent],
-    ) -> None:
+    ) -> bool:
         """Unregisters the stream ``key`` sent from ``reader`` to ``writer``, unless another
-        connection's has taken its place."""
+        connection's has taken its place; whether it was still registered."""
         if self._sse_stream_writers.get(key) is writer:
             del self._sse_stream_writers[key]
         registered = self._request_streams.get(key)
-        if registered is not None and registered[1] is reader:
-            del self._request_streams[key]
-            registered[0].close()
         reader.close()
+        if registered is None or registered[1] is not reader:
+            return False
+        del self._request_streams[key]
+        registered[0].close()
+        return True
+
+    def _get_stream_closed(self) -> None:
+        """The GET stream closed (no other took its place): the requests to the client sent
+        there and not answered wait ``client_stream_wait`` seconds for the next."""
+        store = self._event_store
+        if not isinstance(store, SessionEvents) or not store.unanswered() or self._tasks is None:
+            return
+        self._get_closed_at = anyio.current_time()
+        if not self._watching:
+            self._watching = True
+            self._tasks.start_soon(self._fail_unheard)
+
+    async def _fail_unheard(self) -> None:
+        """Fails the requests sent on the GET stream and not answered once the client has
+        had none open for ``client_stream_wait`` seconds (while it has one, they wait)."""
+        try:
+            while self._get_closed_at is not None:
+                due = self._get_closed_at + self.client_stream_wait
+                if anyio.current_time() < due:
+                    await anyio.sleep(due - anyio.current_time())
+                    continue
+                store = self._event_store
+                writer = self._read_stream_writer
+                assert isinstance(store, SessionEvents) and writer is not None
+                said = (
+                    "no answer came: the event stream the request was sent on (the session's"
+                    " GET stream) closed before the client answered it, and the client opened"
+                    f" none in {self.client_stream_wait:g} s to be sent it again"
+                )
+                for asked in store.take_unanswered():
+                    error = ErrorData(code=INTERNAL_ERROR, message=said)
+                    unheard = JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)
+                    await writer.send(SessionMessage(unheard))
+                return
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("session ended before its unanswered requests were failed")
+        finally:
+            self._watching = False
 
 
 def _answers(event_message: EventMessage, key: RequestId) -> bool:

@@ -213,8 +213,10 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             self._task_group.start_soon(self._event_budget.expire_answered)
         # Resumable: its events are kept (bounded) for a client whose stream drops.
         transport.__class__ = ResumableTransport
+        assert isinstance(transport, ResumableTransport)
         transport._event_store = SessionEvents(self._event_budget)
         transport._retry_interval = RETRY_MS
+        transport.client_stream_wait = self.client_stream_wait
         if self.session_prefix:
             # Renamed before the opening request is served (which sends the id).
             old = transport.mcp_session_id
