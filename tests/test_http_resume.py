@@ -15,7 +15,7 @@ import pytest
 from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import JSONRPCNotification, JSONRPCResponse
+from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
     slow_server_fixture,
@@ -152,6 +152,27 @@ async def test_a_stream_whose_answer_is_too_large_to_keep_is_let_go_of_at_once()
     await store.store_event("2", JSONRPCResponse(jsonrpc="2.0", id=2, result=huge))
     assert store.after(primed) is None
     assert budget.events == 0 and budget.chars == 0
+
+
+@pytest.mark.anyio
+async def test_requests_to_the_client_are_unanswered_until_answered_or_given_up() -> None:
+    store = SessionEvents(EventBudget())
+
+    def ask(request_id: int) -> JSONRPCRequest:
+        return JSONRPCRequest(jsonrpc="2.0", id=request_id, method="sampling/createMessage")
+
+    for request_id, stream in ((1, GET_STREAM_KEY), (2, GET_STREAM_KEY), (3, "7")):
+        await store.store_event(stream, ask(request_id))
+    assert [asked.id for asked, _ in store.unanswered(GET_STREAM_KEY)] == [1, 2]
+    # The client's answer (a POST) ends the wait; so does the server's giving up, which
+    # the SDK tells the client: given up, it is not sent again.
+    store.answered_in(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode())
+    given_up = {"requestId": 2, "reason": "caller cancelled"}
+    cancel = JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=given_up)
+    await store.store_event(GET_STREAM_KEY, cancel)
+    assert store.unanswered(GET_STREAM_KEY) == []
+    assert [asked.id for asked in store.take_unanswered("7")] == [3]
+    assert store.unanswered("7") == []
 
 
 @pytest.mark.anyio

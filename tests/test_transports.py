@@ -550,7 +550,38 @@ def test_a_request_for_the_clients_model_whose_get_stream_closed_fails_if_none_o
     assert status["status"] == "error", status
     said = str(status["error"])
     assert "GET stream) closed before the client answered" in said, said
-    assert "opened none in 0.5 s" in said, said
+    assert "did not come back for it in 0.5 s" in said, said
+
+
+def test_a_waited_run_whose_client_vanished_before_answering_fails_and_frees_its_session(
+    tmp_path: Path,
+) -> None:
+    """The client of a waited run went for good (its connection dropped) after the request for
+    its model came on the call's stream: the run waited for good, its session busy, and so
+    did the HTTP session (a call under way never idles). Unless the client comes back for the
+    stream (a resume replays the request), the run now fails after --client-stream-wait
+    seconds, saying why."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "0.5")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            sid = call_tool(http, server.url, legacy, "session_create", {})["id"]
+            run = {"prompt": "hi", "model": "client", "session_id": sid}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+            call["params"] = {"name": "agent_run", "arguments": run}
+            with http.stream("POST", server.url, json=call, headers=legacy) as stream:
+                sampling_request(stream, "the model's request never came on the call's stream")
+            other = sampling_session(http, server.url)
+            (under_way,) = call_tool(http, server.url, other, "agent_runs", {})["runs"]
+            waited = {"run_id": under_way["runId"], "wait_seconds": 10}
+            status = call_tool(http, server.url, other, "agent_status", waited)
+            again = {"prompt": "again", "model": "scripted:echo", "session_id": sid}
+            assert call_tool(http, server.url, other, "agent_run", again)["status"] == "completed"
+    finally:
+        server.stop()
+    assert status["status"] == "error", status
+    said = str(status["error"])
+    assert "(its call's stream) closed before the client answered" in said, said
 
 
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from mcp.server.streamable_http import (
 from mcp_types import (
     JSONRPCError,
     JSONRPCMessage,
+    JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
     jsonrpc_message_adapter,
@@ -40,6 +41,8 @@ from mcp_types import (
 from pydantic_core import from_json
 
 log = logging.getLogger(__name__)
+
+CANCELLED = "notifications/cancelled"
 
 # What one stream keeps (its newest events), and what all sessions' streams keep together.
 STREAM_EVENTS = 1_000
@@ -54,8 +57,9 @@ ANSWERED_KEEP_S = 60.0
 EXPIRY_STEP_S = 0.01
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
-# The most requests to its client sent on a session's GET stream and not answered yet that
-# are kept, to send again on its next GET stream (past it the oldest is not sent again).
+# The most requests to its client sent on a session's streams and not answered yet that are
+# kept, to send again on its next GET stream or to fail once their stream closed and the
+# client did not come back (past it the oldest is forgotten).
 ASKED_KEPT = 64
 # The number of a session's standalone (GET) stream in its event ids.
 GET_STREAM_NUMBER = 0
@@ -146,7 +150,7 @@ class EventBudget:
 
 class SessionEvents(EventStore):
     """One HTTP session's kept events, by stream (a request's, or the session's GET stream),
-    and the requests to its client sent on its GET stream that it has not answered yet."""
+    and the requests to its client sent on its streams that it has not answered yet."""
 
     def __init__(self, budget: EventBudget) -> None:
         self._budget = budget
@@ -155,9 +159,9 @@ class SessionEvents(EventStore):
         self._next_number = GET_STREAM_NUMBER + 1
         self._next_sequence = 1
         self._texts: dict[EventId, str] = {}  # the last few, for the transport to send as is
-        # The requests sent on the GET stream and not answered yet, by id as text, oldest
-        # first: the request itself and its text.
-        self._asked: OrderedDict[str, tuple[JSONRPCRequest, str]] = OrderedDict()
+        # The requests to the client not answered yet, by id as text, oldest first: the
+        # stream each was sent on, the request and its text.
+        self._asked: OrderedDict[str, tuple[StreamId, JSONRPCRequest, str]] = OrderedDict()
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         self._budget.let_go_of_answered()
@@ -193,10 +197,13 @@ class SessionEvents(EventStore):
                 # Its answer is not kept: a replay of the rest would only send its client
                 # round again. Forgotten at once, a resume is told the stream is not kept.
                 self.forget(stream)
-        elif isinstance(message, JSONRPCRequest) and stream_id == GET_STREAM_KEY and text:
-            self._asked[str(message.id)] = (message, text)
+        elif isinstance(message, JSONRPCRequest) and text:
+            self._asked[str(message.id)] = (stream_id, message, text)
             while len(self._asked) > ASKED_KEPT:
                 del self._asked[next(iter(self._asked))]
+        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
+            # The server no longer waits for it (the SDK tells the client so).
+            self._asked.pop(str((message.params or {}).get("requestId")), None)
         if text is not None:
             # The transport sends the event next: it takes the text made here (one dump, not
             # two). Only the latest few are held for that (one whose stream has no client is
@@ -206,14 +213,13 @@ class SessionEvents(EventStore):
                 del self._texts[next(iter(self._texts))]
         return event_id
 
-    def unanswered(self) -> list[tuple[JSONRPCRequest, str]]:
-        """The requests sent on the GET stream that the client has not answered, oldest
-        first, each with its text."""
-        return list(self._asked.values())
+    def unanswered(self, stream_id: StreamId) -> list[tuple[JSONRPCRequest, str]]:
+        """The requests sent on ``stream_id`` that the client has not answered, oldest first,
+        each with its text."""
+        return [(asked, text) for key, asked, text in self._asked.values() if key == stream_id]
 
     def answered_in(self, body: bytes) -> None:
-        """Notes the answer to a request sent on the GET stream, if ``body`` (a POST's) is
-        one."""
+        """Notes the answer to a request to the client, if ``body`` (a POST's) is one."""
         if not self._asked or (b'"result"' not in body and b'"error"' not in body):
             return
         try:
@@ -223,12 +229,13 @@ class SessionEvents(EventStore):
         if isinstance(message, dict) and "method" not in message and "id" in message:
             self._asked.pop(str(message["id"]), None)
 
-    def take_unanswered(self) -> list[JSONRPCRequest]:
-        """The requests sent on the GET stream that the client has not answered, which no
-        longer wait for an answer."""
-        asked = [request for request, _ in self._asked.values()]
-        self._asked.clear()
-        return asked
+    def take_unanswered(self, stream_id: StreamId) -> list[JSONRPCRequest]:
+        """The requests sent on ``stream_id`` that the client has not answered, which are
+        then forgotten."""
+        taken = [asked for asked, _ in self.unanswered(stream_id)]
+        for asked in taken:
+            del self._asked[str(asked.id)]
+        return taken
 
     def get_stream_cursor(self) -> EventId:
         """An id of the session's GET stream after every event stored so far: what a GET

@@ -60,20 +60,21 @@ class ResumableTransport(StreamableHTTPServerTransport):
     replaces at once, if the server has not yet seen that one's connection drop. Each
     session's transport is made this class with a ``SessionEvents`` of its own.
 
-    A request to the client sent on the GET stream (a detached run's for the client's model)
-    that the client has not answered when that stream closes is sent again on the next GET
-    stream it opens afresh (one it resumes replays it, if the client had not seen it), and
-    fails, saying why, once the client has had none open for ``client_stream_wait`` seconds:
-    before, it waited for good."""
+    A request to the client (a run's for the client's model) that the client has not answered
+    when the stream it went on closes waits for the client to come back for it: a resume of
+    that stream replays it, if the client had not seen it, and one sent on the GET stream is
+    sent again on the next GET stream opened afresh. Once the client has not come back for
+    ``client_stream_wait`` seconds it fails, saying why: before, it waited for good (and the
+    run with it, its session busy)."""
 
     # The protocol version the session's initialize asked for.
     _session_version: str | None = None
-    # How long a request sent on a GET stream that closed waits for the next one.
+    # How long a request to the client whose stream closed waits for the client to come back.
     client_stream_wait = 30.0
-    # When the GET stream closed with requests to the client unanswered (None: it is open,
-    # or none was left unanswered), whether a task watches for that wait to end, and the
-    # task group such a task runs in (the session's, while it is connected).
-    _get_closed_at: float | None = None
+    # The streams that closed with requests to the client unanswered, each with when (in the
+    # order they closed; made on first use), whether a task watches for their wait to end,
+    # and the task group such a task runs in (the session's, while it is connected).
+    _closed: dict[RequestId, float] | None = None
     _watching = False
     _tasks: TaskGroup | None = None
 
@@ -91,7 +92,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
         self, scope: Scope, request: Request, receive: Receive, send: Send
     ) -> None:
         store = self._event_store
-        if isinstance(store, SessionEvents) and store.unanswered():
+        if isinstance(store, SessionEvents):
             store.answered_in(await request.body())  # (kept: the SDK reads it again)
         await super()._handle_post_request(scope, request, receive, send)
 
@@ -164,12 +165,13 @@ class ResumableTransport(StreamableHTTPServerTransport):
             self._request_streams[key] = tail
             self._sse_stream_writers[key] = writer
         again: list[str] = []
-        if key == GET_STREAM_KEY and isinstance(store, SessionEvents):
-            self._get_closed_at = None
+        if tail is not None and isinstance(store, SessionEvents):
+            if self._closed is not None:
+                self._closed.pop(key, None)  # the client came back for it
             if request.scope.get(FRESH_GET):
                 # Opened afresh, it may never have had them: sent again, with no id (so a
                 # resume of this stream goes on from where it starts).
-                again = [text for _, text in store.unanswered()]
+                again = [text for _, text in store.unanswered(key)]
 
         async def sender() -> None:
             try:
@@ -191,8 +193,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
                 log.debug("replayed stream %s closed", key)
             finally:
                 if tail is not None and self._let_go(key, tail[1], writer):
-                    if key == GET_STREAM_KEY:
-                        self._get_stream_closed()
+                    self._stream_closed(key)
 
         headers = {
             "Cache-Control": "no-cache, no-transform",
@@ -228,7 +229,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
         except anyio.ClosedResourceError:
             log.debug("stream %s closed", request_id)
         finally:
-            self._let_go(request_id, request_stream_reader, sse_stream_writer)
+            if self._let_go(request_id, request_stream_reader, sse_stream_writer):
+                self._stream_closed(request_id)
 
     def _let_go(
         self,
@@ -248,43 +250,57 @@ class ResumableTransport(StreamableHTTPServerTransport):
         registered[0].close()
         return True
 
-    def _get_stream_closed(self) -> None:
-        """The GET stream closed (no other took its place): the requests to the client sent
-        there and not answered wait ``client_stream_wait`` seconds for the next."""
+    def _stream_closed(self, key: RequestId) -> None:
+        """The stream ``key`` closed (no other took its place): the requests to the client
+        sent there and not answered wait ``client_stream_wait`` seconds for it to come back."""
         store = self._event_store
-        if not isinstance(store, SessionEvents) or not store.unanswered() or self._tasks is None:
+        if (
+            not isinstance(store, SessionEvents)
+            or not store.unanswered(str(key))
+            or not self._tasks
+        ):
             return
-        self._get_closed_at = anyio.current_time()
+        if self._closed is None:
+            self._closed = {}
+        self._closed.pop(key, None)
+        self._closed[key] = anyio.current_time()
         if not self._watching:
             self._watching = True
-            self._tasks.start_soon(self._fail_unheard)
+            self._tasks.start_soon(self._fail_unheard, self._closed)
 
-    async def _fail_unheard(self) -> None:
-        """Fails the requests sent on the GET stream and not answered once the client has
-        had none open for ``client_stream_wait`` seconds (while it has one, they wait)."""
+    async def _fail_unheard(self, closed: dict[RequestId, float]) -> None:
+        """Fails the requests to the client sent on a stream that closed once the client has
+        not come back for them in ``client_stream_wait`` seconds, the first closed first."""
         try:
-            while self._get_closed_at is not None:
-                due = self._get_closed_at + self.client_stream_wait
+            while closed:
+                key, at = next(iter(closed.items()))
+                due = at + self.client_stream_wait
                 if anyio.current_time() < due:
                     await anyio.sleep(due - anyio.current_time())
                     continue
-                store = self._event_store
-                writer = self._read_stream_writer
-                assert isinstance(store, SessionEvents) and writer is not None
-                said = (
-                    "no answer came: the event stream the request was sent on (the session's"
-                    " GET stream) closed before the client answered it, and the client opened"
-                    f" none in {self.client_stream_wait:g} s to be sent it again"
-                )
-                for asked in store.take_unanswered():
-                    error = ErrorData(code=INTERNAL_ERROR, message=said)
-                    unheard = JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)
-                    await writer.send(SessionMessage(unheard))
-                return
+                del closed[key]
+                await self._fail(key)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             log.debug("session ended before its unanswered requests were failed")
         finally:
             self._watching = False
+
+    async def _fail(self, key: RequestId) -> None:
+        """Answers the server's requests to the client sent on ``key`` and not answered with
+        an error that says why no answer came."""
+        store = self._event_store
+        writer = self._read_stream_writer
+        assert isinstance(store, SessionEvents) and writer is not None
+        where = "the session's GET stream" if key == GET_STREAM_KEY else "its call's stream"
+        said = (
+            f"no answer came: the event stream the request was sent on ({where}) closed"
+            " before the client answered it, and the client did not come back for it in"
+            f" {self.client_stream_wait:g} s (a new GET stream, or that stream resumed with"
+            f" {LAST_EVENT_ID_HEADER})"
+        )
+        for asked in store.take_unanswered(str(key)):
+            error = ErrorData(code=INTERNAL_ERROR, message=said)
+            await writer.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)))
 
 
 def _answers(event_message: EventMessage, key: RequestId) -> bool:
