@@ -584,6 +584,33 @@ def test_a_waited_run_whose_client_vanished_before_answering_fails_and_frees_its
     assert "(its call's stream) closed before the client answered" in said, said
 
 
+def test_a_client_that_goes_before_its_body_ends_leaves_no_error_in_the_log(
+    tmp_path: Path,
+) -> None:
+    """A POST whose client went before its body ended (a client that vanished mid-upload)
+    had the SDK log an error with a traceback, and tell the HTTP session of it; there is no
+    one to answer, and nothing went wrong on the server."""
+    server = HttpServer(tmp_path)
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            for extra in ("", f"Mcp-Session-Id: {legacy['mcp-session-id']}\r\n"):
+                with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                    head = (
+                        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                        f"Accept: application/json, text/event-stream\r\n{extra}"
+                        "Content-Length: 1000\r\n\r\n"
+                    )
+                    sock.sendall(head.encode() + b'{"jsonrpc": "2.0", "id": 1, "meth')
+            # The session goes on.
+            assert call_tool(http, server.url, legacy, "session_list", {})["sessions"] == []
+    finally:
+        server.stop()
+    said = present(server.process.stderr).read()
+    assert "Traceback" not in said and "ERROR" not in said, said
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),

@@ -241,8 +241,12 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             # client went before it ended.
             first = await receive()
             receive = _replaying(first, receive)
-            if first["type"] == "http.request" and not first.get("more_body", False):
-                body = first.get("body", b"")
+            if first["type"] != "http.request" or first.get("more_body", False):
+                # Its client went before the body ended: there is no one to answer (the SDK
+                # logged an error with a traceback, and told the session of it).
+                log.debug("a POST's client went before its body ended")
+                return
+            body = first.get("body", b"")
         session_id = _header(scope, b"mcp-session-id")
         legacy = not _is_modern_version(scope)
         if body is not None:
@@ -353,7 +357,7 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         """Whether the SDK, given this request without a session id, opens a session: a POST
         of an initialize request that passes its checks (the same checks, in its order). Any
         other it refuses, and the session it admitted first would have been for nothing."""
-        if body is None:  # not a POST, or one whose client went
+        if body is None:  # not a POST
             return False
         request = Request(scope)
         security = TransportSecurityMiddleware(self.security_settings)
