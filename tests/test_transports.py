@@ -789,6 +789,49 @@ def test_inspector_cli_over_stdio(tmp_path: Path) -> None:
     assert len(page["structuredContent"]["entries"]) == 1
 
 
+@needs_node
+def test_inspector_cli_over_http(tmp_path: Path) -> None:
+    # The Inspector's command line sends no token: a server without one (--no-auth), on loopback.
+    server = HttpServer(tmp_path, token=None)
+    try:
+        command = [server.url, "--transport", "http"]
+        names = {t["name"] for t in inspector_cli(command, "--method", "tools/list")["tools"]}
+        assert {"session_create", "agent_run"} <= names
+        created = inspector_cli(command, "--method", "tools/call", "--tool-name", "session_create")[
+            "structuredContent"
+        ]
+        run = inspector_cli(
+            command,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "agent_run",
+            "--tool-arg",
+            "prompt=hello",
+            "--tool-arg",
+            f"session_id={created['id']}",
+            "--tool-arg",
+            "model=scripted:echo",
+        )
+        assert run["structuredContent"]["status"] == "completed", run
+        uri = f"session://{created['id']}/context"
+        read = inspector_cli(command, "--method", "resources/read", "--uri", uri)
+        prompt = inspector_cli(
+            command,
+            "--method",
+            "prompts/get",
+            "--prompt-name",
+            "continue_session",
+            "--prompt-args",
+            f"session_id={created['id']}",
+        )
+    finally:
+        server.stop()
+    context = json.loads(read["contents"][0]["text"])
+    assert [m["role"] for m in context["messages"]] == ["user", "assistant"]
+    assert prompt["messages"][0]["role"] == "user"
+
+
 def run_ts_client(*args: str) -> dict[str, Any]:
     script = PEERS / "ts_client.mjs"
     shutil.copy(ROOT / "tests" / "peers" / "ts_client.mjs", script)
