@@ -15,7 +15,7 @@ import pytest
 from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import JSONRPCNotification, JSONRPCResponse
+from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
     slow_server_fixture,
@@ -97,8 +97,8 @@ async def test_a_request_id_used_again_starts_a_stream_of_its_own() -> None:
 @pytest.mark.anyio
 async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     now = [0.0]
-    budget = EventBudget()
-    store = SessionEvents(budget, clock=lambda: now[0])
+    budget = EventBudget(clock=lambda: now[0])
+    store = SessionEvents(budget)
     answered = await store.store_event("1", note("progress"))
     await store.store_event("1", answer(1))
     waiting = await store.store_event("2", note("still running"))
@@ -112,6 +112,67 @@ async def test_a_requests_events_go_a_while_after_its_answer() -> None:
     # The refusal a late client gets says how long they are kept, as they are.
     said = not_kept_message(answered)
     assert f"{ANSWERED_KEEP_S:g} s after its answer" in said and "session ends" not in said
+
+
+@pytest.mark.anyio
+async def test_answered_requests_events_go_on_time_without_their_session_being_used() -> None:
+    """They went only when their session next stored or replayed an event: a client that got
+    its answers and went quiet held them (within the bounds) until its session ended."""
+    budget = EventBudget(keep_s=0.05)
+    store = SessionEvents(budget)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(budget.expire_answered)
+        await store.store_event("1", note("progress"))
+        await store.store_event("1", answer(1))
+        await store.store_event("2", note("still running"))
+        with anyio.fail_after(5):
+            while budget.events > 1:  # the session is not touched meanwhile
+                await anyio.sleep(0.01)
+        # One answered later goes too (the task, with none to wait for, waits for one).
+        await store.store_event("2", answer(2))
+        with anyio.fail_after(5):
+            while budget.events:
+                await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    assert budget.chars == 0
+
+
+@pytest.mark.anyio
+async def test_a_stream_whose_answer_is_too_large_to_keep_is_let_go_of_at_once() -> None:
+    """An answer over a stream's bound is not kept; its stream's record stayed (empty, for a
+    client that opened no priming event) until the session ended, or kept the rest of its
+    events, whose replay ends without the answer and only sends its client round again."""
+    budget = EventBudget()
+    store = SessionEvents(budget)
+    huge = {"t": "x" * STREAM_CHARS}
+    alone = await store.store_event("1", JSONRPCResponse(jsonrpc="2.0", id=1, result=huge))
+    assert store.after(alone) is None
+    primed = await store.store_event("2", None)
+    await store.store_event("2", note("progress"))
+    await store.store_event("2", JSONRPCResponse(jsonrpc="2.0", id=2, result=huge))
+    assert store.after(primed) is None
+    assert budget.events == 0 and budget.chars == 0
+
+
+@pytest.mark.anyio
+async def test_requests_to_the_client_are_unanswered_until_answered_or_given_up() -> None:
+    store = SessionEvents(EventBudget())
+
+    def ask(request_id: int) -> JSONRPCRequest:
+        return JSONRPCRequest(jsonrpc="2.0", id=request_id, method="sampling/createMessage")
+
+    for request_id, stream in ((1, GET_STREAM_KEY), (2, GET_STREAM_KEY), (3, "7")):
+        await store.store_event(stream, ask(request_id))
+    assert [asked.id for asked, _ in store.unanswered(GET_STREAM_KEY)] == [1, 2]
+    # The client's answer (a POST) ends the wait; so does the server's giving up, which
+    # the SDK tells the client: given up, it is not sent again.
+    store.answered_in(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode())
+    given_up = {"requestId": 2, "reason": "caller cancelled"}
+    cancel = JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=given_up)
+    await store.store_event(GET_STREAM_KEY, cancel)
+    assert store.unanswered(GET_STREAM_KEY) == []
+    assert [asked.id for asked in store.take_unanswered("7")] == [3]
+    assert store.unanswered("7") == []
 
 
 @pytest.mark.anyio
@@ -248,6 +309,51 @@ def test_a_dropped_stream_resumes_with_every_event_once_and_ends_with_the_answer
         assert "names no event stream" in said and "60 s after its answer" in said, said
 
 
+def test_a_client_back_before_the_server_saw_its_stream_drop_gets_the_rest_of_it(
+    slow_server: str,
+) -> None:
+    """A client whose connection dropped unseen (no word of it reached the server: a network
+    that lost it, a proxy's cut) comes back with Last-Event-ID while the server still sends
+    on the old stream. Its resumed stream ended after what was kept so far, without the
+    answer, and the client came back each second until the server saw the drop; now the
+    resumed stream takes the old one's place at once."""
+    with httpx.Client(timeout=30) as http:
+        session = open_session(http, slow_server)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "agent_run",
+                "arguments": {"prompt": "slow 30"},
+                "_meta": {"progressToken": "p"},
+            },
+        }
+        seen: list[dict[str, Any]] = []
+        with http.stream("POST", slow_server, json=call, headers=session) as old:
+            lines = old.iter_lines()
+            events = sse_events(lines)
+            last = next(events)["id"]
+            for event in events:
+                seen.append(json.loads(event["data"]))
+                last = event["id"]
+                if len(seen) == 3:
+                    break
+            # The old connection stays open, unread: to the server nothing is wrong with it.
+            resume = {**session, "Accept": "text/event-stream", "last-event-id": last}
+            with http.stream("GET", slow_server, headers=resume) as stream:
+                events = sse_events(stream.iter_lines())
+                seen += [json.loads(e["data"]) for e in events if "data" in e]  # (not a ping)
+            # The old stream was ended by the server, not left to be sent on.
+            for _ in lines:
+                pass
+    assert seen[-1].get("id") == 2 and not seen[-1]["result"]["isError"], seen[-1]
+    progress = [m["params"]["progress"] for m in seen if m.get("method")]
+    progress = [p for p in progress if p == int(p)]
+    assert progress == list(range(1, len(progress) + 1))
+    assert seen[-1]["result"]["structuredContent"]["events"] == len(progress)
+
+
 class CuttingProxy:
     """A TCP proxy in front of a server whose connections ``cut`` drops at once, as a flaky
     network does."""
@@ -363,14 +469,17 @@ def open_session(http: httpx.Client, url: str, version: str = "2025-11-25") -> d
 def test_a_get_stream_that_drops_before_any_notification_resumes_from_its_priming(
     slow_server: str,
 ) -> None:
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=5) as http:
         session = open_session(http, slow_server)
         listen = {**session, "Accept": "text/event-stream"}
         with http.stream("GET", slow_server, headers=listen) as stream:
-            events = sse_events(stream.iter_lines())  # (held: dropped, it closes the stream)
-            priming = next(events)
-            # One GET stream at a time, as before.
-            assert http.get(slow_server, headers=listen).status_code == 409
+            lines = stream.iter_lines()
+            priming = next(sse_events(lines))
+            # A second GET stream takes the first's place (it was refused with 409 while the
+            # server had not seen the first's connection drop): the first ends.
+            with http.stream("GET", slow_server, headers=listen) as second:
+                assert second.status_code == 200
+                assert all(not line or line.startswith(":") for line in lines)
         assert priming["data"] == "" and priming["retry"] == "1000"
         # While the client is away, a session is created: the resources list changes.
         create = {

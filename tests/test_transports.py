@@ -488,6 +488,129 @@ def test_a_detached_run_whose_client_never_listens_fails_saying_so(tmp_path: Pat
     assert "had none open for 0.5 s" in said
 
 
+CLIENT_ANSWER = {
+    "role": "assistant",
+    "content": {"type": "text", "text": "hello from the client"},
+    "model": "client-model",
+    "stopReason": "endTurn",
+}
+
+
+def test_a_request_for_the_clients_model_whose_get_stream_closed_unanswered_comes_again(
+    http_server: HttpServer,
+) -> None:
+    """A detached run asks the client's model on the GET stream; that stream closed before
+    the client answered (a client that lost it with its connection), and the run waited for
+    good: the next GET stream the client opens gets the request again, and only until it is
+    answered."""
+    with httpx.Client(timeout=30) as http:
+        legacy = sampling_session(http, http_server.url)
+        listen = {**legacy, "Accept": "text/event-stream"}
+        arguments = {"prompt": "hi", "model": "client", "wait": False}
+        with http.stream("GET", http_server.url, headers=listen) as first:
+            started = call_tool(http, http_server.url, legacy, "agent_run", arguments)
+            asked = sampling_request(first, "the model's request never came on the GET stream")
+        with http.stream("GET", http_server.url, headers=listen) as second:
+            again = sampling_request(second, "the request was not sent again")
+        assert again == asked
+        reply = {"jsonrpc": "2.0", "id": asked["id"], "result": CLIENT_ANSWER}
+        assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
+        waited = {"run_id": started["runId"], "wait_seconds": 30}
+        status = call_tool(http, http_server.url, legacy, "agent_status", waited)
+        # Answered, it is not sent again: the next GET stream hears only what comes next.
+        with http.stream("GET", http_server.url, headers=listen) as third:
+            call_tool(http, http_server.url, legacy, "session_create", {})
+            data = next(line for line in third.iter_lines() if line.startswith("data:"))
+        assert json.loads(data.removeprefix("data:"))["method"] != "sampling/createMessage"
+        http.delete(http_server.url, headers=legacy)
+    assert status["status"] == "completed", status
+    assert status["answer"] == "hello from the client"
+
+
+def test_a_request_for_the_clients_model_whose_get_stream_closed_fails_if_none_opens(
+    tmp_path: Path,
+) -> None:
+    """Its GET stream closed before the client answered, and the client opened no other: the
+    run waited for good, its session busy; it now fails after --client-stream-wait seconds,
+    saying why."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "0.5")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            listen = {**legacy, "Accept": "text/event-stream"}
+            arguments = {"prompt": "hi", "model": "client", "wait": False}
+            with http.stream("GET", server.url, headers=listen) as heard:
+                started = call_tool(http, server.url, legacy, "agent_run", arguments)
+                sampling_request(heard, "the model's request never came on the GET stream")
+            waited = {"run_id": started["runId"], "wait_seconds": 10}
+            status = call_tool(http, server.url, legacy, "agent_status", waited)
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert status["status"] == "error", status
+    said = str(status["error"])
+    assert "GET stream) closed before the client answered" in said, said
+    assert "did not come back for it in 0.5 s" in said, said
+
+
+def test_a_waited_run_whose_client_vanished_before_answering_fails_and_frees_its_session(
+    tmp_path: Path,
+) -> None:
+    """The client of a waited run went for good (its connection dropped) after the request for
+    its model came on the call's stream: the run waited for good, its session busy, and so
+    did the HTTP session (a call under way never idles). Unless the client comes back for the
+    stream (a resume replays the request), the run now fails after --client-stream-wait
+    seconds, saying why."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "0.5")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            sid = call_tool(http, server.url, legacy, "session_create", {})["id"]
+            run = {"prompt": "hi", "model": "client", "session_id": sid}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+            call["params"] = {"name": "agent_run", "arguments": run}
+            with http.stream("POST", server.url, json=call, headers=legacy) as stream:
+                sampling_request(stream, "the model's request never came on the call's stream")
+            other = sampling_session(http, server.url)
+            (under_way,) = call_tool(http, server.url, other, "agent_runs", {})["runs"]
+            waited = {"run_id": under_way["runId"], "wait_seconds": 10}
+            status = call_tool(http, server.url, other, "agent_status", waited)
+            again = {"prompt": "again", "model": "scripted:echo", "session_id": sid}
+            assert call_tool(http, server.url, other, "agent_run", again)["status"] == "completed"
+    finally:
+        server.stop()
+    assert status["status"] == "error", status
+    said = str(status["error"])
+    assert "(its call's stream) closed before the client answered" in said, said
+
+
+def test_a_client_that_goes_before_its_body_ends_leaves_no_error_in_the_log(
+    tmp_path: Path,
+) -> None:
+    """A POST whose client went before its body ended (a client that vanished mid-upload)
+    had the SDK log an error with a traceback, and tell the HTTP session of it; there is no
+    one to answer, and nothing went wrong on the server."""
+    server = HttpServer(tmp_path)
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            for extra in ("", f"Mcp-Session-Id: {legacy['mcp-session-id']}\r\n"):
+                with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                    head = (
+                        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                        f"Accept: application/json, text/event-stream\r\n{extra}"
+                        "Content-Length: 1000\r\n\r\n"
+                    )
+                    sock.sendall(head.encode() + b'{"jsonrpc": "2.0", "id": 1, "meth')
+            # The session goes on.
+            assert call_tool(http, server.url, legacy, "session_list", {})["sessions"] == []
+    finally:
+        server.stop()
+    said = present(server.process.stderr).read()
+    assert "Traceback" not in said and "ERROR" not in said, said
+
+
 def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         serve_command(tmp_path / "x.db", "--transport", "http", "--host", "0.0.0.0"),
@@ -664,6 +787,49 @@ def test_inspector_cli_over_stdio(tmp_path: Path) -> None:
     )
     assert not page.get("isError"), page
     assert len(page["structuredContent"]["entries"]) == 1
+
+
+@needs_node
+def test_inspector_cli_over_http(tmp_path: Path) -> None:
+    # The Inspector's command line sends no token: a server without one (--no-auth), on loopback.
+    server = HttpServer(tmp_path, token=None)
+    try:
+        command = [server.url, "--transport", "http"]
+        names = {t["name"] for t in inspector_cli(command, "--method", "tools/list")["tools"]}
+        assert {"session_create", "agent_run"} <= names
+        created = inspector_cli(command, "--method", "tools/call", "--tool-name", "session_create")[
+            "structuredContent"
+        ]
+        run = inspector_cli(
+            command,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "agent_run",
+            "--tool-arg",
+            "prompt=hello",
+            "--tool-arg",
+            f"session_id={created['id']}",
+            "--tool-arg",
+            "model=scripted:echo",
+        )
+        assert run["structuredContent"]["status"] == "completed", run
+        uri = f"session://{created['id']}/context"
+        read = inspector_cli(command, "--method", "resources/read", "--uri", uri)
+        prompt = inspector_cli(
+            command,
+            "--method",
+            "prompts/get",
+            "--prompt-name",
+            "continue_session",
+            "--prompt-args",
+            f"session_id={created['id']}",
+        )
+    finally:
+        server.stop()
+    context = json.loads(read["contents"][0]["text"])
+    assert [m["role"] for m in context["messages"]] == ["user", "assistant"]
+    assert prompt["messages"][0]["role"] == "user"
 
 
 def run_ts_client(*args: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What each 2025 HTTP session's event streams sent, kept so that a client whose stream dropped
-gets what it missed by reconnecting with Last-Event-ID (the SDK's ``EventStore``), and the
-transport that replays it (``ResumableTransport``).
+gets what it missed by reconnecting with Last-Event-ID (the SDK's ``EventStore``; the transport
+that replays it is ``resumable.ResumableTransport``).
 
 Each HTTP session has a store of its own (``SessionEvents``): a replay never reaches another
 session's events, and the store goes with its session; a request's events go
@@ -24,47 +24,43 @@ import anyio
 from mcp.server.streamable_http import (
     GET_STREAM_KEY,
     LAST_EVENT_ID_HEADER,
-    MCP_SESSION_ID_HEADER,
-    REQUEST_STREAM_BUFFER_SIZE,
     EventCallback,
     EventId,
     EventMessage,
     EventStore,
-    SSEEvent,
-    StreamableHTTPServerTransport,
     StreamId,
 )
 from mcp_types import (
-    INVALID_REQUEST,
     JSONRPCError,
     JSONRPCMessage,
+    JSONRPCNotification,
+    JSONRPCRequest,
     JSONRPCResponse,
     jsonrpc_message_adapter,
 )
-from mcp_types.version import is_version_at_least
-from sse_starlette import EventSourceResponse
-from starlette.requests import Request
-from starlette.types import Send
-
-from mcp_agent.server.unreadable import error_response
+from pydantic_core import from_json
 
 log = logging.getLogger(__name__)
+
+CANCELLED = "notifications/cancelled"
 
 # What one stream keeps (its newest events), and what all sessions' streams keep together.
 STREAM_EVENTS = 1_000
 STREAM_CHARS = 10 * 1024 * 1024
 TOTAL_EVENTS = 50_000
 TOTAL_CHARS = 32 * 1024 * 1024
-# How long a client waits before reconnecting a dropped stream (the SSE retry field, sent with
-# the priming event that opens each request's stream for 2025-11-25 clients).
-RETRY_MS = 1_000
 # How long a request's events are kept once its answer came (a client whose stream dropped
 # comes back within seconds: its retry is 1 s, and the SDKs' clients try twice).
 ANSWERED_KEEP_S = 60.0
+# The least a sleep until the next answered stream is due lasts (a clock's rounding never
+# makes it a busy loop).
+EXPIRY_STEP_S = 0.01
 # Texts of events just stored, held for the transport to send as they are.
 SENT_TEXTS = 4
-# Marks a GET that opens the session's stream afresh (in its ASGI scope).
-FRESH_GET = "mcp_agent.fresh_get"
+# The most requests to its client sent on a session's streams and not answered yet that are
+# kept, to send again on its next GET stream or to fail once their stream closed and the
+# client did not come back (past it the oldest is forgotten).
+ASKED_KEPT = 64
 # The number of a session's standalone (GET) stream in its event ids.
 GET_STREAM_NUMBER = 0
 
@@ -83,14 +79,27 @@ class _Stream:
 
 class EventBudget:
     """The bound on what every session's store keeps together: past it the oldest event of
-    any session goes."""
+    any session goes. It also lets go of the events of every request answered over
+    ``keep_s`` ago (``expire_answered``), whether its session is used again or not."""
 
-    def __init__(self, max_events: int = TOTAL_EVENTS, max_chars: int = TOTAL_CHARS) -> None:
+    def __init__(
+        self,
+        max_events: int = TOTAL_EVENTS,
+        max_chars: int = TOTAL_CHARS,
+        keep_s: float = ANSWERED_KEEP_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_events = max_events
         self.max_chars = max_chars
+        self.keep_s = keep_s
+        self.clock = clock
         self.chars = 0
         self._order: OrderedDict[tuple[_Stream, int], int] = OrderedDict()
         self._stores: dict[_Stream, SessionEvents] = {}
+        # Streams that have their answer, in the order it came (so the first is due first),
+        # with when it came.
+        self._answered: OrderedDict[_Stream, float] = OrderedDict()
+        self._answer_came: anyio.Event | None = None
 
     @property
     def events(self) -> int:
@@ -107,33 +116,62 @@ class EventBudget:
     def removed(self, stream: _Stream, sequence: int) -> None:
         self.chars -= self._order.pop((stream, sequence))
 
+    def answered(self, stream: _Stream) -> None:
+        """``stream`` (which keeps events) has its answer: its events go ``keep_s`` from now."""
+        self._answered[stream] = self.clock()
+        if self._answer_came is not None:
+            self._answer_came.set()
+
+    def let_go_of_answered(self) -> None:
+        """Forgets the streams whose answer came over ``keep_s`` ago."""
+        since = self.clock() - self.keep_s
+        while self._answered:
+            stream, came = next(iter(self._answered.items()))
+            if came > since:
+                break
+            self._stores[stream].forget(stream)
+
+    async def expire_answered(self) -> None:
+        """Lets go of answered streams' events on time, for as long as it runs: it sleeps
+        until the first is due, or, with none answered, until one is."""
+        while True:
+            self.let_go_of_answered()
+            if self._answered:
+                came = next(iter(self._answered.values()))
+                await anyio.sleep(max(came + self.keep_s - self.clock(), EXPIRY_STEP_S))
+            else:
+                self._answer_came = anyio.Event()
+                await self._answer_came.wait()
+
     def forget(self, stream: _Stream) -> None:
         self._stores.pop(stream, None)
+        self._answered.pop(stream, None)
 
 
 class SessionEvents(EventStore):
-    """One HTTP session's kept events, by stream (a request's, or the session's GET stream)."""
+    """One HTTP session's kept events, by stream (a request's, or the session's GET stream),
+    and the requests to its client sent on its streams that it has not answered yet."""
 
-    def __init__(self, budget: EventBudget, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget: EventBudget) -> None:
         self._budget = budget
-        self._clock = clock
-        # Streams that have their answer, oldest first, with when it came.
-        self._finished: OrderedDict[_Stream, float] = OrderedDict()
         self._by_key: dict[StreamId, _Stream] = {}
         self._by_number: dict[int, _Stream] = {}
         self._next_number = GET_STREAM_NUMBER + 1
         self._next_sequence = 1
         self._texts: dict[EventId, str] = {}  # the last few, for the transport to send as is
+        # The requests to the client not answered yet, by id as text, oldest first: the
+        # stream each was sent on, the request and its text.
+        self._asked: OrderedDict[str, tuple[StreamId, JSONRPCRequest, str]] = OrderedDict()
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        self._let_go_of_answered()
+        self._budget.let_go_of_answered()
         stream = self._by_key.get(stream_id)
         if stream is None or stream.finished:  # a request id used again: a stream of its own
             number = GET_STREAM_NUMBER if stream_id == GET_STREAM_KEY else self._next_number
             if number != GET_STREAM_NUMBER:
                 self._next_number += 1
             if stream is not None:
-                self._forget(stream)
+                self.forget(stream)
             stream = self._by_key[stream_id] = self._by_number[number] = _Stream(stream_id, number)
         sequence = self._next_sequence
         self._next_sequence += 1
@@ -142,7 +180,8 @@ class SessionEvents(EventStore):
         )
         size = 0 if text is None else len(text)
         event_id = f"{stream.number}.{sequence}"
-        if size > STREAM_CHARS:
+        kept = size <= STREAM_CHARS
+        if not kept:
             log.info("event %s (%d characters) is too large to keep for a replay", event_id, size)
         else:
             stream.events.append((sequence, text, size))
@@ -152,8 +191,19 @@ class SessionEvents(EventStore):
                 self.drop_oldest(stream)
         if isinstance(message, JSONRPCResponse | JSONRPCError) and stream_id != GET_STREAM_KEY:
             stream.finished = True
-            if stream.events:
-                self._finished[stream] = self._clock()
+            if kept and stream.events:
+                self._budget.answered(stream)
+            else:
+                # Its answer is not kept: a replay of the rest would only send its client
+                # round again. Forgotten at once, a resume is told the stream is not kept.
+                self.forget(stream)
+        elif isinstance(message, JSONRPCRequest) and text:
+            self._asked[str(message.id)] = (stream_id, message, text)
+            while len(self._asked) > ASKED_KEPT:
+                del self._asked[next(iter(self._asked))]
+        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
+            # The server no longer waits for it (the SDK tells the client so).
+            self._asked.pop(str((message.params or {}).get("requestId")), None)
         if text is not None:
             # The transport sends the event next: it takes the text made here (one dump, not
             # two). Only the latest few are held for that (one whose stream has no client is
@@ -162,6 +212,30 @@ class SessionEvents(EventStore):
             while len(self._texts) > SENT_TEXTS:
                 del self._texts[next(iter(self._texts))]
         return event_id
+
+    def unanswered(self, stream_id: StreamId) -> list[tuple[JSONRPCRequest, str]]:
+        """The requests sent on ``stream_id`` that the client has not answered, oldest first,
+        each with its text."""
+        return [(asked, text) for key, asked, text in self._asked.values() if key == stream_id]
+
+    def answered_in(self, body: bytes) -> None:
+        """Notes the answer to a request to the client, if ``body`` (a POST's) is one."""
+        if not self._asked or (b'"result"' not in body and b'"error"' not in body):
+            return
+        try:
+            message = from_json(body)
+        except ValueError:
+            return
+        if isinstance(message, dict) and "method" not in message and "id" in message:
+            self._asked.pop(str(message["id"]), None)
+
+    def take_unanswered(self, stream_id: StreamId) -> list[JSONRPCRequest]:
+        """The requests sent on ``stream_id`` that the client has not answered, which are
+        then forgotten."""
+        taken = [asked for asked, _ in self.unanswered(stream_id)]
+        for asked in taken:
+            del self._asked[str(asked.id)]
+        return taken
 
     def get_stream_cursor(self) -> EventId:
         """An id of the session's GET stream after every event stored so far: what a GET
@@ -186,7 +260,7 @@ class SessionEvents(EventStore):
         """The stream ``last_event_id`` belongs to and its kept events after it (as ids and
         texts), or None for an id of no stream this session keeps. The session's GET stream
         is always known (empty until something is sent on it)."""
-        self._let_go_of_answered()
+        self._budget.let_go_of_answered()
         parts = event_id_parts(last_event_id)
         if parts is None:
             return None
@@ -210,19 +284,10 @@ class SessionEvents(EventStore):
         stream.chars -= size
         self._budget.removed(stream, sequence)
         if not stream.events and stream.number != GET_STREAM_NUMBER:
-            self._forget(stream)
+            self.forget(stream)
 
-    def _let_go_of_answered(self) -> None:
-        """Forgets the streams whose answer came over ``ANSWERED_KEEP_S`` ago."""
-        since = self._clock() - ANSWERED_KEEP_S
-        while self._finished:
-            stream, finished = next(iter(self._finished.items()))
-            if finished > since:
-                break
-            self._forget(stream)
-
-    def _forget(self, stream: _Stream) -> None:
-        self._finished.pop(stream, None)
+    def forget(self, stream: _Stream) -> None:
+        """Lets go of ``stream`` and its events."""
         while stream.events:
             sequence, _, _ = stream.events.popleft()
             self._budget.removed(stream, sequence)
@@ -236,8 +301,9 @@ class SessionEvents(EventStore):
     def close(self) -> None:
         """Lets go of every event (the session ended)."""
         for stream in list(self._by_number.values()):
-            self._forget(stream)
+            self.forget(stream)
         self._texts.clear()
+        self._asked.clear()
 
 
 # An event id of ours: two numbers of ASCII digits (a header may carry any Latin-1 text, '²'
@@ -258,131 +324,10 @@ def not_kept_message(last_event_id: str) -> str:
     return (
         f"Bad Request: the {LAST_EVENT_ID_HEADER} {last_event_id[:100]!r} names no event stream"
         f" this session keeps (a request's events are kept until {ANSWERED_KEEP_S:g} s after"
-        " its answer, the newest of them only past the server's bounds): send the request"
-        " again"
+        " its answer, the newest of them only past the server's bounds, and none of a request"
+        f" whose answer alone is over {STREAM_CHARS:,} characters): send the request again"
     )
 
 
 def _parsed(text: str) -> JSONRPCMessage:
     return jsonrpc_message_adapter.validate_json(text)
-
-
-class ResumableTransport(StreamableHTTPServerTransport):
-    """The SDK's 2025 transport, with a replay that ends once it has sent its request's
-    answer (the SDK's kept the resumed stream open for good, holding its session open too),
-    that misses nothing stored while it starts, and that refuses an id of no stream the
-    session keeps (the SDK's sent an empty stream, which clients reconnect to again and
-    again; a text that is no id of ours opens the GET stream afresh), and a new GET stream
-    of a 2025-11-25 client that opens with a priming event, so it can be resumed from its
-    start. Each session's transport is made this class with a ``SessionEvents`` of its own."""
-
-    # The protocol version the session's initialize asked for.
-    _session_version: str | None = None
-
-    async def _mint_priming_event(
-        self, stream_id: StreamId, protocol_version: str
-    ) -> SSEEvent | None:
-        # The first stream is the initialize's, with the version it asks for. A later request
-        # whose header names an older version (the conformance suite's do) comes from that
-        # same client, which reads priming events: the newer of the two decides.
-        if self._session_version is None:
-            self._session_version = protocol_version
-        elif is_version_at_least(self._session_version, protocol_version):
-            protocol_version = self._session_version
-        return await super()._mint_priming_event(stream_id, protocol_version)
-
-    def _create_event_data(self, event_message: EventMessage) -> SSEEvent:
-        store = self._event_store
-        text = (
-            store.take_text(event_message.event_id)
-            if isinstance(store, SessionEvents) and event_message.event_id
-            else None
-        )
-        if text is None:
-            return super()._create_event_data(event_message)
-        return {"event": "message", "data": text, "id": event_message.event_id or ""}
-
-    async def _handle_get_request(self, request: Request, send: Send) -> None:
-        # A new GET stream of a 2025-11-25 client opens as a resumed one, from the newest
-        # event: it starts with a priming event, so a client whose stream drops before any
-        # notification came can still resume it (the SDK's opened with nothing to resume from,
-        # and what was sent while the client was away was lost).
-        store = self._event_store
-        version = self._session_version
-        if (
-            isinstance(store, SessionEvents)
-            and version is not None
-            and is_version_at_least(version, "2025-11-25")
-            and request.headers.get(LAST_EVENT_ID_HEADER) is None
-        ):
-            cursor = (LAST_EVENT_ID_HEADER.encode(), store.get_stream_cursor().encode())
-            scope = {**request.scope, "headers": [*request.scope["headers"], cursor]}
-            scope[FRESH_GET] = True
-            request = Request(scope, request.receive)
-        await super()._handle_get_request(request, send)
-
-    async def _replay_events(self, last_event_id: str, request: Request, send: Send) -> None:
-        store = self._event_store
-        found = store.after(last_event_id) if isinstance(store, SessionEvents) else None
-        if found is None and event_id_parts(last_event_id) is None:
-            # No id of ours (junk, or another server's): the session's GET stream, afresh.
-            kept = [(k, v) for k, v in request.scope["headers"] if k != b"last-event-id"]
-            anew = Request({**request.scope, "headers": kept}, request.receive)
-            await self._handle_get_request(anew, send)
-            return
-        if found is None:
-            said = not_kept_message(last_event_id)
-            await error_response(400, said, INVALID_REQUEST)(request.scope, request.receive, send)
-            return
-        stream, events = found
-        key = stream.key
-        fresh = bool(request.scope.get(FRESH_GET))
-        if fresh and key in self._request_streams:
-            said = "Conflict: Only one SSE stream is allowed per session"
-            await error_response(409, said, INVALID_REQUEST)(request.scope, request.receive, send)
-            return
-        # Taken with no await between: nothing stored meanwhile is missed, or sent twice.
-        tail = None
-        if not stream.finished and key not in self._request_streams:
-            tail = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
-            self._request_streams[key] = tail
-        writer, reader = anyio.create_memory_object_stream[SSEEvent](0)
-        if tail is not None:
-            self._sse_stream_writers[key] = writer
-
-        async def sender() -> None:
-            try:
-                async with writer:
-                    if fresh:
-                        await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
-                    for event_id, text in events:
-                        await writer.send({"event": "message", "data": text, "id": event_id})
-                    if tail is None:
-                        return
-                    async with tail[1]:
-                        async for event_message in tail[1]:
-                            await writer.send(self._create_event_data(event_message))
-                            if isinstance(event_message.message, JSONRPCResponse | JSONRPCError):
-                                break
-            except anyio.ClosedResourceError:
-                log.debug("replayed stream %s closed", key)
-            finally:
-                if tail is not None and self._request_streams.get(key) is tail:
-                    del self._request_streams[key]
-                    tail[0].close()
-                if self._sse_stream_writers.get(key) is writer:
-                    del self._sse_stream_writers[key]
-
-        headers = {
-            "Cache-Control": "no-cache, no-transform",
-            "Connection": "keep-alive",
-            "Content-Type": "text/event-stream",
-        }
-        if self.mcp_session_id:
-            headers[MCP_SESSION_ID_HEADER] = self.mcp_session_id
-        response = EventSourceResponse(content=reader, data_sender_callable=sender, headers=headers)
-        try:
-            await response(request.scope, request.receive, send)
-        finally:
-            await writer.aclose()
-            await reader.aclose()

@@ -49,12 +49,7 @@ from mcp_agent.runtime.settings import (
     is_loopback,
 )
 from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
-from mcp_agent.server.event_store import (
-    RETRY_MS,
-    EventBudget,
-    ResumableTransport,
-    SessionEvents,
-)
+from mcp_agent.server.event_store import EventBudget, SessionEvents
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
     BearerTokenMiddleware,
@@ -62,6 +57,7 @@ from mcp_agent.server.http_auth import (
     check_bind,
 )
 from mcp_agent.server.http_connections import http_protocol
+from mcp_agent.server.resumable import RETRY_MS, ResumableTransport
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import (
@@ -212,10 +208,15 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             return None
         if self._event_budget is None:
             self._event_budget = EventBudget()
+            # Answered requests' events go on time, whether their sessions are used again.
+            assert self._task_group is not None
+            self._task_group.start_soon(self._event_budget.expire_answered)
         # Resumable: its events are kept (bounded) for a client whose stream drops.
         transport.__class__ = ResumableTransport
+        assert isinstance(transport, ResumableTransport)
         transport._event_store = SessionEvents(self._event_budget)
         transport._retry_interval = RETRY_MS
+        transport.client_stream_wait = self.client_stream_wait
         if self.session_prefix:
             # Renamed before the opening request is served (which sends the id).
             old = transport.mcp_session_id
@@ -240,8 +241,12 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             # client went before it ended.
             first = await receive()
             receive = _replaying(first, receive)
-            if first["type"] == "http.request" and not first.get("more_body", False):
-                body = first.get("body", b"")
+            if first["type"] != "http.request" or first.get("more_body", False):
+                # Its client went before the body ended: there is no one to answer (the SDK
+                # logged an error with a traceback, and told the session of it).
+                log.debug("a POST's client went before its body ended")
+                return
+            body = first.get("body", b"")
         session_id = _header(scope, b"mcp-session-id")
         legacy = not _is_modern_version(scope)
         if body is not None:
@@ -352,7 +357,7 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         """Whether the SDK, given this request without a session id, opens a session: a POST
         of an initialize request that passes its checks (the same checks, in its order). Any
         other it refuses, and the session it admitted first would have been for nothing."""
-        if body is None:  # not a POST, or one whose client went
+        if body is None:  # not a POST
             return False
         request = Request(scope)
         security = TransportSecurityMiddleware(self.security_settings)
