@@ -1107,6 +1107,54 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         session.append_message(user_message("kept"))
 
 
+def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend frozen (SIGSTOP) while its transaction held a session's row kept every append
+    there waiting the whole lock timeout (60 s, a worker thread each), and those queued behind
+    the first up to the statement timeout. A holder that has run nothing for a whole turn of
+    the wait is said at once; one that works (a statement running) is waited for, and the
+    append then stored once."""
+    import signal
+
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, row_lock
+
+    monkeypatch.setattr(row_lock, "LOCK_TURN_S", 0.3)
+    with PostgresSessionRepo(postgres_url, lock_timeout=30) as repo:
+        session = repo.create(name="kept")
+        before = [e.id for e in session.get_entries()]
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session.id])
+            pid = holder.info.backend_pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(SessionError) as raised:
+                    session.append_message(user_message("lost?"))
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            said = str(raised.value)
+            assert raised.value.code == "busy", said
+            assert f"held by a transaction on the session database {repo.database.where}" in said
+            assert f"(PostgreSQL backend {pid}, idle in transaction: frozen" in said, said
+            assert said.endswith("nothing was written, try again"), said
+            assert [e.id for e in repo.open(session.id).get_entries()] == before
+
+            # A holder at work (running a statement) is waited for, past a turn.
+            def work() -> None:
+                holder.execute("SELECT pg_sleep(1)")
+                holder.commit()
+
+            working = threading.Thread(target=work)
+            working.start()
+            kept = session.append_message(user_message("kept"))
+            working.join()
+        entries = [e.id for e in repo.open(session.id).get_entries()]
+        assert entries == [*before, kept]
+
+
 def test_a_frozen_backend_holds_no_call_for_good(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

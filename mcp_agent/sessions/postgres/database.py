@@ -429,6 +429,17 @@ class PostgresDatabase:
             f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
         )
 
+    def side_connection(self) -> psycopg.Connection[Any]:
+        """A connection outside the pool, for a short look at the database while a pooled one
+        waits (``row_lock``); its statements are bounded."""
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=5,
+            options=f"-c statement_timeout={round(CHECK_TIMEOUT_S * 1000)}",
+            **tcp_options(self.url),
+        )
+
     def _probe(self) -> Unreachable | None:
         """Whether a connection can be made now: None, or the error saying why not."""
         try:

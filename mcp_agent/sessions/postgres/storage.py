@@ -20,6 +20,7 @@ from mcp_agent.sessions.entries import (
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.postgres.database import BrokenConnection, PostgresDatabase
+from mcp_agent.sessions.postgres.row_lock import lock_session_row
 from mcp_agent.sessions.row_sql import (
     for_psycopg,
     label_changes,
@@ -224,10 +225,10 @@ class PostgresSessionStorage(SqlSessionStorage):
             self.database.session_guard(conn, self.session_id)
 
     def _locked_row(self, conn: Conn) -> tuple[str | None, int]:
-        """The session's leaf and next sequence number, its row locked until the commit."""
-        row = conn.execute(
-            "SELECT leaf, next_seq FROM sessions WHERE id = %s FOR UPDATE", (self.session_id,)
-        ).fetchone()
+        """The session's leaf and next sequence number, its row locked until the commit (a
+        holder that does nothing is said after a turn of the wait: ``row_lock``)."""
+        database = self.database
+        row = lock_session_row(conn, self.session_id, database.side_connection, database.where)
         if row is None:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
         return row[0], row[1]
