@@ -95,7 +95,7 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         assert leases.acquire("s2", "run 2") is None
         write = first.write
 
-        def unreachable(work: Any) -> Any:
+        def unreachable(work: Any, within: float | None = None) -> Any:
             raise SessionError("storage", "cannot reach the session database")
 
         first.write = unreachable  # type: ignore[method-assign]
@@ -111,6 +111,80 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
     finally:
         first.close()
         second.close()
+
+
+def test_a_renewal_whose_backend_froze_ends_well_within_the_lease(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend frozen during a lease renewal held the renewal (and every one after it, the
+    same task) for the statement timeout and its grace, 95 s, three times the lease: the
+    leases lapsed and another replica could take a session a run was under way in. The
+    renewal is bounded by RENEW_WITHIN, half the pause between two, so the next one still
+    comes in time; the board's renewal likewise."""
+    import signal
+
+    import psycopg
+
+    from mcp_agent.runtime import leases as leases_module
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.runtime.run_board import RunBoard
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    monkeypatch.setattr(leases_module, "RENEW_WITHIN", 1.0)
+    import mcp_agent.runtime.run_board as board_module
+
+    monkeypatch.setattr(board_module, "RENEW_WITHIN", 1.0)
+    database = PostgresDatabase(postgres_url)
+    leases = PostgresLeases(database)
+    board = RunBoard(database, leases.owner)
+    name = postgres_url.rsplit("/", 1)[1]
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        for renew, table in ((leases.renew, "session_leases"), (lambda: board.renew([]), "runs")):
+            with (
+                psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin,
+                psycopg.connect(postgres_url) as holder,
+            ):
+                holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                failed: list[BaseException] = []
+
+                def renewing(renew: Any = renew, failed: list[BaseException] = failed) -> None:
+                    try:
+                        renew()
+                    except BaseException as raised:
+                        failed.append(raised)
+
+                renewal = threading.Thread(target=renewing, daemon=True)
+                frozen: list[int] = []
+                renewal.start()
+                try:
+                    while not frozen and renewal.is_alive():
+                        frozen = [
+                            pid
+                            for (pid,) in admin.execute(
+                                "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                                " AND wait_event_type = 'Lock'",
+                                [name],
+                            )
+                        ]
+                        time.sleep(0.01)
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGSTOP)
+                    renewal.join(30)  # a hang guard: the bound is a second
+                    assert not renewal.is_alive(), "the renewal waited for the frozen backend"
+                finally:
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGCONT)
+                [error] = failed
+                assert isinstance(error, SessionError), error
+                said = str(error)
+                assert "answered nothing for 1 s" in said or "the bound of this call" in said
+                holder.rollback()
+        assert leases.renew() == {"s1"}
+        board.renew([])
+    finally:
+        database.close()
 
 
 def test_connections_give_up_a_database_gone_from_the_network(postgres_url: str) -> None:
