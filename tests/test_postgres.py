@@ -1438,6 +1438,62 @@ def test_an_append_whose_connection_broke_is_read_back_and_made_again_if_absent(
         assert [e.id for e in entries].count(kept) == 1 and len(entries) == before + 1
 
 
+def test_an_append_whose_connection_broke_in_an_outage_is_read_back_once_the_database_is_back(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append whose connection broke as the database went away was read back at once,
+    found the database still down and said its fate unknown ("either whole or absent, read
+    before writing it again"), though it had been written: the client, told to check, could
+    not. It is read again once the database is back: written, it stands (once); absent, it
+    is made then."""
+    import psycopg
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 0.05)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with (
+        PostgresSessionRepo(postgres_url) as repo,
+        psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin,
+    ):
+        session = repo.create(name="kept")
+        write = repo.database.write
+        for committed in (True, False):
+            before = [e.id for e in repo.open(session.id).get_entries()]
+            calls: list[int] = []
+
+            def goes_away(
+                work: Any,
+                within: float | None = None,
+                calls: list[int] = calls,
+                put: bool = committed,
+            ) -> Any:
+                calls.append(1)
+                if len(calls) > 1:
+                    return write(work, within)
+                if put:
+                    write(work)
+                # The database goes away for a while as the answer comes back.
+                admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    [name],
+                )
+                threading.Timer(
+                    2.5, lambda: admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+                ).start()
+                raise database.BrokenConnection(repo.database.where, "terminated")
+
+            monkeypatch.setattr(repo.database, "write", goes_away)
+            kept = session.append_message(user_message(f"kept {committed}"))
+            monkeypatch.setattr(repo.database, "write", write)
+            assert len(calls) > 2  # read back while down, then once back
+            entries = [e.id for e in repo.open(session.id).get_entries()]
+            assert entries == [*before, kept]
+
+
 def user_message(text: str) -> UserMessage:
     return UserMessage(content=text)
 
