@@ -1229,6 +1229,59 @@ def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(
         assert entries == [*before, kept]
 
 
+def test_a_transaction_whose_client_stopped_lets_its_session_go(postgres_url: str) -> None:
+    """A replica frozen (SIGSTOP, its machine paused) while its transaction held a session's
+    row kept that session from every other replica for as long as it stayed frozen. The
+    database ends a transaction idle that long (the statement timeout): the session is free
+    again, and the frozen one, back, finds its connection gone, its change not written. An
+    import reading its file slowly is not cut."""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.entries import new_entry_id
+    from mcp_agent.sessions.pi import SessionStream
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, PostgresSessionStorage
+
+    with (
+        PostgresSessionRepo(postgres_url, statement_timeout=1) as frozen,
+        PostgresSessionRepo(postgres_url) as other,
+    ):
+        session = frozen.create(name="kept")
+
+        def stops(conn: Any) -> None:
+            conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session.id])
+            time.sleep(2.5)  # frozen between two statements
+            conn.execute("UPDATE sessions SET name = 'lost' WHERE id = %s", [session.id])
+
+        with pytest.raises(SessionError):
+            frozen.database.write(stops)
+        kept = other.open(session.id).append_message(user_message("kept"))
+        entries = other.open(session.id)
+        assert entries.name == "kept" and entries.get_entries()[-1].id == kept
+
+        header = {
+            "type": "session",
+            "version": 3,
+            "id": "0193a8f6-aaaa-7000-8000-000000000001",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/",
+        }
+        entry = {
+            "type": "message",
+            "id": "a1",
+            "parentId": None,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": "slow", "timestamp": 1},
+        }
+
+        def slowly() -> Iterator[tuple[int, dict[str, Any]]]:
+            yield 1, header
+            time.sleep(2.5)  # a pipe that takes its time
+            yield 2, entry
+
+        stream = SessionStream(slowly(), "<pipe>", "invalid_import", new_entry_id)
+        imported = PostgresSessionStorage.import_stream(frozen.database, stream)
+        assert len(frozen.open(imported.session_id).get_entries()) == 1
+
+
 def test_a_frozen_backend_holds_no_call_for_good(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

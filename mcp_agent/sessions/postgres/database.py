@@ -269,6 +269,10 @@ class PostgresDatabase:
         options = "-c plan_cache_mode=force_custom_plan"
         options += f" -c lock_timeout={round(self.lock_timeout * 1000)}"
         options += f" -c statement_timeout={round(statement_timeout * 1000)}"
+        # A transaction whose client stops between two statements (a replica frozen, its
+        # machine paused) would hold its session's row for as long: the database ends it
+        # after as long as a statement may run (an import reading its file lifts this).
+        options += f" -c idle_in_transaction_session_timeout={round(statement_timeout * 1000)}"
         if durability == "normal":
             options += " -c synchronous_commit=off"
         # The URL's own options (a search_path, …) come after ours, so they stand.

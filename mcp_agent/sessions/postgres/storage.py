@@ -204,6 +204,8 @@ class PostgresSessionStorage(SqlSessionStorage):
         incarnation = new_incarnation()
 
         def work(conn: Conn) -> None:
+            # The file (a pipe, perhaps) is read between statements for as long as it takes.
+            conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
             _insert_session(conn, header, incarnation)
             totals = SessionStats()
             batch: list[SessionEntry] = []
