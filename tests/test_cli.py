@@ -227,6 +227,36 @@ def test_a_bad_lease_time_in_the_environment_is_one_line(db: Path, args: list[st
     ]
 
 
+def test_a_bad_statement_timeout_stops_nothing_on_sqlite(db: Path) -> None:
+    # MCP_AGENT_DB_STATEMENT_TIMEOUT bounds PostgreSQL statements only: a bad value stopped
+    # every run, chat and serve over a SQLite file, where it does not apply.
+    done = sub(
+        "run",
+        "hi",
+        "--model",
+        "scripted:echo",
+        "--db",
+        str(db),
+        env=clean_env(MCP_AGENT_DB_STATEMENT_TIMEOUT="abc"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hi"
+
+
+@pytest.mark.parametrize(
+    "args", [["sessions", "list"], ["run", "hi", "--model", "scripted:echo"]], ids=["list", "run"]
+)
+def test_a_bad_statement_timeout_is_one_line_on_postgres(
+    postgres_url: str, args: list[str]
+) -> None:
+    done = sub(*args, "--db", postgres_url, env=clean_env(MCP_AGENT_DB_STATEMENT_TIMEOUT="abc"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "mcp-agent-sessions: MCP_AGENT_DB_STATEMENT_TIMEOUT must be a number of seconds from 1"
+        " to 3600, not 'abc'"
+    ]
+
+
 def test_no_arguments_shows_help() -> None:
     done = sub()
     assert done.returncode == 2

@@ -95,7 +95,7 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         assert leases.acquire("s2", "run 2") is None
         write = first.write
 
-        def unreachable(work: Any) -> Any:
+        def unreachable(work: Any, within: float | None = None) -> Any:
             raise SessionError("storage", "cannot reach the session database")
 
         first.write = unreachable  # type: ignore[method-assign]
@@ -111,6 +111,80 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
     finally:
         first.close()
         second.close()
+
+
+def test_a_renewal_whose_backend_froze_ends_well_within_the_lease(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend frozen during a lease renewal held the renewal (and every one after it, the
+    same task) for the statement timeout and its grace, 95 s, three times the lease: the
+    leases lapsed and another replica could take a session a run was under way in. The
+    renewal is bounded by RENEW_WITHIN, half the pause between two, so the next one still
+    comes in time; the board's renewal likewise."""
+    import signal
+
+    import psycopg
+
+    from mcp_agent.runtime import leases as leases_module
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.runtime.run_board import RunBoard
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    monkeypatch.setattr(leases_module, "RENEW_WITHIN", 1.0)
+    import mcp_agent.runtime.run_board as board_module
+
+    monkeypatch.setattr(board_module, "RENEW_WITHIN", 1.0)
+    database = PostgresDatabase(postgres_url)
+    leases = PostgresLeases(database)
+    board = RunBoard(database, leases.owner)
+    name = postgres_url.rsplit("/", 1)[1]
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        for renew, table in ((leases.renew, "session_leases"), (lambda: board.renew([]), "runs")):
+            with (
+                psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin,
+                psycopg.connect(postgres_url) as holder,
+            ):
+                holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                failed: list[BaseException] = []
+
+                def renewing(renew: Any = renew, failed: list[BaseException] = failed) -> None:
+                    try:
+                        renew()
+                    except BaseException as raised:
+                        failed.append(raised)
+
+                renewal = threading.Thread(target=renewing, daemon=True)
+                frozen: list[int] = []
+                renewal.start()
+                try:
+                    while not frozen and renewal.is_alive():
+                        frozen = [
+                            pid
+                            for (pid,) in admin.execute(
+                                "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                                " AND wait_event_type = 'Lock'",
+                                [name],
+                            )
+                        ]
+                        time.sleep(0.01)
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGSTOP)
+                    renewal.join(30)  # a hang guard: the bound is a second
+                    assert not renewal.is_alive(), "the renewal waited for the frozen backend"
+                finally:
+                    for pid in frozen:
+                        os.kill(pid, signal.SIGCONT)
+                [error] = failed
+                assert isinstance(error, SessionError), error
+                said = str(error)
+                assert "answered nothing for 1 s" in said or "the bound of this call" in said
+                holder.rollback()
+        assert leases.renew() == {"s1"}
+        board.renew([])
+    finally:
+        database.close()
 
 
 def test_connections_give_up_a_database_gone_from_the_network(postgres_url: str) -> None:
@@ -1107,6 +1181,107 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         session.append_message(user_message("kept"))
 
 
+def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend frozen (SIGSTOP) while its transaction held a session's row kept every append
+    there waiting the whole lock timeout (60 s, a worker thread each), and those queued behind
+    the first up to the statement timeout. A holder that has run nothing for a whole turn of
+    the wait is said at once; one that works (a statement running) is waited for, and the
+    append then stored once."""
+    import signal
+
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, row_lock
+
+    monkeypatch.setattr(row_lock, "LOCK_TURN_S", 0.3)
+    with PostgresSessionRepo(postgres_url, lock_timeout=30) as repo:
+        session = repo.create(name="kept")
+        before = [e.id for e in session.get_entries()]
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session.id])
+            pid = holder.info.backend_pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(SessionError) as raised:
+                    session.append_message(user_message("lost?"))
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            said = str(raised.value)
+            assert raised.value.code == "busy", said
+            assert f"held by a transaction on the session database {repo.database.where}" in said
+            assert f"(PostgreSQL backend {pid}, idle in transaction: frozen" in said, said
+            assert said.endswith("nothing was written, try again"), said
+            assert [e.id for e in repo.open(session.id).get_entries()] == before
+
+            # A holder at work (running a statement) is waited for, past a turn.
+            def work() -> None:
+                holder.execute("SELECT pg_sleep(1)")
+                holder.commit()
+
+            working = threading.Thread(target=work)
+            working.start()
+            kept = session.append_message(user_message("kept"))
+            working.join()
+        entries = [e.id for e in repo.open(session.id).get_entries()]
+        assert entries == [*before, kept]
+
+
+def test_a_transaction_whose_client_stopped_lets_its_session_go(postgres_url: str) -> None:
+    """A replica frozen (SIGSTOP, its machine paused) while its transaction held a session's
+    row kept that session from every other replica for as long as it stayed frozen. The
+    database ends a transaction idle that long (the statement timeout): the session is free
+    again, and the frozen one, back, finds its connection gone, its change not written. An
+    import reading its file slowly is not cut."""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.entries import new_entry_id
+    from mcp_agent.sessions.pi import SessionStream
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, PostgresSessionStorage
+
+    with (
+        PostgresSessionRepo(postgres_url, statement_timeout=1) as frozen,
+        PostgresSessionRepo(postgres_url) as other,
+    ):
+        session = frozen.create(name="kept")
+
+        def stops(conn: Any) -> None:
+            conn.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session.id])
+            time.sleep(2.5)  # frozen between two statements
+            conn.execute("UPDATE sessions SET name = 'lost' WHERE id = %s", [session.id])
+
+        with pytest.raises(SessionError):
+            frozen.database.write(stops)
+        kept = other.open(session.id).append_message(user_message("kept"))
+        entries = other.open(session.id)
+        assert entries.name == "kept" and entries.get_entries()[-1].id == kept
+
+        header = {
+            "type": "session",
+            "version": 3,
+            "id": "0193a8f6-aaaa-7000-8000-000000000001",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/",
+        }
+        entry = {
+            "type": "message",
+            "id": "a1",
+            "parentId": None,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": "slow", "timestamp": 1},
+        }
+
+        def slowly() -> Iterator[tuple[int, dict[str, Any]]]:
+            yield 1, header
+            time.sleep(2.5)  # a pipe that takes its time
+            yield 2, entry
+
+        stream = SessionStream(slowly(), "<pipe>", "invalid_import", new_entry_id)
+        imported = PostgresSessionStorage.import_stream(frozen.database, stream)
+        assert len(frozen.open(imported.session_id).get_entries()) == 1
+
+
 def test_a_frozen_backend_holds_no_call_for_good(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1314,6 +1489,62 @@ def test_an_append_whose_connection_broke_is_read_back_and_made_again_if_absent(
         kept = session.append_message(user_message("kept"))
         entries = repo.open(session.id).get_entries()
         assert [e.id for e in entries].count(kept) == 1 and len(entries) == before + 1
+
+
+def test_an_append_whose_connection_broke_in_an_outage_is_read_back_once_the_database_is_back(
+    postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append whose connection broke as the database went away was read back at once,
+    found the database still down and said its fate unknown ("either whole or absent, read
+    before writing it again"), though it had been written: the client, told to check, could
+    not. It is read again once the database is back: written, it stands (once); absent, it
+    is made then."""
+    import psycopg
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, database
+
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 0.05)
+    monkeypatch.setattr(database, "RECONNECT_S", 0.25)
+    name = postgres_url.rsplit("/", 1)[1]
+    with (
+        PostgresSessionRepo(postgres_url) as repo,
+        psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin,
+    ):
+        session = repo.create(name="kept")
+        write = repo.database.write
+        for committed in (True, False):
+            before = [e.id for e in repo.open(session.id).get_entries()]
+            calls: list[int] = []
+
+            def goes_away(
+                work: Any,
+                within: float | None = None,
+                calls: list[int] = calls,
+                put: bool = committed,
+            ) -> Any:
+                calls.append(1)
+                if len(calls) > 1:
+                    return write(work, within)
+                if put:
+                    write(work)
+                # The database goes away for a while as the answer comes back.
+                admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    [name],
+                )
+                threading.Timer(
+                    2.5, lambda: admin.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+                ).start()
+                raise database.BrokenConnection(repo.database.where, "terminated")
+
+            monkeypatch.setattr(repo.database, "write", goes_away)
+            kept = session.append_message(user_message(f"kept {committed}"))
+            monkeypatch.setattr(repo.database, "write", write)
+            assert len(calls) > 2  # read back while down, then once back
+            entries = [e.id for e in repo.open(session.id).get_entries()]
+            assert entries == [*before, kept]
 
 
 def user_message(text: str) -> UserMessage:

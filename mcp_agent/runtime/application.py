@@ -91,7 +91,7 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
             settings.db_url,
             durability=settings.durability,  # type: ignore[arg-type]  # checked by ServerSettings
             max_connections=settings.db_threads + 4,
-            statement_timeout=settings.db_statement_timeout,
+            statement_timeout=settings.statement_timeout(),
         )
         leases: LeaseBook = PostgresLeases(repo.database)
         repo.database.session_guard = leases.guard

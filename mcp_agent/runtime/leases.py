@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 # renews its leases every third of it; a killed one frees its sessions within it.
 LEASE_SECONDS = lease_seconds_from_env()
 RENEW_EVERY = LEASE_SECONDS / 3
+# A renewal (the board's too) that takes longer is given up, so that the next, a turn later,
+# still comes before the lease lapses: over PostgreSQL a backend frozen mid-renewal otherwise
+# held it for the statement timeout (90 s), three times the lease.
+RENEW_WITHIN = RENEW_EVERY / 2
 BUSY_TIMEOUT_S = 10.0
 
 _SCHEMA = """
@@ -375,6 +379,7 @@ class PostgresLeases(LeaseBook):
                 "UPDATE session_leases SET expires = extract(epoch FROM clock_timestamp()) + %s"
                 " WHERE owner = %s AND session_id = ANY(%s) RETURNING session_id",
                 (LEASE_SECONDS, self.owner, held),
-            ).fetchall()
+            ).fetchall(),
+            within=RENEW_WITHIN,
         )
         return {session_id for (session_id,) in rows}

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from mcp_agent.messages import Usage
 from mcp_agent.runtime.errors import TooManyRuns
-from mcp_agent.runtime.leases import LEASE_SECONDS
+from mcp_agent.runtime.leases import LEASE_SECONDS, RENEW_WITHIN
 from mcp_agent.sessions.entries import clip_long
 
 PUBLISH_EVERY = 0.5
@@ -243,7 +243,7 @@ class RunBoard:
                 " WHERE r.id = c.run_id AND r.status = 'running')"
             )
 
-        self.database.write(work)
+        self.database.write(work, within=RENEW_WITHIN)
 
     @staticmethod
     def _end_stopped(conn: Any, run_id: str | None = None) -> None:

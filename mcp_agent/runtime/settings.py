@@ -176,8 +176,10 @@ class ServerSettings:
     # PostgreSQL, the connection pool holds this many and 4 more.
     db_threads: int = field(default_factory=lambda: _int_from_env(DB_THREADS_ENV, 8))
     # Over PostgreSQL: how long one statement may take before it is cancelled (and a
-    # connection whose database answers nothing at all is given up 5 s later).
-    db_statement_timeout: float = field(default_factory=statement_timeout_from_env)
+    # connection whose database answers nothing at all is given up 5 s later). None: from
+    # MCP_AGENT_DB_STATEMENT_TIMEOUT, read only when a PostgreSQL database is opened (a SQLite
+    # server has no use for it, so a bad value there stops nothing).
+    db_statement_timeout: float | None = None
     # This replica's name (several over one PostgreSQL database): its legacy HTTP session ids
     # begin with "NAME.", for a load balancer to route them by (manifests/deploy).
     replica_name: str | None = field(default_factory=lambda: os.environ.get(REPLICA_ENV) or None)
@@ -188,6 +190,13 @@ class ServerSettings:
             self.db_url = location
         else:
             self.db_path, self.db_url = location, None
+
+    def statement_timeout(self) -> float:
+        """The PostgreSQL statement timeout: as given, else from the environment (a bad value
+        there is a SettingError, said in one line)."""
+        if self.db_statement_timeout is not None:
+            return self.db_statement_timeout
+        return statement_timeout_from_env()
 
     @property
     def db_location(self) -> str:

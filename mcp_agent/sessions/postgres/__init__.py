@@ -2,7 +2,7 @@
 replicas share (``--db postgresql://…``).
 
 ``database`` holds the connection pool, the schema and its migrations; ``storage`` one session;
-``repo`` the repo over the database. psycopg is imported only when this package is."""
+``repo`` the repo over the database; ``row_lock`` how a change waits for a session's row. psycopg is imported only when this package is."""
 
 from mcp_agent.sessions.postgres.database import (
     PostgresDatabase,

@@ -269,6 +269,10 @@ class PostgresDatabase:
         options = "-c plan_cache_mode=force_custom_plan"
         options += f" -c lock_timeout={round(self.lock_timeout * 1000)}"
         options += f" -c statement_timeout={round(statement_timeout * 1000)}"
+        # A transaction whose client stops between two statements (a replica frozen, its
+        # machine paused) would hold its session's row for as long: the database ends it
+        # after as long as a statement may run (an import reading its file lifts this).
+        options += f" -c idle_in_transaction_session_timeout={round(statement_timeout * 1000)}"
         if durability == "normal":
             options += " -c synchronous_commit=off"
         # The URL's own options (a search_path, …) come after ours, so they stand.
@@ -289,6 +293,9 @@ class PostgresDatabase:
             name=POOL_NAME,
         )
         self._closed = threading.Event()
+        # The bound of the call this thread makes now, when shorter than the statement
+        # timeout (``write(within=…)``): the pool's check of a connection keeps to it too.
+        self._call = threading.local()
         self._unreachable = False  # the pool timed out and a connection attempt failed
         # Said once when the database is found out of reach, and once when it is back.
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
@@ -305,8 +312,11 @@ class PostgresDatabase:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
 
+    def _client_bound(self) -> float:
+        return self.statement_timeout + STATEMENT_GRACE_S
+
     def _bound(self, conn: BoundedConnection) -> None:
-        conn.bound = self.statement_timeout + STATEMENT_GRACE_S
+        conn.bound = self._client_bound()
 
     def _check(self, conn: BoundedConnection) -> None:
         """The pool's check of a connection before lending it. One found broken means the
@@ -314,7 +324,8 @@ class PostgresDatabase:
         too: they are all dropped at once (the pool opens new ones). Left to the pool, each
         would be checked in turn with a growing pause between (1, 2, 4, 8 s): a caller after a
         restart of the database waited the pool's whole timeout and was told it was busy."""
-        conn.bound = min(CHECK_TIMEOUT_S, self.statement_timeout + STATEMENT_GRACE_S)
+        within: float | None = getattr(self._call, "within", None)
+        conn.bound = min(CHECK_TIMEOUT_S, within or CHECK_TIMEOUT_S, self._client_bound())
         try:
             ConnectionPool.check_connection(conn)
         except StatementTimeout:
@@ -349,7 +360,11 @@ class PostgresDatabase:
         )
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def connection(self, within: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool's for one call. ``within`` (seconds, shorter than the
+        statement timeout) bounds the call's waits instead: for a connection, for its check,
+        and for each answer of the database on it (``write`` sets the transaction's
+        statement timeout to two thirds of it)."""
         if self._closed.is_set():
             raise SessionError("closed", f"the session database {self.where} is closed")
         if self._unreachable:
@@ -362,14 +377,21 @@ class PostgresDatabase:
             self._unreachable = False
             self.outage.recovered()
         try:
-            conn = self._lend()
+            self._call.within = within
+            try:
+                conn = self._lend(within)
+            finally:
+                self._call.within = None
+            if within is not None:
+                conn.bound = within
             try:
                 with conn:  # as the pool's own connection(): commit, or roll back
                     yield conn
             finally:
+                self._bound(conn)
                 self.pool.putconn(conn)
         except PoolTimeout:
-            raise self._no_connection() from None
+            raise self._no_connection(within) from None
         except pg_errors.LockNotAvailable:
             raise SessionError(
                 "busy",
@@ -378,11 +400,16 @@ class PostgresDatabase:
             ) from None
         except pg_errors.QueryCanceled:
             # statement_timeout (or an administrator's pg_cancel_backend): rolled back.
+            bound = (
+                f"{within * 2 / 3:.3g} s (the bound of this call)"
+                if within is not None
+                else f"{self.statement_timeout:g} s (the statement timeout,"
+                " MCP_AGENT_DB_STATEMENT_TIMEOUT)"
+            )
             raise SessionError(
                 "storage",
                 f"a statement on the session database {self.where} was cancelled after running"
-                f" up to {self.statement_timeout:g} s (the statement timeout,"
-                " MCP_AGENT_DB_STATEMENT_TIMEOUT); nothing was written, try again",
+                f" up to {bound}; nothing was written, try again",
             ) from None
         except pg_errors.DataError as error:
             raise SessionError(
@@ -391,15 +418,15 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise storage_error(self.where, error) from None
 
-    def _lend(self) -> BoundedConnection:
+    def _lend(self, within: float | None = None) -> BoundedConnection:
         """A connection of the pool's, waited for up to ``POOL_TIMEOUT_S`` in turns of
         ``POOL_TURN_S``. After a turn with the pool short of connections (it could not make
         them), one attempt of our own says whether the database is down: then the caller is
         told at once, not after the whole wait; up, the caller gets back in line, which makes
         the pool try again (it tries when a caller joins the line: callers already waiting
         when its last try gave up waited the whole timeout, the database long back, and were
-        told that every connection stayed busy)."""
-        deadline = time.monotonic() + POOL_TIMEOUT_S
+        told that every connection stayed busy). ``within`` shortens the wait."""
+        deadline = time.monotonic() + min(POOL_TIMEOUT_S, within or POOL_TIMEOUT_S)
         while True:
             turn = min(POOL_TURN_S, deadline - time.monotonic())
             try:
@@ -415,7 +442,7 @@ class PostgresDatabase:
                 self.outage.failed(down.reason)
                 raise down
 
-    def _no_connection(self) -> SessionError:
+    def _no_connection(self, within: float | None = None) -> SessionError:
         """Why the pool gave no connection in time: the database is down or unreachable (the
         pool only retries then), or every connection stayed busy."""
         down = self._probe()
@@ -426,7 +453,19 @@ class PostgresDatabase:
         return SessionError(
             "busy",
             f"every connection to the session database {self.where} stayed busy for"
-            f" {POOL_TIMEOUT_S:g} s; nothing was written, try again",
+            f" {min(POOL_TIMEOUT_S, within or POOL_TIMEOUT_S):g} s; nothing was written,"
+            " try again",
+        )
+
+    def side_connection(self) -> psycopg.Connection[Any]:
+        """A connection outside the pool, for a short look at the database while a pooled one
+        waits (``row_lock``); its statements are bounded."""
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=5,
+            options=f"-c statement_timeout={round(CHECK_TIMEOUT_S * 1000)}",
+            **tcp_options(self.url),
         )
 
     def _probe(self) -> Unreachable | None:
@@ -442,12 +481,20 @@ class PostgresDatabase:
                 reason,
             )
 
-    def write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def write(self, work: Callable[[psycopg.Connection[Any]], T], within: float | None = None) -> T:
         """Run ``work`` in one transaction (committed when it returns, rolled back when it
-        raises)."""
-        with self.connection() as conn:
+        raises); ``within``: the whole call is bounded by so many seconds (see
+        ``connection``), for work that must end sooner than the statement timeout."""
+        if within is not None and not 0 < within < self.statement_timeout:
+            within = None  # the statement timeout bounds it already
+        with self.connection(within) as conn:
             try:
                 with conn.transaction():
+                    if within is not None:  # a live database cancels first, and says so
+                        conn.execute(
+                            "SELECT set_config('statement_timeout', %s, true)",
+                            (f"{max(round(within * 2 / 3 * 1000), 1)}ms",),
+                        )
                     return work(conn)
             except pg_errors.DataError as error:
                 raise SessionError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,9 +18,10 @@ from mcp_agent.sessions.entries import (
     new_entry_id,
     sortable_time,
 )
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import SessionError, Unreachable
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.postgres.database import BrokenConnection, PostgresDatabase
+from mcp_agent.sessions.postgres.row_lock import lock_session_row
 from mcp_agent.sessions.row_sql import (
     for_psycopg,
     label_changes,
@@ -32,6 +34,12 @@ from mcp_agent.sessions.sqlite.storage import IMPORT_BATCH_ROWS
 from mcp_agent.sessions.storage import RowDelta, SessionStats, leaf_after
 
 Conn = psycopg.Connection[Any]
+
+# An append whose connection broke is read back to say whether it was written; while the
+# database is out of reach (a restart, a failover), it is read again every SETTLE_TURN_S,
+# up to SETTLE_S, before its fate is said to be unknown.
+SETTLE_S = 30.0
+SETTLE_TURN_S = 0.5
 
 _INSERT_ENTRY = (
     "INSERT INTO entries (session_id, id, parent_id, type, role, timestamp, seq, data, text)"
@@ -196,6 +204,8 @@ class PostgresSessionStorage(SqlSessionStorage):
         incarnation = new_incarnation()
 
         def work(conn: Conn) -> None:
+            # The file (a pipe, perhaps) is read between statements for as long as it takes.
+            conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
             _insert_session(conn, header, incarnation)
             totals = SessionStats()
             batch: list[SessionEntry] = []
@@ -224,10 +234,10 @@ class PostgresSessionStorage(SqlSessionStorage):
             self.database.session_guard(conn, self.session_id)
 
     def _locked_row(self, conn: Conn) -> tuple[str | None, int]:
-        """The session's leaf and next sequence number, its row locked until the commit."""
-        row = conn.execute(
-            "SELECT leaf, next_seq FROM sessions WHERE id = %s FOR UPDATE", (self.session_id,)
-        ).fetchone()
+        """The session's leaf and next sequence number, its row locked until the commit (a
+        holder that does nothing is said after a turn of the wait: ``row_lock``)."""
+        database = self.database
+        row = lock_session_row(conn, self.session_id, database.side_connection, database.where)
         if row is None:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
         return row[0], row[1]
@@ -310,7 +320,8 @@ class PostgresSessionStorage(SqlSessionStorage):
     ) -> tuple[SessionEntry, int] | None:
         """Whether an append whose connection broke was committed, read on another connection
         once the session's row is free (a commit under way holds it): the entry as stored, or
-        None when nothing was written (unreadable, ``broken`` is raised: it is not known)."""
+        None when nothing was written (unreadable, ``broken`` is raised: it is not known). The
+        database out of reach, it is read again once back, for up to ``SETTLE_S``."""
 
         def work(conn: Conn) -> str | None:
             self._locked_row(conn)
@@ -320,10 +331,17 @@ class PostgresSessionStorage(SqlSessionStorage):
             ).fetchone()
             return None if row is None else str(row[0])
 
-        try:
-            data = self.database.write(work)
-        except SessionError:
-            raise broken from None
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            try:
+                data = self.database.write(work)
+                break
+            except (Unreachable, BrokenConnection):
+                if time.monotonic() >= deadline:
+                    raise broken from None
+                time.sleep(SETTLE_TURN_S)  # on a worker thread, as every database call
+            except SessionError:
+                raise broken from None
         if data is None:
             return None
         return self.parse_stored(entry.id, entry.type, data), len(data)
