@@ -15,6 +15,7 @@ import pytest
 from mcp_support import find_pi
 from narrow import narrow
 
+from mcp_agent.compaction import CompactionError, prepare_compaction
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
@@ -328,6 +329,50 @@ def run_pi(path: Path, leaves: list[str] | None = None) -> dict:
     args = [node, str(DATA / "oracle.mjs"), str(peers), str(path), *(leaves or [])]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
+
+
+def pi_prepares(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any] | None]:
+    """What pi's prepareCompaction makes of the branch at each leaf of ``path`` (None where
+    pi refuses), keeping ``keep`` tokens (tests/data/pi/compaction.mjs)."""
+    assert PI is not None
+    node, peers = PI
+    args = [node, str(DATA / "compaction.mjs"), str(peers), str(path), str(keep), *leaves]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return list(json.loads(done.stdout))
+
+
+@needs_pi
+@pytest.mark.node
+def test_a_compaction_asked_for_is_made_and_refused_where_pi_makes_and_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """pi's /compact compacts a branch shorter than what it keeps (its default 20,000 tokens:
+    it summarises nothing and keeps the whole branch); it refuses only an empty branch and
+    one that ends in a compaction. Ours refused the short one ("nothing to compact")."""
+    keep = 20_000
+    parsed = parse_session_text((DATA / "v3.jsonl").read_text())
+    storage = InMemorySessionStorage(parsed.header, parsed.entries)
+    file = tmp_path / "v3.jsonl"
+    file.write_text(export_text(parsed.header, parsed.entries, parsed.leaf_id))
+    leaves = [entry.id for entry in parsed.entries]
+    made = 0
+    for leaf, theirs in zip(leaves, pi_prepares(file, keep, leaves), strict=True):
+        try:
+            ours = prepare_compaction(storage.get_branch(leaf), keep, manual=True)
+        except CompactionError:
+            assert theirs is None, leaf
+            continue
+        made += 1
+        assert theirs is not None, leaf
+        # pi calls a cut at a turn's first entry split too, with nothing before it: ours not.
+        theirs["isSplitTurn"] = theirs["isSplitTurn"] and theirs["turnPrefix"] > 0
+        assert theirs == {
+            "firstKeptEntryId": ours.first_kept_entry_id,
+            "summarized": len(ours.messages_to_summarize),
+            "turnPrefix": len(ours.turn_prefix_messages),
+            "isSplitTurn": ours.is_split_turn,
+        }, leaf
+    assert made == len(leaves) - len(storage.find_entries("compaction")) > 0
 
 
 @needs_pi

@@ -458,10 +458,10 @@ class Chat:
         if session is None:
             self.refuse("no session yet: nothing to compact")
             return
-        # Refuse before choosing a model what no model could compact (keeping nothing
-        # verbatim); how much is kept depends on the model's window (``compact`` says).
+        # Refuse before choosing a model what pi refuses too: an empty branch, or one that
+        # ends in a compaction.
         branch = await self.state.offload(session.get_branch)
-        prepare_compaction(branch, 0, context_messages=[])
+        prepare_compaction(branch, 0, context_messages=[], manual=True)
         manifest = self.state.agents[self.agent or "default"]
         default = self.state.settings.default_model
         # The model the next run would use (as start_run chooses it): the one asked for, else
@@ -489,6 +489,7 @@ class Chat:
                 instructions=instructions or None,
                 signal=controller.signal,
                 offload=self.state.offload,
+                manual=True,
             )
         except CompactionError as error:
             if error.code != "aborted":
