@@ -62,8 +62,9 @@ def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
     session.move_to(a)
     assert len(synced) == 3
     written = lines(path)
-    assert [e["type"] for e in written] == ["session", "message", "message", "leaf"]
-    assert written[3]["parentId"] == a and written[3]["targetId"] == a
+    assert [e["type"] for e in written] == ["session", "message", "message", "custom"]
+    assert written[3]["customType"] == "mcp-agent-sessions.leaf"  # a leaf move, as pi keeps it
+    assert written[3]["parentId"] == a and written[3]["data"] == {"targetId": a}
     assert path.read_text().endswith("\n")
     assert repo.export_jsonl(session.id) == path.read_text()
 

@@ -194,9 +194,8 @@ def test_export_adds_a_leaf_line_only_when_the_log_would_resume_elsewhere() -> N
     assert len(same) == 1 + len(parsed.entries)
     moved = export_text(parsed.header, parsed.entries, "6c37aca9").splitlines()
     last = json.loads(moved[-1])
-    assert (
-        last["type"] == "leaf" and last["targetId"] == "6c37aca9" and last["parentId"] == "6c37aca9"
-    )
+    assert last["type"] == "custom" and last["customType"] == "mcp-agent-sessions.leaf"
+    assert last["data"] == {"targetId": "6c37aca9"} and last["parentId"] == "6c37aca9"
     assert parse_session_text("\n".join(moved)).leaf_id == "6c37aca9"
 
 
@@ -552,6 +551,20 @@ def test_line_ends_and_a_byte_order_mark_read_alike_from_text_a_file_and_a_folde
         assert [e["id"] for e in run_pi(path)["entries"]] == [e["id"] for e in expected]
 
 
+# The entry types pi 0.73 knows (its SessionEntry union).
+PI_ENTRY_TYPES = {
+    "message",
+    "thinking_level_change",
+    "model_change",
+    "compaction",
+    "branch_summary",
+    "custom",
+    "custom_message",
+    "label",
+    "session_info",
+}
+
+
 def random_session(seed: int) -> Session:
     """A session exercising every entry type, several branches and leaf moves."""
     rng = random.Random(seed)
@@ -616,14 +629,25 @@ def random_session(seed: int) -> Session:
 @pytest.mark.node
 @pytest.mark.parametrize("seed", range(3))
 def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path) -> None:
+    """pi reads every line of the files we write as an entry it knows (its /tree showed our
+    leaf moves as nodes of a type it did not know, blank): a leaf move is a custom entry of
+    ours, which pi hides there; we read it back as the move."""
     session = random_session(seed)
+    assert any(entry.type == "leaf" for entry in session.get_entries())
     repo = JsonlSessionRepo(tmp_path)
     copy = repo.import_jsonl(export_text(session.header, session.get_entries(), session.leaf_id))
     ours = copy.build_context().to_json_dict()
     ours.pop("activeToolNames", None)
-    expected = run_pi(tmp_path / f"{copy.id}.jsonl")  # pi's default: resume at the last line
+    file = tmp_path / f"{copy.id}.jsonl"
+    expected = run_pi(file)  # pi's default: resume at the last line
     assert ours == expected["results"][0]["context"]
-    assert [e.to_json_dict() for e in copy.get_entries()] == expected["entries"]
+    assert [json.loads(line) for line in file.read_text().splitlines()[1:]] == expected["entries"]
+    assert {entry["type"] for entry in expected["entries"]} <= PI_ENTRY_TYPES
+    again = JsonlSessionRepo(tmp_path).open(copy.id)
+    assert again.get_entries() == session.get_entries() and again.leaf_id == session.leaf_id
+    with SqliteSessionRepo(tmp_path / "s.db") as database:  # its export, from the stored JSON
+        database.import_jsonl(file.read_text())
+        assert database.export_jsonl(copy.id) == file.read_text()
 
 
 def depth_first_tree(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:

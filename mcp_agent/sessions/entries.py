@@ -308,10 +308,15 @@ class SessionInfoEntry(SessionEntry):
 class LeafEntry(SessionEntry):
     """A move of the current leaf to ``target_id``, persisted so a branch switch survives a
     restart. Its ``parentId`` is the target, so pi (which resumes at the last line) lands on
-    the same branch."""
+    the same branch. pi knows no such entry type: a file holds it as a custom entry of ours
+    (``file_json``), which pi keeps, hides in its /tree and leaves out of the context."""
 
     type: Literal["leaf"] = "leaf"
     target_id: str | None = None
+
+
+# The customType of a leaf move in a pi file.
+LEAF_CUSTOM_TYPE = "mcp-agent-sessions.leaf"
 
 
 class UnknownEntry(SessionEntry):
@@ -336,6 +341,18 @@ ENTRY_TYPES: dict[str, type[SessionEntry]] = {
 }
 
 
+def _is_leaf_move(data: Mapping[str, Any]) -> bool:
+    """A custom entry that is a leaf move of ours (``file_json``); any other shape is a custom
+    entry like any other."""
+    moved = data.get("data")
+    return (
+        data.get("customType") == LEAF_CUSTOM_TYPE
+        and isinstance(moved, Mapping)
+        and set(moved) == {"targetId"}
+        and isinstance(moved["targetId"], str | None)
+    )
+
+
 def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     """One entry from its JSON object; ``where`` names it in errors (e.g. ``file.jsonl:12``)."""
     if not isinstance(data, Mapping):
@@ -344,6 +361,9 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if not isinstance(entry_type, str) or entry_type == "session":
         raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+    if entry_type == "custom" and _is_leaf_move(data):
+        cls, data = LeafEntry, {**data, "type": "leaf", "targetId": data["data"]["targetId"]}
+        del data["customType"], data["data"]
     try:
         return cls.model_validate(data)
     except ValidationError as error:
@@ -363,6 +383,26 @@ def entry_to_json(entry: SessionEntry | SessionHeader) -> str:
     """The entry's one line of JSON (compact, UTF-8 kept as is)."""
     # pydantic's own JSON writer: the same JSON as WireModel.to_json, about a third faster.
     return entry.model_dump_json(by_alias=True)
+
+
+def file_json(entry: SessionEntry | SessionHeader) -> str:
+    """The entry's line in a pi file: ``entry_to_json``, a leaf move as pi's custom entry."""
+    if not isinstance(entry, LeafEntry):
+        return entry_to_json(entry)
+    line = {
+        "type": "custom",
+        "id": entry.id,
+        "parentId": entry.parent_id,
+        "timestamp": entry.timestamp,
+        "customType": LEAF_CUSTOM_TYPE,
+        "data": {"targetId": entry.target_id},
+    }
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+
+
+def file_line(stored: str) -> str:
+    """A stored entry's JSON (``entry_to_json``'s) as its line in a pi file (``file_json``)."""
+    return file_json(entry_from_json(stored)) if stored.startswith('{"type":"leaf",') else stored
 
 
 def entry_text(entry: SessionEntry) -> str:

@@ -1,7 +1,8 @@
 """The JSONL backend: one pi-compatible file per session, append-only.
 
 Each append writes one line and is flushed and fsynced before it counts. Leaf moves are
-written as ``leaf`` lines, so on load the last line gives the leaf (as pi does it). A last
+written as lines of their own (pi's custom entries, ``file_json``), so on load the last line
+gives the leaf (as pi does it). A last
 line torn by a crash is left unread with a warning (pi, which takes no lock, may be writing
 it), and our next append cuts it off if it stays; a bad line anywhere else means the file is
 damaged, and loading raises an error naming the file and line. Files of pi versions 1 and 2
@@ -36,7 +37,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     SessionHeader,
     entry_text,
-    entry_to_json,
+    file_json,
     new_header,
     write_time,
 )
@@ -197,7 +198,7 @@ def _rewrite(path: Path, header: SessionHeader, entries: Sequence[SessionEntry])
     stamp. The caller holds the old file's exclusive lock, so no process of ours appends to it
     meanwhile (and one waiting for it opens the new file: see ``locked_file``)."""
     with _writing(path):
-        return write_file_atomically(path, [entry_to_json(header), *map(entry_to_json, entries)])
+        return write_file_atomically(path, [file_json(header), *map(file_json, entries)])
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -230,7 +231,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             entries = list(entries)
             super().__init__(header, entries)  # checks the entries before anything is written
             with _writing(self.path):
-                lines = [entry_to_json(header), *map(entry_to_json, entries)]
+                lines = [file_json(header), *map(file_json, entries)]
                 self.stamp = write_file_atomically(self.path, lines)
             self.torn = False
             return
@@ -253,10 +254,10 @@ class JsonlSessionStorage(InMemorySessionStorage):
         InMemorySessionStorage.__init__(storage, stream.header)
 
         def lines() -> Iterator[str]:
-            yield entry_to_json(stream.header)
+            yield file_json(stream.header)
             for entry in stream:
                 storage._index(entry)
-                yield entry_to_json(entry)
+                yield file_json(entry)
 
         with _writing(path):
             storage.stamp = write_file_atomically(path, lines())
@@ -343,7 +344,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
         try:
             if start and os.pread(fd, 1, start - 1) != b"\n":
                 handle.write(b"\n")  # a file pi or an editor left without one
-            handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
+            handle.write(file_json(entry).encode("utf-8") + b"\n")
             handle.flush()
             os.fsync(fd)
         except BaseException:
