@@ -2351,3 +2351,28 @@ def test_a_continued_session_keeps_its_model_in_run_and_chat(
     assert "model: scripted:echo" in chat.output and "scripted:demo" not in chat.output
     fresh = cli("run", "new")  # a new session has no model of its own: the default serves
     assert fresh.exit_code == 0 and "scripted:demo" in fresh.stderr, fresh.output
+
+
+def test_thinking_shows_the_agents_level_where_the_session_sets_none(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    """/thinking in a session that records no level (an older one, or one not started yet)
+    said "off", where its next run goes at the agent's level (and records it): it says that."""
+    from mcp_support import write_manifests
+
+    agent = 'description = "thinks"\nthinking_level = "high"\n'
+    manifests = str(write_manifests(tmp_path / "manifests", {"default": agent}))
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        session.append_model_change("scripted", "echo")
+        session.append_message(User(content="from before"))
+    steps = "/thinking\nhello\n/thinking\n"
+    done = cli("chat", "--session", session.id, "--manifests", manifests, input=steps)
+    assert done.exit_code == 0, done.output
+    shown = [line for line in done.stderr.splitlines() if line.startswith("thinking level")]
+    assert shown == [
+        "thinking level: high (the agent's: the session sets none yet)",
+        "thinking level: high",
+    ]
+    new = cli("chat", "--model", "scripted:echo", "--manifests", manifests, input="/thinking\n")
+    assert "thinking level: high (the agent's: the session sets none yet)" in new.stderr

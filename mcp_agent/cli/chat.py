@@ -523,12 +523,14 @@ class Chat:
 
         if not argument:
             session = await self._current()
-            level = (
-                (await self.state.offload(session.build_context)).thinking_level
-                if session is not None
-                else "off"
-            )
-            self.say(f"thinking level: {level}", "")
+            context = None if session is None else await self.state.offload(session.build_context)
+            if context is not None and context.thinking_level_recorded:
+                self.say(f"thinking level: {context.thinking_level}", "")
+                return
+            # The next run goes at the agent's level (as the model can do it), and records it.
+            agent = self.state.agents[self.agent or "default"]
+            level = self._thinking_in_effect(ThinkingLevel(agent.thinking_level))
+            self.say(f"thinking level: {level} (the agent's: the session sets none yet)", "")
             return
         levels = [level.value for level in ThinkingLevel]
         if argument not in levels:
