@@ -2376,3 +2376,29 @@ def test_thinking_shows_the_agents_level_where_the_session_sets_none(
     ]
     new = cli("chat", "--model", "scripted:echo", "--manifests", manifests, input="/thinking\n")
     assert "thinking level: high (the agent's: the session sets none yet)" in new.stderr
+
+
+@pytest.mark.parametrize("store", ["database", "folder"])
+def test_sessions_list_marks_a_sub_agents_session(
+    cli: Any, db: Path, tmp_path: Path, store: str
+) -> None:
+    """A sub-agent's session was listed as any other (a fork's, by its parentSession alone):
+    the table marks it, and --json says which session and run started it."""
+    from mcp_agent.sessions import JsonlSessionRepo
+
+    where = db if store == "database" else tmp_path / "folder"
+    repo = SqliteSessionRepo(db) if store == "database" else JsonlSessionRepo(where)
+    with repo:
+        parent = repo.create()
+        parent.append_message(User(content="delegate the greeting"))
+        origin = {"sessionId": parent.id, "runId": "r1"}
+        child = repo.create(metadata={"startedBy": origin}, parent_session=parent.id)
+        child.append_message(User(content="write a greeting"))
+        repo.fork(parent.id).append_message(User(content="a fork of it"))
+    table = cli("sessions", "list", "--db", str(where))
+    assert table.exit_code == 0, table.output
+    marked = [line for line in table.stdout.splitlines() if "sub-agent" in line]
+    assert len(marked) == 1 and "↳ sub-agent: write a greeting" in marked[0]
+    listed = json.loads(cli("sessions", "list", "--db", str(where), "--json").stdout)
+    started = {s["id"]: s["startedBy"] for s in listed["sessions"]}
+    assert started.pop(child.id) == origin and set(started.values()) == {None}

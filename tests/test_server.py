@@ -1088,6 +1088,9 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     resource = await client.read_resource(f"session://{child_id}")
     text = narrow(resource.contents[0], types.TextResourceContents).text
     assert json.loads(text)["session"]["startedBy"] == started
+    listed = {s["id"]: s for s in (await call(client, "session_list", limit=100))["sessions"]}
+    assert listed[child_id]["startedBy"] == started  # listings say it too
+    assert listed[run["sessionId"]]["startedBy"] is None
     # The parent's link says which session, run and agent ("custom subagent" said nothing).
     # (From the link on: the chain before it is folded away.)
     at_link = {"session_id": run["sessionId"], "view": "outline", "entry_id": links[0]["id"]}

@@ -95,7 +95,9 @@ def list_sessions(
                 short_time(item.modified),
                 f"{item.message_count:,}",
                 f"{item.total_tokens:,}",
-                one_line(item.name or item.first_user_message or "", 200) or "—",
+                # A sub-agent's session says so: its parent's listing row shows the task too.
+                ("↳ sub-agent: " if item.started_by else "")
+                + (one_line(item.name or item.first_user_message or "", 200) or "—"),
             ],
             "bold" if item.name else None,
         )

@@ -63,7 +63,7 @@ from mcp_agent.sessions.entries import (
     is_session_id,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, started_by
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, started_json
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -77,7 +77,7 @@ Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 def session_info(summary: SessionSummary, header: SessionHeader | None = None) -> SessionInfo:
     """The session as answers give it; ``header`` (when at hand) says a sub-agent's origin."""
-    origin = started_by(header) if header is not None else None
+    origin = started_json(header) if header is not None else summary.started_by
     return SessionInfo(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
@@ -89,7 +89,9 @@ def session_info(summary: SessionSummary, header: SessionHeader | None = None) -
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,
         parent_session=summary.parent_session,
-        started_by=None if origin is None else StartedBy(session_id=origin[0], run_id=origin[1]),
+        started_by=None
+        if origin is None
+        else StartedBy(session_id=str(origin["sessionId"]), run_id=origin["runId"]),
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )

@@ -107,6 +107,8 @@ class SessionSummary:
     total_tokens: int = 0
     cost_total: float = 0.0
     leaf_id: str | None = None
+    # A sub-agent's session: the session and run that started it (``started_json``).
+    started_by: dict[str, str | None] | None = None
 
     def __post_init__(self) -> None:
         # pi names a fork's parent by its file (``…/<time>_<id>.jsonl``), and the header keeps
@@ -127,6 +129,7 @@ class SessionSummary:
             "totalTokens": self.total_tokens,
             "costTotal": self.cost_total,
             "leafId": self.leaf_id,
+            "startedBy": self.started_by,
         }
 
 
@@ -278,6 +281,7 @@ def summarize(storage: SessionStorage) -> SessionSummary:
         total_tokens=stats.total_tokens,
         cost_total=stats.cost_total,
         leaf_id=storage.get_leaf_id(),
+        started_by=started_json(header),
     )
 
 
