@@ -2402,3 +2402,36 @@ def test_sessions_list_marks_a_sub_agents_session(
     listed = json.loads(cli("sessions", "list", "--db", str(where), "--json").stdout)
     started = {s["id"]: s["startedBy"] for s in listed["sessions"]}
     assert started.pop(child.id) == origin and set(started.values()) == {None}
+
+
+def old_subagent_sessions(db: Path) -> dict[str, str]:
+    """A parent and the sub-agent's session it linked, made before headers said whose
+    sub-agent a session is (its header names only its parent), and a fork of each."""
+    with SqliteSessionRepo(db) as repo:
+        parent = repo.create()
+        parent.append_message(User(content="delegate it"))
+        child = repo.create(metadata={"agent": "helper"}, parent_session=parent.id)
+        child.append_message(User(content="the task"))
+        link = {"sessionId": child.id, "runId": "r0", "agent": "helper", "task": "the task"}
+        parent.append_custom("subagent", link)
+        forks = {"parent_fork": repo.fork(parent.id).id, "child_fork": repo.fork(child.id).id}
+        return {"parent": parent.id, "child": child.id, **forks}
+
+
+def test_an_older_sub_agents_session_is_known_by_its_parents_link(cli: Any, db: Path) -> None:
+    """A sub-agent's session from before headers said so read "forked from": its parent's
+    link entry names it, and show and tree say whose sub-agent it is; forks stay forks."""
+    ids = old_subagent_sessions(db)
+    shown = cli("sessions", "show", ids["child"])
+    assert shown.exit_code == 0, shown.output
+    said = " ".join(shown.stdout.split())
+    assert f"a sub-agent's session, started by session {ids['parent']} (run r0)" in said
+    assert "forked from" not in said
+    origin = {"sessionId": ids["parent"], "runId": "r0"}
+    for command in ("show", "tree"):
+        data = json.loads(cli("sessions", command, ids["child"], "--json").stdout)
+        assert data["session"]["startedBy"] == origin, command
+    for fork in ("parent_fork", "child_fork"):
+        assert "forked from" in " ".join(cli("sessions", "show", ids[fork]).stdout.split())
+        data = json.loads(cli("sessions", "show", ids[fork], "--json").stdout)
+        assert data["session"]["startedBy"] is None

@@ -1034,6 +1034,24 @@ async def test_agent_list(client: Client) -> None:
     assert agents["helper"]["uri"] == "agent://helper"
 
 
+async def test_session_get_knows_an_older_sub_agents_session_by_its_parents_link(
+    tmp_path: Path,
+) -> None:
+    from test_cli import old_subagent_sessions
+
+    ids = old_subagent_sessions(tmp_path / "old.db")
+    server = agent_server(tmp_path, {}, db_path=tmp_path / "old.db")
+    async with Client(server) as client:
+        child = await call(client, "session_get", session_id=ids["child"], limit=1)
+        assert child["session"]["startedBy"] == {"sessionId": ids["parent"], "runId": "r0"}
+        resource = await client.read_resource(f"session://{ids['child']}")
+        text = narrow(resource.contents[0], types.TextResourceContents).text
+        assert json.loads(text)["session"]["startedBy"] == child["session"]["startedBy"]
+        for other in ("parent", "parent_fork", "child_fork"):
+            got = await call(client, "session_get", session_id=ids[other], limit=1)
+            assert got["session"]["startedBy"] is None, other
+
+
 async def test_a_subagents_link_holds_the_start_of_a_long_task_and_where_it_is_whole(
     client: Client,
 ) -> None:

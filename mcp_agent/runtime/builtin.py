@@ -27,9 +27,9 @@ from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
 from mcp_agent.runtime.start import SUBAGENT_TOOL, child_depth, run_meta, start_run
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.repo import SUBAGENT_LINK
 from mcp_agent.wire import one_line
 
-SUBAGENT_ENTRY = "subagent"
 # What the parent's link entry keeps of the task: the child's first message holds it whole.
 SUBAGENT_TASK_CHARS = 500
 
@@ -257,7 +257,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
             delegator = f"run {caller.id}" if caller is not None else "the run"
             try:
                 await state.offload(
-                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
+                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_LINK, link)
                 )
             except BaseException as error:
                 # The sub-agent has started: it must not go on with nobody waiting for it.

@@ -58,12 +58,11 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import (
     CWD_CHARS,
     NAME_CHARS,
-    SessionHeader,
     clip_long,
     is_session_id,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, started_json
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -75,9 +74,12 @@ Limit = Annotated[int | None, Field(description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
-def session_info(summary: SessionSummary, header: SessionHeader | None = None) -> SessionInfo:
-    """The session as answers give it; ``header`` (when at hand) says a sub-agent's origin."""
-    origin = started_json(header) if header is not None else summary.started_by
+def session_info(
+    summary: SessionSummary, started_by: dict[str, str | None] | None = None
+) -> SessionInfo:
+    """The session as answers give it; ``started_by``: a sub-agent's origin where the header
+    does not say it (``linked_origin``)."""
+    origin = started_by or summary.started_by
     return SessionInfo(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
@@ -253,7 +255,7 @@ def register(server: MCPServer) -> None:
 
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
-            info = session_info(summary, session.header)
+            info = session_info(summary, linked_origin(state.repo, session.header))
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":
