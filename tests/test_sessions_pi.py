@@ -569,6 +569,7 @@ def random_session(seed: int) -> Session:
     """A session exercising every entry type, several branches and leaf moves."""
     rng = random.Random(seed)
     session = Session(InMemorySessionStorage())
+    session.append_active_tools_change(["bash", "read"])  # as every agent's run records
     for step in range(60):
         ids = [e.id for e in session.get_entries() if e.type != "leaf"]
         choice = rng.random()
@@ -630,10 +631,11 @@ def random_session(seed: int) -> Session:
 @pytest.mark.parametrize("seed", range(3))
 def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path) -> None:
     """pi reads every line of the files we write as an entry it knows (its /tree showed our
-    leaf moves as nodes of a type it did not know, blank): a leaf move is a custom entry of
-    ours, which pi hides there; we read it back as the move."""
+    leaf moves and active tools changes as nodes of a type it did not know, blank): each is
+    a custom entry of ours, which pi hides there; we read it back as ours."""
     session = random_session(seed)
-    assert any(entry.type == "leaf" for entry in session.get_entries())
+    types = {entry.type for entry in session.get_entries()}
+    assert {"leaf", "active_tools_change"} <= types
     repo = JsonlSessionRepo(tmp_path)
     copy = repo.import_jsonl(export_text(session.header, session.get_entries(), session.leaf_id))
     ours = copy.build_context().to_json_dict()

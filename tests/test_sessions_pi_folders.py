@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from narrow import narrow
-from test_sessions_pi import PI, depth_first_tree, run_pi
+from test_sessions_pi import PI, PI_ENTRY_TYPES, depth_first_tree, run_pi
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -32,6 +32,7 @@ from mcp_agent.sessions import (
     SqliteSessionRepo,
     build_session_context,
 )
+from mcp_agent.sessions.entries import file_json
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
 from mcp_agent.sessions.pi import parse_session_text
 
@@ -198,7 +199,9 @@ def test_pis_folder_served_continued_forked_and_read_back_by_pi(
         ours = repo.open(session_id)
         assert seen["path"] == str(repo.path_for(session_id))
         assert seen["header"] == ours.header.to_json_dict()
-        assert seen["entries"] == [e.to_json_dict() for e in ours.get_entries()]
+        # As the file holds them: ours pi has no type for as its custom entries.
+        assert seen["entries"] == [json.loads(file_json(e)) for e in ours.get_entries()]
+        assert {e["type"] for e in seen["entries"]} <= PI_ENTRY_TYPES
         assert seen["leafId"] == ours.leaf_id
         assert seen["context"] == seen["parsedContext"] == context_of(repo, session_id)
     asked = [m["content"] for m in read[first["id"]]["context"]["messages"] if m["role"] == "user"]

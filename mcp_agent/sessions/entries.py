@@ -309,14 +309,22 @@ class LeafEntry(SessionEntry):
     """A move of the current leaf to ``target_id``, persisted so a branch switch survives a
     restart. Its ``parentId`` is the target, so pi (which resumes at the last line) lands on
     the same branch. pi knows no such entry type: a file holds it as a custom entry of ours
-    (``file_json``), which pi keeps, hides in its /tree and leaves out of the context."""
+    (``file_json``)."""
 
     type: Literal["leaf"] = "leaf"
     target_id: str | None = None
 
 
-# The customType of a leaf move in a pi file.
-LEAF_CUSTOM_TYPE = "mcp-agent-sessions.leaf"
+# Entries of ours pi knows no type for, as a pi file holds them: pi's custom entries (which
+# pi keeps, hides in its /tree and leaves out of the context), their one field as the data,
+# read back as ours. Our type: (the customType, the field).
+OWN_CUSTOM_TYPES = {
+    "leaf": ("mcp-agent-sessions.leaf", "targetId"),
+    "active_tools_change": ("mcp-agent-sessions.active_tools", "activeToolNames"),
+}
+LEAF_CUSTOM_TYPE = OWN_CUSTOM_TYPES["leaf"][0]
+_OWN_BY_CUSTOM = {custom: (own, name) for own, (custom, name) in OWN_CUSTOM_TYPES.items()}
+_OWN_PREFIXES = tuple(f'{{"type":"{own}",' for own in OWN_CUSTOM_TYPES)
 
 
 class UnknownEntry(SessionEntry):
@@ -341,16 +349,20 @@ ENTRY_TYPES: dict[str, type[SessionEntry]] = {
 }
 
 
-def _is_leaf_move(data: Mapping[str, Any]) -> bool:
-    """A custom entry that is a leaf move of ours (``file_json``); any other shape is a custom
-    entry like any other."""
-    moved = data.get("data")
-    return (
-        data.get("customType") == LEAF_CUSTOM_TYPE
-        and isinstance(moved, Mapping)
-        and set(moved) == {"targetId"}
-        and isinstance(moved["targetId"], str | None)
-    )
+def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
+    """A custom entry that is one of ours (``file_json``) as ours; None for any other shape,
+    a custom entry like any other."""
+    custom = data.get("customType")
+    found = _OWN_BY_CUSTOM.get(custom) if isinstance(custom, str) else None
+    inner = data.get("data")
+    if found is None or not isinstance(inner, Mapping) or set(inner) != {found[1]}:
+        return None
+    own, name = found
+    fields = {key: value for key, value in data.items() if key not in ("customType", "data")}
+    try:
+        return ENTRY_TYPES[own].model_validate({**fields, "type": own, name: inner[name]})
+    except ValidationError:
+        return None
 
 
 def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
@@ -361,9 +373,9 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if not isinstance(entry_type, str) or entry_type == "session":
         raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
-    if entry_type == "custom" and _is_leaf_move(data):
-        cls, data = LeafEntry, {**data, "type": "leaf", "targetId": data["data"]["targetId"]}
-        del data["customType"], data["data"]
+    own = _own_entry(data) if entry_type == "custom" else None
+    if own is not None:
+        return own
     try:
         return cls.model_validate(data)
     except ValidationError as error:
@@ -386,23 +398,20 @@ def entry_to_json(entry: SessionEntry | SessionHeader) -> str:
 
 
 def file_json(entry: SessionEntry | SessionHeader) -> str:
-    """The entry's line in a pi file: ``entry_to_json``, a leaf move as pi's custom entry."""
-    if not isinstance(entry, LeafEntry):
+    """The entry's line in a pi file: ``entry_to_json``, an entry pi knows no type for as
+    pi's custom entry (``OWN_CUSTOM_TYPES``)."""
+    own = OWN_CUSTOM_TYPES.get(entry.type)
+    if own is None or not isinstance(entry, SessionEntry):
         return entry_to_json(entry)
-    line = {
-        "type": "custom",
-        "id": entry.id,
-        "parentId": entry.parent_id,
-        "timestamp": entry.timestamp,
-        "customType": LEAF_CUSTOM_TYPE,
-        "data": {"targetId": entry.target_id},
-    }
+    custom, name = own
+    line = json.loads(entry_to_json(entry))
+    line.update(type="custom", customType=custom, data={name: line.pop(name)})
     return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
 def file_line(stored: str) -> str:
     """A stored entry's JSON (``entry_to_json``'s) as its line in a pi file (``file_json``)."""
-    return file_json(entry_from_json(stored)) if stored.startswith('{"type":"leaf",') else stored
+    return file_json(entry_from_json(stored)) if stored.startswith(_OWN_PREFIXES) else stored
 
 
 def entry_text(entry: SessionEntry) -> str:
