@@ -1648,7 +1648,7 @@ def test_chat_from_piped_stdin(db: Path) -> None:
     assert "unknown command /bogus" in err
     assert "unknown provider 'nope'" in err
     assert "unknown thinking level 'loud'" in err
-    assert "nothing to compact" in err
+    assert "compacted: about" in err  # a short session too, as pi's /compact does
     assert "/fork [ENTRY [at]]" in err
     assert "/tree [full]" in err and "high xhigh max)" in err  # every thinking level
     assert "usage: /tree or /tree full" in err
@@ -2466,3 +2466,87 @@ def test_a_continued_session_keeps_its_model_in_run_and_chat(
     assert "model: scripted:echo" in chat.output and "scripted:demo" not in chat.output
     fresh = cli("run", "new")  # a new session has no model of its own: the default serves
     assert fresh.exit_code == 0 and "scripted:demo" in fresh.stderr, fresh.output
+
+
+def test_thinking_shows_the_agents_level_where_the_session_sets_none(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    """/thinking in a session that records no level (an older one, or one not started yet)
+    said "off", where its next run goes at the agent's level (and records it): it says that."""
+    from mcp_support import write_manifests
+
+    agent = 'description = "thinks"\nthinking_level = "high"\n'
+    manifests = str(write_manifests(tmp_path / "manifests", {"default": agent}))
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        session.append_model_change("scripted", "echo")
+        session.append_message(User(content="from before"))
+    steps = "/thinking\nhello\n/thinking\n"
+    done = cli("chat", "--session", session.id, "--manifests", manifests, input=steps)
+    assert done.exit_code == 0, done.output
+    shown = [line for line in done.stderr.splitlines() if line.startswith("thinking level")]
+    assert shown == [
+        "thinking level: high (the agent's: the session sets none yet)",
+        "thinking level: high",
+    ]
+    new = cli("chat", "--model", "scripted:echo", "--manifests", manifests, input="/thinking\n")
+    assert "thinking level: high (the agent's: the session sets none yet)" in new.stderr
+
+
+@pytest.mark.parametrize("store", ["database", "folder"])
+def test_sessions_list_marks_a_sub_agents_session(
+    cli: Any, db: Path, tmp_path: Path, store: str
+) -> None:
+    """A sub-agent's session was listed as any other (a fork's, by its parentSession alone):
+    the table marks it, and --json says which session and run started it."""
+    from mcp_agent.sessions import JsonlSessionRepo
+
+    where = db if store == "database" else tmp_path / "folder"
+    repo = SqliteSessionRepo(db) if store == "database" else JsonlSessionRepo(where)
+    with repo:
+        parent = repo.create()
+        parent.append_message(User(content="delegate the greeting"))
+        origin = {"sessionId": parent.id, "runId": "r1"}
+        child = repo.create(metadata={"startedBy": origin}, parent_session=parent.id)
+        child.append_message(User(content="write a greeting"))
+        repo.fork(parent.id).append_message(User(content="a fork of it"))
+    table = cli("sessions", "list", "--db", str(where))
+    assert table.exit_code == 0, table.output
+    marked = [line for line in table.stdout.splitlines() if "sub-agent" in line]
+    assert len(marked) == 1 and "↳ sub-agent: write a greeting" in marked[0]
+    listed = json.loads(cli("sessions", "list", "--db", str(where), "--json").stdout)
+    started = {s["id"]: s["startedBy"] for s in listed["sessions"]}
+    assert started.pop(child.id) == origin and set(started.values()) == {None}
+
+
+def old_subagent_sessions(db: Path) -> dict[str, str]:
+    """A parent and the sub-agent's session it linked, made before headers said whose
+    sub-agent a session is (its header names only its parent), and a fork of each."""
+    with SqliteSessionRepo(db) as repo:
+        parent = repo.create()
+        parent.append_message(User(content="delegate it"))
+        child = repo.create(metadata={"agent": "helper"}, parent_session=parent.id)
+        child.append_message(User(content="the task"))
+        link = {"sessionId": child.id, "runId": "r0", "agent": "helper", "task": "the task"}
+        parent.append_custom("subagent", link)
+        forks = {"parent_fork": repo.fork(parent.id).id, "child_fork": repo.fork(child.id).id}
+        return {"parent": parent.id, "child": child.id, **forks}
+
+
+def test_an_older_sub_agents_session_is_known_by_its_parents_link(cli: Any, db: Path) -> None:
+    """A sub-agent's session from before headers said so read "forked from": its parent's
+    link entry names it, and show and tree say whose sub-agent it is; forks stay forks."""
+    ids = old_subagent_sessions(db)
+    shown = cli("sessions", "show", ids["child"])
+    assert shown.exit_code == 0, shown.output
+    said = " ".join(shown.stdout.split())
+    assert f"a sub-agent's session, started by session {ids['parent']} (run r0)" in said
+    assert "forked from" not in said
+    origin = {"sessionId": ids["parent"], "runId": "r0"}
+    for command in ("show", "tree"):
+        data = json.loads(cli("sessions", command, ids["child"], "--json").stdout)
+        assert data["session"]["startedBy"] == origin, command
+    for fork in ("parent_fork", "child_fork"):
+        assert "forked from" in " ".join(cli("sessions", "show", ids[fork]).stdout.split())
+        data = json.loads(cli("sessions", "show", ids[fork], "--json").stdout)
+        assert data["session"]["startedBy"] is None

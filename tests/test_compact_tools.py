@@ -143,12 +143,8 @@ async def test_session_compact_with_the_clients_model(tmp_path: Path) -> None:
 async def test_session_compact_bad_input_writes_nothing(client: Client, model: Model) -> None:
     assert "not_found" in await call_error(client, "session_compact", session_id="nope")
 
-    small = (await call(client, "session_create"))["id"]
-    await call(client, "session_append", session_id=small, entry=message("user", "hi"))
-    before = await call(client, "session_export", session_id=small, limit=0)
-    refused = await call_error(client, "session_compact", session_id=small)
-    assert "nothing to compact" in refused and "newest message" in refused
-    assert (await call(client, "session_export", session_id=small, limit=0)) == before
+    empty = (await call(client, "session_create"))["id"]
+    assert "the branch is empty" in await call_error(client, "session_compact", session_id=empty)
 
     sid, _ = await long_session(client)
     before = await call(client, "session_export", session_id=sid, limit=0)
@@ -156,6 +152,22 @@ async def test_session_compact_bad_input_writes_nothing(client: Client, model: M
     assert "the summariser is down" in text
     assert (await call(client, "session_export", session_id=sid, limit=0)) == before
     assert len(model.prompts) == 1
+
+
+async def test_session_compact_compacts_a_short_session_as_pi_does(
+    client: Client, model: Model
+) -> None:
+    """A session shorter than what compaction keeps is compacted when asked, as pi's /compact
+    does: nothing is summarised (no model is asked), the whole branch is kept."""
+    small = (await call(client, "session_create"))["id"]
+    first = await call(client, "session_append", session_id=small, entry=message("user", "hi"))
+    result = await call(client, "session_compact", session_id=small)
+    assert result["summary"] == "No prior history." and model.prompts == []
+    entries = (await call(client, "session_get", session_id=small, view="entries", limit=0))[
+        "entries"
+    ]
+    assert entries[-1]["firstKeptEntryId"] == first["entryId"]
+    assert "already compacted" in await call_error(client, "session_compact", session_id=small)
 
 
 async def test_session_compact_refuses_while_a_run_is_active(client: Client) -> None:

@@ -586,6 +586,16 @@ async def test_nothing_to_compact() -> None:
     with pytest.raises(CompactionError, match="nothing to compact") as small:
         await compact(session, MODEL, summarizer.provider)  # keeps 20,000 tokens: all of it
     assert small.value.code == "nothing_to_compact" and summarizer.prompts == []
+    # Asked for by hand (pi's /compact), it is made: nothing summarised, everything kept.
+    manual = narrow(
+        session.get_entry(
+            (await compact(session, MODEL, summarizer.provider, manual=True)).entry_id
+        ),
+        CompactionEntry,
+    )
+    assert manual.summary == "No prior history." and summarizer.prompts == []
+    assert manual.first_kept_entry_id == session.get_branch()[0].id
+    session.move_to(manual.parent_id)
     await compact(session, MODEL, summarizer.provider, keep_recent_tokens=100)
     with pytest.raises(CompactionError, match="already compacted"):
         prepare_compaction(session.get_branch(), 100)

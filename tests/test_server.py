@@ -48,6 +48,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.proxy.hub import RUN_META_KEY
 from mcp_agent.runtime import runs
+from mcp_agent.runtime.builtin import SUBAGENT_TASK_CHARS
 from mcp_agent.runtime.run_board import ANSWER_CHARS
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
@@ -1085,6 +1086,50 @@ async def test_agent_list(client: Client) -> None:
     assert agents["helper"]["uri"] == "agent://helper"
 
 
+async def test_session_get_knows_an_older_sub_agents_session_by_its_parents_link(
+    tmp_path: Path,
+) -> None:
+    from test_cli import old_subagent_sessions
+
+    ids = old_subagent_sessions(tmp_path / "old.db")
+    server = agent_server(tmp_path, {}, db_path=tmp_path / "old.db")
+    async with Client(server) as client:
+        child = await call(client, "session_get", session_id=ids["child"], limit=1)
+        assert child["session"]["startedBy"] == {"sessionId": ids["parent"], "runId": "r0"}
+        resource = await client.read_resource(f"session://{ids['child']}")
+        text = narrow(resource.contents[0], types.TextResourceContents).text
+        assert json.loads(text)["session"]["startedBy"] == child["session"]["startedBy"]
+        for other in ("parent", "parent_fork", "child_fork"):
+            got = await call(client, "session_get", session_id=ids[other], limit=1)
+            assert got["session"]["startedBy"] is None, other
+
+
+async def test_a_subagents_link_holds_the_start_of_a_long_task_and_where_it_is_whole(
+    client: Client,
+) -> None:
+    """The parent's link entry held the whole task, a second copy of the child's first
+    message (a long task twice in the parent's session, in every read of it): it holds the
+    start of it and names where it is whole."""
+    task = "say " + "cheese " * 2_000
+    run = await call(client, "agent_run", prompt=f"delegate:loner:{task}", agent="helper")
+    assert run["status"] == "completed", run
+    parent = await call(client, "session_get", session_id=run["sessionId"], view="entries", limit=0)
+    (link,) = [e["data"] for e in parent["entries"] if e.get("customType") == "subagent"]
+    child = link["sessionId"]
+    assert link["task"].startswith(task[:SUBAGENT_TASK_CHARS] + "…")
+    assert len(link["task"]) < SUBAGENT_TASK_CHARS + 200
+    assert f"{len(task):,} characters" in link["task"] and child in link["task"]
+    first = (await call(client, "session_get", session_id=child, view="entries", limit=0))[
+        "entries"
+    ]
+    asked = [e for e in first if e["type"] == "message" and e["message"]["role"] == "user"]
+    assert asked[0]["message"]["content"][0]["text"] == task
+    short = await call(client, "agent_run", prompt="delegate:loner:say cheese", agent="helper")
+    entries = await call(client, "session_get", session_id=short["sessionId"], view="entries")
+    (small,) = [e["data"] for e in entries["entries"] if e.get("customType") == "subagent"]
+    assert small["task"] == "say cheese"
+
+
 async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     run = await call(client, "agent_run", prompt="delegate:loner:say cheese", agent="helper")
     assert run["status"] == "completed", run
@@ -1113,6 +1158,9 @@ async def test_subagent_in_process_links_both_sessions(client: Client) -> None:
     resource = await client.read_resource(f"session://{child_id}")
     text = narrow(resource.contents[0], types.TextResourceContents).text
     assert json.loads(text)["session"]["startedBy"] == started
+    listed = {s["id"]: s for s in (await call(client, "session_list", limit=100))["sessions"]}
+    assert listed[child_id]["startedBy"] == started  # listings say it too
+    assert listed[run["sessionId"]]["startedBy"] is None
     # The parent's link says which session, run and agent ("custom subagent" said nothing).
     # (From the link on: the chain before it is folded away.)
     at_link = {"session_id": run["sessionId"], "view": "outline", "entry_id": links[0]["id"]}

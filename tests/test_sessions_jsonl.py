@@ -62,8 +62,9 @@ def test_file_is_a_pi_session_written_one_fsynced_line_per_entry(
     session.move_to(a)
     assert len(synced) == 3
     written = lines(path)
-    assert [e["type"] for e in written] == ["session", "message", "message", "leaf"]
-    assert written[3]["parentId"] == a and written[3]["targetId"] == a
+    assert [e["type"] for e in written] == ["session", "message", "message", "custom"]
+    assert written[3]["customType"] == "mcp-agent-sessions.leaf"  # a leaf move, as pi keeps it
+    assert written[3]["parentId"] == a and written[3]["data"] == {"targetId": a}
     assert path.read_text().endswith("\n")
     assert repo.export_jsonl(session.id) == path.read_text()
 
@@ -648,3 +649,25 @@ def test_a_move_to_where_the_leaf_was_after_another_process_moved_it_is_written(
     theirs.move_to(a)
     held.move_to(b)
     assert JsonlSessionRepo(tmp_path).open(held.id).leaf_id == b
+
+
+def test_a_listing_finds_the_last_message_behind_long_lines_and_a_torn_one(
+    tmp_path: Path,
+) -> None:
+    """The order's time is read from the file's end back to the last message of the user or
+    the assistant: past tool output longer than a block read, entries that are no message,
+    and a torn last line."""
+    from mcp_agent.messages import TextContent, ToolResultMessage, UserContent
+    from mcp_agent.sessions import activity
+
+    repo = JsonlSessionRepo(tmp_path)
+    session = repo.create()
+    session.append_message(UserMessage(content="question", timestamp=5_000))
+    output: list[UserContent] = [TextContent(text="x" * (3 * activity.BLOCK))]
+    result = ToolResultMessage(tool_call_id="c", tool_name="t", content=output, timestamp=9_000)
+    session.append_message(result)
+    session.set_name("named later")
+    with repo.path_for(session.id).open("a") as handle:
+        handle.write('{"type":"message","message":{"role":"user","content":"cut')
+    fresh = JsonlSessionRepo(tmp_path)
+    assert fresh.list().items[0].modified == "1970-01-01T00:00:05.000000Z"

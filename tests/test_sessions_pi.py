@@ -15,6 +15,7 @@ import pytest
 from mcp_support import find_pi
 from narrow import narrow
 
+from mcp_agent.compaction import CompactionError, prepare_compaction
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
@@ -193,9 +194,8 @@ def test_export_adds_a_leaf_line_only_when_the_log_would_resume_elsewhere() -> N
     assert len(same) == 1 + len(parsed.entries)
     moved = export_text(parsed.header, parsed.entries, "6c37aca9").splitlines()
     last = json.loads(moved[-1])
-    assert (
-        last["type"] == "leaf" and last["targetId"] == "6c37aca9" and last["parentId"] == "6c37aca9"
-    )
+    assert last["type"] == "custom" and last["customType"] == "mcp-agent-sessions.leaf"
+    assert last["data"] == {"targetId": "6c37aca9"} and last["parentId"] == "6c37aca9"
     assert parse_session_text("\n".join(moved)).leaf_id == "6c37aca9"
 
 
@@ -328,6 +328,50 @@ def run_pi(path: Path, leaves: list[str] | None = None) -> dict:
     args = [node, str(DATA / "oracle.mjs"), str(peers), str(path), *(leaves or [])]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
+
+
+def pi_prepares(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any] | None]:
+    """What pi's prepareCompaction makes of the branch at each leaf of ``path`` (None where
+    pi refuses), keeping ``keep`` tokens (tests/data/pi/compaction.mjs)."""
+    assert PI is not None
+    node, peers = PI
+    args = [node, str(DATA / "compaction.mjs"), str(peers), str(path), str(keep), *leaves]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return list(json.loads(done.stdout))
+
+
+@needs_pi
+@pytest.mark.node
+def test_a_compaction_asked_for_is_made_and_refused_where_pi_makes_and_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """pi's /compact compacts a branch shorter than what it keeps (its default 20,000 tokens:
+    it summarises nothing and keeps the whole branch); it refuses only an empty branch and
+    one that ends in a compaction. Ours refused the short one ("nothing to compact")."""
+    keep = 20_000
+    parsed = parse_session_text((DATA / "v3.jsonl").read_text())
+    storage = InMemorySessionStorage(parsed.header, parsed.entries)
+    file = tmp_path / "v3.jsonl"
+    file.write_text(export_text(parsed.header, parsed.entries, parsed.leaf_id))
+    leaves = [entry.id for entry in parsed.entries]
+    made = 0
+    for leaf, theirs in zip(leaves, pi_prepares(file, keep, leaves), strict=True):
+        try:
+            ours = prepare_compaction(storage.get_branch(leaf), keep, manual=True)
+        except CompactionError:
+            assert theirs is None, leaf
+            continue
+        made += 1
+        assert theirs is not None, leaf
+        # pi calls a cut at a turn's first entry split too, with nothing before it: ours not.
+        theirs["isSplitTurn"] = theirs["isSplitTurn"] and theirs["turnPrefix"] > 0
+        assert theirs == {
+            "firstKeptEntryId": ours.first_kept_entry_id,
+            "summarized": len(ours.messages_to_summarize),
+            "turnPrefix": len(ours.turn_prefix_messages),
+            "isSplitTurn": ours.is_split_turn,
+        }, leaf
+    assert made == len(leaves) - len(storage.find_entries("compaction")) > 0
 
 
 @needs_pi
@@ -507,10 +551,25 @@ def test_line_ends_and_a_byte_order_mark_read_alike_from_text_a_file_and_a_folde
         assert [e["id"] for e in run_pi(path)["entries"]] == [e["id"] for e in expected]
 
 
+# The entry types pi 0.73 knows (its SessionEntry union).
+PI_ENTRY_TYPES = {
+    "message",
+    "thinking_level_change",
+    "model_change",
+    "compaction",
+    "branch_summary",
+    "custom",
+    "custom_message",
+    "label",
+    "session_info",
+}
+
+
 def random_session(seed: int) -> Session:
     """A session exercising every entry type, several branches and leaf moves."""
     rng = random.Random(seed)
     session = Session(InMemorySessionStorage())
+    session.append_active_tools_change(["bash", "read"])  # as every agent's run records
     for step in range(60):
         ids = [e.id for e in session.get_entries() if e.type != "leaf"]
         choice = rng.random()
@@ -571,14 +630,26 @@ def random_session(seed: int) -> Session:
 @pytest.mark.node
 @pytest.mark.parametrize("seed", range(3))
 def test_pi_resumes_files_we_write_on_the_same_branch(seed: int, tmp_path: Path) -> None:
+    """pi reads every line of the files we write as an entry it knows (its /tree showed our
+    leaf moves and active tools changes as nodes of a type it did not know, blank): each is
+    a custom entry of ours, which pi hides there; we read it back as ours."""
     session = random_session(seed)
+    types = {entry.type for entry in session.get_entries()}
+    assert {"leaf", "active_tools_change"} <= types
     repo = JsonlSessionRepo(tmp_path)
     copy = repo.import_jsonl(export_text(session.header, session.get_entries(), session.leaf_id))
     ours = copy.build_context().to_json_dict()
     ours.pop("activeToolNames", None)
-    expected = run_pi(tmp_path / f"{copy.id}.jsonl")  # pi's default: resume at the last line
+    file = tmp_path / f"{copy.id}.jsonl"
+    expected = run_pi(file)  # pi's default: resume at the last line
     assert ours == expected["results"][0]["context"]
-    assert [e.to_json_dict() for e in copy.get_entries()] == expected["entries"]
+    assert [json.loads(line) for line in file.read_text().splitlines()[1:]] == expected["entries"]
+    assert {entry["type"] for entry in expected["entries"]} <= PI_ENTRY_TYPES
+    again = JsonlSessionRepo(tmp_path).open(copy.id)
+    assert again.get_entries() == session.get_entries() and again.leaf_id == session.leaf_id
+    with SqliteSessionRepo(tmp_path / "s.db") as database:  # its export, from the stored JSON
+        database.import_jsonl(file.read_text())
+        assert database.export_jsonl(copy.id) == file.read_text()
 
 
 def depth_first_tree(roots: Sequence[TreeLike]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from narrow import narrow
-from test_sessions_pi import PI, depth_first_tree, run_pi
+from test_sessions_pi import PI, PI_ENTRY_TYPES, depth_first_tree, run_pi
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -32,6 +32,7 @@ from mcp_agent.sessions import (
     SqliteSessionRepo,
     build_session_context,
 )
+from mcp_agent.sessions.entries import file_json
 from mcp_agent.sessions.folders import cwd_folder, pi_file_name
 from mcp_agent.sessions.pi import parse_session_text
 
@@ -79,6 +80,8 @@ def hand_made(agent_dir: Path) -> Made:
         return {**base, "timestamp": "2026-01-15T08:30:01.000Z", **fields}
 
     user = {"role": "user", "content": "hello pi", "timestamp": 1768465800000}
+    later_time = {"timestamp": 1768554000500}  # the second session's, a day on
+    later, answer = {**user, **later_time}, pi_assistant("other answer")
     first, second = str(uuid.uuid4()), str(uuid.uuid4())
     files = {
         (first, "/home/ada/app", "--home-ada-app--", "2026-01-15T08:30:00.000Z"): [
@@ -90,8 +93,8 @@ def hand_made(agent_dir: Path) -> Made:
             entry("message", "a0000006", "a0000005", message=pi_assistant("second answer")),
         ],
         (second, "/home/ada/other:thing", "--home-ada-other-thing--", "2026-01-16T09:00:00.500Z"): [
-            entry("message", "b0000001", None, message={**user, "content": "other question"}),
-            entry("message", "b0000002", "b0000001", message=pi_assistant("other answer")),
+            entry("message", "b0000001", None, message={**later, "content": "other question"}),
+            entry("message", "b0000002", "b0000001", message={**answer, **later_time}),
         ],
     }
     made = []
@@ -196,7 +199,9 @@ def test_pis_folder_served_continued_forked_and_read_back_by_pi(
         ours = repo.open(session_id)
         assert seen["path"] == str(repo.path_for(session_id))
         assert seen["header"] == ours.header.to_json_dict()
-        assert seen["entries"] == [e.to_json_dict() for e in ours.get_entries()]
+        # As the file holds them: ours pi has no type for as its custom entries.
+        assert seen["entries"] == [json.loads(file_json(e)) for e in ours.get_entries()]
+        assert {e["type"] for e in seen["entries"]} <= PI_ENTRY_TYPES
         assert seen["leafId"] == ours.leaf_id
         assert seen["context"] == seen["parsedContext"] == context_of(repo, session_id)
     asked = [m["content"] for m in read[first["id"]]["context"]["messages"] if m["role"] == "user"]
@@ -253,6 +258,37 @@ def test_listing_pis_folders_is_paged_newest_first(tmp_path: Path) -> None:
     again = JsonlSessionRepo(tmp_path / "sessions")  # another process: file times order it
     assert {s.id for s in again.list(limit=10).items} == set(made)
     assert [s.id for s in again.list(query="nothing matches").items] == []
+
+
+@pytest.mark.skipif(PI is None, reason="Node or pi is not installed (.ci/peers)")
+@pytest.mark.node
+def test_a_folder_lists_in_pis_order_by_each_sessions_last_message(tmp_path: Path) -> None:
+    """pi lists sessions by the time of their last message (else their header's), not by the
+    files' times of change, which ordered ours: a label, a name or a copy of the file moves
+    its time of change, not its place in pi's list."""
+    agent_dir = tmp_path / "agent"
+    repo = JsonlSessionRepo(agent_dir / "sessions", layout="pi")
+    made = {}
+    asked = {}
+    for name, cwd, at in (("old", "/w/a", 1000), ("new", "/w/b", 3000), ("mid", "/w/a", 2000)):
+        session = repo.create(cwd=cwd)
+        asked[name] = session.append_message(UserMessage(content=f"{name} q", timestamp=at))
+        made[name] = session
+    empty = repo.create(cwd="/w/c")  # no message: its header's time, which is now
+    made["old"].append_label(asked["old"], "touched last")
+    made["mid"].set_name("renamed")
+    os.utime(repo.path_for(made["new"].id), (1, 1))  # an old time of change
+    theirs = [row["id"] for row in run_folders("read", agent_dir)]
+    expected = [empty.id, made["new"].id, made["mid"].id, made["old"].id]
+    assert theirs == expected
+    for fresh in (False, True):  # this process's repo, and another's
+        listing = JsonlSessionRepo(agent_dir / "sessions") if fresh else repo
+        assert [s.id for s in listing.list().items] == expected
+        first = listing.list(limit=2)
+        assert first.next_cursor is not None
+        rest = listing.list(limit=2, cursor=first.next_cursor).items
+        assert [s.id for s in first.items + rest] == expected
+        assert listing.summary(made["new"].id).modified.startswith("1970-01-01T00:00:03.000")
 
 
 def test_a_file_named_for_another_session_is_refused_not_mixed_up(tmp_path: Path) -> None:

@@ -458,10 +458,10 @@ class Chat:
         if session is None:
             self.refuse("no session yet: nothing to compact")
             return
-        # Refuse before choosing a model what no model could compact (keeping nothing
-        # verbatim); how much is kept depends on the model's window (``compact`` says).
+        # Refuse before choosing a model what pi refuses too: an empty branch, or one that
+        # ends in a compaction.
         branch = await self.state.offload(session.get_branch)
-        prepare_compaction(branch, 0, context_messages=[])
+        prepare_compaction(branch, 0, context_messages=[], manual=True)
         manifest = self.state.agents[self.agent or "default"]
         default = self.state.settings.default_model
         # The model the next run would use (as start_run chooses it): the one asked for, else
@@ -489,6 +489,7 @@ class Chat:
                 instructions=instructions or None,
                 signal=controller.signal,
                 offload=self.state.offload,
+                manual=True,
             )
         except CompactionError as error:
             if error.code != "aborted":
@@ -522,12 +523,14 @@ class Chat:
 
         if not argument:
             session = await self._current()
-            level = (
-                (await self.state.offload(session.build_context)).thinking_level
-                if session is not None
-                else "off"
-            )
-            self.say(f"thinking level: {level}", "")
+            context = None if session is None else await self.state.offload(session.build_context)
+            if context is not None and context.thinking_level_recorded:
+                self.say(f"thinking level: {context.thinking_level}", "")
+                return
+            # The next run goes at the agent's level (as the model can do it), and records it.
+            agent = self.state.agents[self.agent or "default"]
+            level = self._thinking_in_effect(ThinkingLevel(agent.thinking_level))
+            self.say(f"thinking level: {level} (the agent's: the session sets none yet)", "")
             return
         levels = [level.value for level in ThinkingLevel]
         if argument not in levels:

@@ -47,7 +47,7 @@ from mcp_agent.sessions.outline import (
     message_parts,
     outline_tree,
 )
-from mcp_agent.sessions.repo import parent_id, started_by, started_json
+from mcp_agent.sessions.repo import parent_id, started_json
 from mcp_agent.sessions.session import Session
 from mcp_agent.wire import escape_controls, one_line
 
@@ -124,7 +124,11 @@ def _styled(parts: Parts) -> Text:
 # --- the current branch, readably (sessions show) ---------------------------------------------
 
 
-def session_heading(session: Session) -> Text:
+# A sub-agent's origin, where the header does not say it (``linked_origin``).
+Started = dict[str, str | None] | None
+
+
+def session_heading(session: Session, started: Started = None) -> Text:
     header = session.header
     stats = session.stats()
     title = Text()
@@ -141,11 +145,11 @@ def session_heading(session: Session) -> Text:
     if stats.branch_point_count:
         points = stats.branch_point_count
         details.append(f"{points} branch point{'s' if points > 1 else ''}")
-    origin = started_by(header)
+    origin = started or started_json(header)
     if origin is not None:
-        parent, run_id = origin
+        run_id = origin["runId"]
         by_run = f" (run {run_id})" if run_id else ""
-        details.append(f"a sub-agent's session, started by session {parent}{by_run}")
+        details.append(f"a sub-agent's session, started by session {origin['sessionId']}{by_run}")
     elif forked := header.parent_session:
         # pi names the parent's file: shown by the id in its name, as listings show it.
         details.append(f"forked from {parent_id(forked)}")
@@ -153,9 +157,9 @@ def session_heading(session: Session) -> Text:
     return title
 
 
-def branch_view(session: Session, full: bool = False) -> RenderableType:
+def branch_view(session: Session, full: bool = False, started: Started = None) -> RenderableType:
     """The current branch, root first: each entry with its id, role, text and tool calls."""
-    parts: list[RenderableType] = [session_heading(session)]
+    parts: list[RenderableType] = [session_heading(session, started)]
     leaf_id = session.leaf_id
     branch = [entry for entry in session.get_branch() if not isinstance(entry, LeafEntry)]
     if not full and len(branch) > BRANCH_LIMIT:
@@ -284,9 +288,13 @@ def limited(text: str, full: bool, max_lines: int, style: str = "") -> Renderabl
 
 
 def session_tree(
-    session: Session, full: bool = False, width: int = 100, full_hint: str = FULL_HINT
+    session: Session,
+    full: bool = False,
+    width: int = 100,
+    full_hint: str = FULL_HINT,
+    started: Started = None,
 ) -> Tree:
-    heading = session_heading(session)
+    heading = session_heading(session, started)
     return tree_view(outline_tree(session), session.leaf_id, heading, full, width, full_hint)
 
 
@@ -435,13 +443,16 @@ def node_line(node: TreeLike, leaf_id: str | None, on_path: set[str], limit: int
     return line.append_text(summary).append_text(tail)
 
 
-def tree_json(session: Session) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+def tree_json(
+    session: Session, started: Started = None
+) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """The tree as flat nodes with child ids (nested JSON would hit the encoder's depth limit
     on long sessions): the fields before them, and the nodes as they are made."""
-    return {"session": session_json(session), "leafId": session.leaf_id}, iter_flat_tree(session)
+    fields = {"session": session_json(session, started), "leafId": session.leaf_id}
+    return fields, iter_flat_tree(session)
 
 
-def session_json(session: Session) -> dict[str, Any]:
+def session_json(session: Session, started: Started = None) -> dict[str, Any]:
     header = session.header
     return {
         "id": session.id,
@@ -449,7 +460,7 @@ def session_json(session: Session) -> dict[str, Any]:
         "cwd": header.cwd,
         "created": header.timestamp,
         "parentSession": header.parent_session,
-        "startedBy": started_json(header),
+        "startedBy": started or started_json(header),
         "leafId": session.leaf_id,
         "stats": session.stats().to_json_dict(),
     }

@@ -95,7 +95,9 @@ def list_sessions(
                 short_time(item.modified),
                 f"{item.message_count:,}",
                 f"{item.total_tokens:,}",
-                one_line(item.name or item.first_user_message or "", 200) or "—",
+                # A sub-agent's session says so: its parent's listing row shows the task too.
+                ("↳ sub-agent: " if item.started_by else "")
+                + (one_line(item.name or item.first_user_message or "", 200) or "—"),
             ],
             "bold" if item.name else None,
         )
@@ -118,17 +120,20 @@ def show(
     """The current branch, entry by entry: roles, text, tool calls and results, entry ids.
 
     Of a long branch, the newest 200 entries unless --full."""
+    from mcp_agent.sessions.repo import linked_origin
+
     with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
+        started = linked_origin(repo, session.header)
         if as_json:
             from mcp_agent.cli.render import session_json
 
             entries = [e.to_json_dict() for e in session.get_branch()]
-            emit_json({"session": session_json(session), "entries": entries})
+            emit_json({"session": session_json(session, started), "entries": entries})
             return
         from mcp_agent.cli.render import branch_view
 
-        out().print(branch_view(session, full))
+        out().print(branch_view(session, full, started))
 
 
 @app.command()
@@ -141,17 +146,20 @@ def tree(
     as_json: JsonOption = False,
 ) -> None:
     """The session tree: branch points, labels, names, and the current leaf."""
+    from mcp_agent.sessions.repo import linked_origin
+
     with opened_repo(db, folders=True, create=False) as repo:
         session = open_session(repo, session_id)
+        started = linked_origin(repo, session.header)
         if as_json:
             from mcp_agent.cli.render import tree_json
 
-            fields, nodes = tree_json(session)
+            fields, nodes = tree_json(session, started)
             emit_json_stream(fields, "nodes", nodes)
             return
         from mcp_agent.cli.render import session_tree
 
-        out().print(session_tree(session, full, out().width))
+        out().print(session_tree(session, full, out().width, started=started))
 
 
 @app.command()

@@ -204,7 +204,10 @@ async def in_parts(
 
 def check_shorter(summary: str, preparation: CompactionPreparation) -> None:
     """A CompactionError when ``summary`` is no shorter than what it would stand for: such a
-    compaction would leave the context larger than before."""
+    compaction would leave the context larger than before. A compaction of nothing (asked for
+    by hand where everything is kept, as pi makes it) carries the summary before it over."""
+    if not preparation.messages_to_summarize and not preparation.turn_prefix_messages:
+        return
     replaced = estimate_messages_tokens(
         [*preparation.messages_to_summarize, *preparation.turn_prefix_messages]
     )
@@ -231,13 +234,15 @@ async def compact(
     options: StreamOptions | None = None,
     thinking_level: ThinkingLevel | str = ThinkingLevel.OFF,
     offload: Offload = inline,
+    manual: bool = False,
 ) -> CompactionResult:
     """Summarise the older part of the session's current branch and append a compaction entry
     (summary, firstKeptEntryId, tokensBefore, details {readFiles, modifiedFiles}, usage). The
     old entries stay in the tree. Raises CompactionError, with nothing written, when there is
     nothing to compact, the summariser fails or is aborted, or the leaf moved meanwhile.
     ``offload`` runs the session's reads and the write (e.g. on worker threads). Both token
-    settings are fitted to the model's window (``fit_to_window``)."""
+    settings are fitted to the model's window (``fit_to_window``). ``manual``: asked for by
+    hand (pi's /compact), made even where the whole branch is kept (``prepare_compaction``)."""
     keep_recent_tokens, reserve_tokens = fit_to_window(
         model.context_window, keep_recent_tokens, reserve_tokens
     )
@@ -247,7 +252,7 @@ async def compact(
         path = session.get_branch(leaf_id) if leaf_id is not None else []
         context = session.build_context() if path else None
         messages = context.messages if context is not None else None
-        return leaf_id, prepare_compaction(path, keep_recent_tokens, messages)
+        return leaf_id, prepare_compaction(path, keep_recent_tokens, messages, manual=manual)
 
     leaf_id, preparation = await offload(prepare)
     completion = await summarize_preparation(

@@ -224,10 +224,15 @@ def prepare_compaction(
     path: Sequence[SessionEntry],
     keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS,
     context_messages: Sequence[BaseMessage] | None = None,
+    *,
+    manual: bool = False,
 ) -> CompactionPreparation:
     """What a compaction of the branch ``path`` (root first) would summarise and keep (pi's
-    prepareCompaction). Raises CompactionError when there is nothing to summarise.
-    ``context_messages`` is the branch's built context (for tokens before); built if omitted."""
+    prepareCompaction). Raises CompactionError for an empty branch, one that ends in a
+    compaction, and, unless ``manual``, one with nothing older than what is kept: a compaction
+    asked for (pi's /compact) is made anyway, as pi makes it, the summary carrying what came
+    before. ``context_messages`` is the branch's built context (for tokens before); built if
+    omitted."""
     if not path:
         raise CompactionError("nothing_to_compact", "nothing to compact: the branch is empty")
     if isinstance(path[-1], CompactionEntry):
@@ -254,7 +259,7 @@ def prepare_compaction(
     assert history_end is not None
     history = [*carried, *_messages(path[boundary:history_end])]
     prefix = _messages(path[history_end : cut.first_kept_index]) if cut.is_split_turn else []
-    if not history and not prefix:
+    if not history and not prefix and not manual:
         since = " since the last compaction" if previous is not None else ""
         size = estimate_messages_tokens(_messages(path[boundary:]))
         verbatim = (

@@ -27,9 +27,11 @@ from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
 from mcp_agent.runtime.start import SUBAGENT_TOOL, child_depth, run_meta, start_run
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.repo import SUBAGENT_LINK
 from mcp_agent.wire import one_line
 
-SUBAGENT_ENTRY = "subagent"
+# What the parent's link entry keeps of the task: the child's first message holds it whole.
+SUBAGENT_TASK_CHARS = 500
 
 
 class SubagentResult(BaseModel):
@@ -177,6 +179,16 @@ def subagent_description(agents: Mapping[str, AgentManifest]) -> str:
     return text if agents else f"{text} none are defined"
 
 
+def link_task(task: str, session_id: str) -> str:
+    """The task as the parent's link entry keeps it: its start, and where it is whole."""
+    if len(task) <= SUBAGENT_TASK_CHARS:
+        return task
+    return (
+        f"{task[:SUBAGENT_TASK_CHARS]}… [cut: {len(task):,} characters in all; the whole task"
+        f" is the first message of session {session_id}]"
+    )
+
+
 def build_builtin_server(state: AppState) -> MCPServer:
     server = MCPServer("mcp-agent-sessions-builtin", log_level="WARNING")
 
@@ -236,11 +248,16 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 )
             except (Refused, SessionError) as error:
                 raise ToolError(str(error)) from None
-            link = {"sessionId": run.session_id, "runId": run.id, "agent": agent, "task": task}
+            link = {
+                "sessionId": run.session_id,
+                "runId": run.id,
+                "agent": agent,
+                "task": link_task(task, run.session_id),
+            }
             delegator = f"run {caller.id}" if caller is not None else "the run"
             try:
                 await state.offload(
-                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_ENTRY, link)
+                    lambda: state.repo.open(parent_id).append_custom(SUBAGENT_LINK, link)
                 )
             except BaseException as error:
                 # The sub-agent has started: it must not go on with nobody waiting for it.

@@ -38,9 +38,9 @@ def register(server: MCPServer) -> None:
         def check() -> Session:
             state.runs.ensure_idle(session_id)
             session = state.repo.open(session_id)
-            # Refuse before choosing a model what no model could compact (keeping nothing
-            # verbatim); how much is kept depends on the model's window (``compact`` says).
-            prepare_compaction(session.get_branch(), 0, context_messages=[])
+            # Refuse before choosing a model what pi refuses too: an empty branch, or one
+            # that ends in a compaction.
+            prepare_compaction(session.get_branch(), 0, context_messages=[], manual=True)
             return session
 
         with tool_errors():
@@ -51,7 +51,12 @@ def register(server: MCPServer) -> None:
             async with state.runs.hold(session_id, "session_compact"):
                 # CompactionError is a SessionError: its code and text go through.
                 result = await compact(
-                    session, model, stream_fn, instructions=instructions, offload=state.offload
+                    session,
+                    model,
+                    stream_fn,
+                    instructions=instructions,
+                    offload=state.offload,
+                    manual=True,
                 )
         return CompactResult(
             session_id=session_id,

@@ -33,6 +33,7 @@ from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
+from mcp_agent.sessions.repo import linked_origin
 
 T = TypeVar("T")
 
@@ -137,7 +138,9 @@ def register(server: MCPServer) -> None:
             branch, page = entries_page(session_id, total, load, None, DEFAULT_LIMIT, paged_as)
             return _dump(
                 {
-                    "session": session_info(summary, session.header).model_dump(mode="json"),
+                    "session": session_info(
+                        summary, linked_origin(state.repo, session.header)
+                    ).model_dump(mode="json"),
                     "header": _bounded_header(session),
                     "leafId": session.leaf_id,
                     "branchLength": page.total,

@@ -60,12 +60,11 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import (
     CWD_CHARS,
     NAME_CHARS,
-    SessionHeader,
     clip_long,
     is_session_id,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, started_by
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -77,9 +76,12 @@ Limit = Annotated[int | None, Field(ge=0, le=MAX_LIMIT, description=LIMIT_DESCRI
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
 
-def session_info(summary: SessionSummary, header: SessionHeader | None = None) -> SessionInfo:
-    """The session as answers give it; ``header`` (when at hand) says a sub-agent's origin."""
-    origin = started_by(header) if header is not None else None
+def session_info(
+    summary: SessionSummary, started_by: dict[str, str | None] | None = None
+) -> SessionInfo:
+    """The session as answers give it; ``started_by``: a sub-agent's origin where the header
+    does not say it (``linked_origin``)."""
+    origin = started_by or summary.started_by
     return SessionInfo(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
@@ -91,7 +93,9 @@ def session_info(summary: SessionSummary, header: SessionHeader | None = None) -
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,
         parent_session=summary.parent_session,
-        started_by=None if origin is None else StartedBy(session_id=origin[0], run_id=origin[1]),
+        started_by=None
+        if origin is None
+        else StartedBy(session_id=str(origin["sessionId"]), run_id=origin["runId"]),
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
@@ -259,7 +263,7 @@ def register(server: MCPServer) -> None:
 
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
-            info = session_info(summary, session.header)
+            info = session_info(summary, linked_origin(state.repo, session.header))
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":

@@ -311,10 +311,23 @@ class SessionInfoEntry(SessionEntry):
 class LeafEntry(SessionEntry):
     """A move of the current leaf to ``target_id``, persisted so a branch switch survives a
     restart. Its ``parentId`` is the target, so pi (which resumes at the last line) lands on
-    the same branch."""
+    the same branch. pi knows no such entry type: a file holds it as a custom entry of ours
+    (``file_json``)."""
 
     type: Literal["leaf"] = "leaf"
     target_id: str | None = None
+
+
+# Entries of ours pi knows no type for, as a pi file holds them: pi's custom entries (which
+# pi keeps, hides in its /tree and leaves out of the context), their one field as the data,
+# read back as ours. Our type: (the customType, the field).
+OWN_CUSTOM_TYPES = {
+    "leaf": ("mcp-agent-sessions.leaf", "targetId"),
+    "active_tools_change": ("mcp-agent-sessions.active_tools", "activeToolNames"),
+}
+LEAF_CUSTOM_TYPE = OWN_CUSTOM_TYPES["leaf"][0]
+_OWN_BY_CUSTOM = {custom: (own, name) for own, (custom, name) in OWN_CUSTOM_TYPES.items()}
+_OWN_PREFIXES = tuple(f'{{"type":"{own}",' for own in OWN_CUSTOM_TYPES)
 
 
 class UnknownEntry(SessionEntry):
@@ -339,6 +352,22 @@ ENTRY_TYPES: dict[str, type[SessionEntry]] = {
 }
 
 
+def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
+    """A custom entry that is one of ours (``file_json``) as ours; None for any other shape,
+    a custom entry like any other."""
+    custom = data.get("customType")
+    found = _OWN_BY_CUSTOM.get(custom) if isinstance(custom, str) else None
+    inner = data.get("data")
+    if found is None or not isinstance(inner, Mapping) or set(inner) != {found[1]}:
+        return None
+    own, name = found
+    fields = {key: value for key, value in data.items() if key not in ("customType", "data")}
+    try:
+        return ENTRY_TYPES[own].model_validate({**fields, "type": own, name: inner[name]})
+    except ValidationError:
+        return None
+
+
 def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     """One entry from its JSON object; ``where`` names it in errors (e.g. ``file.jsonl:12``)."""
     if not isinstance(data, Mapping):
@@ -347,6 +376,9 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if not isinstance(entry_type, str) or entry_type == "session":
         raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+    own = _own_entry(data) if entry_type == "custom" else None
+    if own is not None:
+        return own
     try:
         return cls.model_validate(data)
     except ValidationError as error:
@@ -366,6 +398,23 @@ def entry_to_json(entry: SessionEntry | SessionHeader) -> str:
     """The entry's one line of JSON (compact, UTF-8 kept as is)."""
     # pydantic's own JSON writer: the same JSON as WireModel.to_json, about a third faster.
     return entry.model_dump_json(by_alias=True)
+
+
+def file_json(entry: SessionEntry | SessionHeader) -> str:
+    """The entry's line in a pi file: ``entry_to_json``, an entry pi knows no type for as
+    pi's custom entry (``OWN_CUSTOM_TYPES``)."""
+    own = OWN_CUSTOM_TYPES.get(entry.type)
+    if own is None or not isinstance(entry, SessionEntry):
+        return entry_to_json(entry)
+    custom, name = own
+    line = json.loads(entry_to_json(entry))
+    line.update(type="custom", customType=custom, data={name: line.pop(name)})
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+
+
+def file_line(stored: str) -> str:
+    """A stored entry's JSON (``entry_to_json``'s) as its line in a pi file (``file_json``)."""
+    return file_json(entry_from_json(stored)) if stored.startswith(_OWN_PREFIXES) else stored
 
 
 def entry_text(entry: SessionEntry) -> str:

@@ -1,7 +1,8 @@
 """The JSONL backend: one pi-compatible file per session, append-only.
 
 Each append writes one line and is flushed and fsynced before it counts. Leaf moves are
-written as ``leaf`` lines, so on load the last line gives the leaf (as pi does it). A last
+written as lines of their own (pi's custom entries, ``file_json``), so on load the last line
+gives the leaf (as pi does it). A last
 line torn by a crash is left unread with a warning (pi, which takes no lock, may be writing
 it), and our next append cuts it off if it stays; a bad line anywhere else means the file is
 damaged, and loading raises an error naming the file and line. Files of pi versions 1 and 2
@@ -29,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from mcp_agent.sessions.activity import last_activity
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
@@ -36,7 +38,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     SessionHeader,
     entry_text,
-    entry_to_json,
+    file_json,
     new_header,
     write_time,
 )
@@ -197,7 +199,7 @@ def _rewrite(path: Path, header: SessionHeader, entries: Sequence[SessionEntry])
     stamp. The caller holds the old file's exclusive lock, so no process of ours appends to it
     meanwhile (and one waiting for it opens the new file: see ``locked_file``)."""
     with _writing(path):
-        return write_file_atomically(path, [entry_to_json(header), *map(entry_to_json, entries)])
+        return write_file_atomically(path, [file_json(header), *map(file_json, entries)])
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -230,7 +232,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
             entries = list(entries)
             super().__init__(header, entries)  # checks the entries before anything is written
             with _writing(self.path):
-                lines = [entry_to_json(header), *map(entry_to_json, entries)]
+                lines = [file_json(header), *map(file_json, entries)]
                 self.stamp = write_file_atomically(self.path, lines)
             self.torn = False
             return
@@ -253,10 +255,10 @@ class JsonlSessionStorage(InMemorySessionStorage):
         InMemorySessionStorage.__init__(storage, stream.header)
 
         def lines() -> Iterator[str]:
-            yield entry_to_json(stream.header)
+            yield file_json(stream.header)
             for entry in stream:
                 storage._index(entry)
-                yield entry_to_json(entry)
+                yield file_json(entry)
 
         with _writing(path):
             storage.stamp = write_file_atomically(path, lines())
@@ -343,7 +345,7 @@ class JsonlSessionStorage(InMemorySessionStorage):
         try:
             if start and os.pread(fd, 1, start - 1) != b"\n":
                 handle.write(b"\n")  # a file pi or an editor left without one
-            handle.write(entry_to_json(entry).encode("utf-8") + b"\n")
+            handle.write(file_json(entry).encode("utf-8") + b"\n")
             handle.flush()
             os.fsync(fd)
         except BaseException:
@@ -395,6 +397,8 @@ class JsonlSessionRepo(BaseSessionRepo):
             Path, tuple[tuple[int, int], SessionSummary, builtins.list[str] | None]
         ] = {}
         self._listed_chars = 0
+        # Each file's time of last activity, which orders listings, for the same files.
+        self._activity: dict[Path, tuple[tuple[int, int], str]] = {}
         # Where each session's file was found, so an open need not search the folders.
         self._paths: dict[str, Path] = {}
         # Sessions opened twice share one index (an append takes up what another index of
@@ -504,14 +508,26 @@ class JsonlSessionRepo(BaseSessionRepo):
             return False
 
     def summary(self, session_id: str) -> SessionSummary:
-        return summarize(self._open_storage(session_id))
+        storage = self._open_storage(session_id)
+        found = summarize(storage)
+        found.modified = self._modified(storage.path, storage.stamp)
+        return found
 
-    def _modified(self, session_id: str, key: tuple[int, int]) -> str:
-        """When a file changed: the precise time if we wrote it last, else its mtime."""
-        opened = self._open.get(session_id)
-        if opened is not None and opened.stamp == key and opened.modified:
-            return opened.modified
-        return _mtime_text(key)
+    def _modified(self, path: Path, key: tuple[int, int]) -> str:
+        """A file's time of last activity (``activity``), as pi orders its listings; kept
+        until the file changes."""
+        kept = self._activity.get(path)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        try:
+            modified = last_activity(path, _mtime_text(key))
+        except OSError:  # said where the listing reads it (it is left out, named)
+            modified = _mtime_text(key)
+        self._activity.pop(path, None)
+        if len(self._activity) >= MAX_LISTED:
+            del self._activity[next(iter(self._activity))]
+        self._activity[path] = (key, modified)
+        return modified
 
     def _scan(
         self, path: Path, session_id: str, key: tuple[int, int], modified: str, texts_wanted: bool
@@ -559,9 +575,9 @@ class JsonlSessionRepo(BaseSessionRepo):
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> SessionPage:
-        """Newest first across both layouts. Files are ordered by their time of change
-        before any is read, so a page reads only the files it shows (and, with a query, the
-        ones that did not match)."""
+        """Newest first across both layouts, by the time of each session's last message, as
+        pi lists them (``activity``). Files are ordered by it before any is read whole, so a
+        page reads only the files it shows (and, with a query, the ones that did not match)."""
         with self._lock:
             words = query_words(query)
             if limit < 1:
@@ -569,7 +585,7 @@ class JsonlSessionRepo(BaseSessionRepo):
             after = decode_cursor(cursor) if cursor is not None else None
             if cursor is None:
                 self.skipped.clear()
-            candidates: builtins.list[tuple[str, str, Path, tuple[int, int]]] = []
+            candidates: builtins.list[tuple[str, str, Path, tuple[int, int], str]] = []
             for path in session_files(self.directory):
                 session_id = session_id_of(path)
                 try:
@@ -578,20 +594,30 @@ class JsonlSessionRepo(BaseSessionRepo):
                     continue
                 assert session_id is not None  # session_files yields named files only
                 self._remember(session_id, path)
-                modified = self._modified(session_id, key)
-                if after is None or (modified, session_id) < after:
-                    candidates.append((modified, session_id, path, key))
+                modified = self._modified(path, key)
+                # Sessions active within one millisecond: the one written last first.
+                place = f"{modified} {self._changed(session_id, key)}"
+                if after is None or (place, session_id) < after:
+                    candidates.append((place, session_id, path, key, modified))
             candidates.sort(reverse=True)
             items: builtins.list[SessionSummary] = []
-            for modified, session_id, path, key in candidates:
+            last_place = ""
+            for place, session_id, path, key, modified in candidates:
                 scanned = self._scan(path, session_id, key, modified, bool(words))
                 if scanned is None or (words and not text_matches(words, scanned[1])):
                     continue
                 if len(items) == limit:
-                    last = items[-1]
-                    return SessionPage(items, encode_cursor(last.modified, last.id))
+                    return SessionPage(items, encode_cursor(last_place, items[-1].id))
                 items.append(scanned[0])
+                last_place = place
             return SessionPage(items, None)
+
+    def _changed(self, session_id: str, key: tuple[int, int]) -> str:
+        """When a file changed: the precise time if we wrote it last, else its mtime."""
+        opened = self._open.get(session_id)
+        if opened is not None and opened.stamp == key and opened.modified:
+            return opened.modified
+        return _mtime_text(key)
 
     def delete(self, session_id: str) -> None:
         with self._lock:
@@ -615,6 +641,7 @@ class JsonlSessionRepo(BaseSessionRepo):
                         raise SessionError("not_found", f"session {session_id} not found") from None
             self._paths.pop(session_id, None)
             self._drop_listed(path)
+            self._activity.pop(path, None)
 
     def close(self) -> None:
         with self._lock:

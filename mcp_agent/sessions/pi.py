@@ -30,6 +30,8 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     SessionHeader,
     entry_to_json,
+    file_json,
+    file_line,
     iso_now,
     new_entry_id,
     parse_entry,
@@ -608,7 +610,7 @@ def _collect(stream: SessionStream) -> ParsedSession:
 def export_lines(
     header: SessionHeader, entries: Iterable[SessionEntry], leaf_id: str | None
 ) -> list[str]:
-    """Version-3 JSONL lines; a final ``leaf`` line is added only when the log would not
+    """Version-3 JSONL lines; a final leaf move is added only when the log would not
     otherwise resume on ``leaf_id``."""
     count, load = entries_loader(header, list(entries), leaf_id)
     return load(0, count)
@@ -626,7 +628,7 @@ def entries_loader(
         if start >= end:
             return []
         lines = [entry_to_json(header)] if start == 0 else []
-        lines += map(entry_to_json, entries[max(start, 1) - 1 : min(end, count - move) - 1])
+        lines += map(file_json, entries[max(start, 1) - 1 : min(end, count - move) - 1])
         if move and end >= count:
             taken = {entry.id for entry in entries}
             lines.append(_leaf_move(leaf_id, taken.__contains__))
@@ -640,7 +642,7 @@ def _leaf_move(leaf_id: str | None, taken: Callable[[str], bool]) -> str:
     move = LeafEntry(
         id=new_entry_id(taken), parent_id=leaf_id, timestamp=iso_now(), target_id=leaf_id
     )
-    return entry_to_json(move)
+    return file_json(move)
 
 
 def export_text(header: SessionHeader, entries: Iterable[SessionEntry], leaf_id: str | None) -> str:
@@ -665,7 +667,7 @@ def export_loader(storage: SessionStorage) -> tuple[int, ExportLoader]:
 
     def load(start: int, end: int) -> list[str]:
         lines = [header] if start == 0 else []
-        lines += pages.stored_range(max(start, 1) - 1, min(end, total + 1) - 1)
+        lines += map(file_line, pages.stored_range(max(start, 1) - 1, min(end, total + 1) - 1))
         if end > total + 1:
             lines += extra
         return lines
@@ -701,6 +703,6 @@ def export_chunks(storage: SessionStorage, lines: int = EXPORT_CHUNK_LINES) -> I
     header, total, extra = _stored_ends(pages)
     yield header + "\n"
     for part in pages.stored_log(total, lines):
-        yield "".join(line + "\n" for line in part)
+        yield "".join(file_line(line) + "\n" for line in part)
     if extra:
         yield extra[0] + "\n"

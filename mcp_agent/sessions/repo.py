@@ -22,6 +22,7 @@ from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
     CWD_CHARS,
     NAME_CHARS,
+    CustomEntry,
     LabelEntry,
     LeafEntry,
     MessageEntry,
@@ -61,6 +62,8 @@ ForkPosition = Literal["before", "at"]
 # The header's metadata key of a sub-agent's session: the session and run whose tool call
 # started it (``{"sessionId": …, "runId": …}``).
 STARTED_BY = "startedBy"
+# The custom entry a sub-agent's parent session links its session by.
+SUBAGENT_LINK = "subagent"
 
 
 def parent_id(parent_session: str | None) -> str | None:
@@ -91,6 +94,25 @@ def started_json(header: SessionHeader) -> dict[str, str | None] | None:
     return None if origin is None else {"sessionId": origin[0], "runId": origin[1]}
 
 
+def linked_origin(repo: SessionRepo, header: SessionHeader) -> dict[str, str | None] | None:
+    """``started_json(header)``; for a sub-agent's session made before headers said so, what
+    its parent's link says: a ``subagent`` entry there naming this session (a fork names its
+    parent too, but no link of the parent names a fork). One session's read, not a listing's:
+    it opens the parent."""
+    found = started_json(header)
+    parent = parent_id(header.parent_session)
+    if found is not None or parent is None or not repo.exists(parent):
+        return found
+    for entry in repo.open_read(parent).find_entries("custom"):
+        if not isinstance(entry, CustomEntry) or entry.custom_type != SUBAGENT_LINK:
+            continue
+        data = entry.data
+        if isinstance(data, Mapping) and data.get("sessionId") == header.id:
+            run_id = data.get("runId")
+            return {"sessionId": parent, "runId": run_id if isinstance(run_id, str) else None}
+    return None
+
+
 @dataclass
 class SessionSummary:
     """One row of a session listing."""
@@ -107,6 +129,8 @@ class SessionSummary:
     total_tokens: int = 0
     cost_total: float = 0.0
     leaf_id: str | None = None
+    # A sub-agent's session: the session and run that started it (``started_json``).
+    started_by: dict[str, str | None] | None = None
 
     def __post_init__(self) -> None:
         # pi names a fork's parent by its file (``…/<time>_<id>.jsonl``), and the header keeps
@@ -127,6 +151,7 @@ class SessionSummary:
             "totalTokens": self.total_tokens,
             "costTotal": self.cost_total,
             "leafId": self.leaf_id,
+            "startedBy": self.started_by,
         }
 
 
@@ -278,6 +303,7 @@ def summarize(storage: SessionStorage) -> SessionSummary:
         total_tokens=stats.total_tokens,
         cost_total=stats.cost_total,
         leaf_id=storage.get_leaf_id(),
+        started_by=started_json(header),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from mcp_agent.sessions.context import SessionContextBuildOptions
@@ -20,6 +21,7 @@ from mcp_agent.sessions.repo import (
     decode_cursor,
     encode_cursor,
     query_words,
+    started_json,
 )
 from mcp_agent.sessions.session import Session
 from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
@@ -36,8 +38,17 @@ OPEN_SESSIONS = 1024
 
 _SUMMARY_COLUMNS = (
     "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
-    " parent_session, total_tokens, cost_total, leaf"
+    " parent_session, total_tokens, cost_total, leaf, header"
 )
+
+
+def _summary(row: Sequence[Any]) -> SessionSummary:
+    """A listing row from ``_SUMMARY_COLUMNS``: the header says a sub-agent's origin."""
+    *columns, header = row
+    summary = SessionSummary(*columns)
+    summary.started_by = started_json(stored_header(summary.id, header))
+    return summary
+
 
 S = TypeVar("S", bound=SqlSessionStorage)
 
@@ -136,7 +147,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
     def open_described(self, session_id: str) -> tuple[Session, SessionSummary]:
         # Gone, it says so as summary does.
         storage, leaf, row = self._read_row(session_id, _SUMMARY_COLUMNS, "not found")
-        return self._session(storage, leaf), SessionSummary(*row)
+        return self._session(storage, leaf), _summary(row)
 
     def _keep_open(self, storage: S, opened: bool = False, replacing: S | None = None) -> S:
         """Keep ``storage`` among the sessions open; ``opened``: it was opened from the
@@ -165,7 +176,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         )
         if not rows:
             raise SessionError("not_found", f"session {session_id} not found")
-        return SessionSummary(*rows[0])
+        return _summary(rows[0])
 
     def list(
         self, query: str | None = None, limit: int = 50, cursor: str | None = None
@@ -190,7 +201,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
             " ORDER BY modified DESC, id DESC LIMIT :limit",
             params,
         )
-        items = [SessionSummary(*row) for row in rows[:limit]]
+        items = [_summary(row) for row in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
             next_cursor = encode_cursor(items[-1].modified, items[-1].id)

@@ -25,7 +25,11 @@ const usage = (input, output) => ({
   totalTokens: input + output,
   cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
 });
-const user = (text) => ({ role: "user", content: text, timestamp: Date.now() });
+// Each message a millisecond after the one before, as a person's would be: pi lists sessions
+// by their last message's time, and two made within one millisecond would tie.
+let clock = 0;
+const now = () => (clock = Math.max(Date.now(), clock + 1));
+const user = (text) => ({ role: "user", content: text, timestamp: now() });
 const assistant = (text) => ({
   role: "assistant",
   content: [{ type: "text", text }],
@@ -34,7 +38,7 @@ const assistant = (text) => ({
   model: "gpt-4o-mini",
   usage: usage(12, 5),
   stopReason: "stop",
-  timestamp: Date.now(),
+  timestamp: now(),
 });
 
 function make() {
