@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 from anyio.abc import SocketStream
@@ -32,6 +33,7 @@ from mcp_agent.server.event_store import (
     event_id_parts,
     not_kept_message,
 )
+from mcp_agent.server.resumable import _Streams
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
@@ -342,8 +344,11 @@ def test_a_client_back_before_the_server_saw_its_stream_drop_gets_the_rest_of_it
             # The old connection stays open, unread: to the server nothing is wrong with it.
             resume = {**session, "Accept": "text/event-stream", "last-event-id": last}
             with http.stream("GET", slow_server, headers=resume) as stream:
-                events = sse_events(stream.iter_lines())
-                seen += [json.loads(e["data"]) for e in events if "data" in e]  # (not a ping)
+                # (Pings keep a stream that never gets its answer open: a bound on them.)
+                for pings, event in enumerate(e for e in sse_events(stream.iter_lines())):
+                    assert pings < 100, "the resumed stream never got its answer"
+                    if "data" in event:  # (not a ping)
+                        seen.append(json.loads(event["data"]))
             # The old stream was ended by the server, not left to be sent on.
             for _ in lines:
                 pass
@@ -509,3 +514,38 @@ def test_an_older_clients_get_stream_opens_without_a_priming_event(slow_server: 
             http.post(slow_server, json=create, headers=session)
             first = next(sse_events(stream.iter_lines()))
         assert json.loads(first["data"])["method"] == "notifications/resources/list_changed"
+
+
+@pytest.mark.anyio
+async def test_a_stream_taken_over_stays_registered_through_the_routers_failed_send() -> None:
+    """The SDK's message router, sending to a request's stream at the moment a resume takes
+    that stream over (it had looked the stream up and was at its send's checkpoint), fails as
+    the old stream closes and pops the request's key: that unregistered the resumed stream,
+    which then waited for good for an answer sent nowhere (seen under load)."""
+    streams = _Streams()
+    old = anyio.create_memory_object_stream[str](16)
+    streams["2"] = old
+    failed = anyio.Event()
+
+    async def router() -> None:  # as the SDK's message_router sends
+        try:
+            await streams["2"][0].send("event")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            streams.pop("2", None)
+            failed.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(router)
+        await anyio.lowlevel.checkpoint()  # the router is at its send's checkpoint
+        old[0].close()  # the takeover: the old stream closes, the new one is registered
+        old[1].close()
+        new = anyio.create_memory_object_stream[str](16)
+        streams["2"] = new
+        streams.taken_over.add("2")
+        await failed.wait()
+    assert streams.get("2") is new
+    # Once the new stream is done with, it goes as any other.
+    new[0].close()
+    new[1].close()
+    streams.pop("2", None)
+    assert "2" not in streams

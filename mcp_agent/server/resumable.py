@@ -49,6 +49,29 @@ FRESH_GET = "mcp_agent.fresh_get"
 PRIMING_VERSION = "2025-11-25"
 
 
+class _Streams(dict[Any, Any]):
+    """The transport's request streams by key. A stream a resume took over (``taken_over``)
+    stays registered through the SDK's message router's pop: the router may have been
+    sending to the stream it replaced (at a checkpoint of that send, or waiting for room),
+    and when that send fails as the old stream closes it pops the key, which unregistered the
+    new stream, so the answer never reached it and the resumed stream waited for good (the
+    event that failed is in the store, and in the new stream's replay, already). The SDK's
+    other removals close the registered streams first, or pop with no default."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.taken_over: set[Any] = set()
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        registered = self.get(key)
+        if default and key in self.taken_over and registered is not None:
+            send_side = registered[0].statistics()
+            if send_side.open_send_streams and send_side.open_receive_streams:
+                return None  # the router's, for the stream this one replaced
+        self.taken_over.discard(key)
+        return super().pop(key, *default)
+
+
 class ResumableTransport(StreamableHTTPServerTransport):
     """The SDK's 2025 transport, with a replay that ends once it has sent its request's
     answer (the SDK's kept the resumed stream open for good, holding its session open too),
@@ -77,6 +100,10 @@ class ResumableTransport(StreamableHTTPServerTransport):
     _closed: dict[RequestId, float] | None = None
     _watching = False
     _tasks: TaskGroup | None = None
+
+    def make_resumable(self) -> None:
+        """Readies a transport made as the SDK's and given this class."""
+        self._request_streams = _Streams(self._request_streams)
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[tuple[Any, Any], None]:
@@ -164,6 +191,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
             tail = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
             self._request_streams[key] = tail
             self._sse_stream_writers[key] = writer
+            if isinstance(self._request_streams, _Streams):
+                self._request_streams.taken_over.add(key)
         again: list[str] = []
         if tail is not None and isinstance(store, SessionEvents):
             if self._closed is not None:
@@ -247,6 +276,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
         if registered is None or registered[1] is not reader:
             return False
         del self._request_streams[key]
+        if isinstance(self._request_streams, _Streams):
+            self._request_streams.taken_over.discard(key)
         registered[0].close()
         return True
 
