@@ -715,3 +715,23 @@ def test_a_line_of_many_blocks_is_joined_once(
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in _activity_lines(4_000_000)))
     assert activity.last_activity(path, "changed") == "1970-01-01T00:00:05.000000Z"
+
+
+def test_a_fork_reads_when_its_parent_is_damaged(tmp_path: Path) -> None:
+    """Whether a fork is a sub-agent's session made before headers said so is read from its
+    parent's links; a damaged parent says nothing, and the fork still reads (it failed with
+    the parent's error: `sessions show FORK` and session_get of it)."""
+    from mcp_agent.sessions.repo import linked_origin
+
+    repo = JsonlSessionRepo(tmp_path)
+    parent = repo.create()
+    first = parent.append_message(user("a"))
+    parent.append_message(user("b"))
+    fork = repo.fork(parent.id, first, "at")
+    path = repo.path_for(parent.id)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([lines[0], "{not json\n", *lines[1:]]))
+    fresh = JsonlSessionRepo(tmp_path)
+    with pytest.raises(SessionError):
+        fresh.open_read(parent.id)
+    assert linked_origin(fresh, fresh.open_read(fork.id).header) is None
