@@ -148,8 +148,9 @@ async def test_an_entry_past_the_bound_is_named_with_the_one_way_to_read_it(
     """One entry was given whole at any size (an imported file's, or one sent over stdio): a
     TypeScript stdio client closes its connection on a message over 10 MiB. Past the bound
     the resource refuses it, and every stub of it names the command line's export, the one
-    way to it (the stubs named the resource, whose refusal named session_get's stub: a
-    circle)."""
+    way to it whole (the stubs named the resource, whose refusal named session_get's stub: a
+    circle), and session_get with limit 1, which shows it cut (said nowhere: the one way an
+    MCP client has to see it)."""
     async with Client(server) as client:
         sid = (await call(client, "session_create"))["id"]
         big = _user("x" * 100_000)
@@ -163,14 +164,20 @@ async def test_an_entry_past_the_bound_is_named_with_the_one_way_to_read_it(
             await client.read_resource(uri)
         assert refused.value.error.code == types.INVALID_PARAMS
         said = refused.value.error.message
-        assert export in said and "session_get" not in said, said
+        cut = f"session_get with entry_id {entry_id!r} and limit 1"
+        assert export in said and cut in said, said
         stubs = [
             (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"],
             (await call(client, "session_context", session_id=sid))["messages"][-1]["omitted"],
             (await call(client, "session_export", session_id=sid, cursor="from:1"))["omitted"],
         ]
         for stub in stubs:
-            assert export in stub and uri not in stub, stub
+            assert export in stub and cut in stub and uri not in stub, stub
+        (alone,) = (await call(client, "session_get", session_id=sid, entry_id=entry_id, limit=1))[
+            "entries"
+        ]
+        assert "[cut: 100,000 characters in all]" in alone["message"]["content"], alone
+        assert export in alone["omitted"] and "session_get" not in alone["omitted"], alone
         monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 

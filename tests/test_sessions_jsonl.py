@@ -671,3 +671,67 @@ def test_a_listing_finds_the_last_message_behind_long_lines_and_a_torn_one(
         handle.write('{"type":"message","message":{"role":"user","content":"cut')
     fresh = JsonlSessionRepo(tmp_path)
     assert fresh.list().items[0].modified == "1970-01-01T00:00:05.000000Z"
+
+
+def _activity_lines(data: int) -> list[dict[str, object]]:
+    return [
+        {"type": "session", "version": 3, "id": "s", "timestamp": "2026-01-01T00:00:00Z"},
+        {"type": "message", "id": "a", "timestamp": "2026-01-02T00:00:00Z",
+         "message": {"role": "user", "content": "q", "timestamp": 5_000}},
+        {"type": "custom", "id": "b", "customType": "x", "data": "y" * data},
+        {"type": "message", "id": "c", "message": {"role": "toolResult", "content": []}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 1 << 16])
+def test_the_last_message_is_found_whatever_the_block_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """A file read from its end a block at a time gives one answer for every block size."""
+    from mcp_agent.sessions import activity
+
+    monkeypatch.setattr(activity, "BLOCK", block)
+    lines = _activity_lines(2_000)
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert activity.last_activity(path, "changed") == "1970-01-01T00:00:05.000000Z"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:1] + lines[2:]))
+    assert activity.last_activity(path, "changed") == "2026-01-01T00:00:00.000000Z"
+    path.write_text(json.dumps(lines[0]))  # a header alone, no newline
+    assert activity.last_activity(path, "changed") == "2026-01-01T00:00:00.000000Z"
+    path.write_text("")
+    assert activity.last_activity(path, "changed") == "changed"
+
+
+def test_a_line_of_many_blocks_is_joined_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line longer than many blocks (here 4 MB read 16 bytes at a time: 250,000 blocks) is
+    joined once whole, not copied again with every block read: that took seconds for one
+    listing of a file ending in a 32 MB line, and takes hours here."""
+    from mcp_agent.sessions import activity
+
+    monkeypatch.setattr(activity, "BLOCK", 16)
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in _activity_lines(4_000_000)))
+    assert activity.last_activity(path, "changed") == "1970-01-01T00:00:05.000000Z"
+
+
+def test_a_fork_reads_when_its_parent_is_damaged(tmp_path: Path) -> None:
+    """Whether a fork is a sub-agent's session made before headers said so is read from its
+    parent's links; a damaged parent says nothing, and the fork still reads (it failed with
+    the parent's error: `sessions show FORK` and session_get of it)."""
+    from mcp_agent.sessions.repo import linked_origin
+
+    repo = JsonlSessionRepo(tmp_path)
+    parent = repo.create()
+    first = parent.append_message(user("a"))
+    parent.append_message(user("b"))
+    fork = repo.fork(parent.id, first, "at")
+    path = repo.path_for(parent.id)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([lines[0], "{not json\n", *lines[1:]]))
+    fresh = JsonlSessionRepo(tmp_path)
+    with pytest.raises(SessionError):
+        fresh.open_read(parent.id)
+    assert linked_origin(fresh, fresh.open_read(fork.id).header) is None

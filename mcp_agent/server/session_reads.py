@@ -51,6 +51,8 @@ from mcp_agent.sessions.storage import StoredPages, TreeIndex, stored_pages, tre
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
+# What an entry asked for alone is cut to (``cut_to_fit``): a page's room less its note.
+CUT_BYTES = ENTRY_BYTES - 400
 PREVIEW_CHARS = 120
 
 # (start, end) -> the JSON texts of the items in positions start .. end - 1
@@ -79,12 +81,13 @@ def shown_entry(session_id: str, text: str, alone: bool = False) -> tuple[str, i
     if size <= ENTRY_BYTES:
         return text, size
     data = json.loads(text)
-    fitted = cut_to_fit(data, ENTRY_BYTES - 400) if alone else None  # 400: the note
+    fitted = cut_to_fit(data, CUT_BYTES) if alone else None
     if fitted is not None:
         cut, most = fitted
+        whole = entry_whole(session_id, data, cut_here=True)
         cut["omitted"] = (
             f"{size:,} bytes, too large for a page: its texts over {most:,} characters are"
-            f" cut here, each saying how long it is; for it whole, {entry_whole(session_id, data)}"
+            f" cut here, each saying how long it is; for it whole, {whole}"
         )
         shown = compact(cut)
         return shown, len(shown.encode())
@@ -115,20 +118,31 @@ def entry_size(text: str) -> int:
     return json_size(text)
 
 
-def too_large_entry(session_id: str) -> str:
-    """Where an entry too large for any one answer is: only in the session's file."""
+def too_large_entry(session_id: str, data: dict[str, Any] | None = None) -> str:
+    """Where an entry too large for any one answer is: whole only in the session's file; and,
+    given its JSON ``data`` when its bulk is text, cut to fit by ``session_get`` with
+    ``limit=1`` (the one way an MCP client has to see it)."""
+    cut = ""
+    if data is not None and cut_to_fit(data, CUT_BYTES) is not None:
+        cut = (
+            f"session_get with entry_id {data['id']!r} and limit 1 shows it with its long"
+            " texts cut; "
+        )
     return (
-        "no read gives it whole: `mcp-agent-sessions sessions export"
+        f"{cut}no read gives it whole: `mcp-agent-sessions sessions export"
         f" {session_id} -o FILE` writes the session's file, the entry one line of it"
     )
 
 
-def entry_whole(session_id: str, data: dict[str, Any]) -> str:
+def entry_whole(session_id: str, data: dict[str, Any], cut_here: bool = False) -> str:
     """Where an entry too large for a page (its JSON ``data``) is read whole: its resource,
-    or, past what one answer holds, the command line's export (the resource refuses it)."""
+    or, past what one answer holds, the command line's export (the resource refuses it), and
+    ``session_get`` shows it cut unless this is that (``cut_here``)."""
     if fits_whole(entry_size(entry_text(data))):
         return f"read {entry_uri(session_id, data['id'])}"
-    return f"more than one answer holds, so {too_large_entry(session_id)}"
+    return (
+        f"more than one answer holds, so {too_large_entry(session_id, None if cut_here else data)}"
+    )
 
 
 def shown_message(

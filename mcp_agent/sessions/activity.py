@@ -28,20 +28,24 @@ def last_activity(path: Path, changed: str) -> str:
     with microseconds, as a session's ``modified`` time is written."""
     with path.open("rb") as handle:
         end = handle.seek(0, os.SEEK_END)
-        rest = b""
+        # The line being read backwards, its parts as read (the last part first): joined once
+        # whole, so a line of many blocks is copied once, not once for every block.
+        tail: list[bytes] = []
         while end > 0:
             start = max(0, end - BLOCK)
             handle.seek(start)
-            lines = (handle.read(end - start) + rest).split(b"\n")
+            parts = handle.read(end - start).split(b"\n")
             end = start
-            rest = lines.pop(0) if start > 0 else b""
-            for line in reversed(lines[1:] if start == 0 else lines):
+            if len(parts) == 1:
+                tail.append(parts[0])
+                continue
+            tail.append(parts.pop())
+            for line in (b"".join(reversed(tail)), *reversed(parts[1:])):
                 found = _message_time(line)
                 if found is not None:
                     return found
-            if start == 0 and lines:
-                return _header_time(lines[0]) or changed
-    return changed
+            tail = [parts[0]]
+        return _header_time(b"".join(reversed(tail))) or changed
 
 
 def _json(line: bytes) -> Any:

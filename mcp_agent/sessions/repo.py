@@ -98,12 +98,17 @@ def linked_origin(repo: SessionRepo, header: SessionHeader) -> dict[str, str | N
     """``started_json(header)``; for a sub-agent's session made before headers said so, what
     its parent's link says: a ``subagent`` entry there naming this session (a fork names its
     parent too, but no link of the parent names a fork). One session's read, not a listing's:
-    it opens the parent."""
+    it opens the parent. A parent that does not read (damaged, gone meanwhile) says nothing:
+    this session reads as it did before the link was looked for."""
     found = started_json(header)
     parent = parent_id(header.parent_session)
     if found is not None or parent is None or not repo.exists(parent):
         return found
-    for entry in repo.open_read(parent).find_entries("custom"):
+    try:
+        links = repo.open_read(parent).find_entries("custom")
+    except SessionError:
+        return None
+    for entry in links:
         if not isinstance(entry, CustomEntry) or entry.custom_type != SUBAGENT_LINK:
             continue
         data = entry.data
