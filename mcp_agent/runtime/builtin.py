@@ -26,6 +26,7 @@ from mcp_agent.runtime.application import AppState
 from mcp_agent.runtime.errors import Refused
 from mcp_agent.runtime.runs import EventListener
 from mcp_agent.runtime.start import SUBAGENT_TOOL, child_depth, run_meta, start_run
+from mcp_agent.sessions.entries import clip_long
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.repo import SUBAGENT_LINK
 from mcp_agent.wire import one_line
@@ -181,12 +182,8 @@ def subagent_description(agents: Mapping[str, AgentManifest]) -> str:
 
 def link_task(task: str, session_id: str) -> str:
     """The task as the parent's link entry keeps it: its start, and where it is whole."""
-    if len(task) <= SUBAGENT_TASK_CHARS:
-        return task
-    return (
-        f"{task[:SUBAGENT_TASK_CHARS]}… [cut: {len(task):,} characters in all; the whole task"
-        f" is the first message of session {session_id}]"
-    )
+    whole = f"the whole task is the first message of session {session_id}"
+    return clip_long(task, SUBAGENT_TASK_CHARS, whole)
 
 
 def build_builtin_server(state: AppState) -> MCPServer:

@@ -71,12 +71,14 @@ def check_metadata(metadata: Mapping[str, Any] | None) -> None:
         )
 
 
-def clip_long(text: str, most: int) -> str:
+def clip_long(text: str, most: int, whole: str = "") -> str:
     """``text``, or when longer than ``most`` characters its start and a marker saying how
-    long it is (a value stored before the bound, or imported from a pi file)."""
+    long it is (a value stored before the bound, or imported from a pi file) and, given
+    ``whole``, where it is whole."""
     if len(text) <= most:
         return text
-    return f"{text[:most]}… [cut: {len(text):,} characters in all]"
+    where = f"; {whole}" if whole else ""
+    return f"{text[:most]}… [cut: {len(text):,} characters in all{where}]"
 
 
 def iso_now() -> str:
