@@ -2201,6 +2201,16 @@ def test_tree_json_is_written_as_made(db: Path, capsys: pytest.CaptureFixture[st
         assert capsys.readouterr().out == whole
 
 
+async def against(
+    server: Any, db: Path, *args: str, input: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The command line run with ``args`` in a child process, its model openai:gpt-4o-mini
+    served by the script ``server``."""
+    env = clean_env(OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db))
+    command = [sys.executable, "-m", "mcp_agent", *args, "--model", "openai:gpt-4o-mini"]
+    return await anyio.run_process(command, input=input, env=env, check=False)
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("command", ["run", "chat"])
 async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
@@ -2214,16 +2224,8 @@ async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
             Reply(status=429, headers={"retry-after": "0"}, body=[limited]),
             oa_text_reply("Fine now."),
         )
-        env = clean_env(
-            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
-        )
         args = ["run", "hi"] if command == "run" else ["chat"]
-        done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_agent", *args, "--model", "openai:gpt-4o-mini"],
-            input=b"hi\n" if command == "chat" else None,
-            env=env,
-            check=False,
-        )
+        done = await against(server, db, *args, input=b"hi\n" if command == "chat" else None)
     stderr = done.stderr.decode()
     assert done.returncode == 0, stderr
     assert "Fine now." in done.stdout.decode()
@@ -2237,14 +2239,7 @@ async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
 async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     async with script_server() as server:
         server.add(oa_text_reply("The first half", finish="length"))
-        env = clean_env(
-            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
-        )
-        done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
-            env=env,
-            check=False,
-        )
+        done = await against(server, db, "run", "hi")
     stderr = done.stderr.decode()
     assert done.returncode == 0, stderr
     assert done.stdout.decode() == "The first half\n"
@@ -2257,14 +2252,7 @@ async def test_an_empty_answer_says_so(db: Path) -> None:
     once) left stdout empty and the exit code 0: no word that the answer was empty."""
     async with script_server() as server:
         server.add(oa_text_reply(""))
-        env = clean_env(
-            OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db)
-        )
-        done = await anyio.run_process(
-            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "openai:gpt-4o-mini"],
-            env=env,
-            check=False,
-        )
+        done = await against(server, db, "run", "hi")
     stderr = done.stderr.decode()
     assert done.returncode == 0 and done.stdout == b"", stderr
     assert stderr.splitlines()[-1].endswith("the model's answer was empty"), stderr

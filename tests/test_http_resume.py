@@ -36,6 +36,17 @@ from mcp_agent.server.event_store import (
 from mcp_agent.server.resumable import _Streams
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+# A run of 30 events, a fifth of a second apart, asked for with progress (request id 2).
+SLOW_RUN = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {
+        "name": "agent_run",
+        "arguments": {"prompt": "slow 30"},
+        "_meta": {"progressToken": "p"},
+    },
+}
 
 
 def note(text: str) -> JSONRPCNotification:
@@ -247,34 +258,8 @@ def test_a_dropped_stream_resumes_with_every_event_once_and_ends_with_the_answer
     slow_server: str,
 ) -> None:
     with httpx.Client(timeout=30) as http:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "by-hand", "version": "1"},
-            },
-        }
-        opened = http.post(slow_server, json=init, headers=HEADERS)
-        session = {
-            **HEADERS,
-            "mcp-session-id": opened.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-11-25",
-        }
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        http.post(slow_server, json=initialized, headers=session)
-        call = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {
-                "name": "agent_run",
-                "arguments": {"prompt": "slow 30"},
-                "_meta": {"progressToken": "p"},
-            },
-        }
+        session = open_session(http, slow_server)
+        call = SLOW_RUN
         seen: list[dict[str, Any]] = []
         with http.stream("POST", slow_server, json=call, headers=session) as stream:
             events = sse_events(stream.iter_lines())
@@ -321,16 +306,7 @@ def test_a_client_back_before_the_server_saw_its_stream_drop_gets_the_rest_of_it
     resumed stream takes the old one's place at once."""
     with httpx.Client(timeout=30) as http:
         session = open_session(http, slow_server)
-        call = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {
-                "name": "agent_run",
-                "arguments": {"prompt": "slow 30"},
-                "_meta": {"progressToken": "p"},
-            },
-        }
+        call = SLOW_RUN
         seen: list[dict[str, Any]] = []
         with http.stream("POST", slow_server, json=call, headers=session) as old:
             lines = old.iter_lines()

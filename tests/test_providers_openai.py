@@ -87,6 +87,17 @@ def key(**kwargs):
     return options(api_key="sk-test", **kwargs)
 
 
+async def sent_back(model: Any, final: AssistantMessage, server: Any) -> dict[str, Any]:
+    """The assistant message as the next request (the server's second) carries ``final``."""
+    context = LlmContext(
+        system_prompt="",
+        messages=[UserMessage(content="q"), final, UserMessage(content="more")],
+    )
+    await collect(stream_openai_compat(model, context, key()))
+    assistant: dict[str, Any] = server.requests[1].json()["messages"][1]
+    return assistant
+
+
 # --- against fakellm --------------------------------------------------------------------------
 
 
@@ -449,12 +460,7 @@ async def test_reasoning_content_becomes_thinking_and_goes_back() -> None:
         assert thinking.model_extra == {"thinkingSignature": "reasoning_content"}
         assert narrow(text, TextContent).text == "Answer."
         # the same model gets its reasoning back in the field it came in
-        context = LlmContext(
-            system_prompt="",
-            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
-        )
-        await collect(stream_openai_compat(model, context, key()))
-        assistant = server.requests[1].json()["messages"][1]
+        assistant = await sent_back(model, final, server)
         assert assistant == {
             "role": "assistant",
             "content": "Answer.",
@@ -502,12 +508,7 @@ async def test_mistral_content_as_typed_chunks_is_thinking_and_text() -> None:
         assert narrow(thinking_block, ThinkingContent).thinking == "Let me think."
         assert narrow(text, TextContent).text == "Answer!"
         # The next request carries the answer, and no field Mistral would refuse.
-        context = LlmContext(
-            system_prompt="",
-            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
-        )
-        await collect(stream_openai_compat(model, context, key()))
-        assistant = server.requests[1].json()["messages"][1]
+        assistant = await sent_back(model, final, server)
         assert assistant == {"role": "assistant", "content": "Answer!"}
 
 
@@ -529,12 +530,7 @@ async def test_thinking_in_think_tags_at_the_start_is_thinking(size: int) -> Non
         assert narrow(text, TextContent).text == "The answer."
         assert event_types(events)[:2] == ["start", "thinking_start"]
         # The thinking is not sent back as what the model said.
-        context = LlmContext(
-            system_prompt="",
-            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
-        )
-        await collect(stream_openai_compat(model, context, key()))
-        assistant = server.requests[1].json()["messages"][1]
+        assistant = await sent_back(model, final, server)
         assert assistant == {"role": "assistant", "content": "The answer."}
 
 
@@ -560,12 +556,7 @@ async def test_thinking_ended_by_a_lone_think_tag_is_thinking(model_id: str, siz
             assert event_types(events)[:2] == ["start", "thinking_start"]
             said = [e.delta for e in events if isinstance(e, TextDeltaEvent)]
             assert "".join(said) == "The answer."
-        context = LlmContext(
-            system_prompt="",
-            messages=[UserMessage(content="q"), final, UserMessage(content="more")],
-        )
-        await collect(stream_openai_compat(model, context, key()))
-        assistant = server.requests[1].json()["messages"][1]
+        assistant = await sent_back(model, final, server)
         assert assistant == {"role": "assistant", "content": "The answer."}
 
 
