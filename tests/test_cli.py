@@ -423,6 +423,16 @@ def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
     assert empty.exit_code == 0 and "no sessions match" in empty.stderr
 
 
+def test_list_and_show_json_give_times_in_one_unit_pis_milliseconds(cli: Any, db: Path) -> None:
+    ids = seed(db)
+    (listed,) = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    shown = json.loads(cli("sessions", "show", ids["session"], "--json").stdout)["session"]
+    pi_time = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+    for moment in (listed["created"], listed["modified"], shown["created"]):
+        assert pi_time.fullmatch(moment), moment
+    assert listed["created"] == shown["created"]
+
+
 def test_db_option_and_environment_select_the_database(cli: Any, db: Path, tmp_path: Path) -> None:
     seed(db)
     other = tmp_path / "other.db"

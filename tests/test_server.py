@@ -59,6 +59,8 @@ from mcp_agent.sessions.errors import SessionError
 
 pytestmark = pytest.mark.anyio
 
+PI_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
 PUBLIC_TOOLS = {
     "session_create",
     "session_list",
@@ -407,6 +409,11 @@ async def test_a_listed_session_shows_its_leaf_as_session_get_does(tmp_path: Pat
         listed = (await call(client, "session_list"))["sessions"][0]
         shown = (await call(client, "session_get", session_id=sid))["session"]
         assert listed["leafId"] == shown["leafId"] == appended["entryId"]
+        # Times in pi's milliseconds in both, as every other time the tools give.
+        for info in (listed, shown):
+            for key in ("created", "modified"):
+                assert PI_TIME.fullmatch(info[key]), (key, info[key])
+        assert listed["modified"] == shown["modified"] and listed["created"] == shown["created"]
 
 
 async def test_list_pages_newest_first(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from mcp_agent.sessions.entries import (
     MessageEntry,
     SessionEntry,
     clip_long,
+    shown_time,
 )
 from mcp_agent.sessions.outline import (
     Parts,
@@ -458,7 +459,7 @@ def session_json(session: Session, started: Started = None) -> dict[str, Any]:
         "id": session.id,
         "name": session.name,
         "cwd": header.cwd,
-        "created": header.timestamp,
+        "created": shown_time(header.timestamp),
         "parentSession": header.parent_session,
         "startedBy": started or started_json(header),
         "leafId": session.leaf_id,

@@ -62,6 +62,7 @@ from mcp_agent.sessions.entries import (
     NAME_CHARS,
     clip_long,
     is_session_id,
+    shown_time,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin
@@ -87,8 +88,8 @@ def session_info(
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
         name=None if summary.name is None else clip_long(summary.name, NAME_CHARS),
         cwd=clip_long(summary.cwd, CWD_CHARS),
-        created=summary.created,
-        modified=summary.modified,
+        created=shown_time(summary.created),
+        modified=shown_time(summary.modified),
         entry_count=summary.entry_count,
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,

@@ -92,6 +92,19 @@ def iso_time(epoch_seconds: float) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def shown_time(timestamp: str) -> str:
+    """A stored time as every answer and ``--json`` gives times, pi's form with milliseconds
+    (``2026-01-15T08:30:00.123Z``): a listing's microseconds (``sortable_time``, which orders
+    rows) are cut. Text that is no time is given as it is."""
+    try:
+        moment = datetime.fromisoformat(timestamp)
+    except (TypeError, ValueError):
+        return timestamp
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def sortable_time(timestamp: str) -> str:
     """An ISO timestamp with microseconds, so that times of both precisions sort as text."""
     try:

@@ -37,6 +37,7 @@ from mcp_agent.sessions.entries import (
     new_entry_id,
     new_header,
     new_session_id,
+    shown_time,
     sortable_time,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -147,8 +148,9 @@ class SessionSummary:
             "id": self.id,
             "name": self.name,
             "cwd": self.cwd,
-            "created": self.created,
-            "modified": self.modified,
+            # In pi's milliseconds, as every other time the command line and the tools give.
+            "created": shown_time(self.created),
+            "modified": shown_time(self.modified),
             "entryCount": self.entry_count,
             "messageCount": self.message_count,
             "firstUserMessage": self.first_user_message,
