@@ -67,6 +67,35 @@ def test_the_serve_section_names_every_flag_of_serve() -> None:
     assert sorted(f for f in flags - {"--help"} if f"`{f}" not in said) == []
 
 
+def zero_meaning(text: str) -> str | None:
+    """What ``0: …`` says in a flag's help or README text, up to its bracket, comma or end."""
+    found = re.search(r"\b0: ([a-z -]+?)\s*(?:[(;,|)]|$)", text)
+    return found.group(1) if found else None
+
+
+def test_the_readme_says_what_0_means_for_a_flag_in_its_help_s_words() -> None:
+    import typer
+
+    from mcp_agent.cli import app
+
+    helps: dict[str, str] = {}
+    commands = [typer.main.get_command(app)]
+    while commands:
+        command = commands.pop()
+        commands.extend(getattr(command, "commands", {}).values())
+        for param in command.params:
+            meaning = zero_meaning(" ".join((getattr(param, "help", None) or "").split()))
+            helps.update((name, meaning) for name in param.opts if meaning)
+    # Each README row or sentence that names a flag and then what 0 means for it.
+    said = re.findall(r"`(--[a-z-]+)`([^.|]*?\b0: [^.|]*)", README.replace("\n", " "))
+    wrong = [
+        (flag, zero_meaning(rest), helps[flag])
+        for flag, rest in said
+        if flag in helps and zero_meaning(rest) != helps[flag]
+    ]
+    assert said and wrong == []
+
+
 # Read by the tests and .ci/run, not by the package.
 TEST_VARIABLES = {"MCP_AGENT_CHROMIUM", "MCP_AGENT_FULL", "MCP_AGENT_PEERS"}
 
