@@ -801,8 +801,8 @@ async def test_the_retry_count_starts_again_after_an_answer_that_worked():
     "error",
     [
         "api.example: the server overloaded mid-stream: {'type': 'overloaded_error'}",
-        "api.example: the server reported an error mid-stream: "
-        '{"error": {"type": "server_error", "message": "try again"}}',
+        "api.example: the server failed mid-stream: try again (server_error)",
+        "api.example: the server rate limited the request mid-stream: slow down (429)",
         "api.example: the connection broke off mid-stream (peer closed); the partial response "
         "is kept",
         "api.example: the stream ended before message_stop; the answer is incomplete",
@@ -811,3 +811,18 @@ async def test_the_retry_count_starts_again_after_an_answer_that_worked():
 )
 def test_passing_errors_in_our_providers_words(error: str):
     assert is_transient_error(AssistantMessage(stop_reason=StopReason.ERROR, error_message=error))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "api.example: the server reported an error mid-stream: bad tool call at line 429",
+        "api.example: the server reported an error mid-stream: 500 tools is over the limit",
+        "api.example: the server reported an error mid-stream: the rate limit field is unknown",
+        "api.example: the server failed mid-stream: insufficient_quota",
+    ],
+)
+def test_an_error_s_own_text_says_no_passing_fault(error: str) -> None:
+    assert not is_transient_error(
+        AssistantMessage(stop_reason=StopReason.ERROR, error_message=error)
+    )

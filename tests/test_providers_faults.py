@@ -379,13 +379,41 @@ async def test_a_rate_limit_said_mid_stream_is_a_passing_error(error: dict[str, 
     async with script_server() as server:
         server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(error))]))
         _, final = await collect(openai(server.base))
-        assert "reported an error mid-stream" in present(final.error_message)
+        assert "the server rate limited the request mid-stream" in present(final.error_message)
         assert is_transient_error(final)
         # An account out of credit is no passing limit, said anywhere.
         quota = {"message": "You exceeded your current quota", "code": "insufficient_quota"}
         said = json.dumps({"error": {**quota, "type": "insufficient_quota"}})
         server.add(Reply(body=[oa_chunk({"content": "so"}), sse(said)]))
         _, final = await collect(openai(server.base))
+    assert not is_transient_error(final)
+
+
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        ("openai", {"error": {"message": "bad tool arguments at line 429", "type": "invalid"}}),
+        ("openai", {"error": {"message": "too many requests: 500 tools over the limit"}}),
+        ("openai", {"error": {"message": "rate limit of your prompt's 429 words", "code": 400}}),
+        (
+            "anthropic",
+            {"type": "error", "error": {"type": "invalid_request_error", "message": "line 429"}},
+        ),
+    ],
+)
+async def test_a_number_or_word_in_an_error_s_text_is_no_passing_fault(
+    api: str, body: dict[str, Any]
+) -> None:
+    """Only the error object's type, code or status says a rate limit or a server failing: a
+    "429" or "500" in its text (a line number, a count) ran the turn again, to fail again."""
+    async with script_server() as server:
+        if api == "openai":
+            server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(body))]))
+            _, final = await collect(openai(server.base))
+        else:
+            server.add(Reply(body=[an_message_start(), an_event("error", **body)]))
+            _, final = await collect(anthropic(server.base))
+    assert "the server reported an error mid-stream" in present(final.error_message)
     assert not is_transient_error(final)
 
 

@@ -1200,9 +1200,7 @@ async def test_error_object_mid_stream() -> None:
             stream_openai_compat(model_at(server.base + "/v1"), user_context(), key())
         )
         assert final.stop_reason == StopReason.ERROR and final.text == "So"
-        assert "the server reported an error mid-stream: upstream died (502)" in present(
-            final.error_message
-        )
+        assert "the server failed mid-stream: upstream died (502)" in present(final.error_message)
         # OpenRouter's words for an upstream that failed mid-answer: a passing fault.
         assert is_transient_error(final)
 

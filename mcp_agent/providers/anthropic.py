@@ -66,6 +66,7 @@ from mcp_agent.providers.http import (
     error_detail,
     is_overflow_text,
     loads,
+    passing_fault,
     stream_sse,
 )
 
@@ -362,11 +363,8 @@ class _StreamState:
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            problem = event.get("error") or {}
             detail = error_detail(json.dumps(event))
-            what = (
-                "overloaded" if problem.get("type") == "overloaded_error" else "reported an error"
-            )
+            what = passing_fault(event) or "reported an error"
             message = f"{self.endpoint.where}: the server {what} mid-stream: {detail}"
             if is_overflow_text(detail):
                 message = f"{CONTEXT_OVERFLOW_MARK}: {message}"

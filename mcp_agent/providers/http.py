@@ -280,6 +280,56 @@ def _detail_from_json(data: Any) -> str:
     return message
 
 
+# What an error object's type, code or status says of a fault that passes (matched whole,
+# lower case): a rate limit, an overload, a server failing. Its free text is never read for
+# this: a message may quote any number ("line 429") or word.
+_RATE_LIMIT_KINDS = frozenset(
+    {"rate_limit_error", "rate_limit_exceeded", "rate_limited", "too_many_requests"}
+)
+_OVERLOADED_KINDS = frozenset({"overloaded", "overloaded_error"})
+_SERVER_FAILED_KINDS = frozenset(
+    {
+        "server_error",
+        "api_error",
+        "internal",
+        "internal_error",
+        "internal_server_error",
+        "service_unavailable",
+        "unavailable",
+        "bad_gateway",
+    }
+)
+
+
+def passing_fault(data: Any) -> str | None:
+    """How a mid-stream error object (OpenAI's ``{"error": {…}}``, Anthropic's error event, a
+    relay's ``{"error": {"code": 429}}``) says a passing fault, in the words its message gives:
+    ``rate limited the request``, ``overloaded`` or ``failed``; None for any other error (a
+    bad request, an account out of credit: a second try meets it again). Read from its
+    ``type``, ``code`` and ``status`` fields only, never from its text."""
+    if not isinstance(data, dict):
+        return None
+    inner = data.get("error")
+    fields = [
+        value
+        for where in (data, inner if isinstance(inner, dict) else {})
+        for key in ("type", "code", "status")
+        if (value := where.get(key)) is not None
+    ]
+    said = {str(value).strip().lower() for value in fields if isinstance(value, str | int)}
+    if any(out_of_credit(value) for value in said):
+        return None
+    if said & _RATE_LIMIT_KINDS or "429" in said:
+        return "rate limited the request"
+    if said & _OVERLOADED_KINDS or "529" in said:
+        return "overloaded"
+    if said & _SERVER_FAILED_KINDS or any(
+        len(s) == 3 and s.isdigit() and s[0] == "5" for s in said
+    ):
+        return "failed"
+    return None
+
+
 # Request headers that carry the API key. A server may quote the key back in its error (a proxy
 # that says which key it refused): what we say is printed, logged, stored in the session and
 # sent to MCP clients, so the key is cut out of it.

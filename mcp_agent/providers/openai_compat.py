@@ -67,6 +67,7 @@ from mcp_agent.providers.http import (
     error_detail,
     is_overflow_text,
     loads,
+    passing_fault,
     scan_json,
     stream_sse,
 )
@@ -507,7 +508,9 @@ class _StreamState:
 
     def _error(self, chunk: dict[str, Any]) -> None:
         detail = error_detail(json.dumps(chunk))
-        message = f"{self.endpoint.where}: the server reported an error mid-stream: {detail}"
+        fault = passing_fault(chunk)
+        what = f"{fault} mid-stream" if fault else "reported an error mid-stream"
+        message = f"{self.endpoint.where}: the server {what}: {detail}"
         if is_overflow_text(detail):
             message = f"{CONTEXT_OVERFLOW_MARK}: {message}"
         raise ProviderError(message)
