@@ -2212,12 +2212,12 @@ def test_tree_json_is_written_as_made(db: Path, capsys: pytest.CaptureFixture[st
 
 
 async def against(
-    server: Any, db: Path, *args: str, input: bytes | None = None
+    server: Any, db: Path, *args: str, input: bytes | None = None, model: str = "gpt-4o-mini"
 ) -> subprocess.CompletedProcess[bytes]:
-    """The command line run with ``args`` in a child process, its model openai:gpt-4o-mini
+    """The command line run with ``args`` in a child process, its model openai:``model``
     served by the script ``server``."""
     env = clean_env(OPENAI_BASE_URL=f"{server.base}/v1", OPENAI_API_KEY="x", MCP_AGENT_DB=str(db))
-    command = [sys.executable, "-m", "mcp_agent", *args, "--model", "openai:gpt-4o-mini"]
+    command = [sys.executable, "-m", "mcp_agent", *args, "--model", f"openai:{model}"]
     return await anyio.run_process(command, input=input, env=env, check=False)
 
 
@@ -2254,6 +2254,26 @@ async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
     assert done.returncode == 0, stderr
     assert done.stdout.decode() == "The first half\n"
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("command", ["run", "chat"])
+async def test_an_answer_cut_off_while_thinking_says_there_is_none(command: str, db: Path) -> None:
+    """An R1-named model served raw thinks in its content until </think>: cut at its output
+    limit before that, all it wrote is thinking, and stdout stayed empty with no word that
+    the limit came before any answer."""
+    async with script_server() as server:
+        server.add(oa_text_reply("Let me think. The user wants", finish="length"))
+        args = ["run", "hi"] if command == "run" else ["chat"]
+        done = await against(
+            server, db, *args, input=b"hi\n" if command == "chat" else None, model="deepseek-r1"
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert "The user wants" not in done.stdout.decode()
+    (said,) = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    assert "output limit while still thinking, so there is no answer" in said, stderr
+    assert "28 characters it wrote are kept as its thinking" in said, stderr
 
 
 @pytest.mark.anyio

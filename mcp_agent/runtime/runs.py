@@ -24,7 +24,7 @@ from mcp_agent.events import (
     describe_event,
 )
 from mcp_agent.manifests import AgentManifest
-from mcp_agent.messages import AssistantMessage, StopReason, UserMessage
+from mcp_agent.messages import AssistantMessage, StopReason, ThinkingContent, UserMessage
 from mcp_agent.outages import Outage
 from mcp_agent.runtime.errors import Refused, RunEnded, SessionBusy, TooManyRuns, UnknownRun
 from mcp_agent.runtime.leases import RENEW_EVERY, Lease, LeaseBook, lease_lost_message
@@ -156,6 +156,24 @@ class RunLimits:
 
 # Steering and follow-up messages one run holds, not yet taken; past it, one more is refused.
 MAX_QUEUED = 50
+
+
+def cut_before_an_answer(final: AssistantMessage) -> str | None:
+    """Why a completed answer is empty when the model's output limit cut it: still thinking
+    (a reasoning model's thinking, or an R1-named model's text never closed by ``</think>``,
+    all kept as thinking), or before it wrote anything. None for any other answer."""
+    if final.stop_reason != StopReason.LENGTH or final.text.strip() or final.tool_calls:
+        return None
+    tokens = f" ({final.usage.output:,} output tokens)" if final.usage.output else ""
+    thought = sum(len(b.thinking) for b in final.content if isinstance(b, ThinkingContent))
+    if not thought:
+        return f"the model reached its output limit{tokens} before writing an answer: there is none"
+    return (
+        f"the model reached its output limit{tokens} while still thinking, so there is no "
+        f"answer: the {thought:,} characters it wrote are kept as its thinking (for a model "
+        "that writes <think>…</think>, no </think> came); raise its max_tokens (models.toml) "
+        "or ask for less"
+    )
 
 
 def _not_taken(agent: SessionAgent) -> str | None:
@@ -660,6 +678,9 @@ class RunManager:
                     StopReason.ABORTED: "aborted",
                 }
                 run.status = statuses.get(final.stop_reason, "completed")
+                why_empty = cut_before_an_answer(final)
+                if why_empty is not None and len(run.warnings) < MAX_WARNINGS:
+                    run.warnings.append(why_empty)  # else an empty answer says nothing
                 if (
                     run.status == "completed"
                     and run.end_reason == AgentEndReason.MAX_TURNS
