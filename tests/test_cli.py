@@ -928,6 +928,26 @@ def test_import_every_pi_version_and_reject_bad_files(cli: Any, db: Path, tmp_pa
     assert "01a00000-0000-7000-8000-0000000000ff" in mixed.stdout
 
 
+def test_an_import_of_no_file_it_can_read_creates_no_database(
+    cli: Any, db: Path, tmp_path: Path
+) -> None:
+    """A path mistyped (or a folder) made an empty database at --db, or at the default."""
+    missing = tmp_path / "sesion.jsonl"
+    result = cli("sessions", "import", str(missing), str(tmp_path))
+    assert result.exit_code == 2 and not db.exists()
+    assert f"cannot read {missing}: No such file or directory; nothing was" in result.stderr
+    assert "[Errno" not in result.stderr
+    assert f"cannot read {tmp_path}: a folder (`mcp-agent-sessions sessions copy" in result.stderr
+    # With one file it can read, the rest are imported and the unreadable ones said.
+    good = tmp_path / "v1.jsonl"
+    good.write_text(PI_V1)
+    result = cli("sessions", "import", str(missing), str(good), "--json")
+    assert result.exit_code == 2 and db.exists()
+    said = json.loads(result.stdout)
+    assert [f["file"] for f in said["failed"]] == [str(missing)]
+    assert [i["file"] for i in said["imported"]] == [str(good)]
+
+
 def test_import_refuses_a_complete_garbage_last_line_and_notes_a_torn_one(
     cli: Any, tmp_path: Path
 ) -> None:

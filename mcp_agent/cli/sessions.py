@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
@@ -242,35 +243,13 @@ def import_files(
     as_json: JsonOption = False,
 ) -> None:
     """Import pi session files (version 1, 2 or 3). Each file is stored whole or not at all."""
-    from mcp_agent.sessions.errors import SessionError
-
     results: list[dict[str, Any]] = []
     sizes = [_size(f) for f in files]
-    with (
-        opened_repo(db, folders=True, create=True) as repo,
-        _progress(len(files), sum(sizes)) as advance,
-    ):
-        for path, size in zip(files, sizes, strict=True):
-            try:
-                imported = repo.import_session(path)
-            except SessionError as error:
-                results.append({"file": str(path), "error": _import_hint(error)})
-            else:
-                session = imported.session
-                stats = session.stats()
-                results.append(
-                    {
-                        "file": str(path),
-                        "sessionId": session.id,
-                        "version": imported.version,
-                        "entries": stats.entry_count,
-                        "messages": stats.message_count,
-                        "notes": imported.notes,
-                    }
-                )
-            advance(size)
-        if len(results) > sum("error" in r for r in results):
-            _index_for_search(repo)
+    unreadable = {path: why for path in files if (why := _unreadable(path)) is not None}
+    if len(unreadable) == len(files):  # nothing to import: no store is opened, or created
+        results = [{"file": str(path), "error": unreadable[path]} for path in files]
+    else:
+        _import_each(files, sizes, unreadable, db, results)
     failed = [r for r in results if "error" in r]
     if as_json:
         emit_json({"imported": [r for r in results if "error" not in r], "failed": failed})
@@ -292,6 +271,62 @@ def import_files(
         say_error(result["error"])
     if failed:
         raise typer.Exit(BAD_INPUT)
+
+
+def _import_each(
+    files: list[Path],
+    sizes: list[int],
+    unreadable: dict[Path, str],
+    db: str | None,
+    results: list[dict[str, Any]],
+) -> None:
+    """Import each of ``files`` but the ``unreadable`` ones into the store ``db``, adding to
+    ``results`` what came of each file, in order."""
+    from mcp_agent.sessions.errors import SessionError
+
+    with (
+        opened_repo(db, folders=True, create=True) as repo,
+        _progress(len(files), sum(sizes)) as advance,
+    ):
+        for path, size in zip(files, sizes, strict=True):
+            if path in unreadable:
+                results.append({"file": str(path), "error": unreadable[path]})
+                continue
+            try:
+                imported = repo.import_session(path)
+            except SessionError as error:
+                results.append({"file": str(path), "error": _import_hint(error)})
+            else:
+                session = imported.session
+                stats = session.stats()
+                results.append(
+                    {
+                        "file": str(path),
+                        "sessionId": session.id,
+                        "version": imported.version,
+                        "entries": stats.entry_count,
+                        "messages": stats.message_count,
+                        "notes": imported.notes,
+                    }
+                )
+            advance(size)
+        if len(results) > sum("error" in r for r in results):
+            _index_for_search(repo)
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be imported, known without opening it (a named pipe's writer would
+    take an open for the read): missing, a folder, not allowed; None when it may be read."""
+    try:
+        is_folder = path.is_dir()
+        why = None if os.access(path, os.R_OK) else "Permission denied"
+        path.stat()
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        why = getattr(error, "strerror", None) or str(error)
+    else:
+        folder = f"a folder (`{PROG} sessions copy --from {path}` copies a pi folder's sessions)"
+        why = folder if is_folder else why
+    return None if why is None else f"cannot read {path}: {why}; nothing was imported from it"
 
 
 def _index_for_search(repo: SessionRepo) -> None:
