@@ -1043,6 +1043,42 @@ def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
         assert [item.id for item in repo.list().items] == [ids["session"]]
 
 
+def test_ctrl_c_at_the_delete_question_ends_its_line_and_deletes_nothing(db: Path) -> None:
+    """Ctrl-C at "Delete …? [y/N]" left the line open: the shell's next prompt followed the
+    question on the same line, with no word of what became of the session."""
+    import pty
+    import select
+
+    ids = seed(db)
+    controller, terminal = pty.openpty()
+    delete = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "sessions", "delete", ids["session"]],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
+        start_new_session=True,
+    )
+    shown = bytearray()
+    try:
+        while not shown.endswith(b"[y/N]: "):
+            assert select.select([controller], [], [], 30)[0], bytes(shown)
+            shown.extend(os.read(controller, 1 << 16))
+        delete.send_signal(signal.SIGINT)  # what Ctrl-C sends the terminal's foreground
+        assert delete.wait(timeout=30) == 130
+        while select.select([controller], [], [], 0.2)[0]:
+            shown.extend(os.read(controller, 1 << 16))
+    finally:
+        if delete.poll() is None:
+            delete.kill()
+        os.close(controller)
+        os.close(terminal)
+    after = bytes(shown).split(b"[y/N]: ", 1)[1]
+    assert after.startswith(b"\r\n") and b"nothing deleted" in after, bytes(shown)
+    with SqliteSessionRepo(db) as repo:
+        assert [item.id for item in repo.list().items] == [ids["session"]]
+
+
 def test_ids_with_spaces_around_are_found_and_an_empty_one_is_said(cli: Any, db: Path) -> None:
     """An id pasted with a space, or from `$(…)` with its line end, was "not found" in a
     message that looked just like the id; an unset variable's "" gave "session  not found"."""

@@ -427,7 +427,13 @@ def delete(
         if not yes:
             if not stdin_is_tty():
                 die(f"refusing to delete {what} without a terminal to ask; add --yes")
-            if not _confirm(f"Delete {what}?"):
+            try:
+                confirmed = _confirm(f"Delete {what}?")
+            except KeyboardInterrupt:  # exit 130, the line the prompt left open ended first
+                typer.echo(err=True)
+                err().print("nothing deleted", style="dim")
+                raise
+            if not confirmed:
                 # Declined is no error (as `rm -i` answered no): the user chose, nothing failed.
                 err().print("nothing deleted", style="dim")
                 return
