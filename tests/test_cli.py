@@ -458,7 +458,7 @@ def test_a_store_named_by_mistake_is_refused_and_nothing_is_created(
         (("sessions", "copy", "--from", str(db), "--to", "https://h/db"), "--to https://h/db"),
         (("sessions", "list", "--db", ""), "--db is empty"),
         (("sessions", "copy", "--from", str(db), "--to", f"{tmp_path}/new/"), "no such folder"),
-        (("sessions", "import", "x.jsonl", "--db", missing), "does not exist; create it first"),
+        (("sessions", "import", str(db), "--db", missing), "does not exist; create it first"),
         (("run", "hi", "--db", missing), "does not exist; create it first"),
         (("run", "hi", "--db", f"{tmp_path}/new/"), "no such folder"),
         (("run", "hi", "--db", "http://example.com/x"), "only postgresql:// URLs"),
