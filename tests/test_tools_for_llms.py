@@ -21,7 +21,6 @@ from mcp_support import call, call_error, make_server
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
-from mcp_agent.server import resources
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -251,8 +250,10 @@ async def test_every_default_answer_on_a_huge_session_fits_the_budget(
             if "total" in page:
                 assert page["truncated"] is True and page["nextCursor"], name
                 assert page["total"] in (HUGE, HUGE + 1)
-        read = await client.read_resource(f"session://{sid}")
-        assert len(read.contents[0].text.encode()) < ANSWER_LIMIT  # type: ignore[union-attr]
+        for suffix in ("", "/tree", "/context"):
+            read = await client.read_resource(f"session://{sid}{suffix}")
+            text = read.contents[0].text  # type: ignore[union-attr]
+            assert len(text.encode()) < ANSWER_LIMIT, (suffix, len(text.encode()))
 
         # Following the cursor goes back through the branch, newest last on each page.
         first = await call(client, "session_get", session_id=sid, limit=10)
@@ -325,9 +326,7 @@ async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource
         assert len(json.dumps(cut).encode()) <= 20 * 1024
 
 
-async def test_a_2000_deep_branch_reads_as_a_tree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
     async with Client(make_server(tmp_path)) as client:
@@ -342,19 +341,21 @@ async def test_a_2000_deep_branch_reads_as_a_tree(
             node, depth = by_id[node["parentId"]], depth + 1
         assert depth == 2000 and all(n["onBranch"] for n in nodes)
         assert nodes[0]["preview"].startswith("user: step 0")
-        read = await client.read_resource(f"session://{sid}/tree")
-        whole = json.loads(read.contents[0].text)  # type: ignore[union-attr]
-        assert whole["nodes"] == nodes and whole["total"] == 2000 and not whole["truncated"]
-        # Past its bound the resource gives the newest nodes and says where the rest are.
-        monkeypatch.setattr(resources, "TREE_NODES", 500)
+        # The resource is the tree view's default page (the newest nodes, bounded in bytes),
+        # and says where the rest are: the pages before it, from the cursor it names on.
         read = await client.read_resource(f"session://{sid}/tree")
         newest = json.loads(read.contents[0].text)  # type: ignore[union-attr]
-        assert newest["nodes"] == nodes[-500:] and newest["total"] == 2000
-        assert newest["truncated"] and "the 1,500 older nodes" in newest["more"]
-        older = await call(
-            client, "session_get", session_id=sid, view="tree", limit=0, cursor="before:1500"
+        page = await call(client, "session_get", session_id=sid, view="tree")
+        assert newest["nodes"] == page["nodes"] == nodes[-len(page["nodes"]) :]
+        assert newest["total"] == 2000 and newest["truncated"]
+        kept = len(newest["nodes"])
+        cursor = f"before:{2000 - kept}"
+        assert newest["more"] == (
+            f"the {2000 - kept:,} older nodes: session_get with view 'tree' and cursor"
+            f" {cursor!r}, then each answer's nextCursor"
         )
-        assert older["nodes"] == nodes[:1500]
+        older = await call(client, "session_get", session_id=sid, view="tree", cursor=cursor)
+        assert older["nodes"] == nodes[2000 - kept - len(older["nodes"]) : 2000 - kept]
 
 
 # --- errors a model can act on ----------------------------------------------------------------

@@ -41,10 +41,6 @@ JSON = "application/json"
 JSONL = "application/x-ndjson"
 # A session's name as a listed resource's name and title.
 LISTED_NAME_CHARS = 200
-# The tree resource whole up to here (a node is about 300 bytes of JSON); past it the newest
-# nodes, read from the session's index instead of every entry (100,000 made 25 MB).
-TREE_NODES = 5_000
-TREE_BYTES = 4 << 20
 
 
 def _dump(data: Any) -> str:
@@ -159,19 +155,22 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/tree",
         name="session-tree",
         mime_type=JSON,
-        description="The entries of a session as flat nodes (parent, children, label, preview):"
-        f" every one, or past {TREE_NODES:,} the newest, with where to read the rest",
+        description="The newest entries of a session as flat nodes (parent, children, label,"
+        " preview): a page, as session_get with view tree gives by default, with where to read"
+        " the rest",
     )
     async def session_tree(session_id: str, ctx: Context) -> str:
         def render(session: Session) -> str:
-            nodes, page = tree_page(session, None, TREE_NODES, TREE_BYTES)
+            # The page session_get's tree view gives by default, bounded in bytes as it is (a
+            # 33,000-entry session's 5,000 newest nodes were 3 MB).
+            nodes, page = tree_page(session, None, DEFAULT_LIMIT)
             return _dump(
                 {
                     "leafId": session.leaf_id,
                     "total": page.total,
                     "truncated": page.truncated,
-                    "more": f"the {page.start:,} older nodes: session_get with view tree and"
-                    f" cursor {page.next_cursor!r}"
+                    "more": f"the {page.start:,} older nodes: session_get with view 'tree' and"
+                    f" cursor {page.next_cursor!r}, then each answer's nextCursor"
                     if page.truncated
                     else None,
                     "nodes": [json.loads(text) for text in nodes],
