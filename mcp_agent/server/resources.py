@@ -30,6 +30,7 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
+from mcp_agent.server.tool_errors import check_given
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
@@ -63,18 +64,20 @@ def _bounded_header(session: Session) -> dict[str, Any]:
     return header
 
 
+_LISTED = "session_list or resources/list shows the sessions"
+
+
 def _read_session(session_id: str, read: Callable[[], T]) -> T:
     """What ``read`` makes of the session, a session error (no such session, one deleted
     while it is read, a damaged file) said as a resource error: the SDK hides the text of
-    any other exception, and logs its traceback."""
+    any other exception, and logs its traceback. An empty or blank id is refused as such."""
+    check_given("session_id", session_id, _LISTED)
     try:
         return read()
     except SessionError as error:
         if error.code == "not_found":
             shown = clip_long(session_id, 100)
-            raise ResourceNotFoundError(
-                f"no session {shown!r}; session_list or resources/list shows the sessions"
-            ) from None
+            raise ResourceNotFoundError(f"no session {shown!r}; {_LISTED}") from None
         raise ResourceNotFoundError(f"session {clip_long(session_id, 100)!r}: {error}") from None
 
 
@@ -212,6 +215,7 @@ def register(server: MCPServer) -> None:
         " refusal says where it is)",
     )
     async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
+        check_given("session_id", session_id, _LISTED)
 
         def render(session: Session) -> str:
             entry = session.get_entry(entry_id)
