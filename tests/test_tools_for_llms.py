@@ -21,6 +21,7 @@ from mcp_support import call, call_error, make_server
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
+from mcp_agent.server import paging, session_reads
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -356,6 +357,36 @@ async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
         )
         older = await call(client, "session_get", session_id=sid, view="tree", cursor=cursor)
         assert older["nodes"] == nodes[2000 - kept - len(older["nodes"]) : 2000 - kept]
+
+
+async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """view tree with limit=0 made every node (each entry parsed for its preview) and then
+    refused the answer as too large: 7 s on a 33,000-entry session, more the longer the
+    session. Now it stops at the block that passes the bound."""
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
+    made: list[int] = []
+    real = session_reads.stored_tree_nodes
+
+    def counted(storage: Any, index: Any, rows: Any, *rest: Any) -> Any:
+        made.append(len(rows))
+        return real(storage, index, rows, *rest)
+
+    monkeypatch.setattr(session_reads, "stored_tree_nodes", counted)
+    monkeypatch.setattr(session_reads, "TREE_BLOCK", 100)
+    monkeypatch.setattr(paging, "WHOLE_MAX", 100_000)  # about 400 of the 2,000 nodes
+    async with Client(make_server(tmp_path)) as client:
+        text = await call_error(client, "session_get", session_id=sid, view="tree", limit=0)
+        assert text.startswith(
+            "session_get: the tree of 2,000 nodes asked for whole (limit=0) is over 1"
+        ), text
+        assert "more than the 0 MiB one answer holds: ask for pages" in text, text
+        assert 400 <= sum(made) <= 600, made
+        made.clear()
+        page = await call(client, "session_get", session_id=sid, view="tree", limit=150)
+        assert len(page["nodes"]) == 150 and sum(made) == 150  # a page: what it shows
 
 
 # --- errors a model can act on ----------------------------------------------------------------
