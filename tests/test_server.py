@@ -525,6 +525,46 @@ async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(
         assert says in refused.value.error.message, (uri, refused.value.error.message)
 
 
+@pytest.mark.parametrize(("blank", "said"), [("", "is empty"), (" \t", "is only whitespace")])
+async def test_an_empty_or_blank_id_is_refused_as_such_everywhere(
+    client: Client, blank: str, said: str
+) -> None:
+    """An empty id was looked up: "session  not found" (two spaces) from a tool, "no session
+    ''" from a resource, "not_found: session  not found" from the prompt. Each says now that
+    the argument is empty, naming it, in the same words; nothing is written."""
+    sid = (await call(client, "session_create"))["id"]
+    entry = (await call(client, "session_append", session_id=sid, entry=user("hi")))["entryId"]
+    sent = json.dumps(blank)
+    with_session: list[tuple[str, dict[str, Any]]] = [
+        ("session_get", {}),
+        ("session_delete", {}),
+        ("session_append", {"entry": user("no")}),
+        ("session_move_to", {"entry_id": "root"}),
+        ("session_fork", {}),
+        ("session_context", {}),
+        ("session_stats", {}),
+        ("session_export", {}),
+        ("session_compact", {}),
+        ("agent_run", {"prompt": "no"}),
+    ]
+    for name, more in with_session:
+        text = await call_error(client, name, session_id=blank, **more)
+        assert text.startswith(f"{name}: session_id {said} (got {sent}); session_id: "), text
+    uris = [f"session://{blank}{suffix}" for suffix in ("", "/tree", "/context", "/export.jsonl")]
+    uris.append(f"session://{blank}/entries/{entry}")
+    says = f"session_id {said} (got {sent}); session_list or resources/list shows the sessions"
+    for uri in uris:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS, uri
+        assert refused.value.error.message == says, (uri, refused.value.error.message)
+    with pytest.raises(MCPError) as refused:
+        await client.get_prompt("continue_session", {"session_id": blank})
+    assert refused.value.error.message.startswith(f"session_id {said} (got {sent}); session_list")
+    listed = (await call(client, "session_list"))["sessions"]
+    assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 1)]
+
+
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
 async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
     client: Client, monkeypatch: pytest.MonkeyPatch, resource: str

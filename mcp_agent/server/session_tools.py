@@ -55,7 +55,7 @@ from mcp_agent.server.session_reads import (
     view_entries,
     view_paged_as,
 )
-from mcp_agent.server.tool_errors import tool_errors
+from mcp_agent.server.tool_errors import GIVEN, tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import (
     CWD_CHARS,
@@ -71,7 +71,7 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_worl
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
-SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
+SessionId = Annotated[str, Field(description="the session's id (from session_list)"), GIVEN]
 Limit = Annotated[int | None, Field(ge=0, le=MAX_LIMIT, description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
