@@ -71,8 +71,11 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
+    from mcp_agent.sessions.repo import mark_linked
+
     with opened_repo(db, folders=True, create=False) as repo:
         page = repo.list(query=search, limit=limit, cursor=cursor)
+        mark_linked(repo, page.items)
     if as_json:
         emit_json(
             {"sessions": [s.to_json_dict() for s in page.items], "nextCursor": page.next_cursor}
