@@ -447,6 +447,23 @@ def test_after_an_answer_a_repeat_is_no_longer_pis(tmp_path: Path) -> None:
     assert "<session>:4: missing or invalid entry type" in error.value.message
 
 
+def test_sessions_list_of_a_folder_it_cannot_read_says_so(tmp_path: Path) -> None:
+    """A folder whose only session has a damaged line (which we refuse, naming it) listed
+    as 'no sessions yet (start one …)': it says that file could not be read, and why."""
+    made = hand_made(tmp_path / "agent")
+    for file in (Path(session["file"]) for session in made):
+        lines = file.read_text().splitlines(keepends=True)
+        file.write_text("".join([*lines[:2], '{"type":"message","id":"torn\n', *lines[2:]]))
+    done = CliRunner().invoke(
+        app, ["sessions", "list", "--db", str(tmp_path / "agent" / "sessions")]
+    )
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.stderr.split())
+    assert "no sessions yet" not in said
+    assert "no session could be read: 2 session files left out, unreadable:" in said
+    assert all(f"{session['file']}:3: line is not valid JSON" in said for session in made)
+
+
 def test_the_sessions_commands_work_on_pis_folder(
     pi_folder: tuple[Path, Made], tmp_path: Path
 ) -> None:
