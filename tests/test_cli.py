@@ -2538,3 +2538,13 @@ def test_an_older_sub_agents_session_is_known_by_its_parents_link(cli: Any, db: 
         assert "forked from" in " ".join(cli("sessions", "show", ids[fork]).stdout.split())
         data = json.loads(cli("sessions", "show", ids[fork], "--json").stdout)
         assert data["session"]["startedBy"] is None
+    # Listings mark it too, and only it; and chat's /tree of it says whose it is.
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert {s["id"]: s["startedBy"] for s in listed if s["startedBy"]} == {ids["child"]: origin}
+    marked = [row for row in cli("sessions", "list").stdout.splitlines() if "sub-agent" in row]
+    assert len(marked) == 1 and "↳ sub-agent: the task" in marked[0]
+    tree = cli("chat", "--session", ids["child"], "--model", "scripted:echo", input="/tree\n")
+    assert tree.exit_code == 0, tree.output
+    assert f"a sub-agent's session, started by session {ids['parent']}" in " ".join(
+        tree.stdout.split()
+    )

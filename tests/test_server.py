@@ -1142,6 +1142,9 @@ async def test_session_get_knows_an_older_sub_agents_session_by_its_parents_link
         for other in ("parent", "parent_fork", "child_fork"):
             got = await call(client, "session_get", session_id=ids[other], limit=1)
             assert got["session"]["startedBy"] is None, other
+        listed = (await call(client, "session_list"))["sessions"]
+        marked = {s["id"]: s.get("startedBy") for s in listed if s.get("startedBy")}
+        assert marked == {ids["child"]: child["session"]["startedBy"]}
 
 
 async def test_a_subagents_link_holds_the_start_of_a_long_task_and_where_it_is_whole(

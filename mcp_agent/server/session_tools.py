@@ -64,7 +64,7 @@ from mcp_agent.sessions.entries import (
     is_session_id,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin, mark_linked
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -221,6 +221,7 @@ def register(server: MCPServer) -> None:
         def read() -> CallToolResult:
             page = state.repo.list(query=query, limit=limit or 50, cursor=cursor)
             page = page.first(fitting(page.items))
+            mark_linked(state.repo, page.items)
             answer = SessionListResult(
                 sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
             )
