@@ -501,6 +501,7 @@ const state = {
   unfolded: new Map(), // id of the row before a fold -> entries revealed (rows)
   selected: null,
   tabStop: null, // the one row Tab goes to (the last focused); arrows go between the rest
+  listStop: null, // the session whose option in the list Tab goes to (the last focused)
   entry: null,
   sessionsCursor: null,
   query: "",
@@ -684,7 +685,7 @@ async function loadSessions(more) {
   } catch (error) {
     if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
-    $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
+    $("sessions").replaceChildren(listNote(error.message));
     $("more-sessions").hidden = true;
     return;
   }
@@ -693,44 +694,97 @@ async function loadSessions(more) {
     sessionsShown = asked;
     state.listedQuery = query;
   }
-  const items = sessions.map((info) => h("li", {},
-    h("button", {
-      class: info.id === state.sessionId ? "session current" : "session",
-      "aria-current": info.id === state.sessionId ? "true" : null,
-      dataset: { session: info.id },
-      onclick: () => openSession(info.id, true).catch(failed),
-    },
-    h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
-    h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
+  // Options of a listbox: one Tab stop for the list, the arrows between them (a button each
+  // was a Tab stop each: 50 and more Tabs to get past the list).
+  const items = sessions.map((info) => h("li", {
+    class: info.id === state.sessionId ? "session current" : "session",
+    role: "option", tabindex: "-1",
+    "aria-selected": String(info.id === state.sessionId),
+    dataset: { session: info.id },
+    onclick: () => openSession(info.id, true).catch(failed),
+  },
+  h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
+  h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` })));
   if (more) {
     // "More sessions" pressed: the focus goes to the first of them (it went to the page's
     // body when the button hid, at the list's end, or stayed below what it showed)
     const pressed = document.activeElement === $("more-sessions");
     $("sessions").append(...items);
-    if (pressed && items.length) items[0].querySelector(".session").focus();
+    keepListStop();
+    if (pressed && items.length) items[0].focus();
   } else {
     // The list drawn anew (at every append of an agent's run) left the focus on the page's
     // body: a keyboard reader in the list lost their place at each. It stays on its session.
     const active = document.activeElement;
     const focused = active instanceof HTMLElement && $("sessions").contains(active) ? active.dataset.session : undefined;
     $("sessions").replaceChildren(...items);
+    if (!items.length) $("sessions").append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    keepListStop();
     const again = focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`);
     if (again) again.focus({ preventScroll: true });
   }
-  if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
 }
 
+/** What the list says in place of sessions (none, refused, not signed in): an option that
+ * cannot be chosen, so that the listbox still has its one Tab stop, which reads it. */
+function listNote(text) {
+  return h("li", { class: "empty", role: "option", tabindex: "0", "aria-disabled": "true", "aria-selected": "false", text });
+}
+
+/** One option of the list takes Tab, as a listbox's does: the last focused, else the open
+ * session's, else the first. */
+function keepListStop() {
+  const list = $("sessions");
+  const options = [...list.querySelectorAll('[role="option"]')];
+  const stop = options.find((option) => option.dataset.session === state.listStop && state.listStop)
+    || options.find((option) => option.dataset.session === state.sessionId && state.sessionId)
+    || options[0];
+  for (const option of options) option.tabIndex = option === stop ? 0 : -1;
+}
+
+/** The list by keyboard, as a listbox goes: Up and Down (Home, End, Page Up and Page Down)
+ * move between the sessions, a letter to the next whose name starts with it, Enter or Space
+ * opens the one focused. */
+let typed = "";
+let typedTimer = null;
+function listKeys(event) {
+  const option = event.target;
+  if (!(option instanceof HTMLElement) || option.getAttribute("role") !== "option") return;
+  const options = [...$("sessions").querySelectorAll('[role="option"]')];
+  const at = options.indexOf(option);
+  const moves = {
+    ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: options.length - 1,
+    PageDown: Math.min(at + 10, options.length - 1), PageUp: Math.max(at - 10, 0),
+  };
+  let next = null;
+  if (event.key in moves) next = options[moves[event.key]];
+  else if (event.key === "Enter" || event.key === " ") {
+    if (option.dataset.session) openSession(option.dataset.session, true).catch(failed);
+  } else if (event.key.length === 1 && !event.ctrlKey && !event.metaKey && !event.altKey && event.key.trim()) {
+    // type-ahead: the next session whose name starts with what was typed
+    clearTimeout(typedTimer);
+    typedTimer = setTimeout(() => { typed = ""; }, 700);
+    typed += event.key.toLowerCase();
+    const name = (element) => (element.querySelector(".session-name") || element).textContent.toLowerCase();
+    const order = [...options.slice(at + (typed.length === 1 ? 1 : 0)), ...options.slice(0, at + 1)];
+    next = order.find((element) => element.dataset.session && name(element).startsWith(typed)) || null;
+    if (!next) return;
+  } else return;
+  event.preventDefault();
+  if (next) next.focus();
+}
+
 // --- one session ----------------------------------------------------------------------------
 
-/** The open session's button in the list, marked so (for a screen reader too: it heard no
- * session of the list open, the mark being a colour alone). */
+/** The open session's option in the list, marked so (for a screen reader too: it heard no
+ * session of the list open, the mark being a colour alone): selected. */
 function markCurrent() {
-  for (const button of document.querySelectorAll(".session")) {
-    const open = button.dataset.session === state.sessionId;
-    button.classList.toggle("current", open);
-    if (open) button.setAttribute("aria-current", "true"); else button.removeAttribute("aria-current");
+  for (const option of document.querySelectorAll(".session")) {
+    const open = option.dataset.session === state.sessionId;
+    option.classList.toggle("current", open);
+    option.setAttribute("aria-selected", String(open));
   }
 }
 
@@ -766,7 +820,7 @@ async function openSession(sessionId, byReader = false) {
 function signedOut(error) {
   if (stopListening) { stopListening(); stopListening = null; }
   showLive(false, "not signed in");
-  $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
+  $("sessions").replaceChildren(listNote(`${error.title}.`));
   $("more-sessions").hidden = true;
   Object.assign(state, { view: null, entry: null });
   $("detail").hidden = true;
@@ -1453,6 +1507,14 @@ function syncActions() {
 }
 
 function wireActions() {
+  $("sessions").addEventListener("keydown", listKeys);
+  $("sessions").addEventListener("focusin", (event) => {
+    const option = event.target instanceof HTMLElement ? event.target.closest('[role="option"]') : null;
+    if (!option) return;
+    state.listStop = option.dataset.session || null;
+    for (const other of $("sessions").querySelectorAll('[role="option"][tabindex="0"]')) other.tabIndex = -1;
+    option.tabIndex = 0;
+  });
   $("tree").addEventListener("keydown", treeKeys);
   $("tree").addEventListener("focusin", (event) => {
     const row = event.target instanceof Element ? event.target.closest(".row") : null;

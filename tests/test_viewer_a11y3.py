@@ -1,0 +1,134 @@
+"""The session viewer in a real browser (the system's Chromium, driven by Playwright), as a
+keyboard and screen reader user meets it, and while its server is away: the sessions list as
+a listbox, what each row of the tree is called, and the page's reconnecting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp_support import Served
+from viewer_support import picnic_db
+
+from mcp_agent.sessions import SqliteSessionRepo
+
+CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+    # a bound on waiting for the page, not a measure of its speed (a shared 2-core machine)
+    expect.set_options(timeout=15_000)
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="Python playwright is not installed"),
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"no Chromium at {CHROMIUM}"),
+]
+
+TOKEN = "viewer-a11y-token-0123456789abcdef"
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()
+
+
+def serve(tmp: Path, port: int | None = None) -> Served:
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    return Served(tmp, "--token-file", str(token_file), port=port)
+
+
+@pytest.fixture(name="served", scope="module")
+def served_fixture(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    """One server for the tests that leave it running: the picnic session and 30 others."""
+    tmp = tmp_path_factory.mktemp("a11y")
+    session_id, ids = picnic_db(tmp / "http.db")
+    with SqliteSessionRepo(tmp / "http.db") as repo:
+        for index in range(30):
+            repo.create(name=f"Errand {index:02d}")
+    server = serve(tmp)
+    try:
+        yield server, session_id, ids
+    finally:
+        server.stop()
+
+
+def base(server: Served) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+def focused(page: Page) -> str:
+    return str(page.evaluate("document.activeElement.dataset.session || document.activeElement.id"))
+
+
+def test_the_sessions_list_is_a_listbox_of_one_tab_stop(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Each session of the list was a button, each a Tab stop: 30 sessions were 30 Tabs to
+    get from the search box to the session. The list is a listbox: one Tab stop, the arrows
+    (Home, End, a name's first letter) between its sessions, Enter or Space opens one, and
+    the open one is said to be selected."""
+    server, _, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    options = listbox.get_by_role("option")
+    expect(options).to_have_count(31)
+    expect(options.first).to_contain_text("Errand 29")
+    page.locator("#search").focus()
+    page.keyboard.press("Tab")
+    assert focused(page) == options.first.get_attribute("data-session")
+    page.keyboard.press("Tab")  # out of the list at once
+    assert (
+        page.evaluate("document.getElementById('sessions').contains(document.activeElement)")
+        is False
+    )
+    page.keyboard.press("Shift+Tab")  # back to the option last focused
+    assert focused(page) == options.first.get_attribute("data-session")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    expect(options.nth(2)).to_be_focused()
+    expect(options.nth(2)).to_have_attribute("tabindex", "0")
+    expect(listbox.locator("[tabindex='0']")).to_have_count(1)
+    page.keyboard.press("ArrowUp")
+    expect(options.nth(1)).to_be_focused()
+    page.keyboard.press("End")
+    expect(options.last).to_be_focused()
+    page.keyboard.press("Home")
+    expect(options.first).to_be_focused()
+    page.keyboard.press("p")  # to the session whose name starts with it
+    expect(options.filter(has_text="Picnic plans")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    picnic = listbox.get_by_role("option", name="Picnic plans")
+    expect(picnic).to_have_attribute("aria-selected", "true")
+    expect(listbox.locator("[aria-selected='true']")).to_have_count(1)
+    expect(picnic).to_be_focused()  # drawn anew as it opened: the focus kept
+    page.keyboard.press("Home")
+    page.keyboard.press(" ")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Errand 29")
+    expect(options.first).to_have_attribute("aria-selected", "true")
+    expect(picnic).to_have_attribute("aria-selected", "false")
+    # from the search box, Tab goes to the list's one stop and on to the tree
+    page.locator("#search").focus()
+    page.keyboard.press("Tab")
+    expect(options.first).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator("#tree .row[tabindex='0']")).to_be_focused()
+    context.close()
