@@ -5,6 +5,7 @@ a listbox, what each row of the tree is called, and the page's reconnecting."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,4 +132,42 @@ def test_the_sessions_list_is_a_listbox_of_one_tab_stop(
     expect(options.first).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.locator("#tree .row[tabindex='0']")).to_be_focused()
+    context.close()
+
+
+def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A screen reader heard each row of the tree by its hex id first ("7a5cb46b user Plan a
+    picnic…"), on every row, before anything a reader knows an entry by. A row is now called
+    by its kind and text, then its label, branches, the leaf and its time, its id last."""
+    server, session_id, ids = served
+    context = browser.new_context(locale="en-GB", timezone_id="UTC")
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+    snapshot = tree.aria_snapshot()
+    names = re.findall(r'treeitem "((?:[^"\\]|\\.)*)"', snapshot)
+    assert len(names) >= 10, snapshot
+    for name in names:
+        assert not re.match(r"[0-9a-f]{8}\b", name), name  # never the id first
+        assert re.search(r", id [0-9a-f]{8}$", name), name  # the id last
+    clock = r"\d\d:\d\d"  # written today: the time of day
+    ask = tree.get_by_role("treeitem", name=re.compile(r"^user: Plan a picnic for Saturday, "))
+    expect(ask).to_have_attribute("data-id", ids["ask"])
+    expect(ask).to_have_attribute("aria-label", re.compile(f", {clock}, id {ids['ask']}$"))
+    plan = tree.locator(f".row[data-id='{ids['plan']}']")
+    expect(plan).to_have_attribute(
+        "aria-label",
+        re.compile(r"^assistant: Saturday looks sunny.*, label weather-ok, 2 branches, "),
+    )
+    leaf = tree.locator(f".row[data-id='{ids['leaf']}']")
+    expect(leaf).to_have_attribute(
+        "aria-label", re.compile(f"^assistant: Meet at noon by the old bridge., leaf, {clock}, ")
+    )
+    # an unfolded row (read whole, not from the outline) is called the same way
+    tree.locator(".fold").click()
+    item = tree.get_by_role("treeitem", name=re.compile(r"^user: And item 3\?, "))
+    expect(item).to_have_attribute("aria-label", re.compile(f", {clock}, id [0-9a-f]{{8}}$"))
     context.close()

@@ -1133,6 +1133,7 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
+    "aria-label": rowName(row, count, leaf),
     // the entry on show, said as well as drawn (a screen reader heard no row selected)
     "aria-selected": String(row.id === state.selected),
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
@@ -1146,6 +1147,32 @@ function renderRow(row, isHead) {
   row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
   branches,
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+}
+
+/** What a row is called to a screen reader: what it says first, then its label, branches,
+ * the leaf and its time, its id last (its name began with the hex id, which a reader heard
+ * first on every row and no one recognises an entry by). */
+function rowName(row, count, leaf) {
+  const parts = [`${kindName(row)}: ${previewText(row)}`];
+  if (row.label) parts.push(`label ${row.label}`);
+  if (count > 1) parts.push(`${count.toLocaleString()} branches`);
+  if (leaf) parts.push("leaf");
+  const time = entryTime(row.timestamp);
+  if (time) parts.push(time);
+  parts.push(`id ${row.id}`);
+  return shown(parts.join(", "));
+}
+
+/** An entry's time, short: the time of day today, with the day before, the year before that. */
+function entryTime(iso) {
+  const date = iso ? new Date(iso) : null;
+  if (!date || Number.isNaN(date.getTime())) return "";
+  const now = new Date();
+  const clock = { hour: "2-digit", minute: "2-digit" };
+  if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString(undefined, clock);
+  const day = { month: "short", day: "numeric", ...clock };
+  if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
+  return date.toLocaleString(undefined, day);
 }
 
 // What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
