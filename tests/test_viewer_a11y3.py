@@ -7,19 +7,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mcp_support import Served
+from mcp_support import Served, poll
 from viewer_support import picnic_db
 
+from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
 
 CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
 
 try:
-    from playwright.sync_api import Browser, Page, expect, sync_playwright
+    from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
 
     # a bound on waiting for the page, not a measure of its speed (a shared 2-core machine)
     expect.set_options(timeout=15_000)
@@ -171,3 +173,82 @@ def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
     item = tree.get_by_role("treeitem", name=re.compile(r"^user: And item 3\?, "))
     expect(item).to_have_attribute("aria-label", re.compile(f", {clock}, id [0-9a-f]{{8}}$"))
     context.close()
+
+
+def test_while_the_server_is_away_the_page_asks_ever_less_often_and_says_so(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """With its server stopped, the page asked for its stream, the list and the session every
+    1.5 s for as long as it stayed down (three failing requests at a time, and a toast for
+    each), saying nothing but a grey dot. It now asks for the stream alone, one request at a
+    time, ever less often (doubling, with jitter, to a bound), says that it is reconnecting,
+    and is back at once when asked to try (or the reader's click gets an answer)."""
+    session_id, _ = picnic_db(tmp_path / "http.db")
+    server = serve(tmp_path)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.clock.install()
+        asked: list[str] = []  # the method of each request to /mcp
+        flying = {"now": 0, "most": 0}
+
+        def sent(request: Request) -> None:
+            if request.url.endswith("/mcp"):
+                asked.append(str(request.headers.get("mcp-method")))
+                flying["now"] += 1
+                flying["most"] = max(flying["most"], flying["now"])
+
+        def ended(request: Request) -> None:
+            if request.url.endswith("/mcp"):
+                flying["now"] -= 1
+
+        page.on("request", sent)
+        page.on("requestfinished", ended)
+        page.on("requestfailed", ended)
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator("#connection")).to_be_hidden()
+        server.stop()
+        said = page.get_by_role("status").filter(has_text="reconnecting")
+        expect(said).to_contain_text("the server does not answer")
+        expect(page.get_by_role("button", name="Try now")).to_be_visible()
+        asked.clear()
+        flying["most"] = flying["now"]
+
+        def run(seconds: int) -> list[str]:
+            """``seconds`` of the page's timers, a second at a time: what it asked for."""
+            before = len(asked)
+            for _ in range(seconds):
+                page.clock.run_for(1000)
+                time.sleep(0.05)  # the try of this second fails (a closed port) before the next
+            return asked[before:]
+
+        first, second = run(30), run(30)
+        assert set(first + second) == {"subscriptions/listen"}, first + second
+        # doubling from 1 s (half to all of it): at most 12 tries in a minute, not 120 requests
+        assert 3 <= len(first + second) <= 12, first + second
+        assert len(second) >= 2  # and never more than 15 s apart: it goes on trying
+        assert flying["most"] == 1, flying  # one at a time
+        expect(said).to_be_visible()
+        expect(page.locator("#live")).to_have_attribute("title", "reconnecting…")
+        # what was shown stays shown, with no error over it
+        expect(page.locator("#toast")).to_be_hidden()
+        expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+        expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        # written while the page was away, and the server back: "Try now" gets it at once
+        with SqliteSessionRepo(tmp_path / "http.db") as repo:
+            repo.open(session_id).append_message(UserMessage(content="Written while away"))
+        server = serve(tmp_path, port=server.port)
+        page.get_by_role("button", name="Try now").click()
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator("#connection")).to_be_hidden()
+        expect(page.get_by_role("button", name="Try now")).to_be_hidden()
+
+        def read_again() -> int:
+            page.clock.run_for(200)  # the page's timers: its refresh follows a change by 120 ms
+            return page.locator("#tree", has_text="Written while away").count()
+
+        poll(read_again, "the page did not read what changed while it was away", tries=100)
+    finally:
+        context.close()
+        server.stop()

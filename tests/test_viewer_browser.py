@@ -455,8 +455,8 @@ def test_a_server_that_stopped_is_said_to_not_answer(
     expect(page.locator("#live")).to_have_class("live on")
     server.stop()
     said = "the server does not answer"
-    expect(page.locator("#sessions")).to_contain_text(said)
-    expect(page.locator("#sessions")).to_contain_text("mcp-agent-sessions serve still running")
+    expect(page.locator("#connection")).to_contain_text(said)
+    expect(page.locator("#connection")).to_contain_text("mcp-agent-sessions serve still running")
     context.close()
 
 

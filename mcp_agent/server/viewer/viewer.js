@@ -81,6 +81,8 @@ class HttpTransport {
     this.token = takeToken();
     this.refused = null; // the SignedOut the server answered with, until a token comes
     this.onRefused = () => {};
+    this.wakers = new Set(); // the waits of this tab's streams before their next try
+    this.lost = false; // whether the page's stream is lost (the server away)
   }
 
   /** A token to send from now on: the page asks again. */
@@ -160,6 +162,9 @@ class HttpTransport {
     const { id, response, sent } = await this.post(method, params, name);
     const refused = await this.refusal(response, sent);
     if (refused) throw refused;
+    // the server answers again (the reader's click): the stream is asked for now, not at its
+    // next try, which may be seconds away
+    if (this.lost && response.ok) this.retryNow();
     const type = response.headers.get("content-type") || "";
     let message = null;
     if (type.startsWith("text/event-stream")) {
@@ -187,32 +192,74 @@ class HttpTransport {
     return this.shared ? this.shared.listen(filter, onEvent, onState) : this.listenAlone(filter, onEvent, onState);
   }
 
-  /** This tab's own stream: onEvent for each change until stopped. */
+  /** This tab's own stream: onEvent for each change until stopped. While the server does
+   * not answer, the stream alone is asked again, ever less often (RETRY_FIRST to RETRY_MOST,
+   * with jitter), and nothing else: the page asked for the stream, the list and the session
+   * every 1.5 s for as long as the server was down. Heard again, the page reads what changed
+   * ("reconnected") at once; a request that succeeds meanwhile (the reader's click), the
+   * window shown again or "Try now" try at once (retryNow). */
   listenAlone(filter, onEvent, onState) {
     const controller = new AbortController();
     let stopped = false;
+    let wake = null; // ends the wait before the next try
+    const waker = () => { if (wake) wake(); };
+    this.wakers.add(waker);
     const run = async () => {
+      let failures = 0; // tries in a row that did not get the stream
+      let lost = false; // a stream was lost (or never came): what changed is read once back
       while (!stopped && !this.refused) {
         try {
           const { response, sent } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
           if (await this.refusal(response, sent)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
-            if (data.method === "notifications/subscriptions/acknowledged") onState(true);
-            else if (data.method) onEvent(data);
+            if (data.method === "notifications/subscriptions/acknowledged") {
+              failures = 0;
+              this.setLost(false);
+              onState(true);
+              if (lost) onEvent({ method: "reconnected" });
+              lost = false;
+            } else if (data.method) onEvent(data);
           });
         } catch (error) {
           if (stopped) return;
+          failures++;
         }
+        if (stopped) return;
+        lost = true;
+        this.setLost(true);
         onState(false);
-        // the stream ended: whatever changed meanwhile is read again once it is back
-        await sleep(1500);
-        if (!stopped) onEvent({ method: "reconnected" });
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, retryDelay(failures));
+          wake = () => { clearTimeout(timer); resolve(); };
+        });
+        wake = null;
       }
     };
-    run();
-    return () => { stopped = true; controller.abort(); };
+    run().finally(() => this.wakers.delete(waker));
+    return () => { stopped = true; controller.abort(); waker(); };
   }
+
+  /** Whether the page's stream is lost (this tab's, or the one another tab holds for it). */
+  setLost(lost) {
+    this.lost = lost;
+  }
+
+  /** Try for the stream now, in this tab and (``spread``) in the tab that holds it. */
+  retryNow(spread = true) {
+    for (const waker of [...this.wakers]) waker();
+    if (spread && this.shared) this.shared.post({ type: "retry" });
+  }
+}
+
+const RETRY_FIRST = 1000; // ms before the first try again, doubled at each failure in a row
+const RETRY_MOST = 15000; // and never more than this
+
+/** How long to wait before try ``failures + 1`` for the stream: doubling up to a bound, each
+ * wait a random part of it (half to all), so the tabs of many readers do not ask in step. */
+function retryDelay(failures) {
+  const bound = Math.min(RETRY_MOST, RETRY_FIRST * 2 ** Math.max(0, failures - 1));
+  return bound / 2 + Math.random() * (bound / 2);
 }
 
 /** One subscriptions/listen stream for all the tabs of this page. A browser opens at most six
@@ -308,8 +355,10 @@ class SharedListen {
     if (message.type === "hello") this.announce();
     else if (message.type === "want" && this.leading) this.want(message.tab, message.uris);
     else if (message.type === "event") this.deliver(message.data);
+    else if (message.type === "retry" && this.leading) this.transport.retryNow(false);
     else if (message.type === "state") {
       if (message.on) this.followed = true;
+      this.transport.setLost(!message.on);
       if (this.mine) this.mine.onState(message.on);
     }
   }
@@ -538,10 +587,6 @@ function h(tag, props, ...children) {
     element.append(child instanceof Node ? child : document.createTextNode(shown(child)));
   }
   return element;
-}
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 let toastTimer = null;
@@ -1635,6 +1680,11 @@ function showLive(on, why) {
   $("live").classList.toggle("on", on);
   $("live").title = said;
   $("live").setAttribute("aria-label", said);
+  // The server away, said in words (a grey dot alone said it), with a way to try at once.
+  const away = !on && !why;
+  const text = away ? `Reconnecting… the server does not answer: is mcp-agent-sessions serve still running on ${location.host}?` : "";
+  if ($("connection").textContent !== text) $("connection").textContent = text;
+  $("retry").hidden = !away;
 }
 
 function watchSession(sessionId) {
@@ -1733,6 +1783,12 @@ async function start() {
     }, 250);
   });
   $("more-sessions").addEventListener("click", () => loadSessions(true));
+  // The server away: tried again now at a word from the reader, or when the page is back in
+  // view or the network back (not only at the next try, which may be seconds away).
+  $("retry").addEventListener("click", () => transport.retryNow());
+  const tryIfLost = () => { if (transport.lost && !document.hidden) transport.retryNow(); };
+  window.addEventListener("online", tryIfLost);
+  document.addEventListener("visibilitychange", tryIfLost);
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
     // a token given: signed in with it (with none, the kept one was given again at each
