@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from mcp_support import Served, poll
-from viewer_support import picnic_db
+from viewer_support import mcp_tool, picnic_db
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
@@ -134,6 +134,35 @@ def test_the_sessions_list_is_a_listbox_of_one_tab_stop(
     expect(options.first).to_be_focused()
     page.keyboard.press("Tab")
     expect(page.locator("#tree .row[tabindex='0']")).to_be_focused()
+    context.close()
+
+
+def test_a_session_deleted_elsewhere_leaves_the_focus_in_the_list(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A keyboard reader on a session of the list that another client deleted was left on the
+    page's body (the list drawn anew without it): the focus goes to the session now in its
+    place, which takes the list's Tab."""
+    server, _, _ = served
+    doomed = mcp_tool(server.url, TOKEN, "session_create", name="Doomed errand")
+    doomed_id = doomed["structuredContent"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    option = listbox.get_by_role("option", name="Doomed errand")
+    option.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowUp")
+    expect(option).to_be_focused()
+    below = listbox.get_by_role("option").nth(1)
+    below_id = below.get_attribute("data-session")
+    mcp_tool(server.url, TOKEN, "session_delete", session_id=doomed_id)
+    expect(option).to_have_count(0)
+    expect(listbox.locator(f"[data-session='{below_id}']")).to_be_focused()
+    expect(listbox.locator("[tabindex='0']")).to_have_count(1)
+    page.keyboard.press("ArrowDown")  # the arrows go on from there
+    expect(listbox.get_by_role("option").nth(1)).to_be_focused()
     context.close()
 
 

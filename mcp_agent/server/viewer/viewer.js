@@ -760,12 +760,18 @@ async function loadSessions(more) {
   } else {
     // The list drawn anew (at every append of an agent's run) left the focus on the page's
     // body: a keyboard reader in the list lost their place at each. It stays on its session.
+    // (Its session deleted meanwhile, the focus goes to the one now in its place: it went
+    // to the page's body.)
     const active = document.activeElement;
-    const focused = active instanceof HTMLElement && $("sessions").contains(active) ? active.dataset.session : undefined;
+    const inList = active instanceof HTMLElement && $("sessions").contains(active);
+    const place = inList ? [...$("sessions").children].indexOf(active) : -1;
     $("sessions").replaceChildren(...items);
     if (!items.length) $("sessions").append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    const focused = inList && active.dataset.session;
+    const again = (focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`))
+      || (inList ? $("sessions").children[Math.min(place, $("sessions").children.length - 1)] : null);
+    if (again) state.listStop = again.dataset.session || null;
     keepListStop();
-    const again = focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`);
     if (again) again.focus({ preventScroll: true });
   }
   state.sessionsCursor = cursor;
