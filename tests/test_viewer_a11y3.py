@@ -166,6 +166,40 @@ def test_a_session_deleted_elsewhere_leaves_the_focus_in_the_list(
     context.close()
 
 
+def test_a_fork_made_elsewhere_is_told_apart_from_its_parent_in_the_list(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A fork made by another client while the page was open came into the list as a second
+    row the same as its parent's (its name, time and messages): it now says what it was
+    forked from, as the session's head does."""
+    server, _, _ = served
+    twin = mcp_tool(server.url, TOKEN, "session_create", name="Twin errand")["structuredContent"]
+    entry = {"type": "message", "role": "user", "content": "Buy stamps"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=twin["id"], entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={twin['id']}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    twins = listbox.get_by_role("option", name=re.compile("^Twin errand"))
+    expect(twins).to_have_count(1)
+    leaf = mcp_tool(server.url, TOKEN, "session_get", session_id=twin["id"], limit=1)
+    fork = mcp_tool(
+        server.url,
+        TOKEN,
+        "session_fork",
+        session_id=twin["id"],
+        entry_id=leaf["structuredContent"]["leafId"],
+        position="at",
+    )["structuredContent"]
+    expect(twins).to_have_count(2)
+    forked = listbox.locator(f"[data-session='{fork['id']}']")
+    expect(forked).to_contain_text(f"forked from {twin['id'][:8]}")
+    expect(listbox.locator(f"[data-session='{twin['id']}']")).not_to_contain_text("forked")
+    for session_id in (fork["id"], twin["id"]):  # the list as the other tests found it
+        mcp_tool(server.url, TOKEN, "session_delete", session_id=session_id)
+    context.close()
+
+
 def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

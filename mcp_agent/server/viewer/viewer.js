@@ -749,7 +749,7 @@ async function loadSessions(more) {
     onclick: () => openSession(info.id, true).catch(failed),
   },
   h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
-  h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` })));
+  h("span", { class: "session-meta", text: [when(info.modified), plural(info.messageCount, "message"), origin(info)].filter(Boolean).join(" · ") })));
   if (more) {
     // "More sessions" pressed: the focus goes to the first of them (it went to the page's
     // body when the button hid, at the list's end, or stayed below what it showed)
@@ -776,6 +776,14 @@ async function loadSessions(more) {
   }
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
+}
+
+/** Where a session of the list came from, short: a fork listed as its parent was, the same
+ * name, time and messages (told apart only by opening each), and a sub-agent's session. */
+function origin(info) {
+  if (info.startedBy) return `a sub-agent's, started by ${parentName(info.startedBy.sessionId)}`;
+  if (info.parentSession) return `forked from ${parentName(info.parentSession)}`;
+  return "";
 }
 
 /** What the list says in place of sessions (none, refused, not signed in): an option that
