@@ -4,12 +4,14 @@ a listbox, what each row of the tree is called, and the page's reconnecting."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp_support import Served, poll
@@ -236,6 +238,69 @@ def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
     item = tree.get_by_role("treeitem", name=re.compile(r"^user: And item 3\?, "))
     expect(item).to_have_attribute("aria-label", re.compile(f", {clock}, id [0-9a-f]{{8}}$"))
     context.close()
+
+
+def long_run(path: Path, length: int) -> str:
+    """A session of one chain of ``length`` user messages (a run the outline folds whole), at
+    ``path``: its id."""
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000bb"}
+    ]
+    lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+    for index in range(length):
+        lines.append(
+            {
+                "type": "message",
+                "id": f"e{index:07d}",
+                "parentId": f"e{index - 1:07d}" if index else None,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
+            }
+        )
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id
+
+
+def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Each click on a fold ("⋯ N more entries") read every entry it had shown again, and 200
+    more: past 1,000 the server refused the limit, and a run of 1,300 entries could not be
+    unfolded past its newest 1,000 ("limit should be less than or equal to 1000"). A click
+    reads the 200 entries above those shown."""
+    session_id = long_run(tmp_path / "http.db", 1300)
+    server = serve(tmp_path)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        limits: list[int] = []
+
+        def sent(request: Request) -> None:
+            if request.headers.get("mcp-name") == "session_get":
+                arguments = (request.post_data_json or {})["params"]["arguments"]
+                if "entry_id" in arguments and arguments.get("view") is None:
+                    limits.append(arguments["limit"])
+
+        page.on("request", sent)
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        fold = page.locator("#tree .fold")
+        expect(fold).to_have_text("⋯ 1,298 more entries")
+        for left in (1098, 898, 698, 498, 298, 98):
+            fold.click()
+            expect(fold).to_have_text(f"⋯ {left:,} more entries")
+        fold.click()
+        expect(fold).to_have_count(0)
+        rows = page.locator("#tree .row")
+        expect(rows).to_have_count(1300)
+        expect(rows.nth(1)).to_contain_text("step 1")
+        expect(rows.nth(1299)).to_contain_text("step 1299")
+        expect(page.locator("#toast")).to_be_hidden()
+        assert limits == [200] * 6 + [98], limits  # what it had shown, never read again
+    finally:
+        context.close()
+        server.stop()
 
 
 def test_while_the_server_is_away_the_page_asks_ever_less_often_and_says_so(

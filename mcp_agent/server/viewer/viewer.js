@@ -21,6 +21,7 @@ const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
 const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
+const ENTRIES_PAGE = 1000; // the most entries session_get gives at once
 const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
 
@@ -1448,19 +1449,27 @@ async function unfold(anchorId, count, render, next) {
   const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
   if (!nextRow || !anchor || !anchor.folded) { state.unfolded.delete(anchorId); return; }
   count = Math.min(count, anchor.folded);
-  // pages stop at about 40 KB: go on with the cursor until there are enough
+  // Revealed from the bottom up, a click reads only the entries above those shown: each read
+  // them all again, and past 1,000 the server refused the limit (a fold of more could not be
+  // unfolded past it). Read again (a live update), all of them, in pages of 1,000 at most.
+  const kept = render ? state.unfolded.get(anchorId) || [] : [];
+  const wanted = count - kept.length;
   let entries = [];
   let cursor = null;
-  do {
-    const args = { session_id: state.sessionId, entry_id: nextRow.parentId, limit: count - entries.length };
+  while (entries.length < wanted) { // pages also stop at about 40 KB: on with the cursor
+    const args = {
+      session_id: state.sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId,
+      limit: Math.min(ENTRIES_PAGE, wanted - entries.length),
+    };
     if (cursor) args.cursor = cursor;
     const answer = await tool("session_get", args);
     entries = [...answer.entries, ...entries];
     cursor = answer.nextCursor;
-  } while (cursor && entries.length < count);
-  entries = entries.slice(-count);
-  // revealed from the bottom up: what is shown ends right above the next listed row
-  state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
+    if (!cursor) break;
+  }
+  entries = entries.slice(-Math.max(wanted, 0));
+  // what is shown ends right above the next listed row
+  state.unfolded.set(anchorId, [...entries.map((entry) => rowOf(entry, anchor.onBranch)), ...kept]);
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
   if (box) redraw(() => box.replaceWith(renderFold(anchor, nextRow)));
