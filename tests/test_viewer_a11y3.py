@@ -202,6 +202,32 @@ def test_a_fork_made_elsewhere_is_told_apart_from_its_parent_in_the_list(
     context.close()
 
 
+def test_a_long_session_name_cut_to_fit_is_shown_whole_on_hover(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A session's name longer than its line was cut with an ellipsis, in the list and in the
+    session's head, and nothing showed the rest; both show it whole on hover."""
+    server, _, _ = served
+    name = "A very long session name, " * 38 + "and its end"
+    made = mcp_tool(server.url, TOKEN, "session_create", name=name)["structuredContent"]
+    context = browser.new_context(viewport={"width": 1024, "height": 700})
+    page = context.new_page()
+    try:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={made['id']}")
+        heading = page.get_by_role("heading", level=1)
+        expect(heading).to_have_text(name)
+        expect(heading).to_have_attribute("title", name)
+        assert heading.evaluate("(e) => e.scrollWidth > e.clientWidth")  # cut on the page
+        listed = page.locator(f"#sessions [data-session='{made['id']}'] .session-name")
+        expect(listed).to_have_attribute("title", name)
+        page.evaluate("location.hash = '#session=not-a-session'")  # a head with no name
+        expect(heading).to_have_text("Session not found")
+        expect(heading).to_have_attribute("title", "")
+    finally:
+        mcp_tool(server.url, TOKEN, "session_delete", session_id=made["id"])
+        context.close()
+
+
 def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

@@ -749,7 +749,8 @@ async function loadSessions(more) {
     dataset: { session: info.id },
     onclick: () => openSession(info.id, true).catch(failed),
   },
-  h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
+  // cut to the list's width: shown whole on hover
+  h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)", title: info.name || info.firstUserMessage || null }),
   h("span", { class: "session-meta", text: [when(info.modified), plural(info.messageCount, "message"), origin(info)].filter(Boolean).join(" · ") })));
   if (more) {
     // "More sessions" pressed: the focus goes to the first of them (it went to the page's
@@ -886,6 +887,7 @@ function signedOut(error) {
   $("detail").hidden = true;
   $("detail").parentElement.classList.add("solo");
   $("session-name").textContent = error.title;
+  $("session-name").title = "";
   $("session-id").textContent = "";
   $("session-facts").replaceChildren();
   $("prompt").hidden = true;
@@ -960,6 +962,7 @@ function notShown(sessionId, title, text) {
   $("detail").hidden = true;
   $("detail").parentElement.classList.add("solo");
   $("session-name").textContent = title;
+  $("session-name").title = "";
   // the id as a link had it: shown as session text is, and cut (a link can hold anything)
   $("session-id").textContent = shown(clip(sessionId, 100));
   $("session-facts").replaceChildren();
@@ -1058,6 +1061,8 @@ function parentName(parent) {
 function renderHead() {
   const info = state.view.session;
   $("session-name").textContent = shown(info.name || info.firstUserMessage || "Untitled session");
+  // a name longer than the head's line is cut there: its whole on hover (it could not be read)
+  $("session-name").title = $("session-name").textContent;
   $("session-id").textContent = shown(info.id);
   const facts = [
     plural(info.messageCount, "message"),
