@@ -214,7 +214,7 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     listed.click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     assert page.url.endswith(f"/#session={session_id}")
-    expect(listed).to_have_attribute("aria-current", "true")  # said, not only coloured
+    expect(listed).to_have_attribute("aria-selected", "true")  # said, not only coloured
     listens: list[list[str]] = []  # the sessions each stream listens for
 
     def listened(request: Any) -> None:
@@ -225,7 +225,7 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     page.on("request", listened)
     page.go_back()
     expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
-    expect(listed).not_to_have_attribute("aria-current", "true")
+    expect(listed).to_have_attribute("aria-selected", "false")
     expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
     page.go_forward()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
@@ -455,8 +455,8 @@ def test_a_server_that_stopped_is_said_to_not_answer(
     expect(page.locator("#live")).to_have_class("live on")
     server.stop()
     said = "the server does not answer"
-    expect(page.locator("#sessions")).to_contain_text(said)
-    expect(page.locator("#sessions")).to_contain_text("mcp-agent-sessions serve still running")
+    expect(page.locator("#connection")).to_contain_text(said)
+    expect(page.locator("#connection")).to_contain_text("mcp-agent-sessions serve still running")
     context.close()
 
 
