@@ -222,9 +222,27 @@ def test_a_bad_lease_time_in_the_environment_is_one_line(db: Path, args: list[st
     done = sub(*args, "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="soon"))
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 1 to 3600,"
+        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 6 to 3600,"
         " not 'soon'"
     ]
+
+
+def test_a_lease_too_short_to_renew_is_refused_saying_why(db: Path) -> None:
+    """A 3 s lease left each renewal 0.5 s (a sixth), 1 s a sixth of that: too little for a
+    pooled connection of a busy server or a distant database, and live runs' leases lapsed
+    (another replica then took their sessions). Such a lease is refused, saying why."""
+    seed(db)
+    done = sub("sessions", "list", "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="3"))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "MCP_AGENT_LEASE_SECONDS must be a number of seconds from 6 to 3600, not '3'" in line
+    assert "renewal is given up after a sixth" in line
+    assert (
+        sub(
+            "sessions", "list", "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="6")
+        ).returncode
+        == 0
+    )
 
 
 def test_a_bad_statement_timeout_stops_nothing_on_sqlite(db: Path) -> None:
