@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -811,3 +812,27 @@ async def test_the_retry_count_starts_again_after_an_answer_that_worked():
 )
 def test_passing_errors_in_our_providers_words(error: str):
     assert is_transient_error(AssistantMessage(stop_reason=StopReason.ERROR, error_message=error))
+
+
+async def test_a_session_out_of_reach_is_logged_in_one_line_per_failed_save(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Saving the failed run's last message fails too when the session's storage is what
+    failed: each failure was logged with a full traceback, one per run while the database
+    stayed down. It is one line saying why; the transcript keeps the message."""
+
+    class Unreachable(Agent):
+        async def _save(self, message: BaseMessage) -> None:
+            raise RuntimeError("cannot reach the session database")
+
+    agent = Unreachable(model=scripted_model(), stream_fn=ScriptedProvider([reply("hi")]))
+    with caplog.at_level(logging.INFO, logger="mcp_agent.agent"):
+        new = await agent.prompt("go")
+    assert narrow(new[-1], AssistantMessage).error_message == "cannot reach the session database"
+    said = [r for r in caplog.records if r.name == "mcp_agent.agent"]
+    assert said, "the failed save was not said"
+    for record in said:
+        assert record.exc_info is None, record.getMessage()
+        assert "cannot reach the session database" in record.getMessage()
+        assert "\n" not in record.getMessage()
+    assert roles(agent.state.messages)[-1] == "assistant"
