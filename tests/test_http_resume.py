@@ -4,6 +4,7 @@ by hand and through real clients whose connections a proxy cuts."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -165,6 +166,21 @@ async def test_a_stream_whose_answer_is_too_large_to_keep_is_let_go_of_at_once()
     await store.store_event("2", JSONRPCResponse(jsonrpc="2.0", id=2, result=huge))
     assert store.after(primed) is None
     assert budget.events == 0 and budget.chars == 0
+
+
+@pytest.mark.anyio
+async def test_a_call_is_under_way_until_its_answer_is_stored_or_its_session_ends() -> None:
+    store = SessionEvents(EventBudget())
+    answered: list[str] = []
+    for key in ("2", "3", "4"):
+        store.when_answered(key, functools.partial(answered.append, key))
+    store.when_answered("4", None)  # (refused before it was passed on: no answer comes)
+    await store.store_event("2", note("on its way"))
+    assert answered == []
+    await store.store_event("2", answer(2))
+    assert answered == ["2"]
+    store.close()
+    assert answered == ["2", "3"]
 
 
 @pytest.mark.anyio

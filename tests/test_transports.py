@@ -4,6 +4,7 @@ TypeScript SDK) when the Node peers are installed (.ci/peers)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -582,6 +583,74 @@ def test_a_waited_run_whose_client_vanished_before_answering_fails_and_frees_its
     assert status["status"] == "error", status
     said = str(status["error"])
     assert "(its call's stream) closed before the client answered" in said, said
+
+
+def next_sampling_request(lines: Iterator[str], never: str) -> tuple[dict[str, Any], str]:
+    """The next request for the client's model among an event stream's ``lines``, with its
+    event id; ``never``: what failed if the stream's keep-alive comes twice before it."""
+    pings = 0
+    event_id = ""
+    for line in lines:
+        pings += line.startswith(":")
+        assert pings < 2, never
+        if line.startswith("id:"):
+            event_id = line.removeprefix("id:").strip()
+        elif line.startswith("data:"):
+            message: dict[str, Any] = json.loads(line.removeprefix("data:"))
+            assert "method" in message, f"the call was answered: {never}: {message}"
+            if message.get("method") == "sampling/createMessage":
+                return message, event_id
+    raise AssertionError(f"the stream ended: {never}")
+
+
+@pytest.mark.parametrize("old", ["dropped", "left open"])
+def test_a_waited_runs_next_request_for_the_model_comes_on_the_calls_resumed_stream(
+    tmp_path: Path, old: str
+) -> None:
+    """A client whose call's stream dropped (or that came back before the server saw it drop)
+    resumes it with Last-Event-ID: the run's next request for its model belongs on that
+    stream (MCP: a request of the server's that relates to a call goes on the call's stream,
+    and the GET stream carries those unrelated to any call). It went to the GET stream, as
+    though the call had been answered, and a client with none open saw its run fail."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "1")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+            call = {"jsonrpc": "2.0", "id": "call", "method": "tools/call", "params": run}
+            with contextlib.ExitStack() as exits:
+                first_stream = exits.enter_context(
+                    http.stream("POST", server.url, json=call, headers=legacy)
+                )
+                first, seen = next_sampling_request(first_stream.iter_lines(), "no first request")
+                if old == "dropped":
+                    exits.close()
+                    # The call goes on (a disconnect is no cancel): its id is still taken.
+                    ping = {"jsonrpc": "2.0", "id": "call", "method": "ping"}
+                    assert http.post(server.url, json=ping, headers=legacy).status_code == 409
+                resume = {**legacy, "Accept": "text/event-stream", "last-event-id": seen}
+                with http.stream("GET", server.url, headers=resume) as resumed:
+                    lines = resumed.iter_lines()
+                    (under_way,) = call_tool(http, server.url, legacy, "agent_runs", {})["runs"]
+                    steer = {"run_id": under_way["runId"], "message": "and again"}
+                    call_tool(http, server.url, legacy, "agent_steer", steer)
+                    reply = {"jsonrpc": "2.0", "id": first["id"], "result": CLIENT_ANSWER}
+                    assert http.post(server.url, json=reply, headers=legacy).status_code == 202
+                    again, _ = next_sampling_request(lines, "the next request was not sent here")
+                    texts = [m["content"]["text"] for m in again["params"]["messages"]]
+                    assert texts[-1] == "and again"
+                    reply = {"jsonrpc": "2.0", "id": again["id"], "result": CLIENT_ANSWER}
+                    assert http.post(server.url, json=reply, headers=legacy).status_code == 202
+                    answered = [
+                        json.loads(line.removeprefix("data:"))
+                        for line in lines
+                        if line.startswith("data:")
+                    ]
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert answered[-1]["id"] == "call", answered
+    assert answered[-1]["result"]["structuredContent"]["status"] == "completed", answered
 
 
 def test_a_client_that_goes_before_its_body_ends_leaves_no_error_in_the_log(
