@@ -17,7 +17,8 @@ import pytest
 from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
     slow_server_fixture,
@@ -34,7 +35,7 @@ from mcp_agent.server.event_store import (
     event_id_parts,
     not_kept_message,
 )
-from mcp_agent.server.resumable import _Streams
+from mcp_agent.server.resumable import ResumableTransport, _Streams
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # A run of 30 events, a fifth of a second apart, asked for with progress (request id 2).
@@ -541,3 +542,31 @@ async def test_a_stream_taken_over_stays_registered_through_the_routers_failed_s
     new[1].close()
     streams.pop("2", None)
     assert "2" not in streams
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", [None, "7"])
+async def test_a_request_to_the_client_sent_as_its_stream_closed_fails_after_the_wait(
+    call: str | None,
+) -> None:
+    """A request for the client's model sent on the GET stream (or a call's) just as that
+    stream closed (the run saw it open, the router found it gone): the SDK keeps it for a
+    resume and sends it nowhere. Its wait for the client to come back never began, so if none
+    did it waited for good, its run and session busy; it now fails after the wait, as one the
+    stream closed on does."""
+    transport = ResumableTransport(mcp_session_id="s")
+    transport.make_resumable(SessionEvents(EventBudget()))
+    transport.client_stream_wait = 0.05
+    asked = JSONRPCRequest(jsonrpc="2.0", id=5, method="sampling/createMessage", params={})
+    related = None if call is None else ServerMessageMetadata(related_request_id=call)
+    async with transport.connect() as (read_stream, write_stream):
+        assert GET_STREAM_KEY not in transport._request_streams  # no stream open
+        await write_stream.send(SessionMessage(asked, metadata=related))
+        # (A bound on the wait, for the test: before, nothing ever came.)
+        with anyio.fail_after(10):
+            came = await read_stream.receive()
+    assert isinstance(came, SessionMessage) and isinstance(came.message, JSONRPCError)
+    assert came.message.id == 5
+    said = came.message.error.message
+    where = "the session's GET stream" if call is None else "its call's stream"
+    assert f"({where}) closed before the client answered" in said, said

@@ -165,6 +165,8 @@ class SessionEvents(EventStore):
         # What to call once the answer to a client's request (by its stream) is stored, or the
         # session ends: one each of its requests under way (``when_answered``).
         self._answer_waits: dict[StreamId, Callable[[], None]] = {}
+        # Told the stream of each request to the client stored (the transport's).
+        self.asked: Callable[[StreamId], None] | None = None
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         self._budget.let_go_of_answered()
@@ -207,6 +209,8 @@ class SessionEvents(EventStore):
             self._asked[str(message.id)] = (stream_id, message, text)
             while len(self._asked) > ASKED_KEPT:
                 del self._asked[next(iter(self._asked))]
+            if self.asked is not None:
+                self.asked(stream_id)
         elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
             # The server no longer waits for it (the SDK tells the client so).
             self._asked.pop(str((message.params or {}).get("requestId")), None)

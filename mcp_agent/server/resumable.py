@@ -101,9 +101,20 @@ class ResumableTransport(StreamableHTTPServerTransport):
     _watching = False
     _tasks: TaskGroup | None = None
 
-    def make_resumable(self) -> None:
-        """Readies a transport made as the SDK's and given this class."""
+    def make_resumable(self, events: SessionEvents) -> None:
+        """Readies a transport made as the SDK's and given this class, keeping its streams'
+        events in ``events``."""
         self._request_streams = _Streams(self._request_streams)
+        self._event_store = events
+        events.asked = self._asked_on
+
+    def _asked_on(self, key: StreamId) -> None:
+        """A request to the client was stored to go on the stream ``key``. One whose stream
+        is closed (it closed as the request was sent: the SDK keeps the request for a resume
+        and sends it nowhere) waits for the client to come back, as do those left unanswered
+        when it closed (before, no wait began, and it waited for good)."""
+        if key not in self._request_streams:
+            self._stream_closed(key)
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[tuple[Any, Any], None]:

@@ -214,8 +214,7 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         # Resumable: its events are kept (bounded) for a client whose stream drops.
         transport.__class__ = ResumableTransport
         assert isinstance(transport, ResumableTransport)
-        transport.make_resumable()
-        transport._event_store = SessionEvents(self._event_budget)
+        transport.make_resumable(SessionEvents(self._event_budget))
         transport._retry_interval = RETRY_MS
         transport.client_stream_wait = self.client_stream_wait
         if self.session_prefix:
