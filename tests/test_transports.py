@@ -22,7 +22,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
-from mcp_support import free_port, initialize_request
+from mcp_support import Served, free_port, initialize_request
 from narrow import narrow, present
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -651,6 +651,69 @@ def test_a_waited_runs_next_request_for_the_model_comes_on_the_calls_resumed_str
         server.stop()
     assert answered[-1]["id"] == "call", answered
     assert answered[-1]["result"]["structuredContent"]["status"] == "completed", answered
+
+
+def test_a_client_that_stops_reading_its_get_stream_still_gets_its_answers(
+    tmp_path: Path,
+) -> None:
+    """A client that stopped reading its GET stream while the server had much to send there
+    (updates of the resources it watches) got no answer to any request of its session once
+    that stream's buffer was full: the SDK's router passes on the session's messages in turn
+    and waited for room there. The stream is now closed once the client has read nothing of
+    it for --notification-timeout seconds with messages waiting behind it (what it did not
+    read is kept for a resume)."""
+    server = Served(tmp_path, "--token-file", str(token_file(tmp_path)), *STALL_TIMEOUT)
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            other = sampling_session(http, server.url)
+            watched = [
+                call_tool(http, server.url, other, "session_create", {})["id"] for _ in range(25)
+            ]
+            for uri in (f"session://{w}{end}" for w in watched for end in RESOURCE_ENDS):
+                subscribe: dict[str, Any] = {"jsonrpc": "2.0", "id": uri}
+                subscribe |= {"method": "resources/subscribe", "params": {"uri": uri}}
+                assert http.post(server.url, json=subscribe, headers=legacy).status_code == 200
+            with socket.socket() as stuck:
+                stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                stuck.connect(("127.0.0.1", server.port))
+                head = "".join(f"{k}: {v}\r\n" for k, v in legacy.items() if k != "Accept")
+                stuck.sendall(
+                    f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{head}"
+                    "Accept: text/event-stream\r\n\r\n".encode()
+                )
+                stuck.recv(1)  # its answer began: the stream is open, and read no more
+                # Another client writes to the sessions it watches until their updates fill
+                # the sockets and the stream's buffer, and the notifier finds the session's
+                # messages waiting (or the stream closed).
+                entry = {"type": "message", "role": "user", "content": "hi"}
+                for _ in range(40):  # (a bound, for the test)
+                    if any(said in server.banner() for said in STALLED):
+                        break
+                    for session_id in watched:
+                        append = {"session_id": session_id, "entry": entry}
+                        call_tool(http, server.url, other, "session_append", append)
+                ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
+                answered = http.post(server.url, json=ping, headers=legacy, timeout=10)
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert answered.status_code == 200 and '"id":"after"' in answered.text, answered.text
+    assert "closed event stream _GET_stream" in server.banner()
+
+
+RESOURCE_ENDS = ("", "/tree", "/context", "/export.jsonl")
+# The server's words once a client's stream stalls the session: the notifier drops it (the
+# router waits for room on its GET stream), or the stream is closed.
+STALLED = ("legacy connection dropped from notifications", "closed event stream")
+STALL_TIMEOUT = ("--notification-timeout", "0.5")
+
+
+def token_file(tmp: Path) -> Path:
+    token = tmp / "http.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return token
 
 
 def test_a_client_that_goes_before_its_body_ends_leaves_no_error_in_the_log(

@@ -190,6 +190,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     session_prefix = ""
     # How long a request for the client's model waits for a GET stream to go on.
     client_stream_wait = 30.0
+    # How long an event stream whose client reads nothing holds up its session's messages.
+    stalled_send_timeout = 5.0
     # The ids of each 2025 session's requests under way, as text (made on first use: the
     # SDK's manager is turned into this class, not built as one).
     _ids_in_flight: dict[str, set[str]] | None = None
@@ -217,6 +219,7 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         transport.make_resumable(SessionEvents(self._event_budget))
         transport._retry_interval = RETRY_MS
         transport.client_stream_wait = self.client_stream_wait
+        transport.stalled_send_timeout = self.stalled_send_timeout
         if self.session_prefix:
             # Renamed before the opening request is served (which sends the id).
             old = transport.mcp_session_id
@@ -765,6 +768,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     assert isinstance(manager.asgi_app, RequestBodyLimitMiddleware), manager.asgi_app
     manager.asgi_app.app = manager._handle_request
     manager.client_stream_wait = settings.client_stream_wait  # type: ignore[attr-defined]
+    manager.stalled_send_timeout = settings.notification_timeout  # type: ignore[attr-defined]
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SdkRefusals(SplicingHttp(app, server), settings)
