@@ -24,6 +24,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 from mcp_support import Served, free_port, initialize_request
 from narrow import narrow, present
+from slow_support import slow_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
@@ -1069,3 +1070,52 @@ def test_junk_requests_with_stderr_never_read_do_not_freeze_the_http_server(
         server.stop()
     stderr = present(server.process.stderr).read()
     assert "Invalid HTTP request received" in stderr
+
+
+def test_calls_left_under_way_by_dropped_streams_are_bounded_per_session(
+    tmp_path: Path,
+) -> None:
+    """Over HTTP a dropped stream is no cancel: its call goes on. A client that dropped each
+    call's stream and sent another (2,000 of them waiting 600 s each) grew the server without
+    bound; past MAX_IN_FLIGHT calls under way a session's next request is refused, saying
+    why and what to do, and once some end it is served again."""
+    with (
+        slow_server(tmp_path, SLOW_SERVER_MAX_IN_FLIGHT="3") as url,
+        httpx.Client(timeout=10) as http,
+    ):
+        legacy = sampling_session(http, url)
+
+        def call(request_id: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            params = {"name": name, "arguments": arguments}
+            return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+        started = http.post(
+            url, json=call(1, "agent_run", {"prompt": "silent 60", "wait": False}), headers=legacy
+        )
+        run_id = json.loads(
+            next(line[5:] for line in started.text.splitlines() if line.startswith("data:"))
+        )
+        run_id = run_id["result"]["structuredContent"]["runId"]
+        waiting = {"run_id": run_id, "wait_seconds": 60}
+        for request_id in (2, 3, 4):  # each stream dropped as soon as the call is under way
+            with http.stream(
+                "POST", url, json=call(request_id, "agent_status", waiting), headers=legacy
+            ) as dropped:
+                assert dropped.status_code == 200
+        ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+        refused = http.post(url, json=ping, headers=legacy)
+        assert refused.status_code == 429, refused.text
+        said = refused.json()["error"]["message"]
+        assert "3 requests unanswered" in said and "notifications/cancelled" in said
+        for request_id in (2, 3, 4):
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request_id},
+            }
+            assert http.post(url, json=cancel, headers=legacy).status_code == 202
+        deadline = time.monotonic() + 10
+        while (served := http.post(url, json=ping, headers=legacy)).status_code == 429:
+            assert time.monotonic() < deadline, "the cancelled calls never ended"
+            time.sleep(0.05)
+        assert served.status_code == 200

@@ -13,6 +13,15 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_agent.blocking import WORK_OWNER
 from mcp_agent.providers.sampling import ClientChannel
 
+# Requests of one client (a stdio client, a 2025 HTTP session) under way at once: each holds a
+# task, and then its answer until the client reads it, so a client that writes requests
+# without reading answers (100,000 of them took 600 MB over stdio), or drops each call's
+# stream and sends another (over HTTP a dropped stream is no cancel: its call goes on), would
+# grow the server without end. Past the bound a request is refused at once (over stdio that
+# refusal is written before the next line is read, so a client that reads nothing stops the
+# reading too).
+MAX_IN_FLIGHT = 1000
+
 # Where an HTTP request's scope holds its AnswerStream (each request of a 2025 session has one).
 ANSWER_STREAM = "mcp_agent.answer_stream"
 

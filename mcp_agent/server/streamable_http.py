@@ -48,7 +48,7 @@ from mcp_agent.runtime.settings import (
     ServerSettings,
     is_loopback,
 )
-from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
+from mcp_agent.server.clients import ANSWER_STREAM, MAX_IN_FLIGHT, AnswerStream
 from mcp_agent.server.event_store import EventBudget, SessionEvents
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
@@ -320,6 +320,15 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             )
             refusal = error_response(409, said, INVALID_REQUEST, request_id)
             await refusal(scope, receive, send)
+            return
+        if len(held) >= MAX_IN_FLIGHT:
+            said = (
+                f"Too many requests under way: this session has {len(held):,} requests"
+                f" unanswered (a call whose stream was dropped goes on until it ends), the most"
+                f" one session may have at once; wait for their answers (or cancel some with"
+                f" notifications/cancelled) before sending more"
+            )
+            await error_response(429, said, INTERNAL_ERROR, request_id)(scope, receive, send)
             return
         held.add(key)
         in_flight = self._ids_in_flight
