@@ -6,6 +6,7 @@ server. The screenshots in the README are taken here (``docs/`` with MCP_AGENT_S
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -72,13 +73,71 @@ def browser_fixture() -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(name="served")
-def served_fixture(tmp_path: Path) -> Iterator[tuple[Served, str, dict[str, str]]]:
-    session_id, ids = picnic_db(tmp_path / "http.db")
-    token_file = tmp_path / "token"
+def token_server(tmp: Path) -> Served:
+    """A server on ``tmp/http.db`` that takes TOKEN, its model scripted:echo."""
+    token_file = tmp / "token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
-    server = Served(tmp_path, "--token-file", str(token_file), "--model", "scripted:echo")
+    return Served(tmp, "--token-file", str(token_file), "--model", "scripted:echo")
+
+
+@pytest.fixture(name="shared", scope="module")
+def shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    """One server for the module's tests that leave it running (a start is seconds of a
+    loaded machine); ``served`` empties its database before each of them."""
+    tmp = tmp_path_factory.mktemp("viewer")
+    server = token_server(tmp)
+    try:
+        yield server, tmp / "http.db"
+    finally:
+        server.stop()
+
+
+def delete_every_session(server: Served, db: Path) -> None:
+    """Every session of ``db`` deleted through ``server`` (as a client does: the server
+    forgets what it kept of each), once the run a test left finishing is done."""
+    with SqliteSessionRepo(db) as repo:
+        page = repo.list(limit=1000)
+        listed = [summary.id for summary in page.items]
+        assert page.next_cursor is None, "more sessions than one page"
+
+    def deleted(session_id: str) -> bool:
+        arguments = {"session_id": session_id}
+        response = mcp_request(
+            server.url, "tools/call", {"name": "session_delete", "arguments": arguments}, TOKEN
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()["result"]
+        if result.get("isError"):
+            assert "busy" in json.dumps(result).lower(), result
+            return False
+        return True
+
+    for session_id in listed:
+        poll(functools.partial(deleted, session_id), f"{session_id} stays busy")
+
+
+@pytest.fixture(name="served")
+def served_fixture(
+    browser: Browser, shared: tuple[Served, Path]
+) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    """The module's server, its database holding the picnic session alone (as if new)."""
+    server, db = shared
+    assert server.process.poll() is None, "a test stopped the shared server"
+    delete_every_session(server, db)
+    session_id, ids = picnic_db(db)
+    try:
+        yield server, session_id, ids
+    finally:
+        for context in browser.contexts:  # a test that failed left its pages listening
+            context.close()
+
+
+@pytest.fixture(name="own_served")
+def own_served_fixture(tmp_path: Path) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    """A server of the test's own, for a test that stops it."""
+    session_id, ids = picnic_db(tmp_path / "http.db")
+    server = token_server(tmp_path)
     try:
         yield server, session_id, ids
     finally:
@@ -444,11 +503,11 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
 
 
 def test_a_server_that_stopped_is_said_to_not_answer(
-    browser: Browser, served: tuple[Served, str, dict[str, str]]
+    browser: Browser, own_served: tuple[Served, str, dict[str, str]]
 ) -> None:
     """The page said the browser's words, "Failed to fetch", in the list and a toast, while its
     server was stopped or restarting: it says the server does not answer, and what to check."""
-    server, session_id, _ = served
+    server, session_id, _ = own_served
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
@@ -1263,7 +1322,7 @@ def test_a_session_deleted_while_open_is_said_to_be_gone(
 
 
 def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
-    browser: Browser, served: tuple[Served, str, dict[str, str]], tmp_path: Path
+    browser: Browser, served: tuple[Served, str, dict[str, str]], shared: tuple[Served, Path]
 ) -> None:
     """The page knew a session gone by its id in the server's words, which cuts a long id and
     escapes control characters: such links showed a blank page and a passing error. A session
@@ -1279,7 +1338,7 @@ def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
         expect(page.locator("#session-id")).to_have_text(shown)
     page.goto(f"{base(server)}/#session={session_id}")
     expect(heading).to_contain_text("Picnic plans")
-    with SqliteSessionRepo(tmp_path / "http.db") as repo:
+    with SqliteSessionRepo(shared[1]) as repo:
         repo.delete(session_id)
     page.locator(f"#tree .row[data-id='{ids['leaf']}']").click()
     expect(heading).to_have_text("Session not found")
