@@ -65,6 +65,7 @@ from mcp_agent.messages import (
 from mcp_agent.providers.base import StreamFn, StreamOptions
 from mcp_agent.state import AgentContext, AgentState
 from mcp_agent.tools import AgentTool
+from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
 
@@ -454,8 +455,8 @@ class Agent:
                 self._abort = None
                 try:
                     await self._record_settings()  # settings changed during the run
-                except Exception:
-                    log.exception("recording the agent's settings failed")
+                except Exception as error:
+                    _warn("recording the agent's settings failed", error)
 
     async def _fail_run(self, error: Exception, aborted: bool) -> AssistantMessage:
         """A run that raised (a listener or the session failed): record why, end the run."""
@@ -505,8 +506,8 @@ class Agent:
         self.state.messages.append(message)
         try:
             await self._save(message)
-        except Exception:  # saving may be what failed; the transcript keeps the message
-            log.exception("saving a message failed")
+        except Exception as error:  # saving may be what failed; the transcript keeps it
+            _warn("saving a message failed (the transcript keeps it)", error)
 
     async def _on_event(self, event: AgentEvent) -> None:
         state = self.state
@@ -537,6 +538,19 @@ class Agent:
             result = listener(event)
             if inspect.isawaitable(result):
                 await result
+
+
+def _warn(what: str, error: Exception) -> None:
+    """A failure after the run's own (the session's storage out of reach, most often, and
+    said already by whoever ran the run) in one line; its traceback only when debugging, or a
+    database that stays down writes one for every run that fails on it."""
+    log.warning(
+        "%s: %s: %s",
+        what,
+        type(error).__name__,
+        one_line(error, 500),
+        exc_info=error if log.isEnabledFor(logging.DEBUG) else None,
+    )
 
 
 def _as_message(message: str | BaseMessage) -> BaseMessage:

@@ -3,6 +3,7 @@ TypeScript SDK's client waiting on one of its runs (tests/peers/ts_agent_run.mjs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,14 @@ BEAT_EVERY = 0.2
 @pytest.fixture(name="slow_server")
 def slow_server_fixture(tmp_path: Path) -> Iterator[str]:
     """Our HTTP server with the slow test model (tests/servers/slow_model_server.py)."""
+    with slow_server(tmp_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def slow_server(tmp_path: Path, **env: str) -> Iterator[str]:
+    """tests/servers/slow_model_server.py in a child process, ``env`` added to its
+    environment; its URL."""
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
@@ -34,16 +43,18 @@ def slow_server_fixture(tmp_path: Path) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=out,
-            env=server_env(tmp_path, PYTHONPATH=str(ROOT)),
+            env=server_env(tmp_path, PYTHONPATH=str(ROOT), **env),
         )
-    wait_for_port(port, process, log)
-    yield f"http://127.0.0.1:{port}/mcp"
-    process.terminate()
     try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        wait_for_port(port, process, log)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from mcp_agent.messages import (
 )
 from mcp_agent.providers.base import is_transient_error
 from mcp_agent.providers.scripted import ScriptedProvider, reply, scripted_model, tool_call
+from mcp_agent.runtime import session_agent
 from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions import (
     ActiveToolsChangeEntry,
@@ -41,8 +43,10 @@ from mcp_agent.sessions import (
     MessageEntry,
     ModelChangeEntry,
     Session,
+    SessionEntry,
     SqliteSessionRepo,
     ThinkingLevelChangeEntry,
+    Unreachable,
 )
 from mcp_agent.tools import AgentTool, AgentToolResult
 
@@ -826,3 +830,92 @@ def test_an_error_s_own_text_says_no_passing_fault(error: str) -> None:
     assert not is_transient_error(
         AssistantMessage(stop_reason=StopReason.ERROR, error_message=error)
     )
+
+
+async def test_a_session_out_of_reach_is_logged_in_one_line_per_failed_save(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Saving the failed run's last message fails too when the session's storage is what
+    failed: each failure was logged with a full traceback, one per run while the database
+    stayed down. It is one line saying why; the transcript keeps the message."""
+
+    class Unsaved(Agent):
+        async def _save(self, message: BaseMessage) -> None:
+            raise RuntimeError("cannot reach the session database")
+
+    agent = Unsaved(model=scripted_model(), stream_fn=ScriptedProvider([reply("hi")]))
+    with caplog.at_level(logging.INFO, logger="mcp_agent.agent"):
+        new = await agent.prompt("go")
+    assert narrow(new[-1], AssistantMessage).error_message == "cannot reach the session database"
+    said = [r for r in caplog.records if r.name == "mcp_agent.agent"]
+    assert said, "the failed save was not said"
+    for record in said:
+        assert record.exc_info is None, record.getMessage()
+        assert "cannot reach the session database" in record.getMessage()
+        assert "\n" not in record.getMessage()
+    assert roles(agent.state.messages)[-1] == "assistant"
+
+
+class DownFor(InMemorySessionStorage):
+    """A session whose database refuses the next ``refusals`` writes as out of reach, with
+    nothing written (a PostgreSQL restart or failover)."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    def append_entry(self, entry: SessionEntry) -> SessionEntry:
+        if self.refusals:
+            self.refusals -= 1
+            raise Unreachable("cannot reach the session database db: restarting", "restarting")
+        return super().append_entry(entry)
+
+
+async def test_a_run_waits_out_a_short_database_outage_and_keeps_its_answer() -> None:
+    """A run whose save met the database restarting ended there, its answer in no session."""
+    storage = DownFor(0)
+    session = Session(storage)
+    agent, _ = make_agent([reply("the answer")], session=session)
+    storage.refusals = 3  # the run's first writes meet the outage
+    new = await agent.prompt("go")
+    assert narrow(new[-1], AssistantMessage).error_message is None
+    assert [text_of(m) for m in session.build_context().messages] == ["go", "the answer"]
+    assert storage.refusals == 0
+    # Each setting once: what a try wrote before the outage was not written again.
+    kinds = [type(e).__name__ for e in session.get_entries() if not isinstance(e, MessageEntry)]
+    assert len(kinds) == len(set(kinds)), kinds
+
+
+async def test_settings_written_in_part_before_an_outage_are_not_written_twice() -> None:
+    storage = DownFor(0)
+    session = Session(storage)
+    agent, _ = make_agent([reply("the answer")], session=session)
+    real = storage.append_entry
+    writes: list[str] = []
+
+    def second_refused(entry: SessionEntry) -> SessionEntry:
+        writes.append(type(entry).__name__)
+        if len(writes) == 2:  # the model change written, the next setting refused
+            raise Unreachable("cannot reach the session database db: restarting", "restarting")
+        return real(entry)
+
+    storage.append_entry = second_refused  # type: ignore[method-assign]
+    await agent.prompt("go")
+    kinds = [type(e).__name__ for e in session.get_entries() if not isinstance(e, MessageEntry)]
+    assert kinds.count("ModelChangeEntry") == 1, kinds
+    assert len(writes) > len(session.get_entries())  # the refused one was tried again
+
+
+async def test_a_run_ends_on_a_database_outage_longer_than_its_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session_agent, "OUTAGE_WAIT_S", 0.3)
+    storage = DownFor(0)
+    session = Session(storage)
+    agent, _ = make_agent([reply("the answer")], session=session)
+    storage.refusals = 1_000
+    new = await agent.prompt("go")
+    assert "cannot reach the session database" in (
+        narrow(new[-1], AssistantMessage).error_message or ""
+    )
+    assert session.build_context().messages == []

@@ -222,24 +222,37 @@ def test_a_bad_lease_time_in_the_environment_is_one_line(db: Path, args: list[st
     done = sub(*args, "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="soon"))
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 1 to 3600,"
+        "mcp-agent-sessions: MCP_AGENT_LEASE_SECONDS must be a number of seconds from 6 to 3600,"
         " not 'soon'"
     ]
 
 
-def test_a_bad_statement_timeout_stops_nothing_on_sqlite(db: Path) -> None:
+def test_a_lease_too_short_to_renew_is_refused_saying_why(db: Path) -> None:
+    """A 3 s lease left each renewal 0.5 s (a sixth), 1 s a sixth of that: too little for a
+    pooled connection of a busy server or a distant database, and live runs' leases lapsed
+    (another replica then took their sessions). Such a lease is refused, saying why."""
+    seed(db)
+    done = sub("sessions", "list", "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="3"))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "MCP_AGENT_LEASE_SECONDS must be a number of seconds from 6 to 3600, not '3'" in line
+    assert "renewal is given up after a sixth" in line
+    assert (
+        sub(
+            "sessions", "list", "--db", str(db), env=clean_env(MCP_AGENT_LEASE_SECONDS="6")
+        ).returncode
+        == 0
+    )
+
+
+def test_a_bad_statement_timeout_stops_nothing_on_sqlite(
+    cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # MCP_AGENT_DB_STATEMENT_TIMEOUT bounds PostgreSQL statements only: a bad value stopped
     # every run, chat and serve over a SQLite file, where it does not apply.
-    done = sub(
-        "run",
-        "hi",
-        "--model",
-        "scripted:echo",
-        "--db",
-        str(db),
-        env=clean_env(MCP_AGENT_DB_STATEMENT_TIMEOUT="abc"),
-    )
-    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("MCP_AGENT_DB_STATEMENT_TIMEOUT", "abc")
+    done = cli("run", "hi", "--model", "scripted:echo", "--db", str(db))
+    assert done.exit_code == 0, done.stderr
     assert done.stdout.strip() == "hi"
 
 
@@ -1268,9 +1281,19 @@ def openai_env(fakellm: str, db: Path) -> dict[str, str]:
     return clean_env(OPENAI_BASE_URL=fakellm, OPENAI_API_KEY="x", MCP_AGENT_DB=str(db))
 
 
-def test_run_streams_the_answer_and_stores_the_session(fakellm: str, db: Path, cli: Any) -> None:
-    done = sub("run", "hello there", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db))
-    assert done.returncode == 0, done.stderr
+@pytest.fixture(name="openai_cli")
+def openai_cli_fixture(fakellm: str, cli: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``cli`` with the fake OpenAI API as the openai provider (in process: a child process
+    is seconds of imports, and these tests are about what a command says and stores)."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fakellm)
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    return cli
+
+
+def test_run_streams_the_answer_and_stores_the_session(openai_cli: Any) -> None:
+    cli = openai_cli
+    done = cli("run", "hello there", "--model", "openai:gpt-4o-mini")
+    assert done.exit_code == 0, done.stderr
     assert done.stdout == "Hi there! This is a mock response.\n"
     assert "openai:gpt-4o-mini" in done.stderr
     session_id = done.stderr.split("session ")[1].split()[0]
@@ -1278,16 +1301,8 @@ def test_run_streams_the_answer_and_stores_the_session(fakellm: str, db: Path, c
     roles = [e["message"]["role"] for e in shown["entries"] if e["type"] == "message"]
     assert roles == ["user", "assistant"]
     # --session continues it
-    more = sub(
-        "run",
-        "hello again",
-        "--session",
-        session_id,
-        "--model",
-        "openai:gpt-4o-mini",
-        env=openai_env(fakellm, db),
-    )
-    assert more.returncode == 0, more.stderr
+    more = cli("run", "hello again", "--session", session_id, "--model", "openai:gpt-4o-mini")
+    assert more.exit_code == 0, more.stderr
     assert (
         json.loads(cli("sessions", "show", session_id, "--json").stdout)["session"]["stats"][
             "messageCount"
@@ -1314,24 +1329,15 @@ def test_continuing_a_session_without_a_model_goes_on_with_its_own(cli: Any, db:
     assert "no model configured" in cli("run", "hi").stderr
 
 
-def test_continuing_with_another_model_keeps_the_sessions_tools(
-    fakellm: str, db: Path, cli: Any
-) -> None:
+def test_continuing_with_another_model_keeps_the_sessions_tools(openai_cli: Any) -> None:
     """A model change is recorded before the agent's tools are loaded; the tools it had stay
     active (before: the change recorded an empty tool list, and every tool was off for good)."""
-    first = sub("run", "hi", "--model", "scripted:echo", env=openai_env(fakellm, db))
-    assert first.returncode == 0, first.stderr
+    cli = openai_cli
+    first = cli("run", "hi", "--model", "scripted:echo")
+    assert first.exit_code == 0, first.stderr
     session_id = first.stderr.split("session ")[1].split()[0]
-    more = sub(
-        "run",
-        "again",
-        "--session",
-        session_id,
-        "--model",
-        "openai:gpt-4o-mini",
-        env=openai_env(fakellm, db),
-    )
-    assert more.returncode == 0, more.stderr
+    more = cli("run", "again", "--session", session_id, "--model", "openai:gpt-4o-mini")
+    assert more.exit_code == 0, more.stderr
     entries = json.loads(cli("sessions", "show", session_id, "--json").stdout)["entries"]
     kinds = [e["type"] for e in entries]
     assert kinds.count("model_change") == 2  # the change is recorded
@@ -1339,11 +1345,10 @@ def test_continuing_with_another_model_keeps_the_sessions_tools(
     assert tools and all(names == tools[0] for names in tools) and "subagent" in tools[0], tools
 
 
-def test_run_shows_tool_calls_as_they_happen(fakellm: str, db: Path, cli: Any) -> None:
-    done = sub(
-        "run", "delegate please", "--model", "openai:gpt-4o-mini", env=openai_env(fakellm, db)
-    )
-    assert done.returncode == 0, done.stderr
+def test_run_shows_tool_calls_as_they_happen(openai_cli: Any) -> None:
+    cli = openai_cli
+    done = cli("run", "delegate please", "--model", "openai:gpt-4o-mini")
+    assert done.exit_code == 0, done.stderr
     assert done.stdout == "The helper says hi.\n"
     assert '→ subagent({"agent": "default", "task": "say hi from the helper"})' in done.stderr
     assert "← subagent:" in done.stderr and "hi from the helper" in done.stderr
@@ -1618,17 +1623,16 @@ def test_closed_standard_streams_are_one_line_not_a_hang_or_a_traceback(db: Path
     assert refused.returncode == 2  # its one line has nowhere to go; the exit code still tells
 
 
-def test_run_dash_reads_the_prompt_from_stdin(db: Path) -> None:
-    env = clean_env(MCP_AGENT_DB=str(db))
-    done = sub("run", "-", "--model", "scripted:echo", input="two\nlines\n", env=env)
-    assert done.returncode == 0, done.stderr
+def test_run_dash_reads_the_prompt_from_stdin(cli: Any, db: Path) -> None:
+    done = cli("run", "-", "--model", "scripted:echo", input="two\nlines\n")
+    assert done.exit_code == 0, done.stderr
     assert "two\nlines" in done.stdout
     with SqliteSessionRepo(db) as repo:
         (listed,) = repo.list().items
         (said,) = repo.open(listed.id).build_context().messages[:1]
     assert narrow(said, User).text == "two\nlines\n"
-    empty = sub("run", "-", "--model", "scripted:echo", input="", env=env)
-    assert empty.returncode == 2
+    empty = cli("run", "-", "--model", "scripted:echo", input="")
+    assert empty.exit_code == 2
     assert empty.stderr.strip().splitlines() == [
         "mcp-agent-sessions: the prompt read from standard input is empty; say what the agent"
         " should do"
@@ -2436,12 +2440,10 @@ def test_leaving_chat_at_the_prompt_ends_the_prompt_s_line(db: Path, leave: str)
     assert shown.rsplit(b"> ", 1)[1] == b"\r\n", bytes(shown)
 
 
-def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(db: Path) -> None:
+def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(cli: Any, db: Path) -> None:
     script = "//etc/hosts is empty, why?\n/etc/hosts\n"
-    done = sub(
-        "chat", "--model", "scripted:echo", input=script, env=clean_env(MCP_AGENT_DB=str(db))
-    )
-    assert done.returncode == 2, done.stderr  # the second line, an unknown command
+    done = cli("chat", "--model", "scripted:echo", input=script)
+    assert done.exit_code == 2, done.stderr  # the second line, an unknown command
     assert "unknown command /etc/hosts" in done.stderr and "start it with //" in done.stderr
     assert users_said(db) == ["/etc/hosts is empty, why?"]
 
@@ -2624,3 +2626,13 @@ def test_an_older_sub_agents_session_is_known_by_its_parents_link(cli: Any, db: 
         assert "forked from" in " ".join(cli("sessions", "show", ids[fork]).stdout.split())
         data = json.loads(cli("sessions", "show", ids[fork], "--json").stdout)
         assert data["session"]["startedBy"] is None
+    # Listings mark it too, and only it; and chat's /tree of it says whose it is.
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert {s["id"]: s["startedBy"] for s in listed if s["startedBy"]} == {ids["child"]: origin}
+    marked = [row for row in cli("sessions", "list").stdout.splitlines() if "sub-agent" in row]
+    assert len(marked) == 1 and "↳ sub-agent: the task" in marked[0]
+    tree = cli("chat", "--session", ids["child"], "--model", "scripted:echo", input="/tree\n")
+    assert tree.exit_code == 0, tree.output
+    assert f"a sub-agent's session, started by session {ids['parent']}" in " ".join(
+        tree.stdout.split()
+    )

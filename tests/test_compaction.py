@@ -54,6 +54,7 @@ from mcp_agent.messages import (
     Usage,
     UserMessage,
     content_text,
+    now_ms,
 )
 from mcp_agent.providers.base import CONTEXT_OVERFLOW_MARK, LlmContext
 from mcp_agent.providers.scripted import (
@@ -212,6 +213,18 @@ def test_usage_from_before_a_compaction_is_stale() -> None:
     assert context_tokens([*messages, fresh]) == 700
 
 
+def test_an_answer_begun_in_the_millisecond_of_the_compaction_is_fresh() -> None:
+    """pi writes the compaction, the next question and the answer's start within one
+    millisecond (its files show all three at one time): that answer measured the compacted
+    context, and its usage is the context's size, as pi's context usage takes it. Ours took
+    it for stale and estimated the whole context instead."""
+    summary = CompactionSummaryMessage(summary="s" * 400, tokens_before=50_000, timestamp=5_000)
+    question = UserMessage(content=words("q", 100), timestamp=5_000)
+    answer = assistant("a", usage=9_000, timestamp=5_000)
+    estimate = estimate_context_tokens([summary, question, answer])
+    assert (estimate.tokens, estimate.last_usage_index) == (9_000, 2)
+
+
 def test_trigger_threshold() -> None:
     assert not should_compact(3_000, 4_000, 1_000)
     assert should_compact(3_001, 4_000, 1_000)
@@ -321,7 +334,9 @@ async def test_split_turn_summarises_the_turn_prefix_separately() -> None:
 async def test_compaction_rebuilds_a_context_below_the_threshold() -> None:
     session = new_session()
     add_turns(session, 9)
-    add(session, user(words("question 9", 300)), assistant("answer 9", usage=4_000))
+    # Begun a millisecond before the compaction at least, as a model's answer is.
+    answer = assistant("answer 9", usage=4_000, timestamp=now_ms() - 1)
+    add(session, user(words("question 9", 300)), answer)
     before = session.build_context().messages
     assert should_compact(context_tokens(before), MODEL.context_window, RESERVE)
     entries_before = {e.id for e in session.get_entries()}

@@ -1,6 +1,6 @@
 """HTTP connections that never finish a request's head or body, or never read their answers,
-are closed (``http_connections``), on a real ``serve --transport http`` process whose deadline
-is shortened to a second."""
+are closed (``http_connections``), and those that sent theirs in time are not, on a real
+``serve --transport http`` process whose deadline (and keep-alive) is shortened to a second."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ SHORT_DEADLINE_SERVE = textwrap.dedent(
     from mcp_agent.cli import main
 
     http_connections.REQUEST_HEAD_SECONDS = {DEADLINE_S}
+    http_connections.KEEP_ALIVE_SECONDS = {DEADLINE_S}
     sys.argv = ["mcp-agent-sessions", *sys.argv[1:]]
     main()
     """
@@ -38,7 +39,15 @@ SHORT_DEADLINE_SERVE = textwrap.dedent(
 
 
 @pytest.fixture(name="port")
-def port_fixture(tmp_path: Path) -> Iterator[int]:
+def port_fixture(server: tuple[int, subprocess.Popen[bytes]]) -> int:
+    return server[0]
+
+
+@pytest.fixture(name="server")
+def server_fixture(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """The server process and its port; a test may give it more environment (``param``)."""
     script = tmp_path / "serve.py"
     script.write_text(SHORT_DEADLINE_SERVE)
     port = free_port()
@@ -51,11 +60,11 @@ def port_fixture(tmp_path: Path) -> Iterator[int]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            env=server_env(tmp_path),
+            env=server_env(tmp_path, **getattr(request, "param", {})),
         )
     try:
         wait_for_port(port, server, log)
-        yield port
+        yield port, server
     finally:
         server.terminate()
         try:
@@ -177,3 +186,43 @@ def test_a_client_that_never_reads_its_answer_is_dropped(port: int) -> None:
                 received += chunk
                 assert not received.endswith(b"0\r\n\r\n"), "the whole answer was kept for it"
     assert received.startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize(
+    "server", [{}, {"MCP_AGENT_UVLOOP": "0"}], indirect=True, ids=["uvloop", "asyncio"]
+)
+def test_a_request_sent_while_the_server_was_stopped_is_answered(
+    server: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    """A replica stopped (SIGSTOP, its machine paused) past the keep-alive time dropped the
+    connections of clients that had sent their next request meanwhile: the request waited
+    unread, and asyncio's event loop (without uvloop) ran the keep-alive timer, due, before
+    reading, which closed the connection with it. The client had no answer (an MCP client's transport, and the
+    client with it, failed with ReadError); nothing acknowledged was lost, as the request
+    was never read. A connection with a request waiting is read first."""
+    import signal
+    import threading
+
+    port, process = server
+    url = f"http://127.0.0.1:{port}/mcp"
+    answers: list[int | BaseException] = []
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        assert http.post(url, json=initialize_request(), headers=HTTP_HEADERS).status_code == 200
+
+        def again() -> None:  # on the kept-alive connection
+            try:
+                answers.append(
+                    http.post(url, json=initialize_request(), headers=HTTP_HEADERS).status_code
+                )
+            except httpx.HTTPError as error:
+                answers.append(error)
+
+        process.send_signal(signal.SIGSTOP)
+        try:
+            sender = threading.Thread(target=again)
+            sender.start()
+            time.sleep(3 * DEADLINE_S)  # past the keep-alive and head deadlines, stopped
+        finally:
+            process.send_signal(signal.SIGCONT)
+        sender.join(HANG_GUARD_S)
+    assert answers == [200]

@@ -4,6 +4,7 @@ by hand and through real clients whose connections a proxy cuts."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -16,7 +17,8 @@ import pytest
 from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
     slow_server_fixture,
@@ -33,7 +35,7 @@ from mcp_agent.server.event_store import (
     event_id_parts,
     not_kept_message,
 )
-from mcp_agent.server.resumable import _Streams
+from mcp_agent.server.resumable import ResumableTransport, _Streams
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 # A run of 30 events, a fifth of a second apart, asked for with progress (request id 2).
@@ -165,6 +167,21 @@ async def test_a_stream_whose_answer_is_too_large_to_keep_is_let_go_of_at_once()
     await store.store_event("2", JSONRPCResponse(jsonrpc="2.0", id=2, result=huge))
     assert store.after(primed) is None
     assert budget.events == 0 and budget.chars == 0
+
+
+@pytest.mark.anyio
+async def test_a_call_is_under_way_until_its_answer_is_stored_or_its_session_ends() -> None:
+    store = SessionEvents(EventBudget())
+    answered: list[str] = []
+    for key in ("2", "3", "4"):
+        store.when_answered(key, functools.partial(answered.append, key))
+    store.when_answered("4", None)  # (refused before it was passed on: no answer comes)
+    await store.store_event("2", note("on its way"))
+    assert answered == []
+    await store.store_event("2", answer(2))
+    assert answered == ["2"]
+    store.close()
+    assert answered == ["2", "3"]
 
 
 @pytest.mark.anyio
@@ -525,3 +542,31 @@ async def test_a_stream_taken_over_stays_registered_through_the_routers_failed_s
     new[1].close()
     streams.pop("2", None)
     assert "2" not in streams
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", [None, "7"])
+async def test_a_request_to_the_client_sent_as_its_stream_closed_fails_after_the_wait(
+    call: str | None,
+) -> None:
+    """A request for the client's model sent on the GET stream (or a call's) just as that
+    stream closed (the run saw it open, the router found it gone): the SDK keeps it for a
+    resume and sends it nowhere. Its wait for the client to come back never began, so if none
+    did it waited for good, its run and session busy; it now fails after the wait, as one the
+    stream closed on does."""
+    transport = ResumableTransport(mcp_session_id="s")
+    transport.make_resumable(SessionEvents(EventBudget()))
+    transport.client_stream_wait = 0.05
+    asked = JSONRPCRequest(jsonrpc="2.0", id=5, method="sampling/createMessage", params={})
+    related = None if call is None else ServerMessageMetadata(related_request_id=call)
+    async with transport.connect() as (read_stream, write_stream):
+        assert GET_STREAM_KEY not in transport._request_streams  # no stream open
+        await write_stream.send(SessionMessage(asked, metadata=related))
+        # (A bound on the wait, for the test: before, nothing ever came.)
+        with anyio.fail_after(10):
+            came = await read_stream.receive()
+    assert isinstance(came, SessionMessage) and isinstance(came.message, JSONRPCError)
+    assert came.message.id == 5
+    said = came.message.error.message
+    where = "the session's GET stream" if call is None else "its call's stream"
+    assert f"({where}) closed before the client answered" in said, said

@@ -276,6 +276,78 @@ def test_commands_for_a_run_whose_replica_stopped_are_cleared_and_quoted(
         database.close()
 
 
+_KILLED_ELSEWHERE = """
+import sys, time
+from mcp_agent.runtime.leases import PostgresLeases
+from mcp_agent.runtime.run_board import RunBoard, RunRecord
+from mcp_agent.sessions.postgres.database import PostgresDatabase
+database = PostgresDatabase(sys.argv[1])
+leases = PostgresLeases(database, presence=True)
+leases.host = "another-machine"  # its pid means nothing here
+assert leases.presence is not None
+leases.presence.grace = 0  # held is enough: it judges no one
+assert leases.presence.wait_held(60)
+assert leases.acquire("s1", "run r1") is None
+RunBoard(database, leases.owner, leases).publish([RunRecord("r1", "s1", "default", "m")])
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_replica_killed_on_another_machine_is_known_gone_before_its_lease_expires(
+    postgres_url: str,
+) -> None:
+    """A replica killed with SIGKILL showed its run "running", and kept its session busy, for
+    the whole lease (30 s) on every other machine. Each replica holds a presence lock on a
+    connection of its own: once the database has found that connection closed, its runs read
+    as ended and its sessions are free, whatever the lease says. A replica judges so only
+    when its own lock has been held for a while (a restart of the database drops them all)."""
+    import signal
+    import subprocess
+
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.runtime.run_board import STOPPED, RunBoard
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    database = PostgresDatabase(postgres_url)
+    survivor = PostgresLeases(database, presence=True)
+    newcomer = PostgresLeases(database, presence=True)  # its own lock not held long enough yet
+    assert survivor.presence is not None and newcomer.presence is not None
+    survivor.presence.grace, newcomer.presence.grace = 0.1, 3600
+    board = RunBoard(database, survivor.owner, survivor)
+    doomed = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_ELSEWHERE, postgres_url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    try:
+        assert doomed.stdout is not None and doomed.stdout.readline() == "ready\n"
+        # Its lease and run bind for a day: only its presence can say it is gone.
+        database.write(lambda conn: conn.execute("UPDATE session_leases SET expires = 1e10"))
+        database.write(lambda conn: conn.execute("UPDATE runs SET expires = 1e10"))
+        assert survivor.presence.wait_held(30)
+        assert survivor.held_elsewhere("s1") is not None  # alive: it binds
+        found = board.get("r1")
+        assert found is not None and found.status == "running"
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        for _ in range(200):  # a hang guard: the database finds the socket closed at once
+            found = board.get("r1")
+            if found is None or found.status != "running":
+                break
+            time.sleep(0.05)
+        assert found is not None and found.status == "error" and found.error == STOPPED
+        assert newcomer.held_elsewhere("s1") is not None  # not yet judging: the lease binds
+        assert survivor.acquire("s1", "run r2") is None
+    finally:
+        doomed.kill()
+        doomed.wait(10)
+        survivor.close()
+        newcomer.close()
+        database.close()
+
+
 def test_runs_and_sessions_are_ordered_by_the_database_clock(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -532,6 +532,46 @@ async def test_a_resource_that_is_not_there_is_refused_saying_where_to_look(
         assert says in refused.value.error.message, (uri, refused.value.error.message)
 
 
+@pytest.mark.parametrize(("blank", "said"), [("", "is empty"), (" \t", "is only whitespace")])
+async def test_an_empty_or_blank_id_is_refused_as_such_everywhere(
+    client: Client, blank: str, said: str
+) -> None:
+    """An empty id was looked up: "session  not found" (two spaces) from a tool, "no session
+    ''" from a resource, "not_found: session  not found" from the prompt. Each says now that
+    the argument is empty, naming it, in the same words; nothing is written."""
+    sid = (await call(client, "session_create"))["id"]
+    entry = (await call(client, "session_append", session_id=sid, entry=user("hi")))["entryId"]
+    sent = json.dumps(blank)
+    with_session: list[tuple[str, dict[str, Any]]] = [
+        ("session_get", {}),
+        ("session_delete", {}),
+        ("session_append", {"entry": user("no")}),
+        ("session_move_to", {"entry_id": "root"}),
+        ("session_fork", {}),
+        ("session_context", {}),
+        ("session_stats", {}),
+        ("session_export", {}),
+        ("session_compact", {}),
+        ("agent_run", {"prompt": "no"}),
+    ]
+    for name, more in with_session:
+        text = await call_error(client, name, session_id=blank, **more)
+        assert text.startswith(f"{name}: session_id {said} (got {sent}); session_id: "), text
+    uris = [f"session://{blank}{suffix}" for suffix in ("", "/tree", "/context", "/export.jsonl")]
+    uris.append(f"session://{blank}/entries/{entry}")
+    says = f"session_id {said} (got {sent}); session_list or resources/list shows the sessions"
+    for uri in uris:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource(uri)
+        assert refused.value.error.code == types.INVALID_PARAMS, uri
+        assert refused.value.error.message == says, (uri, refused.value.error.message)
+    with pytest.raises(MCPError) as refused:
+        await client.get_prompt("continue_session", {"session_id": blank})
+    assert refused.value.error.message.startswith(f"session_id {said} (got {sent}); session_list")
+    listed = (await call(client, "session_list"))["sessions"]
+    assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 1)]
+
+
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
 async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
     client: Client, monkeypatch: pytest.MonkeyPatch, resource: str
@@ -1109,6 +1149,9 @@ async def test_session_get_knows_an_older_sub_agents_session_by_its_parents_link
         for other in ("parent", "parent_fork", "child_fork"):
             got = await call(client, "session_get", session_id=ids[other], limit=1)
             assert got["session"]["startedBy"] is None, other
+        listed = (await call(client, "session_list"))["sessions"]
+        marked = {s["id"]: s.get("startedBy") for s in listed if s.get("startedBy")}
+        assert marked == {ids["child"]: child["session"]["startedBy"]}
 
 
 async def test_a_subagents_link_holds_the_start_of_a_long_task_and_where_it_is_whole(

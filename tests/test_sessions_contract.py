@@ -975,11 +975,27 @@ def test_an_entry_whose_parent_is_not_in_the_file_is_a_root_as_pi_shows_it(repo)
     assert [node.entry.id for node in session.tree()] == ["aaaaaaaa", "cccccccc"]
     stats = session.stats()  # two leaves (bbbbbbbb, dddddddd), zzzzzzzz no branch point
     assert (stats.leaf_count, stats.branch_point_count) == (2, 0)
-    assert any("parentId zzzzzzzz points to no entry" in note for note in imported.notes)
+    assert imported.notes == [
+        "<jsonl>: 1 entry's parentId points to no entry in the file (line 4: 'zzzzzzzz'): it is"
+        " kept as a root, as pi shows it (the context of a branch through it starts there)"
+    ]
     exported = repo.export_jsonl(session.id).splitlines()
     assert json.loads(exported[3]) == json.loads(text.splitlines()[3])  # kept as it was
     appended = session.append_message(user("more"))
     assert [e.id for e in repo.open(session.id).get_branch()][-2:] == ["dddddddd", appended]
+
+
+def test_the_import_says_how_many_entries_have_no_parent_in_the_file(repo) -> None:
+    """Past the first three it said "more entries whose parent is not in the file": not how
+    many (one or thousands), nor what became of them."""
+    lost = [message_entry(f"{n:08x}", f"gone{n}") for n in range(1, 8)]
+    imported = repo.import_session(bad_file(message_entry("00000000", None), *lost))
+    assert imported.notes == [
+        "<jsonl>: 7 entries' parentIds point to no entry in the file (line 3: 'gone1', line 4:"
+        " 'gone2', line 5: 'gone3' and 4 more): each is kept as a root, as pi shows it (the"
+        " context of a branch through it starts there)"
+    ]
+    assert len(imported.session.tree()) == 8  # every one kept, each a root
 
 
 @pytest.mark.parametrize(("parent", "resumes"), [("aaaaaaaa", ["aaaaaaaa"]), (None, [])])

@@ -651,19 +651,17 @@ def test_a_move_to_where_the_leaf_was_after_another_process_moved_it_is_written(
     assert JsonlSessionRepo(tmp_path).open(held.id).leaf_id == b
 
 
-def test_a_listing_finds_the_last_message_behind_long_lines_and_a_torn_one(
+def test_a_listing_finds_the_newest_message_past_long_lines_and_a_torn_one(
     tmp_path: Path,
 ) -> None:
-    """The order's time is read from the file's end back to the last message of the user or
-    the assistant: past tool output longer than a block read, entries that are no message,
-    and a torn last line."""
+    """The order's time is the newest message of the user or the assistant: past tool output
+    of megabytes, entries that are no message, and a torn last line."""
     from mcp_agent.messages import TextContent, ToolResultMessage, UserContent
-    from mcp_agent.sessions import activity
 
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()
     session.append_message(UserMessage(content="question", timestamp=5_000))
-    output: list[UserContent] = [TextContent(text="x" * (3 * activity.BLOCK))]
+    output: list[UserContent] = [TextContent(text="x" * 3_000_000)]
     result = ToolResultMessage(tool_call_id="c", tool_name="t", content=output, timestamp=9_000)
     session.append_message(result)
     session.set_name("named later")
@@ -677,44 +675,55 @@ def _activity_lines(data: int) -> list[dict[str, object]]:
     return [
         {"type": "session", "version": 3, "id": "s", "timestamp": "2026-01-01T00:00:00Z"},
         {"type": "message", "id": "a", "timestamp": "2026-01-02T00:00:00Z",
-         "message": {"role": "user", "content": "q", "timestamp": 5_000}},
+         "message": {"role": "user", "content": "q", "timestamp": 7_000}},
         {"type": "custom", "id": "b", "customType": "x", "data": "y" * data},
         {"type": "message", "id": "c", "message": {"role": "toolResult", "content": []}},
+        {"type": "message", "id": "d", "timestamp": "2026-01-03T00:00:00Z",
+         "message": {"role": "assistant", "content": [], "timestamp": 5_000}},
+        {"type": "message", "id": "e", "timestamp": "1970-01-01T00:00:06Z",
+         "message": {"role": "user", "content": "no time of its own"}},
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 1 << 16])
-def test_the_last_message_is_found_whatever_the_block_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
-) -> None:
-    """A file read from its end a block at a time gives one answer for every block size."""
-    from mcp_agent.sessions import activity
+def test_the_newest_message_is_found_in_every_kind_of_file(tmp_path: Path) -> None:
+    from mcp_agent.sessions.activity import last_activity
 
-    monkeypatch.setattr(activity, "BLOCK", block)
     lines = _activity_lines(2_000)
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert activity.last_activity(path, "changed") == "1970-01-01T00:00:05.000000Z"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:1] + lines[2:]))
-    assert activity.last_activity(path, "changed") == "2026-01-01T00:00:00.000000Z"
+    assert last_activity(path, "changed")[0] == "1970-01-01T00:00:07.000000Z"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:1] + lines[3:]))
+    assert last_activity(path, "changed")[0] == "1970-01-01T00:00:06.000000Z"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines[:1] + lines[2:4]))
+    assert last_activity(path, "changed")[0] == "2026-01-01T00:00:00.000000Z"
     path.write_text(json.dumps(lines[0]))  # a header alone, no newline
-    assert activity.last_activity(path, "changed") == "2026-01-01T00:00:00.000000Z"
+    assert last_activity(path, "changed")[0] == "2026-01-01T00:00:00.000000Z"
     path.write_text("")
-    assert activity.last_activity(path, "changed") == "changed"
+    assert last_activity(path, "changed")[0] == "changed"
 
 
-def test_a_line_of_many_blocks_is_joined_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A line longer than many blocks (here 4 MB read 16 bytes at a time: 250,000 blocks) is
-    joined once whole, not copied again with every block read: that took seconds for one
-    listing of a file ending in a 32 MB line, and takes hours here."""
-    from mcp_agent.sessions import activity
+def test_a_file_read_on_as_it_grows_gives_what_one_reading_of_it_gives(tmp_path: Path) -> None:
+    """Read at every length it passes through (a line torn anywhere), then read on from there
+    once whole: the answer of one reading of the whole file. A file written anew (another
+    file in its place) is read from its start."""
+    from mcp_agent.sessions.activity import last_activity
 
-    monkeypatch.setattr(activity, "BLOCK", 16)
+    text = "".join(json.dumps(line) + "\n" for line in _activity_lines(20))
     path = tmp_path / "s.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in _activity_lines(4_000_000)))
-    assert activity.last_activity(path, "changed") == "1970-01-01T00:00:05.000000Z"
+    path.write_text(text)
+    whole = last_activity(path, "changed")
+    assert whole[1].scanned == len(text)
+    for cut in range(len(text)):
+        path.write_text(text[:cut])
+        _, part = last_activity(path, "changed")
+        with path.open("a") as handle:
+            handle.write(text[cut:])
+        assert last_activity(path, "changed", part) == whole, cut
+    _, read = last_activity(path, "changed")
+    other = tmp_path / "other.jsonl"
+    other.write_text(text.replace("7000", "8000") + text[text.index("\n") + 1 :])
+    other.replace(path)
+    assert last_activity(path, "changed", read)[0] == "1970-01-01T00:00:08.000000Z"
 
 
 def test_a_fork_reads_when_its_parent_is_damaged(tmp_path: Path) -> None:

@@ -262,10 +262,11 @@ def test_listing_pis_folders_is_paged_newest_first(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(PI is None, reason="Node or pi is not installed (.ci/peers)")
 @pytest.mark.node
-def test_a_folder_lists_in_pis_order_by_each_sessions_last_message(tmp_path: Path) -> None:
-    """pi lists sessions by the time of their last message (else their header's), not by the
-    files' times of change, which ordered ours: a label, a name or a copy of the file moves
-    its time of change, not its place in pi's list."""
+def test_a_folder_lists_in_pis_order_by_each_sessions_newest_message(tmp_path: Path) -> None:
+    """pi lists sessions by the time of their newest message (else their header's), not by
+    the files' times of change, which ordered ours: a label, a name or a copy of the file
+    moves its time of change, not its place in pi's list; nor does a message of an earlier
+    time written last (here on a branch), which placed ours by its time."""
     agent_dir = tmp_path / "agent"
     repo = JsonlSessionRepo(agent_dir / "sessions", layout="pi")
     made = {}
@@ -274,20 +275,24 @@ def test_a_folder_lists_in_pis_order_by_each_sessions_last_message(tmp_path: Pat
         session = repo.create(cwd=cwd)
         asked[name] = session.append_message(UserMessage(content=f"{name} q", timestamp=at))
         made[name] = session
+    back = repo.create(cwd="/w/b")
+    back.move_to(back.append_message(UserMessage(content="newest", timestamp=4000)))
+    back.append_message(UserMessage(content="earlier time, written last", timestamp=500))
     empty = repo.create(cwd="/w/c")  # no message: its header's time, which is now
     made["old"].append_label(asked["old"], "touched last")
     made["mid"].set_name("renamed")
     os.utime(repo.path_for(made["new"].id), (1, 1))  # an old time of change
     theirs = [row["id"] for row in run_folders("read", agent_dir)]
-    expected = [empty.id, made["new"].id, made["mid"].id, made["old"].id]
+    expected = [empty.id, back.id, made["new"].id, made["mid"].id, made["old"].id]
     assert theirs == expected
     for fresh in (False, True):  # this process's repo, and another's
         listing = JsonlSessionRepo(agent_dir / "sessions") if fresh else repo
         assert [s.id for s in listing.list().items] == expected
-        first = listing.list(limit=2)
-        assert first.next_cursor is not None
-        rest = listing.list(limit=2, cursor=first.next_cursor).items
-        assert [s.id for s in first.items + rest] == expected
+        page, paged = listing.list(limit=2), []
+        while page.next_cursor is not None:
+            paged += page.items
+            page = listing.list(limit=2, cursor=page.next_cursor)
+        assert [s.id for s in paged + page.items] == expected
         assert listing.summary(made["new"].id).modified.startswith("1970-01-01T00:00:03.000")
 
 
@@ -440,6 +445,23 @@ def test_after_an_answer_a_repeat_is_no_longer_pis(tmp_path: Path) -> None:
     with pytest.raises(SessionError) as error:
         parse_session_text(header + body + header + body)
     assert "<session>:4: missing or invalid entry type" in error.value.message
+
+
+def test_sessions_list_of_a_folder_it_cannot_read_says_so(tmp_path: Path) -> None:
+    """A folder whose only session has a damaged line (which we refuse, naming it) listed
+    as 'no sessions yet (start one …)': it says that file could not be read, and why."""
+    made = hand_made(tmp_path / "agent")
+    for file in (Path(session["file"]) for session in made):
+        lines = file.read_text().splitlines(keepends=True)
+        file.write_text("".join([*lines[:2], '{"type":"message","id":"torn\n', *lines[2:]]))
+    done = CliRunner().invoke(
+        app, ["sessions", "list", "--db", str(tmp_path / "agent" / "sessions")]
+    )
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.stderr.split())
+    assert "no sessions yet" not in said
+    assert "no session could be read: 2 session files left out, unreadable:" in said
+    assert all(f"{session['file']}:3: line is not valid JSON" in said for session in made)
 
 
 def test_the_sessions_commands_work_on_pis_folder(

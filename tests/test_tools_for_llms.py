@@ -21,7 +21,7 @@ from mcp_support import call, call_error, make_server
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
-from mcp_agent.server import resources
+from mcp_agent.server import paging, session_reads
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -251,8 +251,10 @@ async def test_every_default_answer_on_a_huge_session_fits_the_budget(
             if "total" in page:
                 assert page["truncated"] is True and page["nextCursor"], name
                 assert page["total"] in (HUGE, HUGE + 1)
-        read = await client.read_resource(f"session://{sid}")
-        assert len(read.contents[0].text.encode()) < ANSWER_LIMIT  # type: ignore[union-attr]
+        for suffix in ("", "/tree", "/context"):
+            read = await client.read_resource(f"session://{sid}{suffix}")
+            text = read.contents[0].text  # type: ignore[union-attr]
+            assert len(text.encode()) < ANSWER_LIMIT, (suffix, len(text.encode()))
 
         # Following the cursor goes back through the branch, newest last on each page.
         first = await call(client, "session_get", session_id=sid, limit=10)
@@ -325,9 +327,7 @@ async def test_an_entry_too_large_for_a_page_comes_as_a_stub_naming_its_resource
         assert len(json.dumps(cut).encode()) <= 20 * 1024
 
 
-async def test_a_2000_deep_branch_reads_as_a_tree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
     async with Client(make_server(tmp_path)) as client:
@@ -342,19 +342,51 @@ async def test_a_2000_deep_branch_reads_as_a_tree(
             node, depth = by_id[node["parentId"]], depth + 1
         assert depth == 2000 and all(n["onBranch"] for n in nodes)
         assert nodes[0]["preview"].startswith("user: step 0")
-        read = await client.read_resource(f"session://{sid}/tree")
-        whole = json.loads(read.contents[0].text)  # type: ignore[union-attr]
-        assert whole["nodes"] == nodes and whole["total"] == 2000 and not whole["truncated"]
-        # Past its bound the resource gives the newest nodes and says where the rest are.
-        monkeypatch.setattr(resources, "TREE_NODES", 500)
+        # The resource is the tree view's default page (the newest nodes, bounded in bytes),
+        # and says where the rest are: the pages before it, from the cursor it names on.
         read = await client.read_resource(f"session://{sid}/tree")
         newest = json.loads(read.contents[0].text)  # type: ignore[union-attr]
-        assert newest["nodes"] == nodes[-500:] and newest["total"] == 2000
-        assert newest["truncated"] and "the 1,500 older nodes" in newest["more"]
-        older = await call(
-            client, "session_get", session_id=sid, view="tree", limit=0, cursor="before:1500"
+        page = await call(client, "session_get", session_id=sid, view="tree")
+        assert newest["nodes"] == page["nodes"] == nodes[-len(page["nodes"]) :]
+        assert newest["total"] == 2000 and newest["truncated"]
+        kept = len(newest["nodes"])
+        cursor = f"before:{2000 - kept}"
+        assert newest["more"] == (
+            f"the {2000 - kept:,} older nodes: session_get with view 'tree' and cursor"
+            f" {cursor!r}, then each answer's nextCursor"
         )
-        assert older["nodes"] == nodes[:1500]
+        older = await call(client, "session_get", session_id=sid, view="tree", cursor=cursor)
+        assert older["nodes"] == nodes[2000 - kept - len(older["nodes"]) : 2000 - kept]
+
+
+async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """view tree with limit=0 made every node (each entry parsed for its preview) and then
+    refused the answer as too large: 7 s on a 33,000-entry session, more the longer the
+    session. Now it stops at the block that passes the bound."""
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
+    made: list[int] = []
+    real = session_reads.stored_tree_nodes
+
+    def counted(storage: Any, index: Any, rows: Any, *rest: Any) -> Any:
+        made.append(len(rows))
+        return real(storage, index, rows, *rest)
+
+    monkeypatch.setattr(session_reads, "stored_tree_nodes", counted)
+    monkeypatch.setattr(session_reads, "TREE_BLOCK", 100)
+    monkeypatch.setattr(paging, "WHOLE_MAX", 100_000)  # about 400 of the 2,000 nodes
+    async with Client(make_server(tmp_path)) as client:
+        text = await call_error(client, "session_get", session_id=sid, view="tree", limit=0)
+        assert text.startswith(
+            "session_get: the tree of 2,000 nodes asked for whole (limit=0) is over 1"
+        ), text
+        assert "more than the 0 MiB one answer holds: ask for pages" in text, text
+        assert 400 <= sum(made) <= 600, made
+        made.clear()
+        page = await call(client, "session_get", session_id=sid, view="tree", limit=150)
+        assert len(page["nodes"]) == 150 and sum(made) == 150  # a page: what it shows
 
 
 # --- errors a model can act on ----------------------------------------------------------------

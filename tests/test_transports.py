@@ -4,6 +4,7 @@ TypeScript SDK) when the Node peers are installed (.ci/peers)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -21,8 +22,9 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
-from mcp_support import free_port, initialize_request
+from mcp_support import Served, free_port, initialize_request
 from narrow import narrow, present
+from slow_support import slow_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
@@ -584,6 +586,137 @@ def test_a_waited_run_whose_client_vanished_before_answering_fails_and_frees_its
     assert "(its call's stream) closed before the client answered" in said, said
 
 
+def next_sampling_request(lines: Iterator[str], never: str) -> tuple[dict[str, Any], str]:
+    """The next request for the client's model among an event stream's ``lines``, with its
+    event id; ``never``: what failed if the stream's keep-alive comes twice before it."""
+    pings = 0
+    event_id = ""
+    for line in lines:
+        pings += line.startswith(":")
+        assert pings < 2, never
+        if line.startswith("id:"):
+            event_id = line.removeprefix("id:").strip()
+        elif line.startswith("data:"):
+            message: dict[str, Any] = json.loads(line.removeprefix("data:"))
+            assert "method" in message, f"the call was answered: {never}: {message}"
+            if message.get("method") == "sampling/createMessage":
+                return message, event_id
+    raise AssertionError(f"the stream ended: {never}")
+
+
+@pytest.mark.parametrize("old", ["dropped", "left open"])
+def test_a_waited_runs_next_request_for_the_model_comes_on_the_calls_resumed_stream(
+    tmp_path: Path, old: str
+) -> None:
+    """A client whose call's stream dropped (or that came back before the server saw it drop)
+    resumes it with Last-Event-ID: the run's next request for its model belongs on that
+    stream (MCP: a request of the server's that relates to a call goes on the call's stream,
+    and the GET stream carries those unrelated to any call). It went to the GET stream, as
+    though the call had been answered, and a client with none open saw its run fail."""
+    server = HttpServer(tmp_path, "--client-stream-wait", "1")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+            call = {"jsonrpc": "2.0", "id": "call", "method": "tools/call", "params": run}
+            with contextlib.ExitStack() as exits:
+                first_stream = exits.enter_context(
+                    http.stream("POST", server.url, json=call, headers=legacy)
+                )
+                first, seen = next_sampling_request(first_stream.iter_lines(), "no first request")
+                if old == "dropped":
+                    exits.close()
+                    # The call goes on (a disconnect is no cancel): its id is still taken.
+                    ping = {"jsonrpc": "2.0", "id": "call", "method": "ping"}
+                    assert http.post(server.url, json=ping, headers=legacy).status_code == 409
+                resume = {**legacy, "Accept": "text/event-stream", "last-event-id": seen}
+                with http.stream("GET", server.url, headers=resume) as resumed:
+                    lines = resumed.iter_lines()
+                    (under_way,) = call_tool(http, server.url, legacy, "agent_runs", {})["runs"]
+                    steer = {"run_id": under_way["runId"], "message": "and again"}
+                    call_tool(http, server.url, legacy, "agent_steer", steer)
+                    reply = {"jsonrpc": "2.0", "id": first["id"], "result": CLIENT_ANSWER}
+                    assert http.post(server.url, json=reply, headers=legacy).status_code == 202
+                    again, _ = next_sampling_request(lines, "the next request was not sent here")
+                    texts = [m["content"]["text"] for m in again["params"]["messages"]]
+                    assert texts[-1] == "and again"
+                    reply = {"jsonrpc": "2.0", "id": again["id"], "result": CLIENT_ANSWER}
+                    assert http.post(server.url, json=reply, headers=legacy).status_code == 202
+                    answered = [
+                        json.loads(line.removeprefix("data:"))
+                        for line in lines
+                        if line.startswith("data:")
+                    ]
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert answered[-1]["id"] == "call", answered
+    assert answered[-1]["result"]["structuredContent"]["status"] == "completed", answered
+
+
+def test_a_client_that_stops_reading_its_get_stream_still_gets_its_answers(
+    tmp_path: Path,
+) -> None:
+    """A client that stopped reading its GET stream while the server had much to send there
+    (updates of the resources it watches) got no answer to any request of its session once
+    that stream's buffer was full: the SDK's router passes on the session's messages in turn
+    and waited for room there. The stream is now closed once the client has read nothing of
+    it for --notification-timeout seconds with messages waiting behind it (what it did not
+    read is kept for a resume)."""
+    server = Served(tmp_path, "--token-file", str(token_file(tmp_path)), *STALL_TIMEOUT)
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            other = sampling_session(http, server.url)
+            watched = [
+                call_tool(http, server.url, other, "session_create", {})["id"] for _ in range(25)
+            ]
+            for uri in (f"session://{w}{end}" for w in watched for end in RESOURCE_ENDS):
+                subscribe: dict[str, Any] = {"jsonrpc": "2.0", "id": uri}
+                subscribe |= {"method": "resources/subscribe", "params": {"uri": uri}}
+                assert http.post(server.url, json=subscribe, headers=legacy).status_code == 200
+            with socket.socket() as stuck:
+                stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                stuck.connect(("127.0.0.1", server.port))
+                head = "".join(f"{k}: {v}\r\n" for k, v in legacy.items() if k != "Accept")
+                stuck.sendall(
+                    f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{head}"
+                    "Accept: text/event-stream\r\n\r\n".encode()
+                )
+                stuck.recv(1)  # its answer began: the stream is open, and read no more
+                # Another client writes to the sessions it watches until their updates fill
+                # the sockets and the stream's buffer, and the notifier finds the session's
+                # messages waiting (or the stream closed).
+                entry = {"type": "message", "role": "user", "content": "hi"}
+                for _ in range(40):  # (a bound, for the test)
+                    if any(said in server.banner() for said in STALLED):
+                        break
+                    for session_id in watched:
+                        append = {"session_id": session_id, "entry": entry}
+                        call_tool(http, server.url, other, "session_append", append)
+                ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
+                answered = http.post(server.url, json=ping, headers=legacy, timeout=10)
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert answered.status_code == 200 and '"id":"after"' in answered.text, answered.text
+    assert "closed event stream _GET_stream" in server.banner()
+
+
+RESOURCE_ENDS = ("", "/tree", "/context", "/export.jsonl")
+# The server's words once a client's stream stalls the session: the notifier drops it (the
+# router waits for room on its GET stream), or the stream is closed.
+STALLED = ("legacy connection dropped from notifications", "closed event stream")
+STALL_TIMEOUT = ("--notification-timeout", "0.5")
+
+
+def token_file(tmp: Path) -> Path:
+    token = tmp / "http.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return token
+
+
 def test_a_client_that_goes_before_its_body_ends_leaves_no_error_in_the_log(
     tmp_path: Path,
 ) -> None:
@@ -937,3 +1070,52 @@ def test_junk_requests_with_stderr_never_read_do_not_freeze_the_http_server(
         server.stop()
     stderr = present(server.process.stderr).read()
     assert "Invalid HTTP request received" in stderr
+
+
+def test_calls_left_under_way_by_dropped_streams_are_bounded_per_session(
+    tmp_path: Path,
+) -> None:
+    """Over HTTP a dropped stream is no cancel: its call goes on. A client that dropped each
+    call's stream and sent another (2,000 of them waiting 600 s each) grew the server without
+    bound; past MAX_IN_FLIGHT calls under way a session's next request is refused, saying
+    why and what to do, and once some end it is served again."""
+    with (
+        slow_server(tmp_path, SLOW_SERVER_MAX_IN_FLIGHT="3") as url,
+        httpx.Client(timeout=10) as http,
+    ):
+        legacy = sampling_session(http, url)
+
+        def call(request_id: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            params = {"name": name, "arguments": arguments}
+            return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+        started = http.post(
+            url, json=call(1, "agent_run", {"prompt": "silent 60", "wait": False}), headers=legacy
+        )
+        run_id = json.loads(
+            next(line[5:] for line in started.text.splitlines() if line.startswith("data:"))
+        )
+        run_id = run_id["result"]["structuredContent"]["runId"]
+        waiting = {"run_id": run_id, "wait_seconds": 60}
+        for request_id in (2, 3, 4):  # each stream dropped as soon as the call is under way
+            with http.stream(
+                "POST", url, json=call(request_id, "agent_status", waiting), headers=legacy
+            ) as dropped:
+                assert dropped.status_code == 200
+        ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+        refused = http.post(url, json=ping, headers=legacy)
+        assert refused.status_code == 429, refused.text
+        said = refused.json()["error"]["message"]
+        assert "3 requests unanswered" in said and "notifications/cancelled" in said
+        for request_id in (2, 3, 4):
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request_id},
+            }
+            assert http.post(url, json=cancel, headers=legacy).status_code == 202
+        deadline = time.monotonic() + 10
+        while (served := http.post(url, json=ping, headers=legacy)).status_code == 429:
+            assert time.monotonic() < deadline, "the cancelled calls never ended"
+            time.sleep(0.05)
+        assert served.status_code == 200

@@ -396,6 +396,7 @@ class Chat:
 
     async def _tree(self, argument: str) -> None:
         from mcp_agent.cli.render import session_tree
+        from mcp_agent.sessions.repo import linked_origin
 
         if argument not in ("", "full"):
             self.refuse("usage: /tree or /tree full (every entry)")
@@ -408,7 +409,9 @@ class Chat:
         width, full = out().width, argument == "full"
 
         def draw() -> Any:
-            return session_tree(session, full, width, full_hint="/tree full shows all")
+            started = linked_origin(self.state.repo, session.header)
+            hint = "/tree full shows all"
+            return session_tree(session, full, width, full_hint=hint, started=started)
 
         out().print(await self.state.offload(draw))
 

@@ -72,8 +72,13 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
+    from mcp_agent.sessions.repo import mark_linked
+
     with opened_repo(db, folders=True, create=False) as repo:
         page = repo.list(query=search, limit=limit, cursor=cursor)
+        mark_linked(repo, page.items)
+        # A folder's files that could not be read (a line damaged inside): left out, and why.
+        skipped = list(getattr(repo, "skipped", {}).values())
     if as_json:
         emit_json(
             {"sessions": [s.to_json_dict() for s in page.items], "nextCursor": page.next_cursor}
@@ -82,6 +87,11 @@ def list_sessions(
     if not page.items:
         if search or cursor:
             err().print("no sessions match" if search else "no more sessions", style="dim")
+        elif skipped:
+            files = f"{len(skipped)} session file{'s' if len(skipped) > 1 else ''}"
+            err().print(f"no session could be read: {files} left out, unreadable:")
+            for why in skipped[:5]:
+                err().print(f"  {why}", soft_wrap=True)
         else:
             hint = f'no sessions yet (start one with `{PROG} run "…"` or `{PROG} chat`)'
             err().print(hint, style="dim")

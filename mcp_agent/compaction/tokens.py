@@ -89,7 +89,7 @@ def _usable_usage(message: BaseMessage, stale_before: int | None) -> Usage | Non
         return None
     if message.stop_reason in (StopReason.ERROR, StopReason.ABORTED):
         return None
-    if stale_before is not None and message.timestamp <= stale_before:
+    if stale_before is not None and message.timestamp < stale_before:
         return None
     return message.usage if calculate_context_tokens(message.usage) > 0 else None
 
@@ -97,8 +97,10 @@ def _usable_usage(message: BaseMessage, stale_before: int | None) -> Usage | Non
 def estimate_context_tokens(messages: Sequence[BaseMessage]) -> ContextEstimate:
     """The context size: the newest usable assistant usage plus estimates for what follows.
     Error and aborted answers carry no usable usage and count for nothing (they are not
-    sent); neither does an answer from before the
-    newest compaction summary in ``messages`` (it measured the context before compaction)."""
+    sent); neither does an answer begun before the newest compaction summary in ``messages``
+    (it measured the context before compaction). One begun in the compaction's millisecond
+    came after it: pi writes the compaction, the next question and the answer's start within
+    one millisecond, and takes that answer's usage as the context's size."""
     summaries = [m.timestamp for m in messages if isinstance(m, CompactionSummaryMessage)]
     stale_before = max(summaries) if summaries else None
     for index in range(len(messages) - 1, -1, -1):

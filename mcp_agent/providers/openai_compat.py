@@ -475,7 +475,11 @@ class _StreamState:
                 fields = self._text_fields
                 if fields is None:  # no text yet: it may open with <think>
                     self._before_text(content)
-                elif self._unsure_text and self._closes_think(fields["text"], content):
+                elif (
+                    self._unsure_text
+                    and ">" in content  # a </think> ends here or nowhere in this delta
+                    and self._closes_think(fields["text"], content)
+                ):
                     pass
                 else:
                     # block.text += content, growing the string in place (see append_str)

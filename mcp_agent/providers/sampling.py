@@ -111,13 +111,15 @@ class ClientChannel:
         return self.request_id is not None and (self.stream_open is None or self.stream_open())
 
     async def reachable(self) -> None:
-        """Return once a request sent now reaches the client; ClientNotListening if it opens
-        no stream to be asked on within ``listen_wait`` seconds."""
+        """Return once a request sent now reaches the client (on the request's stream, or on
+        the connection's); ClientNotListening if it opens neither within ``listen_wait``
+        seconds."""
         if self.listening is None or self.on_request_stream():
             return
         with anyio.move_on_after(self.listen_wait):
-            # Looked at again and again: the SDK tells no one when a GET stream opens.
-            while not self.listening():  # noqa: ASYNC110
+            # Looked at again and again: the SDK tells no one when a stream opens (a GET
+            # stream, or the request's resumed with Last-Event-ID).
+            while not self.listening() and not self.on_request_stream():  # noqa: ASYNC110
                 await anyio.sleep(LISTEN_POLL_SECONDS)
             return
         where = (

@@ -93,9 +93,9 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
             max_connections=settings.db_threads + 4,
             statement_timeout=settings.statement_timeout(),
         )
-        leases: LeaseBook = PostgresLeases(repo.database)
-        repo.database.session_guard = leases.guard
-        return repo, leases, RunBoard(repo.database, leases.owner)
+        pg_leases = PostgresLeases(repo.database, presence=True)
+        repo.database.session_guard = pg_leases.guard
+        return repo, pg_leases, RunBoard(repo.database, pg_leases.owner, pg_leases)
     # The repo first: it refuses a file that is not a session database before the leases'
     # table is written into it.
     local = open_repo(settings)

@@ -19,11 +19,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_agent.runtime.settings import lease_seconds_from_env
 from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.sqlite.database import refuse_foreign
+
+if TYPE_CHECKING:
+    from mcp_agent.runtime.presence import Presence
 
 log = logging.getLogger(__name__)
 
@@ -295,13 +298,29 @@ def _sqlite_lease(conn: sqlite3.Connection, session_id: str) -> Lease | None:
 
 class PostgresLeases(LeaseBook):
     """Leases in a PostgreSQL session database (its ``session_leases`` table), timed by the
-    database's clock: replicas on several machines need not agree on the time."""
+    database's clock: replicas on several machines need not agree on the time.
 
-    def __init__(self, database: Any) -> None:  # a sessions.postgres.PostgresDatabase
+    With ``presence`` (a server's), this process holds a presence lock (runtime.presence):
+    the lease of a process whose lock is gone binds no longer, on any machine, as soon as the
+    database has found its connection closed, not once the lease expires."""
+
+    def __init__(self, database: Any, presence: bool = False) -> None:  # a PostgresDatabase
         super().__init__()
         self.database = database
+        self.presence: Presence | None = None
+        if presence:
+            from mcp_agent.runtime.presence import Presence, live_owner
+
+            self.owner = live_owner()
+            self.presence = Presence(database.url, self.owner)
+
+    def gone_sql(self, owner_column: str) -> str:
+        """SQL true where ``owner_column`` names a process known gone (see ``presence``)."""
+        return self.presence.gone_sql(owner_column) if self.presence is not None else "false"
 
     def close(self) -> None:
+        if self.presence is not None:
+            self.presence.close()
         try:
             self.database.write(
                 lambda conn: conn.execute(
@@ -315,8 +334,8 @@ class PostgresLeases(LeaseBook):
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         sql = (
             "SELECT session_id, holder, owner, host, pid, expires,"
-            " extract(epoch FROM clock_timestamp())::float8"
-            " FROM session_leases WHERE session_id = %s"
+            " extract(epoch FROM clock_timestamp())::float8,"
+            f" {self.gone_sql('owner')} FROM session_leases WHERE session_id = %s"
         )
         if conn is None:
             rows = self.database.read(sql, (session_id,))
@@ -324,9 +343,9 @@ class PostgresLeases(LeaseBook):
             rows = conn.execute(sql, (session_id,)).fetchall()
         if not rows:
             return None
-        *fields, now = rows[0]
+        *fields, now, gone = rows[0]
         lease = Lease(*fields)
-        return lease if self._alive(lease, now) else None
+        return lease if not gone and self._alive(lease, now) else None
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
         def work(conn: Any) -> Lease | None:

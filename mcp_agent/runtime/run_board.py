@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from mcp_agent.messages import Usage
 from mcp_agent.runtime.errors import TooManyRuns
-from mcp_agent.runtime.leases import LEASE_SECONDS, RENEW_WITHIN
+from mcp_agent.runtime.leases import LEASE_SECONDS, RENEW_WITHIN, PostgresLeases
 from mcp_agent.sessions.entries import clip_long
 
 PUBLISH_EVERY = 0.5
@@ -142,9 +142,11 @@ def undelivered_note(quoted: list[str], more: int = 0) -> str:
 
 
 class RunBoard:
-    def __init__(self, database: Any, owner: str) -> None:  # a PostgresDatabase
-        self.database = database
+    def __init__(self, database: Any, owner: str, leases: PostgresLeases | None = None) -> None:
+        self.database = database  # a PostgresDatabase
         self.owner = owner
+        # Whose owners are known gone (their presence lock: runtime.presence).
+        self.leases = leases
 
     def publish(self, records: list[RunRecord]) -> list[Command]:
         """Write the state of runs of this replica; returns the messages still waiting for
@@ -245,16 +247,17 @@ class RunBoard:
 
         self.database.write(work, within=RENEW_WITHIN)
 
-    @staticmethod
-    def _end_stopped(conn: Any, run_id: str | None = None) -> None:
-        """End the runs whose replica stopped renewing them; the commands left for them go
+    def _end_stopped(self, conn: Any, run_id: str | None = None) -> None:
+        """End the runs whose replica stopped renewing them, or is known gone (its presence
+        lock no longer held: killed, its machine lost); the commands left for them go
         (no one will take them), and the messages among them are quoted in the run's
         warnings, as those a run ended before taking are: their senders were told they were
         queued."""
         only = " AND id = %s" if run_id is not None else ""
+        gone = self.leases.gone_sql("owner") if self.leases is not None else "false"
         ended = conn.execute(
             f"UPDATE runs SET status = 'error', error = %s, finished = {_NOW}"
-            f" WHERE status = 'running' AND expires < {_NOW}{only} RETURNING id",
+            f" WHERE status = 'running' AND (expires < {_NOW} OR {gone}){only} RETURNING id",
             (STOPPED, *((run_id,) if run_id is not None else ())),
         ).fetchall()
         if not ended:

@@ -54,6 +54,7 @@ from mcp_agent.providers.base import (
     is_transient_error,
 )
 from mcp_agent.sessions.context import SessionContext
+from mcp_agent.sessions.errors import Unreachable
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 from mcp_agent.wire import one_line
@@ -76,6 +77,12 @@ class RetrySettings:
     def delay(self, attempt: int) -> float:
         return min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
 
+
+# How long a run waits for its session's database to come back before it ends on the outage
+# (a PostgreSQL restart or failover takes seconds), and the waits between tries.
+OUTAGE_WAIT_S = 30.0
+OUTAGE_FIRST_WAIT_S = 0.25
+OUTAGE_LAST_WAIT_S = 4.0
 
 _SettingChanges = tuple[tuple[str, str] | None, str | None, list[str] | None]
 
@@ -215,15 +222,32 @@ class SessionAgent(Agent):
     # --- the Agent's hooks ------------------------------------------------------------------
 
     async def _save(self, message: BaseMessage) -> None:
-        await self.offload(lambda: self.session.append_message(message))
+        await self._write(lambda: self.session.append_message(message))
+
+    async def _write(self, work: Callable[[], object]) -> None:
+        """``work``, a write to the session, offloaded. The database out of reach (a restart,
+        a failover) refuses a write with nothing written: the run waits for it a while, and
+        does not end there, its answer (paid for) kept from its session."""
+        delay = OUTAGE_FIRST_WAIT_S
+        deadline = anyio.current_time() + OUTAGE_WAIT_S
+        while True:
+            try:
+                await self.offload(work)
+                return
+            except Unreachable as error:
+                if anyio.current_time() + delay > deadline:
+                    raise
+                log.info("%s; the run waits %.1f s and writes again", one_line(error), delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, OUTAGE_LAST_WAIT_S)
 
     async def _record_settings(self, settings: bool | None = None) -> None:
         """Record model, thinking level and active tools where they differ from the session.
         During a run only the tools are recorded (they change with tool results); a model or
         thinking level set meanwhile is recorded when the run ends, when it takes effect."""
-        changes = self._unrecorded_settings(settings)
-        if changes != (None, None, None):
-            await self.offload(lambda: self._write_settings(changes))
+        if self._unrecorded_settings(settings) != (None, None, None):
+            # Asked again at each try: what a try wrote before the outage is not written twice.
+            await self._write(lambda: self._write_settings(self._unrecorded_settings(settings)))
 
     def _settings_changed(self) -> None:
         # Outside a run a setter's change is written at once, on the caller's thread.

@@ -28,6 +28,8 @@ REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
 STATEMENT_TIMEOUT_ENV = "MCP_AGENT_DB_STATEMENT_TIMEOUT"
+# The shortest lease whose renewals get time enough (see lease_seconds_from_env).
+MIN_LEASE_SECONDS = 6.0
 # Progress beats at most this often: a waiting client (and the event loop) is not flooded.
 MIN_PROGRESS_INTERVAL = 0.1
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
@@ -41,8 +43,20 @@ class SettingError(ValueError):
 
 
 def lease_seconds_from_env() -> float:
-    """How long a lease outlives its process: MCP_AGENT_LEASE_SECONDS, 1 to 3600 (default 30)."""
-    return _bounded_seconds_from_env(LEASE_ENV, 30)
+    """How long a lease outlives its process: MCP_AGENT_LEASE_SECONDS, ``MIN_LEASE_SECONDS`` to
+    3600 (default 30). A lease is renewed every third of it, and each renewal given up after a
+    sixth (runtime.leases): a shorter lease left its renewal too little time (0.5 s at 3 s,
+    0.17 s at 1 s) to wait for a pooled connection of a busy server or to reach a distant
+    database, and the leases of live runs lapsed."""
+    return _bounded_seconds_from_env(
+        LEASE_ENV,
+        30,
+        low=MIN_LEASE_SECONDS,
+        too_low=": a lease is renewed every third of it and each renewal is given up after a"
+        f" sixth, under {MIN_LEASE_SECONDS / 6:g} s below {MIN_LEASE_SECONDS:g} s, too little for"
+        " a busy server or a distant database (the leases of live runs would lapse); a killed"
+        " replica is known gone at once anyway",
+    )
 
 
 def statement_timeout_from_env() -> float:
@@ -51,14 +65,21 @@ def statement_timeout_from_env() -> float:
     return _bounded_seconds_from_env(STATEMENT_TIMEOUT_ENV, 90)
 
 
-def _bounded_seconds_from_env(name: str, default: int) -> float:
+def _bounded_seconds_from_env(
+    name: str, default: int, low: float = 1.0, too_low: str = ""
+) -> float:
+    """The seconds ``name`` gives, ``low`` to 3600; ``too_low`` says why a positive number
+    under ``low`` will not do."""
     text = os.environ.get(name) or str(default)
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
-    if not 1 <= seconds <= 3600:
-        raise SettingError(f"{name} must be a number of seconds from 1 to 3600, not {text!r}")
+    if not low <= seconds <= 3600:
+        why = too_low if 0 < seconds < low else ""
+        raise SettingError(
+            f"{name} must be a number of seconds from {low:g} to 3600, not {text!r}{why}"
+        )
     return seconds
 
 

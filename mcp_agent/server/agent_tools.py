@@ -28,7 +28,7 @@ from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page, utf8_size
 from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
-from mcp_agent.server.tool_errors import tool_errors
+from mcp_agent.server.tool_errors import GIVEN, tool_errors
 from mcp_agent.sessions.entries import iso_time
 from mcp_agent.wire import one_line
 
@@ -73,7 +73,7 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         prompt: Annotated[str, Field(description="what to ask the agent")],
         session_id: Annotated[
-            str | None, Field(description="continue this session; omitted: a new session")
+            str | None, Field(description="continue this session; omitted: a new session"), GIVEN
         ] = None,
         agent: Annotated[
             str | None,

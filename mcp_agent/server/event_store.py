@@ -162,6 +162,11 @@ class SessionEvents(EventStore):
         # The requests to the client not answered yet, by id as text, oldest first: the
         # stream each was sent on, the request and its text.
         self._asked: OrderedDict[str, tuple[StreamId, JSONRPCRequest, str]] = OrderedDict()
+        # What to call once the answer to a client's request (by its stream) is stored, or the
+        # session ends: one each of its requests under way (``when_answered``).
+        self._answer_waits: dict[StreamId, Callable[[], None]] = {}
+        # Told the stream of each request to the client stored (the transport's).
+        self.asked: Callable[[StreamId], None] | None = None
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         self._budget.let_go_of_answered()
@@ -191,6 +196,9 @@ class SessionEvents(EventStore):
                 self.drop_oldest(stream)
         if isinstance(message, JSONRPCResponse | JSONRPCError) and stream_id != GET_STREAM_KEY:
             stream.finished = True
+            answered = self._answer_waits.pop(stream_id, None)
+            if answered is not None:
+                answered()
             if kept and stream.events:
                 self._budget.answered(stream)
             else:
@@ -201,6 +209,8 @@ class SessionEvents(EventStore):
             self._asked[str(message.id)] = (stream_id, message, text)
             while len(self._asked) > ASKED_KEPT:
                 del self._asked[next(iter(self._asked))]
+            if self.asked is not None:
+                self.asked(stream_id)
         elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
             # The server no longer waits for it (the SDK tells the client so).
             self._asked.pop(str((message.params or {}).get("requestId")), None)
@@ -212,6 +222,14 @@ class SessionEvents(EventStore):
             while len(self._texts) > SENT_TEXTS:
                 del self._texts[next(iter(self._texts))]
         return event_id
+
+    def when_answered(self, stream_id: StreamId, answered: Callable[[], None] | None) -> None:
+        """Calls ``answered`` once the answer on ``stream_id`` (a request's) is stored, or the
+        session ends; None: no longer."""
+        if answered is None:
+            self._answer_waits.pop(stream_id, None)
+        else:
+            self._answer_waits[stream_id] = answered
 
     def unanswered(self, stream_id: StreamId) -> list[tuple[JSONRPCRequest, str]]:
         """The requests sent on ``stream_id`` that the client has not answered, oldest first,
@@ -304,6 +322,9 @@ class SessionEvents(EventStore):
             self.forget(stream)
         self._texts.clear()
         self._asked.clear()
+        waits, self._answer_waits = self._answer_waits, {}
+        for answered in waits.values():
+            answered()
 
 
 # An event id of ours: two numbers of ASCII digits (a header may carry any Latin-1 text, '²'

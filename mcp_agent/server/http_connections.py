@@ -32,6 +32,8 @@ REQUEST_HEAD_SECONDS = 30.0
 # read: a link this slow moves the largest body taken (4 MiB) in about an hour; a client that
 # moves less holds a connection, and the memory of its answers, for nothing.
 MIN_BYTES_PER_SECOND = 1024
+# How long a connection is kept open for a client's next request (uvicorn's own default).
+KEEP_ALIVE_SECONDS = 5.0
 
 
 def unsent(transport: asyncio.WriteTransport) -> int:
@@ -50,11 +52,24 @@ def unsent(transport: asyncio.WriteTransport) -> int:
     return transport.get_write_buffer_size() + queued
 
 
+def waiting(transport: asyncio.BaseTransport) -> bool:
+    """Whether bytes from the client wait in the kernel, not yet read (Linux)."""
+    with contextlib.suppress(ImportError, OSError, AttributeError, ValueError):
+        import fcntl
+        import termios
+
+        sock = transport.get_extra_info("socket")
+        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        return bool(struct.unpack("i", answer)[0])
+    return False
+
+
 def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
     """uvicorn's protocol (``http="auto"``) with a deadline of ``seconds``
     (``REQUEST_HEAD_SECONDS``) for each request's head, for its body and for reading the
     answers, as above."""
     deadline = REQUEST_HEAD_SECONDS if seconds is None else seconds
+    keep_alive = KEEP_ALIVE_SECONDS
     base: Any = AutoHTTPProtocol
 
     # uvicorn's protocols (httptools, h11) share these names: the request being served is
@@ -74,7 +89,22 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
+            self.timeout_keep_alive = keep_alive
             self._await_head()
+
+        def timeout_keep_alive_handler(self) -> None:
+            """Closes a kept-alive connection that sent nothing more, unless its next request
+            waits unread: one that came while the server was stopped (SIGSTOP, its machine
+            paused). Woken from such a stop, asyncio's loop (without uvloop) reads nothing in
+            its first turn (Python's epoll gives no events when a wait interrupted so is past
+            its deadline) and runs the timers then due, so closing dropped a request sent in
+            time, unanswered (an MCP client's transport, and the client, failed with it)."""
+            if waiting(self.transport):
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    keep_alive, self.timeout_keep_alive_handler
+                )
+                return
+            super().timeout_keep_alive_handler()
 
         def data_received(self, data: bytes) -> None:
             before = self.cycle
@@ -123,7 +153,9 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
 
         def _head_late(self) -> None:
             self._head_timer = None
-            if self._idle() and not self.transport.is_closing():
+            if waiting(self.transport):  # came while the server was stopped: read it first
+                self._await_head()
+            elif self._idle() and not self.transport.is_closing():
                 self.transport.close()
 
         def _await_body(self) -> None:
@@ -144,7 +176,7 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
                 return
             earned = self._body_started + deadline + self._body_bytes / MIN_BYTES_PER_SECOND
             now = self.loop.time()
-            if self.flow.read_paused or now < earned:
+            if self.flow.read_paused or now < earned or waiting(self.transport):
                 self._body_timer = self.loop.call_at(max(earned, now + 1.0), self._body_due)
                 return
             self.transport.close()

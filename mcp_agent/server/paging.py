@@ -84,12 +84,16 @@ def fits_whole(size: int) -> bool:
     return size <= WHOLE_MAX
 
 
-def check_whole(size: int, what: str = "this answer", elsewhere: str = "") -> None:
+def check_whole(
+    size: int, what: str = "this answer", elsewhere: str = "", so_far: bool = False
+) -> None:
     """A ToolError when ``size`` bytes (as sent: see ``WHOLE_MAX``), asked for whole, pass
-    ``WHOLE_MAX``; ``elsewhere``: another way to the whole, said after the pages."""
+    ``WHOLE_MAX``; ``elsewhere``: another way to the whole, said after the pages; ``so_far``:
+    ``size`` is what was made before the rest was left unmade (the answer is larger)."""
     if not fits_whole(size):
+        said = f"over {size:,} bytes" if so_far else f"{size:,} bytes"
         raise ToolError(
-            f"{what} asked for whole (limit=0) is {size:,} bytes, more than the"
+            f"{what} asked for whole (limit=0) is {said}, more than the"
             f" {WHOLE_MAX >> 20} MiB one answer holds: ask for pages (a limit of 1 to"
             f" {MAX_LIMIT}, then each answer's nextCursor){elsewhere}"
         )

@@ -30,6 +30,7 @@ from mcp_agent.server.session_reads import (
 )
 from mcp_agent.server.session_tools import session_info
 from mcp_agent.server.strict import URI_CHARS, long_uri
+from mcp_agent.server.tool_errors import check_given
 from mcp_agent.server.viewer.apps import viewer_resource
 from mcp_agent.sessions import Session, SessionError
 from mcp_agent.sessions.entries import CWD_CHARS, METADATA_CHARS, clip_long, json_chars
@@ -41,10 +42,6 @@ JSON = "application/json"
 JSONL = "application/x-ndjson"
 # A session's name as a listed resource's name and title.
 LISTED_NAME_CHARS = 200
-# The tree resource whole up to here (a node is about 300 bytes of JSON); past it the newest
-# nodes, read from the session's index instead of every entry (100,000 made 25 MB).
-TREE_NODES = 5_000
-TREE_BYTES = 4 << 20
 
 
 def _dump(data: Any) -> str:
@@ -67,18 +64,20 @@ def _bounded_header(session: Session) -> dict[str, Any]:
     return header
 
 
+_LISTED = "session_list or resources/list shows the sessions"
+
+
 def _read_session(session_id: str, read: Callable[[], T]) -> T:
     """What ``read`` makes of the session, a session error (no such session, one deleted
     while it is read, a damaged file) said as a resource error: the SDK hides the text of
-    any other exception, and logs its traceback."""
+    any other exception, and logs its traceback. An empty or blank id is refused as such."""
+    check_given("session_id", session_id, _LISTED)
     try:
         return read()
     except SessionError as error:
         if error.code == "not_found":
             shown = clip_long(session_id, 100)
-            raise ResourceNotFoundError(
-                f"no session {shown!r}; session_list or resources/list shows the sessions"
-            ) from None
+            raise ResourceNotFoundError(f"no session {shown!r}; {_LISTED}") from None
         raise ResourceNotFoundError(f"session {clip_long(session_id, 100)!r}: {error}") from None
 
 
@@ -159,19 +158,22 @@ def register(server: MCPServer) -> None:
         "session://{session_id}/tree",
         name="session-tree",
         mime_type=JSON,
-        description="The entries of a session as flat nodes (parent, children, label, preview):"
-        f" every one, or past {TREE_NODES:,} the newest, with where to read the rest",
+        description="The newest entries of a session as flat nodes (parent, children, label,"
+        " preview): a page, as session_get with view tree gives by default, with where to read"
+        " the rest",
     )
     async def session_tree(session_id: str, ctx: Context) -> str:
         def render(session: Session) -> str:
-            nodes, page = tree_page(session, None, TREE_NODES, TREE_BYTES)
+            # The page session_get's tree view gives by default, bounded in bytes as it is (a
+            # 33,000-entry session's 5,000 newest nodes were 3 MB).
+            nodes, page = tree_page(session, None, DEFAULT_LIMIT)
             return _dump(
                 {
                     "leafId": session.leaf_id,
                     "total": page.total,
                     "truncated": page.truncated,
-                    "more": f"the {page.start:,} older nodes: session_get with view tree and"
-                    f" cursor {page.next_cursor!r}"
+                    "more": f"the {page.start:,} older nodes: session_get with view 'tree' and"
+                    f" cursor {page.next_cursor!r}, then each answer's nextCursor"
                     if page.truncated
                     else None,
                     "nodes": [json.loads(text) for text in nodes],
@@ -213,6 +215,7 @@ def register(server: MCPServer) -> None:
         " refusal says where it is)",
     )
     async def session_entry(session_id: str, entry_id: str, ctx: Context) -> str:
+        check_given("session_id", session_id, _LISTED)
 
         def render(session: Session) -> str:
             entry = session.get_entry(entry_id)

@@ -94,6 +94,9 @@ class ResumableTransport(StreamableHTTPServerTransport):
     _session_version: str | None = None
     # How long a request to the client whose stream closed waits for the client to come back.
     client_stream_wait = 30.0
+    # How long a resumable stream's client may leave its events unread while the session's
+    # other messages wait behind them, before the stream is closed (--notification-timeout).
+    stalled_send_timeout = 5.0
     # The streams that closed with requests to the client unanswered, each with when (in the
     # order they closed; made on first use), whether a task watches for their wait to end,
     # and the task group such a task runs in (the session's, while it is connected).
@@ -101,9 +104,20 @@ class ResumableTransport(StreamableHTTPServerTransport):
     _watching = False
     _tasks: TaskGroup | None = None
 
-    def make_resumable(self) -> None:
-        """Readies a transport made as the SDK's and given this class."""
+    def make_resumable(self, events: SessionEvents) -> None:
+        """Readies a transport made as the SDK's and given this class, keeping its streams'
+        events in ``events``."""
         self._request_streams = _Streams(self._request_streams)
+        self._event_store = events
+        events.asked = self._asked_on
+
+    def _asked_on(self, key: StreamId) -> None:
+        """A request to the client was stored to go on the stream ``key``. One whose stream
+        is closed (it closed as the request was sent: the SDK keeps the request for a resume
+        and sends it nowhere) waits for the client to come back, as do those left unanswered
+        when it closed (before, no wait began, and it waited for good)."""
+        if key not in self._request_streams:
+            self._stream_closed(key)
 
     @asynccontextmanager
     async def connect(self) -> AsyncGenerator[tuple[Any, Any], None]:
@@ -202,24 +216,36 @@ class ResumableTransport(StreamableHTTPServerTransport):
                 # resume of this stream goes on from where it starts).
                 again = [text for _, text in store.unanswered(key)]
 
+        sent = [0]  # events the client took: a watch closes the stream once it takes none
+
+        async def send_all() -> None:
+            if primed:
+                await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
+            for text in again:
+                await writer.send({"event": "message", "data": text})
+                sent[0] += 1
+            for event_id, text in events:
+                await writer.send({"event": "message", "data": text, "id": event_id})
+                sent[0] += 1
+            if tail is None:
+                return
+            async with tail[1]:
+                async for event_message in tail[1]:
+                    await writer.send(self._create_event_data(event_message))
+                    sent[0] += 1
+                    if _answers(event_message, key):
+                        break
+
         async def sender() -> None:
             try:
-                async with writer:
-                    if primed:
-                        await writer.send({"id": last_event_id, "data": "", "retry": RETRY_MS})
-                    for text in again:
-                        await writer.send({"event": "message", "data": text})
-                    for event_id, text in events:
-                        await writer.send({"event": "message", "data": text, "id": event_id})
-                    if tail is None:
-                        return
-                    async with tail[1]:
-                        async for event_message in tail[1]:
-                            await writer.send(self._create_event_data(event_message))
-                            if _answers(event_message, key):
-                                break
-            except anyio.ClosedResourceError:
-                log.debug("replayed stream %s closed", key)
+                async with writer, anyio.create_task_group() as watch:
+                    if tail is not None:
+                        watch.start_soon(self._close_when_stalled, key, writer, tail[1], sent)
+                    try:
+                        await send_all()
+                    except anyio.ClosedResourceError:
+                        log.debug("replayed stream %s closed", key)
+                    watch.cancel_scope.cancel()
             finally:
                 if tail is not None and self._let_go(key, tail[1], writer):
                     self._stream_closed(key)
@@ -237,6 +263,37 @@ class ResumableTransport(StreamableHTTPServerTransport):
         finally:
             await writer.aclose()
             await reader.aclose()
+
+    async def _close_when_stalled(
+        self,
+        key: RequestId,
+        writer: MemoryObjectSendStream[SSEEvent],
+        reader: MemoryObjectReceiveStream[EventMessage],
+        sent: list[int],
+    ) -> None:
+        """Closes the stream ``key`` (its ``writer``) once its client has read nothing for
+        ``stalled_send_timeout`` seconds (``sent`` counts what it took) while the events
+        waiting for it (``reader``) fill its buffer. The SDK's router, which passes on every
+        message of the session in turn, then waits for room there: before, a client that
+        stopped reading its GET stream got no answer to any request of its session until it
+        closed that stream. What it did not read is kept for a resume with Last-Event-ID; a
+        slow reader with nothing waiting behind it is waited for."""
+        seen = -1
+        while True:
+            await anyio.sleep(self.stalled_send_timeout)
+            used = reader.statistics()
+            if sent[0] == seen and used.current_buffer_used >= used.max_buffer_size:
+                break
+            seen = sent[0]
+        log.warning(
+            "closed event stream %s of HTTP session %s: its client read nothing for %g s while"
+            " the session's other messages waited behind it (it may resume it with %s)",
+            key,
+            self.mcp_session_id,
+            self.stalled_send_timeout,
+            LAST_EVENT_ID_HEADER,
+        )
+        writer.close()
 
     async def _run_sse_writer(
         self,

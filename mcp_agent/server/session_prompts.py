@@ -16,6 +16,7 @@ from mcp_agent.messages import ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import TEXT_BYTES, utf8_size
 from mcp_agent.server.session_reads import ENTRY_BYTES
+from mcp_agent.server.tool_errors import HINTS, check_given
 from mcp_agent.sessions import SessionError
 
 # A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_BYTES``),
@@ -32,10 +33,12 @@ def register(server: MCPServer) -> None:
     ) -> list[Message]:
         """The session's context (its current branch, compacted as the model sees it)."""
         state = app_state(ctx)
+        check_given("session_id", session_id, "session_list shows the sessions")
         try:
             context = await state.offload(lambda: state.repo.open(session_id).build_context())
         except SessionError as error:
-            raise MCPError(types.INVALID_PARAMS, f"{error.code}: {error}") from None
+            hint = f" ({HINTS[error.code]})" if error.code in HINTS else ""
+            raise MCPError(types.INVALID_PARAMS, f"{error.code}: {error}{hint}") from None
         from mcp_agent.messages import convert_to_llm
 
         messages: list[Message] = []

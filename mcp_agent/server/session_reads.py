@@ -291,6 +291,10 @@ kept_trees: Kept[tuple[str | None, int], KeptTree] = Kept(
 )
 
 
+# The nodes a tree's page is made by at a time, each block's size added before the next.
+TREE_BLOCK = 1_000
+
+
 def tree_page(
     session: Session, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
 ) -> tuple[list[str], PageOf]:
@@ -313,11 +317,20 @@ def tree_page(
     index, labels, on_branch = tree.index, tree.labels, tree.on_branch
 
     def load(start: int, end: int) -> list[str]:
-        rows = index.nodes[start:end]
-        nodes = stored_tree_nodes(
-            storage, index, rows, labels, on_branch, PREVIEW_CHARS, CHILDREN_SHOWN
-        )
-        return [compact(node) for node in nodes]
+        # A block at a time, measured as it is made: a whole tree too large for one answer is
+        # refused once its nodes so far pass the bound, not after every entry was parsed for
+        # its preview (33,000 entries took 7 s to be refused).
+        texts: list[str] = []
+        made = 0
+        for block in range(start, end, TREE_BLOCK):
+            rows = index.nodes[block : min(end, block + TREE_BLOCK)]
+            nodes = stored_tree_nodes(
+                storage, index, rows, labels, on_branch, PREVIEW_CHARS, CHILDREN_SHOWN
+            )
+            texts += (made_now := [compact(node) for node in nodes])
+            made += sum(len(text.encode()) + 1 for text in made_now)
+            check_whole(made, f"the tree of {len(index.nodes):,} nodes", so_far=True)
+        return texts
 
     return sized_page(len(index.nodes), load, cursor, limit, budget)
 

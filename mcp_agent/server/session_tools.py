@@ -55,7 +55,7 @@ from mcp_agent.server.session_reads import (
     view_entries,
     view_paged_as,
 )
-from mcp_agent.server.tool_errors import tool_errors
+from mcp_agent.server.tool_errors import GIVEN, tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import (
     CWD_CHARS,
@@ -65,14 +65,14 @@ from mcp_agent.sessions.entries import (
     shown_time,
 )
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin
+from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin, mark_linked
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
-SessionId = Annotated[str, Field(description="the session's id (from session_list)")]
+SessionId = Annotated[str, Field(description="the session's id (from session_list)"), GIVEN]
 Limit = Annotated[int | None, Field(ge=0, le=MAX_LIMIT, description=LIMIT_DESCRIPTION)]
 Cursor = Annotated[str | None, Field(description=CURSOR_DESCRIPTION)]
 
@@ -222,6 +222,7 @@ def register(server: MCPServer) -> None:
         def read() -> CallToolResult:
             page = state.repo.list(query=query, limit=limit or 50, cursor=cursor)
             page = page.first(fitting(page.items))
+            mark_linked(state.repo, page.items)
             answer = SessionListResult(
                 sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
             )

@@ -45,6 +45,7 @@ from mcp_types import (
 )
 
 from mcp_agent.pipes import READ_CHUNK, DroppedLine, LineReader, PeerGone, Writer, fd_reads
+from mcp_agent.server.clients import MAX_IN_FLIGHT
 from mcp_agent.server.spliced import SplicingStream, splicing
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import AnsweringStream, dropped_answer, undecodable_answer
@@ -64,12 +65,6 @@ DRAIN_SECONDS = 30.0
 # Our requests to the client still waiting for its reply that are remembered at most (a
 # client that never answers must not grow the set; the oldest is forgotten first).
 MAX_ASKED = 1024
-# Requests of the client read and not yet answered at once: each holds a task, and then its
-# answer until the client reads it, so a client that writes requests without reading answers
-# (100,000 of them took 600 MB) would grow the server without end. Past the bound a request
-# is refused at once; that refusal is written before the next line is read, so a client that
-# reads nothing stops the reading too.
-MAX_IN_FLIGHT = 1000
 
 
 def _is_pipe_or_socket(fd: int) -> bool:

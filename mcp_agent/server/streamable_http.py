@@ -48,7 +48,7 @@ from mcp_agent.runtime.settings import (
     ServerSettings,
     is_loopback,
 )
-from mcp_agent.server.clients import ANSWER_STREAM, AnswerStream
+from mcp_agent.server.clients import ANSWER_STREAM, MAX_IN_FLIGHT, AnswerStream
 from mcp_agent.server.event_store import EventBudget, SessionEvents
 from mcp_agent.server.http_auth import (
     WILDCARD_ADDRESSES,
@@ -190,6 +190,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
     session_prefix = ""
     # How long a request for the client's model waits for a GET stream to go on.
     client_stream_wait = 30.0
+    # How long an event stream whose client reads nothing holds up its session's messages.
+    stalled_send_timeout = 5.0
     # The ids of each 2025 session's requests under way, as text (made on first use: the
     # SDK's manager is turned into this class, not built as one).
     _ids_in_flight: dict[str, set[str]] | None = None
@@ -214,10 +216,10 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         # Resumable: its events are kept (bounded) for a client whose stream drops.
         transport.__class__ = ResumableTransport
         assert isinstance(transport, ResumableTransport)
-        transport.make_resumable()
-        transport._event_store = SessionEvents(self._event_budget)
+        transport.make_resumable(SessionEvents(self._event_budget))
         transport._retry_interval = RETRY_MS
         transport.client_stream_wait = self.client_stream_wait
+        transport.stalled_send_timeout = self.stalled_send_timeout
         if self.session_prefix:
             # Renamed before the opening request is served (which sends the id).
             old = transport.mcp_session_id
@@ -319,34 +321,59 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
             refusal = error_response(409, said, INVALID_REQUEST, request_id)
             await refusal(scope, receive, send)
             return
+        if len(held) >= MAX_IN_FLIGHT:
+            said = (
+                f"Too many requests under way: this session has {len(held):,} requests"
+                f" unanswered (a call whose stream was dropped goes on until it ends), the most"
+                f" one session may have at once; wait for their answers (or cancel some with"
+                f" notifications/cancelled) before sending more"
+            )
+            await error_response(429, said, INTERNAL_ERROR, request_id)(scope, receive, send)
+            return
         held.add(key)
         in_flight = self._ids_in_flight
         released = False
-        # Open until answered or its client goes: a run the request waits on asks the
-        # client's model on this stream only while it is (``client_channel``).
+        transport = self._server_instances.get(session_id)
+        events = transport._event_store if transport is not None else None
+        # Open until answered while a stream of it is (its POST's, or a resume's that took
+        # that one's place): a run the request waits on asks the client's model there
+        # (``client_channel``), else on the GET stream.
         stream = scope[ANSWER_STREAM] = AnswerStream(
-            listening=lambda: self._listening(session_id), listen_wait=self.client_stream_wait
+            on_stream=(lambda: key in transport._request_streams) if transport else None,
+            listening=lambda: self._listening(session_id),
+            listen_wait=self.client_stream_wait,
         )
 
         def release() -> None:  # once: a request with the id may come once it is answered
             nonlocal released
             if not released:
                 released = True
-                stream.open = False
+                stream.answered = True
                 held.discard(key)
                 if not held and in_flight.get(session_id) is held:
                     del in_flight[session_id]
 
+        # Under way until its answer goes (a dropped or replaced stream is no answer: the
+        # request goes on, and its client may resume its stream), or the session ends.
+        dispatched = False
+        if isinstance(events, SessionEvents):
+            events.when_answered(key, release)
+
         async def answering(message: Message) -> None:
-            # Free again once answered, as its client sees it (the handler ends later).
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                release()
+            nonlocal dispatched
+            if message["type"] == "http.response.start":
+                # An event stream: the SDK has passed the request on (its refusals are JSON).
+                dispatched = isinstance(events, SessionEvents) and message["status"] == 200
+                dispatched &= (_header(message, b"content-type") or "").startswith("text/event")
             await send(message)
 
         try:
             await super()._handle_request(scope, receive, answering)
         finally:
-            release()
+            if not dispatched:
+                if isinstance(events, SessionEvents):
+                    events.when_answered(key, None)
+                release()
 
     def _listening(self, session_id: str) -> bool:
         """Whether the 2025 session has its GET stream open (the SDK keeps it among its
@@ -750,6 +777,7 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     assert isinstance(manager.asgi_app, RequestBodyLimitMiddleware), manager.asgi_app
     manager.asgi_app.app = manager._handle_request
     manager.client_stream_wait = settings.client_stream_wait  # type: ignore[attr-defined]
+    manager.stalled_send_timeout = settings.notification_timeout  # type: ignore[attr-defined]
     if settings.replica_name:
         server.session_manager.session_prefix = settings.replica_name + "."  # type: ignore[attr-defined]
     app = SdkRefusals(SplicingHttp(app, server), settings)

@@ -154,6 +154,8 @@ def argument_error(
             del parts[1]
         where = ".".join(parts) or "arguments"
         message = detail["msg"].removeprefix("Input ")
+        if detail["type"] == "value_error":  # ours (tool_errors.GIVEN), said as it is
+            message = str(detail.get("ctx", {}).get("error", message))
         what = _MESSAGES.get(detail["type"], message[:1].lower() + message[1:])
         given = detail.get("input")
         if detail["type"] not in ("missing", "extra_forbidden") and not isinstance(given, dict):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
+from pydantic import AfterValidator
 
 from mcp_agent.manifests import ManifestError
 from mcp_agent.messages import MessageParseError
@@ -15,6 +19,36 @@ from mcp_agent.sessions import SessionError
 HINTS = {
     "not_found": "list sessions with session_list, or entries with session_get",
 }
+
+
+def blank(value: str) -> str | None:
+    """What is wrong with an id given as ``value`` that holds nothing (empty, or only
+    whitespace): refused as such, where looking it up said "session  not found"; None for
+    any other."""
+    if value.strip():
+        return None
+    return "is empty" if not value else "is only whitespace"
+
+
+def _given(value: str | None) -> str | None:
+    if value is not None and (problem := blank(value)) is not None:
+        raise ValueError(problem)
+    return value
+
+
+def check_given(name: str, value: str, hint: str) -> None:
+    """Refuse an id ``value`` that holds nothing (``blank``) as invalid params, in the words of
+    a tool's argument error: the argument's ``name``, what was sent, and ``hint`` (where ids
+    come from). For resource templates and prompts, whose arguments pydantic does not check."""
+    if (problem := blank(value)) is not None:
+        sent = json.dumps(value, ensure_ascii=False)[:60]
+        raise MCPError(INVALID_PARAMS, f"{name} {problem} (got {sent}); {hint}")
+
+
+# A session id argument of a tool: an empty or blank one is refused as such in the tool's
+# argument error (``strict.argument_error``), the argument named. (Not an entry id: an
+# imported file may hold an entry whose id is empty, and pi reads it.)
+GIVEN = AfterValidator(_given)
 
 
 @contextmanager

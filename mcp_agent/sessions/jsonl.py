@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from mcp_agent.sessions.activity import last_activity
+from mcp_agent.sessions.activity import Activity, last_activity
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
@@ -397,8 +397,9 @@ class JsonlSessionRepo(BaseSessionRepo):
             Path, tuple[tuple[int, int], SessionSummary, builtins.list[str] | None]
         ] = {}
         self._listed_chars = 0
-        # Each file's time of last activity, which orders listings, for the same files.
-        self._activity: dict[Path, tuple[tuple[int, int], str]] = {}
+        # Each file's time of last activity, which orders listings, for the same files, and
+        # what its reading learned (a file that grew is read on from there).
+        self._activity: dict[Path, tuple[tuple[int, int], str, Activity | None]] = {}
         # Where each session's file was found, so an open need not search the folders.
         self._paths: dict[str, Path] = {}
         # Sessions opened twice share one index (an append takes up what another index of
@@ -519,14 +520,15 @@ class JsonlSessionRepo(BaseSessionRepo):
         kept = self._activity.get(path)
         if kept is not None and kept[0] == key:
             return kept[1]
+        read: Activity | None = None
         try:
-            modified = last_activity(path, _mtime_text(key))
+            modified, read = last_activity(path, _mtime_text(key), kept[2] if kept else None)
         except OSError:  # said where the listing reads it (it is left out, named)
             modified = _mtime_text(key)
         self._activity.pop(path, None)
         if len(self._activity) >= MAX_LISTED:
             del self._activity[next(iter(self._activity))]
-        self._activity[path] = (key, modified)
+        self._activity[path] = (key, modified, read)
         return modified
 
     def _scan(

@@ -29,6 +29,7 @@ from mcp_agent.sessions.entries import (
     LeafEntry,
     SessionEntry,
     SessionHeader,
+    clip_long,
     entry_to_json,
     file_json,
     file_line,
@@ -45,7 +46,7 @@ from mcp_agent.sessions.storage import (
     moved_leaf,
     stored_pages,
 )
-from mcp_agent.sessions.tree_check import MISSING_NAMED, TreeCheck
+from mcp_agent.sessions.tree_check import TreeCheck
 from mcp_agent.wire import (
     SURROGATE_ESCAPE,
     cut_off_json,
@@ -478,18 +479,13 @@ class SessionStream:
             if self._problem is not None:
                 raise SessionError(self.code, self._problem[1])
             problem = self._tree.first_problem()
-            orphans = self._tree.missing_parents
+            orphans, count = self._tree.missing_parents, self._tree.missing_count
             if problem is None and self._last is not None:
                 self._check_leaf(*self._last)
         finally:
             self._tree.close()
-        for line, parent in orphans[:MISSING_NAMED]:
-            self.notes.append(
-                f"{self.source}:{line}: parentId {parent} points to no entry: the entry is a root"
-                " (as pi shows it)"
-            )
-        if len(orphans) > MISSING_NAMED:
-            self.notes.append(f"{self.source}: more entries whose parent is not in the file")
+        if count:
+            self.notes.append(_missing_parents_note(self.source, orphans, count))
         if problem is None:
             return
         line, kind, entry_id, other = problem
@@ -513,6 +509,19 @@ class SessionStream:
             f"{self.source}:{line}: leaf targetId {last.target_id} points to no entry: the"
             f" session resumes {where} (as pi shows it)"
         )
+
+
+def _missing_parents_note(source: str, named: list[tuple[int, str]], count: int) -> str:
+    """What an import says of the ``count`` entries whose parent is not in the file, the
+    first of them ``named`` (line, parentId): how many, where, and what became of them."""
+    shown = ", ".join(f"line {line}: {clip_long(parent, 100)!r}" for line, parent in named)
+    more = f" and {count - len(named):,} more" if count > len(named) else ""
+    which = "1 entry's parentId points" if count == 1 else f"{count:,} entries' parentIds point"
+    kept = "it is kept as a root" if count == 1 else "each is kept as a root"
+    return (
+        f"{source}: {which} to no entry in the file ({shown}{more}): {kept}, as pi shows it"
+        " (the context of a branch through it starts there)"
+    )
 
 
 def pi_repeats_skipped(rows: Rows) -> Rows:

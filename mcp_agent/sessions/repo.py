@@ -11,7 +11,7 @@ import base64
 import builtins
 import json
 import re
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Self, runtime_checkable
@@ -103,20 +103,46 @@ def linked_origin(repo: SessionRepo, header: SessionHeader) -> dict[str, str | N
     this session reads as it did before the link was looked for."""
     found = started_json(header)
     parent = parent_id(header.parent_session)
-    if found is not None or parent is None or not repo.exists(parent):
+    if found is not None or parent is None:
         return found
+    links = subagent_links(repo, parent)
+    return {"sessionId": parent, "runId": links[header.id]} if header.id in links else None
+
+
+def subagent_links(repo: SessionRepo, parent: str) -> dict[str, str | None]:
+    """The sessions ``parent`` started sub-agents in, by its ``subagent`` entries: each
+    session's id and the run's (or None). Nothing for a parent this store does not have or
+    cannot read."""
+    if not repo.exists(parent):
+        return {}
     try:
-        links = repo.open_read(parent).find_entries("custom")
+        entries = repo.open_read(parent).find_entries("custom")
     except SessionError:
-        return None
-    for entry in links:
+        return {}
+    links: dict[str, str | None] = {}
+    for entry in entries:
         if not isinstance(entry, CustomEntry) or entry.custom_type != SUBAGENT_LINK:
             continue
         data = entry.data
-        if isinstance(data, Mapping) and data.get("sessionId") == header.id:
+        if isinstance(data, Mapping) and isinstance(data.get("sessionId"), str):
             run_id = data.get("runId")
-            return {"sessionId": parent, "runId": run_id if isinstance(run_id, str) else None}
-    return None
+            links[data["sessionId"]] = run_id if isinstance(run_id, str) else None
+    return links
+
+
+def mark_linked(repo: SessionRepo, items: Sequence[SessionSummary]) -> None:
+    """Mark a listing's sub-agent sessions made before headers said so (``linked_origin``):
+    one read of each parent named by a row its header leaves unmarked (a fork's, or such a
+    session's), so a page costs at most a read per row it shows."""
+    read: dict[str, dict[str, str | None]] = {}
+    for item in items:
+        parent = item.parent_session
+        if item.started_by is not None or parent is None:
+            continue
+        if parent not in read:
+            read[parent] = subagent_links(repo, parent)
+        if item.id in read[parent]:
+            item.started_by = {"sessionId": parent, "runId": read[parent][item.id]}
 
 
 @dataclass

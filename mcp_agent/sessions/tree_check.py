@@ -17,11 +17,12 @@ SELECT a.line, a.id, (SELECT min(b.line) FROM ids b WHERE b.id = a.id) FROM ids 
 WHERE EXISTS (SELECT 1 FROM ids b WHERE b.id = a.id AND b.line < a.line)
 ORDER BY a.line LIMIT 1
 """
-_MISSING_PARENTS = """
-SELECT a.line, a.parent FROM ids a
+_MISSING = """
+FROM ids a
 WHERE a.parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ids b WHERE b.id = a.parent)
-ORDER BY a.line
 """
+_MISSING_PARENTS = f"SELECT a.line, a.parent {_MISSING} ORDER BY a.line"
+_MISSING_COUNT = f"SELECT count(*) {_MISSING}"
 _ANY_FORWARD_LINK = """
 SELECT 1 FROM ids a JOIN ids b ON b.id = a.parent WHERE b.line >= a.line LIMIT 1
 """
@@ -59,6 +60,7 @@ class TreeCheck:
         self._batch: list[tuple[int, str, str | None]] = []
         self.count = 0
         self.missing_parents: list[tuple[int, str]] = []
+        self.missing_count = 0
 
     def add(self, line: int, entry_id: str, parent_id: str | None) -> None:
         self._batch.append((line, entry_id, parent_id))
@@ -76,14 +78,19 @@ class TreeCheck:
         also at the other line) or ``cycle`` (id: the first entry whose parent chain does not
         reach a root); None when there is none. An entry whose parent is not in the file is a
         root, as pi shows it (pi writes such files when it branches from below a label): the
-        first ``MISSING_NAMED`` of them are in ``missing_parents`` as (line, parent)."""
+        first ``MISSING_NAMED`` of them are in ``missing_parents`` as (line, parent), and
+        ``missing_count`` says how many there are."""
         self._flush()
         conn = self._conn
         conn.execute("CREATE INDEX ids_id ON ids (id, line)")
         found = conn.execute(_FIRST_DUPLICATE).fetchone()
         if found is not None:
             return found[0], "duplicate", found[1], found[2]
-        self.missing_parents = conn.execute(_MISSING_PARENTS).fetchmany(MISSING_NAMED + 1)
+        self.missing_parents = conn.execute(_MISSING_PARENTS).fetchmany(MISSING_NAMED)
+        if len(self.missing_parents) == MISSING_NAMED:
+            self.missing_count = conn.execute(_MISSING_COUNT).fetchone()[0]
+        else:
+            self.missing_count = len(self.missing_parents)
         if conn.execute(_ANY_FORWARD_LINK).fetchone() is None:
             return None  # each parent comes before its children (none is its own): no cycle
         conn.execute("CREATE INDEX ids_parent ON ids (parent)")

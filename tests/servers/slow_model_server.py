@@ -5,6 +5,7 @@ scripted model that takes its time: ``silent S`` says nothing for S seconds and 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from mcp_agent.providers.scripted import (
 )
 from mcp_agent.runtime.models import ModelOverrides
 from mcp_agent.runtime.settings import ServerSettings
+from mcp_agent.server import streamable_http
 from mcp_agent.server.app import build_server
 from mcp_agent.server.streamable_http import serve_http
 
@@ -42,6 +44,8 @@ async def responder(context: LlmContext) -> ScriptedResponse:
 
 def main() -> None:
     port, folder = int(sys.argv[1]), Path(sys.argv[2])
+    if "SLOW_SERVER_MAX_IN_FLIGHT" in os.environ:  # a bound a test can reach
+        streamable_http.MAX_IN_FLIGHT = int(os.environ["SLOW_SERVER_MAX_IN_FLIGHT"])
     extra: dict[str, Any] = {}
     if len(sys.argv) > 3:
         extra["progress_interval"] = float(sys.argv[3])

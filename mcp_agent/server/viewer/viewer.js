@@ -21,6 +21,7 @@ const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
 const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
+const ENTRIES_PAGE = 1000; // the most entries session_get gives at once
 const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
 
@@ -81,6 +82,8 @@ class HttpTransport {
     this.token = takeToken();
     this.refused = null; // the SignedOut the server answered with, until a token comes
     this.onRefused = () => {};
+    this.wakers = new Set(); // the waits of this tab's streams before their next try
+    this.lost = false; // whether the page's stream is lost (the server away)
   }
 
   /** A token to send from now on: the page asks again. */
@@ -160,6 +163,9 @@ class HttpTransport {
     const { id, response, sent } = await this.post(method, params, name);
     const refused = await this.refusal(response, sent);
     if (refused) throw refused;
+    // the server answers again (the reader's click): the stream is asked for now, not at its
+    // next try, which may be seconds away
+    if (this.lost && response.ok) this.retryNow();
     const type = response.headers.get("content-type") || "";
     let message = null;
     if (type.startsWith("text/event-stream")) {
@@ -187,32 +193,74 @@ class HttpTransport {
     return this.shared ? this.shared.listen(filter, onEvent, onState) : this.listenAlone(filter, onEvent, onState);
   }
 
-  /** This tab's own stream: onEvent for each change until stopped. */
+  /** This tab's own stream: onEvent for each change until stopped. While the server does
+   * not answer, the stream alone is asked again, ever less often (RETRY_FIRST to RETRY_MOST,
+   * with jitter), and nothing else: the page asked for the stream, the list and the session
+   * every 1.5 s for as long as the server was down. Heard again, the page reads what changed
+   * ("reconnected") at once; a request that succeeds meanwhile (the reader's click), the
+   * window shown again or "Try now" try at once (retryNow). */
   listenAlone(filter, onEvent, onState) {
     const controller = new AbortController();
     let stopped = false;
+    let wake = null; // ends the wait before the next try
+    const waker = () => { if (wake) wake(); };
+    this.wakers.add(waker);
     const run = async () => {
+      let failures = 0; // tries in a row that did not get the stream
+      let lost = false; // a stream was lost (or never came): what changed is read once back
       while (!stopped && !this.refused) {
         try {
           const { response, sent } = await this.post("subscriptions/listen", { notifications: filter }, undefined, controller.signal);
           if (await this.refusal(response, sent)) { stopped = true; return; }
           if (!response.ok) throw new Error(`listen: HTTP ${response.status}`);
           await readEvents(response, (data) => {
-            if (data.method === "notifications/subscriptions/acknowledged") onState(true);
-            else if (data.method) onEvent(data);
+            if (data.method === "notifications/subscriptions/acknowledged") {
+              failures = 0;
+              this.setLost(false);
+              onState(true);
+              if (lost) onEvent({ method: "reconnected" });
+              lost = false;
+            } else if (data.method) onEvent(data);
           });
         } catch (error) {
           if (stopped) return;
+          failures++;
         }
+        if (stopped) return;
+        lost = true;
+        this.setLost(true);
         onState(false);
-        // the stream ended: whatever changed meanwhile is read again once it is back
-        await sleep(1500);
-        if (!stopped) onEvent({ method: "reconnected" });
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, retryDelay(failures));
+          wake = () => { clearTimeout(timer); resolve(); };
+        });
+        wake = null;
       }
     };
-    run();
-    return () => { stopped = true; controller.abort(); };
+    run().finally(() => this.wakers.delete(waker));
+    return () => { stopped = true; controller.abort(); waker(); };
   }
+
+  /** Whether the page's stream is lost (this tab's, or the one another tab holds for it). */
+  setLost(lost) {
+    this.lost = lost;
+  }
+
+  /** Try for the stream now, in this tab and (``spread``) in the tab that holds it. */
+  retryNow(spread = true) {
+    for (const waker of [...this.wakers]) waker();
+    if (spread && this.shared) this.shared.post({ type: "retry" });
+  }
+}
+
+const RETRY_FIRST = 1000; // ms before the first try again, doubled at each failure in a row
+const RETRY_MOST = 15000; // and never more than this
+
+/** How long to wait before try ``failures + 1`` for the stream: doubling up to a bound, each
+ * wait a random part of it (half to all), so the tabs of many readers do not ask in step. */
+function retryDelay(failures) {
+  const bound = Math.min(RETRY_MOST, RETRY_FIRST * 2 ** Math.max(0, failures - 1));
+  return bound / 2 + Math.random() * (bound / 2);
 }
 
 /** One subscriptions/listen stream for all the tabs of this page. A browser opens at most six
@@ -308,8 +356,10 @@ class SharedListen {
     if (message.type === "hello") this.announce();
     else if (message.type === "want" && this.leading) this.want(message.tab, message.uris);
     else if (message.type === "event") this.deliver(message.data);
+    else if (message.type === "retry" && this.leading) this.transport.retryNow(false);
     else if (message.type === "state") {
       if (message.on) this.followed = true;
+      this.transport.setLost(!message.on);
       if (this.mine) this.mine.onState(message.on);
     }
   }
@@ -501,6 +551,7 @@ const state = {
   unfolded: new Map(), // id of the row before a fold -> entries revealed (rows)
   selected: null,
   tabStop: null, // the one row Tab goes to (the last focused); arrows go between the rest
+  listStop: null, // the session whose option in the list Tab goes to (the last focused)
   entry: null,
   sessionsCursor: null,
   query: "",
@@ -537,10 +588,6 @@ function h(tag, props, ...children) {
     element.append(child instanceof Node ? child : document.createTextNode(shown(child)));
   }
   return element;
-}
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 let toastTimer = null;
@@ -684,7 +731,7 @@ async function loadSessions(more) {
   } catch (error) {
     if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
-    $("sessions").replaceChildren(h("li", { class: "empty", text: error.message }));
+    $("sessions").replaceChildren(listNote(error.message));
     $("more-sessions").hidden = true;
     return;
   }
@@ -693,44 +740,112 @@ async function loadSessions(more) {
     sessionsShown = asked;
     state.listedQuery = query;
   }
-  const items = sessions.map((info) => h("li", {},
-    h("button", {
-      class: info.id === state.sessionId ? "session current" : "session",
-      "aria-current": info.id === state.sessionId ? "true" : null,
-      dataset: { session: info.id },
-      onclick: () => openSession(info.id, true).catch(failed),
-    },
-    h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)" }),
-    h("span", { class: "session-meta", text: `${when(info.modified)} · ${plural(info.messageCount, "message")}` }))));
+  // Options of a listbox: one Tab stop for the list, the arrows between them (a button each
+  // was a Tab stop each: 50 and more Tabs to get past the list).
+  const items = sessions.map((info) => h("li", {
+    class: info.id === state.sessionId ? "session current" : "session",
+    role: "option", tabindex: "-1",
+    "aria-selected": String(info.id === state.sessionId),
+    dataset: { session: info.id },
+    onclick: () => openSession(info.id, true).catch(failed),
+  },
+  // cut to the list's width: shown whole on hover
+  h("span", { class: "session-name", text: info.name || info.firstUserMessage || "(empty session)", title: info.name || info.firstUserMessage || null }),
+  h("span", { class: "session-meta", text: [when(info.modified), plural(info.messageCount, "message"), origin(info)].filter(Boolean).join(" · ") })));
   if (more) {
     // "More sessions" pressed: the focus goes to the first of them (it went to the page's
     // body when the button hid, at the list's end, or stayed below what it showed)
     const pressed = document.activeElement === $("more-sessions");
     $("sessions").append(...items);
-    if (pressed && items.length) items[0].querySelector(".session").focus();
+    keepListStop();
+    if (pressed && items.length) items[0].focus();
   } else {
     // The list drawn anew (at every append of an agent's run) left the focus on the page's
     // body: a keyboard reader in the list lost their place at each. It stays on its session.
+    // (Its session deleted meanwhile, the focus goes to the one now in its place: it went
+    // to the page's body.)
     const active = document.activeElement;
-    const focused = active instanceof HTMLElement && $("sessions").contains(active) ? active.dataset.session : undefined;
+    const inList = active instanceof HTMLElement && $("sessions").contains(active);
+    const place = inList ? [...$("sessions").children].indexOf(active) : -1;
     $("sessions").replaceChildren(...items);
-    const again = focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`);
+    if (!items.length) $("sessions").append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    const focused = inList && active.dataset.session;
+    const again = (focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`))
+      || (inList ? $("sessions").children[Math.min(place, $("sessions").children.length - 1)] : null);
+    if (again) state.listStop = again.dataset.session || null;
+    keepListStop();
     if (again) again.focus({ preventScroll: true });
   }
-  if (!more && !items.length) $("sessions").append(h("li", { class: "empty", text: state.query ? "No session matches." : "No sessions yet." }));
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
 }
 
+/** Where a session of the list came from, short: a fork listed as its parent was, the same
+ * name, time and messages (told apart only by opening each), and a sub-agent's session. */
+function origin(info) {
+  if (info.startedBy) return `a sub-agent's, started by ${parentName(info.startedBy.sessionId)}`;
+  if (info.parentSession) return `forked from ${parentName(info.parentSession)}`;
+  return "";
+}
+
+/** What the list says in place of sessions (none, refused, not signed in): an option that
+ * cannot be chosen, so that the listbox still has its one Tab stop, which reads it. */
+function listNote(text) {
+  return h("li", { class: "empty", role: "option", tabindex: "0", "aria-disabled": "true", "aria-selected": "false", text });
+}
+
+/** One option of the list takes Tab, as a listbox's does: the last focused, else the open
+ * session's, else the first. */
+function keepListStop() {
+  const list = $("sessions");
+  const options = [...list.querySelectorAll('[role="option"]')];
+  const stop = options.find((option) => option.dataset.session === state.listStop && state.listStop)
+    || options.find((option) => option.dataset.session === state.sessionId && state.sessionId)
+    || options[0];
+  for (const option of options) option.tabIndex = option === stop ? 0 : -1;
+}
+
+/** The list by keyboard, as a listbox goes: Up and Down (Home, End, Page Up and Page Down)
+ * move between the sessions, a letter to the next whose name starts with it, Enter or Space
+ * opens the one focused. */
+let typed = "";
+let typedTimer = null;
+function listKeys(event) {
+  const option = event.target;
+  if (!(option instanceof HTMLElement) || option.getAttribute("role") !== "option") return;
+  const options = [...$("sessions").querySelectorAll('[role="option"]')];
+  const at = options.indexOf(option);
+  const moves = {
+    ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: options.length - 1,
+    PageDown: Math.min(at + 10, options.length - 1), PageUp: Math.max(at - 10, 0),
+  };
+  let next = null;
+  if (event.key in moves) next = options[moves[event.key]];
+  else if (event.key === "Enter" || event.key === " ") {
+    if (option.dataset.session) openSession(option.dataset.session, true).catch(failed);
+  } else if (event.key.length === 1 && !event.ctrlKey && !event.metaKey && !event.altKey && event.key.trim()) {
+    // type-ahead: the next session whose name starts with what was typed
+    clearTimeout(typedTimer);
+    typedTimer = setTimeout(() => { typed = ""; }, 700);
+    typed += event.key.toLowerCase();
+    const name = (element) => (element.querySelector(".session-name") || element).textContent.toLowerCase();
+    const order = [...options.slice(at + (typed.length === 1 ? 1 : 0)), ...options.slice(0, at + 1)];
+    next = order.find((element) => element.dataset.session && name(element).startsWith(typed)) || null;
+    if (!next) return;
+  } else return;
+  event.preventDefault();
+  if (next) next.focus();
+}
+
 // --- one session ----------------------------------------------------------------------------
 
-/** The open session's button in the list, marked so (for a screen reader too: it heard no
- * session of the list open, the mark being a colour alone). */
+/** The open session's option in the list, marked so (for a screen reader too: it heard no
+ * session of the list open, the mark being a colour alone): selected. */
 function markCurrent() {
-  for (const button of document.querySelectorAll(".session")) {
-    const open = button.dataset.session === state.sessionId;
-    button.classList.toggle("current", open);
-    if (open) button.setAttribute("aria-current", "true"); else button.removeAttribute("aria-current");
+  for (const option of document.querySelectorAll(".session")) {
+    const open = option.dataset.session === state.sessionId;
+    option.classList.toggle("current", open);
+    option.setAttribute("aria-selected", String(open));
   }
 }
 
@@ -766,12 +881,13 @@ async function openSession(sessionId, byReader = false) {
 function signedOut(error) {
   if (stopListening) { stopListening(); stopListening = null; }
   showLive(false, "not signed in");
-  $("sessions").replaceChildren(h("li", { class: "empty", text: `${error.title}.` }));
+  $("sessions").replaceChildren(listNote(`${error.title}.`));
   $("more-sessions").hidden = true;
   Object.assign(state, { view: null, entry: null });
   $("detail").hidden = true;
   $("detail").parentElement.classList.add("solo");
   $("session-name").textContent = error.title;
+  $("session-name").title = "";
   $("session-id").textContent = "";
   $("session-facts").replaceChildren();
   $("prompt").hidden = true;
@@ -846,6 +962,7 @@ function notShown(sessionId, title, text) {
   $("detail").hidden = true;
   $("detail").parentElement.classList.add("solo");
   $("session-name").textContent = title;
+  $("session-name").title = "";
   // the id as a link had it: shown as session text is, and cut (a link can hold anything)
   $("session-id").textContent = shown(clip(sessionId, 100));
   $("session-facts").replaceChildren();
@@ -944,6 +1061,8 @@ function parentName(parent) {
 function renderHead() {
   const info = state.view.session;
   $("session-name").textContent = shown(info.name || info.firstUserMessage || "Untitled session");
+  // a name longer than the head's line is cut there: its whole on hover (it could not be read)
+  $("session-name").title = $("session-name").textContent;
   $("session-id").textContent = shown(info.id);
   const facts = [
     plural(info.messageCount, "message"),
@@ -1079,6 +1198,7 @@ function renderRow(row, isHead) {
   const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
+    "aria-label": rowName(row, count, leaf),
     // the entry on show, said as well as drawn (a screen reader heard no row selected)
     "aria-selected": String(row.id === state.selected),
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
@@ -1092,6 +1212,32 @@ function renderRow(row, isHead) {
   row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
   branches,
   leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+}
+
+/** What a row is called to a screen reader: what it says first, then its label, branches,
+ * the leaf and its time, its id last (its name began with the hex id, which a reader heard
+ * first on every row and no one recognises an entry by). */
+function rowName(row, count, leaf) {
+  const parts = [`${kindName(row)}: ${previewText(row)}`];
+  if (row.label) parts.push(`label ${row.label}`);
+  if (count > 1) parts.push(`${count.toLocaleString()} branches`);
+  if (leaf) parts.push("leaf");
+  const time = entryTime(row.timestamp);
+  if (time) parts.push(time);
+  parts.push(`id ${row.id}`);
+  return shown(parts.join(", "));
+}
+
+/** An entry's time, short: the time of day today, with the day before, the year before that. */
+function entryTime(iso) {
+  const date = iso ? new Date(iso) : null;
+  if (!date || Number.isNaN(date.getTime())) return "";
+  const now = new Date();
+  const clock = { hour: "2-digit", minute: "2-digit" };
+  if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString(undefined, clock);
+  const day = { month: "short", day: "numeric", ...clock };
+  if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
+  return date.toLocaleString(undefined, day);
 }
 
 // What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
@@ -1308,19 +1454,27 @@ async function unfold(anchorId, count, render, next) {
   const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
   if (!nextRow || !anchor || !anchor.folded) { state.unfolded.delete(anchorId); return; }
   count = Math.min(count, anchor.folded);
-  // pages stop at about 40 KB: go on with the cursor until there are enough
+  // Revealed from the bottom up, a click reads only the entries above those shown: each read
+  // them all again, and past 1,000 the server refused the limit (a fold of more could not be
+  // unfolded past it). Read again (a live update), all of them, in pages of 1,000 at most.
+  const kept = render ? state.unfolded.get(anchorId) || [] : [];
+  const wanted = count - kept.length;
   let entries = [];
   let cursor = null;
-  do {
-    const args = { session_id: state.sessionId, entry_id: nextRow.parentId, limit: count - entries.length };
+  while (entries.length < wanted) { // pages also stop at about 40 KB: on with the cursor
+    const args = {
+      session_id: state.sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId,
+      limit: Math.min(ENTRIES_PAGE, wanted - entries.length),
+    };
     if (cursor) args.cursor = cursor;
     const answer = await tool("session_get", args);
     entries = [...answer.entries, ...entries];
     cursor = answer.nextCursor;
-  } while (cursor && entries.length < count);
-  entries = entries.slice(-count);
-  // revealed from the bottom up: what is shown ends right above the next listed row
-  state.unfolded.set(anchorId, entries.map((entry) => rowOf(entry, anchor.onBranch)));
+    if (!cursor) break;
+  }
+  entries = entries.slice(-Math.max(wanted, 0));
+  // what is shown ends right above the next listed row
+  state.unfolded.set(anchorId, [...entries.map((entry) => rowOf(entry, anchor.onBranch)), ...kept]);
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
   if (box) redraw(() => box.replaceWith(renderFold(anchor, nextRow)));
@@ -1453,6 +1607,14 @@ function syncActions() {
 }
 
 function wireActions() {
+  $("sessions").addEventListener("keydown", listKeys);
+  $("sessions").addEventListener("focusin", (event) => {
+    const option = event.target instanceof HTMLElement ? event.target.closest('[role="option"]') : null;
+    if (!option) return;
+    state.listStop = option.dataset.session || null;
+    for (const other of $("sessions").querySelectorAll('[role="option"][tabindex="0"]')) other.tabIndex = -1;
+    option.tabIndex = 0;
+  });
   $("tree").addEventListener("keydown", treeKeys);
   $("tree").addEventListener("focusin", (event) => {
     const row = event.target instanceof Element ? event.target.closest(".row") : null;
@@ -1546,6 +1708,11 @@ function showLive(on, why) {
   $("live").classList.toggle("on", on);
   $("live").title = said;
   $("live").setAttribute("aria-label", said);
+  // The server away, said in words (a grey dot alone said it), with a way to try at once.
+  const away = !on && !why;
+  const text = away ? `Reconnecting… the server does not answer: is mcp-agent-sessions serve still running on ${location.host}?` : "";
+  if ($("connection").textContent !== text) $("connection").textContent = text;
+  $("retry").hidden = !away;
 }
 
 function watchSession(sessionId) {
@@ -1644,6 +1811,12 @@ async function start() {
     }, 250);
   });
   $("more-sessions").addEventListener("click", () => loadSessions(true));
+  // The server away: tried again now at a word from the reader, or when the page is back in
+  // view or the network back (not only at the next try, which may be seconds away).
+  $("retry").addEventListener("click", () => transport.retryNow());
+  const tryIfLost = () => { if (transport.lost && !document.hidden) transport.retryNow(); };
+  window.addEventListener("online", tryIfLost);
+  document.addEventListener("visibilitychange", tryIfLost);
   // A link pasted into this tab (another session, or the sign-in link again) is followed.
   window.addEventListener("hashchange", () => {
     // a token given: signed in with it (with none, the kept one was given again at each

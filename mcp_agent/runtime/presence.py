@@ -1,0 +1,153 @@
+"""A replica's presence in the shared PostgreSQL database: an advisory lock held by a
+connection of its own for as long as the process lives, so the others know at once when it is
+gone (killed, its machine lost), not only when its leases and runs expire.
+
+The database lets go of a session's advisory locks as soon as it finds its connection closed:
+at once for a process that was killed (its kernel closes the socket), within a keepalive
+round for a machine that vanished. A lease or run whose owner took such a lock and holds none
+now is the lease or run of a process that is gone (``gone_sql``).
+
+Judged only while this process's own lock has been held for ``GRACE_S``: a restart or failover
+of the database drops every replica's lock at once, and each takes its own again within about
+a second; a replica that judged before then would take the others, alive, for gone.
+
+Blocking: the lock is kept by a thread of its own (one statement a second).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from mcp_agent.outages import Outage
+from mcp_agent.paths import shown_url
+
+log = logging.getLogger(__name__)
+
+# The owners that hold a presence lock begin so; the lock's key is read from the rest.
+LIVE_PREFIX = "live-"
+GRACE_S = 5.0
+KEEP_EVERY_S = 1.0
+_KEY_MASK = 0x7FFFFFFFFFFFFFFF
+# The server's side of the lock's connection: it finds a vanished client within about 20 s.
+_SERVER_KEEPALIVES = (
+    "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=2"
+)
+
+
+def live_owner() -> str:
+    """A fresh owner (of leases and runs) that holds a presence lock."""
+    return LIVE_PREFIX + uuid.uuid4().hex
+
+
+def presence_key(owner: str) -> int:
+    """The advisory lock key of an owner from ``live_owner``."""
+    return int(owner[len(LIVE_PREFIX) : len(LIVE_PREFIX) + 16], 16) & _KEY_MASK
+
+
+def _key_sql(owner_column: str) -> str:
+    start = len(LIVE_PREFIX) + 1
+    return f"(('x' || substr({owner_column}, {start}, 16))::bit(64)::bigint & {_KEY_MASK})"
+
+
+def _held_sql(key: str) -> str:
+    """SQL: an advisory lock of one bigint ``key`` is held in this database."""
+    return (
+        "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted"
+        " AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database"
+        " WHERE datname = current_database())"
+        f" AND (l.classid::bigint << 32 | l.objid::bigint) = {key})"
+    )
+
+
+class Presence:
+    """This process's presence lock, kept on a connection of its own by a daemon thread that
+    takes it again whenever the connection breaks."""
+
+    def __init__(self, url: str, owner: str) -> None:
+        self.url = url
+        self.owner = owner
+        self.key = presence_key(owner)
+        self.grace = GRACE_S
+        # monotonic time since which the lock has been held without a break; None: not held.
+        self._held_since: float | None = None
+        self._closed = threading.Event()
+        self._outage = Outage(log, f"the presence lock in {shown_url(url)} cannot be held")
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._keep, name="presence", daemon=True)
+        self._thread.start()
+
+    def judging(self) -> bool:
+        """Whether this process may judge others by their locks now (see the module)."""
+        since = self._held_since
+        return since is not None and time.monotonic() - since >= self.grace
+
+    def gone_sql(self, owner_column: str) -> str:
+        """SQL true where ``owner_column`` names a process that held a presence lock and holds
+        none now; never while this process may not judge (then expiry alone says it)."""
+        if not self.judging():
+            return "false"
+        return (
+            f"(starts_with({owner_column}, '{LIVE_PREFIX}') AND {_held_sql(str(self.key))}"
+            f" AND NOT {_held_sql(_key_sql(owner_column))})"
+        )
+
+    def wait_held(self, timeout: float) -> bool:
+        """Wait until this process may judge (for tests and a start that wants it at once)."""
+        deadline = time.monotonic() + timeout
+        while not self.judging():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        """Let go of the lock (the database frees it with the connection)."""
+        self._closed.set()
+        self._thread.join(timeout=10)
+
+    def _keep(self) -> None:
+        import psycopg
+
+        from mcp_agent.sessions.postgres.connect import BoundedConnection, tcp_options
+
+        while not self._closed.is_set():
+            try:
+                if self._conn is None:
+                    self._conn = BoundedConnection.connect(
+                        self.url,
+                        autocommit=True,
+                        connect_timeout=5,
+                        options=f"-c statement_timeout=5000 {_SERVER_KEEPALIVES}",
+                        **tcp_options(self.url),
+                    )
+                    self._conn.bound = 10.0  # a backend that answers nothing: given up
+                    # Not taken: an old connection of ours the database has not yet found
+                    # closed still holds it. Tried again a second later.
+                    [(taken,)] = self._conn.execute(
+                        "SELECT pg_try_advisory_lock(%s)", (self.key,)
+                    ).fetchall()
+                    if taken:
+                        self._held_since = time.monotonic()
+                        self._outage.recovered()
+                    else:
+                        self._drop()
+                else:
+                    self._conn.execute("SELECT 1")
+            except psycopg.Error as error:
+                self._drop()
+                self._outage.failed(error)
+            self._closed.wait(KEEP_EVERY_S)
+        self._drop()
+
+    def _drop(self) -> None:
+        self._held_since = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken
+                pass

@@ -1,0 +1,408 @@
+"""The session viewer in a real browser (the system's Chromium, driven by Playwright), as a
+keyboard and screen reader user meets it, and while its server is away: the sessions list as
+a listbox, what each row of the tree is called, and the page's reconnecting."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_support import Served, poll
+from viewer_support import mcp_tool, picnic_db
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import SqliteSessionRepo
+
+CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
+
+try:
+    from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
+
+    # a bound on waiting for the page, not a measure of its speed (a shared 2-core machine)
+    expect.set_options(timeout=15_000)
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="Python playwright is not installed"),
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"no Chromium at {CHROMIUM}"),
+]
+
+TOKEN = "viewer-a11y-token-0123456789abcdef"
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()
+
+
+def serve(tmp: Path, port: int | None = None) -> Served:
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    return Served(tmp, "--token-file", str(token_file), port=port)
+
+
+@pytest.fixture(name="served", scope="module")
+def served_fixture(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    """One server for the tests that leave it running: the picnic session and 30 others."""
+    tmp = tmp_path_factory.mktemp("a11y")
+    session_id, ids = picnic_db(tmp / "http.db")
+    with SqliteSessionRepo(tmp / "http.db") as repo:
+        for index in range(30):
+            repo.create(name=f"Errand {index:02d}")
+    server = serve(tmp)
+    try:
+        yield server, session_id, ids
+    finally:
+        server.stop()
+
+
+def base(server: Served) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+def focused(page: Page) -> str:
+    return str(page.evaluate("document.activeElement.dataset.session || document.activeElement.id"))
+
+
+def test_the_sessions_list_is_a_listbox_of_one_tab_stop(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Each session of the list was a button, each a Tab stop: 30 sessions were 30 Tabs to
+    get from the search box to the session. The list is a listbox: one Tab stop, the arrows
+    (Home, End, a name's first letter) between its sessions, Enter or Space opens one, and
+    the open one is said to be selected."""
+    server, _, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    options = listbox.get_by_role("option")
+    expect(options).to_have_count(31)
+    expect(options.first).to_contain_text("Errand 29")
+    page.locator("#search").focus()
+    page.keyboard.press("Tab")
+    assert focused(page) == options.first.get_attribute("data-session")
+    page.keyboard.press("Tab")  # out of the list at once
+    assert (
+        page.evaluate("document.getElementById('sessions').contains(document.activeElement)")
+        is False
+    )
+    page.keyboard.press("Shift+Tab")  # back to the option last focused
+    assert focused(page) == options.first.get_attribute("data-session")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    expect(options.nth(2)).to_be_focused()
+    expect(options.nth(2)).to_have_attribute("tabindex", "0")
+    expect(listbox.locator("[tabindex='0']")).to_have_count(1)
+    page.keyboard.press("ArrowUp")
+    expect(options.nth(1)).to_be_focused()
+    page.keyboard.press("End")
+    expect(options.last).to_be_focused()
+    page.keyboard.press("Home")
+    expect(options.first).to_be_focused()
+    page.keyboard.press("p")  # to the session whose name starts with it
+    expect(options.filter(has_text="Picnic plans")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    picnic = listbox.get_by_role("option", name="Picnic plans")
+    expect(picnic).to_have_attribute("aria-selected", "true")
+    expect(listbox.locator("[aria-selected='true']")).to_have_count(1)
+    expect(picnic).to_be_focused()  # drawn anew as it opened: the focus kept
+    page.keyboard.press("Home")
+    page.keyboard.press(" ")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Errand 29")
+    expect(options.first).to_have_attribute("aria-selected", "true")
+    expect(picnic).to_have_attribute("aria-selected", "false")
+    # from the search box, Tab goes to the list's one stop and on to the tree
+    page.locator("#search").focus()
+    page.keyboard.press("Tab")
+    expect(options.first).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator("#tree .row[tabindex='0']")).to_be_focused()
+    context.close()
+
+
+def test_a_session_deleted_elsewhere_leaves_the_focus_in_the_list(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A keyboard reader on a session of the list that another client deleted was left on the
+    page's body (the list drawn anew without it): the focus goes to the session now in its
+    place, which takes the list's Tab."""
+    server, _, _ = served
+    doomed = mcp_tool(server.url, TOKEN, "session_create", name="Doomed errand")
+    doomed_id = doomed["structuredContent"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    option = listbox.get_by_role("option", name="Doomed errand")
+    option.focus()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowUp")
+    expect(option).to_be_focused()
+    below = listbox.get_by_role("option").nth(1)
+    below_id = below.get_attribute("data-session")
+    mcp_tool(server.url, TOKEN, "session_delete", session_id=doomed_id)
+    expect(option).to_have_count(0)
+    expect(listbox.locator(f"[data-session='{below_id}']")).to_be_focused()
+    expect(listbox.locator("[tabindex='0']")).to_have_count(1)
+    page.keyboard.press("ArrowDown")  # the arrows go on from there
+    expect(listbox.get_by_role("option").nth(1)).to_be_focused()
+    context.close()
+
+
+def test_a_fork_made_elsewhere_is_told_apart_from_its_parent_in_the_list(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A fork made by another client while the page was open came into the list as a second
+    row the same as its parent's (its name, time and messages): it now says what it was
+    forked from, as the session's head does."""
+    server, _, _ = served
+    twin = mcp_tool(server.url, TOKEN, "session_create", name="Twin errand")["structuredContent"]
+    entry = {"type": "message", "role": "user", "content": "Buy stamps"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=twin["id"], entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={twin['id']}")
+    listbox = page.get_by_role("listbox", name="Sessions")
+    twins = listbox.get_by_role("option", name=re.compile("^Twin errand"))
+    expect(twins).to_have_count(1)
+    leaf = mcp_tool(server.url, TOKEN, "session_get", session_id=twin["id"], limit=1)
+    fork = mcp_tool(
+        server.url,
+        TOKEN,
+        "session_fork",
+        session_id=twin["id"],
+        entry_id=leaf["structuredContent"]["leafId"],
+        position="at",
+    )["structuredContent"]
+    expect(twins).to_have_count(2)
+    forked = listbox.locator(f"[data-session='{fork['id']}']")
+    expect(forked).to_contain_text(f"forked from {twin['id'][:8]}")
+    expect(listbox.locator(f"[data-session='{twin['id']}']")).not_to_contain_text("forked")
+    for session_id in (fork["id"], twin["id"]):  # the list as the other tests found it
+        mcp_tool(server.url, TOKEN, "session_delete", session_id=session_id)
+    context.close()
+
+
+def test_a_long_session_name_cut_to_fit_is_shown_whole_on_hover(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A session's name longer than its line was cut with an ellipsis, in the list and in the
+    session's head, and nothing showed the rest; both show it whole on hover."""
+    server, _, _ = served
+    name = "A very long session name, " * 38 + "and its end"
+    made = mcp_tool(server.url, TOKEN, "session_create", name=name)["structuredContent"]
+    context = browser.new_context(viewport={"width": 1024, "height": 700})
+    page = context.new_page()
+    try:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={made['id']}")
+        heading = page.get_by_role("heading", level=1)
+        expect(heading).to_have_text(name)
+        expect(heading).to_have_attribute("title", name)
+        assert heading.evaluate("(e) => e.scrollWidth > e.clientWidth")  # cut on the page
+        listed = page.locator(f"#sessions [data-session='{made['id']}'] .session-name")
+        expect(listed).to_have_attribute("title", name)
+        page.evaluate("location.hash = '#session=not-a-session'")  # a head with no name
+        expect(heading).to_have_text("Session not found")
+        expect(heading).to_have_attribute("title", "")
+    finally:
+        mcp_tool(server.url, TOKEN, "session_delete", session_id=made["id"])
+        context.close()
+
+
+def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A screen reader heard each row of the tree by its hex id first ("7a5cb46b user Plan a
+    picnic…"), on every row, before anything a reader knows an entry by. A row is now called
+    by its kind and text, then its label, branches, the leaf and its time, its id last."""
+    server, session_id, ids = served
+    context = browser.new_context(locale="en-GB", timezone_id="UTC")
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
+    snapshot = tree.aria_snapshot()
+    names = re.findall(r'treeitem "((?:[^"\\]|\\.)*)"', snapshot)
+    assert len(names) >= 10, snapshot
+    for name in names:
+        assert not re.match(r"[0-9a-f]{8}\b", name), name  # never the id first
+        assert re.search(r", id [0-9a-f]{8}$", name), name  # the id last
+    clock = r"\d\d:\d\d"  # written today: the time of day
+    ask = tree.get_by_role("treeitem", name=re.compile(r"^user: Plan a picnic for Saturday, "))
+    expect(ask).to_have_attribute("data-id", ids["ask"])
+    expect(ask).to_have_attribute("aria-label", re.compile(f", {clock}, id {ids['ask']}$"))
+    plan = tree.locator(f".row[data-id='{ids['plan']}']")
+    expect(plan).to_have_attribute(
+        "aria-label",
+        re.compile(r"^assistant: Saturday looks sunny.*, label weather-ok, 2 branches, "),
+    )
+    leaf = tree.locator(f".row[data-id='{ids['leaf']}']")
+    expect(leaf).to_have_attribute(
+        "aria-label", re.compile(f"^assistant: Meet at noon by the old bridge., leaf, {clock}, ")
+    )
+    # an unfolded row (read whole, not from the outline) is called the same way
+    tree.locator(".fold").click()
+    item = tree.get_by_role("treeitem", name=re.compile(r"^user: And item 3\?, "))
+    expect(item).to_have_attribute("aria-label", re.compile(f", {clock}, id [0-9a-f]{{8}}$"))
+    context.close()
+
+
+def long_run(path: Path, length: int) -> str:
+    """A session of one chain of ``length`` user messages (a run the outline folds whole), at
+    ``path``: its id."""
+    lines: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000bb"}
+    ]
+    lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
+    for index in range(length):
+        lines.append(
+            {
+                "type": "message",
+                "id": f"e{index:07d}",
+                "parentId": f"e{index - 1:07d}" if index else None,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
+            }
+        )
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id
+
+
+def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Each click on a fold ("⋯ N more entries") read every entry it had shown again, and 200
+    more: past 1,000 the server refused the limit, and a run of 1,300 entries could not be
+    unfolded past its newest 1,000 ("limit should be less than or equal to 1000"). A click
+    reads the 200 entries above those shown."""
+    session_id = long_run(tmp_path / "http.db", 1300)
+    server = serve(tmp_path)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        limits: list[int] = []
+
+        def sent(request: Request) -> None:
+            if request.headers.get("mcp-name") == "session_get":
+                arguments = (request.post_data_json or {})["params"]["arguments"]
+                if "entry_id" in arguments and arguments.get("view") is None:
+                    limits.append(arguments["limit"])
+
+        page.on("request", sent)
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        fold = page.locator("#tree .fold")
+        expect(fold).to_have_text("⋯ 1,298 more entries")
+        for left in (1098, 898, 698, 498, 298, 98):
+            fold.click()
+            expect(fold).to_have_text(f"⋯ {left:,} more entries")
+        fold.click()
+        expect(fold).to_have_count(0)
+        rows = page.locator("#tree .row")
+        expect(rows).to_have_count(1300)
+        expect(rows.nth(1)).to_contain_text("step 1")
+        expect(rows.nth(1299)).to_contain_text("step 1299")
+        expect(page.locator("#toast")).to_be_hidden()
+        assert limits == [200] * 6 + [98], limits  # what it had shown, never read again
+    finally:
+        context.close()
+        server.stop()
+
+
+def test_while_the_server_is_away_the_page_asks_ever_less_often_and_says_so(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """With its server stopped, the page asked for its stream, the list and the session every
+    1.5 s for as long as it stayed down (three failing requests at a time, and a toast for
+    each), saying nothing but a grey dot. It now asks for the stream alone, one request at a
+    time, ever less often (doubling, with jitter, to a bound), says that it is reconnecting,
+    and is back at once when asked to try (or the reader's click gets an answer)."""
+    session_id, _ = picnic_db(tmp_path / "http.db")
+    server = serve(tmp_path)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.clock.install()
+        asked: list[str] = []  # the method of each request to /mcp
+        flying = {"now": 0, "most": 0}
+
+        def sent(request: Request) -> None:
+            if request.url.endswith("/mcp"):
+                asked.append(str(request.headers.get("mcp-method")))
+                flying["now"] += 1
+                flying["most"] = max(flying["most"], flying["now"])
+
+        def ended(request: Request) -> None:
+            if request.url.endswith("/mcp"):
+                flying["now"] -= 1
+
+        page.on("request", sent)
+        page.on("requestfinished", ended)
+        page.on("requestfailed", ended)
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator("#connection")).to_be_hidden()
+        server.stop()
+        said = page.get_by_role("status").filter(has_text="reconnecting")
+        expect(said).to_contain_text("the server does not answer")
+        expect(page.get_by_role("button", name="Try now")).to_be_visible()
+        asked.clear()
+        flying["most"] = flying["now"]
+
+        def run(seconds: int) -> list[str]:
+            """``seconds`` of the page's timers, a second at a time: what it asked for."""
+            before = len(asked)
+            for _ in range(seconds):
+                page.clock.run_for(1000)
+                time.sleep(0.05)  # the try of this second fails (a closed port) before the next
+            return asked[before:]
+
+        first, second = run(30), run(30)
+        assert set(first + second) == {"subscriptions/listen"}, first + second
+        # doubling from 1 s (half to all of it): at most 12 tries in a minute, not 120 requests
+        assert 3 <= len(first + second) <= 12, first + second
+        assert len(second) >= 2  # and never more than 15 s apart: it goes on trying
+        assert flying["most"] == 1, flying  # one at a time
+        expect(said).to_be_visible()
+        expect(page.locator("#live")).to_have_attribute("title", "reconnecting…")
+        # what was shown stays shown, with no error over it
+        expect(page.locator("#toast")).to_be_hidden()
+        expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+        expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        # written while the page was away, and the server back: "Try now" gets it at once
+        with SqliteSessionRepo(tmp_path / "http.db") as repo:
+            repo.open(session_id).append_message(UserMessage(content="Written while away"))
+        server = serve(tmp_path, port=server.port)
+        page.get_by_role("button", name="Try now").click()
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator("#connection")).to_be_hidden()
+        expect(page.get_by_role("button", name="Try now")).to_be_hidden()
+
+        def read_again() -> int:
+            page.clock.run_for(200)  # the page's timers: its refresh follows a change by 120 ms
+            return page.locator("#tree", has_text="Written while away").count()
+
+        poll(read_again, "the page did not read what changed while it was away", tries=100)
+    finally:
+        context.close()
+        server.stop()
