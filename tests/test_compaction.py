@@ -674,7 +674,10 @@ async def test_agent_compacts_after_a_run_over_the_threshold() -> None:
     add_turns(session, 6)  # about 2,400 tokens: under the threshold before the prompt
     summarizer = Summarizer()
     big = Usage(input=3_100, output=10, total_tokens=3_110)
-    agent, provider = compacting_agent(session, [reply("ok", usage=big)], summarizer)
+    # Streamed for a few milliseconds, as a model's answer is: begun before the compaction
+    # written after it (one begun in the compaction's millisecond is taken for after it).
+    answer = reply("ok", usage=big, delay=0.002)
+    agent, provider = compacting_agent(session, [answer], summarizer)
     events = compaction_events(agent)
     new = await agent.prompt("next")
     assert [m.role for m in new] == ["user", "assistant"]

@@ -43,7 +43,7 @@ from mcp_agent.compaction.summarize import (
 from mcp_agent.compaction.tokens import (
     DEFAULT_KEEP_RECENT_TOKENS,
     DEFAULT_RESERVE_TOKENS,
-    context_tokens,
+    compacted_tokens,
     estimate_messages_tokens,
     estimate_tokens,
     fit_to_window,
@@ -282,7 +282,7 @@ async def compact(
             details=details,
             usage=completion.usage,
         )
-        return entry_id, context_tokens(session.build_context().messages)
+        return entry_id, compacted_tokens(session.build_context().messages)
 
     entry_id, tokens_after = await offload(write)
     return CompactionResult(

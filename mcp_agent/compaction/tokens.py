@@ -117,6 +117,13 @@ def context_tokens(messages: Sequence[BaseMessage]) -> int:
     return estimate_context_tokens(messages).tokens
 
 
+def compacted_tokens(messages: Sequence[BaseMessage]) -> int:
+    """The size of a context just compacted: every message in it predates the compaction,
+    so no answer's usage measured it (one begun in the compaction's millisecond too, which
+    ``estimate_context_tokens`` takes for fresh), and all of it is estimated."""
+    return estimate_messages_tokens(_sent(messages))
+
+
 def fit_to_window(
     context_window: int, keep_recent_tokens: int, reserve_tokens: int
 ) -> tuple[int, int]:
