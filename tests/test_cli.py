@@ -519,6 +519,20 @@ def test_show_renders_the_branch(cli: Any, db: Path) -> None:
     assert "← weather" in text and "18 C, sunny" in text
 
 
+def test_show_leaves_no_blanks_at_the_ends_of_its_lines(cli: Any, db: Path) -> None:
+    # Piped to a file, show's entry bodies came padded with spaces to the terminal's width
+    # (a tool result's JSON to its widest line, a wrapped call to 80 columns).
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create()
+        session.append_message(User(content="word " * 40))
+        session.append_custom("subagent", {"sessionId": "child-0001", "task": "greet " * 30})
+        session_id = session.id
+    shown = cli("sessions", "show", session_id).stdout
+    body = [line for line in shown.splitlines() if line.startswith(" " * 9)]
+    assert len(body) > 3, shown
+    assert [line for line in shown.splitlines() if line != line.rstrip()] == [], shown
+
+
 def test_show_gives_a_custom_entrys_data_once_and_tree_its_preview(cli: Any, db: Path) -> None:
     # A sub-agent's link: show's heading repeated the data its body prints, wrapping at 100
     # columns; the tree, which has no body, shows the fields in its one line.

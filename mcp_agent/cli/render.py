@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.padding import Padding
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.text import Text
 from rich.tree import Tree
 
@@ -178,10 +178,30 @@ def branch_view(session: Session, full: bool = False, started: Started = None) -
             line.append(LEAF_MARK, "bold")
         parts.append(Text(""))
         parts.append(line)
-        parts.extend(Padding(item, (0, 0, 0, 9), expand=False) for item in body)
+        parts.extend(Indented(item, 9) for item in body)
     if leaf_id is None:
         parts.append(Text("\n(empty branch: the leaf is before the first entry)", "dim"))
     return Group(*parts)
+
+
+class Indented:
+    """``renderable`` moved right by ``width`` spaces, its lines not padded on the right
+    (rich's Padding fills every line to the width: trailing blanks in a piped ``show``)."""
+
+    def __init__(self, renderable: RenderableType, width: int) -> None:
+        self.renderable, self.width = renderable, width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        inner = options.update_width(max(1, options.max_width - self.width))
+        for line in console.render_lines(self.renderable, inner, pad=False):
+            while line and not line[-1].text.rstrip(" "):
+                line.pop()  # a wrapped line's blanks at its end
+            if line:
+                last = line.pop()
+                line.append(Segment(last.text.rstrip(" "), last.style, last.control))
+                yield Segment(" " * self.width)
+            yield from line
+            yield Segment.line()
 
 
 def name_line(name: str) -> str:
