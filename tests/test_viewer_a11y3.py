@@ -5,48 +5,30 @@ a listbox, what each row of the tree is called, and the page's reconnecting."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import (  # browser_fixture: the browser fixture
+    NEEDS_BROWSER,
+    Browser,
+    Page,
+    Request,
+    browser_fixture,  # noqa: F401
+    expect,
+)
 from mcp_support import Served, poll
 from viewer_support import mcp_tool, picnic_db
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
 
-CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
-
-try:
-    from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
-
-    # a bound on waiting for the page, not a measure of its speed (a shared 2-core machine)
-    expect.set_options(timeout=15_000)
-except ImportError:  # pragma: no cover - the test extra installs it
-    sync_playwright = None  # type: ignore[assignment]
-
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="Python playwright is not installed"),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"no Chromium at {CHROMIUM}"),
-]
+pytestmark = NEEDS_BROWSER
 
 TOKEN = "viewer-a11y-token-0123456789abcdef"
-
-
-@pytest.fixture(name="browser", scope="module")
-def browser_fixture() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
 
 
 def serve(tmp: Path, port: int | None = None) -> Served:

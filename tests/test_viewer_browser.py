@@ -10,7 +10,6 @@ import functools
 import itertools
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -18,12 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_support import (  # browser_fixture: the browser fixture
+    NEEDS_BROWSER,
+    Browser,
+    Page,
+    browser_fixture,  # noqa: F401
+    expect,
+)
 from mcp_support import Served, poll
 from viewer_support import mcp_request, mcp_tool, picnic_db
 
 from mcp_agent.sessions import SqliteSessionRepo
 
-CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parent.parent
 # The README's screenshots are taken here: into docs/ with MCP_AGENT_SCREENSHOTS=1, else into a
 # scratch folder (a test run leaves the checkout as it was).
@@ -36,42 +41,10 @@ PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
 # The MCP Apps spec as JSON Schema, shipped in the ext-apps package (.ci/peers installs it).
 APPS_SCHEMA = PEERS / "node_modules/@modelcontextprotocol/ext-apps/dist/src/generated/schema.json"
 
-try:
-    from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-    # How long an expectation waits for the page to get there (Playwright's default is 5 s): a
-    # bound on waiting, not a measure of speed, and a shared CI machine's load needs more.
-    expect.set_options(timeout=15_000)
-except ImportError:  # pragma: no cover - the test extra installs it
-    sync_playwright = None  # type: ignore[assignment]
-
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="Python playwright is not installed"),
-    pytest.mark.skipif(
-        shutil.which(CHROMIUM) is None,
-        reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)",
-    ),
-]
+pytestmark = NEEDS_BROWSER
 
 TOKEN = "viewer-test-token-0123456789abcdef"
-
-
-@pytest.fixture(name="browser", scope="module")
-def browser_fixture() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield browser
-        browser.close()
 
 
 def token_server(tmp: Path) -> Served:
