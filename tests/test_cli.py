@@ -9,7 +9,9 @@ import functools
 import itertools
 import json
 import os
+import pty
 import re
+import select
 import shlex
 import signal
 import socket
@@ -1030,21 +1032,14 @@ def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
     assert gone.exit_code == 2 and "not found" in gone.stderr
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
-@pytest.mark.parametrize("answer", [b"n\r", b"\r", b"\x04", b"maybe\rno\r"])
-def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
-    db: Path, answer: bytes
-) -> None:
-    """Answering no (or Enter, the default) to "Delete …? [y/N]" exited 1 with an error line,
-    as if the delete had failed: a script or `&&` chain took the user's choice for a fault;
-    Ctrl-D, the input's end, said "interrupted" (exit 130)."""
-    import pty
-    import select
-
-    ids = seed(db)
+def asked_to_delete(
+    db: Path, session_id: str
+) -> tuple[subprocess.Popen[bytes], int, int, bytearray]:
+    """``sessions delete`` in a terminal of its own (a pty), once it has asked "[y/N]": the
+    process, the terminal's two ends (the caller closes them) and what it has shown."""
     controller, terminal = pty.openpty()
     delete = subprocess.Popen(
-        [sys.executable, "-m", "mcp_agent", "sessions", "delete", ids["session"]],
+        [sys.executable, "-m", "mcp_agent", "sessions", "delete", session_id],
         stdin=terminal,
         stdout=terminal,
         stderr=terminal,
@@ -1056,6 +1051,26 @@ def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
         while not shown.endswith(b"[y/N]: "):
             assert select.select([controller], [], [], 30)[0], bytes(shown)
             shown.extend(os.read(controller, 1 << 16))
+    except BaseException:
+        delete.kill()
+        delete.wait()
+        os.close(controller)
+        os.close(terminal)
+        raise
+    return delete, controller, terminal, shown
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+@pytest.mark.parametrize("answer", [b"n\r", b"\r", b"\x04", b"maybe\rno\r"])
+def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
+    db: Path, answer: bytes
+) -> None:
+    """Answering no (or Enter, the default) to "Delete …? [y/N]" exited 1 with an error line,
+    as if the delete had failed: a script or `&&` chain took the user's choice for a fault;
+    Ctrl-D, the input's end, said "interrupted" (exit 130)."""
+    ids = seed(db)
+    delete, controller, terminal, shown = asked_to_delete(db, ids["session"])
+    try:
         os.write(controller, answer)
         assert delete.wait(timeout=30) == 0
         while select.select([controller], [], [], 0.2)[0]:
@@ -1073,24 +1088,9 @@ def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
 def test_ctrl_c_at_the_delete_question_ends_its_line_and_deletes_nothing(db: Path) -> None:
     """Ctrl-C at "Delete …? [y/N]" left the line open: the shell's next prompt followed the
     question on the same line, with no word of what became of the session."""
-    import pty
-    import select
-
     ids = seed(db)
-    controller, terminal = pty.openpty()
-    delete = subprocess.Popen(
-        [sys.executable, "-m", "mcp_agent", "sessions", "delete", ids["session"]],
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        env=clean_env(MCP_AGENT_DB=str(db), TERM="xterm"),
-        start_new_session=True,
-    )
-    shown = bytearray()
+    delete, controller, terminal, shown = asked_to_delete(db, ids["session"])
     try:
-        while not shown.endswith(b"[y/N]: "):
-            assert select.select([controller], [], [], 30)[0], bytes(shown)
-            shown.extend(os.read(controller, 1 << 16))
         delete.send_signal(signal.SIGINT)  # what Ctrl-C sends the terminal's foreground
         assert delete.wait(timeout=30) == 130
         while select.select([controller], [], [], 0.2)[0]:

@@ -96,24 +96,29 @@ def shown_time(timestamp: str) -> str:
     """A stored time as every answer and ``--json`` gives times, pi's form with milliseconds
     (``2026-01-15T08:30:00.123Z``): a listing's microseconds (``sortable_time``, which orders
     rows) are cut. Text that is no time is given as it is."""
-    try:
-        moment = datetime.fromisoformat(timestamp)
-    except (TypeError, ValueError):
+    moment = _utc(timestamp)
+    if moment is None:
         return timestamp
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sortable_time(timestamp: str) -> str:
     """An ISO timestamp with microseconds, so that times of both precisions sort as text."""
+    moment = _utc(timestamp)
+    if moment is None:
+        return timestamp
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _utc(timestamp: str) -> datetime | None:
+    """An ISO timestamp as a time in UTC (one without a zone is UTC); None if it is none."""
     try:
         moment = datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
-        return timestamp
+        return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC)
 
 
 def write_time() -> str:
