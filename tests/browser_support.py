@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from mcp_support import Served
 
 CHROMIUM = os.environ.get("MCP_AGENT_CHROMIUM", "/usr/bin/chromium")
 
@@ -48,4 +49,18 @@ def browser_fixture() -> Iterator[Browser]:
         browser.close()
 
 
-__all__ = ["CHROMIUM", "NEEDS_BROWSER", "Browser", "Page", "Request", "browser_fixture", "expect"]
+def base(server: Served) -> str:
+    """Where ``server``'s viewer page is."""
+    return f"http://127.0.0.1:{server.port}"
+
+
+__all__ = [
+    "CHROMIUM",
+    "NEEDS_BROWSER",
+    "Browser",
+    "Page",
+    "Request",
+    "base",
+    "browser_fixture",
+    "expect",
+]

@@ -1032,11 +1032,13 @@ def test_delete_asks_or_needs_yes(cli: Any, db: Path) -> None:
     assert gone.exit_code == 2 and "not found" in gone.stderr
 
 
+@contextlib.contextmanager
 def asked_to_delete(
     db: Path, session_id: str
-) -> tuple[subprocess.Popen[bytes], int, int, bytearray]:
+) -> Iterator[tuple[subprocess.Popen[bytes], int, bytearray]]:
     """``sessions delete`` in a terminal of its own (a pty), once it has asked "[y/N]": the
-    process, the terminal's two ends (the caller closes them) and what it has shown."""
+    process, the terminal's end to type at and what it has shown; killed if still running,
+    and the terminal closed, at the end."""
     controller, terminal = pty.openpty()
     delete = subprocess.Popen(
         [sys.executable, "-m", "mcp_agent", "sessions", "delete", session_id],
@@ -1051,13 +1053,21 @@ def asked_to_delete(
         while not shown.endswith(b"[y/N]: "):
             assert select.select([controller], [], [], 30)[0], bytes(shown)
             shown.extend(os.read(controller, 1 << 16))
-    except BaseException:
-        delete.kill()
+        yield delete, controller, shown
+    finally:
+        if delete.poll() is None:
+            delete.kill()
         delete.wait()
         os.close(controller)
         os.close(terminal)
-        raise
-    return delete, controller, terminal, shown
+
+
+def ended_with(delete: subprocess.Popen[bytes], controller: int, shown: bytearray) -> int:
+    """The exit code of ``delete``, once it has exited, with the rest of what it showed read."""
+    code = delete.wait(timeout=30)
+    while select.select([controller], [], [], 0.2)[0]:
+        shown.extend(os.read(controller, 1 << 16))
+    return code
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
@@ -1069,17 +1079,9 @@ def test_delete_declined_at_the_terminal_deletes_nothing_and_is_no_error(
     as if the delete had failed: a script or `&&` chain took the user's choice for a fault;
     Ctrl-D, the input's end, said "interrupted" (exit 130)."""
     ids = seed(db)
-    delete, controller, terminal, shown = asked_to_delete(db, ids["session"])
-    try:
+    with asked_to_delete(db, ids["session"]) as (delete, controller, shown):
         os.write(controller, answer)
-        assert delete.wait(timeout=30) == 0
-        while select.select([controller], [], [], 0.2)[0]:
-            shown.extend(os.read(controller, 1 << 16))
-    finally:
-        if delete.poll() is None:
-            delete.kill()
-        os.close(controller)
-        os.close(terminal)
+        assert ended_with(delete, controller, shown) == 0
     assert b"nothing deleted" in shown and b"mcp-agent-sessions:" not in shown, bytes(shown)
     with SqliteSessionRepo(db) as repo:
         assert [item.id for item in repo.list().items] == [ids["session"]]
@@ -1089,17 +1091,9 @@ def test_ctrl_c_at_the_delete_question_ends_its_line_and_deletes_nothing(db: Pat
     """Ctrl-C at "Delete …? [y/N]" left the line open: the shell's next prompt followed the
     question on the same line, with no word of what became of the session."""
     ids = seed(db)
-    delete, controller, terminal, shown = asked_to_delete(db, ids["session"])
-    try:
+    with asked_to_delete(db, ids["session"]) as (delete, controller, shown):
         delete.send_signal(signal.SIGINT)  # what Ctrl-C sends the terminal's foreground
-        assert delete.wait(timeout=30) == 130
-        while select.select([controller], [], [], 0.2)[0]:
-            shown.extend(os.read(controller, 1 << 16))
-    finally:
-        if delete.poll() is None:
-            delete.kill()
-        os.close(controller)
-        os.close(terminal)
+        assert ended_with(delete, controller, shown) == 130
     after = bytes(shown).split(b"[y/N]: ", 1)[1]
     assert after.startswith(b"\r\n") and b"nothing deleted" in after, bytes(shown)
     with SqliteSessionRepo(db) as repo:

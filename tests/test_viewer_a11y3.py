@@ -17,6 +17,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     Browser,
     Page,
     Request,
+    base,
     browser_fixture,  # noqa: F401
     expect,
 )
@@ -53,10 +54,6 @@ def served_fixture(
         yield server, session_id, ids
     finally:
         server.stop()
-
-
-def base(server: Served) -> str:
-    return f"http://127.0.0.1:{server.port}"
 
 
 def focused(page: Page) -> str:

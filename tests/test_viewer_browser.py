@@ -21,6 +21,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     NEEDS_BROWSER,
     Browser,
     Page,
+    base,
     browser_fixture,  # noqa: F401
     expect,
 )
@@ -144,10 +145,6 @@ def own_served_fixture(tmp_path: Path) -> Iterator[tuple[Served, str, dict[str, 
         yield server, session_id, ids
     finally:
         server.stop()
-
-
-def base(server: Served) -> str:
-    return f"http://127.0.0.1:{server.port}"
 
 
 def leaf_of(server: Served, session_id: str) -> str:
