@@ -687,6 +687,49 @@ def test_escape_closes_the_label_form_unsaved(
     context.close()
 
 
+def test_the_label_form_opened_before_the_clicked_entry_is_read_stays_open(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A Label click made before the clicked row's entry was read (a loaded server) opened the
+    form, and the entry's late answer closed it under the user's typing."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.locator("#tree")
+    tree.locator(f".row[data-id='{ids['plan']}']").click()
+    expect(page.locator("#detail")).to_be_visible()
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        arguments = (
+            json.loads(route.request.post_data or "{}").get("params", {}).get("arguments", {})
+        )
+        if arguments.get("entry_id") == ids["ask"]:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/mcp", hold)
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+
+    def sent() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(sent, "the clicked entry was never asked for")
+    page.locator("#act-label").click()
+    expect(page.locator("#label-text")).to_be_focused()
+    with page.expect_event("requestfinished", lambda request: request is held[0].request):
+        held[0].continue_()
+    expect(page.locator("#detail-body")).to_contain_text("Plan a picnic for Saturday")
+    expect(page.locator("#label-form")).to_be_visible()
+    page.locator("#label-text").fill("start")
+    page.locator("#label-form button").click()
+    expect(tree.locator(f".row[data-id='{ids['ask']}'] .chip")).to_have_text("#start")
+    context.close()
+
+
 def test_the_focus_stays_on_its_row_through_live_updates_and_unfolds(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

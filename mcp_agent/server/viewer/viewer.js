@@ -1503,6 +1503,8 @@ function markSelected(entryId) {
 async function selectEntry(entryId, fromClick) {
   state.selected = entryId;
   markSelected(entryId);
+  // Closed now, not when the entry's answer comes: a Label click in between opens it for this entry.
+  if (fromClick) $("label-form").hidden = true;
   const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
   if (state.selected !== entryId) return;
   let entry = answer.entries[answer.entries.length - 1];
@@ -1514,7 +1516,6 @@ async function selectEntry(entryId, fromClick) {
   }
   state.entry = entry;
   renderDetail(entry);
-  if (fromClick) $("label-form").hidden = true;
 }
 
 function renderDetail(entry, withBody = true) {
