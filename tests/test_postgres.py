@@ -815,6 +815,31 @@ def test_a_database_newer_than_the_server_is_refused(postgres_url: str) -> None:
         PostgresSessionRepo(postgres_url)
 
 
+def test_a_database_of_version_4_finds_chinese_and_japanese_words_once_upgraded(
+    postgres_url: str,
+) -> None:
+    """Version 4 stored a run of CJK text as one word (so 天気 missed 東京の天気は晴れ):
+    the migration splits each stored text as new ones are."""
+    import psycopg
+
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        weather = repo.create()
+        weather.append_message(user_message("東京の天気は晴れ"))
+        plain = repo.create()
+        plain.append_message(user_message("plain words"))
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(
+            "UPDATE entries SET text = replace(text, ' ', '') WHERE session_id = %s", [weather.id]
+        )
+        db.execute("UPDATE schema_version SET version = 4")
+    with PostgresSessionRepo(postgres_url) as repo:
+        assert [s.id for s in repo.list(query="天気").items] == [weather.id]
+        assert [s.id for s in repo.list(query="plain").items] == [plain.id]
+        assert repo.list(query="気天").items == []
+
+
 def test_a_database_of_another_program_is_refused_before_anything_is_written(
     postgres_url: str,
 ) -> None:

@@ -651,6 +651,34 @@ def test_a_search_with_no_words_is_refused_and_naming_none_lists_all(repo) -> No
     assert [s.id for s in repo.list(query="🎉 party").items] == [party.id]
 
 
+def test_a_search_finds_chinese_and_japanese_words_inside_a_run_of_them(repo) -> None:
+    """Chinese and Japanese have no spaces: a run of their characters was one word, so 天気
+    found nothing in 東京の天気は晴れ. Each such character is a word of its own and a search
+    word of several is a phrase: the characters in order, anywhere in a run."""
+    weather = repo.create(name="天気")
+    weather.append_message(user("東京の天気は晴れです。GPT4の回答を見て"))
+    kana = repo.create(name="notes")
+    kana.append_message(user("カタカナのテストと漢字"))
+    apart = repo.create(name="apart")
+    apart.append_message(user("天 and later 気, and 晴 alone"))
+
+    def found(query: str) -> set[str]:
+        return {s.id for s in repo.list(query=query).items}
+
+    assert found("天気") == {weather.id}  # a phrase: 天 then 気, not each anywhere
+    assert found("東京") == {weather.id}
+    assert found("晴れ") == {weather.id}
+    assert found("京の天") == {weather.id}
+    assert found("gpt4の回答") == {weather.id}
+    assert found("テスト") == {kana.id}
+    assert found("漢字 カタカナ") == {kana.id}
+    assert found("天") == {weather.id, apart.id}
+    assert found("気天") == set()
+    assert found("大阪") == set()
+    # words of other scripts still match what they start, not what they hold
+    assert found("atakana") == set() and found("ater") == set()
+
+
 def test_list_order_follows_the_latest_append(repo) -> None:
     old = repo.create()
     new = repo.create()

@@ -22,7 +22,7 @@ from mcp_agent.sessions import (
     SqliteSessionStorage,
 )
 from mcp_agent.sessions.context import build_session_context
-from mcp_agent.sessions.entries import iso_now
+from mcp_agent.sessions.entries import entry_from_json, entry_text, iso_now
 from mcp_agent.sessions.pi import export_text
 from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.sqlite.database import (
@@ -177,10 +177,11 @@ def test_an_append_counts_its_parents_children_with_index_searches_only(tmp_path
 
 
 def reopened_as(path: Path, version: int) -> SqliteSessionRepo:
-    """The database at ``path`` put back into the shape of ``version`` (1, 2 or 3), then
+    """The database at ``path`` put back into the shape of ``version`` (1 to 4), then
     opened, and so upgraded."""
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE sessions DROP COLUMN incarnation")
+    if version <= 3:
+        conn.execute("ALTER TABLE sessions DROP COLUMN incarnation")
     if version <= 2:
         conn.execute("DROP INDEX idx_entries_tree")
         conn.execute(
@@ -195,6 +196,18 @@ def reopened_as(path: Path, version: int) -> SqliteSessionRepo:
             "last_timestamp",
         ):
             conn.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
+    if version <= 4:  # search text as it was stored, and indexed, before CJK words
+        rows = conn.execute("SELECT n, data FROM entries").fetchall()
+        for n, data in rows:
+            conn.execute(
+                "UPDATE entries SET text = ? WHERE n = ?",
+                (entry_text(entry_from_json(data)) or None, n),
+            )
+        conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+        conn.execute("DELETE FROM fts_docs")
+        conn.execute("INSERT INTO entries_fts (rowid, text) SELECT n, text FROM entries")
+        conn.execute("INSERT INTO fts_docs SELECT n, session_id FROM entries")
+        conn.execute("UPDATE meta SET value = (SELECT max(n) FROM entries) WHERE key LIKE 'fts%'")
     conn.execute(f"PRAGMA user_version = {version}")
     conn.commit()
     conn.close()
@@ -445,6 +458,27 @@ def fts_is_consistent(repo: SqliteSessionRepo) -> None:
         "SELECT n, session_id FROM entries WHERE text IS NOT NULL ORDER BY n"
     ).fetchall()
     assert indexed == expected
+
+
+def test_an_older_database_finds_chinese_and_japanese_words_once_upgraded(
+    tmp_path: Path,
+) -> None:
+    """Version 4 stored and indexed a run of CJK text as one word: opened by this version, its
+    texts are split as new ones are and its index is built again, at the next search."""
+    path = tmp_path / "s.db"
+    repo = SqliteSessionRepo(path)
+    weather = repo.create()
+    weather.append_message(user("東京の天気は晴れ"))
+    plain = repo.create()
+    plain.append_message(user("plain words"))
+    repo.close()
+    repo = reopened_as(path, 4)
+    try:
+        assert [s.id for s in repo.list(query="天気").items] == [weather.id]
+        assert [s.id for s in repo.list(query="plain").items] == [plain.id]
+        fts_is_consistent(repo)
+    finally:
+        repo.close()
 
 
 def test_search_index_stays_exact_across_appends_and_deletes(tmp_path: Path) -> None:

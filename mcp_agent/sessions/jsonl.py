@@ -69,10 +69,9 @@ from mcp_agent.sessions.repo import (
     SessionSummary,
     decode_cursor,
     encode_cursor,
-    query_words,
     summarize,
-    text_matches,
 )
+from mcp_agent.sessions.words import query_words, text_matches
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import builtins
 import json
-import re
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from mcp_agent.sessions.storage import (
     listing_text,
     tree_parent,
 )
+from mcp_agent.sessions.words import query_words, text_matches
 
 ForkPosition = Literal["before", "at"]
 
@@ -242,8 +242,6 @@ def encode_cursor(modified: str, session_id: str) -> str:
 
 # A cursor we hand out is well under this; anything longer was not made here.
 MAX_CURSOR_CHARS = 1024
-# Words in one search: each is a term of the full-text query, and SQLite refuses deep ones.
-MAX_SEARCH_WORDS = 32
 
 
 def decode_cursor(cursor: str) -> tuple[str, str]:
@@ -260,37 +258,6 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
         "invalid_argument",
         f"invalid cursor {shown!r}: pass the cursor that the previous page returned",
     )
-
-
-def query_words(query: str | None) -> list[str]:
-    """The words of a search; a session matches when each is the start of a word in it. No
-    search (None, empty or blanks) has none; text with no word is refused, as nothing could
-    tell a session that matches it from one that does not (taken as no search, it would list
-    every session as a match)."""
-    words = re.findall(r"\w+", query.lower()) if query else []
-    if query and not words and not query.isspace():
-        shown = query if len(query) <= 60 else query[:60] + "…"
-        raise SessionError(
-            "invalid_argument",
-            f"the search {shown!r} has no words to search for (letters or digits): give words,"
-            " or no query for every session",
-        )
-    if len(words) > MAX_SEARCH_WORDS:
-        raise SessionError(
-            "invalid_argument",
-            f"a search takes at most {MAX_SEARCH_WORDS} words, not {len(words)}: use fewer",
-        )
-    return words
-
-
-def text_matches(words: list[str], texts: Iterable[str]) -> bool:
-    remaining = set(words)
-    for text in texts:
-        if not remaining:
-            break
-        lowered = text.lower()
-        remaining = {w for w in remaining if not re.search(r"(?<!\w)" + re.escape(w), lowered)}
-    return not remaining
 
 
 def page_summaries(

@@ -45,6 +45,7 @@ from mcp_agent.sessions.postgres.connect import (
     url_options,
 )
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
+from mcp_agent.sessions.words import CJK_CHARS
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
@@ -78,6 +79,15 @@ STATEMENT_GRACE_S = 5.0
 # has no answer in this long is dropped (and another connection lent), not waited for.
 CHECK_TIMEOUT_S = 10.0
 
+# words.CJK_CHARS as a PostgreSQL bracket expression (its regular expressions take \u escapes).
+_CJK_CLASS = (
+    "["
+    + "".join(
+        c if c == "-" else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+        for c in CJK_CHARS
+    )
+    + "]"
+)
 MIGRATIONS: list[str] = [
     # 1: the first shape
     """
@@ -176,6 +186,9 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
     "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
     # 4: the run whose tool call started each run (a sub-agent's), on the board
     "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+    # 5: search text with each CJK character a word of its own (words.spaced)
+    f"UPDATE entries SET text = regexp_replace(text, '({_CJK_CLASS})', ' \\1 ', 'g')"
+    f" WHERE text ~ '{_CJK_CLASS}'",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # Every table of ours: a database holding one of these names without our schema_version is

@@ -20,11 +20,11 @@ from mcp_agent.sessions.repo import (
     SessionSummary,
     decode_cursor,
     encode_cursor,
-    query_words,
     started_json,
 )
 from mcp_agent.sessions.session import Session
 from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
+from mcp_agent.sessions.words import query_words
 
 # Sessions a repo keeps open between opens: a server's clients work in many sessions at once,
 # and reopening one reads its row and header again and starts its caches afresh. What an open

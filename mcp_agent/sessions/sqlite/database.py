@@ -40,16 +40,19 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.words import spaced
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 2 keeps every figure of session_stats in the sessions row. A database of version 1
 # gains the columns empty (NULL): each session's figures are counted the first time they are
 # asked for, and kept up to date from then on. Version 3 has TREE_INDEX instead of the
 # (session_id, parent_id) index (built once, when an older database is first opened).
 # Version 4 gives each session row its ``incarnation`` (see sql.storage.new_incarnation); rows
-# of older versions have none (NULL), and keep none.
+# of older versions have none (NULL), and keep none. Version 5 stores search text with each
+# CJK character a word of its own (``words.spaced``): an older database has its texts that hold
+# one re-spaced, and its full-text index rebuilt at the next search.
 _STATS_COLUMNS = (
     ("roles", "TEXT"),
     ("leaf_count", "INTEGER"),
@@ -186,6 +189,7 @@ class _Write:
 
 
 # How far the full-text index goes, and the newest entry (see index_pending_text).
+_FTS_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = 'entries_fts'"
 _FTS_MARKS = (
     "SELECT (SELECT value FROM meta WHERE key = 'fts_indexed_upto'), (SELECT max(n) FROM entries)"
 )
@@ -459,14 +463,16 @@ class SqliteDatabase:
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version >= SCHEMA_VERSION:
             return
-        if version in (1, 2, 3):
+        if version in (1, 2, 3, 4):
             if version == 1:
                 for column, kind in _STATS_COLUMNS:
                     self.conn.execute(f"ALTER TABLE sessions ADD COLUMN {column} {kind}")
             if version <= 2:
                 self.conn.execute(TREE_INDEX)
                 self.conn.execute("DROP INDEX IF EXISTS idx_entries_session_id_parent_id")
-            self.conn.execute("ALTER TABLE sessions ADD COLUMN incarnation TEXT")
+            if version <= 3:
+                self.conn.execute("ALTER TABLE sessions ADD COLUMN incarnation TEXT")
+            self._space_search_text()
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         db.table("sessions").create(
@@ -550,6 +556,18 @@ class SqliteDatabase:
             db.table("entries").enable_fts(["text"], fts_version="FTS5", create_triggers=False)
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('fts_indexed_upto', 0)")
         self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _space_search_text(self) -> None:
+        """Version 5's search text (see SCHEMA_VERSION) for the entries that hold CJK text; if
+        any did, the index is emptied, to be built again by the next search, in batches."""
+        self.conn.create_function("spaced", 1, spaced, deterministic=True)
+        changed = self.conn.execute(
+            "UPDATE entries SET text = spaced(text) WHERE text IS NOT NULL AND spaced(text) != text"
+        ).rowcount
+        if changed and self.conn.execute(_FTS_EXISTS).fetchone():
+            self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+            self.conn.execute("DELETE FROM fts_docs")
+            self.conn.execute("UPDATE meta SET value = 0 WHERE key = 'fts_indexed_upto'")
 
     def index_pending_text(self, batch_rows: int | None = None) -> None:
         """Bring the full-text index up to date with every entry appended so far, at most
