@@ -389,6 +389,37 @@ async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node
         assert len(page["nodes"]) == 150 and sum(made) == 150  # a page: what it shows
 
 
+async def test_a_page_makes_about_what_it_shows_not_its_whole_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree page with limit=1000 made 1,000 node previews (each entry parsed) to show the
+    about 90 that fit one answer. Now it makes blocks from the newest until the page is full,
+    and shows the same page, and the entries view the same."""
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=400)).id
+    made: list[int] = []
+    real = session_reads.stored_tree_nodes
+
+    def counted(storage: Any, index: Any, rows: Any, *rest: Any) -> Any:
+        made.append(len(rows))
+        return real(storage, index, rows, *rest)
+
+    monkeypatch.setattr(session_reads, "stored_tree_nodes", counted)
+    async with Client(make_server(tmp_path)) as client:
+        pages = {}
+        for first_block in (100, 5000):  # block by block, and all at once
+            monkeypatch.setattr(session_reads, "FIRST_BLOCK", first_block)
+            made.clear()
+            tree = await call(client, "session_get", session_id=sid, view="tree", limit=1000)
+            entries = await call(client, "session_get", session_id=sid, view="entries", limit=1000)
+            pages[first_block] = (tree, entries, sum(made))
+        (tree, entries, spent), (whole_tree, whole_entries, _) = pages[100], pages[5000]
+        assert tree == whole_tree and entries == whole_entries
+        assert 20 < len(tree["nodes"]) < 300 and tree["truncated"], len(tree["nodes"])
+        assert spent <= 300 + len(tree["nodes"]), spent  # at most one block past the page
+        assert 20 < len(entries["entries"]) < 1000
+
+
 # --- errors a model can act on ----------------------------------------------------------------
 
 MACHINE_TALK = ("validation error", "pydantic", "http://", "https://", "Arguments", "--")

@@ -178,6 +178,10 @@ def shown_message(
     return compact(stub)
 
 
+# The items a page is made from at first; each next block, if the page is not full, twice the last.
+FIRST_BLOCK = 100
+
+
 def sized_page(
     total: int,
     load: Loader,
@@ -191,7 +195,18 @@ def sized_page(
     may be on it are loaded."""
     end = cursor_end(cursor, total, paged_as)
     first = 0 if limit is None else max(0, end - limit)
-    texts = load(first, end)
+    if limit is None:
+        texts = load(first, end)
+    else:
+        # Newest first, a block at a time, until the page is full: what ``newest_page`` would
+        # not take is not made (a limit of 1,000 tree nodes made 1,000 previews to show 90).
+        texts, size, start, block = [], 0, end, FIRST_BLOCK
+        while start > first and size <= budget:
+            made = load(max(first, start - block), start)
+            texts[:0] = made
+            size += sum(len(text.encode()) for text in made)
+            start, block = start - len(made), 2 * block
+        first = start
     page = newest_page(
         range(total), cursor, limit, lambda i: len(texts[i - first].encode()), budget, paged_as
     )
