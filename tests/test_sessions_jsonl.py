@@ -11,9 +11,9 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, TypeVar, cast
 
 import pytest
 from mcp_support import poll
@@ -32,6 +32,8 @@ from mcp_agent.sessions import (
 )
 
 DATA = Path(__file__).parent / "data" / "pi"
+
+T = TypeVar("T")
 
 
 def user(text: str) -> UserMessage:
@@ -744,3 +746,56 @@ def test_a_fork_reads_when_its_parent_is_damaged(tmp_path: Path) -> None:
     with pytest.raises(SessionError):
         fresh.open_read(parent.id)
     assert linked_origin(fresh, fresh.open_read(fork.id).header) is None
+
+
+def test_a_file_read_at_length_holds_up_no_other_open_or_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search read every file under the repo's one lock (186 MB: 23 s), and an open read
+    its whole file under it too: every other client's open, append and listing waited that
+    long. Files are now read outside it; here the reads of one search and of one open are held
+    until the others are done."""
+    from mcp_agent.sessions import jsonl
+
+    repo = JsonlSessionRepo(tmp_path / "sessions")
+    held_one = repo.create(name="big")
+    held_one.append_message(user("a long session"))
+    other = repo.create(name="other")
+    other.append_message(user("hello"))
+    repo.close()
+    repo = JsonlSessionRepo(tmp_path / "sessions")
+    release, reading = threading.Event(), threading.Event()
+    big_path = repo.path_for(held_one.id)
+
+    def held(read: Callable[[Path], T]) -> Callable[[Path], T]:
+        def slow(path: Path) -> T:
+            if path == big_path:
+                reading.set()
+                release.wait(60)
+            return read(path)
+
+        return slow
+
+    monkeypatch.setattr(jsonl, "read_session_file", held(jsonl.read_session_file))
+    monkeypatch.setattr(jsonl, "load_session_file", held(jsonl.load_session_file))
+    for slow_call in (lambda: repo.list(query="nothing"), lambda: repo.open(held_one.id)):
+        release.clear()
+        reading.clear()
+        slow = threading.Thread(target=slow_call)
+        slow.start()
+        assert reading.wait(60), "the held file was never read"
+        done = threading.Event()
+
+        def others(done: threading.Event) -> None:
+            repo.open(other.id).append_message(user("meanwhile"))
+            assert repo.summary(other.id).message_count >= 2
+            done.set()
+
+        meanwhile = threading.Thread(target=others, args=(done,))
+        meanwhile.start()
+        finished_first = done.wait(30)
+        release.set()
+        slow.join()
+        meanwhile.join()
+        assert finished_first, "another session's open waited for the held file's read"
+    repo.close()

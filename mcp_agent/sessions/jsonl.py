@@ -463,27 +463,39 @@ class JsonlSessionRepo(BaseSessionRepo):
         return storage
 
     def _open_storage(self, session_id: str) -> JsonlSessionStorage:
+        # A file is read without the repo's lock (under its own): opening a big session held
+        # up every other open, append and listing meanwhile.
         with self._lock:
             path = self.path_for(session_id)
-            storage = self._open.get(session_id) or self._held.get(session_id)
+            storage = self._kept(session_id, path)
             if not path.exists():
                 self._forget(session_id)
                 raise SessionError("not_found", f"session {session_id} not found")
-            if storage is not None and storage.path == path:
-                # Taken up in place: a run holding this storage must see it too.
-                try:
-                    storage.refresh()
-                except SessionError:
+        if storage is not None:
+            # Taken up in place: a run holding this storage must see it too.
+            try:
+                storage.refresh()
+            except SessionError:
+                with self._lock:
                     self._forget(session_id)
-                    raise
-            else:
-                storage = JsonlSessionStorage(path)
-                if storage.get_metadata().id != session_id:
-                    raise SessionError(
-                        "corrupt", f"{path} is named for session {session_id} but holds another"
-                    )
+                raise
+        else:
+            read = JsonlSessionStorage(path)
+            if read.get_metadata().id != session_id:
+                raise SessionError(
+                    "corrupt", f"{path} is named for session {session_id} but holds another"
+                )
+            with self._lock:  # one index per file: the one another thread kept meanwhile
+                storage = self._kept(session_id, path) or read
+                if not path.exists():  # deleted meanwhile
+                    raise SessionError("not_found", f"session {session_id} not found")
+        with self._lock:
             self._keep_open(storage)
-            return storage
+        return storage
+
+    def _kept(self, session_id: str, path: Path) -> JsonlSessionStorage | None:
+        storage = self._open.get(session_id) or self._held.get(session_id)
+        return storage if storage is not None and storage.path == path else None
 
     def _keep_open(self, storage: JsonlSessionStorage) -> None:
         """Keep the sessions used last, as many and as large as the bounds let; one let go
@@ -516,43 +528,49 @@ class JsonlSessionRepo(BaseSessionRepo):
     def _modified(self, path: Path, key: tuple[int, int]) -> str:
         """A file's time of last activity (``activity``), as pi orders its listings; kept
         until the file changes."""
-        kept = self._activity.get(path)
+        with self._lock:
+            kept = self._activity.get(path)
         if kept is not None and kept[0] == key:
             return kept[1]
         read: Activity | None = None
-        try:
+        try:  # without the lock: the other threads' opens and appends do not wait for a read
             modified, read = last_activity(path, _mtime_text(key), kept[2] if kept else None)
         except OSError:  # said where the listing reads it (it is left out, named)
             modified = _mtime_text(key)
-        self._activity.pop(path, None)
-        if len(self._activity) >= MAX_LISTED:
-            del self._activity[next(iter(self._activity))]
-        self._activity[path] = (key, modified, read)
+        with self._lock:
+            self._activity.pop(path, None)
+            if len(self._activity) >= MAX_LISTED:
+                del self._activity[next(iter(self._activity))]
+            self._activity[path] = (key, modified, read)
         return modified
 
     def _scan(
         self, path: Path, session_id: str, key: tuple[int, int], modified: str, texts_wanted: bool
     ) -> tuple[SessionSummary, builtins.list[str]] | None:
-        cached = self._listing.get(path)
+        with self._lock:
+            cached = self._listing.get(path)
         if cached is not None and cached[0] == key and (cached[2] is not None or not texts_wanted):
             return cached[1], cached[2] or []
-        try:
+        why: str | None = None
+        try:  # without the lock, as in _modified: a search may read gigabytes
             parsed, _torn = read_session_file(path)
         except SessionError as error:
-            log.warning("skipping unreadable session file: %s", error.message)
-            self.skipped[path] = error.message
-            return None
-        if parsed.header.id != session_id:
-            why = f"{path} is named for session {session_id} but holds another"
-            log.warning("skipping %s", why)
-            self.skipped[path] = why
+            why = error.message
+        else:
+            if parsed.header.id != session_id:
+                why = f"{path} is named for session {session_id} but holds another"
+        if why is not None:
+            log.warning("skipping session file: %s", why)
+            with self._lock:
+                self.skipped[path] = why
             return None
         storage = InMemorySessionStorage(parsed.header, parsed.entries)
         texts = [storage.get_session_name() or ""]
         texts.extend(entry_text(entry) for entry in parsed.entries)
         summary = summarize(storage)
         summary.modified = modified
-        self._keep_listed(path, key, summary, texts)
+        with self._lock:
+            self._keep_listed(path, key, summary, texts)
         return summary, texts
 
     def _keep_listed(
@@ -579,39 +597,43 @@ class JsonlSessionRepo(BaseSessionRepo):
         """Newest first across both layouts, by the time of each session's last message, as
         pi lists them (``activity``). Files are ordered by it before any is read whole, so a
         page reads only the files it shows (and, with a query, the ones that did not match)."""
-        with self._lock:
-            words = query_words(query)
-            if limit < 1:
-                raise SessionError("invalid_argument", "limit must be at least 1")
-            after = decode_cursor(cursor) if cursor is not None else None
-            if cursor is None:
+        words = query_words(query)
+        if limit < 1:
+            raise SessionError("invalid_argument", "limit must be at least 1")
+        after = decode_cursor(cursor) if cursor is not None else None
+        if cursor is None:
+            with self._lock:
                 self.skipped.clear()
-            candidates: builtins.list[tuple[str, str, Path, tuple[int, int], str]] = []
-            for path in session_files(self.directory):
-                session_id = session_id_of(path)
-                try:
-                    key = _stamp(path)
-                except FileNotFoundError:
-                    continue
-                assert session_id is not None  # session_files yields named files only
+        # The lock is held for the kept rows and times only, never for a file's read: a search
+        # that reads every file (186 MB: 23 s) held up every open and append meanwhile.
+        candidates: builtins.list[tuple[str, str, Path, tuple[int, int], str]] = []
+        for path in session_files(self.directory):
+            session_id = session_id_of(path)
+            try:
+                key = _stamp(path)
+            except FileNotFoundError:
+                continue
+            assert session_id is not None  # session_files yields named files only
+            with self._lock:
                 self._remember(session_id, path)
-                modified = self._modified(path, key)
-                # Sessions active within one millisecond: the one written last first.
+            modified = self._modified(path, key)
+            # Sessions active within one millisecond: the one written last first.
+            with self._lock:
                 place = f"{modified} {self._changed(session_id, key)}"
-                if after is None or (place, session_id) < after:
-                    candidates.append((place, session_id, path, key, modified))
-            candidates.sort(reverse=True)
-            items: builtins.list[SessionSummary] = []
-            last_place = ""
-            for place, session_id, path, key, modified in candidates:
-                scanned = self._scan(path, session_id, key, modified, bool(words))
-                if scanned is None or (words and not text_matches(words, scanned[1])):
-                    continue
-                if len(items) == limit:
-                    return SessionPage(items, encode_cursor(last_place, items[-1].id))
-                items.append(scanned[0])
-                last_place = place
-            return SessionPage(items, None)
+            if after is None or (place, session_id) < after:
+                candidates.append((place, session_id, path, key, modified))
+        candidates.sort(reverse=True)
+        items: builtins.list[SessionSummary] = []
+        last_place = ""
+        for place, session_id, path, key, modified in candidates:
+            scanned = self._scan(path, session_id, key, modified, bool(words))
+            if scanned is None or (words and not text_matches(words, scanned[1])):
+                continue
+            if len(items) == limit:
+                return SessionPage(items, encode_cursor(last_place, items[-1].id))
+            items.append(scanned[0])
+            last_place = place
+        return SessionPage(items, None)
 
     def _changed(self, session_id: str, key: tuple[int, int]) -> str:
         """When a file changed: the precise time if we wrote it last, else its mtime."""
