@@ -826,16 +826,18 @@ def test_a_database_of_version_4_finds_chinese_and_japanese_words_once_upgraded(
 
     with PostgresSessionRepo(postgres_url) as repo:
         weather = repo.create()
-        weather.append_message(user_message("東京の天気は晴れ"))
+        weather.append_message(user_message("東京の天気は晴れ, café"))
         plain = repo.create()
         plain.append_message(user_message("plain words"))
     with psycopg.connect(postgres_url, autocommit=True) as db:
         db.execute(
-            "UPDATE entries SET text = replace(text, ' ', '') WHERE session_id = %s", [weather.id]
+            "UPDATE entries SET text = %s WHERE session_id = %s AND text IS NOT NULL",
+            ["東京の天気は晴れ, café", weather.id],
         )
         db.execute("UPDATE schema_version SET version = 4")
     with PostgresSessionRepo(postgres_url) as repo:
         assert [s.id for s in repo.list(query="天気").items] == [weather.id]
+        assert [s.id for s in repo.list(query="cafe").items] == [weather.id]
         assert [s.id for s in repo.list(query="plain").items] == [plain.id]
         assert repo.list(query="気天").items == []
 

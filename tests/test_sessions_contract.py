@@ -679,6 +679,25 @@ def test_a_search_finds_chinese_and_japanese_words_inside_a_run_of_them(repo) ->
     assert found("atakana") == set() and found("ater") == set()
 
 
+def test_a_search_finds_latin_letters_with_or_without_their_accents(repo) -> None:
+    """ "cafe" found "café" in SQLite (its tokenizer folds accents) and nowhere else: every
+    store folds Latin letters alike, the search's words and the text searched, however the
+    accent is written (one character or a letter and a combining mark)."""
+    accented = repo.create(name="menu")
+    accented.append_message(user("Un café crème à Besançon, Ångström"))
+    combining = repo.create(name="notes")
+    combining.append_message(user("re\u0301sume\u0301 of the naïve plan"))
+
+    def found(query: str) -> set[str]:
+        return {s.id for s in repo.list(query=query).items}
+
+    assert found("cafe creme") == found("CAFÉ") == {accented.id}
+    assert found("besancon angstrom") == {accented.id}
+    assert found("résumé") == found("resume") == {combining.id}
+    assert found("naive") == {combining.id}
+    assert found("cafes") == set()
+
+
 def test_list_order_follows_the_latest_append(repo) -> None:
     old = repo.create()
     new = repo.create()

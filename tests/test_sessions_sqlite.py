@@ -468,14 +468,17 @@ def test_an_older_database_finds_chinese_and_japanese_words_once_upgraded(
     path = tmp_path / "s.db"
     repo = SqliteSessionRepo(path)
     weather = repo.create()
-    weather.append_message(user("東京の天気は晴れ"))
+    weather.append_message(user("東京の天気は晴れ, café"))
     plain = repo.create()
     plain.append_message(user("plain words"))
     repo.close()
     repo = reopened_as(path, 4)
     try:
         assert [s.id for s in repo.list(query="天気").items] == [weather.id]
+        assert [s.id for s in repo.list(query="cafe").items] == [weather.id]
         assert [s.id for s in repo.list(query="plain").items] == [plain.id]
+        fts_is_consistent(repo)
+        repo.delete(weather.id)  # its index rows go with the text they were made of
         fts_is_consistent(repo)
     finally:
         repo.close()

@@ -203,9 +203,8 @@ def register(server: MCPServer) -> None:
             str | None,
             Field(
                 description="words to search for in the sessions' messages, summaries and names"
-                " (each the start of a word there, Chinese or Japanese anywhere in a run; text"
-                " with no word in it is refused); null:"
-                " all sessions"
+                " (each the start of a word there, accents aside, Chinese or Japanese anywhere in"
+                " a run; text with no word in it is refused); null: all sessions"
             ),
         ] = None,
         limit: Annotated[

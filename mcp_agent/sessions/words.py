@@ -5,14 +5,16 @@ words starts a word somewhere in it. Chinese and Japanese are written without sp
 of their characters would be one word, and a search for 天気 would miss 東京の天気は晴れ.
 Each Han, kana or CJK-compatibility character is therefore a word of its own, and a search word
 holding several is a phrase of them: 天気 matches where 天 is followed by 気, anywhere. Stored
-search text (``spaced``) and search words (``query_words``) are split by the same rule, so the
+search text (``search_text``) and search words (``query_words``) are split by the same rule, so the
 full-text indexes of SQLite (FTS5's unicode61) and PostgreSQL (``simple``) need no tokenizer of
-their own.
+their own. Latin letters are folded to their base letter (é to e), as SQLite's tokenizer
+does on its own and PostgreSQL's ``simple`` does not: ``cafe`` finds café in every store.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 
 from mcp_agent.sessions.errors import SessionError
@@ -31,12 +33,31 @@ CJK_CHARS = (
 _CJK = re.compile(f"([{CJK_CHARS}])")
 
 
-def spaced(text: str) -> str:
-    """``text`` with a space either side of each CJK character, so that every word splitter
-    takes each for a word of its own (the form stored for a search to match)."""
+def _latin_folds() -> dict[str, str]:
+    """Each precomposed Latin letter with a diacritic, and its base letter."""
+    folds = {}
+    for code in (*range(0xC0, 0x250), *range(0x1E00, 0x1F00)):
+        letter = chr(code)
+        base = "".join(
+            c for c in unicodedata.normalize("NFD", letter) if unicodedata.category(c) != "Mn"
+        )
+        if base != letter and len(base) == 1:
+            folds[letter] = base
+    return folds
+
+
+LATIN_FOLDS = _latin_folds()
+_FOLD = str.maketrans(LATIN_FOLDS)
+
+
+def search_text(text: str) -> str:
+    """``text`` as stored for a search to match: Latin letters folded, and a space either side
+    of each CJK character, so that every word splitter takes each for a word of its own."""
     if text.isascii():
         return text
-    return _CJK.sub(r" \1 ", text)
+    if not unicodedata.is_normalized("NFC", text):  # é written as e and a combining accent
+        text = unicodedata.normalize("NFC", text)
+    return _CJK.sub(r" \1 ", text.translate(_FOLD))
 
 
 def query_words(query: str | None) -> list[str]:
@@ -45,7 +66,9 @@ def query_words(query: str | None) -> list[str]:
     word is refused, as nothing could tell a session that matches it from one that does not
     (taken as no search, it would list every session as a match)."""
     words = (
-        [" ".join(spaced(w).split()) for w in re.findall(r"\w+", query.lower())] if query else []
+        [" ".join(search_text(w).split()) for w in re.findall(r"\w+", query.lower())]
+        if query
+        else []
     )
     if query and not words and not query.isspace():
         shown = query if len(query) <= 60 else query[:60] + "…"
@@ -73,6 +96,6 @@ def text_matches(words: list[str], texts: Iterable[str]) -> bool:
     for text in texts:
         if not remaining:
             break
-        lowered = spaced(text.lower())
+        lowered = search_text(text.lower())
         remaining = {w: p for w, p in remaining.items() if not p.search(lowered)}
     return not remaining

@@ -45,7 +45,7 @@ from mcp_agent.sessions.postgres.connect import (
     url_options,
 )
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
-from mcp_agent.sessions.words import CJK_CHARS
+from mcp_agent.sessions.words import CJK_CHARS, LATIN_FOLDS
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
@@ -186,9 +186,11 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
     "ALTER TABLE runs ADD COLUMN warnings TEXT NOT NULL DEFAULT '[]'",
     # 4: the run whose tool call started each run (a sub-agent's), on the board
     "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
-    # 5: search text with each CJK character a word of its own (words.spaced)
-    f"UPDATE entries SET text = regexp_replace(text, '({_CJK_CLASS})', ' \\1 ', 'g')"
-    f" WHERE text ~ '{_CJK_CLASS}'",
+    # 5: search text as words.search_text makes it: Latin letters folded, each CJK character a
+    # word of its own
+    f"UPDATE entries SET text = regexp_replace(translate(text, '{''.join(LATIN_FOLDS)}',"
+    f" '{''.join(LATIN_FOLDS.values())}'), '({_CJK_CLASS})', ' \\1 ', 'g')"
+    " WHERE text ~ '[^\\x01-\\x7f]'",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # Every table of ours: a database holding one of these names without our schema_version is

@@ -41,7 +41,7 @@ from mcp_agent.sessions.storage import (
     leaf_after,
     validate_tree,
 )
-from mcp_agent.sessions.words import spaced
+from mcp_agent.sessions.words import search_text
 from mcp_agent.wire import describe_validation_error
 
 T = TypeVar("T")
@@ -99,7 +99,7 @@ def new_incarnation() -> str:
 
 def entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]:
     """An entry's row of ``entries``, in its columns' order: session_id, id, parent_id, type,
-    role, timestamp, seq, data (its stored JSON), text (what a search matches, ``spaced``; None if none)."""
+    role, timestamp, seq, data (its stored JSON), text (what a search matches, ``search_text``; None if none)."""
     role = entry.message.role if isinstance(entry, MessageEntry) else None
     return (
         session_id,
@@ -110,7 +110,7 @@ def entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]
         entry.timestamp,
         seq,
         entry_to_json(entry),
-        spaced(entry_text(entry)) or None,
+        search_text(entry_text(entry)) or None,
     )
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.words import spaced
+from mcp_agent.sessions.words import search_text
 
 T = TypeVar("T")
 
@@ -51,8 +51,9 @@ SCHEMA_VERSION = 5
 # (session_id, parent_id) index (built once, when an older database is first opened).
 # Version 4 gives each session row its ``incarnation`` (see sql.storage.new_incarnation); rows
 # of older versions have none (NULL), and keep none. Version 5 stores search text with each
-# CJK character a word of its own (``words.spaced``): an older database has its texts that hold
-# one re-spaced, and its full-text index rebuilt at the next search.
+# CJK character a word of its own and Latin letters folded (``words.search_text``): an older
+# database has its texts that change so made again, and its full-text index rebuilt at the next
+# search.
 _STATS_COLUMNS = (
     ("roles", "TEXT"),
     ("leaf_count", "INTEGER"),
@@ -472,7 +473,7 @@ class SqliteDatabase:
                 self.conn.execute("DROP INDEX IF EXISTS idx_entries_session_id_parent_id")
             if version <= 3:
                 self.conn.execute("ALTER TABLE sessions ADD COLUMN incarnation TEXT")
-            self._space_search_text()
+            self._remake_search_text()
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
         db.table("sessions").create(
@@ -557,12 +558,14 @@ class SqliteDatabase:
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('fts_indexed_upto', 0)")
         self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _space_search_text(self) -> None:
-        """Version 5's search text (see SCHEMA_VERSION) for the entries that hold CJK text; if
-        any did, the index is emptied, to be built again by the next search, in batches."""
-        self.conn.create_function("spaced", 1, spaced, deterministic=True)
+    def _remake_search_text(self) -> None:
+        """Version 5's search text (see SCHEMA_VERSION) for the entries whose text it changes
+        (CJK, accented Latin letters); if any, the index is emptied, to be built again by the next
+        search, in batches (its rows must be deleted with the text they were made of)."""
+        self.conn.create_function("search_text", 1, search_text, deterministic=True)
         changed = self.conn.execute(
-            "UPDATE entries SET text = spaced(text) WHERE text IS NOT NULL AND spaced(text) != text"
+            "UPDATE entries SET text = search_text(text)"
+            " WHERE text IS NOT NULL AND search_text(text) != text"
         ).rowcount
         if changed and self.conn.execute(_FTS_EXISTS).fetchone():
             self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
