@@ -651,6 +651,11 @@ def test_a_search_with_no_words_is_refused_and_naming_none_lists_all(repo) -> No
     assert [s.id for s in repo.list(query="🎉 party").items] == [party.id]
 
 
+def found(repo: BaseSessionRepo, query: str) -> set[str]:
+    """The ids of the sessions a search for ``query`` lists."""
+    return {s.id for s in repo.list(query=query).items}
+
+
 def test_a_search_finds_chinese_and_japanese_words_inside_a_run_of_them(repo) -> None:
     """Chinese and Japanese have no spaces: a run of their characters was one word, so 天気
     found nothing in 東京の天気は晴れ. Each such character is a word of its own and a search
@@ -662,25 +667,22 @@ def test_a_search_finds_chinese_and_japanese_words_inside_a_run_of_them(repo) ->
     apart = repo.create(name="apart")
     apart.append_message(user("天 and later 気, and 晴 alone"))
 
-    def found(query: str) -> set[str]:
-        return {s.id for s in repo.list(query=query).items}
-
-    assert found("天気") == {weather.id}  # a phrase: 天 then 気, not each anywhere
-    assert found("東京") == {weather.id}
-    assert found("晴れ") == {weather.id}
-    assert found("京の天") == {weather.id}
-    assert found("gpt4の回答") == {weather.id}
-    assert found("テスト") == {kana.id}
-    assert found("漢字 カタカナ") == {kana.id}
-    assert found("天") == {weather.id, apart.id}
-    assert found("気天") == set()
-    assert found("大阪") == set()
+    assert found(repo, "天気") == {weather.id}  # a phrase: 天 then 気, not each anywhere
+    assert found(repo, "東京") == {weather.id}
+    assert found(repo, "晴れ") == {weather.id}
+    assert found(repo, "京の天") == {weather.id}
+    assert found(repo, "gpt4の回答") == {weather.id}
+    assert found(repo, "テスト") == {kana.id}
+    assert found(repo, "漢字 カタカナ") == {kana.id}
+    assert found(repo, "天") == {weather.id, apart.id}
+    assert found(repo, "気天") == set()
+    assert found(repo, "大阪") == set()
     # words of other scripts still match what they start, not what they hold
-    assert found("atakana") == set() and found("ater") == set()
+    assert found(repo, "atakana") == set() and found(repo, "ater") == set()
 
 
 def test_a_search_finds_latin_letters_with_or_without_their_accents(repo) -> None:
-    """ "cafe" found "café" in SQLite (its tokenizer folds accents) and nowhere else: every
+    """A search for cafe found café in SQLite (its tokenizer folds accents) and nowhere else: every
     store folds Latin letters alike, the search's words and the text searched, however the
     accent is written (one character or a letter and a combining mark)."""
     accented = repo.create(name="menu")
@@ -688,14 +690,11 @@ def test_a_search_finds_latin_letters_with_or_without_their_accents(repo) -> Non
     combining = repo.create(name="notes")
     combining.append_message(user("re\u0301sume\u0301 of the naïve plan"))
 
-    def found(query: str) -> set[str]:
-        return {s.id for s in repo.list(query=query).items}
-
-    assert found("cafe creme") == found("CAFÉ") == {accented.id}
-    assert found("besancon angstrom") == {accented.id}
-    assert found("résumé") == found("resume") == {combining.id}
-    assert found("naive") == {combining.id}
-    assert found("cafes") == set()
+    assert found(repo, "cafe creme") == found(repo, "CAFÉ") == {accented.id}
+    assert found(repo, "besancon angstrom") == {accented.id}
+    assert found(repo, "résumé") == found(repo, "resume") == {combining.id}
+    assert found(repo, "naive") == {combining.id}
+    assert found(repo, "cafes") == set()
 
 
 def test_list_order_follows_the_latest_append(repo) -> None:

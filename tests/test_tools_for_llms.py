@@ -359,14 +359,8 @@ async def test_a_2000_deep_branch_reads_as_a_tree(tmp_path: Path) -> None:
         assert older["nodes"] == nodes[2000 - kept - len(older["nodes"]) : 2000 - kept]
 
 
-async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node_is_made(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """view tree with limit=0 made every node (each entry parsed for its preview) and then
-    refused the answer as too large: 7 s on a 33,000-entry session, more the longer the
-    session. Now it stops at the block that passes the bound."""
-    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
-        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
+def nodes_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The count of tree nodes made by each call that makes them, from now on."""
     made: list[int] = []
     real = session_reads.stored_tree_nodes
 
@@ -375,6 +369,18 @@ async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node
         return real(storage, index, rows, *rest)
 
     monkeypatch.setattr(session_reads, "stored_tree_nodes", counted)
+    return made
+
+
+async def test_a_whole_tree_too_large_for_an_answer_is_refused_before_every_node_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """view tree with limit=0 made every node (each entry parsed for its preview) and then
+    refused the answer as too large: 7 s on a 33,000-entry session, more the longer the
+    session. Now it stops at the block that passes the bound."""
+    with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
+        sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=10)).id
+    made = nodes_made(monkeypatch)
     monkeypatch.setattr(session_reads, "TREE_BLOCK", 100)
     monkeypatch.setattr(paging, "WHOLE_MAX", 100_000)  # about 400 of the 2,000 nodes
     async with Client(make_server(tmp_path)) as client:
@@ -397,14 +403,7 @@ async def test_a_page_makes_about_what_it_shows_not_its_whole_limit(
     and shows the same page, and the entries view the same."""
     with SqliteSessionRepo(tmp_path / "sessions.db") as repo:
         sid = repo.import_jsonl(pi_file(tmp_path / "deep.jsonl", 2000, pad=400)).id
-    made: list[int] = []
-    real = session_reads.stored_tree_nodes
-
-    def counted(storage: Any, index: Any, rows: Any, *rest: Any) -> Any:
-        made.append(len(rows))
-        return real(storage, index, rows, *rest)
-
-    monkeypatch.setattr(session_reads, "stored_tree_nodes", counted)
+    made = nodes_made(monkeypatch)
     async with Client(make_server(tmp_path)) as client:
         pages = {}
         for first_block in (100, 5000):  # block by block, and all at once
