@@ -13,6 +13,7 @@ does on its own and PostgreSQL's ``simple`` does not: ``cafe`` finds café in ev
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -30,10 +31,17 @@ CJK_CHARS = (
     "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
 )
-_CJK = re.compile(f"([{CJK_CHARS}])")
 
 
-def _latin_folds() -> dict[str, str]:
+# Made at the first text that is not ASCII, not at import: compiling the ranges takes tens of
+# milliseconds, and a server's start waits for its imports.
+@functools.cache
+def _cjk() -> re.Pattern[str]:
+    return re.compile(f"([{CJK_CHARS}])")
+
+
+@functools.cache
+def latin_folds() -> dict[str, str]:
     """Each precomposed Latin letter with a diacritic, and its base letter."""
     folds = {}
     for code in (*range(0xC0, 0x250), *range(0x1E00, 0x1F00)):
@@ -46,8 +54,9 @@ def _latin_folds() -> dict[str, str]:
     return folds
 
 
-LATIN_FOLDS = _latin_folds()
-_FOLD = str.maketrans(LATIN_FOLDS)
+@functools.cache
+def _fold() -> dict[int, str]:
+    return str.maketrans(latin_folds())
 
 
 def search_text(text: str) -> str:
@@ -57,7 +66,7 @@ def search_text(text: str) -> str:
         return text
     if not unicodedata.is_normalized("NFC", text):  # é written as e and a combining accent
         text = unicodedata.normalize("NFC", text)
-    return _CJK.sub(r" \1 ", text.translate(_FOLD))
+    return _cjk().sub(r" \1 ", text.translate(_fold()))
 
 
 def query_words(query: str | None) -> list[str]:

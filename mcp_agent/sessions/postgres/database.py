@@ -45,7 +45,7 @@ from mcp_agent.sessions.postgres.connect import (
     url_options,
 )
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
-from mcp_agent.sessions.words import CJK_CHARS, LATIN_FOLDS
+from mcp_agent.sessions.words import CJK_CHARS, latin_folds
 from mcp_agent.wire import one_line
 
 T = TypeVar("T")
@@ -188,8 +188,8 @@ CREATE INDEX run_commands_owner ON run_commands (owner, id);
     "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
     # 5: search text as words.search_text makes it: Latin letters folded, each CJK character a
     # word of its own
-    f"UPDATE entries SET text = regexp_replace(translate(text, '{''.join(LATIN_FOLDS)}',"
-    f" '{''.join(LATIN_FOLDS.values())}'), '({_CJK_CLASS})', ' \\1 ', 'g')"
+    f"UPDATE entries SET text = regexp_replace(translate(text, '{''.join(latin_folds())}',"
+    f" '{''.join(latin_folds().values())}'), '({_CJK_CLASS})', ' \\1 ', 'g')"
     " WHERE text ~ '[^\\x01-\\x7f]'",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
