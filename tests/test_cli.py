@@ -2494,6 +2494,18 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
 
 
+def test_listings_piped_leave_no_blanks_at_the_ends_of_their_lines(cli: Any, db: Path) -> None:
+    # Piped to a file, each row of `sessions list` and `models` came padded with spaces to its
+    # table's width ("Plan a picnic   ", "1.25           ").
+    seed(db)
+    with SqliteSessionRepo(db) as repo:
+        repo.create().append_message(User(content="a first message far longer than its column"))
+    for command in (["sessions", "list"], ["models"]):
+        shown = cli(*command).stdout
+        rows = [line for line in shown.splitlines() if line]
+        assert len(rows) > 2 and [line for line in rows if line != line.rstrip()] == [], shown
+
+
 def test_ctrl_c_stops_a_chat_s_compaction_as_it_stops_an_answer(
     cli: Any, db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,7 @@ from rich.segment import Segment
 from rich.text import Text
 from rich.tree import Tree
 
-from mcp_agent.cli.common import plural
+from mcp_agent.cli.common import plural, unpadded_lines
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
@@ -220,19 +220,6 @@ class Indented:
                 yield Segment(" " * self.width)
             yield from line
             yield Segment.line()
-
-
-def unpadded_lines(
-    console: Console, renderable: RenderableType, options: ConsoleOptions
-) -> Iterator[list[Segment]]:
-    """The lines of ``renderable`` without the blanks rich leaves at a wrapped line's end."""
-    for line in console.render_lines(renderable, options, pad=False):
-        while line and not line[-1].text.rstrip(" "):
-            line.pop()
-        if line:
-            last = line.pop()
-            line.append(Segment(last.text.rstrip(" "), last.style, last.control))
-        yield line
 
 
 def name_line(name: str) -> str:
