@@ -535,6 +535,30 @@ def test_show_leaves_no_blanks_at_the_ends_of_its_lines(cli: Any, db: Path) -> N
     assert [line for line in shown.splitlines() if line != line.rstrip()] == [], shown
 
 
+@pytest.mark.parametrize("command", ["show", "tree"])
+def test_headings_piped_at_80_columns_break_between_phrases(db: Path, command: str) -> None:
+    # Piped at 80 columns, the heading wrapped where rich found a space: "· 1 branch" on one
+    # line and "point" on the next, a name cut after "the whole", "◀" apart from "leaf".
+    ids = seed(db)
+    name = "Plans for the whole family and friends over the long weekend"
+    with SqliteSessionRepo(db) as repo:
+        session = repo.open(ids["session"])
+        session.append_message(User(content="and " * 14 + "a long question"))
+        session.set_name(name)
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = "80"
+    done = sub("sessions", command, ids["session"], env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"Session {ids['session']}", f"“{name}”"]
+    figures = " · ".join(lines[2:4]).split(" · ")
+    assert figures[1:] == ["6 messages", "9 entries", "0 tokens", "$0.0000", "1 branch point"]
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines)
+    # The leaf, a name too long for the line with its mark: cut in the tree; in show, whole
+    # and the mark on a line of its own.
+    assert lines[-1].endswith("… ◀ leaf") if command == "tree" else lines[-1] == "◀ leaf"
+
+
 def test_show_gives_a_custom_entrys_data_once_and_tree_its_preview(cli: Any, db: Path) -> None:
     # A sub-agent's link: show's heading repeated the data its body prints, wrapping at 100
     # columns; the tree, which has no body, shows the fields in its one line.
@@ -2468,6 +2492,18 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     header, row = done.stdout.splitlines()[:2]
     assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
+
+
+def test_listings_piped_leave_no_blanks_at_the_ends_of_their_lines(cli: Any, db: Path) -> None:
+    # Piped to a file, each row of `sessions list` and `models` came padded with spaces to its
+    # table's width ("Plan a picnic   ", "1.25           ").
+    seed(db)
+    with SqliteSessionRepo(db) as repo:
+        repo.create().append_message(User(content="a first message far longer than its column"))
+    for command in (["sessions", "list"], ["models"]):
+        shown = cli(*command).stdout
+        rows = [line for line in shown.splitlines() if line]
+        assert len(rows) > 2 and [line for line in rows if line != line.rstrip()] == [], shown
 
 
 def test_ctrl_c_stops_a_chat_s_compaction_as_it_stops_an_answer(

@@ -390,11 +390,49 @@ async def test_a_rate_limit_said_mid_stream_is_a_passing_error(error: dict[str, 
 
 
 @pytest.mark.parametrize(
+    ("api", "body", "said"),
+    [
+        ("openai", {"error": {"message": "Rate limit exceeded"}}, "rate limited the request"),
+        ("openai", {"error": {"message": "rate limit exceeded", "code": None}}, "rate limited"),
+        (
+            "openai",
+            {"error": {"message": "Rate limit reached for gpt-4o in organization org-1 (TPM)"}},
+            "rate limited the request",
+        ),
+        ("openai", {"error": "The server is overloaded, try again later."}, "overloaded"),
+        ("anthropic", {"type": "error", "error": {"message": "Overloaded"}}, "overloaded"),
+    ],
+)
+async def test_an_error_with_no_type_code_or_status_that_says_a_rate_limit_is_passing(
+    api: str, body: dict[str, Any], said: str
+) -> None:
+    """A relay's mid-stream ``{"error": {"message": "Rate limit exceeded"}}`` has nothing but
+    its text to say what it is: since only type, code and status were read, it ended the run
+    for good. Its first clause, when it is a whole rate-limit or overload phrase, now says a
+    passing fault (the other side: the test below)."""
+    async with script_server() as server:
+        if api == "openai":
+            server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(body))]))
+            _, final = await collect(openai(server.base))
+        else:
+            server.add(Reply(body=[an_message_start(), an_event("error", **body)]))
+            _, final = await collect(anthropic(server.base))
+    assert f"the server {said}" in present(final.error_message)
+    assert is_transient_error(final)
+
+
+@pytest.mark.parametrize(
     ("api", "body"),
     [
         ("openai", {"error": {"message": "bad tool arguments at line 429", "type": "invalid"}}),
         ("openai", {"error": {"message": "too many requests: 500 tools over the limit"}}),
         ("openai", {"error": {"message": "rate limit of your prompt's 429 words", "code": 400}}),
+        # With no type, code or status, words about a rate limit or an overload that are not
+        # the whole of the first clause.
+        ("openai", {"error": {"message": "the rate limit field is unknown"}}),
+        ("openai", {"error": {"message": "Overloaded model config: see the docs"}}),
+        ("openai", {"error": "rate limit: must be a number"}),
+        ("anthropic", {"type": "error", "error": {"message": "tools overloaded with arguments"}}),
         (
             "anthropic",
             {"type": "error", "error": {"type": "invalid_request_error", "message": "line 429"}},

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from providers_support import FakeLlm
+from providers_support import fakellm_fixture as fakellm_fixture
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 
@@ -116,6 +123,25 @@ def masked(text: str) -> list[str]:
     return [line.rstrip() for line in text.strip().splitlines()]
 
 
+@pytest.fixture
+def columns_80(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A terminal of 80 columns, the README's transcripts' width, for the commands run in
+    this process (their consoles are made once: anew before and after)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    fresh_consoles()
+    yield
+    fresh_consoles()
+
+
+def fresh_consoles() -> None:
+    """The command line's consoles made anew, at $COLUMNS as it is (each is made once)."""
+    from mcp_agent.cli.common import err, out
+
+    out.cache_clear()
+    err.cache_clear()
+
+
+@pytest.mark.usefixtures("columns_80")
 def test_the_first_chat_transcript_is_what_chat_prints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,7 +154,6 @@ def test_the_first_chat_transcript_is_what_chat_prints(
     [block] = [b for b in blocks("text") if b.startswith(command)]
     said = block.splitlines()
     monkeypatch.setenv("MCP_AGENT_DB", str(tmp_path / "sessions.db"))
-    monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.delenv("MCP_AGENT_MODEL", raising=False)
     lines = "Plan a picnic\nAdd sandwiches\n/tree\n/quit\n"
     result = CliRunner().invoke(app, ["chat", "--model", "scripted:echo"], input=lines)
@@ -140,3 +165,116 @@ def test_the_first_chat_transcript_is_what_chat_prints(
     forked = CliRunner().invoke(app, ["sessions", "fork", session, "--entry", ask])
     [example] = re.findall(r"forked \S+ into a new session \(\d+ entries\)", README)[:1]
     assert masked(forked.stderr) == masked(example)
+
+
+# What differs from run to run, made alike: ids (sessions, entries, runs), times, cursors.
+MASKS = [
+    (r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b", "<session>"),
+    (r"\b[0-9a-f]{12}\b", "<run>"),
+    (r"\b[0-9a-f]{8}\b", "<entry>"),
+    (r"\d{4}-\d\d-\d\dT[\d:.]+Z", "<time>"),
+    (r"\d{4}-\d\d-\d\d \d\d:\d\d|\b\d\d-\d\d \d\d:\d\d\b", "<time>"),
+    (r'"nextCursor": "[^"]+"', '"nextCursor": "<cursor>"'),
+]
+
+
+def ids_in(text: str) -> list[str]:
+    return re.findall(r"\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b|\b[0-9a-f]{8}\b", text)
+
+
+def mask(text: str) -> str:
+    for pattern, said in MASKS:
+        text = re.sub(pattern, said, text)
+    return text
+
+
+class Replay:
+    """The README's transcripts run in order in one database: each command (ids the README
+    shows translated to the ones made here, learnt from the outputs as they come) and what it
+    printed, stdout and stderr as a terminal shows them."""
+
+    def __init__(self, work: Path, fakellm: FakeLlm) -> None:
+        self.work, self.fakellm = work, fakellm
+        self.ids: dict[str, str] = {}
+
+    def command(self, line: str) -> str:
+        """What ``$ line`` prints here, ``; echo "exit $?"`` and ``| head -N`` as the shell
+        does them."""
+        from typer.testing import CliRunner
+
+        from mcp_agent.cli import main
+
+        for shown, made in self.ids.items():
+            line = line.replace(shown, made)
+        line, said_exit = re.subn(r'; echo "exit \$\?"$', "", line)
+        head = re.search(r" \| head -(\d+)$", line)
+        line = line[: head.start()] if head else line
+        if line.startswith("head -n "):
+            _, _, count, name = line.split()
+            return "".join((self.work / name).read_text().splitlines(True)[: int(count)])
+        if "pi/broken.jsonl" in line:  # what the README's broken file holds: an id twice
+            picnic = (self.work / "picnic.jsonl").read_text().splitlines(True)
+            (self.work / "pi" / "broken.jsonl").write_text("".join([*picnic[:2], picnic[1]]))
+        printf = re.match(r"printf '([^']*)' \| (.*)", line)
+        given = printf.group(1).replace("\\n", "\n") if printf else None
+        words = shlex.split(printf.group(2) if printf else line)
+        env: dict[str, str | None] = {}
+        while "=" in words[0]:
+            name, _, value = words.pop(0).partition("=")
+            env[name] = re.sub(r"http://127.0.0.1:\d+/v1", self.fakellm.openai_base_url, value)
+        assert words.pop(0) == "mcp-agent-sessions", line
+        fresh_consoles()
+        # The console script itself (its usage errors are one line), in this process.
+        code: object = None
+        with CliRunner().isolation(input=given, env=env) as (_, _, output):
+            sys.argv = ["mcp-agent-sessions", *words]
+            try:
+                main()
+            except SystemExit as end:
+                code = end.code
+            printed = output.getvalue().decode()
+        if head:
+            printed = "".join(printed.splitlines(True)[: int(head.group(1))])
+        if said_exit:
+            return printed + f"exit {code}\n"
+        assert code == 0, printed
+        return printed
+
+    def block(self, block: str) -> None:
+        """Each command of a README transcript, its output checked against the README's."""
+        for part in re.split(r"\n(?=\$ )", block.strip("\n")):
+            line, *lines = part.split("\n")
+            shown = [said for said in lines if said]
+            printed = self.command(line[2:]).replace(str(self.work), "~/work")
+            made = [said.rstrip() for said in printed.splitlines() if said]
+            assert [mask(said) for said in made] == [mask(said) for said in shown], line
+            for said, got in zip(shown, made, strict=True):
+                self.ids.update(zip(ids_in(said), ids_in(got), strict=True))
+
+
+# The transcripts replayed: of these commands, in one database, in the README's order.
+REPLAYED = re.compile(
+    r"\$ (?:OPENAI\S+ |printf '[^']*' \| )*mcp-agent-sessions (?:models|run|chat|sessions)"
+)
+
+
+@pytest.mark.usefixtures("columns_80")
+def test_the_command_line_transcripts_are_what_the_commands_print(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fakellm: FakeLlm
+) -> None:
+    """The README's transcripts of models, run, chat and sessions, replayed in order in one
+    database at 80 columns: each command prints what the README shows, ids and times aside.
+    Transcripts captured at another width, or of what commands no longer print, went stale."""
+    httpx.post(f"{fakellm.base}/_fakellm/reset")  # the README's prompts as never seen
+    work = tmp_path / "work"
+    shutil.copytree(Path(__file__).parent / "data" / "pi", work / "pi")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MCP_AGENT_DB", str(tmp_path / "sessions.db"))
+    for name in ("MCP_AGENT_MODEL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # each command sets its own
+    replay = Replay(work, fakellm)
+    replayed = [block for block in blocks("text") if REPLAYED.match(block)]
+    for block in replayed:
+        replay.block(block)
+    assert len(replayed) == 9  # models, run, the two chats and five of sessions

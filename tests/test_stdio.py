@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import pty
 import queue
@@ -566,6 +567,46 @@ def test_a_client_that_reads_stderr_only_after_the_exit_is_told_what_was_not_wri
     counts = re.findall(r"(\d+) log message\(s\) (?:dropped|never written)", stderr)
     assert counts and "never written" in stderr.splitlines()[-1], stderr[-500:]
     assert said + sum(map(int, counts)) == lines
+
+
+def sleeping_in(thread: threading.Thread) -> str:
+    """The kernel function ``thread`` sleeps in (its wchan), "" while it runs."""
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    return (task / "wchan").read_text() if state == "S" else ""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and grows a pipe as Linux does")
+def test_the_stderr_writer_waits_for_the_reader_in_its_write_not_by_polling() -> None:
+    """Once stderr's pipe was half full, the writer looked every 50 ms whether the reader had
+    read (a pipe's writability says nothing of half full): woken 20 times a second for as long
+    as a client did not read stderr. It now sleeps in its write until the reader reads; at
+    the end the pipe grows to take the count of the lines never written."""
+    from mcp_agent.cli.stderr_log import QueuedStderr
+
+    read_end, write_end = os.pipe()
+    lines = 200  # 200 KB: three pipes' worth
+    with os.fdopen(read_end, "rb") as reader, os.fdopen(write_end, "wb") as writer:
+        handler = QueuedStderr(writer.fileno())  # room for every line: none dropped as it comes
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        for number in range(lines):
+            handler.emit(logging.makeLogRecord({"msg": f"{number:04d} " + "x" * 1000}))
+        # The pipe full: the writer sleeps in its write, not in a timed wait (futex_…) to
+        # look again.
+        waits: set[str] = set()
+        for _ in range(50):
+            waits.add(sleeping_in(handler.writer))
+            if any("pipe_write" in wait for wait in waits):
+                break
+            time.sleep(0.1)
+        assert any("pipe_write" in wait for wait in waits), waits
+        handler.close()  # nobody read: the count is said last, in room the pipe grew
+        writer.close()
+        said = reader.read().decode().splitlines()
+    written = [line for line in said if line.endswith("x" * 1000)]
+    counts = [int(line.split()[2]) for line in said if "log message(s)" in line]
+    assert said[-1].endswith("log message(s) never written: stderr was not being read")
+    assert len(written) + sum(counts) == lines
 
 
 def test_every_append_acknowledged_over_stdio_survives_a_sigkill(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ from mcp_agent.paths import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console, JustifyMethod
+    from rich.console import Console, ConsoleOptions, JustifyMethod, RenderableType, RenderResult
+    from rich.segment import Segment
 
     from mcp_agent.sessions.repo import SessionRepo
     from mcp_agent.sessions.session import Session
@@ -177,7 +178,38 @@ def print_table(
             table.add_column(header, no_wrap=True, min_width=width, justify=justify)
     for cells, style in rows:
         table.add_row(*cells, style=style)
-    console.print(table)
+    console.print(Unpadded(table))
+
+
+class Unpadded:
+    """``renderable`` drawn without the blanks rich leaves at the ends of its lines (a table's
+    cells padded to their column, a wrapped line's last space): piped to a file, a listing's
+    lines ended in runs of spaces."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+
+        for line in unpadded_lines(console, self.renderable, options):
+            yield from line
+            yield Segment.line()
+
+
+def unpadded_lines(
+    console: Console, renderable: RenderableType, options: ConsoleOptions
+) -> Iterator[list[Segment]]:
+    """The lines of ``renderable`` without the blanks at their ends (see ``Unpadded``)."""
+    from rich.segment import Segment
+
+    for line in console.render_lines(renderable, options, pad=False):
+        while line and not line[-1].text.rstrip(" "):
+            line.pop()
+        if line:
+            last = line.pop()
+            line.append(Segment(last.text.rstrip(" "), last.style, last.control))
+        yield line
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:

@@ -16,7 +16,7 @@ from rich.segment import Segment
 from rich.text import Text
 from rich.tree import Tree
 
-from mcp_agent.cli.common import plural
+from mcp_agent.cli.common import plural, unpadded_lines
 from mcp_agent.messages import (
     AssistantMessage,
     BashExecutionMessage,
@@ -129,13 +129,15 @@ def _styled(parts: Parts) -> Text:
 Started = dict[str, str | None] | None
 
 
-def session_heading(session: Session, started: Started = None) -> Text:
+def session_heading(session: Session, started: Started = None) -> RenderableType:
+    """The session's id and name, then its figures: each phrase kept whole on a line that
+    holds it, so that a narrow terminal or a pipe (80 columns) breaks the heading only
+    between phrases ("1 branch" and "point" on two lines read as two things)."""
     header = session.header
     stats = session.stats()
-    title = Text()
-    title.append("Session ", "bold").append(session.id, "bold")
+    title: list[tuple[str, Text]] = [("", Text(f"Session {session.id}", "bold"))]
     if session.name:
-        title.append(f"  “{name_line(session.name)}”", "bold magenta")
+        title.append(("  ", Text(f"“{name_line(session.name)}”", "bold magenta")))
     details = [
         f"created {local_time(header.timestamp)}",
         plural(stats.message_count, "message"),
@@ -144,8 +146,7 @@ def session_heading(session: Session, started: Started = None) -> Text:
         f"${stats.cost_total:.4f}",
     ]
     if stats.branch_point_count:
-        points = stats.branch_point_count
-        details.append(f"{points} branch point{'s' if points > 1 else ''}")
+        details.append(plural(stats.branch_point_count, "branch point"))
     origin = started or started_json(header)
     if origin is not None:
         run_id = origin["runId"]
@@ -154,8 +155,28 @@ def session_heading(session: Session, started: Started = None) -> Text:
     elif forked := header.parent_session:
         # pi names the parent's file: shown by the id in its name, as listings show it.
         details.append(f"forked from {parent_id(forked)}")
-    title.append("\n" + " · ".join(details), "dim")
-    return title
+    figures = Phrases([(" · ", Text(detail, "dim")) for detail in details])
+    return Group(Phrases(title), figures)
+
+
+class Phrases:
+    """Phrases on as few lines as the width allows, each after its joiner (``" · "``), broken
+    only between phrases; a phrase wider than a line starts one and wraps at its words."""
+
+    def __init__(self, phrases: Sequence[tuple[str, Text]]) -> None:
+        self.phrases = phrases
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        lines: list[Text] = []
+        for joiner, phrase in self.phrases:
+            if lines and lines[-1].cell_len + len(joiner) + phrase.cell_len <= width:
+                lines[-1].append(joiner, phrase.style).append_text(phrase)
+            else:
+                lines.append(phrase.copy())
+        for line in unpadded_lines(console, Text("\n").join(lines), options):
+            yield from line
+            yield Segment.line()
 
 
 def branch_view(session: Session, full: bool = False, started: Started = None) -> RenderableType:
@@ -171,13 +192,14 @@ def branch_view(session: Session, full: bool = False, started: Started = None) -
         heading, body = entry_block(entry, full)
         # The id's style as a span: a Text's own style would dim all that is appended to it.
         line = Text().append(f"{escape_controls(entry.id)} ", "dim").append_text(heading)
+        phrases = [("", line)]
         label = session.get_label(entry.id)
         if label:
-            line.append(f"  #{name_line(label)}", "yellow")
+            phrases.append(("  ", Text(f"#{name_line(label)}", "yellow")))
         if entry.id == leaf_id:
-            line.append(LEAF_MARK, "bold")
+            phrases.append((" ", Text(LEAF_MARK.strip(), "bold")))
         parts.append(Text(""))
-        parts.append(line)
+        parts.append(Phrases(phrases))
         parts.extend(Indented(item, 9) for item in body)
     if leaf_id is None:
         parts.append(Text("\n(empty branch: the leaf is before the first entry)", "dim"))
@@ -193,12 +215,8 @@ class Indented:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         inner = options.update_width(max(1, options.max_width - self.width))
-        for line in console.render_lines(self.renderable, inner, pad=False):
-            while line and not line[-1].text.rstrip(" "):
-                line.pop()  # a wrapped line's blanks at its end
+        for line in unpadded_lines(console, self.renderable, inner):
             if line:
-                last = line.pop()
-                line.append(Segment(last.text.rstrip(" "), last.style, last.control))
                 yield Segment(" " * self.width)
             yield from line
             yield Segment.line()

@@ -8,14 +8,14 @@ and the count is said once stderr takes lines again. The thread writes to the de
 itself, holding no lock of ``sys.stderr``'s that the end of the process would wait for.
 
 A client that reads stderr only once the server has exited (to show why it ended) would
-never see that count: the pipe was full to the end. So on a pipe the thread fills at most
-half of it and leaves the rest for the last word: at exit, the lines never written are
-counted on one line of their own."""
+never see that count: the pipe was full to the end. The thread waits in its write for the
+reader (the kernel wakes it when there is room), and at exit the pipe is made larger (Linux's
+F_SETPIPE_SZ, which a full pipe's writer may do too) to take one line more: the count of the
+lines never written. Where the pipe cannot grow (not Linux, or at the limit of
+``/proc/sys/fs/pipe-max-size``), that count is written only if the pipe has room for it."""
 
 from __future__ import annotations
 
-import array
-import contextlib
 import logging
 import os
 import queue
@@ -26,16 +26,11 @@ import threading
 
 if sys.platform != "win32":
     import fcntl
-    import termios
 
 # Log records waiting for stderr at most; past it they are dropped (and counted).
 MAX_WAITING = 1000
 # How long the end of the process waits for the records still queued (stderr may be stuck).
 FLUSH_SECONDS = 1.0
-# The most written at once, which a pipe with room for it takes whole without blocking.
-CHUNK = select.PIPE_BUF
-# How often the thread looks whether a pipe it left full has been read.
-ROOM_POLL_SECONDS = 0.05
 # How long the end of the process waits for a write under way, to say the count after it.
 LAST_WRITE_SECONDS = 0.2
 
@@ -59,8 +54,8 @@ class QueuedStderr(logging.Handler):
         self._unwritten = 0  # queued or being written
         self._writing = threading.Lock()  # held for each write to fd
         self._closing = threading.Event()
-        self._fill_limit = _pipe_fill_limit(fd)
-        threading.Thread(target=self._write, name="stderr-log", daemon=True).start()
+        self.writer = threading.Thread(target=self._write, name="stderr-log", daemon=True)
+        self.writer.start()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -82,29 +77,13 @@ class QueuedStderr(logging.Handler):
             if dropped:
                 line = dropped_notice(dropped) + line
             data = line.encode("utf-8", errors="backslashreplace")
-            chunks = [data[start : start + CHUNK] for start in range(0, len(data), CHUNK)]
-            for number, chunk in enumerate(chunks, 1):
-                if not self._room_for(len(chunk)):
-                    break  # the process is ending: close counts this line
-                with self._writing:
-                    if self._closing.is_set():
-                        break
-                    _write_all(self.fd, chunk)
-                    if number == len(chunks):
-                        with self._lock:
-                            self._dropped -= dropped
-                            self._unwritten -= 1
+            with self._writing:  # a line at a time: the count at exit starts a line
+                if not self._closing.is_set():  # else close counts this line
+                    _write_all(self.fd, data)  # waits while the reader reads nothing
+                    with self._lock:
+                        self._dropped -= dropped
+                        self._unwritten -= 1
             self._lines.task_done()
-
-    def _room_for(self, size: int) -> bool:
-        """Waits until the pipe holds ``size`` bytes more and still half of it free; False
-        when the process ends first. Anything but a pipe is written to as it is (blocking)."""
-        while self._fill_limit is not None and not self._closing.is_set():
-            with contextlib.suppress(OSError):
-                if _bytes_in(self.fd) + size <= self._fill_limit:
-                    return True
-            self._closing.wait(ROOM_POLL_SECONDS)
-        return not self._closing.is_set()
 
     def flush(self) -> None:
         """Waits until the lines queued are written, for at most ``FLUSH_SECONDS``."""
@@ -114,8 +93,10 @@ class QueuedStderr(logging.Handler):
 
     def close(self) -> None:
         """Stops the writer; says on stderr how many lines were never written, if any (and if
-        stderr takes one line without waiting: a pipe has the room kept for it)."""
+        stderr takes one line without waiting: a full pipe is made larger for it)."""
         self._closing.set()
+        if not _takes_a_line(self.fd):
+            _grow_pipe(self.fd)  # room for the write under way, if any, and the count
         if self._writing.acquire(timeout=LAST_WRITE_SECONDS):  # not stuck in a write
             try:
                 with self._lock:
@@ -139,32 +120,20 @@ def _write_all(fd: int, data: bytes) -> None:
         pass  # stderr closed: nobody to tell
 
 
-def _pipe_fill_limit(fd: int) -> int | None:
-    """For a pipe (on Linux, where its size and fill can be read), how full the writer lets
-    it get: half, so that at least one page stays free for the count at exit whatever the
-    lengths of the lines (each page a write starts is at least half used, on average).
-    None for anything else."""
-    size_flag = None if sys.platform == "win32" else getattr(fcntl, "F_GETPIPE_SZ", None)
+def _grow_pipe(fd: int) -> None:
+    """Doubles the room of the pipe ``fd`` if it is one and may grow (on Linux, up to
+    ``/proc/sys/fs/pipe-max-size`` without privileges); anything else stays as it is."""
+    if sys.platform != "linux":
+        return
     try:
-        if size_flag is None or not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return None
-        capacity = fcntl.fcntl(fd, size_flag)
-        _bytes_in(fd)
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 2 * fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
     except OSError:
-        return None
-    limit = capacity // 2 - CHUNK
-    return limit if limit >= CHUNK else None  # a pipe too small to keep room in
-
-
-def _bytes_in(fd: int) -> int:
-    """How many bytes a pipe holds, not yet read."""
-    count = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, count)
-    return count[0]
+        pass  # at the limit, or not ours to grow: the count is written if there is room
 
 
 def _takes_a_line(fd: int) -> bool:
-    """Whether a write of up to ``CHUNK`` bytes to ``fd`` would not block."""
+    """Whether a write of up to ``select.PIPE_BUF`` bytes to ``fd`` would not block."""
     try:
         return bool(select.select([], [fd], [], 0)[1])
     except (OSError, ValueError):

@@ -55,11 +55,11 @@ def without_partial_note(error: str) -> str:
 
 
 # A model call that failed on the way, not for what was asked, in our providers' words: the API
-# said in the middle of the stream, in its error object's type, code or status (never its text,
-# ``http.passing_fault``), that it was rate limited, overloaded or failing, or gave such a
-# finish reason; the stream broke off, or nothing came for too long. Running the turn again may
-# well work. HTTP errors (429, 5xx) were already retried with back-off by the request itself,
-# and a refused request would fail again.
+# said in the middle of the stream, in its error object's type, code or status (its text only
+# when it has none of them, ``http.passing_fault``), that it was rate limited, overloaded or
+# failing, or gave such a finish reason; the stream broke off, or nothing came for too long.
+# Running the turn again may well work. HTTP errors (429, 5xx) were already retried with
+# back-off by the request itself, and a refused request would fail again.
 _TRANSIENT = re.compile(
     r"the server (?:overloaded|broke off|rate limited the request|failed) mid-stream"
     r"|the connection broke off mid-stream|stream ended before|timed out waiting for the response"

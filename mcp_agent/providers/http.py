@@ -301,12 +301,30 @@ _SERVER_FAILED_KINDS = frozenset(
 )
 
 
+# An error object with no type, code or status at all (a relay's ``{"error": {"message":
+# "Rate limit exceeded"}}``, ``{"error": "Overloaded"}``) says what it is in its text alone:
+# then, and only then, its first clause (up to the first punctuation) is read, and only when
+# it is a whole rate-limit or overload phrase: "Rate limit exceeded, retry in 20s", "Rate limit
+# reached for gpt-4o in organization …", "The server is overloaded." are; "the rate limit field
+# is unknown", "too many requests: 500 tools over the limit" or "line 429" are not.
+_FIRST_CLAUSE = re.compile(r"\s*([^.,;:!?()\[\]\n]*)")
+_RATE_LIMIT_TEXT = re.compile(
+    r"(?:you (?:have been |are being |were |are )|request )?rate[ _-]?limited"
+    r"|rate[ _-]?limit (?:exceeded|reached)(?: (?:for|on|in) .*)?"
+)
+_OVERLOADED_TEXT = re.compile(
+    r"(?:(?:the )?(?:server|service|api|model|engine|upstream|system)s?(?: is| are)? )?"
+    r"(?:currently |temporarily )?overloaded"
+)
+
+
 def passing_fault(data: Any) -> str | None:
     """How a mid-stream error object (OpenAI's ``{"error": {…}}``, Anthropic's error event, a
     relay's ``{"error": {"code": 429}}``) says a passing fault, in the words its message gives:
     ``rate limited the request``, ``overloaded`` or ``failed``; None for any other error (a
     bad request, an account out of credit: a second try meets it again). Read from its
-    ``type``, ``code`` and ``status`` fields only, never from its text."""
+    ``type``, ``code`` and ``status`` fields; its text only when it has none of them, and then
+    only a first clause that is a whole rate-limit or overload phrase (``_FIRST_CLAUSE``)."""
     if not isinstance(data, dict):
         return None
     inner = data.get("error")
@@ -317,6 +335,9 @@ def passing_fault(data: Any) -> str | None:
         if (value := where.get(key)) is not None
     ]
     said = {str(value).strip().lower() for value in fields if isinstance(value, str | int)}
+    said.discard("")
+    if not said - {"error"}:  # nothing but "an error" (Anthropic's event type): its words
+        return _said_in_words(inner if isinstance(inner, str | dict) else data)
     if any(out_of_credit(value) for value in said):
         return None
     if said & _RATE_LIMIT_KINDS or "429" in said:
@@ -327,6 +348,20 @@ def passing_fault(data: Any) -> str | None:
         len(s) == 3 and s.isdigit() and s[0] == "5" for s in said
     ):
         return "failed"
+    return None
+
+
+def _said_in_words(error: str | dict[str, Any]) -> str | None:
+    """``passing_fault`` of an error object that has only its text (see ``_FIRST_CLAUSE``)."""
+    text = error if isinstance(error, str) else error.get("message")
+    if not isinstance(text, str) or out_of_credit(text.lower()):
+        return None
+    found = _FIRST_CLAUSE.match(text.lower())
+    clause = " ".join(found.group(1).split()) if found else ""
+    if _RATE_LIMIT_TEXT.fullmatch(clause):
+        return "rate limited the request"
+    if _OVERLOADED_TEXT.fullmatch(clause):
+        return "overloaded"
     return None
 
 
