@@ -275,8 +275,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
         ``stalled_send_timeout`` seconds (``sent`` counts what it took) while the events
         waiting for it (``reader``) fill its buffer. The SDK's router, which passes on every
         message of the session in turn, then waits for room there: before, a client that
-        stopped reading its GET stream got no answer to any request of its session until it
-        closed that stream. What it did not read is kept for a resume with Last-Event-ID; a
+        stopped reading its GET stream (or a call's) got no answer to any request of its
+        session until it closed that stream. What it did not read is kept for a resume with Last-Event-ID; a
         slow reader with nothing waiting behind it is waited for."""
         seen = -1
         while True:
@@ -303,17 +303,30 @@ class ResumableTransport(StreamableHTTPServerTransport):
         priming_event: SSEEvent | None,
     ) -> None:
         # The SDK's sender of a POST's stream, which at its end let go of whatever stream of
-        # its request was registered: a resume's that took its place among them.
+        # its request was registered: a resume's that took its place among them. It had no
+        # watch: a client that stopped reading its call's stream (a run's progress) held up
+        # every other message of its session, answers included, until it read again.
+        sent = [0]
         try:
-            async with sse_stream_writer, request_stream_reader:
-                if priming_event is not None:
-                    await sse_stream_writer.send(priming_event)
-                async for event_message in request_stream_reader:
-                    await sse_stream_writer.send(self._create_event_data(event_message))
-                    if _answers(event_message, request_id):
-                        break
-        except anyio.ClosedResourceError:
-            log.debug("stream %s closed", request_id)
+            async with sse_stream_writer, request_stream_reader, anyio.create_task_group() as watch:
+                watch.start_soon(
+                    self._close_when_stalled,
+                    request_id,
+                    sse_stream_writer,
+                    request_stream_reader,
+                    sent,
+                )
+                try:
+                    if priming_event is not None:
+                        await sse_stream_writer.send(priming_event)
+                    async for event_message in request_stream_reader:
+                        await sse_stream_writer.send(self._create_event_data(event_message))
+                        sent[0] += 1
+                        if _answers(event_message, request_id):
+                            break
+                except anyio.ClosedResourceError:
+                    log.debug("stream %s closed", request_id)
+                watch.cancel_scope.cancel()
         finally:
             if self._let_go(request_id, request_stream_reader, sse_stream_writer):
                 self._stream_closed(request_id)
