@@ -27,6 +27,7 @@ from mcp_types import (
     INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
+    JSONRPCRequest,
     JSONRPCResponse,
     RequestId,
 )
@@ -35,7 +36,12 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcp_agent.server.event_store import SessionEvents, event_id_parts, not_kept_message
+from mcp_agent.server.event_store import (
+    ASKED_KEPT,
+    SessionEvents,
+    event_id_parts,
+    not_kept_message,
+)
 from mcp_agent.server.unreadable import error_response
 
 log = logging.getLogger(__name__)
@@ -110,6 +116,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
         self._request_streams = _Streams(self._request_streams)
         self._event_store = events
         events.asked = self._asked_on
+        events.given_up = self._give_up
 
     def _asked_on(self, key: StreamId) -> None:
         """A request to the client was stored to go on the stream ``key``. One whose stream
@@ -386,12 +393,25 @@ class ResumableTransport(StreamableHTTPServerTransport):
         finally:
             self._watching = False
 
+    def _give_up(self, asked: JSONRPCRequest) -> None:
+        """The session keeps no more of its client's unanswered requests: ``asked``, the
+        oldest, fails saying so (before, it was forgotten without a word, and were its stream
+        to close, its run waited for good)."""
+        if self._tasks is None:
+            return  # the session is ending: every request of it under way fails
+        said = (
+            f"no answer came in time: this session had {ASKED_KEPT} requests to its client"
+            " unanswered, the most it keeps, when the server sent another, and this one, the"
+            " oldest, was given up (answer the client's requests as they come, or run fewer"
+            " of them at once with the client's model)"
+        )
+        self._tasks.start_soon(self._answer_with_error, [asked], said)
+
     async def _fail(self, key: RequestId) -> None:
         """Answers the server's requests to the client sent on ``key`` and not answered with
         an error that says why no answer came."""
         store = self._event_store
-        writer = self._read_stream_writer
-        assert isinstance(store, SessionEvents) and writer is not None
+        assert isinstance(store, SessionEvents)
         where = "the session's GET stream" if key == GET_STREAM_KEY else "its call's stream"
         said = (
             f"no answer came: the event stream the request was sent on ({where}) closed"
@@ -399,9 +419,20 @@ class ResumableTransport(StreamableHTTPServerTransport):
             f" {self.client_stream_wait:g} s (a new GET stream, or that stream resumed with"
             f" {LAST_EVENT_ID_HEADER})"
         )
-        for asked in store.take_unanswered(str(key)):
-            error = ErrorData(code=INTERNAL_ERROR, message=said)
-            await writer.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)))
+        await self._answer_with_error(store.take_unanswered(str(key)), said)
+
+    async def _answer_with_error(self, requests: list[JSONRPCRequest], said: str) -> None:
+        """Answers the server's ``requests`` to the client, for the client, with an error that
+        says ``said``."""
+        writer = self._read_stream_writer
+        assert writer is not None
+        error = ErrorData(code=INTERNAL_ERROR, message=said)
+        try:
+            for asked in requests:
+                answer = JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)
+                await writer.send(SessionMessage(answer))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("session ended before its requests to the client were failed")
 
 
 def _answers(event_message: EventMessage, key: RequestId) -> bool:
