@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,9 +21,11 @@ from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_support import poll
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
+    slow_server,
     slow_server_fixture,
     ts_agent_run,
 )
@@ -491,6 +496,62 @@ def test_a_get_stream_that_drops_before_any_notification_resumes_from_its_primin
         with http.stream("GET", slow_server, headers=resume) as stream:
             missed = json.loads(next(sse_events(stream.iter_lines()))["data"])
         assert missed["method"] == "notifications/resources/list_changed"
+
+
+def tool_result(
+    http: httpx.Client, url: str, session: dict[str, str], name: str, **args: Any
+) -> Any:
+    """A tools/call's structured content, from its answer's stream."""
+    params = {"name": name, "arguments": args}
+    call = {"jsonrpc": "2.0", "id": name, "method": "tools/call", "params": params}
+    answered = http.post(url, json=call, headers=session)
+    data = next(e["data"] for e in sse_events(answered.iter_lines()) if e.get("data"))
+    return json.loads(data)["result"]["structuredContent"]
+
+
+def test_a_client_that_stops_reading_its_calls_stream_freezes_no_other_answer(
+    tmp_path: Path,
+) -> None:
+    """A client that stopped reading the stream of a call with progress (a run) froze its
+    whole session: the SDK's router, which passes on each of the session's messages in turn,
+    waited for room on that stream, and no other request of the session was answered. The
+    stream is now closed once its client has read nothing of it for --notification-timeout
+    seconds with messages waiting behind it, and what it missed is kept for a resume."""
+    with (
+        slow_server(tmp_path, MCP_AGENT_NOTIFICATION_TIMEOUT="0.5") as url,
+        httpx.Client(timeout=30) as http,
+    ):
+        session, other = open_session(http, url), open_session(http, url)
+        flood: dict[str, Any] = {**SLOW_RUN, "id": "flood"}
+        flood["params"] = {**flood["params"], "arguments": {"prompt": "flood 2500"}}
+        body = json.dumps(flood).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in session.items())
+        with socket.socket() as stuck:
+            stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stuck.connect(("127.0.0.1", int(url.split(":")[2].split("/")[0])))
+            stuck.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}Content-Length: {len(body)}"
+                f"\r\n\r\n".encode()
+                + body
+            )
+            stuck.settimeout(30)
+            seen = b""
+            while b"retry: 1000\r\n\r\n" not in seen:
+                seen += stuck.recv(1)  # the answer's head and its priming event, no more
+            priming = re.search(rb"id: (\S+)\r\ndata: \r\nretry", seen)
+            assert priming is not None, seen
+            first = priming[1].decode()
+            runs = poll(lambda: tool_result(http, url, other, "agent_runs")["runs"], "no run")
+            waited = {"run_id": runs[0]["runId"], "wait_seconds": 60}
+            assert tool_result(http, url, other, "agent_status", **waited)["status"] == "completed"
+            ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
+            answered = http.post(url, json=ping, headers=session, timeout=10)
+            assert answered.status_code == 200 and '"id":"after"' in answered.text
+            resume = {**session, "Accept": "text/event-stream", "last-event-id": first}
+            with http.stream("GET", url, headers=resume) as resumed:
+                missed = [json.loads(e["data"]) for e in sse_events(resumed.iter_lines())]
+    assert missed[-1]["id"] == "flood", missed[-1]
+    assert missed[-1]["result"]["structuredContent"]["status"] == "completed"
 
 
 def test_an_older_clients_get_stream_opens_without_a_priming_event(slow_server: str) -> None:

@@ -26,6 +26,8 @@ from mcp_support import Served, free_port, initialize_request, poll
 from narrow import narrow, present
 from slow_support import slow_server
 
+from mcp_agent.server.event_store import ASKED_KEPT
+
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(os.environ.get("MCP_AGENT_PEERS", ROOT / ".ci" / "node"))
 NODE = PEERS / "node_modules" / "node" / "bin" / "node"
@@ -488,6 +490,42 @@ def test_a_detached_run_whose_client_never_listens_fails_saying_so(tmp_path: Pat
     said = str(status["error"])
     assert "started with wait: false" in said and "GET stream" in said
     assert "had none open for 0.5 s" in said
+
+
+def test_past_the_requests_for_the_clients_model_a_session_keeps_the_oldest_fails_saying_so(
+    tmp_path: Path,
+) -> None:
+    """A session keeps 64 unanswered requests for its client's model (to send again on a new
+    GET stream, or fail once their stream closed). Past that the oldest was forgotten without
+    a word: its client's answer still came through, but were its stream to close, it was
+    neither sent again nor failed, and its run waited for good. The oldest is now failed,
+    saying why, and the others go on."""
+    server = HttpServer(tmp_path, "--max-runs", "0", "--max-runs-per-client", "0")
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, server.url)
+            listen = {**legacy, "Accept": "text/event-stream"}
+            with http.stream("GET", server.url, headers=listen) as heard:
+                arguments = {"prompt": "hi", "model": "client", "wait": False}
+                runs = [
+                    call_tool(http, server.url, legacy, "agent_run", arguments)["runId"]
+                    for _ in range(ASKED_KEPT + 1)
+                ]
+                lines = heard.iter_lines()
+                asked = [next_sampling_request(lines, "no request")[0] for _ in runs]
+                waited = {"run_id": runs[0], "wait_seconds": 10}
+                oldest = call_tool(http, server.url, legacy, "agent_status", waited)
+                reply = {"jsonrpc": "2.0", "id": asked[-1]["id"], "result": CLIENT_ANSWER}
+                assert http.post(server.url, json=reply, headers=legacy).status_code == 202
+                waited = {"run_id": runs[-1], "wait_seconds": 10}
+                newest = call_tool(http, server.url, legacy, "agent_status", waited)
+            http.delete(server.url, headers=legacy)
+    finally:
+        server.stop()
+    assert oldest["status"] == "error", oldest
+    said = str(oldest["error"])
+    assert f"{ASKED_KEPT} requests to its client unanswered" in said, said
+    assert newest["status"] == "completed", newest
 
 
 CLIENT_ANSWER = {

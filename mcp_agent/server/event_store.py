@@ -59,7 +59,7 @@ EXPIRY_STEP_S = 0.01
 SENT_TEXTS = 4
 # The most requests to its client sent on a session's streams and not answered yet that are
 # kept, to send again on its next GET stream or to fail once their stream closed and the
-# client did not come back (past it the oldest is forgotten).
+# client did not come back (past it the oldest is given up: failed, saying why).
 ASKED_KEPT = 64
 # The number of a session's standalone (GET) stream in its event ids.
 GET_STREAM_NUMBER = 0
@@ -165,8 +165,10 @@ class SessionEvents(EventStore):
         # What to call once the answer to a client's request (by its stream) is stored, or the
         # session ends: one each of its requests under way (``when_answered``).
         self._answer_waits: dict[StreamId, Callable[[], None]] = {}
-        # Told the stream of each request to the client stored (the transport's).
+        # Told the stream of each request to the client stored, and each such request given
+        # up past ``ASKED_KEPT`` (the transport's).
         self.asked: Callable[[StreamId], None] | None = None
+        self.given_up: Callable[[JSONRPCRequest], None] | None = None
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         self._budget.let_go_of_answered()
@@ -208,7 +210,9 @@ class SessionEvents(EventStore):
         elif isinstance(message, JSONRPCRequest) and text:
             self._asked[str(message.id)] = (stream_id, message, text)
             while len(self._asked) > ASKED_KEPT:
-                del self._asked[next(iter(self._asked))]
+                _, (_, oldest, _) = self._asked.popitem(last=False)
+                if self.given_up is not None:
+                    self.given_up(oldest)
             if self.asked is not None:
                 self.asked(stream_id)
         elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:

@@ -27,6 +27,7 @@ from mcp_types import (
     INVALID_REQUEST,
     ErrorData,
     JSONRPCError,
+    JSONRPCRequest,
     JSONRPCResponse,
     RequestId,
 )
@@ -35,7 +36,12 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcp_agent.server.event_store import SessionEvents, event_id_parts, not_kept_message
+from mcp_agent.server.event_store import (
+    ASKED_KEPT,
+    SessionEvents,
+    event_id_parts,
+    not_kept_message,
+)
 from mcp_agent.server.unreadable import error_response
 
 log = logging.getLogger(__name__)
@@ -110,6 +116,7 @@ class ResumableTransport(StreamableHTTPServerTransport):
         self._request_streams = _Streams(self._request_streams)
         self._event_store = events
         events.asked = self._asked_on
+        events.given_up = self._give_up
 
     def _asked_on(self, key: StreamId) -> None:
         """A request to the client was stored to go on the stream ``key``. One whose stream
@@ -275,8 +282,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
         ``stalled_send_timeout`` seconds (``sent`` counts what it took) while the events
         waiting for it (``reader``) fill its buffer. The SDK's router, which passes on every
         message of the session in turn, then waits for room there: before, a client that
-        stopped reading its GET stream got no answer to any request of its session until it
-        closed that stream. What it did not read is kept for a resume with Last-Event-ID; a
+        stopped reading its GET stream (or a call's) got no answer to any request of its
+        session until it closed that stream. What it did not read is kept for a resume with Last-Event-ID; a
         slow reader with nothing waiting behind it is waited for."""
         seen = -1
         while True:
@@ -303,17 +310,30 @@ class ResumableTransport(StreamableHTTPServerTransport):
         priming_event: SSEEvent | None,
     ) -> None:
         # The SDK's sender of a POST's stream, which at its end let go of whatever stream of
-        # its request was registered: a resume's that took its place among them.
+        # its request was registered: a resume's that took its place among them. It had no
+        # watch: a client that stopped reading its call's stream (a run's progress) held up
+        # every other message of its session, answers included, until it read again.
+        sent = [0]
         try:
-            async with sse_stream_writer, request_stream_reader:
-                if priming_event is not None:
-                    await sse_stream_writer.send(priming_event)
-                async for event_message in request_stream_reader:
-                    await sse_stream_writer.send(self._create_event_data(event_message))
-                    if _answers(event_message, request_id):
-                        break
-        except anyio.ClosedResourceError:
-            log.debug("stream %s closed", request_id)
+            async with sse_stream_writer, request_stream_reader, anyio.create_task_group() as watch:
+                watch.start_soon(
+                    self._close_when_stalled,
+                    request_id,
+                    sse_stream_writer,
+                    request_stream_reader,
+                    sent,
+                )
+                try:
+                    if priming_event is not None:
+                        await sse_stream_writer.send(priming_event)
+                    async for event_message in request_stream_reader:
+                        await sse_stream_writer.send(self._create_event_data(event_message))
+                        sent[0] += 1
+                        if _answers(event_message, request_id):
+                            break
+                except anyio.ClosedResourceError:
+                    log.debug("stream %s closed", request_id)
+                watch.cancel_scope.cancel()
         finally:
             if self._let_go(request_id, request_stream_reader, sse_stream_writer):
                 self._stream_closed(request_id)
@@ -373,12 +393,25 @@ class ResumableTransport(StreamableHTTPServerTransport):
         finally:
             self._watching = False
 
+    def _give_up(self, asked: JSONRPCRequest) -> None:
+        """The session keeps no more of its client's unanswered requests: ``asked``, the
+        oldest, fails saying so (before, it was forgotten without a word, and were its stream
+        to close, its run waited for good)."""
+        if self._tasks is None:
+            return  # the session is ending: every request of it under way fails
+        said = (
+            f"no answer came in time: this session had {ASKED_KEPT} requests to its client"
+            " unanswered, the most it keeps, when the server sent another, and this one, the"
+            " oldest, was given up (answer the client's requests as they come, or run fewer"
+            " of them at once with the client's model)"
+        )
+        self._tasks.start_soon(self._answer_with_error, [asked], said)
+
     async def _fail(self, key: RequestId) -> None:
         """Answers the server's requests to the client sent on ``key`` and not answered with
         an error that says why no answer came."""
         store = self._event_store
-        writer = self._read_stream_writer
-        assert isinstance(store, SessionEvents) and writer is not None
+        assert isinstance(store, SessionEvents)
         where = "the session's GET stream" if key == GET_STREAM_KEY else "its call's stream"
         said = (
             f"no answer came: the event stream the request was sent on ({where}) closed"
@@ -386,9 +419,20 @@ class ResumableTransport(StreamableHTTPServerTransport):
             f" {self.client_stream_wait:g} s (a new GET stream, or that stream resumed with"
             f" {LAST_EVENT_ID_HEADER})"
         )
-        for asked in store.take_unanswered(str(key)):
-            error = ErrorData(code=INTERNAL_ERROR, message=said)
-            await writer.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)))
+        await self._answer_with_error(store.take_unanswered(str(key)), said)
+
+    async def _answer_with_error(self, requests: list[JSONRPCRequest], said: str) -> None:
+        """Answers the server's ``requests`` to the client, for the client, with an error that
+        says ``said``."""
+        writer = self._read_stream_writer
+        assert writer is not None
+        error = ErrorData(code=INTERNAL_ERROR, message=said)
+        try:
+            for asked in requests:
+                answer = JSONRPCError(jsonrpc="2.0", id=asked.id, error=error)
+                await writer.send(SessionMessage(answer))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("session ended before its requests to the client were failed")
 
 
 def _answers(event_message: EventMessage, key: RequestId) -> bool:

@@ -1,6 +1,7 @@
 """Our HTTP server (``serve --transport http --no-auth``) on a SQLite database in FOLDER, with a
 scripted model that takes its time: ``silent S`` says nothing for S seconds and then answers,
-``slow N`` streams N characters one at a time, 50 ms apart, anything else is echoed. Usage:
+``slow N`` streams N characters one at a time, 50 ms apart, ``flood N`` N pieces of 200
+characters, each after a pause a thousand times shorter, anything else is echoed. Usage:
 ``python tests/servers/slow_model_server.py PORT FOLDER [PROGRESS_INTERVAL]``."""
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ async def responder(context: LlmContext) -> ScriptedResponse:
         return reply(f"done after {number} s of silence")
     if word == "slow":
         return reply("w" * int(number), delay=0.05, chunk_size=1)
+    if word == "flood":
+        return reply("f" * 200 * int(number), delay=0.00005, chunk_size=200)
     return reply(f"echo: {text}")
 
 
