@@ -300,18 +300,20 @@ class PostgresLeases(LeaseBook):
     """Leases in a PostgreSQL session database (its ``session_leases`` table), timed by the
     database's clock: replicas on several machines need not agree on the time.
 
-    With ``presence`` (a server's), this process holds a presence lock (runtime.presence):
-    the lease of a process whose lock is gone binds no longer, on any machine, as soon as the
-    database has found its connection closed, not once the lease expires."""
+    With ``presence`` (a server's), this process holds a presence lock, and every connection
+    of its database its key (runtime.presence): the lease of a process whose key no
+    connection holds binds no longer, on any machine, as soon as the database has found its
+    connections closed, not once the lease expires."""
 
     def __init__(self, database: Any, presence: bool = False) -> None:  # a PostgresDatabase
         super().__init__()
         self.database = database
         self.presence: Presence | None = None
         if presence:
-            from mcp_agent.runtime.presence import Presence, live_owner
+            from mcp_agent.runtime.presence import Presence, connection_sql, live_owner
 
             self.owner = live_owner()
+            database.set_up_each(connection_sql(self.owner))
             self.presence = Presence(database.url, self.owner)
 
     def gone_sql(self, owner_column: str) -> str:

@@ -52,6 +52,8 @@ class BoundedConnection(psycopg.Connection[Any]):
     backend that answers nothing at all."""
 
     bound: float | None = None
+    # The statement it ran to be set up (``PostgresDatabase.set_up_each``), if any.
+    set_up: str | None = None
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         if timeout is not None or self.bound is None:

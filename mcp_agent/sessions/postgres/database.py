@@ -285,7 +285,7 @@ class PostgresDatabase:
             min_size=min_connections,
             max_size=max_connections,
             kwargs={"autocommit": True, "options": options, **tcp_options(url)},
-            configure=self._bound,
+            configure=self._configure,
             timeout=POOL_TIMEOUT_S,
             reconnect_timeout=RECONNECT_S,
             check=self._check,
@@ -293,6 +293,8 @@ class PostgresDatabase:
             name=POOL_NAME,
         )
         self._closed = threading.Event()
+        # A statement each connection runs once, before it is first used (``set_up_each``).
+        self._setup: str | None = None
         # The bound of the call this thread makes now, when shorter than the statement
         # timeout (``write(within=…)``): the pool's check of a connection keeps to it too.
         self._call = threading.local()
@@ -317,6 +319,23 @@ class PostgresDatabase:
 
     def _bound(self, conn: BoundedConnection) -> None:
         conn.bound = self._client_bound()
+
+    def _configure(self, conn: BoundedConnection) -> None:
+        """The pool's set-up of each new connection."""
+        self._bound(conn)
+        self._set_up(conn)
+
+    def set_up_each(self, statement: str) -> None:
+        """Have every connection run ``statement`` once before it is first used (a new one
+        when the pool makes it, one made before when it is first lent): a replica's presence
+        (runtime.presence) holds a lock of its own on each."""
+        self._setup = statement
+
+    def _set_up(self, conn: BoundedConnection) -> None:
+        setup = self._setup
+        if setup is not None and conn.set_up != setup:
+            conn.execute(setup)
+            conn.set_up = setup
 
     def _check(self, conn: BoundedConnection) -> None:
         """The pool's check of a connection before lending it. One found broken means the
@@ -385,6 +404,7 @@ class PostgresDatabase:
             if within is not None:
                 conn.bound = within
             try:
+                self._set_up(conn)
                 with conn:  # as the pool's own connection(): commit, or roll back
                     yield conn
             finally:
