@@ -11,10 +11,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from pg_support import Cluster
+from pooler_support import fake_pooler
 
 from mcp_agent.runtime.leases import PostgresLeases
 from mcp_agent.runtime.presence import presence_key
 from mcp_agent.runtime.run_board import RunBoard
+from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.postgres.database import PostgresDatabase
 
 # A replica elsewhere (another machine: its pid means nothing here) that holds session s1 for
@@ -100,6 +103,48 @@ def test_a_live_replica_whose_presence_connection_alone_is_cut_is_not_taken_for_
     finally:
         judge.close()
         database.close()
+
+
+def test_behind_a_pooler_a_server_judges_no_replica_by_presence_and_says_so(
+    pg_cluster: Cluster, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through PgBouncer in transaction mode the presence lock is taken on whichever server
+    connection the pooler lends, and stays with it: a live replica was taken for gone when
+    the pooler closed that connection (its idle or life timeout), and a killed one never.
+    Nothing said so. A pooler is known by the cancel key it hands out (its own, not the
+    backend's): then the server judges by leases alone, and says why in one line."""
+    with fake_pooler(pg_cluster.port) as pooler:
+        database = PostgresDatabase(pooler.url(postgres_url))
+        try:
+            assert database.pooled
+            leases = PostgresLeases(database, presence=True)
+            assert leases.presence is None and leases.gone_sql("owner") == "false"
+            assert "connection pooler" in caplog.text and "LISTEN" in caplog.text
+            assert leases.acquire("s1", "run r1") is None  # leases work as they did
+            leases.close()
+        finally:
+            database.close()
+    direct = PostgresDatabase(postgres_url)
+    try:
+        assert not direct.pooled
+    finally:
+        direct.close()
+
+
+def test_a_pooler_that_refuses_the_connection_settings_is_said_at_the_start(
+    pg_cluster: Cluster, postgres_url: str
+) -> None:
+    """PgBouncer refuses a startup packet whose ``options`` it cannot track, which each
+    connection of the pool sends (its timeouts, its planning): the first connection, made
+    without them, opened the database, and every call then waited the pool's 30 s and was
+    told that every connection "stayed busy". Now every connection carries them, and the
+    start says what refused them and what to do."""
+    with fake_pooler(pg_cluster.port, refuse_options=True) as pooler:
+        with pytest.raises(SessionError) as refused:
+            PostgresDatabase(pooler.url(postgres_url)).close()
+    message = str(refused.value)
+    assert "unsupported startup parameter: options" in message, message
+    assert "connection pooler" in message and "connect to PostgreSQL itself" in message, message
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -162,6 +162,17 @@ class LeaseBook:
         return True
 
 
+# Said once by a server whose PostgreSQL is reached through a pooler.
+POOLED = (
+    "the session database %s is reached through a connection pooler (PgBouncer or its kind:"
+    " the backend pid it announced is not that of the backend that answers): the presence"
+    " locks, which say a killed replica gone at once, are off, so a stopped replica's sessions"
+    " are freed when its leases expire (MCP_AGENT_LEASE_SECONDS); in transaction mode"
+    " notifications from the other replicas (LISTEN) are lost too. Connect the replicas to"
+    " PostgreSQL itself (each keeps a pool of its own)"
+)
+
+
 def lease_lost_message(session_id: str, taken_by: Lease | None) -> str:
     now = f"; {taken_by.describe()} holds it now" if taken_by is not None else ""
     return (
@@ -309,7 +320,9 @@ class PostgresLeases(LeaseBook):
         super().__init__()
         self.database = database
         self.presence: Presence | None = None
-        if presence:
+        if presence and database.pooled:
+            log.warning(POOLED, database.where)
+        elif presence:
             from mcp_agent.runtime.presence import Presence, connection_sql, live_owner
 
             self.owner = live_owner()

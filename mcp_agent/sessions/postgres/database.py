@@ -41,6 +41,7 @@ from mcp_agent.sessions.postgres.connect import (
     POOL_NAME,
     BoundedConnection,
     StatementTimeout,
+    behind_pooler,
     tcp_options,
     url_options,
 )
@@ -279,12 +280,15 @@ class PostgresDatabase:
         given = url_options(url).get("options")
         if given:
             options += f" {given}"
+        # Every connection's: the pool's, the first one's and a probe's, so that settings a
+        # pooler refuses are refused at the start, and said (see ``_unprepared``).
+        self._kwargs: dict[str, Any] = {"autocommit": True, "options": options, **tcp_options(url)}
         self.pool: ConnectionPool[BoundedConnection] = ConnectionPool(
             url,
             connection_class=BoundedConnection,
             min_size=min_connections,
             max_size=max_connections,
-            kwargs={"autocommit": True, "options": options, **tcp_options(url)},
+            kwargs=self._kwargs,
             configure=self._configure,
             timeout=POOL_TIMEOUT_S,
             reconnect_timeout=RECONNECT_S,
@@ -301,15 +305,16 @@ class PostgresDatabase:
         self._unreachable = False  # the pool timed out and a connection attempt failed
         # Said once when the database is found out of reach, and once when it is back.
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
+        # Reached through a connection pooler (connect.behind_pooler): set by the first one.
+        self.pooled = False
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its
             # statements are not bounded: a migration of a large database may take long, and
             # a replica starting meanwhile waits for it (under the migrations' lock).
-            with psycopg.connect(
-                url, autocommit=True, connect_timeout=10, **tcp_options(url)
-            ) as conn:
+            with psycopg.connect(url, connect_timeout=10, **self._kwargs) as conn:
                 self._migrate(conn)
+                self.pooled = behind_pooler(conn)
         except psycopg.Error as error:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
@@ -357,6 +362,13 @@ class PostgresDatabase:
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
+        if isinstance(error, psycopg.OperationalError) and "startup parameter" in str(error):
+            return SessionError(
+                "storage",
+                f"the session database {self.where} refused this server's connection settings"
+                f" ({one_line(error)}): a connection pooler (PgBouncer) stands between; connect"
+                " to PostgreSQL itself (see the README: Several replicas over one PostgreSQL)",
+            )
         if isinstance(error, psycopg.OperationalError):
             return SessionError(
                 "storage", f"cannot reach the session database {self.where}: {one_line(error)}"
@@ -491,7 +503,7 @@ class PostgresDatabase:
     def _probe(self) -> Unreachable | None:
         """Whether a connection can be made now: None, or the error saying why not."""
         try:
-            with psycopg.connect(self.url, connect_timeout=5):
+            with psycopg.connect(self.url, connect_timeout=5, **self._kwargs):
                 return None
         except psycopg.Error as error:
             reason = one_line(error)
@@ -548,6 +560,8 @@ class PostgresDatabase:
         Without ``create``, a database with no tables of ours is refused as it is found: a
         command that only reads must not leave our tables in a database named by mistake."""
         with conn.transaction():
+            for setting in ("statement_timeout", "lock_timeout"):
+                conn.execute(f"SET LOCAL {setting} = 0")  # not bounded (see __init__)
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
             found = {
                 name
