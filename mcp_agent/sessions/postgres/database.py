@@ -213,6 +213,15 @@ class BrokenConnection(SessionError):
         )
 
 
+def connection_lost(error: psycopg.Error) -> bool:
+    """Whether ``error`` ended the connection (what the transaction wrote is then unknown):
+    no SQLSTATE (the client lost it), a connection error (08…) or the server ending the
+    session (57P…: shut down, terminated, idle too long). Not one that failed a statement, as
+    a full disk (53100) does: that transaction was rolled back."""
+    state = error.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
 def storage_error(where: str, error: psycopg.Error) -> SessionError:
     """A database failure as an error that says what happened and what became of the write."""
     if isinstance(error, pg_errors.ReadOnlySqlTransaction):
@@ -221,9 +230,16 @@ def storage_error(where: str, error: psycopg.Error) -> SessionError:
             f"the session database {where} is read-only (a standby server, or"
             " default_transaction_read_only is on); nothing was written",
         )
-    if isinstance(error, psycopg.OperationalError):
+    if isinstance(error, psycopg.OperationalError) and connection_lost(error):
         return BrokenConnection(where, one_line(error))
-    # The statement failed: its transaction was rolled back.
+    if isinstance(error, pg_errors.DiskFull):  # as SQLite's is said
+        return SessionError(
+            "storage",
+            f"the disk holding the session database {where} is full; nothing was written"
+            f" ({one_line(error)})",
+        )
+    # The statement failed: its transaction was rolled back (a full disk, out of memory, a
+    # limit such as temp_file_limit: psycopg's OperationalError too, the connection whole).
     return SessionError(
         "storage", f"the session database {where} failed: {one_line(error)}; nothing was written"
     )
