@@ -1505,6 +1505,52 @@ def test_a_read_only_database_is_said_so_and_nothing_is_written(
         assert len(repo.open(session.id).get_entries()) == before
 
 
+def test_a_full_disk_is_said_as_such_and_nothing_is_written(postgres_url: str) -> None:
+    """A database whose disk was full ("could not extend file …: No space left on device",
+    SQLSTATE 53100, psycopg's OperationalError as a lost connection is) was said to have
+    "broken the connection": an append was read back and made again on a new connection
+    before it said so, and a run's start was told "a write under way is either whole or
+    absent, read before writing it again". The statement failed and its transaction was
+    rolled back: that is said, and that nothing was written. (The database raises the error
+    from a trigger here: a disk of the test's own to fill would need a mount.)"""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    full = (
+        "RAISE EXCEPTION USING ERRCODE = 'disk_full', MESSAGE = 'could not extend file"
+        " base/1/2: No space left on device', HINT = 'Check free disk space.';"
+    )
+    with PostgresSessionRepo(postgres_url) as repo:
+        session = repo.create(name="kept")
+        before = len(session.get_entries())
+        repo.database.write(
+            lambda conn: conn.execute(
+                "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql"
+                f" AS $$ BEGIN {full} END $$"
+            )
+        )
+        repo.database.write(
+            lambda conn: conn.execute(
+                "CREATE TRIGGER disk_is_full BEFORE INSERT ON entries"
+                " FOR EACH ROW EXECUTE FUNCTION disk_full()"
+            )
+        )
+        with pytest.raises(SessionError) as raised:
+            session.append_message(user_message("lost?"))
+        said = str(raised.value)
+        assert "the disk holding the session database" in said and "is full" in said, said
+        assert "No space left on device" in said and "nothing was written" in said, said
+        assert "broke" not in said, said
+        with pytest.raises(SessionError) as raised:
+            repo.database.write(lambda conn: conn.execute(f"DO $$ BEGIN {full} END $$"))
+        said = str(raised.value)
+        assert "No space left on device" in said and "nothing was written" in said, said
+        assert "broke" not in said and "whole or absent" not in said, said
+        repo.database.write(lambda conn: conn.execute("DROP TRIGGER disk_is_full ON entries"))
+        session.append_message(user_message("kept"))
+        assert len(repo.open(session.id).get_entries()) == before + 1
+
+
 def test_an_append_whose_connection_broke_is_read_back_and_made_again_if_absent(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

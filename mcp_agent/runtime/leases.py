@@ -162,6 +162,17 @@ class LeaseBook:
         return True
 
 
+# Said once by a server whose PostgreSQL is reached through a pooler.
+POOLED = (
+    "the session database %s is reached through a connection pooler (PgBouncer or its kind:"
+    " the backend pid it announced is not that of the backend that answers): the presence"
+    " locks, which say a killed replica gone at once, are off, so a stopped replica's sessions"
+    " are freed when its leases expire (MCP_AGENT_LEASE_SECONDS); in transaction mode"
+    " notifications from the other replicas (LISTEN) are lost too. Connect the replicas to"
+    " PostgreSQL itself (each keeps a pool of its own)"
+)
+
+
 def lease_lost_message(session_id: str, taken_by: Lease | None) -> str:
     now = f"; {taken_by.describe()} holds it now" if taken_by is not None else ""
     return (
@@ -300,18 +311,22 @@ class PostgresLeases(LeaseBook):
     """Leases in a PostgreSQL session database (its ``session_leases`` table), timed by the
     database's clock: replicas on several machines need not agree on the time.
 
-    With ``presence`` (a server's), this process holds a presence lock (runtime.presence):
-    the lease of a process whose lock is gone binds no longer, on any machine, as soon as the
-    database has found its connection closed, not once the lease expires."""
+    With ``presence`` (a server's), this process holds a presence lock, and every connection
+    of its database its key (runtime.presence): the lease of a process whose key no
+    connection holds binds no longer, on any machine, as soon as the database has found its
+    connections closed, not once the lease expires."""
 
     def __init__(self, database: Any, presence: bool = False) -> None:  # a PostgresDatabase
         super().__init__()
         self.database = database
         self.presence: Presence | None = None
-        if presence:
-            from mcp_agent.runtime.presence import Presence, live_owner
+        if presence and database.pooled:
+            log.warning(POOLED, database.where)
+        elif presence:
+            from mcp_agent.runtime.presence import Presence, connection_sql, live_owner
 
             self.owner = live_owner()
+            database.set_up_each(connection_sql(self.owner))
             self.presence = Presence(database.url, self.owner)
 
     def gone_sql(self, owner_column: str) -> str:

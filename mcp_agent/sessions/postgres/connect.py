@@ -41,6 +41,14 @@ def url_options(url: str) -> dict[str, Any]:
         return {}
 
 
+def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` reaches PostgreSQL through a connection pooler (PgBouncer and its
+    kind): a pooler hands each client a cancel key of its own, so the backend pid the
+    connection was told at its start is not the pid of the backend that answers it."""
+    [(pid,)] = conn.execute("SELECT pg_backend_pid()").fetchall()
+    return bool(pid != conn.info.backend_pid)
+
+
 class StatementTimeout(psycopg.OperationalError):
     """A statement had no answer within the client's bound: the connection was given up."""
 
@@ -52,6 +60,8 @@ class BoundedConnection(psycopg.Connection[Any]):
     backend that answers nothing at all."""
 
     bound: float | None = None
+    # The statement it ran to be set up (``PostgresDatabase.set_up_each``), if any.
+    set_up: str | None = None
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         if timeout is not None or self.bound is None:

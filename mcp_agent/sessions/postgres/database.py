@@ -41,6 +41,7 @@ from mcp_agent.sessions.postgres.connect import (
     POOL_NAME,
     BoundedConnection,
     StatementTimeout,
+    behind_pooler,
     tcp_options,
     url_options,
 )
@@ -227,6 +228,15 @@ class BrokenConnection(SessionError):
         )
 
 
+def connection_lost(error: psycopg.Error) -> bool:
+    """Whether ``error`` ended the connection (what the transaction wrote is then unknown):
+    no SQLSTATE (the client lost it), a connection error (08…) or the server ending the
+    session (57P…: shut down, terminated, idle too long). Not one that failed a statement, as
+    a full disk (53100) does: that transaction was rolled back."""
+    state = error.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
 def storage_error(where: str, error: psycopg.Error) -> SessionError:
     """A database failure as an error that says what happened and what became of the write."""
     if isinstance(error, pg_errors.ReadOnlySqlTransaction):
@@ -235,9 +245,16 @@ def storage_error(where: str, error: psycopg.Error) -> SessionError:
             f"the session database {where} is read-only (a standby server, or"
             " default_transaction_read_only is on); nothing was written",
         )
-    if isinstance(error, psycopg.OperationalError):
+    if isinstance(error, psycopg.OperationalError) and connection_lost(error):
         return BrokenConnection(where, one_line(error))
-    # The statement failed: its transaction was rolled back.
+    if isinstance(error, pg_errors.DiskFull):  # as SQLite's is said
+        return SessionError(
+            "storage",
+            f"the disk holding the session database {where} is full; nothing was written"
+            f" ({one_line(error)})",
+        )
+    # The statement failed: its transaction was rolled back (a full disk, out of memory, a
+    # limit such as temp_file_limit: psycopg's OperationalError too, the connection whole).
     return SessionError(
         "storage", f"the session database {where} failed: {one_line(error)}; nothing was written"
     )
@@ -294,13 +311,16 @@ class PostgresDatabase:
         given = url_options(url).get("options")
         if given:
             options += f" {given}"
+        # Every connection's: the pool's, the first one's and a probe's, so that settings a
+        # pooler refuses are refused at the start, and said (see ``_unprepared``).
+        self._kwargs: dict[str, Any] = {"autocommit": True, "options": options, **tcp_options(url)}
         self.pool: ConnectionPool[BoundedConnection] = ConnectionPool(
             url,
             connection_class=BoundedConnection,
             min_size=min_connections,
             max_size=max_connections,
-            kwargs={"autocommit": True, "options": options, **tcp_options(url)},
-            configure=self._bound,
+            kwargs=self._kwargs,
+            configure=self._configure,
             timeout=POOL_TIMEOUT_S,
             reconnect_timeout=RECONNECT_S,
             check=self._check,
@@ -308,21 +328,24 @@ class PostgresDatabase:
             name=POOL_NAME,
         )
         self._closed = threading.Event()
+        # A statement each connection runs once, before it is first used (``set_up_each``).
+        self._setup: str | None = None
         # The bound of the call this thread makes now, when shorter than the statement
         # timeout (``write(within=…)``): the pool's check of a connection keeps to it too.
         self._call = threading.local()
         self._unreachable = False  # the pool timed out and a connection attempt failed
         # Said once when the database is found out of reach, and once when it is back.
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
+        # Reached through a connection pooler (connect.behind_pooler): set by the first one.
+        self.pooled = False
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its
             # statements are not bounded: a migration of a large database may take long, and
             # a replica starting meanwhile waits for it (under the migrations' lock).
-            with psycopg.connect(
-                url, autocommit=True, connect_timeout=10, **tcp_options(url)
-            ) as conn:
+            with psycopg.connect(url, connect_timeout=10, **self._kwargs) as conn:
                 self._migrate(conn)
+                self.pooled = behind_pooler(conn)
         except psycopg.Error as error:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
@@ -332,6 +355,23 @@ class PostgresDatabase:
 
     def _bound(self, conn: BoundedConnection) -> None:
         conn.bound = self._client_bound()
+
+    def _configure(self, conn: BoundedConnection) -> None:
+        """The pool's set-up of each new connection."""
+        self._bound(conn)
+        self._set_up(conn)
+
+    def set_up_each(self, statement: str) -> None:
+        """Have every connection run ``statement`` once before it is first used (a new one
+        when the pool makes it, one made before when it is first lent): a replica's presence
+        (runtime.presence) holds a lock of its own on each."""
+        self._setup = statement
+
+    def _set_up(self, conn: BoundedConnection) -> None:
+        setup = self._setup
+        if setup is not None and conn.set_up != setup:
+            conn.execute(setup)
+            conn.set_up = setup
 
     def _check(self, conn: BoundedConnection) -> None:
         """The pool's check of a connection before lending it. One found broken means the
@@ -353,6 +393,13 @@ class PostgresDatabase:
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
+        if isinstance(error, psycopg.OperationalError) and "startup parameter" in str(error):
+            return SessionError(
+                "storage",
+                f"the session database {self.where} refused this server's connection settings"
+                f" ({one_line(error)}): a connection pooler (PgBouncer) stands between; connect"
+                " to PostgreSQL itself (see the README: Several replicas over one PostgreSQL)",
+            )
         if isinstance(error, psycopg.OperationalError):
             return SessionError(
                 "storage", f"cannot reach the session database {self.where}: {one_line(error)}"
@@ -400,6 +447,7 @@ class PostgresDatabase:
             if within is not None:
                 conn.bound = within
             try:
+                self._set_up(conn)
                 with conn:  # as the pool's own connection(): commit, or roll back
                     yield conn
             finally:
@@ -486,7 +534,7 @@ class PostgresDatabase:
     def _probe(self) -> Unreachable | None:
         """Whether a connection can be made now: None, or the error saying why not."""
         try:
-            with psycopg.connect(self.url, connect_timeout=5):
+            with psycopg.connect(self.url, connect_timeout=5, **self._kwargs):
                 return None
         except psycopg.Error as error:
             reason = one_line(error)
@@ -543,6 +591,8 @@ class PostgresDatabase:
         Without ``create``, a database with no tables of ours is refused as it is found: a
         command that only reads must not leave our tables in a database named by mistake."""
         with conn.transaction():
+            for setting in ("statement_timeout", "lock_timeout"):
+                conn.execute(f"SET LOCAL {setting} = 0")  # not bounded (see __init__)
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
             found = {
                 name
