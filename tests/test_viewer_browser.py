@@ -1341,6 +1341,52 @@ def test_a_live_update_does_not_read_the_selected_entry_again(
     context.close()
 
 
+def until_held(page: Page, held: list[Any], what: str) -> None:
+    """Once the page's request is ``held`` (``what`` it is, for the failure)."""
+
+    def asked() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(asked, f"{what} was never asked for")
+
+
+def test_a_live_update_while_the_entry_is_read_leaves_it_to_that_read(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A change heard while a clicked entry was being read read it a second time (megabytes,
+    maybe): the update saw no entry on show yet and asked for it too."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    expect(page.locator("#live")).to_have_class("live on")
+    entry_reads: list[str] = []
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        if '"entry_id"' in (route.request.post_data or ""):
+            entry_reads.append(route.request.post_data or "")
+            if not held:
+                held.append(route)
+                return
+        route.continue_()
+
+    page.route("**/mcp", hold)
+    tree = page.locator("#tree")
+    tree.locator(f".row[data-id='{ids['leaf']}']").click()
+    until_held(page, held, "the entry")
+    entry = {"type": "message", "role": "user", "content": "One more thing"}
+    appended = mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+    expect(
+        tree.locator(f".row[data-id='{appended['structuredContent']['entryId']}']")
+    ).to_be_visible()
+    held[0].continue_()
+    expect(page.locator("#detail-title")).to_contain_text(ids["leaf"])
+    assert len(entry_reads) == 1, entry_reads
+    context.close()
+
+
 def test_a_session_deleted_while_open_is_said_to_be_gone(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

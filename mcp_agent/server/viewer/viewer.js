@@ -553,6 +553,7 @@ const state = {
   tabStop: null, // the one row Tab goes to (the last focused); arrows go between the rest
   listStop: null, // the session whose option in the list Tab goes to (the last focused)
   entry: null,
+  reading: null, // the entry whose read is under way (selectEntry)
   sessionsCursor: null,
   query: "",
   listedQuery: null, // the search of the list shown
@@ -1033,7 +1034,7 @@ async function readAgain() {
     // again, not its content, which may be megabytes.
     markSelected(state.selected);
     renderDetail(state.entry, false);
-  } else if (state.selected) await selectEntry(state.selected, false);
+  } else if (state.selected && state.reading !== state.selected) await selectEntry(state.selected, false);
 }
 
 function headsOf(rows) {
@@ -1505,15 +1506,23 @@ async function selectEntry(entryId, fromClick) {
   markSelected(entryId);
   // Closed now, not when the entry's answer comes: a Label click in between opens it for this entry.
   if (fromClick) $("label-form").hidden = true;
-  const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
-  if (state.selected !== entryId) return;
-  let entry = answer.entries[answer.entries.length - 1];
-  if (entry.omitted && transport.canReadResources) {
-    try {
-      const read = await transport.readResource(`session://${state.sessionId}/entries/${encodeURIComponent(entryId)}`);
-      entry = JSON.parse(read.contents[0].text);
-    } catch (_) { /* the stub says where it is */ }
+  // a live update meanwhile leaves the entry (megabytes, maybe) to this read, not a second
+  state.reading = entryId;
+  let entry;
+  try {
+    const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
+    if (state.selected !== entryId) return;
+    entry = answer.entries[answer.entries.length - 1];
+    if (entry.omitted && transport.canReadResources) {
+      try {
+        const read = await transport.readResource(`session://${state.sessionId}/entries/${encodeURIComponent(entryId)}`);
+        entry = JSON.parse(read.contents[0].text);
+      } catch (_) { /* the stub says where it is */ }
+    }
+  } finally {
+    if (state.reading === entryId) state.reading = null;
   }
+  if (state.selected !== entryId) return;
   state.entry = entry;
   renderDetail(entry);
 }
