@@ -10,6 +10,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -772,7 +773,7 @@ def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_dem
     head.locator(".toggle").click()
     newest = tree.locator(".row[data-id='c0000599']")
     expect(newest).to_be_visible(timeout=30_000)
-    earlier = tree.locator(f"button[data-branch='{head_id}']")
+    earlier = tree.locator(f".earlier[data-branch='{head_id}']")
     expect(earlier).to_have_text("Show earlier entries of this branch")
     expect(tree.locator(".row[data-id='c0000010']")).to_have_count(0)
     # a page (about 40 KB) a click, until the branch's head
@@ -831,7 +832,7 @@ def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
     rows = tree.locator(".row")
     first_page = rows.count()
     assert first_page < 400  # a page, not the whole outline
-    tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
+    tree.locator(".earlier").click()  # a second page: 600 rows of about 800
     expect(rows).not_to_have_count(first_page)
     earliest = str(rows.first.get_attribute("data-id"))
     appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
@@ -1618,7 +1619,26 @@ def test_earlier_rows_go_on_top_and_branches_of_an_unread_entry_stay_under_it(
     # Earlier rows go on top of those drawn, which stay as they were: every row was drawn
     # again at each click (2 to 4 s a click near 20,000 rows).
     page.evaluate("window.kept = document.querySelector(\"#tree .row[data-id='b0000599']\")")
-    earlier = tree.locator("button.earlier:not([data-branch])")
+    earlier = tree.locator(".earlier:not([data-branch])")
+    # Each is a tree item (a button, or a line of text, in a tree is none of it to a screen
+    # reader): "Show earlier entries" first, the line for the root, its branches a level down;
+    # reached by the arrows and pressed with Enter.
+    items = page.get_by_role("tree").get_by_role("treeitem")
+    expect(items.nth(0)).to_have_accessible_name("Show earlier entries")
+    expect(items.nth(1)).to_have_accessible_name(
+        re.compile(r"an earlier entry: \d+ branches of it below$")
+    )
+    expect(items.nth(1)).to_have_attribute("aria-level", "1")
+    expect(items.nth(2)).to_have_attribute("aria-level", "2")
+    leaf.focus()
+    page.keyboard.press("Home")
+    expect(earlier).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(items.nth(1)).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    before = rows.count()
+    page.keyboard.press("Enter")
+    expect(rows).not_to_have_count(before, timeout=30_000)
     for _ in range(10):
         if not earlier.count():
             break

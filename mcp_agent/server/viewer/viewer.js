@@ -1119,7 +1119,10 @@ function renderLoose(loose, level) {
   }
   for (const [parentId, heads] of byParent) {
     list.append(h("div", { class: "elided", dataset: { elided: parentId } },
-      h("div", { class: "elided-parent", title: "An earlier entry, not read yet: Show earlier entries" },
+      h("div", {
+        class: "elided-parent", role: "treeitem", tabindex: "-1", "aria-level": String(level),
+        title: "An earlier entry, not read yet: Show earlier entries",
+      },
         h("span", { class: "dot" }), h("span", { class: "id", text: parentId }),
         h("span", { class: "text", text: `an earlier entry: ${plural(heads.length, "branch").replace("branchs", "branches")} of it below` })),
       heads.map((head) => renderHeadRow(head, level))));
@@ -1147,10 +1150,12 @@ function renderFold(row, level) {
   const revealed = state.unfolded.get(row.id) || [];
   const hidden = row.folded - revealed.length;
   if (hidden > 0) {
-    box.append(h("button", {
-      class: "fold", type: "button", tabindex: "-1", dataset: { fold: row.id },
-      title: "Show the entries in between",
-    }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
+    // a tree item, as all a tree holds (a button there was skipped, or misread, by a screen
+    // reader going through the tree), named by what it hides
+    box.append(h("div", {
+      class: "fold", role: "treeitem", tabindex: "-1", "aria-level": String(level),
+      dataset: { fold: row.id }, title: "Show the entries in between",
+    }, h("span", { "aria-hidden": "true", text: "⋯" }), ` ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
   }
   for (const shown of revealed) box.append(renderRow(shown, false, level));
   return box;
@@ -1167,8 +1172,9 @@ function renderHeadRow(head, level) {
   // a branch longer than what was read: its head (to close it), then its earlier rows on demand
   return h("div", { class: "nest open", dataset },
     renderRow(head, true, down),
-    h("button", {
-      class: "link-button earlier", type: "button", tabindex: "-1", dataset: { branch: head.id },
+    h("div", {
+      class: "link-button earlier", role: "treeitem", tabindex: "-1", "aria-level": String(down),
+      dataset: { branch: head.id },
     }, "Show earlier entries of this branch"),
     renderRows(opened.filter((row) => row.id !== head.id), head.id, down));
 }
@@ -1196,11 +1202,11 @@ function renderRow(row, isHead, level) {
   const leaf = state.view && row.id === state.view.leafId;
   const classes = ["row", row.onBranch ? "on-branch" : "off-branch"];
   if (row.id === state.selected) classes.push("selected");
-  // Not a tab stop: Right and Left open and close the branch from its row (a toggle each
-  // was a tab stop, 600 of them for a root with 600 branches)
-  const toggle = isHead ? h("button", {
-    class: "toggle", type: "button", tabindex: "-1", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
-    "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
+  // For the mouse alone: the row's aria-expanded says what it says, and Right and Left open
+  // and close the branch from its row (a button in a tree item is no part of a tree; each
+  // was a tab stop once, 600 of them for a root with 600 branches)
+  const toggle = isHead ? h("span", {
+    class: "toggle", "aria-hidden": "true", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
   }, state.opened.has(row.id) ? "▾" : "▸") : null;
   // a row names its first children only (a row of a root with 20,000 branches was 222 KB):
   // their count says how many
@@ -1255,7 +1261,7 @@ function entryTime(iso) {
 /** A click in the tree, on what it does (one listener for all: the tree's parts hold only
  * what they show, so a live update keeps those that did not change). */
 function treeClick(event) {
-  const part = event.target instanceof Element ? event.target.closest(".toggle, .fold, .earlier, .row") : null;
+  const part = event.target instanceof Element ? event.target.closest(".toggle, .fold, .earlier, .elided-parent, .row") : null;
   if (!part) return;
   if (part.matches(".toggle")) toggleBranch(part.closest(".row").dataset.id).catch(failed);
   else if (part.matches(".fold")) {
@@ -1263,20 +1269,23 @@ function treeClick(event) {
     unfold(part.dataset.fold, shown + UNFOLD_PAGE, true).catch(failed);
   } else if (part.matches(".earlier")) {
     (part.dataset.branch ? loadEarlierOf(part.dataset.branch) : loadEarlier()).catch(changedOrFailed);
+  } else if (part.matches(".elided-parent")) {
+    if (state.earlierCursor) loadEarlier().catch(changedOrFailed);
   } else selectEntry(part.dataset.id, true).catch(failed);
 }
 
-// What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
-// tab stop of its own: in a long session, 50 and more Tabs to get through the tree).
-const TREE_ITEMS = ".row, .fold, button.earlier";
+// What the arrows go through: the tree's items, its rows, folds, "Show earlier entries" and
+// the lines for entries not read yet (a fold was a tab stop of its own: in a long session,
+// 50 and more Tabs to get through the tree).
+const TREE_ITEMS = '[role="treeitem"]';
 
 /** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
  * for nothing): Up and Down move between the rows, folds and "Show earlier" buttons shown,
  * Home and End to the first and last, Right opens a branch and Left closes it; Enter or Space
- * reads the entry (or presses the button). */
+ * reads the entry (or does what a click on the item does: a fold unfolds). */
 function treeKeys(event) {
   const row = event.target;
-  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return; // a toggle: a button
+  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return;
   const id = row.dataset.id;
   const items = () => [...$("tree").querySelectorAll(TREE_ITEMS)];
   const moves = {
@@ -1289,7 +1298,8 @@ function treeKeys(event) {
     const next = moves[event.key]();
     if (next) next.focus();
   } else if (!row.classList.contains("row")) {
-    return; // a button: Enter and Space press it
+    if (event.key !== "Enter" && event.key !== " ") return;
+    row.click(); // what a click on it does (a fold unfolds, "Show earlier" reads them)
   } else if (event.key === "Enter" || event.key === " ") {
     selectEntry(id, true).catch(failed);
   } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
@@ -1387,8 +1397,12 @@ function focusedInTree() {
     const anchor = CSS.escape(active.dataset.fold);
     return [`.fold[data-fold="${anchor}"]`, `.folds[data-anchor="${anchor}"] .row`];
   }
-  if (active.matches("button.earlier")) {
-    return [active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])"];
+  if (active.matches(".earlier")) {
+    return [active.dataset.branch ? `.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : ".earlier:not([data-branch])"];
+  }
+  if (active.matches(".elided-parent")) {
+    const parent = CSS.escape(active.parentElement.dataset.elided);
+    return [`.elided[data-elided="${parent}"] > .elided-parent`, `.row[data-id="${parent}"]`];
   }
   const row = active.closest(".row"); // a row, or its toggle
   return row ? [`.row[data-id="${CSS.escape(row.dataset.id)}"]`] : [];
@@ -1415,7 +1429,7 @@ function moveTabStop(row) {
 function renderTop(loose) {
   const top = h("div", { class: "outline-top" });
   if (state.earlierCursor) {
-    top.append(h("button", { class: "link-button earlier", type: "button", tabindex: "-1" }, "Show earlier entries"));
+    top.append(h("div", { class: "link-button earlier", role: "treeitem", tabindex: "-1", "aria-level": "1" }, "Show earlier entries"));
   }
   top.append(renderLoose(loose, 1));
   return top;
