@@ -285,6 +285,32 @@ def test_every_part_of_the_tree_is_a_tree_item(
     context.close()
 
 
+def test_the_entry_pane_is_named_by_the_entry_it_shows(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The pane that shows an entry was called "Entry" whatever it showed: a screen reader
+    going to it by its landmarks heard nothing of which entry it held. It is named by its
+    entry as the entry's row is (its kind and text, its label, the leaf, its id)."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+    pane = page.get_by_role(
+        "region", name=re.compile(r"^Entry: user: Plan a picnic for Saturday, ")
+    )
+    expect(pane).to_be_visible()
+    expect(pane).to_have_accessible_name(re.compile(f", id {ids['ask']}$"))
+    expect(pane).to_contain_text("Plan a picnic for Saturday")
+    tree.locator(f".row[data-id='{ids['plan']}']").click()
+    expect(pane).to_have_count(0)
+    plan = page.get_by_role("region", name=re.compile(r"^Entry: assistant: Saturday looks sunny"))
+    expect(plan).to_have_accessible_name(re.compile(r", label weather-ok, .*, id "))
+    expect(plan).to_contain_text("A park by the river")
+    context.close()
+
+
 def long_run(path: Path, length: int) -> str:
     """A session of one chain of ``length`` user messages (a run the outline folds whole), at
     ``path``: its id."""

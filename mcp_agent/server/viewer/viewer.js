@@ -1551,6 +1551,15 @@ async function unfold(anchorId, count, render) {
   else renderTree();
 }
 
+/** The row of entry ``id`` as read (of the outline, an opened branch or a fold), or null. */
+function rowShown(id) {
+  for (const rows of [state.outline, ...state.opened.values(), ...state.unfolded.values()]) {
+    const row = rows.find((candidate) => candidate.id === id);
+    if (row) return row;
+  }
+  return null;
+}
+
 /** The spine rows (of the main outline or an opened branch) that hold ``id``. */
 function findChain(id) {
   const chains = [state.outline, ...state.opened.values()];
@@ -1601,6 +1610,10 @@ function renderDetail(entry, withBody = true) {
     leaf ? h("span", { class: "leaf-mark", text: "leaf" }) : null,
   ];
   $("detail-title").replaceChildren(...title.filter(Boolean));
+  // named by its entry, as the entry's row is (the pane was "Entry" whatever it showed: a
+  // screen reader going to it heard nothing of which)
+  const row = rowShown(entry.id) || rowOf(entry, false);
+  $("detail").setAttribute("aria-label", `Entry: ${rowName(row, row.childCount ?? (row.children || []).length, leaf)}`);
   syncActions();
   if (withBody) $("detail-body").replaceChildren(...renderEntry(entry));
 }
@@ -1704,7 +1717,7 @@ function wireActions() {
   }));
   $("act-label").addEventListener("click", () => {
     $("label-form").hidden = !$("label-form").hidden;
-    const row = [state.outline, ...state.opened.values()].flat().find((r) => r.id === state.selected);
+    const row = rowShown(state.selected);
     $("label-text").value = row && row.label ? row.label : "";
     if (!$("label-form").hidden) $("label-text").focus();
   });
