@@ -863,11 +863,25 @@ def test_a_live_update_changes_only_the_rows_that_changed(
         for (const row of tree.querySelectorAll('.row')) row.drawnBefore = true;
         tree.scrollTop = tree.scrollHeight / 2;
         window.treeChanges = 0;
+        window.attributeChanges = 0;
         new MutationObserver((records) => {
           for (const record of records) {
             window.treeChanges += record.addedNodes.length + record.removedNodes.length;
+            if (record.type === 'attributes') window.attributeChanges++;
           }
-        }).observe(tree, { childList: true, subtree: true });
+        }).observe(tree, { childList: true, subtree: true, attributes: true });
+        // what made a formatter at each call (half a millisecond and more each)
+        window.formatted = 0;
+        for (const [kind, names] of [[Date, ['toLocaleString', 'toLocaleDateString',
+            'toLocaleTimeString']], [Number, ['toLocaleString']]]) {
+          for (const name of names) {
+            const made = kind.prototype[name];
+            kind.prototype[name] = function (...args) {
+              window.formatted++;
+              return made.apply(this, args);
+            };
+          }
+        }
         window.focusedBefore = document.activeElement;
         return { rows: tree.querySelectorAll('.row').length, scroll: tree.scrollTop };
     }"""
@@ -883,6 +897,8 @@ def test_a_live_update_changes_only_the_rows_that_changed(
             return {
               redrawn: rows.filter((row) => !row.drawnBefore).length,
               changes: window.treeChanges,
+              attributeChanges: window.attributeChanges,
+              formatted: window.formatted,
               focusKept: document.activeElement === window.focusedBefore,
               scroll: tree.scrollTop,
             };
@@ -890,6 +906,9 @@ def test_a_live_update_changes_only_the_rows_that_changed(
         )
         assert after["redrawn"] == count, after  # the new rows alone are new elements
         assert after["changes"] <= 10 * count, after  # not the tree's 600 rows again
+        # nor every row's attributes set again, nor a formatter made for each row
+        assert after["attributeChanges"] <= 10 * count, after
+        assert after["formatted"] <= 10 * count, after
         assert after["focusKept"], after
         assert after["scroll"] == before["scroll"], after
     expect(picked).to_have_attribute("aria-selected", "true")
