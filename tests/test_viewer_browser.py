@@ -1586,6 +1586,37 @@ def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
     context.close()
 
 
+def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """An unfolded row's text (read whole, cut to 120 characters in the page) was cut by
+    UTF-16 units: an emoji at the cut was split in half, and the row ended in a replacement
+    character (and its name to a screen reader in half a character). It is cut by
+    characters, as the server cuts the outline's rows."""
+    server, _, _ = served
+    sid = mcp_tool(server.url, TOKEN, "session_create", name="emoji")["structuredContent"]["id"]
+    said = "a" * 118 + "🌸 and the rest"
+    for index in range(12):
+        entry = {"type": "message", "role": "user", "content": f"{said} {index}"}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    tree = page.locator("#tree")
+    tree.locator(".fold").click()
+    expect(tree.locator(".fold")).to_have_count(0)
+    rows = tree.locator(".row", has_text="aaaa")
+    expect(rows).to_have_count(12)
+    shown = rows.evaluate_all(
+        "rows => rows.map((row) => row.querySelector('.text').textContent"
+        " + row.getAttribute('aria-label'))"
+    )
+    halves = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+    assert not [text for text in shown if halves.search(text)], shown
+    assert all("🌸" in text for text in shown), shown
+    context.close()
+
+
 def star_session(path: Path, branches: int) -> str:
     """A session of a root and ``branches`` entries off it (a retry from the start each), the
     last the leaf; its id."""

@@ -638,9 +638,13 @@ function plural(count, word) {
   return `${COUNT.format(count)} ${word}${count === 1 ? "" : "s"}`;
 }
 
+/** ``text`` on one line, cut to ``limit`` characters: by characters (code points), as the
+ * server cuts, not by UTF-16 units (an emoji at the cut was split, shown as "�"). */
 function clip(text, limit) {
   const flat = String(text).split(/\s+/).filter(Boolean).join(" ");
-  return flat.length <= limit ? flat : flat.slice(0, limit - 1) + "…";
+  if (flat.length <= limit) return flat;
+  const chars = Array.from(flat.slice(0, 2 * limit + 2)); // more than limit, if there are
+  return chars.length <= limit ? flat : chars.slice(0, limit - 1).join("") + "…";
 }
 
 function contentText(content) {
