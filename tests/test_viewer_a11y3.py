@@ -374,6 +374,54 @@ def test_every_text_on_the_page_reads_at_4_5_to_1(
     context.close()
 
 
+def test_the_focus_stays_with_the_reader_through_the_entry_s_actions(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Each of the entry's actions pressed from the keyboard left the focus on the page's
+    body (its button disabled while it worked, the label's form hidden, the new session
+    drawn), so Tab started over at the page's top: a label saved gives it back to the Label
+    button, the leaf moved (the button that moved it now disabled) to the entry's row, a fork
+    to the new session's tree."""
+    server, _, _ = served
+    made = mcp_tool(server.url, TOKEN, "session_create", name="Keyboard errand")
+    session_id = made["structuredContent"]["id"]
+    for text in ("Buy milk", "Buy bread", "Buy eggs"):
+        entry = {"type": "message", "role": "user", "content": text}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    forked: list[str] = []
+    try:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        tree = page.get_by_role("tree", name="Keyboard errand")
+        bread = tree.get_by_role("treeitem", name=re.compile(r"^user: Buy bread, "))
+        bread.focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#detail-body")).to_contain_text("Buy bread")
+        page.locator("#act-label").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#label-text")).to_be_focused()
+        page.keyboard.type("staple")
+        page.keyboard.press("Enter")
+        expect(bread.locator(".chip")).to_have_text("#staple")
+        expect(page.locator("#act-label")).to_be_focused()
+        page.locator("#act-move").focus()
+        page.keyboard.press("Enter")
+        expect(bread.locator(".leaf-mark")).to_be_visible()
+        expect(page.locator("#act-move")).to_be_disabled()
+        expect(bread).to_be_focused()
+        page.keyboard.press("Enter")  # the entry read again: the focus is where Enter works
+        page.locator("#act-fork").focus()
+        page.keyboard.press("Enter")
+        expect(page).to_have_url(re.compile(r"#session=(?!" + session_id + ")"))
+        forked.append(page.url.rsplit("=", 1)[1])
+        expect(page.locator("#tree .row[tabindex='0']")).to_be_focused()
+    finally:
+        context.close()
+        for gone in (session_id, *forked):  # the list as the other tests found it
+            mcp_tool(server.url, TOKEN, "session_delete", session_id=gone)
+
+
 def long_run(path: Path, length: int) -> str:
     """A session of one chain of ``length`` user messages (a run the outline folds whole), at
     ``path``: its id."""

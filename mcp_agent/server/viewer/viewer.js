@@ -1684,6 +1684,7 @@ function renderEntry(entry) {
 // --- actions ---------------------------------------------------------------------------------
 
 async function act(button, work) {
+  const from = document.activeElement; // where the reader was
   button.disabled = true;
   try {
     await work();
@@ -1692,7 +1693,21 @@ async function act(button, work) {
   } finally {
     button.disabled = false;
     syncActions();
+    focusBack(from);
   }
+}
+
+/** The focus lost while acting (its button disabled as it worked, the label's form hidden,
+ * the session drawn anew), which left a keyboard reader on the page's body: back on
+ * ``from``, else on what stands for it (the Label button for its form, the entry's row, the
+ * tree's row that takes Tab). Taken elsewhere meanwhile, it stays there. */
+function focusBack(from) {
+  const active = document.activeElement;
+  if (!(from instanceof HTMLElement) || (active && active !== document.body)) return;
+  const row = state.selected ? $("tree").querySelector(`.row[data-id="${CSS.escape(state.selected)}"]`) : null;
+  const places = [from, $("label-form").contains(from) ? $("act-label") : null, row, $("tree").querySelector('[tabindex="0"]')];
+  const place = places.find((element) => element && element.isConnected && !element.disabled && element.checkVisibility());
+  if (place) place.focus();
 }
 
 /** Moving the leaf to the leaf does nothing: say so by the button. */
