@@ -422,6 +422,42 @@ def test_the_focus_stays_with_the_reader_through_the_entry_s_actions(
             mcp_tool(server.url, TOKEN, "session_delete", session_id=gone)
 
 
+def test_the_tree_s_arrows_go_up_to_a_branch_s_parent_and_by_pages(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """In a long tree a keyboard reader moved one item at a time and no other way: Left on a
+    branch's row did nothing (in a tree it goes up to the item it hangs from), Right on an
+    open branch's head did nothing (into the branch), and Page Up and Page Down scrolled the
+    tree away from the focused row. They now go there, Page Up and Page Down ten items."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    row = {name: tree.locator(f".row[data-id='{ids[name]}']") for name in ids}
+    expect(row["leaf"]).to_be_visible()
+    row["sandwiches"].focus()
+    page.keyboard.press("ArrowRight")  # opened
+    expect(row["sandwiches"]).to_have_attribute("aria-expanded", "true")
+    page.keyboard.press("ArrowRight")  # into it
+    expect(row["sandwiches_answer"]).to_be_focused()
+    page.keyboard.press("ArrowLeft")  # up: to the row the branch hangs from, a level up
+    expect(row["plan"]).to_be_focused()
+    expect(row["plan"]).to_have_attribute("aria-level", "1")
+    page.keyboard.press("ArrowLeft")  # on the chain: nowhere up
+    expect(row["plan"]).to_be_focused()
+    items = tree.get_by_role("treeitem")
+    items.first.focus()
+    page.keyboard.press("PageDown")
+    expect(items.nth(10)).to_be_focused()
+    page.keyboard.press("PageUp")
+    expect(items.first).to_be_focused()
+    page.keyboard.press("End")
+    page.keyboard.press("PageDown")  # no further than the end
+    expect(items.last).to_be_focused()
+    context.close()
+
+
 def long_run(path: Path, length: int) -> str:
     """A session of one chain of ``length`` user messages (a run the outline folds whole), at
     ``path``: its id."""

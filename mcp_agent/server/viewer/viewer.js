@@ -1290,19 +1290,28 @@ const TREE_ITEMS = '[role="treeitem"]';
 
 /** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
  * for nothing): Up and Down move between the rows, folds and "Show earlier" buttons shown,
- * Home and End to the first and last, Right opens a branch and Left closes it; Enter or Space
+ * Page Up and Page Down ten at a time, Home and End to the first and last, Right opens a
+ * branch (and goes into it, open) and Left closes it (or goes up a level); Enter or Space
  * reads the entry (or does what a click on the item does: a fold unfolds). */
 function treeKeys(event) {
   const row = event.target;
   if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return;
   const id = row.dataset.id;
   const items = () => [...$("tree").querySelectorAll(TREE_ITEMS)];
+  const by = (step) => {
+    const all = items();
+    return all[Math.max(0, Math.min(all.indexOf(row) + step, all.length - 1))];
+  };
   const moves = {
-    ArrowDown: () => items()[items().indexOf(row) + 1],
-    ArrowUp: () => items()[items().indexOf(row) - 1],
+    ArrowDown: () => by(1),
+    ArrowUp: () => by(-1),
+    // ten items at a time (they scrolled the tree away from the focused row)
+    PageDown: () => by(10),
+    PageUp: () => by(-10),
     Home: () => items()[0],
     End: () => items().at(-1),
   };
+  const opened = row.querySelector(".toggle") !== null && state.opened.has(id);
   if (moves[event.key]) {
     const next = moves[event.key]();
     if (next) next.focus();
@@ -1311,8 +1320,16 @@ function treeKeys(event) {
     row.click(); // what a click on it does (a fold unfolds, "Show earlier" reads them)
   } else if (event.key === "Enter" || event.key === " ") {
     selectEntry(id, true).catch(failed);
+  } else if (event.key === "ArrowRight" && opened) {
+    const next = by(1); // into the branch open
+    if (next !== row) next.focus();
+  } else if (event.key === "ArrowLeft" && !opened) {
+    // up: to the item it hangs from, the nearest above it a level up (it did nothing)
+    const level = Number(row.getAttribute("aria-level"));
+    const above = items().slice(0, items().indexOf(row)).reverse();
+    const up = above.find((item) => Number(item.getAttribute("aria-level")) === level - 1);
+    if (up) up.focus();
   } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
-    if (state.opened.has(id) === (event.key === "ArrowRight")) return;
     // the branch is drawn anew: the focus goes back to its head
     toggleBranch(id).then(() => {
       const again = $("tree").querySelector(`.row[data-id="${CSS.escape(id)}"]`);
