@@ -10,6 +10,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -815,7 +816,7 @@ def test_a_branch_longer_than_what_is_read_at_once_shows_its_earlier_rows_on_dem
     head.locator(".toggle").click()
     newest = tree.locator(".row[data-id='c0000599']")
     expect(newest).to_be_visible(timeout=30_000)
-    earlier = tree.locator(f"button[data-branch='{head_id}']")
+    earlier = tree.locator(f".earlier[data-branch='{head_id}']")
     expect(earlier).to_have_text("Show earlier entries of this branch")
     expect(tree.locator(".row[data-id='c0000010']")).to_have_count(0)
     # a page (about 40 KB) a click, until the branch's head
@@ -874,7 +875,7 @@ def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
     rows = tree.locator(".row")
     first_page = rows.count()
     assert first_page < 400  # a page, not the whole outline
-    tree.locator("button.earlier").click()  # a second page: 600 rows of about 800
+    tree.locator(".earlier").click()  # a second page: 600 rows of about 800
     expect(rows).not_to_have_count(first_page)
     earliest = str(rows.first.get_attribute("data-id"))
     appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
@@ -883,6 +884,78 @@ def test_earlier_rows_of_the_outline_stay_shown_through_live_updates(
     # shown before stays (it was lost: the update read the newest page alone, and then
     # as many rows as were shown, one short of it).
     expect(tree.locator(f".row[data-id='{earliest}']")).to_be_visible()
+
+
+def test_a_live_update_changes_only_the_rows_that_changed(
+    long_branch: tuple[Served, str, Page],
+) -> None:
+    """Each live update (every append an agent makes) drew the whole tree anew: 200 to 400 ms
+    at 1,000 rows on a loaded machine, the focused row lost and put back, the selection and
+    the scroll set again. An update now changes only the rows that changed: every row drawn
+    before is the same element after (the focus, the scroll and the selection untouched),
+    and the page adds and removes a handful of elements, not the tree's thousands."""
+    server, session_id, page = long_branch
+    tree = page.locator("#tree")
+    picked = tree.locator(".row[data-id='c0000300']")
+    picked.click()
+    expect(page.locator("#detail-body")).to_contain_text("step 300")
+    expect(picked).to_be_focused()
+    before = page.evaluate(
+        """() => {
+        const tree = document.getElementById('tree');
+        for (const row of tree.querySelectorAll('.row')) row.drawnBefore = true;
+        tree.scrollTop = tree.scrollHeight / 2;
+        window.treeChanges = 0;
+        window.attributeChanges = 0;
+        new MutationObserver((records) => {
+          for (const record of records) {
+            window.treeChanges += record.addedNodes.length + record.removedNodes.length;
+            if (record.type === 'attributes') window.attributeChanges++;
+          }
+        }).observe(tree, { childList: true, subtree: true, attributes: true });
+        // what made a formatter at each call (half a millisecond and more each)
+        window.formatted = 0;
+        for (const [kind, names] of [[Date, ['toLocaleString', 'toLocaleDateString',
+            'toLocaleTimeString']], [Number, ['toLocaleString']]]) {
+          for (const name of names) {
+            const made = kind.prototype[name];
+            kind.prototype[name] = function (...args) {
+              window.formatted++;
+              return made.apply(this, args);
+            };
+          }
+        }
+        window.focusedBefore = document.activeElement;
+        return { rows: tree.querySelectorAll('.row').length, scroll: tree.scrollTop };
+    }"""
+    )
+    assert before["scroll"] > 0
+    for count in (1, 2):
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        after = page.evaluate(
+            """() => {
+            const tree = document.getElementById('tree');
+            const rows = [...tree.querySelectorAll('.row')];
+            return {
+              redrawn: rows.filter((row) => !row.drawnBefore).length,
+              changes: window.treeChanges,
+              attributeChanges: window.attributeChanges,
+              formatted: window.formatted,
+              focusKept: document.activeElement === window.focusedBefore,
+              scroll: tree.scrollTop,
+            };
+        }"""
+        )
+        assert after["redrawn"] == count, after  # the new rows alone are new elements
+        assert after["changes"] <= 10 * count, after  # not the tree's 600 rows again
+        # nor every row's attributes set again, nor a formatter made for each row
+        assert after["attributeChanges"] <= 10 * count, after
+        assert after["formatted"] <= 10 * count, after
+        assert after["focusKept"], after
+        assert after["scroll"] == before["scroll"], after
+    expect(picked).to_have_attribute("aria-selected", "true")
+    expect(tree.locator(".row[aria-selected='true']")).to_have_count(1)
 
 
 # --- the MCP App in a host -------------------------------------------------------------------
@@ -1602,6 +1675,37 @@ def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
     context.close()
 
 
+def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """An unfolded row's text (read whole, cut to 120 characters in the page) was cut by
+    UTF-16 units: an emoji at the cut was split in half, and the row ended in a replacement
+    character (and its name to a screen reader in half a character). It is cut by
+    characters, as the server cuts the outline's rows."""
+    server, _, _ = served
+    sid = mcp_tool(server.url, TOKEN, "session_create", name="emoji")["structuredContent"]["id"]
+    said = "a" * 118 + "🌸 and the rest"
+    for index in range(12):
+        entry = {"type": "message", "role": "user", "content": f"{said} {index}"}
+        mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
+    tree = page.locator("#tree")
+    tree.locator(".fold").click()
+    expect(tree.locator(".fold")).to_have_count(0)
+    rows = tree.locator(".row", has_text="aaaa")
+    expect(rows).to_have_count(12)
+    shown = rows.evaluate_all(
+        "rows => rows.map((row) => row.querySelector('.text').textContent"
+        " + row.getAttribute('aria-label'))"
+    )
+    halves = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+    assert not [text for text in shown if halves.search(text)], shown
+    assert all("🌸" in text for text in shown), shown
+    context.close()
+
+
 def star_session(path: Path, branches: int) -> str:
     """A session of a root and ``branches`` entries off it (a retry from the start each), the
     last the leaf; its id."""
@@ -1654,7 +1758,26 @@ def test_earlier_rows_go_on_top_and_branches_of_an_unread_entry_stay_under_it(
     # Earlier rows go on top of those drawn, which stay as they were: every row was drawn
     # again at each click (2 to 4 s a click near 20,000 rows).
     page.evaluate("window.kept = document.querySelector(\"#tree .row[data-id='b0000599']\")")
-    earlier = tree.locator("button.earlier:not([data-branch])")
+    earlier = tree.locator(".earlier:not([data-branch])")
+    # Each is a tree item (a button, or a line of text, in a tree is none of it to a screen
+    # reader): "Show earlier entries" first, the line for the root, its branches a level down;
+    # reached by the arrows and pressed with Enter.
+    items = page.get_by_role("tree").get_by_role("treeitem")
+    expect(items.nth(0)).to_have_accessible_name("Show earlier entries")
+    expect(items.nth(1)).to_have_accessible_name(
+        re.compile(r"an earlier entry: \d+ branches of it below$")
+    )
+    expect(items.nth(1)).to_have_attribute("aria-level", "1")
+    expect(items.nth(2)).to_have_attribute("aria-level", "2")
+    leaf.focus()
+    page.keyboard.press("Home")
+    expect(earlier).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    expect(items.nth(1)).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    before = rows.count()
+    page.keyboard.press("Enter")
+    expect(rows).not_to_have_count(before, timeout=30_000)
     for _ in range(10):
         if not earlier.count():
             break

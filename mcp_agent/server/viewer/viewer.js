@@ -636,12 +636,16 @@ function when(iso) {
 }
 
 function plural(count, word) {
-  return `${count.toLocaleString()} ${word}${count === 1 ? "" : "s"}`;
+  return `${COUNT.format(count)} ${word}${count === 1 ? "" : "s"}`;
 }
 
+/** ``text`` on one line, cut to ``limit`` characters: by characters (code points), as the
+ * server cuts, not by UTF-16 units (an emoji at the cut was split, shown as "�"). */
 function clip(text, limit) {
   const flat = String(text).split(/\s+/).filter(Boolean).join(" ");
-  return flat.length <= limit ? flat : flat.slice(0, limit - 1) + "…";
+  if (flat.length <= limit) return flat;
+  const chars = Array.from(flat.slice(0, 2 * limit + 2)); // more than limit, if there are
+  return chars.length <= limit ? flat : chars.slice(0, limit - 1).join("") + "…";
 }
 
 function contentText(content) {
@@ -1100,77 +1104,94 @@ function arrange(rows) {
 
 /** The rows of one outline as a tree: spine rows in order, each followed by the heads of
  * the branches off it (opened ones with their own outline nested). */
-function renderRows(rows, headId) {
+function renderRows(rows, headId, level) {
   const { spine, heads, loose } = arrange(rows);
   const list = document.createDocumentFragment();
-  list.append(renderLoose(loose), renderSpine(spine, heads, 0, spine.length, headId));
+  list.append(renderLoose(loose, level), renderSpine(spine, heads, 0, spine.length, level, headId));
   return list;
 }
 
 /** Heads whose parent is not on the chain: other roots (the outline from the root) as they
  * are; the rest branch off an entry not read yet (behind "Show earlier"), under a line that
  * stands for it, not drawn as roots of their own. */
-function renderLoose(loose) {
+function renderLoose(loose, level) {
   const list = document.createDocumentFragment();
   const byParent = new Map();
   for (const head of loose) {
-    if (head.parentId === null || head.parentId === undefined) list.append(renderHeadRow(head));
+    if (head.parentId === null || head.parentId === undefined) list.append(renderHeadRow(head, level));
     else if (byParent.has(head.parentId)) byParent.get(head.parentId).push(head);
     else byParent.set(head.parentId, [head]);
   }
   for (const [parentId, heads] of byParent) {
     list.append(h("div", { class: "elided", dataset: { elided: parentId } },
-      h("div", { class: "elided-parent", title: "An earlier entry, not read yet: Show earlier entries" },
+      h("div", {
+        class: "elided-parent", role: "treeitem", tabindex: "-1", "aria-level": String(level),
+        title: "An earlier entry, not read yet: Show earlier entries",
+      },
         h("span", { class: "dot" }), h("span", { class: "id", text: parentId }),
         h("span", { class: "text", text: `an earlier entry: ${plural(heads.length, "branch").replace("branchs", "branches")} of it below` })),
-      heads.map(renderHeadRow)));
+      heads.map((head) => renderHeadRow(head, level))));
   }
   return list;
 }
 
-/** Spine rows ``spine[from:to]`` with their folds and branches (``heads`` by parent id). */
-function renderSpine(spine, heads, from, to, headId) {
+/** Spine rows ``spine[from:to]`` with their folds and branches (``heads`` by parent id), at
+ * depth ``level`` of the tree (1: the chain; a branch is a level down from its row). */
+function renderSpine(spine, heads, from, to, level, headId) {
   const list = document.createDocumentFragment();
   for (let index = from; index < to; index++) {
     const row = spine[index];
-    list.append(renderRow(row, row.id === headId));
-    if (row.folded) list.append(renderFold(row, spine[index + 1]));
-    for (const head of heads.get(row.id) || []) list.append(renderHeadRow(head));
+    list.append(renderRow(row, row.id === headId, level));
+    if (row.folded) list.append(renderFold(row, level));
+    for (const head of heads.get(row.id) || []) list.append(renderHeadRow(head, level));
   }
   return list;
 }
 
-/** The fold after spine row ``row`` (before ``next``): what is unfolded, and a button for
- * the rest; in a box of its own, drawn again alone when more is unfolded. */
-function renderFold(row, next) {
+/** The fold after spine row ``row``: what is unfolded, and a button for the rest; in a box
+ * of its own, drawn again alone when more is unfolded. */
+function renderFold(row, level) {
   const box = h("div", { class: "folds", dataset: { anchor: row.id } });
   const revealed = state.unfolded.get(row.id) || [];
   const hidden = row.folded - revealed.length;
   if (hidden > 0) {
-    box.append(h("button", {
-      class: "fold", type: "button", tabindex: "-1", dataset: { fold: row.id },
-      title: "Show the entries in between",
-      onclick: () => unfold(row.id, Math.min(revealed.length + UNFOLD_PAGE, row.folded), true, next).catch(failed),
-    }, `⋯ ${hidden.toLocaleString()} more ${hidden === 1 ? "entry" : "entries"}`));
+    // a tree item, as all a tree holds (a button there was skipped, or misread, by a screen
+    // reader going through the tree), named by what it hides
+    box.append(h("div", {
+      class: "fold", role: "treeitem", tabindex: "-1", "aria-level": String(level),
+      dataset: { fold: row.id }, title: "Show the entries in between",
+    }, h("span", { "aria-hidden": "true", text: "⋯" }), ` ${COUNT.format(hidden)} more ${hidden === 1 ? "entry" : "entries"}`));
   }
-  for (const shown of revealed) box.append(renderRow(shown, false));
+  for (const shown of revealed) box.append(renderRow(shown, false, level));
   return box;
 }
 
-/** The first entry of a branch off the chain: unopened, or opened with its own outline. */
-function renderHeadRow(head) {
+/** The first entry of a branch off a row at depth ``level``: unopened, or opened with its
+ * own outline, a level down. */
+function renderHeadRow(head, level) {
   const opened = state.opened.get(head.id);
   const dataset = { head: head.id };
-  if (!opened) return h("div", { class: "nest", dataset }, renderRow(head, true));
-  if (!state.openedEarlier.has(head.id)) return h("div", { class: "nest open", dataset }, renderRows(opened, head.id));
+  const down = level + 1;
+  if (!opened) return h("div", { class: "nest", dataset }, renderRow(head, true, down));
+  if (!state.openedEarlier.has(head.id)) return h("div", { class: "nest open", dataset }, renderRows(opened, head.id, down));
   // a branch longer than what was read: its head (to close it), then its earlier rows on demand
   return h("div", { class: "nest open", dataset },
-    renderRow(head, true),
-    h("button", {
-      class: "link-button earlier", type: "button", tabindex: "-1", dataset: { branch: head.id },
-      onclick: () => loadEarlierOf(head.id).catch(changedOrFailed),
+    renderRow(head, true, down),
+    h("div", {
+      class: "link-button earlier", role: "treeitem", tabindex: "-1", "aria-level": String(down),
+      dataset: { branch: head.id },
     }, "Show earlier entries of this branch"),
-    renderRows(opened.filter((row) => row.id !== head.id), head.id));
+    renderRows(opened.filter((row) => row.id !== head.id), head.id, down));
+}
+
+/** The depth in the tree of what is drawn in ``element``: one more for each branch (.nest)
+ * it is in. */
+function levelOf(element) {
+  let level = 1;
+  for (let node = element.parentElement; node && node !== $("tree"); node = node.parentElement) {
+    if (node.classList.contains("nest")) level++;
+  }
+  return level;
 }
 
 /** Draw the branch at ``headId`` again alone (opened, closed or grown), or else the tree. */
@@ -1179,32 +1200,33 @@ function redrawHead(headId) {
   const head = [state.outline, ...state.opened.values()].flat().find((row) => row.id === headId && !row.spine)
     || (state.opened.get(headId) || []).find((row) => row.id === headId);
   if (!nest || !head) { renderTree(); return; }
-  redraw(() => nest.replaceWith(renderHeadRow(head)));
+  redraw(() => nest.replaceWith(renderHeadRow(head, levelOf(nest))));
 }
 
-function renderRow(row, isHead) {
+function renderRow(row, isHead, level) {
   const leaf = state.view && row.id === state.view.leafId;
   const classes = ["row", row.onBranch ? "on-branch" : "off-branch"];
   if (row.id === state.selected) classes.push("selected");
-  // Not a tab stop: Right and Left open and close the branch from its row (a toggle each
-  // was a tab stop, 600 of them for a root with 600 branches)
-  const toggle = isHead ? h("button", {
-    class: "toggle", type: "button", tabindex: "-1", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
-    "aria-label": state.opened.has(row.id) ? "Close branch" : "Open branch",
-    onclick: (event) => { event.stopPropagation(); toggleBranch(row.id).catch(failed); },
+  // For the mouse alone: the row's aria-expanded says what it says, and Right and Left open
+  // and close the branch from its row (a button in a tree item is no part of a tree; each
+  // was a tab stop once, 600 of them for a root with 600 branches)
+  const toggle = isHead ? h("span", {
+    class: "toggle", "aria-hidden": "true", title: state.opened.has(row.id) ? "Close this branch" : "Open this branch",
   }, state.opened.has(row.id) ? "▾" : "▸") : null;
   // a row names its first children only (a row of a root with 20,000 branches was 222 KB):
   // their count says how many
   const count = row.childCount ?? (row.children || []).length;
-  const branches = count > 1 ? h("span", { class: "branch-count", text: `${count.toLocaleString()} branches` }) : null;
+  const branches = count > 1 ? h("span", { class: "branch-count", text: `${COUNT.format(count)} branches` }) : null;
   return h("div", {
     class: classes.join(" "), role: "treeitem", tabindex: row.id === state.tabStop ? "0" : "-1",
     "aria-label": rowName(row, count, leaf),
     // the entry on show, said as well as drawn (a screen reader heard no row selected)
     "aria-selected": String(row.id === state.selected),
     "aria-expanded": isHead ? String(state.opened.has(row.id)) : null,
+    // its depth: a screen reader heard the rows of an opened branch as the chain's, one flat
+    // list with nothing to tell where the branch began or ended
+    "aria-level": String(level),
     dataset: { id: row.id },
-    onclick: () => selectEntry(row.id, true).catch(failed),
   },
   toggle || h("span", { class: "dot" }),
   h("span", { class: "id", text: row.id }),
@@ -1221,7 +1243,7 @@ function renderRow(row, isHead) {
 function rowName(row, count, leaf) {
   const parts = [`${kindName(row)}: ${previewText(row)}`];
   if (row.label) parts.push(`label ${row.label}`);
-  if (count > 1) parts.push(`${count.toLocaleString()} branches`);
+  if (count > 1) parts.push(`${COUNT.format(count)} branches`);
   if (leaf) parts.push("leaf");
   const time = entryTime(row.timestamp);
   if (time) parts.push(time);
@@ -1234,41 +1256,81 @@ function entryTime(iso) {
   const date = iso ? new Date(iso) : null;
   if (!date || Number.isNaN(date.getTime())) return "";
   const now = new Date();
-  const clock = { hour: "2-digit", minute: "2-digit" };
-  if (date.toDateString() === now.toDateString()) return date.toLocaleTimeString(undefined, clock);
-  const day = { month: "short", day: "numeric", ...clock };
-  if (date.getFullYear() !== now.getFullYear()) day.year = "numeric";
-  return date.toLocaleString(undefined, day);
+  if (date.toDateString() === now.toDateString()) return TIME_OF_DAY.format(date);
+  return (date.getFullYear() === now.getFullYear() ? DAY : DAY_OF_YEAR).format(date);
 }
 
-// What the arrows go through: the rows, the folds and "Show earlier entries" (a fold was a
-// tab stop of its own: in a long session, 50 and more Tabs to get through the tree).
-const TREE_ITEMS = ".row, .fold, button.earlier";
+// Each formatter made once, for every row: a time or a number given toLocaleString makes one
+// at each call (half a millisecond and more in Chromium), and drawing a tree of 1,000 rows
+// took a second and more for them alone, at every live update.
+const TIME_OF_DAY = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+const DAY = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+const DAY_OF_YEAR = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+const COUNT = new Intl.NumberFormat();
+
+/** A click in the tree, on what it does (one listener for all: the tree's parts hold only
+ * what they show, so a live update keeps those that did not change). */
+function treeClick(event) {
+  const part = event.target instanceof Element ? event.target.closest(".toggle, .fold, .earlier, .elided-parent, .row") : null;
+  if (!part) return;
+  if (part.matches(".toggle")) toggleBranch(part.closest(".row").dataset.id).catch(failed);
+  else if (part.matches(".fold")) {
+    const shown = (state.unfolded.get(part.dataset.fold) || []).length;
+    unfold(part.dataset.fold, shown + UNFOLD_PAGE, true).catch(failed);
+  } else if (part.matches(".earlier")) {
+    (part.dataset.branch ? loadEarlierOf(part.dataset.branch) : loadEarlier()).catch(changedOrFailed);
+  } else if (part.matches(".elided-parent")) {
+    if (state.earlierCursor) loadEarlier().catch(changedOrFailed);
+  } else selectEntry(part.dataset.id, true).catch(failed);
+}
+
+// What the arrows go through: the tree's items, its rows, folds, "Show earlier entries" and
+// the lines for entries not read yet (a fold was a tab stop of its own: in a long session,
+// 50 and more Tabs to get through the tree).
+const TREE_ITEMS = '[role="treeitem"]';
 
 /** The tree by keyboard, as a tree goes (its rows said to be one, role="tree", took arrows
  * for nothing): Up and Down move between the rows, folds and "Show earlier" buttons shown,
- * Home and End to the first and last, Right opens a branch and Left closes it; Enter or Space
- * reads the entry (or presses the button). */
+ * Page Up and Page Down ten at a time, Home and End to the first and last, Right opens a
+ * branch (and goes into it, open) and Left closes it (or goes up a level); Enter or Space
+ * reads the entry (or does what a click on the item does: a fold unfolds). */
 function treeKeys(event) {
   const row = event.target;
-  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return; // a toggle: a button
+  if (!(row instanceof Element) || !row.matches(TREE_ITEMS)) return;
   const id = row.dataset.id;
   const items = () => [...$("tree").querySelectorAll(TREE_ITEMS)];
+  const by = (step) => {
+    const all = items();
+    return all[Math.max(0, Math.min(all.indexOf(row) + step, all.length - 1))];
+  };
   const moves = {
-    ArrowDown: () => items()[items().indexOf(row) + 1],
-    ArrowUp: () => items()[items().indexOf(row) - 1],
+    ArrowDown: () => by(1),
+    ArrowUp: () => by(-1),
+    // ten items at a time (they scrolled the tree away from the focused row)
+    PageDown: () => by(10),
+    PageUp: () => by(-10),
     Home: () => items()[0],
     End: () => items().at(-1),
   };
+  const opened = row.querySelector(".toggle") !== null && state.opened.has(id);
   if (moves[event.key]) {
     const next = moves[event.key]();
     if (next) next.focus();
   } else if (!row.classList.contains("row")) {
-    return; // a button: Enter and Space press it
+    if (event.key !== "Enter" && event.key !== " ") return;
+    row.click(); // what a click on it does (a fold unfolds, "Show earlier" reads them)
   } else if (event.key === "Enter" || event.key === " ") {
     selectEntry(id, true).catch(failed);
+  } else if (event.key === "ArrowRight" && opened) {
+    const next = by(1); // into the branch open
+    if (next !== row) next.focus();
+  } else if (event.key === "ArrowLeft" && !opened) {
+    // up: to the item it hangs from, the nearest above it a level up (it did nothing)
+    const level = Number(row.getAttribute("aria-level"));
+    const above = items().slice(0, items().indexOf(row)).reverse();
+    const up = above.find((item) => Number(item.getAttribute("aria-level")) === level - 1);
+    if (up) up.focus();
   } else if ((event.key === "ArrowRight" || event.key === "ArrowLeft") && row.querySelector(".toggle")) {
-    if (state.opened.has(id) === (event.key === "ArrowRight")) return;
     // the branch is drawn anew: the focus goes back to its head
     toggleBranch(id).then(() => {
       const again = $("tree").querySelector(`.row[data-id="${CSS.escape(id)}"]`);
@@ -1278,18 +1340,63 @@ function treeKeys(event) {
   event.preventDefault();
 }
 
+/** Draw the tree as the state has it: only what changed changes on the page (drawn anew,
+ * every live update took 200 to 400 ms at 1,000 rows on a loaded machine, and set the focus,
+ * the scroll and the selection again). */
 function renderTree() {
   const tree = $("tree");
   const scroll = tree.scrollTop;
   const { spine, heads, loose } = arrange(state.outline);
-  const parts = [renderTop(loose)];
-  if (!state.outline.length) parts.push(h("div", { class: "empty", text: "This session has no entries yet." }));
-  parts.push(renderSpine(spine, heads, 0, spine.length));
+  const drawn = h("div", {}, renderTop(loose));
+  if (!state.outline.length) drawn.append(h("div", { class: "empty", text: "This session has no entries yet." }));
+  drawn.append(renderSpine(spine, heads, 0, spine.length, 1));
   redraw(() => {
-    tree.replaceChildren(...parts);
-    tree.scrollTop = scroll;
+    morphChildren(tree, drawn);
+    if (tree.scrollTop !== scroll) tree.scrollTop = scroll;
     keepTabStop();
   });
+}
+
+/** What finds a part of the tree among those drawn before: its class and the entry it is
+ * of (a row by its entry, a branch by its head, a fold by the row above it). */
+function partKey(node) {
+  if (!(node instanceof HTMLElement)) return null;
+  const data = node.dataset;
+  const of = data.id ?? data.head ?? data.anchor ?? data.fold ?? data.elided ?? data.branch ?? "";
+  return `${node.nodeName} ${node.className.split(" ")[0]} ${of}`;
+}
+
+/** Make ``parent``'s children those of ``next`` (drawn anew), keeping each element that
+ * stands for the same part (its attributes and children made the new ones'): what did not
+ * change is not touched, and the focused row stays the focused element. */
+function morphChildren(parent, next) {
+  const drawn = new Map();
+  for (const child of parent.children) drawn.set(partKey(child), child);
+  let cursor = parent.firstChild;
+  for (const node of [...next.childNodes]) {
+    const key = partKey(node);
+    let match = key === null ? cursor : drawn.get(key);
+    if (match && (match.nodeType !== node.nodeType || partKey(match) !== key)) match = null;
+    if (!match) {
+      parent.insertBefore(node, cursor);
+      continue;
+    }
+    if (key !== null) drawn.delete(key);
+    if (key === null) {
+      if (match.nodeValue !== node.nodeValue) match.nodeValue = node.nodeValue;
+    } else if (!match.isEqualNode(node)) {
+      for (const { name } of [...match.attributes]) if (!node.hasAttribute(name)) match.removeAttribute(name);
+      for (const { name, value } of node.attributes) if (match.getAttribute(name) !== value) match.setAttribute(name, value);
+      morphChildren(match, node);
+    }
+    if (match === cursor) cursor = cursor.nextSibling;
+    else parent.insertBefore(match, cursor);
+  }
+  while (cursor) {
+    const gone = cursor;
+    cursor = cursor.nextSibling;
+    gone.remove();
+  }
 }
 
 /** Put ``change`` (a part of the tree drawn anew) on the page, the focus kept where it was:
@@ -1299,7 +1406,6 @@ function renderTree() {
 function redraw(change) {
   const focused = focusedInTree();
   change();
-  levelRows();
   if (focused !== null && !$("tree").contains(document.activeElement)) {
     // the same row or button drawn anew (a fold all unfolded: its first row), else the row
     // that takes Tab
@@ -1307,20 +1413,6 @@ function redraw(change) {
     if (again) again.focus({ preventScroll: true });
   }
   sizeChanged();
-}
-
-/** Each row's depth in the tree (aria-level), as drawn: a branch is nested (.nest) in the
- * row it starts from. A screen reader heard the rows of an opened branch as the chain's, one
- * flat list with nothing to tell where the branch began or ended. */
-function levelRows() {
-  const tree = $("tree");
-  for (const row of tree.querySelectorAll(".row")) {
-    let level = 1;
-    for (let node = row.parentElement; node && node !== tree; node = node.parentElement) {
-      if (node.classList.contains("nest")) level++;
-    }
-    if (row.getAttribute("aria-level") !== String(level)) row.setAttribute("aria-level", String(level));
-  }
 }
 
 /** What has the focus in the tree, as selectors that find it (or what stands in its place)
@@ -1332,8 +1424,12 @@ function focusedInTree() {
     const anchor = CSS.escape(active.dataset.fold);
     return [`.fold[data-fold="${anchor}"]`, `.folds[data-anchor="${anchor}"] .row`];
   }
-  if (active.matches("button.earlier")) {
-    return [active.dataset.branch ? `button.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : "button.earlier:not([data-branch])"];
+  if (active.matches(".earlier")) {
+    return [active.dataset.branch ? `.earlier[data-branch="${CSS.escape(active.dataset.branch)}"]` : ".earlier:not([data-branch])"];
+  }
+  if (active.matches(".elided-parent")) {
+    const parent = CSS.escape(active.parentElement.dataset.elided);
+    return [`.elided[data-elided="${parent}"] > .elided-parent`, `.row[data-id="${parent}"]`];
   }
   const row = active.closest(".row"); // a row, or its toggle
   return row ? [`.row[data-id="${CSS.escape(row.dataset.id)}"]`] : [];
@@ -1360,9 +1456,9 @@ function moveTabStop(row) {
 function renderTop(loose) {
   const top = h("div", { class: "outline-top" });
   if (state.earlierCursor) {
-    top.append(h("button", { class: "link-button earlier", type: "button", tabindex: "-1", onclick: () => loadEarlier().catch(changedOrFailed) }, "Show earlier entries"));
+    top.append(h("div", { class: "link-button earlier", role: "treeitem", tabindex: "-1", "aria-level": "1" }, "Show earlier entries"));
   }
-  top.append(renderLoose(loose));
+  top.append(renderLoose(loose, 1));
   return top;
 }
 
@@ -1376,7 +1472,7 @@ function prependRows(added) {
   if (!top) { renderTree(); return; }
   const scroll = tree.scrollTop;
   const { spine, heads, loose } = arrange(state.outline);
-  const rows = renderSpine(spine, heads, 0, added);
+  const rows = renderSpine(spine, heads, 0, added, 1);
   const newTop = renderTop(loose);
   redraw(() => {
     top.replaceWith(newTop);
@@ -1449,9 +1545,9 @@ async function loadEarlierOf(headId) {
 
 /** Reveal ``count`` entries of the fold after row ``anchorId``: the path to the parent of the
  * next listed row, newest last (session_get view branch with entry_id). */
-async function unfold(anchorId, count, render, next) {
+async function unfold(anchorId, count, render) {
   const rows = findChain(anchorId);
-  const nextRow = next || (rows ? rows[rows.findIndex((row) => row.id === anchorId) + 1] : null);
+  const nextRow = rows ? rows[rows.findIndex((row) => row.id === anchorId) + 1] : null;
   const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
   if (!nextRow || !anchor || !anchor.folded) { state.unfolded.delete(anchorId); return; }
   count = Math.min(count, anchor.folded);
@@ -1478,8 +1574,17 @@ async function unfold(anchorId, count, render, next) {
   state.unfolded.set(anchorId, [...entries.map((entry) => rowOf(entry, anchor.onBranch)), ...kept]);
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
-  if (box) redraw(() => box.replaceWith(renderFold(anchor, nextRow)));
+  if (box) redraw(() => box.replaceWith(renderFold(anchor, levelOf(box))));
   else renderTree();
+}
+
+/** The row of entry ``id`` as read (of the outline, an opened branch or a fold), or null. */
+function rowShown(id) {
+  for (const rows of [state.outline, ...state.opened.values(), ...state.unfolded.values()]) {
+    const row = rows.find((candidate) => candidate.id === id);
+    if (row) return row;
+  }
+  return null;
 }
 
 /** The spine rows (of the main outline or an opened branch) that hold ``id``. */
@@ -1496,8 +1601,10 @@ function findChain(id) {
 
 function markSelected(entryId) {
   for (const row of document.querySelectorAll(".row")) {
-    row.classList.toggle("selected", row.dataset.id === entryId);
-    row.setAttribute("aria-selected", String(row.dataset.id === entryId));
+    const selected = row.dataset.id === entryId;
+    row.classList.toggle("selected", selected);
+    // set only when it changes: set again, every row was a change to a screen reader
+    if (row.getAttribute("aria-selected") !== String(selected)) row.setAttribute("aria-selected", String(selected));
   }
 }
 
@@ -1541,6 +1648,10 @@ function renderDetail(entry, withBody = true) {
     leaf ? h("span", { class: "leaf-mark", text: "leaf" }) : null,
   ];
   $("detail-title").replaceChildren(...title.filter(Boolean));
+  // named by its entry, as the entry's row is (the pane was "Entry" whatever it showed: a
+  // screen reader going to it heard nothing of which)
+  const row = rowShown(entry.id) || rowOf(entry, false);
+  $("detail").setAttribute("aria-label", `Entry: ${rowName(row, row.childCount ?? (row.children || []).length, leaf)}`);
   syncActions();
   if (withBody) $("detail-body").replaceChildren(...renderEntry(entry));
 }
@@ -1600,6 +1711,7 @@ function renderEntry(entry) {
 // --- actions ---------------------------------------------------------------------------------
 
 async function act(button, work) {
+  const from = document.activeElement; // where the reader was
   button.disabled = true;
   try {
     await work();
@@ -1608,7 +1720,21 @@ async function act(button, work) {
   } finally {
     button.disabled = false;
     syncActions();
+    focusBack(from);
   }
+}
+
+/** The focus lost while acting (its button disabled as it worked, the label's form hidden,
+ * the session drawn anew), which left a keyboard reader on the page's body: back on
+ * ``from``, else on what stands for it (the Label button for its form, the entry's row, the
+ * tree's row that takes Tab). Taken elsewhere meanwhile, it stays there. */
+function focusBack(from) {
+  const active = document.activeElement;
+  if (!(from instanceof HTMLElement) || (active && active !== document.body)) return;
+  const row = state.selected ? $("tree").querySelector(`.row[data-id="${CSS.escape(state.selected)}"]`) : null;
+  const places = [from, $("label-form").contains(from) ? $("act-label") : null, row, $("tree").querySelector('[tabindex="0"]')];
+  const place = places.find((element) => element && element.isConnected && !element.disabled && element.checkVisibility());
+  if (place) place.focus();
 }
 
 /** Moving the leaf to the leaf does nothing: say so by the button. */
@@ -1626,6 +1752,7 @@ function wireActions() {
     option.tabIndex = 0;
   });
   $("tree").addEventListener("keydown", treeKeys);
+  $("tree").addEventListener("click", treeClick);
   $("tree").addEventListener("focusin", (event) => {
     const row = event.target instanceof Element ? event.target.closest(".row") : null;
     if (row) moveTabStop(row);
@@ -1643,7 +1770,7 @@ function wireActions() {
   }));
   $("act-label").addEventListener("click", () => {
     $("label-form").hidden = !$("label-form").hidden;
-    const row = [state.outline, ...state.opened.values()].flat().find((r) => r.id === state.selected);
+    const row = rowShown(state.selected);
     $("label-text").value = row && row.label ? row.label : "";
     if (!$("label-form").hidden) $("label-text").focus();
   });
