@@ -563,9 +563,11 @@ class SqliteDatabase:
         (CJK, accented Latin letters); if any, the index is emptied, to be built again by the next
         search, in batches (its rows must be deleted with the text they were made of)."""
         self.conn.create_function("search_text", 1, search_text, deterministic=True)
+        # Only texts that are not ASCII can change; GLOB finds them without a call into Python.
         changed = self.conn.execute(
             "UPDATE entries SET text = search_text(text)"
-            " WHERE text IS NOT NULL AND search_text(text) != text"
+            " WHERE text GLOB ? AND search_text(text) != text",
+            ("*[^\x01-\x7f]*",),
         ).rowcount
         if changed and self.conn.execute(_FTS_EXISTS).fetchone():
             self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
