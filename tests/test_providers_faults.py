@@ -389,6 +389,18 @@ async def test_a_rate_limit_said_mid_stream_is_a_passing_error(error: dict[str, 
     assert not is_transient_error(final)
 
 
+async def ended_by_error_object(api: str, body: dict[str, Any]) -> Any:
+    """The last event of a stream that the error object ``body`` ends mid-answer."""
+    async with script_server() as server:
+        if api == "openai":
+            server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(body))]))
+            _, final = await collect(openai(server.base))
+        else:
+            server.add(Reply(body=[an_message_start(), an_event("error", **body)]))
+            _, final = await collect(anthropic(server.base))
+    return final
+
+
 @pytest.mark.parametrize(
     ("api", "body", "said"),
     [
@@ -410,13 +422,7 @@ async def test_an_error_with_no_type_code_or_status_that_says_a_rate_limit_is_pa
     its text to say what it is: since only type, code and status were read, it ended the run
     for good. Its first clause, when it is a whole rate-limit or overload phrase, now says a
     passing fault (the other side: the test below)."""
-    async with script_server() as server:
-        if api == "openai":
-            server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(body))]))
-            _, final = await collect(openai(server.base))
-        else:
-            server.add(Reply(body=[an_message_start(), an_event("error", **body)]))
-            _, final = await collect(anthropic(server.base))
+    final = await ended_by_error_object(api, body)
     assert f"the server {said}" in present(final.error_message)
     assert is_transient_error(final)
 
@@ -444,13 +450,7 @@ async def test_a_number_or_word_in_an_error_s_text_is_no_passing_fault(
 ) -> None:
     """Only the error object's type, code or status says a rate limit or a server failing: a
     "429" or "500" in its text (a line number, a count) ran the turn again, to fail again."""
-    async with script_server() as server:
-        if api == "openai":
-            server.add(Reply(body=[oa_chunk({"content": "so"}), sse(json.dumps(body))]))
-            _, final = await collect(openai(server.base))
-        else:
-            server.add(Reply(body=[an_message_start(), an_event("error", **body)]))
-            _, final = await collect(anthropic(server.base))
+    final = await ended_by_error_object(api, body)
     assert "the server reported an error mid-stream" in present(final.error_message)
     assert not is_transient_error(final)
 

@@ -1647,17 +1647,12 @@ def test_live_updates_read_what_was_shown_and_one_at_a_time(
     expect(rows).to_have_count(shown + 5)
 
 
-def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
-    browser: Browser, served: tuple[Served, str, dict[str, str]]
-) -> None:
-    """Rows revealed by unfolding are made in the page from the entries read whole: their text
-    and their title (the whole preview on hover) show an override as an escape, as the
-    outline's rows do (the title held the override itself)."""
-    server, _, _ = served
-    sid = mcp_tool(server.url, TOKEN, "session_create", name="overrides")["structuredContent"]["id"]
-    for index in range(12):
-        said = f"run \u202erm -rf / {index}"
-        entry = {"type": "message", "role": "user", "content": said}
+def unfolded(browser: Browser, server: Served, said: list[str]) -> tuple[Any, Any]:
+    """A new session of the user messages ``said`` (enough to fold), opened in a new page
+    with its fold opened: the page's context and its tree."""
+    sid = mcp_tool(server.url, TOKEN, "session_create", name="unfolded")["structuredContent"]["id"]
+    for text in said:
+        entry = {"type": "message", "role": "user", "content": text}
         mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
     context = browser.new_context()
     page = context.new_page()
@@ -1665,6 +1660,16 @@ def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
     tree = page.locator("#tree")
     tree.locator(".fold").click()
     expect(tree.locator(".fold")).to_have_count(0)
+    return context, tree
+
+
+def test_bidirectional_overrides_in_unfolded_rows_are_shown_not_obeyed(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Rows revealed by unfolding are made in the page from the entries read whole: their text
+    and their title (the whole preview on hover) show an override as an escape, as the
+    outline's rows do (the title held the override itself)."""
+    context, tree = unfolded(browser, served[0], [f"run \u202erm -rf / {i}" for i in range(12)])
     expect(tree.locator(".row", has_text="rm -rf")).to_have_count(12)
     texts = tree.locator(".row .text").evaluate_all(
         "spans => spans.map((span) => [span.textContent, span.title])"
@@ -1682,18 +1687,8 @@ def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
     UTF-16 units: an emoji at the cut was split in half, and the row ended in a replacement
     character (and its name to a screen reader in half a character). It is cut by
     characters, as the server cuts the outline's rows."""
-    server, _, _ = served
-    sid = mcp_tool(server.url, TOKEN, "session_create", name="emoji")["structuredContent"]["id"]
     said = "a" * 118 + "🌸 and the rest"
-    for index in range(12):
-        entry = {"type": "message", "role": "user", "content": f"{said} {index}"}
-        mcp_tool(server.url, TOKEN, "session_append", session_id=sid, entry=entry)
-    context = browser.new_context()
-    page = context.new_page()
-    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}")
-    tree = page.locator("#tree")
-    tree.locator(".fold").click()
-    expect(tree.locator(".fold")).to_have_count(0)
+    context, tree = unfolded(browser, served[0], [f"{said} {index}" for index in range(12)])
     rows = tree.locator(".row", has_text="aaaa")
     expect(rows).to_have_count(12)
     shown = rows.evaluate_all(
