@@ -113,8 +113,12 @@ class Presence:
 
     def judging(self) -> bool:
         """Whether this process may judge others by their locks now (see the module)."""
+        return self.held_for(self.grace)
+
+    def held_for(self, seconds: float) -> bool:
+        """Whether the lock has been held without a break for ``seconds`` at least."""
         since = self._held_since
-        return since is not None and time.monotonic() - since >= self.grace
+        return since is not None and time.monotonic() - since >= seconds
 
     def gone_sql(self, owner_column: str) -> str:
         """SQL true where ``owner_column`` names a process that held a presence lock and
