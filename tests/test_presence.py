@@ -165,6 +165,55 @@ def test_runs_that_lapsed_in_an_outage_of_the_database_are_not_ended_before_a_re
             database.close()
 
 
+@pytest.mark.anyio
+async def test_a_dbas_idle_session_timeout_cuts_neither_the_change_feed_nor_the_presence(
+    pg_cluster: Cluster, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DBA's idle_session_timeout (PostgreSQL 14+) ended the connections that wait by
+    nature: the change feed's (every timeout the others' notifications were lost for a
+    moment, and the log said the feed cut and back) and the pool's, which hold a replica's
+    presence key while its presence connection is cut. They are exempt now."""
+    import anyio
+
+    from mcp_agent.server.pg_bus import PostgresBus
+
+    name = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} SET idle_session_timeout = '1s'")
+    database = PostgresDatabase(postgres_url)
+    leases = PostgresLeases(database, presence=True)
+    bus = PostgresBus(postgres_url)
+
+    def feed_and_key() -> tuple[set[int], set[int]]:
+        feed = database.read(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+            (name,),
+        )
+        key = database.read(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+            " AND (classid::bigint << 32 | objid::bigint) = %s",
+            (presence_key(leases.owner),),
+        )
+        return {pid for (pid,) in feed}, {pid for (pid,) in key}
+
+    try:
+        assert leases.acquire("s1", "run r1") is None  # a pool connection holds the key
+        async with anyio.create_task_group() as group:
+            group.start_soon(bus.run)
+            await bus.listening_since.wait()
+            before = feed_and_key()
+            assert all(before), before
+            await anyio.sleep(2.5)  # idle for longer than the DBA allows
+            after = feed_and_key()
+            group.cancel_scope.cancel()
+        assert before[0] == after[0], "the feed's connection was not ended"
+        assert before[1] <= after[1], "the pool's connections that held the key stayed"
+        assert "change feed" not in caplog.text, caplog.text
+    finally:
+        leases.close()
+        database.close()
+
+
 def test_behind_a_pooler_a_server_judges_no_replica_by_presence_and_says_so(
     pg_cluster: Cluster, postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
