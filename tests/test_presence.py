@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 from pg_support import Cluster
 from pooler_support import fake_pooler
@@ -102,6 +104,113 @@ def test_a_live_replica_whose_presence_connection_alone_is_cut_is_not_taken_for_
             assert set(seen) == {("running", True)}, seen
     finally:
         judge.close()
+        database.close()
+
+
+def test_runs_that_lapsed_in_an_outage_of_the_database_are_not_ended_before_a_renewal_turn(
+    postgres_url: str,
+) -> None:
+    """The database away for longer than the lease (a failover, a restart that took long):
+    no renewal could land, so every lease and run had lapsed when it came back, and the
+    first replica whose renewal landed (or that answered agent_status) ended the runs of
+    every other, alive and renewing a moment later: "the server running it stopped". Expiry
+    is judged once a replica's presence has been held for a renewal turn."""
+    from mcp_agent.runtime.run_board import STOPPED, RunRecord
+
+    databases = [PostgresDatabase(postgres_url) for _ in range(2)]
+    runner, judge = (PostgresLeases(database, presence=True) for database in databases)
+    assert runner.presence is not None and judge.presence is not None
+    runner.host = "another-machine"  # its pid means nothing here
+    judge.presence.grace, judge.expiry_grace = 0.5, 1.0
+    boards = [
+        RunBoard(database, leases.owner, leases)
+        for database, leases in zip(databases, (runner, judge), strict=True)
+    ]
+    try:
+        assert runner.acquire("s1", "run r1") is None
+        boards[0].publish([RunRecord("r1", "s1", "default", "m")])
+        # The outage: every connection dropped, and no renewal landed for longer than the lease.
+        name = postgres_url.rsplit("/", 1)[1]
+        database = databases[1]
+        database.write(lambda conn: conn.execute("UPDATE session_leases SET expires = 0"))
+        database.write(lambda conn: conn.execute("UPDATE runs SET expires = 0"))
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        assert judge.presence.wait_held(30)  # back, and judging presence
+        boards[1].renew([])  # the judge's renewal, the first to land
+        found = boards[1].get("r1")
+        assert found is not None and found.status == "running", found
+        assert judge.held_elsewhere("s1") is not None
+        assert judge.acquire("s1", "run r2") is not None
+        # The runner's renewal lands within its turn: it runs on, in every replica's eyes.
+        assert runner.renew() == {"s1"}
+        boards[0].renew(["r1"])
+        while not judge.judges_expiry():
+            time.sleep(0.05)
+        boards[1].renew([])
+        found = boards[1].get("r1")
+        assert found is not None and found.status == "running", found
+        # One that renews no more (cut off from the database alone) is judged as before.
+        database.write(lambda conn: conn.execute("UPDATE runs SET expires = 0"))
+        found = boards[1].get("r1")
+        assert found is not None and found.status == "error" and found.error == STOPPED
+    finally:
+        for leases in (runner, judge):
+            leases.close()
+        for database in databases:
+            database.close()
+
+
+@pytest.mark.anyio
+async def test_a_dbas_idle_session_timeout_cuts_neither_the_change_feed_nor_the_presence(
+    pg_cluster: Cluster, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DBA's idle_session_timeout (PostgreSQL 14+) ended the connections that wait by
+    nature: the change feed's (every timeout the others' notifications were lost for a
+    moment, and the log said the feed cut and back) and the pool's, which hold a replica's
+    presence key while its presence connection is cut. They are exempt now."""
+    import anyio
+
+    from mcp_agent.server.pg_bus import PostgresBus
+
+    name = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} SET idle_session_timeout = '1s'")
+    database = PostgresDatabase(postgres_url)
+    leases = PostgresLeases(database, presence=True)
+    bus = PostgresBus(postgres_url)
+
+    def feed_and_key() -> tuple[set[int], set[int]]:
+        feed = database.read(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+            (name,),
+        )
+        key = database.read(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+            " AND (classid::bigint << 32 | objid::bigint) = %s",
+            (presence_key(leases.owner),),
+        )
+        return {pid for (pid,) in feed}, {pid for (pid,) in key}
+
+    try:
+        assert leases.acquire("s1", "run r1") is None  # a pool connection holds the key
+        async with anyio.create_task_group() as group:
+            group.start_soon(bus.run)
+            await bus.listening_since.wait()
+            before = feed_and_key()
+            assert all(before), before
+            await anyio.sleep(2.5)  # idle for longer than the DBA allows
+            after = feed_and_key()
+            group.cancel_scope.cancel()
+        assert before[0] == after[0], "the feed's connection was not ended"
+        assert before[1] <= after[1], "the pool's connections that held the key stayed"
+        assert "change feed" not in caplog.text, caplog.text
+    finally:
+        leases.close()
         database.close()
 
 

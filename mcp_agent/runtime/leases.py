@@ -38,6 +38,9 @@ RENEW_EVERY = LEASE_SECONDS / 3
 # still comes before the lease lapses: over PostgreSQL a backend frozen mid-renewal otherwise
 # held it for the statement timeout (90 s), three times the lease.
 RENEW_WITHIN = RENEW_EVERY / 2
+# How long a replica's presence is held before it judges others' leases and runs by their
+# expiry (PostgresLeases.judges_expiry): a renewal turn, the leases' and then the board's.
+EXPIRY_GRACE = RENEW_EVERY + 2 * RENEW_WITHIN
 BUSY_TIMEOUT_S = 10.0
 
 _SCHEMA = """
@@ -147,10 +150,10 @@ class LeaseBook:
         if lease is None or lease.owner != self.owner:
             raise SessionError("busy", lease_lost_message(session_id, lease))
 
-    def _alive(self, lease: Lease, now: float | None = None) -> bool:
-        if lease.owner == self.owner:
-            return False  # ours: this process keeps its own books
-        if lease.expires < (time.time() if now is None else now):
+    def _alive(self, lease: Lease, now: float | None = None, expiry: bool = True) -> bool:
+        if lease.owner in ("", self.owner):
+            return False  # none (a row made to be locked), or ours: we keep our own books
+        if expiry and lease.expires < (time.time() if now is None else now):
             return False
         if lease.host == self.host:
             try:
@@ -320,6 +323,7 @@ class PostgresLeases(LeaseBook):
         super().__init__()
         self.database = database
         self.presence: Presence | None = None
+        self.expiry_grace = EXPIRY_GRACE  # see judges_expiry
         if presence and database.pooled:
             log.warning(POOLED, database.where)
         elif presence:
@@ -328,6 +332,15 @@ class PostgresLeases(LeaseBook):
             self.owner = live_owner()
             database.set_up_each(connection_sql(self.owner))
             self.presence = Presence(database.url, self.owner)
+
+    def judges_expiry(self) -> bool:
+        """Whether an expired lease or run (of another process) binds no longer in this
+        process's eyes now. Without a presence, always; with one, once its lock has been held
+        for ``expiry_grace`` (a renewal turn, ``EXPIRY_GRACE``): an outage of the database longer than the lease
+        lets every lease and run lapse, none could be renewed, and drops every lock; the
+        replicas that live renew within a turn of its return, and one that judged sooner
+        (the first renewal back ends the runs that expired) took theirs for stopped."""
+        return self.presence is None or self.presence.held_for(self.expiry_grace)
 
     def gone_sql(self, owner_column: str) -> str:
         """SQL true where ``owner_column`` names a process known gone (see ``presence``)."""
@@ -360,7 +373,7 @@ class PostgresLeases(LeaseBook):
             return None
         *fields, now, gone = rows[0]
         lease = Lease(*fields)
-        return lease if not gone and self._alive(lease, now) else None
+        return lease if not gone and self._alive(lease, now, self.judges_expiry()) else None
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
         def work(conn: Any) -> Lease | None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from mcp_agent.outages import Outage
 from mcp_agent.paths import shown_url
+from mcp_agent.sessions.postgres.connect import KEEP_WHEN_IDLE
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +69,14 @@ def presence_key(owner: str) -> int:
 def connection_sql(owner: str) -> str:
     """The statement each pool connection of ``owner`` runs before its first use: the key's
     shared lock (its two halves as int4: objsubid 2 in pg_locks, apart from the presence
-    lock's bigint) and the server's keepalives."""
+    lock's bigint), the server's keepalives, and no idle_session_timeout."""
     key = presence_key(owner)
     high, low = key >> 32, key & 0xFFFFFFFF
     low = low - (1 << 32) if low >= 1 << 31 else low
     keepalives = "".join(
         f", set_config('{name}', '{value}', false)" for name, value in _SERVER_KEEPALIVES.items()
     )
-    return f"SELECT pg_advisory_lock_shared({high}, {low}){keepalives}"
+    return f"SELECT pg_advisory_lock_shared({high}, {low}){keepalives}, {KEEP_WHEN_IDLE}"
 
 
 def _key_sql(owner_column: str) -> str:
@@ -113,8 +114,12 @@ class Presence:
 
     def judging(self) -> bool:
         """Whether this process may judge others by their locks now (see the module)."""
+        return self.held_for(self.grace)
+
+    def held_for(self, seconds: float) -> bool:
+        """Whether the lock has been held without a break for ``seconds`` at least."""
         since = self._held_since
-        return since is not None and time.monotonic() - since >= self.grace
+        return since is not None and time.monotonic() - since >= seconds
 
     def gone_sql(self, owner_column: str) -> str:
         """SQL true where ``owner_column`` names a process that held a presence lock and
@@ -162,8 +167,8 @@ class Presence:
                     self._conn.bound = 10.0  # a backend that answers nothing: given up
                     # Not taken: an old connection of ours the database has not yet found
                     # closed still holds it. Tried again a second later.
-                    [(taken,)] = self._conn.execute(
-                        "SELECT pg_try_advisory_lock(%s)", (self.key,)
+                    [(taken, _)] = self._conn.execute(
+                        f"SELECT pg_try_advisory_lock(%s), {KEEP_WHEN_IDLE}", (self.key,)
                     ).fetchall()
                     if taken:
                         self._held_since = time.monotonic()

@@ -255,9 +255,11 @@ class RunBoard:
         queued."""
         only = " AND id = %s" if run_id is not None else ""
         gone = self.leases.gone_sql("owner") if self.leases is not None else "false"
+        judged = self.leases is None or self.leases.judges_expiry()  # after an outage: not yet
+        expired = f"expires < {_NOW}" if judged else "false"
         ended = conn.execute(
             f"UPDATE runs SET status = 'error', error = %s, finished = {_NOW}"
-            f" WHERE status = 'running' AND (expires < {_NOW} OR {gone}){only} RETURNING id",
+            f" WHERE status = 'running' AND ({expired} OR {gone}){only} RETURNING id",
             (STOPPED, *((run_id,) if run_id is not None else ())),
         ).fetchall()
         if not ended:

@@ -37,7 +37,7 @@ from mcp.server.subscriptions import (
 
 from mcp_agent.outages import Outage
 from mcp_agent.server.notify import WatchedBus
-from mcp_agent.sessions.postgres.connect import tcp_options
+from mcp_agent.sessions.postgres.connect import KEEP_WHEN_IDLE, tcp_options
 from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,8 @@ class PostgresBus(WatchedBus):
                 self.url, autocommit=True, **tcp_options(self.url)
             ) as publisher,
         ):
+            for conn in (listener, publisher):  # idle by nature: a DBA's timeout spares them
+                await conn.execute(f"SELECT {KEEP_WHEN_IDLE}")
             await listener.execute(f"LISTEN {CHANNEL}")
             self.listening_since.set()
             self.outage.recovered()

@@ -26,6 +26,15 @@ TCP_OPTIONS: dict[str, int] = {
 }
 
 
+# A connection that must stay open while idle (a replica's presence, its change feed, its
+# pool's while they hold its presence key): a DBA's idle_session_timeout (PostgreSQL 14 and
+# later; older servers skip it) would end it. A scalar SQL expression.
+KEEP_WHEN_IDLE = (
+    "(SELECT set_config('idle_session_timeout', '0', false)"
+    " WHERE current_setting('server_version_num')::int >= 140000)"
+)
+
+
 def tcp_options(url: str) -> dict[str, Any]:
     """``TCP_OPTIONS`` less those ``url`` sets itself."""
     given = url_options(url)
