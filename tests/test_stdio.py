@@ -952,3 +952,52 @@ def test_a_request_reusing_an_id_under_way_is_refused_so_cancels_cannot_lift_the
     finally:
         server.kill()
         server.wait(timeout=20)
+
+
+def test_an_initialize_sent_again_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """An initialize sent again on a stdio connection was answered as a new handshake: the
+    client's capabilities and version became the new ones (a client that had declared sampling
+    lost it, and its runs on its model failed). MCP's initialization is a connection's first
+    interaction: it is now refused, and the first one holds. One answered with an error may
+    be sent again."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        bufsize=0,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def ask(message: dict[str, Any]) -> dict[str, Any]:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+        if "id" not in message:
+            return {}
+        assert select.select([server.stdout], [], [], 30)[0], "no answer came"
+        found: dict[str, Any] = json.loads(server.stdout.readline())
+        return found
+
+    first = initialize_request(1)
+    first["params"]["protocolVersion"] = {"not": "a version"}
+    fixed = initialize_request(2)
+    fixed["params"]["capabilities"] = {"sampling": {}}
+    again = initialize_request(3)
+    again["params"]["protocolVersion"] = "2024-11-05"
+    run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+    try:
+        assert "error" in ask(first)
+        assert ask(fixed)["result"]["protocolVersion"] == "2025-06-18"
+        ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        error = ask(again)["error"]
+        assert error["code"] == -32600 and "already initialized" in error["message"], error
+        # The first handshake holds: the run asks the client's model.
+        asked = ask({"jsonrpc": "2.0", "id": "run", "method": "tools/call", "params": run})
+        while asked.get("method", "").startswith("notifications/"):  # (resources changed)
+            assert select.select([server.stdout], [], [], 30)[0], "no request came"
+            asked = json.loads(server.stdout.readline())
+        assert asked.get("method") == "sampling/createMessage", asked
+    finally:
+        server.kill()
+        server.wait(timeout=20)

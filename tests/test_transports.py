@@ -301,6 +301,33 @@ def sampling_session(http: httpx.Client, url: str) -> dict[str, str]:
     return legacy
 
 
+def test_a_second_initialize_in_a_session_is_refused_and_changes_nothing(
+    http_server: HttpServer,
+) -> None:
+    """An initialize sent again in a session that has one (with its Mcp-Session-Id) was
+    answered as a new handshake: the session's client capabilities and version became the
+    new ones (a client that had declared sampling lost it, and its runs on its model failed).
+    MCP's initialization is the first interaction of a session, and a new session is opened
+    without the header; the TypeScript SDK's server refuses it, and so does this one now."""
+    with httpx.Client(timeout=30) as http:
+        legacy = sampling_session(http, http_server.url)
+        again = initialize_request(5)
+        again["params"]["protocolVersion"] = "2024-11-05"
+        refused = http.post(http_server.url, json=again, headers=legacy)
+        assert refused.status_code == 400
+        assert refused.json()["id"] == 5
+        error = refused.json()["error"]
+        assert error["code"] == -32600
+        said = str(error["message"])
+        assert "already initialized" in said and "without the Mcp-Session-Id header" in said
+        # The session goes on as it was: its client's model is still asked.
+        run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+        call = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": run}
+        with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
+            sampling_request(stream, "the session lost its client's sampling")
+        http.delete(http_server.url, headers=legacy)
+
+
 def test_a_request_id_under_way_in_a_session_is_refused_not_left_unanswered(
     http_server: HttpServer,
 ) -> None:

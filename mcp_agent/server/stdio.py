@@ -274,6 +274,22 @@ class Unanswered:
         self._ids: Counter[RequestId] = Counter()
         self._asked: dict[RequestId, None] = {}  # our requests to the client, oldest first
         self._changed = anyio.Event()
+        # The client's initialize: its id while under way, and whether one was answered with
+        # a result (one answered with an error may be sent again).
+        self._initializing: RequestId | None = None
+        self._initialized = False
+
+    def initialized(self, request: JSONRPCRequest) -> bool:
+        """Whether ``request`` is an initialize sent again: another is under way or answered
+        (MCP's initialization is a connection's first interaction). Before, the SDK answered
+        it as a new handshake, and the client's capabilities became the new ones (a client
+        that had declared sampling lost it)."""
+        if request.method != "initialize":
+            return False
+        if self._initialized or self._initializing is not None:
+            return True
+        self._initializing = coerce_request_id(request.id)
+        return False
 
     def __len__(self) -> int:
         return self._ids.total()
@@ -303,6 +319,12 @@ class Unanswered:
     def sent(self, item: SessionMessage) -> None:
         message = item.message
         if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
+            if (
+                self._initializing is not None
+                and coerce_request_id(message.id) == self._initializing
+            ):
+                self._initialized = isinstance(message, JSONRPCResponse)
+                self._initializing = None
             self._forget(message.id)
         elif isinstance(message, JSONRPCRequest):
             self._asked[coerce_request_id(message.id)] = None
@@ -373,6 +395,16 @@ def id_under_way(request_id: RequestId) -> JSONRPCError:
     )
 
 
+def already_initialized(request_id: RequestId) -> JSONRPCError:
+    said = (
+        "Invalid Request: this connection is already initialized (initialize is a connection's"
+        " first request, and its capabilities and version hold until it ends): for a new"
+        " session, start the server again"
+    )
+    error = ErrorData(code=INVALID_REQUEST, message=said)
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+
+
 def too_many_in_flight(request_id: RequestId, limit: int) -> JSONRPCError:
     return JSONRPCError(
         jsonrpc="2.0",
@@ -420,12 +452,15 @@ class _Reading(WrappedStream):
             # id, and a cancel of that id reached only the newer (the older, no longer
             # counted, ran on beyond the bound).
             taken = request is not None and self._unanswered.under_way(request.id)
+            again = request is not None and self._unanswered.initialized(request)
             self._unanswered.read(item)
-            if request is None or not (full or taken) or self._refuse_to is None:
+            if request is None or not (full or taken or again) or self._refuse_to is None:
                 return item
             # Counted as read and forgotten as its refusal is sent, like any other request.
             if taken:
                 refusal = id_under_way(request.id)
+            elif again:
+                refusal = already_initialized(request.id)
             else:
                 refusal = too_many_in_flight(request.id, self._max_in_flight)
             await self._refuse_to.send(SessionMessage(refusal))

@@ -277,6 +277,10 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                 else None
             )
             if session_id is not None and request_id is not None:
+                if session_id in self._server_instances and _is_initialize(body):
+                    refusal = error_response(400, ALREADY_INITIALIZED, INVALID_REQUEST, request_id)
+                    await refusal(scope, receive, send)
+                    return
                 await self._answer_once(session_id, request_id, scope, receive, send)
                 return
             if (
@@ -446,6 +450,28 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
 def _header(scope: Scope, name: bytes) -> str | None:
     """The first value of the request's header ``name`` (lower case)."""
     return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
+
+
+# An initialize in a session that has one (the SDK answered it as a new handshake, and the
+# session took the new client capabilities and version: a client that had declared sampling
+# lost it). MCP's initialization is a session's first interaction; the TypeScript SDK's server
+# refuses it the same way.
+ALREADY_INITIALIZED = (
+    "Invalid Request: this HTTP session is already initialized (initialize is a session's first"
+    " request): for a new session, send initialize without the Mcp-Session-Id header (and end"
+    " this one with HTTP DELETE once done with it)"
+)
+
+
+def _is_initialize(body: bytes) -> bool:
+    """Whether ``body`` is an initialize request."""
+    if b'"initialize"' not in body:
+        return False
+    try:
+        message = from_json(body)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("method") == "initialize"
 
 
 def _unsupported_version(body: bytes, version: str) -> JSONRPCError:
