@@ -59,16 +59,22 @@ class HttpServer:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {present(self.process.stderr).read()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("server did not start")
+        # A server that never listens is stopped: left running (its fixture never got to
+        # stop it), each one a loaded machine was slow to start stayed for good.
+        try:
+            poll(self._listening, f"the server never listened on port {self.port}", every=0.05)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"server exited: {present(self.process.stderr).read()}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         self.process.terminate()
