@@ -152,6 +152,18 @@ def serve_piped(db: Path, requests: list[dict[str, Any]]) -> tuple[dict[Any, Any
     return answers, done.stderr
 
 
+def posted_answer(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer to a request POSTed in a 2025 session: its JSON body (a call that
+    sends nothing first: ``streamable_http.QUIET_TOOLS``), or its event stream's last event."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        answer: dict[str, Any] = response.json()
+        return answer
+    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    assert data, response.text
+    found: dict[str, Any] = json.loads(data[-1])
+    return found
+
+
 def initialize_request(request_id: int = 1) -> dict[str, Any]:
     """A raw JSON-RPC initialize request on the 2025 handshake."""
     return {

@@ -20,6 +20,7 @@ from mcp_support import (
     Served,
     initialize_request,
     poll,
+    posted_answer,
     started_fixture,  # noqa: F401  (the started fixture)
 )
 
@@ -52,9 +53,8 @@ class Sessions:
         body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         response = await self.http.post(self.url, json=body, headers=self.headers(session))
         assert response.status_code == 200, response.text
-        text = response.text
-        data = json.loads(text.split("data: ", 1)[1].split("\n", 1)[0]) if "data: " in text else {}
-        assert "result" in data, text
+        data = posted_answer(response)
+        assert "result" in data, response.text
         result: dict[str, Any] = data["result"]
         assert not result.get("isError"), result
         return result

@@ -24,6 +24,7 @@ from mcp_support import (
     initialize_request,
     make_server,
     poll,
+    posted_answer,
     server_env,
     started_fixture,  # noqa: F401  (the started fixture)
 )
@@ -320,12 +321,6 @@ async def test_an_error_never_repeats_a_value_of_megabytes(tmp_path: Path) -> No
         assert len(message) < 5_000 and "1,000,000 characters in all" in message
 
 
-def sse_answer(response: httpx.Response) -> dict[str, Any]:
-    data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
-    found: dict[str, Any] = json.loads(data[-1])
-    return found
-
-
 async def test_one_clients_flood_of_writes_leaves_a_thread_to_another_client(
     tmp_path: Path, started: list[Served]
 ) -> None:
@@ -356,7 +351,7 @@ async def test_one_clients_flood_of_writes_leaves_a_thread_to_another_client(
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         flood, other = await session(http), await session(http)
         created = await http.post(server.url, json=tool("session_create"), headers=other)
-        sid = sse_answer(created)["result"]["structuredContent"]["id"]
+        sid = posted_answer(created)["result"]["structuredContent"]["id"]
         holder = sqlite3.connect(tmp_path / "http.db", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         appended: list[dict[str, Any]] = []
@@ -366,7 +361,7 @@ async def test_one_clients_flood_of_writes_leaves_a_thread_to_another_client(
                 async def append(n: int) -> None:
                     call = tool("session_append", session_id=sid, entry=user(f"m{n}"))
                     appended.append(
-                        sse_answer(await http.post(server.url, json=call, headers=flood))
+                        posted_answer(await http.post(server.url, json=call, headers=flood))
                     )
 
                 for n in range(4):
@@ -381,5 +376,5 @@ async def test_one_clients_flood_of_writes_leaves_a_thread_to_another_client(
         finally:
             holder.close()
         assert answered_meanwhile
-        assert "result" in sse_answer(read)
+        assert "result" in posted_answer(read)
         assert all("entryId" in a["result"]["structuredContent"] for a in appended)

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
-from mcp_support import Served, free_port, initialize_request, poll
+from mcp_support import Served, free_port, initialize_request, poll, posted_answer
 from narrow import narrow, present
 from slow_support import slow_server
 
@@ -61,16 +61,22 @@ class HttpServer:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {present(self.process.stderr).read()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("server did not start")
+        # A server that never listens is stopped: left running (its fixture never got to
+        # stop it), each one a loaded machine was slow to start stayed for good.
+        try:
+            poll(self._listening, f"the server never listened on port {self.port}", every=0.05)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"server exited: {present(self.process.stderr).read()}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         self.process.terminate()
@@ -422,10 +428,8 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
         with http.stream("GET", http_server.url, headers=listen) as heard:
             runs = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
             runs["params"] = {"name": "agent_runs", "arguments": {}}
-            listed = http.post(http_server.url, json=runs, headers=legacy)
-            (run_info,) = json.loads(
-                next(x for x in listed.text.splitlines() if x.startswith("data:"))[5:]
-            )["result"]["structuredContent"]["runs"]
+            listed = posted_answer(http.post(http_server.url, json=runs, headers=legacy))
+            (run_info,) = listed["result"]["structuredContent"]["runs"]
             steer = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
             steer["params"] = {
                 "name": "agent_steer",
@@ -460,9 +464,7 @@ def call_tool(
     """A tools/call of a 2025 session, answered on its own stream: its structured content."""
     params = {"name": name, "arguments": arguments}
     call = {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "tools/call", "params": params}
-    answered = http.post(url, json=call, headers=headers)
-    data = next(x for x in answered.text.splitlines() if x.startswith("data:"))
-    result = json.loads(data.removeprefix("data:"))["result"]
+    result = posted_answer(http.post(url, json=call, headers=headers))["result"]
     assert not result.get("isError"), result
     return dict(result["structuredContent"])
 

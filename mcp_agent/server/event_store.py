@@ -301,6 +301,14 @@ class SessionEvents(EventStore):
         ]
         return stream, events
 
+    def forget_stream_of(self, event_id: EventId) -> None:
+        """Lets go of the request stream ``event_id`` is an event of: its answer went as one
+        JSON body, so no client holds an id of it to resume from."""
+        parts = event_id_parts(event_id)
+        stream = self._by_number.get(parts[0]) if parts is not None else None
+        if stream is not None and stream.number != GET_STREAM_NUMBER:
+            self.forget(stream)
+
     def drop_oldest(self, stream: _Stream) -> None:
         sequence, _, size = stream.events.popleft()
         stream.chars -= size

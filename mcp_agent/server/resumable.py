@@ -32,7 +32,7 @@ from mcp_types import (
     RequestId,
 )
 from mcp_types.version import is_version_at_least
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -42,6 +42,7 @@ from mcp_agent.server.event_store import (
     event_id_parts,
     not_kept_message,
 )
+from mcp_agent.server.json_answers import DeferredAnswer
 from mcp_agent.server.unreadable import error_response
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 RETRY_MS = 1_000
 # Marks a GET that opens the session's stream afresh (in its ASGI scope).
 FRESH_GET = "mcp_agent.fresh_get"
+# Marks a POST whose answer goes as one JSON body if it comes first (``json_answers``), in its
+# ASGI scope: the request's id, as text.
+DEFERRED = "mcp_agent.deferred"
 # The first version whose clients read a priming event (an event with an id and no data).
 PRIMING_VERSION = "2025-11-25"
 
@@ -109,6 +113,8 @@ class ResumableTransport(StreamableHTTPServerTransport):
     _closed: dict[RequestId, float] | None = None
     _watching = False
     _tasks: TaskGroup | None = None
+    # The answers of the requests under way marked ``DEFERRED``, by id (made on first use).
+    _deferred: dict[RequestId, DeferredAnswer] | None = None
 
     def make_resumable(self, events: SessionEvents) -> None:
         """Readies a transport made as the SDK's and given this class, keeping its streams'
@@ -142,7 +148,18 @@ class ResumableTransport(StreamableHTTPServerTransport):
         store = self._event_store
         if isinstance(store, SessionEvents):
             store.answered_in(await request.body())  # (kept: the SDK reads it again)
-        await super()._handle_post_request(scope, request, receive, send)
+        key = scope.get(DEFERRED)
+        if not isinstance(key, str):
+            await super()._handle_post_request(scope, request, receive, send)
+            return
+        if self._deferred is None:
+            self._deferred = {}
+        deferred = self._deferred[key] = DeferredAnswer()
+        try:
+            await super()._handle_post_request(scope, request, receive, deferred.sending(send))
+        finally:
+            if self._deferred.get(key) is deferred:
+                del self._deferred[key]
 
     async def _mint_priming_event(
         self, stream_id: StreamId, protocol_version: str
@@ -310,33 +327,86 @@ class ResumableTransport(StreamableHTTPServerTransport):
         priming_event: SSEEvent | None,
     ) -> None:
         # The SDK's sender of a POST's stream, which at its end let go of whatever stream of
-        # its request was registered: a resume's that took its place among them. It had no
-        # watch: a client that stopped reading its call's stream (a run's progress) held up
-        # every other message of its session, answers included, until it read again.
+        # its request was registered: a resume's that took its place among them. A deferred
+        # request's stream waits for its first message: its answer goes as JSON (nothing is
+        # sent here), else the stream goes on, primed (by the deferred send, if a ping came
+        # first). It had no watch: a client that stopped reading its call's stream (a run's
+        # progress) held up every other message of its session, answers included, until it
+        # read again.
+        deferred = self._deferred.get(request_id) if self._deferred else None
+        if deferred is not None and priming_event is not None:
+            deferred.priming = ServerSentEvent(**priming_event).encode()
         sent = [0]
         try:
-            async with sse_stream_writer, request_stream_reader, anyio.create_task_group() as watch:
-                watch.start_soon(
-                    self._close_when_stalled,
-                    request_id,
-                    sse_stream_writer,
-                    request_stream_reader,
-                    sent,
-                )
-                try:
-                    if priming_event is not None:
-                        await sse_stream_writer.send(priming_event)
-                    async for event_message in request_stream_reader:
-                        await sse_stream_writer.send(self._create_event_data(event_message))
-                        sent[0] += 1
-                        if _answers(event_message, request_id):
-                            break
-                except anyio.ClosedResourceError:
-                    log.debug("stream %s closed", request_id)
-                watch.cancel_scope.cancel()
+            async with sse_stream_writer, request_stream_reader:
+                first = await request_stream_reader.receive() if deferred else None
+                if first is not None and self._answered_whole(first, request_id, deferred):
+                    return
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(
+                        self._close_when_stalled,
+                        request_id,
+                        sse_stream_writer,
+                        request_stream_reader,
+                        sent,
+                    )
+                    try:
+                        await self._send_stream(
+                            request_id,
+                            sse_stream_writer,
+                            request_stream_reader,
+                            priming_event,
+                            deferred,
+                            first,
+                            sent,
+                        )
+                    except anyio.ClosedResourceError:
+                        log.debug("stream %s closed", request_id)
+                    watch.cancel_scope.cancel()
+        except (anyio.ClosedResourceError, anyio.EndOfStream):
+            log.debug("stream %s closed", request_id)
         finally:
             if self._let_go(request_id, request_stream_reader, sse_stream_writer):
                 self._stream_closed(request_id)
+
+    async def _send_stream(
+        self,
+        request_id: RequestId,
+        sse_stream_writer: MemoryObjectSendStream[SSEEvent],
+        request_stream_reader: MemoryObjectReceiveStream[EventMessage],
+        priming_event: SSEEvent | None,
+        deferred: DeferredAnswer | None,
+        first: EventMessage | None,
+        sent: list[int],
+    ) -> None:
+        """A POST's event stream: its priming event, ``first`` (a deferred request's first
+        message, already read), then every message up to the answer; ``sent`` counts them."""
+        if priming_event is not None and (deferred is None or deferred.take_priming()):
+            await sse_stream_writer.send(priming_event)
+        if first is not None:
+            await sse_stream_writer.send(self._create_event_data(first))
+            sent[0] += 1
+            if _answers(first, request_id):
+                return
+        async for event_message in request_stream_reader:
+            await sse_stream_writer.send(self._create_event_data(event_message))
+            sent[0] += 1
+            if _answers(event_message, request_id):
+                break
+
+    def _answered_whole(
+        self, first: EventMessage, request_id: RequestId, deferred: DeferredAnswer | None
+    ) -> bool:
+        """Whether ``first``, the first message of the deferred request ``request_id``, was
+        its answer, taken for a JSON body (its stream's events are then let go: no client
+        has an id of them to resume from)."""
+        if deferred is None or deferred.streaming or not _answers(first, request_id):
+            return False
+        deferred.take(self._create_event_data(first)["data"])
+        store = self._event_store
+        if isinstance(store, SessionEvents) and first.event_id:
+            store.forget_stream_of(first.event_id)
+        return True
 
     def _let_go(
         self,

@@ -183,7 +183,7 @@ class SplicingHttp:
             if not answer.texts and not held:
                 await send(message)
             elif message["type"] == "http.response.start":
-                if _is_event_stream(message):
+                if is_event_stream(message):
                     await send(message)
                 else:
                     held.append(message)  # until the body shows its length
@@ -217,7 +217,7 @@ class SplicingHttp:
             answer.texts.clear()
 
 
-def _is_event_stream(start: Message) -> bool:
+def is_event_stream(start: Message) -> bool:
     return any(
         k == b"content-type" and v.startswith(b"text/event-stream") for k, v in start["headers"]
     )

@@ -57,7 +57,7 @@ from mcp_agent.server.http_auth import (
     check_bind,
 )
 from mcp_agent.server.http_connections import http_protocol
-from mcp_agent.server.resumable import RETRY_MS, ResumableTransport
+from mcp_agent.server.resumable import DEFERRED, RETRY_MS, ResumableTransport
 from mcp_agent.server.spliced import SplicingHttp, is_modern
 from mcp_agent.server.strict import ECHO_CHARS
 from mcp_agent.server.unreadable import (
@@ -172,6 +172,49 @@ def plain_call(body: bytes) -> bool:
     return not (name == "session_get" and arguments.get("view") == "tree")
 
 
+# Tools that may take long and send before their answer: they run a model (progress while
+# the client waits, a request for the client's model on the call's own event stream) or wait
+# for a run to end (progress beats). A 2025 session's call of one opens its event stream at
+# once, so a 2025-11-25 client can resume it from its start.
+STREAMING_TOOLS = frozenset({"agent_run", "agent_status", "session_compact", "session_move_to"})
+# Every other tool of the server: it answers soon and sends nothing to the client before. A
+# 2025 session's call of one, or a read of a resource, is answered as one JSON body when its
+# answer comes before its event stream's first ping (``json_answers``): the Python SDK's
+# client refuses an event over 1 MiB, and a whole session read (``limit=0``) is up to 8 MiB.
+QUIET_TOOLS = frozenset(
+    {
+        *PLAIN_TOOLS,
+        "session_export",
+        "session_fork",
+        "session_import",
+        "agent_cancel",
+        "agent_steer",
+        "agent_follow_up",
+        "agent_runs",
+        "agent_list",
+    }
+)
+
+
+def quiet_request(body: bytes) -> bool:
+    """Whether ``body`` is a JSON-RPC request that gets its answer before anything else: a
+    call of one of ``QUIET_TOOLS`` (asking for progress or not: none is sent), or a read of a
+    resource."""
+    if len(body) > PLAIN_BODY_BYTES:
+        return False
+    try:
+        message = from_json(body)
+    except ValueError:
+        return False
+    if not isinstance(message, dict):
+        return False
+    if message.get("method") == "resources/read":
+        return True
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return message.get("method") == "tools/call" and isinstance(name, str) and name in QUIET_TOOLS
+
+
 class EvictingSessionManager(StreamableHTTPSessionManager):
     """At the session limit, closes the session idle the longest to admit a new one, so sessions
     that clients opened and abandoned never lock new clients out. A session with a request in
@@ -281,6 +324,8 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                     refusal = error_response(400, ALREADY_INITIALIZED, INVALID_REQUEST, request_id)
                     await refusal(scope, receive, send)
                     return
+                if quiet_request(body):
+                    scope[DEFERRED] = str(request_id)
                 await self._answer_once(session_id, request_id, scope, receive, send)
                 return
             if (
@@ -374,7 +419,10 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
         try:
             await super()._handle_request(scope, receive, answering)
         finally:
-            if not dispatched:
+            # Answered as JSON (or refused): released here, unless its stored answer did
+            # already, when the next request with its id may be under way, its wait for its
+            # answer registered in this one's place.
+            if not dispatched and not released:
                 if isinstance(events, SessionEvents):
                     events.when_answered(key, None)
                 release()
