@@ -503,6 +503,29 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     context.close()
 
 
+def test_the_page_says_when_the_agent_has_answered(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A prompt sent from the page said "The agent is working…" (a status, which a screen
+    reader hears) and then nothing when the run ended well: the answer came into the tree
+    unheard, and a reader who cannot see it did not know when to look. The end is said too."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    expect(page.get_by_role("tree", name="Picnic plans")).to_be_visible()
+    page.get_by_role("textbox", name="Prompt").focus()
+    page.keyboard.type("Shall we bring a kite?")
+    page.keyboard.press("Control+Enter")
+    status = page.get_by_role("status").filter(has_text="The agent")
+    expect(status).to_have_text("The agent is working…")
+    expect(status).to_have_text("The agent is done: its answer is the new leaf.", timeout=30_000)
+    leaf = page.locator("#tree .row").last
+    expect(leaf).to_contain_text("Shall we bring a kite?")  # scripted:echo
+    expect(leaf.locator(".leaf-mark")).to_be_visible()
+    context.close()
+
+
 def test_a_server_that_stopped_is_said_to_not_answer(
     browser: Browser, own_served: tuple[Served, str, dict[str, str]]
 ) -> None:

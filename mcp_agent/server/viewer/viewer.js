@@ -1828,6 +1828,9 @@ async function followRun(runId) {
     if (status.status !== "running") {
       if (status.status !== "completed") toast(`The run ended: ${status.error || status.status}`, true);
       await refresh();
+      // said (a status a screen reader hears) as the start was: a reader who cannot see the
+      // answer come into the tree heard nothing of it
+      if (status.status === "completed") toast("The agent is done: its answer is the new leaf.");
       return;
     }
   }
