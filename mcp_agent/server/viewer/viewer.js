@@ -772,8 +772,11 @@ async function loadSessions(more) {
     const active = document.activeElement;
     const inList = active instanceof HTMLElement && $("sessions").contains(active);
     const place = inList ? [...$("sessions").children].indexOf(active) : -1;
-    $("sessions").replaceChildren(...items);
-    if (!items.length) $("sessions").append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    // merged into the list shown, each session's option kept (drawn anew, every option was
+    // a new element at each update, a new list to a screen reader)
+    const drawn = h("ol", {}, items);
+    if (!items.length) drawn.append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    morphChildren($("sessions"), drawn);
     const focused = inList && active.dataset.session;
     const again = (focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`))
       || (inList ? $("sessions").children[Math.min(place, $("sessions").children.length - 1)] : null);
@@ -1357,12 +1360,13 @@ function renderTree() {
   });
 }
 
-/** What finds a part of the tree among those drawn before: its class and the entry it is
- * of (a row by its entry, a branch by its head, a fold by the row above it). */
+/** What finds a part of the tree (or the list) among those drawn before: its class and the
+ * entry it is of (a row by its entry, a branch by its head, a fold by the row above it), or
+ * its session. */
 function partKey(node) {
   if (!(node instanceof HTMLElement)) return null;
   const data = node.dataset;
-  const of = data.id ?? data.head ?? data.anchor ?? data.fold ?? data.elided ?? data.branch ?? "";
+  const of = data.id ?? data.head ?? data.anchor ?? data.fold ?? data.elided ?? data.branch ?? data.session ?? "";
   return `${node.nodeName} ${node.className.split(" ")[0]} ${of}`;
 }
 
