@@ -147,6 +147,48 @@ def test_a_session_deleted_elsewhere_leaves_the_focus_in_the_list(
     context.close()
 
 
+def test_a_live_update_of_the_list_keeps_its_options(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Each live update (every append an agent makes) drew the sessions list anew: every
+    option a new element, the focused one lost and put back, which a screen reader in the
+    list heard as a new list at each. The options drawn before stay, moved where the new
+    order puts them."""
+    server, _, _ = served
+    made = mcp_tool(server.url, TOKEN, "session_create", name="Busy errand")
+    session_id = made["structuredContent"]["id"]
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        listbox = page.get_by_role("listbox", name="Sessions")
+        option = listbox.locator(f"[data-session='{session_id}']")
+        expect(option).to_have_attribute("aria-selected", "true")
+        option.focus()
+        drawn = page.evaluate(
+            """() => {
+            const options = [...document.querySelectorAll('#sessions [role=option]')];
+            options.forEach((option) => { option.drawnBefore = true; });
+            window.focusedBefore = document.activeElement;
+            return options.length;
+        }"""
+        )
+        for count, text in enumerate(("Buy stamps", "Post the letter"), 1):
+            entry = {"type": "message", "role": "user", "content": text}
+            mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+            expect(page.locator("#tree")).to_contain_text(text)
+            expect(option).to_contain_text(f"{count} message")  # its facts read again
+            kept = page.evaluate(
+                "[...document.querySelectorAll('#sessions [role=option]')]"
+                ".filter((option) => option.drawnBefore).length"
+            )
+            assert kept == drawn
+            assert page.evaluate("document.activeElement === window.focusedBefore")
+    finally:
+        context.close()
+        mcp_tool(server.url, TOKEN, "session_delete", session_id=session_id)
+
+
 def test_a_fork_made_elsewhere_is_told_apart_from_its_parent_in_the_list(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

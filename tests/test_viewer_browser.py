@@ -22,6 +22,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     NEEDS_BROWSER,
     Browser,
     Page,
+    Request,
     base,
     browser_fixture,  # noqa: F401
     expect,
@@ -499,6 +500,29 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     page.locator("#search").fill("errand")
     expect(sessions).to_have_count(50)
     expect(page.locator("#more-sessions")).to_be_visible()
+    context.close()
+
+
+def test_the_page_says_when_the_agent_has_answered(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A prompt sent from the page said "The agent is working…" (a status, which a screen
+    reader hears) and then nothing when the run ended well: the answer came into the tree
+    unheard, and a reader who cannot see it did not know when to look. The end is said too."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    expect(page.get_by_role("tree", name="Picnic plans")).to_be_visible()
+    page.get_by_role("textbox", name="Prompt").focus()
+    page.keyboard.type("Shall we bring a kite?")
+    page.keyboard.press("Control+Enter")
+    # (after "The agent is working…", which a quick run may replace before it is seen)
+    status = page.get_by_role("status").filter(has_text="The agent is done")
+    expect(status).to_have_text("The agent is done: its answer is the new leaf.", timeout=30_000)
+    leaf = page.locator("#tree .row").last
+    expect(leaf).to_contain_text("Shall we bring a kite?")  # scripted:echo
+    expect(leaf.locator(".leaf-mark")).to_be_visible()
     context.close()
 
 
@@ -1699,6 +1723,74 @@ def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
     assert not [text for text in shown if halves.search(text)], shown
     assert all("🌸" in text for text in shown), shown
     context.close()
+
+
+def chain_session(path: Path, length: int) -> str:
+    """A session of one chain of ``length`` user messages (a run the outline folds whole),
+    a session never seen before (the tests share a server); its id."""
+    header = {"type": "session", "version": 3, "cwd": "/w"}
+    header |= {"id": f"01a00000-0000-7000-8000-{next(SESSION_NUMBERS):012d}"}
+    lines: list[dict[str, Any]] = [header | {"timestamp": "2026-01-01T00:00:00.000Z"}]
+    for index in range(length):
+        lines.append(
+            {
+                "type": "message",
+                "id": f"e{index:07d}",
+                "parentId": f"e{index - 1:07d}" if index else None,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
+            }
+        )
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id
+
+
+def test_a_live_update_reads_only_what_was_not_unfolded_already(
+    browser: Browser, open_served: tuple[Served, Path]
+) -> None:
+    """Each live update read every entry the reader had unfolded again, whole: with 1,000
+    entries of 4 KB unfolded, an append cost 336 requests and a minute, and the updates after
+    it waited. An update reads the entries above the next row up to those shown already (an
+    entry never changes), so the rows shown stay the same elements."""
+    server, db = open_served
+    session_id = chain_session(db, 300)
+    page = browser.new_page()
+    read: list[int] = []  # the limit of each read of whole entries
+
+    def sent(request: Request) -> None:
+        if request.headers.get("mcp-name") == "session_get":
+            arguments = (request.post_data_json or {})["params"]["arguments"]
+            if "entry_id" in arguments and arguments.get("view") is None:
+                read.append(arguments["limit"])
+
+    page.on("request", sent)
+    page.goto(f"{base(server)}/#session={session_id}")
+    tree = page.locator("#tree")
+    fold = tree.locator(".fold")
+    expect(fold).to_have_text("⋯ 298 more entries")
+    fold.click()
+    expect(fold).to_have_text("⋯ 98 more entries")
+    expect(tree.locator(".row")).to_have_count(202)
+    page.evaluate("document.querySelectorAll('#tree .row').forEach((row) => { row.kept = 1; })")
+    read.clear()
+    leaf = "e0000299"
+    for count in (1, 2):
+        appended = mcp_tool(server.url, "", "session_append", session_id=session_id, entry=NOTE)
+        expect(tree.locator(f".row[data-id='{entry_id(appended)}']")).to_be_visible()
+        # the old leaf is folded now: the 200 shown end right above the new one
+        expect(fold).to_have_text(f"⋯ {98 + count} more entries")
+        expect(tree.locator(".row")).to_have_count(202)
+        rows = tree.locator(".row").evaluate_all("rows => rows.map((row) => row.dataset.id)")
+        assert rows[-2:] == [leaf, entry_id(appended)], rows[-3:]
+        leaf = entry_id(appended)
+    assert 0 < sum(read) <= 40, read  # not the 200 shown, at each
+    kept = page.evaluate(
+        "[...document.querySelectorAll('#tree .row')].filter((r) => r.kept).length"
+    )
+    assert kept == 199, kept  # the rows shown before stay the same elements (but the oldest)
+    page.close()
 
 
 def star_session(path: Path, branches: int) -> str:

@@ -21,6 +21,7 @@ const UI_MIME = "text/html;profile=mcp-app";
 const OUTLINE_PAGE = 300; // rows of an outline per request; earlier ones on demand
 const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier ones on demand
 const UNFOLD_PAGE = 200; // folded entries revealed per click
+const UPDATE_PAGE = 10; // entries of a fold a live update reads first (most add one or two)
 const ENTRIES_PAGE = 1000; // the most entries session_get gives at once
 const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
@@ -772,8 +773,11 @@ async function loadSessions(more) {
     const active = document.activeElement;
     const inList = active instanceof HTMLElement && $("sessions").contains(active);
     const place = inList ? [...$("sessions").children].indexOf(active) : -1;
-    $("sessions").replaceChildren(...items);
-    if (!items.length) $("sessions").append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    // merged into the list shown, each session's option kept (drawn anew, every option was
+    // a new element at each update, a new list to a screen reader)
+    const drawn = h("ol", {}, items);
+    if (!items.length) drawn.append(listNote(state.query ? "No session matches." : "No sessions yet."));
+    morphChildren($("sessions"), drawn);
     const focused = inList && active.dataset.session;
     const again = (focused && $("sessions").querySelector(`.session[data-session="${CSS.escape(focused)}"]`))
       || (inList ? $("sessions").children[Math.min(place, $("sessions").children.length - 1)] : null);
@@ -1357,12 +1361,13 @@ function renderTree() {
   });
 }
 
-/** What finds a part of the tree among those drawn before: its class and the entry it is
- * of (a row by its entry, a branch by its head, a fold by the row above it). */
+/** What finds a part of the tree (or the list) among those drawn before: its class and the
+ * entry it is of (a row by its entry, a branch by its head, a fold by the row above it), or
+ * its session. */
 function partKey(node) {
   if (!(node instanceof HTMLElement)) return null;
   const data = node.dataset;
-  const of = data.id ?? data.head ?? data.anchor ?? data.fold ?? data.elided ?? data.branch ?? "";
+  const of = data.id ?? data.head ?? data.anchor ?? data.fold ?? data.elided ?? data.branch ?? data.session ?? "";
   return `${node.nodeName} ${node.className.split(" ")[0]} ${of}`;
 }
 
@@ -1553,25 +1558,40 @@ async function unfold(anchorId, count, render) {
   count = Math.min(count, anchor.folded);
   // Revealed from the bottom up, a click reads only the entries above those shown: each read
   // them all again, and past 1,000 the server refused the limit (a fold of more could not be
-  // unfolded past it). Read again (a live update), all of them, in pages of 1,000 at most.
+  // unfolded past it). Read again (a live update), the entries above the next row are read
+  // up to the newest of those shown before, if it is among them (an entry never changes):
+  // each update read them all again, 336 requests and a minute for 1,000 of 4 KB.
   const kept = render ? state.unfolded.get(anchorId) || [] : [];
+  const shown = render ? [] : state.unfolded.get(anchorId) || [];
+  const newest = shown.length ? shown[shown.length - 1].id : null;
   const wanted = count - kept.length;
   let entries = [];
   let cursor = null;
+  let met = null; // the rows shown before, the newest of them met on the way up
   while (entries.length < wanted) { // pages also stop at about 40 KB: on with the cursor
+    // (a live update: a few entries first, as most add one or two)
+    const page = newest && !cursor ? Math.min(UPDATE_PAGE, wanted) : Math.min(ENTRIES_PAGE, wanted - entries.length);
     const args = {
-      session_id: state.sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId,
-      limit: Math.min(ENTRIES_PAGE, wanted - entries.length),
+      session_id: state.sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId, limit: page,
     };
     if (cursor) args.cursor = cursor;
     const answer = await tool("session_get", args);
+    const at = newest ? answer.entries.findIndex((entry) => entry.id === newest) : -1;
+    if (at >= 0) {
+      entries = [...answer.entries.slice(at + 1), ...entries];
+      // (the leaf moved to another branch since: said by their dots)
+      met = shown.map((row) => (row.onBranch === anchor.onBranch ? row : { ...row, onBranch: anchor.onBranch }));
+      break;
+    }
     entries = [...answer.entries, ...entries];
     cursor = answer.nextCursor;
     if (!cursor) break;
   }
-  entries = entries.slice(-Math.max(wanted, 0));
+  let revealed = entries.map((entry) => rowOf(entry, anchor.onBranch));
   // what is shown ends right above the next listed row
-  state.unfolded.set(anchorId, [...entries.map((entry) => rowOf(entry, anchor.onBranch)), ...kept]);
+  if (met) revealed = [...met, ...revealed];
+  revealed = revealed.slice(-Math.max(wanted, 0));
+  state.unfolded.set(anchorId, [...revealed, ...kept]);
   if (!render) return;
   const box = $("tree").querySelector(`.folds[data-anchor="${CSS.escape(anchorId)}"]`);
   if (box) redraw(() => box.replaceWith(renderFold(anchor, levelOf(box))));
@@ -1822,6 +1842,9 @@ async function followRun(runId) {
     if (status.status !== "running") {
       if (status.status !== "completed") toast(`The run ended: ${status.error || status.status}`, true);
       await refresh();
+      // said (a status a screen reader hears) as the start was: a reader who cannot see the
+      // answer come into the tree heard nothing of it
+      if (status.status === "completed") toast("The agent is done: its answer is the new leaf.");
       return;
     }
   }
