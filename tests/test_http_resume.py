@@ -21,7 +21,7 @@ from anyio.abc import SocketStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_support import poll
+from mcp_support import poll, posted_answer
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
     needs_node,
@@ -501,12 +501,10 @@ def test_a_get_stream_that_drops_before_any_notification_resumes_from_its_primin
 def tool_result(
     http: httpx.Client, url: str, session: dict[str, str], name: str, **args: Any
 ) -> Any:
-    """A tools/call's structured content, from its answer's stream."""
+    """A tools/call's structured content, from its answer (a JSON body or its stream)."""
     params = {"name": name, "arguments": args}
     call = {"jsonrpc": "2.0", "id": name, "method": "tools/call", "params": params}
-    answered = http.post(url, json=call, headers=session)
-    data = next(e["data"] for e in sse_events(answered.iter_lines()) if e.get("data"))
-    return json.loads(data)["result"]["structuredContent"]
+    return posted_answer(http.post(url, json=call, headers=session))["result"]["structuredContent"]
 
 
 def test_a_client_that_stops_reading_its_calls_stream_freezes_no_other_answer(
