@@ -120,7 +120,8 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> Non
             return False
 
     try:
-        poll(listening, f"the server never listened on port {port}", tries=600, every=0.05)
+        # 2,400 tries: a start took over 30 s at a load of 20 on 2 cores (its imports alone)
+        poll(listening, f"the server never listened on port {port}", tries=2400, every=0.05)
     except AssertionError:
         if process.poll() is None:
             process.kill()

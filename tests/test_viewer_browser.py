@@ -1438,6 +1438,22 @@ def test_a_live_update_does_not_read_the_selected_entry_again(
     context.close()
 
 
+def held_listen(page: Page) -> list[Any]:
+    """The page's first request to listen, held (not sent on) until the test continues it;
+    each later request passes."""
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        if body.get("method") == "subscriptions/listen" and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/mcp", hold)
+    return held
+
+
 def until_held(page: Page, held: list[Any], what: str) -> None:
     """Once the page's request is ``held`` (``what`` it is, for the failure)."""
 
@@ -1481,6 +1497,42 @@ def test_a_live_update_while_the_entry_is_read_leaves_it_to_that_read(
     held[0].continue_()
     expect(page.locator("#detail-title")).to_contain_text(ids["leaf"])
     assert len(entry_reads) == 1, entry_reads
+    context.close()
+
+
+def test_what_changed_before_the_page_listened_is_shown(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The page read a session, then asked to listen for its changes: a change made between
+    the two (an agent's last append, a session another client made or deleted) was never
+    shown, while the page said it was live. It reads once it listens, and reads the list
+    (read meanwhile) again."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    held = held_listen(page)
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    until_held(page, held, "the stream")
+    entry = {"type": "message", "role": "user", "content": "Written before the page listened"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+    mcp_tool(server.url, TOKEN, "session_create", name="Made before the page listened")
+    held[0].continue_()
+    expect(page.locator("#live")).to_have_class("live on")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    expect(page.locator("#tree")).to_contain_text("Written before the page listened")
+    expect(page.locator("#sessions")).to_contain_text("Made before the page listened")
+
+    # The list alone (no session open) is read again as well.
+    alone = browser.new_context().new_page()
+    held = held_listen(alone)
+    alone.goto(f"{base(server)}/#token={TOKEN}")
+    expect(alone.locator("#sessions .session")).to_have_count(2)
+    until_held(alone, held, "the stream")
+    mcp_tool(server.url, TOKEN, "session_create", name="Made before the list listened")
+    held[0].continue_()
+    expect(alone.locator("#live")).to_have_class("live on")
+    expect(alone.locator("#sessions")).to_contain_text("Made before the list listened")
+    alone.context.close()
     context.close()
 
 

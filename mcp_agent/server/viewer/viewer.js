@@ -880,8 +880,11 @@ async function openSession(sessionId, byReader = false) {
     }
     markCurrent();
   }
-  await refresh();
-  if (TRANSPORT === "http" && state.sessionId === sessionId && !transport.refused) watchSession(sessionId);
+  // Listening first, read once the stream is open (or is not to be had): read first, a change
+  // made before the stream opened (an agent's last append, a delete) sent it nothing, and was
+  // never shown while the dot said live.
+  if (TRANSPORT === "http" && !transport.refused) await new Promise((ready) => watchSession(sessionId, ready));
+  if (state.sessionId === sessionId) await refresh();
 }
 
 /** The server refused the page (``error``, a SignedOut): said in place of the list and the
@@ -927,7 +930,9 @@ async function begin() {
 /** With no session open, list changes are heard. */
 function listenForList() {
   if (stopListening) stopListening();
-  stopListening = transport.listen({ resourcesListChanged: true }, () => loadSessions(false), (on) => showLive(on));
+  // the list, read before the stream opened, is read again once it is
+  const heard = () => loadSessions(false);
+  stopListening = transport.listen({ resourcesListChanged: true }, heard, listening(heard));
 }
 
 /** The address names no session (Back to where the tab started): none is shown. */
@@ -1875,23 +1880,36 @@ function showLive(on, why) {
   $("retry").hidden = !away;
 }
 
-function watchSession(sessionId) {
+/** The page's handler of its stream's state: the dot, and, at the first word of it (open, or
+ * not to be had), ``first``. */
+function listening(first) {
+  let waiting = true;
+  return (on) => {
+    showLive(on);
+    if (waiting) {
+      waiting = false;
+      first();
+    }
+  };
+}
+
+/** Listens for changes to session ``sessionId`` (and the list); ``ready`` once the stream is
+ * open or is not to be had, or listening stops first. */
+function watchSession(sessionId, ready) {
   if (stopListening) stopListening();
   const uri = `session://${sessionId}`;
-  stopListening = transport.listen(
-    { resourcesListChanged: true, resourceSubscriptions: [uri] },
-    (message) => {
-      if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
-        soon(async () => { await refresh(); await loadSessions(false); });
-      }
-      // a deleted session is said to be updated too: reading it then says it is gone
-      else if (message.method === "notifications/resources/list_changed") loadSessions(false);
-      else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
-    },
-    (connected) => {
-      showLive(connected);
-    },
-  );
+  const heard = (message) => {
+    if (message.method === "notifications/resources/updated" && message.params.uri === uri) {
+      soon(async () => { await refresh(); await loadSessions(false); });
+    }
+    // a deleted session is said to be updated too: reading it then says it is gone
+    else if (message.method === "notifications/resources/list_changed") loadSessions(false);
+    else if (message.method === "reconnected") { soon(refresh); loadSessions(false); }
+  };
+  // the list, read before the stream opened, is read again once it is
+  const first = () => { ready(); loadSessions(false); };
+  const stop = transport.listen({ resourcesListChanged: true, resourceSubscriptions: [uri] }, heard, listening(first));
+  stopListening = () => { ready(); stop(); };
 }
 
 // --- the MCP App: sizes, theme and the tool result the host hands over ------------------
