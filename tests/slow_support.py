@@ -17,6 +17,7 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 from mcp_support import free_port, server_env, wait_for_port
+from viewer_support import delete_every_session
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_SERVER = ROOT / "tests" / "servers" / "slow_model_server.py"
@@ -24,11 +25,24 @@ SLOW_SERVER = ROOT / "tests" / "servers" / "slow_model_server.py"
 BEAT_EVERY = 0.2
 
 
+@pytest.fixture(name="shared_slow_server", scope="module")
+def shared_slow_server_fixture(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, Path]]:
+    """One server with the slow test model for a module's tests (a start is a second or more
+    of a loaded machine): its URL and database."""
+    tmp = tmp_path_factory.mktemp("slow-server")
+    with slow_server(tmp) as url:
+        yield url, tmp / "sessions.db"
+
+
 @pytest.fixture(name="slow_server")
-def slow_server_fixture(tmp_path: Path) -> Iterator[str]:
-    """Our HTTP server with the slow test model (tests/servers/slow_model_server.py)."""
-    with slow_server(tmp_path) as url:
-        yield url
+def slow_server_fixture(shared_slow_server: tuple[str, Path]) -> str:
+    """Our HTTP server with the slow test model (tests/servers/slow_model_server.py), the
+    module's, its database empty (as if new): its URL."""
+    url, db = shared_slow_server
+    delete_every_session(url, db, token="")
+    return url
 
 
 @contextlib.contextmanager

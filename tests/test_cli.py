@@ -29,7 +29,7 @@ import pytest
 from agent_support import pi_v3
 from mcp_support import another_programs_database, poll, search_index_marks
 from narrow import narrow, present
-from providers_support import Reply, oa_text_reply, script_server
+from providers_support import Reply, ScriptServer, oa_text_reply, script_server
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -1851,14 +1851,14 @@ def test_serve_prints_its_banner_and_serves_stdio(db: Path) -> None:
     assert process.returncode == 0, err
 
 
-def test_serve_rejects_a_missing_manifests_folder(tmp_path: Path) -> None:
-    done = sub("serve", "--manifests", str(tmp_path / "none"))
-    assert done.returncode == 2 and "is not a folder" in done.stderr
+def test_serve_rejects_a_missing_manifests_folder(cli: Any, tmp_path: Path) -> None:
+    done = cli("serve", "--manifests", str(tmp_path / "none"))
+    assert done.exit_code == 2 and "is not a folder" in done.stderr
 
 
-def test_demo_walks_through_without_an_api_key() -> None:
-    done = sub("demo", timeout=60)  # a hang guard; how long the demo takes is not a test
-    assert done.returncode == 0, done.stderr
+def test_demo_walks_through_without_an_api_key(cli: Any) -> None:
+    done = cli("demo")
+    assert done.exit_code == 0, done.stderr
     out = done.stdout
     assert "scripted, no API key needed" in out
     assert "running tool subagent" in out and "The helper agent says: 9 words" in out
@@ -2337,29 +2337,59 @@ async def test_a_rate_limited_runs_retry_warnings_are_one_plain_line_each(
     assert "http.py:" not in stderr, stderr
 
 
-@pytest.mark.anyio
-async def test_an_answer_cut_off_at_the_output_limit_says_so(db: Path) -> None:
-    async with script_server() as server:
-        server.add(oa_text_reply("The first half", finish="length"))
-        done = await against(server, db, "run", "hi")
+@pytest.fixture(name="scripted_api")
+def scripted_api_fixture() -> Iterator[ScriptServer]:
+    """A scripted OpenAI API (tests/providers_support.py) on an event loop of its own thread,
+    for a command run in process (its signal handlers need the main thread)."""
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(script_server()) as server,
+    ):
+        yield server
+
+
+def in_process(
+    server: ScriptServer,
+    db: Path,
+    *args: str,
+    input: bytes | None = None,
+    model: str = "gpt-4o-mini",
+) -> subprocess.CompletedProcess[bytes]:
+    """The command line run in process with ``args`` (as ``against`` runs it in a child: a
+    child process is seconds of imports, and these tests are about what a command says), its
+    model openai:``model`` served by ``server``."""
+    env: dict[str, str | None] = {key: None for key in MODEL_KEYS}
+    env |= {"OPENAI_BASE_URL": f"{server.base}/v1", "OPENAI_API_KEY": "x", "MCP_AGENT_DB": str(db)}
+    command = [*args, "--model", f"openai:{model}"]
+    done = CliRunner().invoke(app, command, input=input, env={**env, "COLUMNS": "100"})
+    return subprocess.CompletedProcess(
+        command, done.exit_code, done.stdout_bytes, done.stderr_bytes
+    )
+
+
+def test_an_answer_cut_off_at_the_output_limit_says_so(
+    db: Path, scripted_api: ScriptServer
+) -> None:
+    scripted_api.add(oa_text_reply("The first half", finish="length"))
+    done = in_process(scripted_api, db, "run", "hi")
     stderr = done.stderr.decode()
     assert done.returncode == 0, stderr
     assert done.stdout.decode() == "The first half\n"
     assert "cut off at the model's output limit" in stderr.splitlines()[-1], stderr
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize("command", ["run", "chat"])
-async def test_an_answer_cut_off_while_thinking_says_there_is_none(command: str, db: Path) -> None:
+def test_an_answer_cut_off_while_thinking_says_there_is_none(
+    command: str, db: Path, scripted_api: ScriptServer
+) -> None:
     """An R1-named model served raw thinks in its content until </think>: cut at its output
     limit before that, all it wrote is thinking, and stdout stayed empty with no word that
     the limit came before any answer."""
-    async with script_server() as server:
-        server.add(oa_text_reply("Let me think. The user wants", finish="length"))
-        args = ["run", "hi"] if command == "run" else ["chat"]
-        done = await against(
-            server, db, *args, input=b"hi\n" if command == "chat" else None, model="deepseek-r1"
-        )
+    scripted_api.add(oa_text_reply("Let me think. The user wants", finish="length"))
+    args = ["run", "hi"] if command == "run" else ["chat"]
+    done = in_process(
+        scripted_api, db, *args, input=b"hi\n" if command == "chat" else None, model="deepseek-r1"
+    )
     stderr = done.stderr.decode()
     assert done.returncode == 0, stderr
     assert "The user wants" not in done.stdout.decode()
@@ -2368,13 +2398,11 @@ async def test_an_answer_cut_off_while_thinking_says_there_is_none(command: str,
     assert "28 characters it wrote are kept as its thinking" in said, stderr
 
 
-@pytest.mark.anyio
-async def test_an_empty_answer_says_so(db: Path) -> None:
+def test_an_empty_answer_says_so(db: Path, scripted_api: ScriptServer) -> None:
     """A server that answered with nothing (content filtered upstream, a model that stopped at
     once) left stdout empty and the exit code 0: no word that the answer was empty."""
-    async with script_server() as server:
-        server.add(oa_text_reply(""))
-        done = await against(server, db, "run", "hi")
+    scripted_api.add(oa_text_reply(""))
+    done = in_process(scripted_api, db, "run", "hi")
     stderr = done.stderr.decode()
     assert done.returncode == 0 and done.stdout == b"", stderr
     assert stderr.splitlines()[-1].endswith("the model's answer was empty"), stderr

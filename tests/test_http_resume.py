@@ -23,8 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_support import poll, posted_answer
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
-from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
+from slow_support import (  # noqa: F401  (the slow_server fixtures)
     needs_node,
+    shared_slow_server_fixture,
     slow_server,
     slow_server_fixture,
     ts_agent_run,

@@ -10,9 +10,7 @@ import json
 import os
 import re
 import stat
-import subprocess
-import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -28,14 +26,13 @@ from mcp_support import (
 )
 from mcp_support import (
     Served,
-    free_port,
     initialize_request,
     poll,
-    serve_args,
     server_env,
     started_fixture,  # noqa: F401  (the started fixture)
 )
 from reliability_support import FULL
+from viewer_support import delete_every_session
 
 from mcp_agent.runtime.settings import ServerSettings
 
@@ -44,21 +41,34 @@ HANG_GUARD_S = 60
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
 
 
-def refused(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> str:
-    """Run a ``serve`` that must stop at once with a usage error; return its one-line stderr."""
-    done = subprocess.run(
-        serve_args(tmp, "--transport", "http", "--port", str(free_port()), *extra),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env if env is not None else server_env(tmp),
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+def refused(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]
+) -> str:
+    """Run a ``serve --transport http`` that must stop at once with a usage error, with
+    ``args`` and ``env`` (in each, ``{tmp}`` stands for ``tmp``); return its one-line stderr.
+    In-process for speed; should a case get through, the patched server returns at once (and
+    the exit code tells) rather than serving."""
+    from typer.testing import CliRunner
+
+    import mcp_agent.server.streamable_http as streamable_http
+    from mcp_agent.cli import app
+
+    async def no_server(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(streamable_http, "serve_http", no_server)
+    for key, value in server_env(tmp, **env).items():
+        if key in OUR_ENV or key.startswith("XDG_"):
+            monkeypatch.setenv(key, value.format(tmp=tmp))
+    for key in OUR_ENV:
+        if key not in env:
+            monkeypatch.delenv(key, raising=False)
+    command = ["serve", "--transport", "http", "--db", str(tmp / "s.db")]
+    result = CliRunner().invoke(app, [*command, *(arg.format(tmp=tmp) for arg in args)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
     return lines[0]
 
 
@@ -195,8 +205,8 @@ def test_no_auth_serves_loopback_and_says_so(tmp_path: Path, started: list[Serve
     assert server.initialize(Host="evil.example").status_code == 421
 
 
-def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
-    line = refused(tmp_path, "--no-auth", "--host", "0.0.0.0")
+def test_no_auth_is_refused_off_loopback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = refused(tmp_path, monkeypatch, ["--no-auth", "--host", "0.0.0.0"], {})
     assert "--no-auth is allowed only on a loopback address" in line and "0.0.0.0" in line
     assert runtime_files(tmp_path) == []
 
@@ -232,43 +242,19 @@ def test_bad_auth_and_limit_settings_are_one_clear_line(
     env: dict[str, str],
     says: str,
 ) -> None:
-    # In-process for speed; should a case get through, the patched server returns at once (and
-    # the exit code tells) rather than serving.
-    from typer.testing import CliRunner
-
-    import mcp_agent.server.streamable_http as streamable_http
-    from mcp_agent.cli import app
-
-    async def no_server(*_: object) -> None:
-        return None
-
-    monkeypatch.setattr(streamable_http, "serve_http", no_server)
     (tmp_path / "empty").write_text("\n")
     (tmp_path / "spaced").write_text("two words\n")
-    for key, value in server_env(tmp_path, **env).items():
-        if key in OUR_ENV or key.startswith("XDG_"):
-            monkeypatch.setenv(key, value.format(tmp=tmp_path))
-    for key in OUR_ENV:
-        if key not in env:
-            monkeypatch.delenv(key, raising=False)
-    command = ["serve", "--transport", "http", "--db", str(tmp_path / "s.db")]
-    result = CliRunner().invoke(app, [*command, *(arg.format(tmp=tmp_path) for arg in args)])
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], result.stderr
-    assert "Traceback" not in result.output
+    assert says in refused(tmp_path, monkeypatch, args, env)
     assert runtime_files(tmp_path) == []
 
 
 def test_serve_help_names_the_http_flags() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "mcp_agent", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-        check=True,
-    )
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    done = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
     for flag in (
         "--token-file",
         "--no-auth",
@@ -293,9 +279,9 @@ def test_serve_help_names_the_http_flags() -> None:
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 
-def ping(http: httpx.Client, url: str, session_id: str) -> int:
+def ping(http: httpx.Client, url: str, session_id: str, **extra: str) -> int:
     headers = {**HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": "2025-06-18"}
-    return http.post(url, json=PING, headers=headers, timeout=30).status_code
+    return http.post(url, json=PING, headers={**headers, **extra}, timeout=30).status_code
 
 
 @asynccontextmanager
@@ -419,31 +405,57 @@ def test_when_every_session_is_busy_new_ones_are_refused_naming_the_limit(
     anyio.run(scenario)
 
 
-def test_abandoned_sessions_idle_out(tmp_path: Path, started: list[Served]) -> None:
-    server = Served(tmp_path, "--no-auth", "--http-session-idle-timeout", "1")
-    started.append(server)
+IDLE_TIMEOUT_S = 0.5
+
+
+@pytest.fixture(name="idle_shared", scope="module")
+def idle_shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    """One server whose HTTP sessions idle out after IDLE_TIMEOUT_S, with the token "tok",
+    for the module's tests of idle sessions (a start is a second or more of a loaded
+    machine); ``idle_server`` empties its database before each."""
+    tmp = tmp_path_factory.mktemp("idle")
+    token_file = tmp / "t"
+    token_file.write_text("tok")
+    token_file.chmod(0o600)
+    idle = ("--http-session-idle-timeout", str(IDLE_TIMEOUT_S))
+    server = Served(tmp, "--token-file", str(token_file), *idle)
+    try:
+        yield server, tmp / "http.db"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="idle_server")
+def idle_server_fixture(idle_shared: tuple[Served, Path]) -> Served:
+    """The module's server of idle sessions, its database empty (as if new)."""
+    server, db = idle_shared
+    assert server.process.poll() is None, "a test stopped the shared server"
+    delete_every_session(server.url, db, "tok")
+    return server
+
+
+def test_abandoned_sessions_idle_out(idle_server: Served) -> None:
+    server = idle_server
+    auth = {"Authorization": "Bearer tok"}
     with httpx.Client() as http:
-        response = http.post(server.url, json=initialize_request(), headers=HEADERS, timeout=30)
+        response = http.post(
+            server.url, json=initialize_request(), headers={**HEADERS, **auth}, timeout=30
+        )
         assert response.status_code == 200
         session_id = response.headers["mcp-session-id"]
 
         def expired() -> bool:
-            status = ping(http, server.url, session_id)
+            status = ping(http, server.url, session_id, **auth)
             assert status in (200, 404)
             return status == 404
 
         # Each ping is a request that restarts the idle countdown: wait longer than it between.
-        poll(expired, "an idle session never expired", tries=int(HANG_GUARD_S / 1.5), every=1.5)
+        every = IDLE_TIMEOUT_S * 2
+        poll(expired, "an idle session never expired", tries=int(HANG_GUARD_S / every), every=every)
 
 
-def test_a_connected_client_outlives_the_idle_timeout(
-    tmp_path: Path, started: list[Served]
-) -> None:
-    token_file = tmp_path / "t"
-    token_file.write_text("tok")
-    token_file.chmod(0o600)
-    server = Served(tmp_path, "--token-file", str(token_file), "--http-session-idle-timeout", "1")
-    started.append(server)
+def test_a_connected_client_outlives_the_idle_timeout(idle_server: Served) -> None:
+    server = idle_server
 
     async def session_client() -> None:
         import httpx2
@@ -458,7 +470,7 @@ def test_a_connected_client_outlives_the_idle_timeout(
                 first = await c.call_tool("session_create", {"name": "kept"})
                 assert not first.is_error
                 # Quiet for longer than the idle timeout: its open event stream keeps it.
-                await anyio.sleep(2.5)
+                await anyio.sleep(IDLE_TIMEOUT_S * 2.5)
                 listing = await c.call_tool("session_list", {})
                 assert not listing.is_error, listing.content
                 names = [s["name"] for s in listing.structured_content["sessions"]]

@@ -11,8 +11,9 @@ import pytest
 from mcp import Client
 from mcp.server import MCPServer
 from mcp_support import TEST_AGENTS, agent_server
-from slow_support import (  # noqa: F401  (slow_server_fixture: the slow_server fixture)
+from slow_support import (  # noqa: F401  (the slow_server fixtures)
     needs_node,
+    shared_slow_server_fixture,
     slow_server_fixture,
     ts_agent_run,
 )

@@ -25,6 +25,7 @@ from mcp.types import TextContent
 from mcp_support import Served, free_port, initialize_request, poll, posted_answer
 from narrow import narrow, present
 from slow_support import slow_server
+from viewer_support import delete_every_session
 
 from mcp_agent.server.event_store import ASKED_KEPT
 
@@ -47,6 +48,7 @@ class HttpServer:
     def __init__(self, tmp: Path, *extra: str, token: str | None = TOKEN) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.db = tmp / "http.db"
         args = ["--transport", "http", "--port", str(self.port), *extra]
         if token:
             token_file = tmp / "http.token"
@@ -56,7 +58,7 @@ class HttpServer:
         else:
             args.append("--no-auth")
         self.process = subprocess.Popen(
-            serve_command(tmp / "http.db", *args),
+            serve_command(self.db, *args),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -86,11 +88,21 @@ class HttpServer:
             self.process.kill()
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[HttpServer]:
-    server = HttpServer(tmp_path)
+@pytest.fixture(name="shared_http", scope="module")
+def shared_http_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    """One server for the module's tests that leave it running (a start is a second or more
+    of a loaded machine); ``http_server`` empties its database before each of them."""
+    server = HttpServer(tmp_path_factory.mktemp("shared-http"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def http_server(shared_http: HttpServer) -> HttpServer:
+    """The module's server (with TOKEN), its database empty (as if new)."""
+    assert shared_http.process.poll() is None, "a test stopped the shared server"
+    delete_every_session(shared_http.url, shared_http.db, TOKEN)
+    return shared_http
 
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -400,7 +412,7 @@ def test_a_waited_run_asks_the_clients_model_on_its_own_request_stream(
 
 
 def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
-    http_server: HttpServer,
+    tmp_path: Path,
 ) -> None:
     """A client that drops the call's stream (a disconnect, which is no cancel) and listens on
     its GET stream gets the run's next request for the model there: sent on the dropped
@@ -411,37 +423,43 @@ def test_a_waited_run_whose_stream_was_dropped_asks_on_the_connections_stream(
         "model": "client-model",
         "stopReason": "endTurn",
     }
-    with httpx.Client(timeout=30) as http:
-        legacy = sampling_session(http, http_server.url)
-        run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
-        with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
-            first = next(
-                json.loads(line.removeprefix("data:"))
-                for line in stream.iter_lines()
-                if line.startswith("data:")
-            )
-        assert first["method"] == "sampling/createMessage"
-        # The call's stream is gone; the client follows up on the run with agent_steer (so
-        # that the model is asked again) and listens on its GET stream.
-        listen = {**legacy, "Accept": "text/event-stream"}
-        with http.stream("GET", http_server.url, headers=listen) as heard:
-            runs = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
-            runs["params"] = {"name": "agent_runs", "arguments": {}}
-            listed = posted_answer(http.post(http_server.url, json=runs, headers=legacy))
-            (run_info,) = listed["result"]["structuredContent"]["runs"]
-            steer = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
-            steer["params"] = {
-                "name": "agent_steer",
-                "arguments": {"run_id": run_info["runId"], "message": "and again"},
-            }
-            assert http.post(http_server.url, json=steer, headers=legacy).status_code == 200
-            reply = {"jsonrpc": "2.0", "id": first["id"], "result": call_a_tool}
-            assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
-            again = sampling_request(heard, "the model's next request never came on the GET stream")
-        texts = [m["content"]["text"] for m in again["params"]["messages"]]
-        assert texts[-1] == "and again"
-        http.delete(http_server.url, headers=legacy)
+    http_server = HttpServer(tmp_path)  # of its own: its run is the one agent_runs lists
+    try:
+        with httpx.Client(timeout=30) as http:
+            legacy = sampling_session(http, http_server.url)
+            run = {"name": "agent_run", "arguments": {"prompt": "hi", "model": "client"}}
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": run}
+            with http.stream("POST", http_server.url, json=call, headers=legacy) as stream:
+                first = next(
+                    json.loads(line.removeprefix("data:"))
+                    for line in stream.iter_lines()
+                    if line.startswith("data:")
+                )
+            assert first["method"] == "sampling/createMessage"
+            # The call's stream is gone; the client follows up on the run with agent_steer (so
+            # that the model is asked again) and listens on its GET stream.
+            listen = {**legacy, "Accept": "text/event-stream"}
+            with http.stream("GET", http_server.url, headers=listen) as heard:
+                runs = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+                runs["params"] = {"name": "agent_runs", "arguments": {}}
+                listed = posted_answer(http.post(http_server.url, json=runs, headers=legacy))
+                (run_info,) = listed["result"]["structuredContent"]["runs"]
+                steer = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+                steer["params"] = {
+                    "name": "agent_steer",
+                    "arguments": {"run_id": run_info["runId"], "message": "and again"},
+                }
+                assert http.post(http_server.url, json=steer, headers=legacy).status_code == 200
+                reply = {"jsonrpc": "2.0", "id": first["id"], "result": call_a_tool}
+                assert http.post(http_server.url, json=reply, headers=legacy).status_code == 202
+                again = sampling_request(
+                    heard, "the model's next request never came on the GET stream"
+                )
+            texts = [m["content"]["text"] for m in again["params"]["messages"]]
+            assert texts[-1] == "and again"
+            http.delete(http_server.url, headers=legacy)
+    finally:
+        http_server.stop()
 
 
 def sampling_request(stream: httpx.Response, never: str) -> dict[str, Any]:

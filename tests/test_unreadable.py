@@ -8,6 +8,7 @@ import json
 import select
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,10 +28,10 @@ from mcp_support import (
     make_server,
     prompt_responder,
     serve_piped,
-    started_fixture,  # noqa: F401  (the started fixture)
 )
 from mcp_types.methods import validate_client_request
 from pydantic import BaseModel, ValidationError
+from viewer_support import delete_every_session
 
 from mcp_agent.server.unreadable import DescribedParams, message_problem
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
@@ -46,6 +47,33 @@ def request(request_id: int, method: str, params: dict[str, Any]) -> str:
     (which ``json.dumps`` of a Python string never writes)."""
     line = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
     return line.replace("@S@", "\\ud800")
+
+
+@pytest.fixture(name="shared", scope="module")
+def shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    """One ``serve --transport http --no-auth`` for the module's HTTP tests (a start is a
+    second or more of a loaded machine); ``http_server`` empties its database before each."""
+    tmp = tmp_path_factory.mktemp("unreadable-http")
+    server = Served(tmp, "--no-auth")
+    try:
+        yield server, tmp / "http.db"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="http_server")
+def http_server_fixture(shared: tuple[Served, Path]) -> tuple[Served, Path]:
+    """The module's server and its database, empty (as if new)."""
+    server, db = shared
+    assert server.process.poll() is None, "a test stopped the shared server"
+    delete_every_session(server.url, db, token="")
+    return server, db
+
+
+def stored_names(db: Path) -> list[str | None]:
+    """The names of the sessions ``db`` holds, as another process reads them."""
+    with SqliteSessionRepo(db) as repo:
+        return [summary.name for summary in repo.list().items]
 
 
 class StdioServer:
@@ -259,13 +287,12 @@ async def test_a_lone_surrogate_escaped_in_json_text_is_refused_clearly(tmp_path
 
 
 def test_a_2025_http_session_gets_the_same_refusal_of_a_lone_surrogate(
-    tmp_path: Path, started: list[Served]
+    http_server: tuple[Served, Path],
 ) -> None:
     """The legacy HTTP transport parses a body with pydantic, which said only "Parse error"
     about a bad hex escape, with no id: the request gets the refusal every other transport
     gives, and nothing is stored."""
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
+    server, db = http_server
     opened = server.initialize()
     session = {
         **HTTP_HEADERS,
@@ -299,10 +326,7 @@ def test_a_2025_http_session_gets_the_same_refusal_of_a_lone_surrogate(
         # an unknown session is the SDK's to answer, whatever its body
         other = {**session, "mcp-session-id": "not-a-session"}
         assert http.post(server.url, headers=other, content=create(9, "@S@")).status_code == 404
-    server.stop()
-    with SqliteSessionRepo(tmp_path / "http.db") as repo:
-        names = [summary.name for summary in repo.list().items]
-    assert names == ["\U0001f600"]
+    assert stored_names(db) == ["\U0001f600"]
 
 
 def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: Path) -> None:
@@ -436,10 +460,9 @@ def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_stdio
 
 @pytest.mark.parametrize("protocol", ["2025-06-18", "2026-07-28"])
 def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_http(
-    tmp_path: Path, started: list[Served], protocol: str
+    http_server: tuple[Served, Path], protocol: str
 ) -> None:
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
+    server, db = http_server
     headers = {**HTTP_HEADERS, "mcp-protocol-version": protocol}
     if protocol == "2025-06-18":
         headers["mcp-session-id"] = server.initialize().headers["mcp-session-id"]
@@ -457,9 +480,7 @@ def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_http(
             initialized = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
             for note in (initialized, ID_IN_PARAMS):
                 assert http.post(server.url, headers=headers, content=note).status_code == 202
-    server.stop()
-    with SqliteSessionRepo(tmp_path / "http.db") as repo:
-        assert repo.list().items == []
+    assert stored_names(db) == []
 
 
 @pytest.mark.parametrize(
@@ -492,12 +513,11 @@ def test_what_keeps_json_from_being_a_message_is_said_briefly(
 
 
 def test_a_2025_session_asking_for_an_unknown_protocol_version_is_told_which_there_are(
-    tmp_path: Path, started: list[Served]
+    http_server: tuple[Served, Path],
 ) -> None:
     """The SDK takes a version header it does not know for a 2026 request, and asked for the
     2026 envelope's keys instead."""
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
+    server, _ = http_server
     session = {**HTTP_HEADERS, "mcp-session-id": server.initialize().headers["mcp-session-id"]}
     ping = '{"jsonrpc":"2.0","id":"p","method":"ping"}'
     with httpx.Client(timeout=HANG_GUARD_S) as http:
@@ -598,7 +618,7 @@ MODERN_META = {
 
 
 def test_every_http_path_refuses_a_lone_surrogate_as_stdio_does(
-    tmp_path: Path, started: list[Served]
+    tmp_path: Path, http_server: tuple[Served, Path]
 ) -> None:
     """A lone surrogate in a request's id (which no middleware sees) or in an initialize (which
     opens no session yet) gets stdio's refusal over HTTP too, on both eras: before, the 2026
@@ -620,8 +640,7 @@ def test_every_http_path_refuses_a_lone_surrogate_as_stdio_does(
     assert "params.clientInfo.name" in stdio_init["error"]["message"]
     assert stdio_id["id"] is None and stdio_id["error"]["code"] == -32600
 
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
+    server, db = http_server
     modern = {**HTTP_HEADERS, "mcp-protocol-version": "2026-07-28"}
 
     def modern_call(tool: str, arguments: dict[str, Any]) -> str:
@@ -653,7 +672,5 @@ def test_every_http_path_refuses_a_lone_surrogate_as_stdio_does(
             answer = http.post(server.url, headers={**modern, **headers}, content=body)
             assert answer.status_code == 400, answer.text
             assert answer.json() == stdio_id, body
-    server.stop()
     assert "not spliced" not in server.banner()
-    with SqliteSessionRepo(tmp_path / "http.db") as repo:
-        assert repo.list().items == []
+    assert stored_names(db) == []

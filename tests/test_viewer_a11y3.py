@@ -39,8 +39,8 @@ def serve(tmp: Path, port: int | None = None) -> Served:
     return Served(tmp, "--token-file", str(token_file), port=port)
 
 
-@pytest.fixture(name="served", scope="module")
-def served_fixture(
+@pytest.fixture(name="shared", scope="module")
+def shared_fixture(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Served, str, dict[str, str]]]:
     """One server for the tests that leave it running: the picnic session and 30 others."""
@@ -54,6 +54,26 @@ def served_fixture(
         yield server, session_id, ids
     finally:
         server.stop()
+
+
+@pytest.fixture(name="served")
+def served_fixture(
+    browser: Browser, shared: tuple[Served, str, dict[str, str]]
+) -> Iterator[tuple[Served, str, dict[str, str]]]:
+    """The module's server as it began: the picnic session and the 30 errands alone (a
+    session a test made, or left behind failing, is deleted before the next)."""
+    server, _, _ = shared
+    assert server.process.poll() is None, "a test stopped the shared server"
+    listed = mcp_tool(server.url, TOKEN, "session_list", limit=100)["structuredContent"]
+    for session in listed["sessions"]:
+        name = session.get("name") or ""
+        if name != "Picnic plans" and not name.startswith("Errand "):
+            mcp_tool(server.url, TOKEN, "session_delete", session_id=session["id"])
+    try:
+        yield shared
+    finally:
+        for context in browser.contexts:  # a test that failed left its pages listening
+            context.close()
 
 
 def focused(page: Page) -> str:
@@ -501,8 +521,8 @@ def test_the_tree_s_arrows_go_up_to_a_branch_s_parent_and_by_pages(
 
 
 def long_run(path: Path, length: int) -> str:
-    """A session of one chain of ``length`` user messages (a run the outline folds whole), at
-    ``path``: its id."""
+    """A session of one chain of ``length`` user messages (a run the outline folds whole),
+    imported into the database at ``path`` (from a file beside it): its id."""
     lines: list[dict[str, Any]] = [
         {"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000bb"}
     ]
@@ -524,14 +544,14 @@ def long_run(path: Path, length: int) -> str:
 
 
 def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
-    browser: Browser, tmp_path: Path
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
     """Each click on a fold ("⋯ N more entries") read every entry it had shown again, and 200
     more: past 1,000 the server refused the limit, and a run of 1,300 entries could not be
     unfolded past its newest 1,000 ("limit should be less than or equal to 1000"). A click
     reads the 200 entries above those shown."""
-    session_id = long_run(tmp_path / "http.db", 1300)
-    server = serve(tmp_path)
+    server, _, _ = served
+    session_id = long_run(server.log.parent / "http.db", 1300)
     context = browser.new_context()
     try:
         page = context.new_page()
@@ -560,7 +580,6 @@ def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
         assert limits == [200] * 6 + [98], limits  # what it had shown, never read again
     finally:
         context.close()
-        server.stop()
 
 
 def test_while_the_server_is_away_the_page_asks_ever_less_often_and_says_so(

@@ -6,7 +6,6 @@ server. The screenshots in the README are taken here (``docs/`` with MCP_AGENT_S
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -28,7 +27,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     expect,
 )
 from mcp_support import Served, poll
-from viewer_support import mcp_request, mcp_tool, picnic_db
+from viewer_support import delete_every_session, mcp_request, mcp_tool, picnic_db
 
 from mcp_agent.sessions import SqliteSessionRepo
 
@@ -70,30 +69,6 @@ def shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
         server.stop()
 
 
-def delete_every_session(server: Served, db: Path, token: str = TOKEN) -> None:
-    """Every session of ``db`` deleted through ``server`` (as a client does: the server
-    forgets what it kept of each), once the run a test left finishing is done."""
-    with SqliteSessionRepo(db) as repo:
-        page = repo.list(limit=1000)
-        listed = [summary.id for summary in page.items]
-        assert page.next_cursor is None, "more sessions than one page"
-
-    def deleted(session_id: str) -> bool:
-        arguments = {"session_id": session_id}
-        response = mcp_request(
-            server.url, "tools/call", {"name": "session_delete", "arguments": arguments}, token
-        )
-        assert response.status_code == 200, response.text
-        result = response.json()["result"]
-        if result.get("isError"):
-            assert "busy" in json.dumps(result).lower(), result
-            return False
-        return True
-
-    for session_id in listed:
-        poll(functools.partial(deleted, session_id), f"{session_id} stays busy")
-
-
 @pytest.fixture(name="served")
 def served_fixture(
     browser: Browser, shared: tuple[Served, Path]
@@ -101,7 +76,7 @@ def served_fixture(
     """The module's server, its database holding the picnic session alone (as if new)."""
     server, db = shared
     assert server.process.poll() is None, "a test stopped the shared server"
-    delete_every_session(server, db)
+    delete_every_session(server.url, db, TOKEN)
     session_id, ids = picnic_db(db)
     try:
         yield server, session_id, ids
@@ -130,7 +105,7 @@ def open_served_fixture(
     """The module's server without auth, its database empty (as if new)."""
     server, db = open_shared
     assert server.process.poll() is None, "a test stopped the shared server"
-    delete_every_session(server, db, token="")
+    delete_every_session(server.url, db, token="")
     try:
         yield server, db
     finally:

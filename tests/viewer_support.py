@@ -4,11 +4,13 @@ browser tests alike."""
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
-from mcp_support import HTTP_HEADERS
+from mcp_support import HTTP_HEADERS, poll
 
 from mcp_agent import SqliteSessionRepo
 from mcp_agent.messages import (
@@ -123,3 +125,29 @@ def mcp_tool(url: str, token: str, name: str, /, **arguments: Any) -> dict[str, 
     result: dict[str, Any] = response.json()["result"]
     assert not result.get("isError"), result
     return result
+
+
+def delete_every_session(url: str, db: Path, token: str) -> None:
+    """Every session of ``db`` deleted through the server at ``url`` (as a client does: the
+    server forgets what it kept of each), once the run a test left finishing is done: a
+    server shared by a module's tests, made as if new for the next (``token``: its token, or
+    "" for a server without auth)."""
+    with SqliteSessionRepo(db) as repo:
+        page = repo.list(limit=1000)
+        listed = [summary.id for summary in page.items]
+        assert page.next_cursor is None, "more sessions than one page"
+
+    def deleted(session_id: str) -> bool:
+        arguments = {"session_id": session_id}
+        response = mcp_request(
+            url, "tools/call", {"name": "session_delete", "arguments": arguments}, token
+        )
+        assert response.status_code == 200, response.text
+        result = response.json()["result"]
+        if result.get("isError"):
+            assert "busy" in json.dumps(result).lower(), result
+            return False
+        return True
+
+    for session_id in listed:
+        poll(functools.partial(deleted, session_id), f"{session_id} stays busy")
