@@ -31,6 +31,15 @@ SESSIONS = 100  # the stuck subscriber watches all four resources of each
 # receive buffer, uvicorn's 64 KiB) are full after about 6 rounds; this is twice that.
 ROUNDS_TO_FILL = 12
 DROPPED = "legacy connection dropped from notifications"
+# The other way the server stops waiting for a stuck subscriber, with the same timeout: its
+# event stream closed (what it missed kept for a resume), after which sends to it never block.
+STREAM_CLOSED = "closed event stream"
+
+
+def gave_up(server: Served) -> bool:
+    """Whether the server stopped waiting for the stuck subscriber, either way."""
+    banner = server.banner()
+    return DROPPED in banner or STREAM_CLOSED in banner
 
 
 class Sessions:
@@ -142,7 +151,7 @@ async def fill_a_stuck_subscriber(
                     with anyio.fail_after(HANG_GUARD_S):
                         assert await updates.receive() == f"session://{mine}"
                     got += 1
-                    if until_dropped and DROPPED in server.banner():
+                    if until_dropped and gave_up(server):
                         return done, got
         finally:
             sock.close()
@@ -164,14 +173,17 @@ def test_a_stuck_subscriber_never_delays_a_healthy_one(
 def test_a_stuck_subscriber_is_dropped_once_its_send_blocks(
     tmp_path: Path, started: list[Served]
 ) -> None:
+    """Once a subscriber's send blocks for --notification-timeout, it is dropped from
+    notifications, or its event stream is closed (the two watches share the timeout, and the
+    one that fires first is the one that ends the wait), and only once."""
     server = Served(tmp_path, "--no-auth", "--notification-timeout", "1")
     started.append(server)
     rounds, got = anyio.run(
         lambda: fill_a_stuck_subscriber(server, ROUNDS_TO_FILL * 5, until_dropped=True)
     )
-    poll(lambda: DROPPED in server.banner(), "the stuck subscriber was never dropped")
+    poll(lambda: gave_up(server), "the stuck subscriber was never dropped")
     assert got == rounds
-    assert server.banner().count(DROPPED) == 1
+    assert server.banner().count(DROPPED) <= 1
 
 
 def test_a_client_that_only_initialized_hears_list_changes(
