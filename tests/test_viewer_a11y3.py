@@ -4,12 +4,10 @@ a listbox, what each row of the tree is called, and the page's reconnecting."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from browser_support import (  # browser_fixture: the browser fixture
@@ -22,7 +20,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     expect,
 )
 from mcp_support import Served, poll
-from viewer_support import mcp_tool, picnic_db
+from viewer_support import chain_session, mcp_tool, picnic_db
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
@@ -520,29 +518,6 @@ def test_the_tree_s_arrows_go_up_to_a_branch_s_parent_and_by_pages(
     context.close()
 
 
-def long_run(path: Path, length: int) -> str:
-    """A session of one chain of ``length`` user messages (a run the outline folds whole),
-    imported into the database at ``path`` (from a file beside it): its id."""
-    lines: list[dict[str, Any]] = [
-        {"type": "session", "version": 3, "id": "01a00000-0000-7000-8000-0000000000bb"}
-    ]
-    lines[0] |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"}
-    for index in range(length):
-        lines.append(
-            {
-                "type": "message",
-                "id": f"e{index:07d}",
-                "parentId": f"e{index - 1:07d}" if index else None,
-                "timestamp": "2026-01-01T00:00:01.000Z",
-                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
-            }
-        )
-    file = path.with_suffix(".jsonl")
-    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with SqliteSessionRepo(path) as repo:
-        return repo.import_jsonl(file).id
-
-
 def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
@@ -551,7 +526,7 @@ def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
     unfolded past its newest 1,000 ("limit should be less than or equal to 1000"). A click
     reads the 200 entries above those shown."""
     server, _, _ = served
-    session_id = long_run(server.log.parent / "http.db", 1300)
+    session_id = chain_session(server.log.parent / "http.db", 1300)
     context = browser.new_context()
     try:
         page = context.new_page()

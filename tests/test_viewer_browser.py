@@ -6,7 +6,6 @@ server. The screenshots in the README are taken here (``docs/`` with MCP_AGENT_S
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -27,7 +26,14 @@ from browser_support import (  # browser_fixture: the browser fixture
     expect,
 )
 from mcp_support import Served, poll
-from viewer_support import delete_every_session, mcp_request, mcp_tool, picnic_db
+from viewer_support import (
+    SESSION_NUMBERS,
+    chain_session,
+    delete_every_session,
+    mcp_request,
+    mcp_tool,
+    picnic_db,
+)
 
 from mcp_agent.sessions import SqliteSessionRepo
 
@@ -767,7 +773,6 @@ def test_the_focus_stays_on_its_row_through_live_updates_and_unfolds(
 
 
 # The ids of the sessions made from files: one a session, as the tests share a server.
-SESSION_NUMBERS = itertools.count(0xAA)
 
 
 def long_side_branch(path: Path, chain: int, aside: bool = True) -> tuple[str, str]:
@@ -1750,28 +1755,6 @@ def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
     assert not [text for text in shown if halves.search(text)], shown
     assert all("🌸" in text for text in shown), shown
     context.close()
-
-
-def chain_session(path: Path, length: int) -> str:
-    """A session of one chain of ``length`` user messages (a run the outline folds whole),
-    a session never seen before (the tests share a server); its id."""
-    header = {"type": "session", "version": 3, "cwd": "/w"}
-    header |= {"id": f"01a00000-0000-7000-8000-{next(SESSION_NUMBERS):012d}"}
-    lines: list[dict[str, Any]] = [header | {"timestamp": "2026-01-01T00:00:00.000Z"}]
-    for index in range(length):
-        lines.append(
-            {
-                "type": "message",
-                "id": f"e{index:07d}",
-                "parentId": f"e{index - 1:07d}" if index else None,
-                "timestamp": "2026-01-01T00:00:01.000Z",
-                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
-            }
-        )
-    file = path.with_suffix(".jsonl")
-    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with SqliteSessionRepo(path) as repo:
-        return repo.import_jsonl(file).id
 
 
 def test_a_live_update_reads_only_what_was_not_unfolded_already(

@@ -5,6 +5,7 @@ browser tests alike."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,29 @@ def delete_every_session(url: str, db: Path, token: str) -> None:
 
     for session_id in listed:
         poll(functools.partial(deleted, session_id), f"{session_id} stays busy")
+
+
+# Session ids never used before: the tests of a module share a server and its database.
+SESSION_NUMBERS = itertools.count(0xAA)
+
+
+def chain_session(path: Path, length: int) -> str:
+    """A session of one chain of ``length`` user messages (a run the outline folds whole),
+    a session never seen before (the tests share a server); its id."""
+    header = {"type": "session", "version": 3, "cwd": "/w"}
+    header |= {"id": f"01a00000-0000-7000-8000-{next(SESSION_NUMBERS):012d}"}
+    lines: list[dict[str, Any]] = [header | {"timestamp": "2026-01-01T00:00:00.000Z"}]
+    for index in range(length):
+        lines.append(
+            {
+                "type": "message",
+                "id": f"e{index:07d}",
+                "parentId": f"e{index - 1:07d}" if index else None,
+                "timestamp": "2026-01-01T00:00:01.000Z",
+                "message": {"role": "user", "content": f"step {index}", "timestamp": 1},
+            }
+        )
+    file = path.with_suffix(".jsonl")
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with SqliteSessionRepo(path) as repo:
+        return repo.import_jsonl(file).id
