@@ -1755,7 +1755,10 @@ async function act(button, work) {
  * tree's row that takes Tab). Taken elsewhere meanwhile, it stays there. */
 function focusBack(from) {
   const active = document.activeElement;
-  if (!(from instanceof HTMLElement) || (active && active !== document.body)) return;
+  // Lost: on the body, or still on what was hidden or disabled meanwhile (Chromium moves the
+  // focus off a hidden element only at its next rendering, which may come after this).
+  const lost = !active || active === document.body || !active.isConnected || active.disabled || !active.checkVisibility();
+  if (!(from instanceof HTMLElement) || !lost) return;
   const row = state.selected ? $("tree").querySelector(`.row[data-id="${CSS.escape(state.selected)}"]`) : null;
   const places = [from, $("label-form").contains(from) ? $("act-label") : null, row, $("tree").querySelector('[tabindex="0"]')];
   const place = places.find((element) => element && element.isConnected && !element.disabled && element.checkVisibility());
