@@ -20,7 +20,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     expect,
 )
 from mcp_support import Served, poll
-from viewer_support import chain_session, mcp_tool, picnic_db
+from viewer_support import chain_session, entry_read_limits, mcp_tool, picnic_db
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
@@ -530,15 +530,7 @@ def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
     context = browser.new_context()
     try:
         page = context.new_page()
-        limits: list[int] = []
-
-        def sent(request: Request) -> None:
-            if request.headers.get("mcp-name") == "session_get":
-                arguments = (request.post_data_json or {})["params"]["arguments"]
-                if "entry_id" in arguments and arguments.get("view") is None:
-                    limits.append(arguments["limit"])
-
-        page.on("request", sent)
+        limits = entry_read_limits(page)
         page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
         fold = page.locator("#tree .fold")
         expect(fold).to_have_text("⋯ 1,298 more entries")

@@ -20,7 +20,6 @@ from browser_support import (  # browser_fixture: the browser fixture
     NEEDS_BROWSER,
     Browser,
     Page,
-    Request,
     base,
     browser_fixture,  # noqa: F401
     expect,
@@ -30,6 +29,7 @@ from viewer_support import (
     SESSION_NUMBERS,
     chain_session,
     delete_every_session,
+    entry_read_limits,
     mcp_request,
     mcp_tool,
     picnic_db,
@@ -1767,15 +1767,7 @@ def test_a_live_update_reads_only_what_was_not_unfolded_already(
     server, db = open_served
     session_id = chain_session(db, 300)
     page = browser.new_page()
-    read: list[int] = []  # the limit of each read of whole entries
-
-    def sent(request: Request) -> None:
-        if request.headers.get("mcp-name") == "session_get":
-            arguments = (request.post_data_json or {})["params"]["arguments"]
-            if "entry_id" in arguments and arguments.get("view") is None:
-                read.append(arguments["limit"])
-
-    page.on("request", sent)
+    read = entry_read_limits(page)  # the limit of each read of whole entries
     page.goto(f"{base(server)}/#session={session_id}")
     tree = page.locator("#tree")
     fold = tree.locator(".fold")

@@ -178,3 +178,18 @@ def chain_session(path: Path, length: int) -> str:
     file.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with SqliteSessionRepo(path) as repo:
         return repo.import_jsonl(file).id
+
+
+def entry_read_limits(page: Any) -> list[int]:
+    """The limit of each read of whole entries (``session_get`` by entry id, no view) the
+    Playwright ``page`` sends from now on, filled as it sends them."""
+    limits: list[int] = []
+
+    def sent(request: Any) -> None:
+        if request.headers.get("mcp-name") == "session_get":
+            arguments = (request.post_data_json or {})["params"]["arguments"]
+            if "entry_id" in arguments and arguments.get("view") is None:
+                limits.append(arguments["limit"])
+
+    page.on("request", sent)
+    return limits
