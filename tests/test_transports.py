@@ -553,18 +553,19 @@ def test_past_the_requests_for_the_clients_model_a_session_keeps_the_oldest_fail
             legacy = sampling_session(http, server.url)
             listen = {**legacy, "Accept": "text/event-stream"}
             with http.stream("GET", server.url, headers=listen) as heard:
-                arguments = {"prompt": "hi", "model": "client", "wait": False}
                 runs = [
-                    call_tool(http, server.url, legacy, "agent_run", arguments)["runId"]
-                    for _ in range(ASKED_KEPT + 1)
+                    call_tool(http, server.url, legacy, "agent_run", run_arguments(number))["runId"]
+                    for number in range(ASKED_KEPT + 1)
                 ]
                 lines = heard.iter_lines()
                 asked = [next_sampling_request(lines, "no request")[0] for _ in runs]
-                waited = {"run_id": runs[0], "wait_seconds": 10}
+                # The runs start side by side, and a loaded machine may have a later one ask
+                # first: the oldest request on the stream is the one given up, whichever run's.
+                waited = {"run_id": runs[run_asking(asked[0])], "wait_seconds": 30}
                 oldest = call_tool(http, server.url, legacy, "agent_status", waited)
                 reply = {"jsonrpc": "2.0", "id": asked[-1]["id"], "result": CLIENT_ANSWER}
                 assert http.post(server.url, json=reply, headers=legacy).status_code == 202
-                waited = {"run_id": runs[-1], "wait_seconds": 10}
+                waited = {"run_id": runs[run_asking(asked[-1])], "wait_seconds": 30}
                 newest = call_tool(http, server.url, legacy, "agent_status", waited)
             http.delete(server.url, headers=legacy)
     finally:
@@ -573,6 +574,19 @@ def test_past_the_requests_for_the_clients_model_a_session_keeps_the_oldest_fail
     said = str(oldest["error"])
     assert f"{ASKED_KEPT} requests to its client unanswered" in said, said
     assert newest["status"] == "completed", newest
+
+
+def run_arguments(number: int) -> dict[str, Any]:
+    """The arguments of an ``agent_run`` on the client's model whose prompt names ``number``."""
+    return {"prompt": f"run number {number}.", "model": "client", "wait": False}
+
+
+def run_asking(request: dict[str, Any]) -> int:
+    """The number of the run (by ``run_arguments``) whose request for the model is ``request``."""
+    text = json.dumps(request["params"]["messages"])
+    numbers = [n for n in range(ASKED_KEPT + 1) if f"run number {n}." in text]
+    assert len(numbers) == 1, text
+    return numbers[0]
 
 
 CLIENT_ANSWER = {
