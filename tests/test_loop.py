@@ -1293,3 +1293,28 @@ async def test_scripted_provider_from_data_and_echo():
     )
     messages, _ = await run(provider)
     assert narrow(messages[-1], AssistantMessage).text == "you said 1 thing(s)"
+
+
+async def test_a_long_scripted_answer_without_delay_lets_the_event_loop_run():
+    """A scripted answer without a delay (``scripted:echo`` of a pasted file) held the event
+    loop until its last chunk, and grew its text by copying it whole at each chunk: a 1 MB
+    echo took 20 s in which a server answered nobody. Other tasks now run while it streams."""
+    said = "word " * 20_000  # 6,250 chunks of 16 characters
+    turns = 0
+    streamed = anyio.Event()
+
+    async def other_task() -> None:
+        nonlocal turns
+        while not streamed.is_set():
+            turns += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(other_task)
+        await anyio.lowlevel.checkpoint()
+        started = turns
+        messages, _ = await run(ScriptedProvider.echo(), said)
+        during = turns - started
+        streamed.set()
+    assert narrow(messages[-1], AssistantMessage).text == said
+    assert during >= 50, during

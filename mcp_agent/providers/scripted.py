@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.events import (
@@ -57,6 +58,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.providers.base import LlmContext, StreamOptions
+from mcp_agent.providers.common import append_str
 
 SCRIPTED_API = "scripted"
 SCRIPTED_PROVIDER = "scripted"
@@ -64,6 +66,8 @@ SCRIPTED_PROVIDER = "scripted"
 # each does. Any other id is an error naming these; tests and embedders serve scripts of their
 # own through a ScriptedProvider (or model overrides), not through a made-up name.
 SCRIPTED_MODELS = {"echo": "repeats the last user message (for trying things without a key)"}
+# Chunks streamed without a delay between turns of the event loop (see pause in _stream).
+CHUNKS_PER_TURN = 64
 
 Block = TextContent | ThinkingContent | ToolCall
 
@@ -207,10 +211,19 @@ class ScriptedProvider:
         size = response.chunk_size or self.chunk_size
         message = AssistantMessage(api=self.api, provider=model.provider, model=model.id)
 
+        sent = 0
+
         async def pause() -> bool:
             """Wait between chunks; True when the stream must end as aborted."""
+            nonlocal sent
             if delay > 0:
                 await _sleep(delay, signal)
+            else:
+                # Without a delay a long answer would hold the event loop to its end (a
+                # 1 MB echo is 62,500 chunks): the loop gets a turn every so often.
+                sent += 1
+                if sent % CHUNKS_PER_TURN == 0:
+                    await anyio.lowlevel.checkpoint()
             return signal is not None and signal.aborted
 
         def aborted() -> ErrorEvent:
@@ -233,7 +246,7 @@ class ScriptedProvider:
                     if await pause():
                         yield aborted()
                         return
-                    text.text += chunk
+                    append_str(text, "text", chunk)
                     yield TextDeltaEvent(partial=message, content_index=index, delta=chunk)
                 yield TextEndEvent(partial=message, content_index=index, content=text.text)
             elif isinstance(block, ThinkingContent):
@@ -244,7 +257,7 @@ class ScriptedProvider:
                     if await pause():
                         yield aborted()
                         return
-                    thought.thinking += chunk
+                    append_str(thought, "thinking", chunk)
                     yield ThinkingDeltaEvent(partial=message, content_index=index, delta=chunk)
                 yield ThinkingEndEvent(
                     partial=message, content_index=index, content=thought.thinking
@@ -257,7 +270,7 @@ class ScriptedProvider:
                     if await pause():
                         yield aborted()
                         return
-                    call.partial_json = (call.partial_json or "") + chunk
+                    append_str(call, "partial_json", chunk)
                     yield ToolCallDeltaEvent(partial=message, content_index=index, delta=chunk)
                 call.arguments = dict(block.arguments)
                 call.partial_json = None
