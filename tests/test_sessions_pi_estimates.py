@@ -185,3 +185,25 @@ def test_custom_messages_and_branch_summaries_before_a_cut_go_with_it_as_in_pi(
     file.assistant(text("last answer " * 60))
     for keep in (150, 300, 500):
         assert assert_pi_agrees(file, keep, tmp_path) == len(file.rows) - 1
+
+
+def test_images_in_a_user_message_count_nothing_as_in_pi(tmp_path: Path) -> None:
+    """pi's estimate counts a user message's text only (a tool result's or a custom
+    message's image counts 4,800 characters), and a role it does not know (a version 3
+    file's hookMessage) nothing. Ours counted 1,200 tokens for each image a user sent, and
+    the unknown role's text, and so cut elsewhere."""
+    file = PiFile()
+    file.user([text("look at this " * 20), IMAGE])
+    file.assistant(text("I see it. " * 40))
+    hook = {"role": "hookMessage", "customType": "h", "display": True}
+    file.message({**hook, "content": "from a hook " * 40})
+    file.user([text("and these " * 20), IMAGE, IMAGE])
+    call = {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "a.png"}}
+    file.assistant(text("Both. " * 30), call)
+    file.result("c1", text("an image:"), IMAGE)
+    file.message({"role": "custom", "customType": "x", "content": [IMAGE], "display": True})
+    file.assistant(text("Done. " * 40))
+    file.user([IMAGE])
+    file.assistant(text("Again. " * 40))
+    for keep in (200, 1_500):
+        assert assert_pi_agrees(file, keep, tmp_path) > 0

@@ -13,10 +13,13 @@ from mcp_agent.messages import (
     BashExecutionMessage,
     BranchSummaryMessage,
     CompactionSummaryMessage,
+    CustomMessage,
     ImageContent,
     StopReason,
     TextContent,
+    ToolResultMessage,
     Usage,
+    UserMessage,
     answer_chars,
 )
 
@@ -25,7 +28,7 @@ DEFAULT_KEEP_RECENT_TOKENS = 20_000
 IMAGE_CHARS = 4_800
 
 
-def _content_chars(content: str | Sequence[Any]) -> int:
+def _content_chars(content: str | Sequence[Any], image_chars: int) -> int:
     if isinstance(content, str):
         return len(content)
     chars = 0
@@ -33,23 +36,26 @@ def _content_chars(content: str | Sequence[Any]) -> int:
         if isinstance(block, TextContent):
             chars += len(block.text)
         elif isinstance(block, ImageContent):
-            chars += IMAGE_CHARS
+            chars += image_chars
     return chars
 
 
 def estimate_tokens(message: BaseMessage) -> int:
-    """pi's estimate: characters / 4, rounded up; an image counts as 4,800 characters."""
+    """pi's estimate (estimateTokens): characters / 4, rounded up. An answer counts its
+    text, thinking and tool calls (name and JSON arguments); a user message its text only (its images count
+    nothing, as in pi); a tool result or custom message its text and 4,800 characters an
+    image; a role pi does not know counts nothing."""
     chars = 0
     if isinstance(message, AssistantMessage):
         chars = answer_chars(message)
+    elif isinstance(message, UserMessage):
+        chars = _content_chars(message.content, 0)
+    elif isinstance(message, ToolResultMessage | CustomMessage):
+        chars = _content_chars(message.content, IMAGE_CHARS)
     elif isinstance(message, BashExecutionMessage):
         chars = len(message.command) + len(message.output)
     elif isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):
         chars = len(message.summary)
-    else:  # user, toolResult, custom, and any registered type with content
-        content = getattr(message, "content", "")
-        if isinstance(content, str | list):
-            chars = _content_chars(content)
     return math.ceil(chars / 4)
 
 
