@@ -81,10 +81,12 @@ class PiFile:
         return path
 
 
-def pis(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any]]:
+def pis(path: Path, keeps: Sequence[int], leaves: list[str]) -> list[list[dict[str, Any]]]:
+    """pi's results for each budget in ``keeps``, each a list of one per leaf."""
     assert PI is not None
     node, peers = PI
-    args = [node, str(DATA / "estimates.mjs"), str(peers), str(path), str(keep), *leaves]
+    budgets = ",".join(str(keep) for keep in keeps)
+    args = [node, str(DATA / "estimates.mjs"), str(peers), str(path), budgets, *leaves]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     return list(json.loads(done.stdout))
 
@@ -121,8 +123,8 @@ def kept_past_the_last_cut_point(branch: Sequence[SessionEntry], keep: int) -> b
     return sum(estimate_tokens(m) for m in after) >= keep
 
 
-def assert_pi_agrees(file: PiFile, keep: int, tmp_path: Path) -> int:
-    """At every entry of ``file`` as the leaf, ours is pi's (a turn pi calls split with
+def assert_pi_agrees(file: PiFile, keeps: Sequence[int], tmp_path: Path) -> int:
+    """At every entry of ``file`` as the leaf, keeping each of ``keeps``, ours is pi's (a turn pi calls split with
     nothing before the cut is one that is not split, as ours calls it; where the budget is
     reached past the last place to cut, only the estimates are compared). How many leaves
     were compared whole."""
@@ -131,7 +133,14 @@ def assert_pi_agrees(file: PiFile, keep: int, tmp_path: Path) -> int:
     storage = InMemorySessionStorage(parsed.header, parsed.entries)
     leaves = [entry.id for entry in parsed.entries]
     whole = 0
-    for leaf, theirs in zip(leaves, pis(path, keep, leaves), strict=True):
+    for keep, results in zip(keeps, pis(path, keeps, leaves), strict=True):
+        whole += _agree(storage, keep, dict(zip(leaves, results, strict=True)))
+    return whole
+
+
+def _agree(storage: InMemorySessionStorage, keep: int, theirs_at: dict[str, dict[str, Any]]) -> int:
+    whole = 0
+    for leaf, theirs in theirs_at.items():
         mine = ours(storage, leaf, keep)
         prepared = theirs["prepared"]
         if prepared is not None and not prepared["turnPrefix"]:
@@ -141,7 +150,7 @@ def assert_pi_agrees(file: PiFile, keep: int, tmp_path: Path) -> int:
             theirs.pop("prepared")
         else:
             whole += 1
-        assert mine == theirs, leaf
+        assert mine == theirs, (keep, leaf)
     return whole
 
 
@@ -161,7 +170,7 @@ def test_a_cut_at_a_question_after_a_settings_change_splits_the_turn_before_as_i
         else:
             file.add({"type": "thinking_level_change", "thinkingLevel": "high"})
             file.add({"type": "label", "targetId": "e0000001", "label": f"l{n}"})
-    assert assert_pi_agrees(file, 400, tmp_path) == len(file.rows) - 1
+    assert assert_pi_agrees(file, [400], tmp_path) == len(file.rows) - 1
 
 
 def test_custom_messages_and_branch_summaries_before_a_cut_go_with_it_as_in_pi(
@@ -183,8 +192,7 @@ def test_custom_messages_and_branch_summaries_before_a_cut_go_with_it_as_in_pi(
     file.add({**custom, "content": [text("another note " * 40)]})
     file.user("last " * 100)
     file.assistant(text("last answer " * 60))
-    for keep in (150, 300, 500):
-        assert assert_pi_agrees(file, keep, tmp_path) == len(file.rows) - 1
+    assert assert_pi_agrees(file, [150, 300, 500], tmp_path) == 3 * (len(file.rows) - 1)
 
 
 def test_images_in_a_user_message_count_nothing_as_in_pi(tmp_path: Path) -> None:
@@ -205,5 +213,22 @@ def test_images_in_a_user_message_count_nothing_as_in_pi(tmp_path: Path) -> None
     file.assistant(text("Done. " * 40))
     file.user([IMAGE])
     file.assistant(text("Again. " * 40))
-    for keep in (200, 1_500):
-        assert assert_pi_agrees(file, keep, tmp_path) > 0
+    assert assert_pi_agrees(file, [200, 1_500], tmp_path) > 0
+
+
+def test_characters_outside_the_bmp_count_two_as_in_pis_javascript(tmp_path: Path) -> None:
+    """pi's estimate counts a string's length in UTF-16 code units: an emoji (or any
+    character past U+FFFF) is two. Ours counted one, so a session in emoji or in rare CJK
+    ideographs was estimated at about half of pi's, and cut elsewhere."""
+    file = PiFile()
+    file.user("😀 " * 300)
+    thinking = {"type": "thinking", "thinking": "🤔" * 150}
+    call = {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "🎈😀.txt"}}
+    file.assistant(text("🎉" * 200), thinking, call)
+    file.result("c1", text("𠀀𠀁" * 200))
+    file.assistant(text("done, é and 中 are one unit each " * 10))
+    bash = {"role": "bashExecution", "command": "echo 🚀", "output": "🚀\n" * 100}
+    file.message({**bash, "exitCode": 0, "cancelled": False, "truncated": False})
+    file.user("🙂" * 300)
+    file.assistant(text("ok"))
+    assert assert_pi_agrees(file, [300, 700], tmp_path) > 0

@@ -28,34 +28,43 @@ DEFAULT_KEEP_RECENT_TOKENS = 20_000
 IMAGE_CHARS = 4_800
 
 
+def js_length(text: str) -> int:
+    """``text.length`` as JavaScript counts it, in UTF-16 code units: a character outside the
+    Basic Multilingual Plane (an emoji, a CJK extension ideograph) is two."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def _content_chars(content: str | Sequence[Any], image_chars: int) -> int:
     if isinstance(content, str):
-        return len(content)
+        return js_length(content)
     chars = 0
     for block in content:
         if isinstance(block, TextContent):
-            chars += len(block.text)
+            chars += js_length(block.text)
         elif isinstance(block, ImageContent):
             chars += image_chars
     return chars
 
 
 def estimate_tokens(message: BaseMessage) -> int:
-    """pi's estimate (estimateTokens): characters / 4, rounded up. An answer counts its
-    text, thinking and tool calls (name and JSON arguments); a user message its text only (its images count
-    nothing, as in pi); a tool result or custom message its text and 4,800 characters an
-    image; a role pi does not know counts nothing."""
+    """pi's estimate (estimateTokens): characters / 4, rounded up, counted as JavaScript
+    counts a string's length (UTF-16 code units: an emoji is two). An answer counts its
+    text, thinking and tool calls (name and JSON arguments); a user message its text only
+    (its images count nothing, as in pi); a tool result or custom message its text and
+    4,800 characters an image; a role pi does not know counts nothing."""
     chars = 0
     if isinstance(message, AssistantMessage):
-        chars = answer_chars(message)
+        chars = answer_chars(message, js_length)
     elif isinstance(message, UserMessage):
         chars = _content_chars(message.content, 0)
     elif isinstance(message, ToolResultMessage | CustomMessage):
         chars = _content_chars(message.content, IMAGE_CHARS)
     elif isinstance(message, BashExecutionMessage):
-        chars = len(message.command) + len(message.output)
+        chars = js_length(message.command) + js_length(message.output)
     elif isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):
-        chars = len(message.summary)
+        chars = js_length(message.summary)
     return math.ceil(chars / 4)
 
 

@@ -1,7 +1,7 @@
 // pi's token estimates and compaction preparation as an oracle, in detail.
-//   node estimates.mjs PEERS_DIR FILE.jsonl KEEP_RECENT_TOKENS LEAF_ID...
-// PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. Prints one result per leaf:
-// {estimates: [estimateTokens of each message of the branch's context], contextTokens,
+//   node estimates.mjs PEERS_DIR FILE.jsonl KEEP_RECENT_TOKENS[,KEEP...] LEAF_ID...
+// PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. Prints, for each budget kept,
+// one result per leaf: {estimates: [estimateTokens of each message of the branch's context], contextTokens,
 //  prepared: null (pi refuses) or {firstKeptEntryId, summarized: [roles], turnPrefix: [roles],
 //  isSplitTurn, tokensBefore, previousSummary, readFiles, modifiedFiles}}.
 import { join } from "node:path";
@@ -13,8 +13,8 @@ const load = (path) => import(pathToFileURL(join(root, path)).href);
 const pi = await load("dist/index.js");
 const c = await load("dist/core/compaction/index.js");
 const manager = new pi.SessionManager("/", "", file, false);
-const settings = { ...c.DEFAULT_COMPACTION_SETTINGS, keepRecentTokens: Number(keepText) };
-const results = leaves.map((leaf) => {
+const perLeaf = (keep) => (leaf) => {
+  const settings = { ...c.DEFAULT_COMPACTION_SETTINGS, keepRecentTokens: keep };
   const branch = manager.getBranch(leaf);
   const messages = pi.buildSessionContext(branch).messages;
   const prepared = c.prepareCompaction(branch, settings);
@@ -37,5 +37,6 @@ const results = leaves.map((leaf) => {
     };
   }
   return result;
-});
+};
+const results = keepText.split(",").map((keep) => leaves.map(perLeaf(Number(keep))));
 process.stdout.write(JSON.stringify(results));
