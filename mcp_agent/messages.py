@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -394,20 +394,20 @@ def content_text(content: str | Iterable[Any]) -> str:
     return "\n".join(block.text for block in content if isinstance(block, TextContent))
 
 
-def answer_chars(message: AssistantMessage, length: Callable[[str], int] = len) -> int:
-    """The characters of an answer, each text measured by ``length``: its text, thinking, and
-    tool calls (name and compact JSON arguments, or their text while they stream). What the
-    token estimate counts, and what bounds a streamed answer."""
+def answer_chars(message: AssistantMessage) -> int:
+    """The characters of an answer: its text, thinking, and tool calls (name and compact JSON
+    arguments, or their text while they stream): what bounds a streamed answer (the token
+    estimate counts an answer as pi does, ``compaction.tokens``)."""
     chars = 0
     for block in message.content:
         if isinstance(block, TextContent):
-            chars += length(block.text)
+            chars += len(block.text)
         elif isinstance(block, ThinkingContent):
-            chars += length(block.thinking)
+            chars += len(block.thinking)
         elif isinstance(block, ToolCall):
             arguments = json.dumps(block.arguments, separators=(",", ":"), ensure_ascii=False)
             # A call still streaming holds its arguments as text, not yet parsed.
-            chars += length(block.name) + length(arguments) + length(block.partial_json or "")
+            chars += len(block.name) + len(arguments) + len(block.partial_json or "")
     return chars
 
 

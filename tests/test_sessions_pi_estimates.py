@@ -118,7 +118,7 @@ def ours(storage: InMemorySessionStorage, leaf: str, keep: int) -> dict[str, Any
 def kept_past_the_last_cut_point(branch: Sequence[SessionEntry], keep: int) -> bool:
     """Whether the messages after the branch's last place to cut (tool results) hold ``keep``
     tokens: there pi's cut keeps everything, ours cuts at that place (find_cut_point)."""
-    last = max(i for i, entry in enumerate(branch) if _is_cut_candidate(entry))
+    last = max((i for i, entry in enumerate(branch) if _is_cut_candidate(entry)), default=-1)
     after = [e.message for e in branch[last + 1 :] if isinstance(e, MessageEntry)]
     return sum(estimate_tokens(m) for m in after) >= keep
 
@@ -232,3 +232,19 @@ def test_characters_outside_the_bmp_count_two_as_in_pis_javascript(tmp_path: Pat
     file.user("🙂" * 300)
     file.assistant(text("ok"))
     assert assert_pi_agrees(file, [300, 700], tmp_path) > 0
+
+
+def test_tool_call_arguments_count_as_javascript_writes_them(tmp_path: Path) -> None:
+    """pi counts a tool call's arguments as JSON.stringify writes them: 1.0 as 1, 1e-07 as
+    1e-7, 1e+17 in its eighteen digits, an integer past 2**53 as the float JavaScript reads.
+    Ours counted Python's JSON, so a file another program wrote (or an agent's numeric
+    arguments) was estimated, and cut, elsewhere."""
+    file = PiFile()
+    file.user("compute")
+    numbers = {"whole": 1.0, "small": 1e-7, "large": 1e17, "huge": 2.5e25, "id": 2**60}
+    arguments = {**numbers, "list": [0.5, -3.0, None, True, {"x": "é😀"}]}
+    call = {"type": "toolCall", "id": "c1", "name": "calc", "arguments": arguments}
+    file.assistant(call)
+    file.result("c1", text("done"))
+    file.assistant(text("ok"))
+    assert assert_pi_agrees(file, [10, 1_000], tmp_path) > 0
