@@ -396,8 +396,8 @@ def content_text(content: str | Iterable[Any]) -> str:
 
 def answer_chars(message: AssistantMessage) -> int:
     """The characters of an answer: its text, thinking, and tool calls (name and compact JSON
-    arguments, or their text while they stream). What the token estimate counts, and what
-    bounds a streamed answer."""
+    arguments, or their text while they stream): what bounds a streamed answer (the token
+    estimate counts an answer as pi does, ``compaction.tokens``)."""
     chars = 0
     for block in message.content:
         if isinstance(block, TextContent):

@@ -175,7 +175,8 @@ def conversation_of(prompt: str) -> str:
 def test_estimate_tokens_counts_characters_and_images() -> None:
     assert estimate_tokens(user("abcde")) == 2  # ceil(5 / 4)
     image = ImageContent(data="AAAA", mime_type="image/png")
-    assert estimate_tokens(UserMessage(content=[TextContent(text="abcd"), image])) == 1 + 1200
+    # pi counts a user's images as nothing, a tool result's as 1,200 tokens each.
+    assert estimate_tokens(UserMessage(content=[TextContent(text="abcd"), image])) == 1
     tool_result = ToolResultMessage(tool_call_id="c", tool_name="read", content=[image])
     assert estimate_tokens(tool_result) == 1200
     tool_use = assistant("ab", call("c", "read", path="a.py"))

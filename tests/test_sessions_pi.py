@@ -755,3 +755,31 @@ def test_custom_messages_without_display_or_with_null_details_read_and_export_as
         exported.write_text(repo.export_jsonl(session.id))
         assert run_pi(exported)["entries"] == theirs["entries"]
         repo.close()
+
+
+@needs_pi
+@pytest.mark.node
+@pytest.mark.parametrize(
+    "name", ["  plain  ", "\ufeffbom\ufeff", "\x1fcontrol\x85", "\u3000wide\u2028", "\ufeff \t"]
+)
+def test_pi_and_we_agree_on_a_session_name_trimmed_as_javascript_trims(
+    name: str, tmp_path: Path
+) -> None:
+    """pi shows a session_info entry's name trimmed by JavaScript's trim(), which removes a
+    byte order mark and keeps U+001C-U+001F and U+0085: ours trimmed with Python's strip(),
+    which does neither, so an imported session was listed by another name than pi's."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    info = {"type": "session_info", "id": "n0000001", "parentId": None, "name": name}
+    info["timestamp"] = header["timestamp"] = "2026-01-15T08:30:00.000Z"
+    path = tmp_path / "named.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(info) + "\n")
+    theirs = run_pi(path)["manager"]["name"]
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        assert session.name == theirs, type(repo).__name__
+        assert [row.name for row in repo.list().items] == [theirs], type(repo).__name__
+        repo.close()

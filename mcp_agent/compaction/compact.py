@@ -1,7 +1,7 @@
 """Compaction: replace the older part of a long branch by a model-written summary (pi's design).
 
-- Token accounting: the last assistant message's usage, plus an estimate (characters / 4, an
-  image as 4,800 characters) for the messages after it. Usage recorded before the newest
+- Token accounting: the last assistant message's usage, plus pi's estimate (UTF-16 units / 4,
+  a tool result's image as 4,800) for the messages after it. Usage recorded before the newest
   compaction is stale (it measured the context before the summary replaced it) and is ignored.
 - When: ``should_compact`` (context tokens > context window - reserve).
 - Where: ``find_cut_point`` keeps about ``keep_recent_tokens`` of the newest entries, never

@@ -11,6 +11,7 @@ from mcp_agent.compaction.tokens import (
     DEFAULT_KEEP_RECENT_TOKENS,
     context_tokens,
     estimate_messages_tokens,
+    estimate_tokens,
 )
 from mcp_agent.messages import (
     AssistantMessage,
@@ -118,17 +119,25 @@ def entry_messages(entry: SessionEntry) -> list[BaseMessage]:
     return []
 
 
+# The roles of messages a cut may fall on (pi's findValidCutPoints): not a tool result, which
+# must follow its call, nor a role pi does not know.
+CUT_ROLES = frozenset(
+    ("user", "assistant", "bashExecution", "custom", "branchSummary", "compactionSummary")
+)
+
+
 def _is_cut_candidate(entry: SessionEntry) -> bool:
-    """pi's valid cut points: any message but a tool result, a custom message, a branch summary."""
+    """pi's valid cut points: a message of ``CUT_ROLES``, a custom message, a branch summary."""
     if isinstance(entry, MessageEntry):
-        return entry.message.role != "toolResult"
+        return entry.message.role in CUT_ROLES
     return isinstance(entry, CustomMessageEntry | BranchSummaryEntry)
 
 
 def is_turn_start(entry: SessionEntry) -> bool:
-    """An entry that begins a turn: a user (or user-like) message."""
+    """An entry that begins a turn (pi's findTurnStartIndex): a user message, a shell command
+    the user ran, a custom message or a branch summary."""
     if isinstance(entry, MessageEntry):
-        return entry.message.role in ("user", "bashExecution", "custom")
+        return entry.message.role in ("user", "bashExecution")
     return isinstance(entry, CustomMessageEntry | BranchSummaryEntry)
 
 
@@ -174,10 +183,16 @@ def find_cut_point(
     end: int | None = None,
 ) -> CutPoint:
     """Where to cut ``entries[start:end]`` so that about ``keep_recent_tokens`` of the newest
-    messages are kept (pi's findCutPoint). Walking back from the newest, once the kept messages
-    reach the budget the cut goes to the nearest valid cut point at or after that message: a
-    user, assistant, custom message or branch summary (never a tool result, nor anywhere between
-    a tool call and its result). Settings and labels just before the cut are kept with it."""
+    messages are kept, as pi's findCutPoint cuts. Walking back from the newest message entry
+    (custom messages and branch summaries count nothing there), once the kept messages reach
+    the budget the cut goes to the nearest valid cut point at or after that message, never a
+    tool result, nor, ours only, anywhere between a tool call and its result. Ours only too:
+    with no cut point after it (the budget reached in the tool results that end the branch)
+    the cut goes to the last one, where pi's goes to the first and keeps everything, so that
+    a turn grown past the model's window by its tool results can still be compacted. The
+    entries just before the cut that are no message entries (settings, labels, custom
+    messages, branch summaries) are kept with it, up to a compaction. A cut at anything but a user message splits the turn it falls in; one at a
+    user message after settings splits the turn before them, as in pi."""
     end = len(entries) if end is None else end
     excluded = _inside_tool_exchanges(entries, start, end)
     candidates = [
@@ -188,21 +203,19 @@ def find_cut_point(
     cut = candidates[0]
     kept_tokens = 0
     for index in range(end - 1, start - 1, -1):
-        messages = entry_messages(entries[index])
-        if not messages:
+        entry = entries[index]
+        if not isinstance(entry, MessageEntry):
             continue
-        kept_tokens += estimate_messages_tokens(messages)
+        kept_tokens += estimate_tokens(entry.message)
         if kept_tokens >= keep_recent_tokens:
             cut = next((c for c in candidates if c >= index), candidates[-1])
             break
-    turn_start = None if is_turn_start(entries[cut]) else find_turn_start(entries, cut - 1, start)
-    first_kept = cut
-    while first_kept > start:
-        previous = entries[first_kept - 1]
-        if isinstance(previous, CompactionEntry) or entry_messages(previous):
-            break
-        first_kept -= 1
-    return CutPoint(first_kept, turn_start, turn_start is not None)
+    while cut > start and not isinstance(entries[cut - 1], CompactionEntry | MessageEntry):
+        cut -= 1
+    kept = entries[cut]
+    at_user = isinstance(kept, MessageEntry) and kept.message.role == "user"
+    turn_start = None if at_user else find_turn_start(entries, cut, start)
+    return CutPoint(cut, turn_start, turn_start is not None)
 
 
 # --- preparing a compaction -------------------------------------------------------------------

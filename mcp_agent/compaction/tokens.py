@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from mcp_agent.messages import (
@@ -13,11 +15,15 @@ from mcp_agent.messages import (
     BashExecutionMessage,
     BranchSummaryMessage,
     CompactionSummaryMessage,
+    CustomMessage,
     ImageContent,
     StopReason,
     TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
     Usage,
-    answer_chars,
+    UserMessage,
 )
 
 DEFAULT_RESERVE_TOKENS = 16_384
@@ -25,31 +31,109 @@ DEFAULT_KEEP_RECENT_TOKENS = 20_000
 IMAGE_CHARS = 4_800
 
 
-def _content_chars(content: str | Sequence[Any]) -> int:
+def js_length(text: str) -> int:
+    """``text.length`` as JavaScript counts it, in UTF-16 code units: a character outside the
+    Basic Multilingual Plane (an emoji, a CJK extension ideograph) is two."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _js_number(value: float) -> str:
+    """A finite number as JavaScript writes it (Number.prototype.toString): 1.0 as "1",
+    1e-07 as "1e-7", 1e+17 as "100000000000000000". Both languages write the shortest digits
+    that read back the same; only where the point and the exponent go differs."""
+    if value == 0:
+        return "0"
+    _sign, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
+    text, k = "".join(map(str, digits)), len(digits)
+    n = k + int(exponent)
+    prefix = "-" if value < 0 else ""
+    if k <= n <= 21:
+        return prefix + text + "0" * (n - k)
+    if 0 < n <= 21:
+        return prefix + text[:n] + "." + text[n:]
+    if -6 < n <= 0:
+        return prefix + "0." + "0" * -n + text
+    mantissa = text if k == 1 else text[0] + "." + text[1:]
+    return f"{prefix}{mantissa}e{'+' if n >= 1 else '-'}{abs(n - 1)}"
+
+
+def js_json_length(value: Any) -> int:
+    """``JSON.stringify(value).length`` in JavaScript, of a value read from JSON: its numbers
+    as JavaScript writes them (a whole number past 2**53, or a float, through ``_js_number``;
+    past the largest float, null), its strings in UTF-16 code units."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += js_length(json.dumps(item, ensure_ascii=False))
+        elif item is None or item is True:
+            total += 4
+        elif item is False:
+            total += 5
+        elif isinstance(item, int) and abs(item) < 2**53:
+            total += len(str(item))
+        elif isinstance(item, int | float):
+            try:
+                number = float(item)
+            except OverflowError:
+                number = math.inf
+            total += len(_js_number(number)) if math.isfinite(number) else 4
+        elif isinstance(item, Mapping):
+            total += 2 + max(len(item) - 1, 0) + len(item)  # braces, commas, colons
+            for key, child in item.items():
+                stack.extend((str(key), child))
+        elif isinstance(item, list | tuple):
+            total += 2 + max(len(item) - 1, 0)
+            stack.extend(item)
+        else:
+            total += js_length(json.dumps(item, ensure_ascii=False, default=str))
+    return total
+
+
+def _content_chars(content: str | Sequence[Any], image_chars: int) -> int:
     if isinstance(content, str):
-        return len(content)
+        return js_length(content)
     chars = 0
     for block in content:
         if isinstance(block, TextContent):
-            chars += len(block.text)
+            chars += js_length(block.text)
         elif isinstance(block, ImageContent):
-            chars += IMAGE_CHARS
+            chars += image_chars
+    return chars
+
+
+def _answer_chars(message: AssistantMessage) -> int:
+    chars = 0
+    for block in message.content:
+        if isinstance(block, TextContent):
+            chars += js_length(block.text)
+        elif isinstance(block, ThinkingContent):
+            chars += js_length(block.thinking)
+        elif isinstance(block, ToolCall):
+            chars += js_length(block.name) + js_json_length(block.arguments)
     return chars
 
 
 def estimate_tokens(message: BaseMessage) -> int:
-    """pi's estimate: characters / 4, rounded up; an image counts as 4,800 characters."""
+    """pi's estimate (estimateTokens): characters / 4, rounded up, counted as JavaScript
+    counts a string's length (UTF-16 code units: an emoji is two). An answer counts its
+    text, thinking and tool calls (name and arguments as JSON.stringify writes them); a user message its text only
+    (its images count nothing, as in pi); a tool result or custom message its text and
+    4,800 characters an image; a role pi does not know counts nothing."""
     chars = 0
     if isinstance(message, AssistantMessage):
-        chars = answer_chars(message)
+        chars = _answer_chars(message)
+    elif isinstance(message, UserMessage):
+        chars = _content_chars(message.content, 0)
+    elif isinstance(message, ToolResultMessage | CustomMessage):
+        chars = _content_chars(message.content, IMAGE_CHARS)
     elif isinstance(message, BashExecutionMessage):
-        chars = len(message.command) + len(message.output)
+        chars = js_length(message.command) + js_length(message.output)
     elif isinstance(message, BranchSummaryMessage | CompactionSummaryMessage):
-        chars = len(message.summary)
-    else:  # user, toolResult, custom, and any registered type with content
-        content = getattr(message, "content", "")
-        if isinstance(content, str | list):
-            chars = _content_chars(content)
+        chars = js_length(message.summary)
     return math.ceil(chars / 4)
 
 

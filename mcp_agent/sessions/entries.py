@@ -328,6 +328,18 @@ class SessionInfoEntry(SessionEntry):
     name: str | None = None
 
 
+# What JavaScript's trim() removes (its WhiteSpace and LineTerminator): Python's strip()
+# removes the controls U+001C-U+001F and U+0085 too, and keeps U+FEFF.
+JS_SPACE = "\t\n\v\f\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)))
+JS_SPACE += "\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
+def session_name(name: str | None) -> str | None:
+    """A session's name as pi reads a ``session_info`` entry's (``name?.trim() ||
+    undefined``): trimmed as JavaScript trims; an empty one clears the name."""
+    return (name or "").strip(JS_SPACE) or None
+
+
 class LeafEntry(SessionEntry):
     """A move of the current leaf to ``target_id``, persisted so a branch switch survives a
     restart. Its ``parentId`` is the target, so pi (which resumes at the last line) lands on

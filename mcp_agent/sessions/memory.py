@@ -19,6 +19,7 @@ from mcp_agent.sessions.entries import (
     iso_now,
     new_entry_id,
     new_header,
+    session_name,
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -105,8 +106,7 @@ class InMemorySessionStorage:
             else:
                 self._labels.pop(entry.target_id, None)
         elif isinstance(entry, SessionInfoEntry):
-            # pi: ``name?.trim() || undefined``; an empty name clears it.
-            self._name = (entry.name or "").strip() or None
+            self._name = session_name(entry.name)
         if isinstance(entry, LeafEntry):
             self._leaf_id = moved_leaf(entry, self._by_id.__contains__)
         else:

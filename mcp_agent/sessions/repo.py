@@ -36,6 +36,7 @@ from mcp_agent.sessions.entries import (
     new_entry_id,
     new_header,
     new_session_id,
+    session_name,
     shown_time,
     sortable_time,
 )
@@ -446,18 +447,17 @@ class BaseSessionRepo:
         metadata: Mapping[str, Any] | None = None,
         parent_session: str | None = None,
     ) -> Session:
-        check_length(name.strip() if name else None, "name", NAME_CHARS)
+        name = session_name(name)
+        check_length(name, "name", NAME_CHARS)
         check_length(cwd, "cwd", CWD_CHARS)
         if cwd is not None and "\x00" in cwd:
             raise SessionError("invalid_argument", "cwd holds a NUL character, which no path can")
         check_metadata(metadata)
         header = new_header(cwd=cwd, parent_session=parent_session, metadata=metadata)
         entries: builtins.list[SessionEntry] = []
-        if name and name.strip():
+        if name is not None:
             entries.append(
-                SessionInfoEntry(
-                    id=new_entry_id(), parent_id=None, timestamp=iso_now(), name=name.strip()
-                )
+                SessionInfoEntry(id=new_entry_id(), parent_id=None, timestamp=iso_now(), name=name)
             )
         return self._create(header, entries)
 

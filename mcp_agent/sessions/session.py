@@ -34,6 +34,7 @@ from mcp_agent.sessions.entries import (
     check_length,
     iso_now,
     parse_entry,
+    session_name,
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
@@ -202,10 +203,10 @@ class Session:
             data.pop("label", None)
         if kind == "session_info":
             name = data.get("name")
-            if isinstance(name, str) and not name.strip():
+            if isinstance(name, str) and session_name(name) is None:
                 data.pop("name")
             elif isinstance(name, str):
-                data["name"] = name.strip()
+                data["name"] = session_name(name)
 
         def build(base: dict[str, Any]) -> SessionEntry:
             entry = parse_entry(
@@ -298,7 +299,7 @@ class Session:
 
     def set_name(self, name: str | None) -> str:
         """Name the session (a ``session_info`` entry); an empty name clears it."""
-        optional = _given(name=(name or "").strip() or None)
+        optional = _given(name=session_name(name))
         check_length(optional.get("name"), "name", NAME_CHARS)
         return self._append(lambda base: SessionInfoEntry(**base, **optional))
 

@@ -19,6 +19,7 @@ from mcp_agent.sessions.entries import (
     SessionInfoEntry,
     entry_usage,
     is_tree_node,
+    session_name,
 )
 from mcp_agent.sessions.errors import SessionError
 
@@ -316,7 +317,7 @@ class RowDelta:
             if isinstance(message, UserMessage) and self.first_user_message is None:
                 self.first_user_message = listing_text(message)
         if isinstance(entry, SessionInfoEntry):
-            self.name = ((entry.name or "").strip() or None,)
+            self.name = (session_name(entry.name),)
 
     def check_fits(self) -> None:
         check_counts_fit(self.counts)
