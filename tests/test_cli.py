@@ -2132,6 +2132,42 @@ main()
     assert (done.returncode, done.stderr, done.stdout) == (130, INTERRUPTED_LINE, "")
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sessions", "export", "{session}"],
+        ["sessions", "tree", "{session}", "--json"],
+        ["sessions", "tree", "{session}"],
+        ["sessions", "show", "{session}"],
+        ["models"],
+        ["--help"],
+    ],
+    ids=" ".join,
+)
+def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
+    db: Path, command: list[str]
+) -> None:
+    """`| head` that has what it wanted: export and tree --json (written with sys.stdout) ended
+    with 1, tree and show (written by rich) with 1 or 0 as their last write fell. Each ends
+    as ripgrep does: no word, exit code 0 (1, or git's 141, fails a `set -o pipefail` script
+    for what it asked for)."""
+    ids = seed(db)
+    read, write = os.pipe()
+    os.close(read)  # the reader gone before the first write: the same for every command
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", *(a.format(**ids) for a in command)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(MCP_AGENT_DB=str(db)),
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
     seed(db)
     with open("/dev/full", "w") as full:

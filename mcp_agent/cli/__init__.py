@@ -47,6 +47,8 @@ try:
         FAILED,
         INTERRUPTED,
         PROG,
+        ClosableCommands,
+        OutputClosed,
         fail,
         plain_help_types,
         say_error,
@@ -57,6 +59,7 @@ try:
 
     app = typer.Typer(
         name=PROG,
+        cls=ClosableCommands,
         help="An MCP server that runs agents and keeps every conversation as a session tree.",
         no_args_is_help=True,
         add_completion=False,
@@ -81,8 +84,9 @@ finally:
 
 def main() -> None:
     """The console script. A usage error is one line with a hint (exit 2); Ctrl-C outside a
-    run ends the program with one line, `interrupted` (exit 130); output that cannot be written (a full disk, a
-    closed pipe) is one line too (exit 1), and so is a standard output closed from the start."""
+    run ends the program with one line, `interrupted` (exit 130); output that cannot be written (a full disk) is
+    one line too (exit 1), and so is a standard output closed from the start; a pipe whose
+    reader has gone (`| head`) ends every command quietly (exit 0)."""
     # Started with a standard stream closed (`<&-`, `2>&-`), Python holds None for it: chat's
     # reading thread died and left the chat waiting for ever, `run -` and every print raised.
     # No input reads as empty, no stderr as the null device, which takes the free descriptor,
@@ -105,6 +109,8 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):  # KeyboardInterrupt: after typer's part
         typer.echo(f"\n{PROG}: interrupted", err=True)
         code = INTERRUPTED
+    except OutputClosed:
+        code = _output_closed()
     except OSError as error:
         code = _output_failed(error)
     except Exception as error:
@@ -132,16 +138,30 @@ def _interrupted_in_pydantic(error: Exception) -> bool:
 
 
 def _output_failed(error: OSError) -> int:
-    """One line for an error no command handled, typically writing its output; and stdout
-    pointed at the null device, so that the interpreter's last flush of what could not be
-    written does not print a traceback of its own."""
+    """One line for an error no command handled, typically writing its output (exit 1); and
+    stdout pointed at the null device, so that the interpreter's last flush of what could not
+    be written does not print a traceback of its own."""
+    if error.errno == errno.EPIPE:
+        return _output_closed()
+    _drop_stdout()
+    where = f": {error.filename}" if error.filename else ""
+    with contextlib.suppress(OSError):
+        say_error(f"{error.strerror or error}{where}")
+    return FAILED
+
+
+def _output_closed() -> int:
+    """The reader of our output went away (`| head`): no word, as it is no news to whoever
+    closed the pipe, and exit code 0, as ripgrep does, since the command did what it was
+    asked. Not 1, which `set -o pipefail` takes for a failure of the command, nor dying of
+    SIGPIPE as git does (141), which pipefail takes for one too."""
+    _drop_stdout()
+    return 0
+
+
+def _drop_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if error.errno != errno.EPIPE:  # a closed pipe (| head) is no news to whoever closed it
-        where = f": {error.filename}" if error.filename else ""
-        with contextlib.suppress(OSError):
-            say_error(f"{error.strerror or error}{where}")
-    return FAILED
 
 
 def is_usage_error(error: Exception) -> bool:

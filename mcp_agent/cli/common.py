@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from mcp_agent.paths import (
     DB_ENV,
@@ -129,20 +130,53 @@ def die(message: str, code: int = BAD_INPUT) -> NoReturn:
     raise fail(message, code)
 
 
+class OutputClosed(Exception):
+    """The reader of standard output (or error) has gone: `| head` has what it wanted. Every
+    command ends then as ripgrep does, quietly with exit code 0 (see ``cli.main``)."""
+
+
+def closable(console: Console) -> Console:
+    """``console`` raising :class:`OutputClosed` when its pipe is closed; rich's own way
+    exits with code 1 at once, where a command writing with ``sys.stdout`` ended with 0 or 1
+    as its last write happened to fall."""
+
+    def closed() -> None:
+        console.quiet = True
+        raise OutputClosed
+
+    console.on_broken_pipe = closed  # type: ignore[method-assign]
+    return console
+
+
+class ClosableCommands(TyperGroup):
+    """The commands, where a write to a closed pipe becomes :class:`OutputClosed` before
+    typer turns it into exit code 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import errno
+
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            if error.errno != errno.EPIPE:
+                raise
+            raise OutputClosed from error
+
+
 # Markup is off: session text such as "[bold]" or "[Paris]" must print as written. Styles are
 # given with style= or rich Text objects instead.
 @cache
 def out() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, markup=False)
+    return closable(Console(highlight=False, markup=False))
 
 
 @cache
 def err() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, markup=False)
+    return closable(Console(stderr=True, highlight=False, markup=False))
 
 
 def print_table(
@@ -166,7 +200,7 @@ def print_table(
     if room > console.width:
         from rich.console import Console
 
-        console = Console(highlight=False, markup=False, width=room)
+        console = closable(Console(highlight=False, markup=False, width=room))
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
         justify: JustifyMethod = "right" if header in right else "left"
@@ -466,6 +500,9 @@ def plain_help_types() -> None:
             from typer import rich_utils
 
             rich_utils._fix_linebreaks = flowed
+            if not hasattr(rich_utils, "_made_console"):
+                made = rich_utils._made_console = rich_utils._get_rich_console  # type: ignore[attr-defined]
+                rich_utils._get_rich_console = lambda stderr=False: closable(made(stderr))
             return shown(self, ctx, formatter)
 
         command.format_help = format_help  # type: ignore[method-assign]
