@@ -1252,7 +1252,8 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
     """The ids are what --model takes: cut to fit 80 columns (a pipe's width too), Claude's
-    read 'anthropic:claude-op…' twice."""
+    read 'anthropic:claude-op…' twice. Uncut, the table was 93 columns wide, and its notes up
+    to 116: it fits 80, one line per model (a pipe greps a model's figures with its id)."""
     env = clean_env()
     env["COLUMNS"] = "80"
     done = sub("models", env=env)
@@ -1260,6 +1261,9 @@ def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
     listed = [line.split()[0] for line in done.stdout.split("\n\n")[0].splitlines()[1:]]
     known = [m["ref"] for m in json.loads(sub("models", "--json").stdout)["models"]]
     assert listed == known and "anthropic:claude-3-5-haiku-latest" in listed
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80, done.stdout
+    (haiku,) = [line for line in done.stdout.splitlines() if "claude-3-5-haiku-latest" in line]
+    assert haiku.split()[1:] == ["200,000", "8,192", "0.8", "4", "0.08"]
 
 
 # --- run and chat -----------------------------------------------------------------------------
