@@ -421,6 +421,32 @@ def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:
 # --- sessions ---------------------------------------------------------------------------------
 
 
+def test_sessions_list_at_80_columns_puts_each_name_under_its_session(db: Path) -> None:
+    """At 80 columns the whole ids left the names 15 cells ('Plan a picnic f…', and the
+    header 'Name / first m…'): each name goes on the line under its session, with the width
+    to itself; at 120 the table stays one line a session."""
+    ids = seed(db)
+    asked = "Plan a picnic for twelve people in the park on Sunday, with games and music " * 2
+    with SqliteSessionRepo(db) as repo:
+        other = repo.create()
+        other.append_message(User(content=asked))
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = "80"
+    done = sub("sessions", "list", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, done.stdout
+    assert lines[0].split() == ["ID", "Modified", "Msgs", "Tokens"]
+    assert lines[1] == "  Name / first message"
+    assert lines[2].split()[0] == other.id and lines[4].split()[0] == ids["session"]
+    assert lines[3].startswith("  Plan a picnic for twelve people in the park on Sunday, with")
+    assert lines[3].endswith("…") and len(lines[3]) == 80
+    assert lines[5] == "  weather chat"
+    env["COLUMNS"] = "120"
+    wide = sub("sessions", "list", env=env).stdout.splitlines()
+    assert wide[1].split()[0] == other.id and "  Plan a picnic for twelve people" in wide[1]
+
+
 def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
     ids = seed(db)
     with SqliteSessionRepo(db) as repo:
@@ -2560,8 +2586,8 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     env["COLUMNS"] = columns
     done = sub("sessions", "list", env=env)
     assert done.returncode == 0, done.stderr
-    header, row = done.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
+    header, name, row = done.stdout.splitlines()[:3]  # the names under the rows
+    assert header.split() == ["ID", "Modified", "Msgs", "Tokens"] and "Name" in name
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
 
 

@@ -184,18 +184,24 @@ def print_table(
     rows: list[tuple[list[str], str | None]],
     flexible: int | None,
     right: frozenset[str] = frozenset(),
+    below: int = 0,
 ) -> None:
     """A borderless table on stdout. Every column keeps its full width except ``flexible``,
     which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
     columns than cut a long one); None: no column may be cut (each holds what people copy).
     ``rows`` are (cells, style). A terminal too narrow even for that gets the rows at their
     width, each wrapped by the terminal: cropped to its width, an id would be cut with no sign
-    of it, and the columns after it would be gone."""
+    of it, and the columns after it would be gone. ``below``: when what is left for the last
+    column, ``flexible``, is fewer cells than that, it goes on a line of its own under each
+    row, indented."""
     from rich.table import Table
 
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
+    if flexible == len(headers) - 1 and min(widths[-1], below) > console.width - fixed:
+        _print_stacked(headers, rows, right, fixed - 2)
+        return
     room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
     if room > console.width:
         from rich.console import Console
@@ -213,6 +219,33 @@ def print_table(
     for cells, style in rows:
         table.add_row(*cells, style=style)
     console.print(Unpadded(table))
+
+
+def _print_stacked(
+    headers: list[str], rows: list[tuple[list[str], str | None]], right: frozenset[str], wide: int
+) -> None:
+    """``print_table``'s rows with their last cell on a line of its own under each, indented
+    and cut with an ellipsis at the width (``wide``: the other columns' width)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for header in headers[:-1]:
+        table.add_column(header, no_wrap=True, justify="right" if header in right else "left")
+    for cells, style in rows:
+        table.add_row(*cells[:-1], style=style)
+    console = out()
+    if wide > console.width:  # as print_table: the rows at their width, wrapped by the terminal
+        from rich.console import Console
+
+        console = closable(Console(highlight=False, markup=False, width=wide))
+    lines = [
+        Text.assemble(*((s.text, s.style or "") for s in line))
+        for line in unpadded_lines(console, table, console.options)
+    ]
+    for line, (cells, style) in zip(lines, [([headers[-1]], "bold"), *rows], strict=True):
+        console.print(line, soft_wrap=True)
+        console.print(Text("  " + cells[-1], style=style or ""), no_wrap=True, overflow="ellipsis")
 
 
 class Unpadded:
