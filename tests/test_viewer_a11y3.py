@@ -386,6 +386,27 @@ def test_the_entry_pane_is_named_by_the_entry_it_shows(
     context.close()
 
 
+def test_the_entry_s_text_is_a_tab_stop_of_its_own_to_scroll_by_keyboard(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The entry's text scrolls inside its pane, which had no tab stop: Safari's Tab does not
+    reach a scrolled region by default, so a keyboard could not read a long entry to its end.
+    It is a tab stop of its own, after the entry's actions, named for a screen reader."""
+    server, session_id, ids = served
+    context = browser.new_context(viewport={"width": 900, "height": 360})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+    text = page.get_by_role("region", name="Entry text")
+    expect(text).to_contain_text("Plan a picnic for Saturday")
+    expect(text).to_have_attribute("tabindex", "0")
+    page.get_by_role("button", name="Label").focus()
+    page.keyboard.press("Tab")
+    expect(text).to_be_focused()
+    context.close()
+
+
 # Every text of the page on show that reads at less than 4.5:1 on what is behind it (its
 # own background, else its ancestors' laid over one another, as drawn), but for disabled
 # buttons (which WCAG leaves out) and what is hidden from a screen reader (drawn shapes).
