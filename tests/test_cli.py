@@ -1783,7 +1783,10 @@ def test_chat_from_piped_stdin(db: Path) -> None:
     assert "unknown thinking level 'loud'" in err
     assert "compacted: about" in err  # a short session too, as pi's /compact does
     assert "/fork [ENTRY [at]]" in err
-    assert "/tree [full]" in err and "high xhigh max)" in err  # every thinking level
+    assert "/tree [full]" in err and "high xhigh max\n" in err  # every thinking level
+    # /help at 80 columns, a terminal's usual width: its lines were up to 98 wide
+    listed = err[err.index("Commands:") : err.index('send "/text" as a message')]
+    assert max(len(line) for line in listed.splitlines()) <= 80, listed
     assert "usage: /tree or /tree full" in err
     assert "now in session" in err
     assert "never sent" not in out
