@@ -49,6 +49,7 @@ from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.sqlite import SqliteSessionRepo, SqliteSessionStorage
 
 MODEL_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MCP_AGENT_MODEL", "OPENAI_BASE_URL")
+INTERRUPTED_LINE = "\nmcp-agent-sessions: interrupted\n"  # what Ctrl-C ends a command with
 FAKELLM_RULES = """\
 version: 1
 rules:
@@ -418,6 +419,32 @@ def test_serve_durability_flag_is_a_choice(cli: Any, tmp_path: Path) -> None:
 
 
 # --- sessions ---------------------------------------------------------------------------------
+
+
+def test_sessions_list_at_80_columns_puts_each_name_under_its_session(db: Path) -> None:
+    """At 80 columns the whole ids left the names 15 cells ('Plan a picnic f…', and the
+    header 'Name / first m…'): each name goes on the line under its session, with the width
+    to itself; at 120 the table stays one line a session."""
+    ids = seed(db)
+    asked = "Plan a picnic for twelve people in the park on Sunday, with games and music " * 2
+    with SqliteSessionRepo(db) as repo:
+        other = repo.create()
+        other.append_message(User(content=asked))
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = "80"
+    done = sub("sessions", "list", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, done.stdout
+    assert lines[0].split() == ["ID", "Modified", "Msgs", "Tokens"]
+    assert lines[1] == "  Name / first message"
+    assert lines[2].split()[0] == other.id and lines[4].split()[0] == ids["session"]
+    assert lines[3].startswith("  Plan a picnic for twelve people in the park on Sunday, with")
+    assert lines[3].endswith("…") and len(lines[3]) == 80
+    assert lines[5] == "  weather chat"
+    env["COLUMNS"] = "120"
+    wide = sub("sessions", "list", env=env).stdout.splitlines()
+    assert wide[1].split()[0] == other.id and "  Plan a picnic for twelve people" in wide[1]
 
 
 def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
@@ -1251,7 +1278,8 @@ def test_models_table_and_json(cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
     """The ids are what --model takes: cut to fit 80 columns (a pipe's width too), Claude's
-    read 'anthropic:claude-op…' twice."""
+    read 'anthropic:claude-op…' twice. Uncut, the table was 93 columns wide, and its notes up
+    to 116: it fits 80, one line per model (a pipe greps a model's figures with its id)."""
     env = clean_env()
     env["COLUMNS"] = "80"
     done = sub("models", env=env)
@@ -1259,6 +1287,9 @@ def test_models_on_80_columns_or_in_a_pipe_keeps_every_model_id_whole() -> None:
     listed = [line.split()[0] for line in done.stdout.split("\n\n")[0].splitlines()[1:]]
     known = [m["ref"] for m in json.loads(sub("models", "--json").stdout)["models"]]
     assert listed == known and "anthropic:claude-3-5-haiku-latest" in listed
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80, done.stdout
+    (haiku,) = [line for line in done.stdout.splitlines() if "claude-3-5-haiku-latest" in line]
+    assert haiku.split()[1:] == ["200,000", "8,192", "0.8", "4", "0.08"]
 
 
 # --- run and chat -----------------------------------------------------------------------------
@@ -1752,7 +1783,10 @@ def test_chat_from_piped_stdin(db: Path) -> None:
     assert "unknown thinking level 'loud'" in err
     assert "compacted: about" in err  # a short session too, as pi's /compact does
     assert "/fork [ENTRY [at]]" in err
-    assert "/tree [full]" in err and "high xhigh max)" in err  # every thinking level
+    assert "/tree [full]" in err and "high xhigh max\n" in err  # every thinking level
+    # /help at 80 columns, a terminal's usual width: its lines were up to 98 wide
+    listed = err[err.index("Commands:") : err.index('send "/text" as a message')]
+    assert max(len(line) for line in listed.splitlines()) <= 80, listed
     assert "usage: /tree or /tree full" in err
     assert "now in session" in err
     assert "never sent" not in out
@@ -2102,13 +2136,15 @@ def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
     with pytest.raises(SystemExit) as ended:
         main()
     assert ended.value.code == 130
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == INTERRUPTED_LINE
 
 
-@pytest.mark.parametrize("loading", ["importlib.metadata", "typer"])
+@pytest.mark.parametrize("loading", ["typing", "contextlib", "importlib.metadata", "typer"])
 def test_ctrl_c_while_the_command_line_loads_ends_quietly(loading: str) -> None:
     """Ctrl-C in the first fifth of a second, while the package and typer are imported,
-    printed the traceback of the import it stopped; it ends as Ctrl-C later does (130)."""
+    printed the traceback of the import it stopped; it ends as Ctrl-C later does (130, one
+    line). typing and contextlib: the package's own first imports, before any handler was set
+    (the interpreter's start, before any of our code, is out of our reach)."""
     script = f"""
 import os, signal, sys
 
@@ -2126,7 +2162,43 @@ main()
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=clean_env(), timeout=60
     )
-    assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
+    assert (done.returncode, done.stderr, done.stdout) == (130, INTERRUPTED_LINE, "")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sessions", "export", "{session}"],
+        ["sessions", "tree", "{session}", "--json"],
+        ["sessions", "tree", "{session}"],
+        ["sessions", "show", "{session}"],
+        ["models"],
+        ["--help"],
+    ],
+    ids=" ".join,
+)
+def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
+    db: Path, command: list[str]
+) -> None:
+    """`| head` that has what it wanted: export and tree --json (written with sys.stdout) ended
+    with 1, tree and show (written by rich) with 1 or 0 as their last write fell. Each ends
+    as ripgrep does: no word, exit code 0 (1, or git's 141, fails a `set -o pipefail` script
+    for what it asked for)."""
+    ids = seed(db)
+    read, write = os.pipe()
+    os.close(read)  # the reader gone before the first write: the same for every command
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", *(a.format(**ids) for a in command)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(MCP_AGENT_DB=str(db)),
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
@@ -2517,8 +2589,8 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     env["COLUMNS"] = columns
     done = sub("sessions", "list", env=env)
     assert done.returncode == 0, done.stderr
-    header, row = done.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["ID", "Modified", "Msgs", "Tokens"]
+    header, name, row = done.stdout.splitlines()[:3]  # the names under the rows
+    assert header.split() == ["ID", "Modified", "Msgs", "Tokens"] and "Name" in name
     assert row.split()[0] == ids["session"]  # whole, to copy into the next command
 
 

@@ -267,12 +267,15 @@ def test_a_long_session_name_cut_to_fit_is_shown_whole_on_hover(
         context.close()
 
 
-def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
+def test_a_row_of_the_tree_is_called_by_what_it_shows_in_its_order(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
     """A screen reader heard each row of the tree by its hex id first ("7a5cb46b user Plan a
-    picnic…"), on every row, before anything a reader knows an entry by. A row is now called
-    by its kind and text, then its label, branches, the leaf and its time, its id last."""
+    picnic…"), on every row, before anything a reader knows an entry by; then the name put
+    the id last while the row still showed it first, and a name that does not hold what is
+    shown, in its order, fails who clicks by speaking it (axe: "label in name"). The row
+    shows its kind and text first and its id at its end, and is called by what it shows, in
+    that order, then its time."""
     server, session_id, ids = served
     context = browser.new_context(locale="en-GB", timezone_id="UTC")
     page = context.new_page()
@@ -286,24 +289,36 @@ def test_a_row_of_the_tree_is_called_by_what_it_says_its_id_last(
     assert len(names) >= 10, snapshot
     for name in names:
         assert not re.match(r"[0-9a-f]{8}\b", name), name  # never the id first
-        assert re.search(r", id [0-9a-f]{8}$", name), name  # the id last
+        assert re.search(r", [0-9a-f]{8}, \d\d:\d\d$", name), name  # the id, then the time
+    # axe's check: the text shown (no punctuation, in lower case) is in the name, from its start
+    shown_and_said = tree.locator(".row").evaluate_all(
+        """rows => rows.map((row) => {
+          const plain = (text) => text.toLowerCase().replace(/[^\\p{L}\\p{N}]+/gu, " ").trim();
+          const parts = [...row.children].filter((part) => part.getAttribute("aria-hidden") !== "true");
+          return [plain(parts.map((part) => part.textContent).join(" ")), plain(row.getAttribute("aria-label"))];
+        })"""
+    )
+    assert len(shown_and_said) >= 10
+    for shown, said in shown_and_said:
+        assert said.startswith(shown), (shown, said)
     clock = r"\d\d:\d\d"  # written today: the time of day
     ask = tree.get_by_role("treeitem", name=re.compile(r"^user: Plan a picnic for Saturday, "))
     expect(ask).to_have_attribute("data-id", ids["ask"])
-    expect(ask).to_have_attribute("aria-label", re.compile(f", {clock}, id {ids['ask']}$"))
+    expect(ask).to_have_attribute("aria-label", re.compile(f", {ids['ask']}, {clock}$"))
     plan = tree.locator(f".row[data-id='{ids['plan']}']")
     expect(plan).to_have_attribute(
         "aria-label",
-        re.compile(r"^assistant: Saturday looks sunny.*, label weather-ok, 2 branches, "),
+        re.compile(r"^assistant: Saturday looks sunny.*, #weather-ok, 2 branches, "),
     )
     leaf = tree.locator(f".row[data-id='{ids['leaf']}']")
     expect(leaf).to_have_attribute(
-        "aria-label", re.compile(f"^assistant: Meet at noon by the old bridge., leaf, {clock}, ")
+        "aria-label",
+        re.compile(f"^assistant: Meet at noon by the old bridge., leaf, {ids['leaf']}, {clock}$"),
     )
     # an unfolded row (read whole, not from the outline) is called the same way
     tree.locator(".fold").click()
     item = tree.get_by_role("treeitem", name=re.compile(r"^user: And item 3\?, "))
-    expect(item).to_have_attribute("aria-label", re.compile(f", {clock}, id [0-9a-f]{{8}}$"))
+    expect(item).to_have_attribute("aria-label", re.compile(f", [0-9a-f]{{8}}, {clock}$"))
     context.close()
 
 
@@ -350,7 +365,7 @@ def test_the_entry_pane_is_named_by_the_entry_it_shows(
 ) -> None:
     """The pane that shows an entry was called "Entry" whatever it showed: a screen reader
     going to it by its landmarks heard nothing of which entry it held. It is named by its
-    entry as the entry's row is (its kind and text, its label, the leaf, its id)."""
+    entry as the entry's row is (its kind and text, its label, the leaf, its id, its time)."""
     server, session_id, ids = served
     context = browser.new_context()
     page = context.new_page()
@@ -361,13 +376,34 @@ def test_the_entry_pane_is_named_by_the_entry_it_shows(
         "region", name=re.compile(r"^Entry: user: Plan a picnic for Saturday, ")
     )
     expect(pane).to_be_visible()
-    expect(pane).to_have_accessible_name(re.compile(f", id {ids['ask']}$"))
+    expect(pane).to_have_accessible_name(re.compile(f", {ids['ask']}, [^,]+$"))  # its time last
     expect(pane).to_contain_text("Plan a picnic for Saturday")
     tree.locator(f".row[data-id='{ids['plan']}']").click()
     expect(pane).to_have_count(0)
     plan = page.get_by_role("region", name=re.compile(r"^Entry: assistant: Saturday looks sunny"))
-    expect(plan).to_have_accessible_name(re.compile(r", label weather-ok, .*, id "))
+    expect(plan).to_have_accessible_name(re.compile(r", #weather-ok, 2 branches, [0-9a-f]{8}, "))
     expect(plan).to_contain_text("A park by the river")
+    context.close()
+
+
+def test_the_entry_s_text_is_a_tab_stop_of_its_own_to_scroll_by_keyboard(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The entry's text scrolls inside its pane, which had no tab stop: Safari's Tab does not
+    reach a scrolled region by default, so a keyboard could not read a long entry to its end.
+    It is a tab stop of its own, after the entry's actions, named for a screen reader."""
+    server, session_id, ids = served
+    context = browser.new_context(viewport={"width": 900, "height": 360})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    tree = page.get_by_role("tree", name="Picnic plans")
+    tree.locator(f".row[data-id='{ids['ask']}']").click()
+    text = page.get_by_role("region", name="Entry text")
+    expect(text).to_contain_text("Plan a picnic for Saturday")
+    expect(text).to_have_attribute("tabindex", "0")
+    page.get_by_role("button", name="Label").focus()
+    page.keyboard.press("Tab")
+    expect(text).to_be_focused()
     context.close()
 
 

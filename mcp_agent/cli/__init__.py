@@ -6,37 +6,39 @@ session commands load neither the MCP SDK nor the providers nor the server.
 
 from __future__ import annotations
 
-import contextlib
-import errno
+# First of all, before any import: Ctrl-C while the command line loads (its first fifth of a
+# second: typer, pydantic) ends it with the one line and exit code 130 that Ctrl-C later gives,
+# not with the traceback of the import it stopped. Through signal's C half, which the
+# interpreter has loaded already (`signal` itself imports enum: 12 ms more of that window).
+# Only the main thread may set a handler (this module imported from another is left as it
+# was); the handler before is put back once the command line is ready to take Ctrl-C itself
+# (typer's, then main's, turn it into the same line).
+import _signal  # type: ignore[import-not-found]  # no stub: signal's C module
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from types import FrameType
 
 
-@contextlib.contextmanager
-def _quiet_ctrl_c() -> Iterator[None]:
-    """Ctrl-C while the command line loads (its first fifth of a second: typer, pydantic)
-    ends it quietly with exit code 130, as Ctrl-C later does, not with the traceback of the
-    import it stopped. The handler before is put back after; only the main thread may set one
-    (this module imported from another is left as it was)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupted(_signal: int, _frame: FrameType | None) -> None:
-        raise SystemExit(130)  # INTERRUPTED, not yet imported
-
-    before = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
+def _interrupted_while_loading(_signal_number: int, _frame: object) -> None:
+    """The line, and the process ends at once: nothing is open yet, and an exception raised
+    here lands in whatever import was under way, which may wrap it in one of its own (a
+    class's ``__set_name__`` did) and print that."""
+    try:  # stderr may be closed
+        sys.stderr.write("\nmcp-agent-sessions: interrupted\n")  # PROG, not imported yet
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # contextlib.suppress: not imported yet
+        pass
+    os._exit(130)  # INTERRUPTED, not imported yet
 
 
-with _quiet_ctrl_c():
+try:
+    _before_loading = _signal.signal(_signal.SIGINT, _interrupted_while_loading)
+    _loading = True
+except ValueError:  # not the main thread
+    _loading = False
+try:
+    import contextlib
+    import errno
+
     import typer
 
     from mcp_agent.cli import catalog, chat, demo, install, run, serve, sessions
@@ -45,6 +47,8 @@ with _quiet_ctrl_c():
         FAILED,
         INTERRUPTED,
         PROG,
+        ClosableCommands,
+        OutputClosed,
         fail,
         plain_help_types,
         say_error,
@@ -53,33 +57,36 @@ with _quiet_ctrl_c():
 
     plain_help_types()
 
-app = typer.Typer(
-    name=PROG,
-    help="An MCP server that runs agents and keeps every conversation as a session tree.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+    app = typer.Typer(
+        name=PROG,
+        cls=ClosableCommands,
+        help="An MCP server that runs agents and keeps every conversation as a session tree.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
 
+    @app.callback()
+    def _root() -> None:
+        """An MCP server that runs agents and keeps every conversation as a session tree."""
 
-@app.callback()
-def _root() -> None:
-    """An MCP server that runs agents and keeps every conversation as a session tree."""
-
-
-app.command()(serve.serve)
-app.add_typer(sessions.app, name="sessions")
-app.command()(run.run)
-app.command()(chat.chat)
-app.command()(catalog.models)
-app.command()(demo.demo)
-app.command()(install.install)
+    app.command()(serve.serve)
+    app.add_typer(sessions.app, name="sessions")
+    app.command()(run.run)
+    app.command()(chat.chat)
+    app.command()(catalog.models)
+    app.command()(demo.demo)
+    app.command()(install.install)
+finally:
+    if _loading:
+        _signal.signal(_signal.SIGINT, _before_loading)
 
 
 def main() -> None:
     """The console script. A usage error is one line with a hint (exit 2); Ctrl-C outside a
-    run ends the program quietly (exit 130); output that cannot be written (a full disk, a
-    closed pipe) is one line too (exit 1), and so is a standard output closed from the start."""
+    run ends the program with one line, `interrupted` (exit 130); output that cannot be written (a full disk) is
+    one line too (exit 1), and so is a standard output closed from the start; a pipe whose
+    reader has gone (`| head`) ends every command quietly (exit 0)."""
     # Started with a standard stream closed (`<&-`, `2>&-`), Python holds None for it: chat's
     # reading thread died and left the chat waiting for ever, `run -` and every print raised.
     # No input reads as empty, no stderr as the null device, which takes the free descriptor,
@@ -99,14 +106,17 @@ def main() -> None:
     try:
         code = app(prog_name=PROG, standalone_mode=False)
         sys.stdout.flush()
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):  # KeyboardInterrupt: after typer's part
         typer.echo(f"\n{PROG}: interrupted", err=True)
         code = INTERRUPTED
+    except OutputClosed:
+        code = _output_closed()
     except OSError as error:
         code = _output_failed(error)
     except Exception as error:
         if _interrupted_in_pydantic(error):
-            code = INTERRUPTED  # quietly, as typer ends on Ctrl-C anywhere else
+            typer.echo(f"\n{PROG}: interrupted", err=True)  # as on Ctrl-C anywhere else
+            code = INTERRUPTED
         elif isinstance(error, SettingError):  # e.g. a bad MCP_AGENT_LEASE_SECONDS
             say_error(str(error))
             code = BAD_INPUT
@@ -128,16 +138,30 @@ def _interrupted_in_pydantic(error: Exception) -> bool:
 
 
 def _output_failed(error: OSError) -> int:
-    """One line for an error no command handled, typically writing its output; and stdout
-    pointed at the null device, so that the interpreter's last flush of what could not be
-    written does not print a traceback of its own."""
+    """One line for an error no command handled, typically writing its output (exit 1); and
+    stdout pointed at the null device, so that the interpreter's last flush of what could not
+    be written does not print a traceback of its own."""
+    if error.errno == errno.EPIPE:
+        return _output_closed()
+    _drop_stdout()
+    where = f": {error.filename}" if error.filename else ""
+    with contextlib.suppress(OSError):
+        say_error(f"{error.strerror or error}{where}")
+    return FAILED
+
+
+def _output_closed() -> int:
+    """The reader of our output went away (`| head`): no word, as it is no news to whoever
+    closed the pipe, and exit code 0, as ripgrep does, since the command did what it was
+    asked. Not 1, which `set -o pipefail` takes for a failure of the command, nor dying of
+    SIGPIPE as git does (141), which pipefail takes for one too."""
+    _drop_stdout()
+    return 0
+
+
+def _drop_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if error.errno != errno.EPIPE:  # a closed pipe (| head) is no news to whoever closed it
-        where = f": {error.filename}" if error.filename else ""
-        with contextlib.suppress(OSError):
-            say_error(f"{error.strerror or error}{where}")
-    return FAILED
 
 
 def is_usage_error(error: Exception) -> bool:

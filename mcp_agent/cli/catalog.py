@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Any
 
 from mcp_agent.cli.common import PROG, JsonOption, die, emit_json, out, print_table
@@ -51,13 +52,20 @@ def models(as_json: JsonOption = False) -> None:
         )
         for model in listed
     ]
-    headers = ["Model", "Context", "Max out", "In $/M", "Out $/M", "Cached $/M", "Reasoning"]
-    # No column is cut: the model ids are what --model takes (cut at 80 columns, or in a pipe,
-    # anthropic:claude-opus-4-5 and -4-1 both read anthropic:claude-op…).
+    # Headers no wider than their figures (the prices' unit is said below), so that the
+    # built-in models fit 80 columns, one line each; no column is cut: the model ids are what
+    # --model takes (cut, anthropic:claude-opus-4-5 and -4-1 both read anthropic:claude-op…).
+    headers = ["Model", "Context", "Max out", "In", "Out", "Cached", "Think"]
     print_table(headers, rows, flexible=None, right=frozenset(headers[1:6]))
-    notes = [_provider_note(row) for row in provider_rows]
+    notes = ["In, Out, Cached: dollars per million tokens; Think: a reasoning model"]
+    notes += [_provider_note(row) for row in provider_rows]
     notes.append(f"{DEMO_MODEL}: the scripted model of `{PROG} demo` (no key)")
-    out().print("\n" + "\n".join(n for n in notes if n), style="dim", soft_wrap=True)
+    console = out()
+    width = max(console.width, 40)
+    wrapped = [
+        textwrap.fill(n, width, subsequent_indent="  ", break_on_hyphens=False) for n in notes
+    ]
+    console.print("\n" + "\n".join(w for w in wrapped if w), style="dim", soft_wrap=True)
 
 
 def _price(value: float) -> str:

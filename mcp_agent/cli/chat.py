@@ -49,18 +49,21 @@ if TYPE_CHECKING:
     from mcp_agent.runtime.application import AppState
 
 
+# Each line at most 80 columns (a terminal's usual width), the thinking levels included.
 HELP = """\
 Commands:
-  /tree [full]           the session tree (entry ids, branches, the current leaf)
-  /move ENTRY|root       move the leaf to an entry: the next message starts a branch there
-  /fork [ENTRY [at]]     continue in a copy of this session (up to before ENTRY, or at it)
-  /compact [focus]       summarise the older part of the branch to free context
-  /model [provider:id]   show or change the model
-  /thinking [LEVEL]      show or change the thinking level ({levels})
-  /session               the session id
-  /help                  this list
-  /quit                  leave (Ctrl-D too); Ctrl-C stops an answer
-  //text                 send "/text" as a message"""
+  /tree [full]          the session tree (entry ids, branches, the current leaf)
+  /move ENTRY|root      move the leaf to ENTRY: the next message branches there
+  /fork [ENTRY [at]]    continue in a copy of this session, up to before ENTRY
+                        (or at it)
+  /compact [focus]      summarise the older part of the branch to free context
+  /model [provider:id]  show or change the model
+  /thinking [LEVEL]     show or change the thinking level:
+                        {levels}
+  /session              the session id
+  /help                 this list
+  /quit                 leave (Ctrl-D too); Ctrl-C stops an answer
+  //text                send "/text" as a message"""
 
 
 def chat(

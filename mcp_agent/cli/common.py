@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from mcp_agent.paths import (
     DB_ENV,
@@ -129,20 +130,53 @@ def die(message: str, code: int = BAD_INPUT) -> NoReturn:
     raise fail(message, code)
 
 
+class OutputClosed(Exception):
+    """The reader of standard output (or error) has gone: `| head` has what it wanted. Every
+    command ends then as ripgrep does, quietly with exit code 0 (see ``cli.main``)."""
+
+
+def closable(console: Console) -> Console:
+    """``console`` raising :class:`OutputClosed` when its pipe is closed; rich's own way
+    exits with code 1 at once, where a command writing with ``sys.stdout`` ended with 0 or 1
+    as its last write happened to fall."""
+
+    def closed() -> None:
+        console.quiet = True
+        raise OutputClosed
+
+    console.on_broken_pipe = closed  # type: ignore[method-assign]
+    return console
+
+
+class ClosableCommands(TyperGroup):
+    """The commands, where a write to a closed pipe becomes :class:`OutputClosed` before
+    typer turns it into exit code 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import errno
+
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            if error.errno != errno.EPIPE:
+                raise
+            raise OutputClosed from error
+
+
 # Markup is off: session text such as "[bold]" or "[Paris]" must print as written. Styles are
 # given with style= or rich Text objects instead.
 @cache
 def out() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, markup=False)
+    return closable(Console(highlight=False, markup=False))
 
 
 @cache
 def err() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, markup=False)
+    return closable(Console(stderr=True, highlight=False, markup=False))
 
 
 def print_table(
@@ -150,23 +184,29 @@ def print_table(
     rows: list[tuple[list[str], str | None]],
     flexible: int | None,
     right: frozenset[str] = frozenset(),
+    below: int = 0,
 ) -> None:
     """A borderless table on stdout. Every column keeps its full width except ``flexible``,
     which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
     columns than cut a long one); None: no column may be cut (each holds what people copy).
     ``rows`` are (cells, style). A terminal too narrow even for that gets the rows at their
     width, each wrapped by the terminal: cropped to its width, an id would be cut with no sign
-    of it, and the columns after it would be gone."""
+    of it, and the columns after it would be gone. ``below``: when what is left for the last
+    column, ``flexible``, is fewer cells than that, it goes on a line of its own under each
+    row, indented."""
     from rich.table import Table
 
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
+    if flexible == len(headers) - 1 and min(widths[-1], below) > console.width - fixed:
+        _print_stacked(headers, rows, right, fixed - 2)
+        return
     room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
     if room > console.width:
         from rich.console import Console
 
-        console = Console(highlight=False, markup=False, width=room)
+        console = closable(Console(highlight=False, markup=False, width=room))
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
         justify: JustifyMethod = "right" if header in right else "left"
@@ -179,6 +219,33 @@ def print_table(
     for cells, style in rows:
         table.add_row(*cells, style=style)
     console.print(Unpadded(table))
+
+
+def _print_stacked(
+    headers: list[str], rows: list[tuple[list[str], str | None]], right: frozenset[str], wide: int
+) -> None:
+    """``print_table``'s rows with their last cell on a line of its own under each, indented
+    and cut with an ellipsis at the width (``wide``: the other columns' width)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for header in headers[:-1]:
+        table.add_column(header, no_wrap=True, justify="right" if header in right else "left")
+    for cells, style in rows:
+        table.add_row(*cells[:-1], style=style)
+    console = out()
+    if wide > console.width:  # as print_table: the rows at their width, wrapped by the terminal
+        from rich.console import Console
+
+        console = closable(Console(highlight=False, markup=False, width=wide))
+    lines = [
+        Text.assemble(*((s.text, s.style or "") for s in line))
+        for line in unpadded_lines(console, table, console.options)
+    ]
+    for line, (cells, style) in zip(lines, [([headers[-1]], "bold"), *rows], strict=True):
+        console.print(line, soft_wrap=True)
+        console.print(Text("  " + cells[-1], style=style or ""), no_wrap=True, overflow="ellipsis")
 
 
 class Unpadded:
@@ -466,6 +533,9 @@ def plain_help_types() -> None:
             from typer import rich_utils
 
             rich_utils._fix_linebreaks = flowed
+            if not hasattr(rich_utils, "_made_console"):
+                made = rich_utils._made_console = rich_utils._get_rich_console  # type: ignore[attr-defined]
+                rich_utils._get_rich_console = lambda stderr=False: closable(made(stderr))
             return shown(self, ctx, formatter)
 
         command.format_help = format_help  # type: ignore[method-assign]

@@ -114,9 +114,10 @@ def list_sessions(
         )
         for item in page.items
     ]
-    # Ids are never shortened: people copy them.
+    # Ids are never shortened: people copy them. At 80 columns they leave the names 15 cells:
+    # a name or first message goes under its session then.
     headers = ["ID", "Modified", "Msgs", "Tokens", "Name / first message"]
-    print_table(headers, rows, flexible=4, right=frozenset({"Msgs", "Tokens"}))
+    print_table(headers, rows, flexible=4, right=frozenset({"Msgs", "Tokens"}), below=30)
     if page.next_cursor:
         err().print(f"more: --cursor {page.next_cursor}", style="dim", soft_wrap=True)
 

@@ -1238,25 +1238,27 @@ function renderRow(row, isHead, level) {
     dataset: { id: row.id },
   },
   toggle || h("span", { class: "dot" }),
-  h("span", { class: "id", text: row.id }),
   h("span", { class: `kind ${row.kind}`, text: kindName(row) }),
   h("span", { class: "text", text: previewText(row), title: row.preview }),
   row.label ? h("span", { class: "chip", text: `#${row.label}` }) : null,
   branches,
-  leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null);
+  leaf ? h("span", { class: "leaf-mark", title: "The leaf: the next message continues from here", text: "leaf" }) : null,
+  h("span", { class: "id", text: row.id, title: "The entry's id" }));
 }
 
-/** What a row is called to a screen reader: what it says first, then its label, branches,
- * the leaf and its time, its id last (its name began with the hex id, which a reader heard
- * first on every row and no one recognises an entry by). */
+/** What a row is called to a screen reader: what it shows, in the order it shows it (what it
+ * says, its label, branches, the leaf, its id at the end of the row), then its time. Its name
+ * began with the hex id once, which a reader heard first on every row and no one recognises
+ * an entry by; then it put the id last while the row showed it first, and a name that does
+ * not hold what is shown, in order, fails those who speak to click ("label in name"). */
 function rowName(row, count, leaf) {
   const parts = [`${kindName(row)}: ${previewText(row)}`];
-  if (row.label) parts.push(`label ${row.label}`);
+  if (row.label) parts.push(`#${row.label}`);
   if (count > 1) parts.push(`${COUNT.format(count)} branches`);
   if (leaf) parts.push("leaf");
+  parts.push(row.id);
   const time = entryTime(row.timestamp);
   if (time) parts.push(time);
-  parts.push(`id ${row.id}`);
   return shown(parts.join(", "));
 }
 
