@@ -53,6 +53,16 @@ class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
     def search_term(self, word: str) -> str:
         return _fts_query([word])
 
+    def hits_sql(self, count: int) -> str:
+        found = " UNION ALL ".join(
+            f"SELECT rowid AS n FROM entries_fts WHERE entries_fts MATCH :w{index}"
+            for index in range(count)
+        )
+        return (
+            f"SELECT e.seq, e.id, count(*) AS score FROM ({found}) f"
+            " JOIN entries e ON e.n = f.n WHERE e.session_id = :s GROUP BY e.n"
+        )
+
     def before_search(self) -> None:
         self.database.index_pending_text()
 
