@@ -18,7 +18,9 @@ from narrow import narrow
 from mcp_agent.messages import TextContent as Text
 from mcp_agent.messages import ToolResultMessage, UserMessage
 from mcp_agent.server.paging import ANSWER_BYTES
+from mcp_agent.sessions import JsonlSessionRepo
 from mcp_agent.sessions.hits import SNIPPET_CHARS, snippet
+from mcp_agent.sessions.repo import BaseSessionRepo
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 from mcp_agent.sessions.words import query_words
 
@@ -30,18 +32,34 @@ def user(text: str) -> UserMessage:
 
 
 def over_stdio(db: Path) -> Client:
+    """Our server over stdio, on the database ``db`` or the JSONL folder ``db``."""
+    store = ["--sessions-dir", str(db), "--sessions-layout", "flat"] if db.is_dir() else []
     return Client(
         StdioServerParameters(
-            command=sys.executable, args=["-m", "mcp_agent", "serve", "--db", str(db)]
+            command=sys.executable,
+            args=["-m", "mcp_agent", "serve", *(store or ["--db", str(db)])],
         )
     )
+
+
+@pytest.fixture(params=["sqlite", "jsonl"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A SQLite database or a folder of JSONL files, to serve."""
+    if request.param == "jsonl":
+        (tmp_path / "sessions").mkdir()
+        return tmp_path / "sessions"
+    return tmp_path / "s.db"
+
+
+def open_store(db: Path) -> BaseSessionRepo:
+    return JsonlSessionRepo(db, layout="flat") if db.is_dir() else SqliteSessionRepo(db)
 
 
 def garden(db: Path) -> tuple[str, list[str], str]:
     """A session of 40 messages, every fourth about watering the apple tree, one more about
     apples alone and a tool's long output with the words deep inside; another session that
     mentions apples only."""
-    repo = SqliteSessionRepo(db)
+    repo = open_store(db)
     session = repo.create(name="garden")
     ids = []
     for i in range(40):
@@ -62,8 +80,8 @@ def garden(db: Path) -> tuple[str, list[str], str]:
     return session.id, ids, other.id
 
 
-async def test_a_listing_with_a_query_says_where_each_session_matched(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+async def test_a_listing_with_a_query_says_where_each_session_matched(store: Path) -> None:
+    db = store
     session_id, ids, other_id = garden(db)
     async with over_stdio(db) as client:
         listed = await call(client, "session_list", query="apple water")
@@ -94,9 +112,9 @@ async def test_a_listing_with_a_query_says_where_each_session_matched(tmp_path: 
 
 
 async def test_a_search_in_one_session_pages_its_hits_and_leads_to_session_get(
-    tmp_path: Path,
+    store: Path,
 ) -> None:
-    db = tmp_path / "s.db"
+    db = store
     session_id, ids, _ = garden(db)
     async with over_stdio(db) as client:
         seen: list[dict[str, Any]] = []
