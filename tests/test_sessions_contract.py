@@ -1281,6 +1281,18 @@ def test_a_search_in_a_session_refuses_what_it_cannot_search(repo) -> None:
     for limit in (0, 101):
         with pytest.raises(SessionError):
             repo.search_session(session.id, "apples", limit=limit)
+    # A cursor of another search is refused, not taken to skip this one's hits.
+    session.append_message(user("apples and pears"))
+    other = repo.create()
+    other.append_message(user("apples"))
+    other.append_message(user("apples again"))
+    cursor = repo.search_session(session.id, "apples", limit=1).next_cursor
+    assert cursor is not None
+    for query, where in (("pears apples", session.id), ("apples", other.id)):
+        with pytest.raises(SessionError) as raised:
+            repo.search_session(where, query, cursor=cursor)
+        assert "another search's" in str(raised.value)
+    assert repo.search_session(session.id, "APPLES", cursor=cursor).hits
     with pytest.raises(SessionError) as raised:
         repo.search_session("0" * 8 + "-0000-0000-0000-" + "0" * 12, "apples")
     assert raised.value.code == "not_found"

@@ -25,7 +25,7 @@ def fitting_hits(page: hits.HitPage, words: list[str]) -> tuple[list[str], str |
     for hit in page.hits:
         text = hit_info(hit, words).model_dump_json()
         if items and used + utf8_size(text) > ANSWER_BYTES:
-            return items, hits.hit_cursor(page.hits[len(items) - 1])
+            return items, page.cursor_after(len(items))
         used += utf8_size(text) + 1
         items.append(text)
     return items, page.next_cursor

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import re
 import unicodedata
@@ -66,36 +67,51 @@ class EntryHit:
 
 @dataclass
 class HitPage:
-    """A page of a session's hits, best first; ``total``: every entry that holds a word."""
+    """A page of a session's hits, best first; ``total``: every entry that holds a word;
+    ``tag``: the search's (``search_tag``), which its cursors carry."""
 
     hits: list[EntryHit]
     total: int
     next_cursor: str | None
+    tag: str = ""
+
+    def cursor_after(self, count: int) -> str:
+        """The cursor of the page after this page's first ``count`` hits."""
+        return hit_cursor(self.hits[count - 1], self.tag)
 
 
 # --- paging -----------------------------------------------------------------------------------
 
 
-def hit_cursor(hit: EntryHit) -> str:
-    """The cursor of the page after ``hit``: its score and place."""
-    raw = json.dumps([hit.score, hit.seq], separators=(",", ":")).encode()
+def search_tag(session_id: str, words: list[str]) -> str:
+    """What a search's cursors are tagged with, so that one of another search (another
+    session, other words) is refused rather than skipping this one's hits."""
+    named = json.dumps([session_id, words], ensure_ascii=False).encode()
+    return hashlib.blake2b(named, digest_size=4).hexdigest()
+
+
+def hit_cursor(hit: EntryHit, tag: str) -> str:
+    """The cursor of the page after ``hit``: its score and place, and the search's tag."""
+    raw = json.dumps([hit.score, hit.seq, tag], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def parse_hit_cursor(cursor: str) -> tuple[int, int]:
+def parse_hit_cursor(cursor: str, tag: str) -> tuple[int, int]:
     """(score, seq) of the last hit of the page before, or a SessionError saying the cursor
-    is not one a search handed out."""
+    is not one this search (``tag``) handed out."""
+    said = "pass the nextCursor of the previous page of this search"
     if len(cursor) <= 64:
         try:
-            score, seq = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-            if type(score) is int and type(seq) is int:
+            score, seq, tagged = json.loads(
+                base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            )
+            if type(score) is int and type(seq) is int and tagged == tag:
                 return score, seq
+            if type(score) is int and type(seq) is int:
+                said = "it is another search's (another session or other words): " + said
         except (ValueError, TypeError):
             pass
-    raise SessionError(
-        "invalid_argument",
-        f"invalid cursor {cursor[:60]!r}: pass the nextCursor of the previous page of this search",
-    )
+    raise SessionError("invalid_argument", f"invalid cursor {cursor[:60]!r}: {said}")
 
 
 def check_hits_limit(limit: int) -> None:
@@ -119,17 +135,17 @@ def scored(entries: Iterable[SessionEntry], words: list[str]) -> list[EntryHit]:
     return found
 
 
-def page_scored(found: list[EntryHit], limit: int, cursor: str | None) -> HitPage:
-    """A page of ``scored``'s hits, best first, after ``cursor``."""
+def page_scored(found: list[EntryHit], limit: int, cursor: str | None, tag: str) -> HitPage:
+    """A page of ``scored``'s hits, best first, after ``cursor`` (of the search ``tag``)."""
     check_hits_limit(limit)
     ordered = sorted(found, key=lambda hit: (hit.score, hit.seq), reverse=True)
     total = len(ordered)
     if cursor is not None:
-        after = parse_hit_cursor(cursor)
+        after = parse_hit_cursor(cursor, tag)
         ordered = [hit for hit in ordered if (hit.score, hit.seq) < after]
     page = ordered[:limit]
     more = len(ordered) > limit
-    return HitPage(page, total, hit_cursor(page[-1]) if more else None)
+    return HitPage(page, total, hit_cursor(page[-1], tag) if more else None, tag)
 
 
 # --- snippets ---------------------------------------------------------------------------------

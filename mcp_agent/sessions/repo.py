@@ -48,6 +48,7 @@ from mcp_agent.sessions.hits import (
     page_scored,
     parse_hit_cursor,
     scored,
+    search_tag,
 )
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import (
@@ -451,10 +452,11 @@ class BaseSessionRepo:
         (``hits``); a store without a text index reads every entry, outside its locks."""
         words = search_words(query)
         check_hits_limit(limit)
+        tag = search_tag(session_id, words)
         if cursor is not None:
-            parse_hit_cursor(cursor)  # a bad cursor is refused before anything is read
+            parse_hit_cursor(cursor, tag)  # a bad cursor is refused before anything is read
         entries = self._open_storage(session_id).get_entries()
-        return page_scored(scored(entries, words), limit, cursor)
+        return page_scored(scored(entries, words), limit, cursor, tag)
 
     def summary(self, session_id: str) -> SessionSummary:
         """One session's listing row (backends that keep the row read it instead of the

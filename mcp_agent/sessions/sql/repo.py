@@ -19,6 +19,7 @@ from mcp_agent.sessions.hits import (
     check_hits_limit,
     hit_cursor,
     parse_hit_cursor,
+    search_tag,
 )
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.repo import (
@@ -227,8 +228,9 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         check_hits_limit(limit)
         params: dict[str, Any] = {"s": session_id, "limit": limit + 1}
         condition = ""
+        tag = search_tag(session_id, words)
         if cursor is not None:
-            params["score"], params["seq"] = parse_hit_cursor(cursor)
+            params["score"], params["seq"] = parse_hit_cursor(cursor, tag)
             condition = "WHERE (score, seq) < (:score, :seq)"
         storage = self._read_row(session_id, "")[0]
         self.before_search()
@@ -251,7 +253,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         entries = storage.parsed_entries([row[1] for row in page])
         hits = [EntryHit(entries[i], seq, score) for seq, i, score, _ in page if i in entries]
         more = len(rows) > limit and bool(hits)
-        return HitPage(hits, total, hit_cursor(hits[-1]) if more else None)
+        return HitPage(hits, total, hit_cursor(hits[-1], tag) if more else None, tag)
 
     def delete(self, session_id: str) -> None:
         sql = self.storage_class.sql("DELETE FROM sessions WHERE id = :id")
