@@ -203,5 +203,9 @@ def test_a_snippet_cuts_between_words_and_never_inside_a_character() -> None:
             shown = snippet(emoji * 50 + " needle " + emoji * 50, words, size)
             body = shown.strip("…").replace("«needle»", " ").strip()
             assert body.replace(" ", "").replace(emoji, "") == "", (emoji, size, shown)
+    # A matched word longer than a snippet: cut inside it, the snippet no longer.
+    shown = snippet("see " + "needle" + "x" * 500 + " after", words, 40)
+    assert shown.startswith("see «needlexxx") and shown.endswith("»…")
+    assert len(shown) <= 40 + 3
     shown = snippet("東京の天気は晴れ" * 40, query_words("晴れ"), 30)
     assert len(shown.replace("«", "").replace("»", "").strip("…")) <= 30

@@ -300,9 +300,8 @@ def snippet(text: str, words: list[str], chars: int = SNIPPET_CHARS) -> str:
         # Some words of context before the match, the rest after it.
         lead = min(anchor.start(), chars // 4)
         start = _cut(text, anchor.start() - lead, 0, anchor.start())
-        end = _cut(text, start + chars, anchor.end(), min(len(text), start + chars))
-        if end <= start:
-            end = min(len(text), start + chars)
+        most = min(len(text), start + chars)
+        end = _cut(text, most, min(anchor.end(), most), most)  # a word too long: cut in it
     spans = [m.span() for m in matcher.finditer(searched, start, end) if m.end() > m.start()]
     pieces: list[str] = ["…"] if start > 0 else []
     at = start
