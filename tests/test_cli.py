@@ -465,6 +465,23 @@ def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
     assert empty.exit_code == 0 and "no sessions match" in empty.stderr
 
 
+def test_a_search_says_where_each_session_matched(cli: Any, db: Path) -> None:
+    """Under each session a search lists, its best hit: the entry, its role and a snippet
+    with the words marked; --json gives the first three and their count, as session_list."""
+    ids = seed(db)
+    table = cli("sessions", "list", "--search", "sunny weather").stdout.splitlines()
+    row = next(i for i, line in enumerate(table) if line.startswith(ids["session"]))
+    # No entry holds both words: the newest that holds one.
+    assert table[row + 1] == f"  ↳ {ids['answer']} assistant: It is 18 C and «sunny»."
+    found = json.loads(cli("sessions", "list", "--search", "Paris", "--json").stdout)
+    [listed] = found["sessions"]
+    assert listed["hitCount"] == 1
+    assert [(h["entryId"], h["role"], h["words"], h["snippet"]) for h in listed["hits"]] == [
+        (ids["ask"], "user", 1, "What is the weather in [«Paris»]?")
+    ]
+    assert "hits" not in json.loads(cli("sessions", "list", "--json").stdout)["sessions"][0]
+
+
 def test_list_and_show_json_give_times_in_one_unit_pis_milliseconds(cli: Any, db: Path) -> None:
     ids = seed(db)
     (listed,) = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]

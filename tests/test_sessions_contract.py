@@ -1206,3 +1206,93 @@ def test_summary_of_one_session_matches_its_listing_row(repo) -> None:
     with pytest.raises(SessionError) as caught:
         repo.summary("missing")
     assert caught.value.code == "not_found"
+
+
+# --- where a search matched -------------------------------------------------------------------
+
+
+def hits_of(repo: BaseSessionRepo, session_id: str, query: str, limit: int = 10) -> list[tuple]:
+    """Every hit of ``query`` in the session, page after page: (entry id, score, snippet)."""
+    out: list[tuple] = []
+    cursor = None
+    while True:
+        page = repo.search_session(session_id, query, limit=limit, cursor=cursor)
+        out.extend((hit.entry.id, hit.score, hit.role, snippet_of(hit, query)) for hit in page.hits)
+        if page.next_cursor is None:
+            assert page.total == len(out)
+            return out
+        cursor = page.next_cursor
+
+
+def snippet_of(hit: Any, query: str) -> str:
+    from mcp_agent.sessions.entries import entry_text
+    from mcp_agent.sessions.hits import snippet
+    from mcp_agent.sessions.words import query_words
+
+    return snippet(entry_text(hit.entry), query_words(query))
+
+
+def test_a_search_in_a_session_gives_its_matching_entries_best_first_then_newest(repo) -> None:
+    """Which entries of a session hold a search's words: those with more of the words first,
+    then the newest first, paged with a cursor, the same in every store."""
+    session = repo.create(name="garden notes")
+    ids = [
+        session.append_message(user("the apple tree needs water")),
+        session.append_message(assistant("Water the apple tree weekly; pears too")),
+        session.append_message(user("nothing of the sort here")),
+        session.append_message(user("an apple a day")),
+        session.append_message(assistant("Apples and water, again")),
+    ]
+    repo.create(name="other").append_message(user("apple water apple water"))
+    hits = hits_of(repo, session.id, "apple water", limit=2)
+    assert [(h[0], h[1]) for h in hits] == [(ids[4], 2), (ids[1], 2), (ids[0], 2), (ids[3], 1)]
+    assert [h[2] for h in hits] == ["assistant", "assistant", "user", "user"]
+    assert hits[0][3] == "«Apples» and «water», again"
+    # the session's name is found in the entry that set it
+    [(_, score, role, text)] = hits_of(repo, session.id, "garden")
+    assert role is None and score == 1 and text == "«garden» notes"
+    assert hits_of(repo, session.id, "bananas") == []
+    assert hits_of(repo, session.id, "APPL") == hits_of(repo, session.id, "apple")
+
+
+def test_a_search_in_a_session_matches_as_a_listing_does(repo) -> None:
+    """Accents, case and CJK phrases are found in an entry as a session is found."""
+    session = repo.create()
+    cafe = session.append_message(user("Un Café crème à Besançon"))
+    weather = session.append_message(user("東京の天気は晴れです"))
+    apart = session.append_message(user("天 and later 気"))
+    assert hits_of(repo, session.id, "cafe") == [(cafe, 1, "user", "Un «Café» crème à Besançon")]
+    assert hits_of(repo, session.id, "天気") == [(weather, 1, "user", "東京の«天気»は晴れです")]
+    assert [h[0] for h in hits_of(repo, session.id, "天")] == [apart, weather]
+    assert hits_of(repo, session.id, "afe") == []
+
+
+def test_a_search_in_a_session_refuses_what_it_cannot_search(repo) -> None:
+    session = repo.create()
+    session.append_message(user("apples"))
+    for query in ("", "  ", "🎉", " ".join(f"w{i}" for i in range(40))):
+        with pytest.raises(SessionError) as raised:
+            repo.search_session(session.id, query)
+        assert raised.value.code == "invalid_argument", query
+    for cursor in ("nope", "x" * 5000, "WzEsMl0x"):
+        with pytest.raises(SessionError) as raised:
+            repo.search_session(session.id, "apples", cursor=cursor)
+        assert raised.value.code == "invalid_argument" and "invalid cursor" in str(raised.value)
+    for limit in (0, 101):
+        with pytest.raises(SessionError):
+            repo.search_session(session.id, "apples", limit=limit)
+    # A cursor of another search is refused, not taken to skip this one's hits.
+    session.append_message(user("apples and pears"))
+    other = repo.create()
+    other.append_message(user("apples"))
+    other.append_message(user("apples again"))
+    cursor = repo.search_session(session.id, "apples", limit=1).next_cursor
+    assert cursor is not None
+    for query, where in (("pears apples", session.id), ("apples", other.id)):
+        with pytest.raises(SessionError) as raised:
+            repo.search_session(where, query, cursor=cursor)
+        assert "another search's" in str(raised.value)
+    assert repo.search_session(session.id, "APPLES", cursor=cursor).hits
+    with pytest.raises(SessionError) as raised:
+        repo.search_session("0" * 8 + "-0000-0000-0000-" + "0" * 12, "apples")
+    assert raised.value.code == "not_found"

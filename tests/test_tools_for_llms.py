@@ -50,7 +50,7 @@ async def tools_of(server: MCPServer) -> list[Any]:
 
 async def test_every_tool_converts_to_openai_strict_mode_unchanged(server: MCPServer) -> None:
     tools = await tools_of(server)
-    assert len(tools) == 19
+    assert len(tools) == 20
     for tool in tools:
         schema = tool.input_schema
         # As openai-agents converts an MCP tool's schema (it falls back to non-strict on error).

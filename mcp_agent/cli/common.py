@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -185,8 +185,10 @@ def print_table(
     flexible: int | None,
     right: frozenset[str] = frozenset(),
     below: int = 0,
+    notes: Sequence[str | None] = (),
 ) -> None:
-    """A borderless table on stdout. Every column keeps its full width except ``flexible``,
+    """A borderless table on stdout; ``notes``: a line to show under each row (dim, the
+    table's whole width, cut with an ellipsis), or None. Every column keeps its full width except ``flexible``,
     which gets what is left and is cut with an ellipsis (rich alone would rather drop narrow
     columns than cut a long one); None: no column may be cut (each holds what people copy).
     ``rows`` are (cells, style). A terminal too narrow even for that gets the rows at their
@@ -200,7 +202,7 @@ def print_table(
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
     if flexible == len(headers) - 1 and min(widths[-1], below) > console.width - fixed:
-        _print_stacked(headers, rows, right, fixed - 2)
+        _print_stacked(headers, rows, right, fixed - 2, notes)
         return
     room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
     if room > console.width:
@@ -218,14 +220,19 @@ def print_table(
             table.add_column(header, no_wrap=True, min_width=width, justify=justify)
     for cells, style in rows:
         table.add_row(*cells, style=style)
-    console.print(Unpadded(table))
+    console.print(Unpadded(table, notes))
 
 
 def _print_stacked(
-    headers: list[str], rows: list[tuple[list[str], str | None]], right: frozenset[str], wide: int
+    headers: list[str],
+    rows: list[tuple[list[str], str | None]],
+    right: frozenset[str],
+    wide: int,
+    notes: Sequence[str | None],
 ) -> None:
     """``print_table``'s rows with their last cell on a line of its own under each, indented
-    and cut with an ellipsis at the width (``wide``: the other columns' width)."""
+    and cut with an ellipsis at the width (``wide``: the other columns' width), and each
+    row's note (if any) under that."""
     from rich.table import Table
     from rich.text import Text
 
@@ -243,25 +250,36 @@ def _print_stacked(
         Text.assemble(*((s.text, s.style or "") for s in line))
         for line in unpadded_lines(console, table, console.options)
     ]
-    for line, (cells, style) in zip(lines, [([headers[-1]], "bold"), *rows], strict=True):
+    for index, (line, (cells, style)) in enumerate(
+        zip(lines, [([headers[-1]], "bold"), *rows], strict=True)
+    ):
         console.print(line, soft_wrap=True)
         console.print(Text("  " + cells[-1], style=style or ""), no_wrap=True, overflow="ellipsis")
+        note = notes[index - 1] if 0 < index <= len(notes) else None
+        if note:
+            console.print(Text(note, style="dim"), no_wrap=True, overflow="ellipsis")
 
 
 class Unpadded:
     """``renderable`` drawn without the blanks rich leaves at the ends of its lines (a table's
     cells padded to their column, a wrapped line's last space): piped to a file, a listing's
-    lines ended in runs of spaces."""
+    lines ended in runs of spaces. ``notes``: a line under each line after the first (a
+    table's rows), or None."""
 
-    def __init__(self, renderable: RenderableType) -> None:
+    def __init__(self, renderable: RenderableType, notes: Sequence[str | None] = ()) -> None:
         self.renderable = renderable
+        self.notes = notes
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich.segment import Segment
+        from rich.text import Text
 
-        for line in unpadded_lines(console, self.renderable, options):
+        for index, line in enumerate(unpadded_lines(console, self.renderable, options)):
             yield from line
             yield Segment.line()
+            note = self.notes[index - 1] if 0 < index <= len(self.notes) else None
+            if note:
+                yield Text(note, style="dim", no_wrap=True, overflow="ellipsis", end="\n")
 
 
 def unpadded_lines(

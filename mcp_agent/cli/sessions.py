@@ -42,6 +42,7 @@ from mcp_agent.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from mcp_agent.sessions.hits import HitPage
     from mcp_agent.sessions.repo import SessionRepo
 
 app = typer.Typer(
@@ -62,7 +63,10 @@ class Position(StrEnum):
 @app.command("list")
 def list_sessions(
     search: Annotated[
-        str | None, typer.Option("--search", "-s", help="only sessions containing these words")
+        str | None,
+        typer.Option(
+            "--search", "-s", help="only sessions containing these words, each with its best match"
+        ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="at most this many")] = 20,
     cursor: Annotated[
@@ -72,17 +76,24 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
-    from mcp_agent.sessions.repo import mark_linked
+    from mcp_agent.sessions.repo import first_hits, mark_linked
+    from mcp_agent.sessions.words import query_words
 
     with opened_repo(db, folders=True, create=False) as repo:
+        words = query_words(search)
         page = repo.list(query=search, limit=limit, cursor=cursor)
         mark_linked(repo, page.items)
+        # Where each session matched: its best hits.
+        hits = {s.id: first_hits(repo, s.id, search or "") for s in page.items} if words else {}
         # A folder's files that could not be read (a line damaged inside): left out, and why.
         skipped = list(getattr(repo, "skipped", {}).values())
     if as_json:
-        emit_json(
-            {"sessions": [s.to_json_dict() for s in page.items], "nextCursor": page.next_cursor}
-        )
+        listed = [s.to_json_dict() for s in page.items]
+        for item in listed if words else []:
+            found = hits[item["id"]]
+            item["hits"] = [hit.to_json_dict(words) for hit in found.hits]
+            item["hitCount"] = found.total
+        emit_json({"sessions": listed, "nextCursor": page.next_cursor})
         return
     if not page.items:
         if search or cursor:
@@ -114,12 +125,25 @@ def list_sessions(
         )
         for item in page.items
     ]
+    # Under each session found, where: its best hit (--json gives its first three).
+    notes = [best_hit(hits[item.id], words) for item in page.items] if words else []
     # Ids are never shortened: people copy them. At 80 columns they leave the names 15 cells:
     # a name or first message goes under its session then.
     headers = ["ID", "Modified", "Msgs", "Tokens", "Name / first message"]
-    print_table(headers, rows, flexible=4, right=frozenset({"Msgs", "Tokens"}), below=30)
+    right = frozenset({"Msgs", "Tokens"})
+    print_table(headers, rows, flexible=4, right=right, below=30, notes=notes)
     if page.next_cursor:
         err().print(f"more: --cursor {page.next_cursor}", style="dim", soft_wrap=True)
+
+
+def best_hit(found: HitPage, words: list[str]) -> str | None:
+    """A line for a session's best hit: ``  ↳ <entry id> <role>: <snippet>``."""
+    from mcp_agent.wire import one_line
+
+    if not found.hits:
+        return None
+    best = found.hits[0].to_json_dict(words)
+    return f"  ↳ {best['entryId']} {best['role'] or best['type']}: {one_line(best['snippet'])}"
 
 
 @app.command()

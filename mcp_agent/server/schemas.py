@@ -15,6 +15,7 @@ from pydantic_core import from_json, to_json
 
 from mcp_agent.server import spliced
 from mcp_agent.server.paging import LONG_FIELD, TEXT_BYTES, check_whole, utf8_size
+from mcp_agent.sessions.hits import HITS_LISTED, SNIPPET_CHARS
 from mcp_agent.sessions.outline import CHILDREN_SHOWN
 
 
@@ -168,10 +169,47 @@ class SessionInfo(Wire):
     uri: str = Field(default="", description="the session as an MCP resource")
 
 
+class SearchHit(Wire):
+    """An entry that holds words of a search."""
+
+    entry_id: str = Field(description="read around it with session_get (view branch, entry_id)")
+    type: str = Field(description="the entry's type: message, compaction, session_info, …")
+    role: str | None = Field(default=None, description="a message's role: user, assistant, …")
+    timestamp: str = Field(description="ISO 8601")
+    words: int = Field(description="how many of the search's words it holds")
+    snippet: str = Field(
+        description=f"up to {SNIPPET_CHARS} characters of its text around the first match, on"
+        " one line, each matched word marked «so», … where cut"
+    )
+
+
+class ListedSession(SessionInfo):
+    hits: list[SearchHit] | None = Field(
+        default=None,
+        description=f"with a query: where it matched, its first {HITS_LISTED} entries best first"
+        " (most words, then newest); session_search has the rest",
+    )
+    hit_count: int | None = Field(
+        default=None, description="with a query: how many of its entries hold one of the words"
+    )
+
+
 class SessionListResult(Wire):
-    sessions: list[SessionInfo]
+    sessions: list[ListedSession]
     truncated: bool = Field(description="true when there are more sessions than listed")
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
+
+
+class SessionSearchResult(Wire):
+    session_id: str
+    hits: list[SearchHit] = Field(
+        description="best first: the entries holding the most words, then the newest"
+    )
+    total: int = Field(description="how many entries hold one of the words")
+    truncated: bool = Field(description="true when there are more hits than given")
+    next_cursor: str | None = Field(
+        default=None, description="pass as cursor for the next (weaker) hits; null: no more"
+    )
 
 
 def listed(what: str, nullable: bool = False) -> WithJsonSchema:

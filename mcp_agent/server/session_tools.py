@@ -1,5 +1,5 @@
-"""The session tools: create, list, get, delete, append, move, fork, context, stats, export,
-import. Each answers bad input with a tool error that says what was wrong; nothing is written
+"""The session tools: create, list, get, search, delete, append, move, fork, context, stats,
+export, import. Each answers bad input with a tool error that says what was wrong; nothing is written
 then. Lists come in pages (``paging``): the newest last, about 64 KB at most by default."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from mcp_agent.server.schemas import (
     MoveResult,
     SessionInfo,
     SessionListResult,
+    SessionSearchResult,
     SessionView,
     StartedBy,
     StatsResult,
@@ -43,6 +44,7 @@ from mcp_agent.server.schemas import (
     compact_answer,
     compact_result,
 )
+from mcp_agent.server.search_hits import fitting_hits, listed_with_hits
 from mcp_agent.server.session_reads import (
     compact,
     context_page,
@@ -64,8 +66,10 @@ from mcp_agent.sessions.entries import (
     is_session_id,
     shown_time,
 )
+from mcp_agent.sessions.hits import MAX_HITS
 from mcp_agent.sessions.pi import is_jsonl_text
 from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin, mark_linked
+from mcp_agent.sessions.words import query_words, search_words
 from mcp_agent.wire import loads_json
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -215,19 +219,25 @@ def register(server: MCPServer) -> None:
         ] = None,
     ) -> Annotated[CallToolResult, SessionListResult]:
         """List sessions, newest first, optionally searching their text. Returns a page of
-        sessions (id, name, first user message, counts, times) and a cursor for the next."""
+        sessions (id, name, first user message, counts, times) and a cursor for the next;
+        with a query, each session's best hits (entry id, role, a snippet) and their count."""
         state = app_state(ctx)
         splice = spliced.wanted(ctx)
 
         def read() -> CallToolResult:
+            words = query_words(query)
             page = state.repo.list(query=query, limit=limit or 50, cursor=cursor)
             page = page.first(fitting(page.items))
             mark_linked(state.repo, page.items)
+            # Each item's JSON made here, off the event loop, and put in the answer as it is.
+            if words:
+                assert query is not None
+                items, page = listed_with_hits(state.repo, page, query, words, session_info)
+            else:
+                items = [session_info(item).model_dump_json() for item in page.items]
             answer = SessionListResult(
                 sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
             )
-            # Each item's JSON made here, off the event loop, and put in the answer as it is.
-            items = [session_info(item).model_dump_json() for item in page.items]
             return compact_result(answer, splice, newest_first=True, sessions=items)
 
         with tool_errors():
@@ -289,6 +299,44 @@ def register(server: MCPServer) -> None:
             if shown == "tree":
                 return compact_result(answer, splice, nodes=items)
             return compact_result(answer, splice, entries=items)
+
+        with tool_errors():
+            return await state.offload(read)
+
+    @server.tool(annotations=READ_ONLY)
+    async def session_search(
+        ctx: Context,
+        session_id: SessionId,
+        query: Annotated[
+            str, Field(description="words to find, matched as session_list's query matches")
+        ],
+        limit: Annotated[
+            int | None,
+            Field(ge=1, le=MAX_HITS, description=f"hits per page, 1 to {MAX_HITS}; null: 10"),
+        ] = None,
+        cursor: Annotated[
+            str | None, Field(description="nextCursor of the previous page; null: the first")
+        ] = None,
+    ) -> Annotated[CallToolResult, SessionSearchResult]:
+        """Find where words occur in one session (every branch). Returns its entries that
+        hold them, best first (most words, then newest): entry id, type, role, time and a
+        snippet with the words marked «so»; session_get (view branch, entry_id) reads up to
+        one. A page also stops at about 40 KB."""
+        state = app_state(ctx)
+        splice = spliced.wanted(ctx)
+
+        def read() -> CallToolResult:
+            words = search_words(query)
+            page = state.repo.search_session(session_id, query, limit or 10, cursor)
+            items, next_cursor = fitting_hits(page, words)
+            answer = SessionSearchResult(
+                session_id=session_id,
+                hits=[],
+                total=page.total,
+                truncated=next_cursor is not None,
+                next_cursor=next_cursor,
+            )
+            return compact_result(answer, splice, newest_first=True, hits=items)
 
         with tool_errors():
             return await state.offload(read)

@@ -184,6 +184,7 @@ STREAMING_TOOLS = frozenset({"agent_run", "agent_status", "session_compact", "se
 QUIET_TOOLS = frozenset(
     {
         *PLAIN_TOOLS,
+        "session_search",  # a search: as session_list with a query, kept off the plain path
         "session_export",
         "session_fork",
         "session_import",

@@ -42,6 +42,15 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.folders import session_id_of
+from mcp_agent.sessions.hits import (
+    HITS_LISTED,
+    HitPage,
+    check_hits_limit,
+    page_scored,
+    parse_hit_cursor,
+    scored,
+    search_tag,
+)
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import (
     EXPORT_CHUNK_LINES,
@@ -56,7 +65,7 @@ from mcp_agent.sessions.storage import (
     listing_text,
     tree_parent,
 )
-from mcp_agent.sessions.words import query_words, text_matches
+from mcp_agent.sessions.words import query_words, search_words, text_matches
 
 ForkPosition = Literal["before", "at"]
 
@@ -146,6 +155,17 @@ def mark_linked(repo: SessionRepo, items: Sequence[SessionSummary]) -> None:
             item.started_by = {"sessionId": parent, "runId": read[parent][item.id]}
 
 
+def first_hits(repo: SessionRepo, session_id: str, query: str) -> HitPage:
+    """Where a listed session matched ``query``: its first ``HITS_LISTED`` hits (none for a
+    session deleted since it was listed)."""
+    try:
+        return repo.search_session(session_id, query, limit=HITS_LISTED)
+    except SessionError as error:
+        if error.code != "not_found":
+            raise
+        return HitPage([], 0, None)
+
+
 @dataclass
 class SessionSummary:
     """One row of a session listing."""
@@ -229,6 +249,9 @@ class SessionRepo(Protocol):
     def import_session(self, source: str | Path, copy_if_taken: bool = False) -> Imported: ...
     def export_jsonl(self, session_id: str) -> str: ...
     def export_chunks(self, session_id: str, lines: int = ...) -> Generator[str, None, None]: ...
+    def search_session(
+        self, session_id: str, query: str, limit: int = 10, cursor: str | None = None
+    ) -> HitPage: ...
     def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -422,6 +445,19 @@ class BaseSessionRepo:
 
     def close(self) -> None:
         pass
+
+    def search_session(
+        self, session_id: str, query: str, limit: int = 10, cursor: str | None = None
+    ) -> HitPage:
+        """A page of the entries of a session that hold words of ``query``, best first
+        (``hits``); a store without a text index reads every entry, outside its locks."""
+        words = search_words(query)
+        check_hits_limit(limit)
+        tag = search_tag(session_id, words)
+        if cursor is not None:
+            parse_hit_cursor(cursor, tag)  # a bad cursor is refused before anything is read
+        entries = self._open_storage(session_id).get_entries()
+        return page_scored(scored(entries, words), limit, cursor, tag)
 
     def summary(self, session_id: str) -> SessionSummary:
         """One session's listing row (backends that keep the row read it instead of the

@@ -94,14 +94,25 @@ def query_words(query: str | None) -> list[str]:
     return words
 
 
-def _word_pattern(word: str) -> re.Pattern[str]:
-    # The word starts a word, and the characters of a CJK phrase follow one another.
+def search_words(query: str) -> list[str]:
+    """``query_words`` of a search that must have words (one session's: no query lists
+    nothing there)."""
+    words = query_words(query)
+    if not words:
+        raise SessionError("invalid_argument", "query is empty: give words to search for")
+    return words
+
+
+@functools.lru_cache(maxsize=256)
+def word_pattern(word: str) -> re.Pattern[str]:
+    """What ``word`` (``query_words``'s) matches in search text (``search_text``, lowercased):
+    it starts a word, and the characters of a CJK phrase follow one another."""
     return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, word.split(" "))))
 
 
 def text_matches(words: list[str], texts: Iterable[str]) -> bool:
     """Whether each of ``words`` (``query_words``'s) starts a word in one of ``texts``."""
-    remaining = {word: _word_pattern(word) for word in words}
+    remaining = {word: word_pattern(word) for word in words}
     for text in texts:
         if not remaining:
             break

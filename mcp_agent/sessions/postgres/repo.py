@@ -14,6 +14,11 @@ from mcp_agent.sessions.sql.repo import SqlSessionRepo
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 
 
+def _prefix_query(param: str) -> str:
+    # A word as a quoted prefix term: user text never reaches tsquery syntax.
+    return f"to_tsquery('simple', quote_literal(:{param}) || ':*')"
+
+
 class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
     """Every session in one PostgreSQL database, shared by any number of server replicas.
     A session's entries and labels go with its row (ON DELETE CASCADE)."""
@@ -46,10 +51,15 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
     def where(self) -> str:
         return self.database.where
 
+    def hits_sql(self, count: int) -> str:
+        terms = [f"search @@ {_prefix_query(f'w{index}')}" for index in range(count)]
+        score = " + ".join(f"({term})::int" for term in terms)
+        return (
+            f"SELECT seq, id, {score} AS score FROM entries"
+            f" WHERE session_id = :s AND ({' OR '.join(terms)})"
+        )
+
     def word_condition(self, param: str) -> str:
         # A word must start a word somewhere in the session, as a quoted prefix term: user
         # text never reaches tsquery syntax.
-        return (
-            "id IN (SELECT session_id FROM entries WHERE search @@"
-            f" to_tsquery('simple', quote_literal(:{param}) || ':*'))"
-        )
+        return f"id IN (SELECT session_id FROM entries WHERE search @@ {_prefix_query(param)})"

@@ -13,6 +13,14 @@ from typing import Any, Generic, TypeVar
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import SessionEntry, SessionHeader
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.hits import (
+    EntryHit,
+    HitPage,
+    check_hits_limit,
+    hit_cursor,
+    parse_hit_cursor,
+    search_tag,
+)
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
@@ -24,7 +32,7 @@ from mcp_agent.sessions.repo import (
 )
 from mcp_agent.sessions.session import Session
 from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
-from mcp_agent.sessions.words import query_words
+from mcp_agent.sessions.words import query_words, search_words
 
 # Sessions a repo keeps open between opens: a server's clients work in many sessions at once,
 # and reopening one reads its row and header again and starts its caches afresh. What an open
@@ -78,6 +86,12 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
 
     def search_term(self, word: str) -> str:
         return word
+
+    def hits_sql(self, count: int) -> str:
+        """A query of the entries of session ``:s`` that hold one of ``count`` search words
+        (parameters ``w0`` .., as ``search_term`` gives them): ``seq``, ``id`` and ``score``,
+        how many of the words each holds."""
+        raise NotImplementedError
 
     def before_search(self) -> None:
         """Called before a search reads the text index."""
@@ -206,6 +220,40 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         if len(rows) > limit:
             next_cursor = encode_cursor(items[-1].modified, items[-1].id)
         return SessionPage(items, next_cursor)
+
+    def search_session(
+        self, session_id: str, query: str, limit: int = 10, cursor: str | None = None
+    ) -> HitPage:
+        words = search_words(query)
+        check_hits_limit(limit)
+        params: dict[str, Any] = {"s": session_id, "limit": limit + 1}
+        condition = ""
+        tag = search_tag(session_id, words)
+        if cursor is not None:
+            params["score"], params["seq"] = parse_hit_cursor(cursor, tag)
+            condition = "WHERE (score, seq) < (:score, :seq)"
+        storage = self._read_row(session_id, "")[0]
+        self.before_search()
+        for index, word in enumerate(words):
+            params[f"w{index}"] = self.search_term(word)
+        # Ranked in the database, and only the page's entries read and parsed.
+        rows = self._read(
+            f"SELECT seq, id, score, total FROM (SELECT seq, id, score, count(*) OVER () AS total"
+            f" FROM ({self.hits_sql(len(words))}) found) ranked {condition}"
+            " ORDER BY score DESC, seq DESC LIMIT :limit",
+            params,
+        )
+        if rows:
+            total = rows[0][3]
+        else:
+            del params["limit"]
+            counted = f"SELECT count(*) FROM ({self.hits_sql(len(words))}) found"
+            total = self._read(counted, params)[0][0]
+        page = rows[:limit]
+        entries = storage.parsed_entries([row[1] for row in page])
+        hits = [EntryHit(entries[i], seq, score) for seq, i, score, _ in page if i in entries]
+        more = len(rows) > limit and bool(hits)
+        return HitPage(hits, total, hit_cursor(hits[-1], tag) if more else None, tag)
 
     def delete(self, session_id: str) -> None:
         sql = self.storage_class.sql("DELETE FROM sessions WHERE id = :id")

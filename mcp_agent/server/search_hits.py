@@ -1,0 +1,57 @@
+"""Where a search matched, as the tools answer it: a listed session's first hits
+(``session_list`` with a query) and a page of one session's (``session_search``), each hit
+its entry's id, type, role, time and a snippet (``sessions.hits``), a page of them within
+``ANSWER_BYTES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mcp_agent.server.paging import ANSWER_BYTES, utf8_size
+from mcp_agent.server.schemas import ListedSession, SearchHit, SessionInfo
+from mcp_agent.sessions import hits
+from mcp_agent.sessions.repo import SessionPage, SessionRepo, SessionSummary, first_hits
+
+
+def hit_info(hit: hits.EntryHit, words: list[str]) -> SearchHit:
+    return SearchHit.model_validate(hit.to_json_dict(words))
+
+
+def fitting_hits(page: hits.HitPage, words: list[str]) -> tuple[list[str], str | None]:
+    """The JSON of each hit of ``page`` that fits in ``ANSWER_BYTES`` (one at least) and the
+    cursor after the last of them."""
+    items: list[str] = []
+    used = 0
+    for hit in page.hits:
+        text = hit_info(hit, words).model_dump_json()
+        if items and used + utf8_size(text) > ANSWER_BYTES:
+            return items, page.cursor_after(len(items))
+        used += utf8_size(text) + 1
+        items.append(text)
+    return items, page.next_cursor
+
+
+def listed_with_hits(
+    repo: SessionRepo,
+    page: SessionPage,
+    query: str,
+    words: list[str],
+    info: Callable[[SessionSummary], SessionInfo],
+) -> tuple[list[str], SessionPage]:
+    """The JSON of each session of ``page`` with its first hits, as many sessions as fit in
+    ``ANSWER_BYTES`` (one at least: its hits are few and short), and the page cut to them."""
+    items: list[str] = []
+    used = 0
+    for summary in page.items:
+        found = first_hits(repo, summary.id, query)
+        listed = ListedSession(
+            **dict(info(summary)),
+            hits=[hit_info(hit, words) for hit in found.hits],
+            hit_count=found.total,
+        )
+        text = listed.model_dump_json()
+        if items and used + utf8_size(text) > ANSWER_BYTES:
+            break
+        used += utf8_size(text) + 1
+        items.append(text)
+    return items, page.first(len(items))
