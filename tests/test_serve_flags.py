@@ -216,6 +216,49 @@ def test_a_start_refused_leaves_the_collector_on(serve: Any, args: list[str]) ->
     assert gc.isenabled()
 
 
+# Counts the collections before the collector is frozen (tune_collector: the server is built).
+_COUNTED_START = """
+import gc, sys
+early = []
+def seen(phase, info):
+    if phase == "start" and not gc.get_freeze_count():
+        early.append(info["generation"])
+import atexit
+atexit.register(lambda: print("collections before serving:", len(early), file=sys.stderr))
+sys.argv = ["mcp-agent-sessions", "serve", "--db", sys.argv[1]]
+from mcp_agent.__main__ import run
+gc.callbacks.append(seen)
+run()
+"""
+
+
+def test_the_command_line_starts_a_server_with_no_collection(tmp_path: Path) -> None:
+    # As `mcp-agent-sessions serve` and `python -m mcp_agent serve` start: the collector is
+    # off from the first import (typer's, before any command is known) until the server is
+    # built (it ran some 60 times through typer's import and ours before serve started).
+    env = {k: v for k, v in os.environ.items() if k not in OUR_ENV}
+    command = [sys.executable, "-c", _COUNTED_START, str(tmp_path / "s.db")]
+    done = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "collections before serving: 0" in done.stderr.splitlines(), done.stderr
+
+
+def test_every_command_but_serve_runs_with_the_collector_on() -> None:
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    gc.disable()  # as mcp_agent.__main__.run starts the command line
+    try:
+        result = CliRunner().invoke(app, ["models"])
+        assert result.exit_code == 0, result.output
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_a_port_in_use_is_refused_before_its_token_file_is_touched(
     serve: Any, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import signal
 import sys
@@ -63,8 +64,12 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(context: typer.Context) -> None:
     """An MCP server that runs agents and keeps every conversation as a session tree."""
+    # Started with the cyclic collector off (mcp_agent.__main__.run): on for every command but
+    # serve, which turns it on once its server is built.
+    if context.invoked_subcommand != "serve":
+        gc.enable()
 
 
 app.command()(serve.serve)
