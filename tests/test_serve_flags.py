@@ -176,6 +176,89 @@ def test_serving_sets_the_collector_for_a_long_run(serve: Any) -> None:
     assert gc.get_freeze_count() > 0  # what start-up built is out of the full passes
 
 
+def test_the_collector_is_off_while_the_server_is_built_and_on_once_it_serves(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Start-up builds what lives as long as the server: the collector ran through it some 200
+    # times in a real start (about 15% of its CPU), freeing almost nothing.
+    import mcp_agent.server.app as server_app
+
+    collections: list[int] = []
+    while_built: list[tuple[bool, int]] = []
+    build = server_app.build_server
+
+    def observed_build(*args: Any, **kwargs: Any) -> Any:
+        before = len(collections)
+        server = build(*args, **kwargs)
+        while_built.append((gc.isenabled(), len(collections) - before))
+        return server
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    monkeypatch.setattr(server_app, "build_server", observed_build)
+    gc.set_threshold(700, 10, 10)  # Python's defaults: building the tools passes 700 often
+    gc.callbacks.append(seen)
+    try:
+        result = serve()
+    finally:
+        gc.callbacks.remove(seen)
+    assert result.exit_code == 0, result.output
+    assert while_built == [(False, 0)]
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("args", [["--port", "8080"], ["--model", "nope:x"]])
+def test_a_start_refused_leaves_the_collector_on(serve: Any, args: list[str]) -> None:
+    result = serve(*args)
+    assert result.exit_code == 2, result.output
+    assert gc.isenabled()
+
+
+# Counts the collections before the collector is frozen (tune_collector: the server is built).
+_COUNTED_START = """
+import gc, sys
+early = []
+def seen(phase, info):
+    if phase == "start" and not gc.get_freeze_count():
+        early.append(info["generation"])
+import atexit
+atexit.register(lambda: print("collections before serving:", len(early), file=sys.stderr))
+sys.argv = ["mcp-agent-sessions", "serve", "--db", sys.argv[1]]
+from mcp_agent.__main__ import run
+gc.callbacks.append(seen)
+run()
+"""
+
+
+def test_the_command_line_starts_a_server_with_no_collection(tmp_path: Path) -> None:
+    # As `mcp-agent-sessions serve` and `python -m mcp_agent serve` start: the collector is
+    # off from the first import (typer's, before any command is known) until the server is
+    # built (it ran some 60 times through typer's import and ours before serve started).
+    env = {k: v for k, v in os.environ.items() if k not in OUR_ENV}
+    command = [sys.executable, "-c", _COUNTED_START, str(tmp_path / "s.db")]
+    done = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "collections before serving: 0" in done.stderr.splitlines(), done.stderr
+
+
+def test_every_command_but_serve_runs_with_the_collector_on() -> None:
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app
+
+    gc.disable()  # as mcp_agent.__main__.run starts the command line
+    try:
+        result = CliRunner().invoke(app, ["models"])
+        assert result.exit_code == 0, result.output
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_a_port_in_use_is_refused_before_its_token_file_is_touched(
     serve: Any, tmp_path: Path
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 # was); the handler before is put back once the command line is ready to take Ctrl-C itself
 # (typer's, then main's, turn it into the same line).
 import _signal  # type: ignore[import-not-found]  # no stub: signal's C module
+import gc
 import os
 import sys
 
@@ -67,8 +68,12 @@ try:
     )
 
     @app.callback()
-    def _root() -> None:
+    def _root(context: typer.Context) -> None:
         """An MCP server that runs agents and keeps every conversation as a session tree."""
+        # Started with the cyclic collector off (mcp_agent.__main__.run): on for every command
+        # but serve, which turns it on once its server is built.
+        if context.invoked_subcommand != "serve":
+            gc.enable()
 
     app.command()(serve.serve)
     app.add_typer(sessions.app, name="sessions")
