@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from mcp.server import MCPServer
 
 CALL_LIMIT_S = 60
+# The bound on a child process's start (a server of ours, a test's MCP server): a hang guard.
+# A start took over 30 s at a load of 20 on 2 cores (its imports alone), and a start of
+# tests/servers/tool_server.py 19 to 24 s at a load of 15.
+START_GUARD_S = 120.0
 T = TypeVar("T")
 
 
@@ -120,13 +124,20 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> Non
             return False
 
     try:
-        # 2,400 tries: a start took over 30 s at a load of 20 on 2 cores (its imports alone)
-        poll(listening, f"the server never listened on port {port}", tries=2400, every=0.05)
+        wait_to_listen(listening, port)
     except AssertionError:
         if process.poll() is None:
             process.kill()
             process.wait()
         raise
+
+
+def wait_to_listen(listening: Callable[[], bool], port: int) -> None:
+    """Wait until ``listening()`` says a child process started listens on ``port``, for as
+    long as a start may take (``START_GUARD_S``)."""
+    every = 0.05
+    tries = int(START_GUARD_S / every)
+    poll(listening, f"the server never listened on port {port}", tries=tries, every=every)
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ import mcp.types as types
 import pytest
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp_support import alive
+from mcp_support import START_GUARD_S, alive
 from narrow import narrow
 
 from mcp_agent.abort import AbortController
@@ -422,7 +422,7 @@ async def tool_server_over_http(flag: str) -> AsyncIterator[int]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        with anyio.fail_after(20):
+        with anyio.fail_after(START_GUARD_S):
             while True:
                 try:
                     with socket.create_connection(("127.0.0.1", port), timeout=0.2):

@@ -18,6 +18,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_support import (
+    CALL_LIMIT_S,
     TEST_AGENTS,
     ClientsModel,
     agent_server,
@@ -838,18 +839,30 @@ async def test_every_message_a_cancelled_run_gives_back_is_in_its_answer(client:
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_cancelling_the_request_aborts_the_run(server: MCPServer, mode: str) -> None:
     notes: list[str] = []
+    streaming = anyio.Event()
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         notes.append(message or "")
+        if (message or "").startswith("message_update: text_delta"):
+            streaming.set()
 
     async with Client(server, mode=mode) as client:
         sid = (await call(client, "session_create"))["id"]
-        with anyio.move_on_after(0.3):
+
+        async def ask() -> None:
             await client.call_tool(
                 "agent_run",
                 {"prompt": "slow please", "session_id": sid},
                 progress_callback=on_progress,
             )
+
+        # Cancelled once the answer streams, not after a fixed 0.3 s: a loaded machine may not
+        # have begun the run by then (nothing to abort, and no run to list).
+        async with anyio.create_task_group() as asking:
+            asking.start_soon(ask)
+            with anyio.fail_after(CALL_LIMIT_S):
+                await streaming.wait()
+            asking.cancel_scope.cancel()
         # A progress note the server sent before it read the cancellation may still be on its
         # way; an answer to a later request comes after the cancellation was read.
         listing = await call(client, "agent_runs")

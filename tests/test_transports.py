@@ -22,7 +22,14 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
-from mcp_support import Served, free_port, initialize_request, poll, posted_answer
+from mcp_support import (
+    Served,
+    free_port,
+    initialize_request,
+    poll,
+    posted_answer,
+    wait_to_listen,
+)
 from narrow import narrow, present
 from slow_support import slow_server
 from viewer_support import delete_every_session
@@ -66,7 +73,7 @@ class HttpServer:
         # A server that never listens is stopped: left running (its fixture never got to
         # stop it), each one a loaded machine was slow to start stayed for good.
         try:
-            poll(self._listening, f"the server never listened on port {self.port}", every=0.05)
+            wait_to_listen(self._listening, self.port)
         except BaseException:
             self.stop()
             raise
