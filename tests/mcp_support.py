@@ -276,6 +276,12 @@ class Served:
             self.process.kill()
             return self.process.wait(15)
 
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture(name="started")
 def started_fixture() -> Iterator[list[Served]]:

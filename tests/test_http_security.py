@@ -418,11 +418,8 @@ def idle_shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     token_file.write_text("tok")
     token_file.chmod(0o600)
     idle = ("--http-session-idle-timeout", str(IDLE_TIMEOUT_S))
-    server = Served(tmp, "--token-file", str(token_file), *idle)
-    try:
+    with Served(tmp, "--token-file", str(token_file), *idle) as server:
         yield server, tmp / "http.db"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(name="idle_server")

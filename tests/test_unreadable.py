@@ -54,11 +54,8 @@ def shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
     """One ``serve --transport http --no-auth`` for the module's HTTP tests (a start is a
     second or more of a loaded machine); ``http_server`` empties its database before each."""
     tmp = tmp_path_factory.mktemp("unreadable-http")
-    server = Served(tmp, "--no-auth")
-    try:
+    with Served(tmp, "--no-auth") as server:
         yield server, tmp / "http.db"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(name="http_server")

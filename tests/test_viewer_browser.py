@@ -68,11 +68,8 @@ def shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
     """One server for the module's tests that leave it running (a start is seconds of a
     loaded machine); ``served`` empties its database before each of them."""
     tmp = tmp_path_factory.mktemp("viewer")
-    server = token_server(tmp)
-    try:
+    with token_server(tmp) as server:
         yield server, tmp / "http.db"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(name="served")
@@ -97,11 +94,8 @@ def open_shared_fixture(
 ) -> Iterator[tuple[Served, Path]]:
     """One server without auth for the module's tests of long sessions."""
     tmp = tmp_path_factory.mktemp("viewer-open")
-    server = Served(tmp, "--no-auth")
-    try:
+    with Served(tmp, "--no-auth") as server:
         yield server, tmp / "http.db"
-    finally:
-        server.stop()
 
 
 @pytest.fixture(name="open_served")
