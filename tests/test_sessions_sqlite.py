@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp_support import another_programs_database, poll
@@ -659,6 +660,71 @@ def test_a_session_kept_open_says_when_it_was_deleted(tmp_path: Path) -> None:
     with pytest.raises(SessionError) as gone:
         ours.open(other.id)
     assert gone.value.code == "not_found"
+
+
+def user_said(text: str) -> dict[str, object]:
+    """A user's message in the form Session.append_entry takes (pi's, without the ids)."""
+    return {"type": "message", "message": {"role": "user", "content": text, "timestamp": 1}}
+
+
+def test_an_append_to_a_session_kept_open_reads_nothing_before_its_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its transaction reads the row anyway: a read on another connection first (whether the
+    # session is still there) cost a durable append over stdio about 2% more.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        first = session.append_message(user("a"))
+        reads: list[str] = []
+        read = repo.database.read
+
+        def noted(sql: str, params: Any = ()) -> list[Any]:
+            reads.append(sql)
+            return read(sql, params)
+
+        monkeypatch.setattr(repo.database, "read", noted)
+        second = repo.append_entry(session.id, user_said("b"))
+        assert reads == []
+        monkeypatch.undo()
+        stored = repo.open_read(session.id)
+        assert stored.leaf_id == second
+        assert [e.id for e in stored.get_branch()] == [first, second]
+    finally:
+        repo.close()
+
+
+def test_an_append_to_a_session_deleted_or_made_again_meanwhile(tmp_path: Path) -> None:
+    with (
+        SqliteSessionRepo(tmp_path / "s.db") as ours,
+        SqliteSessionRepo(tmp_path / "s.db") as theirs,  # another process
+    ):
+        gone = ours.create()
+        gone.append_message(user("a"))
+        theirs.delete(gone.id)
+        with pytest.raises(SessionError) as deleted:
+            ours.append_entry(gone.id, user_said("lost?"))
+        assert deleted.value.code == "not_found" and "was deleted" in deleted.value.message
+
+        kept = ours.create(cwd="/orig")
+        kept.append_message(user("original"))
+        exported = theirs.export_jsonl(kept.id)
+        theirs.delete(kept.id)
+        edited = tmp_path / "edited.jsonl"
+        edited.write_text(exported.replace("/orig", "/edited"))
+        assert theirs.import_jsonl(edited).id == kept.id
+        theirs.open(kept.id).append_message(user("theirs"))
+        # The Session held from before writes nothing into the session made again...
+        with pytest.raises(SessionError) as stale:
+            kept.append_message(user("into another session?"))
+        assert stale.value.code == "not_found"
+        # ...while the repo appends to the session there now, at its leaf.
+        leaf = theirs.open_read(kept.id).leaf_id
+        added = ours.append_entry(kept.id, user_said("b"))
+        now = ours.open_read(kept.id)
+        assert now.header.cwd == "/edited"
+        assert [e.id for e in now.get_branch()][-2:] == [leaf, added]
+        assert len(now.get_entries()) == 3
 
 
 def test_reads_do_not_wait_for_another_writer_and_a_write_ends_busy(tmp_path: Path) -> None:

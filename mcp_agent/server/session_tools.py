@@ -374,9 +374,7 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         partial = entry.to_partial()
         with tool_errors(), state.runs.writing(session_id):
-            entry_id = await state.offload(
-                lambda: state.repo.open(session_id).append_entry(partial)
-            )
+            entry_id = await state.offload(lambda: state.repo.append_entry(session_id, partial))
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 

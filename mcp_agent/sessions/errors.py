@@ -23,6 +23,15 @@ class SessionError(Exception):
         return f"SessionError({self.code!r}, {self.message!r})"
 
 
+class Reincarnated(SessionError):
+    """A write through the storage of a session that was deleted since it was opened, whose id
+    names another session now (made again, by another process or replica): nothing was
+    written. The repo opens the session there now and writes to it."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__("not_found", f"session {session_id} was deleted")
+
+
 class Unreachable(SessionError):
     """The session database is out of reach (down, or gone from the network): every call is
     refused with this until it is back. The database logs the outage once, when it starts,

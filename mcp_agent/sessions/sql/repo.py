@@ -7,12 +7,12 @@ from __future__ import annotations
 import builtins
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import SessionEntry, SessionHeader
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import Reincarnated, SessionError
 from mcp_agent.sessions.hits import (
     EntryHit,
     HitPage,
@@ -153,6 +153,21 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
             self.database, stored_header(session_id, header), leaf, incarnation
         )
         return self._keep_open(fresh, opened=storage is None, replacing=storage), leaf, tuple(rest)
+
+    def append_entry(self, session_id: str, partial: Mapping[str, Any]) -> str:
+        # A session kept open is not read first (one statement less, on another connection):
+        # its append's transaction reads the row anyway, and refuses a deleted session, or
+        # one made again since (Reincarnated: nothing written), which is then opened afresh.
+        with self._opened_lock:
+            storage = self._opened.get(session_id)
+            if storage is not None:
+                self._opened.move_to_end(session_id)
+        if storage is not None and storage.APPEND_CHECKS_INCARNATION and storage.incarnation:
+            try:
+                return self._session(storage).append_entry(partial)
+            except Reincarnated:
+                pass
+        return super().append_entry(session_id, partial)
 
     def open_read(self, session_id: str) -> Session:
         storage, leaf, _ = self._read_row(session_id, "")

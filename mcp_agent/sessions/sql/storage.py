@@ -12,7 +12,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from pydantic import ValidationError
 
@@ -288,6 +288,10 @@ class SqlSessionStorage:
 
     def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
         raise NotImplementedError
+
+    # Whether append_entry refuses, with Reincarnated and before it writes, a row of another
+    # incarnation than this storage's (so the repo may append without reading the row first).
+    APPEND_CHECKS_INCARNATION: ClassVar[bool] = False
 
     def append_entry(self, entry: SessionEntry) -> SessionEntry:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from mcp_agent.sessions.entries import (
     sortable_time,
     write_time,
 )
-from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.errors import Reincarnated, SessionError
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.row_sql import (
     _TREE_CHILDREN,
@@ -59,7 +59,7 @@ _INSERT_ENTRY = (
 # (for leaves and branch points, see row_sql.tree_delta; not counted below a leaf move).
 # One statement instead of four: each costs a round through the driver in the transaction.
 _OPEN_APPEND = f"""
-SELECT s.leaf, s.next_seq,
+SELECT s.leaf, s.next_seq, s.incarnation,
   (SELECT 1 FROM entries WHERE session_id = :s AND id = :id),
   p.type,
   CASE WHEN p.type != 'leaf' THEN ({_TREE_CHILDREN}) END
@@ -238,6 +238,7 @@ class SqliteSessionStorage(SqlSessionStorage):
     )
     BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
     LOG_ORDER = "n"
+    APPEND_CHECKS_INCARNATION = True
 
     def stored_log(self, end: int, batch: int) -> Iterator[list[str]]:
         # Each RANGE_SQL sorts the session's positions to skip to its offset: read in turn,
@@ -402,7 +403,9 @@ class SqliteSessionStorage(SqlSessionStorage):
                 raise SessionError("not_found", f"session {self.session_id} was deleted")
             if self.database.session_guard is not None:
                 self.database.session_guard(conn, self.session_id)
-            leaf, seq, id_taken, parent_type, children = row
+            leaf, seq, incarnation, id_taken, parent_type, children = row
+            if incarnation != self.incarnation and self.incarnation is not None:
+                raise Reincarnated(self.session_id)
             if id_taken:
                 raise SessionError("conflict", f"entry id {entry.id} is already taken")
             stored = entry
