@@ -388,3 +388,35 @@ def test_port_0_serves_on_a_free_port_and_says_which(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def test_a_stdio_server_answers_its_first_request_without_what_it_does_not_need(
+    tmp_path: Path,
+) -> None:
+    # What a start loads before its first answer is most of the time a client waits for it:
+    # HTTP's transport (uvicorn's protocols), the agent's loop and compaction (loaded with a
+    # first run or compaction), and rich, which the SDK imported only to make a log handler
+    # that the command line's plain one had made unused.
+    env = {k: v for k, v in os.environ.items() if k not in OUR_ENV}
+    requests = [
+        initialize_request(),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    command = [sys.executable, "-X", "importtime", "-m", "mcp_agent", "serve"]
+    done = subprocess.run(
+        [*command, "--db", str(tmp_path / "s.db")],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers[-1]["result"]["tools"]) > 10
+    modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "mcp_agent.server.app" in modules  # the measurement works
+    unneeded = ("mcp_agent.server.streamable_http", "uvicorn.protocols", "mcp_agent.loop")
+    loaded = sorted(m for m in modules if m.startswith((*unneeded, "mcp_agent.compaction", "rich")))
+    assert loaded == []

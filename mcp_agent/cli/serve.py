@@ -262,7 +262,6 @@ def serve(
     from mcp_agent.runtime.settings import TOKEN_ENV, TOKEN_FILE_ENV, ServerSettings
     from mcp_agent.server.app import build_server, print_banner
     from mcp_agent.server.http_auth import HttpAuthError, UnsafeBindError, http_auth, viewer_link
-    from mcp_agent.server.streamable_http import event_loop_options, serve_http
 
     if transport == Transport.stdio and (http_only := _given(context, _HTTP_ONLY)):
         # Else `serve --port 8080` served stdio, leaving the terminal (or a launcher) waiting.
@@ -347,6 +346,9 @@ def serve(
         _remove_on_sigterm(auth)
     try:
         if transport == Transport.http:
+            # HTTP's own modules (uvicorn's protocols among them): not loaded to serve stdio.
+            from mcp_agent.server.streamable_http import event_loop_options, serve_http
+
             anyio.run(serve_http, server, settings, backend_options=event_loop_options())
         else:
             stopped_by = anyio.run(_stdio_until_sigterm, server)

@@ -39,12 +39,12 @@ from mcp_agent.runtime.run_board import (
     quote,
     undelivered_note,
 )
-from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.sessions import Session, SessionError, Unreachable
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
+    from mcp_agent.runtime.session_agent import SessionAgent
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_agent.compaction.compact import CompactionSettings
 from mcp_agent.manifests import AgentManifest
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
@@ -24,7 +23,6 @@ from mcp_agent.runtime.errors import (
 )
 from mcp_agent.runtime.models import ModelOverrides, missing_key, resolve_run_model
 from mcp_agent.runtime.runs import EventListener, Run
-from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
 from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.repo import STARTED_BY
@@ -34,6 +32,7 @@ from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
     from mcp_agent.providers.sampling import ClientChannel
+    from mcp_agent.runtime.session_agent import SessionAgent
 
 # The calling run's session id, from a tool call's _meta: as long as a path may be (pi names a
 # parent session by its file).
@@ -282,6 +281,11 @@ async def _start(
             return tools
 
         def build() -> SessionAgent:
+            # The agent's modules (loop, compaction) load with the first run: a server's start
+            # and its first answer need none of them.
+            from mcp_agent.compaction.compact import CompactionSettings
+            from mcp_agent.runtime.session_agent import RetrySettings, SessionAgent
+
             agent = SessionAgent.from_session(
                 session,
                 stream_fn=stream_fn,

@@ -9,8 +9,6 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
-from mcp_agent.compaction.compact import compact
-from mcp_agent.compaction.cut_points import prepare_compaction
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.schemas import CompactResult
 from mcp_agent.server.session_tools import WRITES, SessionId
@@ -33,6 +31,10 @@ def register(server: MCPServer) -> None:
         progress, decisions, next steps, files touched) and the context continues from that
         summary plus the recent entries. Nothing is deleted; the old entries stay in the tree.
         Returns the compaction's id, the tokens before and after, and the summary."""
+        # Compaction's modules load with the first compaction, not with the server.
+        from mcp_agent.compaction.compact import compact
+        from mcp_agent.compaction.cut_points import prepare_compaction
+
         state = app_state(ctx)
 
         def check() -> Session:

@@ -18,8 +18,10 @@ import copy
 import json
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import mcp.server.mcpserver.server as sdk_server
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import (
@@ -167,11 +169,31 @@ def argument_error(
     return f"{tool}: " + "; ".join(problems) + tail
 
 
+@contextmanager
+def _root_logging_left_alone() -> Iterator[None]:
+    """The SDK's MCPServer, as it is made, gives the root logger rich's handler (unless it has
+    one): it imports rich for it (30 to 70 ms of a server's start, measured, before its first
+    answer), and draws each record over several lines (see ``cli.common.plain_logging``,
+    which the command line sets up first, so the handler was made only to be dropped). Our
+    server leaves the root logger as its caller set it up."""
+    configure = sdk_server.configure_logging
+    sdk_server.configure_logging = _leave_logging_alone
+    try:
+        yield
+    finally:
+        sdk_server.configure_logging = configure
+
+
+def _leave_logging_alone(level: str = "INFO") -> None:
+    pass
+
+
 class SessionsServer(MCPServer):
     """The SDK's MCPServer whose tools are checked and explained as a model needs."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        with _root_logging_left_alone():
+            super().__init__(*args, **kwargs)
         # Tool name -> (its input schema, whether it declares an Mcp-Param header).
         self._declares_headers: dict[str, tuple[dict[str, Any], bool]] = {}
         # Tool name -> (its input schema, the JSON types of its scalar arguments).

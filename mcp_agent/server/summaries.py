@@ -7,8 +7,6 @@ from __future__ import annotations
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_agent.compaction.branch_summary import summarize_branch as summarize_session_branch
-from mcp_agent.compaction.errors import CompactionError
 from mcp_agent.messages import Model
 from mcp_agent.providers.base import StreamFn
 from mcp_agent.runtime.application import AppState
@@ -56,6 +54,10 @@ async def summarize_branch(
             f"not_found: entry {entry_id} not found in session {session.id} "
             "(list entries with session_get)"
         )
+    # Compaction's modules load with the first summary, not with the server.
+    from mcp_agent.compaction.branch_summary import summarize_branch as summarize_session_branch
+    from mcp_agent.compaction.errors import CompactionError
+
     model, stream_fn = await summary_model(state, ctx, session)
     try:
         return await summarize_session_branch(
