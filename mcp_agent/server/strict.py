@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -169,19 +170,25 @@ def argument_error(
     return f"{tool}: " + "; ".join(problems) + tail
 
 
+_SWAPPING = threading.Lock()
+
+
 @contextmanager
 def _root_logging_left_alone() -> Iterator[None]:
     """The SDK's MCPServer, as it is made, gives the root logger rich's handler (unless it has
     one): it imports rich for it (30 to 70 ms of a server's start, measured, before its first
     answer), and draws each record over several lines (see ``cli.common.plain_logging``,
     which the command line sets up first, so the handler was made only to be dropped). Our
-    server leaves the root logger as its caller set it up."""
-    configure = sdk_server.configure_logging
-    sdk_server.configure_logging = _leave_logging_alone
-    try:
-        yield
-    finally:
-        sdk_server.configure_logging = configure
+    server leaves the root logger as its caller set it up. One server is made at a time
+    (a process may make them on several threads): two swaps interleaved would leave the SDK's
+    function swapped for good."""
+    with _SWAPPING:
+        configure = sdk_server.configure_logging
+        sdk_server.configure_logging = _leave_logging_alone
+        try:
+            yield
+        finally:
+            sdk_server.configure_logging = configure
 
 
 def _leave_logging_alone(level: str = "INFO") -> None:
