@@ -3,7 +3,7 @@ each with a snippet of its text around the match.
 
 An entry's score is how many of the search's words (``words.query_words``) start a word in its
 text, as a session matches (``words.text_matches``); hits come in order of score, then newest
-first (the position the entry was appended at, ``seq``), the same in every store. A snippet is
+first (the order the entries were appended in, ``EntryHit.place``), the same in every store. A snippet is
 at most ``SNIPPET_CHARS`` characters of the entry's own text (accents and case as written),
 whitespace runs one space, each matched word marked ``«so»``, and ``…`` where it is cut: cut
 between words where one is near, never inside a character drawn with several (an emoji with a
@@ -39,11 +39,11 @@ MARK_OPEN, MARK_CLOSE = "«", "»"
 
 @dataclass
 class EntryHit:
-    """An entry that holds ``score`` of the search's words; ``seq``: its place in the order
-    appended (0 for the first)."""
+    """An entry that holds ``score`` of the search's words; ``place``: a number that orders
+    the session's entries as appended (a store's own: its position, or its row's number)."""
 
     entry: SessionEntry
-    seq: int
+    place: int
     score: int
 
     @property
@@ -92,22 +92,22 @@ def search_tag(session_id: str, words: list[str]) -> str:
 
 def hit_cursor(hit: EntryHit, tag: str) -> str:
     """The cursor of the page after ``hit``: its score and place, and the search's tag."""
-    raw = json.dumps([hit.score, hit.seq, tag], separators=(",", ":")).encode()
+    raw = json.dumps([hit.score, hit.place, tag], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def parse_hit_cursor(cursor: str, tag: str) -> tuple[int, int]:
-    """(score, seq) of the last hit of the page before, or a SessionError saying the cursor
+    """(score, place) of the last hit of the page before, or a SessionError saying the cursor
     is not one this search (``tag``) handed out."""
     said = "pass the nextCursor of the previous page of this search"
     if len(cursor) <= 64:
         try:
-            score, seq, tagged = json.loads(
+            score, place, tagged = json.loads(
                 base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             )
-            if type(score) is int and type(seq) is int and tagged == tag:
-                return score, seq
-            if type(score) is int and type(seq) is int:
+            if type(score) is int and type(place) is int and tagged == tag:
+                return score, place
+            if type(score) is int and type(place) is int:
                 said = "it is another search's (another session or other words): " + said
         except (ValueError, TypeError):
             pass
@@ -124,25 +124,25 @@ def scored(entries: Iterable[SessionEntry], words: list[str]) -> list[EntryHit]:
     or more, with its score: for a store that searches without an index."""
     patterns = [word_pattern(word) for word in words]
     found = []
-    for seq, entry in enumerate(entries):
+    for place, entry in enumerate(entries):
         text = entry_text(entry)
         if not text:
             continue
         searched = search_text(text.lower())
         score = sum(1 for pattern in patterns if pattern.search(searched))
         if score:
-            found.append(EntryHit(entry, seq, score))
+            found.append(EntryHit(entry, place, score))
     return found
 
 
 def page_scored(found: list[EntryHit], limit: int, cursor: str | None, tag: str) -> HitPage:
     """A page of ``scored``'s hits, best first, after ``cursor`` (of the search ``tag``)."""
     check_hits_limit(limit)
-    ordered = sorted(found, key=lambda hit: (hit.score, hit.seq), reverse=True)
+    ordered = sorted(found, key=lambda hit: (hit.score, hit.place), reverse=True)
     total = len(ordered)
     if cursor is not None:
         after = parse_hit_cursor(cursor, tag)
-        ordered = [hit for hit in ordered if (hit.score, hit.seq) < after]
+        ordered = [hit for hit in ordered if (hit.score, hit.place) < after]
     page = ordered[:limit]
     more = len(ordered) > limit
     return HitPage(page, total, hit_cursor(page[-1], tag) if more else None, tag)
