@@ -1255,6 +1255,25 @@ def test_a_search_in_a_session_gives_its_matching_entries_best_first_then_newest
     assert hits_of(repo, session.id, "APPL") == hits_of(repo, session.id, "apple")
 
 
+def test_the_first_hits_of_many_sessions_are_each_ones_first_page(repo) -> None:
+    """What a listing shows of each session it found (``search_sessions``, all at once where a
+    store can) is the first page of a search in that session; a session not there has none."""
+    made = []
+    for i in range(5):
+        session = repo.create(name=f"notes {i}")
+        for j in range(i + 2):
+            session.append_message(user(f"apple {j}" + (" water" if j % 2 else "")))
+        made.append(session.id)
+    missing = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+    for query in ("apple water", "water", "notes apple"):
+        found = repo.search_sessions([*made, missing], query, 3)
+        assert set(found) == set(made)
+        for session_id in made:
+            page = repo.search_session(session_id, query, 3)
+            assert found[session_id] == page, (query, session_id)
+            assert (page.next_cursor is not None) == (page.total > 3)
+
+
 def test_a_search_in_a_session_matches_as_a_listing_does(repo) -> None:
     """Accents, case and CJK phrases are found in an entry as a session is found."""
     session = repo.create()

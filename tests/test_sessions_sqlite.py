@@ -24,8 +24,9 @@ from mcp_agent.sessions import (
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import entry_from_json, entry_text, iso_now
+from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH
 from mcp_agent.sessions.pi import export_text
-from mcp_agent.sessions.repo import SessionRepo
+from mcp_agent.sessions.repo import SessionRepo, listed_hits
 from mcp_agent.sessions.sqlite.database import (
     MAIN_THREAD_WAIT_S,
     SCHEMA_VERSION,
@@ -1179,5 +1180,37 @@ def test_a_page_of_a_search_scores_no_more_than_it_must(tmp_path: Path) -> None:
             assert len(page.hits) == len(after.hits) == 10
             per_hit = steps[0] * 100 / total / 2
             assert per_hit < 20, (query, per_hit)
+    finally:
+        repo.close()
+
+
+def test_a_listing_finds_the_hits_of_its_sessions_in_a_query_or_two(tmp_path: Path) -> None:
+    """session_list with a query searched each listed session on its own, and each search read
+    every hit of the words in every session: a listing of 40 sessions of 5,000 entries took 2
+    to 5 s. The hits of a listing's sessions are found SESSIONS_PER_SEARCH at a time."""
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        made = []
+        for i in range(SESSIONS_PER_SEARCH + 4):
+            session = repo.create()
+            for j in range(4):
+                session.append_message(user(f"apple {i} {j}" + (" water" if j == 1 else "")))
+            made.append(session.id)
+        ids = [summary.id for summary in repo.list(query="apple water", limit=100).items]
+        assert sorted(ids) == sorted(made)
+        statements: list[str] = []
+        repo.list(query="apple")  # the text indexed, a reader connection open
+        for conn in repo.database._reader_conns:
+            conn.set_trace_callback(statements.append)
+        try:
+            found = listed_hits(repo, [*ids, "0" * 36], "apple water")
+        finally:
+            for conn in repo.database._reader_conns:
+                conn.set_trace_callback(None)
+        searches = [sql for sql in statements if sql.startswith("SELECT") and "MATCH" in sql]
+        assert len(searches) == 2, searches
+        for session_id in ids:
+            assert found[session_id] == repo.search_session(session_id, "apple water", 3)
+        assert found["0" * 36].hits == [] and found["0" * 36].total == 0
     finally:
         repo.close()

@@ -34,6 +34,9 @@ _SLACK = 24
 MAX_HITS = 100
 # The hits a listing shows of each session it found (a search in the session has them all).
 HITS_LISTED = 3
+# Listed sessions whose first hits a store with a text index finds in one query (as many as an
+# answer shows, about 30, come in two or three); each query reads every hit of the words in them.
+SESSIONS_PER_SEARCH = 16
 MARK_OPEN, MARK_CLOSE = "«", "»"
 
 

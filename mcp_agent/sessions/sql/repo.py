@@ -14,6 +14,8 @@ from mcp_agent.sessions.context import SessionContextBuildOptions
 from mcp_agent.sessions.entries import SessionEntry, SessionHeader
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.hits import (
+    HITS_LISTED,
+    SESSIONS_PER_SEARCH,
     EntryHit,
     HitPage,
     check_hits_limit,
@@ -31,7 +33,12 @@ from mcp_agent.sessions.repo import (
     started_json,
 )
 from mcp_agent.sessions.session import Session
-from mcp_agent.sessions.sql.storage import SqlDatabase, SqlSessionStorage, stored_header
+from mcp_agent.sessions.sql.storage import (
+    SqlDatabase,
+    SqlSessionStorage,
+    parse_entry,
+    stored_header,
+)
 from mcp_agent.sessions.words import query_words, search_words
 
 # Sessions a repo keeps open between opens: a server's clients work in many sessions at once,
@@ -269,6 +276,53 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         hits = [EntryHit(entries[i], place, score) for place, score, i in page if i in entries]
         more = len(rows) > limit and bool(hits)
         return HitPage(hits, total, hit_cursor(hits[-1], tag) if more else None, tag)
+
+    def search_sessions(
+        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+    ) -> dict[str, HitPage]:
+        words = search_words(query)
+        check_hits_limit(limit)
+        self.before_search()
+        found: dict[str, HitPage] = {}
+        for start in range(0, len(session_ids), SESSIONS_PER_SEARCH):
+            chunk = session_ids[start : start + SESSIONS_PER_SEARCH]
+            found.update(self._first_hits(chunk, words, limit))
+        return found
+
+    def _first_hits(
+        self, session_ids: Sequence[str], words: builtins.list[str], limit: int
+    ) -> dict[str, HitPage]:
+        """The first ``limit`` hits of each of ``session_ids`` (a few dozen), in one query: a
+        query for each session read every hit of the words in every session (a listing of
+        40 sessions of 5,000 entries took 2 to 5 s)."""
+        params: dict[str, Any] = {f"s{index}": sid for index, sid in enumerate(session_ids)}
+        params.update(self.search_params(words), limit=limit)
+        rows = self._read(
+            "SELECT t.session_id, t.place, t.score, t.total, e.id, e.type, e.data FROM"
+            " (SELECT session_id, place, score, row_number() OVER (PARTITION BY session_id"
+            " ORDER BY score DESC, place DESC) AS rank, count(*) OVER (PARTITION BY"
+            f" session_id) AS total FROM ({self.hits_sql(len(words), len(session_ids))}) h) t"
+            f" JOIN entries e ON e.session_id = t.session_id AND e.{self.place_column} = t.place"
+            " WHERE t.rank <= :limit ORDER BY t.session_id, t.score DESC, t.place DESC",
+            params,
+        )
+        found: dict[str, HitPage] = {}
+        for session_id, place, score, total, entry_id, entry_type, data in rows:
+            page = found.get(session_id)
+            if page is None:
+                page = found[session_id] = HitPage([], total, None, search_tag(session_id, words))
+            with self._opened_lock:
+                storage = self._opened.get(session_id)
+            entry = (
+                parse_entry(session_id, entry_id, entry_type, data)
+                if storage is None
+                else storage.parse_stored(entry_id, entry_type, data)
+            )
+            page.hits.append(EntryHit(entry, place, score))
+        for page in found.values():
+            if page.total > len(page.hits):
+                page.next_cursor = page.cursor_after(len(page.hits))
+        return found
 
     def _page_rows(self, found: str, condition: str, params: dict[str, Any]) -> builtins.list[Any]:
         """(place, score, id) of the hits ``found`` (``hits_sql``) of the session ``:s0``
