@@ -86,8 +86,15 @@ def session_info(
 ) -> SessionInfo:
     """The session as answers give it; ``started_by``: a sub-agent's origin where the header
     does not say it (``linked_origin``)."""
+    return SessionInfo(**session_fields(summary, started_by))
+
+
+def session_fields(
+    summary: SessionSummary, started_by: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """The fields of ``session_info``, for a model that adds some (``ListedSession``)."""
     origin = started_by or summary.started_by
-    return SessionInfo(
+    return dict(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
         name=None if summary.name is None else clip_long(summary.name, NAME_CHARS),
@@ -232,7 +239,7 @@ def register(server: MCPServer) -> None:
             # Each item's JSON made here, off the event loop, and put in the answer as it is.
             if words:
                 assert query is not None
-                items, page = listed_with_hits(state.repo, page, query, words, session_info)
+                items, page = listed_with_hits(state.repo, page, query, words, session_fields)
             else:
                 items = [session_info(item).model_dump_json() for item in page.items]
             answer = SessionListResult(
