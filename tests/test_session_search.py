@@ -99,6 +99,7 @@ async def test_a_listing_with_a_query_says_where_each_session_matched(store: Pat
             "role": "user",
             "timestamp": hits[1]["timestamp"],
             "words": 2,
+            "onBranch": True,
             "snippet": "day 36: «water» the «apple» tree, then rest",
         }
         both = await call(client, "session_list", query="apple")
@@ -142,6 +143,16 @@ async def test_a_search_in_one_session_pages_its_hits_and_leads_to_session_get(
             client, "session_get", session_id=session_id, entry_id=seen[1]["entryId"], limit=2
         )
         assert branch["entries"][-1]["id"] == ids[36]
+        assert all(hit["onBranch"] for hit in seen)
+        # Moved back to a hit, what came after it is on a branch left behind.
+        await call(client, "session_move_to", session_id=session_id, entry_id=ids[36])
+        page = await call(client, "session_search", session_id=session_id, query="apple water")
+        after = {ids[40], ids[41]}
+        assert [hit["onBranch"] for hit in page["hits"]] == [
+            hit["entryId"] not in after for hit in page["hits"]
+        ]
+        [listed] = (await call(client, "session_list", query="water apple"))["sessions"]
+        assert [hit["onBranch"] for hit in listed["hits"]] == [False, True, True]
 
 
 async def test_a_search_in_one_session_refuses_what_it_cannot_search(tmp_path: Path) -> None:

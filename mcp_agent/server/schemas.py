@@ -177,6 +177,10 @@ class SearchHit(Wire):
     role: str | None = Field(default=None, description="a message's role: user, assistant, …")
     timestamp: str = Field(description="ISO 8601")
     words: int = Field(description="how many of the search's words it holds")
+    on_branch: bool = Field(
+        description="whether it is on the session's current branch (root to leaf, what a run"
+        " there goes on from); false: on a branch left behind (moved away from, or forked off)"
+    )
     snippet: str = Field(
         description=f"up to {SNIPPET_CHARS} characters of its text around the first match, on"
         " one line, each matched word marked «so», … where cut"

@@ -3,11 +3,12 @@ each with a snippet of its text around the match.
 
 An entry's score is how many of the search's words (``words.query_words``) start a word in its
 text, as a session matches (``words.text_matches``); hits come in order of score, then newest
-first (the order the entries were appended in, ``EntryHit.place``), the same in every store. A snippet is
-at most ``SNIPPET_CHARS`` characters of the entry's own text (accents and case as written),
-whitespace runs one space, each matched word marked ``«so»``, and ``…`` where it is cut: cut
-between words where one is near, never inside a character drawn with several (an emoji with a
-skin tone, a flag, a letter and its accent).
+first (the order the entries were appended in, ``EntryHit.place``), the same in every store,
+each saying whether it is on the session's current branch. A snippet is at most
+``SNIPPET_CHARS`` characters of the entry's own text (accents and case as written), whitespace
+runs one space, each matched word marked ``«so»``, and ``…`` where it is cut: cut between words
+where one is near, never inside a character drawn with several (an emoji with a skin tone, a
+flag, a letter and its accent).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +44,14 @@ MARK_OPEN, MARK_CLOSE = "«", "»"
 @dataclass
 class EntryHit:
     """An entry that holds ``score`` of the search's words; ``place``: a number that orders
-    the session's entries as appended (a store's own: its position, or its row's number)."""
+    the session's entries as appended (a store's own: its position, or its row's number);
+    ``on_branch``: whether it is on the session's current branch (the path from the root to
+    the leaf, as the search found it)."""
 
     entry: SessionEntry
     place: int
     score: int
+    on_branch: bool
 
     @property
     def role(self) -> str | None:
@@ -64,6 +68,7 @@ class EntryHit:
             "role": self.role,
             "timestamp": self.entry.timestamp,
             "words": self.score,
+            "onBranch": self.on_branch,
             "snippet": snippet(entry_text(self.entry), words),
         }
 
@@ -122,9 +127,12 @@ def check_hits_limit(limit: int) -> None:
         raise SessionError("invalid_argument", f"limit must be 1 to {MAX_HITS}, not {limit}")
 
 
-def scored(entries: Iterable[SessionEntry], words: list[str]) -> list[EntryHit]:
+def scored(
+    entries: Iterable[SessionEntry], words: list[str], branch: Container[str]
+) -> list[EntryHit]:
     """Each of ``entries`` (every entry, in the order appended) that holds one of ``words``
-    or more, with its score: for a store that searches without an index."""
+    or more, with its score, and whether it is on ``branch`` (the ids of the current
+    branch's entries): for a store that searches without an index."""
     patterns = [word_pattern(word) for word in words]
     found = []
     for place, entry in enumerate(entries):
@@ -134,7 +142,7 @@ def scored(entries: Iterable[SessionEntry], words: list[str]) -> list[EntryHit]:
         searched = search_text(text.lower())
         score = sum(1 for pattern in patterns if pattern.search(searched))
         if score:
-            found.append(EntryHit(entry, place, score))
+            found.append(EntryHit(entry, place, score, entry.id in branch))
     return found
 
 

@@ -455,8 +455,9 @@ class BaseSessionRepo:
         tag = search_tag(session_id, words)
         if cursor is not None:
             parse_hit_cursor(cursor, tag)  # a bad cursor is refused before anything is read
-        entries = self._open_storage(session_id).get_entries()
-        return page_scored(scored(entries, words), limit, cursor, tag)
+        storage = self._open_storage(session_id)
+        branch = {entry.id for entry in storage.get_branch(storage.get_leaf_id())}
+        return page_scored(scored(storage.get_entries(), words, branch), limit, cursor, tag)
 
     def search_sessions(
         self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED

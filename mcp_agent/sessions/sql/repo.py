@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any, Generic, TypeVar
 
 from mcp_agent.sessions.context import SessionContextBuildOptions
@@ -66,6 +66,33 @@ def _summary(row: Sequence[Any]) -> SessionSummary:
 
 
 S = TypeVar("S", bound=SqlSessionStorage)
+
+# Whether every entry of a session is on its current branch, from its row (in a query FROM
+# ``sessions``): its tree is one path (one leaf, no branch point) and its leaf is that path's
+# end (nothing hangs below it). A session where this does not hold has its branch read.
+_WHOLE_BRANCH = (
+    "(sessions.leaf_count = 1 AND sessions.branch_point_count = 0 AND sessions.leaf IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM entries c WHERE c.session_id = sessions.id"
+    " AND c.parent_id = sessions.leaf))"
+)
+
+
+class _Every(Container[str]):
+    def __contains__(self, entry_id: object) -> bool:
+        return True
+
+
+_EVERY_ENTRY: Container[str] = _Every()
+_NO_ENTRY: Container[str] = frozenset()
+
+
+def _branch(storage: SqlSessionStorage | None, leaf: str | None, whole: Any) -> Container[str]:
+    """The ids of the entries on the branch to ``leaf`` (``whole``: ``_WHOLE_BRANCH``)."""
+    if whole:
+        return _EVERY_ENTRY
+    if storage is None or leaf is None:
+        return _NO_ENTRY
+    return frozenset(storage.branch_ids(leaf))
 
 
 class SqlSessionRepo(BaseSessionRepo, Generic[S]):
@@ -255,7 +282,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         if cursor is not None:
             params["score"], params["place"] = parse_hit_cursor(cursor, tag)
             condition = "WHERE (score, place) < (:score, :place)"
-        storage = self._read_row(session_id, "")[0]
+        storage, leaf, (whole,) = self._read_row(session_id, _WHOLE_BRANCH)
         self.before_search()
         params.update(self.search_params(words))
         rows: builtins.list[Any] = []
@@ -273,7 +300,12 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
             matched = self.matched_sql(len(words), 1)
             total = self._read(f"SELECT count(*) FROM ({matched}) h", params)[0][0]
         entries = storage.parsed_entries([row[2] for row in page])
-        hits = [EntryHit(entries[i], place, score) for place, score, i in page if i in entries]
+        branch = _branch(storage, leaf, whole) if page else _NO_ENTRY
+        hits = [
+            EntryHit(entries[i], place, score, i in branch)
+            for place, score, i in page
+            if i in entries
+        ]
         more = len(rows) > limit and bool(hits)
         return HitPage(hits, total, hit_cursor(hits[-1], tag) if more else None, tag)
 
@@ -298,31 +330,45 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         params: dict[str, Any] = {f"s{index}": sid for index, sid in enumerate(session_ids)}
         params.update(self.search_params(words), limit=limit)
         rows = self._read(
-            "SELECT t.session_id, t.place, t.score, t.total, e.id, e.type, e.data FROM"
+            "SELECT t.session_id, t.place, t.score, t.total, e.id, e.type, e.data,"
+            f" sessions.leaf, {_WHOLE_BRANCH} FROM"
             " (SELECT session_id, place, score, row_number() OVER (PARTITION BY session_id"
             " ORDER BY score DESC, place DESC) AS rank, count(*) OVER (PARTITION BY"
             f" session_id) AS total FROM ({self.hits_sql(len(words), len(session_ids))}) h) t"
             f" JOIN entries e ON e.session_id = t.session_id AND e.{self.place_column} = t.place"
+            " JOIN sessions ON sessions.id = t.session_id"
             " WHERE t.rank <= :limit ORDER BY t.session_id, t.score DESC, t.place DESC",
             params,
         )
         found: dict[str, HitPage] = {}
-        for session_id, place, score, total, entry_id, entry_type, data in rows:
+        branch: Container[str] = _NO_ENTRY
+        for session_id, place, score, total, entry_id, entry_type, data, leaf, whole in rows:
+            with self._opened_lock:
+                storage = self._opened.get(session_id)
             page = found.get(session_id)
             if page is None:
                 page = found[session_id] = HitPage([], total, None, search_tag(session_id, words))
-            with self._opened_lock:
-                storage = self._opened.get(session_id)
+                if not whole and storage is None:
+                    storage = self._storage_if_there(session_id)
+                branch = _branch(storage, leaf, whole)
             entry = (
                 parse_entry(session_id, entry_id, entry_type, data)
                 if storage is None
                 else storage.parse_stored(entry_id, entry_type, data)
             )
-            page.hits.append(EntryHit(entry, place, score))
+            page.hits.append(EntryHit(entry, place, score, entry_id in branch))
         for page in found.values():
             if page.total > len(page.hits):
                 page.next_cursor = page.cursor_after(len(page.hits))
         return found
+
+    def _storage_if_there(self, session_id: str) -> S | None:
+        try:
+            return self._read_row(session_id, "")[0]
+        except SessionError as error:
+            if error.code != "not_found":
+                raise
+            return None  # deleted since: its hits are shown without a branch
 
     def _page_rows(self, found: str, condition: str, params: dict[str, Any]) -> builtins.list[Any]:
         """(place, score, id) of the hits ``found`` (``hits_sql``) of the session ``:s0``
