@@ -155,6 +155,69 @@ async def test_a_search_in_one_session_pages_its_hits_and_leads_to_session_get(
         assert [hit["onBranch"] for hit in listed["hits"]] == [False, True, True]
 
 
+async def test_a_hit_is_read_with_what_followed_it_page_by_page(store: Path) -> None:
+    """session_get with from_entry_id reads a hit and the entries after it on its branch, in
+    full, page after page forward; a hit on a branch left behind is read on the path to that
+    branch's end. What it cannot read it refuses, saying why and what to do."""
+    session_id, ids, _ = garden(store)
+    async with over_stdio(store) as client:
+        [hit, *_] = (await call(client, "session_search", session_id=session_id, query="water"))[
+            "hits"
+        ]
+        assert hit["entryId"] == ids[41] and hit["onBranch"]
+        hit = (await call(client, "session_search", session_id=session_id, query="day 8"))["hits"][
+            0
+        ]
+        assert hit["entryId"] == ids[8]
+        read: list[str] = []
+        page = await call(
+            client, "session_get", session_id=session_id, from_entry_id=ids[8], limit=10
+        )
+        assert page["total"] == len(ids) + 1  # the name's entry first
+        while True:
+            read.extend(entry["id"] for entry in page["entries"])
+            assert page["truncated"]  # entries before the hit, at least
+            if page["nextCursor"] is None:
+                break
+            page = await call(
+                client,
+                "session_get",
+                session_id=session_id,
+                from_entry_id=ids[8],
+                cursor=page["nextCursor"],
+                limit=10,
+            )
+        assert read == ids[8:]
+        # Whole, the tool's long output too; limit 0: all of it from the hit on.
+        whole = await call(
+            client, "session_get", session_id=session_id, from_entry_id=ids[40], limit=0
+        )
+        assert [e["id"] for e in whole["entries"]] == ids[40:]
+        assert "at last" in whole["entries"][-1]["message"]["content"][0]["text"]
+        # A branch left behind: read on the path to its end.
+        await call(client, "session_move_to", session_id=session_id, entry_id=ids[10])
+        text = await call_error(client, "session_get", session_id=session_id, from_entry_id=ids[12])
+        assert "not on the current branch" in text and f"entry_id={ids[12]}" in text, text
+        on_path = await call(
+            client,
+            "session_get",
+            session_id=session_id,
+            entry_id=ids[14],
+            from_entry_id=ids[12],
+        )
+        assert [e["id"] for e in on_path["entries"]] == ids[12:15]
+        assert on_path["nextCursor"] is None
+        for wrong, said in (
+            ({"from_entry_id": "nope"}, "not found"),
+            ({"from_entry_id": ids[3], "view": "tree"}, "applies to the view branch only"),
+            ({"from_entry_id": ids[3], "view": "outline"}, "applies to the view branch only"),
+            ({"from_entry_id": ids[3], "cursor": "before:3"}, "not one this tool handed out"),
+            ({"from_entry_id": ids[3], "cursor": "after:99999"}, "not one this tool handed out"),
+        ):
+            text = await call_error(client, "session_get", session_id=session_id, **wrong)
+            assert said in text, (wrong, text)
+
+
 async def test_a_search_in_one_session_refuses_what_it_cannot_search(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     session_id, _, _ = garden(db)

@@ -172,7 +172,10 @@ class SessionInfo(Wire):
 class SearchHit(Wire):
     """An entry that holds words of a search."""
 
-    entry_id: str = Field(description="read around it with session_get (view branch, entry_id)")
+    entry_id: str = Field(
+        description="read around it with session_get: from_entry_id, it and what followed;"
+        " entry_id, the path up to it"
+    )
     type: str = Field(description="the entry's type: message, compaction, session_info, …")
     role: str | None = Field(default=None, description="a message's role: user, assistant, …")
     timestamp: str = Field(description="ISO 8601")
