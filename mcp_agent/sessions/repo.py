@@ -162,6 +162,14 @@ def listed_hits(repo: SessionRepo, session_ids: Sequence[str], query: str) -> di
     return {sid: found.get(sid) or HitPage([], 0, None) for sid in session_ids}
 
 
+def hits_in(
+    storage: SessionStorage, words: list[str], limit: int, cursor: str | None, tag: str
+) -> HitPage:
+    """A page of the hits of ``words`` in a session without a text index: every entry read."""
+    branch = {entry.id for entry in storage.get_branch(storage.get_leaf_id())}
+    return page_scored(scored(storage.get_entries(), words, branch), limit, cursor, tag)
+
+
 @dataclass
 class SessionSummary:
     """One row of a session listing."""
@@ -455,9 +463,7 @@ class BaseSessionRepo:
         tag = search_tag(session_id, words)
         if cursor is not None:
             parse_hit_cursor(cursor, tag)  # a bad cursor is refused before anything is read
-        storage = self._open_storage(session_id)
-        branch = {entry.id for entry in storage.get_branch(storage.get_leaf_id())}
-        return page_scored(scored(storage.get_entries(), words, branch), limit, cursor, tag)
+        return hits_in(self._open_storage(session_id), words, limit, cursor, tag)
 
     def search_sessions(
         self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
