@@ -24,7 +24,7 @@ from mcp_agent.sessions import (
 )
 from mcp_agent.sessions.context import build_session_context
 from mcp_agent.sessions.entries import entry_from_json, entry_text, iso_now
-from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH
+from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH, EntryHit, snippet
 from mcp_agent.sessions.pi import export_text
 from mcp_agent.sessions.repo import SessionRepo, listed_hits
 from mcp_agent.sessions.sqlite.database import (
@@ -33,6 +33,7 @@ from mcp_agent.sessions.sqlite.database import (
     SqliteDatabase,
 )
 from mcp_agent.sessions.storage import compute_stats
+from mcp_agent.sessions.words import query_words
 
 
 def user(text: str) -> UserMessage:
@@ -1132,7 +1133,8 @@ def test_a_session_made_again_by_another_process_is_read_afresh(tmp_path: Path) 
 
 def many_hits(path: Path, count: int) -> tuple[SqliteSessionRepo, str]:
     """A session of ``count`` messages, each holding "entry", every third also "apple"."""
-    lines = [json.dumps({"type": "session", "version": 3, "id": "s" * 8, "timestamp": iso_now()})]
+    header = {"type": "session", "version": 3, "id": "0190a000-0000-7000-8000-000000000001"}
+    lines = [json.dumps(header | {"timestamp": iso_now()})]
     parent = None
     for i in range(count):
         text = f"entry {i}" + (" apple" if i % 3 == 0 else "") + " and more words"
@@ -1214,3 +1216,30 @@ def test_a_listing_finds_the_hits_of_its_sessions_in_a_query_or_two(tmp_path: Pa
         assert found["0" * 36].hits == [] and found["0" * 36].total == 0
     finally:
         repo.close()
+
+
+def test_a_listings_hits_of_a_session_made_again_elsewhere_are_the_new_ones(
+    tmp_path: Path,
+) -> None:
+    """A session deleted and imported again by another process, with the same ids: a repo
+    that had it open shows the hits of what it holds now, not what it parsed before."""
+    path = tmp_path / "s.db"
+    repo, session_id = many_hits(path, 3)
+    other = SqliteSessionRepo(path)
+    try:
+        first = listed_hits(repo, [session_id], "entry")[session_id]
+        assert "«entry» 2 and more words" in snippet_of(first.hits[0], "entry")
+        other.delete(session_id)
+        source = tmp_path / "many.jsonl"
+        source.write_text(source.read_text().replace("and more words", "then other words"))
+        other.import_jsonl(source)
+        again = listed_hits(repo, [session_id], "entry")[session_id]
+        assert [hit.entry.id for hit in again.hits] == [hit.entry.id for hit in first.hits]
+        assert "«entry» 2 then other words" in snippet_of(again.hits[0], "entry")
+    finally:
+        repo.close()
+        other.close()
+
+
+def snippet_of(hit: EntryHit, query: str) -> str:
+    return snippet(entry_text(hit.entry), query_words(query))

@@ -331,7 +331,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         params.update(self.search_params(words), limit=limit)
         rows = self._read(
             "SELECT t.session_id, t.place, t.score, t.total, e.id, e.type, e.data,"
-            f" sessions.leaf, {_WHOLE_BRANCH} FROM"
+            f" sessions.leaf, sessions.incarnation, {_WHOLE_BRANCH} FROM"
             " (SELECT session_id, place, score, row_number() OVER (PARTITION BY session_id"
             " ORDER BY score DESC, place DESC) AS rank, count(*) OVER (PARTITION BY"
             f" session_id) AS total FROM ({self.hits_sql(len(words), len(session_ids))}) h) t"
@@ -342,9 +342,12 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         )
         found: dict[str, HitPage] = {}
         branch: Container[str] = _NO_ENTRY
-        for session_id, place, score, total, entry_id, entry_type, data, leaf, whole in rows:
+        for session_id, place, score, total, entry_id, entry_type, data, *row in rows:
+            leaf, incarnation, whole = row
             with self._opened_lock:
                 storage = self._opened.get(session_id)
+            if storage is not None and storage.incarnation != incarnation:
+                storage = None  # made again since it was opened here: what it keeps is stale
             page = found.get(session_id)
             if page is None:
                 page = found[session_id] = HitPage([], total, None, search_tag(session_id, words))
