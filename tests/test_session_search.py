@@ -283,3 +283,25 @@ def test_a_snippet_cuts_between_words_and_never_inside_a_character() -> None:
     assert len(shown) <= 40 + 3
     shown = snippet("東京の天気は晴れ" * 40, query_words("晴れ"), 30)
     assert len(shown.replace("«", "").replace("»", "").strip("…")) <= 30
+
+
+async def test_a_hit_read_whole_keeps_the_hit_in_the_text(tmp_path: Path) -> None:
+    """Read from a hit with limit 0 (all that followed), an answer past the text's 64 KB kept
+    the newest entries in its text, leaving out the hit read from; it keeps the first."""
+    db = tmp_path / "s.db"
+    repo = SqliteSessionRepo(db)
+    session = repo.create()
+    session.append_message(user("before"))
+    hit = session.append_message(user("the needle"))
+    for i in range(40):
+        session.append_message(user(f"after {i} " + "words " * 700))
+    repo.close()
+    async with over_stdio(db) as client:
+        result = await client.call_tool(
+            "session_get", {"session_id": session.id, "from_entry_id": hit, "limit": 0}
+        )
+        answer = result.structured_content
+        assert answer is not None and len(answer["entries"]) == 41
+        shown = json.loads(narrow(result.content[0], TextContent).text)
+        assert shown["entries"][0]["id"] == hit and len(shown["entries"]) < 41
+        assert f"the {41 - len(shown['entries'])} newest of the 41 entries" in shown["textNote"]

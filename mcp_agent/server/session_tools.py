@@ -321,7 +321,8 @@ def register(server: MCPServer) -> None:
             )
             if shown == "tree":
                 return compact_result(answer, splice, nodes=items)
-            return compact_result(answer, splice, entries=items)
+            forward = from_entry_id is not None  # the text keeps the entry read from
+            return compact_result(answer, splice, forward=forward, entries=items)
 
         with tool_errors():
             return await state.offload(read)
