@@ -99,6 +99,7 @@ async def test_a_listing_with_a_query_says_where_each_session_matched(store: Pat
             "role": "user",
             "timestamp": hits[1]["timestamp"],
             "words": 2,
+            "onBranch": True,
             "snippet": "day 36: «water» the «apple» tree, then rest",
         }
         both = await call(client, "session_list", query="apple")
@@ -142,6 +143,79 @@ async def test_a_search_in_one_session_pages_its_hits_and_leads_to_session_get(
             client, "session_get", session_id=session_id, entry_id=seen[1]["entryId"], limit=2
         )
         assert branch["entries"][-1]["id"] == ids[36]
+        assert all(hit["onBranch"] for hit in seen)
+        # Moved back to a hit, what came after it is on a branch left behind.
+        await call(client, "session_move_to", session_id=session_id, entry_id=ids[36])
+        page = await call(client, "session_search", session_id=session_id, query="apple water")
+        after = {ids[40], ids[41]}
+        assert [hit["onBranch"] for hit in page["hits"]] == [
+            hit["entryId"] not in after for hit in page["hits"]
+        ]
+        [listed] = (await call(client, "session_list", query="water apple"))["sessions"]
+        assert [hit["onBranch"] for hit in listed["hits"]] == [False, True, True]
+
+
+async def test_a_hit_is_read_with_what_followed_it_page_by_page(store: Path) -> None:
+    """session_get with from_entry_id reads a hit and the entries after it on its branch, in
+    full, page after page forward; a hit on a branch left behind is read on the path to that
+    branch's end. What it cannot read it refuses, saying why and what to do."""
+    session_id, ids, _ = garden(store)
+    async with over_stdio(store) as client:
+        [hit, *_] = (await call(client, "session_search", session_id=session_id, query="water"))[
+            "hits"
+        ]
+        assert hit["entryId"] == ids[41] and hit["onBranch"]
+        hit = (await call(client, "session_search", session_id=session_id, query="day 8"))["hits"][
+            0
+        ]
+        assert hit["entryId"] == ids[8]
+        read: list[str] = []
+        page = await call(
+            client, "session_get", session_id=session_id, from_entry_id=ids[8], limit=10
+        )
+        assert page["total"] == len(ids) + 1  # the name's entry first
+        while True:
+            read.extend(entry["id"] for entry in page["entries"])
+            assert page["truncated"]  # entries before the hit, at least
+            if page["nextCursor"] is None:
+                break
+            page = await call(
+                client,
+                "session_get",
+                session_id=session_id,
+                from_entry_id=ids[8],
+                cursor=page["nextCursor"],
+                limit=10,
+            )
+        assert read == ids[8:]
+        # Whole, the tool's long output too; limit 0: all of it from the hit on.
+        whole = await call(
+            client, "session_get", session_id=session_id, from_entry_id=ids[40], limit=0
+        )
+        assert [e["id"] for e in whole["entries"]] == ids[40:]
+        assert "at last" in whole["entries"][-1]["message"]["content"][0]["text"]
+        # A branch left behind: read on the path to its end.
+        await call(client, "session_move_to", session_id=session_id, entry_id=ids[10])
+        text = await call_error(client, "session_get", session_id=session_id, from_entry_id=ids[12])
+        assert "not on the current branch" in text and f"entry_id={ids[12]}" in text, text
+        on_path = await call(
+            client,
+            "session_get",
+            session_id=session_id,
+            entry_id=ids[14],
+            from_entry_id=ids[12],
+        )
+        assert [e["id"] for e in on_path["entries"]] == ids[12:15]
+        assert on_path["nextCursor"] is None
+        for wrong, said in (
+            ({"from_entry_id": "nope"}, "not found"),
+            ({"from_entry_id": ids[3], "view": "tree"}, "applies to the view branch only"),
+            ({"from_entry_id": ids[3], "view": "outline"}, "applies to the view branch only"),
+            ({"from_entry_id": ids[3], "cursor": "before:3"}, "not one this tool handed out"),
+            ({"from_entry_id": ids[3], "cursor": "after:99999"}, "not one this tool handed out"),
+        ):
+            text = await call_error(client, "session_get", session_id=session_id, **wrong)
+            assert said in text, (wrong, text)
 
 
 async def test_a_search_in_one_session_refuses_what_it_cannot_search(tmp_path: Path) -> None:
@@ -209,3 +283,25 @@ def test_a_snippet_cuts_between_words_and_never_inside_a_character() -> None:
     assert len(shown) <= 40 + 3
     shown = snippet("東京の天気は晴れ" * 40, query_words("晴れ"), 30)
     assert len(shown.replace("«", "").replace("»", "").strip("…")) <= 30
+
+
+async def test_a_hit_read_whole_keeps_the_hit_in_the_text(tmp_path: Path) -> None:
+    """Read from a hit with limit 0 (all that followed), an answer past the text's 64 KB kept
+    the newest entries in its text, leaving out the hit read from; it keeps the first."""
+    db = tmp_path / "s.db"
+    repo = SqliteSessionRepo(db)
+    session = repo.create()
+    session.append_message(user("before"))
+    hit = session.append_message(user("the needle"))
+    for i in range(40):
+        session.append_message(user(f"after {i} " + "words " * 700))
+    repo.close()
+    async with over_stdio(db) as client:
+        result = await client.call_tool(
+            "session_get", {"session_id": session.id, "from_entry_id": hit, "limit": 0}
+        )
+        answer = result.structured_content
+        assert answer is not None and len(answer["entries"]) == 41
+        shown = json.loads(narrow(result.content[0], TextContent).text)
+        assert shown["entries"][0]["id"] == hit and len(shown["entries"]) < 41
+        assert f"the {41 - len(shown['entries'])} newest of the 41 entries" in shown["textNote"]

@@ -1255,6 +1255,58 @@ def test_a_search_in_a_session_gives_its_matching_entries_best_first_then_newest
     assert hits_of(repo, session.id, "APPL") == hits_of(repo, session.id, "apple")
 
 
+def test_the_first_hits_of_many_sessions_are_each_ones_first_page(repo) -> None:
+    """What a listing shows of each session it found (``search_sessions``, all at once where a
+    store can) is the first page of a search in that session; a session not there has none."""
+    made = []
+    for i in range(5):
+        session = repo.create(name=f"notes {i}")
+        for j in range(i + 2):
+            session.append_message(user(f"apple {j}" + (" water" if j % 2 else "")))
+        made.append(session.id)
+    missing = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+    for query in ("apple water", "water", "notes apple"):
+        found = repo.search_sessions([*made, missing], query, 3)
+        assert set(found) == set(made)
+        for session_id in made:
+            page = repo.search_session(session_id, query, 3)
+            assert found[session_id] == page, (query, session_id)
+            assert (page.next_cursor is not None) == (page.total > 3)
+
+
+def test_a_hit_says_whether_it_is_on_the_current_branch(backend) -> None:
+    """A hit on the branch a run there goes on from, or on one left behind: in a session that
+    is one path to its leaf, in one whose leaf was moved back, and in one that branched; the
+    same in a search of the session and in a listing's first hits."""
+    repo = backend()
+    session = repo.create()
+    a = session.append_message(user("apple one"))
+    b = session.append_message(user("apple two"))
+    c = session.append_message(user("apple three"))
+
+    def on_branch() -> dict[str, bool]:
+        found = {
+            hit.entry.id: hit.on_branch for hit in repo.search_session(session.id, "apple", 10).hits
+        }
+        listed = repo.search_sessions([session.id], "apple", 10)[session.id]
+        assert {hit.entry.id: hit.on_branch for hit in listed.hits} == found
+        return found
+
+    assert on_branch() == {a: True, b: True, c: True}
+    session.move_to(b)  # back, nothing appended yet
+    assert on_branch() == {a: True, b: True, c: False}
+    d = session.append_message(user("apple four"))  # a branch off b
+    assert on_branch() == {a: True, b: True, c: False, d: True}
+    session.move_to(c)
+    assert on_branch() == {a: True, b: True, c: True, d: False}
+    session.move_to(None)
+    assert on_branch() == {a: False, b: False, c: False, d: False}
+    # Reopened (a SQL store's row read afresh; a file read again), the same.
+    session.move_to(d)
+    again = backend().search_session(session.id, "apple").hits
+    assert {hit.entry.id: hit.on_branch for hit in again} == {a: True, b: True, c: False, d: True}
+
+
 def test_a_search_in_a_session_matches_as_a_listing_does(repo) -> None:
     """Accents, case and CJK phrases are found in an entry as a session is found."""
     session = repo.create()

@@ -30,6 +30,7 @@ from mcp_agent.sessions import (
     SessionError,
     jsonl,
 )
+from mcp_agent.sessions.repo import listed_hits
 
 DATA = Path(__file__).parent / "data" / "pi"
 
@@ -799,3 +800,41 @@ def test_a_file_read_at_length_holds_up_no_other_open_or_listing(
         meanwhile.join()
         assert finished_first, "another session's open waited for the held file's read"
     repo.close()
+
+
+def test_a_listing_with_a_query_reads_each_file_it_shows_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing with a query read each file to find the sessions that match, then read each
+    one it showed again for its first hits: twice the reading, and every listing again once
+    the folder's sessions passed what a repo keeps open (40 of 2.6 MB: 26 to 45 s a page).
+    The first hits are found as the listing reads the file, and taken while it is unchanged."""
+    repo = JsonlSessionRepo(tmp_path, layout="flat")
+    made = []
+    for i in range(4):
+        session = repo.create(name=f"notes {i}")
+        session.append_message(UserMessage(content=f"apple {i} water", timestamp=1))
+        session.append_message(UserMessage(content="apple again", timestamp=1))
+        made.append(session.id)
+    reads: list[Path] = []
+    real = jsonl.load_session_file
+
+    def load(path: Path) -> tuple[object, tuple[int, int], bool]:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(jsonl, "load_session_file", load)
+    for _ in range(2):
+        fresh = JsonlSessionRepo(tmp_path, layout="flat")
+        page = fresh.list(query="apple water")
+        assert sorted(item.id for item in page.items) == sorted(made)
+        found = listed_hits(fresh, [item.id for item in page.items], "apple water")
+        assert reads == []
+        for session_id in made:
+            assert found[session_id] == repo.search_session(session_id, "apple water", 3)
+    # A file changed since it was listed: its hits are found in it as it is now.
+    repo.open(made[0]).append_message(UserMessage(content="water apple", timestamp=1))
+    found = listed_hits(fresh, made, "apple water")
+    assert found[made[0]].total == 3 and found[made[0]] == repo.search_session(
+        made[0], "apple water", 3
+    )

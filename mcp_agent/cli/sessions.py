@@ -76,7 +76,7 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
-    from mcp_agent.sessions.repo import first_hits, mark_linked
+    from mcp_agent.sessions.repo import listed_hits, mark_linked
     from mcp_agent.sessions.words import query_words
 
     with opened_repo(db, folders=True, create=False) as repo:
@@ -84,7 +84,7 @@ def list_sessions(
         page = repo.list(query=search, limit=limit, cursor=cursor)
         mark_linked(repo, page.items)
         # Where each session matched: its best hits.
-        hits = {s.id: first_hits(repo, s.id, search or "") for s in page.items} if words else {}
+        hits = listed_hits(repo, [s.id for s in page.items], search or "") if words else {}
         # A folder's files that could not be read (a line damaged inside): left out, and why.
         skipped = list(getattr(repo, "skipped", {}).values())
     if as_json:

@@ -39,6 +39,9 @@ MAX_LIMIT = 1000
 WHOLE_MAX = 8 << 20
 # What the cursor a tool hands out starts with: the index the next page ends before.
 CURSOR_PREFIX = "before:"
+# What the cursor of a page read forward (from an entry on) starts with: the index the next
+# page starts at.
+AFTER_PREFIX = "after:"
 # Between that index and the tag of what the cursor pages, in the cursor of a list that can
 # become another list under the same arguments (a branch once the leaf moves).
 TAG_SEPARATOR = "."
@@ -156,6 +159,23 @@ class PageOf:
     @property
     def next_cursor(self) -> str | None:
         return cursor_before(self.start, self.paged_as) if self.start > 0 else None
+
+
+@dataclass
+class PageFrom(PageOf):
+    """A page read forward, from ``start`` on: its cursor is for the page after it."""
+
+    @property
+    def next_cursor(self) -> str | None:
+        if self.end >= self.total:
+            return None
+        tag = "" if self.paged_as is None else TAG_SEPARATOR + cursor_tag(self.paged_as(self.end))
+        return f"{AFTER_PREFIX}{self.end}{tag}"
+
+
+def cursor_start(cursor: str, total: int, paged_as: PagedAs | None = None) -> int:
+    """Where a page read forward starts: the index in a cursor a ``PageFrom`` handed out."""
+    return parse_cursor(cursor, AFTER_PREFIX, 1, total, paged_as)
 
 
 def newest_page(

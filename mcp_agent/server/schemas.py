@@ -51,18 +51,20 @@ class CompactAnswer:
         return self._spliceable
 
 
-def compact_answer(answer: Wire, newest_first: bool = False, **lists: list[str]) -> CompactAnswer:
+def compact_answer(
+    answer: Wire, newest_first: bool = False, forward: bool = False, **lists: list[str]
+) -> CompactAnswer:
     """``answer`` with its long ``lists`` (entries, messages, nodes) given as the JSON text of
     each item, put in as they are. The text block is the same compact JSON when it fits in
     ``TEXT_BYTES``, else what ``shortened`` keeps of it (``newest_first``: the lists run
-    newest first)."""
+    newest first; ``forward``: they were read forward, from their first item on)."""
     head = answer.model_dump_json(exclude=set(lists))
     check_whole(
         utf8_size(head) + sum(utf8_size(item) + 1 for items in lists.values() for item in items)
     )
     whole = _joined(head, lists)
     size = utf8_size(whole)
-    text = whole if size <= TEXT_BYTES else shortened(head, lists, size, newest_first)
+    text = whole if size <= TEXT_BYTES else shortened(head, lists, size, newest_first, forward)
     return CompactAnswer(head, whole, text, tuple(lists))
 
 
@@ -84,10 +86,14 @@ def answer_result(found: CompactAnswer, splice: bool = False) -> CallToolResult:
 
 
 def compact_result(
-    answer: Wire, splice: bool = False, newest_first: bool = False, **lists: list[str]
+    answer: Wire,
+    splice: bool = False,
+    newest_first: bool = False,
+    forward: bool = False,
+    **lists: list[str],
 ) -> CallToolResult:
     """``answer`` as a tool result (``compact_answer``, then ``answer_result``)."""
-    return answer_result(compact_answer(answer, newest_first, **lists), splice)
+    return answer_result(compact_answer(answer, newest_first, forward, **lists), splice)
 
 
 def _joined(head: str, lists: dict[str, list[str]]) -> str:
@@ -100,10 +106,18 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
     return "".join(parts) + "}"
 
 
-def shortened(head: str, lists: dict[str, list[str]], size: int, newest_first: bool = False) -> str:
+def shortened(
+    head: str,
+    lists: dict[str, list[str]],
+    size: int,
+    newest_first: bool = False,
+    forward: bool = False,
+) -> str:
     """The answer (``size`` bytes of UTF-8) cut to fit ``TEXT_BYTES``: each list keeps its
-    newest items that fit (lists are newest last, or first with ``newest_first``), a field too
-    long for a text is left out, and ``textNote`` says what is missing and where it is."""
+    newest items that fit (lists are newest last, or first with ``newest_first``), or, read
+    ``forward`` (from an entry on), its first items; a field too long for a text is left out,
+    and ``textNote`` says what is missing and where it is."""
+    first = newest_first or forward
     fields: dict[str, Any] = from_json(head)
     long = [name for name, value in fields.items() if len(to_json(value)) > LONG_FIELD]
     for name in long:
@@ -113,15 +127,16 @@ def shortened(head: str, lists: dict[str, list[str]], size: int, newest_first: b
     missing = [f"the field {name}" for name in long]
     for name, items in lists.items():
         count = 0
-        for item in items if newest_first else reversed(items):
+        for item in items if first else reversed(items):
             cost = utf8_size(item) + 1
             if cost > room:
                 break
             room -= cost
             count += 1
-        kept[name] = items[:count] if newest_first else items[len(items) - count :]
+        kept[name] = items[:count] if first else items[len(items) - count :]
         if count < len(items):
-            missing.append(f"the {len(items) - count:,} oldest of the {len(items):,} {name}")
+            which = "newest" if forward else "oldest"
+            missing.append(f"the {len(items) - count:,} {which} of the {len(items):,} {name}")
     fields["textNote"] = (
         f"This text stops at about {TEXT_BYTES // 1024} KB and the answer has {size:,}"
         f" bytes: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
@@ -172,11 +187,18 @@ class SessionInfo(Wire):
 class SearchHit(Wire):
     """An entry that holds words of a search."""
 
-    entry_id: str = Field(description="read around it with session_get (view branch, entry_id)")
+    entry_id: str = Field(
+        description="read around it with session_get: from_entry_id, it and what followed;"
+        " entry_id, the path up to it"
+    )
     type: str = Field(description="the entry's type: message, compaction, session_info, …")
     role: str | None = Field(default=None, description="a message's role: user, assistant, …")
     timestamp: str = Field(description="ISO 8601")
     words: int = Field(description="how many of the search's words it holds")
+    on_branch: bool = Field(
+        description="whether it is on the session's current branch (root to leaf, what a run"
+        " there goes on from); false: on a branch left behind (moved away from, or forked off)"
+    )
     snippet: str = Field(
         description=f"up to {SNIPPET_CHARS} characters of its text around the first match, on"
         " one line, each matched word marked «so», … where cut"

@@ -6,11 +6,13 @@ its entry's id, type, role, time and a snippet (``sessions.hits``), a page of th
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from mcp_agent.server.paging import ANSWER_BYTES, utf8_size
-from mcp_agent.server.schemas import ListedSession, SearchHit, SessionInfo
+from mcp_agent.server.schemas import ListedSession, SearchHit
 from mcp_agent.sessions import hits
-from mcp_agent.sessions.repo import SessionPage, SessionRepo, SessionSummary, first_hits
+from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH
+from mcp_agent.sessions.repo import SessionPage, SessionRepo, SessionSummary, listed_hits
 
 
 def hit_info(hit: hits.EntryHit, words: list[str]) -> SearchHit:
@@ -36,22 +38,27 @@ def listed_with_hits(
     page: SessionPage,
     query: str,
     words: list[str],
-    info: Callable[[SessionSummary], SessionInfo],
+    fields: Callable[[SessionSummary], dict[str, Any]],
 ) -> tuple[list[str], SessionPage]:
-    """The JSON of each session of ``page`` with its first hits, as many sessions as fit in
-    ``ANSWER_BYTES`` (one at least: its hits are few and short), and the page cut to them."""
+    """The JSON of each session of ``page`` (its ``fields``, as ``session_info``'s, checked
+    once with its first hits), as many sessions as fit in ``ANSWER_BYTES`` (one at least: its
+    hits are few and short), and the page cut to them. The hits of ``SESSIONS_PER_SEARCH``
+    sessions are looked for at a time, until the answer is full."""
     items: list[str] = []
     used = 0
-    for summary in page.items:
-        found = first_hits(repo, summary.id, query)
-        listed = ListedSession(
-            **dict(info(summary)),
-            hits=[hit_info(hit, words) for hit in found.hits],
-            hit_count=found.total,
-        )
-        text = listed.model_dump_json()
-        if items and used + utf8_size(text) > ANSWER_BYTES:
-            break
-        used += utf8_size(text) + 1
-        items.append(text)
+    for start in range(0, len(page.items), SESSIONS_PER_SEARCH):
+        chunk = page.items[start : start + SESSIONS_PER_SEARCH]
+        found = listed_hits(repo, [summary.id for summary in chunk], query)
+        for summary in chunk:
+            hits = found[summary.id]
+            listed = ListedSession(
+                **fields(summary),
+                hits=[hit_info(hit, words) for hit in hits.hits],
+                hit_count=hits.total,
+            )
+            text = listed.model_dump_json()
+            if items and used + utf8_size(text) > ANSWER_BYTES:
+                return items, page.first(len(items))
+            used += utf8_size(text) + 1
+            items.append(text)
     return items, page.first(len(items))

@@ -21,10 +21,12 @@ from mcp_agent.server.paging import (
     ANSWER_BYTES,
     WHOLE_MAX,
     PagedAs,
+    PageFrom,
     PageOf,
     check_whole,
     cursor_before,
     cursor_end,
+    cursor_start,
     fits_whole,
     json_size,
     newest_page,
@@ -229,6 +231,63 @@ def entries_page(
         return [shown_entry(session_id, text, limit == 1)[0] for text in load(start, end)]
 
     return sized_page(total, load if limit is None else shown, cursor, limit, paged_as=paged_as)
+
+
+def entries_from(
+    session: Session,
+    end_id: str | None,
+    from_id: str,
+    cursor: str | None,
+    limit: int | None,
+    budget: int = ANSWER_BYTES,
+) -> tuple[list[str], PageFrom]:
+    """A page of the branch to ``end_id`` (None: to the leaf) read forward: from the entry
+    ``from_id`` (a search's hit, say), or from where ``cursor`` (a ``PageFrom``'s) says, on
+    toward the branch's end, as many entries as ``limit`` and ``budget`` take (one at least),
+    shown as ``entries_page`` shows them."""
+    session_id = session.header.id
+    total, load = view_entries(session, "branch", end_id, 0)
+    paged_as = view_paged_as("branch", load)
+    if cursor is not None:
+        start = cursor_start(cursor, total, paged_as)
+    else:
+        start = branch_position(session, end_id, from_id)
+    if limit is None:
+        return load(start, total), PageFrom(start, total, total, paged_as)
+    texts: list[str] = []
+    used, end, block = 0, start, FIRST_BLOCK
+    stop = min(total, start + limit)
+    while end < stop:
+        for text in load(end, min(stop, end + block)):
+            shown, size = shown_entry(session_id, text, limit == 1)
+            if texts and used + size > budget:
+                return texts, PageFrom(start, end, total, paged_as)
+            texts.append(shown)
+            used, end = used + size, end + 1
+        block *= 2
+    return texts, PageFrom(start, end, total, paged_as)
+
+
+def branch_position(session: Session, end_id: str | None, entry_id: str) -> int:
+    """Where ``entry_id`` is on the branch to ``end_id`` (None: the leaf), root first, or a
+    SessionError saying it is not there and how to read it."""
+    if session.get_entry(entry_id) is None:
+        raise SessionError("not_found", f"entry {entry_id} not found")
+    end = end_id if end_id is not None else session.leaf_id
+    storage = stored(session)
+    ids = (
+        storage.branch_ids(end) if storage is not None else [e.id for e in session.get_branch(end)]
+    )
+    try:
+        return ids.index(entry_id)
+    except ValueError:
+        path = f"the path to entry {end_id}" if end_id is not None else "the current branch"
+        raise SessionError(
+            "invalid_argument",
+            f"entry {entry_id} is not on {path} (a search's hit of it says onBranch false): read"
+            f" the path up to it with entry_id={entry_id}, or give entry_id the last entry of its"
+            f" branch (view outline with entry_id={entry_id} shows what follows it)",
+        ) from None
 
 
 def view_paged_as(view: str, load: Loader) -> PagedAs | None:

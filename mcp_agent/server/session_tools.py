@@ -21,6 +21,7 @@ from mcp_agent.server.paging import (
     CURSOR_DESCRIPTION,
     LIMIT_DESCRIPTION,
     MAX_LIMIT,
+    PageOf,
     check_limit,
     json_size,
     newest_page,
@@ -48,6 +49,7 @@ from mcp_agent.server.search_hits import fitting_hits, listed_with_hits
 from mcp_agent.server.session_reads import (
     compact,
     context_page,
+    entries_from,
     entries_page,
     export_page,
     kept_whole_context,
@@ -86,8 +88,15 @@ def session_info(
 ) -> SessionInfo:
     """The session as answers give it; ``started_by``: a sub-agent's origin where the header
     does not say it (``linked_origin``)."""
+    return SessionInfo(**session_fields(summary, started_by))
+
+
+def session_fields(
+    summary: SessionSummary, started_by: dict[str, str | None] | None = None
+) -> dict[str, Any]:
+    """The fields of ``session_info``, for a model that adds some (``ListedSession``)."""
     origin = started_by or summary.started_by
-    return SessionInfo(
+    return dict(
         id=summary.id,
         # A name or cwd from before the bounds of session_create, or from a pi file: cut.
         name=None if summary.name is None else clip_long(summary.name, NAME_CHARS),
@@ -232,7 +241,7 @@ def register(server: MCPServer) -> None:
             # Each item's JSON made here, off the event loop, and put in the answer as it is.
             if words:
                 assert query is not None
-                items, page = listed_with_hits(state.repo, page, query, words, session_info)
+                items, page = listed_with_hits(state.repo, page, query, words, session_fields)
             else:
                 items = [session_info(item).model_dump_json() for item in page.items]
             answer = SessionListResult(
@@ -265,9 +274,18 @@ def register(server: MCPServer) -> None:
                 "chain from this entry (null: from the root, along the current branch)"
             ),
         ] = None,
+        from_entry_id: Annotated[
+            str | None,
+            Field(
+                description="branch: the page starts at this entry of the branch and goes on "
+                "toward its end, this entry first (a session_search hit and what followed it), "
+                "its nextCursor for the page after; null: the page ends at the branch's end"
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SessionView]:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
-        with the total, whether there is more (truncated) and a cursor for the page before."""
+        with the total, whether there is more (truncated) and a cursor for the page before
+        (with from_entry_id: for the page after)."""
         state = app_state(ctx)
         shown = view or "branch"
         most = check_limit(limit)
@@ -276,11 +294,16 @@ def register(server: MCPServer) -> None:
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
             info = session_info(summary, linked_origin(state.repo, session.header))
+            if from_entry_id is not None and shown != "branch":
+                raise ToolError("from_entry_id applies to the view branch only")
             if shown == "outline":
                 return outline_view(session, info, entry_id, cursor, most, splice)
             if entry_id is not None and shown != "branch":
                 raise ToolError("entry_id applies to the views branch and outline only")
-            if shown == "tree":
+            page: PageOf
+            if from_entry_id is not None:
+                items, page = entries_from(session, entry_id, from_entry_id, cursor, most)
+            elif shown == "tree":
                 items, page = tree_page(session, cursor, most)
             else:
                 # The newest page is read with the branch (when it has to be walked).
@@ -298,7 +321,8 @@ def register(server: MCPServer) -> None:
             )
             if shown == "tree":
                 return compact_result(answer, splice, nodes=items)
-            return compact_result(answer, splice, entries=items)
+            forward = from_entry_id is not None  # the text keeps the entry read from
+            return compact_result(answer, splice, forward=forward, entries=items)
 
         with tool_errors():
             return await state.offload(read)
@@ -320,8 +344,8 @@ def register(server: MCPServer) -> None:
     ) -> Annotated[CallToolResult, SessionSearchResult]:
         """Find where words occur in one session (every branch). Returns its entries that
         hold them, best first (most words, then newest): entry id, type, role, time and a
-        snippet with the words marked «so»; session_get (view branch, entry_id) reads up to
-        one. A page also stops at about 40 KB."""
+        snippet with the words marked «so»; session_get reads around one (from_entry_id: it and
+        what followed; entry_id: the path up to it). A page also stops at about 40 KB."""
         state = app_state(ctx)
         splice = spliced.wanted(ctx)
 

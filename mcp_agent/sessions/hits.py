@@ -3,11 +3,12 @@ each with a snippet of its text around the match.
 
 An entry's score is how many of the search's words (``words.query_words``) start a word in its
 text, as a session matches (``words.text_matches``); hits come in order of score, then newest
-first (the position the entry was appended at, ``seq``), the same in every store. A snippet is
-at most ``SNIPPET_CHARS`` characters of the entry's own text (accents and case as written),
-whitespace runs one space, each matched word marked ``«so»``, and ``…`` where it is cut: cut
-between words where one is near, never inside a character drawn with several (an emoji with a
-skin tone, a flag, a letter and its accent).
+first (the order the entries were appended in, ``EntryHit.place``), the same in every store,
+each saying whether it is on the session's current branch. A snippet is at most
+``SNIPPET_CHARS`` characters of the entry's own text (accents and case as written), whitespace
+runs one space, each matched word marked ``«so»``, and ``…`` where it is cut: cut between words
+where one is near, never inside a character drawn with several (an emoji with a skin tone, a
+flag, a letter and its accent).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,17 +35,23 @@ _SLACK = 24
 MAX_HITS = 100
 # The hits a listing shows of each session it found (a search in the session has them all).
 HITS_LISTED = 3
+# Listed sessions whose first hits a store with a text index finds in one query (as many as an
+# answer shows, about 30, come in two or three); each query reads every hit of the words in them.
+SESSIONS_PER_SEARCH = 16
 MARK_OPEN, MARK_CLOSE = "«", "»"
 
 
 @dataclass
 class EntryHit:
-    """An entry that holds ``score`` of the search's words; ``seq``: its place in the order
-    appended (0 for the first)."""
+    """An entry that holds ``score`` of the search's words; ``place``: a number that orders
+    the session's entries as appended (a store's own: its position, or its row's number);
+    ``on_branch``: whether it is on the session's current branch (the path from the root to
+    the leaf, as the search found it)."""
 
     entry: SessionEntry
-    seq: int
+    place: int
     score: int
+    on_branch: bool
 
     @property
     def role(self) -> str | None:
@@ -61,6 +68,7 @@ class EntryHit:
             "role": self.role,
             "timestamp": self.entry.timestamp,
             "words": self.score,
+            "onBranch": self.on_branch,
             "snippet": snippet(entry_text(self.entry), words),
         }
 
@@ -92,22 +100,22 @@ def search_tag(session_id: str, words: list[str]) -> str:
 
 def hit_cursor(hit: EntryHit, tag: str) -> str:
     """The cursor of the page after ``hit``: its score and place, and the search's tag."""
-    raw = json.dumps([hit.score, hit.seq, tag], separators=(",", ":")).encode()
+    raw = json.dumps([hit.score, hit.place, tag], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def parse_hit_cursor(cursor: str, tag: str) -> tuple[int, int]:
-    """(score, seq) of the last hit of the page before, or a SessionError saying the cursor
+    """(score, place) of the last hit of the page before, or a SessionError saying the cursor
     is not one this search (``tag``) handed out."""
     said = "pass the nextCursor of the previous page of this search"
     if len(cursor) <= 64:
         try:
-            score, seq, tagged = json.loads(
+            score, place, tagged = json.loads(
                 base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             )
-            if type(score) is int and type(seq) is int and tagged == tag:
-                return score, seq
-            if type(score) is int and type(seq) is int:
+            if type(score) is int and type(place) is int and tagged == tag:
+                return score, place
+            if type(score) is int and type(place) is int:
                 said = "it is another search's (another session or other words): " + said
         except (ValueError, TypeError):
             pass
@@ -119,30 +127,33 @@ def check_hits_limit(limit: int) -> None:
         raise SessionError("invalid_argument", f"limit must be 1 to {MAX_HITS}, not {limit}")
 
 
-def scored(entries: Iterable[SessionEntry], words: list[str]) -> list[EntryHit]:
+def scored(
+    entries: Iterable[SessionEntry], words: list[str], branch: Container[str]
+) -> list[EntryHit]:
     """Each of ``entries`` (every entry, in the order appended) that holds one of ``words``
-    or more, with its score: for a store that searches without an index."""
+    or more, with its score, and whether it is on ``branch`` (the ids of the current
+    branch's entries): for a store that searches without an index."""
     patterns = [word_pattern(word) for word in words]
     found = []
-    for seq, entry in enumerate(entries):
+    for place, entry in enumerate(entries):
         text = entry_text(entry)
         if not text:
             continue
         searched = search_text(text.lower())
         score = sum(1 for pattern in patterns if pattern.search(searched))
         if score:
-            found.append(EntryHit(entry, seq, score))
+            found.append(EntryHit(entry, place, score, entry.id in branch))
     return found
 
 
 def page_scored(found: list[EntryHit], limit: int, cursor: str | None, tag: str) -> HitPage:
     """A page of ``scored``'s hits, best first, after ``cursor`` (of the search ``tag``)."""
     check_hits_limit(limit)
-    ordered = sorted(found, key=lambda hit: (hit.score, hit.seq), reverse=True)
+    ordered = sorted(found, key=lambda hit: (hit.score, hit.place), reverse=True)
     total = len(ordered)
     if cursor is not None:
         after = parse_hit_cursor(cursor, tag)
-        ordered = [hit for hit in ordered if (hit.score, hit.seq) < after]
+        ordered = [hit for hit in ordered if (hit.score, hit.place) < after]
     page = ordered[:limit]
     more = len(ordered) > limit
     return HitPage(page, total, hit_cursor(page[-1], tag) if more else None, tag)

@@ -54,6 +54,7 @@ from mcp_agent.sessions.folders import (
     session_files,
     session_id_of,
 )
+from mcp_agent.sessions.hits import HITS_LISTED, HitPage, search_tag
 from mcp_agent.sessions.memory import InMemorySessionStorage
 from mcp_agent.sessions.pi import (
     ParsedSession,
@@ -69,9 +70,10 @@ from mcp_agent.sessions.repo import (
     SessionSummary,
     decode_cursor,
     encode_cursor,
+    hits_in,
     summarize,
 )
-from mcp_agent.sessions.words import query_words, text_matches
+from mcp_agent.sessions.words import query_words, search_words, text_matches
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,9 @@ TORN_WAITS = 20
 TORN_WAIT = 0.05
 # The characters of the sessions' words a repo keeps for queries of its listings.
 LISTED_CHARS = 32 << 20
+# The listed sessions whose first hits a repo keeps, found as a listing read their files: those
+# of the last few pages (a page shows a few dozen).
+KEPT_HITS = 256
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -412,6 +417,11 @@ class JsonlSessionRepo(BaseSessionRepo):
         # The files the listing that began last had to leave out, and why (bounded as the
         # folder is): a copy of every session says which it could not take.
         self.skipped: dict[Path, str] = {}
+        # The first hits of the sessions the listings last found, by file, its stamp and the
+        # search's words (``search_sessions``).
+        self._hits: OrderedDict[tuple[Path, tuple[int, int], tuple[str, ...]], HitPage] = (
+            OrderedDict()
+        )
 
     def path_for(self, session_id: str) -> Path:
         """The file of a session: where it is, or where a flat one would be."""
@@ -545,11 +555,16 @@ class JsonlSessionRepo(BaseSessionRepo):
         return modified
 
     def _scan(
-        self, path: Path, session_id: str, key: tuple[int, int], modified: str, texts_wanted: bool
+        self,
+        path: Path,
+        session_id: str,
+        key: tuple[int, int],
+        modified: str,
+        words: builtins.list[str],
     ) -> tuple[SessionSummary, builtins.list[str]] | None:
         with self._lock:
             cached = self._listing.get(path)
-        if cached is not None and cached[0] == key and (cached[2] is not None or not texts_wanted):
+        if cached is not None and cached[0] == key and (cached[2] is not None or not words):
             return cached[1], cached[2] or []
         why: str | None = None
         try:  # without the lock, as in _modified: a search may read gigabytes
@@ -569,8 +584,16 @@ class JsonlSessionRepo(BaseSessionRepo):
         texts.extend(entry_text(entry) for entry in parsed.entries)
         summary = summarize(storage)
         summary.modified = modified
+        # A session the search finds: its first hits, while its entries are at hand (found
+        # from the file again, a listing read each file it showed twice).
+        hits = None
+        if words and text_matches(words, texts):
+            tag = search_tag(session_id, words)
+            hits = hits_in(storage, words, HITS_LISTED, None, tag)
         with self._lock:
             self._keep_listed(path, key, summary, texts)
+            if hits is not None:
+                self._keep_hits((path, key, tuple(words)), hits)
         return summary, texts
 
     def _keep_listed(
@@ -626,7 +649,7 @@ class JsonlSessionRepo(BaseSessionRepo):
         items: builtins.list[SessionSummary] = []
         last_place = ""
         for place, session_id, path, key, modified in candidates:
-            scanned = self._scan(path, session_id, key, modified, bool(words))
+            scanned = self._scan(path, session_id, key, modified, words)
             if scanned is None or (words and not text_matches(words, scanned[1])):
                 continue
             if len(items) == limit:
@@ -634,6 +657,38 @@ class JsonlSessionRepo(BaseSessionRepo):
             items.append(scanned[0])
             last_place = place
         return SessionPage(items, None)
+
+    def _keep_hits(
+        self, kept: tuple[Path, tuple[int, int], tuple[str, ...]], hits: HitPage
+    ) -> None:
+        self._hits[kept] = hits
+        self._hits.move_to_end(kept)
+        while len(self._hits) > KEPT_HITS:
+            self._hits.popitem(last=False)
+
+    def search_sessions(
+        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+    ) -> dict[str, HitPage]:
+        """As every repo's, but the first hits a listing found as it read a file are taken
+        as they are while the file is as it was."""
+        words = search_words(query)
+        found: dict[str, HitPage] = {}
+        rest: builtins.list[str] = []
+        for session_id in session_ids:
+            try:
+                path = self.path_for(session_id)
+                kept_as = (path, _stamp(path), tuple(words))
+            except (SessionError, OSError):
+                rest.append(session_id)
+                continue
+            with self._lock:
+                hits = self._hits.get(kept_as) if limit == HITS_LISTED else None
+            if hits is None:
+                rest.append(session_id)
+            else:
+                found[session_id] = hits
+        found.update(super().search_sessions(rest, query, limit))
+        return found
 
     def _changed(self, session_id: str, key: tuple[int, int]) -> str:
         """When a file changed: the precise time if we wrote it last, else its mtime."""

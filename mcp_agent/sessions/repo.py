@@ -155,15 +155,19 @@ def mark_linked(repo: SessionRepo, items: Sequence[SessionSummary]) -> None:
             item.started_by = {"sessionId": parent, "runId": read[parent][item.id]}
 
 
-def first_hits(repo: SessionRepo, session_id: str, query: str) -> HitPage:
-    """Where a listed session matched ``query``: its first ``HITS_LISTED`` hits (none for a
-    session deleted since it was listed)."""
-    try:
-        return repo.search_session(session_id, query, limit=HITS_LISTED)
-    except SessionError as error:
-        if error.code != "not_found":
-            raise
-        return HitPage([], 0, None)
+def listed_hits(repo: SessionRepo, session_ids: Sequence[str], query: str) -> dict[str, HitPage]:
+    """Where each listed session matched ``query``: its first ``HITS_LISTED`` hits (none for
+    a session deleted since it was listed)."""
+    found = repo.search_sessions(session_ids, query, HITS_LISTED)
+    return {sid: found.get(sid) or HitPage([], 0, None) for sid in session_ids}
+
+
+def hits_in(
+    storage: SessionStorage, words: list[str], limit: int, cursor: str | None, tag: str
+) -> HitPage:
+    """A page of the hits of ``words`` in a session without a text index: every entry read."""
+    branch = {entry.id for entry in storage.get_branch(storage.get_leaf_id())}
+    return page_scored(scored(storage.get_entries(), words, branch), limit, cursor, tag)
 
 
 @dataclass
@@ -253,6 +257,9 @@ class SessionRepo(Protocol):
     def search_session(
         self, session_id: str, query: str, limit: int = 10, cursor: str | None = None
     ) -> HitPage: ...
+    def search_sessions(
+        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+    ) -> dict[str, HitPage]: ...
     def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
 
@@ -457,8 +464,22 @@ class BaseSessionRepo:
         tag = search_tag(session_id, words)
         if cursor is not None:
             parse_hit_cursor(cursor, tag)  # a bad cursor is refused before anything is read
-        entries = self._open_storage(session_id).get_entries()
-        return page_scored(scored(entries, words), limit, cursor, tag)
+        return hits_in(self._open_storage(session_id), words, limit, cursor, tag)
+
+    def search_sessions(
+        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+    ) -> dict[str, HitPage]:
+        """The first page (``limit`` hits) of ``search_session`` of each of ``session_ids``
+        that is still there (a listing's sessions: a backend with an index finds them all at
+        once)."""
+        found: dict[str, HitPage] = {}
+        for session_id in session_ids:
+            try:
+                found[session_id] = self.search_session(session_id, query, limit)
+            except SessionError as error:
+                if error.code != "not_found":
+                    raise
+        return found
 
     def summary(self, session_id: str) -> SessionSummary:
         """One session's listing row (backends that keep the row read it instead of the

@@ -51,12 +51,13 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
     def where(self) -> str:
         return self.database.where
 
-    def hits_sql(self, count: int) -> str:
-        terms = [f"search @@ {_prefix_query(f'w{index}')}" for index in range(count)]
-        score = " + ".join(f"({term})::int" for term in terms)
+    def hits_sql(self, words: int, sessions: int, every: bool = False) -> str:
+        terms = [f"search @@ {_prefix_query(f'w{index}')}" for index in range(words)]
+        score = str(words) if every else " + ".join(f"({term})::int" for term in terms)
+        marks = ", ".join(f":s{index}" for index in range(sessions))
         return (
-            f"SELECT seq, id, {score} AS score FROM entries"
-            f" WHERE session_id = :s AND ({' OR '.join(terms)})"
+            f"SELECT session_id, seq AS place, {score} AS score FROM entries"
+            f" WHERE session_id IN ({marks}) AND ({(' AND ' if every else ' OR ').join(terms)})"
         )
 
     def word_condition(self, param: str) -> str:

@@ -115,6 +115,18 @@ def entry_row(session_id: str, entry: SessionEntry, seq: int) -> tuple[Any, ...]
 
 
 @functools.lru_cache(maxsize=1024)
+def parse_entry(session_id: str, entry_id: str, entry_type: str, data: str) -> SessionEntry:
+    """An entry from its stored JSON (its row's ``type`` and ``data``)."""
+    # The type column picks the class, so pydantic can parse the JSON text itself.
+    cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
+    try:
+        return cls.model_validate_json(data)
+    except ValidationError as error:
+        where = f"session {session_id} entry {entry_id}"
+        detail = describe_validation_error(error, "", _loads_or_none(data))
+        raise SessionError("corrupt", f"{where}: {detail}") from None
+
+
 def stored_header(session_id: str, text: str) -> SessionHeader:
     """A stored header, parsed once: headers never change, and every open reads one."""
     return parse_header(json.loads(text), f"session {session_id} header")
@@ -305,14 +317,7 @@ class SqlSessionStorage:
         """An entry from its stored JSON, through the parse cache."""
         entry = self._cache.get(entry_id)
         if entry is None:
-            # The type column picks the class, so pydantic can parse the JSON text itself.
-            cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
-            try:
-                entry = cls.model_validate_json(data)
-            except ValidationError as error:
-                where = f"session {self.session_id} entry {entry_id}"
-                detail = describe_validation_error(error, "", _loads_or_none(data))
-                raise SessionError("corrupt", f"{where}: {detail}") from None
+            entry = parse_entry(self.session_id, entry_id, entry_type, data)
             self._cache.put(entry_id, entry, len(data))
         return entry
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,20 @@ from mcp_agent.sessions.sqlite.storage import SqliteSessionStorage
 def _fts_query(words: Iterable[str]) -> str:
     # Each word as a quoted prefix term: user text never reaches FTS5 query syntax.
     return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
+
+
+def _marks(sessions: int) -> str:
+    return ", ".join(f":s{index}" for index in range(sessions))
+
+
+def _matched(sessions: int, also: str = "", words: str = "any") -> str:
+    """The entries of the sessions ``:s0`` .. that hold any of the words (``:any``), or every
+    one (``:every``)."""
+    return (
+        f"SELECT d.session_id AS session_id, f.rowid AS place{also}"
+        " FROM entries_fts f JOIN fts_docs d ON d.n = f.rowid"
+        f" WHERE entries_fts MATCH :{words} AND d.session_id IN ({_marks(sessions)})"
+    )
 
 
 class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
@@ -53,18 +68,34 @@ class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
     def search_term(self, word: str) -> str:
         return _fts_query([word])
 
-    def hits_sql(self, count: int) -> str:
+    # The rowid: a session's entries are inserted in the order appended (see storage.py).
+    place_column = "n"
+
+    def search_params(self, words: builtins.list[str]) -> dict[str, str]:
+        # Also every word at once, for the entries that hold any (``matched_sql``).
+        return {
+            **super().search_params(words),
+            "any": " OR ".join(_fts_query([word]) for word in words),
+            "every": _fts_query(words),
+        }
+
+    def hits_sql(self, words: int, sessions: int, every: bool = False) -> str:
+        if every or words == 1:  # one score for all: nothing to group (60,000: 0.1 s less)
+            return _matched(sessions, f", {words} AS score", "every" if every else "any")
         found = " UNION ALL ".join(
             f"SELECT rowid AS n FROM entries_fts WHERE entries_fts MATCH :w{index}"
-            for index in range(count)
+            for index in range(words)
         )
         # Each hit's session from fts_docs, whose rows are small: from entries (the entry's
         # JSON on the same pages), a word common in other sessions took 3 times as long.
         return (
-            f"SELECT e.seq, e.id, h.score FROM (SELECT f.n, count(*) AS score FROM ({found}) f"
-            " JOIN fts_docs d ON d.n = f.n WHERE d.session_id = :s GROUP BY f.n) h"
-            " JOIN entries e ON e.n = h.n"
+            f"SELECT d.session_id AS session_id, f.n AS place, count(*) AS score"
+            f" FROM ({found}) f JOIN fts_docs d ON d.n = f.n"
+            f" WHERE d.session_id IN ({_marks(sessions)}) GROUP BY f.n"
         )
+
+    def matched_sql(self, words: int, sessions: int) -> str:
+        return _matched(sessions)
 
     def before_search(self) -> None:
         self.database.index_pending_text()
