@@ -39,6 +39,12 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
     timeout: float = Field(default=60.0, gt=0, description="seconds a tool call may take")
+    start_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds the server may take to start and list its tools; None: its"
+        " timeout, at least 10 (an interpreter, a package download)",
+    )
     disabled: bool = False
 
     @model_validator(mode="after")

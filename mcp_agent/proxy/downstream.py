@@ -123,7 +123,8 @@ class McpServerConnection:
                         # The starting task was cancelled with us: its child process is gone.
                         raise DownstreamError(
                             f"MCP server {self.name!r} could not be started: it did not answer "
-                            f"within {self._start_timeout:g} s"
+                            f"within {self._start_timeout:g} s (the entry's start_timeout in"
+                            " servers.json sets this)"
                         ) from None
                 except DownstreamError as error:
                     self._failed = (time.monotonic(), error)
