@@ -179,6 +179,17 @@ def err() -> Console:
     return closable(Console(stderr=True, highlight=False, markup=False))
 
 
+def at_least(console: Console, width: int) -> Console:
+    """``console``, or one as wide as ``width`` where it is narrower: a table's rows too wide
+    for the terminal even at their least are printed at their width, each wrapped by the
+    terminal (cropped, an id would be cut with no sign of it)."""
+    if width <= console.width:
+        return console
+    from rich.console import Console
+
+    return closable(Console(highlight=False, markup=False, width=width))
+
+
 def print_table(
     headers: list[str],
     rows: list[tuple[list[str], str | None]],
@@ -205,10 +216,7 @@ def print_table(
         _print_stacked(headers, rows, right, fixed - 2, notes)
         return
     room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
-    if room > console.width:
-        from rich.console import Console
-
-        console = closable(Console(highlight=False, markup=False, width=room))
+    console = at_least(console, room)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
         justify: JustifyMethod = "right" if header in right else "left"
@@ -241,11 +249,7 @@ def _print_stacked(
         table.add_column(header, no_wrap=True, justify="right" if header in right else "left")
     for cells, style in rows:
         table.add_row(*cells[:-1], style=style)
-    console = out()
-    if wide > console.width:  # as print_table: the rows at their width, wrapped by the terminal
-        from rich.console import Console
-
-        console = closable(Console(highlight=False, markup=False, width=wide))
+    console = at_least(out(), wide)
     lines = [
         Text.assemble(*((s.text, s.style or "") for s in line))
         for line in unpadded_lines(console, table, console.options)
