@@ -1919,6 +1919,29 @@ def test_demo_walks_through_without_an_api_key(cli: Any) -> None:
     assert done.stderr.strip().startswith("done in ") and "\n" not in done.stderr.strip()
 
 
+def test_demo_fits_an_80_column_terminal(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line within the width (a tool call's arguments ran to 125 columns): a long line
+    wraps with its indent, a tool call is cut with an ellipsis, and nothing trails."""
+    from rich.cells import cell_len
+
+    from mcp_agent.cli.common import err, out
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out.cache_clear()
+    err.cache_clear()
+    try:
+        done = cli("demo")
+    finally:
+        out.cache_clear()
+        err.cache_clear()
+    assert done.exit_code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if cell_len(line) > 80 or line != line.rstrip()] == []
+    calls = [line for line in lines if "running tool subagent(" in line]
+    assert len(calls) == 2 and all(line.endswith("…") for line in calls)
+    assert "   lazy dog')" in lines  # the first prompt, wrapped with its indent
+
+
 def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
