@@ -2179,6 +2179,28 @@ def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
     assert capsys.readouterr().err == INTERRUPTED_LINE
 
 
+def test_ctrl_c_in_a_command_says_it_was_interrupted(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during an import (or any command of no run) ends with exit 130 and the line
+    saying so; typer turns a KeyboardInterrupt into a silent exit 130, and the program ended
+    without a word, the user left to guess whether the import was done."""
+    from mcp_agent.cli import main
+
+    def import_session(*_: Any, **__: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SqliteSessionRepo, "import_session", import_session)
+    monkeypatch.setattr(sys, "argv", ["mcp-agent-sessions", "sessions", "import", "x.jsonl"])
+    monkeypatch.setenv("MCP_AGENT_DB", str(db))
+    (tmp_path / "x.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == INTERRUPTED_LINE
+
+
 @pytest.mark.parametrize("loading", ["typing", "contextlib", "importlib.metadata", "typer"])
 def test_ctrl_c_while_the_command_line_loads_ends_quietly(loading: str) -> None:
     """Ctrl-C in the first fifth of a second, while the package and typer are imported,

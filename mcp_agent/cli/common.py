@@ -148,9 +148,14 @@ def closable(console: Console) -> Console:
     return console
 
 
+class Interrupted(Exception):
+    """Ctrl-C in a command: typer turns a KeyboardInterrupt into exit code 130 without a word,
+    so it is carried past typer as this, and ``cli.main`` says the command was interrupted."""
+
+
 class ClosableCommands(TyperGroup):
     """The commands, where a write to a closed pipe becomes :class:`OutputClosed` before
-    typer turns it into exit code 1."""
+    typer turns it into exit code 1, and Ctrl-C :class:`Interrupted`."""
 
     def invoke(self, ctx: Any) -> Any:
         import errno
@@ -161,6 +166,8 @@ class ClosableCommands(TyperGroup):
             if error.errno != errno.EPIPE:
                 raise
             raise OutputClosed from error
+        except KeyboardInterrupt as error:
+            raise Interrupted from error
 
 
 # Markup is off: session text such as "[bold]" or "[Paris]" must print as written. Styles are
