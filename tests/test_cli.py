@@ -2642,6 +2642,16 @@ def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(cli: Any, db: 
     assert users_said(db) == ["/etc/hosts is empty, why?"]
 
 
+def test_chat_move_before_any_session_says_there_is_none(cli: Any) -> None:
+    # "/move ENTRY" before the first message was told its usage, as if it were misspelt.
+    done = cli("chat", "--model", "scripted:echo", input="/move 1f3e8cea\n/move\n")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[-2:] == [
+        "no session yet: the first message starts one",
+        "usage: /move ENTRY (an id from /tree) or /move root",
+    ]
+
+
 @pytest.mark.parametrize("columns", ["20", "40"])
 def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     db: Path, columns: str
