@@ -51,7 +51,21 @@ class ServerConfig(BaseModel):
     def _one_transport(self) -> ServerConfig:
         if bool(self.command) == bool(self.url):
             raise ValueError("give either 'command' (stdio) or 'url' (HTTP), not both or neither")
+        if self.url and not _is_http_url(self.url):
+            # Else taken, and each run's start of the server failed saying only that a
+            # request URL "is missing an 'http://' or 'https://' protocol".
+            raise ValueError(f"'url' must be an http:// or https:// URL, not {self.url!r}")
         return self
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # a port that is no number, or out of range
+        return False
 
 
 class AgentManifest(BaseModel):
