@@ -501,6 +501,21 @@ async def test_an_answer_over_the_bound_over_http_fails_its_call_saying_so(
                 assert text_of(await call(tools["web__echo"], text="still")) == "still"
 
 
+async def test_a_server_url_nothing_listens_on_is_named_in_the_refusal() -> None:
+    # Said only "All connection attempts failed"; the URL is shown without its query, which
+    # may hold a key (the message reaches the model, in the run's warnings).
+    from mcp_support import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    async with ToolHub({"web": ServerConfig(url=url + "?key=secret")}) as hub:
+        errors: list[str] = []
+        await hub.tools(on_error=errors.append)
+    assert errors == [
+        f"MCP server 'web' could not be started: cannot connect to {url}:"
+        " All connection attempts failed"
+    ]
+
+
 async def test_a_failed_start_is_remembered_for_a_while(tmp_path: Path) -> None:
     starts = tmp_path / "starts"  # the broken server adds a line each time it is started
     script = f"import sys; open({str(starts)!r}, 'a').write('started\\n'); sys.exit(1)"
