@@ -39,13 +39,33 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
     timeout: float = Field(default=60.0, gt=0, description="seconds a tool call may take")
+    start_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="seconds the server may take to start and list its tools; None: its"
+        " timeout, at least 10 (an interpreter, a package download)",
+    )
     disabled: bool = False
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
         if bool(self.command) == bool(self.url):
             raise ValueError("give either 'command' (stdio) or 'url' (HTTP), not both or neither")
+        if self.url and not _is_http_url(self.url):
+            # Else taken, and each run's start of the server failed saying only that a
+            # request URL "is missing an 'http://' or 'https://' protocol".
+            raise ValueError(f"'url' must be an http:// or https:// URL, not {self.url!r}")
         return self
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # a port that is no number, or out of range
+        return False
 
 
 class AgentManifest(BaseModel):

@@ -1919,6 +1919,29 @@ def test_demo_walks_through_without_an_api_key(cli: Any) -> None:
     assert done.stderr.strip().startswith("done in ") and "\n" not in done.stderr.strip()
 
 
+def test_demo_fits_an_80_column_terminal(cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line within the width (a tool call's arguments ran to 125 columns): a long line
+    wraps with its indent, a tool call is cut with an ellipsis, and nothing trails."""
+    from rich.cells import cell_len
+
+    from mcp_agent.cli.common import err, out
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out.cache_clear()
+    err.cache_clear()
+    try:
+        done = cli("demo")
+    finally:
+        out.cache_clear()
+        err.cache_clear()
+    assert done.exit_code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if cell_len(line) > 80 or line != line.rstrip()] == []
+    calls = [line for line in lines if "running tool subagent(" in line]
+    assert len(calls) == 2 and all(line.endswith("…") for line in calls)
+    assert "   lazy dog')" in lines  # the first prompt, wrapped with its indent
+
+
 def test_a_retried_attempts_partial_text_stays_out_of_an_answer_file(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -2144,6 +2167,28 @@ def test_ctrl_c_inside_a_pydantic_serializer_ends_quietly(
 
     def import_session(*_: Any, **__: Any) -> Any:
         Interrupted().model_dump_json()
+
+    monkeypatch.setattr(SqliteSessionRepo, "import_session", import_session)
+    monkeypatch.setattr(sys, "argv", ["mcp-agent-sessions", "sessions", "import", "x.jsonl"])
+    monkeypatch.setenv("MCP_AGENT_DB", str(db))
+    (tmp_path / "x.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == INTERRUPTED_LINE
+
+
+def test_ctrl_c_in_a_command_says_it_was_interrupted(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during an import (or any command of no run) ends with exit 130 and the line
+    saying so; typer turns a KeyboardInterrupt into a silent exit 130, and the program ended
+    without a word, the user left to guess whether the import was done."""
+    from mcp_agent.cli import main
+
+    def import_session(*_: Any, **__: Any) -> Any:
+        raise KeyboardInterrupt
 
     monkeypatch.setattr(SqliteSessionRepo, "import_session", import_session)
     monkeypatch.setattr(sys, "argv", ["mcp-agent-sessions", "sessions", "import", "x.jsonl"])
@@ -2595,6 +2640,16 @@ def test_chat_sends_a_message_beginning_with_a_slash_when_doubled(cli: Any, db: 
     assert done.exit_code == 2, done.stderr  # the second line, an unknown command
     assert "unknown command /etc/hosts" in done.stderr and "start it with //" in done.stderr
     assert users_said(db) == ["/etc/hosts is empty, why?"]
+
+
+def test_chat_move_before_any_session_says_there_is_none(cli: Any) -> None:
+    # "/move ENTRY" before the first message was told its usage, as if it were misspelt.
+    done = cli("chat", "--model", "scripted:echo", input="/move 1f3e8cea\n/move\n")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[-2:] == [
+        "no session yet: the first message starts one",
+        "usage: /move ENTRY (an id from /tree) or /move root",
+    ]
 
 
 @pytest.mark.parametrize("columns", ["20", "40"])

@@ -386,10 +386,12 @@ def test_when_every_session_is_busy_new_ones_are_refused_naming_the_limit(
                     assert stream.status_code == 200
                     busy.append(session)
                 refusals = [
-                    await http.post(server.url, json=initialize_request(), headers=HEADERS)
-                    for _ in range(20)
+                    await http.post(server.url, json=initialize_request(n), headers=HEADERS)
+                    for n in range(20)
                 ]
                 assert {r.status_code for r in refusals} == {503}
+                # Each refusal carries its request's id back (JSON-RPC: known, so echoed).
+                assert [r.json()["id"] for r in refusals] == list(range(20))
                 message = refusals[0].json()["error"]["message"]
                 assert f"at most {limit} HTTP sessions" in message
                 assert "--max-http-sessions" in message and "MCP_AGENT_MAX_HTTP_SESSIONS" in message

@@ -54,6 +54,11 @@ def test_ide_configs_paste_as_they_are(tmp_path: Path) -> None:
         ({"": {"command": "a"}}, "server name must not be empty"),
         ({"x": {"command": "a", "timeout": -1}}, "mcpServers.x.timeout"),
         ({"x": {"url": "http://a", "type": "carrier-pigeon"}}, "mcpServers.x.type"),
+        # Refused as the manifests are read, not at each run's start of the server.
+        ({"x": {"url": "not a url"}}, "'url' must be an http:// or https:// URL"),
+        ({"x": {"url": "localhost:8000/mcp"}}, "not 'localhost:8000/mcp'"),
+        ({"x": {"url": "ftp://host/mcp"}}, "'url' must be an http://"),
+        ({"x": {"url": "http://host:99999/mcp"}}, "'url' must be an http://"),
     ],
 )
 def test_bad_server_entries_name_the_problem(

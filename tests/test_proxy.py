@@ -264,21 +264,23 @@ async def test_an_error_answer_is_reported_without_a_restart(hub: ToolHub, code:
     assert hub.connection("t").starts == 1
 
 
-async def test_a_server_that_never_answers_at_start_times_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("mcp_agent.proxy.hub.MIN_START_TIMEOUT", 1.0)
+async def test_a_server_that_never_answers_at_start_times_out(tmp_path: Path) -> None:
+    """Within its ``start_timeout`` when its entry sets one, however short (before, never in
+    less than 10 s: a user who set 1 s waited 10 for a dead server)."""
     pid_file = tmp_path / "pid"
     script = (
         f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     )
-    silent = ServerConfig(command=sys.executable, args=["-c", script], timeout=1)
+    silent = ServerConfig(command=sys.executable, args=["-c", script], timeout=1, start_timeout=1)
     async with ToolHub({"silent": silent, "t": stdio_config()}) as hub:
         errors: list[str] = []
         with anyio.fail_after(10):
             names = {tool.name for tool in await hub.tools(on_error=errors.append)}
         assert "t__echo" in names
-        assert errors == ["MCP server 'silent' could not be started: it did not answer within 1 s"]
+        assert errors == [
+            "MCP server 'silent' could not be started: it did not answer within 1 s"
+            " (the entry's start_timeout in servers.json sets this)"
+        ]
         with anyio.fail_after(10):
             while alive(int(pid_file.read_text())):
                 await anyio.sleep(0.05)
@@ -497,6 +499,21 @@ async def test_an_answer_over_the_bound_over_http_fails_its_call_saying_so(
                 said = text_of(result)
                 assert result.is_error and "1000000 byte" in said.replace(",", ""), said[:300]
                 assert text_of(await call(tools["web__echo"], text="still")) == "still"
+
+
+async def test_a_server_url_nothing_listens_on_is_named_in_the_refusal() -> None:
+    # Said only "All connection attempts failed"; the URL is shown without its query, which
+    # may hold a key (the message reaches the model, in the run's warnings).
+    from mcp_support import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    async with ToolHub({"web": ServerConfig(url=url + "?key=secret")}) as hub:
+        errors: list[str] = []
+        await hub.tools(on_error=errors.append)
+    assert errors == [
+        f"MCP server 'web' could not be started: cannot connect to {url}:"
+        " All connection attempts failed"
+    ]
 
 
 async def test_a_failed_start_is_remembered_for_a_while(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
-from mcp_support import OUR_HTTP_ENV, agent_server, call_error, initialize_request
+from mcp_support import OUR_HTTP_ENV, Served, agent_server, call_error, initialize_request
 
 from mcp_agent.providers.registry import ModelRegistry, ModelRegistryError
 from mcp_agent.providers.scripted import reply, scripted_model
@@ -420,3 +421,13 @@ def test_a_stdio_server_answers_its_first_request_without_what_it_does_not_need(
     unneeded = ("mcp_agent.server.streamable_http", "uvicorn.protocols", "mcp_agent.loop")
     loaded = sorted(m for m in modules if m.startswith((*unneeded, "mcp_agent.compaction", "rich")))
     assert loaded == []
+
+
+def test_ctrl_c_stops_an_http_server_with_exit_130(tmp_path: Path) -> None:
+    """Ctrl-C ended `serve --transport http` with exit 0, as if it had ended by itself (over
+    stdio, and for every other command, it is 130)."""
+    with Served(tmp_path, "--no-auth") as server:
+        assert server.initialize().status_code == 200  # serving
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(timeout=30) == 130
+    assert "Traceback" not in server.banner()

@@ -172,11 +172,12 @@ def test_http_requires_the_token(http_server: HttpServer) -> None:
 def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
     """Each refusal is a JSON-RPC error that says what was wrong and what to do: MCP clients
     show its message (the Python SDK's showed "Server returned an error response" for the
-    SDK's plain-text refusals and for our 401's old body)."""
+    SDK's plain-text refusals and for our 401's old body). A refusal of a request whose body
+    was read carries its id back; one refused before (its token, its path) has none to carry."""
 
-    def said(response: httpx.Response) -> str:
+    def said(response: httpx.Response, request_id: int | None = None) -> str:
         error = response.json()["error"]
-        assert error["code"] == -32600 and response.json()["id"] is None
+        assert error["code"] == -32600 and response.json()["id"] == request_id
         return str(error["message"])
 
     auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
@@ -184,7 +185,7 @@ def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
         http_server.url, json=initialize_request(), headers={**auth, "Host": "evil.example"}
     )
     assert rebound.status_code == 421
-    assert said(rebound) == (
+    assert said(rebound, 1) == (
         "Misdirected Request: this server answers for 127.0.0.1, localhost, [::1], not for the"
         " Host 'evil.example' (serve --allowed-host NAME adds a name, for a proxy or a DNS name"
         " of this machine)"
@@ -194,7 +195,7 @@ def test_http_dns_rebinding_and_size_limits(http_server: HttpServer) -> None:
         json=initialize_request(),
         headers={**auth, "Origin": "http://evil.example"},
     )
-    assert page.status_code == 403 and said(page).startswith(
+    assert page.status_code == 403 and said(page, 1).startswith(
         "Forbidden: a web page from 'http://evil.example' may not call this server"
     )
     elsewhere = httpx.post(

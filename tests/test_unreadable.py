@@ -361,6 +361,33 @@ def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: 
     assert "Traceback" not in stderr
 
 
+def test_a_notification_with_params_mcp_does_not_allow_is_dropped_saying_what_is_wrong(
+    tmp_path: Path,
+) -> None:
+    """A malformed notifications/cancelled (its requestId a list or a fraction, a reason
+    that is no text, no params at all) is dropped with one line on stderr naming the method
+    and the field; the SDK's said only "dropped 'notifications/cancelled': malformed params".
+    (A requestId left out or null is allowed since 2025-11-25, for tasks: nothing is said.)"""
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    malformed = [{"requestId": [1]}, {"requestId": 1.5}, {"requestId": 7, "reason": 5}, None]
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        for params in malformed:
+            cancel: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+            server.send(json.dumps(cancel if params is None else {**cancel, "params": params}))
+        server.send(request(2, "tools/call", {"name": "session_list", "arguments": {}}))
+        assert server.answer()["result"]["structuredContent"]["sessions"] == []
+    finally:
+        stderr = server.stop()
+    lines = [line for line in stderr.splitlines() if "notifications/cancelled" in line]
+    assert len(lines) == len(malformed), stderr
+    assert all("params.requestId" in line for line in lines[:2]), lines
+    assert "params.reason" in lines[2] and "params: Field required" in lines[3], lines
+    assert "malformed params" not in stderr and "Traceback" not in stderr
+
+
 async def _through_described_params(method: str, params: Any, raised: Exception) -> Exception:
     """What ``DescribedParams`` lets out when the step after it raises ``raised``."""
 

@@ -49,6 +49,7 @@ try:
         INTERRUPTED,
         PROG,
         ClosableCommands,
+        Interrupted,
         OutputClosed,
         fail,
         plain_help_types,
@@ -111,7 +112,7 @@ def main() -> None:
     try:
         code = app(prog_name=PROG, standalone_mode=False)
         sys.stdout.flush()
-    except (typer.Abort, KeyboardInterrupt):  # KeyboardInterrupt: after typer's part
+    except (typer.Abort, KeyboardInterrupt, Interrupted):  # KeyboardInterrupt: after typer's part
         typer.echo(f"\n{PROG}: interrupted", err=True)
         code = INTERRUPTED
     except OutputClosed:

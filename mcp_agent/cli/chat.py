@@ -421,9 +421,12 @@ class Chat:
     async def _move(self, argument: str) -> None:
         from mcp_agent.cli.render import entry_summary
 
-        session = await self._current()
-        if session is None or not argument:
+        if not argument:
             self.refuse("usage: /move ENTRY (an id from /tree) or /move root")
+            return
+        session = await self._current()
+        if session is None:
+            self.refuse("no session yet: the first message starts one")
             return
         target = None if argument == "root" else argument
 

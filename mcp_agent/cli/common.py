@@ -148,9 +148,14 @@ def closable(console: Console) -> Console:
     return console
 
 
+class Interrupted(Exception):
+    """Ctrl-C in a command: typer turns a KeyboardInterrupt into exit code 130 without a word,
+    so it is carried past typer as this, and ``cli.main`` says the command was interrupted."""
+
+
 class ClosableCommands(TyperGroup):
     """The commands, where a write to a closed pipe becomes :class:`OutputClosed` before
-    typer turns it into exit code 1."""
+    typer turns it into exit code 1, and Ctrl-C :class:`Interrupted`."""
 
     def invoke(self, ctx: Any) -> Any:
         import errno
@@ -161,6 +166,8 @@ class ClosableCommands(TyperGroup):
             if error.errno != errno.EPIPE:
                 raise
             raise OutputClosed from error
+        except KeyboardInterrupt as error:
+            raise Interrupted from error
 
 
 # Markup is off: session text such as "[bold]" or "[Paris]" must print as written. Styles are
@@ -177,6 +184,17 @@ def err() -> Console:
     from rich.console import Console
 
     return closable(Console(stderr=True, highlight=False, markup=False))
+
+
+def at_least(console: Console, width: int) -> Console:
+    """``console``, or one as wide as ``width`` where it is narrower: a table's rows too wide
+    for the terminal even at their least are printed at their width, each wrapped by the
+    terminal (cropped, an id would be cut with no sign of it)."""
+    if width <= console.width:
+        return console
+    from rich.console import Console
+
+    return closable(Console(highlight=False, markup=False, width=width))
 
 
 def print_table(
@@ -205,10 +223,7 @@ def print_table(
         _print_stacked(headers, rows, right, fixed - 2, notes)
         return
     room = fixed + (min(12, widths[flexible]) if flexible is not None else 0)
-    if room > console.width:
-        from rich.console import Console
-
-        console = closable(Console(highlight=False, markup=False, width=room))
+    console = at_least(console, room)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
         justify: JustifyMethod = "right" if header in right else "left"
@@ -241,11 +256,7 @@ def _print_stacked(
         table.add_column(header, no_wrap=True, justify="right" if header in right else "left")
     for cells, style in rows:
         table.add_row(*cells[:-1], style=style)
-    console = out()
-    if wide > console.width:  # as print_table: the rows at their width, wrapped by the terminal
-        from rich.console import Console
-
-        console = closable(Console(highlight=False, markup=False, width=wide))
+    console = at_least(out(), wide)
     lines = [
         Text.assemble(*((s.text, s.style or "") for s in line))
         for line in unpadded_lines(console, table, console.options)

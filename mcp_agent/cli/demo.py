@@ -124,7 +124,21 @@ def _step(number: int, title: str) -> None:
 
 
 def _say(text: str, style: str = "") -> None:
-    out().print(f"   {text}", style=style, soft_wrap=True)
+    """``text`` indented, wrapped at the terminal's width with its indent kept."""
+    from rich.text import Text
+
+    console = out()
+    for line in Text(text, style=style).wrap(console, max(20, console.width - 3)):
+        line.rstrip()
+        console.print(Text("   ").append_text(line), soft_wrap=True)
+
+
+def _say_cut(text: str, style: str = "") -> None:
+    """``text`` indented, on one line cut at the terminal's width with an ellipsis (a tool
+    call's arguments: the tree at the end shows them)."""
+    from rich.text import Text
+
+    out().print(Text(f"   {text}", style=style), no_wrap=True, overflow="ellipsis")
 
 
 async def _walk_through(folder: Path) -> int:
@@ -209,7 +223,7 @@ async def _run(client: Client, prompt: str, session_id: str | None = None) -> di
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         kind, _, text = (message or "").partition(": ")
         if kind in ("tool_execution_start", "tool_execution_end"):
-            _say(f"  {text}", "yellow")
+            _say_cut(f"  {text}", "yellow")
 
     arguments: dict[str, Any] = {"prompt": prompt, "agent": "assistant"}
     if session_id:

@@ -356,8 +356,8 @@ def serve(
                 raise typer.Exit(INTERRUPTED if stopped_by == "SIGINT" else TERMINATED)
     except ManifestError as error:
         die(str(error))
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # over HTTP: uvicorn stopped at Ctrl-C, then raised it again
+        raise typer.Exit(INTERRUPTED) from None
     finally:
         if auth is not None:
             auth.remove()

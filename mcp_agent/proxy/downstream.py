@@ -123,7 +123,8 @@ class McpServerConnection:
                         # The starting task was cancelled with us: its child process is gone.
                         raise DownstreamError(
                             f"MCP server {self.name!r} could not be started: it did not answer "
-                            f"within {self._start_timeout:g} s"
+                            f"within {self._start_timeout:g} s (the entry's start_timeout in"
+                            " servers.json sets this)"
                         ) from None
                 except DownstreamError as error:
                     self._failed = (time.monotonic(), error)
@@ -425,10 +426,24 @@ def connect_to(name: str, config: ServerConfig) -> Connect:
         transport = streamable_http_client(
             url, http_client=http, max_sse_event_size=MAX_HTTP_MESSAGE
         )
-        async with http, client(transport, handler) as connected:
-            yield connected
+        try:
+            async with http, client(transport, handler) as connected:
+                yield connected
+        except* httpx2.ConnectError as refused:
+            reason = refused.exceptions[0]
+            raise ConnectionError(f"cannot connect to {_shown_url(url)}: {reason}") from None
 
     return over_http
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as a message shows it: without a user, password or query, which may hold a key
+    (the message reaches the model, in a run's warnings)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 class AnswerTooLong(httpx2.StreamError):

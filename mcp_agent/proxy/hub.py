@@ -28,7 +28,8 @@ from mcp_agent.tools import AgentTool, AgentToolResult, ToolUpdateCallback
 RUN_META_KEY = "mcp-agent-sessions/run"
 BUILTIN = "builtin"
 # A downstream server gets its call timeout to start, and never less than this (starting one
-# can take longer than a quick call's limit: an interpreter, a package download).
+# can take longer than a quick call's limit: an interpreter, a package download), unless its
+# entry sets a ``start_timeout`` of its own.
 MIN_START_TIMEOUT = 10.0
 # What a downstream tool's description may hold (about 2,500 tokens; Claude Code keeps 2,048
 # characters of an MCP tool's).
@@ -45,7 +46,9 @@ class ToolHub:
         self.configs = servers
         self._connections: dict[str, McpServerConnection] = {
             name: McpServerConnection(
-                name, connect_to(name, config), start_timeout=max(config.timeout, MIN_START_TIMEOUT)
+                name,
+                connect_to(name, config),
+                start_timeout=config.start_timeout or max(config.timeout, MIN_START_TIMEOUT),
             )
             for name, config in servers.items()
         }

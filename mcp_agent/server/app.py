@@ -28,7 +28,11 @@ from mcp_agent.server.lifespan import ServerState
 from mcp_agent.server.notify import ListenStreams, Notifier, WatchedBus
 from mcp_agent.server.strict import SessionsServer
 from mcp_agent.server.tool_list import KeptToolList, OnePageLists
-from mcp_agent.server.unreadable import DescribedParams, UnpairedSurrogates
+from mcp_agent.server.unreadable import (
+    DescribedNotifications,
+    DescribedParams,
+    UnpairedSurrogates,
+)
 from mcp_agent.server.viewer import apps as viewer_apps
 
 if TYPE_CHECKING:
@@ -86,6 +90,8 @@ def build_server(
     # params the SDK refuses get an answer that says what is wrong with them.
     server._lowlevel_server.middleware.append(UnpairedSurrogates())
     server._lowlevel_server.middleware.append(DescribedParams())
+    # A notification with params MCP does not allow is dropped saying what is wrong with them.
+    server._lowlevel_server.middleware.append(DescribedNotifications())
     # One client's flood of database work waits in its own line, not ahead of everyone.
     server._lowlevel_server.middleware.append(ClientsTakeTurns())
     session_tools.register(server)

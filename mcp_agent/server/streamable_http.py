@@ -82,6 +82,9 @@ SDK_NO_SESSION_MESSAGE = b'"Session not found"'
 # session: JSON-RPC errors that say no more than these words.
 SDK_METHOD_MESSAGE = b'"message":"Method Not Allowed"'
 SDK_MISSING_SESSION_MESSAGE = b'"message":"Bad Request: Missing session ID"'
+# A POST's body, put in its scope once read, for ``SdkRefusals`` to echo the request's id in a
+# refusal of the SDK's (parsed only then: a body may be megabytes).
+REQUEST_BODY = "mcp_agent.request_body"
 
 
 def no_session_message(scope: Scope, settings: ServerSettings) -> str:
@@ -294,6 +297,7 @@ class EvictingSessionManager(StreamableHTTPSessionManager):
                 log.debug("a POST's client went before its body ended")
                 return
             body = first.get("body", b"")
+            scope[REQUEST_BODY] = body
         session_id = _header(scope, b"mcp-session-id")
         legacy = not _is_modern_version(scope)
         if body is not None:
@@ -781,7 +785,11 @@ class SdkRefusals:
                 if ours is not None:
                     answer, headers = ours
                     said, code = answer(scope)
-                    refusal = error_response(held[0]["status"], said, code, headers=headers)
+                    asked = scope.get(REQUEST_BODY)
+                    request_id = body_request_id(asked, requests_only=True) if asked else None
+                    refusal = error_response(
+                        held[0]["status"], said, code, request_id, headers=headers
+                    )
                     await refusal(scope, receive, send)
                 else:
                     for each in held:

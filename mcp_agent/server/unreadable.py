@@ -46,7 +46,12 @@ from mcp_types import (
     JSONRPCError,
     JSONRPCNotification,
 )
-from mcp_types.methods import SPEC_CLIENT_METHODS, validate_client_request
+from mcp_types.methods import (
+    SPEC_CLIENT_METHODS,
+    SPEC_CLIENT_NOTIFICATION_METHODS,
+    validate_client_notification,
+    validate_client_request,
+)
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
@@ -171,6 +176,30 @@ class DescribedParams(ServerMiddleware[Any]):
             except KeyError:  # a method this protocol version has not
                 pass
             raise
+
+
+class DescribedNotifications(ServerMiddleware[Any]):
+    """Drops a notification whose params MCP does not allow (a notifications/cancelled whose
+    requestId is a list or a fraction, a reason that is no text) with one line that says
+    what is wrong with them; the SDK said only "dropped 'notifications/cancelled': malformed
+    params". A notification gets no answer: the line is for whoever reads the server's log."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.request_id is None and ctx.method in SPEC_CLIENT_NOTIFICATION_METHODS:
+            try:
+                validate_client_notification(ctx.method, ctx.protocol_version, ctx.params)
+            except ValidationError as refused:
+                log.warning(
+                    "a %s notification was dropped: %s",
+                    _printable(ctx.method),
+                    _described(refused, ctx.params),
+                )
+                return None
+            except (KeyError, ValueError):  # not of this protocol version: the SDK's to say
+                pass
+        return await call_next(ctx)
 
 
 # The longest a refusal says about each problem (a client's keys are in the paths).
