@@ -420,3 +420,30 @@ def test_a_stdio_server_answers_its_first_request_without_what_it_does_not_need(
     unneeded = ("mcp_agent.server.streamable_http", "uvicorn.protocols", "mcp_agent.loop")
     loaded = sorted(m for m in modules if m.startswith((*unneeded, "mcp_agent.compaction", "rich")))
     assert loaded == []
+
+
+def test_a_server_built_has_built_none_of_the_stored_shapes() -> None:
+    # Entries and messages (their validators and serializers) are built at their first use:
+    # a server's start and its tools/list use none of them, and building them all at import
+    # was some 2% of the work before a stdio server's first answer.
+    script = (
+        "import json\n"
+        "import mcp_agent.cli, mcp_agent.server.app, mcp_agent.sessions.entries\n"
+        "import mcp_agent.messages\n"
+        "from mcp_agent.messages import parse_content\n"
+        "from mcp_agent.wire import WireModel\n"
+        "def below(c):\n"
+        "    for s in c.__subclasses__():\n"
+        "        yield s\n"
+        "        yield from below(s)\n"
+        "shapes = {c.__name__: c.__pydantic_complete__ for c in below(WireModel)}\n"
+        "parse_content({'type': 'text', 'text': 'hi'})\n"
+        "print(json.dumps(shapes))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    shapes = json.loads(done.stdout)
+    assert {"SessionEntry", "MessageEntry", "UserMessage", "TextContent"} <= set(shapes)
+    assert [name for name, built in shapes.items() if built] == []
