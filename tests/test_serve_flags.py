@@ -447,3 +447,29 @@ def test_a_server_built_has_built_none_of_the_stored_shapes() -> None:
     shapes = json.loads(done.stdout)
     assert {"SessionEntry", "MessageEntry", "UserMessage", "TextContent"} <= set(shapes)
     assert [name for name, built in shapes.items() if built] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--help"],
+        ["serve", "--bogus"],
+        ["serve", "--port", "x"],
+        ["serve", "extra"],
+        ["serve", "--db"],
+    ],
+)
+def test_serve_given_first_builds_its_command_alone_and_says_what_the_whole_line_says(
+    args: list[str],
+) -> None:
+    # `mcp-agent-sessions serve ...` runs on a line of serve alone (mcp_agent.cli.main): typer
+    # makes click's form of every command it holds, each option of each, at every start.
+    import typer
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app, serve_app
+
+    assert sorted(typer.main.get_group(serve_app).commands) == ["serve"]
+    whole, alone = CliRunner().invoke(app, args), CliRunner().invoke(serve_app, args)
+    assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output)
+    assert alone.output.strip()
