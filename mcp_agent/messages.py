@@ -377,12 +377,17 @@ AgentMessage = Annotated[
 ]
 
 AnyBlock = TextContent | ImageContent | ThinkingContent | ToolCall | OtherContent
-_content_adapter: TypeAdapter[AnyBlock] = TypeAdapter(Content)
+
+
+@functools.cache
+def _content_adapter() -> TypeAdapter[AnyBlock]:
+    """Made at the first block parsed, not at import: a server's start parses none."""
+    return TypeAdapter(Content)
 
 
 def parse_content(data: Any, path: str = "content") -> AnyBlock:
     try:
-        return _content_adapter.validate_python(data)
+        return _content_adapter().validate_python(data)
     except ValidationError as error:
         raise MessageParseError(describe_validation_error(error, path, data)) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer
@@ -35,7 +36,15 @@ def utf8_only(value: Any) -> Any:
     return value
 
 
+# One model built at a time (see WireModel.model_rebuild).
+_BUILDING = threading.RLock()
+
+
 class WireModel(BaseModel):
+    """A stored or sent shape. Each is built (its validator and serializer) at its first use,
+    not at import: a server's start reads and writes none of them (entries, messages), and
+    building them was some 2% of the work before its first answer."""
+
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
@@ -45,7 +54,29 @@ class WireModel(BaseModel):
         # A number too large for a float (1e999 in a file) parses as inf, which JSON writes
         # as null, which a number field then refuses: refused where it comes in instead.
         allow_inf_nan=False,
+        defer_build=True,
     )
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Any = None,
+    ) -> bool | None:
+        """Pydantic's, one at a time: the first use is as likely on a worker thread as on the
+        event loop, and before pydantic 2.14 two builds of one model at once could leave a
+        third thread validating with the parent's validator (pydantic#11849)."""
+        with _BUILDING:
+            return super().model_rebuild(
+                force=force,
+                raise_errors=raise_errors,
+                # One frame more between the caller and pydantic: this one.
+                _parent_namespace_depth=_parent_namespace_depth + (_parent_namespace_depth > 0),
+                _types_namespace=_types_namespace,
+            )
 
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:

@@ -361,3 +361,39 @@ def test_unregistered_message_class_is_left_out() -> None:
         role: Literal["note"] = "note"
 
     assert convert_to_llm([Note()]) == []
+
+
+def test_a_shape_first_used_on_many_threads_at_once_is_built_once_and_validates_alike() -> None:
+    # Shapes are built at their first use (mcp_agent.wire.WireModel), which may come on
+    # several worker threads at once; each must validate with the shape's own validator.
+    import threading
+
+    from pydantic import Field
+
+    from mcp_agent.wire import WireModel
+
+    class Block(WireModel):
+        kind: Literal["block"] = "block"
+        size: int
+
+    class Shape(WireModel):
+        name: str
+        blocks: list[Block] = Field(default_factory=list)
+
+    assert not Shape.__pydantic_complete__
+    start = threading.Barrier(8)
+    made: list[Any] = []
+
+    def first_use() -> None:
+        start.wait()
+        made.append(Shape.model_validate({"name": "x", "blocks": [{"size": 3}]}))
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(made) == 8
+    for shape in made:
+        assert isinstance(shape, Shape)
+        assert shape.to_json_dict() == {"name": "x", "blocks": [{"kind": "block", "size": 3}]}

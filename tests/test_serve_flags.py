@@ -431,3 +431,56 @@ def test_ctrl_c_stops_an_http_server_with_exit_130(tmp_path: Path) -> None:
         server.process.send_signal(signal.SIGINT)
         assert server.process.wait(timeout=30) == 130
     assert "Traceback" not in server.banner()
+
+
+def test_a_server_built_has_built_none_of_the_stored_shapes() -> None:
+    # Entries and messages (their validators and serializers) are built at their first use:
+    # a server's start and its tools/list use none of them, and building them all at import
+    # was some 2% of the work before a stdio server's first answer.
+    script = (
+        "import json\n"
+        "import mcp_agent.cli, mcp_agent.server.app, mcp_agent.sessions.entries\n"
+        "import mcp_agent.messages\n"
+        "from mcp_agent.messages import parse_content\n"
+        "from mcp_agent.wire import WireModel\n"
+        "def below(c):\n"
+        "    for s in c.__subclasses__():\n"
+        "        yield s\n"
+        "        yield from below(s)\n"
+        "shapes = {c.__name__: c.__pydantic_complete__ for c in below(WireModel)}\n"
+        "parse_content({'type': 'text', 'text': 'hi'})\n"
+        "print(json.dumps(shapes))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    shapes = json.loads(done.stdout)
+    assert {"SessionEntry", "MessageEntry", "UserMessage", "TextContent"} <= set(shapes)
+    assert [name for name, built in shapes.items() if built] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--help"],
+        ["serve", "--bogus"],
+        ["serve", "--port", "x"],
+        ["serve", "extra"],
+        ["serve", "--db"],
+    ],
+)
+def test_serve_given_first_builds_its_command_alone_and_says_what_the_whole_line_says(
+    args: list[str],
+) -> None:
+    # `mcp-agent-sessions serve ...` runs on a line of serve alone (mcp_agent.cli.main): typer
+    # makes click's form of every command it holds, each option of each, at every start.
+    import typer
+    from typer.testing import CliRunner
+
+    from mcp_agent.cli import app, serve_app
+
+    assert sorted(typer.main.get_group(serve_app).commands) == ["serve"]
+    whole, alone = CliRunner().invoke(app, args), CliRunner().invoke(serve_app, args)
+    assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output)
+    assert alone.output.strip()

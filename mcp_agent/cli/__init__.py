@@ -59,16 +59,16 @@ try:
 
     plain_help_types()
 
-    app = typer.Typer(
-        name=PROG,
-        cls=ClosableCommands,
-        help="An MCP server that runs agents and keeps every conversation as a session tree.",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-    )
+    def _commands() -> typer.Typer:
+        return typer.Typer(
+            name=PROG,
+            cls=ClosableCommands,
+            help="An MCP server that runs agents and keeps every conversation as a session tree.",
+            no_args_is_help=True,
+            add_completion=False,
+            pretty_exceptions_enable=False,
+        )
 
-    @app.callback()
     def _root(context: typer.Context) -> None:
         """An MCP server that runs agents and keeps every conversation as a session tree."""
         # Started with the cyclic collector off (mcp_agent.__main__.run): on for every command
@@ -76,7 +76,14 @@ try:
         if context.invoked_subcommand != "serve":
             gc.enable()
 
+    app = _commands()
+    app.callback()(_root)
     app.command()(serve.serve)
+    # `serve` given first: the same root and command without the others, which typer would
+    # otherwise make into click's commands (each option of each) before a server's start.
+    serve_app = _commands()
+    serve_app.callback()(_root)
+    serve_app.command()(serve.serve)
     app.add_typer(sessions.app, name="sessions")
     app.command()(run.run)
     app.command()(chat.chat)
@@ -110,7 +117,8 @@ def main() -> None:
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
-        code = app(prog_name=PROG, standalone_mode=False)
+        commands = serve_app if sys.argv[1:2] == ["serve"] else app
+        code = commands(prog_name=PROG, standalone_mode=False)
         sys.stdout.flush()
     except (typer.Abort, KeyboardInterrupt, Interrupted):  # KeyboardInterrupt: after typer's part
         typer.echo(f"\n{PROG}: interrupted", err=True)
@@ -182,4 +190,4 @@ def usage_message(error: Exception) -> str:
     return f"{message} (see `{path} --help`)" if path else message
 
 
-__all__ = ["app", "fail", "main"]
+__all__ = ["app", "fail", "main", "serve_app"]
