@@ -22,6 +22,8 @@ def pg_cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def postgres_url(pg_cluster: Cluster) -> str:
-    """An empty database of its own for one test."""
-    return pg_cluster.new_database()
+def postgres_url(pg_cluster: Cluster) -> Iterator[str]:
+    """An empty database of its own for one test, dropped after it."""
+    url = pg_cluster.new_database()
+    yield url
+    pg_cluster.drop_database(url)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -186,14 +186,18 @@ def test_a_stuck_subscriber_is_dropped_once_its_send_blocks(
     assert server.banner().count(DROPPED) <= 1
 
 
-def test_a_client_that_only_initialized_hears_list_changes(
-    tmp_path: Path, started: list[Served]
-) -> None:
+@pytest.fixture(name="server", scope="module")
+def server_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One ``serve --no-auth`` for the tests that only need a server that answers (a start is
+    seconds of a loaded machine); each opens sessions of its own."""
+    with Served(tmp_path_factory.mktemp("notify-http"), "--no-auth") as server:
+        yield server
+
+
+def test_a_client_that_only_initialized_hears_list_changes(server: Served) -> None:
     """A legacy client with its event stream open hears another client's list changes from
     its handshake on (before: only once it had called a tool, listed resources or subscribed,
     so a client waiting for the list to change never heard of it)."""
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
 
     async def scenario() -> None:
         with anyio.fail_after(HANG_GUARD_S):
@@ -224,14 +228,10 @@ def test_a_client_that_only_initialized_hears_list_changes(
 
 
 @pytest.mark.anyio
-async def test_an_event_stream_asked_to_resume_opens_afresh(
-    tmp_path: Path, started: list[Served]
-) -> None:
+async def test_an_event_stream_asked_to_resume_opens_afresh(server: Served) -> None:
     """A GET with a Last-Event-ID that is no id of ours (junk, or another server's) got a bare
     500 from the SDK; now it is the session's event stream, and carries its notifications.
     (Ids of ours resume: tests/test_http_resume.py.)"""
-    server = Served(tmp_path, "--no-auth")
-    started.append(server)
     async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:
         sessions = Sessions(http, server.url)
         session = await sessions.open()

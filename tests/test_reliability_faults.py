@@ -448,6 +448,12 @@ async def test_cancel_at_random_moments(tmp_path: Path) -> None:
     stages = Stages()
     async with Client(stage_server(tmp_path, stages)) as client:
         session_id = (await call(client, "session_create", name="random cancels"))["id"]
+        # A first run starts the downstream server, which the later runs share. Its start
+        # takes seconds (over 2 s here), and a run cancelled in it, while its tools load (see
+        # tests/test_downstream_agents.py), leaves the next run to start it again: a moment
+        # in the first second then always fell in a start, never in the run's stream, tool
+        # or sub-agent, and each cancel waited for the starting child to stop.
+        await next_run_works(client, session_id)
         outcomes: dict[str, int] = {}
         for _ in range(SWEEP):
             delay = rng.uniform(0, 1.0)
