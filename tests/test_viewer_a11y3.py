@@ -279,6 +279,10 @@ def test_a_row_of_the_tree_is_called_by_what_it_shows_in_its_order(
     server, session_id, ids = served
     context = browser.new_context(locale="en-GB", timezone_id="UTC")
     page = context.new_page()
+    # The page's today is the day the entries were written: a run that crossed midnight
+    # between the module's fixture and this test saw them dated, not timed.
+    read = mcp_tool(server.url, TOKEN, "session_get", session_id=session_id, limit=1)
+    page.clock.set_fixed_time(read["structuredContent"]["entries"][-1]["timestamp"])
     page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
     tree = page.get_by_role("tree", name="Picnic plans")
     expect(tree.locator(f".row[data-id='{ids['leaf']}']")).to_be_visible()
