@@ -478,6 +478,49 @@ def test_a_live_update_keeps_the_sessions_more_sessions_showed(
     context.close()
 
 
+def test_more_sessions_pressed_while_the_list_is_read_again_is_not_lost(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """ "More sessions" pressed while the list was being read again (at a change, at the
+    stream's opening: on a loaded machine, often just as the page came) did nothing, without
+    a word: the press is now kept until the list has come, and then shows the rest."""
+    server, session_id, _ = served
+    for index in range(55):
+        mcp_tool(server.url, TOKEN, "session_create", name=f"Errand {index}")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    sessions = page.locator("#sessions .session")
+    expect(sessions).to_have_count(50)
+    expect(page.locator("#live")).to_have_class(re.compile(r"\bon\b"))  # no re-read to come
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        arguments = body.get("params", {}).get("arguments", {})
+        listing = body.get("params", {}).get("name") == "session_list"
+        if listing and "cursor" not in arguments and not held:
+            held.append(route)  # the list read again from its start
+        else:
+            route.continue_()
+
+    page.route("**/mcp", hold)
+    entry = {"type": "message", "role": "user", "content": "One more thing"}
+    mcp_tool(server.url, TOKEN, "session_append", session_id=session_id, entry=entry)
+
+    def sent() -> bool:
+        page.wait_for_timeout(50)  # the page's requests are heard while it waits
+        return bool(held)
+
+    poll(sent, "the list was never read again")
+    page.locator("#more-sessions").focus()
+    page.keyboard.press("Enter")
+    held[0].continue_()
+    expect(sessions).to_have_count(56)
+    expect(page.locator("#more-sessions")).to_be_hidden()
+    context.close()
+
+
 def test_the_page_says_when_the_agent_has_answered(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:

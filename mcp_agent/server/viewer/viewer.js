@@ -712,9 +712,13 @@ function previewText(row) {
 let sessionsAsked = 0;
 let sessionsFresh = 0; // the newest list asked for from its start
 let sessionsShown = 0; // the newest list shown from its start
+// The query whose "More sessions" was pressed and is not shown yet: pressed while the list
+// was being read again (at the stream's opening, at a change), it was dropped without a word.
+let moreWanted = null;
 
 async function loadSessions(more) {
-  // more of a list not yet come (its own answer says whether there is more)
+  if (more) moreWanted = state.query;
+  // more of a list not yet come: asked for once it has (its own answer says whether there is more)
   if (more && sessionsShown !== sessionsFresh) return;
   const asked = ++sessionsAsked;
   if (!more) sessionsFresh = asked;
@@ -737,6 +741,7 @@ async function loadSessions(more) {
   } catch (error) {
     if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
+    moreWanted = null;
     $("sessions").replaceChildren(listNote(error.message));
     $("more-sessions").hidden = true;
     return;
@@ -787,6 +792,12 @@ async function loadSessions(more) {
   }
   state.sessionsCursor = cursor;
   $("more-sessions").hidden = !cursor;
+  if (more) moreWanted = null;
+  else if (moreWanted !== null) {
+    const again = moreWanted === query && cursor;
+    moreWanted = null;
+    if (again) loadSessions(true).catch(failed);
+  }
 }
 
 /** Where a session of the list came from, short: a fork listed as its parent was, the same
@@ -1993,7 +2004,7 @@ async function start() {
       loadSessions(false);
     }, 250);
   });
-  $("more-sessions").addEventListener("click", () => loadSessions(true));
+  $("more-sessions").addEventListener("click", () => loadSessions(true).catch(failed));
   // The server away: tried again now at a word from the reader, or when the page is back in
   // view or the network back (not only at the next try, which may be seconds away).
   $("retry").addEventListener("click", () => transport.retryNow());
