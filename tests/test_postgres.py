@@ -1841,3 +1841,65 @@ def test_every_statement_is_planned_for_its_own_values(postgres_url: str) -> Non
                 assert repo.database.read("SHOW synchronous_commit") == [("off",)]
         finally:
             repo.close()
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_a_listings_hits_look_up_each_sessions_branch_not_every_entry(postgres_url: str) -> None:
+    # Whether a session's branch is whole (so each hit is on it) was asked per hit of the
+    # listing's query: PostgreSQL, guessing thousands of hits, answered it from a hash of
+    # every entry of every session, the whole table read (0.3 s a listing of 260,000 entries).
+    # It is asked once per listed session, a look-up in the parent index.
+    from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.repo import listed_hits
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        ids = [repo.create().id for _ in range(SESSIONS_PER_SEARCH)]
+        # Sessions of a thousand entries, each one a chain holding the word, written in bulk.
+        stamp = "2026-01-01T00:00:00.000Z"
+
+        def bulk(conn: Any) -> None:
+            conn.execute(
+                "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data, text)"
+                " SELECT s, 'e' || n, CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'message', %s, n,"
+                " json_build_object('type', 'message', 'id', 'e' || n, 'parentId',"
+                " CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'timestamp', %s::text, 'message',"
+                " json_build_object('role', 'user', 'content', 'apple ' || n, 'timestamp', 1)),"
+                " 'apple ' || n FROM unnest(%s::text[]) s, generate_series(1, 1000) n",
+                (stamp, stamp, ids),
+            )
+            conn.execute(
+                "UPDATE sessions SET leaf = 'e1000', leaf_count = 1, entry_count = 1000"
+                " WHERE id = ANY(%s)",
+                (ids,),
+            )
+
+        repo.database.write(bulk)
+        with repo.database.connection() as conn:
+            conn.execute("ANALYZE entries")
+        statements: list[tuple[str, Any]] = []
+        read = repo.database.read
+
+        def traced(sql: str, params: Any = ()) -> list[Any]:
+            statements.append((sql, params))
+            return read(sql, params)
+
+        repo.database.read = traced  # type: ignore[method-assign]
+        found = listed_hits(repo, ids, "apple")
+        repo.database.read = read  # type: ignore[method-assign]
+        for session_id in ids:
+            page = found[session_id]
+            assert page.total == 1000 and [hit.on_branch for hit in page.hits] == [True] * 3
+        [(sql, params)] = [(s, p) for s, p in statements if "row_number()" in s]
+        [(plan,)] = read(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        nodes = [node for top in plan for node in _plan_nodes(top["Plan"])]
+        branch_reads = [node for node in nodes if node.get("Alias") == "c"]
+        assert branch_reads and all("Index Cond" in node for node in branch_reads), branch_reads
+    finally:
+        repo.close()
