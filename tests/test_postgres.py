@@ -1849,6 +1849,34 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
+def _sessions_in_bulk(repo: Any, count: int) -> list[str]:
+    """``count`` sessions of a thousand entries, each one a chain holding the word apple,
+    written in bulk, the table analysed."""
+    ids = [repo.create().id for _ in range(count)]
+    stamp = "2026-01-01T00:00:00.000Z"
+
+    def bulk(conn: Any) -> None:
+        conn.execute(
+            "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data, text)"
+            " SELECT s, 'e' || n, CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'message', %s, n,"
+            " json_build_object('type', 'message', 'id', 'e' || n, 'parentId',"
+            " CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'timestamp', %s::text, 'message',"
+            " json_build_object('role', 'user', 'content', 'apple ' || n, 'timestamp', 1)),"
+            " 'apple ' || (n %% 10) FROM unnest(%s::text[]) s, generate_series(1, 1000) n",
+            (stamp, stamp, ids),
+        )
+        conn.execute(
+            "UPDATE sessions SET leaf = 'e1000', leaf_count = 1, entry_count = 1000"
+            " WHERE id = ANY(%s)",
+            (ids,),
+        )
+
+    repo.database.write(bulk)
+    with repo.database.connection() as conn:
+        conn.execute("ANALYZE entries")
+    return ids
+
+
 def test_a_listings_hits_look_up_each_sessions_branch_not_every_entry(postgres_url: str) -> None:
     # Whether a session's branch is whole (so each hit is on it) was asked per hit of the
     # listing's query: PostgreSQL, guessing thousands of hits, answered it from a hash of
@@ -1860,29 +1888,7 @@ def test_a_listings_hits_look_up_each_sessions_branch_not_every_entry(postgres_u
 
     repo = PostgresSessionRepo(postgres_url, max_connections=2)
     try:
-        ids = [repo.create().id for _ in range(SESSIONS_PER_SEARCH)]
-        # Sessions of a thousand entries, each one a chain holding the word, written in bulk.
-        stamp = "2026-01-01T00:00:00.000Z"
-
-        def bulk(conn: Any) -> None:
-            conn.execute(
-                "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data, text)"
-                " SELECT s, 'e' || n, CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'message', %s, n,"
-                " json_build_object('type', 'message', 'id', 'e' || n, 'parentId',"
-                " CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'timestamp', %s::text, 'message',"
-                " json_build_object('role', 'user', 'content', 'apple ' || n, 'timestamp', 1)),"
-                " 'apple ' || n FROM unnest(%s::text[]) s, generate_series(1, 1000) n",
-                (stamp, stamp, ids),
-            )
-            conn.execute(
-                "UPDATE sessions SET leaf = 'e1000', leaf_count = 1, entry_count = 1000"
-                " WHERE id = ANY(%s)",
-                (ids,),
-            )
-
-        repo.database.write(bulk)
-        with repo.database.connection() as conn:
-            conn.execute("ANALYZE entries")
+        ids = _sessions_in_bulk(repo, SESSIONS_PER_SEARCH)
         statements: list[tuple[str, Any]] = []
         read = repo.database.read
 
@@ -1901,5 +1907,41 @@ def test_a_listings_hits_look_up_each_sessions_branch_not_every_entry(postgres_u
         nodes = [node for top in plan for node in _plan_nodes(top["Plan"])]
         branch_reads = [node for node in nodes if node.get("Alias") == "c"]
         assert branch_reads and all("Index Cond" in node for node in branch_reads), branch_reads
+    finally:
+        repo.close()
+
+
+def test_a_listing_finds_the_sessions_of_a_word_in_the_text_index(postgres_url: str) -> None:
+    # A listing with a word read each session's entries in turn for a first match (the
+    # planner guessing a prefix common): every entry of the database for a word in none (0.4 s
+    # over 200,000 entries). The sessions holding it are found in one search of the entries
+    # (in the text index, where the table is large).
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        ids = _sessions_in_bulk(repo, 16)
+        statements: list[tuple[str, Any]] = []
+        read = repo.database.read
+
+        def traced(sql: str, params: Any = ()) -> list[Any]:
+            statements.append((sql, params))
+            return read(sql, params)
+
+        repo.database.read = traced  # type: ignore[method-assign]
+        assert repo.list(query="zzznothing").items == []
+        assert sorted(item.id for item in repo.list(query="appl").items) == sorted(ids)
+        repo.database.read = read  # type: ignore[method-assign]
+        sql, params = statements[0]  # the word in none
+        [(plan,)] = read(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        nodes = [node for top in plan for node in _plan_nodes(top["Plan"])]
+        # Not an entry at a time of each session in turn (a scan of entries by the session's
+        # id, the word as its filter): one search of the entries for the word.
+        by_session = [
+            node
+            for node in nodes
+            if "sessions.id" in node.get("Index Cond", "") and "@@" in node.get("Filter", "")
+        ]
+        assert not by_session, by_session
     finally:
         repo.close()
