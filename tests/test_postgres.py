@@ -1945,3 +1945,48 @@ def test_a_listing_finds_the_sessions_of_a_word_in_the_text_index(postgres_url: 
         assert not by_session, by_session
     finally:
         repo.close()
+
+
+def test_counting_a_session_stored_in_bulk_reads_each_entry_a_few_times(
+    postgres_url: str,
+) -> None:
+    # A session just imported is unknown to the table's statistics: PostgreSQL guessed it one
+    # entry and joined each entry to its parent by reading every entry of the session, the
+    # count quadratic (17 s for 5,000 entries; an import of 10,000 passed the statement
+    # timeout and failed).
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.postgres.storage import _recount
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        _sessions_in_bulk(repo, 2)  # others, in the statistics
+        session_id = repo.create().id
+        entries = 2000
+
+        def work(conn: Any) -> tuple[int, int]:
+            conn.execute(
+                "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data)"
+                " SELECT %s, 'n' || n, CASE WHEN n > 1 THEN 'n' || (n - 1) END, 'message', '',"
+                " n, '{}' FROM generate_series(1, %s) n",
+                (session_id, entries),
+            )
+            conn.execute(
+                "UPDATE sessions SET entry_count = %s WHERE id = %s", (entries, session_id)
+            )
+            fetched = (  # what this transaction read through the table's indexes
+                "SELECT sum(pg_stat_get_xact_tuples_fetched(indexrelid)) FROM pg_index"
+                " WHERE indrelid = 'entries'::regclass"
+            )
+            [(before,)] = conn.execute(fetched).fetchall()
+            _recount(conn, session_id)
+            [(after,)] = conn.execute(fetched).fetchall()
+            [(leaves,)] = conn.execute(
+                "SELECT leaf_count FROM sessions WHERE id = %s", (session_id,)
+            ).fetchall()
+            return after - before, leaves
+
+        read, leaves = repo.database.write(work)
+        assert leaves == 1
+        assert read < 10 * entries, read
+    finally:
+        repo.close()
