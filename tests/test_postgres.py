@@ -1841,3 +1841,152 @@ def test_every_statement_is_planned_for_its_own_values(postgres_url: str) -> Non
                 assert repo.database.read("SHOW synchronous_commit") == [("off",)]
         finally:
             repo.close()
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def _sessions_in_bulk(repo: Any, count: int) -> list[str]:
+    """``count`` sessions of a thousand entries, each one a chain holding the word apple,
+    written in bulk, the table analysed."""
+    ids = [repo.create().id for _ in range(count)]
+    stamp = "2026-01-01T00:00:00.000Z"
+
+    def bulk(conn: Any) -> None:
+        conn.execute(
+            "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data, text)"
+            " SELECT s, 'e' || n, CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'message', %s, n,"
+            " json_build_object('type', 'message', 'id', 'e' || n, 'parentId',"
+            " CASE WHEN n > 1 THEN 'e' || (n - 1) END, 'timestamp', %s::text, 'message',"
+            " json_build_object('role', 'user', 'content', 'apple ' || n, 'timestamp', 1)),"
+            " 'apple ' || (n %% 10) FROM unnest(%s::text[]) s, generate_series(1, 1000) n",
+            (stamp, stamp, ids),
+        )
+        conn.execute(
+            "UPDATE sessions SET leaf = 'e1000', leaf_count = 1, entry_count = 1000"
+            " WHERE id = ANY(%s)",
+            (ids,),
+        )
+
+    repo.database.write(bulk)
+    with repo.database.connection() as conn:
+        conn.execute("ANALYZE entries")
+    return ids
+
+
+def test_a_listings_hits_look_up_each_sessions_branch_not_every_entry(postgres_url: str) -> None:
+    # Whether a session's branch is whole (so each hit is on it) was asked per hit of the
+    # listing's query: PostgreSQL, guessing thousands of hits, answered it from a hash of
+    # every entry of every session, the whole table read (0.3 s a listing of 260,000 entries).
+    # It is asked once per listed session, a look-up in the parent index.
+    from mcp_agent.sessions.hits import SESSIONS_PER_SEARCH
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.repo import listed_hits
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        ids = _sessions_in_bulk(repo, SESSIONS_PER_SEARCH)
+        statements: list[tuple[str, Any]] = []
+        read = repo.database.read
+
+        def traced(sql: str, params: Any = ()) -> list[Any]:
+            statements.append((sql, params))
+            return read(sql, params)
+
+        repo.database.read = traced  # type: ignore[method-assign]
+        found = listed_hits(repo, ids, "apple")
+        repo.database.read = read  # type: ignore[method-assign]
+        for session_id in ids:
+            page = found[session_id]
+            assert page.total == 1000 and [hit.on_branch for hit in page.hits] == [True] * 3
+        [(sql, params)] = [(s, p) for s, p in statements if "row_number()" in s]
+        [(plan,)] = read(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        nodes = [node for top in plan for node in _plan_nodes(top["Plan"])]
+        branch_reads = [node for node in nodes if node.get("Alias") == "c"]
+        assert branch_reads and all("Index Cond" in node for node in branch_reads), branch_reads
+    finally:
+        repo.close()
+
+
+def test_a_listing_finds_the_sessions_of_a_word_in_the_text_index(postgres_url: str) -> None:
+    # A listing with a word read each session's entries in turn for a first match (the
+    # planner guessing a prefix common): every entry of the database for a word in none (0.4 s
+    # over 200,000 entries). The sessions holding it are found in one search of the entries
+    # (in the text index, where the table is large).
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        ids = _sessions_in_bulk(repo, 16)
+        statements: list[tuple[str, Any]] = []
+        read = repo.database.read
+
+        def traced(sql: str, params: Any = ()) -> list[Any]:
+            statements.append((sql, params))
+            return read(sql, params)
+
+        repo.database.read = traced  # type: ignore[method-assign]
+        assert repo.list(query="zzznothing").items == []
+        assert sorted(item.id for item in repo.list(query="appl").items) == sorted(ids)
+        repo.database.read = read  # type: ignore[method-assign]
+        sql, params = statements[0]  # the word in none
+        [(plan,)] = read(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        nodes = [node for top in plan for node in _plan_nodes(top["Plan"])]
+        # Not an entry at a time of each session in turn (a scan of entries by the session's
+        # id, the word as its filter): one search of the entries for the word.
+        by_session = [
+            node
+            for node in nodes
+            if "sessions.id" in node.get("Index Cond", "") and "@@" in node.get("Filter", "")
+        ]
+        assert not by_session, by_session
+    finally:
+        repo.close()
+
+
+def test_counting_a_session_stored_in_bulk_reads_each_entry_a_few_times(
+    postgres_url: str,
+) -> None:
+    # A session just imported is unknown to the table's statistics: PostgreSQL guessed it one
+    # entry and joined each entry to its parent by reading every entry of the session, the
+    # count quadratic (17 s for 5,000 entries; an import of 10,000 passed the statement
+    # timeout and failed).
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+    from mcp_agent.sessions.postgres.storage import _recount
+
+    repo = PostgresSessionRepo(postgres_url, max_connections=2)
+    try:
+        _sessions_in_bulk(repo, 2)  # others, in the statistics
+        session_id = repo.create().id
+        entries = 2000
+
+        def work(conn: Any) -> tuple[int, int]:
+            conn.execute(
+                "INSERT INTO entries (session_id, id, parent_id, type, timestamp, seq, data)"
+                " SELECT %s, 'n' || n, CASE WHEN n > 1 THEN 'n' || (n - 1) END, 'message', '',"
+                " n, '{}' FROM generate_series(1, %s) n",
+                (session_id, entries),
+            )
+            conn.execute(
+                "UPDATE sessions SET entry_count = %s WHERE id = %s", (entries, session_id)
+            )
+            fetched = (  # what this transaction read through the table's indexes
+                "SELECT sum(pg_stat_get_xact_tuples_fetched(indexrelid)) FROM pg_index"
+                " WHERE indrelid = 'entries'::regclass"
+            )
+            [(before,)] = conn.execute(fetched).fetchall()
+            _recount(conn, session_id)
+            [(after,)] = conn.execute(fetched).fetchall()
+            [(leaves,)] = conn.execute(
+                "SELECT leaf_count FROM sessions WHERE id = %s", (session_id,)
+            ).fetchall()
+            return after - before, leaves
+
+        read, leaves = repo.database.write(work)
+        assert leaves == 1
+        assert read < 10 * entries, read
+    finally:
+        repo.close()

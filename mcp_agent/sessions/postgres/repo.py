@@ -62,5 +62,11 @@ class PostgresSessionRepo(SqlSessionRepo[PostgresSessionStorage]):
 
     def word_condition(self, param: str) -> str:
         # A word must start a word somewhere in the session, as a quoted prefix term: user
-        # text never reaches tsquery syntax.
-        return f"id IN (SELECT session_id FROM entries WHERE search @@ {_prefix_query(param)})"
+        # text never reaches tsquery syntax. The sessions are found in the text index, the
+        # subquery kept whole (OFFSET 0): PostgreSQL, guessing a prefix common, read each
+        # session's entries in turn for a first match, every entry of the database for a word
+        # in none (0.4 s over 200,000 entries; from the index, 2 ms).
+        return (
+            "id IN (SELECT session_id FROM entries"
+            f" WHERE search @@ {_prefix_query(param)} OFFSET 0)"
+        )
