@@ -838,3 +838,27 @@ def test_a_listing_with_a_query_reads_each_file_it_shows_once(
     assert found[made[0]].total == 3 and found[made[0]] == repo.search_session(
         made[0], "apple water", 3
     )
+
+
+def test_the_hits_a_listing_keeps_are_bounded_by_their_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing keeps the first hits it found, each hit's entry whole: one may be a tool's
+    output of megabytes, so what it keeps is bounded by their text as well as by their count;
+    a page past the bound is found again from the file, the same."""
+    monkeypatch.setattr(jsonl, "KEPT_HIT_CHARS", 2_000)
+    repo = JsonlSessionRepo(tmp_path, layout="flat")
+    made = []
+    for i in range(6):
+        session = repo.create(name=f"notes {i}")
+        session.append_message(UserMessage(content=f"apple {i} " + "x" * 600, timestamp=1))
+        made.append(session.id)
+    big = repo.create(name="big")
+    big.append_message(UserMessage(content="apple " + "y" * 5_000, timestamp=1))
+    page = repo.list(query="apple")
+    assert len(page.items) == 7
+    assert 0 < repo._hit_chars <= 2_000
+    assert repo._hit_chars == sum(chars for _, chars in repo._hits.values())
+    found = listed_hits(repo, [*made, big.id], "apple")
+    for session_id in [*made, big.id]:
+        assert found[session_id] == repo.search_session(session_id, "apple", 3)

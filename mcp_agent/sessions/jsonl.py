@@ -92,6 +92,9 @@ LISTED_CHARS = 32 << 20
 # The listed sessions whose first hits a repo keeps, found as a listing read their files: those
 # of the last few pages (a page shows a few dozen).
 KEPT_HITS = 256
+# And the characters of their entries' text it keeps at most: a hit's entry is kept whole, and
+# one may be a tool's output of megabytes.
+KEPT_HIT_CHARS = 16 << 20
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -419,9 +422,11 @@ class JsonlSessionRepo(BaseSessionRepo):
         self.skipped: dict[Path, str] = {}
         # The first hits of the sessions the listings last found, by file, its stamp and the
         # search's words (``search_sessions``).
-        self._hits: OrderedDict[tuple[Path, tuple[int, int], tuple[str, ...]], HitPage] = (
-            OrderedDict()
-        )
+        # (The page, and the characters of its entries' text.)
+        self._hits: OrderedDict[
+            tuple[Path, tuple[int, int], tuple[str, ...]], tuple[HitPage, int]
+        ] = OrderedDict()
+        self._hit_chars = 0
 
     def path_for(self, session_id: str) -> Path:
         """The file of a session: where it is, or where a flat one would be."""
@@ -661,10 +666,16 @@ class JsonlSessionRepo(BaseSessionRepo):
     def _keep_hits(
         self, kept: tuple[Path, tuple[int, int], tuple[str, ...]], hits: HitPage
     ) -> None:
-        self._hits[kept] = hits
-        self._hits.move_to_end(kept)
-        while len(self._hits) > KEPT_HITS:
-            self._hits.popitem(last=False)
+        chars = sum(len(entry_text(hit.entry)) for hit in hits.hits)
+        if chars > KEPT_HIT_CHARS:
+            return
+        old = self._hits.pop(kept, None)
+        if old is not None:
+            self._hit_chars -= old[1]
+        self._hits[kept] = (hits, chars)
+        self._hit_chars += chars
+        while len(self._hits) > KEPT_HITS or self._hit_chars > KEPT_HIT_CHARS:
+            self._hit_chars -= self._hits.popitem(last=False)[1][1]
 
     def search_sessions(
         self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
@@ -682,7 +693,8 @@ class JsonlSessionRepo(BaseSessionRepo):
                 rest.append(session_id)
                 continue
             with self._lock:
-                hits = self._hits.get(kept_as) if limit == HITS_LISTED else None
+                kept = self._hits.get(kept_as) if limit == HITS_LISTED else None
+            hits = kept[0] if kept is not None else None
             if hits is None:
                 rest.append(session_id)
             else:
