@@ -245,7 +245,23 @@ def test_a_last_line_cut_inside_a_character_is_a_torn_write_in_a_file(tmp_path: 
     path.write_bytes(head + b"\n" + line[: start + 1] + b"\n")  # a whole line is never torn
     with pytest.raises(SessionError) as refused:
         InMemorySessionRepo().import_session(path)
-    assert "codec can't decode" in refused.value.message
+    assert "line 41 is not UTF-8 text (byte 0xc3 at offset " in refused.value.message
+
+
+def test_a_file_that_is_not_text_is_refused_naming_the_line_and_bytes(tmp_path: Path) -> None:
+    """An image given for a session file is refused in words a user can act on (the line and
+    the bytes at fault, and what a session file is), not in Python's codec wording, and
+    nothing is stored."""
+    path = tmp_path / "photo.jsonl"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        with pytest.raises(SessionError) as refused:
+            repo.import_session(path)
+        assert repo.list().items == []
+    message = refused.value.message
+    assert "line 1 is not UTF-8 text (byte 0x89 at offset 0 of the file)" in message
+    assert "a pi session file is JSON lines in UTF-8" in message
+    assert "codec" not in message
 
 
 @pytest.mark.parametrize(

@@ -206,18 +206,16 @@ def _text_lines(text: str) -> Lines:
         start = end + 1
 
 
-def _decode_error(error: UnicodeDecodeError, offset: int) -> str:
-    """The message of ``error`` (raised decoding a line) as decoding the whole file would have
-    worded it: positions counted from the start of the file."""
-    start = offset + error.start
-    if error.end - error.start == 1:
-        byte = error.object[error.start]
-        return (
-            f"'{error.encoding}' codec can't decode byte 0x{byte:02x} in position {start}:"
-            f" {error.reason}"
-        )
-    end = offset + error.end - 1
-    return f"'{error.encoding}' codec can't decode bytes in position {start}-{end}: {error.reason}"
+def _decode_error(error: UnicodeDecodeError, offset: int, line: int) -> str:
+    """Why a line of a file that is not UTF-8 text cannot be read (often it is no session
+    file at all: an image, an archive): the line, the bytes at fault and where in the file
+    they are, counted from its start."""
+    bad = error.object[error.start : min(error.end, error.start + 4)]
+    what = " ".join(f"0x{byte:02x}" for byte in bad)
+    return (
+        f"line {line} is not UTF-8 text (byte {what} at offset {offset + error.start:,} of the"
+        " file); a pi session file is JSON lines in UTF-8"
+    )
 
 
 # How Python's UTF-8 decoder words a text that ends inside a character.
@@ -243,7 +241,7 @@ def file_lines(handle: IO[bytes], name: str, code: str = "invalid_import") -> Li
             text = raw.decode("utf-8")  # with its line break, as decoding the whole file sees it
         except UnicodeDecodeError as error:
             if raw.endswith(b"\n") or error.end != len(raw) or error.reason != _CUT_CHARACTER:
-                detail = _decode_error(error, offset)
+                detail = _decode_error(error, offset, number + 1)
                 raise SessionError(code, f"cannot read {name}: {detail}") from None
             text = raw[: error.start].decode("utf-8")
         if offset == 0:
