@@ -794,7 +794,7 @@ async def test_a_line_over_the_bound_is_left_out_and_said_and_the_server_goes_on
         await connection.stop()
     said_lines = [r.getMessage() for r in caplog.records if "could not be read" in r.getMessage()]
     assert said_lines == [
-        "MCP server 'r' sent what could not be read (1 times): a line of over 100,000 bytes was"
+        "MCP server 'r' sent what could not be read (once): a line of over 100,000 bytes was"
         " left out unread"
     ]
 

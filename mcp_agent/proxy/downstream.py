@@ -251,11 +251,9 @@ class McpServerConnection:
             count = self._unreadable[0] + 1
             self._unreadable = (count, said)
             if count <= 10 or count % 1000 == 0:  # a server printing to stdout: not a flood
+                times = "once" if count == 1 else f"{count:,} times"
                 log.warning(
-                    "MCP server %r sent what could not be read (%d times): %s",
-                    self.name,
-                    count,
-                    said,
+                    "MCP server %r sent what could not be read (%s): %s", self.name, times, said
                 )
 
     async def _answers(self, client: Client) -> bool:
