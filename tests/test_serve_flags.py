@@ -167,6 +167,29 @@ def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> 
     assert (tmp_path / "s.db").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "source"),
+    [
+        (["--model", "openai:gpt-4o-mini"], {}, "--model openai:gpt-4o-mini"),
+        ([], {"MCP_AGENT_MODEL": "anthropic:x"}, "$MCP_AGENT_MODEL (anthropic:x)"),
+    ],
+)
+def test_a_default_model_whose_key_is_unset_is_warned_of_at_start(
+    serve: Any, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], source: str
+) -> None:
+    """The server reads its environment once: a default model without its key could only
+    be refused, run after run, and the user who just set up a client should hear it at once
+    (it still starts: agents may name other models, and a key may be in a models file)."""
+    result = serve(*args, env=env)  # the fixture unsets both keys
+    assert result.exit_code == 0, result.output
+    provider_env = "OPENAI_API_KEY" if "openai" in source else "ANTHROPIC_API_KEY"
+    assert f"warning: {source} needs an API key and {provider_env} is not set" in result.stderr
+    monkeypatch.setenv(provider_env, "sk-test")
+    quiet = serve(*args, env=env)
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    assert "warning" not in serve("--model", "scripted:echo").stderr
+
+
 def test_serving_sets_the_collector_for_a_long_run(serve: Any) -> None:
     from mcp_agent.cli.serve import COLLECTOR_THRESHOLDS
 

@@ -24,6 +24,7 @@ from mcp_agent.cli.common import (
     die,
     named_store,
     plain_logging,
+    say_error,
 )
 from mcp_agent.cli.stderr_log import log_to_stderr_off_the_loop
 from mcp_agent.wire import one_line
@@ -314,7 +315,7 @@ def serve(
     if model:
         settings.default_model = model
     check_manifests(manifests)
-    check_model(settings.default_model, from_flag=bool(model))
+    keyless = check_model(settings.default_model, from_flag=bool(model))
     named_store(db, "--db", create=True)
     auth: HttpAuth | None = None
     if transport == Transport.http:
@@ -338,6 +339,8 @@ def serve(
         except HttpAuthError as error:
             die(str(error))
     print_banner(settings, transport.value)
+    if keyless is not None:
+        say_error(keyless)
     if auth is not None and sys.stderr is not None:
         print(auth.banner(), file=sys.stderr, flush=True)
         print(viewer_link(auth, settings), file=sys.stderr, flush=True)
@@ -440,21 +443,32 @@ def check_manifests(folder: Path | None) -> None:
         die(f"{flag}: {one_line(error)} (fix the manifest or pass another --manifests folder)")
 
 
-def check_model(name: str | None, *, from_flag: bool) -> None:
+def check_model(name: str | None, *, from_flag: bool) -> str | None:
     """The default model names a known provider (and, for the scripted one, a known model),
-    resolved as a run resolves it. A missing API key is no error here: it may come later."""
+    resolved as a run resolves it. A missing API key is no error here (an agent may name a
+    model of its own, the client's may be asked): the warning to print, if its key is unset."""
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.runtime.errors import ModelUnavailable
-    from mcp_agent.runtime.models import CLIENT_MODEL, resolve_run_model
+    from mcp_agent.runtime.models import CLIENT_MODEL, missing_key, resolve_run_model
     from mcp_agent.runtime.settings import MODEL_ENV
 
     if not name or name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
-        return  # the MCP client's own model: whether it can be used depends on each client
+        return None  # the MCP client's own model: whether it can be used depends on each client
+    models = cli_models()
+    source = f"--model {name}" if from_flag else f"${MODEL_ENV} ({name})"
     try:
-        resolve_run_model(name, None, None, cli_models())
+        chosen, model, _ = resolve_run_model(name, None, None, models)
     except ModelUnavailable as error:
-        source = f"--model {name}" if from_flag else f"${MODEL_ENV} ({name})"
         die(f"{source}: {one_line(error)}; `{PROG} models` lists the known models")
+    env = None if chosen in models else missing_key(model.provider)
+    if env is None:
+        return None
+    # The server reads its environment once: a run on this model is refused until it is
+    # started again with the key, and a user who just set up a client should hear it now.
+    return (
+        f"warning: {source} needs an API key and {env} is not set: runs on it are refused"
+        " until the server is started with it"
+    )
 
 
 def check_port_free(host: str, port: int) -> int:
