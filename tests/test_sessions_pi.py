@@ -346,6 +346,17 @@ def run_pi(path: Path, leaves: list[str] | None = None) -> dict:
     return json.loads(done.stdout)
 
 
+def run_pi_many(files: list[tuple[Path, list[str] | None]]) -> list[dict]:
+    """``run_pi`` of each of ``files`` (a path and its leaves), with one start of node and pi
+    (seconds of a loaded machine) for them all."""
+    assert PI is not None
+    node, peers = PI
+    asked = json.dumps([[str(path), leaves] for path, leaves in files])
+    args = [node, str(DATA / "oracle.mjs"), str(peers), asked]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
+    return list(json.loads(done.stdout))
+
+
 def pi_prepares(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any] | None]:
     """What pi's prepareCompaction makes of the branch at each leaf of ``path`` (None where
     pi refuses), keeping ``keep`` tokens (tests/data/pi/compaction.mjs)."""

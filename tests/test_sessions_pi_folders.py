@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from narrow import narrow
-from test_sessions_pi import PI, PI_ENTRY_TYPES, depth_first_tree, run_pi
+from test_sessions_pi import PI, PI_ENTRY_TYPES, depth_first_tree, run_pi_many
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -509,16 +509,20 @@ def test_sessions_pi_made_at_random_read_and_export_as_pi_reads_them(
         pytest.skip("Node or pi is not installed (.ci/peers): pi cannot make the session")
     made = Path(run_folders("random", tmp_path / "made", str(seed))["file"])
     ids = [entry.id for entry in parse_session_text(made.read_text()).entries]
-    theirs = run_pi(made, ids)
-    manager = theirs["manager"]
-    exports: list[str] = []
-    for repo in (
+    repos = (
         InMemorySessionRepo(),
         SqliteSessionRepo(tmp_path / "s.db"),
         JsonlSessionRepo(tmp_path / "j"),
-    ):
+    )
+    imports = [repo.import_session(made) for repo in repos]
+    exports = [repo.export_jsonl(i.session.id) for repo, i in zip(repos, imports, strict=True)]
+    exported = tmp_path / "exported.jsonl"
+    exported.write_text(exports[0])
+    # pi reads the file at every entry, and our export (one start of pi for both)
+    theirs, back = run_pi_many([(made, ids), (exported, None)])
+    manager = theirs["manager"]
+    for repo, imported in zip(repos, imports, strict=True):
         kind = type(repo).__name__
-        imported = repo.import_session(made)
         session = imported.session
         assert imported.notes == []
         assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"], kind
@@ -529,9 +533,6 @@ def test_sessions_pi_made_at_random_read_and_export_as_pi_reads_them(
             ours = context.to_json_dict()
             ours.pop("activeToolNames", None)
             assert ours == result["context"], (kind, leaf)
-        exports.append(repo.export_jsonl(session.id))
         repo.close()
     assert exports.count(exports[0]) == len(exports)  # one file from every store
-    exported = tmp_path / "exported.jsonl"
-    exported.write_text(exports[0])
-    assert run_pi(exported)["entries"] == theirs["entries"]
+    assert back["entries"] == theirs["entries"]

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
-from test_sessions_pi import PI, depth_first_tree, run_pi
+from test_sessions_pi import PI, depth_first_tree, run_pi_many
 
 from mcp_agent.sessions import JsonlSessionRepo, SqliteSessionRepo, build_session_context
 
@@ -149,15 +149,24 @@ def test_sessions_pis_agent_made_read_show_and_export_as_pi_reads_them(tmp_path:
     folder = JsonlSessionRepo(agent_dir / "sessions")
     database = SqliteSessionRepo(tmp_path / "s.db")
     at_pis_leaf: dict[str, dict[str, Any]] = {}
-    for file in (Path(made["file"]), Path(made["forkFile"])):
-        entries = [json.loads(line) for line in file.read_text().splitlines()[1:]]
-        leaves = [entry["id"] for entry in entries]
-        theirs = run_pi(file, leaves)
+    files = [Path(made["file"]), Path(made["forkFile"])]
+    entries_of = [[json.loads(line) for line in f.read_text().splitlines()[1:]] for f in files]
+    leaves_of = [[entry["id"] for entry in entries] for entries in entries_of]
+    imports = [database.import_session(file).session for file in files]
+    exports = [tmp_path / f"exported-{n}.jsonl" for n in range(len(files))]
+    for imported, exported in zip(imports, exports, strict=True):
+        exported.write_text(database.export_jsonl(imported.id))
+    # pi reads each file at every entry, and each export (one start of pi for them all)
+    asked: list[tuple[Path, list[str] | None]] = list(zip(files, leaves_of, strict=True))
+    pi_read = run_pi_many(asked + [(exported, None) for exported in exports])
+    pis, backs = pi_read[: len(files)], pi_read[len(files) :]
+    for file, entries, leaves, imported, theirs, back in zip(
+        files, entries_of, leaves_of, imports, pis, backs, strict=True
+    ):
         assert theirs["entries"] == entries
         types = {entry["type"] for entry in entries}
         assert {"compaction", "branch_summary", "label", "session_info"} <= types
         opened = folder.open(json.loads(file.read_text().splitlines()[0])["id"])
-        imported = database.import_session(file).session
         for session in (opened, imported):
             assert [e.to_json_dict() for e in session.get_entries()] == entries
             assert session.leaf_id == theirs["manager"]["leafId"] == leaves[-1]
@@ -166,9 +175,7 @@ def test_sessions_pis_agent_made_read_show_and_export_as_pi_reads_them(tmp_path:
             for leaf, result in zip(leaves, theirs["results"], strict=True):
                 assert context_at(session, leaf) == result["context"], leaf
         at_pis_leaf[imported.id] = theirs["results"][-1]["context"]
-        exported = tmp_path / "exported.jsonl"
-        exported.write_text(database.export_jsonl(imported.id))
-        assert run_pi(exported)["entries"] == entries
+        assert back["entries"] == entries  # pi reads our export as it read its own file
 
     async def over_mcp() -> None:
         server = agent_server(tmp_path, {"scripted": prompt_responder}, db_path=database.path)

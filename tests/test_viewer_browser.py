@@ -6,6 +6,7 @@ server. The screenshots in the README are taken here (``docs/`` with MCP_AGENT_S
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -1284,12 +1285,34 @@ def check_host_context(context: dict[str, Any]) -> None:
     """``context`` as the ext-apps spec's schema has a host context, when it is installed."""
     if not APPS_SCHEMA.exists():
         return
+    spec_check(context, "McpUiHostContext", any_style=True)
+
+
+@functools.cache
+def _spec_definitions(any_style: bool) -> dict[str, Any]:
+    """The ext-apps spec's ``$defs`` (with ``_any_style_subset`` applied if ``any_style``),
+    checked against JSON Schema's metaschema once per process: the check takes seconds (the
+    schema is 220 KB), and jsonschema.validate made it again for every message checked."""
     import jsonschema
 
-    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
-    jsonschema.validate(
-        context, {"$defs": _any_style_subset(definitions), "$ref": "#/$defs/McpUiHostContext"}
-    )
+    definitions: dict[str, Any] = json.loads(APPS_SCHEMA.read_text())["$defs"]
+    if any_style:
+        definitions = _any_style_subset(definitions)
+    schema = {"$defs": definitions}
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    return definitions
+
+
+def spec_check(instance: Any, name: str, any_style: bool = False) -> None:
+    """What jsonschema.validate does for ``instance`` against the spec's ``name``, with the
+    schema itself checked once (``_spec_definitions``)."""
+    import jsonschema
+
+    schema = {"$defs": _spec_definitions(any_style), "$ref": f"#/$defs/{name}"}
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is not None:
+        raise error
 
 
 def _any_style_subset(schema: Any) -> Any:
@@ -1399,13 +1422,10 @@ def check_against_the_spec(log: list[dict[str, Any]], result: dict[str, Any]) ->
     schema, when the package is installed (it is how the spec ships its schema)."""
     if not APPS_SCHEMA.exists():
         return
-    import jsonschema
-
-    definitions = json.loads(APPS_SCHEMA.read_text())["$defs"]
 
     def check(message: dict[str, Any], name: str) -> None:
         bare = {key: value for key, value in message.items() if key not in ("jsonrpc", "id")}
-        jsonschema.validate(bare, {"$defs": definitions, "$ref": f"#/$defs/{name}"})
+        spec_check(bare, name)
 
     seen = set()
     for message in log:

@@ -1,11 +1,13 @@
 // pi's own session code as an oracle: parseSessionEntries -> migrateSessionEntries ->
 // buildSessionContext -> convertToLlm on one file.
 //   node oracle.mjs PEERS_DIR FILE.jsonl [LEAF_ID|null ...]
+//   node oracle.mjs PEERS_DIR '[[FILE.jsonl, [LEAF_ID|null, ...] | null], ...]'
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. Without LEAF_IDs pi's default
 // (the last entry of the file) is used. Prints {piVersion, entries, results: [{leafId,
 // context, llmMessages}, ...], manager}, one result per leaf; manager is what pi's
 // SessionManager shows of the file: {leafId, name, tree}, the tree as its nodes in depth-first
-// order, each {id, label, children: [ids]}.
+// order, each {id, label, children: [ids]}. Given a JSON list of files (each with its leaves),
+// prints the list of what it prints for each: one start of node and pi (seconds) for them all.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -15,27 +17,35 @@ const root = join(peers, "node_modules", "@mariozechner", "pi-coding-agent");
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
 const main = pkg.exports?.["."]?.import ?? pkg.exports?.["."]?.default ?? pkg.main ?? "dist/index.js";
 const pi = await import(pathToFileURL(join(root, typeof main === "string" ? main : main.default)).href);
-const entries = pi.parseSessionEntries(readFileSync(file, "utf8"));
-pi.migrateSessionEntries(entries);
-const body = entries.filter((e) => e.type !== "session");
-const defaultLeaf = body.length ? body[body.length - 1].id : null;
-const leaves = leafArgs.length ? leafArgs.map((a) => (a === "null" ? null : a)) : [defaultLeaf];
-const results = leaves.map((leafId) => {
-  const ctx = pi.buildSessionContext(body, leafId);
-  return {
-    leafId,
-    context: { messages: ctx.messages, thinkingLevel: ctx.thinkingLevel, model: ctx.model },
-    llmMessages: pi.convertToLlm(ctx.messages),
-  };
-});
-// Not persisting: pi rewrites a file it migrates when it persists, and FILE may be a sample.
-const manager = new pi.SessionManager("/", "", file, false);
-const tree = [];
-const stack = [...manager.getTree()].reverse();
-while (stack.length) {
-  const node = stack.pop();
-  tree.push({ id: node.entry.id, label: node.label ?? null, children: node.children.map((c) => c.entry.id) });
-  stack.push(...[...node.children].reverse());
+
+function read(file, leafArgs) {
+  const entries = pi.parseSessionEntries(readFileSync(file, "utf8"));
+  pi.migrateSessionEntries(entries);
+  const body = entries.filter((e) => e.type !== "session");
+  const defaultLeaf = body.length ? body[body.length - 1].id : null;
+  const leaves = leafArgs.length ? leafArgs.map((a) => (a === "null" ? null : a)) : [defaultLeaf];
+  const results = leaves.map((leafId) => {
+    const ctx = pi.buildSessionContext(body, leafId);
+    return {
+      leafId,
+      context: { messages: ctx.messages, thinkingLevel: ctx.thinkingLevel, model: ctx.model },
+      llmMessages: pi.convertToLlm(ctx.messages),
+    };
+  });
+  // Not persisting: pi rewrites a file it migrates when it persists, and FILE may be a sample.
+  const manager = new pi.SessionManager("/", "", file, false);
+  const tree = [];
+  const stack = [...manager.getTree()].reverse();
+  while (stack.length) {
+    const node = stack.pop();
+    tree.push({ id: node.entry.id, label: node.label ?? null, children: node.children.map((c) => c.entry.id) });
+    stack.push(...[...node.children].reverse());
+  }
+  const managed = { leafId: manager.getLeafId(), name: manager.getSessionName() ?? null, tree };
+  return { piVersion: pkg.version, entries: body, results, manager: managed };
 }
-const managed = { leafId: manager.getLeafId(), name: manager.getSessionName() ?? null, tree };
-process.stdout.write(JSON.stringify({ piVersion: pkg.version, entries: body, results, manager: managed }));
+
+const said = file.startsWith("[")
+  ? JSON.parse(file).map(([each, leaves]) => read(each, (leaves ?? []).map((l) => l ?? "null")))
+  : read(file, leafArgs);
+process.stdout.write(JSON.stringify(said));
