@@ -78,6 +78,13 @@ def effective_thinking_level(level: ThinkingLevel, model: Model) -> ThinkingLeve
     return level if model.reasoning else ThinkingLevel.OFF
 
 
+# The result of a tool call that a prompt finds without one: its run was cut short.
+INTERRUPTED_CALL = (
+    "Tool call result lost: the run that made this call was interrupted (its server stopped "
+    "or was killed) before the result was recorded"
+)
+
+
 class AgentBusyError(RuntimeError):
     """The agent is already running; steer, follow up, or wait for it to be idle."""
 
@@ -305,6 +312,7 @@ class Agent:
             )
         prompts = _normalize(input, images)
         with self._busy_scope():
+            await self._close_interrupted_calls()
             await self._before_prompt()
             return await self._finish(await self._run_prompts(prompts))
 
@@ -317,6 +325,7 @@ class Agent:
         if not self.state.messages:
             raise ValueError("no messages to continue from")
         with self._busy_scope():
+            await self._close_interrupted_calls()
             if self.state.messages[-1].role == "assistant":
                 steering = self._steering.drain()
                 if steering:
@@ -476,9 +485,25 @@ class Agent:
         await self._emit(AgentEndEvent(messages=[*closed, message], reason=reason))
         return message
 
-    async def _close_open_tool_calls(self, why: str) -> list[ToolResultMessage]:
+    async def _close_interrupted_calls(self) -> None:
+        """Before a prompt or continue_: error results for the tool calls of a transcript
+        that ends in them, with no result or only some (nothing else after them). Only a run
+        cut short leaves it so (its server killed or stopped while its tools ran: a batch's
+        results are written when the batch ends), and the session then says so and stays
+        whole, instead of the model being sent a made-up "No result provided" each time."""
+        for message in reversed(self.state.messages):
+            if isinstance(message, AssistantMessage):
+                break
+            if not isinstance(message, ToolResultMessage):
+                return
+        await self._close_open_tool_calls("", text=INTERRUPTED_CALL)
+
+    async def _close_open_tool_calls(
+        self, why: str, *, text: str | None = None
+    ) -> list[ToolResultMessage]:
         """Error results for the last assistant message's tool calls that have none, so that
-        every tool call in the transcript (and the session) keeps its result."""
+        every tool call in the transcript (and the session) keeps its result: ``text``, else
+        "Tool call not executed (``why``)"."""
         messages = self.state.messages
         for index in range(len(messages) - 1, -1, -1):
             if isinstance(messages[index], AssistantMessage):
@@ -490,7 +515,7 @@ class Agent:
             ToolResultMessage(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                content=[TextContent(text=f"Tool call not executed ({why})")],
+                content=[TextContent(text=text or f"Tool call not executed ({why})")],
                 is_error=True,
             )
             for call in messages[index].tool_calls  # type: ignore[attr-defined]
