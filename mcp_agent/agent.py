@@ -327,14 +327,9 @@ class Agent:
         with self._busy_scope():
             await self._close_interrupted_calls()
             if self.state.messages[-1].role == "assistant":
-                steering = self._steering.drain()
-                if steering:
-                    new = await self._run_prompts(steering, skip_initial_steering=True)
-                else:
-                    follow_ups = self._follow_ups.drain()
-                    if not follow_ups:
-                        raise ValueError("cannot continue from an assistant message")
-                    new = await self._run_prompts(follow_ups)
+                new = await self._run_queued()
+                if not new:
+                    raise ValueError("cannot continue from an assistant message")
             else:
                 new = await self._run_continue()
             return await self._finish(new)
@@ -386,6 +381,15 @@ class Agent:
             lambda config: agent_loop(messages, self._context(), config, self._on_event),
             skip_initial_steering,
         )
+
+    async def _run_queued(self) -> list[BaseMessage]:
+        """Run on from an answer with the queued messages: steering first, else follow-ups
+        (pi's continue); nothing when none are queued."""
+        steering = self._steering.drain()
+        if steering:
+            return await self._run_prompts(steering, skip_initial_steering=True)
+        follow_ups = self._follow_ups.drain()
+        return await self._run_prompts(follow_ups) if follow_ups else []
 
     def _context(self) -> AgentContext:
         return AgentContext(
