@@ -78,10 +78,11 @@ def effective_thinking_level(level: ThinkingLevel, model: Model) -> ThinkingLeve
     return level if model.reasoning else ThinkingLevel.OFF
 
 
-# The result of a tool call that a prompt finds without one: its run was cut short.
+# The result of a tool call that a prompt finds without one: its run was cut short, or the
+# branch was moved to the call (session_move_to) and goes on from there.
 INTERRUPTED_CALL = (
-    "Tool call result lost: the run that made this call was interrupted (its server stopped "
-    "or was killed) before the result was recorded"
+    "No result was recorded for this tool call: the run that made it stopped first (its "
+    "server stopped or was killed mid-call), or the conversation went on from before its result"
 )
 
 
@@ -491,10 +492,11 @@ class Agent:
 
     async def _close_interrupted_calls(self) -> None:
         """Before a prompt or continue_: error results for the tool calls of a transcript
-        that ends in them, with no result or only some (nothing else after them). Only a run
-        cut short leaves it so (its server killed or stopped while its tools ran: a batch's
-        results are written when the batch ends), and the session then says so and stays
-        whole, instead of the model being sent a made-up "No result provided" each time."""
+        that ends in them, with no result or only some (nothing else after them): a run cut
+        short leaves it so (its server killed or stopped while its tools ran: a batch's
+        results are written when the batch ends), as does a branch moved to such a call. The
+        session then says so and stays whole, instead of the model being sent a made-up "No
+        result provided" each time."""
         for message in reversed(self.state.messages):
             if isinstance(message, AssistantMessage):
                 break
