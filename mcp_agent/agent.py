@@ -163,6 +163,7 @@ class Agent:
         self._abort: AbortController | None = None
         self._busy = False  # a prompt or continue_ is under way (its run or a compaction)
         self._pending_abort: str | None = None  # abort() while busy between runs
+        self._last_end: AgentEndReason | None = None  # why the last run's loop ended
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -315,7 +316,8 @@ class Agent:
         with self._busy_scope():
             await self._close_interrupted_calls()
             await self._before_prompt()
-            return await self._finish(await self._run_prompts(prompts))
+            new = await self._finish(await self._run_prompts(prompts))
+            return await self._run_late_messages(new)
 
     async def continue_(self) -> list[BaseMessage]:
         """Carry on from the transcript as it is (``continue`` is a keyword). After an
@@ -333,7 +335,7 @@ class Agent:
                     raise ValueError("cannot continue from an assistant message")
             else:
                 new = await self._run_continue()
-            return await self._finish(new)
+            return await self._run_late_messages(await self._finish(new))
 
     @contextmanager
     def _busy_scope(self) -> Iterator[None]:
@@ -382,6 +384,19 @@ class Agent:
             lambda config: agent_loop(messages, self._context(), config, self._on_event),
             skip_initial_steering,
         )
+
+    async def _run_late_messages(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run that completed: messages queued once its loop had stopped taking
+        them (while its end was told, or a session agent compacted at its end: a model call)
+        go in now, and the run goes on with them, as pi does after a compaction; they were
+        given back as never taken. Not after an abort, an error or the turn limit."""
+        while (
+            self._last_end in (AgentEndReason.COMPLETED, AgentEndReason.TERMINATED)
+            and self._pending_abort is None
+            and self.has_queued_messages()
+        ):
+            new = [*new, *await self._finish(await self._run_queued())]
+        return new
 
     async def _run_queued(self) -> list[BaseMessage]:
         """Run on from an answer with the queued messages: steering first, else follow-ups
@@ -447,6 +462,7 @@ class Agent:
         state.is_streaming = True
         state.streaming_message = None
         state.error_message = None
+        self._last_end = None
         finished = False
         try:
             await self._record_settings(settings=True)
@@ -487,6 +503,7 @@ class Agent:
         await self._keep(message)
         self.state.error_message = text
         reason = AgentEndReason.ABORTED if aborted else AgentEndReason.ERROR
+        self._last_end = reason
         await self._emit(AgentEndEvent(messages=[*closed, message], reason=reason))
         return message
 
@@ -560,8 +577,9 @@ class Agent:
             case TurnEndEvent(message=message):
                 if isinstance(message, AssistantMessage) and message.error_message:
                     state.error_message = message.error_message
-            case AgentEndEvent():
+            case AgentEndEvent(reason=reason):
                 state.streaming_message = None
+                self._last_end = reason
         await self._emit(event)
 
     async def _emit(self, event: AgentEvent) -> None:

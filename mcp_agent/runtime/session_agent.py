@@ -411,14 +411,8 @@ class SessionAgent(Agent):
                 return new
             measured = estimate_context_tokens(self.state.messages).last_usage_index is not None
             if (last.stop_reason != StopReason.ERROR or measured) and self._over_threshold():
+                # (Messages queued meanwhile go in after it: Agent._run_late_messages.)
                 await self._compact("threshold")
-                # As pi: messages queued while it ran (a model call long), when the run's loop
-                # had stopped taking them, go in now; they were given back as never taken.
-                # (Even when it failed: the run answered with this context already.)
-                part = [] if self._pending_abort is not None else await self._run_queued()
-                if part:
-                    new = [*new, *await self._retry_passing_errors(part)]
-                    continue
             return new
 
     def _same_model(self, message: AssistantMessage) -> bool:
