@@ -78,6 +78,14 @@ def effective_thinking_level(level: ThinkingLevel, model: Model) -> ThinkingLeve
     return level if model.reasoning else ThinkingLevel.OFF
 
 
+# The result of a tool call that a prompt finds without one: its run was cut short, or the
+# branch was moved to the call (session_move_to) and goes on from there.
+INTERRUPTED_CALL = (
+    "No result was recorded for this tool call: the run that made it stopped first (its "
+    "server stopped or was killed mid-call), or the conversation went on from before its result"
+)
+
+
 class AgentBusyError(RuntimeError):
     """The agent is already running; steer, follow up, or wait for it to be idle."""
 
@@ -155,6 +163,7 @@ class Agent:
         self._abort: AbortController | None = None
         self._busy = False  # a prompt or continue_ is under way (its run or a compaction)
         self._pending_abort: str | None = None  # abort() while busy between runs
+        self._last_end: AgentEndReason | None = None  # why the last run's loop ended
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -305,8 +314,10 @@ class Agent:
             )
         prompts = _normalize(input, images)
         with self._busy_scope():
+            await self._close_interrupted_calls()
             await self._before_prompt()
-            return await self._finish(await self._run_prompts(prompts))
+            new = await self._finish(await self._run_prompts(prompts))
+            return await self._run_late_messages(new)
 
     async def continue_(self) -> list[BaseMessage]:
         """Carry on from the transcript as it is (``continue`` is a keyword). After an
@@ -317,18 +328,14 @@ class Agent:
         if not self.state.messages:
             raise ValueError("no messages to continue from")
         with self._busy_scope():
+            await self._close_interrupted_calls()
             if self.state.messages[-1].role == "assistant":
-                steering = self._steering.drain()
-                if steering:
-                    new = await self._run_prompts(steering, skip_initial_steering=True)
-                else:
-                    follow_ups = self._follow_ups.drain()
-                    if not follow_ups:
-                        raise ValueError("cannot continue from an assistant message")
-                    new = await self._run_prompts(follow_ups)
+                new = await self._run_queued()
+                if not new:
+                    raise ValueError("cannot continue from an assistant message")
             else:
                 new = await self._run_continue()
-            return await self._finish(new)
+            return await self._run_late_messages(await self._finish(new))
 
     @contextmanager
     def _busy_scope(self) -> Iterator[None]:
@@ -377,6 +384,28 @@ class Agent:
             lambda config: agent_loop(messages, self._context(), config, self._on_event),
             skip_initial_steering,
         )
+
+    async def _run_late_messages(self, new: list[BaseMessage]) -> list[BaseMessage]:
+        """After a run that completed: messages queued once its loop had stopped taking
+        them (while its end was told, or a session agent compacted at its end: a model call)
+        go in now, and the run goes on with them, as pi does after a compaction; they were
+        given back as never taken. Not after an abort, an error or the turn limit."""
+        while (
+            self._last_end in (AgentEndReason.COMPLETED, AgentEndReason.TERMINATED)
+            and self._pending_abort is None
+            and self.has_queued_messages()
+        ):
+            new = [*new, *await self._finish(await self._run_queued())]
+        return new
+
+    async def _run_queued(self) -> list[BaseMessage]:
+        """Run on from an answer with the queued messages: steering first, else follow-ups
+        (pi's continue); nothing when none are queued."""
+        steering = self._steering.drain()
+        if steering:
+            return await self._run_prompts(steering, skip_initial_steering=True)
+        follow_ups = self._follow_ups.drain()
+        return await self._run_prompts(follow_ups) if follow_ups else []
 
     def _context(self) -> AgentContext:
         return AgentContext(
@@ -433,6 +462,7 @@ class Agent:
         state.is_streaming = True
         state.streaming_message = None
         state.error_message = None
+        self._last_end = None
         finished = False
         try:
             await self._record_settings(settings=True)
@@ -473,12 +503,30 @@ class Agent:
         await self._keep(message)
         self.state.error_message = text
         reason = AgentEndReason.ABORTED if aborted else AgentEndReason.ERROR
+        self._last_end = reason
         await self._emit(AgentEndEvent(messages=[*closed, message], reason=reason))
         return message
 
-    async def _close_open_tool_calls(self, why: str) -> list[ToolResultMessage]:
+    async def _close_interrupted_calls(self) -> None:
+        """Before a prompt or continue_: error results for the tool calls of a transcript
+        that ends in them, with no result or only some (nothing else after them): a run cut
+        short leaves it so (its server killed or stopped while its tools ran: a batch's
+        results are written when the batch ends), as does a branch moved to such a call. The
+        session then says so and stays whole, instead of the model being sent a made-up "No
+        result provided" each time."""
+        for message in reversed(self.state.messages):
+            if isinstance(message, AssistantMessage):
+                break
+            if not isinstance(message, ToolResultMessage):
+                return
+        await self._close_open_tool_calls("", text=INTERRUPTED_CALL)
+
+    async def _close_open_tool_calls(
+        self, why: str, *, text: str | None = None
+    ) -> list[ToolResultMessage]:
         """Error results for the last assistant message's tool calls that have none, so that
-        every tool call in the transcript (and the session) keeps its result."""
+        every tool call in the transcript (and the session) keeps its result: ``text``, else
+        "Tool call not executed (``why``)"."""
         messages = self.state.messages
         for index in range(len(messages) - 1, -1, -1):
             if isinstance(messages[index], AssistantMessage):
@@ -490,7 +538,7 @@ class Agent:
             ToolResultMessage(
                 tool_call_id=call.id,
                 tool_name=call.name,
-                content=[TextContent(text=f"Tool call not executed ({why})")],
+                content=[TextContent(text=text or f"Tool call not executed ({why})")],
                 is_error=True,
             )
             for call in messages[index].tool_calls  # type: ignore[attr-defined]
@@ -529,8 +577,9 @@ class Agent:
             case TurnEndEvent(message=message):
                 if isinstance(message, AssistantMessage) and message.error_message:
                     state.error_message = message.error_message
-            case AgentEndEvent():
+            case AgentEndEvent(reason=reason):
                 state.streaming_message = None
+                self._last_end = reason
         await self._emit(event)
 
     async def _emit(self, event: AgentEvent) -> None:

@@ -15,8 +15,9 @@ Events of one run, in order::
     agent_end(new messages, reason)
 
 Rules (pi's): tools run concurrently unless the loop or any called tool asks for sequential; an
-unknown tool, invalid arguments, a blocking before-hook or an exception become an error tool
-result the model sees, and the loop goes on. The provider never raises into the loop: a failure
+unknown tool, invalid arguments, a blocking before-hook, an exception (a tool's or a hook's) or
+an answer of the wrong shape (a hook's verdict that is not its result type, a result whose content
+is no list of blocks) become an error tool result the model sees, and the loop goes on. The provider never raises into the loop: a failure
 is an assistant message with stop reason ``error`` or ``aborted``, after which the run ends.
 Steering messages are polled at the start and after every turn and go in before the next model
 call; follow-up messages are polled only when the agent would stop. When every result of a batch
@@ -75,6 +76,7 @@ from mcp_agent.messages import (
 from mcp_agent.providers.base import LlmContext, StreamFn, StreamOptions
 from mcp_agent.state import AgentContext
 from mcp_agent.tools import AgentTool, AgentToolResult, validate_tool_arguments
+from mcp_agent.wire import one_line
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
@@ -254,6 +256,20 @@ class _Outcome:
     call: ToolCall
     result: AgentToolResult
     is_error: bool
+    message: ToolResultMessage
+
+    @classmethod
+    def of(cls, call: ToolCall, result: AgentToolResult, is_error: bool) -> _Outcome:
+        """A call's outcome and its result message; an error in its place when the result
+        makes no message (content that is no list of text and image blocks: a tool's or an
+        ``after_tool_call`` hook's mistake), which ended the whole run, said as a task
+        group's "unhandled errors"."""
+        try:
+            return cls(call, result, is_error, _tool_result_message(call, result, is_error))
+        except (ValueError, TypeError) as error:  # pydantic's ValidationError is a ValueError
+            text = f"Tool {call.name} gave a result that is no tool result: {one_line(error, 500)}"
+            result = AgentToolResult.error(text)
+            return cls(call, result, True, _tool_result_message(call, result, True))
 
 
 class _Run:
@@ -511,7 +527,7 @@ class _Run:
             )
 
         def publish(outcome: _Outcome) -> None:
-            message = _tool_result_message(outcome.call, outcome.result, outcome.is_error)
+            message = outcome.message
             messages.append(message)
             send.send_nowait(MessageStartEvent(message=message))
             send.send_nowait(MessageEndEvent(message=message))
@@ -529,7 +545,7 @@ class _Run:
                         if isinstance(prepared, _Prepared):
                             await run_one(index, prepared)
                         else:
-                            finish(index, _Outcome(call, prepared, is_error=True))
+                            finish(index, _Outcome.of(call, prepared, is_error=True))
                         publish(outcomes[index])  # type: ignore[arg-type]
                     return
                 async with anyio.create_task_group() as group:
@@ -539,7 +555,7 @@ class _Run:
                         if isinstance(prepared, _Prepared):
                             group.start_soon(run_one, index, prepared)
                         else:
-                            finish(index, _Outcome(call, prepared, is_error=True))
+                            finish(index, _Outcome.of(call, prepared, is_error=True))
                 for outcome in outcomes:
                     publish(outcome)  # type: ignore[arg-type]
 
@@ -590,6 +606,8 @@ class _Run:
                     )
                 if self.signal.aborted:
                     return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+                if verdict is not None and not isinstance(verdict, BeforeToolCallResult):
+                    raise TypeError(_not_a("before_tool_call", verdict, "BeforeToolCallResult"))
                 if verdict is not None and verdict.block:
                     return AgentToolResult.error(verdict.reason or "Tool execution was blocked")
         except Exception as error:
@@ -651,6 +669,9 @@ class _Run:
                         ),
                         self.signal,
                     )
+                if verdict is not None and not isinstance(verdict, AfterToolCallResult):
+                    # (A broken filter: the tool's result is not passed on unfiltered.)
+                    raise TypeError(_not_a("after_tool_call", verdict, "AfterToolCallResult"))
             except Exception as error:
                 result, is_error = AgentToolResult.error(_describe(error)), True
             else:
@@ -666,7 +687,7 @@ class _Run:
                     )
         if result.is_error != is_error:
             result = replace(result, is_error=is_error)
-        return _Outcome(prepared.call, result, is_error)
+        return _Outcome.of(prepared.call, result, is_error)
 
     @contextmanager
     def abort_scope(self) -> Iterator[anyio.CancelScope]:
@@ -732,6 +753,13 @@ async def _aclose(stream: Any) -> None:
             await aclose()
         except Exception:
             pass  # the stream already failed; its message says so
+
+
+def _not_a(hook: str, verdict: object, kind: str) -> str:
+    return (
+        f"the {hook} hook returned {type(verdict).__name__}, not a {kind} or None: "
+        "the call's result is this error"
+    )
 
 
 def _describe(error: BaseException) -> str:

@@ -283,6 +283,45 @@ async def test_follow_ups_in_both_queue_modes(mode: QueueMode):
     assert agent.follow_up_mode == mode
 
 
+async def test_a_message_queued_as_the_run_ends_is_taken_but_not_after_an_abort():
+    """A follow-up queued once the loop had taken its last (as its agent_end is told to the
+    listeners: over MCP a client that reacts to that progress) stayed queued, and a server's
+    run gave it back as never taken; the run now goes on with it. After an abort it is left
+    queued, for whoever picks up."""
+    agent, provider = make_agent(["first", "second", "third"])
+    late = ["one more", "and another"]
+
+    def listener(event: AgentEvent) -> None:
+        if event.type == "agent_end" and late:
+            agent.follow_up(late.pop(0))
+
+    agent.subscribe(listener)
+    new = await agent.prompt("start")
+    assert [text_of(m) for m in new] == [
+        "start",
+        "first",
+        "one more",
+        "second",
+        "and another",
+        "third",
+    ]
+    assert not agent.has_queued_messages() and len(provider.calls) == 3
+
+    aborted, _ = make_agent([reply("never", delay=5)])
+
+    def abort_then_queue(event: AgentEvent) -> None:
+        if event.type == "message_start" and event.message.role == "assistant":  # type: ignore[attr-defined]
+            aborted.abort("stop")
+        if event.type == "agent_end":
+            aborted.follow_up("too late")
+
+    aborted.subscribe(abort_then_queue)
+    with anyio.fail_after(5):
+        await aborted.prompt("start")
+    assert roles(aborted.state.messages) == ["user", "assistant"]
+    assert aborted.has_queued_messages()
+
+
 async def test_steering_mode_all_and_clearing_queues():
     agent, provider = make_agent(["a", "b"], steering_mode=QueueMode.ALL)
     assert agent.steering_mode == QueueMode.ALL

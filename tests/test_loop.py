@@ -746,6 +746,49 @@ async def test_after_hook_returning_none_keeps_the_result():
     assert result.text == "file1.md\nfile2.md\n" and not result.is_error
 
 
+async def test_hooks_and_tools_that_answer_in_the_wrong_shape_give_error_results() -> None:
+    """A hook's verdict that is not its result type (a dict, as pi's TypeScript hooks return
+    objects), or a result whose content is no list of blocks, gave an error result only by
+    luck (an AttributeError's words) or ended the whole run, said as a task group's
+    "unhandled errors". Each is now its call's error result, naming what was wrong (an after
+    hook's broken verdict never passes the tool's result on unfiltered), and the run goes on."""
+
+    async def wrong(tool_call_id, params, signal, on_update, context):
+        return AgentToolResult(content=cast(Any, "plain text"))
+
+    def before(ctx: BeforeToolCallContext, signal: AbortSignal) -> Any:
+        return {"block": True} if ctx.tool_call.id == "1" else None
+
+    def after(ctx: AfterToolCallContext, signal: AbortSignal) -> Any:
+        if ctx.tool_call.id == "2":
+            return {"content": "[redacted]"}
+        if ctx.tool_call.id == "3":
+            return AfterToolCallResult(content=cast(Any, "[redacted]"))
+        return None
+
+    provider = ScriptedProvider(
+        [
+            reply(*(tool_call("bash", {"command": "cat secrets"}, id=str(i)) for i in (1, 2, 3))),
+            reply(tool_call("wrong", id="4")),
+            reply("ok"),
+        ]
+    )
+    tools = [BASH, make_tool("wrong", wrong)]
+    messages, recorder = await run(
+        provider, tools=tools, before_tool_call=before, after_tool_call=after
+    )
+    results = [m for m in messages if isinstance(m, ToolResultMessage)]
+    assert [r.is_error for r in results] == [True] * 4
+    assert "before_tool_call hook returned dict" in results[0].text
+    assert "after_tool_call hook returned dict" in results[1].text
+    assert "Tool bash gave a result that is no tool result" in results[2].text
+    assert "Tool wrong gave a result that is no tool result" in results[3].text
+    assert not any("file1.md" in r.text for r in results)
+    assert recorder.end.reason == AgentEndReason.COMPLETED
+    assert narrow(messages[-1], AssistantMessage).text == "ok"
+    check_tool_results(messages)
+
+
 # --- terminate ----------------------------------------------------------------------------------
 
 

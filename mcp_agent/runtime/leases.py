@@ -64,9 +64,12 @@ class Lease:
     pid: int
     expires: float
 
-    def describe(self) -> str:
+    def where(self) -> str:
         host = self.host.split("/", 1)[0]  # without its process space (see process_space)
-        return f"{self.holder} (in another server process, pid {self.pid} on {host})"
+        return f"another server process, pid {self.pid} on {host}"
+
+    def describe(self) -> str:
+        return f"{self.holder} (in {self.where()})"
 
     def busy_message(self) -> str:
         return (
@@ -112,6 +115,12 @@ class LeaseBook:
         """Take ``session_id`` for ``holder``; returns the other process's lease instead when
         one holds it."""
         raise NotImplementedError
+
+    def held_for(self, holder: str) -> Lease | None:
+        """The live lease another process holds for ``holder`` (``run ID``), if any: how a
+        run of another server on this database is known where no run board says it (None
+        where one does: PostgreSQL's)."""
+        return None
 
     def release(self, session_id: str) -> None:
         raise NotImplementedError
@@ -223,6 +232,15 @@ class SessionLeases(LeaseBook):
     def _live(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
         lease = _sqlite_lease(conn, session_id)
         return lease if lease is not None and self._alive(lease) else None
+
+    def held_for(self, holder: str) -> Lease | None:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
+                "WHERE holder = ?",
+                (holder,),
+            ).fetchall()
+        return next((lease for lease in (Lease(*row) for row in rows) if self._alive(lease)), None)
 
     def own_lease(self, conn: Any, session_id: str) -> Lease | None:
         # SQLite's writers take turns (BEGIN IMMEDIATE): no taker comes in between.

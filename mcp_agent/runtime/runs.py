@@ -469,7 +469,7 @@ class RunManager:
             record = await self.offload(lambda: board.get(run_id))
             if record is not None:
                 return record
-        raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+        raise await self._unknown(run_id)
 
     async def wait_for_end(self, run_id: str, seconds: float) -> Run | RunRecord:
         """The run once it has ended, or as it is after ``seconds``."""
@@ -519,7 +519,7 @@ class RunManager:
 
     async def _send(self, run_id: str, kind: CommandKind, message: str | None) -> RunRecord:
         if self.board is None:
-            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+            raise await self._unknown(run_id)
         board = self.board
         record = await self.offload(lambda: board.send(run_id, kind, message))
         if record is None:
@@ -562,6 +562,23 @@ class RunManager:
                 f"{limits.max_runs_per_client}; wait for one to end (agent_runs); the server's "
                 "operator can raise it (MCP_AGENT_MAX_RUNS_PER_CLIENT)"
             )
+
+    async def _unknown(self, run_id: str) -> Refused:
+        """No run ``run_id`` here, said as such; or, where no board says every replica's runs
+        (SQLite), that another server process on this database runs it (its lease names it):
+        the "no run" that every tool said of it, though a start in its session named it."""
+        lease = None
+        if self.leases is not None:
+            held_for = functools.partial(self.leases.held_for, f"run {run_id}")
+            lease = await self.offload(held_for)
+        if lease is None:
+            return UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+        return Refused(
+            f"run {run_id} is not this server's: it runs in {lease.where()}, on this database,"
+            f" in session {lease.session_id}; only that server can say how"
+            " it goes, steer or cancel it (through the client connected to it); the session"
+            " is busy until it ends"
+        )
 
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)

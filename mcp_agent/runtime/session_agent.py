@@ -411,6 +411,7 @@ class SessionAgent(Agent):
                 return new
             measured = estimate_context_tokens(self.state.messages).last_usage_index is not None
             if (last.stop_reason != StopReason.ERROR or measured) and self._over_threshold():
+                # (Messages queued meanwhile go in after it: Agent._run_late_messages.)
                 await self._compact("threshold")
             return new
 
