@@ -290,6 +290,35 @@ def test_an_append_is_one_read_one_insert_one_update_all_index_searches(
         repo.close()
 
 
+def test_creating_an_empty_session_is_one_insert(tmp_path: Path) -> None:
+    # A session made without a name (session_create, a run's new session) has no entries: its
+    # row as inserted is the whole of it, and an update adding nothing (with an insert of no
+    # rows) cost two more statements under the write lock in every such create.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        repo.create()  # the schema is made
+        statements: list[str] = []
+        conn = repo.database.conn
+        conn.set_trace_callback(statements.append)
+        try:
+            session = repo.create(cwd="/w", metadata={"k": 1})
+        finally:
+            conn.set_trace_callback(None)
+        kinds = [" ".join(sql.split()[:3]).upper() for sql in statements]
+        assert kinds == ["BEGIN IMMEDIATE", "INSERT INTO SESSIONS", "COMMIT"], kinds
+        summary = repo.summary(session.id)
+        assert (summary.name, summary.cwd, summary.leaf_id) == (None, "/w", None)
+        assert (summary.entry_count, summary.message_count) == (0, 0)
+        assert session.stats() == compute_stats([])
+        # The row's figures are those an append starts from.
+        entry_id = session.append_message(user("a"))
+        assert repo.summary(session.id).leaf_id == entry_id
+        assert session.stats() == compute_stats(session.get_entries())
+        assert session.stats().messages_by_role == {"user": 1}
+    finally:
+        repo.close()
+
+
 def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     plan = repo.database.conn.execute(
