@@ -290,6 +290,81 @@ def test_an_append_is_one_read_one_insert_one_update_all_index_searches(
         repo.close()
 
 
+def test_creating_an_empty_session_is_one_insert(tmp_path: Path) -> None:
+    # A session made without a name (session_create, a run's new session) has no entries: its
+    # row as inserted is the whole of it, and an update adding nothing (with an insert of no
+    # rows) cost two more statements under the write lock in every such create.
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        repo.create()  # the schema is made
+        statements: list[str] = []
+        conn = repo.database.conn
+        conn.set_trace_callback(statements.append)
+        try:
+            session = repo.create(cwd="/w", metadata={"k": 1})
+        finally:
+            conn.set_trace_callback(None)
+        kinds = [" ".join(sql.split()[:3]).upper() for sql in statements]
+        assert kinds == ["BEGIN IMMEDIATE", "INSERT INTO SESSIONS", "COMMIT"], kinds
+        summary = repo.summary(session.id)
+        assert (summary.name, summary.cwd, summary.leaf_id) == (None, "/w", None)
+        assert (summary.entry_count, summary.message_count) == (0, 0)
+        assert session.stats() == compute_stats([])
+        # The row's figures are those an append starts from.
+        entry_id = session.append_message(user("a"))
+        assert repo.summary(session.id).leaf_id == entry_id
+        assert session.stats() == compute_stats(session.get_entries())
+        assert session.stats().messages_by_role == {"user": 1}
+    finally:
+        repo.close()
+
+
+def test_a_listing_parses_no_header_it_parsed_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listing shows each session's origin (a sub-agent's, from its header): the header was
+    # parsed (JSON, then its model) for each listed row at every listing, though a header never
+    # changes; a listing of 20 sessions was half of its Python calls.
+    import mcp_agent.sessions.sql.storage as sql_storage
+    from mcp_agent.sessions.entries import parse_header
+    from mcp_agent.sessions.sql.repo import KEPT_HEADER_CHARS
+
+    parsed: list[str] = []
+    parse = parse_header
+
+    def counted(data: Any, where: str = "header") -> Any:
+        parsed.append(where)
+        return parse(data, where)
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        parent = repo.create(name="parent")
+        origin = {"startedBy": {"sessionId": parent.id, "runId": "r1"}}
+        child = repo.create(name="child", parent_session=parent.id, metadata=origin)
+        long_one = repo.create(name="long", metadata={"notes": "x" * KEPT_HEADER_CHARS})
+        for n in range(20):
+            repo.create(name=f"s{n}")
+        monkeypatch.setattr(sql_storage, "parse_header", counted)
+        first = repo.list(limit=50).items
+        assert len(first) == 23
+        by_id = {item.id: item for item in first}
+        assert by_id[child.id].started_by == {"sessionId": parent.id, "runId": "r1"}
+        assert by_id[parent.id].started_by is None
+        # Each listing's origin is its own: a caller that changes it changes no other.
+        by_id[child.id].started_by["runId"] = "changed"  # type: ignore[index]
+        parsed.clear()
+        again = repo.list(limit=50).items
+        # Only the header too long to be kept is parsed again.
+        assert parsed == [f"session {long_one.id} header"]
+        assert {item.id: item.started_by for item in again}[child.id] == {
+            "sessionId": parent.id,
+            "runId": "r1",
+        }
+        assert [item.id for item in again] == [item.id for item in first]
+    finally:
+        repo.close()
+
+
 def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     plan = repo.database.conn.execute(

@@ -7,6 +7,7 @@ keeps every field, so a file written by a newer program round-trips unchanged.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -92,6 +93,12 @@ def iso_time(epoch_seconds: float) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# Times shown lately, kept: a listing shows two of each session it lists, and the same
+# sessions' again at the next listing (a session's creation time never changes).
+SHOWN_TIMES = 4096
+
+
+@functools.lru_cache(maxsize=SHOWN_TIMES)
 def shown_time(timestamp: str) -> str:
     """A stored time as every answer and ``--json`` gives times, pi's form with milliseconds
     (``2026-01-15T08:30:00.123Z``): a listing's microseconds (``sortable_time``, which orders

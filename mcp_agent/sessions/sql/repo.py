@@ -5,6 +5,7 @@ is matched (``word_condition``)."""
 from __future__ import annotations
 
 import builtins
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
@@ -61,8 +62,24 @@ def _summary(row: Sequence[Any]) -> SessionSummary:
     """A listing row from ``_SUMMARY_COLUMNS``: the header says a sub-agent's origin."""
     *columns, header = row
     summary = SessionSummary(*columns)
-    summary.started_by = started_json(stored_header(summary.id, header))
+    if len(header) > KEPT_HEADER_CHARS:
+        summary.started_by = started_json(stored_header(summary.id, header))
+        return summary
+    origin = _started_by(summary.id, header)
+    summary.started_by = None if origin is None else dict(origin)  # the caller's own
     return summary
+
+
+# The longest header whose origin is kept (``_started_by``): a header holds the metadata given
+# at its creation, which may be long; most are a few hundred characters.
+KEPT_HEADER_CHARS = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def _started_by(session_id: str, header: str) -> dict[str, str | None] | None:
+    """``started_json`` of a stored header, kept: a header never changes, and a listing read
+    each listed session's (JSON, then its model) for this alone, at every listing."""
+    return started_json(stored_header(session_id, header))
 
 
 S = TypeVar("S", bound=SqlSessionStorage)

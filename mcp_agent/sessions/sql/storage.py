@@ -128,7 +128,7 @@ def parse_entry(session_id: str, entry_id: str, entry_type: str, data: str) -> S
 
 
 def stored_header(session_id: str, text: str) -> SessionHeader:
-    """A stored header, parsed once: headers never change, and every open reads one."""
+    """A stored header, parsed (a new model each time: a caller may change its own)."""
     return parse_header(json.loads(text), f"session {session_id} header")
 
 

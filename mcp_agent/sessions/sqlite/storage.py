@@ -280,6 +280,10 @@ class SqliteSessionStorage(SqlSessionStorage):
         incarnation: str,
     ) -> None:
         _insert_session(conn, header, incarnation)
+        if not entries:
+            # The row as inserted is the empty session's (no entries, leaf or counts to add):
+            # an update adding nothing would cost a statement in every session_create.
+            return
         ids = {entry.id for entry in entries}
         if all(entry.parent_id is None or entry.parent_id in ids for entry in entries):
             # The whole tree is in hand: its figures cost no second pass over the rows.
