@@ -4,11 +4,19 @@ from collections.abc import Iterator
 
 import pytest
 from pg_support import Cluster, running_cluster, why_no_postgres
+from pi_support import stop_pi_scripts
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pi_scripts() -> Iterator[None]:
+    """The pi scripts the run's tests asked (mcp_support.pi_script) stop with the run."""
+    yield
+    stop_pi_scripts()
 
 
 @pytest.fixture(scope="session")

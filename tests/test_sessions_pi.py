@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from mcp_support import find_pi
 from narrow import narrow
+from pi_support import pi_script
 
 from mcp_agent.compaction import CompactionError, prepare_compaction
 from mcp_agent.messages import (
@@ -339,22 +340,12 @@ needs_pi = pytest.mark.skipif(PI is None, reason="Node or pi is not installed (.
 
 def run_pi(path: Path, leaves: list[str] | None = None) -> dict:
     """pi's entries for ``path`` and, per leaf (default: pi's own choice), its context."""
-    assert PI is not None
-    node, peers = PI
-    args = [node, str(DATA / "oracle.mjs"), str(peers), str(path), *(leaves or [])]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(done.stdout)
+    return pi_script(DATA / "oracle.mjs").ask({"file": str(path), "leaves": leaves or []})
 
 
 def run_pi_many(files: list[tuple[Path, list[str] | None]]) -> list[dict]:
-    """``run_pi`` of each of ``files`` (a path and its leaves), with one start of node and pi
-    (seconds of a loaded machine) for them all."""
-    assert PI is not None
-    node, peers = PI
-    asked = json.dumps([[str(path), leaves] for path, leaves in files])
-    args = [node, str(DATA / "oracle.mjs"), str(peers), asked]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
-    return list(json.loads(done.stdout))
+    """``run_pi`` of each of ``files`` (a path and its leaves, None for pi's own choice)."""
+    return [run_pi(path, leaves) for path, leaves in files]
 
 
 def pi_prepares(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any] | None]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import TextResourceContents
 from mcp_support import TEST_AGENTS, agent_server, call, prompt_responder
 from narrow import narrow
+from pi_support import pi_script
 from test_sessions_pi import PI, PI_ENTRY_TYPES, depth_first_tree, run_pi_many
 from typer.testing import CliRunner
 
@@ -42,13 +42,10 @@ DATA = Path(__file__).parent / "data" / "pi"
 Made = list[dict[str, str]]
 
 
-def run_folders(command: str, agent_dir: Path, *more: str) -> Any:
+def run_folders(command: str, agent_dir: Path, seed: int | None = None) -> Any:
     """tests/data/pi/folders.mjs: pi's SessionManager making or reading ``agent_dir``."""
-    assert PI is not None
-    node, peers = PI
-    args = [node, str(DATA / "folders.mjs"), str(peers), command, str(agent_dir), *more]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(done.stdout)["result"]
+    job = {"command": command, "dir": str(agent_dir), "seed": None if seed is None else str(seed)}
+    return pi_script(DATA / "folders.mjs").ask(job)["result"]
 
 
 def line(data: dict[str, Any]) -> str:
@@ -507,7 +504,7 @@ def test_sessions_pi_made_at_random_read_and_export_as_pi_reads_them(
     leaf), and pi reads the export back entry for entry."""
     if PI is None:
         pytest.skip("Node or pi is not installed (.ci/peers): pi cannot make the session")
-    made = Path(run_folders("random", tmp_path / "made", str(seed))["file"])
+    made = Path(run_folders("random", tmp_path / "made", seed)["file"])
     ids = [entry.id for entry in parse_session_text(made.read_text()).entries]
     repos = (
         InMemorySessionRepo(),

@@ -4,14 +4,16 @@
 //   node folders.mjs PEERS_DIR continue FILE    -> pi asks one more question in FILE
 //   node folders.mjs PEERS_DIR random DIR SEED  -> a session of every entry kind, branches
 //                                                   and labels, made at random in DIR
+//   node folders.mjs PEERS_DIR -    (one job a line on stdin: {"command", "dir", "seed"}; one
+//                                    answer a line, or {error}: pi's code is loaded once)
 // PEERS_DIR holds node_modules/@mariozechner/pi-coding-agent. pi finds its folder through
-// $PI_CODING_AGENT_DIR, set here to AGENT_DIR.
+// $PI_CODING_AGENT_DIR, set here to AGENT_DIR (pi reads it at each use).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 
 const [peers, command, agentDir, seedText] = process.argv.slice(2);
-process.env.PI_CODING_AGENT_DIR = agentDir;
 const root = join(peers, "node_modules", "@mariozechner", "pi-coding-agent");
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
 const main = pkg.exports?.["."]?.import ?? pkg.exports?.["."]?.default ?? pkg.main ?? "dist/index.js";
@@ -149,12 +151,30 @@ function random(dir, seedNumber) {
   return { file: manager.getSessionFile() };
 }
 
-const result =
-  command === "make"
-    ? make()
-    : command === "continue"
-      ? continueFile(agentDir)
-      : command === "random"
-        ? random(agentDir, Number(seedText))
-        : await read();
-process.stdout.write(JSON.stringify({ piVersion: pkg.version, result }));
+async function answer(command, agentDir, seedText) {
+  process.env.PI_CODING_AGENT_DIR = agentDir;
+  const result =
+    command === "make"
+      ? make()
+      : command === "continue"
+        ? continueFile(agentDir)
+        : command === "random"
+          ? random(agentDir, Number(seedText))
+          : await read();
+  return { piVersion: pkg.version, result };
+}
+
+if (command === "-") {
+  for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+    let out;
+    try {
+      const job = JSON.parse(line);
+      out = await answer(job.command, job.dir, job.seed);
+    } catch (error) {
+      out = { error: String(error?.stack ?? error) };
+    }
+    process.stdout.write(JSON.stringify(out) + "\n");
+  }
+} else {
+  process.stdout.write(JSON.stringify(await answer(command, agentDir, seedText)));
+}
