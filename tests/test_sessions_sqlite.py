@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import signal
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -1131,12 +1132,17 @@ def test_a_writer_interrupted_when_handed_the_commit_hands_it_on(tmp_path: Path)
 
 
 def test_ctrl_c_is_heard_on_the_main_thread_while_another_process_holds_the_lock(
-    tmp_path: Path,
+    tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A write on the main thread (the command line's `sessions rename`) waited for the lock
     inside SQLite, in C, where Ctrl-C cannot reach it: for the whole busy timeout."""
     import _thread
 
+    # Ctrl-C as a terminal's foreground process hears it: a suite started in the background
+    # of a shell without job control inherits SIGINT ignored, and interrupt_main then does
+    # nothing (the write waited out the other writer and the test failed).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     database = SqliteDatabase(tmp_path / "s.db", busy_timeout=10)
     database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
     other = sqlite3.connect(tmp_path / "s.db", isolation_level=None, check_same_thread=False)
