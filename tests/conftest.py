@@ -14,7 +14,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def _pi_scripts() -> Iterator[None]:
-    """The pi scripts the run's tests asked (mcp_support.pi_script) stop with the run."""
+    """The pi scripts the run's tests asked (pi_support.pi_script) stop with the run."""
     yield
     stop_pi_scripts()
 

@@ -463,10 +463,13 @@ def test_bytes_that_are_not_utf8_make_the_whole_file_unreadable(tmp_path: Path) 
     write_big_file(path, 3000, {line_of(3): "{broken"})
     with open(path, "ab") as handle:
         handle.write(b'{"caf\xe9": 1}\r\n')
-    try:
-        path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        expected = f"cannot read {path}: {error}"
+    data = path.read_bytes()
+    offset = data.index(b"\xe9")  # the one byte that is no UTF-8, far into the file
+    line = data[:offset].count(b"\n") + 1
+    expected = (
+        f"cannot read {path}: line {line} is not UTF-8 text (byte"
+        f" 0xe9 at offset {offset:,} of the file); a pi session file is JSON lines in UTF-8"
+    )
     repo = InMemorySessionRepo()
     with pytest.raises(SessionError) as raised:
         repo.import_jsonl(path)
