@@ -25,6 +25,16 @@ pytestmark = pytest.mark.anyio
 AGENTS = {"default": 'description = "test default"\ntools = ["subagent"]\n'}
 
 
+def openai_env(tmp_path: Path, base: str) -> dict[str, str]:
+    """A server's environment whose default model is the scripted OpenAI-compatible one."""
+    return server_env(
+        tmp_path,
+        OPENAI_BASE_URL=f"{base}/v1",
+        OPENAI_API_KEY="test-key",
+        MCP_AGENT_MODEL="openai:gpt-4o-mini",
+    )
+
+
 def subagent_call(task: str) -> Reply:
     """An answer that calls the subagent tool (the built-in: no child process to start)."""
     call_ = {
@@ -56,12 +66,7 @@ async def test_a_run_killed_mid_tool_call_is_said_in_its_session_and_the_next_ru
     "No result provided" at every later request."""
     manifests = write_manifests(tmp_path / "manifests", AGENTS)
     async with script_server() as api:
-        env = server_env(
-            tmp_path,
-            OPENAI_BASE_URL=f"{api.base}/v1",
-            OPENAI_API_KEY="test-key",
-            MCP_AGENT_MODEL="openai:gpt-4o-mini",
-        )
+        env = openai_env(tmp_path, api.base)
         held = Gate()
         api.add(
             subagent_call("look around"),
@@ -120,12 +125,7 @@ async def test_a_run_of_another_server_on_the_database_is_said_to_be_there(
     manifests = write_manifests(tmp_path / "manifests", {"default": 'description = "d"\n'})
     database = tmp_path / "shared.db"
     async with script_server() as api:
-        env = server_env(
-            tmp_path,
-            OPENAI_BASE_URL=f"{api.base}/v1",
-            OPENAI_API_KEY="test-key",
-            MCP_AGENT_MODEL="openai:gpt-4o-mini",
-        )
+        env = openai_env(tmp_path, api.base)
         held = Gate()
         api.add(
             Reply(
