@@ -324,6 +324,91 @@ def readable(value: Any, data: str) -> Any:
     return utf8_only(value)
 
 
+# The C scanner of a JSON string's rest: ``scanstring(text, after_quote) -> (value, end)``.
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_KEY_END = re.compile(r'[ \t\n\r]*:[ \t\n\r]*"')
+_PROBE = "mcp-agent: the string's place"
+
+
+class StringSlot:
+    """The text of one shape of event around the one string that differs from event to event,
+    learnt from an event parsed whole, so that the next of that shape gives its string
+    without parsing the rest again.
+
+    A streamed answer is thousands of events that differ only in a few words of text (Chat
+    Completions: ``{"id": …, "choices": [{"index": 0, "delta": {"content": " word"}, …}]}``),
+    and parsing each whole was most of the work per event. :meth:`match` takes an event whose
+    text is the learnt text before the string, one JSON string, and the learnt text after it:
+    that parses to the learnt value with only this string in the place of its string, so it
+    is folded as that one was. Learning costs a parse; a shape that changes at every event
+    (a random field in each) is tried a few times and then given up.
+    """
+
+    __slots__ = ("_hits", "_learnt", "prefix", "suffix")
+
+    def __init__(self) -> None:
+        self.prefix: str | None = None  # up to the string's opening quote
+        self.suffix = ""  # from after its closing quote
+        self._hits = 0
+        self._learnt = 0
+
+    def match(self, data: str) -> str | None:
+        """The string of ``data`` if it has the learnt shape, else None."""
+        prefix = self.prefix
+        if prefix is None or not data.startswith(prefix) or not data.endswith(self.suffix):
+            return None
+        try:
+            value, end = _scanstring(data, len(prefix))
+        except ValueError:
+            return None
+        if end != len(data) - len(self.suffix):
+            return None
+        self._hits += 1
+        return readable(value, data) if "\\u" in data else value
+
+    def learn(self, data: str, value: Any, path: tuple[str | int, ...]) -> None:
+        """Learn the shape of ``data`` (whose parsed value is ``value``) around the string at
+        ``path`` (whose last step is a key). The key's text may appear elsewhere (in another
+        string, a later object): a probe, the text with another string in that place, must
+        parse to ``value`` with only that string changed."""
+        if self._learnt > 2 + self._hits // 16:
+            return  # each try after the first few must be paid for by matches
+        self._learnt += 1
+        self.prefix = None
+        expected = value
+        for step in path:
+            expected = expected[step]
+        needle = json.dumps(path[-1])
+        at = len(data)
+        for _ in range(4):  # the last few places the key could be
+            at = data.rfind(needle, 0, at)
+            if at < 0:
+                return
+            found = _KEY_END.match(data, at + len(needle))
+            if found is None:
+                continue
+            start = found.end()
+            try:
+                string, end = _scanstring(data, start)
+                if string != expected:
+                    continue
+                probe = json.loads(f'{data[:start]}{_PROBE}"{data[end:]}')
+            except ValueError:
+                continue
+            if probe == _replaced(value, path, _PROBE):
+                self.prefix, self.suffix = data[:start], data[end:]
+                return
+
+
+def _replaced(value: Any, path: tuple[str | int, ...], new: Any) -> Any:
+    """A copy of ``value`` with ``new`` at ``path`` (only what is on the path is copied)."""
+    if not path:
+        return new
+    copy = list(value) if isinstance(value, list) else dict(value)
+    copy[path[0]] = _replaced(value[path[0]], path[1:], new)  # type: ignore[index]
+    return copy
+
+
 def _escape_controls_in_strings(text: str) -> str:
     out: list[str] = []
     in_string = escaped = False

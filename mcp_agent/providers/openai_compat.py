@@ -49,6 +49,7 @@ from mcp_agent.providers.base import (
 from mcp_agent.providers.common import (
     ERROR_CHARS,
     THINKING_SIGNATURE,
+    StringSlot,
     append_str,
     give_calls_ids,
     new_output,
@@ -390,6 +391,20 @@ _OVERLOADED = frozenset({"insufficient_system_resource"})
 _BROKEN_OFF = frozenset({"abort", "error"})
 
 
+_CONTENT_PATH = ("choices", 0, "delta", "content")
+
+
+def _idle_delta(delta: dict[str, Any]) -> bool:
+    """Whether ``delta`` holds nothing beside its content that the stream takes (a role)."""
+    return len(delta) == 1 or not (
+        delta.get("tool_calls")
+        or any(type(delta.get(name)) is str and delta[name] for name in _OTHER_TEXTS)
+    )
+
+
+_OTHER_TEXTS = ("refusal", *_REASONING_FIELDS)
+
+
 class _StreamState:
     """Folds Chat Completions chunks into the output message, collecting the events to emit."""
 
@@ -418,14 +433,21 @@ class _StreamState:
         # anything else is known of it.
         self._presumed_think = _OPENED_BY_TEMPLATE.search(model.id) is not None
         self._unsure_text = True  # the first text may yet end at a lone </think>
+        self._slot = StringSlot()  # the shape of the last text delta, around its text
 
     @property
     def complete(self) -> bool:
         return self.finish_reason is not None
 
     def on_event(self, data: str, event_type: str) -> None:
-        # The hot path: one call per streamed chunk, so the common case (a text delta) is
-        # inlined here rather than spread over helpers.
+        # The hot path: one call per streamed chunk. The common case, a chunk like the last
+        # text delta but for its text, is cut out of the text without a parse (StringSlot).
+        if event_type != "error":
+            text = self._slot.match(data)
+            if text is not None:
+                if text:
+                    self._content_text(text)
+                return
         if data == "[DONE]":
             self.done = True
             return
@@ -472,23 +494,7 @@ class _StreamState:
                 if len(delta) > 1:
                     self._other_delta(delta)
             elif content:
-                fields = self._text_fields
-                if fields is None:  # no text yet: it may open with <think>
-                    self._before_text(content)
-                elif (
-                    self._unsure_text
-                    and ">" in content  # a </think> ends here or nowhere in this delta
-                    and self._closes_think(fields["text"], content)
-                ):
-                    pass
-                else:
-                    # block.text += content, growing the string in place (see append_str)
-                    text = fields.pop("text")
-                    try:
-                        text += content
-                    finally:  # content that is no string leaves the text as it was
-                        fields["text"] = text
-                    self._emit(TextDeltaEvent(self.output, self.text_index, content))
+                self._content_text(content)
                 if len(delta) > 1:
                     self._other_delta(delta)
             else:
@@ -496,6 +502,36 @@ class _StreamState:
         finish = choice.get("finish_reason")
         if finish:
             self.finish_reason = finish
+        elif (
+            delta
+            and type(delta.get("content")) is str
+            and delta["content"]
+            and not usage
+            and choice is choices[0]
+            and not choice.get("usage")
+            and _idle_delta(delta)
+        ):  # a text delta and nothing else: the next like it is matched (see on_event)
+            self._slot.learn(data, chunk, _CONTENT_PATH)
+
+    def _content_text(self, content: str) -> None:
+        """The next piece of the content's text."""
+        fields = self._text_fields
+        if fields is None:  # no text yet: it may open with <think>
+            self._before_text(content)
+        elif (
+            self._unsure_text
+            and ">" in content  # a </think> ends here or nowhere in this delta
+            and self._closes_think(fields["text"], content)
+        ):
+            pass
+        else:
+            # block.text += content, growing the string in place (see append_str)
+            text = fields.pop("text")
+            try:
+                text += content
+            finally:  # content that is no string leaves the text as it was
+                fields["text"] = text
+            self._emit(TextDeltaEvent(self.output, self.text_index, content))
 
     def _loads(self, data: str) -> Any:
         try:
