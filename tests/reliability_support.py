@@ -5,14 +5,17 @@ say)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
-import subprocess
-import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import IO
+
+import reliability_writer
 
 from mcp_agent.sessions import (
     InMemorySessionStorage,
@@ -27,8 +30,13 @@ from mcp_agent.sessions import (
 from mcp_agent.sessions.repo import first_user_text
 from mcp_agent.sessions.storage import leaf_after, validate_tree
 
-HERE = Path(__file__).resolve().parent
-WRITER = HERE / "reliability_writer.py"
+# Writers are forked from one process per test process (multiprocessing's forkserver) that
+# imported the writer and the package once: a writer started as ``python reliability_writer.py``
+# spent 0.5 s of CPU importing (and a kill in its first 0.25 s landed in those imports, not in
+# the store's opening); forked, it is a process of its own all the same, opening the store
+# itself, and SIGKILL ends it as abruptly.
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["reliability_writer"])
 
 # Reduced sizes in CI; MCP_AGENT_FULL=1 runs the full-size versions.
 FULL = os.environ.get("MCP_AGENT_FULL") == "1"
@@ -71,19 +79,30 @@ class Acks:
         return sum(len(ids) for ids in self.entries.values())
 
 
+def from_connection(connection: Connection) -> IO[bytes]:
+    """The read end of a one-way pipe as a file (``connection`` closed)."""
+    file = os.fdopen(os.dup(connection.fileno()), "rb")
+    connection.close()
+    return file
+
+
 class WriterProcess:
-    """``reliability_writer.py`` as a child process, its acknowledgements read by a thread (so
-    a full pipe never slows the child down). Only complete lines count: a line cut off by a
-    kill acknowledges nothing."""
+    """``reliability_writer.py`` as a child process (forked, see ``_FORKS``), its
+    acknowledgements read by a thread (so a full pipe never slows the child down). Only
+    complete lines count: a line cut off by a kill acknowledges nothing."""
 
     def __init__(self, backend: str, path: Path, seed: int, *args: str) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, str(WRITER), backend, str(path), str(seed), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
+        out_read, out_write = _FORKS.Pipe(duplex=False)
+        err_read, err_write = _FORKS.Pipe(duplex=False)
+        self.process = _FORKS.Process(
+            target=reliability_writer.forked,
+            args=([backend, str(path), str(seed), *args], out_write, err_write),
         )
+        self.process.start()
+        out_write.close()
+        err_write.close()
+        self.stdout: IO[bytes] = from_connection(out_read)
+        self.stderr: IO[bytes] = from_connection(err_read)
         self.acks = Acks()
         self._ready = threading.Event()
         self._stderr = b""
@@ -93,18 +112,18 @@ class WriterProcess:
         self._err_reader.start()
 
     def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            if not raw.endswith(b"\n"):
-                break  # torn by the kill: not an acknowledgement
-            self.acks.add(raw.decode().rstrip("\n"))
-            if self.acks.ready or self.acks.errors:
-                self._ready.set()
+        with self.stdout:
+            for raw in self.stdout:
+                if not raw.endswith(b"\n"):
+                    break  # torn by the kill: not an acknowledgement
+                self.acks.add(raw.decode().rstrip("\n"))
+                if self.acks.ready or self.acks.errors:
+                    self._ready.set()
         self._ready.set()
 
     def _read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        self._stderr = self.process.stderr.read()
+        with self.stderr:
+            self._stderr = self.stderr.read()
 
     def wait_ready(self, timeout: float = 30) -> None:
         if not self._ready.wait(timeout):
@@ -113,17 +132,17 @@ class WriterProcess:
         assert not self.acks.errors, self.describe()
 
     def kill(self) -> None:
-        if self.process.poll() is None:
+        if self.process.exitcode is None:
             self.process.kill()
         self.finish()
 
     def finish(self, timeout: float = 60) -> int:
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
+        self.process.join(timeout)
+        code = self.process.exitcode
+        if code is None:
             self.process.kill()
-            self.process.wait(10)
-            raise AssertionError(f"writer did not finish within {timeout} s") from None
+            self.process.join(10)
+            raise AssertionError(f"writer did not finish within {timeout} s")
         self._reader.join(10)
         self._err_reader.join(10)
         return code

@@ -17,10 +17,12 @@ Any error is printed as ``ERROR <type>: <text>`` and the process exits with stat
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
 import traceback
+from multiprocessing.connection import Connection
 
 from mcp_agent.messages import (
     AssistantMessage,
@@ -191,6 +193,17 @@ def main(argv: list[str] | None = None) -> int:
         ack(f"ERROR {type(error).__name__}: {error}")
         traceback.print_exc()
         return 1
+
+
+def forked(argv: list[str], out: Connection, err: Connection) -> None:
+    """``main`` in a process forked from one that imported this module (reliability_support's
+    forkserver), its output on ``out`` and ``err``: what a started script prints on its stdout
+    and stderr. An acknowledgement is written at once, as a started script's is."""
+    sys.stdout = open(os.dup(out.fileno()), "w", buffering=1, encoding="utf-8")
+    sys.stderr = open(os.dup(err.fileno()), "w", buffering=1, encoding="utf-8")
+    out.close()
+    err.close()
+    raise SystemExit(main(argv))
 
 
 if __name__ == "__main__":

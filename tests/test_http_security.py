@@ -226,6 +226,9 @@ def test_no_auth_is_refused_off_loopback(tmp_path: Path, monkeypatch: pytest.Mon
         (["--http-session-idle-timeout", "-1"], {}, "--http-session-idle-timeout must be 0"),
         ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "soon"}, "must be a number of seconds"),
         ([], {"MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT": "inf"}, "--http-session-idle-timeout"),
+        (["--http-send-buffer", "1024"], {}, "--http-send-buffer must be 4096 to 4194304 bytes"),
+        ([], {"MCP_AGENT_HTTP_SEND_BUFFER": "8388608"}, "not 8388608 (from the flag or MCP_AGENT"),
+        ([], {"MCP_AGENT_HTTP_SEND_BUFFER": "64k"}, "MCP_AGENT_HTTP_SEND_BUFFER must be a whole"),
         (["--notification-timeout", "0"], {}, "--notification-timeout must be a number"),
         ([], {"MCP_AGENT_NOTIFICATION_TIMEOUT": "nan"}, "MCP_AGENT_NOTIFICATION_TIMEOUT"),
         (["--client-stream-wait", "-1"], {}, "--client-stream-wait must be a number"),
@@ -306,7 +309,9 @@ def test_abandoned_sessions_never_lock_out_new_clients(
     started.append(server)
     opened: list[str] = []
     with httpx.Client() as http:
-        for n in range(10_000 if FULL else 300):
+        # Five times the limit: the longest idle closed to make room 80 times over (300, as
+        # it was, only did the same thing more often); MCP_AGENT_FULL=1 opens 10,000.
+        for n in range(10_000 if FULL else 5 * limit):
             response = http.post(server.url, json=initialize_request(), headers=HEADERS, timeout=30)
             assert response.status_code == 200, (n, response.text)
             opened.append(response.headers["mcp-session-id"])

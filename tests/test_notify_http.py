@@ -1,7 +1,8 @@
 """Notifications over real streamable HTTP (a ``serve`` process on loopback, 2025 handshake):
 a subscriber that stops reading its event stream, with a 4 KB receive buffer, neither delays a
-healthy subscriber nor holds the server's memory: its sends block once the (bounded) socket
-buffers are full, and it is dropped after ``--notification-timeout``."""
+healthy subscriber nor holds the server's memory: its sends block once the (bounded,
+``--http-send-buffer``) socket buffers are full, and it is dropped after
+``--notification-timeout``."""
 
 from __future__ import annotations
 
@@ -25,11 +26,16 @@ from mcp_support import (
 )
 
 HANG_GUARD_S = 60
-SESSIONS = 100  # the stuck subscriber watches all four resources of each
-# Rounds of one append to each session: 4 notifications of about 150 bytes each per append.
-# The socket buffers between it and the server (the server's fixed 512 KiB send buffer, a 4 KB
-# receive buffer, uvicorn's 64 KiB) are full after about 6 rounds; this is twice that.
-ROUNDS_TO_FILL = 12
+SESSIONS = 10  # the stuck subscriber watches all four resources of each
+# The servers' kernel send buffer for each connection, the smallest --http-send-buffer takes
+# (the kernel doubles it): the stuck subscriber's sends block after far fewer requests than at
+# the default 256 KiB (at which this test took some 1,700 requests).
+SEND_BUFFER = 4096
+# Rounds of one append to each session: 4 notifications of about 160 bytes each per append.
+# The buffers between the stuck subscriber and the server (the server's 8 KiB send buffer, a
+# 4 KB receive buffer, uvicorn's 64 KiB write buffer) are full after about 12 rounds (measured:
+# a 1 s --notification-timeout fired first at the 12th, with a pause after each); twice that.
+ROUNDS_TO_FILL = 24
 DROPPED = "legacy connection dropped from notifications"
 # The other way the server stops waiting for a stuck subscriber, with the same timeout: its
 # event stream closed (what it missed kept for a resume), after which sends to it never block.
@@ -78,6 +84,18 @@ class Sessions:
         await self.tool(session, "session_append", session_id=session_id, entry=entry)
 
 
+def unsent_bytes(server: Served, client: socket.socket) -> int:
+    """What the server's kernel holds, written and not taken, on its end of ``client``'s
+    connection (Linux's /proc/net/tcp: the server is on 127.0.0.1)."""
+    ends = {(server.port, client.getsockname()[1])}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(field.split(":")[1], 16) for field in fields[1:3])
+        if (local, remote) in ends:
+            return int(fields[4].split(":")[0], 16)
+    raise AssertionError(f"no connection from port {client.getsockname()[1]} in /proc/net/tcp")
+
+
 def stop_reading(server: Served, session: str) -> socket.socket:
     """Open the session's event stream on a socket with a 4 KB receive buffer, never read."""
     sock = socket.socket()
@@ -123,13 +141,14 @@ async def healthy_subscriber(
 
 async def fill_a_stuck_subscriber(
     server: Served, rounds: int, until_dropped: bool = False
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """A stuck subscriber watching ``SESSIONS`` sessions and a healthy one watching one more;
     ``rounds`` rounds of an append to each (or until the stuck one is dropped). After each
     round the healthy one must get its update before the next round starts: a notifier that
-    waits for the stuck one never gets there. Returns (rounds run, updates the healthy got).
-    Each request and each wait for an update has its own bound: the whole (some 1,700
-    requests) took over three minutes at a load of 20 on 2 cores, past a bound on all of it."""
+    waits for the stuck one never gets there. Returns (rounds run, updates the healthy got,
+    bytes the server's kernel held for the stuck one at the end). Each request and each wait
+    for an update has its own bound: the whole (then some 1,700 requests) took over three
+    minutes at a load of 20 on 2 cores, past a bound on all of it."""
     async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http:
         sessions = Sessions(http, server.url)
         writer = await sessions.open()
@@ -152,20 +171,30 @@ async def fill_a_stuck_subscriber(
                         assert await updates.receive() == f"session://{mine}"
                     got += 1
                     if until_dropped and gave_up(server):
-                        return done, got
+                        return done, got, unsent_bytes(server, sock)
+            return rounds, got, unsent_bytes(server, sock)
         finally:
             sock.close()
-        return rounds, got
 
 
 def test_a_stuck_subscriber_never_delays_a_healthy_one(
     tmp_path: Path, started: list[Served]
 ) -> None:
     # Sends to the stuck subscriber block for good (it is never dropped in this test).
-    server = Served(tmp_path, "--no-auth", "--notification-timeout", "3600")
+    server = Served(
+        tmp_path,
+        "--no-auth",
+        "--notification-timeout",
+        "3600",
+        "--http-send-buffer",
+        str(SEND_BUFFER),
+    )
     started.append(server)
-    rounds, got = anyio.run(fill_a_stuck_subscriber, server, ROUNDS_TO_FILL)
+    rounds, got, unsent = anyio.run(fill_a_stuck_subscriber, server, ROUNDS_TO_FILL)
     assert got == rounds == ROUNDS_TO_FILL
+    # What waits for it in the kernel is what --http-send-buffer allows (doubled), all of it
+    # full: no more (the rest waits in the server, then blocks its sends).
+    assert SEND_BUFFER < unsent <= 2 * SEND_BUFFER
     assert DROPPED not in server.banner()
     assert server.process.poll() is None
 
@@ -176,9 +205,11 @@ def test_a_stuck_subscriber_is_dropped_once_its_send_blocks(
     """Once a subscriber's send blocks for --notification-timeout, it is dropped from
     notifications, or its event stream is closed (the two watches share the timeout, and the
     one that fires first is the one that ends the wait), and only once."""
-    server = Served(tmp_path, "--no-auth", "--notification-timeout", "1")
+    server = Served(
+        tmp_path, "--no-auth", "--notification-timeout", "1", "--http-send-buffer", str(SEND_BUFFER)
+    )
     started.append(server)
-    rounds, got = anyio.run(
+    rounds, got, _ = anyio.run(
         lambda: fill_a_stuck_subscriber(server, ROUNDS_TO_FILL * 5, until_dropped=True)
     )
     poll(lambda: gave_up(server), "the stuck subscriber was never dropped")

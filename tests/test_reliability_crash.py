@@ -57,7 +57,7 @@ def crash_many_times(
             *(f"--session={sid}" for sid in sessions),
         )
         if rng.random() < 0.15:
-            time.sleep(rng.uniform(0, 0.25))  # while it starts: imports, opening, schema
+            time.sleep(rng.uniform(0, 0.25))  # while it starts: opening the store, its schema
         else:
             writer.wait_ready()
             time.sleep(rng.uniform(0, 0.2))

@@ -63,6 +63,31 @@ async def test_every_tool_converts_to_openai_strict_mode_unchanged(server: MCPSe
         OpenAIJsonSchemaTransformer(copy.deepcopy(schema), strict=True).walk()
 
 
+async def test_a_second_server_reuses_the_first_ones_tool_schemas_yet_keeps_tools_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """What the SDK works out from a tool function (its argument model and schemas, 77% of
+    building a server) is worked out once for each place a tool is defined (server.made_tools);
+    each server still has its own functions, over its own store, and schemas of its own that
+    make_tools_strict rewrote for it."""
+    first, second = make_server(tmp_path / "first"), make_server(tmp_path / "second")
+    firsts = {tool.name: tool for tool in first._tool_manager.list_tools()}
+    seconds = {tool.name: tool for tool in second._tool_manager.list_tools()}
+    assert firsts.keys() == seconds.keys() and len(firsts) == 20
+    for name, mine in firsts.items():
+        theirs = seconds[name]
+        assert mine.fn_metadata.arg_model is theirs.fn_metadata.arg_model, name
+        assert mine.fn is not theirs.fn and mine.fn_metadata is not theirs.fn_metadata, name
+        assert mine.parameters is not theirs.parameters, name
+        assert mine.parameters == theirs.parameters, name
+        assert mine.output_schema == theirs.output_schema, name
+    async with Client(second) as client:
+        await call(client, "session_create", name="the second's")
+        assert len((await call(client, "session_list"))["sessions"]) == 1
+    async with Client(first) as client:
+        assert (await call(client, "session_list"))["sessions"] == []
+
+
 async def test_schemas_carry_no_titles_and_say_nullable_in_one_type(server: MCPServer) -> None:
     def keywords(node: Any) -> Iterator[tuple[str, Any]]:
         # Schema keywords only: a property named "title" is a name, not a keyword.

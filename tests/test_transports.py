@@ -769,8 +769,16 @@ def test_a_client_that_stops_reading_its_get_stream_still_gets_its_answers(
     that stream's buffer was full: the SDK's router passes on the session's messages in turn
     and waited for room there. The stream is now closed once the client has read nothing of
     it for --notification-timeout seconds with messages waiting behind it (what it did not
-    read is kept for a resume)."""
-    server = Served(tmp_path, "--token-file", str(token_file(tmp_path)), *STALL_TIMEOUT)
+    read is kept for a resume). The server's send buffers are the smallest --http-send-buffer
+    takes: the stream stalls after some 100 appends rather than 700."""
+    server = Served(
+        tmp_path,
+        "--token-file",
+        str(token_file(tmp_path)),
+        *STALL_TIMEOUT,
+        "--http-send-buffer",
+        "4096",
+    )
     try:
         with httpx.Client(timeout=30) as http:
             legacy = sampling_session(http, server.url)

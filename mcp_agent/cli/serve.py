@@ -64,6 +64,7 @@ _HTTP_ONLY = (
     "no_auth",
     "max_http_sessions",
     "http_session_idle_timeout",
+    "http_send_buffer",
     "allowed_host",
 )
 
@@ -154,6 +155,16 @@ def serve(
             help="HTTP: close a session with no request in flight for this long (an open "
             "event stream or a running call keeps it); 0: never (default 300, or "
             "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT)",
+            show_default=False,
+        ),
+    ] = None,
+    http_send_buffer: Annotated[
+        int | None,
+        typer.Option(
+            metavar="BYTES",
+            help="HTTP: the kernel send buffer of each connection (the kernel doubles it); a "
+            "client that stops reading is noticed once this much waits for it, 4096 to 4194304 "
+            "(default 262144, or MCP_AGENT_HTTP_SEND_BUFFER)",
             show_default=False,
         ),
     ] = None,
@@ -280,6 +291,7 @@ def serve(
         "model_retries": model_retries,
         "max_http_sessions": max_http_sessions,
         "http_session_idle_timeout": http_session_idle_timeout,
+        "http_send_buffer": http_send_buffer,
         "max_runs": max_runs,
         "max_runs_per_client": max_runs_per_client,
         "max_subscriptions": max_subscriptions,

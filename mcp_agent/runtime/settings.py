@@ -24,6 +24,7 @@ HTTP_IDLE_TIMEOUT_ENV = "MCP_AGENT_HTTP_SESSION_IDLE_TIMEOUT"
 NOTIFICATION_TIMEOUT_ENV = "MCP_AGENT_NOTIFICATION_TIMEOUT"
 CLIENT_STREAM_WAIT_ENV = "MCP_AGENT_CLIENT_STREAM_WAIT"
 PROGRESS_INTERVAL_ENV = "MCP_AGENT_PROGRESS_INTERVAL"
+HTTP_SEND_BUFFER_ENV = "MCP_AGENT_HTTP_SEND_BUFFER"
 REPLICA_ENV = "MCP_AGENT_REPLICA"
 DB_THREADS_ENV = "MCP_AGENT_DB_THREADS"
 LEASE_ENV = "MCP_AGENT_LEASE_SECONDS"
@@ -32,6 +33,10 @@ STATEMENT_TIMEOUT_ENV = "MCP_AGENT_DB_STATEMENT_TIMEOUT"
 MIN_LEASE_SECONDS = 6.0
 # Progress beats at most this often: a waiting client (and the event loop) is not flooded.
 MIN_PROGRESS_INTERVAL = 0.1
+# The kernel send buffer each HTTP connection may be given, in bytes (the kernel doubles it for
+# its overhead): from a page to autotuning's own cap on Linux (which also caps it, for a process
+# without privileges, at net.core.wmem_max).
+HTTP_SEND_BUFFER_BOUNDS = (4096, 4 * 1024 * 1024)
 # More would only add threads (and PostgreSQL connections) contending for one write lock.
 MAX_DB_THREADS = 256
 APP_NAME = "mcp-agent-sessions"
@@ -181,6 +186,11 @@ class ServerSettings:
     notification_timeout: float = field(
         default_factory=lambda: _seconds_from_env(NOTIFICATION_TIMEOUT_ENV, 5)
     )
+    # The kernel send buffer of each HTTP connection, in bytes (streamable_http): a client that
+    # stops reading its event stream is noticed (its send blocks) once this much is unsent.
+    http_send_buffer: int = field(
+        default_factory=lambda: _int_from_env(HTTP_SEND_BUFFER_ENV, 256 * 1024)
+    )
     # A run that asks its 2025 HTTP client's model after the call waiting for it has gone (or
     # one started with wait: false) asks on the connection's GET stream, waiting this many
     # seconds for the client to open one before the model call fails.
@@ -253,6 +263,12 @@ class ServerSettings:
             raise ValueError(
                 f"--max-http-sessions must be 0 (no limit) or more, not {self.max_http_sessions} "
                 f"(from the flag or {MAX_HTTP_SESSIONS_ENV})"
+            )
+        low, high = HTTP_SEND_BUFFER_BOUNDS
+        if not low <= self.http_send_buffer <= high:
+            raise ValueError(
+                f"--http-send-buffer must be {low} to {high} bytes, not {self.http_send_buffer}"
+                f" (from the flag or {HTTP_SEND_BUFFER_ENV})"
             )
         timeout = self.http_session_idle_timeout
         if not math.isfinite(timeout) or timeout < 0:

@@ -869,17 +869,16 @@ def build_http_app(server: MCPServer, settings: ServerSettings) -> ASGIApp:
     return ViewerPage(app, settings.token, transport_security(settings))
 
 
-# The kernel send buffer of each HTTP connection. Left to autotuning it grows to 4 MiB on Linux:
-# a client that stops reading its event stream pins that much, and is noticed (its send blocks,
-# and the notifier drops it) only once it is full. Fixed, a stuck client is found after this
-# much, and loopback throughput is unchanged; the kernel doubles the figure for its overhead.
-HTTP_SEND_BUFFER = 256 * 1024
-
-
-def _serving_server(config: Any, on_shutdown: Callable[[], None] | None = None) -> Any:
-    """A uvicorn server whose listening sockets hand a fixed send buffer to every connection
-    they accept (accepted sockets inherit it on Linux and the BSDs), and that calls
-    ``on_shutdown`` as its shutdown begins."""
+def _serving_server(
+    config: Any, send_buffer: int, on_shutdown: Callable[[], None] | None = None
+) -> Any:
+    """A uvicorn server whose listening sockets hand a fixed send buffer of ``send_buffer``
+    bytes (``--http-send-buffer``) to every connection they accept (accepted sockets inherit it
+    on Linux and the BSDs), and that calls ``on_shutdown`` as its shutdown begins. Left to
+    autotuning the buffer grows to 4 MiB on Linux: a client that stops reading its event stream
+    pins that much, and is noticed (its send blocks, and the notifier drops it) only once it is
+    full. Fixed, a stuck client is found after this much, and loopback throughput is unchanged
+    at the default; the kernel doubles the figure for its overhead."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -888,7 +887,7 @@ def _serving_server(config: Any, on_shutdown: Callable[[], None] | None = None) 
             for listening in self.servers:
                 for sock in listening.sockets:
                     with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, HTTP_SEND_BUFFER)
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             if on_shutdown is not None:
@@ -942,4 +941,4 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         http=http_protocol(),
         **uvicorn_options,
     )
-    await _serving_server(config, end_listen_streams(server)).serve()
+    await _serving_server(config, settings.http_send_buffer, end_listen_streams(server)).serve()

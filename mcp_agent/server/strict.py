@@ -18,7 +18,7 @@ import copy
 import json
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,9 +32,17 @@ from mcp.server.mcpserver.exceptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
-from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    GetPromptResult,
+    Icon,
+    InputRequiredResult,
+    ToolAnnotations,
+)
 from pydantic import AnyUrl, ValidationError
 
+from mcp_agent.server.made_tools import made_tool
 from mcp_agent.sessions.entries import clip_long
 from mcp_agent.wire import json_kind
 
@@ -220,6 +228,37 @@ class SessionsServer(MCPServer):
             declares = any(X_MCP_HEADER_KEY in node for node in schema_nodes(schema))
             known = self._declares_headers[name] = (schema, declares)
         return schema if known[1] else None
+
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        """The SDK's ``add_tool`` (what ``@server.tool()`` calls), the tool's schemas worked out
+        once for each place a tool is defined (made_tools). A second tool of one name keeps the
+        first, as the SDK's does."""
+        tool = made_tool(
+            fn,
+            name=name,
+            title=title,
+            description=description,
+            annotations=annotations,
+            icons=icons,
+            meta=meta,
+            structured_output=structured_output,
+        )
+        tools = self._tool_manager._tools
+        if tool.name in tools:
+            if self._tool_manager.warn_on_duplicate_tools:
+                sdk_server.logger.warning(f"Tool already exists: {tool.name}")
+            return
+        tools[tool.name] = tool
 
     def make_tools_strict(self) -> None:
         """Rewrite every registered tool's advertised input schema in strict form, and its
