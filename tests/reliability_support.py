@@ -105,6 +105,8 @@ class WriterProcess:
         self.stderr: IO[bytes] = from_connection(err_read)
         self.acks = Acks()
         self._ready = threading.Event()
+        self._heard = threading.Condition()  # each line read, and the end of the output
+        self._ended = False
         self._stderr = b""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -116,9 +118,14 @@ class WriterProcess:
             for raw in self.stdout:
                 if not raw.endswith(b"\n"):
                     break  # torn by the kill: not an acknowledgement
-                self.acks.add(raw.decode().rstrip("\n"))
+                with self._heard:
+                    self.acks.add(raw.decode().rstrip("\n"))
+                    self._heard.notify_all()
                 if self.acks.ready or self.acks.errors:
                     self._ready.set()
+        with self._heard:
+            self._ended = True
+            self._heard.notify_all()
         self._ready.set()
 
     def _read_stderr(self) -> None:
@@ -130,6 +137,18 @@ class WriterProcess:
             self.kill()
             raise AssertionError("writer did not start")
         assert not self.acks.errors, self.describe()
+
+    def wait_acknowledged(self, count: int, timeout: float = 30) -> None:
+        """Until the writer has acknowledged ``count`` entries in all: however loaded the
+        machine, a kill after this lands after real work, not only in the start."""
+        with self._heard:
+            heard = self._heard.wait_for(
+                lambda: self._ended or bool(self.acks.errors) or self.acks.count >= count, timeout
+            )
+            assert heard, (
+                f"the writer acknowledged {self.acks.count} of {count} entries in {timeout} s"
+            )
+            assert self.acks.count >= count, f"the writer ended early: {self.describe()}"
 
     def kill(self) -> None:
         if self.process.exitcode is None:

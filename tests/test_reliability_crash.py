@@ -59,7 +59,10 @@ def crash_many_times(
         if rng.random() < 0.15:
             time.sleep(rng.uniform(0, 0.25))  # while it starts: opening the store, its schema
         else:
+            # A few writes acknowledged first, however loaded the machine (a fixed sleep alone
+            # killed many writers before their first write), then a kill at a random moment.
             writer.wait_ready()
+            writer.wait_acknowledged(rng.randint(1, 3))
             time.sleep(rng.uniform(0, 0.2))
         writer.kill()
         assert not writer.acks.errors, f"{where}: the writer failed: {writer.describe()}"
@@ -98,7 +101,7 @@ def test_sqlite_survives_sigkill(tmp_path: Path, durability: str) -> None:
     acknowledged = crash_many_times(
         "sqlite", db, check_sqlite_store, f"--durability={durability}", kills=kills
     )
-    assert acknowledged > kills  # the writer got real work done between kills
+    assert acknowledged  # every round not killed in its start waited for writes (above)
 
 
 @pytest.mark.slow
@@ -126,4 +129,4 @@ def test_jsonl_survives_sigkill_and_torn_last_lines(tmp_path: Path) -> None:
         return sid, entry.id
 
     acknowledged = crash_many_times("jsonl", folder, check_jsonl_store, after_kill=tear)
-    assert acknowledged > KILLS
+    assert acknowledged  # every round not killed in its start waited for writes (above)
