@@ -57,6 +57,12 @@ from mcp_agent.providers.common import (
     fail,
     readable,
 )
+from mcp_agent.providers.proxies import (
+    describe_proxy_error,
+    proxy_auth_hint,
+    proxy_for,
+    socks_proxy_missing,
+)
 from mcp_agent.wire import one_line
 
 __all__ = [
@@ -465,6 +471,9 @@ def describe_status(
 ) -> str:
     """``redirect``: where a 3xx answer's Location points, as shown (see redirect_target)."""
     head = f"{endpoint.where}: {status} {reason}".rstrip()
+    proxy = proxy_for(endpoint.url)
+    if proxy is not None:  # the answer may be the proxy's own (its 502 page)
+        head += f" ({proxy.said})"
     text = f"{head}: {detail}" if detail else head
     hint = ""
     if 300 <= status < 400:
@@ -477,6 +486,8 @@ def describe_status(
             hint += f": set {setting} to {redirect.removesuffix(path)}"
         else:
             hint += f": set {setting} to where it points"
+    elif status == 407 and proxy is not None:
+        hint = proxy_auth_hint(proxy)
     elif status == 401:
         hint = f"check {endpoint.key_env}" if endpoint.key_env else "check the API key"
     elif status == 403:
@@ -659,6 +670,15 @@ def describe_transport_error(
             f"{endpoint.where}: the TLS handshake failed ({detail}) — does the base URL's "
             "scheme match the server (https for TLS, http for plain), and is its certificate valid?"
         )
+    if isinstance(error, httpx.ProxyError | httpx.ConnectError | httpx.ConnectTimeout) and (
+        proxy := proxy_for(endpoint.url)
+    ):  # what failed is the way through the proxy, not the server
+        proxy_end = Endpoint(label="", base_url=proxy.url, url=proxy.url)
+        if is_unknown_host(error):
+            detail = f"the host name {_host_of(proxy_end)!r} is not known ({detail})"
+        elif isinstance(_os_error(error), ConnectionRefusedError):
+            detail = f"connection refused: nothing listens at {_address(proxy_end)}"
+        return describe_proxy_error(endpoint.where, proxy, error, detail)
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
         setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
         if is_unknown_host(error):
@@ -722,12 +742,19 @@ def _only_comments(text: str) -> bool:
 
 
 @asynccontextmanager
-async def _client(options: StreamOptions) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(options: StreamOptions, endpoint: Endpoint) -> AsyncIterator[httpx.AsyncClient]:
     given = options.extra.get("http_client")
     if given is not None:
         yield given
         return
-    async with httpx.AsyncClient(verify=_shared_ssl_context(), timeout=_timeout(options)) as client:
+    try:
+        client = httpx.AsyncClient(verify=_shared_ssl_context(), timeout=_timeout(options))
+    except ImportError as error:  # a SOCKS proxy in the environment, and no socksio
+        said = socks_proxy_missing(endpoint.where, error)
+        if said is None:
+            raise
+        raise ProviderError(said) from error
+    async with client:
         yield client
 
 
@@ -754,7 +781,7 @@ async def open_event_stream(
         **headers,
     }
     secrets = credentials(send_headers)
-    async with _client(options) as client:
+    async with _client(options, endpoint) as client:
         attempt = 0
         while True:
             request = client.build_request(
