@@ -550,6 +550,10 @@ CLOUD_PAGE = (
     [
         (NGINX_502, "502 Bad Gateway (an HTML page)"),
         (CLOUD_PAGE, "The model service is down for upkeep & back soon. (an HTML page)"),
+        (  # a proxy's page without a title: its heading and its line, each its own words
+            b"<html><body><h1>502 Bad Gateway</h1><p>Cannot reach 127.0.0.1:11434</p></body>",
+            "502 Bad Gateway Cannot reach 127.0.0.1:11434 (an HTML page)",
+        ),
     ],
 )
 async def test_an_html_error_page_is_said_in_its_own_words(page: bytes, said: str) -> None:

@@ -229,6 +229,14 @@ _HTML = re.compile(r"\s*(<!doctype\s+html|<html[\s>])", re.IGNORECASE)
 HTML_CHARS = 4096
 
 
+# Tags that begin or end a line of a page's text: "<h1>502 Bad Gateway</h1><p>Cannot…" says
+# "502 Bad Gateway Cannot…", not "502 Bad GatewayCannot…".
+_BLOCK_TAGS = frozenset(
+    "address article aside blockquote br center dd div dl dt footer form h1 h2 h3 h4 h5 h6"
+    " header hr li main nav ol p pre section table td th tr ul".split()
+)
+
+
 class _PageText(HTMLParser):
     """The title of an HTML page, and its text outside scripts and styles."""
 
@@ -241,10 +249,14 @@ class _PageText(HTMLParser):
     def handle_starttag(self, tag: str, attrs: Any) -> None:
         if tag in ("title", "script", "style"):
             self._inside.append(tag)
+        elif tag in _BLOCK_TAGS:
+            self.text.append(" ")
 
     def handle_endtag(self, tag: str) -> None:
         if self._inside and self._inside[-1] == tag:
             self._inside.pop()
+        elif tag in _BLOCK_TAGS:
+            self.text.append(" ")
 
     def handle_data(self, data: str) -> None:
         if not self._inside:
