@@ -250,12 +250,13 @@ def convert_messages(
                     signature = extra.get(THINKING_SIGNATURE)
                     if extra.get(THINKING_REDACTED):
                         blocks.append({"type": "redacted_thinking", "data": signature or ""})
-                    elif not block.thinking.strip():
-                        continue
-                    elif signature:
+                    elif signature:  # even with no text: thinking the API omitted (Opus
+                        # 4.7's default) is carried by its signature, and wanted back
                         blocks.append(
                             {"type": "thinking", "thinking": block.thinking, "signature": signature}
                         )
+                    elif not block.thinking.strip():
+                        continue
                     else:  # unsigned thinking (an aborted stream): the API only takes it as text
                         blocks.append({"type": "text", "text": block.thinking})
                 elif isinstance(block, ToolCall):
