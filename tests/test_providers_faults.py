@@ -755,21 +755,31 @@ async def test_a_refused_connection_says_nothing_listens_there() -> None:
     assert "All connection attempts failed" not in error
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        # A key read from a .env written with CRLF, or copied with a space: the request
+        # failed with "Illegal header value".
+        pytest.param(" sk-a1b2c3d4\r\n", id="line-end"),
+        # A .env line KEY="sk-…" read by what keeps its quotes (docker's --env-file, an MCP
+        # client's env written with them): the server refused the key, quotes and all.
+        pytest.param('"sk-a1b2c3d4"', id="double-quoted"),
+        pytest.param("'sk-a1b2c3d4'\n", id="single-quoted"),
+    ],
+)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-async def test_an_api_key_with_a_line_end_is_sent_without_it(api: str) -> None:
-    # A key read from a .env written with CRLF, or copied with a space: the request failed
-    # with "Illegal header value".
+async def test_an_api_key_with_a_line_end_or_quotes_is_sent_without_them(
+    api: str, given: str
+) -> None:
     async with script_server() as server:
         if api == "openai":
             server.add(oa_text_reply("fine"))
             model = model_at(server.base + "/v1")
-            stream = stream_openai_compat(
-                model, user_context(), options(api_key=" sk-a1b2c3d4\r\n")
-            )
+            stream = stream_openai_compat(model, user_context(), options(api_key=given))
         else:
             server.add(Reply(body=[an_message_start(), *an_text_block(0, "fine"), *an_end()]))
             model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
-            stream = stream_anthropic(model, user_context(), options(api_key="sk-a1b2c3d4\r\n"))
+            stream = stream_anthropic(model, user_context(), options(api_key=given))
         _, final = await collect(stream)
     assert final.text == "fine", final.error_message
     headers = server.requests[0].headers

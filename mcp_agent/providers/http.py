@@ -405,12 +405,16 @@ def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
 
 def clean_api_key(key: str | None, where: str, source: str | None) -> str | None:
     """``key`` without the spaces and line ends around it (a key read from a file, a .env
-    written with CRLF), None when nothing is left; ProviderError for a key that holds what no
-    API key has and no HTTP header can carry (a space, a control or non-ASCII character: a
-    pasted quote mark). ``source``: the variable it came from, named in the error."""
+    written with CRLF) and without the quotes around it (a .env line ``KEY="sk-…"`` read by
+    what keeps them: docker's ``--env-file``), None when nothing is left; ProviderError for a
+    key that holds what no API key has and no HTTP header can carry (a space, a control or
+    non-ASCII character: a pasted quote mark). ``source``: the variable it came from, named
+    in the error."""
     if key is None:
         return None
     key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'":
+        key = key[1:-1].strip()
     if not key:
         return None
     if not key.isascii() or not key.isprintable() or " " in key:
