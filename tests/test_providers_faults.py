@@ -292,7 +292,8 @@ async def test_anthropic_pings_alone_are_a_stall(beat: bytes) -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), start, *pings]))
         _, final = await collect(anthropic(server.base, stall_timeout=0.5))
     assert final.content[0] == TextContent(text="so far")
-    assert "only keep-alives for 0.5 s" in present(final.error_message)
+    error = present(final.error_message)
+    assert "only keep-alives for 0.5 s; a provider's stall_timeout in models.toml" in error
     assert len(server.sent) < 60
 
 

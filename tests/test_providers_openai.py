@@ -1788,9 +1788,10 @@ async def test_a_stream_of_keep_alives_alone_times_out_and_keeps_the_text(beat: 
         )
     assert isinstance(events[-1], ErrorEvent)
     assert final.text == "first words"
-    assert "timed out waiting for the response (only keep-alives for 0.5 s)" in (
-        final.error_message or ""
-    )
+    assert (  # which timeout, and the setting that waits longer
+        "timed out waiting for the response (only keep-alives for 0.5 s; a provider's"
+        " stall_timeout in models.toml waits longer)"
+    ) in (final.error_message or "")
     assert is_transient_error(final)  # retried as a read that timed out is
     assert len(server.sent) < 60  # it gave up, long before the stream's end
 

@@ -1299,7 +1299,8 @@ async def stream_sse(
                     elif time.monotonic() - last_progress > stall:
                         raise ProviderError(
                             f"{endpoint.where}: timed out waiting for the response (only"
-                            f" keep-alives for {stall:g} s){PARTIAL_KEPT}"
+                            f" keep-alives for {stall:g} s; a provider's stall_timeout in"
+                            f" models.toml waits longer){PARTIAL_KEPT}"
                         )
                     if state.done:
                         break
