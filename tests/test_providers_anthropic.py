@@ -455,7 +455,10 @@ async def test_refusal_is_an_error() -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "I can"), *an_end("refusal")]))
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR and final.text == "I can"
-        assert "refused" in present(final.error_message)
+        # The model's words are said, as OpenAI's refusal field's are.
+        assert present(final.error_message).endswith(
+            "the model refused to answer (stop_reason refusal): I can"
+        )
 
 
 # --- faults -----------------------------------------------------------------------------------

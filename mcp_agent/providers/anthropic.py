@@ -47,6 +47,7 @@ from mcp_agent.providers.base import (
     StreamOptions,
 )
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     THINKING_REDACTED,
     THINKING_SIGNATURE,
     append_str,
@@ -69,6 +70,7 @@ from mcp_agent.providers.http import (
     passing_fault,
     stream_sse,
 )
+from mcp_agent.wire import one_line
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -485,7 +487,10 @@ class _StreamState:
         stop = _STOP.get(reason or "end_turn")
         if stop is None:
             what = "refused to answer" if reason == "refusal" else "stopped"
-            raise ProviderError(f"{self.endpoint.where}: the model {what} (stop_reason {reason})")
+            said = f"{self.endpoint.where}: the model {what} (stop_reason {reason})"
+            text = self.output.text if reason == "refusal" else ""
+            words = one_line(text, ERROR_CHARS) if text.strip() else ""  # the model's, quoted
+            raise ProviderError(f"{said}: {words}" if words else said)
         self.output.stop_reason = stop
 
 
