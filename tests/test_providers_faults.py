@@ -343,6 +343,85 @@ async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() ->
     assert error.endswith("; it said: stream not supported on this deployment")
 
 
+async def test_a_whole_chat_completion_in_place_of_a_stream_is_the_answer() -> None:
+    """A server or gateway that answers stream=true with the whole completion as JSON: the
+    answer it holds, as if streamed (text as a delta, the calls, the usage)."""
+    answer = {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "reasoning_content": "The user wants files.",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "ls", "arguments": '{"path": "."}'},
+                        },
+                        {"id": "call_2", "type": "function", "function": {"name": "pwd"}},
+                    ],
+                    "refusal": None,
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 50,
+            "completion_tokens": 7,
+            "total_tokens": 57,
+            "prompt_tokens_details": {"cached_tokens": 40},
+        },
+    }
+    async with script_server() as server:
+        body = json.dumps(answer).encode()
+        server.add(Reply(body=[body], content_type="application/json; charset=utf-8"))
+        events, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [e.delta for e in events if e.type == "text_delta"] == ["Let me look."]
+    assert narrow(final.content[0], ThinkingContent).thinking == "The user wants files."
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+        ("call_1", "ls", {"path": "."}),
+        ("call_2", "pwd", {}),
+    ]
+    usage = final.usage
+    assert (usage.input, usage.output, usage.cache_read) == (10, 7, 40)
+
+
+async def test_a_whole_anthropic_message_in_place_of_a_stream_is_the_answer() -> None:
+    answer = {
+        "id": "msg_9",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "thinking", "thinking": "Files, then.", "signature": "EqQB"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"path": "."}},
+            {"type": "tool_use", "id": "toolu_2", "name": "pwd", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 9, "cache_read_input_tokens": 100},
+    }
+    async with script_server() as server:
+        server.add(Reply(body=[json.dumps(answer).encode()], content_type="application/json"))
+        events, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [e.delta for e in events if e.type == "text_delta"] == ["Let me look."]
+    thinking = narrow(final.content[0], ThinkingContent)
+    assert thinking.to_json_dict()["thinkingSignature"] == "EqQB"  # goes back as it came
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+        ("toolu_1", "ls", {"path": "."}),
+        ("toolu_2", "pwd", {}),
+    ]
+    assert (final.usage.input, final.usage.output, final.usage.cache_read) == (12, 9, 100)
+
+
 @pytest.mark.parametrize(
     ("data", "said"),
     [

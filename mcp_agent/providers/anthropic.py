@@ -494,6 +494,46 @@ class _StreamState:
         self.output.stop_reason = stop
 
 
+def whole_answer(data: Any) -> list[tuple[str, str]] | None:
+    """A ``message`` sent whole where a stream was asked for (see WholeAnswer), as the
+    events that stream it: each block started empty, its content as one delta; None for
+    anything else."""
+    if type(data) is not dict or data.get("type") != "message":
+        return None
+    content = data.get("content")
+    if type(content) is not list:
+        return None
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"message": {**data, "content": [], "stop_reason": None}})
+    ]
+    for index, block in enumerate(content):
+        if type(block) is not dict:
+            return None
+        kind = block.get("type")
+        deltas: list[dict[str, Any]] = []
+        start: dict[str, Any]
+        if kind == "text":
+            start = {"type": "text", "text": ""}
+            deltas.append({"type": "text_delta", "text": block.get("text") or ""})
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": ""}
+            deltas.append({"type": "thinking_delta", "thinking": block.get("thinking") or ""})
+            deltas.append({"type": "signature_delta", "signature": block.get("signature") or ""})
+        elif kind == "tool_use":
+            start = {**block, "input": {}}
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            deltas.append({"type": "input_json_delta", "partial_json": arguments})
+        else:  # redacted thinking, and what is not ours to show, come whole
+            start = block
+        events.append(("content_block_start", {"index": index, "content_block": start}))
+        events += [("content_block_delta", {"index": index, "delta": d}) for d in deltas]
+        events.append(("content_block_stop", {"index": index}))
+    end = {"stop_reason": data.get("stop_reason"), "stop_sequence": data.get("stop_sequence")}
+    events.append(("message_delta", {"delta": end, "usage": data.get("usage") or {}}))
+    events.append(("message_stop", {}))
+    return [(name, json.dumps({"type": name, **event})) for name, event in events]
+
+
 def _endpoint(model: Model, config: AnthropicConfig) -> Endpoint:
     base_url = (model.base_url or ANTHROPIC_BASE_URL).rstrip("/")
     root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
@@ -549,4 +589,5 @@ def stream_anthropic(
         }
         return headers, build_request(model, context, options, config)
 
-    return stream_sse(endpoint, options, prepare, _StreamState(model, new_output(model), endpoint))
+    state = _StreamState(model, new_output(model), endpoint)
+    return stream_sse(endpoint, options, prepare, state, whole_answer)

@@ -782,8 +782,10 @@ async def open_event_stream(
     body: dict[str, Any],
     options: StreamOptions,
     race: AbortRace,
+    whole_answers: bool = False,
 ) -> AsyncIterator[httpx.Response]:
-    """POST ``body`` and yield the open 200 response whose body is an event stream.
+    """POST ``body`` and yield the open 200 response whose body is an event stream (or, with
+    ``whole_answers``, JSON: a server that answered whole, not streamed; see WholeAnswer).
 
     Retries 408/409/429/5xx/529 and failed connects with exponential backoff (Retry-After
     honoured, capped at ``max_retry_delay``); every wait is abortable. Raises ProviderError
@@ -842,7 +844,9 @@ async def open_event_stream(
                 ) from error
             try:
                 if response.status_code < 300:
-                    if not _is_event_stream(response):
+                    if not _is_event_stream(response) and not (
+                        whole_answers and _is_json(response)
+                    ):
                         said = error_detail(await race.run(_read_limited(response)))
                         said = redact(said, secrets)
                         raise ProviderError(_not_an_event_stream(endpoint, response, said))
@@ -955,6 +959,46 @@ async def _read_limited(response: httpx.Response) -> bytes:
 
 def _is_event_stream(response: httpx.Response) -> bool:
     return "text/event-stream" in response.headers.get("content-type", "").partition(";")[0]
+
+
+def _is_json(response: httpx.Response) -> bool:
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+# A whole answer, sent as one JSON body where a stream was asked for (a server or gateway that
+# does not stream, whatever stream=true says), as the events of the stream it stands for:
+# ``(event name, data)`` pairs; None when the body is no answer (an error object, LM Studio's
+# "Unexpected endpoint"), which is said as a body that is no event stream.
+WholeAnswer = Callable[[Any], list[tuple[str, str]] | None]
+
+
+async def _whole_answer_stream(
+    endpoint: Endpoint, response: httpx.Response, whole: WholeAnswer
+) -> AsyncGenerator[bytes, None]:
+    """A JSON body as the event stream it stands for (read whole, up to the answer's bound)."""
+    parts: list[bytes] = []
+    size = 0
+    async with aclosing(body_chunks(response)) as chunks:
+        async for chunk in chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER_CHARS * 2:
+                raise ProviderError(
+                    f"{endpoint.where}: the answer passed {MAX_ANSWER_CHARS * 2:,} bytes of JSON;"
+                    " gave up on it"
+                )
+    body = b"".join(parts)
+    try:
+        events = whole(loads(body.decode("utf-8", "replace")))
+    except (ValueError, RecursionError):
+        events = None
+    if events is None:
+        said = error_detail(body[:ERROR_BODY_LIMIT])
+        raise ProviderError(_not_an_event_stream(endpoint, response, said))
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        yield f"{head}data: {data}\n\n".encode()
 
 
 def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str) -> str:
@@ -1198,6 +1242,7 @@ async def stream_sse(
     options: StreamOptions,
     prepare: Callable[[], tuple[dict[str, str], dict[str, Any]]],
     state: SseState,
+    whole: WholeAnswer | None = None,
 ) -> AsyncIterator[AssistantMessageEvent]:
     """Run one streamed request to the end: StartEvent, the state's events, then DoneEvent or
     ErrorEvent. Never raises (except cancellation from outside); partial content is kept.
@@ -1217,10 +1262,19 @@ async def stream_sse(
         headers, body = prepare()
         secrets = credentials(headers)
         async with open_event_stream(
-            endpoint, headers=headers, body=body, options=options, race=race
+            endpoint,
+            headers=headers,
+            body=body,
+            options=options,
+            race=race,
+            whole_answers=whole is not None,
         ) as response:
             yield StartEvent(output)
-            chunks = body_chunks(response)  # decoded here as UTF-8, as SSE is
+            chunks = (  # decoded here as UTF-8, as SSE is
+                body_chunks(response)
+                if whole is None or _is_event_stream(response)
+                else _whole_answer_stream(endpoint, response, whole)
+            )
             next_chunk = chunks.__anext__
             parser = SseParser(endpoint, state.on_event)
             feed = parser.feed

@@ -823,6 +823,34 @@ class _StreamState:
         output.stop_reason = stop
 
 
+def whole_answer(data: Any) -> list[tuple[str, str]] | None:
+    """A ``chat.completion`` sent whole where a stream was asked for (see WholeAnswer), as
+    the chunks that stream it, in a stream's order: the thinking, the text, then the tool
+    calls (each with its place as its index), the finish reason and the usage. Only the first
+    choice makes the answer; None for anything that is no completion."""
+    choices = data.get("choices") if type(data) is dict else None
+    if type(choices) is not list or not choices:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or type(choice.get("message")) is not dict:
+        return None
+    message = dict(choice["message"])
+    content = message.pop("content", None)
+    calls = message.pop("tool_calls", None)
+    if type(calls) is list:
+        calls = [{"index": i, **c} if type(c) is dict else c for i, c in enumerate(calls)]
+    head = {key: value for key, value in data.items() if key not in ("choices", "usage")}
+    deltas = [message, {"content": content}, {"tool_calls": calls}]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in deltas
+        if any(value is not None for value in delta.values())
+    ]
+    last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}
+    chunks.append({**head, "choices": [last], "usage": data.get("usage")})
+    return [("", json.dumps(chunk)) for chunk in chunks] + [("", "[DONE]")]
+
+
 def _field_settings(
     model: Model, options: StreamOptions, compat: OpenAICompat
 ) -> tuple[tuple[str, str], ...]:
@@ -888,4 +916,5 @@ def stream_openai_compat(
             headers.setdefault("authorization", f"Bearer {api_key}")
         return headers, build_request(model, context, options, compat)
 
-    return stream_sse(endpoint, options, prepare, _StreamState(model, new_output(model), endpoint))
+    state = _StreamState(model, new_output(model), endpoint)
+    return stream_sse(endpoint, options, prepare, state, whole_answer)
