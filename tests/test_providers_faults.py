@@ -835,6 +835,34 @@ async def test_a_refused_connection_says_nothing_listens_there() -> None:
     assert "All connection attempts failed" not in error
 
 
+@contextlib.contextmanager
+def a_host_that_does_not_answer() -> Any:
+    """A port whose listener never accepts, its queue full: the kernel drops the next
+    connection's SYN, as a host that is down or a firewall that drops does (no refusal)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        queued = [socket.socket() for _ in range(8)]
+        try:
+            for sock in queued:
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.connect(("127.0.0.1", port))
+            yield port
+        finally:
+            for sock in queued:
+                sock.close()
+
+
+async def test_a_host_that_does_not_answer_says_how_long_it_was_waited_for() -> None:
+    with a_host_that_does_not_answer() as port:
+        _, final = await collect(openai(f"http://127.0.0.1:{port}", timeout=0.3))
+    error = present(final.error_message)
+    assert f"could not connect (no answer from 127.0.0.1:{port} within 0.3 s)" in error, error
+    assert "(ConnectTimeout)" not in error
+
+
 @pytest.mark.parametrize(
     "given",
     [

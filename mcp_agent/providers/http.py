@@ -670,11 +670,17 @@ def _address(endpoint: Endpoint) -> str:
 
 
 def describe_transport_error(
-    endpoint: Endpoint, error: Exception, *, mid_stream: bool, read_timeout: float | None = None
+    endpoint: Endpoint,
+    error: Exception,
+    *,
+    mid_stream: bool,
+    read_timeout: float | None = None,
+    connect_timeout: float | None = None,
 ) -> str:
     """A connection problem in words: refused, timed out (``read_timeout``: the seconds a read
-    waited), dropped mid-stream."""
+    waited; ``connect_timeout``, a connection), dropped mid-stream."""
     detail = str(error) or type(error).__name__
+    waited = f" within {connect_timeout:g} s" if connect_timeout is not None else ""
     if _cert_not_trusted(error):
         return (
             f"{endpoint.where}: the server's certificate is not trusted ({detail}) — a"
@@ -694,6 +700,8 @@ def describe_transport_error(
             detail = f"the host name {_host_of(proxy_end)!r} is not known ({detail})"
         elif isinstance(_os_error(error), ConnectionRefusedError):
             detail = f"connection refused: nothing listens at {_address(proxy_end)}"
+        elif isinstance(error, httpx.ConnectTimeout):
+            detail = f"no answer from {_address(proxy_end)}{waited}"
         return describe_proxy_error(endpoint.where, proxy, error, detail)
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
         setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
@@ -704,6 +712,8 @@ def describe_transport_error(
             )
         if isinstance(_os_error(error), ConnectionRefusedError):
             detail = f"connection refused: nothing listens at {_address(endpoint)}"
+        elif isinstance(error, httpx.ConnectTimeout):  # a host down, a firewall that drops
+            detail = f"no answer from {_address(endpoint)}{waited}"
         return (
             f"{endpoint.where}: could not connect ({detail}) — is the server running and the"
             f" base URL{setting} right?"
@@ -745,6 +755,12 @@ def _timeout(options: StreamOptions) -> httpx.Timeout:
     connect = float(extra.get("timeout", 30.0))
     read = float(extra.get("read_timeout", 300.0))
     return httpx.Timeout(connect=connect, read=read, write=connect, pool=connect)
+
+
+def _waits(options: StreamOptions) -> dict[str, float | None]:
+    """The timeouts a failed request is said with (describe_transport_error)."""
+    timeout = _timeout(options)
+    return {"read_timeout": timeout.read, "connect_timeout": timeout.connect}
 
 
 def _stall_timeout(options: StreamOptions) -> float:
@@ -825,22 +841,18 @@ async def open_event_stream(
                 ):
                     delay = policy.backoff(attempt, None)
                     said = describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
+                        endpoint, error, mid_stream=False, **_waits(options)
                     )
                     _say_retry(said, delay, attempt, policy)
                     await race.sleep(max(0.0, delay - (time.monotonic() - looked)))
                     attempt += 1
                     continue
                 raise ProviderError(
-                    describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
-                    )
+                    describe_transport_error(endpoint, error, mid_stream=False, **_waits(options))
                 ) from error
             except httpx.HTTPError as error:
                 raise ProviderError(
-                    describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
-                    )
+                    describe_transport_error(endpoint, error, mid_stream=False, **_waits(options))
                 ) from error
             try:
                 if response.status_code < 300:
