@@ -343,6 +343,18 @@ async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() ->
     assert error.endswith("; it said: stream not supported on this deployment")
 
 
+async def test_a_web_page_in_place_of_a_stream_asks_whether_the_base_url_is_the_apis() -> None:
+    # A base URL at a web UI (Open WebUI's port, not its API) or a login page in front of it.
+    page = b"<!doctype html><html><head><title>Open WebUI</title></head><body></body></html>"
+    async with script_server() as server:
+        server.add(Reply(body=[page], content_type="text/html; charset=utf-8"))
+        _, final = await collect(openai(server.base))
+    error = present(final.error_message)
+    assert "got text/html; charset=utf-8; it said: Open WebUI (an HTML page) — a web page" in error
+    assert "does the base URL (OPENAI_BASE_URL) point at the API, not at a web UI" in error
+    assert "stream=true" not in error  # streaming is not what is wrong
+
+
 async def test_a_whole_chat_completion_in_place_of_a_stream_is_the_answer() -> None:
     """A server or gateway that answers stream=true with the whole completion as JSON: the
     answer it holds, as if streamed (text as a delta, the calls, the usage)."""

@@ -1020,7 +1020,13 @@ def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str
         f"{content_type or 'no content type'}"
     )
     missing = missing_path(endpoint)  # LM Studio answers 200 to a path it does not know
-    if missing is None:
+    if missing is None and "html" in content_type.lower():  # no API answers with a page
+        setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
+        missing = (
+            f"a web page, not an API's answer: does the base URL{setting} point at the API,"
+            " not at a web UI or a login page?"
+        )
+    elif missing is None:
         text += " (does this server support stream=true?)"
     text = f"{text}; it said: {said}" if said else text
     return f"{text} — {missing}" if missing else text
