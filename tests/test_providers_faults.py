@@ -355,6 +355,42 @@ async def test_a_web_page_in_place_of_a_stream_asks_whether_the_base_url_is_the_
     assert "stream=true" not in error  # streaming is not what is wrong
 
 
+def openrouter_error(code: int, provider: str, raw: str) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code,
+            "message": "Provider returned error",
+            "metadata": {"raw": raw, "provider_name": provider},
+        }
+    }
+
+
+async def test_a_relays_provider_returned_error_says_what_the_provider_said() -> None:
+    """OpenRouter's errors say "Provider returned error"; what went wrong is in its metadata
+    (the model's provider and its raw answer), mid-stream or as the request's status."""
+    limited = openrouter_error(429, "Venice", "qwen3-coder:free is rate-limited upstream.")
+    raw = json.dumps({"error": {"message": "This model's maximum context length is 8192"}})
+    too_long = openrouter_error(400, "OpenAI", raw)
+    async with script_server() as server:
+        server.add(
+            Reply(body=[oa_chunk({"content": "so"}), sse(limited)]),
+            Reply(
+                status=400, body=[json.dumps(too_long).encode()], content_type="application/json"
+            ),
+        )
+        _, mid_stream = await collect(openai(server.base, max_retries=0))
+        _, refused = await collect(openai(server.base, max_retries=0))
+    error = present(mid_stream.error_message)
+    assert (
+        "rate limited the request mid-stream: Provider returned error (429); Venice said:"
+        " qwen3-coder:free is rate-limited upstream."
+    ) in error
+    assert is_transient_error(mid_stream)
+    error = present(refused.error_message)
+    assert "Provider returned error (400); OpenAI said: This model's maximum context" in error
+    assert is_context_overflow(refused)  # compacted, as the provider's own words say
+
+
 async def test_a_whole_chat_completion_in_place_of_a_stream_is_the_answer() -> None:
     """A server or gateway that answers stream=true with the whole completion as JSON: the
     answer it holds, as if streamed (text as a delta, the calls, the usage)."""

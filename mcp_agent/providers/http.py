@@ -294,8 +294,22 @@ def _detail_from_json(data: Any) -> str:
     if type(kind) is int:  # OpenRouter's and others' HTTP status (502): says a passing fault
         kind = str(kind)
     if kind and isinstance(kind, str) and kind not in message and kind != "error":
-        return f"{message} ({kind})" if message else kind
-    return message
+        message = f"{message} ({kind})" if message else kind
+    return message + _upstream(error.get("metadata"))
+
+
+def _upstream(metadata: Any) -> str:
+    """What the model's own provider said behind a relay's error (OpenRouter's "Provider
+    returned error", its ``metadata``: ``provider_name`` and the ``raw`` body), or ""."""
+    if not isinstance(metadata, dict):
+        return ""
+    raw = metadata.get("raw")
+    said = error_detail(raw) if isinstance(raw, str) else ""
+    if isinstance(raw, dict | list):
+        said = _detail_from_json(raw)
+    who = metadata.get("provider_name")
+    who = who if isinstance(who, str) and who.strip() else "upstream"
+    return f"; {who} said: {said}" if said else ""
 
 
 # What an error object's type, code or status says of a fault that passes (matched whole,
