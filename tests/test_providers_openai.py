@@ -677,6 +677,11 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
     ("finish", "stop", "transient"),
     [
         ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
+        # Gemini's own reasons, passed on by relays in front of it, in its upper case
+        ("STOP", StopReason.STOP, False),
+        ("MAX_TOKENS", StopReason.LENGTH, False),
+        ("SAFETY", StopReason.ERROR, False),
+        ("end_turn", StopReason.STOP, False),  # Anthropic's, passed on the same way
         ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
         ("abort", StopReason.ERROR, True),  # vLLM: the engine dropped the request
         ("error", StopReason.ERROR, True),  # OpenRouter: its upstream failed mid-answer
@@ -695,6 +700,8 @@ async def test_finish_reasons_other_servers_send(
     assert is_transient_error(final) == transient, final.error_message
     if stop == StopReason.ERROR:
         assert f"(finish_reason {finish})" in present(final.error_message)
+    if finish == "SAFETY":
+        assert "the model filtered the response" in present(final.error_message)
 
 
 async def test_content_filter_is_an_error() -> None:

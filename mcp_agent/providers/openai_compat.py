@@ -362,7 +362,17 @@ _FINISH = {
     "model_length": StopReason.LENGTH,  # Mistral: the context window, not max_tokens, ran out
     "tool_calls": StopReason.TOOL_USE,
     "function_call": StopReason.TOOL_USE,
+    # Gemini's own reasons, which relays in front of it pass on (as "STOP", "MAX_TOKENS": the
+    # reasons are looked up in lower case), and Anthropic's, passed on the same way.
+    "max_tokens": StopReason.LENGTH,
+    "end_turn": StopReason.STOP,
+    "stop_sequence": StopReason.STOP,
+    "tool_use": StopReason.TOOL_USE,
 }
+# Finish reasons that say the answer was held back by a filter: OpenAI's, and Gemini's.
+_FILTERED = frozenset(
+    {"content_filter", "safety", "recitation", "blocklist", "prohibited_content", "spii"}
+)
 
 
 _THINK_START = "<think>"
@@ -787,8 +797,10 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
+        reason = self.finish_reason
+        key = reason.lower() if type(reason) is str else reason  # "STOP" from Gemini's relays
         self.keep_held()
-        if _FINISH.get(self.finish_reason or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
+        if _FINISH.get(key or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
             self._thinking_was_the_answer()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
@@ -803,17 +815,16 @@ class _StreamState:
         if self.refusal:  # in its own field, not the text: an answer that is none
             said = one_line("".join(self.refusal), ERROR_CHARS)
             raise ProviderError(f"{self.endpoint.where}: the model refused to answer: {said}")
-        reason = self.finish_reason
-        if reason is None:
+        if key is None:
             output.stop_reason = StopReason.TOOL_USE if output.tool_calls else StopReason.STOP
             return
-        stop = _FINISH.get(reason)
+        stop = _FINISH.get(key)
         if stop is None:
-            if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
+            if key in _OVERLOADED:  # said as a passing fault, so that the turn runs again
                 what = "the server overloaded mid-stream"
-            elif reason in _BROKEN_OFF:  # also passing
+            elif key in _BROKEN_OFF:  # also passing
                 what = "the server broke off mid-stream"
-            elif reason == "content_filter":
+            elif key in _FILTERED:
                 what = "the model filtered the response"
             else:
                 what = "the model stopped"
