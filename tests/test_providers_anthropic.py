@@ -383,6 +383,57 @@ async def test_thinking_with_signature_round_trips() -> None:
         }
 
 
+async def test_omitted_thinking_goes_back_signed_before_its_tool_call() -> None:
+    """Claude Opus 4.7 omits its thinking by default: the block comes with no text, only its
+    signature (which carries the thinking). In a tool loop the API wants that block back
+    before the tool_use; dropped, the next request is refused ("Expected `thinking` or
+    `redacted_thinking`, but found `tool_use`")."""
+    omitted = an_event(
+        "content_block_start", index=0, content_block={"type": "thinking", "thinking": ""}
+    )
+    signed = an_event(
+        "content_block_delta", index=0, delta={"type": "signature_delta", "signature": "Eo8D"}
+    )
+    call = an_event(
+        "content_block_start",
+        index=1,
+        content_block={"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}},
+    )
+    async with script_server() as server:
+        server.add(
+            Reply(
+                body=[
+                    an_message_start(),
+                    omitted,
+                    signed,
+                    an_event("content_block_stop", index=0),
+                    call,
+                    an_event("content_block_stop", index=1),
+                    *an_end("tool_use"),
+                ]
+            ),
+            Reply(body=[an_message_start(), *an_text_block(0, "listed"), *an_end()]),
+        )
+        model = claude(server.base, "claude-opus-4-7")
+        thinking = key(thinking_level=ThinkingLevel.HIGH)
+        _, first = await collect(stream_anthropic(model, user_context(), thinking))
+        assert first.stop_reason == StopReason.TOOL_USE
+        result = ToolResultMessage(
+            tool_call_id="toolu_1",
+            tool_name="ls",
+            content=[TextContent(text="a.txt")],
+            is_error=False,
+        )
+        context = LlmContext(system_prompt="", messages=[UserMessage(content="q"), first, result])
+        _, second = await collect(stream_anthropic(model, context, thinking))
+    assert second.text == "listed"
+    assistant = server.requests[1].json()["messages"][1]
+    assert assistant["content"] == [
+        {"type": "thinking", "thinking": "", "signature": "Eo8D"},
+        {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}},
+    ]
+
+
 @pytest.mark.parametrize(
     ("reason", "stop"),
     [
@@ -404,7 +455,10 @@ async def test_refusal_is_an_error() -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "I can"), *an_end("refusal")]))
         _, final = await collect(stream_anthropic(claude(server.base), user_context(), key()))
         assert final.stop_reason == StopReason.ERROR and final.text == "I can"
-        assert "refused" in present(final.error_message)
+        # The model's words are said, as OpenAI's refusal field's are.
+        assert present(final.error_message).endswith(
+            "the model refused to answer (stop_reason refusal): I can"
+        )
 
 
 # --- faults -----------------------------------------------------------------------------------

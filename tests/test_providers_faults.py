@@ -292,7 +292,8 @@ async def test_anthropic_pings_alone_are_a_stall(beat: bytes) -> None:
         server.add(Reply(body=[an_message_start(), *an_text_block(0, "so far"), start, *pings]))
         _, final = await collect(anthropic(server.base, stall_timeout=0.5))
     assert final.content[0] == TextContent(text="so far")
-    assert "only keep-alives for 0.5 s" in present(final.error_message)
+    error = present(final.error_message)
+    assert "only keep-alives for 0.5 s; a provider's stall_timeout in models.toml" in error
     assert len(server.sent) < 60
 
 
@@ -340,6 +341,133 @@ async def test_a_json_answer_in_place_of_a_stream_says_what_the_server_said() ->
     error = present(final.error_message)
     assert "expected a server-sent event stream but got application/json" in error
     assert error.endswith("; it said: stream not supported on this deployment")
+
+
+async def test_a_web_page_in_place_of_a_stream_asks_whether_the_base_url_is_the_apis() -> None:
+    # A base URL at a web UI (Open WebUI's port, not its API) or a login page in front of it.
+    page = b"<!doctype html><html><head><title>Open WebUI</title></head><body></body></html>"
+    async with script_server() as server:
+        server.add(Reply(body=[page], content_type="text/html; charset=utf-8"))
+        _, final = await collect(openai(server.base))
+    error = present(final.error_message)
+    assert "got text/html; charset=utf-8; it said: Open WebUI (an HTML page) — a web page" in error
+    assert "does the base URL (OPENAI_BASE_URL) point at the API, not at a web UI" in error
+    assert "stream=true" not in error  # streaming is not what is wrong
+
+
+def openrouter_error(code: int, provider: str, raw: str) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": code,
+            "message": "Provider returned error",
+            "metadata": {"raw": raw, "provider_name": provider},
+        }
+    }
+
+
+async def test_a_relays_provider_returned_error_says_what_the_provider_said() -> None:
+    """OpenRouter's errors say "Provider returned error"; what went wrong is in its metadata
+    (the model's provider and its raw answer), mid-stream or as the request's status."""
+    limited = openrouter_error(429, "Venice", "qwen3-coder:free is rate-limited upstream.")
+    raw = json.dumps({"error": {"message": "This model's maximum context length is 8192"}})
+    too_long = openrouter_error(400, "OpenAI", raw)
+    async with script_server() as server:
+        server.add(
+            Reply(body=[oa_chunk({"content": "so"}), sse(limited)]),
+            Reply(
+                status=400, body=[json.dumps(too_long).encode()], content_type="application/json"
+            ),
+        )
+        _, mid_stream = await collect(openai(server.base, max_retries=0))
+        _, refused = await collect(openai(server.base, max_retries=0))
+    error = present(mid_stream.error_message)
+    assert (
+        "rate limited the request mid-stream: Provider returned error (429); Venice said:"
+        " qwen3-coder:free is rate-limited upstream."
+    ) in error
+    assert is_transient_error(mid_stream)
+    error = present(refused.error_message)
+    assert "Provider returned error (400); OpenAI said: This model's maximum context" in error
+    assert is_context_overflow(refused)  # compacted, as the provider's own words say
+
+
+async def test_a_whole_chat_completion_in_place_of_a_stream_is_the_answer() -> None:
+    """A server or gateway that answers stream=true with the whole completion as JSON: the
+    answer it holds, as if streamed (text as a delta, the calls, the usage)."""
+    answer = {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "reasoning_content": "The user wants files.",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "ls", "arguments": '{"path": "."}'},
+                        },
+                        {"id": "call_2", "type": "function", "function": {"name": "pwd"}},
+                    ],
+                    "refusal": None,
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 50,
+            "completion_tokens": 7,
+            "total_tokens": 57,
+            "prompt_tokens_details": {"cached_tokens": 40},
+        },
+    }
+    async with script_server() as server:
+        body = json.dumps(answer).encode()
+        server.add(Reply(body=[body], content_type="application/json; charset=utf-8"))
+        events, final = await collect(openai(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [e.delta for e in events if e.type == "text_delta"] == ["Let me look."]
+    assert narrow(final.content[0], ThinkingContent).thinking == "The user wants files."
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+        ("call_1", "ls", {"path": "."}),
+        ("call_2", "pwd", {}),
+    ]
+    usage = final.usage
+    assert (usage.input, usage.output, usage.cache_read) == (10, 7, 40)
+
+
+async def test_a_whole_anthropic_message_in_place_of_a_stream_is_the_answer() -> None:
+    answer = {
+        "id": "msg_9",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "thinking", "thinking": "Files, then.", "signature": "EqQB"},
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"path": "."}},
+            {"type": "tool_use", "id": "toolu_2", "name": "pwd", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 9, "cache_read_input_tokens": 100},
+    }
+    async with script_server() as server:
+        server.add(Reply(body=[json.dumps(answer).encode()], content_type="application/json"))
+        events, final = await collect(anthropic(server.base))
+    assert final.stop_reason == StopReason.TOOL_USE, final.error_message
+    assert [e.delta for e in events if e.type == "text_delta"] == ["Let me look."]
+    thinking = narrow(final.content[0], ThinkingContent)
+    assert thinking.to_json_dict()["thinkingSignature"] == "EqQB"  # goes back as it came
+    assert [(c.id, c.name, c.arguments) for c in final.tool_calls] == [
+        ("toolu_1", "ls", {"path": "."}),
+        ("toolu_2", "pwd", {}),
+    ]
+    assert (final.usage.input, final.usage.output, final.usage.cache_read) == (12, 9, 100)
 
 
 @pytest.mark.parametrize(
@@ -550,6 +678,10 @@ CLOUD_PAGE = (
     [
         (NGINX_502, "502 Bad Gateway (an HTML page)"),
         (CLOUD_PAGE, "The model service is down for upkeep & back soon. (an HTML page)"),
+        (  # a proxy's page without a title: its heading and its line, each its own words
+            b"<html><body><h1>502 Bad Gateway</h1><p>Cannot reach 127.0.0.1:11434</p></body>",
+            "502 Bad Gateway Cannot reach 127.0.0.1:11434 (an HTML page)",
+        ),
     ],
 )
 async def test_an_html_error_page_is_said_in_its_own_words(page: bytes, said: str) -> None:
@@ -751,21 +883,59 @@ async def test_a_refused_connection_says_nothing_listens_there() -> None:
     assert "All connection attempts failed" not in error
 
 
+@contextlib.contextmanager
+def a_host_that_does_not_answer() -> Any:
+    """A port whose listener never accepts, its queue full: the kernel drops the next
+    connection's SYN, as a host that is down or a firewall that drops does (no refusal)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        queued = [socket.socket() for _ in range(8)]
+        try:
+            for sock in queued:
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.connect(("127.0.0.1", port))
+            yield port
+        finally:
+            for sock in queued:
+                sock.close()
+
+
+async def test_a_host_that_does_not_answer_says_how_long_it_was_waited_for() -> None:
+    with a_host_that_does_not_answer() as port:
+        _, final = await collect(openai(f"http://127.0.0.1:{port}", timeout=0.3))
+    error = present(final.error_message)
+    assert f"could not connect (no answer from 127.0.0.1:{port} within 0.3 s)" in error, error
+    assert "(ConnectTimeout)" not in error
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        # A key read from a .env written with CRLF, or copied with a space: the request
+        # failed with "Illegal header value".
+        pytest.param(" sk-a1b2c3d4\r\n", id="line-end"),
+        # A .env line KEY="sk-…" read by what keeps its quotes (docker's --env-file, an MCP
+        # client's env written with them): the server refused the key, quotes and all.
+        pytest.param('"sk-a1b2c3d4"', id="double-quoted"),
+        pytest.param("'sk-a1b2c3d4'\n", id="single-quoted"),
+    ],
+)
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-async def test_an_api_key_with_a_line_end_is_sent_without_it(api: str) -> None:
-    # A key read from a .env written with CRLF, or copied with a space: the request failed
-    # with "Illegal header value".
+async def test_an_api_key_with_a_line_end_or_quotes_is_sent_without_them(
+    api: str, given: str
+) -> None:
     async with script_server() as server:
         if api == "openai":
             server.add(oa_text_reply("fine"))
             model = model_at(server.base + "/v1")
-            stream = stream_openai_compat(
-                model, user_context(), options(api_key=" sk-a1b2c3d4\r\n")
-            )
+            stream = stream_openai_compat(model, user_context(), options(api_key=given))
         else:
             server.add(Reply(body=[an_message_start(), *an_text_block(0, "fine"), *an_end()]))
             model = model_at(server.base, "claude-sonnet-4-5", api="anthropic-messages")
-            stream = stream_anthropic(model, user_context(), options(api_key="sk-a1b2c3d4\r\n"))
+            stream = stream_anthropic(model, user_context(), options(api_key=given))
         _, final = await collect(stream)
     assert final.text == "fine", final.error_message
     headers = server.requests[0].headers

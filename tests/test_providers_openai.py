@@ -677,6 +677,11 @@ async def test_finish_reasons(finish: str, stop: StopReason) -> None:
     ("finish", "stop", "transient"),
     [
         ("model_length", StopReason.LENGTH, False),  # Mistral's context window ran out
+        # Gemini's own reasons, passed on by relays in front of it, in its upper case
+        ("STOP", StopReason.STOP, False),
+        ("MAX_TOKENS", StopReason.LENGTH, False),
+        ("SAFETY", StopReason.ERROR, False),
+        ("end_turn", StopReason.STOP, False),  # Anthropic's, passed on the same way
         ("insufficient_system_resource", StopReason.ERROR, True),  # DeepSeek under load
         ("abort", StopReason.ERROR, True),  # vLLM: the engine dropped the request
         ("error", StopReason.ERROR, True),  # OpenRouter: its upstream failed mid-answer
@@ -695,6 +700,8 @@ async def test_finish_reasons_other_servers_send(
     assert is_transient_error(final) == transient, final.error_message
     if stop == StopReason.ERROR:
         assert f"(finish_reason {finish})" in present(final.error_message)
+    if finish == "SAFETY":
+        assert "the model filtered the response" in present(final.error_message)
 
 
 async def test_content_filter_is_an_error() -> None:
@@ -1788,9 +1795,10 @@ async def test_a_stream_of_keep_alives_alone_times_out_and_keeps_the_text(beat: 
         )
     assert isinstance(events[-1], ErrorEvent)
     assert final.text == "first words"
-    assert "timed out waiting for the response (only keep-alives for 0.5 s)" in (
-        final.error_message or ""
-    )
+    assert (  # which timeout, and the setting that waits longer
+        "timed out waiting for the response (only keep-alives for 0.5 s; a provider's"
+        " stall_timeout in models.toml waits longer)"
+    ) in (final.error_message or "")
     assert is_transient_error(final)  # retried as a read that timed out is
     assert len(server.sent) < 60  # it gave up, long before the stream's end
 

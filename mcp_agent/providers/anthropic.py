@@ -47,6 +47,7 @@ from mcp_agent.providers.base import (
     StreamOptions,
 )
 from mcp_agent.providers.common import (
+    ERROR_CHARS,
     THINKING_REDACTED,
     THINKING_SIGNATURE,
     append_str,
@@ -69,6 +70,7 @@ from mcp_agent.providers.http import (
     passing_fault,
     stream_sse,
 )
+from mcp_agent.wire import one_line
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -250,12 +252,13 @@ def convert_messages(
                     signature = extra.get(THINKING_SIGNATURE)
                     if extra.get(THINKING_REDACTED):
                         blocks.append({"type": "redacted_thinking", "data": signature or ""})
-                    elif not block.thinking.strip():
-                        continue
-                    elif signature:
+                    elif signature:  # even with no text: thinking the API omitted (Opus
+                        # 4.7's default) is carried by its signature, and wanted back
                         blocks.append(
                             {"type": "thinking", "thinking": block.thinking, "signature": signature}
                         )
+                    elif not block.thinking.strip():
+                        continue
                     else:  # unsigned thinking (an aborted stream): the API only takes it as text
                         blocks.append({"type": "text", "text": block.thinking})
                 elif isinstance(block, ToolCall):
@@ -484,8 +487,51 @@ class _StreamState:
         stop = _STOP.get(reason or "end_turn")
         if stop is None:
             what = "refused to answer" if reason == "refusal" else "stopped"
-            raise ProviderError(f"{self.endpoint.where}: the model {what} (stop_reason {reason})")
+            said = f"{self.endpoint.where}: the model {what} (stop_reason {reason})"
+            text = self.output.text if reason == "refusal" else ""
+            words = one_line(text, ERROR_CHARS) if text.strip() else ""  # the model's, quoted
+            raise ProviderError(f"{said}: {words}" if words else said)
         self.output.stop_reason = stop
+
+
+def whole_answer(data: Any) -> list[tuple[str, str]] | None:
+    """A ``message`` sent whole where a stream was asked for (see WholeAnswer), as the
+    events that stream it: each block started empty, its content as one delta; None for
+    anything else."""
+    if type(data) is not dict or data.get("type") != "message":
+        return None
+    content = data.get("content")
+    if type(content) is not list:
+        return None
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"message": {**data, "content": [], "stop_reason": None}})
+    ]
+    for index, block in enumerate(content):
+        if type(block) is not dict:
+            return None
+        kind = block.get("type")
+        deltas: list[dict[str, Any]] = []
+        start: dict[str, Any]
+        if kind == "text":
+            start = {"type": "text", "text": ""}
+            deltas.append({"type": "text_delta", "text": block.get("text") or ""})
+        elif kind == "thinking":
+            start = {"type": "thinking", "thinking": ""}
+            deltas.append({"type": "thinking_delta", "thinking": block.get("thinking") or ""})
+            deltas.append({"type": "signature_delta", "signature": block.get("signature") or ""})
+        elif kind == "tool_use":
+            start = {**block, "input": {}}
+            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            deltas.append({"type": "input_json_delta", "partial_json": arguments})
+        else:  # redacted thinking, and what is not ours to show, come whole
+            start = block
+        events.append(("content_block_start", {"index": index, "content_block": start}))
+        events += [("content_block_delta", {"index": index, "delta": d}) for d in deltas]
+        events.append(("content_block_stop", {"index": index}))
+    end = {"stop_reason": data.get("stop_reason"), "stop_sequence": data.get("stop_sequence")}
+    events.append(("message_delta", {"delta": end, "usage": data.get("usage") or {}}))
+    events.append(("message_stop", {}))
+    return [(name, json.dumps({"type": name, **event})) for name, event in events]
 
 
 def _endpoint(model: Model, config: AnthropicConfig) -> Endpoint:
@@ -543,4 +589,5 @@ def stream_anthropic(
         }
         return headers, build_request(model, context, options, config)
 
-    return stream_sse(endpoint, options, prepare, _StreamState(model, new_output(model), endpoint))
+    state = _StreamState(model, new_output(model), endpoint)
+    return stream_sse(endpoint, options, prepare, state, whole_answer)

@@ -57,6 +57,12 @@ from mcp_agent.providers.common import (
     fail,
     readable,
 )
+from mcp_agent.providers.proxies import (
+    describe_proxy_error,
+    proxy_auth_hint,
+    proxy_for,
+    socks_proxy_missing,
+)
 from mcp_agent.wire import one_line
 
 __all__ = [
@@ -223,6 +229,14 @@ _HTML = re.compile(r"\s*(<!doctype\s+html|<html[\s>])", re.IGNORECASE)
 HTML_CHARS = 4096
 
 
+# Tags that begin or end a line of a page's text: "<h1>502 Bad Gateway</h1><p>Cannot…" says
+# "502 Bad Gateway Cannot…", not "502 Bad GatewayCannot…".
+_BLOCK_TAGS = frozenset(
+    "address article aside blockquote br center dd div dl dt footer form h1 h2 h3 h4 h5 h6"
+    " header hr li main nav ol p pre section table td th tr ul".split()
+)
+
+
 class _PageText(HTMLParser):
     """The title of an HTML page, and its text outside scripts and styles."""
 
@@ -235,10 +249,14 @@ class _PageText(HTMLParser):
     def handle_starttag(self, tag: str, attrs: Any) -> None:
         if tag in ("title", "script", "style"):
             self._inside.append(tag)
+        elif tag in _BLOCK_TAGS:
+            self.text.append(" ")
 
     def handle_endtag(self, tag: str) -> None:
         if self._inside and self._inside[-1] == tag:
             self._inside.pop()
+        elif tag in _BLOCK_TAGS:
+            self.text.append(" ")
 
     def handle_data(self, data: str) -> None:
         if not self._inside:
@@ -276,8 +294,22 @@ def _detail_from_json(data: Any) -> str:
     if type(kind) is int:  # OpenRouter's and others' HTTP status (502): says a passing fault
         kind = str(kind)
     if kind and isinstance(kind, str) and kind not in message and kind != "error":
-        return f"{message} ({kind})" if message else kind
-    return message
+        message = f"{message} ({kind})" if message else kind
+    return message + _upstream(error.get("metadata"))
+
+
+def _upstream(metadata: Any) -> str:
+    """What the model's own provider said behind a relay's error (OpenRouter's "Provider
+    returned error", its ``metadata``: ``provider_name`` and the ``raw`` body), or ""."""
+    if not isinstance(metadata, dict):
+        return ""
+    raw = metadata.get("raw")
+    said = error_detail(raw) if isinstance(raw, str) else ""
+    if isinstance(raw, dict | list):
+        said = _detail_from_json(raw)
+    who = metadata.get("provider_name")
+    who = who if isinstance(who, str) and who.strip() else "upstream"
+    return f"; {who} said: {said}" if said else ""
 
 
 # What an error object's type, code or status says of a fault that passes (matched whole,
@@ -387,12 +419,16 @@ def credentials(headers: Mapping[str, str]) -> tuple[str, ...]:
 
 def clean_api_key(key: str | None, where: str, source: str | None) -> str | None:
     """``key`` without the spaces and line ends around it (a key read from a file, a .env
-    written with CRLF), None when nothing is left; ProviderError for a key that holds what no
-    API key has and no HTTP header can carry (a space, a control or non-ASCII character: a
-    pasted quote mark). ``source``: the variable it came from, named in the error."""
+    written with CRLF) and without the quotes around it (a .env line ``KEY="sk-…"`` read by
+    what keeps them: docker's ``--env-file``), None when nothing is left; ProviderError for a
+    key that holds what no API key has and no HTTP header can carry (a space, a control or
+    non-ASCII character: a pasted quote mark). ``source``: the variable it came from, named
+    in the error."""
     if key is None:
         return None
     key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'":
+        key = key[1:-1].strip()
     if not key:
         return None
     if not key.isascii() or not key.isprintable() or " " in key:
@@ -465,6 +501,9 @@ def describe_status(
 ) -> str:
     """``redirect``: where a 3xx answer's Location points, as shown (see redirect_target)."""
     head = f"{endpoint.where}: {status} {reason}".rstrip()
+    proxy = proxy_for(endpoint.url)
+    if proxy is not None:  # the answer may be the proxy's own (its 502 page)
+        head += f" ({proxy.said})"
     text = f"{head}: {detail}" if detail else head
     hint = ""
     if 300 <= status < 400:
@@ -477,6 +516,8 @@ def describe_status(
             hint += f": set {setting} to {redirect.removesuffix(path)}"
         else:
             hint += f": set {setting} to where it points"
+    elif status == 407 and proxy is not None:
+        hint = proxy_auth_hint(proxy)
     elif status == 401:
         hint = f"check {endpoint.key_env}" if endpoint.key_env else "check the API key"
     elif status == 403:
@@ -643,11 +684,17 @@ def _address(endpoint: Endpoint) -> str:
 
 
 def describe_transport_error(
-    endpoint: Endpoint, error: Exception, *, mid_stream: bool, read_timeout: float | None = None
+    endpoint: Endpoint,
+    error: Exception,
+    *,
+    mid_stream: bool,
+    read_timeout: float | None = None,
+    connect_timeout: float | None = None,
 ) -> str:
     """A connection problem in words: refused, timed out (``read_timeout``: the seconds a read
-    waited), dropped mid-stream."""
+    waited; ``connect_timeout``, a connection), dropped mid-stream."""
     detail = str(error) or type(error).__name__
+    waited = f" within {connect_timeout:g} s" if connect_timeout is not None else ""
     if _cert_not_trusted(error):
         return (
             f"{endpoint.where}: the server's certificate is not trusted ({detail}) — a"
@@ -659,6 +706,17 @@ def describe_transport_error(
             f"{endpoint.where}: the TLS handshake failed ({detail}) — does the base URL's "
             "scheme match the server (https for TLS, http for plain), and is its certificate valid?"
         )
+    if isinstance(error, httpx.ProxyError | httpx.ConnectError | httpx.ConnectTimeout) and (
+        proxy := proxy_for(endpoint.url)
+    ):  # what failed is the way through the proxy, not the server
+        proxy_end = Endpoint(label="", base_url=proxy.url, url=proxy.url)
+        if is_unknown_host(error):
+            detail = f"the host name {_host_of(proxy_end)!r} is not known ({detail})"
+        elif isinstance(_os_error(error), ConnectionRefusedError):
+            detail = f"connection refused: nothing listens at {_address(proxy_end)}"
+        elif isinstance(error, httpx.ConnectTimeout):
+            detail = f"no answer from {_address(proxy_end)}{waited}"
+        return describe_proxy_error(endpoint.where, proxy, error, detail)
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
         setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
         if is_unknown_host(error):
@@ -668,6 +726,8 @@ def describe_transport_error(
             )
         if isinstance(_os_error(error), ConnectionRefusedError):
             detail = f"connection refused: nothing listens at {_address(endpoint)}"
+        elif isinstance(error, httpx.ConnectTimeout):  # a host down, a firewall that drops
+            detail = f"no answer from {_address(endpoint)}{waited}"
         return (
             f"{endpoint.where}: could not connect ({detail}) — is the server running and the"
             f" base URL{setting} right?"
@@ -711,6 +771,12 @@ def _timeout(options: StreamOptions) -> httpx.Timeout:
     return httpx.Timeout(connect=connect, read=read, write=connect, pool=connect)
 
 
+def _waits(options: StreamOptions) -> dict[str, float | None]:
+    """The timeouts a failed request is said with (describe_transport_error)."""
+    timeout = _timeout(options)
+    return {"read_timeout": timeout.read, "connect_timeout": timeout.connect}
+
+
 def _stall_timeout(options: StreamOptions) -> float:
     """Seconds of nothing but keep-alive comments before a stream counts as stalled: long,
     since a proxy keeps a connection alive that way while a reasoning model thinks."""
@@ -722,12 +788,19 @@ def _only_comments(text: str) -> bool:
 
 
 @asynccontextmanager
-async def _client(options: StreamOptions) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(options: StreamOptions, endpoint: Endpoint) -> AsyncIterator[httpx.AsyncClient]:
     given = options.extra.get("http_client")
     if given is not None:
         yield given
         return
-    async with httpx.AsyncClient(verify=_shared_ssl_context(), timeout=_timeout(options)) as client:
+    try:
+        client = httpx.AsyncClient(verify=_shared_ssl_context(), timeout=_timeout(options))
+    except ImportError as error:  # a SOCKS proxy in the environment, and no socksio
+        said = socks_proxy_missing(endpoint.where, error)
+        if said is None:
+            raise
+        raise ProviderError(said) from error
+    async with client:
         yield client
 
 
@@ -739,8 +812,10 @@ async def open_event_stream(
     body: dict[str, Any],
     options: StreamOptions,
     race: AbortRace,
+    whole_answers: bool = False,
 ) -> AsyncIterator[httpx.Response]:
-    """POST ``body`` and yield the open 200 response whose body is an event stream.
+    """POST ``body`` and yield the open 200 response whose body is an event stream (or, with
+    ``whole_answers``, JSON: a server that answered whole, not streamed; see WholeAnswer).
 
     Retries 408/409/429/5xx/529 and failed connects with exponential backoff (Retry-After
     honoured, capped at ``max_retry_delay``); every wait is abortable. Raises ProviderError
@@ -754,7 +829,7 @@ async def open_event_stream(
         **headers,
     }
     secrets = credentials(send_headers)
-    async with _client(options) as client:
+    async with _client(options, endpoint) as client:
         attempt = 0
         while True:
             request = client.build_request(
@@ -780,26 +855,24 @@ async def open_event_stream(
                 ):
                     delay = policy.backoff(attempt, None)
                     said = describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
+                        endpoint, error, mid_stream=False, **_waits(options)
                     )
                     _say_retry(said, delay, attempt, policy)
                     await race.sleep(max(0.0, delay - (time.monotonic() - looked)))
                     attempt += 1
                     continue
                 raise ProviderError(
-                    describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
-                    )
+                    describe_transport_error(endpoint, error, mid_stream=False, **_waits(options))
                 ) from error
             except httpx.HTTPError as error:
                 raise ProviderError(
-                    describe_transport_error(
-                        endpoint, error, mid_stream=False, read_timeout=_timeout(options).read
-                    )
+                    describe_transport_error(endpoint, error, mid_stream=False, **_waits(options))
                 ) from error
             try:
                 if response.status_code < 300:
-                    if not _is_event_stream(response):
+                    if not _is_event_stream(response) and not (
+                        whole_answers and _is_json(response)
+                    ):
                         said = error_detail(await race.run(_read_limited(response)))
                         said = redact(said, secrets)
                         raise ProviderError(_not_an_event_stream(endpoint, response, said))
@@ -914,6 +987,46 @@ def _is_event_stream(response: httpx.Response) -> bool:
     return "text/event-stream" in response.headers.get("content-type", "").partition(";")[0]
 
 
+def _is_json(response: httpx.Response) -> bool:
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+# A whole answer, sent as one JSON body where a stream was asked for (a server or gateway that
+# does not stream, whatever stream=true says), as the events of the stream it stands for:
+# ``(event name, data)`` pairs; None when the body is no answer (an error object, LM Studio's
+# "Unexpected endpoint"), which is said as a body that is no event stream.
+WholeAnswer = Callable[[Any], list[tuple[str, str]] | None]
+
+
+async def _whole_answer_stream(
+    endpoint: Endpoint, response: httpx.Response, whole: WholeAnswer
+) -> AsyncGenerator[bytes, None]:
+    """A JSON body as the event stream it stands for (read whole, up to the answer's bound)."""
+    parts: list[bytes] = []
+    size = 0
+    async with aclosing(body_chunks(response)) as chunks:
+        async for chunk in chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER_CHARS * 2:
+                raise ProviderError(
+                    f"{endpoint.where}: the answer passed {MAX_ANSWER_CHARS * 2:,} bytes of JSON;"
+                    " gave up on it"
+                )
+    body = b"".join(parts)
+    try:
+        events = whole(loads(body.decode("utf-8", "replace")))
+    except (ValueError, RecursionError):
+        events = None
+    if events is None:
+        said = error_detail(body[:ERROR_BODY_LIMIT])
+        raise ProviderError(_not_an_event_stream(endpoint, response, said))
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        yield f"{head}data: {data}\n\n".encode()
+
+
 def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str) -> str:
     content_type = response.headers.get("content-type", "")
     text = (
@@ -921,7 +1034,13 @@ def _not_an_event_stream(endpoint: Endpoint, response: httpx.Response, said: str
         f"{content_type or 'no content type'}"
     )
     missing = missing_path(endpoint)  # LM Studio answers 200 to a path it does not know
-    if missing is None:
+    if missing is None and "html" in content_type.lower():  # no API answers with a page
+        setting = f" ({endpoint.base_url_env})" if endpoint.base_url_env else ""
+        missing = (
+            f"a web page, not an API's answer: does the base URL{setting} point at the API,"
+            " not at a web UI or a login page?"
+        )
+    elif missing is None:
         text += " (does this server support stream=true?)"
     text = f"{text}; it said: {said}" if said else text
     return f"{text} — {missing}" if missing else text
@@ -1155,6 +1274,7 @@ async def stream_sse(
     options: StreamOptions,
     prepare: Callable[[], tuple[dict[str, str], dict[str, Any]]],
     state: SseState,
+    whole: WholeAnswer | None = None,
 ) -> AsyncIterator[AssistantMessageEvent]:
     """Run one streamed request to the end: StartEvent, the state's events, then DoneEvent or
     ErrorEvent. Never raises (except cancellation from outside); partial content is kept.
@@ -1174,10 +1294,19 @@ async def stream_sse(
         headers, body = prepare()
         secrets = credentials(headers)
         async with open_event_stream(
-            endpoint, headers=headers, body=body, options=options, race=race
+            endpoint,
+            headers=headers,
+            body=body,
+            options=options,
+            race=race,
+            whole_answers=whole is not None,
         ) as response:
             yield StartEvent(output)
-            chunks = body_chunks(response)  # decoded here as UTF-8, as SSE is
+            chunks = (  # decoded here as UTF-8, as SSE is
+                body_chunks(response)
+                if whole is None or _is_event_stream(response)
+                else _whole_answer_stream(endpoint, response, whole)
+            )
             next_chunk = chunks.__anext__
             parser = SseParser(endpoint, state.on_event)
             feed = parser.feed
@@ -1256,7 +1385,8 @@ async def stream_sse(
                     elif time.monotonic() - last_progress > stall:
                         raise ProviderError(
                             f"{endpoint.where}: timed out waiting for the response (only"
-                            f" keep-alives for {stall:g} s){PARTIAL_KEPT}"
+                            f" keep-alives for {stall:g} s; a provider's stall_timeout in"
+                            f" models.toml waits longer){PARTIAL_KEPT}"
                         )
                     if state.done:
                         break

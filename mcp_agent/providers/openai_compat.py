@@ -363,7 +363,17 @@ _FINISH = {
     "model_length": StopReason.LENGTH,  # Mistral: the context window, not max_tokens, ran out
     "tool_calls": StopReason.TOOL_USE,
     "function_call": StopReason.TOOL_USE,
+    # Gemini's own reasons, which relays in front of it pass on (as "STOP", "MAX_TOKENS": the
+    # reasons are looked up in lower case), and Anthropic's, passed on the same way.
+    "max_tokens": StopReason.LENGTH,
+    "end_turn": StopReason.STOP,
+    "stop_sequence": StopReason.STOP,
+    "tool_use": StopReason.TOOL_USE,
 }
+# Finish reasons that say the answer was held back by a filter: OpenAI's, and Gemini's.
+_FILTERED = frozenset(
+    {"content_filter", "safety", "recitation", "blocklist", "prohibited_content", "spii"}
+)
 
 
 _THINK_START = "<think>"
@@ -823,8 +833,10 @@ class _StreamState:
                 f"{self.endpoint.where}: the stream ended before the response was complete "
                 f"(no finish_reason and no [DONE]){PARTIAL_KEPT}"
             )
+        reason = self.finish_reason
+        key = reason.lower() if type(reason) is str else reason  # "STOP" from Gemini's relays
         self.keep_held()
-        if _FINISH.get(self.finish_reason or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
+        if _FINISH.get(key or "stop") in (StopReason.STOP, StopReason.TOOL_USE):
             self._thinking_was_the_answer()
         give_calls_ids(output)
         for index, block in enumerate(output.content):
@@ -839,17 +851,16 @@ class _StreamState:
         if self.refusal:  # in its own field, not the text: an answer that is none
             said = one_line("".join(self.refusal), ERROR_CHARS)
             raise ProviderError(f"{self.endpoint.where}: the model refused to answer: {said}")
-        reason = self.finish_reason
-        if reason is None:
+        if key is None:
             output.stop_reason = StopReason.TOOL_USE if output.tool_calls else StopReason.STOP
             return
-        stop = _FINISH.get(reason)
+        stop = _FINISH.get(key)
         if stop is None:
-            if reason in _OVERLOADED:  # said as a passing fault, so that the turn runs again
+            if key in _OVERLOADED:  # said as a passing fault, so that the turn runs again
                 what = "the server overloaded mid-stream"
-            elif reason in _BROKEN_OFF:  # also passing
+            elif key in _BROKEN_OFF:  # also passing
                 what = "the server broke off mid-stream"
-            elif reason == "content_filter":
+            elif key in _FILTERED:
                 what = "the model filtered the response"
             else:
                 what = "the model stopped"
@@ -857,6 +868,34 @@ class _StreamState:
         if stop == StopReason.STOP and output.tool_calls:
             stop = StopReason.TOOL_USE  # some servers say "stop" after tool calls
         output.stop_reason = stop
+
+
+def whole_answer(data: Any) -> list[tuple[str, str]] | None:
+    """A ``chat.completion`` sent whole where a stream was asked for (see WholeAnswer), as
+    the chunks that stream it, in a stream's order: the thinking, the text, then the tool
+    calls (each with its place as its index), the finish reason and the usage. Only the first
+    choice makes the answer; None for anything that is no completion."""
+    choices = data.get("choices") if type(data) is dict else None
+    if type(choices) is not list or not choices:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or type(choice.get("message")) is not dict:
+        return None
+    message = dict(choice["message"])
+    content = message.pop("content", None)
+    calls = message.pop("tool_calls", None)
+    if type(calls) is list:
+        calls = [{"index": i, **c} if type(c) is dict else c for i, c in enumerate(calls)]
+    head = {key: value for key, value in data.items() if key not in ("choices", "usage")}
+    deltas = [message, {"content": content}, {"tool_calls": calls}]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in deltas
+        if any(value is not None for value in delta.values())
+    ]
+    last: dict[str, Any] = {"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}
+    chunks.append({**head, "choices": [last], "usage": data.get("usage")})
+    return [("", json.dumps(chunk)) for chunk in chunks] + [("", "[DONE]")]
 
 
 def _field_settings(
@@ -924,4 +963,5 @@ def stream_openai_compat(
             headers.setdefault("authorization", f"Bearer {api_key}")
         return headers, build_request(model, context, options, compat)
 
-    return stream_sse(endpoint, options, prepare, _StreamState(model, new_output(model), endpoint))
+    state = _StreamState(model, new_output(model), endpoint)
+    return stream_sse(endpoint, options, prepare, state, whole_answer)
