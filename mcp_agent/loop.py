@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias, TypeVar
@@ -158,7 +158,9 @@ class AgentLoopConfig:
 
     ``system_prompt`` and ``tools``, when given, take the place of the context's. ``tools`` are
     the active tools (the model sees them); ``available_tools`` is the pool that a tool result's
-    ``added_tool_names`` activates from for the following turns.
+    ``added_tool_names`` activates from for the following turns. ``unavailable_tools`` says,
+    by name, why a tool the model is not offered is missing: a call of one is told that
+    instead of pi's "Tool NAME not found".
     """
 
     model: Model
@@ -166,6 +168,7 @@ class AgentLoopConfig:
     system_prompt: str | None = None
     tools: list[AgentTool] | None = None
     available_tools: list[AgentTool] = field(default_factory=list)
+    unavailable_tools: Mapping[str, str] = field(default_factory=dict)
     convert_to_llm: ConvertToLlm = convert_to_llm
     transform_context: TransformContext | None = None
     tool_execution_mode: ToolExecutionMode = ToolExecutionMode.PARALLEL
@@ -589,7 +592,8 @@ class _Run:
             return AgentToolResult.error(CUT_OFF_CALL)
         tool = tools.get(call.name)
         if tool is None:
-            return AgentToolResult.error(f"Tool {call.name} not found")
+            why = self.config.unavailable_tools.get(call.name)
+            return AgentToolResult.error(why or f"Tool {call.name} not found")
         try:
             args = call.arguments
             if tool.prepare_arguments is not None:

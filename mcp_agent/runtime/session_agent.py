@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -95,7 +95,8 @@ class SessionAgent(Agent):
     (servers that may take a while to start: an abort meanwhile stops the wait, and the
     prompt is stored and ends aborted). ``withheld_tools`` names tools this agent is not
     offered, though the session keeps them as they stand (the sub-agent tool at the depth
-    limit: a later run of the session, less deep, has it again). The other options are the
+    limit: a later run of the session, less deep, has it again), each with what a call of it
+    is told. The other options are the
     Agent's."""
 
     def __init__(
@@ -107,11 +108,11 @@ class SessionAgent(Agent):
         context: SessionContext | None = None,
         offload: Offload = inline,
         load_tools: Callable[[], Awaitable[Sequence[AgentTool]]] | None = None,
-        withheld_tools: Collection[str] = (),
+        withheld_tools: Mapping[str, str] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self._withheld = frozenset(withheld_tools)
+        self._withheld = dict(withheld_tools or {})
         self._withheld_found: list[str] = []  # those of them that the tools held
         self.session = session
         self.offload = offload
@@ -194,7 +195,9 @@ class SessionAgent(Agent):
         so (all of them when it names none). Nothing is recorded: the session says it.
         Withheld tools are left out."""
         if self._withheld:
-            self._withheld_found += [t.name for t in tools if t.name in self._withheld]
+            found = [t.name for t in tools if t.name in self._withheld]
+            self._withheld_found += found
+            self.unavailable_tools.update((name, self._withheld[name]) for name in found)
             tools = [t for t in tools if t.name not in self._withheld]
         active, inactive = _split_tools(tools, self._recorded_tools)
         self._pool.update((t.name, t) for t in (*inactive, *active))
