@@ -121,7 +121,8 @@ class Run(RunRecord):
         if event.result is not None:
             notes = [f"auto-compaction: {w}" for w in getattr(event.result, "warnings", ())]
         elif event.error_message and not event.aborted:
-            notes = [f"auto-compaction failed: {one_line(event.error_message, 1_000)}"]
+            what = "context overflow recovery" if event.reason == "overflow" else "auto-compaction"
+            notes = [f"{what} failed: {one_line(event.error_message, 1_000)}"]
         else:
             notes = []
         self.warnings.extend(notes[: max(0, MAX_WARNINGS - len(self.warnings))])

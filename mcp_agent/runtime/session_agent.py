@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -121,6 +122,9 @@ class SessionAgent(Agent):
         self.compaction = compaction
         self.retry = retry
         self._compaction_abort: AbortController | None = None
+        # A threshold compaction failed in this prompt (or continue_): not tried again in it,
+        # where it would fail again and be said twice; the next one tries.
+        self._threshold_failed = False
         self._retry_abort: AbortController | None = None  # set while waiting to retry
         # What the session says now (``context``, when the caller built it already), so
         # that only real changes become entries.
@@ -310,6 +314,12 @@ class SessionAgent(Agent):
         if self._compacts() and self._over_threshold():
             await self._compact("threshold")
 
+    @contextmanager
+    def _busy_scope(self) -> Iterator[None]:
+        self._threshold_failed = False
+        with super()._busy_scope():
+            yield
+
     async def _finish(self, new: list[BaseMessage]) -> list[BaseMessage]:
         return await self._recover(await self._retry_passing_errors(new))
 
@@ -365,7 +375,11 @@ class SessionAgent(Agent):
         return settings is not None and settings.enabled
 
     def _over_threshold(self) -> bool:
+        """Whether the context is over the compaction threshold (and no threshold compaction
+        failed in this prompt)."""
         assert self.compaction is not None
+        if self._threshold_failed:
+            return False
         tokens = context_tokens(self.state.messages)
         window = self.state.model.context_window
         settings = self.compaction
@@ -475,6 +489,8 @@ class SessionAgent(Agent):
             else:
                 log.exception("%s of session %s failed", what, self.session_id)
             self.state.error_message = f"{what} failed: {error}"
+            if reason == "threshold":
+                self._threshold_failed = True
             aborted = controller.signal.aborted
             await self._emit(AutoCompactionEndEvent(reason, None, aborted, False, str(error)))
             return False
