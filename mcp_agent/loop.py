@@ -41,7 +41,7 @@ from typing import Any, TypeAlias, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from mcp_agent.abort import AbortSignal
+from mcp_agent.abort import AbortSignal, abort_message
 from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
@@ -464,7 +464,7 @@ class _Run:
         """An assistant message for a model call that did not complete, keeping what streamed."""
         model = self.config.model
         if text is None:
-            text = self.abort_reason()
+            text = abort_message(self.signal)
         if partial is None:
             return AssistantMessage(
                 api=model.api,
@@ -481,14 +481,14 @@ class _Run:
             }
         )
 
-    def abort_reason(self) -> str:
-        reason = self.signal.reason or "aborted"
-        return "Aborted" if reason == "aborted" else f"Aborted: {reason}"
-
     async def close_unrun_calls(self, message: AssistantMessage) -> list[ToolResultMessage]:
         """Error results for the tool calls of a failed or aborted answer (never run), so that
         every tool call in the transcript has its result."""
-        why = self.abort_reason() if message.stop_reason == StopReason.ABORTED else "model error"
+        why = (
+            abort_message(self.signal)
+            if message.stop_reason == StopReason.ABORTED
+            else "model error"
+        )
         results = [
             _tool_result_message(
                 call, AgentToolResult.error(f"Tool call not executed ({why})"), is_error=True
@@ -585,7 +585,7 @@ class _Run:
         """Find the tool, prepare and validate the arguments, ask the before-hook; an
         ``AgentToolResult`` (an error) when the call must not run."""
         if self.signal.aborted:
-            return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+            return AgentToolResult.error(f"Tool call not executed ({abort_message(self.signal)})")
         if assistant.stop_reason == StopReason.LENGTH:
             # Unlike pi, which runs them: arguments cut off at the output limit may be
             # incomplete.
@@ -609,7 +609,9 @@ class _Run:
                         self.signal,
                     )
                 if self.signal.aborted:
-                    return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+                    return AgentToolResult.error(
+                        f"Tool call not executed ({abort_message(self.signal)})"
+                    )
                 if verdict is not None and not isinstance(verdict, BeforeToolCallResult):
                     raise TypeError(_not_a("before_tool_call", verdict, "BeforeToolCallResult"))
                 if verdict is not None and verdict.block:
@@ -645,9 +647,7 @@ class _Run:
             return AgentToolResult.error(_describe(error)), True
         if result is None:
             if self.signal.aborted:
-                return AgentToolResult.error(
-                    f"Tool execution aborted ({self.abort_reason()})"
-                ), True
+                return AgentToolResult.error(f"Tool execution {abort_message(self.signal)}"), True
             return AgentToolResult.error(f"Tool {call.name} returned no result"), True
         if not isinstance(result, AgentToolResult):
             text = f"Tool {call.name} returned {type(result).__name__}, not an AgentToolResult"

@@ -447,7 +447,7 @@ async def test_abort_during_a_tool_keeps_the_session_consistent():
     assert cancelled.is_error and "user cancelled" in cancelled.text
     last = narrow(stored[-1], AssistantMessage)
     assert last.stop_reason == StopReason.ABORTED
-    assert last.error_message == "Aborted: user cancelled"
+    assert last.error_message == "aborted: user cancelled"  # as the providers say it
     check_tool_results(stored)
     assert len(provider.calls) == 1
     # The next prompt carries on from the consistent transcript.
