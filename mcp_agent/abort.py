@@ -51,6 +51,14 @@ class AbortSignal:
                 log.exception("an abort listener failed")
 
 
+def abort_message(why: AbortSignal | str | None) -> str:
+    """An abort in words, as every message of ours says it (an answer's ``error_message``, a
+    tool call's result, a run's error): "aborted", or "aborted: REASON", the reason given or
+    the signal's. Lower case, as pi's stop reason and the run's status say it."""
+    reason = why.reason if isinstance(why, AbortSignal) else why
+    return f"aborted: {reason}" if reason and reason != "aborted" else "aborted"
+
+
 class AbortController:
     def __init__(self) -> None:
         self.signal = AbortSignal()

@@ -106,8 +106,9 @@ class Agent:
     """pi's Agent: owns the transcript and settings, runs the loop, fans out its events.
 
     ``tools`` are active from the start; ``available_tools`` can be activated later (by
-    ``set_active_tools`` or by a tool result's ``added_tool_names``). The other options are
-    the loop's (see ``AgentLoopConfig``).
+    ``set_active_tools`` or by a tool result's ``added_tool_names``); ``unavailable_tools``
+    (an attribute) says why a tool is missing to a call of it. The other options are the
+    loop's (see ``AgentLoopConfig``).
     """
 
     def __init__(
@@ -157,6 +158,7 @@ class Agent:
         self.get_api_key = get_api_key
         self.tool_context = tool_context
         self.abort_grace = abort_grace
+        self.unavailable_tools: dict[str, str] = {}
         self._steering = _Queue(steering_mode)
         self._follow_ups = _Queue(follow_up_mode)
         self._listeners: list[Listener] = []
@@ -431,6 +433,7 @@ class Agent:
             system_prompt=state.system_prompt,
             tools=list(state.tools),
             available_tools=list(self._pool.values()),
+            unavailable_tools=dict(self.unavailable_tools),
             convert_to_llm=self.convert_to_llm,
             transform_context=self.transform_context,
             tool_execution_mode=self.tool_execution_mode,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias, TypeVar
@@ -41,7 +41,7 @@ from typing import Any, TypeAlias, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from mcp_agent.abort import AbortSignal
+from mcp_agent.abort import AbortSignal, abort_message
 from mcp_agent.events import (
     AgentEndEvent,
     AgentEndReason,
@@ -158,7 +158,9 @@ class AgentLoopConfig:
 
     ``system_prompt`` and ``tools``, when given, take the place of the context's. ``tools`` are
     the active tools (the model sees them); ``available_tools`` is the pool that a tool result's
-    ``added_tool_names`` activates from for the following turns.
+    ``added_tool_names`` activates from for the following turns. ``unavailable_tools`` says,
+    by name, why a tool the model is not offered is missing: a call of one is told that
+    instead of pi's "Tool NAME not found".
     """
 
     model: Model
@@ -166,6 +168,7 @@ class AgentLoopConfig:
     system_prompt: str | None = None
     tools: list[AgentTool] | None = None
     available_tools: list[AgentTool] = field(default_factory=list)
+    unavailable_tools: Mapping[str, str] = field(default_factory=dict)
     convert_to_llm: ConvertToLlm = convert_to_llm
     transform_context: TransformContext | None = None
     tool_execution_mode: ToolExecutionMode = ToolExecutionMode.PARALLEL
@@ -461,7 +464,7 @@ class _Run:
         """An assistant message for a model call that did not complete, keeping what streamed."""
         model = self.config.model
         if text is None:
-            text = self.abort_reason()
+            text = abort_message(self.signal)
         if partial is None:
             return AssistantMessage(
                 api=model.api,
@@ -478,14 +481,14 @@ class _Run:
             }
         )
 
-    def abort_reason(self) -> str:
-        reason = self.signal.reason or "aborted"
-        return "Aborted" if reason == "aborted" else f"Aborted: {reason}"
-
     async def close_unrun_calls(self, message: AssistantMessage) -> list[ToolResultMessage]:
         """Error results for the tool calls of a failed or aborted answer (never run), so that
         every tool call in the transcript has its result."""
-        why = self.abort_reason() if message.stop_reason == StopReason.ABORTED else "model error"
+        why = (
+            abort_message(self.signal)
+            if message.stop_reason == StopReason.ABORTED
+            else "model error"
+        )
         results = [
             _tool_result_message(
                 call, AgentToolResult.error(f"Tool call not executed ({why})"), is_error=True
@@ -582,14 +585,15 @@ class _Run:
         """Find the tool, prepare and validate the arguments, ask the before-hook; an
         ``AgentToolResult`` (an error) when the call must not run."""
         if self.signal.aborted:
-            return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+            return AgentToolResult.error(f"Tool call not executed ({abort_message(self.signal)})")
         if assistant.stop_reason == StopReason.LENGTH:
             # Unlike pi, which runs them: arguments cut off at the output limit may be
             # incomplete.
             return AgentToolResult.error(CUT_OFF_CALL)
         tool = tools.get(call.name)
         if tool is None:
-            return AgentToolResult.error(f"Tool {call.name} not found")
+            why = self.config.unavailable_tools.get(call.name)
+            return AgentToolResult.error(why or f"Tool {call.name} not found")
         try:
             args = call.arguments
             if tool.prepare_arguments is not None:
@@ -605,7 +609,9 @@ class _Run:
                         self.signal,
                     )
                 if self.signal.aborted:
-                    return AgentToolResult.error(f"Tool call not executed ({self.abort_reason()})")
+                    return AgentToolResult.error(
+                        f"Tool call not executed ({abort_message(self.signal)})"
+                    )
                 if verdict is not None and not isinstance(verdict, BeforeToolCallResult):
                     raise TypeError(_not_a("before_tool_call", verdict, "BeforeToolCallResult"))
                 if verdict is not None and verdict.block:
@@ -641,9 +647,7 @@ class _Run:
             return AgentToolResult.error(_describe(error)), True
         if result is None:
             if self.signal.aborted:
-                return AgentToolResult.error(
-                    f"Tool execution aborted ({self.abort_reason()})"
-                ), True
+                return AgentToolResult.error(f"Tool execution {abort_message(self.signal)}"), True
             return AgentToolResult.error(f"Tool {call.name} returned no result"), True
         if not isinstance(result, AgentToolResult):
             text = f"Tool {call.name} returned {type(result).__name__}, not an AgentToolResult"

@@ -240,8 +240,8 @@ class AssistantMessage(BaseMessage):
     @property
     def failure(self) -> str | None:
         """Why the answer failed, in one phrase ("aborted: terminated"), or None: the stop
-        reason said once, however the message spells it (the loop writes "Aborted: …", the
-        providers "aborted: …")."""
+        reason said once, however the message spells it (ours write "aborted: …"; a session
+        of another program may say "Aborted: …")."""
         if self.stop_reason not in (StopReason.ERROR, StopReason.ABORTED):
             return None
         stop = str(self.stop_reason)

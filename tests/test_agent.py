@@ -447,7 +447,7 @@ async def test_abort_during_a_tool_keeps_the_session_consistent():
     assert cancelled.is_error and "user cancelled" in cancelled.text
     last = narrow(stored[-1], AssistantMessage)
     assert last.stop_reason == StopReason.ABORTED
-    assert last.error_message == "Aborted: user cancelled"
+    assert last.error_message == "aborted: user cancelled"  # as the providers say it
     check_tool_results(stored)
     assert len(provider.calls) == 1
     # The next prompt carries on from the consistent transcript.
@@ -795,6 +795,41 @@ async def test_abort_while_waiting_to_retry_ends_the_run_at_once():
     assert retry_events(events)[-1] == ("end", False, 1, "aborted while waiting")
     assert len(provider.calls) == 1
     assert not agent.is_running
+
+
+async def test_a_run_aborted_while_waiting_to_retry_says_so_as_any_aborted_run() -> None:
+    """A run's error said an abort as "aborted: REASON" (its answer's), but a run cancelled
+    while it waited to retry said "REASON (the model's error)", and one cancelled before its
+    task began the bare reason: now each begins "aborted: REASON"."""
+    from mcp_agent.manifests import AgentManifest
+    from mcp_agent.runtime.runs import RunManager
+
+    session = Session()
+    agent, _ = make_agent(
+        [reply("", error=OVERLOADED), reply("never")],
+        session=session,
+        retry=RetrySettings(base_delay=30),
+    )
+    assert isinstance(agent, SessionAgent)
+
+    waiting = anyio.Event()
+
+    async def build(run_id: str) -> tuple[SessionAgent, str]:
+        return agent, "scripted"
+
+    agent.subscribe(lambda event: waiting.set() if isinstance(event, AutoRetryStartEvent) else None)
+    async with anyio.create_task_group() as group:
+        runs = RunManager(group)
+        run = await runs.start(
+            session=session, manifest=AgentManifest(name="default"), prompt="go", build_agent=build
+        )
+        with anyio.fail_after(10):
+            await waiting.wait()
+            run.abort("cancelled with agent_cancel")
+            await run.done.wait()
+    assert run.status == "aborted", run.error
+    assert (run.error or "").startswith("aborted: cancelled with agent_cancel ("), run.error
+    assert OVERLOADED in (run.error or "")
 
 
 async def test_an_abort_just_after_the_failed_answer_stops_the_retry():

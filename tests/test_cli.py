@@ -620,7 +620,7 @@ def test_show_gives_a_custom_entrys_data_once_and_tree_its_preview(cli: Any, db:
 
 
 def test_show_and_tree_say_a_failed_answer_once(cli: Any, db: Path) -> None:
-    # The loop writes "Aborted: …" and the providers "aborted: …": shown "aborted: Aborted: …".
+    # Another program's session may say "Aborted: …" where ours say "aborted: …": once, both.
     with SqliteSessionRepo(db) as repo:
         session = repo.create()
         session.append_message(User(content="go on"))

@@ -919,6 +919,27 @@ async def test_overflow_without_a_working_summariser_is_not_retried() -> None:
     assert not agent.is_compacting and not agent.is_running
 
 
+async def test_a_compaction_that_failed_is_not_tried_again_in_the_same_prompt() -> None:
+    """Over the threshold before the prompt and after its answer, with the summariser down:
+    the compaction was tried, and failed, twice in one run, and the run's warnings (and a
+    CLI's lines) said "auto-compaction failed" twice. Once is enough: the next prompt tries
+    again."""
+    session = new_session()
+    add_turns(session, 10)  # about 4,000 estimated tokens: over the threshold of 3,000
+    summarizer = Summarizer(fail="down")
+    answer = reply("ok", usage=Usage(input=3_900, output=10, total_tokens=3_910))
+    agent, provider = compacting_agent(session, [answer, answer], summarizer)
+    events = compaction_events(agent)
+    await agent.prompt("next")
+    assert len(provider.calls) == 1 and compactions(session) == []
+    failed = [e for e in events if isinstance(e, AutoCompactionEndEvent)]
+    assert len(failed) == 1 and "down" in (failed[0].error_message or ""), events
+    assert len(summarizer.prompts) == 1
+    await agent.prompt("again")
+    assert len([e for e in events if isinstance(e, AutoCompactionEndEvent)]) == 2
+    assert len(summarizer.prompts) == 2
+
+
 # --- branch summaries -------------------------------------------------------------------------
 
 

@@ -14,7 +14,14 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.types import TextContent
-from mcp_support import agent_server, tool_responder, tool_server
+from mcp_support import (
+    TEST_AGENTS,
+    agent_server,
+    call,
+    prompt_responder,
+    tool_responder,
+    tool_server,
+)
 from narrow import narrow
 
 from mcp_agent.providers.scripted import ScriptedProvider, reply
@@ -234,3 +241,18 @@ async def test_depth_limit_holds_across_processes(tmp_path: Path) -> None:
     async with Client(server) as client:
         done = await run(client, child_run_call("hi"))
     assert done["answer"].startswith("error: ") and "depth limit" in done["answer"]
+
+
+async def test_the_subagent_tool_called_at_the_depth_limit_says_why_it_is_missing(
+    tmp_path: Path,
+) -> None:
+    # Not offered the tool at the limit, a model that called it anyway (it knew the tool from
+    # the session's history, or its prompt) was told "Tool subagent not found", and no more.
+    server = agent_server(
+        tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS, max_subagent_depth=0
+    )
+    async with Client(server) as client:
+        done = await call(client, "agent_run", prompt="delegate:helper:hello", agent="helper")
+    said = done["answer"].removeprefix("tool said: ")
+    assert "not found" not in said, said
+    assert "depth limit" in said and "--max-depth" in said and "yourself" in said, said

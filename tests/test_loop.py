@@ -940,7 +940,7 @@ async def test_abort_reaches_a_provider_that_ignores_it():
             )
     last = narrow(messages[-1], AssistantMessage)
     assert last.stop_reason == StopReason.ABORTED
-    assert last.error_message == "Aborted: user pressed escape"
+    assert last.error_message == "aborted: user pressed escape"  # as the providers say it
     assert 0 < len(last.text) < 100
 
 
@@ -1025,7 +1025,7 @@ async def test_abort_during_a_tool(honours_signal: bool):
     if honours_signal:
         assert slow_result.text == "stopped early" and slow_result.details == {"partial": True}
     else:
-        assert slow_result.text == "Tool execution aborted (Aborted)"
+        assert slow_result.text == "Tool execution aborted"
     assert last.stop_reason == StopReason.ABORTED
     assert recorder.end.reason == AgentEndReason.ABORTED
     assert len(provider.calls) == 1  # the aborted message was not asked of the model
@@ -1049,8 +1049,8 @@ async def test_abort_skips_tools_not_started_in_sequential_mode():
     texts = [m.text for m in messages if isinstance(m, ToolResultMessage)]
     assert texts == [
         "first",
-        "Tool call not executed (Aborted)",
-        "Tool call not executed (Aborted)",
+        "Tool call not executed (aborted)",
+        "Tool call not executed (aborted)",
     ]
     assert (
         recorder.types.count("tool_execution_start")
@@ -1087,7 +1087,7 @@ async def test_the_before_hook_sees_the_abort():
 
     provider = ScriptedProvider([reply(tool_call("bash", {"command": "ls"}, id="1"))])
     messages, _ = await run(provider, before_tool_call=before, signal=controller.signal)
-    assert narrow(messages[2], ToolResultMessage).text == "Tool call not executed (Aborted)"
+    assert narrow(messages[2], ToolResultMessage).text == "Tool call not executed (aborted)"
     assert narrow(messages[-1], AssistantMessage).stop_reason == StopReason.ABORTED
 
 

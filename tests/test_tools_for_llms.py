@@ -560,6 +560,26 @@ async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path
         assert ok["status"] == "completed" and ok["answer"] == "echo: hello"
 
 
+async def test_an_aborted_run_says_aborted_once(tmp_path: Path) -> None:
+    """A run's error says an abort as "aborted: REASON"; the tool error's first line put its
+    status before it: "the run ended aborted: aborted: cancelled with agent_cancel"."""
+    ended: list[Any] = []
+    async with Client(make_server(tmp_path)) as client:
+
+        async def run() -> None:
+            ended.append(await client.call_tool("agent_run", {"prompt": "slow, then stop"}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.fail_after(60):
+                while not (running := (await call(client, "agent_runs"))["runs"]):
+                    await anyio.sleep(0.01)
+            await call(client, "agent_cancel", run_id=running[0]["runId"])
+    first = ended[0].content[0].text.splitlines()[0]
+    assert ended[0].is_error and (ended[0].structured_content or {})["status"] == "aborted"
+    assert first == "the run ended aborted: cancelled with agent_cancel", first
+
+
 async def test_the_last_page_of_runs_says_nothing_is_left(server: MCPServer) -> None:
     """agent_runs pages newest first, as session_list does: ``truncated`` says older runs are
     left for ``nextCursor``. Its last page said truncated with no cursor, and a client paging

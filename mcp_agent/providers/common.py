@@ -84,11 +84,6 @@ def fail(output: AssistantMessage, message: str, *, aborted: bool = False) -> As
     return output
 
 
-def abort_reason(signal: AbortSignal | None) -> str:
-    reason = signal.reason if signal is not None else None
-    return f"aborted: {reason}" if reason and reason != "aborted" else "aborted"
-
-
 def append_str(block: Any, field: str, delta: str) -> None:
     """``block.<field> += delta`` without the quadratic copy.
 

@@ -39,6 +39,7 @@ import httpx
 # that are not SSE, which the decoder skips silently.
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
+from mcp_agent.abort import abort_message
 from mcp_agent.events import AssistantMessageEvent, DoneEvent, ErrorEvent, StartEvent
 from mcp_agent.messages import AssistantMessage, ThinkingContent, answer_chars
 from mcp_agent.paths import shown_url
@@ -53,7 +54,6 @@ from mcp_agent.providers.common import (
     THINKING_SIGNATURE,
     Aborted,
     AbortRace,
-    abort_reason,
     fail,
     readable,
 )
@@ -1419,11 +1419,11 @@ async def stream_sse(
         yield DoneEvent(output)
     except Aborted:
         _keep_held(state)
-        yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
+        yield ErrorEvent(fail(output, abort_message(signal), aborted=True))
     except ProviderError as error:
         _keep_held(state)
         if race.aborted:
-            yield ErrorEvent(fail(output, abort_reason(signal), aborted=True))
+            yield ErrorEvent(fail(output, abort_message(signal), aborted=True))
         else:
             yield ErrorEvent(fail(output, redact(str(error), secrets)))
     except Exception as error:  # a bug of ours must still end the stream properly

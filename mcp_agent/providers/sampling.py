@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from mcp_agent.abort import abort_message
 from mcp_agent.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -52,7 +53,6 @@ from mcp_agent.providers.common import (
     ERROR_CHARS,
     Aborted,
     AbortRace,
-    abort_reason,
     fail,
     give_calls_ids,
     new_output,
@@ -277,14 +277,14 @@ async def stream_sampling(
         output.stop_reason = stop
         yield DoneEvent(output)
     except Aborted:
-        yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
+        yield ErrorEvent(fail(output, abort_message(options.signal), aborted=True))
     except SamplingUnavailable as error:
         yield ErrorEvent(fail(output, unavailable_message(str(error))))
     except ClientNotListening as error:
         yield ErrorEvent(fail(output, str(error)))
     except Exception as error:
         if race.aborted:
-            yield ErrorEvent(fail(output, abort_reason(options.signal), aborted=True))
+            yield ErrorEvent(fail(output, abort_message(options.signal), aborted=True))
         elif isinstance(error, SamplingFailed):
             # What the client said is quoted as a server's words are: on one line, its
             # control characters escaped (it is stored, printed and shown), cut short.

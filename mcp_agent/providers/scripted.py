@@ -30,7 +30,7 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 
-from mcp_agent.abort import AbortSignal
+from mcp_agent.abort import AbortSignal, abort_message
 from mcp_agent.events import (
     AssistantMessageEvent,
     DoneEvent,
@@ -228,7 +228,7 @@ class ScriptedProvider:
 
         def aborted() -> ErrorEvent:
             message.stop_reason = StopReason.ABORTED
-            message.error_message = (signal.reason if signal else None) or "aborted"
+            message.error_message = abort_message(signal)
             message.usage = self._usage(model, context, message)
             return ErrorEvent(partial=message)
 

@@ -8,8 +8,10 @@ grows with the line (0.11 s), and a line over ``max_line`` bytes is dropped as i
 answer dropped so is read as an error answer to its request, which fails at once saying why;
 any other line dropped is heard as a message that could not be read (as one that is not
 JSON-RPC). Starting, the environment and stopping follow the SDK's: the child gets its own
-process group; to stop it, its stdin is closed, it is given ``CLOSE_GRACE`` seconds to exit,
-then its group is sent SIGTERM and, after ``FORCE_KILL`` seconds, SIGKILL; a child that
+process group, whose leader is its guard (``child_guard.py``: it starts the server, ends as
+it ends, and ends the group should this process end first, even by SIGKILL); to stop it, its
+stdin is closed, it is given ``CLOSE_GRACE`` seconds to exit, then its group is sent SIGTERM
+and, after ``FORCE_KILL`` seconds, SIGKILL; a child that
 exits by itself may leave processes it started in its group, and they get the same. Once the
 whole server is told to stop in a hurry (``hurry_stops``: it got SIGTERM), what is left of
 each grace is cut to ``HURRIED_KILL`` seconds from then. On Windows the SDK's transport serves.
@@ -25,6 +27,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -62,6 +65,8 @@ GROUP_POLL = 0.05
 FLUSH_TIMEOUT = 0.5
 # How long the child may take to exit once its output has ended, for its exit status.
 EXIT_WAIT = 0.5
+# The script that starts a server and ends its process group once we are gone.
+GUARD = Path(__file__).with_name("child_guard.py")
 # The child's stdout pipe, widened (Linux) so that a long answer comes in few reads.
 PIPE_SIZE = 1 << 20
 
@@ -98,15 +103,7 @@ async def child_stdio(
             os.close(fd)
         raise
     try:
-        process = await anyio.open_process(
-            [params.command, *params.args],
-            stdin=child_in,
-            stdout=child_out,
-            stderr=sys.stderr,
-            env=get_default_environment() | (params.env or {}),
-            cwd=params.cwd,
-            start_new_session=True,
-        )
+        process, alive = await _start_guarded(params, child_in, child_out)
     except BaseException:
         os.close(to_child)
         close_reads()
@@ -193,6 +190,50 @@ async def child_stdio(
                 group.cancel_scope.cancel()
     finally:
         close_reads()
+        os.close(alive)  # the guard, if still there, ends what is left of the group
+
+
+async def _start_guarded(
+    params: StdioServerParameters, stdin: int, stdout: int
+) -> tuple[Process, int]:
+    """Start the server ``params`` names under its guard (``child_guard.py``), in a process
+    group of its own with the guard as leader, and give the guard's process and the pipe's
+    write end that keeps the guard waiting: once it is closed, by us or by our end, the
+    guard ends the group. A server that cannot be started raises the ``OSError`` that
+    starting it raised (``FileNotFoundError`` for a command not found)."""
+    keep_r, alive = os.pipe()
+    said, status = os.pipe()
+    guard = [sys.executable, "-I", "-S", str(GUARD), str(keep_r), str(status), str(FORCE_KILL)]
+    try:
+        try:
+            process = await anyio.open_process(
+                [*guard, params.command, *params.args],
+                stdin=stdin,
+                stdout=stdout,
+                stderr=sys.stderr,
+                env=get_default_environment() | (params.env or {}),
+                cwd=params.cwd,
+                start_new_session=True,
+                pass_fds=(keep_r, status),
+            )
+        finally:
+            os.close(keep_r)
+            os.close(status)
+        os.set_blocking(said, False)
+        reads, failure = fd_reads(said, 64), b""
+        while piece := await reads():  # its end: the server started (or the guard ended)
+            failure += piece
+    except BaseException:
+        os.close(alive)  # a guard started ends its group
+        raise
+    finally:
+        os.close(said)
+    if failure:
+        await process.wait()
+        os.close(alive)
+        code = int(failure)
+        raise OSError(code, os.strerror(code), params.command)  # its subclass for the code
+    return process, alive
 
 
 async def _pipe_reads(fd: int) -> tuple[Callable[[], Awaitable[bytes]], Callable[[], None]]:

@@ -24,7 +24,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from mcp_agent.abort import AbortSignal
+from mcp_agent.abort import AbortSignal, abort_message
 from mcp_agent.manifests import ServerConfig
 from mcp_agent.pipes import ANSWER_UNREAD, MAX_LINE
 from mcp_agent.proxy.child_stdio import child_stdio
@@ -371,7 +371,7 @@ class McpServerConnection:
             finally:
                 if remove:
                     remove()
-        return AgentToolResult.error(f"{tool} on MCP server {self.name!r} was aborted")
+        return AgentToolResult.error(f"{tool} on MCP server {self.name!r}: {abort_message(signal)}")
 
 
 def connect_to(name: str, config: ServerConfig) -> Connect:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
+from mcp_agent.abort import abort_message
 from mcp_agent.blocking import Offload, inline
 from mcp_agent.events import (
     AgentEndEvent,
@@ -121,7 +122,8 @@ class Run(RunRecord):
         if event.result is not None:
             notes = [f"auto-compaction: {w}" for w in getattr(event.result, "warnings", ())]
         elif event.error_message and not event.aborted:
-            notes = [f"auto-compaction failed: {one_line(event.error_message, 1_000)}"]
+            what = "context overflow recovery" if event.reason == "overflow" else "auto-compaction"
+            notes = [f"{what} failed: {one_line(event.error_message, 1_000)}"]
         else:
             notes = []
         self.warnings.extend(notes[: max(0, MAX_WARNINGS - len(self.warnings))])
@@ -677,7 +679,7 @@ class RunManager:
         try:
             started.set()
             if run.abort_reason is not None:
-                run.status, run.error = "aborted", run.abort_reason
+                run.status, run.error = "aborted", abort_message(run.abort_reason)
                 return
             messages = await agent.prompt(prompt)
             final = next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)
@@ -717,7 +719,8 @@ class RunManager:
                     )
                 if run.status == "error" and run.abort_reason is not None:
                     # Cancelled between attempts (waiting to retry a failed answer).
-                    run.status, run.error = "aborted", f"{run.abort_reason} ({run.error})"
+                    aborted = abort_message(run.abort_reason)
+                    run.status, run.error = "aborted", f"{aborted} ({run.error})"
             else:
                 run.status = "completed"
         except Exception as error:
@@ -725,7 +728,8 @@ class RunManager:
             run.status, run.error = "error", str(error) or type(error).__name__
         finally:
             if run.status == "running":  # cancelled (the server is going away)
-                run.status, run.error = "aborted", run.error or "the run's task was cancelled"
+                run.error = run.error or abort_message("the run's task was cancelled")
+                run.status = "aborted"
             not_taken = _not_taken(agent)
             if not_taken:
                 run.warnings.append(not_taken)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -95,7 +96,8 @@ class SessionAgent(Agent):
     (servers that may take a while to start: an abort meanwhile stops the wait, and the
     prompt is stored and ends aborted). ``withheld_tools`` names tools this agent is not
     offered, though the session keeps them as they stand (the sub-agent tool at the depth
-    limit: a later run of the session, less deep, has it again). The other options are the
+    limit: a later run of the session, less deep, has it again), each with what a call of it
+    is told. The other options are the
     Agent's."""
 
     def __init__(
@@ -107,11 +109,11 @@ class SessionAgent(Agent):
         context: SessionContext | None = None,
         offload: Offload = inline,
         load_tools: Callable[[], Awaitable[Sequence[AgentTool]]] | None = None,
-        withheld_tools: Collection[str] = (),
+        withheld_tools: Mapping[str, str] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self._withheld = frozenset(withheld_tools)
+        self._withheld = dict(withheld_tools or {})
         self._withheld_found: list[str] = []  # those of them that the tools held
         self.session = session
         self.offload = offload
@@ -120,6 +122,9 @@ class SessionAgent(Agent):
         self.compaction = compaction
         self.retry = retry
         self._compaction_abort: AbortController | None = None
+        # A threshold compaction failed in this prompt (or continue_): not tried again in it,
+        # where it would fail again and be said twice; the next one tries.
+        self._threshold_failed = False
         self._retry_abort: AbortController | None = None  # set while waiting to retry
         # What the session says now (``context``, when the caller built it already), so
         # that only real changes become entries.
@@ -194,7 +199,9 @@ class SessionAgent(Agent):
         so (all of them when it names none). Nothing is recorded: the session says it.
         Withheld tools are left out."""
         if self._withheld:
-            self._withheld_found += [t.name for t in tools if t.name in self._withheld]
+            found = [t.name for t in tools if t.name in self._withheld]
+            self._withheld_found += found
+            self.unavailable_tools.update((name, self._withheld[name]) for name in found)
             tools = [t for t in tools if t.name not in self._withheld]
         active, inactive = _split_tools(tools, self._recorded_tools)
         self._pool.update((t.name, t) for t in (*inactive, *active))
@@ -307,6 +314,12 @@ class SessionAgent(Agent):
         if self._compacts() and self._over_threshold():
             await self._compact("threshold")
 
+    @contextmanager
+    def _busy_scope(self) -> Iterator[None]:
+        self._threshold_failed = False
+        with super()._busy_scope():
+            yield
+
     async def _finish(self, new: list[BaseMessage]) -> list[BaseMessage]:
         return await self._recover(await self._retry_passing_errors(new))
 
@@ -362,7 +375,11 @@ class SessionAgent(Agent):
         return settings is not None and settings.enabled
 
     def _over_threshold(self) -> bool:
+        """Whether the context is over the compaction threshold (and no threshold compaction
+        failed in this prompt)."""
         assert self.compaction is not None
+        if self._threshold_failed:
+            return False
         tokens = context_tokens(self.state.messages)
         window = self.state.model.context_window
         settings = self.compaction
@@ -472,6 +489,8 @@ class SessionAgent(Agent):
             else:
                 log.exception("%s of session %s failed", what, self.session_id)
             self.state.error_message = f"{what} failed: {error}"
+            if reason == "threshold":
+                self._threshold_failed = True
             aborted = controller.signal.aborted
             await self._emit(AutoCompactionEndEvent(reason, None, aborted, False, str(error)))
             return False

@@ -47,6 +47,22 @@ SUBAGENT_TOOL = "subagent"
 ResolvedModel = tuple[str, Model, StreamFn]
 
 
+def _levels(depth: int, limit: int) -> str:
+    """The depth limit's figures, and who sets it."""
+    return (
+        f"would be level {depth}, the limit is {limit} (the server's operator sets it: --max-depth)"
+    )
+
+
+def _at_depth_limit(depth: int, limit: int) -> str:
+    """What a run at the depth limit, not offered the sub-agent tool, is told calling it."""
+    return (
+        f"Tool {SUBAGENT_TOOL} is not available to this run: it is at the sub-agent depth "
+        f"limit (a sub-agent of it {_levels(depth, limit)}). Do the task yourself with the "
+        "tools you have."
+    )
+
+
 def find_agent(state: AppState, name: str | None) -> AgentManifest:
     agent = state.agents.get(name or "default")
     if agent is None:
@@ -132,10 +148,7 @@ async def start_run(
     ``state.offload``."""
     limit = state.settings.max_subagent_depth
     if depth > limit:
-        raise DepthLimitReached(
-            f"sub-agent depth limit reached: this would be level {depth}, the limit is {limit} "
-            "(the server's operator sets it: max-depth)"
-        )
+        raise DepthLimitReached(f"sub-agent depth limit reached: this {_levels(depth, limit)}")
     if not prompt.strip():
         raise InvalidRequest("prompt is empty")
     # Named, it is checked before any I/O; left out, a continued session keeps its own agent
@@ -304,7 +317,9 @@ async def _start(
                 ),
                 offload=state.offload,
                 withheld_tools=(
-                    (SUBAGENT_TOOL,) if depth >= state.settings.max_subagent_depth else ()
+                    {SUBAGENT_TOOL: _at_depth_limit(depth + 1, state.settings.max_subagent_depth)}
+                    if depth >= state.settings.max_subagent_depth
+                    else None
                 ),
                 # A branch that sets no level yet runs at the manifest's.
                 default_thinking_level=manifest.thinking_level,

@@ -241,7 +241,11 @@ def run_result(run: Run) -> CallToolResult:
     text = json.dumps(data, ensure_ascii=False, indent=2)
     failed = run.status in ("error", "aborted")
     if failed:
-        text = f"the run ended {run.status}: {run.error or run.stop_reason or 'no reason given'}\n{text}"
+        # An aborted run's error says "aborted: REASON" itself: the status is said once.
+        why = run.error or run.stop_reason or ""
+        if why == run.status or why.startswith(f"{run.status}:"):
+            why = why[len(run.status) + 1 :].strip()
+        text = f"the run ended {run.status}: {why or 'no reason given'}\n{text}"
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=data, is_error=failed
     )

@@ -7,7 +7,8 @@ with a line that is not JSON, and never otherwise), ``noisy`` (50 lines that are
 its answer), ``long`` (a text of ``size`` characters, on one line of at least that many bytes),
 ``long_noise`` (a line of ``size`` bytes that is not JSON-RPC, then its answer),
 ``too_deep`` (an answer, its id whole, nested deeper than the SDK reads JSON), ``not_an_object``
-(an answer whose result is a number) and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
+(an answer whose result is a number), ``stall`` (never answered: the server writes ``path``
+and then sleeps, reading nothing, as a server busy with a call) and ``pid``; with ``--bad-tool`` it also lists a tool without an input schema, with
 ``--tools-not-a-list`` its listing is an object instead of a list. With
 ``--stubborn FILE`` it neither ends at the end of its input nor at SIGTERM, and starts a
 child of its own that does neither (only SIGKILL stops them), and writes both their process
@@ -41,6 +42,7 @@ TOOLS = [
     {"name": "long_noise", "inputSchema": {"type": "object"}},
     {"name": "too_deep", "inputSchema": {"type": "object"}},
     {"name": "not_an_object", "inputSchema": {"type": "object"}},
+    {"name": "stall", "inputSchema": {"type": "object"}},
 ]
 RESULTS: dict[str, dict[str, Any]] = {
     "good": {"content": [{"type": "text", "text": "fine"}]},
@@ -93,6 +95,10 @@ def answer(message: dict[str, Any]) -> dict[str, Any] | None:
             result = {"content": [{"type": "text", "text": "deep"}], "_meta": {"x": [[]]}}
         elif name == "not_an_object":
             result = 5  # type: ignore[assignment]
+        elif name == "stall":
+            Path(message["params"]["arguments"]["path"]).write_text("stalled")
+            time.sleep(600)
+            raise SystemExit(1)
         elif name == "pid":
             result = {"content": [{"type": "text", "text": str(os.getpid())}]}
         else:
