@@ -71,6 +71,71 @@ TREE_INDEX = (
     "CREATE INDEX IF NOT EXISTS idx_entries_tree"
     " ON entries (session_id, parent_id, type, n, id, timestamp)"
 )
+# A new database's tables (version SCHEMA_VERSION), in plain SQL: sqlite-utils wrote them
+# before, and importing it (with pluggy, dateutil and ctypes) cost every first start on a new
+# database (each test's, each new user's) more than all the rest of opening it.
+_DEFAULT_ZERO = (
+    "next_seq",
+    "entry_count",
+    "message_count",
+    "tool_call_count",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "total_tokens",
+)
+_SESSION_COLUMNS = ",\n".join(
+    [
+        '   "id" TEXT PRIMARY KEY',
+        '   "header" TEXT NOT NULL',
+        *(f'   "{name}" TEXT' for name in ("name", "cwd", "leaf")),
+        *(f'   "{name}" TEXT NOT NULL' for name in ("created", "modified")),
+        *(f'   "{name}" TEXT' for name in ("parent_session", "first_user_message")),
+        *(f'   "{name}" INTEGER DEFAULT 0' for name in _DEFAULT_ZERO),
+        '   "cost_total" REAL DEFAULT 0.0',
+        *(f'   "{name}" {kind}' for name, kind in _STATS_COLUMNS),
+        '   "incarnation" TEXT',
+    ]
+)
+NEW_SCHEMA = (
+    f'CREATE TABLE IF NOT EXISTS "sessions" (\n{_SESSION_COLUMNS}\n)',
+    'CREATE INDEX IF NOT EXISTS "idx_sessions_modified_id" ON "sessions" ("modified", "id")',
+    # ``n`` is the rowid: full-text rows point at it, and an explicit integer key keeps it
+    # stable across VACUUM. (session_id, id) is the entry's real key.
+    'CREATE TABLE IF NOT EXISTS "entries" (\n'
+    '   "n" INTEGER PRIMARY KEY,\n'
+    '   "session_id" TEXT NOT NULL,\n'
+    '   "id" TEXT NOT NULL,\n'
+    '   "parent_id" TEXT,\n'
+    '   "type" TEXT NOT NULL,\n'
+    '   "role" TEXT,\n'
+    '   "timestamp" TEXT NOT NULL,\n'
+    '   "seq" INTEGER NOT NULL,\n'
+    '   "data" TEXT NOT NULL,\n'
+    '   "text" TEXT\n'
+    ")",
+    'CREATE UNIQUE INDEX IF NOT EXISTS "idx_entries_session_id_id"'
+    ' ON "entries" ("session_id", "id")',
+    # No index on seq or type of their own: the queries that order by seq or filter by type
+    # read the whole session anyway, and each index is one more page to fsync on every append.
+    TREE_INDEX,
+    'CREATE TABLE IF NOT EXISTS "labels" (\n'
+    '   "session_id" TEXT,\n'
+    '   "target_id" TEXT,\n'
+    '   "label" TEXT,\n'
+    '   PRIMARY KEY ("session_id", "target_id")\n'
+    ")",
+    'CREATE TABLE IF NOT EXISTS "meta" (\n   "key" TEXT PRIMARY KEY,\n   "value" INTEGER\n)',
+    # Which session each indexed entry belongs to: a search resolves thousands of hits through
+    # this narrow table instead of the wide entry rows.
+    'CREATE TABLE IF NOT EXISTS "fts_docs" (\n'
+    '   "n" INTEGER PRIMARY KEY,\n'
+    '   "session_id" TEXT NOT NULL\n'
+    ")",
+)
+# The full-text index of the entries' text, kept by index_pending_text (no triggers).
+FTS_TABLE = 'CREATE VIRTUAL TABLE "entries_fts" USING FTS5 (\n    "text",\n    content="entries"\n)'
 BUSY_TIMEOUT_S = 60.0
 # How long SQLite itself waits for the write lock at a time for a write on the main thread,
 # before the retry loop sleeps and tries again (see ``SqliteDatabase.write``).
@@ -457,10 +522,6 @@ class SqliteDatabase:
             return self._retry(lambda: self.conn.execute(sql, params).fetchall())
 
     def _create_schema(self) -> None:
-        # Only a new database needs sqlite-utils; opening an existing one stays quick.
-        import sqlite_utils
-
-        db = sqlite_utils.Database(self.conn)
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version >= SCHEMA_VERSION:
             return
@@ -476,85 +537,11 @@ class SqliteDatabase:
             self._remake_search_text()
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return
-        db.table("sessions").create(
-            {
-                "id": str,
-                "header": str,
-                "name": str,
-                "cwd": str,
-                "leaf": str,
-                "created": str,
-                "modified": str,
-                "parent_session": str,
-                "first_user_message": str,
-                "next_seq": int,
-                "entry_count": int,
-                "message_count": int,
-                "tool_call_count": int,
-                "input_tokens": int,
-                "output_tokens": int,
-                "cache_read_tokens": int,
-                "cache_write_tokens": int,
-                "total_tokens": int,
-                "cost_total": float,
-                **{column: str if kind == "TEXT" else int for column, kind in _STATS_COLUMNS},
-                "incarnation": str,
-            },
-            pk="id",
-            not_null={"header", "created", "modified"},
-            defaults={
-                "next_seq": 0,
-                "entry_count": 0,
-                "message_count": 0,
-                "tool_call_count": 0,
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "cache_read_tokens": 0,
-                "cache_write_tokens": 0,
-                "total_tokens": 0,
-                "cost_total": 0.0,
-            },
-            if_not_exists=True,
-        )
-        db.table("sessions").create_index(["modified", "id"], if_not_exists=True)
-        # ``n`` is the rowid: full-text rows point at it, and an explicit integer key keeps it
-        # stable across VACUUM. (session_id, id) is the entry's real key.
-        db.table("entries").create(
-            {
-                "n": int,
-                "session_id": str,
-                "id": str,
-                "parent_id": str,
-                "type": str,
-                "role": str,
-                "timestamp": str,
-                "seq": int,
-                "data": str,
-                "text": str,
-            },
-            pk="n",
-            not_null={"session_id", "id", "type", "timestamp", "seq", "data"},
-            if_not_exists=True,
-        )
-        db.table("entries").create_index(["session_id", "id"], unique=True, if_not_exists=True)
-        self.conn.execute(TREE_INDEX)
-        # No index on seq or type of their own: the queries that order by seq or filter by type
-        # read the whole session anyway, and each index is one more page to fsync on every
-        # append.
-        db.table("labels").create(
-            {"session_id": str, "target_id": str, "label": str},
-            pk=("session_id", "target_id"),
-            if_not_exists=True,
-        )
-        db.table("meta").create({"key": str, "value": int}, pk="key", if_not_exists=True)
-        # Which session each indexed entry belongs to: a search resolves thousands of hits
-        # through this narrow table instead of the wide entry rows.
-        db.table("fts_docs").create(
-            {"n": int, "session_id": str}, pk="n", not_null={"session_id"}, if_not_exists=True
-        )
-        if not db["entries_fts"].exists():
+        for statement in NEW_SCHEMA:
+            self.conn.execute(statement)
+        if not self.conn.execute(_FTS_EXISTS).fetchone():
             # No triggers: rows are indexed in batches before a search (see the module doc).
-            db.table("entries").enable_fts(["text"], fts_version="FTS5", create_triggers=False)
+            self.conn.execute(FTS_TABLE)
             self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('fts_indexed_upto', 0)")
         self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
