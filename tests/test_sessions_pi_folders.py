@@ -239,6 +239,23 @@ def test_a_pi_fork_copied_to_another_store_lists_its_parent_by_id(tmp_path: Path
         repo.close()
 
 
+@pytest.mark.node
+@pytest.mark.skipif(PI is None, reason="Node or pi is not installed (.ci/peers)")
+def test_a_fork_made_through_a_relative_folder_names_its_parent_as_pi_lists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sessions fork --db agent/sessions`` (a folder given relative to where the command
+    runs) named the parent file relative to that place, which pi, run in its project, cannot
+    find: its /resume tree showed the fork apart from its parent. The parent is named by the
+    path pi lists it under, as pi's own forks name it."""
+    agent_dir = tmp_path / "agent"
+    made = run_folders("make", agent_dir)
+    monkeypatch.chdir(tmp_path)
+    fork = JsonlSessionRepo(Path("agent") / "sessions").fork(made[0]["id"])
+    listed = {seen["id"]: seen for seen in run_folders("read", agent_dir)}
+    assert listed[fork.id]["parentSessionPath"] == listed[made[0]["id"]]["path"]
+
+
 def test_listing_pis_folders_is_paged_newest_first(tmp_path: Path) -> None:
     repo = JsonlSessionRepo(tmp_path / "sessions", layout="pi")
     made = [repo.create(cwd=f"/work/p{i % 3}").id for i in range(7)]

@@ -457,10 +457,12 @@ class JsonlSessionRepo(BaseSessionRepo):
     ) -> JsonlSessionStorage:
         with self._lock:
             if self.layout == "pi" and header.parent_session:
-                # pi names the parent by its file (forkFrom, createBranchedSession).
+                # pi names the parent by its file (forkFrom, createBranchedSession), whole:
+                # a folder given relative to here means nothing where pi runs.
                 parent = find_session_file(self.directory, header.parent_session)
                 if parent is not None:
-                    header = header.model_copy(update={"parent_session": str(parent)})
+                    named = str(parent.absolute())
+                    header = header.model_copy(update={"parent_session": named})
             storage = JsonlSessionStorage(self._new_path(header), header, entries)
             self._keep_open(storage)
             return storage
