@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 
 import pytest
 from mcp_support import Served
@@ -49,6 +50,15 @@ def browser_fixture() -> Iterator[Browser]:
         browser.close()
 
 
+def pause_clock(page: Page) -> None:
+    """Stop ``page``'s timers (its clock installed) until the test runs them (``run_for``).
+    Installed, a page's clock goes on with the wall clock: a timer the test meant to run
+    later (a retry, say) fired by itself while a loaded machine was slow at something else
+    (a server's restart). The pause is a few seconds ahead of now, so that a slow round trip
+    to the browser never asks its clock to go back (which Playwright refuses)."""
+    page.clock.pause_at(datetime.now() + timedelta(seconds=5))
+
+
 def base(server: Served) -> str:
     """Where ``server``'s viewer page is."""
     return f"http://127.0.0.1:{server.port}"
@@ -63,4 +73,5 @@ __all__ = [
     "base",
     "browser_fixture",
     "expect",
+    "pause_clock",
 ]

@@ -27,7 +27,7 @@ import anyio
 import httpx
 import pytest
 from agent_support import pi_v3
-from mcp_support import another_programs_database, poll, search_index_marks
+from mcp_support import START_GUARD_S, another_programs_database, poll, search_index_marks
 from narrow import narrow, present
 from providers_support import Reply, ScriptServer, oa_text_reply, script_server
 from typer.testing import CliRunner
@@ -92,9 +92,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def sub(
-    *args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 30
+    *args: str,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = START_GUARD_S,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m mcp_agent ARGS`` in a fresh interpreter."""
+    """``python -m mcp_agent ARGS`` in a fresh interpreter; ``timeout`` is a hang guard that
+    covers its start (a piped chat of a few lines went over 30 s at a load of 15)."""
     return subprocess.run(
         [sys.executable, "-m", "mcp_agent", *args],
         input=input,
@@ -184,7 +188,7 @@ def test_sessions_list_loads_neither_mcp_nor_providers_nor_server(db: Path) -> N
         capture_output=True,
         text=True,
         env=clean_env(),
-        timeout=30,
+        timeout=START_GUARD_S,  # a start's imports, on a loaded machine
     )
     assert done.returncode == 0, done.stderr
     assert "weather chat" in done.stdout
@@ -1830,7 +1834,7 @@ def test_chat_reads_piped_lines_as_written(db: Path) -> None:
         input=piped,
         capture_output=True,
         env=clean_env(MCP_AGENT_DB=str(db)),
-        timeout=30,
+        timeout=START_GUARD_S,  # a start's imports, on a loaded machine
     )
     assert done.returncode == 0, done.stderr
     assert users_said(db) == ["caf\ufffd ok", long, "last"]

@@ -26,7 +26,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
-from mcp_support import alive, initialize_request, serve_piped
+from mcp_support import START_GUARD_S, alive, initialize_request, serve_piped
 from mcp_types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, TextContent
 from narrow import narrow
 
@@ -124,7 +124,7 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
             stdin=follower,
             stdout=follower,
             stderr=subprocess.PIPE,
-            timeout=30,
+            timeout=START_GUARD_S,  # a start's imports, on a loaded machine
             check=False,
         )
         assert done.returncode == 0, done.stderr
@@ -140,7 +140,7 @@ def test_a_terminal_or_a_file_is_left_to_the_sdk_transport(tmp_path: Path) -> No
             stdin=stdin,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=START_GUARD_S,  # a start's imports, on a loaded machine
             check=False,
         )
     assert from_file.stdout.strip() == "True True True", from_file.stderr
@@ -264,7 +264,7 @@ def test_the_server_exits_when_stdin_closes(tmp_path: Path) -> None:
         input="",
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=START_GUARD_S,  # a start's imports, on a loaded machine
         check=False,
     )
     assert done.returncode == 0, done.stderr

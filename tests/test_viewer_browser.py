@@ -12,7 +12,6 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from browser_support import (  # browser_fixture: the browser fixture
     base,
     browser_fixture,  # noqa: F401
     expect,
+    pause_clock,
 )
 from mcp_support import Served, poll
 from viewer_support import (
@@ -213,7 +213,7 @@ def test_a_tab_left_open_over_a_restart_keeps_the_new_token_of_another(
         old.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
         expect(old.locator("#live")).to_have_class("live on")
         # its timers (the retries of its listening) wait until the new tab has its token
-        old.clock.pause_at(datetime.now() + timedelta(seconds=1))
+        pause_clock(old)
         server.stop()
         token_file.write_text(TOKEN + "-new")
         server = Served(tmp_path, "--token-file", str(token_file), port=server.port)
