@@ -353,6 +353,24 @@ def oa_text_reply(
     return Reply(body=body)
 
 
+def oa_tool_call_reply(name: str, arguments: dict[str, Any]) -> Reply:
+    """An answer of the model that calls ``name`` with ``arguments`` (one call, ``call_1``)."""
+    call_ = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+    return Reply(
+        body=[
+            oa_chunk({"role": "assistant"}),
+            oa_chunk({"tool_calls": [call_]}),
+            oa_chunk({}, "tool_calls"),
+            OA_DONE,
+        ]
+    )
+
+
 def an_event(kind: str, **data: Any) -> bytes:
     return sse({"type": kind, **data}, event=kind)
 

@@ -6,7 +6,6 @@ scripted OpenAI-compatible model, the raw test server as the downstream server."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -18,29 +17,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import Served, alive, call, poll, server_env, write_manifests
-from providers_support import OA_DONE, Reply, oa_chunk, script_server
+from providers_support import oa_tool_call_reply, script_server
 
 pytestmark = pytest.mark.anyio
 
 RAW_SERVER = Path(__file__).parent / "servers" / "raw_server.py"
-
-
-def tool_call(name: str, arguments: dict[str, str]) -> Reply:
-    """An answer of the model that calls ``name``."""
-    call_ = {
-        "index": 0,
-        "id": "call_1",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
-    }
-    return Reply(
-        body=[
-            oa_chunk({"role": "assistant"}),
-            oa_chunk({"tool_calls": [call_]}),
-            oa_chunk({}, "tool_calls"),
-            OA_DONE,
-        ]
-    )
 
 
 async def test_a_downstream_server_ends_with_a_serve_killed_mid_call(tmp_path: Path) -> None:
@@ -49,7 +30,7 @@ async def test_a_downstream_server_ends_with_a_serve_killed_mid_call(tmp_path: P
     agents = {"default": 'description = "uses r"\ntools = ["r__*"]\n'}
     manifests = write_manifests(tmp_path / "manifests", agents, {"r": raw})
     async with script_server() as api:
-        api.add(tool_call("r__stall", {"path": str(stalled)}))
+        api.add(oa_tool_call_reply("r__stall", {"path": str(stalled)}))
         env = server_env(
             tmp_path,
             OPENAI_BASE_URL=f"{api.base}/v1",

@@ -5,7 +5,6 @@ client."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,15 @@ from agent_support import check_tool_results
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import Served, agent_server, call, call_error, server_env, write_manifests
-from providers_support import OA_DONE, Gate, Reply, oa_chunk, oa_text_reply, script_server
+from providers_support import (
+    OA_DONE,
+    Gate,
+    Reply,
+    oa_chunk,
+    oa_text_reply,
+    oa_tool_call_reply,
+    script_server,
+)
 
 from mcp_agent.agent import INTERRUPTED_CALL
 from mcp_agent.messages import parse_message
@@ -35,27 +42,6 @@ def openai_env(tmp_path: Path, base: str) -> dict[str, str]:
     )
 
 
-def subagent_call(task: str) -> Reply:
-    """An answer that calls the subagent tool (the built-in: no child process to start)."""
-    call_ = {
-        "index": 0,
-        "id": "call_1",
-        "type": "function",
-        "function": {
-            "name": "subagent",
-            "arguments": json.dumps({"agent": "default", "task": task}),
-        },
-    }
-    return Reply(
-        body=[
-            oa_chunk({"role": "assistant"}),
-            oa_chunk({"tool_calls": [call_]}),
-            oa_chunk({}, "tool_calls"),
-            OA_DONE,
-        ]
-    )
-
-
 async def test_a_run_killed_mid_tool_call_is_said_in_its_session_and_the_next_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,7 +55,8 @@ async def test_a_run_killed_mid_tool_call_is_said_in_its_session_and_the_next_ru
         env = openai_env(tmp_path, api.base)
         held = Gate()
         api.add(
-            subagent_call("look around"),
+            # the built-in subagent: no child process to start
+            oa_tool_call_reply("subagent", {"agent": "default", "task": "look around"}),
             Reply(body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "Look"}), held]),
         )
         extra = ("--no-auth", "--manifests", str(manifests))
