@@ -440,6 +440,25 @@ async def test_a_whole_chat_completion_in_place_of_a_stream_is_the_answer() -> N
     assert (usage.input, usage.output, usage.cache_read) == (10, 7, 40)
 
 
+async def test_a_whole_json_answer_past_its_bound_is_given_up_not_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON body in place of a stream is read whole, so it has a bound: past twice the
+    longest answer, the run ends saying so instead of holding all the server sends."""
+    monkeypatch.setattr(http, "MAX_ANSWER_CHARS", 50_000)
+    bound = 100_000
+    step = 10_000
+    head = b'{"object": "chat.completion", "choices": [{"message": {"content": "'
+    async with script_server() as server:
+        filler = [b"a" * step] * (bound // step + 2)
+        server.add(Reply(body=[head, *filler], content_type="application/json"))
+        _, final = await collect(openai(server.base, max_retries=0))
+    assert final.stop_reason == StopReason.ERROR
+    assert f"the answer passed {bound:,} bytes of JSON; gave up on it" in present(
+        final.error_message
+    )
+
+
 async def test_a_whole_anthropic_message_in_place_of_a_stream_is_the_answer() -> None:
     answer = {
         "id": "msg_9",

@@ -971,16 +971,23 @@ async def _inflated(response: httpx.Response, encoding: str) -> AsyncGenerator[b
         raise httpx.DecodingError(f"its {encoding} does not inflate ({error})") from error
 
 
-async def _read_limited(response: httpx.Response) -> bytes:
+async def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """The body, read until it ends or passes ``limit`` bytes (the rest is left unread), and
+    whether it passed."""
     chunks: list[bytes] = []
     size = 0
     async with aclosing(body_chunks(response)) as body:
         async for chunk in body:
             chunks.append(chunk)
             size += len(chunk)
-            if size >= ERROR_BODY_LIMIT:
-                break
-    return b"".join(chunks)
+            if size > limit:
+                return b"".join(chunks), True
+    return b"".join(chunks), False
+
+
+async def _read_limited(response: httpx.Response) -> bytes:
+    """An error's body, enough of it to quote."""
+    return (await _read_bounded(response, ERROR_BODY_LIMIT))[0]
 
 
 def _is_event_stream(response: httpx.Response) -> bool:
@@ -1003,18 +1010,12 @@ async def _whole_answer_stream(
     endpoint: Endpoint, response: httpx.Response, whole: WholeAnswer
 ) -> AsyncGenerator[bytes, None]:
     """A JSON body as the event stream it stands for (read whole, up to the answer's bound)."""
-    parts: list[bytes] = []
-    size = 0
-    async with aclosing(body_chunks(response)) as chunks:
-        async for chunk in chunks:
-            parts.append(chunk)
-            size += len(chunk)
-            if size > MAX_ANSWER_CHARS * 2:
-                raise ProviderError(
-                    f"{endpoint.where}: the answer passed {MAX_ANSWER_CHARS * 2:,} bytes of JSON;"
-                    " gave up on it"
-                )
-    body = b"".join(parts)
+    body, passed = await _read_bounded(response, MAX_ANSWER_CHARS * 2)
+    if passed:
+        raise ProviderError(
+            f"{endpoint.where}: the answer passed {MAX_ANSWER_CHARS * 2:,} bytes of JSON;"
+            " gave up on it"
+        )
     try:
         events = whole(loads(body.decode("utf-8", "replace")))
     except (ValueError, RecursionError):
