@@ -1029,6 +1029,24 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     assert "secret" not in str(raised.value)
 
 
+def test_a_password_in_the_urls_query_is_not_shown(pg_cluster: Any) -> None:
+    """libpq takes the password as a parameter of the URL too (``?password=…``, as tools that
+    build URLs from settings write it): a message that names the database keeps it out."""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    url = (
+        f"postgresql://postgres@127.0.0.1:{pg_cluster.port}/no_such_db"
+        "?sslmode=disable&password=hunter2-secret&sslpassword=other-secret"
+    )
+    with pytest.raises(SessionError, match="cannot reach the session database") as raised:
+        PostgresSessionRepo(url)
+    said = str(raised.value)
+    assert "no_such_db" in said and "does not exist" in said, said
+    assert "hunter2" not in said and "other-secret" not in said, said
+    assert "password=***" in said and "sslmode=disable" in said, said
+
+
 @contextmanager
 def altered(admin: Any, name: str, change: str, undo: str) -> Iterator[None]:
     """``ALTER DATABASE name change`` for the block, its connections dropped so that new ones
