@@ -799,6 +799,74 @@ def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
         assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_one_file_imported_on_two_replicas_at_once_gives_the_id_and_a_copy(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """session_import promises the file's id when free, else a copy under a new id. Two
+    replicas importing one file at once both found the id free, and the second to insert its
+    row was refused ("session … already exists") instead of getting its copy."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    def activity(state: str) -> bool:
+        rows = first.database.read(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND (state = %s OR wait_event_type = %s)",
+            (state, state),
+        )
+        return bool(rows[0][0])
+
+    with PostgresSessionRepo(postgres_url) as first, PostgresSessionRepo(postgres_url) as second:
+        made = first.create(name="shared")
+        made.append_message(user_message("hello"))
+        text = first.export_jsonl(made.id)
+        first.delete(made.id)
+        header, rest = text.split("\n", 1)
+        # The first replica's import reads its file from a pipe: its row is inserted, and not
+        # yet committed, while the second replica looks whether the id is free.
+        pipe_path = tmp_path / "slow.jsonl"
+        os.mkfifo(pipe_path)
+        imported: dict[str, Any] = {}
+
+        def run(name: str, repo: PostgresSessionRepo, source: str | Path) -> None:
+            try:
+                imported[name] = repo.import_session(source, copy_if_taken=True)
+            except Exception as error:  # said below
+                imported[name] = error
+
+        slow = threading.Thread(target=run, args=("slow", first, pipe_path))
+        slow.start()
+        quick = threading.Thread(target=run, args=("quick", second, text))
+        with open(pipe_path, "w") as pipe:
+            pipe.write(header + "\n")
+            pipe.flush()
+            for _ in range(500):  # bounded: the slow import holds its row, reading the pipe
+                if activity("idle in transaction"):
+                    break
+                time.sleep(0.02)
+            quick.start()
+            for _ in range(500):  # bounded: the quick import waits for the slow one's row
+                if activity("Lock"):
+                    break
+                time.sleep(0.02)
+            pipe.write(rest)
+        slow.join(30)
+        quick.join(30)
+        assert not slow.is_alive() and not quick.is_alive()
+        ids = set()
+        for name in ("slow", "quick"):
+            result = imported[name]
+            assert not isinstance(result, Exception), f"{name}: {result}"
+            assert result.file_id == made.id
+            ids.add(result.session.id)
+            texts = [
+                content_text(narrow(e.message, UserMessage).content)
+                for e in second.open(result.session.id).get_entries()
+                if isinstance(e, MessageEntry)
+            ]
+            assert texts == ["hello"]
+        assert made.id in ids and len(ids) == 2
+
+
 def test_a_session_made_again_on_another_replica_is_read_afresh(
     postgres_url: str, tmp_path: Path
 ) -> None:
