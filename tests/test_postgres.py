@@ -113,6 +113,71 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         second.close()
 
 
+async def test_leases_are_renewed_while_every_worker_thread_waits_for_a_lock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica whose worker threads all waited for a lock (clients appending to a session a
+    long transaction held, a table a program locked) renewed no lease meanwhile: the renewal
+    waited behind them for a worker thread, up to the lock timeout (60 s, twice the lease),
+    so its leases and runs lapsed and the other replicas took its live runs for stopped."""
+    import psycopg
+
+    from mcp_agent.blocking import worker_threads
+    from mcp_agent.runtime import runs as runs_module
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.runtime.runs import RunManager
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    monkeypatch.setattr(runs_module, "RENEW_EVERY", 0.1)
+    database = PostgresDatabase(postgres_url, max_connections=6, lock_timeout=30)
+    leases = PostgresLeases(database)
+    offload = worker_threads(2)
+    waited: list[object] = []
+
+    async def wait_for_the_lock() -> None:
+        try:
+            await offload(lambda: database.read("SELECT count(*) FROM sessions"))
+        finally:
+            waited.append(None)
+
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        with (
+            psycopg.connect(postgres_url, autocommit=True) as look,
+            psycopg.connect(postgres_url) as holder,
+        ):
+
+            def expires() -> float:
+                [(value,)] = look.execute("SELECT expires FROM session_leases").fetchall()
+                return float(value)
+
+            taken = expires()
+            holder.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            async with anyio.create_task_group() as group:
+                runs = RunManager(group, leases, offload=offload)
+                for _ in range(offload.limit):  # every worker thread
+                    group.start_soon(wait_for_the_lock)
+                group.start_soon(runs.keep_leases)
+                renewed = taken
+                for _ in range(500):  # bounded: renewals come every 0.1 s
+                    await anyio.sleep(0.02)
+                    renewed = expires()
+                    if renewed > taken:
+                        break
+                still_waiting = not waited
+                holder.rollback()  # the lock goes: the waiting reads end
+                for _ in range(500):
+                    if len(waited) == offload.limit:
+                        break
+                    await anyio.sleep(0.02)
+                group.cancel_scope.cancel()
+        assert still_waiting, "the reads did not wait for the lock"
+        assert renewed > taken, "no lease was renewed while the worker threads waited"
+    finally:
+        offload.close()
+        database.close()
+
+
 def test_a_renewal_whose_backend_froze_ends_well_within_the_lease(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
