@@ -1439,6 +1439,63 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
         session.append_message(user_message("kept"))
 
 
+def test_writes_queued_in_one_server_for_a_held_session_wait_one_lock_timeout(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes to one session in one server take turns (its storage's lock), and the one whose
+    turn it is waits for the session's row up to the lock timeout: with the row held by a long
+    transaction, the writers queued behind waited one lock timeout after another, the fourth
+    four minutes where 60 s is said, each on a worker thread (measured: two replicas, four
+    clients appending to a session whose row a transaction held for 150 s). A writer waits
+    for its turn as long as for the row, then is told why."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, row_lock
+
+    monkeypatch.setattr(row_lock, "LOCK_TURN_S", 60.0)  # the holder is not taken for stuck
+    with PostgresSessionRepo(postgres_url, lock_timeout=2) as repo:
+        session_id = repo.create(name="held").id
+        said: list[str] = []
+
+        def append(text: str) -> None:
+            try:
+                repo.open(session_id).append_message(user_message(text))
+                said.append("stored")
+            except SessionError as error:
+                said.append(str(error))
+
+        def waiting_for_the_row() -> bool:
+            [(count,)] = repo.database.read(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            return bool(count)
+
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session_id])
+            first = threading.Thread(target=append, args=("first",))
+            first.start()
+            for _ in range(500):  # bounded: the first write waits for the row
+                if waiting_for_the_row():
+                    break
+                time.sleep(0.01)
+            queued = [threading.Thread(target=append, args=(t,)) for t in ("second", "third")]
+            for thread in queued:
+                thread.start()
+            for thread in [first, *queued]:
+                thread.join(60)
+            assert not any(t.is_alive() for t in [first, *queued])
+        # The first waited for the row. The two queued behind it waited for their turn as
+        # long, and were told so; or one had its turn (the first's wait over before theirs)
+        # and waited for the row in turn. None waited behind two waits for the row.
+        row_waits = [s for s in said if "stayed locked by another transaction" in s]
+        turn_waits = [s for s in said if "another write to it here has waited 2 s" in s]
+        assert len(row_waits) in (1, 2) and len(row_waits) + len(turn_waits) == 3, said
+        assert all(s.endswith("nothing was written, try again") for s in turn_waits)
+        assert repo.open(session_id).get_entries()[-1].type == "session_info"
+
+
 def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
