@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 DB_ENV = "MCP_AGENT_DB"
+# A password in a URL's query (libpq takes ``?password=…`` and ``?sslpassword=…``), shown as ***.
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
 def is_database_url(location: object) -> bool:
@@ -36,9 +38,10 @@ def user_db_path() -> Path:
 
 def shown_url(url: str) -> str:
     """A URL (a database's, a model API's base URL) without its password, for messages and
-    logs."""
+    logs: neither the one before the host nor one among the query's parameters."""
     from urllib.parse import urlsplit, urlunsplit
 
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     try:
         parts = urlsplit(url)
         if parts.password is None:

@@ -113,6 +113,71 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(postgres_url: st
         second.close()
 
 
+async def test_leases_are_renewed_while_every_worker_thread_waits_for_a_lock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica whose worker threads all waited for a lock (clients appending to a session a
+    long transaction held, a table a program locked) renewed no lease meanwhile: the renewal
+    waited behind them for a worker thread, up to the lock timeout (60 s, twice the lease),
+    so its leases and runs lapsed and the other replicas took its live runs for stopped."""
+    import psycopg
+
+    from mcp_agent.blocking import worker_threads
+    from mcp_agent.runtime import runs as runs_module
+    from mcp_agent.runtime.leases import PostgresLeases
+    from mcp_agent.runtime.runs import RunManager
+    from mcp_agent.sessions.postgres.database import PostgresDatabase
+
+    monkeypatch.setattr(runs_module, "RENEW_EVERY", 0.1)
+    database = PostgresDatabase(postgres_url, max_connections=6, lock_timeout=30)
+    leases = PostgresLeases(database)
+    offload = worker_threads(2)
+    waited: list[object] = []
+
+    async def wait_for_the_lock() -> None:
+        try:
+            await offload(lambda: database.read("SELECT count(*) FROM sessions"))
+        finally:
+            waited.append(None)
+
+    try:
+        assert leases.acquire("s1", "run 1") is None
+        with (
+            psycopg.connect(postgres_url, autocommit=True) as look,
+            psycopg.connect(postgres_url) as holder,
+        ):
+
+            def expires() -> float:
+                [(value,)] = look.execute("SELECT expires FROM session_leases").fetchall()
+                return float(value)
+
+            taken = expires()
+            holder.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+            async with anyio.create_task_group() as group:
+                runs = RunManager(group, leases, offload=offload)
+                for _ in range(offload.limit):  # every worker thread
+                    group.start_soon(wait_for_the_lock)
+                group.start_soon(runs.keep_leases)
+                renewed = taken
+                for _ in range(500):  # bounded: renewals come every 0.1 s
+                    await anyio.sleep(0.02)
+                    renewed = expires()
+                    if renewed > taken:
+                        break
+                still_waiting = not waited
+                holder.rollback()  # the lock goes: the waiting reads end
+                for _ in range(500):
+                    if len(waited) == offload.limit:
+                        break
+                    await anyio.sleep(0.02)
+                group.cancel_scope.cancel()
+        assert still_waiting, "the reads did not wait for the lock"
+        assert renewed > taken, "no lease was renewed while the worker threads waited"
+    finally:
+        offload.close()
+        database.close()
+
+
 def test_a_renewal_whose_backend_froze_ends_well_within_the_lease(
     postgres_url: str, pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -799,6 +864,74 @@ def test_replicas_starting_together_migrate_once(postgres_url: str) -> None:
         assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_one_file_imported_on_two_replicas_at_once_gives_the_id_and_a_copy(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """session_import promises the file's id when free, else a copy under a new id. Two
+    replicas importing one file at once both found the id free, and the second to insert its
+    row was refused ("session … already exists") instead of getting its copy."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    def activity(state: str) -> bool:
+        rows = first.database.read(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND (state = %s OR wait_event_type = %s)",
+            (state, state),
+        )
+        return bool(rows[0][0])
+
+    with PostgresSessionRepo(postgres_url) as first, PostgresSessionRepo(postgres_url) as second:
+        made = first.create(name="shared")
+        made.append_message(user_message("hello"))
+        text = first.export_jsonl(made.id)
+        first.delete(made.id)
+        header, rest = text.split("\n", 1)
+        # The first replica's import reads its file from a pipe: its row is inserted, and not
+        # yet committed, while the second replica looks whether the id is free.
+        pipe_path = tmp_path / "slow.jsonl"
+        os.mkfifo(pipe_path)
+        imported: dict[str, Any] = {}
+
+        def run(name: str, repo: PostgresSessionRepo, source: str | Path) -> None:
+            try:
+                imported[name] = repo.import_session(source, copy_if_taken=True)
+            except Exception as error:  # said below
+                imported[name] = error
+
+        slow = threading.Thread(target=run, args=("slow", first, pipe_path))
+        slow.start()
+        quick = threading.Thread(target=run, args=("quick", second, text))
+        with open(pipe_path, "w") as pipe:
+            pipe.write(header + "\n")
+            pipe.flush()
+            for _ in range(500):  # bounded: the slow import holds its row, reading the pipe
+                if activity("idle in transaction"):
+                    break
+                time.sleep(0.02)
+            quick.start()
+            for _ in range(500):  # bounded: the quick import waits for the slow one's row
+                if activity("Lock"):
+                    break
+                time.sleep(0.02)
+            pipe.write(rest)
+        slow.join(30)
+        quick.join(30)
+        assert not slow.is_alive() and not quick.is_alive()
+        ids = set()
+        for name in ("slow", "quick"):
+            result = imported[name]
+            assert not isinstance(result, Exception), f"{name}: {result}"
+            assert result.file_id == made.id
+            ids.add(result.session.id)
+            texts = [
+                content_text(narrow(e.message, UserMessage).content)
+                for e in second.open(result.session.id).get_entries()
+                if isinstance(e, MessageEntry)
+            ]
+            assert texts == ["hello"]
+        assert made.id in ids and len(ids) == 2
+
+
 def test_a_session_made_again_on_another_replica_is_read_afresh(
     postgres_url: str, tmp_path: Path
 ) -> None:
@@ -1027,6 +1160,24 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     with pytest.raises(SessionError, match="cannot reach the session database") as raised:
         PostgresSessionRepo(url)
     assert "secret" not in str(raised.value)
+
+
+def test_a_password_in_the_urls_query_is_not_shown(pg_cluster: Any) -> None:
+    """libpq takes the password as a parameter of the URL too (``?password=…``, as tools that
+    build URLs from settings write it): a message that names the database keeps it out."""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    url = (
+        f"postgresql://postgres@127.0.0.1:{pg_cluster.port}/no_such_db"
+        "?sslmode=disable&password=hunter2-secret&sslpassword=other-secret"
+    )
+    with pytest.raises(SessionError, match="cannot reach the session database") as raised:
+        PostgresSessionRepo(url)
+    said = str(raised.value)
+    assert "no_such_db" in said and "does not exist" in said, said
+    assert "hunter2" not in said and "other-secret" not in said, said
+    assert "password=***" in said and "sslmode=disable" in said, said
 
 
 @contextmanager
@@ -1286,6 +1437,63 @@ def test_a_table_another_program_keeps_locked_is_a_clear_error_in_bounded_time(
             locker.rollback()
         assert len(repo.open(session.id).get_entries()) == before
         session.append_message(user_message("kept"))
+
+
+def test_writes_queued_in_one_server_for_a_held_session_wait_one_lock_timeout(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes to one session in one server take turns (its storage's lock), and the one whose
+    turn it is waits for the session's row up to the lock timeout: with the row held by a long
+    transaction, the writers queued behind waited one lock timeout after another, the fourth
+    four minutes where 60 s is said, each on a worker thread (measured: two replicas, four
+    clients appending to a session whose row a transaction held for 150 s). A writer waits
+    for its turn as long as for the row, then is told why."""
+    import psycopg
+
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo, row_lock
+
+    monkeypatch.setattr(row_lock, "LOCK_TURN_S", 60.0)  # the holder is not taken for stuck
+    with PostgresSessionRepo(postgres_url, lock_timeout=2) as repo:
+        session_id = repo.create(name="held").id
+        said: list[str] = []
+
+        def append(text: str) -> None:
+            try:
+                repo.open(session_id).append_message(user_message(text))
+                said.append("stored")
+            except SessionError as error:
+                said.append(str(error))
+
+        def waiting_for_the_row() -> bool:
+            [(count,)] = repo.database.read(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            return bool(count)
+
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session_id])
+            first = threading.Thread(target=append, args=("first",))
+            first.start()
+            for _ in range(500):  # bounded: the first write waits for the row
+                if waiting_for_the_row():
+                    break
+                time.sleep(0.01)
+            queued = [threading.Thread(target=append, args=(t,)) for t in ("second", "third")]
+            for thread in queued:
+                thread.start()
+            for thread in [first, *queued]:
+                thread.join(60)
+            assert not any(t.is_alive() for t in [first, *queued])
+        # The first waited for the row. The two queued behind it waited for their turn as
+        # long, and were told so; or one had its turn (the first's wait over before theirs)
+        # and waited for the row in turn. None waited behind two waits for the row.
+        row_waits = [s for s in said if "stayed locked by another transaction" in s]
+        turn_waits = [s for s in said if "another write to it here has waited 2 s" in s]
+        assert len(row_waits) in (1, 2) and len(row_waits) + len(turn_waits) == 3, said
+        assert all(s.endswith("nothing was written, try again") for s in turn_waits)
+        assert repo.open(session_id).get_entries()[-1].type == "session_info"
 
 
 def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(

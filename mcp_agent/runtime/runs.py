@@ -11,9 +11,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from mcp_agent.abort import abort_message
 from mcp_agent.blocking import Offload, inline
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from mcp_agent.runtime.session_agent import SessionAgent
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _busy_elsewhere(lease: Lease) -> SessionBusy:
@@ -235,6 +237,8 @@ class RunManager:
         # "the server running it stopped", whatever their end was.
         self._unpublished: dict[str, Run] = {}
         self.offload = offload
+        # The renewals' own thread (see _upkeep), made when first used, on the event loop.
+        self._upkeep_thread: anyio.CapacityLimiter | None = None
         self.limits = limits or RunLimits()
         self.runs: dict[str, Run] = {}
         self._by_session: dict[str, Run] = {}
@@ -339,7 +343,7 @@ class RunManager:
             await anyio.sleep(RENEW_EVERY)
             try:
                 held = set(leases.held)
-                kept = await self.offload(leases.renew)
+                kept = await self._upkeep(leases.renew)
                 # A lease that lapsed while the database was out of reach, and that another
                 # process may have taken: the run there stops now (its writes are refused
                 # anyway), instead of calling its model for nothing.
@@ -349,7 +353,7 @@ class RunManager:
                         log.warning("run %s lost its lease on session %s", run.id, session_id)
                         run.abort(lease_lost_message(session_id, None))
                 if self.board is not None:
-                    await self.offload(
+                    await self._upkeep(
                         functools.partial(
                             self.board.renew, [r.id for r in self._by_session.values()]
                         )
@@ -362,6 +366,16 @@ class RunManager:
                 log.warning("renewing the session leases failed", exc_info=True)
             else:
                 self._lease_failures.recovered()
+
+    async def _upkeep(self, work: Callable[[], T]) -> T:
+        """``work`` (a renewal: bounded, see RENEW_WITHIN) on a thread of its own, not in line
+        behind the requests' work for a worker thread: with every worker thread waiting for a
+        lock (clients appending to a session a long transaction holds), a renewal in that line
+        waited as long, up to the lock timeout (twice the lease), and the leases and runs of a
+        live replica lapsed."""
+        if self._upkeep_thread is None:
+            self._upkeep_thread = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(work, limiter=self._upkeep_thread)
 
     async def keep_board(self) -> None:
         """While runs are under way here: take the commands other replicas left for them, and

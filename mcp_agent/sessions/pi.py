@@ -35,6 +35,7 @@ from mcp_agent.sessions.entries import (
     file_line,
     iso_now,
     new_entry_id,
+    new_session_id,
     parse_entry,
     parse_header,
 )
@@ -391,6 +392,10 @@ class SessionStream:
         except SessionError as error:
             self._fail(error.message)
         self.leaf_id: str | None = None  # known once the entries are read
+        # Set by an importer that takes a copy when the header's id is taken: a store that
+        # finds it taken as it inserts the session (another process imported the same file
+        # since the id was found free) gives the copy a new id there (``retake_id``).
+        self.copy_if_taken = False
         self.count = 0
         self._tree = TreeCheck()
         self._v1_ids: set[str] = set()  # version 1 only: the ids given so far, in order
@@ -399,6 +404,14 @@ class SessionStream:
         self._last: tuple[int, SessionEntry] | None = None  # the last entry and its line
         self._previous: str | None = None  # v1: the parent of the next entry
         self._entries = self._read()
+
+    def retake_id(self, taken: SessionError) -> SessionHeader:
+        """The header under a new id, when its id turned out to be taken (``taken``, a
+        conflict) and a copy was asked for; else ``taken`` is raised."""
+        if taken.code != "conflict" or not self.copy_if_taken:
+            raise taken
+        self.header = self.header.model_copy(update={"id": new_session_id()})
+        return self.header
 
     def _fail(self, message: str) -> NoReturn:
         for _ in self._rows:

@@ -577,6 +577,7 @@ class BaseSessionRepo:
                         "conflict", f"a session with the file's id {original} exists already"
                     )
                 stream.header = stream.header.model_copy(update={"id": new_session_id()})
+            stream.copy_if_taken = copy_if_taken
             session = self._session(self._import_storage(stream))
             return Imported(session, original, list(stream.notes), stream.migrated_from)
 

@@ -153,7 +153,18 @@ class Session:
         """Append what ``build`` makes of the id, parent and timestamp: the parent is the leaf,
         or ``parent`` (the entry then becomes the leaf, as in pi's branchWithSummary)."""
         self._read_leaf = UNREAD
-        with self._lock:
+        # Bounded: each write holding the lock may wait for the database as long (a session's
+        # row held by another transaction), so writers queued here waited one such wait after
+        # another, and each held a worker thread meanwhile.
+        wait: float | None = getattr(self.storage, "lock_wait", None)
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
+            raise SessionError(
+                "busy",
+                f"session {self.id} is busy: another write to it here has waited {wait:g} s"
+                " for the database (its row held by another transaction); nothing was written,"
+                " try again",
+            )
+        try:
             for attempt in range(_ID_ATTEMPTS):
                 base = {
                     "id": self.storage.create_entry_id(),
@@ -169,6 +180,8 @@ class Session:
                     # Another writer took the id first (or it was never checked): draw again.
                     if error.code != "conflict" or attempt == _ID_ATTEMPTS - 1:
                         raise
+        finally:
+            self._lock.release()
         self._notify(stored)
         return stored.id
 

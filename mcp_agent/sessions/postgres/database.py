@@ -350,6 +350,10 @@ class PostgresDatabase:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
 
+    @property
+    def lock_wait(self) -> float:
+        return self.lock_timeout
+
     def _client_bound(self) -> float:
         return self.statement_timeout + STATEMENT_GRACE_S
 

@@ -213,7 +213,12 @@ class PostgresSessionStorage(SqlSessionStorage):
         def work(conn: Conn) -> None:
             # The file (a pipe, perhaps) is read between statements for as long as it takes.
             conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-            _insert_session(conn, header, incarnation)
+            nonlocal header
+            try:
+                _insert_session(conn, header, incarnation)
+            except SessionError as taken:  # ON CONFLICT DO NOTHING: the transaction goes on
+                header = stream.retake_id(taken)
+                _insert_session(conn, header, incarnation)
             totals = SessionStats()
             batch: list[SessionEntry] = []
             seq = 0

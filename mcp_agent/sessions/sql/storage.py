@@ -78,6 +78,9 @@ class SqlDatabase(Protocol):
     def read(self, sql: str, params: Params = ...) -> list[Any]: ...
     def write(self, work: Callable[[Any], T]) -> T: ...
     def close(self) -> None: ...
+    # How long a write waits for a lock another transaction holds (seconds).
+    @property
+    def lock_wait(self) -> float: ...
     # Checked inside each transaction that changes or deletes a session (see SessionGuard).
     @property
     def session_guard(self) -> Callable[[Any, str], None] | None: ...
@@ -256,6 +259,9 @@ class SqlSessionStorage:
         # Taken by Session around read-leaf-then-append; the append re-checks the leaf inside
         # its transaction anyway, for writers in other storages, processes and replicas.
         self.lock = threading.RLock()
+        # How long a write waits for ``lock``, held by another write of this process to the
+        # session that waits for the database in turn (see Session._append).
+        self.lock_wait: float = database.lock_wait
         # This storage's part of the database's parse cache, given back when it is collected.
         self._cache = entry_cache(database).share()
         weakref.finalize(self, self._cache.release)

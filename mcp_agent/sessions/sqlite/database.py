@@ -284,6 +284,7 @@ class SqliteDatabase:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.busy_timeout = busy_timeout
+        self.lock_wait = busy_timeout  # how long a write waits for a lock another holds
         self.lock = threading.RLock()  # the writer connection's
         self.session_guard = session_guard
         self._shared = str(path) == ":memory:"  # one connection: reads share the writer's

@@ -314,8 +314,13 @@ class SqliteSessionStorage(SqlSessionStorage):
                     f"the session database {database.path} was locked during the import;"
                     " nothing was written, try again",
                 )
+            nonlocal header
             try:
-                _insert_session(conn, header, incarnation)
+                try:
+                    _insert_session(conn, header, incarnation)
+                except SessionError as taken:  # the statement alone was undone
+                    header = stream.retake_id(taken)
+                    _insert_session(conn, header, incarnation)
             except SessionError as error:
                 raise _Refused(error) from None
             totals = SessionStats()
