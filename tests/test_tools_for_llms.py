@@ -548,6 +548,26 @@ async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> N
         assert moved["leafId"] == first
 
 
+async def test_text_that_reads_as_json_stays_the_text_it_was_sent_as(server: MCPServer) -> None:
+    """A text argument holding a JSON object or array (a branch summary a model wrote as
+    JSON, a name in brackets) is that text: the SDK read it as the object it spells, and the
+    call was refused with "summary should be a valid string", though a string was sent."""
+    async with Client(server) as client:
+        name = '["draft", "v2"]'
+        created = await call(client, "session_create", name=name)
+        assert created["name"] == name
+        sid = created["id"]
+        first = (await call(client, "session_append", session_id=sid, entry=custom('"a"')))[
+            "entryId"
+        ]
+        summary = '{"goal": "ship it", "done": ["tests"]}'
+        await call(client, "session_move_to", session_id=sid, entry_id=first, summary=summary)
+        entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
+        assert entries[-1]["type"] == "branch_summary" and entries[-1]["summary"] == summary
+        found = await call(client, "session_list", query='["draft"]')
+        assert [listed["id"] for listed in found["sessions"]] == [sid]
+
+
 async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:
     async with Client(make_server(tmp_path, model_retries=0)) as client:
         with anyio.fail_after(60):

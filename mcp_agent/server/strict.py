@@ -15,12 +15,13 @@ property listed as required (an optional one is nullable where null means its de
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, get_args
 
 import mcp.server.mcpserver.server as sdk_server
 from mcp.server import MCPServer
@@ -30,6 +31,7 @@ from mcp.server.mcpserver.exceptions import (
     ToolError,
     UnexpectedToolError,
 )
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types import (
@@ -178,6 +180,42 @@ def argument_error(
     return f"{tool}: " + "; ".join(problems) + tail
 
 
+class TextKept(FuncMetadata):
+    """The SDK's reading of a tool's arguments, but a text argument stays the text it was
+    sent as. The SDK reads an argument given as the JSON text of an object or array as that
+    object whenever the argument is not of type ``str`` alone (clients send objects so), and
+    ``str | None`` is not: a branch summary a model wrote as JSON, or a name in brackets, was
+    refused as "should be a valid string", though a string was sent. ``"null"`` for one is
+    still null, as before."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        parsed = super().pre_parse_json(data)
+        texts = _text_arguments(self.arg_model)
+        for key, value in data.items():
+            if key in texts and isinstance(value, str) and parsed[key] is not None:
+                parsed[key] = value
+        return parsed
+
+
+def text_kept(metadata: FuncMetadata) -> TextKept:
+    return TextKept(
+        arg_model=metadata.arg_model,
+        output_schema=metadata.output_schema,
+        output_model=metadata.output_model,
+        wrap_output=metadata.wrap_output,
+    )
+
+
+@functools.lru_cache(maxsize=256)  # one per tool definition, as made_tools keeps them
+def _text_arguments(arg_model: type[ArgModelBase]) -> frozenset[str]:
+    """The names (and aliases) of the arguments of type ``str | None``."""
+    found: set[str] = set()
+    for name, field in arg_model.model_fields.items():
+        if set(get_args(field.annotation)) == {str, type(None)}:
+            found.update(filter(None, (name, field.alias)))
+    return frozenset(found)
+
+
 _SWAPPING = threading.Lock()
 
 
@@ -253,6 +291,7 @@ class SessionsServer(MCPServer):
             meta=meta,
             structured_output=structured_output,
         )
+        tool.fn_metadata = text_kept(tool.fn_metadata)
         tools = self._tool_manager._tools
         if tool.name in tools:
             if self._tool_manager.warn_on_duplicate_tools:
