@@ -532,6 +532,47 @@ async def test_bad_arguments_get_one_line_naming_the_argument(
     assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
 
 
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        # An object where JSON text goes: said to be a string, and now what the text holds.
+        (
+            {"type": "custom", "customType": "note", "data": {"k": 1}},
+            "entry.data (for type 'custom') should be a valid string; entry.data: the data as"
+            " JSON text",
+        ),
+        (
+            {"type": "pi", "json": {"type": "message"}},
+            "entry.json (for type 'pi') should be a valid string; entry.json: the entry",
+        ),
+        # Content blocks where the text goes: the kind that takes them is named.
+        (
+            {"type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]},
+            "; entry.content: the message's text (content blocks, such as images: type pi)",
+        ),
+        (
+            {"type": "active_tools_change", "activeToolNames": "read"},
+            "; entry.activeToolNames: the tools' names",
+        ),
+        # No kind at all: which field is missing, not pydantic's "discriminator".
+        ({"role": "user", "content": "hi"}, "entry.type is required; entry: what to append"),
+    ],
+)
+async def test_a_wrong_field_inside_an_entry_is_said_with_what_it_holds(
+    server: MCPServer, entry: dict[str, Any], says: str
+) -> None:
+    """An argument error inside an entry named the field and the type wanted ("entry.data
+    should be a valid string") but not what the field holds, which its schema says and a
+    model needs to send it right the next time; a top-level argument's error said it."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        text = await call_error(client, "session_append", session_id=sid, entry=entry)
+        listed = (await call(client, "session_list"))["sessions"]
+    assert says in text
+    assert not any(word in text for word in (*MACHINE_TALK, "discriminator", "tag")), text
+    assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
+
+
 async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> None:
     """The Inspector's command line sends every argument whose schema is no single type (each
     nullable one) as text: `--tool-arg limit=1` could not be given at all."""

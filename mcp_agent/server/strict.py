@@ -153,31 +153,72 @@ def _inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def argument_error(
-    tool: str, error: ValidationError, descriptions: dict[str, str], arguments: dict[str, Any]
+    tool: str, error: ValidationError, properties: dict[str, Any], arguments: dict[str, Any]
 ) -> str:
-    """One line: each wrong argument (up to a few), what was wrong, and what it should be."""
+    """One line: each wrong argument (up to a few), what was wrong, and what it should be (its
+    description in the tool's input schema, whose ``properties`` are given; inside an entry,
+    the field's)."""
     problems = []
     for detail in error.errors(include_url=False)[:MAX_ERRORS]:
         parts = [str(part) for part in detail["loc"]]
-        kind = ""
+        kind, tagged = "", None
         given_arg = arguments.get(parts[0]) if parts else None
         # A tagged union (an entry by its type) puts the tag in the path: say it apart.
         if len(parts) > 1 and isinstance(given_arg, dict) and given_arg.get("type") == parts[1]:
-            kind = f" (for type {parts[1]!r})"
+            tagged = parts[1]
+            kind = f" (for type {tagged!r})"
             del parts[1]
         where = ".".join(parts) or "arguments"
+        about = _described(properties, parts, tagged)
+        context = detail.get("ctx", {})
+        if detail["type"] in _UNION_TAG:
+            # pydantic's words ("unable to extract tag using discriminator 'type'") name its
+            # machinery; the field that says the kind is what is missing or wrong.
+            field = f"{where}.{str(context.get('discriminator', 'type')).strip(chr(39))}"
+            if detail["type"] == "union_tag_not_found":
+                what = f"{field} is required"
+            else:
+                kinds, got = context.get("expected_tags"), context.get("tag")
+                what = f"{field} should be one of {kinds} (got {got!r})"
+            problems.append(what + (f"; {where}: {about}" if about else ""))
+            continue
         message = detail["msg"].removeprefix("Input ")
         if detail["type"] == "value_error":  # ours (tool_errors.GIVEN), said as it is
-            message = str(detail.get("ctx", {}).get("error", message))
+            message = str(context.get("error", message))
         what = _MESSAGES.get(detail["type"], message[:1].lower() + message[1:])
         given = detail.get("input")
         if detail["type"] not in ("missing", "extra_forbidden") and not isinstance(given, dict):
             what += f" (got {json.dumps(given, ensure_ascii=False, default=str)[:60]})"
-        about = descriptions.get(parts[0]) if len(parts) == 1 else None
         problems.append(f"{where}{kind} {what}" + (f"; {where}: {about}" if about else ""))
     more = len(error.errors()) - MAX_ERRORS
     tail = f" (and {more} more)" if more > 0 else ""
     return f"{tool}: " + "; ".join(problems) + tail
+
+
+_UNION_TAG = ("union_tag_not_found", "union_tag_invalid")
+
+
+def _described(properties: dict[str, Any], parts: list[str], tagged: str | None) -> str | None:
+    """The description the input schema gives the argument at ``parts`` (a field of an
+    object argument: of its variant whose ``type`` is ``tagged``, or that has the field)."""
+    node: Any = properties.get(parts[0]) if parts else None
+    for part in parts[1:]:
+        if not isinstance(node, dict):
+            return None
+        variants = node.get("anyOf")
+        if isinstance(variants, list):
+            node = next((v for v in variants if _has_field(v, part, tagged)), None)
+            if node is None:
+                return None
+        node = node.get("properties", {}).get(part)
+    description = node.get("description") if isinstance(node, dict) else None
+    return description if isinstance(description, str) and description else None
+
+
+def _has_field(variant: Any, field: str, tagged: str | None) -> bool:
+    if not isinstance(variant, dict) or field not in variant.get("properties", {}):
+        return False
+    return tagged is None or variant["properties"].get("type", {}).get("const") == tagged
 
 
 class TextKept(FuncMetadata):
@@ -421,12 +462,7 @@ class SessionsServer(MCPServer):
     ) -> str:
         cause = error.__cause__
         if isinstance(cause, ValidationError):
-            descriptions = {
-                key: str(value.get("description", ""))
-                for key, value in properties.items()
-                if isinstance(value, dict) and value.get("description")
-            }
-            return argument_error(name, cause, descriptions, arguments)
+            return argument_error(name, cause, properties, arguments)
         # The SDK's prefix says nothing the tool's own message does not.
         prefix = f"Error executing tool {name}: "
         text = str(error)
