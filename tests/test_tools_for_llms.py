@@ -22,6 +22,7 @@ from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
 from mcp_agent.server import paging, session_reads
+from mcp_agent.server.strict import schema_nodes
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -131,6 +132,27 @@ async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
                 assert prop.get("description"), f"{where}.{name} has no description"
                 pending.append((f"{where}.{name}", prop))
             pending.extend((where, variant) for variant in node.get("anyOf", []))
+
+
+async def test_every_description_is_one_paragraph_without_the_sources_indentation(
+    server: MCPServer,
+) -> None:
+    """A tool's description was its docstring as written, each line break followed by the
+    eight spaces that indent it in the source: what every host shows in its tool list and
+    sends a model with every request (some 500 characters of whitespace in all)."""
+    async with Client(server) as client:
+        prompts = (await client.list_prompts()).prompts
+    tools = await tools_of(server)
+    said = [(t.name, t.description or "") for t in tools] + [
+        (p.name, p.description or "") for p in prompts
+    ]
+    for tool in tools:
+        for node in schema_nodes(tool.input_schema):
+            if isinstance(node.get("description"), str):
+                said.append((tool.name, node["description"]))
+    assert len(said) > 60
+    for name, text in said:
+        assert text == " ".join(text.split()), (name, text)
 
 
 async def test_every_number_argument_says_its_range_in_the_schema(server: MCPServer) -> None:

@@ -68,6 +68,8 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     result = _inline_definitions(copy.deepcopy(schema))
     for node in schema_nodes(result):
         _drop_title(node)
+        if isinstance(node.get("description"), str):  # a model's docstring keeps its breaks
+            node["description"] = " ".join(node["description"].split())
         if "oneOf" in node:
             node["anyOf"] = node.pop("oneOf")
         node.pop("discriminator", None)
@@ -322,6 +324,10 @@ class SessionsServer(MCPServer):
         """The SDK's ``add_tool`` (what ``@server.tool()`` calls), the tool's schemas worked out
         once for each place a tool is defined (made_tools). A second tool of one name keeps the
         first, as the SDK's does."""
+        if description is None and fn.__doc__:
+            # The docstring as one paragraph: hosts show it and send it to a model as it is,
+            # and as written each line break carried the source's indentation.
+            description = " ".join(fn.__doc__.split())
         tool = made_tool(
             fn,
             name=name,
