@@ -17,7 +17,9 @@ from agent_support import pi_v3
 from agents.strict_schema import ensure_strict_json_schema
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.types import TextContent
 from mcp_support import call, call_error, make_server
+from narrow import narrow
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
@@ -629,6 +631,42 @@ async def test_text_that_reads_as_json_stays_the_text_it_was_sent_as(server: MCP
         assert entries[-1]["type"] == "branch_summary" and entries[-1]["summary"] == summary
         found = await call(client, "session_list", query='["draft"]')
         assert [listed["id"] for listed in found["sessions"]] == [sid]
+
+
+async def test_every_answers_text_is_its_structured_content_as_compact_json(
+    tmp_path: Path,
+) -> None:
+    """The text is what a host gives the model. The reading tools' text was compact JSON,
+    but every other tool's was indented (two spaces a level, a line each): 15 to 60% more
+    characters, a page of agent_runs a third larger, for the same answer."""
+    async with Client(make_server(tmp_path, model_retries=0)) as client:
+        answers = []
+
+        async def answer(tool: str, **arguments: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                result = await client.call_tool(tool, arguments)
+            answers.append((tool, result))
+            return result.structured_content or {}
+
+        sid = (await answer("session_create", name="ünïcode", metadata='{"k": [1, 2]}'))["id"]
+        first = (await answer("session_append", session_id=sid, entry=custom('"a"')))["entryId"]
+        await answer("session_move_to", session_id=sid, entry_id=first)
+        await answer("session_fork", session_id=sid)
+        await answer("session_stats", session_id=sid)
+        run = await answer("agent_run", prompt="hello", session_id=sid)
+        await answer("agent_status", run_id=run["runId"])
+        await answer("agent_runs")
+        await answer("agent_list")
+        await answer("agent_run", prompt="overloaded please")  # a tool error with its run
+    assert answers[-1][1].is_error
+    for tool, result in answers:
+        text = narrow(result.content[0], TextContent).text
+        if result.is_error:
+            line, _, text = text.partition("\n")
+            assert line.startswith("the run ended error"), line
+        assert text == json.dumps(
+            result.structured_content, ensure_ascii=False, separators=(",", ":")
+        ), tool
 
 
 async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:

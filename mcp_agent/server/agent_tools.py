@@ -238,7 +238,7 @@ def run_result(run: Run) -> CallToolResult:
     """The run as a tool result: a tool error when it ended in error or was aborted."""
     info = run_info(run)
     data = info.model_dump(mode="json")
-    text = json.dumps(data, ensure_ascii=False, indent=2)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))  # as every answer
     failed = run.status in ("error", "aborted")
     if failed:
         # An aborted run's error says "aborted: REASON" itself: the status is said once.

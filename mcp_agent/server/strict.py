@@ -40,9 +40,11 @@ from mcp_types import (
     GetPromptResult,
     Icon,
     InputRequiredResult,
+    TextContent,
     ToolAnnotations,
 )
-from pydantic import AnyUrl, ValidationError
+from pydantic import AnyUrl, BaseModel, ValidationError
+from pydantic_core import to_json
 
 from mcp_agent.server.made_tools import made_tool
 from mcp_agent.sessions.entries import clip_long
@@ -223,13 +225,19 @@ def _has_field(variant: Any, field: str, tagged: str | None) -> bool:
     return tagged is None or variant["properties"].get("type", {}).get("const") == tagged
 
 
-class TextKept(FuncMetadata):
-    """The SDK's reading of a tool's arguments, but a text argument stays the text it was
-    sent as. The SDK reads an argument given as the JSON text of an object or array as that
-    object whenever the argument is not of type ``str`` alone (clients send objects so), and
-    ``str | None`` is not: a branch summary a model wrote as JSON, or a name in brackets, was
-    refused as "should be a valid string", though a string was sent. ``"null"`` for one is
-    still null, as before."""
+class ForModels(FuncMetadata):
+    """The SDK's reading of a tool's arguments and making of its answer, as a model meets
+    them.
+
+    A text argument stays the text it was sent as. The SDK reads an argument given as the
+    JSON text of an object or array as that object whenever the argument is not of type
+    ``str`` alone (clients send objects so), and ``str | None`` is not: a branch summary a
+    model wrote as JSON, or a name in brackets, was refused as "should be a valid string",
+    though a string was sent. ``"null"`` for one is still null, as before.
+
+    The text of an answer made from a model (what a host gives the model) is its structured
+    content as compact JSON, as the reading tools' own text is: the SDK's is indented, 15 to
+    60% longer. A tool that makes its CallToolResult itself made its text."""
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         parsed = super().pre_parse_json(data)
@@ -239,9 +247,17 @@ class TextKept(FuncMetadata):
                 parsed[key] = value
         return parsed
 
+    def convert_result(self, result: Any) -> CallToolResult | InputRequiredResult:
+        converted = super().convert_result(result)
+        made = isinstance(result, BaseModel) and not isinstance(result, CallToolResult)
+        if made and isinstance(converted, CallToolResult) and converted.structured_content:
+            text = to_json(converted.structured_content).decode()
+            converted.content = [TextContent(type="text", text=text)]
+        return converted
 
-def text_kept(metadata: FuncMetadata) -> TextKept:
-    return TextKept(
+
+def for_models(metadata: FuncMetadata) -> ForModels:
+    return ForModels(
         arg_model=metadata.arg_model,
         output_schema=metadata.output_schema,
         output_model=metadata.output_model,
@@ -338,7 +354,7 @@ class SessionsServer(MCPServer):
             meta=meta,
             structured_output=structured_output,
         )
-        tool.fn_metadata = text_kept(tool.fn_metadata)
+        tool.fn_metadata = for_models(tool.fn_metadata)
         tools = self._tool_manager._tools
         if tool.name in tools:
             if self._tool_manager.warn_on_duplicate_tools:
