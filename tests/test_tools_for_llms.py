@@ -754,6 +754,26 @@ async def test_export_pages_say_truncated_only_while_the_file_goes_on(server: MC
         assert "".join(page["jsonl"] for page in pages).count("\n") == pages[0]["lines"] == 5
 
 
+async def test_export_limit_says_it_counts_lines_and_what_a_whole_files_text_holds(
+    server: MCPServer,
+) -> None:
+    """session_export's limit was described as every list's: "at most this many", its text
+    "keeping the newest that fit". The export pages lines from the top, and the text of a
+    whole file over 64 KB holds none of it (the structured content has it all)."""
+    tool = next(t for t in await tools_of(server) if t.name == "session_export")
+    said = tool.input_schema["properties"]["limit"]["description"]
+    assert "lines" in said and "newest" not in said, said
+    assert "leaves the file out" in said, said
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(3):
+            await call(client, "session_append", session_id=sid, entry=custom(f'"{"x" * 30_000}"'))
+        result = await client.call_tool("session_export", {"session_id": sid, "limit": 0})
+    assert not result.is_error
+    assert "jsonl" not in text_json(result) and "textNote" in text_json(result)
+    assert (result.structured_content or {})["jsonl"].count("\n") == 4
+
+
 # --- import ids -------------------------------------------------------------------------------
 
 
