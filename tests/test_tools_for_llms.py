@@ -157,6 +157,17 @@ async def test_every_description_is_one_paragraph_without_the_sources_indentatio
         assert text == " ".join(text.split()), (name, text)
 
 
+async def test_agent_runs_wait_says_that_a_call_given_up_on_aborts_the_run(
+    server: MCPServer,
+) -> None:
+    """A host that times a call out (the TypeScript SDK's client does after 60 s, unless it
+    resets its clock on progress) cancels it, and a waited run with it: wait's description
+    said neither that nor that a long task is what wait=false is for."""
+    tool = next(t for t in await tools_of(server) if t.name == "agent_run")
+    said = tool.input_schema["properties"]["wait"]["description"]
+    assert "aborts the run" in said and "60 s" in said and "long task" in said, said
+
+
 async def test_every_number_argument_says_its_range_in_the_schema(server: MCPServer) -> None:
     """A model sees the schema, not the error it would get: session_get's, session_context's
     and session_export's limit said neither its most (1,000) nor its least."""

@@ -93,8 +93,10 @@ def register(server: MCPServer) -> None:
         wait: Annotated[
             bool | None,
             Field(
-                description="true (null: this): wait for the answer, with progress; false: "
-                "return at once with the run's id, to follow with agent_status"
+                description="true (null: this): wait for the answer, with progress; a call"
+                " the client cancels or gives up on (many time calls out after 60 s) aborts the"
+                " run; false: return at once with the run's id, to follow with agent_status"
+                " (for a long task)"
             ),
         ] = None,
     ) -> Annotated[CallToolResult, RunInfo]:
