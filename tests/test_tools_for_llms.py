@@ -17,11 +17,14 @@ from agent_support import pi_v3
 from agents.strict_schema import ensure_strict_json_schema
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.types import TextContent
 from mcp_support import call, call_error, make_server
+from narrow import narrow
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
 from mcp_agent.server import paging, session_reads
+from mcp_agent.server.strict import schema_nodes
 from mcp_agent.sessions import SqliteSessionRepo
 
 pytestmark = pytest.mark.anyio
@@ -131,6 +134,38 @@ async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
                 assert prop.get("description"), f"{where}.{name} has no description"
                 pending.append((f"{where}.{name}", prop))
             pending.extend((where, variant) for variant in node.get("anyOf", []))
+
+
+async def test_every_description_is_one_paragraph_without_the_sources_indentation(
+    server: MCPServer,
+) -> None:
+    """A tool's description was its docstring as written, each line break followed by the
+    eight spaces that indent it in the source: what every host shows in its tool list and
+    sends a model with every request (some 500 characters of whitespace in all)."""
+    async with Client(server) as client:
+        prompts = (await client.list_prompts()).prompts
+    tools = await tools_of(server)
+    said = [(t.name, t.description or "") for t in tools] + [
+        (p.name, p.description or "") for p in prompts
+    ]
+    for tool in tools:
+        for node in schema_nodes(tool.input_schema):
+            if isinstance(node.get("description"), str):
+                said.append((tool.name, node["description"]))
+    assert len(said) > 60
+    for name, text in said:
+        assert text == " ".join(text.split()), (name, text)
+
+
+async def test_agent_runs_wait_says_that_a_call_given_up_on_aborts_the_run(
+    server: MCPServer,
+) -> None:
+    """A host that times a call out (the TypeScript SDK's client does after 60 s, unless it
+    resets its clock on progress) cancels it, and a waited run with it: wait's description
+    said neither that nor that a long task is what wait=false is for."""
+    tool = next(t for t in await tools_of(server) if t.name == "agent_run")
+    said = tool.input_schema["properties"]["wait"]["description"]
+    assert "aborts the run" in said and "60 s" in said and "long task" in said, said
 
 
 async def test_every_number_argument_says_its_range_in_the_schema(server: MCPServer) -> None:
@@ -532,6 +567,47 @@ async def test_bad_arguments_get_one_line_naming_the_argument(
     assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
 
 
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        # An object where JSON text goes: said to be a string, and now what the text holds.
+        (
+            {"type": "custom", "customType": "note", "data": {"k": 1}},
+            "entry.data (for type 'custom') should be a valid string; entry.data: the data as"
+            " JSON text",
+        ),
+        (
+            {"type": "pi", "json": {"type": "message"}},
+            "entry.json (for type 'pi') should be a valid string; entry.json: the entry",
+        ),
+        # Content blocks where the text goes: the kind that takes them is named.
+        (
+            {"type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]},
+            "; entry.content: the message's text (content blocks, such as images: type pi)",
+        ),
+        (
+            {"type": "active_tools_change", "activeToolNames": "read"},
+            "; entry.activeToolNames: the tools' names",
+        ),
+        # No kind at all: which field is missing, not pydantic's "discriminator".
+        ({"role": "user", "content": "hi"}, "entry.type is required; entry: what to append"),
+    ],
+)
+async def test_a_wrong_field_inside_an_entry_is_said_with_what_it_holds(
+    server: MCPServer, entry: dict[str, Any], says: str
+) -> None:
+    """An argument error inside an entry named the field and the type wanted ("entry.data
+    should be a valid string") but not what the field holds, which its schema says and a
+    model needs to send it right the next time; a top-level argument's error said it."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        text = await call_error(client, "session_append", session_id=sid, entry=entry)
+        listed = (await call(client, "session_list"))["sessions"]
+    assert says in text
+    assert not any(word in text for word in (*MACHINE_TALK, "discriminator", "tag")), text
+    assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 0)]  # nothing stored
+
+
 async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> None:
     """The Inspector's command line sends every argument whose schema is no single type (each
     nullable one) as text: `--tool-arg limit=1` could not be given at all."""
@@ -546,6 +622,62 @@ async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> N
             client, "session_move_to", session_id=sid, entry_id=first, summarize="false"
         )
         assert moved["leafId"] == first
+
+
+async def test_text_that_reads_as_json_stays_the_text_it_was_sent_as(server: MCPServer) -> None:
+    """A text argument holding a JSON object or array (a branch summary a model wrote as
+    JSON, a name in brackets) is that text: the SDK read it as the object it spells, and the
+    call was refused with "summary should be a valid string", though a string was sent."""
+    async with Client(server) as client:
+        name = '["draft", "v2"]'
+        created = await call(client, "session_create", name=name)
+        assert created["name"] == name
+        sid = created["id"]
+        first = (await call(client, "session_append", session_id=sid, entry=custom('"a"')))[
+            "entryId"
+        ]
+        summary = '{"goal": "ship it", "done": ["tests"]}'
+        await call(client, "session_move_to", session_id=sid, entry_id=first, summary=summary)
+        entries = (await call(client, "session_get", session_id=sid, view="entries"))["entries"]
+        assert entries[-1]["type"] == "branch_summary" and entries[-1]["summary"] == summary
+        found = await call(client, "session_list", query='["draft"]')
+        assert [listed["id"] for listed in found["sessions"]] == [sid]
+
+
+async def test_every_answers_text_is_its_structured_content_as_compact_json(
+    tmp_path: Path,
+) -> None:
+    """The text is what a host gives the model. The reading tools' text was compact JSON,
+    but every other tool's was indented (two spaces a level, a line each): 15 to 60% more
+    characters, a page of agent_runs a third larger, for the same answer."""
+    async with Client(make_server(tmp_path, model_retries=0)) as client:
+        answers = []
+
+        async def answer(tool: str, **arguments: Any) -> dict[str, Any]:
+            with anyio.fail_after(60):
+                result = await client.call_tool(tool, arguments)
+            answers.append((tool, result))
+            return result.structured_content or {}
+
+        sid = (await answer("session_create", name="ünïcode", metadata='{"k": [1, 2]}'))["id"]
+        first = (await answer("session_append", session_id=sid, entry=custom('"a"')))["entryId"]
+        await answer("session_move_to", session_id=sid, entry_id=first)
+        await answer("session_fork", session_id=sid)
+        await answer("session_stats", session_id=sid)
+        run = await answer("agent_run", prompt="hello", session_id=sid)
+        await answer("agent_status", run_id=run["runId"])
+        await answer("agent_runs")
+        await answer("agent_list")
+        await answer("agent_run", prompt="overloaded please")  # a tool error with its run
+    assert answers[-1][1].is_error
+    for tool, result in answers:
+        text = narrow(result.content[0], TextContent).text
+        if result.is_error:
+            line, _, text = text.partition("\n")
+            assert line.startswith("the run ended error"), line
+        assert text == json.dumps(
+            result.structured_content, ensure_ascii=False, separators=(",", ":")
+        ), tool
 
 
 async def test_a_run_that_ends_in_error_is_a_tool_error_with_its_result(tmp_path: Path) -> None:
@@ -631,6 +763,26 @@ async def test_export_pages_say_truncated_only_while_the_file_goes_on(server: MC
             )
         assert [page["truncated"] for page in pages] == [True, True, False], pages
         assert "".join(page["jsonl"] for page in pages).count("\n") == pages[0]["lines"] == 5
+
+
+async def test_export_limit_says_it_counts_lines_and_what_a_whole_files_text_holds(
+    server: MCPServer,
+) -> None:
+    """session_export's limit was described as every list's: "at most this many", its text
+    "keeping the newest that fit". The export pages lines from the top, and the text of a
+    whole file over 64 KB holds none of it (the structured content has it all)."""
+    tool = next(t for t in await tools_of(server) if t.name == "session_export")
+    said = tool.input_schema["properties"]["limit"]["description"]
+    assert "lines" in said and "newest" not in said, said
+    assert "leaves the file out" in said, said
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(3):
+            await call(client, "session_append", session_id=sid, entry=custom(f'"{"x" * 30_000}"'))
+        result = await client.call_tool("session_export", {"session_id": sid, "limit": 0})
+    assert not result.is_error
+    assert "jsonl" not in text_json(result) and "textNote" in text_json(result)
+    assert (result.structured_content or {})["jsonl"].count("\n") == 4
 
 
 # --- import ids -------------------------------------------------------------------------------

@@ -1082,6 +1082,29 @@ def test_inspector_cli_over_http(tmp_path: Path) -> None:
     assert prompt["messages"][0]["role"] == "user"
 
 
+@needs_node
+def test_inspector_cli_text_that_reads_as_json_is_kept_as_text(tmp_path: Path) -> None:
+    """The Inspector's command line sends a nullable text argument as the text typed: a name
+    or summary that reads as a JSON array or object was read by the server as that value and
+    refused ("name should be a valid string")."""
+    server = HttpServer(tmp_path, token=None)
+    try:
+        command = [server.url, "--transport", "http"]
+        created = inspector_cli(
+            command,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "session_create",
+            "--tool-arg",
+            'name=["draft", "v2"]',
+        )
+    finally:
+        server.stop()
+    assert not created.get("isError"), created
+    assert created["structuredContent"]["name"] == '["draft", "v2"]'
+
+
 def run_ts_client(*args: str) -> dict[str, Any]:
     script = PEERS / "ts_client.mjs"
     shutil.copy(ROOT / "tests" / "peers" / "ts_client.mjs", script)

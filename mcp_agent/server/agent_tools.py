@@ -93,8 +93,10 @@ def register(server: MCPServer) -> None:
         wait: Annotated[
             bool | None,
             Field(
-                description="true (null: this): wait for the answer, with progress; false: "
-                "return at once with the run's id, to follow with agent_status"
+                description="true (null: this): wait for the answer, with progress; a call"
+                " the client cancels or gives up on (many time calls out after 60 s) aborts the"
+                " run; false: return at once with the run's id, to follow with agent_status"
+                " (for a long task)"
             ),
         ] = None,
     ) -> Annotated[CallToolResult, RunInfo]:
@@ -238,7 +240,7 @@ def run_result(run: Run) -> CallToolResult:
     """The run as a tool result: a tool error when it ended in error or was aborted."""
     info = run_info(run)
     data = info.model_dump(mode="json")
-    text = json.dumps(data, ensure_ascii=False, indent=2)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))  # as every answer
     failed = run.status in ("error", "aborted")
     if failed:
         # An aborted run's error says "aborted: REASON" itself: the status is said once.

@@ -44,7 +44,7 @@ class MessageInput(_Input):
 
     type: Literal["message"] = Field(description=KIND)
     role: Literal["user", "assistant"] = Field(description="who says it")
-    content: str = Field(description="the message's text")
+    content: str = Field(description="the message's text (content blocks, such as images: type pi)")
 
     def to_partial(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": self.role}

@@ -59,6 +59,14 @@ LIMIT_DESCRIPTION = (
     f" {TEXT_BYTES // 1024} KB); a page also stops at about {ANSWER_BYTES // 1024} KB"
 )
 CURSOR_DESCRIPTION = "nextCursor of the previous answer, for the page before it; null: the newest"
+# session_export pages lines of a file from the top, and the file is one field of its answer:
+# a text too long for TEXT_BYTES leaves the field out (``schemas.shortened``), not lines.
+EXPORT_LIMIT_DESCRIPTION = (
+    f"lines per page, 1 to {MAX_LIMIT} (null: {DEFAULT_LIMIT}; 0: the whole file, up to"
+    f" {WHOLE_MAX >> 20} MiB, in the structured content, while the text of a file over"
+    f" {TEXT_BYTES // 1024} KB leaves the file out, saying so); a page also stops at about"
+    f" {ANSWER_BYTES // 1024} KB"
+)
 
 
 def json_size(value: Any) -> int:

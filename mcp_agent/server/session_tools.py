@@ -19,6 +19,7 @@ from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
     CURSOR_DESCRIPTION,
+    EXPORT_LIMIT_DESCRIPTION,
     LIMIT_DESCRIPTION,
     MAX_LIMIT,
     PageOf,
@@ -551,7 +552,9 @@ def register(server: MCPServer) -> None:
     async def session_export(
         ctx: Context,
         session_id: SessionId,
-        limit: Limit = None,
+        limit: Annotated[
+            int | None, Field(ge=0, le=MAX_LIMIT, description=EXPORT_LIMIT_DESCRIPTION)
+        ] = None,
         cursor: Annotated[
             str | None,
             Field(description="nextCursor of the previous page; null: from the first line"),

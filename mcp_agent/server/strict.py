@@ -15,12 +15,13 @@ property listed as required (an optional one is nullable where null means its de
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, get_args
 
 import mcp.server.mcpserver.server as sdk_server
 from mcp.server import MCPServer
@@ -30,6 +31,7 @@ from mcp.server.mcpserver.exceptions import (
     ToolError,
     UnexpectedToolError,
 )
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types import (
@@ -38,9 +40,11 @@ from mcp_types import (
     GetPromptResult,
     Icon,
     InputRequiredResult,
+    TextContent,
     ToolAnnotations,
 )
-from pydantic import AnyUrl, ValidationError
+from pydantic import AnyUrl, BaseModel, ValidationError
+from pydantic_core import to_json
 
 from mcp_agent.server.made_tools import made_tool
 from mcp_agent.sessions.entries import clip_long
@@ -66,6 +70,8 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     result = _inline_definitions(copy.deepcopy(schema))
     for node in schema_nodes(result):
         _drop_title(node)
+        if isinstance(node.get("description"), str):  # a model's docstring keeps its breaks
+            node["description"] = " ".join(node["description"].split())
         if "oneOf" in node:
             node["anyOf"] = node.pop("oneOf")
         node.pop("discriminator", None)
@@ -151,31 +157,122 @@ def _inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def argument_error(
-    tool: str, error: ValidationError, descriptions: dict[str, str], arguments: dict[str, Any]
+    tool: str, error: ValidationError, properties: dict[str, Any], arguments: dict[str, Any]
 ) -> str:
-    """One line: each wrong argument (up to a few), what was wrong, and what it should be."""
+    """One line: each wrong argument (up to a few), what was wrong, and what it should be (its
+    description in the tool's input schema, whose ``properties`` are given; inside an entry,
+    the field's)."""
     problems = []
     for detail in error.errors(include_url=False)[:MAX_ERRORS]:
         parts = [str(part) for part in detail["loc"]]
-        kind = ""
+        kind, tagged = "", None
         given_arg = arguments.get(parts[0]) if parts else None
         # A tagged union (an entry by its type) puts the tag in the path: say it apart.
         if len(parts) > 1 and isinstance(given_arg, dict) and given_arg.get("type") == parts[1]:
-            kind = f" (for type {parts[1]!r})"
+            tagged = parts[1]
+            kind = f" (for type {tagged!r})"
             del parts[1]
         where = ".".join(parts) or "arguments"
+        about = _described(properties, parts, tagged)
+        context = detail.get("ctx", {})
+        if detail["type"] in _UNION_TAG:
+            # pydantic's words ("unable to extract tag using discriminator 'type'") name its
+            # machinery; the field that says the kind is what is missing or wrong.
+            field = f"{where}.{str(context.get('discriminator', 'type')).strip(chr(39))}"
+            if detail["type"] == "union_tag_not_found":
+                what = f"{field} is required"
+            else:
+                kinds, got = context.get("expected_tags"), context.get("tag")
+                what = f"{field} should be one of {kinds} (got {got!r})"
+            problems.append(what + (f"; {where}: {about}" if about else ""))
+            continue
         message = detail["msg"].removeprefix("Input ")
         if detail["type"] == "value_error":  # ours (tool_errors.GIVEN), said as it is
-            message = str(detail.get("ctx", {}).get("error", message))
+            message = str(context.get("error", message))
         what = _MESSAGES.get(detail["type"], message[:1].lower() + message[1:])
         given = detail.get("input")
         if detail["type"] not in ("missing", "extra_forbidden") and not isinstance(given, dict):
             what += f" (got {json.dumps(given, ensure_ascii=False, default=str)[:60]})"
-        about = descriptions.get(parts[0]) if len(parts) == 1 else None
         problems.append(f"{where}{kind} {what}" + (f"; {where}: {about}" if about else ""))
     more = len(error.errors()) - MAX_ERRORS
     tail = f" (and {more} more)" if more > 0 else ""
     return f"{tool}: " + "; ".join(problems) + tail
+
+
+_UNION_TAG = ("union_tag_not_found", "union_tag_invalid")
+
+
+def _described(properties: dict[str, Any], parts: list[str], tagged: str | None) -> str | None:
+    """The description the input schema gives the argument at ``parts`` (a field of an
+    object argument: of its variant whose ``type`` is ``tagged``, or that has the field)."""
+    node: Any = properties.get(parts[0]) if parts else None
+    for part in parts[1:]:
+        if not isinstance(node, dict):
+            return None
+        variants = node.get("anyOf")
+        if isinstance(variants, list):
+            node = next((v for v in variants if _has_field(v, part, tagged)), None)
+            if node is None:
+                return None
+        node = node.get("properties", {}).get(part)
+    description = node.get("description") if isinstance(node, dict) else None
+    return description if isinstance(description, str) and description else None
+
+
+def _has_field(variant: Any, field: str, tagged: str | None) -> bool:
+    if not isinstance(variant, dict) or field not in variant.get("properties", {}):
+        return False
+    return tagged is None or variant["properties"].get("type", {}).get("const") == tagged
+
+
+class ForModels(FuncMetadata):
+    """The SDK's reading of a tool's arguments and making of its answer, as a model meets
+    them.
+
+    A text argument stays the text it was sent as. The SDK reads an argument given as the
+    JSON text of an object or array as that object whenever the argument is not of type
+    ``str`` alone (clients send objects so), and ``str | None`` is not: a branch summary a
+    model wrote as JSON, or a name in brackets, was refused as "should be a valid string",
+    though a string was sent. ``"null"`` for one is still null, as before.
+
+    The text of an answer made from a model (what a host gives the model) is its structured
+    content as compact JSON, as the reading tools' own text is: the SDK's is indented, 15 to
+    60% longer. A tool that makes its CallToolResult itself made its text."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        parsed = super().pre_parse_json(data)
+        texts = _text_arguments(self.arg_model)
+        for key, value in data.items():
+            if key in texts and isinstance(value, str) and parsed[key] is not None:
+                parsed[key] = value
+        return parsed
+
+    def convert_result(self, result: Any) -> CallToolResult | InputRequiredResult:
+        converted = super().convert_result(result)
+        made = isinstance(result, BaseModel) and not isinstance(result, CallToolResult)
+        if made and isinstance(converted, CallToolResult) and converted.structured_content:
+            text = to_json(converted.structured_content).decode()
+            converted.content = [TextContent(type="text", text=text)]
+        return converted
+
+
+def for_models(metadata: FuncMetadata) -> ForModels:
+    return ForModels(
+        arg_model=metadata.arg_model,
+        output_schema=metadata.output_schema,
+        output_model=metadata.output_model,
+        wrap_output=metadata.wrap_output,
+    )
+
+
+@functools.lru_cache(maxsize=256)  # one per tool definition, as made_tools keeps them
+def _text_arguments(arg_model: type[ArgModelBase]) -> frozenset[str]:
+    """The names (and aliases) of the arguments of type ``str | None``."""
+    found: set[str] = set()
+    for name, field in arg_model.model_fields.items():
+        if set(get_args(field.annotation)) == {str, type(None)}:
+            found.update(filter(None, (name, field.alias)))
+    return frozenset(found)
 
 
 _SWAPPING = threading.Lock()
@@ -243,6 +340,10 @@ class SessionsServer(MCPServer):
         """The SDK's ``add_tool`` (what ``@server.tool()`` calls), the tool's schemas worked out
         once for each place a tool is defined (made_tools). A second tool of one name keeps the
         first, as the SDK's does."""
+        if description is None and fn.__doc__:
+            # The docstring as one paragraph: hosts show it and send it to a model as it is,
+            # and as written each line break carried the source's indentation.
+            description = " ".join(fn.__doc__.split())
         tool = made_tool(
             fn,
             name=name,
@@ -253,6 +354,7 @@ class SessionsServer(MCPServer):
             meta=meta,
             structured_output=structured_output,
         )
+        tool.fn_metadata = for_models(tool.fn_metadata)
         tools = self._tool_manager._tools
         if tool.name in tools:
             if self._tool_manager.warn_on_duplicate_tools:
@@ -382,12 +484,7 @@ class SessionsServer(MCPServer):
     ) -> str:
         cause = error.__cause__
         if isinstance(cause, ValidationError):
-            descriptions = {
-                key: str(value.get("description", ""))
-                for key, value in properties.items()
-                if isinstance(value, dict) and value.get("description")
-            }
-            return argument_error(name, cause, descriptions, arguments)
+            return argument_error(name, cause, properties, arguments)
         # The SDK's prefix says nothing the tool's own message does not.
         prefix = f"Error executing tool {name}: "
         text = str(error)
