@@ -2290,6 +2290,30 @@ def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
     assert (done.returncode, done.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("output", ["/dev/stdout", "-"])
+def test_an_export_to_stdout_named_as_a_file_ends_quietly_when_its_reader_goes(
+    db: Path, output: str
+) -> None:
+    """`sessions export ID -o /dev/stdout | head` said "cannot write /dev/stdout: Broken pipe;
+    choose another --output" and ended with 2, where `| head` ends every other command
+    quietly with 0."""
+    ids = seed(db)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", "sessions", "export", ids["session"], "-o", output],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(MCP_AGENT_DB=str(db)),
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_output_that_cannot_be_written_is_one_line(db: Path) -> None:
     seed(db)
     with open("/dev/full", "w") as full:

@@ -7,6 +7,7 @@ fast; rich is imported when something is drawn.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import sys
@@ -244,6 +245,8 @@ def export(
             else:  # a failure part-way leaves the file that was there, not half of this one
                 write_file_atomically(output, lines())
         except OSError as error:
+            if error.errno == errno.EPIPE:  # `-o /dev/stdout | head`: as every `| head` ends
+                raise
             die(f"cannot write {given}: {error.strerror or error}; choose another --output")
     err().print(f"wrote {given} ({count} lines)", style="dim")
 
