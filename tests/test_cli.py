@@ -657,6 +657,49 @@ def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_mistyped_or_cut_session_id_names_the_session_meant(db: Path, tmp_path: Path) -> None:
+    """A session id with a typo, cut short, or in capitals was only "not found"; now the
+    one session meant is named, and a beginning shared by several ids says so (UUIDv7 ids
+    begin with their time: sessions of one minute share their first eight characters)."""
+    ids = [f"01a00000-0000-7000-8000-0000000000{n}" for n in ("a1", "b2")] + [
+        "01b11111-2222-7333-8444-555555555555"
+    ]
+    for n, sid in enumerate(ids):
+        (tmp_path / f"{n}.jsonl").write_text(pi_v3(2, sid))
+    imported = sub(
+        "sessions", "import", *(str(tmp_path / f"{n}.jsonl") for n in range(3)), "--db", str(db)
+    )
+    assert imported.returncode == 0, imported.stderr
+    meant = "01b11111-2222-7333-8444-555555555555"
+    cases = {
+        ("sessions", "show", "01b11111-2222-7333-8444-555555555556"): f"did you mean {meant}?",
+        ("sessions", "tree", "01b11111-2222-7333-8444-55555555"): f"did you mean {meant}?",
+        ("sessions", "delete", "--yes", meant.upper()): f"did you mean {meant}?",
+        ("sessions", "export", "01a00000-0000"): "the ids of 2 sessions begin with it"
+        f" ({ids[0]}, {ids[1]}): give the whole id",
+        (
+            "run",
+            "hi",
+            "--model",
+            "scripted:echo",
+            "--session",
+            "01b11111-2222-7333-8444-55555555555",
+        ): f"did you mean {meant}?",
+        (
+            "sessions",
+            "show",
+            "01c22222-3333-7444-8555-666666666666",
+        ): "shows the sessions in this database",
+    }
+    for args, says in cases.items():
+        done = sub(*args, "--db", str(db), input="")
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.strip().endswith(says), (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    listed = sub("sessions", "list", "--json", "--db", str(db))
+    assert len(json.loads(listed.stdout)["sessions"]) == 3  # nothing deleted, nothing made
+
+
 def test_show_and_tree_cut_what_a_file_holds_of_absurd_size(
     cli: Any, db: Path, tmp_path: Path
 ) -> None:
