@@ -648,6 +648,19 @@ def test_an_error_shows_the_users_own_words_with_their_controls_escaped(cli: Any
     assert not any(ch in result.stderr for ch in "\x1b\x07\u202e")
 
 
+def test_version_names_the_installed_version() -> None:
+    """`mcp-agent-sessions --version`, what a person types first to say what they run, was
+    "No such option: --version" (exit 2); the version was only in serve's banner."""
+    import mcp_agent
+
+    done = sub("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"mcp-agent-sessions {mcp_agent.__version__}\n",
+        "",
+    )
+
+
 def test_show_unknown_session_says_what_to_do(cli: Any, db: Path) -> None:
     SqliteSessionRepo(db).close()
     result = cli("sessions", "show", "no-such-session")
