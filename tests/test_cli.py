@@ -974,6 +974,48 @@ def test_show_reads_only_the_newest_entries_it_prints(
     assert 0 < parsed_for_page <= BRANCH_LIMIT < len(parsed)
 
 
+def test_show_json_writes_the_branch_as_it_reads_it(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show --json` parsed the whole branch and held it, entries and their JSON, before it
+    wrote a byte (a 45,000-entry branch: 555 MB); now it writes each entry as it is read, a
+    thousand at a time from SQLite (182 MB, the parse cache's bound among it), the same
+    JSON."""
+    import io
+
+    from mcp_agent.cli.sessions import show
+
+    sid = "01a00000-0000-7000-8000-0000000000d5"
+    (tmp_path / "long.jsonl").write_text(pi_v3(3_000, sid))
+    with SqliteSessionRepo(db) as repo:
+        repo.import_jsonl(tmp_path / "long.jsonl")
+        every = [entry.to_json_dict() for entry in repo.open(sid).get_branch()]
+    parsed: list[str] = []
+    parse = SqliteSessionStorage.parse_stored
+
+    def counted(self: Any, entry_id: str, kind: str, text: str) -> Any:
+        parsed.append(entry_id)
+        return parse(self, entry_id, kind, text)
+
+    class Written(io.StringIO):
+        """What was parsed when the first entry was written."""
+
+        parsed_then: int | None = None
+
+        def write(self, text: str) -> int:
+            if self.parsed_then is None and '"entries": [' in self.getvalue():
+                self.parsed_then = len(parsed)
+            return super().write(text)
+
+    written = Written()
+    monkeypatch.setattr(SqliteSessionStorage, "parse_stored", counted)
+    monkeypatch.setattr(sys, "stdout", written)
+    show(sid, db=str(db), as_json=True)
+    monkeypatch.undo()
+    assert json.loads(written.getvalue())["entries"] == every
+    assert written.parsed_then is not None and written.parsed_then <= 1_000 < len(every)
+
+
 def test_export_import_round_trip(cli: Any, db: Path, tmp_path: Path) -> None:
     ids = seed(db)
     exported = cli("sessions", "export", ids["session"])

@@ -205,6 +205,21 @@ def branch_view(session: Session, full: bool = False, started: Started = None) -
     return Group(*parts)
 
 
+def branch_entries(session: Session, batch: int = 1_000) -> Iterator[SessionEntry]:
+    """The current branch's entries, root first, as they are read: from SQLite and PostgreSQL
+    ``batch`` at a time (through the bounded parse cache), so that `show --json` of a long
+    branch holds one batch, not the branch (45,000 entries: 555 MB)."""
+    pages = stored_pages(session.storage)
+    if pages is None or session.leaf_id is None:
+        yield from session.get_branch()
+        return
+    ids = [row[0] for row in pages.branch_outline(session.leaf_id)]
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        parsed = pages.parsed_entries(chunk)
+        yield from (parsed[entry_id] for entry_id in chunk)
+
+
 def shown_branch(session: Session, newest: int | None) -> tuple[int, list[SessionEntry]]:
     """The current branch's entries but its leaf moves, root first: the ``newest`` last of
     them (None: all), and how many come before those. From SQLite and PostgreSQL only those

@@ -163,10 +163,10 @@ def show(
         session = open_session(repo, session_id)
         started = linked_origin(repo, session.header)
         if as_json:
-            from mcp_agent.cli.render import session_json
+            from mcp_agent.cli.render import branch_entries, session_json
 
-            entries = [e.to_json_dict() for e in session.get_branch()]
-            emit_json({"session": session_json(session, started), "entries": entries})
+            entries = (entry.to_json_dict() for entry in branch_entries(session))
+            emit_json_stream({"session": session_json(session, started)}, "entries", entries)
             return
         from mcp_agent.cli.render import branch_view
 
