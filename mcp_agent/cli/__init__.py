@@ -69,7 +69,23 @@ try:
             pretty_exceptions_enable=False,
         )
 
-    def _root(context: typer.Context) -> None:
+    def _show_version(given: bool) -> None:
+        if given:
+            import mcp_agent
+
+            typer.echo(f"{PROG} {mcp_agent.__version__}")
+            raise typer.Exit()
+
+    def _root(
+        context: typer.Context,
+        version: bool = typer.Option(
+            False,
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the version and exit.",
+        ),
+    ) -> None:
         """An MCP server that runs agents and keeps every conversation as a session tree."""
         # Started with the cyclic collector off (mcp_agent.__main__.run): on for every command
         # but serve, which turns it on once its server is built.

@@ -374,11 +374,47 @@ def shown_location(location: str | Path) -> str:
     return shown_url(location) if isinstance(location, str) else str(location)
 
 
-def session_error_exit(error: Exception) -> typer.Exit:
-    """A SessionError as a one-line message with a hint, and its exit code."""
+# The newest sessions an unknown session id is compared with, for one it may have meant.
+SIMILAR_IDS_SCANNED = 1_000
+
+
+def similar_session_ids(repo: SessionRepo, given: str) -> str | None:
+    """What an unknown session id ``given`` may have meant, as the end of a sentence, or None:
+    the id of the one session among the newest ``SIMILAR_IDS_SCANNED`` whose id begins with
+    it or differs from it by a typo or two, or the ids it begins several of."""
+    import difflib
+
+    wanted = given.strip().lower()
+    if len(wanted) < 4:
+        return None
+    ids: list[str] = []
+    cursor = None
+    while len(ids) < SIMILAR_IDS_SCANNED:
+        page = repo.list(limit=min(500, SIMILAR_IDS_SCANNED - len(ids)), cursor=cursor)
+        ids.extend(item.id for item in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    starting = sorted(found for found in ids if found.lower().startswith(wanted))
+    if len(starting) > 1:
+        shown = ", ".join(starting[:3]) + (", …" if len(starting) > 3 else "")
+        return f"the ids of {len(starting)} sessions begin with it ({shown}): give the whole id"
+    close = starting or difflib.get_close_matches(wanted, ids, n=1, cutoff=0.9)
+    return f"did you mean {close[0]}?" if close else None
+
+
+def session_error_exit(error: Exception, repo: SessionRepo | None = None) -> typer.Exit:
+    """A SessionError as a one-line message with a hint, and its exit code; with the ``repo``
+    it came from, an unknown session id names the one that may have been meant."""
+    import re
+
     code = getattr(error, "code", "")
     message = getattr(error, "message", str(error))
     if code == "not_found" and message.startswith("session "):
+        unknown = re.fullmatch(r"session '?(.+?)'? not found", message)
+        hint = similar_session_ids(repo, unknown.group(1)) if repo and unknown else None
+        if hint is not None:
+            return fail(f"{message}; {hint}")
         return fail(f"{message}; `{PROG} sessions list` shows the sessions in this database")
     if code == "not_found":
         return fail(f"{message}; `{PROG} sessions show ID` lists the entry ids")
@@ -457,7 +493,7 @@ def opened_store(
     try:
         yield repo
     except SessionError as error:
-        raise session_error_exit(error) from None
+        raise session_error_exit(error, repo) from None
     finally:
         repo.close()
 
@@ -519,7 +555,7 @@ def open_session(repo: SessionRepo, session_id: str) -> Session:
     try:
         return repo.open(session_id)
     except SessionError as error:
-        raise session_error_exit(error) from None
+        raise session_error_exit(error, repo) from None
 
 
 def single(error: BaseException) -> BaseException:

@@ -50,6 +50,7 @@ from mcp_agent.sessions.outline import (
 )
 from mcp_agent.sessions.repo import parent_id, started_json
 from mcp_agent.sessions.session import Session
+from mcp_agent.sessions.storage import stored_pages
 from mcp_agent.wire import escape_controls, one_line
 
 ROLE_STYLES = {
@@ -183,11 +184,9 @@ def branch_view(session: Session, full: bool = False, started: Started = None) -
     """The current branch, root first: each entry with its id, role, text and tool calls."""
     parts: list[RenderableType] = [session_heading(session, started)]
     leaf_id = session.leaf_id
-    branch = [entry for entry in session.get_branch() if not isinstance(entry, LeafEntry)]
-    if not full and len(branch) > BRANCH_LIMIT:
-        earlier = len(branch) - BRANCH_LIMIT
+    earlier, branch = shown_branch(session, None if full else BRANCH_LIMIT)
+    if earlier:
         parts.append(Text(f"\n⋮ {earlier:,} earlier entries ({FULL_HINT})", "dim italic"))
-        branch = branch[earlier:]
     for entry in branch:
         heading, body = entry_block(entry, full)
         # The id's style as a span: a Text's own style would dim all that is appended to it.
@@ -204,6 +203,37 @@ def branch_view(session: Session, full: bool = False, started: Started = None) -
     if leaf_id is None:
         parts.append(Text("\n(empty branch: the leaf is before the first entry)", "dim"))
     return Group(*parts)
+
+
+def branch_entries(session: Session, batch: int = 1_000) -> Iterator[SessionEntry]:
+    """The current branch's entries, root first, as they are read: from SQLite and PostgreSQL
+    ``batch`` at a time (through the bounded parse cache), so that `show --json` of a long
+    branch holds one batch, not the branch (45,000 entries: 555 MB)."""
+    pages = stored_pages(session.storage)
+    if pages is None or session.leaf_id is None:
+        yield from session.get_branch()
+        return
+    ids = [row[0] for row in pages.branch_outline(session.leaf_id)]
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        parsed = pages.parsed_entries(chunk)
+        yield from (parsed[entry_id] for entry_id in chunk)
+
+
+def shown_branch(session: Session, newest: int | None) -> tuple[int, list[SessionEntry]]:
+    """The current branch's entries but its leaf moves, root first: the ``newest`` last of
+    them (None: all), and how many come before those. From SQLite and PostgreSQL only those
+    are read and parsed: `show` of a 50,000-entry branch parsed every entry (4 s, 290 MB)
+    to print 200."""
+    pages = stored_pages(session.storage)
+    if newest is None or pages is None or session.leaf_id is None:
+        branch = [entry for entry in session.get_branch() if not isinstance(entry, LeafEntry)]
+        earlier = 0 if newest is None else max(0, len(branch) - newest)
+        return earlier, branch[earlier:]
+    ids = [row[0] for row in pages.branch_outline(session.leaf_id) if row[2] != "leaf"]
+    earlier = max(0, len(ids) - newest)
+    parsed = pages.parsed_entries(ids[earlier:])
+    return earlier, [parsed[entry_id] for entry_id in ids[earlier:]]
 
 
 class Indented:

@@ -32,6 +32,7 @@ from mcp_agent.cli.common import (
     id_text,
     named_store,
     plain_logging,
+    similar_session_ids,
     single,
 )
 
@@ -142,10 +143,12 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
 
 
 async def check_session(state: AppState, session_id: str | None) -> None:
-    if session_id is not None and not await state.offload(lambda: state.repo.exists(session_id)):
-        raise InputError(
-            f"session {session_id} not found; `{PROG} sessions list` shows the sessions"
-        )
+    if session_id is None or await state.offload(lambda: state.repo.exists(session_id)):
+        return
+    hint = await state.offload(lambda: similar_session_ids(state.repo, session_id))
+    raise InputError(
+        f"session {session_id} not found; " + (hint or f"`{PROG} sessions list` shows the sessions")
+    )
 
 
 async def check_run_model(

@@ -7,6 +7,7 @@ fast; rich is imported when something is drawn.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import sys
@@ -162,10 +163,10 @@ def show(
         session = open_session(repo, session_id)
         started = linked_origin(repo, session.header)
         if as_json:
-            from mcp_agent.cli.render import session_json
+            from mcp_agent.cli.render import branch_entries, session_json
 
-            entries = [e.to_json_dict() for e in session.get_branch()]
-            emit_json({"session": session_json(session, started), "entries": entries})
+            entries = (entry.to_json_dict() for entry in branch_entries(session))
+            emit_json_stream({"session": session_json(session, started)}, "entries", entries)
             return
         from mcp_agent.cli.render import branch_view
 
@@ -244,6 +245,8 @@ def export(
             else:  # a failure part-way leaves the file that was there, not half of this one
                 write_file_atomically(output, lines())
         except OSError as error:
+            if error.errno == errno.EPIPE:  # `-o /dev/stdout | head`: as every `| head` ends
+                raise
             die(f"cannot write {given}: {error.strerror or error}; choose another --output")
     err().print(f"wrote {given} ({count} lines)", style="dim")
 
