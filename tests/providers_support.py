@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp_support import free_port
+from mcp_support import LOOPBACK_HTTP, free_port
 
 from mcp_agent.abort import AbortController
 from mcp_agent.events import DoneEvent, ErrorEvent
@@ -71,23 +71,20 @@ def _fakellm_command() -> list[str]:
 
 def wait_for_fakellm(process: subprocess.Popen[bytes], base: str) -> None:
     """Until the fakellm ``process`` answers at ``base``; fails if it exits first or is not
-    ready within 20 s. The tries share one client: httpx.get made one for each, and with it a
-    TLS context (the system's certificates read, some 30 ms of CPU) that plain HTTP never
-    uses, 20 times a second while fakellm starts."""
-    with httpx.Client(timeout=0.5, limits=httpx.Limits(max_keepalive_connections=0)) as http:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                err = process.stderr.read().decode() if process.stderr else ""
-                pytest.fail(f"fakellm exited with {process.returncode}: {err[-2000:]}")
-            try:
-                if http.get(f"{base}/_fakellm/stats").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("fakellm did not become ready within 20 s")
-            time.sleep(0.05)
+    ready within 20 s (tried 20 times a second, through LOOPBACK_HTTP)."""
+    deadline = time.monotonic() + 20
+    while True:
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            pytest.fail(f"fakellm exited with {process.returncode}: {err[-2000:]}")
+        try:
+            if LOOPBACK_HTTP.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail("fakellm did not become ready within 20 s")
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session", name="fakellm")

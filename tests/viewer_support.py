@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from mcp_support import HTTP_HEADERS, poll
+from mcp_support import HTTP_HEADERS, LOOPBACK_HTTP, poll
 
 from mcp_agent import SqliteSessionRepo
 from mcp_agent.messages import (
@@ -88,11 +88,6 @@ def picnic_db(path: Path) -> tuple[str, dict[str, str]]:
 # --- a raw MCP client over HTTP (2026-07-28: each request stands alone) -------------------
 
 PROTOCOL = "2026-07-28"
-# The client of every request here. httpx.post made a client of its own for each, and with it
-# a TLS context (the system's certificates read: some 30 ms of CPU) that a loopback server in
-# plain HTTP never uses; the viewer's tests send hundreds (a list of 55 sessions made, then
-# deleted for the next test). No connection is kept: each request has its own, as before.
-_HTTP = httpx.Client(timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
 UI_EXTENSION = {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}
 
 
@@ -121,7 +116,7 @@ def mcp_request(
         **({"Authorization": f"Bearer {token}"} if token else {}),
         **headers,
     }
-    return _HTTP.post(url, json=body, headers=sent)
+    return LOOPBACK_HTTP.post(url, json=body, headers=sent)
 
 
 def mcp_tool(url: str, token: str, name: str, /, **arguments: Any) -> dict[str, Any]:
