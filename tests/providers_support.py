@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp_support import free_port
+from mcp_support import LOOPBACK_HTTP, free_port
 
 from mcp_agent.abort import AbortController
 from mcp_agent.events import DoneEvent, ErrorEvent
@@ -69,6 +69,24 @@ def _fakellm_command() -> list[str]:
     return [sys.executable, "-m", "fakellm.cli"]
 
 
+def wait_for_fakellm(process: subprocess.Popen[bytes], base: str) -> None:
+    """Until the fakellm ``process`` answers at ``base``; fails if it exits first or is not
+    ready within 20 s (tried 20 times a second, through LOOPBACK_HTTP)."""
+    deadline = time.monotonic() + 20
+    while True:
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            pytest.fail(f"fakellm exited with {process.returncode}: {err[-2000:]}")
+        try:
+            if LOOPBACK_HTTP.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail("fakellm did not become ready within 20 s")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session", name="fakellm")
 def fakellm_fixture() -> Iterable[FakeLlm]:
     """``fakellm`` serving ``providers_fakellm.yaml`` on a free loopback port (one per session)."""
@@ -90,19 +108,7 @@ def fakellm_fixture() -> Iterable[FakeLlm]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                err = process.stderr.read().decode() if process.stderr else ""
-                pytest.fail(f"fakellm exited with {process.returncode}: {err[-2000:]}")
-            try:
-                if httpx.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("fakellm did not become ready within 20 s")
-            time.sleep(0.05)
+        wait_for_fakellm(process, base)
         yield FakeLlm(base)
     finally:
         process.terminate()

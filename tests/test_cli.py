@@ -18,18 +18,22 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from agent_support import pi_v3
 from mcp_support import START_GUARD_S, another_programs_database, poll, search_index_marks
 from narrow import narrow, present
-from providers_support import Reply, ScriptServer, oa_text_reply, script_server
+from providers_support import (
+    Reply,
+    ScriptServer,
+    oa_text_reply,
+    script_server,
+    wait_for_fakellm,
+)
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -1480,16 +1484,7 @@ def fakellm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{base}/_fakellm/stats", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("fakellm did not start")
-            time.sleep(0.05)
+        wait_for_fakellm(process, base)
         yield f"{base}/v1"
     finally:
         process.terminate()

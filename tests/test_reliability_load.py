@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from mcp_support import initialize_request
+from mcp_support import LOOPBACK_HTTP, initialize_request
 from reliability_load import ServerProcess, run_load
 from reliability_support import check_sqlite_store, size
 
@@ -65,7 +65,7 @@ def test_concurrent_clients_over_http(
 
 def test_garbage_requests_get_4xx_and_the_server_carries_on(server: ServerProcess) -> None:
     def post(body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
-        return httpx.post(server.url, content=body, headers=headers or HEADERS, timeout=10)
+        return LOOPBACK_HTTP.post(server.url, content=body, headers=headers or HEADERS, timeout=10)
 
     initialize = initialize_request()
     garbage: list[tuple[str, httpx.Response]] = [

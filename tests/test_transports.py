@@ -104,6 +104,16 @@ def shared_http_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ht
     server.stop()
 
 
+@pytest.fixture(name="open_http", scope="module")
+def open_http_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    """One server without a token (--no-auth, allowed on loopback) for the module's peers that
+    send none: the conformance suite and the Inspector's command line. Each works in sessions
+    of its own, and neither looks at another's."""
+    server = HttpServer(tmp_path_factory.mktemp("open-http"), token=None)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def http_server(shared_http: HttpServer) -> HttpServer:
     """The module's server (with TOKEN), its database empty (as if new)."""
@@ -900,32 +910,28 @@ def node_env() -> dict[str, str]:
 
 
 @needs_node
-def test_conformance_suite(tmp_path: Path) -> None:
-    # The suite sends no token: run a server without one (--no-auth), on loopback (allowed there).
-    server = HttpServer(tmp_path, token=None)
-    try:
-        done = subprocess.run(
-            [
-                str(NODE),
-                str(CONFORMANCE),
-                "server",
-                "--url",
-                server.url,
-                "--suite",
-                "all",
-                "--expected-failures",
-                str(ROOT / "tests" / "peers" / "conformance-baseline.yml"),
-                "-o",
-                str(tmp_path / "checks"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=node_env(),
-            check=False,
-        )
-    finally:
-        server.stop()
+def test_conformance_suite(tmp_path: Path, open_http: HttpServer) -> None:
+    # The suite sends no token: a server without one.
+    done = subprocess.run(
+        [
+            str(NODE),
+            str(CONFORMANCE),
+            "server",
+            "--url",
+            open_http.url,
+            "--suite",
+            "all",
+            "--expected-failures",
+            str(ROOT / "tests" / "peers" / "conformance-baseline.yml"),
+            "-o",
+            str(tmp_path / "checks"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=node_env(),
+        check=False,
+    )
     summary = done.stdout[done.stdout.find("=== SUMMARY ===") :]
     assert done.returncode == 0, summary + done.stderr[-2000:]
     assert "Baseline check passed" in done.stdout
@@ -1024,57 +1030,53 @@ def test_inspector_cli_over_stdio(tmp_path: Path) -> None:
 
 
 @needs_node
-def test_inspector_cli_over_http(tmp_path: Path) -> None:
-    # The Inspector's command line sends no token: a server without one (--no-auth), on loopback.
-    server = HttpServer(tmp_path, token=None)
-    try:
-        command = [server.url, "--transport", "http"]
-        names = {t["name"] for t in inspector_cli(command, "--method", "tools/list")["tools"]}
-        assert {"session_create", "agent_run"} <= names
-        created = inspector_cli(command, "--method", "tools/call", "--tool-name", "session_create")[
-            "structuredContent"
-        ]
-        run = inspector_cli(
-            command,
-            "--method",
-            "tools/call",
-            "--tool-name",
-            "agent_run",
-            "--tool-arg",
-            "prompt=hello",
-            "--tool-arg",
-            f"session_id={created['id']}",
-            "--tool-arg",
-            "model=scripted:echo",
-        )
-        assert run["structuredContent"]["status"] == "completed", run
-        uri = f"session://{created['id']}/context"
-        read = inspector_cli(command, "--method", "resources/read", "--uri", uri)
-        # The Inspector sends a nullable integer or boolean as text: read as the JSON it is.
-        page = inspector_cli(
-            command,
-            "--method",
-            "tools/call",
-            "--tool-name",
-            "session_get",
-            "--tool-arg",
-            f"session_id={created['id']}",
-            "--tool-arg",
-            "limit=1",
-            "--tool-arg",
-            "view=entries",
-        )
-        prompt = inspector_cli(
-            command,
-            "--method",
-            "prompts/get",
-            "--prompt-name",
-            "continue_session",
-            "--prompt-args",
-            f"session_id={created['id']}",
-        )
-    finally:
-        server.stop()
+def test_inspector_cli_over_http(open_http: HttpServer) -> None:
+    # The Inspector's command line sends no token: a server without one.
+    command = [open_http.url, "--transport", "http"]
+    names = {t["name"] for t in inspector_cli(command, "--method", "tools/list")["tools"]}
+    assert {"session_create", "agent_run"} <= names
+    created = inspector_cli(command, "--method", "tools/call", "--tool-name", "session_create")[
+        "structuredContent"
+    ]
+    run = inspector_cli(
+        command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "agent_run",
+        "--tool-arg",
+        "prompt=hello",
+        "--tool-arg",
+        f"session_id={created['id']}",
+        "--tool-arg",
+        "model=scripted:echo",
+    )
+    assert run["structuredContent"]["status"] == "completed", run
+    uri = f"session://{created['id']}/context"
+    read = inspector_cli(command, "--method", "resources/read", "--uri", uri)
+    # The Inspector sends a nullable integer or boolean as text: read as the JSON it is.
+    page = inspector_cli(
+        command,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "session_get",
+        "--tool-arg",
+        f"session_id={created['id']}",
+        "--tool-arg",
+        "limit=1",
+        "--tool-arg",
+        "view=entries",
+    )
+    prompt = inspector_cli(
+        command,
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "continue_session",
+        "--prompt-args",
+        f"session_id={created['id']}",
+    )
     context = json.loads(read["contents"][0]["text"])
     assert [m["role"] for m in context["messages"]] == ["user", "assistant"]
     assert not page.get("isError"), page

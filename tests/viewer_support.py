@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from mcp_support import HTTP_HEADERS, poll
+from mcp_support import HTTP_HEADERS, LOOPBACK_HTTP, poll
 
 from mcp_agent import SqliteSessionRepo
 from mcp_agent.messages import (
@@ -116,7 +116,7 @@ def mcp_request(
         **({"Authorization": f"Bearer {token}"} if token else {}),
         **headers,
     }
-    return httpx.post(url, json=body, headers=sent, timeout=60)
+    return LOOPBACK_HTTP.post(url, json=body, headers=sent)
 
 
 def mcp_tool(url: str, token: str, name: str, /, **arguments: Any) -> dict[str, Any]:
