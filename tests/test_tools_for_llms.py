@@ -119,6 +119,30 @@ async def test_schemas_carry_no_titles_and_say_nullable_in_one_type(server: MCPS
     assert shape is not None and shape["properties"]["nextCursor"]["type"] == ["string", "null"]
 
 
+async def test_output_schemas_hold_no_references_and_say_a_nullable_object_in_one_type(
+    server: MCPServer,
+) -> None:
+    """A client checks each answer against its tool's output schema: a reference looked up, or
+    an ``anyOf`` whose first branch fails for every null (an error made and thrown away), cost
+    it each time it meets one, item after item. Inlined and folded, a schema says the same."""
+    import jsonschema
+
+    for tool in await tools_of(server):
+        text = json.dumps(tool.output_schema)
+        assert "$ref" not in text and "$defs" not in text, tool.name
+        assert '"anyOf"' not in text, tool.name
+    create = next(t for t in await tools_of(server) if t.name == "session_create").output_schema
+    started_by = create["properties"]["startedBy"]
+    assert started_by["type"] == ["object", "null"]
+    assert started_by["required"] == ["sessionId"] and "sub-agent" in started_by["description"]
+    check = jsonschema.Draft202012Validator(create)
+    made = {"id": "s", "startedBy": None}
+    assert check.is_valid(made)
+    assert check.is_valid({**made, "startedBy": {"sessionId": "p", "runId": None}})
+    assert not check.is_valid({**made, "startedBy": {"runId": "r"}})  # no sessionId
+    assert not check.is_valid({**made, "startedBy": "p"})
+
+
 async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(
     server: MCPServer,
 ) -> None:
