@@ -1365,6 +1365,38 @@ def test_a_listing_finds_the_hits_of_its_sessions_in_a_query_or_two(tmp_path: Pa
         repo.close()
 
 
+def test_a_listing_of_20_sessions_with_a_query_reads_the_text_index_twice(tmp_path: Path) -> None:
+    """session_list with a query and a limit of 20 read the text index three times: for its
+    sessions, then for the hits of the first 16 and of the other 4, each query reading every
+    hit of the words in the whole index (the most CPU of any call under load, measured). A
+    page's sessions have their hits found in one query."""
+    from mcp_agent.server.search_hits import listed_with_hits
+    from mcp_agent.server.session_tools import session_fields
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        for i in range(30):
+            repo.create().append_message(user(f"question {i}"))
+        repo.list(query="question")  # the text indexed, a reader connection open
+        statements: list[str] = []
+        for conn in repo.database._reader_conns:
+            conn.set_trace_callback(statements.append)
+        try:
+            page = repo.list(query="question", limit=20)
+            words = query_words("question")
+            items, page = listed_with_hits(repo, page, "question", words, session_fields)
+        finally:
+            for conn in repo.database._reader_conns:
+                conn.set_trace_callback(None)
+        assert len([sql for sql in statements if "MATCH" in sql]) == 2
+        assert len(items) == 20 and page.next_cursor is not None
+        for item in items:
+            listed = json.loads(item)
+            assert listed["hitCount"] == 1 and listed["hits"][0]["snippet"].startswith("«question»")
+    finally:
+        repo.close()
+
+
 def test_a_listings_hits_of_a_session_made_again_elsewhere_are_the_new_ones(
     tmp_path: Path,
 ) -> None:

@@ -95,23 +95,37 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def lean_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` (a tool's output schema) without what costs a client's check and a model's
-    reading and says nothing: pydantic's titles (the property's own name, capitalised), and
-    ``anyOf`` a simple type or null where ``type: [it, "null"]`` says the same (a copy)."""
-    result = copy.deepcopy(schema)
+    reading and says nothing: pydantic's titles (the property's own name, capitalised), each
+    ``$ref`` to its ``$defs`` (the definition in its place: a client's check looks a reference
+    up each time it meets it, for every item of a list), and ``anyOf`` a type or null where
+    ``type: [it, "null"]`` says the same (a simple type, or an object whose keywords apply to
+    objects only: a check of ``anyOf`` tries the first and makes an error of it for each null).
+    A copy; a recursive schema keeps its references."""
+    try:
+        result = _inline_definitions(copy.deepcopy(schema))
+    except ValueError:
+        result = copy.deepcopy(schema)
     for node in schema_nodes(result):
         _drop_title(node)
+    for node in schema_nodes(result):
         variants = node.get("anyOf")
         if not (isinstance(variants, list) and len(variants) == 2 and _NULL in variants):
             continue
         other = variants[1 - variants.index(_NULL)]
-        if isinstance(other.get("type"), str) and set(other) <= _SIMPLE_KEYWORDS:
+        kind = other.get("type")
+        if not isinstance(kind, str):
+            continue
+        if set(other) <= _SIMPLE_KEYWORDS or (kind == "object" and set(other) <= _OBJECT_KEYWORDS):
             del node["anyOf"]
-            node.update(other, type=[other["type"], "null"])
+            # The node's own description and default (the property's) stay.
+            node.update({**other, **node}, type=[kind, "null"])
     return result
 
 
 _NULL = {"type": "null"}
 _SIMPLE_KEYWORDS = {"type", "items", "additionalProperties", "description"}
+# Keywords that say nothing of a value that is not an object.
+_OBJECT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "description"}
 
 
 def _drop_title(node: dict[str, Any]) -> None:

@@ -35,9 +35,11 @@ _SLACK = 24
 MAX_HITS = 100
 # The hits a listing shows of each session it found (a search in the session has them all).
 HITS_LISTED = 3
-# Listed sessions whose first hits a store with a text index finds in one query (as many as an
-# answer shows, about 30, come in two or three); each query reads every hit of the words in them.
-SESSIONS_PER_SEARCH = 16
+# Listed sessions whose first hits a store with a text index finds in one query: a page of the
+# default limit (50) in one. Each query reads every hit of the words in the whole index (SQLite:
+# FTS5 finds them, then keeps those of these sessions), so a page of 20 in chunks of 16 read
+# them twice, and its listing three times in all.
+SESSIONS_PER_SEARCH = 50
 MARK_OPEN, MARK_CLOSE = "«", "»"
 
 
