@@ -290,6 +290,39 @@ def test_a_first_context_read_finds_its_messages_in_the_walk(
     assert [json.loads(m) for m in first[0]] == pages[0][0]
 
 
+def test_a_first_context_read_takes_its_model_from_the_walked_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model of a context is most often its newest assistant message's: a first read parsed
+    that message's entry whole for two of its fields, building the entry's and the message's
+    models (milliseconds the first time in a server: a fifth of its first whole context read of
+    a 1,000-message branch), while the walk had read the message's JSON already."""
+    parsed: list[str] = []
+    real = SqlSessionStorage.parsed_entries
+
+    def counted(self: SqlSessionStorage, ids: Any) -> Any:
+        parsed.extend(ids)
+        return real(self, ids)
+
+    monkeypatch.setattr(SqlSessionStorage, "parsed_entries", counted)
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        session = repo.create()
+        busy_session(session, compacted=False)
+        built = Session(InMemorySessionStorage(session.header, session.get_entries()))
+    types = {entry.id: entry.type for entry in built.get_entries()}
+    parsed.clear()
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        found = context_page(repo.open_read(session.id), None, None)
+    # The settings and custom entries were parsed (they are not messages), no message.
+    assert parsed and [types[entry_id] for entry_id in parsed if types[entry_id] == "message"] == []
+    expected = built.build_context()
+    assert found.context.model == expected.model == {"provider": "p", "modelId": "m-last"}
+    assert (found.context.thinking_level, found.context.active_tool_names) == (
+        "high",
+        ["read", "write"],
+    )
+
+
 def test_a_whole_context_read_again_is_not_read_from_storage_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -501,7 +501,7 @@ def _stored_context(
             found = storage.parsed_entries([rows[i][0] for i in indices])
             return [_parsed(found, rows[i][0]) for i in indices]
 
-        return stored_context(rows, parse)
+        return stored_context(rows, parse, messages)
 
     return kept_contexts.get_or_work(storage, leaf_id, work)
 

@@ -9,7 +9,8 @@ given ``customType`` into messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,18 +91,39 @@ class _State:
 def derive_session_context_state(path_entries: Sequence[SessionEntry]) -> _State:
     state = _State()
     for entry in path_entries:
-        if isinstance(entry, ThinkingLevelChangeEntry):
-            state.thinking_level = entry.thinking_level
-            state.thinking_level_recorded = True
-        elif isinstance(entry, ModelChangeEntry):
-            state.model = {"provider": entry.provider, "modelId": entry.model_id}
-        elif isinstance(entry, MessageEntry) and isinstance(entry.message, AssistantMessage):
-            # One appended over MCP names no model (both empty): it leaves the model as it was.
-            if entry.message.provider or entry.message.model:
-                state.model = {"provider": entry.message.provider, "modelId": entry.message.model}
-        elif isinstance(entry, ActiveToolsChangeEntry):
-            state.active_tool_names = list(entry.active_tool_names)
+        _apply_setting(state, entry)
     return state
+
+
+def _apply_setting(state: _State, entry: SessionEntry) -> None:
+    if isinstance(entry, ThinkingLevelChangeEntry):
+        state.thinking_level = entry.thinking_level
+        state.thinking_level_recorded = True
+    elif isinstance(entry, ModelChangeEntry):
+        state.model = {"provider": entry.provider, "modelId": entry.model_id}
+    elif isinstance(entry, MessageEntry) and isinstance(entry.message, AssistantMessage):
+        _apply_answer_model(state, entry.message.provider, entry.message.model)
+    elif isinstance(entry, ActiveToolsChangeEntry):
+        state.active_tool_names = list(entry.active_tool_names)
+
+
+def _apply_answer_model(state: _State, provider: str, model: str) -> None:
+    # One appended over MCP names no model (both empty): it leaves the model as it was.
+    if provider or model:
+        state.model = {"provider": provider, "modelId": model}
+
+
+def _answer_model(text: str) -> tuple[str, str] | None:
+    """The provider and model of an assistant message given as its stored JSON ``text``, as
+    ``AssistantMessage`` reads them (both default to ""); None when they are not strings
+    (then the entry is parsed, and refused, as before)."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return None
+    provider, model = data.get("provider", ""), data.get("model", "")
+    if isinstance(provider, str) and isinstance(model, str):
+        return provider, model
+    return None
 
 
 # --- where a context starts: the one rule that every backend and compaction follow ----------
@@ -294,13 +316,16 @@ def build_session_context(
 def stored_context(
     rows: Sequence[tuple[str, str, str | None]],
     parse: Callable[[Sequence[int]], Sequence[SessionEntry]],
+    message_texts: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any] | str], SessionContext]:
     """``build_session_context`` (no options) over a path given in outline (id, type, message
     role), root first. Returns the messages, each a JSON object or, for a message entry, the
     entry's id (its stored JSON holds the message), and the context with
     the settings (its ``messages`` left empty). ``parse(indices)`` gives those entries, in that
     order: only the entries that are not messages, and the newest entry deciding each setting,
-    are asked for, all at once after the newest compaction (so a backend reads them together)."""
+    are asked for, all at once after the newest compaction (so a backend reads them together).
+    ``message_texts``: the stored JSON of the messages of message entries the caller has at
+    hand, by entry id; an assistant message deciding the model is read from there, not parsed."""
     ids = [row[0] for row in rows]
     types = [row[1] for row in rows]
     deciding: dict[str | int, int] = {}
@@ -316,10 +341,25 @@ def stored_context(
 
     order = context_order(ids, types, compaction_at)
     settings = sorted(deciding.values())
-    wanted = sorted({*settings, *(i for i in order if types[i] != "message")})
+    # Parsing a message entry builds the entry's and its message's models (the first time in a
+    # process, milliseconds: most of a first whole context read but its walk); the model is
+    # two fields of its JSON.
+    answer: tuple[int, tuple[str, str]] | None = None
+    at = deciding.get("model")
+    if at is not None and types[at] == "message" and rows[at][2] == "assistant":
+        text = message_texts.get(ids[at]) if message_texts else None
+        named = None if text is None else _answer_model(text)
+        answer = None if named is None else (at, named)
+    read_whole = [i for i in settings if answer is None or i != answer[0]]
+    wanted = sorted({*read_whole, *(i for i in order if types[i] != "message")})
     parsed = dict(zip(wanted, parse(wanted), strict=True))
     # Only the newest entry of each kind changes what derive_session_context_state returns.
-    state = derive_session_context_state([parsed[i] for i in settings])
+    state = _State()
+    for i in settings:
+        if answer is not None and i == answer[0]:
+            _apply_answer_model(state, *answer[1])
+        else:
+            _apply_setting(state, parsed[i])
     messages: list[dict[str, Any] | str] = []
     for i in order:
         if types[i] == "message":
