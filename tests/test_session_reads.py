@@ -217,6 +217,30 @@ def test_context_pages_match_the_built_context(
 
 
 @pytest.mark.parametrize("compacted", [False, True])
+def test_an_answer_naming_no_model_leaves_the_model_of_the_context_as_it_was(
+    tmp_path: Path, compacted: bool
+) -> None:
+    """An assistant message appended over MCP names no model: the context's model stays the
+    one set before it (a model change, an older answer), as the context built from the
+    entries says; the stored read took the newest answer's and said null."""
+    nameless = AssistantMessage(content=[TextContent(text="appended")], api="a")
+    with SqliteSessionRepo(tmp_path / "s.db") as repo:
+        session = repo.create()
+        session.append_message(UserMessage(content="q"))
+        session.append_model_change("p", "m-changed")
+        session.append_message(UserMessage(content="q2"))
+        kept = session.append_message(nameless)
+        if compacted:
+            session.append_compaction("so far", kept, 10)
+        session.append_message(UserMessage(content="q3"))
+        session.append_message(nameless)
+        copy = Session(InMemorySessionStorage(session.header, session.get_entries()))
+        found = context_page(repo.open_read(session.id), None, None)
+    built = copy.build_context()
+    assert found.context.model == built.model == {"provider": "p", "modelId": "m-changed"}
+
+
+@pytest.mark.parametrize("compacted", [False, True])
 @pytest.mark.parametrize(
     ("limit", "walked"),
     [(None, session_reads.WALKED_MESSAGES), (None, 5), (1, 5), (4, 5), (50, 5)],

@@ -113,6 +113,30 @@ def _apply_answer_model(state: _State, provider: str, model: str) -> None:
         state.model = {"provider": provider, "modelId": model}
 
 
+def _apply_newest_model(
+    state: _State,
+    rows: Sequence[tuple[str, str, str | None]],
+    models: Sequence[int],
+    parse: Callable[[Sequence[int]], Sequence[SessionEntry]],
+    message_texts: Mapping[str, str] | None,
+) -> None:
+    """The model as ``derive_session_context_state`` finds it over ``rows``: set by the newest
+    of the entries at ``models`` that names one (an answer appended over MCP names none and
+    leaves it as it was), looked at newest first. Parsing a message entry builds the entry's
+    and its message's models (the first time in a process, milliseconds: most of a first whole
+    context read but its walk), so an answer's model is read from its JSON when the caller has
+    it (two fields)."""
+    for i in reversed(models):
+        text = message_texts.get(rows[i][0]) if message_texts else None
+        named = None if text is None or rows[i][1] != "message" else _answer_model(text)
+        if named is None:
+            _apply_setting(state, parse([i])[0])
+        else:
+            _apply_answer_model(state, *named)
+        if state.model is not None:
+            return
+
+
 def _answer_model(text: str) -> tuple[str, str] | None:
     """The provider and model of an assistant message given as its stored JSON ``text``, as
     ``AssistantMessage`` reads them (both default to ""); None when they are not strings
@@ -179,7 +203,8 @@ def context_path_indices(
 ) -> list[int]:
     """The entries of a path (given as ids, types and message roles, root first) that its
     context is built from: the newest compaction, what it keeps and all that follows, and before
-    those only the newest entry deciding each setting. ``compaction_at(i)`` parses entry i.
+    those only the newest entry deciding each setting (and the newest model change: the model
+    stays its when the newest answer names none). ``compaction_at(i)`` parses entry i.
     A backend that reads rows uses it to parse no more of a long branch than that."""
     index = newest_compaction(types)
     if index is None:
@@ -190,7 +215,9 @@ def context_path_indices(
         kind = setting_kind(types[i], roles[i])
         if kind is not None:
             settings[i if kind == "message?" else kind] = i
-    return [*sorted(settings.values()), *range(start, len(ids))]
+        if types[i] == "model_change":  # the model, when the newest answer names none
+            settings["model_change"] = i
+    return [*sorted(set(settings.values())), *range(start, len(ids))]
 
 
 def context_order(
@@ -329,9 +356,12 @@ def stored_context(
     ids = [row[0] for row in rows]
     types = [row[1] for row in rows]
     deciding: dict[str | int, int] = {}
+    models: list[int] = []  # every entry that may set the model, root first
     for i, row in enumerate(rows):
         kind = setting_kind(row[1], row[2])
-        if kind is not None:
+        if kind == "model":
+            models.append(i)
+        elif kind is not None:
             deciding[i if kind == "message?" else kind] = i
 
     def compaction_at(index: int) -> CompactionEntry:
@@ -341,25 +371,13 @@ def stored_context(
 
     order = context_order(ids, types, compaction_at)
     settings = sorted(deciding.values())
-    # Parsing a message entry builds the entry's and its message's models (the first time in a
-    # process, milliseconds: most of a first whole context read but its walk); the model is
-    # two fields of its JSON.
-    answer: tuple[int, tuple[str, str]] | None = None
-    at = deciding.get("model")
-    if at is not None and types[at] == "message" and rows[at][2] == "assistant":
-        text = message_texts.get(ids[at]) if message_texts else None
-        named = None if text is None else _answer_model(text)
-        answer = None if named is None else (at, named)
-    read_whole = [i for i in settings if answer is None or i != answer[0]]
-    wanted = sorted({*read_whole, *(i for i in order if types[i] != "message")})
+    wanted = sorted({*settings, *(i for i in order if types[i] != "message")})
     parsed = dict(zip(wanted, parse(wanted), strict=True))
     # Only the newest entry of each kind changes what derive_session_context_state returns.
     state = _State()
     for i in settings:
-        if answer is not None and i == answer[0]:
-            _apply_answer_model(state, *answer[1])
-        else:
-            _apply_setting(state, parsed[i])
+        _apply_setting(state, parsed[i])
+    _apply_newest_model(state, rows, models, parse, message_texts)
     messages: list[dict[str, Any] | str] = []
     for i in order:
         if types[i] == "message":
