@@ -28,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 from anyio.abc import TaskGroup
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
@@ -47,6 +49,8 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from mcp_agent.outages import Outage
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,11 @@ class WatchedBus(InMemorySubscriptionBus):
     def __init__(self) -> None:
         super().__init__()
         self.listeners = 0
+        # Resource URIs the open listen streams ask for, with how many ask (ListenStreams).
+        self.watched: Counter[str] = Counter()
+        # Called (on the loop's thread) when a listener comes: the Notifier's follower waits
+        # for one before it looks at the database.
+        self.on_listen: Callable[[], None] | None = None
 
     def listening(self) -> bool:
         """Whether publishing reaches anyone."""
@@ -96,6 +105,8 @@ class WatchedBus(InMemorySubscriptionBus):
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
         unsubscribe = super().subscribe(listener)
         self.listeners += 1
+        if self.on_listen is not None:
+            self.on_listen()
         subscribed = True
 
         def stop() -> None:
@@ -131,7 +142,41 @@ class ListenStreams(ListenHandler):
                 " one is open. Retry once one ends; a client that is done listening should"
                 " close its stream.",
             )
-        return await super().__call__(ctx, params)
+        uris = (params.notifications.resource_subscriptions or []) if params.notifications else []
+        watched = self._bus.watched if isinstance(self._bus, WatchedBus) else None
+        if watched is not None:
+            watched.update(uris)
+        try:
+            return await super().__call__(ctx, params)
+        finally:
+            if watched is not None:
+                watched.subtract(uris)
+                for uri in uris:
+                    if watched[uri] <= 0:
+                        del watched[uri]
+
+
+# How often a follower of the database (``Notifier.follow``) looks for other processes' writes
+# while anyone listens: a look that finds no commit costs one pragma.
+FOLLOW_INTERVAL = 0.5
+
+
+class ForeignChangesSeen(Protocol):
+    """What ``Watch.look`` finds (sqlite.watch.ForeignChanges)."""
+
+    sessions: list[str]
+    list_changed: bool
+
+
+class Watch(Protocol):
+    """Looks at the store for other processes' writes (sqlite.watch.DatabaseWatch); called
+    on a worker thread, one call at a time."""
+
+    def rebase(self) -> None: ...
+
+    def look(self, watched: Iterable[str]) -> ForeignChangesSeen | None: ...
+
+    def close(self) -> None: ...
 
 
 class SubscriptionLimit(Exception):
@@ -169,6 +214,11 @@ class Notifier:
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
         self._wakeup: anyio.Event | None = None
         self._task_group: TaskGroup | None = None
+        # Set (on the loop's thread) when a listener or a legacy connection comes: ``follow``
+        # waits for it while nobody listens.
+        self._listener_came: anyio.Event | None = None
+        if isinstance(bus, WatchedBus):
+            bus.on_listen = self._someone_listens
 
     # --- what changed (callable from sync code, on any thread) ------------------------------
 
@@ -251,6 +301,63 @@ class Notifier:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    # --- other processes' writes --------------------------------------------------------------
+
+    def listening(self) -> bool:
+        """Whether any change would reach anyone: a listener on the bus, a legacy connection."""
+        return self._bus_listening() or bool(self._legacy) or bool(self._subscribers)
+
+    def watched_sessions(self) -> set[str]:
+        """The sessions some client subscribed to or listens for (on the loop's thread)."""
+        uris: Iterable[str] = self._subscribers
+        if isinstance(self.bus, WatchedBus):
+            uris = [*uris, *self.bus.watched]
+        found = (subscribed_session(uri) for uri in uris)
+        return {session_id for session_id in found if session_id is not None}
+
+    def _someone_listens(self) -> None:
+        if self._listener_came is not None:
+            self._listener_came.set()
+
+    async def follow(self, watch: Watch, interval: float = FOLLOW_INTERVAL) -> None:
+        """Notify what other processes write to the store, as this server's own writes are,
+        until cancelled; run it in the server's task group. It looks every ``interval``
+        seconds while anyone listens, and not at all while nobody does."""
+        one_at_a_time = anyio.CapacityLimiter(1)
+        # Said once while the file stays out of reach, not twice a second.
+        outage = Outage(
+            log, "looking for other processes' changes failed (their changes are not heard)"
+        )
+        try:
+            while True:
+                came = not self.listening()
+                if came:
+                    self._listener_came = anyio.Event()
+                    await self._listener_came.wait()
+                    self._listener_came = None
+                await anyio.sleep(interval)
+                try:
+                    if came:  # nothing older is news to a listener who just came
+                        await anyio.to_thread.run_sync(watch.rebase, limiter=one_at_a_time)
+                        found = None
+                    else:
+                        found = await anyio.to_thread.run_sync(
+                            watch.look, self.watched_sessions(), limiter=one_at_a_time
+                        )
+                except Exception as error:  # a database out of reach for a while
+                    outage.failed(error)
+                    continue
+                outage.recovered()
+                if found is None:
+                    continue
+                for session_id in found.sessions:
+                    self.session_changed(session_id)
+                if found.list_changed:
+                    self.list_changed()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(watch.close, limiter=one_at_a_time)
+
     # --- legacy connections (called on the loop's thread) -----------------------------------
 
     def remember(self, ctx_session: Any, protocol_version: str | None) -> None:
@@ -263,6 +370,7 @@ class Notifier:
         key = id(connection)
         if key not in self._legacy:
             self._legacy[key] = ctx_session
+            self._someone_listens()
         if key not in self._hooked:
             self._hooked.add(key)
             connection.exit_stack.callback(self._closed, key)
