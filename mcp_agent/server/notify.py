@@ -329,21 +329,23 @@ class Notifier:
             log, "looking for other processes' changes failed (their changes are not heard)"
         )
         try:
+            try:  # the store as it is now, whose later changes are news
+                await anyio.to_thread.run_sync(watch.rebase, limiter=one_at_a_time)
+            except Exception as error:  # the first look tries again
+                outage.failed(error)
             while True:
-                came = not self.listening()
-                if came:
+                if not self.listening():
                     self._listener_came = anyio.Event()
                     await self._listener_came.wait()
                     self._listener_came = None
                 await anyio.sleep(interval)
                 try:
-                    if came:  # nothing older is news to a listener who just came
-                        await anyio.to_thread.run_sync(watch.rebase, limiter=one_at_a_time)
-                        found = None
-                    else:
-                        found = await anyio.to_thread.run_sync(
-                            watch.look, self.watched_sessions(), limiter=one_at_a_time
-                        )
+                    # The first look after a while with nobody listening also tells what
+                    # changed meanwhile (a page at most): better than losing what was written
+                    # as the listener came.
+                    found = await anyio.to_thread.run_sync(
+                        watch.look, self.watched_sessions(), limiter=one_at_a_time
+                    )
                 except Exception as error:  # a database out of reach for a while
                     outage.failed(error)
                     continue
