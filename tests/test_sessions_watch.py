@@ -93,3 +93,17 @@ def test_more_changes_than_a_page_are_one_list_change_and_the_watched_ones(
     found = watch.look(watched=[sessions[1].id])
     assert found is not None and found.list_changed and found.sessions == [sessions[1].id]
     assert watch.look() is None
+
+
+def test_a_commit_seen_stays_due_until_a_look_reads_it(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    """The follower asks ``committed`` first (one pragma), then gathers the watched sessions
+    and looks: the look must still read what the pragma saw."""
+    _, other = repos
+    assert not watch.committed()
+    made = other.create()
+    assert watch.committed() and watch.committed()
+    found = watch.look()
+    assert found is not None and found.sessions == [made.id]
+    assert not watch.committed()

@@ -26,6 +26,7 @@ and go out when ``run()`` next starts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 from collections import Counter
@@ -51,6 +52,7 @@ from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, Subscrip
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_agent.outages import Outage
+from mcp_agent.sessions.sqlite.watch import MAX_WATCHED
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,8 @@ class Watch(Protocol):
     on a worker thread, one call at a time."""
 
     def rebase(self) -> None: ...
+
+    def committed(self) -> bool: ...
 
     def look(self, watched: Iterable[str]) -> ForeignChangesSeen | None: ...
 
@@ -308,12 +312,14 @@ class Notifier:
         return self._bus_listening() or bool(self._legacy) or bool(self._subscribers)
 
     def watched_sessions(self) -> set[str]:
-        """The sessions some client subscribed to or listens for (on the loop's thread)."""
+        """The sessions some client subscribed to or listens for (on the loop's thread), as
+        many as one look checks at most: their URIs are counted by the thousand."""
         uris: Iterable[str] = self._subscribers
         if isinstance(self.bus, WatchedBus):
-            uris = [*uris, *self.bus.watched]
+            uris = itertools.chain(uris, self.bus.watched)
         found = (subscribed_session(uri) for uri in uris)
-        return {session_id for session_id in found if session_id is not None}
+        limit = len(SESSION_URI_TAILS) * MAX_WATCHED
+        return {session_id for session_id in itertools.islice(found, limit) if session_id}
 
     def _someone_listens(self) -> None:
         if self._listener_came is not None:
@@ -343,9 +349,13 @@ class Notifier:
                     # The first look after a while with nobody listening also tells what
                     # changed meanwhile (a page at most): better than losing what was written
                     # as the listener came.
-                    found = await anyio.to_thread.run_sync(
-                        watch.look, self.watched_sessions(), limiter=one_at_a_time
-                    )
+                    found = None
+                    # The watched sessions are gathered on this thread, from this loop's
+                    # state: only once something was committed.
+                    if await anyio.to_thread.run_sync(watch.committed, limiter=one_at_a_time):
+                        found = await anyio.to_thread.run_sync(
+                            watch.look, self.watched_sessions(), limiter=one_at_a_time
+                        )
                 except Exception as error:  # a database out of reach for a while
                     outage.failed(error)
                     continue

@@ -53,6 +53,7 @@ class DatabaseWatch:
         self._top = 0  # the highest session rowid seen
         self._count = 0  # sessions there were
         self._gone: set[str] = set()  # watched sessions already said to be gone
+        self._due = False  # another connection committed since the last look
 
     def rebase(self) -> None:
         """Take what is there now as seen (someone starts listening: there is nothing older
@@ -69,19 +70,28 @@ class DatabaseWatch:
         finally:
             conn.execute("COMMIT")
         self._gone.clear()
+        self._due = False
         self._version = version
+
+    def committed(self) -> bool:
+        """Whether another connection committed since the last look (one pragma): the next
+        ``look`` reads what. The caller may then gather what ``look`` needs."""
+        if self._conn is None or self._version is None:  # never rebased, or it failed
+            self.rebase()
+            return False
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:
+            self._version = version
+            self._due = True
+        return self._due
 
     def look(self, watched: Iterable[str] = ()) -> ForeignChanges | None:
         """The changes of other processes since the last look (or ``rebase``), or None when
         none committed. ``watched``: the sessions someone subscribed to, checked for deletion."""
-        if self._conn is None or self._version is None:  # never rebased, or it failed
-            self.rebase()
+        if not self.committed():
             return None
+        assert self._conn is not None  # committed() opened it
         conn = self._conn
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if version == self._version:
-            return None
-        self._version = version
         # Before the snapshot: a deletion of ours after it is counted at the next look, where
         # it is told from others' by its id (a creation of ours then passes for another's: a
         # list change too many, at worst).
@@ -115,6 +125,7 @@ class DatabaseWatch:
         finally:
             conn.execute("COMMIT")
         self._count, self._top, self._mark = count, top, max(newest, self._mark)
+        self._due = False  # only now: a look that failed is made again
         if not changes.sessions and not changes.list_changed:
             return None
         return changes
