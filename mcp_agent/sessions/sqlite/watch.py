@@ -56,8 +56,8 @@ class DatabaseWatch:
         self._due = False  # another connection committed since the last look
 
     def rebase(self) -> None:
-        """Take what is there now as seen (someone starts listening: there is nothing older
-        to tell them)."""
+        """Take what is there now as seen (the server starts: what is older is no one's
+        news)."""
         if self._conn is None:
             self._conn = self.database.watch_connection()
         conn = self._conn
