@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +19,9 @@ import pytest
 from mcp.server.subscriptions import ResourcesListChanged, ResourceUpdated, ServerEvent
 
 from mcp_agent.server.notify import Notifier, WatchedBus, session_uris
+from mcp_agent.sessions import SqliteSessionRepo
+from mcp_agent.sessions.sqlite.database import SqliteDatabase
+from mcp_agent.sessions.sqlite.watch import DatabaseWatch, ForeignChanges
 
 pytestmark = pytest.mark.anyio
 
@@ -336,3 +340,50 @@ async def test_a_thread_reporting_after_run_stopped_does_not_crash() -> None:
     assert notifier.pending_changes() == 1  # kept for the next run()
     async with running(notifier):
         await wait_until(lambda: session.updated == ["session://late"])
+
+
+class CountedWatch(DatabaseWatch):
+    """The SQLite file's watch, counting its looks."""
+
+    def __init__(self, database: SqliteDatabase) -> None:
+        super().__init__(database)
+        self.looks = 0
+
+    def look(self, watched: Iterable[str] = ()) -> ForeignChanges | None:
+        self.looks += 1
+        return super().look(watched)
+
+
+async def test_the_file_is_looked_at_only_while_someone_listens(tmp_path: Path) -> None:
+    """Another process's write (a second repo on the file) reaches a listener of the bus; with
+    nobody listening, the follower waits for one and looks at nothing. What was written while
+    nobody listened is told at the first look (a listener that came as it was written must
+    not miss it)."""
+    bus = WatchedBus()
+    notifier = Notifier(bus)
+    with (
+        SqliteSessionRepo(tmp_path / "s.db") as mine,
+        SqliteSessionRepo(tmp_path / "s.db") as other,
+    ):
+        made = mine.create()
+        updated = ResourceUpdated(uri=f"session://{made.id}")
+        watch = CountedWatch(mine.database)
+        heard: list[ServerEvent] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(notifier.run)
+            group.start_soon(notifier.follow, watch, 0.01)
+            await wait_until(lambda: notifier._listener_came is not None)
+            await anyio.to_thread.run_sync(lambda: other.open(made.id).set_name("elsewhere"))
+            assert watch.looks == 0
+            stop = bus.subscribe(heard.append)
+            await wait_until(lambda: heard.count(updated) == 1)
+            await anyio.to_thread.run_sync(lambda: other.open(made.id).set_name("again"))
+            await wait_until(lambda: heard.count(updated) == 2)
+            stop()
+            await wait_until(lambda: notifier._listener_came is not None)
+            looks = watch.looks
+            await anyio.to_thread.run_sync(lambda: other.open(made.id).set_name("unheard"))
+            await anyio.sleep(0.1)  # ten intervals of a follower that would look
+            assert watch.looks == looks
+            group.cancel_scope.cancel()
+    assert heard.count(updated) == 2

@@ -10,6 +10,8 @@ import functools
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -1603,7 +1605,8 @@ def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
     """The page knew a session gone by its id in the server's words, which cuts a long id and
     escapes control characters: such links showed a blank page and a passing error. A session
     another process deletes sends this server no notification: the next click said so in a
-    passing error and the page went on showing the session."""
+    passing error and the page went on showing the session. (It now hears of the deletion
+    too: tests/test_notify_others.py.)"""
     server, session_id, ids = served
     context = browser.new_context()
     page = context.new_page()
@@ -1619,6 +1622,27 @@ def test_a_session_is_said_to_be_gone_whatever_its_id_and_whoever_deleted_it(
     page.locator(f"#tree .row[data-id='{ids['leaf']}']").click()
     expect(heading).to_have_text("Session not found")
     expect(page.locator("#tree")).to_contain_text("not here (deleted, or never was)")
+    context.close()
+
+
+def test_a_rename_from_the_command_line_shows_on_the_open_page(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], shared: tuple[Served, Path]
+) -> None:
+    """The terminal's `sessions rename`, a process of its own on the served file, shows on the
+    page that has the session open, in its heading and in the list, with no reload."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    heading = page.get_by_role("heading", level=1)
+    expect(heading).to_contain_text("Picnic plans")
+    command = [sys.executable, "-m", "mcp_agent", "sessions", "rename", session_id, "Beach day"]
+    done = subprocess.run(
+        [*command, "--db", str(shared[1])], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    expect(heading).to_contain_text("Beach day")
+    expect(page.locator("#sessions")).to_contain_text("Beach day")
     context.close()
 
 

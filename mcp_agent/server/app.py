@@ -34,6 +34,9 @@ from mcp_agent.server.unreadable import (
     UnpairedSurrogates,
 )
 from mcp_agent.server.viewer import apps as viewer_apps
+from mcp_agent.sessions.repo import SessionRepo
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
+from mcp_agent.sessions.sqlite.watch import DatabaseWatch
 
 if TYPE_CHECKING:
     from mcp_agent.server.pg_bus import PostgresBus
@@ -69,6 +72,9 @@ def build_server(
             app.list_listeners.append(notifier.list_changed)
             app.deleted_listeners.append(notifier.session_changed)
             app.task_group.start_soon(notifier.run)
+            watch = database_watch(app.repo)
+            if watch is not None:
+                app.task_group.start_soon(notifier.follow, watch)
             if shared is not None:
                 shared.remote_listeners.append(notifier.remote_event)
                 app.task_group.start_soon(shared.run)
@@ -106,6 +112,15 @@ def build_server(
     # Innermost, once every tool is registered: the checks above still see each listing.
     server._lowlevel_server.middleware.append(KeptToolList())
     return server
+
+
+def database_watch(repo: SessionRepo) -> DatabaseWatch | None:
+    """A watch for what other processes write to the repo's SQLite file (the command line, a
+    second server on it); None for a store that has none (PostgreSQL replicas hear each other
+    through pg_bus, JSONL folders and in-memory databases are not watched)."""
+    if not isinstance(repo, SqliteSessionRepo) or str(repo.database.path) == ":memory:":
+        return None
+    return DatabaseWatch(repo.database)
 
 
 def banner(settings: ServerSettings, transport: str) -> str:

@@ -26,14 +26,17 @@ and go out when ``run()`` next starts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 from anyio.abc import TaskGroup
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
@@ -47,6 +50,9 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from mcp_agent.outages import Outage
+from mcp_agent.sessions.sqlite.watch import MAX_WATCHED
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,11 @@ class WatchedBus(InMemorySubscriptionBus):
     def __init__(self) -> None:
         super().__init__()
         self.listeners = 0
+        # Resource URIs the open listen streams ask for, with how many ask (ListenStreams).
+        self.watched: Counter[str] = Counter()
+        # Called (on the loop's thread) when a listener comes: the Notifier's follower waits
+        # for one before it looks at the database.
+        self.on_listen: Callable[[], None] | None = None
 
     def listening(self) -> bool:
         """Whether publishing reaches anyone."""
@@ -96,6 +107,8 @@ class WatchedBus(InMemorySubscriptionBus):
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
         unsubscribe = super().subscribe(listener)
         self.listeners += 1
+        if self.on_listen is not None:
+            self.on_listen()
         subscribed = True
 
         def stop() -> None:
@@ -131,7 +144,43 @@ class ListenStreams(ListenHandler):
                 " one is open. Retry once one ends; a client that is done listening should"
                 " close its stream.",
             )
-        return await super().__call__(ctx, params)
+        uris = (params.notifications.resource_subscriptions or []) if params.notifications else []
+        watched = self._bus.watched if isinstance(self._bus, WatchedBus) else None
+        if watched is not None:
+            watched.update(uris)
+        try:
+            return await super().__call__(ctx, params)
+        finally:
+            if watched is not None:
+                watched.subtract(uris)
+                for uri in uris:
+                    if watched[uri] <= 0:
+                        del watched[uri]
+
+
+# How often a follower of the database (``Notifier.follow``) looks for other processes' writes
+# while anyone listens: a look that finds no commit costs one pragma.
+FOLLOW_INTERVAL = 0.5
+
+
+class ForeignChangesSeen(Protocol):
+    """What ``Watch.look`` finds (sqlite.watch.ForeignChanges)."""
+
+    sessions: list[str]
+    list_changed: bool
+
+
+class Watch(Protocol):
+    """Looks at the store for other processes' writes (sqlite.watch.DatabaseWatch); called
+    on a worker thread, one call at a time."""
+
+    def rebase(self) -> None: ...
+
+    def committed(self) -> bool: ...
+
+    def look(self, watched: Iterable[str]) -> ForeignChangesSeen | None: ...
+
+    def close(self) -> None: ...
 
 
 class SubscriptionLimit(Exception):
@@ -169,6 +218,11 @@ class Notifier:
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
         self._wakeup: anyio.Event | None = None
         self._task_group: TaskGroup | None = None
+        # Set (on the loop's thread) when a listener or a legacy connection comes: ``follow``
+        # waits for it while nobody listens.
+        self._listener_came: anyio.Event | None = None
+        if isinstance(bus, WatchedBus):
+            bus.on_listen = self._someone_listens
 
     # --- what changed (callable from sync code, on any thread) ------------------------------
 
@@ -251,6 +305,71 @@ class Notifier:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    # --- other processes' writes --------------------------------------------------------------
+
+    def listening(self) -> bool:
+        """Whether any change would reach anyone: a listener on the bus, a legacy connection."""
+        return self._bus_listening() or bool(self._legacy) or bool(self._subscribers)
+
+    def watched_sessions(self) -> set[str]:
+        """The sessions some client subscribed to or listens for (on the loop's thread), as
+        many as one look checks at most: their URIs are counted by the thousand."""
+        uris: Iterable[str] = self._subscribers
+        if isinstance(self.bus, WatchedBus):
+            uris = itertools.chain(uris, self.bus.watched)
+        found = (subscribed_session(uri) for uri in uris)
+        limit = len(SESSION_URI_TAILS) * MAX_WATCHED
+        return {session_id for session_id in itertools.islice(found, limit) if session_id}
+
+    def _someone_listens(self) -> None:
+        if self._listener_came is not None:
+            self._listener_came.set()
+
+    async def follow(self, watch: Watch, interval: float = FOLLOW_INTERVAL) -> None:
+        """Notify what other processes write to the store, as this server's own writes are,
+        until cancelled; run it in the server's task group. It looks every ``interval``
+        seconds while anyone listens, and not at all while nobody does."""
+        one_at_a_time = anyio.CapacityLimiter(1)
+        # Said once while the file stays out of reach, not twice a second.
+        outage = Outage(
+            log, "looking for other processes' changes failed (their changes are not heard)"
+        )
+        try:
+            try:  # the store as it is now, whose later changes are news
+                await anyio.to_thread.run_sync(watch.rebase, limiter=one_at_a_time)
+            except Exception as error:  # the first look tries again
+                outage.failed(error)
+            while True:
+                if not self.listening():
+                    self._listener_came = anyio.Event()
+                    await self._listener_came.wait()
+                    self._listener_came = None
+                await anyio.sleep(interval)
+                try:
+                    # The first look after a while with nobody listening also tells what
+                    # changed meanwhile (a page at most): better than losing what was written
+                    # as the listener came.
+                    found = None
+                    # The watched sessions are gathered on this thread, from this loop's
+                    # state: only once something was committed.
+                    if await anyio.to_thread.run_sync(watch.committed, limiter=one_at_a_time):
+                        found = await anyio.to_thread.run_sync(
+                            watch.look, self.watched_sessions(), limiter=one_at_a_time
+                        )
+                except Exception as error:  # a database out of reach for a while
+                    outage.failed(error)
+                    continue
+                outage.recovered()
+                if found is None:
+                    continue
+                for session_id in found.sessions:
+                    self.session_changed(session_id)
+                if found.list_changed:
+                    self.list_changed()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(watch.close, limiter=one_at_a_time)
+
     # --- legacy connections (called on the loop's thread) -----------------------------------
 
     def remember(self, ctx_session: Any, protocol_version: str | None) -> None:
@@ -263,6 +382,7 @@ class Notifier:
         key = id(connection)
         if key not in self._legacy:
             self._legacy[key] = ctx_session
+            self._someone_listens()
         if key not in self._hooked:
             self._hooked.add(key)
             connection.exit_stack.callback(self._closed, key)

@@ -208,6 +208,71 @@ IDLE_READERS = 8
 # Writes one transaction takes at most (see SqliteDatabase.write); the rest wait for the next.
 GROUP_WRITES = 64
 
+# Session rows whose newest write by this process is remembered while the file is watched
+# (see OwnWrites): past it, the oldest is forgotten.
+OWN_WRITES = 4096
+
+
+class OwnWrites:
+    """The session rows this process wrote lately, while a watcher of the file (sqlite.watch)
+    looks for the other processes' writes: each session's newest ``modified`` stamp written
+    here, or None once deleted here. This process notified its own writes as it made them; a
+    row still bearing a stamp written here is not another's. Bounded: a row forgotten is at
+    worst notified once more. Written inside transactions that may roll back: a stamp never
+    committed is never read back, so remembering it is harmless."""
+
+    def __init__(self, limit: int = OWN_WRITES) -> None:
+        self.limit = max(1, limit)
+        self._lock = threading.Lock()
+        self._rows: dict[str, str | None] = {}  # insertion-ordered: oldest first
+        self._deletions = 0  # sessions deleted here since ``take_counts``
+        self._creations = 0  # sessions created here since ``take_counts``
+
+    def wrote(self, session_id: str, modified: str | None, created: bool = False) -> None:
+        with self._lock:
+            self._creations += created
+            self._rows.pop(session_id, None)
+            self._rows[session_id] = modified
+            if len(self._rows) > self.limit:
+                del self._rows[next(iter(self._rows))]
+            if modified is None:
+                self._deletions += 1
+
+    def is_own(self, session_id: str, modified: str) -> bool:
+        """Whether the row's ``modified`` stamp is one this process wrote."""
+        with self._lock:
+            return self._rows.get(session_id, "") == modified
+
+    def deleted_here(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self._rows and self._rows[session_id] is None
+
+    def take_counts(self) -> tuple[int, int]:
+        """How many sessions this process created, and how many it deleted, since the last
+        call."""
+        with self._lock:
+            taken = self._creations, self._deletions
+            self._creations = self._deletions = 0
+            return taken
+
+
+class WriterConnection(sqlite3.Connection):
+    """The writer's connection, carrying the record of this process's writes while the file
+    is watched (``SqliteDatabase.record_own_writes``): the statements that write a session's
+    row reach it through the connection they are given."""
+
+    own_writes: OwnWrites | None = None
+
+
+def record_write(conn: Any, session_id: str, modified: str | None, created: bool = False) -> None:
+    """Note that ``conn``'s transaction wrote session ``session_id``'s row (``modified``: its
+    new stamp; None: deleted; ``created``: a new row), if this process's writes are being
+    recorded."""
+    own = getattr(conn, "own_writes", None)
+    if own is not None:
+        own.wrote(session_id, modified, created)
+
+
 # Entry positions the full-text index takes in per transaction (see index_pending_text):
 # 10 to 40 ms of the write lock each here, measured over 100,000 messages of 40 words.
 FTS_BATCH_ROWS = 2000
@@ -297,7 +362,7 @@ class SqliteDatabase:
         self._writes: builtins.list[_Write] = []
         self._writes_lock = threading.Lock()
         self._leading = False  # a thread commits groups (see ``write``)
-        self.conn = self._connect()
+        self.conn: WriterConnection = cast(WriterConnection, self._connect(WriterConnection))
         self._sqlite_wait = busy_timeout  # how long SQLite itself waits for a lock on conn
         # The file the connection opened (see _commit); None in memory.
         self._identity: tuple[int, int] | None = None
@@ -322,12 +387,15 @@ class SqliteDatabase:
             return None
         return found.st_dev, found.st_ino
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(
+        self, factory: type[sqlite3.Connection] = sqlite3.Connection
+    ) -> sqlite3.Connection:
         conn = sqlite3.connect(
             ":memory:" if self._shared else str(self.path),
             timeout=self.busy_timeout,
             isolation_level=None,
             check_same_thread=False,
+            factory=factory,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         return conn
@@ -345,6 +413,26 @@ class SqliteDatabase:
             conn.execute("PRAGMA query_only = 1")
             self._reader_conns.append(conn)
             return conn
+
+    def record_own_writes(self) -> OwnWrites:
+        """Start remembering the session rows this process writes (see OwnWrites), for a
+        watcher of the file; the same record for every watcher."""
+        with self.lock:
+            if self.conn.own_writes is None:
+                self.conn.own_writes = OwnWrites()
+            return self.conn.own_writes
+
+    def watch_connection(self) -> sqlite3.Connection:
+        """A read connection of the watcher's own, kept apart from the pool: ``PRAGMA
+        data_version`` tells a connection of the commits of every other since it last asked."""
+        if self._shared:
+            raise SessionError("invalid_argument", "an in-memory database has no other writers")
+        try:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as error:
+            raise storage_error(self.path, error) from error
+        return conn
 
     def _return_reader(self, conn: sqlite3.Connection) -> None:
         with self._readers_lock:
@@ -624,6 +712,7 @@ class SqliteDatabase:
         )
         conn.execute("DELETE FROM entries WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM labels WHERE session_id = ?", (session_id,))
+        record_write(conn, session_id, None)
         # Rowids above the newest remaining entry may be handed out again; they must count as
         # not yet indexed.
         newest = conn.execute("SELECT max(n) FROM entries").fetchone()[0] or 0

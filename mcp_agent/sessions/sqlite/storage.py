@@ -34,7 +34,7 @@ from mcp_agent.sessions.sql.storage import (
     entry_row,
     new_incarnation,
 )
-from mcp_agent.sessions.sqlite.database import SqliteDatabase
+from mcp_agent.sessions.sqlite.database import SqliteDatabase, record_write
 from mcp_agent.sessions.storage import (
     RowDelta,
     SessionStats,
@@ -185,10 +185,12 @@ def _write_entries(
             )
     params = row_update(delta, session_id, leaf_id, len(entries), leaves, branch_points)
     conn.execute(_apply_delta(len(roles)), {**_role_params(roles), **params})
+    record_write(conn, session_id, params["modified"])
     return rows
 
 
 def _insert_session(conn: sqlite3.Connection, header: SessionHeader, incarnation: str) -> None:
+    modified = write_time()
     try:
         conn.execute(
             "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, roles,"
@@ -199,13 +201,14 @@ def _insert_session(conn: sqlite3.Connection, header: SessionHeader, incarnation
                 entry_to_json(header),
                 header.cwd,
                 sortable_time(header.timestamp),
-                write_time(),
+                modified,
                 header.parent_session,
                 incarnation,
             ),
         )
     except sqlite3.IntegrityError:
         raise SessionError("conflict", f"session {header.id} already exists") from None
+    record_write(conn, header.id, modified, created=True)
 
 
 class _Refused(Exception):

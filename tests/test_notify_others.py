@@ -1,0 +1,158 @@
+"""What other processes write to a served SQLite file reaches the server's subscribers: a
+``serve --transport http`` process on loopback, clients listening (``subscriptions/listen``, as
+the viewer page does) or subscribed (``resources/subscribe``, the 2025 handshake), and the
+command line (``python -m mcp_agent sessions ...``) or a second server writing to the same
+file. The server's own writes are notified once, not again when it sees them in the file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
+from mcp_support import Served, call, server_env
+from test_notify_http import Sessions
+
+# A hang guard for each wait, not a speed check: a notification comes within about a second.
+HANG_GUARD_S = 60
+
+
+@pytest.fixture(name="served", scope="module")
+def served_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    """One ``serve --no-auth`` on ``http.db`` in a folder of its own, shared by the module (a
+    start is seconds of a loaded machine); each test makes sessions of its own."""
+    tmp = tmp_path_factory.mktemp("notify-others")
+    with Served(tmp, "--no-auth") as server:
+        yield server, tmp
+
+
+def cli(tmp: Path, *args: str) -> None:
+    """The command line, a process of its own, on the served file."""
+    command = [sys.executable, "-m", "mcp_agent", *args, "--db", str(tmp / "http.db")]
+    done = subprocess.run(
+        command, env=server_env(tmp), capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@asynccontextmanager
+async def connect(server: Served) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(timeout=httpx2.Timeout(HANG_GUARD_S)) as http,
+        Client(streamable_http_client(server.url, http_client=http)) as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def legacy_subscriber(
+    sessions: Sessions, uris: list[str]
+) -> AsyncIterator[anyio.abc.ObjectReceiveStream[str]]:
+    """A 2025 client subscribed to ``uris`` whose event stream is read: yields the URIs of the
+    updates it receives and "list_changed" for list changes, as they come."""
+    session = await sessions.open()
+    for uri in uris:
+        await sessions.call(session, "resources/subscribe", {"uri": uri})
+    send, receive = anyio.create_memory_object_stream[str](1000)
+    opened = anyio.Event()
+
+    async def read() -> None:
+        stream = sessions.http.stream("GET", sessions.url, headers=sessions.headers(session))
+        async with stream as response:
+            assert response.status_code == 200
+            opened.set()
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                message: dict[str, Any] = json.loads(line[len("data: ") :])
+                if message.get("method") == "notifications/resources/updated":
+                    await send.send(message["params"]["uri"])
+                elif message.get("method") == "notifications/resources/list_changed":
+                    await send.send("list_changed")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read)
+        await opened.wait()
+        yield receive
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_rename_from_the_command_line_reaches_a_listener(
+    served: tuple[Served, Path],
+) -> None:
+    server, tmp = served
+    async with connect(server) as client:
+        sid = (await call(client, "session_create", name="before"))["id"]
+        uri = f"session://{sid}"
+        async with client.listen(resource_subscriptions=[uri]) as events:
+            await anyio.to_thread.run_sync(cli, tmp, "sessions", "rename", sid, "after")
+            with anyio.fail_after(HANG_GUARD_S):
+                event = await events.__anext__()
+        assert isinstance(event, ResourceUpdated) and event.uri == uri
+        read = await call(client, "session_get", session_id=sid, limit=0)
+        assert read["session"]["name"] == "after"
+
+
+@pytest.mark.anyio
+async def test_a_deletion_from_the_command_line_reaches_a_listener(
+    served: tuple[Served, Path],
+) -> None:
+    """The viewer's way: the open session and list changes on one stream; the session
+    deleted by another process is said to be updated (reading it says it is gone), and the
+    list to have changed."""
+    server, tmp = served
+    async with connect(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        uri = f"session://{sid}"
+        heard: set[str] = set()
+        async with client.listen(
+            resource_subscriptions=[uri], resources_list_changed=True
+        ) as events:
+            await anyio.to_thread.run_sync(cli, tmp, "sessions", "delete", sid, "--yes")
+            with anyio.fail_after(HANG_GUARD_S):
+                async for event in events:
+                    if isinstance(event, ResourcesListChanged):
+                        heard.add("list_changed")
+                    elif isinstance(event, ResourceUpdated) and event.uri == uri:
+                        heard.add(uri)
+                    if heard == {"list_changed", uri}:
+                        break
+
+
+@pytest.mark.anyio
+async def test_a_second_servers_append_reaches_a_subscriber_and_own_writes_come_once(
+    served: tuple[Served, Path],
+) -> None:
+    """A 2025 subscriber of two sessions: an append through this server is notified once (it
+    is in the file too, where the server sees it and knows it for its own); an append through
+    a second server on the same file comes next, and nothing else between."""
+    server, tmp = served
+    with Served(tmp, "--no-auth") as second:
+        async with httpx.AsyncClient(timeout=HANG_GUARD_S) as http, connect(second) as other:
+            sessions = Sessions(http, server.url)
+            writer = await sessions.open()
+            own = (await sessions.tool(writer, "session_create"))["id"]
+            theirs = (await sessions.tool(writer, "session_create"))["id"]
+            uris = [f"session://{own}", f"session://{theirs}"]
+            async with legacy_subscriber(sessions, uris) as updates:
+                await sessions.append(writer, own)
+                with anyio.fail_after(HANG_GUARD_S):
+                    assert await updates.receive() == uris[0]
+                entry = {"type": "message", "role": "user", "content": "from the second"}
+                await call(other, "session_append", session_id=theirs, entry=entry)
+                # The look that finds the second server's append has the first append in the
+                # file as well, written before it: a second notice of it would come first.
+                with anyio.fail_after(HANG_GUARD_S):
+                    assert await updates.receive() == uris[1]

@@ -1,0 +1,109 @@
+"""The watch of a SQLite session file for other processes' writes (sessions.sqlite.watch): two
+repos on one file stand for two processes (each has connections of its own, as a process
+does); the watched repo's own writes are not reported, the other's are."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions import SqliteSessionRepo
+from mcp_agent.sessions.sqlite.watch import DatabaseWatch
+
+
+def user(text: str) -> UserMessage:
+    return UserMessage(content=text, timestamp=1)
+
+
+@pytest.fixture(name="repos")
+def repos_fixture(tmp_path: Path) -> Iterator[tuple[SqliteSessionRepo, SqliteSessionRepo]]:
+    mine, other = SqliteSessionRepo(tmp_path / "s.db"), SqliteSessionRepo(tmp_path / "s.db")
+    yield mine, other
+    mine.close()
+    other.close()
+
+
+@pytest.fixture(name="watch")
+def watch_fixture(repos: tuple[SqliteSessionRepo, SqliteSessionRepo]) -> Iterator[DatabaseWatch]:
+    watch = DatabaseWatch(repos[0].database, page=3)
+    watch.rebase()
+    yield watch
+    watch.close()
+
+
+def test_nothing_committed_is_nothing_found(watch: DatabaseWatch) -> None:
+    assert watch.look() is None
+
+
+def test_another_process_append_and_creation_are_found(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    _, other = repos
+    made = other.create()
+    found = watch.look()
+    assert found is not None and found.sessions == [made.id] and found.list_changed
+    made.append_message(user("hi"))
+    found = watch.look()
+    # An append changes the session, not the list: as this server's own appends notify.
+    assert found is not None and found.sessions == [made.id] and not found.list_changed
+    assert watch.look() is None
+
+
+def test_own_writes_are_left_out(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    mine, other = repos
+    own = mine.create()
+    own.append_message(user("mine"))
+    mine.open(own.id).set_name("renamed here")
+    assert watch.look() is None
+    # Another process's write after ours is news, though ours to the same session was not.
+    other.open(own.id).append_message(user("theirs"))
+    found = watch.look()
+    assert found is not None and found.sessions == [own.id]
+    mine.delete(own.id)
+    assert watch.look(watched=[own.id]) is None
+
+
+def test_a_deletion_by_another_process_tells_its_watchers_once(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    mine, other = repos
+    kept, doomed = mine.create(), mine.create()
+    assert watch.look() is None
+    other.delete(doomed.id)
+    found = watch.look(watched=[kept.id, doomed.id])
+    assert found is not None and found.sessions == [doomed.id] and found.list_changed
+    other.create()
+    found = watch.look(watched=[kept.id, doomed.id])
+    assert found is not None and doomed.id not in found.sessions
+
+
+def test_more_changes_than_a_page_are_one_list_change_and_the_watched_ones(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    mine, other = repos
+    sessions = [mine.create() for _ in range(5)]
+    assert watch.look() is None
+    for session in sessions:
+        other.open(session.id).append_message(user("bulk"))
+    found = watch.look(watched=[sessions[1].id])
+    assert found is not None and found.list_changed and found.sessions == [sessions[1].id]
+    assert watch.look() is None
+
+
+def test_a_commit_seen_stays_due_until_a_look_reads_it(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    """The follower asks ``committed`` first (one pragma), then gathers the watched sessions
+    and looks: the look must still read what the pragma saw."""
+    _, other = repos
+    assert not watch.committed()
+    made = other.create()
+    assert watch.committed() and watch.committed()
+    found = watch.look()
+    assert found is not None and found.sessions == [made.id]
+    assert not watch.committed()
