@@ -45,8 +45,16 @@ from mcp.server.subscriptions import (
     SubscriptionBus,
 )
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from mcp_agent.runtime.settings import MAX_SUBSCRIPTIONS_ENV
+from mcp_agent.server.strict import URI_CHARS, long_uri
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +122,37 @@ MAX_LISTEN_STREAMS = 1024
 
 class ListenStreams(ListenHandler):
     """The SDK's ``subscriptions/listen`` handler, whose refusal at its limit says which limit
-    was met and what to do (the SDK's said "Subscription limit reached", no more)."""
+    was met and what to do (the SDK's said "Subscription limit reached", no more). A stream
+    follows at most ``max_uris`` resources (a legacy client's bound on its subscriptions; 0:
+    no limit), each URI as long as one read may be: the SDK kept any list a client sent for
+    as long as the stream lasted (twenty listens of 200,000 URIs each, 900 MB), and sent it
+    back whole in the stream's acknowledgement."""
 
-    def __init__(self, bus: SubscriptionBus, max_streams: int | None = None) -> None:
+    def __init__(
+        self,
+        bus: SubscriptionBus,
+        max_streams: int | None = None,
+        max_uris: int = MAX_SUBSCRIPTIONS,
+    ) -> None:
         limit = MAX_LISTEN_STREAMS if max_streams is None else max_streams
         super().__init__(bus, max_subscriptions=limit)
+        self._max_uris = max_uris
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
+        uris = params.notifications.resource_subscriptions or []
+        where = "subscriptions/listen: notifications.resourceSubscriptions"
+        if self._max_uris and len(uris) > self._max_uris:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"{where} holds {len(uris):,} URIs, more than the {self._max_uris:,} one stream"
+                " follows: subscribe to fewer resources; the server's operator can raise the"
+                f" bound (--max-subscriptions, {MAX_SUBSCRIPTIONS_ENV})",
+            )
+        for index, uri in enumerate(uris):
+            if len(uri) > URI_CHARS:
+                raise MCPError(INVALID_PARAMS, f"{where}[{index}]: {long_uri(uri)}")
         if len(self._streams) >= self._max_subscriptions:
             raise MCPError(
                 INTERNAL_ERROR,
