@@ -214,6 +214,31 @@ def test_a_method_or_a_key_of_megabytes_is_not_repeated_whole(tmp_path: Path) ->
     assert len(stderr) < 100_000
 
 
+def test_json_nested_deeper_than_the_parser_reads_is_a_parse_error_saying_why(
+    tmp_path: Path,
+) -> None:
+    """pydantic's parser reads JSON up to some depth, the standard library's deeper: a
+    request nested 300 levels deep got a bare "Parse error" over stdio, and an array so
+    nested "Invalid Request: not JSON" (the HTTP transport said why: its recursion limit).
+    Both say why, as JSON nested 100,000 levels deep did."""
+    deep = "[" * 300 + "]" * 300
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        server.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":' + deep + "}}")
+        server.send(deep)
+        errors = [server.answer()["error"] for _ in range(2)]
+        server.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        assert server.answer() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    finally:
+        server.stop()
+    for error in errors:
+        assert error["code"] == -32700
+        assert error["message"].startswith("Parse error: recursion limit exceeded at line 1"), error
+
+
 def test_a_request_before_initialize_is_told_to_initialize_first(tmp_path: Path) -> None:
     """The SDK refuses a request sent before ``initialize`` as "Invalid request parameters",
     with nothing more, though its params may be right: the client is told what to send."""

@@ -311,12 +311,12 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
     if details[0]["type"] == "json_invalid":
         if isinstance(given, str | bytes) and not given.strip():
             return None
+        reason = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
         try:
             parsed = json.loads(given)
         except (ValueError, RecursionError):
-            reason = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
             return _error(None, PARSE_ERROR, f"Parse error: {reason}")
-        return _surrogate_answer(parsed)
+        return _surrogate_answer(parsed, reason)
     # pydantic reports each model of the union apart, at the field that failed; the whole
     # message is the input of an error about the message itself (not an object, or a key
     # missing), which one of them has unless every key each model needs is there.
@@ -386,13 +386,15 @@ def surrogate_body(body: bytes) -> tuple[bool, JSONRPCError | None]:
     return True, _surrogate_answer(parsed)
 
 
-def _surrogate_answer(message: Any) -> JSONRPCError | None:
-    """The answer to JSON that pydantic's parser refused and the standard library's read:
-    a lone surrogate somewhere."""
+def _surrogate_answer(message: Any, reason: str | None = None) -> JSONRPCError | None:
+    """The answer to JSON that pydantic's parser refused (saying ``reason``) and the standard
+    library's read: a lone surrogate somewhere, or what else pydantic's refuses (JSON nested
+    deeper than it reads)."""
     if not isinstance(message, dict):
         found = unpaired_surrogate(message, "message")
-        what = surrogate_message(*found) if found else "not JSON"
-        return _error(None, INVALID_REQUEST, f"Invalid Request: {what}")
+        if found is None:
+            return _parse_error(reason)
+        return _error(None, INVALID_REQUEST, f"Invalid Request: {surrogate_message(*found)}")
     params = unpaired_surrogate(message.get("params"))
     if params is not None and isinstance(message.get("method"), str):
         request_id = _request_id(message)
@@ -401,9 +403,16 @@ def _surrogate_answer(message: Any) -> JSONRPCError | None:
             return _invalid_request(message, f"{method}: {surrogate_message(*params)}")
         return _error(request_id, INVALID_PARAMS, f"{method}: {surrogate_message(*params)}")
     found = unpaired_surrogate(message, "message")
-    if found is None:  # what else only the standard library reads
-        return _error(None, PARSE_ERROR, "Parse error")
+    if found is None:
+        return _parse_error(reason)
     return _invalid_request(message, surrogate_message(*found))
+
+
+def _parse_error(reason: str | None) -> JSONRPCError:
+    """The answer to what only the standard library's parser reads, but for a surrogate:
+    pydantic's ``reason`` (JSON nested deeper than it reads), as the HTTP transport says it.
+    Said as a bare "Parse error" over stdio, JSON nested 300 levels deep gave no hint why."""
+    return _error(None, PARSE_ERROR, f"Parse error: {reason}" if reason else "Parse error")
 
 
 def _invalid_request(message: Any, why: str) -> JSONRPCError | None:
