@@ -60,6 +60,7 @@ from mcp_agent.messages import (
     ToolExecutionMode,
     ToolResultMessage,
     UserMessage,
+    content_text,
     convert_to_llm,
 )
 from mcp_agent.providers.base import StreamFn, StreamOptions
@@ -264,6 +265,11 @@ class Agent:
 
     def queued_count(self) -> int:
         return len(self._steering.messages) + len(self._follow_ups.messages)
+
+    def queued_chars(self) -> int:
+        """The characters of text in the steering and follow-up messages still queued."""
+        queued = (*self._steering.messages, *self._follow_ups.messages)
+        return sum(len(content_text(getattr(message, "content", ""))) for message in queued)
 
     def take_queued(self) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """The steering and follow-up messages still queued, taken out of the queues (pi's

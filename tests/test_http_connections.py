@@ -28,6 +28,8 @@ from mcp_support import (
     wait_for_port,
 )
 
+from mcp_agent.server.http_connections import MAX_HEAD_BYTES
+
 DEADLINE_S = 1.0
 # Far longer than the deadline: what a connection that is never closed runs into.
 HANG_GUARD_S = 30.0
@@ -135,6 +137,63 @@ def test_a_request_body_sent_a_byte_at_a_time_is_closed(port: int) -> None:
             b"Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n"
         )
         assert closed_by_server(sock, trickle=b" ")
+
+
+def sent_until_answered(sock: socket.socket, start: bytes, filler: bytes) -> bytes:
+    """What the server answers while ``start`` and then ``filler`` again and again (up to
+    sixteen times the head's bound) are sent on ``sock`` as fast as it takes them: all of it,
+    once the server ends the connection (b"" if it answered nothing)."""
+    sock.sendall(start)
+    for _ in range(16 * MAX_HEAD_BYTES // len(filler)):
+        readable, _, _ = select.select([sock], [], [], 0)
+        if readable:
+            break
+        try:
+            sock.sendall(filler)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    sock.settimeout(HANG_GUARD_S)
+    answer = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+CHUNKED_POST = (
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Accept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("start", "filler"),
+    [
+        (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: ", b"a" * 4096),
+        (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Many: b\r\n" * 400),
+        (b"GET /mcp?", b"q" * 4096),
+        (CHUNKED_POST + b"1\r\n{\r\n0\r\n", b"X-Trailer: t\r\n" * 300),
+    ],
+    ids=["one-long-header", "many-headers", "long-url", "chunked-trailers"],
+)
+def test_a_request_head_without_end_is_refused_at_its_bound(
+    port: int, start: bytes, filler: bytes
+) -> None:
+    """uvicorn's httptools parser kept a head however long it grew (and a chunked body's
+    trailers, as headers), joining each piece of a long one to what came before: one client
+    sending a head without end as fast as loopback carries it grew the server to 4 GB in 50 s
+    and held another client's call for 30 s. Past the bound the client is told so (431, its
+    error naming the bound) before the deadline, and other clients are served as before."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        answer = sent_until_answered(sock, start, filler)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert f"at most {MAX_HEAD_BYTES:,} bytes" in error["message"]
+    url = f"http://127.0.0.1:{port}/mcp"
+    long_enough = {"X-Long": "a" * (MAX_HEAD_BYTES // 2)}  # a long token still fits
+    with httpx.Client(timeout=HANG_GUARD_S) as http:
+        opened = http.post(url, json=initialize_request(), headers={**HTTP_HEADERS, **long_enough})
+    assert opened.status_code == 200
 
 
 def test_requests_and_answers_longer_than_the_deadline_are_not_cut(port: int) -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_support import call, server_env, write_manifests
+from mcp_support import call, call_error, server_env, write_manifests
 from providers_support import OA_DONE, Gate, Reply, oa_chunk, oa_text_reply, script_server
+
+from mcp_agent.runtime.runs import MAX_QUEUED_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -87,3 +89,51 @@ async def test_a_steer_sent_while_the_run_compacts_at_its_end_is_answered_in_the
         assert said[steered - 1][0] == "assistant" and said[steered + 1][0] == "assistant"
         last = api.requests[3].json()["messages"][-1]
         assert last["content"] == [{"type": "text", "text": "one more thing"}]
+
+
+async def test_the_messages_a_run_holds_not_taken_are_bounded_in_characters(
+    tmp_path: Path,
+) -> None:
+    """A run holds at most fifty steering and follow-up messages it has not taken, but each
+    could be as long as a request may be: fifty of 64 MiB over stdio, on each of a client's
+    runs, all held in memory until taken. Past the characters a run holds, one more is
+    refused saying so, and the run goes on."""
+    manifests = write_manifests(tmp_path / "manifests", {"default": 'description = "d"\n'})
+    async with script_server() as api:
+        models = tmp_path / "models.toml"
+        models.write_text(SMALL_MODEL.format(base=api.base).replace("2000", "200000"))
+        env = server_env(tmp_path, MCP_AGENT_MODELS=str(models), MCP_AGENT_MODEL="api:small")
+        answering = Gate()
+        api.add(
+            Reply(
+                body=[
+                    oa_chunk({"role": "assistant"}),
+                    answering,
+                    oa_chunk({"content": "Hi."}),
+                    oa_chunk({}, "stop"),
+                    OA_DONE,
+                ]
+            )
+        )
+        command = ["-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")]
+        params = StdioServerParameters(
+            command=sys.executable, args=[*command, "--manifests", str(manifests)], env=env
+        )
+        async with Client(params) as client:
+            started = await call(client, "agent_run", prompt="hello", wait=False)
+            run_id = started["runId"]
+            try:
+                with anyio.fail_after(60):
+                    await answering.reached.wait()
+                half = "x" * (MAX_QUEUED_CHARS // 2)
+                await call(client, "agent_steer", run_id=run_id, message=half)
+                await call(client, "agent_follow_up", run_id=run_id, message=half)
+                refused = await call_error(client, "agent_steer", run_id=run_id, message="more")
+                assert f"would pass the {MAX_QUEUED_CHARS:,} it queues" in refused, refused
+                longer = "y" * (MAX_QUEUED_CHARS + 1)
+                refused = await call_error(client, "agent_follow_up", run_id=run_id, message=longer)
+                assert f"{MAX_QUEUED_CHARS + 1:,} characters, more than the" in refused, refused
+                assert (await call(client, "agent_status", run_id=run_id))["status"] == "running"
+            finally:
+                await call(client, "agent_cancel", run_id=run_id)
+                answering.open()

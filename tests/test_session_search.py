@@ -22,7 +22,7 @@ from mcp_agent.sessions import JsonlSessionRepo
 from mcp_agent.sessions.hits import SNIPPET_CHARS, snippet
 from mcp_agent.sessions.repo import BaseSessionRepo
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
-from mcp_agent.sessions.words import query_words
+from mcp_agent.sessions.words import MAX_SEARCH_CHARS, query_words
 
 pytestmark = pytest.mark.anyio
 
@@ -237,6 +237,27 @@ async def test_a_search_in_one_session_refuses_what_it_cannot_search(tmp_path: P
             client, "session_search", session_id=session_id, query="apple", limit=500
         )
         assert "limit" in text
+
+
+async def test_a_search_of_megabytes_is_refused_before_it_is_split_into_words(
+    store: Path,
+) -> None:
+    """A query of megabytes was split into words whole before its words were counted: two
+    million accented words held the server's interpreter for about ten seconds, every other
+    client's answer waiting, and a run of Chinese of any length is one phrase, searched as
+    such. A search is refused past its characters' bound, as past its words', saying so."""
+    session_id, _, _ = garden(store)
+    async with over_stdio(store) as client:
+        many_words, one_phrase = "é " * 1_000_000, "天" * 100_000
+        for tool, arguments in [
+            ("session_list", {"query": many_words}),
+            ("session_list", {"query": one_phrase}),
+            ("session_search", {"session_id": session_id, "query": one_phrase}),
+        ]:
+            text = await call_error(client, tool, **arguments)
+            assert f"and {MAX_SEARCH_CHARS:,} characters, not " in text, text[:300]
+        at_the_bound = "apple " + "天" * (MAX_SEARCH_CHARS - 6)
+        assert (await call(client, "session_list", query=at_the_bound))["sessions"] == []
 
 
 async def test_a_page_of_hits_stays_within_the_answer_size(tmp_path: Path) -> None:

@@ -32,7 +32,9 @@ from narrow import narrow
 
 from mcp_agent.pipes import EDGE, DroppedLine, LineReader, Writer
 from mcp_agent.server import stdio
+from mcp_agent.server.notify import MAX_SUBSCRIPTIONS
 from mcp_agent.server.stdio import Unanswered
+from mcp_agent.server.strict import URI_CHARS
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 pytestmark = [
@@ -386,6 +388,72 @@ def test_an_open_listen_stream_does_not_hold_the_end_of_input(tmp_path: Path) ->
     answers, stderr = serve_piped(tmp_path / "s.db", [listen])
     assert list(answers) == ["listen"]
     assert "unanswered" not in stderr
+
+
+def test_a_listen_stream_follows_a_bounded_list_of_resources(tmp_path: Path) -> None:
+    """A 2026 listen stream's list of resources had no bound: the server kept whatever list
+    a client sent for as long as the stream lasted (twenty listens of 200,000 URIs each held
+    900 MB) and sent it back whole in the acknowledgement. Past a legacy client's bound on
+    its subscriptions, or with a URI longer than any resource's, a listen is refused saying
+    which; within them it is acknowledged as before."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+
+    def listen(listen_id: str, uris: list[str]) -> dict[str, Any]:
+        notifications = {"resourceSubscriptions": uris}
+        params = {"_meta": meta, "notifications": notifications}
+        return {
+            "jsonrpc": "2.0",
+            "id": listen_id,
+            "method": "subscriptions/listen",
+            "params": params,
+        }
+
+    uris = [f"session://s{n}" for n in range(MAX_SUBSCRIPTIONS)]
+    requests = [
+        listen("too-many", [*uris, "session://one-more"]),
+        listen("too-long", ["session://" + "x" * URI_CHARS]),
+        listen("within", uris),
+    ]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mcp_agent", "serve", "--db", str(tmp_path / "s.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write("".join(json.dumps(one) + "\n" for one in requests).encode())
+        server.stdin.flush()
+        sent: list[dict[str, Any]] = []
+        # The two refusals, and the third listen's acknowledgement (it stays open).
+        while len([m for m in sent if "id" in m or "acknowledged" in m.get("method", "")]) < 3:
+            readable, _, _ = select.select([server.stdout], [], [], 60)
+            assert readable, f"the server sent only {sent}"
+            sent.append(json.loads(server.stdout.readline()))
+    finally:
+        server.stdin.close()
+        server.wait(60)
+    answers = {found["id"]: found for found in sent if "id" in found}
+    too_many = answers["too-many"]["error"]
+    assert too_many["code"] == -32602
+    assert (
+        f"holds {MAX_SUBSCRIPTIONS + 1:,} URIs, more than the {MAX_SUBSCRIPTIONS:,}"
+        in (too_many["message"])
+    )
+    assert "--max-subscriptions" in too_many["message"]
+    too_long = answers["too-long"]["error"]
+    assert too_long["code"] == -32602
+    assert (
+        f"resourceSubscriptions[0]: a resource URI may have at most {URI_CHARS:,}"
+        in (too_long["message"])
+    )
+    # The one within the bounds was acknowledged, its list whole.
+    (acknowledged,) = [m for m in sent if m.get("method", "").endswith("acknowledged")]
+    assert acknowledged["params"]["notifications"]["resourceSubscriptions"] == uris
+    assert server.stderr is not None and "Traceback" not in server.stderr.read().decode()
 
 
 def request(request_id: int | str, method: str = "tools/list") -> SessionMessage:

@@ -180,6 +180,65 @@ def test_every_stdio_request_gets_an_answer_and_nothing_unreadable_is_stored(
         assert len(file.read_text().splitlines()) == 1  # the header alone
 
 
+def test_a_method_or_a_key_of_megabytes_is_not_repeated_whole(tmp_path: Path) -> None:
+    """The SDK's "Method not found" repeated the method whole (its data), and the refusal of
+    a lone surrogate the method, or the key that held it: a client that sent a megabyte of
+    text as a method (64 MiB fit on a stdio line) read a megabyte back, as the server's log
+    did. Each is cut to its start and how long it was, as any value an error repeats."""
+    huge = "m" * 1_000_000
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        server.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": huge}))
+        server.send(request(3, huge, {"x": "@S@"}))
+        arguments = {"name": "session_create", "arguments": {huge: "@S@"}}
+        server.send(request(4, "tools/call", arguments))
+        server.send(json.dumps({"jsonrpc": "2.0", "method": huge}))  # dropped, unanswered
+        errors = {found["id"]: found["error"] for found in (server.answer() for _ in range(3))}
+    finally:
+        stderr = server.stop()
+    assert [(key, errors[key]["code"]) for key in sorted(errors)] == [
+        (2, -32601),
+        (3, -32602),
+        (4, -32602),
+    ]
+    assert errors[2]["data"] == "m" * 100 + "… [cut: 1,000,000 characters in all]"
+    assert errors[3]["message"].startswith("m" * 100 + "… [cut: 1,000,000 characters in all]: ")
+    assert "unpaired surrogate" in errors[3]["message"]
+    assert "params.arguments.mmm" in errors[4]["message"]
+    assert "unpaired surrogate" in errors[4]["message"]
+    for error in errors.values():
+        assert len(json.dumps(error)) < 1_000, json.dumps(error)[:300]
+    assert len(stderr) < 100_000
+
+
+def test_json_nested_deeper_than_the_parser_reads_is_a_parse_error_saying_why(
+    tmp_path: Path,
+) -> None:
+    """pydantic's parser reads JSON up to some depth, the standard library's deeper: a
+    request nested 300 levels deep got a bare "Parse error" over stdio, and an array so
+    nested "Invalid Request: not JSON" (the HTTP transport said why: its recursion limit).
+    Both say why, as JSON nested 100,000 levels deep did."""
+    deep = "[" * 300 + "]" * 300
+    server = StdioServer("--db", str(tmp_path / "s.db"))
+    try:
+        server.send(json.dumps(initialize_request(1)))
+        assert server.answer()["id"] == 1
+        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        server.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":' + deep + "}}")
+        server.send(deep)
+        errors = [server.answer()["error"] for _ in range(2)]
+        server.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        assert server.answer() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    finally:
+        server.stop()
+    for error in errors:
+        assert error["code"] == -32700
+        assert error["message"].startswith("Parse error: recursion limit exceeded at line 1"), error
+
+
 def test_a_request_before_initialize_is_told_to_initialize_first(tmp_path: Path) -> None:
     """The SDK refuses a request sent before ``initialize`` as "Invalid request parameters",
     with nothing more, though its params may be right: the client is told what to send."""

@@ -172,8 +172,9 @@ def serve(
         int | None,
         typer.Option(
             metavar="N",
-            help="resources one client (2025 handshake) may subscribe to at once; 0: no limit "
-            "(default 1000, or MCP_AGENT_MAX_SUBSCRIPTIONS)",
+            help="resources one client (2025 handshake) may subscribe to at once, and one "
+            "listen stream (2026-07-28) may follow; 0: no limit (default 1000, or "
+            "MCP_AGENT_MAX_SUBSCRIPTIONS)",
             show_default=False,
         ),
     ] = None,

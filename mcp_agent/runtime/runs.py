@@ -160,6 +160,9 @@ class RunLimits:
 
 # Steering and follow-up messages one run holds, not yet taken; past it, one more is refused.
 MAX_QUEUED = 50
+# The characters of text those messages hold together: a client could queue fifty of 64 MiB
+# each (a stdio line's bound) on every run of its own, all held in memory until taken.
+MAX_QUEUED_CHARS = 4_000_000
 
 
 def cut_before_an_answer(final: AssistantMessage) -> str | None:
@@ -446,7 +449,12 @@ class RunManager:
             run.abort("cancelled with agent_cancel")
         elif message is None:
             return
-        elif run.status != "running" or agent is None or agent.queued_count() >= MAX_QUEUED:
+        elif (
+            run.status != "running"
+            or agent is None
+            or agent.queued_count() >= MAX_QUEUED
+            or agent.queued_chars() + len(message) > MAX_QUEUED_CHARS
+        ):
             # (An ended run has let go of its agent.)
             self._undelivered(run, kind, message)
         elif kind == "steer":
@@ -517,6 +525,11 @@ class RunManager:
 
     async def queue(self, run_id: str, kind: CommandKind, message: str) -> Run | RunRecord:
         """Steer a running run or queue a follow-up for it, wherever it runs."""
+        if len(message) > MAX_QUEUED_CHARS:
+            raise Refused(
+                f"the message has {len(message):,} characters, more than the"
+                f" {MAX_QUEUED_CHARS:,} a run holds not taken yet: send a shorter one"
+            )
         run = self.runs.get(run_id)
         if run is None:
             record = await self._send(run_id, kind, message)
@@ -529,6 +542,13 @@ class RunManager:
             raise Refused(
                 f"run {run_id} holds {MAX_QUEUED} messages not taken yet, the most it queues:"
                 " wait for it to take them (agent_status), then send this one again"
+            )
+        held = run.agent.queued_chars() if run.agent is not None else 0
+        if held + len(message) > MAX_QUEUED_CHARS:
+            raise Refused(
+                f"run {run_id} holds {held:,} characters of messages not taken yet, and this"
+                f" one's {len(message):,} would pass the {MAX_QUEUED_CHARS:,} it queues: wait"
+                " for it to take them (agent_status), then send this one again"
             )
         self._apply(run_id, kind, message)
         return run

@@ -88,9 +88,11 @@ def build_server(
         subscriptions=bus,
         log_level="WARNING",
     )
-    # The SDK's listen handler, with a refusal at its limit that says which.
+    # The SDK's listen handler, with a refusal at its limits that says which.
     server._lowlevel_server.add_request_handler(
-        "subscriptions/listen", SubscriptionsListenRequestParams, ListenStreams(bus)
+        "subscriptions/listen",
+        SubscriptionsListenRequestParams,
+        ListenStreams(bus, max_uris=settings.max_subscriptions),
     )
     # Text that is not valid Unicode is refused before any handler sees it, whatever the method;
     # params the SDK refuses get an answer that says what is wrong with them.

@@ -14,16 +14,26 @@ once the connection's send buffer is full, it has ``REQUEST_HEAD_SECONDS`` and a
 must read ``MIN_BYTES_PER_SECOND`` on average, else the connection is dropped with what it held. A client
 that stopped reading kept its answers (an export of megabytes, about three times its size
 as sent) in the server's memory for as long as it kept the connection: fifty of them, 1.4 GB.
+
+A request's line and headers hold at most ``MAX_HEAD_BYTES``: uvicorn's httptools parser keeps
+a head however long it grows, each piece of a long header joined to what came before (bytes
+copied again and again on the event loop), so one client sending a header without end, as
+fast as loopback carries it, grew the server by hundreds of megabytes in the head's 30 s and
+slowed every other client's answers. Past the bound the client is answered 431 and the
+connection closed. The same bound holds for what a request sends besides its body (a chunked
+body's framing, allowed to grow with the body, and its trailers, kept as headers are).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import struct
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # Longer than any client on any link takes to send a few KB of headers; short enough that
 # a client holding connections open without a word frees them soon.
@@ -34,6 +44,30 @@ REQUEST_HEAD_SECONDS = 30.0
 MIN_BYTES_PER_SECOND = 1024
 # How long a connection is kept open for a client's next request (uvicorn's own default).
 KEEP_ALIVE_SECONDS = 5.0
+# The most a request's line and headers may hold, in bytes: four times what h11 (uvicorn's
+# other parser) and Node take, room for any token or cookie a client sends.
+MAX_HEAD_BYTES = 64 * 1024
+# What a chunked body's framing may add to it: a chunk's size line and its end, for chunks of
+# a few bytes each (clients send far larger ones).
+FRAMING_PER_BODY_BYTE = 8
+
+
+def head_too_long_response() -> bytes:
+    """The answer to a request whose head (or what it sent besides its body) passed
+    ``MAX_HEAD_BYTES``: a 431 whose JSON-RPC error says why, as MCP clients show refusals."""
+    message = (
+        f"Request Header Fields Too Large: a request's line and headers may hold at most "
+        f"{MAX_HEAD_BYTES:,} bytes; this connection is closed"
+    )
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    ).encode()
+    return (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        b"content-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n" + body
+    )
 
 
 def unsent(transport: asyncio.WriteTransport) -> int:
@@ -71,6 +105,8 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
     deadline = REQUEST_HEAD_SECONDS if seconds is None else seconds
     keep_alive = KEEP_ALIVE_SECONDS
     base: Any = AutoHTTPProtocol
+    # h11 bounds a head itself (16 KiB), and hands over no body as it comes to count.
+    counts_heads = issubclass(base, HttpToolsProtocol)
 
     # uvicorn's protocols (httptools, h11) share these names: the request being served is
     # ``cycle``, replaced as each new request's head is parsed; its ``more_body`` holds until
@@ -86,6 +122,12 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
         _send_timer: asyncio.TimerHandle | None = None
         _reading_started = 0.0
         _unsent = 0
+        # Since the last head was parsed, or the body after it ended (or the connection
+        # opened): the bytes received, and those of them that were a body.
+        _received = 0
+        _body_received = 0
+        # Answered 431 (``_head_too_long``): what the client still sends is let go of.
+        _refused = False
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
@@ -107,17 +149,60 @@ def http_protocol(seconds: float | None = None) -> type[asyncio.Protocol]:
             super().timeout_keep_alive_handler()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # answered 431: read and let go until the connection closes
             before = self.cycle
+            in_body = before is not None and before.more_body
             super().data_received(data)
             if self.cycle is not before:
+                self._received = self._body_received = 0
                 self._stop_timer()
                 self._stop_body_timer()
                 if self.cycle.more_body:
                     self._await_body()
-            elif self._body_timer is not None:
+                return
+            if self._body_timer is not None:
                 self._body_bytes += len(data)
                 if not self.cycle.more_body:
                     self._stop_body_timer()
+            if not counts_heads or self.transport.is_closing():
+                return
+            if in_body and not self.cycle.more_body:
+                # The body ended in this piece: what comes next is the next request's head.
+                self._received = self._body_received = 0
+            else:
+                self._received += len(data)
+                besides_body = self._received - self._body_received
+                if besides_body > MAX_HEAD_BYTES + FRAMING_PER_BODY_BYTE * self._body_received:
+                    self._head_too_long()
+
+        def on_body(self, body: bytes) -> None:
+            self._body_received += len(body)
+            super().on_body(body)
+
+        def _head_too_long(self) -> None:
+            """Answers 431 and ends the connection's sending, then reads on and lets go of
+            what still comes until the deadline closes it: closed at once, with the client's
+            bytes still unread, the connection would be reset, and the client lose the answer.
+            An answer already under way on the connection (its client sent the next request's
+            head meanwhile) cannot be followed by another: the connection is closed."""
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete and cycle.response_started:
+                self.transport.close()
+                return
+            if cycle is not None and not cycle.response_complete:
+                # Its app, waiting for the rest of the body, answers no more here.
+                cycle.disconnected = True
+                cycle.message_event.set()
+            self._refused = True
+            self._stop_body_timer()
+            self.transport.write(head_too_long_response())
+            with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
+                self.transport.write_eof()
+            with contextlib.suppress(RuntimeError):
+                self.transport.resume_reading()
+            self._stop_timer()
+            self._head_timer = self.loop.call_later(deadline, self.transport.close)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

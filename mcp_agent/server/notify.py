@@ -48,10 +48,17 @@ from mcp.server.subscriptions import (
     SubscriptionBus,
 )
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, SubscriptionsListenRequestParams, SubscriptionsListenResult
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_agent.outages import Outage
+from mcp_agent.runtime.settings import MAX_SUBSCRIPTIONS_ENV
+from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.sessions.sqlite.watch import MAX_WATCHED
 
 log = logging.getLogger(__name__)
@@ -127,15 +134,37 @@ MAX_LISTEN_STREAMS = 1024
 
 class ListenStreams(ListenHandler):
     """The SDK's ``subscriptions/listen`` handler, whose refusal at its limit says which limit
-    was met and what to do (the SDK's said "Subscription limit reached", no more)."""
+    was met and what to do (the SDK's said "Subscription limit reached", no more). A stream
+    follows at most ``max_uris`` resources (a legacy client's bound on its subscriptions; 0:
+    no limit), each URI as long as one read may be: the SDK kept any list a client sent for
+    as long as the stream lasted (twenty listens of 200,000 URIs each, 900 MB), and sent it
+    back whole in the stream's acknowledgement."""
 
-    def __init__(self, bus: SubscriptionBus, max_streams: int | None = None) -> None:
+    def __init__(
+        self,
+        bus: SubscriptionBus,
+        max_streams: int | None = None,
+        max_uris: int = MAX_SUBSCRIPTIONS,
+    ) -> None:
         limit = MAX_LISTEN_STREAMS if max_streams is None else max_streams
         super().__init__(bus, max_subscriptions=limit)
+        self._max_uris = max_uris
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams
     ) -> SubscriptionsListenResult:
+        uris = params.notifications.resource_subscriptions or []
+        where = "subscriptions/listen: notifications.resourceSubscriptions"
+        if self._max_uris and len(uris) > self._max_uris:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"{where} holds {len(uris):,} URIs, more than the {self._max_uris:,} one stream"
+                " follows: subscribe to fewer resources; the server's operator can raise the"
+                f" bound (--max-subscriptions, {MAX_SUBSCRIPTIONS_ENV})",
+            )
+        for index, uri in enumerate(uris):
+            if len(uri) > URI_CHARS:
+                raise MCPError(INVALID_PARAMS, f"{where}[{index}]: {long_uri(uri)}")
         if len(self._streams) >= self._max_subscriptions:
             raise MCPError(
                 INTERNAL_ERROR,
@@ -144,7 +173,6 @@ class ListenStreams(ListenHandler):
                 " one is open. Retry once one ends; a client that is done listening should"
                 " close its stream.",
             )
-        uris = (params.notifications.resource_subscriptions or []) if params.notifications else []
         watched = self._bus.watched if isinstance(self._bus, WatchedBus) else None
         if watched is not None:
             watched.update(uris)
@@ -205,6 +233,10 @@ class Notifier:
         self.subscriber_pending = max(1, subscriber_pending)
         # uri -> {connection key: legacy server session}
         self._subscribers: dict[str, dict[int, Any]] = {}
+        # connection key -> the URIs it subscribes to: a connection's count, and its end, are
+        # found without looking through every client's subscriptions (each subscribe counted
+        # them all: 2 ms at 30,000, growing with every client's, on the event loop).
+        self._held: dict[int, set[str]] = {}
         self._legacy: dict[int, Any] = {}
         self._outboxes: dict[int, _Outbox] = {}
         self._hooked: set[int] = set()  # connections whose exit_stack will call _closed
@@ -393,8 +425,9 @@ class Notifier:
         if connection is None:
             return
         key = id(connection)
-        if key not in self._subscribers.get(uri, {}) and self.max_subscriptions:
-            held = self.subscriptions_of(ctx_session)
+        held_uris = self._held.get(key, set())
+        if uri not in held_uris and self.max_subscriptions:
+            held = len(held_uris)
             if held >= self.max_subscriptions:
                 raise SubscriptionLimit(
                     f"too many subscriptions: this client holds {held}, the limit is "
@@ -402,16 +435,16 @@ class Notifier:
                     "raise it (MCP_AGENT_MAX_SUBSCRIPTIONS)"
                 )
         self._subscribers.setdefault(uri, {})[key] = ctx_session
+        self._held.setdefault(key, set()).add(uri)
 
     def subscriptions_of(self, ctx_session: Any) -> int:
         """How many resources one legacy connection is subscribed to."""
-        key = id(getattr(ctx_session, "_connection", None))
-        return sum(1 for subscribers in self._subscribers.values() if key in subscribers)
+        return len(self._held.get(id(getattr(ctx_session, "_connection", None)), ()))
 
     def subscribed_sessions_of(self, ctx_session: Any) -> set[str]:
         """The sessions whose resources one legacy connection is subscribed to."""
         key = id(getattr(ctx_session, "_connection", None))
-        found = (subscribed_session(uri) for uri, held in self._subscribers.items() if key in held)
+        found = (subscribed_session(uri) for uri in self._held.get(key, ()))
         return {session_id for session_id in found if session_id is not None}
 
     def unsubscribe_sessions(self, ctx_session: Any, session_ids: set[str]) -> None:
@@ -424,11 +457,17 @@ class Notifier:
         connection = getattr(ctx_session, "_connection", None)
         if connection is None:
             return
+        key = id(connection)
         subscribers = self._subscribers.get(uri)
         if subscribers is not None:
-            subscribers.pop(id(connection), None)
+            subscribers.pop(key, None)
             if not subscribers:
                 del self._subscribers[uri]
+        held = self._held.get(key)
+        if held is not None:
+            held.discard(uri)
+            if not held:
+                del self._held[key]
 
     def _closed(self, key: int) -> None:
         self._hooked.discard(key)
@@ -436,11 +475,12 @@ class Notifier:
 
     def _forget(self, key: int) -> None:
         self._legacy.pop(key, None)
-        for uri in [uri for uri, subscribers in self._subscribers.items() if key in subscribers]:
-            subscribers = self._subscribers[uri]
-            del subscribers[key]
-            if not subscribers:
-                del self._subscribers[uri]
+        for uri in self._held.pop(key, ()):
+            subscribers = self._subscribers.get(uri)
+            if subscribers is not None:
+                subscribers.pop(key, None)
+                if not subscribers:
+                    del self._subscribers[uri]
         outbox = self._outboxes.pop(key, None)
         if outbox is not None:
             outbox.close()

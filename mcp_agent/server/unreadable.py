@@ -41,6 +41,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     PARSE_ERROR,
     ErrorData,
     JSONRPCError,
@@ -105,7 +106,15 @@ def _printable(text: str) -> str:
     return SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
+def _method(method: str) -> str:
+    """A request's method as an answer or a log line names it: printable, and cut short (a
+    client may send megabytes of text as a method)."""
+    return clip_long(_printable(method), ECHO_CHARS)
+
+
 def surrogate_message(path: str, char: str) -> str:
+    # A client's key is in the path, and a key may be megabytes long.
+    path = clip_long(path, _PROBLEM_CHARS)
     return (
         f"{path} holds an unpaired surrogate (\\u{ord(char):04x}), which is not valid Unicode: "
         "every string must be valid UTF-8 text (a surrogate escape only as half of a pair)"
@@ -122,7 +131,7 @@ class UnpairedSurrogates(ServerMiddleware[Any]):
         found = unpaired_surrogate(ctx.params) if ctx.params else None
         if found is None:
             return await call_next(ctx)
-        message = f"{_printable(ctx.method)}: {surrogate_message(*found)}"
+        message = f"{_method(ctx.method)}: {surrogate_message(*found)}"
         if ctx.request_id is None:
             log.warning("a notification was dropped: %s", message)
             return None
@@ -136,7 +145,7 @@ SDK_INVALID_PARAMS = "Invalid request parameters"
 
 def not_initialized_message(method: str) -> str:
     return (
-        f"{_printable(method)}: the connection is not initialized: send initialize first "
+        f"{_method(method)}: the connection is not initialized: send initialize first "
         "(then notifications/initialized); only ping may come before it"
     )
 
@@ -158,6 +167,13 @@ class DescribedParams(ServerMiddleware[Any]):
             return await call_next(ctx)
         except MCPError as error:
             refused = error.error
+            if refused.code == METHOD_NOT_FOUND and isinstance(refused.data, str):
+                # The SDK repeats the method whole: megabytes, for a client that sent them.
+                if len(refused.data) > ECHO_CHARS:
+                    raise MCPError(
+                        METHOD_NOT_FOUND, refused.message, _method(refused.data)
+                    ) from None
+                raise
             if (
                 ctx.session.client_params is None
                 and refused.code == INVALID_PARAMS
@@ -171,7 +187,7 @@ class DescribedParams(ServerMiddleware[Any]):
             try:
                 validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
             except ValidationError as refused:
-                message = f"{_printable(ctx.method)}: {_described(refused, ctx.params)}"
+                message = f"{_method(ctx.method)}: {_described(refused, ctx.params)}"
                 raise MCPError(INVALID_PARAMS, f"{SDK_INVALID_PARAMS}: {message}") from None
             except KeyError:  # a method this protocol version has not
                 pass
@@ -193,7 +209,7 @@ class DescribedNotifications(ServerMiddleware[Any]):
             except ValidationError as refused:
                 log.warning(
                     "a %s notification was dropped: %s",
-                    _printable(ctx.method),
+                    _method(ctx.method),
                     _described(refused, ctx.params),
                 )
                 return None
@@ -295,12 +311,12 @@ def unreadable_answer(error: Exception) -> JSONRPCError | None:
     if details[0]["type"] == "json_invalid":
         if isinstance(given, str | bytes) and not given.strip():
             return None
+        reason = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
         try:
             parsed = json.loads(given)
         except (ValueError, RecursionError):
-            reason = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
             return _error(None, PARSE_ERROR, f"Parse error: {reason}")
-        return _surrogate_answer(parsed)
+        return _surrogate_answer(parsed, reason)
     # pydantic reports each model of the union apart, at the field that failed; the whole
     # message is the input of an error about the message itself (not an object, or a key
     # missing), which one of them has unless every key each model needs is there.
@@ -370,24 +386,33 @@ def surrogate_body(body: bytes) -> tuple[bool, JSONRPCError | None]:
     return True, _surrogate_answer(parsed)
 
 
-def _surrogate_answer(message: Any) -> JSONRPCError | None:
-    """The answer to JSON that pydantic's parser refused and the standard library's read:
-    a lone surrogate somewhere."""
+def _surrogate_answer(message: Any, reason: str | None = None) -> JSONRPCError | None:
+    """The answer to JSON that pydantic's parser refused (saying ``reason``) and the standard
+    library's read: a lone surrogate somewhere, or what else pydantic's refuses (JSON nested
+    deeper than it reads)."""
     if not isinstance(message, dict):
         found = unpaired_surrogate(message, "message")
-        what = surrogate_message(*found) if found else "not JSON"
-        return _error(None, INVALID_REQUEST, f"Invalid Request: {what}")
+        if found is None:
+            return _parse_error(reason)
+        return _error(None, INVALID_REQUEST, f"Invalid Request: {surrogate_message(*found)}")
     params = unpaired_surrogate(message.get("params"))
     if params is not None and isinstance(message.get("method"), str):
         request_id = _request_id(message)
-        method = _printable(message["method"])
+        method = _method(message["method"])
         if request_id is None:
             return _invalid_request(message, f"{method}: {surrogate_message(*params)}")
         return _error(request_id, INVALID_PARAMS, f"{method}: {surrogate_message(*params)}")
     found = unpaired_surrogate(message, "message")
-    if found is None:  # what else only the standard library reads
-        return _error(None, PARSE_ERROR, "Parse error")
+    if found is None:
+        return _parse_error(reason)
     return _invalid_request(message, surrogate_message(*found))
+
+
+def _parse_error(reason: str | None) -> JSONRPCError:
+    """The answer to what only the standard library's parser reads, but for a surrogate:
+    pydantic's ``reason`` (JSON nested deeper than it reads), as the HTTP transport says it.
+    Said as a bare "Parse error" over stdio, JSON nested 300 levels deep gave no hint why."""
+    return _error(None, PARSE_ERROR, f"Parse error: {reason}" if reason else "Parse error")
 
 
 def _invalid_request(message: Any, why: str) -> JSONRPCError | None:

@@ -22,6 +22,11 @@ from mcp_agent.sessions.errors import SessionError
 
 # Words in one search: each is a term of the full-text query, and SQLite refuses deep ones.
 MAX_SEARCH_WORDS = 32
+# Characters in one search, checked before any is split into words: a query of megabytes
+# (four of them fit in an HTTP request) held the interpreter for seconds while it was split,
+# every other client's answer waiting, only to be refused for its words; a run of Chinese or
+# Japanese is one phrase of any length.
+MAX_SEARCH_CHARS = 1_000
 
 # Han (with extensions and compatibility ideographs), hiragana, katakana (with its phonetic
 # extensions and half-width forms), and the iteration marks written among them. Hangul is not
@@ -74,6 +79,12 @@ def query_words(query: str | None) -> list[str]:
     separated by a space (a phrase). No search (None, empty or blanks) has none; text with no
     word is refused, as nothing could tell a session that matches it from one that does not
     (taken as no search, it would list every session as a match)."""
+    if query and len(query) > MAX_SEARCH_CHARS:
+        raise SessionError(
+            "invalid_argument",
+            f"a search takes at most {MAX_SEARCH_WORDS} words and {MAX_SEARCH_CHARS:,}"
+            f" characters, not {len(query):,} characters: search for fewer words",
+        )
     words = (
         [" ".join(search_text(w).split()) for w in re.findall(r"\w+", query.lower())]
         if query
