@@ -2416,11 +2416,18 @@ def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
     as ripgrep does: no word, exit code 0 (1, or git's 141, fails a `set -o pipefail` script
     for what it asked for)."""
     ids = seed(db)
+    done = run_with_reader_gone(db, *(a.format(**ids) for a in command))
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def run_with_reader_gone(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command line with its stdout a pipe whose reader is gone before the first write
+    (the same for every command): what `| head` does once it has what it wanted."""
     read, write = os.pipe()
-    os.close(read)  # the reader gone before the first write: the same for every command
+    os.close(read)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mcp_agent", *(a.format(**ids) for a in command)],
+        return subprocess.run(
+            [sys.executable, "-m", "mcp_agent", *args],
             stdout=write,
             stderr=subprocess.PIPE,
             text=True,
@@ -2429,7 +2436,6 @@ def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
         )
     finally:
         os.close(write)
-    assert (done.returncode, done.stderr) == (0, "")
 
 
 @pytest.mark.parametrize("output", ["/dev/stdout", "-"])
@@ -2440,19 +2446,7 @@ def test_an_export_to_stdout_named_as_a_file_ends_quietly_when_its_reader_goes(
     choose another --output" and ended with 2, where `| head` ends every other command
     quietly with 0."""
     ids = seed(db)
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mcp_agent", "sessions", "export", ids["session"], "-o", output],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(MCP_AGENT_DB=str(db)),
-            timeout=60,
-        )
-    finally:
-        os.close(write)
+    done = run_with_reader_gone(db, "sessions", "export", ids["session"], "-o", output)
     assert (done.returncode, done.stderr) == (0, "")
 
 

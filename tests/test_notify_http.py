@@ -110,14 +110,19 @@ def stop_reading(server: Served, session: str) -> socket.socket:
     return sock
 
 
+LIST_CHANGED_METHOD = "notifications/resources/list_changed"
+
+
 @asynccontextmanager
-async def healthy_subscriber(
-    sessions: Sessions, watched: str
+async def legacy_subscriber(
+    sessions: Sessions, uris: list[str], list_changes: bool = False
 ) -> AsyncIterator[anyio.abc.ObjectReceiveStream[str]]:
-    """A session subscribed to ``session://watched`` whose event stream is read: yields the
-    URIs of the updates it receives, as they come."""
+    """A 2025 client subscribed to ``uris`` whose event stream is read: yields the URIs of the
+    updates it receives (and, with ``list_changes``, "list_changed" for list changes), as they
+    come."""
     session = await sessions.open()
-    await sessions.call(session, "resources/subscribe", {"uri": f"session://{watched}"})
+    for uri in uris:
+        await sessions.call(session, "resources/subscribe", {"uri": uri})
     send, receive = anyio.create_memory_object_stream[str](10_000)
     opened = anyio.Event()
 
@@ -127,10 +132,13 @@ async def healthy_subscriber(
             assert response.status_code == 200
             opened.set()
             async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    message = json.loads(line[len("data: ") :])
-                    if message.get("method") == "notifications/resources/updated":
-                        await send.send(message["params"]["uri"])
+                if not line.startswith("data: "):
+                    continue
+                message: dict[str, Any] = json.loads(line[len("data: ") :])
+                if message.get("method") == "notifications/resources/updated":
+                    await send.send(message["params"]["uri"])
+                elif list_changes and message.get("method") == LIST_CHANGED_METHOD:
+                    await send.send("list_changed")
 
     async with anyio.create_task_group() as group:
         group.start_soon(read)
@@ -162,7 +170,7 @@ async def fill_a_stuck_subscriber(
         sock = stop_reading(server, stuck)
         got = 0
         try:
-            async with healthy_subscriber(sessions, mine) as updates:
+            async with legacy_subscriber(sessions, [f"session://{mine}"]) as updates:
                 for done in range(1, rounds + 1):
                     for session_id in ids:
                         await sessions.append(writer, session_id)

@@ -6,13 +6,11 @@ file. The server's own writes are notified once, not again when it sees them in 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -22,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp_support import Served, call, server_env
-from test_notify_http import Sessions
+from test_notify_http import Sessions, legacy_subscriber
 
 # A hang guard for each wait, not a speed check: a notification comes within about a second.
 HANG_GUARD_S = 60
@@ -53,39 +51,6 @@ async def connect(server: Served) -> AsyncIterator[Client]:
         Client(streamable_http_client(server.url, http_client=http)) as client,
     ):
         yield client
-
-
-@asynccontextmanager
-async def legacy_subscriber(
-    sessions: Sessions, uris: list[str]
-) -> AsyncIterator[anyio.abc.ObjectReceiveStream[str]]:
-    """A 2025 client subscribed to ``uris`` whose event stream is read: yields the URIs of the
-    updates it receives and "list_changed" for list changes, as they come."""
-    session = await sessions.open()
-    for uri in uris:
-        await sessions.call(session, "resources/subscribe", {"uri": uri})
-    send, receive = anyio.create_memory_object_stream[str](1000)
-    opened = anyio.Event()
-
-    async def read() -> None:
-        stream = sessions.http.stream("GET", sessions.url, headers=sessions.headers(session))
-        async with stream as response:
-            assert response.status_code == 200
-            opened.set()
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                message: dict[str, Any] = json.loads(line[len("data: ") :])
-                if message.get("method") == "notifications/resources/updated":
-                    await send.send(message["params"]["uri"])
-                elif message.get("method") == "notifications/resources/list_changed":
-                    await send.send("list_changed")
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(read)
-        await opened.wait()
-        yield receive
-        group.cancel_scope.cancel()
 
 
 @pytest.mark.anyio
@@ -146,7 +111,7 @@ async def test_a_second_servers_append_reaches_a_subscriber_and_own_writes_come_
             own = (await sessions.tool(writer, "session_create"))["id"]
             theirs = (await sessions.tool(writer, "session_create"))["id"]
             uris = [f"session://{own}", f"session://{theirs}"]
-            async with legacy_subscriber(sessions, uris) as updates:
+            async with legacy_subscriber(sessions, uris, list_changes=True) as updates:
                 await sessions.append(writer, own)
                 with anyio.fail_after(HANG_GUARD_S):
                     assert await updates.receive() == uris[0]
