@@ -1162,6 +1162,32 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
     assert "secret" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("sslmode=bogus", 'invalid sslmode value: "bogus"'),
+        ("sslmod=require", 'invalid URI query parameter: "sslmod"'),
+        ("target_session_attrs=primary-ish", "invalid target_session_attrs value"),
+    ],
+)
+def test_a_setting_the_client_does_not_take_blames_the_url_not_the_network(
+    setting: str, said: str
+) -> None:
+    """libpq refuses a URL's own setting before it tries to connect: the message said the
+    database could not be reached (or "could not be opened"), sending the user to look at the
+    network or the server, where the URL was wrong."""
+    from mcp_agent.sessions import SessionError
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    url = f"postgresql://someone:secret@127.0.0.1:9/db?{setting}"
+    with pytest.raises(SessionError) as raised:
+        PostgresSessionRepo(url)
+    message = str(raised.value)
+    assert "holds a setting PostgreSQL's client does not take" in message, message
+    assert said in message and "correct it in --db or MCP_AGENT_DB" in message, message
+    assert "cannot reach" not in message and "secret" not in message, message
+
+
 def test_a_password_in_the_urls_query_is_not_shown(pg_cluster: Any) -> None:
     """libpq takes the password as a parameter of the URL too (``?password=…``, as tools that
     build URLs from settings write it): a message that names the database keeps it out."""

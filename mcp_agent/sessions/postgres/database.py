@@ -24,6 +24,7 @@ together wait for each other and the second finds the work done.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +36,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from mcp_agent.outages import Outage
-from mcp_agent.paths import shown_url
+from mcp_agent.paths import DB_ENV, shown_url
 from mcp_agent.sessions.errors import SessionError, Unreachable
 from mcp_agent.sessions.postgres.connect import (
     POOL_NAME,
@@ -260,6 +261,20 @@ def storage_error(where: str, error: psycopg.Error) -> SessionError:
     )
 
 
+# libpq's refusals of a URL's own settings (an unknown parameter, a value it does not take),
+# told before any connection is tried: no database or network is to blame.
+_URL_REFUSALS = re.compile(
+    r"^(connection is bad: )?(invalid URI query parameter|invalid connection option"
+    r"|missing \"=\" after)|^connection is bad: invalid \w+ value"
+)
+
+
+def _url_refused(error: psycopg.Error) -> bool:
+    return isinstance(error, psycopg.ProgrammingError | psycopg.OperationalError) and bool(
+        _URL_REFUSALS.search(str(error))
+    )
+
+
 class PostgresDatabase:
     """A PostgreSQL session database, shared by the sessions a repo opens.
 
@@ -397,6 +412,12 @@ class PostgresDatabase:
 
     def _unprepared(self, error: psycopg.Error) -> SessionError:
         """Why the database could not be opened, in one line that says what to do."""
+        if _url_refused(error):
+            return SessionError(
+                "storage",
+                f"the session database URL {self.where} holds a setting PostgreSQL's client"
+                f" does not take ({one_line(error)}): correct it in --db or {DB_ENV}",
+            )
         if isinstance(error, psycopg.OperationalError) and "startup parameter" in str(error):
             return SessionError(
                 "storage",
