@@ -856,6 +856,19 @@ async def test_export_limit_says_it_counts_lines_and_what_a_whole_files_text_hol
     assert (result.structured_content or {})["jsonl"].count("\n") == 4
 
 
+async def test_a_run_id_not_known_here_says_where_the_runs_are_listed(server: MCPServer) -> None:
+    """A run id that no run here has (mistyped, or a run that ended and was forgotten) said
+    "no run": it now names agent_runs, where a model finds the ids it may ask about."""
+    async with Client(server) as client:
+        for tool, extra in (
+            ("agent_status", {}),
+            ("agent_cancel", {}),
+            ("agent_steer", {"message": "m"}),
+        ):
+            said = await call_error(client, tool, run_id="0" * 12, **extra)
+            assert "no run '000000000000' here" in said and "agent_runs lists" in said, said
+
+
 # --- import ids -------------------------------------------------------------------------------
 
 

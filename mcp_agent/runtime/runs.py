@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _no_run(run_id: str) -> UnknownRun:
+    return UnknownRun(
+        f"no run {run_id!r} here: agent_runs lists this server's runs (those under way and the"
+        " latest that ended); agent_run starts one and returns its run_id"
+    )
+
+
 def _busy_elsewhere(lease: Lease) -> SessionBusy:
     return SessionBusy(lease.busy_message())
 
@@ -559,7 +566,7 @@ class RunManager:
         board = self.board
         record = await self.offload(lambda: board.send(run_id, kind, message))
         if record is None:
-            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+            raise _no_run(run_id)
         return record
 
     async def newest(self) -> list[Run | RunRecord]:
@@ -608,7 +615,7 @@ class RunManager:
             held_for = functools.partial(self.leases.held_for, f"run {run_id}")
             lease = await self.offload(held_for)
         if lease is None:
-            return UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+            return _no_run(run_id)
         return Refused(
             f"run {run_id} is not this server's: it runs in {lease.where()}, on this database,"
             f" in session {lease.session_id}; only that server can say how"
@@ -619,7 +626,7 @@ class RunManager:
     def get(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
         if run is None:
-            raise UnknownRun(f"no run {run_id!r}; agent_run returns a run_id")
+            raise _no_run(run_id)
         return run
 
     async def start(
