@@ -600,8 +600,10 @@ async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
     statements: list[str] = []
     connect = database.SqliteDatabase._connect
 
-    def traced(self: database.SqliteDatabase) -> sqlite3.Connection:
-        conn = connect(self)
+    def traced(
+        self: database.SqliteDatabase, factory: type[sqlite3.Connection] = sqlite3.Connection
+    ) -> sqlite3.Connection:
+        conn = connect(self, factory)
         conn.set_trace_callback(statements.append)
         return conn
 
