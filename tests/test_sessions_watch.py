@@ -107,3 +107,31 @@ def test_a_commit_seen_stays_due_until_a_look_reads_it(
     found = watch.look()
     assert found is not None and found.sessions == [made.id]
     assert not watch.committed()
+
+
+def test_a_session_made_here_and_deleted_elsewhere_before_a_look_is_told(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    """Made here, deleted by another process, and no look between: the counts of creations
+    and deletions cancelled out and nothing was told (the clean-clone CI's deletion test met
+    it); a deletion here of one made here is still no news, and a creation elsewhere is."""
+    mine, other = repos
+    kept = mine.create()
+    doomed = mine.create()
+    other.delete(doomed.id)
+    found = watch.look(watched=[kept.id, doomed.id])
+    assert found is not None and found.list_changed and found.sessions == [doomed.id]
+    assert watch.look(watched=[kept.id, doomed.id]) is None
+    mine.delete(mine.create().id)
+    assert watch.look(watched=[kept.id]) is None
+    made_there = other.create()
+    mine.delete(mine.create().id)
+    found = watch.look(watched=[kept.id])
+    assert found is not None and found.list_changed and made_there.id in found.sessions
+    gone_old = mine.create()
+    assert watch.look() is None
+    ours_new = mine.create()
+    other.delete(gone_old.id)
+    mine.delete(ours_new.id)
+    found = watch.look(watched=[gone_old.id])
+    assert found is not None and found.list_changed and found.sessions == [gone_old.id]

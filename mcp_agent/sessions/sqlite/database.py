@@ -225,12 +225,17 @@ class OwnWrites:
         self.limit = max(1, limit)
         self._lock = threading.Lock()
         self._rows: dict[str, str | None] = {}  # insertion-ordered: oldest first
-        self._deletions = 0  # sessions deleted here since ``take_counts``
-        self._creations = 0  # sessions created here since ``take_counts``
+        self._deletions = 0  # sessions deleted here since ``take_news``
+        # Sessions created here since ``take_news`` (by id: one another process deleted before
+        # the watcher looked must be told from one never made).
+        self._created: dict[str, None] = {}
 
     def wrote(self, session_id: str, modified: str | None, created: bool = False) -> None:
         with self._lock:
-            self._creations += created
+            if created:
+                self._created[session_id] = None
+                if len(self._created) > self.limit:  # then passes for another's: harmless
+                    del self._created[next(iter(self._created))]
             self._rows.pop(session_id, None)
             self._rows[session_id] = modified
             if len(self._rows) > self.limit:
@@ -247,12 +252,12 @@ class OwnWrites:
         with self._lock:
             return session_id in self._rows and self._rows[session_id] is None
 
-    def take_counts(self) -> tuple[int, int]:
-        """How many sessions this process created, and how many it deleted, since the last
-        call."""
+    def take_news(self) -> tuple[list[str], int]:
+        """The sessions this process created, and how many it deleted, since the last call."""
         with self._lock:
-            taken = self._creations, self._deletions
-            self._creations = self._deletions = 0
+            taken = list(self._created), self._deletions
+            self._created.clear()
+            self._deletions = 0
             return taken
 
 

@@ -63,7 +63,7 @@ class DatabaseWatch:
         conn = self._conn
         self._version = None  # until this rebase is done
         version = conn.execute("PRAGMA data_version").fetchone()[0]
-        self.own.take_counts()
+        self.own.take_news()
         conn.execute("BEGIN")
         try:
             self._count, self._top, self._mark = self._figures(conn)
@@ -95,7 +95,7 @@ class DatabaseWatch:
         # Before the snapshot: a deletion of ours after it is counted at the next look, where
         # it is told from others' by its id (a creation of ours then passes for another's: a
         # list change too many, at worst).
-        own_creations, own_deletions = self.own.take_counts()
+        own_created, own_deletions = self.own.take_news()
         changes = ForeignChanges()
         conn.execute("BEGIN")
         try:
@@ -117,9 +117,19 @@ class DatabaseWatch:
                 changes.sessions = theirs
             # A session of ours another process wrote to since is not new to the list: the
             # counts tell, not the rows.
-            changes.list_changed |= created > own_creations
+            new_here, there = self._own_among(conn, own_created)
+            changes.list_changed |= created > len(new_here)
+            # Made here since the last look and gone, not deleted here: another process
+            # deleted it before this look (the counts alone cancel the two out).
+            gone = [s for s in own_created if s not in there]
+            theirs_gone = [s for s in gone if not self.own.deleted_here(s)]
+            if theirs_gone:
+                changes.list_changed = True
+                told = set(watched) - self._gone
+                changes.sessions.extend(s for s in theirs_gone if s in told)
+                self._gone.update(theirs_gone)
             deleted = self._count + created - count
-            if deleted > own_deletions:
+            if deleted > own_deletions - (len(gone) - len(theirs_gone)):
                 changes.list_changed = True
                 changes.sessions.extend(self._gone_among(conn, watched))
         finally:
@@ -157,6 +167,22 @@ class DatabaseWatch:
                 if not self.own.is_own(session_id, modified):
                     found.append(session_id)
         return found
+
+    def _own_among(self, conn: sqlite3.Connection, created: list[str]) -> tuple[set[str], set[str]]:
+        """Of the sessions this process created since the last look: those new to the list
+        since (rowid above the highest seen before), and those there at all."""
+        new: set[str] = set()
+        there: set[str] = set()
+        for start in range(0, len(created), _CHUNK):
+            chunk = created[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for session_id, is_new in conn.execute(
+                f"SELECT id, rowid > ? FROM sessions WHERE id IN ({marks})", (self._top, *chunk)
+            ):
+                there.add(session_id)
+                if is_new:
+                    new.add(session_id)
+        return new, there
 
     def _gone_among(self, conn: sqlite3.Connection, watched: list[str]) -> list[str]:
         """The watched sessions another process deleted (each told once)."""
