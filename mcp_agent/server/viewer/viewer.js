@@ -1065,10 +1065,26 @@ function headsOf(rows) {
   return rows.filter((row) => !row.spine).map((row) => row.id);
 }
 
+/** The page of rows before ``cursorOf()`` (session_get ``args``), read once no live update is
+ * under way, and read again if one began meanwhile: an update makes the rows and their cursors
+ * anew, and a page read with the cursor from before it (or with none, while it made them) was
+ * put before rows that held it already, shown twice. Null: nothing earlier to read. */
+async function readEarlier(cursorOf, args) {
+  for (let tries = 0; tries < 10; tries++) {
+    while (refreshing || refreshNext) await (refreshNext || refreshing).catch(() => {});
+    const cursor = cursorOf();
+    if (!cursor) return null;
+    const answer = await tool("session_get", { ...args, cursor });
+    if (!refreshing && !refreshNext && cursorOf() === cursor) return answer;
+  }
+  return null;
+}
+
 async function loadEarlier() {
-  const answer = await tool("session_get", {
-    session_id: state.sessionId, view: "outline", limit: OUTLINE_PAGE, cursor: state.earlierCursor,
+  const answer = await readEarlier(() => state.earlierCursor, {
+    session_id: state.sessionId, view: "outline", limit: OUTLINE_PAGE,
   });
+  if (!answer) return;
   state.outline = [...answer.outline, ...state.outline];
   state.earlierCursor = answer.nextCursor;
   prependRows(answer.outline.filter((row) => row.spine).length);
@@ -1557,10 +1573,10 @@ async function openBranch(headId, render, shown = 0) {
 }
 
 async function loadEarlierOf(headId) {
-  const answer = await tool("session_get", {
+  const answer = await readEarlier(() => state.openedEarlier.get(headId), {
     session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE,
-    cursor: state.openedEarlier.get(headId),
   });
+  if (!answer) return;
   state.opened.set(headId, [...answer.outline, ...(state.opened.get(headId) || [])]);
   if (answer.nextCursor) state.openedEarlier.set(headId, answer.nextCursor); else state.openedEarlier.delete(headId);
   redrawHead(headId);
