@@ -117,7 +117,7 @@ def _apply_newest_model(
     state: _State,
     rows: Sequence[tuple[str, str, str | None]],
     models: Sequence[int],
-    parse: Callable[[Sequence[int]], Sequence[SessionEntry]],
+    entry_at: Callable[[int], SessionEntry],
     message_texts: Mapping[str, str] | None,
 ) -> None:
     """The model as ``derive_session_context_state`` finds it over ``rows``: set by the newest
@@ -130,7 +130,7 @@ def _apply_newest_model(
         text = message_texts.get(rows[i][0]) if message_texts else None
         named = None if text is None or rows[i][1] != "message" else _answer_model(text)
         if named is None:
-            _apply_setting(state, parse([i])[0])
+            _apply_setting(state, entry_at(i))
         else:
             _apply_answer_model(state, *named)
         if state.model is not None:
@@ -371,13 +371,18 @@ def stored_context(
 
     order = context_order(ids, types, compaction_at)
     settings = sorted(deciding.values())
-    wanted = sorted({*settings, *(i for i in order if types[i] != "message")})
+    # The newest entry that may set the model is read with the rest (it names one, most
+    # often); an older one only when it does not.
+    newest_model = models[-1:] if not (models and ids[models[-1]] in (message_texts or {})) else []
+    wanted = sorted({*settings, *newest_model, *(i for i in order if types[i] != "message")})
     parsed = dict(zip(wanted, parse(wanted), strict=True))
     # Only the newest entry of each kind changes what derive_session_context_state returns.
     state = _State()
     for i in settings:
         _apply_setting(state, parsed[i])
-    _apply_newest_model(state, rows, models, parse, message_texts)
+    _apply_newest_model(
+        state, rows, models, lambda i: parsed[i] if i in parsed else parse([i])[0], message_texts
+    )
     messages: list[dict[str, Any] | str] = []
     for i in order:
         if types[i] == "message":
