@@ -891,10 +891,6 @@ def test_tree_reads_only_the_entries_it_draws(db: Path, monkeypatch: pytest.Monk
     """From SQLite the tree is made from the entries in outline: the drawing is the one every
     parsed entry gives, yet only the entries drawn are parsed (a 300,000-entry session took
     28 s and 1.8 GB to draw, now 3.8 s and 0.2 GB)."""
-    import io
-
-    from rich.console import Console
-
     from mcp_agent.cli.render import session_heading, session_tree, tree_view
 
     with SqliteSessionRepo(db) as repo:
@@ -909,24 +905,36 @@ def test_tree_reads_only_the_entries_it_draws(db: Path, monkeypatch: pytest.Monk
         session.move_to(root)
         session.append_message(User(content="the leaf's branch"))
 
-        def drawn(tree: Any) -> str:
-            console = Console(file=io.StringIO(), width=100, record=True)
-            console.print(tree)
-            return console.export_text()
-
-        every = drawn(tree_view(session.tree(), session.leaf_id, session_heading(session)))
-        parsed: list[str] = []
-        parse = SqliteSessionStorage.parse_stored
-
-        def counted(self: Any, entry_id: str, kind: str, text: str) -> Any:
-            parsed.append(entry_id)
-            return parse(self, entry_id, kind, text)
-
-        monkeypatch.setattr(SqliteSessionStorage, "parse_stored", counted)
-        lazy = drawn(session_tree(repo.open(session.id)))
+        every = rendered(tree_view(session.tree(), session.leaf_id, session_heading(session)))
+        parsed = count_parses(monkeypatch)
+        lazy = rendered(session_tree(repo.open(session.id)))
         entries = session.stats().entry_count
     assert lazy == every and "#seventh" in lazy and "◀ leaf" in lazy
     assert 0 < len(parsed) <= len(lazy.splitlines()) < entries // 3
+
+
+def rendered(view: Any) -> str:
+    """What rich prints of ``view`` 100 columns wide, as text."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=100, record=True)
+    console.print(view)
+    return console.export_text()
+
+
+def count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the entries SQLite storage parses from now on, as it parses them."""
+    parsed: list[str] = []
+    parse = SqliteSessionStorage.parse_stored
+
+    def counted(self: Any, entry_id: str, kind: str, text: str) -> Any:
+        parsed.append(entry_id)
+        return parse(self, entry_id, kind, text)
+
+    monkeypatch.setattr(SqliteSessionStorage, "parse_stored", counted)
+    return parsed
 
 
 def test_show_reads_only_the_newest_entries_it_prints(
@@ -936,10 +944,6 @@ def test_show_reads_only_the_newest_entries_it_prints(
     to find them (a 45,000-entry branch: 3.6 s of CPU and 290 MB, now 0.7 s and 61 MB). From
     SQLite it finds them in outline and parses only those; the page is the one every parsed
     entry gives: leaf moves left out, labels and the leaf marked."""
-    import io
-
-    from rich.console import Console
-
     from mcp_agent.cli.render import BRANCH_LIMIT, branch_view
 
     with SqliteSessionRepo(db) as repo:
@@ -952,24 +956,12 @@ def test_show_reads_only_the_newest_entries_it_prints(
             if step == 3 * BRANCH_LIMIT - 7:
                 session.append_label(last, "near the end")
 
-        def shown(view: Any) -> str:
-            console = Console(file=io.StringIO(), width=100, record=True)
-            console.print(view)
-            return console.export_text()
-
-        every = shown(branch_view(session))
-        parsed: list[str] = []
-        parse = SqliteSessionStorage.parse_stored
-
-        def counted(self: Any, entry_id: str, kind: str, text: str) -> Any:
-            parsed.append(entry_id)
-            return parse(self, entry_id, kind, text)
-
-        monkeypatch.setattr(SqliteSessionStorage, "parse_stored", counted)
+        every = rendered(branch_view(session))
+        parsed = count_parses(monkeypatch)
     with SqliteSessionRepo(db) as repo:  # a parse cache of its own, empty
-        lazy = shown(branch_view(repo.open(session.id)))
+        lazy = rendered(branch_view(repo.open(session.id)))
         parsed_for_page = len(parsed)
-        full = shown(branch_view(repo.open(session.id), full=True))
+        full = rendered(branch_view(repo.open(session.id), full=True))
     assert lazy == every, lazy
     assert "#near the end" in lazy and "◀ leaf" in lazy and "left behind" not in lazy
     earlier = 3 + 3 * BRANCH_LIMIT - BRANCH_LIMIT  # the name, the first, a label, the steps
