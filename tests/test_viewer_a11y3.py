@@ -585,7 +585,61 @@ def test_a_fold_of_more_than_a_thousand_entries_unfolds_to_its_end(
         expect(rows.nth(1)).to_contain_text("step 1")
         expect(rows.nth(1299)).to_contain_text("step 1299")
         expect(page.locator("#toast")).to_be_hidden()
-        assert limits == [200] * 6 + [98], limits  # what it had shown, never read again
+        # what it had shown, never read again (a live update may come: the page may hear the
+        # import of the session made before it opened, and reads a few entries to check)
+        assert [limit for limit in limits if limit != 10] == [200] * 6 + [98], limits
+    finally:
+        context.close()
+
+
+# Reads of a fold's entries a live update makes (a few first) wait for ``release()``; the limit
+# of each read of a fold's entries is kept in ``sent``.
+HOLD_A_FOLD_READ_AGAIN = """() => {
+  const plain = window.fetch;
+  let release;
+  const released = new Promise((resolve) => { release = resolve; });
+  Object.assign(window, { sent: [], release });
+  window.fetch = (url, init) => {
+    const { params } = JSON.parse(init.body);
+    const args = params.arguments || {};
+    if (params.name !== "session_get" || !args.entry_id || args.view) return plain(url, init);
+    window.sent.push(args.limit);
+    return args.limit === UPDATE_PAGE ? released.then(() => plain(url, init)) : plain(url, init);
+  };
+}"""
+
+
+def test_a_fold_clicked_while_a_live_update_reads_it_again_stays_unfolded(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A click on a fold while a live update read the tree again was lost: the update wrote
+    the fold as it had read it over what the click revealed (met in CI, "⋯ 898 more entries"
+    again after the click that showed 698). Clicks and updates now read in turn."""
+    server, _, _ = served
+    session_id = chain_session(server.log.parent / "http.db", 1300)
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        fold = page.locator("#tree .fold")
+        expect(fold).to_have_text("⋯ 1,298 more entries")
+        fold.click()
+        expect(fold).to_have_text("⋯ 1,098 more entries")
+        page.evaluate(HOLD_A_FOLD_READ_AGAIN)
+        page.evaluate("() => { window.updated = refresh(); }")
+        page.wait_for_function("() => window.sent.length > 0")  # the update's, held
+        fold.click()
+        # read at once, the click's entries were shown before the update's read ended
+        page.wait_for_function(
+            """() => !window.sent.includes(200) ||
+            document.querySelector("#tree .fold").textContent.includes("898")"""
+        )
+        page.evaluate("async () => { window.release(); await window.updated; }")
+        expect(fold).to_have_text("⋯ 898 more entries")
+        rows = page.locator("#tree .row")
+        expect(rows).to_have_count(402)
+        expect(rows.nth(1)).to_contain_text("step 899")
+        expect(page.locator("#toast")).to_be_hidden()
     finally:
         context.close()
 

@@ -995,24 +995,31 @@ function notShown(sessionId, title, text) {
   $("tree").replaceChildren(h("div", { class: "empty", text }));
 }
 
-let refreshing = null; // the refresh under way
-let refreshNext = null; // the one to run when it ends, for every change heard meanwhile
+let turn = Promise.resolve(); // the last change of the rows read, queued or under way
 
-/** Read the outline again (``readAgain``), one refresh at a time: asked for while one runs,
- * one more runs after it, however many asked (with an append every 0.5 s, refreshes
- * overlapped: 18 reads at once, each drawing the tree over the others). */
+/** Run ``change`` (what reads rows into the tree: a live update's refresh, a click on a fold,
+ * a branch or "Show earlier") once those queued before it are done. Run at once, each wrote
+ * the rows it had read over those the other had read meanwhile: a fold clicked while an
+ * update read it again was shown folded back, the click lost. */
+function inTurn(change) {
+  const run = turn.then(change);
+  turn = run.catch(() => {});
+  return run;
+}
+
+let refreshQueued = null; // the refresh queued and not begun, for every change heard meanwhile
+
+/** Read the outline again (``readAgain``) in turn: asked for while one waits its turn, it is
+ * that one, however many asked (with an append every 0.5 s, refreshes overlapped: 18 reads
+ * at once, each drawing the tree over the others). */
 function refresh() {
-  if (!refreshing) {
-    refreshing = readAgain().finally(() => { refreshing = null; });
-    return refreshing;
-  }
-  if (!refreshNext) {
-    refreshNext = refreshing.catch(() => {}).then(() => {
-      refreshNext = null;
-      return refresh();
+  if (!refreshQueued) {
+    refreshQueued = inTurn(() => {
+      refreshQueued = null;
+      return readAgain();
     });
   }
-  return refreshNext;
+  return refreshQueued;
 }
 
 /** Read the outline again, with every branch the reader opened and every fold unfolded. */
@@ -1065,29 +1072,21 @@ function headsOf(rows) {
   return rows.filter((row) => !row.spine).map((row) => row.id);
 }
 
-/** The page of rows before ``cursorOf()`` (session_get ``args``), read once no live update is
- * under way, and read again if one began meanwhile: an update makes the rows and their cursors
- * anew, and a page read with the cursor from before it (or with none, while it made them) was
- * put before rows that held it already, shown twice. Null: nothing earlier to read. */
-async function readEarlier(cursorOf, args) {
-  for (let tries = 0; tries < 10; tries++) {
-    while (refreshing || refreshNext) await (refreshNext || refreshing).catch(() => {});
-    const cursor = cursorOf();
-    if (!cursor) return null;
-    const answer = await tool("session_get", { ...args, cursor });
-    if (!refreshing && !refreshNext && cursorOf() === cursor) return answer;
-  }
-  return null;
-}
-
-async function loadEarlier() {
-  const answer = await readEarlier(() => state.earlierCursor, {
-    session_id: state.sessionId, view: "outline", limit: OUTLINE_PAGE,
+/** The page of rows before those shown, in turn: read while a live update made the rows and
+ * their cursors anew, the page of the cursor from before it (or of none) was put before rows
+ * that held it already, shown twice. */
+function loadEarlier() {
+  return inTurn(async () => {
+    const sessionId = state.sessionId;
+    if (!state.earlierCursor) return;
+    const answer = await tool("session_get", {
+      session_id: sessionId, view: "outline", limit: OUTLINE_PAGE, cursor: state.earlierCursor,
+    });
+    if (sessionId !== state.sessionId) return; // another session opened meanwhile
+    state.outline = [...answer.outline, ...state.outline];
+    state.earlierCursor = answer.nextCursor;
+    prependRows(answer.outline.filter((row) => row.spine).length);
   });
-  if (!answer) return;
-  state.outline = [...answer.outline, ...state.outline];
-  state.earlierCursor = answer.nextCursor;
-  prependRows(answer.outline.filter((row) => row.spine).length);
 }
 
 /** The parent a header names, short: an id's first 8 characters. pi names the parent's file
@@ -1313,8 +1312,7 @@ function treeClick(event) {
   if (!part) return;
   if (part.matches(".toggle")) toggleBranch(part.closest(".row").dataset.id).catch(failed);
   else if (part.matches(".fold")) {
-    const shown = (state.unfolded.get(part.dataset.fold) || []).length;
-    unfold(part.dataset.fold, shown + UNFOLD_PAGE, true).catch(failed);
+    unfoldMore(part.dataset.fold).catch(failed);
   } else if (part.matches(".earlier")) {
     (part.dataset.branch ? loadEarlierOf(part.dataset.branch) : loadEarlier()).catch(changedOrFailed);
   } else if (part.matches(".elided-parent")) {
@@ -1520,14 +1518,18 @@ function prependRows(added) {
   });
 }
 
-async function toggleBranch(headId) {
-  if (state.opened.has(headId)) {
-    state.opened.delete(headId);
-    state.openedEarlier.delete(headId);
-    redrawHead(headId);
-    return;
-  }
-  await openBranch(headId, true);
+/** Open or close the branch at ``headId``, in turn (a live update under way reads the
+ * branches open again: opened meanwhile, it was closed again by it). */
+function toggleBranch(headId) {
+  return inTurn(async () => {
+    if (state.opened.has(headId)) {
+      state.opened.delete(headId);
+      state.openedEarlier.delete(headId);
+      redrawHead(headId);
+      return;
+    }
+    await openBranch(headId, true);
+  });
 }
 
 /** Pages of an outline (``args`` of session_get), newest first, until ``atLeast(first
@@ -1558,33 +1560,49 @@ async function readOutline(args, atLeast) {
  * OPEN_BRANCH_ROWS rows, or as many as it showed before (pages come newest last); past that,
  * its earliest rows on demand. */
 async function openBranch(headId, render, shown = 0) {
+  const sessionId = state.sessionId;
   let read;
   try {
-    read = await readOutline({ session_id: state.sessionId, view: "outline", entry_id: headId },
+    read = await readOutline({ session_id: sessionId, view: "outline", entry_id: headId },
       (first) => Math.max(OPEN_BRANCH_ROWS, shown));
   } catch (error) {
+    if (sessionId !== state.sessionId) return;
     state.opened.delete(headId); // gone (the session changed): nothing to open
     if (render) failed(error);
     return;
   }
+  if (sessionId !== state.sessionId) return; // another session opened meanwhile
   state.opened.set(headId, read.rows);
   if (read.cursor) state.openedEarlier.set(headId, read.cursor); else state.openedEarlier.delete(headId);
   if (render) redrawHead(headId);
 }
 
-async function loadEarlierOf(headId) {
-  const answer = await readEarlier(() => state.openedEarlier.get(headId), {
-    session_id: state.sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE,
+/** The page of rows of opened branch ``headId`` before those shown, in turn (as loadEarlier). */
+function loadEarlierOf(headId) {
+  return inTurn(async () => {
+    const sessionId = state.sessionId;
+    const cursor = state.openedEarlier.get(headId);
+    if (!cursor) return;
+    const answer = await tool("session_get", {
+      session_id: sessionId, view: "outline", entry_id: headId, limit: OUTLINE_PAGE, cursor,
+    });
+    if (sessionId !== state.sessionId) return; // another session opened meanwhile
+    state.opened.set(headId, [...answer.outline, ...(state.opened.get(headId) || [])]);
+    if (answer.nextCursor) state.openedEarlier.set(headId, answer.nextCursor); else state.openedEarlier.delete(headId);
+    redrawHead(headId);
   });
-  if (!answer) return;
-  state.opened.set(headId, [...answer.outline, ...(state.opened.get(headId) || [])]);
-  if (answer.nextCursor) state.openedEarlier.set(headId, answer.nextCursor); else state.openedEarlier.delete(headId);
-  redrawHead(headId);
+}
+
+/** Reveal the next UNFOLD_PAGE entries of the fold after row ``anchorId``, in turn (a live
+ * update under way reads the fold again as it was: unfolded meanwhile, it was folded back). */
+function unfoldMore(anchorId) {
+  return inTurn(() => unfold(anchorId, (state.unfolded.get(anchorId) || []).length + UNFOLD_PAGE, true));
 }
 
 /** Reveal ``count`` entries of the fold after row ``anchorId``: the path to the parent of the
  * next listed row, newest last (session_get view branch with entry_id). */
 async function unfold(anchorId, count, render) {
+  const sessionId = state.sessionId;
   const rows = findChain(anchorId);
   const nextRow = rows ? rows[rows.findIndex((row) => row.id === anchorId) + 1] : null;
   const anchor = rows ? rows.find((row) => row.id === anchorId) : null;
@@ -1606,7 +1624,7 @@ async function unfold(anchorId, count, render) {
     // (a live update: a few entries first, as most add one or two)
     const page = newest && !cursor ? Math.min(UPDATE_PAGE, wanted) : Math.min(ENTRIES_PAGE, wanted - entries.length);
     const args = {
-      session_id: state.sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId, limit: page,
+      session_id: sessionId, entry_id: kept.length ? kept[0].parentId : nextRow.parentId, limit: page,
     };
     if (cursor) args.cursor = cursor;
     const answer = await tool("session_get", args);
@@ -1621,6 +1639,7 @@ async function unfold(anchorId, count, render) {
     cursor = answer.nextCursor;
     if (!cursor) break;
   }
+  if (sessionId !== state.sessionId) return; // another session opened meanwhile
   let revealed = entries.map((entry) => rowOf(entry, anchor.onBranch));
   // what is shown ends right above the next listed row
   if (met) revealed = [...met, ...revealed];
