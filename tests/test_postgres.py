@@ -419,16 +419,14 @@ def test_runs_and_sessions_are_ordered_by_the_database_clock(
     """Replicas on machines whose clocks disagree: the one an hour ahead listed what it did
     above everything done later elsewhere (its runs' starts, its sessions' modified times
     were its own clock's). Now both are the database's time when it heard of them."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC, datetime
 
     from mcp_agent.runtime.run_board import RunBoard, RunRecord
     from mcp_agent.sessions import entries
     from mcp_agent.sessions.postgres import PostgresSessionRepo
 
-    class AnHourAhead(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:
-            return datetime.now(tz) + timedelta(hours=1)
+    def an_hour_ahead() -> int:
+        return time.time_ns() + 3600 * 10**9
 
     with PostgresSessionRepo(postgres_url) as repo:
         board_ahead, board = RunBoard(repo.database, "ahead"), RunBoard(repo.database, "right")
@@ -439,7 +437,7 @@ def test_runs_and_sessions_are_ordered_by_the_database_clock(
         # later test's fixture listed above everything its server did.
         monkeypatch.setattr(entries, "_last_write_time", entries._last_write_time)
         with monkeypatch.context() as ahead:
-            ahead.setattr(entries, "datetime", AnHourAhead)
+            ahead.setattr(entries, "wall_clock_ns", an_hour_ahead)
             first = repo.create(name="first")
             first.append_message(user_message("on the replica an hour ahead"))
         monkeypatch.setattr(entries, "_last_write_time", "")  # another process's clock

@@ -1115,6 +1115,7 @@ def test_a_writer_interrupted_when_handed_the_commit_hands_it_on(tmp_path: Path)
     database = SqliteDatabase(tmp_path / "s.db")
     database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
     interrupted = _Write(lambda conn: None)
+    interrupted.ready = threading.Event()  # as every write that waits for another's commit
     with database._writes_lock:  # as a committer leaves it: waiting, and told to commit next
         database._writes.append(interrupted)
         database._leading = True
