@@ -8,6 +8,9 @@ Rows:
   the append itself. At durability full, a reference row sets ours against the bare tool on
   our transport writing and fsyncing a few bytes on one of our worker threads: what any
   durable write kept off the event loop costs, before a database or a session.
+- ``WAL pages a durable append writes``: the pages its commit's fsync flushes (the entry, its
+  two indexes, the session's row and its ``modified`` index, and SQLite's rebalancing of the
+  index pages) against a plain insert's; a count, the same on any machine (reference).
 - ``server start to first answer (stdio)``: spawning ``mcp-agent-sessions serve`` until
   ``tools/list`` is answered vs. the same for a bare ``MCPServer`` script; target ≤ 1.3.
 - ``built-in tool via in-process MCP client``: the overhead per call of reaching a built-in tool
@@ -44,6 +47,7 @@ from mcp_agent.manifests import AgentManifest, ServerConfig
 from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.server.app import build_server
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common
 from common import quick, row
@@ -235,6 +239,47 @@ def plain_commit(tmp: Path, synchronous: str, commits: int) -> float:
     return statistics.median(samples)
 
 
+def wal_pages(path: Path, conn: sqlite3.Connection) -> int:
+    """Pages (frames) the write-ahead log of the database at ``path`` holds."""
+    size = path.with_name(path.name + "-wal").stat().st_size
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    return max(0, size - 32) // (24 + page)  # its header, then a header and a page a frame
+
+
+def pages_per_append(tmp: Path, appends: int) -> tuple[float, float]:
+    """WAL pages each append writes (what its commit's fsync must flush) through our storage,
+    into a session that already holds ``appends`` entries, and for a plain ``sqlite3`` insert
+    (``plain_commit``'s): a count, the same on any machine. The log is not checkpointed
+    meanwhile, so that every page written stays in it."""
+    repo = SqliteSessionRepo(tmp / "pages.db", durability="normal")
+    try:
+        conn = repo.database.conn
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        session_id = repo.create().id
+        partial = {"type": "message", "message": {"role": "user", "content": "a message"}}
+        for _ in range(appends):
+            repo.append_entry(session_id, partial)
+        before = wal_pages(repo.database.path, conn)
+        for _ in range(appends):
+            repo.append_entry(session_id, partial)
+        ours = (wal_pages(repo.database.path, conn) - before) / appends
+    finally:
+        repo.close()
+    path = tmp / "pages-plain.db"
+    plain = sqlite3.connect(path, isolation_level=None)
+    try:
+        plain.execute("PRAGMA journal_mode = WAL")
+        plain.execute("PRAGMA wal_autocheckpoint = 0")
+        plain.execute("CREATE TABLE entries (n INTEGER PRIMARY KEY, data TEXT)")
+        before = wal_pages(path, plain)
+        for i in range(appends):
+            plain.execute("INSERT INTO entries (data) VALUES (?)", (json.dumps(entry(i)),))
+        baseline = (wal_pages(path, plain) - before) / appends
+    finally:
+        plain.close()
+    return ours, baseline
+
+
 def one_fsync(tmp: Path, writes: int) -> float:
     """Median seconds of writing a few bytes to a file and fsyncing it, on the same disk: the
     least a durable append must wait for."""
@@ -374,6 +419,12 @@ def run() -> list[dict[str, Any]]:
                     "durable write off the event loop; reference)"
                 )
                 rows.append(row(name, value * 1e3, durable_hop * 1e3, "ms", ""))
+        ours_pages, plain_pages = pages_per_append(tmp, calls)
+        name = (
+            f"WAL pages a durable append writes (a session of {calls} to {2 * calls} entries)"
+            " vs a plain sqlite3 insert: what its commit's fsync flushes (reference)"
+        )
+        rows.append(row(name, ours_pages, plain_pages, "pages"))
         full, normal = plain_commit(tmp, "FULL", calls), plain_commit(tmp, "NORMAL", calls)
         name = "plain sqlite3 insert + commit, synchronous FULL vs NORMAL (the fsync, same disk)"
         rows.append(row(name, full * 1e3, normal * 1e3, "ms", ""))
