@@ -370,7 +370,7 @@ def _cut(whole: bytes, where: str) -> bytes:
 @pytest.mark.node
 @pytest.mark.parametrize("where", ["in a string", "in a character", "before the line break"])
 def test_a_torn_line_pi_wrote_on_after_is_skipped_as_pi_skips_it(
-    where: str, tmp_path: Path
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """pi, resuming a file whose last line a crash cut off, appends its next entry right
     after the cut: that line is the torn start of one entry and the whole of another. pi
@@ -409,7 +409,10 @@ def test_a_torn_line_pi_wrote_on_after_is_skipped_as_pi_skips_it(
         assert len(said) == 1 and "continued" in said[0], imported.notes
         repo.close()
     kept = JsonlSessionRepo(folder)  # pi's file in a folder store: listed and opened as is
+    caplog.clear()
     assert [item.id for item in kept.list().items] == [header["id"]]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f":{len(rows)}: skipped" in said for said in warned), warned
     opened = kept.open(header["id"])
     assert [e.to_json_dict() for e in opened.get_entries()] == theirs["entries"]
 

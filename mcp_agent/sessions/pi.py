@@ -370,7 +370,7 @@ def json_rows(
                 f" continued, as pi skips it: the entry written after the cut"
                 f" ({clip_long(str(lost['id']), 100)!r}) is lost with it"
             )
-            log.warning(message)
+            log.info(message)
             notes.append(message)
             continue
         if not isinstance(data, dict):
