@@ -314,6 +314,14 @@ NOT_VALID = "x.jsonl:42: line is not valid JSON"
             NOT_VALID,
         ),
         ('{"type":"custom","id":"ab12cd34","parentId":null} junk', NOT_VALID),
+        # Not a torn write a later one continued: junk before a whole entry, and a line cut
+        # off after a content block (a tool call has an id, but it is no entry).
+        ('junk{"type":"custom","id":"ab12cd34","parentId":null,"customType":"x"}\n', NOT_VALID),
+        (
+            '{"type":"message","id":"ab12cd34","parentId":null,"message":{"role":"assistant",'
+            '"content":[{"type":"toolCall","id":"c1","name":"bash","arguments":{}}\n',
+            NOT_VALID,
+        ),
     ],
 )
 def test_a_complete_line_that_is_not_a_json_object_fails_the_whole_import(
@@ -346,6 +354,67 @@ def run_pi(path: Path, leaves: list[str] | None = None) -> dict:
 def run_pi_many(files: list[tuple[Path, list[str] | None]]) -> list[dict]:
     """``run_pi`` of each of ``files`` (a path and its leaves, None for pi's own choice)."""
     return [run_pi(path, leaves) for path, leaves in files]
+
+
+def _cut(whole: bytes, where: str) -> bytes:
+    """``whole`` (a file ending in a line break) cut as a crash cuts it: inside its last
+    line's text, inside a character of several bytes, or just before its line break."""
+    if where == "before the line break":
+        return whole[:-1]
+    if where == "in a character":
+        return whole[: whole.rindex("\u00e9".encode()) + 1]
+    return whole[:-40]
+
+
+@needs_pi
+@pytest.mark.node
+@pytest.mark.parametrize("where", ["in a string", "in a character", "before the line break"])
+def test_a_torn_line_pi_wrote_on_after_is_skipped_as_pi_skips_it(
+    where: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pi, resuming a file whose last line a crash cut off, appends its next entry right
+    after the cut: that line is the torn start of one entry and the whole of another. pi
+    skips the line (both entries with it) and reads the rest; we refused the whole file
+    ("line is not valid JSON"), so pi's session could be neither imported nor listed."""
+    header = json.loads((DATA / "v3.jsonl").read_text().splitlines()[0])
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    path = folder / f"{header['id']}.jsonl"
+    rows = [json.loads(line) for line in (DATA / "v3.jsonl").read_text().splitlines()]
+    last = rows[-1]
+    message = {"role": "user", "content": "caf\u00e9 \U0001f600 the end", "timestamp": 1}
+    stamp = last["timestamp"]
+    rows.append({"type": "message", "id": "ab12cd34", "parentId": last["id"], "timestamp": stamp})
+    rows[-1]["message"] = message
+    pis = [json.dumps(row, ensure_ascii=False, separators=(",", ":")) for row in rows]
+    whole = "".join(line + "\n" for line in pis).encode()  # as pi writes its lines
+    path.write_bytes(_cut(whole, where))
+    pi_script(DATA / "folders.mjs").ask({"command": "continue", "dir": str(path), "seed": None})
+    glued = path.read_bytes().split(b"\n")[len(rows) - 1]
+    assert b'{"type":"message","id":' in glued[1:] and glued.startswith(b'{"type":"message"')
+    theirs = run_pi(path)
+    assert len(theirs["entries"]) == len(rows) - 1  # the torn entry and pi's first are lost
+    expected = theirs["results"][0]["context"]
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        imported = repo.import_session(path)
+        ours = imported.session.build_context().to_json_dict()
+        ours.pop("activeToolNames", None)
+        assert ours == expected, type(repo).__name__
+        assert [e.to_json_dict() for e in imported.session.get_entries()] == theirs["entries"]
+        said = [note for note in imported.notes if f":{len(rows)}: skipped" in note]
+        assert len(said) == 1 and "continued" in said[0], imported.notes
+        repo.close()
+    kept = JsonlSessionRepo(folder)  # pi's file in a folder store: listed and opened as is
+    caplog.clear()
+    assert [item.id for item in kept.list().items] == [header["id"]]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f":{len(rows)}: skipped" in said for said in warned), warned
+    opened = kept.open(header["id"])
+    assert [e.to_json_dict() for e in opened.get_entries()] == theirs["entries"]
 
 
 def pi_prepares(path: Path, keep: int, leaves: list[str]) -> list[dict[str, Any] | None]:

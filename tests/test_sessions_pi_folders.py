@@ -458,7 +458,7 @@ def test_after_an_answer_a_repeat_is_no_longer_pis(tmp_path: Path) -> None:
     body = "".join(map(line, rows))
     with pytest.raises(SessionError) as error:
         parse_session_text(header + body + header + body)
-    assert "<session>:4: missing or invalid entry type" in error.value.message
+    assert "<session>:4: a session header after the first line" in error.value.message
 
 
 def test_sessions_list_of_a_folder_it_cannot_read_says_so(tmp_path: Path) -> None:

@@ -432,7 +432,14 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if not isinstance(data, Mapping):
         raise SessionError("invalid_entry", f"{where}: expected a JSON object")
     entry_type = data.get("type")
-    if not isinstance(entry_type, str) or entry_type == "session":
+    if entry_type == "session":
+        # pi's repeat of a file (the same header again) is skipped before this: another is not.
+        raise SessionError(
+            "invalid_entry",
+            f"{where}: a session header after the first line (a file holds one session, its"
+            " header first)",
+        )
+    if not isinstance(entry_type, str):
         raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
     own = _own_entry(data) if entry_type == "custom" else None

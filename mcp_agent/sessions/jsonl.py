@@ -197,8 +197,13 @@ def _reading(path: Path) -> Iterator[None]:
 def _parse(handle: IO[bytes], path: Path) -> tuple[ParsedSession, bool]:
     torn: list[int] = []
     name = str(path)
-    rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", [], torn)
-    return parse_rows(pi_repeats_skipped(rows), name, "corrupt"), bool(torn)
+    notes: list[str] = []
+    rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", notes, torn)
+    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
+    # What was skipped or replaced (a torn last line, said last, is said where it is loaded).
+    for note in notes[:-1] if torn else notes:
+        log.warning("%s", note)
+    return parsed, bool(torn)
 
 
 def _rewrite(path: Path, header: SessionHeader, entries: Sequence[SessionEntry]) -> tuple[int, int]:

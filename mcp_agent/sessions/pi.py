@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -228,7 +229,8 @@ def file_lines(handle: IO[bytes], name: str, code: str = "invalid_import") -> Li
     them (a ``\\r`` before it is JSON whitespace); a byte order mark at the start is left out. A
     byte that is not UTF-8 makes the whole file unreadable, wherever it is, but for a last
     line cut inside a character: a crash cuts at a byte, and that line is read up to the cut
-    (for ``json_rows`` to judge as torn)."""
+    (for ``json_rows`` to judge as torn), and a line that a crash cut inside a character and
+    a later write continued (``continued_tear``)."""
     number = 0
     offset = 0
     while True:
@@ -241,10 +243,15 @@ def file_lines(handle: IO[bytes], name: str, code: str = "invalid_import") -> Li
         try:
             text = raw.decode("utf-8")  # with its line break, as decoding the whole file sees it
         except UnicodeDecodeError as error:
-            if raw.endswith(b"\n") or error.end != len(raw) or error.reason != _CUT_CHARACTER:
-                detail = _decode_error(error, offset, number + 1)
-                raise SessionError(code, f"cannot read {name}: {detail}") from None
-            text = raw[: error.start].decode("utf-8")
+            if not raw.endswith(b"\n") and error.end == len(raw) and error.reason == _CUT_CHARACTER:
+                text = raw[: error.start].decode("utf-8")
+            else:
+                # A write cut inside a character that a later write went on after: its bytes
+                # kept as lone surrogates, in the part of the line that is skipped.
+                text = raw.decode("utf-8", "surrogateescape")
+                if continued_tear(text.rstrip("\n")) is None:
+                    detail = _decode_error(error, offset, number + 1)
+                    raise SessionError(code, f"cannot read {name}: {detail}") from None
         if offset == 0:
             text = text.removeprefix(BOM)
         offset += len(raw)
@@ -267,6 +274,60 @@ def _torn(line: str, error: ValueError) -> bool:
     except ValueError as cut:
         return cut_off_json(start, cut)
     return False  # a whole line before the zeros: not the shape of a torn write
+
+
+# How each line pi writes begins: JSON.stringify of an entry, whose first key is its type.
+_ENTRY_START = '{"type":"'
+# The starts of entries tried in a line that does not parse, from its end, may parse this many
+# times the line's length in all (objects nested in objects are parsed again: a damaged line of
+# deeply nested entries' starts would cost its length squared): a line that costs more is damage.
+CONTINUED_WORK = 4
+# Bytes that were not UTF-8, as ``file_lines`` keeps them in a continued tear's line.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+_DECODER = json.JSONDecoder()
+
+
+def continued_tear(line: str) -> dict[str, Any] | None:
+    """The whole entry that ``line`` ends with when the line is a write a crash cut off that
+    a later write went on after, on the same line: pi, resuming a file whose last line was
+    torn, appends its next line right after the cut. pi skips such a line (JSON.parse fails),
+    the entry after the cut with it; so do we, saying so. None for any other line that does
+    not parse. The part before the entry is the start of a JSON text (or a whole object: a
+    write cut just before its line break)."""
+    end = len(line.rstrip())
+    start = end
+    budget = CONTINUED_WORK * len(line)
+    while True:
+        start = line.rfind(_ENTRY_START, 0, start)
+        if start <= 0:
+            return None
+        try:
+            finish = _DECODER.raw_decode(line, start)[1]
+        except json.JSONDecodeError as error:
+            finish = error.pos
+        except RecursionError:  # nested deeper than Python's decoder goes: damage
+            return None
+        budget -= finish - start
+        if finish == end or budget < 0:
+            break
+    if finish != end or budget < 0:
+        return None
+    tail = line[start:]
+    try:
+        entry = loads_json(tail, finite=False, lone_surrogates=True)
+    except ValueError:
+        return None
+    # An entry's keys (not a content block's: a tool call has an id, but no parent).
+    if not isinstance(entry, dict) or not {"id", "parentId"} <= entry.keys():
+        return None
+    if _NOT_UTF8.search(tail):
+        return None
+    head = line[:start]
+    try:
+        whole = loads_json(head, finite=False, lone_surrogates=True)
+    except ValueError as error:
+        return entry if _torn(head, error) else None
+    return entry if isinstance(whole, dict) else None
 
 
 def json_rows(
@@ -294,13 +355,23 @@ def json_rows(
             # Numbers too large for a float become null, as pi's JSON.parse and stringify do.
             data = loads_json(line, finite=False, lone_surrogates=True)
         except ValueError as error:
-            if ended or not _torn(line, error):
+            if not ended and _torn(line, error):
+                held = (number, error)
+                continue
+            lost = continued_tear(line)
+            if lost is None:
                 for _ in lines:
                     pass
                 raise SessionError(
                     code, f"{source}:{number}: line is not valid JSON ({error})"
                 ) from None
-            held = (number, error)
+            message = (
+                f"{source}:{number}: skipped a line that a crash cut off and a later write"
+                f" continued, as pi skips it: the entry written after the cut"
+                f" ({clip_long(str(lost['id']), 100)!r}) is lost with it"
+            )
+            log.info(message)
+            notes.append(message)
             continue
         if not isinstance(data, dict):
             for _ in lines:
