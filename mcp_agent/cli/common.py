@@ -523,6 +523,19 @@ def _unopened(
     return why if given else f"{why}; pass --db FILE|URL or set {DB_ENV}"
 
 
+def refuse_read_only(repo: SessionRepo) -> None:
+    """Exit, having tried nothing, when ``repo`` is a SQLite file this process cannot write:
+    each of the many sessions an import or a copy writes would be refused alike."""
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    if isinstance(repo, SqliteSessionRepo):
+        try:
+            repo.database.check_writable()
+        except SessionError as error:
+            die(error.message)
+
+
 def check_database(db: str | Path | None) -> None:
     """Exit with a one-line message when the session database cannot be opened (a folder, a
     file that is not a database, a place that cannot be written). A run, a chat and the
