@@ -337,3 +337,64 @@ def test_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
     finally:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(shared.parent / f"{shared.name}-tmp", ignore_errors=True)
+
+
+def test_run_chat_and_serve_refuse_a_read_only_database_saying_why(
+    folder: Path, private_tmp: Path
+) -> None:
+    sessions_db(folder)
+    before = files(folder)
+    db = str(folder / "s.db")
+    said = run_read_only(
+        folder,
+        command("run", "hi", "--db", db)
+        + command("chat", "--db", db)
+        + command("serve", "--db", db),
+        env_for(private_tmp),
+    )
+    assert "Traceback" not in said, said
+    for out, code in outputs(said):
+        assert code == 2, said
+        assert out.strip() == (
+            f"mcp-agent-sessions: the session database {db} is read-only (the file system"
+            f" holding {folder} is mounted read-only): runs, chats and the server write to it;"
+            " `sessions list` (and its --search), `show`, `tree` and `export` read it as it is"
+        )
+    assert files(folder) == before
+
+
+def test_serve_refuses_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
+    """The file may be written, its folder may not: SQLite could not make its -wal and -shm
+    there, and every run would fail once the server had started."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become another user")
+    shared = Path(tempfile.mkdtemp(prefix="ro-test-"))  # where user nobody may look
+    tmp = shared.parent / f"{shared.name}-tmp"
+    try:
+        shared.chmod(0o755)
+        sessions_db(shared)
+        (shared / "s.db").chmod(0o666)
+        env = {**env_for(tmp), "PYTHONPATH": str(Path(__file__).parent.parent), "HOME": str(tmp)}
+        tmp.chmod(0o777)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        db = str(shared / "s.db")
+        done = [
+            subprocess.run(
+                [*nobody, *PROG, *args, "--db", db],
+                capture_output=True,
+                text=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                timeout=120,
+            )
+            for args in (["serve"], ["run", "hi"])
+        ]
+        for each in done:
+            assert each.returncode == 2, each.stdout + each.stderr
+            assert (
+                f"{db} is read-only (this user may not write in the folder {shared}, where"
+                " SQLite keeps the -wal and -shm files of a database it writes): runs, chats"
+            ) in each.stderr, each.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)

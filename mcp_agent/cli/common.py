@@ -540,13 +540,13 @@ def check_database(db: str | Path | None) -> None:
     """Exit with a one-line message when the session database cannot be opened (a folder, a
     file that is not a database, a place that cannot be written). A run, a chat and the
     server write to it (sessions, leases), so a read-only file is refused too."""
-    import os
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
     location = database_location(db)
     why: str | None = None  # why it is read-only ("": no more to say)
     with opened_repo(db) as repo:
-        if isinstance(location, Path):
-            why = None if os.access(location, os.W_OK) else ""
+        if isinstance(repo, SqliteSessionRepo):  # the file, its folder or its mount
+            why = repo.database.read_only
         else:  # PostgreSQL: a standby, default_transaction_read_only, a role that only reads
             from mcp_agent.sessions.postgres import PostgresSessionRepo
 
@@ -557,7 +557,8 @@ def check_database(db: str | Path | None) -> None:
         detail = f" ({why})" if why else ""
         die(
             f"the session database {where} is read-only{detail}: runs, chats and the server"
-            " write to it; `sessions list`, `show`, `tree` and `export` read it as it is"
+            " write to it; `sessions list` (and its --search), `show`, `tree` and `export`"
+            " read it as it is"
         )
 
 
