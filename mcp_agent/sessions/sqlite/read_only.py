@@ -5,15 +5,17 @@ SQLite in WAL mode reads through the ``-shm`` file beside the database, and a pl
 connection creates it (and ``-wal``) when they are not there: in a folder that cannot be
 written, it cannot open the database at all. How it is opened instead:
 
-- no ``-shm`` and no ``-wal`` with anything in it: ``immutable=1``, which reads the file alone
-  and creates nothing. Nothing has the database open (a connection keeps ``-shm`` while it
-  is open), so the file holds every committed write;
-- a ``-shm`` there (another process may be writing, or one stopped without cleaning up), or
-  one SQLite may create (the folder can be written): ``mode=ro``, which reads what the
-  ``-wal`` holds as well, as SQLite has done for read-only files since 3.22;
-- a ``-wal`` with writes in it but no ``-shm``, in a folder that cannot be written: SQLite
-  cannot read the ``-wal`` there, and ``immutable=1`` would leave out its writes without a
-  word, so the two files are copied to a private folder and read there (``PrivateCopy``).
+- a ``-wal`` and a ``-shm`` there (another process may be writing, or one stopped without
+  cleaning up): ``mode=ro``, which reads what the ``-wal`` holds as well (as SQLite does for
+  read-only files since 3.22), and creates nothing, as both are there;
+- no ``-wal`` with anything in it, and not both files: ``immutable=1``, which reads the file
+  alone and creates nothing. Nothing has the database open (a connection keeps both files
+  while it is open), so the file holds every committed write. (``mode=ro`` would create the
+  one missing where the folder can be written, and leave it there);
+- a ``-wal`` with writes in it but no ``-shm``: SQLite reads the ``-wal`` only through a
+  ``-shm``, which it cannot create in a folder that cannot be written, and ``immutable=1``
+  would leave out its writes without a word, so the two files are copied to a private folder
+  and read there (``PrivateCopy``).
 
 A search also reads from a private copy when entries were appended since the file was last
 indexed (``SqliteDatabase.index_pending_text``): they are indexed in the copy, never in the
@@ -80,12 +82,10 @@ def read_only_uri(path: Path) -> str | None:
     """How to open the read-only database at ``path`` in place (see the module doc), or None
     when it can only be read from a private copy."""
     wal, shm = side_file(path, "wal"), side_file(path, "shm")
-    if shm.exists():
+    if wal.exists() and shm.exists():
         return _uri(path, "mode=ro")
     if not _has_writes(wal):
         return _uri(path, "immutable=1")
-    if os.access(path.parent, os.W_OK):
-        return _uri(path, "mode=ro")
     return None
 
 
