@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -413,3 +414,25 @@ def test_serve_refuses_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
     finally:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_read_only_database_of_an_older_schema_is_refused_saying_why(
+    folder: Path, private_tmp: Path
+) -> None:
+    """Bringing it up to date writes to it; read as it is, its sessions would read wrong."""
+    sessions_db(folder)
+    conn = sqlite3.connect(folder / "s.db")
+    conn.execute("PRAGMA user_version = 4")
+    conn.close()
+    before = files(folder)
+    db = str(folder / "s.db")
+    said = run_read_only(folder, command("sessions", "list", "--db", db), env_for(private_tmp))
+    ((out, code),) = outputs(said)
+    assert code == 2, said
+    assert out.strip() == (
+        f"mcp-agent-sessions: the session database {db} has schema version 4, older than this"
+        f" version's 5, and is read-only (the file system holding {folder} is mounted"
+        " read-only): it is brought up to date when first opened where it can be written; open"
+        " it so once (or a copy of it), then read it here"
+    )
+    assert files(folder) == before

@@ -511,7 +511,8 @@ def _unopened(
             " FOLDER` serves a folder of pi session files)"
         )
     why = getattr(error, "message", None) or str(error)
-    if isinstance(location, Path) and not os.access(location.parent, os.W_OK):
+    said = "is read-only" in why  # and why, already (sessions.sqlite.read_only)
+    if isinstance(location, Path) and not said and not os.access(location.parent, os.W_OK):
         why += (
             f" (the folder {location.parent} cannot be written, and SQLite writes its -wal and"
             " -shm files beside the database)"
