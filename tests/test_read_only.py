@@ -125,7 +125,7 @@ def listed(said: str) -> set[str]:
 
 @pytest.fixture
 def private_tmp(tmp_path: Path) -> Iterator[Path]:
-    tmp = tmp_path / "tmp"
+    tmp = tmp_path / "tmp #1?%"  # what a file: URI must quote
     yield tmp
     assert not tmp.exists() or not list(tmp.iterdir()), "a private copy was left behind"
 

@@ -40,7 +40,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.sqlite.read_only import PrivateCopy, read_only_reason, read_only_uri
+from mcp_agent.sessions.sqlite.read_only import (
+    PrivateCopy,
+    file_uri,
+    read_only_reason,
+    read_only_uri,
+)
 from mcp_agent.sessions.words import search_text
 
 T = TypeVar("T")
@@ -433,7 +438,7 @@ class SqliteDatabase:
                 self._copy = PrivateCopy.from_files(self.path)
             except (OSError, sqlite3.Error) as error:
                 raise storage_error(self.path, error) from error
-            uri = f"file:{self._copy.path}?mode=ro"
+            uri = file_uri(self._copy.path, "mode=ro")
         self._target = uri
 
     def _check_readable(self) -> None:
@@ -479,7 +484,7 @@ class SqliteDatabase:
             isolation_level=None,
             check_same_thread=False,
             factory=factory,
-            uri=self._target.startswith("file:"),
+            uri=self.read_only is not None,  # then a file: URI (read_only.file_uri)
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         return conn
@@ -798,7 +803,7 @@ class SqliteDatabase:
                 raise
             with self._readers_lock:
                 old, self._copy = self._copy, copy
-                self._target = f"file:{copy.path}?mode=ro"
+                self._target = file_uri(copy.path, "mode=ro")
                 self._generation += 1
                 idle, self._idle_readers = self._idle_readers, []
                 for each in idle:

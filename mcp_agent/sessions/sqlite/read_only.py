@@ -66,7 +66,7 @@ def read_only_reason(path: Path) -> str | None:
     )
 
 
-def _uri(path: Path, query: str) -> str:
+def file_uri(path: Path, query: str) -> str:
     # A file: URI, so that the query parameters are read; ?, # and % in the path are quoted.
     return f"file:{quote(str(path.absolute()))}?{query}"
 
@@ -83,9 +83,9 @@ def read_only_uri(path: Path) -> str | None:
     when it can only be read from a private copy."""
     wal, shm = side_file(path, "wal"), side_file(path, "shm")
     if wal.exists() and shm.exists():
-        return _uri(path, "mode=ro")
+        return file_uri(path, "mode=ro")
     if not _has_writes(wal):
-        return _uri(path, "immutable=1")
+        return file_uri(path, "immutable=1")
     return None
 
 
