@@ -511,7 +511,8 @@ def _unopened(
             " FOLDER` serves a folder of pi session files)"
         )
     why = getattr(error, "message", None) or str(error)
-    if isinstance(location, Path) and not os.access(location.parent, os.W_OK):
+    said = "is read-only" in why  # and why, already (sessions.sqlite.read_only)
+    if isinstance(location, Path) and not said and not os.access(location.parent, os.W_OK):
         why += (
             f" (the folder {location.parent} cannot be written, and SQLite writes its -wal and"
             " -shm files beside the database)"
@@ -523,17 +524,30 @@ def _unopened(
     return why if given else f"{why}; pass --db FILE|URL or set {DB_ENV}"
 
 
+def refuse_read_only(repo: SessionRepo) -> None:
+    """Exit, having tried nothing, when ``repo`` is a SQLite file this process cannot write:
+    each of the many sessions an import or a copy writes would be refused alike."""
+    from mcp_agent.sessions.errors import SessionError
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+    if isinstance(repo, SqliteSessionRepo):
+        try:
+            repo.database.check_writable()
+        except SessionError as error:
+            die(error.message)
+
+
 def check_database(db: str | Path | None) -> None:
     """Exit with a one-line message when the session database cannot be opened (a folder, a
     file that is not a database, a place that cannot be written). A run, a chat and the
     server write to it (sessions, leases), so a read-only file is refused too."""
-    import os
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
     location = database_location(db)
     why: str | None = None  # why it is read-only ("": no more to say)
     with opened_repo(db) as repo:
-        if isinstance(location, Path):
-            why = None if os.access(location, os.W_OK) else ""
+        if isinstance(repo, SqliteSessionRepo):  # the file, its folder or its mount
+            why = repo.database.read_only
         else:  # PostgreSQL: a standby, default_transaction_read_only, a role that only reads
             from mcp_agent.sessions.postgres import PostgresSessionRepo
 
@@ -544,7 +558,8 @@ def check_database(db: str | Path | None) -> None:
         detail = f" ({why})" if why else ""
         die(
             f"the session database {where} is read-only{detail}: runs, chats and the server"
-            " write to it; `sessions list`, `show`, `tree` and `export` read it as it is"
+            " write to it; `sessions list` (and its --search), `show`, `tree` and `export`"
+            " read it as it is"
         )
 
 

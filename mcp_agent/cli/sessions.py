@@ -37,6 +37,7 @@ from mcp_agent.cli.common import (
     out,
     plural,
     print_table,
+    refuse_read_only,
     say_error,
     stdin_is_tty,
     utf8_text,
@@ -326,6 +327,7 @@ def _import_each(
         opened_repo(db, folders=True, create=True) as repo,
         _progress(len(files), sum(sizes)) as advance,
     ):
+        refuse_read_only(repo)
         for path, size in zip(files, sizes, strict=True):
             if path in unreadable:
                 results.append({"file": str(path), "error": unreadable[path]})
@@ -411,6 +413,7 @@ def copy(
         opened_store(source, "--from", folders=True, create=False) as origin,
         opened_store(target, "--to", folders=True) as destination,
     ):
+        refuse_read_only(destination)
         try:
             ids = list(session_ids(origin))
         except SessionError as error:

@@ -40,6 +40,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.sqlite.read_only import (
+    PrivateCopy,
+    file_uri,
+    read_only_reason,
+    read_only_uri,
+)
 from mcp_agent.sessions.words import search_text
 
 T = TypeVar("T")
@@ -181,7 +187,7 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-def storage_error(path: Path, error: sqlite3.Error) -> SessionError:
+def storage_error(path: Path, error: sqlite3.Error | OSError) -> SessionError:
     """A database failure (disk full, read-only file, I/O error) as an error that says what
     happened; the transaction it broke was rolled back."""
     text = str(error)
@@ -334,6 +340,31 @@ _FTS_MARKS = (
 )
 
 
+def _last_pending(marks: tuple[int, int | None], target: int | None) -> int | None:
+    """The last entry position to index, up to ``target`` (None: the newest), or None."""
+    upto, newest = marks
+    last = newest if target is None or newest is None else min(newest, target)
+    return None if last is None or last <= upto else last
+
+
+def _index_batch(conn: sqlite3.Connection, target: int | None, step: int) -> bool:
+    """Index the next ``step`` entry positions not yet indexed, up to ``target``, inside the
+    caller's transaction (see ``SqliteDatabase.index_text_batch``); whether more remains."""
+    marks: tuple[int, int | None] = conn.execute(_FTS_MARKS).fetchone()
+    last = _last_pending(marks, target)
+    if last is None:
+        return False
+    upto = marks[0]
+    end = min(last, upto + step)
+    pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
+    conn.execute(f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, end))
+    conn.execute(
+        f"INSERT INTO fts_docs (n, session_id) SELECT n, session_id {pending}", (upto, end)
+    )
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (end,))
+    return end < last
+
+
 class SqliteDatabase:
     """A session database, shared by the sessions a repo opens.
 
@@ -370,6 +401,15 @@ class SqliteDatabase:
         self._writes: builtins.list[_Write] = []
         self._writes_lock = threading.Lock()
         self._leading = False  # a thread commits groups (see ``write``)
+        # Why this process cannot write the file (see read_only.py), or None.
+        self.read_only = None if self._shared else read_only_reason(self.path)
+        self._target = ":memory:" if self._shared else str(self.path)  # what connections open
+        self._copy: PrivateCopy | None = None  # a read-only file's private copy, if read there
+        self._generation = 0  # of _target: readers of an older one are closed, not kept
+        self._reader_generation: dict[sqlite3.Connection, int] = {}
+        self._copy_lock = threading.Lock()  # one thread makes the search's private copy
+        if self.read_only is not None:
+            self._open_read_only()
         self.conn: WriterConnection = cast(WriterConnection, self._connect(WriterConnection))
         self._sqlite_wait = busy_timeout  # how long SQLite itself waits for a lock on conn
         # The file the connection opened (see _commit); None in memory.
@@ -378,6 +418,9 @@ class SqliteDatabase:
             if not self._shared:
                 self._retry(lambda: refuse_foreign(self.conn, self.path))
                 self._identity = self._file_identity()
+            if self.read_only is not None:
+                self._check_readable()
+                return
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
             # Only a new file takes the write lock: opening must not wait for busy writers.
@@ -385,7 +428,47 @@ class SqliteDatabase:
                 self.write(lambda _conn: self._create_schema())
         except BaseException:
             self.conn.close()  # not a database, or not writable: do not leak the connection
+            if self._copy is not None:
+                self._copy.close()
             raise
+
+    def _open_read_only(self) -> None:
+        """Have connections open the read-only file without writing beside it (see
+        read_only.py): in place, or from a private copy when only that reads it whole."""
+        uri = read_only_uri(self.path)
+        if uri is None:
+            try:
+                self._copy = PrivateCopy.from_files(self.path)
+            except (OSError, sqlite3.Error) as error:
+                raise storage_error(self.path, error) from error
+            uri = file_uri(self._copy.path, "mode=ro")
+        self._target = uri
+
+    def _check_readable(self) -> None:
+        """A read-only database must be one of this version's: bringing an older one up to
+        date (or making a new one) writes to it."""
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:
+            what = (
+                "is not a session database yet"
+                if version == 0
+                else f"has schema version {version}, older than this version's {SCHEMA_VERSION}"
+            )
+            raise SessionError(
+                "storage",
+                f"the session database {self.path} {what}, and is read-only"
+                f" ({self.read_only}): it is brought up to date when first opened where it can"
+                " be written; open it so once (or a copy of it), then read it here",
+            )
+
+    def check_writable(self) -> None:
+        """Raise the error every write gets when the file cannot be written."""
+        if self.read_only is not None:
+            raise SessionError(
+                "storage",
+                f"the session database {self.path} is read-only ({self.read_only});"
+                " nothing was written",
+            )
 
     def _file_identity(self) -> tuple[int, int] | None:
         """The device and inode of the file now at ``path`` (None: no file there)."""
@@ -399,11 +482,12 @@ class SqliteDatabase:
         self, factory: type[sqlite3.Connection] = sqlite3.Connection
     ) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            ":memory:" if self._shared else str(self.path),
+            self._target,
             timeout=self.busy_timeout,
             isolation_level=None,
             check_same_thread=False,
             factory=factory,
+            uri=self.read_only is not None,  # then a file: URI (read_only.file_uri)
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         return conn
@@ -420,6 +504,7 @@ class SqliteDatabase:
                 raise storage_error(self.path, error) from error
             conn.execute("PRAGMA query_only = 1")
             self._reader_conns.append(conn)
+            self._reader_generation[conn] = self._generation
             return conn
 
     def record_own_writes(self) -> OwnWrites:
@@ -444,11 +529,13 @@ class SqliteDatabase:
 
     def _return_reader(self, conn: sqlite3.Connection) -> None:
         with self._readers_lock:
-            if not self._closed and len(self._idle_readers) < IDLE_READERS:
+            current = self._reader_generation.get(conn) == self._generation
+            if current and not self._closed and len(self._idle_readers) < IDLE_READERS:
                 self._idle_readers.append(conn)
                 return
             if conn in self._reader_conns:
                 self._reader_conns.remove(conn)
+            self._reader_generation.pop(conn, None)
         conn.close()
 
     def _retry(self, action: Callable[[], T]) -> T:
@@ -478,6 +565,7 @@ class SqliteDatabase:
         next transaction together, each in a savepoint of its own (one failing rolls back
         only itself), so a burst of appends costs one commit (one fsync at durability full),
         not one each. Each caller still returns only once its write is committed."""
+        self.check_writable()
         job = _Write(work)
         with self._writes_lock:
             lead = not self._leading
@@ -671,7 +759,11 @@ class SqliteDatabase:
 
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """
-        newest = self.read(_FTS_MARKS)[0][1]
+        upto, newest = self.read(_FTS_MARKS)[0]
+        if self.read_only is not None:
+            if newest is not None and newest > upto:
+                self._index_private_copy()
+            return
         # Up to the newest entry as the search found it: appends that keep coming while it
         # indexes are the next search's to index, not a reason to go on.
         while newest is not None and self.index_text_batch(newest, batch_rows):
@@ -682,33 +774,53 @@ class SqliteDatabase:
         (default ``FTS_BATCH_ROWS``) entry positions not yet indexed, none beyond ``target``
         (default: the newest entry). Returns whether more remains up to ``target``."""
         step = max(1, FTS_BATCH_ROWS if batch_rows is None else batch_rows)
-
-        def last_pending(marks: tuple[int, int | None]) -> int | None:
-            upto, newest = marks
-            last = newest if target is None or newest is None else min(newest, target)
-            return None if last is None or last <= upto else last
-
-        if last_pending(self.read(_FTS_MARKS)[0]) is None:  # nothing to do: no write lock
+        if self.read_only is not None:  # not the file's: a search indexes a private copy
             return False
+        if _last_pending(self.read(_FTS_MARKS)[0], target) is None:  # nothing to do: no lock
+            return False
+        return self.write(lambda conn: _index_batch(conn, target, step))
 
-        def work(conn: sqlite3.Connection) -> bool:
-            marks: tuple[int, int | None] = conn.execute(_FTS_MARKS).fetchone()
-            last = last_pending(marks)
-            if last is None:
-                return False
-            upto = marks[0]
-            end = min(last, upto + step)
-            pending = "FROM entries WHERE n > ? AND n <= ? AND text IS NOT NULL"
-            conn.execute(
-                f"INSERT INTO entries_fts (rowid, text) SELECT n, text {pending}", (upto, end)
-            )
-            conn.execute(
-                f"INSERT INTO fts_docs (n, session_id) SELECT n, session_id {pending}", (upto, end)
-            )
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'fts_indexed_upto'", (end,))
-            return end < last
-
-        return self.write(work)
+    def _index_private_copy(self) -> None:
+        """Have the reads of this read-only database go to a private copy whose full-text index
+        takes in the entries the file holds unindexed (see read_only.py): a search must find
+        them too, and the file is not this process's to write."""
+        with self._copy_lock:
+            reader = self._borrow_reader()
+            try:
+                if _last_pending(reader.execute(_FTS_MARKS).fetchone(), None) is None:
+                    return  # another thread made the copy meanwhile
+                try:
+                    copy = PrivateCopy.from_connection(self.path, reader)
+                except (OSError, sqlite3.Error) as error:
+                    raise storage_error(self.path, error) from error
+            finally:
+                self._return_reader(reader)
+            try:
+                conn = sqlite3.connect(copy.path, isolation_level=None)
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    _index_batch(conn, None, 1 << 62)
+                    conn.execute("COMMIT")
+                finally:
+                    conn.close()
+            except sqlite3.Error as error:
+                copy.close()
+                raise storage_error(self.path, error) from error
+            except BaseException:
+                copy.close()
+                raise
+            with self._readers_lock:
+                old, self._copy = self._copy, copy
+                self._target = file_uri(copy.path, "mode=ro")
+                self._generation += 1
+                idle, self._idle_readers = self._idle_readers, []
+                for each in idle:
+                    self._reader_conns.remove(each)
+                    self._reader_generation.pop(each, None)
+            for each in idle:
+                each.close()
+            if old is not None:  # unlinked: readers that still have it open read on
+                old.close()
 
     @staticmethod
     def delete_session_rows(conn: sqlite3.Connection, session_id: str) -> None:
@@ -741,3 +853,5 @@ class SqliteDatabase:
             self._idle_readers.clear()
         with self.lock:
             self.conn.close()
+        if self._copy is not None:
+            self._copy.close()
