@@ -20,6 +20,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server import MCPServer
+from mcp.types import TextContent
 from mcp_support import (  # noqa: F401  (client_fixture: the client fixture)
     TEST_AGENTS,
     agent_server,
@@ -1518,6 +1519,172 @@ def test_writes_queued_in_one_server_for_a_held_session_wait_one_lock_timeout(
         assert len(row_waits) in (1, 2) and len(row_waits) + len(turn_waits) == 3, said
         assert all(s.endswith("nothing was written, try again") for s in turn_waits)
         assert repo.open(session_id).get_entries()[-1].type == "session_info"
+
+
+# As many as the server has worker threads (db_threads): eight clients took them all; one
+# client, as here, the line of its own it has (all but one).
+HELD_WRITERS = 8
+
+
+@contextmanager
+def held_session_server(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch, lock_timeout: float
+) -> Iterator[tuple[MCPServer, list[Any]]]:
+    """A server over ``postgres_url`` whose database waits ``lock_timeout`` s for a lock, and
+    the RunManager it makes (in the list, once a client has started it); a holder that does
+    nothing is not taken for stuck (row_lock), as a long statement would not be."""
+    import functools
+
+    from mcp_agent.runtime import application
+    from mcp_agent.sessions import postgres
+    from mcp_agent.sessions.postgres import row_lock
+
+    managers: list[Any] = []
+
+    class Seen(application.RunManager):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            managers.append(self)
+
+    monkeypatch.setattr(row_lock, "LOCK_TURN_S", 600.0)
+    monkeypatch.setattr(
+        postgres,
+        "PostgresSessionRepo",
+        functools.partial(postgres.PostgresSessionRepo, lock_timeout=lock_timeout),
+    )
+    monkeypatch.setattr(application, "RunManager", Seen)
+    yield make_server(tmp_path, db_url=postgres_url), managers
+
+
+def stored_texts(postgres_url: str, session_id: str) -> list[str]:
+    with psycopg_connect(postgres_url) as db:
+        rows = db.execute(
+            "SELECT data FROM entries WHERE session_id = %s AND type = 'message' ORDER BY seq",
+            [session_id],
+        ).fetchall()
+    texts = []
+    for (data,) in rows:
+        content = json.loads(data)["message"]["content"]
+        parts = [content] if isinstance(content, str) else [part["text"] for part in content]
+        texts.append("".join(parts))
+    return texts
+
+
+def psycopg_connect(url: str, **options: Any) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, **options)
+
+
+async def appends_queued(runs: Any, session_id: str, postgres_url: str) -> None:
+    """Until every held writer's call is under way in the server and one waits for the row."""
+    with psycopg_connect(postgres_url, autocommit=True) as look:
+        for _ in range(2000):  # bounded
+            [(waiting,)] = look.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchall()
+            if waiting and runs._writing.get(session_id) == HELD_WRITERS:
+                return
+            await anyio.sleep(0.01)
+    raise AssertionError("the appends never all waited")
+
+
+async def test_writes_waiting_for_a_held_session_hold_up_no_other_session(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a session's row held by another transaction (a psql session's SELECT … FOR UPDATE,
+    a replica stuck mid-transaction), eight appends to it through one server took every worker
+    thread the server had (or all of their clients' lines): the first waiting for the row,
+    the others for their turn behind it. Every read and write of every other session through
+    that server then waited too, up to the lock timeout (a minute). Queued writes now wait for their turn on the event loop:
+    only the held session's writes wait, and each that is answered as stored is stored."""
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = (await call(client, "session_create"))["id"]
+            other = (await call(client, "session_create"))["id"]
+            [runs] = managers
+            answers: dict[int, str] = {}
+
+            async def append_held(n: int) -> None:
+                result = await client.call_tool(
+                    "session_append", {"session_id": held, "entry": user(f"held {n}")}
+                )
+                answers[n] = narrow(result.content[0], TextContent).text if result.is_error else ""
+
+            answered_first: list[int] = []
+            other_done = anyio.Event()
+
+            async def use_other() -> None:
+                await call(client, "session_append", session_id=other, entry=user("other"))
+                await call(client, "session_get", session_id=other)
+                await call(client, "session_list")
+                answered_first.append(len(answers))
+                other_done.set()
+
+            with psycopg_connect(postgres_url) as holder:
+                holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [held])
+                async with anyio.create_task_group() as group:
+                    for n in range(HELD_WRITERS):
+                        group.start_soon(append_held, n)
+                    await appends_queued(runs, held, postgres_url)
+                    group.start_soon(use_other)
+                    # Bounded, well within the lock timeout: then the row goes, and every
+                    # write goes through.
+                    with anyio.move_on_after(15):
+                        await other_done.wait()
+                    holder.rollback()
+            assert answered_first == [0], (
+                "the other session's reads and writes waited for the held session's"
+                f" writers ({answered_first} of them answered first)"
+            )
+            assert all(not error for error in answers.values()), answers
+            stored = stored_texts(postgres_url, held)
+            assert sorted(stored) == sorted(f"held {n}" for n in range(HELD_WRITERS))
+            assert stored_texts(postgres_url, other) == ["other"]
+            assert not runs._writing  # nothing kept for the writes gone
+
+
+async def test_writes_queued_for_a_held_session_are_refused_after_a_lock_timeout(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes queued for a held session wait for their turn as long as the database waits for
+    the row (the lock timeout), then are told so; the one whose turn it is waits for the row
+    as long, then is told that. Nothing refused is written, and the session takes writes once
+    the row is free."""
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=2) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = (await call(client, "session_create"))["id"]
+            [runs] = managers
+            said: list[str] = []
+
+            async def append_held(n: int) -> None:
+                said.append(
+                    await call_error(
+                        client, "session_append", session_id=held, entry=user(f"held {n}")
+                    )
+                )
+
+            with psycopg_connect(postgres_url) as holder:
+                holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [held])
+                async with anyio.create_task_group() as group:
+                    for n in range(HELD_WRITERS):
+                        group.start_soon(append_held, n)
+                    await appends_queued(runs, held, postgres_url)
+                holder.rollback()
+            row_waits = [s for s in said if "stayed locked by another transaction for 2 s" in s]
+            turn_waits = [s for s in said if "another write to it here has waited 2 s" in s]
+            assert row_waits and len(row_waits) + len(turn_waits) == HELD_WRITERS, said
+            assert all("nothing was written, try again" in s for s in said), said
+            assert stored_texts(postgres_url, held) == []
+            await call(client, "session_append", session_id=held, entry=user("free"))
+            assert stored_texts(postgres_url, held) == ["free"]
 
 
 def test_a_frozen_holder_of_a_session_is_said_within_a_turn_of_the_wait(

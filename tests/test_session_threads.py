@@ -9,6 +9,7 @@ import functools
 import gc
 import os
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,34 @@ def test_an_open_during_a_jsonl_append_neither_breaks_it_nor_loses_it(
     monkeypatch.setattr(os, "fsync", fsync)
     assert [e.id for e in JsonlSessionRepo(tmp_path).open(session_id).get_entries()] == [entry_id]
     assert repo.open(session_id).get_entry(entry_id) is not None
+
+
+def test_a_write_that_waited_for_its_turn_waits_only_the_rest_of_the_lock_wait(
+    tmp_path: Path,
+) -> None:
+    """A server's write waits for its turn among the session's writes on the event loop first
+    (runtime.write_turns), then for the storage's lock on its thread: the two waits together
+    are bounded by the lock wait (its deadline handed on), so a write is told within two lock
+    timeouts, the wait of the write ahead of it for the database included, not three."""
+    repo = SqliteSessionRepo(tmp_path / "s.db", busy_timeout=30, durability="normal")
+    session_id = repo.create().id
+    lock = repo.open(session_id)._lock  # the storage's, shared by every Session over it
+    held, refused = threading.Event(), threading.Event()
+
+    def write_ahead() -> None:  # as one waiting for the database would
+        with lock:
+            held.set()
+            refused.wait(10)  # bounded: then the lock goes
+
+    ahead = threading.Thread(target=write_ahead)
+    ahead.start()
+    held.wait(10)
+    token = session_module.TURN_DEADLINE.set(time.monotonic())  # its wait is over already
+    try:
+        with pytest.raises(SessionError, match="another write to it here has waited 30 s"):
+            repo.open(session_id).append_custom("step", 1)
+    finally:
+        session_module.TURN_DEADLINE.reset(token)
+        refused.set()
+        ahead.join()
+    assert repo.open(session_id).get_entries() == []

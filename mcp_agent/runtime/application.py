@@ -130,7 +130,16 @@ async def open_app(
                     settings.max_runs_per_client,
                     runs_that_fit(descriptor_limit()),
                 )
-                runs = RunManager(group, leases, offload=offload, limits=limits, board=board)
+                runs = RunManager(
+                    group,
+                    leases,
+                    offload=offload,
+                    limits=limits,
+                    board=board,
+                    # A tool's write to a session waits its turn behind the others here as
+                    # long as the one holding it may wait for the database.
+                    write_wait=getattr(repo, "lock_wait", None),
+                )
                 group.start_soon(runs.keep_leases)
                 group.start_soon(runs.keep_board)
                 search_index = SearchIndexer(repo, offload)

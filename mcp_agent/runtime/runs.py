@@ -8,8 +8,8 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -41,6 +41,7 @@ from mcp_agent.runtime.run_board import (
     quote,
     undelivered_note,
 )
+from mcp_agent.runtime.write_turns import WriteTurns
 from mcp_agent.sessions import Session, SessionError, Unreachable
 from mcp_agent.wire import one_line
 
@@ -235,6 +236,7 @@ class RunManager:
         offload: Offload = inline,
         limits: RunLimits | None = None,
         board: RunBoard | None = None,
+        write_wait: float | None = None,
     ) -> None:
         self._task_group = task_group
         self.leases = leases
@@ -257,6 +259,8 @@ class RunManager:
         # Tools writing to a session right now (an append on a worker thread): no run starts
         # there meanwhile.
         self._writing: dict[str, int] = {}
+        # Their turns at each session, waited for on the event loop up to ``write_wait``.
+        self._write_turns = WriteTurns(write_wait)
         self._running_by_client: dict[object, int] = {}
         # Said once when they start failing and once when they work again (the database's
         # own outage is said by the database), not at each round.
@@ -329,14 +333,16 @@ class RunManager:
             del self._held[session_id]
             await self._release(session_id)
 
-    @contextmanager
-    def writing(self, session_id: str) -> Iterator[None]:
+    @asynccontextmanager
+    async def writing(self, session_id: str) -> AsyncIterator[None]:
         """A tool writes to ``session_id`` (on a worker thread): refuse if a run or a holder
-        works on it here, and keep new runs out until the write is done."""
+        works on it here, keep new runs out until the write is done, and wait for the turn
+        of the session's other writes here first (``write_turns``: without a thread)."""
         self.ensure_idle_here(session_id)
         self._writing[session_id] = self._writing.get(session_id, 0) + 1
         try:
-            yield
+            async with self._write_turns.turn(session_id):
+                yield
         finally:
             left = self._writing[session_id] - 1
             if left:

@@ -375,8 +375,9 @@ def register(server: MCPServer) -> None:
             state.runs.ensure_idle(session_id)
             state.repo.delete(session_id)
 
-        with tool_errors(), state.runs.writing(session_id):
-            await state.offload(delete)
+        with tool_errors():
+            async with state.runs.writing(session_id):
+                await state.offload(delete)
         state.session_deleted(session_id)
         return DeleteResult(session_id=session_id, deleted=True)
 
@@ -398,8 +399,9 @@ def register(server: MCPServer) -> None:
         entry's id."""
         state = app_state(ctx)
         partial = entry.to_partial()
-        with tool_errors(), state.runs.writing(session_id):
-            entry_id = await state.offload(lambda: state.repo.append_entry(session_id, partial))
+        with tool_errors():
+            async with state.runs.writing(session_id):
+                entry_id = await state.offload(lambda: state.repo.append_entry(session_id, partial))
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
@@ -456,7 +458,7 @@ def register(server: MCPServer) -> None:
                     )
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
-                with state.runs.writing(session_id):
+                async with state.runs.writing(session_id):
                     branch_summary_id, leaf_id = await state.offload(move)
         return MoveResult(
             session_id=session_id,

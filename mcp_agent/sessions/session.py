@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +66,26 @@ _NOT_APPENDABLE = {
 
 # Called after each entry is stored, with the session id and the stored entry.
 SessionListener = Callable[[str, SessionEntry], None]
+
+
+# When a write of this context must have had its turn (``time.monotonic()``): set by a caller
+# that had it wait for its turn before (runtime.write_turns), so that both waits together are
+# bounded by the storage's lock wait. None: the lock wait from now.
+TURN_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "mcp_agent_turn_deadline", default=None
+)
+
+
+def turn_refused(session_id: str, wait: float | None) -> SessionError:
+    """A write that waited ``wait`` seconds for its turn behind another write to the session in
+    this process, which waits for the database meanwhile."""
+    waited = "" if wait is None else f" {wait:g} s"
+    return SessionError(
+        "busy",
+        f"session {session_id} is busy: another write to it here has waited{waited}"
+        " for the database (its row held by another transaction); nothing was written,"
+        " try again",
+    )
 
 
 class Unread(enum.Enum):
@@ -157,13 +179,12 @@ class Session:
         # row held by another transaction), so writers queued here waited one such wait after
         # another, and each held a worker thread meanwhile.
         wait: float | None = getattr(self.storage, "lock_wait", None)
-        if not self._lock.acquire(timeout=-1 if wait is None else wait):
-            raise SessionError(
-                "busy",
-                f"session {self.id} is busy: another write to it here has waited {wait:g} s"
-                " for the database (its row held by another transaction); nothing was written,"
-                " try again",
-            )
+        timeout = -1 if wait is None else wait
+        deadline = TURN_DEADLINE.get()
+        if wait is not None and deadline is not None:
+            timeout = max(0.0, min(wait, deadline - time.monotonic()))
+        if not self._lock.acquire(timeout=timeout):
+            raise turn_refused(self.id, wait)
         try:
             for attempt in range(_ID_ATTEMPTS):
                 base = {

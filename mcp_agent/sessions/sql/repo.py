@@ -128,6 +128,11 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         self._opened: OrderedDict[str, S] = OrderedDict()
         self._opened_lock = threading.Lock()
 
+    @property
+    def lock_wait(self) -> float:
+        """How long a write waits for a lock another transaction holds (seconds)."""
+        return self.database.lock_wait
+
     # --- what a backend says ------------------------------------------------------------------
 
     def word_condition(self, param: str) -> str:
