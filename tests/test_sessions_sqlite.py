@@ -366,6 +366,85 @@ def test_a_listing_parses_no_header_it_parsed_before(
         repo.close()
 
 
+def test_a_listing_searches_again_only_the_sessions_changed_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listing with a query found each listed session's first hits in the whole text index,
+    # parsed their entries and cut their snippets at every call, though a session's hits are
+    # the same while its row is: about half of the listing's CPU under load. What it shows
+    # is still what a repo that kept nothing finds: after an append, a leaf moved back, a
+    # session deleted and made again under the same id by another process, and an append the
+    # text index did not hold yet when the hits were found.
+    from mcp_agent.sessions.sql.repo import SqlSessionRepo
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    other = SqliteSessionRepo(tmp_path / "s.db")  # another process
+    searched: list[str] = []
+    first_hits = SqlSessionRepo._first_hits
+
+    def counted(self: Any, session_ids: Any, words: Any, limit: int) -> Any:
+        if self is repo:
+            searched.extend(session_ids)
+        return first_hits(self, session_ids, words, limit)
+
+    monkeypatch.setattr(SqlSessionRepo, "_first_hits", counted)
+
+    def shown(found: dict[str, Any]) -> dict[str, Any]:
+        return {
+            sid: (page.total, page.next_cursor, [hit.to_json_dict(["apple"]) for hit in page.hits])
+            for sid, page in found.items()
+        }
+
+    def listing() -> dict[str, Any]:
+        ids = [summary.id for summary in repo.list(query="apple").items]
+        found = shown(repo.search_sessions(ids, "apple"))
+        fresh = SqliteSessionRepo(tmp_path / "s.db")  # keeps nothing
+        try:
+            assert found == shown(fresh.search_sessions(ids, "apple"))
+        finally:
+            fresh.close()
+        return found
+
+    try:
+        sessions = [repo.create(name=f"s{n}") for n in range(4)]
+        made = {}
+        for session in sessions:
+            made[session.id] = [session.append_message(user(f"apple {k}")) for k in range(4)]
+        first = listing()
+        assert len(first) == 4 and all(total == 4 for total, _, _ in first.values())
+        searched.clear()
+        assert listing() == first
+        assert searched == []  # nothing changed: nothing searched again
+        a, b, c, d = sessions
+        a.append_message(user("apple pie"))
+        b.move_to(made[b.id][1])
+        listing()
+        assert sorted(searched) == sorted([a.id, b.id])
+        # Deleted and made again elsewhere, same id, other text: not the kept hits.
+        old = other.open(c.id)
+        source = tmp_path / "c.jsonl"
+        source.write_text(export_text(old.header, old.get_entries(), old.leaf_id))
+        source.write_text(source.read_text().replace("apple 3", "apple tart"))
+        other.delete(c.id)
+        other.import_jsonl(source)
+        searched.clear()
+        found = listing()
+        assert searched == [c.id]
+        assert "«apple» tart" in [hit["snippet"] for hit in found[c.id][2]]
+        # An append another process made after this search brought the index up to date: its
+        # hits are found without it, and not kept as the session's hits with it.
+        monkeypatch.setattr(SqliteSessionRepo, "before_search", lambda self: None)
+        other.open(d.id).append_message(user("apple crumble"))
+        ids = [summary.id for summary in repo.list(query="apple").items]
+        repo.search_sessions(ids, "apple")
+        monkeypatch.undo()
+        searched.clear()
+        assert "«apple» crumble" in [hit["snippet"] for hit in listing()[d.id][2]]
+    finally:
+        other.close()
+        repo.close()
+
+
 def test_listing_walks_the_modified_index(tmp_path: Path) -> None:
     repo = SqliteSessionRepo(tmp_path / "s.db")
     plan = repo.database.conn.execute(

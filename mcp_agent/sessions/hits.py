@@ -20,7 +20,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcp_agent.sessions.entries import MessageEntry, SessionEntry, entry_text
@@ -54,6 +54,11 @@ class EntryHit:
     place: int
     score: int
     on_branch: bool
+    # The JSON of the hit last given, and for which words: a hit kept for the next listing
+    # (``sql.repo.kept_hits``) cuts its snippet once.
+    _shown: tuple[tuple[str, ...], dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def role(self) -> str | None:
@@ -64,7 +69,10 @@ class EntryHit:
 
     def to_json_dict(self, words: list[str]) -> dict[str, Any]:
         """The hit as answers give it, its snippet shown for ``words`` (the search's)."""
-        return {
+        said = tuple(words)
+        if self._shown is not None and self._shown[0] == said:
+            return dict(self._shown[1])
+        shown = {
             "entryId": self.entry.id,
             "type": self.entry.type,
             "role": self.role,
@@ -73,6 +81,8 @@ class EntryHit:
             "onBranch": self.on_branch,
             "snippet": snippet(entry_text(self.entry), words),
         }
+        self._shown = (said, shown)
+        return dict(shown)
 
 
 @dataclass

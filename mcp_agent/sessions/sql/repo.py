@@ -24,6 +24,7 @@ from mcp_agent.sessions.hits import (
     parse_hit_cursor,
     search_tag,
 )
+from mcp_agent.sessions.kept import Kept
 from mcp_agent.sessions.pi import SessionStream
 from mcp_agent.sessions.repo import (
     BaseSessionRepo,
@@ -83,6 +84,25 @@ def _started_by(session_id: str, header: str) -> dict[str, str | None] | None:
 
 
 S = TypeVar("S", bound=SqlSessionStorage)
+
+# The first hits of the sessions a listing with a query showed, kept by repo, session, words
+# and limit for the next listing: a session's hits are the same for as long as its row's
+# incarnation, count of entries and leaf are (every change appends an entry; a hit's onBranch
+# is the leaf's branch), so only a session changed since is searched again. A listing of 20
+# sessions found each one's hits in the whole text index, parsed them and cut their snippets at
+# every call: about half of its CPU. Weighed by the stored JSON of the entries they hold.
+HITS_KEPT_BYTES = 8 * 2**20
+HITS_KEPT_PAGES = 4096
+_HIT_BYTES = 512  # what a kept hit costs besides its entry's JSON (its objects, its snippet)
+HitsState = tuple[str, int, str | None]  # incarnation, entry count, leaf
+kept_hits: Kept[tuple[str, tuple[str, ...], int], tuple[HitsState, HitPage, int]] = Kept(
+    HITS_KEPT_BYTES, HITS_KEPT_BYTES // 16, HITS_KEPT_PAGES, lambda kept: kept[2]
+)
+
+
+def _copy(page: HitPage) -> HitPage:
+    return HitPage(list(page.hits), page.total, page.next_cursor, page.tag)
+
 
 # Whether every entry of a session is on its current branch, from its row (in a query FROM
 # ``sessions``): its tree is one path (one leaf, no branch point) and its leaf is that path's
@@ -167,6 +187,10 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
 
     def before_search(self) -> None:
         """Called before a search reads the text index."""
+
+    # Whether the text index holds every entry, as a statement reads the database (a query's
+    # column): hits found while some are not in it yet are not kept.
+    indexed_sql = "1"
 
     def delete_rows(self, conn: Any, session_id: str) -> None:
         """Delete what the session's row does not take with it (inside the transaction)."""
@@ -353,10 +377,44 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         check_hits_limit(limit)
         self.before_search()
         found: dict[str, HitPage] = {}
-        for start in range(0, len(session_ids), SESSIONS_PER_SEARCH):
-            chunk = session_ids[start : start + SESSIONS_PER_SEARCH]
+        rest = self._kept_first_hits(session_ids, words, limit, found)
+        for start in range(0, len(rest), SESSIONS_PER_SEARCH):
+            chunk = rest[start : start + SESSIONS_PER_SEARCH]
             found.update(self._first_hits(chunk, words, limit))
         return found
+
+    def _kept_first_hits(
+        self,
+        session_ids: Sequence[str],
+        words: builtins.list[str],
+        limit: int,
+        found: dict[str, HitPage],
+    ) -> builtins.list[str]:
+        """Put in ``found`` the kept first hits (``kept_hits``) of each of ``session_ids``
+        whose row is as it was when they were found; returns the others."""
+        said = tuple(words)
+        kept = {}
+        for session_id in session_ids:
+            page = kept_hits.get(self, (session_id, said, limit))
+            if page is not None:
+                kept[session_id] = page
+        if not kept:
+            return builtins.list(session_ids)
+        params = {f"s{index}": sid for index, sid in enumerate(kept)}
+        marks = ", ".join(f":{name}" for name in params)
+        rows = self._read(
+            f"SELECT id, incarnation, entry_count, leaf FROM sessions WHERE id IN ({marks})",
+            params,
+        )
+        now = {session_id: tuple(state) for session_id, *state in rows}
+        rest = []
+        for session_id in session_ids:
+            page = kept.get(session_id)
+            if page is not None and now.get(session_id) == page[0]:
+                found[session_id] = _copy(page[1])
+            else:
+                rest.append(session_id)
+        return rest
 
     def _first_hits(
         self, session_ids: Sequence[str], words: builtins.list[str], limit: int
@@ -374,20 +432,23 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         # parent index per session is enough.
         rows = self._read(
             "SELECT t.session_id, t.place, t.score, t.total, e.id, e.type, e.data,"
-            " s.leaf, s.incarnation, s.whole FROM"
+            " s.leaf, s.incarnation, s.whole, s.entry_count, s.indexed FROM"
             " (SELECT session_id, place, score, row_number() OVER (PARTITION BY session_id"
             " ORDER BY score DESC, place DESC) AS rank, count(*) OVER (PARTITION BY"
             f" session_id) AS total FROM ({self.hits_sql(len(words), len(session_ids))}) h) t"
             f" JOIN entries e ON e.session_id = t.session_id AND e.{self.place_column} = t.place"
-            f" JOIN (SELECT id, leaf, incarnation, {_WHOLE_BRANCH} AS whole FROM sessions"
+            f" JOIN (SELECT id, leaf, incarnation, {_WHOLE_BRANCH} AS whole, entry_count,"
+            f" {self.indexed_sql} AS indexed FROM sessions"
             f" WHERE id IN ({marks}) LIMIT :sessions) s ON s.id = t.session_id"
             " WHERE t.rank <= :limit ORDER BY t.session_id, t.score DESC, t.place DESC",
             params,
         )
         found: dict[str, HitPage] = {}
+        states: dict[str, tuple[HitsState, bool]] = {}
+        weights: dict[str, int] = {}
         branch: Container[str] = _NO_ENTRY
         for session_id, place, score, total, entry_id, entry_type, data, *row in rows:
-            leaf, incarnation, whole = row
+            leaf, incarnation, whole, entry_count, indexed = row
             with self._opened_lock:
                 storage = self._opened.get(session_id)
             if storage is not None and storage.incarnation != incarnation:
@@ -398,15 +459,22 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
                 if not whole and storage is None:
                     storage = self._storage_if_there(session_id)
                 branch = _branch(storage, leaf, whole)
+                states[session_id] = ((incarnation, entry_count, leaf), bool(indexed))
+            weights[session_id] = weights.get(session_id, 0) + len(data) + _HIT_BYTES
             entry = (
                 parse_entry(session_id, entry_id, entry_type, data)
                 if storage is None
                 else storage.parse_stored(entry_id, entry_type, data)
             )
             page.hits.append(EntryHit(entry, place, score, entry_id in branch))
-        for page in found.values():
+        said = tuple(words)
+        for session_id, page in found.items():
             if page.total > len(page.hits):
                 page.next_cursor = page.cursor_after(len(page.hits))
+            state, indexed = states[session_id]
+            if indexed and state[0] is not None:  # a row of an old version has no incarnation
+                kept = (state, _copy(page), weights[session_id])
+                kept_hits.put(self, (session_id, said, limit), kept)
         return found
 
     def _storage_if_there(self, session_id: str) -> S | None:

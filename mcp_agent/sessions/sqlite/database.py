@@ -760,13 +760,14 @@ class SqliteDatabase:
         Invariant: ``entries_fts`` holds exactly the entries with ``n <= fts_indexed_upto``.
         """
         upto, newest = self.read(_FTS_MARKS)[0]
+        if newest is None or newest <= upto:
+            return  # nothing to index (every search asked this twice, in two statements)
         if self.read_only is not None:
-            if newest is not None and newest > upto:
-                self._index_private_copy()
+            self._index_private_copy()
             return
         # Up to the newest entry as the search found it: appends that keep coming while it
         # indexes are the next search's to index, not a reason to go on.
-        while newest is not None and self.index_text_batch(newest, batch_rows):
+        while self.index_text_batch(newest, batch_rows):
             pass
 
     def index_text_batch(self, target: int | None = None, batch_rows: int | None = None) -> bool:

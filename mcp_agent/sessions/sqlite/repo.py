@@ -97,6 +97,12 @@ class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
     def matched_sql(self, words: int, sessions: int) -> str:
         return _matched(sessions)
 
+    # An append committed after the search indexed the text is not in the index yet.
+    indexed_sql = (
+        "(SELECT value FROM meta WHERE key = 'fts_indexed_upto')"
+        " >= coalesce((SELECT max(n) FROM entries), 0)"
+    )
+
     def before_search(self) -> None:
         self.database.index_pending_text()
 
