@@ -537,3 +537,24 @@ async def test_an_import_whose_entry_ids_are_absurdly_long_is_refused(
     async with Client(server) as client:
         text = "".join(json.dumps(row) + "\n" for row in (header, fits))
         await call(client, "session_import", jsonl=text)
+
+
+async def test_an_exported_line_past_every_answer_names_the_read_that_shows_it_cut(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """session_get's and session_context's stubs of an entry past what one answer holds name
+    session_get with its entry_id and limit 1 (it cut to fit, the one way an MCP client has to
+    see it), but session_export's stub of its line named only the command line's export."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        big = _user("x" * 100_000)
+        entry_id = (await call(client, "session_append", session_id=sid, entry=big))["entryId"]
+        monkeypatch.setattr(paging, "WHOLE_MAX", 50_000)
+        page = await bounded(client, "session_export", session_id=sid, cursor="from:1")
+        assert page["jsonl"] == "" and page["nextCursor"] is None
+        omitted = page["omitted"]
+        assert f"line 2 (entry {entry_id}, " in omitted, omitted
+        assert f"session_get with entry_id {entry_id!r} and limit 1" in omitted, omitted
+        assert f"`mcp-agent-sessions sessions export {sid} -o FILE`" in omitted, omitted
+        stub = (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"]
+        assert stub.split("holds, so ", 1)[1] in omitted, (stub, omitted)

@@ -620,7 +620,11 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
         return f"line 1 (the header, {size}) is too large for a page: {whole}"
     data = json.loads(line)
     if not fits_whole(json_size(line)):  # then neither the entry nor the file is one answer
-        return f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer: {written}"
+        # Said as the other stubs of the entry say it: session_get shows it cut.
+        return (
+            f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer:"
+            f" {too_large_entry(session_id, data)}"
+        )
     return (
         f"line {index + 1} (entry {data.get('id')}, {size}) is too large for a page:"
         f" {entry_whole(session_id, data)}; {whole}"
