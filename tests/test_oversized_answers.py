@@ -558,3 +558,41 @@ async def test_an_exported_line_past_every_answer_names_the_read_that_shows_it_c
         assert f"`mcp-agent-sessions sessions export {sid} -o FILE`" in omitted, omitted
         stub = (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"]
         assert stub.split("holds, so ", 1)[1] in omitted, (stub, omitted)
+
+
+async def test_a_resource_of_deeply_nested_entries_is_bounded_as_its_tool_page(
+    server: MCPServer,
+) -> None:
+    """A resource's page is chosen by the bytes of its entries as stored (compact JSON), and
+    was sent indented (two spaces a level, a line each): three assistant messages of 150 small
+    tool calls each made session://{id} 204 KB and …/context 184 KB, five times the 38 KB of
+    session_get's text for the same page, past what a host gives a model."""
+    calls = [
+        {
+            "type": "toolCall",
+            "id": f"c{n}",
+            "name": "f",
+            "arguments": {"a": [1, [2, [3, {"b": 4}]]]},
+        }
+        for n in range(150)
+    ]
+    entry = {"type": "message", "message": {"role": "assistant", "content": calls}}
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(30):
+            await call(
+                client,
+                "session_append",
+                session_id=sid,
+                entry={"type": "pi", "json": json.dumps(entry)},
+            )
+        for uri in (f"session://{sid}", f"session://{sid}/context", f"session://{sid}/tree"):
+            text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+            assert len(text.encode()) < ANSWER_LIMIT, (uri, len(text.encode()))
+            data = json.loads(text)
+            assert data["truncated"] is (not uri.endswith("/tree")), uri
+            assert text == json.dumps(data, ensure_ascii=False, separators=(",", ":")), uri
+        entry_id = (await call(client, "session_get", session_id=sid, limit=1))["entries"][0]["id"]
+        uri = f"session://{sid}/entries/{entry_id}"
+        text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+        assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))

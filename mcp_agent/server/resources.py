@@ -45,7 +45,9 @@ LISTED_NAME_CHARS = 200
 
 
 def _dump(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    # Compact, as the tools' text: a page is chosen by its entries' bytes as stored, and
+    # indented (two spaces a level, a line each) a page of nested content was five times that.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def _bounded_header(session: Session) -> dict[str, Any]:

@@ -111,8 +111,8 @@ def entry_uri(session_id: str, entry_id: str) -> str:
 
 
 def entry_text(data: dict[str, Any]) -> str:
-    """One entry as its resource gives it whole."""
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    """One entry as its resource gives it whole: compact JSON, as every answer's text."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def entry_size(text: str) -> int:
