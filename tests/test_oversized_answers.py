@@ -477,6 +477,10 @@ def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     kept = [item["n"] for item in newest_first["sessions"]]
     assert kept == list(range(len(kept))) and 0 < len(kept) < 20
     assert f"the {20 - len(kept)} oldest of the 20 sessions" in newest_first["textNote"]
+    # The outline view's list is named for its rows (it said "of the 20 outline").
+    outline = json.loads(shortened("{}", {"outline": items}, size))
+    left = 20 - len(outline["outline"])
+    assert f"the {left} oldest of the 20 outline rows" in outline["textNote"]
 
 
 async def test_a_text_asked_for_whole_is_bounded_in_bytes_in_any_script(

@@ -106,6 +106,10 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
     return "".join(parts) + "}"
 
 
+# What a list's items are called where its name is no plural noun.
+LIST_NOUNS = {"outline": "outline rows"}
+
+
 def shortened(
     head: str,
     lists: dict[str, list[str]],
@@ -136,7 +140,8 @@ def shortened(
         kept[name] = items[:count] if first else items[len(items) - count :]
         if count < len(items):
             which = "newest" if forward else "oldest"
-            missing.append(f"the {len(items) - count:,} {which} of the {len(items):,} {name}")
+            noun = LIST_NOUNS.get(name, name)
+            missing.append(f"the {len(items) - count:,} {which} of the {len(items):,} {noun}")
     fields["textNote"] = (
         f"This text stops at about {TEXT_BYTES // 1024} KB and the answer has {size:,}"
         f" bytes: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
