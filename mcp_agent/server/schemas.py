@@ -306,6 +306,11 @@ OUTLINE_NODE = (
 
 
 class SessionView(Page):
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as cursor for the next page: the older one (with from_entry_id, the"
+        " one after); null: no more",
+    )
     session: SessionInfo
     view: Literal["branch", "tree", "entries", "outline"]
     leaf_id: str | None
