@@ -600,3 +600,32 @@ async def test_a_resource_of_deeply_nested_entries_is_bounded_as_its_tool_page(
         uri = f"session://{sid}/entries/{entry_id}"
         text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
         assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+
+
+async def test_a_header_of_many_fields_of_its_own_reads_bounded_in_the_session_resource(
+    server: MCPServer,
+) -> None:
+    """A pi file's header may hold fields of its own, which the session keeps; each was cut to
+    4,096 characters in the session://{id} resource, but not their number: 500 of them made
+    it 2 MB. Past a bound together they are left out, saying how many and where they are."""
+    header: dict[str, Any] = {
+        "type": "session",
+        "version": 3,
+        "id": SID,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/x",
+        "small": 1,
+    }
+    header |= {f"extra{n:03d}": "e" * 4000 for n in range(500)}
+    entry = _pi("00000001", None, {"type": "message", "message": {"role": "user", "content": "hi"}})
+    async with Client(server) as client:
+        jsonl = "".join(json.dumps(line) + "\n" for line in (header, entry))
+        await call(client, "session_import", jsonl=jsonl)
+        text = (await client.read_resource(f"session://{SID}")).contents[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) < ANSWER_LIMIT, len(text.encode())
+        shown = json.loads(text)["header"]
+        assert shown["id"] == SID and shown["cwd"] == "/x" and shown["small"] == 1
+        kept = [key for key in shown if key.startswith("extra")]
+        assert kept == [f"extra{n:03d}" for n in range(len(kept))], kept
+        assert f"{500 - len(kept):,} more fields of the file's header" in shown["leftOut"]
+        assert f"line 1 of session://{SID}/export.jsonl has them" in shown["leftOut"]
