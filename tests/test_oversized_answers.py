@@ -629,3 +629,39 @@ async def test_a_header_of_many_fields_of_its_own_reads_bounded_in_the_session_r
         assert kept == [f"extra{n:03d}" for n in range(len(kept))], kept
         assert f"{500 - len(kept):,} more fields of the file's header" in shown["leftOut"]
         assert f"line 1 of session://{SID}/export.jsonl has them" in shown["leftOut"]
+
+
+async def test_a_context_whose_settings_are_absurdly_long_is_bounded_and_says_so(
+    server: MCPServer,
+) -> None:
+    """The model, thinking level and active tools of a context came whole in every page of
+    session_context and in session://{id}/context: a pi file's model id of a megabyte or
+    100,000 active tool names made a default answer's structured content 3 MB (its text
+    left the fields out). They are cut to a bound, and settingsCut says what is left out."""
+    when = "2026-01-01T00:00:01.000Z"
+    names = [f"tool{n}" for n in range(100_000)]
+    lines = [
+        {"type": "session", "version": 3, "id": SID, "timestamp": when, "cwd": "/x"},
+        _pi("m1", None, {"type": "model_change", "provider": "p", "modelId": "m" * MEGA}),
+        _pi("t1", "m1", {"type": "thinking_level_change", "thinkingLevel": "x" * MEGA}),
+        _pi("a1", "t1", {"type": "active_tools_change", "activeToolNames": names}),
+        _pi("u1", "a1", {"type": "message", "message": {"role": "user", "content": "hi"}}),
+    ]
+    async with Client(server) as client:
+        jsonl = "".join(json.dumps(line) + "\n" for line in lines)
+        await call(client, "session_import", jsonl=jsonl)
+        page = await bounded(client, "session_context", session_id=SID)
+        read = (await client.read_resource(f"session://{SID}/context")).contents[0].text  # type: ignore[union-attr]
+        assert len(read.encode()) < ANSWER_LIMIT, len(read.encode())
+        for shown in (page, json.loads(read)):
+            assert shown["model"]["provider"] == "p"
+            assert shown["model"]["modelId"].endswith(CUT), shown["model"]["modelId"][-80:]
+            assert shown["thinkingLevel"].endswith(CUT)
+            kept = shown["activeToolNames"]
+            assert 0 < len(kept) < len(names) and kept == names[: len(kept)]
+            cut = shown["settingsCut"]
+            assert f"{len(names) - len(kept):,} more of the 100,000 active tool names" in cut
+            assert "session_get" in cut, cut
+        whole = await call(client, "session_context", session_id=SID, limit=0)
+        assert whole["activeToolNames"] == names and whole["settingsCut"] is None
+        assert whole["model"]["modelId"] == "m" * MEGA

@@ -23,6 +23,7 @@ from mcp_agent.server.session_reads import (
     entries_page,
     entry_size,
     entry_text,
+    shown_settings,
     too_large_entry,
     tree_page,
     view_entries,
@@ -213,9 +214,17 @@ def register(server: MCPServer) -> None:
     async def session_context(session_id: str, ctx: Context) -> str:
         def render(session: Session) -> str:
             found = context_page(session, None, DEFAULT_LIMIT)
-            data = found.context.to_json_dict()
+            settings = shown_settings(found.context)
             page = found.page
-            data["messages"] = [json.loads(text) for text in found.messages]
+            data: dict[str, Any] = {
+                "messages": [json.loads(text) for text in found.messages],
+                "thinkingLevel": settings["thinking_level"],
+                "model": settings["model"],
+            }
+            if settings["active_tool_names"] is not None:
+                data["activeToolNames"] = settings["active_tool_names"]
+            if settings["settings_cut"] is not None:
+                data["settingsCut"] = settings["settings_cut"]
             data["total"] = page.total
             data["truncated"] = page.truncated
             data["more"] = (

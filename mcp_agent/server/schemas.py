@@ -362,6 +362,11 @@ class ContextResult(Page):
     thinking_level: str
     model: dict[str, str] | None
     active_tool_names: list[str] | None
+    settings_cut: str | None = Field(
+        default=None,
+        description="what of the thinking level, model and active tool names is too long to"
+        " show on a page, and where they are whole; null: nothing",
+    )
 
 
 class StatsResult(Wire):

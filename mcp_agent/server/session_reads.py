@@ -37,6 +37,7 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.context import SessionContext, stored_context
 from mcp_agent.sessions.entries import (
     SessionEntry,
+    clip_long,
     entry_to_json,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -414,6 +415,48 @@ class ContextPage:
     messages: list[str]
     page: PageOf
     context: SessionContext
+
+
+# A context's settings as a page shows them (a pi file may hold a model id of a megabyte, or
+# 100,000 active tool names, which made a page's structured content 3 MB): each text cut to
+# SETTING_CHARS, the tool names kept, in order, up to TOOL_NAMES_CHARS together.
+SETTING_CHARS = 256
+TOOL_NAMES_CHARS = 16_384
+
+
+def shown_settings(context: SessionContext, whole: bool = False) -> dict[str, Any]:
+    """The context's thinking level, model and active tool names as ``ContextResult``'s
+    fields, bounded unless asked for ``whole``, and ``settings_cut`` saying what a bound left
+    out and where it is whole (None: nothing)."""
+    level, model, names = context.thinking_level, context.model, context.active_tool_names
+    if whole:
+        return dict(thinking_level=level, model=model, active_tool_names=names, settings_cut=None)
+    cut: list[str] = []
+    if len(level) > SETTING_CHARS:
+        level = clip_long(level, SETTING_CHARS)
+        cut.append("the thinking level")
+    if model is not None and any(len(value) > SETTING_CHARS for value in model.values()):
+        model = {key: clip_long(value, SETTING_CHARS) for key, value in model.items()}
+        cut.append("the model")
+    if names is not None:
+        kept, room = [], TOOL_NAMES_CHARS
+        for name in names:
+            room -= len(name) + 3  # its quotes and comma
+            if room < 0:
+                break
+            kept.append(name)
+        if len(kept) < len(names):
+            cut.append(f"{len(names) - len(kept):,} more of the {len(names):,} active tool names")
+            names = kept
+    said = None
+    if cut:
+        said = (
+            f"cut here: {', '.join(cut)} (texts to {SETTING_CHARS} characters, tool names to"
+            f" {TOOL_NAMES_CHARS:,} characters in all); session_context with limit=0 has them"
+            " whole, as do the entries that set them (model_change, thinking_level_change,"
+            " active_tools_change) on session_get's branch"
+        )
+    return dict(thinking_level=level, model=model, active_tool_names=names, settings_cut=said)
 
 
 # The most entries at the end of a branch whose messages the walk of a first whole context

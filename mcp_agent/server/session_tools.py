@@ -56,6 +56,7 @@ from mcp_agent.server.session_reads import (
     kept_whole_context,
     outline_paged_as,
     outline_rows,
+    shown_settings,
     tree_page,
     view_entries,
     view_paged_as,
@@ -520,9 +521,7 @@ def register(server: MCPServer) -> None:
             answer = ContextResult(
                 session_id=session_id,
                 messages=[],
-                thinking_level=context.thinking_level,
-                model=context.model,
-                active_tool_names=context.active_tool_names,
+                **shown_settings(context, whole=most is None),  # limit=0: whole
                 total=page.total,
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,
