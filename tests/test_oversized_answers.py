@@ -665,3 +665,39 @@ async def test_a_context_whose_settings_are_absurdly_long_is_bounded_and_says_so
         whole = await call(client, "session_context", session_id=SID, limit=0)
         assert whole["activeToolNames"] == names and whole["settingsCut"] is None
         assert whole["model"]["modelId"] == "m" * MEGA
+
+
+async def test_a_parent_session_of_a_megabyte_reads_cut_in_every_summary(
+    server: MCPServer,
+) -> None:
+    """A pi file's header names its parent session by any text: one of a megabyte came whole
+    in the summary of every answer (session_get, the session:// resource) and in
+    session_list, whose page's text then held no session at all."""
+    parent = "p" * MEGA
+    lines = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": SID,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/x",
+            "parentSession": parent,
+            "metadata": {"startedBy": {"sessionId": parent, "runId": "r" * MEGA}},
+        },
+        _pi("u1", None, {"type": "message", "message": {"role": "user", "content": "hi"}}),
+    ]
+    async with Client(server) as client:
+        await call(client, "session_create", name="another")
+        jsonl = "".join(json.dumps(line) + "\n" for line in lines)
+        await call(client, "session_import", jsonl=jsonl)
+        page = await bounded(client, "session_get", session_id=SID)
+        listed = await bounded(client, "session_list")
+        text = (await client.read_resource(f"session://{SID}")).contents[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) < ANSWER_LIMIT, len(text.encode())
+        assert len(listed["sessions"]) == 2
+        for info in (page["session"], listed["sessions"][0], json.loads(text)["session"]):
+            assert info["id"] == SID
+            assert info["parentSession"] == "p" * 1000 + "… " + CUT, info["parentSession"][-60:]
+            if info["startedBy"] is not None:  # said by session_get and the resource
+                assert info["startedBy"]["sessionId"] == info["parentSession"]
+                assert info["startedBy"]["runId"] == "r" * 1000 + "… " + CUT
