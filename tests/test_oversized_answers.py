@@ -701,3 +701,24 @@ async def test_a_parent_session_of_a_megabyte_reads_cut_in_every_summary(
             if info["startedBy"] is not None:  # said by session_get and the resource
                 assert info["startedBy"]["sessionId"] == info["parentSession"]
                 assert info["startedBy"]["runId"] == "r" * 1000 + "… " + CUT
+
+
+async def test_an_import_whose_times_are_absurdly_long_is_refused(server: MCPServer) -> None:
+    """A time is in every answer that names its entry or session (a tree node, a search hit,
+    the session's created, session_stats's first and last): a pi file's timestamp of a
+    megabyte made a default page's structured content a megabyte, and session_stats's text
+    too. pi writes ISO times; an import refuses one past TIME_CHARS, saying where."""
+    from mcp_agent.sessions.entries import TIME_CHARS
+
+    when = "2026-01-01T00:00:00.000Z"
+    long = "t" * (TIME_CHARS + 1)
+    entry = _pi("e1", None, {"type": "custom", "customType": "x"})
+    for header_time, entry_time, line in ((long, when, 1), (when, long, 2)):
+        header = {"type": "session", "version": 3, "id": SID, "timestamp": header_time}
+        text = "".join(
+            json.dumps(row) + "\n" for row in (header, {**entry, "timestamp": entry_time})
+        )
+        async with Client(server) as client:
+            said = await call_error(client, "session_import", jsonl=text)
+            assert f"<jsonl>:{line}: timestamp of {TIME_CHARS + 1:,} characters" in said, said
+            assert (await call(client, "session_list"))["sessions"] == []
