@@ -477,6 +477,10 @@ def test_a_cut_text_keeps_the_newest_items_whichever_end_they_are_at() -> None:
     kept = [item["n"] for item in newest_first["sessions"]]
     assert kept == list(range(len(kept))) and 0 < len(kept) < 20
     assert f"the {20 - len(kept)} oldest of the 20 sessions" in newest_first["textNote"]
+    # The outline view's list is named for its rows (it said "of the 20 outline").
+    outline = json.loads(shortened("{}", {"outline": items}, size))
+    left = 20 - len(outline["outline"])
+    assert f"the {left} oldest of the 20 outline rows" in outline["textNote"]
 
 
 async def test_a_text_asked_for_whole_is_bounded_in_bytes_in_any_script(
@@ -537,3 +541,184 @@ async def test_an_import_whose_entry_ids_are_absurdly_long_is_refused(
     async with Client(server) as client:
         text = "".join(json.dumps(row) + "\n" for row in (header, fits))
         await call(client, "session_import", jsonl=text)
+
+
+async def test_an_exported_line_past_every_answer_names_the_read_that_shows_it_cut(
+    server: MCPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """session_get's and session_context's stubs of an entry past what one answer holds name
+    session_get with its entry_id and limit 1 (it cut to fit, the one way an MCP client has to
+    see it), but session_export's stub of its line named only the command line's export."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        big = _user("x" * 100_000)
+        entry_id = (await call(client, "session_append", session_id=sid, entry=big))["entryId"]
+        monkeypatch.setattr(paging, "WHOLE_MAX", 50_000)
+        page = await bounded(client, "session_export", session_id=sid, cursor="from:1")
+        assert page["jsonl"] == "" and page["nextCursor"] is None
+        omitted = page["omitted"]
+        assert f"line 2 (entry {entry_id}, " in omitted, omitted
+        assert f"session_get with entry_id {entry_id!r} and limit 1" in omitted, omitted
+        assert f"`mcp-agent-sessions sessions export {sid} -o FILE`" in omitted, omitted
+        stub = (await call(client, "session_get", session_id=sid))["entries"][-1]["omitted"]
+        assert stub.split("holds, so ", 1)[1] in omitted, (stub, omitted)
+
+
+async def test_a_resource_of_deeply_nested_entries_is_bounded_as_its_tool_page(
+    server: MCPServer,
+) -> None:
+    """A resource's page is chosen by the bytes of its entries as stored (compact JSON), and
+    was sent indented (two spaces a level, a line each): three assistant messages of 150 small
+    tool calls each made session://{id} 204 KB and …/context 184 KB, five times the 38 KB of
+    session_get's text for the same page, past what a host gives a model."""
+    calls = [
+        {
+            "type": "toolCall",
+            "id": f"c{n}",
+            "name": "f",
+            "arguments": {"a": [1, [2, [3, {"b": 4}]]]},
+        }
+        for n in range(150)
+    ]
+    entry = {"type": "message", "message": {"role": "assistant", "content": calls}}
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        for _ in range(30):
+            await call(
+                client,
+                "session_append",
+                session_id=sid,
+                entry={"type": "pi", "json": json.dumps(entry)},
+            )
+        for uri in (f"session://{sid}", f"session://{sid}/context", f"session://{sid}/tree"):
+            text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+            assert len(text.encode()) < ANSWER_LIMIT, (uri, len(text.encode()))
+            data = json.loads(text)
+            assert data["truncated"] is (not uri.endswith("/tree")), uri
+            assert text == json.dumps(data, ensure_ascii=False, separators=(",", ":")), uri
+        entry_id = (await call(client, "session_get", session_id=sid, limit=1))["entries"][0]["id"]
+        uri = f"session://{sid}/entries/{entry_id}"
+        text = (await client.read_resource(uri)).contents[0].text  # type: ignore[union-attr]
+        assert text == json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+
+
+async def test_a_header_of_many_fields_of_its_own_reads_bounded_in_the_session_resource(
+    server: MCPServer,
+) -> None:
+    """A pi file's header may hold fields of its own, which the session keeps; each was cut to
+    4,096 characters in the session://{id} resource, but not their number: 500 of them made
+    it 2 MB. Past a bound together they are left out, saying how many and where they are."""
+    header: dict[str, Any] = {
+        "type": "session",
+        "version": 3,
+        "id": SID,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/x",
+        "small": 1,
+    }
+    header |= {f"extra{n:03d}": "e" * 4000 for n in range(500)}
+    entry = _pi("00000001", None, {"type": "message", "message": {"role": "user", "content": "hi"}})
+    async with Client(server) as client:
+        jsonl = "".join(json.dumps(line) + "\n" for line in (header, entry))
+        await call(client, "session_import", jsonl=jsonl)
+        text = (await client.read_resource(f"session://{SID}")).contents[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) < ANSWER_LIMIT, len(text.encode())
+        shown = json.loads(text)["header"]
+        assert shown["id"] == SID and shown["cwd"] == "/x" and shown["small"] == 1
+        kept = [key for key in shown if key.startswith("extra")]
+        assert kept == [f"extra{n:03d}" for n in range(len(kept))], kept
+        assert f"{500 - len(kept):,} more fields of the file's header" in shown["leftOut"]
+        assert f"line 1 of session://{SID}/export.jsonl has them" in shown["leftOut"]
+
+
+async def test_a_context_whose_settings_are_absurdly_long_is_bounded_and_says_so(
+    server: MCPServer,
+) -> None:
+    """The model, thinking level and active tools of a context came whole in every page of
+    session_context and in session://{id}/context: a pi file's model id of a megabyte or
+    100,000 active tool names made a default answer's structured content 3 MB (its text
+    left the fields out). They are cut to a bound, and settingsCut says what is left out."""
+    when = "2026-01-01T00:00:01.000Z"
+    names = [f"tool{n}" for n in range(100_000)]
+    lines = [
+        {"type": "session", "version": 3, "id": SID, "timestamp": when, "cwd": "/x"},
+        _pi("m1", None, {"type": "model_change", "provider": "p", "modelId": "m" * MEGA}),
+        _pi("t1", "m1", {"type": "thinking_level_change", "thinkingLevel": "x" * MEGA}),
+        _pi("a1", "t1", {"type": "active_tools_change", "activeToolNames": names}),
+        _pi("u1", "a1", {"type": "message", "message": {"role": "user", "content": "hi"}}),
+    ]
+    async with Client(server) as client:
+        jsonl = "".join(json.dumps(line) + "\n" for line in lines)
+        await call(client, "session_import", jsonl=jsonl)
+        page = await bounded(client, "session_context", session_id=SID)
+        read = (await client.read_resource(f"session://{SID}/context")).contents[0].text  # type: ignore[union-attr]
+        assert len(read.encode()) < ANSWER_LIMIT, len(read.encode())
+        for shown in (page, json.loads(read)):
+            assert shown["model"]["provider"] == "p"
+            assert shown["model"]["modelId"].endswith(CUT), shown["model"]["modelId"][-80:]
+            assert shown["thinkingLevel"].endswith(CUT)
+            kept = shown["activeToolNames"]
+            assert 0 < len(kept) < len(names) and kept == names[: len(kept)]
+            cut = shown["settingsCut"]
+            assert f"{len(names) - len(kept):,} more of the 100,000 active tool names" in cut
+            assert "session_get" in cut, cut
+        whole = await call(client, "session_context", session_id=SID, limit=0)
+        assert whole["activeToolNames"] == names and whole["settingsCut"] is None
+        assert whole["model"]["modelId"] == "m" * MEGA
+
+
+async def test_a_parent_session_of_a_megabyte_reads_cut_in_every_summary(
+    server: MCPServer,
+) -> None:
+    """A pi file's header names its parent session by any text: one of a megabyte came whole
+    in the summary of every answer (session_get, the session:// resource) and in
+    session_list, whose page's text then held no session at all."""
+    parent = "p" * MEGA
+    lines = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": SID,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/x",
+            "parentSession": parent,
+            "metadata": {"startedBy": {"sessionId": parent, "runId": "r" * MEGA}},
+        },
+        _pi("u1", None, {"type": "message", "message": {"role": "user", "content": "hi"}}),
+    ]
+    async with Client(server) as client:
+        await call(client, "session_create", name="another")
+        jsonl = "".join(json.dumps(line) + "\n" for line in lines)
+        await call(client, "session_import", jsonl=jsonl)
+        page = await bounded(client, "session_get", session_id=SID)
+        listed = await bounded(client, "session_list")
+        text = (await client.read_resource(f"session://{SID}")).contents[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) < ANSWER_LIMIT, len(text.encode())
+        assert len(listed["sessions"]) == 2
+        for info in (page["session"], listed["sessions"][0], json.loads(text)["session"]):
+            assert info["id"] == SID
+            assert info["parentSession"] == "p" * 1000 + "… " + CUT, info["parentSession"][-60:]
+            if info["startedBy"] is not None:  # said by session_get and the resource
+                assert info["startedBy"]["sessionId"] == info["parentSession"]
+                assert info["startedBy"]["runId"] == "r" * 1000 + "… " + CUT
+
+
+async def test_an_import_whose_times_are_absurdly_long_is_refused(server: MCPServer) -> None:
+    """A time is in every answer that names its entry or session (a tree node, a search hit,
+    the session's created, session_stats's first and last): a pi file's timestamp of a
+    megabyte made a default page's structured content a megabyte, and session_stats's text
+    too. pi writes ISO times; an import refuses one past TIME_CHARS, saying where."""
+    from mcp_agent.sessions.entries import TIME_CHARS
+
+    when = "2026-01-01T00:00:00.000Z"
+    long = "t" * (TIME_CHARS + 1)
+    entry = _pi("e1", None, {"type": "custom", "customType": "x"})
+    for header_time, entry_time, line in ((long, when, 1), (when, long, 2)):
+        header = {"type": "session", "version": 3, "id": SID, "timestamp": header_time}
+        text = "".join(
+            json.dumps(row) + "\n" for row in (header, {**entry, "timestamp": entry_time})
+        )
+        async with Client(server) as client:
+            said = await call_error(client, "session_import", jsonl=text)
+            assert f"<jsonl>:{line}: timestamp of {TIME_CHARS + 1:,} characters" in said, said
+            assert (await call(client, "session_list"))["sessions"] == []

@@ -1781,3 +1781,37 @@ async def test_a_run_cut_off_at_max_turns_is_an_error_that_says_so(tmp_path: Pat
         assert "agent_run in this session goes on from here" in run["error"]
         on = await call(client, "agent_run", prompt="thanks", session_id=run["sessionId"])
         assert on["status"] == "completed" and on["answer"] == "echo: thanks"
+
+
+async def test_the_prompt_says_which_images_it_leaves_out(client: Client) -> None:
+    """A prompt message is text: a user message or a tool's result that held an image beside
+    its text came as the text alone, the image dropped without a word ("(image)" when it held
+    nothing else), so the model continuing the session never knew one was shown."""
+    sid = (await call(client, "session_create"))["id"]
+    png = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}
+    look = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, png]}
+    await call(
+        client, "session_append", session_id=sid, entry=pi({"type": "message", "message": look})
+    )
+    alone = {"role": "user", "content": [png, {**png, "mimeType": "image/jpeg"}]}
+    await call(
+        client, "session_append", session_id=sid, entry=pi({"type": "message", "message": alone})
+    )
+    shot = {
+        "role": "toolResult",
+        "toolCallId": "t1",
+        "toolName": "screenshot",
+        "content": [{"type": "text", "text": "taken"}, png],
+        "isError": False,
+    }
+    await call(
+        client, "session_append", session_id=sid, entry=pi({"type": "message", "message": shot})
+    )
+    prompt = await client.get_prompt("continue_session", {"session_id": sid})
+    texts = [narrow(m.content, types.TextContent).text for m in prompt.messages]
+    left_out = "left out of this prompt; session_context has it"
+    assert texts[0] == f"what is this?\n[an image (image/png) {left_out}]", texts[0]
+    assert texts[1] == (f"[an image (image/png) {left_out}]\n[an image (image/jpeg) {left_out}]"), (
+        texts[1]
+    )
+    assert texts[2] == f"[tool screenshot returned]\ntaken\n[an image (image/png) {left_out}]"

@@ -904,3 +904,14 @@ async def test_import_over_mcp_refuses_garbage_and_notes_a_torn_last_line(
         kept = await call(client, "session_import", jsonl=text + '{"type":"mess')
         assert "skipped the last line" in kept["note"]
         assert kept["session"]["entryCount"] == 2
+
+
+async def test_session_gets_next_cursor_says_it_goes_forward_from_an_entry(
+    server: MCPServer,
+) -> None:
+    """session_get with from_entry_id hands out a cursor for the page after, but its output
+    schema said nextCursor was only ever "for the next (older) page"."""
+    schemas = {tool.name: tool.output_schema for tool in await tools_of(server)}
+    said = schemas["session_get"]["properties"]["nextCursor"]["description"]
+    assert "older" in said and "from_entry_id" in said and "after" in said, said
+    assert "(older)" in schemas["session_context"]["properties"]["nextCursor"]["description"]

@@ -23,6 +23,7 @@ from mcp_agent.server.session_reads import (
     entries_page,
     entry_size,
     entry_text,
+    shown_settings,
     too_large_entry,
     tree_page,
     view_entries,
@@ -42,25 +43,46 @@ JSON = "application/json"
 JSONL = "application/x-ndjson"
 # A session's name as a listed resource's name and title.
 LISTED_NAME_CHARS = 200
+# The fields of a header from a file that are not pi's, together, as session://{id} shows them
+# (each was bounded, their number not: 500 made the resource 2 MB).
+HEADER_EXTRA_CHARS = 8192
 
 
 def _dump(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    # Compact, as the tools' text: a page is chosen by its entries' bytes as stored, and
+    # indented (two spaces a level, a line each) a page of nested content was five times that.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def _bounded_header(session: Session) -> dict[str, Any]:
     """The session's header with every field within the bounds of what is written (a field
     from an imported file may be larger): a long text cut with a marker, a long value (the
-    metadata) named by its size."""
+    metadata) named by its size; and the fields of the file's own (which pi's headers do not
+    have) within ``HEADER_EXTRA_CHARS`` together, the rest said in ``leftOut``."""
     header = session.header.to_json_dict()
-    for key, value in header.items():
+    extra = set(session.header.model_extra or ())
+    room, left, left_chars = HEADER_EXTRA_CHARS, 0, 0
+    for key, value in list(header.items()):
         if isinstance(value, str):
-            header[key] = clip_long(value, CWD_CHARS)
+            value = header[key] = clip_long(value, CWD_CHARS)
         elif (size := json_chars(value)) > METADATA_CHARS:
-            header[key] = {
+            value = header[key] = {
                 "cut": f"{size:,} characters of JSON, more than the {METADATA_CHARS:,} shown"
                 f" here; line 1 of session://{session.id}/export.jsonl has them"
             }
+        if key in extra:
+            cost = len(key) + json_chars(value)
+            if left or cost > room:  # in the file's order: the first ones that fit
+                del header[key]
+                left, left_chars = left + 1, left_chars + cost
+            else:
+                room -= cost
+    if left:
+        header["leftOut"] = (
+            f"{left:,} more fields of the file's header ({left_chars:,} characters of JSON, past"
+            f" the {HEADER_EXTRA_CHARS:,} shown here): line 1 of"
+            f" session://{session.id}/export.jsonl has them"
+        )
     return header
 
 
@@ -192,9 +214,17 @@ def register(server: MCPServer) -> None:
     async def session_context(session_id: str, ctx: Context) -> str:
         def render(session: Session) -> str:
             found = context_page(session, None, DEFAULT_LIMIT)
-            data = found.context.to_json_dict()
+            settings = shown_settings(found.context)
             page = found.page
-            data["messages"] = [json.loads(text) for text in found.messages]
+            data: dict[str, Any] = {
+                "messages": [json.loads(text) for text in found.messages],
+                "thinkingLevel": settings["thinking_level"],
+                "model": settings["model"],
+            }
+            if settings["active_tool_names"] is not None:
+                data["activeToolNames"] = settings["active_tool_names"]
+            if settings["settings_cut"] is not None:
+                data["settingsCut"] = settings["settings_cut"]
             data["total"] = page.total
             data["truncated"] = page.truncated
             data["more"] = (

@@ -115,6 +115,10 @@ def _joined(head: str, lists: dict[str, list[str]]) -> str:
     return "".join(parts)
 
 
+# What a list's items are called where its name is no plural noun.
+LIST_NOUNS = {"outline": "outline rows"}
+
+
 def shortened(
     head: str,
     lists: dict[str, list[str]],
@@ -145,7 +149,8 @@ def shortened(
         kept[name] = items[:count] if first else items[len(items) - count :]
         if count < len(items):
             which = "newest" if forward else "oldest"
-            missing.append(f"the {len(items) - count:,} {which} of the {len(items):,} {name}")
+            noun = LIST_NOUNS.get(name, name)
+            missing.append(f"the {len(items) - count:,} {which} of the {len(items):,} {noun}")
     fields["textNote"] = (
         f"This text stops at about {TEXT_BYTES // 1024} KB and the answer has {size:,}"
         f" bytes: it leaves out {', '.join(missing) or 'nothing'}. The structured content holds the"
@@ -310,6 +315,11 @@ OUTLINE_NODE = (
 
 
 class SessionView(Page):
+    next_cursor: str | None = Field(
+        default=None,
+        description="pass as cursor for the next page: the older one (with from_entry_id, the"
+        " one after); null: no more",
+    )
     session: SessionInfo
     view: Literal["branch", "tree", "entries", "outline"]
     leaf_id: str | None
@@ -361,6 +371,11 @@ class ContextResult(Page):
     thinking_level: str
     model: dict[str, str] | None
     active_tool_names: list[str] | None
+    settings_cut: str | None = Field(
+        default=None,
+        description="what of the thinking level, model and active tool names is too long to"
+        " show on a page, and where they are whole; null: nothing",
+    )
 
 
 class StatsResult(Wire):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import mcp.types as types
 from mcp.server import MCPServer
@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from mcp_agent.messages import AssistantMessage as OurAssistant
-from mcp_agent.messages import ToolResultMessage, content_text
+from mcp_agent.messages import ImageContent, ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import TEXT_BYTES, utf8_size
 from mcp_agent.server.session_reads import ENTRY_BYTES
@@ -53,13 +53,29 @@ def register(server: MCPServer) -> None:
                     messages.append(AssistantMessage(_bounded("\n".join(parts))))
             elif isinstance(message, ToolResultMessage):
                 status = "failed" if message.is_error else "returned"
-                text = f"[tool {message.tool_name} {status}]\n{message.text}"
+                text = f"[tool {message.tool_name} {status}]\n{_said(message.content)}"
                 messages.append(UserMessage(_bounded(text)))
             else:
-                messages.append(UserMessage(_bounded(content_text(message.content) or "(image)")))
+                messages.append(UserMessage(_bounded(_said(message.content) or "(no text)")))
         if not messages:
             messages.append(UserMessage(f"(session {session_id} is empty)"))
         return _newest(session_id, messages)
+
+
+def _said(content: str | list[Any]) -> str:
+    """A message's text, each image in it named where it was (a prompt message here is text:
+    an image left out without a word is one the model never knows it was shown)."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, ImageContent):
+            parts.append(
+                f"[an image ({block.mime_type}) left out of this prompt; session_context has it]"
+            )
+        elif text := content_text([block]):
+            parts.append(text)
+    return "\n".join(parts)
 
 
 def _text(message: Message) -> str:

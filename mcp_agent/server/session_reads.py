@@ -37,6 +37,7 @@ from mcp_agent.sessions import Session
 from mcp_agent.sessions.context import SessionContext, stored_context
 from mcp_agent.sessions.entries import (
     SessionEntry,
+    clip_long,
     entry_to_json,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -111,8 +112,8 @@ def entry_uri(session_id: str, entry_id: str) -> str:
 
 
 def entry_text(data: dict[str, Any]) -> str:
-    """One entry as its resource gives it whole."""
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    """One entry as its resource gives it whole: compact JSON, as every answer's text."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def entry_size(text: str) -> int:
@@ -416,6 +417,48 @@ class ContextPage:
     context: SessionContext
 
 
+# A context's settings as a page shows them (a pi file may hold a model id of a megabyte, or
+# 100,000 active tool names, which made a page's structured content 3 MB): each text cut to
+# SETTING_CHARS, the tool names kept, in order, up to TOOL_NAMES_CHARS together.
+SETTING_CHARS = 256
+TOOL_NAMES_CHARS = 16_384
+
+
+def shown_settings(context: SessionContext, whole: bool = False) -> dict[str, Any]:
+    """The context's thinking level, model and active tool names as ``ContextResult``'s
+    fields, bounded unless asked for ``whole``, and ``settings_cut`` saying what a bound left
+    out and where it is whole (None: nothing)."""
+    level, model, names = context.thinking_level, context.model, context.active_tool_names
+    if whole:
+        return dict(thinking_level=level, model=model, active_tool_names=names, settings_cut=None)
+    cut: list[str] = []
+    if len(level) > SETTING_CHARS:
+        level = clip_long(level, SETTING_CHARS)
+        cut.append("the thinking level")
+    if model is not None and any(len(value) > SETTING_CHARS for value in model.values()):
+        model = {key: clip_long(value, SETTING_CHARS) for key, value in model.items()}
+        cut.append("the model")
+    if names is not None:
+        kept, room = [], TOOL_NAMES_CHARS
+        for name in names:
+            room -= len(name) + 3  # its quotes and comma
+            if room < 0:
+                break
+            kept.append(name)
+        if len(kept) < len(names):
+            cut.append(f"{len(names) - len(kept):,} more of the {len(names):,} active tool names")
+            names = kept
+    said = None
+    if cut:
+        said = (
+            f"cut here: {', '.join(cut)} (texts to {SETTING_CHARS} characters, tool names to"
+            f" {TOOL_NAMES_CHARS:,} characters in all); session_context with limit=0 has them"
+            " whole, as do the entries that set them (model_change, thinking_level_change,"
+            " active_tools_change) on session_get's branch"
+        )
+    return dict(thinking_level=level, model=model, active_tool_names=names, settings_cut=said)
+
+
 # The most entries at the end of a branch whose messages the walk of a first whole context
 # read reads (as it passes their rows anyway): older ones are read by id, if a compaction
 # has not left them out.
@@ -620,7 +663,11 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
         return f"line 1 (the header, {size}) is too large for a page: {whole}"
     data = json.loads(line)
     if not fits_whole(json_size(line)):  # then neither the entry nor the file is one answer
-        return f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer: {written}"
+        # Said as the other stubs of the entry say it: session_get shows it cut.
+        return (
+            f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer:"
+            f" {too_large_entry(session_id, data)}"
+        )
     return (
         f"line {index + 1} (entry {data.get('id')}, {size}) is too large for a page:"
         f" {entry_whole(session_id, data)}; {whole}"

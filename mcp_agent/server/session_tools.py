@@ -56,6 +56,7 @@ from mcp_agent.server.session_reads import (
     kept_whole_context,
     outline_paged_as,
     outline_rows,
+    shown_settings,
     tree_page,
     view_entries,
     view_paged_as,
@@ -64,6 +65,7 @@ from mcp_agent.server.tool_errors import GIVEN, tool_errors
 from mcp_agent.sessions import Session
 from mcp_agent.sessions.entries import (
     CWD_CHARS,
+    ENTRY_ID_CHARS,
     NAME_CHARS,
     clip_long,
     is_session_id,
@@ -107,28 +109,38 @@ def session_fields(
         entry_count=summary.entry_count,
         message_count=summary.message_count,
         first_user_message=summary.first_user_message,
-        parent_session=summary.parent_session,
+        # Ids from a pi file's header: any text (one of a megabyte came whole in every page).
+        parent_session=_clipped_id(summary.parent_session),
         started_by=None
         if origin is None
-        else StartedBy(session_id=str(origin["sessionId"]), run_id=origin["runId"]),
+        else StartedBy(
+            session_id=str(_clipped_id(str(origin["sessionId"]))),
+            run_id=_clipped_id(origin["runId"]),
+        ),
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
 
 
-# What a listed session costs besides its name, cwd and first message: ids, times, counts, keys.
+def _clipped_id(value: str | None) -> str | None:
+    return None if value is None else clip_long(value, ENTRY_ID_CHARS)
+
+
+# What a listed session costs besides its name, cwd, first message and parent: ids, times,
+# counts, keys.
 LISTED_BYTES = 400
 
 
 def fitting(items: list[SessionSummary]) -> int:
     """How many of ``items`` (at least one) a page of about ``ANSWER_BYTES`` lists, counted
     from the bytes of their texts (no JSON made; a name is cut to ``NAME_CHARS``, a cwd to
-    ``CWD_CHARS``, at most four bytes a character)."""
+    ``CWD_CHARS``, a parent to ``ENTRY_ID_CHARS``, at most four bytes a character)."""
     used = 0
     for count, item in enumerate(items):
         name = min(utf8_size(item.name or ""), 4 * NAME_CHARS)
         cost = LISTED_BYTES + name + min(utf8_size(item.cwd), 4 * CWD_CHARS)
         cost += utf8_size(item.first_user_message or "")
+        cost += min(utf8_size(item.parent_session or ""), 4 * ENTRY_ID_CHARS)
         if count and used + cost > ANSWER_BYTES:
             return count
         used += cost
@@ -522,9 +534,7 @@ def register(server: MCPServer) -> None:
             answer = ContextResult(
                 session_id=session_id,
                 messages=[],
-                thinking_level=context.thinking_level,
-                model=context.model,
-                active_tool_names=context.active_tool_names,
+                **shown_settings(context, whole=most is None),  # limit=0: whole
                 total=page.total,
                 truncated=page.truncated,
                 next_cursor=page.next_cursor,

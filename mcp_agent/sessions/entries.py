@@ -43,6 +43,9 @@ CWD_CHARS = 4_096
 # An entry id (pi's are 8 characters): in every answer that names the entry, so a file's
 # longer ones are refused on import rather than shown (an id cannot be cut).
 ENTRY_ID_CHARS = 1_000
+# A timestamp in an imported pi file (pi writes ISO times, 24 characters): it is in every
+# answer that names its entry or session, and one of a megabyte made each a megabyte.
+TIME_CHARS = 100
 # A session's metadata (the caller's own JSON object, kept in the header) is read with every
 # open of the session and shown whole in its resource: bounded, as its compact JSON text.
 METADATA_CHARS = 64 * 1024

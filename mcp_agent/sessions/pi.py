@@ -27,6 +27,7 @@ from typing import IO, Any, NoReturn
 from mcp_agent.sessions.entries import (
     CURRENT_SESSION_VERSION,
     ENTRY_ID_CHARS,
+    TIME_CHARS,
     LeafEntry,
     SessionEntry,
     SessionHeader,
@@ -462,6 +463,8 @@ class SessionStream:
             self.header = parse_header(row, f"{source}:{line}")
         except SessionError as error:
             self._fail(error.message)
+        if code == "invalid_import" and (problem := long_time(self.header.timestamp)):
+            self._fail(f"{source}:{line}: {problem}")
         self.leaf_id: str | None = None  # known once the entries are read
         # Set by an importer that takes a copy when the header's id is taken: a store that
         # finds it taken as it inserts the session (another process imported the same file
@@ -554,6 +557,9 @@ class SessionStream:
                     f" {ENTRY_ID_CHARS:,} an entry id may have",
                 )
                 return None
+        if importing and (problem := long_time(entry.timestamp)) is not None:
+            self._note(_ENTRY, f"{where}: {problem}")
+            return None
         return entry
 
     def _finish(self) -> None:
@@ -591,6 +597,16 @@ class SessionStream:
             f"{self.source}:{line}: leaf targetId {last.target_id} points to no entry: the"
             f" session resumes {where} (as pi shows it)"
         )
+
+
+def long_time(timestamp: str) -> str | None:
+    """What is wrong with an imported ``timestamp`` longer than ``TIME_CHARS``; None if not."""
+    if len(timestamp) <= TIME_CHARS:
+        return None
+    return (
+        f"timestamp of {len(timestamp):,} characters, more than the {TIME_CHARS:,} a time may"
+        " have (pi writes ISO times such as 2026-01-15T08:30:00.000Z)"
+    )
 
 
 def _missing_parents_note(source: str, named: list[tuple[int, str]], count: int) -> str:
