@@ -11,7 +11,8 @@ import pytest
 
 from mcp_agent.messages import UserMessage
 from mcp_agent.sessions import SqliteSessionRepo
-from mcp_agent.sessions.sqlite.watch import DatabaseWatch
+from mcp_agent.sessions.sqlite.database import OwnWrites
+from mcp_agent.sessions.sqlite.watch import DatabaseWatch, ForeignChanges
 
 
 def user(text: str) -> UserMessage:
@@ -135,3 +136,42 @@ def test_a_session_made_here_and_deleted_elsewhere_before_a_look_is_told(
     mine.delete(ours_new.id)
     found = watch.look(watched=[gone_old.id])
     assert found is not None and found.list_changed and found.sessions == [gone_old.id]
+
+
+def test_a_look_while_a_write_here_is_under_way_finds_no_change_of_it(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo],
+    watch: DatabaseWatch,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A look made while this process's creation (or append) was written and not yet
+    committed took the session, recorded and not in the file, for one deleted by another
+    process (a list change), and at the next look, the row there, for one another created (a
+    list change again; the server's 2025 subscriber heard a list change before the update of
+    its own append, in CI-like load); an append's stamp recorded before its commit made the
+    stamp committed before it pass for another's. Own writes are news only once committed."""
+    mine, other = repos
+    kept = mine.create()
+    seen: list[object] = []
+    wrote = OwnWrites.wrote
+
+    def look_meanwhile(
+        own: OwnWrites, session_id: str, modified: str | None, created: bool = False
+    ) -> None:
+        wrote(own, session_id, modified, created)
+        if not seen:  # inside the writer's transaction: recorded, not committed
+            seen.append(watch.look(watched=[kept.id]))
+
+    other.open(kept.id).append_message(user("theirs"))  # a look is due
+    monkeypatch.setattr(OwnWrites, "wrote", look_meanwhile)
+    made = mine.create()
+    assert seen == [None] or (
+        isinstance(seen[0], ForeignChanges)
+        and seen[0].sessions == [kept.id]
+        and not seen[0].list_changed
+    ), seen
+    assert watch.look(watched=[kept.id, made.id]) is None
+    mine.open(kept.id).append_message(user("mine"))  # committed, not looked at yet
+    seen.clear()
+    mine.open(kept.id).append_message(user("mine again"))  # looked at while written
+    assert seen == [None], seen
+    assert watch.look(watched=[kept.id, made.id]) is None

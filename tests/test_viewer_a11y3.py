@@ -644,6 +644,45 @@ def test_a_fold_clicked_while_a_live_update_reads_it_again_stays_unfolded(
         context.close()
 
 
+# Each read of the list fails as a request to a server away does (no answer at all).
+LIST_READS_FAIL = """() => {
+  const plain = window.fetch;
+  window.fetch = (url, init) => {
+    const { params } = JSON.parse(init.body);
+    if (params.name !== "session_list") return plain(url, init);
+    return Promise.reject(new TypeError("Failed to fetch"));
+  };
+}"""
+
+
+def test_a_list_read_again_as_the_server_goes_away_stays_shown(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """The list read again (the stream's opening, a change heard) as the server went away was
+    replaced by "the server does not answer", the session beside it still shown (met in CI:
+    the server stopped as the page, just live, read the list again). It stays shown, read
+    again once the server is back."""
+    server, session_id, _ = served
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+        page.evaluate(LIST_READS_FAIL)
+        page.evaluate("() => loadSessions(false)")
+        page.evaluate("() => new Promise((done) => setTimeout(done, 0))")  # its answer handled
+        expect(page.locator("#sessions .session")).not_to_have_count(0)
+        expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+        expect(page.locator("#sessions")).not_to_contain_text("does not answer")
+        # "More sessions" with the server away says so, and keeps the list too
+        page.evaluate("() => loadSessions(true).catch(failed)")
+        expect(page.locator("#toast")).to_contain_text("the server does not answer")
+        expect(page.locator("#sessions")).to_contain_text("Picnic plans")
+    finally:
+        context.close()
+
+
 def test_while_the_server_is_away_the_page_asks_ever_less_often_and_says_so(
     browser: Browser, tmp_path: Path
 ) -> None:

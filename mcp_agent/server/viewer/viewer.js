@@ -29,6 +29,8 @@ const $ = (id) => document.getElementById(id);
 // --- talking to the server ----------------------------------------------------------------
 
 class ToolFailed extends Error {}
+/** No answer at all: the server away (stopped, restarting), said by the reconnecting line. */
+class ServerAway extends Error {}
 
 /** The server refuses the page itself (no token, an earlier start's, or a page it does not
  * take requests from): nothing it asks is answered until the reader opens the link. */
@@ -155,7 +157,7 @@ class HttpTransport {
     }).then((response) => ({ id, response, sent }), (error) => {
       if (error.name === "AbortError") throw error;
       // the browser's own words ("Failed to fetch") say nothing of what to do
-      throw new Error(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
+      throw new ServerAway(`the server does not answer (${error.message}): is mcp-agent-sessions serve still running on ${location.host}?`);
     });
   }
 
@@ -742,6 +744,13 @@ async function loadSessions(more) {
     if (asked !== sessionsAsked || error instanceof SignedOut) return;
     if (!more) sessionsShown = asked;
     moreWanted = null;
+    // The list read again as the server went away (a change heard just before, the stream's
+    // opening): the list shown stays, as the session does, and is read again once the server
+    // is back; the note in its place said the server was away where the line over it does.
+    if (error instanceof ServerAway && query === state.listedQuery && $("sessions").querySelector(".session")) {
+      if (more) throw error;
+      return;
+    }
     $("sessions").replaceChildren(listNote(error.message));
     $("more-sessions").hidden = true;
     return;

@@ -224,30 +224,59 @@ class OwnWrites:
     looks for the other processes' writes: each session's newest ``modified`` stamp written
     here, or None once deleted here. This process notified its own writes as it made them; a
     row still bearing a stamp written here is not another's. Bounded: a row forgotten is at
-    worst notified once more. Written inside transactions that may roll back: a stamp never
-    committed is never read back, so remembering it is harmless."""
+    worst notified once more.
+
+    Writes are staged while their transaction runs and known only once it commits
+    (``publish``, under ``gate``, which a look holds while it reads): known as they were
+    written, a look made meanwhile took a creation not yet in the file for one another process
+    deleted (a list change), then, the row there at the next look, for one another created (a
+    list change again), and an append's stamp not yet committed made the one committed before
+    it pass for another's."""
 
     def __init__(self, limit: int = OWN_WRITES) -> None:
         self.limit = max(1, limit)
+        # Held by a commit as it publishes its writes, and by a look from its snapshot on: a
+        # look sees this process's writes exactly as far as its snapshot of the file does.
+        self.gate = threading.Lock()
         self._lock = threading.Lock()
         self._rows: dict[str, str | None] = {}  # insertion-ordered: oldest first
         self._deletions = 0  # sessions deleted here since ``take_news``
         # Sessions created here since ``take_news`` (by id: one another process deleted before
         # the watcher looked must be told from one never made).
         self._created: dict[str, None] = {}
+        # The writes of the transaction under way (one writer connection: one at a time).
+        self._staged: list[tuple[str, str | None, bool]] = []
 
     def wrote(self, session_id: str, modified: str | None, created: bool = False) -> None:
+        """A write of the transaction under way (known once it commits: ``publish``)."""
         with self._lock:
-            if created:
-                self._created[session_id] = None
-                if len(self._created) > self.limit:  # then passes for another's: harmless
-                    del self._created[next(iter(self._created))]
-            self._rows.pop(session_id, None)
-            self._rows[session_id] = modified
-            if len(self._rows) > self.limit:
-                del self._rows[next(iter(self._rows))]
-            if modified is None:
-                self._deletions += 1
+            self._staged.append((session_id, modified, created))
+
+    def staged(self) -> int:
+        """How many writes the transaction under way made so far (a savepoint's mark)."""
+        with self._lock:
+            return len(self._staged)
+
+    def discard(self, mark: int = 0) -> None:
+        """Forget the transaction's writes from ``mark`` on (rolled back)."""
+        with self._lock:
+            del self._staged[mark:]
+
+    def publish(self) -> None:
+        """The transaction committed: its writes are known (call it holding ``gate``)."""
+        with self._lock:
+            for session_id, modified, created in self._staged:
+                if created:
+                    self._created[session_id] = None
+                    if len(self._created) > self.limit:  # then passes for another's: harmless
+                        del self._created[next(iter(self._created))]
+                self._rows.pop(session_id, None)
+                self._rows[session_id] = modified
+                if len(self._rows) > self.limit:
+                    del self._rows[next(iter(self._rows))]
+                if modified is None:
+                    self._deletions += 1
+            self._staged.clear()
 
     def is_own(self, session_id: str, modified: str) -> bool:
         """Whether the row's ``modified`` stamp is one this process wrote."""
@@ -669,10 +698,18 @@ class SqliteDatabase:
                 ]
             else:
                 outcomes = [self._in_savepoint(each.work) for each in batch]
-            self.conn.execute("COMMIT")
+            own = self.conn.own_writes
+            if own is None:
+                self.conn.execute("COMMIT")
+            else:
+                with own.gate:  # no look reads between the commit and its writes known
+                    self.conn.execute("COMMIT")
+                    own.publish()
         except BaseException:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
+            if self.conn.own_writes is not None:
+                self.conn.own_writes.discard()
             raise
         for each, (result, error) in zip(batch, outcomes, strict=True):
             each.settle(result, error)
@@ -685,6 +722,8 @@ class SqliteDatabase:
         so does a failure after which SQLite rolled back the whole transaction (a full disk),
         or anything that is not an ``Exception``."""
         self.conn.execute("SAVEPOINT write")
+        own = self.conn.own_writes
+        mark = 0 if own is None else own.staged()
         try:
             result = work(self.conn)
         except Exception as error:
@@ -693,6 +732,8 @@ class SqliteDatabase:
                 raise
             self.conn.execute("ROLLBACK TO write")
             self.conn.execute("RELEASE write")
+            if own is not None:
+                own.discard(mark)
             if isinstance(error, sqlite3.OperationalError):
                 failure = storage_error(self.path, error)
                 failure.__cause__ = error

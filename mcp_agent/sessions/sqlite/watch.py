@@ -63,10 +63,11 @@ class DatabaseWatch:
         conn = self._conn
         self._version = None  # until this rebase is done
         version = conn.execute("PRAGMA data_version").fetchone()[0]
-        self.own.take_news()
         conn.execute("BEGIN")
         try:
-            self._count, self._top, self._mark = self._figures(conn)
+            with self.own.gate:  # what this process committed is known as far as read
+                self._count, self._top, self._mark = self._figures(conn)
+                self.own.take_news()
         finally:
             conn.execute("COMMIT")
         self._gone.clear()
@@ -92,14 +93,14 @@ class DatabaseWatch:
             return None
         assert self._conn is not None  # committed() opened it
         conn = self._conn
-        # Before the snapshot: a deletion of ours after it is counted at the next look, where
-        # it is told from others' by its id (a creation of ours then passes for another's: a
-        # list change too many, at worst).
-        own_created, own_deletions = self.own.take_news()
         changes = ForeignChanges()
         conn.execute("BEGIN")
+        # From the snapshot's first read to the last: this process's writes are known (own)
+        # exactly as far as the snapshot holds them (a commit of ours waits meanwhile).
+        self.own.gate.acquire()
         try:
             count, top, newest = self._figures(conn)
+            own_created, own_deletions = self.own.take_news()
             read = self.page * _PAGES_READ
             rows = conn.execute(
                 "SELECT id, modified FROM sessions WHERE modified > ? ORDER BY modified LIMIT ?",
@@ -133,6 +134,7 @@ class DatabaseWatch:
                 changes.list_changed = True
                 changes.sessions.extend(self._gone_among(conn, watched))
         finally:
+            self.own.gate.release()
             conn.execute("COMMIT")
         self._count, self._top, self._mark = count, top, max(newest, self._mark)
         self._due = False  # only now: a look that failed is made again
