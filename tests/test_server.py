@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import re
+import threading
 import weakref
 from pathlib import Path
 from typing import Any, cast
@@ -55,7 +56,7 @@ from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.session_agent import SessionAgent
 from mcp_agent.server import notify
 from mcp_agent.server.notify import Notifier, WatchedBus
-from mcp_agent.sessions import MessageEntry, Session
+from mcp_agent.sessions import MessageEntry, Session, SqliteSessionRepo
 from mcp_agent.sessions.errors import SessionError
 
 pytestmark = pytest.mark.anyio
@@ -783,6 +784,55 @@ async def test_detached_run_status_and_one_run_per_session(client: Client) -> No
     assert done["status"] == "completed" and done["answer"].startswith("word")
     follow = await call(client, "agent_run", prompt="next", session_id=run["sessionId"])
     assert follow["answer"] == "echo: next"
+
+
+async def test_a_run_started_while_another_client_appends_waits_for_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clients in one session: an agent_run that came while the other's append was being
+    written was refused ("a tool is writing to it; try again in a moment"), met by the
+    TypeScript SDK's clients sending both at once. The run now waits for the writes under
+    way (new ones are refused, the session being the run's), then runs after them."""
+    entered, release = threading.Event(), threading.Event()
+    held = SqliteSessionRepo.append_entry
+
+    def held_append(self: SqliteSessionRepo, session_id: str, partial: Any) -> str:
+        if "held append" in json.dumps(partial):
+            entered.set()
+            release.wait(30)
+        return held(self, session_id, partial)
+
+    claiming = anyio.Event()
+    claim = RunManager._claim
+
+    async def noted_claim(self: RunManager, session_id: str, holder: str) -> None:
+        claiming.set()
+        await claim(self, session_id, holder)
+
+    monkeypatch.setattr(SqliteSessionRepo, "append_entry", held_append)
+    monkeypatch.setattr(RunManager, "_claim", noted_claim)
+    answers: dict[str, types.CallToolResult] = {}
+    async with Client(make_server(tmp_path)) as client:
+        sid = (await call(client, "session_create"))["id"]
+
+        async def send(name: str, arguments: dict[str, Any]) -> None:
+            answers[name] = await client.call_tool(name, arguments)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    send, "session_append", {"session_id": sid, "entry": user("held append")}
+                )
+                await anyio.to_thread.run_sync(entered.wait, 30)
+                group.start_soon(send, "agent_run", {"prompt": "hello", "session_id": sid})
+                await claiming.wait()  # the run meets the append under way
+                release.set()
+        run = answers["agent_run"]
+        assert not run.is_error, narrow(run.content[0], types.TextContent).text
+        assert not answers["session_append"].is_error
+        branch = await call(client, "session_get", session_id=sid, limit=0)
+    said = [e["message"]["content"] for e in branch["entries"] if e["type"] == "message"]
+    assert said[0] == "held append" and said[-1][0]["text"] == "echo: hello", said
 
 
 async def test_cancel_aborts_and_session_stays_consistent(client: Client) -> None:

@@ -75,6 +75,10 @@ MAX_WARNINGS = 20
 STARTING = "starting: listing the agent's tools (an MCP server of its may still be starting)"
 # How long agent_cancel waits for a run on another replica to end.
 CANCEL_WAIT_SECONDS = 30.0
+# How long a run (or a holder, such as session_compact) waits for the writes of tools already
+# under way in its session (another client's append: a few milliseconds, unless the database
+# holds its row): past it, the start is refused saying so.
+WRITES_WAIT_SECONDS = 30.0
 RunStatus = Literal["running", "completed", "error", "aborted"]
 EventListener = Callable[[AgentEvent], Awaitable[None] | None]
 
@@ -259,6 +263,8 @@ class RunManager:
         # Tools writing to a session right now (an append on a worker thread): no run starts
         # there meanwhile.
         self._writing: dict[str, int] = {}
+        # Set when a session's writes under way are all done, for a run waiting to start there.
+        self._writes_done: dict[str, anyio.Event] = {}
         # Their turns at each session, waited for on the event loop up to ``write_wait``.
         self._write_turns = WriteTurns(write_wait)
         self._running_by_client: dict[object, int] = {}
@@ -298,12 +304,22 @@ class RunManager:
             )
 
     async def _claim(self, session_id: str, holder: str) -> None:
-        """Refuse unless the session is idle here; then take its lease in the database. The
-        caller has marked the session taken in memory before this first await."""
+        """Wait for the tools' writes under way in the session here (up to
+        ``WRITES_WAIT_SECONDS``, else refuse); then take its lease in the database. The caller
+        has marked the session taken in memory before this first await."""
         if self._writing.get(session_id):
-            raise SessionBusy(
-                f"session {session_id} is busy: a tool is writing to it; try again in a moment"
-            )
+            # Marked taken, the session lets no new write start (``writing`` refuses it): the
+            # ones under way end within their own bounds. Refused at once, a run met by another
+            # client's append of a few milliseconds failed ("try again in a moment").
+            with anyio.move_on_after(WRITES_WAIT_SECONDS):
+                while self._writing.get(session_id):
+                    await self._writes_done.setdefault(session_id, anyio.Event()).wait()
+            if self._writing.get(session_id):
+                raise SessionBusy(
+                    f"session {session_id} is busy: a tool has been writing to it for over"
+                    f" {WRITES_WAIT_SECONDS:.0f} s (the database may hold its row); try again"
+                    " later"
+                )
         if self.leases is not None:
             leases = self.leases
             other = await self.offload(lambda: leases.acquire(session_id, holder))
@@ -349,6 +365,9 @@ class RunManager:
                 self._writing[session_id] = left
             else:
                 del self._writing[session_id]
+                done = self._writes_done.pop(session_id, None)
+                if done is not None:
+                    done.set()
 
     async def keep_leases(self) -> None:
         """Renew this process's leases until cancelled (a task of the server's)."""
