@@ -8,9 +8,16 @@ Rows:
   the append itself. At durability full, a reference row sets ours against the bare tool on
   our transport writing and fsyncing a few bytes on one of our worker threads: what any
   durable write kept off the event loop costs, before a database or a session.
+- ``server CPU per session_append``: the CPU time (every thread) the stdio server process
+  spends per append, ours against the bare tool on our transport (at durability full: fsyncing
+  on a worker thread), both measured in the rounds above: what our parsing, validation, write
+  turn, SQL and answer cost, apart from waiting for the disk (reference; Linux only).
 - ``WAL pages a durable append writes``: the pages its commit's fsync flushes (the entry, its
   two indexes, the session's row and its ``modified`` index, and SQLite's rebalancing of the
   index pages) against a plain insert's; a count, the same on any machine (reference).
+- ``fdatasync after N WAL frames vs after 1``: whether the bytes a commit writes matter to
+  the fsync on this disk (N: the pages a durable append writes), the two taking turns write by
+  write (reference).
 - ``server start to first answer (stdio)``: spawning ``mcp-agent-sessions serve`` until
   ``tools/list`` is answered vs. the same for a bare ``MCPServer`` script; target ≤ 1.3.
 - ``built-in tool via in-process MCP client``: the overhead per call of reaching a built-in tool
@@ -122,11 +129,15 @@ def entry(i: int) -> dict[str, Any]:
     return {"type": "message", "role": "user", "content": f"message number {i}"}
 
 
-async def per_call(client: Client, session_id: str, calls: int) -> float:
-    """Median seconds per session_append over ``calls`` calls (after a warm-up)."""
+async def per_call(
+    client: Client, session_id: str, calls: int, server: int | None = None
+) -> tuple[float, float | None]:
+    """Median seconds per session_append over ``calls`` calls (after a warm-up), and the CPU
+    seconds the process ``server`` (if given) spent per call meanwhile (None off Linux)."""
     for i in range(5):
         await client.call_tool("session_append", {"session_id": session_id, "entry": entry(i)})
     samples = []
+    cpu_before = None if server is None else cpu_seconds(server)
     for i in range(calls):
         started = time.perf_counter()
         result = await client.call_tool(
@@ -134,7 +145,43 @@ async def per_call(client: Client, session_id: str, calls: int) -> float:
         )
         samples.append(time.perf_counter() - started)
         assert not result.is_error, result.content
-    return statistics.median(samples)
+    cpu_after = None if server is None else cpu_seconds(server)
+    cpu = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) / calls
+    return statistics.median(samples), cpu
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds the threads of process ``pid`` have run so far (Linux's schedstat, in
+    nanoseconds: the clock ticks of /proc/PID/stat are 10 ms, as long as 10 appends); None
+    where there is no such file."""
+    total = 0
+    try:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{thread}/schedstat") as found:
+                total += int(found.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+def child_server() -> int | None:
+    """The pid of the one process this one has started and not reaped (the stdio server a
+    client just started), or None where /proc does not say."""
+    found = []
+    try:
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                found.append(int(name))
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 async def ours_session(client: Client) -> str:
@@ -154,19 +201,34 @@ async def append_in_process(
     ours_samples, bare_samples = [], []
     for _ in range(rounds):
         async with Client(ours) as client:
-            ours_samples.append(await per_call(client, await ours_session(client), calls))
+            ours_samples.append((await per_call(client, await ours_session(client), calls))[0])
         async with Client(bare_server()) as client:
-            bare_samples.append(await per_call(client, "s", calls))
+            bare_samples.append((await per_call(client, "s", calls))[0])
     return statistics.median(ours_samples), statistics.median(bare_samples)
 
 
-async def append_stdio(
-    tmp: Path, calls: int, durability: str, rounds: int
-) -> tuple[float, float, float, float | None, float | None]:
+class StdioAppends:
+    """What ``append_stdio`` measured: median seconds per append through each server, one
+    fsync on the same disk, and the CPU seconds per append of each server process."""
+
+    def __init__(self, times: list[float], cpus: list[float | None], fsync: float | None) -> None:
+        self.ours, self.bare, self.bare_ours = times[:3]
+        self.durable_hop = times[3] if len(times) > 3 else None
+        self.cpu_ours, _, self.cpu_bare_ours = cpus[:3]
+        self.cpu_durable_hop = cpus[3] if len(cpus) > 3 else None
+        self.fsync = fsync
+
+
+def _median(found: list[float | None]) -> float | None:
+    known = [value for value in found if value is not None]
+    return statistics.median(known) if known and len(known) == len(found) else None
+
+
+async def append_stdio(tmp: Path, calls: int, durability: str, rounds: int) -> StdioAppends:
     """Median seconds per append through our server, the bare server, the bare server on our
     transport, and (durability full) the bare server on our transport fsyncing a write on a
     worker thread, and one fsync on the same disk (``one_fsync``); servers take turns, so that
-    machine noise hits each alike. The fsync takes its turn too, once a round: this shared
+    machine noise hits each alike. Each server's CPU per append is measured in the same calls. The fsync takes its turn too, once a round: this shared
     disk's fsync moves between about 0.15 and 4 ms from one second to the next (measured in
     rounds taken in turn), so one measurement after all the rounds set the target's baseline
     from whatever the disk did in that second."""
@@ -205,17 +267,23 @@ async def append_stdio(
             )
         )
     samples: list[list[float]] = [[] for _ in servers]
+    cpus: list[list[float | None]] = [[] for _ in servers]
     fsyncs: list[float] = []
     for _ in range(rounds):
         for index, (params, session_id) in enumerate(servers):
             async with Client(params) as client:
                 sid = session_id or await ours_session(client)
-                samples[index].append(await per_call(client, sid, calls))
+                server = child_server()
+                value, cpu = await per_call(client, sid, calls, server)
+                samples[index].append(value)
+                cpus[index].append(cpu if server is not None else None)
         if durability == "full":
             fsyncs.append(one_fsync(tmp, calls))
-    value, bare, bare_ours, *durable = (statistics.median(found) for found in samples)
-    fsync = statistics.median(fsyncs) if fsyncs else None
-    return value, bare, bare_ours, (durable[0] if durable else None), fsync
+    return StdioAppends(
+        [statistics.median(found) for found in samples],
+        [_median(found) for found in cpus],
+        statistics.median(fsyncs) if fsyncs else None,
+    )
 
 
 def plain_commit(tmp: Path, synchronous: str, commits: int) -> float:
@@ -278,6 +346,33 @@ def pages_per_append(tmp: Path, appends: int) -> tuple[float, float]:
     finally:
         plain.close()
     return ours, baseline
+
+
+def fsync_by_pages(tmp: Path, pages: int, writes: int) -> tuple[float, float]:
+    """Median seconds of writing ``pages`` WAL frames (a 24-byte header and a 4 KB page each,
+    one ``pwrite`` each, as SQLite writes them) into a file of reused frames, as a checkpointed
+    WAL is, then ``fdatasync``, and the same after one frame; the two take turns write by
+    write, so that the disk's moods hit both alike."""
+    frame = 24 + 4096
+    slots = 1000
+    fd = os.open(tmp / "frames.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, bytes(frame * slots))
+        os.fsync(fd)
+        data = os.urandom(frame)
+        samples: dict[int, list[float]] = {pages: [], 1: []}
+        place = 0
+        for i in range(writes):
+            for count in (pages, 1) if i % 2 else (1, pages):
+                started = time.perf_counter()
+                for _ in range(count):
+                    os.pwrite(fd, data, place * frame)
+                    place = (place + 1) % slots
+                os.fdatasync(fd)
+                samples[count].append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+    return statistics.median(samples[pages]), statistics.median(samples[1])
 
 
 def one_fsync(tmp: Path, writes: int) -> float:
@@ -396,9 +491,9 @@ def run() -> list[dict[str, Any]]:
             value, baseline = anyio.run(append_in_process, tmp, calls, durability, rounds)
             name = f"session_append round trip (in-process, durability {durability})"
             rows.append(row(name, value * 1e3, baseline * 1e3, "ms", "≤ 1.3"))
-            value, baseline, same_transport, durable_hop, fsync = anyio.run(
-                append_stdio, tmp, calls, durability, rounds
-            )
+            stdio = anyio.run(append_stdio, tmp, calls, durability, rounds)
+            value, baseline, same_transport = stdio.ours, stdio.bare, stdio.bare_ours
+            durable_hop, fsync = stdio.durable_hop, stdio.fsync
             name = f"session_append round trip (stdio, durability {durability})"
             rows.append(row(name, value * 1e3, baseline * 1e3, "ms", "≤ 1.3"))
             name = (
@@ -419,12 +514,31 @@ def run() -> list[dict[str, Any]]:
                     "durable write off the event loop; reference)"
                 )
                 rows.append(row(name, value * 1e3, durable_hop * 1e3, "ms", ""))
+            # The part of the round trip that is our server's CPU, apart from the disk's wait.
+            floor_cpu, what = (
+                (stdio.cpu_durable_hop, "fsyncing a write on a worker thread")
+                if durable_hop is not None
+                else (stdio.cpu_bare_ours, "(a no-op)")
+            )
+            if stdio.cpu_ours is not None and floor_cpu is not None:
+                name = (
+                    f"server CPU per session_append (stdio, durability {durability}) vs the bare "
+                    f"tool on our transport {what} (reference; every thread of the process)"
+                )
+                rows.append(row(name, stdio.cpu_ours * 1e3, floor_cpu * 1e3, "ms CPU", ""))
         ours_pages, plain_pages = pages_per_append(tmp, calls)
         name = (
             f"WAL pages a durable append writes (a session of {calls} to {2 * calls} entries)"
             " vs a plain sqlite3 insert: what its commit's fsync flushes (reference)"
         )
         rows.append(row(name, ours_pages, plain_pages, "pages"))
+        frames = max(2, round(ours_pages))
+        many, one = fsync_by_pages(tmp, frames, calls)
+        name = (
+            f"fdatasync after {frames} WAL frames vs after 1, in turn (same disk): what the bytes"
+            " of a durable append's commit cost its fsync here (reference)"
+        )
+        rows.append(row(name, many * 1e3, one * 1e3, "ms"))
         full, normal = plain_commit(tmp, "FULL", calls), plain_commit(tmp, "NORMAL", calls)
         name = "plain sqlite3 insert + commit, synchronous FULL vs NORMAL (the fsync, same disk)"
         rows.append(row(name, full * 1e3, normal * 1e3, "ms", ""))
