@@ -25,7 +25,7 @@ from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
 from mcp_agent.server import paging, session_reads
-from mcp_agent.server.schemas import ListedSession, SearchHit
+from mcp_agent.server.schemas import ListedSession, SearchHit, SessionInfo
 from mcp_agent.server.strict import schema_nodes
 from mcp_agent.sessions import SqliteSessionRepo
 
@@ -191,6 +191,32 @@ async def test_listed_sessions_and_hits_are_said_in_words_and_each_is_of_its_mod
         for item in items:
             assert of.model_validate(item).model_dump(mode="json", exclude_unset=True) == item
     assert answers[0][0][0]["hits"][0]["snippet"] == "a «question» here"
+
+
+async def test_a_session_nested_in_an_answer_is_said_in_words_and_is_of_its_model(
+    server: MCPServer,
+) -> None:
+    """Each subschema of an output schema costs a client a check against the metaschema at its
+    first call of the tool (about 0.4 ms each with the Python SDK's jsonschema); under load the
+    clients' first calls are the slowest of all. session_get's and session_import's session is
+    one object said in words, naming every field of SessionInfo with its type, and the session
+    answered is exactly of that model."""
+    schemas = {tool.name: tool.output_schema for tool in await tools_of(server)}
+    for tool in ("session_get", "session_import"):
+        shape = schemas[tool]["properties"]["session"]
+        assert shape["type"] == "object" and "properties" not in shape, tool
+        assert "session" in schemas[tool]["required"], tool
+        for name in SessionInfo.model_json_schema(by_alias=True)["properties"]:
+            assert f"{name}: " in shape["description"], (tool, name)
+        said = shape["description"]
+        assert "startedBy: {sessionId: string, runId: string | null} | null (" in said, tool
+        assert sum(1 for _ in schema_nodes(schemas[tool])) <= 12, tool
+    async with Client(server) as client:
+        sid = (await call(client, "session_create", name="said"))["id"]
+        got = (await call(client, "session_get", session_id=sid))["session"]
+        imported = (await call(client, "session_import", jsonl=pi_v3(2)))["session"]
+    for session in (got, imported):
+        assert SessionInfo.model_validate(session).model_dump(mode="json") == session
 
 
 async def test_every_parameter_is_described_and_every_tool_says_what_it_returns(

@@ -208,6 +208,17 @@ def listed(what: str, nullable: bool = False) -> WithJsonSchema:
     return WithJsonSchema({"type": ["array", "null"] if nullable else "array", "description": what})
 
 
+def said_in_words(model: type[BaseModel], what: str) -> WithJsonSchema:
+    """The schema of one object of ``model`` nested in an answer, its fields said in words
+    (``in_words``), as ``listed`` says a list's items. Every subschema of an output schema
+    costs each client, at its first call of the tool, a check against JSON Schema 2020-12's
+    metaschema (about 0.4 ms each with the Python SDK's jsonschema, measured): session_get's
+    session said field by field made its schema 24 subschemas and that first call 12 ms of
+    the client's CPU (5 in words). Under load the clients' first calls come together and are
+    the slowest of all (benchmarks/bench_load.py). Said in words, a model reads it the same."""
+    return WithJsonSchema({"type": "object", "description": f"{what}: {in_words(model)}"})
+
+
 def in_words(model: type[BaseModel]) -> str:
     """``model``'s JSON form as a ``listed`` description says its items: ``{key: type (what
     it is), …}``, objects and arrays inside alike, ``|`` between the types a value may take."""
@@ -320,7 +331,7 @@ class SessionView(Page):
         description="pass as cursor for the next page: the older one (with from_entry_id, the"
         " one after); null: no more",
     )
-    session: SessionInfo
+    session: Annotated[SessionInfo, said_in_words(SessionInfo, "the session")]
     view: Literal["branch", "tree", "entries", "outline"]
     leaf_id: str | None
     entries: Annotated[
@@ -398,7 +409,7 @@ class ExportResult(Wire):
 
 
 class ImportResult(Wire):
-    session: SessionInfo
+    session: Annotated[SessionInfo, said_in_words(SessionInfo, "the session imported")]
     file_id: str = Field(description="the id in the file's header")
     new_id: bool = Field(description="true when the session got an id other than the file's")
     note: str = Field(description="which id it got, and why")
