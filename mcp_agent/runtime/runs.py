@@ -260,7 +260,7 @@ class RunManager:
         # there meanwhile.
         self._writing: dict[str, int] = {}
         # Their turns at each session, waited for on the event loop up to ``write_wait``.
-        self._write_turns = WriteTurns(write_wait)
+        self._write_turns = WriteTurns(write_wait, offload)
         self._running_by_client: dict[object, int] = {}
         # Said once when they start failing and once when they work again (the database's
         # own outage is said by the database), not at each round.
@@ -333,16 +333,14 @@ class RunManager:
             del self._held[session_id]
             await self._release(session_id)
 
-    @asynccontextmanager
-    async def writing(self, session_id: str) -> AsyncIterator[None]:
-        """A tool writes to ``session_id`` (on a worker thread): refuse if a run or a holder
-        works on it here, keep new runs out until the write is done, and wait for the turn
-        of the session's other writes here first (``write_turns``: without a thread)."""
+    async def write(self, session_id: str, work: Callable[[], T]) -> T:
+        """A tool's write to ``session_id``, ``work``, on a worker thread: refuse if a run or a
+        holder works on it here, keep new runs out until the write is done, and wait for the
+        turn of the session's other writes here first (``write_turns``: without a thread)."""
         self.ensure_idle_here(session_id)
         self._writing[session_id] = self._writing.get(session_id, 0) + 1
         try:
-            async with self._write_turns.turn(session_id):
-                yield
+            return await self._write_turns.write(session_id, work)
         finally:
             left = self._writing[session_id] - 1
             if left:

@@ -14,19 +14,47 @@ moment the write before it is done. Let on one at a time, each write waited for 
 predecessor's answer to come back through the event loop first: eight clients appending to
 one session went at half the rate or less (measured on a busy machine, SQLite); two at a time
 still lost a third of it when the event loop's round trip outlasted a write, three kept it.
+
+The wait for a worker thread counts in the write's wait too (``_on_time``): a write is
+never started after its bound.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import anyio
 
+from mcp_agent.blocking import Offload, inline
+from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.session import TURN_DEADLINE, turn_refused
 
+T = TypeVar("T")
+
 ON_THREADS = 3
+
+
+def _on_time(
+    work: Callable[[], T], session_id: str, deadline: float | None, wait: float, turned: float
+) -> T:
+    """``work``, on its worker thread, unless the write's wait is over already: the wait for
+    a thread counts in it too, else a write waited for its turn, then for a thread (all busy),
+    then for the lock, longer than the lock wait it promises. ``turned``: when it had its
+    turn, to say which wait took most of the time."""
+    now = time.monotonic()
+    if deadline is not None and now >= deadline:
+        if now - turned < wait / 2:  # mostly for its turn, behind a write waiting for its row
+            raise turn_refused(session_id, wait)
+        raise SessionError(
+            "busy",
+            f"session {session_id} is busy: this write waited {wait:g} s for its turn and a"
+            " worker thread (every one busy); nothing was written, try again",
+        )
+    return work()
 
 
 class _Turn:
@@ -45,10 +73,11 @@ class WriteTurns:
     long for the session's row, so a write is told within two such waits. None: as long as
     it takes."""
 
-    def __init__(self, wait: float | None = None) -> None:
+    def __init__(self, wait: float | None = None, offload: Offload = inline) -> None:
         if wait is not None and not wait > 0:
             raise ValueError(f"a write's wait for its turn must be more than 0 s, not {wait}")
         self.wait = wait
+        self.offload = offload
         # Sessions with writes holding or waiting for a place: bounded by the requests in
         # flight, each gone with its last write.
         self._turns: dict[str, _Turn] = {}
@@ -83,3 +112,15 @@ class WriteTurns:
             turn.users -= 1
             if not turn.users:
                 del self._turns[session_id]
+
+    async def write(self, session_id: str, work: Callable[[], T]) -> T:
+        """``work``, a write to ``session_id``, offloaded in its turn, the whole bounded by
+        ``wait`` (the turn, the worker thread, the storage's lock), then
+        ``SessionError("busy")``, nothing written."""
+        async with self.turn(session_id):
+            deadline = TURN_DEADLINE.get()
+            wait = self.wait or 0.0
+            turned = time.monotonic()
+            return await self.offload(
+                functools.partial(_on_time, work, session_id, deadline, wait, turned)
+            )
