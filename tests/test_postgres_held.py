@@ -7,15 +7,124 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
+from mcp.types import TextContent
+from mcp_support import call
+from narrow import narrow
+from test_postgres import held_session_server, psycopg_connect, stored_texts
+from test_server import user
 
 from mcp_agent.blocking import WorkerThreads
 from mcp_agent.runtime.write_turns import WriteTurns
 from mcp_agent.sessions import SessionError
 
 pytestmark = pytest.mark.anyio
+
+# The servers' worker threads (db_threads' default); a quarter of them may wait for held rows.
+THREADS = 8
+ROW_WAITS = THREADS // 4
+
+
+@contextmanager
+def rows_held(postgres_url: str, session_ids: list[str]) -> Iterator[None]:
+    """Each session's row held by a transaction of its own (as a psql session would), let go
+    on leaving."""
+    with ExitStack() as stack:
+        for session_id in session_ids:
+            holder = stack.enter_context(psycopg_connect(postgres_url))
+            holder.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", [session_id])
+            stack.callback(holder.rollback)
+        yield
+
+
+def lock_waiters(look: Any) -> int:
+    [(waiting,)] = look.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'"
+    ).fetchall()
+    return int(waiting)
+
+
+async def other_session_answers(client: Client, other: str, look: Any, seen: list[int]) -> None:
+    """An append to, a read of and the listing of a session nobody holds, while recording in
+    ``seen`` how many backends wait for a lock meanwhile."""
+    seen.append(lock_waiters(look))
+    await call(client, "session_append", session_id=other, entry=user("other"))
+    seen.append(lock_waiters(look))
+    await call(client, "session_get", session_id=other)
+    await call(client, "session_list")
+    seen.append(lock_waiters(look))
+
+
+async def until_waiting(look: Any, at_least: int) -> None:
+    for _ in range(2000):  # bounded
+        if lock_waiters(look) >= at_least:
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError(f"never {at_least} writes waited for a held row")
+
+
+async def test_writes_to_several_held_sessions_leave_threads_for_the_others(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each held session kept up to three worker threads (its write waiting for the row, two
+    more for its turn on their threads): three sessions held at once took every thread, and
+    every other session's reads and writes waited up to the lock timeout. The held sessions
+    together now take a quarter of the threads (their other writes wait without one): the
+    others are answered meanwhile, and every held write is stored once the rows go."""
+    held_count, per_session = 4, 3
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = [(await call(client, "session_create"))["id"] for _ in range(held_count)]
+            other = (await call(client, "session_create"))["id"]
+            [runs] = managers
+            errors: list[str] = []
+            answered: list[str] = []
+
+            async def append_held(session_id: str, n: int) -> None:
+                result = await client.call_tool(
+                    "session_append", {"session_id": session_id, "entry": user(f"held {n}")}
+                )
+                if result.is_error:
+                    errors.append(narrow(result.content[0], TextContent).text)
+                answered.append(session_id)
+
+            seen: list[int] = []
+            answered_before: list[int] = []
+            with psycopg_connect(postgres_url, autocommit=True) as look:
+                async with anyio.create_task_group() as group:
+                    with rows_held(postgres_url, held):  # then the rows go, and all is written
+                        for session_id in held:
+                            for n in range(per_session):
+                                group.start_soon(append_held, session_id, n)
+                        for _ in range(2000):  # bounded: until every write is under way
+                            if sum(runs._writing.values()) == held_count * per_session:
+                                break
+                            await anyio.sleep(0.01)
+                        await until_waiting(look, ROW_WAITS)
+                        with anyio.move_on_after(15):  # well within the lock timeout
+                            await other_session_answers(client, other, look, seen)
+                            answered_before.append(len(answered))
+            assert answered_before == [0], (
+                "the other session's reads and writes waited for the held sessions' writes"
+            )
+            assert max(seen) <= ROW_WAITS, seen
+            assert not errors, errors
+            for session_id in held:
+                stored = stored_texts(postgres_url, session_id)
+                assert sorted(stored) == [f"held {n}" for n in range(per_session)]
+            assert stored_texts(postgres_url, other) == ["other"]
+            assert not runs._writing and not runs._write_turns._turns
 
 
 def test_a_write_that_waited_for_a_worker_thread_past_its_bound_writes_nothing(

@@ -43,6 +43,7 @@ from mcp_agent.runtime.run_board import (
 )
 from mcp_agent.runtime.write_turns import WriteTurns
 from mcp_agent.sessions import Session, SessionError, Unreachable
+from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -237,6 +238,7 @@ class RunManager:
         limits: RunLimits | None = None,
         board: RunBoard | None = None,
         write_wait: float | None = None,
+        row_waits: RowWaits | None = None,
     ) -> None:
         self._task_group = task_group
         self.leases = leases
@@ -260,7 +262,7 @@ class RunManager:
         # there meanwhile.
         self._writing: dict[str, int] = {}
         # Their turns at each session, waited for on the event loop up to ``write_wait``.
-        self._write_turns = WriteTurns(write_wait, offload)
+        self._write_turns = WriteTurns(write_wait, offload, row_waits)
         self._running_by_client: dict[object, int] = {}
         # Said once when they start failing and once when they work again (the database's
         # own outage is said by the database), not at each round.

@@ -46,6 +46,7 @@ from mcp_agent.sessions.postgres.connect import (
     tcp_options,
     url_options,
 )
+from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.sessions.words import CJK_CHARS, latin_folds
 from mcp_agent.wire import one_line
@@ -353,6 +354,9 @@ class PostgresDatabase:
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
         # Reached through a connection pooler (connect.behind_pooler): set by the first one.
         self.pooled = False
+        # The server's bound on its writes waiting for held session rows (sessions.row_waits);
+        # None: as many as call.
+        self.row_waits: RowWaits | None = None
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its
