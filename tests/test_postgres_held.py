@@ -127,6 +127,54 @@ async def test_writes_to_several_held_sessions_leave_threads_for_the_others(
             assert not runs._writing and not runs._write_turns._turns
 
 
+async def test_runs_in_held_sessions_leave_threads_for_the_others(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's writes (its prompt, its answer, its settings) did not take the session's write
+    turns: runs in held sessions each kept a worker thread waiting for the row, and as many
+    runs as threads stalled every other session. They take turns now, as a tool's writes do:
+    the other session is answered meanwhile, and each run ends with its answer stored once
+    the rows go."""
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = [(await call(client, "session_create"))["id"] for _ in range(THREADS)]
+            other = (await call(client, "session_create"))["id"]
+            [runs] = managers
+            run_ids: list[str] = []
+
+            async def run_in(session_id: str) -> None:
+                started = await call(
+                    client, "agent_run", prompt="hello", session_id=session_id, wait=False
+                )
+                run_ids.append(started["runId"])
+
+            seen: list[int] = []
+            answered_first: list[int] = []
+            with psycopg_connect(postgres_url, autocommit=True) as look:
+                async with anyio.create_task_group() as group:
+                    with rows_held(postgres_url, held):  # then the rows go, and all is written
+                        for session_id in held:
+                            group.start_soon(run_in, session_id)
+                        await until_waiting(look, ROW_WAITS)
+                        await anyio.sleep(0.5)  # the other runs' writes pile up meanwhile
+                        with anyio.move_on_after(15):  # well within the lock timeout
+                            await other_session_answers(client, other, look, seen)
+                            answered_first.append(len(seen))
+            assert answered_first, "the other session waited for the runs in held sessions"
+            assert max(seen) <= ROW_WAITS, seen
+            assert len(run_ids) == len(held)
+            for run_id in run_ids:
+                with anyio.fail_after(60):
+                    status = await call(client, "agent_status", run_id=run_id, wait_seconds=30)
+                assert status["status"] == "completed", status
+            for session_id in held:
+                assert stored_texts(postgres_url, session_id) == ["hello", "echo: hello"]
+            assert not runs._write_turns._turns  # nothing kept for the writes gone
+
+
 def test_a_write_that_waited_for_a_worker_thread_past_its_bound_writes_nothing(
     postgres_url: str,
 ) -> None:

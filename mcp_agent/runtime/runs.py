@@ -350,6 +350,12 @@ class RunManager:
             else:
                 del self._writing[session_id]
 
+    def session_offload(self, session_id: str) -> Offload:
+        """Where a run, a compaction or a branch summary, which has ``session_id`` to itself
+        here, reads and writes it: in the turns of its writes (``write_turns``), so that its
+        writes to a held session wait as a tool's do, and take no more worker threads."""
+        return functools.partial(self._write_turns.write, session_id)
+
     async def keep_leases(self) -> None:
         """Renew this process's leases until cancelled (a task of the server's)."""
         if self.leases is None:

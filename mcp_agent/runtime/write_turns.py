@@ -21,6 +21,10 @@ threads (``sessions.row_waits``); a write past that bound, or queued on its thre
 of its session's that waits for the row, gives its thread back (``RowHeld``, nothing written)
 and waits here without one, trying again. The wait for a worker thread counts in the write's
 wait too (``_on_time``): a write is never started after its bound.
+
+Every writer of a session in this process takes these turns: a tool's write (``write``), and
+a run, a compaction or a branch summary, which have the session to themselves here, through
+``RunManager.session_offload``.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ class WriteTurns:
                 del self._turns[session_id]
 
     async def write(self, session_id: str, work: Callable[[], T]) -> T:
-        """``work``, a write to ``session_id``, offloaded in its turn,
+        """``work``, a write to ``session_id`` (or a read of a run's), offloaded in its turn,
         the whole bounded by ``wait`` (the turn, the worker thread, the storage's lock), then
         ``SessionError("busy")``, nothing written. Given back its thread because the row is
         held (``RowHeld``), it waits here without one, and tries again."""
