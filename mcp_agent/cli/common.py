@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, JustifyMethod, RenderableType, RenderResult
     from rich.segment import Segment
 
+    from mcp_agent.runtime.change_feed import Announcer
     from mcp_agent.sessions.repo import SessionRepo
     from mcp_agent.sessions.session import Session
 
@@ -359,6 +361,7 @@ def open_database(location: str | Path, folders: bool = False, create: bool = Tr
             location, create=create, statement_timeout=statement_timeout_from_env()
         )
         repo.database.session_guard = PostgresLeases(repo.database).guard
+        announce_changes(repo)
         return repo
     if folders and location.is_dir():
         from mcp_agent.sessions.jsonl import JsonlSessionRepo
@@ -425,6 +428,33 @@ def session_error_exit(error: Exception, repo: SessionRepo | None = None) -> typ
             FAILED,
         )
     return fail(message)
+
+
+# The servers on a PostgreSQL database that each repo opened here tells of its changes.
+_ANNOUNCERS: weakref.WeakKeyDictionary[SessionRepo, Announcer] = weakref.WeakKeyDictionary()
+
+
+def announce_changes(repo: SessionRepo) -> Announcer | None:
+    """Have the servers on ``repo``'s PostgreSQL database hear what this process writes to it
+    (runtime.change_feed): each session's entries as they are stored; sessions made or gone
+    through ``announced``. None for a repo no server follows that way (a SQLite file's
+    servers look at the file themselves)."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    if not isinstance(repo, PostgresSessionRepo):
+        return None
+    announcer = _ANNOUNCERS.get(repo)
+    if announcer is None:
+        from mcp_agent.runtime.change_feed import Announcer
+
+        announcer = _ANNOUNCERS[repo] = Announcer(repo.database)
+        repo.listeners.append(announcer.session_changed)
+    return announcer
+
+
+def announced(repo: SessionRepo) -> Announcer | None:
+    """The announcer ``announce_changes`` gave ``repo``, if any."""
+    return _ANNOUNCERS.get(repo)
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from mcp_agent.cli.common import (
     TERMINATED,
     DbOption,
     ManifestsOption,
+    announce_changes,
     check_database,
     database_location,
     die,
@@ -94,6 +95,12 @@ async def opened_app(settings: ServerSettings) -> AsyncIterator[AppState]:
     from mcp_agent.runtime.application import open_app
 
     async with open_app(settings, models=cli_models()) as state:
+        # Over PostgreSQL the servers on the database hear of the sessions written here.
+        announcer = announce_changes(state.repo)
+        if announcer is not None:
+            state.list_listeners.append(announcer.list_changed)
+            # (a deletion tells the list listeners first, as the server does)
+            state.deleted_listeners.append(announcer.session_changed)
         yield state
 
 

@@ -25,6 +25,7 @@ from mcp_agent.cli.common import (
     JsonOption,
     SessionArg,
     StoreOption,
+    announced,
     database_location,
     die,
     emit_json,
@@ -351,6 +352,8 @@ def _import_each(
                 )
             advance(size)
         if len(results) > sum("error" in r for r in results):
+            if (announcer := announced(repo)) is not None:
+                announcer.list_changed()
             _index_for_search(repo)
 
 
@@ -429,6 +432,8 @@ def copy(
                     failed.append({"sessionId": session_id, "error": error.message})
                 advance(1)
         if results["copied"]:
+            if (announcer := announced(destination)) is not None:
+                announcer.list_changed()
             _index_for_search(destination)
     if as_json:
         emit_json({**results, "failed": failed})
@@ -479,6 +484,8 @@ def delete(
                 err().print("nothing deleted", style="dim")
                 return
         repo.delete(session_id)
+        if (announcer := announced(repo)) is not None:
+            announcer.session_deleted(session_id)
     err().print(f"deleted {what}", style="dim")
 
 
@@ -518,6 +525,8 @@ def fork(
         die("--position needs --entry (which entry to fork at or before)")
     with opened_repo(db, folders=True, create=False) as repo:
         forked = repo.fork(session_id, entry, (position or Position.before).value)
+        if (announcer := announced(repo)) is not None:
+            announcer.list_changed()
         if as_json:
             from mcp_agent.cli.render import session_json
 

@@ -31,6 +31,7 @@ from mcp_agent.runtime.search_index import SearchIndexer
 from mcp_agent.runtime.settings import ServerSettings
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
+from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
 
 
@@ -93,6 +94,9 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
             max_connections=settings.db_threads + 4,
             statement_timeout=settings.statement_timeout(),
         )
+        # Writes waiting for session rows other transactions hold take a quarter of the
+        # threads at most: the other sessions always find some (sessions.row_waits).
+        repo.database.row_waits = RowWaits(max(1, settings.db_threads // 4))
         pg_leases = PostgresLeases(repo.database, presence=True)
         repo.database.session_guard = pg_leases.guard
         return repo, pg_leases, RunBoard(repo.database, pg_leases.owner, pg_leases)
@@ -139,6 +143,7 @@ async def open_app(
                     # A tool's write to a session waits its turn behind the others here as
                     # long as the one holding it may wait for the database.
                     write_wait=getattr(repo, "lock_wait", None),
+                    row_waits=getattr(getattr(repo, "database", None), "row_waits", None),
                 )
                 group.start_soon(runs.keep_leases)
                 group.start_soon(runs.keep_board)

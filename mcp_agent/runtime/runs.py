@@ -43,6 +43,7 @@ from mcp_agent.runtime.run_board import (
 )
 from mcp_agent.runtime.write_turns import WriteTurns
 from mcp_agent.sessions import Session, SessionError, Unreachable
+from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ class RunManager:
         limits: RunLimits | None = None,
         board: RunBoard | None = None,
         write_wait: float | None = None,
+        row_waits: RowWaits | None = None,
     ) -> None:
         self._task_group = task_group
         self.leases = leases
@@ -266,7 +268,7 @@ class RunManager:
         # Set when a session's writes under way are all done, for a run waiting to start there.
         self._writes_done: dict[str, anyio.Event] = {}
         # Their turns at each session, waited for on the event loop up to ``write_wait``.
-        self._write_turns = WriteTurns(write_wait)
+        self._write_turns = WriteTurns(write_wait, offload, row_waits)
         self._running_by_client: dict[object, int] = {}
         # Said once when they start failing and once when they work again (the database's
         # own outage is said by the database), not at each round.
@@ -349,16 +351,14 @@ class RunManager:
             del self._held[session_id]
             await self._release(session_id)
 
-    @asynccontextmanager
-    async def writing(self, session_id: str) -> AsyncIterator[None]:
-        """A tool writes to ``session_id`` (on a worker thread): refuse if a run or a holder
-        works on it here, keep new runs out until the write is done, and wait for the turn
-        of the session's other writes here first (``write_turns``: without a thread)."""
+    async def write(self, session_id: str, work: Callable[[], T]) -> T:
+        """A tool's write to ``session_id``, ``work``, on a worker thread: refuse if a run or a
+        holder works on it here, keep new runs out until the write is done, and wait for the
+        turn of the session's other writes here first (``write_turns``: without a thread)."""
         self.ensure_idle_here(session_id)
         self._writing[session_id] = self._writing.get(session_id, 0) + 1
         try:
-            async with self._write_turns.turn(session_id):
-                yield
+            return await self._write_turns.write(session_id, work)
         finally:
             left = self._writing[session_id] - 1
             if left:
@@ -368,6 +368,12 @@ class RunManager:
                 done = self._writes_done.pop(session_id, None)
                 if done is not None:
                     done.set()
+
+    def session_offload(self, session_id: str) -> Offload:
+        """Where a run, a compaction or a branch summary, which has ``session_id`` to itself
+        here, reads and writes it: in the turns of its writes (``write_turns``), so that its
+        writes to a held session wait as a tool's do, and take no more worker threads."""
+        return functools.partial(self._write_turns.write, session_id)
 
     async def keep_leases(self) -> None:
         """Renew this process's leases until cancelled (a task of the server's)."""

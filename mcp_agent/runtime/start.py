@@ -274,6 +274,9 @@ async def _start(
     the run's so far."""
     name, chosen, stream_fn = resolved
     hub = state.hub
+    # The run has the session to itself here: its reads and writes take the turns of the
+    # session's writes, so that writes to a held session wait without a worker thread.
+    offload = state.runs.session_offload(session.id)
 
     async def build_agent(run_id: str) -> tuple[SessionAgent, str]:
         meta = {"session_id": session.id, "run_id": run_id, "depth": depth, "agent": manifest.name}
@@ -285,12 +288,15 @@ async def _start(
             tools = await hub.tools(manifest, run_meta=meta, on_error=errors.append)
             warnings.extend(errors)  # the run's: its status and the command line say them
             if errors:
+                unnoted = list(errors)
 
                 def note_errors() -> None:
-                    for error in errors:
-                        session.append_custom("tool_server_error", {"error": error})
+                    # Each once: a try given back its thread (a held row) goes on from there.
+                    while unnoted:
+                        session.append_custom("tool_server_error", {"error": unnoted[0]})
+                        del unnoted[0]
 
-                await state.offload(note_errors)
+                await offload(note_errors)
             return tools
 
         def build() -> SessionAgent:
@@ -315,7 +321,7 @@ async def _start(
                     max_retries=state.settings.model_retries,
                     base_delay=state.settings.model_retry_delay,
                 ),
-                offload=state.offload,
+                offload=offload,
                 withheld_tools=(
                     {SUBAGENT_TOOL: _at_depth_limit(depth + 1, state.settings.max_subagent_depth)}
                     if depth >= state.settings.max_subagent_depth
@@ -328,7 +334,7 @@ async def _start(
                 agent.set_model(chosen)  # idle: recorded at once, on this worker thread
             return agent
 
-        return await state.offload(build), name
+        return await offload(build), name
 
     run = await state.runs.start(
         session=session,

@@ -14,19 +14,60 @@ moment the write before it is done. Let on one at a time, each write waited for 
 predecessor's answer to come back through the event loop first: eight clients appending to
 one session went at half the rate or less (measured on a busy machine, SQLite); two at a time
 still lost a third of it when the event loop's round trip outlasted a write, three kept it.
+
+Those three places are one session's: a few sessions held at once took every thread again.
+Over PostgreSQL the server also bounds how many of its writes wait for held rows on worker
+threads (``sessions.row_waits``); a write past that bound, or queued on its thread behind one
+of its session's that waits for the row, gives its thread back (``RowHeld``, nothing written)
+and waits here without one, trying again. The wait for a worker thread counts in the write's
+wait too (``_on_time``): a write is never started after its bound.
+
+Every writer of a session in this process takes these turns: a tool's write (``write``), and
+a run, a compaction or a branch summary, which have the session to themselves here, through
+``RunManager.session_offload``.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import anyio
 
+from mcp_agent.blocking import Offload, inline
+from mcp_agent.sessions import SessionError
+from mcp_agent.sessions.row_waits import RowHeld, RowWaits
 from mcp_agent.sessions.session import TURN_DEADLINE, turn_refused
 
+T = TypeVar("T")
+
 ON_THREADS = 3
+# A write given back its thread (``RowHeld``) tries again after this pause, doubled each time
+# up to the last: a row held a moment (another replica's append) is taken on the next try.
+RETRY_FIRST_S = 0.01
+RETRY_LAST_S = 0.25
+
+
+def _on_time(
+    work: Callable[[], T], session_id: str, deadline: float | None, wait: float, turned: float
+) -> T:
+    """``work``, on its worker thread, unless the write's wait is over already: the wait for
+    a thread counts in it too, else a write waited for its turn, then for a thread (all busy),
+    then for the lock, longer than the lock wait it promises. ``turned``: when it had its
+    turn, to say which wait took most of the time."""
+    now = time.monotonic()
+    if deadline is not None and now >= deadline:
+        if now - turned < wait / 2:  # mostly for its turn, behind a write waiting for its row
+            raise turn_refused(session_id, wait)
+        raise SessionError(
+            "busy",
+            f"session {session_id} is busy: this write waited {wait:g} s for its turn and a"
+            " worker thread (every one busy); nothing was written, try again",
+        )
+    return work()
 
 
 class _Turn:
@@ -45,10 +86,17 @@ class WriteTurns:
     long for the session's row, so a write is told within two such waits. None: as long as
     it takes."""
 
-    def __init__(self, wait: float | None = None) -> None:
+    def __init__(
+        self,
+        wait: float | None = None,
+        offload: Offload = inline,
+        row_waits: RowWaits | None = None,
+    ) -> None:
         if wait is not None and not wait > 0:
             raise ValueError(f"a write's wait for its turn must be more than 0 s, not {wait}")
         self.wait = wait
+        self.offload = offload
+        self.row_waits = row_waits  # the storage's bound on writes waiting for held rows
         # Sessions with writes holding or waiting for a place: bounded by the requests in
         # flight, each gone with its last write.
         self._turns: dict[str, _Turn] = {}
@@ -83,3 +131,30 @@ class WriteTurns:
             turn.users -= 1
             if not turn.users:
                 del self._turns[session_id]
+
+    async def write(self, session_id: str, work: Callable[[], T]) -> T:
+        """``work``, a write to ``session_id`` (or a read of a run's), offloaded in its turn,
+        the whole bounded by ``wait`` (the turn, the worker thread, the storage's lock), then
+        ``SessionError("busy")``, nothing written. Given back its thread because the row is
+        held (``RowHeld``), it waits here without one, and tries again."""
+        async with self.turn(session_id):
+            deadline = TURN_DEADLINE.get()
+            wait = self.wait or 0.0
+            on_time = functools.partial(
+                _on_time, work, session_id, deadline, wait, time.monotonic()
+            )
+            pause = RETRY_FIRST_S
+            while True:
+                try:
+                    return await self.offload(on_time)
+                except RowHeld as held:
+                    while True:
+                        if deadline is None or time.monotonic() + pause >= deadline:
+                            if self.row_waits is not None and self.row_waits.waiting(session_id):
+                                raise turn_refused(session_id, self.wait) from None
+                            raise held from None
+                        await anyio.sleep(pause)
+                        pause = min(pause * 2, RETRY_LAST_S)
+                        # Behind a write of its own session waiting for the row: until it ends.
+                        if self.row_waits is None or not self.row_waits.waiting(session_id):
+                            break

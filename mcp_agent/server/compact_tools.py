@@ -57,7 +57,7 @@ def register(server: MCPServer) -> None:
                     model,
                     stream_fn,
                     instructions=instructions,
-                    offload=state.offload,
+                    offload=state.runs.session_offload(session_id),
                     manual=True,
                 )
         return CompactResult(

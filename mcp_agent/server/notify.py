@@ -57,6 +57,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcp_agent.outages import Outage
+from mcp_agent.runtime.change_feed import SESSION_URI_TAILS, session_uris
 from mcp_agent.runtime.settings import MAX_SUBSCRIPTIONS_ENV
 from mcp_agent.server.strict import URI_CHARS, long_uri
 from mcp_agent.sessions.sqlite.watch import MAX_WATCHED
@@ -70,15 +71,6 @@ SEND_TIMEOUT = 5.0
 MAX_PENDING = 10_000
 SUBSCRIBER_PENDING = 1024  # URIs: 256 sessions' worth
 MAX_SUBSCRIPTIONS = 1000  # resources one legacy connection may subscribe to; 0: no limit
-
-
-SESSION_URI_TAILS = ("", "/tree", "/context", "/export.jsonl")
-
-
-def session_uris(session_id: str) -> list[str]:
-    """The resources whose subscribers hear of each change to the session."""
-    base = f"session://{session_id}"
-    return [base + tail for tail in SESSION_URI_TAILS]
 
 
 def subscribed_session(uri: str) -> str | None:

@@ -2,7 +2,8 @@
 LISTEN/NOTIFY.
 
 Each replica publishes the events of its own changes (a session updated, the list changed) on
-one channel and hears the others': an event from another replica goes to this replica's
+one channel (runtime.change_feed, where the command line announces its writes too) and hears
+the others': an event from another replica goes to this replica's
 2026-07-28 listen streams (the bus's local listeners) and to its legacy
 ``resources/subscribe`` connections (``on_remote``: the Notifier's outboxes), so a client
 sees every change whichever replica made it. Delivery is as the SDK's own bus promises:
@@ -36,13 +37,13 @@ from mcp.server.subscriptions import (
 )
 
 from mcp_agent.outages import Outage
+from mcp_agent.runtime.change_feed import CHANNEL, change
 from mcp_agent.server.notify import WatchedBus
 from mcp_agent.sessions.postgres.connect import KEEP_WHEN_IDLE, tcp_options
 from mcp_agent.wire import one_line
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "mcp_agent_events"
 RETRY_SECONDS = 1.0
 # NOTIFY payloads must stay under 8000 bytes; an event that does not fit stays local.
 MAX_PAYLOAD = 7900
@@ -61,16 +62,14 @@ _KINDS: dict[str, Callable[[dict[str, Any]], ServerEvent]] = {
 
 def _encode(origin: str, event: ServerEvent) -> str | None:
     if isinstance(event, ResourceUpdated):
-        data: dict[str, Any] = {"kind": "resource_updated", "uri": event.uri}
-    elif isinstance(event, ResourcesListChanged):
-        data = {"kind": "resources_list_changed"}
-    elif isinstance(event, ToolsListChanged):
-        data = {"kind": "tools_list_changed"}
-    elif isinstance(event, PromptsListChanged):
-        data = {"kind": "prompts_list_changed"}
-    else:
-        return None
-    return json.dumps({"origin": origin, **data}, separators=(",", ":"))
+        return change(origin, "resource_updated", event.uri)
+    if isinstance(event, ResourcesListChanged):
+        return change(origin, "resources_list_changed")
+    if isinstance(event, ToolsListChanged):
+        return change(origin, "tools_list_changed")
+    if isinstance(event, PromptsListChanged):
+        return change(origin, "prompts_list_changed")
+    return None
 
 
 def _decode(payload: str) -> tuple[str, ServerEvent] | None:

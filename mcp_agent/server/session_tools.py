@@ -388,8 +388,7 @@ def register(server: MCPServer) -> None:
             state.repo.delete(session_id)
 
         with tool_errors():
-            async with state.runs.writing(session_id):
-                await state.offload(delete)
+            await state.runs.write(session_id, delete)
         state.session_deleted(session_id)
         return DeleteResult(session_id=session_id, deleted=True)
 
@@ -412,8 +411,9 @@ def register(server: MCPServer) -> None:
         state = app_state(ctx)
         partial = entry.to_partial()
         with tool_errors():
-            async with state.runs.writing(session_id):
-                entry_id = await state.offload(lambda: state.repo.append_entry(session_id, partial))
+            entry_id = await state.runs.write(
+                session_id, lambda: state.repo.append_entry(session_id, partial)
+            )
         # Every appendable entry becomes the leaf.
         return AppendResult(session_id=session_id, entry_id=entry_id, leaf_id=entry_id)
 
@@ -470,8 +470,7 @@ def register(server: MCPServer) -> None:
                     )
                 leaf_id = await state.offload(lambda: session.leaf_id)
             else:
-                async with state.runs.writing(session_id):
-                    branch_summary_id, leaf_id = await state.offload(move)
+                branch_summary_id, leaf_id = await state.runs.write(session_id, move)
         return MoveResult(
             session_id=session_id,
             leaf_id=leaf_id,

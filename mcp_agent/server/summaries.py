@@ -61,7 +61,12 @@ async def summarize_branch(
     model, stream_fn = await summary_model(state, ctx, session)
     try:
         return await summarize_session_branch(
-            session, entry_id, model, stream_fn, offload=state.offload, warnings=warnings
+            session,
+            entry_id,
+            model,
+            stream_fn,
+            offload=state.runs.session_offload(session.id),
+            warnings=warnings,
         )
     except CompactionError as error:
         raise ToolError(f"{error.code}: {error}") from None

@@ -40,6 +40,7 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.memory import InMemorySessionStorage
+from mcp_agent.sessions.row_waits import RowHeld
 from mcp_agent.sessions.storage import SessionStats, SessionStorage, tree_index
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,11 @@ def turn_refused(session_id: str, wait: float | None) -> SessionError:
         " for the database (its row held by another transaction); nothing was written,"
         " try again",
     )
+
+
+# How often a write queued for the storage's lock looks whether the write holding it waits
+# for a held row (then it gives its thread back: sessions.row_waits).
+LOCK_SLICE = 0.05
 
 
 class Unread(enum.Enum):
@@ -175,16 +181,7 @@ class Session:
         """Append what ``build`` makes of the id, parent and timestamp: the parent is the leaf,
         or ``parent`` (the entry then becomes the leaf, as in pi's branchWithSummary)."""
         self._read_leaf = UNREAD
-        # Bounded: each write holding the lock may wait for the database as long (a session's
-        # row held by another transaction), so writers queued here waited one such wait after
-        # another, and each held a worker thread meanwhile.
-        wait: float | None = getattr(self.storage, "lock_wait", None)
-        timeout = -1 if wait is None else wait
-        deadline = TURN_DEADLINE.get()
-        if wait is not None and deadline is not None:
-            timeout = max(0.0, min(wait, deadline - time.monotonic()))
-        if not self._lock.acquire(timeout=timeout):
-            raise turn_refused(self.id, wait)
+        self._take_lock()
         try:
             for attempt in range(_ID_ATTEMPTS):
                 base = {
@@ -205,6 +202,33 @@ class Session:
             self._lock.release()
         self._notify(stored)
         return stored.id
+
+    def _take_lock(self) -> None:
+        """The storage's lock, for a write. Bounded: each write holding it may wait for the
+        database as long (a session's row held by another transaction), so writers queued here
+        waited one such wait after another, and each held a worker thread meanwhile. Queued
+        behind a write that waits for its held row, when the server bounds those waits
+        (sessions.row_waits): ``RowHeld`` at once, nothing written, the thread given back."""
+        wait: float | None = getattr(self.storage, "lock_wait", None)
+        timeout = -1 if wait is None else wait
+        deadline = TURN_DEADLINE.get()
+        if wait is not None and deadline is not None:
+            timeout = max(0.0, min(wait, deadline - time.monotonic()))
+        row_held: Callable[[], bool] | None = getattr(self.storage, "row_held", None)
+        if row_held is None:
+            if not self._lock.acquire(timeout=timeout):
+                raise turn_refused(self.id, wait)
+            return
+        end = None if timeout < 0 else time.monotonic() + timeout
+        while True:
+            # In slices: the write holding the lock may start waiting for its row meanwhile.
+            left = LOCK_SLICE if end is None else min(LOCK_SLICE, end - time.monotonic())
+            if self._lock.acquire(timeout=max(left, 0.0)):
+                return
+            if row_held():
+                raise RowHeld(self.id)
+            if end is not None and time.monotonic() >= end:
+                raise turn_refused(self.id, wait)
 
     def _notify(self, entry: SessionEntry) -> None:
         for listener in list(self.listeners):

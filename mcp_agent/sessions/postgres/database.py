@@ -46,6 +46,7 @@ from mcp_agent.sessions.postgres.connect import (
     tcp_options,
     url_options,
 )
+from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.sessions.sqlite.database import BUSY_TIMEOUT_S
 from mcp_agent.sessions.words import CJK_CHARS, latin_folds
 from mcp_agent.wire import one_line
@@ -269,6 +270,12 @@ _URL_REFUSALS = re.compile(
 )
 
 
+# A new connection refused for want of a slot (the server's max_connections, a role's or a
+# database's CONNECTION LIMIT; SQLSTATE 53300, which psycopg does not give for an error at
+# connection time): the database is there, only the pool cannot grow.
+_NO_SLOT = re.compile(r"too many (connections|clients)|connection slots are reserved")
+
+
 def _url_refused(error: psycopg.Error) -> bool:
     return isinstance(error, psycopg.ProgrammingError | psycopg.OperationalError) and bool(
         _URL_REFUSALS.search(str(error))
@@ -331,7 +338,7 @@ class PostgresDatabase:
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": options, **tcp_options(url)}
         self.pool: ConnectionPool[BoundedConnection] = ConnectionPool(
             url,
-            connection_class=BoundedConnection,
+            connection_class=self._pooled_class(),
             min_size=min_connections,
             max_size=max_connections,
             kwargs=self._kwargs,
@@ -351,8 +358,19 @@ class PostgresDatabase:
         self._unreachable = False  # the pool timed out and a connection attempt failed
         # Said once when the database is found out of reach, and once when it is back.
         self.outage = Outage(log, f"the session database {self.where} is out of reach")
+        # Said once when the pool is short and the database refuses it more connections (no
+        # slot left), and once when a connection can be made again; callers meanwhile wait
+        # for the connections the pool has.
+        self.no_slot = Outage(
+            log,
+            f"the session database {self.where} refuses this server more connections (calls"
+            " wait for those it has)",
+        )
         # Reached through a connection pooler (connect.behind_pooler): set by the first one.
         self.pooled = False
+        # The server's bound on its writes waiting for held session rows (sessions.row_waits);
+        # None: as many as call.
+        self.row_waits: RowWaits | None = None
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its
@@ -364,6 +382,27 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise self._unprepared(error) from None
         self.pool.open(wait=False)
+
+    def _pooled_class(self) -> type[BoundedConnection]:
+        """The pool's connections, whose refusal for want of a slot is said (``no_slot``): the
+        pool's own word on each failed try is not logged (connect._QuietReconnects), and its
+        callers wait for the connections it has, so nothing else would say why it stays
+        short."""
+        database = self
+
+        class Pooled(BoundedConnection):
+            @classmethod
+            def connect(cls, *args: Any, **kwargs: Any) -> Pooled:
+                try:
+                    conn = super().connect(*args, **kwargs)
+                except psycopg.OperationalError as error:
+                    if _NO_SLOT.search(str(error)):
+                        database.no_slot.failed(error)
+                    raise
+                database.no_slot.recovered()
+                return conn
+
+        return Pooled
 
     @property
     def lock_wait(self) -> float:
@@ -538,9 +577,13 @@ class PostgresDatabase:
             self._unreachable = True
             self.outage.failed(down.reason)
             return down
+        short = ""
+        if self.no_slot.down:
+            size = self.pool.get_stats().get("pool_size", 0)
+            short = f" (the {size} it has: it refuses more, see the log)"
         return SessionError(
             "busy",
-            f"every connection to the session database {self.where} stayed busy for"
+            f"every connection to the session database {self.where}{short} stayed busy for"
             f" {min(POOL_TIMEOUT_S, within or POOL_TIMEOUT_S):g} s; nothing was written,"
             " try again",
         )
@@ -557,12 +600,19 @@ class PostgresDatabase:
         )
 
     def _probe(self) -> Unreachable | None:
-        """Whether a connection can be made now: None, or the error saying why not."""
+        """Whether the database is there: None (a connection could be made now, or it was
+        refused for want of a slot: see ``no_slot``), or the error saying why not."""
         try:
             with psycopg.connect(self.url, connect_timeout=5, **self._kwargs):
+                self.no_slot.recovered()
                 return None
         except psycopg.Error as error:
             reason = one_line(error)
+            if isinstance(error, psycopg.OperationalError) and _NO_SLOT.search(reason):
+                # Up, and full: the pool's connections still work; said here, once (the
+                # pool's own tries are not logged, see connect._QuietReconnects).
+                self.no_slot.failed(reason)
+                return None
             return Unreachable(
                 f"cannot reach the session database {self.where}: {reason};"
                 " nothing was written, try again",

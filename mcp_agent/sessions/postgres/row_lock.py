@@ -23,6 +23,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from mcp_agent.sessions.errors import SessionError
+from mcp_agent.sessions.row_waits import RowHeld, RowWaits
 
 LOCK_TURN_S = 5.0
 _LOCK = "SELECT leaf, next_seq FROM sessions WHERE id = %s FOR UPDATE"
@@ -75,17 +76,40 @@ class _Watcher:
 
 
 def lock_session_row(
-    conn: Any, session_id: str, connect: Callable[[], Any], where: str
+    conn: Any,
+    session_id: str,
+    connect: Callable[[], Any],
+    where: str,
+    row_waits: RowWaits | None = None,
 ) -> tuple[Any, ...] | None:
     """The session's leaf and next sequence number, its row locked until the commit (None:
     there is no such row). Held by a stuck transaction, ``SessionError("busy")`` after a turn
     or two; else the wait ends as every lock wait does (``connect`` opens the watcher's
-    connection)."""
+    connection). Held while ``row_waits`` has no room for another wait: ``RowHeld`` at once,
+    the thread given back."""
     row: tuple[Any, ...] | None = conn.execute(_LOCK + " SKIP LOCKED", (session_id,)).fetchone()
     if row is not None:
         return row
+    if row_waits is None:
+        return _wait_for_row(conn, session_id, connect, where)
+    try:
+        row_waits.enter(session_id)
+    except RowHeld:
+        if conn.execute("SELECT 1 FROM sessions WHERE id = %s", (session_id,)).fetchone() is None:
+            return None  # not held: gone
+        raise
+    try:
+        return _wait_for_row(conn, session_id, connect, where)
+    finally:
+        row_waits.leave(session_id)
+
+
+def _wait_for_row(
+    conn: Any, session_id: str, connect: Callable[[], Any], where: str
+) -> tuple[Any, ...] | None:
     watcher = _Watcher(conn, connect)
     watcher.start()
+    row: tuple[Any, ...] | None = None
     try:
         row = conn.execute(_LOCK, (session_id,)).fetchone()
     except pg_errors.QueryCanceled:

@@ -249,10 +249,27 @@ class PostgresSessionStorage(SqlSessionStorage):
         """The session's leaf and next sequence number, its row locked until the commit (a
         holder that does nothing is said after a turn of the wait: ``row_lock``)."""
         database = self.database
-        row = lock_session_row(conn, self.session_id, database.side_connection, database.where)
+        row = lock_session_row(
+            conn, self.session_id, database.side_connection, database.where, database.row_waits
+        )
         if row is None:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
         return row[0], row[1]
+
+    def row_held(self) -> bool:
+        """Whether a write of this process waits for this session's row, held by another
+        transaction (a write queued behind it for ``lock`` gives its thread back: see
+        sessions.row_waits). Never, unless the server bounds those waits."""
+        waits = self.database.row_waits
+        return waits is not None and waits.waiting(self.session_id)
+
+    @classmethod
+    def lock_for_delete(cls, database: PostgresDatabase, conn: Conn, session_id: str) -> None:
+        """Take the session's row before deleting it, waiting for it as an append does (and
+        counted among the waits for held rows)."""
+        lock_session_row(
+            conn, session_id, database.side_connection, database.where, database.row_waits
+        )
 
     def _exists(self, conn: Conn, entry_id: str) -> bool:
         row = conn.execute(

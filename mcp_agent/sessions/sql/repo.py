@@ -502,6 +502,7 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         sql = self.storage_class.sql("DELETE FROM sessions WHERE id = :id")
 
         def work(conn: Any) -> None:
+            self.storage_class.lock_for_delete(self.database, conn, session_id)
             if self.database.session_guard is not None:
                 self.database.session_guard(conn, session_id)
             gone = conn.execute(sql, {"id": session_id}).rowcount

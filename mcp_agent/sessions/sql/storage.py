@@ -309,6 +309,11 @@ class SqlSessionStorage:
         """Store an imported session in one transaction (a problem anywhere rolls it back)."""
         raise NotImplementedError
 
+    @classmethod
+    def lock_for_delete(cls, database: Any, conn: Any, session_id: str) -> None:
+        """Anything to take before the session's row is deleted (in the delete's transaction):
+        nothing, unless the backend says otherwise."""
+
     def set_leaf_id(self, leaf_id: str | None) -> LeafEntry | None:
         raise NotImplementedError
 
