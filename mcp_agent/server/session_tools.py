@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from mcp_types import CallToolResult
 from pydantic import Field
+from pydantic_core import to_json
 
 from mcp_agent.server import spliced
 from mcp_agent.server.entry_inputs import EntryInput
@@ -120,6 +121,22 @@ def session_fields(
         leaf_id=summary.leaf_id,
         uri=f"session://{summary.id}",
     )
+
+
+def session_json(summary: SessionSummary) -> str:
+    """``session_info(summary).model_dump_json()``, the same text, for a listing's items:
+    the fields as ``session_fields`` makes them (texts, counts, None) need no check, and
+    checking them into the model cost more than the rest of the item (about three quarters of
+    its CPU: the model's check and dump against a dump of the dict, measured in process)."""
+    fields = session_fields(summary)
+    started_by = fields["started_by"]
+    if started_by is not None:
+        fields["started_by"] = {"sessionId": started_by.session_id, "runId": started_by.run_id}
+    return to_json({camel: fields[name] for name, camel in _CAMEL.items()}).decode()
+
+
+# session_fields' names (SessionInfo's, in its order) as the wire has them.
+_CAMEL = {name: field.alias or name for name, field in SessionInfo.model_fields.items()}
 
 
 def _clipped_id(value: str | None) -> str | None:
@@ -256,7 +273,7 @@ def register(server: MCPServer) -> None:
                 assert query is not None
                 items, page = listed_with_hits(state.repo, page, query, words, session_fields)
             else:
-                items = [session_info(item).model_dump_json() for item in page.items]
+                items = [session_json(item) for item in page.items]
             answer = SessionListResult(
                 sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
             )
