@@ -1412,6 +1412,25 @@ def test_narrow_windows_show_the_session_whole(
     app.close()
 
 
+@pytest.mark.parametrize("width", [320, 360, 375])
+def test_the_prompt_s_placeholder_fits_its_box_on_a_phone(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], width: int
+) -> None:
+    """At a phone's width the empty prompt's placeholder, "Continue the session from the
+    leaf…", broke onto a second line that its one-line box showed half of. It fits on one."""
+    server, session_id, _ = served
+    context = browser.new_context(viewport={"width": width, "height": 700})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    prompt = page.locator("#prompt-text")
+    expect(prompt).to_be_visible()
+    expect(prompt).to_have_value("")
+    # the placeholder's lines are the empty box's content: more than one overflows it
+    overflow = "(e) => e.scrollHeight - e.clientHeight"
+    assert prompt.evaluate(overflow) <= 0, prompt.get_attribute("placeholder")
+    context.close()
+
+
 SPEC_NAMES = {
     "ui/initialize": "McpUiInitializeRequest",
     "ui/notifications/initialized": "McpUiInitializedNotification",
