@@ -2414,6 +2414,27 @@ def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
     assert (done.returncode, done.stderr) == (0, "")
 
 
+def test_every_usage_line_names_its_arguments_alike() -> None:
+    """Typer 0.29 writes a required argument in braces and adds "..." to one that repeats:
+    the usage lines read `run [OPTIONS] {prompt}`, `rename [OPTIONS] {ID} {name}` and `import
+    [OPTIONS] {FILE…}...`. Each argument is named in capitals, its repeats said once."""
+    import typer
+
+    from mcp_agent.cli import app
+
+    usages = []
+    commands = [("mcp-agent-sessions", typer.main.get_command(app))]
+    while commands:
+        path, command = commands.pop()
+        subcommands = getattr(command, "commands", {})
+        commands.extend((f"{path} {name}", sub) for name, sub in subcommands.items())
+        with typer.Context(command, info_name=path) as context:
+            usages.append(" ".join(command.collect_usage_pieces(context)))
+    named = [word for usage in usages for word in re.findall(r"[{[]([^}\]]+)[}\]]", usage)]
+    assert "ID" in named and "OPTIONS" in named
+    assert [word for word in named if word != word.upper() or "…" in word] == []
+
+
 def run_with_reader_gone(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The command line with its stdout a pipe whose reader is gone before the first write
     (the same for every command): what `| head` does once it has what it wanted."""

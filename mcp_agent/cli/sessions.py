@@ -277,7 +277,7 @@ def _export_target(output: Path, store: str | Path) -> Path:
 
 @app.command("import")
 def import_files(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE…", help="pi session files")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="pi session files")],
     db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -531,7 +531,9 @@ def fork(
 @app.command()
 def rename(
     session_id: SessionArg,
-    name: Annotated[str, typer.Argument(help='the new name ("" clears it)', callback=utf8_text)],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help='the new name ("" clears it)', callback=utf8_text)
+    ],
     db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""
