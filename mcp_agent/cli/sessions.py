@@ -106,7 +106,14 @@ def list_sessions(
             for why in skipped[:5]:
                 err().print(f"  {why}", soft_wrap=True)
         else:
+            from mcp_agent.sessions.jsonl import JsonlSessionRepo
+
             hint = f'no sessions yet (start one with `{PROG} run "…"` or `{PROG} chat`)'
+            if isinstance(repo, JsonlSessionRepo):  # which run and chat do not take for --db
+                hint = (
+                    f"no sessions in this folder yet (`{PROG} serve --sessions-dir FOLDER` "
+                    "keeps new ones in it, as pi does in its own)"
+                )
             err().print(hint, style="dim")
         return
     from mcp_agent.cli.render import short_time
