@@ -2397,6 +2397,8 @@ main()
         ["sessions", "show", "{session}"],
         ["models"],
         ["--help"],
+        # its walk-through runs in a task group, whose failure it reported: "the demo failed: "
+        ["demo"],
     ],
     ids=" ".join,
 )
@@ -2410,6 +2412,27 @@ def test_a_closed_pipe_ends_every_command_alike_quietly_with_0(
     ids = seed(db)
     done = run_with_reader_gone(db, *(a.format(**ids) for a in command))
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_every_usage_line_names_its_arguments_alike() -> None:
+    """Typer 0.29 writes a required argument in braces and adds "..." to one that repeats:
+    the usage lines read `run [OPTIONS] {prompt}`, `rename [OPTIONS] {ID} {name}` and `import
+    [OPTIONS] {FILE…}...`. Each argument is named in capitals, its repeats said once."""
+    import typer
+
+    from mcp_agent.cli import app
+
+    usages = []
+    commands = [("mcp-agent-sessions", typer.main.get_command(app))]
+    while commands:
+        path, command = commands.pop()
+        subcommands = getattr(command, "commands", {})
+        commands.extend((f"{path} {name}", sub) for name, sub in subcommands.items())
+        with typer.Context(command, info_name=path) as context:
+            usages.append(" ".join(command.collect_usage_pieces(context)))
+    named = [word for usage in usages for word in re.findall(r"[{[]([^}\]]+)[}\]]", usage)]
+    assert "ID" in named and "OPTIONS" in named
+    assert [word for word in named if word != word.upper() or "…" in word] == []
 
 
 def run_with_reader_gone(db: Path, *args: str) -> subprocess.CompletedProcess[str]:

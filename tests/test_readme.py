@@ -103,6 +103,24 @@ def test_the_readme_says_what_0_means_for_a_flag_in_its_help_s_words() -> None:
     assert said and wrong == []
 
 
+def test_the_fake_llm_of_the_run_example_is_said_how_to_start(tmp_path: Path) -> None:
+    """The `run` example talks to "a local fake LLM" on port 18988, and a reader had no way to
+    start it: the README names the command, of the test extra's fakellm, and its rules file
+    answers the example's prompts."""
+    import subprocess
+
+    [command] = re.findall(r"`(\.venv/bin/fakellm serve [^`]*)`", README)
+    words = shlex.split(command)
+    assert "18988" in words and "OPENAI_BASE_URL=http://127.0.0.1:18988/v1" in README
+    config = Path(__file__).resolve().parent.parent / words[words.index("--config") + 1]
+    rules = config.read_text(encoding="utf-8")
+    assert "Please ask a helper to greet the team" in rules
+    fakellm = Path(sys.executable).with_name("fakellm")
+    if fakellm.exists():  # the options it names are the installed fakellm's
+        shown = subprocess.run([fakellm, "serve", "--help"], capture_output=True, text=True)
+        assert all(flag in shown.stdout for flag in words if flag.startswith("--")), shown
+
+
 # Read by the tests and .ci/run, not by the package.
 TEST_VARIABLES = {"MCP_AGENT_CHROMIUM", "MCP_AGENT_FULL", "MCP_AGENT_PEERS"}
 

@@ -168,6 +168,29 @@ def test_good_flags_still_start(serve: Any, tmp_path: Path, args: list[str]) -> 
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["--manifests=~/good"],
+        ["--transport", "http", "--port", "0", "--token-file=~/token"],
+        ["--sessions-dir=~/good"],
+    ],
+)
+def test_a_path_after_an_equals_sign_may_start_at_home(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """`--manifests=~/agents`: the shell leaves a ~ after an = as it is (it expands an
+    assignment's alone), and --manifests and --token-file took it for a folder named ~ ("is
+    not a folder", "does not exist"), where --db and --sessions-dir read it as home."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    token = tmp_path / "token"
+    token.write_text("a-token-of-the-user-0123456789abcdef\n")
+    token.chmod(0o600)
+    result = serve(*args)
+    assert result.exit_code == 0, result.output
+    assert "sessions stored in" in result.stderr
+
+
+@pytest.mark.parametrize(
     ("args", "env", "source"),
     [
         (["--model", "openai:gpt-4o-mini"], {}, "--model openai:gpt-4o-mini"),

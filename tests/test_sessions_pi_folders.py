@@ -478,6 +478,22 @@ def test_sessions_list_of_a_folder_it_cannot_read_says_so(tmp_path: Path) -> Non
     assert all(f"{session['file']}:3: line is not valid JSON" in said for session in made)
 
 
+def test_sessions_list_of_an_empty_folder_names_what_fills_it(tmp_path: Path) -> None:
+    """An empty folder of pi files listed as 'no sessions yet (start one with `run "…"` or
+    `chat`)', which refuse a folder for --db: it names what keeps sessions there."""
+    folder = tmp_path / ".pi" / "agent" / "sessions"
+    folder.mkdir(parents=True)
+    done = CliRunner().invoke(app, ["sessions", "list", "--db", str(folder)])
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.stderr.split())
+    assert "run" not in said and "chat" not in said, said
+    assert "no sessions in this folder yet" in said and "serve --sessions-dir" in said
+    refused = CliRunner().invoke(
+        app, ["run", "hi", "--model", "scripted:echo", "--db", str(folder)]
+    )
+    assert refused.exit_code == 2 and "serve --sessions-dir" in refused.stderr
+
+
 def test_the_sessions_commands_work_on_pis_folder(
     pi_folder: tuple[Path, Made], tmp_path: Path
 ) -> None:

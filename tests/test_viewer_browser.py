@@ -294,6 +294,52 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     context.close()
 
 
+def test_back_forward_and_reload_keep_the_entry_the_reader_had_open(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """Back to a session, or a reload, showed the session with no entry open: the entry the
+    reader had opened, and its place in the tree, were lost. The address names it too, so
+    Back, Forward and a reload open it again, its row selected."""
+    server, session_id, ids = served
+    other = mcp_tool(server.url, TOKEN, "session_create", name="Grocery list")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    page.locator("#sessions .session", has_text="Picnic plans").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    page.locator(f"#tree .row[data-id='{ids['call']}']").click()
+    expect(page.locator("#detail-body")).to_contain_text("weather")
+    page.locator("#sessions .session", has_text="Grocery list").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Grocery list")
+    assert other["structuredContent"]["id"] in page.url
+
+    def kept() -> None:
+        expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+        expect(page.locator("#detail-body")).to_contain_text("weather")
+        row = page.locator(f"#tree .row[data-id='{ids['call']}']")
+        expect(row).to_have_attribute("aria-selected", "true")
+        expect(row).to_be_in_viewport()
+
+    page.go_back()
+    kept()
+    page.go_forward()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Grocery list")
+    expect(page.locator("#detail")).to_be_hidden()
+    page.go_back()
+    kept()
+    page.reload()
+    kept()
+    # a link to an entry the session does not hold: the session alone, the address without it
+    page = context.new_page()
+    page.goto(f"{base(server)}/#session={session_id}&entry=nope0000")
+    expect(page.locator("#tree .row").first).to_be_visible()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    poll(lambda: page.url.endswith(f"/#session={session_id}") or None, page.url)
+    expect(page.locator("#detail")).to_be_hidden()
+    expect(page.locator("#toast")).to_be_hidden()
+    context.close()
+
+
 def test_the_page_shows_the_session_and_acts_on_it(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
@@ -1410,6 +1456,25 @@ def test_narrow_windows_show_the_session_whole(
         "the App cuts off the entry shown under its tree",
     )
     app.close()
+
+
+@pytest.mark.parametrize("width", [320, 360, 375])
+def test_the_prompt_s_placeholder_fits_its_box_on_a_phone(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], width: int
+) -> None:
+    """At a phone's width the empty prompt's placeholder, "Continue the session from the
+    leaf…", broke onto a second line that its one-line box showed half of. It fits on one."""
+    server, session_id, _ = served
+    context = browser.new_context(viewport={"width": width, "height": 700})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}")
+    prompt = page.locator("#prompt-text")
+    expect(prompt).to_be_visible()
+    expect(prompt).to_have_value("")
+    # the placeholder's lines are the empty box's content: more than one overflows it
+    overflow = "(e) => e.scrollHeight - e.clientHeight"
+    assert prompt.evaluate(overflow) <= 0, prompt.get_attribute("placeholder")
+    context.close()
 
 
 SPEC_NAMES = {

@@ -79,9 +79,19 @@ StoreOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def home_path(value: Path | None) -> Path | None:
+    """A path flag's ``~`` read as home: the shell leaves it as it is after an ``=``
+    (``--manifests=~/agents``), which was taken for a folder named ``~``."""
+    return value.expanduser() if value is not None else None
+
+
 ManifestsOption = Annotated[
     Path | None,
-    typer.Option(help="folder with servers.json and agents/*.toml (default: shipped)"),
+    typer.Option(
+        help="folder with servers.json and agents/*.toml (default: shipped)", callback=home_path
+    ),
 ]
 
 

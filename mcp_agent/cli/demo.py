@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mcp_agent.cli.common import FAILED, PROG, err, fail, out, single
+from mcp_agent.cli.common import FAILED, PROG, OutputClosed, err, fail, out, single
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -102,6 +102,8 @@ def demo(
     try:
         code = anyio.run(_walk_through, folder)
     except Exception as error:
+        if isinstance(single(error), OutputClosed):  # `| head` has what it wanted: no failure
+            raise single(error) from None
         log = folder / "server.log"
         server_said = log.read_text(encoding="utf-8").strip() if log.exists() else ""
         last = f" (the server said: {server_said.splitlines()[-1]})" if server_said else ""

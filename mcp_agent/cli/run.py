@@ -438,7 +438,10 @@ async def start(
 
 def run(
     prompt: Annotated[
-        str, typer.Argument(help="what to ask the agent (-: read it from standard input)")
+        str,
+        typer.Argument(
+            metavar="PROMPT", help="what to ask the agent (-: read it from standard input)"
+        ),
     ],
     session: SessionOption = None,
     agent: AgentOption = None,

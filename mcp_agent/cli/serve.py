@@ -22,6 +22,7 @@ from mcp_agent.cli.common import (
     check_database,
     database_location,
     die,
+    home_path,
     named_store,
     plain_logging,
     say_error,
@@ -118,6 +119,7 @@ def serve(
             help="HTTP: require the bearer token in this file (or set MCP_AGENT_TOKEN_FILE); "
             "without a token, serve generates one and prints it",
             show_default=False,
+            callback=home_path,
         ),
     ] = None,
     token: Annotated[

@@ -107,7 +107,14 @@ def list_sessions(
             for why in skipped[:5]:
                 err().print(f"  {why}", soft_wrap=True)
         else:
+            from mcp_agent.sessions.jsonl import JsonlSessionRepo
+
             hint = f'no sessions yet (start one with `{PROG} run "…"` or `{PROG} chat`)'
+            if isinstance(repo, JsonlSessionRepo):  # which run and chat do not take for --db
+                hint = (
+                    f"no sessions in this folder yet (`{PROG} serve --sessions-dir FOLDER` "
+                    "keeps new ones in it, as pi does in its own)"
+                )
             err().print(hint, style="dim")
         return
     from mcp_agent.cli.render import short_time
@@ -278,7 +285,7 @@ def _export_target(output: Path, store: str | Path) -> Path:
 
 @app.command("import")
 def import_files(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE…", help="pi session files")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="pi session files")],
     db: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -540,7 +547,9 @@ def fork(
 @app.command()
 def rename(
     session_id: SessionArg,
-    name: Annotated[str, typer.Argument(help='the new name ("" clears it)', callback=utf8_text)],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help='the new name ("" clears it)', callback=utf8_text)
+    ],
     db: StoreOption = None,
 ) -> None:
     """Name a session (shown in listings and the tree)."""

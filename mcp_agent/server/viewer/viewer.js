@@ -878,24 +878,34 @@ function markCurrent() {
   }
 }
 
-/** Show session ``sessionId``; opened by the reader (``byReader``: a click in the list, a
- * fork), it is a step of the tab's history, which Back goes back through (each step replaced
- * the last: Back left the page). */
-async function openSession(sessionId, byReader = false) {
-  if (state.sessionId !== sessionId) {
+/** Where the tab is, as its address says it: ``#session=…``, and ``&entry=…`` once the reader
+ * opened an entry of it, so that Back, Forward and a reload open that entry again (they
+ * showed the session with none open: the reader's place was lost). */
+function placeAddress(sessionId, entryId) {
+  const entry = entryId ? `&entry=${encodeURIComponent(entryId)}` : "";
+  return `#session=${encodeURIComponent(sessionId)}${entry}`;
+}
+
+/** Show session ``sessionId`` (with entry ``entryId`` open, the one its address names);
+ * opened by the reader (``byReader``: a click in the list, a fork), it is a step of the tab's
+ * history, which Back goes back through (each step replaced the last: Back left the page). */
+async function openSession(sessionId, byReader = false, entryId = null) {
+  const firstOpen = state.sessionId !== sessionId;
+  if (firstOpen) {
     state.sessionId = sessionId;
     state.outline = [];
     state.opened = new Map();
     state.openedEarlier = new Map();
     state.unfolded = new Map();
-    state.selected = null;
+    // read and shown once the tree is (readAgain)
+    state.selected = entryId || null;
     state.tabStop = null;
     state.entry = null;
     state.view = null;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
     if (TRANSPORT === "http") {
-      const address = `#session=${encodeURIComponent(sessionId)}`;
+      const address = placeAddress(sessionId, entryId);
       if (byReader) history.pushState(null, "", address); else history.replaceState(null, "", address);
     }
     markCurrent();
@@ -905,6 +915,11 @@ async function openSession(sessionId, byReader = false) {
   // never shown while the dot said live.
   if (TRANSPORT === "http" && !transport.refused) await new Promise((ready) => watchSession(sessionId, ready));
   if (state.sessionId === sessionId) await refresh();
+  // the entry the address named, brought into view in the tree
+  if (firstOpen && entryId && state.sessionId === sessionId && state.selected === entryId) {
+    const row = [...document.querySelectorAll("#tree .row")].find((each) => each.dataset.id === entryId);
+    if (row) row.scrollIntoView({ block: "nearest" });
+  }
 }
 
 /** The server refused the page (``error``, a SignedOut): said in place of the list and the
@@ -934,10 +949,11 @@ function signedOut(error) {
 /** The list, and the session the address names (or the one open before a sign-in); with no
  * session, the list alone, listening for its changes. */
 async function begin() {
-  const wanted = new URLSearchParams(location.hash.slice(1)).get("session") || state.sessionId;
+  const address = new URLSearchParams(location.hash.slice(1));
+  const wanted = address.get("session") || state.sessionId;
   const listed = loadSessions(false);
   if (wanted) {
-    await Promise.all([listed, openSession(wanted)]);
+    await Promise.all([listed, openSession(wanted, false, address.get("session") ? address.get("entry") : null)]);
     return;
   }
   await listed;
@@ -1074,7 +1090,20 @@ async function readAgain() {
     // again, not its content, which may be megabytes.
     markSelected(state.selected);
     renderDetail(state.entry, false);
-  } else if (state.selected && state.reading !== state.selected) await selectEntry(state.selected, false);
+  } else if (state.selected && state.reading !== state.selected) {
+    const wanted = state.selected;
+    try {
+      await selectEntry(wanted, false);
+    } catch (error) {
+      // an entry the address named that this session does not hold: the session alone,
+      // not a toast at every live update for it
+      if (!(error instanceof ToolFailed && /^(?:\w+: )?not_found: entry /.test(error.message))) throw error;
+      if (state.selected !== wanted || state.sessionId !== sessionId) return;
+      state.selected = null;
+      markSelected(null);
+      if (TRANSPORT === "http") history.replaceState(history.state, "", placeAddress(sessionId, null));
+    }
+  }
 }
 
 function headsOf(rows) {
@@ -1695,6 +1724,8 @@ async function selectEntry(entryId, fromClick) {
   markSelected(entryId);
   // Closed now, not when the entry's answer comes: a Label click in between opens it for this entry.
   if (fromClick) $("label-form").hidden = true;
+  // the address keeps the reader's place (this step of the history, not a new one)
+  if (fromClick && TRANSPORT === "http") history.replaceState(history.state, "", placeAddress(state.sessionId, entryId));
   // a live update meanwhile leaves the entry (megabytes, maybe) to this read, not a second
   state.reading = entryId;
   let entry;
@@ -2064,9 +2095,10 @@ async function start() {
     const resumed = token ? signIn(token) : null;
     if (resumed) { resumed.catch(failed); return; }
     // (Back and Forward through the sessions opened come here too)
-    const other = new URLSearchParams(location.hash.slice(1)).get("session");
+    const address = new URLSearchParams(location.hash.slice(1));
+    const other = address.get("session");
     if (!other && !given && !transport.refused) closeSession();
-    const next = other && other !== state.sessionId ? openSession(other) : loadSessions(false);
+    const next = other && other !== state.sessionId ? openSession(other, false, address.get("entry")) : loadSessions(false);
     next.catch(failed);
   });
   // Another tab of this page signed in (the origin's storage): this one picks up its token.
