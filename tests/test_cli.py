@@ -2435,6 +2435,18 @@ def test_every_usage_line_names_its_arguments_alike() -> None:
     assert [word for word in named if word != word.upper() or "…" in word] == []
 
 
+def test_install_s_clients_are_said_once_in_words_at_80_columns() -> None:
+    """Typer showed the client's choices as a metavar in capitals beside the help's own list
+    of them, and at 80 columns broke it mid-word (`CLAUDE-DESKTOP|CLAUDE-CODE|C URSOR|VSCODE`)."""
+    from mcp_agent.cli import app
+
+    result = CliRunner().invoke(app, ["install", "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "claude-desktop, claude-code, cursor or vscode" in text
+    assert "CLAUDE-DESKTOP" not in result.output and "URSOR" not in result.output
+
+
 def run_with_reader_gone(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The command line with its stdout a pipe whose reader is gone before the first write
     (the same for every command): what `| head` does once it has what it wanted."""

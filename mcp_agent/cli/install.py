@@ -257,6 +257,7 @@ def install(
         Client,
         typer.Argument(
             metavar="CLIENT",
+            show_choices=False,
             help="claude-desktop, claude-code, cursor or vscode",
             show_default=False,
         ),
