@@ -574,6 +574,23 @@ async def test_an_empty_or_blank_id_is_refused_as_such_everywhere(
     assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 1)]
 
 
+@pytest.mark.parametrize(("blank", "said"), [("", "is empty"), (" \t", "is only whitespace")])
+async def test_an_empty_or_blank_run_id_is_refused_as_such(
+    client: Client, blank: str, said: str
+) -> None:
+    """An empty run_id was looked up: "no run '' here", where an empty session_id is refused
+    as empty. Each run tool says now that the argument is empty, naming it."""
+    sent = json.dumps(blank)
+    for name, more in [
+        ("agent_status", {}),
+        ("agent_cancel", {}),
+        ("agent_steer", {"message": "no"}),
+        ("agent_follow_up", {"message": "no"}),
+    ]:
+        text = await call_error(client, name, run_id=blank, **more)
+        assert text.startswith(f"{name}: run_id {said} (got {sent}); run_id: "), text
+
+
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
 async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
     client: Client, monkeypatch: pytest.MonkeyPatch, resource: str
