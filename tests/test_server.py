@@ -1882,3 +1882,21 @@ async def test_the_prompt_says_which_images_it_leaves_out(client: Client) -> Non
         texts[1]
     )
     assert texts[2] == f"[tool screenshot returned]\ntaken\n[an image (image/png) {left_out}]"
+
+
+async def test_a_missing_session_or_entry_is_answered_with_the_one_listing_that_helps(
+    client: Client,
+) -> None:
+    """A missing session said "(list sessions with session_list, or entries with
+    session_get)": the second half is no help when it is the session that is missing, and
+    the first none when it is an entry. Each names now the listing of what is missing."""
+    gone = "01a00000-0000-7000-8000-00000000dead"
+    text = await call_error(client, "session_get", session_id=gone)
+    assert text.endswith(f"session {gone} not found (list sessions with session_list)"), text
+    sid = (await call(client, "session_create"))["id"]
+    text = await call_error(client, "session_move_to", session_id=sid, entry_id="nothing")
+    assert "entry nothing not found" in text and "session_list" not in text, text
+    assert text.endswith("(list entries with session_get)"), text
+    with pytest.raises(MCPError) as refused:
+        await client.get_prompt("continue_session", {"session_id": gone})
+    assert refused.value.error.message.endswith("(list sessions with session_list)")
