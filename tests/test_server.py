@@ -1053,10 +1053,26 @@ async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None
         status = await call(client, "agent_status", run_id=done["runId"])
         for shown in (done, status):
             assert shown["answerTruncated"] and shown["answer"].startswith("y" * ANSWER_CHARS)
+            # The note names the call a model with tools only makes (it said "(session_get)").
+            sid = done["sessionId"]
             assert shown["answer"].endswith(
                 f"… [cut at {ANSWER_CHARS:,} characters: the whole answer is the run's last"
-                f" assistant message in session {done['sessionId']} (session_get)]"
+                f" assistant message in session {sid}: session_get with session_id {sid!r} and"
+                " limit 1 shows the newest entry, or, too large for a page, names the call that"
+                " reads it whole]"
             ), shown["answer"][-300:]
+        # Followed, the note leads to the whole answer.
+        (newest,) = (await call(client, "session_get", session_id=sid, limit=1))["entries"]
+        assert "from_entry_id" in newest["omitted"], newest["omitted"]
+        read = await call(
+            client,
+            "session_get",
+            session_id=sid,
+            entry_id=newest["id"],
+            from_entry_id=newest["id"],
+            limit=0,
+        )
+        assert read["entries"][0]["message"]["content"][0]["text"] == long
         whole = await call(client, "session_context", session_id=done["sessionId"], limit=0)
         assert whole["messages"][-1]["content"][0]["text"] == long
         # The sub-agent's answer goes to its caller as long as a tool result holds.
