@@ -722,3 +722,51 @@ async def test_an_import_whose_times_are_absurdly_long_is_refused(server: MCPSer
             said = await call_error(client, "session_import", jsonl=text)
             assert f"<jsonl>:{line}: timestamp of {TIME_CHARS + 1:,} characters" in said, said
             assert (await call(client, "session_list"))["sessions"] == []
+
+
+async def test_every_stub_of_a_large_entry_names_the_tool_call_that_reads_it_whole(
+    server: MCPServer,
+) -> None:
+    """A stub named only the entry's resource, and most hosts give their model no resource
+    reads: session_get with limit 1 showed it cut, and nothing said that session_get with the
+    entry as entry_id and from_entry_id and limit 0 answers with it alone, whole. Every stub
+    and cut note says so now; past what an answer's text holds, that the call has it in its
+    structured content only."""
+    async with Client(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        ids = {}
+        for n in (30_000, 80_000):
+            entry = _user("x" * n)
+            ids[n] = (await call(client, "session_append", session_id=sid, entry=entry))["entryId"]
+            await call(client, "session_append", session_id=sid, entry=_user("after"))
+        for n, entry_id in ids.items():
+            named = (
+                f"session_get with session_id {sid!r}, entry_id {entry_id!r}, from_entry_id"
+                f" {entry_id!r} and limit 0"
+            )
+            stub = (await call(client, "session_get", session_id=sid, entry_id=entry_id))[
+                "entries"
+            ][-1]
+            context = await call(client, "session_context", session_id=sid, limit=4)
+            (alone,) = (
+                await call(client, "session_get", session_id=sid, entry_id=entry_id, limit=1)
+            )["entries"]
+            stubs = [m["omitted"] for m in context["messages"] if "omitted" in m]
+            assert any(named in note for note in stubs), (n, stubs)
+            for note in (stub["omitted"], alone["omitted"]):
+                assert named in note, (n, note)
+            # The call named, made as a tool-only model makes it: the text is what it reads.
+            result = await client.call_tool(
+                "session_get",
+                {"session_id": sid, "entry_id": entry_id, "from_entry_id": entry_id, "limit": 0},
+            )
+            assert result.structured_content is not None
+            (entry,) = result.structured_content["entries"]
+            assert entry["message"]["content"] == "x" * n
+            text = json.loads(result.content[0].text)  # type: ignore[union-attr]
+            if n < paging.TEXT_BYTES:
+                assert "structured content only" not in stub["omitted"], stub
+                assert text["entries"] == [entry]
+            else:
+                assert "structured content only" in stub["omitted"], stub
+                assert text["entries"] == []

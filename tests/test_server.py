@@ -574,6 +574,23 @@ async def test_an_empty_or_blank_id_is_refused_as_such_everywhere(
     assert [(s["id"], s["entryCount"]) for s in listed] == [(sid, 1)]
 
 
+@pytest.mark.parametrize(("blank", "said"), [("", "is empty"), (" \t", "is only whitespace")])
+async def test_an_empty_or_blank_run_id_is_refused_as_such(
+    client: Client, blank: str, said: str
+) -> None:
+    """An empty run_id was looked up: "no run '' here", where an empty session_id is refused
+    as empty. Each run tool says now that the argument is empty, naming it."""
+    sent = json.dumps(blank)
+    for name, more in [
+        ("agent_status", {}),
+        ("agent_cancel", {}),
+        ("agent_steer", {"message": "no"}),
+        ("agent_follow_up", {"message": "no"}),
+    ]:
+        text = await call_error(client, name, run_id=blank, **more)
+        assert text.startswith(f"{name}: run_id {said} (got {sent}); run_id: "), text
+
+
 @pytest.mark.parametrize("resource", ["", "/tree", "/context", "/export.jsonl"])
 async def test_a_session_deleted_while_its_resource_is_read_is_said_to_be_gone(
     client: Client, monkeypatch: pytest.MonkeyPatch, resource: str
@@ -1036,10 +1053,26 @@ async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None
         status = await call(client, "agent_status", run_id=done["runId"])
         for shown in (done, status):
             assert shown["answerTruncated"] and shown["answer"].startswith("y" * ANSWER_CHARS)
+            # The note names the call a model with tools only makes (it said "(session_get)").
+            sid = done["sessionId"]
             assert shown["answer"].endswith(
                 f"… [cut at {ANSWER_CHARS:,} characters: the whole answer is the run's last"
-                f" assistant message in session {done['sessionId']} (session_get)]"
+                f" assistant message in session {sid}: session_get with session_id {sid!r} and"
+                " limit 1 shows the newest entry, or, too large for a page, names the call that"
+                " reads it whole]"
             ), shown["answer"][-300:]
+        # Followed, the note leads to the whole answer.
+        (newest,) = (await call(client, "session_get", session_id=sid, limit=1))["entries"]
+        assert "from_entry_id" in newest["omitted"], newest["omitted"]
+        read = await call(
+            client,
+            "session_get",
+            session_id=sid,
+            entry_id=newest["id"],
+            from_entry_id=newest["id"],
+            limit=0,
+        )
+        assert read["entries"][0]["message"]["content"][0]["text"] == long
         whole = await call(client, "session_context", session_id=done["sessionId"], limit=0)
         assert whole["messages"][-1]["content"][0]["text"] == long
         # The sub-agent's answer goes to its caller as long as a tool result holds.
@@ -1865,3 +1898,21 @@ async def test_the_prompt_says_which_images_it_leaves_out(client: Client) -> Non
         texts[1]
     )
     assert texts[2] == f"[tool screenshot returned]\ntaken\n[an image (image/png) {left_out}]"
+
+
+async def test_a_missing_session_or_entry_is_answered_with_the_one_listing_that_helps(
+    client: Client,
+) -> None:
+    """A missing session said "(list sessions with session_list, or entries with
+    session_get)": the second half is no help when it is the session that is missing, and
+    the first none when it is an entry. Each names now the listing of what is missing."""
+    gone = "01a00000-0000-7000-8000-00000000dead"
+    text = await call_error(client, "session_get", session_id=gone)
+    assert text.endswith(f"session {gone} not found (list sessions with session_list)"), text
+    sid = (await call(client, "session_create"))["id"]
+    text = await call_error(client, "session_move_to", session_id=sid, entry_id="nothing")
+    assert "entry nothing not found" in text and "session_list" not in text, text
+    assert text.endswith("(list entries with session_get)"), text
+    with pytest.raises(MCPError) as refused:
+        await client.get_prompt("continue_session", {"session_id": gone})
+    assert refused.value.error.message.endswith("(list sessions with session_list)")

@@ -55,7 +55,9 @@ def shown_answer(answer: str, session_id: str) -> tuple[str, bool]:
         return answer, False
     return (
         f"{answer[:ANSWER_CHARS]}… [cut at {ANSWER_CHARS:,} characters: the whole answer is the"
-        f" run's last assistant message in session {session_id} (session_get)]",
+        f" run's last assistant message in session {session_id}: session_get with session_id"
+        f" {session_id!r} and limit 1 shows the newest entry, or, too large for a page, names"
+        " the call that reads it whole]",
         True,
     )
 

@@ -39,7 +39,7 @@ WARNINGS = 20
 # so the warning is their only copy and must come back whole.
 WARNING_CHARS = MAX_QUEUED * (NOT_TAKEN_CHARS + 40) + 200
 
-RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_runs)")]
+RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_runs)"), GIVEN]
 Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
 
 

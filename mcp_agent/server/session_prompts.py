@@ -16,7 +16,7 @@ from mcp_agent.messages import ImageContent, ToolResultMessage, content_text
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import TEXT_BYTES, utf8_size
 from mcp_agent.server.session_reads import ENTRY_BYTES
-from mcp_agent.server.tool_errors import HINTS, check_given
+from mcp_agent.server.tool_errors import check_given, hint_for
 from mcp_agent.sessions import SessionError
 
 # A prompt is read by a model: at most about as much as a tool's text (``paging.TEXT_BYTES``),
@@ -37,7 +37,7 @@ def register(server: MCPServer) -> None:
         try:
             context = await state.offload(lambda: state.repo.open(session_id).build_context())
         except SessionError as error:
-            hint = f" ({HINTS[error.code]})" if error.code in HINTS else ""
+            hint = f" ({said})" if (said := hint_for(error)) else ""
             raise MCPError(types.INVALID_PARAMS, f"{error.code}: {error}{hint}") from None
         from mcp_agent.messages import convert_to_llm
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 from mcp_agent.server.cut_entry import cut_to_fit
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
+    TEXT_BYTES,
     WHOLE_MAX,
     PagedAs,
     PageFrom,
@@ -54,8 +55,9 @@ from mcp_agent.sessions.storage import StoredPages, TreeIndex, stored_pages, tre
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
-# What an entry asked for alone is cut to (``cut_to_fit``): a page's room less its note.
-CUT_BYTES = ENTRY_BYTES - 400
+# What an entry asked for alone is cut to (``cut_to_fit``): a page's room less its note (which
+# names a resource and a tool call, each with the session's and entry's ids).
+CUT_BYTES = ENTRY_BYTES - 1024
 PREVIEW_CHARS = 120
 
 # (start, end) -> the JSON texts of the items in positions start .. end - 1
@@ -137,12 +139,37 @@ def too_large_entry(session_id: str, data: dict[str, Any] | None = None) -> str:
     )
 
 
+# The most an entry may take for session_get to answer with it whole in its text too: what
+# the text holds less room for the answer's other fields (the session's summary, bounded).
+TEXT_ENTRY_BYTES = TEXT_BYTES - 8 * 1024
+
+
+def whole_entry_call(session_id: str, data: dict[str, Any], size: int) -> str:
+    """The tool call that answers with one entry (its JSON ``data``, ``size`` bytes) alone and
+    whole, for a model whose host gives it tools and no resource reads: the branch to it read
+    from it (``entries_from``), asked for whole."""
+    entry_id = data["id"]
+    call = (
+        f"session_get with session_id {session_id!r}, entry_id {entry_id!r}, from_entry_id"
+        f" {entry_id!r} and limit 0"
+    )
+    if size <= TEXT_ENTRY_BYTES:
+        return f"{call} (it alone, whole)"
+    return (
+        f"{call} (it alone, whole in the structured content only: past the"
+        f" {TEXT_BYTES // 1024} KB an answer's text holds, no tool reads it whole in text)"
+    )
+
+
 def entry_whole(session_id: str, data: dict[str, Any], cut_here: bool = False) -> str:
     """Where an entry too large for a page (its JSON ``data``) is read whole: its resource,
     or, past what one answer holds, the command line's export (the resource refuses it), and
     ``session_get`` shows it cut unless this is that (``cut_here``)."""
-    if fits_whole(entry_size(entry_text(data))):
-        return f"read {entry_uri(session_id, data['id'])}"
+    size = entry_size(entry_text(data))
+    if fits_whole(size):
+        # The call first (most hosts give a model no resource reads), the URI last: it ends
+        # the note, as a reader that cuts it out takes it.
+        return f"{whole_entry_call(session_id, data, size)}, or read {entry_uri(session_id, data['id'])}"
     return (
         f"more than one answer holds, so {too_large_entry(session_id, None if cut_here else data)}"
     )

@@ -19,6 +19,21 @@ from mcp_agent.sessions import SessionError
 HINTS = {
     "not_found": "list sessions with session_list, or entries with session_get",
 }
+# A not_found error says what is missing first ("session … not found", "entry … not found"):
+# its hint names the listing of that alone (the other would only be noise).
+NOT_FOUND_HINTS = {
+    "session": "list sessions with session_list",
+    "entry": "list entries with session_get",
+}
+
+
+def hint_for(error: SessionError) -> str | None:
+    """Where to look for what ``error`` says is missing or wrong, or None."""
+    if error.code == "not_found":
+        missing = str(error).split(" ", 1)[0]
+        if missing in NOT_FOUND_HINTS:
+            return NOT_FOUND_HINTS[missing]
+    return HINTS.get(error.code)
 
 
 def blank(value: str) -> str | None:
@@ -57,7 +72,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except SessionError as error:
-        hint = HINTS.get(error.code)
+        hint = hint_for(error)
         # A busy session's message says so itself, and what to do.
         prefix = "" if error.code == "busy" else f"{error.code}: "
         raise ToolError(f"{prefix}{error}" + (f" ({hint})" if hint else "")) from None
