@@ -69,10 +69,15 @@ def _fakellm_command() -> list[str]:
     return [sys.executable, "-m", "fakellm.cli"]
 
 
+# A hang guard, not a speed check: fakellm (an interpreter importing its web stack) took past
+# 20 s to answer on a loaded machine, and the module's every test then failed at its setup.
+READY_WAIT = 90
+
+
 def wait_for_fakellm(process: subprocess.Popen[bytes], base: str) -> None:
     """Until the fakellm ``process`` answers at ``base``; fails if it exits first or is not
-    ready within 20 s (tried 20 times a second, through LOOPBACK_HTTP)."""
-    deadline = time.monotonic() + 20
+    ready within READY_WAIT seconds (tried 20 times a second, through LOOPBACK_HTTP)."""
+    deadline = time.monotonic() + READY_WAIT
     while True:
         if process.poll() is not None:
             err = process.stderr.read().decode() if process.stderr else ""
@@ -83,7 +88,7 @@ def wait_for_fakellm(process: subprocess.Popen[bytes], base: str) -> None:
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            pytest.fail("fakellm did not become ready within 20 s")
+            pytest.fail(f"fakellm did not become ready within {READY_WAIT} s")
         time.sleep(0.05)
 
 

@@ -31,7 +31,12 @@ SERVER = Path(__file__).parent / "servers" / "tool_server.py"
 
 
 def stdio_config(**overrides: Any) -> ServerConfig:
-    return ServerConfig(command=sys.executable, args=[str(SERVER)], **overrides)
+    """The test server's entry. Its start gets a minute, a hang guard: an interpreter importing
+    the SDK took past the 10 s a start gets by default on a loaded machine (every later call
+    then failed with 'could not be started'), and these tests are about its calls."""
+    return ServerConfig(
+        command=sys.executable, args=[str(SERVER)], **{"start_timeout": 60.0, **overrides}
+    )
 
 
 @pytest.fixture
@@ -274,7 +279,7 @@ async def test_a_server_that_never_answers_at_start_times_out(tmp_path: Path) ->
     silent = ServerConfig(command=sys.executable, args=["-c", script], timeout=1, start_timeout=1)
     async with ToolHub({"silent": silent, "t": stdio_config()}) as hub:
         errors: list[str] = []
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):  # a hang guard: the message below says which wait was used
             names = {tool.name for tool in await hub.tools(on_error=errors.append)}
         assert "t__echo" in names
         assert errors == [

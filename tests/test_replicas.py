@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -43,11 +44,11 @@ def replica_db(pg_cluster: Cluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def replicas(
+def started_replicas(
     tmp_path_factory: pytest.TempPathFactory, replica_db: str
-) -> Iterator[list[ServerProcess]]:
+) -> Iterator[tuple[list[ServerProcess], Callable[[int], ServerProcess]]]:
     """Three replicas, started once for the module (each takes seconds to start on a busy
-    machine); the test that kills one comes last."""
+    machine), and how to start the nth again."""
     tmp_path = tmp_path_factory.mktemp("replicas")
     from concurrent.futures import ThreadPoolExecutor
 
@@ -64,10 +65,23 @@ def replicas(
         with ThreadPoolExecutor(3) as pool:  # they start side by side, as replicas do
             for future in [pool.submit(start, n) for n in range(3)]:
                 started.append(future.result())
-        yield started
+        yield started, start
     finally:
         for replica in started:
             replica.stop()
+
+
+@pytest.fixture
+def replicas(
+    started_replicas: tuple[list[ServerProcess], Callable[[int], ServerProcess]],
+) -> list[ServerProcess]:
+    """The module's three replicas, all up: one a test killed (the kill test, last in file
+    order) is started again for the tests after it, whatever their order."""
+    started, start = started_replicas
+    for n, replica in enumerate(started):
+        if replica.process.poll() is not None:
+            started[n] = start(n)
+    return started
 
 
 @asynccontextmanager
@@ -89,13 +103,17 @@ async def test_created_appended_read_and_heard_on_different_replicas(
         connect(replicas[2]) as third,
     ):
         sid = (await call(first, "session_create", name="shared"))["id"]
+        # A word of this test's own: the module's other tests (in any order) append m0, m1...
+        word = f"w{uuid.uuid4().hex}"
         ids = [
-            (await call(second, "session_append", session_id=sid, entry=user(f"m{i}")))["entryId"]
+            (await call(second, "session_append", session_id=sid, entry=user(f"{word}{i}")))[
+                "entryId"
+            ]
             for i in range(3)
         ]
         branch = await call(third, "session_get", session_id=sid, limit=0)
         assert [e["id"] for e in branch["entries"] if e["type"] == "message"] == ids
-        listing = await call(third, "session_list", query="m1")
+        listing = await call(third, "session_list", query=f"{word}1")
         assert [s["id"] for s in listing["sessions"]] == [sid]
 
         async with first.listen(resource_subscriptions=[f"session://{sid}"]) as events:

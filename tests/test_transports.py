@@ -130,8 +130,10 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 
 def test_serve_prints_a_banner_naming_the_database(tmp_path: Path) -> None:
     db = tmp_path / "banner.db"
+    # A hang guard: the server (stdin closed at once) took past 30 s to start and stop on a
+    # loaded machine.
     done = subprocess.run(
-        serve_command(db), input="", capture_output=True, text=True, timeout=30, check=False
+        serve_command(db), input="", capture_output=True, text=True, timeout=120, check=False
     )
     first = done.stderr.splitlines()[0]
     assert str(db) in first and "sessions stored in" in first
@@ -963,6 +965,10 @@ def test_conformance_suite_against_our_client(tmp_path: Path, scenario: str) -> 
             shlex.join(client),
             "--scenario",
             scenario,
+            # The suite's own wait for the client (30 s by default) is a hang guard, as ours
+            # below: a Python client took 32 s to start on a loaded machine.
+            "--timeout",
+            "100000",
             "-o",
             str(tmp_path),
         ],
