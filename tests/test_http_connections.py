@@ -114,6 +114,18 @@ def server_closed(sock: socket.socket, port: int) -> bool:
     return True
 
 
+def test_an_idle_connection_is_kept_well_past_what_clients_keep_theirs_for() -> None:
+    """A client reuses an idle connection for as long as it keeps it (httpx's keepalive expiry,
+    Node's fetch 4 s): a server closing it at about that time closes it under a request sent
+    at the same moment, which fails ("other side closed"; a POST is not sent again)."""
+    from mcp_agent.server import http_connections
+
+    node_fetch_keeps = 4.0
+    kept_by_clients = max(httpx.Limits().keepalive_expiry or 0.0, node_fetch_keeps)
+    assert http_connections.KEEP_ALIVE_SECONDS >= 2 * kept_by_clients + 5
+    assert http_connections.KEEP_ALIVE_SECONDS <= http_connections.REQUEST_HEAD_SECONDS
+
+
 def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
     """Before, it held one of the connections the server serves at once for ever: enough of
     them (from one client) and every other client was answered 503."""

@@ -42,8 +42,12 @@ REQUEST_HEAD_SECONDS = 30.0
 # read: a link this slow moves the largest body taken (4 MiB) in about an hour; a client that
 # moves less holds a connection, and the memory of its answers, for nothing.
 MIN_BYTES_PER_SECOND = 1024
-# How long a connection is kept open for a client's next request (uvicorn's own default).
-KEEP_ALIVE_SECONDS = 5.0
+# How long a connection is kept open for a client's next request: well past what clients keep
+# theirs for (httpx, under the Python SDK's client, 5 s; Node's fetch 4 s). At uvicorn's own 5 s
+# a client reusing its connection at 4 to 5 s met the server closing it, on a loaded machine
+# ("other side closed", and a POST is not sent again); a connection that says nothing for
+# REQUEST_HEAD_SECONDS is closed anyway.
+KEEP_ALIVE_SECONDS = 20.0
 # The most a request's line and headers may hold, in bytes: four times what h11 (uvicorn's
 # other parser) and Node take, room for any token or cookie a client sends.
 MAX_HEAD_BYTES = 64 * 1024
