@@ -354,11 +354,16 @@ class JsonlSessionStorage(InMemorySessionStorage):
     def _append_line(self, handle: IO[bytes], entry: SessionEntry) -> None:
         fd = handle.fileno()
         start = os.fstat(fd).st_size
+        line = file_json(entry).encode("utf-8") + b"\n"
+        if start and os.pread(fd, 1, start - 1) != b"\n":
+            line = b"\n" + line  # a file pi or an editor left without one
         try:
-            if start and os.pread(fd, 1, start - 1) != b"\n":
-                handle.write(b"\n")  # a file pi or an editor left without one
-            handle.write(file_json(entry).encode("utf-8") + b"\n")
-            handle.flush()
+            # Written past the handle's buffer: a write the disk cut short left the rest of
+            # the line in that buffer, which closing the handle wrote after the cut below
+            # (the room the cut freed let it in), a line's tail that made the file unreadable.
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
             # A failed append (disk full, I/O error) must not leave part of a line behind:
