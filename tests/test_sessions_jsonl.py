@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -11,9 +10,9 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TypeVar, cast
+from typing import TypeVar
 
 import pytest
 from mcp_support import poll
@@ -171,39 +170,28 @@ def test_a_whole_last_line_without_its_line_break_is_damage_and_stays(
     assert path.read_bytes() == damaged
 
 
-def test_a_failed_append_leaves_no_partial_line_behind(tmp_path: Path) -> None:
+def test_a_failed_append_leaves_no_partial_line_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that takes the start of a line, then is full (tests/test_disk_full.py has a
+    real one): the start is cut off, and nothing of the line is written later."""
     repo = JsonlSessionRepo(tmp_path)
     session = repo.create()
     session.append_message(user("a"))
     storage = session.storage
     assert isinstance(storage, JsonlSessionStorage)
+    real_write = os.write
+    calls = 0
 
-    class DiskFullOnce:
-        def __init__(self, real) -> None:
-            self.real = real
-            self.failed = False
+    def full_after_half(fd: int, data: bytes) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_write(fd, bytes(data)[: len(data) // 2])
+        monkeypatch.setattr(os, "write", real_write)
+        raise OSError(28, "No space left on device")
 
-        def write(self, data: bytes) -> int:
-            if not self.failed:
-                self.failed = True
-                self.real.write(data[: len(data) // 2])
-                self.real.flush()
-                raise OSError(28, "No space left on device")
-            return self.real.write(data)
-
-        def __getattr__(self, name: str):
-            return getattr(self.real, name)
-
-    # A stand-in for the file: it hands everything to the real one but the first write.
-    opener = storage._locked_for_append
-
-    @contextlib.contextmanager
-    def open_once() -> Iterator[IO[bytes]]:
-        storage._locked_for_append = opener  # type: ignore[method-assign]
-        with opener() as handle:
-            yield cast(IO[bytes], DiskFullOnce(handle))
-
-    storage._locked_for_append = open_once  # type: ignore[method-assign]
+    monkeypatch.setattr(os, "write", full_after_half)
     with pytest.raises(SessionError) as refused:  # said, not an OSError a client never reads
         session.append_message(user("lost"))
     assert refused.value.code == "storage"

@@ -728,7 +728,7 @@ def test_a_file_that_is_not_a_database_leaves_no_connection_open(
         return opened[-1]
 
     monkeypatch.setattr(sqlite3, "connect", connect)
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(SessionError, match="is not a SQLite database"):  # said, not a traceback
         SqliteSessionRepo(path)
     assert len(opened) == 1
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):

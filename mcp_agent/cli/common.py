@@ -431,7 +431,7 @@ def session_error_exit(error: Exception, repo: SessionRepo | None = None) -> typ
         return fail(f"{message}; `{PROG} sessions list` shows the sessions in this database")
     if code == "not_found":
         return fail(f"{message}; `{PROG} sessions show ID` lists the entry ids")
-    if code == "corrupt":
+    if code == "corrupt" and "session database" not in message:  # one session's, not the file's
         return fail(
             f"{message}; it is damaged (`{PROG} sessions delete ID` removes a damaged session;"
             " export the others while they still read)",

@@ -78,3 +78,11 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(f"{prefix}{error}" + (f" ({hint})" if hint else "")) from None
     except (Refused, MessageParseError, ManifestError, ValueError) as error:
         raise ToolError(str(error)) from None
+    except OSError as error:
+        # The store's files changed under the server (a folder made unreadable, a disk gone):
+        # said with the file, where the SDK said only "Error executing tool".
+        where = f" ({error.filename})" if error.filename else ""
+        raise ToolError(
+            f"storage: {error.strerror or error}{where}; check the session store's files and"
+            " their permissions"
+        ) from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -85,3 +86,63 @@ def stamp_of(handle: IO[bytes]) -> tuple[int, int]:
     """An open file's time of change and size: what says another program changed it."""
     found = os.fstat(handle.fileno())
     return found.st_mtime_ns, found.st_size
+
+
+# A file written whole is first written to a temporary file beside it (``write_file_atomically``
+# in sessions.jsonl: ``<name>`` + mkstemp's 8 characters + ``.tmp``), which its writer holds
+# locked until it has the file's name.
+TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(r".+\.jsonl[0-9a-z_]{8}\.tmp")
+# A temporary file younger than this is left alone even when unlocked: its writer may be
+# between creating it and locking it.
+TEMP_GRACE_SECONDS = 10.0
+
+
+def hold_temp_file(fd: int) -> None:
+    """Lock a temporary file being written, so that no sweep (below) takes it for one left
+    by a process that stopped mid-write."""
+    if sys.platform != "win32":
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def remove_dead_temp_files(directory: Path) -> int:
+    """Remove the temporary files a writer killed mid-write (an import, a fork, a rewrite)
+    left in ``directory`` and the folders in it: nothing else ever would, and each may be as
+    large as a session. One whose writer lives is locked, and kept. Returns how many went."""
+    if sys.platform == "win32":
+        return 0
+    from mcp_agent.sessions.folders import folders
+
+    removed = 0
+    try:
+        places = [directory, *folders(directory)]
+    except OSError:  # said where the folder is read
+        return 0
+    for place in places:
+        try:
+            found = [
+                path for path in place.glob("*" + TEMP_SUFFIX) if _TEMP_NAME.fullmatch(path.name)
+            ]
+        except OSError:
+            continue
+        removed += sum(_remove_if_dead(path) for path in found)
+    return removed
+
+
+def _remove_if_dead(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if time.time() - os.fstat(fd).st_mtime < TEMP_GRACE_SECONDS:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not _still_at(fd, path):  # its writer finished: it is a session file now
+            return False
+        path.unlink()
+        return True
+    except OSError:  # locked by its live writer (BlockingIOError), or gone meanwhile
+        return False
+    finally:
+        os.close(fd)

@@ -43,7 +43,13 @@ from mcp_agent.sessions.entries import (
     write_time,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.file_lock import locked_file, stamp_of
+from mcp_agent.sessions.file_lock import (
+    TEMP_SUFFIX,
+    hold_temp_file,
+    locked_file,
+    remove_dead_temp_files,
+    stamp_of,
+)
 from mcp_agent.sessions.folders import (
     LAYOUTS,
     Layout,
@@ -118,9 +124,12 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> tuple[int, int]:
     process may append to it (nobody holds the new file's lock), and a stamp taken then would
     count that append as read."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            # Locked until it has its name: a process killed before leaves it unlocked, for
+            # the next repo to remove (remove_dead_temp_files).
+            hold_temp_file(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.fchmod(handle.fileno(), stat.S_IMODE(path.stat().st_mode))
             for line in lines:
@@ -128,7 +137,7 @@ def write_file_atomically(path: Path, lines: Iterable[str]) -> tuple[int, int]:
             handle.flush()
             os.fsync(handle.fileno())
             written = os.fstat(handle.fileno())
-        os.replace(temp, path)  # a rename keeps the file's mtime: the stamp stays true
+            os.replace(temp, path)  # a rename keeps the file's mtime: the stamp stays true
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
@@ -354,11 +363,16 @@ class JsonlSessionStorage(InMemorySessionStorage):
     def _append_line(self, handle: IO[bytes], entry: SessionEntry) -> None:
         fd = handle.fileno()
         start = os.fstat(fd).st_size
+        line = file_json(entry).encode("utf-8") + b"\n"
+        if start and os.pread(fd, 1, start - 1) != b"\n":
+            line = b"\n" + line  # a file pi or an editor left without one
         try:
-            if start and os.pread(fd, 1, start - 1) != b"\n":
-                handle.write(b"\n")  # a file pi or an editor left without one
-            handle.write(file_json(entry).encode("utf-8") + b"\n")
-            handle.flush()
+            # Written past the handle's buffer: a write the disk cut short left the rest of
+            # the line in that buffer, which closing the handle wrote after the cut below
+            # (the room the cut freed let it in), a line's tail that made the file unreadable.
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
             # A failed append (disk full, I/O error) must not leave part of a line behind:
@@ -403,6 +417,12 @@ class JsonlSessionRepo(BaseSessionRepo):
         if layout is not None and layout not in LAYOUTS:
             raise SessionError("invalid_argument", f"layout must be flat or pi, not {layout!r}")
         self.layout: Layout = layout or detect_layout(self.directory)
+        if removed := remove_dead_temp_files(self.directory):
+            log.warning(
+                "%s: removed %d temporary file(s) left by a process stopped while it wrote",
+                self.directory,
+                removed,
+            )
         # Listing reads files; keep what it learned until the file changes (the newest
         # MAX_LISTED files: beyond them a listing reads again rather than holding all).
         self._listing: dict[

@@ -187,6 +187,31 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+def is_damage(error: BaseException) -> bool:
+    """A SQLite error that says the file is damaged or no database (SQLITE_CORRUPT,
+    SQLITE_NOTADB), which sqlite3 raises as a bare DatabaseError."""
+    name = getattr(error, "sqlite_errorname", None) or ""
+    return isinstance(error, sqlite3.DatabaseError) and name.startswith(
+        ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+    )
+
+
+def damage_error(path: Path, error: sqlite3.Error) -> SessionError:
+    """A damaged database file said as such, with what to do (a traceback said it before)."""
+    if getattr(error, "sqlite_errorname", "").startswith("SQLITE_NOTADB"):
+        return SessionError(
+            "corrupt",
+            f"{path} is not a SQLite database, or its header is damaged ({error}); it was left"
+            " as it was: name a session database, or a new file",
+        )
+    return SessionError(
+        "corrupt",
+        f"the session database {path} is damaged ({error}); nothing was written. Restore it"
+        " from a backup (SQLite's `.recover` command may save what it still holds); the parts"
+        " still whole are read as before",
+    )
+
+
 def storage_error(path: Path, error: sqlite3.Error | OSError) -> SessionError:
     """A database failure (disk full, read-only file, I/O error) as an error that says what
     happened; the transaction it broke was rolled back."""
@@ -576,6 +601,10 @@ class SqliteDatabase:
             except sqlite3.OperationalError as error:
                 if not _is_busy(error):
                     raise storage_error(self.path, error) from error
+            except sqlite3.DatabaseError as error:
+                if is_damage(error):
+                    raise damage_error(self.path, error) from error
+                raise
                 if time.monotonic() > deadline:
                     raise SessionError(
                         "busy",
@@ -734,6 +763,10 @@ class SqliteDatabase:
             self.conn.execute("RELEASE write")
             if own is not None:
                 own.discard(mark)
+            if isinstance(error, sqlite3.DatabaseError) and is_damage(error):
+                failure = damage_error(self.path, error)
+                failure.__cause__ = error
+                return None, failure
             if isinstance(error, sqlite3.OperationalError):
                 failure = storage_error(self.path, error)
                 failure.__cause__ = error

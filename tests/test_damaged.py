@@ -1,0 +1,88 @@
+"""A session database damaged on disk (a page of zeros, a file that is no database): the
+command line and the server say which file and what to do, in one line, never a traceback
+(the command line's) or a bare "Error executing tool" (the server's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from test_unreadable import StdioServer, request
+
+from mcp_agent.messages import UserMessage
+from mcp_agent.sessions.sqlite import SqliteSessionRepo
+
+PAGE = 4096
+
+
+def damaged_database(path: Path) -> str:
+    """A database of a few sessions whose second page is zeros (as a disk or a copy may leave
+    it); the id of one of its sessions."""
+    with SqliteSessionRepo(path) as repo:
+        for number in range(5):
+            session = repo.create(name=f"session {number}")
+            for turn in range(20):
+                session.append_message(UserMessage(content=f"hello {turn} " + "x" * 500))
+    with open(path, "r+b") as handle:
+        handle.seek(PAGE)
+        handle.write(bytes(PAGE))
+    return session.id
+
+
+def test_a_damaged_database_is_said_with_its_file_and_what_to_do(tmp_path: Path) -> None:
+    db = tmp_path / "damaged.db"
+    session_id = damaged_database(db)
+    before = db.read_bytes()
+    for args in (["list"], ["show", session_id], ["rename", session_id, "new name"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "mcp_agent", "sessions", *args, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        said = done.stderr.strip()
+        assert len(said.splitlines()) == 1, said
+        assert f"the session database {db} is damaged" in said and "from a backup" in said
+
+    assert db.read_bytes() == before  # (a server's start writes its leases' table)
+
+    server = StdioServer("--db", str(db))
+    server.send(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+        )
+    )
+    server.answer()
+    server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    for number, (tool, arguments) in enumerate(
+        [
+            ("session_list", {}),
+            ("session_get", {"session_id": session_id}),
+            (
+                "session_append",
+                {
+                    "session_id": session_id,
+                    "entry": {"type": "message", "role": "user", "content": "x"},
+                },
+            ),
+        ],
+        1,
+    ):
+        server.send(request(number, "tools/call", {"name": tool, "arguments": arguments}))
+        result = server.answer()["result"]  # answered: the server lives on
+        assert result["isError"], result
+        text = result["content"][0]["text"]
+        assert f"the session database {db} is damaged" in text, text
+    assert "Traceback" not in server.stop()
