@@ -4,7 +4,6 @@ command line and the server say which file and what to do, in one line, never a 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,22 +49,7 @@ def test_a_damaged_database_is_said_with_its_file_and_what_to_do(tmp_path: Path)
     assert db.read_bytes() == before  # (a server's start writes its leases' table)
 
     server = StdioServer("--db", str(db))
-    server.send(
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-        )
-    )
-    server.answer()
-    server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    server.initialize()
     for number, (tool, arguments) in enumerate(
         [
             ("session_list", {}),

@@ -16,22 +16,7 @@ from mcp_agent.sessions.file_lock import TEMP_GRACE_SECONDS
 
 def start(folder: Path, leases: Path) -> StdioServer:
     server = StdioServer("--sessions-dir", str(folder), "--db", str(leases))
-    server.send(
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "kills", "version": "1"},
-                },
-            }
-        )
-    )
-    server.answer()
-    server.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    server.initialize()
     return server
 
 

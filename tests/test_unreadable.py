@@ -101,6 +101,13 @@ class StdioServer:
             if "id" in found:
                 return found
 
+    def initialize(self) -> dict[str, Any]:
+        """The 2025 handshake: ``initialize``, its answer, then ``initialized``."""
+        self.send(json.dumps(initialize_request(1)))
+        answer = self.answer()
+        self.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        return answer
+
     def stop(self) -> str:
         assert self.process.stdin is not None and self.process.stderr is not None
         self.process.stdin.close()
@@ -119,9 +126,7 @@ def test_every_stdio_request_gets_an_answer_and_nothing_unreadable_is_stored(
         args += ["--sessions-dir", str(folder)]
     server = StdioServer(*args)
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         server.send(request(2, "tools/call", {"name": "session_create", "arguments": {}}))
         sid = server.answer()["result"]["structuredContent"]["id"]
         entry = {"type": "message", "role": "user", "content": "a lone @S@ here"}
@@ -188,9 +193,7 @@ def test_a_method_or_a_key_of_megabytes_is_not_repeated_whole(tmp_path: Path) ->
     huge = "m" * 1_000_000
     server = StdioServer("--db", str(tmp_path / "s.db"))
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         server.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": huge}))
         server.send(request(3, huge, {"x": "@S@"}))
         arguments = {"name": "session_create", "arguments": {huge: "@S@"}}
@@ -224,9 +227,7 @@ def test_json_nested_deeper_than_the_parser_reads_is_a_parse_error_saying_why(
     deep = "[" * 300 + "]" * 300
     server = StdioServer("--db", str(tmp_path / "s.db"))
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         server.send('{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":' + deep + "}}")
         server.send(deep)
         errors = [server.answer()["error"] for _ in range(2)]
@@ -388,9 +389,7 @@ def test_a_2025_http_session_gets_the_same_refusal_of_a_lone_surrogate(
 def test_params_the_sdk_refuses_get_an_answer_that_says_what_is_wrong(tmp_path: Path) -> None:
     server = StdioServer("--db", str(tmp_path / "s.db"))
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         refused: list[tuple[dict[str, Any], str]] = [
             ({"name": 5}, "params.name: Input should be a valid string"),
             ({"name": "session_list", "arguments": [1]}, "params.arguments: Input should be"),
@@ -430,9 +429,7 @@ def test_a_notification_with_params_mcp_does_not_allow_is_dropped_saying_what_is
     server = StdioServer("--db", str(tmp_path / "s.db"))
     malformed = [{"requestId": [1]}, {"requestId": 1.5}, {"requestId": 7, "reason": 5}, None]
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         for params in malformed:
             cancel: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
             server.send(json.dumps(cancel if params is None else {**cancel, "params": params}))
@@ -522,9 +519,7 @@ def test_json_that_is_no_request_mcp_allows_gets_a_refusal_saying_why_over_stdio
 ) -> None:
     server = StdioServer("--db", str(tmp_path / "s.db"))
     try:
-        server.send(json.dumps(initialize_request(1)))
-        assert server.answer()["id"] == 1
-        server.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        assert server.initialize()["id"] == 1
         for line, request_id, said in NOT_MESSAGES:
             server.send(line)
             answer = server.answer()
