@@ -601,16 +601,16 @@ class SqliteDatabase:
             except sqlite3.OperationalError as error:
                 if not _is_busy(error):
                     raise storage_error(self.path, error) from error
-            except sqlite3.DatabaseError as error:
-                if is_damage(error):
-                    raise damage_error(self.path, error) from error
-                raise
                 if time.monotonic() > deadline:
                     raise SessionError(
                         "busy",
                         f"the session database {self.path} stayed locked by another writer for"
                         f" {self.busy_timeout:g} s; nothing was written, try again",
                     ) from error
+            except sqlite3.DatabaseError as error:
+                if is_damage(error):
+                    raise damage_error(self.path, error) from error
+                raise
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
