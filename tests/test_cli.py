@@ -292,7 +292,7 @@ def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
     not_a_db.write_text("hello, not SQLite\n" * 100)
     result = cli("sessions", "list", "--db", str(not_a_db))
     assert result.exit_code == 2
-    assert f"cannot open the session database {not_a_db}: file is not a database" in (result.stderr)
+    assert f"{not_a_db} is not a SQLite database" in result.stderr
     assert "pass --db" not in result.stderr  # it was given
 
 
@@ -304,7 +304,8 @@ def test_the_default_database_unopened_names_the_flag_and_variable(
     monkeypatch.setenv("MCP_AGENT_DB", str(not_a_db))
     result = cli("sessions", "list")
     assert result.exit_code == 2
-    assert "file is not a database; pass --db FILE|URL or set MCP_AGENT_DB" in result.stderr
+    assert "is not a SQLite database" in result.stderr
+    assert "; pass --db FILE|URL or set MCP_AGENT_DB" in result.stderr
 
 
 @pytest.mark.parametrize("command", [["run", "hi"], ["chat"], ["serve"]])
