@@ -135,4 +135,5 @@ async def test_waiting_on_a_run_that_is_not_there_says_so(tmp_path: Path) -> Non
             refused = await client.call_tool("agent_status", arguments)
             assert refused.is_error
             text = refused.content[0].text  # type: ignore[union-attr]
-            assert "Error executing tool" not in text and "no run" in text, text
+            said = "no run" if arguments["run_id"] else "run_id is empty"
+            assert "Error executing tool" not in text and said in text, text
