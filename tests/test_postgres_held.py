@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.types import TextContent
 from mcp_support import call
 from narrow import narrow
-from test_postgres import held_session_server, psycopg_connect, stored_texts
+from test_postgres import held_session_server, psycopg_connect, stored_texts, user_message
 from test_server import user
 
 from mcp_agent.blocking import WorkerThreads
@@ -227,3 +227,72 @@ def test_a_write_that_waited_for_a_worker_thread_past_its_bound_writes_nothing(
         assert repo.open(session_id).get_entries() == []
     finally:
         repo.close()
+
+
+async def test_imports_of_a_file_another_transaction_inserts_leave_threads_for_the_others(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import whose session row another transaction is inserting and has not committed
+    (another replica's import of the same file, the command line's of a slow pipe) waits for
+    that transaction, up to the lock timeout. That wait was not among the server's bounded
+    waits for held rows: imports of one file took as many worker threads as they were. It
+    is now: no more than a quarter of the threads wait, the others are told the session is
+    busy (nothing written), and another session is answered meanwhile."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="shared")
+        made.append_message(user_message("hello"))
+        text = repo.export_jsonl(made.id)
+        repo.delete(made.id)
+    file_id = made.id
+    imports = 6
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        _managers,
+    ):
+        async with Client(server) as client:
+            other = (await call(client, "session_create"))["id"]
+            results: list[Any] = []
+
+            async def import_once() -> None:
+                result = await client.call_tool("session_import", {"jsonl": text})
+                results.append(result)
+
+            seen: list[int] = []
+            answered_first: list[int] = []
+            with (
+                psycopg_connect(postgres_url, autocommit=True) as look,
+                psycopg_connect(postgres_url) as holder,
+            ):
+                # Another importer's row, inserted and not committed.
+                holder.execute(
+                    "INSERT INTO sessions (id, header, created, modified)"
+                    " VALUES (%s, %s, '2026-01-01', '2026-01-01')",
+                    [file_id, text.split("\n", 1)[0]],
+                )
+                try:
+                    async with anyio.create_task_group() as group:
+                        for _ in range(imports):
+                            group.start_soon(import_once)
+                        await until_waiting(look, ROW_WAITS)
+                        await anyio.sleep(0.5)  # the other imports pile up meanwhile
+                        with anyio.move_on_after(15):  # well within the lock timeout
+                            await other_session_answers(client, other, look, seen)
+                            answered_first.append(len(seen))
+                        holder.rollback()  # that import failed: the id is free again
+                finally:
+                    holder.rollback()
+            assert answered_first, "the other session waited for the imports"
+            assert max(seen) <= ROW_WAITS, seen
+            assert len(results) == imports
+            ids = []
+            for result in results:
+                if result.is_error:
+                    said = narrow(result.content[0], TextContent).text
+                    assert "is busy" in said and "nothing was written" in said, said
+                else:
+                    ids.append(result.structured_content["session"]["id"])
+            assert ids.count(file_id) == 1, ids
+            for session_id in ids:
+                assert stored_texts(postgres_url, session_id) == ["hello"]
