@@ -58,6 +58,10 @@ Durability = Literal["full", "normal"]
 # Called inside each transaction that appends to or moves a session, before the change, with
 # the connection and the session id; raising refuses the change (runtime.leases).
 SessionGuard = Callable[[Any, str], None]
+# Called inside each transaction that appends to or moves a session, with the connection and
+# the session id, to announce the change there (runtime.change_feed: a NOTIFY is delivered at
+# the commit, and only if it commits).
+SessionAnnounce = Callable[[Any, str], None]
 
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
@@ -371,6 +375,9 @@ class PostgresDatabase:
         # The server's bound on its writes waiting for held session rows (sessions.row_waits);
         # None: as many as call.
         self.row_waits: RowWaits | None = None
+        # Who hears of each change of a session's entries, told in the change's transaction
+        # (the command line's announcer; a server publishes on its bus instead).
+        self.announce: SessionAnnounce | None = None
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its

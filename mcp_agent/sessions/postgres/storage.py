@@ -277,6 +277,10 @@ class PostgresSessionStorage(SqlSessionStorage):
         if self.database.session_guard is not None:
             self.database.session_guard(conn, self.session_id)
 
+    def _announce(self, conn: Conn) -> None:
+        if self.database.announce is not None:
+            self.database.announce(conn, self.session_id)
+
     def _locked_row(self, conn: Conn) -> tuple[str | None, int]:
         """The session's leaf and next sequence number, its row locked until the commit (a
         holder that does nothing is said after a turn of the wait: ``row_lock``)."""
@@ -330,6 +334,7 @@ class PostgresSessionStorage(SqlSessionStorage):
                 target_id=leaf_id,
             )
             _write_entries(conn, self.session_id, [entry], seq, leaf_id)
+            self._announce(conn)
             return entry
 
         moved = self.database.write(work)
@@ -355,6 +360,7 @@ class PostgresSessionStorage(SqlSessionStorage):
                 )
             new_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
             rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
+            self._announce(conn)
             return stored, len(rows[0][7])
 
         for attempt in range(2):
