@@ -5,6 +5,7 @@ wait is bounded, ending in a refusal that wrote nothing."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -296,3 +297,58 @@ async def test_imports_of_a_file_another_transaction_inserts_leave_threads_for_t
             assert ids.count(file_id) == 1, ids
             for session_id in ids:
                 assert stored_texts(postgres_url, session_id) == ["hello"]
+
+
+async def test_a_start_left_without_its_session_deletes_it_in_its_turn(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run refused or cancelled after its start made a new session deletes that session
+    again. The delete went to a worker thread outside the session's write turns: its row held
+    by another transaction while the server's waits for held rows were all taken, it was
+    refused as busy at once and the empty session left behind. It takes the write turns now:
+    it waits without a thread, and deletes the session once the row is free."""
+    from types import SimpleNamespace
+
+    from mcp_agent.runtime.start import discard_if_empty
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = [(await call(client, "session_create"))["id"] for _ in range(ROW_WAITS)]
+            made = (await call(client, "session_create"))["id"]  # the start's, left empty
+            [runs] = managers
+            repo = PostgresSessionRepo(postgres_url, lock_timeout=30)
+            repo.database.row_waits = runs._write_turns.row_waits  # the server's bound
+            deleted: list[str] = []
+            state: Any = SimpleNamespace(  # the parts of AppState the start's cleanup uses
+                runs=runs, repo=repo, offload=runs.offload, session_deleted=deleted.append
+            )
+            try:
+                with psycopg_connect(postgres_url, autocommit=True) as look:
+                    async with anyio.create_task_group() as group:
+                        with rows_held(postgres_url, held):
+                            for session_id in held:  # every wait for a held row taken
+                                group.start_soon(
+                                    functools.partial(
+                                        call,
+                                        client,
+                                        "session_append",
+                                        session_id=session_id,
+                                        entry=user("held"),
+                                    )
+                                )
+                            await until_waiting(look, ROW_WAITS)
+                            with rows_held(postgres_url, [made]):
+                                group.start_soon(discard_if_empty, state, made)
+                                await anyio.sleep(1)  # the delete meets the held row
+                            with anyio.fail_after(20):  # its row free, well within its bound
+                                while not deleted:
+                                    await anyio.sleep(0.05)
+            finally:
+                repo.close()
+            assert deleted == [made]
+            listed = await call(client, "session_list")
+            assert made not in {info["id"] for info in listed["sessions"]}
