@@ -352,3 +352,28 @@ async def test_a_start_left_without_its_session_deletes_it_in_its_turn(
             assert deleted == [made]
             listed = await call(client, "session_list")
             assert made not in {info["id"] for info in listed["sessions"]}
+
+
+def test_a_lock_wait_as_long_as_the_statement_timeout_is_said_as_a_lock_wait(
+    postgres_url: str,
+) -> None:
+    """With the statement timeout at or under the lock timeout (MCP_AGENT_DB_STATEMENT_TIMEOUT
+    of a few seconds), the lock wait was given the statement timeout's length, and the
+    statement's timer, started first, ended it first: a write behind a program's LOCK TABLE
+    was told that a statement 'was cancelled after running up to 1 s', as if the database
+    were slow, not that a lock was held. The lock wait now ends first, and is said as such."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url, statement_timeout=1) as repo:
+        session = repo.create()
+        with psycopg_connect(postgres_url) as holder:
+            holder.execute("LOCK TABLE sessions IN EXCLUSIVE MODE")
+            try:
+                with pytest.raises(SessionError) as refused:
+                    session.append_message(user_message("behind the lock"))
+            finally:
+                holder.rollback()
+        said = str(refused.value)
+        assert "stayed locked by another transaction" in said, said
+        assert "nothing was written" in said
+        assert session.get_entries() == []

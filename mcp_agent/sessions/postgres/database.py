@@ -81,6 +81,8 @@ RECONNECT_S = 5.0
 # the connection is given up STATEMENT_GRACE_S later on this side. Longer than the lock
 # timeout by default, so that a lock wait is said as such.
 STATEMENT_TIMEOUT_S = 90.0
+# The longest lock wait, as a share of the statement timeout (see PostgresDatabase).
+LOCK_SHARE = 0.9
 STATEMENT_GRACE_S = 5.0
 # The pool's check of an idle connection before lending it is an empty statement: one that
 # has no answer in this long is dropped (and another connection lent), not waited for.
@@ -315,7 +317,9 @@ class PostgresDatabase:
         self.session_guard = session_guard
         self.create = create
         self.statement_timeout = statement_timeout
-        self.lock_timeout = min(lock_timeout, statement_timeout)
+        # The lock wait ends before the statement timeout, whose timer starts first: one as
+        # long was ended by it, and a lock held by another was said as a statement cancelled.
+        self.lock_timeout = min(lock_timeout, statement_timeout * LOCK_SHARE)
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
