@@ -92,3 +92,46 @@ async def test_the_command_lines_writes_reach_a_servers_listeners(
                 )
                 await until({"updated", "list"})
                 group.cancel_scope.cancel()
+
+
+def test_the_command_lines_appends_announce_themselves_in_their_own_transaction(
+    postgres_url: str,
+) -> None:
+    """The command line announced each stored entry in a transaction of its own, after the
+    append's (a run's every message cost two commits, each with its WAL flush). The notices
+    now go in the append's transaction: one transaction per append, and the servers hear
+    each change as before."""
+    import json
+
+    import psycopg
+    from test_postgres import user_message
+
+    from mcp_agent.cli.common import open_database
+    from mcp_agent.runtime.change_feed import CHANNEL, session_uris
+
+    def next_xid(look: Any) -> int:
+        # Each transaction that writes takes a transaction id (a NOTIFY's too).
+        [(xmax,)] = look.execute("SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchall()
+        return int(xmax)
+
+    appends = 3
+    repo = open_database(postgres_url)
+    try:
+        with (
+            psycopg.connect(postgres_url, autocommit=True) as listener,
+            psycopg.connect(postgres_url, autocommit=True) as look,
+        ):
+            session = repo.create()
+            listener.execute(f"LISTEN {CHANNEL}")
+            before = next_xid(look)
+            for n in range(appends):
+                session.append_message(user_message(f"m{n}"))
+            assert next_xid(look) - before == appends
+            heard = [
+                json.loads(notice.payload)
+                for notice in listener.notifies(timeout=HANG_GUARD_S, stop_after=4 * appends)
+            ]
+            assert [event["uri"] for event in heard] == session_uris(session.id) * appends
+            assert all(event["origin"].startswith("cli-") for event in heard)
+    finally:
+        repo.close()

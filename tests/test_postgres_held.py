@@ -5,6 +5,7 @@ wait is bounded, ending in a refusal that wrote nothing."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from mcp import Client
 from mcp.types import TextContent
 from mcp_support import call
 from narrow import narrow
-from test_postgres import held_session_server, psycopg_connect, stored_texts
+from test_postgres import held_session_server, psycopg_connect, stored_texts, user_message
 from test_server import user
 
 from mcp_agent.blocking import WorkerThreads
@@ -227,3 +228,152 @@ def test_a_write_that_waited_for_a_worker_thread_past_its_bound_writes_nothing(
         assert repo.open(session_id).get_entries() == []
     finally:
         repo.close()
+
+
+async def test_imports_of_a_file_another_transaction_inserts_leave_threads_for_the_others(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import whose session row another transaction is inserting and has not committed
+    (another replica's import of the same file, the command line's of a slow pipe) waits for
+    that transaction, up to the lock timeout. That wait was not among the server's bounded
+    waits for held rows: imports of one file took as many worker threads as they were. It
+    is now: no more than a quarter of the threads wait, the others are told the session is
+    busy (nothing written), and another session is answered meanwhile."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url) as repo:
+        made = repo.create(name="shared")
+        made.append_message(user_message("hello"))
+        text = repo.export_jsonl(made.id)
+        repo.delete(made.id)
+    file_id = made.id
+    imports = 6
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        _managers,
+    ):
+        async with Client(server) as client:
+            other = (await call(client, "session_create"))["id"]
+            results: list[Any] = []
+
+            async def import_once() -> None:
+                result = await client.call_tool("session_import", {"jsonl": text})
+                results.append(result)
+
+            seen: list[int] = []
+            answered_first: list[int] = []
+            with (
+                psycopg_connect(postgres_url, autocommit=True) as look,
+                psycopg_connect(postgres_url) as holder,
+            ):
+                # Another importer's row, inserted and not committed.
+                holder.execute(
+                    "INSERT INTO sessions (id, header, created, modified)"
+                    " VALUES (%s, %s, '2026-01-01', '2026-01-01')",
+                    [file_id, text.split("\n", 1)[0]],
+                )
+                try:
+                    async with anyio.create_task_group() as group:
+                        for _ in range(imports):
+                            group.start_soon(import_once)
+                        await until_waiting(look, ROW_WAITS)
+                        await anyio.sleep(0.5)  # the other imports pile up meanwhile
+                        with anyio.move_on_after(15):  # well within the lock timeout
+                            await other_session_answers(client, other, look, seen)
+                            answered_first.append(len(seen))
+                        holder.rollback()  # that import failed: the id is free again
+                finally:
+                    holder.rollback()
+            assert answered_first, "the other session waited for the imports"
+            assert max(seen) <= ROW_WAITS, seen
+            assert len(results) == imports
+            ids = []
+            for result in results:
+                if result.is_error:
+                    said = narrow(result.content[0], TextContent).text
+                    assert "is busy" in said and "nothing was written" in said, said
+                else:
+                    ids.append(result.structured_content["session"]["id"])
+            assert ids.count(file_id) == 1, ids
+            for session_id in ids:
+                assert stored_texts(postgres_url, session_id) == ["hello"]
+
+
+async def test_a_start_left_without_its_session_deletes_it_in_its_turn(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run refused or cancelled after its start made a new session deletes that session
+    again. The delete went to a worker thread outside the session's write turns: its row held
+    by another transaction while the server's waits for held rows were all taken, it was
+    refused as busy at once and the empty session left behind. It takes the write turns now:
+    it waits without a thread, and deletes the session once the row is free."""
+    from types import SimpleNamespace
+
+    from mcp_agent.runtime.start import discard_if_empty
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with held_session_server(tmp_path, postgres_url, monkeypatch, lock_timeout=30) as (
+        server,
+        managers,
+    ):
+        async with Client(server) as client:
+            held = [(await call(client, "session_create"))["id"] for _ in range(ROW_WAITS)]
+            made = (await call(client, "session_create"))["id"]  # the start's, left empty
+            [runs] = managers
+            repo = PostgresSessionRepo(postgres_url, lock_timeout=30)
+            repo.database.row_waits = runs._write_turns.row_waits  # the server's bound
+            deleted: list[str] = []
+            state: Any = SimpleNamespace(  # the parts of AppState the start's cleanup uses
+                runs=runs, repo=repo, offload=runs.offload, session_deleted=deleted.append
+            )
+            try:
+                with psycopg_connect(postgres_url, autocommit=True) as look:
+                    async with anyio.create_task_group() as group:
+                        with rows_held(postgres_url, held):
+                            for session_id in held:  # every wait for a held row taken
+                                group.start_soon(
+                                    functools.partial(
+                                        call,
+                                        client,
+                                        "session_append",
+                                        session_id=session_id,
+                                        entry=user("held"),
+                                    )
+                                )
+                            await until_waiting(look, ROW_WAITS)
+                            with rows_held(postgres_url, [made]):
+                                group.start_soon(discard_if_empty, state, made)
+                                await anyio.sleep(1)  # the delete meets the held row
+                            with anyio.fail_after(20):  # its row free, well within its bound
+                                while not deleted:
+                                    await anyio.sleep(0.05)
+            finally:
+                repo.close()
+            assert deleted == [made]
+            listed = await call(client, "session_list")
+            assert made not in {info["id"] for info in listed["sessions"]}
+
+
+def test_a_lock_wait_as_long_as_the_statement_timeout_is_said_as_a_lock_wait(
+    postgres_url: str,
+) -> None:
+    """With the statement timeout at or under the lock timeout (MCP_AGENT_DB_STATEMENT_TIMEOUT
+    of a few seconds), the lock wait was given the statement timeout's length, and the
+    statement's timer, started first, ended it first: a write behind a program's LOCK TABLE
+    was told that a statement 'was cancelled after running up to 1 s', as if the database
+    were slow, not that a lock was held. The lock wait now ends first, and is said as such."""
+    from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+    with PostgresSessionRepo(postgres_url, statement_timeout=1) as repo:
+        session = repo.create()
+        with psycopg_connect(postgres_url) as holder:
+            holder.execute("LOCK TABLE sessions IN EXCLUSIVE MODE")
+            try:
+                with pytest.raises(SessionError) as refused:
+                    session.append_message(user_message("behind the lock"))
+            finally:
+                holder.rollback()
+        said = str(refused.value)
+        assert "stayed locked by another transaction" in said, said
+        assert "nothing was written" in said
+        assert session.get_entries() == []

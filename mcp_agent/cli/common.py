@@ -446,8 +446,8 @@ _ANNOUNCERS: weakref.WeakKeyDictionary[SessionRepo, Announcer] = weakref.WeakKey
 
 def announce_changes(repo: SessionRepo) -> Announcer | None:
     """Have the servers on ``repo``'s PostgreSQL database hear what this process writes to it
-    (runtime.change_feed): each session's entries as they are stored; sessions made or gone
-    through ``announced``. None for a repo no server follows that way (a SQLite file's
+    (runtime.change_feed): each session's entries in the transaction storing them; sessions
+    made or gone through ``announced``. None for a repo no server follows that way (a SQLite file's
     servers look at the file themselves)."""
     from mcp_agent.sessions.postgres import PostgresSessionRepo
 
@@ -458,7 +458,7 @@ def announce_changes(repo: SessionRepo) -> Announcer | None:
         from mcp_agent.runtime.change_feed import Announcer
 
         announcer = _ANNOUNCERS[repo] = Announcer(repo.database)
-        repo.listeners.append(announcer.session_changed)
+        repo.database.announce = announcer.in_write
     return announcer
 
 

@@ -46,13 +46,26 @@ def change(origin: str, kind: str, uri: str | None = None) -> str:
 
 class Announcer:
     """Tells the servers on ``database`` of this process's changes: a session's entries
-    (``session_changed``, a repo listener), sessions made or gone (``list_changed``,
-    ``session_deleted``). Each announcement is one transaction, sent after the write."""
+    (``in_write``, in the transaction that stores them, as the database's ``announce``),
+    sessions made or gone (``list_changed``, ``session_deleted``: one transaction each, sent
+    after the command's write)."""
 
     def __init__(self, database: PostgresDatabase) -> None:
         self.database = database
         self.origin = f"cli-{uuid.uuid4().hex}"  # never a server's: every server hears it
         self._failed = False
+
+    def in_write(self, conn: Any, session_id: str) -> None:
+        """Announce a change of ``session_id``'s entries in the transaction making it: heard
+        when it commits, never when it is rolled back, and no transaction of its own (each
+        append of a run made two)."""
+        conn.execute(
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+            (
+                CHANNEL,
+                [change(self.origin, "resource_updated", uri) for uri in session_uris(session_id)],
+            ),
+        )
 
     def session_changed(self, session_id: str, *_: object) -> None:
         self._send(

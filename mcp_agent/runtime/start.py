@@ -26,6 +26,7 @@ from mcp_agent.runtime.runs import EventListener, Run
 from mcp_agent.sessions.entries import CWD_CHARS
 from mcp_agent.sessions.errors import SessionError
 from mcp_agent.sessions.repo import STARTED_BY
+from mcp_agent.sessions.row_waits import RowHeld
 from mcp_agent.sessions.session import Session
 from mcp_agent.tools import AgentTool
 from mcp_agent.wire import one_line
@@ -226,8 +227,7 @@ async def start_run(
     except BaseException:
         if created:  # refused or cancelled before the prompt was stored: leave nothing
             with anyio.CancelScope(shield=True):
-                if await state.offload(lambda: _delete_if_empty(state, session.id)):
-                    state.session_deleted(session.id)
+                await discard_if_empty(state, session.id)
         raise
 
 
@@ -245,14 +245,32 @@ def parent_cwd(state: AppState, parent_session: str | None) -> str | None:
     return cwd if cwd and len(cwd) <= CWD_CHARS and "\x00" not in cwd else None
 
 
+async def discard_if_empty(state: AppState, session_id: str) -> None:
+    """Delete a session a start created and could not use, unless something was stored in it
+    since or a run of it still goes on. In the turns of the session's writes, as any write
+    of it: its row held by another transaction while this server's waits for held rows are
+    all taken (sessions.row_waits), the delete waits for its turn without a thread and tries
+    again, where on a thread of its own it was refused at once and the session left behind."""
+    try:
+        deleted = await state.runs.session_offload(session_id)(
+            lambda: _delete_if_empty(state, session_id)
+        )
+    except SessionError:  # busy past the write's bound: leave it be
+        return
+    if deleted:
+        state.session_deleted(session_id)
+
+
 def _delete_if_empty(state: AppState, session_id: str) -> bool:
-    """Delete a session this start created, unless something was stored in it since or a run
-    of it still goes on."""
+    """Delete the session unless something was stored in it or a run of it goes on (True:
+    deleted). ``RowHeld`` is raised, for the write turns to try again."""
     try:
         state.runs.ensure_idle_here(session_id)
         if state.repo.open(session_id).stats().entry_count:
             return False
         state.repo.delete(session_id)
+    except RowHeld:
+        raise
     except SessionError:  # SessionBusy too
         return False  # gone already, or taken: leave it be
     return True

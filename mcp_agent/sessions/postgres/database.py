@@ -58,6 +58,10 @@ Durability = Literal["full", "normal"]
 # Called inside each transaction that appends to or moves a session, before the change, with
 # the connection and the session id; raising refuses the change (runtime.leases).
 SessionGuard = Callable[[Any, str], None]
+# Called inside each transaction that appends to or moves a session, with the connection and
+# the session id, to announce the change there (runtime.change_feed: a NOTIFY is delivered at
+# the commit, and only if it commits).
+SessionAnnounce = Callable[[Any, str], None]
 
 # Any constant of our own: the key of the advisory lock migrations hold.
 MIGRATION_LOCK_KEY = 0x6D637061_67656E74 & 0x7FFFFFFFFFFFFFFF
@@ -77,6 +81,8 @@ RECONNECT_S = 5.0
 # the connection is given up STATEMENT_GRACE_S later on this side. Longer than the lock
 # timeout by default, so that a lock wait is said as such.
 STATEMENT_TIMEOUT_S = 90.0
+# The longest lock wait, as a share of the statement timeout (see PostgresDatabase).
+LOCK_SHARE = 0.9
 STATEMENT_GRACE_S = 5.0
 # The pool's check of an idle connection before lending it is an empty statement: one that
 # has no answer in this long is dropped (and another connection lent), not waited for.
@@ -311,7 +317,9 @@ class PostgresDatabase:
         self.session_guard = session_guard
         self.create = create
         self.statement_timeout = statement_timeout
-        self.lock_timeout = min(lock_timeout, statement_timeout)
+        # The lock wait ends before the statement timeout, whose timer starts first: one as
+        # long was ended by it, and a lock held by another was said as a statement cancelled.
+        self.lock_timeout = min(lock_timeout, statement_timeout * LOCK_SHARE)
         # "normal": a commit returns before its WAL reaches the disk (PostgreSQL's
         # synchronous_commit = off): a crash of the database server may lose the newest
         # appends, never corrupt older ones.
@@ -371,6 +379,9 @@ class PostgresDatabase:
         # The server's bound on its writes waiting for held session rows (sessions.row_waits);
         # None: as many as call.
         self.row_waits: RowWaits | None = None
+        # Who hears of each change of a session's entries, told in the change's transaction
+        # (the command line's announcer; a server publishes on its bus instead).
+        self.announce: SessionAnnounce | None = None
         try:
             # One connection first: an unreachable database is said at once (the pool would
             # retry until its timeout), and the schema is ready before any request. Its

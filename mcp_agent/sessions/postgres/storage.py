@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from mcp_agent.sessions.entries import (
     LeafEntry,
@@ -154,6 +155,37 @@ def _write_entries(
     return rows
 
 
+def _insert_imported(
+    conn: Conn, database: PostgresDatabase, header: SessionHeader, incarnation: str
+) -> None:
+    """Insert an imported session's row. Another transaction inserting the same id and not
+    committed yet (another replica's import of the same file, the command line's import of a
+    slow pipe) makes this insert wait for its end, on a worker thread, up to the lock
+    timeout: in a server that bounds its waits for held rows (``row_waits``) the wait counts
+    among them, as a held row's does, so that imports of one file hold up no other session;
+    past the bound, ``RowHeld`` at once, nothing written."""
+    waits = database.row_waits
+    if waits is None:
+        _insert_session(conn, header, incarnation)
+        return
+    conn.execute("SELECT set_config('lock_timeout', '1ms', true)")
+    try:
+        with conn.transaction():  # a savepoint: the insert that would wait is undone alone
+            _insert_session(conn, header, incarnation)
+        waited = False
+    except pg_errors.LockNotAvailable:
+        waited = True
+    conn.execute(
+        "SELECT set_config('lock_timeout', %s, true)", (f"{round(database.lock_timeout * 1000)}ms",)
+    )
+    if waited:
+        waits.enter(header.id)
+        try:
+            _insert_session(conn, header, incarnation)
+        finally:
+            waits.leave(header.id)
+
+
 def _insert_session(conn: Conn, header: SessionHeader, incarnation: str) -> None:
     inserted = conn.execute(
         "INSERT INTO sessions (id, header, cwd, created, modified, parent_session, incarnation)"
@@ -215,7 +247,7 @@ class PostgresSessionStorage(SqlSessionStorage):
             conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
             nonlocal header
             try:
-                _insert_session(conn, header, incarnation)
+                _insert_imported(conn, database, header, incarnation)
             except SessionError as taken:  # ON CONFLICT DO NOTHING: the transaction goes on
                 header = stream.retake_id(taken)
                 _insert_session(conn, header, incarnation)
@@ -244,6 +276,10 @@ class PostgresSessionStorage(SqlSessionStorage):
     def _guard(self, conn: Conn) -> None:
         if self.database.session_guard is not None:
             self.database.session_guard(conn, self.session_id)
+
+    def _announce(self, conn: Conn) -> None:
+        if self.database.announce is not None:
+            self.database.announce(conn, self.session_id)
 
     def _locked_row(self, conn: Conn) -> tuple[str | None, int]:
         """The session's leaf and next sequence number, its row locked until the commit (a
@@ -298,6 +334,7 @@ class PostgresSessionStorage(SqlSessionStorage):
                 target_id=leaf_id,
             )
             _write_entries(conn, self.session_id, [entry], seq, leaf_id)
+            self._announce(conn)
             return entry
 
         moved = self.database.write(work)
@@ -323,6 +360,7 @@ class PostgresSessionStorage(SqlSessionStorage):
                 )
             new_leaf = stored.target_id if isinstance(stored, LeafEntry) else stored.id
             rows = _write_entries(conn, self.session_id, [stored], seq, new_leaf)
+            self._announce(conn)
             return stored, len(rows[0][7])
 
         for attempt in range(2):
