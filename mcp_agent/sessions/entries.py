@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import secrets
@@ -174,6 +175,19 @@ def iso_to_ms(timestamp: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return round(moment.timestamp() * 1000)
+
+
+def js_time_ms(timestamp: str) -> float:
+    """Unix milliseconds of an ISO timestamp as pi's ``new Date(ts).getTime()``, NaN where
+    that is NaN (text that is no time). A date-time without an offset is UTC here, where
+    JavaScript reads it in the machine's zone."""
+    moment = _utc(timestamp)
+    if moment is None:
+        return math.nan
+    return float((moment - _EPOCH) // timedelta(milliseconds=1))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def new_entry_id(taken: Callable[[str], bool] | None = None) -> str:

@@ -620,7 +620,7 @@ class SqlSessionStorage:
 
     def outline(self) -> list[TreeRow]:
         return self._read(
-            "SELECT id, parent_id, type FROM entries WHERE session_id = :s"
+            "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = :s"
             f" ORDER BY {self.LOG_ORDER}",
             {"s": self.session_id},
         )
