@@ -32,7 +32,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.wire import WireModel, describe_validation_error
+from mcp_agent.wire import FROM_FILE, WireModel, describe_validation_error
 
 CURRENT_SESSION_VERSION = 3
 
@@ -439,7 +439,9 @@ def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
     own, name = found
     fields = {key: value for key, value in data.items() if key not in ("customType", "data")}
     try:
-        return ENTRY_TYPES[own].model_validate({**fields, "type": own, name: inner[name]})
+        return ENTRY_TYPES[own].model_validate(
+            {**fields, "type": own, name: inner[name]}, context=FROM_FILE
+        )
     except ValidationError:
         return None
 
@@ -463,7 +465,7 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if own is not None:
         return own
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=FROM_FILE)
     except ValidationError as error:
         detail = describe_validation_error(error, "", data)
         raise SessionError("invalid_entry", f"{where}: {entry_type} entry: {detail}") from None
