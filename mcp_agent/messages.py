@@ -22,10 +22,17 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
 )
 from pydantic_core import PydanticCustomError
 
-from mcp_agent.wire import WireModel, describe_validation_error, json_kind
+from mcp_agent.wire import (
+    FROM_FILE,
+    UnreadTime,
+    WireModel,
+    describe_validation_error,
+    json_kind,
+)
 
 
 def now_ms() -> int:
@@ -358,11 +365,14 @@ def parse_message(data: Mapping[str, Any] | BaseMessage, path: str = "message") 
         raise MessageParseError(describe_validation_error(error, path, data)) from None
 
 
-def _validate_agent_message(value: Any) -> BaseMessage:
+def _validate_agent_message(value: Any, info: ValidationInfo) -> BaseMessage:
     try:
-        return parse_message(value, path="")
+        message = parse_message(value, path="")
     except MessageParseError as error:
         raise PydanticCustomError("agent_message", "{detail}", {"detail": str(error)}) from None
+    if info.context is FROM_FILE and isinstance(value, Mapping) and "timestamp" not in value:
+        message.__dict__["timestamp"] = UnreadTime(message.timestamp)
+    return message
 
 
 def _serialize_agent_message(value: BaseMessage) -> dict[str, Any]:

@@ -40,6 +40,19 @@ def utf8_only(value: Any) -> Any:
 _BUILDING = threading.RLock()
 
 
+class UnreadTime(int):
+    """A message's time its file left out (pi reads such a message as it is): the time given
+    in its place for our own reckoning, written nowhere, so the message goes on without one
+    (in a context, an export, a store) instead of with the time it was read."""
+
+    __slots__ = ()
+
+
+# The validation context of a message read from a file or a store (``FROM_FILE``): a missing
+# time is then an ``UnreadTime``, where a message made here gets the time it is made.
+FROM_FILE = {"file": True}
+
+
 class WireModel(BaseModel):
     """A stored or sent shape. Each is built (its validator and serializer) at its first use,
     not at import: a server's start reads and writes none of them (entries, messages), and
@@ -81,6 +94,8 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:
         data = handler(self)
+        if type(self.__dict__.get("timestamp")) is UnreadTime and isinstance(data, dict):
+            del data["timestamp"]
         optional = _optional_fields(type(self))
         if optional and isinstance(data, dict):
             fields_set = self.__pydantic_fields_set__

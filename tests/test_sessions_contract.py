@@ -37,6 +37,7 @@ from mcp_agent.sessions import (
     SessionError,
     SqliteSessionRepo,
 )
+from mcp_agent.sessions.entries import iso_now
 from mcp_agent.sessions.pi import export_text
 from mcp_agent.sessions.repo import BaseSessionRepo
 
@@ -1149,7 +1150,8 @@ def test_entries_pi_appended_below_a_leaf_move_hang_under_its_target(repo) -> No
     lines.append(
         json.dumps(
             message_entry("c0ffee00", move["id"])
-            | {"message": {"role": "user", "content": "c", "timestamp": 3}}
+            # written after b, as pi writes it (pi shows children by time)
+            | {"timestamp": iso_now(), "message": {"role": "user", "content": "c", "timestamp": 3}}
         )
     )
     header = json.loads(lines[0])

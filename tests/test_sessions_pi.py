@@ -870,3 +870,115 @@ def test_pi_and_we_agree_on_a_session_name_trimmed_as_javascript_trims(
         assert session.name == theirs, type(repo).__name__
         assert [row.name for row in repo.list().items] == [theirs], type(repo).__name__
         repo.close()
+
+
+@needs_pi
+@pytest.mark.node
+def test_pi_and_we_agree_on_the_order_of_an_entrys_children_by_their_times(
+    tmp_path: Path,
+) -> None:
+    """pi's getTree shows an entry's children oldest first (JavaScript's sort by ``new
+    Date(timestamp)``; a time that does not read is NaN, which the sort takes for equal to
+    anything); roots stay in the file's order. Ours listed children in the order appended, so
+    a branch made after a clock was set back, or written with another zone's offset, was
+    shown in another place than in pi's /tree."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+
+    def user(entry_id: str, parent: str | None, stamp: str) -> dict[str, Any]:
+        message = {"role": "user", "content": f"at {stamp}", "timestamp": 1}
+        entry = {"type": "message", "id": entry_id, "parentId": parent, "timestamp": stamp}
+        return {**entry, "message": message}
+
+    def at(millis: int) -> str:
+        return f"2026-01-15T08:30:01.{millis:03d}Z"
+
+    rows = [
+        header,
+        user("r0000001", None, at(500)),
+        user("r0000002", None, at(100)),  # a later root, older: roots are not sorted
+        # mixed, with times that do not read (placed as V8's sort places NaN)
+        *(
+            user(f"a000000{n}", "r0000001", stamp)
+            for n, stamp in enumerate(
+                [at(5), at(3), "yesterday", at(1), "2026-01-15T09:30:01.002+01:00", at(4)], 1
+            )
+        ),
+        # a strictly descending run, then a time that does not read, then the oldest
+        *(
+            user(f"b000000{n}", "r0000002", stamp)
+            for n, stamp in enumerate([at(9), at(8), at(7), "", at(1)], 1)
+        ),
+        # well-formed times written after a clock was set back
+        *(user(f"c000000{n}", "a0000001", at(m)) for n, m in enumerate([30, 10, 20, 10], 1)),
+    ]
+    path = tmp_path / "times.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)["manager"]["tree"]
+    assert theirs[0]["id"] == "r0000001"
+    assert theirs[0]["children"][0] != "a0000001"  # not the file's order
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+    ):
+        session = repo.import_session(path).session
+        kind = type(repo).__name__
+        assert depth_first_tree(session.tree()) == theirs, kind
+        assert depth_first_tree(outline_tree(session)) == theirs, kind
+        flat = {node["id"]: node["children"] for node in flat_tree(session)}
+        assert all(flat[node["id"]] == node["children"] for node in theirs), kind
+        repo.close()
+
+
+@needs_pi
+@pytest.mark.node
+def test_a_message_without_a_time_reads_and_exports_without_one_as_pi_reads_it(
+    tmp_path: Path,
+) -> None:
+    """A message its file gives no ``timestamp`` (pi takes it as it is) came with the time it
+    was read: in the context (a folder store's changed at each reading), in the store and in
+    the export, which then told pi another message than the file's."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000a1"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+    usage = {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2}
+    cost = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
+    answer: dict[str, Any] = {"role": "assistant", "content": [{"type": "text", "text": "x"}]}
+    answer.update(
+        api="a", provider="p", model="m", stopReason="stop", usage={**usage, "cost": cost}
+    )
+    result: dict[str, Any] = {"role": "toolResult", "toolCallId": "c", "toolName": "t"}
+    result["isError"] = False
+    result["content"] = [{"type": "text", "text": "r"}]
+    messages = [{"role": "user", "content": "no time"}, answer, result]
+    rows = [header] + [
+        {"type": "message", "id": f"m000000{n}", "parentId": f"m000000{n - 1}" if n > 1 else None}
+        | {"timestamp": f"2026-01-15T08:30:0{n}.000Z", "message": message}
+        for n, message in enumerate(messages, 1)
+    ]
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    path = folder / f"{header['id']}.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    theirs = run_pi(path)
+    assert all("timestamp" not in m for m in theirs["results"][0]["context"]["messages"])
+    for repo in (
+        InMemorySessionRepo(),
+        SqliteSessionRepo(tmp_path / "s.db"),
+        JsonlSessionRepo(tmp_path / "j"),
+        JsonlSessionRepo(folder),
+    ):
+        kind = type(repo).__name__
+        if repo.exists(str(header["id"])):
+            session = repo.open(str(header["id"]))
+        else:
+            session = repo.import_session(path).session
+        for reopened in (session, repo.open(session.id)):
+            ours = reopened.build_context().to_json_dict()
+            ours.pop("activeToolNames", None)
+            assert ours == theirs["results"][0]["context"], kind
+            assert [e.to_json_dict() for e in reopened.get_entries()] == theirs["entries"], kind
+        exported = tmp_path / f"{kind}.jsonl"
+        exported.write_text(repo.export_jsonl(session.id))
+        assert run_pi(exported)["entries"] == theirs["entries"], kind
+        repo.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import secrets
@@ -31,7 +32,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.wire import WireModel, describe_validation_error
+from mcp_agent.wire import FROM_FILE, WireModel, describe_validation_error
 
 CURRENT_SESSION_VERSION = 3
 
@@ -174,6 +175,19 @@ def iso_to_ms(timestamp: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return round(moment.timestamp() * 1000)
+
+
+def js_time_ms(timestamp: str) -> float:
+    """Unix milliseconds of an ISO timestamp as pi's ``new Date(ts).getTime()``, NaN where
+    that is NaN (text that is no time). A date-time without an offset is UTC here, where
+    JavaScript reads it in the machine's zone."""
+    moment = _utc(timestamp)
+    if moment is None:
+        return math.nan
+    return float((moment - _EPOCH) // timedelta(milliseconds=1))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def new_entry_id(taken: Callable[[str], bool] | None = None) -> str:
@@ -425,7 +439,9 @@ def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
     own, name = found
     fields = {key: value for key, value in data.items() if key not in ("customType", "data")}
     try:
-        return ENTRY_TYPES[own].model_validate({**fields, "type": own, name: inner[name]})
+        return ENTRY_TYPES[own].model_validate(
+            {**fields, "type": own, name: inner[name]}, context=FROM_FILE
+        )
     except ValidationError:
         return None
 
@@ -449,7 +465,7 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if own is not None:
         return own
     try:
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=FROM_FILE)
     except ValidationError as error:
         detail = describe_validation_error(error, "", data)
         raise SessionError("invalid_entry", f"{where}: {entry_type} entry: {detail}") from None

@@ -40,7 +40,14 @@ from mcp_agent.sessions.entries import (
     clip_long,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.sessions.storage import OutlineRow, StoredPages, TreeIndex, TreeRow, tree_index
+from mcp_agent.sessions.storage import (
+    OutlineRow,
+    StoredPages,
+    TreeIndex,
+    TreeRow,
+    pi_child_order,
+    tree_index,
+)
 from mcp_agent.wire import one_line
 
 if TYPE_CHECKING:
@@ -183,7 +190,7 @@ def flat_tree(
     all) of its ``childCount`` children; ``onBranch``: on the path from the root to the
     leaf."""
     entries = {entry.id: entry for entry in session.get_entries()}
-    index = tree_index([(e.id, e.parent_id, e.type) for e in entries.values()])
+    index = tree_index([(e.id, e.parent_id, e.type, e.timestamp) for e in entries.values()])
     on_branch = {entry.id for entry in session.get_branch()}
     return [
         tree_node(
@@ -256,11 +263,9 @@ def outline_tree(session: Session) -> Sequence[TreeLike]:
         return storage.parse_stored(entry_id, kind, text)
 
     nodes = {row[0]: OutlineNode(row[0], row[2], labels.get(row[0]), read) for row in index.nodes}
-    roots: list[OutlineNode] = []
-    for row in index.nodes:
-        parent = index.parent[row[0]]
-        (nodes[parent].children if parent is not None else roots).append(nodes[row[0]])
-    return roots
+    for parent, children in index.children.items():
+        nodes[parent].children = [nodes[child] for child in children]
+    return [nodes[row[0]] for row in index.nodes if index.parent[row[0]] is None]
 
 
 def iter_flat_tree(session: Session, preview_chars: int = 120) -> Iterator[dict[str, Any]]:
@@ -334,6 +339,8 @@ class _TreeReader:
                 found = self.stored.children_outline([parent])[parent]
             else:
                 found = self._outlined(self.storage.get_children(parent))
+            if parent is not None:  # pi orders children by time, roots as appended
+                found = pi_child_order(found, _time_of)
             self._children[parent] = found
         return found
 
@@ -341,7 +348,8 @@ class _TreeReader:
         """Read the children of all of ``ids`` at once (one query instead of one each)."""
         if self.stored is not None:
             wanted = [i for i in ids if i is not None and i not in self._children]
-            self._children.update(self.stored.children_outline(wanted))
+            for parent, found in self.stored.children_outline(wanted).items():
+                self._children[parent] = pi_child_order(found, _time_of)
 
     def place(self, entry_id: str) -> OutlineRow | None:
         entry = self.entry(entry_id)
@@ -368,6 +376,10 @@ class _TreeReader:
     def _outlined(self, entries: list[SessionEntry]) -> list[OutlineRow]:
         self.entries.update((entry.id, entry) for entry in entries)
         return [(entry.id, entry.parent_id, entry.type, entry.timestamp) for entry in entries]
+
+
+def _time_of(row: OutlineRow) -> str:
+    return row[3]
 
 
 def lazy_outline(

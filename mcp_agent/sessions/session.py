@@ -436,18 +436,16 @@ class Session:
         return self.storage.get_children(entry_id)
 
     def tree(self) -> list[TreeNode]:
-        """Every root with its subtree (``tree_index``); siblings in append order, leaf moves
-        left out."""
+        """Every root with its subtree (``tree_index``); roots in append order, siblings in
+        pi's (by time), leaf moves left out."""
         entries = {entry.id: entry for entry in self.storage.get_entries()}
-        index = tree_index([(e.id, e.parent_id, e.type) for e in entries.values()])
+        index = tree_index([(e.id, e.parent_id, e.type, e.timestamp) for e in entries.values()])
         nodes = {
             row[0]: TreeNode(entries[row[0]], self.storage.get_label(row[0])) for row in index.nodes
         }
-        roots: list[TreeNode] = []
-        for row in index.nodes:
-            parent_id = index.parent[row[0]]
-            (nodes[parent_id].children if parent_id is not None else roots).append(nodes[row[0]])
-        return roots
+        for parent_id, children in index.children.items():
+            nodes[parent_id].children = [nodes[child] for child in children]
+        return [nodes[row[0]] for row in index.nodes if index.parent[row[0]] is None]
 
     def build_context(self, options: SessionContextBuildOptions | None = None) -> SessionContext:
         leaf_id = self.leaf_id

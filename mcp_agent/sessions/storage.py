@@ -3,10 +3,12 @@ statistics that backends keeping entries in memory share."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from pydantic.alias_generators import to_camel
 
@@ -19,6 +21,7 @@ from mcp_agent.sessions.entries import (
     SessionInfoEntry,
     entry_usage,
     is_tree_node,
+    js_time_ms,
     session_name,
 )
 from mcp_agent.sessions.errors import SessionError
@@ -83,8 +86,8 @@ class SessionStorage(Protocol):
 
 # One entry in outline, without its content: (id, parentId, type, timestamp).
 OutlineRow = tuple[str, str | None, str, str]
-# One entry's place in the tree: (id, parentId, type).
-TreeRow = tuple[str, str | None, str]
+# One entry's place in the tree: (id, parentId, type, timestamp), as in outline.
+TreeRow = OutlineRow
 
 
 @runtime_checkable
@@ -158,6 +161,47 @@ def tree_parent(parent_id: str | None, moves: dict[str, str | None]) -> str | No
     return parent_id
 
 
+_T = TypeVar("_T")
+
+
+def pi_child_order(children: list[_T], time_of: Callable[[_T], str]) -> list[_T]:
+    """``children`` (in the order appended) in the order pi's ``getTree`` shows them: sorted
+    by time, oldest first, with JavaScript's ``sort`` and the comparator ``new Date(a) - new
+    Date(b)``. When every time reads, that is a stable sort by time; a time that does not
+    (NaN, which ``sort`` takes for equal to anything) is placed as V8 places it, by a run
+    then binary insertion (V8's TimSort below 64 elements; beyond, this stays close)."""
+    if len(children) < 2:
+        return children
+    times = [js_time_ms(time_of(child)) for child in children]
+    if not any(math.isnan(t) for t in times):
+        if all(a <= b for a, b in itertools.pairwise(times)):
+            return children
+        order = sorted(range(len(children)), key=times.__getitem__)
+        return [children[i] for i in order]
+
+    def less(a: int, b: int) -> bool:  # comparefn(a, b) < 0; NaN is never less
+        return times[a] - times[b] < 0
+
+    items = list(range(len(children)))
+    run = 2  # V8's CountAndMakeRun: the first run, a strictly descending one reversed
+    descending = less(1, 0)
+    while run < len(items) and less(run, run - 1) == descending:
+        run += 1
+    if descending:
+        items[:run] = reversed(items[:run])
+    for start in range(run, len(items)):  # V8's BinaryInsertionSort
+        pivot, left, right = items[start], 0, start
+        while left < right:
+            mid = (left + right) >> 1
+            if less(pivot, items[mid]):
+                right = mid
+            else:
+                left = mid + 1
+        items[left + 1 : start + 1] = items[left:start]
+        items[left] = pivot
+    return [children[i] for i in items]
+
+
 @dataclass
 class TreeIndex:
     """The tree of a session from its entries in outline (no content): the tree nodes in the
@@ -173,7 +217,7 @@ def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
     makes it: a leaf move between an entry and its parent is skipped (``tree_parent``), an
     entry hangs under its parent wherever the parent's line is (a pi file may name a parent
     that comes later), and an entry whose parent is not in the session is a root. Siblings
-    are in the order appended."""
+    are in pi's order (``pi_child_order``: by time), roots in the order appended."""
     moves = {row[0]: row[1] for row in rows if row[2] == "leaf"}
     nodes: list[TreeRow] = []
     parent: dict[str, str | None] = {}
@@ -209,6 +253,12 @@ def tree_index(rows: Sequence[TreeRow]) -> TreeIndex:
         for row in nodes:
             if (parent_id := parent[row[0]]) in touched:
                 children[parent_id].append(row[0])
+    branching = [parent_id for parent_id, ids in children.items() if len(ids) > 1]
+    if branching:  # few: branch points only
+        wanted = {child for parent_id in branching for child in children[parent_id]}
+        times = {row[0]: row[3] for row in nodes if row[0] in wanted}
+        for parent_id in branching:
+            children[parent_id] = pi_child_order(children[parent_id], times.__getitem__)
     return TreeIndex(nodes, parent, children)
 
 

@@ -43,7 +43,7 @@ from mcp_agent.sessions.storage import (
     validate_tree,
 )
 from mcp_agent.sessions.words import search_text
-from mcp_agent.wire import describe_validation_error
+from mcp_agent.wire import FROM_FILE, describe_validation_error
 
 T = TypeVar("T")
 Params = Sequence[Any] | dict[str, Any]
@@ -124,7 +124,7 @@ def parse_entry(session_id: str, entry_id: str, entry_type: str, data: str) -> S
     # The type column picks the class, so pydantic can parse the JSON text itself.
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
     try:
-        return cls.model_validate_json(data)
+        return cls.model_validate_json(data, context=FROM_FILE)
     except ValidationError as error:
         where = f"session {session_id} entry {entry_id}"
         detail = describe_validation_error(error, "", _loads_or_none(data))
@@ -620,7 +620,7 @@ class SqlSessionStorage:
 
     def outline(self) -> list[TreeRow]:
         return self._read(
-            "SELECT id, parent_id, type FROM entries WHERE session_id = :s"
+            "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = :s"
             f" ORDER BY {self.LOG_ORDER}",
             {"s": self.session_id},
         )
