@@ -25,7 +25,14 @@ from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 from reliability_support import size
 
 from mcp_agent.server import paging, session_reads
-from mcp_agent.server.schemas import AgentInfo, ListedSession, RunInfo, SearchHit, SessionInfo
+from mcp_agent.server.schemas import (
+    AgentInfo,
+    ContextResult,
+    ListedSession,
+    RunInfo,
+    SearchHit,
+    SessionInfo,
+)
 from mcp_agent.server.strict import lean_output_schema, schema_nodes
 from mcp_agent.sessions import SqliteSessionRepo
 
@@ -225,10 +232,12 @@ async def test_a_session_nested_in_an_answer_is_said_in_words_and_is_of_its_mode
 async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_model(
     server: MCPServer,
 ) -> None:
-    """session_create's and session_fork's answer is a session, the agent tools' a run: their
+    """session_create's and session_fork's answer is a session, the agent tools' a run,
+    session_context's a context (the call a client resuming a session waits on): their
     output schemas say every field in words (a subschema each cost every client a check
     against the metaschema at its first call of the tool: 17 for a session, 21 for a run),
-    and give a schema of its own only to the ids a program passes on and a run's status; the
+    and give a schema of their own only to the ids a program passes on, a run's status and a
+    context's messages and paging; the
     lists of runs and agents are said in words as session_list's sessions are. The answers are
     exactly of their models, and valid against the schemas."""
     import jsonschema
@@ -237,17 +246,21 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
     whole: list[tuple[tuple[str, ...], type[BaseModel], set[str]]] = [
         (("session_create", "session_fork"), SessionInfo, {"id"}),
         (("agent_run", "agent_status", "agent_cancel"), RunInfo, {"runId", "sessionId", "status"}),
+        (("session_context",), ContextResult, {"sessionId", "messages", "truncated", "nextCursor"}),
     ]
     for tools, model, kept in whole:
         for tool in tools:
             shape = schemas[tool]
             assert shape["type"] == "object" and set(shape["properties"]) == kept, tool
-            assert set(shape["required"]) == kept, tool
+            required = set(model.model_json_schema(by_alias=True)["required"])
+            assert set(shape["required"]) == kept & required, tool
             for name in model.model_json_schema(by_alias=True)["properties"]:
                 assert f"{name}: " in shape["description"], (tool, name)
             assert sum(1 for _ in schema_nodes(shape)) <= 2 + len(kept), tool
     said = schemas["session_create"]["description"]
     assert "startedBy: {sessionId: string, runId: string | null} | null (" in said
+    said = schemas["session_context"]["description"]
+    assert "model: {string: string} | null, activeToolNames: [string] | null," in said
     assert (
         "status: string (running, completed, error or aborted)"
         in schemas["agent_status"]["description"]
@@ -266,6 +279,8 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
         entry = {"type": "message", "role": "user", "content": "hello"}
         await call(client, "session_append", session_id=made["id"], entry=entry)
         forked = await call(client, "session_fork", session_id=made["id"])
+        context = await call(client, "session_context", session_id=made["id"])
+        whole_context = await call(client, "session_context", session_id=made["id"], limit=0)
         ran = await call(client, "agent_run", prompt="hi", session_id=made["id"], agent="default")
         status = await call(client, "agent_status", run_id=ran["runId"], wait_seconds=30)
         cancelled = await call(client, "agent_cancel", run_id=ran["runId"])
@@ -274,6 +289,8 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
     answers: list[tuple[str, dict[str, Any], type[BaseModel]]] = [
         ("session_create", made, SessionInfo),
         ("session_fork", forked, SessionInfo),
+        ("session_context", context, ContextResult),
+        ("session_context", whole_context, ContextResult),
         ("agent_run", ran, RunInfo),
         ("agent_status", status, RunInfo),
         ("agent_cancel", cancelled, RunInfo),

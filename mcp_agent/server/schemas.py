@@ -238,6 +238,8 @@ def in_words(model: type[BaseModel]) -> str:
             if kind == "object" and isinstance(node.get("properties"), dict):
                 fields = ", ".join(field(key, value) for key, value in node["properties"].items())
                 shown.append(f"{{{fields}}}")
+            elif kind == "object" and isinstance(node.get("additionalProperties"), dict):
+                shown.append(f"{{string: {said(node['additionalProperties'])}}}")
             elif kind == "array" and isinstance(node.get("items"), dict):
                 shown.append(f"[{said(node['items'])}]")
             else:
@@ -416,6 +418,20 @@ class ContextResult(Page):
         default=None,
         description="what of the thinking level, model and active tool names is too long to"
         " show on a page, and where they are whole; null: nothing",
+    )
+
+
+class ContextAnswer(ContextResult):
+    """session_context's answer, its fields in words: a client checks its schema against the
+    metaschema at its first call, which for a client resuming a session is the call it waits
+    on (field by field, 13 subschemas). The messages and the paging fields keep their own."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(
+            ContextResult,
+            "the context as the model gets it",
+            ("sessionId", "messages", "truncated", "nextCursor"),
+        )
     )
 
 

@@ -32,6 +32,7 @@ from mcp_agent.server.paging import (
 from mcp_agent.server.schemas import (
     AppendResult,
     CompactAnswer,
+    ContextAnswer,
     ContextResult,
     DeleteResult,
     ExportResult,
@@ -538,7 +539,7 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def session_context(
         ctx: Context, session_id: SessionId, limit: Limit = None, cursor: Cursor = None
-    ) -> Annotated[CallToolResult, ContextResult]:
+    ) -> Annotated[CallToolResult, ContextAnswer]:
         """The messages as the model would get them (after compactions), with the model,
         thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
