@@ -26,7 +26,7 @@ from mcp_agent.runtime.start import child_depth, run_meta, start_run
 from mcp_agent.server.clients import client_channel, client_key
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import CURSOR_DESCRIPTION, newest_page, utf8_size
-from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunInfo, RunList
+from mcp_agent.server.schemas import AgentInfo, AgentList, QueueResult, RunAnswer, RunInfo, RunList
 from mcp_agent.server.session_tools import READ_ONLY, WRITES
 from mcp_agent.server.tool_errors import GIVEN, tool_errors
 from mcp_agent.sessions.entries import iso_time
@@ -43,9 +43,9 @@ RunId = Annotated[str, Field(description="the run's id (from agent_run or agent_
 Message = Annotated[str, Field(description="what to tell the agent, as a user message")]
 
 
-def run_info(run: Run | RunRecord) -> RunInfo:
+def run_info(run: Run | RunRecord) -> RunAnswer:
     answer, cut = shown_answer(run.answer, run.session_id) if run.answer else (run.answer, False)
-    return RunInfo(
+    return RunAnswer(
         run_id=run.id,
         session_id=run.session_id,
         agent=run.agent_name,
@@ -99,7 +99,7 @@ def register(server: MCPServer) -> None:
                 " (for a long task)"
             ),
         ] = None,
-    ) -> Annotated[CallToolResult, RunInfo]:
+    ) -> Annotated[CallToolResult, RunAnswer]:
         """Run an agent on a prompt in a session; every message is stored in the session.
         Returns the run: its id, session, status and the answer. A run that ends in error or
         is aborted is a tool error, with the same information."""
@@ -150,7 +150,7 @@ def register(server: MCPServer) -> None:
                 description="wait up to this long (0 to 600) for the run to end; null: 0",
             ),
         ] = None,
-    ) -> RunInfo:
+    ) -> RunAnswer:
         """The state of a run. Returns its status (running, completed, error or aborted), its
         answer or error, events so far and token usage."""
         state = app_state(ctx)
@@ -165,7 +165,7 @@ def register(server: MCPServer) -> None:
             return run_info(run)
 
     @server.tool(annotations=WRITES)
-    async def agent_cancel(ctx: Context, run_id: RunId) -> RunInfo:
+    async def agent_cancel(ctx: Context, run_id: RunId) -> RunAnswer:
         """Abort a run; the session records an aborted assistant message and stays consistent.
         Returns the run, now aborted (or as it had ended already)."""
         with tool_errors():
@@ -196,7 +196,7 @@ def register(server: MCPServer) -> None:
         """The runs of this server (those under way, and the latest that ended), newest
         first. Returns a page of runs with their status and answers, and a cursor for older."""
         with tool_errors():
-            infos = [run_info(run) for run in await app_state(ctx).runs.newest()]
+            infos: list[RunInfo] = [run_info(run) for run in await app_state(ctx).runs.newest()]
             # A cursor names the run its index holds (the oldest of the page before): a run
             # forgotten since moves every newer one down.
             page = newest_page(

@@ -6,6 +6,7 @@ Python side keeps snake_case names (``populate_by_name``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp_types import CallToolResult, ContentBlock, TextContent
@@ -237,6 +238,8 @@ def in_words(model: type[BaseModel]) -> str:
             if kind == "object" and isinstance(node.get("properties"), dict):
                 fields = ", ".join(field(key, value) for key, value in node["properties"].items())
                 shown.append(f"{{{fields}}}")
+            elif kind == "object" and isinstance(node.get("additionalProperties"), dict):
+                shown.append(f"{{string: {said(node['additionalProperties'])}}}")
             elif kind == "array" and isinstance(node.get("items"), dict):
                 shown.append(f"[{said(node['items'])}]")
             else:
@@ -248,6 +251,27 @@ def in_words(model: type[BaseModel]) -> str:
         return f"{key}: {said(node)}" + (f" ({description})" if description else "")
 
     return said(schema)
+
+
+def fields_in_words(
+    model: type[BaseModel], what: str, kept: tuple[str, ...]
+) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` for an answer of ``model`` as a whole (the tool's output schema
+    itself): its fields said in words (``in_words``) in its description, as ``said_in_words``
+    says a nested one, and only the fields ``kept`` (by their wire names: an id a program
+    passes on, a status it branches on) given a schema of their own. The others stay allowed,
+    as every field not listed is, and the answer is unchanged. Every subschema costs each
+    client a check against the metaschema at its first call of the tool (``said_in_words``):
+    session_create's session field by field was 17 subschemas, the agent tools' run 21."""
+    words = f"{what}: {in_words(model)}"
+
+    def rewrite(schema: dict[str, Any]) -> None:
+        schema["description"] = words
+        properties: dict[str, Any] = schema.get("properties", {})
+        schema["properties"] = {key: properties[key] for key in kept}
+        schema["required"] = [key for key in schema.get("required", []) if key in kept]
+
+    return rewrite
 
 
 class SearchHit(Wire):
@@ -279,6 +303,14 @@ class ListedSession(SessionInfo):
     )
     hit_count: int | None = Field(
         default=None, description="with a query: how many of its entries hold one of the words"
+    )
+
+
+class NewSession(SessionInfo):
+    """session_create's and session_fork's answer: the session, its fields in words."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(SessionInfo, "the session", ("id",))
     )
 
 
@@ -389,6 +421,20 @@ class ContextResult(Page):
     )
 
 
+class ContextAnswer(ContextResult):
+    """session_context's answer, its fields in words: a client checks its schema against the
+    metaschema at its first call, which for a client resuming a session is the call it waits
+    on (field by field, 13 subschemas). The messages and the paging fields keep their own."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(
+            ContextResult,
+            "the context as the model gets it",
+            ("sessionId", "messages", "truncated", "nextCursor"),
+        )
+    )
+
+
 class StatsResult(Wire):
     session_id: str
     stats: dict[str, Any]
@@ -461,8 +507,16 @@ class RunInfo(Wire):
     )
 
 
+class RunAnswer(RunInfo):
+    """agent_run's, agent_status's and agent_cancel's answer: the run, its fields in words."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(RunInfo, "the run", ("runId", "sessionId", "status"))
+    )
+
+
 class RunList(Wire):
-    runs: list[RunInfo]
+    runs: Annotated[list[RunInfo], listed(f"the runs, newest first, each {in_words(RunInfo)}")]
     truncated: bool = Field(description="true when older runs are left, for nextCursor")
     next_cursor: str | None = Field(default=None, description="pass as cursor for older runs")
 
@@ -479,7 +533,7 @@ class AgentInfo(Wire):
 
 
 class AgentList(Wire):
-    agents: list[AgentInfo]
+    agents: Annotated[list[AgentInfo], listed(f"the agents, each {in_words(AgentInfo)}")]
 
 
 class QueueResult(Wire):

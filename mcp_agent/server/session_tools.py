@@ -32,11 +32,13 @@ from mcp_agent.server.paging import (
 from mcp_agent.server.schemas import (
     AppendResult,
     CompactAnswer,
+    ContextAnswer,
     ContextResult,
     DeleteResult,
     ExportResult,
     ImportResult,
     MoveResult,
+    NewSession,
     SessionInfo,
     SessionListResult,
     SessionSearchResult,
@@ -164,9 +166,9 @@ def fitting(items: list[SessionSummary]) -> int:
     return len(items)
 
 
-def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
+def describe_session(repo: SessionRepo, session: Session) -> NewSession:
     # The listing row holds the leaf: one read (one statement in the SQL backends).
-    return session_info(repo.summary(session.id))
+    return NewSession(**session_fields(repo.summary(session.id)))
 
 
 def outline_view(
@@ -225,12 +227,12 @@ def register(server: MCPServer) -> None:
                 "empty: none"
             ),
         ] = "",
-    ) -> SessionInfo:
+    ) -> NewSession:
         """Create an empty session. Returns it: its id (for the other tools), name and uri."""
         state = app_state(ctx)
         data = parse_metadata(metadata)
 
-        def create() -> SessionInfo:
+        def create() -> NewSession:
             session = state.repo.create(name=name, cwd=cwd, metadata=data)
             return describe_session(state.repo, session)
 
@@ -513,7 +515,7 @@ def register(server: MCPServer) -> None:
                 "any entry (to keep it)"
             ),
         ] = None,
-    ) -> SessionInfo:
+    ) -> NewSession:
         """Copy this session (whole, or the path from its root to entry_id) into a new session
         whose header names this one as its parent. Returns the new session."""
         state = app_state(ctx)
@@ -524,7 +526,7 @@ def register(server: MCPServer) -> None:
                 " whole session is copied (leave position out)"
             )
 
-        def fork() -> SessionInfo:
+        def fork() -> NewSession:
             forked = state.repo.fork(session_id, entry_id, position or "before")
             return describe_session(state.repo, forked)
 
@@ -537,7 +539,7 @@ def register(server: MCPServer) -> None:
     @server.tool(annotations=READ_ONLY)
     async def session_context(
         ctx: Context, session_id: SessionId, limit: Limit = None, cursor: Cursor = None
-    ) -> Annotated[CallToolResult, ContextResult]:
+    ) -> Annotated[CallToolResult, ContextAnswer]:
         """The messages as the model would get them (after compactions), with the model,
         thinking level and active tools. Returns a page of messages, newest last."""
         state = app_state(ctx)
