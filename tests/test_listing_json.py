@@ -3,6 +3,8 @@ same text, byte for byte, as the checked model's dump (``session_info``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mcp_agent.server.session_tools import session_info, session_json
@@ -50,3 +52,48 @@ def summary(**changed: object) -> SessionSummary:
 def test_a_listed_sessions_json_is_the_models_dump(changed: dict[str, object]) -> None:
     listed = summary(**changed)
     assert session_json(listed) == session_info(listed).model_dump_json()
+
+
+def test_a_listed_sessions_json_with_hits_is_the_models_dump(tmp_path: Path) -> None:
+    """With a query, each listed session's JSON (made from its fields and its hits' as they
+    are) is the checked ListedSession's dump, byte for byte: hits of every kind (a user's, an
+    assistant's, a name with no role), on the branch and off it, texts that JSON escapes."""
+    from mcp_agent.messages import AssistantMessage, TextContent, UserMessage
+    from mcp_agent.server.schemas import ListedSession
+    from mcp_agent.server.search_hits import hit_info, listed_with_hits
+    from mcp_agent.server.session_tools import session_fields, session_wire
+    from mcp_agent.sessions.repo import listed_hits
+    from mcp_agent.sessions.sqlite import SqliteSessionRepo
+    from mcp_agent.sessions.words import query_words
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        for i in range(4):
+            session = repo.create(name=f"question name {i} «so»" if i % 2 else None)
+            first = session.append_message(UserMessage(content=f'question {i} "é" 日本\t</x>'))
+            session.append_message(
+                AssistantMessage(content=[TextContent(text=f"a question answered {i} \\ \u2028")])
+            )
+            if i == 2:  # the answer left behind: a hit off the branch
+                session.move_to(first)
+                session.append_message(UserMessage(content="another question"))
+        query = "question"
+        words = query_words(query)
+        page = repo.list(query=query, limit=20)
+        items, shown = listed_with_hits(repo, page, query, words, session_wire)
+        assert len(items) == len(shown.items) == 4
+        found = listed_hits(repo, [summary.id for summary in shown.items], query)
+        off_branch = 0
+        for item, summary in zip(items, shown.items, strict=True):
+            hits = found[summary.id]
+            model = ListedSession(
+                **session_fields(summary),
+                hits=[hit_info(hit, words) for hit in hits.hits],
+                hit_count=hits.total,
+            )
+            assert item == model.model_dump_json()
+            off_branch += sum(not hit.on_branch for hit in hits.hits)
+            assert any(hit.role is None for hit in hits.hits) == (summary.name is not None)
+        assert off_branch == 1
+    finally:
+        repo.close()

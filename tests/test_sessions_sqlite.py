@@ -1451,7 +1451,7 @@ def test_a_listing_of_20_sessions_with_a_query_reads_the_text_index_twice(tmp_pa
     hit of the words in the whole index (the most CPU of any call under load, measured). A
     page's sessions have their hits found in one query."""
     from mcp_agent.server.search_hits import listed_with_hits
-    from mcp_agent.server.session_tools import session_fields
+    from mcp_agent.server.session_tools import session_wire
 
     repo = SqliteSessionRepo(tmp_path / "s.db")
     try:
@@ -1464,7 +1464,7 @@ def test_a_listing_of_20_sessions_with_a_query_reads_the_text_index_twice(tmp_pa
         try:
             page = repo.list(query="question", limit=20)
             words = query_words("question")
-            items, page = listed_with_hits(repo, page, "question", words, session_fields)
+            items, page = listed_with_hits(repo, page, "question", words, session_wire)
         finally:
             for conn in repo.database._reader_conns:
                 conn.set_trace_callback(None)

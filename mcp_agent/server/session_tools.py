@@ -130,11 +130,17 @@ def session_json(summary: SessionSummary) -> str:
     the fields as ``session_fields`` makes them (texts, counts, None) need no check, and
     checking them into the model cost more than the rest of the item (about three quarters of
     its CPU: the model's check and dump against a dump of the dict, measured in process)."""
+    return to_json(session_wire(summary)).decode()
+
+
+def session_wire(summary: SessionSummary) -> dict[str, Any]:
+    """The fields of ``session_info(summary)`` as its JSON has them (its names on the wire, in
+    its order), unchecked (see ``session_json``)."""
     fields = session_fields(summary)
     started_by = fields["started_by"]
     if started_by is not None:
         fields["started_by"] = {"sessionId": started_by.session_id, "runId": started_by.run_id}
-    return to_json({camel: fields[name] for name, camel in _CAMEL.items()}).decode()
+    return {camel: fields[name] for name, camel in _CAMEL.items()}
 
 
 # session_fields' names (SessionInfo's, in its order) as the wire has them.
@@ -273,7 +279,7 @@ def register(server: MCPServer) -> None:
             # Each item's JSON made here, off the event loop, and put in the answer as it is.
             if words:
                 assert query is not None
-                items, page = listed_with_hits(state.repo, page, query, words, session_fields)
+                items, page = listed_with_hits(state.repo, page, query, words, session_wire)
             else:
                 items = [session_json(item) for item in page.items]
             answer = SessionListResult(
