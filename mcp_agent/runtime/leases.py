@@ -17,13 +17,20 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_agent.runtime.settings import lease_seconds_from_env
 from mcp_agent.sessions import SessionError
-from mcp_agent.sessions.sqlite.database import refuse_foreign
+from mcp_agent.sessions.sqlite.database import (
+    damage_error,
+    is_damage,
+    refuse_foreign,
+    storage_error,
+)
 
 if TYPE_CHECKING:
     from mcp_agent.runtime.presence import Presence
@@ -194,11 +201,39 @@ def lease_lost_message(session_id: str, taken_by: Lease | None) -> str:
     )
 
 
+@contextmanager
+def said_as_session_error(path: Path) -> Iterator[None]:
+    """A SQLite failure of the leases' table (a full disk, a damaged file, an I/O error) as
+    the SessionError the session database's own writes raise: a plain sqlite3 error reached a
+    client as the SDK's bare "Error executing tool" (session_compact, agent_run on a full
+    disk). A busy database stays what it is (the callers wait for it)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if is_damage(error):
+            raise damage_error(path, error) from error
+        if not isinstance(error, sqlite3.OperationalError):
+            raise
+        if _busy(error):
+            raise SessionError(
+                "busy",
+                f"the session database {path} stayed locked by another writer for"
+                f" {BUSY_TIMEOUT_S:g} s; nothing was written, try again",
+            ) from error
+        raise storage_error(path, error) from error
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
 class SessionLeases(LeaseBook):
     """Leases in a SQLite session database."""
 
     def __init__(self, db_path: str | Path) -> None:
         super().__init__()
+        self.path = Path(db_path)
         self._conn = sqlite3.connect(
             str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
@@ -226,7 +261,7 @@ class SessionLeases(LeaseBook):
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         if conn is not None:  # a session database's, in its own transaction
             return self._live(conn, session_id)
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             return self._live(self._conn, session_id)
 
     def _live(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
@@ -234,7 +269,7 @@ class SessionLeases(LeaseBook):
         return lease if lease is not None and self._alive(lease) else None
 
     def held_for(self, holder: str) -> Lease | None:
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             rows = self._conn.execute(
                 "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
                 "WHERE holder = ?",
@@ -247,7 +282,7 @@ class SessionLeases(LeaseBook):
         return _sqlite_lease(conn, session_id)
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 other = self._live(self._conn, session_id)
@@ -274,7 +309,7 @@ class SessionLeases(LeaseBook):
 
     def release(self, session_id: str) -> None:
         self.held.discard(session_id)
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute(
                 "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
                 (session_id, self.owner),
@@ -283,7 +318,7 @@ class SessionLeases(LeaseBook):
     def renew(self) -> set[str]:
         held = json.dumps(sorted(self.held))
         ours = "owner = ? AND session_id IN (SELECT value FROM json_each(?))"
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.execute(

@@ -332,7 +332,13 @@ class RunManager:
         if self.leases is not None:
             leases = self.leases
             with anyio.CancelScope(shield=True):
-                await self.offload(lambda: leases.release(session_id))
+                try:
+                    await self.offload(lambda: leases.release(session_id))
+                except SessionError as error:
+                    # The work is done (a compaction written, a run ended): a lease not let
+                    # go (a full disk, the database out of reach) is no longer renewed and
+                    # lapses by itself; failing here called done work failed.
+                    log.warning("the lease on session %s was not let go: %s", session_id, error)
 
     @asynccontextmanager
     async def hold(self, session_id: str, holder: str) -> AsyncIterator[None]:
