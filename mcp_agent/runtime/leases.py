@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_agent.runtime.settings import lease_seconds_from_env
 from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.sqlite.database import (
+    SqliteDatabase,
     damage_error,
     is_damage,
     refuse_foreign,
@@ -229,18 +230,25 @@ def _busy(error: sqlite3.OperationalError) -> bool:
 
 
 class SessionLeases(LeaseBook):
-    """Leases in a SQLite session database."""
+    """Leases in a SQLite session database.
 
-    def __init__(self, db_path: str | Path) -> None:
+    With ``database`` (the session database of that file, not a separate leases file), a file
+    never served before is checked whole before the leases' table is made in it, and one found
+    damaged is not written: no table, every lease refused with the damage said (the first
+    write of a server to a damaged file was this table's)."""
+
+    def __init__(self, db_path: str | Path, database: SqliteDatabase | None = None) -> None:
         super().__init__()
         self.path = Path(db_path)
+        self.database = database
         self._conn = sqlite3.connect(
             str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         try:
             refuse_foreign(self._conn, Path(db_path))
-            self._conn.execute(_SCHEMA)
+            if database is None or _has_table(self._conn) or database.check_whole():
+                self._conn.execute(_SCHEMA)
         except BaseException:
             self._conn.close()
             raise
@@ -265,10 +273,14 @@ class SessionLeases(LeaseBook):
             return self._live(self._conn, session_id)
 
     def _live(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
+        if self.database is not None and self.database.damaged is not None:
+            return None  # no table may have been made (see __init__); no lease taken either
         lease = _sqlite_lease(conn, session_id)
         return lease if lease is not None and self._alive(lease) else None
 
     def held_for(self, holder: str) -> Lease | None:
+        if self.database is not None and self.database.damaged is not None:
+            return None
         with self._lock, said_as_session_error(self.path):
             rows = self._conn.execute(
                 "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
@@ -282,6 +294,8 @@ class SessionLeases(LeaseBook):
         return _sqlite_lease(conn, session_id)
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
+        if self.database is not None:
+            self.database.check_writable()  # found damaged: nothing more is written to it
         with self._lock, said_as_session_error(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -316,6 +330,8 @@ class SessionLeases(LeaseBook):
             )
 
     def renew(self) -> set[str]:
+        if not self.held:
+            return set()  # nothing to renew: no transaction (a damaged file has no table)
         held = json.dumps(sorted(self.held))
         ours = "owner = ? AND session_id IN (SELECT value FROM json_each(?))"
         with self._lock, said_as_session_error(self.path):
@@ -352,6 +368,11 @@ class LeaseCheck(LeaseBook):
                 return None  # no server has used this database: no leases
             raise
         return lease if lease is not None and self._alive(lease) else None
+
+
+def _has_table(conn: sqlite3.Connection) -> bool:
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_leases'"
+    return conn.execute(found).fetchone() is not None
 
 
 def _sqlite_lease(conn: sqlite3.Connection, session_id: str) -> Lease | None:
