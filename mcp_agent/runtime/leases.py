@@ -130,6 +130,12 @@ class LeaseBook:
         where one does: PostgreSQL's)."""
         return None
 
+    def stopped_for(self, holder: str) -> Lease | None:
+        """The lease of ``holder`` left by another process that stopped without letting it
+        go (killed, its machine lost: gone, or its lease lapsed), if one is still kept: how a
+        run cut short so is told from a run never given, where no run board says it."""
+        return None
+
     def release(self, session_id: str) -> None:
         raise NotImplementedError
 
@@ -279,15 +285,24 @@ class SessionLeases(LeaseBook):
         return lease if lease is not None and self._alive(lease) else None
 
     def held_for(self, holder: str) -> Lease | None:
+        return next((lease for lease in self._leases_of(holder) if self._alive(lease)), None)
+
+    def stopped_for(self, holder: str) -> Lease | None:
+        for lease in self._leases_of(holder):
+            if lease.owner not in ("", self.owner) and not self._alive(lease):
+                return lease
+        return None
+
+    def _leases_of(self, holder: str) -> list[Lease]:
         if self.database is not None and self.database.damaged is not None:
-            return None
+            return []
         with self._lock, said_as_session_error(self.path):
             rows = self._conn.execute(
                 "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
                 "WHERE holder = ?",
                 (holder,),
             ).fetchall()
-        return next((lease for lease in (Lease(*row) for row in rows) if self._alive(lease)), None)
+        return [Lease(*row) for row in rows]
 
     def own_lease(self, conn: Any, session_id: str) -> Lease | None:
         # SQLite's writers take turns (BEGIN IMMEDIATE): no taker comes in between.
