@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -15,7 +16,9 @@ import anyio
 import anyio.to_thread
 import pytest
 from agent_support import check_tool_results
-from mcp_support import poll, server_env, write_manifests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_support import Served, call, poll, server_env, write_manifests
 from providers_support import (
     Gate,
     Reply,
@@ -211,3 +214,62 @@ async def test_a_run_whose_server_was_killed_with_a_tool_call_in_flight_says_it_
     stored = check_sqlite_store(db)
     messages = [e.message for e in stored[session_id] if isinstance(e, MessageEntry)]
     check_tool_results(messages, "the session")
+
+
+@pytest.mark.anyio
+async def test_a_server_killed_mid_stream_of_a_waited_run_leaves_its_session_whole(
+    tmp_path: Path,
+) -> None:
+    """HTTP: a waited agent_run streams its progress (SSE) while its tool call runs, and the
+    server is killed (SIGKILL) mid-stream. The next server on the database finds the session
+    whole (every call has its result once the next run starts) and no lease of the dead
+    server in its way."""
+    manifests = write_manifests(tmp_path / "manifests", {"default": AGENT})
+    async with script_server() as api:
+        env = server_env(
+            tmp_path,
+            OPENAI_BASE_URL=f"{api.base}/v1",
+            OPENAI_API_KEY="test-key",
+            MCP_AGENT_MODEL="openai:gpt-4o-mini",
+        )
+        held = Gate()
+        api.add(
+            oa_tool_call_reply("subagent", {"agent": "default", "task": "look around"}),
+            Reply(body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "Look"}), held]),
+        )
+        extra = ("--no-auth", "--manifests", str(manifests))
+        first = Served(tmp_path, *extra, env=env)
+        said: list[str] = []
+
+        async def waited_run(client: Client) -> None:
+            async def heard(progress: float, total: float | None, message: str | None) -> None:
+                said.append(message or "")
+
+            with contextlib.suppress(Exception):
+                await client.call_tool("agent_run", {"prompt": "delegate"}, progress_callback=heard)
+
+        try:
+            with anyio.fail_after(120):
+                async with Client(streamable_http_client(first.url)) as client:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(waited_run, client)
+                        await held.reached.wait()  # streaming, the tool under way
+                        first.process.kill()
+                        first.process.wait(15)
+                        group.cancel_scope.cancel()
+        except Exception:  # the client's own end of a connection cut: not what is tested
+            pass
+        finally:
+            held.open()
+            first.stop()
+        api.add(oa_text_reply("Carried on."))
+        with Served(tmp_path, *extra, env=env) as second:
+            async with Client(streamable_http_client(second.url)) as client:
+                listing = await call(client, "session_list")
+                session_id = listing["sessions"][-1]["id"]  # the oldest: the run's own
+                done = await call(client, "agent_run", prompt="go on", session_id=session_id)
+                assert done["status"] == "completed" and done["answer"] == "Carried on."
+    stored = check_sqlite_store(tmp_path / "http.db")
+    messages = [e.message for e in stored[session_id] if isinstance(e, MessageEntry)]
+    check_tool_results(messages, "the session")
+    assert [m.role for m in messages][:3] == ["user", "assistant", "toolResult"]
