@@ -70,3 +70,34 @@ def test_a_damaged_database_is_said_with_its_file_and_what_to_do(tmp_path: Path)
         text = result["content"][0]["text"]
         assert f"the session database {db} is damaged" in text, text
     assert "Traceback" not in server.stop()
+
+
+def test_a_server_on_a_damaged_database_writes_nothing_to_it(tmp_path: Path) -> None:
+    """A server started on a damaged database made its leases' table there (and would have
+    written on, every write another chance to spread the damage: a page the damaged free
+    list hands out twice). It now checks a database it has never served before writing to
+    it, and writes nothing to one it found damaged: what still reads is served, every write
+    is refused saying the file is damaged, and the file is as it was."""
+    db = tmp_path / "damaged.db"
+    session_id = damaged_database(db)
+    before = db.read_bytes()
+    server = StdioServer("--db", str(db))
+    server.initialize()
+    entry = {"type": "message", "role": "user", "content": "x"}
+    for number, (tool, arguments) in enumerate(
+        [
+            ("session_append", {"session_id": session_id, "entry": entry}),
+            ("session_create", {"name": "new"}),
+            ("agent_run", {"prompt": "hello", "session_id": session_id, "model": "scripted:echo"}),
+        ],
+        1,
+    ):
+        server.send(request(number, "tools/call", {"name": tool, "arguments": arguments}))
+        result = server.answer()["result"]
+        assert result["isError"], result
+        text = result["content"][0]["text"]
+        assert f"the session database {db} is damaged" in text, text
+    assert "Traceback" not in server.stop()
+    assert db.read_bytes() == before
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0

@@ -124,7 +124,7 @@ def test_a_lease_whose_release_failed_is_not_renewed_and_lapses(tmp_path: Path) 
     # The release's write fails (a read-only connection), as with the database away.
     real = leases._conn
     leases._conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(SessionError, match="readonly"):  # said, not a bare sqlite3 error
         leases.release("s1")
     leases._conn.close()
     leases._conn = real

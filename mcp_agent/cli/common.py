@@ -6,6 +6,7 @@ without loading the MCP SDK, the providers or the server.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -529,13 +530,35 @@ def opened_store(
     try:
         repo = open_database(location, folders, create)
     except (sqlite3.Error, OSError, SessionError) as error:
-        die(_unopened(location, error, flag, given=db is not None, folders=folders))
+        code = FAILED if failed_at_run_time(error) else BAD_INPUT
+        die(_unopened(location, error, flag, given=db is not None, folders=folders), code)
     try:
         yield repo
     except SessionError as error:
         raise session_error_exit(error, repo) from None
     finally:
         repo.close()
+
+
+# Failures of the disk, not of what was asked: exit FAILED (as a write refused later does).
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def failed_at_run_time(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a full or failing disk: exit code 1, a
+    failure at run time, where a store or output that cannot be used as given is bad input
+    (exit 2). A copy to a full disk exited 1 or 2 by where it met the full disk."""
+    seen: BaseException | None = error
+    for _ in range(5):  # a SessionError's cause is the sqlite3 or OS error
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _DISK_ERRNOS:
+            return True
+        name = getattr(seen, "sqlite_errorname", None) or ""
+        if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _unopened(

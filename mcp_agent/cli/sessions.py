@@ -31,6 +31,7 @@ from mcp_agent.cli.common import (
     emit_json,
     emit_json_stream,
     err,
+    failed_at_run_time,
     id_text,
     open_session,
     opened_repo,
@@ -256,7 +257,12 @@ def export(
         except OSError as error:
             if error.errno == errno.EPIPE:  # `-o /dev/stdout | head`: as every `| head` ends
                 raise
-            die(f"cannot write {given}: {error.strerror or error}; choose another --output")
+            # A full disk or a failing one is a failure at run time (exit 1); a path that
+            # cannot be written is bad input (exit 2).
+            die(
+                f"cannot write {given}: {error.strerror or error}; choose another --output",
+                FAILED if failed_at_run_time(error) else BAD_INPUT,
+            )
     err().print(f"wrote {given} ({count} lines)", style="dim")
 
 

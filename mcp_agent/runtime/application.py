@@ -104,7 +104,8 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
     # table is written into it.
     local = open_repo(settings)
     try:
-        leases = SessionLeases(settings.db_path)
+        database = local.database if isinstance(local, SqliteSessionRepo) else None
+        leases = SessionLeases(settings.db_path, database)
     except BaseException:
         local.close()
         raise

@@ -17,13 +17,21 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp_agent.runtime.settings import lease_seconds_from_env
 from mcp_agent.sessions import SessionError
-from mcp_agent.sessions.sqlite.database import refuse_foreign
+from mcp_agent.sessions.sqlite.database import (
+    SqliteDatabase,
+    damage_error,
+    is_damage,
+    refuse_foreign,
+    storage_error,
+)
 
 if TYPE_CHECKING:
     from mcp_agent.runtime.presence import Presence
@@ -122,6 +130,12 @@ class LeaseBook:
         where one does: PostgreSQL's)."""
         return None
 
+    def stopped_for(self, holder: str) -> Lease | None:
+        """The lease of ``holder`` left by another process that stopped without letting it
+        go (killed, its machine lost: gone, or its lease lapsed), if one is still kept: how a
+        run cut short so is told from a run never given, where no run board says it."""
+        return None
+
     def release(self, session_id: str) -> None:
         raise NotImplementedError
 
@@ -194,18 +208,53 @@ def lease_lost_message(session_id: str, taken_by: Lease | None) -> str:
     )
 
 
-class SessionLeases(LeaseBook):
-    """Leases in a SQLite session database."""
+@contextmanager
+def said_as_session_error(path: Path) -> Iterator[None]:
+    """A SQLite failure of the leases' table (a full disk, a damaged file, an I/O error) as
+    the SessionError the session database's own writes raise: a plain sqlite3 error reached a
+    client as the SDK's bare "Error executing tool" (session_compact, agent_run on a full
+    disk). A busy database stays what it is (the callers wait for it)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if is_damage(error):
+            raise damage_error(path, error) from error
+        if not isinstance(error, sqlite3.OperationalError):
+            raise
+        if _busy(error):
+            raise SessionError(
+                "busy",
+                f"the session database {path} stayed locked by another writer for"
+                f" {BUSY_TIMEOUT_S:g} s; nothing was written, try again",
+            ) from error
+        raise storage_error(path, error) from error
 
-    def __init__(self, db_path: str | Path) -> None:
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
+class SessionLeases(LeaseBook):
+    """Leases in a SQLite session database.
+
+    With ``database`` (the session database of that file, not a separate leases file), a file
+    never served before is checked whole before the leases' table is made in it, and one found
+    damaged is not written: no table, every lease refused with the damage said (the first
+    write of a server to a damaged file was this table's)."""
+
+    def __init__(self, db_path: str | Path, database: SqliteDatabase | None = None) -> None:
         super().__init__()
+        self.path = Path(db_path)
+        self.database = database
         self._conn = sqlite3.connect(
             str(db_path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         try:
             refuse_foreign(self._conn, Path(db_path))
-            self._conn.execute(_SCHEMA)
+            if database is None or _has_table(self._conn) or database.check_whole():
+                self._conn.execute(_SCHEMA)
         except BaseException:
             self._conn.close()
             raise
@@ -226,28 +275,43 @@ class SessionLeases(LeaseBook):
     def held_elsewhere(self, session_id: str, conn: Any = None) -> Lease | None:
         if conn is not None:  # a session database's, in its own transaction
             return self._live(conn, session_id)
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             return self._live(self._conn, session_id)
 
     def _live(self, conn: sqlite3.Connection, session_id: str) -> Lease | None:
+        if self.database is not None and self.database.damaged is not None:
+            return None  # no table may have been made (see __init__); no lease taken either
         lease = _sqlite_lease(conn, session_id)
         return lease if lease is not None and self._alive(lease) else None
 
     def held_for(self, holder: str) -> Lease | None:
-        with self._lock:
+        return next((lease for lease in self._leases_of(holder) if self._alive(lease)), None)
+
+    def stopped_for(self, holder: str) -> Lease | None:
+        for lease in self._leases_of(holder):
+            if lease.owner not in ("", self.owner) and not self._alive(lease):
+                return lease
+        return None
+
+    def _leases_of(self, holder: str) -> list[Lease]:
+        if self.database is not None and self.database.damaged is not None:
+            return []
+        with self._lock, said_as_session_error(self.path):
             rows = self._conn.execute(
                 "SELECT session_id, holder, owner, host, pid, expires FROM session_leases "
                 "WHERE holder = ?",
                 (holder,),
             ).fetchall()
-        return next((lease for lease in (Lease(*row) for row in rows) if self._alive(lease)), None)
+        return [Lease(*row) for row in rows]
 
     def own_lease(self, conn: Any, session_id: str) -> Lease | None:
         # SQLite's writers take turns (BEGIN IMMEDIATE): no taker comes in between.
         return _sqlite_lease(conn, session_id)
 
     def acquire(self, session_id: str, holder: str) -> Lease | None:
-        with self._lock:
+        if self.database is not None:
+            self.database.check_writable()  # found damaged: nothing more is written to it
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 other = self._live(self._conn, session_id)
@@ -274,16 +338,18 @@ class SessionLeases(LeaseBook):
 
     def release(self, session_id: str) -> None:
         self.held.discard(session_id)
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute(
                 "DELETE FROM session_leases WHERE session_id = ? AND owner = ?",
                 (session_id, self.owner),
             )
 
     def renew(self) -> set[str]:
+        if not self.held:
+            return set()  # nothing to renew: no transaction (a damaged file has no table)
         held = json.dumps(sorted(self.held))
         ours = "owner = ? AND session_id IN (SELECT value FROM json_each(?))"
-        with self._lock:
+        with self._lock, said_as_session_error(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 self._conn.execute(
@@ -317,6 +383,11 @@ class LeaseCheck(LeaseBook):
                 return None  # no server has used this database: no leases
             raise
         return lease if lease is not None and self._alive(lease) else None
+
+
+def _has_table(conn: sqlite3.Connection) -> bool:
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'session_leases'"
+    return conn.execute(found).fetchone() is not None
 
 
 def _sqlite_lease(conn: sqlite3.Connection, session_id: str) -> Lease | None:

@@ -332,7 +332,13 @@ class RunManager:
         if self.leases is not None:
             leases = self.leases
             with anyio.CancelScope(shield=True):
-                await self.offload(lambda: leases.release(session_id))
+                try:
+                    await self.offload(lambda: leases.release(session_id))
+                except SessionError as error:
+                    # The work is done (a compaction written, a run ended): a lease not let
+                    # go (a full disk, the database out of reach) is no longer renewed and
+                    # lapses by itself; failing here called done work failed.
+                    log.warning("the lease on session %s was not let go: %s", session_id, error)
 
     @asynccontextmanager
     async def hold(self, session_id: str, holder: str) -> AsyncIterator[None]:
@@ -641,10 +647,22 @@ class RunManager:
         """No run ``run_id`` here, said as such; or, where no board says every replica's runs
         (SQLite), that another server process on this database runs it (its lease names it):
         the "no run" that every tool said of it, though a start in its session named it."""
-        lease = None
+        lease = stopped = None
         if self.leases is not None:
             held_for = functools.partial(self.leases.held_for, f"run {run_id}")
             lease = await self.offload(held_for)
+            if lease is None:
+                stopped_for = functools.partial(self.leases.stopped_for, f"run {run_id}")
+                stopped = await self.offload(stopped_for)
+        if stopped is not None:
+            # Its server was killed mid-run (its lease is still there, its process gone):
+            # "no run here" read as an id never given, and the run as lost without a word.
+            return Refused(
+                f"run {run_id} was interrupted: {stopped.where()}, which ran it on this"
+                f" database, stopped before it ended. Session {stopped.session_id} keeps"
+                " what the run wrote (a tool call left without its result is said so at the"
+                " next run); agent_run with that session_id carries on"
+            )
         if lease is None:
             return _no_run(run_id)
         return Refused(

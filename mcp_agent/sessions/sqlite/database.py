@@ -198,7 +198,7 @@ def is_damage(error: BaseException) -> bool:
 
 def damage_error(path: Path, error: sqlite3.Error) -> SessionError:
     """A damaged database file said as such, with what to do (a traceback said it before)."""
-    if getattr(error, "sqlite_errorname", "").startswith("SQLITE_NOTADB"):
+    if (getattr(error, "sqlite_errorname", None) or "").startswith("SQLITE_NOTADB"):
         return SessionError(
             "corrupt",
             f"{path} is not a SQLite database, or its header is damaged ({error}); it was left"
@@ -457,6 +457,8 @@ class SqliteDatabase:
         self._leading = False  # a thread commits groups (see ``write``)
         # Why this process cannot write the file (see read_only.py), or None.
         self.read_only = None if self._shared else read_only_reason(self.path)
+        # The error that found the file damaged, once one has (see ``_note_damage``).
+        self.damaged: SessionError | None = None
         self._target = ":memory:" if self._shared else str(self.path)  # what connections open
         self._copy: PrivateCopy | None = None  # a read-only file's private copy, if read there
         self._generation = 0  # of _target: readers of an older one are closed, not kept
@@ -516,13 +518,43 @@ class SqliteDatabase:
             )
 
     def check_writable(self) -> None:
-        """Raise the error every write gets when the file cannot be written."""
+        """Raise the error every write gets when the file cannot be written: read-only, or
+        found damaged (``damaged``)."""
+        if self.damaged is not None:
+            raise SessionError(self.damaged.code, self.damaged.message)
         if self.read_only is not None:
             raise SessionError(
                 "storage",
                 f"the session database {self.path} is read-only ({self.read_only});"
                 " nothing was written",
             )
+
+    def _note_damage(self, error: sqlite3.Error) -> SessionError:
+        """The file said damaged by ``error``, as the error to raise; from now on this
+        process writes nothing more to it (``check_writable``): each write to a damaged file
+        may spread the damage (a page its broken free list hands out twice), and what still
+        reads is read as well without."""
+        failure = damage_error(self.path, error)
+        if self.damaged is None:
+            self.damaged = failure
+        return failure
+
+    def check_whole(self) -> bool:
+        """Whether the file reads whole (SQLite's ``quick_check``: every page of every table
+        and index, in time proportional to the file); found damaged, nothing more is written
+        to it (``_note_damage``). For a file about to be written for the first time by a
+        server (runtime.leases), not for every open."""
+        if self._shared:
+            return True
+        try:
+            found = self.read("PRAGMA quick_check(1)")
+        except SessionError:
+            return self.damaged is None  # damage said by SQLite itself is noted already
+        verdict = " ".join(str(found[0][0]).split()) if found else "no answer"  # one line
+        if verdict == "ok":
+            return True
+        self._note_damage(sqlite3.DatabaseError(f"quick_check: {verdict}"))
+        return False
 
     def _file_identity(self) -> tuple[int, int] | None:
         """The device and inode of the file now at ``path`` (None: no file there)."""
@@ -609,7 +641,7 @@ class SqliteDatabase:
                     ) from error
             except sqlite3.DatabaseError as error:
                 if is_damage(error):
-                    raise damage_error(self.path, error) from error
+                    raise self._note_damage(error) from error
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
@@ -764,7 +796,7 @@ class SqliteDatabase:
             if own is not None:
                 own.discard(mark)
             if isinstance(error, sqlite3.DatabaseError) and is_damage(error):
-                failure = damage_error(self.path, error)
+                failure = self._note_damage(error)
                 failure.__cause__ = error
                 return None, failure
             if isinstance(error, sqlite3.OperationalError):
