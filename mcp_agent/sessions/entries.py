@@ -428,7 +428,7 @@ ENTRY_TYPES: dict[str, type[SessionEntry]] = {
 }
 
 
-def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
+def _own_entry(data: Mapping[str, Any], context: Any) -> SessionEntry | None:
     """A custom entry that is one of ours (``file_json``) as ours; None for any other shape,
     a custom entry like any other."""
     custom = data.get("customType")
@@ -440,14 +440,16 @@ def _own_entry(data: Mapping[str, Any]) -> SessionEntry | None:
     fields = {key: value for key, value in data.items() if key not in ("customType", "data")}
     try:
         return ENTRY_TYPES[own].model_validate(
-            {**fields, "type": own, name: inner[name]}, context=FROM_FILE
+            {**fields, "type": own, name: inner[name]}, context=context
         )
     except ValidationError:
         return None
 
 
-def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
-    """One entry from its JSON object; ``where`` names it in errors (e.g. ``file.jsonl:12``)."""
+def parse_entry(data: Any, where: str = "entry", made_here: bool = False) -> SessionEntry:
+    """One entry from its JSON object; ``where`` names it in errors (e.g. ``file.jsonl:12``).
+    Read (from a file, a store) a message without a time keeps none, as pi reads it;
+    ``made_here`` (an entry made now from a client's fields) it gets the time it is made."""
     if not isinstance(data, Mapping):
         raise SessionError("invalid_entry", f"{where}: expected a JSON object")
     entry_type = data.get("type")
@@ -461,11 +463,12 @@ def parse_entry(data: Any, where: str = "entry") -> SessionEntry:
     if not isinstance(entry_type, str):
         raise SessionError("invalid_entry", f"{where}: missing or invalid entry type")
     cls = ENTRY_TYPES.get(entry_type, UnknownEntry)
-    own = _own_entry(data) if entry_type == "custom" else None
+    context = None if made_here else FROM_FILE
+    own = _own_entry(data, context) if entry_type == "custom" else None
     if own is not None:
         return own
     try:
-        return cls.model_validate(data, context=FROM_FILE)
+        return cls.model_validate(data, context=context)
     except ValidationError as error:
         detail = describe_validation_error(error, "", data)
         raise SessionError("invalid_entry", f"{where}: {entry_type} entry: {detail}") from None

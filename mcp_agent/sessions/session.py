@@ -273,7 +273,8 @@ class Session:
                     "id": base["id"],
                     "parentId": base["parent_id"],
                     "timestamp": base["timestamp"],
-                }
+                },
+                made_here=True,
             )
             if isinstance(entry, ThinkingLevelChangeEntry):
                 if entry.thinking_level not in set(ThinkingLevel):
