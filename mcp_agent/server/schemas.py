@@ -208,7 +208,7 @@ def listed(what: str, nullable: bool = False) -> WithJsonSchema:
     return WithJsonSchema({"type": ["array", "null"] if nullable else "array", "description": what})
 
 
-def said_in_words(model: type[BaseModel], what: str) -> WithJsonSchema:
+def said_in_words(model: type[BaseModel], what: str, nullable: bool = False) -> WithJsonSchema:
     """The schema of one object of ``model`` nested in an answer, its fields said in words
     (``in_words``), as ``listed`` says a list's items. Every subschema of an output schema
     costs each client, at its first call of the tool, a check against JSON Schema 2020-12's
@@ -216,7 +216,8 @@ def said_in_words(model: type[BaseModel], what: str) -> WithJsonSchema:
     session said field by field made its schema 24 subschemas and that first call 12 ms of
     the client's CPU (5 in words). Under load the clients' first calls come together and are
     the slowest of all (benchmarks/bench_load.py). Said in words, a model reads it the same."""
-    return WithJsonSchema({"type": "object", "description": f"{what}: {in_words(model)}"})
+    kind = ["object", "null"] if nullable else "object"
+    return WithJsonSchema({"type": kind, "description": f"{what}: {in_words(model)}"})
 
 
 def in_words(model: type[BaseModel]) -> str:
@@ -325,6 +326,19 @@ OUTLINE_NODE = (
 )
 
 
+class EntryPiece(Wire):
+    """A run of characters of one entry's JSON text (``session_get`` with ``offset``)."""
+
+    entry_id: str
+    offset: int = Field(description="where the piece starts in the entry's text, in characters")
+    chars: int = Field(description="characters in this piece")
+    total_chars: int = Field(description="characters in the entry's whole text")
+    left: int = Field(description="characters after this piece; 0: this is the last")
+    next_offset: int | None = Field(description="offset of the next piece; null: none")
+    next: str | None = Field(description="the call that reads the next piece; null: none")
+    text: str = Field(description="the piece: joined in order, the pieces are the entry's JSON")
+
+
 class SessionView(Page):
     next_cursor: str | None = Field(
         default=None,
@@ -349,6 +363,14 @@ class SessionView(Page):
         list[dict[str, Any]] | None,
         listed(
             f"the chain and the heads of the branches off it (view outline), each {OUTLINE_NODE}",
+            nullable=True,
+        ),
+    ] = None
+    piece: Annotated[
+        EntryPiece | None,
+        said_in_words(
+            EntryPiece,
+            "with offset: a piece of entry_id's JSON text (truncated: more is left)",
             nullable=True,
         ),
     ] = None
