@@ -289,6 +289,11 @@ class SessionListResult(Wire):
     ]
     truncated: bool = Field(description="true when there are more sessions than listed")
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
+    unreadable: str | None = Field(
+        default=None,
+        description="a folder's session files this page had to leave out, unreadable: how many,"
+        " and why for the first few; null: none",
+    )
 
 
 class SessionSearchResult(Wire):

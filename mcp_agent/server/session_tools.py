@@ -171,6 +171,25 @@ def fitting(items: list[SessionSummary]) -> int:
     return len(items)
 
 
+# What a listing says of the files it left out: the reasons of the first few, each cut (a
+# reason names its file, whose path may be long).
+UNREADABLE_SAID = 3
+UNREADABLE_CHARS = 200
+
+
+def unreadable_note(whys: list[str]) -> str | None:
+    """What a page says of the session files it left out, unreadable (None: none)."""
+    if not whys:
+        return None
+    files = f"{len(whys)} session file{'s' if len(whys) > 1 else ''}"
+    said = "; ".join(clip_long(why, UNREADABLE_CHARS) for why in whys[:UNREADABLE_SAID])
+    more = f"; and {len(whys) - UNREADABLE_SAID} more" if len(whys) > UNREADABLE_SAID else ""
+    return (
+        f"{files} of the folder could not be read and are not listed (the server's log names"
+        f" each): {said}{more}"
+    )
+
+
 def describe_session(repo: SessionRepo, session: Session) -> SessionInfo:
     # The listing row holds the leaf: one read (one statement in the SQL backends).
     return session_info(repo.summary(session.id))
@@ -282,7 +301,10 @@ def register(server: MCPServer) -> None:
             else:
                 items = [session_json(item) for item in page.items]
             answer = SessionListResult(
-                sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
+                sessions=[],
+                truncated=page.next_cursor is not None,
+                next_cursor=page.next_cursor,
+                unreadable=unreadable_note([why for _, why in page.left_out]),
             )
             return compact_result(answer, splice, newest_first=True, sessions=items)
 
