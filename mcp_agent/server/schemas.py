@@ -6,7 +6,7 @@ Python side keeps snake_case names (``populate_by_name``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from mcp_types import CallToolResult, ContentBlock, TextContent
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
@@ -23,6 +23,11 @@ class Wire(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
     )
+    # Fields an answer (``compact_answer``) leaves out while they are None: what applies to
+    # another view or case only, which said as null is noise to a model (a page of a branch
+    # carried "nodes":null,"outline":null). Each has a default: the output schema does not
+    # require it.
+    omit_when_null: ClassVar[frozenset[str]] = frozenset()
 
 
 class CompactAnswer:
@@ -58,7 +63,8 @@ def compact_answer(
     each item, put in as they are. The text block is the same compact JSON when it fits in
     ``TEXT_BYTES``, else what ``shortened`` keeps of it (``newest_first``: the lists run
     newest first; ``forward``: they were read forward, from their first item on)."""
-    head = answer.model_dump_json(exclude=set(lists))
+    unset = {name for name in answer.omit_when_null if getattr(answer, name) is None}
+    head = answer.model_dump_json(exclude=set(lists) | unset)
     check_whole(
         utf8_size(head) + sum(utf8_size(item) + 1 for items in lists.values() for item in items)
     )
@@ -284,6 +290,7 @@ class ListedSession(SessionInfo):
 
 
 class SessionListResult(Wire):
+    omit_when_null = frozenset({"unreadable"})
     sessions: Annotated[
         list[ListedSession], listed(f"the sessions, newest first, each {in_words(ListedSession)}")
     ]
@@ -292,7 +299,7 @@ class SessionListResult(Wire):
     unreadable: str | None = Field(
         default=None,
         description="a folder's session files this page had to leave out, unreadable: how many,"
-        " and why for the first few; null: none",
+        " and why for the first few; absent: none",
     )
 
 
@@ -345,6 +352,7 @@ class EntryPiece(Wire):
 
 
 class SessionView(Page):
+    omit_when_null = frozenset({"entries", "nodes", "outline", "piece"})
     next_cursor: str | None = Field(
         default=None,
         description="pass as cursor for the next page: the older one (with from_entry_id, the"
@@ -355,19 +363,23 @@ class SessionView(Page):
     leaf_id: str | None
     entries: Annotated[
         list[dict[str, Any]] | None,
-        listed("pi v3 entries, newest last (views branch and entries)", nullable=True),
+        listed(
+            "pi v3 entries, newest last (views branch and entries; absent in the others)",
+            nullable=True,
+        ),
     ] = None
     nodes: Annotated[
         list[dict[str, Any]] | None,
         listed(
-            f"tree nodes in the order they were appended (view tree), each {TREE_NODE}",
+            f"tree nodes in the order they were appended (view tree only), each {TREE_NODE}",
             nullable=True,
         ),
     ] = None
     outline: Annotated[
         list[dict[str, Any]] | None,
         listed(
-            f"the chain and the heads of the branches off it (view outline), each {OUTLINE_NODE}",
+            f"the chain and the heads of the branches off it (view outline only), each"
+            f" {OUTLINE_NODE}",
             nullable=True,
         ),
     ] = None
@@ -375,7 +387,7 @@ class SessionView(Page):
         EntryPiece | None,
         said_in_words(
             EntryPiece,
-            "with offset: a piece of entry_id's JSON text (truncated: more is left)",
+            "with offset only: a piece of entry_id's JSON text (truncated: more is left)",
             nullable=True,
         ),
     ] = None

@@ -50,6 +50,12 @@ while (offset !== null) {
   offset = piece.nextOffset;
   pieceCalls += 1;
 }
+// What does not apply to a view is left out, not null, and the schema check still passes.
+const views = {};
+for (const view of ["branch", "tree", "outline", "entries"]) {
+  const answer = await client.callTool({ name: "session_get", arguments: { session_id: id, view } });
+  views[view] = Object.keys(answer.structuredContent).filter((key) => answer.structuredContent[key] === null);
+}
 const bad = await client.callTool({ name: "session_get", arguments: { session_id: "missing" } });
 const resources = (await client.listResources()).resources.map((r) => r.uri);
 const read = await client.readResource({ uri: `session://${id}/context` });
@@ -66,6 +72,7 @@ console.log(JSON.stringify({
   bigRoundTrip: bigBack === big,
   piecesWhole: pieces === bigEntry.contents[0].text,
   pieceCalls,
+  views,
   promptRoles: prompt.messages.map((m) => m.role),
 }));
 await client.close();
