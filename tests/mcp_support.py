@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -345,6 +346,21 @@ def agent_server(
         ServerSettings(**options),
         models={name: choice(name, model) for name, model in models.items()},
     )
+
+
+# The line that ends what a delegating model reads of a sub-agent's result (its answer first).
+SUBAGENT_FACTS = re.compile(
+    r"\n\n\[sub-agent (?P<agent>\S+): (?P<status>\w+)(?:, stop reason (?P<stop_reason>\w+))?;"
+    r" session (?P<session_id>\S+), run (?P<run_id>\S+)\]\Z"
+)
+
+
+def subagent_said(text: str) -> dict[str, str]:
+    """A sub-agent's result as its caller's model reads it: its answer and the facts after
+    (a stop reason not said: empty)."""
+    facts = SUBAGENT_FACTS.search(text)
+    assert facts, text[-300:]
+    return {"answer": text[: facts.start()], **facts.groupdict("")}
 
 
 def prompt_responder(context: LlmContext) -> ScriptedResponse:

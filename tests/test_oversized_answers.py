@@ -171,13 +171,16 @@ async def test_an_entry_past_the_bound_is_named_with_the_one_way_to_read_it(
             (await call(client, "session_context", session_id=sid))["messages"][-1]["omitted"],
             (await call(client, "session_export", session_id=sid, cursor="from:1"))["omitted"],
         ]
+        # And the call that reads it in pieces, each answer naming the next.
+        pieces = f"session_get with session_id {sid!r}, entry_id {entry_id!r} and offset 0"
         for stub in stubs:
-            assert export in stub and cut in stub and uri not in stub, stub
+            assert export in stub and cut in stub and pieces in stub and uri not in stub, stub
         (alone,) = (await call(client, "session_get", session_id=sid, entry_id=entry_id, limit=1))[
             "entries"
         ]
         assert "[cut: 100,000 characters in all]" in alone["message"]["content"], alone
-        assert export in alone["omitted"] and "session_get" not in alone["omitted"], alone
+        assert export in alone["omitted"] and pieces in alone["omitted"], alone
+        assert cut not in alone["omitted"], alone  # (this is it)
         monkeypatch.setattr(paging, "WHOLE_MAX", paging.json_size(whole))
         assert (await client.read_resource(uri)).contents[0].text == whole  # type: ignore[union-attr]
 

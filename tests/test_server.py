@@ -28,6 +28,7 @@ from mcp_support import (
     client_fixture,  # noqa: F401  (the client fixture)
     make_server,
     prompt_responder,
+    subagent_said,
 )
 from narrow import narrow, present
 
@@ -1026,7 +1027,7 @@ async def test_a_kept_runs_answer_is_what_a_status_shows(tmp_path: Path) -> None
     def model(context: LlmContext) -> ScriptedResponse:
         last = context.messages[-1]
         if last.role == "toolResult":
-            return reply(f"child said {len(json.loads(content_text(last.content))['answer']):,}")
+            return reply(f"child said {len(subagent_said(content_text(last.content))['answer']):,}")
         if content_text(last.content).startswith("delegate:"):
             return reply(tool_call("subagent", {"agent": "loner", "task": "go"}))
         return reply(long)
@@ -1332,7 +1333,7 @@ async def test_a_subagents_session_works_where_its_parent_does(tmp_path: Path) -
         run = await call(
             client, "agent_run", prompt="delegate:loner:hi", agent="helper", session_id=parent
         )
-        child = json.loads(run["answer"].removeprefix("tool said: "))["session_id"]
+        child = subagent_said(run["answer"].removeprefix("tool said: "))["session_id"]
         shown = await call(client, "session_get", session_id=child, limit=1)
         assert shown["session"]["cwd"] == "/home/u/proj"
     files = {path.name.rsplit("_", 1)[-1]: path.parent for path in folder.rglob("*.jsonl")}
@@ -1407,7 +1408,7 @@ async def test_a_continued_session_keeps_its_agent(tmp_path: Path) -> None:
     agents = {**TEST_AGENTS, "loner": 'tools = []\nsystem_prompt = "I am loner"\n'}
     async with Client(agent_server(tmp_path, {"scripted": model}, agents=agents)) as client:
         parent = await call(client, "agent_run", prompt="delegate:hi", agent="helper")
-        child = json.loads(parent["answer"])
+        child = subagent_said(parent["answer"])
         assert child["answer"] == "I am loner|[]", child
         again = await call(client, "agent_run", prompt="more", session_id=child["session_id"])
         assert (again["agent"], again["answer"]) == ("loner", "I am loner|[]"), again
@@ -1458,7 +1459,8 @@ async def test_the_subagent_tool_is_not_offered_at_the_depth_limit(tmp_path: Pat
             if c.messages[-1].role == "user"
         }
         assert offered == {"delegate:helper:hello": ["subagent"], "hello": []}, offered
-        assert '"answer": "echo: hello"' in run["answer"], run
+        said = subagent_said(run["answer"].removeprefix("tool said: "))
+        assert said["answer"] == "echo: hello", run
         runs = (await call(client, "agent_runs"))["runs"]
         (child,) = [r["sessionId"] for r in runs if r["parentRunId"] == run["runId"]]
         # The child session keeps the tool on: continued by a client (level 0), it has it,
@@ -1610,7 +1612,7 @@ async def test_a_subagent_whose_agent_names_the_clients_model_asks_the_client(
     async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
         run = await call(client, "agent_run", prompt="go", agent="helper")
     assert "FROM THE CLIENT" in run["answer"], run["answer"]
-    assert json.loads(run["answer"].removeprefix("tool said: "))["answer"] == "FROM THE CLIENT"
+    assert subagent_said(run["answer"].removeprefix("tool said: "))["answer"] == "FROM THE CLIENT"
     assert len(clients_model.asked) == 1
 
 
@@ -1622,7 +1624,7 @@ async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(
     def model(context: LlmContext) -> ScriptedResponse:
         last = context.messages[-1]
         if last.role == "toolResult":
-            result = json.loads(content_text(last.content))
+            result = subagent_said(content_text(last.content))
             cut = "[cut: 150,000 characters in all" in result["answer"]
             return reply(f"status={result['status']} session={result['session_id']} cut={cut}")
         text = content_text(last.content)
@@ -1652,7 +1654,7 @@ async def test_a_subagents_answer_cut_at_its_output_limit_says_it_is_unfinished(
     def model(context: LlmContext) -> ScriptedResponse:
         last = context.messages[-1]
         if last.role == "toolResult":
-            return reply(json.loads(content_text(last.content))["answer"])
+            return reply(subagent_said(content_text(last.content))["answer"])
         text = content_text(last.content)
         if text.startswith("delegate:"):
             agent, _, task = text.removeprefix("delegate:").partition(":")

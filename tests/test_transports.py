@@ -1131,6 +1131,10 @@ def run_ts_client(*args: str) -> dict[str, Any]:
     assert f"session://{seen['id']}" in seen["resources"]
     assert seen["context"]["messages"][0]["content"] == "hello from ts"
     assert seen["bigStubbed"] and seen["bigRoundTrip"]
+    # Read in pieces of tens of KB by the texts alone, the entry is whole.
+    assert seen["piecesWhole"] and 10 < seen["pieceCalls"] < 200, seen["pieceCalls"]
+    # Only nextCursor (null: no more) is null in a page; the other views' lists are left out.
+    assert seen["views"] == {view: ["nextCursor"] for view in seen["views"]}, seen["views"]
     assert seen["promptRoles"] == ["user", "user"]
     return seen
 

@@ -8,7 +8,6 @@ child session; the sessions are stored in a real (temporary) SQLite file.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import tempfile
@@ -64,12 +63,9 @@ def demo_responder(context: LlmContext) -> ScriptedResponse:
 
 
 def _answer_of(text: str) -> str:
-    """The ``answer`` of a subagent result (JSON), or the text itself."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    return str(data.get("answer", text)) if isinstance(data, dict) else text
+    """The answer of a subagent result: its text before the line of facts after it."""
+    answer, facts, _ = text.rpartition("\n\n[sub-agent ")
+    return answer if facts else text
 
 
 def demo_model_choice() -> ModelChoice:

@@ -29,6 +29,7 @@ from mcp_agent.runtime.run_board import RunBoard
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.search_index import SearchIndexer
 from mcp_agent.runtime.settings import ServerSettings
+from mcp_agent.sessions.entries import SessionEntry, SessionInfoEntry
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.row_waits import RowWaits
@@ -50,7 +51,7 @@ class AppState:
     search_index: SearchIndexer
     # Model names of the caller's own (tests, the demo's scripted model), before the registry.
     models: ModelOverrides | None = None
-    # Called when sessions are created, forked, imported or deleted (the MCP server's
+    # Called when sessions are created, forked, imported, renamed or deleted (the MCP server's
     # list-changed notifications); a session's own changes go to ``repo.listeners``.
     list_listeners: list[Callable[[], None]] = field(default_factory=list)
     # Called with the id of a session deleted: whoever reads it is told it changed (reading it
@@ -114,6 +115,18 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
     return local, leases, None
 
 
+def renamed_lists(state: AppState) -> Callable[[str, SessionEntry], None]:
+    """A repo listener that tells the list listeners of a rename: a session's name is what
+    ``resources/list`` shows for it, and a client that lists resources (and subscribes to
+    none) heard nothing of one."""
+
+    def renamed(_session_id: str, entry: SessionEntry) -> None:
+        if isinstance(entry, SessionInfoEntry):
+            state.list_changed()
+
+    return renamed
+
+
 @asynccontextmanager
 async def open_app(
     settings: ServerSettings, models: ModelOverrides | None = None
@@ -155,6 +168,7 @@ async def open_app(
                 state = AppState(
                     settings, repo, agents, servers, group, runs, hub, offload, search_index, models
                 )
+                repo.listeners.append(renamed_lists(state))
                 async with hub:
                     try:
                         yield state

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from mcp_agent.events import AgentEvent, MessageEndEvent, describe_event
@@ -36,13 +37,25 @@ SUBAGENT_TASK_CHARS = 500
 
 
 class SubagentResult(BaseModel):
-    # The answer last, and cut to fit a tool result: a longer one was cut with the rest of
-    # the result after it, the session and status the calling model needs to go on.
+    """The structured content of the subagent tool's result. The calling model reads its
+    text block (``subagent_text``); this is for the run's record and for tools."""
+
     session_id: str
     run_id: str
     agent: str
     status: str
+    stop_reason: str | None = None
     answer: str
+
+
+def subagent_text(result: SubagentResult) -> str:
+    """What the calling model reads of a sub-agent's result: its answer as the sub-agent wrote
+    it, first, then a line with the few facts it needs to go on (which session and run,
+    how it ended). Sent as indented JSON, the answer came last, one escaped string (its line
+    breaks as ``\\n``), after keys in snake_case."""
+    ended = result.status + (f", stop reason {result.stop_reason}" if result.stop_reason else "")
+    facts = f"[sub-agent {result.agent}: {ended}; session {result.session_id}, run {result.run_id}]"
+    return f"{result.answer}\n\n{facts}"
 
 
 # What a sub-agent's answer keeps of its text (the session has all of it): a tool result's
@@ -194,7 +207,7 @@ def build_builtin_server(state: AppState) -> MCPServer:
         ctx: Context,
         agent: Annotated[str, Field(description="the agent to delegate to (one of those listed)")],
         task: Annotated[str, Field(description="what the sub-agent should do; be specific")],
-    ) -> SubagentResult:
+    ) -> Annotated[CallToolResult, SubagentResult]:
         # (What the model reads of it is subagent_description.)
         try:
             meta = run_meta(ctx.request_context.meta)
@@ -284,12 +297,17 @@ def build_builtin_server(state: AppState) -> MCPServer:
                 "\n[unfinished: the sub-agent reached its output token limit mid-answer (what"
                 f" it wrote is in session {run.session_id}); ask it for less, or in parts]"
             )
-        return SubagentResult(
+        result = SubagentResult(
             answer=answer,
             session_id=run.session_id,
             run_id=run.id,
             agent=agent,
             status=run.status,
+            stop_reason=run.stop_reason,
+        )
+        return CallToolResult(
+            content=[TextContent(type="text", text=subagent_text(result))],
+            structured_content=result.model_dump(),
         )
 
     return server

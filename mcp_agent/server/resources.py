@@ -262,7 +262,7 @@ def register(server: MCPServer) -> None:
                     types.INVALID_PARAMS,
                     f"entry {entry_id} of session {session_id} is {size:,} bytes as sent, more"
                     f" than the {WHOLE_MAX >> 20} MiB one answer holds, so"
-                    f" {too_large_entry(session_id, entry.to_json_dict())}",
+                    f" {too_large_entry(session_id, entry_id, entry.to_json_dict())}",
                 )
             return text
 

@@ -7,7 +7,7 @@ Python side keeps snake_case names (``populate_by_name``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from mcp_types import CallToolResult, ContentBlock, TextContent
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
@@ -24,6 +24,11 @@ class Wire(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
     )
+    # Fields an answer (``compact_answer``) leaves out while they are None: what applies to
+    # another view or case only, which said as null is noise to a model (a page of a branch
+    # carried "nodes":null,"outline":null). Each has a default: the output schema does not
+    # require it.
+    omit_when_null: ClassVar[frozenset[str]] = frozenset()
 
 
 class CompactAnswer:
@@ -59,7 +64,8 @@ def compact_answer(
     each item, put in as they are. The text block is the same compact JSON when it fits in
     ``TEXT_BYTES``, else what ``shortened`` keeps of it (``newest_first``: the lists run
     newest first; ``forward``: they were read forward, from their first item on)."""
-    head = answer.model_dump_json(exclude=set(lists))
+    unset = {name for name in answer.omit_when_null if getattr(answer, name) is None}
+    head = answer.model_dump_json(exclude=set(lists) | unset)
     check_whole(
         utf8_size(head) + sum(utf8_size(item) + 1 for items in lists.values() for item in items)
     )
@@ -209,7 +215,7 @@ def listed(what: str, nullable: bool = False) -> WithJsonSchema:
     return WithJsonSchema({"type": ["array", "null"] if nullable else "array", "description": what})
 
 
-def said_in_words(model: type[BaseModel], what: str) -> WithJsonSchema:
+def said_in_words(model: type[BaseModel], what: str, nullable: bool = False) -> WithJsonSchema:
     """The schema of one object of ``model`` nested in an answer, its fields said in words
     (``in_words``), as ``listed`` says a list's items. Every subschema of an output schema
     costs each client, at its first call of the tool, a check against JSON Schema 2020-12's
@@ -217,7 +223,8 @@ def said_in_words(model: type[BaseModel], what: str) -> WithJsonSchema:
     session said field by field made its schema 24 subschemas and that first call 12 ms of
     the client's CPU (5 in words). Under load the clients' first calls come together and are
     the slowest of all (benchmarks/bench_load.py). Said in words, a model reads it the same."""
-    return WithJsonSchema({"type": "object", "description": f"{what}: {in_words(model)}"})
+    kind = ["object", "null"] if nullable else "object"
+    return WithJsonSchema({"type": kind, "description": f"{what}: {in_words(model)}"})
 
 
 def in_words(model: type[BaseModel]) -> str:
@@ -315,11 +322,17 @@ class NewSession(SessionInfo):
 
 
 class SessionListResult(Wire):
+    omit_when_null = frozenset({"unreadable"})
     sessions: Annotated[
         list[ListedSession], listed(f"the sessions, newest first, each {in_words(ListedSession)}")
     ]
     truncated: bool = Field(description="true when there are more sessions than listed")
     next_cursor: str | None = Field(default=None, description="pass as cursor for the next page")
+    unreadable: str | None = Field(
+        default=None,
+        description="a folder's session files this page had to leave out, unreadable: how many,"
+        " and why for the first few; absent: none",
+    )
 
 
 class SessionSearchResult(Wire):
@@ -357,7 +370,21 @@ OUTLINE_NODE = (
 )
 
 
+class EntryPiece(Wire):
+    """A run of characters of one entry's JSON text (``session_get`` with ``offset``)."""
+
+    entry_id: str
+    offset: int = Field(description="where the piece starts in the entry's text, in characters")
+    chars: int = Field(description="characters in this piece")
+    total_chars: int = Field(description="characters in the entry's whole text")
+    left: int = Field(description="characters after this piece; 0: this is the last")
+    next_offset: int | None = Field(description="offset of the next piece; null: none")
+    next: str | None = Field(description="the call that reads the next piece; null: none")
+    text: str = Field(description="the piece: joined in order, the pieces are the entry's JSON")
+
+
 class SessionView(Page):
+    omit_when_null = frozenset({"entries", "nodes", "outline", "piece"})
     next_cursor: str | None = Field(
         default=None,
         description="pass as cursor for the next page: the older one (with from_entry_id, the"
@@ -368,19 +395,31 @@ class SessionView(Page):
     leaf_id: str | None
     entries: Annotated[
         list[dict[str, Any]] | None,
-        listed("pi v3 entries, newest last (views branch and entries)", nullable=True),
+        listed(
+            "pi v3 entries, newest last (views branch and entries; absent in the others)",
+            nullable=True,
+        ),
     ] = None
     nodes: Annotated[
         list[dict[str, Any]] | None,
         listed(
-            f"tree nodes in the order they were appended (view tree), each {TREE_NODE}",
+            f"tree nodes in the order they were appended (view tree only), each {TREE_NODE}",
             nullable=True,
         ),
     ] = None
     outline: Annotated[
         list[dict[str, Any]] | None,
         listed(
-            f"the chain and the heads of the branches off it (view outline), each {OUTLINE_NODE}",
+            f"the chain and the heads of the branches off it (view outline only), each"
+            f" {OUTLINE_NODE}",
+            nullable=True,
+        ),
+    ] = None
+    piece: Annotated[
+        EntryPiece | None,
+        said_in_words(
+            EntryPiece,
+            "with offset only: a piece of entry_id's JSON text (truncated: more is left)",
             nullable=True,
         ),
     ] = None

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from mcp_agent.server.cut_entry import cut_to_fit
+from mcp_agent.server.entry_pieces import piece_call
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
     TEXT_BYTES,
@@ -123,10 +124,10 @@ def entry_size(text: str) -> int:
     return json_size(text)
 
 
-def too_large_entry(session_id: str, data: dict[str, Any] | None = None) -> str:
-    """Where an entry too large for any one answer is: whole only in the session's file; and,
-    given its JSON ``data`` when its bulk is text, cut to fit by ``session_get`` with
-    ``limit=1`` (the one way an MCP client has to see it)."""
+def too_large_entry(session_id: str, entry_id: str, data: dict[str, Any] | None = None) -> str:
+    """Where an entry too large for any one answer is: in pieces by ``session_get`` with
+    ``offset``, whole only in the session's file; and, given its JSON ``data`` when its bulk is
+    text, cut to fit by ``session_get`` with ``limit=1``."""
     cut = ""
     if data is not None and cut_to_fit(data, CUT_BYTES) is not None:
         cut = (
@@ -134,7 +135,8 @@ def too_large_entry(session_id: str, data: dict[str, Any] | None = None) -> str:
             " texts cut; "
         )
     return (
-        f"{cut}no read gives it whole: `mcp-agent-sessions sessions export"
+        f"{cut}{piece_call(session_id, entry_id, 0)} reads it in pieces (each answer names the"
+        " next); no one answer has it whole, and `mcp-agent-sessions sessions export"
         f" {session_id} -o FILE` writes the session's file, the entry one line of it"
     )
 
@@ -155,24 +157,27 @@ def whole_entry_call(session_id: str, data: dict[str, Any], size: int) -> str:
     )
     if size <= TEXT_ENTRY_BYTES:
         return f"{call} (it alone, whole)"
+    # Past what a text holds, the call whose answers' texts have all of it, a piece at a time,
+    # first: a model whose host shows it the text block alone reads that.
     return (
-        f"{call} (it alone, whole in the structured content only: past the"
-        f" {TEXT_BYTES // 1024} KB an answer's text holds, no tool reads it whole in text)"
+        f"{piece_call(session_id, entry_id, 0)} (in pieces, each answer naming the next), or"
+        f" {call} (it alone, whole in the structured content only: past the"
+        f" {TEXT_BYTES // 1024} KB an answer's text holds)"
     )
 
 
 def entry_whole(session_id: str, data: dict[str, Any], cut_here: bool = False) -> str:
     """Where an entry too large for a page (its JSON ``data``) is read whole: its resource,
-    or, past what one answer holds, the command line's export (the resource refuses it), and
+    or, past what one answer holds, in pieces (``entry_pieces``) or by the command line's
+    export (the resource refuses it), and
     ``session_get`` shows it cut unless this is that (``cut_here``)."""
     size = entry_size(entry_text(data))
     if fits_whole(size):
         # The call first (most hosts give a model no resource reads), the URI last: it ends
         # the note, as a reader that cuts it out takes it.
         return f"{whole_entry_call(session_id, data, size)}, or read {entry_uri(session_id, data['id'])}"
-    return (
-        f"more than one answer holds, so {too_large_entry(session_id, None if cut_here else data)}"
-    )
+    whole = too_large_entry(session_id, data["id"], None if cut_here else data)
+    return f"more than one answer holds, so {whole}"
 
 
 def shown_message(
@@ -693,7 +698,7 @@ def _omitted_line(session_id: str, index: int, line: str) -> str:
         # Said as the other stubs of the entry say it: session_get shows it cut.
         return (
             f"line {index + 1} (entry {data.get('id')}, {size}) is too large for any answer:"
-            f" {too_large_entry(session_id, data)}"
+            f" {too_large_entry(session_id, str(data.get('id')), data)}"
         )
     return (
         f"line {index + 1} (entry {data.get('id')}, {size}) is too large for a page:"

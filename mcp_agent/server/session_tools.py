@@ -16,6 +16,13 @@ from pydantic_core import to_json
 
 from mcp_agent.server import spliced
 from mcp_agent.server.entry_inputs import EntryInput
+from mcp_agent.server.entry_pieces import (
+    MAX_OFFSET,
+    MAX_PIECE_CHARS,
+    PIECE_BYTES,
+    check_piece_arguments,
+    entry_piece,
+)
 from mcp_agent.server.lifespan import app_state
 from mcp_agent.server.paging import (
     ANSWER_BYTES,
@@ -172,6 +179,25 @@ def fitting(items: list[SessionSummary]) -> int:
     return len(items)
 
 
+# What a listing says of the files it left out: the reasons of the first few, each cut (a
+# reason names its file, whose path may be long).
+UNREADABLE_SAID = 3
+UNREADABLE_CHARS = 200
+
+
+def unreadable_note(whys: list[str]) -> str | None:
+    """What a page says of the session files it left out, unreadable (None: none)."""
+    if not whys:
+        return None
+    files = f"{len(whys)} session file{'s' if len(whys) > 1 else ''}"
+    said = "; ".join(clip_long(why, UNREADABLE_CHARS) for why in whys[:UNREADABLE_SAID])
+    more = f"; and {len(whys) - UNREADABLE_SAID} more" if len(whys) > UNREADABLE_SAID else ""
+    return (
+        f"{files} of the folder could not be read and are not listed (the server's log names"
+        f" each): {said}{more}"
+    )
+
+
 def describe_session(repo: SessionRepo, session: Session) -> NewSession:
     # The listing row holds the leaf: one read (one statement in the SQL backends).
     return NewSession(**session_fields(repo.summary(session.id)))
@@ -283,7 +309,10 @@ def register(server: MCPServer) -> None:
             else:
                 items = [session_json(item) for item in page.items]
             answer = SessionListResult(
-                sessions=[], truncated=page.next_cursor is not None, next_cursor=page.next_cursor
+                sessions=[],
+                truncated=page.next_cursor is not None,
+                next_cursor=page.next_cursor,
+                unreadable=unreadable_note([why for _, why in page.left_out]),
             )
             return compact_result(answer, splice, newest_first=True, sessions=items)
 
@@ -320,6 +349,26 @@ def register(server: MCPServer) -> None:
                 "its nextCursor for the page after; null: the page ends at the branch's end"
             ),
         ] = None,
+        offset: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                le=MAX_OFFSET,
+                description="read the entry entry_id alone in pieces, for one too large to read"
+                f" whole: its JSON text from this character on, 0 to {MAX_OFFSET:,} (0: the"
+                " start); the answer's piece says how much is left and the call for the next;"
+                " null: not in pieces",
+            ),
+        ] = None,
+        length: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=MAX_PIECE_CHARS,
+                description=f"with offset: at most this many characters, 1 to {MAX_PIECE_CHARS:,}"
+                f" (null: as many as fit in about {PIECE_BYTES // 1024} KB)",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SessionView]:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
         with the total, whether there is more (truncated) and a cursor for the page before
@@ -328,10 +377,32 @@ def register(server: MCPServer) -> None:
         shown = view or "branch"
         most = check_limit(limit)
         splice = spliced.wanted(ctx)
+        if offset is None and length is not None:
+            raise ToolError("length applies with offset only (an entry read in pieces)")
+        if offset is not None:
+            if entry_id is None:
+                raise ToolError("offset needs entry_id: the entry to read in pieces")
+            other_view = view if shown != "branch" else None
+            check_piece_arguments(
+                view=other_view, limit=limit, cursor=cursor, from_entry_id=from_entry_id
+            )
 
         def read() -> CallToolResult:
             session, summary = state.repo.open_described(session_id)
             info = session_info(summary, linked_origin(state.repo, session.header))
+            if offset is not None:
+                assert entry_id is not None
+                piece = entry_piece(session, entry_id, offset, length)
+                return compact_result(
+                    SessionView(
+                        session=info,
+                        view="branch",
+                        leaf_id=info.leaf_id,
+                        total=1,
+                        truncated=piece.left > 0,
+                        piece=piece,
+                    )
+                )
             if from_entry_id is not None and shown != "branch":
                 raise ToolError("from_entry_id applies to the view branch only")
             if shown == "outline":

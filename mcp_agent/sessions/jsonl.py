@@ -593,7 +593,8 @@ class JsonlSessionRepo(BaseSessionRepo):
         key: tuple[int, int],
         modified: str,
         words: builtins.list[str],
-    ) -> tuple[SessionSummary, builtins.list[str]] | None:
+    ) -> tuple[SessionSummary, builtins.list[str]] | str:
+        """The file's listing row and texts, or why it cannot be listed."""
         with self._lock:
             cached = self._listing.get(path)
         if cached is not None and cached[0] == key and (cached[2] is not None or not words):
@@ -610,7 +611,7 @@ class JsonlSessionRepo(BaseSessionRepo):
             log.warning("skipping session file: %s", why)
             with self._lock:
                 self.skipped[path] = why
-            return None
+            return why
         storage = InMemorySessionStorage(parsed.header, parsed.entries)
         texts = [storage.get_session_name() or ""]
         texts.extend(entry_text(entry) for entry in parsed.entries)
@@ -679,16 +680,20 @@ class JsonlSessionRepo(BaseSessionRepo):
                 candidates.append((place, session_id, path, key, modified))
         candidates.sort(reverse=True)
         items: builtins.list[SessionSummary] = []
+        left_out: builtins.list[tuple[int, str]] = []
         last_place = ""
         for place, session_id, path, key, modified in candidates:
             scanned = self._scan(path, session_id, key, modified, words)
-            if scanned is None or (words and not text_matches(words, scanned[1])):
+            if isinstance(scanned, str):
+                left_out.append((len(items), scanned))
+                continue
+            if words and not text_matches(words, scanned[1]):
                 continue
             if len(items) == limit:
-                return SessionPage(items, encode_cursor(last_place, items[-1].id))
+                return SessionPage(items, encode_cursor(last_place, items[-1].id), left_out)
             items.append(scanned[0])
             last_place = place
-        return SessionPage(items, None)
+        return SessionPage(items, None, left_out)
 
     def _keep_hits(
         self, kept: tuple[Path, tuple[int, int], tuple[str, ...]], hits: HitPage

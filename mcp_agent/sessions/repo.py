@@ -217,13 +217,18 @@ class SessionSummary:
 class SessionPage:
     items: list[SessionSummary] = field(default_factory=list)
     next_cursor: str | None = None
+    # Session files a folder's listing read for this page and had to leave out (a damaged
+    # line, no permission), each as how many items were listed before it and why.
+    left_out: list[tuple[int, str]] = field(default_factory=list)
 
     def first(self, count: int) -> SessionPage:
-        """The page cut to its first ``count`` items, its cursor after the last of them."""
+        """The page cut to its first ``count`` items, its cursor after the last of them (the
+        files left out past them are the next page's)."""
         if count >= len(self.items):
             return self
         last = self.items[count - 1]
-        return SessionPage(self.items[:count], encode_cursor(last.modified, last.id))
+        left_out = [(before, why) for before, why in self.left_out if before < count]
+        return SessionPage(self.items[:count], encode_cursor(last.modified, last.id), left_out)
 
 
 @runtime_checkable

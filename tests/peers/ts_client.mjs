@@ -35,6 +35,27 @@ const stub = branch.structuredContent.entries.at(-1);
 const bigUri = `session://${id}/entries/${bigId}`;
 const bigEntry = await client.readResource({ uri: bigUri });
 const bigBack = JSON.parse(bigEntry.contents[0].text).message.content;
+// Read in pieces by the text blocks alone, each answer naming the next offset (the SDK checks
+// every answer against session_get's output schema).
+let pieces = "";
+let offset = 0;
+let pieceCalls = 0;
+while (offset !== null) {
+  const answer = await client.callTool({
+    name: "session_get",
+    arguments: { session_id: id, entry_id: bigId, offset },
+  });
+  const piece = JSON.parse(answer.content[0].text).piece;
+  pieces += piece.text;
+  offset = piece.nextOffset;
+  pieceCalls += 1;
+}
+// What does not apply to a view is left out, not null, and the schema check still passes.
+const views = {};
+for (const view of ["branch", "tree", "outline", "entries"]) {
+  const answer = await client.callTool({ name: "session_get", arguments: { session_id: id, view } });
+  views[view] = Object.keys(answer.structuredContent).filter((key) => answer.structuredContent[key] === null);
+}
 const bad = await client.callTool({ name: "session_get", arguments: { session_id: "missing" } });
 const resources = (await client.listResources()).resources.map((r) => r.uri);
 const read = await client.readResource({ uri: `session://${id}/context` });
@@ -49,6 +70,9 @@ console.log(JSON.stringify({
   context: JSON.parse(read.contents[0].text),
   bigStubbed: stub.id === bigId && stub.message === undefined && stub.omitted.includes(bigUri),
   bigRoundTrip: bigBack === big,
+  piecesWhole: pieces === bigEntry.contents[0].text,
+  pieceCalls,
+  views,
   promptRoles: prompt.messages.map((m) => m.role),
 }));
 await client.close();
