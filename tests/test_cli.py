@@ -58,7 +58,7 @@ FAKELLM_RULES = """\
 version: 1
 rules:
   - name: after_helper
-    when: {tool_result_contains: "answer"}
+    when: {tool_result_contains: "sub-agent default: completed"}
     respond: {content: "The helper says hi."}
   - name: delegate
     when: {messages_contain: "delegate please"}
