@@ -28,6 +28,7 @@ from mcp_agent.sessions import SessionError
 from mcp_agent.sessions.sqlite.database import (
     SqliteDatabase,
     damage_error,
+    is_busy,
     is_damage,
     refuse_foreign,
     storage_error,
@@ -221,18 +222,13 @@ def said_as_session_error(path: Path) -> Iterator[None]:
             raise damage_error(path, error) from error
         if not isinstance(error, sqlite3.OperationalError):
             raise
-        if _busy(error):
+        if is_busy(error):
             raise SessionError(
                 "busy",
                 f"the session database {path} stayed locked by another writer for"
                 f" {BUSY_TIMEOUT_S:g} s; nothing was written, try again",
             ) from error
         raise storage_error(path, error) from error
-
-
-def _busy(error: sqlite3.OperationalError) -> bool:
-    text = str(error).lower()
-    return "locked" in text or "busy" in text
 
 
 class SessionLeases(LeaseBook):

@@ -182,7 +182,7 @@ def refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
-def _is_busy(error: sqlite3.OperationalError) -> bool:
+def is_busy(error: sqlite3.OperationalError) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
 
@@ -631,7 +631,7 @@ class SqliteDatabase:
             try:
                 return action()
             except sqlite3.OperationalError as error:
-                if not _is_busy(error):
+                if not is_busy(error):
                     raise storage_error(self.path, error) from error
                 if time.monotonic() > deadline:
                     raise SessionError(
@@ -788,7 +788,7 @@ class SqliteDatabase:
         try:
             result = work(self.conn)
         except Exception as error:
-            busy = isinstance(error, sqlite3.OperationalError) and _is_busy(error)
+            busy = isinstance(error, sqlite3.OperationalError) and is_busy(error)
             if busy or not self.conn.in_transaction:
                 raise
             self.conn.execute("ROLLBACK TO write")
