@@ -1449,7 +1449,8 @@ def test_a_listing_of_20_sessions_with_a_query_reads_the_text_index_twice(tmp_pa
     """session_list with a query and a limit of 20 read the text index three times: for its
     sessions, then for the hits of the first 16 and of the other 4, each query reading every
     hit of the words in the whole index (the most CPU of any call under load, measured). A
-    page's sessions have their hits found in one query."""
+    page's sessions have their hits found in one query; the listing of a word this common
+    reads it twice itself (how common, then the newest sessions walked)."""
     from mcp_agent.server.search_hits import listed_with_hits
     from mcp_agent.server.session_tools import session_wire
 
@@ -1463,12 +1464,13 @@ def test_a_listing_of_20_sessions_with_a_query_reads_the_text_index_twice(tmp_pa
             conn.set_trace_callback(statements.append)
         try:
             page = repo.list(query="question", limit=20)
+            listed = len([sql for sql in statements if "MATCH" in sql])
             words = query_words("question")
             items, page = listed_with_hits(repo, page, "question", words, session_wire)
         finally:
             for conn in repo.database._reader_conns:
                 conn.set_trace_callback(None)
-        assert len([sql for sql in statements if "MATCH" in sql]) == 2
+        assert listed == 2 and len([sql for sql in statements if "MATCH" in sql]) == 3
         assert len(items) == 20 and page.next_cursor is not None
         for item in items:
             listed = json.loads(item)
@@ -1502,3 +1504,54 @@ def test_a_listings_hits_of_a_session_made_again_elsewhere_are_the_new_ones(
 
 def snippet_of(hit: EntryHit, query: str) -> str:
     return snippet(entry_text(hit.entry), query_words(query))
+
+
+def test_a_listing_walking_the_newest_sessions_first_answers_as_the_text_index_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search looks at the newest sessions one by one first, at most so many of so many
+    entries, then finds the rest in the text index: every page, cursor and row is the one the
+    text index alone gives, wherever a page starts or ends, a long session stops the walk, or
+    the walk covers every session left."""
+    from mcp_agent.sessions.sql import repo as sql_repo
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    rng = random.Random(5)
+    for index in range(40):
+        session = repo.create(name=f"session {index}")
+        # Words in every session, most, few and one; a few long sessions stop a walk.
+        words = ["every"] + (["most"] if index % 4 else []) + (["few"] if index % 9 == 0 else [])
+        words += ["one"] if index == 17 else []
+        for turn in range(30 if index in (5, 33) else rng.randint(1, 3)):
+            session.append_message(user(" ".join([*words, f"turn{turn}"])))
+    monkeypatch.setattr(sql_repo, "WALK_ENTRIES", 20)
+
+    def pages(query: str, limit: int) -> list[tuple[list[Any], str | None]]:
+        found, cursor = [], None
+        while True:
+            page = repo.list(query=query, limit=limit, cursor=cursor)
+            found.append(([item.to_json_dict() for item in page.items], page.next_cursor))
+            if (cursor := page.next_cursor) is None:
+                return found
+
+    queries = ["every", "most", "few", "one", "none", "every most", "most few", "turn2 most"]
+    walked = {}
+    for walk in (1, 8, 256):
+        monkeypatch.setattr(sql_repo, "WALK_SESSIONS", walk)
+        for query in queries:
+            for limit in (1, 3, 50):
+                walked[walk, query, limit] = pages(query, limit)
+    monkeypatch.setattr(SqliteSessionRepo, "walk_condition", lambda self, param: None)
+    for (walk, query, limit), found in walked.items():
+        assert found == pages(query, limit), (walk, query, limit)
+    assert [len(found[0][0]) for found in (walked[8, q, 50] for q in queries)] == [
+        40,
+        30,
+        5,
+        1,
+        0,
+        30,
+        3,
+        8,
+    ]
+    repo.close()

@@ -53,6 +53,13 @@ from mcp_agent.sessions.words import query_words, search_words
 # 7 of the 8 rounds).
 OPEN_SESSIONS = 1024
 
+# A listing with a search looks at the newest sessions one by one first (``walk_condition``),
+# at most this many, of this many entries together (each looked up among the word's matches;
+# a session holding the word ends at its first): a word in most sessions fills a page there,
+# and a rarer one is then found in the text index for the sessions after them, as before.
+WALK_SESSIONS = 256
+WALK_ENTRIES = 20_000
+
 _SUMMARY_COLUMNS = (
     "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
     " parent_session, total_tokens, cost_total, leaf, header"
@@ -162,6 +169,17 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
 
     def search_term(self, word: str) -> str:
         return word
+
+    def walk_condition(self, param: str) -> str | None:
+        """Like ``word_condition``, cheap for each session a listing walks newest first once
+        the word's matches are read (in the statement, once): a word found in most sessions
+        then needs no more than the page's sessions looked at. None: the backend has none."""
+        return None
+
+    def matches_sql(self, param: str) -> str:
+        """A query of how many entries hold the word ``param`` (one row, one column), for
+        a backend with a ``walk_condition``."""
+        raise NotImplementedError
 
     def search_params(self, words: builtins.list[str]) -> dict[str, str]:
         """The parameters of a search for ``words`` (``search_words``): ``w0`` .. each as
@@ -316,16 +334,71 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         words = query_words(query)
         if words:
             self.before_search()
-        # Every word must occur in the session, not necessarily in one entry.
         for index, word in enumerate(words):
             params[f"w{index}"] = self.search_term(word)
-            conditions.append(self.word_condition(f"w{index}"))
+        rows: builtins.list[Any] = []
+        if words and self.walk_condition("w0") is not None and self._common(words, params):
+            rows, rest = self._walk_newest(conditions, params, len(words))
+            if len(rows) > limit or not rest:
+                return self._page(rows, limit)
+            params["limit"] = limit + 1 - len(rows)
+        # Every word must occur in the session, not necessarily in one entry.
+        conditions += [self.word_condition(f"w{index}") for index in range(len(words))]
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        rows = self._read(
+        rows += self._read(
             f"SELECT {_SUMMARY_COLUMNS} FROM sessions {where}"
             " ORDER BY modified DESC, id DESC LIMIT :limit",
             params,
         )
+        return self._page(rows, limit)
+
+    def _common(self, words: builtins.list[str], params: dict[str, Any]) -> bool:
+        """Whether each of ``words`` (in ``params``) is in at least as many entries as half
+        the sessions: a page of a word in fewer sessions than that takes a walk of more
+        sessions than its page's twice, and the sessions of a rarer word are read from the
+        text index for less (a word in 1% of 10,000 sessions: 1 ms; walked, 10 ms)."""
+        sessions = self._read("SELECT count(*) FROM sessions", {})[0][0]
+        for index in range(len(words)):
+            if self._read(self.matches_sql(f"w{index}"), params)[0][0] * 2 < sessions:
+                return False
+        return True
+
+    def _walk_newest(
+        self, conditions: builtins.list[str], params: dict[str, Any], words: int
+    ) -> tuple[builtins.list[Any], bool]:
+        """The first ``:limit`` sessions (the cursor's ``conditions``) holding the ``words``
+        search words among the newest few (``WALK_SESSIONS``, ``WALK_ENTRIES``), looked at
+        one by one (``walk_condition``), and whether sessions are left after them (then in
+        ``conditions``), which the listing reads as before. A word in every session of 10,000
+        found each one's sessions in the text index, then sorted them all (60 to 130 ms here),
+        for a page of 50."""
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        window = self._read(
+            f"SELECT modified, id, entry_count FROM sessions {where}"
+            " ORDER BY modified DESC, id DESC LIMIT :walk",
+            params | {"walk": WALK_SESSIONS},
+        )
+        end, entries = None, 0
+        for modified, session_id, entry_count in window:
+            entries += entry_count or 0
+            if entries > WALK_ENTRIES:
+                break
+            end = (modified, session_id)
+        if end is None:  # the newest session alone is too long
+            return [], True
+        params["walk_modified"], params["walk_id"] = end
+        walked = [*conditions, "(modified, id) >= (:walk_modified, :walk_id)"]
+        walked += [self.walk_condition(f"w{index}") or "" for index in range(words)]
+        rows = self._read(
+            f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE {' AND '.join(walked)}"
+            " ORDER BY modified DESC, id DESC LIMIT :limit",
+            params,
+        )
+        # (Not an index range: the sessions after are found from the text index, as before.)
+        conditions.append("(+modified, id) < (:walk_modified, :walk_id)")
+        return rows, end != tuple(window[-1][:2]) or len(window) == WALK_SESSIONS
+
+    def _page(self, rows: builtins.list[Any], limit: int) -> SessionPage:
         items = [_summary(row) for row in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:

@@ -68,6 +68,17 @@ class SqliteSessionRepo(SqlSessionRepo[SqliteSessionStorage]):
     def search_term(self, word: str) -> str:
         return _fts_query([word])
 
+    def walk_condition(self, param: str) -> str:
+        # The word's matches read from the text index once (SQLite keeps a subquery that
+        # refers to no row as a set), each walked session's entries looked up in them.
+        return (
+            "EXISTS (SELECT 1 FROM entries e WHERE e.session_id = sessions.id AND e.n IN"
+            f" (SELECT rowid FROM entries_fts WHERE entries_fts MATCH :{param}))"
+        )
+
+    def matches_sql(self, param: str) -> str:
+        return f"SELECT count(*) FROM entries_fts WHERE entries_fts MATCH :{param}"
+
     # The rowid: a session's entries are inserted in the order appended (see storage.py).
     place_column = "n"
 
