@@ -154,6 +154,113 @@ def test_tree_pages_match_the_flat_tree(
     assert all(node["type"] != "leaf" for node in nodes)
 
 
+def branching_pi_file(path: Path) -> Path:
+    """A pi file with no leaf move: siblings appended out of time order, a child before its
+    parent, an orphan, a label, a long chain, and new branches from old entries at its end."""
+    header = {"type": "session", "version": 3, "id": "0199aaaa-0000-7000-8000-0000000000b2"}
+    header.update(timestamp="2026-01-15T08:30:00.000Z", cwd="/p")
+
+    def user(entry_id: str, parent: str | None, text: str, second: int) -> dict[str, Any]:
+        message = {"role": "user", "content": text, "timestamp": 1}
+        return {
+            "type": "message",
+            "id": entry_id,
+            "parentId": parent,
+            "timestamp": f"2026-01-15T08:{30 + second // 60:02d}:{second % 60:02d}.000Z",
+            "message": message,
+        }
+
+    rows = [
+        header,
+        user("c0000002", "r0000001", "a child before its parent", 9),
+        user("r0000001", None, "the root", 1),
+        user("c0000003", "r0000001", "a child after it, older", 2),
+        user("o0000004", "gone0000", "an orphan", 3),
+        {
+            "type": "label",
+            "id": "l0000005",
+            "parentId": "c0000003",
+            "timestamp": "2026-01-15T08:30:04.000Z",
+            "targetId": "c0000002",
+            "label": "early",
+        },
+    ]
+    parent = "l0000005"
+    for n in range(30):
+        rows.append(user(f"k{n:07d}", parent, f"chain {n}", 10 + n))
+        parent = f"k{n:07d}"
+    rows += [
+        user("b0000001", "k0000003", "a late branch, newer", 80),
+        user("b0000002", "k0000003", "a late branch, older", 70),
+        user("b0000003", "r0000001", "one more child of the root", 5),
+        user("b0000004", "gone0001", "a late orphan", 90),
+        user("b0000005", parent, "the leaf", 95),
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("span", [2, 4096])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_tree_views_first_newest_page_is_made_from_the_newest_entries_alone(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    backend: str,
+    span: int,
+) -> None:
+    """The first newest page of a session's tree view (no leaf move in it) is made from its
+    last entries, their children and the branch, without the whole tree (a fresh server took
+    half a second for 100,000 entries); it, and every page after, is the page of the whole
+    tree, whatever the page's size; the page asked for again is made from the whole tree."""
+    from mcp_agent.sessions.sqlite import storage as sqlite_storage
+
+    monkeypatch.setattr(sqlite_storage, "NEWEST_SPAN", span)  # its rows found first, or not
+    repo: Any
+    if backend == "postgres":
+        from mcp_agent.sessions.postgres import PostgresSessionRepo
+
+        repo = PostgresSessionRepo(request.getfixturevalue("postgres_url"), max_connections=2)
+    else:
+        repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        ours = repo.import_session(branching_pi_file(tmp_path / "b.jsonl")).session
+        repo.create().append_message(UserMessage(content="another session's, after"))
+        theirs = Session(InMemorySessionStorage(ours.header, ours.get_entries()))
+        storage = narrow(ours.storage, SqlSessionStorage)
+        reads: list[int] = []
+        outline_of = type(storage).outline
+
+        def counted(self: Any) -> Any:
+            reads.append(1)
+            return outline_of(self)
+
+        monkeypatch.setattr(type(storage), "outline", counted)
+        for limit in (1, 2, 7, 50):
+            session_reads.kept_trees.forget(storage)
+            session_reads.first_trees.clear()
+            first = tree_page(ours, None, limit)
+            assert not reads
+            again = tree_page(ours, None, limit)
+            assert len(reads) == 1
+            reads.clear()
+            expected = every_page(lambda cursor, most: tree_page(theirs, cursor, most), limit)
+            assert [
+                ([json.loads(item) for item in first[0]], first[1].total, first[1].next_cursor)
+            ] == expected[:1]
+            assert again == first
+            assert every_page(lambda cursor, most: tree_page(ours, cursor, most), limit) == expected
+        nodes = {node["id"]: node for node in expected[0][0]}
+        assert nodes["b0000005"]["onBranch"] and nodes["b0000004"]["parentId"] is None
+        # A session with a leaf move has its tree arranged whole from the first page.
+        ours.move_to("k0000001")
+        session_reads.first_trees.clear()
+        tree_page(ours, None, 5)
+        assert len(reads) == 1
+    finally:
+        repo.close()
+
+
 def test_tree_pages_are_arranged_once_and_again_after_each_change(
     sessions: tuple[Session, Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:

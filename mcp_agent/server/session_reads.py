@@ -11,6 +11,8 @@ compact JSON texts, one per item, for ``schemas.compact_result``.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +54,13 @@ from mcp_agent.sessions.outline import (
     stored_tree_nodes,
 )
 from mcp_agent.sessions.pi import entries_loader, export_loader
-from mcp_agent.sessions.storage import StoredPages, TreeIndex, stored_pages, tree_index
+from mcp_agent.sessions.storage import (
+    StoredPages,
+    TreeIndex,
+    pi_child_order,
+    stored_pages,
+    tree_index,
+)
 
 # An entry larger than this is shown as a stub naming the resource that has all of it.
 ENTRY_BYTES = ANSWER_BYTES // 2
@@ -402,6 +410,49 @@ kept_trees: Kept[tuple[str | None, int], KeptTree] = Kept(
 TREE_BLOCK = 1_000
 
 
+# The sessions whose tree view's newest page was made from their newest entries alone
+# (``newest_tree``), by session, leaf and count of entries: a page asked for again is made from
+# the whole tree, arranged then and kept (``kept_trees``).
+FIRST_TREES = 1024
+first_trees: OrderedDict[tuple[str, str | None, int], None] = OrderedDict()
+first_trees_lock = threading.Lock()
+
+
+def newest_tree(
+    storage: StoredPages, leaf_id: str | None, limit: int, budget: int
+) -> tuple[list[str], PageOf] | None:
+    """The newest page of the tree view, as ``tree_page`` makes it, from the session's last
+    ``limit`` entries, their children and the branch alone, when no entry is a leaf move (None
+    when one is): a fresh server took half a second to show the newest 50 of 100,000 entries,
+    reading and arranging them all."""
+    found = storage.newest_outline(limit)
+    if found is None:
+        return None
+    total, rows = found
+    children = storage.children_outline([row[0] for row in rows])
+    index = TreeIndex(
+        rows,
+        {row[0]: row[1] for row in rows},
+        {
+            entry_id: [child[0] for child in pi_child_order(kids, lambda child: child[3])]
+            for entry_id, kids in children.items()
+            if kids
+        },
+    )
+    labels = storage.labels()
+    on_branch = frozenset(storage.branch_ids(leaf_id))
+    first = total - len(rows)
+
+    def load(start: int, end: int) -> list[str]:
+        part = rows[start - first : end - first]
+        nodes = stored_tree_nodes(
+            storage, index, part, labels, on_branch, PREVIEW_CHARS, CHILDREN_SHOWN
+        )
+        return [compact(node) for node in nodes]
+
+    return sized_page(total, load, None, limit, budget)
+
+
 def tree_page(
     session: Session, cursor: str | None, limit: int | None, budget: int = ANSWER_BYTES
 ) -> tuple[list[str], PageOf]:
@@ -420,7 +471,19 @@ def tree_page(
             frozenset(storage.branch_ids(leaf_id)),
         )
 
-    tree = kept_trees.get_or_work(storage, (leaf_id, storage.entry_total()), arrange)
+    state = (leaf_id, storage.entry_total())
+    if cursor is None and limit is not None and kept_trees.get(storage, state) is None:
+        seen = (session.id, *state)
+        with first_trees_lock:
+            first = seen not in first_trees
+            first_trees[seen] = None
+            while len(first_trees) > FIRST_TREES:
+                first_trees.popitem(last=False)
+        if first:
+            newest = newest_tree(storage, leaf_id, limit, budget)
+            if newest is not None:
+                return newest
+    tree = kept_trees.get_or_work(storage, state, arrange)
     index, labels, on_branch = tree.index, tree.labels, tree.on_branch
 
     def load(start: int, end: int) -> list[str]:

@@ -618,6 +618,37 @@ class SqlSessionStorage:
                 found[parent].append((entry_id, parent_id, entry_type, timestamp))
         return found
 
+    def newest_outline(self, count: int) -> tuple[int, list[TreeRow]] | None:
+        """How many entries the session has, and its last ``count`` in outline (as
+        ``outline``, in the order appended), when no entry of it is a leaf move: each entry
+        is then a tree node, and a row's parent is its tree parent (None for a parent not in
+        the session). None when one is a leaf move."""
+        rows = self._read(
+            "SELECT next_seq, entry_count FROM sessions WHERE id = :s", {"s": self.session_id}
+        )
+        if not rows:
+            raise SessionError("not_found", f"session {self.session_id} was deleted")
+        if rows[0][0] != rows[0][1]:
+            return None
+        found = self._newest_rows(count)
+        if any(row[2] == "leaf" for row in found):  # one appended since
+            return None
+        found.reverse()
+        return int(rows[0][0]), found
+
+    # ``newest_outline``'s columns of an entry ``e``: its parent only if in the session.
+    NEWEST_COLUMNS = (
+        "e.id, CASE WHEN EXISTS (SELECT 1 FROM entries p WHERE p.session_id = e.session_id"
+        " AND p.id = e.parent_id) THEN e.parent_id END, e.type, e.timestamp"
+    )
+
+    def _newest_rows(self, count: int) -> list[TreeRow]:
+        return self._read(
+            f"SELECT {self.NEWEST_COLUMNS} FROM entries e WHERE e.session_id = :s"
+            f" ORDER BY e.{self.LOG_ORDER} DESC LIMIT :count",
+            {"s": self.session_id, "count": count},
+        )
+
     def outline(self) -> list[TreeRow]:
         return self._read(
             "SELECT id, parent_id, type, timestamp FROM entries WHERE session_id = :s"

@@ -38,6 +38,7 @@ from mcp_agent.sessions.sqlite.database import SqliteDatabase, record_write
 from mcp_agent.sessions.storage import (
     RowDelta,
     SessionStats,
+    TreeRow,
     compute_stats,
     leaf_after,
 )
@@ -228,6 +229,10 @@ def _message(data: str) -> str:
     return f"json_extract({data}, '$.message')"
 
 
+# The file's last rows a session's newest entries are looked for in first (``_newest_rows``).
+NEWEST_SPAN = 4096
+
+
 class SqliteSessionStorage(SqlSessionStorage):
     """One session in a session database (see the module docstring): the reads are
     SqlSessionStorage's, the writes this class's."""
@@ -242,6 +247,21 @@ class SqliteSessionStorage(SqlSessionStorage):
     BRANCH_MESSAGES_SQL = branch_messages_sql(_message("e.data"))
     LOG_ORDER = "n"
     APPEND_CHECKS_INCARNATION = True
+
+    def _newest_rows(self, count: int) -> list[TreeRow]:
+        # The session's newest rows are most often the newest of the file: its last rows are
+        # read back first (by rowid, ``NEWEST_SPAN`` of them), and the session's last
+        # ``count`` are those when enough of them are. Else its places are sorted from the
+        # tree index (a 100,000-entry session's: a third of the time of reading them all).
+        params = {"s": self.session_id, "count": count, "span": NEWEST_SPAN}
+        rows = self._read(
+            f"SELECT {self.NEWEST_COLUMNS} FROM entries e WHERE e.n > (SELECT max(n)"
+            " FROM entries) - :span AND +e.session_id = :s ORDER BY e.n DESC LIMIT :count",
+            params,
+        )
+        if len(rows) == count:
+            return rows
+        return super()._newest_rows(count)
 
     def stored_log(self, end: int, batch: int) -> Iterator[list[str]]:
         # Each RANGE_SQL sorts the session's positions to skip to its offset: read in turn,
