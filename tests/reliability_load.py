@@ -101,6 +101,16 @@ BARE_SERVER = textwrap.dedent(
 )
 
 
+def _cpu_seconds(stat_file: Path) -> float | None:
+    """User + system CPU time in a /proc stat file (a process's or a thread's)."""
+    try:
+        stat = stat_file.read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name: state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerProcess:
     """A server on a loopback port in a child process; its stderr goes to a file (a pipe
     nobody reads could fill up and stall it)."""
@@ -143,12 +153,13 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float | None:
         """CPU time (user + system) the server process has used so far; None off Linux."""
-        try:
-            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        except OSError:
-            return None
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name: state is field 3
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu_seconds(Path(f"/proc/{self.process.pid}/stat"))
+
+    def loop_cpu_seconds(self) -> float | None:
+        """The part of ``cpu_seconds`` its main thread used: the event loop, where the HTTP
+        layers, the SDK and the tools' code outside worker threads run (the rest is worker
+        threads: storage); None off Linux."""
+        return _cpu_seconds(Path(f"/proc/{self.process.pid}/task/{self.process.pid}/stat"))
 
     def stop(self) -> int:
         """Stop gracefully (SIGTERM), or kill after 10 s; returns the exit status."""
@@ -179,6 +190,8 @@ class LoadResult:
     # CPU time used while the operations ran: by the clients (this process), by the server.
     client_cpu: float = 0.0
     server_cpu: float | None = None
+    # Of server_cpu, what the server's event loop (its main thread) used.
+    loop_cpu: float | None = None
 
     def percentile(self, p: float, latencies: list[float] | None = None) -> float:
         """The ``p``th percentile of ``latencies`` (default: all of them)."""
@@ -221,6 +234,8 @@ class LoadResult:
         cpu = f"clients' CPU {self.client_cpu / self.elapsed:.0%} of one core"
         if self.server_cpu_ms_per_op is not None:
             cpu += f", server CPU {self.server_cpu_ms_per_op:.2f} ms/op"
+        if self.loop_cpu is not None and self.latencies:
+            cpu += f" ({self.loop_cpu / len(self.latencies) * 1000:.2f} on its event loop)"
         return (
             f"{self.clients} clients x {self.ops_per_client} ops: {len(self.latencies)} ops in "
             f"{self.elapsed:.1f} s ({self.ops_per_second:.0f} ops/s), p50 {self.p50_ms:.1f} ms, "
@@ -353,12 +368,16 @@ async def run_load(
         await anyio.sleep(0.5 + clients * 0.02)  # every client has connected by then
         began, client_cpu = time.perf_counter(), time.process_time()
         server_cpu = server.cpu_seconds() if server is not None else None
+        loop_cpu = server.loop_cpu_seconds() if server is not None else None
         start.set()
     result.elapsed = time.perf_counter() - began
     result.client_cpu = time.process_time() - client_cpu
     if server is not None and server_cpu is not None:
         after = server.cpu_seconds()
         result.server_cpu = after - server_cpu if after is not None else None
+        loop_after = server.loop_cpu_seconds()
+        if loop_cpu is not None and loop_after is not None:
+            result.loop_cpu = loop_after - loop_cpu
     return result
 
 

@@ -366,6 +366,74 @@ def test_a_listing_parses_no_header_it_parsed_before(
         repo.close()
 
 
+def test_a_listing_checks_its_kept_hits_against_the_rows_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listing with a query read its sessions' rows, then read them again (a statement of
+    # its own, on a reader each write since left cold) to see whether their kept first hits
+    # still hold. Given the rows it listed, the search takes the state from them: no row is
+    # read again, a session changed since its hits were found is searched again, and what it
+    # shows is what a repo that keeps nothing finds.
+    from mcp_agent.sessions.sql.repo import SqlSessionRepo
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    searched: list[str] = []
+    statements: list[str] = []
+    first_hits, read = SqlSessionRepo._first_hits, SqlSessionRepo._read
+
+    def counted(self: Any, session_ids: Any, words: Any, limit: int) -> Any:
+        if self is repo:
+            searched.extend(session_ids)
+        return first_hits(self, session_ids, words, limit)
+
+    def reading(self: Any, sql: str, params: Any) -> Any:
+        if self is repo:
+            statements.append(sql)
+        return read(self, sql, params)
+
+    monkeypatch.setattr(SqlSessionRepo, "_first_hits", counted)
+    monkeypatch.setattr(SqlSessionRepo, "_read", reading)
+
+    def listing() -> dict[str, Any]:
+        rows = {summary.id: summary for summary in repo.list(query="apple").items}
+        assert all(row.incarnation for row in rows.values())
+        statements.clear()
+        found = repo.search_sessions(list(rows), "apple", listed=rows)
+        fresh = SqliteSessionRepo(tmp_path / "s.db")  # keeps nothing
+        try:
+            expected = fresh.search_sessions(list(rows), "apple")
+        finally:
+            fresh.close()
+        shown = {
+            sid: (page.total, page.next_cursor, [hit.to_json_dict(["apple"]) for hit in page.hits])
+            for sid, page in found.items()
+        }
+        assert shown == {
+            sid: (page.total, page.next_cursor, [hit.to_json_dict(["apple"]) for hit in page.hits])
+            for sid, page in expected.items()
+        }
+        return shown
+
+    try:
+        sessions = [repo.create(name=f"s{n}") for n in range(3)]
+        for session in sessions:
+            for k in range(4):
+                session.append_message(user(f"apple {k}"))
+        first = listing()
+        assert sorted(searched) == sorted(session.id for session in sessions)
+        searched.clear()
+        assert listing() == first
+        assert searched == []
+        assert not [sql for sql in statements if "FROM sessions WHERE id IN" in sql]
+        sessions[0].append_message(user("apple pie"))
+        changed = listing()
+        assert searched == [sessions[0].id]
+        assert "«apple» pie" in [hit["snippet"] for hit in changed[sessions[0].id][2]]
+        assert not [sql for sql in statements if "SELECT id, incarnation" in sql]
+    finally:
+        repo.close()
+
+
 def test_a_listing_searches_again_only_the_sessions_changed_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,7 +53,8 @@ def listed_with_hits(
     used = 0
     for start in range(0, len(page.items), SESSIONS_PER_SEARCH):
         chunk = page.items[start : start + SESSIONS_PER_SEARCH]
-        found = listed_hits(repo, [summary.id for summary in chunk], query)
+        rows = {summary.id: summary for summary in chunk}  # as listed: their hits' state
+        found = listed_hits(repo, list(rows), query, rows)
         for summary in chunk:
             hits = found[summary.id]
             listed = fields(summary)

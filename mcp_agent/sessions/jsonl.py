@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -710,7 +710,11 @@ class JsonlSessionRepo(BaseSessionRepo):
             self._hit_chars -= self._hits.popitem(last=False)[1][1]
 
     def search_sessions(
-        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+        self,
+        session_ids: Sequence[str],
+        query: str,
+        limit: int = HITS_LISTED,
+        listed: Mapping[str, SessionSummary] | None = None,
     ) -> dict[str, HitPage]:
         """As every repo's, but the first hits a listing found as it read a file are taken
         as they are while the file is as it was."""

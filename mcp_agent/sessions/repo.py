@@ -155,10 +155,15 @@ def mark_linked(repo: SessionRepo, items: Sequence[SessionSummary]) -> None:
             item.started_by = {"sessionId": parent, "runId": read[parent][item.id]}
 
 
-def listed_hits(repo: SessionRepo, session_ids: Sequence[str], query: str) -> dict[str, HitPage]:
+def listed_hits(
+    repo: SessionRepo,
+    session_ids: Sequence[str],
+    query: str,
+    listed: Mapping[str, SessionSummary] | None = None,
+) -> dict[str, HitPage]:
     """Where each listed session matched ``query``: its first ``HITS_LISTED`` hits (none for
-    a session deleted since it was listed)."""
-    found = repo.search_sessions(session_ids, query, HITS_LISTED)
+    a session deleted since it was listed); ``listed``: the listing's rows (``search_sessions``)."""
+    found = repo.search_sessions(session_ids, query, HITS_LISTED, listed)
     return {sid: found.get(sid) or HitPage([], 0, None) for sid in session_ids}
 
 
@@ -188,6 +193,9 @@ class SessionSummary:
     leaf_id: str | None = None
     # A sub-agent's session: the session and run that started it (``started_json``).
     started_by: dict[str, str | None] | None = None
+    # The row's incarnation as a SQL store listed it (None elsewhere): with entry_count and
+    # leaf_id, the state its kept first hits are checked against (``search_sessions``).
+    incarnation: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # pi names a fork's parent by its file (``…/<time>_<id>.jsonl``), and the header keeps
@@ -263,7 +271,11 @@ class SessionRepo(Protocol):
         self, session_id: str, query: str, limit: int = 10, cursor: str | None = None
     ) -> HitPage: ...
     def search_sessions(
-        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+        self,
+        session_ids: Sequence[str],
+        query: str,
+        limit: int = HITS_LISTED,
+        listed: Mapping[str, SessionSummary] | None = None,
     ) -> dict[str, HitPage]: ...
     def index_search_text(self) -> bool: ...
     def close(self) -> None: ...
@@ -472,11 +484,16 @@ class BaseSessionRepo:
         return hits_in(self._open_storage(session_id), words, limit, cursor, tag)
 
     def search_sessions(
-        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+        self,
+        session_ids: Sequence[str],
+        query: str,
+        limit: int = HITS_LISTED,
+        listed: Mapping[str, SessionSummary] | None = None,
     ) -> dict[str, HitPage]:
         """The first page (``limit`` hits) of ``search_session`` of each of ``session_ids``
         that is still there (a listing's sessions: a backend with an index finds them all at
-        once)."""
+        once). ``listed``: the rows of a listing that just read them, which a backend that
+        keeps first hits may check its kept ones against instead of reading the rows again."""
         found: dict[str, HitPage] = {}
         for session_id in session_ids:
             try:

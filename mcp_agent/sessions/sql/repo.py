@@ -62,14 +62,15 @@ WALK_ENTRIES = 20_000
 
 _SUMMARY_COLUMNS = (
     "id, name, cwd, created, modified, entry_count, message_count, first_user_message,"
-    " parent_session, total_tokens, cost_total, leaf, header"
+    " parent_session, total_tokens, cost_total, leaf, incarnation, header"
 )
 
 
 def _summary(row: Sequence[Any]) -> SessionSummary:
     """A listing row from ``_SUMMARY_COLUMNS``: the header says a sub-agent's origin."""
-    *columns, header = row
+    *columns, incarnation, header = row
     summary = SessionSummary(*columns)
+    summary.incarnation = incarnation
     if len(header) > KEPT_HEADER_CHARS:
         summary.started_by = started_json(stored_header(summary.id, header))
         return summary
@@ -444,13 +445,17 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         return HitPage(hits, total, hit_cursor(hits[-1], tag) if more else None, tag)
 
     def search_sessions(
-        self, session_ids: Sequence[str], query: str, limit: int = HITS_LISTED
+        self,
+        session_ids: Sequence[str],
+        query: str,
+        limit: int = HITS_LISTED,
+        listed: Mapping[str, SessionSummary] | None = None,
     ) -> dict[str, HitPage]:
         words = search_words(query)
         check_hits_limit(limit)
         self.before_search()
         found: dict[str, HitPage] = {}
-        rest = self._kept_first_hits(session_ids, words, limit, found)
+        rest = self._kept_first_hits(session_ids, words, limit, found, listed or {})
         for start in range(0, len(rest), SESSIONS_PER_SEARCH):
             chunk = rest[start : start + SESSIONS_PER_SEARCH]
             found.update(self._first_hits(chunk, words, limit))
@@ -462,9 +467,11 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         words: builtins.list[str],
         limit: int,
         found: dict[str, HitPage],
+        listed: Mapping[str, SessionSummary],
     ) -> builtins.list[str]:
         """Put in ``found`` the kept first hits (``kept_hits``) of each of ``session_ids``
-        whose row is as it was when they were found; returns the others."""
+        whose row is as it was when they were found (as ``listed`` has it, or as read now);
+        returns the others."""
         said = tuple(words)
         kept = {}
         for session_id in session_ids:
@@ -473,13 +480,22 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
                 kept[session_id] = page
         if not kept:
             return builtins.list(session_ids)
-        params = {f"s{index}": sid for index, sid in enumerate(kept)}
-        marks = ", ".join(f":{name}" for name in params)
-        rows = self._read(
-            f"SELECT id, incarnation, entry_count, leaf FROM sessions WHERE id IN ({marks})",
-            params,
-        )
-        now = {session_id: tuple(state) for session_id, *state in rows}
+        # The rows a listing just read say the state its page shows: read again, they cost a
+        # statement per listing with a query, on a reader that each write since left cold.
+        now: dict[str, tuple[Any, ...]] = {
+            sid: (row.incarnation, row.entry_count, row.leaf_id)
+            for sid, row in listed.items()
+            if sid in kept
+        }
+        unlisted = [sid for sid in kept if sid not in now]
+        if unlisted:
+            params = {f"s{index}": sid for index, sid in enumerate(unlisted)}
+            marks = ", ".join(f":{name}" for name in params)
+            rows = self._read(
+                f"SELECT id, incarnation, entry_count, leaf FROM sessions WHERE id IN ({marks})",
+                params,
+            )
+            now.update((session_id, tuple(state)) for session_id, *state in rows)
         rest = []
         for session_id in session_ids:
             page = kept.get(session_id)
