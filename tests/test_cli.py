@@ -1216,6 +1216,30 @@ def test_import_refuses_a_complete_garbage_last_line_and_notes_a_torn_one(
     assert [s["id"] for s in listed] == ["01a00000-0000-7000-8000-0000000000e2"]
 
 
+def test_a_file_whose_only_line_is_torn_is_not_said_to_be_empty(cli: Any, tmp_path: Path) -> None:
+    """A file of one header line cut off by a crash (no line break, no end) was refused as
+    an "empty file, no session header", where it holds bytes: its reader looked for another
+    file. It is now said as what it is, the line torn, the file holding nothing else."""
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(pi_v3(0, "01a00000-0000-7000-8000-0000000000e3").splitlines()[0][:40])
+    refused = cli("sessions", "import", str(torn))
+    assert refused.exit_code == 2 and "empty file" not in refused.stderr, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "torn.jsonl:1: skipped the last line, cut off without its line break" in said
+    assert "no session header" in said
+    folder = tmp_path / "folder"  # the same file in a folder of pi files, listed
+    folder.mkdir()
+    (folder / "torn.jsonl").write_bytes(torn.read_bytes())
+    listed = json.loads(cli("sessions", "list", "--json", "--db", str(folder)).stdout)
+    assert "skipped the last line" in listed["unreadable"], listed
+    assert "empty file" not in listed["unreadable"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert (
+        "empty.jsonl: empty file, no session header" in cli("sessions", "import", str(empty)).stderr
+    )
+
+
 def test_import_shows_progress_on_a_terminal(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
