@@ -1240,6 +1240,22 @@ def test_a_file_whose_only_line_is_torn_is_not_said_to_be_empty(cli: Any, tmp_pa
     )
 
 
+def test_import_reads_a_file_named_from_the_home_folder_as_export_writes_it(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export -o "~/a b.jsonl"`` (a ``~`` the shell left, quoted, or from a config) wrote
+    into the home folder, as ``--db`` and ``--manifests`` read from it, but ``import`` of the
+    same name said "cannot read ~/a b.jsonl": it now reads it from the home folder too."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "a b.jsonl").write_text(pi_v3(2, "01a00000-0000-7000-8000-0000000000e4"))
+    done = cli("sessions", "import", "~/a b.jsonl")
+    assert done.exit_code == 0, done.stderr
+    assert "01a00000-0000-7000-8000-0000000000e4" in done.stdout
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert [s["id"] for s in listed] == ["01a00000-0000-7000-8000-0000000000e4"]
+
+
 def test_import_shows_progress_on_a_terminal(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -302,6 +302,8 @@ def import_files(
 ) -> None:
     """Import pi session files (version 1, 2 or 3). Each file is stored whole or not at all."""
     results: list[dict[str, Any]] = []
+    # "~/…" as --db, --manifests and export -o take it (a ~ the shell left: quoted, a config)
+    files = [path.expanduser() for path in files]
     sizes = [_size(f) for f in files]
     unreadable = {path: why for path in files if (why := _unreadable(path)) is not None}
     if len(unreadable) == len(files):  # nothing to import: no store is opened, or created
