@@ -1216,6 +1216,46 @@ def test_import_refuses_a_complete_garbage_last_line_and_notes_a_torn_one(
     assert [s["id"] for s in listed] == ["01a00000-0000-7000-8000-0000000000e2"]
 
 
+def test_a_file_whose_only_line_is_torn_is_not_said_to_be_empty(cli: Any, tmp_path: Path) -> None:
+    """A file of one header line cut off by a crash (no line break, no end) was refused as
+    an "empty file, no session header", where it holds bytes: its reader looked for another
+    file. It is now said as what it is, the line torn, the file holding nothing else."""
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(pi_v3(0, "01a00000-0000-7000-8000-0000000000e3").splitlines()[0][:40])
+    refused = cli("sessions", "import", str(torn))
+    assert refused.exit_code == 2 and "empty file" not in refused.stderr, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "torn.jsonl:1: skipped the last line, cut off without its line break" in said
+    assert "no session header" in said
+    folder = tmp_path / "folder"  # the same file in a folder of pi files, listed
+    folder.mkdir()
+    (folder / "torn.jsonl").write_bytes(torn.read_bytes())
+    listed = json.loads(cli("sessions", "list", "--json", "--db", str(folder)).stdout)
+    assert "skipped the last line" in listed["unreadable"], listed
+    assert "empty file" not in listed["unreadable"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert (
+        "empty.jsonl: empty file, no session header" in cli("sessions", "import", str(empty)).stderr
+    )
+
+
+def test_import_reads_a_file_named_from_the_home_folder_as_export_writes_it(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export -o "~/a b.jsonl"`` (a ``~`` the shell left, quoted, or from a config) wrote
+    into the home folder, as ``--db`` and ``--manifests`` read from it, but ``import`` of the
+    same name said "cannot read ~/a b.jsonl": it now reads it from the home folder too."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "a b.jsonl").write_text(pi_v3(2, "01a00000-0000-7000-8000-0000000000e4"))
+    done = cli("sessions", "import", "~/a b.jsonl")
+    assert done.exit_code == 0, done.stderr
+    assert "01a00000-0000-7000-8000-0000000000e4" in done.stdout
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert [s["id"] for s in listed] == ["01a00000-0000-7000-8000-0000000000e4"]
+
+
 def test_import_shows_progress_on_a_terminal(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

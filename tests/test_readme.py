@@ -296,3 +296,17 @@ def test_the_command_line_transcripts_are_what_the_commands_print(
     for block in replayed:
         replay.block(block)
     assert len(replayed) == 9  # models, run, the two chats and five of sessions
+
+
+def test_the_pi_files_the_import_example_names_are_said_where_to_find() -> None:
+    """The import transcript reads ``pi/v1.jsonl`` … and ``pi/broken.jsonl``, which a reader of
+    the README had nowhere: the README now says the files are the checkout's ``tests/data/pi/``
+    (there they are) and what the broken one, made for the example, holds."""
+    named = set(re.findall(r"sessions import ((?:pi/\S+\.jsonl ?)+)", README)[0].split())
+    named |= set(re.findall(r"sessions import pi/v3\.jsonl (pi/\S+\.jsonl)", README))
+    assert "`pi/` is the checkout's `tests/data/pi/`" in README
+    data = Path(__file__).resolve().parent / "data"
+    made = {"pi/broken.jsonl"}
+    assert made <= named and "`pi/broken.jsonl` is made for it" in README
+    for name in named - made:
+        assert (data / name).is_file(), name

@@ -478,6 +478,28 @@ def test_sessions_list_of_a_folder_it_cannot_read_says_so(tmp_path: Path) -> Non
     assert all(f"{session['file']}:3: line is not valid JSON" in said for session in made)
 
 
+def test_sessions_list_json_says_what_it_left_out_as_session_list_does(tmp_path: Path) -> None:
+    """`sessions list --json` (for scripts, "like the MCP tools") gave a page with no word of
+    the folder's files it could not read, where `session_list` says them in `unreadable`: a
+    script saw a folder of damaged files as one without sessions. It now says them so too,
+    and a folder read whole has no such key."""
+    made = hand_made(tmp_path / "agent")
+    folder = tmp_path / "agent" / "sessions"
+    whole = CliRunner().invoke(app, ["sessions", "list", "--db", str(folder), "--json"])
+    assert whole.exit_code == 0, whole.output
+    assert "unreadable" not in json.loads(whole.stdout)
+    damaged = Path(made[0]["file"])
+    lines = damaged.read_text().splitlines(keepends=True)
+    damaged.write_text("".join([*lines[:2], '{"type":"message","id":"torn\n', *lines[2:]]))
+    done = CliRunner().invoke(app, ["sessions", "list", "--db", str(folder), "--json"])
+    assert done.exit_code == 0, done.output
+    listed = json.loads(done.stdout)
+    assert len(listed["sessions"]) == len(made) - 1
+    said = listed["unreadable"]
+    assert said.startswith("1 session file of the folder could not be read"), said
+    assert f"{damaged}:3: line is not valid JSON" in said
+
+
 def test_sessions_list_of_an_empty_folder_names_what_fills_it(tmp_path: Path) -> None:
     """An empty folder of pi files listed as 'no sessions yet (start one with `run "…"` or
     `chat`)', which refuse a folder for --db: it names what keeps sessions there."""

@@ -264,7 +264,7 @@ def test_the_token_link_signs_in_and_leaves_the_address_bar(
     page.go_back()
     expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
     expect(listed).to_have_attribute("aria-selected", "false")
-    expect(page.locator("#tree")).to_have_text("Pick a session on the left.")
+    expect(page.locator("#tree")).to_have_text("Pick a session from the list.")
     page.go_forward()
     expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
     # one stream a step (each started one more before its own, signed in again for nothing)
@@ -1185,7 +1185,7 @@ def test_the_app_says_a_session_is_gone_without_pointing_at_a_list_it_has_not(
     page = in_host(browser, server, {"session_id": gone}, result, server_calls(server))
     view = page.frame_locator("#view")
     expect(view.locator("#session-name")).to_have_text("Session not found")
-    # the App shows no list of sessions (it said "Pick one on the left.")
+    # the App shows no list of sessions (it said "Pick one from the list.")
     expect(view.locator("#tree")).to_have_text("This session is not here (deleted, or never was).")
     page.close()
 
@@ -1456,6 +1456,30 @@ def test_narrow_windows_show_the_session_whole(
         "the App cuts off the entry shown under its tree",
     )
     app.close()
+
+
+@pytest.mark.parametrize("width", [360, 1200])
+def test_the_page_points_to_the_list_where_the_list_is(
+    browser: Browser, served: tuple[Served, str, dict[str, str]], width: int
+) -> None:
+    """With no session open the page said "Pick a session on the left.", and of a session gone
+    "Pick one on the left.", also on a phone, where the list stands above the session. What
+    they say now holds at any width: the list, wherever the window puts it."""
+    server, _, _ = served
+    context = browser.new_context(viewport={"width": width, "height": 740})
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("No session open")
+    expect(page.locator("#tree")).to_have_text("Pick a session from the list.")
+    page.goto(f"{base(server)}/#session={'0' * 8}-0000-7000-8000-{'0' * 12}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Session not found")
+    expect(page.locator("#tree")).to_contain_text("Pick one from the list.")
+    list_box = page.locator("#sessions").bounding_box()
+    tree_box = page.locator("#tree").bounding_box()
+    assert list_box is not None and tree_box is not None
+    beside = list_box["x"] + list_box["width"] <= tree_box["x"]
+    assert beside == (width > 640)  # the two layouts the words are for
+    context.close()
 
 
 @pytest.mark.parametrize("width", [320, 360, 375])

@@ -80,7 +80,7 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first."""
-    from mcp_agent.sessions.repo import listed_hits, mark_linked
+    from mcp_agent.sessions.repo import listed_hits, mark_linked, unreadable_note
     from mcp_agent.sessions.words import query_words
 
     with opened_repo(db, folders=True, create=False) as repo:
@@ -97,7 +97,12 @@ def list_sessions(
             found = hits[item["id"]]
             item["hits"] = [hit.to_json_dict(words) for hit in found.hits]
             item["hitCount"] = found.total
-        emit_json({"sessions": listed, "nextCursor": page.next_cursor})
+        listing: dict[str, Any] = {"sessions": listed, "nextCursor": page.next_cursor}
+        # as session_list says them: a script sees a folder of damaged files for what it is
+        note = unreadable_note([why for _, why in page.left_out], "stderr")
+        if note is not None:
+            listing["unreadable"] = note
+        emit_json(listing)
         return
     if not page.items:
         if search or cursor:
@@ -297,6 +302,8 @@ def import_files(
 ) -> None:
     """Import pi session files (version 1, 2 or 3). Each file is stored whole or not at all."""
     results: list[dict[str, Any]] = []
+    # "~/…" as --db, --manifests and export -o take it (a ~ the shell left: quoted, a config)
+    files = [path.expanduser() for path in files]
     sizes = [_size(f) for f in files]
     unreadable = {path: why for path in files if (why := _unreadable(path)) is not None}
     if len(unreadable) == len(files):  # nothing to import: no store is opened, or created

@@ -83,7 +83,13 @@ from mcp_agent.sessions.entries import (
 )
 from mcp_agent.sessions.hits import MAX_HITS
 from mcp_agent.sessions.pi import is_jsonl_text
-from mcp_agent.sessions.repo import SessionRepo, SessionSummary, linked_origin, mark_linked
+from mcp_agent.sessions.repo import (
+    SessionRepo,
+    SessionSummary,
+    linked_origin,
+    mark_linked,
+    unreadable_note,
+)
 from mcp_agent.sessions.words import query_words, search_words
 from mcp_agent.wire import loads_json
 
@@ -177,25 +183,6 @@ def fitting(items: list[SessionSummary]) -> int:
             return count
         used += cost
     return len(items)
-
-
-# What a listing says of the files it left out: the reasons of the first few, each cut (a
-# reason names its file, whose path may be long).
-UNREADABLE_SAID = 3
-UNREADABLE_CHARS = 200
-
-
-def unreadable_note(whys: list[str]) -> str | None:
-    """What a page says of the session files it left out, unreadable (None: none)."""
-    if not whys:
-        return None
-    files = f"{len(whys)} session file{'s' if len(whys) > 1 else ''}"
-    said = "; ".join(clip_long(why, UNREADABLE_CHARS) for why in whys[:UNREADABLE_SAID])
-    more = f"; and {len(whys) - UNREADABLE_SAID} more" if len(whys) > UNREADABLE_SAID else ""
-    return (
-        f"{files} of the folder could not be read and are not listed (the server's log names"
-        f" each): {said}{more}"
-    )
 
 
 def describe_session(repo: SessionRepo, session: Session) -> NewSession:

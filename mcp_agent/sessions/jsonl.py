@@ -208,7 +208,7 @@ def _parse(handle: IO[bytes], path: Path) -> tuple[ParsedSession, bool]:
     name = str(path)
     notes: list[str] = []
     rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", notes, torn)
-    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt")
+    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt", notes=notes)
     # What was skipped or replaced (a torn last line, said last, is said where it is loaded).
     for note in notes[:-1] if torn else notes:
         log.warning("%s", note)

@@ -441,6 +441,10 @@ class SessionStream:
         self._new_id = new_id
         first = next(rows, None)
         if first is None:
+            if self.notes:  # its one line torn (a crash, or a write under way): not empty
+                raise SessionError(
+                    code, f"{self.notes[-1]}; nothing else is in the file: no session header"
+                )
             raise SessionError(code, f"{source}: empty file, no session header")
         line, row = first
         if row.get("type") != "session":
@@ -694,8 +698,9 @@ def parse_session_text(
     an entry that does not parse, duplicate ids, a parent that does not exist, a cycle.
     """
     code = "invalid_import"
-    rows = pi_repeats_skipped(json_rows(_text_lines(text), source, code, []))
-    return _collect(SessionStream(rows, source, code, new_id))
+    notes: list[str] = []
+    rows = pi_repeats_skipped(json_rows(_text_lines(text), source, code, notes))
+    return _collect(SessionStream(rows, source, code, new_id, notes))
 
 
 def parse_rows(
@@ -703,10 +708,12 @@ def parse_rows(
     source: str,
     code: str,
     new_id: NewId = new_entry_id,
+    notes: list[str] | None = None,
 ) -> ParsedSession:
     """Migrate, parse and check (line number, object) rows, header first; problems raise
-    SessionError(``code``) naming the file and line."""
-    return _collect(SessionStream(iter(numbered), source, code, new_id))
+    SessionError(``code``) naming the file and line (``notes``: what reading the rows
+    skipped, which a file with no header is said by)."""
+    return _collect(SessionStream(iter(numbered), source, code, new_id, notes))
 
 
 def _collect(stream: SessionStream) -> ParsedSession:

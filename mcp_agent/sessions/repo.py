@@ -30,6 +30,7 @@ from mcp_agent.sessions.entries import (
     SessionInfoEntry,
     check_length,
     check_metadata,
+    clip_long,
     entry_text,
     is_session_id,
     iso_now,
@@ -219,6 +220,27 @@ class SessionSummary:
             "leafId": self.leaf_id,
             "startedBy": self.started_by,
         }
+
+
+# What a listing says of the files it left out: the reasons of the first few, each cut (a
+# reason names its file, whose path may be long).
+UNREADABLE_SAID = 3
+UNREADABLE_CHARS = 200
+
+
+def unreadable_note(whys: list[str], named_in: str = "the server's log") -> str | None:
+    """What a page says of the session files it left out, unreadable (None: none): the
+    ``session_list`` tool's and the command line's ``sessions list --json`` alike, each saying
+    where every one is named (``named_in``)."""
+    if not whys:
+        return None
+    files = f"{len(whys)} session file{'s' if len(whys) > 1 else ''}"
+    said = "; ".join(clip_long(why, UNREADABLE_CHARS) for why in whys[:UNREADABLE_SAID])
+    more = f"; and {len(whys) - UNREADABLE_SAID} more" if len(whys) > UNREADABLE_SAID else ""
+    return (
+        f"{files} of the folder could not be read and are not listed ({named_in} names"
+        f" each): {said}{more}"
+    )
 
 
 @dataclass

@@ -959,7 +959,7 @@ async function begin() {
   await listed;
   if (transport.refused) return;
   // (in place of what a refusal said: "Not signed in" stood over the list signed in)
-  notShown("", "No session open", "Pick a session on the left.");
+  notShown("", "No session open", "Pick a session from the list.");
   listenForList();
 }
 
@@ -974,7 +974,7 @@ function listenForList() {
 /** The address names no session (Back to where the tab started): none is shown. */
 function closeSession() {
   if (!state.sessionId) return;
-  notShown("", "No session open", "Pick a session on the left.");
+  notShown("", "No session open", "Pick a session from the list.");
   state.sessionId = null;
   markCurrent();
   listenForList();
@@ -996,7 +996,7 @@ function signIn(token) {
 function sessionGone(sessionId) {
   if (state.sessionId !== sessionId) return;
   // the App has no list of sessions to pick from
-  const pick = TRANSPORT === "http" ? " Pick one on the left." : "";
+  const pick = TRANSPORT === "http" ? " Pick one from the list." : "";
   notShown(sessionId, "Session not found", `This session is not here (deleted, or never was).${pick}`);
   state.sessionId = null;
   markCurrent();
