@@ -166,3 +166,53 @@ async def test_one_owners_flood_of_work_leaves_a_thread_to_the_others() -> None:
     finally:
         release.set()
         offload.close()
+
+
+async def test_a_lane_or_turn_kept_for_reuse_bounds_its_next_owner_as_a_new_one() -> None:
+    """Lanes (WorkerThreads) and a session's write turns (WriteTurns) are kept for reuse once
+    idle, a few at most: one reused still lets the same number of pieces run at once, and
+    owners past the spares are forgotten."""
+    from mcp_agent.blocking import SPARE_LANES
+    from mcp_agent.runtime.write_turns import ON_THREADS, SPARE_TURNS, WriteTurns
+
+    offload = WorkerThreads(8)
+    turns = WriteTurns(offload=offload)
+    lock = threading.Lock()
+    running = 0
+    most: dict[str, int] = {}
+    # Each batch of pieces meets at a barrier: as many as may run at once pass it together (a
+    # lane or turn short of a place would leave it broken, one with more would show in most).
+    barriers = {"turn": threading.Barrier(ON_THREADS), "lane": threading.Barrier(7)}
+
+    def work(key: str) -> None:
+        nonlocal running
+        with lock:
+            running += 1
+            most[key] = max(most.get(key, 0), running)
+        barriers[key.split()[0]].wait(20)
+        with lock:
+            running -= 1
+
+    async def write(owner: str, session: str, key: str) -> None:
+        WORK_OWNER.set(owner)
+        await turns.write(session, lambda: work(key))
+
+    try:
+        for rounds in range(3):  # the second and third reuse the first's lane and turn
+            async with anyio.create_task_group() as group:
+                for _ in range(2 * ON_THREADS):
+                    group.start_soon(write, "one", "s", f"turn {rounds}")
+            assert most[f"turn {rounds}"] == ON_THREADS
+            async with anyio.create_task_group() as group:
+                for index in range(14):
+                    group.start_soon(write, "one", f"s{index}", f"lane {rounds}")
+            assert most[f"lane {rounds}"] == offload.limit - 1 == 7
+        async with anyio.create_task_group() as group:
+            for index in range(21):  # three batches of the lane's barrier
+                group.start_soon(write, f"owner {index}", f"session {index}", "lane many")
+        assert not offload._lanes and not turns._turns
+        assert 1 <= len(offload._spare_lanes) <= SPARE_LANES
+        assert 1 <= len(turns._spare) <= SPARE_TURNS
+        assert all(turn.places.value == ON_THREADS for turn in turns._spare)
+    finally:
+        offload.close()

@@ -45,6 +45,10 @@ from mcp_agent.sessions.session import TURN_DEADLINE, turn_refused
 T = TypeVar("T")
 
 ON_THREADS = 3
+# Turns kept for reuse once their session's writes are done: making one (its semaphore) cost
+# about as much as the rest of the turn's work for a lone append (15 us, measured), and a
+# server mostly writes one or a few sessions at a time. Bounded: the rest are dropped.
+SPARE_TURNS = 8
 # A write given back its thread (``RowHeld``) tries again after this pause, doubled each time
 # up to the last: a row held a moment (another replica's append) is taken on the next try.
 RETRY_FIRST_S = 0.01
@@ -100,6 +104,7 @@ class WriteTurns:
         # Sessions with writes holding or waiting for a place: bounded by the requests in
         # flight, each gone with its last write.
         self._turns: dict[str, _Turn] = {}
+        self._spare: list[_Turn] = []  # unused turns, every place free (SPARE_TURNS at most)
 
     @asynccontextmanager
     async def turn(self, session_id: str) -> AsyncIterator[None]:
@@ -108,7 +113,7 @@ class WriteTurns:
         written."""
         turn = self._turns.get(session_id)
         if turn is None:
-            turn = self._turns[session_id] = _Turn()
+            turn = self._turns[session_id] = self._spare.pop() if self._spare else _Turn()
         turn.users += 1
         deadline = None if self.wait is None else time.monotonic() + self.wait
         try:
@@ -131,6 +136,10 @@ class WriteTurns:
             turn.users -= 1
             if not turn.users:
                 del self._turns[session_id]
+                # No write holds a place (each gave it back above) or waits for one; a turn
+                # short of a place, however that came about, is not passed on.
+                if len(self._spare) < SPARE_TURNS and turn.places.value == ON_THREADS:
+                    self._spare.append(turn)
 
     async def write(self, session_id: str, work: Callable[[], T]) -> T:
         """``work``, a write to ``session_id`` (or a read of a run's), offloaded in its turn,

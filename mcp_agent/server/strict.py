@@ -262,6 +262,23 @@ class ForModels(FuncMetadata):
         return parsed
 
     def convert_result(self, result: Any) -> CallToolResult | InputRequiredResult:
+        if (
+            isinstance(result, BaseModel)
+            and not isinstance(result, CallToolResult)
+            and type(result) is self.output_model
+            and self.output_schema is not None
+            and not self.wrap_output
+            and type(result).model_config.get("revalidate_instances", "never") == "never"
+        ):
+            # An instance of the output model itself: the SDK's check of it hands back the
+            # same instance (pydantic does not check a model's instance again), and the
+            # indented text it makes first is replaced below. Its dump as the SDK makes it,
+            # without those two passes (a fifth of a session_append's own CPU in process).
+            structured = result.model_dump(mode="json", by_alias=True)
+            text = to_json(structured).decode()
+            return CallToolResult(
+                content=[TextContent(type="text", text=text)], structured_content=structured
+            )
         converted = super().convert_result(result)
         made = isinstance(result, BaseModel) and not isinstance(result, CallToolResult)
         if made and isinstance(converted, CallToolResult) and converted.structured_content:
