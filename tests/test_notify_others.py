@@ -71,6 +71,24 @@ async def test_a_rename_from_the_command_line_reaches_a_listener(
 
 
 @pytest.mark.anyio
+async def test_a_rename_from_the_command_line_changes_the_listed_resources(
+    served: tuple[Served, Path],
+) -> None:
+    """A client that lists resources (and subscribes to none) hears of another process's
+    rename as of this server's own: the name is what resources/list shows."""
+    server, tmp = served
+    async with connect(server) as client:
+        sid = (await call(client, "session_create", name="before"))["id"]
+        async with client.listen(resources_list_changed=True) as events:
+            await anyio.to_thread.run_sync(cli, tmp, "sessions", "rename", sid, "after")
+            with anyio.fail_after(HANG_GUARD_S):
+                event = await events.__anext__()
+        assert isinstance(event, ResourcesListChanged)
+        listed = (await client.list_resources()).resources
+        assert {r.name for r in listed if str(r.uri) == f"session://{sid}"} == {"after"}
+
+
+@pytest.mark.anyio
 async def test_a_deletion_from_the_command_line_reaches_a_listener(
     served: tuple[Served, Path],
 ) -> None:
