@@ -469,6 +469,7 @@ class DeleteResult(Wire):
 
 
 class ContextResult(Page):
+    omit_when_null = frozenset({"settings_cut"})  # as session://{id}/context leaves it out
     session_id: str
     messages: Annotated[list[dict[str, Any]], listed("pi messages, newest last")]
     thinking_level: str
@@ -477,7 +478,7 @@ class ContextResult(Page):
     settings_cut: str | None = Field(
         default=None,
         description="what of the thinking level, model and active tool names is too long to"
-        " show on a page, and where they are whole; null: nothing",
+        " show on a page, and where they are whole; absent: nothing",
     )
 
 
@@ -501,6 +502,7 @@ class StatsResult(Wire):
 
 
 class ExportResult(Wire):
+    omit_when_null = frozenset({"omitted"})
     session_id: str
     jsonl: str = Field(description="these lines of the file, each ending in a newline")
     lines: int = Field(description="lines in the whole file (the header is line 1)")
@@ -510,7 +512,7 @@ class ExportResult(Wire):
     omitted: str | None = Field(
         default=None,
         description="a line too large for a page, alone on its page and not in jsonl: which"
-        " line and where to read it; null: none",
+        " line and where to read it; absent: none",
     )
 
 
