@@ -24,6 +24,8 @@ from mcp_agent.compaction.prompts import SUMMARIZATION_SYSTEM_PROMPT
 from mcp_agent.messages import StopReason, content_text
 from mcp_agent.providers.base import LlmContext
 from mcp_agent.providers.scripted import ScriptedResponse, provider_error, reply
+from mcp_agent.server.schemas import CompactResult
+from mcp_agent.server.strict import schema_nodes
 
 pytestmark = pytest.mark.anyio
 
@@ -117,6 +119,24 @@ async def test_session_compact(client: Client, model: Model) -> None:
 
     text = await call_error(client, "session_compact", session_id=sid)
     assert "already compacted" in text
+
+
+async def test_session_compacts_answer_is_said_in_words_and_is_of_its_model(client: Client) -> None:
+    """Field by field its output schema was 9 subschemas, each checked by every client against
+    the metaschema at its first call; now its description names every field with its type,
+    the ids keep a schema of their own, and the answer is of CompactResult and valid."""
+    import jsonschema
+
+    (tool,) = [t for t in (await client.list_tools()).tools if t.name == "session_compact"]
+    shape = tool.output_schema
+    assert shape is not None and set(shape["properties"]) == {"sessionId", "compactionId"}
+    for name in CompactResult.model_json_schema(by_alias=True)["properties"]:
+        assert f"{name}: " in shape["description"], name
+    assert sum(1 for _ in schema_nodes(shape)) <= 4
+    sid, _ = await long_session(client)
+    result = await call(client, "session_compact", session_id=sid, instructions="CUT")
+    assert CompactResult.model_validate(result).model_dump(mode="json") == result
+    assert jsonschema.Draft202012Validator(shape).is_valid(result) and result["warnings"]
 
 
 async def test_session_compact_says_a_summary_cut_at_the_output_limit(client: Client) -> None:

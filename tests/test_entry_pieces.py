@@ -174,7 +174,8 @@ async def test_bad_reads_in_pieces_are_refused_saying_what_to_give(tmp_path: Pat
         said = await call_error(
             client, "session_get", session_id=session_id, entry_id="nope", offset=0
         )
-        assert "entry 'nope' not found" in said, said
+        assert "not_found: entry 'nope' not found" in said, said
+        assert "(list entries with session_get)" in said, said
         said = await call_error(
             client, "session_get", session_id=session_id, entry_id=entry_id, offset=-1
         )

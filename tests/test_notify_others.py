@@ -6,6 +6,8 @@ file. The server's own writes are notified once, not again when it sees them in 
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,10 +18,12 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from anyio.streams.text import TextReceiveStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp_support import Served, call, server_env
+from slow_support import NODE, PEERS, ROOT, needs_node
 from test_notify_http import Sessions, legacy_subscriber
 
 # A hang guard for each wait, not a speed check: a notification comes within about a second.
@@ -68,6 +72,60 @@ async def test_a_rename_from_the_command_line_reaches_a_listener(
         assert isinstance(event, ResourceUpdated) and event.uri == uri
         read = await call(client, "session_get", session_id=sid, limit=0)
         assert read["session"]["name"] == "after"
+
+
+@pytest.mark.anyio
+async def test_a_rename_from_the_command_line_changes_the_listed_resources(
+    served: tuple[Served, Path],
+) -> None:
+    """A client that lists resources (and subscribes to none) hears of another process's
+    rename as of this server's own: the name is what resources/list shows."""
+    server, tmp = served
+    async with connect(server) as client:
+        sid = (await call(client, "session_create", name="before"))["id"]
+        async with client.listen(resources_list_changed=True) as events:
+            await anyio.to_thread.run_sync(cli, tmp, "sessions", "rename", sid, "after")
+            with anyio.fail_after(HANG_GUARD_S):
+                event = await events.__anext__()
+        assert isinstance(event, ResourcesListChanged)
+        listed = (await client.list_resources()).resources
+        assert {r.name for r in listed if str(r.uri) == f"session://{sid}"} == {"after"}
+
+
+@needs_node
+@pytest.mark.anyio
+async def test_a_typescript_sdk_subscriber_hears_the_command_lines_writes(
+    served: tuple[Served, Path],
+) -> None:
+    """The TypeScript SDK's client subscribed to a session (resources/subscribe) while the
+    command line, a process of its own, renames it in the same file: it hears the session
+    updated and the list changed, and reads the new name back."""
+    server, tmp = served
+    async with connect(server) as client:
+        sid = (await call(client, "session_create", name="before"))["id"]
+    script = PEERS / "ts_subscribe.mjs"
+    shutil.copy(ROOT / "tests" / "peers" / "ts_subscribe.mjs", script)
+    command = [str(NODE), str(script), server.url, sid, "1", "1"]
+    lines: list[str] = []
+    async with await anyio.open_process(command, stdin=subprocess.DEVNULL) as process:
+        assert process.stdout is not None
+        try:
+            with anyio.fail_after(HANG_GUARD_S):
+                async for chunk in TextReceiveStream(process.stdout):
+                    for line in chunk.splitlines():
+                        lines.append(line)
+                        if line == "subscribed":
+                            await anyio.to_thread.run_sync(
+                                cli, tmp, "sessions", "rename", sid, "after"
+                            )
+                await process.wait()
+        finally:
+            if process.returncode is None:  # it waits on, for what it did not hear
+                process.kill()
+    assert process.returncode == 0, lines[-20:]
+    heard = json.loads(lines[-1])
+    assert f"session://{sid}" in heard["updated"] and heard["listChanged"] >= 1, heard
+    assert heard["name"] == "after" and heard["messages"] == 0, heard
 
 
 @pytest.mark.anyio

@@ -53,6 +53,23 @@ def test_another_process_append_and_creation_are_found(
     assert watch.look() is None
 
 
+def test_a_rename_by_another_process_changes_the_list(
+    repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
+) -> None:
+    """A session's name is what resources/list shows: another process's rename is a list
+    change, as this server's own is; its other appends are not, nor is a name of its own."""
+    mine, other = repos
+    made = mine.create()
+    other.open(made.id).set_name("named there")
+    found = watch.look()
+    assert found is not None and found.sessions == [made.id] and found.list_changed
+    other.open(made.id).append_message(user("and then"))
+    found = watch.look()
+    assert found is not None and found.sessions == [made.id] and not found.list_changed
+    mine.open(made.id).set_name("named here")
+    assert watch.look() is None
+
+
 def test_own_writes_are_left_out(
     repos: tuple[SqliteSessionRepo, SqliteSessionRepo], watch: DatabaseWatch
 ) -> None:

@@ -28,10 +28,12 @@ from mcp_agent.server import paging, session_reads
 from mcp_agent.server.schemas import (
     AgentInfo,
     ContextResult,
+    ExportResult,
     ListedSession,
     RunInfo,
     SearchHit,
     SessionInfo,
+    SessionView,
 )
 from mcp_agent.server.strict import lean_output_schema, schema_nodes
 from mcp_agent.sessions import SqliteSessionRepo
@@ -208,19 +210,20 @@ async def test_a_session_nested_in_an_answer_is_said_in_words_and_is_of_its_mode
 ) -> None:
     """Each subschema of an output schema costs a client a check against the metaschema at its
     first call of the tool (about 0.4 ms each with the Python SDK's jsonschema); under load the
-    clients' first calls are the slowest of all. session_get's and session_import's session is
-    one object said in words, naming every field of SessionInfo with its type, and the session
-    answered is exactly of that model."""
+    clients' first calls are the slowest of all. session_import's session is one object said
+    in words, naming every field of SessionInfo with its type (session_get's, in its answer's
+    words), and the session answered is exactly of that model."""
     schemas = {tool.name: tool.output_schema for tool in await tools_of(server)}
-    for tool in ("session_get", "session_import"):
-        shape = schemas[tool]["properties"]["session"]
-        assert shape["type"] == "object" and "properties" not in shape, tool
-        assert "session" in schemas[tool]["required"], tool
+    shape = schemas["session_import"]["properties"]["session"]
+    assert shape["type"] == "object" and "properties" not in shape
+    assert "session" in schemas["session_import"]["required"]
+    # session_get's answer is said in words as a whole, its session with it.
+    assert "session" not in schemas["session_get"]["properties"]
+    for said in (shape["description"], schemas["session_get"]["description"]):
         for name in SessionInfo.model_json_schema(by_alias=True)["properties"]:
-            assert f"{name}: " in shape["description"], (tool, name)
-        said = shape["description"]
-        assert "startedBy: {sessionId: string, runId: string | null} | null (" in said, tool
-        assert sum(1 for _ in schema_nodes(schemas[tool])) <= 12, tool
+            assert f"{name}: " in said, name
+        assert "startedBy: {sessionId: string, runId: string | null} | null (" in said
+    assert sum(1 for _ in schema_nodes(schemas["session_import"])) <= 12
     async with Client(server) as client:
         sid = (await call(client, "session_create", name="said"))["id"]
         got = (await call(client, "session_get", session_id=sid))["session"]
@@ -247,6 +250,8 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
         (("session_create", "session_fork"), SessionInfo, {"id"}),
         (("agent_run", "agent_status", "agent_cancel"), RunInfo, {"runId", "sessionId", "status"}),
         (("session_context",), ContextResult, {"sessionId", "messages", "truncated", "nextCursor"}),
+        (("session_get",), SessionView, {"entries", "nodes", "outline", "truncated", "nextCursor"}),
+        (("session_export",), ExportResult, {"sessionId", "jsonl", "truncated", "nextCursor"}),
     ]
     for tools, model, kept in whole:
         for tool in tools:
@@ -261,10 +266,17 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
     assert "startedBy: {sessionId: string, runId: string | null} | null (" in said
     said = schemas["session_context"]["description"]
     assert "model: {string: string} | null, activeToolNames: [string] | null," in said
-    assert (
-        "status: string (running, completed, error or aborted)"
-        in schemas["agent_status"]["description"]
-    )
+    # A kept field is said in the words by its type, its description in its own schema once.
+    assert "status: string, answer: string | null (" in schemas["agent_status"]["description"]
+    status_shape = schemas["agent_status"]["properties"]["status"]
+    assert status_shape["description"] == "running, completed, error or aborted"
+    said = schemas["session_get"]["description"]
+    assert 'view: "branch" | "tree" | "entries" | "outline", leafId: string | null,' in said
+    assert "piece: object | null (with offset only: a piece of entry_id's JSON text" in said
+    for tool, shape in schemas.items():
+        for name, kept in (shape or {}).get("properties", {}).items():
+            if shape.get("description") and kept.get("description"):
+                assert kept["description"] not in shape["description"], (tool, name)
     listed: list[tuple[str, str, type[BaseModel]]] = [
         ("agent_runs", "runs", RunInfo),
         ("agent_list", "agents", AgentInfo),
@@ -286,6 +298,18 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
         cancelled = await call(client, "agent_cancel", run_id=ran["runId"])
         runs = (await call(client, "agent_runs"))["runs"]
         agents = (await call(client, "agent_list"))["agents"]
+        pages = [
+            await call(client, "session_get", session_id=made["id"], view=view)
+            for view in ("branch", "tree", "entries", "outline")
+        ]
+        first = pages[0]["entries"][0]["id"]
+        pages.append(
+            await call(client, "session_get", session_id=made["id"], entry_id=first, offset=0)
+        )
+        exported = [
+            await call(client, "session_export", session_id=made["id"], limit=1),
+            await call(client, "session_export", session_id=made["id"]),
+        ]
     answers: list[tuple[str, dict[str, Any], type[BaseModel]]] = [
         ("session_create", made, SessionInfo),
         ("session_fork", forked, SessionInfo),
@@ -296,10 +320,15 @@ async def test_a_session_or_run_answered_whole_is_said_in_words_and_is_of_its_mo
         ("agent_cancel", cancelled, RunInfo),
     ]
     answers += [("agent_runs", run, RunInfo) for run in runs]
+    answers += [("session_get", page, SessionView) for page in pages]
+    answers += [("session_export", page, ExportResult) for page in exported]
+    assert pages[-1]["piece"]["text"] and exported[0]["truncated"] and not exported[1]["truncated"]
     answers += [("agent_list", agent, AgentInfo) for agent in agents]
     assert runs and agents and status["status"] == "completed"
     for tool, answer, model in answers:
-        assert model.model_validate(answer).model_dump(mode="json") == answer, tool
+        omitted: frozenset[str] = getattr(model, "omit_when_null", frozenset())
+        left_out = set(omitted - set(answer))  # absent: null
+        assert model.model_validate(answer).model_dump(mode="json", exclude=left_out) == answer
         if tool in ("agent_runs", "agent_list"):
             continue
         assert jsonschema.Draft202012Validator(schemas[tool]).is_valid(answer), tool

@@ -1135,6 +1135,9 @@ def run_ts_client(*args: str) -> dict[str, Any]:
     assert seen["piecesWhole"] and 10 < seen["pieceCalls"] < 200, seen["pieceCalls"]
     # Only nextCursor (null: no more) is null in a page; the other views' lists are left out.
     assert seen["views"] == {view: ["nextCursor"] for view in seen["views"]}, seen["views"]
+    # Every line of the file, one page each, to the last (the header, the name, the first message;
+    # the large one alone on its page, omitted from its jsonl).
+    assert seen["exportLines"] == 3, seen["exportLines"]
     assert seen["promptRoles"] == ["user", "user"]
     return seen
 

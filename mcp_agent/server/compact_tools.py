@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 
 from mcp_agent.server.lifespan import app_state
-from mcp_agent.server.schemas import CompactResult
+from mcp_agent.server.schemas import CompactionAnswer
 from mcp_agent.server.session_tools import WRITES, SessionId
 from mcp_agent.server.summaries import summary_model
 from mcp_agent.server.tool_errors import tool_errors
@@ -26,7 +26,7 @@ def register(server: MCPServer) -> None:
             str | None,
             Field(description="what the summary should focus on, in addition; null: nothing more"),
         ] = None,
-    ) -> CompactResult:
+    ) -> CompactionAnswer:
         """Compact a session: the model summarises the older part of the current branch (goal,
         progress, decisions, next steps, files touched) and the context continues from that
         summary plus the recent entries. Nothing is deleted; the old entries stay in the tree.
@@ -60,7 +60,7 @@ def register(server: MCPServer) -> None:
                     offload=state.runs.session_offload(session_id),
                     manual=True,
                 )
-        return CompactResult(
+        return CompactionAnswer(
             session_id=session_id,
             compaction_id=result.entry_id,
             tokens_before=result.tokens_before,

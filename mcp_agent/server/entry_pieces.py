@@ -53,7 +53,11 @@ def entry_json(session: Session, entry_id: str) -> str:
             entry = session.get_entry(entry_id)
             if entry is not None:  # as its resource gives it (``session_reads.entry_text``)
                 return json.dumps(entry.to_json_dict(), ensure_ascii=False, separators=(",", ":"))
-        raise ToolError(f"entry {entry_id!r} not found in session {session.id}")
+        # As an entry not found by the other reads of session_get is said: with what to do.
+        raise ToolError(
+            f"not_found: entry {entry_id!r} not found in session {session.id} (list entries"
+            " with session_get)"
+        )
 
     return kept_texts.get_or_work(session.storage, entry_id, read)
 

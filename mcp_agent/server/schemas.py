@@ -227,9 +227,10 @@ def said_in_words(model: type[BaseModel], what: str, nullable: bool = False) -> 
     return WithJsonSchema({"type": kind, "description": f"{what}: {in_words(model)}"})
 
 
-def in_words(model: type[BaseModel]) -> str:
+def in_words(model: type[BaseModel], brief: tuple[str, ...] = ()) -> str:
     """``model``'s JSON form as a ``listed`` description says its items: ``{key: type (what
-    it is), …}``, objects and arrays inside alike, ``|`` between the types a value may take."""
+    it is), …}``, objects and arrays inside alike, ``|`` between the types a value may take.
+    Its own fields named in ``brief`` are said by their type alone."""
     schema = model.model_json_schema(by_alias=True)
     definitions: dict[str, Any] = schema.get("$defs", {})
 
@@ -239,11 +240,15 @@ def in_words(model: type[BaseModel]) -> str:
             return said(definitions[ref.removeprefix("#/$defs/")])
         if "anyOf" in node:
             return " | ".join(said(variant) for variant in node["anyOf"])
+        if isinstance(node.get("enum"), list):  # the values themselves: "branch" | "tree" | …
+            return " | ".join(to_json(value).decode() for value in node["enum"])
         kinds = node.get("type")
         shown = []
         for kind in kinds if isinstance(kinds, list) else [kinds]:
             if kind == "object" and isinstance(node.get("properties"), dict):
-                fields = ", ".join(field(key, value) for key, value in node["properties"].items())
+                fields = ", ".join(
+                    field(key, value, node is schema) for key, value in node["properties"].items()
+                )
                 shown.append(f"{{{fields}}}")
             elif kind == "object" and isinstance(node.get("additionalProperties"), dict):
                 shown.append(f"{{string: {said(node['additionalProperties'])}}}")
@@ -253,8 +258,8 @@ def in_words(model: type[BaseModel]) -> str:
                 shown.append(str(kind))
         return " | ".join(shown)
 
-    def field(key: str, node: dict[str, Any]) -> str:
-        description = node.get("description")
+    def field(key: str, node: dict[str, Any], top: bool = False) -> str:
+        description = None if top and key in brief else node.get("description")
         return f"{key}: {said(node)}" + (f" ({description})" if description else "")
 
     return said(schema)
@@ -269,8 +274,10 @@ def fields_in_words(
     passes on, a status it branches on) given a schema of their own. The others stay allowed,
     as every field not listed is, and the answer is unchanged. Every subschema costs each
     client a check against the metaschema at its first call of the tool (``said_in_words``):
-    session_create's session field by field was 17 subschemas, the agent tools' run 21."""
-    words = f"{what}: {in_words(model)}"
+    session_create's session field by field was 17 subschemas, the agent tools' run 21. A
+    kept field's description is in its own schema, and the words give its type alone (a model
+    reads the schema whole: said twice, a list's description was a kilobyte more)."""
+    words = f"{what}: {in_words(model, brief=kept)}"
 
     def rewrite(schema: dict[str, Any]) -> None:
         schema["description"] = words
@@ -425,6 +432,20 @@ class SessionView(Page):
     ] = None
 
 
+class SessionViewAnswer(SessionView):
+    """session_get's answer, its fields in words (``fields_in_words``): field by field its
+    schema was 11 subschemas, each checked by every client against the metaschema at its
+    first call of session_get. The lists of each view and the paging fields keep their own."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(
+            SessionView,
+            "a session and a page of one of its views",
+            ("entries", "nodes", "outline", "truncated", "nextCursor"),
+        )
+    )
+
+
 class AppendResult(Wire):
     session_id: str
     entry_id: str
@@ -448,6 +469,7 @@ class DeleteResult(Wire):
 
 
 class ContextResult(Page):
+    omit_when_null = frozenset({"settings_cut"})  # as session://{id}/context leaves it out
     session_id: str
     messages: Annotated[list[dict[str, Any]], listed("pi messages, newest last")]
     thinking_level: str
@@ -456,7 +478,7 @@ class ContextResult(Page):
     settings_cut: str | None = Field(
         default=None,
         description="what of the thinking level, model and active tool names is too long to"
-        " show on a page, and where they are whole; null: nothing",
+        " show on a page, and where they are whole; absent: nothing",
     )
 
 
@@ -480,6 +502,7 @@ class StatsResult(Wire):
 
 
 class ExportResult(Wire):
+    omit_when_null = frozenset({"omitted"})
     session_id: str
     jsonl: str = Field(description="these lines of the file, each ending in a newline")
     lines: int = Field(description="lines in the whole file (the header is line 1)")
@@ -489,7 +512,20 @@ class ExportResult(Wire):
     omitted: str | None = Field(
         default=None,
         description="a line too large for a page, alone on its page and not in jsonl: which"
-        " line and where to read it; null: none",
+        " line and where to read it; absent: none",
+    )
+
+
+class ExportAnswer(ExportResult):
+    """session_export's answer, its fields in words (field by field, 9 subschemas checked
+    by every client at its first call); the lines and the paging fields keep their own."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(
+            ExportResult,
+            "a page of the session's pi v3 JSONL file",
+            ("sessionId", "jsonl", "truncated", "nextCursor"),
+        )
     )
 
 
@@ -510,6 +546,17 @@ class CompactResult(Wire):
         default_factory=list,
         description="what went wrong without stopping it: a summary cut at the model's output"
         " limit, which may lack its end",
+    )
+
+
+class CompactionAnswer(CompactResult):
+    """session_compact's answer, its fields in words (field by field, 9 subschemas checked
+    by every client at its first call); the ids keep their own."""
+
+    model_config = ConfigDict(
+        json_schema_extra=fields_in_words(
+            CompactResult, "the compaction", ("sessionId", "compactionId")
+        )
     )
 
 

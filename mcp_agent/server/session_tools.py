@@ -42,6 +42,7 @@ from mcp_agent.server.schemas import (
     ContextAnswer,
     ContextResult,
     DeleteResult,
+    ExportAnswer,
     ExportResult,
     ImportResult,
     MoveResult,
@@ -50,6 +51,7 @@ from mcp_agent.server.schemas import (
     SessionListResult,
     SessionSearchResult,
     SessionView,
+    SessionViewAnswer,
     StartedBy,
     StatsResult,
     answer_result,
@@ -356,7 +358,7 @@ def register(server: MCPServer) -> None:
                 f" (null: as many as fit in about {PIECE_BYTES // 1024} KB)",
             ),
         ] = None,
-    ) -> Annotated[CallToolResult, SessionView]:
+    ) -> Annotated[CallToolResult, SessionViewAnswer]:
         """Read a session. Returns its summary and a page of the chosen view, newest last,
         with the total, whether there is more (truncated) and a cursor for the page before
         (with from_entry_id: for the page after)."""
@@ -653,7 +655,7 @@ def register(server: MCPServer) -> None:
             str | None,
             Field(description="nextCursor of the previous page; null: from the first line"),
         ] = None,
-    ) -> Annotated[CallToolResult, ExportResult]:
+    ) -> Annotated[CallToolResult, ExportAnswer]:
         """The session as a pi v3 JSONL file (a header line, then one entry per line), in
         pages from the top. Returns these lines, the file's line count and a cursor for the
         rest; the resource session://{id}/export.jsonl has the whole file at once."""

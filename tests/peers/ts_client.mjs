@@ -56,6 +56,18 @@ for (const view of ["branch", "tree", "outline", "entries"]) {
   const answer = await client.callTool({ name: "session_get", arguments: { session_id: id, view } });
   views[view] = Object.keys(answer.structuredContent).filter((key) => answer.structuredContent[key] === null);
 }
+// The file in pages of one line, to the end by the cursors (the SDK checks each page against
+// session_export's output schema).
+let exportLines = 0;
+let exportCursor = null;
+do {
+  const page = await client.callTool({
+    name: "session_export",
+    arguments: { session_id: id, limit: 1, cursor: exportCursor },
+  });
+  exportLines += page.structuredContent.jsonl ? page.structuredContent.jsonl.split("\n").length - 1 : 0;
+  exportCursor = page.structuredContent.nextCursor ?? null;
+} while (exportCursor !== null);
 const bad = await client.callTool({ name: "session_get", arguments: { session_id: "missing" } });
 const resources = (await client.listResources()).resources.map((r) => r.uri);
 const read = await client.readResource({ uri: `session://${id}/context` });
@@ -73,6 +85,7 @@ console.log(JSON.stringify({
   piecesWhole: pieces === bigEntry.contents[0].text,
   pieceCalls,
   views,
+  exportLines,
   promptRoles: prompt.messages.map((m) => m.role),
 }));
 await client.close();

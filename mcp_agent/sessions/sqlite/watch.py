@@ -6,8 +6,11 @@ Each look costs one ``PRAGMA data_version`` on a connection of its own (it chang
 another connection committed) and, only then, a few queries in one read transaction: the
 sessions whose ``modified`` stamp (indexed) passed the newest seen before, a page of them at
 most; the sessions' count, and those created since (rowids above the highest seen before), to
-tell creations and deletions. The rows this process wrote itself (``OwnWrites``) are left out:
-they were notified when written. Call it from a worker thread, one look at a time.
+tell creations and deletions; and, when another process changed sessions, whether it named
+one among them (a ``session_info`` entry above the highest entry rowid seen before: a name is
+what ``resources/list`` shows, as a rename here says). The rows this process wrote itself
+(``OwnWrites``) are left out: they were notified when written. Call it from a worker thread,
+one look at a time.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class DatabaseWatch:
         self._version: int | None = None
         self._mark = ""  # the newest modified stamp seen
         self._top = 0  # the highest session rowid seen
+        self._entries_top = 0  # the highest entry rowid seen
         self._count = 0  # sessions there were
         self._gone: set[str] = set()  # watched sessions already said to be gone
         self._due = False  # another connection committed since the last look
@@ -67,6 +71,7 @@ class DatabaseWatch:
         try:
             with self.own.gate:  # what this process committed is known as far as read
                 self._count, self._top, self._mark = self._figures(conn)
+                self._entries_top = self._entries_max(conn)
                 self.own.take_news()
         finally:
             conn.execute("COMMIT")
@@ -100,6 +105,7 @@ class DatabaseWatch:
         self.own.gate.acquire()
         try:
             count, top, newest = self._figures(conn)
+            entries_top = self._entries_max(conn)
             own_created, own_deletions = self.own.take_news()
             read = self.page * _PAGES_READ
             rows = conn.execute(
@@ -116,6 +122,7 @@ class DatabaseWatch:
                 changes.sessions = self._changed_among(conn, watched)
             else:
                 changes.sessions = theirs
+                changes.list_changed = self._named_among(conn, theirs, entries_top)
             # A session of ours another process wrote to since is not new to the list: the
             # counts tell, not the rows.
             new_here, there = self._own_among(conn, own_created)
@@ -137,6 +144,7 @@ class DatabaseWatch:
             self.own.gate.release()
             conn.execute("COMMIT")
         self._count, self._top, self._mark = count, top, max(newest, self._mark)
+        self._entries_top = entries_top
         self._due = False  # only now: a look that failed is made again
         if not changes.sessions and not changes.list_changed:
             return None
@@ -155,6 +163,25 @@ class DatabaseWatch:
         top = conn.execute("SELECT max(rowid) FROM sessions").fetchone()[0] or 0
         newest = conn.execute("SELECT max(modified) FROM sessions").fetchone()[0] or ""
         return count, top, newest
+
+    @staticmethod
+    def _entries_max(conn: sqlite3.Connection) -> int:
+        return conn.execute("SELECT max(n) FROM entries").fetchone()[0] or 0
+
+    def _named_among(self, conn: sqlite3.Connection, sessions: list[str], top: int) -> bool:
+        """Whether one of ``sessions`` got a name since the last look (a ``session_info``
+        entry among the entries appended since: a range of rowids, at most a page's
+        sessions). One of this process's own renames among them is told again: harmless."""
+        for start in range(0, len(sessions), _CHUNK):
+            chunk = sessions[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            if conn.execute(
+                f"SELECT 1 FROM entries WHERE n > ? AND n <= ? AND type = 'session_info'"
+                f" AND session_id IN ({marks}) LIMIT 1",
+                (self._entries_top, top, *chunk),
+            ).fetchone():
+                return True
+        return False
 
     def _changed_among(self, conn: sqlite3.Connection, watched: list[str]) -> list[str]:
         """The watched sessions another process changed since the last look."""
