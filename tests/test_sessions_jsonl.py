@@ -850,3 +850,32 @@ def test_the_hits_a_listing_keeps_are_bounded_by_their_text(
     found = listed_hits(repo, [*made, big.id], "apple")
     for session_id in [*made, big.id]:
         assert found[session_id] == repo.search_session(session_id, "apple", 3)
+
+
+def test_reading_a_file_logs_what_the_reading_skipped_not_the_parses_notes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lines' reader and the parse share one list of notes (a file holding only a torn
+    line is said by it); the reader logs only its own, the torn last line not at all (it is
+    said where the file is loaded): an orphan's note was logged on every read in its place."""
+    sid = "0199aaaa-0000-7000-8000-0000000000b2"
+    path = tmp_path / f"2026-01-15T08-30-00-000Z_{sid}.jsonl"
+    header = {"type": "session", "version": 3, "id": sid, "cwd": "/p"}
+    header["timestamp"] = "2026-01-15T08:30:00.000Z"
+
+    def entry(entry_id: str, parent: str | None) -> str:
+        message = {"role": "user", "content": "hi", "timestamp": 1}
+        return json.dumps(
+            {"type": "message", "id": entry_id, "parentId": parent, "message": message}
+            | {"timestamp": "2026-01-15T08:30:01.000Z"}
+        )
+
+    lines = [json.dumps(header), entry("a0000001", None), entry("o0000002", "gone0000")]
+    caplog.set_level("INFO", logger=jsonl.__name__)
+    for torn in (entry("t0000003", "a0000001")[:40], ""):
+        caplog.clear()
+        path.write_text("\n".join(lines) + "\n" + torn)
+        parsed, was_torn = jsonl.read_session_file(path)
+        assert was_torn == bool(torn) and len(parsed.entries) == 2
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warned == [], warned

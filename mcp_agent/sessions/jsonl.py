@@ -208,9 +208,19 @@ def _parse(handle: IO[bytes], path: Path) -> tuple[ParsedSession, bool]:
     name = str(path)
     notes: list[str] = []
     rows = json_rows(file_lines(handle, name, "corrupt"), name, "corrupt", notes, torn)
-    parsed = parse_rows(pi_repeats_skipped(rows), name, "corrupt", notes=notes)
+    read = 0
+
+    def lines() -> Iterator[tuple[int, dict[str, Any]]]:
+        nonlocal read
+        yield from pi_repeats_skipped(rows)
+        # The reading's own notes: the parse adds its notes (orphans, a missing leaf) to the
+        # same list only after the last row, and those are the parse's to say, not logged here.
+        read = len(notes)
+
+    parsed = parse_rows(lines(), name, "corrupt", notes=notes)
+    said = notes[:read]
     # What was skipped or replaced (a torn last line, said last, is said where it is loaded).
-    for note in notes[:-1] if torn else notes:
+    for note in said[:-1] if torn else said:
         log.warning("%s", note)
     return parsed, bool(torn)
 
