@@ -261,6 +261,39 @@ def test_a_tree_views_first_newest_page_is_made_from_the_newest_entries_alone(
         repo.close()
 
 
+def test_a_tree_views_first_page_read_while_an_entry_is_appended_pages_every_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another client's append between the session's count and its newest rows: the first
+    page is not made of rows the count does not cover (its places were off by one, and the
+    pages after it never showed one entry)."""
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        session = repo.create()
+        for number in range(12):
+            session.append_message(UserMessage(content=f"m{number}"))
+        newest_rows = SqliteSessionStorage._newest_rows
+        appended: list[str] = []
+
+        def racing(self: SqliteSessionStorage, count: int) -> Any:
+            if not appended:
+                other = repo.open(session.id)
+                appended.append(other.append_message(UserMessage(content="meanwhile")))
+            return newest_rows(self, count)
+
+        monkeypatch.setattr(SqliteSessionStorage, "_newest_rows", racing)
+        session_reads.first_trees.clear()
+        reader = repo.open_read(session.id)
+        pages = every_page(lambda cursor, most: tree_page(reader, cursor, most), 5)
+        assert appended
+        seen = [node["id"] for items, _, _ in pages for node in items]
+        every = [entry.id for entry in repo.open_read(session.id).get_entries()]
+        assert sorted(seen) == sorted(every) and len(every) == 13
+        assert {total for _, total, _ in pages} == {13}
+    finally:
+        repo.close()
+
+
 def test_tree_pages_are_arranged_once_and_again_after_each_change(
     sessions: tuple[Session, Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -623,15 +623,17 @@ class SqlSessionStorage:
         ``outline``, in the order appended), when no entry of it is a leaf move: each entry
         is then a tree node, and a row's parent is its tree parent (None for a parent not in
         the session). None when one is a leaf move."""
-        rows = self._read(
-            "SELECT next_seq, entry_count FROM sessions WHERE id = :s", {"s": self.session_id}
-        )
+        counts = "SELECT next_seq, entry_count FROM sessions WHERE id = :s"
+        rows = self._read(counts, {"s": self.session_id})
         if not rows:
             raise SessionError("not_found", f"session {self.session_id} was deleted")
         if rows[0][0] != rows[0][1]:
             return None
         found = self._newest_rows(count)
-        if any(row[2] == "leaf" for row in found):  # one appended since
+        # The rows are the count's only if nothing was appended between the two reads (the
+        # count only grows): else the page's places would be off by the entries appended, and
+        # the next pages would skip as many.
+        if self._read(counts, {"s": self.session_id}) != rows:
             return None
         found.reverse()
         return int(rows[0][0]), found
