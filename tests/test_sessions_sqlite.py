@@ -1623,3 +1623,41 @@ def test_a_listing_walking_the_newest_sessions_first_answers_as_the_text_index_a
         8,
     ]
     repo.close()
+
+
+def test_a_listing_whose_walk_filled_no_page_misses_no_session_appended_to_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append to an older session between the walk of the newest sessions and the read of
+    the rest moves it from the rest into the walked part: it is still listed (it was in no
+    page, and the listing said it was whole)."""
+    from mcp_agent.sessions.sql import repo as sql_repo
+
+    repo = SqliteSessionRepo(tmp_path / "s.db")
+    try:
+        ids = []
+        for index in range(6):
+            session = repo.create(name=f"session {index}")
+            session.append_message(user(f"apple {index}"))
+            ids.append(session.id)
+        monkeypatch.setattr(sql_repo, "WALK_SESSIONS", 2)
+        walk = SqliteSessionRepo._walk_newest
+        walked: list[int] = []
+
+        def racing(self: SqliteSessionRepo, *args: Any) -> Any:
+            found = walk(self, *args)
+            if not walked:  # another client appends to the oldest session now
+                walked.append(1)
+                repo.open(ids[0]).append_message(user("apple again"))
+            return found
+
+        monkeypatch.setattr(SqliteSessionRepo, "_walk_newest", racing)
+        listed, cursor = [], None
+        while True:
+            page = repo.list(query="apple", limit=5, cursor=cursor)
+            listed += [item.id for item in page.items]
+            if (cursor := page.next_cursor) is None:
+                break
+        assert walked and sorted(listed) == sorted(ids) and listed[0] == ids[0]
+    finally:
+        repo.close()
