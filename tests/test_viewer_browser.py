@@ -368,6 +368,48 @@ def test_back_forward_and_reload_keep_the_entry_the_reader_had_open(
     context.close()
 
 
+def test_the_entry_a_link_names_opens_once_a_refused_first_read_is_read_again(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """A link's first read refused (a busy server) was said in place of the session, and the
+    entry the link named was forgotten: the next read (at the next change) showed the session
+    with no entry open, the address still naming one."""
+    server, session_id, ids = served
+    context = browser.new_context()
+    page = context.new_page()
+    refused: list[str] = []
+
+    def refuse_first_read(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        arguments = body.get("params", {}).get("arguments", {})
+        if arguments.get("view") == "outline" and not refused:
+            refused.append(arguments["session_id"])
+            busy = f"session {session_id} is busy: a write holds it; try again"
+            result = {"isError": True, "content": [{"type": "text", "text": busy}]}
+            route.fulfill(json={"jsonrpc": "2.0", "id": body["id"], "result": result})
+        else:
+            route.continue_()
+
+    page.route("**/mcp", refuse_first_read)
+    page.goto(f"{base(server)}/#token={TOKEN}&session={session_id}&entry={ids['call']}")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Could not read this session")
+    assert refused == [session_id]
+    mcp_tool(
+        server.url,
+        TOKEN,
+        "session_append",
+        session_id=session_id,
+        entry={"type": "message", "role": "user", "content": "Bring a blanket too"},
+    )
+    expect(page.get_by_role("heading", level=1)).to_have_text("Picnic plans")
+    expect(page.locator("#detail-body")).to_contain_text("weather")
+    expect(page.locator(f"#tree .row[data-id='{ids['call']}']")).to_have_attribute(
+        "aria-selected", "true"
+    )
+    expect(page).to_have_url(f"{base(server)}/#session={session_id}&entry={ids['call']}")
+    context.close()
+
+
 def test_the_page_shows_the_session_and_acts_on_it(
     browser: Browser, served: tuple[Served, str, dict[str, str]]
 ) -> None:
