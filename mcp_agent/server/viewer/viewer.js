@@ -1065,7 +1065,11 @@ async function readAgain() {
     // Refused before anything of it was shown (the server busy, the host refusing the
     // call): said where it would be, not in a passing toast over what was there before.
     else if (!state.view && state.sessionId === sessionId) {
+      // the entry the address names stays wanted: opened by the next read (at a change), not
+      // forgotten while the address still named it
+      const wanted = state.selected;
       notShown(sessionId, "Could not read this session", error.message || String(error));
+      state.selected = wanted;
     } else failed(error);
     return;
   }
