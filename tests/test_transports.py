@@ -990,7 +990,10 @@ def inspector_cli(command: list[str], *method: str) -> Any:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        # A guard against a hang only: each call starts node and a server of its own, which
+        # took over 60 s at a load of 15 on this 2-core machine (the suite's conformance run
+        # has 120 s too).
+        timeout=120,
         env=node_env(),
         check=False,
     )
