@@ -153,6 +153,23 @@ class EnvStdioServer(StdioServer):
         return result
 
 
+def delegating_to_a_held_subagent(api: Any, tmp_path: Path) -> tuple[dict[str, str], Gate]:
+    """A server's environment whose model (``api``) delegates to a sub-agent, whose answer
+    holds at the gate: the run's tool call stays under way until it opens."""
+    env = server_env(
+        tmp_path,
+        OPENAI_BASE_URL=f"{api.base}/v1",
+        OPENAI_API_KEY="test-key",
+        MCP_AGENT_MODEL="openai:gpt-4o-mini",
+    )
+    held = Gate()
+    api.add(
+        oa_tool_call_reply("subagent", {"agent": "default", "task": "look around"}),
+        Reply(body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "Look"}), held]),
+    )
+    return env, held
+
+
 @pytest.mark.anyio
 async def test_a_run_whose_server_was_killed_with_a_tool_call_in_flight_says_it_was_interrupted(
     tmp_path: Path,
@@ -164,17 +181,7 @@ async def test_a_run_whose_server_was_killed_with_a_tool_call_in_flight_says_it_
     manifests = write_manifests(tmp_path / "manifests", {"default": AGENT})
     db = tmp_path / "s.db"
     async with script_server() as api:
-        env = server_env(
-            tmp_path,
-            OPENAI_BASE_URL=f"{api.base}/v1",
-            OPENAI_API_KEY="test-key",
-            MCP_AGENT_MODEL="openai:gpt-4o-mini",
-        )
-        held = Gate()
-        api.add(
-            oa_tool_call_reply("subagent", {"agent": "default", "task": "look around"}),
-            Reply(body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "Look"}), held]),
-        )
+        env, held = delegating_to_a_held_subagent(api, tmp_path)
         args = ("--db", str(db), "--manifests", str(manifests))
         first = EnvStdioServer(env, *args)
         try:
@@ -226,17 +233,7 @@ async def test_a_server_killed_mid_stream_of_a_waited_run_leaves_its_session_who
     server in its way."""
     manifests = write_manifests(tmp_path / "manifests", {"default": AGENT})
     async with script_server() as api:
-        env = server_env(
-            tmp_path,
-            OPENAI_BASE_URL=f"{api.base}/v1",
-            OPENAI_API_KEY="test-key",
-            MCP_AGENT_MODEL="openai:gpt-4o-mini",
-        )
-        held = Gate()
-        api.add(
-            oa_tool_call_reply("subagent", {"agent": "default", "task": "look around"}),
-            Reply(body=[oa_chunk({"role": "assistant"}), oa_chunk({"content": "Look"}), held]),
-        )
+        env, held = delegating_to_a_held_subagent(api, tmp_path)
         extra = ("--no-auth", "--manifests", str(manifests))
         first = Served(tmp_path, *extra, env=env)
         said: list[str] = []
