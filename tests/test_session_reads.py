@@ -200,6 +200,20 @@ def branching_pi_file(path: Path) -> Path:
     return path
 
 
+def counted_outlines(storage: SqlSessionStorage, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at each arrangement of a whole tree (``outline``) by storage
+    of ``storage``'s kind."""
+    reads: list[int] = []
+    outline_of = type(storage).outline
+
+    def counted(self: Any) -> Any:
+        reads.append(1)
+        return outline_of(self)
+
+    monkeypatch.setattr(type(storage), "outline", counted)
+    return reads
+
+
 @pytest.mark.parametrize("span", [2, 4096])
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_tree_views_first_newest_page_is_made_from_the_newest_entries_alone(
@@ -228,14 +242,7 @@ def test_a_tree_views_first_newest_page_is_made_from_the_newest_entries_alone(
         repo.create().append_message(UserMessage(content="another session's, after"))
         theirs = Session(InMemorySessionStorage(ours.header, ours.get_entries()))
         storage = narrow(ours.storage, SqlSessionStorage)
-        reads: list[int] = []
-        outline_of = type(storage).outline
-
-        def counted(self: Any) -> Any:
-            reads.append(1)
-            return outline_of(self)
-
-        monkeypatch.setattr(type(storage), "outline", counted)
+        reads = counted_outlines(storage, monkeypatch)
         for limit in (1, 2, 7, 50):
             session_reads.kept_trees.forget(storage)
             session_reads.first_trees.clear()
@@ -299,14 +306,7 @@ def test_tree_pages_are_arranged_once_and_again_after_each_change(
 ) -> None:
     ours, _ = sessions
     storage = narrow(ours.storage, SqlSessionStorage)
-    reads: list[int] = []
-    outline_of = type(storage).outline
-
-    def counted(self: Any) -> Any:
-        reads.append(1)
-        return outline_of(self)
-
-    monkeypatch.setattr(type(storage), "outline", counted)
+    reads = counted_outlines(storage, monkeypatch)
 
     def same_pages() -> None:
         # The stored session's pages against the tree of its entries as they are now.
