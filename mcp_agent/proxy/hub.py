@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import mcp.types as types
 from anyio.abc import TaskGroup
-from mcp import Client
 from mcp.server import MCPServer
 
 from mcp_agent.abort import AbortSignal
 from mcp_agent.manifests import AgentManifest, ServerConfig
+from mcp_agent.proxy.builtin_client import builtin_client
 from mcp_agent.proxy.convert import input_schema, model_tool_name, qualified_name
 from mcp_agent.proxy.downstream import DownstreamError, McpServerConnection, connect_to
 from mcp_agent.tools import AgentTool, AgentToolResult, ToolUpdateCallback
@@ -53,7 +53,7 @@ class ToolHub:
             for name, config in servers.items()
         }
         self._builtin = (
-            McpServerConnection(BUILTIN, lambda handler: Client(builtin(), message_handler=handler))
+            McpServerConnection(BUILTIN, lambda handler: builtin_client(builtin(), handler))
             if builtin
             else None
         )
