@@ -48,6 +48,19 @@ class UnreadTime(int):
     __slots__ = ()
 
 
+class UnreadStamp(str):
+    """An entry's time its file left out (pi reads such an entry as it is, its time ``new
+    Date(undefined)``, NaN): the empty text in its place, a time that does not read, written
+    nowhere, so the entry goes on without one (in a store, an export) as it was read."""
+
+    __slots__ = ()
+
+
+UNREAD_STAMP = UnreadStamp()
+# The types of a time that is written nowhere (``WireModel``'s serializer leaves it out).
+_UNREAD_TIMES = (UnreadTime, UnreadStamp)
+
+
 # The validation context of a message read from a file or a store (``FROM_FILE``): a missing
 # time is then an ``UnreadTime``, where a message made here gets the time it is made.
 FROM_FILE = {"file": True}
@@ -94,7 +107,7 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:
         data = handler(self)
-        if type(self.__dict__.get("timestamp")) is UnreadTime and isinstance(data, dict):
+        if type(self.__dict__.get("timestamp")) in _UNREAD_TIMES and isinstance(data, dict):
             del data["timestamp"]
         optional = _optional_fields(type(self))
         if optional and isinstance(data, dict):

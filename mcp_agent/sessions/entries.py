@@ -32,7 +32,7 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.wire import FROM_FILE, WireModel, describe_validation_error
+from mcp_agent.wire import FROM_FILE, UNREAD_STAMP, WireModel, describe_validation_error
 
 CURRENT_SESSION_VERSION = 3
 
@@ -289,7 +289,9 @@ class SessionEntry(WireModel):
     type: str
     id: str
     parent_id: str | None = None
-    timestamp: str
+    # pi reads an entry its file gives no time: so do we, and write it back without one (an
+    # entry made here always gets its time).
+    timestamp: str = UNREAD_STAMP
 
     def model_post_init(self, context: Any, /) -> None:
         # parentId is written even when null: pi's readers expect the key on every entry.

@@ -1,0 +1,95 @@
+"""pi parity of entry times: entries without one, times that do not read, times without an
+offset; pi's own reading (tests/data/pi/oracle.mjs) against ours in every store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_sessions_pi import depth_first_tree, needs_pi, run_pi
+
+from mcp_agent.sessions import (
+    InMemorySessionRepo,
+    JsonlSessionRepo,
+    Session,
+    SessionRepo,
+    SqliteSessionRepo,
+)
+
+SESSION_ID = "0199aaaa-0000-7000-8000-0000000000a1"
+
+
+def odd_times_file(folder: Path, stamp: Any, drop: bool = False) -> Path:
+    """A session file whose entries after the first have ``stamp`` for their time (none with
+    ``drop``): a compaction, a branch summary, a custom message, a label and a message."""
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p"}
+    header["timestamp"] = "2026-01-15T08:30:00.000Z"
+    first = {"role": "user", "content": "hi", "timestamp": 1}
+    rows: list[dict[str, Any]] = [
+        header,
+        {"type": "message", "id": "u0000001", "parentId": None, "message": first},
+        {"type": "message", "id": "u0000003", "parentId": "u0000001"},  # a sibling, by time
+        {"type": "compaction", "id": "c0000001", "parentId": "u0000001", "summary": "S"},
+        {"type": "branch_summary", "id": "b0000001", "parentId": "c0000001", "summary": "B"},
+        {"type": "custom_message", "id": "m0000001", "parentId": "b0000001", "content": "cm"},
+        {"type": "label", "id": "l0000001", "parentId": "m0000001", "targetId": "u0000001"},
+        {"type": "message", "id": "u0000002", "parentId": "l0000001"},
+    ]
+    rows[1]["timestamp"] = "2026-01-15T08:30:01.000Z"
+    rows[2]["message"] = {"role": "user", "content": "other", "timestamp": 3}
+    rows[2]["timestamp"] = "2026-01-15T08:30:01.500Z"
+    rows[3].update(firstKeptEntryId="u0000001", tokensBefore=9)
+    rows[4]["fromId"] = "u0000001"
+    rows[5].update(customType="x", display=True)
+    rows[6]["label"] = "L"
+    rows[7]["message"] = {"role": "user", "content": "again", "timestamp": 2}
+    if not drop:
+        for row in rows[3:]:
+            row["timestamp"] = stamp
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{SESSION_ID}.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def readings(path: Path, tmp_path: Path) -> Iterator[tuple[str, SessionRepo, Session]]:
+    """``path`` as each store reads it: imported in memory, imported into SQLite and opened
+    again, and as a folder store's file (``--sessions-dir``)."""
+    memory = InMemorySessionRepo()
+    yield "memory", memory, memory.import_session(path).session
+    with SqliteSessionRepo(tmp_path / "s.db") as database:
+        database.import_session(path)
+    with SqliteSessionRepo(tmp_path / "s.db") as database:
+        yield "sqlite", database, database.open(SESSION_ID)
+    with JsonlSessionRepo(path.parent) as folder:
+        yield "folder", folder, folder.open(SESSION_ID)
+
+
+def context_of(session: Session) -> dict[str, Any]:
+    ours = session.build_context().to_json_dict()
+    ours.pop("activeToolNames", None)
+    return ours
+
+
+@needs_pi
+@pytest.mark.node
+def test_entries_without_a_time_read_and_export_as_pi_reads_them(tmp_path: Path) -> None:
+    """pi reads an entry its file gives no ``timestamp`` as it is; every store refused the
+    whole file ('timestamp: Field required'). Each now reads it as pi does (its entries, its
+    tree, pi's context) and writes it back without a time: pi reads our export as the file."""
+    path = odd_times_file(tmp_path / "sessions", None, drop=True)
+    theirs = run_pi(path)
+    assert all("timestamp" not in e for e in theirs["entries"][2:])
+    for kind, repo, session in readings(path, tmp_path):
+        assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"], kind
+        assert session.leaf_id == theirs["manager"]["leafId"], kind
+        assert depth_first_tree(session.tree()) == theirs["manager"]["tree"], kind
+        messages = context_of(session)["messages"]
+        expected = theirs["results"][0]["context"]["messages"]
+        assert [m["role"] for m in messages] == [m["role"] for m in expected], kind
+        exported = tmp_path / f"{kind}.jsonl"
+        exported.write_text(repo.export_jsonl(session.id))
+        assert run_pi(exported)["entries"] == theirs["entries"], kind
