@@ -4,12 +4,15 @@ offset; pi's own reading (tests/data/pi/oracle.mjs) against ours in every store.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sessions_pi import depth_first_tree, needs_pi, run_pi
+from test_sessions_pi import DATA, PI, depth_first_tree, needs_pi, run_pi
 
 from mcp_agent.sessions import (
     InMemorySessionRepo,
@@ -93,3 +96,50 @@ def test_entries_without_a_time_read_and_export_as_pi_reads_them(tmp_path: Path)
         exported = tmp_path / f"{kind}.jsonl"
         exported.write_text(repo.export_jsonl(session.id))
         assert run_pi(exported)["entries"] == theirs["entries"], kind
+
+
+@pytest.fixture
+def new_york() -> Iterator[str]:
+    """This process in New York's zone (pi's Node started in it too): a zone not UTC."""
+    zone = "America/New_York"
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield zone
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+@needs_pi
+@pytest.mark.node
+@pytest.mark.parametrize("stamp", ["2026-01-15T05:30:02.000", "2026-01-15 05:30:02"])
+def test_a_time_without_an_offset_is_read_in_the_machines_zone_as_pi_reads_it(
+    stamp: str, new_york: str, tmp_path: Path
+) -> None:
+    """pi reads a date and time without an offset (``new Date``) in the machine's zone; ours
+    read it in UTC: a summary's time in the context was hours off pi's, and an entry stood
+    elsewhere among its siblings than in pi's /tree (here before its sibling of 08:30 UTC,
+    where pi, in New York, puts it after)."""
+    assert PI is not None
+    path = odd_times_file(tmp_path / "sessions", stamp)
+    node, peers = PI
+    done = subprocess.run(
+        [node, str(DATA / "oracle.mjs"), str(peers), str(path)],
+        env={**os.environ, "TZ": new_york},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    theirs = json.loads(done.stdout)
+    expected = theirs["results"][0]["context"]
+    assert expected["messages"][0]["timestamp"] == 1768473002000  # 10:30:02 UTC
+    assert theirs["manager"]["tree"][0]["children"] == ["u0000003", "c0000001"]
+    for kind, _repo, session in readings(path, tmp_path):
+        assert context_of(session) == expected, kind
+        assert depth_first_tree(session.tree()) == theirs["manager"]["tree"], kind

@@ -142,14 +142,25 @@ def sortable_time(timestamp: str) -> str:
 
 
 def _utc(timestamp: str) -> datetime | None:
-    """An ISO timestamp as a time in UTC (one without a zone is UTC); None if it is none."""
+    """An ISO timestamp as a time in UTC; None if it is none. One without an offset is read
+    as pi's JavaScript reads it (``new Date``): a date alone in UTC, a date and time in the
+    machine's zone."""
     try:
         moment = datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        if len(timestamp) <= _DATE_CHARS:
+            return moment.replace(tzinfo=UTC)
+        try:
+            return moment.astimezone(UTC)  # a naive time is the machine's local time
+        except (OverflowError, OSError, ValueError):  # out of the platform's range
+            return None
     return moment.astimezone(UTC)
+
+
+# The longest ISO date without a time (``2026-01-15``), which JavaScript reads in UTC.
+_DATE_CHARS = 10
 
 
 def write_time() -> str:
@@ -168,19 +179,13 @@ def write_time() -> str:
 
 def iso_to_ms(timestamp: str) -> int:
     """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); 0 if unreadable."""
-    try:
-        moment = datetime.fromisoformat(timestamp)
-    except (TypeError, ValueError):
-        return 0
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1000)
+    moment = _utc(timestamp)
+    return 0 if moment is None else round(moment.timestamp() * 1000)
 
 
 def js_time_ms(timestamp: str) -> float:
     """Unix milliseconds of an ISO timestamp as pi's ``new Date(ts).getTime()``, NaN where
-    that is NaN (text that is no time). A date-time without an offset is UTC here, where
-    JavaScript reads it in the machine's zone."""
+    that is NaN (text that is no time)."""
     moment = _utc(timestamp)
     if moment is None:
         return math.nan
