@@ -57,6 +57,17 @@ class UnreadStamp(str):
 
 
 UNREAD_STAMP = UnreadStamp()
+
+
+class NaNTime(int):
+    """A message's time that pi's ``new Date(…).getTime()`` makes NaN (a summary's entry has a
+    time that does not read, or none): 0 for our own reckoning, written null, as JSON.stringify
+    writes NaN."""
+
+    __slots__ = ()
+
+
+NAN_TIME = NaNTime()
 # The types of a time that is written nowhere (``WireModel``'s serializer leaves it out).
 _UNREAD_TIMES = (UnreadTime, UnreadStamp)
 
@@ -107,8 +118,11 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:
         data = handler(self)
-        if type(self.__dict__.get("timestamp")) in _UNREAD_TIMES and isinstance(data, dict):
+        kind = type(self.__dict__.get("timestamp"))
+        if kind in _UNREAD_TIMES and isinstance(data, dict):
             del data["timestamp"]
+        elif kind is NaNTime and isinstance(data, dict):
+            data["timestamp"] = None
         optional = _optional_fields(type(self))
         if optional and isinstance(data, dict):
             fields_set = self.__pydantic_fields_set__

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from test_sessions_pi import DATA, PI, depth_first_tree, needs_pi, run_pi
 
+from mcp_agent.messages import convert_to_llm
 from mcp_agent.sessions import (
     InMemorySessionRepo,
     JsonlSessionRepo,
@@ -79,20 +80,27 @@ def context_of(session: Session) -> dict[str, Any]:
 
 @needs_pi
 @pytest.mark.node
-def test_entries_without_a_time_read_and_export_as_pi_reads_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stamp", ["missing", "yesterday", ""])
+def test_entries_without_a_time_read_and_export_as_pi_reads_them(
+    stamp: str, tmp_path: Path
+) -> None:
     """pi reads an entry its file gives no ``timestamp`` as it is; every store refused the
     whole file ('timestamp: Field required'). Each now reads it as pi does (its entries, its
-    tree, pi's context) and writes it back without a time: pi reads our export as the file."""
-    path = odd_times_file(tmp_path / "sessions", None, drop=True)
+    tree, pi's context) and writes it back without a time: pi reads our export as the file.
+    A summary's or custom message's time that does not read (none, or text that is no time)
+    is NaN to pi, null in its context and its messages for the model, where ours said 0."""
+    path = odd_times_file(tmp_path / "sessions", stamp, drop=stamp == "missing")
     theirs = run_pi(path)
-    assert all("timestamp" not in e for e in theirs["entries"][2:])
+    expected = theirs["results"][0]["context"]
+    assert [m["timestamp"] for m in expected["messages"]] == [None, 1, None, None, 2]
     for kind, repo, session in readings(path, tmp_path):
         assert [e.to_json_dict() for e in session.get_entries()] == theirs["entries"], kind
         assert session.leaf_id == theirs["manager"]["leafId"], kind
         assert depth_first_tree(session.tree()) == theirs["manager"]["tree"], kind
-        messages = context_of(session)["messages"]
-        expected = theirs["results"][0]["context"]["messages"]
-        assert [m["role"] for m in messages] == [m["role"] for m in expected], kind
+        context = session.build_context()
+        assert context_of(session) == expected, kind
+        llm = [m.to_json_dict() for m in convert_to_llm(context.messages)]
+        assert llm == theirs["results"][0]["llmMessages"], kind
         exported = tmp_path / f"{kind}.jsonl"
         exported.write_text(repo.export_jsonl(session.id))
         assert run_pi(exported)["entries"] == theirs["entries"], kind

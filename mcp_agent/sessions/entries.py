@@ -32,7 +32,13 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.wire import FROM_FILE, UNREAD_STAMP, WireModel, describe_validation_error
+from mcp_agent.wire import (
+    FROM_FILE,
+    NAN_TIME,
+    UNREAD_STAMP,
+    WireModel,
+    describe_validation_error,
+)
 
 CURRENT_SESSION_VERSION = 3
 
@@ -178,9 +184,10 @@ def write_time() -> str:
 
 
 def iso_to_ms(timestamp: str) -> int:
-    """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); 0 if unreadable."""
+    """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); where that is
+    NaN (no time, or text that is none) ``NAN_TIME``, 0 written null as pi writes NaN."""
     moment = _utc(timestamp)
-    return 0 if moment is None else round(moment.timestamp() * 1000)
+    return NAN_TIME if moment is None else round(moment.timestamp() * 1000)
 
 
 def js_time_ms(timestamp: str) -> float:
