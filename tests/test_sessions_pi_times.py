@@ -26,9 +26,10 @@ from mcp_agent.sessions import (
 SESSION_ID = "0199aaaa-0000-7000-8000-0000000000a1"
 
 
-def odd_times_file(folder: Path, stamp: Any, drop: bool = False) -> Path:
+def odd_times_file(folder: Path, stamp: Any, drop: bool = False, drop_header: bool = False) -> Path:
     """A session file whose entries after the first have ``stamp`` for their time (none with
-    ``drop``): a compaction, a branch summary, a custom message, a label and a message."""
+    ``drop``; ``drop_header``: nor its header): a compaction, a branch summary, a custom
+    message, a label and a message."""
     header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p"}
     header["timestamp"] = "2026-01-15T08:30:00.000Z"
     first = {"role": "user", "content": "hi", "timestamp": 1}
@@ -53,6 +54,8 @@ def odd_times_file(folder: Path, stamp: Any, drop: bool = False) -> Path:
     if not drop:
         for row in rows[3:]:
             row["timestamp"] = stamp
+    elif drop_header:
+        del header["timestamp"]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{SESSION_ID}.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -89,7 +92,8 @@ def test_entries_without_a_time_read_and_export_as_pi_reads_them(
     tree, pi's context) and writes it back without a time: pi reads our export as the file.
     A summary's or custom message's time that does not read (none, or text that is no time)
     is NaN to pi, null in its context and its messages for the model, where ours said 0."""
-    path = odd_times_file(tmp_path / "sessions", stamp, drop=stamp == "missing")
+    drop = stamp == "missing"
+    path = odd_times_file(tmp_path / "sessions", stamp, drop=drop, drop_header=drop)
     theirs = run_pi(path)
     expected = theirs["results"][0]["context"]
     assert [m["timestamp"] for m in expected["messages"]] == [None, 1, None, None, 2]
@@ -104,6 +108,9 @@ def test_entries_without_a_time_read_and_export_as_pi_reads_them(
         exported = tmp_path / f"{kind}.jsonl"
         exported.write_text(repo.export_jsonl(session.id))
         assert run_pi(exported)["entries"] == theirs["entries"], kind
+        header = json.loads(exported.read_text().splitlines()[0])
+        assert ("timestamp" in header) is not drop, kind  # as the file's header, pi's too
+        assert [row.id for row in repo.list().items] == [SESSION_ID], kind
 
 
 @pytest.fixture

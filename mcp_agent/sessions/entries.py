@@ -256,7 +256,9 @@ class SessionHeader(WireModel):
     type: Literal["session"] = "session"
     version: int | None = None
     id: str
-    timestamp: str
+    # pi reads a header its file gives no time (its listing's created date then invalid):
+    # so do we, writing it back without one.
+    timestamp: str = UNREAD_STAMP
     cwd: str = ""
     parent_session: str | None = None
     metadata: dict[str, Any] | None = None
