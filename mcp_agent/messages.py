@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     Discriminator,
@@ -484,26 +484,40 @@ def _(message: ToolResultMessage) -> Message | None:
 def _(message: BashExecutionMessage) -> Message | None:
     if message.exclude_from_context:
         return None
-    return UserMessage(
-        content=[TextContent(text=bash_execution_to_text(message))], timestamp=message.timestamp
-    )
+    text = bash_execution_to_text(message)
+    made = UserMessage(content=[TextContent(text=text)], timestamp=message.timestamp)
+    return timed(made, message.timestamp)
 
 
 @convert_to_llm_message.register
 def _(message: CustomMessage) -> Message | None:
-    return UserMessage(content=text_blocks(message.content), timestamp=message.timestamp)
+    made = UserMessage(content=text_blocks(message.content), timestamp=message.timestamp)
+    return timed(made, message.timestamp)
 
 
 @convert_to_llm_message.register
 def _(message: CompactionSummaryMessage) -> Message | None:
     text = COMPACTION_SUMMARY_PREFIX + message.summary + COMPACTION_SUMMARY_SUFFIX
-    return UserMessage(content=[TextContent(text=text)], timestamp=message.timestamp)
+    made = UserMessage(content=[TextContent(text=text)], timestamp=message.timestamp)
+    return timed(made, message.timestamp)
 
 
 @convert_to_llm_message.register
 def _(message: BranchSummaryMessage) -> Message | None:
     text = BRANCH_SUMMARY_PREFIX + message.summary + BRANCH_SUMMARY_SUFFIX
-    return UserMessage(content=[TextContent(text=text)], timestamp=message.timestamp)
+    made = UserMessage(content=[TextContent(text=text)], timestamp=message.timestamp)
+    return timed(made, message.timestamp)
+
+
+_Made = TypeVar("_Made", bound="BaseMessage")
+
+
+def timed(message: _Made, timestamp: int) -> _Made:
+    """``message`` with ``timestamp`` as given: pydantic makes a marked time (``UnreadTime``,
+    ``NaNTime``) a plain int, which would then be written where pi writes none or null."""
+    if type(timestamp) is not int:
+        message.__dict__["timestamp"] = timestamp
+    return message
 
 
 def convert_to_llm(messages: Iterable[BaseMessage]) -> list[Message]:

@@ -48,6 +48,30 @@ class UnreadTime(int):
     __slots__ = ()
 
 
+class UnreadStamp(str):
+    """An entry's time its file left out (pi reads such an entry as it is, its time ``new
+    Date(undefined)``, NaN): the empty text in its place, a time that does not read, written
+    nowhere, so the entry goes on without one (in a store, an export) as it was read."""
+
+    __slots__ = ()
+
+
+UNREAD_STAMP = UnreadStamp()
+
+
+class NaNTime(int):
+    """A message's time that pi's ``new Date(…).getTime()`` makes NaN (a summary's entry has a
+    time that does not read, or none): 0 for our own reckoning, written null, as JSON.stringify
+    writes NaN."""
+
+    __slots__ = ()
+
+
+NAN_TIME = NaNTime()
+# The types of a time that is written nowhere (``WireModel``'s serializer leaves it out).
+_UNREAD_TIMES = (UnreadTime, UnreadStamp)
+
+
 # The validation context of a message read from a file or a store (``FROM_FILE``): a missing
 # time is then an ``UnreadTime``, where a message made here gets the time it is made.
 FROM_FILE = {"file": True}
@@ -94,8 +118,11 @@ class WireModel(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_unset_nones(self, handler: Any) -> Any:
         data = handler(self)
-        if type(self.__dict__.get("timestamp")) is UnreadTime and isinstance(data, dict):
+        kind = type(self.__dict__.get("timestamp"))
+        if kind in _UNREAD_TIMES and isinstance(data, dict):
             del data["timestamp"]
+        elif kind is NaNTime and isinstance(data, dict):
+            data["timestamp"] = None
         optional = _optional_fields(type(self))
         if optional and isinstance(data, dict):
             fields_set = self.__pydantic_fields_set__

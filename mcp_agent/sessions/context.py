@@ -20,6 +20,7 @@ from mcp_agent.messages import (
     BranchSummaryMessage,
     CompactionSummaryMessage,
     CustomMessage,
+    timed,
 )
 from mcp_agent.sessions.entries import (
     ActiveToolsChangeEntry,
@@ -290,31 +291,25 @@ def session_entry_to_context_messages(
             for name in ("display", "details")
             if name in entry.model_fields_set
         }
+        at = iso_to_ms(entry.timestamp)
         message = CustomMessage(
-            custom_type=entry.custom_type,
-            content=entry.content,
-            timestamp=iso_to_ms(entry.timestamp),
-            **given,
+            custom_type=entry.custom_type, content=entry.content, timestamp=at, **given
         )
-        return [message]
+        return [timed(message, at)]
     if isinstance(entry, CompactionEntry):
-        messages: list[BaseMessage] = [
-            CompactionSummaryMessage(
-                summary=entry.summary,
-                tokens_before=entry.tokens_before,
-                timestamp=iso_to_ms(entry.timestamp),
-            )
-        ]
+        at = iso_to_ms(entry.timestamp)
+        summary = CompactionSummaryMessage(
+            summary=entry.summary, tokens_before=entry.tokens_before, timestamp=at
+        )
+        messages: list[BaseMessage] = [timed(summary, at)]
         messages.extend(entry.retained_tail or [])
         return messages
     if isinstance(entry, BranchSummaryEntry):
         if not entry.summary:  # pi skips empty summaries
             return []
-        return [
-            BranchSummaryMessage(
-                summary=entry.summary, from_id=entry.from_id, timestamp=iso_to_ms(entry.timestamp)
-            )
-        ]
+        at = iso_to_ms(entry.timestamp)
+        branch = BranchSummaryMessage(summary=entry.summary, from_id=entry.from_id, timestamp=at)
+        return [timed(branch, at)]
     if isinstance(entry, CustomEntry):
         projectors = (options.entry_projectors if options else None) or {}
         projector = projectors.get(entry.custom_type)

@@ -32,7 +32,13 @@ from mcp_agent.messages import (
     content_text,
 )
 from mcp_agent.sessions.errors import SessionError
-from mcp_agent.wire import FROM_FILE, WireModel, describe_validation_error
+from mcp_agent.wire import (
+    FROM_FILE,
+    NAN_TIME,
+    UNREAD_STAMP,
+    WireModel,
+    describe_validation_error,
+)
 
 CURRENT_SESSION_VERSION = 3
 
@@ -142,14 +148,25 @@ def sortable_time(timestamp: str) -> str:
 
 
 def _utc(timestamp: str) -> datetime | None:
-    """An ISO timestamp as a time in UTC (one without a zone is UTC); None if it is none."""
+    """An ISO timestamp as a time in UTC; None if it is none. One without an offset is read
+    as pi's JavaScript reads it (``new Date``): a date alone in UTC, a date and time in the
+    machine's zone."""
     try:
         moment = datetime.fromisoformat(timestamp)
     except (TypeError, ValueError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        if len(timestamp) <= _DATE_CHARS:
+            return moment.replace(tzinfo=UTC)
+        try:
+            return moment.astimezone(UTC)  # a naive time is the machine's local time
+        except (OverflowError, OSError, ValueError):  # out of the platform's range
+            return None
     return moment.astimezone(UTC)
+
+
+# The longest ISO date without a time (``2026-01-15``), which JavaScript reads in UTC.
+_DATE_CHARS = 10
 
 
 def write_time() -> str:
@@ -167,20 +184,15 @@ def write_time() -> str:
 
 
 def iso_to_ms(timestamp: str) -> int:
-    """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); 0 if unreadable."""
-    try:
-        moment = datetime.fromisoformat(timestamp)
-    except (TypeError, ValueError):
-        return 0
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1000)
+    """Unix milliseconds of an ISO timestamp (pi: ``new Date(ts).getTime()``); where that is
+    NaN (no time, or text that is none) ``NAN_TIME``, 0 written null as pi writes NaN."""
+    moment = _utc(timestamp)
+    return NAN_TIME if moment is None else round(moment.timestamp() * 1000)
 
 
 def js_time_ms(timestamp: str) -> float:
     """Unix milliseconds of an ISO timestamp as pi's ``new Date(ts).getTime()``, NaN where
-    that is NaN (text that is no time). A date-time without an offset is UTC here, where
-    JavaScript reads it in the machine's zone."""
+    that is NaN (text that is no time)."""
     moment = _utc(timestamp)
     if moment is None:
         return math.nan
@@ -244,7 +256,9 @@ class SessionHeader(WireModel):
     type: Literal["session"] = "session"
     version: int | None = None
     id: str
-    timestamp: str
+    # pi reads a header its file gives no time (its listing's created date then invalid):
+    # so do we, writing it back without one.
+    timestamp: str = UNREAD_STAMP
     cwd: str = ""
     parent_session: str | None = None
     metadata: dict[str, Any] | None = None
@@ -289,7 +303,9 @@ class SessionEntry(WireModel):
     type: str
     id: str
     parent_id: str | None = None
-    timestamp: str
+    # pi reads an entry its file gives no time: so do we, and write it back without one (an
+    # entry made here always gets its time).
+    timestamp: str = UNREAD_STAMP
 
     def model_post_init(self, context: Any, /) -> None:
         # parentId is written even when null: pi's readers expect the key on every entry.
