@@ -77,6 +77,21 @@ async def test_a_run_the_typescript_client_aborts_ends_as_aborted_and_the_client
     assert seen["again"]["answer"] == "echo: again"
 
 
+async def test_a_run_on_the_clients_model_aborted_gives_up_its_request_for_the_model(
+    slow_server: str,
+) -> None:
+    """Cancelled while the server waits on the client's model (sampling/createMessage): the
+    server gives that request up too (notifications/cancelled), so the client's model is not
+    kept at work for a run that is gone, and its late answer is not recorded."""
+    seen = await ts_cancel_run(slow_server, 0, "sampling")
+    # (Asked twice: the second time for the run after it, in the session of the same model.)
+    assert seen["sampling"] == {"asked": 2, "givenUp": 1}, seen
+    assert seen["run"]["status"] == "aborted", seen
+    assert seen["messages"] == [["user", None], ["assistant", "aborted"]], seen
+    assert seen["again"]["status"] == "completed", seen["again"]
+    assert seen["again"]["answer"] == "again"
+
+
 async def test_a_run_whose_typescript_client_drops_its_connections_goes_on_to_its_end(
     slow_server: str,
 ) -> None:
