@@ -183,6 +183,13 @@ async def test_session_compact_compacts_a_short_session_as_pi_does(
     first = await call(client, "session_append", session_id=small, entry=message("user", "hi"))
     result = await call(client, "session_compact", session_id=small)
     assert result["summary"] == "No prior history." and model.prompts == []
+    # The context grew by the summary (its tokensAfter above its tokensBefore): the answer
+    # says why, and when compacting frees room (it said 3 → 8 tokens, nothing more, and a
+    # model reading it took compaction for broken).
+    assert result["tokensAfter"] > result["tokensBefore"], result
+    [warning] = result["warnings"]
+    assert "nothing was summarised" in warning and "20,000 tokens" in warning, warning
+    assert f"about {result['tokensBefore']:,} tokens" in warning, warning
     entries = (await call(client, "session_get", session_id=small, view="entries", limit=0))[
         "entries"
     ]

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,12 +20,16 @@ import anyio.lowlevel
 import httpx
 import pytest
 from anyio.abc import SocketStream
+from anyio.streams.text import TextReceiveStream
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_support import poll, posted_answer
+from mcp_support import call, poll, posted_answer
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from slow_support import (  # noqa: F401  (the slow_server fixtures)
+    NODE,
+    PEERS,
+    ROOT,
     needs_node,
     shared_slow_server_fixture,
     slow_server,
@@ -630,3 +636,49 @@ async def test_a_request_to_the_client_sent_as_its_stream_closed_fails_after_the
     said = came.message.error.message
     where = "the session's GET stream" if call is None else "its call's stream"
     assert f"({where}) closed before the client answered" in said, said
+
+
+@needs_node
+@pytest.mark.anyio
+async def test_the_typescript_sdk_subscriber_hears_what_came_while_its_stream_was_cut(
+    slow_server: str,
+) -> None:
+    """The TypeScript SDK's client subscribed to a session (tests/peers/ts_subscribe.mjs)
+    through a proxy that cuts its connections: an update sent while it was away comes once it
+    is back (its GET stream resumed with Last-Event-ID), as the spec has it for a server that
+    gives event ids."""
+    script = PEERS / "ts_subscribe.mjs"
+    shutil.copy(ROOT / "tests" / "peers" / "ts_subscribe.mjs", script)
+    lines: list[str] = []
+    async with (
+        cutting_proxy(slow_server) as (proxy, url),
+        Client(streamable_http_client(slow_server)) as writer,
+    ):
+        sid = (await call(writer, "session_create"))["id"]
+
+        async def append(text: str) -> None:
+            entry = {"type": "message", "role": "user", "content": text}
+            await call(writer, "session_append", session_id=sid, entry=entry)
+
+        command = [str(NODE), str(script), url, sid, "2", "0"]
+        async with await anyio.open_process(command, stdin=subprocess.DEVNULL) as process:
+            assert process.stdout is not None
+            try:
+                with anyio.fail_after(60):  # a hang guard
+                    async for chunk in TextReceiveStream(process.stdout):
+                        for line in chunk.splitlines():
+                            lines.append(line)
+                            if line == "subscribed":
+                                await append("first")  # heard on the GET stream: it is open
+                            elif line == "updated 1":
+                                proxy.cut()
+                                await append("while away")  # to the server, not the proxy
+                    await process.wait()
+            finally:
+                if process.returncode is None:
+                    process.kill()
+    assert process.returncode == 0, lines[-20:]
+    assert proxy.cuts == 1
+    heard = json.loads(lines[-1])
+    assert heard["updated"] == [f"session://{sid}"] * 2, heard
+    assert heard["messages"] == 2, heard

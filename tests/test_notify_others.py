@@ -170,12 +170,107 @@ async def test_a_second_servers_append_reaches_a_subscriber_and_own_writes_come_
             theirs = (await sessions.tool(writer, "session_create"))["id"]
             uris = [f"session://{own}", f"session://{theirs}"]
             async with legacy_subscriber(sessions, uris, list_changes=True) as updates:
+                described: list[str] = []
+
+                async def next_update() -> str:
+                    # The first user message of a session made here is its description in
+                    # resources/list: that list change once, before or after its update.
+                    with anyio.fail_after(HANG_GUARD_S):
+                        while (got := await updates.receive()) == "list_changed":
+                            described.append(got)
+                    return got
+
                 await sessions.append(writer, own)
-                with anyio.fail_after(HANG_GUARD_S):
-                    assert await updates.receive() == uris[0]
+                assert await next_update() == uris[0]
                 entry = {"type": "message", "role": "user", "content": "from the second"}
                 await call(other, "session_append", session_id=theirs, entry=entry)
                 # The look that finds the second server's append has the first append in the
                 # file as well, written before it: a second notice of it would come first.
+                assert await next_update() == uris[1]
+                assert len(described) <= 1
+
+
+@needs_node
+@pytest.mark.anyio
+async def test_two_clients_in_two_processes_append_to_one_session_at_once(
+    served: tuple[Served, Path],
+) -> None:
+    """The TypeScript SDK's client (tests/peers/ts_append_along.mjs) and the Python SDK's, each
+    subscribed to one session, append to it at the same time: every entry is kept, each
+    client's in its order, on one line of entries (no append forks the branch), and each
+    client sees all of the other's through what its subscription tells it."""
+    server, _ = served
+    count = 20
+    script = PEERS / "ts_append_along.mjs"
+    shutil.copy(ROOT / "tests" / "peers" / "ts_append_along.mjs", script)
+    async with connect(server) as client:
+        sid = (await call(client, "session_create"))["id"]
+        uri = f"session://{sid}"
+        command = [str(NODE), str(script), server.url, sid, "ts", str(count), "py"]
+        mine: list[str] = []
+        seen_of_ts: set[str] = set()
+        lines: list[str] = []
+
+        async def append_along() -> None:
+            for n in range(count):
+                entry = {"type": "message", "role": "user", "content": f"py {n}"}
+                mine.append(
+                    (await call(client, "session_append", session_id=sid, entry=entry))["entryId"]
+                )
+
+        async with (
+            await anyio.open_process(command) as process,
+            client.listen(resource_subscriptions=[uri]) as events,
+        ):
+            assert process.stdout is not None and process.stdin is not None
+            output = TextReceiveStream(process.stdout)
+            try:
                 with anyio.fail_after(HANG_GUARD_S):
-                    assert await updates.receive() == uris[1]
+                    async for chunk in output:
+                        lines += chunk.splitlines()
+                        if "subscribed" in lines:
+                            break
+                    await process.stdin.send(b"go\n")
+                    async with anyio.create_task_group() as both:
+                        both.start_soon(append_along)
+                        async for event in events:
+                            if not (isinstance(event, ResourceUpdated) and event.uri == uri):
+                                continue
+                            read = await call(client, "session_get", session_id=sid, limit=0)
+                            texts = [
+                                e["message"]["content"]
+                                for e in read["entries"]
+                                if e["type"] == "message"
+                            ]
+                            texts = [t if isinstance(t, str) else t[0]["text"] for t in texts]
+                            seen_of_ts = {t for t in texts if t.startswith("ts ")}
+                            if len(seen_of_ts) == count and len(mine) == count:
+                                break
+                    async for chunk in output:
+                        lines += chunk.splitlines()
+                    await process.wait()
+            finally:
+                if process.returncode is None:
+                    process.kill()
+        assert process.stderr is not None
+        assert process.returncode == 0, (lines[-20:], await process.stderr.receive())
+        theirs = json.loads(lines[-1])
+        entries = (await call(client, "session_get", session_id=sid, view="entries", limit=0))[
+            "entries"
+        ]
+        branch = (await call(client, "session_get", session_id=sid, limit=0))["entries"]
+    # Each saw every message of the other's through its subscription.
+    assert seen_of_ts == {f"ts {n}" for n in range(count)}
+    assert sorted(theirs["otherSeen"]) == sorted(f"py {n}" for n in range(count)), theirs
+    # Every entry kept, on one line: each the child of the one appended before it.
+    ids = [e["id"] for e in entries]
+    assert len(ids) == 2 * count and set(ids) == set(mine) | set(theirs["mine"])
+    assert [e["parentId"] for e in entries] == [None, *ids[:-1]]
+    assert [e["id"] for e in branch] == ids
+    # Each client's entries in the order it appended them.
+    assert [i for i in ids if i in set(mine)] == mine
+    assert [i for i in ids if i in set(theirs["mine"])] == theirs["mine"]
+    said = {e["id"]: e["message"]["content"] for e in entries}
+    text = {i: c if isinstance(c, str) else c[0]["text"] for i, c in said.items()}
+    assert [text[i] for i in mine] == [f"py {n}" for n in range(count)]
+    assert [text[i] for i in theirs["mine"]] == [f"ts {n}" for n in range(count)]

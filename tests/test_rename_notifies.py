@@ -74,3 +74,26 @@ async def test_a_rename_is_told_to_legacy_clients(tmp_path: Path) -> None:
             before += 1
             await heard(before)
         assert (await listed_names(client))[f"session://{sid}"] == "the new name"
+
+
+async def test_a_sessions_first_user_message_is_told_to_listeners_of_the_list(
+    tmp_path: Path,
+) -> None:
+    """resources/list shows a session's first user message as its description: a session
+    created empty got it with no list change told, and a client that listed it kept showing
+    none."""
+    async with Client(served(tmp_path)) as client:
+        async with client.listen(resources_list_changed=True) as events:
+
+            async def announced() -> None:
+                with anyio.fail_after(20):
+                    assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
+
+            sid = (await call(client, "session_create"))["id"]
+            await announced()
+            first = {"type": "message", "role": "user", "content": "the first question"}
+            await call(client, "session_append", session_id=sid, entry=first)
+            await announced()
+        listed = (await client.list_resources()).resources
+    [mine] = [r for r in listed if str(r.uri) == f"session://{sid}"]
+    assert mine.description == "the first question"

@@ -1616,6 +1616,32 @@ async def test_a_subagent_whose_agent_names_the_clients_model_asks_the_client(
     assert len(clients_model.asked) == 1
 
 
+async def test_a_session_on_the_clients_model_goes_on_with_it_without_naming_it(
+    tmp_path: Path,
+) -> None:
+    """A run without a model continues a session with the model it last used: for the
+    client's own, recorded as sampling:client, the run failed ("this run has no MCP client
+    connection to ask") though the client that asked was there to sample. A client that cannot
+    sample gets the server's default, with a note, as for any model that cannot be restored."""
+    from mcp_agent.providers import sampling
+    from mcp_agent.runtime import models
+
+    assert models.SAMPLING_PROVIDER == sampling.SAMPLING_PROVIDER  # one name, said twice
+    clients_model = ClientsModel("FROM THE CLIENT")
+    server = agent_server(tmp_path, {"scripted": prompt_responder}, agents=TEST_AGENTS)
+    async with Client(server, mode="legacy", sampling_callback=clients_model) as client:
+        first = await call(client, "agent_run", prompt="one", model="client")
+        sid = first["sessionId"]
+        again = await call(client, "agent_run", prompt="two", session_id=sid)
+    assert again["status"] == "completed" and again["answer"] == "FROM THE CLIENT", again
+    assert len(clients_model.asked) == 2
+    async with Client(server) as plain:  # no sampling
+        other = await call(plain, "agent_run", prompt="three", session_id=sid)
+    assert other["status"] == "completed" and other["model"] == "scripted", other
+    [note] = other["warnings"]
+    assert "could not restore the model the session last used, sampling:client" in note, note
+
+
 async def test_a_subagents_long_answer_is_cut_keeping_the_rest_of_its_result(
     tmp_path: Path,
 ) -> None:

@@ -811,6 +811,25 @@ def test_a_cursor_holds_ascii_digits_only(sessions: tuple[Session, Session], dig
         parse_cursor(f"before:{digits}", "before:", 1, 10)
 
 
+def test_a_cursor_past_the_end_is_refused_saying_how_long_the_list_is(
+    sessions: tuple[Session, Session],
+) -> None:
+    """A cursor past the end of session_export's file (or of a list) was refused as "not one
+    this tool handed out" alone: a client that made it (or kept it while the list changed)
+    was not told where the end is."""
+    ours, _ = sessions
+    count = export_page(ours, None, 1).count
+    assert export_page(ours, f"from:{count - 1}", 1).end == count
+    with pytest.raises(ToolError) as past:
+        export_page(ours, f"from:{count + 4}", 1)
+    said = str(past.value)
+    assert "is not one this tool handed out" in said, said
+    assert f"the file has {count} lines (from:0 to from:{count - 1})" in said, said
+    with pytest.raises(ToolError) as listed:
+        parse_cursor("before:12", "before:", 1, 10)
+    assert "the list has 10 items now" in str(listed.value), listed.value
+
+
 # How every cursor of ours that no longer pages its list is refused.
 CHANGED = "is not one this tool handed out for this list (it may have changed since)"
 

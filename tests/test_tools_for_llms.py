@@ -834,6 +834,12 @@ async def test_scalars_given_as_their_json_text_are_read(server: MCPServer) -> N
             client, "session_move_to", session_id=sid, entry_id=first, summarize="false"
         )
         assert moved["leafId"] == first
+        # "null" typed for a nullable integer or boolean is null (the default), as the JSON
+        # it is: it was refused as "not a string (got "null")".
+        whole = await call(client, "session_get", session_id=sid, view="entries", limit="null")
+        assert len(whole["entries"]) == 2 and whole["nextCursor"] is None
+        run = await call(client, "agent_run", prompt="hi", session_id=sid, wait="null")
+        assert run["status"] == "completed"  # waited, as without wait
 
 
 async def test_text_that_reads_as_json_stays_the_text_it_was_sent_as(server: MCPServer) -> None:

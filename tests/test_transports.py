@@ -1059,6 +1059,8 @@ def test_inspector_cli_over_http(open_http: HttpServer) -> None:
         f"session_id={created['id']}",
         "--tool-arg",
         "model=scripted:echo",
+        "--tool-arg",
+        "wait=null",  # null typed: the default (the call waits for the run)
     )
     assert run["structuredContent"]["status"] == "completed", run
     uri = f"session://{created['id']}/context"

@@ -285,6 +285,22 @@ async def compact(
         return entry_id, compacted_tokens(session.build_context().messages)
 
     entry_id, tokens_after = await offload(write)
+    warnings = list(completion.warnings)
+    if not preparation.messages_to_summarize and not preparation.turn_prefix_messages:
+        # Asked for by hand where everything is kept (as pi makes it): the context grew by the
+        # summary, and the answer's two numbers alone read as a compaction gone wrong.
+        kept = (
+            f"the recent part compaction keeps verbatim (about {keep_recent_tokens:,} tokens,"
+            " rounded up to whole messages)"
+            if keep_recent_tokens > 0
+            else "its newest message, which compaction always keeps verbatim"
+        )
+        warnings.append(
+            f"nothing was summarised: the whole branch (about {preparation.tokens_before:,}"
+            f" tokens) is in {kept}, so the context now carries a summary on top of the same"
+            f" messages (about {tokens_after:,} tokens); compacting frees room once the"
+            " branch is longer than that"
+        )
     return CompactionResult(
         entry_id=entry_id,
         summary=completion.text,
@@ -294,5 +310,5 @@ async def compact(
         details=details,
         usage=completion.usage,
         is_split_turn=preparation.is_split_turn,
-        warnings=completion.warnings,
+        warnings=warnings,
     )

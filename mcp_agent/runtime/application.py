@@ -6,6 +6,7 @@ servers and to the built-in tools)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from mcp_agent.manifests import (
     load_servers,
     shipped_manifests_dir,
 )
+from mcp_agent.messages import UserMessage
 from mcp_agent.proxy.hub import ToolHub
 from mcp_agent.runtime.descriptors import descriptor_limit, runs_that_fit
 from mcp_agent.runtime.leases import LeaseBook, PostgresLeases, SessionLeases
@@ -29,11 +31,16 @@ from mcp_agent.runtime.run_board import RunBoard
 from mcp_agent.runtime.runs import RunLimits, RunManager
 from mcp_agent.runtime.search_index import SearchIndexer
 from mcp_agent.runtime.settings import ServerSettings
-from mcp_agent.sessions.entries import SessionEntry, SessionInfoEntry
+from mcp_agent.sessions.entries import MessageEntry, SessionEntry, SessionInfoEntry
 from mcp_agent.sessions.jsonl import JsonlSessionRepo
 from mcp_agent.sessions.repo import SessionRepo
 from mcp_agent.sessions.row_waits import RowWaits
 from mcp_agent.sessions.sqlite import SqliteSessionRepo
+from mcp_agent.sessions.storage import listing_text
+
+# Sessions created and not yet given a user message that are remembered, to tell of that
+# message (a client creating sessions it never writes to pushes out the oldest).
+UNPROMPTED_KEPT = 10_000
 
 
 @dataclass
@@ -57,6 +64,24 @@ class AppState:
     # Called with the id of a session deleted: whoever reads it is told it changed (reading it
     # now says it is gone), as a list change alone would not tell a reader of that session.
     deleted_listeners: list[Callable[[str], None]] = field(default_factory=list)
+    # Sessions created here that have no user message yet (oldest first, at most
+    # UNPROMPTED_KEPT): the first one is the description resources/list shows.
+    _unprompted: dict[str, None] = field(default_factory=dict, init=False, repr=False)
+    _unprompted_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def created(self, session_id: str) -> None:
+        """A session created here, empty: the list changed, and changes again at its first
+        user message."""
+        with self._unprompted_lock:
+            self._unprompted[session_id] = None
+            while len(self._unprompted) > UNPROMPTED_KEPT:
+                del self._unprompted[next(iter(self._unprompted))]
+        self.list_changed()
+
+    def prompted(self, session_id: str) -> bool:
+        """Whether ``session_id`` was created here and had no user message until now."""
+        with self._unprompted_lock:
+            return self._unprompted.pop(session_id, False) is None
 
     def list_changed(self) -> None:
         for listener in list(self.list_listeners):
@@ -116,12 +141,21 @@ def open_store(settings: ServerSettings) -> tuple[SessionRepo, LeaseBook, RunBoa
 
 
 def renamed_lists(state: AppState) -> Callable[[str, SessionEntry], None]:
-    """A repo listener that tells the list listeners of a rename: a session's name is what
+    """A repo listener that tells the list listeners of a rename, and of the first user
+    message of a session created here: a session's name and that message are what
     ``resources/list`` shows for it, and a client that lists resources (and subscribes to
-    none) heard nothing of one."""
+    none) heard nothing of either. (The first user message of a session made elsewhere, or
+    before this server started, is not told: that would take a read at each append.)"""
 
-    def renamed(_session_id: str, entry: SessionEntry) -> None:
+    def renamed(session_id: str, entry: SessionEntry) -> None:
         if isinstance(entry, SessionInfoEntry):
+            state.list_changed()
+        elif (
+            isinstance(entry, MessageEntry)
+            and isinstance(entry.message, UserMessage)
+            and listing_text(entry.message) is not None
+            and state.prompted(session_id)
+        ):
             state.list_changed()
 
     return renamed

@@ -19,6 +19,9 @@ ModelChoice = tuple[Model, StreamFn]
 ModelOverrides = Mapping[str, Callable[[], ModelChoice]]
 
 CLIENT_MODEL = "client"
+# The provider the client's model is recorded under in a session (providers/sampling.py's
+# SAMPLING_PROVIDER; that module is imported only when a run asks the client's model).
+SAMPLING_PROVIDER = "sampling"
 
 
 def default_model_name(configured: str | None) -> str:
@@ -43,7 +46,9 @@ def resolve_run_model(
     if overrides and chosen in overrides:
         model, stream_fn = overrides[chosen]()
         return chosen, model, stream_fn
-    if chosen == CLIENT_MODEL or chosen.startswith(CLIENT_MODEL + ":"):
+    # "sampling:ID" too: the name a session records for the client's model, which a run
+    # continuing the session resumes; only the client that asked for the run can answer it.
+    if chosen.partition(":")[0] in (CLIENT_MODEL, SAMPLING_PROVIDER):
         from mcp_agent.providers.sampling import (
             sampling_model,
             sampling_stream_fn,

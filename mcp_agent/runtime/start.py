@@ -207,7 +207,7 @@ async def start_run(
     session, resolved, created, manifest = await state.offload(prepare)
     try:
         if created:
-            state.list_changed()
+            state.created(session.id)
         run = await _start(
             state,
             session,

@@ -124,17 +124,31 @@ def cursor_before(index: int, paged_as: PagedAs | None = None) -> str:
 
 
 def parse_cursor(
-    cursor: str, prefix: str, low: int, high: int, paged_as: PagedAs | None = None
+    cursor: str,
+    prefix: str,
+    low: int,
+    high: int,
+    paged_as: PagedAs | None = None,
+    length: str | None = None,
 ) -> int:
     """The index in a cursor this server handed out (``prefix`` and a number in
     ``low..high``; with ``paged_as``, then the tag of what the list is at that index), or a
     ToolError saying it is not one: a bare cursor from before tags too, as it cannot say
-    which list it paged."""
+    which list it paged. ``length``: how long the list is, said of a number out of range
+    (by default "the list has ``high`` items now")."""
     text = cursor.removeprefix(prefix)
     number, separator, tag = text.partition(TAG_SEPARATOR)
     # ASCII digits only: int() reads any script's ("٣" is 3), which no cursor of ours holds.
     ours = text != cursor and number.isascii() and number.isdigit() and len(number) <= 12
-    ours = ours and bool(separator) == (paged_as is not None) and low <= int(number) <= high
+    ours = ours and bool(separator) == (paged_as is not None)
+    if ours and not low <= int(number) <= high:
+        # Where the list ends, so a client past it (a cursor made, or kept while the list
+        # changed) knows without paging it again.
+        raise ToolError(
+            f"cursor {cursor[:40]!r} is not one this tool handed out for this list: it is"
+            f" out of range, and {length or f'the list has {high} items now'} (it may have"
+            " changed since): leave cursor out to start again"
+        )
     # Only once the index is known to be in the list: ``paged_as`` may look it up.
     if not ours or (paged_as is not None and tag != cursor_tag(paged_as(int(number)))):
         raise ToolError(

@@ -726,7 +726,8 @@ def export_page(session: Session, cursor: str | None, limit: int | None) -> Expo
     ``ANSWER_BYTES`` (at least one). With a limit, a line larger than ``ENTRY_BYTES`` ends the
     page before it, or is the page, left out, with a note naming where to read it."""
     count, load = _export_lines(session)
-    start = parse_cursor(cursor, "from:", 0, count - 1) if cursor else 0
+    length = f"the file has {count} lines (from:0 to from:{count - 1})"
+    start = parse_cursor(cursor, "from:", 0, count - 1, length=length) if cursor else 0
     end = count if limit is None else min(count, start + limit)
     lines = [line + "\n" for line in load(start, end)]
     if limit is None:  # before the lines are joined into an answer, and that dumped

@@ -259,7 +259,7 @@ def register(server: MCPServer) -> None:
 
         with tool_errors():
             info = await state.offload(create)
-        state.list_changed()
+        state.created(info.id)
         return info
 
     @server.tool(annotations=READ_ONLY)

@@ -489,7 +489,8 @@ class SessionsServer(MCPServer):
         """``arguments`` with each scalar one given as JSON text of the type wanted (``"5"``
         for an integer, ``"true"`` for a boolean) read as that JSON, as the SDK reads an object
         or array given as JSON text: clients whose forms give text for a type they do not
-        know (the Inspector's command line, for every nullable one) could not pass them.
+        know (the Inspector's command line, for every nullable one) could not pass them;
+        ``"null"`` for a nullable one is null.
         Any other scalar of the wrong JSON type is refused, where pydantic's lax mode would
         convert it (``"5.0"``, ``1`` for true, ``5.5`` cut to 5)."""
         known = self._scalar_types.get(name)
@@ -498,6 +499,11 @@ class SessionsServer(MCPServer):
         read: dict[str, Any] = {}
         for key, allowed in known[1].items():
             if key in arguments and not _has_type(arguments[key], allowed):
+                if arguments[key] == "null" and "null" in allowed:
+                    # Typed for a nullable integer or boolean (a form's text, a model that
+                    # writes null in quotes): null, the default, as the JSON it is.
+                    read[key] = None
+                    continue
                 if (value := _json_scalar(arguments[key], allowed)) is not None:
                     read[key] = value
                     continue

@@ -1,8 +1,8 @@
 // A TypeScript-SDK client (run by Node) subscribed to one session over streamable HTTP while
 // another process writes the same file. Usage: node ts_subscribe.mjs URL SESSION_ID COUNT
-// Prints "subscribed" once subscribed, then, after COUNT resources/updated notifications for the
-// session (and any list changes heard meanwhile), one JSON object: what it heard and the
-// session's name and message count read back.
+// Prints "subscribed" once subscribed, "updated N" at the session's Nth resources/updated, then,
+// after COUNT of them (and any list changes heard meanwhile), one JSON object: what it heard
+// and the session's name and message count read back.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
@@ -22,6 +22,7 @@ const check = () => {
 };
 client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
   heard.updated.push(n.params.uri);
+  if (n.params.uri === uri) console.log(`updated ${heard.updated.filter((u) => u === uri).length}`);
   check();
 });
 client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
