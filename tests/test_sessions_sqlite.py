@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -751,8 +752,8 @@ def test_the_search_index_catches_up_in_batches_with_appends_in_between(
         batches: list[int] = []
         real_write = repo.database.write
 
-        def write(work):
-            more = real_write(work)
+        def write(work, derived=False):
+            more = real_write(work, derived)
             batches.append(len(batches))
             if len(batches) == 1:  # between two batches the lock is free
                 other.open(session.id).append_message(user("tapir"))
@@ -1230,6 +1231,62 @@ def test_a_group_that_fails_whole_fails_each_write_and_the_next_writes_commit(
     assert {x: outcomes[x] for x in range(10, 16)} == {x: f"wrote {x}" for x in range(10, 16)}
     assert database.read("SELECT count(*) FROM t") == [(6,)]
     database.close()
+
+
+def _queued(database: SqliteDatabase, count: int) -> bool | None:
+    return len(database._writes) == count or None
+
+
+def test_derived_writes_alone_commit_unsynced_and_every_other_write_synced(
+    tmp_path: Path,
+) -> None:
+    """At durability full, a transaction of derived writes only (the text index) is
+    committed without a sync to the disk; any other write, and a group holding one (with
+    the derived writes in it), is synced, also right after an unsynced one."""
+    database = SqliteDatabase(tmp_path / "s.db")
+    database.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    seen: dict[str, int] = {}
+
+    def write(name: str, derived: bool) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (1)")
+            seen[name] = conn.execute("PRAGMA synchronous").fetchone()[0]
+
+        database.write(work, derived=derived)
+
+    write("alone, derived", True)
+    write("alone, after it", False)
+    assert seen == {"alone, derived": 1, "alone, after it": 2}  # NORMAL, then FULL
+    queued = [("d0", True), ("d1", True), ("w2", False), ("d3", True)]
+    writers = [threading.Thread(target=write, args=each) for each in queued]
+    with database.lock:  # the first writer leads, and waits for the lock: the rest queue up
+        for count, writer in enumerate(writers, 1):
+            writer.start()
+            poll(partial(_queued, database, count), "the write to queue up")
+    for writer in writers:
+        writer.join(30)
+        assert not writer.is_alive()
+    assert {name: seen[name] for name, _ in queued} == dict.fromkeys(["d0", "d1", "w2", "d3"], 2)
+    queued = [("d4", True), ("d5", True)]
+    writers = [threading.Thread(target=write, args=each) for each in queued]
+    with database.lock:
+        for count, writer in enumerate(writers, 1):
+            writer.start()
+            poll(partial(_queued, database, count), "the write to queue up")
+    for writer in writers:
+        writer.join(30)
+        assert not writer.is_alive()
+    assert {name: seen[name] for name, _ in queued} == {"d4": 1, "d5": 1}
+    assert database.read("SELECT count(*) FROM t") == [(8,)]
+    database.close()
+    normal = SqliteDatabase(tmp_path / "n.db", durability="normal")
+    normal.write(lambda conn: conn.execute("CREATE TABLE t (x INTEGER)"))
+    seen.clear()
+    database = normal
+    write("derived at normal", True)
+    write("at normal", False)
+    assert seen == {"derived at normal": 1, "at normal": 1}
+    normal.close()
 
 
 def test_appends_from_many_threads_at_once_stay_one_chain(tmp_path: Path) -> None:

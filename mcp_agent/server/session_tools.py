@@ -254,8 +254,8 @@ def register(server: MCPServer) -> None:
         data = parse_metadata(metadata)
 
         def create() -> NewSession:
-            session = state.repo.create(name=name, cwd=cwd, metadata=data)
-            return describe_session(state.repo, session)
+            _, summary = state.repo.create_described(name=name, cwd=cwd, metadata=data)
+            return NewSession(**session_fields(summary))
 
         with tool_errors():
             info = await state.offload(create)

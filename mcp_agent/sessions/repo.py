@@ -272,6 +272,12 @@ class SessionRepo(Protocol):
         metadata: Mapping[str, Any] | None = None,
         parent_session: str | None = None,
     ) -> Session: ...
+    def create_described(
+        self,
+        name: str | None = None,
+        cwd: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[Session, SessionSummary]: ...
     def open(self, session_id: str) -> Session: ...
     def append_entry(self, session_id: str, partial: Mapping[str, Any]) -> str: ...
     def open_read(self, session_id: str) -> Session: ...
@@ -549,6 +555,26 @@ class BaseSessionRepo:
         metadata: Mapping[str, Any] | None = None,
         parent_session: str | None = None,
     ) -> Session:
+        return self._create(*self._new_session(name, cwd, metadata, parent_session))
+
+    def create_described(
+        self,
+        name: str | None = None,
+        cwd: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[Session, SessionSummary]:
+        """``create`` and the new session's listing row."""
+        session = self.create(name=name, cwd=cwd, metadata=metadata)
+        return session, self.summary(session.id)
+
+    def _new_session(
+        self,
+        name: str | None,
+        cwd: str | None,
+        metadata: Mapping[str, Any] | None,
+        parent_session: str | None,
+    ) -> tuple[SessionHeader, builtins.list[SessionEntry]]:
+        """A new session's header and first entries (its name's), its arguments checked."""
         name = session_name(name)
         check_length(name, "name", NAME_CHARS)
         check_length(cwd, "cwd", CWD_CHARS)
@@ -561,7 +587,7 @@ class BaseSessionRepo:
             entries.append(
                 SessionInfoEntry(id=new_entry_id(), parent_id=None, timestamp=iso_now(), name=name)
             )
-        return self._create(header, entries)
+        return header, entries
 
     def open(self, session_id: str) -> Session:
         return self._session(self._open_storage(session_id))

@@ -223,6 +223,20 @@ class SqlSessionRepo(BaseSessionRepo, Generic[S]):
         # No read first: inserting the row refuses a taken id (a conflict) in its transaction.
         return self._session(self._create_storage(header, entries))
 
+    def create_described(
+        self,
+        name: str | None = None,
+        cwd: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[Session, SessionSummary]:
+        # The row read in the creation's own transaction: the same row, one reader less.
+        header, entries = self._new_session(name, cwd, metadata, None)
+        read_back = self.storage_class.sql(
+            f"SELECT {_SUMMARY_COLUMNS} FROM sessions WHERE id = :id"
+        )
+        storage, row = self.storage_class.create_reading(self.database, header, entries, read_back)
+        return self._session(self._keep_open(storage)), _summary(row)
+
     def _create_storage(self, header: SessionHeader, entries: builtins.list[SessionEntry]) -> S:
         return self._keep_open(self.storage_class.create(self.database, header, entries))
 

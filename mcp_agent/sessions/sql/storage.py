@@ -276,12 +276,33 @@ class SqlSessionStorage:
         cls, database: Any, header: SessionHeader, entries: Sequence[SessionEntry] = ()
     ) -> Self:
         """Store a new session with its first entries in one transaction (all or nothing)."""
+        return cls.create_reading(database, header, entries, None)[0]
+
+    @classmethod
+    def create_reading(
+        cls,
+        database: Any,
+        header: SessionHeader,
+        entries: Sequence[SessionEntry],
+        read_back: str | None,
+    ) -> tuple[Self, Any]:
+        """``create``, and the row ``read_back`` (a statement of the backend, parameter
+        ``:id``) reads in the same transaction once the session is stored (None: none read):
+        on the writer's connection, which has just written its pages, where a read after the
+        commit took a reader that the commit left cold."""
         entries = list(entries)
         validate_tree(entries)
         leaf_id = leaf_after(entries)
         incarnation = new_incarnation()
-        database.write(lambda conn: cls.store_new(conn, header, entries, leaf_id, incarnation))
-        return cls.stored(database, header, leaf_id, incarnation)
+
+        def work(conn: Any) -> Any:
+            cls.store_new(conn, header, entries, leaf_id, incarnation)
+            if read_back is None:
+                return None
+            return conn.execute(read_back, {"id": header.id}).fetchone()
+
+        row = database.write(work)
+        return cls.stored(database, header, leaf_id, incarnation), row
 
     @staticmethod
     def store_new(

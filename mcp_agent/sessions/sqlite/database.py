@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import itertools
 import os
 import sqlite3
 import threading
@@ -346,10 +347,11 @@ FTS_BATCH_ROWS = 2000
 class _Write:
     """One write waiting for, or done in, a group's transaction."""
 
-    __slots__ = ("done", "error", "ready", "result", "work")
+    __slots__ = ("derived", "done", "error", "ready", "result", "work")
 
-    def __init__(self, work: Callable[[sqlite3.Connection], Any]) -> None:
+    def __init__(self, work: Callable[[sqlite3.Connection], Any], derived: bool = False) -> None:
         self.work = work
+        self.derived = derived  # writes only what can be made again (see ``write``)
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -468,6 +470,10 @@ class SqliteDatabase:
             self._open_read_only()
         self.conn: WriterConnection = cast(WriterConnection, self._connect(WriterConnection))
         self._sqlite_wait = busy_timeout  # how long SQLite itself waits for a lock on conn
+        # Whether each commit is synced to the disk (durability full), and whether the
+        # connection is set not to sync for the derived writes of the last commit (``write``).
+        self._syncs = False
+        self._relaxed = False
         # The file the connection opened (see _commit); None in memory.
         self._identity: tuple[int, int] | None = None
         try:
@@ -479,6 +485,7 @@ class SqliteDatabase:
                 return
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self.conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
+            self._syncs = durability == "full"
             # Only a new file takes the write lock: opening must not wait for busy writers.
             if self.read("PRAGMA user_version")[0][0] < SCHEMA_VERSION:
                 self.write(lambda _conn: self._create_schema())
@@ -646,17 +653,24 @@ class SqliteDatabase:
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
-    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, work: Callable[[sqlite3.Connection], T], derived: bool = False) -> T:
         """Run ``work`` in a write transaction, waiting out other writers, and return once it
         is committed. ``work`` may run more than once, so it must not change Python state it
         does not return.
+
+        ``derived``: ``work`` writes only what is made again from the rest when lost (the text
+        index with its mark, in one transaction), so a transaction of such writes alone is
+        committed without a sync to the disk, even at durability full: a power cut may take
+        it back whole, never a part of it (WAL), and the next search does it again; its sync
+        cost the process about half a millisecond of CPU. A group with any other write is
+        synced as before, and so is every write before it in the file.
 
         Group commit: the writes of other threads that wait while one commits go into the
         next transaction together, each in a savepoint of its own (one failing rolls back
         only itself), so a burst of appends costs one commit (one fsync at durability full),
         not one each. Each caller still returns only once its write is committed."""
         self.check_writable()
-        job = _Write(work)
+        job = _Write(work, derived)
         with self._writes_lock:
             lead = not self._leading
             self._leading = True
@@ -737,7 +751,16 @@ class SqliteDatabase:
 
     def _commit(self, batch: builtins.list[_Write]) -> None:
         """One transaction: the writes in ``batch`` (from an attempt before, if any) and those
-        waiting now, up to ``GROUP_WRITES``."""
+        waiting now, up to ``GROUP_WRITES``; unsynced when all are derived (see ``write``).
+        SQLite sets a connection's syncing outside a transaction only: a write that comes
+        after it began waits for the next, synced, one. (A derived write among others is
+        synced with them: a commit of its own would cost more.)"""
+        with self._writes_lock:
+            group = [*batch, *self._writes[: GROUP_WRITES - len(batch)]]
+            unsynced = self._syncs and bool(group) and all(each.derived for each in group)
+        if unsynced != self._relaxed:
+            self.conn.execute(f"PRAGMA synchronous = {'NORMAL' if unsynced else 'FULL'}")
+            self._relaxed = unsynced
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             if self._identity is not None and self._file_identity() != self._identity:
@@ -750,9 +773,11 @@ class SqliteDatabase:
                     "now)",
                 )
             with self._writes_lock:
-                room = GROUP_WRITES - len(batch)
-                batch.extend(self._writes[:room])
-                del self._writes[:room]
+                taken = self._writes[: GROUP_WRITES - len(batch)]
+                if unsynced:  # any other write that came since waits for a synced commit
+                    taken = builtins.list(itertools.takewhile(lambda each: each.derived, taken))
+                batch.extend(taken)
+                del self._writes[: len(taken)]
             if len(batch) == 1:  # no savepoint needed: its failure rolls back all there is
                 outcomes: builtins.list[tuple[Any, BaseException | None]] = [
                     (batch[0].work(self.conn), None)
@@ -885,7 +910,7 @@ class SqliteDatabase:
             return False
         if _last_pending(self.read(_FTS_MARKS)[0], target) is None:  # nothing to do: no lock
             return False
-        return self.write(lambda conn: _index_batch(conn, target, step))
+        return self.write(lambda conn: _index_batch(conn, target, step), derived=True)
 
     def _index_private_copy(self) -> None:
         """Have the reads of this read-only database go to a private copy whose full-text index
