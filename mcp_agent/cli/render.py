@@ -47,6 +47,7 @@ from mcp_agent.sessions.outline import (
     iter_flat_tree,
     message_parts,
     outline_tree,
+    read_together,
 )
 from mcp_agent.sessions.repo import parent_id, started_json
 from mcp_agent.sessions.session import Session
@@ -397,7 +398,10 @@ def tree_view(
         ordered = starts
         if not full and drawn + len(starts) > TREE_RUNS:  # cut among them: the leaf's first
             ordered = sorted(starts, key=lambda start: start.id not in on_path)
-        for index, start in enumerate(ordered):
+        # The entries of the runs drawn here read together, not a query each.
+        runs = [linear_run(start) for start in ordered[: None if full else TREE_RUNS - drawn]]
+        read_together([run[i] for run in runs for i in shown_indices(run, leaf_id, full)])
+        for index in range(len(ordered)):
             if not full and drawn >= TREE_RUNS:
                 rest = [
                     *ordered[index:],
@@ -408,9 +412,7 @@ def tree_view(
                     said += f"; the leaf, {escape_controls(leaf_id)}, is among them"
                 root.add(Text(said, "dim italic"))
                 return root
-            run = [start]
-            while len(run[-1].children) == 1:
-                run.append(run[-1].children[0])
+            run = runs[index]
             # Each level of the tree indents by 4.
             limit = max(30, width - 4 * (depth + 1) - 1)
             label = run_text(run, leaf_id, on_path, full, limit, full_hint)
@@ -462,6 +464,24 @@ def path_to(roots: Sequence[TreeLike], leaf_id: str | None) -> set[str]:
     return path
 
 
+def linear_run(start: TreeLike) -> list[TreeLike]:
+    """``start`` and the entries after it up to a branch point or an end."""
+    run = [start]
+    while len(run[-1].children) == 1:
+        run.append(run[-1].children[0])
+    return run
+
+
+def shown_indices(run: Sequence[TreeLike], leaf_id: str | None, full: bool) -> Sequence[int]:
+    """The places in ``run`` drawn: all, or of a long run its head, its tail, the leaf and
+    the labelled entries."""
+    if full or len(run) <= RUN_LIMIT:
+        return range(len(run))
+    wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
+    wanted |= {i for i, node in enumerate(run) if node.label or node.id == leaf_id}
+    return sorted(wanted)
+
+
 def run_text(
     run: list[TreeLike],
     leaf_id: str | None,
@@ -471,11 +491,7 @@ def run_text(
     full_hint: str = FULL_HINT,
 ) -> Text:
     """The lines of a linear run; a long run keeps its head, its tail, the leaf and labels."""
-    keep = range(len(run))
-    if not full and len(run) > RUN_LIMIT:
-        wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
-        wanted |= {i for i, node in enumerate(run) if node.label or node.id == leaf_id}
-        keep = sorted(wanted)  # type: ignore[assignment]
+    keep = shown_indices(run, leaf_id, full)
     text = Text()
     previous = -1
     for index in keep:
