@@ -789,6 +789,38 @@ def test_a_text_of_many_lines_is_drawn_whole_in_linear_time() -> None:
     assert drawn[0] == drawn[1] + f"line {LINES_AT_ONCE} \\x1b[31m\n"
 
 
+def test_a_text_of_megabytes_is_drawn_whole_without_rich_wrapping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`show --full` of a 10 MB message spent 39 s of CPU in rich's wrapping, which grows
+    faster than the text; a text past PLAIN_CHARS is broken into lines here, a line at a time:
+    every word drawn in order, no line wider than the terminal, none of it wrapped by rich."""
+    import io
+
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.text import Text
+
+    from mcp_agent.cli.render import PLAIN_CHARS, Indented, limited
+
+    wrapped: list[int] = []
+    wrap = Text.wrap
+
+    def counted(self: Text, *args: Any, **kwargs: Any) -> Any:
+        wrapped.append(len(self))
+        return wrap(self, *args, **kwargs)
+
+    monkeypatch.setattr(Text, "wrap", counted)
+    text = " ".join(f"w{n}" for n in range(PLAIN_CHARS // 3)) + "\n\tend 東京" * 3 + "x" * 130
+    console = Console(file=io.StringIO(), width=60, record=True)
+    console.print(Indented(limited(text, full=True, max_lines=12), 9))
+    drawn = console.export_text()
+    assert "".join(drawn.split()) == "".join(text.split())
+    assert drawn.startswith(" " * 9 + "w0 w1 w2 ") and "\n" + " " * 17 + "end 東京\n" in drawn
+    assert max(cell_len(line) for line in drawn.splitlines()) <= 60
+    assert sum(wrapped) < 1000, sum(wrapped)
+
+
 def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     ids = seed(db)
     result = cli("sessions", "tree", ids["session"])
