@@ -2001,6 +2001,27 @@ def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
     context.close()
 
 
+def test_an_entry_a_link_names_inside_a_fold_is_unfolded_to_in_the_tree(
+    browser: Browser, open_served: tuple[Served, Path]
+) -> None:
+    """An address naming an entry inside a fold ("⋯ N more") showed the entry, but left the
+    fold folded: the entry was nowhere in the tree. The fold is unfolded down to it, the row
+    selected, and the fold says how many are left above it."""
+    server, db = open_served
+    session_id = chain_session(db, 300)
+    page = browser.new_page()
+    page.goto(f"{base(server)}/#session={session_id}&entry=e0000050")
+    tree = page.locator("#tree")
+    row = tree.locator(".row[data-id='e0000050']")
+    expect(row).to_have_attribute("aria-selected", "true")
+    expect(row).to_be_in_viewport()
+    expect(page.locator("#detail-body")).to_contain_text("step 50")
+    # revealed from it down to the leaf: 49 left folded above (e0000001 .. e0000049)
+    expect(tree.locator(".fold")).to_have_text("⋯ 49 more entries")
+    expect(tree.locator(".row")).to_have_count(251)
+    page.close()
+
+
 def test_a_live_update_reads_only_what_was_not_unfolded_already(
     browser: Browser, open_served: tuple[Served, Path]
 ) -> None:

@@ -917,8 +917,36 @@ async function openSession(sessionId, byReader = false, entryId = null) {
   if (state.sessionId === sessionId) await refresh();
   // the entry the address named, brought into view in the tree
   if (firstOpen && entryId && state.sessionId === sessionId && state.selected === entryId) {
-    const row = [...document.querySelectorAll("#tree .row")].find((each) => each.dataset.id === entryId);
-    if (row) row.scrollIntoView({ block: "nearest" });
+    const rowOfEntry = () => $("tree").querySelector(`.row[data-id="${CSS.escape(entryId)}"]`);
+    if (!rowOfEntry()) await unfoldTo(entryId);
+    const row = rowOfEntry();
+    if (row && state.selected === entryId) row.scrollIntoView({ block: "nearest" });
+  }
+}
+
+/** Unfold the fold that holds entry ``entryId`` down to it: an address naming an entry inside
+ * a fold showed the entry, but nowhere in the tree. Its path is read up from it to the first
+ * row shown; when a fold follows that row, the entries between are the fold's lowest. */
+async function unfoldTo(entryId) {
+  const sessionId = state.sessionId;
+  let above = 0; // the entries between the row shown and the entry
+  let cursor = null;
+  for (;;) {
+    const args = { session_id: sessionId, entry_id: entryId, limit: ENTRIES_PAGE };
+    if (cursor) args.cursor = cursor;
+    const answer = await tool("session_get", args);
+    if (sessionId !== state.sessionId) return;
+    for (const entry of [...answer.entries].reverse()) {
+      if (entry.id === entryId) continue;
+      if (rowShown(entry.id)) { // a row of a chain, or the head of a branch not opened
+        const anchor = (findChain(entry.id) || []).find((row) => row.id === entry.id);
+        if (anchor && anchor.folded > above) await inTurn(() => unfold(anchor.id, anchor.folded - above, true));
+        return;
+      }
+      above += 1;
+    }
+    cursor = answer.nextCursor;
+    if (!cursor) return;
   }
 }
 
