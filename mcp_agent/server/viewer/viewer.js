@@ -1765,7 +1765,7 @@ async function selectEntry(entryId, fromClick) {
     const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
     if (state.selected !== entryId) return;
     entry = answer.entries[answer.entries.length - 1];
-    if (entry.omitted && transport.canReadResources) {
+    if (entry.omitted && transport.canReadResources && wholeInResource(entry)) {
       try {
         const read = await transport.readResource(`session://${state.sessionId}/entries/${encodeURIComponent(entryId)}`);
         entry = JSON.parse(read.contents[0].text);
@@ -1775,6 +1775,27 @@ async function selectEntry(entryId, fromClick) {
     if (state.reading === entryId) state.reading = null;
   }
   if (state.selected !== entryId) return;
+  state.entry = entry;
+  renderDetail(entry);
+}
+
+/** Read entry ``entryId`` whole, a piece of its JSON text at a time (session_get with
+ * offset: no one answer holds it), saying on ``button`` how far it is; then show it. */
+async function readInPieces(entryId, button) {
+  const sessionId = state.sessionId;
+  const pieces = [];
+  let offset = 0;
+  button.disabled = true;
+  while (offset !== null) {
+    const answer = await tool("session_get", { session_id: sessionId, entry_id: entryId, offset });
+    if (state.sessionId !== sessionId || state.selected !== entryId) return; // the reader moved on
+    const piece = answer.piece;
+    pieces.push(piece.text);
+    offset = piece.nextOffset ?? null;
+    const done = piece.totalChars - piece.left;
+    button.textContent = `Reading… ${Math.floor((100 * done) / piece.totalChars)}% of ${COUNT.format(piece.totalChars)} characters`;
+  }
+  const entry = JSON.parse(pieces.join(""));
   state.entry = entry;
   renderDetail(entry);
 }
@@ -1828,10 +1849,22 @@ function renderContent(content) {
 // texts cut (session_get with limit 1), shown as it is under the note that says so.
 const STUB_KEYS = new Set(["type", "id", "parentId", "timestamp", "role", "omitted"]);
 
+/** Whether the entry's resource gives it whole: the server names the resource only then
+ * (past the 8 MiB one answer holds it refuses it, and the page's read of it was a 400). */
+function wholeInResource(entry) {
+  return entry.omitted.includes("session://");
+}
+
 function renderEntry(entry) {
   if (entry.omitted) {
     const cut = Object.keys(entry).some((key) => !STUB_KEYS.has(key));
     const note = h("p", { class: "note", text: cut ? `Truncated: ${entry.omitted}` : entry.omitted });
+    // the rest in pieces, where the resource does not give it (or the host reads none)
+    if (!(transport.canReadResources && wholeInResource(entry))) {
+      const button = h("button", { type: "button", class: "read-all", text: "Read all of it" });
+      button.addEventListener("click", () => readInPieces(entry.id, button).catch(failed));
+      note.append(" ", button);
+    }
     return cut ? [note, ...renderEntry({ ...entry, omitted: undefined })] : [note];
   }
   const message = entry.message;
