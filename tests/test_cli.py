@@ -287,6 +287,24 @@ def test_no_arguments_shows_help() -> None:
     assert "sessions" in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("command", [["serve"], ["sessions", "list"], ["sessions"]])
+def test_help_in_a_narrow_terminal_keeps_every_word_whole(command: list[str]) -> None:
+    """At 40 columns rich's panels cut the options' names, types and defaults ("--transp…",
+    "127.0.0.…", "$MCP_AGE…"); below 60, the help is click's, each option's words under its
+    name, every line within the width and nothing cut."""
+    done = sub(*command, "--help", env={**clean_env(), "COLUMNS": "40"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 40, done.stdout
+    assert "…" not in done.stdout.replace("postgresql://…", ""), done.stdout
+    if command == ["serve"]:
+        assert "  --transport stdio|http" in lines and "127.0.0.1]" in done.stdout
+    if command == ["sessions", "list"]:
+        assert "$MCP_AGENT_DB" in done.stdout and "  --limit N" in lines
+    wide = sub(*command, "--help", env=clean_env())
+    assert "╭─ Options" in wide.stdout  # rich's panels where they fit
+
+
 def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
     not_a_db = tmp_path / "notes.txt"
     not_a_db.write_text("hello, not SQLite\n" * 100)

@@ -655,6 +655,32 @@ def stdin_is_tty() -> bool:
 _HELP_TYPES = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "path": "PATH"}
 
 
+# The narrowest terminal that --help is drawn in rich's panels for (see plain_help_types).
+RICH_HELP_COLUMNS = 60
+
+
+def _narrow_help_class() -> type:
+    from typer._click.formatting import HelpFormatter
+
+    class NarrowHelp(HelpFormatter):
+        """click's help, each option's words under its name rather than beside it: beside
+        it, a narrow terminal left them a column of a word or two."""
+
+        def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+            for term, text in rows:
+                self.write(f"{'':>{self.current_indent}}{term}\n")
+                if text:
+                    with self.indentation(), self.indentation():
+                        self.write_text(text)
+
+    return NarrowHelp
+
+
+def _narrow_help(width: int) -> Any:
+    """A ``NarrowHelp`` formatter ``width`` columns wide (click imported when help is asked)."""
+    return _narrow_help_class()(width=width)
+
+
 def plain_help_types() -> None:
     """Make --help show words (TEXT, N, PATH, FILE…) for values, and nothing for flags, and
     flow the paragraphs of a command's help to the terminal's width."""
@@ -679,7 +705,19 @@ def plain_help_types() -> None:
             if not hasattr(rich_utils, "_made_console"):
                 made = rich_utils._made_console = rich_utils._get_rich_console  # type: ignore[attr-defined]
                 rich_utils._get_rich_console = lambda stderr=False: closable(made(stderr))
-            return shown(self, ctx, formatter)
+            width = rich_utils._get_rich_console().width
+            if width >= RICH_HELP_COLUMNS:
+                return shown(self, ctx, formatter)
+            # Narrower, rich's panels cut the options' names and defaults ("--transp…",
+            # "127.0.0.…"): click's plain help instead, whose lines wrap at whole words, at
+            # the terminal's width (click's own is 50 columns at least).
+            plain = _narrow_help(max(20, width - 1))
+            markup, self.rich_markup_mode = self.rich_markup_mode, None
+            try:
+                shown(self, ctx, plain)
+            finally:
+                self.rich_markup_mode = markup
+            formatter.write(plain.getvalue())
 
         command.format_help = format_help  # type: ignore[method-assign]
 
