@@ -474,6 +474,28 @@ def test_sessions_list_at_80_columns_puts_each_name_under_its_session(db: Path) 
     assert wide[1].split()[0] == other.id and "  Plan a picnic for twelve people" in wide[1]
 
 
+def test_tables_at_40_columns_are_a_record_a_row(db: Path) -> None:
+    """Narrower than their columns (at 40: a listing's rows 66 cells wide, the models' 79),
+    the rows were printed whole for the terminal to break anywhere; each row is now its first
+    cell whole on a line, then its other cells as "Header value" on lines within the width,
+    its name under them."""
+    ids = seed(db)
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = "40"
+    done = sub("sessions", "list", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 40, done.stdout
+    assert lines[0] == ids["session"] and lines[-1] == "  weather chat"
+    assert lines[1].startswith("  Modified ") and "Msgs 5" in done.stdout
+    models = sub("models", env=env)
+    assert models.returncode == 0, models.stderr
+    listed = models.stdout.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in listed) <= 40, models.stdout
+    assert "anthropic:claude-3-5-haiku-latest" in listed
+    assert any(line.startswith("  Context 200,000 · Max out 8,192") for line in listed)
+
+
 def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
     ids = seed(db)
     with SqliteSessionRepo(db) as repo:
@@ -3002,9 +3024,11 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     env["COLUMNS"] = columns
     done = sub("sessions", "list", env=env)
     assert done.returncode == 0, done.stderr
-    header, name, row = done.stdout.splitlines()[:3]  # the names under the rows
-    assert header.split() == ["ID", "Modified", "Msgs", "Tokens"] and "Name" in name
-    assert row.split()[0] == ids["session"]  # whole, to copy into the next command
+    # narrower than the columns: a record a row (test_tables_at_40_columns_are_a_record_a_row)
+    lines = done.stdout.splitlines()
+    assert lines[0] == ids["session"]  # whole, to copy into the next command
+    assert "  Msgs 5" in done.stdout or " · Msgs 5" in done.stdout  # each column whole
+    assert lines[-1] == "  weather chat"
 
 
 def test_listings_piped_leave_no_blanks_at_the_ends_of_their_lines(cli: Any, db: Path) -> None:

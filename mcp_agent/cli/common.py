@@ -232,6 +232,9 @@ def print_table(
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
+    if fixed - (2 if flexible is not None else 0) > console.width:
+        _print_records(headers, rows, flexible, notes, console)
+        return
     if flexible == len(headers) - 1 and min(widths[-1], below) > console.width - fixed:
         _print_stacked(headers, rows, right, fixed - 2, notes)
         return
@@ -249,6 +252,41 @@ def print_table(
     for cells, style in rows:
         table.add_row(*cells, style=style)
     console.print(Unpadded(table, notes))
+
+
+def _print_records(
+    headers: list[str],
+    rows: list[tuple[list[str], str | None]],
+    flexible: int | None,
+    notes: Sequence[str | None],
+    console: Console,
+) -> None:
+    """``print_table``'s rows for a terminal narrower than their columns (40 columns: lines
+    of 66 and 75 cells, which the terminal broke anywhere): each row its first cell whole on
+    a line, then its other cells as "Header value", as many on a line as fit, broken between
+    them; the ``flexible`` cell on a line of its own, cut with an ellipsis, and the note."""
+    from rich.text import Text
+
+    width = max(1, console.width - 2)
+    for index, (cells, style) in enumerate(rows):
+        console.print(Text(cells[0], style=style or ""), soft_wrap=True)
+        lines: list[str] = []
+        for column in range(1, len(headers)):
+            if column == flexible or not cells[column]:
+                continue
+            said = f"{headers[column]} {cells[column]}"
+            if lines and len(lines[-1]) + 3 + len(said) <= width:
+                lines[-1] += " · " + said
+            else:
+                lines.append(said)
+        for line in lines:
+            console.print(Text("  " + line, style="dim"), soft_wrap=True)
+        if flexible not in (None, 0):
+            shown = Text("  " + cells[flexible], style=style or "")
+            console.print(shown, no_wrap=True, overflow="ellipsis")
+        note = notes[index] if index < len(notes) else None
+        if note:
+            console.print(Text(note, style="dim"), no_wrap=True, overflow="ellipsis")
 
 
 def _print_stacked(
