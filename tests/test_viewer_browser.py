@@ -2021,6 +2021,8 @@ def test_an_entry_a_link_names_inside_a_fold_is_unfolded_to_in_the_tree(
     expect(row).to_have_attribute("aria-selected", "true")
     expect(row).to_be_in_viewport()
     expect(page.locator("#detail-body")).to_contain_text("step 50")
+    # the tree's one Tab stop is the entry the address named
+    expect(tree.locator('[tabindex="0"]')).to_have_attribute("data-id", "e0000050")
     # revealed from it down to the leaf: 49 left folded above (e0000001 .. e0000049)
     expect(tree.locator(".fold")).to_have_text("⋯ 49 more entries")
     expect(tree.locator(".row")).to_have_count(251)

@@ -920,7 +920,12 @@ async function openSession(sessionId, byReader = false, entryId = null) {
     const rowOfEntry = () => $("tree").querySelector(`.row[data-id="${CSS.escape(entryId)}"]`);
     if (!rowOfEntry()) await unfoldTo(entryId);
     const row = rowOfEntry();
-    if (row && state.selected === entryId) row.scrollIntoView({ block: "nearest" });
+    if (row && state.selected === entryId) {
+      row.scrollIntoView({ block: "nearest" });
+      // and Tab into the tree goes to it (it went to the first row: the tree was drawn before
+      // the fold was unfolded), unless the reader is in the tree already
+      if (!$("tree").contains(document.activeElement)) moveTabStop(row);
+    }
   }
 }
 
