@@ -2035,7 +2035,8 @@ def test_a_message_past_what_one_answer_holds_is_shown_cut_then_read_in_pieces(
     """A message over the 8 MiB one answer holds: the page asked for its resource anyway,
     which the server refuses (a 400 in the console), and offered no way to the rest. It shows
     the entry with its texts cut, and reads it whole in pieces (session_get with offset) when
-    asked, saying how far it is; nothing it asks for fails."""
+    asked, saying how far it is (a piece refused, it can be asked again); nothing it asks for
+    fails."""
     server, db = open_served
     said = "START " + "x" * (9 << 20) + " THE END"
     with SqliteSessionRepo(db) as repo:
@@ -2058,9 +2059,14 @@ def test_a_message_past_what_one_answer_holds_is_shown_cut_then_read_in_pieces(
     pieces: list[int] = []
 
     def count_pieces(route: Any) -> None:
-        arguments = json.loads(route.request.post_data or "{}").get("params", {})
-        if "offset" in arguments.get("arguments", {}):
-            pieces.append(arguments["arguments"]["offset"])
+        body = json.loads(route.request.post_data or "{}")
+        arguments = body.get("params", {}).get("arguments", {})
+        if "offset" in arguments:
+            pieces.append(arguments["offset"])
+            if len(pieces) == 2:  # the second piece fails, once
+                busy = {"isError": True, "content": [{"type": "text", "text": "busy: try again"}]}
+                route.fulfill(json={"jsonrpc": "2.0", "id": body["id"], "result": busy})
+                return
         route.continue_()
 
     page.route("**/mcp", count_pieces)
@@ -2072,9 +2078,14 @@ def test_a_message_past_what_one_answer_holds_is_shown_cut_then_read_in_pieces(
     expect(read_all).to_be_visible()
     assert "THE END" not in (detail.text_content() or "") and not pieces
     read_all.click()
+    # a piece refused: said, and the button asks again (it stayed "Reading… 0%", disabled)
+    expect(read_all).to_have_text("Read all of it")
+    expect(read_all).to_be_enabled()
+    read_all.click()
     expect(detail).to_contain_text("THE END", timeout=120_000)
     expect(detail).not_to_contain_text("Truncated:")
-    assert len(pieces) > 200 and pieces[0] == 0 and pieces == sorted(pieces), pieces[:3]
+    assert pieces[0] == pieces[2] == 0 < pieces[1] == pieces[3], pieces[:4]
+    assert len(pieces) > 200 and pieces[2:] == sorted(pieces[2:]), pieces[:4]
     assert not refused, refused
     page.close()
 

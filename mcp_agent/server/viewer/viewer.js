@@ -1791,14 +1791,20 @@ async function readInPieces(entryId, button) {
   const pieces = [];
   let offset = 0;
   button.disabled = true;
-  while (offset !== null) {
-    const answer = await tool("session_get", { session_id: sessionId, entry_id: entryId, offset });
-    if (state.sessionId !== sessionId || state.selected !== entryId) return; // the reader moved on
-    const piece = answer.piece;
-    pieces.push(piece.text);
-    offset = piece.nextOffset ?? null;
-    const done = piece.totalChars - piece.left;
-    button.textContent = `Reading… ${Math.floor((100 * done) / piece.totalChars)}% of ${COUNT.format(piece.totalChars)} characters`;
+  try {
+    while (offset !== null) {
+      const answer = await tool("session_get", { session_id: sessionId, entry_id: entryId, offset });
+      if (state.sessionId !== sessionId || state.selected !== entryId) return; // the reader moved on
+      const piece = answer.piece;
+      pieces.push(piece.text);
+      offset = piece.nextOffset ?? null;
+      const done = piece.totalChars - piece.left;
+      button.textContent = `Reading… ${Math.floor((100 * done) / piece.totalChars)}% of ${COUNT.format(piece.totalChars)} characters`;
+    }
+  } catch (error) { // said by the caller; the button asks again
+    button.disabled = false;
+    button.textContent = "Read all of it";
+    throw error;
   }
   const entry = JSON.parse(pieces.join(""));
   state.entry = entry;
