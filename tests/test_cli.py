@@ -287,6 +287,24 @@ def test_no_arguments_shows_help() -> None:
     assert "sessions" in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("command", [["serve"], ["sessions", "list"], ["sessions"]])
+def test_help_in_a_narrow_terminal_keeps_every_word_whole(command: list[str]) -> None:
+    """At 40 columns rich's panels cut the options' names, types and defaults ("--transp…",
+    "127.0.0.…", "$MCP_AGE…"); below 60, the help is click's, each option's words under its
+    name, every line within the width and nothing cut."""
+    done = sub(*command, "--help", env={**clean_env(), "COLUMNS": "40"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 40, done.stdout
+    assert "…" not in done.stdout.replace("postgresql://…", ""), done.stdout
+    if command == ["serve"]:
+        assert "  --transport stdio|http" in lines and "127.0.0.1]" in done.stdout
+    if command == ["sessions", "list"]:
+        assert "$MCP_AGENT_DB" in done.stdout and "  --limit N" in lines
+    wide = sub(*command, "--help", env=clean_env())
+    assert "╭─ Options" in wide.stdout  # rich's panels where they fit
+
+
 def test_unreadable_database_is_bad_input(cli: Any, tmp_path: Path) -> None:
     not_a_db = tmp_path / "notes.txt"
     not_a_db.write_text("hello, not SQLite\n" * 100)
@@ -454,6 +472,28 @@ def test_sessions_list_at_80_columns_puts_each_name_under_its_session(db: Path) 
     env["COLUMNS"] = "120"
     wide = sub("sessions", "list", env=env).stdout.splitlines()
     assert wide[1].split()[0] == other.id and "  Plan a picnic for twelve people" in wide[1]
+
+
+def test_tables_at_40_columns_are_a_record_a_row(db: Path) -> None:
+    """Narrower than their columns (at 40: a listing's rows 66 cells wide, the models' 79),
+    the rows were printed whole for the terminal to break anywhere; each row is now its first
+    cell whole on a line, then its other cells as "Header value" on lines within the width,
+    its name under them."""
+    ids = seed(db)
+    env = clean_env(MCP_AGENT_DB=str(db))
+    env["COLUMNS"] = "40"
+    done = sub("sessions", "list", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 40, done.stdout
+    assert lines[0] == ids["session"] and lines[-1] == "  weather chat"
+    assert lines[1].startswith("  Modified ") and "Msgs 5" in done.stdout
+    models = sub("models", env=env)
+    assert models.returncode == 0, models.stderr
+    listed = models.stdout.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in listed) <= 40, models.stdout
+    assert "anthropic:claude-3-5-haiku-latest" in listed
+    assert any(line.startswith("  Context 200,000 · Max out 8,192") for line in listed)
 
 
 def test_list_table_json_search_and_paging(cli: Any, db: Path) -> None:
@@ -789,6 +829,38 @@ def test_a_text_of_many_lines_is_drawn_whole_in_linear_time() -> None:
     assert drawn[0] == drawn[1] + f"line {LINES_AT_ONCE} \\x1b[31m\n"
 
 
+def test_a_text_of_megabytes_is_drawn_whole_without_rich_wrapping_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`show --full` of a 10 MB message spent 39 s of CPU in rich's wrapping, which grows
+    faster than the text; a text past PLAIN_CHARS is broken into lines here, a line at a time:
+    every word drawn in order, no line wider than the terminal, none of it wrapped by rich."""
+    import io
+
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.text import Text
+
+    from mcp_agent.cli.render import PLAIN_CHARS, Indented, limited
+
+    wrapped: list[int] = []
+    wrap = Text.wrap
+
+    def counted(self: Text, *args: Any, **kwargs: Any) -> Any:
+        wrapped.append(len(self))
+        return wrap(self, *args, **kwargs)
+
+    monkeypatch.setattr(Text, "wrap", counted)
+    text = " ".join(f"w{n}" for n in range(PLAIN_CHARS // 3)) + "\n\tend 東京" * 3 + "x" * 130
+    console = Console(file=io.StringIO(), width=60, record=True)
+    console.print(Indented(limited(text, full=True, max_lines=12), 9))
+    drawn = console.export_text()
+    assert "".join(drawn.split()) == "".join(text.split())
+    assert drawn.startswith(" " * 9 + "w0 w1 w2 ") and "\n" + " " * 17 + "end 東京\n" in drawn
+    assert max(cell_len(line) for line in drawn.splitlines()) <= 60
+    assert sum(wrapped) < 1000, sum(wrapped)
+
+
 def test_tree_draws_branches_labels_and_leaf(cli: Any, db: Path) -> None:
     ids = seed(db)
     result = cli("sessions", "tree", ids["session"])
@@ -912,6 +984,42 @@ def test_tree_reads_only_the_entries_it_draws(db: Path, monkeypatch: pytest.Monk
         entries = session.stats().entry_count
     assert lazy == every and "#seventh" in lazy and "◀ leaf" in lazy
     assert 0 < len(parsed) <= len(lazy.splitlines()) < entries // 3
+
+
+def test_a_whole_tree_reads_its_entries_a_batch_at_a_time(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tree --full` of a 10,000-entry session read each entry it drew in a query of its own
+    (6 s of CPU); now the entries of the runs drawn are read ``TREE_BATCH`` at a time, and
+    the drawing is the one every parsed entry gives."""
+    from mcp_agent.cli.render import session_heading, session_tree, tree_view
+    from mcp_agent.sessions.outline import TREE_BATCH
+    from mcp_agent.sessions.sqlite import database
+
+    sid = "01a00000-0000-7000-8000-0000000000d6"
+    (tmp_path / "long.jsonl").write_text(pi_v3(3 * TREE_BATCH, sid))
+    with SqliteSessionRepo(db) as repo:
+        repo.import_jsonl(tmp_path / "long.jsonl")
+        session = repo.open(sid)
+        session.move_to(f"{TREE_BATCH:08x}")
+        session.append_message(User(content="a branch off the middle"))
+        every = rendered(tree_view(session.tree(), session.leaf_id, session_heading(session), True))
+    statements: list[str] = []
+    connect = database.SqliteDatabase._connect
+
+    def traced(
+        self: database.SqliteDatabase, factory: type[sqlite3.Connection] = sqlite3.Connection
+    ) -> sqlite3.Connection:
+        conn = connect(self, factory)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+    with SqliteSessionRepo(db) as repo:
+        whole = rendered(session_tree(repo.open(sid), full=True))
+    reads = [sql for sql in statements if "FROM entries" in sql and " IN (" in sql]
+    assert whole == every and "a branch off the middle" in whole and "step 2998" in whole
+    assert 0 < len(reads) <= 8, len(reads)
 
 
 def rendered(view: Any) -> str:
@@ -2916,9 +3024,11 @@ def test_sessions_list_on_a_narrow_terminal_keeps_ids_and_columns_whole(
     env["COLUMNS"] = columns
     done = sub("sessions", "list", env=env)
     assert done.returncode == 0, done.stderr
-    header, name, row = done.stdout.splitlines()[:3]  # the names under the rows
-    assert header.split() == ["ID", "Modified", "Msgs", "Tokens"] and "Name" in name
-    assert row.split()[0] == ids["session"]  # whole, to copy into the next command
+    # narrower than the columns: a record a row (test_tables_at_40_columns_are_a_record_a_row)
+    lines = done.stdout.splitlines()
+    assert lines[0] == ids["session"]  # whole, to copy into the next command
+    assert "  Msgs 5" in done.stdout or " · Msgs 5" in done.stdout  # each column whole
+    assert lines[-1] == "  weather chat"
 
 
 def test_listings_piped_leave_no_blanks_at_the_ends_of_their_lines(cli: Any, db: Path) -> None:

@@ -38,6 +38,7 @@ from viewer_support import (
     picnic_db,
 )
 
+from mcp_agent.messages import UserMessage as User
 from mcp_agent.sessions import SqliteSessionRepo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1331,6 +1332,10 @@ def test_the_app_fills_the_frame_in_fullscreen(
     )
     # the tree takes the room (its rows are more than the inline view's 520 px show)
     assert frame.evaluate("document.getElementById('tree').getBoundingClientRect().height") > 600
+    # and the rest is read in pieces through the host's tool calls, when asked for
+    body.get_by_role("button", name="Read all of it").click()
+    expect(body).not_to_contain_text("[cut:", timeout=60_000)
+    assert body.inner_text().count("tent") == 600_000
     page.close()
 
 
@@ -1999,6 +2004,90 @@ def test_an_emoji_where_an_unfolded_row_is_cut_is_shown_whole(
     assert not [text for text in shown if halves.search(text)], shown
     assert all("🌸" in text for text in shown), shown
     context.close()
+
+
+def test_an_entry_a_link_names_inside_a_fold_is_unfolded_to_in_the_tree(
+    browser: Browser, open_served: tuple[Served, Path]
+) -> None:
+    """An address naming an entry inside a fold ("⋯ N more") showed the entry, but left the
+    fold folded: the entry was nowhere in the tree. The fold is unfolded down to it, the row
+    selected, and the fold says how many are left above it."""
+    server, db = open_served
+    session_id = chain_session(db, 300)
+    page = browser.new_page()
+    page.goto(f"{base(server)}/#session={session_id}&entry=e0000050")
+    tree = page.locator("#tree")
+    row = tree.locator(".row[data-id='e0000050']")
+    expect(row).to_have_attribute("aria-selected", "true")
+    expect(row).to_be_in_viewport()
+    expect(page.locator("#detail-body")).to_contain_text("step 50")
+    # the tree's one Tab stop is the entry the address named
+    expect(tree.locator('[tabindex="0"]')).to_have_attribute("data-id", "e0000050")
+    # revealed from it down to the leaf: 49 left folded above (e0000001 .. e0000049)
+    expect(tree.locator(".fold")).to_have_text("⋯ 49 more entries")
+    expect(tree.locator(".row")).to_have_count(251)
+    page.close()
+
+
+def test_a_message_past_what_one_answer_holds_is_shown_cut_then_read_in_pieces(
+    browser: Browser, open_served: tuple[Served, Path]
+) -> None:
+    """A message over the 8 MiB one answer holds: the page asked for its resource anyway,
+    which the server refuses (a 400 in the console), and offered no way to the rest. It shows
+    the entry with its texts cut, and reads it whole in pieces (session_get with offset) when
+    asked, saying how far it is (a piece refused, it can be asked again); nothing it asks for
+    fails."""
+    server, db = open_served
+    said = "START " + "x" * (9 << 20) + " THE END"
+    with SqliteSessionRepo(db) as repo:
+        session = repo.create(name="huge")
+        session.append_message(User(content="before it"))
+        huge = session.append_message(User(content=said))
+    page = browser.new_page()
+    refused: list[str] = []
+
+    def said_error(message: Any) -> None:
+        if message.type == "error":
+            refused.append(message.text)
+
+    def answered(response: Any) -> None:
+        if response.status >= 400:
+            refused.append(response.url)
+
+    page.on("console", said_error)
+    page.on("response", answered)
+    pieces: list[int] = []
+
+    def count_pieces(route: Any) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        arguments = body.get("params", {}).get("arguments", {})
+        if "offset" in arguments:
+            pieces.append(arguments["offset"])
+            if len(pieces) == 2:  # the second piece fails, once
+                busy = {"isError": True, "content": [{"type": "text", "text": "busy: try again"}]}
+                route.fulfill(json={"jsonrpc": "2.0", "id": body["id"], "result": busy})
+                return
+        route.continue_()
+
+    page.route("**/mcp", count_pieces)
+    page.goto(f"{base(server)}/#session={session.id}&entry={huge}")
+    detail = page.locator("#detail-body")
+    expect(detail).to_contain_text("Truncated:")
+    expect(detail).to_contain_text("START xxx")
+    read_all = detail.get_by_role("button", name=re.compile("^Read all of it"))
+    expect(read_all).to_be_visible()
+    assert "THE END" not in (detail.text_content() or "") and not pieces
+    read_all.click()
+    # a piece refused: said, and the button asks again (it stayed "Reading… 0%", disabled)
+    expect(read_all).to_have_text("Read all of it")
+    expect(read_all).to_be_enabled()
+    read_all.click()
+    expect(detail).to_contain_text("THE END", timeout=120_000)
+    expect(detail).not_to_contain_text("Truncated:")
+    assert pieces[0] == pieces[2] == 0 < pieces[1] == pieces[3], pieces[:4]
+    assert len(pieces) > 200 and pieces[2:] == sorted(pieces[2:]), pieces[:4]
+    assert not refused, refused
+    page.close()
 
 
 def test_a_live_update_reads_only_what_was_not_unfolded_already(

@@ -232,6 +232,9 @@ def print_table(
     widths = [max(len(h), *(len(cells[i]) for cells, _ in rows)) for i, h in enumerate(headers)]
     fixed = sum(w for i, w in enumerate(widths) if i != flexible) + 2 * (len(headers) - 1)
     console = out()
+    if fixed - (2 if flexible is not None else 0) > console.width:
+        _print_records(headers, rows, flexible, notes, console)
+        return
     if flexible == len(headers) - 1 and min(widths[-1], below) > console.width - fixed:
         _print_stacked(headers, rows, right, fixed - 2, notes)
         return
@@ -249,6 +252,41 @@ def print_table(
     for cells, style in rows:
         table.add_row(*cells, style=style)
     console.print(Unpadded(table, notes))
+
+
+def _print_records(
+    headers: list[str],
+    rows: list[tuple[list[str], str | None]],
+    flexible: int | None,
+    notes: Sequence[str | None],
+    console: Console,
+) -> None:
+    """``print_table``'s rows for a terminal narrower than their columns (40 columns: lines
+    of 66 and 75 cells, which the terminal broke anywhere): each row its first cell whole on
+    a line, then its other cells as "Header value", as many on a line as fit, broken between
+    them; the ``flexible`` cell on a line of its own, cut with an ellipsis, and the note."""
+    from rich.text import Text
+
+    width = max(1, console.width - 2)
+    for index, (cells, style) in enumerate(rows):
+        console.print(Text(cells[0], style=style or ""), soft_wrap=True)
+        lines: list[str] = []
+        for column in range(1, len(headers)):
+            if column == flexible or not cells[column]:
+                continue
+            said = f"{headers[column]} {cells[column]}"
+            if lines and len(lines[-1]) + 3 + len(said) <= width:
+                lines[-1] += " · " + said
+            else:
+                lines.append(said)
+        for line in lines:
+            console.print(Text("  " + line, style="dim"), soft_wrap=True)
+        if flexible not in (None, 0):
+            shown = Text("  " + cells[flexible], style=style or "")
+            console.print(shown, no_wrap=True, overflow="ellipsis")
+        note = notes[index] if index < len(notes) else None
+        if note:
+            console.print(Text(note, style="dim"), no_wrap=True, overflow="ellipsis")
 
 
 def _print_stacked(
@@ -655,6 +693,32 @@ def stdin_is_tty() -> bool:
 _HELP_TYPES = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "path": "PATH"}
 
 
+# The narrowest terminal that --help is drawn in rich's panels for (see plain_help_types).
+RICH_HELP_COLUMNS = 60
+
+
+def _narrow_help_class() -> type:
+    from typer._click.formatting import HelpFormatter
+
+    class NarrowHelp(HelpFormatter):
+        """click's help, each option's words under its name rather than beside it: beside
+        it, a narrow terminal left them a column of a word or two."""
+
+        def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+            for term, text in rows:
+                self.write(f"{'':>{self.current_indent}}{term}\n")
+                if text:
+                    with self.indentation(), self.indentation():
+                        self.write_text(text)
+
+    return NarrowHelp
+
+
+def _narrow_help(width: int) -> Any:
+    """A ``NarrowHelp`` formatter ``width`` columns wide (click imported when help is asked)."""
+    return _narrow_help_class()(width=width)
+
+
 def plain_help_types() -> None:
     """Make --help show words (TEXT, N, PATH, FILE…) for values, and nothing for flags, and
     flow the paragraphs of a command's help to the terminal's width."""
@@ -679,7 +743,19 @@ def plain_help_types() -> None:
             if not hasattr(rich_utils, "_made_console"):
                 made = rich_utils._made_console = rich_utils._get_rich_console  # type: ignore[attr-defined]
                 rich_utils._get_rich_console = lambda stderr=False: closable(made(stderr))
-            return shown(self, ctx, formatter)
+            width = rich_utils._get_rich_console().width
+            if width >= RICH_HELP_COLUMNS:
+                return shown(self, ctx, formatter)
+            # Narrower, rich's panels cut the options' names and defaults ("--transp…",
+            # "127.0.0.…"): click's plain help instead, whose lines wrap at whole words, at
+            # the terminal's width (click's own is 50 columns at least).
+            plain = _narrow_help(max(20, width - 1))
+            markup, self.rich_markup_mode = self.rich_markup_mode, None
+            try:
+                shown(self, ctx, plain)
+            finally:
+                self.rich_markup_mode = markup
+            formatter.write(plain.getvalue())
 
         command.format_help = format_help  # type: ignore[method-assign]
 

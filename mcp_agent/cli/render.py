@@ -47,6 +47,7 @@ from mcp_agent.sessions.outline import (
     iter_flat_tree,
     message_parts,
     outline_tree,
+    read_together,
 )
 from mcp_agent.sessions.repo import parent_id, started_json
 from mcp_agent.sessions.session import Session
@@ -327,6 +328,44 @@ def content_blocks(
 
 # Lines of one text that rich is given as one Text.
 LINES_AT_ONCE = 1000
+# A text longer than this is drawn by ``PlainText``, not by rich's wrapping.
+PLAIN_CHARS = 100_000
+
+
+class PlainText:
+    """A long text broken into lines that fit the width, at a space where one is in a line's
+    second half, else at the width: rich's wrapping took 39 s of CPU for a 10 MB message
+    (``show --full``), in time that grows faster than the text; this takes a line at a time.
+    Lines of ASCII are broken by characters, others by terminal cells."""
+
+    def __init__(self, text: str, style: str = "") -> None:
+        self.text, self.style = text, style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.cells import chop_cells
+
+        width = max(1, options.max_width)
+        style = console.get_style(self.style) if self.style else None
+        for line in self.text.split("\n"):
+            line = line.expandtabs(8)
+            pieces = _broken(line, width) if line.isascii() else chop_cells(line, width)
+            for piece in pieces or [""]:
+                yield Segment(piece.rstrip(" "), style)
+                yield Segment.line()
+
+
+def _broken(line: str, width: int) -> list[str]:
+    """``line`` in pieces of at most ``width`` characters, each broken after a space in its
+    second half where there is one."""
+    pieces: list[str] = []
+    start = 0
+    while len(line) - start > width:
+        space = line.rfind(" ", start + width // 2, start + width + 1)
+        end = space + 1 if space >= 0 else start + width
+        pieces.append(line[start:end])
+        start = end
+    pieces.append(line[start:])
+    return pieces
 
 
 def limited(text: str, full: bool, max_lines: int, style: str = "") -> RenderableType:
@@ -334,6 +373,8 @@ def limited(text: str, full: bool, max_lines: int, style: str = "") -> Renderabl
     (unless ``full``), saying how much was left out; control characters escaped."""
     text = escape_controls(text)
     if full:
+        if len(text) > PLAIN_CHARS:
+            return PlainText(text, style)
         if text.count("\n") < LINES_AT_ONCE:
             return Text(text, style)
         # rich lays out one Text in time that grows with the square of its lines (80,000
@@ -397,7 +438,10 @@ def tree_view(
         ordered = starts
         if not full and drawn + len(starts) > TREE_RUNS:  # cut among them: the leaf's first
             ordered = sorted(starts, key=lambda start: start.id not in on_path)
-        for index, start in enumerate(ordered):
+        # The entries of the runs drawn here read together, not a query each.
+        runs = [linear_run(start) for start in ordered[: None if full else TREE_RUNS - drawn]]
+        read_together([run[i] for run in runs for i in shown_indices(run, leaf_id, full)])
+        for index in range(len(ordered)):
             if not full and drawn >= TREE_RUNS:
                 rest = [
                     *ordered[index:],
@@ -408,9 +452,7 @@ def tree_view(
                     said += f"; the leaf, {escape_controls(leaf_id)}, is among them"
                 root.add(Text(said, "dim italic"))
                 return root
-            run = [start]
-            while len(run[-1].children) == 1:
-                run.append(run[-1].children[0])
+            run = runs[index]
             # Each level of the tree indents by 4.
             limit = max(30, width - 4 * (depth + 1) - 1)
             label = run_text(run, leaf_id, on_path, full, limit, full_hint)
@@ -462,6 +504,24 @@ def path_to(roots: Sequence[TreeLike], leaf_id: str | None) -> set[str]:
     return path
 
 
+def linear_run(start: TreeLike) -> list[TreeLike]:
+    """``start`` and the entries after it up to a branch point or an end."""
+    run = [start]
+    while len(run[-1].children) == 1:
+        run.append(run[-1].children[0])
+    return run
+
+
+def shown_indices(run: Sequence[TreeLike], leaf_id: str | None, full: bool) -> Sequence[int]:
+    """The places in ``run`` drawn: all, or of a long run its head, its tail, the leaf and
+    the labelled entries."""
+    if full or len(run) <= RUN_LIMIT:
+        return range(len(run))
+    wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
+    wanted |= {i for i, node in enumerate(run) if node.label or node.id == leaf_id}
+    return sorted(wanted)
+
+
 def run_text(
     run: list[TreeLike],
     leaf_id: str | None,
@@ -471,11 +531,7 @@ def run_text(
     full_hint: str = FULL_HINT,
 ) -> Text:
     """The lines of a linear run; a long run keeps its head, its tail, the leaf and labels."""
-    keep = range(len(run))
-    if not full and len(run) > RUN_LIMIT:
-        wanted = set(range(RUN_HEAD)) | set(range(len(run) - RUN_TAIL, len(run)))
-        wanted |= {i for i, node in enumerate(run) if node.label or node.id == leaf_id}
-        keep = sorted(wanted)  # type: ignore[assignment]
+    keep = shown_indices(run, leaf_id, full)
     text = Text()
     previous = -1
     for index in keep:

@@ -917,8 +917,41 @@ async function openSession(sessionId, byReader = false, entryId = null) {
   if (state.sessionId === sessionId) await refresh();
   // the entry the address named, brought into view in the tree
   if (firstOpen && entryId && state.sessionId === sessionId && state.selected === entryId) {
-    const row = [...document.querySelectorAll("#tree .row")].find((each) => each.dataset.id === entryId);
-    if (row) row.scrollIntoView({ block: "nearest" });
+    const rowOfEntry = () => $("tree").querySelector(`.row[data-id="${CSS.escape(entryId)}"]`);
+    if (!rowOfEntry()) await unfoldTo(entryId);
+    const row = rowOfEntry();
+    if (row && state.selected === entryId) {
+      row.scrollIntoView({ block: "nearest" });
+      // and Tab into the tree goes to it (it went to the first row: the tree was drawn before
+      // the fold was unfolded), unless the reader is in the tree already
+      if (!$("tree").contains(document.activeElement)) moveTabStop(row);
+    }
+  }
+}
+
+/** Unfold the fold that holds entry ``entryId`` down to it: an address naming an entry inside
+ * a fold showed the entry, but nowhere in the tree. Its path is read up from it to the first
+ * row shown; when a fold follows that row, the entries between are the fold's lowest. */
+async function unfoldTo(entryId) {
+  const sessionId = state.sessionId;
+  let above = 0; // the entries between the row shown and the entry
+  let cursor = null;
+  for (;;) {
+    const args = { session_id: sessionId, entry_id: entryId, limit: ENTRIES_PAGE };
+    if (cursor) args.cursor = cursor;
+    const answer = await tool("session_get", args);
+    if (sessionId !== state.sessionId) return;
+    for (const entry of [...answer.entries].reverse()) {
+      if (entry.id === entryId) continue;
+      if (rowShown(entry.id)) { // a row of a chain, or the head of a branch not opened
+        const anchor = (findChain(entry.id) || []).find((row) => row.id === entry.id);
+        if (anchor && anchor.folded > above) await inTurn(() => unfold(anchor.id, anchor.folded - above, true));
+        return;
+      }
+      above += 1;
+    }
+    cursor = answer.nextCursor;
+    if (!cursor) return;
   }
 }
 
@@ -1737,7 +1770,7 @@ async function selectEntry(entryId, fromClick) {
     const answer = await tool("session_get", { session_id: state.sessionId, entry_id: entryId, limit: 1 });
     if (state.selected !== entryId) return;
     entry = answer.entries[answer.entries.length - 1];
-    if (entry.omitted && transport.canReadResources) {
+    if (entry.omitted && transport.canReadResources && wholeInResource(entry)) {
       try {
         const read = await transport.readResource(`session://${state.sessionId}/entries/${encodeURIComponent(entryId)}`);
         entry = JSON.parse(read.contents[0].text);
@@ -1747,6 +1780,33 @@ async function selectEntry(entryId, fromClick) {
     if (state.reading === entryId) state.reading = null;
   }
   if (state.selected !== entryId) return;
+  state.entry = entry;
+  renderDetail(entry);
+}
+
+/** Read entry ``entryId`` whole, a piece of its JSON text at a time (session_get with
+ * offset: no one answer holds it), saying on ``button`` how far it is; then show it. */
+async function readInPieces(entryId, button) {
+  const sessionId = state.sessionId;
+  const pieces = [];
+  let offset = 0;
+  button.disabled = true;
+  try {
+    while (offset !== null) {
+      const answer = await tool("session_get", { session_id: sessionId, entry_id: entryId, offset });
+      if (state.sessionId !== sessionId || state.selected !== entryId) return; // the reader moved on
+      const piece = answer.piece;
+      pieces.push(piece.text);
+      offset = piece.nextOffset ?? null;
+      const done = piece.totalChars - piece.left;
+      button.textContent = `Reading… ${Math.floor((100 * done) / piece.totalChars)}% of ${COUNT.format(piece.totalChars)} characters`;
+    }
+  } catch (error) { // said by the caller; the button asks again
+    button.disabled = false;
+    button.textContent = "Read all of it";
+    throw error;
+  }
+  const entry = JSON.parse(pieces.join(""));
   state.entry = entry;
   renderDetail(entry);
 }
@@ -1800,10 +1860,22 @@ function renderContent(content) {
 // texts cut (session_get with limit 1), shown as it is under the note that says so.
 const STUB_KEYS = new Set(["type", "id", "parentId", "timestamp", "role", "omitted"]);
 
+/** Whether the entry's resource gives it whole: the server names the resource only then
+ * (past the 8 MiB one answer holds it refuses it, and the page's read of it was a 400). */
+function wholeInResource(entry) {
+  return entry.omitted.includes("session://");
+}
+
 function renderEntry(entry) {
   if (entry.omitted) {
     const cut = Object.keys(entry).some((key) => !STUB_KEYS.has(key));
     const note = h("p", { class: "note", text: cut ? `Truncated: ${entry.omitted}` : entry.omitted });
+    // the rest in pieces, where the resource does not give it (or the host reads none)
+    if (!(transport.canReadResources && wholeInResource(entry))) {
+      const button = h("button", { type: "button", class: "read-all", text: "Read all of it" });
+      button.addEventListener("click", () => readInPieces(entry.id, button).catch(failed));
+      note.append(" ", button);
+    }
     return cut ? [note, ...renderEntry({ ...entry, omitted: undefined })] : [note];
   }
   const message = entry.message;
