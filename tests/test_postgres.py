@@ -617,6 +617,56 @@ async def test_a_run_that_ended_while_the_board_was_out_of_reach_is_said_as_it_e
     assert seen["status"] == "completed" and seen["answer"] == "echo: hello", seen
 
 
+async def test_an_end_written_late_is_not_undone_by_a_round_under_way_as_the_run_ended(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round of keep_board was writing the run's state (running) as the run ended, and the
+    end's own write failed (the database out of reach). The round, back after the end, set
+    the run's end time to the round's (none): the end written again said the run completed
+    but not when, which another replica that had presumed it stopped kept, saying "the server
+    running it stopped" for good (a flake under load of the test above). The end is now
+    written with its time, and every replica says it."""
+    import psycopg
+
+    from mcp_agent.runtime.run_board import RunBoard
+
+    publish = RunBoard.publish
+    round_under_way, end_tried = threading.Event(), threading.Event()
+
+    def a_round_outlives_the_end(board: RunBoard, records: list[Any]) -> list[Any]:
+        if any(r.finished is not None for r in records) and not end_tried.is_set():
+            end_tried.set()
+            raise psycopg.OperationalError("the database is out of reach")
+        if (
+            any(r.event_count > 0 and r.finished is None for r in records)
+            and not end_tried.is_set()
+        ):
+            round_under_way.set()  # keep_board's round: back once the end was tried
+            end_tried.wait(30)
+        return publish(board, records)
+
+    monkeypatch.setattr(RunBoard, "publish", a_round_outlives_the_end)
+    first, second = replica(tmp_path / "a", postgres_url), replica(tmp_path / "b", postgres_url)
+    async with Client(first) as a, Client(second) as b:
+        run = await call(a, "agent_run", prompt="slow please", wait=False)
+        with anyio.fail_after(30):
+            while not round_under_way.is_set():
+                await anyio.sleep(0.05)
+            await call(a, "agent_cancel", run_id=run["runId"])
+            with psycopg.connect(postgres_url, autocommit=True) as db:
+                while db.execute(
+                    "SELECT status FROM runs WHERE id = %s", (run["runId"],)
+                ).fetchone() == ("running",):
+                    await anyio.sleep(0.05)
+                [(finished,)] = db.execute(
+                    "SELECT finished FROM runs WHERE id = %s", (run["runId"],)
+                ).fetchall()
+        assert finished is not None
+        for client in (a, b):
+            status = await call(client, "agent_status", run_id=run["runId"])
+            assert status["status"] == "aborted" and status["finished"] is not None, status
+
+
 async def streaming(client: Client, run_id: str) -> None:
     """Until the run's answer streams (it has taken what it was given before)."""
     with anyio.fail_after(30):

@@ -33,6 +33,7 @@ from mcp_agent.sessions.repo import SessionRepo, listed_hits
 from mcp_agent.sessions.sqlite.database import (
     MAIN_THREAD_WAIT_S,
     SCHEMA_VERSION,
+    WORKER_THREAD_WAIT_S,
     SqliteDatabase,
 )
 from mcp_agent.sessions.storage import compute_stats
@@ -48,14 +49,15 @@ def test_durable_settings(tmp_path: Path) -> None:
     conn = repo.database.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    # A write waits at least 10 s for another writer's lock: in SQLite on a worker thread,
-    # in slices on the main thread (see test_ctrl_c_is_heard_on_the_main_thread_…).
+    # A write waits at least 10 s for another writer's lock: in slices, short on the main
+    # thread (see test_ctrl_c_is_heard_on_the_main_thread_…), longer on a worker thread (see
+    # test_stdio's test_sigterm_stops_a_server_whose_write_waits_for_another_process_lock).
     assert repo.database.busy_timeout >= 10
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == MAIN_THREAD_WAIT_S * 1000
     worker = threading.Thread(target=repo.create)
     worker.start()
     worker.join(30)
-    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 10_000
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == WORKER_THREAD_WAIT_S * 1000
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"sessions", "entries", "labels", "entries_fts"} <= tables
 
@@ -1367,13 +1369,13 @@ def test_ctrl_c_is_heard_on_the_main_thread_while_another_process_holds_the_lock
     letting_go.cancel()
     release()
     database.write(lambda conn: conn.execute("INSERT INTO t VALUES (2)"))
-    # A worker thread leaves the waiting to SQLite again.
+    # A worker thread waits in SQLite in its longer slices again.
     worker = threading.Thread(
         target=database.write, args=(lambda conn: conn.execute("INSERT INTO t VALUES (3)"),)
     )
     worker.start()
     worker.join(30)
-    assert database.conn.execute("PRAGMA busy_timeout").fetchone() == (10_000,)
+    assert database.conn.execute("PRAGMA busy_timeout").fetchone() == (WORKER_THREAD_WAIT_S * 1000,)
     assert database.read("SELECT x FROM t ORDER BY x") == [(2,), (3,)]
     other.close()
     database.close()

@@ -1069,3 +1069,50 @@ def test_an_initialize_sent_again_is_refused_and_changes_nothing(tmp_path: Path)
     finally:
         server.kill()
         server.wait(timeout=20)
+
+
+def test_sigterm_stops_a_server_whose_write_waits_for_another_process_lock(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the database's write lock (a long transaction, a frozen
+    program) while an append waits for it: SIGTERM stops the server at once, the append
+    refused and nothing written. Before, the stop waited for the append's wait, up to the
+    busy timeout (a minute), then the search indexer's, then the leases' let-go's."""
+    import sqlite3
+
+    from test_unreadable import StdioServer, request
+
+    db = tmp_path / "s.db"
+    server = StdioServer("--db", str(db))
+    try:
+        server.initialize()
+        server.send(request(2, "tools/call", {"name": "session_create", "arguments": {}}))
+        sid = server.answer()["result"]["structuredContent"]["id"]
+        entry = {"type": "message", "role": "user", "content": "acknowledged"}
+        arguments = {"session_id": sid, "entry": entry}
+        server.send(request(3, "tools/call", {"name": "session_append", "arguments": arguments}))
+        assert not server.answer()["result"].get("isError")
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # held until the server has stopped
+        try:
+            arguments = {"session_id": sid, "entry": {**entry, "content": "never written"}}
+            server.send(
+                request(4, "tools/call", {"name": "session_append", "arguments": arguments})
+            )
+            get = {"name": "session_get", "arguments": {"session_id": sid}}
+            server.send(request(5, "tools/call", get))
+            assert server.answer()["id"] == 5  # a read answers while the append waits
+            time.sleep(1)  # (the append waits for the lock by now; sooner, this passes anyway)
+            server.process.send_signal(signal.SIGTERM)
+            # Well before the busy timeout (60 s), with the lock still held.
+            server.process.wait(timeout=30)
+        finally:
+            holder.rollback()
+            holder.close()
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+    with sqlite3.connect(db) as conn:
+        texts = [row[0] for row in conn.execute("SELECT data FROM entries")]
+    assert len(texts) == 1 and "acknowledged" in texts[0], texts

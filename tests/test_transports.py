@@ -1281,3 +1281,63 @@ def test_calls_left_under_way_by_dropped_streams_are_bounded_per_session(
 
         served = poll(once_room, "the cancelled calls never ended")
         assert served.status_code == 200
+
+
+def test_sigterm_stops_an_http_server_whose_write_waits_for_another_process_lock(
+    tmp_path: Path,
+) -> None:
+    """As over stdio (test_stdio): another process holds the SQLite database's write lock
+    while an append waits for it; SIGTERM stops the server at once (uvicorn waits for the
+    requests under way), the append refused and nothing written. Before, after the append's
+    busy timeout (a minute)."""
+    import sqlite3
+    import threading
+
+    server = HttpServer(tmp_path)
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+
+    def answer(response: httpx.Response) -> Any:
+        if response.headers["content-type"].startswith("application/json"):
+            return response.json()
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+
+    try:
+        opened = httpx.post(server.url, json=initialize_request(), headers=auth)
+        legacy = {
+            **auth,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+
+        def call(request_id: int, name: str, **arguments: Any) -> Any:
+            params = {"name": name, "arguments": arguments}
+            body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+            return answer(httpx.post(server.url, json=body, headers=legacy, timeout=120))
+
+        sid = call(2, "session_create")["result"]["structuredContent"]["id"]
+        entry = {"type": "message", "role": "user", "content": "acknowledged"}
+        assert not call(3, "session_append", session_id=sid, entry=entry)["result"].get("isError")
+        holder = sqlite3.connect(server.db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # held until the server has stopped
+        try:
+
+            def append_waits() -> None:
+                with contextlib.suppress(Exception):  # its answer, if any: the server stops
+                    call(4, "session_append", session_id=sid, entry={**entry, "content": "no"})
+
+            threading.Thread(target=append_waits, daemon=True).start()
+            assert "result" in call(5, "session_get", session_id=sid)  # reads answer meanwhile
+            time.sleep(1)  # (the append waits for the lock by now; sooner, this passes anyway)
+            server.process.terminate()
+            server.process.wait(timeout=30)  # well before the busy timeout (60 s)
+        finally:
+            holder.rollback()
+            holder.close()
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+    with sqlite3.connect(server.db) as conn:
+        texts = [row[0] for row in conn.execute("SELECT data FROM entries")]
+    assert len(texts) == 1 and "acknowledged" in texts[0], texts

@@ -394,6 +394,7 @@ async def _stdio_until_sigterm(server: Any) -> str | None:
     import anyio
 
     from mcp_agent.server.stdio import StdioStop, run_stdio
+    from mcp_agent.sessions.sqlite.database import stop_waiting_for_locks
 
     stop = StdioStop()
     stopped_by: list[str] = []
@@ -405,6 +406,10 @@ async def _stdio_until_sigterm(server: Any) -> str | None:
                     # Not a cancellation of the server: its runs must record their end.
                     stopped_by.append(signal.Signals(received).name)
                     stop.stop()
+                    # A request waiting for another process's lock on the database (the
+                    # server cannot cancel it) ends at once, nothing written: not the stop
+                    # held for up to the busy timeout.
+                    stop_waiting_for_locks()
                     return
 
         group.start_soon(watch)

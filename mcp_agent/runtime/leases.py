@@ -31,6 +31,7 @@ from mcp_agent.sessions.sqlite.database import (
     is_busy,
     is_damage,
     refuse_foreign,
+    stops_with_the_process,
     storage_error,
 )
 
@@ -258,10 +259,16 @@ class SessionLeases(LeaseBook):
         # transaction on it is every thread's, so each use holds it whole (another thread's
         # BEGIN inside it failed, and its ROLLBACK undid the first one's lease).
         self._lock = threading.Lock()
+        self.stopping = False  # the process is stopping (SIGTERM): see close
+        stops_with_the_process(self)
 
     def close(self) -> None:
         with self._lock:
             try:
+                if self.stopping:
+                    # Not another BUSY_TIMEOUT_S of a stop for the lock another process
+                    # holds: the leases of a process gone lapse by themselves (_alive).
+                    self._conn.execute("PRAGMA busy_timeout = 0")
                 self._conn.execute("DELETE FROM session_leases WHERE owner = ?", (self.owner,))
             except sqlite3.Error:
                 pass  # the database cannot be written (then no lease was taken), or is gone

@@ -472,14 +472,16 @@ class RunManager:
         with anyio.CancelScope(shield=True):
             never_taken = await self.offload(lambda: board.publish(records))
         for run, record in zip(runs, records, strict=True):
-            # The database's clock, as every replica shows them.
+            # The database's clock, as every replica shows them. A record written as the run
+            # went on (keep_board's round) may be back after the run ended: it has no end
+            # time, and taking its none undid the end's, which a late write of the end (the
+            # database was out of reach as it ended) then said to every replica.
             run.started = record.started
-            if run.finished is not None:
+            if run.finished is not None and record.finished is not None:
                 run.finished = record.finished
-        for record in records:
-            if record.status == "running":
+            if run.status == "running" and record.status == "running":
                 self._published[record.id] = record.event_count
-            else:
+            else:  # (an ended run is written once more only by its end, or keep_board)
                 self._published.pop(record.id, None)
         for command in never_taken:
             self._apply(command.run_id, command.kind, command.message)

@@ -941,4 +941,14 @@ async def serve_http(server: MCPServer, settings: ServerSettings, **uvicorn_opti
         http=http_protocol(),
         **uvicorn_options,
     )
-    await _serving_server(config, settings.http_send_buffer, end_listen_streams(server)).serve()
+    close_listen_streams = end_listen_streams(server)
+
+    def on_shutdown() -> None:
+        from mcp_agent.sessions.sqlite.database import stop_waiting_for_locks
+
+        close_listen_streams()
+        # uvicorn waits for the requests under way: one waiting for another process's lock
+        # on the database ends at once, nothing written, not after the busy timeout.
+        stop_waiting_for_locks()
+
+    await _serving_server(config, settings.http_send_buffer, on_shutdown).serve()

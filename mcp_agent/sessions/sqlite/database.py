@@ -36,6 +36,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -147,6 +148,27 @@ BUSY_TIMEOUT_S = 60.0
 # How long SQLite itself waits for the write lock at a time for a write on the main thread,
 # before the retry loop sleeps and tries again (see ``SqliteDatabase.write``).
 MAIN_THREAD_WAIT_S = 0.1
+# The same on a worker thread: a write there that waits for another process's lock hears
+# within it that the process is stopping (see ``stop_waiting_for_locks``).
+WORKER_THREAD_WAIT_S = 0.5
+# Every database open in this process (and leases' book: ``stops_with_the_process``), which
+# ``stop_waiting_for_locks`` tells.
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def stops_with_the_process(thing: Any) -> None:
+    """``thing.stopping`` is set True by ``stop_waiting_for_locks`` (while ``thing`` lives)."""
+    _OPEN.add(thing)
+
+
+def stop_waiting_for_locks() -> None:
+    """The process is stopping (SIGTERM): the writes of its open databases that wait for a
+    lock another process holds give up within ``WORKER_THREAD_WAIT_S``, nothing written, and
+    so do those that come later. Before, a request waiting so (its caller cannot be cancelled
+    while its work runs) held the server's stop for up to the busy timeout, a minute, and the
+    search indexer's write as long again."""
+    for database in list(_OPEN):
+        database.stopping = True
 
 
 # The tables a session database holds (with the leases table of runtime.leases); a file with
@@ -452,6 +474,7 @@ class SqliteDatabase:
         self._reader_conns: builtins.list[sqlite3.Connection] = []  # every one open
         self._readers_lock = threading.Lock()
         self._closed = False
+        self.stopping = False  # see stop_waiting_for_locks
         # Writes waiting for the next transaction (see ``write``): each waits in a thread of
         # its own, so the threads that write bound it.
         self._writes: builtins.list[_Write] = []
@@ -469,6 +492,7 @@ class SqliteDatabase:
         if self.read_only is not None:
             self._open_read_only()
         self.conn: WriterConnection = cast(WriterConnection, self._connect(WriterConnection))
+        stops_with_the_process(self)
         self._sqlite_wait = busy_timeout  # how long SQLite itself waits for a lock on conn
         # Whether each commit is synced to the disk (durability full), and whether the
         # connection is set not to sync for the derived writes of the last commit (``write``).
@@ -640,6 +664,12 @@ class SqliteDatabase:
             except sqlite3.OperationalError as error:
                 if not is_busy(error):
                     raise storage_error(self.path, error) from error
+                if self.stopping:
+                    raise SessionError(
+                        "busy",
+                        f"the session database {self.path} is locked by another writer and"
+                        " this process is stopping; nothing was written",
+                    ) from error
                 if time.monotonic() > deadline:
                     raise SessionError(
                         "busy",
@@ -693,7 +723,7 @@ class SqliteDatabase:
                 self._wait_in_sqlite(
                     MAIN_THREAD_WAIT_S
                     if threading.current_thread() is threading.main_thread()
-                    else self.busy_timeout
+                    else min(WORKER_THREAD_WAIT_S, self.busy_timeout)
                 )
                 # Until a transaction has taken this write (a group takes the oldest waiting
                 # writes first).
@@ -720,7 +750,8 @@ class SqliteDatabase:
         again. A thread waiting in SQLite sits in C, where no KeyboardInterrupt can be raised:
         the main thread, which alone hears Ctrl-C, waits in short slices, or a command line's
         `sessions rename` behind another process's write went deaf to Ctrl-C for up to
-        ``busy_timeout``. Worker threads leave all the waiting to SQLite. Called holding
+        ``busy_timeout``; worker threads in longer ones, to hear that the process is stopping
+        (``stop_waiting_for_locks``). Called holding
         ``lock``; set only when it changes, so a process writing from one kind of thread sends
         no pragma per write."""
         if seconds != self._sqlite_wait and not self._shared:
