@@ -2029,6 +2029,49 @@ def test_an_entry_a_link_names_inside_a_fold_is_unfolded_to_in_the_tree(
     page.close()
 
 
+UNFOLD_TO_MOST = 1000  # viewer.js: the most entries a link reads up, or unfolds, to its entry
+
+
+@pytest.mark.parametrize(
+    ("entry", "where"), [(10, "inside a fold (⋯ more entries), 2,988 entries up"), (2990, "")]
+)
+def test_an_entry_a_link_names_deep_in_a_long_fold_is_said_to_be_there_not_unfolded_to(
+    browser: Browser, open_served: tuple[Served, Path], entry: int, where: str
+) -> None:
+    """Unfolding down to an entry a link names read its fold whole: an entry near the top of
+    a fold of 100,000 unfolded 100,000 rows (thousands of requests, the tab froze); near its
+    bottom, the entry's path was read up 100,000 entries to find the fold. Both stop at
+    UNFOLD_TO_MOST entries: past it the fold stays folded, the entry open, and its pane says
+    where it is; a few requests, nothing in the console."""
+    server, db = open_served
+    session_id = chain_session(db, 3000)  # a fold of 2,998
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on(
+        "console", lambda message: errors.append(message.text) if message.type == "error" else None
+    )
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    read = entry_read_limits(page)  # the reads of whole entries: the entry's, and up its path
+    page.goto(f"{base(server)}/#session={session_id}&entry=e{entry:07d}")
+    expect(page.locator("#detail-body")).to_contain_text(f"step {entry}")
+    note = page.locator("#detail-where")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text(where or f"more than {UNFOLD_TO_MOST:,} entries below")
+    expect(note).to_contain_text("fold (⋯ more entries)")
+    tree = page.locator("#tree")
+    expect(tree.locator(".fold")).to_have_text("⋯ 2,998 more entries")
+    assert tree.locator(".row").count() == 2
+    # up its path no further than UNFOLD_TO_MOST entries (pages of about 40 KB: ~270 here)
+    assert len(read) <= 8, read
+    assert page.evaluate("1 + 1") == 2  # and the page answers
+    # the reader clicks another entry: the note was of the one the link named
+    tree.locator(".row[data-id='e0000000']").click()
+    expect(page.locator("#detail-body")).to_contain_text("step 0")
+    expect(note).to_be_hidden()
+    assert not errors, errors
+    page.close()
+
+
 def test_a_message_past_what_one_answer_holds_is_shown_cut_then_read_in_pieces(
     browser: Browser, open_served: tuple[Served, Path]
 ) -> None:

@@ -23,6 +23,11 @@ const OPEN_BRANCH_ROWS = 1000; // rows of an opened branch read at once; earlier
 const UNFOLD_PAGE = 200; // folded entries revealed per click
 const UPDATE_PAGE = 10; // entries of a fold a live update reads first (most add one or two)
 const ENTRIES_PAGE = 1000; // the most entries session_get gives at once
+// The most entries an address naming an entry in a fold reads up its path, and the most rows
+// it unfolds, to show the entry in the tree: five clicks' worth, a few requests and a page of
+// a thousand rows more at most (a fold of 100,000 was read, or unfolded, whole: the tab froze).
+// Past it the fold stays folded, and the entry's pane says where the entry is.
+const UNFOLD_TO_MOST = UNFOLD_PAGE * 5;
 const SESSIONS_PAGE = 50; // sessions listed per request ("More sessions": the next ones)
 const $ = (id) => document.getElementById(id);
 
@@ -557,6 +562,7 @@ const state = {
   listStop: null, // the session whose option in the list Tab goes to (the last focused)
   entry: null,
   reading: null, // the entry whose read is under way (selectEntry)
+  saidFolded: null, // the entry the address named, said to be in a fold left folded
   sessionsCursor: null,
   query: "",
   listedQuery: null, // the search of the list shown
@@ -902,6 +908,8 @@ async function openSession(sessionId, byReader = false, entryId = null) {
     state.tabStop = null;
     state.entry = null;
     state.view = null;
+    state.saidFolded = null;
+    $("detail-where").hidden = true;
     $("detail").hidden = true;
     $("detail").parentElement.classList.add("solo");
     if (TRANSPORT === "http") {
@@ -936,8 +944,9 @@ async function unfoldTo(entryId) {
   const sessionId = state.sessionId;
   let above = 0; // the entries between the row shown and the entry
   let cursor = null;
-  for (;;) {
-    const args = { session_id: sessionId, entry_id: entryId, limit: ENTRIES_PAGE };
+  // read up at most UNFOLD_TO_MOST entries (and the entry, and the row shown above them)
+  while (above <= UNFOLD_TO_MOST) {
+    const args = { session_id: sessionId, entry_id: entryId, limit: Math.min(ENTRIES_PAGE, UNFOLD_TO_MOST + 2 - above) };
     if (cursor) args.cursor = cursor;
     const answer = await tool("session_get", args);
     if (sessionId !== state.sessionId) return;
@@ -945,7 +954,10 @@ async function unfoldTo(entryId) {
       if (entry.id === entryId) continue;
       if (rowShown(entry.id)) { // a row of a chain, or the head of a branch not opened
         const anchor = (findChain(entry.id) || []).find((row) => row.id === entry.id);
-        if (anchor && anchor.folded > above) await inTurn(() => unfold(anchor.id, anchor.folded - above, true));
+        if (!anchor || anchor.folded <= above) return;
+        // from the entry down to the fold's end: too many rows, it is left folded
+        if (anchor.folded - above > UNFOLD_TO_MOST) { sayFolded(entryId, anchor.folded - above - 1); return; }
+        await inTurn(() => unfold(anchor.id, anchor.folded - above, true));
         return;
       }
       above += 1;
@@ -953,6 +965,21 @@ async function unfoldTo(entryId) {
     cursor = answer.nextCursor;
     if (!cursor) return;
   }
+  sayFolded(entryId, null); // more than UNFOLD_TO_MOST entries down a fold
+}
+
+/** Say, above the entry ``entryId`` the address named, that it is in a fold left folded
+ * (``below``: how many entries of the fold follow it, if known which). */
+function sayFolded(entryId, below) {
+  if (state.selected !== entryId) return;
+  // (not known which fold, past the bound: or a branch not opened, as deep below its head)
+  const where = below === null
+    ? `more than ${COUNT.format(UNFOLD_TO_MOST)} entries below the row shown above it, in a fold (⋯ more entries) or a branch not opened`
+    : `inside a fold (⋯ more entries), ${COUNT.format(below)} entries up from its end`;
+  const note = $("detail-where");
+  note.textContent = `In the tree, this entry is ${where}: too far to unfold to.`;
+  note.hidden = false;
+  state.saidFolded = entryId;
 }
 
 /** The server refused the page (``error``, a SignedOut): said in place of the list and the
@@ -1758,6 +1785,8 @@ function markSelected(entryId) {
 
 async function selectEntry(entryId, fromClick) {
   state.selected = entryId;
+  // said of another entry, or of this one before the reader found it
+  if (fromClick || state.saidFolded !== entryId) $("detail-where").hidden = true;
   markSelected(entryId);
   // Closed now, not when the entry's answer comes: a Label click in between opens it for this entry.
   if (fromClick) $("label-form").hidden = true;
