@@ -165,6 +165,12 @@ def _utc(timestamp: str) -> datetime | None:
     return moment.astimezone(UTC)
 
 
+def utc_time(timestamp: str) -> datetime | None:
+    """``timestamp`` as pi reads it, in UTC (see ``_utc``); None where pi's is NaN, or past
+    this platform's range."""
+    return _utc(timestamp)
+
+
 # The longest ISO date without a time (``2026-01-15``), which JavaScript reads in UTC.
 _DATE_CHARS = 10
 
