@@ -158,3 +158,26 @@ def test_a_time_without_an_offset_is_read_in_the_machines_zone_as_pi_reads_it(
     for kind, _repo, session in readings(path, tmp_path):
         assert context_of(session) == expected, kind
         assert depth_first_tree(session.tree()) == theirs["manager"]["tree"], kind
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_a_time_with_an_offset_past_the_years_python_holds_is_read(
+    stamp: str, tmp_path: Path
+) -> None:
+    """A time with an offset whose UTC falls out of Python's years (pi's Date reads it) made
+    an import, the SQLite store and a folder store's listing die ('date value out of range'),
+    the whole file refused with a traceback; it is now read, its time kept as written."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p", "timestamp": stamp}
+    message = {"role": "user", "content": "hi", "timestamp": 1}
+    entry = {"type": "message", "id": "u0000001", "parentId": None, "message": message}
+    entry["timestamp"] = stamp
+    path = folder / f"{SESSION_ID}.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
+    for kind, repo, session in readings(path, tmp_path):
+        assert session.header.timestamp == stamp, kind
+        assert [e.timestamp for e in session.get_entries()] == [stamp], kind
+        (row,) = repo.list().items
+        assert (row.id, row.created) == (SESSION_ID, stamp), kind
+        assert json.loads(repo.export_jsonl(SESSION_ID).splitlines()[0]) == header, kind

@@ -162,7 +162,10 @@ def _utc(timestamp: str) -> datetime | None:
             return moment.astimezone(UTC)  # a naive time is the machine's local time
         except (OverflowError, OSError, ValueError):  # out of the platform's range
             return None
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # past datetime's years in UTC (year 1 east of it), as above
+        return None
 
 
 def utc_time(timestamp: str) -> datetime | None:
