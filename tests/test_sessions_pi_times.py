@@ -22,6 +22,7 @@ from mcp_agent.sessions import (
     SessionRepo,
     SqliteSessionRepo,
 )
+from mcp_agent.sessions.entries import sortable_time
 
 SESSION_ID = "0199aaaa-0000-7000-8000-0000000000a1"
 
@@ -181,3 +182,21 @@ def test_a_time_with_an_offset_past_the_years_python_holds_is_read(
         (row,) = repo.list().items
         assert (row.id, row.created) == (SESSION_ID, stamp), kind
         assert json.loads(repo.export_jsonl(SESSION_ID).splitlines()[0]) == header, kind
+
+
+def test_a_time_before_the_year_1000_is_given_in_pis_form_and_sorts_first(
+    tmp_path: Path,
+) -> None:
+    """A session created in the year 999 (pi reads it) was listed as created
+    '999-01-01T00:00:00.000000Z' (strftime's %Y unpadded): not pi's form, and sorted as text
+    after every later year. It is now '0999-01-01T00:00:00.000Z', before them."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    stamp = "0999-01-01T00:00:00Z"
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p", "timestamp": stamp}
+    path = folder / f"{SESSION_ID}.jsonl"
+    path.write_text(json.dumps(header) + "\n")
+    for kind, repo, _session in readings(path, tmp_path):
+        (row,) = repo.list().items
+        assert row.to_json_dict()["created"] == "0999-01-01T00:00:00.000Z", kind
+    assert sortable_time(stamp) < sortable_time("2026-01-15T08:30:00Z")

@@ -144,7 +144,9 @@ def sortable_time(timestamp: str) -> str:
     moment = _utc(timestamp)
     if moment is None:
         return timestamp
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: glibc's %Y writes year 999 as "999", which neither sorts
+    # among four-digit years nor reads back as a time.
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _utc(timestamp: str) -> datetime | None:
