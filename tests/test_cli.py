@@ -3255,3 +3255,19 @@ def test_show_and_tree_give_a_created_time_the_zone_cannot_hold_as_written(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_show_and_tree_say_a_session_has_no_creation_time(cli: Any, tmp_path: Path) -> None:
+    """pi reads a session file whose header gives no time: ``sessions show`` and ``tree``
+    said 'created  · 1 message', the word with nothing after it; they now say there is
+    none."""
+    session_id = "0199aaaa-0000-7000-8000-0000000000c2"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": session_id, "cwd": "/p"}
+    (folder / f"{session_id}.jsonl").write_text(json.dumps(header) + "\n")
+    for command in ("show", "tree"):
+        result = cli("sessions", command, session_id, "--db", str(folder))
+        assert result.exit_code == 0, result.output
+        assert "no creation time · 0 messages" in result.stdout, result.stdout
+        assert "created" not in result.stdout, result.stdout

@@ -143,8 +143,10 @@ def session_heading(session: Session, started: Started = None) -> RenderableType
     title: list[tuple[str, Text]] = [("", Text(f"Session {session.id}", "bold"))]
     if session.name:
         title.append(("  ", Text(f"“{name_line(session.name)}”", "bold magenta")))
+    # A header its file gave no time (pi reads it): "created" with nothing after it said less.
+    created = local_time(header.timestamp)
     details = [
-        f"created {local_time(header.timestamp)}",
+        f"created {created}" if created else "no creation time",
         plural(stats.message_count, "message"),
         plural(stats.entry_count, "entry", "entries"),
         f"{stats.total_tokens:,} tokens",
