@@ -22,7 +22,7 @@ from mcp_agent.sessions import (
     SessionRepo,
     SqliteSessionRepo,
 )
-from mcp_agent.sessions.entries import sortable_time
+from mcp_agent.sessions.entries import iso_to_ms, sortable_time
 
 SESSION_ID = "0199aaaa-0000-7000-8000-0000000000a1"
 
@@ -200,3 +200,23 @@ def test_a_time_before_the_year_1000_is_given_in_pis_form_and_sorts_first(
         (row,) = repo.list().items
         assert row.to_json_dict()["created"] == "0999-01-01T00:00:00.000Z", kind
     assert sortable_time(stamp) < sortable_time("2026-01-15T08:30:00Z")
+
+
+@pytest.mark.parametrize(
+    ("stamp", "utc"),
+    [
+        ("2026-03-08T02:30:00", "2026-03-08T07:30:00.000Z"),  # skipped: before it, EST
+        ("2026-11-01T01:30:00", "2026-11-01T05:30:00.000Z"),  # twice: the first, EDT
+        ("2026-07-01T12:00:00", "2026-07-01T16:00:00.000Z"),
+    ],
+)
+def test_a_local_time_the_clocks_skipped_or_repeated_is_read_as_javascript_does(
+    stamp: str, utc: str, new_york: str
+) -> None:
+    """A time without an offset in the hour New York's clocks skip (02:30 on 8 March) was
+    read with the offset after the change, an hour before the moment pi's ``new Date`` gives
+    (ECMAScript takes the offset before it): a summary's time and an entry's place among its
+    siblings were off pi's. In the hour they repeat, both take the first."""
+    ms = iso_to_ms(stamp)
+    assert ms == iso_to_ms(utc)
+    assert sortable_time(stamp) == sortable_time(utc)

@@ -161,7 +161,13 @@ def _utc(timestamp: str) -> datetime | None:
         if len(timestamp) <= _DATE_CHARS:
             return moment.replace(tzinfo=UTC)
         try:
-            return moment.astimezone(UTC)  # a naive time is the machine's local time
+            early = moment.astimezone(UTC)  # a naive time is the machine's local time
+            if early.astimezone().replace(tzinfo=None) != moment:
+                # Not a local time: in a gap the clocks skipped (02:30 as they go forward),
+                # which JavaScript reads with the offset before it (fold=1 here; Python's
+                # fold=0 took the one after, an hour earlier). In a fold both read the first.
+                return moment.replace(fold=1).astimezone(UTC)
+            return early
         except (OverflowError, OSError, ValueError):  # out of the platform's range
             return None
     try:
