@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -3217,3 +3218,56 @@ def test_an_older_sub_agents_session_is_known_by_its_parents_link(cli: Any, db: 
     assert f"a sub-agent's session, started by session {ids['parent']}" in " ".join(
         tree.stdout.split()
     )
+
+
+@pytest.mark.parametrize(
+    ("created", "shown"),
+    [
+        ("0001-01-01T00:00:00", "created 0001-01-01T00:00:00"),  # not in New York's range
+        ("0001-01-01T01:00:00Z", "created 0001-01-01T01:00:00Z"),
+        ("2026-01-15", "created 2026-01-14 19:00"),  # a date alone is UTC, as pi reads it
+        ("2026-01-15T05:30:00", "created 2026-01-15 05:30"),  # no offset: the local time
+    ],
+)
+def test_show_and_tree_give_a_created_time_the_zone_cannot_hold_as_written(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, created: str, shown: str
+) -> None:
+    """A pi file's header time in year 1 (a time pi reads) made ``sessions show`` and
+    ``sessions tree`` die with a traceback ('year 0 is out of range') putting it in the
+    machine's zone; it is now shown as written. A date alone was shown as local midnight,
+    where the stores (and pi) read it in UTC."""
+    session_id = "0199aaaa-0000-7000-8000-0000000000c1"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": session_id, "cwd": "/p", "timestamp": created}
+    message = {"role": "user", "content": "hi", "timestamp": 1}
+    first = {"type": "message", "id": "u1", "parentId": None, "message": message}
+    first["timestamp"] = "2026-01-15T08:30:01.000Z"
+    text = "".join(json.dumps(row) + "\n" for row in (header, first))
+    (folder / f"{session_id}.jsonl").write_text(text)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        for command in ("show", "tree"):
+            result = cli("sessions", command, session_id, "--db", str(folder))
+            assert result.exit_code == 0, result.output
+            assert shown + " ·" in result.stdout, result.stdout
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_show_and_tree_say_a_session_has_no_creation_time(cli: Any, tmp_path: Path) -> None:
+    """pi reads a session file whose header gives no time: ``sessions show`` and ``tree``
+    said 'created  · 1 message', the word with nothing after it; they now say there is
+    none."""
+    session_id = "0199aaaa-0000-7000-8000-0000000000c2"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": session_id, "cwd": "/p"}
+    (folder / f"{session_id}.jsonl").write_text(json.dumps(header) + "\n")
+    for command in ("show", "tree"):
+        result = cli("sessions", command, session_id, "--db", str(folder))
+        assert result.exit_code == 0, result.output
+        assert "no creation time · 0 messages" in result.stdout, result.stdout
+        assert "created" not in result.stdout, result.stdout

@@ -22,6 +22,7 @@ from mcp_agent.sessions import (
     SessionRepo,
     SqliteSessionRepo,
 )
+from mcp_agent.sessions.entries import iso_to_ms, sortable_time
 
 SESSION_ID = "0199aaaa-0000-7000-8000-0000000000a1"
 
@@ -158,3 +159,64 @@ def test_a_time_without_an_offset_is_read_in_the_machines_zone_as_pi_reads_it(
     for kind, _repo, session in readings(path, tmp_path):
         assert context_of(session) == expected, kind
         assert depth_first_tree(session.tree()) == theirs["manager"]["tree"], kind
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_a_time_with_an_offset_past_the_years_python_holds_is_read(
+    stamp: str, tmp_path: Path
+) -> None:
+    """A time with an offset whose UTC falls out of Python's years (pi's Date reads it) made
+    an import, the SQLite store and a folder store's listing die ('date value out of range'),
+    the whole file refused with a traceback; it is now read, its time kept as written."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p", "timestamp": stamp}
+    message = {"role": "user", "content": "hi", "timestamp": 1}
+    entry = {"type": "message", "id": "u0000001", "parentId": None, "message": message}
+    entry["timestamp"] = stamp
+    path = folder / f"{SESSION_ID}.jsonl"
+    path.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
+    for kind, repo, session in readings(path, tmp_path):
+        assert session.header.timestamp == stamp, kind
+        assert [e.timestamp for e in session.get_entries()] == [stamp], kind
+        (row,) = repo.list().items
+        assert (row.id, row.created) == (SESSION_ID, stamp), kind
+        assert json.loads(repo.export_jsonl(SESSION_ID).splitlines()[0]) == header, kind
+
+
+def test_a_time_before_the_year_1000_is_given_in_pis_form_and_sorts_first(
+    tmp_path: Path,
+) -> None:
+    """A session created in the year 999 (pi reads it) was listed as created
+    '999-01-01T00:00:00.000000Z' (strftime's %Y unpadded): not pi's form, and sorted as text
+    after every later year. It is now '0999-01-01T00:00:00.000Z', before them."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    stamp = "0999-01-01T00:00:00Z"
+    header = {"type": "session", "version": 3, "id": SESSION_ID, "cwd": "/p", "timestamp": stamp}
+    path = folder / f"{SESSION_ID}.jsonl"
+    path.write_text(json.dumps(header) + "\n")
+    for kind, repo, _session in readings(path, tmp_path):
+        (row,) = repo.list().items
+        assert row.to_json_dict()["created"] == "0999-01-01T00:00:00.000Z", kind
+    assert sortable_time(stamp) < sortable_time("2026-01-15T08:30:00Z")
+
+
+@pytest.mark.parametrize(
+    ("stamp", "utc"),
+    [
+        ("2026-03-08T02:30:00", "2026-03-08T07:30:00.000Z"),  # skipped: before it, EST
+        ("2026-11-01T01:30:00", "2026-11-01T05:30:00.000Z"),  # twice: the first, EDT
+        ("2026-07-01T12:00:00", "2026-07-01T16:00:00.000Z"),
+    ],
+)
+def test_a_local_time_the_clocks_skipped_or_repeated_is_read_as_javascript_does(
+    stamp: str, utc: str, new_york: str
+) -> None:
+    """A time without an offset in the hour New York's clocks skip (02:30 on 8 March) was
+    read with the offset after the change, an hour before the moment pi's ``new Date`` gives
+    (ECMAScript takes the offset before it): a summary's time and an entry's place among its
+    siblings were off pi's. In the hour they repeat, both take the first."""
+    ms = iso_to_ms(stamp)
+    assert ms == iso_to_ms(utc)
+    assert sortable_time(stamp) == sortable_time(utc)

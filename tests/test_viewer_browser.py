@@ -2264,3 +2264,27 @@ def test_earlier_rows_go_on_top_and_branches_of_an_unread_entry_stay_under_it(
     expect(tree.locator(".nest.open")).to_have_count(0)
     assert page.evaluate("window.kept.isConnected")
     page.close()
+
+
+def test_an_entry_time_that_is_no_time_is_shown_as_written(
+    browser: Browser, served: tuple[Served, str, dict[str, str]]
+) -> None:
+    """pi keeps an entry whose time is text that is no time ('yesterday'): the entry's pane
+    said "Invalid Date" (``new Date(…).toLocaleString()``); it now shows the text as written,
+    as the command line does."""
+    server, _, _ = served
+    sid = "01a00000-0000-7000-8000-0000000000fd"
+    header = {"type": "session", "version": 3, "id": sid, "cwd": "/p"}
+    header["timestamp"] = "2026-01-01T10:00:00.000Z"
+    message = {"role": "user", "content": "when was this", "timestamp": 1}
+    entry = {"type": "message", "id": "u0000001", "parentId": None, "message": message}
+    entry["timestamp"] = "yesterday"
+    jsonl = json.dumps(header) + "\n" + json.dumps(entry) + "\n"
+    mcp_tool(server.url, TOKEN, "session_import", jsonl=jsonl)
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{base(server)}/#token={TOKEN}&session={sid}&entry=u0000001")
+    expect(page.locator("#detail-body")).to_contain_text("when was this")
+    expect(page.locator("#detail-title")).to_contain_text("yesterday")
+    assert "Invalid" not in page.locator("#detail-title").inner_text()
+    context.close()

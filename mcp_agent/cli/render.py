@@ -39,6 +39,7 @@ from mcp_agent.sessions.entries import (
     SessionEntry,
     clip_long,
     shown_time,
+    utc_time,
 )
 from mcp_agent.sessions.outline import (
     Parts,
@@ -83,13 +84,15 @@ TREE_RUNS = 500
 
 
 def local_time(timestamp: str | None) -> str:
+    """``timestamp`` in this machine's zone, read as the stores read it (``utc_time``); text
+    that is no time, or one this zone cannot hold (year 1 west of UTC), as it is written."""
     if not timestamp:
         return ""
+    moment = utc_time(timestamp)
     try:
-        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+        return timestamp if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
         return timestamp
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
 def short_time(timestamp: str | None) -> str:
@@ -140,8 +143,10 @@ def session_heading(session: Session, started: Started = None) -> RenderableType
     title: list[tuple[str, Text]] = [("", Text(f"Session {session.id}", "bold"))]
     if session.name:
         title.append(("  ", Text(f"“{name_line(session.name)}”", "bold magenta")))
+    # A header its file gave no time (pi reads it): "created" with nothing after it said less.
+    created = local_time(header.timestamp)
     details = [
-        f"created {local_time(header.timestamp)}",
+        f"created {created}" if created else "no creation time",
         plural(stats.message_count, "message"),
         plural(stats.entry_count, "entry", "entries"),
         f"{stats.total_tokens:,} tokens",

@@ -144,7 +144,9 @@ def sortable_time(timestamp: str) -> str:
     moment = _utc(timestamp)
     if moment is None:
         return timestamp
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: glibc's %Y writes year 999 as "999", which neither sorts
+    # among four-digit years nor reads back as a time.
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _utc(timestamp: str) -> datetime | None:
@@ -159,10 +161,25 @@ def _utc(timestamp: str) -> datetime | None:
         if len(timestamp) <= _DATE_CHARS:
             return moment.replace(tzinfo=UTC)
         try:
-            return moment.astimezone(UTC)  # a naive time is the machine's local time
+            early = moment.astimezone(UTC)  # a naive time is the machine's local time
+            if early.astimezone().replace(tzinfo=None) != moment:
+                # Not a local time: in a gap the clocks skipped (02:30 as they go forward),
+                # which JavaScript reads with the offset before it (fold=1 here; Python's
+                # fold=0 took the one after, an hour earlier). In a fold both read the first.
+                return moment.replace(fold=1).astimezone(UTC)
+            return early
         except (OverflowError, OSError, ValueError):  # out of the platform's range
             return None
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # past datetime's years in UTC (year 1 east of it), as above
+        return None
+
+
+def utc_time(timestamp: str) -> datetime | None:
+    """``timestamp`` as pi reads it, in UTC (see ``_utc``); None where pi's is NaN, or past
+    this platform's range."""
+    return _utc(timestamp)
 
 
 # The longest ISO date without a time (``2026-01-15``), which JavaScript reads in UTC.

@@ -1390,6 +1390,13 @@ function rowName(row, count, leaf) {
   return shown(parts.join(", "));
 }
 
+/** An entry's time in full; text that is no time (pi keeps it) as written, not "Invalid Date". */
+function fullTime(iso) {
+  const date = iso ? new Date(iso) : null;
+  if (!date) return "";
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
 /** An entry's time, short: the time of day today, with the day before, the year before that. */
 function entryTime(iso) {
   const date = iso ? new Date(iso) : null;
@@ -1849,7 +1856,7 @@ function renderDetail(entry, withBody = true) {
   const title = [
     h("span", { class: `kind ${kindClass}`, text: role === "toolResult" ? "tool result" : role || entry.type.replace(/_/g, " ") }),
     h("code", { text: entry.id }),
-    h("span", { text: entry.timestamp ? new Date(entry.timestamp).toLocaleString() : "" }),
+    h("span", { text: fullTime(entry.timestamp) }),
     entry.message && entry.message.model ? h("span", { text: `${entry.message.provider}:${entry.message.model}` }) : null,
     leaf ? h("span", { class: "leaf-mark", text: "leaf" }) : null,
   ];
