@@ -153,6 +153,7 @@ def test_a_database_in_a_missing_folder_is_an_error(
         ["--model", "openai:gpt-4o-mini"],  # no key yet: runs fail until one is set
         ["--model", "openai:some-new-model"],  # an id not in the table: default limits
         ["--model", "client"],
+        ["--model", "sampling:client"],  # how a session records the client's model
         ["--manifests", "{tmp}/good", "--max-depth", "0"],
         ["--transport", "http", "--no-auth", "--port", "0"],
         ["--transport", "http", "--no-auth", "--port", "65535"],

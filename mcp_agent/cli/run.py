@@ -110,8 +110,8 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
     from mcp_agent.providers.registry import SAMPLING_API
     from mcp_agent.runtime.errors import ModelUnavailable
     from mcp_agent.runtime.models import (
-        CLIENT_MODEL,
         default_model_name,
+        is_client_model,
         missing_key,
         resolve_run_model,
     )
@@ -122,7 +122,7 @@ def check_model(state: AppState, agent_name: str | None, model: str | None) -> s
         raise InputError(f"unknown agent {agent_name!r}; the manifests define: {known}")
     name = model or manifest.model or default_model_name(state.settings.default_model)
     # The MCP client's own model (sampling) needs an MCP client; the terminal has none.
-    client_model = name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":")
+    client_model = is_client_model(name)
     if client_model and not (model or manifest.model or state.settings.default_model):
         raise InputError(NO_MODEL)  # nothing chosen, and no key for a provider's model
     if not client_model:

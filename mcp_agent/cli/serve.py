@@ -469,10 +469,10 @@ def check_model(name: str | None, *, from_flag: bool) -> str | None:
     model of its own, the client's may be asked): the warning to print, if its key is unset."""
     from mcp_agent.cli.demo import cli_models
     from mcp_agent.runtime.errors import ModelUnavailable
-    from mcp_agent.runtime.models import CLIENT_MODEL, missing_key, resolve_run_model
+    from mcp_agent.runtime.models import is_client_model, missing_key, resolve_run_model
     from mcp_agent.runtime.settings import MODEL_ENV
 
-    if not name or name == CLIENT_MODEL or name.startswith(CLIENT_MODEL + ":"):
+    if not name or is_client_model(name):
         return None  # the MCP client's own model: whether it can be used depends on each client
     models = cli_models()
     source = f"--model {name}" if from_flag else f"${MODEL_ENV} ({name})"

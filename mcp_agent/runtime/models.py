@@ -24,6 +24,13 @@ CLIENT_MODEL = "client"
 SAMPLING_PROVIDER = "sampling"
 
 
+def is_client_model(name: str) -> bool:
+    """Whether ``name`` is the MCP client's own model (sampling): ``client``, ``client:ID``, or
+    ``sampling:ID``, the name a session records for it, which a run continuing the session
+    resumes. Only the client that asked for a run can answer it."""
+    return name.partition(":")[0] in (CLIENT_MODEL, SAMPLING_PROVIDER)
+
+
 def default_model_name(configured: str | None) -> str:
     if configured:
         return configured
@@ -46,9 +53,7 @@ def resolve_run_model(
     if overrides and chosen in overrides:
         model, stream_fn = overrides[chosen]()
         return chosen, model, stream_fn
-    # "sampling:ID" too: the name a session records for the client's model, which a run
-    # continuing the session resumes; only the client that asked for the run can answer it.
-    if chosen.partition(":")[0] in (CLIENT_MODEL, SAMPLING_PROVIDER):
+    if is_client_model(chosen):
         from mcp_agent.providers.sampling import (
             sampling_model,
             sampling_stream_fn,
