@@ -1816,6 +1816,51 @@ def test_ctrl_c_as_a_run_starts_leaves_no_empty_session(db: Path, cli: Any) -> N
         assert all(s["entryCount"] for s in listed), (attempt, listed, err)
 
 
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_run_whose_start_waits_for_another_process_lock(
+    db: Path, cli: Any, sent: signal.Signals, code: int
+) -> None:
+    """Another process holds the database's write lock (a long transaction, a frozen
+    program) while `run` waits for it to store its new session: SIGTERM or Ctrl-C stops it
+    at once, saying so, nothing stored. Before, the start (in a thread the signal's cancel
+    cannot reach) waited out the busy timeout (a minute), then the search indexer's."""
+    cli("run", "hi", "--model", "scripted:echo")  # the database, made, with one session
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # held until the run has stopped
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "scripted:echo"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(MCP_AGENT_DB=str(db)),
+        )
+
+        def opened_the_database() -> bool:
+            with contextlib.suppress(OSError):
+                fds = Path(f"/proc/{process.pid}/fd")
+                return any(os.readlink(fd) == os.path.realpath(db) for fd in fds.iterdir())
+            return False
+
+        poll(opened_the_database, "the run's database opened", tries=1200)
+        time.sleep(2)  # (the start waits for the lock by now; sooner, this passes anyway)
+        process.send_signal(sent)
+        try:
+            # Well before the busy timeout (60 s), with the lock still held.
+            _, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert process.returncode in (code, -sent), err
+    assert "Traceback" not in err, err
+    listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]
+    assert len(listed) == 1, listed  # the first run's, nothing of the stopped one's
+
+
 def test_sigterm_stops_serve_keeping_what_its_runs_said(fakellm: str, db: Path) -> None:
     """serve over stdio, stopped by SIGTERM while a run streams: the run is aborted and its
     partial answer recorded as such, as at the end of stdin (before: the signal cancelled the

@@ -378,6 +378,8 @@ async def start_and_wait(
     (None when its start was stopped) and the exit code due to the signal, or None."""
     import anyio
 
+    from mcp_agent.sessions.sqlite.database import stop_waiting_for_locks
+
     stopped: int | None = None
     run: Run | None = None
     start_scope = anyio.CancelScope()
@@ -390,6 +392,11 @@ async def start_and_wait(
                 run.abort(why)
             else:
                 start_scope.cancel()
+                # A start waiting for another process's lock on the database waits in a
+                # thread the cancel cannot reach: it gives up within a slice of its wait,
+                # nothing written (and so do the writes of the program's end), not after
+                # the busy timeout, a minute.
+                stop_waiting_for_locks()
 
         return on_signal
 
@@ -397,7 +404,12 @@ async def start_and_wait(
         await group.start(watch_interrupts, stop(INTERRUPTED, "interrupted with Ctrl-C"))
         await group.start(watch_interrupts, stop(TERMINATED, "terminated"), signal.SIGTERM)
         with start_scope:
-            run = await starting()
+            try:
+                run = await starting()
+            except InputError:
+                if stopped is None:
+                    raise
+                # Refused because it was stopped (the lock it waited for): stopped it is.
         if run is not None:
             await state.runs.wait(run)
         group.cancel_scope.cancel()
