@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 
 import pytest
@@ -35,3 +36,22 @@ def postgres_url(pg_cluster: Cluster) -> Iterator[str]:
     url = pg_cluster.new_database()
     yield url
     pg_cluster.drop_database(url)
+
+
+@pytest.fixture
+def sqlite_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every SQL statement run on the connections SQLite stores open from here on, in order."""
+    from mcp_agent.sessions.sqlite import database
+
+    statements: list[str] = []
+    connect = database.SqliteDatabase._connect
+
+    def traced(
+        self: database.SqliteDatabase, factory: type[sqlite3.Connection] = sqlite3.Connection
+    ) -> sqlite3.Connection:
+        conn = connect(self, factory)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+    return statements

@@ -988,14 +988,13 @@ def test_tree_reads_only_the_entries_it_draws(db: Path, monkeypatch: pytest.Monk
 
 
 def test_a_whole_tree_reads_its_entries_a_batch_at_a_time(
-    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: Path, tmp_path: Path, sqlite_statements: list[str]
 ) -> None:
     """`tree --full` of a 10,000-entry session read each entry it drew in a query of its own
     (6 s of CPU); now the entries of the runs drawn are read ``TREE_BATCH`` at a time, and
     the drawing is the one every parsed entry gives."""
     from mcp_agent.cli.render import session_heading, session_tree, tree_view
     from mcp_agent.sessions.outline import TREE_BATCH
-    from mcp_agent.sessions.sqlite import database
 
     sid = "01a00000-0000-7000-8000-0000000000d6"
     (tmp_path / "long.jsonl").write_text(pi_v3(3 * TREE_BATCH, sid))
@@ -1005,20 +1004,10 @@ def test_a_whole_tree_reads_its_entries_a_batch_at_a_time(
         session.move_to(f"{TREE_BATCH:08x}")
         session.append_message(User(content="a branch off the middle"))
         every = rendered(tree_view(session.tree(), session.leaf_id, session_heading(session), True))
-    statements: list[str] = []
-    connect = database.SqliteDatabase._connect
-
-    def traced(
-        self: database.SqliteDatabase, factory: type[sqlite3.Connection] = sqlite3.Connection
-    ) -> sqlite3.Connection:
-        conn = connect(self, factory)
-        conn.set_trace_callback(statements.append)
-        return conn
-
-    monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+    sqlite_statements.clear()
     with SqliteSessionRepo(db) as repo:
         whole = rendered(session_tree(repo.open(sid), full=True))
-    reads = [sql for sql in statements if "FROM entries" in sql and " IN (" in sql]
+    reads = [sql for sql in sqlite_statements if "FROM entries" in sql and " IN (" in sql]
     assert whole == every and "a branch off the middle" in whole and "step 2998" in whole
     assert 0 < len(reads) <= 8, len(reads)
 

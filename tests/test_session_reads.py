@@ -728,26 +728,14 @@ def _pi_answer(n: int) -> dict[str, Any]:
 
 @pytest.mark.anyio
 async def test_a_read_reads_the_sessions_row_once_and_sees_other_writers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_statements: list[str]
 ) -> None:
     """Each statement a worker runs costs a round through the driver (and, under load, a wait
     for the GIL). A read reads the session's row once (its leaf, with its summary for
     session_get, and its header on a first open), then only the entries it shows: a branch of
     the session it read. That row is read at every request, so an append by another process
     is seen at the next read."""
-    from mcp_agent.sessions.sqlite import database
-
-    statements: list[str] = []
-    connect = database.SqliteDatabase._connect
-
-    def traced(
-        self: database.SqliteDatabase, factory: type[sqlite3.Connection] = sqlite3.Connection
-    ) -> sqlite3.Connection:
-        conn = connect(self, factory)
-        conn.set_trace_callback(statements.append)
-        return conn
-
-    monkeypatch.setattr(database.SqliteDatabase, "_connect", traced)
+    statements = sqlite_statements
     # Four sessions open at most, so that using the others closes the first.
     monkeypatch.setattr(sql_repo, "OPEN_SESSIONS", 4)
 
