@@ -35,6 +35,7 @@ from providers_support import (
     script_server,
     wait_for_fakellm,
 )
+from sqlite_support import write_lock_held
 from typer.testing import CliRunner
 
 from mcp_agent.cli import app
@@ -1814,9 +1815,7 @@ def test_a_signal_stops_a_run_whose_start_waits_for_another_process_lock(
     at once, saying so, nothing stored. Before, the start (in a thread the signal's cancel
     cannot reach) waited out the busy timeout (a minute), then the search indexer's."""
     cli("run", "hi", "--model", "scripted:echo")  # the database, made, with one session
-    holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # held until the run has stopped
-    try:
+    with write_lock_held(db):  # until the run has stopped
         process = subprocess.Popen(
             [sys.executable, "-m", "mcp_agent", "run", "hi", "--model", "scripted:echo"],
             stdout=subprocess.PIPE,
@@ -1841,9 +1840,6 @@ def test_a_signal_stops_a_run_whose_start_waits_for_another_process_lock(
             if process.poll() is None:
                 process.kill()
                 process.communicate()
-    finally:
-        holder.rollback()
-        holder.close()
     assert process.returncode in (code, -sent), err
     assert "Traceback" not in err, err
     listed = json.loads(cli("sessions", "list", "--json").stdout)["sessions"]

@@ -1078,8 +1078,7 @@ def test_sigterm_stops_a_server_whose_write_waits_for_another_process_lock(
     program) while an append waits for it: SIGTERM stops the server at once, the append
     refused and nothing written. Before, the stop waited for the append's wait, up to the
     busy timeout (a minute), then the search indexer's, then the leases' let-go's."""
-    import sqlite3
-
+    from sqlite_support import stored_texts, write_lock_held
     from test_unreadable import StdioServer, request
 
     db = tmp_path / "s.db"
@@ -1092,9 +1091,7 @@ def test_sigterm_stops_a_server_whose_write_waits_for_another_process_lock(
         arguments = {"session_id": sid, "entry": entry}
         server.send(request(3, "tools/call", {"name": "session_append", "arguments": arguments}))
         assert not server.answer()["result"].get("isError")
-        holder = sqlite3.connect(db, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")  # held until the server has stopped
-        try:
+        with write_lock_held(db):  # until the server has stopped
             arguments = {"session_id": sid, "entry": {**entry, "content": "never written"}}
             server.send(
                 request(4, "tools/call", {"name": "session_append", "arguments": arguments})
@@ -1106,13 +1103,9 @@ def test_sigterm_stops_a_server_whose_write_waits_for_another_process_lock(
             server.process.send_signal(signal.SIGTERM)
             # Well before the busy timeout (60 s), with the lock still held.
             server.process.wait(timeout=30)
-        finally:
-            holder.rollback()
-            holder.close()
     finally:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
-    with sqlite3.connect(db) as conn:
-        texts = [row[0] for row in conn.execute("SELECT data FROM entries")]
+    texts = stored_texts(db)
     assert len(texts) == 1 and "acknowledged" in texts[0], texts

@@ -1290,8 +1290,9 @@ def test_sigterm_stops_an_http_server_whose_write_waits_for_another_process_lock
     while an append waits for it; SIGTERM stops the server at once (uvicorn waits for the
     requests under way), the append refused and nothing written. Before, after the append's
     busy timeout (a minute)."""
-    import sqlite3
     import threading
+
+    from sqlite_support import stored_texts, write_lock_held
 
     server = HttpServer(tmp_path)
     auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
@@ -1318,9 +1319,7 @@ def test_sigterm_stops_an_http_server_whose_write_waits_for_another_process_lock
         sid = call(2, "session_create")["result"]["structuredContent"]["id"]
         entry = {"type": "message", "role": "user", "content": "acknowledged"}
         assert not call(3, "session_append", session_id=sid, entry=entry)["result"].get("isError")
-        holder = sqlite3.connect(server.db, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")  # held until the server has stopped
-        try:
+        with write_lock_held(server.db):  # until the server has stopped
 
             def append_waits() -> None:
                 with contextlib.suppress(Exception):  # its answer, if any: the server stops
@@ -1331,13 +1330,9 @@ def test_sigterm_stops_an_http_server_whose_write_waits_for_another_process_lock
             time.sleep(1)  # (the append waits for the lock by now; sooner, this passes anyway)
             server.process.terminate()
             server.process.wait(timeout=30)  # well before the busy timeout (60 s)
-        finally:
-            holder.rollback()
-            holder.close()
     finally:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait()
-    with sqlite3.connect(server.db) as conn:
-        texts = [row[0] for row in conn.execute("SELECT data FROM entries")]
+    texts = stored_texts(server.db)
     assert len(texts) == 1 and "acknowledged" in texts[0], texts
