@@ -24,6 +24,13 @@ def served(tmp_path: Path) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=args)
 
 
+async def announced(events: Any) -> None:
+    """The next event heard is a list change. (The client folds identical events not yet
+    read into one: read each in turn.)"""
+    with anyio.fail_after(20):
+        assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
+
+
 async def listed_names(client: Client) -> dict[str, str]:
     resources = (await client.list_resources()).resources
     return {str(r.uri): r.name for r in resources if str(r.uri).startswith("session://")}
@@ -32,16 +39,10 @@ async def listed_names(client: Client) -> dict[str, str]:
 async def test_a_rename_is_told_to_modern_listeners_of_the_list(tmp_path: Path) -> None:
     async with Client(served(tmp_path)) as client:
         async with client.listen(resources_list_changed=True) as events:
-
-            async def announced() -> None:
-                # The client folds identical events not yet read into one: read each in turn.
-                with anyio.fail_after(20):
-                    assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
-
             sid = (await call(client, "session_create"))["id"]
-            await announced()
+            await announced(events)
             await call(client, "session_append", session_id=sid, entry=RENAME)
-            await announced()
+            await announced(events)
         assert (await listed_names(client))[f"session://{sid}"] == "the new name"
 
 
@@ -84,16 +85,11 @@ async def test_a_sessions_first_user_message_is_told_to_listeners_of_the_list(
     none."""
     async with Client(served(tmp_path)) as client:
         async with client.listen(resources_list_changed=True) as events:
-
-            async def announced() -> None:
-                with anyio.fail_after(20):
-                    assert type(await events.__anext__()).__name__ == "ResourcesListChanged"
-
             sid = (await call(client, "session_create"))["id"]
-            await announced()
+            await announced(events)
             first = {"type": "message", "role": "user", "content": "the first question"}
             await call(client, "session_append", session_id=sid, entry=first)
-            await announced()
+            await announced(events)
         listed = (await client.list_resources()).resources
     [mine] = [r for r in listed if str(r.uri) == f"session://{sid}"]
     assert mine.description == "the first question"

@@ -1256,28 +1256,25 @@ def test_derived_writes_alone_commit_unsynced_and_every_other_write_synced(
 
         database.write(work, derived=derived)
 
+    def write_queued(queued: list[tuple[str, bool]]) -> None:
+        # The first writer leads, and waits for the lock: the rest queue up behind it.
+        writers = [threading.Thread(target=write, args=each) for each in queued]
+        with database.lock:
+            for count, writer in enumerate(writers, 1):
+                writer.start()
+                poll(partial(_queued, database, count), "the write to queue up")
+        for writer in writers:
+            writer.join(30)
+            assert not writer.is_alive()
+
     write("alone, derived", True)
     write("alone, after it", False)
     assert seen == {"alone, derived": 1, "alone, after it": 2}  # NORMAL, then FULL
     queued = [("d0", True), ("d1", True), ("w2", False), ("d3", True)]
-    writers = [threading.Thread(target=write, args=each) for each in queued]
-    with database.lock:  # the first writer leads, and waits for the lock: the rest queue up
-        for count, writer in enumerate(writers, 1):
-            writer.start()
-            poll(partial(_queued, database, count), "the write to queue up")
-    for writer in writers:
-        writer.join(30)
-        assert not writer.is_alive()
+    write_queued(queued)
     assert {name: seen[name] for name, _ in queued} == dict.fromkeys(["d0", "d1", "w2", "d3"], 2)
     queued = [("d4", True), ("d5", True)]
-    writers = [threading.Thread(target=write, args=each) for each in queued]
-    with database.lock:
-        for count, writer in enumerate(writers, 1):
-            writer.start()
-            poll(partial(_queued, database, count), "the write to queue up")
-    for writer in writers:
-        writer.join(30)
-        assert not writer.is_alive()
+    write_queued(queued)
     assert {name: seen[name] for name, _ in queued} == {"d4": 1, "d5": 1}
     assert database.read("SELECT count(*) FROM t") == [(8,)]
     database.close()
